@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One call on the GPU machine does it all: install gemmlab, run the whole test
+# suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
+# $OUT (default ./.out).  Usage: scripts/gpu_run.sh [tests|bench|sweep|extra|all]...
+set -u
+OUT=${OUT:-$PWD/.out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export GEMMLAB_CACHE_DIR=${GEMMLAB_CACHE_DIR:-/tmp/gemmlab-cache}
+steps=${*:-all}
+log=$OUT/run.log
+has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
+
+{
+  echo "== $(date -u +%FT%TZ) gpu_run.sh $steps"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv
+  python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v -i warning
+  python3 -c "import gemmlab, cuda.core, cupy; from gemmlab.runtime.headers import find_cuda_headers as f; \
+print('gemmlab', gemmlab.__version__, 'cuda.core', cuda.core.__version__, 'cupy', cupy.__version__); print(f().report())"
+} 2>&1 | tee -a "$log"
+
+if has tests; then
+  echo "== tests" | tee -a "$log"
+  timeout 900 python3 -m pytest -q -x -p no:cacheprovider 2>&1 | tail -n 40 | tee -a "$log"
+fi
+if has bench; then
+  echo "== bench (default suite)" | tee -a "$log"
+  timeout 900 gemmlab bench --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee -a "$log"
+fi
+if has sweep; then
+  echo "== sweep" | tee -a "$log"
+  timeout 600 gemmlab sweep --json "$OUT/sweep.json" --plot "$OUT/sweep.png" 2>&1 | tee -a "$log"
+fi
+if has extra && [ -n "${GEMMLAB_EXTRA_KERNELS:-}" ]; then
+  echo "== extra configurations" | tee -a "$log"
+  timeout 900 gemmlab bench --kernels "$GEMMLAB_EXTRA_KERNELS" --sizes "${GEMMLAB_EXTRA_SIZES:-4096,16384x4096x4096}" \
+    --json "$OUT/extra.json" 2>&1 | tee -a "$log"
+fi
+echo "== done $(date -u +%FT%TZ)" | tee -a "$log"

@@ -1,0 +1,17 @@
+"""gemmlab: a readable ladder of CUDA GEMM kernels, from naive to cuBLAS-class.
+
+    import gemmlab
+    c = gemmlab.matmul(a, b)                          # kernel="auto"
+    c = gemmlab.matmul(a, b, kernel="smem_tiled", tile=16)
+    gemmlab.kernels()                                 # the registry
+"""
+
+from .api import kernels, matmul, plan
+from .errors import CompileError, GemmlabError, HeaderNotFoundError, NoGPUError
+from .kernels.registry import KernelSpec
+from .verify import verify
+
+__version__ = "0.1.0"
+
+__all__ = ["matmul", "kernels", "plan", "verify", "KernelSpec", "GemmlabError", "NoGPUError",
+           "CompileError", "HeaderNotFoundError", "__version__"]

@@ -1,0 +1,192 @@
+"""gemmlab.matmul: validation, kernel choice and launch."""
+
+from __future__ import annotations
+
+import numbers
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .arrays import Operand, current_stream, describe, empty_like_kind, need_cupy
+from .kernels import registry
+from .kernels.registry import KernelSpec, Problem
+from .runtime import compile as rt_compile
+from .runtime import device as rt_device
+from .runtime.launch import launch
+
+SUPPORTED_DTYPES = (np.dtype(np.float32),)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a call will run: the kernel, its resolved tile parameters and launch shape."""
+
+    spec: KernelSpec
+    params: dict
+    problem: Problem
+    name_expression: str
+
+    def describe(self) -> str:
+        p = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{self.spec.name}({p})" if p else self.spec.name
+
+
+def _scalar(value, name: str) -> np.float32:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
+    return np.float32(value)
+
+
+def _check_matrix(op: Operand) -> int:
+    """Check one operand's rank, dtype and layout; return its leading dimension."""
+    if len(op.shape) != 2:
+        raise ValueError(f"{op.label()} must be a 2-D matrix; it has {len(op.shape)} dimension(s)")
+    if op.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{op.label()}: dtype {op.dtype} is not supported; gemmlab's kernels take "
+                        f"float32 (convert with .astype(float32))")
+    rows, cols = op.shape
+    rs, cs = op.strides
+    if rows == 0 or cols == 0:
+        return max(cols, 1)
+    if cols > 1 and cs != 1 or rows > 1 and rs < max(cols, 1):
+        raise ValueError(
+            f"{op.label()} has element strides {op.strides}: gemmlab reads row-major matrices "
+            f"(unit column stride, row stride >= columns); a column-major array or a transposed "
+            f"view must be copied first (numpy.ascontiguousarray / cupy.ascontiguousarray / "
+            f".contiguous())")
+    return rs if rows > 1 else max(cols, 1)
+
+
+def _aligned16(ops: list[Operand], lds: list[int], widths: list[int]) -> bool:
+    return all(o.ptr % 16 == 0 for o in ops) and all(ld % 4 == 0 for ld in lds) \
+        and all(w % 4 == 0 for w in widths)
+
+
+def auto_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
+    """The kernel and tile parameters ``kernel="auto"`` picks (until a tuner exists).
+
+    The vectorized rung is the fastest here; 128x128 tiles when the grid still
+    fills every SM at least once, 64x64 tiles otherwise (more, smaller blocks).
+    """
+    tiles = -(-M // 128) * -(-N // 128)
+    if tiles >= sm_count:
+        return "vectorized", {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}
+    return "vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}
+
+
+def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
+         **tile_params) -> Plan:
+    """Resolve a kernel name and tile parameters for a problem, raising on anything illegal."""
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
+    if kernel == "auto":
+        if tile_params:
+            raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
+        kernel, tile_params = auto_params(M, N, K, sm_count)
+    spec = registry.get(kernel)
+    params = spec.resolve(tile_params)
+    problem = Problem(M, N, K, aligned16)
+    return Plan(spec, params, problem, spec.name_expression(params, problem))
+
+
+_tls = threading.local()
+
+
+def _make_current(device: int) -> None:
+    """Make ``device``'s primary context current on this thread (once per thread and device)."""
+    if getattr(_tls, "device", None) != device:
+        from cuda.core import Device
+        Device(device).set_current()
+        _tls.device = device
+
+
+def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int, B_ptr: int, ldb: int,
+             C_ptr: int, ldc: int, alpha, beta) -> None:
+    """Launch an already validated plan on raw device pointers (the harness uses this too)."""
+    _make_current(gpu.ordinal)
+    kernel = rt_compile.load_kernel(p.spec.source_path, p.name_expression, gpu.arch)
+    geo = p.spec.launch(p.params, p.problem)
+    pr = p.problem
+    launch(kernel, geo.grid, geo.block, geo.smem_bytes, stream,
+           np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(alpha),
+           A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(beta), C_ptr, np.int32(ldc))
+
+
+def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", **tile_params):
+    """out = alpha * a @ b + beta * out with one of gemmlab's kernels.
+
+    ``a`` (M, K) and ``b`` (K, N) are float32 CuPy arrays, PyTorch CUDA tensors
+    (read in place, no copy) or NumPy arrays (copied to the GPU; the result comes
+    back as NumPy).  Returns ``out`` if given, else a new array of a's kind.
+    The kernel runs on the caller's current stream (CuPy's or PyTorch's).
+    ``beta`` other than 0 needs ``out``.  With ``beta == 0``, ``out`` is never
+    read.  Everything is checked before any launch; on error nothing is written.
+    """
+    A, B = describe(a, "a"), describe(b, "b")
+    O = describe(out, "out") if out is not None else None
+    alpha, beta = _scalar(alpha, "alpha"), _scalar(beta, "beta")
+    lda, ldb = _check_matrix(A), _check_matrix(B)
+    (M, K), (K2, N) = A.shape, B.shape
+    if K != K2:
+        raise ValueError(f"inner dimensions differ: a has shape {A.shape} (K={K}) but b has shape "
+                         f"{B.shape} (K={K2}); a @ b needs a.shape[1] == b.shape[0]")
+    if A.on_gpu != B.on_gpu:
+        raise TypeError(f"{A.label()} and {B.label()} are not on the same side: pass both as "
+                        "NumPy arrays or both on the same GPU")
+    if A.on_gpu and A.device != B.device:
+        raise ValueError(f"{A.label()} and {B.label()} are on different devices")
+    ldc = N
+    if O is not None:
+        ldc = _check_matrix(O)
+        if O.shape != (M, N):
+            raise ValueError(f"{O.label()} has the wrong shape: a @ b is ({M}, {N})")
+        if O.on_gpu != A.on_gpu or (O.on_gpu and O.device != A.device):
+            raise ValueError(f"{O.label()} must be where a and b are ({A.where()})")
+        if O.kind == "numpy" and not O.obj.flags.writeable:
+            raise ValueError(f"{O.label()} is read-only")
+        for X in (A, B):
+            lo, hi = O.span()
+            xlo, xhi = X.span()
+            if lo < xhi and xlo < hi:
+                raise ValueError(f"{O.label()} overlaps {X.label()} in memory; the result would "
+                                 "overwrite inputs still being read")
+    elif beta != 0:
+        raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "
+                         "pass out= or leave beta=0")
+    # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
+    aligned = _aligned16([A, B] + ([O] if O is not None else []), [lda, ldb, ldc], [K, N])
+    if kernel != "auto":
+        plan(kernel, M, N, K, aligned16=aligned, **tile_params)  # validation only
+    elif tile_params:
+        plan(kernel, M, N, K, **tile_params)  # raises: tile parameters need a named kernel
+
+    device = A.device if A.on_gpu else 0
+    gpu = rt_device.gpu_info(device)
+    p = plan(kernel, M, N, K, aligned16=aligned, sm_count=gpu.sm_count, **tile_params)
+
+    if A.on_gpu:
+        result = out if out is not None else empty_like_kind(A, (M, N), device)
+        C = O if O is not None else describe(result, "out")
+        if M and N:
+            run_plan(p, gpu, current_stream(A), A.ptr, lda, B.ptr, ldb, C.ptr, ldc, alpha, beta)
+        return result
+
+    # NumPy in, NumPy out: stage through CuPy arrays on GPU 0.
+    cp = need_cupy("NumPy inputs")
+    with cp.cuda.Device(device):
+        da, db = cp.asarray(np.ascontiguousarray(a)), cp.asarray(np.ascontiguousarray(b))
+        dc = cp.asarray(np.ascontiguousarray(out)) if out is not None and beta != 0 else cp.empty((M, N), np.float32)
+        if M and N:
+            run_plan(p, gpu, cp.cuda.get_current_stream().ptr, da.data.ptr, max(K, 1), db.data.ptr,
+                     max(N, 1), dc.data.ptr, max(N, 1), alpha, beta)
+        host = cp.asnumpy(dc)
+    if out is not None:
+        out[...] = host
+        return out
+    return host
+
+
+def kernels() -> list[dict]:
+    """The registry: every kernel with its family, dtypes, tile parameters, rules and description."""
+    return [s.describe() for s in registry.ladder()]

@@ -1,0 +1,127 @@
+"""Reading caller arrays (CuPy, PyTorch, NumPy, any DLPack / CUDA Array Interface
+object) without copying, and making outputs of the caller's kind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Operand:
+    """What gemmlab needs to know about one array argument."""
+
+    name: str                 # "a", "b" or "out", for error messages
+    obj: object
+    kind: str                 # "numpy", "cupy", "torch" or "cuda" (another GPU array)
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    dtype: np.dtype | None
+    device: int               # -1 for host memory
+    ptr: int
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device >= 0
+
+    def where(self) -> str:
+        return "host memory" if self.device < 0 else f"GPU {self.device}"
+
+    def label(self) -> str:
+        kinds = {"numpy": "NumPy array", "cupy": "CuPy array", "torch": "PyTorch tensor", "cuda": "GPU array"}
+        return f"{self.name} ({kinds[self.kind]}, shape {self.shape}, {self.dtype}, on {self.where()})"
+
+    def span(self) -> tuple[int, int]:
+        """[first, last) byte addresses the array can touch."""
+        if any(s == 0 for s in self.shape):
+            return (self.ptr, self.ptr)
+        item = self.dtype.itemsize if self.dtype is not None else 1
+        last = sum((n - 1) * s for n, s in zip(self.shape, self.strides)) + 1
+        return (self.ptr, self.ptr + last * item)
+
+
+def _c_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _is_torch(obj) -> bool:
+    t = type(obj)
+    return t.__module__.startswith("torch") and hasattr(obj, "is_cuda")
+
+
+def _is_cupy(obj) -> bool:
+    return type(obj).__module__.startswith("cupy")
+
+
+def describe(obj, name: str) -> Operand:
+    """An Operand for ``obj``, or TypeError if it is not an array gemmlab can read."""
+    if isinstance(obj, np.ndarray):
+        item = obj.dtype.itemsize
+        return Operand(name, obj, "numpy", tuple(obj.shape), tuple(s // item for s in obj.strides),
+                       obj.dtype, -1, obj.ctypes.data)
+    if _is_torch(obj) and not obj.is_cuda:
+        raise TypeError(f"{name} is a PyTorch tensor on the {obj.device}; gemmlab reads PyTorch "
+                        f"tensors on a CUDA device (move it with {name}.cuda()) or NumPy arrays")
+    if not (hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__")):
+        raise TypeError(f"{name} must be a CuPy array, a PyTorch CUDA tensor, a NumPy array or "
+                        f"another DLPack / CUDA Array Interface array; got {type(obj).__name__}")
+    from cuda.core.utils import StridedMemoryView
+    try:
+        view = StridedMemoryView.from_any_interface(obj, stream_ptr=-1)
+    except Exception as exc:
+        raise TypeError(f"{name} ({type(obj).__name__}) could not be read as an array: {exc}") from exc
+    shape = tuple(view.shape)
+    strides = tuple(view.strides) if view.strides is not None else _c_strides(shape)
+    try:
+        dtype = np.dtype(view.dtype) if view.dtype is not None else None
+    except TypeError:
+        dtype = None
+    if _is_torch(obj):
+        kind, dtype = "torch", dtype if dtype is not None else _torch_dtype_name(obj)
+    elif _is_cupy(obj):
+        kind = "cupy"
+    else:
+        kind = "cuda"
+    device = view.device_id if view.is_device_accessible else -1
+    if kind != "numpy" and device < 0:
+        raise TypeError(f"{name} ({type(obj).__name__}) lives in host memory; pass a NumPy array "
+                        "or an array on a CUDA device")
+    return Operand(name, obj, kind, shape, strides, dtype, device, view.ptr)
+
+
+def _torch_dtype_name(t):
+    return str(t.dtype).replace("torch.", "")
+
+
+def current_stream(op: Operand) -> int:
+    """The caller's current stream on op's device, as a cudaStream_t handle."""
+    if op.kind == "torch":
+        import torch
+        return torch.cuda.current_stream(op.device).cuda_stream
+    import cupy
+    with cupy.cuda.Device(max(op.device, 0)):
+        return cupy.cuda.get_current_stream().ptr
+
+
+def empty_like_kind(op: Operand, shape, device: int):
+    """An uninitialised float32 array of op's kind on ``device``."""
+    if op.kind == "torch":
+        import torch
+        return torch.empty(shape, dtype=torch.float32, device=f"cuda:{device}")
+    import cupy
+    with cupy.cuda.Device(device):
+        return cupy.empty(shape, dtype=np.float32)
+
+
+def need_cupy(what: str):
+    try:
+        import cupy
+        return cupy
+    except ImportError as exc:
+        raise ImportError(f"{what} needs CuPy: pip install 'gemmlab[cu13]' (CUDA 13 driver) "
+                          "or 'gemmlab[cu12]' (CUDA 12 driver)") from exc

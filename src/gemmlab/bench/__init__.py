@@ -1,0 +1,1 @@
+"""The benchmark harness: every measurement beside cuBLAS, in the same run."""

@@ -1,0 +1,71 @@
+"""GPU timing with CUDA events: warm-up, L2 flushed before every timed run, median."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+_flush = {}
+
+
+def _flush_buffer(l2_bytes: int):
+    """A buffer of twice the L2 (at least 256 MiB); filling it evicts what a run left in L2."""
+    import cupy as cp
+    dev = cp.cuda.Device().id
+    if dev not in _flush:
+        n = max(2 * l2_bytes, 256 << 20) // 4
+        _flush[dev] = cp.empty(n, dtype=cp.float32)
+    return _flush[dev]
+
+
+@dataclass
+class Timing:
+    ms: float | None               # median of the timed runs
+    ms_all: list[float] = field(default_factory=list)
+    skipped: str | None = None     # why it was not timed
+
+    @property
+    def ms_min(self) -> float | None:
+        return min(self.ms_all) if self.ms_all else None
+
+
+def time_gpu(fn, *, l2_bytes: int, reps: int = 20, warmup: int = 2, flush: bool = True,
+             max_run_s: float = 3.0, budget_s: float = 3.0) -> Timing:
+    """Time ``fn`` (which only enqueues GPU work on the current stream).
+
+    One untimed call first (compilation, module load), then one timed call to
+    estimate the cost.  A kernel whose single run exceeds ``max_run_s`` is
+    skipped with the reason; otherwise it is repeated up to ``reps`` times
+    within ``budget_s`` (at least 3), each after an L2 flush, and the median
+    is reported.
+    """
+    import cupy as cp
+    stream = cp.cuda.get_current_stream()
+    buf = _flush_buffer(l2_bytes) if flush else None
+    fn()
+    stream.synchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    if buf is not None:
+        buf.fill(0)
+    start.record(stream)
+    fn()
+    end.record(stream)
+    end.synchronize()
+    first = cp.cuda.get_elapsed_time(start, end)
+    if first / 1e3 > max_run_s:
+        return Timing(None, [first], skipped=f"one run takes {first / 1e3:.1f} s (> {max_run_s:g} s)")
+    n = max(3, min(reps, int(budget_s * 1e3 / max(first, 1e-3))))
+    for _ in range(max(0, warmup - 1)):
+        fn()
+    events = []
+    for _ in range(n):
+        if buf is not None:
+            buf.fill(0)
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record(stream)
+        fn()
+        e.record(stream)
+        events.append((s, e))
+    events[-1][1].synchronize()
+    times = [cp.cuda.get_elapsed_time(s, e) for s, e in events]
+    return Timing(statistics.median(times), times)

@@ -1,0 +1,183 @@
+"""The ``gemmlab`` command: list, bench, sweep, verify, inspect."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import GemmlabError
+
+
+def _sizes(text: str):
+    from .bench.suites import parse_size
+    return [parse_size(s) for s in text.split(",") if s.strip()]
+
+
+def _kernel_entries(text: str | None, default):
+    """'vectorized,smem_tiled:tile=16' -> [('vectorized', {}), ('smem_tiled', {'tile': 16})]."""
+    if not text:
+        return default()
+    out = []
+    for item in text.split(","):
+        name, _, rest = item.strip().partition(":")
+        params = {}
+        for kv in filter(None, rest.split(";")):
+            k, _, v = kv.partition("=")
+            params[k.strip()] = int(v)
+        out.append((name, params))
+    return out
+
+
+def cmd_list(args) -> int:
+    from .api import kernels
+    ks = kernels()
+    if args.json:
+        print(json.dumps(ks, indent=1))
+        return 0
+    for k in ks:
+        print(f"{k['rung']}. {k['name']:14s} [{k['family']}, {', '.join(k['dtypes'])}] {k['description']}")
+        for name, p in k["params"].items():
+            print(f"      {name:5s} in {p['values']} (default {p['default']}): {p['doc']}")
+        for c in k["constraints"]:
+            print(f"      rule: {c}")
+    return 0
+
+
+def _finish(records, args, plot) -> None:
+    from .bench.report import table, write_json
+    dicts = [r.as_dict() for r in records]
+    print(table(dicts))
+    if args.json:
+        write_json(dicts, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.plot:
+        plot(dicts, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+
+
+def cmd_bench(args) -> int:
+    from .api import plan
+    from .bench.report import plot_ladder
+    from .bench.suites import DEFAULT_SIZES, default_entries, run_suite
+    entries = _kernel_entries(args.kernels, default_entries)
+    for name, params in entries:      # refuse bad names before any GPU time is spent
+        plan(name, 128, 128, 128, **params)
+    sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
+    records = run_suite(entries, sizes, dist=args.dist, reps=args.reps, flush=not args.no_flush,
+                        max_run_s=args.max_run_s, budget_s=args.budget_s, quiet=args.quiet)
+    _finish(records, args, plot_ladder)
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from .bench.report import plot_sweep, sweep_speedups
+    from .bench.suites import SWEEP_SIZES, run_suite, sweep_entries
+    sizes = _sizes(args.sizes) if args.sizes else SWEEP_SIZES
+    records = run_suite(sweep_entries(), sizes, reps=args.reps, max_run_s=args.max_run_s,
+                        budget_s=args.budget_s, quiet=args.quiet)
+    _finish(records, args, plot_sweep)
+    print("\nnaive -> tiled speedup:")
+    for line in sweep_speedups([r.as_dict() for r in records]):
+        print("  " + line)
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .kernels import registry
+    from .verify import verify
+    names = [s.name for s in registry.ladder()] if args.kernels == "all" else args.kernels.split(",")
+    shapes = _sizes(args.shapes)
+    failed = 0
+    results = []
+    for name in names:
+        for (M, N, K) in shapes:
+            r = verify(name, M, N, K, alpha=args.alpha, beta=args.beta, dist=args.dist, tol=args.tol)
+            results.append(r.as_dict())
+            failed += not r.passed
+            print(f"{'ok  ' if r.passed else 'FAIL'} {name:14s} {M}x{N}x{K} alpha={args.alpha} beta={args.beta} "
+                  f"{args.dist}: rel err {r.rel_fro:.2e}, max elementwise {r.max_rel:.2e}"
+                  + (f", {r.nonfinite} non-finite" if r.nonfinite else ""))
+    if args.json:
+        from .bench.report import write_json
+        write_json(results, args.json)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def cmd_inspect(args) -> int:
+    from .inspect import format_reports, inspect_kernels
+    from .runtime.headers import find_cuda_headers
+    reports = inspect_kernels(args.arch, args.kernel.split(",") if args.kernel else None,
+                              all_configs=args.all_configs)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=1))
+    else:
+        print(find_cuda_headers().report())
+        print(format_reports(reports))
+    return 1 if any(r.spill_bytes for r in reports) else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gemmlab", description="gemmlab: a GEMM kernel ladder, measured against cuBLAS")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="the kernel registry")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+
+    def timing_args(p):
+        p.add_argument("--reps", type=int, default=20, help="timed runs per point (median reported)")
+        p.add_argument("--max-run-s", type=float, default=3.0, help="skip a point whose single run takes longer")
+        p.add_argument("--budget-s", type=float, default=2.0, help="time budget per point for the repeats")
+        p.add_argument("--json", metavar="PATH", help="write the records as JSON")
+        p.add_argument("--plot", metavar="PATH.png", help="write a plot")
+        p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    p = sub.add_parser("bench", help="time kernels beside cuBLAS SGEMM")
+    p.add_argument("--kernels", help="comma list, params after ':' split by ';' "
+                   "(e.g. 'vectorized:BK=16,smem_tiled:tile=16'); default: every rung")
+    p.add_argument("--sizes", help="comma list of N or MxNxK (default 1024,2048,4096,16384x4096x4096)")
+    p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"))
+    p.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
+    timing_args(p)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("sweep", help="the TILE_WIDTH study: smem_tiled with tile 2..32 beside naive")
+    p.add_argument("--sizes", help="comma list (default 256,1024,2048,4096)")
+    timing_args(p)
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("verify", help="compare kernels with an FP64 reference")
+    p.add_argument("--kernels", default="all")
+    p.add_argument("--shapes", default="1x1x1,7x13x5,33x65x17,127x129x255,1000,4097x31x129,16x16x4096")
+    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--beta", type=float, default=0.0)
+    p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"))
+    p.add_argument("--tol", type=float, default=1e-5)
+    p.add_argument("--json", metavar="PATH")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("inspect", help="registers, shared memory, spills and SASS facts (no GPU needed)")
+    p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--kernel", help="comma list (default: all)")
+    p.add_argument("--all-configs", action="store_true", help="every legal tile configuration, not just defaults")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_inspect)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (GemmlabError, ValueError, TypeError, ImportError) as exc:
+        print(f"gemmlab {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Compile-only kernel inspection (no GPU needed): registers, shared memory,
+spills, and the SASS instruction facts that explain each rung's speed."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .kernels import registry
+from .runtime.compile import compile_module, parse_ptxas_log
+
+# Instruction classes worth counting, by SASS opcode prefix.
+SASS_FACTS = {
+    "FFMA": r"FFMA\b",
+    "LDG.128": r"LDG\.E\.128",
+    "LDG.32": r"LDG\.E(?:\.CONSTANT)?\s",
+    "LDS.128": r"LDS\.128",
+    "LDS.32": r"LDS\s",
+    "STS": r"STS",
+    "STG.128": r"STG\.E\.128",
+    "BAR": r"BAR\.SYNC",
+    "LDL/STL (local)": r"\b(?:LDL|STL)\b",
+    "HMMA": r"\bHMMA\b",
+    "HGMMA": r"\bHGMMA\b",
+}
+
+
+def find_disassembler() -> str | None:
+    """nvdisasm from NVIDIA's wheel (cuda.pathfinder) or the PATH."""
+    try:
+        import cuda.pathfinder as pf
+        found = pf.find_nvidia_binary_utility("nvdisasm")
+        if found:
+            return str(found)
+    except Exception:
+        pass
+    return shutil.which("nvdisasm")
+
+
+def disassemble(cubin: bytes) -> dict[str, str]:
+    """SASS text per mangled kernel name, or {} without nvdisasm."""
+    tool = find_disassembler()
+    if tool is None:
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(cubin)
+        text = subprocess.run([tool, str(path)], capture_output=True, text=True, check=True).stdout
+    parts = re.split(r"\.section\s+\.text\.([^,\s]+)", text)
+    return {name: body for name, body in zip(parts[1::2], parts[2::2])}
+
+
+def sass_facts(sass: str) -> dict[str, int]:
+    code = [ln for ln in sass.splitlines() if "/*" in ln and ";" in ln]
+    counts = Counter()
+    for key, pattern in SASS_FACTS.items():
+        rx = re.compile(pattern)
+        counts[key] = sum(1 for ln in code if rx.search(ln))
+    counts["instructions"] = len(code)
+    return dict(counts)
+
+
+@dataclass
+class KernelReport:
+    kernel: str
+    name_expression: str
+    arch: str
+    registers: int
+    smem_bytes: int
+    stack_bytes: int
+    spill_bytes: int
+    sass: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = False,
+                    with_sass: bool = True) -> list[KernelReport]:
+    """Compile the chosen kernels (default tile parameters, or every legal
+    configuration) for ``arch`` and report their resources and SASS facts."""
+    specs = [registry.get(k) for k in kernels] if kernels else registry.ladder()
+    reports = []
+    for spec in specs:
+        configs = spec.configurations() if all_configs else [spec.defaults()]
+        names = [spec.name_expression(p, v) for p in configs for v in spec.variants]
+        names = list(dict.fromkeys(names))
+        module = compile_module(spec.source_path, names, arch)
+        res = parse_ptxas_log(module.log)
+        sass = disassemble(module.cubin) if with_sass else {}
+        for n in names:
+            mangled = module.symbols[n]
+            r = res[mangled]
+            reports.append(KernelReport(spec.name, n, arch, r.registers, r.smem_bytes, r.stack_bytes,
+                                        r.spill_bytes, sass_facts(sass[mangled]) if mangled in sass else {}))
+    return reports
+
+
+def format_reports(reports: list[KernelReport]) -> str:
+    cols = ["FFMA", "LDG.128", "LDG.32", "LDS.128", "LDS.32", "STG.128", "LDL/STL (local)"]
+    head = f"{'kernel instantiation':58s} {'regs':>4s} {'smem':>6s} {'spill':>5s} " + " ".join(f"{c[:7]:>7s}" for c in cols)
+    lines = [head, "-" * len(head)]
+    for r in reports:
+        facts = " ".join(f"{r.sass.get(c, '-'):>7}" for c in cols)
+        lines.append(f"{r.name_expression[:58]:58s} {r.registers:4d} {r.smem_bytes:6d} {r.spill_bytes:5d} {facts}")
+    if reports and not reports[0].sass:
+        lines.append("(no SASS columns: nvdisasm not found; pip install 'gemmlab[inspect]')")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The kernel ladder: CUDA sources and the registry that describes them."""

@@ -1,0 +1,115 @@
+// gemmlab/common.cuh: the pieces every rung of the FP32 (CUDA-core) ladder shares.
+//
+// Conventions: matrices are row-major with a leading dimension (elements between
+// rows); out = alpha * A @ B + beta * out; every kernel is correct for any
+// M, N, K >= 0, because tiles that stick out of a matrix read zeros and skip
+// their out-of-range stores.
+#pragma once
+
+namespace gemmlab {
+
+// Output tiles are numbered row-major over a 1-D grid: a 2-D grid's y dimension
+// stops at 65535 blocks, which small tiles on tall matrices would exceed.
+struct TileOrigin {
+    int row;
+    int col;
+};
+
+template <int BM, int BN>
+__device__ __forceinline__ TileOrigin block_tile_origin(int N) {
+    const int tiles_n = (N + BN - 1) / BN;
+    return {int(blockIdx.x / tiles_n) * BM, int(blockIdx.x % tiles_n) * BN};
+}
+
+// out = alpha * acc + beta * out.  With beta == 0 the old value is never read,
+// so NaN or Inf left in an uninitialised output cannot leak into the result.
+__device__ __forceinline__ void store_scaled(float* out, float acc, float alpha, float beta) {
+    *out = (beta == 0.0f) ? alpha * acc : alpha * acc + beta * *out;
+}
+
+__device__ __forceinline__ void store_scaled4(float* out, float4 acc, float alpha, float beta) {
+    float4 r = make_float4(alpha * acc.x, alpha * acc.y, alpha * acc.z, alpha * acc.w);
+    if (beta != 0.0f) {
+        const float4 old = *reinterpret_cast<const float4*>(out);
+        r.x += beta * old.x; r.y += beta * old.y; r.z += beta * old.z; r.w += beta * old.w;
+    }
+    *reinterpret_cast<float4*>(out) = r;
+}
+
+// Element (row, col) of a row-major matrix, or 0 outside it.  Padding edge tiles
+// with zeros lets them run the same inner loop as interior tiles.
+__device__ __forceinline__ float load_or_zero(const float* __restrict__ m, int ld, int row, int col,
+                                              int rows, int cols) {
+    return (row < rows && col < cols) ? m[(long long)row * ld + col] : 0.0f;
+}
+
+// Copy the ROWS x COLS tile at (row0, col0) of a rows x cols matrix into shared
+// memory (row stride SLD), THREADS threads cooperating.  Consecutive threads take
+// consecutive columns, so each warp's global reads coalesce.
+template <int ROWS, int COLS, int SLD, int THREADS>
+__device__ __forceinline__ void load_tile(float* smem, const float* __restrict__ g, int ld,
+                                          int row0, int col0, int rows, int cols, int tid) {
+    static_assert((ROWS * COLS) % THREADS == 0, "tile must split evenly over the threads");
+#pragma unroll
+    for (int step = 0; step < ROWS * COLS / THREADS; ++step) {
+        const int i = step * THREADS + tid;
+        const int r = i / COLS, c = i % COLS;
+        smem[r * SLD + c] = load_or_zero(g, ld, row0 + r, col0 + c, rows, cols);
+    }
+}
+
+// The same copy with 16-byte (float4) global loads and shared stores.  Needs
+// cols % 4 == 0, ld % 4 == 0 and a 16-byte aligned base: then a float4 that
+// starts inside the matrix ends inside it.  The host checks and otherwise
+// launches the scalar variant.
+template <int ROWS, int COLS, int SLD, int THREADS>
+__device__ __forceinline__ void load_tile_vec4(float* smem, const float* __restrict__ g, int ld,
+                                               int row0, int col0, int rows, int cols, int tid) {
+    static_assert(COLS % 4 == 0 && SLD % 4 == 0, "float4 tiles need multiples of 4 columns");
+    static_assert((ROWS * COLS / 4) % THREADS == 0, "tile must split evenly over the threads");
+#pragma unroll
+    for (int step = 0; step < ROWS * COLS / 4 / THREADS; ++step) {
+        const int i = step * THREADS + tid;
+        const int r = i / (COLS / 4), c = (i % (COLS / 4)) * 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (row0 + r < rows && col0 + c < cols)
+            v = *reinterpret_cast<const float4*>(&g[(long long)(row0 + r) * ld + col0 + c]);
+        *reinterpret_cast<float4*>(&smem[r * SLD + c]) = v;
+    }
+}
+
+// Copy the ROWS x COLS tile at (row0, col0) into shared memory transposed
+// (smem[c * SLD + r]), so that a thread's consecutive rows sit next to each
+// other and can be read with one 16-byte shared load.  VEC selects float4
+// global loads under the same conditions as load_tile_vec4.
+template <int ROWS, int COLS, int SLD, int THREADS, bool VEC>
+__device__ __forceinline__ void load_tile_transposed(float* smem, const float* __restrict__ g, int ld,
+                                                     int row0, int col0, int rows, int cols,
+                                                     int tid) {
+    if constexpr (VEC) {
+        static_assert(COLS % 4 == 0, "float4 tiles need multiples of 4 columns");
+        static_assert((ROWS * COLS / 4) % THREADS == 0, "tile must split evenly over the threads");
+#pragma unroll
+        for (int step = 0; step < ROWS * COLS / 4 / THREADS; ++step) {
+            const int i = step * THREADS + tid;
+            const int r = i / (COLS / 4), c = (i % (COLS / 4)) * 4;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (row0 + r < rows && col0 + c < cols)
+                v = *reinterpret_cast<const float4*>(&g[(long long)(row0 + r) * ld + col0 + c]);
+            smem[(c + 0) * SLD + r] = v.x;
+            smem[(c + 1) * SLD + r] = v.y;
+            smem[(c + 2) * SLD + r] = v.z;
+            smem[(c + 3) * SLD + r] = v.w;
+        }
+    } else {
+        static_assert((ROWS * COLS) % THREADS == 0, "tile must split evenly over the threads");
+#pragma unroll
+        for (int step = 0; step < ROWS * COLS / THREADS; ++step) {
+            const int i = step * THREADS + tid;
+            const int r = i / COLS, c = i % COLS;
+            smem[c * SLD + r] = load_or_zero(g, ld, row0 + r, col0 + c, rows, cols);
+        }
+    }
+}
+
+}  // namespace gemmlab

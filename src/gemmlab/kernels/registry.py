@@ -1,0 +1,308 @@
+"""KernelSpec: what each kernel of the ladder is, which tile parameters it takes,
+which combinations are legal, and how it is launched.
+
+Every tool (matmul, bench, verify, inspect, tests) reads kernels from here, so a
+new rung is one .cu file plus one entry below.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+KERNEL_DIR = Path(__file__).resolve().parent
+INCLUDE_DIR = KERNEL_DIR / "include"
+
+_SIGNATURE = "(int, int, int, float, const float*, int, const float*, int, float, float*, int)"
+
+
+@dataclass(frozen=True)
+class TileParam:
+    name: str
+    values: tuple[int, ...]
+    default: int
+    doc: str
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A rule between tile parameters, with the sentence shown when it is broken."""
+
+    rule: str
+    holds: Callable[[Mapping[str, int]], bool]
+
+
+@dataclass(frozen=True)
+class Launch:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a launch needs to know about the operands besides their shapes."""
+
+    M: int
+    N: int
+    K: int
+    aligned16: bool  # widths, leading dimensions and base addresses allow float4 access
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    rung: int
+    family: str
+    dtypes: tuple[str, ...]
+    source: str                     # path below kernels/
+    template: str                   # C++ name of the kernel template
+    description: str
+    params: tuple[TileParam, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    # Template arguments, in order, built from the resolved parameters and the problem.
+    template_args: Callable[[Mapping[str, int], Problem], tuple] = field(default=lambda p, prob: ())
+    geometry: Callable[[Mapping[str, int], Problem], Launch] = field(default=None)
+    # Template-argument sets a problem can select beyond the parameters (e.g. VEC).
+    variants: tuple[Problem, ...] = (Problem(1, 1, 1, True),)
+
+    @property
+    def source_path(self) -> Path:
+        return KERNEL_DIR / self.source
+
+    # -- parameters ---------------------------------------------------------
+    def defaults(self) -> dict[str, int]:
+        return {p.name: p.default for p in self.params}
+
+    def resolve(self, given: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Fill in defaults and check every value and every rule; raise ValueError naming what is wrong."""
+        given = dict(given or {})
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            legal = ", ".join(known) if known else "none"
+            raise ValueError(
+                f"kernel {self.name!r} has no tile parameter {', '.join(map(repr, unknown))}; "
+                f"its tile parameters are: {legal}")
+        resolved = self.defaults()
+        for name, value in given.items():
+            p = known[name]
+            if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
+                raise TypeError(f"tile parameter {name}={value!r} of kernel {self.name!r} must be an int")
+            value = int(value)
+            if value not in p.values:
+                raise ValueError(
+                    f"tile parameter {name}={value} is not legal for kernel {self.name!r}; "
+                    f"legal values: {', '.join(map(str, p.values))}")
+            resolved[name] = value
+        broken = [c.rule for c in self.constraints if not c.holds(resolved)]
+        if broken:
+            desc = ", ".join(f"{k}={v}" for k, v in resolved.items())
+            raise ValueError(
+                f"tile parameters {desc} are not a legal combination for kernel {self.name!r}: "
+                + "; ".join(broken))
+        return resolved
+
+    def configurations(self) -> list[dict[str, int]]:
+        """Every legal combination of tile parameters."""
+        names = [p.name for p in self.params]
+        out = []
+        for values in itertools.product(*(p.values for p in self.params)):
+            cand = dict(zip(names, values))
+            if all(c.holds(cand) for c in self.constraints):
+                out.append(cand)
+        return out
+
+    # -- compilation and launch --------------------------------------------
+    def name_expression(self, params: Mapping[str, int], problem: Problem) -> str:
+        args = self.template_args(params, problem)
+        if not args:
+            return self.template
+        text = ", ".join(("true" if a else "false") if isinstance(a, bool) else str(a) for a in args)
+        return f"{self.template}<{text}>"
+
+    def all_name_expressions(self) -> list[str]:
+        """Every instantiation a call could need: each legal configuration x each variant."""
+        seen: dict[str, None] = {}
+        for params in self.configurations():
+            for prob in self.variants:
+                seen[self.name_expression(params, prob)] = None
+        return list(seen)
+
+    def launch(self, params: Mapping[str, int], problem: Problem) -> Launch:
+        return self.geometry(params, problem)
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "rung": self.rung,
+            "family": self.family,
+            "dtypes": list(self.dtypes),
+            "description": self.description,
+            "source": self.source,
+            "params": {p.name: {"values": list(p.values), "default": p.default, "doc": p.doc}
+                       for p in self.params},
+            "constraints": [c.rule for c in self.constraints],
+        }
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _tiles(prob: Problem, bm: int, bn: int) -> int:
+    return _cdiv(prob.M, bm) * _cdiv(prob.N, bn)
+
+
+# -- the FP32 ladder -----------------------------------------------------------
+
+_BLOCK32 = 32  # naive and coalesced: 32 x 32 threads, one output each
+
+
+def _square_block(tile: int):
+    def geometry(p, prob):
+        return Launch(grid=(_tiles(prob, tile, tile), 1, 1), block=(tile, tile, 1))
+    return geometry
+
+
+def _threads_2d(p) -> int:
+    return (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
+
+
+def _smem_fits(p) -> bool:
+    return 4 * p["BK"] * (p["BM"] + p["BN"]) <= 48 * 1024
+
+
+_TILE_2D_PARAMS = (
+    TileParam("BM", (64, 128), 128, "rows of C per block"),
+    TileParam("BN", (64, 128), 128, "columns of C per block"),
+    TileParam("BK", (8, 16), 8, "depth of the K slice staged in shared memory per step"),
+    TileParam("TM", (4, 8), 8, "rows of C per thread"),
+    TileParam("TN", (4, 8), 8, "columns of C per thread"),
+)
+
+
+def _constraints_2d(vec: bool) -> tuple[Constraint, ...]:
+    per = 4 if vec else 1
+    return (
+        Constraint("TM must divide BM and TN must divide BN",
+                   lambda p: p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0),
+        Constraint("threads per block, (BM/TM)*(BN/TN), must be between 32 and 1024",
+                   lambda p: 32 <= _threads_2d(p) <= 1024),
+        Constraint(("the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads"
+                    if vec else
+                    "the A tile BM*BK and the B tile BK*BN must split evenly over the threads"),
+                   lambda p: (p["BM"] * p["BK"] // per) % _threads_2d(p) == 0
+                   and (p["BK"] * p["BN"] // per) % _threads_2d(p) == 0),
+        Constraint("each thread may stage at most 16 elements of A and B per K step, "
+                   "(BM*BK + BK*BN)/threads <= 16 (more runs out of registers)",
+                   lambda p: p["BK"] * (p["BM"] + p["BN"]) <= 16 * _threads_2d(p)),
+        Constraint("shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB", _smem_fits),
+    )
+
+
+def _geometry_2d(p, prob):
+    return Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1), block=(_threads_2d(p), 1, 1))
+
+
+def _threads_1d(p) -> int:
+    return (p["BM"] // p["TM"]) * p["BN"]
+
+
+SPECS: dict[str, KernelSpec] = {}
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    if spec.name in SPECS:
+        raise ValueError(f"kernel {spec.name!r} registered twice")
+    SPECS[spec.name] = spec
+    return spec
+
+
+register(KernelSpec(
+    name="naive", rung=1, family="simt", dtypes=("float32",), source="simt/01_naive.cu",
+    template="gemmlab::naive",
+    description="one thread per output; threadIdx.x walks M, so warps read uncoalesced rows",
+    template_args=lambda p, prob: (_BLOCK32,),
+    geometry=lambda p, prob: Launch(grid=(_tiles(prob, _BLOCK32, _BLOCK32), 1, 1), block=(_BLOCK32, _BLOCK32, 1)),
+))
+
+register(KernelSpec(
+    name="coalesced", rung=2, family="simt", dtypes=("float32",), source="simt/02_coalesced.cu",
+    template="gemmlab::coalesced",
+    description="one thread per output; threadIdx.x walks N, so a warp reads contiguous memory",
+    template_args=lambda p, prob: (_BLOCK32,),
+    geometry=lambda p, prob: Launch(grid=(_tiles(prob, _BLOCK32, _BLOCK32), 1, 1), block=(_BLOCK32, _BLOCK32, 1)),
+))
+
+register(KernelSpec(
+    name="smem_tiled", rung=3, family="simt", dtypes=("float32",), source="simt/03_smem_tiled.cu",
+    template="gemmlab::smem_tiled",
+    description="square TILE x TILE tiles of A and B staged in shared memory",
+    params=(TileParam("tile", (2, 4, 8, 16, 32), 32, "edge of the square tile (threads per block = tile^2)"),),
+    template_args=lambda p, prob: (p["tile"],),
+    geometry=lambda p, prob: _square_block(p["tile"])(p, prob),
+))
+
+register(KernelSpec(
+    name="blocktile_1d", rung=4, family="simt", dtypes=("float32",), source="simt/04_blocktile_1d.cu",
+    template="gemmlab::blocktile_1d",
+    description="each thread computes TM outputs of a column, reusing one shared B value TM times",
+    params=(
+        TileParam("BM", (32, 64, 128), 64, "rows of C per block"),
+        TileParam("BN", (32, 64, 128), 64, "columns of C per block"),
+        TileParam("BK", (8, 16), 8, "depth of the K slice staged in shared memory per step"),
+        TileParam("TM", (4, 8), 8, "rows of C per thread"),
+    ),
+    constraints=(
+        Constraint("TM must divide BM", lambda p: p["BM"] % p["TM"] == 0),
+        Constraint("threads per block, (BM/TM)*BN, must be between 32 and 512 (1024 caps registers at 64)",
+                   lambda p: 32 <= _threads_1d(p) <= 512),
+        Constraint("the A tile BM*BK and the B tile BK*BN must split evenly over the threads",
+                   lambda p: (p["BM"] * p["BK"]) % _threads_1d(p) == 0
+                   and (p["BK"] * p["BN"]) % _threads_1d(p) == 0),
+        Constraint("shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB", _smem_fits),
+    ),
+    template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["TM"]),
+    geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1), block=(_threads_1d(p), 1, 1)),
+))
+
+register(KernelSpec(
+    name="blocktile_2d", rung=5, family="simt", dtypes=("float32",), source="simt/05_blocktile_2d.cu",
+    template="gemmlab::blocktile_2d",
+    description="each thread computes a TM x TN register tile as outer products of shared-memory fragments",
+    params=_TILE_2D_PARAMS,
+    constraints=_constraints_2d(vec=False),
+    template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["TM"], p["TN"]),
+    geometry=_geometry_2d,
+))
+
+register(KernelSpec(
+    name="vectorized", rung=6, family="simt", dtypes=("float32",), source="simt/06_vectorized.cu",
+    template="gemmlab::vectorized",
+    description="2-D block tile with float4 global loads, A transposed in shared memory, 128-bit shared loads",
+    params=_TILE_2D_PARAMS,
+    constraints=_constraints_2d(vec=True) + (
+        Constraint("TM and TN must be multiples of 4 (fragments are read as float4)",
+                   lambda p: p["TM"] % 4 == 0 and p["TN"] % 4 == 0),
+        Constraint("BK must be a multiple of 4 (float4 loads along K)", lambda p: p["BK"] % 4 == 0),
+    ),
+    template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["TM"], p["TN"], prob.aligned16),
+    geometry=_geometry_2d,
+    variants=(Problem(1, 1, 1, True), Problem(1, 1, 1, False)),
+))
+
+
+def get(name: str) -> KernelSpec:
+    try:
+        return SPECS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown kernel {name!r}; known kernels: {', '.join(['auto', *SPECS])}") from None
+
+
+def ladder(family: str | None = None) -> list[KernelSpec]:
+    specs = sorted(SPECS.values(), key=lambda s: (s.family, s.rung))
+    return [s for s in specs if family is None or s.family == family]

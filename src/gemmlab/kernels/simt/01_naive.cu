@@ -1,0 +1,24 @@
+// Rung 1, naive: one thread per output element, reading its row of A and its
+// column of B straight from global memory.  threadIdx.x walks the rows (M), so
+// the 32 threads of a warp touch 32 different rows of A and of C, each a full
+// row apart: every load and store is a separate memory transaction.  This is
+// the textbook starting point, and the baseline every later rung is measured from.
+#include <gemmlab/common.cuh>
+
+namespace gemmlab {
+
+template <int BLOCK>
+__global__ void __launch_bounds__(BLOCK * BLOCK)
+naive(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+      const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+    const TileOrigin tile = block_tile_origin<BLOCK, BLOCK>(N);
+    const int row = tile.row + threadIdx.x;  // consecutive threads: consecutive rows
+    const int col = tile.col + threadIdx.y;
+    if (row >= M || col >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k)
+        acc += A[(long long)row * lda + k] * B[(long long)k * ldb + col];
+    store_scaled(&C[(long long)row * ldc + col], acc, alpha, beta);
+}
+
+}  // namespace gemmlab

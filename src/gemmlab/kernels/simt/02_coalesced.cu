@@ -1,0 +1,24 @@
+// Rung 2, coalesced: the naive kernel with the thread mapping turned around.
+// threadIdx.x now walks the columns (N), so a warp's 32 threads read 32
+// consecutive floats of B and write 32 consecutive floats of C (one 128-byte
+// transaction each), and all read the same element of A (a broadcast).  The
+// arithmetic is unchanged; only the memory traffic per warp shrinks.
+#include <gemmlab/common.cuh>
+
+namespace gemmlab {
+
+template <int BLOCK>
+__global__ void __launch_bounds__(BLOCK * BLOCK)
+coalesced(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+          const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+    const TileOrigin tile = block_tile_origin<BLOCK, BLOCK>(N);
+    const int row = tile.row + threadIdx.y;
+    const int col = tile.col + threadIdx.x;  // consecutive threads: consecutive columns
+    if (row >= M || col >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k)
+        acc += A[(long long)row * lda + k] * B[(long long)k * ldb + col];
+    store_scaled(&C[(long long)row * ldc + col], acc, alpha, beta);
+}
+
+}  // namespace gemmlab

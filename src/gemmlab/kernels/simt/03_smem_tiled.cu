@@ -1,0 +1,33 @@
+// Rung 3, shared-memory tiling: a TILE x TILE block of threads computes a
+// TILE x TILE tile of C.  It walks K one tile at a time: the block copies a
+// tile of A and one of B into shared memory (each thread one element of each),
+// waits, and then every thread reads its row and column from shared memory.
+// Each global element is now fetched once per block instead of once per
+// thread, cutting global traffic by a factor of TILE.  TILE = 2..32 is the
+// classic lab: too small and the block is mostly overhead, 32 fills a block.
+#include <gemmlab/common.cuh>
+
+namespace gemmlab {
+
+template <int TILE>
+__global__ void __launch_bounds__(TILE * TILE)
+smem_tiled(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+           const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+    __shared__ float As[TILE][TILE];
+    __shared__ float Bs[TILE][TILE];
+    const TileOrigin tile = block_tile_origin<TILE, TILE>(N);
+    const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * TILE + tx;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += TILE) {
+        load_tile<TILE, TILE, TILE, TILE * TILE>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+        load_tile<TILE, TILE, TILE, TILE * TILE>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        __syncthreads();  // the tiles are complete before anyone reads them
+#pragma unroll
+        for (int k = 0; k < TILE; ++k) acc += As[ty][k] * Bs[k][tx];
+        __syncthreads();  // everyone is done before the next copy overwrites them
+    }
+    const int row = tile.row + ty, col = tile.col + tx;
+    if (row < M && col < N) store_scaled(&C[(long long)row * ldc + col], acc, alpha, beta);
+}
+
+}  // namespace gemmlab

@@ -1,0 +1,73 @@
+// Rung 6, vectorized: the 2-D block tile with 16-byte memory operations.  Global
+// loads of A and B move a float4 per instruction (LDG.E.128), A's tile is stored
+// transposed in shared memory so that a thread's TM values of A are contiguous,
+// and both fragments are then read with 128-bit shared loads (LDS.128): a
+// quarter of the load instructions of rung 5 for the same bytes.  C is written
+// with float4 stores.  VEC = false is the same kernel with scalar global
+// accesses, for matrices whose widths or addresses are not multiples of 16 bytes.
+#include <gemmlab/common.cuh>
+
+namespace gemmlab {
+
+template <int BM, int BN, int BK, int TM, int TN, bool VEC>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+vectorized(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+           const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+    static_assert(TM % 4 == 0 && TN % 4 == 0, "fragments are read as float4");
+    constexpr int THREADS = (BM / TM) * (BN / TN);
+    __shared__ __align__(16) float As[BK][BM];  // transposed: As[k][row]
+    __shared__ __align__(16) float Bs[BK][BN];
+    const TileOrigin tile = block_tile_origin<BM, BN>(N);
+    const int tid = threadIdx.x;
+    const int tcol = tid % (BN / TN), trow = tid / (BN / TN);
+    float acc[TM][TN] = {};
+    float a_frag[TM], b_frag[TN];
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        load_tile_transposed<BM, BK, BM, THREADS, VEC>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+        if constexpr (VEC)
+            load_tile_vec4<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        else
+            load_tile<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+#pragma unroll
+            for (int i = 0; i < TM; i += 4) {
+                const float4 v = *reinterpret_cast<const float4*>(&As[k][trow * TM + i]);
+                a_frag[i] = v.x; a_frag[i + 1] = v.y; a_frag[i + 2] = v.z; a_frag[i + 3] = v.w;
+            }
+#pragma unroll
+            for (int j = 0; j < TN; j += 4) {
+                const float4 v = *reinterpret_cast<const float4*>(&Bs[k][tcol * TN + j]);
+                b_frag[j] = v.x; b_frag[j + 1] = v.y; b_frag[j + 2] = v.z; b_frag[j + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] += a_frag[i] * b_frag[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int row = tile.row + trow * TM + i;
+        if (row >= M) continue;
+#pragma unroll
+        for (int j = 0; j < TN; j += 4) {
+            const int col = tile.col + tcol * TN + j;
+            float* out = &C[(long long)row * ldc + col];
+            if (VEC) {
+                // N % 4 == 0, so a float4 that starts inside the row ends inside it.
+                if (col < N)
+                    store_scaled4(out, make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]),
+                                  alpha, beta);
+            } else {
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj)
+                    if (col + jj < N) store_scaled(out + jj, acc[i][j + jj], alpha, beta);
+            }
+        }
+    }
+}
+
+}  // namespace gemmlab

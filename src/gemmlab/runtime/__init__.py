@@ -1,0 +1,1 @@
+"""Run-time machinery: GPU detection, NVRTC compilation with a disk cache, launching."""

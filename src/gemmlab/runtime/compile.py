@@ -1,0 +1,251 @@
+"""NVRTC compilation of the ladder's .cu files, with a disk cache.
+
+Kernels are compiled for the exact architecture of the GPU (``sm_90a`` on
+Hopper) through cuda.core's ``Program``; templates are instantiated by name
+expression (``gemmlab::vectorized<128, 128, 8, 8, 8, true>``).  Compiled cubins
+go into cuda.core's ``FileStreamProgramCache`` (atomic writes) under
+``$GEMMLAB_CACHE_DIR`` (default ``~/.cache/gemmlab``), keyed by cuda.core's
+``make_program_cache_key`` -- source, options, arch, NVRTC version -- plus a
+digest of the headers the source includes.  Two more entries beside each cubin
+keep what the cubin itself does not carry: the name-expression -> mangled-name
+map and the compiler log (registers, shared memory, spills).  A cache entry
+that cannot be read or loaded is dropped and rebuilt, with a warning.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+import os
+import re
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CompileError, HeaderNotFoundError
+from ..kernels.registry import INCLUDE_DIR
+from .headers import find_cuda_headers
+
+PTXAS_OPTIONS = ("-v", "--warn-on-spills")
+_lock = threading.RLock()
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("GEMMLAB_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gemmlab"
+
+
+_cache_by_dir: dict[str, object] = {}
+
+
+def _disk_cache():
+    """The FileStreamProgramCache for the current cache folder, or None if it is unusable."""
+    folder = cache_dir()
+    key = str(folder)
+    if key not in _cache_by_dir:
+        try:
+            from cuda.core.utils import FileStreamProgramCache
+            cache = FileStreamProgramCache(folder)
+            probe = folder / "tmp" / f".probe-{os.getpid()}"
+            probe.write_bytes(b"")   # a read-only folder fails here, not at the first store
+            probe.unlink()
+            _cache_by_dir[key] = cache
+        except Exception as exc:
+            warnings.warn(f"gemmlab: kernel cache folder {folder} is not usable ({exc}); "
+                          "kernels will be compiled in every process. Set GEMMLAB_CACHE_DIR "
+                          "to a writable folder.", RuntimeWarning, stacklevel=3)
+            _cache_by_dir[key] = None
+    return _cache_by_dir[key]
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reported for one kernel."""
+
+    mangled_name: str
+    registers: int
+    smem_bytes: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+
+    @property
+    def spill_bytes(self) -> int:
+        return self.spill_store_bytes + self.spill_load_bytes
+
+
+def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
+    """Registers, shared memory, stack and spills per kernel from ``ptxas -v`` output."""
+    out: dict[str, KernelResources] = {}
+    # Each kernel's report starts at "Compiling entry function '<name>'".
+    parts = re.split(r"Compiling entry function '([^']+)'", log)
+    for name, body in zip(parts[1::2], parts[2::2]):
+        def num(pattern: str) -> int:
+            m = re.search(pattern, body)
+            return int(m.group(1)) if m else 0
+        out[name] = KernelResources(
+            mangled_name=name,
+            registers=num(r"Used (\d+) registers"),
+            smem_bytes=num(r"(\d+) bytes smem"),
+            stack_bytes=num(r"(\d+) bytes stack frame"),
+            spill_store_bytes=num(r"(\d+) bytes spill stores"),
+            spill_load_bytes=num(r"(\d+) bytes spill loads"),
+        )
+    return out
+
+
+@dataclass
+class CompiledModule:
+    source: Path
+    arch: str
+    object_code: object            # cuda.core ObjectCode
+    symbols: dict[str, str]        # name expression -> mangled name
+    log: str
+    from_cache: bool
+    cubin: bytes
+    cache_key: bytes | None = None
+
+    def resources(self, name_expression: str) -> KernelResources | None:
+        return parse_ptxas_log(self.log).get(self.symbols[name_expression])
+
+    def kernel(self, name_expression: str):
+        return self.object_code.get_kernel(name_expression)
+
+
+@functools.lru_cache(maxsize=None)
+def _headers_digest() -> bytes:
+    h = hashlib.sha256()
+    for path in sorted(INCLUDE_DIR.rglob("*")):
+        if path.is_file():
+            h.update(str(path.relative_to(INCLUDE_DIR)).encode())
+            h.update(path.read_bytes())
+    cuda_inc = find_cuda_headers().include_dir
+    h.update(str(cuda_inc).encode())
+    if cuda_inc is not None:
+        for name in ("cuda_runtime_api.h", "crt/mma.h", "cuda_pipeline.h"):
+            st = (cuda_inc / name).stat()
+            h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.digest()
+
+
+def _options(source: Path, arch: str):
+    from cuda.core import ProgramOptions
+    include = [str(INCLUDE_DIR)]
+    cuda_inc = find_cuda_headers().include_dir
+    if cuda_inc is not None:
+        include.append(str(cuda_inc))
+    return ProgramOptions(name=source.name, arch=arch, std="c++17", lineinfo=True,
+                          include_path=include, ptxas_options=list(PTXAS_OPTIONS))
+
+
+def _nvrtc_compile(code: str, source: Path, arch: str, names: tuple[str, ...]):
+    from cuda.core import Program
+    log = io.StringIO()
+    try:
+        oc = Program(code, "c++", _options(source, arch)).compile("cubin", name_expressions=names, logs=log)
+    except Exception as exc:
+        text = str(exc)
+        if "cannot open source file" in text:
+            raise HeaderNotFoundError(
+                f"compiling {source.name} for {arch}: a header was not found.\n"
+                f"{find_cuda_headers().report()}\n{text}") from exc
+        raise CompileError(f"NVRTC failed to compile {source.name} for {arch}:\n{text}") from exc
+    symbols = {n: (m.decode() if isinstance(m, bytes) else str(m)) for n, m in oc.symbol_mapping.items()}
+    return bytes(oc.code), symbols, log.getvalue().replace("\x00", "")
+
+
+def _cache_key(code: str, source: Path, arch: str, names: tuple[str, ...]) -> bytes:
+    from cuda.core.utils import make_program_cache_key
+    return make_program_cache_key(code=code, code_type="c++", options=_options(source, arch),
+                                  target_type="cubin", name_expressions=names,
+                                  extra_digest=_headers_digest())
+
+
+def _evict(cache, key: bytes) -> None:
+    for suffix in (b"", b"/symbols", b"/log"):
+        try:
+            del cache[key + suffix]
+        except Exception:
+            pass
+
+
+def compile_module(source: Path, name_expressions, arch: str, *, use_cache: bool = True,
+                   refresh: bool = False) -> CompiledModule:
+    """Compile ``source`` for ``arch`` with the given template instantiations.
+
+    ``refresh`` skips reading the cache (the result is still stored).
+    """
+    from cuda.core import ObjectCode
+    source = Path(source)
+    names = tuple(dict.fromkeys(name_expressions))
+    code = source.read_text()
+    cache = _disk_cache() if use_cache else None
+    key = None
+    with _lock:
+        if cache is not None:
+            key = _cache_key(code, source, arch, names)
+            if not refresh:
+                try:
+                    cubin = cache[key]
+                    symbols = json.loads(cache[key + b"/symbols"].decode())
+                    log = cache[key + b"/log"].decode()
+                    if not cubin or set(symbols) != set(names):
+                        raise ValueError("incomplete entry")
+                    oc = ObjectCode.from_cubin(cubin, name=source.name,
+                                               symbol_mapping={n: m.encode() for n, m in symbols.items()})
+                    return CompiledModule(source, arch, oc, symbols, log, True, cubin, key)
+                except KeyError:
+                    pass
+                except Exception as exc:
+                    warnings.warn(f"gemmlab: dropping an unreadable cache entry for {source.name} "
+                                  f"({type(exc).__name__}: {exc}); recompiling", RuntimeWarning, stacklevel=2)
+                    _evict(cache, key)
+        cubin, symbols, log = _nvrtc_compile(code, source, arch, names)
+        if cache is not None:
+            try:
+                cache[key] = cubin
+                cache[key + b"/symbols"] = json.dumps(symbols).encode()
+                cache[key + b"/log"] = log.encode()
+            except Exception as exc:
+                warnings.warn(f"gemmlab: could not write the kernel cache ({exc}); continuing without it",
+                              RuntimeWarning, stacklevel=2)
+        oc = ObjectCode.from_cubin(cubin, name=source.name,
+                                   symbol_mapping={n: m.encode() for n, m in symbols.items()})
+        return CompiledModule(source, arch, oc, symbols, log, False, cubin, key)
+
+
+_kernels: dict[tuple[str, str, str], object] = {}
+
+
+def load_kernel(source: Path, name_expression: str, arch: str):
+    """The launchable cuda.core Kernel for one instantiation (memoised per process).
+
+    Needs a current CUDA context (the caller's device).  A cached cubin that the
+    driver refuses is treated as corrupt: evicted, recompiled, loaded again.
+    """
+    memo_key = (str(source), name_expression, arch)
+    kernel = _kernels.get(memo_key)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _kernels.get(memo_key)
+        if kernel is not None:
+            return kernel
+        module = compile_module(source, (name_expression,), arch)
+        try:
+            kernel = module.kernel(name_expression)
+        except Exception as exc:
+            if not module.from_cache:
+                raise
+            warnings.warn(f"gemmlab: cached cubin for {name_expression} could not be loaded "
+                          f"({exc}); recompiling", RuntimeWarning, stacklevel=2)
+            module = compile_module(source, (name_expression,), arch, refresh=True)
+            kernel = module.kernel(name_expression)
+        _kernels[memo_key] = kernel
+        return kernel

@@ -1,0 +1,142 @@
+"""Every kernel against an FP64 reference on fresh random inputs, output poisoned first."""
+
+import numpy as np
+import pytest
+
+import gemmlab
+from gemmlab.kernels import registry
+from gemmlab.verify import compare, magnitude, random_matrix, reference
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1, 1, 1), (7, 13, 5), (33, 65, 17), (127, 129, 255), (1000, 1000, 1000),
+          (4097, 31, 129), (16, 16, 4096)]
+ALPHA_BETA = [(1.0, 0.0), (0.5, 2.0)]
+TOL = 1e-5
+
+
+def _cases():
+    """Each kernel at its defaults, plus every smem_tiled tile and a few other tile shapes."""
+    cases = [(s.name, {}) for s in registry.ladder("simt")]
+    cases += [("smem_tiled", {"tile": t}) for t in (2, 4, 8, 16)]
+    cases += [("blocktile_1d", {"BM": 128, "BN": 32, "BK": 16, "TM": 8}),
+              ("blocktile_2d", {"BM": 64, "BN": 128, "BK": 16, "TM": 4, "TN": 8}),
+              ("vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}),
+              ("vectorized", {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4}),
+              ("auto", {})]
+    return cases
+
+
+def _id(case):
+    name, params = case
+    return name + "".join(f"-{k}{v}" for k, v in params.items())
+
+
+def _check(kernel, params, M, N, K, alpha, beta, rng, *, misalign=False):
+    import cupy as cp
+    a = cp.asarray(random_matrix(M, K, "uniform", rng))
+    b = cp.asarray(random_matrix(K, N, "uniform", rng))
+    if misalign:
+        # Views that start 4 bytes into a buffer: float4 access would be illegal.
+        a = cp.asarray(random_matrix(1, M * K + 1, "uniform", rng)).ravel()[1:].reshape(M, K)
+    c0 = cp.asarray(random_matrix(M, N, "uniform", rng)) if beta else cp.full((M, N), np.nan, np.float32)
+    out = c0.copy()
+    ret = gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel, **params)
+    assert ret is out
+    cp.cuda.get_current_stream().synchronize()
+    err = compare(out, reference(a, b, alpha, beta, c0), magnitude(a, b, alpha, beta, c0))
+    assert err.nonfinite == 0, f"{err.nonfinite} elements unwritten or non-finite"
+    assert err.rel_fro <= TOL, f"relative error {err.rel_fro:.2e}"
+    assert err.max_rel <= 1e-4, f"max elementwise error {err.max_rel:.2e}"
+
+
+@pytest.mark.parametrize("case", _cases(), ids=_id)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("alpha,beta", ALPHA_BETA)
+def test_kernel_matches_fp64(case, shape, alpha, beta):
+    kernel, params = case
+    _check(kernel, params, *shape, alpha, beta, np.random.default_rng())
+
+
+@pytest.mark.parametrize("shape", [(33, 65, 17), (1000, 1000, 1000), (64, 128, 64)])
+def test_vectorized_misaligned_input_uses_scalar_path(shape):
+    _check("vectorized", {}, *shape, 1.0, 0.0, np.random.default_rng(), misalign=True)
+
+
+def test_beta_zero_never_reads_out():
+    import cupy as cp
+    rng = np.random.default_rng()
+    a = cp.asarray(random_matrix(70, 50, "uniform", rng))
+    b = cp.asarray(random_matrix(50, 90, "uniform", rng))
+    for kernel in [s.name for s in registry.ladder("simt")]:
+        out = cp.full((70, 90), np.inf, np.float32)
+        gemmlab.matmul(a, b, out=out, kernel=kernel)
+        assert bool(cp.isfinite(out).all()), kernel
+
+
+def test_numpy_in_numpy_out():
+    rng = np.random.default_rng()
+    a, b = random_matrix(129, 67, "normal", rng), random_matrix(67, 33, "normal", rng)
+    c = gemmlab.matmul(a, b)
+    assert isinstance(c, np.ndarray) and c.dtype == np.float32 and c.shape == (129, 33)
+    assert compare(c, reference(a, b)).rel_fro <= TOL
+    out = np.full((129, 33), np.nan, np.float32)
+    assert gemmlab.matmul(a, b, out=out, kernel="blocktile_2d") is out
+    assert compare(out, reference(a, b)).rel_fro <= TOL
+
+
+def test_torch_tensors_in_place_and_on_current_stream():
+    torch = pytest.importorskip("torch")
+    a = torch.rand(300, 200, device="cuda") * 2 - 1
+    b = torch.rand(200, 100, device="cuda") * 2 - 1
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        c = gemmlab.matmul(a, b)
+    s.synchronize()
+    assert isinstance(c, torch.Tensor) and c.is_cuda and c.shape == (300, 100)
+    ref = (a.double() @ b.double())
+    assert float((c.double() - ref).norm() / ref.norm()) <= TOL
+    out = torch.full((300, 100), float("nan"), device="cuda")
+    assert gemmlab.matmul(a, b, out=out, kernel="smem_tiled", tile=16) is out
+    assert float((out.double() - ref).norm() / ref.norm()) <= TOL
+
+
+def test_cupy_result_on_nondefault_stream():
+    import cupy as cp
+    rng = np.random.default_rng()
+    a = cp.asarray(random_matrix(512, 384, "uniform", rng))
+    b = cp.asarray(random_matrix(384, 256, "uniform", rng))
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        c = gemmlab.matmul(a, b, kernel="vectorized")
+        s.synchronize()
+    assert isinstance(c, cp.ndarray)
+    assert compare(c, reference(a, b)).rel_fro <= TOL
+
+
+def test_padded_rows_are_read_through_leading_dimension():
+    import cupy as cp
+    rng = np.random.default_rng()
+    big = cp.asarray(random_matrix(100, 80, "uniform", rng))
+    a = big[:, :37]            # row stride 80, 37 columns
+    b = cp.asarray(random_matrix(37, 45, "uniform", rng))
+    for kernel in ("naive", "smem_tiled", "vectorized"):
+        c = gemmlab.matmul(a, b, kernel=kernel)
+        assert compare(c, reference(a, b)).rel_fro <= TOL, kernel
+
+
+def test_error_leaves_out_untouched():
+    import cupy as cp
+    a = cp.ones((10, 20), cp.float32)
+    b = cp.ones((21, 5), cp.float32)
+    out = cp.full((10, 5), 7.0, cp.float32)
+    with pytest.raises(ValueError):
+        gemmlab.matmul(a, b, out=out)
+    with pytest.raises(ValueError):
+        gemmlab.matmul(a, cp.ones((20, 5), cp.float32), out=out, kernel="smem_tiled", tile=3)
+    assert bool((out == 7.0).all())
+
+
+def test_verify_api_reports_pass():
+    r = gemmlab.verify("vectorized", 257, 129, 65, alpha=0.5, beta=2.0, dist="wide")
+    assert r.passed and r.nonfinite == 0
