@@ -33,7 +33,7 @@ if has sweep; then
 fi
 if has extra && [ -n "${GEMMLAB_EXTRA_KERNELS:-}" ]; then
   echo "== extra configurations" | tee -a "$log"
-  timeout 900 gemmlab bench --kernels "$GEMMLAB_EXTRA_KERNELS" --sizes "${GEMMLAB_EXTRA_SIZES:-4096,16384x4096x4096}" \
+  timeout 900 gemmlab bench --kernels "$GEMMLAB_EXTRA_KERNELS" ${GEMMLAB_EXTRA_ARGS:-} --sizes "${GEMMLAB_EXTRA_SIZES:-4096,16384x4096x4096}" \
     --json "$OUT/extra.json" 2>&1 | tee -a "$log"
 fi
 echo "== done $(date -u +%FT%TZ)" | tee -a "$log"

@@ -63,6 +63,10 @@ def cmd_bench(args) -> int:
     entries = _kernel_entries(args.kernels, default_entries)
     for name, params in entries:      # refuse bad names before any GPU time is spent
         plan(name, 128, 128, 128, **params)
+    if args.all_configs:              # every legal tile configuration of each named kernel
+        from .kernels import registry
+        entries = [(name, cfg) for name in dict.fromkeys(n for n, _ in entries)
+                   for cfg in registry.get(name).configurations()]
     sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
     records = run_suite(entries, sizes, dist=args.dist, reps=args.reps, flush=not args.no_flush,
                         max_run_s=args.max_run_s, budget_s=args.budget_s, quiet=args.quiet)
@@ -140,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", help="comma list of N or MxNxK (default 1024,2048,4096,16384x4096x4096)")
     p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"))
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
+    p.add_argument("--all-configs", action="store_true",
+                   help="time every legal tile configuration of the kernels named by --kernels")
     timing_args(p)
     p.set_defaults(func=cmd_bench)
 

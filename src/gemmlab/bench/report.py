@@ -11,21 +11,29 @@ def _fmt(v, spec: str, none: str = "-") -> str:
     return none if v is None else format(v, spec)
 
 
-def label(rec: dict) -> str:
+def label(rec: dict, with_params: bool = False) -> str:
     p = rec.get("params") or {}
     if rec["kernel"] == "smem_tiled" and "tile" in p:
         return f"smem_tiled[{p['tile']}]"
+    if with_params and p:
+        return rec["kernel"] + "[" + ",".join(str(v) for v in p.values()) + "]"
     return rec["kernel"]
 
 
 def table(records: list[dict]) -> str:
-    head = f"{'kernel':18s} {'M':>6s} {'N':>6s} {'K':>6s} {'ms':>10s} {'TFLOPS':>8s} {'%cuBLAS':>8s} {'%peak':>6s} {'rel err':>9s}"
+    # Show tile parameters when one kernel appears with several configurations.
+    seen: dict[str, set] = {}
+    for r in records:
+        seen.setdefault(r["kernel"], set()).add(tuple(sorted((r.get("params") or {}).items())))
+    multi = {k for k, v in seen.items() if len(v) > 1}
+    width = max([18] + [len(label(r, r["kernel"] in multi)) for r in records])
+    head = f"{'kernel':{width}s} {'M':>6s} {'N':>6s} {'K':>6s} {'ms':>10s} {'TFLOPS':>8s} {'%cuBLAS':>8s} {'%peak':>6s} {'rel err':>9s}"
     lines = [head, "-" * len(head)]
     for r in records:
         if r.get("skipped"):
-            lines.append(f"{label(r):18s} {r['M']:6d} {r['N']:6d} {r['K']:6d}  skipped: {r['skipped']}")
+            lines.append(f"{label(r, r['kernel'] in multi):{width}s} {r['M']:6d} {r['N']:6d} {r['K']:6d}  skipped: {r['skipped']}")
             continue
-        lines.append(f"{label(r):18s} {r['M']:6d} {r['N']:6d} {r['K']:6d} {_fmt(r['ms'], '10.3f')} "
+        lines.append(f"{label(r, r['kernel'] in multi):{width}s} {r['M']:6d} {r['N']:6d} {r['K']:6d} {_fmt(r['ms'], '10.3f')} "
                      f"{_fmt(r['tflops'], '8.2f')} {_fmt(r['pct_cublas'], '7.1f')}% {_fmt(r['pct_peak'], '5.1f')}% "
                      f"{_fmt(r['rel_error'], '9.1e')}")
     return "\n".join(lines)

@@ -118,10 +118,11 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
             done += 1
             tf = _tflops(M, N, K, t.ms)
             rows.append((p, t, tf, err))
+            what = p.describe() if params else p.spec.name
             if t.skipped:
-                _progress(f"[{done:3d}/{total}] {p.spec.name:16s} {M}x{N}x{K}: skipped, {t.skipped}", quiet)
+                _progress(f"[{done:3d}/{total}] {what:16s} {M}x{N}x{K}: skipped, {t.skipped}", quiet)
             else:
-                _progress(f"[{done:3d}/{total}] {p.spec.name:16s} {M}x{N}x{K}: {t.ms:.3f} ms, {tf:.1f} TFLOPS, "
+                _progress(f"[{done:3d}/{total}] {what:16s} {M}x{N}x{K}: {t.ms:.3f} ms, {tf:.1f} TFLOPS, "
                           f"{100 * cb.ms / t.ms:.0f}% of cuBLAS, err {err:.1e}  "
                           f"({time.time() - t_start:.0f} s)", quiet)
         # cuBLAS once more after the kernels: both samples count, so slow clock drift

@@ -1,0 +1,330 @@
+"""The kernel registry: listing, tile-parameter rules, name expressions, the
+auto choice and launch geometry (pure Python, no GPU, no compiler)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import gemmlab
+from gemmlab.bench.suites import parse_size
+from gemmlab.kernels import registry
+from gemmlab.kernels.registry import Problem
+
+LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized"]
+SPECS = registry.ladder()
+TILED_2D = ("blocktile_2d", "vectorized")
+
+
+def spec_id(spec):
+    return spec.name
+
+
+# -- listing ------------------------------------------------------------------------
+
+def test_kernels_lists_the_ladder_in_rung_order():
+    ks = gemmlab.kernels()
+    assert [k["name"] for k in ks] == LADDER
+    assert [k["rung"] for k in ks] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
+def test_kernel_entry_fields(entry):
+    """Each entry carries name, family, dtypes, description, params and constraints."""
+    for key in ("name", "family", "dtypes", "description", "params", "constraints"):
+        assert key in entry, key
+    assert entry["family"] == "simt"
+    assert entry["dtypes"] == ["float32"]
+    assert isinstance(entry["description"], str) and entry["description"].strip()
+    assert isinstance(entry["constraints"], list)
+    assert all(isinstance(c, str) and c for c in entry["constraints"])
+    for name, p in entry["params"].items():
+        assert set(p) == {"values", "default", "doc"}, name
+        assert p["values"] and all(isinstance(v, int) for v in p["values"])
+        assert p["default"] in p["values"]
+        assert isinstance(p["doc"], str) and p["doc"].strip()
+
+
+def test_kernel_params_per_rung():
+    params = {k["name"]: list(k["params"]) for k in gemmlab.kernels()}
+    assert params == {
+        "naive": [], "coalesced": [], "smem_tiled": ["tile"],
+        "blocktile_1d": ["BM", "BN", "BK", "TM"],
+        "blocktile_2d": ["BM", "BN", "BK", "TM", "TN"],
+        "vectorized": ["BM", "BN", "BK", "TM", "TN"],
+    }
+
+
+def test_ladder_family_filter():
+    assert [s.name for s in registry.ladder("simt")] == LADDER
+    assert registry.ladder("no-such-family") == []
+
+
+def test_source_files_exist():
+    for spec in SPECS:
+        assert spec.source_path.is_file(), spec.source_path
+
+
+# -- resolve and configurations ---------------------------------------------------------
+
+@pytest.mark.parametrize("spec", SPECS, ids=spec_id)
+def test_defaults_resolve(spec):
+    assert spec.resolve() == spec.defaults()
+    assert spec.resolve({}) == spec.defaults()
+
+
+def _independent_checks(name, p):
+    """The registry's rules, restated from the kernels' sources (not from the Constraint lambdas)."""
+    if name == "smem_tiled":
+        return p["tile"] ** 2 <= 1024
+    if name == "blocktile_1d":
+        threads = (p["BM"] // p["TM"]) * p["BN"]
+        return (p["BM"] % p["TM"] == 0 and 32 <= threads <= 512
+                and (p["BM"] * p["BK"]) % threads == 0 and (p["BK"] * p["BN"]) % threads == 0
+                and 4 * p["BK"] * (p["BM"] + p["BN"]) <= 48 * 1024)
+    if name in TILED_2D:
+        threads = (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
+        per = 4 if name == "vectorized" else 1   # vectorized moves float4s
+        ok = (p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0 and 32 <= threads <= 1024
+              and (p["BM"] * p["BK"] // per) % threads == 0 and (p["BK"] * p["BN"] // per) % threads == 0
+              and p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads
+              and 4 * p["BK"] * (p["BM"] + p["BN"]) <= 48 * 1024)
+        if name == "vectorized":
+            ok = ok and p["TM"] % 4 == 0 and p["TN"] % 4 == 0 and p["BK"] % 4 == 0
+        return ok
+    return p == {}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=spec_id)
+def test_every_configuration_is_legal(spec):
+    configs = spec.configurations()
+    assert configs, "a kernel must have at least one legal configuration"
+    assert spec.defaults() in configs
+    assert len({tuple(sorted(c.items())) for c in configs}) == len(configs), "duplicates"
+    for cfg in configs:
+        for c in spec.constraints:
+            assert c.holds(cfg), (cfg, c.rule)
+        assert _independent_checks(spec.name, cfg), cfg
+        assert spec.resolve(cfg) == cfg
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.params], ids=spec_id)
+def test_configurations_are_exactly_the_legal_product(spec):
+    """Every value combination the independent rules allow is listed, and nothing else."""
+    import itertools
+    names = [p.name for p in spec.params]
+    legal = [dict(zip(names, vals)) for vals in itertools.product(*(p.values for p in spec.params))
+             if _independent_checks(spec.name, dict(zip(names, vals)))]
+    assert spec.configurations() == legal
+
+
+def test_smem_tiled_tiles():
+    spec = registry.get("smem_tiled")
+    assert [c["tile"] for c in spec.configurations()] == [2, 4, 8, 16, 32]
+    assert spec.params[0].values == (2, 4, 8, 16, 32)
+    for bad in (0, 1, 3, 64):
+        with pytest.raises(ValueError, match=rf"tile={bad} is not legal for kernel 'smem_tiled'"):
+            spec.resolve({"tile": bad})
+
+
+@pytest.mark.parametrize("kernel, params, rule", [
+    ("vectorized", dict(BM=64, BN=64, BK=8, TM=4, TN=4),
+     "the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads"),
+    ("blocktile_2d", dict(BM=64, BN=64, BK=16, TM=8, TN=8),
+     "each thread may stage at most 16 elements of A and B per K step"),
+    ("blocktile_1d", dict(BM=128, BN=128, TM=4),
+     "threads per block, (BM/TM)*BN, must be between 32 and 512"),
+    ("blocktile_1d", dict(BM=32, BN=128, BK=8, TM=8),
+     "the A tile BM*BK and the B tile BK*BN must split evenly over the threads"),
+])
+def test_illegal_combinations_refused(kernel, params, rule):
+    spec = registry.get(kernel)
+    with pytest.raises(ValueError, match=rf"not a legal combination for kernel '{kernel}': .*") as info:
+        spec.resolve(params)
+    assert rule in str(info.value)
+    assert params not in spec.configurations()
+
+
+def test_resolve_fills_defaults_for_missing_params():
+    spec = registry.get("vectorized")
+    assert spec.resolve({"BK": 16}) == {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8}
+
+
+@pytest.mark.parametrize("value", [True, 16.0, "16"])
+def test_resolve_refuses_non_int_values(value):
+    with pytest.raises(TypeError, match=r"tile parameter tile=.* of kernel 'smem_tiled' must be an int"):
+        registry.get("smem_tiled").resolve({"tile": value})
+
+
+def test_resolve_accepts_numpy_ints():
+    assert registry.get("smem_tiled").resolve({"tile": np.int64(16)}) == {"tile": 16}
+
+
+def test_get_unknown_kernel():
+    with pytest.raises(ValueError, match=r"unknown kernel 'gemm'; known kernels: auto, naive, "):
+        registry.get("gemm")
+
+
+# -- name expressions ----------------------------------------------------------------------
+
+def test_name_expression_vectorized_defaults():
+    spec = registry.get("vectorized")
+    d = spec.defaults()
+    assert spec.name_expression(d, Problem(256, 256, 256, True)) == "gemmlab::vectorized<128, 128, 8, 8, 8, true>"
+    assert spec.name_expression(d, Problem(256, 256, 256, False)) == "gemmlab::vectorized<128, 128, 8, 8, 8, false>"
+
+
+@pytest.mark.parametrize("kernel, expected", [
+    ("naive", "gemmlab::naive<32>"),
+    ("coalesced", "gemmlab::coalesced<32>"),
+    ("smem_tiled", "gemmlab::smem_tiled<32>"),
+    ("blocktile_1d", "gemmlab::blocktile_1d<64, 64, 8, 8>"),
+    ("blocktile_2d", "gemmlab::blocktile_2d<128, 128, 8, 8, 8>"),
+])
+def test_name_expression_defaults(kernel, expected):
+    """Kernels without a VEC variant give the same name whatever the alignment."""
+    spec = registry.get(kernel)
+    for aligned in (True, False):
+        assert spec.name_expression(spec.defaults(), Problem(100, 100, 100, aligned)) == expected
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=spec_id)
+def test_all_name_expressions(spec):
+    names = spec.all_name_expressions()
+    assert len(names) == len(set(names))
+    assert len(names) == len(spec.configurations()) * len(spec.variants)
+    assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
+
+
+def test_plan_name_expression_follows_alignment():
+    assert gemmlab.plan("vectorized", 64, 64, 64, aligned16=False).name_expression.endswith(", false>")
+    assert gemmlab.plan("vectorized", 64, 64, 64, aligned16=True).name_expression.endswith(", true>")
+
+
+# -- kernel="auto" -------------------------------------------------------------------------
+
+BIG = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}
+SMALL = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}
+
+
+@pytest.mark.parametrize("M, N, sm_count", [
+    (1536, 1536, 132),   # 12*12 = 144 tiles
+    (1536, 1408, 132),   # 12*11 = 132 tiles: exactly one wave
+    (1409, 1409, 132),   # ceil: 12*12 = 144 (floor would give 121)
+    (1408, 1408, 132),   # 11*11 = 121 tiles
+    (1536, 1280, 132),   # 12*10 = 120
+    (4096, 4096, 132),
+    (1, 1, 1),           # one tile fills one SM
+    (128, 129, 2),       # 1*2 = 2 tiles
+    (128, 128, 2),       # 1 tile < 2 SMs
+    (1, 1, 132),
+    (16384, 16, 132),    # 128*1 = 128 tiles
+])
+def test_auto_picks_vectorized_tiles_by_wave(M, N, sm_count):
+    p = gemmlab.plan("auto", M, N, 512, sm_count=sm_count)
+    assert p.spec.name == "vectorized"
+    tiles = math.ceil(M / 128) * math.ceil(N / 128)
+    assert p.params == (BIG if tiles >= sm_count else SMALL)
+    assert p.name_expression == "gemmlab::vectorized<{BM}, {BN}, {BK}, {TM}, {TN}, true>".format(**p.params)
+
+
+def test_auto_refuses_tile_params():
+    with pytest.raises(ValueError, match=r"need a named kernel, not kernel='auto'"):
+        gemmlab.plan("auto", 64, 64, 64, BM=64)
+
+
+def test_plan_describe():
+    assert gemmlab.plan("naive", 8, 8, 8).describe() == "naive"
+    assert gemmlab.plan("smem_tiled", 8, 8, 8, tile=16).describe() == "smem_tiled(tile=16)"
+
+
+# -- launch geometry --------------------------------------------------------------------------
+
+SIZES = [(1, 1), (7, 13), (31, 33), (64, 64), (127, 129), (128, 128), (129, 257), (1000, 1000),
+         (4097, 31), (17, 4099)]
+
+
+def block_tile(spec, p):
+    """(BM, BN, outputs per thread) of one block, as the kernel sources define them."""
+    if spec.name in ("naive", "coalesced"):
+        return 32, 32, 1
+    if spec.name == "smem_tiled":
+        return p["tile"], p["tile"], 1
+    if spec.name == "blocktile_1d":
+        return p["BM"], p["BN"], p["TM"]
+    return p["BM"], p["BN"], p["TM"] * p["TN"]
+
+
+def expected_block(spec, p):
+    if spec.name in ("naive", "coalesced"):
+        return (32, 32, 1)
+    if spec.name == "smem_tiled":
+        return (p["tile"], p["tile"], 1)
+    if spec.name == "blocktile_1d":
+        return ((p["BM"] // p["TM"]) * p["BN"], 1, 1)
+    return ((p["BM"] // p["TM"]) * (p["BN"] // p["TN"]), 1, 1)
+
+
+def _cases():
+    for spec in SPECS:
+        for p in spec.configurations():
+            yield pytest.param(spec, p, id=spec.name + "".join(f"-{k}{v}" for k, v in p.items()))
+
+
+@pytest.mark.parametrize("spec, p", list(_cases()))
+def test_launch_covers_every_output(spec, p):
+    """The 1-D grid, numbered row-major over tiles as common.cuh's block_tile_origin
+    does, hits every BM x BN tile of C once, and no block starts outside C."""
+    BM, BN, per_thread = block_tile(spec, p)
+    for M, N in SIZES:
+        for aligned in (True, False):
+            geo = spec.launch(p, Problem(M, N, 64, aligned))
+            assert geo.block == expected_block(spec, p)
+            threads = math.prod(geo.block)
+            assert 0 < threads <= 1024
+            assert threads * per_thread == BM * BN, "threads x outputs per thread must fill the tile"
+            assert geo.grid[1:] == (1, 1)
+            blocks = geo.grid[0]
+            tiles_n = -(-N // BN)
+            bid = np.arange(blocks)
+            rows0, cols0 = (bid // tiles_n) * BM, (bid % tiles_n) * BN
+            assert (rows0 < M).all() and (cols0 < N).all(), "a block starts outside C"
+            origins = set(zip(rows0.tolist(), cols0.tolist()))
+            assert len(origins) == blocks, "two blocks share a tile"
+            assert blocks == math.ceil(M / BM) * math.ceil(N / BN), (M, N, blocks)
+            if aligned and blocks <= 5000:   # direct check, where cheap
+                covered = np.zeros((M, N), dtype=np.int32)
+                for r, c in origins:
+                    covered[r:r + BM, c:c + BN] += 1
+                assert (covered == 1).all(), (M, N)
+
+
+def test_launch_geometry_examples():
+    v = registry.get("vectorized")
+    geo = v.launch(v.defaults(), Problem(4096, 4096, 4096, True))
+    assert geo.grid == (32 * 32, 1, 1) and geo.block == (256, 1, 1)
+    n = registry.get("naive")
+    geo = n.launch({}, Problem(33, 65, 1, True))
+    assert geo.grid == (2 * 3, 1, 1) and geo.block == (32, 32, 1)
+
+
+# -- bench size parsing ----------------------------------------------------------------------
+
+def test_parse_size():
+    assert parse_size("4096") == (4096, 4096, 4096)
+    assert parse_size("16384x4096x4096") == (16384, 4096, 4096)
+    assert parse_size("2X3x4") == (2, 3, 4)
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("abc", "is not N or MxNxK"),
+    ("0", "must be N or MxNxK with positive integers"),
+    ("4x0x4", "positive integers"),
+    ("-8", "positive integers"),
+    ("4x4", "must be N or MxNxK"),
+    ("1x2x3x4", "must be N or MxNxK"),
+    ("", "is not N or MxNxK"),
+])
+def test_parse_size_rejects(text, msg):
+    with pytest.raises(ValueError, match=msg):
+        parse_size(text)
