@@ -21,7 +21,7 @@ print('gemmlab', gemmlab.__version__, 'cuda.core', cuda.core.__version__, 'cupy'
 
 if has tests; then
   echo "== tests" | tee -a "$log"
-  timeout 900 python3 -m pytest -q -x -p no:cacheprovider 2>&1 | tail -n 40 | tee -a "$log"
+  timeout 900 python3 -m pytest -q -x -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tail -n 40 | tee -a "$log"
 fi
 if has bench; then
   echo "== bench (default suite)" | tee -a "$log"

@@ -67,12 +67,13 @@ def auto_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
     """The kernel and tile parameters ``kernel="auto"`` picks (until a tuner exists).
 
     The vectorized rung is the fastest here; 128x128 tiles when the grid still
-    fills every SM at least once, 64x64 tiles otherwise (more, smaller blocks).
+    fills every SM at least once, 64x64 tiles otherwise (4x as many blocks).
+    Both were among the fastest configurations at 4096^3 on an H200.
     """
     tiles = -(-M // 128) * -(-N // 128)
     if tiles >= sm_count:
-        return "vectorized", {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}
-    return "vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}
+        return "vectorized", {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8}
+    return "vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
 
 
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,

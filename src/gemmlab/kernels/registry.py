@@ -175,13 +175,16 @@ def _smem_fits(p) -> bool:
     return 4 * p["BK"] * (p["BM"] + p["BN"]) <= 48 * 1024
 
 
-_TILE_2D_PARAMS = (
-    TileParam("BM", (64, 128), 128, "rows of C per block"),
-    TileParam("BN", (64, 128), 128, "columns of C per block"),
-    TileParam("BK", (8, 16), 8, "depth of the K slice staged in shared memory per step"),
-    TileParam("TM", (4, 8), 8, "rows of C per thread"),
-    TileParam("TN", (4, 8), 8, "columns of C per thread"),
-)
+def _tile_2d_params(bm, bn, bk, tm, tn) -> tuple[TileParam, ...]:
+    """The 2-D block-tile parameters, with a rung's own defaults (chosen by
+    `gemmlab bench --all-configs` on an H200; see benchmarks/NOTES.md)."""
+    return (
+        TileParam("BM", (64, 128), bm, "rows of C per block"),
+        TileParam("BN", (64, 128), bn, "columns of C per block"),
+        TileParam("BK", (8, 16), bk, "depth of the K slice staged in shared memory per step"),
+        TileParam("TM", (4, 8), tm, "rows of C per thread"),
+        TileParam("TN", (4, 8), tn, "columns of C per thread"),
+    )
 
 
 def _constraints_2d(vec: bool) -> tuple[Constraint, ...]:
@@ -251,9 +254,9 @@ register(KernelSpec(
     template="gemmlab::blocktile_1d",
     description="each thread computes TM outputs of a column, reusing one shared B value TM times",
     params=(
-        TileParam("BM", (32, 64, 128), 64, "rows of C per block"),
+        TileParam("BM", (32, 64, 128), 32, "rows of C per block"),
         TileParam("BN", (32, 64, 128), 64, "columns of C per block"),
-        TileParam("BK", (8, 16), 8, "depth of the K slice staged in shared memory per step"),
+        TileParam("BK", (8, 16), 16, "depth of the K slice staged in shared memory per step"),
         TileParam("TM", (4, 8), 8, "rows of C per thread"),
     ),
     constraints=(
@@ -273,7 +276,7 @@ register(KernelSpec(
     name="blocktile_2d", rung=5, family="simt", dtypes=("float32",), source="simt/05_blocktile_2d.cu",
     template="gemmlab::blocktile_2d",
     description="each thread computes a TM x TN register tile as outer products of shared-memory fragments",
-    params=_TILE_2D_PARAMS,
+    params=_tile_2d_params(128, 64, 16, 8, 4),
     constraints=_constraints_2d(vec=False),
     template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["TM"], p["TN"]),
     geometry=_geometry_2d,
@@ -283,7 +286,7 @@ register(KernelSpec(
     name="vectorized", rung=6, family="simt", dtypes=("float32",), source="simt/06_vectorized.cu",
     template="gemmlab::vectorized",
     description="2-D block tile with float4 global loads, A transposed in shared memory, 128-bit shared loads",
-    params=_TILE_2D_PARAMS,
+    params=_tile_2d_params(128, 128, 16, 8, 8),
     constraints=_constraints_2d(vec=True) + (
         Constraint("TM and TN must be multiples of 4 (fragments are read as float4)",
                    lambda p: p["TM"] % 4 == 0 and p["TN"] % 4 == 0),
