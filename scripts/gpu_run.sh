@@ -31,6 +31,10 @@ if has sweep; then
   echo "== sweep" | tee -a "$log"
   timeout 600 gemmlab sweep --json "$OUT/sweep.json" --plot "$OUT/sweep.png" 2>&1 | tee -a "$log"
 fi
+if has profile; then
+  echo "== Nsight Compute facts per rung" | tee -a "$log"
+  timeout 900 scripts/profile_ladder.sh "$OUT/ncu.csv" 4096 2>&1 | tail -n 5 | tee -a "$log"
+fi
 if has extra && [ -n "${GEMMLAB_EXTRA_KERNELS:-}" ]; then
   echo "== extra configurations" | tee -a "$log"
   timeout 900 gemmlab bench --kernels "$GEMMLAB_EXTRA_KERNELS" ${GEMMLAB_EXTRA_ARGS:-} --sizes "${GEMMLAB_EXTRA_SIZES:-4096,16384x4096x4096}" \
