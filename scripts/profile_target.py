@@ -1,6 +1,6 @@
 """Run each rung of the FP32 ladder once at its default configuration, for Nsight Compute.
 
-    ncu --clock-control none -k regex:gemmlab --metrics ... python3 scripts/profile_target.py 4096
+    ncu --clock-control none --kernel-name-base demangled -k regex:gemmlab:: --metrics ... python3 scripts/profile_target.py 4096
 """
 
 import sys
