@@ -2,12 +2,18 @@
 
     python3 scripts/ab_variants.py benchmarks/experiments/ab_coalesced_smem.cu 4096 [out.json]
 
-Each ``__global__`` of the experiment file listed in VARIANTS is compiled through
-gemmlab's runtime, checked against FP64 and timed by the harness (L2 flushed,
-median), interleaved with the shipped kernels it is compared to and cuBLAS.
+The experiment file names what to compare in comment lines:
+
+    // ab-variant: <name expression> block=<X>[x<Y>] tile=<rows>x<cols>
+    // ab-shipped: <kernel>[:PARAM=V;PARAM=V]
+
+Each variant is compiled through gemmlab's runtime, checked against FP64 and
+timed by the harness (L2 flushed, median), in two interleaved passes with the
+shipped kernels and cuBLAS; the spread between passes is the noise.
 """
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -22,16 +28,19 @@ from gemmlab.runtime.device import gpu_info
 from gemmlab.runtime.launch import launch
 from gemmlab.verify import compare, random_matrix, reference
 
-# name expression -> (block, output tile (rows, cols))
-VARIANTS = {
-    "gemmlab_exp::coalesced_ptr": ((32, 32, 1), (32, 32)),
-    "gemmlab_exp::coalesced_u32": ((32, 32, 1), (32, 32)),
-    "gemmlab_exp::smem32_unchecked": ((32, 32, 1), (32, 32)),
-    "gemmlab_exp::smem32_guarded_u32": ((32, 32, 1), (32, 32)),
-}
-SHIPPED = [("coalesced", {}), ("smem_tiled", {"tile": 32})]
-
 src = Path(sys.argv[1])
+VARIANTS = {}   # name expression -> (block, output tile (rows, cols))
+SHIPPED = []
+for line in src.read_text().splitlines():
+    m = re.match(r"//\s*ab-variant:\s*(.+?)\s+block=([\dx]+)\s+tile=(\d+)x(\d+)", line)
+    if m:
+        block = tuple(int(v) for v in m.group(2).split("x")) + (1, 1)
+        VARIANTS[m.group(1)] = (block[:3], (int(m.group(3)), int(m.group(4))))
+    m = re.match(r"//\s*ab-shipped:\s*(\w+)(?::(\S+))?", line)
+    if m:
+        params = dict(kv.split("=") for kv in filter(None, (m.group(2) or "").split(";")))
+        SHIPPED.append((m.group(1), {k: int(v) for k, v in params.items()}))
+
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
 out_path = sys.argv[3] if len(sys.argv) > 3 else None
 gpu = gpu_info(0)
@@ -62,7 +71,7 @@ def shipped_fn(kname, params):
 rows = []
 order = [("cublas", lambda: cp.matmul(a, b, out=c))]
 for kname, params in SHIPPED:
-    order.append((kname, shipped_fn(kname, params)))
+    order.append((plan(kname, n, n, n, **params).describe(), shipped_fn(kname, params)))
 for name in VARIANTS:
     order.append((name, variant_fn(name)))
 for rep in range(2):          # two passes: the spread between them is the noise
@@ -73,11 +82,11 @@ for rep in range(2):          # two passes: the spread between them is the noise
         err = compare(c, ref).rel_fro
         tf = 2 * n ** 3 / (t.ms * 1e-3) / 1e12
         rows.append({"pass": rep, "kernel": name, "n": n, "ms": t.ms, "tflops": tf, "rel_error": err, "gpu": gpu.name})
-        print(f"pass {rep} {name:36s} {t.ms:8.3f} ms {tf:6.2f} TFLOPS err {err:.1e}", flush=True)
+        print(f"pass {rep} {name:48s} {t.ms:8.3f} ms {tf:6.2f} TFLOPS err {err:.1e}", flush=True)
 cub = np.median([r["ms"] for r in rows if r["kernel"] == "cublas"])
 print("\nmedian over passes, % of cuBLAS:")
 for name, _ in order:
     ms = np.median([r["ms"] for r in rows if r["kernel"] == name])
-    print(f"  {name:36s} {ms:8.3f} ms  {100 * cub / ms:5.1f}%")
+    print(f"  {name:48s} {ms:8.3f} ms  {100 * cub / ms:5.1f}%")
 if out_path:
     Path(out_path).write_text(json.dumps(rows, indent=1))

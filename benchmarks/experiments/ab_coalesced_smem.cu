@@ -2,6 +2,13 @@
 // published figures the cost of bounds checks and 64-bit address arithmetic?
 // Each variant changes one thing against the shipped kernel; run with
 // scripts/ab_variants.py at 4096^3 (all variants valid there).
+//
+// ab-variant: gemmlab_exp::coalesced_ptr block=32x32 tile=32x32
+// ab-variant: gemmlab_exp::coalesced_u32 block=32x32 tile=32x32
+// ab-variant: gemmlab_exp::smem32_unchecked block=32x32 tile=32x32
+// ab-variant: gemmlab_exp::smem32_guarded_u32 block=32x32 tile=32x32
+// ab-shipped: coalesced
+// ab-shipped: smem_tiled:tile=32
 #include <gemmlab/common.cuh>
 
 namespace gemmlab_exp {

@@ -16,13 +16,11 @@ smem_tiled(int M, int N, int K, float alpha, const float* __restrict__ A, int ld
     __shared__ float As[TILE][TILE];
     __shared__ float Bs[TILE][TILE];
     const TileOrigin tile = block_tile_origin<TILE, TILE>(N);
-    const float* a_tile = A + (long long)tile.row * lda;  // this block's rows of A
-    const float* b_tile = B + tile.col;                   // this block's columns of B
     const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * TILE + tx;
     float acc = 0.0f;
     for (int k0 = 0; k0 < K; k0 += TILE) {
-        load_tile<TILE, TILE, TILE, TILE * TILE>(&As[0][0], a_tile + k0, lda, M - tile.row, K - k0, tid);
-        load_tile<TILE, TILE, TILE, TILE * TILE>(&Bs[0][0], b_tile + (long long)k0 * ldb, ldb, K - k0, N - tile.col, tid);
+        load_tile<TILE, TILE, TILE, TILE * TILE>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+        load_tile<TILE, TILE, TILE, TILE * TILE>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
         __syncthreads();  // the tiles are complete before anyone reads them
 #pragma unroll
         for (int k = 0; k < TILE; ++k) acc += As[ty][k] * Bs[k][tx];

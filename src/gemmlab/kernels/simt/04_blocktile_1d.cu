@@ -15,14 +15,12 @@ blocktile_1d(int M, int N, int K, float alpha, const float* __restrict__ A, int 
     __shared__ float As[BM][BK];
     __shared__ float Bs[BK][BN];
     const TileOrigin tile = block_tile_origin<BM, BN>(N);
-    const float* a_tile = A + (long long)tile.row * lda;  // this block's rows of A
-    const float* b_tile = B + tile.col;                   // this block's columns of B
     const int tid = threadIdx.x;
     const int tcol = tid % BN, trow = tid / BN;  // this thread: rows trow*TM.., column tcol
     float acc[TM] = {};
     for (int k0 = 0; k0 < K; k0 += BK) {
-        load_tile<BM, BK, BK, THREADS>(&As[0][0], a_tile + k0, lda, M - tile.row, K - k0, tid);
-        load_tile<BK, BN, BN, THREADS>(&Bs[0][0], b_tile + (long long)k0 * ldb, ldb, K - k0, N - tile.col, tid);
+        load_tile<BM, BK, BK, THREADS>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+        load_tile<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < BK; ++k) {

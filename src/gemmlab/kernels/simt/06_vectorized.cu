@@ -18,18 +18,16 @@ vectorized(int M, int N, int K, float alpha, const float* __restrict__ A, int ld
     __shared__ __align__(16) float As[BK][BM];  // transposed: As[k][row]
     __shared__ __align__(16) float Bs[BK][BN];
     const TileOrigin tile = block_tile_origin<BM, BN>(N);
-    const float* a_tile = A + (long long)tile.row * lda;  // this block's rows of A
-    const float* b_tile = B + tile.col;                   // this block's columns of B
     const int tid = threadIdx.x;
     const int tcol = tid % (BN / TN), trow = tid / (BN / TN);
     float acc[TM][TN] = {};
     float a_frag[TM], b_frag[TN];
     for (int k0 = 0; k0 < K; k0 += BK) {
-        load_tile_transposed<BM, BK, BM, THREADS, VEC>(&As[0][0], a_tile + k0, lda, M - tile.row, K - k0, tid);
+        load_tile_transposed<BM, BK, BM, THREADS, VEC>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
         if constexpr (VEC)
-            load_tile_vec4<BK, BN, BN, THREADS>(&Bs[0][0], b_tile + (long long)k0 * ldb, ldb, K - k0, N - tile.col, tid);
+            load_tile_vec4<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
         else
-            load_tile<BK, BN, BN, THREADS>(&Bs[0][0], b_tile + (long long)k0 * ldb, ldb, K - k0, N - tile.col, tid);
+            load_tile<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < BK; ++k) {

@@ -36,68 +36,66 @@ __device__ __forceinline__ void store_scaled4(float* out, float4 acc, float alph
     *reinterpret_cast<float4*>(out) = r;
 }
 
-// Tile loaders.  ``g`` points at the tile's top-left element; ``rows`` and
-// ``cols`` say how much of the matrix is left from there (they may exceed the
-// tile, or be <= 0).  Elements outside the matrix are stored as 0, so edge
-// tiles run the same inner loop as interior ones.  The caller advances ``g``
-// along K, so each thread's offset inside the tile stays in a register and the
-// per-step address arithmetic is one add.
+// Element (row, col) of a row-major matrix, or 0 outside it.  Padding edge tiles
+// with zeros lets them run the same inner loop as interior tiles.
+__device__ __forceinline__ float load_or_zero(const float* __restrict__ m, int ld, int row, int col,
+                                              int rows, int cols) {
+    return (row < rows && col < cols) ? m[(long long)row * ld + col] : 0.0f;
+}
 
-// ROWS x COLS tile into shared memory (row stride SLD), THREADS threads
-// cooperating.  Consecutive threads take consecutive columns, so each warp's
-// global reads coalesce.
+// Copy the ROWS x COLS tile at (row0, col0) of a rows x cols matrix into shared
+// memory (row stride SLD), THREADS threads cooperating.  Consecutive threads take
+// consecutive columns, so each warp's global reads coalesce.
 template <int ROWS, int COLS, int SLD, int THREADS>
 __device__ __forceinline__ void load_tile(float* smem, const float* __restrict__ g, int ld,
-                                          int rows, int cols, int tid) {
+                                          int row0, int col0, int rows, int cols, int tid) {
     static_assert((ROWS * COLS) % THREADS == 0, "tile must split evenly over the threads");
 #pragma unroll
     for (int step = 0; step < ROWS * COLS / THREADS; ++step) {
         const int i = step * THREADS + tid;
         const int r = i / COLS, c = i % COLS;
-        smem[r * SLD + c] = (r < rows && c < cols) ? g[(long long)r * ld + c] : 0.0f;
+        smem[r * SLD + c] = load_or_zero(g, ld, row0 + r, col0 + c, rows, cols);
     }
 }
 
-// The ``i``-th float4 of a ROWS x COLS tile (4 consecutive columns), or zeros
-// outside the matrix.  Needs cols % 4 == 0, ld % 4 == 0 and a 16-byte aligned
-// base: then a float4 that starts inside the matrix ends inside it.  The host
-// checks this and otherwise launches the scalar variant.
-template <int COLS>
-__device__ __forceinline__ float4 tile_float4(const float* __restrict__ g, int ld, int rows, int cols,
-                                              int i, int& r, int& c) {
-    r = i / (COLS / 4);
-    c = (i % (COLS / 4)) * 4;
-    if (r < rows && c < cols) return *reinterpret_cast<const float4*>(&g[(long long)r * ld + c]);
-    return make_float4(0.f, 0.f, 0.f, 0.f);
-}
-
-// load_tile with 16-byte global loads and shared stores.
+// The same copy with 16-byte (float4) global loads and shared stores.  Needs
+// cols % 4 == 0, ld % 4 == 0 and a 16-byte aligned base: then a float4 that
+// starts inside the matrix ends inside it.  The host checks and otherwise
+// launches the scalar variant.
 template <int ROWS, int COLS, int SLD, int THREADS>
 __device__ __forceinline__ void load_tile_vec4(float* smem, const float* __restrict__ g, int ld,
-                                               int rows, int cols, int tid) {
+                                               int row0, int col0, int rows, int cols, int tid) {
     static_assert(COLS % 4 == 0 && SLD % 4 == 0, "float4 tiles need multiples of 4 columns");
     static_assert((ROWS * COLS / 4) % THREADS == 0, "tile must split evenly over the threads");
 #pragma unroll
     for (int step = 0; step < ROWS * COLS / 4 / THREADS; ++step) {
-        int r, c;
-        const float4 v = tile_float4<COLS>(g, ld, rows, cols, step * THREADS + tid, r, c);
+        const int i = step * THREADS + tid;
+        const int r = i / (COLS / 4), c = (i % (COLS / 4)) * 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (row0 + r < rows && col0 + c < cols)
+            v = *reinterpret_cast<const float4*>(&g[(long long)(row0 + r) * ld + col0 + c]);
         *reinterpret_cast<float4*>(&smem[r * SLD + c]) = v;
     }
 }
 
-// ROWS x COLS tile stored transposed (smem[c * SLD + r]), so that a thread's
-// consecutive rows sit side by side and can be read with one 16-byte shared
-// load.  VEC selects float4 global loads (same conditions as load_tile_vec4).
+// Copy the ROWS x COLS tile at (row0, col0) into shared memory transposed
+// (smem[c * SLD + r]), so that a thread's consecutive rows sit next to each
+// other and can be read with one 16-byte shared load.  VEC selects float4
+// global loads under the same conditions as load_tile_vec4.
 template <int ROWS, int COLS, int SLD, int THREADS, bool VEC>
 __device__ __forceinline__ void load_tile_transposed(float* smem, const float* __restrict__ g, int ld,
-                                                     int rows, int cols, int tid) {
+                                                     int row0, int col0, int rows, int cols,
+                                                     int tid) {
     if constexpr (VEC) {
         static_assert(COLS % 4 == 0, "float4 tiles need multiples of 4 columns");
         static_assert((ROWS * COLS / 4) % THREADS == 0, "tile must split evenly over the threads");
 #pragma unroll
         for (int step = 0; step < ROWS * COLS / 4 / THREADS; ++step) {
-            int r, c;
-            const float4 v = tile_float4<COLS>(g, ld, rows, cols, step * THREADS + tid, r, c);
+            const int i = step * THREADS + tid;
+            const int r = i / (COLS / 4), c = (i % (COLS / 4)) * 4;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (row0 + r < rows && col0 + c < cols)
+                v = *reinterpret_cast<const float4*>(&g[(long long)(row0 + r) * ld + col0 + c]);
             smem[(c + 0) * SLD + r] = v.x;
             smem[(c + 1) * SLD + r] = v.y;
             smem[(c + 2) * SLD + r] = v.z;
@@ -109,7 +107,7 @@ __device__ __forceinline__ void load_tile_transposed(float* smem, const float* _
         for (int step = 0; step < ROWS * COLS / THREADS; ++step) {
             const int i = step * THREADS + tid;
             const int r = i / COLS, c = i % COLS;
-            smem[c * SLD + r] = (r < rows && c < cols) ? g[(long long)r * ld + c] : 0.0f;
+            smem[c * SLD + r] = load_or_zero(g, ld, row0 + r, col0 + c, rows, cols);
         }
     }
 }
