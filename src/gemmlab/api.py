@@ -66,13 +66,14 @@ def _aligned16(ops: list[Operand], lds: list[int], widths: list[int]) -> bool:
 def auto_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
     """The kernel and tile parameters ``kernel="auto"`` picks (until a tuner exists).
 
-    The vectorized rung is the fastest here; 128x128 tiles when the grid still
-    fills every SM at least once, 64x64 tiles otherwise (4x as many blocks).
-    Both were among the fastest configurations at 4096^3 on an H200.
+    The vectorized rung is the fastest here: 64x128 tiles when the grid still
+    fills every SM at least once, 64x64 tiles otherwise (twice as many blocks).
+    Both were among the fastest configurations at 4096^3 on an H200
+    (benchmarks/NOTES.md); a tuner replaces this rule later.
     """
-    tiles = -(-M // 128) * -(-N // 128)
+    tiles = -(-M // 64) * -(-N // 128)
     if tiles >= sm_count:
-        return "vectorized", {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8}
+        return "vectorized", {"BM": 64, "BN": 128, "BK": 16, "TM": 8, "TN": 4}
     return "vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
 
 

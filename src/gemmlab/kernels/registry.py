@@ -286,7 +286,7 @@ register(KernelSpec(
     name="vectorized", rung=6, family="simt", dtypes=("float32",), source="simt/06_vectorized.cu",
     template="gemmlab::vectorized",
     description="2-D block tile with float4 global loads, A transposed in shared memory, 128-bit shared loads",
-    params=_tile_2d_params(128, 128, 16, 8, 8),
+    params=_tile_2d_params(64, 128, 16, 8, 4),
     constraints=_constraints_2d(vec=True) + (
         Constraint("TM and TN must be multiples of 4 (fragments are read as float4)",
                    lambda p: p["TM"] % 4 == 0 and p["TN"] % 4 == 0),
