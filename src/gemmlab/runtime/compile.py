@@ -22,7 +22,7 @@ import os
 import re
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CompileError, HeaderNotFoundError
@@ -104,12 +104,14 @@ def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
 class CompiledModule:
     source: Path
     arch: str
-    object_code: object            # cuda.core ObjectCode
-    symbols: dict[str, str]        # name expression -> mangled name
-    log: str
-    from_cache: bool
-    cubin: bytes
-    cache_key: bytes | None = None
+    # repr=False: ObjectCode's repr can block on a machine without a driver,
+    # and the cubin and log are long.
+    object_code: object = field(repr=False)     # cuda.core ObjectCode
+    symbols: dict[str, str] = field(repr=False)  # name expression -> mangled name
+    log: str = field(repr=False)
+    from_cache: bool = False
+    cubin: bytes = field(repr=False, default=b"")
+    cache_key: bytes | None = field(repr=False, default=None)
 
     def resources(self, name_expression: str) -> KernelResources | None:
         return parse_ptxas_log(self.log).get(self.symbols[name_expression])

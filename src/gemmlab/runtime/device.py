@@ -6,7 +6,6 @@ needs the GPU raises :class:`gemmlab.NoGPUError` saying what is missing.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from ..errors import NoGPUError
@@ -69,9 +68,25 @@ def _driver_problem(exc: BaseException) -> str:
     return f"the CUDA driver could not be initialised ({type(exc).__name__}: {text})"
 
 
-@functools.lru_cache(maxsize=None)
+_detected: dict[int, GPUInfo | NoGPUError] = {}
+
+
 def gpu_info(ordinal: int = 0) -> GPUInfo:
-    """Detect GPU ``ordinal`` (once; the answer is cached for the process)."""
+    """Detect GPU ``ordinal`` once per process; later calls return (or re-raise)
+    the first answer without touching the driver again."""
+    found = _detected.get(ordinal)
+    if found is None:
+        try:
+            found = _detect(ordinal)
+        except NoGPUError as exc:
+            found = exc
+        _detected[ordinal] = found
+    if isinstance(found, NoGPUError):
+        raise NoGPUError(str(found))
+    return found
+
+
+def _detect(ordinal: int) -> GPUInfo:
     try:
         from cuda.core import Device
         from cuda.bindings import driver
