@@ -147,7 +147,12 @@ def test_illegal_combinations_refused(kernel, params, rule):
 
 def test_resolve_fills_defaults_for_missing_params():
     spec = registry.get("vectorized")
-    assert spec.resolve({"BK": 16}) == {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8}
+    other_bn = 64 if spec.defaults()["BN"] == 128 else 128
+    expected = {**spec.defaults(), "BN": other_bn}
+    assert expected in spec.configurations(), "pick a legal one-parameter change"
+    resolved = spec.resolve({"BN": other_bn})
+    assert resolved == expected
+    assert list(resolved) == ["BM", "BN", "BK", "TM", "TN"]     # declaration order
 
 
 @pytest.mark.parametrize("value", [True, 16.0, "16"])
@@ -167,25 +172,45 @@ def test_get_unknown_kernel():
 
 # -- name expressions ----------------------------------------------------------------------
 
+def test_name_expression_vectorized():
+    """The template arguments in order, with the VEC flag from the problem's alignment."""
+    spec = registry.get("vectorized")
+    p = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}
+    assert spec.name_expression(p, Problem(256, 256, 256, True)) == "gemmlab::vectorized<128, 128, 8, 8, 8, true>"
+    assert spec.name_expression(p, Problem(256, 256, 256, False)) == "gemmlab::vectorized<128, 128, 8, 8, 8, false>"
+    p = {"BM": 64, "BN": 128, "BK": 16, "TM": 8, "TN": 4}
+    assert spec.name_expression(p, Problem(8, 8, 8, True)) == "gemmlab::vectorized<64, 128, 16, 8, 4, true>"
+
+
 def test_name_expression_vectorized_defaults():
     spec = registry.get("vectorized")
     d = spec.defaults()
-    assert spec.name_expression(d, Problem(256, 256, 256, True)) == "gemmlab::vectorized<128, 128, 8, 8, 8, true>"
-    assert spec.name_expression(d, Problem(256, 256, 256, False)) == "gemmlab::vectorized<128, 128, 8, 8, 8, false>"
+    args = f"{d['BM']}, {d['BN']}, {d['BK']}, {d['TM']}, {d['TN']}"
+    assert spec.name_expression(d, Problem(256, 256, 256, True)) == f"gemmlab::vectorized<{args}, true>"
+    assert spec.name_expression(d, Problem(256, 256, 256, False)) == f"gemmlab::vectorized<{args}, false>"
 
 
-@pytest.mark.parametrize("kernel, expected", [
-    ("naive", "gemmlab::naive<32>"),
-    ("coalesced", "gemmlab::coalesced<32>"),
-    ("smem_tiled", "gemmlab::smem_tiled<32>"),
-    ("blocktile_1d", "gemmlab::blocktile_1d<64, 64, 8, 8>"),
-    ("blocktile_2d", "gemmlab::blocktile_2d<128, 128, 8, 8, 8>"),
-])
-def test_name_expression_defaults(kernel, expected):
+@pytest.mark.parametrize("kernel, params, expected", [
+    ("naive", {}, "gemmlab::naive<32>"),
+    ("coalesced", {}, "gemmlab::coalesced<32>"),
+    ("smem_tiled", {"tile": 16}, "gemmlab::smem_tiled<16>"),
+    ("blocktile_1d", {"BM": 64, "BN": 32, "BK": 16, "TM": 4}, "gemmlab::blocktile_1d<64, 32, 16, 4>"),
+    ("blocktile_2d", {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4},
+     "gemmlab::blocktile_2d<128, 64, 16, 8, 4>"),
+], ids=["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d"])
+def test_name_expression_without_vec_variant(kernel, params, expected):
     """Kernels without a VEC variant give the same name whatever the alignment."""
     spec = registry.get(kernel)
+    params = spec.resolve(params)
     for aligned in (True, False):
-        assert spec.name_expression(spec.defaults(), Problem(100, 100, 100, aligned)) == expected
+        assert spec.name_expression(params, Problem(100, 100, 100, aligned)) == expected
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.name != "vectorized"], ids=spec_id)
+def test_name_expression_defaults(spec):
+    """Default instantiations list the defaults in declaration order (naive/coalesced: the 32 block)."""
+    args = ", ".join(str(v) for v in spec.defaults().values()) or "32"
+    assert spec.name_expression(spec.defaults(), Problem(100, 100, 100, True)) == f"{spec.template}<{args}>"
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
@@ -203,29 +228,40 @@ def test_plan_name_expression_follows_alignment():
 
 # -- kernel="auto" -------------------------------------------------------------------------
 
-BIG = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}
-SMALL = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}
+# api.auto_params: 64x128 tiles when ceil(M/64)*ceil(N/128) >= sm_count (the grid fills
+# every SM at least once), else 64x64 tiles (twice as many blocks).
+BIG = {"BM": 64, "BN": 128, "BK": 16, "TM": 8, "TN": 4}
+SMALL = {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
 
 
-@pytest.mark.parametrize("M, N, sm_count", [
-    (1536, 1536, 132),   # 12*12 = 144 tiles
-    (1536, 1408, 132),   # 12*11 = 132 tiles: exactly one wave
-    (1409, 1409, 132),   # ceil: 12*12 = 144 (floor would give 121)
-    (1408, 1408, 132),   # 11*11 = 121 tiles
-    (1536, 1280, 132),   # 12*10 = 120
-    (4096, 4096, 132),
-    (1, 1, 1),           # one tile fills one SM
-    (128, 129, 2),       # 1*2 = 2 tiles
-    (128, 128, 2),       # 1 tile < 2 SMs
-    (1, 1, 132),
-    (16384, 16, 132),    # 128*1 = 128 tiles
+@pytest.mark.parametrize("M, N, sm_count, big", [
+    (768, 1536, 132, True),      # 12*12 = 144 tiles
+    (768, 1408, 132, True),      # 12*11 = 132 tiles: exactly one wave
+    (705, 1409, 132, True),      # ceil: 12*12 = 144 (floor would give 11*11 = 121)
+    (704, 1408, 132, False),     # 11*11 = 121 tiles
+    (768, 1280, 132, False),     # 12*10 = 120
+    (4096, 4096, 132, True),
+    (16384, 16, 132, True),      # 256*1 tiles
+    (1, 1, 1, True),             # one tile fills one SM
+    (1, 1, 132, False),
+    (64, 129, 3, False),         # 1*2 tiles: M is cut by 64 and N by 128, not the other way round
+    (129, 64, 3, True),          # 3*1 tiles
+    (64, 128, 2, False),         # 1 tile < 2 SMs
 ])
-def test_auto_picks_vectorized_tiles_by_wave(M, N, sm_count):
+def test_auto_picks_vectorized_tiles_by_wave(M, N, sm_count, big):
     p = gemmlab.plan("auto", M, N, 512, sm_count=sm_count)
     assert p.spec.name == "vectorized"
-    tiles = math.ceil(M / 128) * math.ceil(N / 128)
-    assert p.params == (BIG if tiles >= sm_count else SMALL)
+    assert p.params == (BIG if big else SMALL)
     assert p.name_expression == "gemmlab::vectorized<{BM}, {BN}, {BK}, {TM}, {TN}, true>".format(**p.params)
+
+
+def test_auto_choices_are_legal_configurations():
+    spec = registry.get("vectorized")
+    assert BIG in spec.configurations() and SMALL in spec.configurations()
+
+
+def test_auto_follows_alignment():
+    assert gemmlab.plan("auto", 4096, 4096, 4096, aligned16=False).name_expression.endswith(", false>")
 
 
 def test_auto_refuses_tile_params():
@@ -301,8 +337,10 @@ def test_launch_covers_every_output(spec, p):
 
 def test_launch_geometry_examples():
     v = registry.get("vectorized")
-    geo = v.launch(v.defaults(), Problem(4096, 4096, 4096, True))
+    geo = v.launch({"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}, Problem(4096, 4096, 4096, True))
     assert geo.grid == (32 * 32, 1, 1) and geo.block == (256, 1, 1)
+    geo = v.launch({"BM": 64, "BN": 128, "BK": 16, "TM": 8, "TN": 4}, Problem(4096, 1000, 4096, False))
+    assert geo.grid == (64 * 8, 1, 1) and geo.block == (8 * 32, 1, 1)
     n = registry.get("naive")
     geo = n.launch({}, Problem(33, 65, 1, True))
     assert geo.grid == (2 * 3, 1, 1) and geo.block == (32, 32, 1)

@@ -157,7 +157,10 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", **tile_
         raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "
                          "pass out= or leave beta=0")
     # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
-    aligned = _aligned16([A, B] + ([O] if O is not None else []), [lda, ldb, ldc], [K, N])
+    if A.on_gpu:
+        aligned = _aligned16([A, B] + ([O] if O is not None else []), [lda, ldb, ldc], [K, N])
+    else:   # NumPy inputs run on fresh contiguous (256-byte aligned) GPU copies
+        aligned = K % 4 == 0 and N % 4 == 0
     if kernel != "auto":
         plan(kernel, M, N, K, aligned16=aligned, **tile_params)  # validation only
     elif tile_params:

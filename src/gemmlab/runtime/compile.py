@@ -122,6 +122,10 @@ class CompiledModule:
 
 @functools.lru_cache(maxsize=None)
 def _headers_digest() -> bytes:
+    """Fingerprint of every header a kernel can include: gemmlab's own (by
+    content) and the CUDA folder in use (by path, size and date of the headers
+    the search requires)."""
+    from .headers import REQUIRED
     h = hashlib.sha256()
     for path in sorted(INCLUDE_DIR.rglob("*")):
         if path.is_file():
@@ -130,9 +134,12 @@ def _headers_digest() -> bytes:
     cuda_inc = find_cuda_headers().include_dir
     h.update(str(cuda_inc).encode())
     if cuda_inc is not None:
-        for name in ("cuda_runtime_api.h", "crt/mma.h", "cuda_pipeline.h"):
-            st = (cuda_inc / name).stat()
-            h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
+        for name in REQUIRED:
+            try:
+                st = (cuda_inc / name).stat()
+                h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
+            except OSError:
+                h.update(f"{name}:missing".encode())
     return h.digest()
 
 
@@ -197,13 +204,16 @@ def compile_module(source: Path, name_expressions, arch: str, *, use_cache: bool
                     cubin = cache[key]
                     symbols = json.loads(cache[key + b"/symbols"].decode())
                     log = cache[key + b"/log"].decode()
-                    if not cubin or set(symbols) != set(names):
-                        raise ValueError("incomplete entry")
+                    if not cubin.startswith(b"\x7fELF") or set(symbols) != set(names):
+                        raise ValueError("not a cubin, or symbols for other instantiations")
                     oc = ObjectCode.from_cubin(cubin, name=source.name,
                                                symbol_mapping={n: m.encode() for n, m in symbols.items()})
                     return CompiledModule(source, arch, oc, symbols, log, True, cubin, key)
                 except KeyError:
                     pass
+                except OSError as exc:   # the folder itself broke after it was opened
+                    warnings.warn(f"gemmlab: kernel cache {cache_dir()} cannot be read ({exc}); "
+                                  "recompiling", RuntimeWarning, stacklevel=2)
                 except Exception as exc:
                     warnings.warn(f"gemmlab: dropping an unreadable cache entry for {source.name} "
                                   f"({type(exc).__name__}: {exc}); recompiling", RuntimeWarning, stacklevel=2)

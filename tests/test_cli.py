@@ -1,0 +1,122 @@
+"""The gemmlab command line: list, inspect, and early refusal of bad bench arguments (no GPU)."""
+
+import json
+
+import pytest
+
+import gemmlab
+from gemmlab.bench import suites
+from gemmlab.cli import main
+from gemmlab.inspect import find_disassembler
+from gemmlab.kernels import registry
+from gemmlab.runtime import device as rt_device
+
+KERNELS = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized"]
+
+
+def test_list_prints_every_kernel(capsys):
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    heads = [ln for ln in lines if not ln.startswith(" ")]
+    assert [h.split()[1] for h in heads] == KERNELS
+    for rung, (name, entry) in enumerate(zip(KERNELS, gemmlab.kernels()), start=1):
+        assert f"{rung}. {name}" in out
+        assert entry["description"] in out
+    assert "tile  in [2, 4, 8, 16, 32] (default 32)" in out
+    assert "rule: shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB" in out
+    assert err == ""
+
+
+def test_list_json(capsys):
+    assert main(["list", "--json"]) == 0
+    out, _ = capsys.readouterr()
+    data = json.loads(out)
+    assert data == gemmlab.kernels()
+    assert [k["name"] for k in data] == KERNELS
+
+
+def _table_rows(out):
+    """{name expression: (regs, smem, spill, FFMA or '-')} from inspect's table."""
+    rows = {}
+    for ln in out.splitlines():
+        if ln.startswith("gemmlab::"):
+            name, rest = ln.split(">", 1)
+            cols = rest.split()
+            rows[name + ">"] = (int(cols[0]), int(cols[1]), int(cols[2]), cols[3])
+    return rows
+
+
+def test_inspect_vectorized(capsys):
+    """Compile-only: the table lists both VEC variants of the default tile, without spills."""
+    assert main(["inspect", "--kernel", "vectorized"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("CUDA headers: ")
+    header = next(ln for ln in out.splitlines() if ln.startswith("kernel instantiation"))
+    assert header.split()[2:6] == ["regs", "smem", "spill", "FFMA"]
+    d = registry.get("vectorized").defaults()
+    args = f"{d['BM']}, {d['BN']}, {d['BK']}, {d['TM']}, {d['TN']}"
+    rows = _table_rows(out)
+    assert list(rows) == [f"gemmlab::vectorized<{args}, true>", f"gemmlab::vectorized<{args}, false>"]
+    assert f"vectorized<{args}, true>" in out
+    for regs, smem, spill, ffma in rows.values():
+        assert 0 < regs <= 255 and smem == 4 * d["BK"] * (d["BM"] + d["BN"]) and spill == 0
+        if find_disassembler() is not None:
+            assert int(ffma) >= d["BK"] * d["TM"] * d["TN"]
+
+
+def test_inspect_vectorized_all_configs(capsys):
+    """--all-configs lists every legal tile, e.g. the 128x128x8 / 8x8 one."""
+    assert main(["inspect", "--kernel", "vectorized", "--all-configs"]) == 0
+    out, _ = capsys.readouterr()
+    assert "vectorized<128, 128, 8, 8, 8, true>" in out
+    rows = _table_rows(out)
+    assert set(rows) == set(registry.get("vectorized").all_name_expressions())
+    assert all(spill == 0 for _, _, spill, _ in rows.values())
+
+
+def test_inspect_json(capsys):
+    assert main(["inspect", "--kernel", "smem_tiled", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["name_expression"] for r in data] == ["gemmlab::smem_tiled<32>"]
+    assert data[0]["arch"] == "sm_90a" and data[0]["spill_bytes"] == 0
+
+
+def test_inspect_unknown_kernel(capsys):
+    assert main(["inspect", "--kernel", "nosuch"]) == 2
+    _, err = capsys.readouterr()
+    assert "gemmlab inspect: unknown kernel 'nosuch'" in err
+
+
+@pytest.fixture
+def no_gpu_allowed(monkeypatch):
+    """Make any attempt to reach the GPU or run the suite fail the test."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the GPU was touched")
+    monkeypatch.setattr(suites, "run_suite", forbidden)
+    monkeypatch.setattr(rt_device, "gpu_info", forbidden)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "--kernels", "nosuch"],
+     "gemmlab bench: unknown kernel 'nosuch'; known kernels: auto, naive, coalesced, smem_tiled, "
+     "blocktile_1d, blocktile_2d, vectorized"),
+    (["bench", "--kernels", "naive,smem_tiled:tile=3"],
+     "gemmlab bench: tile parameter tile=3 is not legal for kernel 'smem_tiled'"),
+    (["bench", "--kernels", "vectorized:BM=64;BN=64;BK=8;TM=4;TN=4"],
+     "in float4s, must split evenly over the threads"),
+    (["bench", "--kernels", "naive", "--sizes", "abc"],
+     "gemmlab bench: size 'abc' is not N or MxNxK"),
+])
+def test_bench_refuses_bad_arguments_before_the_gpu(capsys, no_gpu_allowed, argv, message):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert message in err
+    assert out == ""
+
+
+def test_unknown_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["frobnicate"])
+    assert info.value.code == 2
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err

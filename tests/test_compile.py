@@ -1,0 +1,409 @@
+"""Compile-only checks (NVRTC, no GPU): every instantiation of every rung builds
+without spills, the SASS has the instructions each rung is about, the disk
+cache survives corruption and unusable folders, and the CUDA headers are found.
+
+The first run compiles every legal configuration for two architectures (about a
+minute each); later runs in the same cache folder are fast.
+"""
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+from gemmlab.errors import CompileError, HeaderNotFoundError
+from gemmlab.inspect import disassemble, find_disassembler, sass_facts
+from gemmlab.kernels import registry
+from gemmlab.kernels.registry import Problem
+from gemmlab.runtime import compile as rt_compile
+from gemmlab.runtime.compile import compile_module, parse_ptxas_log
+from gemmlab.runtime.headers import REQUIRED, find_cuda_headers
+
+ARCHES = ("sm_80", "sm_90a")
+SPECS = registry.ladder()
+
+needs_nvdisasm = pytest.mark.skipif(find_disassembler() is None,
+                                    reason="nvdisasm not found (pip install 'gemmlab[inspect]')")
+
+
+@pytest.fixture(scope="module")
+def ladder_module():
+    """compile(arch, spec) -> the module with every instantiation of spec, built once per module."""
+    memo = {}
+
+    def get(arch, spec):
+        if (arch, spec.name) not in memo:
+            memo[arch, spec.name] = compile_module(spec.source_path, spec.all_name_expressions(), arch)
+        return memo[arch, spec.name]
+    return get
+
+
+@pytest.fixture(scope="module")
+def ladder_sass(ladder_module):
+    """sass(arch, spec) -> {mangled name: SASS text}."""
+    memo = {}
+
+    def get(arch, spec):
+        if (arch, spec.name) not in memo:
+            memo[arch, spec.name] = disassemble(ladder_module(arch, spec).cubin)
+        return memo[arch, spec.name]
+    return get
+
+
+def static_smem(spec, p):
+    """Bytes of __shared__ arrays each kernel declares (see the .cu files)."""
+    if spec.name in ("naive", "coalesced"):
+        return 0
+    if spec.name == "smem_tiled":
+        return 2 * 4 * p["tile"] ** 2
+    return 4 * p["BK"] * (p["BM"] + p["BN"])
+
+
+# -- every instantiation ----------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_every_instantiation_compiles_without_spills(arch, spec, ladder_module):
+    module = ladder_module(arch, spec)
+    names = spec.all_name_expressions()
+    assert set(module.symbols) == set(names)
+    assert module.cubin[:4] == b"\x7fELF"
+    res = parse_ptxas_log(module.log)
+    assert len(res) == len(names), "ptxas reported a different number of kernels"
+    for p in spec.configurations():
+        for prob in spec.variants:
+            name = spec.name_expression(p, prob)
+            mangled = module.symbols[name]
+            assert mangled in res, f"{name} ({mangled}) missing from the ptxas log"
+            r = res[mangled]
+            assert r.spill_bytes == 0, f"{name} spills {r.spill_bytes} bytes on {arch}"
+            assert r.stack_bytes == 0, f"{name} uses a {r.stack_bytes}-byte stack frame on {arch}"
+            assert 0 < r.registers <= 255, name
+            assert r.smem_bytes == static_smem(spec, p), name
+            assert module.resources(name) == r
+
+
+# -- SASS facts ----------------------------------------------------------------------------
+
+def _default_sass(arch, spec, aligned, ladder_module, ladder_sass):
+    name = spec.name_expression(spec.defaults(), Problem(1024, 1024, 1024, aligned))
+    sass = ladder_sass(arch, spec)
+    mangled = ladder_module(arch, spec).symbols[name]
+    assert mangled in sass, f"nvdisasm output has no section for {name}"
+    return name, sass_facts(sass[mangled])
+
+
+@needs_nvdisasm
+@pytest.mark.parametrize("arch", ARCHES)
+def test_vectorized_uses_128_bit_loads(arch, ladder_module, ladder_sass):
+    spec = registry.get("vectorized")
+    name, facts = _default_sass(arch, spec, True, ladder_module, ladder_sass)
+    assert name.startswith("gemmlab::vectorized<") and name.endswith(", true>")
+    assert facts["LDG.128"] > 0, facts
+    assert facts["LDS.128"] > 0, facts
+    assert facts["STG.128"] > 0, facts
+    assert facts["LDL/STL (local)"] == 0, facts
+
+
+@needs_nvdisasm
+@pytest.mark.parametrize("arch", ARCHES)
+def test_vectorized_scalar_variant_has_no_128_bit_global_loads(arch, ladder_module, ladder_sass):
+    spec = registry.get("vectorized")
+    name, facts = _default_sass(arch, spec, False, ladder_module, ladder_sass)
+    assert name.startswith("gemmlab::vectorized<") and name.endswith(", false>")
+    assert facts["LDG.128"] == 0, facts
+    assert facts["STG.128"] == 0, facts
+    assert facts["LDG.32"] > 0, facts
+    assert facts["LDS.128"] > 0, facts     # shared fragments stay 128-bit
+
+
+@needs_nvdisasm
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("kernel", ["blocktile_2d", "vectorized"])
+def test_register_tiled_kernels_use_ffma(arch, kernel, ladder_module, ladder_sass):
+    spec = registry.get(kernel)
+    for aligned in {True, False} if len(spec.variants) > 1 else {True}:
+        _, facts = _default_sass(arch, spec, aligned, ladder_module, ladder_sass)
+        p = spec.defaults()
+        # The unrolled inner loop alone is BK * TM * TN fused multiply-adds.
+        assert facts["FFMA"] >= p["BK"] * p["TM"] * p["TN"], facts
+
+
+@needs_nvdisasm
+@pytest.mark.parametrize("arch", ARCHES)
+def test_no_local_memory_anywhere(arch, ladder_module, ladder_sass):
+    """No instantiation touches local memory (the SASS side of 'no spills, no stack')."""
+    for spec in SPECS:
+        sass = ladder_sass(arch, spec)
+        module = ladder_module(arch, spec)
+        for name, mangled in module.symbols.items():
+            assert sass_facts(sass[mangled])["LDL/STL (local)"] == 0, name
+
+
+# -- the disk cache ---------------------------------------------------------------------------
+
+NAIVE = registry.get("naive")
+NAIVE_NAMES = ["gemmlab::naive<32>"]
+ARCH = "sm_90a"
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty cache folder that compile_module will use (and forget afterwards)."""
+    folder = tmp_path / "kernel-cache"
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(folder))
+    monkeypatch.setattr(rt_compile, "_cache_by_dir", {})
+    return folder
+
+
+def entry_files(folder: Path) -> list[Path]:
+    return sorted(p for p in (folder / "entries").rglob("*") if p.is_file())
+
+
+def compile_naive(**kw):
+    return compile_module(NAIVE.source_path, NAIVE_NAMES, ARCH, **kw)
+
+
+def compile_quietly(**kw):
+    """compile_naive, failing the test on any warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return compile_naive(**kw)
+
+
+def test_second_compile_comes_from_cache(fresh_cache):
+    first = compile_quietly()
+    assert not first.from_cache
+    assert first.cache_key is not None
+    assert len(entry_files(fresh_cache)) == 3      # cubin, symbol map, log
+    second = compile_quietly()
+    assert second.from_cache
+    assert second.cubin == first.cubin
+    assert second.symbols == first.symbols == {"gemmlab::naive<32>": "_ZN7gemmlab5naiveILi32EEEviiifPKfiS2_ifPfi"}
+    assert second.log == first.log
+    assert second.cache_key == first.cache_key
+    assert parse_ptxas_log(second.log).keys() == parse_ptxas_log(first.log).keys()
+
+
+def test_refresh_and_no_cache_skip_reading(fresh_cache):
+    first = compile_quietly()
+    assert not compile_quietly(refresh=True).from_cache
+    uncached = compile_quietly(use_cache=False)
+    assert not uncached.from_cache and uncached.cache_key is None
+    assert uncached.cubin == first.cubin
+    assert len(entry_files(fresh_cache)) == 3
+
+
+def test_different_instantiations_are_different_entries(fresh_cache):
+    compile_quietly()
+    other = compile_module(registry.get("smem_tiled").source_path, ["gemmlab::smem_tiled<16>"], ARCH)
+    assert not other.from_cache
+    assert len(entry_files(fresh_cache)) == 6
+    assert compile_quietly().from_cache
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty"])
+def test_corrupt_cache_is_rebuilt(fresh_cache, damage):
+    """Every entry overwritten with junk or truncated: dropped with a warning, recompiled, re-stored."""
+    first = compile_quietly()
+    files = entry_files(fresh_cache)
+    assert len(files) == 3
+    for f in files:
+        f.write_bytes(b"\xff\xfe\x00garbage\x80" * 7 if damage == "garbage" else b"")
+    with pytest.warns(RuntimeWarning, match=r"dropping an unreadable cache entry for 01_naive\.cu"):
+        rebuilt = compile_naive()
+    assert not rebuilt.from_cache
+    assert rebuilt.cubin == first.cubin
+    assert rebuilt.symbols == first.symbols
+    assert parse_ptxas_log(rebuilt.log).keys() == {first.symbols["gemmlab::naive<32>"]}
+    again = compile_quietly()
+    assert again.from_cache and again.cubin == first.cubin
+
+
+def _find_entry(folder: Path, content: bytes) -> Path:
+    matches = [f for f in entry_files(folder) if f.read_bytes() == content]
+    assert len(matches) == 1, "expected exactly one cache file with that content"
+    return matches[0]
+
+
+@pytest.mark.parametrize("piece, new_content", [
+    ("symbols", b""),
+    ("symbols", b"\xff\xfe\xfd"),
+    ("symbols", b"{not json"),
+    ("symbols", json.dumps({"gemmlab::naive<16>": "_Z1x"}).encode()),   # a different instantiation
+    ("cubin", b""),
+    ("cubin", b"not an ELF file, but not empty either"),
+])
+def test_damaged_piece_triggers_recompile(fresh_cache, piece, new_content):
+    first = compile_quietly()
+    content = first.cubin if piece == "cubin" else json.dumps(first.symbols).encode()
+    _find_entry(fresh_cache, content).write_bytes(new_content)
+    with pytest.warns(RuntimeWarning, match=r"dropping an unreadable cache entry"):
+        rebuilt = compile_naive()
+    assert not rebuilt.from_cache
+    assert rebuilt.symbols == first.symbols and rebuilt.cubin == first.cubin
+    assert compile_quietly().from_cache
+
+
+def test_missing_piece_is_a_plain_miss(fresh_cache):
+    """A deleted log entry is a cache miss: recompiled and re-stored, no warning."""
+    first = compile_quietly()
+    _find_entry(fresh_cache, first.log.encode()).unlink()
+    rebuilt = compile_quietly()
+    assert not rebuilt.from_cache and rebuilt.cubin == first.cubin
+    assert parse_ptxas_log(rebuilt.log) == parse_ptxas_log(first.log)   # the log also carries timings
+    assert compile_quietly().from_cache
+
+
+def test_read_only_cache_folder_degrades_to_compiling(tmp_path, monkeypatch):
+    folder = tmp_path / "read-only-cache"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("chmod 0o500 does not stop this user from writing (running as root)")
+        monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(folder))
+        monkeypatch.setattr(rt_compile, "_cache_by_dir", {})
+        with pytest.warns(RuntimeWarning, match=r"kernel cache folder .*read-only-cache is not usable"):
+            module = compile_naive()
+        assert not module.from_cache and module.cache_key is None
+        assert module.cubin[:4] == b"\x7fELF"
+        assert list(folder.iterdir()) == []
+        assert not compile_naive().from_cache
+    finally:
+        folder.chmod(0o700)
+
+
+def test_cache_path_that_is_a_file_degrades_to_compiling(tmp_path, monkeypatch):
+    """Same degradation, reachable as root too: GEMMLAB_CACHE_DIR names a regular file."""
+    not_a_folder = tmp_path / "cache-file"
+    not_a_folder.write_bytes(b"not a folder")
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(not_a_folder))
+    monkeypatch.setattr(rt_compile, "_cache_by_dir", {})
+    with pytest.warns(RuntimeWarning, match=r"kernel cache folder .*cache-file is not usable.*GEMMLAB_CACHE_DIR"):
+        module = compile_naive()
+    assert not module.from_cache and module.cache_key is None
+    assert module.symbols == {"gemmlab::naive<32>": "_ZN7gemmlab5naiveILi32EEEviiifPKfiS2_ifPfi"}
+    assert not_a_folder.read_bytes() == b"not a folder"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # warned once per folder, not per compile
+        assert not compile_naive().from_cache
+
+
+def test_cache_that_breaks_after_opening_still_compiles(fresh_cache):
+    """entries/ replaced by a file after the cache opened: writes fail with a warning, the module is fine."""
+    first = compile_quietly()
+    for f in entry_files(fresh_cache):
+        f.unlink()
+    for d in sorted((fresh_cache / "entries").iterdir(), reverse=True):
+        d.rmdir()
+    (fresh_cache / "entries").rmdir()
+    (fresh_cache / "entries").write_bytes(b"")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = compile_naive()
+    assert all(w.category is RuntimeWarning for w in caught), [str(w.message) for w in caught]
+    assert any("could not write the kernel cache" in str(w.message) for w in caught)
+    assert not module.from_cache
+    assert module.cubin == first.cubin and module.symbols == first.symbols
+
+
+# -- compiler errors -------------------------------------------------------------------------
+
+def test_missing_header_is_header_not_found(tmp_path):
+    src = tmp_path / "needs_header.cu"
+    src.write_text('#include <gemmlab_no_such_header.h>\nextern "C" __global__ void k() {}\n')
+    with pytest.raises(HeaderNotFoundError, match=r"(?s)needs_header\.cu for sm_90a: a header was not found"
+                                                   r".*CUDA headers: .*gemmlab_no_such_header\.h"):
+        compile_module(src, (), "sm_90a", use_cache=False)
+
+
+def test_syntax_error_is_compile_error(tmp_path):
+    src = tmp_path / "broken.cu"
+    src.write_text('extern "C" __global__ void k(float* p) { p[0] = undeclared_thing; }\n')
+    with pytest.raises(CompileError, match=r"(?s)NVRTC failed to compile broken\.cu for sm_90a.*undeclared_thing"):
+        compile_module(src, (), "sm_90a", use_cache=False)
+
+
+# -- CUDA header discovery ---------------------------------------------------------------------
+
+@pytest.fixture
+def fresh_header_search():
+    """find_cuda_headers forgets its answer before and after the test."""
+    find_cuda_headers.cache_clear()
+    yield
+    find_cuda_headers.cache_clear()
+
+
+def test_cuda_headers_found():
+    found = find_cuda_headers()
+    assert found.include_dir is not None, found.report()
+    for header in ("mma.h", "crt/mma.h", "cuda_pipeline.h", *REQUIRED):
+        assert (found.include_dir / header).is_file(), header
+    assert found.report().splitlines()[0] == f"CUDA headers: {found.include_dir} ({found.found_via})"
+
+
+TINY = """\
+#include <mma.h>
+#include <cuda_pipeline.h>
+
+template <int N>
+__global__ void tiny(float* out) {
+    __shared__ float s[N];
+    __pipeline_memcpy_async(&s[threadIdx.x], &out[threadIdx.x], sizeof(float));
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    using Acc = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+    out[threadIdx.x] = s[threadIdx.x] + float(sizeof(Acc));
+}
+"""
+
+
+def test_source_using_mma_and_pipeline_headers_compiles(tmp_path):
+    src = tmp_path / "tiny.cu"
+    src.write_text(TINY)
+    module = compile_module(src, ["tiny<32>"], "sm_90a", use_cache=False)
+    assert module.cubin[:4] == b"\x7fELF"
+    mangled = module.symbols["tiny<32>"]
+    res = parse_ptxas_log(module.log)
+    assert mangled in res and res[mangled].smem_bytes == 4 * 32
+
+
+@pytest.mark.parametrize("present, lacking", [
+    (("mma.h", "cuda_pipeline.h"), "cuda_runtime.h, crt/mma.h, cuda_fp16.h"),
+    (("mma.h", "cuda_pipeline.h", "cuda_runtime.h", "cuda_fp16.h"), "crt/mma.h"),   # like CuPy's folder
+], ids=["only-mma-and-pipeline", "all-but-crt"])
+def test_folder_without_crt_mma_is_passed_over(tmp_path, monkeypatch, fresh_header_search, present, lacking):
+    real = find_cuda_headers().include_dir
+    assert real is not None
+    find_cuda_headers.cache_clear()
+    fake = tmp_path / "fake-include"
+    fake.mkdir()
+    for name in present:
+        (fake / name).write_text("// fake\n")
+    monkeypatch.setenv("GEMMLAB_CUDA_INCLUDE", str(fake))
+    found = find_cuda_headers()
+    assert found.include_dir == real
+    assert found.found_via != "GEMMLAB_CUDA_INCLUDE"
+    assert (str(fake), f"lacks {lacking}") in found.rejected
+    assert f"  passed over {fake}: lacks {lacking}" in found.report().splitlines()
+
+
+def test_env_folder_with_every_header_wins(monkeypatch, fresh_header_search):
+    real = find_cuda_headers().include_dir
+    find_cuda_headers.cache_clear()
+    monkeypatch.setenv("GEMMLAB_CUDA_INCLUDE", str(real))
+    found = find_cuda_headers()
+    assert found.include_dir == real
+    assert found.found_via == "GEMMLAB_CUDA_INCLUDE"
+    assert found.rejected == ()
+
+
+def test_env_folder_that_does_not_exist_is_reported(tmp_path, monkeypatch, fresh_header_search):
+    missing = tmp_path / "nowhere"
+    monkeypatch.setenv("GEMMLAB_CUDA_INCLUDE", str(missing))
+    found = find_cuda_headers()
+    assert found.include_dir is not None
+    assert (str(missing), "no such folder") in found.rejected
