@@ -149,7 +149,9 @@ def _options(source: Path, arch: str):
     cuda_inc = find_cuda_headers().include_dir
     if cuda_inc is not None:
         include.append(str(cuda_inc))
-    return ProgramOptions(name=source.name, arch=arch, std="c++17", lineinfo=True,
+    # no_cache: NVRTC 13's own compile cache returns hits with an empty log, which
+    # would lose the ptxas report (registers, spills); gemmlab caches by itself.
+    return ProgramOptions(name=source.name, arch=arch, std="c++17", lineinfo=True, no_cache=True,
                           include_path=include, ptxas_options=list(PTXAS_OPTIONS))
 
 
