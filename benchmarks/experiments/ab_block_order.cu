@@ -1,0 +1,53 @@
+// Experiment (not a rung): does the order in which blocks walk the output tiles
+// matter for the low rungs?  Shipped: tiles numbered row-major (consecutive
+// blocks share rows of A).  Variant: column-major (consecutive blocks share
+// columns of B), as the classic ladder's 2-D grid with blockIdx.x over M does.
+// Otherwise identical to the shipped kernels (same loaders, same bounds checks).
+//
+// ab-variant: gemmlab_exp::coalesced_colmajor block=32x32 tile=32x32
+// ab-variant: gemmlab_exp::smem32_colmajor block=32x32 tile=32x32
+// ab-shipped: coalesced
+// ab-shipped: smem_tiled:tile=32
+#include <gemmlab/common.cuh>
+
+namespace gemmlab_exp {
+using namespace gemmlab;
+
+template <int BM, int BN>
+__device__ __forceinline__ TileOrigin block_tile_origin_colmajor(int M) {
+    const int tiles_m = (M + BM - 1) / BM;
+    return {int(blockIdx.x % tiles_m) * BM, int(blockIdx.x / tiles_m) * BN};
+}
+
+__global__ void __launch_bounds__(1024)
+coalesced_colmajor(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+                   const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+    const TileOrigin tile = block_tile_origin_colmajor<32, 32>(M);
+    const int row = tile.row + threadIdx.y, col = tile.col + threadIdx.x;
+    if (row >= M || col >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k)
+        acc += A[(long long)row * lda + k] * B[(long long)k * ldb + col];
+    store_scaled(&C[(long long)row * ldc + col], acc, alpha, beta);
+}
+
+__global__ void __launch_bounds__(1024)
+smem32_colmajor(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+                const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+    __shared__ float As[32][32];
+    __shared__ float Bs[32][32];
+    const TileOrigin tile = block_tile_origin_colmajor<32, 32>(M);
+    const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 32 + tx;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += 32) {
+        load_tile<32, 32, 32, 1024>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+        load_tile<32, 32, 32, 1024>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < 32; ++k) acc += As[ty][k] * Bs[k][tx];
+        __syncthreads();
+    }
+    const int row = tile.row + ty, col = tile.col + tx;
+    if (row < M && col < N) store_scaled(&C[(long long)row * ldc + col], acc, alpha, beta);
+}
+}  // namespace gemmlab_exp
