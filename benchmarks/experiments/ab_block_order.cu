@@ -4,8 +4,10 @@
 // columns of B), as the classic ladder's 2-D grid with blockIdx.x over M does.
 // Otherwise identical to the shipped kernels (same loaders, same bounds checks).
 //
+// ab-variant: gemmlab_exp::naive_colmajor block=32x32 tile=32x32
 // ab-variant: gemmlab_exp::coalesced_colmajor block=32x32 tile=32x32
 // ab-variant: gemmlab_exp::smem32_colmajor block=32x32 tile=32x32
+// ab-shipped: naive
 // ab-shipped: coalesced
 // ab-shipped: smem_tiled:tile=32
 #include <gemmlab/common.cuh>
@@ -17,6 +19,18 @@ template <int BM, int BN>
 __device__ __forceinline__ TileOrigin block_tile_origin_colmajor(int M) {
     const int tiles_m = (M + BM - 1) / BM;
     return {int(blockIdx.x % tiles_m) * BM, int(blockIdx.x / tiles_m) * BN};
+}
+
+__global__ void __launch_bounds__(1024)
+naive_colmajor(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+               const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+    const TileOrigin tile = block_tile_origin_colmajor<32, 32>(M);
+    const int row = tile.row + threadIdx.x, col = tile.col + threadIdx.y;
+    if (row >= M || col >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k)
+        acc += A[(long long)row * lda + k] * B[(long long)k * ldb + col];
+    store_scaled(&C[(long long)row * ldc + col], acc, alpha, beta);
 }
 
 __global__ void __launch_bounds__(1024)
