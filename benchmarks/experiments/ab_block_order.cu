@@ -15,11 +15,8 @@
 namespace gemmlab_exp {
 using namespace gemmlab;
 
-template <int BM, int BN>
-__device__ __forceinline__ TileOrigin block_tile_origin_colmajor(int M) {
-    const int tiles_m = (M + BM - 1) / BM;
-    return {int(blockIdx.x % tiles_m) * BM, int(blockIdx.x / tiles_m) * BN};
-}
+// block_tile_origin_colmajor was defined here for this experiment; it now
+// lives in common.cuh (naive and coalesced use it since run 14).
 
 __global__ void __launch_bounds__(1024)
 naive_colmajor(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,

@@ -3,6 +3,7 @@
 // the 32 threads of a warp touch 32 different rows of A and of C, each a full
 // row apart: every load and store is a separate memory transaction.  This is
 // the textbook starting point, and the baseline every later rung is measured from.
+// (Blocks are numbered down the columns of C, like rung 2's; common.cuh says why.)
 #include <gemmlab/common.cuh>
 
 namespace gemmlab {
@@ -11,7 +12,7 @@ template <int BLOCK>
 __global__ void __launch_bounds__(BLOCK * BLOCK)
 naive(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
       const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
-    const TileOrigin tile = block_tile_origin<BLOCK, BLOCK>(N);
+    const TileOrigin tile = block_tile_origin_colmajor<BLOCK, BLOCK>(M);
     const int row = tile.row + threadIdx.x;  // consecutive threads: consecutive rows
     const int col = tile.col + threadIdx.y;
     if (row >= M || col >= N) return;

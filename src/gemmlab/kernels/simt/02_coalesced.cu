@@ -11,7 +11,7 @@ template <int BLOCK>
 __global__ void __launch_bounds__(BLOCK * BLOCK)
 coalesced(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
           const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
-    const TileOrigin tile = block_tile_origin<BLOCK, BLOCK>(N);
+    const TileOrigin tile = block_tile_origin_colmajor<BLOCK, BLOCK>(M);
     const int row = tile.row + threadIdx.y;
     const int col = tile.col + threadIdx.x;  // consecutive threads: consecutive columns
     if (row >= M || col >= N) return;

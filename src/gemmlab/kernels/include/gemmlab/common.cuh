@@ -21,6 +21,15 @@ __device__ __forceinline__ TileOrigin block_tile_origin(int N) {
     return {int(blockIdx.x / tiles_n) * BM, int(blockIdx.x % tiles_n) * BN};
 }
 
+// The same numbering down the columns: blocks that run at the same time share
+// columns of B.  Pays for the untiled rungs, whose warps stream B from global
+// memory (it keeps B's columns in L2); the tiled rungs use the row-major order.
+template <int BM, int BN>
+__device__ __forceinline__ TileOrigin block_tile_origin_colmajor(int M) {
+    const int tiles_m = (M + BM - 1) / BM;
+    return {int(blockIdx.x % tiles_m) * BM, int(blockIdx.x / tiles_m) * BN};
+}
+
 // out = alpha * acc + beta * out.  With beta == 0 the old value is never read,
 // so NaN or Inf left in an uninitialised output cannot leak into the result.
 __device__ __forceinline__ void store_scaled(float* out, float acc, float alpha, float beta) {
