@@ -96,6 +96,9 @@ def plot_sweep(records: list[dict], path) -> None:
             if nv:
                 ax.axhline(nv[0], color=line.get_color(), ls="--", lw=1, label=f"{s[0]}^3 naive")
     ax.set_xscale("log", base=2)
+    tiles = sorted({r["params"]["tile"] for r in records if r["kernel"] == "smem_tiled"})
+    ax.set_xticks(tiles)
+    ax.set_xticklabels([str(t) for t in tiles])
     ax.set_xlabel("TILE (threads per block = TILE^2)")
     ax.set_ylabel("TFLOPS")
     ax.set_title(f"TILE_WIDTH sweep, smem_tiled vs naive, {records[0]['gpu']}")

@@ -224,21 +224,19 @@ def register(spec: KernelSpec) -> KernelSpec:
     return spec
 
 
-register(KernelSpec(
-    name="naive", rung=1, family="simt", dtypes=("float32",), source="simt/01_naive.cu",
-    template="gemmlab::naive",
-    description="one thread per output; threadIdx.x walks M, so warps read uncoalesced rows",
-    template_args=lambda p, prob: (_BLOCK32,),
-    geometry=lambda p, prob: Launch(grid=(_tiles(prob, _BLOCK32, _BLOCK32), 1, 1), block=(_BLOCK32, _BLOCK32, 1)),
-))
+def _untiled(name: str, rung: int, description: str) -> KernelSpec:
+    """Rungs 1 and 2: 32 x 32 threads per block, one output each, no tile parameters."""
+    return KernelSpec(
+        name=name, rung=rung, family="simt", dtypes=("float32",), source=f"simt/0{rung}_{name}.cu",
+        template=f"gemmlab::{name}", description=description,
+        template_args=lambda p, prob: (_BLOCK32,),
+        geometry=lambda p, prob: Launch(grid=(_tiles(prob, _BLOCK32, _BLOCK32), 1, 1),
+                                        block=(_BLOCK32, _BLOCK32, 1)),
+    )
 
-register(KernelSpec(
-    name="coalesced", rung=2, family="simt", dtypes=("float32",), source="simt/02_coalesced.cu",
-    template="gemmlab::coalesced",
-    description="one thread per output; threadIdx.x walks N, so a warp reads contiguous memory",
-    template_args=lambda p, prob: (_BLOCK32,),
-    geometry=lambda p, prob: Launch(grid=(_tiles(prob, _BLOCK32, _BLOCK32), 1, 1), block=(_BLOCK32, _BLOCK32, 1)),
-))
+
+register(_untiled("naive", 1, "one thread per output; threadIdx.x walks M, so warps read uncoalesced rows"))
+register(_untiled("coalesced", 2, "one thread per output; threadIdx.x walks N, so a warp reads contiguous memory"))
 
 register(KernelSpec(
     name="smem_tiled", rung=3, family="simt", dtypes=("float32",), source="simt/03_smem_tiled.cu",

@@ -15,10 +15,7 @@ coalesced(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     const int row = tile.row + threadIdx.y;
     const int col = tile.col + threadIdx.x;  // consecutive threads: consecutive columns
     if (row >= M || col >= N) return;
-    float acc = 0.0f;
-    for (int k = 0; k < K; ++k)
-        acc += A[(long long)row * lda + k] * B[(long long)k * ldb + col];
-    store_scaled(&C[(long long)row * ldc + col], acc, alpha, beta);
+    store_scaled(&C[(long long)row * ldc + col], dot_row_col(A, lda, B, ldb, row, col, K), alpha, beta);
 }
 
 }  // namespace gemmlab

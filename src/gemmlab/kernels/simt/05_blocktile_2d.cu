@@ -32,10 +32,7 @@ blocktile_2d(int M, int N, int K, float alpha, const float* __restrict__ A, int 
             for (int i = 0; i < TM; ++i) a_frag[i] = As[trow * TM + i][k];
 #pragma unroll
             for (int j = 0; j < TN; ++j) b_frag[j] = Bs[k][tcol * TN + j];
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] += a_frag[i] * b_frag[j];
+            outer_product_acc(acc, a_frag, b_frag);
         }
         __syncthreads();
     }

@@ -41,10 +41,7 @@ vectorized(int M, int N, int K, float alpha, const float* __restrict__ A, int ld
                 const float4 v = *reinterpret_cast<const float4*>(&Bs[k][tcol * TN + j]);
                 b_frag[j] = v.x; b_frag[j + 1] = v.y; b_frag[j + 2] = v.z; b_frag[j + 3] = v.w;
             }
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] += a_frag[i] * b_frag[j];
+            outer_product_acc(acc, a_frag, b_frag);
         }
         __syncthreads();
     }

@@ -45,6 +45,27 @@ __device__ __forceinline__ void store_scaled4(float* out, float4 acc, float alph
     *reinterpret_cast<float4*>(out) = r;
 }
 
+// Row `row` of A times column `col` of B, straight from global memory: the
+// whole inner loop of the untiled rungs (1 and 2), which differ only in how
+// threads are mapped to (row, col).
+__device__ __forceinline__ float dot_row_col(const float* __restrict__ A, int lda,
+                                            const float* __restrict__ B, int ldb, int row, int col, int K) {
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k)
+        acc += A[(long long)row * lda + k] * B[(long long)k * ldb + col];
+    return acc;
+}
+
+// acc += a (column fragment) x b (row fragment): TM * TN multiply-adds from
+// TM + TN values in registers, the heart of rungs 5 and 6.
+template <int TM, int TN>
+__device__ __forceinline__ void outer_product_acc(float (&acc)[TM][TN], const float (&a)[TM], const float (&b)[TN]) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+}
+
 // Element (row, col) of a row-major matrix, or 0 outside it.  Padding edge tiles
 // with zeros lets them run the same inner loop as interior tiles.
 __device__ __forceinline__ float load_or_zero(const float* __restrict__ m, int ld, int row, int col,
@@ -67,10 +88,17 @@ __device__ __forceinline__ void load_tile(float* smem, const float* __restrict__
     }
 }
 
-// The same copy with 16-byte (float4) global loads and shared stores.  Needs
-// cols % 4 == 0, ld % 4 == 0 and a 16-byte aligned base: then a float4 that
-// starts inside the matrix ends inside it.  The host checks and otherwise
-// launches the scalar variant.
+// Elements (row, col .. col+3) as one 16-byte load, or zeros outside the
+// matrix.  Needs cols % 4 == 0, ld % 4 == 0 and a 16-byte aligned base: then a
+// float4 that starts inside the matrix ends inside it.  The host checks this and
+// otherwise launches a kernel's scalar variant.
+__device__ __forceinline__ float4 load4_or_zero(const float* __restrict__ m, int ld, int row, int col,
+                                                int rows, int cols) {
+    if (row < rows && col < cols) return *reinterpret_cast<const float4*>(&m[(long long)row * ld + col]);
+    return make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// load_tile with 16-byte (float4) global loads and shared stores.
 template <int ROWS, int COLS, int SLD, int THREADS>
 __device__ __forceinline__ void load_tile_vec4(float* smem, const float* __restrict__ g, int ld,
                                                int row0, int col0, int rows, int cols, int tid) {
@@ -80,10 +108,7 @@ __device__ __forceinline__ void load_tile_vec4(float* smem, const float* __restr
     for (int step = 0; step < ROWS * COLS / 4 / THREADS; ++step) {
         const int i = step * THREADS + tid;
         const int r = i / (COLS / 4), c = (i % (COLS / 4)) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (row0 + r < rows && col0 + c < cols)
-            v = *reinterpret_cast<const float4*>(&g[(long long)(row0 + r) * ld + col0 + c]);
-        *reinterpret_cast<float4*>(&smem[r * SLD + c]) = v;
+        *reinterpret_cast<float4*>(&smem[r * SLD + c]) = load4_or_zero(g, ld, row0 + r, col0 + c, rows, cols);
     }
 }
 
@@ -102,9 +127,7 @@ __device__ __forceinline__ void load_tile_transposed(float* smem, const float* _
         for (int step = 0; step < ROWS * COLS / 4 / THREADS; ++step) {
             const int i = step * THREADS + tid;
             const int r = i / (COLS / 4), c = (i % (COLS / 4)) * 4;
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (row0 + r < rows && col0 + c < cols)
-                v = *reinterpret_cast<const float4*>(&g[(long long)(row0 + r) * ld + col0 + c]);
+            const float4 v = load4_or_zero(g, ld, row0 + r, col0 + c, rows, cols);
             smem[(c + 0) * SLD + r] = v.x;
             smem[(c + 1) * SLD + r] = v.y;
             smem[(c + 2) * SLD + r] = v.z;
