@@ -161,14 +161,14 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", **tile_
         aligned = _aligned16([A, B] + ([O] if O is not None else []), [lda, ldb, ldc], [K, N])
     else:   # NumPy inputs run on fresh contiguous (256-byte aligned) GPU copies
         aligned = K % 4 == 0 and N % 4 == 0
-    if kernel != "auto":
-        plan(kernel, M, N, K, aligned16=aligned, **tile_params)  # validation only
-    elif tile_params:
-        plan(kernel, M, N, K, **tile_params)  # raises: tile parameters need a named kernel
+    if kernel == "auto" and tile_params:
+        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
+    p = plan(kernel, M, N, K, aligned16=aligned, **tile_params) if kernel != "auto" else None
 
     device = A.device if A.on_gpu else 0
     gpu = rt_device.gpu_info(device)
-    p = plan(kernel, M, N, K, aligned16=aligned, sm_count=gpu.sm_count, **tile_params)
+    if p is None:   # "auto" needs the GPU's SM count
+        p = plan("auto", M, N, K, aligned16=aligned, sm_count=gpu.sm_count)
 
     if A.on_gpu:
         result = out if out is not None else empty_like_kind(A, (M, N), device)

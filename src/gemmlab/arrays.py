@@ -71,8 +71,9 @@ def describe(obj, name: str) -> Operand:
         raise TypeError(f"{name} must be a CuPy array, a PyTorch CUDA tensor, a NumPy array or "
                         f"another DLPack / CUDA Array Interface array; got {type(obj).__name__}")
     from cuda.core.utils import StridedMemoryView
+    source = obj.detach() if _is_torch(obj) and obj.requires_grad else obj  # same memory; DLPack refuses grad tensors
     try:
-        view = StridedMemoryView.from_any_interface(obj, stream_ptr=-1)
+        view = StridedMemoryView.from_any_interface(source, stream_ptr=-1)
     except Exception as exc:
         raise TypeError(f"{name} ({type(obj).__name__}) could not be read as an array: {exc}") from exc
     shape = tuple(view.shape)

@@ -51,7 +51,15 @@ def reference(a, b, alpha: float = 1.0, beta: float = 0.0, c=None):
 
 
 def magnitude(a, b, alpha: float = 1.0, beta: float = 0.0, c=None):
-    """|alpha| |a| @ |b| + |beta| |c|: the scale of each element's rounding error."""
+    """|alpha| |a| @ |b| + |beta| |c| in float64 (NumPy result): the scale of each
+    element's rounding error.  Computed where the reference is (host or GPU)."""
+    M, K = a.shape
+    if not isinstance(a, np.ndarray) and M * b.shape[1] * K > HOST_REFERENCE_LIMIT:
+        import cupy as cp
+        r = abs(alpha) * (cp.abs(cp.asarray(a, dtype=cp.float64)) @ cp.abs(cp.asarray(b, dtype=cp.float64)))
+        if beta != 0:
+            r += abs(beta) * cp.abs(cp.asarray(c, dtype=cp.float64))
+        return cp.asnumpy(r)
     r = abs(alpha) * (np.abs(_to_host(a)).astype(np.float64) @ np.abs(_to_host(b)).astype(np.float64))
     if beta != 0:
         r += abs(beta) * np.abs(_to_host(c)).astype(np.float64)
@@ -135,8 +143,7 @@ def verify(kernel: str = "auto", M: int = 1000, N: int = 1000, K: int = 1000, *,
     matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel, **tile_params)
     cp.cuda.get_current_stream().synchronize()
     ref = reference(a, b, alpha, beta, c0)
-    scale = magnitude(a, b, alpha, beta, c0) if M * N * K <= HOST_REFERENCE_LIMIT else None
-    err = compare(out, ref, scale)
-    p = plan(kernel, M, N, K, sm_count=gpu_info(0).sm_count, **tile_params)
+    err = compare(out, ref, magnitude(a, b, alpha, beta, c0))
+    p = plan(kernel, M, N, K, sm_count=gpu_info(cp.cuda.Device().id).sm_count, **tile_params)
     return VerifyResult(p.spec.name, p.params, M, N, K, float(alpha), float(beta), dist,
                         err.rel_fro, err.max_rel, err.nonfinite, tol, err.ok(tol))
