@@ -37,7 +37,8 @@ if has profile; then
 fi
 if has extra && [ -n "${GEMMLAB_EXTRA_KERNELS:-}" ]; then
   echo "== extra configurations" | tee -a "$log"
-  timeout 900 gemmlab bench --kernels "$GEMMLAB_EXTRA_KERNELS" ${GEMMLAB_EXTRA_ARGS:-} --sizes "${GEMMLAB_EXTRA_SIZES:-4096,16384x4096x4096}" \
+  # GEMMLAB_EXTRA_KERNELS: space-separated, e.g. "vectorized:BM=64,BN=64 smem_tiled:tile=16"
+  timeout 900 gemmlab bench --kernels $GEMMLAB_EXTRA_KERNELS ${GEMMLAB_EXTRA_ARGS:-} --sizes "${GEMMLAB_EXTRA_SIZES:-4096,16384x4096x4096}" \
     --json "$OUT/extra.json" 2>&1 | tee -a "$log"
 fi
 echo "== done $(date -u +%FT%TZ)" | tee -a "$log"

@@ -101,12 +101,14 @@ def no_gpu_allowed(monkeypatch):
     (["bench", "--kernels", "nosuch"],
      "gemmlab bench: unknown kernel 'nosuch'; known kernels: auto, naive, coalesced, smem_tiled, "
      "blocktile_1d, blocktile_2d, vectorized"),
-    (["bench", "--kernels", "naive,smem_tiled:tile=3"],
+    (["bench", "--kernels", "naive", "smem_tiled:tile=3"],
      "gemmlab bench: tile parameter tile=3 is not legal for kernel 'smem_tiled'"),
-    (["bench", "--kernels", "vectorized:BM=64;BN=64;BK=8;TM=4;TN=4"],
+    (["bench", "--kernels", "vectorized:BM=64,BN=64,BK=8,TM=4,TN=4"],
      "in float4s, must split evenly over the threads"),
     (["bench", "--kernels", "naive", "--sizes", "abc"],
      "gemmlab bench: size 'abc' is not N or MxNxK"),
+    (["bench", "--kernels", "smem_tiled:tile=big"],
+     "gemmlab bench: tile parameter 'tile=big' of 'smem_tiled' must be NAME=INTEGER"),
 ])
 def test_bench_refuses_bad_arguments_before_the_gpu(capsys, no_gpu_allowed, argv, message):
     assert main(argv) == 2
@@ -120,3 +122,10 @@ def test_unknown_command_is_a_usage_error(capsys):
         main(["frobnicate"])
     assert info.value.code == 2
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+def test_kernel_entries_parse_names_and_parameters():
+    from gemmlab.cli import _kernel_entries
+    assert _kernel_entries(["vectorized:BM=64,BN=128", "smem_tiled:tile=16", "naive"], list) == [
+        ("vectorized", {"BM": 64, "BN": 128}), ("smem_tiled", {"tile": 16}), ("naive", {})]
+    assert _kernel_entries(None, lambda: [("x", {})]) == [("x", {})]

@@ -64,14 +64,18 @@ def describe(obj, name: str) -> Operand:
         item = obj.dtype.itemsize
         return Operand(name, obj, "numpy", tuple(obj.shape), tuple(s // item for s in obj.strides),
                        obj.dtype, -1, obj.ctypes.data)
-    if _is_torch(obj) and not obj.is_cuda:
-        raise TypeError(f"{name} is a PyTorch tensor on the {obj.device}; gemmlab reads PyTorch "
-                        f"tensors on a CUDA device (move it with {name}.cuda()) or NumPy arrays")
-    if not (hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__")):
+    source = obj
+    if _is_torch(obj):
+        if not obj.is_cuda:
+            raise TypeError(f"{name} is a PyTorch tensor on the {obj.device}; gemmlab reads PyTorch "
+                            f"tensors on a CUDA device (move it with {name}.cuda()) or NumPy arrays")
+        if obj.requires_grad:   # same memory; PyTorch refuses to export tensors that require grad
+            source = obj.detach()
+    # Look the protocols up on the type: evaluating them can raise (PyTorch does).
+    elif not (hasattr(type(obj), "__cuda_array_interface__") or hasattr(type(obj), "__dlpack__")):
         raise TypeError(f"{name} must be a CuPy array, a PyTorch CUDA tensor, a NumPy array or "
                         f"another DLPack / CUDA Array Interface array; got {type(obj).__name__}")
     from cuda.core.utils import StridedMemoryView
-    source = obj.detach() if _is_torch(obj) and obj.requires_grad else obj  # same memory; DLPack refuses grad tensors
     try:
         view = StridedMemoryView.from_any_interface(source, stream_ptr=-1)
     except Exception as exc:

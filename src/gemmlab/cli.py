@@ -14,17 +14,21 @@ def _sizes(text: str):
     return [parse_size(s) for s in text.split(",") if s.strip()]
 
 
-def _kernel_entries(text: str | None, default):
-    """'vectorized,smem_tiled:tile=16' -> [('vectorized', {}), ('smem_tiled', {'tile': 16})]."""
-    if not text:
+def _kernel_entries(items, default):
+    """['vectorized:BM=64,BN=64', 'smem_tiled:tile=16'] ->
+    [('vectorized', {'BM': 64, 'BN': 64}), ('smem_tiled', {'tile': 16})]."""
+    if not items:
         return default()
     out = []
-    for item in text.split(","):
+    for item in items:
         name, _, rest = item.strip().partition(":")
         params = {}
-        for kv in filter(None, rest.split(";")):
-            k, _, v = kv.partition("=")
-            params[k.strip()] = int(v)
+        for kv in filter(None, rest.split(",")):
+            k, sep, v = kv.partition("=")
+            try:
+                params[k.strip()] = int(v)
+            except ValueError:
+                raise ValueError(f"tile parameter {kv!r} of {name!r} must be NAME=INTEGER") from None
         out.append((name, params))
     return out
 
@@ -139,8 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quiet", action="store_true", help="no progress lines")
 
     p = sub.add_parser("bench", help="time kernels beside cuBLAS SGEMM")
-    p.add_argument("--kernels", help="comma list, params after ':' split by ';' "
-                   "(e.g. 'vectorized:BK=16,smem_tiled:tile=16'); default: every rung")
+    p.add_argument("--kernels", nargs="+", metavar="KERNEL[:P=V,...]",
+                   help="kernels to time, each with optional tile parameters "
+                   "(e.g. --kernels vectorized:BM=64,BN=64 smem_tiled:tile=16); default: every rung")
     p.add_argument("--sizes", help="comma list of N or MxNxK (default 1024,2048,4096,16384x4096x4096)")
     p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"))
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
@@ -155,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("verify", help="compare kernels with an FP64 reference")
-    p.add_argument("--kernels", default="all")
+    p.add_argument("--kernels", default="all", help="comma list of kernel names, or all")
     p.add_argument("--shapes", default="1x1x1,7x13x5,33x65x17,127x129x255,1000,4097x31x129,16x16x4096")
     p.add_argument("--alpha", type=float, default=1.0)
     p.add_argument("--beta", type=float, default=0.0)
@@ -183,6 +188,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:          # e.g. `gemmlab list | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
