@@ -407,3 +407,26 @@ def test_env_folder_that_does_not_exist_is_reported(tmp_path, monkeypatch, fresh
     found = find_cuda_headers()
     assert found.include_dir is not None
     assert (str(missing), "no such folder") in found.rejected
+
+
+def test_headers_split_over_two_folders_are_found_together(tmp_path, monkeypatch, fresh_header_search):
+    """CUDA 12's wheels keep crt/ beside nvcc, away from the runtime headers: a
+    candidate of two folders that together hold every header is accepted, and
+    both go on the include path."""
+    runtime, nvcc = tmp_path / "cuda_runtime" / "include", tmp_path / "cuda_nvcc" / "include"
+    (nvcc / "crt").mkdir(parents=True)
+    runtime.mkdir(parents=True)
+    for name in ("cuda_runtime.h", "mma.h", "cuda_pipeline.h", "cuda_fp16.h"):
+        (runtime / name).write_text("// fake\n")
+    (nvcc / "crt" / "mma.h").write_text("// fake\n")
+    monkeypatch.setenv("GEMMLAB_CUDA_INCLUDE", f"{runtime}{os.pathsep}{nvcc}")
+    found = find_cuda_headers()
+    assert found.found_via == "GEMMLAB_CUDA_INCLUDE"
+    assert found.include_dirs == (runtime, nvcc)
+    assert found.include_dir == runtime
+    assert found.locate("crt/mma.h") == nvcc / "crt" / "mma.h"
+    assert found.report().splitlines()[0] == f"CUDA headers: {runtime} + {nvcc} (GEMMLAB_CUDA_INCLUDE)"
+    # Either folder alone is refused, naming what it lacks.
+    find_cuda_headers.cache_clear()
+    monkeypatch.setenv("GEMMLAB_CUDA_INCLUDE", str(runtime))
+    assert (str(runtime), "lacks crt/mma.h") in find_cuda_headers().rejected

@@ -131,24 +131,20 @@ def _headers_digest() -> bytes:
         if path.is_file():
             h.update(str(path.relative_to(INCLUDE_DIR)).encode())
             h.update(path.read_bytes())
-    cuda_inc = find_cuda_headers().include_dir
-    h.update(str(cuda_inc).encode())
-    if cuda_inc is not None:
-        for name in REQUIRED:
-            try:
-                st = (cuda_inc / name).stat()
-                h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
-            except OSError:
-                h.update(f"{name}:missing".encode())
+    found = find_cuda_headers()
+    for name in REQUIRED:
+        path = found.locate(name)
+        try:
+            st = path.stat()
+            h.update(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode())
+        except (OSError, AttributeError):
+            h.update(f"{name}:missing".encode())
     return h.digest()
 
 
 def _options(source: Path, arch: str):
     from cuda.core import ProgramOptions
-    include = [str(INCLUDE_DIR)]
-    cuda_inc = find_cuda_headers().include_dir
-    if cuda_inc is not None:
-        include.append(str(cuda_inc))
+    include = [str(INCLUDE_DIR)] + [str(d) for d in find_cuda_headers().include_dirs]
     # no_cache: NVRTC 13's own compile cache returns hits with an empty log, which
     # would lose the ptxas report (registers, spills); gemmlab caches by itself.
     return ProgramOptions(name=source.name, arch=arch, std="c++17", lineinfo=True, no_cache=True,
