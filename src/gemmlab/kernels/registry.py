@@ -161,12 +161,6 @@ def _tiles(prob: Problem, bm: int, bn: int) -> int:
 _BLOCK32 = 32  # naive and coalesced: 32 x 32 threads, one output each
 
 
-def _square_block(tile: int):
-    def geometry(p, prob):
-        return Launch(grid=(_tiles(prob, tile, tile), 1, 1), block=(tile, tile, 1))
-    return geometry
-
-
 def _threads_2d(p) -> int:
     return (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
 
@@ -244,7 +238,8 @@ register(KernelSpec(
     description="square TILE x TILE tiles of A and B staged in shared memory",
     params=(TileParam("tile", (2, 4, 8, 16, 32), 32, "edge of the square tile (threads per block = tile^2)"),),
     template_args=lambda p, prob: (p["tile"],),
-    geometry=lambda p, prob: _square_block(p["tile"])(p, prob),
+    geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["tile"], p["tile"]), 1, 1),
+                                    block=(p["tile"], p["tile"], 1)),
 ))
 
 register(KernelSpec(
