@@ -121,14 +121,15 @@ def test_vectorized_scalar_variant_has_no_128_bit_global_loads(arch, ladder_modu
 
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
-@pytest.mark.parametrize("kernel", ["blocktile_2d", "vectorized"])
+@pytest.mark.parametrize("kernel", ["blocktile_2d", "vectorized", "warptile"])
 def test_register_tiled_kernels_use_ffma(arch, kernel, ladder_module, ladder_sass):
     spec = registry.get(kernel)
     for aligned in {True, False} if len(spec.variants) > 1 else {True}:
         _, facts = _default_sass(arch, spec, aligned, ladder_module, ladder_sass)
         p = spec.defaults()
-        # The unrolled inner loop alone is BK * TM * TN fused multiply-adds.
-        assert facts["FFMA"] >= p["BK"] * p["TM"] * p["TN"], facts
+        # The unrolled inner loop alone is BK x (outputs per thread) fused multiply-adds.
+        outputs = p["WM"] * p["WN"] // 32 if kernel == "warptile" else p["TM"] * p["TN"]
+        assert facts["FFMA"] >= p["BK"] * outputs, facts
 
 
 @needs_nvdisasm

@@ -11,7 +11,7 @@ from gemmlab.bench.suites import parse_size
 from gemmlab.kernels import registry
 from gemmlab.kernels.registry import Problem
 
-LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized"]
+LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile"]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
 
@@ -25,7 +25,7 @@ def spec_id(spec):
 def test_kernels_lists_the_ladder_in_rung_order():
     ks = gemmlab.kernels()
     assert [k["name"] for k in ks] == LADDER
-    assert [k["rung"] for k in ks] == [1, 2, 3, 4, 5, 6]
+    assert [k["rung"] for k in ks] == [1, 2, 3, 4, 5, 6, 7]
 
 
 @pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
@@ -52,6 +52,7 @@ def test_kernel_params_per_rung():
         "blocktile_1d": ["BM", "BN", "BK", "TM"],
         "blocktile_2d": ["BM", "BN", "BK", "TM", "TN"],
         "vectorized": ["BM", "BN", "BK", "TM", "TN"],
+        "warptile": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM"],
     }
 
 
@@ -92,6 +93,23 @@ def _independent_checks(name, p):
         if name == "vectorized":
             ok = ok and p["TM"] % 4 == 0 and p["TN"] % 4 == 0 and p["BK"] % 4 == 0
         return ok
+    if name == "warptile":
+        # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
+        # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
+        warps = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"])
+        threads = warps * 32
+        if p["BM"] % p["WM"] or p["BN"] % p["WN"] or not 64 <= threads <= 512:
+            return False
+        outputs_per_thread = p["WM"] * p["WN"] // 32
+        wmiter = outputs_per_thread // (p["TM"] * 4 * p["WNITER"])
+        if wmiter * p["TM"] * 4 * p["WNITER"] != outputs_per_thread or wmiter == 0:
+            return False
+        wsubm, wsubn = p["WM"] / wmiter, p["WN"] / p["WNITER"]
+        return (wsubm == int(wsubm) and wsubn == int(wsubn) and (wsubm / p["TM"]) * (wsubn / 4) == 32
+                and wsubm % p["TM"] == 0 and wsubn % 4 == 0
+                and (p["BM"] * p["BK"] // 4) % threads == 0 and (p["BK"] * p["BN"] // 4) % threads == 0
+                and p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads
+                and 4 * p["BK"] * (p["BM"] + p["BN"]) <= 48 * 1024)
     return p == {}
 
 
@@ -206,7 +224,7 @@ def test_name_expression_without_vec_variant(kernel, params, expected):
         assert spec.name_expression(params, Problem(100, 100, 100, aligned)) == expected
 
 
-@pytest.mark.parametrize("spec", [s for s in SPECS if s.name != "vectorized"], ids=spec_id)
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.name not in ("vectorized", "warptile")], ids=spec_id)
 def test_name_expression_defaults(spec):
     """Default instantiations list the defaults in declaration order (naive/coalesced: the 32 block)."""
     args = ", ".join(str(v) for v in spec.defaults().values()) or "32"
@@ -279,6 +297,7 @@ def test_plan_describe():
 
 # -- launch geometry --------------------------------------------------------------------------
 
+COLUMN_MAJOR_TILES = ("naive", "coalesced")   # the untiled rungs number tiles down the columns
 SIZES = [(1, 1), (7, 13), (31, 33), (64, 64), (127, 129), (128, 128), (129, 257), (1000, 1000),
          (4097, 31), (17, 4099)]
 
@@ -291,6 +310,8 @@ def block_tile(spec, p):
         return p["tile"], p["tile"], 1
     if spec.name == "blocktile_1d":
         return p["BM"], p["BN"], p["TM"]
+    if spec.name == "warptile":
+        return p["BM"], p["BN"], p["WM"] * p["WN"] // 32
     return p["BM"], p["BN"], p["TM"] * p["TN"]
 
 
@@ -301,6 +322,8 @@ def expected_block(spec, p):
         return (p["tile"], p["tile"], 1)
     if spec.name == "blocktile_1d":
         return ((p["BM"] // p["TM"]) * p["BN"], 1, 1)
+    if spec.name == "warptile":
+        return ((p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32, 1, 1)
     return ((p["BM"] // p["TM"]) * (p["BN"] // p["TN"]), 1, 1)
 
 
@@ -312,8 +335,9 @@ def _cases():
 
 @pytest.mark.parametrize("spec, p", list(_cases()))
 def test_launch_covers_every_output(spec, p):
-    """The 1-D grid, numbered row-major over tiles as common.cuh's block_tile_origin
-    does, hits every BM x BN tile of C once, and no block starts outside C."""
+    """The 1-D grid, numbered over tiles as common.cuh's block_tile_origin (row-major)
+    or block_tile_origin_colmajor does, hits every BM x BN tile of C once, and no
+    block starts outside C."""
     BM, BN, per_thread = block_tile(spec, p)
     for M, N in SIZES:
         for aligned in (True, False):
@@ -324,9 +348,12 @@ def test_launch_covers_every_output(spec, p):
             assert threads * per_thread == BM * BN, "threads x outputs per thread must fill the tile"
             assert geo.grid[1:] == (1, 1)
             blocks = geo.grid[0]
-            tiles_n = -(-N // BN)
+            tiles_m, tiles_n = -(-M // BM), -(-N // BN)
             bid = np.arange(blocks)
-            rows0, cols0 = (bid // tiles_n) * BM, (bid % tiles_n) * BN
+            if spec.name in COLUMN_MAJOR_TILES:   # block_tile_origin_colmajor
+                rows0, cols0 = (bid % tiles_m) * BM, (bid // tiles_m) * BN
+            else:                                 # block_tile_origin
+                rows0, cols0 = (bid // tiles_n) * BM, (bid % tiles_n) * BN
             assert (rows0 < M).all() and (cols0 < N).all(), "a block starts outside C"
             origins = set(zip(rows0.tolist(), cols0.tolist()))
             assert len(origins) == blocks, "two blocks share a tile"

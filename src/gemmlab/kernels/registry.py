@@ -291,6 +291,62 @@ register(KernelSpec(
 ))
 
 
+def _warptile_shape(p) -> tuple[int, int, int, int] | None:
+    """(threads, WMITER, WSUBM, WSUBN) for warptile parameters, or None if they do not divide."""
+    tn = 4
+    threads = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32
+    per_iter = 32 * p["TM"] * tn * p["WNITER"]
+    if (p["WM"] * p["WN"]) % per_iter:
+        return None
+    wmiter = p["WM"] * p["WN"] // per_iter
+    if wmiter == 0 or p["WM"] % wmiter or p["WN"] % p["WNITER"]:
+        return None
+    return threads, wmiter, p["WM"] // wmiter, p["WN"] // p["WNITER"]
+
+
+def _warptile_threads(p) -> int:
+    return (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32
+
+
+register(KernelSpec(
+    name="warptile", rung=7, family="simt", dtypes=("float32",), source="simt/07_warptile.cu",
+    template="gemmlab::warptile",
+    description="block tile -> warp tiles -> per-thread TM x 4 subtiles; conflict-free shared reads",
+    params=(
+        TileParam("BM", (64, 128), 128, "rows of C per block"),
+        TileParam("BN", (64, 128), 128, "columns of C per block"),
+        TileParam("BK", (8, 16), 16, "depth of the K slice staged in shared memory per step"),
+        TileParam("WM", (32, 64), 64, "rows of C per warp"),
+        TileParam("WN", (32, 64), 32, "columns of C per warp"),
+        TileParam("WNITER", (1, 2, 4), 2, "warp subtiles along N (WMITER follows from the rest)"),
+        TileParam("TM", (4, 8), 4, "rows per thread subtile (its width is 4: one float4)"),
+    ),
+    constraints=(
+        Constraint("WM must divide BM and WN must divide BN",
+                   lambda p: p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0),
+        Constraint("threads per block, (BM/WM)*(BN/WN)*32, must be between 64 and 512",
+                   lambda p: 64 <= _warptile_threads(p) <= 512),
+        Constraint("a warp tile must split into WMITER x WNITER subtiles of 32 threads' TM x 4 tiles: "
+                   "WM*WN divisible by 32*TM*4*WNITER, and (WSUBM/TM)*(WSUBN/4) == 32",
+                   lambda p: (sh := _warptile_shape(p)) is not None
+                   and sh[2] % p["TM"] == 0 and sh[3] % 4 == 0
+                   and (sh[2] // p["TM"]) * (sh[3] // 4) == 32),
+        Constraint("the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads",
+                   lambda p: (p["BM"] * p["BK"] // 4) % _warptile_threads(p) == 0
+                   and (p["BK"] * p["BN"] // 4) % _warptile_threads(p) == 0),
+        Constraint("each thread may stage at most 16 elements of A and B per K step, "
+                   "(BM*BK + BK*BN)/threads <= 16 (more runs out of registers)",
+                   lambda p: p["BK"] * (p["BM"] + p["BN"]) <= 16 * _warptile_threads(p)),
+        Constraint("shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB", _smem_fits),
+    ),
+    template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["WNITER"], p["TM"],
+                                   prob.aligned16),
+    geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1),
+                                    block=(_warptile_threads(p), 1, 1)),
+    variants=(Problem(1, 1, 1, True), Problem(1, 1, 1, False)),
+))
+
+
 def get(name: str) -> KernelSpec:
     try:
         return SPECS[name]

@@ -31,40 +31,13 @@ vectorized(int M, int N, int K, float alpha, const float* __restrict__ A, int ld
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
-#pragma unroll
-            for (int i = 0; i < TM; i += 4) {
-                const float4 v = *reinterpret_cast<const float4*>(&As[k][trow * TM + i]);
-                a_frag[i] = v.x; a_frag[i + 1] = v.y; a_frag[i + 2] = v.z; a_frag[i + 3] = v.w;
-            }
-#pragma unroll
-            for (int j = 0; j < TN; j += 4) {
-                const float4 v = *reinterpret_cast<const float4*>(&Bs[k][tcol * TN + j]);
-                b_frag[j] = v.x; b_frag[j + 1] = v.y; b_frag[j + 2] = v.z; b_frag[j + 3] = v.w;
-            }
+            load_frag4(a_frag, &As[k][trow * TM]);
+            load_frag4(b_frag, &Bs[k][tcol * TN]);
             outer_product_acc(acc, a_frag, b_frag);
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int row = tile.row + trow * TM + i;
-        if (row >= M) continue;
-#pragma unroll
-        for (int j = 0; j < TN; j += 4) {
-            const int col = tile.col + tcol * TN + j;
-            float* out = &C[(long long)row * ldc + col];
-            if (VEC) {
-                // N % 4 == 0, so a float4 that starts inside the row ends inside it.
-                if (col < N)
-                    store_scaled4(out, make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]),
-                                  alpha, beta);
-            } else {
-#pragma unroll
-                for (int jj = 0; jj < 4; ++jj)
-                    if (col + jj < N) store_scaled(out + jj, acc[i][j + jj], alpha, beta);
-            }
-        }
-    }
+    store_tile<TM, TN, VEC>(C, ldc, tile.row + trow * TM, tile.col + tcol * TN, M, N, acc, alpha, beta);
 }
 
 }  // namespace gemmlab

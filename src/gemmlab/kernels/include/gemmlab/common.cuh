@@ -66,6 +66,45 @@ __device__ __forceinline__ void outer_product_acc(float (&acc)[TM][TN], const fl
         for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
 }
 
+// frag[0 .. N-1] = src[0 .. N-1] with 16-byte shared loads (src 16-byte aligned).
+template <int N>
+__device__ __forceinline__ void load_frag4(float (&frag)[N], const float* src) {
+    static_assert(N % 4 == 0, "fragments are read as float4");
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+        const float4 v = *reinterpret_cast<const float4*>(src + i);
+        frag[i] = v.x; frag[i + 1] = v.y; frag[i + 2] = v.z; frag[i + 3] = v.w;
+    }
+}
+
+// Write a thread's TM x TN register tile to C at (row0, col0): alpha * acc +
+// beta * C, rows and columns outside M x N skipped.  VEC writes float4s (N %
+// 4 == 0 and a 16-byte aligned C, checked by the host); else scalars.
+template <int TM, int TN, bool VEC>
+__device__ __forceinline__ void store_tile(float* __restrict__ C, int ldc, int row0, int col0, int M, int N,
+                                           const float (&acc)[TM][TN], float alpha, float beta) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int row = row0 + i;
+        if (row >= M) continue;
+#pragma unroll
+        for (int j = 0; j < TN; j += 4) {
+            const int col = col0 + j;
+            float* out = &C[(long long)row * ldc + col];
+            if constexpr (VEC) {
+                // N % 4 == 0, so a float4 that starts inside the row ends inside it.
+                if (col < N)
+                    store_scaled4(out, make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]),
+                                  alpha, beta);
+            } else {
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj)
+                    if (col + jj < N) store_scaled(out + jj, acc[i][j + jj], alpha, beta);
+            }
+        }
+    }
+}
+
 // Element (row, col) of a row-major matrix, or 0 outside it.  Padding edge tiles
 // with zeros lets them run the same inner loop as interior tiles.
 __device__ __forceinline__ float load_or_zero(const float* __restrict__ m, int ld, int row, int col,

@@ -1,0 +1,58 @@
+// Rung 7, warptile: one more level of tiling, between the block and the thread.
+// Each warp owns a WM x WN piece of the block tile, and each thread computes
+// WMITER x WNITER small TM x 4 tiles spread over it (warp subtiles WSUBM x
+// WSUBN), instead of one contiguous TM x TN tile.  Two things follow: a warp's
+// shared-memory reads of B cover contiguous 16-byte columns lane by lane (no
+// bank conflicts), and its reads of A are broadcasts within each quarter-warp;
+// and the fragments a thread loads are reused across WMITER x WNITER outer
+// products held in registers.  Tile loads and the epilogue are rung 6's.
+#include <gemmlab/common.cuh>
+
+namespace gemmlab {
+
+template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, bool VEC>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)  // 1: see blocktile_2d
+warptile(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+         const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+    constexpr int TN = 4;                                   // one float4 of columns per subtile
+    constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
+    constexpr int WMITER = (WM * WN) / (32 * TM * TN * WNITER);
+    constexpr int WSUBM = WM / WMITER, WSUBN = WN / WNITER;
+    static_assert((WSUBM / TM) * (WSUBN / TN) == 32, "a warp subtile is 32 threads' tiles");
+    __shared__ __align__(16) float As[BK][BM];  // transposed: As[k][row]
+    __shared__ __align__(16) float Bs[BK][BN];
+    const TileOrigin tile = block_tile_origin<BM, BN>(N);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
+    const int lane_row = (lane / (WSUBN / TN)) * TM, lane_col = (lane % (WSUBN / TN)) * TN;
+    float acc[WMITER][WNITER][TM][TN] = {};
+    float a_frag[WMITER][TM], b_frag[WNITER][TN];
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        load_tile_transposed<BM, BK, BM, THREADS, VEC>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+        if constexpr (VEC)
+            load_tile_vec4<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        else
+            load_tile<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+#pragma unroll
+            for (int wm = 0; wm < WMITER; ++wm) load_frag4(a_frag[wm], &As[k][warp_row + wm * WSUBM + lane_row]);
+#pragma unroll
+            for (int wn = 0; wn < WNITER; ++wn) load_frag4(b_frag[wn], &Bs[k][warp_col + wn * WSUBN + lane_col]);
+#pragma unroll
+            for (int wm = 0; wm < WMITER; ++wm)
+#pragma unroll
+                for (int wn = 0; wn < WNITER; ++wn) outer_product_acc(acc[wm][wn], a_frag[wm], b_frag[wn]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int wm = 0; wm < WMITER; ++wm)
+#pragma unroll
+        for (int wn = 0; wn < WNITER; ++wn)
+            store_tile<TM, TN, VEC>(C, ldc, tile.row + warp_row + wm * WSUBM + lane_row,
+                                    tile.col + warp_col + wn * WSUBN + lane_col, M, N, acc[wm][wn], alpha, beta);
+}
+
+}  // namespace gemmlab
