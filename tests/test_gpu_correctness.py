@@ -24,7 +24,7 @@ def _cases():
               ("vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}),
               ("vectorized", {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4}),
               ("warptile", {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4}),
-              ("warptile", {"BM": 128, "BN": 64, "BK": 16, "WM": 64, "WN": 32, "WNITER": 1, "TM": 8}),
+              ("warptile", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 8}),
               ("auto", {})]
     return cases
 

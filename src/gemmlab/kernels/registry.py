@@ -318,7 +318,7 @@ register(KernelSpec(
         TileParam("BK", (8, 16), 16, "depth of the K slice staged in shared memory per step"),
         TileParam("WM", (32, 64), 64, "rows of C per warp"),
         TileParam("WN", (32, 64), 32, "columns of C per warp"),
-        TileParam("WNITER", (1, 2, 4), 2, "warp subtiles along N (WMITER follows from the rest)"),
+        TileParam("WNITER", (1, 2, 4), 4, "warp subtiles along N (WMITER follows from the rest)"),
         TileParam("TM", (4, 8), 4, "rows per thread subtile (its width is 4: one float4)"),
     ),
     constraints=(
