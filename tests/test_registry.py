@@ -246,39 +246,38 @@ def test_plan_name_expression_follows_alignment():
 
 # -- kernel="auto" -------------------------------------------------------------------------
 
-# api.auto_params: 64x128 tiles when ceil(M/64)*ceil(N/128) >= 4 * sm_count (at least
-# four waves of blocks), else 64x64 tiles (twice as many blocks).
-BIG = {"BM": 64, "BN": 128, "BK": 16, "TM": 8, "TN": 4}
+# api.auto_params: warptile at its defaults when ceil(M/128)*ceil(N/128) >= sm_count (its
+# 128x128 grid fills every SM), else vectorized with 64x64 tiles.
 SMALL = {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
 
 
 @pytest.mark.parametrize("M, N, sm_count, big", [
-    (1536, 3072, 132, True),     # 24*24 = 576 tiles >= 528
-    (1536, 2816, 132, True),     # 24*22 = 528 tiles: exactly four waves
-    (1473, 2817, 132, True),     # ceil: 24*23 = 552 (floor would give 23*22 = 506)
-    (1472, 2816, 132, False),    # 23*22 = 506 tiles
-    (2048, 2048, 132, False),    # 32*16 = 512 tiles: 64x64 measured faster here
+    (1536, 1536, 132, True),     # 12*12 = 144 tiles
+    (1536, 1408, 132, True),     # 12*11 = 132 tiles: exactly one wave
+    (1409, 1409, 132, True),     # ceil: 12*12 = 144 (floor would give 11*11 = 121)
+    (1408, 1408, 132, False),    # 11*11 = 121 tiles
+    (1024, 1024, 132, False),    # 8*8 = 64 tiles: vectorized 64x64 measured faster here
+    (2048, 2048, 132, True),
     (4096, 4096, 132, True),
-    (16384, 4096, 132, True),
-    (32768, 16, 132, False),     # 512*1 tiles < 528
-    (33792, 16, 132, True),      # 528*1 tiles
-    (1, 1, 1, False),            # one tile < four waves on one SM
-    (256, 1, 1, True),           # 4*1 tiles = four waves on one SM
-    (64, 513, 1, True),          # 1*5 tiles: M is cut by 64 and N by 128, not the other way round
-    (513, 64, 1, True),          # 9*1 tiles
-    (64, 384, 1, False),         # 1*3 tiles (cut the other way round: 1*6, which would pass)
-    (192, 128, 1, False),        # 3*1 tiles (cut the other way round: 2*2, which would pass)
+    (16384, 128, 132, False),    # 128*1 tiles < 132
+    (16896, 128, 132, True),     # 132*1 tiles
+    (1, 1, 1, True),             # one tile fills one SM
+    (1, 1, 132, False),
+    (128, 129, 2, True),         # 1*2 tiles
+    (128, 128, 2, False),        # 1*1 tiles < 2 SMs
 ])
-def test_auto_picks_vectorized_tiles_by_wave(M, N, sm_count, big):
+def test_auto_picks_by_wave(M, N, sm_count, big):
     p = gemmlab.plan("auto", M, N, 512, sm_count=sm_count)
-    assert p.spec.name == "vectorized"
-    assert p.params == (BIG if big else SMALL)
-    assert p.name_expression == "gemmlab::vectorized<{BM}, {BN}, {BK}, {TM}, {TN}, true>".format(**p.params)
+    if big:
+        assert p.spec.name == "warptile" and p.params == registry.get("warptile").defaults()
+    else:
+        assert p.spec.name == "vectorized" and p.params == SMALL
+        assert p.name_expression == "gemmlab::vectorized<64, 64, 16, 8, 4, true>"
 
 
 def test_auto_choices_are_legal_configurations():
-    spec = registry.get("vectorized")
-    assert BIG in spec.configurations() and SMALL in spec.configurations()
+    assert SMALL in registry.get("vectorized").configurations()
+    assert registry.get("warptile").defaults() in registry.get("warptile").configurations()
 
 
 def test_auto_follows_alignment():
