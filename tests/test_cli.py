@@ -11,7 +11,8 @@ from gemmlab.inspect import find_disassembler
 from gemmlab.kernels import registry
 from gemmlab.runtime import device as rt_device
 
-KERNELS = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile"]
+KERNELS = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
+           "pipelined"]
 
 
 def test_list_prints_every_kernel(capsys):
@@ -100,7 +101,7 @@ def no_gpu_allowed(monkeypatch):
 @pytest.mark.parametrize("argv, message", [
     (["bench", "--kernels", "nosuch"],
      "gemmlab bench: unknown kernel 'nosuch'; known kernels: auto, naive, coalesced, smem_tiled, "
-     "blocktile_1d, blocktile_2d, vectorized, warptile"),
+     "blocktile_1d, blocktile_2d, vectorized, warptile, pipelined"),
     (["bench", "--kernels", "naive", "smem_tiled:tile=3"],
      "gemmlab bench: tile parameter tile=3 is not legal for kernel 'smem_tiled'"),
     (["bench", "--kernels", "vectorized:BM=64,BN=64,BK=8,TM=4,TN=4"],

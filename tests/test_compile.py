@@ -58,6 +58,8 @@ def static_smem(spec, p):
         return 0
     if spec.name == "smem_tiled":
         return 2 * 4 * p["tile"] ** 2
+    if spec.name == "pipelined":   # STAGES copies; A's rows padded by 4 floats
+        return 4 * p["STAGES"] * (p["BM"] * (p["BK"] + 4) + p["BK"] * p["BN"])
     return 4 * p["BK"] * (p["BM"] + p["BN"])
 
 
@@ -121,14 +123,14 @@ def test_vectorized_scalar_variant_has_no_128_bit_global_loads(arch, ladder_modu
 
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
-@pytest.mark.parametrize("kernel", ["blocktile_2d", "vectorized", "warptile"])
+@pytest.mark.parametrize("kernel", ["blocktile_2d", "vectorized", "warptile", "pipelined"])
 def test_register_tiled_kernels_use_ffma(arch, kernel, ladder_module, ladder_sass):
     spec = registry.get(kernel)
     for aligned in {True, False} if len(spec.variants) > 1 else {True}:
         _, facts = _default_sass(arch, spec, aligned, ladder_module, ladder_sass)
         p = spec.defaults()
         # The unrolled inner loop alone is BK x (outputs per thread) fused multiply-adds.
-        outputs = p["WM"] * p["WN"] // 32 if kernel == "warptile" else p["TM"] * p["TN"]
+        outputs = p["WM"] * p["WN"] // 32 if "WM" in p else p["TM"] * p["TN"]
         assert facts["FFMA"] >= p["BK"] * outputs, facts
 
 

@@ -25,6 +25,8 @@ def _cases():
               ("vectorized", {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4}),
               ("warptile", {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4}),
               ("warptile", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 8}),
+              ("pipelined", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 2}),
+              ("pipelined", {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 4}),
               ("auto", {})]
     return cases
 
@@ -60,7 +62,7 @@ def test_kernel_matches_fp64(case, shape, alpha, beta):
     _check(kernel, params, *shape, alpha, beta, np.random.default_rng())
 
 
-@pytest.mark.parametrize("kernel", ["vectorized", "warptile"])
+@pytest.mark.parametrize("kernel", ["vectorized", "warptile", "pipelined"])
 @pytest.mark.parametrize("shape", [(33, 65, 17), (1000, 1000, 1000), (64, 128, 64)])
 def test_misaligned_input_uses_scalar_path(kernel, shape):
     _check(kernel, {}, *shape, 1.0, 0.0, np.random.default_rng(), misalign=True)
@@ -126,7 +128,7 @@ def test_padded_rows_are_read_through_leading_dimension():
     big = cp.asarray(random_matrix(100, 80, "uniform", rng))
     a = big[:, :37]            # row stride 80, 37 columns
     b = cp.asarray(random_matrix(37, 45, "uniform", rng))
-    for kernel in ("naive", "smem_tiled", "vectorized", "warptile"):
+    for kernel in ("naive", "smem_tiled", "vectorized", "warptile", "pipelined"):
         c = gemmlab.matmul(a, b, kernel=kernel)
         assert compare(c, reference(a, b)).rel_fro <= TOL, kernel
 

@@ -11,7 +11,8 @@ from gemmlab.bench.suites import parse_size
 from gemmlab.kernels import registry
 from gemmlab.kernels.registry import Problem
 
-LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile"]
+LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
+          "pipelined"]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
 
@@ -25,7 +26,7 @@ def spec_id(spec):
 def test_kernels_lists_the_ladder_in_rung_order():
     ks = gemmlab.kernels()
     assert [k["name"] for k in ks] == LADDER
-    assert [k["rung"] for k in ks] == [1, 2, 3, 4, 5, 6, 7]
+    assert [k["rung"] for k in ks] == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 @pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
@@ -53,6 +54,7 @@ def test_kernel_params_per_rung():
         "blocktile_2d": ["BM", "BN", "BK", "TM", "TN"],
         "vectorized": ["BM", "BN", "BK", "TM", "TN"],
         "warptile": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM"],
+        "pipelined": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "STAGES"],
     }
 
 
@@ -74,7 +76,7 @@ def test_defaults_resolve(spec):
     assert spec.resolve({}) == spec.defaults()
 
 
-def _independent_checks(name, p):
+def _independent_checks(name, p, smem=None):
     """The registry's rules, restated from the kernels' sources (not from the Constraint lambdas)."""
     if name == "smem_tiled":
         return p["tile"] ** 2 <= 1024
@@ -93,6 +95,13 @@ def _independent_checks(name, p):
         if name == "vectorized":
             ok = ok and p["TM"] % 4 == 0 and p["TN"] % 4 == 0 and p["BK"] % 4 == 0
         return ok
+    if name == "pipelined":
+        # 08_pipelined.cu: warptile's rules, STAGES copies of A (rows padded by 4) and B in
+        # shared memory, and at most 64 accumulators per thread.
+        warp = {k: v for k, v in p.items() if k != "STAGES"}
+        smem = 4 * p["STAGES"] * (p["BM"] * (p["BK"] + 4) + p["BK"] * p["BN"])
+        return (_independent_checks("warptile", warp, smem=smem) and p["WM"] * p["WN"] <= 2048
+                and p["WNITER"] in (2, 4))
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
         # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
@@ -109,7 +118,7 @@ def _independent_checks(name, p):
                 and wsubm % p["TM"] == 0 and wsubn % 4 == 0
                 and (p["BM"] * p["BK"] // 4) % threads == 0 and (p["BK"] * p["BN"] // 4) % threads == 0
                 and p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads
-                and 4 * p["BK"] * (p["BM"] + p["BN"]) <= 48 * 1024)
+                and (smem if smem is not None else 4 * p["BK"] * (p["BM"] + p["BN"])) <= 48 * 1024)
     return p == {}
 
 
@@ -224,7 +233,8 @@ def test_name_expression_without_vec_variant(kernel, params, expected):
         assert spec.name_expression(params, Problem(100, 100, 100, aligned)) == expected
 
 
-@pytest.mark.parametrize("spec", [s for s in SPECS if s.name not in ("vectorized", "warptile")], ids=spec_id)
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.name not in ("vectorized", "warptile", "pipelined")],
+                         ids=spec_id)
 def test_name_expression_defaults(spec):
     """Default instantiations list the defaults in declaration order (naive/coalesced: the 32 block)."""
     args = ", ".join(str(v) for v in spec.defaults().values()) or "32"
@@ -309,7 +319,7 @@ def block_tile(spec, p):
         return p["tile"], p["tile"], 1
     if spec.name == "blocktile_1d":
         return p["BM"], p["BN"], p["TM"]
-    if spec.name == "warptile":
+    if spec.name in ("warptile", "pipelined"):
         return p["BM"], p["BN"], p["WM"] * p["WN"] // 32
     return p["BM"], p["BN"], p["TM"] * p["TN"]
 
@@ -321,7 +331,7 @@ def expected_block(spec, p):
         return (p["tile"], p["tile"], 1)
     if spec.name == "blocktile_1d":
         return ((p["BM"] // p["TM"]) * p["BN"], 1, 1)
-    if spec.name == "warptile":
+    if spec.name in ("warptile", "pipelined"):
         return ((p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32, 1, 1)
     return ((p["BM"] // p["TM"]) * (p["BN"] // p["TN"]), 1, 1)
 

@@ -308,20 +308,26 @@ def _warptile_threads(p) -> int:
     return (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32
 
 
-register(KernelSpec(
-    name="warptile", rung=7, family="simt", dtypes=("float32",), source="simt/07_warptile.cu",
-    template="gemmlab::warptile",
-    description="block tile -> warp tiles -> per-thread TM x 4 subtiles; conflict-free shared reads",
-    params=(
-        TileParam("BM", (64, 128), 128, "rows of C per block"),
-        TileParam("BN", (64, 128), 128, "columns of C per block"),
-        TileParam("BK", (8, 16), 16, "depth of the K slice staged in shared memory per step"),
-        TileParam("WM", (32, 64), 64, "rows of C per warp"),
-        TileParam("WN", (32, 64), 32, "columns of C per warp"),
-        TileParam("WNITER", (1, 2, 4), 4, "warp subtiles along N (WMITER follows from the rest)"),
-        TileParam("TM", (4, 8), 4, "rows per thread subtile (its width is 4: one float4)"),
-    ),
-    constraints=(
+def _warptile_params(stages: bool, d: dict) -> tuple[TileParam, ...]:
+    """Tile parameters of the warp-tiled rungs; ``d`` holds the rung's defaults."""
+    params = (
+        TileParam("BM", (64, 128), d["BM"], "rows of C per block"),
+        TileParam("BN", (64, 128), d["BN"], "columns of C per block"),
+        TileParam("BK", (8, 16), d["BK"], "depth of the K slice staged in shared memory per step"),
+        TileParam("WM", (32, 64), d["WM"], "rows of C per warp"),
+        TileParam("WN", (32, 64), d["WN"], "columns of C per warp"),
+        TileParam("WNITER", (1, 2, 4) if not stages else (2, 4), d["WNITER"],
+                  "warp subtiles along N (WMITER follows from the rest)"),
+        TileParam("TM", (4, 8), d["TM"], "rows per thread subtile (its width is 4: one float4)"),
+    )
+    if stages:
+        params += (TileParam("STAGES", (2, 3, 4), d["STAGES"],
+                             "K-steps of tiles in shared memory (cp.async in flight)"),)
+    return params
+
+
+def _warptile_constraints(smem_bytes, smem_rule: str) -> tuple[Constraint, ...]:
+    return (
         Constraint("WM must divide BM and WN must divide BN",
                    lambda p: p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0),
         Constraint("threads per block, (BM/WM)*(BN/WN)*32, must be between 64 and 512",
@@ -337,10 +343,38 @@ register(KernelSpec(
         Constraint("each thread may stage at most 16 elements of A and B per K step, "
                    "(BM*BK + BK*BN)/threads <= 16 (more runs out of registers)",
                    lambda p: p["BK"] * (p["BM"] + p["BN"]) <= 16 * _warptile_threads(p)),
-        Constraint("shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB", _smem_fits),
-    ),
+        Constraint(smem_rule, lambda p: smem_bytes(p) <= 48 * 1024),
+    )
+
+
+register(KernelSpec(
+    name="warptile", rung=7, family="simt", dtypes=("float32",), source="simt/07_warptile.cu",
+    template="gemmlab::warptile",
+    description="block tile -> warp tiles -> per-thread TM x 4 subtiles; conflict-free shared reads",
+    # Defaults: the fastest of the 71 legal configurations at 4096^3 on an H200.
+    params=_warptile_params(False, dict(BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=4, TM=4)),
+    constraints=_warptile_constraints(lambda p: 4 * p["BK"] * (p["BM"] + p["BN"]),
+                                      "shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB"),
     template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["WNITER"], p["TM"],
                                    prob.aligned16),
+    geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1),
+                                    block=(_warptile_threads(p), 1, 1)),
+    variants=(Problem(1, 1, 1, True), Problem(1, 1, 1, False)),
+))
+
+register(KernelSpec(
+    name="pipelined", rung=8, family="simt", dtypes=("float32",), source="simt/08_pipelined.cu",
+    template="gemmlab::pipelined",
+    description="warptile with STAGES-deep cp.async global->shared copies overlapping the math",
+    # Defaults: the fastest of the 89 legal configurations at 4096^3 on an H200.
+    params=_warptile_params(True, dict(BM=64, BN=128, BK=8, WM=32, WN=64, WNITER=2, TM=4, STAGES=4)),
+    constraints=_warptile_constraints(
+        lambda p: 4 * p["STAGES"] * (p["BM"] * (p["BK"] + 4) + p["BK"] * p["BN"]),
+        "shared memory, 4*STAGES*(BM*(BK+4) + BK*BN) bytes, must fit in 48 KiB") + (
+        Constraint("at most 64 accumulators per thread, WM*WN/32 <= 64 (the staged fragments "
+                   "of A need registers too)", lambda p: p["WM"] * p["WN"] <= 2048),),
+    template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["WNITER"], p["TM"],
+                                   p["STAGES"], prob.aligned16),
     geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1),
                                     block=(_warptile_threads(p), 1, 1)),
     variants=(Problem(1, 1, 1, True), Problem(1, 1, 1, False)),

@@ -1,0 +1,85 @@
+// Rung 8, pipelined: rung 7's warp tiling with the global loads taken off the
+// critical path.  Tiles move global -> shared with cp.async (no trip through
+// registers), STAGES deep: while the warps compute on the tile of step k, the
+// copies for steps k+1 .. k+STAGES-1 are already in flight, so the load
+// latency that rungs 4-7 wait for at every barrier is hidden behind the math.
+// cp.async cannot transpose, so A stays row-major in shared memory (rows padded
+// by 4 floats) and each thread reads 4 K-steps of a row of A with one 16-byte
+// load; B is read as in rung 7.
+#include <gemmlab/async_copy.cuh>
+
+namespace gemmlab {
+
+template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int STAGES, bool VEC>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)  // 1: see blocktile_2d
+pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
+          const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+    constexpr int TN = 4;
+    constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
+    constexpr int WMITER = (WM * WN) / (32 * TM * TN * WNITER);
+    constexpr int WSUBM = WM / WMITER, WSUBN = WN / WNITER;
+    constexpr int ASLD = BK + 4;   // padded row: 16-byte aligned, rows start on different banks
+    static_assert((WSUBM / TM) * (WSUBN / TN) == 32, "a warp subtile is 32 threads' tiles");
+    static_assert(BK % 4 == 0, "A is read 4 K-steps at a time");
+    __shared__ __align__(16) float As[STAGES][BM][ASLD];
+    __shared__ __align__(16) float Bs[STAGES][BK][BN];
+    const TileOrigin tile = block_tile_origin<BM, BN>(N);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
+    const int lane_row = (lane / (WSUBN / TN)) * TM, lane_col = (lane % (WSUBN / TN)) * TN;
+    const int k_tiles = (K + BK - 1) / BK;
+
+    auto issue = [&](int kt) {   // start the copies of K-step kt into its stage
+        const int s = kt % STAGES;
+        cp_async_tile<BM, BK, ASLD, THREADS, VEC>(&As[s][0][0], A, lda, tile.row, kt * BK, M, K, tid);
+        cp_async_tile<BK, BN, BN, THREADS, VEC>(&Bs[s][0][0], B, ldb, kt * BK, tile.col, K, N, tid);
+    };
+    // Prologue: STAGES-1 steps in flight.  Every step commits a batch (empty
+    // past the end) so that "wait until at most STAGES-2 batches are pending"
+    // always means "step kt has landed".
+#pragma unroll
+    for (int kt = 0; kt < STAGES - 1; ++kt) {
+        if (kt < k_tiles) issue(kt);
+        __pipeline_commit();
+    }
+
+    float acc[WMITER][WNITER][TM][TN] = {};
+    float a4[WMITER][TM][4], a_frag[WMITER][TM], b_frag[WNITER][TN];
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        __pipeline_wait_prior(STAGES - 2);
+        __syncthreads();   // step kt visible to all; everyone is done with step kt-1's stage
+        if (kt + STAGES - 1 < k_tiles) issue(kt + STAGES - 1);   // refills step kt-1's stage
+        __pipeline_commit();
+        const int s = kt % STAGES;
+#pragma unroll
+        for (int k = 0; k < BK; k += 4) {
+#pragma unroll
+            for (int wm = 0; wm < WMITER; ++wm)
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+                    load_frag4(a4[wm][i], &As[s][warp_row + wm * WSUBM + lane_row + i][k]);
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+                for (int wn = 0; wn < WNITER; ++wn)
+                    load_frag4(b_frag[wn], &Bs[s][k + kk][warp_col + wn * WSUBN + lane_col]);
+#pragma unroll
+                for (int wm = 0; wm < WMITER; ++wm) {
+#pragma unroll
+                    for (int i = 0; i < TM; ++i) a_frag[wm][i] = a4[wm][i][kk];
+#pragma unroll
+                    for (int wn = 0; wn < WNITER; ++wn) outer_product_acc(acc[wm][wn], a_frag[wm], b_frag[wn]);
+                }
+            }
+        }
+    }
+    __pipeline_wait_prior(0);
+#pragma unroll
+    for (int wm = 0; wm < WMITER; ++wm)
+#pragma unroll
+        for (int wn = 0; wn < WNITER; ++wn)
+            store_tile<TM, TN, VEC>(C, ldc, tile.row + warp_row + wm * WSUBM + lane_row,
+                                    tile.col + warp_col + wn * WSUBN + lane_col, M, N, acc[wm][wn], alpha, beta);
+}
+
+}  // namespace gemmlab
