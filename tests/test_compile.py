@@ -58,8 +58,8 @@ def static_smem(spec, p):
         return 0
     if spec.name == "smem_tiled":
         return 2 * 4 * p["tile"] ** 2
-    if spec.name == "pipelined":   # STAGES copies; A's rows padded by 4 floats
-        return 4 * p["STAGES"] * (p["BM"] * (p["BK"] + 4) + p["BK"] * p["BN"])
+    if spec.name == "pipelined":   # its stages are in dynamic shared memory
+        return 0
     return 4 * p["BK"] * (p["BM"] + p["BN"])
 
 

@@ -27,6 +27,8 @@ def _cases():
               ("warptile", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 8}),
               ("pipelined", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 2}),
               ("pipelined", {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 4}),
+              # 4 stages of 128x128x16 tiles: 72 KB of dynamic shared memory, above the 48 KB default
+              ("pipelined", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 4}),
               ("auto", {})]
     return cases
 

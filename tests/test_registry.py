@@ -76,7 +76,7 @@ def test_defaults_resolve(spec):
     assert spec.resolve({}) == spec.defaults()
 
 
-def _independent_checks(name, p, smem=None):
+def _independent_checks(name, p, smem=None, smem_limit=48 * 1024):
     """The registry's rules, restated from the kernels' sources (not from the Constraint lambdas)."""
     if name == "smem_tiled":
         return p["tile"] ** 2 <= 1024
@@ -100,8 +100,8 @@ def _independent_checks(name, p, smem=None):
         # shared memory, and at most 64 accumulators per thread.
         warp = {k: v for k, v in p.items() if k != "STAGES"}
         smem = 4 * p["STAGES"] * (p["BM"] * (p["BK"] + 4) + p["BK"] * p["BN"])
-        return (_independent_checks("warptile", warp, smem=smem) and p["WM"] * p["WN"] <= 2048
-                and p["WNITER"] in (2, 4))
+        return (_independent_checks("warptile", warp, smem=smem, smem_limit=96 * 1024)   # dynamic smem
+                and p["WM"] * p["WN"] <= 2048 and p["WNITER"] in (2, 4))
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
         # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
@@ -118,7 +118,7 @@ def _independent_checks(name, p, smem=None):
                 and wsubm % p["TM"] == 0 and wsubn % 4 == 0
                 and (p["BM"] * p["BK"] // 4) % threads == 0 and (p["BK"] * p["BN"] // 4) % threads == 0
                 and p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads
-                and (smem if smem is not None else 4 * p["BK"] * (p["BM"] + p["BN"])) <= 48 * 1024)
+                and (smem if smem is not None else 4 * p["BK"] * (p["BM"] + p["BN"])) <= smem_limit)
     return p == {}
 
 
@@ -405,3 +405,13 @@ def test_parse_size():
 def test_parse_size_rejects(text, msg):
     with pytest.raises(ValueError, match=msg):
         parse_size(text)
+
+
+def test_pipelined_asks_for_its_dynamic_shared_memory():
+    """08_pipelined.cu keeps STAGES tiles of A (rows padded by 4) and B in dynamic shared memory."""
+    spec = registry.get("pipelined")
+    for p in spec.configurations():
+        geo = spec.launch(p, Problem(300, 300, 300, True))
+        assert geo.smem_bytes == 4 * p["STAGES"] * (p["BM"] * (p["BK"] + 4) + p["BK"] * p["BN"])
+        assert geo.smem_bytes <= 96 * 1024
+    assert max(spec.launch(p, Problem(1, 1, 1, True)).smem_bytes for p in spec.configurations()) > 48 * 1024

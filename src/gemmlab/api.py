@@ -13,7 +13,7 @@ from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
 from .runtime import compile as rt_compile
 from .runtime import device as rt_device
-from .runtime.launch import launch
+from .runtime.launch import DEFAULT_DYNAMIC_SMEM, allow_dynamic_smem, launch
 
 SUPPORTED_DTYPES = (np.dtype(np.float32),)
 
@@ -109,6 +109,11 @@ def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int,
     _make_current(gpu.ordinal)
     kernel = rt_compile.load_kernel(p.spec.source_path, p.name_expression, gpu.arch)
     geo = p.spec.launch(p.params, p.problem)
+    if geo.smem_bytes > DEFAULT_DYNAMIC_SMEM:
+        if geo.smem_bytes > gpu.max_smem_per_block_optin:
+            raise ValueError(f"{p.describe()} needs {geo.smem_bytes} bytes of shared memory per block; "
+                             f"{gpu.name} allows {gpu.max_smem_per_block_optin}")
+        allow_dynamic_smem(kernel, geo.smem_bytes, gpu.ordinal)
     pr = p.problem
     launch(kernel, geo.grid, geo.block, geo.smem_bytes, stream,
            np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(alpha),

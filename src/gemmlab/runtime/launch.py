@@ -18,6 +18,25 @@ def stream_from_handle(handle: int):
     return s
 
 
+# Dynamic shared memory a block may use without asking the driver first.
+DEFAULT_DYNAMIC_SMEM = 48 * 1024
+_smem_raised: dict[tuple[int, int], int] = {}
+
+
+def allow_dynamic_smem(kernel, nbytes: int, device: int) -> None:
+    """Raise ``kernel``'s dynamic shared memory limit on ``device`` to ``nbytes``
+    (needed above 48 KB; done once per kernel, device and size)."""
+    key = (int(kernel.handle), device)
+    if nbytes <= DEFAULT_DYNAMIC_SMEM or _smem_raised.get(key, 0) >= nbytes:
+        return
+    from cuda.bindings import driver
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    err, = driver.cuKernelSetAttribute(attr, nbytes, kernel.handle, device)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"could not allow {nbytes} bytes of dynamic shared memory: {err.name}")
+    _smem_raised[key] = nbytes
+
+
 def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args) -> None:
     from cuda.core import LaunchConfig, launch as cc_launch
     config = LaunchConfig(grid=tuple(grid), block=tuple(block), shmem_size=smem_bytes)

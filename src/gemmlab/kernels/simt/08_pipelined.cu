@@ -21,8 +21,9 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     constexpr int ASLD = BK + 4;   // padded row: 16-byte aligned, rows start on different banks
     static_assert((WSUBM / TM) * (WSUBN / TN) == 32, "a warp subtile is 32 threads' tiles");
     static_assert(BK % 4 == 0, "A is read 4 K-steps at a time");
-    __shared__ __align__(16) float As[STAGES][BM][ASLD];
-    __shared__ __align__(16) float Bs[STAGES][BK][BN];
+    extern __shared__ __align__(16) float smem[];
+    float (*As)[BM][ASLD] = reinterpret_cast<float (*)[BM][ASLD]>(smem);                   // [STAGES]
+    float (*Bs)[BK][BN] = reinterpret_cast<float (*)[BK][BN]>(smem + STAGES * BM * ASLD);  // [STAGES]
     const TileOrigin tile = block_tile_origin<BM, BN>(N);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
