@@ -23,11 +23,7 @@ vectorized(int M, int N, int K, float alpha, const float* __restrict__ A, int ld
     float acc[TM][TN] = {};
     float a_frag[TM], b_frag[TN];
     for (int k0 = 0; k0 < K; k0 += BK) {
-        load_tile_transposed<BM, BK, BM, THREADS, VEC>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
-        if constexpr (VEC)
-            load_tile_vec4<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
-        else
-            load_tile<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        load_block_tiles<BM, BN, BK, THREADS, VEC>(As, Bs, A, lda, B, ldb, tile, k0, M, N, K, tid);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < BK; ++k) {

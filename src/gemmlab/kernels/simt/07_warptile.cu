@@ -28,11 +28,7 @@ warptile(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     float acc[WMITER][WNITER][TM][TN] = {};
     float a_frag[WMITER][TM], b_frag[WNITER][TN];
     for (int k0 = 0; k0 < K; k0 += BK) {
-        load_tile_transposed<BM, BK, BM, THREADS, VEC>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
-        if constexpr (VEC)
-            load_tile_vec4<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
-        else
-            load_tile<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        load_block_tiles<BM, BN, BK, THREADS, VEC>(As, Bs, A, lda, B, ldb, tile, k0, M, N, K, tid);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
@@ -47,12 +43,8 @@ warptile(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int wm = 0; wm < WMITER; ++wm)
-#pragma unroll
-        for (int wn = 0; wn < WNITER; ++wn)
-            store_tile<TM, TN, VEC>(C, ldc, tile.row + warp_row + wm * WSUBM + lane_row,
-                                    tile.col + warp_col + wn * WSUBN + lane_col, M, N, acc[wm][wn], alpha, beta);
+    store_warp_subtiles<WMITER, WNITER, WSUBM, WSUBN, TM, TN, VEC>(
+        C, ldc, tile.row + warp_row + lane_row, tile.col + warp_col + lane_col, M, N, acc, alpha, beta);
 }
 
 }  // namespace gemmlab

@@ -75,12 +75,8 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
         }
     }
     __pipeline_wait_prior(0);
-#pragma unroll
-    for (int wm = 0; wm < WMITER; ++wm)
-#pragma unroll
-        for (int wn = 0; wn < WNITER; ++wn)
-            store_tile<TM, TN, VEC>(C, ldc, tile.row + warp_row + wm * WSUBM + lane_row,
-                                    tile.col + warp_col + wn * WSUBN + lane_col, M, N, acc[wm][wn], alpha, beta);
+    store_warp_subtiles<WMITER, WNITER, WSUBM, WSUBN, TM, TN, VEC>(
+        C, ldc, tile.row + warp_row + lane_row, tile.col + warp_col + lane_col, M, N, acc, alpha, beta);
 }
 
 }  // namespace gemmlab

@@ -183,4 +183,32 @@ __device__ __forceinline__ void load_tile_transposed(float* smem, const float* _
     }
 }
 
+// Stage K-step k0 of a block's tiles in shared memory: A transposed (As[k][row],
+// so that a thread's rows of A are read with 16-byte loads) and B as it is
+// (rungs 6 and 7).  VEC selects 16-byte global loads.
+template <int BM, int BN, int BK, int THREADS, bool VEC>
+__device__ __forceinline__ void load_block_tiles(float (&As)[BK][BM], float (&Bs)[BK][BN],
+                                                 const float* __restrict__ A, int lda,
+                                                 const float* __restrict__ B, int ldb, TileOrigin tile,
+                                                 int k0, int M, int N, int K, int tid) {
+    load_tile_transposed<BM, BK, BM, THREADS, VEC>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+    if constexpr (VEC)
+        load_tile_vec4<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+    else
+        load_tile<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+}
+
+// The epilogue of the warp-tiled rungs (7, 8): a thread's WMITER x WNITER
+// subtiles sit WSUBM rows and WSUBN columns apart from (row0, col0).
+template <int WMITER, int WNITER, int WSUBM, int WSUBN, int TM, int TN, bool VEC>
+__device__ __forceinline__ void store_warp_subtiles(float* __restrict__ C, int ldc, int row0, int col0, int M, int N,
+                                                    const float (&acc)[WMITER][WNITER][TM][TN],
+                                                    float alpha, float beta) {
+#pragma unroll
+    for (int wm = 0; wm < WMITER; ++wm)
+#pragma unroll
+        for (int wn = 0; wn < WNITER; ++wn)
+            store_tile<TM, TN, VEC>(C, ldc, row0 + wm * WSUBM, col0 + wn * WSUBN, M, N, acc[wm][wn], alpha, beta);
+}
+
 }  // namespace gemmlab
