@@ -10,8 +10,10 @@ from .api import kernels, matmul, plan
 from .errors import CompileError, GemmlabError, HeaderNotFoundError, NoGPUError
 from .kernels.registry import KernelSpec
 from .verify import verify
+from . import fragments
+from .wmma_ext import compile_with_headers
 
 __version__ = "0.1.0"
 
 __all__ = ["matmul", "kernels", "plan", "verify", "KernelSpec", "GemmlabError", "NoGPUError",
-           "CompileError", "HeaderNotFoundError", "__version__"]
+           "CompileError", "HeaderNotFoundError", "__version__", "fragments", "compile_with_headers"]

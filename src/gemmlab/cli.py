@@ -1,4 +1,4 @@
-"""The ``gemmlab`` command: list, bench, sweep, verify, inspect."""
+"""The ``gemmlab`` command: list, bench, sweep, tune, verify, inspect."""
 
 from __future__ import annotations
 
@@ -61,6 +61,8 @@ def _finish(records, args, plot) -> None:
 
 
 def cmd_bench(args) -> int:
+    if args.suite == "wmma_ext":      # the WMMA fragment lab's experiments (issue 6)
+        return cmd_bench_wmma_ext(args)
     from .api import plan
     from .bench.report import plot_ladder
     from .bench.suites import DEFAULT_SIZES, default_entries, run_suite
@@ -78,6 +80,44 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_bench_wmma_ext(args) -> int:
+    from .bench.report import write_json
+    from .bench.wmma_ext import run, table
+    records = [r.as_dict() for r in run(reps=args.reps, budget_s=args.budget_s, quiet=args.quiet)]
+    print(table(records))
+    if args.json:
+        write_json(records, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def cmd_fragments(args) -> int:
+    from . import fragments as fr
+    kinds = fr.select(args.kinds)
+    if args.analytic:
+        maps = {kd.name: fr.analytic_map(kd, args.arch) for kd in kinds}
+        gpu, arch = f"analytic-{args.arch}", args.arch
+    else:
+        from .runtime.device import gpu_info
+        info = gpu_info(args.device)
+        maps = fr.dump(kinds, device=args.device)
+        gpu, arch = info.name, info.arch
+    failed = 0
+    for kd in kinds:
+        problems = fr.check_map(kd, maps[kd.name])
+        differs = [] if args.analytic else fr.compare(kd, maps[kd.name], fr.analytic_map(kd, arch))
+        failed += bool(problems or differs)
+        status = "ok" if not (problems or differs) else "DIFFERS" if differs else "INCOMPLETE"
+        print(f"{kd.name:36s} {kd.num_elements:2d} slots/lane  {status}"
+              + ("" if args.analytic else "  (vs analytic map)"))
+        for line in problems + differs:
+            print("    " + line)
+    if args.out:
+        path = fr.write_outputs(maps, args.out, gpu=gpu, arch=arch, plots=not args.no_plots)
+        print(f"wrote {args.out}/<kind>.csv{'' if args.no_plots else ', <kind>.png'} and {path}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def cmd_sweep(args) -> int:
     from .bench.report import plot_sweep, sweep_speedups
     from .bench.suites import SWEEP_SIZES, run_suite, sweep_entries
@@ -88,6 +128,27 @@ def cmd_sweep(args) -> int:
     print("\nnaive -> tiled speedup:")
     for line in sweep_speedups([r.as_dict() for r in records]):
         print("  " + line)
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from .tuning import DEFAULT_KERNELS, DEFAULT_SIZES, tune
+    kernels = args.kernels or list(DEFAULT_KERNELS)
+    from .kernels import registry
+    for name in kernels:               # refuse bad names before any GPU time is spent
+        registry.get(name)
+    sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
+    table = tune(kernels, sizes, fresh=args.fresh, jobs=args.jobs, output=args.output, quiet=args.quiet)
+    print(f"{'shape':>18s}  {'cuBLAS ms':>9s}  {'best ms':>8s}  {'%cuBLAS':>7s}  winner")
+    for key, entry in table.shapes.items():
+        best = entry.get("best")
+        if best:
+            pct = 100 * entry["cublas_ms"] / best["ms"] if entry.get("cublas_ms") else float("nan")
+            params = ",".join(f"{k}={v}" for k, v in best["params"].items())
+            print(f"{key:>18s}  {entry.get('cublas_ms') or float('nan'):9.3f}  {best['ms']:8.3f}  {pct:6.1f}%  "
+                  f"{best['kernel']}:{params}")
+        else:
+            print(f"{key:>18s}  no correct candidate")
     return 0
 
 
@@ -151,13 +212,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
     p.add_argument("--all-configs", action="store_true",
                    help="time every legal tile configuration of the kernels named by --kernels")
+    p.add_argument("--suite", default="ladder", choices=("ladder", "wmma_ext"),
+                   help="ladder: kernels beside cuBLAS (default); wmma_ext: the WMMA fragment lab's experiments")
     timing_args(p)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("fragments", help="WMMA fragment maps: which element each lane's x[k] holds (GPU)")
+    p.add_argument("kinds", nargs="*", help="kinds to dump, by name or parts of it (matrix_a, m32n8k16.bf16, "
+                   "accumulator.m16n16k16.f32.row); default: all")
+    p.add_argument("--out", metavar="DIR", help="write <kind>.csv, <kind>.png and fragment_maps_<gpu>.json")
+    p.add_argument("--analytic", action="store_true", help="the analytic maps instead of a GPU dump (no GPU)")
+    p.add_argument("--arch", default="sm_90a", help="with --analytic: sm_80, sm_90 or sm_90a")
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--no-plots", action="store_true")
+    p.set_defaults(func=cmd_fragments)
 
     p = sub.add_parser("sweep", help="the TILE_WIDTH study: smem_tiled with tile 2..32 beside naive")
     p.add_argument("--sizes", help="comma list (default 256,1024,2048,4096)")
     timing_args(p)
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("tune", help="find the fastest correct configuration per shape on this GPU and keep it")
+    p.add_argument("--kernels", nargs="+", metavar="KERNEL",
+                   help="kernels to tune (default: vectorized warptile pipelined)")
+    p.add_argument("--sizes", help="comma list of N or MxNxK (default: the benchmark suite's shapes, "
+                   "square 512..8192 and skinny ones)")
+    p.add_argument("--fresh", action="store_true", help="ignore saved progress and measure everything again")
+    p.add_argument("--jobs", type=int, help="parallel compiler processes (default: one per CPU)")
+    p.add_argument("--output", metavar="PATH", help="write the table here instead of the cache folder")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("verify", help="compare kernels with an FP64 reference")
     p.add_argument("--kernels", default="all", help="comma list of kernel names, or all")
