@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # One call on the GPU machine does it all: install gemmlab, run the whole test
 # suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
-# $OUT (default ./.out).  Usage: scripts/gpu_run.sh [tests|bench|sweep|extra|all]...
+# $OUT (default ./.out).  Usage: scripts/gpu_run.sh [tune|tests|bench|sweep|profile|extra|all]...
+# "tune" runs the autotuner first and copies its table to $OUT/tuned/ (the shipped
+# tables in src/gemmlab/tuned/ come from there); later steps use it.
 set -u
 OUT=${OUT:-$PWD/.out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export GEMMLAB_CACHE_DIR=${GEMMLAB_CACHE_DIR:-/tmp/gemmlab-cache}
+export GEMMLAB_TEST_CACHE_DIR=${GEMMLAB_TEST_CACHE_DIR:-$GEMMLAB_CACHE_DIR}   # tests reuse compiled kernels
 steps=${*:-all}
 log=$OUT/run.log
 has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
@@ -19,6 +22,11 @@ has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
 print('gemmlab', gemmlab.__version__, 'cuda.core', cuda.core.__version__, 'cupy', cupy.__version__); print(f().report())"
 } 2>&1 | tee -a "$log"
 
+if has tune; then
+  echo "== tune" | tee -a "$log"
+  timeout ${TUNE_TIMEOUT:-600} gemmlab tune ${TUNE_ARGS:-} 2>&1 | tee -a "$log"
+  mkdir -p "$OUT/tuned" && cp "$GEMMLAB_CACHE_DIR"/tuned/*.json "$OUT/tuned/" 2>/dev/null
+fi
 if has tests; then
   echo "== tests" | tee -a "$log"
   timeout 900 python3 -m pytest -q -x -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tail -n 40 | tee -a "$log"

@@ -87,6 +87,13 @@ def test_every_instantiation_compiles_without_spills(arch, spec, ladder_module):
             assert module.resources(name) == r
 
 
+@pytest.mark.parametrize("arch", ARCHES)
+def test_splitk_reduce_compiles_without_spills(arch):
+    module = compile_module(registry.SPLITK_REDUCE_SOURCE, (registry.SPLITK_REDUCE_KERNEL,), arch)
+    r = parse_ptxas_log(module.log)[module.symbols[registry.SPLITK_REDUCE_KERNEL]]
+    assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.smem_bytes == 0
+
+
 # -- SASS facts ----------------------------------------------------------------------------
 
 def _default_sass(arch, spec, aligned, ladder_module, ladder_sass):

@@ -29,6 +29,14 @@ def _cases():
               ("pipelined", {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 4}),
               # 4 stages of 128x128x16 tiles: 72 KB of dynamic shared memory, above the 48 KB default
               ("pipelined", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 4}),
+              # 256-wide tiles: 8 warps of 64 x 64, 128 accumulators per thread
+              ("pipelined", {"BM": 256, "BN": 128, "BK": 8, "WM": 64, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 3}),
+              ("pipelined", {"BM": 128, "BN": 256, "BK": 16, "WM": 64, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 2}),
+              # split-K: partial products in a workspace, added by splitk_reduce (16: most splits
+              # of the small shapes are empty and must contribute zeros)
+              ("pipelined", {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3,
+                             "SPLITK": 3}),
+              ("pipelined", {"SPLITK": 16}),
               ("auto", {})]
     return cases
 

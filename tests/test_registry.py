@@ -54,7 +54,7 @@ def test_kernel_params_per_rung():
         "blocktile_2d": ["BM", "BN", "BK", "TM", "TN"],
         "vectorized": ["BM", "BN", "BK", "TM", "TN"],
         "warptile": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM"],
-        "pipelined": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "STAGES"],
+        "pipelined": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "STAGES", "SPLITK"],
     }
 
 
@@ -76,7 +76,7 @@ def test_defaults_resolve(spec):
     assert spec.resolve({}) == spec.defaults()
 
 
-def _independent_checks(name, p, smem=None, smem_limit=48 * 1024):
+def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
     """The registry's rules, restated from the kernels' sources (not from the Constraint lambdas)."""
     if name == "smem_tiled":
         return p["tile"] ** 2 <= 1024
@@ -96,12 +96,16 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024):
             ok = ok and p["TM"] % 4 == 0 and p["TN"] % 4 == 0 and p["BK"] % 4 == 0
         return ok
     if name == "pipelined":
-        # 08_pipelined.cu: warptile's rules, STAGES copies of A (rows padded by 4) and B in
-        # shared memory, and at most 64 accumulators per thread.
-        warp = {k: v for k, v in p.items() if k != "STAGES"}
+        # 08_pipelined.cu: warptile's rules but no tile staging through registers (cp.async),
+        # STAGES copies of A (rows padded by 4) and B in shared memory; 64 accumulators per
+        # thread, or 128 in a block of 256 threads; 256-wide tiles only as 8 warps of 64 x 64.
+        warp = {k: v for k, v in p.items() if k not in ("STAGES", "SPLITK")}
         smem = 4 * p["STAGES"] * (p["BM"] * (p["BK"] + 4) + p["BK"] * p["BN"])
-        return (_independent_checks("warptile", warp, smem=smem, smem_limit=96 * 1024)   # dynamic smem
-                and p["WM"] * p["WN"] <= 2048 and p["WNITER"] in (2, 4))
+        threads = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32 if p["BM"] % p["WM"] == 0 else 0
+        big_ok = max(p["BM"], p["BN"]) < 256 or (p["WM"] == p["WN"] == 64 and threads == 256)
+        return (_independent_checks("warptile", warp, smem=smem, smem_limit=96 * 1024, staged=False)
+                and (p["WM"] * p["WN"] // 32 <= 64 or threads == 256) and big_ok
+                and p["WNITER"] in (2, 4) and p["SPLITK"] in (1, 2, 3, 4, 6, 8, 12, 16))
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
         # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
@@ -117,7 +121,7 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024):
         return (wsubm == int(wsubm) and wsubn == int(wsubn) and (wsubm / p["TM"]) * (wsubn / 4) == 32
                 and wsubm % p["TM"] == 0 and wsubn % 4 == 0
                 and (p["BM"] * p["BK"] // 4) % threads == 0 and (p["BK"] * p["BN"] // 4) % threads == 0
-                and p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads
+                and (not staged or p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads)
                 and (smem if smem is not None else 4 * p["BK"] * (p["BM"] + p["BN"])) <= smem_limit)
     return p == {}
 
@@ -245,7 +249,9 @@ def test_name_expression_defaults(spec):
 def test_all_name_expressions(spec):
     names = spec.all_name_expressions()
     assert len(names) == len(set(names))
-    assert len(names) == len(spec.configurations()) * len(spec.variants)
+    # The split-K factor is a launch shape, not a template argument: one instantiation serves all.
+    compiled = {tuple(v for k, v in c.items() if k != spec.split_k_param) for c in spec.configurations()}
+    assert len(names) == len(compiled) * len(spec.variants)
     assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
 
 
@@ -256,37 +262,50 @@ def test_plan_name_expression_follows_alignment():
 
 # -- kernel="auto" -------------------------------------------------------------------------
 
-# api.auto_params: warptile at its defaults when ceil(M/128)*ceil(N/128) >= sm_count (its
-# 128x128 grid fills every SM), else vectorized with 64x64 tiles.
+# api.auto_params (no tuned table): warptile at its defaults when ceil(M/128)*ceil(N/128) >=
+# sm_count (its 128x128 grid fills every SM); else vectorized with 64x64 tiles, unless those
+# too leave SMs idle and K is long enough for split-K: then pipelined 64x64 with the largest
+# split s (of 1, 2, 3, 4, 6, 8, 12, 16) that keeps s * tiles within two waves and K >= 256 s.
 SMALL = {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
+SPLIT = {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3}
 
 
-@pytest.mark.parametrize("M, N, sm_count, big", [
-    (1536, 1536, 132, True),     # 12*12 = 144 tiles
-    (1536, 1408, 132, True),     # 12*11 = 132 tiles: exactly one wave
-    (1409, 1409, 132, True),     # ceil: 12*12 = 144 (floor would give 11*11 = 121)
-    (1408, 1408, 132, False),    # 11*11 = 121 tiles
-    (1024, 1024, 132, False),    # 8*8 = 64 tiles: vectorized 64x64 measured faster here
-    (2048, 2048, 132, True),
-    (4096, 4096, 132, True),
-    (16384, 128, 132, False),    # 128*1 tiles < 132
-    (16896, 128, 132, True),     # 132*1 tiles
-    (1, 1, 1, True),             # one tile fills one SM
-    (1, 1, 132, False),
-    (128, 129, 2, True),         # 1*2 tiles
-    (128, 128, 2, False),        # 1*1 tiles < 2 SMs
+@pytest.mark.parametrize("M, N, K, sm_count, expect", [
+    (1536, 1536, 512, 132, "big"),     # 12*12 = 144 tiles
+    (1536, 1408, 512, 132, "big"),     # 12*11 = 132 tiles: exactly one wave
+    (1409, 1409, 512, 132, "big"),     # ceil: 12*12 = 144 (floor would give 11*11 = 121)
+    (1408, 1408, 512, 132, "small"),   # 11*11 = 121 tiles; 22*22 = 484 tiles of 64
+    (1024, 1024, 512, 132, "small"),   # 8*8 = 64 tiles: vectorized 64x64 measured faster here
+    (2048, 2048, 512, 132, "big"),
+    (4096, 4096, 4096, 132, "big"),
+    (16384, 128, 512, 132, "small"),   # 128*1 tiles < 132; 256*2 tiles of 64
+    (16896, 128, 512, 132, "big"),     # 132*1 tiles
+    (1, 1, 512, 1, "big"),             # one tile fills one SM
+    (128, 128, 512, 2, "small"),       # 1*1 tiles < 2 SMs; 2*2 tiles of 64
+    (1, 1, 512, 132, 2),               # 1 tile of 64; K = 512 allows a split of 2
+    (1, 1, 511, 132, "small"),         # ... K = 511 does not
+    (64, 8192, 8192, 132, 2),          # 128 tiles of 64: 2 splits stay within 2 waves (264)
+    (8192, 64, 8192, 132, 2),
+    (100, 100, 100000, 132, 16),       # 4 tiles of 64: the largest split
+    (100, 100, 3 * 256, 132, 3),       # K = 768 allows 3
+    (256, 256, 4096, 132, 16),         # 16 tiles: 16 * 16 = 256 <= 264
+    (512, 512, 4096, 132, 4),          # 64 tiles: 4 * 64 = 256 <= 264
 ])
-def test_auto_picks_by_wave(M, N, sm_count, big):
-    p = gemmlab.plan("auto", M, N, 512, sm_count=sm_count)
-    if big:
+def test_auto_heuristic(M, N, K, sm_count, expect):
+    p = gemmlab.plan("auto", M, N, K, sm_count=sm_count)
+    if expect == "big":
         assert p.spec.name == "warptile" and p.params == registry.get("warptile").defaults()
-    else:
+    elif expect == "small":
         assert p.spec.name == "vectorized" and p.params == SMALL
         assert p.name_expression == "gemmlab::vectorized<64, 64, 16, 8, 4, true>"
+    else:
+        assert p.spec.name == "pipelined" and p.params == {**SPLIT, "SPLITK": expect}
 
 
 def test_auto_choices_are_legal_configurations():
     assert SMALL in registry.get("vectorized").configurations()
+    for splits in registry.SPLITK_VALUES:
+        assert {**SPLIT, "SPLITK": splits} in registry.get("pipelined").configurations()
     assert registry.get("warptile").defaults() in registry.get("warptile").configurations()
 
 
@@ -338,7 +357,11 @@ def expected_block(spec, p):
 
 def _cases():
     for spec in SPECS:
-        for p in spec.configurations():
+        configs = spec.configurations()
+        if spec.split_k_param:   # every tile shape unsplit, and the defaults with each split
+            configs = [p for p in configs if p[spec.split_k_param] == 1] + [
+                {**spec.defaults(), spec.split_k_param: s} for s in registry.SPLITK_VALUES if s > 1]
+        for p in configs:
             yield pytest.param(spec, p, id=spec.name + "".join(f"-{k}{v}" for k, v in p.items()))
 
 
@@ -355,7 +378,7 @@ def test_launch_covers_every_output(spec, p):
             threads = math.prod(geo.block)
             assert 0 < threads <= 1024
             assert threads * per_thread == BM * BN, "threads x outputs per thread must fill the tile"
-            assert geo.grid[1:] == (1, 1)
+            assert geo.grid[1:] == (spec.splits(p), 1)   # gridDim.y: blocks per tile (split-K)
             blocks = geo.grid[0]
             tiles_m, tiles_n = -(-M // BM), -(-N // BN)
             bid = np.arange(blocks)

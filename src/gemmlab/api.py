@@ -9,11 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .arrays import Operand, current_stream, describe, empty_like_kind, need_cupy
+from . import tuning
 from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
 from .runtime import compile as rt_compile
 from .runtime import device as rt_device
-from .runtime.launch import DEFAULT_DYNAMIC_SMEM, allow_dynamic_smem, launch
+from .runtime.launch import DEFAULT_DYNAMIC_SMEM, allow_dynamic_smem, launch, stream_from_handle
 
 SUPPORTED_DTYPES = (np.dtype(np.float32),)
 
@@ -58,33 +59,59 @@ def _check_matrix(op: Operand) -> int:
     return rs if rows > 1 else max(cols, 1)
 
 
+def contiguous_aligned16(M: int, N: int, K: int) -> bool:
+    """Whether fresh contiguous (256-byte aligned) M x K, K x N and M x N float32
+    arrays allow the kernels' 16-byte accesses: K and N multiples of 4."""
+    return K % 4 == 0 and N % 4 == 0
+
+
 def _aligned16(ops: list[Operand], lds: list[int], widths: list[int]) -> bool:
     return all(o.ptr % 16 == 0 for o in ops) and all(ld % 4 == 0 for ld in lds) \
         and all(w % 4 == 0 for w in widths)
 
 
 def auto_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
-    """The kernel and tile parameters ``kernel="auto"`` picks (until a tuner exists).
+    """The heuristic ``kernel="auto"`` falls back to on a GPU without a tuned table.
 
     warptile (128x128 block tiles) when its grid fills every SM at least once;
     below that, vectorized with 64x64 tiles, which makes four times as many
-    blocks.  On an H200: warptile 83.0% of cuBLAS at 2048^3 and 83.1% at 4096^3
-    (vectorized 58.6% and 74.2% in the same run); at 1024^3, 64 blocks of
-    warptile reach 44.8% where vectorized 64x64 reaches 72.7%.
+    blocks; when even those leave SMs idle and K is long, pipelined 64x64 with
+    split-K over enough blocks to fill the GPU.  On an H200: warptile 83.0% of
+    cuBLAS at 2048^3 and 83.1% at 4096^3 (vectorized 58.6% and 74.2% in the
+    same run); at 1024^3, 64 blocks of warptile reach 44.8% where vectorized
+    64x64 reaches 72.7%.
     """
     if -(-M // 128) * -(-N // 128) >= sm_count:
         return "warptile", {}
-    return "vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
+    tiles64 = -(-M // 64) * -(-N // 64)
+    splits = max(s for s in registry.SPLITK_VALUES if s == 1 or s * tiles64 <= 2 * sm_count and K >= 256 * s)
+    if tiles64 >= sm_count or splits == 1:
+        return "vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
+    return "pipelined", {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4,
+                         "STAGES": 3, "SPLITK": splits}
 
 
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
-         **tile_params) -> Plan:
-    """Resolve a kernel name and tile parameters for a problem, raising on anything illegal."""
+         gpu_slug: str | None = None, **tile_params) -> Plan:
+    """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
+
+    Without tile parameters, a named kernel (and ``"auto"``) takes the
+    configuration tuned for the nearest shape on this GPU model (``gpu_slug``,
+    see gemmlab.tuning) if there is one; else the kernel's defaults (for
+    ``"auto"``, the heuristic of :func:`auto_params`).
+    """
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
+    if kernel == "auto" and tile_params:
+        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
+    if kernel != "auto":
+        registry.get(kernel)          # an unknown name fails here, tuned table or not
+    if not tile_params and gpu_slug and M and N:
+        table = tuning.load_table(gpu_slug)
+        tuned = table.lookup(kernel, M, N, max(K, 1)) if table else None
+        if tuned:
+            kernel, tile_params = tuned
     if kernel == "auto":
-        if tile_params:
-            raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
         kernel, tile_params = auto_params(M, N, K, sm_count)
     spec = registry.get(kernel)
     params = spec.resolve(tile_params)
@@ -115,9 +142,37 @@ def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int,
                              f"{gpu.name} allows {gpu.max_smem_per_block_optin}")
         allow_dynamic_smem(kernel, geo.smem_bytes, gpu.ordinal)
     pr = p.problem
-    launch(kernel, geo.grid, geo.block, geo.smem_bytes, stream,
-           np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(alpha),
-           A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(beta), C_ptr, np.int32(ldc))
+    splits = p.spec.splits(p.params)
+    if splits == 1:
+        launch(kernel, geo.grid, geo.block, geo.smem_bytes, stream,
+               np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(alpha),
+               A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(beta), C_ptr, np.int32(ldc))
+        return
+    # Split-K: the partial products go to a workspace on the caller's stream
+    # (stream-ordered, so concurrent calls on other streams get their own), then
+    # one more kernel adds them into C with alpha and beta.
+    reduce = rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL, gpu.arch)
+    ws = _workspace(gpu, stream, 4 * splits * pr.M * pr.N, p)
+    try:
+        launch(kernel, geo.grid, geo.block, geo.smem_bytes, stream,
+               np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(1.0),
+               A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(0.0), int(ws.handle), np.int32(pr.N))
+        threads = registry.SPLITK_REDUCE_THREADS
+        launch(reduce, (-(-pr.M * pr.N // threads), 1, 1), (threads, 1, 1), 0, stream,
+               np.int32(pr.M), np.int32(pr.N), np.int32(splits), int(ws.handle), np.float32(alpha),
+               np.float32(beta), C_ptr, np.int32(ldc))
+    finally:
+        ws.close(stream_from_handle(stream))   # freed in stream order, after the reduction
+
+
+def _workspace(gpu: rt_device.GPUInfo, stream: int, nbytes: int, p: Plan):
+    """A stream-ordered device allocation of ``nbytes`` (the split-K partial products)."""
+    from cuda.core import Device
+    try:
+        return Device(gpu.ordinal).allocate(nbytes, stream=stream_from_handle(stream))
+    except Exception as exc:
+        raise MemoryError(f"{p.describe()} needs a split-K workspace of {nbytes / 2**20:.1f} MiB on "
+                          f"{gpu.name} and could not get it ({exc}); use a smaller SPLITK") from exc
 
 
 def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", **tile_params):
@@ -161,19 +216,16 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", **tile_
     elif beta != 0:
         raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "
                          "pass out= or leave beta=0")
-    # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
     if A.on_gpu:
         aligned = _aligned16([A, B] + ([O] if O is not None else []), [lda, ldb, ldc], [K, N])
     else:   # NumPy inputs run on fresh contiguous (256-byte aligned) GPU copies
-        aligned = K % 4 == 0 and N % 4 == 0
-    if kernel == "auto" and tile_params:
-        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
-    p = plan(kernel, M, N, K, aligned16=aligned, **tile_params) if kernel != "auto" else None
-
+        aligned = contiguous_aligned16(M, N, K)
+    # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
+    plan(kernel, M, N, K, aligned16=aligned, **tile_params)
     device = A.device if A.on_gpu else 0
     gpu = rt_device.gpu_info(device)
-    if p is None:   # "auto" needs the GPU's SM count
-        p = plan("auto", M, N, K, aligned16=aligned, sm_count=gpu.sm_count)
+    # Now with the GPU's model and SM count: tuned configurations, or auto's heuristic.
+    p = plan(kernel, M, N, K, aligned16=aligned, sm_count=gpu.sm_count, gpu_slug=gpu.slug, **tile_params)
 
     if A.on_gpu:
         result = out if out is not None else empty_like_kind(A, (M, N), device)

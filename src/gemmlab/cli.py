@@ -1,4 +1,4 @@
-"""The ``gemmlab`` command: list, bench, sweep, verify, inspect."""
+"""The ``gemmlab`` command: list, bench, sweep, tune, verify, inspect."""
 
 from __future__ import annotations
 
@@ -131,6 +131,27 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    from .tuning import DEFAULT_KERNELS, DEFAULT_SIZES, tune
+    kernels = args.kernels or list(DEFAULT_KERNELS)
+    from .kernels import registry
+    for name in kernels:               # refuse bad names before any GPU time is spent
+        registry.get(name)
+    sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
+    table = tune(kernels, sizes, fresh=args.fresh, jobs=args.jobs, output=args.output, quiet=args.quiet)
+    print(f"{'shape':>18s}  {'cuBLAS ms':>9s}  {'best ms':>8s}  {'%cuBLAS':>7s}  winner")
+    for key, entry in table.shapes.items():
+        best = entry.get("best")
+        if best:
+            pct = 100 * entry["cublas_ms"] / best["ms"] if entry.get("cublas_ms") else float("nan")
+            params = ",".join(f"{k}={v}" for k, v in best["params"].items())
+            print(f"{key:>18s}  {entry.get('cublas_ms') or float('nan'):9.3f}  {best['ms']:8.3f}  {pct:6.1f}%  "
+                  f"{best['kernel']}:{params}")
+        else:
+            print(f"{key:>18s}  no correct candidate")
+    return 0
+
+
 def cmd_verify(args) -> int:
     from .kernels import registry
     from .verify import verify
@@ -210,6 +231,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", help="comma list (default 256,1024,2048,4096)")
     timing_args(p)
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("tune", help="find the fastest correct configuration per shape on this GPU and keep it")
+    p.add_argument("--kernels", nargs="+", metavar="KERNEL",
+                   help="kernels to tune (default: vectorized warptile pipelined)")
+    p.add_argument("--sizes", help="comma list of N or MxNxK (default: the benchmark suite's shapes, "
+                   "square 512..8192 and skinny ones)")
+    p.add_argument("--fresh", action="store_true", help="ignore saved progress and measure everything again")
+    p.add_argument("--jobs", type=int, help="parallel compiler processes (default: one per CPU)")
+    p.add_argument("--output", metavar="PATH", help="write the table here instead of the cache folder")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("verify", help="compare kernels with an FP64 reference")
     p.add_argument("--kernels", default="all", help="comma list of kernel names, or all")

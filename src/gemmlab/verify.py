@@ -31,18 +31,20 @@ def random_matrix(rows: int, cols: int, dist: str = "uniform", rng=None) -> np.n
     return x.astype(np.float32)
 
 
-def reference(a, b, alpha: float = 1.0, beta: float = 0.0, c=None):
+def reference(a, b, alpha: float = 1.0, beta: float = 0.0, c=None, *, keep_on_gpu: bool = False):
     """alpha * a @ b + beta * c in float64, on the host (NumPy) or, for large
-    problems with GPU inputs, on the GPU (CuPy, cuBLAS DGEMM).  Returns NumPy."""
+    problems with GPU inputs, on the GPU (CuPy, cuBLAS DGEMM).  Returns NumPy,
+    or with ``keep_on_gpu`` (GPU inputs) a CuPy array that :func:`compare`
+    uses on the GPU -- no copy of the result to the host."""
     M, K = a.shape
     N = b.shape[1]
     on_gpu = not isinstance(a, np.ndarray)
-    if on_gpu and M * N * K > HOST_REFERENCE_LIMIT:
+    if on_gpu and (keep_on_gpu or M * N * K > HOST_REFERENCE_LIMIT):
         import cupy as cp
         r = alpha * (cp.asarray(a, dtype=cp.float64) @ cp.asarray(b, dtype=cp.float64))
         if beta != 0:
             r += beta * cp.asarray(c, dtype=cp.float64)
-        return cp.asnumpy(r)
+        return r if keep_on_gpu else cp.asnumpy(r)
     ha, hb = (_to_host(a).astype(np.float64), _to_host(b).astype(np.float64))
     r = alpha * (ha @ hb)
     if beta != 0:
@@ -86,12 +88,18 @@ class ErrorReport:
         return self.nonfinite == 0 and self.rel_fro <= tol
 
 
-def compare(result, ref: np.ndarray, scale: np.ndarray | None = None) -> ErrorReport:
-    r = _to_host(result).astype(np.float64)
-    bad = int(np.count_nonzero(~np.isfinite(r)))
+def compare(result, ref, scale: np.ndarray | None = None) -> ErrorReport:
+    """Errors of ``result`` against ``ref``: on the host, or on the GPU when
+    ``ref`` is a CuPy array (from ``reference(..., keep_on_gpu=True)``)."""
+    if isinstance(ref, np.ndarray):
+        xp, r = np, _to_host(result).astype(np.float64)
+    else:
+        import cupy as xp
+        r = xp.asarray(result).astype(xp.float64)
+    bad = int(xp.count_nonzero(~xp.isfinite(r)))
     diff = r - ref
-    denom = np.linalg.norm(ref)
-    rel = float(np.linalg.norm(diff) / denom) if denom > 0 else float(np.linalg.norm(diff))
+    denom = float(xp.linalg.norm(ref))
+    rel = float(xp.linalg.norm(diff)) / denom if denom > 0 else float(xp.linalg.norm(diff))
     if bad:
         rel = float("inf")
     max_rel = float("nan")

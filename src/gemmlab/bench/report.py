@@ -13,6 +13,8 @@ def _fmt(v, spec: str, none: str = "-") -> str:
 
 def label(rec: dict, with_params: bool = False) -> str:
     p = rec.get("params") or {}
+    if rec["kernel"] == "auto" and rec.get("note", "").startswith("auto chose "):
+        return "auto:" + rec["note"][len("auto chose "):].split("(")[0]
     if rec["kernel"] == "smem_tiled" and "tile" in p:
         return f"smem_tiled[{p['tile']}]"
     if with_params and p:

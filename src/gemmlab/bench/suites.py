@@ -9,12 +9,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..api import Plan, plan, run_plan
+from ..api import Plan, contiguous_aligned16, plan, run_plan
 from ..kernels import registry
 from ..verify import compare, random_matrix, reference
 from .timing import time_gpu
 
-DEFAULT_SIZES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (16384, 4096, 4096)]
+# Square sizes, a tall one, and skinny ones (short K; few output tiles with a long K).
+DEFAULT_SIZES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
+                 (16384, 4096, 4096), (4096, 4096, 256), (256, 4096, 4096), (8192, 64, 8192),
+                 (64, 8192, 8192)]
 SWEEP_SIZES = [(256, 256, 256), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096)]
 SWEEP_TILES = (2, 4, 8, 16, 32)
 
@@ -58,8 +61,9 @@ def parse_size(text: str) -> tuple[int, int, int]:
 
 
 def default_entries() -> list[tuple[str, dict]]:
-    """Every rung of the FP32 ladder at its default tile parameters."""
-    return [(s.name, {}) for s in registry.ladder("simt")]
+    """Every rung of the FP32 ladder (tuned configuration for the GPU if there is
+    one, else its defaults), then what ``kernel="auto"`` picks."""
+    return [(s.name, {}) for s in registry.ladder("simt")] + [("auto", {})]
 
 
 def _progress(msg: str, quiet: bool) -> None:
@@ -103,7 +107,8 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
                   f"{_tflops(M, N, K, cb.ms):.1f} TFLOPS  ({time.time() - t_start:.0f} s)", quiet)
         rows = []
         for name, params in entries:
-            p: Plan = plan(name, M, N, K, aligned16=True, sm_count=gpu.sm_count, **params)
+            p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K), sm_count=gpu.sm_count,
+                           gpu_slug=gpu.slug, **params)
             c.fill(np.nan)
 
             def ours():
@@ -117,8 +122,8 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
                 err = compare(c, ref).rel_fro
             done += 1
             tf = _tflops(M, N, K, t.ms)
-            rows.append((p, t, tf, err))
-            what = p.describe() if params else p.spec.name
+            rows.append((name, p, t, tf, err))
+            what = f"auto={p.describe()}" if name == "auto" else p.describe() if params else p.spec.name
             if t.skipped:
                 _progress(f"[{done:3d}/{total}] {what:16s} {M}x{N}x{K}: skipped, {t.skipped}", quiet)
             else:
@@ -133,11 +138,12 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
         records.append(Record(gpu.name, "cublas", {}, M, N, K, "float32", cb_ms, cb_tf, cb_ms, cb_tf, 100.0,
                               100.0 * cb_tf / peak if peak else None, cb_err, len(cb.ms_all) + len(cb2.ms_all),
                               note="CuPy matmul -> cuBLAS SGEMM, TF32 off"))
-        for p, t, tf, err in rows:
+        for name, p, t, tf, err in rows:
             records.append(Record(
-                gpu.name, p.spec.name, dict(p.params), M, N, K, "float32", t.ms, tf, cb_ms, cb_tf,
-                100.0 * cb_ms / t.ms if t.ms else None, 100.0 * tf / peak if (peak and tf) else None,
-                err, len(t.ms_all), t.skipped))
+                gpu.name, "auto" if name == "auto" else p.spec.name, dict(p.params), M, N, K, "float32",
+                t.ms, tf, cb_ms, cb_tf, 100.0 * cb_ms / t.ms if t.ms else None,
+                100.0 * tf / peak if (peak and tf) else None, err, len(t.ms_all), t.skipped,
+                note=f"auto chose {p.describe()}" if name == "auto" else ""))
         del a, b, c
         cp.get_default_memory_pool().free_all_blocks()
     return records

@@ -30,14 +30,15 @@ class Timing:
 
 
 def time_gpu(fn, *, l2_bytes: int, reps: int = 20, warmup: int = 2, flush: bool = True,
-             max_run_s: float = 3.0, budget_s: float = 3.0) -> Timing:
+             max_run_s: float = 3.0, budget_s: float = 3.0, cutoff_ms: float | None = None) -> Timing:
     """Time ``fn`` (which only enqueues GPU work on the current stream).
 
     One untimed call first (compilation, module load), then one timed call to
     estimate the cost.  A kernel whose single run exceeds ``max_run_s`` is
     skipped with the reason; otherwise it is repeated up to ``reps`` times
     within ``budget_s`` (at least 3), each after an L2 flush, and the median
-    is reported.
+    is reported.  With ``cutoff_ms`` (the tuner's), a run slower than that is
+    reported after its one timed run: it is out of the race anyway.
     """
     import cupy as cp
     stream = cp.cuda.get_current_stream()
@@ -54,6 +55,8 @@ def time_gpu(fn, *, l2_bytes: int, reps: int = 20, warmup: int = 2, flush: bool 
     first = cp.cuda.get_elapsed_time(start, end)
     if first / 1e3 > max_run_s:
         return Timing(None, [first], skipped=f"one run takes {first / 1e3:.1f} s (> {max_run_s:g} s)")
+    if cutoff_ms is not None and first > cutoff_ms:
+        return Timing(first, [first])
     n = max(3, min(reps, int(budget_s * 1e3 / max(first, 1e-3))))
     for _ in range(max(0, warmup - 1)):
         fn()

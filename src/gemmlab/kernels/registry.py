@@ -67,6 +67,12 @@ class KernelSpec:
     geometry: Callable[[Mapping[str, int], Problem], Launch] = field(default=None)
     # Template-argument sets a problem can select beyond the parameters (e.g. VEC).
     variants: tuple[Problem, ...] = (Problem(1, 1, 1, True),)
+    # The tile parameter that splits K over gridDim.y blocks (partial products go
+    # to a workspace that SPLITK_REDUCE adds into C), if the kernel has one.
+    split_k_param: str | None = None
+
+    def splits(self, params: Mapping[str, int]) -> int:
+        return int(params[self.split_k_param]) if self.split_k_param else 1
 
     @property
     def source_path(self) -> Path:
@@ -309,10 +315,13 @@ def _warptile_threads(p) -> int:
 
 
 def _warptile_params(stages: bool, d: dict) -> tuple[TileParam, ...]:
-    """Tile parameters of the warp-tiled rungs; ``d`` holds the rung's defaults."""
+    """Tile parameters of the warp-tiled rungs; ``d`` holds the rung's defaults.
+    Rung 8 also takes 256-row/column block tiles: its copies need no staging
+    registers, so one block of 256 threads can hold 128 accumulators each."""
+    edges = (64, 128, 256) if stages else (64, 128)
     params = (
-        TileParam("BM", (64, 128), d["BM"], "rows of C per block"),
-        TileParam("BN", (64, 128), d["BN"], "columns of C per block"),
+        TileParam("BM", edges, d["BM"], "rows of C per block"),
+        TileParam("BN", edges, d["BN"], "columns of C per block"),
         TileParam("BK", (8, 16), d["BK"], "depth of the K slice staged in shared memory per step"),
         TileParam("WM", (32, 64), d["WM"], "rows of C per warp"),
         TileParam("WN", (32, 64), d["WN"], "columns of C per warp"),
@@ -321,13 +330,22 @@ def _warptile_params(stages: bool, d: dict) -> tuple[TileParam, ...]:
         TileParam("TM", (4, 8), d["TM"], "rows per thread subtile (its width is 4: one float4)"),
     )
     if stages:
-        params += (TileParam("STAGES", (2, 3, 4), d["STAGES"],
-                             "K-steps of tiles in shared memory (cp.async in flight)"),)
+        params += (
+            TileParam("STAGES", (2, 3, 4), d["STAGES"], "K-steps of tiles in shared memory (cp.async in flight)"),
+            TileParam("SPLITK", SPLITK_VALUES, d["SPLITK"],
+                      "blocks per output tile, each summing a slice of K (split-K, for skinny outputs "
+                      "with long K; >1 adds a reduction kernel and a workspace of SPLITK*M*N floats)"),
+        )
     return params
 
 
-def _warptile_constraints(smem_bytes, smem_rule: str, smem_limit: int = 48 * 1024) -> tuple[Constraint, ...]:
-    return (
+# Split-K factors rung 8 may use; the launch shape, not the compiled code, changes.
+SPLITK_VALUES = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+def _warptile_constraints(smem_bytes, smem_rule: str, smem_limit: int = 48 * 1024,
+                          staged_registers: bool = True) -> tuple[Constraint, ...]:
+    rules = (
         Constraint("WM must divide BM and WN must divide BN",
                    lambda p: p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0),
         Constraint("threads per block, (BM/WM)*(BN/WN)*32, must be between 64 and 512",
@@ -340,11 +358,13 @@ def _warptile_constraints(smem_bytes, smem_rule: str, smem_limit: int = 48 * 102
         Constraint("the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads",
                    lambda p: (p["BM"] * p["BK"] // 4) % _warptile_threads(p) == 0
                    and (p["BK"] * p["BN"] // 4) % _warptile_threads(p) == 0),
-        Constraint("each thread may stage at most 16 elements of A and B per K step, "
-                   "(BM*BK + BK*BN)/threads <= 16 (more runs out of registers)",
-                   lambda p: p["BK"] * (p["BM"] + p["BN"]) <= 16 * _warptile_threads(p)),
         Constraint(smem_rule, lambda p: smem_bytes(p) <= smem_limit),
     )
+    if staged_registers:   # tiles pass through registers on their way to shared memory
+        rules += (Constraint("each thread may stage at most 16 elements of A and B per K step, "
+                             "(BM*BK + BK*BN)/threads <= 16 (more runs out of registers)",
+                             lambda p: p["BK"] * (p["BM"] + p["BN"]) <= 16 * _warptile_threads(p)),)
+    return rules
 
 
 register(KernelSpec(
@@ -377,18 +397,31 @@ register(KernelSpec(
     template="gemmlab::pipelined",
     description="warptile with STAGES-deep cp.async global->shared copies overlapping the math",
     # Defaults: the fastest of the 105 legal configurations at 4096^3 on an H200.
-    params=_warptile_params(True, dict(BM=128, BN=128, BK=16, WM=32, WN=64, WNITER=2, TM=4, STAGES=3)),
+    params=_warptile_params(True, dict(BM=128, BN=128, BK=16, WM=32, WN=64, WNITER=2, TM=4, STAGES=3,
+                                       SPLITK=1)),
     constraints=_warptile_constraints(
         _pipelined_smem, "dynamic shared memory, 4*STAGES*(BM*(BK+4) + BK*BN) bytes, must fit in 96 KiB",
-        PIPELINED_SMEM_LIMIT) + (
-        Constraint("at most 64 accumulators per thread, WM*WN/32 <= 64 (the staged fragments "
-                   "of A need registers too)", lambda p: p["WM"] * p["WN"] <= 2048),),
+        PIPELINED_SMEM_LIMIT, staged_registers=False) + (
+        Constraint("at most 64 accumulators per thread, WM*WN/32 <= 64, except with 256 threads "
+                   "and 64 x 64 warp tiles (128: one such block fills the register file, and its 8 warps "
+                   "keep the SM busy)",
+                   lambda p: p["WM"] * p["WN"] <= 2048 or _warptile_threads(p) == 256),
+        Constraint("a block tile with 256 rows or columns needs 256 threads (8 warps of 64 x 64; "
+                   "others fall short of the registers or the warps)",
+                   lambda p: max(p["BM"], p["BN"]) < 256
+                   or (p["WM"] == p["WN"] == 64 and _warptile_threads(p) == 256)),),
     template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["WNITER"], p["TM"],
                                    p["STAGES"], prob.aligned16),
-    geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1),
+    geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), p["SPLITK"], 1),
                                     block=(_warptile_threads(p), 1, 1), smem_bytes=_pipelined_smem(p)),
     variants=(Problem(1, 1, 1, True), Problem(1, 1, 1, False)),
+    split_k_param="SPLITK",
 ))
+
+# The second half of split-K: adds the SPLITK partial products into C.
+SPLITK_REDUCE_SOURCE = KERNEL_DIR / "simt" / "splitk_reduce.cu"
+SPLITK_REDUCE_KERNEL = "gemmlab::splitk_reduce"
+SPLITK_REDUCE_THREADS = 256
 
 
 def get(name: str) -> KernelSpec:

@@ -259,3 +259,40 @@ def load_kernel(source: Path, name_expression: str, arch: str):
             kernel = module.kernel(name_expression)
         _kernels[memo_key] = kernel
         return kernel
+
+
+def _compile_each(source: str, names: list[str], arch: str) -> int:
+    for name in names:
+        compile_module(Path(source), (name,), arch)
+    return len(names)
+
+
+def precompile(items, arch: str, *, jobs: int | None = None, log=None) -> int:
+    """Compile (source, name expression) pairs into the disk cache, ``jobs``
+    processes at a time (default: one per CPU), skipping those already cached;
+    returns how many were compiled.  What load_kernel later finds in the cache."""
+    cache = _disk_cache()
+    if cache is None:
+        return 0
+    missing = []
+    for source, name in items:
+        key = _cache_key(Path(source).read_text(), Path(source), arch, (name,))
+        try:
+            cache[key]
+        except KeyError:
+            missing.append((str(source), name))
+    if not missing:
+        return 0
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(missing)))
+    chunks = [missing[i::jobs] for i in range(jobs)]
+    work = [(src, [n for s, n in chunk if s == src], arch) for chunk in chunks
+            for src in dict.fromkeys(s for s, _ in chunk)]
+    done = 0
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for n in pool.map(_compile_each, *zip(*work)):
+            done += n
+            if log:
+                log(f"  compiled {done}/{len(missing)}")
+    return done

@@ -6,6 +6,13 @@
 // cp.async cannot transpose, so A stays row-major in shared memory (rows padded
 // by 4 floats) and each thread reads 4 K-steps of a row of A with one 16-byte
 // load; B is read as in rung 7.
+//
+// Split-K: when M x N has too few tiles to fill the GPU (a skinny output with a
+// long K), the host launches gridDim.y > 1 blocks per output tile.  Block y
+// takes the y-th contiguous range of K-steps and writes its partial tile to
+// slice y of a workspace (C + y * M * ldc, alpha = 1, beta = 0); a second
+// kernel (splitk_reduce.cu) adds the slices into C.  gridDim.y == 1 is the
+// plain GEMM: one range covering all of K, slice 0 = C itself.
 #include <gemmlab/async_copy.cuh>
 
 namespace gemmlab {
@@ -28,7 +35,14 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
     const int lane_row = (lane / (WSUBN / TN)) * TM, lane_col = (lane % (WSUBN / TN)) * TN;
-    const int k_tiles = (K + BK - 1) / BK;
+    const int k_tiles_all = (K + BK - 1) / BK;
+    const int per_split = (k_tiles_all + gridDim.y - 1) / gridDim.y;
+    const int kt_begin = blockIdx.y * per_split;
+    const int k_tiles = max(0, min(per_split, k_tiles_all - kt_begin));   // K-steps of this block
+    A += kt_begin * BK;                                                  // column kt_begin * BK of A
+    B += (long long)kt_begin * BK * ldb;                                 // row kt_begin * BK of B
+    K -= kt_begin * BK;                                                  // zero-fill stops at the real end
+    C += (long long)blockIdx.y * M * ldc;                                // this split's slice
 
     auto issue = [&](int kt) {   // start the copies of K-step kt into its stage
         const int s = kt % STAGES;

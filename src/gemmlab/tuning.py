@@ -1,0 +1,339 @@
+"""The autotuner and the tuned-configuration tables it writes.
+
+``gemmlab tune`` (or :func:`tune`) takes each shape of a suite, runs every
+candidate configuration of the chosen kernels once on poisoned output and
+compares it with an FP64 reference -- a candidate that computes wrongly is
+recorded as such and can never win -- then times the correct ones with the
+benchmark harness, and keeps the fastest per kernel and overall.
+
+Progress is saved as it goes (``<cache>/tuned/<gpu>.progress.json``), so an
+interrupted run resumes where it stopped when started again with the same
+command; the saved timings are dropped when a kernel source changes.  The
+winners go to ``<cache>/tuned/<gpu>.json``.  The package ships tables measured
+on H100 and H200 (``gemmlab/tuned/``); a user's own table overrides them shape
+by shape.  A table answers "which configuration for this shape" with the tuned
+shape nearest to it (in log2 M, log2 N, log2 K).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .kernels import registry
+from .kernels.registry import KERNEL_DIR, KernelSpec
+from .runtime.compile import cache_dir
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "tuned"
+
+DEFAULT_KERNELS = ("vectorized", "warptile", "pipelined")
+DEFAULT_SIZES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+                 (8192, 8192, 8192), (16384, 4096, 4096), (4096, 4096, 256), (256, 4096, 4096),
+                 (8192, 64, 8192), (64, 8192, 8192)]
+SCREEN_REPS = 3        # timed runs per candidate in the first pass
+FINAL_REPS = 10        # timed runs for the finalists
+FINALISTS = 4          # per kernel and shape
+CUTOFF = 1.3           # a candidate this much slower than the best so far gets one timed run
+TOLERANCE = 1e-5       # relative Frobenius error vs FP64 a candidate must meet
+
+
+def shape_key(M: int, N: int, K: int) -> str:
+    return f"{M}x{N}x{K}"
+
+
+def parse_shape_key(key: str) -> tuple[int, int, int]:
+    M, N, K = (int(v) for v in key.split("x"))
+    return M, N, K
+
+
+def candidate_key(kernel: str, params: dict) -> str:
+    return kernel + ":" + ",".join(f"{k}={v}" for k, v in params.items())
+
+
+def sources_digest() -> str:
+    """A digest of every kernel source and header: timings of other code are stale."""
+    h = hashlib.sha256()
+    for path in sorted(KERNEL_DIR.rglob("*")):
+        if path.suffix in (".cu", ".cuh"):
+            h.update(path.relative_to(KERNEL_DIR).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+# -- the search space ---------------------------------------------------------
+
+def candidates(spec: KernelSpec, M: int, N: int, K: int, sm_count: int) -> list[dict]:
+    """The configurations of ``spec`` worth timing at M x N x K: every legal tile
+    configuration, and split-K factors only where they can help -- when the
+    output has fewer tiles than the GPU has SMs, up to about two waves of
+    blocks, with at least four K-steps per split."""
+    out = []
+    for cfg in spec.configurations():
+        s = spec.splits(cfg)
+        if s > 1:
+            tiles = -(-M // cfg["BM"]) * -(-N // cfg["BN"])
+            if tiles >= sm_count or tiles * s > 2 * sm_count + tiles or -(-K // cfg["BK"]) < 4 * s:
+                continue
+        out.append(cfg)
+    return out
+
+
+# -- tables -------------------------------------------------------------------
+
+@dataclass
+class TunedTable:
+    """Winners per shape: ``shapes[shape_key] = {"best": {...}, "kernels": {name: {...}}}``,
+    each winner ``{"kernel", "params", "ms", "tflops"}`` plus ``"cublas_ms"`` per shape."""
+
+    gpu: str
+    shapes: dict
+    source: str = ""
+
+    def lookup(self, kernel: str, M: int, N: int, K: int) -> tuple[str, dict] | None:
+        """(kernel, params) tuned for the nearest shape; ``kernel="auto"`` takes the
+        overall winner.  None if no tuned shape has that kernel."""
+        best, best_d = None, math.inf
+        for key, entry in self.shapes.items():
+            win = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)
+            if not win:
+                continue
+            m, n, k = parse_shape_key(key)
+            d = abs(math.log2(M / m)) + abs(math.log2(N / n)) + abs(math.log2(K / k))
+            if d < best_d:
+                best, best_d = win, d
+        return (best["kernel"], dict(best["params"])) if best else None
+
+    def to_json(self) -> dict:
+        return {"gpu": self.gpu, "gemmlab_sources": sources_digest(), "shapes": self.shapes}
+
+
+def user_table_path(slug: str) -> Path:
+    return cache_dir() / "tuned" / f"{slug}.json"
+
+
+def progress_path(slug: str) -> Path:
+    return cache_dir() / "tuned" / f"{slug}.progress.json"
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        import warnings
+        warnings.warn(f"gemmlab: ignoring unreadable tuning file {path} ({exc})", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def _valid_winner(win) -> bool:
+    """A stored winner whose kernel and parameters this version still accepts."""
+    try:
+        registry.get(win["kernel"]).resolve(win["params"])
+        return True
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(slug: str) -> TunedTable | None:
+    """The shipped table for this GPU model, overridden shape by shape by the
+    user's own (from ``gemmlab tune``).  Entries this version cannot run are dropped."""
+    shapes, sources = {}, []
+    for path in (SHIPPED_DIR / f"{slug}.json", user_table_path(slug)):
+        data = _read_json(path)
+        if not data:
+            continue
+        sources.append(str(path))
+        for key, entry in data.get("shapes", {}).items():
+            entry = dict(entry)
+            entry["kernels"] = {k: w for k, w in entry.get("kernels", {}).items() if _valid_winner(w)}
+            if entry.get("best") and not _valid_winner(entry["best"]):
+                entry.pop("best")
+            shapes[key] = entry
+    if not shapes:
+        return None
+    return TunedTable(slug, shapes, "; ".join(sources))
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+# -- the tuner ----------------------------------------------------------------
+
+class _Progress:
+    """Measurements so far, saved at most once a second and on every exit."""
+
+    def __init__(self, path: Path, gpu: str, fresh: bool):
+        self.path = path
+        self.digest = sources_digest()
+        data = None if fresh else _read_json(path)
+        self.resumed = 0
+        if data and data.get("gpu") == gpu and data.get("sources") == self.digest:
+            self.results = data.get("results", {})
+            self.resumed = sum(len(v.get("candidates", {})) for v in self.results.values())
+        else:
+            self.results = {}
+        self.gpu = gpu
+        self._saved = 0.0
+
+    def shape(self, key: str) -> dict:
+        return self.results.setdefault(key, {"candidates": {}})
+
+    def save(self, force: bool = False) -> None:
+        if force or time.monotonic() - self._saved > 1.0:
+            _write_json_atomic(self.path, {"gpu": self.gpu, "sources": self.digest, "results": self.results})
+            self._saved = time.monotonic()
+
+
+def _finalists(name: str, results: dict) -> list[str]:
+    """The FINALISTS fastest correct candidates of kernel ``name`` by their first timing."""
+    mine = sorted((r["ms"], ck) for ck, r in results.items()
+                  if ck.split(":", 1)[0] == name and r.get("status") == "ok")
+    return [ck for _, ck in mine[:FINALISTS]]
+
+
+def _winners(kernels, shape: dict) -> dict:
+    """Fastest finalist per kernel (by its second, longer timing) and overall."""
+    per_kernel = {}
+    results = shape["candidates"]
+    for name in kernels:
+        timed = [(results[ck].get("final_ms") or results[ck]["ms"], ck) for ck in _finalists(name, results)]
+        if timed:
+            ms, ck = min(timed)
+            per_kernel[name] = {"kernel": name, "params": results[ck]["params"], "ms": ms}
+    out = {"kernels": per_kernel}
+    if per_kernel:
+        out["best"] = min(per_kernel.values(), key=lambda w: w["ms"])
+    return out
+
+
+def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, jobs: int | None = None,
+         output: str | Path | None = None, quiet: bool = False, seed: int = 0) -> TunedTable:
+    """Tune ``kernels`` at each of ``sizes`` on GPU 0 and write the winners.
+
+    Returns the table of this run's shapes.  Interrupting (Ctrl-C) keeps every
+    measurement so far; calling again with the same arguments resumes.
+    """
+    import cupy as cp
+    import numpy as np
+
+    from .api import _make_current, contiguous_aligned16, plan, run_plan
+    from .bench.timing import time_gpu
+    from .runtime.compile import precompile
+    from .runtime.device import gpu_info
+    from .verify import compare, random_matrix, reference
+
+    specs = [registry.get(k) for k in kernels]
+    gpu = gpu_info(cp.cuda.Device().id)
+    _make_current(gpu.ordinal)
+    log = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    prog = _Progress(progress_path(gpu.slug), gpu.name, fresh)
+    if prog.resumed:
+        log(f"resuming: {prog.resumed} measurements from {prog.path}")
+
+    plan_sets = {}
+    for (M, N, K) in sizes:
+        plan_sets[(M, N, K)] = [plan(s.name, M, N, K, aligned16=contiguous_aligned16(M, N, K), **cfg)
+                                for s in specs for cfg in candidates(s, M, N, K, gpu.sm_count)]
+    todo = {(p.spec.source_path, p.name_expression) for ps in plan_sets.values() for p in ps}
+    log(f"tuning {', '.join(kernels)} on {gpu.name}: {sum(map(len, plan_sets.values()))} candidates "
+        f"over {len(sizes)} shapes; compiling {len(todo)} instantiations")
+    precompile(sorted(todo), gpu.arch, jobs=jobs, log=log)
+
+    rng = np.random.default_rng(seed)
+    stream = cp.cuda.get_current_stream().ptr
+    t0 = time.time()
+    try:
+        for si, ((M, N, K), plans) in enumerate(plan_sets.items(), 1):
+            key = shape_key(M, N, K)
+            shape = prog.shape(key)
+            results = shape["candidates"]
+            pending = [p for p in plans if candidate_key(p.spec.name, p.params) not in results]
+            if not pending and "final_done" in shape:
+                log(f"[shape {si}/{len(sizes)}] {key}: done earlier")
+                continue
+            a = cp.asarray(random_matrix(M, K, "uniform", rng))
+            b = cp.asarray(random_matrix(K, N, "uniform", rng))
+            c = cp.empty((M, N), np.float32)
+            ref = reference(a, b, keep_on_gpu=True)
+
+            def runner(p):
+                return lambda: run_plan(p, gpu, stream, a.data.ptr, K, b.data.ptr, N, c.data.ptr, N, 1.0, 0.0)
+
+            if "cublas_ms" not in shape:
+                shape["cublas_ms"] = time_gpu(lambda: cp.matmul(a, b, out=c), l2_bytes=gpu.l2_bytes,
+                                              reps=FINAL_REPS, budget_s=1.0).ms
+            for i, p in enumerate(pending, 1):
+                ckey = candidate_key(p.spec.name, p.params)
+                c.fill(np.nan)
+                try:
+                    runner(p)()
+                    err = compare(c, ref)
+                except Exception as exc:   # a launch the GPU refuses: record it, go on
+                    results[ckey] = {"params": p.params, "status": f"error: {type(exc).__name__}: {exc}"}
+                    continue
+                if not err.ok(TOLERANCE):
+                    results[ckey] = {"params": p.params, "status": "wrong", "rel_error": err.rel_fro,
+                                     "nonfinite": err.nonfinite}
+                    log(f"  WRONG {ckey} at {key}: rel error {err.rel_fro:.2e}, {err.nonfinite} non-finite")
+                    continue
+                best = min((r["ms"] for r in results.values() if r.get("ms")), default=None)
+                t = time_gpu(runner(p), l2_bytes=gpu.l2_bytes, reps=SCREEN_REPS, warmup=1, budget_s=0.3,
+                             cutoff_ms=CUTOFF * best if best else None)
+                results[ckey] = {"params": p.params, "status": "ok", "rel_error": err.rel_fro, "ms": t.ms}
+                prog.save()
+                if i % 25 == 0 or i == len(pending):
+                    log(f"[shape {si}/{len(sizes)}] {key}: {i}/{len(pending)} candidates "
+                        f"({time.time() - t0:.0f} s)")
+            # Finalists: the best few per kernel, timed again with more runs.
+            for spec in specs:
+                for ck in _finalists(spec.name, results):
+                    if "final_ms" in results[ck]:
+                        continue
+                    p = plan(spec.name, M, N, K, aligned16=contiguous_aligned16(M, N, K),
+                             **results[ck]["params"])
+                    results[ck]["final_ms"] = time_gpu(runner(p), l2_bytes=gpu.l2_bytes, reps=FINAL_REPS,
+                                                       budget_s=1.0).ms
+            shape["final_done"] = True
+            shape.update(_winners(kernels, shape))
+            prog.save(force=True)
+            best = shape.get("best")
+            if best:
+                log(f"[shape {si}/{len(sizes)}] {key}: best {candidate_key(best['kernel'], best['params'])} "
+                    f"{best['ms']:.3f} ms = {100 * shape['cublas_ms'] / best['ms']:.1f}% of cuBLAS")
+            del a, b, c, ref
+            cp.get_default_memory_pool().free_all_blocks()
+    except KeyboardInterrupt:
+        prog.save(force=True)
+        log(f"interrupted: measurements saved in {prog.path}; run the same command again to resume")
+        raise
+    prog.save(force=True)
+
+    shapes = {}
+    for (M, N, K) in sizes:
+        s = prog.results[shape_key(M, N, K)]
+        entry = {"cublas_ms": s.get("cublas_ms"), **_winners(kernels, s)}
+        for w in [entry.get("best"), *entry["kernels"].values()]:
+            if w:
+                w["tflops"] = 2.0 * M * N * K / (w["ms"] * 1e-3) / 1e12
+        shapes[shape_key(M, N, K)] = entry
+    table = TunedTable(gpu.name, shapes)
+    target = Path(output) if output else user_table_path(gpu.slug)
+    merged = (_read_json(target) or {}).get("shapes", {}) if not output else {}
+    merged.update(shapes)
+    _write_json_atomic(target, {**table.to_json(), "gpu": gpu.name, "shapes": merged})
+    load_table.cache_clear()
+    log(f"wrote {target}")
+    return table

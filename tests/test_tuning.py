@@ -1,0 +1,234 @@
+"""The autotuner's search space, its tables and how calls use them (no GPU), and,
+on a GPU, that it verifies every candidate and resumes after an interrupt."""
+
+import json
+import math
+
+import pytest
+
+import gemmlab
+from gemmlab import tuning
+from gemmlab.kernels import registry
+from gemmlab.tuning import TunedTable, candidate_key, candidates, load_table, parse_shape_key, shape_key
+
+PIPE = registry.get("pipelined")
+
+
+@pytest.fixture
+def tables(tmp_path, monkeypatch):
+    """Empty shipped and user table folders; returns (shipped folder, user folder)."""
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    monkeypatch.setattr(tuning, "SHIPPED_DIR", shipped)
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path / "cache"))
+    load_table.cache_clear()
+    yield shipped, tmp_path / "cache" / "tuned"
+    load_table.cache_clear()
+
+
+def _win(kernel, params, ms=1.0):
+    return {"kernel": kernel, "params": params, "ms": ms}
+
+
+def _write(folder, slug, shapes):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{slug}.json").write_text(json.dumps({"gpu": slug, "shapes": shapes}))
+
+
+def test_keys_round_trip():
+    assert shape_key(8192, 64, 8192) == "8192x64x8192"
+    assert parse_shape_key("8192x64x8192") == (8192, 64, 8192)
+    assert candidate_key("vectorized", {"BM": 64, "BN": 128}) == "vectorized:BM=64,BN=128"
+
+
+# -- the search space ---------------------------------------------------------------
+
+def test_square_shapes_that_fill_the_gpu_get_no_split():
+    cands = candidates(PIPE, 4096, 4096, 4096, 132)
+    assert {c["SPLITK"] for c in cands} == {1}
+    assert cands == [c for c in PIPE.configurations() if c["SPLITK"] == 1]
+
+
+@pytest.mark.parametrize("M, N, K", [(8192, 64, 8192), (64, 8192, 8192), (256, 4096, 4096), (100, 100, 300)])
+def test_splits_only_where_they_can_help(M, N, K):
+    sm = 132
+    cands = candidates(PIPE, M, N, K, sm)
+    assert all(PIPE.resolve(c) == c for c in cands)          # legal, each one
+    assert [c for c in cands if c["SPLITK"] == 1] == [c for c in PIPE.configurations() if c["SPLITK"] == 1]
+    for c in cands:
+        s, tiles = c["SPLITK"], math.ceil(M / c["BM"]) * math.ceil(N / c["BN"])
+        if s > 1:
+            assert tiles < sm and tiles * s <= 2 * sm + tiles and math.ceil(K / c["BK"]) >= 4 * s, c
+    # and nothing that meets those rules is left out
+    for c in PIPE.configurations():
+        s, tiles = c["SPLITK"], math.ceil(M / c["BM"]) * math.ceil(N / c["BN"])
+        if s > 1 and tiles < sm and tiles * s <= 2 * sm + tiles and math.ceil(K / c["BK"]) >= 4 * s:
+            assert c in cands
+
+
+def test_kernels_without_split_take_every_configuration():
+    spec = registry.get("warptile")
+    assert candidates(spec, 64, 64, 8192, 132) == spec.configurations()
+
+
+# -- tables and lookups -------------------------------------------------------------
+
+def test_lookup_takes_the_nearest_tuned_shape():
+    small = {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
+    t = TunedTable("x", {
+        "1024x1024x1024": {"best": _win("vectorized", small), "kernels": {"vectorized": _win("vectorized", small)}},
+        "4096x4096x4096": {"best": _win("warptile", {}), "kernels": {"warptile": _win("warptile", {})}},
+    })
+    assert t.lookup("auto", 900, 1100, 1000) == ("vectorized", small)
+    assert t.lookup("auto", 3000, 5000, 4096) == ("warptile", {})
+    assert t.lookup("warptile", 64, 64, 64) == ("warptile", {})      # the only shape that has it
+    assert t.lookup("pipelined", 4096, 4096, 4096) is None
+
+
+def test_plan_uses_the_table_for_auto_and_for_named_kernels_without_params(tables):
+    shipped, _ = tables
+    split = {**PIPE.defaults(), "SPLITK": 4}
+    _write(shipped, "gpu-a", {"8192x64x8192": {"best": _win("pipelined", split),
+                                               "kernels": {"pipelined": _win("pipelined", split)}}})
+    p = gemmlab.plan("auto", 8000, 60, 8000, gpu_slug="gpu-a")
+    assert p.spec.name == "pipelined" and p.params == split
+    assert gemmlab.plan("pipelined", 8000, 60, 8000, gpu_slug="gpu-a").params == split
+    # explicit tile parameters win over the table
+    assert gemmlab.plan("pipelined", 8000, 60, 8000, gpu_slug="gpu-a", SPLITK=2).params["SPLITK"] == 2
+    # a kernel the table has nothing for keeps its defaults
+    assert gemmlab.plan("warptile", 8000, 60, 8000, gpu_slug="gpu-a").params == registry.get("warptile").defaults()
+    # an unknown GPU model falls back to the heuristic
+    assert gemmlab.plan("auto", 8000, 60, 8000, gpu_slug="gpu-b").params == \
+        gemmlab.plan("auto", 8000, 60, 8000).params
+
+
+def test_user_table_overrides_the_shipped_one_shape_by_shape(tables):
+    shipped, user = tables
+    v64 = {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
+    v128 = {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
+    _write(shipped, "gpu-a", {"1024x1024x1024": {"best": _win("vectorized", v64)},
+                              "4096x4096x4096": {"best": _win("vectorized", v64)}})
+    _write(user, "gpu-a", {"4096x4096x4096": {"best": _win("vectorized", v128)}})
+    t = load_table("gpu-a")
+    assert t.lookup("auto", 1024, 1024, 1024) == ("vectorized", v64)
+    assert t.lookup("auto", 4096, 4096, 4096) == ("vectorized", v128)
+
+
+def test_entries_this_version_cannot_run_are_dropped(tables):
+    shipped, _ = tables
+    _write(shipped, "gpu-a", {
+        "1024x1024x1024": {"best": _win("no_such_kernel", {})},
+        "2048x2048x2048": {"best": _win("vectorized", {"BM": 999})},
+        "4096x4096x4096": {"best": _win("warptile", {})},
+    })
+    t = load_table("gpu-a")
+    assert t.lookup("auto", 1024, 1024, 1024) == ("warptile", {})
+
+
+def test_unreadable_table_is_ignored_with_a_warning(tables):
+    shipped, _ = tables
+    (shipped / "gpu-a.json").write_text("{not json")
+    with pytest.warns(RuntimeWarning, match="ignoring unreadable tuning file"):
+        assert load_table("gpu-a") is None
+
+
+def test_progress_is_dropped_when_kernel_sources_change(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"gpu": "G", "sources": "old", "results": {"1x1x1": {"candidates": {"k:": {}}}}}))
+    assert tuning._Progress(path, "G", fresh=False).results == {}
+    path.write_text(json.dumps({"gpu": "G", "sources": tuning.sources_digest(),
+                                "results": {"1x1x1": {"candidates": {"k:": {}}}}}))
+    prog = tuning._Progress(path, "G", fresh=False)
+    assert prog.resumed == 1
+    assert tuning._Progress(path, "other GPU", fresh=False).results == {}
+    assert tuning._Progress(path, "G", fresh=True).results == {}
+
+
+def test_winners_come_from_the_finalists_only():
+    ok = lambda ms, final=None: {"params": {}, "status": "ok", "ms": ms, **({"final_ms": final} if final else {})}
+    shape = {"candidates": {
+        "vectorized:BM=1": ok(1.0, 1.3), "vectorized:BM=2": ok(1.1, 1.2), "vectorized:BM=3": ok(1.2, 1.25),
+        "vectorized:BM=4": ok(1.3, 1.4), "vectorized:BM=5": ok(1.25),   # not a finalist: 5th by first timing
+        "vectorized:BM=6": {"params": {}, "status": "wrong", "rel_error": 1.0},
+        "warptile:BM=1": ok(0.9, 1.5),
+    }}
+    shape["candidates"]["vectorized:BM=5"]["ms"] = 1.35
+    w = tuning._winners(["vectorized", "warptile"], shape)
+    assert w["kernels"]["vectorized"]["ms"] == 1.2 and w["kernels"]["warptile"]["ms"] == 1.5
+    assert w["best"]["kernel"] == "vectorized"
+
+
+@pytest.mark.parametrize("path", sorted(tuning.SHIPPED_DIR.glob("*.json")), ids=lambda p: p.name)
+def test_shipped_tables_are_complete_and_legal(path):
+    data = json.loads(path.read_text())
+    assert path.stem == "-".join(data["gpu"].lower().split())
+    for key, entry in data["shapes"].items():
+        parse_shape_key(key)
+        assert entry["cublas_ms"] > 0
+        for win in [entry["best"], *entry["kernels"].values()]:
+            assert registry.get(win["kernel"]).resolve(win["params"]) == win["params"], (key, win)
+            assert win["ms"] > 0
+        assert entry["best"]["ms"] == min(w["ms"] for w in entry["kernels"].values())
+
+
+def test_shipped_tables_cover_h100_and_h200():
+    names = {p.stem for p in tuning.SHIPPED_DIR.glob("*.json")}
+    assert "nvidia-h200" in names
+    assert any(n.startswith("nvidia-h100") for n in names)
+
+
+# -- on the GPU -----------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_tuner_verifies_every_candidate_and_all_pass(tmp_path, monkeypatch):
+    """Every configuration the tuner may pick (the whole pipelined space, splits included)
+    is correct on an odd shape: the search space holds only verified configurations."""
+    monkeypatch.setattr(tuning, "FINALISTS", 1)
+    out = tmp_path / "t.json"
+    tuning.tune(["pipelined"], [(257, 129, 77)], output=out, quiet=True)
+    prog = json.loads(tuning.progress_path(_slug()).read_text())
+    results = prog["results"]["257x129x77"]["candidates"]
+    from gemmlab.runtime.device import gpu_info
+    expected = candidates(PIPE, 257, 129, 77, gpu_info(0).sm_count)
+    assert len(results) == len(expected) and any(c["SPLITK"] > 1 for c in expected)
+    bad = {k: r for k, r in results.items() if r["status"] != "ok"}
+    assert not bad
+
+
+def _slug():
+    from gemmlab.runtime.device import gpu_info
+    return gpu_info(0).slug
+
+
+@pytest.mark.gpu
+def test_tuner_resumes_after_an_interrupt(tmp_path, monkeypatch):
+    from gemmlab.bench import timing
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path / "cache"))
+    real = timing.time_gpu
+    calls = []
+
+    def interrupting(fn, **kw):
+        calls.append(kw.get("reps"))
+        if len(calls) == 6:         # cuBLAS, then 4 candidates timed, then Ctrl-C
+            raise KeyboardInterrupt
+        return real(fn, **kw)
+    monkeypatch.setattr(timing, "time_gpu", interrupting)
+    kernels, sizes = ["vectorized"], [(300, 200, 100)]
+    with pytest.raises(KeyboardInterrupt):
+        tuning.tune(kernels, sizes, quiet=True)
+    saved = json.loads(tuning.progress_path(_slug()).read_text())["results"]["300x200x100"]
+    assert len(saved["candidates"]) == 4 and saved["cublas_ms"] > 0
+    assert "best" not in saved
+
+    calls.clear()
+    monkeypatch.setattr(timing, "time_gpu", lambda fn, **kw: calls.append(kw.get("reps")) or real(fn, **kw))
+    table = tuning.tune(kernels, sizes, quiet=True)
+    n = len(candidates(registry.get("vectorized"), 300, 200, 100, 132))
+    screened = [r for r in calls if r == tuning.SCREEN_REPS]
+    assert len(screened) == n - 4, "the 4 measured candidates were timed again"
+    assert tuning.FINAL_REPS in calls            # finalists, no cuBLAS again
+    assert len(calls) == len(screened) + min(tuning.FINALISTS, n)
+    best = table.shapes["300x200x100"]["best"]
+    assert load_table(_slug()).lookup("vectorized", 300, 200, 100) == ("vectorized", best["params"])
+    p = gemmlab.plan("vectorized", 300, 200, 100, gpu_slug=_slug())
+    assert p.params == best["params"]
