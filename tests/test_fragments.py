@@ -159,11 +159,7 @@ def test_analytic_maps_match_the_compilers_sass(arch, dump_module):
         assert fr.compare(kd, got, fr.analytic_map(kd, arch)) == []
 
 
-def test_stored_measured_maps_match_analytic():
-    files = fr.measured_files()
-    if not files:
-        pytest.skip(f"measured maps missing: no fragment_maps_*.json in {fr.DATA_DIR} yet "
-                    "(run scripts/gpu_fragments.sh on a GPU and copy $OUT/fragments/fragment_maps_<gpu>.json there)")
+def _check_stored_maps(files):
     for path in files:
         meta, maps = fr.load_measured(path)
         assert set(maps) == set(KIND_IDS), f"{path.name} lacks kinds"
@@ -171,6 +167,32 @@ def test_stored_measured_maps_match_analytic():
         for kd in fr.KINDS:
             problems += fr.compare(kd, maps[kd.name], fr.analytic_map(kd, meta["arch"]))
         assert not problems, f"{path.name} ({meta['gpu']}):\n" + "\n".join(problems)
+
+
+def test_stored_measured_maps_match_analytic():
+    files = fr.measured_files()
+    if not files:
+        pytest.skip(f"measured maps missing: no fragment_maps_*.json in {fr.DATA_DIR} yet "
+                    "(run scripts/gpu_fragments.sh on a GPU and copy $OUT/fragments/fragment_maps_<gpu>.json there)")
+    _check_stored_maps(files)
+
+
+def test_written_maps_file_is_what_the_stored_maps_test_reads(tmp_path):
+    """What `gemmlab fragments --out` writes on an H200 (named from gpu_info().name,
+    "NVIDIA H200", arch sm_90a) is the file test_stored_measured_maps_match_analytic
+    picks up once copied into gemmlab/data/, and it passes that test's checks."""
+    maps = {kd.name: fr.analytic_map(kd, "sm_90a") for kd in fr.KINDS}
+    path = fr.write_outputs(maps, tmp_path / "out", gpu="NVIDIA H200", arch="sm_90a", plots=False)
+    assert path.name == "fragment_maps_nvidia-h200.json"
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / path.name).write_bytes(path.read_bytes())
+    assert fr.measured_files(data) == [data / path.name]
+    _check_stored_maps(fr.measured_files(data))
+    maps["matrix_b.m8n32k16.bf16.col"] = maps["matrix_b.m8n32k16.bf16.col"][::-1].copy()    # lanes swapped
+    fr.write_outputs(maps, data, gpu="NVIDIA H200", arch="sm_90a", plots=False)
+    with pytest.raises(AssertionError, match="matrix_b.m8n32k16.bf16.col"):
+        _check_stored_maps(fr.measured_files(data))
 
 
 @pytest.mark.gpu

@@ -12,7 +12,7 @@ on the current GPU (kernels/lab/wmma_ext_bench.cu says what each kernel does).
 
 Each record: gpu, experiment, variant, size, ms (median), speedup (baseline ms /
 this ms, baseline = the variant without the extension), rel_error (checked with
-NumPy), reps, note.  Timing: CUDA events, one untimed run first, then repeats
+NumPy), reps, note, ms_min and ms_max (the spread of the repeats).  Timing: CUDA events, one untimed run first, then repeats
 within a time budget (at least one); no L2 flush (both variants see the same cache).
 """
 
@@ -45,6 +45,8 @@ class WmmaExtRecord:
     rel_error: float | None
     reps: int
     note: str = ""
+    ms_min: float | None = None
+    ms_max: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -56,7 +58,8 @@ def kernel_names() -> list[str]:
     return names + [f"gemmlab::lab::smem_load<{m}>" for m in (0, 1, 2)]
 
 
-def _time(fn, reps: int, budget_s: float) -> tuple[float, int]:
+def _time(fn, reps: int, budget_s: float) -> tuple[float, int, float, float]:
+    """(median ms, repeats, min ms, max ms)."""
     import cupy as cp
     stream = cp.cuda.get_current_stream()
     fn()                                   # untimed: module load, clocks up
@@ -70,7 +73,7 @@ def _time(fn, reps: int, budget_s: float) -> tuple[float, int]:
         e.record(stream)
         e.synchronize()
         times.append(cp.cuda.get_elapsed_time(s, e))
-    return statistics.median(times), len(times)
+    return statistics.median(times), len(times), min(times), max(times)
 
 
 def _rel(got, ref) -> float:
@@ -105,14 +108,15 @@ def run(*, reps: int = 10, budget_s: float = 1.0, quiet: bool = False, quick: bo
         return sizes[:2] if quick else sizes
 
     def pair(experiment, size, run_ext, run_base, check, note=""):
-        ms_e, n_e = _time(run_ext, reps, budget_s)
+        ms_e, n_e, lo_e, hi_e = _time(run_ext, reps, budget_s)
         err_e = check()
-        ms_b, n_b = _time(run_base, reps, budget_s)
+        ms_b, n_b, lo_b, hi_b = _time(run_base, reps, budget_s)
         err_b = check()
-        out.append(WmmaExtRecord(gpu.name, experiment, "wmma_ext", size, ms_e, ms_b / ms_e, err_e, n_e, note))
-        out.append(WmmaExtRecord(gpu.name, experiment, "staged", size, ms_b, 1.0, err_b, n_b, note))
-        _progress(f"{experiment:9s} {size:>8d}: wmma_ext {ms_e:.4f} ms, staged {ms_b:.4f} ms, "
-                  f"speedup {ms_b / ms_e:.3f}x, err {err_e:.1e}/{err_b:.1e}", quiet)
+        out.append(WmmaExtRecord(gpu.name, experiment, "wmma_ext", size, ms_e, ms_b / ms_e, err_e, n_e, note,
+                                 lo_e, hi_e))
+        out.append(WmmaExtRecord(gpu.name, experiment, "staged", size, ms_b, 1.0, err_b, n_b, note, lo_b, hi_b))
+        _progress(f"{experiment:9s} {size:>8d}: wmma_ext {ms_e:.4f} ms ({lo_e:.4f}-{hi_e:.4f}), staged {ms_b:.4f} ms "
+                  f"({lo_b:.4f}-{hi_b:.4f}), speedup {ms_b / ms_e:.3f}x, err {err_e:.1e}/{err_b:.1e}", quiet)
 
     # -- vector -> fragment --------------------------------------------------------------
     Bh = rng.uniform(-1, 1, (16, 16)).astype(np.float16)
@@ -196,26 +200,30 @@ def run(*, reps: int = 10, budget_s: float = 1.0, quiet: bool = False, quick: bo
     times = {}
     for mode, label in ((0, "no_skew"), (1, "skew"), (2, "load_matrix_sync")):
         o.fill(np.nan)
-        ms, nrep = _time(lambda: launch(k[f"smem_load<{mode}>"], (blocks, 1, 1), (32 * WARPS, 1, 1), 0, stream,
+        ms, nrep, lo, hi = _time(lambda: launch(k[f"smem_load<{mode}>"], (blocks, 1, 1), (32 * WARPS, 1, 1), 0, stream,
                                         src.data.ptr, o.data.ptr, np.int32(iters)), reps, budget_s)
         err = _rel(cp.asnumpy(o), np.broadcast_to(ref_one, o.shape))
         times[label] = ms
         out.append(WmmaExtRecord(gpu.name, "skew", label, iters, ms, None, err, nrep,
-                                 f"{blocks * WARPS} warps x {iters} FP16 16x16 loads from a shared tile with ldm 16"))
+                                 f"{blocks * WARPS} warps x {iters} FP16 16x16 loads from a shared tile with ldm 16",
+                                 lo, hi))
     for r in out[-3:]:
         r.speedup = times["no_skew"] / r.ms
-        _progress(f"skew      {r.variant:16s}: {r.ms:.4f} ms, {r.speedup:.3f}x of no_skew, err {r.rel_error:.1e}",
+        _progress(f"skew      {r.variant:16s}: {r.ms:.4f} ms ({r.ms_min:.4f}-{r.ms_max:.4f}), {r.speedup:.3f}x of no_skew, err {r.rel_error:.1e}",
                   quiet)
     return out
 
 
 def table(records: list[dict]) -> str:
-    head = f"{'experiment':10s} {'variant':16s} {'size':>8s} {'ms':>10s} {'speedup':>8s} {'rel err':>9s} {'reps':>4s}"
+    head = (f"{'experiment':10s} {'variant':16s} {'size':>8s} {'ms':>10s} {'speedup':>8s} {'rel err':>9s} {'reps':>4s}"
+            f" {'min-max ms':>21s}")
     lines = [head, "-" * len(head)]
     for r in records:
         ms = "-" if r["ms"] is None else f"{r['ms']:10.4f}"
         sp = "-" if r["speedup"] is None else f"{r['speedup']:7.3f}x"
         err = "-" if r["rel_error"] is None else f"{r['rel_error']:9.1e}"
+        spread = ("-" if r.get("ms_min") is None or r.get("ms_max") is None
+                  else f"{r['ms_min']:.4f}-{r['ms_max']:.4f}")
         lines.append(f"{r['experiment']:10s} {r['variant']:16s} {r['size']:8d} {ms:>10s} {sp:>8s} {err:>9s} "
-                     f"{r['reps']:4d}")
+                     f"{r['reps']:4d} {spread:>21s}")
     return "\n".join(lines)

@@ -5,7 +5,7 @@
 //   namespace wx = gemmlab::wmma_ext;
 //   wx::load_vector_sync(frag_a, v);                 // v -> row 0 (row_major) / column 0 (col_major), rest 0
 //   wx::store_vector_sync(v, acc, wmma::mem_row_major);
-//   wx::make_identity(frag, alpha);                  // alpha * I, no memory touched
+//   wx::make_identity(frag, alpha);                  // alpha on the diagonal, +0 elsewhere, no memory touched
 //   wx::load_matrix_with_op_sync(frag, p, ldm, op);  // x = op(p[index]) converted to the fragment type
 //   wx::foreach(frag, ldm, [&](int k, unsigned index) {...});
 //   wx::foreach_ij(frag, [&](int k, unsigned row, unsigned col) {...});
@@ -374,8 +374,11 @@ __device__ __forceinline__ void store_vector_sync(T* v, const Frag& frag) {
     detail::store_vector_impl<detail::frag_info<Frag>::order>(v, frag);
 }
 
-// alpha * I (ones on the diagonal row == col of the tile, also for 32x8 and 8x32),
-// built in registers.
+// alpha on the diagonal (row == col of the tile, also for 32x8 and 8x32) and +0
+// everywhere else, built in registers: the fragment load_matrix_sync gives for an
+// identity matrix with alpha written on its diagonal.  The off-diagonal zeros are
+// +0 whatever alpha is -- not the IEEE product alpha * I, which would hold -0 for a
+// negative alpha and NaN for a NaN one (tests/test_wmma_ext.py checks the bits).
 template <class Frag, class A>
 __device__ __forceinline__ void make_identity(Frag& frag, A alpha) {
     using S = detail::storage_t<Frag>;
