@@ -4,7 +4,7 @@
 
 The experiment file names what to compare in comment lines:
 
-    // ab-variant: <name expression> block=<X>[x<Y>] tile=<rows>x<cols>
+    // ab-variant: <name expression> block=<X>[x<Y>] tile=<rows>x<cols> [smem=<dynamic bytes>]
     // ab-shipped: <kernel>[:PARAM=V;PARAM=V]
 
 Each variant is compiled through gemmlab's runtime, checked against FP64 and
@@ -25,17 +25,17 @@ from gemmlab.api import _make_current, plan, run_plan
 from gemmlab.bench.timing import time_gpu
 from gemmlab.runtime.compile import compile_module
 from gemmlab.runtime.device import gpu_info
-from gemmlab.runtime.launch import launch
+from gemmlab.runtime.launch import allow_dynamic_smem, launch
 from gemmlab.verify import compare, random_matrix, reference
 
 src = Path(sys.argv[1])
 VARIANTS = {}   # name expression -> (block, output tile (rows, cols))
 SHIPPED = []
 for line in src.read_text().splitlines():
-    m = re.match(r"//\s*ab-variant:\s*(.+?)\s+block=([\dx]+)\s+tile=(\d+)x(\d+)", line)
+    m = re.match(r"//\s*ab-variant:\s*(.+?)\s+block=([\dx]+)\s+tile=(\d+)x(\d+)(?:\s+smem=(\d+))?", line)
     if m:
         block = tuple(int(v) for v in m.group(2).split("x")) + (1, 1)
-        VARIANTS[m.group(1)] = (block[:3], (int(m.group(3)), int(m.group(4))))
+        VARIANTS[m.group(1)] = (block[:3], (int(m.group(3)), int(m.group(4))), int(m.group(5) or 0))
     m = re.match(r"//\s*ab-shipped:\s*(\w+)(?::(\S+))?", line)
     if m:
         params = dict(kv.split("=") for kv in filter(None, (m.group(2) or "").split(";")))
@@ -58,9 +58,10 @@ args = (np.int32(n), np.int32(n), np.int32(n), np.float32(1), a.data.ptr, np.int
 
 def variant_fn(name):
     kernel = module.kernel(name)
-    block, (tm, tn) = VARIANTS[name]
+    block, (tm, tn), smem = VARIANTS[name]
+    allow_dynamic_smem(kernel, smem, gpu.ordinal)
     grid = (-(-n // tm) * -(-n // tn), 1, 1)
-    return lambda: launch(kernel, grid, block, 0, stream, *args)
+    return lambda: launch(kernel, grid, block, smem, stream, *args)
 
 
 def shipped_fn(kname, params):

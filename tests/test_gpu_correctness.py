@@ -31,7 +31,7 @@ def _cases():
               ("pipelined", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 4}),
               # 256-wide tiles: 8 warps of 64 x 64, 128 accumulators per thread
               ("pipelined", {"BM": 256, "BN": 128, "BK": 8, "WM": 64, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 3}),
-              ("pipelined", {"BM": 128, "BN": 256, "BK": 16, "WM": 64, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 2}),
+              ("pipelined", {"BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 2}),
               # split-K: partial products in a workspace, added by splitk_reduce (16: most splits
               # of the small shapes are empty and must contribute zeros)
               ("pipelined", {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3,

@@ -226,8 +226,10 @@ def test_tuner_resumes_after_an_interrupt(tmp_path, monkeypatch):
     n = len(candidates(registry.get("vectorized"), 300, 200, 100, 132))
     screened = [r for r in calls if r == tuning.SCREEN_REPS]
     assert len(screened) == n - 4, "the 4 measured candidates were timed again"
-    assert tuning.FINAL_REPS in calls            # finalists, no cuBLAS again
-    assert len(calls) == len(screened) + min(tuning.FINALISTS, n)
+    assert tuning.CUBLAS_REPS not in calls       # cuBLAS was timed before the interrupt
+    # the finalists, timed in interleaved rounds
+    assert calls.count(tuning.FINAL_REPS) == tuning.FINAL_ROUNDS * min(tuning.FINALISTS, n)
+    assert len(calls) == len(screened) + tuning.FINAL_ROUNDS * min(tuning.FINALISTS, n)
     best = table.shapes["300x200x100"]["best"]
     assert load_table(_slug()).lookup("vectorized", 300, 200, 100) == ("vectorized", best["params"])
     p = gemmlab.plan("vectorized", 300, 200, 100, gpu_slug=_slug())

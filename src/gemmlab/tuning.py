@@ -38,7 +38,9 @@ DEFAULT_SIZES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096,
                  (8192, 8192, 8192), (16384, 4096, 4096), (4096, 4096, 256), (256, 4096, 4096),
                  (8192, 64, 8192), (64, 8192, 8192)]
 SCREEN_REPS = 3        # timed runs per candidate in the first pass
-FINAL_REPS = 10        # timed runs for the finalists
+FINAL_REPS = 4         # timed runs per round for the finalists
+FINAL_ROUNDS = 3       # interleaved rounds over all finalists of a shape
+CUBLAS_REPS = 10       # timed runs of cuBLAS per shape
 FINALISTS = 4          # per kernel and shape
 CUTOFF = 1.3           # a candidate this much slower than the best so far gets one timed run
 TOLERANCE = 1e-5       # relative Frobenius error vs FP64 a candidate must meet
@@ -274,7 +276,7 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, j
 
             if "cublas_ms" not in shape:
                 shape["cublas_ms"] = time_gpu(lambda: cp.matmul(a, b, out=c), l2_bytes=gpu.l2_bytes,
-                                              reps=FINAL_REPS, budget_s=1.0).ms
+                                              reps=CUBLAS_REPS, budget_s=1.0).ms
             for i, p in enumerate(pending, 1):
                 ckey = candidate_key(p.spec.name, p.params)
                 c.fill(np.nan)
@@ -297,15 +299,19 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, j
                 if i % 25 == 0 or i == len(pending):
                     log(f"[shape {si}/{len(sizes)}] {key}: {i}/{len(pending)} candidates "
                         f"({time.time() - t0:.0f} s)")
-            # Finalists: the best few per kernel, timed again with more runs.
-            for spec in specs:
-                for ck in _finalists(spec.name, results):
-                    if "final_ms" in results[ck]:
-                        continue
-                    p = plan(spec.name, M, N, K, aligned16=contiguous_aligned16(M, N, K),
-                             **results[ck]["params"])
-                    results[ck]["final_ms"] = time_gpu(runner(p), l2_bytes=gpu.l2_bytes, reps=FINAL_REPS,
-                                                       budget_s=1.0).ms
+            # Finalists: the best few per kernel, timed again in interleaved rounds, so
+            # that a slow spell of the GPU (clocks, a neighbour) hits them all alike.
+            finalists = [ck for spec in specs for ck in _finalists(spec.name, results)
+                         if "final_ms" not in results[ck]]
+            samples = {ck: [] for ck in finalists}
+            for _ in range(FINAL_ROUNDS):
+                for ck in finalists:
+                    p = plan(ck.split(":", 1)[0], M, N, K,
+                             aligned16=contiguous_aligned16(M, N, K), **results[ck]["params"])
+                    samples[ck] += time_gpu(runner(p), l2_bytes=gpu.l2_bytes, reps=FINAL_REPS,
+                                            budget_s=0.3).ms_all
+            for ck in finalists:
+                results[ck]["final_ms"] = float(np.median(samples[ck]))
             shape["final_done"] = True
             shape.update(_winners(kernels, shape))
             prog.save(force=True)

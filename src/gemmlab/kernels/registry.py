@@ -383,8 +383,8 @@ register(KernelSpec(
 ))
 
 def _pipelined_smem(p) -> int:
-    """Dynamic shared memory of 08_pipelined.cu: STAGES tiles of A (rows padded by 4) and B."""
-    return 4 * p["STAGES"] * (p["BM"] * (p["BK"] + 4) + p["BK"] * p["BN"])
+    """Dynamic shared memory of 08_pipelined.cu: STAGES tiles of A (transposed, rows padded by 4) and B."""
+    return 4 * p["STAGES"] * (p["BK"] * (p["BM"] + 4) + p["BK"] * p["BN"])
 
 
 # Dynamic shared memory a configuration may ask for: within every supported GPU's
@@ -400,16 +400,17 @@ register(KernelSpec(
     params=_warptile_params(True, dict(BM=128, BN=128, BK=16, WM=32, WN=64, WNITER=2, TM=4, STAGES=3,
                                        SPLITK=1)),
     constraints=_warptile_constraints(
-        _pipelined_smem, "dynamic shared memory, 4*STAGES*(BM*(BK+4) + BK*BN) bytes, must fit in 96 KiB",
+        _pipelined_smem, "dynamic shared memory, 4*STAGES*BK*(BM+4 + BN) bytes, must fit in 96 KiB",
         PIPELINED_SMEM_LIMIT, staged_registers=False) + (
         Constraint("at most 64 accumulators per thread, WM*WN/32 <= 64, except with 256 threads "
                    "and 64 x 64 warp tiles (128: one such block fills the register file, and its 8 warps "
                    "keep the SM busy)",
                    lambda p: p["WM"] * p["WN"] <= 2048 or _warptile_threads(p) == 256),
         Constraint("a block tile with 256 rows or columns needs 256 threads (8 warps of 64 x 64; "
-                   "others fall short of the registers or the warps)",
+                   "others fall short of the registers or the warps) and BK = 8 (at BK = 16 its variant "
+                   "for unaligned inputs, which copies 4 bytes at a time, runs out of registers)",
                    lambda p: max(p["BM"], p["BN"]) < 256
-                   or (p["WM"] == p["WN"] == 64 and _warptile_threads(p) == 256)),),
+                   or (p["WM"] == p["WN"] == 64 and _warptile_threads(p) == 256 and p["BK"] == 8)),),
     template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["WNITER"], p["TM"],
                                    p["STAGES"], prob.aligned16),
     geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), p["SPLITK"], 1),

@@ -26,21 +26,13 @@ warptile(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
     const int lane_row = (lane / (WSUBN / TN)) * TM, lane_col = (lane % (WSUBN / TN)) * TN;
     float acc[WMITER][WNITER][TM][TN] = {};
-    float a_frag[WMITER][TM], b_frag[WNITER][TN];
     for (int k0 = 0; k0 < K; k0 += BK) {
         load_block_tiles<BM, BN, BK, THREADS, VEC>(As, Bs, A, lda, B, ldb, tile, k0, M, N, K, tid);
         __syncthreads();
 #pragma unroll
-        for (int k = 0; k < BK; ++k) {
-#pragma unroll
-            for (int wm = 0; wm < WMITER; ++wm) load_frag4(a_frag[wm], &As[k][warp_row + wm * WSUBM + lane_row]);
-#pragma unroll
-            for (int wn = 0; wn < WNITER; ++wn) load_frag4(b_frag[wn], &Bs[k][warp_col + wn * WSUBN + lane_col]);
-#pragma unroll
-            for (int wm = 0; wm < WMITER; ++wm)
-#pragma unroll
-                for (int wn = 0; wn < WNITER; ++wn) outer_product_acc(acc[wm][wn], a_frag[wm], b_frag[wn]);
-        }
+        for (int k = 0; k < BK; ++k)
+            warp_subtiles_step<WMITER, WNITER, WSUBM, WSUBN, TM, TN>(
+                acc, &As[k][warp_row + lane_row], &Bs[k][warp_col + lane_col]);
         __syncthreads();
     }
     store_warp_subtiles<WMITER, WNITER, WSUBM, WSUBN, TM, TN, VEC>(

@@ -3,9 +3,11 @@
 // registers), STAGES deep: while the warps compute on the tile of step k, the
 // copies for steps k+1 .. k+STAGES-1 are already in flight, so the load
 // latency that rungs 4-7 wait for at every barrier is hidden behind the math.
-// cp.async cannot transpose, so A stays row-major in shared memory (rows padded
-// by 4 floats) and each thread reads 4 K-steps of a row of A with one 16-byte
-// load; B is read as in rung 7.
+// A is stored transposed, as in rung 7, by one 4-byte copy per element (rows of
+// the transposed tile padded by 4 floats, which spreads the copies' writes over
+// the banks); the math of each K-step is rung 7's.  (Keeping A row-major and
+// reading 4 K-steps of a row at once costs a thread 4x the A registers, which
+// 128 accumulators cannot spare: see benchmarks/NOTES.md, run 28.)
 //
 // Split-K: when M x N has too few tiles to fill the GPU (a skinny output with a
 // long K), the host launches gridDim.y > 1 blocks per output tile.  Block y
@@ -25,12 +27,11 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
     constexpr int WMITER = (WM * WN) / (32 * TM * TN * WNITER);
     constexpr int WSUBM = WM / WMITER, WSUBN = WN / WNITER;
-    constexpr int ASLD = BK + 4;   // padded row: 16-byte aligned, rows start on different banks
+    constexpr int ASLD = BM + 4;   // padded row of the transposed A tile, still 16-byte aligned
     static_assert((WSUBM / TM) * (WSUBN / TN) == 32, "a warp subtile is 32 threads' tiles");
-    static_assert(BK % 4 == 0, "A is read 4 K-steps at a time");
     extern __shared__ __align__(16) float smem[];
-    float (*As)[BM][ASLD] = reinterpret_cast<float (*)[BM][ASLD]>(smem);                   // [STAGES]
-    float (*Bs)[BK][BN] = reinterpret_cast<float (*)[BK][BN]>(smem + STAGES * BM * ASLD);  // [STAGES]
+    float (*As)[BK][ASLD] = reinterpret_cast<float (*)[BK][ASLD]>(smem);                   // [STAGES]
+    float (*Bs)[BK][BN] = reinterpret_cast<float (*)[BK][BN]>(smem + STAGES * BK * ASLD);  // [STAGES]
     const TileOrigin tile = block_tile_origin<BM, BN>(N);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
@@ -46,7 +47,7 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
 
     auto issue = [&](int kt) {   // start the copies of K-step kt into its stage
         const int s = kt % STAGES;
-        cp_async_tile<BM, BK, ASLD, THREADS, VEC>(&As[s][0][0], A, lda, tile.row, kt * BK, M, K, tid);
+        cp_async_tile_transposed<BM, BK, ASLD, THREADS>(&As[s][0][0], A, lda, tile.row, kt * BK, M, K, tid);
         cp_async_tile<BK, BN, BN, THREADS, VEC>(&Bs[s][0][0], B, ldb, kt * BK, tile.col, K, N, tid);
     };
     // Prologue: STAGES-1 steps in flight.  Every step commits a batch (empty
@@ -59,33 +60,23 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     }
 
     float acc[WMITER][WNITER][TM][TN] = {};
-    float a4[WMITER][TM][4], a_frag[WMITER][TM], b_frag[WNITER][TN];
+    float a_frag[2][WMITER][TM], b_frag[2][WNITER][TN];   // fragments of K-steps k and k+1
     for (int kt = 0; kt < k_tiles; ++kt) {
         __pipeline_wait_prior(STAGES - 2);
         __syncthreads();   // step kt visible to all; everyone is done with step kt-1's stage
         if (kt + STAGES - 1 < k_tiles) issue(kt + STAGES - 1);   // refills step kt-1's stage
         __pipeline_commit();
-        const int s = kt % STAGES;
+        const float* a_s = &As[kt % STAGES][0][warp_row + lane_row];
+        const float* b_s = &Bs[kt % STAGES][0][warp_col + lane_col];
+        load_warp_fragments<WMITER, WNITER, WSUBM, WSUBN, TM, TN>(a_frag[0], b_frag[0], a_s, b_s);
 #pragma unroll
-        for (int k = 0; k < BK; k += 4) {
-#pragma unroll
-            for (int wm = 0; wm < WMITER; ++wm)
-#pragma unroll
-                for (int i = 0; i < TM; ++i)
-                    load_frag4(a4[wm][i], &As[s][warp_row + wm * WSUBM + lane_row + i][k]);
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-                for (int wn = 0; wn < WNITER; ++wn)
-                    load_frag4(b_frag[wn], &Bs[s][k + kk][warp_col + wn * WSUBN + lane_col]);
-#pragma unroll
-                for (int wm = 0; wm < WMITER; ++wm) {
-#pragma unroll
-                    for (int i = 0; i < TM; ++i) a_frag[wm][i] = a4[wm][i][kk];
-#pragma unroll
-                    for (int wn = 0; wn < WNITER; ++wn) outer_product_acc(acc[wm][wn], a_frag[wm], b_frag[wn]);
-                }
-            }
+        for (int k = 0; k < BK; ++k) {
+            // Register double buffering: the next K-step's fragments are loaded before
+            // this one's FMAs, so the shared-memory latency hides behind them.
+            if (k + 1 < BK)
+                load_warp_fragments<WMITER, WNITER, WSUBM, WSUBN, TM, TN>(
+                    a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], a_s + (k + 1) * ASLD, b_s + (k + 1) * BN);
+            warp_fragments_product(acc, a_frag[k % 2], b_frag[k % 2]);
         }
     }
     __pipeline_wait_prior(0);

@@ -8,25 +8,53 @@
 
 namespace gemmlab {
 
-// Start copying the ROWS x COLS tile at (row0, col0) of a rows x cols matrix
-// into shared memory (row stride SLD).  Elements outside the matrix are
-// zero-filled by the copy itself (no global read).  VEC copies 16 bytes per
-// request (same alignment rules as load_tile_vec4), else 4 bytes.  The copy
-// completes at a later __pipeline_wait_prior; the caller commits the batch.
-template <int ROWS, int COLS, int SLD, int THREADS, bool VEC>
-__device__ __forceinline__ void cp_async_tile(float* smem, const float* __restrict__ g, int ld,
-                                              int row0, int col0, int rows, int cols, int tid) {
-    constexpr int W = VEC ? 4 : 1;   // floats per request
-    static_assert(COLS % W == 0 && SLD % W == 0, "16-byte copies need multiples of 4 columns");
+// The copy loop behind the two tile copies below: one cp.async per W floats,
+// element (r, c) of the tile to smem[r * SLD + c], or to smem[c * SLD + r] with
+// TRANSPOSE.  CHECKED tests each request against the matrix edge and zero-fills
+// what lies outside (no global read); tiles wholly inside the matrix skip the
+// tests.  Measured both ways (runs 30 and 32, benchmarks/NOTES.md): the split
+// costs some configurations 2-3% and gives the fastest one 12%.
+template <int ROWS, int COLS, int SLD, int THREADS, int W, bool TRANSPOSE, bool CHECKED>
+__device__ __forceinline__ void cp_async_requests(float* smem, const float* __restrict__ g, int ld, int row0,
+                                                  int col0, int rows, int cols, int tid) {
     static_assert((ROWS * COLS / W) % THREADS == 0, "tile must split evenly over the threads");
 #pragma unroll
     for (int step = 0; step < ROWS * COLS / W / THREADS; ++step) {
         const int i = step * THREADS + tid;
         const int r = i / (COLS / W), c = (i % (COLS / W)) * W;
-        const bool inside = row0 + r < rows && col0 + c < cols;
+        const bool inside = !CHECKED || (row0 + r < rows && col0 + c < cols);
         const float* src = inside ? &g[(long long)(row0 + r) * ld + col0 + c] : g;
-        __pipeline_memcpy_async(&smem[r * SLD + c], src, 4 * W, inside ? 0 : 4 * W);
+        __pipeline_memcpy_async(&smem[TRANSPOSE ? c * SLD + r : r * SLD + c], src, 4 * W, inside ? 0 : 4 * W);
     }
+}
+
+// Start copying the ROWS x COLS tile at (row0, col0) of a rows x cols matrix
+// into shared memory (row stride SLD), zero-filling what lies outside the
+// matrix.  VEC copies 16 bytes per request (same alignment rules as
+// load_tile_vec4), else 4 bytes.  The copy completes at a later
+// __pipeline_wait_prior; the caller commits the batch.
+template <int ROWS, int COLS, int SLD, int THREADS, bool VEC>
+__device__ __forceinline__ void cp_async_tile(float* smem, const float* __restrict__ g, int ld,
+                                              int row0, int col0, int rows, int cols, int tid) {
+    constexpr int W = VEC ? 4 : 1;   // floats per request
+    static_assert(COLS % W == 0 && SLD % W == 0, "16-byte copies need multiples of 4 columns");
+    if (row0 + ROWS <= rows && col0 + COLS <= cols)
+        cp_async_requests<ROWS, COLS, SLD, THREADS, W, false, false>(smem, g, ld, row0, col0, rows, cols, tid);
+    else
+        cp_async_requests<ROWS, COLS, SLD, THREADS, W, false, true>(smem, g, ld, row0, col0, rows, cols, tid);
+}
+
+// The same copy, stored transposed (smem[c * SLD + r]) so that a thread's
+// consecutive rows can later be read with one 16-byte shared load.  A copy
+// cannot transpose 16-byte chunks, so each element is its own 4-byte copy;
+// consecutive threads take consecutive columns, so the global reads coalesce.
+template <int ROWS, int COLS, int SLD, int THREADS>
+__device__ __forceinline__ void cp_async_tile_transposed(float* smem, const float* __restrict__ g, int ld,
+                                                         int row0, int col0, int rows, int cols, int tid) {
+    if (row0 + ROWS <= rows && col0 + COLS <= cols)
+        cp_async_requests<ROWS, COLS, SLD, THREADS, 1, true, false>(smem, g, ld, row0, col0, rows, cols, tid);
+    else
+        cp_async_requests<ROWS, COLS, SLD, THREADS, 1, true, true>(smem, g, ld, row0, col0, rows, cols, tid);
 }
 
 }  // namespace gemmlab
