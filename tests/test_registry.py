@@ -98,13 +98,14 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
     if name == "pipelined":
         # 08_pipelined.cu: warptile's rules but no tile staging through registers (cp.async),
         # STAGES copies of transposed A (rows of BM + 4) and B in shared memory; 64 accumulators per
-        # thread, or 128 in a block of 256 threads; 256-wide tiles only as 8 warps of 64 x 64, BK 8.
+        # thread, or 128 in a block of 256 threads; 256-wide tiles only as 8 warps of 64 x 64, BK 8;
+        # at least 128 threads.
         warp = {k: v for k, v in p.items() if k not in ("STAGES", "SPLITK")}
         smem = 4 * p["STAGES"] * p["BK"] * ((p["BM"] + 4) + p["BN"])
         threads = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32 if p["BM"] % p["WM"] == 0 else 0
         big_ok = max(p["BM"], p["BN"]) < 256 or (p["WM"] == p["WN"] == 64 and threads == 256 and p["BK"] == 8)
         return (_independent_checks("warptile", warp, smem=smem, smem_limit=96 * 1024, staged=False)
-                and (p["WM"] * p["WN"] // 32 <= 64 or threads == 256) and big_ok
+                and (p["WM"] * p["WN"] // 32 <= 64 or threads == 256) and big_ok and threads >= 128
                 and p["WNITER"] in (2, 4) and p["SPLITK"] in (1, 2, 3, 4, 6, 8, 12, 16))
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,

@@ -396,8 +396,9 @@ register(KernelSpec(
     name="pipelined", rung=8, family="simt", dtypes=("float32",), source="simt/08_pipelined.cu",
     template="gemmlab::pipelined",
     description="warptile with STAGES-deep cp.async global->shared copies overlapping the math",
-    # Defaults: the fastest of the 105 legal configurations at 4096^3 on an H200.
-    params=_warptile_params(True, dict(BM=128, BN=128, BK=16, WM=32, WN=64, WNITER=2, TM=4, STAGES=3,
+    # Defaults (used where no tuned table applies): the tuner's winner at 4096^3,
+    # 8192^3 and 16384x4096x4096 on both an H200 (run 30) and an H100 (run 33).
+    params=_warptile_params(True, dict(BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, STAGES=4,
                                        SPLITK=1)),
     constraints=_warptile_constraints(
         _pipelined_smem, "dynamic shared memory, 4*STAGES*BK*(BM+4 + BN) bytes, must fit in 96 KiB",
@@ -406,6 +407,9 @@ register(KernelSpec(
                    "and 64 x 64 warp tiles (128: one such block fills the register file, and its 8 warps "
                    "keep the SM busy)",
                    lambda p: p["WM"] * p["WN"] <= 2048 or _warptile_threads(p) == 256),
+        Constraint("at least 128 threads per block (with 64, a block's copies and fragments of "
+                   "4 stages outgrow the registers of its unaligned-input variant)",
+                   lambda p: _warptile_threads(p) >= 128),
         Constraint("a block tile with 256 rows or columns needs 256 threads (8 warps of 64 x 64; "
                    "others fall short of the registers or the warps) and BK = 8 (at BK = 16 its variant "
                    "for unaligned inputs, which copies 4 bytes at a time, runs out of registers)",

@@ -1,11 +1,12 @@
 // Rung 7, warptile: one more level of tiling, between the block and the thread.
 // Each warp owns a WM x WN piece of the block tile, and each thread computes
 // WMITER x WNITER small TM x 4 tiles spread over it (warp subtiles WSUBM x
-// WSUBN), instead of one contiguous TM x TN tile.  Two things follow: a warp's
-// shared-memory reads of B cover contiguous 16-byte columns lane by lane (no
-// bank conflicts), and its reads of A are broadcasts within each quarter-warp;
-// and the fragments a thread loads are reused across WMITER x WNITER outer
-// products held in registers.  Tile loads and the epilogue are rung 6's.
+// WSUBN), instead of one contiguous TM x TN tile.  Two things follow: each
+// 16-byte shared read of a warp touches a few consecutive 16-byte chunks, the
+// lanes that share a row (for A) or a column (for B) of the warp subtile
+// reading the same chunk as a broadcast, so the reads are free of bank
+// conflicts; and the fragments a thread loads are reused across WMITER x WNITER
+// outer products held in registers.  Tile loads and the epilogue are rung 6's.
 #include <gemmlab/common.cuh>
 
 namespace gemmlab {
