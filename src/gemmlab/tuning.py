@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .kernels import registry
@@ -97,10 +97,19 @@ class TunedTable:
     gpu: str
     shapes: dict
     source: str = ""
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def lookup(self, kernel: str, M: int, N: int, K: int) -> tuple[str, dict] | None:
         """(kernel, params) tuned for the nearest shape; ``kernel="auto"`` takes the
-        overall winner.  None if no tuned shape has that kernel."""
+        overall winner.  None if no tuned shape has that kernel.  Memoised: this
+        runs on every matmul call."""
+        key = (kernel, M, N, K)
+        if key not in self._memo:
+            self._memo[key] = self._nearest(kernel, M, N, K)
+        found = self._memo[key]
+        return (found[0], dict(found[1])) if found else None
+
+    def _nearest(self, kernel: str, M: int, N: int, K: int) -> tuple[str, dict] | None:
         best, best_d = None, math.inf
         for key, entry in self.shapes.items():
             win = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)
