@@ -89,6 +89,23 @@ def test_beta_zero_never_reads_out():
         assert bool(cp.isfinite(out).all()), kernel
 
 
+@pytest.mark.parametrize("beta", [0.0, 0.75])
+def test_empty_product_reads_neither_a_nor_b(beta):
+    """alpha = 0 or K = 0 is BLAS's quick return: out = beta * out, and NaN in a or b
+    (alpha = 0) never reaches it; with beta = 0, NaN already in out does not either."""
+    import cupy as cp
+    rng = np.random.default_rng()
+    for kernel in ["auto"] + [s.name for s in registry.ladder("simt")]:
+        for M, N, K, alpha in [(70, 90, 50, 0.0), (33, 65, 0, 1.5)]:
+            a = cp.full((M, K), np.nan, np.float32)
+            b = cp.full((K, N), np.nan, np.float32)
+            c0 = cp.asarray(random_matrix(M, N, "uniform", rng)) if beta else cp.full((M, N), np.nan, np.float32)
+            out = c0.copy()
+            gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel)
+            expected = cp.float32(beta) * c0 if beta else cp.zeros((M, N), np.float32)
+            assert bool((out == expected).all()), (kernel, M, N, K, alpha)
+
+
 def test_numpy_in_numpy_out():
     rng = np.random.default_rng()
     a, b = random_matrix(129, 67, "normal", rng), random_matrix(67, 33, "normal", rng)

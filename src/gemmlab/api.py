@@ -142,6 +142,16 @@ def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int,
                              f"{gpu.name} allows {gpu.max_smem_per_block_optin}")
         allow_dynamic_smem(kernel, geo.smem_bytes, gpu.ordinal)
     pr = p.problem
+    if alpha == 0 or pr.K == 0:
+        # BLAS quick return: the product is empty, so C = beta * C without reading
+        # A or B (NaN or Inf in them must not reach C); the reduction kernel with
+        # no slices does exactly that.
+        reduce = rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL, gpu.arch)
+        threads = registry.SPLITK_REDUCE_THREADS
+        launch(reduce, (-(-pr.M * pr.N // threads), 1, 1), (threads, 1, 1), 0, stream,
+               np.int32(pr.M), np.int32(pr.N), np.int32(0), 0, np.float32(0.0), np.float32(beta),
+               C_ptr, np.int32(ldc))
+        return
     splits = p.spec.splits(p.params)
     if splits == 1:
         launch(kernel, geo.grid, geo.block, geo.smem_bytes, stream,
@@ -183,7 +193,8 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", **tile_
     back as NumPy).  Returns ``out`` if given, else a new array of a's kind.
     The kernel runs on the caller's current stream (CuPy's or PyTorch's).
     ``beta`` other than 0 needs ``out``.  With ``beta == 0``, ``out`` is never
-    read.  Everything is checked before any launch; on error nothing is written.
+    read; with ``alpha == 0`` or K == 0, neither ``a`` nor ``b`` is read and the
+    result is ``beta * out`` (zeros when ``beta == 0``), as in BLAS.  Everything is checked before any launch; on error nothing is written.
     """
     A, B = describe(a, "a"), describe(b, "b")
     O = describe(out, "out") if out is not None else None

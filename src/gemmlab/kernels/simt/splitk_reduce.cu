@@ -3,7 +3,9 @@
 // of the product in ws[s * M * N ...] (row-major, leading dimension N).  One
 // thread per element; a warp reads 32 consecutive floats of each slice, so the
 // reads coalesce.  Not a rung of the ladder: a helper that rung 8 launches for
-// skinny outputs with long K.
+// skinny outputs with long K.  With splits = 0 it is the BLAS quick return for
+// an empty product (K = 0 or alpha = 0): C = beta * C, reading neither the
+// workspace nor A and B (and, with beta = 0, not C either).
 #include <gemmlab/common.cuh>
 
 namespace gemmlab {
