@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import Operand, current_stream, describe, empty_like_kind, need_cupy
+from .arrays import (Operand, _is_out_of_memory, current_stream, describe, empty_like_kind,
+                     gpu_memory_error, need_cupy)
 from . import tuning
 from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
@@ -39,6 +40,9 @@ def _scalar(value, name: str) -> np.float32:
     return np.float32(value)
 
 
+INT32_MAX = 2**31 - 1   # the kernels take sizes and leading dimensions as 32-bit ints
+
+
 def _check_matrix(op: Operand) -> int:
     """Check one operand's rank, dtype and layout; return its leading dimension."""
     if len(op.shape) != 2:
@@ -56,7 +60,11 @@ def _check_matrix(op: Operand) -> int:
             f"(unit column stride, row stride >= columns); a column-major array or a transposed "
             f"view must be copied first (numpy.ascontiguousarray / cupy.ascontiguousarray / "
             f".contiguous())")
-    return rs if rows > 1 else max(cols, 1)
+    ld = rs if rows > 1 else max(cols, 1)
+    if max(rows, cols, ld) > INT32_MAX:
+        raise ValueError(f"{op.label()} has shape {op.shape} and leading dimension {ld}: gemmlab's kernels "
+                         f"take each dimension and leading dimension as a 32-bit int (at most {INT32_MAX})")
+    return ld
 
 
 def contiguous_aligned16(M: int, N: int, K: int) -> bool:
@@ -248,8 +256,15 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", **tile_
     # NumPy in, NumPy out: stage through CuPy arrays on GPU 0.
     cp = need_cupy("NumPy inputs")
     with cp.cuda.Device(device):
-        da, db = cp.asarray(np.ascontiguousarray(a)), cp.asarray(np.ascontiguousarray(b))
-        dc = cp.asarray(np.ascontiguousarray(out)) if out is not None and beta != 0 else cp.empty((M, N), np.float32)
+        try:
+            da, db = cp.asarray(np.ascontiguousarray(a)), cp.asarray(np.ascontiguousarray(b))
+            dc = cp.asarray(np.ascontiguousarray(out)) if out is not None and beta != 0 \
+                else cp.empty((M, N), np.float32)
+        except Exception as exc:
+            if _is_out_of_memory(exc):
+                raise gpu_memory_error(f"copying a ({M} x {K}), b ({K} x {N}) and the result ({M} x {N}) "
+                                       "to the GPU", 4 * (M * K + K * N + M * N), device, exc) from exc
+            raise
         if M and N:
             run_plan(p, gpu, cp.cuda.get_current_stream().ptr, da.data.ptr, max(K, 1), db.data.ptr,
                      max(N, 1), dc.data.ptr, max(N, 1), alpha, beta)

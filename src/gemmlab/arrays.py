@@ -113,14 +113,41 @@ def current_stream(op: Operand) -> int:
         return cupy.cuda.get_current_stream().ptr
 
 
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """CuPy's OutOfMemoryError, PyTorch's torch.cuda.OutOfMemoryError, a driver's
+    CUDA_ERROR_OUT_OF_MEMORY: whatever the array library raised when memory ran out."""
+    return isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__ \
+        or "out of memory" in str(exc).lower() or "OUT_OF_MEMORY" in str(exc)
+
+
+def gpu_memory_error(what: str, nbytes: int, device: int, exc: BaseException) -> MemoryError:
+    """A MemoryError that says what did not fit, how big it is and how much is free."""
+    free = ""
+    try:
+        from cuda.bindings import runtime
+        err, free_b, total_b = runtime.cudaMemGetInfo()
+        if int(err) == 0:
+            free = f" ({free_b / 2**30:.1f} GiB of {total_b / 2**30:.1f} GiB free)"
+    except Exception:   # the report is a courtesy; the error stands without it
+        pass
+    return MemoryError(f"{what} needs {nbytes / 2**30:.2f} GiB on GPU {device}, which does not have it"
+                       f"{free}: {type(exc).__name__}: {exc}")
+
+
 def empty_like_kind(op: Operand, shape, device: int):
-    """An uninitialised float32 array of op's kind on ``device``."""
-    if op.kind == "torch":
-        import torch
-        return torch.empty(shape, dtype=torch.float32, device=f"cuda:{device}")
-    import cupy
-    with cupy.cuda.Device(device):
-        return cupy.empty(shape, dtype=np.float32)
+    """A new float32 array of ``shape`` of op's kind on ``device`` (CuPy for foreign GPU arrays)."""
+    try:
+        if op.kind == "torch":
+            import torch
+            return torch.empty(shape, dtype=torch.float32, device=f"cuda:{device}")
+        import cupy
+        with cupy.cuda.Device(device):
+            return cupy.empty(shape, dtype=np.float32)
+    except Exception as exc:
+        if _is_out_of_memory(exc):
+            raise gpu_memory_error(f"the result ({shape[0]} x {shape[1]} float32)", 4 * shape[0] * shape[1],
+                                   device, exc) from exc
+        raise
 
 
 def need_cupy(what: str):

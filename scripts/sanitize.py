@@ -1,0 +1,44 @@
+"""Every rung (and rung 8's split-K and 256-wide tiles) at edge shapes, with both
+the 16-byte and the scalar (unaligned) variants: the workload compute-sanitizer
+runs (scripts/sanitize.sh).  Also checks each result against FP64, so a run that
+the sanitizer passes but that computes wrongly still fails.
+
+    compute-sanitizer --tool memcheck python3 scripts/sanitize.py
+"""
+
+import sys
+
+import cupy as cp
+import numpy as np
+
+import gemmlab
+from gemmlab.kernels import registry
+from gemmlab.verify import compare, random_matrix, reference
+
+SHAPES = [(1, 1, 1), (7, 13, 5), (33, 65, 17), (129, 67, 33), (5, 300, 260)]
+CASES = [(s.name, {}) for s in registry.ladder("simt")] + [
+    ("pipelined", {"BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, "WNITER": 4, "TM": 8, "STAGES": 4}),
+    ("pipelined", {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3,
+                   "SPLITK": 4}),
+]
+
+rng = np.random.default_rng(0)
+bad = 0
+for M, N, K in SHAPES:
+    for misalign in (False, True):
+        a = cp.asarray(random_matrix(M, K, "uniform", rng))
+        if misalign:   # a view 4 bytes into its buffer: the scalar variants run
+            a = cp.asarray(random_matrix(1, M * K + 1, "uniform", rng)).ravel()[1:].reshape(M, K)
+        b = cp.asarray(random_matrix(K, N, "uniform", rng))
+        c0 = cp.asarray(random_matrix(M, N, "uniform", rng))
+        ref = reference(a, b, 0.5, 2.0, c0)
+        for name, params in CASES:
+            out = c0.copy()
+            gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel=name, **params)
+            err = compare(out, ref)
+            if not err.ok(1e-5):
+                bad += 1
+                print(f"WRONG {name} {params} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
+cp.cuda.runtime.deviceSynchronize()
+print(f"{len(SHAPES) * 2 * len(CASES)} launches, {bad} wrong", flush=True)
+sys.exit(1 if bad else 0)
