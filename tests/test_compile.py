@@ -30,7 +30,11 @@ needs_nvdisasm = pytest.mark.skipif(find_disassembler() is None,
 
 @pytest.fixture(scope="module")
 def ladder_module():
-    """compile(arch, spec) -> the module with every instantiation of spec, built once per module."""
+    """compile(arch, spec) -> the module with every instantiation of spec, built once per module.
+    All of them are compiled first in parallel processes into the (test) kernel cache."""
+    from gemmlab.runtime.compile import compile_in_processes
+    compile_in_processes([(spec.source_path, spec.all_name_expressions(), arch)
+                          for arch in ARCHES for spec in SPECS])
     memo = {}
 
     def get(arch, spec):

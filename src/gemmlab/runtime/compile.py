@@ -261,16 +261,36 @@ def load_kernel(source: Path, name_expression: str, arch: str):
         return kernel
 
 
-def _compile_each(source: str, names: list[str], arch: str) -> int:
-    for name in names:
-        compile_module(Path(source), (name,), arch)
+def _compile_job(source: str, names: tuple[str, ...], arch: str) -> int:
+    compile_module(Path(source), names, arch)
     return len(names)
 
 
+def compile_in_processes(modules, *, jobs: int | None = None, log=None) -> int:
+    """Compile (source, name expressions, arch) modules into the disk cache,
+    ``jobs`` processes at a time (default: one per CPU; NVRTC does not run two
+    compiles of one process at once), largest first; returns how many
+    instantiations were compiled.  compile_module and load_kernel then find them
+    in the cache."""
+    modules = sorted(((str(src), tuple(names), arch) for src, names, arch in modules), key=lambda m: -len(m[1]))
+    if not modules:
+        return 0
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(modules)))
+    total, done = sum(len(m[1]) for m in modules), 0
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for n in pool.map(_compile_job, *zip(*modules)):
+            done += n
+            if log:
+                log(f"  compiled {done}/{total}")
+    return done
+
+
 def precompile(items, arch: str, *, jobs: int | None = None, log=None) -> int:
-    """Compile (source, name expression) pairs into the disk cache, ``jobs``
-    processes at a time (default: one per CPU), skipping those already cached;
-    returns how many were compiled.  What load_kernel later finds in the cache."""
+    """Compile (source, name expression) pairs into the disk cache, one module
+    per instantiation (as load_kernel asks for them), in parallel processes,
+    skipping those already cached; returns how many were compiled."""
     cache = _disk_cache()
     if cache is None:
         return 0
@@ -280,19 +300,5 @@ def precompile(items, arch: str, *, jobs: int | None = None, log=None) -> int:
         try:
             cache[key]
         except KeyError:
-            missing.append((str(source), name))
-    if not missing:
-        return 0
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(missing)))
-    chunks = [missing[i::jobs] for i in range(jobs)]
-    work = [(src, [n for s, n in chunk if s == src], arch) for chunk in chunks
-            for src in dict.fromkeys(s for s, _ in chunk)]
-    done = 0
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for n in pool.map(_compile_each, *zip(*work)):
-            done += n
-            if log:
-                log(f"  compiled {done}/{len(missing)}")
-    return done
+            missing.append((str(source), (name,), arch))
+    return compile_in_processes(missing, jobs=jobs, log=log)
