@@ -118,6 +118,15 @@ def test_bench_refuses_bad_arguments_before_the_gpu(capsys, no_gpu_allowed, argv
     assert out == ""
 
 
+@pytest.mark.skipif(rt_device.gpu_available(), reason="checks the message on a machine without a GPU")
+@pytest.mark.parametrize("argv", [["bench", "--kernels", "naive", "--sizes", "64"], ["sweep", "--sizes", "64"],
+                                  ["tune", "--kernels", "vectorized", "--sizes", "64"]])
+def test_gpu_commands_without_a_gpu_say_so(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gemmlab {argv[0]}: ") and "GPU" in err and "Traceback" not in err
+
+
 def test_unknown_command_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as info:
         main(["frobnicate"])

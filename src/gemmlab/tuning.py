@@ -247,6 +247,7 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, j
     from .verify import compare, random_matrix, reference
 
     specs = [registry.get(k) for k in kernels]
+    gpu_info(0)   # without a GPU: gemmlab's NoGPUError, before CuPy touches the driver
     gpu = gpu_info(cp.cuda.Device().id)
     _make_current(gpu.ordinal)
     log = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))

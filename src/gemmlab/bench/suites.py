@@ -83,6 +83,7 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
     from ..runtime.device import gpu_info
     if os.environ.get("CUPY_TF32", "0") != "0":
         raise RuntimeError("CUPY_TF32 is set: cuBLAS would use TF32 tensor cores, not FP32. Unset it.")
+    gpu_info(0)   # without a GPU: gemmlab's NoGPUError, before CuPy touches the driver
     gpu = gpu_info(cp.cuda.Device().id)
     peak = gpu.fp32_peak_tflops
     rng = np.random.default_rng(seed)
