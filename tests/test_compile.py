@@ -64,6 +64,8 @@ def static_smem(spec, p):
         return 2 * 4 * p["tile"] ** 2
     if spec.name == "pipelined":   # its stages are in dynamic shared memory
         return 0
+    if spec.family == "tensor":    # rung 1 fills its fragments from global memory
+        return 0
     return 4 * p["BK"] * (p["BM"] + p["BN"])
 
 
@@ -143,6 +145,16 @@ def test_register_tiled_kernels_use_ffma(arch, kernel, ladder_module, ladder_sas
         # The unrolled inner loop alone is BK x (outputs per thread) fused multiply-adds.
         outputs = p["WM"] * p["WN"] // 32 if "WM" in p else p["TM"] * p["TN"]
         assert facts["FFMA"] >= p["BK"] * outputs, facts
+
+
+@needs_nvdisasm
+@pytest.mark.parametrize("arch", ARCHES)
+def test_tensor_rungs_use_the_tensor_cores(arch, ladder_module, ladder_sass):
+    """Every instantiation of a tensor-core rung has HMMA instructions in its SASS."""
+    for spec in registry.ladder("tensor"):
+        sass = ladder_sass(arch, spec)
+        for name, mangled in ladder_module(arch, spec).symbols.items():
+            assert "HMMA" in sass[mangled], f"{name} on {arch} has no HMMA"
 
 
 @needs_nvdisasm

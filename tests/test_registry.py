@@ -12,7 +12,7 @@ from gemmlab.kernels import registry
 from gemmlab.kernels.registry import Problem
 
 LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
-          "pipelined"]
+          "pipelined", "wmma"]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
 
@@ -26,7 +26,7 @@ def spec_id(spec):
 def test_kernels_lists_the_ladder_in_rung_order():
     ks = gemmlab.kernels()
     assert [k["name"] for k in ks] == LADDER
-    assert [k["rung"] for k in ks] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [(k["family"], k["rung"]) for k in ks] == [("simt", r) for r in range(1, 9)] + [("tensor", 1)]
 
 
 @pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
@@ -34,8 +34,7 @@ def test_kernel_entry_fields(entry):
     """Each entry carries name, family, dtypes, description, params and constraints."""
     for key in ("name", "family", "dtypes", "description", "params", "constraints"):
         assert key in entry, key
-    assert entry["family"] == "simt"
-    assert entry["dtypes"] == ["float32"]
+    assert entry["dtypes"] == {"simt": ["float32"], "tensor": ["float16", "bfloat16", "tf32"]}[entry["family"]]
     assert isinstance(entry["description"], str) and entry["description"].strip()
     assert isinstance(entry["constraints"], list)
     assert all(isinstance(c, str) and c for c in entry["constraints"])
@@ -55,11 +54,13 @@ def test_kernel_params_per_rung():
         "vectorized": ["BM", "BN", "BK", "TM", "TN"],
         "warptile": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM"],
         "pipelined": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "STAGES", "SPLITK"],
+        "wmma": [],
     }
 
 
 def test_ladder_family_filter():
-    assert [s.name for s in registry.ladder("simt")] == LADDER
+    assert [s.name for s in registry.ladder("simt")] == LADDER[:8]
+    assert [s.name for s in registry.ladder("tensor")] == ["wmma"]
     assert registry.ladder("no-such-family") == []
 
 
@@ -238,7 +239,8 @@ def test_name_expression_without_vec_variant(kernel, params, expected):
         assert spec.name_expression(params, Problem(100, 100, 100, aligned)) == expected
 
 
-@pytest.mark.parametrize("spec", [s for s in SPECS if s.name not in ("vectorized", "warptile", "pipelined")],
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.family == "simt"
+                                  and s.name not in ("vectorized", "warptile", "pipelined")],
                          ids=spec_id)
 def test_name_expression_defaults(spec):
     """Default instantiations list the defaults in declaration order (naive/coalesced: the 32 block)."""
@@ -357,7 +359,7 @@ def expected_block(spec, p):
 
 
 def _cases():
-    for spec in SPECS:
+    for spec in registry.ladder("simt"):   # tensor rungs number warp tiles: test_wmma_geometry
         configs = spec.configurations()
         if spec.split_k_param:   # every tile shape unsplit, and the defaults with each split
             configs = [p for p in configs if p[spec.split_k_param] == 1] + [
@@ -439,3 +441,34 @@ def test_pipelined_asks_for_its_dynamic_shared_memory():
         assert geo.smem_bytes == 4 * p["STAGES"] * p["BK"] * (p["BM"] + 4 + p["BN"])
         assert geo.smem_bytes <= 96 * 1024
     assert max(spec.launch(p, Problem(1, 1, 1, True)).smem_bytes for p in spec.configurations()) > 48 * 1024
+
+
+# -- the tensor-core ladder ------------------------------------------------------------------
+
+def test_wmma_name_expressions_follow_the_dtypes():
+    spec = registry.get("wmma")
+    codes = {"float16": 0, "bfloat16": 1, "tf32": 2, "float32": 3}
+    for dt, odt in [("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"),
+                    ("bfloat16", "bfloat16"), ("tf32", "float32")]:
+        prob = Problem(10, 10, 10, True, dt, odt)
+        spec.check_dtypes(prob)
+        assert spec.name_expression({}, prob) == f"gemmlab::wmma_tile<{codes[dt]}, {codes[odt]}>"
+    assert len(spec.all_name_expressions()) == 5
+    for dt, odt in [("float16", "bfloat16"), ("tf32", "float16"), ("float32", "float32")]:
+        with pytest.raises(TypeError):
+            spec.check_dtypes(Problem(10, 10, 10, True, dt, odt))
+
+
+@pytest.mark.parametrize("M, N", [(1, 1), (16, 16), (17, 33), (1000, 70), (64, 4097)])
+def test_wmma_geometry(M, N):
+    """01_wmma.cu: warp w of the grid owns the 16x16 tile w (row-major over tiles); 4 warps
+    per block; every tile has a warp, the spare warps of the last block start outside C."""
+    geo = registry.get("wmma").launch({}, Problem(M, N, 8, True, "float16", "float32"))
+    assert geo.block == (128, 1, 1) and geo.grid[1:] == (1, 1)
+    tiles_n, tiles = -(-N // 16), -(-M // 16) * -(-N // 16)
+    warps = np.arange(geo.grid[0] * 4)
+    rows0, cols0 = (warps // tiles_n) * 16, (warps % tiles_n) * 16
+    inside = rows0 < M
+    assert inside.sum() == tiles and (cols0 < N).all()
+    assert geo.grid[0] == -(-tiles // 4)
+

@@ -87,12 +87,12 @@ def test_out_transposed_shape_is_wrong():
 
 # -- dtypes -----------------------------------------------------------------------
 
-BAD_DTYPES = [np.float64, np.float16, np.int32]
+BAD_DTYPES = [np.float64, np.int32, np.complex64]
 
 
 def _dtype_pattern(name, shape, dtype):
     dt = np.dtype(dtype).name
-    return label(name, shape, dt) + rf": dtype {dt} is not supported; gemmlab's kernels take float32"
+    return label(name, shape, dt) + rf": dtype {dt} is not supported; gemmlab's kernels take float32, float16, bfloat16"
 
 
 @pytest.mark.parametrize("dtype", BAD_DTYPES, ids=lambda d: np.dtype(d).name)
@@ -112,6 +112,64 @@ def test_out_unsupported_dtype(dtype):
     """out of the right shape but the wrong dtype."""
     raises_leaving_out(TypeError, _dtype_pattern("out", (3, 2), dtype), sentinel_out((3, 2), dtype),
                        f32(3, 4), f32(4, 2))
+
+
+# -- dtypes, precision and out_dtype ---------------------------------------------
+
+def f16(*shape):
+    return f32(*shape).astype(np.float16)
+
+
+def test_operands_of_two_dtypes_are_refused():
+    with pytest.raises(TypeError, match=label("a", (3, 4)) + " and " + label("b", (4, 2), "float16")
+                       + " differ in dtype"):
+        gemmlab.matmul(f32(3, 4), f16(4, 2))
+
+
+@pytest.mark.parametrize("precision, inputs, message", [
+    ("tf32", f16, r"precision='tf32' is for float32 inputs; a and b are float16"),
+    ("fp32", f16, r"precision='fp32' is for float32 inputs; a and b are float16"),
+    ("fp64", f32, r"precision='fp64' is not one of 'fp32', 'tf32'"),
+])
+def test_precision_is_checked(precision, inputs, message):
+    with pytest.raises(ValueError, match=message):
+        gemmlab.matmul(inputs(3, 4), inputs(4, 2), precision=precision)
+
+
+@pytest.mark.parametrize("inputs, kwargs, message", [
+    (f32, {"out_dtype": "float16"}, r"float32 inputs give a float32 result, not float16"),
+    (f32, {"precision": "tf32", "out_dtype": "float16"}, r"tf32 inputs give a float32 result, not float16"),
+    (f16, {"out_dtype": "bfloat16"}, r"float16 inputs give a float32 or float16 result, not bfloat16"),
+    (f16, {"out_dtype": "float64"}, r"out_dtype='float64' is not one of float32, float16, bfloat16"),
+])
+def test_out_dtype_is_checked(inputs, kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        gemmlab.matmul(inputs(3, 4), inputs(4, 2), **kwargs)
+
+
+def test_out_must_have_the_asked_out_dtype():
+    raises_leaving_out(TypeError, label("out", (3, 2), "float16") + " does not have out_dtype=float32",
+                       sentinel_out((3, 2), np.float16), f16(3, 4), f16(4, 2), out_dtype="float32")
+
+
+@pytest.mark.parametrize("kernel", ["naive", "vectorized", "pipelined"])
+def test_cuda_core_kernels_refuse_16_bit_inputs(kernel):
+    with pytest.raises(TypeError, match=rf"kernel '{kernel}' computes float32, not float16; "
+                                        r"for float16 use one of: wmma"):
+        gemmlab.matmul(f16(3, 4), f16(4, 2), kernel=kernel)
+
+
+def test_tensor_kernels_refuse_plain_float32():
+    with pytest.raises(TypeError, match=r"kernel 'wmma' computes float16, bfloat16, tf32, not float32; "
+                                        r"for float32 use one of: naive, coalesced"):
+        gemmlab.matmul(f32(3, 4), f32(4, 2), kernel="wmma")
+
+
+def test_plan_picks_by_dtype():
+    assert gemmlab.plan("auto", 300, 300, 300, dtype="float16", out_dtype="float16").name_expression == \
+        "gemmlab::wmma_tile<0, 0>"
+    assert gemmlab.plan("auto", 300, 300, 300, dtype="tf32").name_expression == "gemmlab::wmma_tile<2, 3>"
+    assert gemmlab.plan("auto", 300, 300, 300).spec.family == "simt"
 
 
 # -- layout and kinds -----------------------------------------------------------

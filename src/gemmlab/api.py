@@ -17,7 +17,10 @@ from .runtime import compile as rt_compile
 from .runtime import device as rt_device
 from .runtime.launch import DEFAULT_DYNAMIC_SMEM, allow_dynamic_smem, launch, stream_from_handle
 
-SUPPORTED_DTYPES = (np.dtype(np.float32),)
+# Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
+# float16 and bfloat16 for the tensor-core ladder.
+SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
+PRECISIONS = (None, "fp32", "tf32")
 
 
 @dataclass(frozen=True)
@@ -47,9 +50,9 @@ def _check_matrix(op: Operand) -> int:
     """Check one operand's rank, dtype and layout; return its leading dimension."""
     if len(op.shape) != 2:
         raise ValueError(f"{op.label()} must be a 2-D matrix; it has {len(op.shape)} dimension(s)")
-    if op.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{op.label()}: dtype {op.dtype} is not supported; gemmlab's kernels take "
-                        f"float32 (convert with .astype(float32))")
+    if op.dtype_name not in SUPPORTED_DTYPES:
+        raise TypeError(f"{op.label()}: dtype {op.dtype_name} is not supported; gemmlab's kernels take "
+                        f"{', '.join(SUPPORTED_DTYPES)} (convert with .astype(float32))")
     rows, cols = op.shape
     rs, cs = op.strides
     if rows == 0 or cols == 0:
@@ -100,13 +103,16 @@ def auto_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
 
 
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
-         gpu_slug: str | None = None, **tile_params) -> Plan:
+         gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
+         **tile_params) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
     Without tile parameters, a named kernel (and ``"auto"``) takes the
     configuration tuned for the nearest shape on this GPU model (``gpu_slug``,
     see gemmlab.tuning) if there is one; else the kernel's defaults (for
-    ``"auto"``, the heuristic of :func:`auto_params`).
+    ``"auto"``, the heuristic of :func:`auto_params`).  ``dtype`` is what the
+    kernel multiplies (float32, tf32, float16, bfloat16) and ``out_dtype`` what it
+    writes; tuned tables are for float32 only so far.
     """
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
@@ -114,16 +120,17 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
     if kernel != "auto":
         registry.get(kernel)          # an unknown name fails here, tuned table or not
-    if not tile_params and gpu_slug and M and N:
+    if not tile_params and gpu_slug and M and N and dtype == "float32":
         table = tuning.load_table(gpu_slug)
         tuned = table.lookup(kernel, M, N, max(K, 1)) if table else None
         if tuned:
             kernel, tile_params = tuned
     if kernel == "auto":
-        kernel, tile_params = auto_params(M, N, K, sm_count)
+        kernel, tile_params = auto_params(M, N, K, sm_count) if dtype == "float32" else ("wmma", {})
     spec = registry.get(kernel)
     params = spec.resolve(tile_params)
-    problem = Problem(M, N, K, aligned16)
+    problem = Problem(M, N, K, aligned16, dtype, out_dtype)
+    spec.check_dtypes(problem)
     return Plan(spec, params, problem, spec.name_expression(params, problem))
 
 
@@ -150,10 +157,11 @@ def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int,
                              f"{gpu.name} allows {gpu.max_smem_per_block_optin}")
         allow_dynamic_smem(kernel, geo.smem_bytes, gpu.ordinal)
     pr = p.problem
-    if alpha == 0 or pr.K == 0:
+    if (alpha == 0 or pr.K == 0) and pr.out_dtype == "float32":
         # BLAS quick return: the product is empty, so C = beta * C without reading
         # A or B (NaN or Inf in them must not reach C); the reduction kernel with
-        # no slices does exactly that.
+        # no slices does exactly that.  (The tensor-core kernels, which may write
+        # 16-bit C, skip their K loop themselves when alpha == 0.)
         reduce = rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL, gpu.arch)
         threads = registry.SPLITK_REDUCE_THREADS
         launch(reduce, (-(-pr.M * pr.N // threads), 1, 1), (threads, 1, 1), 0, stream,
@@ -193,16 +201,57 @@ def _workspace(gpu: rt_device.GPUInfo, stream: int, nbytes: int, p: Plan):
                           f"{gpu.name} and could not get it ({exc}); use a smaller SPLITK") from exc
 
 
-def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", **tile_params):
+def _dtype_arg(value, name: str) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(getattr(value, "name", value)).replace("torch.", "")
+    if text not in ("float32", "float16", "bfloat16"):
+        raise TypeError(f"{name}={value!r} is not one of float32, float16, bfloat16")
+    return text
+
+
+def _resolve_dtypes(A: Operand, B: Operand, O: Operand | None, precision, out_dtype) -> tuple[str, str]:
+    """(what the kernel multiplies, what it writes) from the operands and the options."""
+    if A.dtype_name != B.dtype_name:
+        raise TypeError(f"{A.label()} and {B.label()} differ in dtype; both operands must have one dtype")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is not one of 'fp32', 'tf32' (or None)")
+    dtype = A.dtype_name
+    if precision == "tf32":
+        if dtype != "float32":
+            raise ValueError(f"precision='tf32' is for float32 inputs; a and b are {dtype}")
+        dtype = "tf32"
+    elif precision == "fp32" and dtype != "float32":
+        raise ValueError(f"precision='fp32' is for float32 inputs; a and b are {dtype}")
+    out_dt = _dtype_arg(out_dtype, "out_dtype")
+    if O is not None:
+        if out_dt is not None and O.dtype_name != out_dt:
+            raise TypeError(f"{O.label()} does not have out_dtype={out_dt}")
+        out_dt = O.dtype_name
+    if out_dt is None:    # as numpy / torch: the inputs' dtype (float32 for TF32)
+        out_dt = "float32" if dtype == "tf32" else dtype
+    allowed = ("float32",) if dtype in ("float32", "tf32") else ("float32", dtype)
+    if out_dt not in allowed:
+        raise TypeError(f"{dtype} inputs give a {' or '.join(allowed)} result, not {out_dt}")
+    return dtype, out_dt
+
+
+def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", precision: str | None = None,
+           out_dtype=None, **tile_params):
     """out = alpha * a @ b + beta * out with one of gemmlab's kernels.
 
-    ``a`` (M, K) and ``b`` (K, N) are float32 CuPy arrays, PyTorch CUDA tensors
-    (read in place, no copy) or NumPy arrays (copied to the GPU; the result comes
-    back as NumPy).  Returns ``out`` if given, else a new array of a's kind.
-    The kernel runs on the caller's current stream (CuPy's or PyTorch's).
-    ``beta`` other than 0 needs ``out``.  With ``beta == 0``, ``out`` is never
-    read; with ``alpha == 0`` or K == 0, neither ``a`` nor ``b`` is read and the
-    result is ``beta * out`` (zeros when ``beta == 0``), as in BLAS.  Everything is checked before any launch; on error nothing is written.
+    ``a`` (M, K) and ``b`` (K, N) are CuPy arrays, PyTorch CUDA tensors (read
+    in place, no copy) or NumPy arrays (copied to the GPU; the result comes back
+    as NumPy), of one dtype: float32 (CUDA cores; ``precision="tf32"`` asks for
+    TF32 tensor cores instead, never chosen otherwise), float16 or bfloat16
+    (tensor cores, FP32 accumulation).  The result is ``out_dtype``: by default
+    the inputs' dtype; float32 for 16-bit inputs on request.  Returns ``out`` if
+    given, else a new array of a's kind.  The kernel runs on the caller's
+    current stream (CuPy's or PyTorch's).  ``beta`` other than 0 needs ``out``.
+    With ``beta == 0``, ``out`` is never read; with ``alpha == 0`` or K == 0,
+    neither ``a`` nor ``b`` is read and the result is ``beta * out`` (zeros when
+    ``beta == 0``), as in BLAS.  Everything is checked before any launch; on
+    error nothing is written.
     """
     A, B = describe(a, "a"), describe(b, "b")
     O = describe(out, "out") if out is not None else None
@@ -235,19 +284,22 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", **tile_
     elif beta != 0:
         raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "
                          "pass out= or leave beta=0")
+    dtype, out_dt = _resolve_dtypes(A, B, O, precision, out_dtype)
+    dtypes = {"dtype": dtype, "out_dtype": out_dt}
     if A.on_gpu:
         aligned = _aligned16([A, B] + ([O] if O is not None else []), [lda, ldb, ldc], [K, N])
     else:   # NumPy inputs run on fresh contiguous (256-byte aligned) GPU copies
         aligned = contiguous_aligned16(M, N, K)
     # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
-    plan(kernel, M, N, K, aligned16=aligned, **tile_params)
+    plan(kernel, M, N, K, aligned16=aligned, **dtypes, **tile_params)
     device = A.device if A.on_gpu else 0
     gpu = rt_device.gpu_info(device)
     # Now with the GPU's model and SM count: tuned configurations, or auto's heuristic.
-    p = plan(kernel, M, N, K, aligned16=aligned, sm_count=gpu.sm_count, gpu_slug=gpu.slug, **tile_params)
+    p = plan(kernel, M, N, K, aligned16=aligned, sm_count=gpu.sm_count, gpu_slug=gpu.slug, **dtypes,
+             **tile_params)
 
     if A.on_gpu:
-        result = out if out is not None else empty_like_kind(A, (M, N), device)
+        result = out if out is not None else empty_like_kind(A, (M, N), device, out_dt)
         C = O if O is not None else describe(result, "out")
         if M and N:
             run_plan(p, gpu, current_stream(A), A.ptr, lda, B.ptr, ldb, C.ptr, ldc, alpha, beta)
@@ -259,7 +311,7 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", **tile_
         try:
             da, db = cp.asarray(np.ascontiguousarray(a)), cp.asarray(np.ascontiguousarray(b))
             dc = cp.asarray(np.ascontiguousarray(out)) if out is not None and beta != 0 \
-                else cp.empty((M, N), np.float32)
+                else cp.empty((M, N), np.dtype(out_dt))
         except Exception as exc:
             if _is_out_of_memory(exc):
                 raise gpu_memory_error(f"copying a ({M} x {K}), b ({K} x {N}) and the result ({M} x {N}) "

@@ -17,9 +17,16 @@ class Operand:
     kind: str                 # "numpy", "cupy", "torch" or "cuda" (another GPU array)
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements
-    dtype: np.dtype | None
+    dtype: np.dtype | str | None   # a NumPy dtype, or a name NumPy lacks (PyTorch's "bfloat16")
     device: int               # -1 for host memory
     ptr: int
+
+    @property
+    def dtype_name(self) -> str | None:
+        """float32, float16, bfloat16, ...: one spelling for NumPy, CuPy and PyTorch dtypes."""
+        if self.dtype is None:
+            return None
+        return self.dtype if isinstance(self.dtype, str) else np.dtype(self.dtype).name
 
     @property
     def on_gpu(self) -> bool:
@@ -36,9 +43,12 @@ class Operand:
         """[first, last) byte addresses the array can touch."""
         if any(s == 0 for s in self.shape):
             return (self.ptr, self.ptr)
-        item = self.dtype.itemsize if self.dtype is not None else 1
+        item = ITEMSIZE.get(self.dtype_name, 1)
         last = sum((n - 1) * s for n, s in zip(self.shape, self.strides)) + 1
         return (self.ptr, self.ptr + last * item)
+
+
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def _c_strides(shape) -> tuple[int, ...]:
@@ -134,19 +144,19 @@ def gpu_memory_error(what: str, nbytes: int, device: int, exc: BaseException) ->
                        f"{free}: {type(exc).__name__}: {exc}")
 
 
-def empty_like_kind(op: Operand, shape, device: int):
-    """A new float32 array of ``shape`` of op's kind on ``device`` (CuPy for foreign GPU arrays)."""
+def empty_like_kind(op: Operand, shape, device: int, dtype: str = "float32"):
+    """A new ``dtype`` array of ``shape`` of op's kind on ``device`` (CuPy for foreign GPU arrays)."""
     try:
         if op.kind == "torch":
             import torch
-            return torch.empty(shape, dtype=torch.float32, device=f"cuda:{device}")
+            return torch.empty(shape, dtype=getattr(torch, dtype), device=f"cuda:{device}")
         import cupy
         with cupy.cuda.Device(device):
-            return cupy.empty(shape, dtype=np.float32)
+            return cupy.empty(shape, dtype=np.dtype(dtype))
     except Exception as exc:
         if _is_out_of_memory(exc):
-            raise gpu_memory_error(f"the result ({shape[0]} x {shape[1]} float32)", 4 * shape[0] * shape[1],
-                                   device, exc) from exc
+            raise gpu_memory_error(f"the result ({shape[0]} x {shape[1]} {dtype})",
+                                   ITEMSIZE[dtype] * shape[0] * shape[1], device, exc) from exc
         raise
 
 

@@ -155,7 +155,7 @@ def cmd_tune(args) -> int:
 def cmd_verify(args) -> int:
     from .kernels import registry
     from .verify import verify
-    names = [s.name for s in registry.ladder()] if args.kernels == "all" else args.kernels.split(",")
+    names = [s.name for s in registry.ladder("simt")] if args.kernels == "all" else args.kernels.split(",")
     shapes = _sizes(args.shapes)
     failed = 0
     results = []

@@ -49,6 +49,12 @@ class Problem:
     N: int
     K: int
     aligned16: bool  # widths, leading dimensions and base addresses allow float4 access
+    dtype: str = "float32"      # what the kernel multiplies: float32, tf32 (float32 storage), float16, bfloat16
+    out_dtype: str = "float32"  # what it writes: float32, or the input's 16-bit type
+
+
+# Element-type codes of the tensor-core kernels' templates (wmma_types.cuh).
+TYPE_CODES = {"float16": 0, "bfloat16": 1, "tf32": 2, "float32": 3}
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,16 @@ class KernelSpec:
         return out
 
     # -- compilation and launch --------------------------------------------
+    def check_dtypes(self, problem: Problem) -> None:
+        """Raise TypeError if this kernel does not compute problem.dtype -> problem.out_dtype."""
+        if problem.dtype not in self.dtypes:
+            fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes]
+            raise TypeError(f"kernel {self.name!r} computes {', '.join(self.dtypes)}, not {problem.dtype}; "
+                            f"for {problem.dtype} use one of: {', '.join(fits) or 'none yet'}")
+        allowed = ("float32",) if problem.dtype in ("float32", "tf32") else ("float32", problem.dtype)
+        if problem.out_dtype not in allowed:
+            raise TypeError(f"{problem.dtype} inputs give a {' or '.join(allowed)} result, not {problem.out_dtype}")
+
     def name_expression(self, params: Mapping[str, int], problem: Problem) -> str:
         args = self.template_args(params, problem)
         if not args:
@@ -427,6 +443,29 @@ register(KernelSpec(
 SPLITK_REDUCE_SOURCE = KERNEL_DIR / "simt" / "splitk_reduce.cu"
 SPLITK_REDUCE_KERNEL = "gemmlab::splitk_reduce"
 SPLITK_REDUCE_THREADS = 256
+
+
+# -- the tensor-core ladder ------------------------------------------------------
+
+_TC_VARIANTS = tuple(Problem(1, 1, 1, True, dt, odt) for dt, odt in (
+    ("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
+    ("tf32", "float32")))
+TC_WARPS_PER_BLOCK = 4   # tensor_common.cuh
+
+
+def _tc_type_args(prob: Problem) -> tuple[int, int]:
+    return TYPE_CODES[prob.dtype], TYPE_CODES[prob.out_dtype]
+
+
+register(KernelSpec(
+    name="wmma", rung=1, family="tensor", dtypes=("float16", "bfloat16", "tf32"), source="tensor/01_wmma.cu",
+    template="gemmlab::wmma_tile",
+    description="WMMA: one warp per 16x16 tile of C, fragments filled straight from global memory",
+    template_args=lambda p, prob: _tc_type_args(prob),
+    geometry=lambda p, prob: Launch(grid=(_cdiv(_tiles(prob, 16, 16), TC_WARPS_PER_BLOCK), 1, 1),
+                                    block=(32 * TC_WARPS_PER_BLOCK, 1, 1)),
+    variants=_TC_VARIANTS,
+))
 
 
 def get(name: str) -> KernelSpec:
