@@ -12,7 +12,7 @@ from gemmlab.kernels import registry
 from gemmlab.kernels.registry import Problem
 
 LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
-          "pipelined", "wmma"]
+          "pipelined", "wmma", "wmma_warptile"]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
 
@@ -26,7 +26,7 @@ def spec_id(spec):
 def test_kernels_lists_the_ladder_in_rung_order():
     ks = gemmlab.kernels()
     assert [k["name"] for k in ks] == LADDER
-    assert [(k["family"], k["rung"]) for k in ks] == [("simt", r) for r in range(1, 9)] + [("tensor", 1)]
+    assert [(k["family"], k["rung"]) for k in ks] == [("simt", r) for r in range(1, 9)] + [("tensor", 1), ("tensor", 2)]
 
 
 @pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
@@ -55,12 +55,13 @@ def test_kernel_params_per_rung():
         "warptile": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM"],
         "pipelined": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "STAGES", "SPLITK"],
         "wmma": [],
+        "wmma_warptile": ["BM", "BN", "BK", "WM", "WN"],
     }
 
 
 def test_ladder_family_filter():
     assert [s.name for s in registry.ladder("simt")] == LADDER[:8]
-    assert [s.name for s in registry.ladder("tensor")] == ["wmma"]
+    assert [s.name for s in registry.ladder("tensor")] == ["wmma", "wmma_warptile"]
     assert registry.ladder("no-such-family") == []
 
 
@@ -108,6 +109,13 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
         return (_independent_checks("warptile", warp, smem=smem, smem_limit=96 * 1024, staged=False)
                 and (p["WM"] * p["WN"] // 32 <= 64 or threads == 256) and big_ok and threads >= 128
                 and p["WNITER"] in (2, 4) and p["SPLITK"] in (1, 2, 3, 4, 6, 8, 12, 16))
+    if name == "wmma_warptile":
+        # 02_wmma_warptile.cu: (BM/WM) x (BN/WN) warps, each tile load split evenly over the
+        # threads, float (TF32) tiles with rows padded by 4 within 48 KiB.
+        threads = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32 if p["BM"] % p["WM"] == 0 else 0
+        return (p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0 and 64 <= threads <= 512
+                and (p["BM"] * p["BK"]) % threads == 0 and (p["BK"] * p["BN"]) % threads == 0
+                and 4 * (p["BM"] * (p["BK"] + 4) + p["BK"] * (p["BN"] + 4)) <= 48 * 1024)
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
         # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
@@ -341,7 +349,7 @@ def block_tile(spec, p):
         return p["tile"], p["tile"], 1
     if spec.name == "blocktile_1d":
         return p["BM"], p["BN"], p["TM"]
-    if spec.name in ("warptile", "pipelined"):
+    if spec.name in ("warptile", "pipelined", "wmma_warptile"):
         return p["BM"], p["BN"], p["WM"] * p["WN"] // 32
     return p["BM"], p["BN"], p["TM"] * p["TN"]
 
@@ -353,13 +361,13 @@ def expected_block(spec, p):
         return (p["tile"], p["tile"], 1)
     if spec.name == "blocktile_1d":
         return ((p["BM"] // p["TM"]) * p["BN"], 1, 1)
-    if spec.name in ("warptile", "pipelined"):
+    if spec.name in ("warptile", "pipelined", "wmma_warptile"):
         return ((p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32, 1, 1)
     return ((p["BM"] // p["TM"]) * (p["BN"] // p["TN"]), 1, 1)
 
 
 def _cases():
-    for spec in registry.ladder("simt"):   # tensor rungs number warp tiles: test_wmma_geometry
+    for spec in [s for s in SPECS if s.name != "wmma"]:   # wmma numbers warp tiles: test_wmma_geometry
         configs = spec.configurations()
         if spec.split_k_param:   # every tile shape unsplit, and the defaults with each split
             configs = [p for p in configs if p[spec.split_k_param] == 1] + [

@@ -126,7 +126,9 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         if tuned:
             kernel, tile_params = tuned
     if kernel == "auto":
-        kernel, tile_params = auto_params(M, N, K, sm_count) if dtype == "float32" else ("wmma", {})
+        # 16-bit and TF32: the warp-tiled WMMA rung until the faster rungs and their
+        # tuned tables exist.
+        kernel, tile_params = auto_params(M, N, K, sm_count) if dtype == "float32" else ("wmma_warptile", {})
     spec = registry.get(kernel)
     params = spec.resolve(tile_params)
     problem = Problem(M, N, K, aligned16, dtype, out_dtype)

@@ -46,6 +46,34 @@ __device__ __forceinline__ void load_fragment_masked(Frag& frag, const S* __rest
     });
 }
 
+// Copy the ROWS x COLS tile at (row0, col0) of a row-major rows x cols matrix
+// of 16-bit or float elements into shared memory (row stride SLD), zeros
+// outside the matrix; consecutive threads take consecutive columns (coalesced).
+template <int ROWS, int COLS, int SLD, int THREADS, class S>
+__device__ __forceinline__ void stage_tile(S* smem, const S* __restrict__ g, int ld, int row0, int col0, int rows,
+                                           int cols, int tid) {
+    static_assert((ROWS * COLS) % THREADS == 0, "tile must split evenly over the threads");
+#pragma unroll
+    for (int step = 0; step < ROWS * COLS / THREADS; ++step) {
+        const int i = step * THREADS + tid;
+        const int r = i / COLS, c = i % COLS;
+        smem[r * SLD + c] = (row0 + r < rows && col0 + c < cols) ? g[(long long)(row0 + r) * ld + col0 + c]
+                                                                  : S(0.0f);
+    }
+}
+
+// A matrix_a / matrix_b fragment from a row-major tile in shared memory (p
+// 32-byte aligned, ldm a multiple of 16 bytes); TF32 fragments are rounded
+// after the load, as the WMMA API requires.
+template <int DT, class Frag, class S>
+__device__ __forceinline__ void load_fragment(Frag& frag, const S* p, int ldm) {
+    nvcuda::wmma::load_matrix_sync(frag, p, ldm);
+    if constexpr (DT == 2) {
+#pragma unroll
+        for (int k = 0; k < frag.num_elements; ++k) frag.x[k] = nvcuda::wmma::__float_to_tf32(frag.x[k]);
+    }
+}
+
 // C[row0 + r][col0 + c] = alpha * acc + beta * C for every element of a float
 // accumulator fragment that lies inside M x N, converted to C's type.
 template <class Frag, class O>

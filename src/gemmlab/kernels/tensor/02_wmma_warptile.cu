@@ -1,0 +1,69 @@
+// Tensor-core rung 2, wmma_warptile: rung 1 reads every fragment from global
+// memory for every warp that needs it.  Here a block stages a BM x BK tile of A
+// and a BK x BN tile of B in shared memory once, and each warp computes a
+// WM x WN piece of the block tile as a grid of (WM/16) x (WN/16) accumulator
+// fragments: per K-step it loads WM/16 fragments of A and WN/16 of B and does
+// (WM/16) x (WN/16) MMAs with them, so each loaded fragment is used WN/16 or
+// WM/16 times.  Fragments come from shared memory with load_matrix_sync (rows
+// padded by 16 bytes, which keeps them 32-byte aligned and spreads the banks).
+// Edges: the staging copy zero-fills what lies outside the matrix; the
+// epilogue writes alpha * acc + beta * C from the registers through the
+// fragment map, skipping what lies outside.
+#include <gemmlab/common.cuh>
+#include <gemmlab/tensor_common.cuh>
+
+namespace gemmlab {
+
+template <int DT, int ODT, int BM, int BN, int BK, int WM, int WN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)  // 1: see blocktile_2d
+wmma_warptile(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A,
+              int lda, const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
+              typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc) {
+    using S = typename wmma_types::Storage<DT>::type;
+    constexpr int TK = tc_tile_k<DT>();
+    constexpr int FM = WM / 16, FN = WN / 16;                 // fragments per warp
+    constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
+    constexpr int PAD = 16 / int(sizeof(S));                  // 16 bytes
+    constexpr int ALD = BK + PAD, BLD = BN + PAD;
+    static_assert(BK % TK == 0, "BK must be a multiple of the MMA's K");
+    __shared__ __align__(32) S As[BM][ALD];
+    __shared__ __align__(32) S Bs[BK][BLD];
+    const TileOrigin tile = block_tile_origin<BM, BN>(N);
+    const int tid = threadIdx.x, warp = tid / 32;
+    const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
+
+    typename wmma_types::Fragment<0, 16, 16, TK, DT, 0>::type a[FM];
+    typename wmma_types::Fragment<1, 16, 16, TK, DT, 0>::type b[FN];
+    typename wmma_types::Fragment<2, 16, 16, TK, 3, 0>::type acc[FM][FN];
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
+
+    const int k_end = alpha == 0.0f ? 0 : K;   // alpha = 0 reads neither A nor B (BLAS)
+    for (int k0 = 0; k0 < k_end; k0 += BK) {
+        stage_tile<BM, BK, ALD, THREADS>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+        stage_tile<BK, BN, BLD, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += TK) {
+#pragma unroll
+            for (int i = 0; i < FM; ++i) load_fragment<DT>(a[i], &As[warp_row + 16 * i][kk], ALD);
+#pragma unroll
+            for (int j = 0; j < FN; ++j) load_fragment<DT>(b[j], &Bs[kk][warp_col + 16 * j], BLD);
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j) nvcuda::wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j)
+            store_accumulator_masked(acc[i][j], C, ldc, tile.row + warp_row + 16 * i, tile.col + warp_col + 16 * j,
+                                     M, N, alpha, beta);
+}
+
+}  // namespace gemmlab
