@@ -108,6 +108,10 @@ def no_gpu_allowed(monkeypatch):
      "in float4s, must split evenly over the threads"),
     (["bench", "--kernels", "naive", "--sizes", "abc"],
      "gemmlab bench: size 'abc' is not N or MxNxK"),
+    (["bench", "--dtype", "fp16", "--kernels", "vectorized"],
+     "gemmlab bench: kernel 'vectorized' computes float32, not float16; for float16 use one of: wmma"),
+    (["bench", "--dtype", "bf16", "--kernels", "wmma_warptile:WM=64"],
+     "gemmlab bench: tile parameter WM=64 is not legal for kernel 'wmma_warptile'"),
     (["bench", "--kernels", "smem_tiled:tile=big"],
      "gemmlab bench: tile parameter 'tile=big' of 'smem_tiled' must be NAME=INTEGER"),
 ])

@@ -66,16 +66,18 @@ def cmd_bench(args) -> int:
     from .api import plan
     from .bench.report import plot_ladder
     from .bench.suites import DEFAULT_SIZES, default_entries, run_suite
-    entries = _kernel_entries(args.kernels, default_entries)
+    from .bench.suites import DTYPE_ALIASES
+    dtype = DTYPE_ALIASES[args.dtype]
+    entries = _kernel_entries(args.kernels, lambda: default_entries(dtype))
     for name, params in entries:      # refuse bad names before any GPU time is spent
-        plan(name, 128, 128, 128, **params)
+        plan(name, 128, 128, 128, dtype=dtype, out_dtype="float32" if dtype == "tf32" else dtype, **params)
     if args.all_configs:              # every legal tile configuration of each named kernel
         from .kernels import registry
         entries = [(name, cfg) for name in dict.fromkeys(n for n, _ in entries)
                    for cfg in registry.get(name).configurations()]
     sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
     records = run_suite(entries, sizes, dist=args.dist, reps=args.reps, flush=not args.no_flush,
-                        max_run_s=args.max_run_s, budget_s=args.budget_s, quiet=args.quiet)
+                        max_run_s=args.max_run_s, budget_s=args.budget_s, quiet=args.quiet, dtype=dtype)
     _finish(records, args, plot_ladder)
     return 0
 
@@ -209,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(e.g. --kernels vectorized:BM=64,BN=64 smem_tiled:tile=16); default: every rung")
     p.add_argument("--sizes", help="comma list of N or MxNxK (default 1024,2048,4096,16384x4096x4096)")
     p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"))
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "tf32", "fp16", "bf16"),
+                   help="fp32: the CUDA-core ladder beside cuBLAS SGEMM; tf32/fp16/bf16: the tensor-core "
+                   "ladder beside cuBLAS in that dtype (PyTorch matmul)")
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
     p.add_argument("--all-configs", action="store_true",
                    help="time every legal tile configuration of the kernels named by --kernels")

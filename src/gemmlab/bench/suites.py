@@ -60,10 +60,12 @@ def parse_size(text: str) -> tuple[int, int, int]:
     return tuple(dims)
 
 
-def default_entries() -> list[tuple[str, dict]]:
-    """Every rung of the FP32 ladder (tuned configuration for the GPU if there is
+def default_entries(dtype: str = "float32") -> list[tuple[str, dict]]:
+    """Every rung of the ladder for the dtype (the FP32 ladder for float32, the
+    tensor-core ladder otherwise; tuned configuration for the GPU if there is
     one, else its defaults), then what ``kernel="auto"`` picks."""
-    return [(s.name, {}) for s in registry.ladder("simt")] + [("auto", {})]
+    family = "simt" if dtype == "float32" else "tensor"
+    return [(s.name, {}) for s in registry.ladder(family)] + [("auto", {})]
 
 
 def _progress(msg: str, quiet: bool) -> None:
@@ -75,52 +77,109 @@ def _tflops(M, N, K, ms):
     return 2.0 * M * N * K / (ms * 1e-3) / 1e12 if ms else None
 
 
+# The bench's --dtype names; "tf32" is float32 storage on TF32 tensor cores.
+DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "tf32": "tf32", "fp16": "float16",
+                 "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+
+
+class _Operands:
+    """A, B and C of one size for one dtype, and cuBLAS on them: CuPy and cuBLAS
+    SGEMM (TF32 off) for float32; PyTorch tensors and torch.matmul (cuBLAS in the
+    same dtype, TF32 allowed only for "tf32") for the tensor-core dtypes."""
+
+    def __init__(self, M, N, K, dtype, dist, rng):
+        self.dtype = dtype
+        a = random_matrix(M, K, dist, rng)
+        b = random_matrix(K, N, dist, rng)
+        if dtype == "float32":
+            import cupy as cp
+            self.a, self.b = cp.asarray(a), cp.asarray(b)
+            self.c = cp.full((M, N), np.nan, dtype=np.float32)
+            self.ptrs = (self.a.data.ptr, self.b.data.ptr, self.c.data.ptr)
+            self.ref = reference(self.a, self.b)
+            self.note = "CuPy matmul -> cuBLAS SGEMM, TF32 off"
+            return
+        import torch
+        t = torch.float32 if dtype == "tf32" else getattr(torch, dtype)
+        self.a, self.b = torch.from_numpy(a).cuda().to(t), torch.from_numpy(b).cuda().to(t)
+        self.c = torch.full((M, N), float("nan"), device="cuda", dtype=t)
+        self.ptrs = (self.a.data_ptr(), self.b.data_ptr(), self.c.data_ptr())
+        self.ref = self.a.double() @ self.b.double()      # FP64 on the inputs as stored
+        self.note = f"torch.matmul -> cuBLAS in {dtype}" + (" (TF32 allowed)" if dtype == "tf32" else "")
+
+    def cublas(self):
+        if self.dtype == "float32":
+            import cupy as cp
+            cp.matmul(self.a, self.b, out=self.c)
+            return
+        import torch
+        flag = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = self.dtype == "tf32"
+        try:
+            torch.matmul(self.a, self.b, out=self.c)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = flag
+
+    def poison(self):
+        if self.dtype == "float32":
+            self.c.fill(np.nan)
+        else:
+            self.c.fill_(float("nan"))
+
+    def error(self) -> float:
+        if self.dtype == "float32":
+            return compare(self.c, self.ref).rel_fro
+        import torch
+        if torch.isnan(self.c).any():
+            return float("inf")
+        return float(torch.linalg.norm(self.c.double() - self.ref) / torch.linalg.norm(self.ref))
+
+
 def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: bool = True,
-              max_run_s: float = 3.0, budget_s: float = 2.0, quiet: bool = False, seed: int = 0) -> list[Record]:
-    """Time each (kernel, tile params) at each size beside cuBLAS SGEMM, and check
-    each kernel's output against an FP64 reference on the same inputs."""
+              max_run_s: float = 3.0, budget_s: float = 2.0, quiet: bool = False, seed: int = 0,
+              dtype: str = "float32") -> list[Record]:
+    """Time each (kernel, tile params) at each size beside cuBLAS in the same dtype
+    (SGEMM for float32), and check each kernel's output against an FP64 reference
+    on the same inputs."""
     import cupy as cp
     from ..runtime.device import gpu_info
     if os.environ.get("CUPY_TF32", "0") != "0":
         raise RuntimeError("CUPY_TF32 is set: cuBLAS would use TF32 tensor cores, not FP32. Unset it.")
     gpu_info(0)   # without a GPU: gemmlab's NoGPUError, before CuPy touches the driver
     gpu = gpu_info(cp.cuda.Device().id)
-    peak = gpu.fp32_peak_tflops
+    peak = gpu.fp32_peak_tflops if dtype == "float32" else None   # no tensor-core peak table yet
     rng = np.random.default_rng(seed)
     records: list[Record] = []
     total = len(sizes) * (len(entries) + 1)
     done = 0
     t_start = time.time()
     for (M, N, K) in sizes:
-        a = cp.asarray(random_matrix(M, K, dist, rng))
-        b = cp.asarray(random_matrix(K, N, dist, rng))
-        c = cp.full((M, N), np.nan, dtype=np.float32)
-        ref = reference(a, b)
+        ops = _Operands(M, N, K, dtype, dist, rng)
+        a_ptr, b_ptr, c_ptr = ops.ptrs
         stream = cp.cuda.get_current_stream().ptr
 
-        def cublas():
-            cp.matmul(a, b, out=c)
-
-        cb = time_gpu(cublas, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s, budget_s=budget_s)
-        cb_err = compare(c, ref).rel_fro
+        cb = time_gpu(ops.cublas, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s,
+                      budget_s=budget_s)
+        cb_err = ops.error()
         done += 1
-        _progress(f"[{done:3d}/{total}] cuBLAS SGEMM     {M}x{N}x{K}: {cb.ms:.3f} ms, "
+        _progress(f"[{done:3d}/{total}] cuBLAS ({dtype:8s}) {M}x{N}x{K}: {cb.ms:.3f} ms, "
                   f"{_tflops(M, N, K, cb.ms):.1f} TFLOPS  ({time.time() - t_start:.0f} s)", quiet)
         rows = []
         for name, params in entries:
             p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K), sm_count=gpu.sm_count,
-                           gpu_slug=gpu.slug, **params)
-            c.fill(np.nan)
+                           gpu_slug=gpu.slug, dtype=dtype, out_dtype="float32" if dtype == "tf32" else dtype,
+                           **params)
+            ops.poison()
 
             def ours():
-                run_plan(p, gpu, stream, a.data.ptr, K, b.data.ptr, N, c.data.ptr, N, 1.0, 0.0)
+                run_plan(p, gpu, stream, a_ptr, K, b_ptr, N, c_ptr, N, 1.0, 0.0)
 
             t = time_gpu(ours, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s, budget_s=budget_s)
             err = None
             if t.skipped is None:
-                c.fill(np.nan)   # poison, then one more run for the error check
+                ops.poison()   # poison, then one more run for the error check
                 ours()
-                err = compare(c, ref).rel_fro
+                err = ops.error()
             done += 1
             tf = _tflops(M, N, K, t.ms)
             rows.append((name, p, t, tf, err))
@@ -133,19 +192,20 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
                           f"({time.time() - t_start:.0f} s)", quiet)
         # cuBLAS once more after the kernels: both samples count, so slow clock drift
         # during the size's runs does not favour either side.
-        cb2 = time_gpu(cublas, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s, budget_s=budget_s)
+        cb2 = time_gpu(ops.cublas, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s,
+                       budget_s=budget_s)
         cb_ms = float(np.median(cb.ms_all + cb2.ms_all))
         cb_tf = _tflops(M, N, K, cb_ms)
-        records.append(Record(gpu.name, "cublas", {}, M, N, K, "float32", cb_ms, cb_tf, cb_ms, cb_tf, 100.0,
+        records.append(Record(gpu.name, "cublas", {}, M, N, K, dtype, cb_ms, cb_tf, cb_ms, cb_tf, 100.0,
                               100.0 * cb_tf / peak if peak else None, cb_err, len(cb.ms_all) + len(cb2.ms_all),
-                              note="CuPy matmul -> cuBLAS SGEMM, TF32 off"))
+                              note=ops.note))
         for name, p, t, tf, err in rows:
             records.append(Record(
-                gpu.name, "auto" if name == "auto" else p.spec.name, dict(p.params), M, N, K, "float32",
+                gpu.name, "auto" if name == "auto" else p.spec.name, dict(p.params), M, N, K, dtype,
                 t.ms, tf, cb_ms, cb_tf, 100.0 * cb_ms / t.ms if t.ms else None,
                 100.0 * tf / peak if (peak and tf) else None, err, len(t.ms_all), t.skipped,
                 note=f"auto chose {p.describe()}" if name == "auto" else ""))
-        del a, b, c
+        del ops
         cp.get_default_memory_pool().free_all_blocks()
     return records
 
