@@ -4,7 +4,8 @@
 // WM x WN piece of the block tile as a grid of (WM/16) x (WN/16) accumulator
 // fragments: per K-step it loads WM/16 fragments of A and WN/16 of B and does
 // (WM/16) x (WN/16) MMAs with them, so each loaded fragment is used WN/16 or
-// WM/16 times.  Fragments come from shared memory with load_matrix_sync (rows
+// WM/16 times (the B fragments one at a time, to leave registers to the
+// accumulators).  Fragments come from shared memory with load_matrix_sync (rows
 // padded by 16 bytes, which keeps them 32-byte aligned and spreads the banks).
 // Edges: the staging copy zero-fills what lies outside the matrix; the
 // epilogue writes alpha * acc + beta * C from the registers through the
@@ -33,7 +34,7 @@ wmma_warptile(int M, int N, int K, float alpha, const typename wmma_types::Stora
     const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
 
     typename wmma_types::Fragment<0, 16, 16, TK, DT, 0>::type a[FM];
-    typename wmma_types::Fragment<1, 16, 16, TK, DT, 0>::type b[FN];
+    typename wmma_types::Fragment<1, 16, 16, TK, DT, 0>::type b;   // one at a time: registers go to acc
     typename wmma_types::Fragment<2, 16, 16, TK, 3, 0>::type acc[FM][FN];
 #pragma unroll
     for (int i = 0; i < FM; ++i)
@@ -50,11 +51,11 @@ wmma_warptile(int M, int N, int K, float alpha, const typename wmma_types::Stora
 #pragma unroll
             for (int i = 0; i < FM; ++i) load_fragment<DT>(a[i], &As[warp_row + 16 * i][kk], ALD);
 #pragma unroll
-            for (int j = 0; j < FN; ++j) load_fragment<DT>(b[j], &Bs[kk][warp_col + 16 * j], BLD);
+            for (int j = 0; j < FN; ++j) {
+                load_fragment<DT>(b, &Bs[kk][warp_col + 16 * j], BLD);
 #pragma unroll
-            for (int i = 0; i < FM; ++i)
-#pragma unroll
-                for (int j = 0; j < FN; ++j) nvcuda::wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+                for (int i = 0; i < FM; ++i) nvcuda::wmma::mma_sync(acc[i][j], a[i], b, acc[i][j]);
+            }
         }
         __syncthreads();
     }
