@@ -30,9 +30,9 @@ metrics=(
   smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio
 )
 IFS=,; list="${metrics[*]}"; unset IFS
-if ! ncu --clock-control none --kernel-name-base demangled -k regex:gemmlab:: --metrics "$list" --csv python3 scripts/profile_target.py "$n" > "$out"; then
+if ! ncu --clock-control none --kernel-name-base demangled -k regex:gemmlab:: --metrics "$list" --csv python3 scripts/profile_top.py "$n" --ladder > "$out"; then
   echo "metric list refused; falling back to ncu's standard sections" >&2
   ncu --clock-control none --kernel-name-base demangled -k regex:gemmlab:: --csv --page details --section SpeedOfLight \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section Occupancy \
-    --section WarpStateStats --section LaunchStats python3 scripts/profile_target.py "$n" > "$out"
+    --section WarpStateStats --section LaunchStats python3 scripts/profile_top.py "$n" --ladder > "$out"
 fi
