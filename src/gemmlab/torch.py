@@ -1,8 +1,11 @@
 """gemmlab's GEMM as a PyTorch operator: ``torch.ops.gemmlab.mm``.
 
     import gemmlab.torch                      # registers the operator
-    c = gemmlab.torch.mm(a, b)                # a (M, K), b (K, N): float32 CUDA tensors
+    c = gemmlab.torch.mm(a, b)                # a (M, K), b (K, N): CUDA tensors of one dtype
     c = gemmlab.torch.mm(a, b, kernel="pipelined")
+
+float32 inputs run on the CUDA cores, float16 and bfloat16 on the tensor cores;
+the result has the inputs' dtype.
 
 It is a ``torch.library`` custom operator, so it works with autograd (the
 backward pass runs gemmlab's kernels too: grad_a = grad @ b^T, grad_b = a^T @
@@ -20,36 +23,46 @@ from .api import matmul
 
 __all__ = ["mm"]
 
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-@torch.library.custom_op("gemmlab::mm", mutates_args=())
+
 def mm(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto") -> torch.Tensor:
     """a @ b with gemmlab's ``kernel`` (any name gemmlab.matmul takes)."""
-    out = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
-    matmul(a.contiguous(), b.contiguous(), out=out, kernel=kernel)
+    return torch.ops.gemmlab.mm(a, b, kernel)
+
+
+# The operator's third argument is not called "kernel": Inductor passes an
+# operator's arguments on by keyword to a function that has its own "kernel"
+# parameter (FallbackKernel.create), which then fails under torch.compile.
+@torch.library.custom_op("gemmlab::mm", mutates_args=())
+def _mm(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto") -> torch.Tensor:
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+    matmul(a.contiguous(), b.contiguous(), out=out, kernel=kernel_name)
     return out
 
 
-@mm.register_fake
-def _mm_fake(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto") -> torch.Tensor:
+@_mm.register_fake
+def _mm_fake(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto") -> torch.Tensor:
     torch._check(a.dim() == 2 and b.dim() == 2, lambda: "gemmlab::mm takes 2-D tensors")
     torch._check(a.shape[1] == b.shape[0],
                  lambda: f"gemmlab::mm: inner dimensions differ, {tuple(a.shape)} @ {tuple(b.shape)}")
-    torch._check(a.dtype == torch.float32 and b.dtype == torch.float32,
-                 lambda: "gemmlab::mm takes float32 tensors")
+    torch._check(a.dtype == b.dtype and a.dtype in _DTYPES,
+                 lambda: f"gemmlab::mm takes two float32, float16 or bfloat16 tensors of one dtype, "
+                         f"not {a.dtype} and {b.dtype}")
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    a, b, kernel = inputs
+    a, b, kernel_name = inputs
     ctx.save_for_backward(a, b)
-    ctx.kernel = kernel
+    ctx.kernel_name = kernel_name
 
 
 def _backward(ctx, grad):
     a, b = ctx.saved_tensors
-    grad_a = mm(grad, b.t(), ctx.kernel) if ctx.needs_input_grad[0] else None
-    grad_b = mm(a.t(), grad, ctx.kernel) if ctx.needs_input_grad[1] else None
+    grad_a = _mm(grad, b.t(), ctx.kernel_name) if ctx.needs_input_grad[0] else None
+    grad_b = _mm(a.t(), grad, ctx.kernel_name) if ctx.needs_input_grad[1] else None
     return grad_a, grad_b, None
 
 
-mm.register_autograd(_backward, setup_context=_setup_context)
+_mm.register_autograd(_backward, setup_context=_setup_context)
