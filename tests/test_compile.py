@@ -68,7 +68,7 @@ def static_smem(spec, p, prob=None):
         return 0
     if spec.name == "smem_tiled":
         return 2 * 4 * p["tile"] ** 2
-    if spec.name == "pipelined":   # its stages are in dynamic shared memory
+    if spec.name in ("pipelined", "ec_wmma"):   # their stages are in dynamic shared memory
         return 0
     if spec.family == "tensor":    # rung 1 fills its fragments from global memory
         return 0
@@ -97,6 +97,13 @@ def test_every_instantiation_compiles_without_spills(arch, spec, ladder_module):
             assert 0 < r.registers <= 255, name
             assert r.smem_bytes == static_smem(spec, p, prob), name
             assert module.resources(name) == r
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_exponent_histogram_compiles_without_spills(arch):
+    module = compile_module(registry.EXPONENT_HISTOGRAM_SOURCE, (registry.EXPONENT_HISTOGRAM_KERNEL,), arch)
+    r = parse_ptxas_log(module.log)[module.symbols[registry.EXPONENT_HISTOGRAM_KERNEL]]
+    assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.smem_bytes == 4 * 256
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -156,8 +163,9 @@ def test_register_tiled_kernels_use_ffma(arch, kernel, ladder_module, ladder_sas
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
 def test_tensor_rungs_use_the_tensor_cores(arch, ladder_module, ladder_sass):
-    """Every instantiation of a tensor-core rung has HMMA instructions in its SASS."""
-    for spec in registry.ladder("tensor"):
+    """Every instantiation of a tensor-core rung (error-corrected ones included)
+    has HMMA instructions in its SASS."""
+    for spec in registry.ladder("tensor") + registry.ladder("ec"):
         sass = ladder_sass(arch, spec)
         for name, mangled in ladder_module(arch, spec).symbols.items():
             assert "HMMA" in sass[mangled], f"{name} on {arch} has no HMMA"

@@ -12,7 +12,7 @@ from gemmlab.kernels import registry
 from gemmlab.kernels.registry import Problem
 
 LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
-          "pipelined", "wmma", "wmma_warptile"]
+          "pipelined", "wmma", "wmma_warptile", "ec_wmma"]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
 
@@ -26,7 +26,8 @@ def spec_id(spec):
 def test_kernels_lists_the_ladder_in_rung_order():
     ks = gemmlab.kernels()
     assert [k["name"] for k in ks] == LADDER
-    assert [(k["family"], k["rung"]) for k in ks] == [("simt", r) for r in range(1, 9)] + [("tensor", 1), ("tensor", 2)]
+    assert [(k["family"], k["rung"]) for k in ks] == ([("simt", r) for r in range(1, 9)] + [("tensor", 1), ("tensor", 2)]
+                                                     + [("ec", 1)])
 
 
 @pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
@@ -34,7 +35,8 @@ def test_kernel_entry_fields(entry):
     """Each entry carries name, family, dtypes, description, params and constraints."""
     for key in ("name", "family", "dtypes", "description", "params", "constraints"):
         assert key in entry, key
-    assert entry["dtypes"] == {"simt": ["float32"], "tensor": ["float16", "bfloat16", "tf32"]}[entry["family"]]
+    assert entry["dtypes"] == {"simt": ["float32"], "tensor": ["float16", "bfloat16", "tf32"],
+                               "ec": ["fp16_ec", "tf32_ec"]}[entry["family"]]
     assert isinstance(entry["description"], str) and entry["description"].strip()
     assert isinstance(entry["constraints"], list)
     assert all(isinstance(c, str) and c for c in entry["constraints"])
@@ -56,6 +58,7 @@ def test_kernel_params_per_rung():
         "pipelined": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "STAGES", "SPLITK"],
         "wmma": [],
         "wmma_warptile": ["BM", "BN", "BK", "WM", "WN"],
+        "ec_wmma": ["BM", "BN", "BK", "STAGES"],
     }
 
 
@@ -109,6 +112,12 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
         return (_independent_checks("warptile", warp, smem=smem, smem_limit=96 * 1024, staged=False)
                 and (p["WM"] * p["WN"] // 32 <= 64 or threads == 256) and big_ok and threads >= 128
                 and p["WNITER"] in (2, 4) and p["SPLITK"] in (1, 2, 3, 4, 6, 8, 12, 16))
+    if name == "ec_wmma":
+        # ec/01_ec_wmma.cu: warps of 32 x 32, at most 8; cp.async requests of 16 bytes
+        # (and of 4 in the unaligned variant) split evenly over the threads.
+        threads = (p["BM"] // 32) * (p["BN"] // 32) * 32
+        return (threads <= 256 and (p["BM"] * p["BK"] // 4) % threads == 0
+                and (p["BK"] * p["BN"] // 4) % threads == 0)
     if name == "wmma_warptile":
         # 02_wmma_warptile.cu: (BM/WM) x (BN/WN) warps, each tile load split evenly over the
         # threads, float (TF32) tiles with rows padded by 4 within 48 KiB.
@@ -351,6 +360,8 @@ def block_tile(spec, p):
         return p["BM"], p["BN"], p["TM"]
     if spec.name in ("warptile", "pipelined", "wmma_warptile"):
         return p["BM"], p["BN"], p["WM"] * p["WN"] // 32
+    if spec.name == "ec_wmma":     # warps of 32 x 32
+        return p["BM"], p["BN"], 32
     return p["BM"], p["BN"], p["TM"] * p["TN"]
 
 
@@ -363,6 +374,8 @@ def expected_block(spec, p):
         return ((p["BM"] // p["TM"]) * p["BN"], 1, 1)
     if spec.name in ("warptile", "pipelined", "wmma_warptile"):
         return ((p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32, 1, 1)
+    if spec.name == "ec_wmma":
+        return ((p["BM"] // 32) * (p["BN"] // 32) * 32, 1, 1)
     return ((p["BM"] // p["TM"]) * (p["BN"] // p["TN"]), 1, 1)
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numbers
 import threading
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .arrays import (Operand, _is_out_of_memory, current_stream, describe, empty_like_kind,
                      gpu_memory_error, need_cupy)
-from . import tuning
+from . import ec, tuning
 from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
 from .runtime import compile as rt_compile
@@ -20,7 +21,11 @@ from .runtime.launch import DEFAULT_DYNAMIC_SMEM, allow_dynamic_smem, launch, st
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
 # float16 and bfloat16 for the tensor-core ladder.
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
-PRECISIONS = (None, "fp32", "tf32")
+# None: what the inputs' dtype means (FP32 on CUDA cores for float32); "tf32":
+# one TF32 tensor-core pass; the error-corrected FP32 methods of gemmlab.ec.
+PRECISIONS = (None, "fp32", "tf32", *ec.EC_PRECISIONS)
+
+log = logging.getLogger("gemmlab")
 
 
 @dataclass(frozen=True)
@@ -31,10 +36,23 @@ class Plan:
     params: dict
     problem: Problem
     name_expression: str
+    extra: dict = field(default_factory=dict)   # values of spec.extra_args (default 1.0)
+    method: str = ""                            # error-corrected FP32: the method used
+    reason: str = ""                            # why this kernel or method, where a choice was made
 
     def describe(self) -> str:
         p = ", ".join(f"{k}={v}" for k, v in self.params.items())
-        return f"{self.spec.name}({p})" if p else self.spec.name
+        text = f"{self.spec.name}({p})" if p else self.spec.name
+        return f"{text} [{self.method}]" if self.method else text
+
+    def extra_args(self) -> tuple:
+        return tuple(np.float32(self.extra.get(name, 1.0)) for name in self.spec.extra_args)
+
+
+def last_plan() -> Plan | None:
+    """The plan of this thread's last ``matmul`` call: kernel, tile parameters,
+    and for ``precision="fp32_tc"`` the method chosen and why."""
+    return getattr(_tls, "last_plan", None)
 
 
 def _scalar(value, name: str) -> np.float32:
@@ -126,9 +144,14 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         if tuned:
             kernel, tile_params = tuned
     if kernel == "auto":
-        # 16-bit and TF32: the warp-tiled WMMA rung until the faster rungs and their
-        # tuned tables exist.
-        kernel, tile_params = auto_params(M, N, K, sm_count) if dtype == "float32" else ("wmma_warptile", {})
+        if dtype == "float32":
+            kernel, tile_params = auto_params(M, N, K, sm_count)
+        elif dtype in registry.EC_METHODS:
+            kernel, tile_params = "ec_wmma", {}
+        else:
+            # 16-bit and TF32: the warp-tiled WMMA rung until the faster rungs and
+            # their tuned tables exist.
+            kernel, tile_params = "wmma_warptile", {}
     spec = registry.get(kernel)
     params = spec.resolve(tile_params)
     problem = Problem(M, N, K, aligned16, dtype, out_dtype)
@@ -174,7 +197,8 @@ def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int,
     if splits == 1:
         launch(kernel, geo.grid, geo.block, geo.smem_bytes, stream,
                np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(alpha),
-               A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(beta), C_ptr, np.int32(ldc))
+               A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(beta), C_ptr, np.int32(ldc),
+               *p.extra_args())
         return
     # Split-K: the partial products go to a workspace on the caller's stream
     # (stream-ordered, so concurrent calls on other streams get their own), then
@@ -217,22 +241,24 @@ def _resolve_dtypes(A: Operand, B: Operand, O: Operand | None, precision, out_dt
     if A.dtype_name != B.dtype_name:
         raise TypeError(f"{A.label()} and {B.label()} differ in dtype; both operands must have one dtype")
     if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not one of 'fp32', 'tf32' (or None)")
+        raise ValueError(f"precision={precision!r} is not one of "
+                         f"{', '.join(repr(p) for p in PRECISIONS if p)} (or None)")
     dtype = A.dtype_name
+    if precision is not None and dtype != "float32":
+        raise ValueError(f"precision={precision!r} is for float32 inputs; a and b are {dtype}")
     if precision == "tf32":
-        if dtype != "float32":
-            raise ValueError(f"precision='tf32' is for float32 inputs; a and b are {dtype}")
         dtype = "tf32"
-    elif precision == "fp32" and dtype != "float32":
-        raise ValueError(f"precision='fp32' is for float32 inputs; a and b are {dtype}")
+    elif precision in ec.EC_PRECISIONS:
+        # The kernel's dtype; fp32_tc settles its method once the data's exponents are known.
+        dtype = "tf32_ec" if precision == "tf32_ec" else "fp16_ec"
     out_dt = _dtype_arg(out_dtype, "out_dtype")
     if O is not None:
         if out_dt is not None and O.dtype_name != out_dt:
             raise TypeError(f"{O.label()} does not have out_dtype={out_dt}")
         out_dt = O.dtype_name
     if out_dt is None:    # as numpy / torch: the inputs' dtype (float32 for TF32)
-        out_dt = "float32" if dtype == "tf32" else dtype
-    allowed = ("float32",) if dtype in ("float32", "tf32") else ("float32", dtype)
+        out_dt = "float32" if dtype in registry.FLOAT32_RESULT else dtype
+    allowed = ("float32",) if dtype in registry.FLOAT32_RESULT else ("float32", dtype)
     if out_dt not in allowed:
         raise TypeError(f"{dtype} inputs give a {' or '.join(allowed)} result, not {out_dt}")
     return dtype, out_dt
@@ -304,7 +330,11 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", precisi
         result = out if out is not None else empty_like_kind(A, (M, N), device, out_dt)
         C = O if O is not None else describe(result, "out")
         if M and N:
-            run_plan(p, gpu, current_stream(A), A.ptr, lda, B.ptr, ldb, C.ptr, ldc, alpha, beta)
+            stream = current_stream(A)
+            p = _settle_method(p, precision, gpu, stream, (A.ptr, M, K, lda), (B.ptr, K, N, ldb), alpha,
+                               kernel, tile_params)
+            run_plan(p, gpu, stream, A.ptr, lda, B.ptr, ldb, C.ptr, ldc, alpha, beta)
+        _tls.last_plan = p
         return result
 
     # NumPy in, NumPy out: stage through CuPy arrays on GPU 0.
@@ -320,13 +350,37 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", precisi
                                        "to the GPU", 4 * (M * K + K * N + M * N), device, exc) from exc
             raise
         if M and N:
-            run_plan(p, gpu, cp.cuda.get_current_stream().ptr, da.data.ptr, max(K, 1), db.data.ptr,
-                     max(N, 1), dc.data.ptr, max(N, 1), alpha, beta)
+            stream = cp.cuda.get_current_stream().ptr
+            p = _settle_method(p, precision, gpu, stream, (da.data.ptr, M, K, max(K, 1)),
+                               (db.data.ptr, K, N, max(N, 1)), alpha, kernel, tile_params)
+            run_plan(p, gpu, stream, da.data.ptr, max(K, 1), db.data.ptr, max(N, 1), dc.data.ptr,
+                     max(N, 1), alpha, beta)
+        _tls.last_plan = p
         host = cp.asnumpy(dc)
     if out is not None:
         out[...] = host
         return out
     return host
+
+
+def _settle_method(p: Plan, precision, gpu, stream: int, a, b, alpha, kernel: str, tile_params) -> Plan:
+    """For the error-corrected precisions: the method and scales, from the data
+    where the precision asks for it (fp32_tc, fp16_ec_scaled).  ``a`` and ``b``
+    are (ptr, rows, cols, ld) of the operands on the GPU."""
+    if precision not in ec.EC_PRECISIONS:
+        return p
+    if precision in ("fp16_ec", "tf32_ec"):
+        return replace(p, method=precision)
+    if alpha == 0 or p.problem.K == 0:   # nothing is read: no statistics needed
+        return replace(p, method=precision, reason="alpha = 0 or K = 0: A and B are not read")
+    stats_a, stats_b = ec.exponent_stats(gpu, stream, [a, b])
+    choice = ec.choose(stats_a, stats_b) if precision == "fp32_tc" else ec.scaled_choice(stats_a, stats_b)
+    if choice.kernel_dtype != p.problem.dtype:
+        pr = p.problem
+        p = plan(kernel, pr.M, pr.N, pr.K, aligned16=pr.aligned16, sm_count=gpu.sm_count, gpu_slug=gpu.slug,
+                 dtype=choice.kernel_dtype, out_dtype=pr.out_dtype, **tile_params)
+    log.debug("precision=%r: %s (%s)", precision, choice.method, choice.reason)
+    return replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
 
 
 def kernels() -> list[dict]:

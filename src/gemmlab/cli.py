@@ -63,14 +63,18 @@ def _finish(records, args, plot) -> None:
 def cmd_bench(args) -> int:
     if args.suite == "wmma_ext":      # the WMMA fragment lab's experiments (issue 6)
         return cmd_bench_wmma_ext(args)
+    if args.suite == "ec":            # the error-corrected FP32 methods beside cuBLAS SGEMM
+        return cmd_bench_ec(args)
     from .api import plan
     from .bench.report import plot_ladder
     from .bench.suites import DEFAULT_SIZES, default_entries, run_suite
     from .bench.suites import DTYPE_ALIASES
+    from .kernels.registry import FLOAT32_RESULT
     dtype = DTYPE_ALIASES[args.dtype]
     entries = _kernel_entries(args.kernels, lambda: default_entries(dtype))
     for name, params in entries:      # refuse bad names before any GPU time is spent
-        plan(name, 128, 128, 128, dtype=dtype, out_dtype="float32" if dtype == "tf32" else dtype, **params)
+        plan(name, 128, 128, 128, dtype=dtype, out_dtype="float32" if dtype in FLOAT32_RESULT else dtype,
+             **params)
     if args.all_configs:              # every legal tile configuration of each named kernel
         from .kernels import registry
         entries = [(name, cfg) for name in dict.fromkeys(n for n, _ in entries)
@@ -79,6 +83,41 @@ def cmd_bench(args) -> int:
     records = run_suite(entries, sizes, dist=args.dist, reps=args.reps, flush=not args.no_flush,
                         max_run_s=args.max_run_s, budget_s=args.budget_s, quiet=args.quiet, dtype=dtype)
     _finish(records, args, plot_ladder)
+    return 0
+
+
+def cmd_bench_ec(args) -> int:
+    from .bench.ec import run
+    from .bench.report import plot_ladder
+    sizes = _sizes(args.sizes) if args.sizes else None
+    records = run(sizes, dist=args.dist, reps=args.reps, flush=not args.no_flush, max_run_s=args.max_run_s,
+                  budget_s=args.budget_s, quiet=args.quiet)
+    _finish(records, args, plot_ladder)
+    return 0
+
+
+def cmd_accuracy(args) -> int:
+    from .accuracy import INPUT_SETS, KS, METHODS, as_dicts, plot, run, table
+    from .bench.report import write_json
+    ks = [int(k) for k in args.ks.split(",")] if args.ks else list(KS)
+    inputs = args.inputs.split(",") if args.inputs else list(INPUT_SETS)
+    methods = args.methods.split(",") if args.methods else list(METHODS)
+    for name in inputs:
+        if name not in INPUT_SETS:
+            raise ValueError(f"unknown input set {name!r}; choose from {', '.join(INPUT_SETS)}")
+    for m in methods:
+        if m not in METHODS:
+            raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+    if min(ks) < 1 or args.size < 1:
+        raise ValueError("K and --size must be at least 1")
+    points = as_dicts(run(ks, inputs, methods, M=args.size, N=args.size, quiet=args.quiet))
+    print(table(points))
+    if args.json:
+        write_json(points, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.plot:
+        plot(points, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
     return 0
 
 
@@ -211,16 +250,32 @@ def build_parser() -> argparse.ArgumentParser:
                    "(e.g. --kernels vectorized:BM=64,BN=64 smem_tiled:tile=16); default: every rung")
     p.add_argument("--sizes", help="comma list of N or MxNxK (default 1024,2048,4096,16384x4096x4096)")
     p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"))
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "tf32", "fp16", "bf16"),
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "tf32", "fp16", "bf16", "fp16_ec", "tf32_ec"),
                    help="fp32: the CUDA-core ladder beside cuBLAS SGEMM; tf32/fp16/bf16: the tensor-core "
-                   "ladder beside cuBLAS in that dtype (PyTorch matmul)")
+                   "ladder beside cuBLAS in that dtype (PyTorch matmul); fp16_ec/tf32_ec: the error-corrected "
+                   "FP32 kernels (one method, unscaled) beside cuBLAS SGEMM")
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
     p.add_argument("--all-configs", action="store_true",
                    help="time every legal tile configuration of the kernels named by --kernels")
-    p.add_argument("--suite", default="ladder", choices=("ladder", "wmma_ext"),
-                   help="ladder: kernels beside cuBLAS (default); wmma_ext: the WMMA fragment lab's experiments")
+    p.add_argument("--suite", default="ladder", choices=("ladder", "wmma_ext", "ec"),
+                   help="ladder: kernels beside cuBLAS (default); wmma_ext: the WMMA fragment lab's experiments; "
+                   "ec: the FP32-accurate tensor-core methods (precision=fp16_ec, fp16_ec_scaled, tf32_ec, "
+                   "fp32_tc) beside cuBLAS SGEMM (default sizes 4096, 8192, 16384x4096x4096)")
     timing_args(p)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("accuracy", help="error vs FP64 of SGEMM, TF32, FP16 and the error-corrected methods "
+                       "over K and input sets (GPU)")
+    p.add_argument("--ks", help="comma list of K (default 1024,4096,16384,65536,131072)")
+    p.add_argument("--inputs", help="comma list of input sets (default: uniform, uniform_small, uniform_large, "
+                   "normal, log_uniform)")
+    p.add_argument("--methods", help="comma list (default: sgemm_cublas, fp32, tf32, fp16, fp16_ec, "
+                   "fp16_ec_scaled, tf32_ec, fp32_tc)")
+    p.add_argument("--size", type=int, default=256, help="M = N (default 256)")
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--plot", metavar="PATH.png")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_accuracy)
 
     p = sub.add_parser("fragments", help="WMMA fragment maps: which element each lane's x[k] holds (GPU)")
     p.add_argument("kinds", nargs="*", help="kinds to dump, by name or parts of it (matrix_a, m32n8k16.bf16, "

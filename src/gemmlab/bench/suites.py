@@ -64,7 +64,7 @@ def default_entries(dtype: str = "float32") -> list[tuple[str, dict]]:
     """Every rung of the ladder for the dtype (the FP32 ladder for float32, the
     tensor-core ladder otherwise; tuned configuration for the GPU if there is
     one, else its defaults), then what ``kernel="auto"`` picks."""
-    family = "simt" if dtype == "float32" else "tensor"
+    family = "simt" if dtype == "float32" else "ec" if dtype in registry.EC_METHODS else "tensor"
     return [(s.name, {}) for s in registry.ladder(family)] + [("auto", {})]
 
 
@@ -79,7 +79,14 @@ def _tflops(M, N, K, ms):
 
 # The bench's --dtype names; "tf32" is float32 storage on TF32 tensor cores.
 DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "tf32": "tf32", "fp16": "float16",
-                 "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+                 "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16",
+                 "fp16_ec": "fp16_ec", "tf32_ec": "tf32_ec"}
+
+
+def _fp32_storage(dtype: str) -> bool:
+    """FP32 operands timed beside cuBLAS SGEMM: the CUDA-core ladder and the
+    error-corrected kernels (at their unscaled methods)."""
+    return dtype == "float32" or dtype in registry.EC_METHODS
 
 
 class _Operands:
@@ -91,7 +98,7 @@ class _Operands:
         self.dtype = dtype
         a = random_matrix(M, K, dist, rng)
         b = random_matrix(K, N, dist, rng)
-        if dtype == "float32":
+        if _fp32_storage(dtype):
             import cupy as cp
             self.a, self.b = cp.asarray(a), cp.asarray(b)
             self.c = cp.full((M, N), np.nan, dtype=np.float32)
@@ -108,7 +115,7 @@ class _Operands:
         self.note = f"torch.matmul -> cuBLAS in {dtype}" + (" (TF32 allowed)" if dtype == "tf32" else "")
 
     def cublas(self):
-        if self.dtype == "float32":
+        if _fp32_storage(self.dtype):
             import cupy as cp
             cp.matmul(self.a, self.b, out=self.c)
             return
@@ -121,13 +128,13 @@ class _Operands:
             torch.backends.cuda.matmul.allow_tf32 = flag
 
     def poison(self):
-        if self.dtype == "float32":
+        if _fp32_storage(self.dtype):
             self.c.fill(np.nan)
         else:
             self.c.fill_(float("nan"))
 
     def error(self) -> float:
-        if self.dtype == "float32":
+        if _fp32_storage(self.dtype):
             return compare(self.c, self.ref).rel_fro
         import torch
         if torch.isnan(self.c).any():
@@ -167,7 +174,8 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
         rows = []
         for name, params in entries:
             p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K), sm_count=gpu.sm_count,
-                           gpu_slug=gpu.slug, dtype=dtype, out_dtype="float32" if dtype == "tf32" else dtype,
+                           gpu_slug=gpu.slug, dtype=dtype,
+                           out_dtype="float32" if dtype in registry.FLOAT32_RESULT else dtype,
                            **params)
             ops.poison()
 

@@ -49,12 +49,18 @@ class Problem:
     N: int
     K: int
     aligned16: bool  # widths, leading dimensions and base addresses allow float4 access
-    dtype: str = "float32"      # what the kernel multiplies: float32, tf32 (float32 storage), float16, bfloat16
+    # What the kernel multiplies: float32, tf32 (float32 storage), float16,
+    # bfloat16, or float32 split into two tensor-core parts (fp16_ec, tf32_ec).
+    dtype: str = "float32"
     out_dtype: str = "float32"  # what it writes: float32, or the input's 16-bit type
 
 
 # Element-type codes of the tensor-core kernels' templates (wmma_types.cuh).
 TYPE_CODES = {"float16": 0, "bfloat16": 1, "tf32": 2, "float32": 3}
+# The error-corrected FP32 methods' codes (ec_split.cuh): which parts a value is split into.
+EC_METHODS = {"fp16_ec": 0, "tf32_ec": 1}
+# Dtypes whose result is always float32: FP32 storage in, FP32 out.
+FLOAT32_RESULT = ("float32", "tf32", *EC_METHODS)
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,9 @@ class KernelSpec:
     # The tile parameter that splits K over gridDim.y blocks (partial products go
     # to a workspace that SPLITK_REDUCE adds into C), if the kernel has one.
     split_k_param: str | None = None
+    # Float arguments after (..., C, ldc) that the plan supplies (e.g. the error-corrected
+    # kernels' scale_a, scale_b); each defaults to 1.0.
+    extra_args: tuple[str, ...] = ()
 
     def splits(self, params: Mapping[str, int]) -> int:
         return int(params[self.split_k_param]) if self.split_k_param else 1
@@ -134,7 +143,7 @@ class KernelSpec:
             fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes]
             raise TypeError(f"kernel {self.name!r} computes {', '.join(self.dtypes)}, not {problem.dtype}; "
                             f"for {problem.dtype} use one of: {', '.join(fits) or 'none yet'}")
-        allowed = ("float32",) if problem.dtype in ("float32", "tf32") else ("float32", problem.dtype)
+        allowed = ("float32",) if problem.dtype in FLOAT32_RESULT else ("float32", problem.dtype)
         if problem.out_dtype not in allowed:
             raise TypeError(f"{problem.dtype} inputs give a {' or '.join(allowed)} result, not {problem.out_dtype}")
 
@@ -506,6 +515,54 @@ register(KernelSpec(
 ))
 
 
+# -- FP32-accurate GEMM on tensor cores (error correction) -------------------------
+
+_EC_VARIANTS = tuple(Problem(1, 1, 1, vec, method) for method in EC_METHODS for vec in (True, False))
+
+
+def _ec_threads(p) -> int:
+    return (p["BM"] // 32) * (p["BN"] // 32) * 32
+
+
+def _ec_smem(p) -> int:
+    """Dynamic shared memory of ec/01_ec_wmma.cu: STAGES FP32 tiles of A and B, rows padded by 4 floats."""
+    return 4 * p["STAGES"] * (p["BM"] * (p["BK"] + 4) + p["BK"] * (p["BN"] + 4))
+
+
+register(KernelSpec(
+    name="ec_wmma", rung=1, family="ec", dtypes=tuple(EC_METHODS), source="ec/01_ec_wmma.cu",
+    template="gemmlab::ec_wmma",
+    description="FP32-accurate GEMM on FP16 or TF32 tensor cores: each value split into a high and a low "
+                "part at fragment load, three products, the main one accumulated in FP32 outside the "
+                "tensor core",
+    params=(
+        TileParam("BM", (64, 128), 64, "rows of C per block"),
+        TileParam("BN", (64, 128), 128, "columns of C per block"),
+        TileParam("BK", (16,), 16, "depth of the K slice staged in shared memory per step (at 32, the "
+                                   "variant for unaligned inputs spills)"),
+        TileParam("STAGES", (2, 3, 4), 3, "K slices in flight (cp.async)"),
+    ),
+    constraints=(
+        Constraint("at most 8 warps of 32 x 32 per block, (BM/32)*(BN/32) <= 8 (each thread holds two "
+                   "accumulators per element, the main product and the corrections: 16 warps spill)",
+                   lambda p: (p["BM"] // 32) * (p["BN"] // 32) <= 8),
+        Constraint("the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads",
+                   lambda p: (p["BM"] * p["BK"] // 4) % _ec_threads(p) == 0
+                   and (p["BK"] * p["BN"] // 4) % _ec_threads(p) == 0),
+    ),
+    template_args=lambda p, prob: (EC_METHODS[prob.dtype], p["BM"], p["BN"], p["BK"], 32, 32, p["STAGES"],
+                                   prob.aligned16),
+    geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1), block=(_ec_threads(p), 1, 1),
+                                    smem_bytes=_ec_smem(p)),
+    variants=_EC_VARIANTS,
+    extra_args=("scale_a", "scale_b"),
+))
+
+# precision="fp32_tc" picks its method from the exponents of A and B (gemmlab.ec).
+EXPONENT_HISTOGRAM_SOURCE = KERNEL_DIR / "ec" / "exponent_histogram.cu"
+EXPONENT_HISTOGRAM_KERNEL = "gemmlab::exponent_histogram"
+
+
 def get(name: str) -> KernelSpec:
     try:
         return SPECS[name]
@@ -514,6 +571,10 @@ def get(name: str) -> KernelSpec:
             f"unknown kernel {name!r}; known kernels: {', '.join(['auto', *SPECS])}") from None
 
 
+# The families in teaching order: CUDA cores, tensor cores, FP32-accurate tensor cores.
+FAMILIES = ("simt", "tensor", "ec")
+
+
 def ladder(family: str | None = None) -> list[KernelSpec]:
-    specs = sorted(SPECS.values(), key=lambda s: (s.family, s.rung))
+    specs = sorted(SPECS.values(), key=lambda s: (FAMILIES.index(s.family), s.rung))
     return [s for s in specs if family is None or s.family == family]

@@ -1,0 +1,70 @@
+"""`gemmlab bench --suite ec`: the error-corrected FP32 methods beside cuBLAS SGEMM.
+
+Each method runs through the public ``gemmlab.matmul(..., precision=...)``, so
+``fp32_tc`` and ``fp16_ec_scaled`` include their pass over A and B for the
+exponent statistics, as a user's call does.  gemmlab's fastest CUDA-core GEMM
+(``kernel="auto"``, FP32) is timed beside them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import api
+from ..verify import compare, random_matrix, reference
+from .suites import Record, _progress, _tflops
+from .timing import time_gpu
+
+PRECISIONS = ("fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc")
+DEFAULT_SIZES = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096)]
+
+
+def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True, max_run_s: float = 3.0,
+        budget_s: float = 2.0, quiet: bool = False, seed: int = 0) -> list[Record]:
+    import cupy as cp
+    from ..runtime.device import gpu_info
+    gpu_info(0)
+    gpu = gpu_info(cp.cuda.Device().id)
+    rng = np.random.default_rng(seed)
+    sizes = sizes or DEFAULT_SIZES
+    entries = [("auto", None)] + [("auto", p) for p in PRECISIONS]
+    records: list[Record] = []
+    t0 = time.time()
+    for M, N, K in sizes:
+        a = cp.asarray(random_matrix(M, K, dist, rng))
+        b = cp.asarray(random_matrix(K, N, dist, rng))
+        c = cp.full((M, N), np.nan, dtype=np.float32)
+        ref = reference(a, b, keep_on_gpu=True)
+        cb = time_gpu(lambda: cp.matmul(a, b, out=c), l2_bytes=gpu.l2_bytes, reps=reps, flush=flush,
+                      max_run_s=max_run_s, budget_s=budget_s)
+        cb_err = compare(c, ref).rel_fro
+        _progress(f"cuBLAS SGEMM {M}x{N}x{K}: {cb.ms:.3f} ms, {_tflops(M, N, K, cb.ms):.1f} TFLOPS, "
+                  f"err {cb_err:.1e}", quiet)
+        rows = []
+        for kernel, precision in entries:
+            def ours():
+                api.matmul(a, b, out=c, kernel=kernel, precision=precision)
+            t = time_gpu(ours, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s,
+                         budget_s=budget_s)
+            c.fill(np.nan)
+            ours()
+            p = api.last_plan()
+            err = compare(c, ref).rel_fro
+            rows.append((precision or "fp32", p, t, err))
+            tf = _tflops(M, N, K, t.ms)
+            _progress(f"  {precision or 'fp32':15s} {p.describe():40s} {t.ms:.3f} ms, {tf:.1f} TFLOPS, "
+                      f"{cb.ms / t.ms:.2f}x cuBLAS SGEMM, err {err:.1e}  ({time.time() - t0:.0f} s)", quiet)
+        cb_tf = _tflops(M, N, K, cb.ms)
+        records.append(Record(gpu.name, "cublas", {}, M, N, K, "float32", cb.ms, cb_tf, cb.ms, cb_tf, 100.0, None,
+                              cb_err, len(cb.ms_all), note="CuPy matmul -> cuBLAS SGEMM, TF32 off"))
+        for precision, p, t, err in rows:
+            tf = _tflops(M, N, K, t.ms)
+            records.append(Record(
+                gpu.name, p.spec.name, {"precision": precision, **p.params}, M, N, K, "float32", t.ms, tf,
+                cb.ms, cb_tf, 100.0 * cb.ms / t.ms if t.ms else None, None, err, len(t.ms_all), t.skipped,
+                note=f"method {p.method}: {p.reason}" if p.method else f"auto chose {p.describe()}"))
+        del a, b, c, ref
+        cp.get_default_memory_pool().free_all_blocks()
+    return records

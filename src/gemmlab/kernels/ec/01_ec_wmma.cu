@@ -1,0 +1,112 @@
+// FP32-accurate rung 1, ec_wmma: an FP32 GEMM on FP16 or TF32 tensor cores
+// that keeps SGEMM's accuracy, by error correction.  Each FP32 value is split
+// into a high and a low half-precision part when its fragment is loaded (see
+// ec_split.cuh); three tensor-core products replace one FP32 product:
+//
+//     A B ~ hi_A hi_B + (lo_A hi_B + hi_A lo_B) * 2^-11        (FP16 parts)
+//
+// The tensor cores' own FP32 accumulation does not round to nearest, and its
+// error grows with K.  The main product hi_A hi_B carries almost all of the
+// result, so it is not accumulated inside the tensor core: each K-step's
+// product goes into a zeroed fragment and is then added to an FP32 accumulator
+// with ordinary (round-to-nearest) adds.  The two small correction products
+// accumulate inside the tensor core, where their error is 2^-11 smaller.
+//
+// Around that, the kernel is a plain multi-stage tile GEMM: FP32 tiles of A
+// and B move to shared memory with cp.async, STAGES deep (async_copy.cuh, as in
+// CUDA-core rung 8); each warp computes a WM x WN piece as a grid of 16 x 16
+// fragments, splitting its A fragments once per K-step and each B fragment
+// once for all of its A fragments.  Edges: the copies zero-fill outside the
+// matrix and the epilogue skips elements outside C.
+//
+// METHOD 0: FP16 parts (m16n16k16); METHOD 1: TF32 parts (m16n16k8, no
+// scaling).  scale_a, scale_b: powers of two applied to A and B before the
+// split (the FP16 method's per-matrix scaling, 1 otherwise); the epilogue
+// divides them out again, one at a time so that neither step overflows.
+#include <gemmlab/async_copy.cuh>
+#include <gemmlab/ec_split.cuh>
+
+namespace gemmlab {
+
+template <int METHOD, int BM, int BN, int BK, int WM, int WN, int STAGES, bool VEC>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)
+ec_wmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B,
+        int ldb, float beta, float* __restrict__ C, int ldc, float scale_a, float scale_b) {
+    using Split = EcSplit<METHOD>;
+    constexpr int TK = tc_tile_k<Split::DT>();
+    constexpr int FM = WM / 16, FN = WN / 16;              // fragments per warp
+    constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
+    constexpr int ALD = BK + 4, BLD = BN + 4;              // padded rows, still 16-byte aligned
+    static_assert(BK % TK == 0, "BK must be a multiple of the MMA's K");
+    extern __shared__ __align__(128) float smem[];
+    float (*As)[BM][ALD] = reinterpret_cast<float (*)[BM][ALD]>(smem);                     // [STAGES]
+    float (*Bs)[BK][BLD] = reinterpret_cast<float (*)[BK][BLD]>(smem + STAGES * BM * ALD);  // [STAGES]
+    const TileOrigin tile = block_tile_origin<BM, BN>(N);
+    const int tid = threadIdx.x, warp = tid / 32;
+    const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
+
+    using FragA = typename wmma_types::Fragment<0, 16, 16, TK, Split::DT, 0>::type;
+    using FragB = typename wmma_types::Fragment<1, 16, 16, TK, Split::DT, 0>::type;
+    using FragC = typename wmma_types::Fragment<2, 16, 16, TK, 3, 0>::type;
+    FragC acc[FM][FN], corr[FM][FN];   // main product (outside the tensor core), corrections
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) {
+            nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
+            nvcuda::wmma::fill_fragment(corr[i][j], 0.0f);
+        }
+
+    const int k_tiles = alpha == 0.0f ? 0 : (K + BK - 1) / BK;   // alpha = 0 reads neither A nor B
+    auto issue = [&](int kt) {
+        const int s = kt % STAGES;
+        cp_async_tile<BM, BK, ALD, THREADS, VEC>(&As[s][0][0], A, lda, tile.row, kt * BK, M, K, tid);
+        cp_async_tile<BK, BN, BLD, THREADS, VEC>(&Bs[s][0][0], B, ldb, kt * BK, tile.col, K, N, tid);
+    };
+#pragma unroll
+    for (int kt = 0; kt < STAGES - 1; ++kt) {   // prologue: STAGES-1 steps in flight (see rung 8)
+        if (kt < k_tiles) issue(kt);
+        __pipeline_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        __pipeline_wait_prior(STAGES - 2);
+        __syncthreads();
+        if (kt + STAGES - 1 < k_tiles) issue(kt + STAGES - 1);
+        __pipeline_commit();
+        const int s = kt % STAGES;
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += TK) {
+            FragA a_hi[FM], a_lo[FM];
+#pragma unroll
+            for (int i = 0; i < FM; ++i) load_split<METHOD>(a_hi[i], a_lo[i], &As[s][warp_row + 16 * i][kk], ALD, scale_a);
+#pragma unroll
+            for (int j = 0; j < FN; ++j) {
+                FragB b_hi, b_lo;
+                load_split<METHOD>(b_hi, b_lo, &Bs[s][kk][warp_col + 16 * j], BLD, scale_b);
+#pragma unroll
+                for (int i = 0; i < FM; ++i) {
+                    FragC step;
+                    nvcuda::wmma::fill_fragment(step, 0.0f);
+                    nvcuda::wmma::mma_sync(step, a_hi[i], b_hi, step);
+#pragma unroll
+                    for (int e = 0; e < step.num_elements; ++e) acc[i][j].x[e] += step.x[e];
+                    nvcuda::wmma::mma_sync(corr[i][j], a_lo[i], b_hi, corr[i][j]);
+                    nvcuda::wmma::mma_sync(corr[i][j], a_hi[i], b_lo, corr[i][j]);
+                }
+            }
+        }
+    }
+    __pipeline_wait_prior(0);
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) {
+#pragma unroll
+            for (int e = 0; e < acc[i][j].num_elements; ++e)
+                acc[i][j].x[e] = (acc[i][j].x[e] + corr[i][j].x[e] * Split::LO_WEIGHT) / scale_a / scale_b;
+            store_accumulator_masked(acc[i][j], C, ldc, tile.row + warp_row + 16 * i, tile.col + warp_col + 16 * j,
+                                     M, N, alpha, beta);
+        }
+}
+
+}  // namespace gemmlab

@@ -1,0 +1,142 @@
+"""FP32-accurate GEMM on tensor cores (precision="fp32_tc" and the explicit
+methods) against FP64, beside cuBLAS SGEMM's error on the same inputs."""
+
+import numpy as np
+import pytest
+
+import gemmlab
+from gemmlab.accuracy import make_inputs
+from gemmlab.verify import compare, reference
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+
+SETS = ["uniform", "uniform_small", "uniform_large", "normal", "log_uniform"]
+# Which input sets each method is meant for (gemmlab.ec's docstring): there its
+# error must be within 1.5x of cuBLAS SGEMM's.
+SUPPORTED = {
+    "fp16_ec": {"uniform", "uniform_large", "normal"},
+    "fp16_ec_scaled": {"uniform", "uniform_small", "uniform_large", "normal"},
+    "tf32_ec": set(SETS),
+    "fp32_tc": set(SETS),
+}
+SHAPE = (129, 67, 4099)   # no multiple of any tile; K long enough for accumulation error to show
+
+
+@pytest.fixture(scope="module")
+def cases():
+    """Inputs, FP64 reference and cuBLAS SGEMM's error per input set."""
+    rng = np.random.default_rng(11)
+    M, N, K = SHAPE
+    out = {}
+    for name in SETS:
+        a = cp.asarray(make_inputs(name, M, K, rng))
+        b = cp.asarray(make_inputs(name, K, N, rng))
+        ref = reference(a, b, keep_on_gpu=True)
+        out[name] = (a, b, ref, compare(a @ b, ref).rel_fro)
+    return out
+
+
+@pytest.mark.parametrize("precision", list(SUPPORTED))
+@pytest.mark.parametrize("inputs", SETS)
+def test_method_within_1_5x_of_sgemm(cases, precision, inputs):
+    if inputs not in SUPPORTED[precision]:
+        pytest.skip(f"{precision} is not meant for {inputs} (see test_fp16_ec_needs_scaling_for_small_values)")
+    a, b, ref, sgemm_err = cases[inputs]
+    out = cp.full(ref.shape, np.nan, dtype=np.float32)
+    gemmlab.matmul(a, b, out=out, precision=precision)
+    err = compare(out, ref)
+    assert err.nonfinite == 0
+    assert err.rel_fro <= 1.5 * sgemm_err, f"{err.rel_fro:.2e} vs SGEMM {sgemm_err:.2e} ({gemmlab.last_plan().describe()})"
+
+
+def test_fp16_ec_needs_scaling_for_small_values(cases):
+    """U(-1,1) * 2^-12: unscaled FP16 parts lose bits in FP16's subnormals; the
+    scaled method and fp32_tc (which picks it) do not."""
+    a, b, ref, sgemm_err = cases["uniform_small"]
+    plain = compare(gemmlab.matmul(a, b, precision="fp16_ec"), ref).rel_fro
+    scaled = compare(gemmlab.matmul(a, b, precision="fp16_ec_scaled"), ref).rel_fro
+    auto = compare(gemmlab.matmul(a, b, precision="fp32_tc"), ref).rel_fro
+    assert gemmlab.last_plan().method == "fp16_ec_scaled"
+    assert plain > 10 * sgemm_err and scaled <= 1.5 * sgemm_err and auto == scaled
+
+
+@pytest.mark.parametrize("inputs, method", [("uniform", "fp16_ec"), ("uniform_small", "fp16_ec_scaled"),
+                                            ("log_uniform", "tf32_ec")])
+def test_fp32_tc_reports_its_choice(cases, inputs, method):
+    a, b, _, _ = cases[inputs]
+    gemmlab.matmul(a, b, precision="fp32_tc")
+    p = gemmlab.last_plan()
+    assert p.method == method and p.reason and p.spec.name == "ec_wmma"
+    assert f"[{method}]" in p.describe()
+
+
+def test_hi_hi_outside_the_tensor_core_matters():
+    """At K = 16384 the error must stay at SGEMM's level: accumulating the main
+    product inside the tensor core (round toward zero) would grow with K."""
+    rng = np.random.default_rng(12)
+    a = cp.asarray(make_inputs("uniform", 64, 16384, rng))
+    b = cp.asarray(make_inputs("uniform", 16384, 48, rng))
+    ref = reference(a, b, keep_on_gpu=True)
+    sgemm = compare(a @ b, ref).rel_fro
+    for precision in ("fp16_ec", "tf32_ec"):
+        assert compare(gemmlab.matmul(a, b, precision=precision), ref).rel_fro <= 1.5 * sgemm, precision
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 13, 5), (33, 65, 17), (127, 129, 255), (200, 300, 16)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec", "fp32_tc"])
+@pytest.mark.parametrize("misaligned", [False, True])
+def test_odd_shapes_alpha_beta(shape, precision, misaligned):
+    M, N, K = shape
+    rng = np.random.default_rng(M + N + K)
+    a = cp.asarray(make_inputs("normal", M, K, rng))
+    if misaligned:   # 4 bytes into its buffer: the 4-byte-copy variant runs
+        a = cp.asarray(make_inputs("normal", 1, M * K + 1, rng)).ravel()[1:].reshape(M, K)
+    b = cp.asarray(make_inputs("normal", K, N, rng))
+    c0 = cp.asarray(make_inputs("normal", M, N, rng))
+    out = c0.copy()
+    gemmlab.matmul(a, b, out=out, alpha=0.7, beta=-1.3, precision=precision)
+    assert compare(out, reference(a, b, 0.7, -1.3, c0)).ok(1e-6)
+    assert gemmlab.last_plan().problem.aligned16 == (not misaligned)
+
+
+@pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec", "fp32_tc"])
+def test_beta_zero_never_reads_out_and_alpha_zero_reads_nothing(precision):
+    rng = np.random.default_rng(5)
+    a = cp.asarray(make_inputs("uniform", 40, 30, rng))
+    b = cp.asarray(make_inputs("uniform", 30, 20, rng))
+    out = cp.full((40, 20), np.nan, dtype=np.float32)
+    gemmlab.matmul(a, b, out=out, precision=precision)
+    assert compare(out, reference(a, b)).ok(1e-6)
+    nan_a, nan_b = cp.full_like(a, np.nan), cp.full_like(b, np.nan)
+    c0 = cp.asarray(make_inputs("uniform", 40, 20, rng))
+    out = c0.copy()
+    gemmlab.matmul(nan_a, nan_b, out=out, alpha=0.0, beta=0.5, precision=precision)
+    assert cp.array_equal(out, cp.float32(0.5) * c0)
+
+
+@pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec", "fp32_tc"])
+def test_nan_and_inf_propagate(precision):
+    a = cp.ones((20, 16), dtype=np.float32)
+    b = cp.ones((16, 24), dtype=np.float32)
+    a[3, 5] = np.nan
+    a[7, 2] = np.inf
+    b[2, 9] = 0.0
+    a[11, :] = 0.0
+    a[11, 4] = np.inf
+    b[4, 13] = -1.0
+    out = gemmlab.matmul(a, b, precision=precision).get()
+    ref = a.get().astype(np.float64) @ b.get().astype(np.float64)   # IEEE: Inf * 0 = NaN, etc.
+    assert np.isnan(ref[3]).all() and np.isnan(ref[7, 9]) and ref[11, 13] == -np.inf
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    fin = ~np.isnan(ref)
+    np.testing.assert_allclose(out[fin], ref[fin], rtol=1e-6)
+
+
+def test_numpy_inputs():
+    rng = np.random.default_rng(6)
+    a, b = make_inputs("uniform_small", 50, 70, rng), make_inputs("uniform_small", 70, 30, rng)
+    out = gemmlab.matmul(a, b, precision="fp32_tc")
+    assert isinstance(out, np.ndarray) and gemmlab.last_plan().method == "fp16_ec_scaled"
+    assert compare(out, reference(a, b)).ok(1e-6)

@@ -1,0 +1,128 @@
+"""The error-corrected FP32 methods' arithmetic and method choice, on the CPU
+(NumPy models of ec_split.cuh and gemmlab.ec.choose)."""
+
+import numpy as np
+import pytest
+
+import gemmlab
+from gemmlab import ec
+from gemmlab.accuracy import INPUT_SETS, make_inputs
+
+
+def fp16_split(x):
+    """ec_split.cuh's FP16 split: hi = fp16(x), lo = fp16((x - hi) * 2^11)."""
+    x = x.astype(np.float32)
+    hi = x.astype(np.float16)
+    lo = ((x - hi.astype(np.float32)) * np.float32(2048)).astype(np.float16)
+    return hi, lo
+
+
+def tf32_round(x):
+    """Round float32 to TF32 (10 mantissa bits), to nearest with ties away (cvt.rna)."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x1000) & ~np.uint64(0x1FFF)).astype(np.uint32).view(np.float32)
+
+
+def test_fp16_split_reproduces_x_to_2_pow_minus_22():
+    rng = np.random.default_rng(1)
+    # FP16's normal range with room for the low part: |x| in [2^-14, 2^15).
+    x = (np.exp2(rng.uniform(-14, 15, 100000)) * rng.choice([-1, 1], 100000)).astype(np.float32)
+    hi, lo = fp16_split(x)
+    back = hi.astype(np.float64) + lo.astype(np.float64) * 2.0 ** -11
+    rel = np.abs(back - x) / np.abs(x)
+    assert rel.max() <= 2.0 ** -22
+    # Without the 2^11 the low part of small values falls into FP16's subnormals.
+    small = x[np.abs(x) < 2 ** -8]
+    hi_s = small.astype(np.float16)
+    unscaled = hi_s.astype(np.float64) + (small - hi_s.astype(np.float32)).astype(np.float16).astype(np.float64)
+    assert (np.abs(unscaled - small) / np.abs(small)).max() > 2.0 ** -18
+
+
+def test_tf32_split_reproduces_x_to_2_pow_minus_21():
+    rng = np.random.default_rng(2)
+    x = (np.exp2(rng.uniform(-100, 100, 100000)) * rng.choice([-1, 1], 100000)).astype(np.float32)
+    big = tf32_round(x)
+    small = tf32_round(x - big)
+    rel = np.abs(big.astype(np.float64) + small - x) / np.abs(x)
+    assert rel.max() <= 2.0 ** -21
+    assert np.abs(big.astype(np.float64) - x).max() > 0      # one TF32 part alone is not enough
+
+
+def test_exponent_stats_counts_by_exponent():
+    x = np.array([0.0, 1.0, 1.5, -2.0, 0.25, np.inf, np.nan, 1e-45], dtype=np.float32)
+    s = ec.ExponentStats.of(x)
+    assert s.counts.sum() == 8
+    assert s.counts[0] == 2            # zero and a subnormal
+    assert s.counts[255] == 2          # Inf and NaN
+    assert s.counts[127] == 2 and s.counts[128] == 1 and s.counts[125] == 1
+    assert s.nonzero == 4 and s.max_exponent == 1
+    assert s.fraction_below(0) == 0.25
+
+
+@pytest.mark.parametrize("name, method", [("uniform", "fp16_ec"), ("normal", "fp16_ec"),
+                                          ("uniform_large", "fp16_ec"), ("uniform_small", "fp16_ec_scaled"),
+                                          ("log_uniform", "tf32_ec")])
+def test_choice_per_input_set(name, method):
+    rng = np.random.default_rng(3)
+    a, b = make_inputs(name, 200, 300, rng), make_inputs(name, 300, 100, rng)
+    choice = ec.choose(ec.ExponentStats.of(a), ec.ExponentStats.of(b))
+    assert choice.method == method, choice.reason
+    if method == "fp16_ec_scaled":    # the largest magnitude lands just below 2^15
+        assert np.abs(a).max() * 2.0 ** choice.scale_a_exp < 2 ** 15
+        assert np.abs(a).max() * 2.0 ** choice.scale_a_exp >= 2 ** 14
+    assert choice.kernel_dtype == ("tf32_ec" if method == "tf32_ec" else "fp16_ec")
+
+
+def test_choice_on_crafted_statistics():
+    def stats(bins):
+        counts = np.zeros(256, np.int64)
+        for exponent, n in bins.items():
+            counts[exponent + 127] = n
+        return ec.ExponentStats(counts)
+    ok = stats({0: 1000, -5: 1000})
+    assert ec.choose(ok, ok).method == "fp16_ec"
+    # Largest value 2^20: too large for FP16 as it is, fine after scaling by 2^-6.
+    big = stats({20: 10, 10: 1000})
+    c = ec.choose(big, ok)
+    assert (c.method, c.scale_a_exp, c.scale_b_exp) == ("fp16_ec_scaled", -6, 14)
+    # 10% of the values 2^30 below the largest: beyond FP16's 28-binade reach.
+    wide = stats({0: 900, -30: 100})
+    assert ec.choose(wide, ok).method == "tf32_ec"
+    # Up to the limit of elements below the range stays on FP16; twice as many do not.
+    edge = stats({0: 100000, -30: int(100000 * ec.UNDERFLOW_LIMIT)})
+    assert ec.choose(edge, ok).method == "fp16_ec"
+    over = stats({0: 100000, -30: int(200000 * ec.UNDERFLOW_LIMIT)})
+    assert ec.choose(over, ok).method == "tf32_ec"
+    # All-zero (or all Inf/NaN) matrices: nothing to scale.
+    zero = ec.ExponentStats(np.zeros(256, np.int64))
+    assert ec.choose(zero, zero).method == "fp16_ec"
+    # A scale that would exceed 2^64 is clamped, and then the data does not fit: TF32.
+    tiny = stats({-100: 10})
+    assert ec.fp16_scale_exponent(tiny) == ec.MAX_SCALE_EXPONENT
+    assert ec.choose(tiny, ok).method == "tf32_ec"
+
+
+def test_precision_names_and_their_dtypes():
+    for precision, dtype in [("fp16_ec", "fp16_ec"), ("fp16_ec_scaled", "fp16_ec"), ("fp32_tc", "fp16_ec"),
+                             ("tf32_ec", "tf32_ec")]:
+        p = gemmlab.plan("auto", 100, 100, 100, dtype=dtype)
+        assert p.spec.name == "ec_wmma" and p.problem.out_dtype == "float32", precision
+    with pytest.raises(TypeError, match="kernel 'pipelined' computes float32, not fp16_ec; for fp16_ec use one of: "
+                                        "ec_wmma"):
+        gemmlab.plan("pipelined", 64, 64, 64, dtype="fp16_ec")
+
+
+def test_ec_precisions_need_float32_inputs():
+    a = np.ones((4, 4), np.float16)
+    with pytest.raises(ValueError, match="precision='fp32_tc' is for float32 inputs; a and b are float16"):
+        gemmlab.matmul(a, a, precision="fp32_tc")
+    with pytest.raises(ValueError, match="precision='fp64' is not one of 'fp32', 'tf32', 'fp32_tc'"):
+        gemmlab.matmul(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32), precision="fp64")
+
+
+def test_input_sets_are_what_they_say():
+    rng = np.random.default_rng(4)
+    assert set(INPUT_SETS) == {"uniform", "uniform_small", "uniform_large", "normal", "log_uniform"}
+    assert np.abs(make_inputs("uniform_small", 100, 100, rng)).max() <= 2.0 ** -12
+    x = np.abs(make_inputs("log_uniform", 100, 100, rng))
+    assert x.min() >= 2.0 ** -20 and x.max() <= 2.0 ** 20 and x.max() / x.min() > 2.0 ** 30
