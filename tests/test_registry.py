@@ -116,7 +116,7 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
         # ec/01_ec_wmma.cu: warps of 32 x 32, at most 8; cp.async requests of 16 bytes
         # (and of 4 in the unaligned variant) split evenly over the threads.
         threads = (p["BM"] // 32) * (p["BN"] // 32) * 32
-        return (threads <= 256 and (p["BM"] * p["BK"] // 4) % threads == 0
+        return (threads <= 256 and (threads == 256 or p["STAGES"] == 2) and (p["BM"] * p["BK"] // 4) % threads == 0
                 and (p["BK"] * p["BN"] // 4) % threads == 0)
     if name == "wmma_warptile":
         # 02_wmma_warptile.cu: (BM/WM) x (BN/WN) warps, each tile load split evenly over the

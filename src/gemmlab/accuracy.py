@@ -109,13 +109,13 @@ def table(points: list[dict]) -> str:
         ks = sorted({p["K"] for p in sub})
         methods = list(dict.fromkeys(p["method"] for p in sub))
         lines.append(f"{name}: {INPUT_SETS.get(name, '')}")
-        lines.append(f"  {'method':16s}" + "".join(f"{'K=' + str(k):>12s}" for k in ks))
+        lines.append(f"  {'method':16s}" + "".join(f"{'K=' + str(k):>16s}" for k in ks))
         for m in methods:
             errs = {p["K"]: p["rel_error"] for p in sub if p["method"] == m}
-            lines.append(f"  {m:16s}" + "".join(f"{errs[k]:12.2e}" if k in errs else f"{'-':>12s}" for k in ks))
+            lines.append(f"  {m:16s}" + "".join(f"{errs[k]:16.2e}" if k in errs else f"{'-':>16s}" for k in ks))
         chosen = {p["K"]: p["note"].split(":")[0] for p in sub if p["method"] == "fp32_tc"}
         if chosen:
-            lines.append(f"  {'fp32_tc chose':16s}" + "".join(f"{chosen.get(k, '-'):>12s}" for k in ks))
+            lines.append(f"  {'fp32_tc chose':16s}" + "".join(f"{chosen.get(k, '-'):>16s}" for k in ks))
         lines.append("")
     return "\n".join(lines)
 

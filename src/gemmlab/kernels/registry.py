@@ -380,6 +380,9 @@ def _warptile_constraints(smem_bytes, smem_rule: str, smem_limit: int = 48 * 102
                    lambda p: (sh := _warptile_shape(p)) is not None
                    and sh[2] % p["TM"] == 0 and sh[3] % 4 == 0
                    and (sh[2] // p["TM"]) * (sh[3] // 4) == 32),
+        Constraint("64 x 64 blocks take at most 2 stages (with 3 or 4, the variant for unaligned TF32 inputs "
+                   "spills: its 4 warps each issue twice the copies of a 256-thread block)",
+                   lambda p: p["BM"] * p["BN"] > 64 * 64 or p["STAGES"] == 2),
         Constraint("the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads",
                    lambda p: (p["BM"] * p["BK"] // 4) % _warptile_threads(p) == 0
                    and (p["BK"] * p["BN"] // 4) % _warptile_threads(p) == 0),
@@ -536,16 +539,21 @@ register(KernelSpec(
                 "part at fragment load, three products, the main one accumulated in FP32 outside the "
                 "tensor core",
     params=(
+        # Defaults: the fastest at 4096^3 for fp16_ec on an H100 (run 41, benchmarks/NOTES.md;
+        # 64x64 with 2, 3 or 4 stages were within 1% of each other).
         TileParam("BM", (64, 128), 64, "rows of C per block"),
-        TileParam("BN", (64, 128), 128, "columns of C per block"),
+        TileParam("BN", (64, 128), 64, "columns of C per block"),
         TileParam("BK", (16,), 16, "depth of the K slice staged in shared memory per step (at 32, the "
                                    "variant for unaligned inputs spills)"),
-        TileParam("STAGES", (2, 3, 4), 3, "K slices in flight (cp.async)"),
+        TileParam("STAGES", (2, 3, 4), 2, "K slices in flight (cp.async)"),
     ),
     constraints=(
         Constraint("at most 8 warps of 32 x 32 per block, (BM/32)*(BN/32) <= 8 (each thread holds two "
                    "accumulators per element, the main product and the corrections: 16 warps spill)",
                    lambda p: (p["BM"] // 32) * (p["BN"] // 32) <= 8),
+        Constraint("64 x 64 blocks take at most 2 stages (with 3 or 4, the variant for unaligned TF32 inputs "
+                   "spills: its 4 warps each issue twice the copies of a 256-thread block)",
+                   lambda p: p["BM"] * p["BN"] > 64 * 64 or p["STAGES"] == 2),
         Constraint("the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads",
                    lambda p: (p["BM"] * p["BK"] // 4) % _ec_threads(p) == 0
                    and (p["BK"] * p["BN"] // 4) % _ec_threads(p) == 0),

@@ -8,9 +8,14 @@
 // The tensor cores' own FP32 accumulation does not round to nearest, and its
 // error grows with K.  The main product hi_A hi_B carries almost all of the
 // result, so it is not accumulated inside the tensor core: each K-step's
-// product goes into a zeroed fragment and is then added to an FP32 accumulator
-// with ordinary (round-to-nearest) adds.  The two small correction products
-// accumulate inside the tensor core, where their error is 2^-11 smaller.
+// product goes into a zeroed fragment and is then added to FP32 accumulators
+// with ordinary (round-to-nearest) adds.  Those adds are blocked: a block
+// accumulator takes about sqrt(steps) K-steps, then is added into the main one
+// and cleared, so the rounding error grows like K^(1/4) instead of K^(1/2) and
+// stays at cuBLAS SGEMM's level out to K = 131072 (one accumulator alone
+// reached 2x SGEMM's error there; benchmarks/NOTES.md).  The two small
+// correction products accumulate inside the tensor core, where their error is
+// 2^-11 smaller.
 //
 // Around that, the kernel is a plain multi-stage tile GEMM: FP32 tiles of A
 // and B move to shared memory with cp.async, STAGES deep (async_copy.cuh, as in
@@ -48,16 +53,19 @@ ec_wmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, 
     using FragA = typename wmma_types::Fragment<0, 16, 16, TK, Split::DT, 0>::type;
     using FragB = typename wmma_types::Fragment<1, 16, 16, TK, Split::DT, 0>::type;
     using FragC = typename wmma_types::Fragment<2, 16, 16, TK, 3, 0>::type;
-    FragC acc[FM][FN], corr[FM][FN];   // main product (outside the tensor core), corrections
+    // The main product outside the tensor core (acc, fed by block), the corrections inside.
+    FragC acc[FM][FN], block[FM][FN], corr[FM][FN];
 #pragma unroll
     for (int i = 0; i < FM; ++i)
 #pragma unroll
         for (int j = 0; j < FN; ++j) {
             nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
+            nvcuda::wmma::fill_fragment(block[i][j], 0.0f);
             nvcuda::wmma::fill_fragment(corr[i][j], 0.0f);
         }
 
     const int k_tiles = alpha == 0.0f ? 0 : (K + BK - 1) / BK;   // alpha = 0 reads neither A nor B
+    const int block_tiles = max(1, int(sqrtf(float(k_tiles * (BK / TK)))) / (BK / TK));   // ~sqrt(steps) steps
     auto issue = [&](int kt) {
         const int s = kt % STAGES;
         cp_async_tile<BM, BK, ALD, THREADS, VEC>(&As[s][0][0], A, lda, tile.row, kt * BK, M, K, tid);
@@ -89,11 +97,22 @@ ec_wmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, 
                     nvcuda::wmma::fill_fragment(step, 0.0f);
                     nvcuda::wmma::mma_sync(step, a_hi[i], b_hi, step);
 #pragma unroll
-                    for (int e = 0; e < step.num_elements; ++e) acc[i][j].x[e] += step.x[e];
+                    for (int e = 0; e < step.num_elements; ++e) block[i][j].x[e] += step.x[e];
                     nvcuda::wmma::mma_sync(corr[i][j], a_lo[i], b_hi, corr[i][j]);
                     nvcuda::wmma::mma_sync(corr[i][j], a_hi[i], b_lo, corr[i][j]);
                 }
             }
+        }
+        if ((kt + 1) % block_tiles == 0 || kt + 1 == k_tiles) {
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j)
+#pragma unroll
+                    for (int e = 0; e < acc[i][j].num_elements; ++e) {
+                        acc[i][j].x[e] += block[i][j].x[e];
+                        block[i][j].x[e] = 0.0f;
+                    }
         }
     }
     __pipeline_wait_prior(0);
@@ -102,8 +121,12 @@ ec_wmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, 
 #pragma unroll
         for (int j = 0; j < FN; ++j) {
 #pragma unroll
-            for (int e = 0; e < acc[i][j].num_elements; ++e)
-                acc[i][j].x[e] = (acc[i][j].x[e] + corr[i][j].x[e] * Split::LO_WEIGHT) / scale_a / scale_b;
+            for (int e = 0; e < acc[i][j].num_elements; ++e) {
+                // A non-finite main product is already IEEE's answer (Inf, or NaN from
+                // Inf * 0); its corrections could only add a spurious NaN (Inf * 0 with lo = 0).
+                const float v = acc[i][j].x[e];
+                acc[i][j].x[e] = (isfinite(v) ? v + corr[i][j].x[e] * Split::LO_WEIGHT : v) / scale_a / scale_b;
+            }
             store_accumulator_masked(acc[i][j], C, ldc, tile.row + warp_row + 16 * i, tile.col + warp_col + 16 * j,
                                      M, N, alpha, beta);
         }

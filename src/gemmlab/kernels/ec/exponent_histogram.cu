@@ -11,9 +11,16 @@ __global__ void __launch_bounds__(256) exponent_histogram(int rows, int cols, co
     local[threadIdx.x] = 0;
     __syncthreads();
     const long long n = (long long)rows * cols;
-    for (long long i = blockIdx.x * 256LL + threadIdx.x; i < n; i += 256LL * gridDim.x) {
-        const long long r = i / cols, c = i % cols;
-        atomicAdd(&local[(__float_as_uint(X[r * ld + c]) >> 23) & 0xFFu], 1u);
+    // Whole warps run every iteration (bin 256 = past the end), so that the lanes
+    // with one bin can add together: real data puts most elements in a few bins,
+    // and one atomic per element would serialise on them.
+    const long long stride = 256LL * gridDim.x;
+    for (long long base = blockIdx.x * 256LL; base < n; base += stride) {
+        const long long i = base + threadIdx.x;
+        unsigned bin = 256u;
+        if (i < n) bin = (__float_as_uint(X[(i / cols) * ld + i % cols]) >> 23) & 0xFFu;
+        const unsigned same = __match_any_sync(0xFFFFFFFFu, bin);
+        if (bin < 256u && (threadIdx.x % 32) == unsigned(__ffs(same) - 1)) atomicAdd(&local[bin], unsigned(__popc(same)));
     }
     __syncthreads();
     if (local[threadIdx.x]) atomicAdd(&hist[threadIdx.x], (unsigned long long)local[threadIdx.x]);
