@@ -380,9 +380,6 @@ def _warptile_constraints(smem_bytes, smem_rule: str, smem_limit: int = 48 * 102
                    lambda p: (sh := _warptile_shape(p)) is not None
                    and sh[2] % p["TM"] == 0 and sh[3] % 4 == 0
                    and (sh[2] // p["TM"]) * (sh[3] // 4) == 32),
-        Constraint("64 x 64 blocks take at most 2 stages (with 3 or 4, the variant for unaligned TF32 inputs "
-                   "spills: its 4 warps each issue twice the copies of a 256-thread block)",
-                   lambda p: p["BM"] * p["BN"] > 64 * 64 or p["STAGES"] == 2),
         Constraint("the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads",
                    lambda p: (p["BM"] * p["BK"] // 4) % _warptile_threads(p) == 0
                    and (p["BK"] * p["BN"] // 4) % _warptile_threads(p) == 0),
