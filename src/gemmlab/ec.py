@@ -161,7 +161,7 @@ def exponent_stats(gpu, stream: int, operands) -> list[ExponentStats]:
         _check(driver.cuMemsetD32Async(base, 0, n * 512, stream))
         for i, (ptr, rows, cols, ld) in enumerate(operands):
             if rows and cols:
-                blocks = max(1, min(-(-rows * cols // HISTOGRAM_THREADS), 8 * gpu.sm_count))
+                blocks = max(1, min(rows, 8 * gpu.sm_count))   # a block per row, at most 8 per SM
                 launch(kernel, (blocks, 1, 1), (HISTOGRAM_THREADS, 1, 1), 0, stream, np.int32(rows),
                        np.int32(cols), ptr, np.int32(ld), base + i * 256 * 8)
         host = np.zeros(n * 256, dtype=np.uint64)

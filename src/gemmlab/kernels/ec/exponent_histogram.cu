@@ -10,17 +10,18 @@ __global__ void __launch_bounds__(256) exponent_histogram(int rows, int cols, co
     __shared__ unsigned int local[256];   // per-block counts first: few global atomics
     local[threadIdx.x] = 0;
     __syncthreads();
-    const long long n = (long long)rows * cols;
-    // Whole warps run every iteration (bin 256 = past the end), so that the lanes
-    // with one bin can add together: real data puts most elements in a few bins,
-    // and one atomic per element would serialise on them.
-    const long long stride = 256LL * gridDim.x;
-    for (long long base = blockIdx.x * 256LL; base < n; base += stride) {
-        const long long i = base + threadIdx.x;
-        unsigned bin = 256u;
-        if (i < n) bin = (__float_as_uint(X[(i / cols) * ld + i % cols]) >> 23) & 0xFFu;
-        const unsigned same = __match_any_sync(0xFFFFFFFFu, bin);
-        if (bin < 256u && (threadIdx.x % 32) == unsigned(__ffs(same) - 1)) atomicAdd(&local[bin], unsigned(__popc(same)));
+    // Blocks take rows, threads consecutive columns (coalesced reads).  Whole warps
+    // run every step (bin 256 = past the row's end), so that the lanes with one
+    // bin add together: real data puts most elements in a few bins, and one
+    // shared atomic per element would serialise on them.
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float* row = X + (long long)r * ld;
+        for (int c0 = 0; c0 < cols; c0 += 256) {
+            const int c = c0 + threadIdx.x;
+            const unsigned bin = c < cols ? (__float_as_uint(row[c]) >> 23) & 0xFFu : 256u;
+            const unsigned same = __match_any_sync(0xFFFFFFFFu, bin);
+            if (bin < 256u && threadIdx.x % 32 == unsigned(__ffs(same) - 1)) atomicAdd(&local[bin], unsigned(__popc(same)));
+        }
     }
     __syncthreads();
     if (local[threadIdx.x]) atomicAdd(&hist[threadIdx.x], (unsigned long long)local[threadIdx.x]);
