@@ -56,7 +56,27 @@ for M, N, K in SHAPES:
             if not err.ok(3e-3 if precision else 2e-3):
                 bad += 1
                 print(f"WRONG {name} {np.dtype(dt).name}->{out_dt} {M}x{N}x{K}: {err}", flush=True)
+# The error-corrected FP32 rungs, every precision (fp32_tc and fp16_ec_scaled run
+# the exponent histogram first), aligned and misaligned.
+EC = [s.name for s in registry.ladder("ec")]
+EC_PRECISIONS = ("fp16_ec", "tf32_ec", "fp16_ec_scaled", "fp32_tc")
+for M, N, K in SHAPES:
+    for misalign in (False, True):
+        a = cp.asarray(random_matrix(M, K, "uniform", rng))
+        if misalign:
+            a = cp.asarray(random_matrix(1, M * K + 1, "uniform", rng)).ravel()[1:].reshape(M, K)
+        b = cp.asarray(random_matrix(K, N, "uniform", rng))
+        c0 = cp.asarray(random_matrix(M, N, "uniform", rng))
+        ref = reference(a, b, 0.5, 2.0, c0)
+        for name in EC:
+            for precision in EC_PRECISIONS:
+                out = c0.copy()
+                gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel=name, precision=precision)
+                err = compare(out, ref)
+                if not err.ok(1e-6):
+                    bad += 1
+                    print(f"WRONG {name} {precision} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
 cp.cuda.runtime.deviceSynchronize()
-launches = len(SHAPES) * (2 * len(CASES) + len(TC_DTYPES) * len(TENSOR))
+launches = len(SHAPES) * (2 * len(CASES) + len(TC_DTYPES) * len(TENSOR) + 2 * len(EC) * len(EC_PRECISIONS))
 print(f"{launches} launches, {bad} wrong", flush=True)
 sys.exit(1 if bad else 0)
