@@ -659,6 +659,10 @@ def matmul_strided_batched(a, b, batch: int, stride_a: int, stride_b: int, *, ou
     return matmul(*views, out=out, **kwargs)
 
 
+# NumPy 2 moved byte_bounds to numpy.lib.array_utils.
+_byte_bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")
+
+
 def _batch_view(x, name: str, batch: int, stride: int):
     """x (a 2-D array) repeated ``batch`` times, ``stride`` elements apart, as a 3-D view of the same memory."""
     X = describe(x, name)
@@ -668,10 +672,12 @@ def _batch_view(x, name: str, batch: int, stride: int):
     view = dataclasses.replace(X, shape=shape, strides=strides)
     lo, hi = view.span()
     if X.kind == "numpy":
-        root = x
-        while isinstance(root.base, np.ndarray):
-            root = root.base
-        start, end = np.byte_bounds(root)
+        root, node = x, x
+        while getattr(node, "base", None) is not None:   # through as_strided's wrappers too
+            node = node.base
+            if isinstance(node, np.ndarray):
+                root = node
+        start, end = _byte_bounds(root)
         make = lambda: np.lib.stride_tricks.as_strided(   # noqa: E731
             x, shape, tuple(s * x.itemsize for s in strides), writeable=name == "out")
     elif X.kind == "cupy":
