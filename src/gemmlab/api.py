@@ -50,10 +50,12 @@ GRID_Z_MAX = 65535      # batches per launch (gridDim.z); more are launched in c
 SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (batches are chunked)
 
 
-def contiguous_aligned16(M: int, N: int, K: int) -> bool:
-    """Whether fresh contiguous (256-byte aligned) M x K, K x N and M x N float32
-    arrays allow the kernels' 16-byte accesses: K and N multiples of 4."""
-    return K % 4 == 0 and N % 4 == 0
+def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N") -> bool:
+    """Whether fresh contiguous (256-byte aligned) float32 arrays -- op(A) M x K and
+    op(B) K x N stored with layouts op_a / op_b, C M x N row-major -- allow the
+    kernels' 16-byte accesses: the stored row widths are multiples of 4."""
+    widths = (K if op_a == "N" else M, N if op_b == "N" else K, N)
+    return all(w % 4 == 0 for w in widths)
 
 
 # -- operand layouts and batches ------------------------------------------------

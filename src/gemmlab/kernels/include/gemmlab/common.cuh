@@ -49,8 +49,9 @@ __device__ __forceinline__ void store_scaled4(float* out, float4 acc, float alph
 
 // Row `row` of op(A) times column `col` of op(B), straight from global memory:
 // the whole inner loop of the untiled rungs (1 and 2), which differ only in how
-// threads are mapped to (row, col).
-template <char OPA, char OPB>
+// threads are mapped to (row, col).  (Layouts default to 'N', row-major, for
+// code written before layouts existed; gemmlab's kernels pass theirs.)
+template <char OPA = 'N', char OPB = 'N'>
 __device__ __forceinline__ float dot_row_col(const float* __restrict__ A, int lda,
                                             const float* __restrict__ B, int ldb, int row, int col, int K) {
     float acc = 0.0f;
@@ -123,7 +124,7 @@ __device__ __forceinline__ float load_or_zero(const float* __restrict__ m, int l
 // columns of a row-major matrix, rows of a column-major one -- so each warp's
 // global reads coalesce (for 'T' its shared stores are strided instead, the
 // cheaper of the two costs).
-template <int ROWS, int COLS, int SLD, int THREADS, char OP>
+template <int ROWS, int COLS, int SLD, int THREADS, char OP = 'N'>
 __device__ __forceinline__ void load_tile(float* smem, const float* __restrict__ g, int ld,
                                           int row0, int col0, int rows, int cols, int tid) {
     static_assert((ROWS * COLS) % THREADS == 0, "tile must split evenly over the threads");

@@ -17,7 +17,9 @@
 //     template <..., char OPA, char OPB>  and  ..., long long stride_a, long long stride_b, long long stride_c)
 //     batch_select(A, stride_a, B, stride_b, C, stride_c);     // first line of the body
 // and by passing OPA / OPB on to the shared tile loaders (common.cuh,
-// async_copy.cuh, tensor_common.cuh), which read either layout.
+// async_copy.cuh, tensor_common.cuh), which read either layout.  (Loaders
+// default to 'N' so that code written before layouts still compiles; the
+// level-3 tester, tests/test_blas3.py, runs every kernel in all four layouts.)
 #pragma once
 
 namespace gemmlab {

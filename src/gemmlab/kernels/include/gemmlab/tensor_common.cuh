@@ -35,7 +35,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 // rows x cols matrix stored with layout OP, element by element through the
 // fragment map; zeros outside the matrix.  Reads global memory directly (no
 // shared memory).  TF32 (DT 2) fragments hold floats rounded to TF32.
-template <int DT, char OP, class Frag, class S>
+template <int DT, char OP = 'N', class Frag, class S>
 __device__ __forceinline__ void load_fragment_masked(Frag& frag, const S* __restrict__ p, int ld, int row0, int col0,
                                                      int rows, int cols) {
     wmma_ext::foreach_ij(frag, [&](int k, unsigned r, unsigned c) {
@@ -52,7 +52,7 @@ __device__ __forceinline__ void load_fragment_masked(Frag& frag, const S* __rest
 // or float elements, stored with layout OP, into shared memory row-major (row
 // stride SLD), zeros outside the matrix; consecutive threads take consecutive
 // elements in memory (coalesced), as common.cuh's load_tile does.
-template <int ROWS, int COLS, int SLD, int THREADS, char OP, class S>
+template <int ROWS, int COLS, int SLD, int THREADS, char OP = 'N', class S>
 __device__ __forceinline__ void stage_tile(S* smem, const S* __restrict__ g, int ld, int row0, int col0, int rows,
                                            int cols, int tid) {
     static_assert((ROWS * COLS) % THREADS == 0, "tile must split evenly over the threads");
