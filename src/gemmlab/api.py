@@ -198,11 +198,13 @@ def _check_rank(op: Operand) -> None:
                          f"1 x n or n x 1 matrix ({op.name}[None, :] or {op.name}[:, None])")
 
 
-def _check_32bit(side: _Side) -> None:
-    if max(side.rows, side.cols, side.ld) > INT32_MAX:
-        raise ValueError(f"{side.operand.label()} has matrices of {side.rows} x {side.cols} with leading "
-                         f"dimension {side.ld}: gemmlab's kernels take each dimension and leading dimension "
-                         f"as a 32-bit int (at most {INT32_MAX})")
+def _check_32bit(op: Operand) -> None:
+    """The kernels take sizes and leading dimensions as 32-bit ints (batch strides are 64-bit)."""
+    found = matrix_layout(op.shape[-2:], op.strides[-2:])
+    ld = found[1] if found else op.shape[-1]     # a copy is C-ordered
+    if max(*op.shape[-2:], ld) > INT32_MAX:
+        raise ValueError(f"{op.label()} has shape {op.shape} and leading dimension {ld}: gemmlab's kernels "
+                         f"take each dimension and leading dimension as a 32-bit int (at most {INT32_MAX})")
 
 
 def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
@@ -474,6 +476,7 @@ def _validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) ->
     for X in (A, B) + ((O,) if O is not None else ()):
         _check_rank(X)
         _check_dtype(X)
+        _check_32bit(X)
     oa, ob = _op_name("a", trans_a), _op_name("b", trans_b)
     la = A.shape[:-2] + ((A.shape[-1], A.shape[-2]) if trans_a else A.shape[-2:])
     lb = B.shape[:-2] + ((B.shape[-1], B.shape[-2]) if trans_b else B.shape[-2:])
@@ -513,13 +516,10 @@ def _validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) ->
     dtype, out_dt = _resolve_dtypes(A, B, O, precision, out_dtype)
     SA, SB = _side(A, bool(trans_a), batch_shape), _side(B, bool(trans_b), batch_shape)
     for S in (SA, SB, SC):
-        if S is None:
-            continue
-        if S.copy and S.operand.kind == "cuda":
+        if S is not None and S.copy and S.operand.kind == "cuda":
             raise TypeError(f"{S.operand.label()} has element strides {S.operand.strides}, which gemmlab's "
                             "kernels cannot read (no unit stride in its matrices, or a negative one), and "
                             "gemmlab copies only CuPy arrays and PyTorch tensors: pass a contiguous array")
-        _check_32bit(S)
     return _Call(SA, SB, SC, K, batch_shape, result_shape, alpha, beta, {"dtype": dtype, "out_dtype": out_dt},
                  A.device if A.on_gpu else 0, A.on_gpu)
 
