@@ -94,7 +94,7 @@ def test_batches_in_chunks_and_split_k_workspace_per_chunk(monkeypatch):
     workspace limited to two batches' worth: the pointer offsets of every chunk."""
     monkeypatch.setattr(api, "GRID_Z_MAX", 3)
     assert not h.batched(GPU, FAMS["naive"], (7, 5, 33), (33, 6), out="C")
-    assert not h.batched(GPU, FAMS["wmma_warptile-fp16"], (7, 5, 33), (7, 33, 6), trans_b=True, out="F")
+    assert not h.batched(GPU, FAMS["wmma_warptile-fp16"], (7, 5, 33), (7, 6, 33), trans_b=True, out="F")
     monkeypatch.setattr(api, "SPLITK_WORKSPACE_LIMIT", 2 * 3 * 33 * 20 * 4)
     assert not h.batched(GPU, FAMS["pipelined-SPLITK3"], (5, 33, 40), (5, 40, 20), out="F")
 
