@@ -90,7 +90,7 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
     if name in TILED_2D:
         threads = (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
         per = 4 if name == "vectorized" else 1   # vectorized moves float4s
-        ok = (p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0 and 32 <= threads <= 1024
+        ok = (p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0 and 32 <= threads <= 512
               and (p["BM"] * p["BK"] // per) % threads == 0 and (p["BK"] * p["BN"] // per) % threads == 0
               and p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads
               and 4 * p["BK"] * (p["BM"] + p["BN"]) <= 48 * 1024)

@@ -229,8 +229,9 @@ def _constraints_2d(vec: bool) -> tuple[Constraint, ...]:
     return (
         Constraint("TM must divide BM and TN must divide BN",
                    lambda p: p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0),
-        Constraint("threads per block, (BM/TM)*(BN/TN), must be between 32 and 1024",
-                   lambda p: 32 <= _threads_2d(p) <= 1024),
+        Constraint("threads per block, (BM/TM)*(BN/TN), must be between 32 and 512 (1024 caps registers "
+                   "at 64, which the batch's pointers push into spills)",
+                   lambda p: 32 <= _threads_2d(p) <= 512),
         Constraint(("the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads"
                     if vec else
                     "the A tile BM*BK and the B tile BK*BN must split evenly over the threads"),
