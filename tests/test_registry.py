@@ -132,6 +132,7 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
                 and wsubm % p["TM"] == 0 and wsubn % 4 == 0
                 and (p["BM"] * p["BK"] // 4) % threads == 0 and (p["BK"] * p["BN"] // 4) % threads == 0
                 and (not staged or p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads)
+                and (not staged or outputs_per_thread <= 64)     # rung 7: 128 accumulators spill
                 and (smem if smem is not None else 4 * p["BK"] * (p["BM"] + p["BN"])) <= smem_limit)
     return p == {}
 

@@ -409,10 +409,13 @@ register(KernelSpec(
     name="warptile", rung=7, family="simt", dtypes=("float32",), source="simt/07_warptile.cu",
     template="gemmlab::warptile",
     description="block tile -> warp tiles -> per-thread TM x 4 subtiles; conflict-free shared reads",
-    # Defaults: the fastest of the 71 legal configurations at 4096^3 on an H200.
+    # Defaults: the fastest of the 71 configurations then legal at 4096^3 on an H200.
     params=_warptile_params(False, dict(BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=4, TM=4)),
     constraints=_warptile_constraints(lambda p: 4 * p["BK"] * (p["BM"] + p["BN"]),
-                                      "shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB"),
+                                      "shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB") + (
+        Constraint("at most 64 accumulators per thread, WM*WN/32 <= 64 (with 128, the scalar variant's "
+                   "staged copies and the batch pointers outgrow 255 registers)",
+                   lambda p: p["WM"] * p["WN"] <= 2048),),
     template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["WNITER"], p["TM"],
                                    prob.aligned16),
     geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1),
