@@ -29,6 +29,7 @@ if has tune; then
 fi
 if has tests; then
   echo "== tests" | tee -a "$log"
+  python3 scripts/precompile_tests.py 2>&1 | tail -n 1 | tee -a "$log"   # in parallel, not one at a time
   timeout 900 python3 -m pytest -q -x -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tail -n 40 | tee -a "$log"
 fi
 if has bench; then

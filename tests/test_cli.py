@@ -58,8 +58,9 @@ def test_inspect_vectorized(capsys):
     d = registry.get("vectorized").defaults()
     args = f"{d['BM']}, {d['BN']}, {d['BK']}, {d['TM']}, {d['TN']}"
     rows = _table_rows(out)
-    assert list(rows) == [f"gemmlab::vectorized<{args}, true>", f"gemmlab::vectorized<{args}, false>"]
-    assert f"vectorized<{args}, true>" in out
+    assert list(rows) == [f"gemmlab::vectorized<{args}, true, 'N', 'N'>",
+                          f"gemmlab::vectorized<{args}, false, 'N', 'N'>"]
+    assert f"vectorized<{args}, true, 'N', 'N'>" in out
     for regs, smem, spill, ffma in rows.values():
         assert 0 < regs <= 255 and smem == 4 * d["BK"] * (d["BM"] + d["BN"]) and spill == 0
         if find_disassembler() is not None:
@@ -70,16 +71,24 @@ def test_inspect_vectorized_all_configs(capsys):
     """--all-configs lists every legal tile, e.g. the 128x128x8 / 8x8 one."""
     assert main(["inspect", "--kernel", "vectorized", "--all-configs"]) == 0
     out, _ = capsys.readouterr()
-    assert "vectorized<128, 128, 8, 8, 8, true>" in out
+    assert "vectorized<128, 128, 8, 8, 8, true, 'N', 'N'>" in out
     rows = _table_rows(out)
-    assert set(rows) == set(registry.get("vectorized").all_name_expressions())
+    assert set(rows) == set(registry.get("vectorized").all_name_expressions(layouts=[("N", "N")]))
     assert all(spill == 0 for _, _, spill, _ in rows.values())
 
 
 def test_inspect_json(capsys):
     assert main(["inspect", "--kernel", "smem_tiled", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [r["name_expression"] for r in data] == ["gemmlab::smem_tiled<32>"]
+    assert [r["name_expression"] for r in data] == ["gemmlab::smem_tiled<32, 'N', 'N'>"]
+
+
+def test_inspect_layouts(capsys):
+    assert main(["inspect", "--kernel", "smem_tiled", "--ops", "TN,NT", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["name_expression"] for r in data] == ["gemmlab::smem_tiled<32, 'T', 'N'>",
+                                                    "gemmlab::smem_tiled<32, 'N', 'T'>"]
+    assert all(r["spill_bytes"] == 0 for r in data)
     assert data[0]["arch"] == "sm_90a" and data[0]["spill_bytes"] == 0
 
 
@@ -114,6 +123,8 @@ def no_gpu_allowed(monkeypatch):
      "gemmlab bench: tile parameter WM=64 is not legal for kernel 'wmma_warptile'"),
     (["bench", "--kernels", "smem_tiled:tile=big"],
      "gemmlab bench: tile parameter 'tile=big' of 'smem_tiled' must be NAME=INTEGER"),
+    (["bench", "--kernels", "pipelined", "--ops", "NN,TX"],
+     "gemmlab bench: --ops 'NN,TX': give layouts of op(A) and op(B) as NN, TN, NT or TT"),
 ])
 def test_bench_refuses_bad_arguments_before_the_gpu(capsys, no_gpu_allowed, argv, message):
     assert main(argv) == 2
@@ -136,6 +147,26 @@ def test_unknown_command_is_a_usage_error(capsys):
         main(["frobnicate"])
     assert info.value.code == 2
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+def test_ops_parse_layout_pairs():
+    from gemmlab.cli import _ops
+    assert _ops("NN,tn, NT,TT") == ["NN", "TN", "NT", "TT"]
+
+
+def test_bench_passes_the_layouts_on(monkeypatch, capsys):
+    """--ops reaches run_suite; each record carries its layout, shown in the table."""
+    seen = {}
+
+    def fake_run_suite(entries, sizes, **kw):
+        seen.update(kw)
+        return [suites.Record("GPU", "pipelined", {}, 64, 64, 64, "float32", 1.0, 1.0, 1.0, 1.0, 100.0, None,
+                              0.0, 1, ops=o) for o in kw["ops"]]
+    monkeypatch.setattr(suites, "run_suite", fake_run_suite)
+    assert main(["bench", "--kernels", "pipelined", "--sizes", "64", "--ops", "NN,TN"]) == 0
+    assert seen["ops"] == ["NN", "TN"]
+    rows = [ln.split()[:2] for ln in capsys.readouterr().out.splitlines()[2:]]
+    assert rows == [["pipelined", "64"], ["pipelined", "TN"]]
 
 
 def test_kernel_entries_parse_names_and_parameters():

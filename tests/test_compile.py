@@ -3,11 +3,19 @@ without spills, the SASS has the instructions each rung is about, the disk
 cache survives corruption and unusable folders, and the CUDA headers are found.
 
 The first run compiles every legal configuration for two architectures (about a
-minute each); later runs in the same cache folder are fast.
+minute each); later runs in the same cache folder are fast.  Layouts multiply
+the instantiations by four, so not all of them are compiled here: every legal
+configuration in the row-major layout ('N', 'N'), and all four layouts for the
+configurations calls actually get -- each rung's defaults, every configuration
+a shipped tuned table names, and every configuration of the cheap rungs
+(smem_tiled, wmma).  Other (configuration, layout) pairs compile
+on first use like any kernel; the layout code they run is the shared loaders',
+which these instantiations cover.
 """
 
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -20,9 +28,39 @@ from gemmlab.kernels.registry import Problem
 from gemmlab.runtime import compile as rt_compile
 from gemmlab.runtime.compile import compile_module, parse_ptxas_log
 from gemmlab.runtime.headers import REQUIRED, find_cuda_headers
+from gemmlab.tuning import SHIPPED_DIR
 
 ARCHES = ("sm_80", "sm_90a")
 SPECS = registry.ladder()
+ALL_LAYOUTS_FOR_EVERY_CONFIG = ("smem_tiled", "wmma")
+
+
+def _tuned_configs(spec) -> list[dict]:
+    """Configurations of ``spec`` that the shipped tuned tables pick (split-K is a launch shape)."""
+    found = []
+    for path in sorted(SHIPPED_DIR.glob("*.json")):
+        for entry in json.loads(path.read_text()).get("shapes", {}).values():
+            for win in list(entry.get("kernels", {}).values()) + [entry.get("best") or {}]:
+                if win.get("kernel") == spec.name:
+                    found.append(spec.resolve({k: v for k, v in win["params"].items() if k != spec.split_k_param}))
+    return found
+
+
+def layout_configs(spec) -> list[dict]:
+    """The configurations compiled in all four layouts (see the module docstring)."""
+    if spec.name in ALL_LAYOUTS_FOR_EVERY_CONFIG:
+        return spec.configurations()
+    unique = {tuple(sorted(c.items())): c for c in [spec.defaults()] + _tuned_configs(spec)}
+    return list(unique.values())
+
+
+def instantiations(spec) -> dict[str, tuple[dict, Problem]]:
+    """name expression -> (parameters, problem) of everything compiled for ``spec``."""
+    out = {}
+    for params, prob in spec.instantiations(layouts=[("N", "N")]) + \
+            spec.instantiations(configs=layout_configs(spec), layouts=registry.LAYOUTS):
+        out.setdefault(spec.name_expression(params, prob), (params, prob))
+    return out
 
 needs_nvdisasm = pytest.mark.skipif(find_disassembler() is None,
                                     reason="nvdisasm not found (pip install 'gemmlab[inspect]')")
@@ -33,13 +71,13 @@ def ladder_module():
     """compile(arch, spec) -> the module with every instantiation of spec, built once per module.
     All of them are compiled first in parallel processes into the (test) kernel cache."""
     from gemmlab.runtime.compile import compile_in_processes
-    compile_in_processes([(spec.source_path, spec.all_name_expressions(), arch)
+    compile_in_processes([(spec.source_path, list(instantiations(spec)), arch)
                           for arch in ARCHES for spec in SPECS])
     memo = {}
 
     def get(arch, spec):
         if (arch, spec.name) not in memo:
-            memo[arch, spec.name] = compile_module(spec.source_path, spec.all_name_expressions(), arch)
+            memo[arch, spec.name] = compile_module(spec.source_path, list(instantiations(spec)), arch)
         return memo[arch, spec.name]
     return get
 
@@ -81,22 +119,35 @@ def static_smem(spec, p, prob=None):
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_every_instantiation_compiles_without_spills(arch, spec, ladder_module):
     module = ladder_module(arch, spec)
-    names = spec.all_name_expressions()
-    assert set(module.symbols) == set(names)
+    insts = instantiations(spec)
+    assert set(module.symbols) == set(insts)
+    assert set(spec.all_name_expressions(layouts=[("N", "N")])) <= set(insts)
     assert module.cubin[:4] == b"\x7fELF"
     res = parse_ptxas_log(module.log)
-    assert len(res) == len(names), "ptxas reported a different number of kernels"
-    for p in spec.configurations():
+    assert len(res) == len(insts), "ptxas reported a different number of kernels"
+    for name, (p, prob) in insts.items():
+        mangled = module.symbols[name]
+        assert mangled in res, f"{name} ({mangled}) missing from the ptxas log"
+        r = res[mangled]
+        assert r.spill_bytes == 0, f"{name} spills {r.spill_bytes} bytes on {arch}"
+        assert r.stack_bytes == 0, f"{name} uses a {r.stack_bytes}-byte stack frame on {arch}"
+        assert 0 < r.registers <= 255, name
+        assert r.smem_bytes == static_smem(spec, p, prob), name
+        assert module.resources(name) == r
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_defaults_and_tuned_configurations_compile_in_every_layout(spec):
+    """What the spill test above covers beyond the row-major layout."""
+    insts = instantiations(spec)
+    configs = layout_configs(spec)
+    assert spec.defaults() in configs
+    for p in configs:
         for prob in spec.variants:
-            name = spec.name_expression(p, prob)
-            mangled = module.symbols[name]
-            assert mangled in res, f"{name} ({mangled}) missing from the ptxas log"
-            r = res[mangled]
-            assert r.spill_bytes == 0, f"{name} spills {r.spill_bytes} bytes on {arch}"
-            assert r.stack_bytes == 0, f"{name} uses a {r.stack_bytes}-byte stack frame on {arch}"
-            assert 0 < r.registers <= 255, name
-            assert r.smem_bytes == static_smem(spec, p, prob), name
-            assert module.resources(name) == r
+            for op_a, op_b in registry.LAYOUTS:
+                assert spec.name_expression(p, prob.with_layout(op_a, op_b)) in insts
+    if spec.name == "pipelined":   # both tables' winners, each in 4 layouts x 2 variants
+        assert len(configs) > 3
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -115,8 +166,8 @@ def test_splitk_reduce_compiles_without_spills(arch):
 
 # -- SASS facts ----------------------------------------------------------------------------
 
-def _default_sass(arch, spec, aligned, ladder_module, ladder_sass):
-    name = spec.name_expression(spec.defaults(), Problem(1024, 1024, 1024, aligned))
+def _default_sass(arch, spec, aligned, ladder_module, ladder_sass, op_a="N", op_b="N"):
+    name = spec.name_expression(spec.defaults(), Problem(1024, 1024, 1024, aligned, op_a=op_a, op_b=op_b))
     sass = ladder_sass(arch, spec)
     mangled = ladder_module(arch, spec).symbols[name]
     assert mangled in sass, f"nvdisasm output has no section for {name}"
@@ -128,7 +179,7 @@ def _default_sass(arch, spec, aligned, ladder_module, ladder_sass):
 def test_vectorized_uses_128_bit_loads(arch, ladder_module, ladder_sass):
     spec = registry.get("vectorized")
     name, facts = _default_sass(arch, spec, True, ladder_module, ladder_sass)
-    assert name.startswith("gemmlab::vectorized<") and name.endswith(", true>")
+    assert name.startswith("gemmlab::vectorized<") and name.endswith(", true, 'N', 'N'>")
     assert facts["LDG.128"] > 0, facts
     assert facts["LDS.128"] > 0, facts
     assert facts["STG.128"] > 0, facts
@@ -140,11 +191,49 @@ def test_vectorized_uses_128_bit_loads(arch, ladder_module, ladder_sass):
 def test_vectorized_scalar_variant_has_no_128_bit_global_loads(arch, ladder_module, ladder_sass):
     spec = registry.get("vectorized")
     name, facts = _default_sass(arch, spec, False, ladder_module, ladder_sass)
-    assert name.startswith("gemmlab::vectorized<") and name.endswith(", false>")
+    assert name.startswith("gemmlab::vectorized<") and name.endswith(", false, 'N', 'N'>")
     assert facts["LDG.128"] == 0, facts
     assert facts["STG.128"] == 0, facts
     assert facts["LDG.32"] > 0, facts
     assert facts["LDS.128"] > 0, facts     # shared fragments stay 128-bit
+
+
+@needs_nvdisasm
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
+@pytest.mark.parametrize("kernel", ["vectorized", "warptile"])
+def test_transposed_operands_keep_128_bit_loads(arch, kernel, op_a, op_b, ladder_module, ladder_sass):
+    """Rungs 6 and 7 read every layout with 16-byte global loads (a transposed tile
+    is scattered into shared memory instead) and keep their 16-byte shared reads."""
+    _, facts = _default_sass(arch, registry.get(kernel), True, ladder_module, ladder_sass, op_a, op_b)
+    assert facts["LDG.128"] > 0 and facts["LDG.32"] == 0, facts
+    assert facts["LDS.128"] > 0 and facts["LDL/STL (local)"] == 0, facts
+
+
+def _cp_async_widths(sass: str) -> tuple[int, int]:
+    """(16-byte, 4-byte) cp.async copies (LDGSTS) in a kernel's SASS."""
+    ops = re.findall(r"\bLDGSTS\S*", sass)
+    wide = sum(op.endswith(".128") for op in ops)
+    return wide, len(ops) - wide
+
+
+@needs_nvdisasm
+@pytest.mark.parametrize("arch", ARCHES)
+def test_pipelined_copies_a_transposed_a_with_16_byte_requests(arch, ladder_module, ladder_sass):
+    """Rung 8 keeps both tiles K-major: a row-major A is transposed by 4-byte
+    copies, a column-major A (a transposed view) is a straight 16-byte copy, a
+    column-major B is transposed by 4-byte copies."""
+    spec = registry.get("pipelined")
+    sass, module = ladder_sass(arch, spec), ladder_module(arch, spec)
+
+    def widths(op_a, op_b):
+        name = spec.name_expression(spec.defaults(), Problem(1024, 1024, 1024, True, op_a=op_a, op_b=op_b))
+        return _cp_async_widths(sass[module.symbols[name]])
+    nn, tn, nt, tt = widths("N", "N"), widths("T", "N"), widths("N", "T"), widths("T", "T")
+    assert nn[0] > 0 and nn[1] > 0, nn      # B 16-byte, A 4-byte
+    assert tn[0] > 0 and tn[1] == 0, tn     # both 16-byte
+    assert nt[0] == 0 and nt[1] > 0, nt     # both 4-byte
+    assert tt[0] > 0 and tt[1] > 0, tt      # A 16-byte, B 4-byte
 
 
 @needs_nvdisasm
@@ -185,7 +274,8 @@ def test_no_local_memory_anywhere(arch, ladder_module, ladder_sass):
 # -- the disk cache ---------------------------------------------------------------------------
 
 NAIVE = registry.get("naive")
-NAIVE_NAMES = ["gemmlab::naive<32>"]
+NAIVE_NAMES = ["gemmlab::naive<32, 'N', 'N'>"]
+NAIVE_MANGLED = "_ZN7gemmlab5naiveILi32ELc78ELc78EEEviiifPKfiS2_ifPfixxx"   # 'N' is char 78; xxx: the batch strides
 ARCH = "sm_90a"
 
 
@@ -221,7 +311,7 @@ def test_second_compile_comes_from_cache(fresh_cache):
     second = compile_quietly()
     assert second.from_cache
     assert second.cubin == first.cubin
-    assert second.symbols == first.symbols == {"gemmlab::naive<32>": "_ZN7gemmlab5naiveILi32EEEviiifPKfiS2_ifPfi"}
+    assert second.symbols == first.symbols == {NAIVE_NAMES[0]: NAIVE_MANGLED}
     assert second.log == first.log
     assert second.cache_key == first.cache_key
     assert parse_ptxas_log(second.log).keys() == parse_ptxas_log(first.log).keys()
@@ -257,7 +347,7 @@ def test_corrupt_cache_is_rebuilt(fresh_cache, damage):
     assert not rebuilt.from_cache
     assert rebuilt.cubin == first.cubin
     assert rebuilt.symbols == first.symbols
-    assert parse_ptxas_log(rebuilt.log).keys() == {first.symbols["gemmlab::naive<32>"]}
+    assert parse_ptxas_log(rebuilt.log).keys() == {first.symbols[NAIVE_NAMES[0]]}
     again = compile_quietly()
     assert again.from_cache and again.cubin == first.cubin
 
@@ -272,7 +362,7 @@ def _find_entry(folder: Path, content: bytes) -> Path:
     ("symbols", b""),
     ("symbols", b"\xff\xfe\xfd"),
     ("symbols", b"{not json"),
-    ("symbols", json.dumps({"gemmlab::naive<16>": "_Z1x"}).encode()),   # a different instantiation
+    ("symbols", json.dumps({"gemmlab::naive<16, 'N', 'N'>": "_Z1x"}).encode()),   # a different instantiation
     ("cubin", b""),
     ("cubin", b"not an ELF file, but not empty either"),
 ])
@@ -325,7 +415,7 @@ def test_cache_path_that_is_a_file_degrades_to_compiling(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match=r"kernel cache folder .*cache-file is not usable.*GEMMLAB_CACHE_DIR"):
         module = compile_naive()
     assert not module.from_cache and module.cache_key is None
-    assert module.symbols == {"gemmlab::naive<32>": "_ZN7gemmlab5naiveILi32EEEviiifPKfiS2_ifPfi"}
+    assert module.symbols == {NAIVE_NAMES[0]: NAIVE_MANGLED}
     assert not_a_folder.read_bytes() == b"not a folder"
     with warnings.catch_warnings():
         warnings.simplefilter("error")           # warned once per folder, not per compile

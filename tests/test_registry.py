@@ -93,7 +93,7 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
     if name in TILED_2D:
         threads = (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
         per = 4 if name == "vectorized" else 1   # vectorized moves float4s
-        ok = (p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0 and 32 <= threads <= 1024
+        ok = (p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0 and 32 <= threads <= 512
               and (p["BM"] * p["BK"] // per) % threads == 0 and (p["BK"] * p["BN"] // per) % threads == 0
               and p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads
               and 4 * p["BK"] * (p["BM"] + p["BN"]) <= 48 * 1024)
@@ -141,6 +141,7 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
                 and wsubm % p["TM"] == 0 and wsubn % 4 == 0
                 and (p["BM"] * p["BK"] // 4) % threads == 0 and (p["BK"] * p["BN"] // 4) % threads == 0
                 and (not staged or p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads)
+                and (not staged or outputs_per_thread <= 64)     # rung 7: 128 accumulators spill
                 and (smem if smem is not None else 4 * p["BK"] * (p["BM"] + p["BN"])) <= smem_limit)
     return p == {}
 
@@ -226,27 +227,27 @@ def test_name_expression_vectorized():
     """The template arguments in order, with the VEC flag from the problem's alignment."""
     spec = registry.get("vectorized")
     p = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}
-    assert spec.name_expression(p, Problem(256, 256, 256, True)) == "gemmlab::vectorized<128, 128, 8, 8, 8, true>"
-    assert spec.name_expression(p, Problem(256, 256, 256, False)) == "gemmlab::vectorized<128, 128, 8, 8, 8, false>"
+    assert spec.name_expression(p, Problem(256, 256, 256, True)) == "gemmlab::vectorized<128, 128, 8, 8, 8, true, 'N', 'N'>"
+    assert spec.name_expression(p, Problem(256, 256, 256, False)) == "gemmlab::vectorized<128, 128, 8, 8, 8, false, 'N', 'N'>"
     p = {"BM": 64, "BN": 128, "BK": 16, "TM": 8, "TN": 4}
-    assert spec.name_expression(p, Problem(8, 8, 8, True)) == "gemmlab::vectorized<64, 128, 16, 8, 4, true>"
+    assert spec.name_expression(p, Problem(8, 8, 8, True)) == "gemmlab::vectorized<64, 128, 16, 8, 4, true, 'N', 'N'>"
 
 
 def test_name_expression_vectorized_defaults():
     spec = registry.get("vectorized")
     d = spec.defaults()
     args = f"{d['BM']}, {d['BN']}, {d['BK']}, {d['TM']}, {d['TN']}"
-    assert spec.name_expression(d, Problem(256, 256, 256, True)) == f"gemmlab::vectorized<{args}, true>"
-    assert spec.name_expression(d, Problem(256, 256, 256, False)) == f"gemmlab::vectorized<{args}, false>"
+    assert spec.name_expression(d, Problem(256, 256, 256, True)) == f"gemmlab::vectorized<{args}, true, 'N', 'N'>"
+    assert spec.name_expression(d, Problem(256, 256, 256, False)) == f"gemmlab::vectorized<{args}, false, 'N', 'N'>"
 
 
 @pytest.mark.parametrize("kernel, params, expected", [
-    ("naive", {}, "gemmlab::naive<32>"),
-    ("coalesced", {}, "gemmlab::coalesced<32>"),
-    ("smem_tiled", {"tile": 16}, "gemmlab::smem_tiled<16>"),
-    ("blocktile_1d", {"BM": 64, "BN": 32, "BK": 16, "TM": 4}, "gemmlab::blocktile_1d<64, 32, 16, 4>"),
+    ("naive", {}, "gemmlab::naive<32, 'N', 'N'>"),
+    ("coalesced", {}, "gemmlab::coalesced<32, 'N', 'N'>"),
+    ("smem_tiled", {"tile": 16}, "gemmlab::smem_tiled<16, 'N', 'N'>"),
+    ("blocktile_1d", {"BM": 64, "BN": 32, "BK": 16, "TM": 4}, "gemmlab::blocktile_1d<64, 32, 16, 4, 'N', 'N'>"),
     ("blocktile_2d", {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4},
-     "gemmlab::blocktile_2d<128, 64, 16, 8, 4>"),
+     "gemmlab::blocktile_2d<128, 64, 16, 8, 4, 'N', 'N'>"),
 ], ids=["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d"])
 def test_name_expression_without_vec_variant(kernel, params, expected):
     """Kernels without a VEC variant give the same name whatever the alignment."""
@@ -262,7 +263,8 @@ def test_name_expression_without_vec_variant(kernel, params, expected):
 def test_name_expression_defaults(spec):
     """Default instantiations list the defaults in declaration order (naive/coalesced: the 32 block)."""
     args = ", ".join(str(v) for v in spec.defaults().values()) or "32"
-    assert spec.name_expression(spec.defaults(), Problem(100, 100, 100, True)) == f"{spec.template}<{args}>"
+    assert spec.name_expression(spec.defaults(), Problem(100, 100, 100, True)) == \
+        f"{spec.template}<{args}, 'N', 'N'>"
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
@@ -271,13 +273,40 @@ def test_all_name_expressions(spec):
     assert len(names) == len(set(names))
     # The split-K factor is a launch shape, not a template argument: one instantiation serves all.
     compiled = {tuple(v for k, v in c.items() if k != spec.split_k_param) for c in spec.configurations()}
-    assert len(names) == len(compiled) * len(spec.variants)
+    assert len(names) == len(compiled) * len(spec.variants) * len(registry.LAYOUTS)
     assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
+    for op_a, op_b in registry.LAYOUTS:   # the layouts are the last two template arguments
+        assert sum(n.endswith(f", '{op_a}', '{op_b}'>") for n in names) == len(names) // 4
+    assert len(spec.all_name_expressions(layouts=[("N", "N")])) == len(names) // 4
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=spec_id)
+def test_layouts_are_the_last_template_arguments(spec):
+    d = spec.defaults()
+    base = spec.name_expression(d, spec.variants[0])
+    for op_a, op_b in registry.LAYOUTS:
+        name = spec.name_expression(d, spec.variants[0].with_layout(op_a, op_b))
+        assert name == base[:-len("'N', 'N'>")] + f"'{op_a}', '{op_b}'>"
+    with pytest.raises(ValueError, match=r"operand layouts are 'N' or 'T', not 'C', 'N'"):
+        spec.name_expression(d, spec.variants[0].with_layout("C", "N"))
+
+
+def test_pipelined_pads_the_b_tile_only_when_b_is_transposed():
+    """Rung 8 copies a column-major B tile transposed into rows padded by 4 floats
+    (as it does A's); the legality rule counts the padded size."""
+    spec = registry.get("pipelined")
+    d = spec.defaults()
+    nn = spec.launch(d, Problem(4096, 4096, 4096, True)).smem_bytes
+    nt = spec.launch(d, Problem(4096, 4096, 4096, True, op_b="T")).smem_bytes
+    assert nn == 4 * d["STAGES"] * d["BK"] * (d["BM"] + 4 + d["BN"])
+    assert nt == nn + 4 * d["STAGES"] * d["BK"] * 4
+    assert spec.launch(d, Problem(4096, 4096, 4096, True, op_a="T")).smem_bytes == nn
+    assert all(registry._pipelined_smem(c) <= registry.PIPELINED_SMEM_LIMIT for c in spec.configurations())
 
 
 def test_plan_name_expression_follows_alignment():
-    assert gemmlab.plan("vectorized", 64, 64, 64, aligned16=False).name_expression.endswith(", false>")
-    assert gemmlab.plan("vectorized", 64, 64, 64, aligned16=True).name_expression.endswith(", true>")
+    assert gemmlab.plan("vectorized", 64, 64, 64, aligned16=False).name_expression.endswith(", false, 'N', 'N'>")
+    assert gemmlab.plan("vectorized", 64, 64, 64, aligned16=True).name_expression.endswith(", true, 'N', 'N'>")
 
 
 # -- kernel="auto" -------------------------------------------------------------------------
@@ -317,7 +346,7 @@ def test_auto_heuristic(M, N, K, sm_count, expect):
         assert p.spec.name == "warptile" and p.params == registry.get("warptile").defaults()
     elif expect == "small":
         assert p.spec.name == "vectorized" and p.params == SMALL
-        assert p.name_expression == "gemmlab::vectorized<64, 64, 16, 8, 4, true>"
+        assert p.name_expression == "gemmlab::vectorized<64, 64, 16, 8, 4, true, 'N', 'N'>"
     else:
         assert p.spec.name == "pipelined" and p.params == {**SPLIT, "SPLITK": expect}
 
@@ -330,7 +359,47 @@ def test_auto_choices_are_legal_configurations():
 
 
 def test_auto_follows_alignment():
-    assert gemmlab.plan("auto", 4096, 4096, 4096, aligned16=False).name_expression.endswith(", false>")
+    assert gemmlab.plan("auto", 4096, 4096, 4096, aligned16=False).name_expression.endswith(", false, 'N', 'N'>")
+
+
+@pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
+def test_auto_honours_layouts(op_a, op_b):
+    for M, N, K in [(4096, 4096, 4096), (1024, 1024, 512), (100, 100, 100000)]:
+        p = gemmlab.plan("auto", M, N, K, op_a=op_a, op_b=op_b)
+        assert (p.problem.op_a, p.problem.op_b) == (op_a, op_b)
+        assert p.name_expression.endswith(f", '{op_a}', '{op_b}'>")
+        assert p.params == gemmlab.plan("auto", M, N, K).params   # the same choice for every layout
+
+
+@pytest.mark.parametrize("M, N, K, batch, expect", [
+    (4096, 4096, 4096, 7, "big"),
+    (64, 64, 4096, 1, 16),             # one tile of 64: split-K
+    (64, 64, 4096, 4, 16),             # 4 tiles: 16 splits still fit in 2 waves (64 <= 264)
+    (64, 64, 4096, 33, 8),             # 33 tiles x 8 = 264
+    (128, 128, 4096, 40, "small"),     # 160 tiles of 64 in the batch fill the GPU: no split-K
+    (64, 64, 4096, 132, "big"),        # 132 tiles of 128 in the batch
+])
+def test_auto_counts_a_batch_as_tiles(M, N, K, batch, expect):
+    p = gemmlab.plan("auto", M, N, K, sm_count=132, batch=batch)
+    if expect == "big":
+        assert p.spec.name == "warptile"
+    elif expect == "small":
+        assert p.spec.name == "vectorized" and p.params == SMALL
+    else:
+        assert p.spec.name == "pipelined" and p.params == {**SPLIT, "SPLITK": expect}
+
+
+def test_tuned_split_k_is_dropped_when_the_batch_fills_the_gpu():
+    """The shipped H200 table picks split-K for 8192x64x8192; a batch of 64 such products does not need it."""
+    one = gemmlab.plan("auto", 8192, 64, 8192, sm_count=132, gpu_slug="nvidia-h200")
+    assert one.spec.splits(one.params) > 1
+    many = gemmlab.plan("auto", 8192, 64, 8192, sm_count=132, gpu_slug="nvidia-h200", batch=64)
+    assert many.spec.name == one.spec.name and many.spec.splits(many.params) == 1
+    assert {k: v for k, v in many.params.items() if k != "SPLITK"} == \
+        {k: v for k, v in one.params.items() if k != "SPLITK"}
+    # An explicit SPLITK is the caller's choice and stays.
+    p = gemmlab.plan("pipelined", 64, 64, 4096, sm_count=132, batch=1000, SPLITK=4)
+    assert p.params["SPLITK"] == 4
 
 
 def test_auto_refuses_tile_params():
@@ -473,8 +542,8 @@ def test_wmma_name_expressions_follow_the_dtypes():
                     ("bfloat16", "bfloat16"), ("tf32", "float32")]:
         prob = Problem(10, 10, 10, True, dt, odt)
         spec.check_dtypes(prob)
-        assert spec.name_expression({}, prob) == f"gemmlab::wmma_tile<{codes[dt]}, {codes[odt]}>"
-    assert len(spec.all_name_expressions()) == 5
+        assert spec.name_expression({}, prob) == f"gemmlab::wmma_tile<{codes[dt]}, {codes[odt]}, 'N', 'N'>"
+    assert len(spec.all_name_expressions()) == 5 * 4    # x 4 layouts
     for dt, odt in [("float16", "bfloat16"), ("tf32", "float16"), ("float32", "float32")]:
         with pytest.raises(TypeError):
             spec.check_dtypes(Problem(10, 10, 10, True, dt, odt))

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 import gemmlab
+from gemmlab.api import _kernel_view, _validate, batch_groups
+from gemmlab.arrays import describe
 from gemmlab.runtime.device import gpu_available
 
 SENTINEL = 7.25
@@ -43,8 +45,8 @@ def label(name, shape, dtype="float32"):
 
 def test_inner_dimensions_differ():
     """a (4, 3) @ b (5, 2): the message names both shapes and both K values."""
-    pattern = (r"inner dimensions differ: a has shape \(4, 3\) \(K=3\) but b has shape "
-               r"\(5, 2\) \(K=5\).*a\.shape\[1\] == b\.shape\[0\]")
+    pattern = (r"matmul: inner dimensions differ: a has shape \(4, 3\) \(K=3\) but b has shape "
+               r"\(5, 2\) \(K=5\); a @ b needs a\.shape\[-1\] == b\.shape\[-2\]$")
     with pytest.raises(ValueError, match=pattern):
         gemmlab.matmul(f32(4, 3), f32(5, 2))
 
@@ -53,24 +55,82 @@ def test_inner_dimensions_differ_leaves_out_alone():
     raises_leaving_out(ValueError, "inner dimensions differ", sentinel_out((4, 2)), f32(4, 3), f32(5, 2))
 
 
-@pytest.mark.parametrize("shape", [(4,), (2, 3, 4)], ids=["1d", "3d"])
-def test_a_wrong_ndim(shape):
-    pattern = label("a", shape) + rf" must be a 2-D matrix; it has {len(shape)} dimension\(s\)"
+def test_inner_dimensions_differ_names_the_ops():
+    """With trans_a / trans_b the message gives the shapes of a^T and b^T."""
+    pattern = (r"matmul: inner dimensions differ: a\^T has shape \(3, 4\) \(K=4\) but b has shape \(3, 2\) "
+               r"\(K=3\); a\^T @ b needs a\^T\.shape\[-1\] == b\.shape\[-2\]")
     with pytest.raises(ValueError, match=pattern):
-        gemmlab.matmul(f32(*shape), f32(4, 4))
+        gemmlab.matmul(f32(4, 3), f32(3, 2), trans_a=True)
+    with pytest.raises(ValueError, match=r"a has shape \(2, 5, 3\) \(K=3\) but b\^T has shape \(4, 2\) \(K=4\)"):
+        gemmlab.matmul(f32(2, 5, 3), f32(2, 4), trans_b=True)
 
 
-@pytest.mark.parametrize("shape", [(4,), (4, 4, 1)], ids=["1d", "3d"])
-def test_b_wrong_ndim(shape):
-    pattern = label("b", shape) + rf" must be a 2-D matrix; it has {len(shape)} dimension\(s\)"
+RANK = r" must be a matrix or a stack of matrices \(2 or more dimensions\); it has {n} dimension\(s\)"
+
+
+@pytest.mark.parametrize("name, a, b", [("a", (4,), (4, 4)), ("b", (3, 4), (4,)), ("a", (), (4, 4))],
+                         ids=["a-1d", "b-1d", "a-0d"])
+def test_vectors_are_refused(name, a, b):
+    shape = a if name == "a" else b
+    arr = lambda s: f32(*s) if s else np.array(1.0, np.float32)   # noqa: E731
+    with pytest.raises(ValueError, match=label(name, shape) + RANK.format(n=len(shape))
+                       + rf".*\({name}\[None, :\] or {name}\[:, None\]\)"):
+        gemmlab.matmul(arr(a), arr(b))
+
+
+def test_out_vector_is_refused():
+    raises_leaving_out(ValueError, label("out", (6,)) + RANK.format(n=1), sentinel_out((6,)), f32(3, 4), f32(4, 2))
+
+
+def test_out_with_extra_dimension_is_the_wrong_shape():
+    pattern = label("out", (3, 2, 1)) + r" has the wrong shape: a @ b is \(3, 2\)"
+    raises_leaving_out(ValueError, pattern, sentinel_out((3, 2, 1)), f32(3, 4), f32(4, 2))
+
+
+# -- batches (numpy.matmul's broadcasting) --------------------------------------------
+
+def test_batch_dimensions_that_do_not_broadcast():
+    pattern = (r"matmul: the batch dimensions of " + label("a", (2, 3, 4)) + " and " + label("b", (5, 4, 2))
+               + r" do not broadcast: \(2,\) against \(5,\) differ at dimension -3 \(2 vs 5\); "
+               r"numpy\.matmul's rule: aligned from the right, each pair of batch dimensions must be equal or one of them 1")
     with pytest.raises(ValueError, match=pattern):
-        gemmlab.matmul(f32(3, 4), f32(*shape))
+        gemmlab.matmul(f32(2, 3, 4), f32(5, 4, 2))
+    with pytest.raises(ValueError, match=r"\(7, 2\) against \(3, 1\) differ at dimension -4 \(7 vs 3\)"):
+        gemmlab.matmul(f32(7, 2, 3, 4), f32(3, 1, 4, 2))
 
 
-@pytest.mark.parametrize("shape", [(6,), (3, 2, 1)], ids=["1d", "3d"])
-def test_out_wrong_ndim(shape):
-    pattern = label("out", shape) + rf" must be a 2-D matrix; it has {len(shape)} dimension\(s\)"
-    raises_leaving_out(ValueError, pattern, sentinel_out(shape), f32(3, 4), f32(4, 2))
+@pytest.mark.parametrize("a, b, result", [
+    ((2, 3, 4), (4, 5), (2, 3, 5)),            # a 2-D operand serves every batch
+    ((3, 4), (6, 4, 5), (6, 3, 5)),
+    ((2, 1, 3, 4), (5, 4, 6), (2, 5, 3, 6)),  # size-1 dimensions broadcast
+    ((0, 3, 4), (1, 4, 5), (0, 3, 5)),        # an empty batch
+    ((1, 3, 4), (7, 4, 5), (7, 3, 5)),
+])
+def test_batch_shapes_follow_numpy_matmul(a, b, result):
+    assert np.matmul(f32(*a), f32(*b)).shape == result   # the rule is numpy's
+    call = _validate(f32(*a), f32(*b), None, 1.0, 0.0, False, False, None, None)
+    assert call.result_shape == result
+
+
+def test_out_must_have_the_broadcast_shape():
+    pattern = (label("out", (3, 5)) + r" has the wrong shape: a @ b is \(2, 3, 5\) "
+               r"\(a \(2, 3, 4\), b \(4, 5\); out must have the full broadcast shape\)")
+    raises_leaving_out(ValueError, pattern, sentinel_out((3, 5)), f32(2, 3, 4), f32(4, 5))
+
+
+def test_out_with_a_broadcast_batch_dimension_is_refused():
+    """An out whose batches share memory (stride 0) would have results overwrite each other."""
+    base = sentinel_out((3, 5))
+    out = np.lib.stride_tricks.as_strided(base, (2, 3, 5), (0, 20, 4))
+    pattern = label("out", (2, 3, 5)) + r" has element strides \(0, 5, 1\): some of its elements share memory"
+    raises_leaving_out(ValueError, pattern, out, f32(2, 3, 4), f32(4, 5))
+
+
+def test_out_with_overlapping_rows_is_refused():
+    base = sentinel_out((12,))
+    out = np.lib.stride_tricks.as_strided(base, (3, 4), (8, 4))      # rows 2 apart, 4 wide
+    raises_leaving_out(ValueError, r"has element strides \(2, 1\): some of its elements share memory",
+                       out, f32(3, 2), f32(2, 4))
 
 
 def test_out_wrong_shape():
@@ -167,44 +227,134 @@ def test_tensor_kernels_refuse_plain_float32():
 
 def test_plan_picks_by_dtype():
     assert gemmlab.plan("auto", 300, 300, 300, dtype="float16", out_dtype="float16").name_expression == \
-        "gemmlab::wmma_warptile<0, 0, 128, 128, 16, 32, 32>"
-    assert gemmlab.plan("auto", 300, 300, 300, dtype="tf32").name_expression == \
-        "gemmlab::wmma_warptile<2, 3, 128, 128, 16, 32, 32>"
-    assert gemmlab.plan("wmma", 300, 300, 300, dtype="bfloat16").name_expression == "gemmlab::wmma_tile<1, 3>"
+        "gemmlab::wmma_warptile<0, 0, 128, 128, 16, 32, 32, 'N', 'N'>"
+    assert gemmlab.plan("auto", 300, 300, 300, dtype="tf32", op_a="T").name_expression == \
+        "gemmlab::wmma_warptile<2, 3, 128, 128, 16, 32, 32, 'T', 'N'>"
+    assert gemmlab.plan("wmma", 300, 300, 300, dtype="bfloat16", op_b="T").name_expression == \
+        "gemmlab::wmma_tile<1, 3, 'N', 'T'>"
     assert gemmlab.plan("auto", 300, 300, 300).spec.family == "simt"
 
 
 # -- layout and kinds -----------------------------------------------------------
 
-STRIDES_RULE = r"has element strides .*: gemmlab reads row-major matrices"
+def test_trans_flags_must_be_bools():
+    with pytest.raises(TypeError, match=r"trans_a must be True or False .*; got 'T'"):
+        gemmlab.matmul(f32(4, 3), f32(4, 2), trans_a="T")
+    with pytest.raises(TypeError, match=r"trans_b must be True or False .*; got 1"):
+        gemmlab.matmul(f32(3, 4), f32(2, 4), trans_b=1)
 
 
-def test_transposed_view_refused():
-    """a.T of a C array has unit row stride: refused, naming a and its strides."""
-    at = f32(4, 3).T                      # shape (3, 4), strides (1, 3) in elements
-    pattern = label("a", (3, 4)) + r" has element strides \(1, 3\): gemmlab reads row-major" \
-        r".*numpy\.ascontiguousarray"
-    with pytest.raises(ValueError, match=pattern):
-        gemmlab.matmul(at, f32(4, 2))
+def _sides(a, b, out=None, trans_a=False, trans_b=False, beta=0.0):
+    call = _validate(a, b, out, 1.0, beta, trans_a, trans_b, None, None)
+    return call, _kernel_view(call)
 
 
-def test_fortran_order_refused():
-    b = np.asfortranarray(f32(4, 5))
-    pattern = label("b", (4, 5)) + r" has element strides \(1, 4\)"
-    with pytest.raises(ValueError, match=pattern):
-        gemmlab.matmul(f32(3, 4), b)
+_X = f32(6, 10)
 
 
-def test_fortran_order_out_refused():
-    out = np.asfortranarray(sentinel_out((3, 2)))
-    raises_leaving_out(ValueError, label("out", (3, 2)) + r" has element strides \(1, 3\)", out,
-                       f32(3, 4), f32(4, 2))
+@pytest.mark.parametrize("view, layout, ld, copy", [
+    (_X, "N", 10, False),                         # C order
+    (np.asfortranarray(_X), "T", 6, False),       # Fortran order: column-major
+    (_X.T.T, "N", 10, False),
+    (f32(10, 6).T, "T", 6, False),                # a transposed view
+    (_X[:, :7], "N", 10, False),                  # padded rows
+    (f32(12, 6)[:10].T, "T", 6, False),           # a transposed view with padded columns
+    (np.asfortranarray(f32(9, 7))[:6, :], "T", 9, False),   # Fortran order, padded columns
+    (_X[:, ::2], None, 5, True),                  # no unit stride: one contiguous copy
+    (_X[::-1], None, 10, True),                   # a negative stride: one contiguous copy
+    (_X[:1, ::3], "T", 3, False),                 # one row with a stride: a 1 x n column-major matrix
+    (np.broadcast_to(f32(1, 10), (6, 10)), "N", 0, False),   # a broadcast row: ld 0, read as it is
+], ids=["C", "F", "TT", "transposed", "padded", "transposed-padded", "F-padded", "strided", "reversed",
+        "one-row", "broadcast-row"])
+def test_operand_layouts_are_read_from_strides(view, layout, ld, copy):
+    call, kv = _sides(view, f32(view.shape[1], 3))
+    assert call.A.copy == copy
+    assert call.A.ld == ld
+    # a copy is C-ordered, so row-major
+    assert call.A.layout == (layout or "N") and kv.A.layout == call.A.layout
 
 
-def test_reversed_rows_refused():
-    """A negative row stride (a[::-1]) is not a row-major matrix either."""
-    with pytest.raises(ValueError, match=label("a", (3, 4)) + r" has element strides \(-4, 1\)"):
-        gemmlab.matmul(f32(3, 4)[::-1], f32(4, 2))
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True), (True, True)])
+def test_trans_flags_and_transposed_views_give_the_kernel_layouts(trans_a, trans_b):
+    """op(a) = a^T of a row-major array is column-major ('T'); a^T of a transposed view is row-major."""
+    a = f32(7, 5) if trans_a else f32(5, 7)
+    b = f32(3, 7) if trans_b else f32(7, 3)
+    call, kv = _sides(a, b, trans_a=trans_a, trans_b=trans_b)
+    assert (kv.M, kv.N, call.K) == (5, 3, 7)
+    assert (kv.A.layout, kv.B.layout) == ("T" if trans_a else "N", "T" if trans_b else "N")
+    call, kv = _sides(a.T, b.T, trans_a=not trans_a, trans_b=not trans_b)
+    assert (kv.M, kv.N, call.K) == (5, 3, 7)
+    assert (kv.A.layout, kv.B.layout) == ("T" if trans_a else "N", "T" if trans_b else "N")
+    assert not call.A.copy and not call.B.copy
+
+
+def test_column_major_out_swaps_the_operands():
+    """out^T = b^T a^T: M and N swap, each operand is read as its transpose, out^T is row-major."""
+    out = np.asfortranarray(sentinel_out((5, 3)))
+    call, kv = _sides(f32(5, 7), f32(7, 3).T.copy().T, out=out)
+    assert (kv.M, kv.N) == (3, 5)
+    assert (kv.A.layout, kv.B.layout, kv.C.layout) == ("N", "T", "N")   # b (column-major) read as b^T: row-major
+    assert kv.C.ld == 5 and not call.C.copy
+
+
+def test_strided_out_is_computed_in_a_copy():
+    big = sentinel_out((5, 6))
+    call, kv = _sides(f32(5, 7), f32(7, 3), out=big[:, ::2], beta=1.0)
+    assert call.C.copy and kv.C.layout == "N"
+
+
+def _aligned_zeros(shape, offset_elems=0):
+    """A float32 array of ``shape`` starting ``offset_elems`` after a 64-byte boundary."""
+    n = int(np.prod(shape))
+    buf = np.zeros(n + 32, np.float32)
+    start = (-buf.ctypes.data % 64) // 4 + offset_elems
+    return buf[start:start + n].reshape(shape)
+
+
+def _operands_for(case):
+    if case == "plain":
+        return _aligned_zeros((4, 8)), _aligned_zeros((8, 4))
+    if case == "a-misaligned":
+        return _aligned_zeros((4, 8), 1), _aligned_zeros((8, 4))
+    if case == "lda-odd":
+        return _aligned_zeros((4, 6))[:, :4], _aligned_zeros((4, 4))
+    if case == "width-odd":
+        return _aligned_zeros((8, 6)).T, _aligned_zeros((8, 4))
+    if case == "batch-odd":
+        return np.lib.stride_tricks.as_strided(_aligned_zeros((2, 18)), (2, 4, 8), (72, 32, 4)), _aligned_zeros((8, 4))
+    if case == "batch-ok":
+        return _aligned_zeros((2, 4, 8)), _aligned_zeros((8, 4))
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case, expect", [
+    ("plain", True),
+    ("a-misaligned", False),          # a starts 4 bytes past a 16-byte boundary
+    ("lda-odd", False),               # rows of a 6 floats apart (24 bytes)
+    ("width-odd", False),             # a transposed view whose stored rows are 6 wide
+    ("batch-odd", False),             # matrices of a 18 floats apart
+    ("batch-ok", True),               # 32 floats apart
+])
+def test_alignment_covers_every_operand_and_batch_stride(case, expect):
+    """16-byte accesses (the VEC variants) need every base address, leading dimension,
+    stored row width and batch stride of A, B and C to be multiples of 16 bytes."""
+    a, b = _operands_for(case)
+    call, kv = _sides(a, b)
+    assert kv.aligned16() == expect, (kv.A, kv.B)
+
+
+def test_batch_strides_and_broadcasting_reach_the_kernels():
+    a = f32(2, 1, 3, 4)                   # batch (2, 1): stride 12 over the first dimension
+    b = f32(5, 4, 6)
+    call, kv = _sides(a, b)
+    assert call.batch_shape == (2, 5)
+    assert kv.A.batch == (12, 0) and kv.B.batch == (0, 24)
+    assert batch_groups(call.batch_shape, kv.A.batch, kv.B.batch, (30 * 6, 18)) == [(2, (12, 0, 180)),
+                                                                                  (5, (0, 24, 18))]
+    # Contiguous stacks merge into one launch over all batches.
+    assert batch_groups((4, 3), (36, 12), (0, 0), (30, 10)) == [(12, (12, 0, 10))]
+    assert batch_groups((4, 1, 3), (36, 0, 12), (0, 0, 0), (30, 0, 10)) == [(12, (12, 0, 10))]
+    assert batch_groups((), ) == []
 
 
 def test_list_input_is_type_error():

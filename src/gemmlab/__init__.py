@@ -6,7 +6,7 @@
     gemmlab.kernels()                                 # the registry
 """
 
-from .api import kernels, last_plan, matmul, plan
+from .api import kernels, last_plan, matmul, matmul_strided_batched, plan
 from .errors import CompileError, GemmlabError, HeaderNotFoundError, NoGPUError
 from .kernels.registry import KernelSpec
 from .verify import verify
@@ -15,5 +15,5 @@ from .wmma_ext import compile_with_headers
 
 __version__ = "0.1.0"
 
-__all__ = ["matmul", "kernels", "plan", "last_plan", "verify", "KernelSpec", "GemmlabError", "NoGPUError",
+__all__ = ["matmul", "matmul_strided_batched", "kernels", "plan", "last_plan", "verify", "KernelSpec", "GemmlabError", "NoGPUError",
            "CompileError", "HeaderNotFoundError", "__version__", "fragments", "compile_with_headers"]

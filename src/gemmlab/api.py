@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import numbers
 import threading
 import logging
@@ -9,8 +11,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .arrays import (Operand, _is_out_of_memory, current_stream, describe, empty_like_kind,
-                     gpu_memory_error, need_cupy)
+from .arrays import (ITEMSIZE, Operand, _is_out_of_memory, contiguous_copy, copy_into, current_stream,
+                     describe, empty_like_kind, gpu_memory_error, need_cupy)
 from . import ec, tuning
 from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
@@ -62,44 +64,168 @@ def _scalar(value, name: str) -> np.float32:
 
 
 INT32_MAX = 2**31 - 1   # the kernels take sizes and leading dimensions as 32-bit ints
+GRID_Z_MAX = 65535      # batches per launch (gridDim.z); more are launched in chunks
+SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (batches are chunked)
 
 
-def _check_matrix(op: Operand) -> int:
-    """Check one operand's rank, dtype and layout; return its leading dimension."""
-    if len(op.shape) != 2:
-        raise ValueError(f"{op.label()} must be a 2-D matrix; it has {len(op.shape)} dimension(s)")
+def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N") -> bool:
+    """Whether fresh contiguous (256-byte aligned) float32 arrays -- op(A) M x K and
+    op(B) K x N stored with layouts op_a / op_b, C M x N row-major -- allow the
+    kernels' 16-byte accesses: the stored row widths are multiples of 4."""
+    widths = (K if op_a == "N" else M, N if op_b == "N" else K, N)
+    return all(w % 4 == 0 for w in widths)
+
+
+# -- operand layouts and batches ------------------------------------------------
+
+def matrix_layout(shape, strides) -> tuple[str, int] | None:
+    """How the kernels read a rows x cols matrix with these element strides:
+    ``("N", ld)`` row-major, ``("T", ld)`` column-major (a transposed view of a
+    row-major array, or Fortran order), or None when neither side has unit
+    stride (e.g. ``a[:, ::2]``) or a stride is negative -- then gemmlab makes
+    one contiguous copy.  Rows (columns) of an input may overlap (a broadcast
+    row has ld 0); an output is also checked by :func:`overlaps_itself`."""
+    rows, cols = shape
+    rs, cs = strides
+    if rows == 0 or cols == 0 or rows == 1 and cols == 1:
+        return "N", max(cols, 1)
+    if (cols == 1 or cs == 1) and (rows == 1 or rs >= 0):
+        return "N", rs if rows > 1 else cols
+    if (rows == 1 or rs == 1) and (cols == 1 or cs >= 0):
+        return "T", cs if cols > 1 else rows
+    return None
+
+
+def overlaps_itself(shape, strides) -> bool:
+    """Whether two elements of an array may share memory (a zero or too small
+    stride): each stride, smallest first, must step past everything the smaller
+    ones span.  (Sufficient, not necessary: exotic interleavings count as overlap.)"""
+    if any(n == 0 for n in shape):
+        return False
+    extent = 1
+    for s, n in sorted((abs(s), n) for n, s in zip(shape, strides) if n > 1):
+        if s < extent:
+            return True
+        extent += (n - 1) * s
+    return False
+
+
+def _c_strides(shape) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def _op_name(name: str, trans: bool) -> str:
+    return f"{name}^T" if trans else name
+
+
+@dataclass
+class _Side:
+    """One operand as the kernels see it: its logical matrix (after trans_a /
+    trans_b), how that is stored, and its element strides over the batch."""
+
+    operand: Operand
+    name: str              # "a", "b", "out"; "a^T" when trans_a
+    rows: int
+    cols: int
+    layout: str            # "N" row-major, "T" column-major
+    ld: int
+    batch: tuple[int, ...]  # element strides over the broadcast batch shape (0: broadcast)
+    copy: bool             # strides the kernels cannot read: a contiguous copy is made first
+    trans: bool = False
+
+    def flipped(self) -> "_Side":
+        """The same memory read as the transposed matrix."""
+        return dataclasses.replace(self, rows=self.cols, cols=self.rows, layout="T" if self.layout == "N" else "N")
+
+    @property
+    def width(self) -> int:
+        """Elements of one stored row (what 16-byte accesses run along)."""
+        return self.cols if self.layout == "N" else self.rows
+
+    def aligned16(self, itemsize: int, ptr: int) -> bool:
+        return (ptr % 16 == 0 and (self.ld * itemsize) % 16 == 0 and (self.width * itemsize) % 16 == 0
+                and all((s * itemsize) % 16 == 0 for s in self.batch))
+
+
+def _side(op: Operand, trans: bool, batch_shape) -> _Side:
+    """Resolve one operand: logical matrix, layout (or a copy), batch strides aligned to batch_shape."""
+    shape, strides = list(op.shape), list(op.strides)
+    if trans:
+        shape[-2:], strides[-2:] = shape[-1:-3:-1], strides[-1:-3:-1]
+    rows, cols = shape[-2:]
+    found = matrix_layout((rows, cols), strides[-2:])
+    copy = found is None
+    if copy:   # the contiguous copy's strides, read through the same op
+        cstr = list(_c_strides(op.shape))
+        if trans:
+            cstr[-2:] = cstr[-1:-3:-1]
+        strides = cstr
+        found = matrix_layout((rows, cols), strides[-2:])
+    layout, ld = found
+    nb = len(batch_shape) - (len(shape) - 2)
+    batch = tuple(0 if i < nb or shape[i - nb] == 1 else strides[i - nb] for i in range(len(batch_shape)))
+    return _Side(op, _op_name(op.name, trans), rows, cols, layout, ld, batch, copy, trans)
+
+
+def _broadcast_batch(A: Operand, B: Operand, oa: str, ob: str) -> tuple[int, ...]:
+    """numpy.matmul's rule for the batch (leading) dimensions, with a message naming the clash."""
+    ba, bb = A.shape[:-2], B.shape[:-2]
+    n = max(len(ba), len(bb))
+    pa, pb = (1,) * (n - len(ba)) + ba, (1,) * (n - len(bb)) + bb
+    out = []
+    for i, (x, y) in enumerate(zip(pa, pb)):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(
+                f"matmul: the batch dimensions of {A.label()} and {B.label()} do not broadcast: "
+                f"{ba} against {bb} differ at dimension {i - n - 2} ({x} vs {y}); numpy.matmul's rule: "
+                f"aligned from the right, each pair of batch dimensions must be equal or one of them 1")
+        out.append(max(x, y) if x and y else 0)
+    return tuple(out)
+
+
+def batch_groups(shape, *strides) -> list[tuple[int, tuple[int, ...]]]:
+    """The batch dimensions with size > 1 as (size, (stride per operand)), adjacent
+    ones merged where every operand steps through them as one (outer stride =
+    inner stride x inner size): one gridDim.z launch covers a group."""
+    dims = [(n, tuple(s[i] for s in strides)) for i, n in enumerate(shape) if n != 1]
+    merged: list[tuple[int, tuple[int, ...]]] = []
+    for n, st in dims:
+        if merged:
+            m, mst = merged[-1]
+            if all(so == si * n for so, si in zip(mst, st)):
+                merged[-1] = (m * n, st)
+                continue
+        merged.append((n, st))
+    return merged
+
+
+def _check_dtype(op: Operand) -> None:
     if op.dtype_name not in SUPPORTED_DTYPES:
         raise TypeError(f"{op.label()}: dtype {op.dtype_name} is not supported; gemmlab's kernels take "
                         f"{', '.join(SUPPORTED_DTYPES)} (convert with .astype(float32))")
-    rows, cols = op.shape
-    rs, cs = op.strides
-    if rows == 0 or cols == 0:
-        return max(cols, 1)
-    if cols > 1 and cs != 1 or rows > 1 and rs < max(cols, 1):
-        raise ValueError(
-            f"{op.label()} has element strides {op.strides}: gemmlab reads row-major matrices "
-            f"(unit column stride, row stride >= columns); a column-major array or a transposed "
-            f"view must be copied first (numpy.ascontiguousarray / cupy.ascontiguousarray / "
-            f".contiguous())")
-    ld = rs if rows > 1 else max(cols, 1)
-    if max(rows, cols, ld) > INT32_MAX:
+
+
+def _check_rank(op: Operand) -> None:
+    if len(op.shape) < 2:
+        raise ValueError(f"{op.label()} must be a matrix or a stack of matrices (2 or more dimensions); it has "
+                         f"{len(op.shape)} dimension(s).  gemmlab multiplies matrices: make a vector a "
+                         f"1 x n or n x 1 matrix ({op.name}[None, :] or {op.name}[:, None])")
+
+
+def _check_32bit(op: Operand) -> None:
+    """The kernels take sizes and leading dimensions as 32-bit ints (batch strides are 64-bit)."""
+    found = matrix_layout(op.shape[-2:], op.strides[-2:])
+    ld = found[1] if found else op.shape[-1]     # a copy is C-ordered
+    if max(*op.shape[-2:], ld) > INT32_MAX:
         raise ValueError(f"{op.label()} has shape {op.shape} and leading dimension {ld}: gemmlab's kernels "
                          f"take each dimension and leading dimension as a 32-bit int (at most {INT32_MAX})")
-    return ld
 
 
-def contiguous_aligned16(M: int, N: int, K: int) -> bool:
-    """Whether fresh contiguous (256-byte aligned) M x K, K x N and M x N float32
-    arrays allow the kernels' 16-byte accesses: K and N multiples of 4."""
-    return K % 4 == 0 and N % 4 == 0
-
-
-def _aligned16(ops: list[Operand], lds: list[int], widths: list[int]) -> bool:
-    return all(o.ptr % 16 == 0 for o in ops) and all(ld % 4 == 0 for ld in lds) \
-        and all(w % 4 == 0 for w in widths)
-
-
-def auto_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
+def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
     """The heuristic ``kernel="auto"`` falls back to on a GPU without a tuned table.
 
     warptile (128x128 block tiles) when its grid fills every SM at least once;
@@ -108,11 +234,12 @@ def auto_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
     split-K over enough blocks to fill the GPU.  On an H200: warptile 83.0% of
     cuBLAS at 2048^3 and 83.1% at 4096^3 (vectorized 58.6% and 74.2% in the
     same run); at 1024^3, 64 blocks of warptile reach 44.8% where vectorized
-    64x64 reaches 72.7%.
+    64x64 reaches 72.7%.  A batch of ``batch`` products counts as that many
+    times the tiles.
     """
-    if -(-M // 128) * -(-N // 128) >= sm_count:
+    if -(-M // 128) * -(-N // 128) * batch >= sm_count:
         return "warptile", {}
-    tiles64 = -(-M // 64) * -(-N // 64)
+    tiles64 = -(-M // 64) * -(-N // 64) * batch
     splits = max(s for s in registry.SPLITK_VALUES if s == 1 or s * tiles64 <= 2 * sm_count and K >= 256 * s)
     if tiles64 >= sm_count or splits == 1:
         return "vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
@@ -122,7 +249,7 @@ def auto_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
 
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
          gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
-         **tile_params) -> Plan:
+         op_a: str = "N", op_b: str = "N", batch: int = 1, **tile_params) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
     Without tile parameters, a named kernel (and ``"auto"``) takes the
@@ -130,7 +257,11 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     see gemmlab.tuning) if there is one; else the kernel's defaults (for
     ``"auto"``, the heuristic of :func:`auto_params`).  ``dtype`` is what the
     kernel multiplies (float32, tf32, float16, bfloat16) and ``out_dtype`` what it
-    writes; tuned tables are for float32 only so far.
+    writes; tuned tables are for float32 only so far.  ``op_a`` / ``op_b`` are
+    the kernel-level layouts of op(A) and op(B) ("N" row-major, "T"
+    column-major); every layout uses the table tuned for the shape.  ``batch``
+    products launched together count as more tiles: a tuned or heuristic
+    split-K is dropped when the batch alone fills the GPU.
     """
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
@@ -138,6 +269,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
     if kernel != "auto":
         registry.get(kernel)          # an unknown name fails here, tuned table or not
+    explicit = bool(tile_params)      # the caller's own SPLITK is kept, batch or not
     if not tile_params and gpu_slug and M and N and dtype == "float32":
         table = tuning.load_table(gpu_slug)
         tuned = table.lookup(kernel, M, N, max(K, 1)) if table else None
@@ -145,7 +277,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
             kernel, tile_params = tuned
     if kernel == "auto":
         if dtype == "float32":
-            kernel, tile_params = auto_params(M, N, K, sm_count)
+            kernel, tile_params = auto_params(M, N, K, sm_count, batch)
         elif dtype in registry.EC_METHODS:
             kernel, tile_params = "ec_wmma", {}
         else:
@@ -154,7 +286,10 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
             kernel, tile_params = "wmma_warptile", {}
     spec = registry.get(kernel)
     params = spec.resolve(tile_params)
-    problem = Problem(M, N, K, aligned16, dtype, out_dtype)
+    if batch > 1 and not explicit and spec.splits(params) > 1 \
+            and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= sm_count:
+        params[spec.split_k_param] = 1
+    problem = Problem(M, N, K, aligned16, dtype, out_dtype, op_a, op_b)
     spec.check_dtypes(problem)
     return Plan(spec, params, problem, spec.name_expression(params, problem))
 
@@ -171,8 +306,12 @@ def _make_current(device: int) -> None:
 
 
 def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int, B_ptr: int, ldb: int,
-             C_ptr: int, ldc: int, alpha, beta) -> None:
-    """Launch an already validated plan on raw device pointers (the harness uses this too)."""
+             C_ptr: int, ldc: int, alpha, beta, *, batch: int = 1, strides: tuple[int, int, int] = (0, 0, 0)) -> None:
+    """Launch an already validated plan on raw device pointers (the harness uses this too).
+
+    ``batch`` products, the i-th at A_ptr + i * strides[0] elements (B and C
+    likewise; stride 0 repeats a matrix), go to gridDim.z, GRID_Z_MAX at a time.
+    """
     _make_current(gpu.ordinal)
     kernel = rt_compile.load_kernel(p.spec.source_path, p.name_expression, gpu.arch)
     geo = p.spec.launch(p.params, p.problem)
@@ -182,37 +321,62 @@ def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int,
                              f"{gpu.name} allows {gpu.max_smem_per_block_optin}")
         allow_dynamic_smem(kernel, geo.smem_bytes, gpu.ordinal)
     pr = p.problem
-    if (alpha == 0 or pr.K == 0) and pr.out_dtype == "float32":
-        # BLAS quick return: the product is empty, so C = beta * C without reading
-        # A or B (NaN or Inf in them must not reach C); the reduction kernel with
-        # no slices does exactly that.  (The tensor-core kernels, which may write
-        # 16-bit C, skip their K loop themselves when alpha == 0.)
-        reduce = rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL, gpu.arch)
-        threads = registry.SPLITK_REDUCE_THREADS
-        launch(reduce, (-(-pr.M * pr.N // threads), 1, 1), (threads, 1, 1), 0, stream,
-               np.int32(pr.M), np.int32(pr.N), np.int32(0), 0, np.float32(0.0), np.float32(beta),
-               C_ptr, np.int32(ldc))
-        return
+    item_in, item_out = ITEMSIZE["float32" if pr.dtype == "tf32" else pr.dtype], ITEMSIZE[pr.out_dtype]
+    sa, sb, sc = strides
     splits = p.spec.splits(p.params)
+    quick = (alpha == 0 or pr.K == 0) and pr.out_dtype == "float32"
+    per_launch = GRID_Z_MAX
+    if splits > 1 and not quick:
+        per_launch = max(1, min(per_launch, SPLITK_WORKSPACE_LIMIT // (4 * splits * pr.M * pr.N)))
+    for z0 in range(0, batch, per_launch):
+        nz = min(per_launch, batch - z0)
+        a, b, c = A_ptr + z0 * sa * item_in, B_ptr + z0 * sb * item_in, C_ptr + z0 * sc * item_out
+        if quick:
+            _quick_return(pr, gpu, stream, c, ldc, beta, nz, sc)
+        else:
+            _launch_gemm(p, kernel, geo, splits, gpu, stream, a, lda, b, ldb, c, ldc, alpha, beta, nz, strides)
+
+
+def _quick_return(pr: Problem, gpu, stream, C_ptr, ldc, beta, nz, stride_c) -> None:
+    """BLAS quick return: the product is empty (alpha == 0 or K == 0), so C =
+    beta * C without reading A or B (NaN or Inf in them must not reach C); the
+    reduction kernel with no slices does exactly that.  (The tensor-core
+    kernels, which may write 16-bit C, skip their K loop themselves when alpha
+    == 0.)"""
+    reduce = rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL, gpu.arch)
+    threads = registry.SPLITK_REDUCE_THREADS
+    launch(reduce, (-(-pr.M * pr.N // threads), nz, 1), (threads, 1, 1), 0, stream,
+           np.int32(pr.M), np.int32(pr.N), np.int32(0), 0, np.float32(0.0), np.float32(beta),
+           C_ptr, np.int32(ldc), np.int64(stride_c))
+
+
+def _launch_gemm(p: Plan, kernel, geo, splits, gpu, stream, A_ptr, lda, B_ptr, ldb, C_ptr, ldc, alpha, beta,
+                 nz, strides) -> None:
+    pr = p.problem
+    sa, sb, sc = (np.int64(s) for s in strides)
+    grid = (geo.grid[0], geo.grid[1], nz)
     if splits == 1:
-        launch(kernel, geo.grid, geo.block, geo.smem_bytes, stream,
+        launch(kernel, grid, geo.block, geo.smem_bytes, stream,
                np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(alpha),
-               A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(beta), C_ptr, np.int32(ldc),
+               A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(beta), C_ptr, np.int32(ldc), sa, sb, sc,
                *p.extra_args())
         return
     # Split-K: the partial products go to a workspace on the caller's stream
-    # (stream-ordered, so concurrent calls on other streams get their own), then
-    # one more kernel adds them into C with alpha and beta.
+    # (stream-ordered, so concurrent calls on other streams get their own;
+    # splits * M * N floats per batch), then one more kernel adds them into C
+    # with alpha and beta.
     reduce = rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL, gpu.arch)
-    ws = _workspace(gpu, stream, 4 * splits * pr.M * pr.N, p)
+    slice_ws = splits * pr.M * pr.N
+    ws = _workspace(gpu, stream, 4 * slice_ws * nz, p)
     try:
-        launch(kernel, geo.grid, geo.block, geo.smem_bytes, stream,
+        launch(kernel, grid, geo.block, geo.smem_bytes, stream,
                np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(1.0),
-               A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(0.0), int(ws.handle), np.int32(pr.N))
+               A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(0.0), int(ws.handle), np.int32(pr.N),
+               sa, sb, np.int64(slice_ws))
         threads = registry.SPLITK_REDUCE_THREADS
-        launch(reduce, (-(-pr.M * pr.N // threads), 1, 1), (threads, 1, 1), 0, stream,
+        launch(reduce, (-(-pr.M * pr.N // threads), nz, 1), (threads, 1, 1), 0, stream,
                np.int32(pr.M), np.int32(pr.N), np.int32(splits), int(ws.handle), np.float32(alpha),
-               np.float32(beta), C_ptr, np.int32(ldc))
+               np.float32(beta), C_ptr, np.int32(ldc), sc)
     finally:
         ws.close(stream_from_handle(stream))   # freed in stream order, after the reduction
 
@@ -264,98 +428,241 @@ def _resolve_dtypes(A: Operand, B: Operand, O: Operand | None, precision, out_dt
     return dtype, out_dt
 
 
-def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", precision: str | None = None,
-           out_dtype=None, **tile_params):
-    """out = alpha * a @ b + beta * out with one of gemmlab's kernels.
+def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_b: bool = False,
+           kernel: str = "auto", precision: str | None = None, out_dtype=None, **tile_params):
+    """out = alpha * op(a) @ op(b) + beta * out with one of gemmlab's kernels.
 
-    ``a`` (M, K) and ``b`` (K, N) are CuPy arrays, PyTorch CUDA tensors (read
-    in place, no copy) or NumPy arrays (copied to the GPU; the result comes back
-    as NumPy), of one dtype: float32 (CUDA cores; ``precision="tf32"`` asks for
-    TF32 tensor cores instead, never chosen otherwise), float16 or bfloat16
-    (tensor cores, FP32 accumulation).  The result is ``out_dtype``: by default
-    the inputs' dtype; float32 for 16-bit inputs on request.  Returns ``out`` if
-    given, else a new array of a's kind.  The kernel runs on the caller's
-    current stream (CuPy's or PyTorch's).  ``beta`` other than 0 needs ``out``.
-    With ``beta == 0``, ``out`` is never read; with ``alpha == 0`` or K == 0,
-    neither ``a`` nor ``b`` is read and the result is ``beta * out`` (zeros when
-    ``beta == 0``), as in BLAS.  Everything is checked before any launch; on
-    error nothing is written.
+    op(a) is ``a``, or its transpose with ``trans_a=True`` (likewise ``b``);
+    op(a) is (..., M, K) and op(b) (..., K, N).  Matrices are read in place
+    from their strides: row-major, column-major (Fortran order, ``a.T``,
+    ``tensor.t()``) and padded rows or columns all run without a copy, the
+    layout going to the kernel as a compile-time flag.  An operand whose
+    matrices have unit stride on neither side or a negative stride (``a[:, ::2]``,
+    ``a[::-1]``) is copied once to a contiguous array first (as NumPy and
+    cuBLAS users expect); so is an ``out`` of that kind (computed in a
+    contiguous copy, then copied back).  A column-major ``out`` is computed as
+    out^T = op(b)^T @ op(a)^T, again without a copy.
+
+    Batches follow numpy.matmul: leading dimensions broadcast (aligned from the
+    right, equal or 1; a 2-D operand is used for every batch), any batch strides
+    (0 included) are read as they are, and ``out`` must have the full result
+    shape without overlapping itself.  Vectors (1-D) are refused: make them 1 x n
+    or n x 1 matrices.
+
+    ``a`` and ``b`` are CuPy arrays, PyTorch CUDA tensors (read in place) or
+    NumPy arrays (copied to the GPU; the result comes back as NumPy), of one
+    dtype: float32 (CUDA cores; ``precision="tf32"`` asks for TF32 tensor cores
+    instead, never chosen otherwise), float16 or bfloat16 (tensor cores, FP32
+    accumulation).  The result is ``out_dtype``: by default the inputs' dtype;
+    float32 for 16-bit inputs on request.  Returns ``out`` if given, else a new
+    C-ordered array of a's kind.  The kernels run on the caller's current stream
+    (CuPy's or PyTorch's).  ``beta`` other than 0 needs ``out``.  With ``beta ==
+    0``, ``out`` is never read; with ``alpha == 0`` or K == 0, neither ``a`` nor
+    ``b`` is read and the result is ``beta * out`` (zeros when ``beta == 0``), as
+    in BLAS.  Everything is checked before any launch; on error nothing is
+    written.
     """
+    call = _validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype)
+    # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
+    kv = _kernel_view(call)
+    plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), op_a=kv.A.layout, op_b=kv.B.layout,
+         batch=kv.launch_batch(), **call.dtypes, **tile_params)
+    gpu = rt_device.gpu_info(call.device)
+    if call.on_gpu:
+        return _matmul_gpu(call, gpu, kernel, tile_params, precision)
+    return _matmul_host(call, a, b, out, trans_a, trans_b, kernel, precision, tile_params)
+
+
+@dataclass
+class _Call:
+    """A validated call, before any GPU access: the operands as the kernels see them."""
+
+    A: _Side
+    B: _Side
+    C: _Side | None        # None: a new result
+    K: int
+    batch_shape: tuple[int, ...]
+    result_shape: tuple[int, ...]
+    alpha: np.float32
+    beta: np.float32
+    dtypes: dict
+    device: int
+    on_gpu: bool
+
+
+def _validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> _Call:
+    """Every check matmul makes, in the order a user would want to hear about them."""
     A, B = describe(a, "a"), describe(b, "b")
     O = describe(out, "out") if out is not None else None
     alpha, beta = _scalar(alpha, "alpha"), _scalar(beta, "beta")
-    lda, ldb = _check_matrix(A), _check_matrix(B)
-    (M, K), (K2, N) = A.shape, B.shape
+    for flag, name in ((trans_a, "trans_a"), (trans_b, "trans_b")):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False (use the transpose of the operand); got {flag!r}")
+    for X in (A, B) + ((O,) if O is not None else ()):
+        _check_rank(X)
+        _check_dtype(X)
+        _check_32bit(X)
+    oa, ob = _op_name("a", trans_a), _op_name("b", trans_b)
+    la = A.shape[:-2] + ((A.shape[-1], A.shape[-2]) if trans_a else A.shape[-2:])
+    lb = B.shape[:-2] + ((B.shape[-1], B.shape[-2]) if trans_b else B.shape[-2:])
+    (M, K), (K2, N) = la[-2:], lb[-2:]
     if K != K2:
-        raise ValueError(f"inner dimensions differ: a has shape {A.shape} (K={K}) but b has shape "
-                         f"{B.shape} (K={K2}); a @ b needs a.shape[1] == b.shape[0]")
+        raise ValueError(f"matmul: inner dimensions differ: {oa} has shape {la} (K={K}) but {ob} has shape "
+                         f"{lb} (K={K2}); {oa} @ {ob} needs {oa}.shape[-1] == {ob}.shape[-2]")
     if A.on_gpu != B.on_gpu:
         raise TypeError(f"{A.label()} and {B.label()} are not on the same side: pass both as "
                         "NumPy arrays or both on the same GPU")
     if A.on_gpu and A.device != B.device:
         raise ValueError(f"{A.label()} and {B.label()} are on different devices")
-    ldc = N
+    batch_shape = _broadcast_batch(A, B, oa, ob)
+    result_shape = batch_shape + (M, N)
+    SC = None
     if O is not None:
-        ldc = _check_matrix(O)
-        if O.shape != (M, N):
-            raise ValueError(f"{O.label()} has the wrong shape: a @ b is ({M}, {N})")
+        if O.shape != result_shape:
+            raise ValueError(f"{O.label()} has the wrong shape: {oa} @ {ob} is {result_shape} "
+                             f"({oa} {la}, {ob} {lb}; out must have the full broadcast shape)")
         if O.on_gpu != A.on_gpu or (O.on_gpu and O.device != A.device):
             raise ValueError(f"{O.label()} must be where a and b are ({A.where()})")
         if O.kind == "numpy" and not O.obj.flags.writeable:
             raise ValueError(f"{O.label()} is read-only")
+        if overlaps_itself(O.shape, O.strides):
+            raise ValueError(f"{O.label()} has element strides {O.strides}: some of its elements share "
+                             "memory (a zero or too small stride), so results would overwrite each other")
         for X in (A, B):
             lo, hi = O.span()
             xlo, xhi = X.span()
             if lo < xhi and xlo < hi:
                 raise ValueError(f"{O.label()} overlaps {X.label()} in memory; the result would "
                                  "overwrite inputs still being read")
+        SC = _side(O, False, batch_shape)
     elif beta != 0:
         raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "
                          "pass out= or leave beta=0")
     dtype, out_dt = _resolve_dtypes(A, B, O, precision, out_dtype)
-    dtypes = {"dtype": dtype, "out_dtype": out_dt}
-    if A.on_gpu:
-        aligned = _aligned16([A, B] + ([O] if O is not None else []), [lda, ldb, ldc], [K, N])
-    else:   # NumPy inputs run on fresh contiguous (256-byte aligned) GPU copies
-        aligned = contiguous_aligned16(M, N, K)
-    # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
-    plan(kernel, M, N, K, aligned16=aligned, **dtypes, **tile_params)
-    device = A.device if A.on_gpu else 0
-    gpu = rt_device.gpu_info(device)
-    # Now with the GPU's model and SM count: tuned configurations, or auto's heuristic.
-    p = plan(kernel, M, N, K, aligned16=aligned, sm_count=gpu.sm_count, gpu_slug=gpu.slug, **dtypes,
-             **tile_params)
+    SA, SB = _side(A, bool(trans_a), batch_shape), _side(B, bool(trans_b), batch_shape)
+    for S in (SA, SB, SC):
+        if S is not None and S.copy and S.operand.kind == "cuda":
+            raise TypeError(f"{S.operand.label()} has element strides {S.operand.strides}, which gemmlab's "
+                            "kernels cannot read (no unit stride in its matrices, or a negative one), and "
+                            "gemmlab copies only CuPy arrays and PyTorch tensors: pass a contiguous array")
+    return _Call(SA, SB, SC, K, batch_shape, result_shape, alpha, beta, {"dtype": dtype, "out_dtype": out_dt},
+                 A.device if A.on_gpu else 0, A.on_gpu)
 
-    if A.on_gpu:
-        result = out if out is not None else empty_like_kind(A, (M, N), device, out_dt)
-        C = O if O is not None else describe(result, "out")
-        if M and N:
-            stream = current_stream(A)
-            p = _settle_method(p, precision, gpu, stream, (A.ptr, M, K, lda), (B.ptr, K, N, ldb), alpha,
-                               kernel, tile_params)
-            run_plan(p, gpu, stream, A.ptr, lda, B.ptr, ldb, C.ptr, ldc, alpha, beta)
-        _tls.last_plan = p
+
+@dataclass
+class _KernelView:
+    """The product as launched: C row-major.  A column-major out is computed as
+    out^T = op(b)^T op(a)^T: operands swapped, each read as its transpose."""
+
+    M: int
+    N: int
+    A: _Side
+    B: _Side
+    C: _Side | None
+    ptrs: dict          # side name -> device pointer (0 where not known yet: a copy, a new result)
+    itemsize: dict
+    batch_shape: tuple[int, ...]
+
+    def aligned16(self) -> bool:
+        sides = [("A", self.A), ("B", self.B)] + ([("C", self.C)] if self.C is not None else [])
+        return all(s.aligned16(self.itemsize[k], self.ptrs.get(k, 0)) for k, s in sides)
+
+    def launch_batch(self) -> int:
+        """Products per launch: the largest group of batch dimensions (see batch_groups)."""
+        sides = [self.A.batch, self.B.batch] + ([self.C.batch] if self.C is not None else [])
+        return max((n for n, _ in batch_groups(self.batch_shape, *sides)), default=1)
+
+
+def _kernel_view(call: _Call, C: _Side | None = None, ptrs: dict | None = None) -> _KernelView:
+    A, B, C = call.A, call.B, C if C is not None else call.C
+    M, N = A.rows, B.cols
+    item_in = ITEMSIZE["float32" if call.dtypes["dtype"] == "tf32" else call.dtypes["dtype"]]
+    itemsize = {"A": item_in, "B": item_in, "C": ITEMSIZE[call.dtypes["out_dtype"]]}
+    if ptrs is None:   # where the operands are now (a copy, not made yet, will be freshly allocated)
+        ptrs = {k: 0 if S.copy else S.operand.ptr for k, S in (("A", A), ("B", B), ("C", C)) if S is not None}
+    ptrs = dict(ptrs)
+    if C is not None and C.layout == "T" and not C.copy:
+        A, B, C, M, N = B.flipped(), A.flipped(), C.flipped(), N, M
+        ptrs["A"], ptrs["B"] = ptrs.get("B", 0), ptrs.get("A", 0)
+    return _KernelView(M, N, A, B, C, ptrs, itemsize, call.batch_shape)
+
+
+def _matmul_gpu(call: _Call, gpu, kernel: str, tile_params: dict, precision=None):
+    A, B = call.A.operand, call.B.operand
+    stream = current_stream(A)
+    if call.C is not None:
+        result = call.C.operand.obj
+    else:
+        result = empty_like_kind(A, call.result_shape, call.device, call.dtypes["out_dtype"])
+    if 0 in call.result_shape:
         return result
+    # Operands the kernels cannot read in place: one contiguous copy each (the
+    # side already describes the copy's strides).
+    ptrs = {"A": A.ptr, "B": B.ptr}
+    keep = []
+    for key, S in (("A", call.A), ("B", call.B)):
+        if S.copy:
+            keep.append(contiguous_copy(S.operand, call.device))
+            ptrs[key] = describe(keep[-1], S.operand.name).ptr
+    C = call.C if call.C is not None else _side(describe(result, "out"), False, call.batch_shape)
+    tmp = None
+    if C.copy:   # computed in a contiguous copy of out, copied back below
+        tmp = contiguous_copy(C.operand, call.device) if call.beta != 0 else \
+            empty_like_kind(C.operand, call.result_shape, call.device, call.dtypes["out_dtype"])
+        ptrs["C"] = describe(tmp, "out").ptr
+        C = dataclasses.replace(C, copy=False)
+    else:
+        ptrs["C"] = C.operand.ptr if call.C is not None else describe(result, "out").ptr
+    kv = _kernel_view(call, C, ptrs)
+    groups = batch_groups(call.batch_shape, kv.A.batch, kv.B.batch, kv.C.batch)
+    # The largest group of batch dimensions goes to gridDim.z, the others are looped over here.
+    z = max(range(len(groups)), key=lambda i: groups[i][0], default=None)
+    nz, zstr = groups[z] if z is not None else (1, (0, 0, 0))
+    outer = [g for i, g in enumerate(groups) if i != z]
+    p = plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
+             op_a=kv.A.layout, op_b=kv.B.layout, batch=nz, **call.dtypes, **tile_params)
+    ia, ic = kv.itemsize["A"], kv.itemsize["C"]
+    offsets = [[sum(i * st[k] for i, (_, st) in zip(idx, outer)) for k in range(3)]
+               for idx in itertools.product(*(range(n) for n, _ in outer))]
+    if precision in ec.EC_PRECISIONS:
+        # Every matrix of the batch, as stored: (ptr, rows, cols, ld) for the histograms.
+        def stored(side, key, rows, cols, k):
+            r, c = (rows, cols) if side.layout == "N" else (cols, rows)
+            return [(kv.ptrs[key] + (off[k] + z * zstr[k]) * ia, r, c, side.ld)
+                    for off in offsets for z in range(nz)]
+        p = _settle_method(p, precision, gpu, stream, stored(kv.A, "A", kv.M, call.K, 0),
+                           stored(kv.B, "B", call.K, kv.N, 1), call.alpha, kernel, tile_params, nz)
+    for off in offsets:
+        run_plan(p, gpu, stream, kv.ptrs["A"] + off[0] * ia, kv.A.ld, kv.ptrs["B"] + off[1] * ia, kv.B.ld,
+                 kv.ptrs["C"] + off[2] * ic, kv.C.ld, call.alpha, call.beta, batch=nz, strides=zstr)
+    _tls.last_plan = p
+    if tmp is not None:
+        copy_into(call.C.operand, tmp)
+    del keep   # the copies are freed in stream order by their libraries
+    return result
 
-    # NumPy in, NumPy out: stage through CuPy arrays on GPU 0.
+
+def _matmul_host(call: _Call, a, b, out, trans_a, trans_b, kernel, precision, tile_params):
+    """NumPy in, NumPy out: stage through CuPy arrays on GPU 0 and run the GPU path."""
     cp = need_cupy("NumPy inputs")
-    with cp.cuda.Device(device):
+
+    def staged(x):   # C- and F-ordered arrays keep their layout; others become C-ordered on the host
+        return cp.asarray(x if x.flags.c_contiguous or x.flags.f_contiguous else np.ascontiguousarray(x))
+
+    with cp.cuda.Device(call.device):
         try:
-            da, db = cp.asarray(np.ascontiguousarray(a)), cp.asarray(np.ascontiguousarray(b))
-            dc = cp.asarray(np.ascontiguousarray(out)) if out is not None and beta != 0 \
-                else cp.empty((M, N), np.dtype(out_dt))
+            da, db = staged(a), staged(b)
+            dc = staged(out) if out is not None and call.beta != 0 else \
+                cp.empty(call.result_shape, np.dtype(call.dtypes["out_dtype"]))
         except Exception as exc:
             if _is_out_of_memory(exc):
-                raise gpu_memory_error(f"copying a ({M} x {K}), b ({K} x {N}) and the result ({M} x {N}) "
-                                       "to the GPU", 4 * (M * K + K * N + M * N), device, exc) from exc
+                nbytes = sum(x.nbytes for x in (a, b)) + ITEMSIZE[call.dtypes["out_dtype"]] * int(
+                    np.prod(call.result_shape))
+                raise gpu_memory_error(f"copying a {a.shape}, b {b.shape} and the result {call.result_shape} "
+                                       "to the GPU", nbytes, call.device, exc) from exc
             raise
-        if M and N:
-            stream = cp.cuda.get_current_stream().ptr
-            p = _settle_method(p, precision, gpu, stream, (da.data.ptr, M, K, max(K, 1)),
-                               (db.data.ptr, K, N, max(N, 1)), alpha, kernel, tile_params)
-            run_plan(p, gpu, stream, da.data.ptr, max(K, 1), db.data.ptr, max(N, 1), dc.data.ptr,
-                     max(N, 1), alpha, beta)
-        _tls.last_plan = p
+        matmul(da, db, out=dc, alpha=call.alpha, beta=call.beta, trans_a=trans_a, trans_b=trans_b,
+               kernel=kernel, precision=precision, **tile_params)
         host = cp.asnumpy(dc)
     if out is not None:
         out[...] = host
@@ -363,24 +670,92 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", precisi
     return host
 
 
-def _settle_method(p: Plan, precision, gpu, stream: int, a, b, alpha, kernel: str, tile_params) -> Plan:
+def _settle_method(p: Plan, precision, gpu, stream: int, a_mats, b_mats, alpha, kernel: str, tile_params,
+                   batch: int = 1) -> Plan:
     """For the error-corrected precisions: the method and scales, from the data
-    where the precision asks for it (fp32_tc, fp16_ec_scaled).  ``a`` and ``b``
-    are (ptr, rows, cols, ld) of the operands on the GPU."""
-    if precision not in ec.EC_PRECISIONS:
-        return p
+    where the precision asks for it (fp32_tc, fp16_ec_scaled).  ``a_mats`` and
+    ``b_mats`` list every matrix of A and of B as stored on the GPU, as
+    (ptr, rows, cols, ld); one histogram counts them all."""
     if precision in ("fp16_ec", "tf32_ec"):
         return replace(p, method=precision)
     if alpha == 0 or p.problem.K == 0:   # nothing is read: no statistics needed
         return replace(p, method=precision, reason="alpha = 0 or K = 0: A and B are not read")
-    stats_a, stats_b = ec.exponent_stats(gpu, stream, [a, b])
+    stats = ec.exponent_stats(gpu, stream, a_mats + b_mats)
+    stats_a = ec.ExponentStats(sum(s.counts for s in stats[:len(a_mats)]))
+    stats_b = ec.ExponentStats(sum(s.counts for s in stats[len(a_mats):]))
     choice = ec.choose(stats_a, stats_b) if precision == "fp32_tc" else ec.scaled_choice(stats_a, stats_b)
     if choice.kernel_dtype != p.problem.dtype:
         pr = p.problem
         p = plan(kernel, pr.M, pr.N, pr.K, aligned16=pr.aligned16, sm_count=gpu.sm_count, gpu_slug=gpu.slug,
-                 dtype=choice.kernel_dtype, out_dtype=pr.out_dtype, **tile_params)
+                 dtype=choice.kernel_dtype, out_dtype=pr.out_dtype, op_a=pr.op_a, op_b=pr.op_b, batch=batch,
+                 **tile_params)
     log.debug("precision=%r: %s (%s)", precision, choice.method, choice.reason)
     return replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
+
+
+def matmul_strided_batched(a, b, batch: int, stride_a: int, stride_b: int, *, out=None, stride_out=None,
+                           **kwargs):
+    """cuBLAS's gemmStridedBatched: for i in range(batch),
+    out_i = alpha * op(a_i) @ op(b_i) + beta * out_i, where a_i is the matrix
+    ``a`` (2-D, the first of the batch, any layout matmul reads) moved
+    ``i * stride_a`` elements on (0: the same matrix for every i), likewise b_i
+    and out_i (``stride_out``, needed with ``out``).  The strides are in
+    elements, as in cuBLAS, and the batch must lie inside each array's
+    allocation (checked for NumPy, CuPy and PyTorch).  Other keywords are
+    matmul's (alpha, beta, trans_a, trans_b, kernel, ...).  Returns the
+    (batch, M, N) result: a view of out's memory if ``out`` is given, else a new
+    array.  The same call as ``matmul`` on 3-D strided views of the buffers.
+    """
+    for value, name in ((batch, "batch"), (stride_a, "stride_a"), (stride_b, "stride_b")) + (
+            ((stride_out, "stride_out"),) if stride_out is not None else ()):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise ValueError(f"matmul_strided_batched: {name} must be an int >= 0; got {value!r}")
+    if (out is None) != (stride_out is None):
+        raise ValueError("matmul_strided_batched: out= and stride_out= go together (stride_out is the "
+                         "element stride between consecutive matrices of out)")
+    views = [_batch_view(x, name, batch, st) for x, name, st in ((a, "a", stride_a), (b, "b", stride_b))]
+    if out is not None:
+        out = _batch_view(out, "out", batch, stride_out)
+    return matmul(*views, out=out, **kwargs)
+
+
+# NumPy 2 moved byte_bounds to numpy.lib.array_utils.
+_byte_bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")
+
+
+def _batch_view(x, name: str, batch: int, stride: int):
+    """x (a 2-D array) repeated ``batch`` times, ``stride`` elements apart, as a 3-D view of the same memory."""
+    X = describe(x, name)
+    if len(X.shape) != 2:
+        raise ValueError(f"matmul_strided_batched: {X.label()} must be the first matrix of the batch (2-D)")
+    shape, strides = (batch,) + X.shape, (stride,) + X.strides
+    view = dataclasses.replace(X, shape=shape, strides=strides)
+    lo, hi = view.span()
+    if X.kind == "numpy":
+        root, node = x, x
+        while getattr(node, "base", None) is not None:   # through as_strided's wrappers too
+            node = node.base
+            if isinstance(node, np.ndarray):
+                root = node
+        start, end = _byte_bounds(root)
+        make = lambda: np.lib.stride_tricks.as_strided(   # noqa: E731
+            x, shape, tuple(s * x.itemsize for s in strides), writeable=name == "out")
+    elif X.kind == "cupy":
+        start, end = x.data.mem.ptr, x.data.mem.ptr + x.data.mem.size
+        import cupy
+        make = lambda: cupy.lib.stride_tricks.as_strided(x, shape, tuple(s * x.itemsize for s in strides))  # noqa: E731
+    elif X.kind == "torch":
+        storage = x.untyped_storage()
+        start, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        make = lambda: x.as_strided(shape, strides, x.storage_offset())   # noqa: E731
+    else:
+        raise TypeError(f"matmul_strided_batched takes NumPy, CuPy or PyTorch arrays; {X.label()} is not one: "
+                        "pass a 3-D view to matmul instead")
+    if batch and not (start <= lo and hi <= end):
+        raise ValueError(f"matmul_strided_batched: {batch} matrices of {X.label()}, {stride} elements apart, "
+                         f"reach past its allocation ({hi - end} bytes beyond it)"
+                         if hi > end else f"matmul_strided_batched: {X.label()} lies outside its allocation")
+    return make()
 
 
 def kernels() -> list[dict]:

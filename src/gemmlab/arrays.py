@@ -39,13 +39,17 @@ class Operand:
         kinds = {"numpy": "NumPy array", "cupy": "CuPy array", "torch": "PyTorch tensor", "cuda": "GPU array"}
         return f"{self.name} ({kinds[self.kind]}, shape {self.shape}, {self.dtype}, on {self.where()})"
 
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE.get(self.dtype_name, 1)
+
     def span(self) -> tuple[int, int]:
-        """[first, last) byte addresses the array can touch."""
+        """[first, last) byte addresses the array can touch (negative strides too)."""
         if any(s == 0 for s in self.shape):
             return (self.ptr, self.ptr)
-        item = ITEMSIZE.get(self.dtype_name, 1)
-        last = sum((n - 1) * s for n, s in zip(self.shape, self.strides)) + 1
-        return (self.ptr, self.ptr + last * item)
+        lo = sum(min(0, (n - 1) * s) for n, s in zip(self.shape, self.strides))
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(self.shape, self.strides)) + 1
+        return (self.ptr + lo * self.itemsize, self.ptr + hi * self.itemsize)
 
 
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
@@ -145,7 +149,7 @@ def gpu_memory_error(what: str, nbytes: int, device: int, exc: BaseException) ->
 
 
 def empty_like_kind(op: Operand, shape, device: int, dtype: str = "float32"):
-    """A new ``dtype`` array of ``shape`` of op's kind on ``device`` (CuPy for foreign GPU arrays)."""
+    """A new C-ordered ``dtype`` array of ``shape`` of op's kind on ``device`` (CuPy for foreign GPU arrays)."""
     try:
         if op.kind == "torch":
             import torch
@@ -155,9 +159,33 @@ def empty_like_kind(op: Operand, shape, device: int, dtype: str = "float32"):
             return cupy.empty(shape, dtype=np.dtype(dtype))
     except Exception as exc:
         if _is_out_of_memory(exc):
-            raise gpu_memory_error(f"the result ({shape[0]} x {shape[1]} {dtype})",
-                                   ITEMSIZE[dtype] * shape[0] * shape[1], device, exc) from exc
+            raise gpu_memory_error(f"the result ({' x '.join(map(str, shape))} {dtype})",
+                                   ITEMSIZE[dtype] * int(np.prod(shape)), device, exc) from exc
         raise
+
+
+def contiguous_copy(op: Operand, device: int):
+    """A C-ordered copy of a GPU operand, made on the caller's current stream
+    (CuPy or PyTorch), for strides the kernels cannot read."""
+    try:
+        if op.kind == "torch":
+            return op.obj.detach().contiguous()
+        import cupy
+        with cupy.cuda.Device(device):
+            return cupy.ascontiguousarray(op.obj)
+    except Exception as exc:
+        if _is_out_of_memory(exc):
+            raise gpu_memory_error(f"a contiguous copy of {op.label()}", op.itemsize * int(np.prod(op.shape)),
+                                   device, exc) from exc
+        raise
+
+
+def copy_into(dst: Operand, src) -> None:
+    """dst[...] = src on the caller's current stream (CuPy or PyTorch)."""
+    if dst.kind == "torch":
+        dst.obj.copy_(src)
+    else:
+        dst.obj[...] = src
 
 
 def need_cupy(what: str):

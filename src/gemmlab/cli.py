@@ -33,6 +33,15 @@ def _kernel_entries(items, default):
     return out
 
 
+def _ops(text: str) -> list[str]:
+    """'NN,TN' -> ['NN', 'TN']: op(A), op(B) layouts, T a transposed view (column-major)."""
+    ops = [o.strip().upper() for o in text.split(",") if o.strip()]
+    bad = [o for o in ops if len(o) != 2 or set(o) - {"N", "T"}]
+    if bad or not ops:
+        raise ValueError(f"--ops {text!r}: give layouts of op(A) and op(B) as NN, TN, NT or TT (comma list)")
+    return ops
+
+
 def cmd_list(args) -> int:
     from .api import kernels
     ks = kernels()
@@ -71,6 +80,7 @@ def cmd_bench(args) -> int:
     from .bench.suites import DTYPE_ALIASES
     from .kernels.registry import FLOAT32_RESULT
     dtype = DTYPE_ALIASES[args.dtype]
+    ops = _ops(args.ops)
     entries = _kernel_entries(args.kernels, lambda: default_entries(dtype))
     for name, params in entries:      # refuse bad names before any GPU time is spent
         plan(name, 128, 128, 128, dtype=dtype, out_dtype="float32" if dtype in FLOAT32_RESULT else dtype,
@@ -81,7 +91,8 @@ def cmd_bench(args) -> int:
                    for cfg in registry.get(name).configurations()]
     sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
     records = run_suite(entries, sizes, dist=args.dist, reps=args.reps, flush=not args.no_flush,
-                        max_run_s=args.max_run_s, budget_s=args.budget_s, quiet=args.quiet, dtype=dtype)
+                        max_run_s=args.max_run_s, budget_s=args.budget_s, quiet=args.quiet, dtype=dtype,
+                        ops=ops)
     _finish(records, args, plot_ladder)
     return 0
 
@@ -219,7 +230,7 @@ def cmd_inspect(args) -> int:
     from .inspect import format_reports, inspect_kernels
     from .runtime.headers import find_cuda_headers
     reports = inspect_kernels(args.arch, args.kernel.split(",") if args.kernel else None,
-                              all_configs=args.all_configs)
+                              all_configs=args.all_configs, ops=_ops(args.ops))
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=1))
     else:
@@ -257,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
     p.add_argument("--all-configs", action="store_true",
                    help="time every legal tile configuration of the kernels named by --kernels")
+    p.add_argument("--ops", default="NN", help="operand layouts to time, comma list of NN, TN, NT, TT (T: op(A) "
+                   "or op(B) a transposed view, i.e. column-major; cuBLAS gets the same views); default NN")
     p.add_argument("--suite", default="ladder", choices=("ladder", "wmma_ext", "ec"),
                    help="ladder: kernels beside cuBLAS (default); wmma_ext: the WMMA fragment lab's experiments; "
                    "ec: the FP32-accurate tensor-core methods (precision=fp16_ec, fp16_ec_scaled, tf32_ec, "
@@ -317,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--kernel", help="comma list (default: all)")
     p.add_argument("--all-configs", action="store_true", help="every legal tile configuration, not just defaults")
+    p.add_argument("--ops", default="NN", help="operand layouts, comma list of NN, TN, NT, TT (default NN)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
     return ap

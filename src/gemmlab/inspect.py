@@ -81,14 +81,15 @@ class KernelReport:
 
 
 def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = False,
-                    with_sass: bool = True) -> list[KernelReport]:
+                    with_sass: bool = True, ops=("NN",)) -> list[KernelReport]:
     """Compile the chosen kernels (default tile parameters, or every legal
-    configuration) for ``arch`` and report their resources and SASS facts."""
+    configuration) in the operand layouts ``ops`` ("NN", "TN", "NT", "TT") for
+    ``arch`` and report their resources and SASS facts."""
     specs = [registry.get(k) for k in kernels] if kernels else registry.ladder()
     reports = []
     for spec in specs:
         configs = spec.configurations() if all_configs else [spec.defaults()]
-        names = [spec.name_expression(p, v) for p in configs for v in spec.variants]
+        names = [spec.name_expression(p, inst) for p, inst in spec.instantiations(configs, layouts=list(ops))]
         names = list(dict.fromkeys(names))
         module = compile_module(spec.source_path, names, arch)
         res = parse_ptxas_log(module.log)

@@ -11,8 +11,10 @@ It is a ``torch.library`` custom operator, so it works with autograd (the
 backward pass runs gemmlab's kernels too: grad_a = grad @ b^T, grad_b = a^T @
 grad) and inside ``torch.compile`` without graph breaks (a fake implementation
 gives the output's shape to the compiler).  It runs on the current PyTorch
-stream.  Transposed and other non-contiguous inputs are copied to contiguous
-ones first (gemmlab's kernels read row-major operands).
+stream.  Transposed views (``a.t()``, and the transposes the backward pass
+multiplies with) are read in place, as column-major operands, without a copy;
+only strides with no unit step (``a[:, ::2]``) are copied first (see
+gemmlab.matmul).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto") -> torch.Tensor:
 @torch.library.custom_op("gemmlab::mm", mutates_args=())
 def _mm(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto") -> torch.Tensor:
     out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
-    matmul(a.contiguous(), b.contiguous(), out=out, kernel=kernel_name)
+    matmul(a, b, out=out, kernel=kernel_name)
     return out
 
 

@@ -12,6 +12,11 @@ def _fmt(v, spec: str, none: str = "-") -> str:
 
 
 def label(rec: dict, with_params: bool = False) -> str:
+    ops = rec.get("ops", "NN")
+    return _label(rec, with_params) + ("" if ops == "NN" else f" {ops}")
+
+
+def _label(rec: dict, with_params: bool) -> str:
     p = rec.get("params") or {}
     if rec["kernel"] == "auto" and rec.get("note", "").startswith("auto chose "):
         return "auto:" + rec["note"][len("auto chose "):].split("(")[0]

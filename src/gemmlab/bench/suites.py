@@ -41,6 +41,7 @@ class Record:
     reps: int
     skipped: str | None = None
     note: str = ""
+    ops: str = "NN"       # how op(A) and op(B) were stored: N row-major, T column-major (a transposed view)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -92,27 +93,40 @@ def _fp32_storage(dtype: str) -> bool:
 class _Operands:
     """A, B and C of one size for one dtype, and cuBLAS on them: CuPy and cuBLAS
     SGEMM (TF32 off) for float32; PyTorch tensors and torch.matmul (cuBLAS in the
-    same dtype, TF32 allowed only for "tf32") for the tensor-core dtypes."""
+    same dtype, TF32 allowed only for "tf32") for the tensor-core dtypes.  With
+    ``ops`` "TN", "NT" or "TT", op(A) / op(B) are transposed views of contiguous
+    K x M / N x K arrays (column-major operands), for gemmlab and cuBLAS alike."""
 
-    def __init__(self, M, N, K, dtype, dist, rng):
-        self.dtype = dtype
+    def __init__(self, M, N, K, dtype, dist, rng, ops: str = "NN"):
+        self.dtype, self.ops = dtype, ops
         a = random_matrix(M, K, dist, rng)
         b = random_matrix(K, N, dist, rng)
+        a = a.T.copy().T if ops[0] == "T" else a      # column-major: stored K x M
+        b = b.T.copy().T if ops[1] == "T" else b
+        self.lda = M if ops[0] == "T" else K
+        self.ldb = K if ops[1] == "T" else N
         if _fp32_storage(dtype):
             import cupy as cp
-            self.a, self.b = cp.asarray(a), cp.asarray(b)
+            def dev(x):   # a Fortran-ordered array stays column-major on the GPU
+                return cp.asarray(np.ascontiguousarray(x.T)).T if not x.flags.c_contiguous else cp.asarray(x)
+            self.a, self.b = dev(a), dev(b)
             self.c = cp.full((M, N), np.nan, dtype=np.float32)
             self.ptrs = (self.a.data.ptr, self.b.data.ptr, self.c.data.ptr)
             self.ref = reference(self.a, self.b)
-            self.note = "CuPy matmul -> cuBLAS SGEMM, TF32 off"
+            self.note = "CuPy matmul -> cuBLAS SGEMM, TF32 off" + ("" if ops == "NN" else f", {ops}")
             return
         import torch
         t = torch.float32 if dtype == "tf32" else getattr(torch, dtype)
-        self.a, self.b = torch.from_numpy(a).cuda().to(t), torch.from_numpy(b).cuda().to(t)
+
+        def dev(x):   # a Fortran-ordered array stays column-major on the GPU
+            return torch.from_numpy(x.T.copy()).cuda().to(t).t() if not x.flags.c_contiguous \
+                else torch.from_numpy(x).cuda().to(t)
+        self.a, self.b = dev(a), dev(b)
         self.c = torch.full((M, N), float("nan"), device="cuda", dtype=t)
         self.ptrs = (self.a.data_ptr(), self.b.data_ptr(), self.c.data_ptr())
         self.ref = self.a.double() @ self.b.double()      # FP64 on the inputs as stored
-        self.note = f"torch.matmul -> cuBLAS in {dtype}" + (" (TF32 allowed)" if dtype == "tf32" else "")
+        self.note = f"torch.matmul -> cuBLAS in {dtype}" + (" (TF32 allowed)" if dtype == "tf32" else "") \
+            + ("" if ops == "NN" else f", {ops}")
 
     def cublas(self):
         if _fp32_storage(self.dtype):
@@ -144,10 +158,11 @@ class _Operands:
 
 def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: bool = True,
               max_run_s: float = 3.0, budget_s: float = 2.0, quiet: bool = False, seed: int = 0,
-              dtype: str = "float32") -> list[Record]:
+              dtype: str = "float32", ops=("NN",)) -> list[Record]:
     """Time each (kernel, tile params) at each size beside cuBLAS in the same dtype
     (SGEMM for float32), and check each kernel's output against an FP64 reference
-    on the same inputs."""
+    on the same inputs.  ``ops``: the operand layouts to time at each size ("NN",
+    "TN", "NT", "TT": T is a transposed view, a column-major operand)."""
     import cupy as cp
     from ..runtime.device import gpu_info
     if os.environ.get("CUPY_TF32", "0") != "0":
@@ -157,37 +172,37 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
     peak = gpu.fp32_peak_tflops if dtype == "float32" else None   # no tensor-core peak table yet
     rng = np.random.default_rng(seed)
     records: list[Record] = []
-    total = len(sizes) * (len(entries) + 1)
+    total = len(sizes) * len(ops) * (len(entries) + 1)
     done = 0
     t_start = time.time()
-    for (M, N, K) in sizes:
-        ops = _Operands(M, N, K, dtype, dist, rng)
-        a_ptr, b_ptr, c_ptr = ops.ptrs
+    for (M, N, K), layout in ((s, o) for s in sizes for o in ops):
+        ops_ = _Operands(M, N, K, dtype, dist, rng, layout)
+        a_ptr, b_ptr, c_ptr = ops_.ptrs
+        op_a, op_b = layout
         stream = cp.cuda.get_current_stream().ptr
 
-        cb = time_gpu(ops.cublas, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s,
+        cb = time_gpu(ops_.cublas, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s,
                       budget_s=budget_s)
-        cb_err = ops.error()
+        cb_err = ops_.error()
         done += 1
         _progress(f"[{done:3d}/{total}] cuBLAS ({dtype:8s}) {M}x{N}x{K}: {cb.ms:.3f} ms, "
                   f"{_tflops(M, N, K, cb.ms):.1f} TFLOPS  ({time.time() - t_start:.0f} s)", quiet)
         rows = []
         for name, params in entries:
-            p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K), sm_count=gpu.sm_count,
-                           gpu_slug=gpu.slug, dtype=dtype,
-                           out_dtype="float32" if dtype in registry.FLOAT32_RESULT else dtype,
-                           **params)
-            ops.poison()
+            p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K, op_a, op_b),
+                           sm_count=gpu.sm_count, gpu_slug=gpu.slug, dtype=dtype,
+                           out_dtype="float32" if dtype in registry.FLOAT32_RESULT else dtype, op_a=op_a, op_b=op_b, **params)
+            ops_.poison()
 
             def ours():
-                run_plan(p, gpu, stream, a_ptr, K, b_ptr, N, c_ptr, N, 1.0, 0.0)
+                run_plan(p, gpu, stream, a_ptr, ops_.lda, b_ptr, ops_.ldb, c_ptr, N, 1.0, 0.0)
 
             t = time_gpu(ours, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s, budget_s=budget_s)
             err = None
             if t.skipped is None:
-                ops.poison()   # poison, then one more run for the error check
+                ops_.poison()   # poison, then one more run for the error check
                 ours()
-                err = ops.error()
+                err = ops_.error()
             done += 1
             tf = _tflops(M, N, K, t.ms)
             rows.append((name, p, t, tf, err))
@@ -200,20 +215,20 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
                           f"({time.time() - t_start:.0f} s)", quiet)
         # cuBLAS once more after the kernels: both samples count, so slow clock drift
         # during the size's runs does not favour either side.
-        cb2 = time_gpu(ops.cublas, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s,
+        cb2 = time_gpu(ops_.cublas, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s,
                        budget_s=budget_s)
         cb_ms = float(np.median(cb.ms_all + cb2.ms_all))
         cb_tf = _tflops(M, N, K, cb_ms)
         records.append(Record(gpu.name, "cublas", {}, M, N, K, dtype, cb_ms, cb_tf, cb_ms, cb_tf, 100.0,
                               100.0 * cb_tf / peak if peak else None, cb_err, len(cb.ms_all) + len(cb2.ms_all),
-                              note=ops.note))
+                              note=ops_.note, ops=layout))
         for name, p, t, tf, err in rows:
             records.append(Record(
                 gpu.name, "auto" if name == "auto" else p.spec.name, dict(p.params), M, N, K, dtype,
                 t.ms, tf, cb_ms, cb_tf, 100.0 * cb_ms / t.ms if t.ms else None,
                 100.0 * tf / peak if (peak and tf) else None, err, len(t.ms_all), t.skipped,
-                note=f"auto chose {p.describe()}" if name == "auto" else ""))
-        del ops
+                note=f"auto chose {p.describe()}" if name == "auto" else "", ops=layout))
+        del ops_
         cp.get_default_memory_pool().free_all_blocks()
     return records
 

@@ -7,6 +7,7 @@ new rung is one .cu file plus one entry below.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,14 @@ from typing import Callable, Mapping
 KERNEL_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = KERNEL_DIR / "include"
 
-_SIGNATURE = "(int, int, int, float, const float*, int, const float*, int, float, float*, int)"
+# Every GEMM kernel's parameters; the last three are the batch strides (layout.cuh).
+_SIGNATURE = ("(int M, int N, int K, float alpha, const T* A, int lda, const T* B, int ldb, float beta, "
+              "O* C, int ldc, long long stride_a, long long stride_b, long long stride_c)")
+
+# Operand layouts, BLAS's transa / transb: 'N' the logical matrix is stored
+# row-major, 'T' column-major (its transpose is row-major).  Every GEMM kernel
+# template ends with two of these (OPA, OPB); see include/gemmlab/layout.cuh.
+LAYOUTS = (("N", "N"), ("T", "N"), ("N", "T"), ("T", "T"))
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,11 @@ class Problem:
     # bfloat16, or float32 split into two tensor-core parts (fp16_ec, tf32_ec).
     dtype: str = "float32"
     out_dtype: str = "float32"  # what it writes: float32, or the input's 16-bit type
+    op_a: str = "N"             # how op(A) (M x K) is stored: "N" row-major, "T" column-major
+    op_b: str = "N"             # how op(B) (K x N) is stored
+
+    def with_layout(self, op_a: str, op_b: str) -> "Problem":
+        return dataclasses.replace(self, op_a=op_a, op_b=op_b)
 
 
 # Element-type codes of the tensor-core kernels' templates (wmma_types.cuh).
@@ -82,7 +95,7 @@ class KernelSpec:
     # The tile parameter that splits K over gridDim.y blocks (partial products go
     # to a workspace that SPLITK_REDUCE adds into C), if the kernel has one.
     split_k_param: str | None = None
-    # Float arguments after (..., C, ldc) that the plan supplies (e.g. the error-corrected
+    # Float arguments after (..., C, ldc, stride_a, stride_b, stride_c) that the plan supplies (e.g. the error-corrected
     # kernels' scale_a, scale_b); each defaults to 1.0.
     extra_args: tuple[str, ...] = ()
 
@@ -148,19 +161,27 @@ class KernelSpec:
             raise TypeError(f"{problem.dtype} inputs give a {' or '.join(allowed)} result, not {problem.out_dtype}")
 
     def name_expression(self, params: Mapping[str, int], problem: Problem) -> str:
+        """The template instantiation: the spec's template arguments, then the layouts OPA, OPB."""
+        if problem.op_a not in ("N", "T") or problem.op_b not in ("N", "T"):
+            raise ValueError(f"operand layouts are 'N' or 'T', not {problem.op_a!r}, {problem.op_b!r}")
         args = self.template_args(params, problem)
-        if not args:
-            return self.template
-        text = ", ".join(("true" if a else "false") if isinstance(a, bool) else str(a) for a in args)
-        return f"{self.template}<{text}>"
+        text = "".join(("true" if a else "false") + ", " if isinstance(a, bool) else f"{a}, " for a in args)
+        return f"{self.template}<{text}'{problem.op_a}', '{problem.op_b}'>"
 
-    def all_name_expressions(self) -> list[str]:
-        """Every instantiation a call could need: each legal configuration x each variant."""
-        seen: dict[str, None] = {}
-        for params in self.configurations():
+    def instantiations(self, configs=None, layouts=LAYOUTS) -> list[tuple[dict, Problem]]:
+        """(parameters, problem) for each configuration (default: every legal one) x
+        each variant x each layout, one per distinct name expression."""
+        seen: dict[str, tuple[dict, Problem]] = {}
+        for params in (self.configurations() if configs is None else configs):
             for prob in self.variants:
-                seen[self.name_expression(params, prob)] = None
-        return list(seen)
+                for op_a, op_b in layouts:
+                    p = prob.with_layout(op_a, op_b)
+                    seen.setdefault(self.name_expression(params, p), (dict(params), p))
+        return list(seen.values())
+
+    def all_name_expressions(self, layouts=LAYOUTS) -> list[str]:
+        """Every instantiation a call could need: each legal configuration x each variant x each layout."""
+        return [self.name_expression(p, prob) for p, prob in self.instantiations(layouts=layouts)]
 
     def launch(self, params: Mapping[str, int], problem: Problem) -> Launch:
         return self.geometry(params, problem)
@@ -217,8 +238,9 @@ def _constraints_2d(vec: bool) -> tuple[Constraint, ...]:
     return (
         Constraint("TM must divide BM and TN must divide BN",
                    lambda p: p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0),
-        Constraint("threads per block, (BM/TM)*(BN/TN), must be between 32 and 1024",
-                   lambda p: 32 <= _threads_2d(p) <= 1024),
+        Constraint("threads per block, (BM/TM)*(BN/TN), must be between 32 and 512 (1024 caps registers "
+                   "at 64, which the batch's pointers push into spills)",
+                   lambda p: 32 <= _threads_2d(p) <= 512),
         Constraint(("the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads"
                     if vec else
                     "the A tile BM*BK and the B tile BK*BN must split evenly over the threads"),
@@ -396,10 +418,13 @@ register(KernelSpec(
     name="warptile", rung=7, family="simt", dtypes=("float32",), source="simt/07_warptile.cu",
     template="gemmlab::warptile",
     description="block tile -> warp tiles -> per-thread TM x 4 subtiles; conflict-free shared reads",
-    # Defaults: the fastest of the 71 legal configurations at 4096^3 on an H200.
+    # Defaults: the fastest of the 71 configurations then legal at 4096^3 on an H200.
     params=_warptile_params(False, dict(BM=128, BN=128, BK=16, WM=64, WN=32, WNITER=4, TM=4)),
     constraints=_warptile_constraints(lambda p: 4 * p["BK"] * (p["BM"] + p["BN"]),
-                                      "shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB"),
+                                      "shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB") + (
+        Constraint("at most 64 accumulators per thread, WM*WN/32 <= 64 (with 128, the scalar variant's "
+                   "staged copies and the batch pointers outgrow 255 registers)",
+                   lambda p: p["WM"] * p["WN"] <= 2048),),
     template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["WNITER"], p["TM"],
                                    prob.aligned16),
     geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1),
@@ -407,9 +432,12 @@ register(KernelSpec(
     variants=(Problem(1, 1, 1, True), Problem(1, 1, 1, False)),
 ))
 
-def _pipelined_smem(p) -> int:
-    """Dynamic shared memory of 08_pipelined.cu: STAGES tiles of A (transposed, rows padded by 4) and B."""
-    return 4 * p["STAGES"] * (p["BK"] * (p["BM"] + 4) + p["BK"] * p["BN"])
+def _pipelined_smem(p, prob: Problem | None = None) -> int:
+    """Dynamic shared memory of 08_pipelined.cu: STAGES K-major tiles of A (rows
+    padded by 4) and B (rows padded by 4 when B is column-major; without a
+    problem, the larger size, which the legality rule uses)."""
+    b_pad = 4 if prob is None or prob.op_b == "T" else 0
+    return 4 * p["STAGES"] * (p["BK"] * (p["BM"] + 4) + p["BK"] * (p["BN"] + b_pad))
 
 
 # Dynamic shared memory a configuration may ask for: within every supported GPU's
@@ -426,7 +454,7 @@ register(KernelSpec(
     params=_warptile_params(True, dict(BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, STAGES=4,
                                        SPLITK=1)),
     constraints=_warptile_constraints(
-        _pipelined_smem, "dynamic shared memory, 4*STAGES*BK*(BM+4 + BN) bytes, must fit in 96 KiB",
+        _pipelined_smem, "dynamic shared memory, 4*STAGES*BK*(BM+4 + BN+4) bytes, must fit in 96 KiB",
         PIPELINED_SMEM_LIMIT, staged_registers=False) + (
         Constraint("at most 64 accumulators per thread, WM*WN/32 <= 64, except with 256 threads "
                    "and 64 x 64 warp tiles (128: one such block fills the register file, and its 8 warps "
@@ -443,7 +471,7 @@ register(KernelSpec(
     template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["WNITER"], p["TM"],
                                    p["STAGES"], prob.aligned16),
     geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), p["SPLITK"], 1),
-                                    block=(_warptile_threads(p), 1, 1), smem_bytes=_pipelined_smem(p)),
+                                    block=(_warptile_threads(p), 1, 1), smem_bytes=_pipelined_smem(p, prob)),
     variants=(Problem(1, 1, 1, True), Problem(1, 1, 1, False)),
     split_k_param="SPLITK",
 ))

@@ -24,19 +24,26 @@
 // once for all of its A fragments.  Edges: the copies zero-fill outside the
 // matrix and the epilogue skips elements outside C.
 //
+// Operand layouts and batches as every rung (layout.cuh): a column-major
+// operand's tile is transposed by the copy (4-byte cp.async), so the split
+// always reads row-major tiles.
+//
 // METHOD 0: FP16 parts (m16n16k16); METHOD 1: TF32 parts (m16n16k8, no
 // scaling).  scale_a, scale_b: powers of two applied to A and B before the
 // split (the FP16 method's per-matrix scaling, 1 otherwise); the epilogue
 // divides them out again, one at a time so that neither step overflows.
 #include <gemmlab/async_copy.cuh>
 #include <gemmlab/ec_split.cuh>
+#include <gemmlab/layout.cuh>
 
 namespace gemmlab {
 
-template <int METHOD, int BM, int BN, int BK, int WM, int WN, int STAGES, bool VEC>
+template <int METHOD, int BM, int BN, int BK, int WM, int WN, int STAGES, bool VEC, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)
 ec_wmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B,
-        int ldb, float beta, float* __restrict__ C, int ldc, float scale_a, float scale_b) {
+        int ldb, float beta, float* __restrict__ C, int ldc, long long stride_a, long long stride_b,
+        long long stride_c, float scale_a, float scale_b) {
+    batch_select(A, stride_a, B, stride_b, C, stride_c);
     using Split = EcSplit<METHOD>;
     constexpr int TK = tc_tile_k<Split::DT>();
     constexpr int FM = WM / 16, FN = WN / 16;              // fragments per warp
@@ -68,8 +75,14 @@ ec_wmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, 
     const int block_tiles = max(1, int(sqrtf(float(k_tiles * (BK / TK)))) / (BK / TK));   // ~sqrt(steps) steps
     auto issue = [&](int kt) {
         const int s = kt % STAGES;
-        cp_async_tile<BM, BK, ALD, THREADS, VEC>(&As[s][0][0], A, lda, tile.row, kt * BK, M, K, tid);
-        cp_async_tile<BK, BN, BLD, THREADS, VEC>(&Bs[s][0][0], B, ldb, kt * BK, tile.col, K, N, tid);
+        if constexpr (OPA == 'N')
+            cp_async_tile<BM, BK, ALD, THREADS, VEC>(&As[s][0][0], A, lda, tile.row, kt * BK, M, K, tid);
+        else   // stored K x M: transposed by the copy into As[m][k]
+            cp_async_tile_transposed<BK, BM, ALD, THREADS>(&As[s][0][0], A, lda, kt * BK, tile.row, K, M, tid);
+        if constexpr (OPB == 'N')
+            cp_async_tile<BK, BN, BLD, THREADS, VEC>(&Bs[s][0][0], B, ldb, kt * BK, tile.col, K, N, tid);
+        else   // stored N x K: transposed by the copy into Bs[k][n]
+            cp_async_tile_transposed<BN, BK, BLD, THREADS>(&Bs[s][0][0], B, ldb, tile.col, kt * BK, N, K, tid);
     };
 #pragma unroll
     for (int kt = 0; kt < STAGES - 1; ++kt) {   // prologue: STAGES-1 steps in flight (see rung 8)

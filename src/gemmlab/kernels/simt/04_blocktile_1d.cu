@@ -7,10 +7,12 @@
 
 namespace gemmlab {
 
-template <int BM, int BN, int BK, int TM>
+template <int BM, int BN, int BK, int TM, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / TM) * BN)
 blocktile_1d(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-             const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+             const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc,
+             long long stride_a, long long stride_b, long long stride_c) {
+    batch_select(A, stride_a, B, stride_b, C, stride_c);
     constexpr int THREADS = (BM / TM) * BN;
     __shared__ float As[BM][BK];
     __shared__ float Bs[BK][BN];
@@ -19,8 +21,8 @@ blocktile_1d(int M, int N, int K, float alpha, const float* __restrict__ A, int 
     const int tcol = tid % BN, trow = tid / BN;  // this thread: rows trow*TM.., column tcol
     float acc[TM] = {};
     for (int k0 = 0; k0 < K; k0 += BK) {
-        load_tile<BM, BK, BK, THREADS>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
-        load_tile<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        load_tile<BM, BK, BK, THREADS, OPA>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+        load_tile<BK, BN, BN, THREADS, OPB>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < BK; ++k) {

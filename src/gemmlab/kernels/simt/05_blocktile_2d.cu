@@ -10,10 +10,12 @@ namespace gemmlab {
 
 // The explicit "1 block per SM" keeps NVRTC 13.0 from capping registers for
 // occupancy on its own, which made one configuration spill on sm_80.
-template <int BM, int BN, int BK, int TM, int TN>
+template <int BM, int BN, int BK, int TM, int TN, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), 1)
 blocktile_2d(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-             const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+             const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc,
+             long long stride_a, long long stride_b, long long stride_c) {
+    batch_select(A, stride_a, B, stride_b, C, stride_c);
     constexpr int THREADS = (BM / TM) * (BN / TN);
     __shared__ float As[BM][BK];
     __shared__ float Bs[BK][BN];
@@ -23,8 +25,8 @@ blocktile_2d(int M, int N, int K, float alpha, const float* __restrict__ A, int 
     float acc[TM][TN] = {};
     float a_frag[TM], b_frag[TN];
     for (int k0 = 0; k0 < K; k0 += BK) {
-        load_tile<BM, BK, BK, THREADS>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
-        load_tile<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        load_tile<BM, BK, BK, THREADS, OPA>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+        load_tile<BK, BN, BN, THREADS, OPB>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < BK; ++k) {

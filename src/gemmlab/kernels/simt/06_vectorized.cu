@@ -9,10 +9,12 @@
 
 namespace gemmlab {
 
-template <int BM, int BN, int BK, int TM, int TN, bool VEC>
+template <int BM, int BN, int BK, int TM, int TN, bool VEC, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 vectorized(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-           const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+           const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc,
+           long long stride_a, long long stride_b, long long stride_c) {
+    batch_select(A, stride_a, B, stride_b, C, stride_c);
     static_assert(TM % 4 == 0 && TN % 4 == 0, "fragments are read as float4");
     constexpr int THREADS = (BM / TM) * (BN / TN);
     __shared__ __align__(16) float As[BK][BM];  // transposed: As[k][row]
@@ -23,7 +25,7 @@ vectorized(int M, int N, int K, float alpha, const float* __restrict__ A, int ld
     float acc[TM][TN] = {};
     float a_frag[TM], b_frag[TN];
     for (int k0 = 0; k0 < K; k0 += BK) {
-        load_block_tiles<BM, BN, BK, THREADS, VEC>(As, Bs, A, lda, B, ldb, tile, k0, M, N, K, tid);
+        load_block_tiles<BM, BN, BK, THREADS, VEC, OPA, OPB>(As, Bs, A, lda, B, ldb, tile, k0, M, N, K, tid);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < BK; ++k) {

@@ -11,10 +11,12 @@
 
 namespace gemmlab {
 
-template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, bool VEC>
+template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, bool VEC, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)  // 1: see blocktile_2d
 warptile(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-         const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+         const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc,
+         long long stride_a, long long stride_b, long long stride_c) {
+    batch_select(A, stride_a, B, stride_b, C, stride_c);
     constexpr int TN = 4;                                   // one float4 of columns per subtile
     constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
     constexpr int WMITER = (WM * WN) / (32 * TM * TN * WNITER);
@@ -28,7 +30,7 @@ warptile(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     const int lane_row = (lane / (WSUBN / TN)) * TM, lane_col = (lane % (WSUBN / TN)) * TN;
     float acc[WMITER][WNITER][TM][TN] = {};
     for (int k0 = 0; k0 < K; k0 += BK) {
-        load_block_tiles<BM, BN, BK, THREADS, VEC>(As, Bs, A, lda, B, ldb, tile, k0, M, N, K, tid);
+        load_block_tiles<BM, BN, BK, THREADS, VEC, OPA, OPB>(As, Bs, A, lda, B, ldb, tile, k0, M, N, K, tid);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < BK; ++k)

@@ -7,7 +7,10 @@
 // the transposed tile padded by 4 floats, which spreads the copies' writes over
 // the banks); the math of each K-step is rung 7's.  (Keeping A row-major and
 // reading 4 K-steps of a row at once costs a thread 4x the A registers, which
-// 128 accumulators cannot spare: see benchmarks/NOTES.md, run 28.)
+// 128 accumulators cannot spare: see benchmarks/NOTES.md, run 28.)  Both tiles
+// are K-major in shared memory whatever the layouts (async_copy.cuh): a
+// column-major A (a transposed view) is then a straight 16-byte copy, and a
+// column-major B is transposed by 4-byte copies into rows padded like A's.
 //
 // Split-K: when M x N has too few tiles to fill the GPU (a skinny output with a
 // long K), the host launches gridDim.y > 1 blocks per output tile.  Block y
@@ -19,19 +22,22 @@
 
 namespace gemmlab {
 
-template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int STAGES, bool VEC>
+template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int STAGES, bool VEC, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)  // 1: see blocktile_2d
 pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
-          const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc) {
+          const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc,
+          long long stride_a, long long stride_b, long long stride_c) {
+    batch_select(A, stride_a, B, stride_b, C, stride_c);
     constexpr int TN = 4;
     constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
     constexpr int WMITER = (WM * WN) / (32 * TM * TN * WNITER);
     constexpr int WSUBM = WM / WMITER, WSUBN = WN / WNITER;
     constexpr int ASLD = BM + 4;   // padded row of the transposed A tile, still 16-byte aligned
+    constexpr int BSLD = OPB == 'T' ? BN + 4 : BN;   // padded only when B is transposed too
     static_assert((WSUBM / TM) * (WSUBN / TN) == 32, "a warp subtile is 32 threads' tiles");
     extern __shared__ __align__(16) float smem[];
     float (*As)[BK][ASLD] = reinterpret_cast<float (*)[BK][ASLD]>(smem);                   // [STAGES]
-    float (*Bs)[BK][BN] = reinterpret_cast<float (*)[BK][BN]>(smem + STAGES * BK * ASLD);  // [STAGES]
+    float (*Bs)[BK][BSLD] = reinterpret_cast<float (*)[BK][BSLD]>(smem + STAGES * BK * ASLD);  // [STAGES]
     const TileOrigin tile = block_tile_origin<BM, BN>(N);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
@@ -40,15 +46,15 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     const int per_split = (k_tiles_all + gridDim.y - 1) / gridDim.y;
     const int kt_begin = blockIdx.y * per_split;
     const int k_tiles = max(0, min(per_split, k_tiles_all - kt_begin));   // K-steps of this block
-    A += kt_begin * BK;                                                  // column kt_begin * BK of A
-    B += (long long)kt_begin * BK * ldb;                                 // row kt_begin * BK of B
+    A += elem_offset<OPA>(0, kt_begin * BK, lda);                        // column kt_begin * BK of op(A)
+    B += elem_offset<OPB>(kt_begin * BK, 0, ldb);                        // row kt_begin * BK of op(B)
     K -= kt_begin * BK;                                                  // zero-fill stops at the real end
     C += (long long)blockIdx.y * M * ldc;                                // this split's slice
 
     auto issue = [&](int kt) {   // start the copies of K-step kt into its stage
         const int s = kt % STAGES;
-        cp_async_tile_transposed<BM, BK, ASLD, THREADS>(&As[s][0][0], A, lda, tile.row, kt * BK, M, K, tid);
-        cp_async_tile<BK, BN, BN, THREADS, VEC>(&Bs[s][0][0], B, ldb, kt * BK, tile.col, K, N, tid);
+        cp_async_a_tile<BM, BK, ASLD, THREADS, VEC, OPA>(&As[s][0][0], A, lda, tile.row, kt * BK, M, K, tid);
+        cp_async_b_tile<BK, BN, BSLD, THREADS, VEC, OPB>(&Bs[s][0][0], B, ldb, kt * BK, tile.col, K, N, tid);
     };
     // Prologue: STAGES-1 steps in flight.  Every step commits a batch (empty
     // past the end) so that "wait until at most STAGES-2 batches are pending"
@@ -75,7 +81,7 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
             // this one's FMAs, so the shared-memory latency hides behind them.
             if (k + 1 < BK)
                 load_warp_fragments<WMITER, WNITER, WSUBM, WSUBN, TM, TN>(
-                    a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], a_s + (k + 1) * ASLD, b_s + (k + 1) * BN);
+                    a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], a_s + (k + 1) * ASLD, b_s + (k + 1) * BSLD);
             warp_fragments_product(acc, a_frag[k % 2], b_frag[k % 2]);
         }
     }

@@ -11,16 +11,19 @@
 // The epilogue writes alpha * acc + beta * C from the registers the same way.
 //
 // DT: input type code (0 FP16, 1 BF16, 2 TF32 from float storage); ODT: output
-// type code (3 float, or DT for FP16/BF16 outputs).  See wmma_types.cuh.
+// type code (3 float, or DT for FP16/BF16 outputs).  See wmma_types.cuh.  OPA,
+// OPB: the operands' layouts (layout.cuh); the fragment map reads either.
 #include <gemmlab/tensor_common.cuh>
 
 namespace gemmlab {
 
-template <int DT, int ODT>
+template <int DT, int ODT, char OPA, char OPB>
 __global__ void __launch_bounds__(TC_WARPS_PER_BLOCK * 32)
 wmma_tile(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A, int lda,
           const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
-          typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc) {
+          typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc, long long stride_a,
+          long long stride_b, long long stride_c) {
+    batch_select(A, stride_a, B, stride_b, C, stride_c);
     constexpr int TK = tc_tile_k<DT>();
     typename wmma_types::Fragment<0, 16, 16, TK, DT, 0>::type a;
     typename wmma_types::Fragment<1, 16, 16, TK, DT, 0>::type b;
@@ -32,8 +35,8 @@ wmma_tile(int M, int N, int K, float alpha, const typename wmma_types::Storage<D
     nvcuda::wmma::fill_fragment(acc, 0.0f);
     const int k_end = alpha == 0.0f ? 0 : K;   // alpha = 0 reads neither A nor B (BLAS)
     for (int k0 = 0; k0 < k_end; k0 += TK) {
-        load_fragment_masked<DT>(a, A, lda, row0, k0, M, K);
-        load_fragment_masked<DT>(b, B, ldb, k0, col0, K, N);
+        load_fragment_masked<DT, OPA>(a, A, lda, row0, k0, M, K);
+        load_fragment_masked<DT, OPB>(b, B, ldb, k0, col0, K, N);
         nvcuda::wmma::mma_sync(acc, a, b, acc);
     }
     store_accumulator_masked(acc, C, ldc, row0, col0, M, N, alpha, beta);

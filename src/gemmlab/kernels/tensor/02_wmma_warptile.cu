@@ -7,6 +7,7 @@
 // WM/16 times (the B fragments one at a time, to leave registers to the
 // accumulators).  Fragments come from shared memory with load_matrix_sync (rows
 // padded by 16 bytes, which keeps them 32-byte aligned and spreads the banks).
+// Either layout of A and B (layout.cuh) is staged row-major by the same copy.
 // Edges: the staging copy zero-fills what lies outside the matrix; the
 // epilogue writes alpha * acc + beta * C from the registers through the
 // fragment map, skipping what lies outside.
@@ -15,11 +16,13 @@
 
 namespace gemmlab {
 
-template <int DT, int ODT, int BM, int BN, int BK, int WM, int WN>
+template <int DT, int ODT, int BM, int BN, int BK, int WM, int WN, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)  // 1: see blocktile_2d
 wmma_warptile(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A,
               int lda, const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
-              typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc) {
+              typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc, long long stride_a,
+              long long stride_b, long long stride_c) {
+    batch_select(A, stride_a, B, stride_b, C, stride_c);
     using S = typename wmma_types::Storage<DT>::type;
     constexpr int TK = tc_tile_k<DT>();
     constexpr int FM = WM / 16, FN = WN / 16;                 // fragments per warp
@@ -43,8 +46,8 @@ wmma_warptile(int M, int N, int K, float alpha, const typename wmma_types::Stora
 
     const int k_end = alpha == 0.0f ? 0 : K;   // alpha = 0 reads neither A nor B (BLAS)
     for (int k0 = 0; k0 < k_end; k0 += BK) {
-        stage_tile<BM, BK, ALD, THREADS>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
-        stage_tile<BK, BN, BLD, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+        stage_tile<BM, BK, ALD, THREADS, OPA>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+        stage_tile<BK, BN, BLD, THREADS, OPB>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < BK; kk += TK) {

@@ -57,4 +57,27 @@ __device__ __forceinline__ void cp_async_tile_transposed(float* smem, const floa
         cp_async_requests<ROWS, COLS, SLD, THREADS, 1, true, true>(smem, g, ld, row0, col0, rows, cols, tid);
 }
 
+// K-step tiles for kernels that keep both tiles K-major in shared memory (rung
+// 8): the A tile at (row0, k0) as As[k][m] (row stride SLD) and the B tile at
+// (k0, col0) as Bs[k][n].  An operand whose memory is already K-major -- a
+// column-major A (OPA 'T'), a row-major B -- is a straight copy, 16 bytes per
+// request when VEC; the others are transposed by 4-byte copies.
+template <int BM, int BK, int SLD, int THREADS, bool VEC, char OPA>
+__device__ __forceinline__ void cp_async_a_tile(float* smem, const float* __restrict__ A, int lda, int row0,
+                                                int k0, int M, int K, int tid) {
+    if constexpr (OPA == 'N')
+        cp_async_tile_transposed<BM, BK, SLD, THREADS>(smem, A, lda, row0, k0, M, K, tid);
+    else   // stored K x M
+        cp_async_tile<BK, BM, SLD, THREADS, VEC>(smem, A, lda, k0, row0, K, M, tid);
+}
+
+template <int BK, int BN, int SLD, int THREADS, bool VEC, char OPB>
+__device__ __forceinline__ void cp_async_b_tile(float* smem, const float* __restrict__ B, int ldb, int k0,
+                                                int col0, int K, int N, int tid) {
+    if constexpr (OPB == 'N')
+        cp_async_tile<BK, BN, SLD, THREADS, VEC>(smem, B, ldb, k0, col0, K, N, tid);
+    else   // stored N x K
+        cp_async_tile_transposed<BN, BK, SLD, THREADS>(smem, B, ldb, col0, k0, N, K, tid);
+}
+
 }  // namespace gemmlab

@@ -1,10 +1,12 @@
 // gemmlab/common.cuh: the pieces every rung of the FP32 (CUDA-core) ladder shares.
 //
-// Conventions: matrices are row-major with a leading dimension (elements between
-// rows); out = alpha * A @ B + beta * out; every kernel is correct for any
-// M, N, K >= 0, because tiles that stick out of a matrix read zeros and skip
-// their out-of-range stores.
+// Conventions: out = alpha * op(A) @ op(B) + beta * out, each operand stored
+// row-major ('N') or column-major ('T') with a leading dimension (layout.cuh),
+// out row-major; every kernel is correct for any M, N, K >= 0, because tiles
+// that stick out of a matrix read zeros and skip their out-of-range stores.
 #pragma once
+
+#include <gemmlab/layout.cuh>
 
 namespace gemmlab {
 
@@ -45,14 +47,16 @@ __device__ __forceinline__ void store_scaled4(float* out, float4 acc, float alph
     *reinterpret_cast<float4*>(out) = r;
 }
 
-// Row `row` of A times column `col` of B, straight from global memory: the
-// whole inner loop of the untiled rungs (1 and 2), which differ only in how
-// threads are mapped to (row, col).
+// Row `row` of op(A) times column `col` of op(B), straight from global memory:
+// the whole inner loop of the untiled rungs (1 and 2), which differ only in how
+// threads are mapped to (row, col).  (Layouts default to 'N', row-major, for
+// code written before layouts existed; gemmlab's kernels pass theirs.)
+template <char OPA = 'N', char OPB = 'N'>
 __device__ __forceinline__ float dot_row_col(const float* __restrict__ A, int lda,
                                             const float* __restrict__ B, int ldb, int row, int col, int K) {
     float acc = 0.0f;
     for (int k = 0; k < K; ++k)
-        acc += A[(long long)row * lda + k] * B[(long long)k * ldb + col];
+        acc += A[elem_offset<OPA>(row, k, lda)] * B[elem_offset<OPB>(k, col, ldb)];
     return acc;
 }
 
@@ -105,25 +109,30 @@ __device__ __forceinline__ void store_tile(float* __restrict__ C, int ldc, int r
     }
 }
 
-// Element (row, col) of a row-major matrix, or 0 outside it.  Padding edge tiles
-// with zeros lets them run the same inner loop as interior tiles.
+// Element (row, col) of a rows x cols matrix stored with layout OP, or 0
+// outside it.  Padding edge tiles with zeros lets them run the same inner loop
+// as interior tiles.
+template <char OP = 'N'>
 __device__ __forceinline__ float load_or_zero(const float* __restrict__ m, int ld, int row, int col,
                                               int rows, int cols) {
-    return (row < rows && col < cols) ? m[(long long)row * ld + col] : 0.0f;
+    return (row < rows && col < cols) ? m[elem_offset<OP>(row, col, ld)] : 0.0f;
 }
 
-// Copy the ROWS x COLS tile at (row0, col0) of a rows x cols matrix into shared
-// memory (row stride SLD), THREADS threads cooperating.  Consecutive threads take
-// consecutive columns, so each warp's global reads coalesce.
-template <int ROWS, int COLS, int SLD, int THREADS>
+// Copy the ROWS x COLS tile at (row0, col0) of a rows x cols matrix stored with
+// layout OP into shared memory, row-major (row stride SLD), THREADS threads
+// cooperating.  Consecutive threads take consecutive elements in memory --
+// columns of a row-major matrix, rows of a column-major one -- so each warp's
+// global reads coalesce (for 'T' its shared stores are strided instead, the
+// cheaper of the two costs).
+template <int ROWS, int COLS, int SLD, int THREADS, char OP = 'N'>
 __device__ __forceinline__ void load_tile(float* smem, const float* __restrict__ g, int ld,
                                           int row0, int col0, int rows, int cols, int tid) {
     static_assert((ROWS * COLS) % THREADS == 0, "tile must split evenly over the threads");
 #pragma unroll
     for (int step = 0; step < ROWS * COLS / THREADS; ++step) {
         const int i = step * THREADS + tid;
-        const int r = i / COLS, c = i % COLS;
-        smem[r * SLD + c] = load_or_zero(g, ld, row0 + r, col0 + c, rows, cols);
+        const int r = OP == 'N' ? i / COLS : i % ROWS, c = OP == 'N' ? i % COLS : i / ROWS;
+        smem[r * SLD + c] = load_or_zero<OP>(g, ld, row0 + r, col0 + c, rows, cols);
     }
 }
 
@@ -183,19 +192,36 @@ __device__ __forceinline__ void load_tile_transposed(float* smem, const float* _
     }
 }
 
-// Stage K-step k0 of a block's tiles in shared memory: A transposed (As[k][row],
-// so that a thread's rows of A are read with 16-byte loads) and B as it is
-// (rungs 6 and 7).  VEC selects 16-byte global loads.
-template <int BM, int BN, int BK, int THREADS, bool VEC>
+// Copy the ROWS x COLS tile at (row0, col0) of a row-major matrix into shared
+// memory as it is, 16-byte loads when VEC, else 4-byte ones.
+template <int ROWS, int COLS, int SLD, int THREADS, bool VEC>
+__device__ __forceinline__ void load_tile_straight(float* smem, const float* __restrict__ g, int ld,
+                                                   int row0, int col0, int rows, int cols, int tid) {
+    if constexpr (VEC)
+        load_tile_vec4<ROWS, COLS, SLD, THREADS>(smem, g, ld, row0, col0, rows, cols, tid);
+    else
+        load_tile<ROWS, COLS, SLD, THREADS, 'N'>(smem, g, ld, row0, col0, rows, cols, tid);
+}
+
+// Stage K-step k0 of a block's tiles in shared memory (rungs 6 and 7), both
+// K-major: As[k][row] (so that a thread's rows of A are read with 16-byte loads)
+// and Bs[k][col].  Which side of each copy transposes depends on the layout: a
+// row-major A and a column-major B are transposed on the way; a column-major A
+// (a transposed view) and a row-major B already are K-major in memory and are
+// copied straight.  VEC selects 16-byte global loads.
+template <int BM, int BN, int BK, int THREADS, bool VEC, char OPA, char OPB>
 __device__ __forceinline__ void load_block_tiles(float (&As)[BK][BM], float (&Bs)[BK][BN],
                                                  const float* __restrict__ A, int lda,
                                                  const float* __restrict__ B, int ldb, TileOrigin tile,
                                                  int k0, int M, int N, int K, int tid) {
-    load_tile_transposed<BM, BK, BM, THREADS, VEC>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
-    if constexpr (VEC)
-        load_tile_vec4<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
-    else
-        load_tile<BK, BN, BN, THREADS>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+    if constexpr (OPA == 'N')
+        load_tile_transposed<BM, BK, BM, THREADS, VEC>(&As[0][0], A, lda, tile.row, k0, M, K, tid);
+    else   // stored K x M
+        load_tile_straight<BK, BM, BM, THREADS, VEC>(&As[0][0], A, lda, k0, tile.row, K, M, tid);
+    if constexpr (OPB == 'N')
+        load_tile_straight<BK, BN, BN, THREADS, VEC>(&Bs[0][0], B, ldb, k0, tile.col, K, N, tid);
+    else   // stored N x K
+        load_tile_transposed<BN, BK, BN, THREADS, VEC>(&Bs[0][0], B, ldb, tile.col, k0, N, K, tid);
 }
 
 // The K-step of the warp-tiled rungs (7, 8), in two halves.  a_k points at

@@ -1,12 +1,14 @@
 // gemmlab/tensor_common.cuh: what the tensor-core rungs share.
 //
-// Conventions as in common.cuh (row-major, leading dimensions, any M, N, K,
-// out = alpha * A @ B + beta * out, beta == 0 never reads out).  Inputs are FP16,
+// Conventions as in common.cuh (operands row- or column-major per layout.cuh,
+// leading dimensions, any M, N, K, out = alpha * op(A) @ op(B) + beta * out
+// with out row-major, beta == 0 never reads out).  Inputs are FP16,
 // BF16, or FP32 values rounded to TF32; accumulation is FP32; the output is
 // FP32 or the input's 16-bit type.  The fragment maps come from wmma_ext.cuh,
 // which exists for sm_80 and sm_90 only (other targets get its #error).
 #pragma once
 
+#include <gemmlab/layout.cuh>
 #include <gemmlab/wmma_ext.cuh>
 #include <gemmlab/wmma_types.cuh>
 
@@ -30,15 +32,15 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 }
 
 // Fill a matrix_a / matrix_b fragment with the tile at (row0, col0) of a
-// row-major rows x cols matrix, element by element through the fragment map;
-// zeros outside the matrix.  Reads global memory directly (no shared memory).
-// TF32 (DT 2) fragments hold floats rounded to TF32.
-template <int DT, class Frag, class S>
+// rows x cols matrix stored with layout OP, element by element through the
+// fragment map; zeros outside the matrix.  Reads global memory directly (no
+// shared memory).  TF32 (DT 2) fragments hold floats rounded to TF32.
+template <int DT, char OP = 'N', class Frag, class S>
 __device__ __forceinline__ void load_fragment_masked(Frag& frag, const S* __restrict__ p, int ld, int row0, int col0,
                                                      int rows, int cols) {
     wmma_ext::foreach_ij(frag, [&](int k, unsigned r, unsigned c) {
         const int gr = row0 + int(r), gc = col0 + int(c);
-        const S v = (gr < rows && gc < cols) ? p[(long long)gr * ld + gc] : S(0.0f);
+        const S v = (gr < rows && gc < cols) ? p[elem_offset<OP>(gr, gc, ld)] : S(0.0f);
         if constexpr (DT == 2)
             frag.x[k] = nvcuda::wmma::__float_to_tf32(v);
         else
@@ -46,18 +48,19 @@ __device__ __forceinline__ void load_fragment_masked(Frag& frag, const S* __rest
     });
 }
 
-// Copy the ROWS x COLS tile at (row0, col0) of a row-major rows x cols matrix
-// of 16-bit or float elements into shared memory (row stride SLD), zeros
-// outside the matrix; consecutive threads take consecutive columns (coalesced).
-template <int ROWS, int COLS, int SLD, int THREADS, class S>
+// Copy the ROWS x COLS tile at (row0, col0) of a rows x cols matrix of 16-bit
+// or float elements, stored with layout OP, into shared memory row-major (row
+// stride SLD), zeros outside the matrix; consecutive threads take consecutive
+// elements in memory (coalesced), as common.cuh's load_tile does.
+template <int ROWS, int COLS, int SLD, int THREADS, char OP = 'N', class S>
 __device__ __forceinline__ void stage_tile(S* smem, const S* __restrict__ g, int ld, int row0, int col0, int rows,
                                            int cols, int tid) {
     static_assert((ROWS * COLS) % THREADS == 0, "tile must split evenly over the threads");
 #pragma unroll
     for (int step = 0; step < ROWS * COLS / THREADS; ++step) {
         const int i = step * THREADS + tid;
-        const int r = i / COLS, c = i % COLS;
-        smem[r * SLD + c] = (row0 + r < rows && col0 + c < cols) ? g[(long long)(row0 + r) * ld + col0 + c]
+        const int r = OP == 'N' ? i / COLS : i % ROWS, c = OP == 'N' ? i % COLS : i / ROWS;
+        smem[r * SLD + c] = (row0 + r < rows && col0 + c < cols) ? g[elem_offset<OP>(row0 + r, col0 + c, ld)]
                                                                   : S(0.0f);
     }
 }

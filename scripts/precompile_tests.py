@@ -1,0 +1,50 @@
+"""Compile, in parallel processes, the kernel instantiations the GPU tests launch
+(into $GEMMLAB_CACHE_DIR), so that a test run on a fresh GPU machine does not
+compile them one at a time: the level-3 tester's families in every layout, the
+configurations tests/test_gpu_correctness.py names, the tensor-core variants,
+and every configuration the GPU's tuned table can pick (kernel="auto").
+
+    python3 scripts/precompile_tests.py            # on the GPU machine, before pytest
+"""
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import blas3_harness  # noqa: E402
+import test_gpu_correctness  # noqa: E402
+
+from gemmlab import api, tuning  # noqa: E402
+from gemmlab.kernels import registry  # noqa: E402
+from gemmlab.runtime import compile as rt_compile  # noqa: E402
+from gemmlab.runtime.device import gpu_info  # noqa: E402
+
+
+def main() -> int:
+    t0 = time.time()
+    gpu = gpu_info(0)
+    items = set(blas3_harness.instantiations(blas3_harness.FAMILIES))
+    named = [c for c in test_gpu_correctness._cases() if c[0] != "auto"]
+    table = tuning.load_table(gpu.slug)
+    if table:
+        for entry in table.shapes.values():
+            for win in entry.get("kernels", {}).values():
+                named.append((win["kernel"], dict(win["params"])))
+    named += [(s.name, {}) for s in registry.ladder("simt")]
+    named += [("auto", {}), ("vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4})]
+    for kernel, params in named:
+        for aligned in (True, False):
+            p = api.plan(kernel, 64, 64, 64, aligned16=aligned, **params)
+            items.add((str(p.spec.source_path), p.name_expression))
+    for spec in registry.ladder("tensor"):
+        for params, prob in spec.instantiations([spec.defaults()], layouts=[("N", "N")]):
+            items.add((str(spec.source_path), spec.name_expression(params, prob)))
+    n = rt_compile.precompile(sorted(items), gpu.arch)
+    print(f"precompiled {n} of {len(items)} instantiations for {gpu.arch} in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""gemmlab.matmul with the GPU replaced by an emulation of the kernels' contract,
+so that the host side -- layouts, leading dimensions, operand swaps for a
+column-major out, copies, numpy.matmul broadcasting, batch strides, launches
+over gridDim.z and their chunks, split-K workspaces -- runs end to end on a
+machine without a GPU, on NumPy arrays treated as device memory.
+
+The emulated launch reads and writes memory by address, exactly as a kernel
+would with the pointers, leading dimensions, layouts ('N'/'T' template
+arguments) and batch strides it is given (element (r, c) of op(A) of batch z at
+A + z * stride_a + (r * lda + c or c * lda + r)), refuses any access outside the
+arrays the test made, and checks the 16-byte (VEC) variants' preconditions on
+every batch's pointers.  It says nothing about the kernels themselves: that is
+tests/test_blas3.py's job on the GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from gemmlab import api
+from gemmlab.arrays import ITEMSIZE
+from gemmlab.kernels import registry
+
+
+# NumPy 2 moved byte_bounds to numpy.lib.array_utils.
+_byte_bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")
+
+
+@dataclass(frozen=True)
+class FakeGPU:
+    ordinal: int = 0
+    name: str = "emulated GPU"
+    slug: str = "nvidia-h200"     # the shipped H200 table answers kernel="auto"
+    arch: str = "sm_90a"
+    sm_count: int = 132
+    max_smem_per_block_optin: int = 227 * 1024
+
+
+class Emulator:
+    def __init__(self):
+        self.arrays: list[np.ndarray] = []   # memory the emulated kernels may touch
+        self.launches: list[tuple] = []      # (name, grid) of every launch
+
+    # -- memory --------------------------------------------------------------
+    def keep(self, x: np.ndarray) -> np.ndarray:
+        self.arrays.append(x)
+        return x
+
+    def _inside(self, lo: int, hi: int) -> bool:
+        for x in self.arrays:
+            base = x
+            while isinstance(base.base, np.ndarray):
+                base = base.base
+            start, end = _byte_bounds(base)
+            if start <= lo and hi <= end:
+                return True
+        return False
+
+    def mem(self, ptr: int, dtype: str, shape, strides) -> np.ndarray:
+        """A NumPy view of device memory at ``ptr`` (element strides)."""
+        dt = np.dtype(dtype)
+        if any(n == 0 for n in shape):
+            return np.empty(shape, dt)
+        lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + 1
+        first, end = ptr + lo * dt.itemsize, ptr + hi * dt.itemsize
+        assert self._inside(first, end), f"an emulated kernel touches [{first:#x}, {end:#x}) outside every array"
+        raw = (ctypes.c_char * (end - first)).from_address(first)
+        base = np.frombuffer(raw, dt)
+        return np.lib.stride_tricks.as_strided(base[-lo:], shape, tuple(s * dt.itemsize for s in strides))
+
+    def operand(self, ptr, dtype, op, rows, cols, ld):
+        if op == "N":
+            return self.mem(ptr, dtype, (rows, cols), (ld, 1))
+        return self.mem(ptr, dtype, (rows, cols), (1, ld))
+
+    # -- kernels ---------------------------------------------------------------
+    def launch(self, kernel, grid, block, smem, stream, *args):
+        self.launches.append((kernel, tuple(grid)))
+        assert all(0 < g for g in grid) and grid[1] <= 65535 and grid[2] <= 65535, grid
+        if kernel == "reduce":
+            self._reduce(grid, *args)
+        else:
+            self._gemm(kernel, grid, *args)
+
+    def _gemm(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc):
+        pr = p.problem
+        M, N, K, lda, ldb, ldc = map(int, (M, N, K, lda, ldb, ldc))
+        alpha, beta = float(alpha), float(beta)
+        in_dt = "float32" if pr.dtype == "tf32" else pr.dtype
+        item_in, item_out = ITEMSIZE[in_dt], ITEMSIZE[pr.out_dtype]
+        splits, nz = grid[1], grid[2]
+        bk = p.params.get("BK", K or 1)
+        k_tiles = -(-K // bk)
+        per_split = -(-k_tiles // splits)
+        for z in range(nz):
+            a_ptr, b_ptr = A + z * int(sa) * item_in, B + z * int(sb) * item_in
+            c_ptr = C + z * int(sc) * item_out
+            if pr.aligned16 and p.spec.family == "simt":   # what the VEC variants assume
+                for ptr, ld, width in ((a_ptr, lda, K if pr.op_a == "N" else M),
+                                       (b_ptr, ldb, N if pr.op_b == "N" else K), (c_ptr, ldc, N)):
+                    assert ptr % 16 == 0 and ld % 4 == 0 and width % 4 == 0, \
+                        f"{p.name_expression} launched on an operand its 16-byte accesses cannot read"
+            a = self.operand(a_ptr, in_dt, pr.op_a, M, K, lda)
+            b = self.operand(b_ptr, in_dt, pr.op_b, K, N, ldb)
+            for y in range(splits):
+                k0, k1 = min(K, y * per_split * bk), min(K, (y + 1) * per_split * bk)
+                c = self.operand(c_ptr + y * M * ldc * item_out, pr.out_dtype, "N", M, N, ldc)
+                if alpha == 0:   # the kernels read neither A nor B then
+                    acc = np.zeros((M, N))
+                else:
+                    acc = a[:, k0:k1].astype(np.float64) @ b[k0:k1, :].astype(np.float64)
+                    if pr.dtype == "float32":
+                        acc = acc.astype(np.float32).astype(np.float64)
+                r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
+                c[...] = r.astype(c.dtype)
+
+    def _reduce(self, grid, M, N, splits, ws, alpha, beta, C, ldc, sc):
+        M, N, splits, ldc = int(M), int(N), int(splits), int(ldc)
+        alpha, beta = float(alpha), float(beta)
+        for z in range(grid[1]):
+            acc = np.zeros((M, N))
+            for s in range(splits):
+                acc += self.operand(ws + 4 * (z * splits + s) * M * N, "float32", "N", M, N, N)
+            c = self.operand(C + z * int(sc) * 4, "float32", "N", M, N, ldc)
+            c[...] = (alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)).astype(np.float32)
+
+
+class _Workspace:
+    def __init__(self, emu, nbytes):
+        self.buf = emu.keep(np.empty(max(nbytes, 4), np.uint8))
+        self.handle = self.buf.ctypes.data
+
+    def close(self, stream=None):
+        pass
+
+
+def install(monkeypatch) -> Emulator:
+    """Route gemmlab.matmul's GPU work to an Emulator; NumPy arrays play device arrays."""
+    from gemmlab.runtime import compile as rt_compile
+    from gemmlab.runtime import device as rt_device
+    emu = Emulator()
+    gpu = FakeGPU()
+    monkeypatch.setattr(rt_device, "gpu_info", lambda device=0: gpu)
+    monkeypatch.setattr(api, "_make_current", lambda device: None)
+    monkeypatch.setattr(api, "current_stream", lambda op: 0)
+    monkeypatch.setattr(api, "allow_dynamic_smem", lambda *a: None)
+    monkeypatch.setattr(api, "launch", emu.launch)
+    monkeypatch.setattr(api, "_workspace", lambda gpu, stream, nbytes, p: _Workspace(emu, nbytes))
+
+    def load_kernel(source, name, arch):
+        return "reduce" if name == registry.SPLITK_REDUCE_KERNEL else _PLANS[name]
+    monkeypatch.setattr(rt_compile, "load_kernel", load_kernel)
+    real_plan = api.plan
+
+    def plan(*args, **kwargs):   # remember which plan a name expression belongs to
+        p = real_plan(*args, **kwargs)
+        _PLANS[p.name_expression] = p
+        return p
+    monkeypatch.setattr(api, "plan", plan)
+    monkeypatch.setattr(api, "empty_like_kind", lambda op, shape, device, dtype="float32":
+                        emu.keep(np.empty(shape, np.dtype(dtype))))
+    monkeypatch.setattr(api, "contiguous_copy", lambda op, device: emu.keep(np.ascontiguousarray(op.obj)))
+    # NumPy operands are "device" arrays here: no staging through CuPy.
+    monkeypatch.setattr(api, "_matmul_host", lambda call, a, b, out, ta, tb, kernel, precision, tp:
+                        api._matmul_gpu(call, gpu, kernel, tp))
+    return emu
+
+
+_PLANS: dict[str, object] = {}
