@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import numbers
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import (Operand, _is_out_of_memory, current_stream, describe, empty_like_kind,
+from .arrays import (ITEMSIZE, Operand, _is_out_of_memory, current_stream, describe, empty_like_kind,
                      gpu_memory_error, need_cupy)
 from . import tuning
 from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
 from .runtime import compile as rt_compile
 from .runtime import device as rt_device
+from .runtime.tma import Operands, tma_aligned
 from .runtime.launch import DEFAULT_DYNAMIC_SMEM, allow_dynamic_smem, launch, stream_from_handle
+
+log = logging.getLogger("gemmlab")
 
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
 # float16 and bfloat16 for the tensor-core ladder.
@@ -31,10 +35,13 @@ class Plan:
     params: dict
     problem: Problem
     name_expression: str
+    # Why the kernel asked for is not the one that runs (see KernelSpec.unusable), or "".
+    fallback_reason: str = ""
 
     def describe(self) -> str:
         p = ", ".join(f"{k}={v}" for k, v in self.params.items())
-        return f"{self.spec.name}({p})" if p else self.spec.name
+        text = f"{self.spec.name}({p})" if p else self.spec.name
+        return f"{text} [{self.fallback_reason}]" if self.fallback_reason else text
 
 
 def _scalar(value, name: str) -> np.float32:
@@ -76,6 +83,12 @@ def contiguous_aligned16(M: int, N: int, K: int) -> bool:
     return K % 4 == 0 and N % 4 == 0
 
 
+def contiguous_tma_aligned(M: int, N: int, K: int, elem_bytes: int) -> bool:
+    """Whether fresh contiguous M x K and K x N arrays allow TMA tensor maps
+    (rows of a multiple of 16 bytes, or a single row)."""
+    return tma_aligned(0, M, max(K, 1), 0, K, max(N, 1), elem_bytes)
+
+
 def _aligned16(ops: list[Operand], lds: list[int], widths: list[int]) -> bool:
     return all(o.ptr % 16 == 0 for o in ops) and all(ld % 4 == 0 for ld in lds) \
         and all(w % 4 == 0 for w in widths)
@@ -104,7 +117,7 @@ def auto_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
 
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
          gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
-         **tile_params) -> Plan:
+         arch: str | None = None, tma_aligned: bool = True, **tile_params) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
     Without tile parameters, a named kernel (and ``"auto"``) takes the
@@ -113,6 +126,15 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     ``"auto"``, the heuristic of :func:`auto_params`).  ``dtype`` is what the
     kernel multiplies (float32, tf32, float16, bfloat16) and ``out_dtype`` what it
     writes; tuned tables are for float32 only so far.
+
+    ``arch`` is the GPU's NVRTC target (None: not known yet, as when planning
+    without a GPU).  A kernel that does not exist for it (wgmma off Hopper) is
+    an error; ``"auto"`` picks wgmma for 16-bit and TF32 inputs on sm_90a.
+    ``tma_aligned`` says whether a and b allow TMA tensor maps (see
+    runtime.tma.tma_aligned); a kernel that cannot take the operands
+    (KernelSpec.unusable) is replaced by its fallback kernel at the fallback's
+    defaults, with the reason in ``Plan.fallback_reason``, ``Plan.describe()``
+    and a debug message on the ``gemmlab`` logger.
     """
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
@@ -126,13 +148,26 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         if tuned:
             kernel, tile_params = tuned
     if kernel == "auto":
-        # 16-bit and TF32: the warp-tiled WMMA rung until the faster rungs and their
-        # tuned tables exist.
-        kernel, tile_params = auto_params(M, N, K, sm_count) if dtype == "float32" else ("wmma_warptile", {})
+        if dtype == "float32":
+            kernel, tile_params = auto_params(M, N, K, sm_count)
+        elif arch is not None and registry.get("wgmma").builds_for(arch):
+            kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count)
+        else:   # 16-bit and TF32 elsewhere: the warp-tiled WMMA rung
+            kernel, tile_params = "wmma_warptile", {}
     spec = registry.get(kernel)
+    if arch is not None:
+        spec.check_arch(arch)
     params = spec.resolve(tile_params)
-    problem = Problem(M, N, K, aligned16, dtype, out_dtype)
+    problem = Problem(M, N, K, aligned16, dtype, out_dtype, tma_aligned, sm_count)
     spec.check_dtypes(problem)
+    reason = spec.unusable(problem) if spec.unusable else None
+    if reason:
+        fallback = registry.get(spec.fallback)
+        why = f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead"
+        log.debug("%s", why)
+        spec, params = fallback, fallback.resolve({})
+        spec.check_dtypes(problem)
+        return Plan(spec, params, problem, spec.name_expression(params, problem), why)
     return Plan(spec, params, problem, spec.name_expression(params, problem))
 
 
@@ -150,6 +185,9 @@ def _make_current(device: int) -> None:
 def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int, B_ptr: int, ldb: int,
              C_ptr: int, ldc: int, alpha, beta) -> None:
     """Launch an already validated plan on raw device pointers (the harness uses this too)."""
+    p.spec.check_arch(gpu.arch, gpu.name)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("running %s on %s", p.describe(), gpu.name)
     _make_current(gpu.ordinal)
     kernel = rt_compile.load_kernel(p.spec.source_path, p.name_expression, gpu.arch)
     geo = p.spec.launch(p.params, p.problem)
@@ -169,6 +207,13 @@ def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int,
         launch(reduce, (-(-pr.M * pr.N // threads), 1, 1), (threads, 1, 1), 0, stream,
                np.int32(pr.M), np.int32(pr.N), np.int32(0), 0, np.float32(0.0), np.float32(beta),
                C_ptr, np.int32(ldc))
+        return
+    if p.spec.kernel_args is not None:
+        # Kernels with more arguments than the standard ones (wgmma: TMA tensor maps,
+        # and for TF32 a packed workspace) build them through their spec's hook.
+        ops = Operands(A_ptr, lda, B_ptr, ldb, C_ptr, ldc)
+        with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta) as args:
+            launch(kernel, geo.grid, geo.block, geo.smem_bytes, stream, *args)
         return
     splits = p.spec.splits(p.params)
     if splits == 1:
@@ -288,17 +333,21 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", precisi
                          "pass out= or leave beta=0")
     dtype, out_dt = _resolve_dtypes(A, B, O, precision, out_dtype)
     dtypes = {"dtype": dtype, "out_dtype": out_dt}
+    eb = ITEMSIZE[A.dtype_name]
     if A.on_gpu:
         aligned = _aligned16([A, B] + ([O] if O is not None else []), [lda, ldb, ldc], [K, N])
+        tma_ok = tma_aligned(A.ptr, M, lda, B.ptr, K, ldb, eb)
     else:   # NumPy inputs run on fresh contiguous (256-byte aligned) GPU copies
         aligned = contiguous_aligned16(M, N, K)
+        tma_ok = contiguous_tma_aligned(M, N, K, eb)
     # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
-    plan(kernel, M, N, K, aligned16=aligned, **dtypes, **tile_params)
+    plan(kernel, M, N, K, aligned16=aligned, tma_aligned=tma_ok, **dtypes, **tile_params)
     device = A.device if A.on_gpu else 0
     gpu = rt_device.gpu_info(device)
-    # Now with the GPU's model and SM count: tuned configurations, or auto's heuristic.
-    p = plan(kernel, M, N, K, aligned16=aligned, sm_count=gpu.sm_count, gpu_slug=gpu.slug, **dtypes,
-             **tile_params)
+    # Now with the GPU's model, architecture and SM count: tuned configurations, auto's
+    # heuristic, kernels that exist only on some architectures.
+    p = plan(kernel, M, N, K, aligned16=aligned, sm_count=gpu.sm_count, gpu_slug=gpu.slug, arch=gpu.arch,
+             tma_aligned=tma_ok, **dtypes, **tile_params)
 
     if A.on_gpu:
         result = out if out is not None else empty_like_kind(A, (M, N), device, out_dt)

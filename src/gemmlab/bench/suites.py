@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..api import Plan, contiguous_aligned16, plan, run_plan
+from ..api import Plan, contiguous_aligned16, contiguous_tma_aligned, plan, run_plan
 from ..kernels import registry
 from ..verify import compare, random_matrix, reference
 from .timing import time_gpu
@@ -89,6 +89,7 @@ class _Operands:
 
     def __init__(self, M, N, K, dtype, dist, rng):
         self.dtype = dtype
+        self.elem_bytes = 2 if dtype in ("float16", "bfloat16") else 4
         a = random_matrix(M, K, dist, rng)
         b = random_matrix(K, N, dist, rng)
         if dtype == "float32":
@@ -168,6 +169,7 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
         for name, params in entries:
             p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K), sm_count=gpu.sm_count,
                            gpu_slug=gpu.slug, dtype=dtype, out_dtype="float32" if dtype == "tf32" else dtype,
+                           arch=gpu.arch, tma_aligned=contiguous_tma_aligned(M, N, K, ops.elem_bytes),
                            **params)
             ops.poison()
 
@@ -204,7 +206,7 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
                 gpu.name, "auto" if name == "auto" else p.spec.name, dict(p.params), M, N, K, dtype,
                 t.ms, tf, cb_ms, cb_tf, 100.0 * cb_ms / t.ms if t.ms else None,
                 100.0 * tf / peak if (peak and tf) else None, err, len(t.ms_all), t.skipped,
-                note=f"auto chose {p.describe()}" if name == "auto" else ""))
+                note=f"auto chose {p.describe()}" if name == "auto" else p.fallback_reason))
         del ops
         cp.get_default_memory_pool().free_all_blocks()
     return records

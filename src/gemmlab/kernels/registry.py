@@ -51,6 +51,11 @@ class Problem:
     aligned16: bool  # widths, leading dimensions and base addresses allow float4 access
     dtype: str = "float32"      # what the kernel multiplies: float32, tf32 (float32 storage), float16, bfloat16
     out_dtype: str = "float32"  # what it writes: float32, or the input's 16-bit type
+    # A and B can be read through TMA tensor maps: 16-byte aligned base addresses,
+    # leading dimensions whose byte size is a multiple of 16 (a matrix of one row
+    # has no stride to check).  Only the wgmma rung (16-bit inputs) needs it.
+    tma_aligned: bool = True
+    sm_count: int = 132         # the GPU's multiprocessors, for persistent grids
 
 
 # Element-type codes of the tensor-core kernels' templates (wmma_types.cuh).
@@ -76,6 +81,30 @@ class KernelSpec:
     # The tile parameter that splits K over gridDim.y blocks (partial products go
     # to a workspace that SPLITK_REDUCE adds into C), if the kernel has one.
     split_k_param: str | None = None
+    # NVRTC targets the kernel exists for (empty: every target gemmlab builds for).
+    # A kernel with sm_90a instructions (wgmma, setmaxnreg) lists only "sm_90a".
+    arches: tuple[str, ...] = ()
+    # Why this kernel cannot take a problem's operands (None: it can), and the
+    # kernel that runs instead (plan() falls back to it and says why).
+    unusable: Callable[[Problem], str | None] | None = None
+    fallback: str | None = None
+    # Builds the kernel's arguments when they are more than the standard
+    # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc): called by api.run_plan as
+    # kernel_args(plan, gpu, stream, operands, alpha, beta), it returns a context
+    # manager that yields the argument tuple (e.g. with TMA tensor maps) and
+    # releases whatever it set up (workspaces) once the kernel is enqueued.
+    kernel_args: Callable | None = None
+
+    def builds_for(self, arch: str) -> bool:
+        """Whether this kernel exists for the NVRTC target ``arch`` (e.g. sm_80, sm_90a)."""
+        return not self.arches or arch in self.arches
+
+    def check_arch(self, arch: str, gpu_name: str = "this GPU") -> None:
+        """Raise ValueError, naming both architectures, if the kernel cannot run on ``arch``."""
+        if not self.builds_for(arch):
+            raise ValueError(f"kernel {self.name!r} needs {' or '.join(self.arches)} (its instructions exist only "
+                             f"there: Hopper, H100/H200); {gpu_name} is {arch}. Use another kernel, e.g. "
+                             f"{self.fallback or 'auto'!r}")
 
     def splits(self, params: Mapping[str, int]) -> int:
         return int(params[self.split_k_param]) if self.split_k_param else 1
@@ -167,6 +196,7 @@ class KernelSpec:
             "params": {p.name: {"values": list(p.values), "default": p.default, "doc": p.doc}
                        for p in self.params},
             "constraints": [c.rule for c in self.constraints],
+            "arches": list(self.arches),
         }
 
 
@@ -504,6 +534,83 @@ register(KernelSpec(
     geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1), block=(_tc_threads(p), 1, 1)),
     variants=_TC_VARIANTS,
 ))
+
+
+# -- rung 4: wgmma (Hopper) ------------------------------------------------------------
+
+# Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200
+# (227 KiB); the ring, its barriers and 1 KiB to align the tiles to the swizzle atom.
+WGMMA_SMEM_LIMIT = 227 * 1024
+WGMMA_SM90 = "sm_90a"
+
+
+def _wgmma_smem(p) -> int:
+    """Dynamic shared memory of 04_wgmma.cu: STAGES x (A tile BM x 128 B + B tile BN x 128 B),
+    two 8-byte barriers per stage, 1024 bytes of alignment slack."""
+    return p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
+
+
+def _wgmma_threads(p) -> int:
+    return 128 * (p["BM"] // 64 + 1)   # one producer warpgroup + BM/64 consumers
+
+
+def _wgmma_tiles(p, prob: Problem) -> int:
+    return _tiles(prob, p["BM"], p["BN"])
+
+
+def _wgmma_unusable(prob: Problem) -> str | None:
+    if prob.dtype in ("float16", "bfloat16") and not prob.tma_aligned:
+        return ("TMA needs a and b at 16-byte aligned addresses with leading dimensions whose byte size "
+                "is a multiple of 16 (for 16-bit elements: a multiple of 8 elements)")
+    return None
+
+
+def _wgmma_kernel_args(plan, gpu, stream, operands, alpha, beta):
+    from ..runtime.tma import wgmma_kernel_args   # needs the driver: imported at launch only
+    return wgmma_kernel_args(plan, gpu, stream, operands, alpha, beta)
+
+
+register(KernelSpec(
+    name="wgmma", rung=4, family="tensor", dtypes=("float16", "bfloat16", "tf32"),
+    source="tensor/04_wgmma.cu", template="gemmlab::wgmma_gemm",
+    description="Hopper: TMA copies into a swizzled shared-memory ring (mbarriers), a producer warpgroup "
+                "and BM/64 consumer warpgroups issuing wgmma from shared memory, persistent grid",
+    params=(
+        TileParam("BM", (64, 128), 128, "rows of C per block: BM/64 consumer warpgroups of 64 rows"),
+        TileParam("BN", (128, 256), 256, "columns of C per block, the N of every wgmma (BN/2 accumulators "
+                                         "per consumer thread)"),
+        TileParam("STAGES", (3, 4, 5), 4, "K-steps of A and B tiles (128 bytes of K each) in the "
+                                          "shared-memory ring"),
+    ),
+    constraints=(
+        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + 16*STAGES + 1024 bytes, must fit in the "
+                   "227 KiB a Hopper block can have",
+                   lambda p: _wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
+    ),
+    template_args=lambda p, prob: _tc_type_args(prob) + (p["BM"], p["BN"], p["STAGES"]),
+    # Persistent: no more blocks than SMs (one block fills an SM's shared memory).
+    geometry=lambda p, prob: Launch(grid=(max(1, min(_wgmma_tiles(p, prob), prob.sm_count)), 1, 1),
+                                    block=(_wgmma_threads(p), 1, 1), smem_bytes=_wgmma_smem(p)),
+    variants=_TC_VARIANTS,
+    arches=(WGMMA_SM90,),
+    unusable=_wgmma_unusable,
+    fallback="wmma_warptile",
+    kernel_args=_wgmma_kernel_args,
+))
+
+# The TF32 pre-pass of the wgmma rung (rounds A and packs B^T, K-major).
+TF32_PACK_SOURCE = KERNEL_DIR / "tensor" / "tf32_pack.cu"
+TF32_PACK_KERNELS = ("gemmlab::tf32_pack<false>", "gemmlab::tf32_pack<true>")
+TF32_PACK_TILE, TF32_PACK_THREADS = 32, 256
+
+
+def wgmma_auto_params(M: int, N: int, sm_count: int) -> dict:
+    """wgmma's tile for ``kernel="auto"``: the largest block tile (128x256, then 128x128,
+    then 64x128) whose tiles fill every SM at least once, else the smallest."""
+    for bm, bn in ((128, 256), (128, 128), (64, 128)):
+        if _cdiv(M, bm) * _cdiv(N, bn) >= sm_count:
+            break
+    return {"BM": bm, "BN": bn, "STAGES": 4}
 
 
 def get(name: str) -> KernelSpec:

@@ -38,6 +38,37 @@ def allow_dynamic_smem(kernel, nbytes: int, device: int) -> None:
 
 
 def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args) -> None:
+    """Enqueue ``kernel`` on the stream.  Arguments: NumPy scalars, ints (device
+    pointers), cuda.core TensorMapDescriptors -- through cuda.core.launch -- or
+    driver CUtensorMaps (runtime.tma's fallback), which only cuLaunchKernel takes."""
+    if any(_is_driver_tensor_map(a) for a in args):
+        _launch_driver(kernel, grid, block, smem_bytes, stream_handle, args)
+        return
     from cuda.core import LaunchConfig, launch as cc_launch
     config = LaunchConfig(grid=tuple(grid), block=tuple(block), shmem_size=smem_bytes)
     cc_launch(stream_from_handle(stream_handle), config, kernel, *args)
+
+
+def _is_driver_tensor_map(arg) -> bool:
+    return type(arg).__name__ == "CUtensorMap" and hasattr(arg, "getPtr")
+
+
+def _launch_driver(kernel, grid, block, smem_bytes: int, stream_handle: int, args) -> None:
+    """cuLaunchKernel with kernelParams: an array of pointers, one per argument, to
+    a copy of its value (NumPy buffers, kept alive until the call returns)."""
+    import numpy as np
+    from cuda.bindings import driver
+    keep, ptrs = [], []
+    for a in args:
+        if _is_driver_tensor_map(a):
+            keep.append(a)
+            ptrs.append(int(a.getPtr()))
+            continue
+        buf = np.array([a]) if isinstance(a, np.generic) else np.array([int(a)], dtype=np.uint64)
+        keep.append(buf)
+        ptrs.append(buf.ctypes.data)
+    params = np.array(ptrs, dtype=np.uint64)
+    err, = driver.cuLaunchKernel(kernel.handle, *grid, *block, smem_bytes, driver.CUstream(stream_handle),
+                                 params.ctypes.data, 0)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuLaunchKernel failed: {err.name}")
