@@ -57,7 +57,7 @@ def test_kernel_params_per_rung():
         "pipelined": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "STAGES", "SPLITK"],
         "wmma": [],
         "wmma_warptile": ["BM", "BN", "BK", "WM", "WN"],
-        "wgmma": ["BM", "BN", "STAGES"],
+        "wgmma": ["BM", "BN", "STAGES", "CLUSTER"],
     }
 
 
@@ -119,10 +119,12 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
                 and (p["BM"] * p["BK"]) % threads == 0 and (p["BK"] * p["BN"]) % threads == 0
                 and 4 * (p["BM"] * (p["BK"] + 4) + p["BK"] * (p["BN"] + 4)) <= 48 * 1024)
     if name == "wgmma":
-        # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8-byte barriers a
-        # stage and 1 KiB of alignment slack within 227 KiB; BM in 64-row warpgroups, BN one wgmma N.
-        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
-        return p["BM"] in (64, 128) and p["BN"] in (128, 256) and p["STAGES"] >= 3 and smem <= 227 * 1024
+        # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, three 8-byte barriers a
+        # stage and 1 KiB of alignment slack within 227 KiB; BM in 64-row warpgroups, BN one wgmma N;
+        # clusters of 1 or 2 blocks.
+        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 24 * p["STAGES"] + 1024
+        return (p["BM"] in (64, 128) and p["BN"] in (128, 256) and p["STAGES"] >= 3 and smem <= 227 * 1024
+                and p["CLUSTER"] in (1, 2))
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
         # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
@@ -552,7 +554,7 @@ def test_wgmma_falls_back_when_tma_cannot_read_the_operands(dtype, caplog):
 def test_wgmma_tf32_never_falls_back():
     """TF32 inputs are packed into an aligned workspace first, so any layout will do."""
     p = gemmlab.plan("wgmma", 4097, 4095, 513, dtype="tf32", arch="sm_90a", tma_aligned=False)
-    assert p.spec.name == "wgmma" and p.fallback_reason == "" and p.describe() == "wgmma(BM=128, BN=256, STAGES=4)"
+    assert p.spec.name == "wgmma" and p.fallback_reason == "" and p.describe().startswith("wgmma(BM=128, BN=256, ")
 
 
 @pytest.mark.parametrize("a_ptr, a_rows, lda, b_ptr, b_rows, ldb, eb, ok", [
@@ -580,38 +582,48 @@ def test_contiguous_tma_alignment():
 
 
 @pytest.mark.parametrize("M, N, sm_count", [(1, 1, 132), (4096, 4096, 132), (128, 256, 132), (129, 257, 132),
-                                            (300, 5000, 132), (4096, 4096, 114), (1000, 1000, 8)])
+                                            (300, 5000, 132), (4096, 4096, 114), (1000, 1000, 8), (100, 9000, 7)])
 def test_wgmma_geometry(M, N, sm_count):
-    """04_wgmma.cu: a persistent grid of min(tiles, SMs) blocks, block b taking tiles b, b + grid, ...
-    in grouped order (GROUP_M = 8 tile-rows); together they cover every tile once. One producer
+    """04_wgmma.cu: a persistent grid of whole clusters, at most one block per SM; cluster c
+    takes cluster tiles c, c + clusters, ... (CLUSTER vertically adjacent tiles each, in grouped
+    order of GROUP_M = 8 cluster-rows), its block of rank r the tile in row CLUSTER * row + r.
+    Together they cover every tile exactly once (rows past M are masked). One producer
     warpgroup plus BM/64 consumers; the shared-memory ring as dynamic shared memory."""
     for p in WGMMA.configurations():
+        cl = p["CLUSTER"]
         geo = WGMMA.launch(p, Problem(M, N, 64, True, "bfloat16", "bfloat16", True, sm_count))
         tiles_m, tiles_n = -(-M // p["BM"]), -(-N // p["BN"])
-        tiles = tiles_m * tiles_n
-        assert geo.grid == (min(tiles, sm_count), 1, 1)
+        tiles_mc = -(-tiles_m // cl)
+        clusters = min(tiles_mc * tiles_n, sm_count // cl)
+        assert geo.grid == (cl * clusters, 1, 1) and geo.cluster == (cl, 1, 1) and geo.persistent
+        assert geo.grid[0] <= sm_count
         assert geo.block == (128 * (p["BM"] // 64 + 1), 1, 1)
-        assert geo.smem_bytes == p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
-        seen = set()
-        for t in range(tiles):                     # grouped_tile() in 04_wgmma.cu
-            first = (t // (8 * tiles_n)) * 8
-            rows = min(tiles_m - first, 8)
-            r = t % (8 * tiles_n)
-            seen.add((first + r % rows, r // rows))
-        assert seen == {(i, j) for i in range(tiles_m) for j in range(tiles_n)}
+        assert geo.smem_bytes == p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 24 * p["STAGES"] + 1024
+        seen = []
+        for block in range(geo.grid[0]):
+            rank = block % cl
+            for t in range(block // cl, tiles_mc * tiles_n, clusters):   # grouped_tile() in 04_wgmma.cu
+                first = (t // (8 * tiles_n)) * 8
+                rows = min(tiles_mc - first, 8)
+                r = t % (8 * tiles_n)
+                tm, tn = (first + r % rows) * cl + rank, r // rows
+                if tm < tiles_m:
+                    seen.append((tm, tn))
+        assert sorted(seen) == [(i, j) for i in range(tiles_m) for j in range(tiles_n)]
 
 
 def test_wgmma_shared_memory_rule():
-    assert {"BM": 128, "BN": 256, "STAGES": 5} not in WGMMA.configurations()
+    assert {"BM": 128, "BN": 256, "STAGES": 5, "CLUSTER": 1} not in WGMMA.configurations()
     with pytest.raises(ValueError, match=r"must fit in the 227 KiB"):
         WGMMA.resolve({"BM": 128, "BN": 256, "STAGES": 5})
-    assert len(WGMMA.configurations()) == 11
+    assert len(WGMMA.configurations()) == 22
     assert max(WGMMA.launch(p, Problem(1, 1, 1, True)).smem_bytes for p in WGMMA.configurations()) <= 227 * 1024
 
 
 def test_wgmma_name_expressions():
     prob = Problem(10, 10, 10, True, "bfloat16", "bfloat16")
-    assert WGMMA.name_expression(WGMMA.defaults(), prob) == "gemmlab::wgmma_gemm<1, 1, 128, 256, 4>"
-    assert WGMMA.name_expression({"BM": 64, "BN": 128, "STAGES": 3}, Problem(1, 1, 1, True, "tf32")) == \
-        "gemmlab::wgmma_gemm<2, 3, 64, 128, 3>"
-    assert len(WGMMA.all_name_expressions()) == 11 * 5
+    d = WGMMA.defaults()
+    assert WGMMA.name_expression(d, prob) == f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}>"
+    assert WGMMA.name_expression({"BM": 64, "BN": 128, "STAGES": 3, "CLUSTER": 2}, Problem(1, 1, 1, True, "tf32")) == \
+        "gemmlab::wgmma_gemm<2, 3, 64, 128, 3, 2>"
+    assert len(WGMMA.all_name_expressions()) == 22 * 5

@@ -200,3 +200,45 @@ def test_many_tiles_per_block():
     gemmlab.matmul(a, b, out=out, kernel="wgmma", BM=64, BN=128, STAGES=3)   # 512 tiles
     ref = a.double() @ b.double()
     assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) <= 1e-4
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float32"), ("tf32", "float32")])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (129, 257, 65), (300, 5, 64), (4097, 4095, 513)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("bm", [64, 128])
+def test_clusters_on_odd_shapes(dtype, out_dtype, shape, bm, caplog):
+    """Clusters of two blocks sharing (multicasting) the B tile, including an odd number of
+    tile-rows, where the second block of the last cluster computes rows past M."""
+    M, N, K = shape
+    rng = np.random.default_rng(M + N + K + bm)
+    a, a64 = _padded(M, K, -(-K // 8) * 8, dtype, rng)
+    b, b64 = _padded(K, N, -(-N // 8) * 8, dtype, rng)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, out_dtype))
+    with caplog.at_level(logging.DEBUG, logger="gemmlab"):
+        gemmlab.matmul(a, b, out=out, kernel="wgmma", BM=bm, CLUSTER=2,
+                       **({"precision": "tf32"} if dtype == "tf32" else {}))
+        torch.cuda.synchronize()
+    assert "CLUSTER=2" in _ran(caplog)[0]
+    ref = a64 @ b64
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert not torch.isnan(out).any() and err <= BOUND[out_dtype], err
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("pad", [8, 0])
+def test_tf32_inputs_are_rounded_to_nearest(pad, caplog):
+    """1 + 3 * 2^-12 rounds to 1 + 2^-10 in TF32 (the tensor cores alone would truncate it
+    to 1): with b all ones, every output is exactly K * (1 + 2^-10), for A read in place
+    (rounded in shared memory) and A packed (rows of 65 floats: not 16-byte multiples)."""
+    M, N, K = 200, 300, 65
+    ld = -(-K // pad) * pad if pad else K
+    a = torch.full((M, ld), 1 + 3 * 2**-12, device="cuda")[:, :K]
+    bt = torch.full((K, -(-N // 8) * 8), 1.0, device="cuda")[:, :N]
+    with caplog.at_level(logging.DEBUG, logger="gemmlab"):
+        c = gemmlab.matmul(a, bt, kernel="wgmma", precision="tf32")
+        torch.cuda.synchronize()
+    assert _ran(caplog)[0].startswith("running wgmma(")
+    assert torch.equal(c, torch.full_like(c, K * (1 + 2**-10)))

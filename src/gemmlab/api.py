@@ -17,7 +17,8 @@ from .kernels.registry import KernelSpec, Problem
 from .runtime import compile as rt_compile
 from .runtime import device as rt_device
 from .runtime.tma import Operands, tma_aligned
-from .runtime.launch import DEFAULT_DYNAMIC_SMEM, allow_dynamic_smem, launch, stream_from_handle
+from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, allow_dynamic_smem, clusters_that_fit, launch,
+                             stream_from_handle)
 
 log = logging.getLogger("gemmlab")
 
@@ -208,12 +209,20 @@ def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int,
                np.int32(pr.M), np.int32(pr.N), np.int32(0), 0, np.float32(0.0), np.float32(beta),
                C_ptr, np.int32(ldc))
         return
+    grid = geo.grid
+    if geo.persistent and geo.cluster != (1, 1, 1):
+        # A persistent grid of clusters: only as many as can run at once (a GPC whose
+        # free SMs do not divide by the cluster size leaves some unused).
+        fit = clusters_that_fit(kernel, grid, geo.block, geo.smem_bytes, geo.cluster, stream)
+        if fit < 1:
+            raise RuntimeError(f"{p.describe()}: no cluster of {geo.cluster} blocks fits on {gpu.name}")
+        grid = (min(grid[0], fit * geo.cluster[0]), 1, 1)
     if p.spec.kernel_args is not None:
         # Kernels with more arguments than the standard ones (wgmma: TMA tensor maps,
         # and for TF32 a packed workspace) build them through their spec's hook.
         ops = Operands(A_ptr, lda, B_ptr, ldb, C_ptr, ldc)
         with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta) as args:
-            launch(kernel, geo.grid, geo.block, geo.smem_bytes, stream, *args)
+            launch(kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
         return
     splits = p.spec.splits(p.params)
     if splits == 1:

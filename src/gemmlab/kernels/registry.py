@@ -36,9 +36,13 @@ class Constraint:
 
 @dataclass(frozen=True)
 class Launch:
-    grid: tuple[int, int, int]
+    grid: tuple[int, int, int]          # in blocks
     block: tuple[int, int, int]
     smem_bytes: int = 0
+    cluster: tuple[int, int, int] = (1, 1, 1)   # blocks per thread-block cluster (Hopper)
+    # The grid is an upper bound that any smaller grid also serves (a persistent
+    # kernel walks the tiles): run_plan lowers it to the clusters that fit at once.
+    persistent: bool = False
 
 
 @dataclass(frozen=True)
@@ -546,16 +550,22 @@ WGMMA_SM90 = "sm_90a"
 
 def _wgmma_smem(p) -> int:
     """Dynamic shared memory of 04_wgmma.cu: STAGES x (A tile BM x 128 B + B tile BN x 128 B),
-    two 8-byte barriers per stage, 1024 bytes of alignment slack."""
-    return p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
+    three 8-byte barriers per stage, 1024 bytes of alignment slack."""
+    return p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 24 * p["STAGES"] + 1024
 
 
 def _wgmma_threads(p) -> int:
     return 128 * (p["BM"] // 64 + 1)   # one producer warpgroup + BM/64 consumers
 
 
-def _wgmma_tiles(p, prob: Problem) -> int:
-    return _tiles(prob, p["BM"], p["BN"])
+def _wgmma_geometry(p, prob: Problem) -> Launch:
+    """Persistent: no more blocks than SMs (one block fills an SM's shared memory), in whole
+    clusters; a cluster takes CLUSTER vertically adjacent tiles at a time."""
+    cl = p["CLUSTER"]
+    cluster_tiles = _cdiv(_cdiv(prob.M, p["BM"]), cl) * _cdiv(prob.N, p["BN"])
+    blocks = cl * max(1, min(cluster_tiles, prob.sm_count // cl))
+    return Launch(grid=(blocks, 1, 1), block=(_wgmma_threads(p), 1, 1), smem_bytes=_wgmma_smem(p),
+                  cluster=(cl, 1, 1), persistent=True)
 
 
 def _wgmma_unusable(prob: Problem) -> str | None:
@@ -581,16 +591,16 @@ register(KernelSpec(
                                          "per consumer thread)"),
         TileParam("STAGES", (3, 4, 5), 4, "K-steps of A and B tiles (128 bytes of K each) in the "
                                           "shared-memory ring"),
+        TileParam("CLUSTER", (1, 2), 1, "blocks per cluster: 2 takes two vertically adjacent tiles "
+                                        "whose B tile is read once and multicast to both"),
     ),
     constraints=(
-        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + 16*STAGES + 1024 bytes, must fit in the "
+        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + 24*STAGES + 1024 bytes, must fit in the "
                    "227 KiB a Hopper block can have",
                    lambda p: _wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
     ),
-    template_args=lambda p, prob: _tc_type_args(prob) + (p["BM"], p["BN"], p["STAGES"]),
-    # Persistent: no more blocks than SMs (one block fills an SM's shared memory).
-    geometry=lambda p, prob: Launch(grid=(max(1, min(_wgmma_tiles(p, prob), prob.sm_count)), 1, 1),
-                                    block=(_wgmma_threads(p), 1, 1), smem_bytes=_wgmma_smem(p)),
+    template_args=lambda p, prob: _tc_type_args(prob) + (p["BM"], p["BN"], p["STAGES"], p["CLUSTER"]),
+    geometry=_wgmma_geometry,
     variants=_TC_VARIANTS,
     arches=(WGMMA_SM90,),
     unusable=_wgmma_unusable,
@@ -610,7 +620,7 @@ def wgmma_auto_params(M: int, N: int, sm_count: int) -> dict:
     for bm, bn in ((128, 256), (128, 128), (64, 128)):
         if _cdiv(M, bm) * _cdiv(N, bn) >= sm_count:
             break
-    return {"BM": bm, "BN": bn, "STAGES": 4}
+    return {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1}
 
 
 def get(name: str) -> KernelSpec:

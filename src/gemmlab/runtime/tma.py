@@ -149,10 +149,13 @@ def _standard_args(pr, ops: Operands, alpha, beta) -> tuple:
 def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     """The wgmma rung's arguments: the standard eleven, then the tensor maps of A
     and B.  16-bit inputs are read in place (A in BM x 64 boxes, B in 64 x 64
-    boxes of 64 columns).  TF32 inputs are first packed by tensor/tf32_pack.cu
-    into a stream-ordered workspace -- A rounded to TF32, B transposed and
-    rounded, rows padded to 16 bytes -- and the maps point there (A in BM x 32
-    boxes, B^T in BN x 32); the workspace is freed in stream order afterwards."""
+    boxes of 64 columns).  TF32: wgmma reads both operands K-major, so
+    tensor/tf32_pack.cu first writes B^T, rounded to TF32, into a stream-ordered
+    workspace (rows padded to 16 bytes) and the B map points there (BN/CLUSTER x
+    32 boxes: each block of a cluster copies its share); A is read in place
+    (BM x 32 boxes; the kernel rounds each tile in shared memory) unless TMA
+    cannot read it, in which case it is packed (and rounded) too.  The workspace
+    is freed in stream order once the kernel is enqueued."""
     from ..kernels import registry
     pr, p = plan.problem, plan.params
     args = _standard_args(pr, ops, alpha, beta)
@@ -166,23 +169,27 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     from . import compile as rt_compile
     from .launch import launch, stream_from_handle
     kp = -(-pr.K // 4) * 4                       # rows of 16-byte multiples
-    nbytes = 4 * kp * (pr.M + pr.N)
+    pack_a = not tma_aligned(ops.A, pr.M, ops.lda, 0, 0, 0, 4)
+    nbytes = 4 * kp * (pr.N + (pr.M if pack_a else 0))
     try:
         ws = Device(gpu.ordinal).allocate(nbytes, stream=stream_from_handle(stream))
     except Exception as exc:
         raise MemoryError(f"wgmma (TF32) needs a workspace of {nbytes / 2**20:.1f} MiB for the TF32-rounded, "
-                          f"K-major copies of a and b on {gpu.name} and could not get it ({exc})") from exc
+                          f"K-major copy of b on {gpu.name} and could not get it ({exc})") from exc
     try:
-        a_packed = int(ws.handle)
-        b_packed = a_packed + 4 * kp * pr.M
+        b_packed = int(ws.handle)
+        a_src, lda = ops.A, ops.lda
+        jobs = [(registry.TF32_PACK_KERNELS[1], pr.K, pr.N, ops.B, ops.ldb, b_packed)]
+        if pack_a:
+            a_src, lda = b_packed + 4 * kp * pr.N, kp
+            jobs.append((registry.TF32_PACK_KERNELS[0], pr.M, pr.K, ops.A, ops.lda, a_src))
         tile, threads = registry.TF32_PACK_TILE, registry.TF32_PACK_THREADS
-        for name, rows, cols, src, ld, dst in ((registry.TF32_PACK_KERNELS[0], pr.M, pr.K, ops.A, ops.lda, a_packed),
-                                               (registry.TF32_PACK_KERNELS[1], pr.K, pr.N, ops.B, ops.ldb, b_packed)):
+        for name, rows, cols, src, ld, dst in jobs:
             kernel = rt_compile.load_kernel(registry.TF32_PACK_SOURCE, name, gpu.arch)
             blocks = -(-rows // tile) * -(-cols // tile)
             launch(kernel, (blocks, 1, 1), (threads, 1, 1), 0, stream, np.int32(rows), np.int32(cols), src,
                    np.int32(ld), dst, np.int32(kp))
-        yield args + (tensor_map(a_packed, pr.M, pr.K, kp, "tf32", p["BM"], 32),
-                      tensor_map(b_packed, pr.N, pr.K, kp, "tf32", p["BN"], 32))
+        yield args + (tensor_map(a_src, pr.M, pr.K, lda, "tf32", p["BM"], 32),
+                      tensor_map(b_packed, pr.N, pr.K, kp, "tf32", p["BN"] // p["CLUSTER"], 32))
     finally:
         ws.close(stream_from_handle(stream))

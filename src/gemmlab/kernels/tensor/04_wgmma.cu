@@ -16,20 +16,25 @@
 //     asynchronously, into 64 x BN FP32 accumulators (BN/2 registers a thread).
 //
 // so the block specialises its warpgroups: warpgroup 0 is the producer (one of
-// its threads issues the copies, the rest idle), warpgroups 1..BM/64 are
-// consumers, one 64-row slice of the BM x BN output tile each.  setmaxnreg
-// moves registers from the producer (40) to the consumers (232), which hold the
-// accumulators.  The grid is persistent: min(#SMs, tiles) blocks walk the output
-// tiles in groups of GROUP_M tile-rows, so blocks working at the same time share
+// its threads issues the copies), warpgroups 1..BM/64 are consumers, one
+// 64-row slice of the BM x BN output tile each.  setmaxnreg moves registers
+// from the producer (40) to the consumers (232), which hold the accumulators.
+// The grid is persistent: at most one block per SM, walking the output tiles in
+// groups of GROUP_M tile-rows, so that blocks working at the same time share
 // rows of A and columns of B in L2; the producer runs ahead into the next tile
-// while the consumers write this one out.
+// while the consumers write this one out.  With CLUSTER = 2, the two blocks of a
+// cluster take vertically adjacent tiles, which need the same B tile: each
+// block copies half of it, multicast into both, halving B's traffic from L2.
 //
 // Operand layouts.  A (row-major M x K) is K-major, what wgmma reads natively.
 // B (row-major K x N) is N-major: for FP16/BF16 the descriptor describes
 // 64-column chunks of K-rows and the instruction's transpose bit (imm-trans-b)
 // reads them as such.  TF32 wgmma has no transpose, so for TF32 the launcher
-// first packs B^T (N x K) and a copy of A, both rounded to TF32, into a
-// K-major workspace (tensor/tf32_pack.cu) and the maps point there.
+// first packs B^T (N x K, K-major), rounded to TF32, into a workspace
+// (tensor/tf32_pack.cu) and the B map points there.  The tensor cores read a
+// TF32 operand by dropping the low 13 bits of each float (measured: truncation),
+// so the three spare producer warps round each A tile to nearest in shared
+// memory before the consumers use it (another barrier, "ready").
 //
 // The kernel takes the usual (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) plus
 // the two tensor maps (built on the host: runtime/tma.py); A and B themselves
@@ -80,7 +85,22 @@ __device__ __forceinline__ void store_pair(O* __restrict__ C, int ldc, int row, 
     if (col + 1 < N) p[1] = from_float<O>(beta == 0.0f ? alpha * v1 : alpha * v1 + beta * to_float(p[1]));
 }
 
-template <int DT, int ODT, int BM, int BN, int STAGES>
+// Hand a stage back: one arrival per warp, on the stage's empty barrier in every
+// block of the cluster (each block's producer multicasts into all of them).
+template <int CLUSTER>
+__device__ __forceinline__ void release_stage(hopper::u64* empty, int lane) {
+    __syncwarp();
+    if (lane == 0) {
+        if constexpr (CLUSTER == 1) {
+            hopper::mbar_arrive(empty);
+        } else {
+#pragma unroll
+            for (int r = 0; r < CLUSTER; ++r) hopper::mbar_arrive_cluster(empty, r);
+        }
+    }
+}
+
+template <int DT, int ODT, int BM, int BN, int STAGES, int CLUSTER>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A, int lda,
            const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
@@ -92,60 +112,101 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     constexpr int EB = int(sizeof(S));
     constexpr int BK = 128 / EB;              // one 128-byte swizzle row of K per stage
     constexpr int MMA_K = 32 / EB;            // K of one wgmma: 16 (16-bit), 8 (TF32)
-    constexpr bool B_N_MAJOR = DT != 2;       // TF32 reads the packed, K-major B^T
+    constexpr bool TF32 = DT == 2;            // B^T packed K-major; A rounded in shared memory
     constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128;
     constexpr int CONSUMERS = BM / 64;
-    static_assert(BM % 64 == 0 && BN % 64 == 0 && (BN == 128 || BN == 256), "tile shape");
+    constexpr int ROUNDERS = 96;              // TF32: producer warps 1-3 round each A tile
+    static_assert(BM % 64 == 0 && (BN == 128 || BN == 256) && (CLUSTER == 1 || CLUSTER == 2), "tile shape");
     (void)A; (void)lda; (void)B; (void)ldb;
 
-    // Dynamic shared memory, rounded up to 1024 bytes (the swizzle atom):
-    // STAGES tiles of A, STAGES tiles of B, then the full and empty barriers.
+    // Dynamic shared memory, aligned to 1024 bytes (the swizzle atom): STAGES
+    // tiles of A, STAGES tiles of B, then three barriers per stage.
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+    unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     unsigned char* a_tiles = smem;
     unsigned char* b_tiles = smem + STAGES * A_BYTES;
-    u64* full = reinterpret_cast<u64*>(b_tiles + STAGES * B_BYTES);
-    u64* empty = full + STAGES;
+    u64* full = reinterpret_cast<u64*>(b_tiles + STAGES * B_BYTES);   // the copies have landed
+    u64* empty = full + STAGES;                                        // every consumer is done with it
+    u64* ready = empty + STAGES;                                       // TF32: A rounded
 
-    const int wg = threadIdx.x / 128;
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const u32 rank = CLUSTER > 1 ? cluster_ctarank() : 0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(&full[s], 1);                    // the producer's arrive (+ the copies' bytes)
-            mbar_init(&empty[s], CONSUMERS * 128);     // every consumer thread
+            mbar_init(&full[s], 1);                           // the producer's arrive (+ the bytes)
+            mbar_init(&empty[s], CONSUMERS * 4 * CLUSTER);    // each consumer warp of each CTA
+            mbar_init(&ready[s], ROUNDERS);
         }
         mbar_fence_init();
         tma_prefetch_map(&map_a);
         tma_prefetch_map(&map_b);
     }
-    __syncthreads();
+    // The peer's barriers must be initialised before our copies or arrivals reach them.
+    if constexpr (CLUSTER > 1) cluster_sync(); else __syncthreads();
 
+    // A cluster of CLUSTER blocks takes CLUSTER vertically adjacent tiles that share
+    // their columns of B: each block copies its own A tile and 1/CLUSTER of the B
+    // tile, multicast into every block of the cluster.
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-    const int tiles = tiles_m * tiles_n;
+    const int tiles_mc = (tiles_m + CLUSTER - 1) / CLUSTER;
+    const int cluster_tiles = tiles_mc * tiles_n;
+    const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
     const int k_steps = alpha == 0.0f ? 0 : (K + BK - 1) / BK;   // alpha = 0 reads neither A nor B
 
     if (wg == 0) {
-        // Producer: one thread walks the same tiles as the consumers and keeps
-        // the ring full; a stage is refilled once all consumers released it.
         setmaxnreg_dec<WGMMA_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
+            // Producer: one thread walks the same tiles as the consumers and keeps the
+            // ring full; a stage is refilled once every consumer of the cluster released it.
             int it = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                int tm, tn;
-                grouped_tile(t, tiles_m, tiles_n, tm, tn);
+            for (int t = first; t < cluster_tiles; t += step) {
+                int tmc, tn;
+                grouped_tile(t, tiles_mc, tiles_n, tmc, tn);
+                const int tm = tmc * CLUSTER + int(rank);
                 for (int ks = 0; ks < k_steps; ++ks, ++it) {
                     const int s = it % STAGES;
                     if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
                     mbar_arrive_expect_tx(&full[s], A_BYTES + B_BYTES);
                     tma_load_2d(a_tiles + s * A_BYTES, &map_a, ks * BK, tm * BM, &full[s]);
-                    if constexpr (B_N_MAJOR) {
-                        // BN/64 boxes of 64 columns x BK rows, each 64 rows of 128 bytes.
+                    unsigned char* b = b_tiles + s * B_BYTES;
+                    if constexpr (!TF32) {
+                        // BN/64 boxes of 64 columns x BK rows (64 rows of 128 bytes each).
 #pragma unroll
-                        for (int j = 0; j < BN / 64; ++j)
-                            tma_load_2d(b_tiles + s * B_BYTES + j * (BK * 128), &map_b, tn * BN + 64 * j, ks * BK,
-                                        &full[s]);
+                        for (int j = int(rank); j < BN / 64; j += CLUSTER) {
+                            if constexpr (CLUSTER > 1)
+                                tma_load_2d_multicast(b + j * (BK * 128), &map_b, tn * BN + 64 * j, ks * BK,
+                                                      &full[s], (1 << CLUSTER) - 1);
+                            else
+                                tma_load_2d(b + j * (BK * 128), &map_b, tn * BN + 64 * j, ks * BK, &full[s]);
+                        }
                     } else {
-                        tma_load_2d(b_tiles + s * B_BYTES, &map_b, ks * BK, tn * BN, &full[s]);
+                        // B^T rows [BN/CLUSTER * rank, ...) of the tile: one box per block.
+                        constexpr int ROWS = BN / CLUSTER;
+                        if constexpr (CLUSTER > 1)
+                            tma_load_2d_multicast(b + rank * (ROWS * 128), &map_b, ks * BK, tn * BN + int(rank) * ROWS,
+                                                  &full[s], (1 << CLUSTER) - 1);
+                        else
+                            tma_load_2d(b, &map_b, ks * BK, tn * BN, &full[s]);
                     }
+                }
+            }
+        } else if (TF32 && warp > 0) {
+            // TF32: the tensor cores drop the low 13 bits of what TMA copied (truncation);
+            // round the A tile to nearest in place (B^T was rounded when it was packed).
+            const int tid = threadIdx.x - 32;
+            int it = 0;
+            for (int t = first; t < cluster_tiles; t += step) {
+                for (int ks = 0; ks < k_steps; ++ks, ++it) {
+                    const int s = it % STAGES;
+                    mbar_wait(&full[s], (it / STAGES) & 1);
+                    float4* a = reinterpret_cast<float4*>(a_tiles + s * A_BYTES);
+                    for (int i = tid; i < A_BYTES / 16; i += ROUNDERS) {
+                        float4 v = a[i];
+                        v = make_float4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
+                        a[i] = v;
+                    }
+                    fence_proxy_async_smem();   // the wgmma reads it through the async proxy
+                    mbar_arrive(&ready[s]);
                 }
             }
         }
@@ -153,21 +214,22 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
         // Consumers: warpgroup c owns rows [64c, 64c + 64) of the block tile.
         setmaxnreg_inc<WGMMA_CONSUMER_REGS>();
         const int c = wg - 1;
-        const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+        const int wq = warp % 4;
         // 8-byte / 4-byte paired stores need an even ldc and an aligned C.
         const bool pairs = (ldc % 2 == 0) && (reinterpret_cast<u64>(C) % (2 * sizeof(O)) == 0);
         float acc[BN / 2];
         int it = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            int tm, tn;
-            grouped_tile(t, tiles_m, tiles_n, tm, tn);
+        for (int t = first; t < cluster_tiles; t += step) {
+            int tmc, tn;
+            grouped_tile(t, tiles_mc, tiles_n, tmc, tn);
+            const int tm = tmc * CLUSTER + int(rank);
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
             fence_operands(acc);
             int prev = 0;
             for (int ks = 0; ks < k_steps; ++ks, ++it) {
                 const int s = it % STAGES;
-                mbar_wait(&full[s], (it / STAGES) & 1);
+                mbar_wait(TF32 ? &ready[s] : &full[s], (it / STAGES) & 1);
                 const unsigned char* a = a_tiles + s * A_BYTES + c * (64 * 128);
                 const unsigned char* b = b_tiles + s * B_BYTES;
                 wgmma_fence();
@@ -175,26 +237,27 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 for (int kk = 0; kk < BK / MMA_K; ++kk) {
                     // K-major A: the next MMA_K columns start 32 bytes further along
                     // the (swizzled) row; the hardware applies the swizzle.
-                    const u64 da = make_smem_desc(a + 32 * kk, 1, 1024);
+                    const u64 da = make_smem_desc(a + 32 * kk, 16, 1024);
                     // N-major B: the next MMA_K rows start MMA_K * 128 bytes further;
                     // 64-column chunks lie BK * 128 bytes apart.  K-major B^T: as A.
-                    const u64 db = B_N_MAJOR ? make_smem_desc(b + kk * MMA_K * 128, BK * 128, 1024)
-                                             : make_smem_desc(b + 32 * kk, 1, 1024);
-                    Wgmma<BN, DT>::template mma<0, B_N_MAJOR ? 1 : 0>(acc, da, db, 1);
+                    const u64 db = !TF32 ? make_smem_desc(b + kk * MMA_K * 128, BK * 128, 1024)
+                                         : make_smem_desc(b + 32 * kk, 16, 1024);
+                    Wgmma<BN, DT>::template mma<0, TF32 ? 0 : 1>(acc, da, db, 1);
                 }
                 wgmma_commit();
                 // Keep one group in flight; the one before it is done, so its stage
-                // can be handed back to the producer.
+                // goes back to the producers (one arrival per warp, in every block of
+                // the cluster, as every block's producer writes into it).
                 wgmma_wait<1>();
-                if (ks > 0) mbar_arrive(&empty[prev]);
+                if (ks > 0) release_stage<CLUSTER>(&empty[prev], lane);
                 prev = s;
             }
             wgmma_wait<0>();
             fence_operands(acc);
-            if (k_steps > 0) mbar_arrive(&empty[prev]);
+            if (k_steps > 0) release_stage<CLUSTER>(&empty[prev], lane);
 
             // Epilogue straight from the accumulator registers (layout: hopper.cuh).
-            const int row0 = tm * BM + c * 64 + warp * 16 + lane / 4;
+            const int row0 = tm * BM + c * 64 + wq * 16 + lane / 4;
             const int col0 = tn * BN + 2 * (lane % 4);
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {
@@ -205,6 +268,8 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
             }
         }
     }
+    // No block may leave while a peer can still arrive on its barriers.
+    if constexpr (CLUSTER > 1) cluster_sync();
 }
 
 }  // namespace gemmlab

@@ -2,13 +2,14 @@
 // operands K-major from shared memory and has no transpose bit, but B is
 // row-major K x N (N-major).  Before the GEMM, this kernel writes, into a
 // workspace with rows padded to 16 bytes (what TMA needs):
-//   TRANSPOSE = false:  dst (rows x cols)  = round_tf32(src)      (A -> A')
-//   TRANSPOSE = true:   dst (cols x rows)  = round_tf32(src)^T    (B -> B^T')
-// Rounding here (to nearest, as cvt.rna.tf32.f32) gives the GEMM the same
-// inputs as the WMMA rungs' in-register rounding; the tensor cores would
-// otherwise just drop the low 13 mantissa bits of what TMA copied.
-// 32 x 32 tiles through shared memory (one padded column against bank
-// conflicts), so that both the reads and the writes are coalesced.
+//   TRANSPOSE = true:   dst (cols x rows)  = round_tf32(src)^T    (B -> B^T)
+//   TRANSPOSE = false:  dst (rows x cols)  = round_tf32(src)      (A -> A', only
+//                       when TMA cannot read A in place; else the GEMM rounds
+//                       each A tile in shared memory)
+// Rounding to nearest (cvt.rna.tf32.f32) gives the GEMM the inputs the WMMA
+// rungs round to in registers; the tensor cores themselves would just drop the
+// low 13 mantissa bits.  32 x 32 tiles through shared memory (one padded column
+// against bank conflicts), so that both reads and writes are coalesced.
 #include <gemmlab/hopper.cuh>
 
 namespace gemmlab {

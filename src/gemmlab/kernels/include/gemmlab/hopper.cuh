@@ -78,6 +78,37 @@ __device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
     }
 }
 
+// Arrive on the barrier at the same shared-memory offset in CTA `cta` of this
+// cluster (mapa turns the local address into that CTA's).
+__device__ __forceinline__ void mbar_arrive_cluster(u64* bar, u32 cta) {
+    asm volatile(
+        "{\n.reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+        ::"r"(smem_u32(bar)), "r"(cta)
+        : "memory");
+}
+
+// -- clusters --------------------------------------------------------------------
+
+__device__ __forceinline__ u32 cluster_ctarank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// Every thread of every CTA of the cluster: orders earlier shared-memory work
+// (barrier inits, last remote arrivals) before what follows in all of them.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// Ordinary stores to shared memory become visible to the async proxy (wgmma,
+// TMA) only after this fence (then a barrier orders them for the readers).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // -- TMA ------------------------------------------------------------------------
 
 // Copy the box at coordinates (c0 innermost, c1) of `map` into shared memory at
@@ -87,6 +118,18 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, int
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
         " [%0], [%1, {%2, %3}], [%4];"
         ::"r"(smem_u32(dst)), "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+        : "memory");
+}
+
+// The same copy, written to the same offset in every CTA of the cluster named in
+// `cta_mask` (multicast: one read of global memory feeds them all); the bytes
+// complete on the barrier at `bar`'s offset in each of them.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap* map, int c0, int c1, u64* bar,
+                                                      unsigned short cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3}], [%4], %5;"
+        ::"r"(smem_u32(dst)), "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)), "h"(cta_mask)
         : "memory");
 }
 
@@ -103,7 +146,7 @@ __device__ __forceinline__ void tma_prefetch_map(const TensorMap* map) {
 // With the 128-byte swizzle an operand is made of atoms of 8 rows x 128 bytes
 // (1024 bytes); the offsets say where the next atoms are:
 //   K-major (rows = M or N, 128 bytes of K each): SBO = bytes between groups of
-//     8 rows (1024 when rows are dense); LBO unused (set to 1).
+//     8 rows (1024 when rows are dense); LBO unused (16 bytes, as CUTLASS sets it).
 //   MN-major (rows = K, 128 bytes = 64 16-bit values of M or N each): SBO =
 //     bytes between groups of 8 K-rows; LBO = bytes between 64-wide M/N chunks.
 constexpr u64 SWIZZLE_128B_LAYOUT = 1;
