@@ -119,10 +119,10 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
                 and (p["BM"] * p["BK"]) % threads == 0 and (p["BK"] * p["BN"]) % threads == 0
                 and 4 * (p["BM"] * (p["BK"] + 4) + p["BK"] * (p["BN"] + 4)) <= 48 * 1024)
     if name == "wgmma":
-        # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, three 8-byte barriers a
+        # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8-byte barriers a
         # stage and 1 KiB of alignment slack within 227 KiB; BM in 64-row warpgroups, BN one wgmma N;
         # clusters of 1 or 2 blocks.
-        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 24 * p["STAGES"] + 1024
+        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
         return (p["BM"] in (64, 128) and p["BN"] in (128, 256) and p["STAGES"] >= 3 and smem <= 227 * 1024
                 and p["CLUSTER"] in (1, 2))
     if name == "warptile":
@@ -598,7 +598,7 @@ def test_wgmma_geometry(M, N, sm_count):
         assert geo.grid == (cl * clusters, 1, 1) and geo.cluster == (cl, 1, 1) and geo.persistent
         assert geo.grid[0] <= sm_count
         assert geo.block == (128 * (p["BM"] // 64 + 1), 1, 1)
-        assert geo.smem_bytes == p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 24 * p["STAGES"] + 1024
+        assert geo.smem_bytes == p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
         seen = []
         for block in range(geo.grid[0]):
             rank = block % cl

@@ -550,8 +550,8 @@ WGMMA_SM90 = "sm_90a"
 
 def _wgmma_smem(p) -> int:
     """Dynamic shared memory of 04_wgmma.cu: STAGES x (A tile BM x 128 B + B tile BN x 128 B),
-    three 8-byte barriers per stage, 1024 bytes of alignment slack."""
-    return p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 24 * p["STAGES"] + 1024
+    two 8-byte barriers per stage, 1024 bytes of alignment slack."""
+    return p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
 
 
 def _wgmma_threads(p) -> int:
@@ -595,7 +595,7 @@ register(KernelSpec(
                                         "whose B tile is read once and multicast to both"),
     ),
     constraints=(
-        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + 24*STAGES + 1024 bytes, must fit in the "
+        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + 16*STAGES + 1024 bytes, must fit in the "
                    "227 KiB a Hopper block can have",
                    lambda p: _wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
     ),
