@@ -153,8 +153,8 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     tensor/tf32_pack.cu first writes B^T, rounded to TF32, into a stream-ordered
     workspace (rows padded to 16 bytes) and the B map points there (BN/CLUSTER x
     32 boxes: each block of a cluster copies its share); A is read in place
-    (BM x 32 boxes; the kernel rounds each tile in shared memory) unless TMA
-    cannot read it, in which case it is packed (and rounded) too.  The workspace
+    (BM x 32 boxes; the kernel rounds it as it loads it into registers) unless
+    TMA cannot read it, in which case it is packed (and rounded) too.  The workspace
     is freed in stream order once the kernel is enqueued."""
     from ..kernels import registry
     pr, p = plan.problem, plan.params

@@ -5,7 +5,7 @@
 //   TRANSPOSE = true:   dst (cols x rows)  = round_tf32(src)^T    (B -> B^T)
 //   TRANSPOSE = false:  dst (rows x cols)  = round_tf32(src)      (A -> A', only
 //                       when TMA cannot read A in place; else the GEMM rounds
-//                       each A tile in shared memory)
+//                       A as it loads it into registers)
 // Rounding to nearest (cvt.rna.tf32.f32) gives the GEMM the inputs the WMMA
 // rungs round to in registers; the tensor cores themselves would just drop the
 // low 13 mantissa bits.  32 x 32 tiles through shared memory (one padded column

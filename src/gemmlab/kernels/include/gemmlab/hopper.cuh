@@ -84,7 +84,7 @@ __device__ __forceinline__ void mbar_arrive_cluster(u64* bar, u32 cta) {
     asm volatile(
         "{\n.reg .b32 remote;\n"
         "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
         ::"r"(smem_u32(bar)), "r"(cta)
         : "memory");
 }
