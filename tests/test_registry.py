@@ -524,11 +524,12 @@ def test_auto_picks_wgmma_on_hopper_only(dtype, out_dtype):
 
 @pytest.mark.parametrize("M, N, sm_count, tile", [
     (4096, 4096, 132, (128, 256)),   # 32 x 16 = 512 tiles
-    (2048, 2048, 132, (128, 128)),   # 128x256 gives 128 tiles < 132 SMs; 128x128 gives 256
-    (1536, 2816, 132, (128, 256)),   # 12 x 11 = 132 tiles: exactly one wave
-    (1024, 1024, 132, (64, 128)),    # 64 tiles of 128x128; 128 of 64x128, the most there is
+    (2048, 2048, 132, (128, 256)),   # 128 tiles: at least half the SMs
+    (1024, 2048, 132, (64, 128)),    # 64 tiles: 2 * 64 = 128 < 132
+    (1024, 1024, 132, (64, 128)),    # 32 tiles of 128x256; 128 of 64x128
+    (1152, 2048, 132, (128, 256)),   # 9 x 8 = 72 tiles
     (1, 1, 132, (64, 128)),
-    (300, 300, 8, (128, 128)),       # 8 SMs: 3 x 2 tiles of 128x256, 3 x 3 of 128x128
+    (300, 300, 8, (128, 256)),       # 8 SMs: 3 x 2 = 6 tiles of 128x256
 ])
 def test_wgmma_auto_tile(M, N, sm_count, tile):
     p = gemmlab.plan("auto", M, N, 512, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=sm_count)

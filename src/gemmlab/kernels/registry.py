@@ -615,11 +615,13 @@ TF32_PACK_TILE, TF32_PACK_THREADS = 32, 256
 
 
 def wgmma_auto_params(M: int, N: int, sm_count: int) -> dict:
-    """wgmma's tile for ``kernel="auto"``: the largest block tile (128x256, then 128x128,
-    then 64x128) whose tiles fill every SM at least once, else the smallest."""
-    for bm, bn in ((128, 256), (128, 128), (64, 128)):
-        if _cdiv(M, bm) * _cdiv(N, bn) >= sm_count:
-            break
+    """wgmma's tile for ``kernel="auto"``: 128x256 (the fastest per tile) unless its tiles
+    would fill fewer than half the SMs; then 64x128, four times as many tiles.  Measured on
+    an H100 (132 SMs), BF16: at 1024^3 (32 tiles of 128x256) 64x128 reached 82% of cuBLAS
+    where 128x256 reached 48%; at 2048^3 (128 tiles) 128x256 reached 81% where 128x128
+    (256 tiles, two rounds) reached 71%."""
+    big = _cdiv(M, 128) * _cdiv(N, 256)
+    bm, bn = (128, 256) if 2 * big >= sm_count else (64, 128)
     return {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1}
 
 
