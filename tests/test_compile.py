@@ -69,10 +69,11 @@ needs_nvdisasm = pytest.mark.skipif(find_disassembler() is None,
 @pytest.fixture(scope="module")
 def ladder_module():
     """compile(arch, spec) -> the module with every instantiation of spec, built once per module.
-    All of them are compiled first in parallel processes into the (test) kernel cache."""
+    All of them are compiled first in parallel processes into the (test) kernel cache
+    (each kernel for the targets it exists for: wgmma for sm_90a only)."""
     from gemmlab.runtime.compile import compile_in_processes
     compile_in_processes([(spec.source_path, list(instantiations(spec)), arch)
-                          for arch in ARCHES for spec in SPECS])
+                          for arch in ARCHES for spec in SPECS if spec.builds_for(arch)])
     memo = {}
 
     def get(arch, spec):
@@ -118,6 +119,8 @@ def static_smem(spec, p, prob=None):
 @pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_every_instantiation_compiles_without_spills(arch, spec, ladder_module):
+    if not spec.builds_for(arch):
+        pytest.skip(f"{spec.name} exists only for {', '.join(spec.arches)} (its instructions are not in {arch})")
     module = ladder_module(arch, spec)
     insts = instantiations(spec)
     assert set(module.symbols) == set(insts)
@@ -252,12 +255,61 @@ def test_register_tiled_kernels_use_ffma(arch, kernel, ladder_module, ladder_sas
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
 def test_tensor_rungs_use_the_tensor_cores(arch, ladder_module, ladder_sass):
-    """Every instantiation of a tensor-core rung (error-corrected ones included)
-    has HMMA instructions in its SASS."""
+    """Every instantiation of a WMMA-based rung (error-corrected ones included) has
+    HMMA instructions in its SASS (wgmma: below)."""
     for spec in registry.ladder("tensor") + registry.ladder("ec"):
+        if spec.name == "wgmma":
+            continue
         sass = ladder_sass(arch, spec)
         for name, mangled in ladder_module(arch, spec).symbols.items():
             assert "HMMA" in sass[mangled], f"{name} on {arch} has no HMMA"
+
+
+@needs_nvdisasm
+def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, ladder_sass):
+    """Every instantiation of the wgmma rung runs on the Hopper path: HGMMA (warpgroup
+    MMA from shared memory; a kernel with HMMA is on the older, slower path), TMA
+    loads (UTMALDG), mbarrier waits, and setmaxnreg honoured (USETMAXREG: ptxas
+    drops it, with warning C7508, when the kernel has no register cap or the
+    roles are not one if/else)."""
+    spec = registry.get("wgmma")
+    module = ladder_module("sm_90a", spec)
+    sass = ladder_sass("sm_90a", spec)
+    assert "C7508" not in module.log and "setmaxnreg" not in module.log.lower(), module.log
+    for name, mangled in module.symbols.items():
+        text = sass[mangled]
+        facts = sass_facts(text)
+        assert facts["HGMMA"] >= 4, f"{name}: {facts}"       # BK / MMA_K = 4 per stage, unrolled
+        assert facts["HMMA"] == 0, name
+        # nvdisasm writes FP16 as the default (no type suffix): HGMMA.64x256x16.F32
+        dt = int(name.split("<")[1].split(",")[0])
+        expect = {0: r"HGMMA\.64x\d+x16\.F32 ", 1: r"HGMMA\.64x\d+x16\.F32\.BF16 ",
+                  2: r"HGMMA\.64x\d+x8\.F32\.TF32 "}[dt]
+        assert re.search(expect, text), f"{name}: no {expect}"
+        if dt != 2:       # 16-bit B is read N-major through the transpose bit
+            assert ".tnspB" in text, name
+        assert "UTMALDG.2D" in text, name
+        assert "SYNCS.PHASECHK" in text, name
+        assert "USETMAXREG.DEALLOC" in text and "USETMAXREG.TRY_ALLOC" in text, name
+
+
+@pytest.mark.parametrize("arch", [a for a in ARCHES if a != "sm_90a"])
+def test_wgmma_is_not_built_for_other_targets(arch):
+    """Compiling the rung for another target is refused by its header, naming sm_90a."""
+    spec = registry.get("wgmma")
+    assert not spec.builds_for(arch) and spec.builds_for("sm_90a")
+    name = spec.name_expression(spec.defaults(), registry._TC_VARIANTS[0])
+    with pytest.raises(CompileError, match=r"hopper\.cuh needs sm_90a"):
+        compile_module(spec.source_path, (name,), arch, use_cache=False)
+
+
+def test_tf32_pack_compiles_without_spills():
+    module = compile_module(registry.TF32_PACK_SOURCE, registry.TF32_PACK_KERNELS, "sm_90a")
+    res = parse_ptxas_log(module.log)
+    for name in registry.TF32_PACK_KERNELS:
+        r = res[module.symbols[name]]
+        assert r.spill_bytes == 0 and r.stack_bytes == 0, name
+        assert r.smem_bytes == 4 * 32 * 33, name
 
 
 @needs_nvdisasm
@@ -265,6 +317,8 @@ def test_tensor_rungs_use_the_tensor_cores(arch, ladder_module, ladder_sass):
 def test_no_local_memory_anywhere(arch, ladder_module, ladder_sass):
     """No instantiation touches local memory (the SASS side of 'no spills, no stack')."""
     for spec in SPECS:
+        if not spec.builds_for(arch):
+            continue
         sass = ladder_sass(arch, spec)
         module = ladder_module(arch, spec)
         for name, mangled in module.symbols.items():

@@ -12,7 +12,7 @@ from gemmlab.kernels import registry
 from gemmlab.kernels.registry import Problem
 
 LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
-          "pipelined", "wmma", "wmma_warptile", "ec_wmma"]
+          "pipelined", "wmma", "wmma_warptile", "wgmma", "ec_wmma"]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
 
@@ -26,8 +26,8 @@ def spec_id(spec):
 def test_kernels_lists_the_ladder_in_rung_order():
     ks = gemmlab.kernels()
     assert [k["name"] for k in ks] == LADDER
-    assert [(k["family"], k["rung"]) for k in ks] == ([("simt", r) for r in range(1, 9)] + [("tensor", 1), ("tensor", 2)]
-                                                     + [("ec", 1)])
+    assert [(k["family"], k["rung"]) for k in ks] == ([("simt", r) for r in range(1, 9)]
+                                                     + [("tensor", 1), ("tensor", 2), ("tensor", 4), ("ec", 1)])
 
 
 @pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
@@ -59,12 +59,13 @@ def test_kernel_params_per_rung():
         "wmma": [],
         "wmma_warptile": ["BM", "BN", "BK", "WM", "WN"],
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
+        "wgmma": ["BM", "BN", "STAGES", "CLUSTER"],
     }
 
 
 def test_ladder_family_filter():
     assert [s.name for s in registry.ladder("simt")] == LADDER[:8]
-    assert [s.name for s in registry.ladder("tensor")] == ["wmma", "wmma_warptile"]
+    assert [s.name for s in registry.ladder("tensor")] == ["wmma", "wmma_warptile", "wgmma"]
     assert registry.ladder("no-such-family") == []
 
 
@@ -125,6 +126,13 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
         return (p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0 and 64 <= threads <= 512
                 and (p["BM"] * p["BK"]) % threads == 0 and (p["BK"] * p["BN"]) % threads == 0
                 and 4 * (p["BM"] * (p["BK"] + 4) + p["BK"] * (p["BN"] + 4)) <= 48 * 1024)
+    if name == "wgmma":
+        # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8-byte barriers a
+        # stage and 1 KiB of alignment slack within 227 KiB; BM in 64-row warpgroups, BN one wgmma N;
+        # clusters of 1 or 2 blocks.
+        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
+        return (p["BM"] in (64, 128) and p["BN"] in (128, 256) and p["STAGES"] >= 3 and smem <= 227 * 1024
+                and p["CLUSTER"] in (1, 2))
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
         # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
@@ -273,11 +281,14 @@ def test_all_name_expressions(spec):
     assert len(names) == len(set(names))
     # The split-K factor is a launch shape, not a template argument: one instantiation serves all.
     compiled = {tuple(v for k, v in c.items() if k != spec.split_k_param) for c in spec.configurations()}
-    assert len(names) == len(compiled) * len(spec.variants) * len(registry.LAYOUTS)
+    layouts = spec.layouts     # every layout, except for kernels that read fewer (wgmma: NN)
+    assert set(layouts) <= set(registry.LAYOUTS) and ("N", "N") in layouts
+    assert len(names) == len(compiled) * len(spec.variants) * len(layouts)
     assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
     for op_a, op_b in registry.LAYOUTS:   # the layouts are the last two template arguments
-        assert sum(n.endswith(f", '{op_a}', '{op_b}'>") for n in names) == len(names) // 4
-    assert len(spec.all_name_expressions(layouts=[("N", "N")])) == len(names) // 4
+        expected = len(names) // len(layouts) if (op_a, op_b) in layouts else 0
+        assert sum(n.endswith(f", '{op_a}', '{op_b}'>") for n in names) == expected
+    assert len(spec.all_name_expressions(layouts=[("N", "N")])) == len(names) // len(layouts)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
@@ -449,7 +460,8 @@ def expected_block(spec, p):
 
 
 def _cases():
-    for spec in [s for s in SPECS if s.name != "wmma"]:   # wmma numbers warp tiles: test_wmma_geometry
+    # wmma numbers warp tiles (test_wmma_geometry); wgmma is persistent (test_wgmma_geometry).
+    for spec in [s for s in SPECS if s.name not in ("wmma", "wgmma")]:
         configs = spec.configurations()
         if spec.split_k_param:   # every tile shape unsplit, and the defaults with each split
             configs = [p for p in configs if p[spec.split_k_param] == 1] + [
@@ -562,3 +574,141 @@ def test_wmma_geometry(M, N):
     assert inside.sum() == tiles and (cols0 < N).all()
     assert geo.grid[0] == -(-tiles // 4)
 
+
+
+# -- the wgmma rung (Hopper) -------------------------------------------------------------------
+
+WGMMA = registry.get("wgmma")
+
+
+def test_wgmma_exists_only_for_sm90a():
+    assert WGMMA.arches == ("sm_90a",)
+    assert WGMMA.builds_for("sm_90a") and not WGMMA.builds_for("sm_80") and not WGMMA.builds_for("sm_90")
+    assert all(s.builds_for("sm_80") for s in SPECS if s.name != "wgmma")
+    assert [k["arches"] for k in gemmlab.kernels() if k["name"] == "wgmma"] == [["sm_90a"]]
+    with pytest.raises(ValueError, match=r"kernel 'wgmma' needs sm_90a .*NVIDIA A100 is sm_80"):
+        WGMMA.check_arch("sm_80", "NVIDIA A100")
+
+
+def test_plan_refuses_wgmma_on_other_architectures():
+    with pytest.raises(ValueError, match=r"kernel 'wgmma' needs sm_90a.* is sm_80.*'wmma_warptile'"):
+        gemmlab.plan("wgmma", 256, 256, 256, dtype="bfloat16", out_dtype="bfloat16", arch="sm_80")
+    # Without an architecture (planning before the GPU is known) the name is accepted.
+    assert gemmlab.plan("wgmma", 256, 256, 256, dtype="bfloat16", out_dtype="bfloat16").spec.name == "wgmma"
+
+
+@pytest.mark.parametrize("dtype, out_dtype", [("float16", "float16"), ("bfloat16", "float32"), ("tf32", "float32")])
+def test_auto_picks_wgmma_on_hopper_only(dtype, out_dtype):
+    kw = dict(dtype=dtype, out_dtype=out_dtype)
+    assert gemmlab.plan("auto", 4096, 4096, 4096, arch="sm_90a", **kw).spec.name == "wgmma"
+    assert gemmlab.plan("auto", 4096, 4096, 4096, arch="sm_80", **kw).spec.name == "wmma_warptile"
+    assert gemmlab.plan("auto", 4096, 4096, 4096, **kw).spec.name == "wmma_warptile"
+    assert gemmlab.plan("auto", 4096, 4096, 4096, arch="sm_90a").spec.family == "simt"   # float32
+
+
+@pytest.mark.parametrize("M, N, sm_count, tile", [
+    (4096, 4096, 132, (128, 256)),   # 32 x 16 = 512 tiles
+    (2048, 2048, 132, (128, 256)),   # 128 tiles: at least half the SMs
+    (1024, 2048, 132, (64, 128)),    # 64 tiles: 2 * 64 = 128 < 132
+    (1024, 1024, 132, (64, 128)),    # 32 tiles of 128x256; 128 of 64x128
+    (1152, 2048, 132, (128, 256)),   # 9 x 8 = 72 tiles
+    (1, 1, 132, (64, 128)),
+    (300, 300, 8, (128, 256)),       # 8 SMs: 3 x 2 = 6 tiles of 128x256
+])
+def test_wgmma_auto_tile(M, N, sm_count, tile):
+    p = gemmlab.plan("auto", M, N, 512, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=sm_count)
+    assert (p.params["BM"], p.params["BN"]) == tile
+    assert p.params in WGMMA.configurations()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_falls_back_when_tma_cannot_read_the_operands(dtype, caplog):
+    import logging
+    with caplog.at_level(logging.DEBUG, logger="gemmlab"):
+        p = gemmlab.plan("wgmma", 4097, 4095, 513, dtype=dtype, out_dtype=dtype, arch="sm_90a",
+                         tma_aligned=False, BN=128)
+    assert p.spec.name == "wmma_warptile" and p.params == registry.get("wmma_warptile").defaults()
+    assert "wgmma cannot take these operands: TMA needs" in p.fallback_reason
+    assert p.describe().startswith("wmma_warptile(") and "[wgmma cannot take these operands" in p.describe()
+    assert any("running wmma_warptile instead" in r.getMessage() for r in caplog.records)
+    # auto falls back the same way
+    assert gemmlab.plan("auto", 4097, 4095, 513, dtype=dtype, out_dtype=dtype, arch="sm_90a",
+                        tma_aligned=False).spec.name == "wmma_warptile"
+
+
+def test_wgmma_tf32_never_falls_back():
+    """TF32 inputs are packed into an aligned workspace first, so any layout will do."""
+    p = gemmlab.plan("wgmma", 4097, 4095, 513, dtype="tf32", arch="sm_90a", tma_aligned=False)
+    assert p.spec.name == "wgmma" and p.fallback_reason == "" and p.describe().startswith("wgmma(BM=128, BN=256, ")
+
+
+@pytest.mark.parametrize("a_ptr, a_rows, lda, b_ptr, b_rows, ldb, eb, ok", [
+    (256, 100, 64, 512, 64, 128, 2, True),
+    (256, 100, 60, 512, 64, 128, 2, False),    # 120-byte rows
+    (256, 100, 64, 512, 64, 132, 2, False),
+    (258, 100, 64, 512, 64, 128, 2, False),    # base 2 bytes off
+    (256, 100, 64, 520, 64, 128, 2, False),    # 8 bytes off
+    (256, 1, 5, 512, 1, 3, 2, True),           # single rows: no stride to check
+    (256, 100, 4, 512, 64, 4, 4, True),        # 16-byte float rows
+    (256, 100, 6, 512, 64, 4, 4, False),
+])
+def test_tma_alignment_rule(a_ptr, a_rows, lda, b_ptr, b_rows, ldb, eb, ok):
+    from gemmlab.runtime.tma import tma_aligned
+    assert tma_aligned(a_ptr, a_rows, lda, b_ptr, b_rows, ldb, eb) is ok
+
+
+def test_contiguous_tma_alignment():
+    from gemmlab.api import contiguous_tma_aligned
+    assert contiguous_tma_aligned(4096, 4096, 4096, 2)
+    assert not contiguous_tma_aligned(4097, 4095, 513, 2)     # a's rows: 1026 bytes
+    assert not contiguous_tma_aligned(64, 100, 64, 2)         # b's rows: 200 bytes
+    assert contiguous_tma_aligned(1, 1, 1, 2)                 # one-row a and b
+    assert contiguous_tma_aligned(1000, 12, 4, 4)             # 16-byte float rows
+
+
+@pytest.mark.parametrize("M, N, sm_count", [(1, 1, 132), (4096, 4096, 132), (128, 256, 132), (129, 257, 132),
+                                            (300, 5000, 132), (4096, 4096, 114), (1000, 1000, 8), (100, 9000, 7)])
+def test_wgmma_geometry(M, N, sm_count):
+    """04_wgmma.cu: a persistent grid of whole clusters, at most one block per SM; cluster c
+    takes cluster tiles c, c + clusters, ... (CLUSTER vertically adjacent tiles each, in grouped
+    order of GROUP_M = 8 cluster-rows), its block of rank r the tile in row CLUSTER * row + r.
+    Together they cover every tile exactly once (rows past M are masked). One producer
+    warpgroup plus BM/64 consumers; the shared-memory ring as dynamic shared memory."""
+    for p in WGMMA.configurations():
+        cl = p["CLUSTER"]
+        geo = WGMMA.launch(p, Problem(M, N, 64, True, "bfloat16", "bfloat16", tma_aligned=True, sm_count=sm_count))
+        tiles_m, tiles_n = -(-M // p["BM"]), -(-N // p["BN"])
+        tiles_mc = -(-tiles_m // cl)
+        clusters = min(tiles_mc * tiles_n, sm_count // cl)
+        assert geo.grid == (cl * clusters, 1, 1) and geo.cluster == (cl, 1, 1) and geo.persistent
+        assert geo.grid[0] <= sm_count
+        assert geo.block == (128 * (p["BM"] // 64 + 1), 1, 1)
+        assert geo.smem_bytes == p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
+        seen = []
+        for block in range(geo.grid[0]):
+            rank = block % cl
+            for t in range(block // cl, tiles_mc * tiles_n, clusters):   # grouped_tile() in 04_wgmma.cu
+                first = (t // (8 * tiles_n)) * 8
+                rows = min(tiles_mc - first, 8)
+                r = t % (8 * tiles_n)
+                tm, tn = (first + r % rows) * cl + rank, r // rows
+                if tm < tiles_m:
+                    seen.append((tm, tn))
+        assert sorted(seen) == [(i, j) for i in range(tiles_m) for j in range(tiles_n)]
+
+
+def test_wgmma_shared_memory_rule():
+    assert {"BM": 128, "BN": 256, "STAGES": 5, "CLUSTER": 1} not in WGMMA.configurations()
+    with pytest.raises(ValueError, match=r"must fit in the 227 KiB"):
+        WGMMA.resolve({"BM": 128, "BN": 256, "STAGES": 5})
+    assert len(WGMMA.configurations()) == 22
+    assert max(WGMMA.launch(p, Problem(1, 1, 1, True)).smem_bytes for p in WGMMA.configurations()) <= 227 * 1024
+
+
+def test_wgmma_name_expressions():
+    prob = Problem(10, 10, 10, True, "bfloat16", "bfloat16")
+    d = WGMMA.defaults()
+    assert WGMMA.name_expression(d, prob) == f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, 'N', 'N'>"
+    assert WGMMA.name_expression({"BM": 64, "BN": 128, "STAGES": 3, "CLUSTER": 2}, Problem(1, 1, 1, True, "tf32")) == \
+        "gemmlab::wgmma_gemm<2, 3, 64, 128, 3, 2, 'N', 'N'>"
+    assert len(WGMMA.all_name_expressions()) == 22 * 5

@@ -18,7 +18,9 @@ from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
 from .runtime import compile as rt_compile
 from .runtime import device as rt_device
-from .runtime.launch import DEFAULT_DYNAMIC_SMEM, allow_dynamic_smem, launch, stream_from_handle
+from .runtime.tma import Operands, tma_aligned
+from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, allow_dynamic_smem, clusters_that_fit, launch,
+                             stream_from_handle)
 
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
 # float16 and bfloat16 for the tensor-core ladder.
@@ -41,11 +43,14 @@ class Plan:
     extra: dict = field(default_factory=dict)   # values of spec.extra_args (default 1.0)
     method: str = ""                            # error-corrected FP32: the method used
     reason: str = ""                            # why this kernel or method, where a choice was made
+    # Why the kernel asked for is not the one that runs (see KernelSpec.why_unusable), or "".
+    fallback_reason: str = ""
 
     def describe(self) -> str:
         p = ", ".join(f"{k}={v}" for k, v in self.params.items())
         text = f"{self.spec.name}({p})" if p else self.spec.name
-        return f"{text} [{self.method}]" if self.method else text
+        notes = [n for n in (self.method, self.fallback_reason) if n]
+        return f"{text} [{'; '.join(notes)}]" if notes else text
 
     def extra_args(self) -> tuple:
         return tuple(np.float32(self.extra.get(name, 1.0)) for name in self.spec.extra_args)
@@ -66,6 +71,12 @@ def _scalar(value, name: str) -> np.float32:
 INT32_MAX = 2**31 - 1   # the kernels take sizes and leading dimensions as 32-bit ints
 GRID_Z_MAX = 65535      # batches per launch (gridDim.z); more are launched in chunks
 SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (batches are chunked)
+
+
+def contiguous_tma_aligned(M: int, N: int, K: int, elem_bytes: int) -> bool:
+    """Whether fresh contiguous M x K and K x N arrays allow TMA tensor maps
+    (rows of a multiple of 16 bytes, or a single row)."""
+    return tma_aligned(0, M, max(K, 1), 0, K, max(N, 1), elem_bytes)
 
 
 def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N") -> bool:
@@ -249,7 +260,8 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
 
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
          gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
-         op_a: str = "N", op_b: str = "N", batch: int = 1, **tile_params) -> Plan:
+         op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
+         **tile_params) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
     Without tile parameters, a named kernel (and ``"auto"``) takes the
@@ -262,6 +274,16 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     column-major); every layout uses the table tuned for the shape.  ``batch``
     products launched together count as more tiles: a tuned or heuristic
     split-K is dropped when the batch alone fills the GPU.
+
+    ``arch`` is the GPU's NVRTC target (None: not known yet, as when planning
+    without a GPU).  A kernel that does not exist for it (wgmma off Hopper) is
+    an error; ``"auto"`` picks wgmma for 16-bit and TF32 inputs on sm_90a.
+    ``tma_aligned`` says whether a and b allow TMA tensor maps (see
+    runtime.tma.tma_aligned).  A kernel that cannot take the operands
+    (KernelSpec.why_unusable: a layout it does not read, operands TMA cannot
+    map) is replaced by its fallback kernel at the fallback's defaults, with the
+    reason in ``Plan.fallback_reason``, ``Plan.describe()`` and a debug message
+    on the ``gemmlab`` logger.
     """
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
@@ -280,17 +302,30 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
             kernel, tile_params = auto_params(M, N, K, sm_count, batch)
         elif dtype in registry.EC_METHODS:
             kernel, tile_params = "ec_wmma", {}
+        elif arch is not None and registry.get("wgmma").builds_for(arch):
+            kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count)
         else:
             # 16-bit and TF32: the warp-tiled WMMA rung until the faster rungs and
             # their tuned tables exist.
             kernel, tile_params = "wmma_warptile", {}
     spec = registry.get(kernel)
+    if arch is not None:
+        spec.check_arch(arch)
     params = spec.resolve(tile_params)
     if batch > 1 and not explicit and spec.splits(params) > 1 \
             and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= sm_count:
         params[spec.split_k_param] = 1
-    problem = Problem(M, N, K, aligned16, dtype, out_dtype, op_a, op_b)
+    problem = Problem(M, N, K, aligned16, dtype, out_dtype, op_a, op_b, tma_aligned=tma_aligned,
+                      sm_count=sm_count)
     spec.check_dtypes(problem)
+    reason = spec.why_unusable(problem)
+    if reason:
+        fallback = registry.get(spec.fallback)
+        why = f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead"
+        log.debug("%s", why)
+        spec, params = fallback, fallback.resolve({})
+        spec.check_dtypes(problem)
+        return Plan(spec, params, problem, spec.name_expression(params, problem), fallback_reason=why)
     return Plan(spec, params, problem, spec.name_expression(params, problem))
 
 
@@ -310,8 +345,12 @@ def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int,
     """Launch an already validated plan on raw device pointers (the harness uses this too).
 
     ``batch`` products, the i-th at A_ptr + i * strides[0] elements (B and C
-    likewise; stride 0 repeats a matrix), go to gridDim.z, GRID_Z_MAX at a time.
+    likewise; stride 0 repeats a matrix), go to gridDim.z, GRID_Z_MAX at a time
+    (kernels with their own argument builder, wgmma, get one launch per matrix).
     """
+    p.spec.check_arch(gpu.arch, gpu.name)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("running %s on %s", p.describe(), gpu.name)
     _make_current(gpu.ordinal)
     kernel = rt_compile.load_kernel(p.spec.source_path, p.name_expression, gpu.arch)
     geo = p.spec.launch(p.params, p.problem)
@@ -333,8 +372,29 @@ def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int,
         a, b, c = A_ptr + z0 * sa * item_in, B_ptr + z0 * sb * item_in, C_ptr + z0 * sc * item_out
         if quick:
             _quick_return(pr, gpu, stream, c, ldc, beta, nz, sc)
+        elif p.spec.kernel_args is not None:
+            for z in range(nz):
+                _launch_with_own_args(p, kernel, geo, gpu, stream, a + z * sa * item_in, lda, b + z * sb * item_in,
+                                      ldb, c + z * sc * item_out, ldc, alpha, beta)
         else:
             _launch_gemm(p, kernel, geo, splits, gpu, stream, a, lda, b, ldb, c, ldc, alpha, beta, nz, strides)
+
+
+def _launch_with_own_args(p: Plan, kernel, geo, gpu, stream, A_ptr, lda, B_ptr, ldb, C_ptr, ldc, alpha,
+                          beta) -> None:
+    """One matrix with a kernel whose spec builds its arguments (wgmma: TMA tensor
+    maps, and for TF32 a packed workspace)."""
+    grid = geo.grid
+    if geo.persistent and geo.cluster != (1, 1, 1):
+        # A persistent grid of clusters: only as many as can run at once (a GPC whose
+        # free SMs do not divide by the cluster size leaves some unused).
+        fit = clusters_that_fit(kernel, grid, geo.block, geo.smem_bytes, geo.cluster, stream)
+        if fit < 1:
+            raise RuntimeError(f"{p.describe()}: no cluster of {geo.cluster} blocks fits on {gpu.name}")
+        grid = (min(grid[0], fit * geo.cluster[0]), 1, 1)
+    ops = Operands(A_ptr, lda, B_ptr, ldb, C_ptr, ldc)
+    with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta) as args:
+        launch(kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
 
 
 def _quick_return(pr: Problem, gpu, stream, C_ptr, ldc, beta, nz, stride_c) -> None:
@@ -468,6 +528,9 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_
     plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), op_a=kv.A.layout, op_b=kv.B.layout,
          batch=kv.launch_batch(), **call.dtypes, **tile_params)
     gpu = rt_device.gpu_info(call.device)
+    # Kernels that exist only for some GPUs (wgmma: sm_90a) are refused before any copy.
+    plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), op_a=kv.A.layout, op_b=kv.B.layout,
+         batch=kv.launch_batch(), arch=gpu.arch, sm_count=gpu.sm_count, **call.dtypes, **tile_params)
     if call.on_gpu:
         return _matmul_gpu(call, gpu, kernel, tile_params, precision)
     return _matmul_host(call, a, b, out, trans_a, trans_b, kernel, precision, tile_params)
@@ -619,9 +682,15 @@ def _matmul_gpu(call: _Call, gpu, kernel: str, tile_params: dict, precision=None
     z = max(range(len(groups)), key=lambda i: groups[i][0], default=None)
     nz, zstr = groups[z] if z is not None else (1, (0, 0, 0))
     outer = [g for i, g in enumerate(groups) if i != z]
-    p = plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
-             op_a=kv.A.layout, op_b=kv.B.layout, batch=nz, **call.dtypes, **tile_params)
     ia, ic = kv.itemsize["A"], kv.itemsize["C"]
+    # TMA (wgmma) needs 16-byte aligned matrices and rows: every matrix of the batch.
+    batch_strides = [zstr[:2]] + [st[:2] for _, st in outer]
+    tma_ok = tma_aligned(kv.ptrs["A"], kv.M if kv.A.layout == "N" else call.K, kv.A.ld, kv.ptrs["B"],
+                         call.K if kv.B.layout == "N" else kv.N, kv.B.ld, ia) \
+        and all((s * ia) % 16 == 0 for st in batch_strides for s in st)
+    p = plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
+             op_a=kv.A.layout, op_b=kv.B.layout, batch=nz, arch=gpu.arch, tma_aligned=tma_ok, **call.dtypes,
+             **tile_params)
     offsets = [[sum(i * st[k] for i, (_, st) in zip(idx, outer)) for k in range(3)]
                for idx in itertools.product(*(range(n) for n, _ in outer))]
     if precision in ec.EC_PRECISIONS:
@@ -688,7 +757,7 @@ def _settle_method(p: Plan, precision, gpu, stream: int, a_mats, b_mats, alpha, 
         pr = p.problem
         p = plan(kernel, pr.M, pr.N, pr.K, aligned16=pr.aligned16, sm_count=gpu.sm_count, gpu_slug=gpu.slug,
                  dtype=choice.kernel_dtype, out_dtype=pr.out_dtype, op_a=pr.op_a, op_b=pr.op_b, batch=batch,
-                 **tile_params)
+                 arch=gpu.arch, tma_aligned=pr.tma_aligned, **tile_params)
     log.debug("precision=%r: %s (%s)", precision, choice.method, choice.reason)
     return replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
 

@@ -54,6 +54,8 @@ def cmd_list(args) -> int:
             print(f"      {name:5s} in {p['values']} (default {p['default']}): {p['doc']}")
         for c in k["constraints"]:
             print(f"      rule: {c}")
+        if k["arches"]:
+            print(f"      only for: {', '.join(k['arches'])}")
     return 0
 
 

@@ -85,7 +85,12 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
     """Compile the chosen kernels (default tile parameters, or every legal
     configuration) in the operand layouts ``ops`` ("NN", "TN", "NT", "TT") for
     ``arch`` and report their resources and SASS facts."""
-    specs = [registry.get(k) for k in kernels] if kernels else registry.ladder()
+    if kernels:
+        specs = [registry.get(k) for k in kernels]
+        for spec in specs:
+            spec.check_arch(arch, "the target asked for")
+    else:   # every kernel that exists for the target (wgmma only for sm_90a)
+        specs = [s for s in registry.ladder() if s.builds_for(arch)]
     reports = []
     for spec in specs:
         configs = spec.configurations() if all_configs else [spec.defaults()]

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..api import Plan, contiguous_aligned16, plan, run_plan
+from ..api import Plan, contiguous_aligned16, contiguous_tma_aligned, plan, run_plan
 from ..kernels import registry
 from ..verify import compare, random_matrix, reference
 from .timing import time_gpu
@@ -191,7 +191,9 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
         for name, params in entries:
             p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K, op_a, op_b),
                            sm_count=gpu.sm_count, gpu_slug=gpu.slug, dtype=dtype,
-                           out_dtype="float32" if dtype in registry.FLOAT32_RESULT else dtype, op_a=op_a, op_b=op_b, **params)
+                           out_dtype="float32" if dtype in registry.FLOAT32_RESULT else dtype, op_a=op_a, op_b=op_b,
+                           arch=gpu.arch, tma_aligned=contiguous_tma_aligned(M, N, K, 2 if dtype in ("float16", "bfloat16") else 4),
+                           **params)
             ops_.poison()
 
             def ours():
@@ -227,7 +229,7 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
                 gpu.name, "auto" if name == "auto" else p.spec.name, dict(p.params), M, N, K, dtype,
                 t.ms, tf, cb_ms, cb_tf, 100.0 * cb_ms / t.ms if t.ms else None,
                 100.0 * tf / peak if (peak and tf) else None, err, len(t.ms_all), t.skipped,
-                note=f"auto chose {p.describe()}" if name == "auto" else "", ops=layout))
+                note=f"auto chose {p.describe()}" if name == "auto" else p.fallback_reason, ops=layout))
         del ops_
         cp.get_default_memory_pool().free_all_blocks()
     return records

@@ -44,9 +44,13 @@ class Constraint:
 
 @dataclass(frozen=True)
 class Launch:
-    grid: tuple[int, int, int]
+    grid: tuple[int, int, int]          # in blocks
     block: tuple[int, int, int]
     smem_bytes: int = 0
+    cluster: tuple[int, int, int] = (1, 1, 1)   # blocks per thread-block cluster (Hopper)
+    # The grid is an upper bound that any smaller grid also serves (a persistent
+    # kernel walks the tiles): run_plan lowers it to the clusters that fit at once.
+    persistent: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,11 @@ class Problem:
     out_dtype: str = "float32"  # what it writes: float32, or the input's 16-bit type
     op_a: str = "N"             # how op(A) (M x K) is stored: "N" row-major, "T" column-major
     op_b: str = "N"             # how op(B) (K x N) is stored
+    # A and B can be read through TMA tensor maps: 16-byte aligned base addresses,
+    # leading dimensions whose byte size is a multiple of 16 (a matrix of one row
+    # has no stride to check).  Only the wgmma rung (16-bit inputs) needs it.
+    tma_aligned: bool = True
+    sm_count: int = 132         # the GPU's multiprocessors, for persistent grids
 
     def with_layout(self, op_a: str, op_b: str) -> "Problem":
         return dataclasses.replace(self, op_a=op_a, op_b=op_b)
@@ -98,6 +107,40 @@ class KernelSpec:
     # Float arguments after (..., C, ldc, stride_a, stride_b, stride_c) that the plan supplies (e.g. the error-corrected
     # kernels' scale_a, scale_b); each defaults to 1.0.
     extra_args: tuple[str, ...] = ()
+    # NVRTC targets the kernel exists for (empty: every target gemmlab builds for).
+    # A kernel with sm_90a instructions (wgmma, setmaxnreg) lists only "sm_90a".
+    arches: tuple[str, ...] = ()
+    # The operand layouts (op_a, op_b) the kernel reads; others are unusable (below).
+    layouts: tuple[tuple[str, str], ...] = LAYOUTS
+    # Why this kernel cannot take a problem's operands (None: it can), and the
+    # kernel that runs instead (plan() falls back to it and says why).
+    unusable: Callable[[Problem], str | None] | None = None
+    fallback: str | None = None
+    # Builds the kernel's arguments when they are more than the standard
+    # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides): called by
+    # api.run_plan as kernel_args(plan, gpu, stream, operands, alpha, beta) once
+    # per matrix of a batch, it returns a context manager that yields the
+    # argument tuple (e.g. with TMA tensor maps) and releases whatever it set up
+    # (workspaces) once the kernel is enqueued.
+    kernel_args: Callable | None = None
+
+    def builds_for(self, arch: str) -> bool:
+        """Whether this kernel exists for the NVRTC target ``arch`` (e.g. sm_80, sm_90a)."""
+        return not self.arches or arch in self.arches
+
+    def check_arch(self, arch: str, gpu_name: str = "this GPU") -> None:
+        """Raise ValueError, naming both architectures, if the kernel cannot run on ``arch``."""
+        if not self.builds_for(arch):
+            raise ValueError(f"kernel {self.name!r} needs {' or '.join(self.arches)} (its instructions exist only "
+                             f"there: Hopper, H100/H200); {gpu_name} is {arch}. Use another kernel, e.g. "
+                             f"{self.fallback or 'auto'!r}")
+
+    def why_unusable(self, problem: Problem) -> str | None:
+        """Why this kernel cannot take the problem's operands, or None."""
+        if (problem.op_a, problem.op_b) not in self.layouts:
+            return (f"it reads {' or '.join(a + b for a, b in self.layouts)} operand layouts only, "
+                    f"not {problem.op_a}{problem.op_b}")
+        return self.unusable(problem) if self.unusable else None
 
     def splits(self, params: Mapping[str, int]) -> int:
         return int(params[self.split_k_param]) if self.split_k_param else 1
@@ -175,6 +218,8 @@ class KernelSpec:
         for params in (self.configurations() if configs is None else configs):
             for prob in self.variants:
                 for op_a, op_b in layouts:
+                    if (op_a, op_b) not in self.layouts:   # a kernel that reads fewer layouts
+                        continue
                     p = prob.with_layout(op_a, op_b)
                     seen.setdefault(self.name_expression(params, p), (dict(params), p))
         return list(seen.values())
@@ -197,6 +242,7 @@ class KernelSpec:
             "params": {p.name: {"values": list(p.values), "default": p.default, "doc": p.doc}
                        for p in self.params},
             "constraints": [c.rule for c in self.constraints],
+            "arches": list(self.arches),
         }
 
 
@@ -541,6 +587,93 @@ register(KernelSpec(
     geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1), block=(_tc_threads(p), 1, 1)),
     variants=_TC_VARIANTS,
 ))
+
+
+# -- rung 4: wgmma (Hopper) ------------------------------------------------------------
+
+# Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200
+# (227 KiB); the ring, its barriers and 1 KiB to align the tiles to the swizzle atom.
+WGMMA_SMEM_LIMIT = 227 * 1024
+WGMMA_SM90 = "sm_90a"
+
+
+def _wgmma_smem(p) -> int:
+    """Dynamic shared memory of 04_wgmma.cu: STAGES x (A tile BM x 128 B + B tile BN x 128 B),
+    two 8-byte barriers per stage, 1024 bytes of alignment slack."""
+    return p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
+
+
+def _wgmma_threads(p) -> int:
+    return 128 * (p["BM"] // 64 + 1)   # one producer warpgroup + BM/64 consumers
+
+
+def _wgmma_geometry(p, prob: Problem) -> Launch:
+    """Persistent: no more blocks than SMs (one block fills an SM's shared memory), in whole
+    clusters; a cluster takes CLUSTER vertically adjacent tiles at a time."""
+    cl = p["CLUSTER"]
+    cluster_tiles = _cdiv(_cdiv(prob.M, p["BM"]), cl) * _cdiv(prob.N, p["BN"])
+    blocks = cl * max(1, min(cluster_tiles, prob.sm_count // cl))
+    return Launch(grid=(blocks, 1, 1), block=(_wgmma_threads(p), 1, 1), smem_bytes=_wgmma_smem(p),
+                  cluster=(cl, 1, 1), persistent=True)
+
+
+def _wgmma_unusable(prob: Problem) -> str | None:
+    if prob.dtype in ("float16", "bfloat16") and not prob.tma_aligned:
+        return ("TMA needs a and b at 16-byte aligned addresses with leading dimensions whose byte size "
+                "is a multiple of 16 (for 16-bit elements: a multiple of 8 elements)")
+    return None
+
+
+def _wgmma_kernel_args(plan, gpu, stream, operands, alpha, beta):
+    from ..runtime.tma import wgmma_kernel_args   # needs the driver: imported at launch only
+    return wgmma_kernel_args(plan, gpu, stream, operands, alpha, beta)
+
+
+register(KernelSpec(
+    name="wgmma", rung=4, family="tensor", dtypes=("float16", "bfloat16", "tf32"),
+    source="tensor/04_wgmma.cu", template="gemmlab::wgmma_gemm",
+    description="Hopper: TMA copies into a swizzled shared-memory ring (mbarriers), a producer warpgroup "
+                "and BM/64 consumer warpgroups issuing wgmma from shared memory, persistent grid",
+    params=(
+        TileParam("BM", (64, 128), 128, "rows of C per block: BM/64 consumer warpgroups of 64 rows"),
+        TileParam("BN", (128, 256), 256, "columns of C per block, the N of every wgmma (BN/2 accumulators "
+                                         "per consumer thread)"),
+        TileParam("STAGES", (3, 4, 5), 4, "K-steps of A and B tiles (128 bytes of K each) in the "
+                                          "shared-memory ring"),
+        TileParam("CLUSTER", (1, 2), 1, "blocks per cluster: 2 takes two vertically adjacent tiles "
+                                        "whose B tile is read once and multicast to both"),
+    ),
+    constraints=(
+        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + 16*STAGES + 1024 bytes, must fit in the "
+                   "227 KiB a Hopper block can have",
+                   lambda p: _wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
+    ),
+    template_args=lambda p, prob: _tc_type_args(prob) + (p["BM"], p["BN"], p["STAGES"], p["CLUSTER"]),
+    geometry=_wgmma_geometry,
+    variants=_TC_VARIANTS,
+    arches=(WGMMA_SM90,),
+    layouts=(("N", "N"),),
+    unusable=_wgmma_unusable,
+    fallback="wmma_warptile",
+    kernel_args=_wgmma_kernel_args,
+))
+
+# The TF32 pre-pass of the wgmma rung (rounds A and packs B^T, K-major).
+TF32_PACK_SOURCE = KERNEL_DIR / "tensor" / "tf32_pack.cu"
+TF32_PACK_KERNELS = ("gemmlab::tf32_pack<false>", "gemmlab::tf32_pack<true>")
+TF32_PACK_TILE, TF32_PACK_THREADS = 32, 256
+
+
+def wgmma_auto_params(M: int, N: int, sm_count: int) -> dict:
+    """wgmma's tile for ``kernel="auto"``: 128x256 (the fastest per tile) unless its tiles
+    would fill fewer than half the SMs; then 64x128, four times as many tiles.  Measured on
+    an H100 (132 SMs), BF16: at 1024^3 (32 tiles of 128x256) 64x128 reached 82% of cuBLAS
+    where 128x256 reached 48%; at 2048^3 (128 tiles) 128x256 reached 81% where 128x128
+    (256 tiles, two rounds) reached 71%."""
+    big = _cdiv(M, 128) * _cdiv(N, 256)
+    bm, bn = (128, 256) if 2 * big >= sm_count else (64, 128)
+    return {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1}
+
 
 
 # -- FP32-accurate GEMM on tensor cores (error correction) -------------------------

@@ -37,7 +37,65 @@ def allow_dynamic_smem(kernel, nbytes: int, device: int) -> None:
     _smem_raised[key] = nbytes
 
 
-def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args) -> None:
-    from cuda.core import LaunchConfig, launch as cc_launch
-    config = LaunchConfig(grid=tuple(grid), block=tuple(block), shmem_size=smem_bytes)
-    cc_launch(stream_from_handle(stream_handle), config, kernel, *args)
+def _config(grid, block, smem_bytes: int, cluster):
+    """cuda.core's LaunchConfig; with a cluster its grid counts clusters, ours counts blocks."""
+    from cuda.core import LaunchConfig
+    if tuple(cluster) == (1, 1, 1):
+        return LaunchConfig(grid=tuple(grid), block=tuple(block), shmem_size=smem_bytes)
+    if any(g % c for g, c in zip(grid, cluster)):
+        raise ValueError(f"a grid of {tuple(grid)} blocks is not a whole number of {tuple(cluster)} clusters")
+    return LaunchConfig(grid=tuple(g // c for g, c in zip(grid, cluster)), cluster=tuple(cluster),
+                        block=tuple(block), shmem_size=smem_bytes)
+
+
+def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args, cluster=(1, 1, 1)) -> None:
+    """Enqueue ``kernel`` on the stream (``grid`` in blocks, ``cluster`` blocks per
+    cluster).  Arguments: NumPy scalars, ints (device pointers), cuda.core
+    TensorMapDescriptors -- through cuda.core.launch -- or driver CUtensorMaps
+    (runtime.tma's fallback), which only cuLaunchKernel takes."""
+    if any(_is_driver_tensor_map(a) for a in args):
+        if tuple(cluster) != (1, 1, 1):
+            raise RuntimeError("cluster launches with driver-built tensor maps are not supported; "
+                               "unset GEMMLAB_TMA or use CLUSTER=1")
+        _launch_driver(kernel, grid, block, smem_bytes, stream_handle, args)
+        return
+    from cuda.core import launch as cc_launch
+    cc_launch(stream_from_handle(stream_handle), _config(grid, block, smem_bytes, cluster), kernel, *args)
+
+
+_cluster_fit: dict[tuple, int] = {}
+
+
+def clusters_that_fit(kernel, grid, block, smem_bytes: int, cluster, stream_handle: int) -> int:
+    """How many clusters of this launch can run at once on the device (cached per
+    kernel and shape): what a persistent grid of clusters should not exceed."""
+    key = (int(kernel.handle), tuple(block), smem_bytes, tuple(cluster))
+    if key not in _cluster_fit:
+        config = _config(grid, block, smem_bytes, cluster)
+        _cluster_fit[key] = int(kernel.occupancy.max_active_clusters(config, stream=stream_from_handle(stream_handle)))
+    return _cluster_fit[key]
+
+
+def _is_driver_tensor_map(arg) -> bool:
+    return type(arg).__name__ == "CUtensorMap" and hasattr(arg, "getPtr")
+
+
+def _launch_driver(kernel, grid, block, smem_bytes: int, stream_handle: int, args) -> None:
+    """cuLaunchKernel with kernelParams: an array of pointers, one per argument, to
+    a copy of its value (NumPy buffers, kept alive until the call returns)."""
+    import numpy as np
+    from cuda.bindings import driver
+    keep, ptrs = [], []
+    for a in args:
+        if _is_driver_tensor_map(a):
+            keep.append(a)
+            ptrs.append(int(a.getPtr()))
+            continue
+        buf = np.array([a]) if isinstance(a, np.generic) else np.array([int(a)], dtype=np.uint64)
+        keep.append(buf)
+        ptrs.append(buf.ctypes.data)
+    params = np.array(ptrs, dtype=np.uint64)
+    err, = driver.cuLaunchKernel(kernel.handle, *grid, *block, smem_bytes, driver.CUstream(stream_handle),
+                                 params.ctypes.data, 0)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuLaunchKernel failed: {err.name}")

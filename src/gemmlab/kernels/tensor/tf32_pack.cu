@@ -1,0 +1,48 @@
+// The TF32 half of the wgmma rung's launch (not a rung): TF32 wgmma reads both
+// operands K-major from shared memory and has no transpose bit, but B is
+// row-major K x N (N-major).  Before the GEMM, this kernel writes, into a
+// workspace with rows padded to 16 bytes (what TMA needs):
+//   TRANSPOSE = true:   dst (cols x rows)  = round_tf32(src)^T    (B -> B^T)
+//   TRANSPOSE = false:  dst (rows x cols)  = round_tf32(src)      (A -> A', only
+//                       when TMA cannot read A in place; else the GEMM rounds
+//                       A as it loads it into registers)
+// Rounding to nearest (cvt.rna.tf32.f32) gives the GEMM the inputs the WMMA
+// rungs round to in registers; the tensor cores themselves would just drop the
+// low 13 mantissa bits.  32 x 32 tiles through shared memory (one padded column
+// against bank conflicts), so that both reads and writes are coalesced.
+#include <gemmlab/hopper.cuh>
+
+namespace gemmlab {
+
+constexpr int TF32_PACK_TILE = 32;
+constexpr int TF32_PACK_ROWS = 8;   // threads per block: 32 x 8
+
+template <bool TRANSPOSE>
+__global__ void __launch_bounds__(TF32_PACK_TILE * TF32_PACK_ROWS)
+tf32_pack(int rows, int cols, const float* __restrict__ src, int ld, float* __restrict__ dst, int ldd) {
+    __shared__ float tile[TF32_PACK_TILE][TF32_PACK_TILE + 1];
+    const int tiles_c = (cols + TF32_PACK_TILE - 1) / TF32_PACK_TILE;
+    const int r0 = int(blockIdx.x / tiles_c) * TF32_PACK_TILE, c0 = int(blockIdx.x % tiles_c) * TF32_PACK_TILE;
+    const int tx = threadIdx.x % TF32_PACK_TILE, ty = threadIdx.x / TF32_PACK_TILE;
+#pragma unroll
+    for (int i = ty; i < TF32_PACK_TILE; i += TF32_PACK_ROWS) {
+        const int r = r0 + i, c = c0 + tx;
+        if (r < rows && c < cols) tile[i][tx] = hopper::round_tf32(src[(long long)r * ld + c]);
+    }
+    if constexpr (!TRANSPOSE) {
+#pragma unroll
+        for (int i = ty; i < TF32_PACK_TILE; i += TF32_PACK_ROWS) {
+            const int r = r0 + i, c = c0 + tx;
+            if (r < rows && c < cols) dst[(long long)r * ldd + c] = tile[i][tx];
+        }
+    } else {
+        __syncthreads();
+#pragma unroll
+        for (int i = ty; i < TF32_PACK_TILE; i += TF32_PACK_ROWS) {
+            const int c = c0 + i, r = r0 + tx;   // dst row c, column r
+            if (r < rows && c < cols) dst[(long long)c * ldd + r] = tile[tx][i];
+        }
+    }
+}
+
+}  // namespace gemmlab

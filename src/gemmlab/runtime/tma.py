@@ -1,0 +1,195 @@
+"""TMA tensor maps and the launch arguments of the wgmma rung (Hopper).
+
+A tensor map (CUtensorMap, 128 opaque bytes) tells the copy engine where a
+matrix is (base address, sizes, row stride) and which box one copy moves, with
+which shared-memory swizzle.  It is built on the host and passed to the kernel
+by value (``const __grid_constant__``).
+
+Two ways to build one, the first that works is kept for the process:
+  * cuda.core: ``StridedMemoryView.as_tensor_map`` gives a
+    ``TensorMapDescriptor``, which ``cuda.core.launch`` passes as an argument;
+  * the driver: ``cuTensorMapEncodeTiled`` gives a ``CUtensorMap``, which
+    runtime.launch passes through ``cuLaunchKernel`` (cuda.core's launch takes
+    no raw structs).
+``GEMMLAB_TMA=driver`` (or ``cuda.core``) forces one.  Maps are cached by
+everything they encode (address, sizes, stride, box), so repeated calls on the
+same arrays skip the encoding.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger("gemmlab")
+
+# Element bytes and the array-interface type each input dtype is described as.
+# 16-bit types are described as uint16: the copy engine only moves bits, and its
+# zero fill of out-of-range elements is +0.0 in FP16 and BF16 alike.
+_ELEM = {"float16": (2, "<u2"), "bfloat16": (2, "<u2"), "tf32": (4, "<f4"), "float32": (4, "<f4")}
+SWIZZLE_BYTES = 128          # 04_wgmma.cu's shared-memory layout
+_CACHE_SIZE = 256
+_cache: OrderedDict = OrderedDict()
+_lock = threading.Lock()
+_backend: str | None = None   # "cuda.core" or "driver", once one has worked
+
+
+@dataclass(frozen=True)
+class Operands:
+    """Raw device pointers and leading dimensions (in elements) of one call."""
+
+    A: int
+    lda: int
+    B: int
+    ldb: int
+    C: int
+    ldc: int
+
+
+def tma_aligned(a_ptr: int, a_rows: int, lda: int, b_ptr: int, b_rows: int, ldb: int, elem_bytes: int) -> bool:
+    """Whether A and B can be read through tensor maps: 16-byte aligned bases and
+    row strides that are multiples of 16 bytes (a one-row matrix has no stride)."""
+    def ok(ptr, rows, ld):
+        return ptr % 16 == 0 and (rows <= 1 or (ld * elem_bytes) % 16 == 0)
+    return ok(a_ptr, a_rows, lda) and ok(b_ptr, b_rows, ldb)
+
+
+class _ArrayInterface:
+    """__cuda_array_interface__ of a row-major rows x cols matrix at ``ptr``."""
+
+    def __init__(self, ptr: int, rows: int, cols: int, ld: int, typestr: str, elem_bytes: int):
+        self.__cuda_array_interface__ = {"shape": (rows, cols), "typestr": typestr, "data": (ptr, True),
+                                         "strides": (ld * elem_bytes, elem_bytes), "version": 3,
+                                         "stream": None}
+
+
+def _encode_cuda_core(ptr, rows, cols, ld, dtype, box_rows, box_cols):
+    from cuda.core.utils import StridedMemoryView
+    from cuda.core._tensor_map import TensorMapL2Promotion, TensorMapSwizzle
+    eb, typestr = _ELEM[dtype]
+    view = StridedMemoryView.from_any_interface(_ArrayInterface(ptr, rows, cols, ld, typestr, eb), stream_ptr=-1)
+    return view.as_tensor_map(box_dim=(box_rows, box_cols), swizzle=TensorMapSwizzle.SWIZZLE_128B,
+                              l2_promotion=TensorMapL2Promotion.L2_256B)
+
+
+def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols):
+    from cuda.bindings import driver as d
+    eb, _ = _ELEM[dtype]
+    dt = (d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16 if eb == 2
+          else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32)
+    err, tmap = d.cuTensorMapEncodeTiled(
+        dt, 2, ptr, [d.cuuint64_t(cols), d.cuuint64_t(rows)], [d.cuuint64_t(ld * eb)],
+        [d.cuuint32_t(box_cols), d.cuuint32_t(box_rows)], [d.cuuint32_t(1), d.cuuint32_t(1)],
+        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != d.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err.name}")
+    return tmap
+
+
+_ENCODERS = {"cuda.core": _encode_cuda_core, "driver": _encode_driver}
+
+
+def _encode(*args):
+    global _backend
+    forced = os.environ.get("GEMMLAB_TMA")
+    if forced:
+        if forced not in _ENCODERS:
+            raise ValueError(f"GEMMLAB_TMA={forced!r} is not one of {', '.join(_ENCODERS)}")
+        return _ENCODERS[forced](*args)
+    if _backend is not None:
+        return _ENCODERS[_backend](*args)
+    try:
+        result = _encode_cuda_core(*args)
+        _backend = "cuda.core"
+    except (ImportError, AttributeError, TypeError) as exc:   # an API this cuda.core lacks
+        log.debug("gemmlab: cuda.core cannot build tensor maps here (%s); using cuTensorMapEncodeTiled", exc)
+        result = _encode_driver(*args)
+        _backend = "driver"
+    return result
+
+
+def tensor_map(ptr: int, rows: int, cols: int, ld: int, dtype: str, box_rows: int, box_cols: int):
+    """A tensor map of the row-major rows x cols matrix at ``ptr`` (leading
+    dimension ``ld`` elements), copied in box_rows x box_cols boxes into
+    128-byte-swizzled shared memory; elements outside the matrix read as zero."""
+    eb, _ = _ELEM[dtype]
+    if box_cols * eb != SWIZZLE_BYTES:
+        raise ValueError(f"a box row must be {SWIZZLE_BYTES} bytes for the 128-byte swizzle, not {box_cols * eb}")
+    rows, cols = max(rows, 1), max(cols, 1)   # K = 0: nothing is copied, but a map needs sizes >= 1
+    if rows == 1:   # no second row: any stride the copy engine accepts will do
+        ld = -(-max(cols, 1) * eb // 16) * 16 // eb
+    key = (ptr, rows, cols, ld, eb, box_rows, box_cols)
+    with _lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+            return found
+    found = _encode(ptr, rows, cols, ld, dtype, box_rows, box_cols)
+    with _lock:
+        _cache[key] = found
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return found
+
+
+def _standard_args(pr, ops: Operands, alpha, beta) -> tuple:
+    return (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(alpha), ops.A, np.int32(ops.lda), ops.B,
+            np.int32(ops.ldb), np.float32(beta), ops.C, np.int32(ops.ldc))
+
+
+@contextmanager
+def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
+    """The wgmma rung's arguments: the standard eleven, then the tensor maps of A
+    and B.  16-bit inputs are read in place (A in BM x 64 boxes, B in 64 x 64
+    boxes of 64 columns).  TF32: wgmma reads both operands K-major, so
+    tensor/tf32_pack.cu first writes B^T, rounded to TF32, into a stream-ordered
+    workspace (rows padded to 16 bytes) and the B map points there (BN/CLUSTER x
+    32 boxes: each block of a cluster copies its share); A is read in place
+    (BM x 32 boxes; the kernel rounds it as it loads it into registers) unless
+    TMA cannot read it, in which case it is packed (and rounded) too.  The workspace
+    is freed in stream order once the kernel is enqueued."""
+    from ..kernels import registry
+    pr, p = plan.problem, plan.params
+    args = _standard_args(pr, ops, alpha, beta)
+    if pr.dtype in ("float16", "bfloat16"):
+        yield args + (tensor_map(ops.A, pr.M, pr.K, ops.lda, pr.dtype, p["BM"], 64),
+                      tensor_map(ops.B, pr.K, pr.N, ops.ldb, pr.dtype, 64, 64))
+        return
+    if pr.dtype != "tf32":
+        raise TypeError(f"wgmma computes float16, bfloat16 and tf32, not {pr.dtype}")
+    from cuda.core import Device
+    from . import compile as rt_compile
+    from .launch import launch, stream_from_handle
+    kp = -(-pr.K // 4) * 4                       # rows of 16-byte multiples
+    pack_a = not tma_aligned(ops.A, pr.M, ops.lda, 0, 0, 0, 4)
+    nbytes = 4 * kp * (pr.N + (pr.M if pack_a else 0))
+    try:
+        ws = Device(gpu.ordinal).allocate(nbytes, stream=stream_from_handle(stream))
+    except Exception as exc:
+        raise MemoryError(f"wgmma (TF32) needs a workspace of {nbytes / 2**20:.1f} MiB for the TF32-rounded, "
+                          f"K-major copy of b on {gpu.name} and could not get it ({exc})") from exc
+    try:
+        b_packed = int(ws.handle)
+        a_src, lda = ops.A, ops.lda
+        jobs = [(registry.TF32_PACK_KERNELS[1], pr.K, pr.N, ops.B, ops.ldb, b_packed)]
+        if pack_a:
+            a_src, lda = b_packed + 4 * kp * pr.N, kp
+            jobs.append((registry.TF32_PACK_KERNELS[0], pr.M, pr.K, ops.A, ops.lda, a_src))
+        tile, threads = registry.TF32_PACK_TILE, registry.TF32_PACK_THREADS
+        for name, rows, cols, src, ld, dst in jobs:
+            kernel = rt_compile.load_kernel(registry.TF32_PACK_SOURCE, name, gpu.arch)
+            blocks = -(-rows // tile) * -(-cols // tile)
+            launch(kernel, (blocks, 1, 1), (threads, 1, 1), 0, stream, np.int32(rows), np.int32(cols), src,
+                   np.int32(ld), dst, np.int32(kp))
+        yield args + (tensor_map(a_src, pr.M, pr.K, lda, "tf32", p["BM"], 32),
+                      tensor_map(b_packed, pr.N, pr.K, kp, "tf32", p["BN"] // p["CLUSTER"], 32))
+    finally:
+        ws.close(stream_from_handle(stream))

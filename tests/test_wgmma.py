@@ -1,0 +1,244 @@
+"""The wgmma rung (Hopper): the kernel itself on odd shapes (leading dimensions
+padded so that TMA can read the operands), the fallback when it cannot, the
+TF32 packing, and -- without a GPU -- the refusal on other architectures.
+
+Every GPU check compares with an FP64 reference on fresh random inputs, with the
+output poisoned (NaN) first, and checks from the ``gemmlab`` debug log which
+kernel actually ran."""
+
+import logging
+
+import numpy as np
+import pytest
+
+import gemmlab
+from gemmlab import api
+from gemmlab.kernels import registry
+from gemmlab.runtime import device as rt_device
+from gemmlab.verify import random_matrix
+
+DTYPES = [("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
+          ("tf32", "float32")]
+# As tests/test_tensor.py: relative Frobenius error against FP64 on the rounded inputs.
+BOUND = {"float32": 1e-4, "float16": 1e-3, "bfloat16": 8e-3}
+
+
+# -- without a GPU: other architectures ------------------------------------------------------
+
+def _fake_gpu(arch="sm_80", name="NVIDIA A100-SXM4-80GB"):
+    return rt_device.GPUInfo(0, name, (8, 0), arch, 108, 1410.0, 40 << 20, 163 << 10)
+
+
+def test_matmul_names_the_architecture_when_wgmma_cannot_run(monkeypatch):
+    monkeypatch.setattr(rt_device, "gpu_info", lambda ordinal=0: _fake_gpu())
+    a = np.ones((64, 64), np.float16)
+    with pytest.raises(ValueError, match=r"kernel 'wgmma' needs sm_90a .*this GPU is sm_80"):
+        gemmlab.matmul(a, a, kernel="wgmma")
+
+
+def test_run_plan_refuses_a_wgmma_plan_on_another_gpu():
+    p = gemmlab.plan("wgmma", 64, 64, 64, dtype="float16", out_dtype="float16")
+    with pytest.raises(ValueError, match=r"kernel 'wgmma' needs sm_90a .*NVIDIA A100-SXM4-80GB is sm_80"):
+        api.run_plan(p, _fake_gpu(), 0, 0, 64, 0, 64, 0, 64, 1.0, 0.0)
+
+
+# -- on a Hopper GPU ----------------------------------------------------------------------------
+
+torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
+hopper = pytest.mark.skipif(not rt_device.gpu_available() or rt_device.gpu_info(0).arch != "sm_90a",
+                            reason="needs a Hopper GPU (sm_90a)")
+
+
+def _padded(rows, cols, ld, dtype, rng, offset=0):
+    """A rows x cols view with leading dimension ld (and ``offset`` elements into its buffer) of
+    fresh random values; returns (view, FP64 copy of what the kernel sees)."""
+    base = torch.from_numpy(random_matrix(1, rows * ld + offset + ld, "uniform", rng).ravel()).cuda()
+    if dtype != "tf32":
+        base = base.to(getattr(torch, dtype))
+    view = base[offset:offset + rows * ld].view(rows, ld)[:, :cols]
+    ref = view.double()
+    if dtype == "tf32":
+        bits = view.float().contiguous().view(torch.int32)
+        ref = ((bits + 0x1000) & ~0x1FFF).view(torch.float32).double()   # round to nearest TF32
+    return view, ref
+
+
+def _ran(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("running ")]
+
+
+def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset=0, expect="wgmma"):
+    ld = lambda n: -(-n // pad) * pad if pad else n
+    a, a64 = _padded(M, K, ld(K), dtype, rng, offset)
+    b, b64 = _padded(K, N, ld(N), dtype, rng)
+    ot = getattr(torch, out_dtype)
+    c0 = torch.from_numpy(random_matrix(M, N, "uniform", rng)).cuda().to(ot)
+    out = c0.clone() if beta else torch.full((M, N), float("nan"), device="cuda", dtype=ot)
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="gemmlab"):
+        gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel="wgmma",
+                       **({"precision": "tf32"} if dtype == "tf32" else {}))
+        torch.cuda.synchronize()
+    ran = _ran(caplog)
+    assert len(ran) == 1 and ran[0].startswith(f"running {expect}("), ran
+    ref = alpha * (a64 @ b64) + (beta * c0.double() if beta else 0)
+    bad = torch.isnan(out) | ((out.double() - ref).abs() > 0.05 * ref.abs().max())
+    if bad.any():
+        r, c = [int(x) for x in bad.nonzero()[0]]
+        rows = bad.any(dim=1).nonzero().ravel()
+        cols = bad.any(dim=0).nonzero().ravel()
+        pytest.fail(f"{M}x{N}x{K} {dtype}->{out_dtype}: {int(bad.sum())} wrong elements; first at ({r}, {c}): "
+                    f"{float(out[r, c])} vs {float(ref[r, c])}; wrong rows {rows[:8].tolist()}..{rows[-1:].tolist()}"
+                    f" ({len(rows)}), cols {cols[:8].tolist()}..{cols[-1:].tolist()} ({len(cols)})")
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert err <= BOUND[out_dtype], f"relative error {err:.2e}"
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, out_dtype", DTYPES)
+def test_diagnostic_one_tile(dtype, out_dtype, caplog):
+    """64 x 256 x 64: one tile of one consumer row; on failure the message says where it breaks."""
+    _check(64, 256, 64, dtype, out_dtype, 1.0, 0.0, np.random.default_rng(1), caplog)
+
+
+SHAPES = [(1, 1, 1), (7, 13, 5), (64, 256, 64), (128, 256, 128), (129, 257, 65), (5, 300, 64), (300, 5, 64),
+          (63, 1000, 1), (100, 100, 3000), (4097, 4095, 513)]
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, out_dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
+def test_odd_shapes(dtype, out_dtype, shape, alpha, beta, caplog):
+    """The kernel itself on shapes that are multiples of no tile (rows padded to 16 bytes)."""
+    M, N, K = shape
+    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M * 7 + N * 3 + K), caplog)
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", registry.get("wgmma").configurations(),
+                         ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("tf32", "float32")])
+def test_every_configuration(params, dtype, out_dtype, caplog):
+    rng = np.random.default_rng(5)
+    a, a64 = _padded(300, 520, 520, dtype, rng)
+    b, b64 = _padded(520, 333, 336, dtype, rng)
+    out = torch.full((300, 333), float("nan"), device="cuda", dtype=getattr(torch, out_dtype))
+    with caplog.at_level(logging.DEBUG, logger="gemmlab"):
+        gemmlab.matmul(a, b, out=out, kernel="wgmma", **params, **({"precision": "tf32"} if dtype == "tf32" else {}))
+        torch.cuda.synchronize()
+    assert _ran(caplog)[0].startswith("running wgmma(" + ", ".join(f"{k}={v}" for k, v in params.items()))
+    ref = a64 @ b64
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert not torch.isnan(out).any() and err <= BOUND[out_dtype], err
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("how", ["contiguous-odd-widths", "base-off-by-one-element"])
+def test_fallback_when_tma_cannot_read(dtype, how, caplog):
+    """Operands TMA cannot take still give the right result, through wmma_warptile, and the
+    log says why."""
+    rng = np.random.default_rng(3)
+    if how == "contiguous-odd-widths":   # rows of 1026 and 8190 bytes
+        _check(4097, 4095, 513, dtype, dtype, 1.0, 0.0, rng, caplog, pad=0, expect="wmma_warptile")
+    else:                                # 2 bytes off a 16-byte boundary
+        _check(300, 200, 64, dtype, "float32", 0.5, 2.0, rng, caplog, offset=1, expect="wmma_warptile")
+    assert any("wgmma cannot take these operands: TMA needs" in r.getMessage() for r in caplog.records)
+
+
+@hopper
+@pytest.mark.gpu
+def test_tf32_any_layout_runs_on_wgmma(caplog):
+    """TF32 is packed into an aligned workspace first: odd contiguous widths and an unaligned
+    base still run on wgmma."""
+    _check(4097, 4095, 513, "tf32", "float32", 1.0, 0.0, np.random.default_rng(4), caplog, pad=0)
+    _check(300, 200, 65, "tf32", "float32", 0.5, 2.0, np.random.default_rng(5), caplog, offset=1, pad=0)
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, precision", [("float16", None), ("bfloat16", None), ("float32", "tf32")])
+def test_auto_runs_wgmma_on_hopper(dtype, precision, caplog):
+    a = torch.rand((1000, 512), device="cuda").to(getattr(torch, dtype))
+    b = torch.rand((512, 768), device="cuda").to(getattr(torch, dtype))
+    with caplog.at_level(logging.DEBUG, logger="gemmlab"):
+        c = gemmlab.matmul(a, b, precision=precision)
+        torch.cuda.synchronize()
+    assert _ran(caplog)[0].startswith("running wgmma("), _ran(caplog)
+    ref = a.double() @ b.double()
+    assert float(torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref)) < 1e-2
+
+
+@hopper
+@pytest.mark.gpu
+def test_alpha_zero_reads_neither_a_nor_b(caplog):
+    a = torch.full((300, 64), float("nan"), device="cuda", dtype=torch.bfloat16)
+    b = torch.full((64, 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c0 = torch.rand((300, 256), device="cuda", dtype=torch.bfloat16)
+    out = c0.clone()
+    with caplog.at_level(logging.DEBUG, logger="gemmlab"):
+        gemmlab.matmul(a, b, out=out, alpha=0.0, beta=0.5, kernel="wgmma")
+        torch.cuda.synchronize()
+    assert _ran(caplog)[0].startswith("running wgmma(")
+    assert torch.equal(out, (c0.float() * 0.5).bfloat16())
+
+
+@hopper
+@pytest.mark.gpu
+def test_many_tiles_per_block():
+    """More tiles than SMs: each persistent block walks several tiles and the ring's phases
+    carry over from tile to tile."""
+    rng = np.random.default_rng(6)
+    a = torch.from_numpy(random_matrix(2048, 320, "uniform", rng)).cuda().bfloat16()
+    b = torch.from_numpy(random_matrix(320, 4096, "uniform", rng)).cuda().bfloat16()
+    out = torch.full((2048, 4096), float("nan"), device="cuda", dtype=torch.float32)
+    gemmlab.matmul(a, b, out=out, kernel="wgmma", BM=64, BN=128, STAGES=3)   # 512 tiles
+    ref = a.double() @ b.double()
+    assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) <= 1e-4
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float32"), ("tf32", "float32")])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (129, 257, 65), (300, 5, 64), (4097, 4095, 513)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("bm", [64, 128])
+def test_clusters_on_odd_shapes(dtype, out_dtype, shape, bm, caplog):
+    """Clusters of two blocks sharing (multicasting) the B tile, including an odd number of
+    tile-rows, where the second block of the last cluster computes rows past M."""
+    M, N, K = shape
+    rng = np.random.default_rng(M + N + K + bm)
+    a, a64 = _padded(M, K, -(-K // 8) * 8, dtype, rng)
+    b, b64 = _padded(K, N, -(-N // 8) * 8, dtype, rng)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, out_dtype))
+    with caplog.at_level(logging.DEBUG, logger="gemmlab"):
+        gemmlab.matmul(a, b, out=out, kernel="wgmma", BM=bm, CLUSTER=2,
+                       **({"precision": "tf32"} if dtype == "tf32" else {}))
+        torch.cuda.synchronize()
+    assert "CLUSTER=2" in _ran(caplog)[0]
+    ref = a64 @ b64
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert not torch.isnan(out).any() and err <= BOUND[out_dtype], err
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("pad", [8, 0])
+def test_tf32_inputs_are_rounded_to_nearest(pad, caplog):
+    """1 + 3 * 2^-12 rounds to 1 + 2^-10 in TF32 (the tensor cores alone would truncate it
+    to 1): with b all ones, every output is exactly K * (1 + 2^-10), for A read in place
+    (rounded in shared memory) and A packed (rows of 65 floats: not 16-byte multiples)."""
+    M, N, K = 200, 300, 65
+    ld = -(-K // pad) * pad if pad else K
+    a = torch.full((M, ld), 1 + 3 * 2**-12, device="cuda")[:, :K]
+    bt = torch.full((K, -(-N // 8) * 8), 1.0, device="cuda")[:, :N]
+    with caplog.at_level(logging.DEBUG, logger="gemmlab"):
+        c = gemmlab.matmul(a, bt, kernel="wgmma", precision="tf32")
+        torch.cuda.synchronize()
+    assert _ran(caplog)[0].startswith("running wgmma(")
+    assert torch.equal(c, torch.full_like(c, K * (1 + 2**-10)))
