@@ -70,15 +70,31 @@ def _check_matrix(op: Operand) -> int:
     return ld
 
 
-def contiguous_aligned16(M: int, N: int, K: int) -> bool:
-    """Whether fresh contiguous (256-byte aligned) M x K, K x N and M x N float32
-    arrays allow the kernels' 16-byte accesses: K and N multiples of 4."""
-    return K % 4 == 0 and N % 4 == 0
+ITEMSIZE = {"float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2}
 
 
-def _aligned16(ops: list[Operand], lds: list[int], widths: list[int]) -> bool:
-    return all(o.ptr % 16 == 0 for o in ops) and all(ld % 4 == 0 for ld in lds) \
-        and all(w % 4 == 0 for w in widths)
+def contiguous_aligned16(M: int, N: int, K: int, dtype: str = "float32", out_dtype: str | None = None) -> bool:
+    """Whether fresh contiguous (256-byte aligned) M x K, K x N and M x N arrays
+    allow the kernels' 16-byte accesses (see _aligned16): for float32, K and N
+    multiples of 4; for the tensor-core dtypes, rows of a multiple of 16 bytes."""
+    if dtype == "float32":
+        return K % 4 == 0 and N % 4 == 0
+    e, eo = ITEMSIZE[dtype], ITEMSIZE[out_dtype or ("float32" if dtype == "tf32" else dtype)]
+    return (K * e) % 16 == 0 and (N * e) % 16 == 0 and (N * eo) % 16 == 0
+
+
+def _aligned16(ops: list[Operand], lds: list[int], widths: list[int], dtype: str = "float32") -> bool:
+    """Whether every operand allows 16-byte accesses.  float32 (the CUDA-core
+    rungs' float4 loads): 16-byte aligned bases, leading dimensions and widths
+    (K, N) multiples of 4, so that a float4 starting inside a row ends inside it.
+    The tensor-core dtypes (mma_pipelined's 16-byte copies clip ragged rows
+    themselves): 16-byte aligned bases and rows a multiple of 16 bytes apart,
+    each operand in its own element size."""
+    if not all(o.ptr % 16 == 0 for o in ops):
+        return False
+    if dtype == "float32":
+        return all(ld % 4 == 0 for ld in lds) and all(w % 4 == 0 for w in widths)
+    return all((ld * ITEMSIZE[o.dtype_name]) % 16 == 0 for o, ld in zip(ops, lds))
 
 
 def auto_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
@@ -100,6 +116,18 @@ def auto_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
         return "vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
     return "pipelined", {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4,
                          "STAGES": 3, "SPLITK": splits}
+
+
+def auto_tensor_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
+    """What ``kernel="auto"`` runs for 16-bit and TF32 inputs: the one place
+    that chooses among the tensor-core rungs.
+
+    mma_pipelined at its defaults (128 x 256 tiles) when they give every SM a
+    block; below that, its 64 x 64 tiles, which make eight times as many.
+    """
+    if -(-M // 128) * -(-N // 256) >= sm_count:
+        return "mma_pipelined", {}
+    return "mma_pipelined", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
 
 
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
@@ -126,9 +154,8 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         if tuned:
             kernel, tile_params = tuned
     if kernel == "auto":
-        # 16-bit and TF32: the warp-tiled WMMA rung until the faster rungs and their
-        # tuned tables exist.
-        kernel, tile_params = auto_params(M, N, K, sm_count) if dtype == "float32" else ("wmma_warptile", {})
+        kernel, tile_params = auto_params(M, N, K, sm_count) if dtype == "float32" else \
+            auto_tensor_params(M, N, K, sm_count)
     spec = registry.get(kernel)
     params = spec.resolve(tile_params)
     problem = Problem(M, N, K, aligned16, dtype, out_dtype)
@@ -289,9 +316,11 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, kernel: str = "auto", precisi
     dtype, out_dt = _resolve_dtypes(A, B, O, precision, out_dtype)
     dtypes = {"dtype": dtype, "out_dtype": out_dt}
     if A.on_gpu:
-        aligned = _aligned16([A, B] + ([O] if O is not None else []), [lda, ldb, ldc], [K, N])
+        aligned = _aligned16([A, B] + ([O] if O is not None else []), [lda, ldb, ldc], [K, N], dtype)
+        if O is None and dtype != "float32":   # the fresh output: 256-byte aligned, rows N elements apart
+            aligned = aligned and (N * ITEMSIZE[out_dt]) % 16 == 0
     else:   # NumPy inputs run on fresh contiguous (256-byte aligned) GPU copies
-        aligned = contiguous_aligned16(M, N, K)
+        aligned = contiguous_aligned16(M, N, K, dtype, out_dt)
     # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
     plan(kernel, M, N, K, aligned16=aligned, **dtypes, **tile_params)
     device = A.device if A.on_gpu else 0

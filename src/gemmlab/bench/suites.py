@@ -166,9 +166,9 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
                   f"{_tflops(M, N, K, cb.ms):.1f} TFLOPS  ({time.time() - t_start:.0f} s)", quiet)
         rows = []
         for name, params in entries:
-            p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K), sm_count=gpu.sm_count,
-                           gpu_slug=gpu.slug, dtype=dtype, out_dtype="float32" if dtype == "tf32" else dtype,
-                           **params)
+            out_dtype = "float32" if dtype == "tf32" else dtype
+            p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K, dtype, out_dtype),
+                           sm_count=gpu.sm_count, gpu_slug=gpu.slug, dtype=dtype, out_dtype=out_dtype, **params)
             ops.poison()
 
             def ours():

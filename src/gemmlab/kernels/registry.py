@@ -522,7 +522,7 @@ register(KernelSpec(
     description="mma.sync m16n8k16/m16n8k8 as inline PTX, ldmatrix from XOR-swizzled shared memory, "
                 "STAGES-deep cp.async pipeline",
     params=(
-        TileParam("BM", (64, 128), 128, "rows of C per block"),
+        TileParam("BM", (64, 128, 256), 128, "rows of C per block"),
         TileParam("BN", (64, 128, 256), 256, "columns of C per block"),
         TileParam("BK", (32,), 32, "depth of a stage in 16-bit elements (TF32: BK/2 floats, the same 2*BK "
                                    "bytes per row of A)"),
@@ -533,18 +533,16 @@ register(KernelSpec(
     constraints=(
         Constraint("WM must divide BM and WN must divide BN",
                    lambda p: p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0),
-        Constraint("4 or 8 warps per block, (BM/WM)*(BN/WN) in (4, 8): 64 x 64 warp tiles take 128 "
-                   "accumulators and ~250 registers per thread, so 8 warps fill the register file",
-                   lambda p: (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) in (4, 8)),
         Constraint("square warp tiles, WM == WN: for a number of accumulators, the square tile loads the "
                    "fewest fragments per MMA",
                    lambda p: p["WM"] == p["WN"]),
-        Constraint("32 x 32 warp tiles only in a 64 x 64 block (they load twice the fragments per MMA of "
-                   "64 x 64 ones; the small block is for problems with too few tiles to fill the GPU)",
-                   lambda p: p["WM"] == 64 or p["BM"] == p["BN"] == 64),
-        Constraint("BN <= 2*BM: a wider block copies more per output than the squarer one with the same "
-                   "warps (64 x 256 copies 320 rows and columns per 16384 outputs, 128 x 128 256)",
-                   lambda p: p["BN"] <= 2 * p["BM"]),
+        Constraint("64 x 64 warp tiles in blocks of 8 warps, (BM/64)*(BN/64) == 8: with 4 warps each thread "
+                   "issues 8 copies per stage, whose addresses do not fit beside 128 accumulators and two "
+                   "K-steps of fragments (spills)",
+                   lambda p: p["WM"] != 64 or _tc_threads(p) == 256),
+        Constraint("32 x 32 warp tiles only in a 64 x 64 block of 4 warps (they load twice the fragments per "
+                   "MMA of 64 x 64 ones; the small block is for problems with too few tiles to fill the GPU)",
+                   lambda p: p["WM"] != 32 or p["BM"] == p["BN"] == 64),
         Constraint("dynamic shared memory, STAGES*2*BK*(BM+BN) bytes, must fit in 96 KiB",
                    lambda p: _mma_smem(p) <= PIPELINED_SMEM_LIMIT),
     ),

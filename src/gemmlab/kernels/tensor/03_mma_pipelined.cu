@@ -1,37 +1,39 @@
 // Tensor-core rung 3, mma_pipelined: rung 2's block and warp tiling, with the
 // tensor cores driven by the instructions WMMA is built from, and the tiles
-// fed to them the way fast GEMMs do on Ampere and Hopper.
+// fed to them the way fast GEMMs do on Ampere (and, short of wgmma, Hopper).
 //
 // What changes from wmma_warptile:
 //  * mma.sync m16n8k16 (FP16/BF16) and m16n8k8 (TF32) as inline PTX instead of
-//    wmma::mma_sync: each lane knows which elements its registers hold (the
-//    fragment layouts in mma_sync.cuh), so fragments come straight from
-//    shared memory with ldmatrix, and the epilogue writes pairs of outputs
-//    from the registers.
-//  * ldmatrix.x4 loads a 16 x 16 A fragment (or two 16 x 8 B fragments, with
-//    .trans from row-major B) in one instruction, 16 bytes per lane-row, where
-//    load_matrix_sync issues several narrower loads.  TF32 B has no 32-bit
-//    transpose: one 32-bit shared load per register, then cvt.rna.tf32.
+//    wmma::mma_sync.  The PTX ISA documents which lane holds which element
+//    (mma_sync.cuh), so fragments are loaded straight from shared memory with
+//    ldmatrix, and the epilogue knows where each accumulator belongs.
+//  * ldmatrix.x4 loads a 16 x 16 A fragment (or, with .trans, two k16 x n8 B
+//    fragments from row-major B) in one instruction, each lane giving the
+//    address of one 16-byte row.  TF32 B has no 32-bit transpose: one 32-bit
+//    shared load per register, then cvt.rna.tf32.f32 (A too is converted).
 //  * Shared memory swizzled by 16-byte chunks (an XOR of the chunk index with
 //    bits of the row, mma::swizzle) instead of padded: every ldmatrix phase
 //    and every TF32 B load hits 32 different banks, and rows stay 16-byte
 //    aligned for cp.async.
-//  * STAGES-deep cp.async pipeline (rung 8 of the CUDA-core ladder): the
+//  * STAGES-deep cp.async pipeline (as rung 8 of the CUDA-core ladder): the
 //    copies for K-steps kt+1 .. kt+STAGES-1 are in flight while the warps
-//    compute on kt, one barrier per K-step; the first fragments of the next
-//    stage are loaded before the last MMAs of this one (fragment double
-//    buffering), so the tensor cores do not wait at the barrier's far side.
+//    compute on kt, one barrier per K-step; the next K-step's fragments are
+//    loaded before this one's MMAs (the first of the next stage before the
+//    last MMAs of this one), so the tensor cores rarely wait for a load.
 //  * Larger tiles: 8 warps of 64 x 64 (128 accumulators per thread) in a
-//    128 x 256 block by default, BK measured in bytes (2*BK bytes per row of A:
-//    BK 16-bit elements, or BK/2 floats for TF32) so one configuration has one
-//    shared-memory size for every dtype.
+//    128 x 256 block by default.  BK counts bytes, not elements: a stage holds
+//    2*BK bytes of each row of A (BK 16-bit elements, or BK/2 floats), so a
+//    configuration takes the same shared memory for every dtype.
+//  * The epilogue goes through shared memory: a warp writes its accumulators
+//    to a 16-row slab in the fragment layout, then stores the slab to C 16
+//    bytes per lane, neighbouring lanes on neighbouring columns.
 //
-// VEC (16-byte aligned operands, 16-byte-multiple leading dimensions): 16-byte
-// cp.async requests, clipped at ragged edges with the src-size operand.
-// Otherwise 4-byte cp.async per float, or ordinary 16-bit loads (cp.async
-// cannot move 2 bytes), and element-wise stores of C.
+// VEC (16-byte aligned operands, rows a multiple of 16 bytes apart): 16-byte
+// cp.async requests, clipped at ragged edges with their src-size operand, and
+// 16-byte stores of C.  Otherwise 4-byte cp.async per float, or ordinary
+// 16-bit loads (cp.async cannot move 2 bytes), and element-wise stores.
 //
-// Edges: every copy zero-fills what lies outside the matrix, so edge tiles run
+// Edges: the copies zero-fill what lies outside the matrix, so edge tiles run
 // the same MMAs; the epilogue skips outputs outside M x N.  alpha == 0 reads
 // neither A nor B, beta == 0 never reads C.
 #include <gemmlab/async_copy.cuh>
@@ -66,11 +68,15 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
     const unsigned warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
     const int k_tiles = alpha == 0.0f ? 0 : (K + KT - 1) / KT;   // alpha = 0 reads neither A nor B
 
-    auto issue = [&](int kt, unsigned stage) {   // start the copies of K-step kt into `stage`
-        copy_tile_chunks<BM, KT, THREADS, ALayout, VEC>(a_smem + stage * A_BYTES, A, lda, tile.row, kt * KT, M, K,
-                                                         tid);
-        copy_tile_chunks<KT, BN, THREADS, BLayout, VEC>(b_smem + stage * B_BYTES, B, ldb, kt * KT, tile.col, K, N,
-                                                         tid);
+    // This thread's share of the copies; issue() starts those of the next
+    // K-step (they are issued in order) into `stage`.
+    TileCopy<BM, KT, THREADS, ALayout, VEC, S> a_copy(A, lda, tile.row, 0, M, K, tid);
+    TileCopy<KT, BN, THREADS, BLayout, VEC, S> b_copy(B, ldb, 0, tile.col, K, N, tid);
+    auto issue = [&](unsigned stage) {
+        a_copy.issue(a_smem + stage * A_BYTES);
+        b_copy.issue(b_smem + stage * B_BYTES);
+        a_copy.next_cols(KT);
+        b_copy.next_rows(KT, ldb);
     };
 
     // Where this lane reads its fragments, relative to a stage: the swizzle
@@ -80,17 +86,26 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks)
         a_lane[ks] = warp_row * A_ROW + mma::ldmatrix_lane_offset<ALayout>(lane, 2 * ks);
-    constexpr int BPIECES = DT == 2 ? FN : FN / 2;   // TF32: one n8 tile per offset; else two (ldmatrix.x4)
-    unsigned b_lane[BPIECES];
+    // B: 16-bit, one ldmatrix.x4.trans per 16 columns (2 chunks); TF32, one
+    // offset per 8 columns (2 chunks).  The swizzle permutes chunks within
+    // 128-byte windows of 8, so pieces a window apart (j and j + 4) differ by
+    // 128 bytes and share an offset register.
+    constexpr int BPIECES = DT == 2 ? FN : FN / 2, BOFFS = BPIECES < 4 ? BPIECES : 4;
+    unsigned b_lane[BOFFS];
 #pragma unroll
-    for (int j = 0; j < BPIECES; ++j)
-        b_lane[j] = DT == 2 ? mma::tf32_b_lane_offset<BLayout>(lane, (warp_col + 8 * j) / 4)
-                            : mma::ldmatrix_lane_offset<BLayout>(lane, (warp_col + 16 * j) / 8);
+    for (int j = 0; j < BOFFS; ++j)
+        b_lane[j] = DT == 2 ? mma::tf32_b_lane_offset<BLayout>(lane, warp_col / 4 + 2 * j)
+                            : mma::ldmatrix_lane_offset<BLayout>(lane, warp_col / 8 + 2 * j);
+    auto b_offset = [&](int j) { return b_lane[j % 4] + 128 * (j / 4); };
 
-    unsigned a[2][FM][4], b[2][FN][2];   // fragments of two K-steps
+    // Fragments of two K-steps: the next one's load while this one's MMAs run.
+    // TF32 B fragments are loaded at their own K-step instead (32-bit loads
+    // and conversions need registers that two K-steps of them would take).
+    constexpr bool B_AHEAD = DT != 2;
+    unsigned a[2][FM][4], b[B_AHEAD ? 2 : 1][FN][2];
     float acc[FM][FN][4] = {};
-    auto load_fragments = [&](int buf, unsigned stage, int ks) {
-        const unsigned at = a_smem + stage * A_BYTES, bt = b_smem + stage * B_BYTES;
+    auto load_a = [&](int buf, unsigned stage, int ks) {
+        const unsigned at = a_smem + stage * A_BYTES;
 #pragma unroll
         for (int i = 0; i < FM; ++i) {
             mma::ldmatrix_x4(a[buf][i], at + a_lane[ks] + 16 * i * A_ROW);
@@ -99,17 +114,20 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
                 for (int r = 0; r < 4; ++r) a[buf][i][r] = mma::to_tf32(a[buf][i][r]);
             }
         }
+    };
+    auto load_b = [&](int buf, unsigned stage, int ks) {
+        const unsigned bt = b_smem + stage * B_BYTES;
         if constexpr (DT == 2) {   // rows 8 ks + t and 8 ks + t + 4
 #pragma unroll
             for (int j = 0; j < FN; ++j) {
-                b[buf][j][0] = mma::to_tf32(mma::lds32(bt + b_lane[j] + 8 * ks * B_ROW));
-                b[buf][j][1] = mma::to_tf32(mma::lds32(bt + b_lane[j] + (8 * ks + 4) * B_ROW));
+                b[buf][j][0] = mma::to_tf32(mma::lds32(bt + b_offset(j) + 8 * ks * B_ROW));
+                b[buf][j][1] = mma::to_tf32(mma::lds32(bt + b_offset(j) + (8 * ks + 4) * B_ROW));
             }
         } else {                   // rows 16 ks .. 16 ks + 15, two n8 tiles per ldmatrix
 #pragma unroll
             for (int j = 0; j < FN / 2; ++j) {
                 unsigned r[4];
-                mma::ldmatrix_x4_trans(r, bt + b_lane[j] + 16 * ks * B_ROW);
+                mma::ldmatrix_x4_trans(r, bt + b_offset(j) + 16 * ks * B_ROW);
                 b[buf][2 * j][0] = r[0]; b[buf][2 * j][1] = r[1];
                 b[buf][2 * j + 1][0] = r[2]; b[buf][2 * j + 1][1] = r[3];
             }
@@ -121,17 +139,21 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
     // oldest outstanding step has landed".
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < k_tiles) issue(s, s);
+        if (s < k_tiles) issue(s);
         __pipeline_commit();
     }
     __pipeline_wait_prior(STAGES - 2);
     __syncthreads();
-    if (k_tiles > 0) load_fragments(0, 0, 0);
+    if (k_tiles > 0) {
+        load_a(0, 0, 0);
+        if constexpr (B_AHEAD) load_b(0, 0, 0);
+    }
 
     unsigned read_stage = 0, write_stage = STAGES - 1;
     for (int kt = 0; kt < k_tiles; ++kt) {
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ++ks) {
+            if constexpr (!B_AHEAD) load_b(0, read_stage, ks);   // this step's, before the barrier below
             if (ks == KSTEPS - 1) {
                 // Step kt+1 visible to all; every warp is done reading step kt-1's
                 // stage (its last fragments were loaded one K-step ago).
@@ -141,16 +163,20 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
             }
             // The next K-step's fragments (the next stage's first, at the last
             // step) load while this step's MMAs run.
-            if (ks < KSTEPS - 1 || kt + 1 < k_tiles) load_fragments((ks + 1) % 2, read_stage, (ks + 1) % KSTEPS);
+            if (ks < KSTEPS - 1 || kt + 1 < k_tiles) {
+                load_a((ks + 1) % 2, read_stage, (ks + 1) % KSTEPS);
+                if constexpr (B_AHEAD) load_b((ks + 1) % 2, read_stage, (ks + 1) % KSTEPS);
+            }
             if (ks == 0) {   // refill the stage step kt-1 used
-                if (kt + STAGES - 1 < k_tiles) issue(kt + STAGES - 1, write_stage);
+                if (kt + STAGES - 1 < k_tiles) issue(write_stage);   // K-step kt + STAGES - 1
                 __pipeline_commit();
                 write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
             }
 #pragma unroll
             for (int i = 0; i < FM; ++i)
 #pragma unroll
-                for (int j = 0; j < FN; ++j) mma::mma_16n8<DT>(acc[i][j], a[ks % 2][i], b[ks % 2][j]);
+                for (int j = 0; j < FN; ++j)
+                    mma::mma_16n8<DT>(acc[i][j], a[ks % 2][i], b[B_AHEAD ? ks % 2 : 0][j]);
         }
     }
     __pipeline_wait_prior(0);

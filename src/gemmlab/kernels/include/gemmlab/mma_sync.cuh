@@ -66,10 +66,12 @@ __device__ __forceinline__ unsigned swizzle(unsigned row, unsigned chunk) {
         return chunk ^ (row & 7);
 }
 
-// The layout as a type for copy_tile_chunks (async_copy.cuh): byte offset of
-// chunk (row, chunk) in a tile of CPR chunks per row.
+// The layout as a type for TileCopy (async_copy.cuh): byte offset of chunk
+// (row, chunk) in a tile of CPR chunks per row.
 template <int CPR, bool LDMATRIX_ROWS = true>
 struct Swizzled {
+    static constexpr int ROW_BYTES = 16 * CPR;
+    static constexpr int PERIOD = LDMATRIX_ROWS ? 8 : 4;   // rows after which the swizzle repeats
     static __device__ __forceinline__ unsigned offset(unsigned row, unsigned chunk) {
         return (row * CPR + swizzle<CPR, LDMATRIX_ROWS>(row, chunk)) * 16;
     }
