@@ -107,7 +107,7 @@ def static_smem(spec, p, prob=None):
         return 0
     if spec.name == "smem_tiled":
         return 2 * 4 * p["tile"] ** 2
-    if spec.name in ("pipelined", "ec_wmma"):   # their stages are in dynamic shared memory
+    if spec.name in ("pipelined", "mma_pipelined", "ec_wmma"):   # their stages are in dynamic shared memory
         return 0
     if spec.family == "tensor":    # rung 1 fills its fragments from global memory
         return 0
@@ -310,6 +310,32 @@ def test_tf32_pack_compiles_without_spills():
         r = res[module.symbols[name]]
         assert r.spill_bytes == 0 and r.stack_bytes == 0, name
         assert r.smem_bytes == 4 * 32 * 33, name
+
+
+@needs_nvdisasm
+@pytest.mark.parametrize("arch", ARCHES)
+def test_mma_pipelined_sass(arch, ladder_module, ladder_sass):
+    """Every instantiation of mma_pipelined: the unrolled K-step's (BK/16) x (WM/16) x (WN/8)
+    mma.sync (HMMA); A fragments by ldmatrix (LDSM), B by ldmatrix.trans for 16-bit types and by
+    32-bit shared loads for TF32 (no .trans for 32-bit elements); cp.async (LDGSTS) wherever it
+    can move the elements: 16-byte copies for aligned operands, 4-byte ones for unaligned TF32,
+    none for unaligned 16-bit types (cp.async moves at least 4 bytes)."""
+    spec = registry.get("mma_pipelined")
+    sass = ladder_sass(arch, spec)
+    symbols = ladder_module(arch, spec).symbols
+    for p in spec.configurations():
+        for prob in spec.variants:
+            name = spec.name_expression(p, prob)
+            f = sass_facts(sass[symbols[name]])
+            per_stage = (p["BK"] // 16) * (p["WM"] // 16) * (p["WN"] // 8)
+            assert f["HMMA"] >= per_stage and f["HMMA"] % per_stage == 0, (name, f)
+            assert f["LDSM"] > 0, (name, f)
+            if prob.dtype == "tf32":
+                assert f["LDSM.T"] == 0 and f["LDS.32"] > 0, (name, f)
+            else:
+                assert f["LDSM.T"] > 0, (name, f)
+            assert (f["LDGSTS"] > 0) == (prob.aligned16 or prob.dtype == "tf32"), (name, f)
+            assert f["STG.128"] > 0 if prob.aligned16 else f["STG.128"] == 0, (name, f)
 
 
 @needs_nvdisasm

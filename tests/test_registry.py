@@ -12,7 +12,7 @@ from gemmlab.kernels import registry
 from gemmlab.kernels.registry import Problem
 
 LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
-          "pipelined", "wmma", "wmma_warptile", "wgmma", "ec_wmma"]
+          "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma"]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
 
@@ -27,7 +27,7 @@ def test_kernels_lists_the_ladder_in_rung_order():
     ks = gemmlab.kernels()
     assert [k["name"] for k in ks] == LADDER
     assert [(k["family"], k["rung"]) for k in ks] == ([("simt", r) for r in range(1, 9)]
-                                                     + [("tensor", 1), ("tensor", 2), ("tensor", 4), ("ec", 1)])
+                                                     + [("tensor", r) for r in range(1, 5)] + [("ec", 1)])
 
 
 @pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
@@ -58,6 +58,7 @@ def test_kernel_params_per_rung():
         "pipelined": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "STAGES", "SPLITK"],
         "wmma": [],
         "wmma_warptile": ["BM", "BN", "BK", "WM", "WN"],
+        "mma_pipelined": ["BM", "BN", "BK", "WM", "WN", "STAGES"],
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
         "wgmma": ["BM", "BN", "STAGES", "CLUSTER"],
     }
@@ -65,7 +66,7 @@ def test_kernel_params_per_rung():
 
 def test_ladder_family_filter():
     assert [s.name for s in registry.ladder("simt")] == LADDER[:8]
-    assert [s.name for s in registry.ladder("tensor")] == ["wmma", "wmma_warptile", "wgmma"]
+    assert [s.name for s in registry.ladder("tensor")] == ["wmma", "wmma_warptile", "mma_pipelined", "wgmma"]
     assert registry.ladder("no-such-family") == []
 
 
@@ -126,6 +127,17 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
         return (p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0 and 64 <= threads <= 512
                 and (p["BM"] * p["BK"]) % threads == 0 and (p["BK"] * p["BN"]) % threads == 0
                 and 4 * (p["BM"] * (p["BK"] + 4) + p["BK"] * (p["BN"] + 4)) <= 48 * 1024)
+    if name == "mma_pipelined":
+        # 03_mma_pipelined.cu: square warp tiles; 64 x 64 ones in blocks of 8 warps (4 warps spill),
+        # 32 x 32 ones only as the 4 warps of a 64 x 64 block; STAGES stages of BM rows and BN columns,
+        # 2*BK bytes deep, within 96 KiB of dynamic shared memory.
+        if p["BM"] % p["WM"] or p["BN"] % p["WN"] or p["WM"] != p["WN"]:
+            return False
+        warps = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"])
+        return ((p["WM"] == 64 and warps == 8 or p["WM"] == 32 and p["BM"] == p["BN"] == 64)
+                and p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"]) <= 96 * 1024)
+
+
     if name == "wgmma":
         # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8-byte barriers a
         # stage and 1 KiB of alignment slack within 227 KiB; BM in 64-row warpgroups, BN one wgmma N;
@@ -438,7 +450,7 @@ def block_tile(spec, p):
         return p["tile"], p["tile"], 1
     if spec.name == "blocktile_1d":
         return p["BM"], p["BN"], p["TM"]
-    if spec.name in ("warptile", "pipelined", "wmma_warptile"):
+    if spec.name in ("warptile", "pipelined", "wmma_warptile", "mma_pipelined"):
         return p["BM"], p["BN"], p["WM"] * p["WN"] // 32
     if spec.name == "ec_wmma":     # warps of 32 x 32
         return p["BM"], p["BN"], 32
@@ -452,7 +464,7 @@ def expected_block(spec, p):
         return (p["tile"], p["tile"], 1)
     if spec.name == "blocktile_1d":
         return ((p["BM"] // p["TM"]) * p["BN"], 1, 1)
-    if spec.name in ("warptile", "pipelined", "wmma_warptile"):
+    if spec.name in ("warptile", "pipelined", "wmma_warptile", "mma_pipelined"):
         return ((p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) * 32, 1, 1)
     if spec.name == "ec_wmma":
         return ((p["BM"] // 32) * (p["BN"] // 32) * 32, 1, 1)
@@ -576,6 +588,101 @@ def test_wmma_geometry(M, N):
 
 
 
+# -- mma_pipelined ---------------------------------------------------------------------------
+
+MMA_SMALL = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
+
+
+def test_mma_pipelined_configurations():
+    """The legal set: 64 x 64 blocks of 4 warps (32 x 32), and 128 x 256 / 256 x 128 blocks of
+    8 warps (64 x 64), each with 3 or 4 stages."""
+    got = {(c["BM"], c["BN"], c["WM"], c["STAGES"]) for c in registry.get("mma_pipelined").configurations()}
+    assert got == {(64, 64, 32, 3), (64, 64, 32, 4), (128, 256, 64, 3), (128, 256, 64, 4),
+                   (256, 128, 64, 3), (256, 128, 64, 4)}
+
+
+@pytest.mark.parametrize("params, rule", [
+    (dict(BM=128, BN=128), "64 x 64 warp tiles in blocks of 8 warps"),
+    (dict(BM=128, BN=128, WM=32, WN=32), "32 x 32 warp tiles only in a 64 x 64 block"),
+    (dict(WN=32), "square warp tiles, WM == WN"),
+])
+def test_mma_pipelined_illegal_combinations(params, rule):
+    spec = registry.get("mma_pipelined")
+    with pytest.raises(ValueError, match=r"not a legal combination for kernel 'mma_pipelined'") as info:
+        spec.resolve(params)
+    assert rule in str(info.value)
+
+
+def test_mma_pipelined_shared_memory_and_geometry():
+    """STAGES stages of an A tile (BM rows of 2*BK bytes) and a B tile (2*BK bytes of K, BN columns),
+    the same bytes for every dtype; one block per BM x BN tile."""
+    spec = registry.get("mma_pipelined")
+    for p in spec.configurations():
+        for prob in spec.variants:
+            geo = spec.launch(p, Problem(1000, 700, 300, prob.aligned16, prob.dtype, prob.out_dtype))
+            assert geo.smem_bytes == p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"]) <= 96 * 1024
+            assert geo.grid == (-(-1000 // p["BM"]) * -(-700 // p["BN"]), 1, 1)
+    assert spec.launch(spec.defaults(), Problem(1, 1, 1, True)).smem_bytes == 3 * 64 * 384
+
+
+def test_mma_pipelined_name_expressions():
+    """Template arguments: dtype codes, the tile parameters, then the 16-byte-copy flag."""
+    spec = registry.get("mma_pipelined")
+    d = spec.defaults()
+    assert spec.name_expression(d, Problem(9, 9, 9, True, "float16", "float16")) == \
+        "gemmlab::mma_pipelined<0, 0, 128, 256, 32, 64, 64, 3, true, 'N', 'N'>"
+    assert spec.name_expression(d, Problem(9, 9, 9, False, "tf32", "float32")) == \
+        "gemmlab::mma_pipelined<2, 3, 128, 256, 32, 64, 64, 3, false, 'N', 'N'>"
+    assert len(spec.variants) == 10
+    assert {(v.dtype, v.out_dtype, v.aligned16) for v in spec.variants} == {
+        (dt, odt, al) for dt, odt in [("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"),
+                                      ("bfloat16", "bfloat16"), ("tf32", "float32")] for al in (True, False)}
+
+
+# kernel="auto" for 16-bit and TF32 (api.auto_tensor_params): mma_pipelined at its defaults
+# when ceil(M/128) * ceil(N/256) >= sm_count, else its 64 x 64 tiles.
+@pytest.mark.parametrize("M, N, K, sm_count, big", [
+    (4096, 4096, 4096, 132, True),       # 32 * 16 = 512 tiles
+    (2048, 2048, 2048, 132, False),      # 16 * 8 = 128 < 132
+    (2048, 2048, 2048, 128, True),
+    (1537, 2049, 64, 117, True),         # 13 * 9 = 117 (ceilings)
+    (1536, 2048, 64, 117, False),        # 12 * 8 = 96
+    (1, 1, 1, 132, False),
+])
+@pytest.mark.parametrize("dtype, out_dtype", [("float16", "float16"), ("bfloat16", "float32"), ("tf32", "float32")])
+def test_auto_for_tensor_dtypes(M, N, K, sm_count, big, dtype, out_dtype):
+    p = gemmlab.plan("auto", M, N, K, sm_count=sm_count, dtype=dtype, out_dtype=out_dtype)
+    spec = registry.get("mma_pipelined")
+    assert p.spec is spec
+    assert p.params == (spec.defaults() if big else MMA_SMALL)
+    assert p.problem.dtype == dtype and p.problem.out_dtype == out_dtype
+    assert MMA_SMALL in spec.configurations()
+
+
+def test_auto_for_tensor_dtypes_follows_alignment():
+    assert gemmlab.plan("auto", 64, 64, 64, aligned16=False, dtype="float16", out_dtype="float16") \
+        .name_expression.endswith(", false, 'N', 'N'>")
+    assert gemmlab.plan("auto", 64, 64, 64, aligned16=True, dtype="float16", out_dtype="float16") \
+        .name_expression.endswith(", true, 'N', 'N'>")
+
+
+@pytest.mark.parametrize("M, N, K, dtype, out_dtype, aligned", [
+    (10, 16, 8, "float16", "float16", True),       # rows of 16 and 32 bytes
+    (10, 12, 8, "float16", "float16", False),      # B and C rows of 24 bytes
+    (10, 8, 8, "float16", "float32", True),
+    (10, 16, 12, "bfloat16", "float32", False),    # A rows of 24 bytes
+    (10, 4, 4, "tf32", "float32", True),
+    (10, 6, 4, "tf32", "float32", False),
+    (10, 8, 6, "float32", "float32", False),       # float32: K and N multiples of 4, as before
+    (10, 8, 4, "float32", "float32", True),
+])
+def test_contiguous_alignment_counts_bytes(M, N, K, dtype, out_dtype, aligned):
+    """16-byte accesses need 16-byte rows: 4 floats, or 8 16-bit elements; each operand in its
+    own element size (a float32 output of 16-bit inputs has wider rows)."""
+    from gemmlab.api import contiguous_aligned16
+    assert contiguous_aligned16(M, N, K, dtype=dtype, out_dtype=out_dtype) is aligned
+
+
 # -- the wgmma rung (Hopper) -------------------------------------------------------------------
 
 WGMMA = registry.get("wgmma")
@@ -601,8 +708,8 @@ def test_plan_refuses_wgmma_on_other_architectures():
 def test_auto_picks_wgmma_on_hopper_only(dtype, out_dtype):
     kw = dict(dtype=dtype, out_dtype=out_dtype)
     assert gemmlab.plan("auto", 4096, 4096, 4096, arch="sm_90a", **kw).spec.name == "wgmma"
-    assert gemmlab.plan("auto", 4096, 4096, 4096, arch="sm_80", **kw).spec.name == "wmma_warptile"
-    assert gemmlab.plan("auto", 4096, 4096, 4096, **kw).spec.name == "wmma_warptile"
+    assert gemmlab.plan("auto", 4096, 4096, 4096, arch="sm_80", **kw).spec.name == "mma_pipelined"
+    assert gemmlab.plan("auto", 4096, 4096, 4096, **kw).spec.name == "mma_pipelined"
     assert gemmlab.plan("auto", 4096, 4096, 4096, arch="sm_90a").spec.family == "simt"   # float32
 
 

@@ -79,3 +79,89 @@ def test_alpha_zero_reads_neither_a_nor_b_in_16_bit():
     out = c0.clone()
     gemmlab.matmul(a, b, out=out, alpha=0.0, beta=0.5)
     assert torch.equal(out, (c0.float() * 0.5).half())
+
+
+# -- mma_pipelined: every configuration, both copy variants, padded and misaligned operands --------
+
+PAIRS = [("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
+         ("tf32", "float32")]
+MMA = registry.get("mma_pipelined")
+
+
+def _operand(rows, cols, dtype, rng, ld=None, offset=0):
+    """A rows x cols matrix of random values (rounded to dtype; float32 storage for tf32) as a view
+    with leading dimension ld (default cols) starting `offset` elements into its buffer, and its FP64
+    copy as the kernel sees it (rounded to TF32 for tf32).  The padding holds NaN."""
+    ld = ld or cols
+    t = torch.float32 if dtype == "tf32" else getattr(torch, dtype)
+    buf = torch.full((offset + rows * ld + 8,), float("nan"), device="cuda", dtype=t)
+    view = buf[offset:offset + rows * ld].view(rows, ld)[:, :cols]
+    view.copy_(torch.from_numpy(random_matrix(rows, cols, "uniform", rng)).cuda().to(t))
+    ref = _tf32_round(view) if dtype == "tf32" else view.double()
+    return view, ref, buf
+
+
+def _aligned(*views):
+    """What matmul decides about 16-byte copies for these operands (a, b, out)."""
+    from gemmlab.api import _aligned16
+    from gemmlab.arrays import describe
+    ops = [describe(v, n) for v, n in zip(views, "abo")]
+    return _aligned16(ops, [v.stride(0) for v in views], [views[0].shape[1], views[1].shape[1]],
+                      "tf32" if views[0].dtype == torch.float32 else ops[0].dtype_name)
+
+
+def _run_mma(M, N, K, dtype, out_dtype, rng, lds=(None, None, None), offsets=(0, 0, 0), alpha=0.5, beta=2.0,
+             **params):
+    a, a64, _ = _operand(M, K, dtype, rng, lds[0], offsets[0])
+    b, b64, _ = _operand(K, N, dtype, rng, lds[1], offsets[1])
+    out, c64, obuf = _operand(M, N, out_dtype, rng, lds[2], offsets[2])
+    kw = {"precision": "tf32"} if dtype == "tf32" else {}
+    gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel="mma_pipelined", **kw, **params)
+    torch.cuda.synchronize()
+    ref = alpha * (a64 @ b64) + beta * c64
+    assert not torch.isnan(out).any(), "elements unwritten or NaN"
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert err <= BOUND[out_dtype], f"relative error {err:.2e}"
+    ld = out.stride(0)
+    pad = obuf[offsets[2]:offsets[2] + M * ld].view(M, ld)[:, N:]
+    assert torch.isnan(pad).all(), "the padding of out's rows was written"
+    return a, b, out
+
+
+@pytest.mark.parametrize("params", MMA.configurations(),
+                         ids=lambda p: f"{p['BM']}x{p['BN']}-s{p['STAGES']}")
+@pytest.mark.parametrize("dtype, out_dtype", PAIRS)
+@pytest.mark.parametrize("shape", [(200, 264, 328), (127, 129, 255)], ids=lambda s: "x".join(map(str, s)))
+def test_mma_pipelined_every_configuration(params, dtype, out_dtype, shape):
+    """200 x 264 x 328 has 16-byte rows (the cp.async path), 127 x 129 x 255 does not (narrow copies);
+    neither is a multiple of any tile, and K ends inside a stage."""
+    rng = np.random.default_rng(sum(shape) + 31 * len(dtype))
+    a, b, out = _run_mma(*shape, dtype, out_dtype, rng, **params)
+    assert _aligned(a, b, out) is (shape[2] == 328)
+
+
+@pytest.mark.parametrize("dtype, out_dtype", PAIRS)
+@pytest.mark.parametrize("shape", [(33, 65, 17), (64, 128, 64), (130, 260, 96)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("small", [False, True], ids=["default", "64x64"])
+def test_mma_pipelined_misaligned_views(dtype, out_dtype, shape, small):
+    """a, b and out each start one element into their buffers: 2- or 4-byte aligned, so the kernel's
+    variant with narrow copies runs (ordinary 16-bit loads, or 4-byte cp.async for TF32)."""
+    rng = np.random.default_rng(7 * sum(shape) + small)
+    params = {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "STAGES": 4} if small else {}
+    a, b, out = _run_mma(*shape, dtype, out_dtype, rng, offsets=(1, 1, 1), **params)
+    assert _aligned(a, b, out) is False
+
+
+@pytest.mark.parametrize("dtype, out_dtype", PAIRS)
+@pytest.mark.parametrize("shape", [(100, 70, 90), (300, 250, 37)], ids=lambda s: "x".join(map(str, s)))
+def test_mma_pipelined_padded_rows_clip_ragged_chunks(dtype, out_dtype, shape):
+    """Rows padded to a multiple of 16 bytes, widths K and N not: the 16-byte copies run, and the
+    chunk that straddles the end of a row reads only its first bytes (cp.async src-size) -- the
+    padding holds NaN, so a chunk read whole would poison the result; the output's padding must
+    stay untouched."""
+    M, N, K = shape
+    rng = np.random.default_rng(M + N + K)
+    e, eo = (4 if dtype == "tf32" else 2), (4 if out_dtype in ("float32",) else 2)
+    up = lambda n, el: -(-n // (16 // el)) * (16 // el)   # noqa: E731
+    a, b, out = _run_mma(M, N, K, dtype, out_dtype, rng, lds=(up(K, e), up(N, e), up(N, eo)))
+    assert _aligned(a, b, out) is True

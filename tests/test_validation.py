@@ -215,7 +215,7 @@ def test_out_must_have_the_asked_out_dtype():
 @pytest.mark.parametrize("kernel", ["naive", "vectorized", "pipelined"])
 def test_cuda_core_kernels_refuse_16_bit_inputs(kernel):
     with pytest.raises(TypeError, match=rf"kernel '{kernel}' computes float32, not float16; "
-                                        r"for float16 use one of: wmma, wmma_warptile"):
+                                        r"for float16 use one of: wmma, wmma_warptile, mma_pipelined"):
         gemmlab.matmul(f16(3, 4), f16(4, 2), kernel=kernel)
 
 
@@ -227,9 +227,13 @@ def test_tensor_kernels_refuse_plain_float32():
 
 def test_plan_picks_by_dtype():
     assert gemmlab.plan("auto", 300, 300, 300, dtype="float16", out_dtype="float16").name_expression == \
-        "gemmlab::wmma_warptile<0, 0, 128, 128, 16, 32, 32, 'N', 'N'>"
-    assert gemmlab.plan("auto", 300, 300, 300, dtype="tf32", op_a="T").name_expression == \
-        "gemmlab::wmma_warptile<2, 3, 128, 128, 16, 32, 32, 'T', 'N'>"
+        "gemmlab::mma_pipelined<0, 0, 64, 64, 32, 32, 32, 4, true, 'N', 'N'>"
+    assert gemmlab.plan("auto", 300, 300, 300, dtype="tf32").name_expression == \
+        "gemmlab::mma_pipelined<2, 3, 64, 64, 32, 32, 32, 4, true, 'N', 'N'>"
+    # mma_pipelined reads row-major operands only: a column-major one falls back to wmma_warptile.
+    p = gemmlab.plan("auto", 300, 300, 300, dtype="tf32", op_a="T")
+    assert p.name_expression == "gemmlab::wmma_warptile<2, 3, 128, 128, 16, 32, 32, 'T', 'N'>"
+    assert "mma_pipelined cannot take these operands: it reads NN operand layouts only, not TN" in p.fallback_reason
     assert gemmlab.plan("wmma", 300, 300, 300, dtype="bfloat16", op_b="T").name_expression == \
         "gemmlab::wmma_tile<1, 3, 'N', 'T'>"
     assert gemmlab.plan("auto", 300, 300, 300).spec.family == "simt"

@@ -79,12 +79,16 @@ def contiguous_tma_aligned(M: int, N: int, K: int, elem_bytes: int) -> bool:
     return tma_aligned(0, M, max(K, 1), 0, K, max(N, 1), elem_bytes)
 
 
-def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N") -> bool:
-    """Whether fresh contiguous (256-byte aligned) float32 arrays -- op(A) M x K and
-    op(B) K x N stored with layouts op_a / op_b, C M x N row-major -- allow the
-    kernels' 16-byte accesses: the stored row widths are multiples of 4."""
-    widths = (K if op_a == "N" else M, N if op_b == "N" else K, N)
-    return all(w % 4 == 0 for w in widths)
+def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N", dtype: str = "float32",
+                         out_dtype: str | None = None) -> bool:
+    """Whether fresh contiguous (256-byte aligned) arrays -- op(A) M x K and op(B)
+    K x N stored with layouts op_a / op_b, C M x N row-major -- allow the
+    kernels' 16-byte accesses: every stored row a multiple of 16 bytes, each
+    operand in its own element size (4 floats, or 8 16-bit elements)."""
+    e = ITEMSIZE["float32" if dtype in registry.FLOAT32_RESULT else dtype]
+    eo = ITEMSIZE[out_dtype or ("float32" if dtype in registry.FLOAT32_RESULT else dtype)]
+    widths = ((K if op_a == "N" else M) * e, (N if op_b == "N" else K) * e, N * eo)
+    return all(w % 16 == 0 for w in widths)
 
 
 # -- operand layouts and batches ------------------------------------------------
@@ -258,6 +262,18 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
                          "STAGES": 3, "SPLITK": splits}
 
 
+def auto_tensor_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
+    """What ``kernel="auto"`` runs for 16-bit and TF32 inputs off Hopper (on
+    sm_90a: wgmma, see registry.wgmma_auto_params).
+
+    mma_pipelined at its defaults (128 x 256 tiles) when they give every SM a
+    block; below that, its 64 x 64 tiles, which make eight times as many.
+    """
+    if -(-M // 128) * -(-N // 256) >= sm_count:
+        return "mma_pipelined", {}
+    return "mma_pipelined", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
+
+
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
          gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
          op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
@@ -305,9 +321,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         elif arch is not None and registry.get("wgmma").builds_for(arch):
             kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count)
         else:
-            # 16-bit and TF32: the warp-tiled WMMA rung until the faster rungs and
-            # their tuned tables exist.
-            kernel, tile_params = "wmma_warptile", {}
+            kernel, tile_params = auto_tensor_params(M, N, K, sm_count)
     spec = registry.get(kernel)
     if arch is not None:
         spec.check_arch(arch)

@@ -26,6 +26,9 @@ SASS_FACTS = {
     "BAR": r"BAR\.SYNC",
     "LDL/STL (local)": r"\b(?:LDL|STL)\b",
     "HMMA": r"\bHMMA\b",
+    "LDSM": r"\bLDSM\b",            # ldmatrix (.MT88: the transposing form)
+    "LDSM.T": r"\bLDSM\.16\.MT88",
+    "LDGSTS": r"\bLDGSTS\b",        # cp.async
     "HGMMA": r"\bHGMMA\b",
 }
 

@@ -189,7 +189,8 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
                   f"{_tflops(M, N, K, cb.ms):.1f} TFLOPS  ({time.time() - t_start:.0f} s)", quiet)
         rows = []
         for name, params in entries:
-            p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K, op_a, op_b),
+            p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K, op_a, op_b, dtype,
+                                                                   "float32" if dtype in registry.FLOAT32_RESULT else dtype),
                            sm_count=gpu.sm_count, gpu_slug=gpu.slug, dtype=dtype,
                            out_dtype="float32" if dtype in registry.FLOAT32_RESULT else dtype, op_a=op_a, op_b=op_b,
                            arch=gpu.arch, tma_aligned=contiguous_tma_aligned(M, N, K, 2 if dtype in ("float16", "bfloat16") else 4),

@@ -589,6 +589,57 @@ register(KernelSpec(
 ))
 
 
+def _mma_smem(p) -> int:
+    """Dynamic shared memory of 03_mma_pipelined.cu: STAGES stages of an A tile
+    (BM rows of 2*BK bytes) and a B tile (2*BK bytes of K, BN columns)."""
+    return p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"])
+
+
+# Every tensor-core dtype pair, each with 16-byte copies (aligned operands) and
+# with narrow ones (any alignment and leading dimension).
+_TC_VARIANTS_ALIGNED = _TC_VARIANTS + tuple(Problem(1, 1, 1, False, p.dtype, p.out_dtype) for p in _TC_VARIANTS)
+
+register(KernelSpec(
+    name="mma_pipelined", rung=3, family="tensor", dtypes=("float16", "bfloat16", "tf32"),
+    source="tensor/03_mma_pipelined.cu", template="gemmlab::mma_pipelined",
+    description="mma.sync m16n8k16/m16n8k8 as inline PTX, ldmatrix from XOR-swizzled shared memory, "
+                "STAGES-deep cp.async pipeline",
+    params=(
+        TileParam("BM", (64, 128, 256), 128, "rows of C per block"),
+        TileParam("BN", (64, 128, 256), 256, "columns of C per block"),
+        TileParam("BK", (32,), 32, "depth of a stage in 16-bit elements (TF32: BK/2 floats, the same 2*BK "
+                                   "bytes per row of A)"),
+        TileParam("WM", (32, 64), 64, "rows of C per warp (WM/16 MMA tiles)"),
+        TileParam("WN", (32, 64), 64, "columns of C per warp (WN/8 MMA tiles)"),
+        TileParam("STAGES", (3, 4), 3, "K-steps of tiles in shared memory (cp.async in flight)"),
+    ),
+    constraints=(
+        Constraint("WM must divide BM and WN must divide BN",
+                   lambda p: p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0),
+        Constraint("square warp tiles, WM == WN: for a number of accumulators, the square tile loads the "
+                   "fewest fragments per MMA",
+                   lambda p: p["WM"] == p["WN"]),
+        Constraint("64 x 64 warp tiles in blocks of 8 warps, (BM/64)*(BN/64) == 8: with 4 warps each thread "
+                   "issues 8 copies per stage, whose addresses do not fit beside 128 accumulators and two "
+                   "K-steps of fragments (spills)",
+                   lambda p: p["WM"] != 64 or _tc_threads(p) == 256),
+        Constraint("32 x 32 warp tiles only in a 64 x 64 block of 4 warps (they load twice the fragments per "
+                   "MMA of 64 x 64 ones; the small block is for problems with too few tiles to fill the GPU)",
+                   lambda p: p["WM"] != 32 or p["BM"] == p["BN"] == 64),
+        Constraint("dynamic shared memory, STAGES*2*BK*(BM+BN) bytes, must fit in 96 KiB",
+                   lambda p: _mma_smem(p) <= PIPELINED_SMEM_LIMIT),
+    ),
+    template_args=lambda p, prob: _tc_type_args(prob) + (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["STAGES"],
+                                                          prob.aligned16),
+    geometry=lambda p, prob: Launch(grid=(_tiles(prob, p["BM"], p["BN"]), 1, 1), block=(_tc_threads(p), 1, 1),
+                                    smem_bytes=_mma_smem(p)),
+    variants=_TC_VARIANTS_ALIGNED,
+    layouts=(("N", "N"),),       # its copies and ldmatrix read row-major A and B only so far
+    fallback="wmma_warptile",
+))
+
+
+
 # -- rung 4: wgmma (Hopper) ------------------------------------------------------------
 
 # Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200

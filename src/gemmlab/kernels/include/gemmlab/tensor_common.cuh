@@ -92,4 +92,50 @@ __device__ __forceinline__ void store_accumulator_masked(Frag& acc, O* __restric
     });
 }
 
+// One warp writes a ROWS x COLS slab of float results, staged in shared memory
+// (row stride SLD floats, 16-byte aligned rows), to C at (row0, col0):
+// C = alpha * slab + beta * C (beta == 0 never reads C), converted to C's
+// type, outputs outside M x N skipped.  Each lane takes V = 16 / sizeof(O)
+// consecutive columns, so neighbouring lanes write neighbouring 16-byte pieces
+// of a row (coalesced).  VEC: 16-byte global accesses (C 16-byte aligned,
+// ldc * sizeof(O) a multiple of 16, checked by the host); pieces that cross
+// the right edge of C, and every piece without VEC, go element by element.
+template <int ROWS, int COLS, int SLD, bool VEC, class O>
+__device__ __forceinline__ void store_slab_scaled(const float* slab, O* __restrict__ C, int ldc, int row0, int col0,
+                                                  int M, int N, float alpha, float beta, unsigned lane) {
+    constexpr int V = 16 / int(sizeof(O));
+    constexpr int LANES_PER_ROW = COLS / V, ROWS_PER_PASS = 32 / LANES_PER_ROW;
+    static_assert(COLS % V == 0 && 32 % LANES_PER_ROW == 0 && ROWS % ROWS_PER_PASS == 0 && SLD % 4 == 0,
+                  "a pass of the warp covers whole rows of the slab");
+    const int c = int(lane % LANES_PER_ROW) * V, col = col0 + c;
+#pragma unroll 1
+    for (int r = int(lane / LANES_PER_ROW); r < ROWS; r += ROWS_PER_PASS) {
+        const int row = row0 + r;
+        if (row >= M || col >= N) continue;
+        float v[V];
+#pragma unroll
+        for (int e = 0; e < V; e += 4) {
+            const float4 x = *reinterpret_cast<const float4*>(&slab[r * SLD + c + e]);
+            v[e] = alpha * x.x; v[e + 1] = alpha * x.y; v[e + 2] = alpha * x.z; v[e + 3] = alpha * x.w;
+        }
+        O* out = &C[(long long)row * ldc + col];
+        if (VEC && col + V <= N) {
+            uint4 piece;
+            O* o = reinterpret_cast<O*>(&piece);
+            if (beta != 0.0f) {
+                piece = *reinterpret_cast<const uint4*>(out);
+#pragma unroll
+                for (int e = 0; e < V; ++e) v[e] += beta * to_float(o[e]);
+            }
+#pragma unroll
+            for (int e = 0; e < V; ++e) o[e] = from_float<O>(v[e]);
+            *reinterpret_cast<uint4*>(out) = piece;
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e)
+                if (col + e < N) out[e] = from_float<O>(beta == 0.0f ? v[e] : v[e] + beta * to_float(out[e]));
+        }
+    }
+}
+
 }  // namespace gemmlab

@@ -1,0 +1,211 @@
+// Tensor-core rung 3, mma_pipelined: rung 2's block and warp tiling, with the
+// tensor cores driven by the instructions WMMA is built from, and the tiles
+// fed to them the way fast GEMMs do on Ampere (and, short of wgmma, Hopper).
+//
+// What changes from wmma_warptile:
+//  * mma.sync m16n8k16 (FP16/BF16) and m16n8k8 (TF32) as inline PTX instead of
+//    wmma::mma_sync.  The PTX ISA documents which lane holds which element
+//    (mma_sync.cuh), so fragments are loaded straight from shared memory with
+//    ldmatrix, and the epilogue knows where each accumulator belongs.
+//  * ldmatrix.x4 loads a 16 x 16 A fragment (or, with .trans, two k16 x n8 B
+//    fragments from row-major B) in one instruction, each lane giving the
+//    address of one 16-byte row.  TF32 B has no 32-bit transpose: one 32-bit
+//    shared load per register, then cvt.rna.tf32.f32 (A too is converted).
+//  * Shared memory swizzled by 16-byte chunks (an XOR of the chunk index with
+//    bits of the row, mma::swizzle) instead of padded: every ldmatrix phase
+//    and every TF32 B load hits 32 different banks, and rows stay 16-byte
+//    aligned for cp.async.
+//  * STAGES-deep cp.async pipeline (as rung 8 of the CUDA-core ladder): the
+//    copies for K-steps kt+1 .. kt+STAGES-1 are in flight while the warps
+//    compute on kt, one barrier per K-step; the next K-step's fragments are
+//    loaded before this one's MMAs (the first of the next stage before the
+//    last MMAs of this one), so the tensor cores rarely wait for a load.
+//  * Larger tiles: 8 warps of 64 x 64 (128 accumulators per thread) in a
+//    128 x 256 block by default.  BK counts bytes, not elements: a stage holds
+//    2*BK bytes of each row of A (BK 16-bit elements, or BK/2 floats), so a
+//    configuration takes the same shared memory for every dtype.
+//  * The epilogue goes through shared memory: a warp writes its accumulators
+//    to a 16-row slab in the fragment layout, then stores the slab to C 16
+//    bytes per lane, neighbouring lanes on neighbouring columns.
+//
+// VEC (16-byte aligned operands, rows a multiple of 16 bytes apart): 16-byte
+// cp.async requests, clipped at ragged edges with their src-size operand, and
+// 16-byte stores of C.  Otherwise 4-byte cp.async per float, or ordinary
+// 16-bit loads (cp.async cannot move 2 bytes), and element-wise stores.
+//
+// Edges: the copies zero-fill what lies outside the matrix, so edge tiles run
+// the same MMAs; the epilogue skips outputs outside M x N.  alpha == 0 reads
+// neither A nor B, beta == 0 never reads C.
+#include <gemmlab/async_copy.cuh>
+#include <gemmlab/layout.cuh>
+#include <gemmlab/mma_sync.cuh>
+#include <gemmlab/tensor_common.cuh>
+
+namespace gemmlab {
+
+// OPA, OPB: the operand layouts every rung's template ends with (layout.cuh).
+// This rung reads row-major A and B only (the registry lists just 'N', 'N';
+// other layouts fall back to wmma_warptile): a column-major operand would need
+// the other ldmatrix (.trans or not) and a transposed copy.
+template <int DT, int ODT, int BM, int BN, int BK, int WM, int WN, int STAGES, bool VEC, char OPA, char OPB>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)
+mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A,
+              int lda, const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
+              typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc, long long stride_a,
+              long long stride_b, long long stride_c) {
+    static_assert(OPA == 'N' && OPB == 'N', "mma_pipelined reads row-major A and B only");
+    batch_select(A, stride_a, B, stride_b, C, stride_c);
+    using S = typename wmma_types::Storage<DT>::type;
+    constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
+    constexpr int E = int(sizeof(S));
+    constexpr int KT = 2 * BK / E;                        // K per stage: BK 16-bit elements or BK/2 floats
+    constexpr int KSTEPS = KT / mma::k_per_mma<DT>();     // MMAs along K per stage (BK / 16)
+    constexpr int A_CPR = 2 * BK / 16, B_CPR = BN * E / 16;   // 16-byte chunks per tile row
+    constexpr int A_ROW = 16 * A_CPR, B_ROW = 16 * B_CPR;     // bytes per tile row
+    constexpr int A_BYTES = BM * A_ROW, B_BYTES = KT * B_ROW;  // one stage of each operand
+    constexpr int FM = WM / 16, FN = WN / 8;              // m16 x n8 MMA tiles per warp
+    using ALayout = mma::Swizzled<A_CPR>;
+    using BLayout = mma::Swizzled<B_CPR, DT != 2>;        // TF32 B is read by 32-bit loads, not ldmatrix
+    static_assert(KSTEPS % 2 == 0, "fragments are double-buffered over pairs of K-steps");
+    static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tiles are made of 16 x 16 pieces");
+
+    extern __shared__ __align__(128) unsigned char smem[];
+    const unsigned a_smem = mma::smem_addr(smem), b_smem = a_smem + STAGES * A_BYTES;
+    const TileOrigin tile = block_tile_origin<BM, BN>(N);
+    const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const unsigned warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
+    const int k_tiles = alpha == 0.0f ? 0 : (K + KT - 1) / KT;   // alpha = 0 reads neither A nor B
+
+    // This thread's share of the copies; issue() starts those of the next
+    // K-step (they are issued in order) into `stage`.
+    TileCopy<BM, KT, THREADS, ALayout, VEC, S> a_copy(A, lda, tile.row, 0, M, K, tid);
+    TileCopy<KT, BN, THREADS, BLayout, VEC, S> b_copy(B, ldb, 0, tile.col, K, N, tid);
+    auto issue = [&](unsigned stage) {
+        a_copy.issue(a_smem + stage * A_BYTES);
+        b_copy.issue(b_smem + stage * B_BYTES);
+        a_copy.next_cols(KT);
+        b_copy.next_rows(KT, ldb);
+    };
+
+    // Where this lane reads its fragments, relative to a stage: the swizzle
+    // repeats every 8 rows, so the m16 tiles of A (16 rows apart) and the
+    // K-steps of B (16 or 8 rows apart) differ by constant offsets.
+    unsigned a_lane[KSTEPS];   // A: K-step ks is chunks 2 ks, 2 ks + 1
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks)
+        a_lane[ks] = warp_row * A_ROW + mma::ldmatrix_lane_offset<ALayout>(lane, 2 * ks);
+    // B: 16-bit, one ldmatrix.x4.trans per 16 columns (2 chunks); TF32, one
+    // offset per 8 columns (2 chunks).  The swizzle permutes chunks within
+    // 128-byte windows of 8, so pieces a window apart (j and j + 4) differ by
+    // 128 bytes and share an offset register.
+    constexpr int BPIECES = DT == 2 ? FN : FN / 2, BOFFS = BPIECES < 4 ? BPIECES : 4;
+    unsigned b_lane[BOFFS];
+#pragma unroll
+    for (int j = 0; j < BOFFS; ++j)
+        b_lane[j] = DT == 2 ? mma::tf32_b_lane_offset<BLayout>(lane, warp_col / 4 + 2 * j)
+                            : mma::ldmatrix_lane_offset<BLayout>(lane, warp_col / 8 + 2 * j);
+    auto b_offset = [&](int j) { return b_lane[j % 4] + 128 * (j / 4); };
+
+    // Fragments of two K-steps: the next one's load while this one's MMAs run.
+    // TF32 B fragments are loaded at their own K-step instead (32-bit loads
+    // and conversions need registers that two K-steps of them would take).
+    constexpr bool B_AHEAD = DT != 2;
+    unsigned a[2][FM][4], b[B_AHEAD ? 2 : 1][FN][2];
+    float acc[FM][FN][4] = {};
+    auto load_a = [&](int buf, unsigned stage, int ks) {
+        const unsigned at = a_smem + stage * A_BYTES;
+#pragma unroll
+        for (int i = 0; i < FM; ++i) {
+            mma::ldmatrix_x4(a[buf][i], at + a_lane[ks] + 16 * i * A_ROW);
+            if constexpr (DT == 2) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) a[buf][i][r] = mma::to_tf32(a[buf][i][r]);
+            }
+        }
+    };
+    auto load_b = [&](int buf, unsigned stage, int ks) {
+        const unsigned bt = b_smem + stage * B_BYTES;
+        if constexpr (DT == 2) {   // rows 8 ks + t and 8 ks + t + 4
+#pragma unroll
+            for (int j = 0; j < FN; ++j) {
+                b[buf][j][0] = mma::to_tf32(mma::lds32(bt + b_offset(j) + 8 * ks * B_ROW));
+                b[buf][j][1] = mma::to_tf32(mma::lds32(bt + b_offset(j) + (8 * ks + 4) * B_ROW));
+            }
+        } else {                   // rows 16 ks .. 16 ks + 15, two n8 tiles per ldmatrix
+#pragma unroll
+            for (int j = 0; j < FN / 2; ++j) {
+                unsigned r[4];
+                mma::ldmatrix_x4_trans(r, bt + b_offset(j) + 16 * ks * B_ROW);
+                b[buf][2 * j][0] = r[0]; b[buf][2 * j][1] = r[1];
+                b[buf][2 * j + 1][0] = r[2]; b[buf][2 * j + 1][1] = r[3];
+            }
+        }
+    };
+
+    // Prologue: STAGES-1 K-steps in flight.  Every step commits a batch (empty
+    // past the end), so "at most STAGES-2 batches pending" always means "the
+    // oldest outstanding step has landed".
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) issue(s);
+        __pipeline_commit();
+    }
+    __pipeline_wait_prior(STAGES - 2);
+    __syncthreads();
+    if (k_tiles > 0) {
+        load_a(0, 0, 0);
+        if constexpr (B_AHEAD) load_b(0, 0, 0);
+    }
+
+    unsigned read_stage = 0, write_stage = STAGES - 1;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ++ks) {
+            if constexpr (!B_AHEAD) load_b(0, read_stage, ks);   // this step's, before the barrier below
+            if (ks == KSTEPS - 1) {
+                // Step kt+1 visible to all; every warp is done reading step kt-1's
+                // stage (its last fragments were loaded one K-step ago).
+                __pipeline_wait_prior(STAGES - 2);
+                __syncthreads();
+                read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
+            }
+            // The next K-step's fragments (the next stage's first, at the last
+            // step) load while this step's MMAs run.
+            if (ks < KSTEPS - 1 || kt + 1 < k_tiles) {
+                load_a((ks + 1) % 2, read_stage, (ks + 1) % KSTEPS);
+                if constexpr (B_AHEAD) load_b((ks + 1) % 2, read_stage, (ks + 1) % KSTEPS);
+            }
+            if (ks == 0) {   // refill the stage step kt-1 used
+                if (kt + STAGES - 1 < k_tiles) issue(write_stage);   // K-step kt + STAGES - 1
+                __pipeline_commit();
+                write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
+            }
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j)
+                    mma::mma_16n8<DT>(acc[i][j], a[ks % 2][i], b[B_AHEAD ? ks % 2 : 0][j]);
+        }
+    }
+    __pipeline_wait_prior(0);
+    __syncthreads();   // every warp is done with the stages: the epilogue reuses them
+
+    // Epilogue, one m16 row of MMA tiles at a time: the warp puts its
+    // accumulators in a 16 x WN slab of shared memory (the fragment layout
+    // scatters them: lane (g, t) holds columns 2t, 2t+1 of rows g and g+8),
+    // then writes the slab to C 16 bytes per lane, neighbouring lanes on
+    // neighbouring columns.
+    constexpr int SLD = WN + 8;   // slab row stride in floats: see store_acc_row
+    static_assert((THREADS / 32) * 16 * SLD * 4 <= STAGES * (A_BYTES + B_BYTES), "slabs fit in the stages");
+    float* slab = reinterpret_cast<float*>(smem) + warp * 16 * SLD;
+#pragma unroll
+    for (int i = 0; i < FM; ++i) {
+        mma::store_acc_row<FN, SLD>(slab, acc[i], lane);
+        __syncwarp();
+        store_slab_scaled<16, WN, SLD, VEC>(slab, C, ldc, tile.row + int(warp_row) + 16 * i,
+                                            tile.col + int(warp_col), M, N, alpha, beta, lane);
+        __syncwarp();   // the slab is rewritten by the next row of tiles
+    }
+}
+
+}  // namespace gemmlab
