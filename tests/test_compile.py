@@ -408,7 +408,7 @@ def test_refresh_and_no_cache_skip_reading(fresh_cache):
 
 def test_different_instantiations_are_different_entries(fresh_cache):
     compile_quietly()
-    other = compile_module(registry.get("smem_tiled").source_path, ["gemmlab::smem_tiled<16>"], ARCH)
+    other = compile_module(registry.get("smem_tiled").source_path, ["gemmlab::smem_tiled<16, 'N', 'N'>"], ARCH)
     assert not other.from_cache
     assert len(entry_files(fresh_cache)) == 6
     assert compile_quietly().from_cache

@@ -56,12 +56,29 @@ template <int ROWS, int COLS, int SLD, int THREADS, char OP = 'N', class S>
 __device__ __forceinline__ void stage_tile(S* smem, const S* __restrict__ g, int ld, int row0, int col0, int rows,
                                            int cols, int tid) {
     static_assert((ROWS * COLS) % THREADS == 0, "tile must split evenly over the threads");
+    constexpr int RUN = OP == 'N' ? COLS : ROWS;   // consecutive threads walk this side of the tile
+    if constexpr (THREADS % RUN == 0) {
+        // Every step moves a thread THREADS / RUN lines (rows for 'N', columns for
+        // 'T') on, the same side: one 64-bit address, then a constant stride.  An
+        // address per element costs registers, which the 512-thread TF32
+        // configuration of wmma_warptile cannot spare.
+        constexpr int LINES = THREADS / RUN;
+        const int r0 = OP == 'N' ? tid / COLS : tid % ROWS, c0 = OP == 'N' ? tid % COLS : tid / ROWS;
+        const S* p = g + elem_offset<OP>(row0 + r0, col0 + c0, ld);
+        const long long stride = (long long)LINES * ld;
 #pragma unroll
-    for (int step = 0; step < ROWS * COLS / THREADS; ++step) {
-        const int i = step * THREADS + tid;
-        const int r = OP == 'N' ? i / COLS : i % ROWS, c = OP == 'N' ? i % COLS : i / ROWS;
-        smem[r * SLD + c] = (row0 + r < rows && col0 + c < cols) ? g[elem_offset<OP>(row0 + r, col0 + c, ld)]
-                                                                  : S(0.0f);
+        for (int step = 0; step < ROWS * COLS / THREADS; ++step) {
+            const int r = OP == 'N' ? r0 + step * LINES : r0, c = OP == 'N' ? c0 : c0 + step * LINES;
+            smem[r * SLD + c] = (row0 + r < rows && col0 + c < cols) ? p[step * stride] : S(0.0f);
+        }
+    } else {
+#pragma unroll
+        for (int step = 0; step < ROWS * COLS / THREADS; ++step) {
+            const int i = step * THREADS + tid;
+            const int r = OP == 'N' ? i / COLS : i % ROWS, c = OP == 'N' ? i % COLS : i / ROWS;
+            smem[r * SLD + c] = (row0 + r < rows && col0 + c < cols) ? g[elem_offset<OP>(row0 + r, col0 + c, ld)]
+                                                                      : S(0.0f);
+        }
     }
 }
 
