@@ -126,3 +126,16 @@ def test_input_sets_are_what_they_say():
     assert np.abs(make_inputs("uniform_small", 100, 100, rng)).max() <= 2.0 ** -12
     x = np.abs(make_inputs("log_uniform", 100, 100, rng))
     assert x.min() >= 2.0 ** -20 and x.max() <= 2.0 ** 20 and x.max() / x.min() > 2.0 ** 30
+
+
+@pytest.mark.parametrize("precision", ["fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc"])
+def test_ec_precisions_are_planned_without_a_gpu(precision, monkeypatch):
+    """Everything up to the GPU works for every precision (layouts and batches
+    included); the first thing that needs the GPU is what fails without one."""
+    from gemmlab.errors import NoGPUError
+    from gemmlab.runtime import device as rt_device
+    if rt_device.gpu_available():
+        pytest.skip("checks the path up to the GPU on a machine without one")
+    a = np.ones((2, 5, 4), np.float32)
+    with pytest.raises(NoGPUError):
+        gemmlab.matmul(a, np.ones((4, 3), np.float32).T.copy().T, precision=precision)

@@ -73,6 +73,12 @@ GRID_Z_MAX = 65535      # batches per launch (gridDim.z); more are launched in c
 SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (batches are chunked)
 
 
+def _storage_itemsize(dtype: str) -> int:
+    """Bytes per input element for a kernel dtype: TF32 and the error-corrected
+    methods read float32 storage."""
+    return ITEMSIZE["float32" if dtype in registry.FLOAT32_RESULT else dtype]
+
+
 def contiguous_tma_aligned(M: int, N: int, K: int, elem_bytes: int) -> bool:
     """Whether fresh contiguous M x K and K x N arrays allow TMA tensor maps
     (rows of a multiple of 16 bytes, or a single row)."""
@@ -85,7 +91,7 @@ def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N
     K x N stored with layouts op_a / op_b, C M x N row-major -- allow the
     kernels' 16-byte accesses: every stored row a multiple of 16 bytes, each
     operand in its own element size (4 floats, or 8 16-bit elements)."""
-    e = ITEMSIZE["float32" if dtype in registry.FLOAT32_RESULT else dtype]
+    e = _storage_itemsize(dtype)
     eo = ITEMSIZE[out_dtype or ("float32" if dtype in registry.FLOAT32_RESULT else dtype)]
     widths = ((K if op_a == "N" else M) * e, (N if op_b == "N" else K) * e, N * eo)
     return all(w % 16 == 0 for w in widths)
@@ -374,7 +380,7 @@ def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int,
                              f"{gpu.name} allows {gpu.max_smem_per_block_optin}")
         allow_dynamic_smem(kernel, geo.smem_bytes, gpu.ordinal)
     pr = p.problem
-    item_in, item_out = ITEMSIZE["float32" if pr.dtype == "tf32" else pr.dtype], ITEMSIZE[pr.out_dtype]
+    item_in, item_out = _storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
     sa, sb, sc = strides
     splits = p.spec.splits(p.params)
     quick = (alpha == 0 or pr.K == 0) and pr.out_dtype == "float32"
@@ -653,7 +659,7 @@ class _KernelView:
 def _kernel_view(call: _Call, C: _Side | None = None, ptrs: dict | None = None) -> _KernelView:
     A, B, C = call.A, call.B, C if C is not None else call.C
     M, N = A.rows, B.cols
-    item_in = ITEMSIZE["float32" if call.dtypes["dtype"] == "tf32" else call.dtypes["dtype"]]
+    item_in = _storage_itemsize(call.dtypes["dtype"])
     itemsize = {"A": item_in, "B": item_in, "C": ITEMSIZE[call.dtypes["out_dtype"]]}
     if ptrs is None:   # where the operands are now (a copy, not made yet, will be freshly allocated)
         ptrs = {k: 0 if S.copy else S.operand.ptr for k, S in (("A", A), ("B", B), ("C", C)) if S is not None}
