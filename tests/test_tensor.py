@@ -103,20 +103,36 @@ def _operand(rows, cols, dtype, rng, ld=None, offset=0):
 
 def _aligned(*views):
     """What matmul decides about 16-byte copies for these operands (a, b, out)."""
-    from gemmlab.api import _aligned16
-    from gemmlab.arrays import describe
-    ops = [describe(v, n) for v, n in zip(views, "abo")]
-    return _aligned16(ops, [v.stride(0) for v in views], [views[0].shape[1], views[1].shape[1]],
-                      "tf32" if views[0].dtype == torch.float32 else ops[0].dtype_name)
+    from gemmlab import api
+    a, b, o = views
+    call = api._validate(a, b, o, 1.0, 1.0, False, False, "tf32" if a.dtype == torch.float32 else None, None)
+    return api._kernel_view(call).aligned16()
+
+
+def _launch_forced_aligned(a, b, out, alpha, beta, dtype, out_dtype, **params):
+    """mma_pipelined's 16-byte-copy variant on these views, launched directly.
+    matmul picks that variant only when every stored row is a multiple of 16
+    bytes (one rule for all rungs); the variant itself also takes rows whose
+    width is ragged but whose starts are 16 bytes apart, clipping the last chunk."""
+    from gemmlab import api
+    from gemmlab.runtime.device import gpu_info
+    M, K = a.shape
+    N = b.shape[1]
+    p = gemmlab.plan("mma_pipelined", M, N, K, aligned16=True, dtype=dtype, out_dtype=out_dtype, **params)
+    api.run_plan(p, gpu_info(0), torch.cuda.current_stream().cuda_stream, a.data_ptr(), a.stride(0),
+                 b.data_ptr(), b.stride(0), out.data_ptr(), out.stride(0), alpha, beta)
 
 
 def _run_mma(M, N, K, dtype, out_dtype, rng, lds=(None, None, None), offsets=(0, 0, 0), alpha=0.5, beta=2.0,
-             **params):
+             force_aligned=False, **params):
     a, a64, _ = _operand(M, K, dtype, rng, lds[0], offsets[0])
     b, b64, _ = _operand(K, N, dtype, rng, lds[1], offsets[1])
     out, c64, obuf = _operand(M, N, out_dtype, rng, lds[2], offsets[2])
     kw = {"precision": "tf32"} if dtype == "tf32" else {}
-    gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel="mma_pipelined", **kw, **params)
+    if force_aligned:
+        _launch_forced_aligned(a, b, out, alpha, beta, dtype, out_dtype, **params)
+    else:
+        gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel="mma_pipelined", **kw, **params)
     torch.cuda.synchronize()
     ref = alpha * (a64 @ b64) + beta * c64
     assert not torch.isnan(out).any(), "elements unwritten or NaN"
@@ -155,7 +171,8 @@ def test_mma_pipelined_misaligned_views(dtype, out_dtype, shape, small):
 @pytest.mark.parametrize("dtype, out_dtype", PAIRS)
 @pytest.mark.parametrize("shape", [(100, 70, 90), (300, 250, 37)], ids=lambda s: "x".join(map(str, s)))
 def test_mma_pipelined_padded_rows_clip_ragged_chunks(dtype, out_dtype, shape):
-    """Rows padded to a multiple of 16 bytes, widths K and N not: the 16-byte copies run, and the
+    """Rows padded to a multiple of 16 bytes, widths K and N not: the 16-byte copies (launched
+    directly, see _launch_forced_aligned) run, and the
     chunk that straddles the end of a row reads only its first bytes (cp.async src-size) -- the
     padding holds NaN, so a chunk read whole would poison the result; the output's padding must
     stay untouched."""
@@ -163,5 +180,5 @@ def test_mma_pipelined_padded_rows_clip_ragged_chunks(dtype, out_dtype, shape):
     rng = np.random.default_rng(M + N + K)
     e, eo = (4 if dtype == "tf32" else 2), (4 if out_dtype in ("float32",) else 2)
     up = lambda n, el: -(-n // (16 // el)) * (16 // el)   # noqa: E731
-    a, b, out = _run_mma(M, N, K, dtype, out_dtype, rng, lds=(up(K, e), up(N, e), up(N, eo)))
-    assert _aligned(a, b, out) is True
+    a, b, out = _run_mma(M, N, K, dtype, out_dtype, rng, lds=(up(K, e), up(N, e), up(N, eo)), force_aligned=True)
+    assert _aligned(a, b, out) is False   # matmul itself would take the narrow copies (ragged widths)
