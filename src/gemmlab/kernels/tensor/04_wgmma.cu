@@ -127,7 +127,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     constexpr int EB = int(sizeof(S));
     constexpr int BK = 128 / EB;              // one 128-byte swizzle row of K per stage
     constexpr int MMA_K = 32 / EB;            // K of one wgmma: 16 (16-bit), 8 (TF32)
-    constexpr bool TF32 = DT == 2;            // B^T packed K-major; A rounded in shared memory
+    constexpr bool TF32 = DT == 2;            // B^T packed K-major; A fed from registers, rounded
     constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128;
     constexpr int CONSUMERS = BM / 64;
     static_assert(BM % 64 == 0 && (BN == 128 || BN == 256) && (CLUSTER == 1 || CLUSTER == 2), "tile shape");
