@@ -121,12 +121,12 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
     if name == "mma_pipelined":
         # 03_mma_pipelined.cu: square warp tiles; 64 x 64 ones in blocks of 8 warps (4 warps spill),
         # 32 x 32 ones only as the 4 warps of a 64 x 64 block; STAGES stages of BM rows and BN columns,
-        # 2*BK bytes deep, within 96 KiB of dynamic shared memory.
+        # 2*BK bytes deep, within 160 KiB of dynamic shared memory.
         if p["BM"] % p["WM"] or p["BN"] % p["WN"] or p["WM"] != p["WN"]:
             return False
         warps = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"])
         return ((p["WM"] == 64 and warps == 8 or p["WM"] == 32 and p["BM"] == p["BN"] == 64)
-                and p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"]) <= 96 * 1024)
+                and p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"]) <= 160 * 1024)
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
         # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
@@ -500,16 +500,19 @@ MMA_SMALL = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
 
 def test_mma_pipelined_configurations():
     """The legal set: 64 x 64 blocks of 4 warps (32 x 32), and 128 x 256 / 256 x 128 blocks of
-    8 warps (64 x 64), each with 3 or 4 stages."""
-    got = {(c["BM"], c["BN"], c["WM"], c["STAGES"]) for c in registry.get("mma_pipelined").configurations()}
-    assert got == {(64, 64, 32, 3), (64, 64, 32, 4), (128, 256, 64, 3), (128, 256, 64, 4),
-                   (256, 128, 64, 3), (256, 128, 64, 4)}
+    8 warps (64 x 64), each with 3 or 4 stages of BK = 32, or 64 where 160 KiB allow."""
+    got = {(c["BM"], c["BN"], c["BK"], c["WM"], c["STAGES"])
+           for c in registry.get("mma_pipelined").configurations()}
+    assert got == {(64, 64, bk, 32, st) for bk in (32, 64) for st in (3, 4)} | {
+        (bm, bn, 32, 64, st) for bm, bn in ((128, 256), (256, 128)) for st in (3, 4)} | {
+        (128, 256, 64, 64, 3), (256, 128, 64, 64, 3)}
 
 
 @pytest.mark.parametrize("params, rule", [
     (dict(BM=128, BN=128), "64 x 64 warp tiles in blocks of 8 warps"),
     (dict(BM=128, BN=128, WM=32, WN=32), "32 x 32 warp tiles only in a 64 x 64 block"),
     (dict(WN=32), "square warp tiles, WM == WN"),
+    (dict(BK=64, STAGES=4), "must fit in 160 KiB"),
 ])
 def test_mma_pipelined_illegal_combinations(params, rule):
     spec = registry.get("mma_pipelined")
@@ -525,7 +528,7 @@ def test_mma_pipelined_shared_memory_and_geometry():
     for p in spec.configurations():
         for prob in spec.variants:
             geo = spec.launch(p, Problem(1000, 700, 300, prob.aligned16, prob.dtype, prob.out_dtype))
-            assert geo.smem_bytes == p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"]) <= 96 * 1024
+            assert geo.smem_bytes == p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"]) <= 160 * 1024
             assert geo.grid == (-(-1000 // p["BM"]) * -(-700 // p["BN"]), 1, 1)
     assert spec.launch(spec.defaults(), Problem(1, 1, 1, True)).smem_bytes == 3 * 64 * 384
 

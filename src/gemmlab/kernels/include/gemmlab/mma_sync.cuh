@@ -113,6 +113,18 @@ __device__ __forceinline__ unsigned to_tf32(unsigned f32_bits) {
     return r;
 }
 
+// The four floats of a 16-byte chunk of shared memory rounded to TF32 in
+// place.  A tile converted once in shared memory saves every warp that reads
+// it a conversion per element (the A tile is read by BN/WN warps, B by BM/WM).
+__device__ __forceinline__ void round_chunk_to_tf32(unsigned addr) {
+    unsigned v[4];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "r"(addr));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = to_tf32(v[i]);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                 : "memory");
+}
+
 // -- the MMAs ---------------------------------------------------------------------------
 
 // d += a b for one m16n8 tile; DT as in wmma_types.cuh (0 half, 1 bf16, 2 tf32).
