@@ -530,7 +530,7 @@ def test_mma_pipelined_shared_memory_and_geometry():
             geo = spec.launch(p, Problem(1000, 700, 300, prob.aligned16, prob.dtype, prob.out_dtype))
             assert geo.smem_bytes == p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"]) <= 160 * 1024
             assert geo.grid == (-(-1000 // p["BM"]) * -(-700 // p["BN"]), 1, 1)
-    assert spec.launch(spec.defaults(), Problem(1, 1, 1, True)).smem_bytes == 3 * 64 * 384
+    assert spec.launch(spec.defaults(), Problem(1, 1, 1, True)).smem_bytes == 3 * 128 * 384
 
 
 def test_mma_pipelined_name_expressions():
@@ -538,9 +538,9 @@ def test_mma_pipelined_name_expressions():
     spec = registry.get("mma_pipelined")
     d = spec.defaults()
     assert spec.name_expression(d, Problem(9, 9, 9, True, "float16", "float16")) == \
-        "gemmlab::mma_pipelined<0, 0, 128, 256, 32, 64, 64, 3, true>"
+        "gemmlab::mma_pipelined<0, 0, 128, 256, 64, 64, 64, 3, true>"
     assert spec.name_expression(d, Problem(9, 9, 9, False, "tf32", "float32")) == \
-        "gemmlab::mma_pipelined<2, 3, 128, 256, 32, 64, 64, 3, false>"
+        "gemmlab::mma_pipelined<2, 3, 128, 256, 64, 64, 64, 3, false>"
     assert len(spec.variants) == 10
     assert {(v.dtype, v.out_dtype, v.aligned16) for v in spec.variants} == {
         (dt, odt, al) for dt, odt in [("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"),
@@ -548,14 +548,15 @@ def test_mma_pipelined_name_expressions():
 
 
 # kernel="auto" for 16-bit and TF32 (api.auto_tensor_params): mma_pipelined at its defaults
-# when ceil(M/128) * ceil(N/256) >= sm_count, else its 64 x 64 tiles.
+# when 2 * ceil(M/128) * ceil(N/256) >= sm_count (half of the SMs busy), else its 64 x 64 tiles.
 @pytest.mark.parametrize("M, N, K, sm_count, big", [
     (4096, 4096, 4096, 132, True),       # 32 * 16 = 512 tiles
-    (2048, 2048, 2048, 132, False),      # 16 * 8 = 128 < 132
-    (2048, 2048, 2048, 128, True),
-    (1537, 2049, 64, 117, True),         # 13 * 9 = 117 (ceilings)
-    (1536, 2048, 64, 117, False),        # 12 * 8 = 96
+    (2048, 2048, 2048, 132, True),       # 16 * 8 = 128 >= 66
+    (1024, 1024, 1024, 132, False),      # 8 * 4 = 32 < 66
+    (1281, 1536, 64, 132, True),         # 11 * 6 = 66 (ceiling of 1281 / 128): exactly half
+    (1280, 1536, 64, 132, False),        # 10 * 6 = 60
     (1, 1, 1, 132, False),
+    (1, 1, 1, 2, True),                  # one tile keeps half of 2 SMs busy
 ])
 @pytest.mark.parametrize("dtype, out_dtype", [("float16", "float16"), ("bfloat16", "float32"), ("tf32", "float32")])
 def test_auto_for_tensor_dtypes(M, N, K, sm_count, big, dtype, out_dtype):
