@@ -41,21 +41,25 @@ for M, N, K in SHAPES:
                 print(f"WRONG {name} {params} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
 # The tensor-core rungs, on 16-bit and TF32 inputs (bound: FP64 on the rounded
 # inputs, as in tests/test_tensor.py).
-TENSOR = [s.name for s in registry.ladder("tensor")]
+TENSOR = [(s.name, {}) for s in registry.ladder("tensor")] + [
+    ("mma_pipelined", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4})]
 TC_DTYPES = [(np.float16, "float32", None), (np.float16, "float16", None), (np.float32, "float32", "tf32")]
-for M, N, K in SHAPES:
+# 130 x 264 x 200: rows a multiple of 16 bytes, so mma_pipelined's 16-byte cp.async
+# variant runs (with requests past the matrix edges: src-size 0).
+TC_SHAPES = SHAPES + [(130, 264, 200)]
+for M, N, K in TC_SHAPES:
     for dt, out_dt, precision in TC_DTYPES:
         a = cp.asarray(random_matrix(M, K, "uniform", rng)).astype(dt)
         b = cp.asarray(random_matrix(K, N, "uniform", rng)).astype(dt)
         c0 = cp.asarray(random_matrix(M, N, "uniform", rng)).astype(out_dt)
         ref = reference(a.astype(np.float64), b.astype(np.float64), 0.5, 2.0, c0.astype(np.float64))
-        for name in TENSOR:
+        for name, params in TENSOR:
             out = c0.copy()
-            gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel=name, precision=precision)
+            gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel=name, precision=precision, **params)
             err = compare(out.astype(np.float64), ref)
             if not err.ok(3e-3 if precision else 2e-3):
                 bad += 1
-                print(f"WRONG {name} {np.dtype(dt).name}->{out_dt} {M}x{N}x{K}: {err}", flush=True)
+                print(f"WRONG {name} {params} {np.dtype(dt).name}->{out_dt} {M}x{N}x{K}: {err}", flush=True)
 # The error-corrected FP32 rungs, every precision (fp32_tc and fp16_ec_scaled run
 # the exponent histogram first), aligned and misaligned.
 EC = [s.name for s in registry.ladder("ec")]
@@ -77,6 +81,7 @@ for M, N, K in SHAPES:
                     bad += 1
                     print(f"WRONG {name} {precision} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
 cp.cuda.runtime.deviceSynchronize()
-launches = len(SHAPES) * (2 * len(CASES) + len(TC_DTYPES) * len(TENSOR) + 2 * len(EC) * len(EC_PRECISIONS))
+launches = len(SHAPES) * 2 * len(CASES) + len(TC_SHAPES) * len(TC_DTYPES) * len(TENSOR) \
+    + len(SHAPES) * 2 * len(EC) * len(EC_PRECISIONS)
 print(f"{launches} launches, {bad} wrong", flush=True)
 sys.exit(1 if bad else 0)

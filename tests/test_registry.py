@@ -130,12 +130,13 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
     if name == "mma_pipelined":
         # 03_mma_pipelined.cu: square warp tiles; 64 x 64 ones in blocks of 8 warps (4 warps spill),
         # 32 x 32 ones only as the 4 warps of a 64 x 64 block; STAGES stages of BM rows and BN columns,
-        # 2*BK bytes deep, within 96 KiB of dynamic shared memory.
+        # 2*BK bytes deep, within 160 KiB of dynamic shared memory.
         if p["BM"] % p["WM"] or p["BN"] % p["WN"] or p["WM"] != p["WN"]:
             return False
         warps = (p["BM"] // p["WM"]) * (p["BN"] // p["WN"])
         return ((p["WM"] == 64 and warps == 8 or p["WM"] == 32 and p["BM"] == p["BN"] == 64)
-                and p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"]) <= 96 * 1024)
+                and p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"]) <= 160 * 1024)
+
 
 
     if name == "wgmma":
@@ -595,16 +596,19 @@ MMA_SMALL = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
 
 def test_mma_pipelined_configurations():
     """The legal set: 64 x 64 blocks of 4 warps (32 x 32), and 128 x 256 / 256 x 128 blocks of
-    8 warps (64 x 64), each with 3 or 4 stages."""
-    got = {(c["BM"], c["BN"], c["WM"], c["STAGES"]) for c in registry.get("mma_pipelined").configurations()}
-    assert got == {(64, 64, 32, 3), (64, 64, 32, 4), (128, 256, 64, 3), (128, 256, 64, 4),
-                   (256, 128, 64, 3), (256, 128, 64, 4)}
+    8 warps (64 x 64), each with 3 or 4 stages of BK = 32, or 64 where 160 KiB allow."""
+    got = {(c["BM"], c["BN"], c["BK"], c["WM"], c["STAGES"])
+           for c in registry.get("mma_pipelined").configurations()}
+    assert got == {(64, 64, bk, 32, st) for bk in (32, 64) for st in (3, 4)} | {
+        (bm, bn, 32, 64, st) for bm, bn in ((128, 256), (256, 128)) for st in (3, 4)} | {
+        (128, 256, 64, 64, 3), (256, 128, 64, 64, 3)}
 
 
 @pytest.mark.parametrize("params, rule", [
     (dict(BM=128, BN=128), "64 x 64 warp tiles in blocks of 8 warps"),
     (dict(BM=128, BN=128, WM=32, WN=32), "32 x 32 warp tiles only in a 64 x 64 block"),
     (dict(WN=32), "square warp tiles, WM == WN"),
+    (dict(BK=64, STAGES=4), "must fit in 160 KiB"),
 ])
 def test_mma_pipelined_illegal_combinations(params, rule):
     spec = registry.get("mma_pipelined")
@@ -620,9 +624,9 @@ def test_mma_pipelined_shared_memory_and_geometry():
     for p in spec.configurations():
         for prob in spec.variants:
             geo = spec.launch(p, Problem(1000, 700, 300, prob.aligned16, prob.dtype, prob.out_dtype))
-            assert geo.smem_bytes == p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"]) <= 96 * 1024
+            assert geo.smem_bytes == p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"]) <= 160 * 1024
             assert geo.grid == (-(-1000 // p["BM"]) * -(-700 // p["BN"]), 1, 1)
-    assert spec.launch(spec.defaults(), Problem(1, 1, 1, True)).smem_bytes == 3 * 64 * 384
+    assert spec.launch(spec.defaults(), Problem(1, 1, 1, True)).smem_bytes == 3 * 128 * 384
 
 
 def test_mma_pipelined_name_expressions():
@@ -630,9 +634,9 @@ def test_mma_pipelined_name_expressions():
     spec = registry.get("mma_pipelined")
     d = spec.defaults()
     assert spec.name_expression(d, Problem(9, 9, 9, True, "float16", "float16")) == \
-        "gemmlab::mma_pipelined<0, 0, 128, 256, 32, 64, 64, 3, true, 'N', 'N'>"
+        "gemmlab::mma_pipelined<0, 0, 128, 256, 64, 64, 64, 3, true, 'N', 'N'>"
     assert spec.name_expression(d, Problem(9, 9, 9, False, "tf32", "float32")) == \
-        "gemmlab::mma_pipelined<2, 3, 128, 256, 32, 64, 64, 3, false, 'N', 'N'>"
+        "gemmlab::mma_pipelined<2, 3, 128, 256, 64, 64, 64, 3, false, 'N', 'N'>"
     assert len(spec.variants) == 10
     assert {(v.dtype, v.out_dtype, v.aligned16) for v in spec.variants} == {
         (dt, odt, al) for dt, odt in [("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"),
@@ -640,14 +644,15 @@ def test_mma_pipelined_name_expressions():
 
 
 # kernel="auto" for 16-bit and TF32 (api.auto_tensor_params): mma_pipelined at its defaults
-# when ceil(M/128) * ceil(N/256) >= sm_count, else its 64 x 64 tiles.
+# when 2 * ceil(M/128) * ceil(N/256) >= sm_count (half of the SMs busy), else its 64 x 64 tiles.
 @pytest.mark.parametrize("M, N, K, sm_count, big", [
     (4096, 4096, 4096, 132, True),       # 32 * 16 = 512 tiles
-    (2048, 2048, 2048, 132, False),      # 16 * 8 = 128 < 132
-    (2048, 2048, 2048, 128, True),
-    (1537, 2049, 64, 117, True),         # 13 * 9 = 117 (ceilings)
-    (1536, 2048, 64, 117, False),        # 12 * 8 = 96
+    (2048, 2048, 2048, 132, True),       # 16 * 8 = 128 >= 66
+    (1024, 1024, 1024, 132, False),      # 8 * 4 = 32 < 66
+    (1281, 1536, 64, 132, True),         # 11 * 6 = 66 (ceiling of 1281 / 128): exactly half
+    (1280, 1536, 64, 132, False),        # 10 * 6 = 60
     (1, 1, 1, 132, False),
+    (1, 1, 1, 2, True),                  # one tile keeps half of 2 SMs busy
 ])
 @pytest.mark.parametrize("dtype, out_dtype", [("float16", "float16"), ("bfloat16", "float32"), ("tf32", "float32")])
 def test_auto_for_tensor_dtypes(M, N, K, sm_count, big, dtype, out_dtype):

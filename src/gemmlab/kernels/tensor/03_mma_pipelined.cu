@@ -106,30 +106,30 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
                             : mma::ldmatrix_lane_offset<BLayout>(lane, warp_col / 8 + 2 * j);
     auto b_offset = [&](int j) { return b_lane[j % 4] + 128 * (j / 4); };
 
+    // TF32: each thread rounds the chunks it copied, once they have landed and
+    // before the barrier that shows them to the other warps.
+    auto round_stage_to_tf32 = [&](unsigned stage) {
+        if constexpr (DT == 2) {
+            a_copy.for_each_chunk([&](unsigned off) { mma::round_chunk_to_tf32(a_smem + stage * A_BYTES + off); });
+            b_copy.for_each_chunk([&](unsigned off) { mma::round_chunk_to_tf32(b_smem + stage * B_BYTES + off); });
+        }
+    };
+
     // Fragments of two K-steps: the next one's load while this one's MMAs run.
-    // TF32 B fragments are loaded at their own K-step instead (32-bit loads
-    // and conversions need registers that two K-steps of them would take).
-    constexpr bool B_AHEAD = DT != 2;
-    unsigned a[2][FM][4], b[B_AHEAD ? 2 : 1][FN][2];
+    unsigned a[2][FM][4], b[2][FN][2];
     float acc[FM][FN][4] = {};
     auto load_a = [&](int buf, unsigned stage, int ks) {
         const unsigned at = a_smem + stage * A_BYTES;
 #pragma unroll
-        for (int i = 0; i < FM; ++i) {
-            mma::ldmatrix_x4(a[buf][i], at + a_lane[ks] + 16 * i * A_ROW);
-            if constexpr (DT == 2) {
-#pragma unroll
-                for (int r = 0; r < 4; ++r) a[buf][i][r] = mma::to_tf32(a[buf][i][r]);
-            }
-        }
+        for (int i = 0; i < FM; ++i) mma::ldmatrix_x4(a[buf][i], at + a_lane[ks] + 16 * i * A_ROW);
     };
     auto load_b = [&](int buf, unsigned stage, int ks) {
         const unsigned bt = b_smem + stage * B_BYTES;
         if constexpr (DT == 2) {   // rows 8 ks + t and 8 ks + t + 4
 #pragma unroll
             for (int j = 0; j < FN; ++j) {
-                b[buf][j][0] = mma::to_tf32(mma::lds32(bt + b_offset(j) + 8 * ks * B_ROW));
-                b[buf][j][1] = mma::to_tf32(mma::lds32(bt + b_offset(j) + (8 * ks + 4) * B_ROW));
+                b[buf][j][0] = mma::lds32(bt + b_offset(j) + 8 * ks * B_ROW);
+                b[buf][j][1] = mma::lds32(bt + b_offset(j) + (8 * ks + 4) * B_ROW);
             }
         } else {                   // rows 16 ks .. 16 ks + 15, two n8 tiles per ldmatrix
 #pragma unroll
@@ -151,29 +151,30 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
         __pipeline_commit();
     }
     __pipeline_wait_prior(STAGES - 2);
+    if (k_tiles > 0) round_stage_to_tf32(0);
     __syncthreads();
     if (k_tiles > 0) {
         load_a(0, 0, 0);
-        if constexpr (B_AHEAD) load_b(0, 0, 0);
+        load_b(0, 0, 0);
     }
 
     unsigned read_stage = 0, write_stage = STAGES - 1;
     for (int kt = 0; kt < k_tiles; ++kt) {
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ++ks) {
-            if constexpr (!B_AHEAD) load_b(0, read_stage, ks);   // this step's, before the barrier below
             if (ks == KSTEPS - 1) {
                 // Step kt+1 visible to all; every warp is done reading step kt-1's
                 // stage (its last fragments were loaded one K-step ago).
                 __pipeline_wait_prior(STAGES - 2);
-                __syncthreads();
                 read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
+                if (kt + 1 < k_tiles) round_stage_to_tf32(read_stage);
+                __syncthreads();
             }
             // The next K-step's fragments (the next stage's first, at the last
             // step) load while this step's MMAs run.
             if (ks < KSTEPS - 1 || kt + 1 < k_tiles) {
                 load_a((ks + 1) % 2, read_stage, (ks + 1) % KSTEPS);
-                if constexpr (B_AHEAD) load_b((ks + 1) % 2, read_stage, (ks + 1) % KSTEPS);
+                load_b((ks + 1) % 2, read_stage, (ks + 1) % KSTEPS);
             }
             if (ks == 0) {   // refill the stage step kt-1 used
                 if (kt + STAGES - 1 < k_tiles) issue(write_stage);   // K-step kt + STAGES - 1
@@ -184,7 +185,7 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
             for (int i = 0; i < FM; ++i)
 #pragma unroll
                 for (int j = 0; j < FN; ++j)
-                    mma::mma_16n8<DT>(acc[i][j], a[ks % 2][i], b[B_AHEAD ? ks % 2 : 0][j]);
+                    mma::mma_16n8<DT>(acc[i][j], a[ks % 2][i], b[ks % 2][j]);
         }
     }
     __pipeline_wait_prior(0);

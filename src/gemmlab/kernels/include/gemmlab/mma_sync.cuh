@@ -104,13 +104,24 @@ __device__ __forceinline__ unsigned lds32(unsigned addr) {
     return v;
 }
 
-// FP32 bits -> TF32 bits, rounded to nearest (ties away from zero), as cuBLAS
-// and WMMA's __float_to_tf32 do; the tensor cores would otherwise ignore the
-// low 13 mantissa bits (truncation).
+// FP32 bits -> TF32 bits, rounded to nearest (ties away from zero), as WMMA's
+// __float_to_tf32 does (three SASS instructions on sm_80/sm_90).
 __device__ __forceinline__ unsigned to_tf32(unsigned f32_bits) {
     unsigned r;
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(f32_bits)));
     return r;
+}
+
+// The four floats of a 16-byte chunk of shared memory rounded to TF32 in
+// place.  A tile converted once in shared memory saves every warp that reads
+// it a conversion per element (the A tile is read by BN/WN warps, B by BM/WM).
+__device__ __forceinline__ void round_chunk_to_tf32(unsigned addr) {
+    unsigned v[4];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "r"(addr));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = to_tf32(v[i]);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                 : "memory");
 }
 
 // -- the MMAs ---------------------------------------------------------------------------
