@@ -552,8 +552,8 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_
          batch=kv.launch_batch(), **call.dtypes, **tile_params)
     gpu = rt_device.gpu_info(call.device)
     # Kernels that exist only for some GPUs (wgmma: sm_90a) are refused before any copy.
-    plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), op_a=kv.A.layout, op_b=kv.B.layout,
-         batch=kv.launch_batch(), arch=gpu.arch, sm_count=gpu.sm_count, **call.dtypes, **tile_params)
+    if kernel != "auto":
+        registry.get(kernel).check_arch(gpu.arch)
     if call.on_gpu:
         return _matmul_gpu(call, gpu, kernel, tile_params, precision)
     return _matmul_host(call, a, b, out, trans_a, trans_b, kernel, precision, tile_params)
