@@ -41,75 +41,12 @@
 // are only read through the maps.  Epilogue: C = alpha * acc + beta * C from
 // the registers, masked at the edges; beta == 0 never reads C; alpha == 0 reads
 // neither A nor B.
-#include <gemmlab/hopper.cuh>
-#include <gemmlab/tensor_common.cuh>
+#include <gemmlab/hopper_gemm.cuh>
 
 namespace gemmlab {
 
-constexpr int WGMMA_GROUP_M = 16;         // tile-rows per group of the tile order (16: +1.6% over 8 at 8192^3)
 constexpr int WGMMA_PRODUCER_REGS = 40;   // setmaxnreg: producer warpgroup
 constexpr int WGMMA_CONSUMER_REGS = 232;  // setmaxnreg: each consumer warpgroup
-
-// Tile `t` of a tiles_m x tiles_n grid in grouped order: down a group of
-// GROUP_M tile-rows first, then to the next column, then to the next group.
-__device__ __forceinline__ void grouped_tile(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
-    const int per_group = WGMMA_GROUP_M * tiles_n;
-    const int first_m = (t / per_group) * WGMMA_GROUP_M;
-    const int rows = min(tiles_m - first_m, WGMMA_GROUP_M);
-    const int r = t % per_group;
-    tm = first_m + r % rows;
-    tn = r / rows;
-}
-
-// Two adjacent outputs in one 8-byte (FP32) or 4-byte (16-bit) store; p must be aligned to it.
-template <class O>
-__device__ __forceinline__ void store_two(O* p, float v0, float v1) {
-    if constexpr (sizeof(O) == 4) {
-        *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-    } else {
-        struct alignas(4) Two { O x, y; };
-        *reinterpret_cast<Two*>(p) = Two{from_float<O>(v0), from_float<O>(v1)};
-    }
-}
-
-// C[row][col], C[row][col + 1] = alpha * (v0, v1) + beta * old, whichever lie inside.
-template <class O>
-__device__ __forceinline__ void store_pair(O* __restrict__ C, int ldc, int row, int col, int M, int N, float v0,
-                                           float v1, float alpha, float beta, bool pairs) {
-    if (row >= M || col >= N) return;
-    O* p = C + (long long)row * ldc + col;
-    if (pairs && col + 1 < N) {   // one 8-byte (FP32) or 4-byte (16-bit) store
-        float r0 = alpha * v0, r1 = alpha * v1;
-        if constexpr (sizeof(O) == 4) {
-            float2* q = reinterpret_cast<float2*>(p);
-            if (beta != 0.0f) { const float2 o = *q; r0 += beta * o.x; r1 += beta * o.y; }
-            *q = make_float2(r0, r1);
-        } else {
-            struct alignas(4) Two { O x, y; };
-            Two* q = reinterpret_cast<Two*>(p);
-            if (beta != 0.0f) { const Two o = *q; r0 += beta * to_float(o.x); r1 += beta * to_float(o.y); }
-            *q = Two{from_float<O>(r0), from_float<O>(r1)};
-        }
-        return;
-    }
-    p[0] = from_float<O>(beta == 0.0f ? alpha * v0 : alpha * v0 + beta * to_float(p[0]));
-    if (col + 1 < N) p[1] = from_float<O>(beta == 0.0f ? alpha * v1 : alpha * v1 + beta * to_float(p[1]));
-}
-
-// Hand a stage back: one arrival per warp, on the stage's empty barrier in every
-// block of the cluster (each block's producer multicasts into all of them).
-template <int CLUSTER>
-__device__ __forceinline__ void release_stage(hopper::u64* empty, int lane) {
-    __syncwarp();
-    if (lane == 0) {
-        if constexpr (CLUSTER == 1) {
-            hopper::mbar_arrive(empty);
-        } else {
-#pragma unroll
-            for (int r = 0; r < CLUSTER; ++r) hopper::mbar_arrive_cluster(empty, r);
-        }
-    }
-}
 
 // OPA, OPB: the operand layouts every rung's template ends with (layout.cuh).
 // This rung reads row-major A and B only (the registry lists just 'N', 'N';
