@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine does it all: install gemmlab, run the whole test
 # suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
-# $OUT (default ./.out).  Usage: scripts/gpu_run.sh [tune|tests|bench|sweep|profile|extra|all]...
+# $OUT (default ./.out).  Usage: scripts/gpu_run.sh [tune|tests|bench|ec|sweep|profile|extra|all]...
+# "ec" times the error-corrected methods beside cuBLAS SGEMM and tabulates their accuracy.
 # "tune" runs the autotuner first and copies its table to $OUT/tuned/ (the shipped
 # tables in src/gemmlab/tuned/ come from there); later steps use it.
 set -u
@@ -35,6 +36,12 @@ fi
 if has bench; then
   echo "== bench (default suite)" | tee -a "$log"
   timeout 900 gemmlab bench --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee -a "$log"
+fi
+if has ec; then
+  echo "== error-corrected FP32: speed (bench --suite ec) and accuracy" | tee -a "$log"
+  timeout 600 gemmlab bench --suite ec ${EC_BENCH_ARGS:-} --json "$OUT/ec-bench.json" 2>&1 | tee -a "$log"
+  timeout 600 gemmlab accuracy ${EC_ACCURACY_ARGS:-} --json "$OUT/ec-accuracy.json" --plot "$OUT/ec-accuracy.png" \
+    2>&1 | tee -a "$log"
 fi
 if has sweep; then
   echo "== sweep" | tee -a "$log"

@@ -44,6 +44,8 @@ def family(name, dtype, **params):
         return (f"{name}-tf32", name, full, "float32", "tf32", "float32")
     if dtype == "float16":
         return (f"{name}-fp16", name, full, "float16", None, "float16")
+    if dtype in registry.EC_METHODS:   # FP32 in and out, split into two tensor-core parts
+        return (f"{name}-{dtype}", name, full, "float32", dtype, "float32")
     return (name + "".join(f"-{k}{v}" for k, v in params.items()), name, full, "float32", None, "float32")
 
 
@@ -51,6 +53,7 @@ FAMILIES = [family(s.name, "float32") for s in registry.ladder("simt")] + [
     family("pipelined", "float32", SPLITK=3),
     family("wmma", "float16"), family("wmma", "tf32"),
     family("wmma_warptile", "float16"), family("wmma_warptile", "tf32"),
+    family("ec_wmma", "fp16_ec"), family("ec_wgmma", "fp16_ec"), family("ec_wgmma", "tf32_ec"),
 ]
 
 
@@ -64,7 +67,7 @@ def kernel_family(fam) -> str:
 
 def kernel_dtype(fam) -> str:
     _, _, _, in_dt, precision, _ = fam
-    return "tf32" if precision == "tf32" else in_dt
+    return precision if precision in ("tf32", *registry.EC_METHODS) else in_dt
 
 
 def instantiations(families) -> set[tuple[str, str]]:
@@ -127,9 +130,11 @@ def bound(K, out_dtype, kernel_family, mag, ref):
     """The rounding-error bound of out = alpha * (K-term dot product) + beta * c:
     gamma_K with u = 2^-24 for FP32 accumulation (K + 20 terms: alpha, beta and
     up to 16 split-K partial sums), 2K + 20 for the tensor cores (their FP32
-    accumulation may truncate: 2u per addition), plus the FP16 result's own
+    accumulation may truncate: 2u per addition), 14K + 20 for the error-corrected
+    methods (each operand is hi + lo to 4u, and the dropped lo * lo is up to 4u of
+    a product: 12u a product, then the tensor cores' 2u), plus the FP16 result's own
     rounding (2^-11 relative, 2^-25 absolute below FP16's normal range)."""
-    terms = (2 * K + 20) if kernel_family == "tensor" else (K + 20)
+    terms = {"tensor": 2 * K + 20, "ec": 14 * K + 20}.get(kernel_family, K + 20)
     b = terms * U32 * mag
     if out_dtype == "float16":
         b = b + 2.0 ** -11 * (np.abs(ref) + b) + 2.0 ** -25

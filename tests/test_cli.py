@@ -12,7 +12,7 @@ from gemmlab.kernels import registry
 from gemmlab.runtime import device as rt_device
 
 KERNELS = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
-           "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma"]
+           "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma", "ec_wgmma"]
 
 
 def test_list_prints_every_kernel(capsys):
@@ -26,7 +26,7 @@ def test_list_prints_every_kernel(capsys):
         assert entry["description"] in out
     assert "tile  in [2, 4, 8, 16, 32] (default 32)" in out
     assert "rule: shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB" in out
-    assert out.count("only for: sm_90a") == 1          # wgmma
+    assert out.count("only for: sm_90a") == 2          # wgmma, ec_wgmma
     assert err == ""
 
 

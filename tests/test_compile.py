@@ -116,7 +116,7 @@ def static_smem(spec, p, prob=None):
         return 0
     if spec.name == "smem_tiled":
         return 2 * 4 * p["tile"] ** 2
-    if spec.name in ("pipelined", "mma_pipelined", "ec_wmma"):   # their stages are in dynamic shared memory
+    if spec.name in ("pipelined", "mma_pipelined", "ec_wmma", "ec_wgmma"):   # stages in dynamic shared memory
         return 0
     if spec.family == "tensor":    # rung 1 fills its fragments from global memory
         return 0
@@ -268,7 +268,7 @@ def test_tensor_rungs_use_the_tensor_cores(arch, ladder_module, ladder_sass):
     """Every instantiation of a WMMA-based rung (error-corrected ones included) has
     HMMA instructions in its SASS (wgmma: below)."""
     for spec in registry.ladder("tensor") + registry.ladder("ec"):
-        if spec.name == "wgmma":
+        if spec.name in ("wgmma", "ec_wgmma"):
             continue
         sass = ladder_sass(arch, spec)
         for name, mangled in ladder_module(arch, spec).symbols.items():
@@ -301,6 +301,38 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
         assert "UTMALDG.2D" in text, name
         assert "SYNCS.PHASECHK" in text, name
         assert "USETMAXREG.DEALLOC" in text and "USETMAXREG.TRY_ALLOC" in text, name
+
+
+@needs_nvdisasm
+def test_ec_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, ladder_sass):
+    """ec_wgmma, like the wgmma rung: HGMMA and no HMMA, TMA loads, mbarrier waits,
+    setmaxnreg honoured; per stage 3 x (BK / MMA_K) = 12 wgmma (the main product and two
+    corrections), FP16 parts with B read N-major (.tnspB), TF32 parts K-major."""
+    spec = registry.get("ec_wgmma")
+    module = ladder_module("sm_90a", spec)
+    sass = ladder_sass("sm_90a", spec)
+    assert "C7508" not in module.log and "setmaxnreg" not in module.log.lower(), module.log
+    for name, mangled in module.symbols.items():
+        text = sass[mangled]
+        facts = sass_facts(text)
+        assert facts["HGMMA"] == 12 and facts["HMMA"] == 0, f"{name}: {facts}"
+        if int(name.split("<")[1].split(",")[0]) == 0:    # FP16 parts
+            assert re.search(r"HGMMA\.64x128x16\.F32 ", text) and ".tnspB" in text, name
+        else:
+            assert re.search(r"HGMMA\.64x128x8\.F32\.TF32 ", text) and ".tnspB" not in text, name
+        assert "UTMALDG.2D" in text and "SYNCS.PHASECHK" in text, name
+        assert "USETMAXREG.DEALLOC" in text and "USETMAXREG.TRY_ALLOC" in text, name
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_ec_split_pack_compiles_without_spills(arch):
+    module = compile_module(registry.EC_SPLIT_PACK_SOURCE, registry.EC_SPLIT_PACK_KERNELS, arch)
+    res = parse_ptxas_log(module.log)
+    assert len(registry.EC_SPLIT_PACK_KERNELS) == 8
+    for name in registry.EC_SPLIT_PACK_KERNELS:
+        r = res[module.symbols[name]]
+        assert r.spill_bytes == 0 and r.stack_bytes == 0, name
+        assert r.smem_bytes == 4 * 32 * 33, name
 
 
 @pytest.mark.parametrize("arch", [a for a in ARCHES if a != "sm_90a"])

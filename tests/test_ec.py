@@ -21,6 +21,17 @@ SUPPORTED = {
     "fp32_tc": set(SETS),
 }
 SHAPE = (129, 67, 4099)   # no multiple of any tile; K long enough for accumulation error to show
+# The implementations: WMMA everywhere, wgmma on Hopper ("auto" picks the latter there).
+KERNELS = ["ec_wmma", "ec_wgmma"]
+
+
+def needs(kernel):
+    """Skip a kernel this GPU cannot run (ec_wgmma needs sm_90a)."""
+    from gemmlab.kernels import registry
+    from gemmlab.runtime.device import gpu_info
+    arch = gpu_info(0).arch
+    if not registry.get(kernel).builds_for(arch):
+        pytest.skip(f"{kernel} needs {', '.join(registry.get(kernel).arches)}; this GPU is {arch}")
 
 
 @pytest.fixture(scope="module")
@@ -37,31 +48,36 @@ def cases():
     return out
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("precision", list(SUPPORTED))
 @pytest.mark.parametrize("inputs", SETS)
-def test_method_within_1_5x_of_sgemm(cases, precision, inputs):
+def test_method_within_1_5x_of_sgemm(cases, precision, inputs, kernel):
     if inputs not in SUPPORTED[precision]:
         pytest.skip(f"{precision} is not meant for {inputs} (gemmlab.ec)")
+    needs(kernel)
     a, b, ref, sgemm_err = cases[inputs]
     out = cp.full(ref.shape, np.nan, dtype=np.float32)
-    gemmlab.matmul(a, b, out=out, precision=precision)
+    gemmlab.matmul(a, b, out=out, precision=precision, kernel=kernel)
+    assert gemmlab.last_plan().spec.name == kernel
     err = compare(out, ref)
     assert err.nonfinite == 0
     assert err.rel_fro <= 1.5 * sgemm_err, f"{err.rel_fro:.2e} vs SGEMM {sgemm_err:.2e} ({gemmlab.last_plan().describe()})"
 
 
-def test_fp16_ec_needs_scaling_for_small_values():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_fp16_ec_needs_scaling_for_small_values(kernel):
     """U(-1,1) * 2^-24: unscaled, hi falls into FP16's subnormals and the product
     keeps about FP16's accuracy; the scaled method, which fp32_tc picks, does not.
     (U(-1,1) * 2^-12 is still fine unscaled: the 2^11 in lo catches what hi loses.)"""
+    needs(kernel)
     rng = np.random.default_rng(13)
     a = cp.asarray(make_inputs("uniform", 65, 1000, rng) * np.float32(2.0 ** -24))
     b = cp.asarray(make_inputs("uniform", 1000, 33, rng))
     ref = reference(a, b, keep_on_gpu=True)
     sgemm_err = compare(a @ b, ref).rel_fro
-    plain = compare(gemmlab.matmul(a, b, precision="fp16_ec"), ref).rel_fro
-    scaled = compare(gemmlab.matmul(a, b, precision="fp16_ec_scaled"), ref).rel_fro
-    auto = compare(gemmlab.matmul(a, b, precision="fp32_tc"), ref).rel_fro
+    plain = compare(gemmlab.matmul(a, b, precision="fp16_ec", kernel=kernel), ref).rel_fro
+    scaled = compare(gemmlab.matmul(a, b, precision="fp16_ec_scaled", kernel=kernel), ref).rel_fro
+    auto = compare(gemmlab.matmul(a, b, precision="fp32_tc", kernel=kernel), ref).rel_fro
     assert gemmlab.last_plan().method == "fp16_ec_scaled"
     assert plain > 100 * sgemm_err and scaled <= 1.5 * sgemm_err and auto == scaled
 
@@ -72,27 +88,34 @@ def test_fp32_tc_reports_its_choice(cases, inputs, method):
     a, b, _, _ = cases[inputs]
     gemmlab.matmul(a, b, precision="fp32_tc")
     p = gemmlab.last_plan()
-    assert p.method == method and p.reason and p.spec.name == "ec_wmma"
+    from gemmlab.runtime.device import gpu_info
+    assert p.method == method and p.reason
+    assert p.spec.name == ("ec_wgmma" if gpu_info(0).arch == "sm_90a" else "ec_wmma")
     assert f"[{method}]" in p.describe()
 
 
-def test_hi_hi_outside_the_tensor_core_matters():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hi_hi_outside_the_tensor_core_matters(kernel):
     """At K = 16384 the error must stay at SGEMM's level: accumulating the main
     product inside the tensor core (round toward zero) would grow with K."""
+    needs(kernel)
     rng = np.random.default_rng(12)
     a = cp.asarray(make_inputs("uniform", 64, 16384, rng))
     b = cp.asarray(make_inputs("uniform", 16384, 48, rng))
     ref = reference(a, b, keep_on_gpu=True)
     sgemm = compare(a @ b, ref).rel_fro
     for precision in ("fp16_ec", "tf32_ec"):
-        assert compare(gemmlab.matmul(a, b, precision=precision), ref).rel_fro <= 1.5 * sgemm, precision
+        err = compare(gemmlab.matmul(a, b, precision=precision, kernel=kernel), ref).rel_fro
+        assert err <= 1.5 * sgemm, (precision, err, sgemm)
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (7, 13, 5), (33, 65, 17), (127, 129, 255), (200, 300, 16)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec", "fp32_tc"])
 @pytest.mark.parametrize("misaligned", [False, True])
-def test_odd_shapes_alpha_beta(shape, precision, misaligned):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_odd_shapes_alpha_beta(shape, precision, misaligned, kernel):
+    needs(kernel)
     M, N, K = shape
     rng = np.random.default_rng(M + N + K)
     a = cp.asarray(make_inputs("normal", M, K, rng))
@@ -101,29 +124,34 @@ def test_odd_shapes_alpha_beta(shape, precision, misaligned):
     b = cp.asarray(make_inputs("normal", K, N, rng))
     c0 = cp.asarray(make_inputs("normal", M, N, rng))
     out = c0.copy()
-    gemmlab.matmul(a, b, out=out, alpha=0.7, beta=-1.3, precision=precision)
+    gemmlab.matmul(a, b, out=out, alpha=0.7, beta=-1.3, precision=precision, kernel=kernel)
     assert compare(out, reference(a, b, 0.7, -1.3, c0)).ok(1e-6)
+    assert gemmlab.last_plan().spec.name == kernel
     if misaligned:
         assert not gemmlab.last_plan().problem.aligned16
 
 
 @pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec", "fp32_tc"])
-def test_beta_zero_never_reads_out_and_alpha_zero_reads_nothing(precision):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_beta_zero_never_reads_out_and_alpha_zero_reads_nothing(precision, kernel):
+    needs(kernel)
     rng = np.random.default_rng(5)
     a = cp.asarray(make_inputs("uniform", 40, 30, rng))
     b = cp.asarray(make_inputs("uniform", 30, 20, rng))
     out = cp.full((40, 20), np.nan, dtype=np.float32)
-    gemmlab.matmul(a, b, out=out, precision=precision)
+    gemmlab.matmul(a, b, out=out, precision=precision, kernel=kernel)
     assert compare(out, reference(a, b)).ok(1e-6)
     nan_a, nan_b = cp.full_like(a, np.nan), cp.full_like(b, np.nan)
     c0 = cp.asarray(make_inputs("uniform", 40, 20, rng))
     out = c0.copy()
-    gemmlab.matmul(nan_a, nan_b, out=out, alpha=0.0, beta=0.5, precision=precision)
+    gemmlab.matmul(nan_a, nan_b, out=out, alpha=0.0, beta=0.5, precision=precision, kernel=kernel)
     assert cp.array_equal(out, cp.float32(0.5) * c0)
 
 
 @pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec", "fp32_tc"])
-def test_nan_and_inf_propagate(precision):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_nan_and_inf_propagate(precision, kernel):
+    needs(kernel)
     a = cp.ones((20, 16), dtype=np.float32)
     b = cp.ones((16, 24), dtype=np.float32)
     a[3, 5] = np.nan
@@ -132,7 +160,7 @@ def test_nan_and_inf_propagate(precision):
     a[11, :] = 0.0
     a[11, 4] = np.inf
     b[4, 13] = -1.0
-    out = gemmlab.matmul(a, b, precision=precision).get()
+    out = gemmlab.matmul(a, b, precision=precision, kernel=kernel).get()
     ref = a.get().astype(np.float64) @ b.get().astype(np.float64)   # IEEE: Inf * 0 = NaN, etc.
     assert np.isnan(ref[3]).all() and np.isnan(ref[7, 9]) and ref[11, 13] == -np.inf
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
@@ -163,3 +191,21 @@ def test_exponent_histogram_matches_numpy():
                               [(view.data.ptr, 300, 600, 700), (view.data.ptr, 0, 600, 700)])
     np.testing.assert_array_equal(stats[0].counts, ec.ExponentStats.of(view.get()).counts)
     assert stats[1].counts.sum() == 0
+
+
+@pytest.mark.parametrize("kernel, params", [("ec_wmma", {}), ("ec_wgmma", {"STAGES": 2}),
+                                            ("ec_wgmma", {"STAGES": 3})], ids=str)
+@pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec"])
+def test_many_tiles_per_block(kernel, params, precision):
+    """More output tiles than SMs (ec_wgmma's persistent blocks take several each, and
+    its ring's phases carry over from tile to tile), ragged edges on every side."""
+    needs(kernel)
+    rng = np.random.default_rng(21)
+    M, N, K = 2000, 1900, 333
+    a = cp.asarray(make_inputs("normal", M, K, rng))
+    b = cp.asarray(make_inputs("normal", K, N, rng))
+    ref = reference(a, b, keep_on_gpu=True)
+    out = cp.full((M, N), np.nan, dtype=np.float32)
+    gemmlab.matmul(a, b, out=out, precision=precision, kernel=kernel, **params)
+    err = compare(out, ref)
+    assert err.nonfinite == 0 and err.rel_fro <= 1.5 * compare(a @ b, ref).rel_fro, err

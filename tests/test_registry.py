@@ -12,7 +12,7 @@ from gemmlab.kernels import registry
 from gemmlab.kernels.registry import Problem
 
 LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
-          "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma"]
+          "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma", "ec_wgmma"]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
 
@@ -27,7 +27,7 @@ def test_kernels_lists_the_ladder_in_rung_order():
     ks = gemmlab.kernels()
     assert [k["name"] for k in ks] == LADDER
     assert [(k["family"], k["rung"]) for k in ks] == ([("simt", r) for r in range(1, 9)]
-                                                     + [("tensor", r) for r in range(1, 5)] + [("ec", 1)])
+                                                     + [("tensor", r) for r in range(1, 5)] + [("ec", 1), ("ec", 2)])
 
 
 @pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
@@ -61,6 +61,7 @@ def test_kernel_params_per_rung():
         "mma_pipelined": ["BM", "BN", "BK", "WM", "WN", "STAGES"],
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
         "wgmma": ["BM", "BN", "STAGES", "CLUSTER"],
+        "ec_wgmma": ["STAGES"],
     }
 
 
@@ -139,6 +140,9 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
 
 
 
+    if name == "ec_wgmma":
+        # ec/02_ec_wgmma.cu: STAGES x four 16 KiB tiles, two barriers a stage, 1 KiB of slack, within 227 KiB.
+        return p["STAGES"] >= 2 and p["STAGES"] * 64 * 1024 + 16 * p["STAGES"] + 1024 <= 227 * 1024
     if name == "wgmma":
         # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8-byte barriers a
         # stage and 1 KiB of alignment slack within 227 KiB; BM in 64-row warpgroups, BN one wgmma N;
@@ -294,7 +298,9 @@ def test_all_name_expressions(spec):
     assert len(names) == len(set(names))
     # The split-K factor is a launch shape, not a template argument: one instantiation serves all.
     compiled = {tuple(v for k, v in c.items() if k != spec.split_k_param) for c in spec.configurations()}
-    layouts = spec.layouts     # every layout, except for kernels that read fewer (wgmma: NN)
+    # Every layout, except for kernels that read fewer (wgmma: NN) and those whose launch packs
+    # the operands row-major first (ec_wgmma: one instantiation, NN, serves every layout).
+    layouts = [("N", "N")] if spec.packed else spec.layouts
     assert set(layouts) <= set(registry.LAYOUTS) and ("N", "N") in layouts
     assert len(names) == len(compiled) * len(spec.variants) * len(layouts)
     assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
@@ -310,7 +316,7 @@ def test_layouts_are_the_last_template_arguments(spec):
     base = spec.name_expression(d, spec.variants[0])
     for op_a, op_b in registry.LAYOUTS:
         name = spec.name_expression(d, spec.variants[0].with_layout(op_a, op_b))
-        assert name == base[:-len("'N', 'N'>")] + f"'{op_a}', '{op_b}'>"
+        assert name == base[:-len("'N', 'N'>")] + ("'N', 'N'>" if spec.packed else f"'{op_a}', '{op_b}'>")
     with pytest.raises(ValueError, match=r"operand layouts are 'N' or 'T', not 'C', 'N'"):
         spec.name_expression(d, spec.variants[0].with_layout("C", "N"))
 
@@ -473,8 +479,9 @@ def expected_block(spec, p):
 
 
 def _cases():
-    # wmma numbers warp tiles (test_wmma_geometry); wgmma is persistent (test_wgmma_geometry).
-    for spec in [s for s in SPECS if s.name not in ("wmma", "wgmma")]:
+    # wmma numbers warp tiles (test_wmma_geometry); wgmma and ec_wgmma are persistent
+    # (test_wgmma_geometry, test_ec_wgmma_geometry).
+    for spec in [s for s in SPECS if s.name not in ("wmma", "wgmma", "ec_wgmma")]:
         configs = spec.configurations()
         if spec.split_k_param:   # every tile shape unsplit, and the defaults with each split
             configs = [p for p in configs if p[spec.split_k_param] == 1] + [
@@ -696,7 +703,7 @@ WGMMA = registry.get("wgmma")
 def test_wgmma_exists_only_for_sm90a():
     assert WGMMA.arches == ("sm_90a",)
     assert WGMMA.builds_for("sm_90a") and not WGMMA.builds_for("sm_80") and not WGMMA.builds_for("sm_90")
-    assert all(s.builds_for("sm_80") for s in SPECS if s.name != "wgmma")
+    assert all(s.builds_for("sm_80") for s in SPECS if s.name not in ("wgmma", "ec_wgmma"))
     assert [k["arches"] for k in gemmlab.kernels() if k["name"] == "wgmma"] == [["sm_90a"]]
     with pytest.raises(ValueError, match=r"kernel 'wgmma' needs sm_90a .*NVIDIA A100 is sm_80"):
         WGMMA.check_arch("sm_80", "NVIDIA A100")
@@ -824,3 +831,39 @@ def test_wgmma_name_expressions():
     assert WGMMA.name_expression({"BM": 64, "BN": 128, "STAGES": 3, "CLUSTER": 2}, Problem(1, 1, 1, True, "tf32")) == \
         "gemmlab::wgmma_gemm<2, 3, 64, 128, 3, 2, 'N', 'N'>"
     assert len(WGMMA.all_name_expressions()) == 22 * 5
+
+
+# -- ec_wgmma (Hopper, error-corrected) ------------------------------------------------------
+
+EC_WGMMA = registry.get("ec_wgmma")
+
+
+def test_ec_wgmma_exists_only_for_sm90a_and_falls_back_to_ec_wmma():
+    assert EC_WGMMA.arches == ("sm_90a",) and EC_WGMMA.fallback == "ec_wmma"
+    with pytest.raises(ValueError, match=r"kernel 'ec_wgmma' needs sm_90a.* is sm_80.*'ec_wmma'"):
+        gemmlab.plan("ec_wgmma", 256, 256, 256, dtype="fp16_ec", arch="sm_80")
+
+
+@pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
+@pytest.mark.parametrize("dtype", list(registry.EC_METHODS))
+def test_ec_wgmma_takes_every_layout_and_alignment(op_a, op_b, dtype):
+    """The split pre-pass reads op(A) and op(B) as stored and writes aligned row-major
+    parts, so no layout or alignment falls back, and one instantiation serves them all."""
+    p = gemmlab.plan("ec_wgmma", 4097, 4095, 513, dtype=dtype, op_a=op_a, op_b=op_b, arch="sm_90a",
+                     aligned16=False, tma_aligned=False)
+    assert p.spec.name == "ec_wgmma" and not p.fallback_reason
+    assert p.name_expression == f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 3, 'N', 'N'>"
+    assert p.spec.extra_args == ("scale_a", "scale_b")
+
+
+@pytest.mark.parametrize("M, N, sm_count", [(1, 1, 132), (128, 128, 132), (129, 257, 132), (4096, 4096, 132),
+                                            (2000, 1900, 114), (100, 9000, 7)])
+def test_ec_wgmma_geometry(M, N, sm_count):
+    """A persistent grid of at most one block per SM (a three-stage ring fills its shared
+    memory), one producer and two consumer warpgroups; block b takes tiles b, b + grid, ...
+    of the 128 x 128 tiles in grouped order (hopper_gemm.cuh), together all of them once."""
+    for p in EC_WGMMA.configurations():
+        geo = EC_WGMMA.launch(p, Problem(M, N, 64, True, "fp16_ec", sm_count=sm_count))
+        tiles = -(-M // 128) * -(-N // 128)
+        assert geo.grid == (min(tiles, sm_count), 1, 1) and geo.persistent and geo.block == (384, 1, 1)
+        assert geo.smem_bytes == p["STAGES"] * 65536 + 16 * p["STAGES"] + 1024 <= 227 * 1024

@@ -24,7 +24,11 @@ INPUT_SETS = {
     "normal": "N(0, 1)",
     "log_uniform": "random signs, magnitudes log-uniform over 2^-20 .. 2^20",
 }
-METHODS = ("sgemm_cublas", "fp32", "tf32", "fp16", "fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc")
+# "precision:kernel" runs that precision on a named kernel (default: auto, which is
+# ec_wgmma on Hopper and ec_wmma elsewhere); fp32_tc:ec_wmma puts the WMMA
+# implementation beside the Hopper one.
+METHODS = ("sgemm_cublas", "fp32", "tf32", "fp16", "fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc",
+           "fp32_tc:ec_wmma")
 
 
 def make_inputs(name: str, rows: int, cols: int, rng) -> np.ndarray:
@@ -68,9 +72,10 @@ def _one(method: str, a, b):
     if method == "fp16":
         return api.matmul(a.astype(cp.float16), b.astype(cp.float16), out_dtype="float32"), \
             "inputs rounded to FP16, " + api.last_plan().describe()
-    out = api.matmul(a, b, precision=method)
+    precision, _, kernel = method.partition(":")
+    out = api.matmul(a, b, precision=precision, kernel=kernel or "auto")
     p = api.last_plan()
-    return out, (f"{p.method}: {p.reason}" if method == "fp32_tc" else p.describe())
+    return out, (f"{p.method}: {p.reason} ({p.spec.name})" if precision == "fp32_tc" else p.describe())
 
 
 def run(ks=KS, inputs=tuple(INPUT_SETS), methods=METHODS, *, M: int = 256, N: int = 256, seed: int = 0,

@@ -302,7 +302,8 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
 
     ``arch`` is the GPU's NVRTC target (None: not known yet, as when planning
     without a GPU).  A kernel that does not exist for it (wgmma off Hopper) is
-    an error; ``"auto"`` picks wgmma for 16-bit and TF32 inputs on sm_90a.
+    an error; ``"auto"`` picks wgmma for 16-bit and TF32 inputs and ec_wgmma for
+    the error-corrected methods on sm_90a.
     ``tma_aligned`` says whether a and b allow TMA tensor maps (see
     runtime.tma.tma_aligned).  A kernel that cannot take the operands
     (KernelSpec.why_unusable: a layout it does not read, operands TMA cannot
@@ -326,7 +327,8 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         if dtype == "float32":
             kernel, tile_params = auto_params(M, N, K, sm_count, batch)
         elif dtype in registry.EC_METHODS:
-            kernel, tile_params = "ec_wmma", {}
+            on_hopper = arch is not None and registry.get("ec_wgmma").builds_for(arch)
+            kernel, tile_params = ("ec_wgmma" if on_hopper else "ec_wmma"), {}
         elif arch is not None and registry.get("wgmma").builds_for(arch):
             kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count)
         else:

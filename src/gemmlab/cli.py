@@ -110,7 +110,9 @@ def cmd_bench_ec(args) -> int:
 
 
 def cmd_accuracy(args) -> int:
+    from . import ec
     from .accuracy import INPUT_SETS, KS, METHODS, as_dicts, plot, run, table
+    from .kernels import registry
     from .bench.report import write_json
     ks = [int(k) for k in args.ks.split(",")] if args.ks else list(KS)
     inputs = args.inputs.split(",") if args.inputs else list(INPUT_SETS)
@@ -118,9 +120,13 @@ def cmd_accuracy(args) -> int:
     for name in inputs:
         if name not in INPUT_SETS:
             raise ValueError(f"unknown input set {name!r}; choose from {', '.join(INPUT_SETS)}")
+    ec_kernels = [spec.name for spec in registry.ladder("ec")]
     for m in methods:
-        if m not in METHODS:
-            raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+        precision, _, kernel = m.partition(":")
+        if precision not in METHODS or (kernel and (kernel not in ec_kernels or precision not in ec.EC_PRECISIONS)):
+            raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}, or an error-corrected "
+                             f"precision on a named kernel (precision:kernel, kernel one of "
+                             f"{', '.join(ec_kernels)})")
     if min(ks) < 1 or args.size < 1:
         raise ValueError("K and --size must be at least 1")
     points = as_dicts(run(ks, inputs, methods, M=args.size, N=args.size, quiet=args.quiet))
@@ -285,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", help="comma list of input sets (default: uniform, uniform_small, uniform_large, "
                    "normal, log_uniform)")
     p.add_argument("--methods", help="comma list (default: sgemm_cublas, fp32, tf32, fp16, fp16_ec, "
-                   "fp16_ec_scaled, tf32_ec, fp32_tc)")
+                   "fp16_ec_scaled, tf32_ec, fp32_tc, fp32_tc:ec_wmma); precision:kernel runs an error-corrected "
+                   "precision on that kernel (ec_wmma, ec_wgmma) instead of auto's")
     p.add_argument("--size", type=int, default=256, help="M = N (default 256)")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--plot", metavar="PATH.png")

@@ -29,7 +29,11 @@ def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True
     gpu = gpu_info(cp.cuda.Device().id)
     rng = np.random.default_rng(seed)
     sizes = sizes or DEFAULT_SIZES
+    # auto is ec_wgmma on Hopper, ec_wmma elsewhere; the WMMA implementation's
+    # methods are timed beside it where the two differ.
     entries = [("auto", None)] + [("auto", p) for p in PRECISIONS]
+    if api.plan("auto", 64, 64, 64, dtype="fp16_ec", arch=gpu.arch).spec.name != "ec_wmma":
+        entries += [("ec_wmma", p) for p in ("fp16_ec", "tf32_ec", "fp32_tc")]
     records: list[Record] = []
     t0 = time.time()
     for M, N, K in sizes:
@@ -63,7 +67,7 @@ def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True
             err = compare(c, ref).rel_fro
             rows.append((precision or "fp32", p, t, err))
             tf = _tflops(M, N, K, t.ms)
-            _progress(f"  {precision or 'fp32':15s} {p.describe():40s} {t.ms:.3f} ms, {tf:.1f} TFLOPS, "
+            _progress(f"  {precision or 'fp32':15s} {p.describe():48s} {t.ms:.3f} ms, {tf:.1f} TFLOPS, "
                       f"{cb.ms / t.ms:.2f}x cuBLAS SGEMM, err {err:.1e}  ({time.time() - t0:.0f} s)", quiet)
         cb_tf = _tflops(M, N, K, cb.ms)
         records.append(Record(gpu.name, "cublas", {}, M, N, K, "float32", cb.ms, cb_tf, cb.ms, cb_tf, 100.0, None,

@@ -123,6 +123,10 @@ class KernelSpec:
     # argument tuple (e.g. with TMA tensor maps) and releases whatever it set up
     # (workspaces) once the kernel is enqueued.
     kernel_args: Callable | None = None
+    # The launch first packs op(A) and op(B) into row-major workspaces (ec_wgmma's
+    # split pre-pass), so the kernel reads every layout and is instantiated for
+    # 'N', 'N' only.
+    packed: bool = False
 
     def builds_for(self, arch: str) -> bool:
         """Whether this kernel exists for the NVRTC target ``arch`` (e.g. sm_80, sm_90a)."""
@@ -208,8 +212,9 @@ class KernelSpec:
         if problem.op_a not in ("N", "T") or problem.op_b not in ("N", "T"):
             raise ValueError(f"operand layouts are 'N' or 'T', not {problem.op_a!r}, {problem.op_b!r}")
         args = self.template_args(params, problem)
+        ops = ("N", "N") if self.packed else (problem.op_a, problem.op_b)
         text = "".join(("true" if a else "false") + ", " if isinstance(a, bool) else f"{a}, " for a in args)
-        return f"{self.template}<{text}'{problem.op_a}', '{problem.op_b}'>"
+        return f"{self.template}<{text}'{ops[0]}', '{ops[1]}'>"
 
     def instantiations(self, configs=None, layouts=LAYOUTS) -> list[tuple[dict, Problem]]:
         """(parameters, problem) for each configuration (default: every legal one) x
@@ -779,6 +784,59 @@ register(KernelSpec(
     variants=_EC_VARIANTS,
     extra_args=("scale_a", "scale_b"),
 ))
+
+# Shared memory of ec/02_ec_wgmma.cu: STAGES x four 16 KiB tiles (hi and lo of A and of B),
+# two barriers per stage, 1 KiB to align the ring to the swizzle atom.
+def _ec_wgmma_smem(p) -> int:
+    return p["STAGES"] * 4 * 128 * 128 + 16 * p["STAGES"] + 1024
+
+
+def _ec_wgmma_geometry(p, prob: Problem) -> Launch:
+    """Persistent: one block per SM (three stages fill its shared memory), 128 x 128 tiles."""
+    blocks = max(1, min(_cdiv(prob.M, 128) * _cdiv(prob.N, 128), prob.sm_count))
+    return Launch(grid=(blocks, 1, 1), block=(384, 1, 1), smem_bytes=_ec_wgmma_smem(p), persistent=True)
+
+
+def _ec_wgmma_kernel_args(plan, gpu, stream, operands, alpha, beta):
+    from ..runtime.tma import ec_wgmma_kernel_args   # needs the driver: imported at launch only
+    return ec_wgmma_kernel_args(plan, gpu, stream, operands, alpha, beta)
+
+
+register(KernelSpec(
+    name="ec_wgmma", rung=2, family="ec", dtypes=tuple(EC_METHODS), source="ec/02_ec_wgmma.cu",
+    template="gemmlab::ec_wgmma",
+    description="Hopper: A and B split once into their two parts by a pre-pass, then wgmma from a TMA ring "
+                "of four tiles a stage; each stage's main product added to FP32 accumulators outside the "
+                "tensor core",
+    params=(
+        TileParam("STAGES", (2, 3), 3, "stages of the ring, each 64 KiB: hi and lo tiles of A (128 rows) and "
+                                       "of B (128 columns), 128 bytes of K"),
+    ),
+    constraints=(
+        Constraint("dynamic shared memory, STAGES*64 KiB + 16*STAGES + 1024 bytes, must fit in the 227 KiB a "
+                   "Hopper block can have", lambda p: _ec_wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
+    ),
+    template_args=lambda p, prob: (EC_METHODS[prob.dtype], p["STAGES"]),
+    geometry=_ec_wgmma_geometry,
+    variants=tuple(Problem(1, 1, 1, True, method) for method in EC_METHODS),
+    arches=(WGMMA_SM90,),
+    fallback="ec_wmma",
+    extra_args=("scale_a", "scale_b"),
+    kernel_args=_ec_wgmma_kernel_args,
+    packed=True,
+))
+
+# The split pre-pass of ec_wgmma: (METHOD, stored layout, transposed output).
+EC_SPLIT_PACK_SOURCE = KERNEL_DIR / "ec" / "split_pack.cu"
+EC_SPLIT_PACK_TILE, EC_SPLIT_PACK_THREADS = 32, 256
+
+
+def ec_split_pack_kernel(method: str, op: str, transpose: bool) -> str:
+    return f"gemmlab::ec_split_pack<{EC_METHODS[method]}, '{op}', {'true' if transpose else 'false'}>"
+
+
+EC_SPLIT_PACK_KERNELS = tuple(ec_split_pack_kernel(m, op, t) for m in EC_METHODS for op in "NT"
+                              for t in (False, True))
 
 # precision="fp32_tc" picks its method from the exponents of A and B (gemmlab.ec).
 EXPONENT_HISTOGRAM_SOURCE = KERNEL_DIR / "ec" / "exponent_histogram.cu"
