@@ -194,7 +194,7 @@ def test_exponent_histogram_matches_numpy():
 
 
 @pytest.mark.parametrize("kernel, params", [("ec_wmma", {}), ("ec_wgmma", {"STAGES": 2}),
-                                            ("ec_wgmma", {"STAGES": 3})], ids=str)
+                                            ("ec_wgmma", {"STAGES": 3}), ("ec_wgmma", {"STAGES": 4})], ids=str)
 @pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec"])
 def test_many_tiles_per_block(kernel, params, precision):
     """More output tiles than SMs (ec_wgmma's persistent blocks take several each, and

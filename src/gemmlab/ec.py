@@ -148,10 +148,12 @@ def exponent_stats(gpu, stream: int, operands) -> list[ExponentStats]:
     from cuda.bindings import driver
     from cuda.core import Device
 
+    from .api import _make_current
     from .kernels import registry
     from .runtime import compile as rt_compile
     from .runtime.launch import launch, stream_from_handle
 
+    _make_current(gpu.ordinal)   # callable before any matmul on this thread
     kernel = rt_compile.load_kernel(registry.EXPONENT_HISTOGRAM_SOURCE, registry.EXPONENT_HISTOGRAM_KERNEL,
                                     gpu.arch)
     n = len(operands)

@@ -785,16 +785,21 @@ register(KernelSpec(
     extra_args=("scale_a", "scale_b"),
 ))
 
-# Shared memory of ec/02_ec_wgmma.cu: STAGES x four 16 KiB tiles (hi and lo of A and of B),
-# two barriers per stage, 1 KiB to align the ring to the swizzle atom.
+# ec/02_ec_wgmma.cu: 128 x 96 tiles (two consumer warpgroups of 64 x 96, four sets of
+# accumulators each); a ring stage holds hi and lo of A (128 rows of 128 bytes) and of B^T (96 rows).
+EC_WGMMA_BM, EC_WGMMA_BN = 128, 96
+
+
 def _ec_wgmma_smem(p) -> int:
-    return p["STAGES"] * 4 * 128 * 128 + 16 * p["STAGES"] + 1024
+    """STAGES x 2 x (128 + 96) rows of 128 bytes, two barriers per stage, 1 KiB to align the ring."""
+    return p["STAGES"] * 2 * (EC_WGMMA_BM + EC_WGMMA_BN) * 128 + 16 * p["STAGES"] + 1024
 
 
 def _ec_wgmma_geometry(p, prob: Problem) -> Launch:
-    """Persistent: one block per SM (three stages fill its shared memory), 128 x 128 tiles."""
-    blocks = max(1, min(_cdiv(prob.M, 128) * _cdiv(prob.N, 128), prob.sm_count))
-    return Launch(grid=(blocks, 1, 1), block=(384, 1, 1), smem_bytes=_ec_wgmma_smem(p), persistent=True)
+    """Persistent: one block per SM (the ring fills its shared memory), at most one per tile."""
+    tiles = _cdiv(prob.M, EC_WGMMA_BM) * _cdiv(prob.N, EC_WGMMA_BN)
+    return Launch(grid=(max(1, min(tiles, prob.sm_count)), 1, 1), block=(384, 1, 1), smem_bytes=_ec_wgmma_smem(p),
+                  persistent=True)
 
 
 def _ec_wgmma_kernel_args(plan, gpu, stream, operands, alpha, beta):
@@ -806,14 +811,14 @@ register(KernelSpec(
     name="ec_wgmma", rung=2, family="ec", dtypes=tuple(EC_METHODS), source="ec/02_ec_wgmma.cu",
     template="gemmlab::ec_wgmma",
     description="Hopper: A and B split once into their two parts by a pre-pass, then wgmma from a TMA ring "
-                "of four tiles a stage; each stage's main product added to FP32 accumulators outside the "
-                "tensor core",
+                "of four tiles a stage; each stage's main product added outside the tensor core into blocked "
+                "FP32 accumulators",
     params=(
-        TileParam("STAGES", (2, 3), 3, "stages of the ring, each 64 KiB: hi and lo tiles of A (128 rows) and "
-                                       "of B (128 columns), 128 bytes of K"),
+        TileParam("STAGES", (2, 3, 4), 4, "stages of the ring, each 56 KiB: hi and lo tiles of A (128 rows) "
+                                          "and of B^T (96 rows), 128 bytes of K"),
     ),
     constraints=(
-        Constraint("dynamic shared memory, STAGES*64 KiB + 16*STAGES + 1024 bytes, must fit in the 227 KiB a "
+        Constraint("dynamic shared memory, STAGES*56 KiB + 16*STAGES + 1024 bytes, must fit in the 227 KiB a "
                    "Hopper block can have", lambda p: _ec_wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
     ),
     template_args=lambda p, prob: (EC_METHODS[prob.dtype], p["STAGES"]),

@@ -202,9 +202,9 @@ def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
 
     ec/split_pack.cu first splits op(A) and op(B), as stored (any layout,
     any alignment), into one stream-ordered workspace: A's parts row-major
-    M x K, B's row-major K x N for FP16 parts (wgmma reads B N-major through
-    its transpose bit) and transposed, N x K, for TF32 parts (no transpose for
-    TF32); rows padded to 16 bytes for TMA.  The scaled FP16 method's scales
+    M x K, B's transposed, N x K (both K-major, the layout TF32 wgmma needs
+    and FP16 wgmma reads without its transpose bit); rows padded to 16 bytes
+    for TMA.  The scaled FP16 method's scales
     (powers of two) are applied there; the kernel divides them out.  The
     workspace is freed in stream order once the kernel is enqueued."""
     from ..kernels import registry
@@ -218,8 +218,7 @@ def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     part, eb = ("tf32", 4) if tf32 else ("float16", 2)
     per_row = 16 // eb
     kp = -(-pr.K // per_row) * per_row
-    b_rows, b_cols, b_ld = (pr.N, pr.K, kp) if tf32 else (pr.K, pr.N, -(-pr.N // per_row) * per_row)
-    a_part, b_part = pr.M * kp * eb, b_rows * b_ld * eb
+    a_part, b_part = pr.M * kp * eb, pr.N * kp * eb
     nbytes = 2 * (a_part + b_part)
     try:
         ws = Device(gpu.ordinal).allocate(nbytes, stream=stream_from_handle(stream))
@@ -233,20 +232,16 @@ def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
         scale_a, scale_b = (float(x) for x in plan.extra_args())
         tile, threads = registry.EC_SPLIT_PACK_TILE, registry.EC_SPLIT_PACK_THREADS
         jobs = [(pr.op_a, False, pr.M, pr.K, ops.A, ops.lda, scale_a, a_hi, a_lo, kp),
-                (pr.op_b, tf32, pr.K, pr.N, ops.B, ops.ldb, scale_b, b_hi, b_lo, b_ld)]
+                (pr.op_b, True, pr.K, pr.N, ops.B, ops.ldb, scale_b, b_hi, b_lo, kp)]
         for op, transpose, rows, cols, src, ld, scale, hi, lo, ldp in jobs:
             name = registry.ec_split_pack_kernel(pr.dtype, op, transpose)
             kernel = rt_compile.load_kernel(registry.EC_SPLIT_PACK_SOURCE, name, gpu.arch)
             blocks = -(-rows // tile) * -(-cols // tile)
             launch(kernel, (blocks, 1, 1), (threads, 1, 1), 0, stream, np.int32(rows), np.int32(cols), src,
                    np.int32(ld), np.float32(scale), hi, lo, np.int32(ldp))
-        box_k = 128 // eb
-        maps = (tensor_map(a_hi, pr.M, pr.K, kp, part, 128, box_k), tensor_map(a_lo, pr.M, pr.K, kp, part, 128, box_k))
-        if tf32:
-            maps += (tensor_map(b_hi, pr.N, pr.K, kp, part, 128, box_k),
-                     tensor_map(b_lo, pr.N, pr.K, kp, part, 128, box_k))
-        else:
-            maps += (tensor_map(b_hi, pr.K, pr.N, b_ld, part, 64, 64), tensor_map(b_lo, pr.K, pr.N, b_ld, part, 64, 64))
+        box_k, bm, bn = 128 // eb, registry.EC_WGMMA_BM, registry.EC_WGMMA_BN
+        maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k)
+                     for ptr, rows, box_rows in ((a_hi, pr.M, bm), (a_lo, pr.M, bm), (b_hi, pr.N, bn), (b_lo, pr.N, bn)))
         yield _standard_args(pr, ops, alpha, beta) + maps + plan.extra_args()
     finally:
         ws.close(stream_from_handle(stream))

@@ -7,30 +7,35 @@
 //
 // What changes from ec_wmma:
 //  * The split happens once, before the GEMM (ec/split_pack.cu writes the two
-//    parts of op(A) and op(B) into workspaces).  wgmma reads its operands from
-//    shared memory as TMA left them, so a split at load time would cost the
-//    consumers a pass over every tile through registers they do not have to
-//    spare (below).  The parts are always row-major and TMA-aligned, so this
-//    kernel takes every layout and alignment the same way.
-//  * A stage of the ring holds four tiles: hi and lo of A (128 x 128 bytes
-//    each), hi and lo of B; the producer's one thread asks TMA for all four.
-//  * Each consumer warpgroup (64 rows x 128 columns of C) keeps three sets of
-//    64 accumulators a thread: acc, the FP32 sum of the main product; hh, the
-//    main product of one stage (64 of K for FP16, 32 for TF32), which wgmma
-//    computes from zero (scale-d = 0) and the consumer then adds into acc with
-//    round-to-nearest FP32 adds; and corr, the two correction products, which
-//    accumulate inside the tensor core over all of K (2^-11 smaller, so their
-//    truncation does not show).  Three sets are why the tile is 128 x 128 and
-//    not 128 x 256: 192 of a consumer's 232 registers.
+//    parts of op(A), and of op(B)^T, into workspaces).  wgmma reads its
+//    operands from shared memory as TMA left them, so a split at load time
+//    would cost the consumers a pass over every tile through registers they do
+//    not have to spare (below).  The parts are K-major and TMA-aligned, so this
+//    kernel takes every layout and alignment the same way, and FP16 and TF32
+//    parts the same way (TF32 wgmma has no transpose; B^T needs none).
+//  * A stage of the ring holds four tiles: hi and lo of A (128 rows x 128
+//    bytes of K each), hi and lo of B^T (96 rows); the producer's one thread
+//    asks TMA for all four.
+//  * Each consumer warpgroup (64 rows x 96 columns of C) keeps four sets of 48
+//    accumulators a thread:
+//      hh    the main product of one stage (64 of K for FP16, 32 for TF32),
+//            computed by wgmma from zero (scale-d = 0);
+//      block hh added with round-to-nearest FP32 adds, stage after stage;
+//      acc   block added every ~sqrt(stages) stages, then block cleared, so the
+//            rounding error grows like K^(1/4) (ec_wmma's blocking);
+//      corr  the two correction products, accumulated inside the tensor core
+//            over all of K (2^-11 smaller, so their truncation does not show).
+//    Four sets are why the tile is 128 x 96 and not 128 x 256: 192 of a
+//    consumer's 232 registers.
 //  * The adds overlap the tensor cores: a stage's main product and its
 //    corrections are committed as two groups; the consumer waits for the first
 //    only, and adds it while the corrections (and the other consumer's work)
 //    keep the tensor cores busy.
 //
-// Accuracy: acc takes one round-to-nearest add per stage (K/64 adds for FP16),
-// where ec_wmma added every 16 of K into a blocked accumulator; inside a stage
-// the tensor core sums 64 (FP16) or 32 (TF32) products, whose truncation error
-// stays near FP32's unit roundoff.  benchmarks/NOTES.md has the measured errors.
+// Accuracy (benchmarks/NOTES.md, run 49): with one accumulator and an add per
+// stage the error grew like sqrt(K/64), to cuBLAS SGEMM's level at K = 131072
+// on U(-1,1) but 2.8x SGEMM's on log-uniform inputs (TF32 parts, an add per 32
+// of K); blocked as above it stays below SGEMM's.
 //
 // scale_a, scale_b: the powers of two the pre-pass multiplied A and B by (the
 // scaled FP16 method; 1 otherwise); the epilogue divides them out one at a time.
@@ -53,12 +58,11 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     using namespace hopper;
     using Split = EcSplit<METHOD>;
     constexpr int DT = Split::DT;                 // the parts: 0 FP16, 2 TF32
-    constexpr bool TF32 = DT == 2;                // B^T packed K-major (TF32 wgmma has no transpose)
-    constexpr int BM = 128, BN = 128;             // two consumer warpgroups of 64 x 128
-    constexpr int BK = TF32 ? 32 : 64;            // one 128-byte swizzle row of K per stage
-    constexpr int MMA_K = TF32 ? 8 : 16;
-    constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128;
-    constexpr int STAGE_BYTES = 2 * (A_BYTES + B_BYTES);   // hi and lo of A, hi and lo of B
+    constexpr int BM = 128, BN = 96;              // two consumer warpgroups of 64 x 96
+    constexpr int BK = DT == 2 ? 32 : 64;         // one 128-byte swizzle row of K per stage
+    constexpr int MMA_K = DT == 2 ? 8 : 16;
+    constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128;   // 128 bytes of K a row
+    constexpr int STAGE_BYTES = 2 * (A_BYTES + B_BYTES);   // hi and lo of A, hi and lo of B^T
     (void)A; (void)lda; (void)B; (void)ldb;       // read through the maps of their parts
 
     extern __shared__ unsigned char smem_raw[];
@@ -97,18 +101,8 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                     unsigned char* st = ring + s * STAGE_BYTES;
                     tma_load_2d(st, &map_a_hi, ks * BK, tm * BM, &full[s]);
                     tma_load_2d(st + A_BYTES, &map_a_lo, ks * BK, tm * BM, &full[s]);
-                    unsigned char* b = st + 2 * A_BYTES;
-                    if constexpr (TF32) {   // B^T: BN rows of 32 floats
-                        tma_load_2d(b, &map_b_hi, ks * BK, tn * BN, &full[s]);
-                        tma_load_2d(b + B_BYTES, &map_b_lo, ks * BK, tn * BN, &full[s]);
-                    } else {                // B: BN/64 boxes of 64 columns x BK rows
-#pragma unroll
-                        for (int j = 0; j < BN / 64; ++j) {
-                            tma_load_2d(b + j * (BK * 128), &map_b_hi, tn * BN + 64 * j, ks * BK, &full[s]);
-                            tma_load_2d(b + B_BYTES + j * (BK * 128), &map_b_lo, tn * BN + 64 * j, ks * BK,
-                                        &full[s]);
-                        }
-                    }
+                    tma_load_2d(st + 2 * A_BYTES, &map_b_hi, ks * BK, tn * BN, &full[s]);   // B^T: BN rows
+                    tma_load_2d(st + 2 * A_BYTES + B_BYTES, &map_b_lo, ks * BK, tn * BN, &full[s]);
                 }
             }
         }
@@ -118,22 +112,19 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     setmaxnreg_inc<EC_WGMMA_CONSUMER_REGS>();
     const int c = wg - 1, wq = warp % 4;
     const bool pairs = (ldc % 2 == 0) && (reinterpret_cast<u64>(C) % 8 == 0);
-    // Descriptors of MMA_K-deep slices: K-major tiles step 32 bytes along the
-    // swizzled row; FP16 B (N-major) steps MMA_K rows of 128 bytes, its 64-column
-    // chunks BK * 128 bytes apart (as in the wgmma rung).
-    auto desc_a = [](const unsigned char* t, int kk) { return make_smem_desc(t + 32 * kk, 16, 1024); };
-    auto desc_b = [](const unsigned char* t, int kk) {
-        return TF32 ? make_smem_desc(t + 32 * kk, 16, 1024) : make_smem_desc(t + kk * MMA_K * 128, BK * 128, 1024);
-    };
+    // Both operands K-major: the next MMA_K-deep slice starts 32 bytes further
+    // along the (swizzled) 128-byte rows; the hardware applies the swizzle.
+    auto desc = [](const unsigned char* tile, int kk) { return make_smem_desc(tile + 32 * kk, 16, 1024); };
     using Mma = Wgmma<BN, DT>;
-    constexpr int TRANS_B = TF32 ? 0 : 1;
-    float acc[BN / 2], hh[BN / 2], corr[BN / 2];
+    // Stages per block of the main product's adds: about sqrt(stages).
+    const int block_steps = max(1, int(sqrtf(float(k_steps))));
+    float acc[BN / 2], block[BN / 2], hh[BN / 2], corr[BN / 2];
     int it = 0;
     for (int t = blockIdx.x; t < tiles_m * tiles_n; t += gridDim.x) {
         int tm, tn;
         grouped_tile(t, tiles_m, tiles_n, tm, tn);
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) acc[i] = corr[i] = 0.0f;
+        for (int i = 0; i < BN / 2; ++i) acc[i] = block[i] = corr[i] = 0.0f;
         fence_operands(corr);
         int prev = 0;
         for (int ks = 0; ks < k_steps; ++ks, ++it) {
@@ -146,12 +137,12 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
             wgmma_fence();   // hh was read by the adds below: order them before wgmma rewrites it
 #pragma unroll
             for (int kk = 0; kk < BK / MMA_K; ++kk)   // the main product of this stage, from zero
-                Mma::template mma<0, TRANS_B>(hh, desc_a(a_hi, kk), desc_b(b_hi, kk), kk > 0);
+                Mma::template mma<0, 0>(hh, desc(a_hi, kk), desc(b_hi, kk), kk > 0);
             wgmma_commit();
 #pragma unroll
             for (int kk = 0; kk < BK / MMA_K; ++kk) {   // the corrections, accumulated in the tensor core
-                Mma::template mma<0, TRANS_B>(corr, desc_a(a_lo, kk), desc_b(b_hi, kk), 1);
-                Mma::template mma<0, TRANS_B>(corr, desc_a(a_hi, kk), desc_b(b_lo, kk), 1);
+                Mma::template mma<0, 0>(corr, desc(a_lo, kk), desc(b_hi, kk), 1);
+                Mma::template mma<0, 0>(corr, desc(a_hi, kk), desc(b_lo, kk), 1);
             }
             wgmma_commit();
             // The main product is done (and the previous stage's corrections, so
@@ -161,7 +152,14 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
             fence_operands(hh);
             if (ks > 0) release_stage<1>(&empty[prev], lane);
 #pragma unroll
-            for (int i = 0; i < BN / 2; ++i) acc[i] += hh[i];
+            for (int i = 0; i < BN / 2; ++i) block[i] += hh[i];
+            if ((ks + 1) % block_steps == 0 || ks + 1 == k_steps) {
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) {
+                    acc[i] += block[i];
+                    block[i] = 0.0f;
+                }
+            }
             prev = s;
         }
         wgmma_wait<0>();

@@ -221,6 +221,9 @@ __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(ro
 #define GEMMLAB_WGMMA_ACC8(d, i)                                                                 \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
         "+f"(d[i + 6]), "+f"(d[i + 7])
+#define GEMMLAB_WGMMA_ACC48(d)                                                                     \
+    GEMMLAB_WGMMA_ACC8(d, 0), GEMMLAB_WGMMA_ACC8(d, 8), GEMMLAB_WGMMA_ACC8(d, 16), GEMMLAB_WGMMA_ACC8(d, 24), \
+        GEMMLAB_WGMMA_ACC8(d, 32), GEMMLAB_WGMMA_ACC8(d, 40)
 #define GEMMLAB_WGMMA_ACC64(d)                                                                     \
     GEMMLAB_WGMMA_ACC8(d, 0), GEMMLAB_WGMMA_ACC8(d, 8), GEMMLAB_WGMMA_ACC8(d, 16), GEMMLAB_WGMMA_ACC8(d, 24), \
         GEMMLAB_WGMMA_ACC8(d, 32), GEMMLAB_WGMMA_ACC8(d, 40), GEMMLAB_WGMMA_ACC8(d, 48), GEMMLAB_WGMMA_ACC8(d, 56)
@@ -228,6 +231,7 @@ __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(ro
     GEMMLAB_WGMMA_ACC64(d), GEMMLAB_WGMMA_ACC8(d, 64), GEMMLAB_WGMMA_ACC8(d, 72), GEMMLAB_WGMMA_ACC8(d, 80),   \
         GEMMLAB_WGMMA_ACC8(d, 88), GEMMLAB_WGMMA_ACC8(d, 96), GEMMLAB_WGMMA_ACC8(d, 104),                    \
         GEMMLAB_WGMMA_ACC8(d, 112), GEMMLAB_WGMMA_ACC8(d, 120)
+#define GEMMLAB_WGMMA_REGS48 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
 #define GEMMLAB_WGMMA_REGS64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define GEMMLAB_WGMMA_REGS128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 
@@ -273,6 +277,31 @@ template <> struct Wgmma<128, 2> {
             "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
             GEMMLAB_WGMMA_REGS64 ", %64, %65, p, 1, 1;\n}\n"
             : GEMMLAB_WGMMA_ACC64(d)
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+};
+
+// m64n96: the error-corrected kernel's tile (four sets of accumulators a thread).
+template <> struct Wgmma<96, 0> {
+    template <int TRANS_A, int TRANS_B>
+    static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
+            GEMMLAB_WGMMA_REGS48 ", %48, %49, p, 1, 1, %51, %52;\n}\n"
+            : GEMMLAB_WGMMA_ACC48(d)
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    }
+};
+
+template <> struct Wgmma<96, 2> {
+    template <int TRANS_A, int TRANS_B>
+    static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n96k8.f32.tf32.tf32 "
+            GEMMLAB_WGMMA_REGS48 ", %48, %49, p, 1, 1;\n}\n"
+            : GEMMLAB_WGMMA_ACC48(d)
             : "l"(desc_a), "l"(desc_b), "r"(scale_d));
     }
 };
