@@ -29,18 +29,34 @@
 // Operand layouts.  A (row-major M x K) is K-major, what wgmma reads natively.
 // B (row-major K x N) is N-major: for FP16/BF16 the descriptor describes
 // 64-column chunks of K-rows and the instruction's transpose bit (imm-trans-b)
-// reads them as such.  TF32 wgmma has no transpose, so for TF32 the launcher
-// first packs B^T (N x K, K-major), rounded to TF32, into a workspace
-// (tensor/tf32_pack.cu) and the B map points there.  The tensor cores read a
+// reads them as such.  TF32 wgmma has no transpose, and the tensor cores read a
 // TF32 operand from shared memory by dropping the low 13 bits of each float
-// (measured: truncation), so for TF32 the consumers feed A from registers,
-// rounded to nearest as they load it (B^T was rounded when it was packed).
+// (measured: truncation).  So for TF32 the kernel computes C^T = B^T A^T:
+//   * A^T is the wgmma's B operand, read from shared memory: it must be K-major
+//     along the wgmma's N, which is exactly A's row-major tile (N runs along C's
+//     rows, so a block's tile of C is BN x BM here);
+//   * B^T is the wgmma's A operand, which may come from registers in any layout:
+//     each consumer thread loads its 4 values per K8 (two 8-byte loads) from the
+//     N-major B tile as TMA left it;
+//   * both tensor maps are TFLOAT32, which makes the copy engine round every
+//     value to TF32 (to nearest) on its way into shared memory: no rounding
+//     instruction and no pre-pass (an operand TMA cannot read in place is first
+//     copied, rounded, by tensor/tf32_pack.cu);
+//   * the epilogue writes the transposed accumulators into row-major C.
+//
+// Epilogue.  With beta == 0 and a C that TMA can write, each consumer converts
+// alpha * acc into one of two 8 KB staging buffers in shared memory (a TMA box,
+// 128-byte swizzled: conflict-free writes) and one of its threads hands the box
+// to the copy engine (cp.async.bulk.tensor store): the consumer goes on with the
+// next tile while the copy engine writes C, instead of the whole grid stalling
+// on a burst of stores from registers (13% of the time at 4096^3 before).  The
+// parts of a box outside C are not written.  Otherwise (beta != 0: old C must be
+// read; an unaligned C) it stores from the registers, masked at the edges.
 //
 // The kernel takes the usual (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) plus
-// the two tensor maps (built on the host: runtime/tma.py); A and B themselves
-// are only read through the maps.  Epilogue: C = alpha * acc + beta * C from
-// the registers, masked at the edges; beta == 0 never reads C; alpha == 0 reads
-// neither A nor B.
+// the tensor maps of A, B and C (built on the host: runtime/tma.py) and whether
+// to store through C's map; A and B themselves are only read through the maps.
+// beta == 0 never reads C; alpha == 0 reads neither A nor B.
 #include <gemmlab/hopper_gemm.cuh>
 
 namespace gemmlab {
