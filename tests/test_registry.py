@@ -803,7 +803,9 @@ def test_wgmma_geometry(M, N, sm_count):
         assert geo.grid == (cl * clusters, 1, 1) and geo.cluster == (cl, 1, 1) and geo.persistent
         assert geo.grid[0] <= sm_count
         assert geo.block == (128 * (p["BM"] // 64 + 1), 1, 1)
-        assert geo.smem_bytes == p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
+        # the ring, two 8 KiB epilogue staging buffers per consumer, barriers, alignment slack
+        assert geo.smem_bytes == (p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * 8192
+                                  + 16 * p["STAGES"] + 1024)
         seen = []
         for block in range(geo.grid[0]):
             rank = block % cl

@@ -229,16 +229,20 @@ def test_clusters_on_odd_shapes(dtype, out_dtype, shape, bm, caplog):
 @hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("pad", [8, 0])
-def test_tf32_inputs_are_rounded_to_nearest(pad, caplog):
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_tf32_inputs_are_rounded_to_nearest(pad, which, caplog):
     """1 + 3 * 2^-12 rounds to 1 + 2^-10 in TF32 (the tensor cores alone would truncate it
-    to 1): with b all ones, every output is exactly K * (1 + 2^-10), for A read in place
-    (rounded in shared memory) and A packed (rows of 65 floats: not 16-byte multiples)."""
-    M, N, K = 200, 300, 65
-    ld = -(-K // pad) * pad if pad else K
-    a = torch.full((M, ld), 1 + 3 * 2**-12, device="cuda")[:, :K]
-    bt = torch.full((K, -(-N // 8) * 8), 1.0, device="cuda")[:, :N]
+    to 1): with the other operand all ones, every output is exactly K * (1 + 2^-10), for
+    the operand read in place (rounded by the copy engine: a TFLOAT32 tensor map) and
+    packed (rows of 65 or 301 floats: not 16-byte multiples)."""
+    M, N, K = 200, 301, 65
+    lda = -(-K // pad) * pad if pad else K
+    ldb = -(-N // pad) * pad if pad else N
+    x = 1 + 3 * 2**-12
+    a = torch.full((M, lda), x if which == "a" else 1.0, device="cuda")[:, :K]
+    b = torch.full((K, ldb), x if which == "b" else 1.0, device="cuda")[:, :N]
     with caplog.at_level(logging.DEBUG, logger="gemmlab"):
-        c = gemmlab.matmul(a, bt, kernel="wgmma", precision="tf32")
+        c = gemmlab.matmul(a, b, kernel="wgmma", precision="tf32")
         torch.cuda.synchronize()
     assert _ran(caplog)[0].startswith("running wgmma(")
     assert torch.equal(c, torch.full_like(c, K * (1 + 2**-10)))

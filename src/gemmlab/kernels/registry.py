@@ -653,15 +653,25 @@ register(KernelSpec(
 # -- rung 4: wgmma (Hopper) ------------------------------------------------------------
 
 # Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200
-# (227 KiB); the ring, its barriers and 1 KiB to align the tiles to the swizzle atom.
+# (227 KiB); the ring, the epilogue's staging buffers, the barriers and 1 KiB to align
+# the tiles to the swizzle atom.
 WGMMA_SMEM_LIMIT = 227 * 1024
 WGMMA_SM90 = "sm_90a"
+WGMMA_EPI_BYTES = 8192      # one staging buffer of the TMA-store epilogue; two per consumer warpgroup
 
 
 def _wgmma_smem(p) -> int:
-    """Dynamic shared memory of 04_wgmma.cu: STAGES x (A tile BM x 128 B + B tile BN x 128 B),
-    two 8-byte barriers per stage, 1024 bytes of alignment slack."""
-    return p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
+    """Dynamic shared memory of 04_wgmma.cu: STAGES x (A tile + B tile, (BM + BN) x 128 B),
+    2 x 8 KiB of epilogue staging per consumer warpgroup, two 8-byte barriers per stage,
+    1024 bytes of alignment slack."""
+    return (p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * WGMMA_EPI_BYTES
+            + 16 * p["STAGES"] + 1024)
+
+
+def wgmma_tile(p, dtype: str) -> tuple[int, int]:
+    """The block's tile of C, rows x columns: BM x BN, except in TF32, where the kernel
+    computes C^T = B^T A^T and the tile is BN x BM (the wgmma's N runs along C's rows)."""
+    return (p["BN"], p["BM"]) if dtype == "tf32" else (p["BM"], p["BN"])
 
 
 def _wgmma_threads(p) -> int:
@@ -672,7 +682,8 @@ def _wgmma_geometry(p, prob: Problem) -> Launch:
     """Persistent: no more blocks than SMs (one block fills an SM's shared memory), in whole
     clusters; a cluster takes CLUSTER vertically adjacent tiles at a time."""
     cl = p["CLUSTER"]
-    cluster_tiles = _cdiv(_cdiv(prob.M, p["BM"]), cl) * _cdiv(prob.N, p["BN"])
+    tm, tn = wgmma_tile(p, prob.dtype)
+    cluster_tiles = _cdiv(_cdiv(prob.M, tm), cl) * _cdiv(prob.N, tn)
     blocks = cl * max(1, min(cluster_tiles, prob.sm_count // cl))
     return Launch(grid=(blocks, 1, 1), block=(_wgmma_threads(p), 1, 1), smem_bytes=_wgmma_smem(p),
                   cluster=(cl, 1, 1), persistent=True)
@@ -696,17 +707,18 @@ register(KernelSpec(
     description="Hopper: TMA copies into a swizzled shared-memory ring (mbarriers), a producer warpgroup "
                 "and BM/64 consumer warpgroups issuing wgmma from shared memory, persistent grid",
     params=(
-        TileParam("BM", (64, 128), 128, "rows of C per block: BM/64 consumer warpgroups of 64 rows"),
+        TileParam("BM", (64, 128), 128, "rows of C per block: BM/64 consumer warpgroups of 64 rows "
+                                        "(TF32, which computes C^T: columns)"),
         TileParam("BN", (128, 256), 256, "columns of C per block, the N of every wgmma (BN/2 accumulators "
-                                         "per consumer thread)"),
+                                         "per consumer thread; TF32: rows)"),
         TileParam("STAGES", (3, 4, 5), 4, "K-steps of A and B tiles (128 bytes of K each) in the "
                                           "shared-memory ring"),
         TileParam("CLUSTER", (1, 2), 1, "blocks per cluster: 2 takes two vertically adjacent tiles "
                                         "whose B tile is read once and multicast to both"),
     ),
     constraints=(
-        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + 16*STAGES + 1024 bytes, must fit in the "
-                   "227 KiB a Hopper block can have",
+        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*16384 + 16*STAGES + 1024 bytes, must "
+                   "fit in the 227 KiB a Hopper block can have",
                    lambda p: _wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
     ),
     template_args=lambda p, prob: _tc_type_args(prob) + (p["BM"], p["BN"], p["STAGES"], p["CLUSTER"]),

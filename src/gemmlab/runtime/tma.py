@@ -31,7 +31,10 @@ log = logging.getLogger("gemmlab")
 
 # Element bytes and the array-interface type each input dtype is described as.
 # 16-bit types are described as uint16: the copy engine only moves bits, and its
-# zero fill of out-of-range elements is +0.0 in FP16 and BF16 alike.
+# zero fill of out-of-range elements is +0.0 in FP16 and BF16 alike.  "tf32" is
+# FP32 storage described to the copy engine as TFLOAT32: it rounds every value to
+# TF32 (to nearest) as it copies it into shared memory, which is what the wgmma
+# rung's TF32 path relies on; "float32" maps copy the bits unchanged (C's map).
 _ELEM = {"float16": (2, "<u2"), "bfloat16": (2, "<u2"), "tf32": (4, "<f4"), "float32": (4, "<f4")}
 SWIZZLE_BYTES = 128          # 04_wgmma.cu's shared-memory layout
 _CACHE_SIZE = 256
@@ -74,14 +77,19 @@ def _encode_cuda_core(ptr, rows, cols, ld, dtype, box_rows, box_cols):
     from cuda.core._tensor_map import TensorMapL2Promotion, TensorMapSwizzle
     eb, typestr = _ELEM[dtype]
     view = StridedMemoryView.from_any_interface(_ArrayInterface(ptr, rows, cols, ld, typestr, eb), stream_ptr=-1)
+    extra = {}
+    if dtype == "tf32":
+        from cuda.core._tensor_map import TensorMapDataType
+        extra["data_type"] = TensorMapDataType.TFLOAT32
     return view.as_tensor_map(box_dim=(box_rows, box_cols), swizzle=TensorMapSwizzle.SWIZZLE_128B,
-                              l2_promotion=TensorMapL2Promotion.L2_256B)
+                              l2_promotion=TensorMapL2Promotion.L2_256B, **extra)
 
 
 def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols):
     from cuda.bindings import driver as d
     eb, _ = _ELEM[dtype]
     dt = (d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16 if eb == 2
+          else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 if dtype == "tf32"
           else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32)
     err, tmap = d.cuTensorMapEncodeTiled(
         dt, 2, ptr, [d.cuuint64_t(cols), d.cuuint64_t(rows)], [d.cuuint64_t(ld * eb)],
@@ -126,7 +134,7 @@ def tensor_map(ptr: int, rows: int, cols: int, ld: int, dtype: str, box_rows: in
     rows, cols = max(rows, 1), max(cols, 1)   # K = 0: nothing is copied, but a map needs sizes >= 1
     if rows == 1:   # no second row: any stride the copy engine accepts will do
         ld = -(-max(cols, 1) * eb // 16) * 16 // eb
-    key = (ptr, rows, cols, ld, eb, box_rows, box_cols)
+    key = (ptr, rows, cols, ld, dtype if dtype == "tf32" else eb, box_rows, box_cols)
     with _lock:
         found = _cache.get(key)
         if found is not None:
@@ -145,52 +153,79 @@ def _standard_args(pr, ops: Operands, alpha, beta) -> tuple:
             np.int32(ops.ldb), np.float32(beta), ops.C, np.int32(ops.ldc))
 
 
+def _c_map(pr, ops: Operands, beta, box_rows: int):
+    """The map of C for the TMA-store epilogue, and whether to use it: beta == 0 (C is only
+    written) and C readable by TMA; else the kernel stores from registers (the map passed
+    then is a placeholder it never reads)."""
+    dtype = "float32" if pr.out_dtype in ("float32", "tf32") else pr.out_dtype
+    eb = _ELEM[dtype][0]
+    if beta != 0 or not tma_aligned(ops.C, pr.M, ops.ldc, 0, 0, 0, eb):
+        return None
+    return tensor_map(ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // eb)
+
+
 @contextmanager
 def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
-    """The wgmma rung's arguments: the standard eleven, then the tensor maps of A
-    and B.  16-bit inputs are read in place (A in BM x 64 boxes, B in 64 x 64
-    boxes of 64 columns).  TF32: wgmma reads both operands K-major, so
-    tensor/tf32_pack.cu first writes B^T, rounded to TF32, into a stream-ordered
-    workspace (rows padded to 16 bytes) and the B map points there (BN/CLUSTER x
-    32 boxes: each block of a cluster copies its share); A is read in place
-    (BM x 32 boxes; the kernel rounds it as it loads it into registers) unless
-    TMA cannot read it, in which case it is packed (and rounded) too.  The workspace
-    is freed in stream order once the kernel is enqueued."""
+    """The wgmma rung's arguments: the standard eleven, the tensor maps of A, B and C,
+    and whether the epilogue stores through C's map (beta == 0 and C aligned for TMA).
+
+    16-bit inputs: A in BM x 64 boxes, B as stored in 64 x 64 boxes (64 columns of 64
+    K-rows); C in 64-row boxes of 128 bytes.  TF32: the kernel computes C^T = B^T A^T,
+    reading A in BN x 32 boxes and B as stored in 32 x 32 boxes, both through TFLOAT32
+    maps, so that the copy engine rounds them to TF32 on the way into shared memory;
+    C in 32 x 32 boxes.  An operand TMA cannot read in place (unaligned base or row
+    stride) is first copied, rounded, by tensor/tf32_pack.cu into a stream-ordered
+    workspace with rows padded to 16 bytes; the workspace is freed in stream order
+    once the kernel is enqueued."""
     from ..kernels import registry
     pr, p = plan.problem, plan.params
     args = _standard_args(pr, ops, alpha, beta)
     if pr.dtype in ("float16", "bfloat16"):
-        yield args + (tensor_map(ops.A, pr.M, pr.K, ops.lda, pr.dtype, p["BM"], 64),
-                      tensor_map(ops.B, pr.K, pr.N, ops.ldb, pr.dtype, 64, 64))
+        map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, pr.dtype, p["BM"], 64)
+        map_c = _c_map(pr, ops, beta, 64)
+        yield args + (map_a, tensor_map(ops.B, pr.K, pr.N, ops.ldb, pr.dtype, 64, 64),
+                      map_c if map_c is not None else map_a, np.int32(map_c is not None))
         return
     if pr.dtype != "tf32":
         raise TypeError(f"wgmma computes float16, bfloat16 and tf32, not {pr.dtype}")
+    tm = registry.wgmma_tile(p, "tf32")[0]
+    pack_a = not tma_aligned(ops.A, pr.M, ops.lda, 0, 0, 0, 4)
+    pack_b = not tma_aligned(ops.B, pr.K, ops.ldb, 0, 0, 0, 4)
+    map_c = _c_map(pr, ops, beta, 32)
+    if not (pack_a or pack_b):
+        map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, "tf32", tm, 32)
+        yield args + (map_a, tensor_map(ops.B, pr.K, pr.N, ops.ldb, "tf32", 32, 32),
+                      map_c if map_c is not None else map_a, np.int32(map_c is not None))
+        return
     from cuda.core import Device
     from . import compile as rt_compile
     from .launch import launch, stream_from_handle
-    kp = -(-pr.K // 4) * 4                       # rows of 16-byte multiples
-    pack_a = not tma_aligned(ops.A, pr.M, ops.lda, 0, 0, 0, 4)
-    nbytes = 4 * kp * (pr.N + (pr.M if pack_a else 0))
+    kp, np_ = -(-pr.K // 4) * 4, -(-pr.N // 4) * 4          # rows of 16-byte multiples
+    nbytes = 4 * ((pr.M * kp if pack_a else 0) + (pr.K * np_ if pack_b else 0))
     try:
         ws = Device(gpu.ordinal).allocate(nbytes, stream=stream_from_handle(stream))
     except Exception as exc:
-        raise MemoryError(f"wgmma (TF32) needs a workspace of {nbytes / 2**20:.1f} MiB for the TF32-rounded, "
-                          f"K-major copy of b on {gpu.name} and could not get it ({exc})") from exc
+        raise MemoryError(f"wgmma (TF32) needs a workspace of {nbytes / 2**20:.1f} MiB for a TF32-rounded copy "
+                          f"of an operand TMA cannot read in place on {gpu.name} and could not get it ({exc})") from exc
     try:
-        b_packed = int(ws.handle)
-        a_src, lda = ops.A, ops.lda
-        jobs = [(registry.TF32_PACK_KERNELS[1], pr.K, pr.N, ops.B, ops.ldb, b_packed)]
+        a_src, lda, b_src, ldb = ops.A, ops.lda, ops.B, ops.ldb
+        jobs, at = [], int(ws.handle)
         if pack_a:
-            a_src, lda = b_packed + 4 * kp * pr.N, kp
-            jobs.append((registry.TF32_PACK_KERNELS[0], pr.M, pr.K, ops.A, ops.lda, a_src))
+            a_src, lda = at, kp
+            jobs.append((pr.M, pr.K, ops.A, ops.lda, a_src, kp))
+            at += 4 * pr.M * kp
+        if pack_b:
+            b_src, ldb = at, np_
+            jobs.append((pr.K, pr.N, ops.B, ops.ldb, b_src, np_))
         tile, threads = registry.TF32_PACK_TILE, registry.TF32_PACK_THREADS
-        for name, rows, cols, src, ld, dst in jobs:
-            kernel = rt_compile.load_kernel(registry.TF32_PACK_SOURCE, name, gpu.arch)
+        kernel = rt_compile.load_kernel(registry.TF32_PACK_SOURCE, registry.TF32_PACK_KERNELS[0], gpu.arch)
+        for rows, cols, src, ld, dst, ldd in jobs:
             blocks = -(-rows // tile) * -(-cols // tile)
             launch(kernel, (blocks, 1, 1), (threads, 1, 1), 0, stream, np.int32(rows), np.int32(cols), src,
-                   np.int32(ld), dst, np.int32(kp))
-        yield args + (tensor_map(a_src, pr.M, pr.K, lda, "tf32", p["BM"], 32),
-                      tensor_map(b_packed, pr.N, pr.K, kp, "tf32", p["BN"] // p["CLUSTER"], 32))
+                   np.int32(ld), dst, np.int32(ldd))
+        map_a = tensor_map(a_src, pr.M, pr.K, lda, "tf32", tm, 32)
+        yield args + (map_a, tensor_map(b_src, pr.K, pr.N, ldb, "tf32", 32, 32),
+                      map_c if map_c is not None else map_a, np.int32(map_c is not None))
     finally:
         ws.close(stream_from_handle(stream))
 

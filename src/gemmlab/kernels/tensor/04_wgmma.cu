@@ -29,24 +29,41 @@
 // Operand layouts.  A (row-major M x K) is K-major, what wgmma reads natively.
 // B (row-major K x N) is N-major: for FP16/BF16 the descriptor describes
 // 64-column chunks of K-rows and the instruction's transpose bit (imm-trans-b)
-// reads them as such.  TF32 wgmma has no transpose, so for TF32 the launcher
-// first packs B^T (N x K, K-major), rounded to TF32, into a workspace
-// (tensor/tf32_pack.cu) and the B map points there.  The tensor cores read a
+// reads them as such.  TF32 wgmma has no transpose, and the tensor cores read a
 // TF32 operand from shared memory by dropping the low 13 bits of each float
-// (measured: truncation), so for TF32 the consumers feed A from registers,
-// rounded to nearest as they load it (B^T was rounded when it was packed).
+// (measured: truncation).  So for TF32 the kernel computes C^T = B^T A^T:
+//   * A^T is the wgmma's B operand, read from shared memory: it must be K-major
+//     along the wgmma's N, which is exactly A's row-major tile (N runs along C's
+//     rows, so a block's tile of C is BN x BM here);
+//   * B^T is the wgmma's A operand, which may come from registers in any layout:
+//     each consumer thread loads its 4 values per K8 (two 8-byte loads) from the
+//     N-major B tile as TMA left it;
+//   * both tensor maps are TFLOAT32, which makes the copy engine round every
+//     value to TF32 (to nearest) on its way into shared memory: no rounding
+//     instruction and no pre-pass (an operand TMA cannot read in place is first
+//     copied, rounded, by tensor/tf32_pack.cu);
+//   * the epilogue writes the transposed accumulators into row-major C.
+//
+// Epilogue.  With beta == 0 and a C that TMA can write, each consumer converts
+// alpha * acc into one of two 8 KB staging buffers in shared memory (a TMA box,
+// 128-byte swizzled: conflict-free writes) and one of its threads hands the box
+// to the copy engine (cp.async.bulk.tensor store): the consumer goes on with the
+// next tile while the copy engine writes C, instead of the whole grid stalling
+// on a burst of stores from registers (13% of the time at 4096^3 before).  The
+// parts of a box outside C are not written.  Otherwise (beta != 0: old C must be
+// read; an unaligned C) it stores from the registers, masked at the edges.
 //
 // The kernel takes the usual (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) plus
-// the two tensor maps (built on the host: runtime/tma.py); A and B themselves
-// are only read through the maps.  Epilogue: C = alpha * acc + beta * C from
-// the registers, masked at the edges; beta == 0 never reads C; alpha == 0 reads
-// neither A nor B.
+// the tensor maps of A, B and C (built on the host: runtime/tma.py) and whether
+// to store through C's map; A and B themselves are only read through the maps.
+// beta == 0 never reads C; alpha == 0 reads neither A nor B.
 #include <gemmlab/hopper_gemm.cuh>
 
 namespace gemmlab {
 
 constexpr int WGMMA_PRODUCER_REGS = 40;   // setmaxnreg: producer warpgroup
 constexpr int WGMMA_CONSUMER_REGS = 232;  // setmaxnreg: each consumer warpgroup
+constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store epilogue (two per consumer)
 
 // OPA, OPB: the operand layouts every rung's template ends with (layout.cuh).
 // This rung reads row-major A and B only (the registry lists just 'N', 'N';
@@ -57,28 +74,38 @@ __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A, int lda,
            const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
            typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc,
-           const __grid_constant__ hopper::TensorMap map_a, const __grid_constant__ hopper::TensorMap map_b) {
+           const __grid_constant__ hopper::TensorMap map_a, const __grid_constant__ hopper::TensorMap map_b,
+           const __grid_constant__ hopper::TensorMap map_c, int tma_store) {
     using namespace hopper;
     using S = typename wmma_types::Storage<DT>::type;
     using O = typename wmma_types::Storage<ODT>::type;
     constexpr int EB = int(sizeof(S));
     constexpr int BK = 128 / EB;              // one 128-byte swizzle row of K per stage
     constexpr int MMA_K = 32 / EB;            // K of one wgmma: 16 (16-bit), 8 (TF32)
-    constexpr bool TF32 = DT == 2;            // B^T packed K-major; A fed from registers, rounded
-    constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128;
+    constexpr bool TF32 = DT == 2;            // computes C^T = B^T A^T (see the header comment)
+    // The block's tile of C is TM x TN.  16-bit: the consumers split its rows (TM = BM)
+    // and BN is the wgmma's N.  TF32: the wgmma's N runs along C's rows (TM = BN) and
+    // the consumers split its columns (TN = BM).
+    constexpr int TM = TF32 ? BN : BM, TN = TF32 ? BM : BN;
+    constexpr int A_BYTES = TM * 128;         // TM rows of A, 128 bytes of K each
+    constexpr int B_BYTES = TN * 128;         // BK rows of B, TN columns
+    constexpr int B_BOX = 128 / EB;           // columns of B per TMA box (BK rows x 128 bytes)
     constexpr int CONSUMERS = BM / 64;
     static_assert(BM % 64 == 0 && (BN == 128 || BN == 256) && (CLUSTER == 1 || CLUSTER == 2), "tile shape");
+    static_assert((TN / B_BOX) % CLUSTER == 0, "every block of a cluster copies whole boxes of B");
     static_assert(OPA == 'N' && OPB == 'N', "wgmma_gemm reads row-major A and B only");
     (void)A; (void)lda; (void)B; (void)ldb;
 
     // Dynamic shared memory, aligned to 1024 bytes (the swizzle atom): STAGES
-    // tiles of A, STAGES tiles of B, then two barriers per stage.
+    // tiles of A, STAGES tiles of B, two staging buffers per consumer for the
+    // epilogue, then two barriers per stage.
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     unsigned char* a_tiles = smem;
     unsigned char* b_tiles = smem + STAGES * A_BYTES;
-    u64* full = reinterpret_cast<u64*>(b_tiles + STAGES * B_BYTES);   // the copies have landed
-    u64* empty = full + STAGES;                                        // every consumer is done with it
+    unsigned char* epi = b_tiles + STAGES * B_BYTES;
+    u64* full = reinterpret_cast<u64*>(epi + CONSUMERS * 2 * WGMMA_EPI_BYTES);   // the copies have landed
+    u64* empty = full + STAGES;                                                  // every consumer is done with it
 
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const u32 rank = CLUSTER > 1 ? cluster_ctarank() : 0;
@@ -90,6 +117,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
         mbar_fence_init();
         tma_prefetch_map(&map_a);
         tma_prefetch_map(&map_b);
+        if (tma_store) tma_prefetch_map(&map_c);
     }
     // The peer's barriers must be initialised before our copies or arrivals reach them.
     if constexpr (CLUSTER > 1) cluster_sync(); else __syncthreads();
@@ -97,7 +125,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     // A cluster of CLUSTER blocks takes CLUSTER vertically adjacent tiles that share
     // their columns of B: each block copies its own A tile and 1/CLUSTER of the B
     // tile, multicast into every block of the cluster.
-    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const int tiles_m = (M + TM - 1) / TM, tiles_n = (N + TN - 1) / TN;
     const int tiles_mc = (tiles_m + CLUSTER - 1) / CLUSTER;
     const int cluster_tiles = tiles_mc * tiles_n;
     const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
@@ -117,121 +145,201 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                     const int s = it % STAGES;
                     if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
                     mbar_arrive_expect_tx(&full[s], A_BYTES + B_BYTES);
-                    tma_load_2d(a_tiles + s * A_BYTES, &map_a, ks * BK, tm * BM, &full[s]);
+                    tma_load_2d(a_tiles + s * A_BYTES, &map_a, ks * BK, tm * TM, &full[s]);
+                    // B as stored (row-major K x N): TN/B_BOX boxes of B_BOX columns x BK rows
+                    // (BK rows of 128 bytes each), 64 columns (16-bit) or 32 (TF32) apiece.
                     unsigned char* b = b_tiles + s * B_BYTES;
-                    if constexpr (!TF32) {
-                        // BN/64 boxes of 64 columns x BK rows (64 rows of 128 bytes each).
 #pragma unroll
-                        for (int j = int(rank); j < BN / 64; j += CLUSTER) {
-                            if constexpr (CLUSTER > 1)
-                                tma_load_2d_multicast(b + j * (BK * 128), &map_b, tn * BN + 64 * j, ks * BK,
-                                                      &full[s], (1 << CLUSTER) - 1);
-                            else
-                                tma_load_2d(b + j * (BK * 128), &map_b, tn * BN + 64 * j, ks * BK, &full[s]);
-                        }
-                    } else {
-                        // B^T rows [BN/CLUSTER * rank, ...) of the tile: one box per block.
-                        constexpr int ROWS = BN / CLUSTER;
+                    for (int j = int(rank); j < TN / B_BOX; j += CLUSTER) {
                         if constexpr (CLUSTER > 1)
-                            tma_load_2d_multicast(b + rank * (ROWS * 128), &map_b, ks * BK, tn * BN + int(rank) * ROWS,
+                            tma_load_2d_multicast(b + j * (BK * 128), &map_b, tn * TN + B_BOX * j, ks * BK,
                                                   &full[s], (1 << CLUSTER) - 1);
                         else
-                            tma_load_2d(b, &map_b, ks * BK, tn * BN, &full[s]);
+                            tma_load_2d(b + j * (BK * 128), &map_b, tn * TN + B_BOX * j, ks * BK, &full[s]);
                     }
                 }
             }
         }
     } else {
-        // Consumers: warpgroup c owns rows [64c, 64c + 64) of the block tile.
+        // Consumers.  16-bit: warpgroup c owns rows [64c, 64c + 64) of the block tile;
+        // TF32: columns [64c, 64c + 64).
         setmaxnreg_inc<WGMMA_CONSUMER_REGS>();
         const int c = wg - 1;
         const int wq = warp % 4;
+        const int g = lane / 4, tq = lane % 4;
         // 8-byte / 4-byte paired stores need an even ldc and an aligned C.
         const bool pairs = (ldc % 2 == 0) && (reinterpret_cast<u64>(C) % (2 * sizeof(O)) == 0);
-        float acc[BN / 2];
+        unsigned char* stage_c = epi + c * (2 * WGMMA_EPI_BYTES);   // this consumer's two staging buffers
+        int chunk = 0;                                              // staging buffers used so far
+
+        // TF32: the wgmma's A operand is B^T from registers.  Its 64 rows (C's columns
+        // of this consumer) may be assigned to threads in any order, as long as the
+        // epilogue knows it: thread (warp wq, g) takes columns n and n + 1 as its rows
+        // g and g + 8, so that one 8-byte load fetches both from the N-major B tile, and
+        // the 16 columns of a warp are chosen so that each half-warp's loads hit all 32
+        // banks of the swizzled tile (16-byte chunks q and q ^ 5, both halves of each:
+        // XORed with rows 0-3 or 4-7 of a K8 -- the swizzle -- they stay disjoint).
+        const int grp = 2 * (wq % 2) + g / 4;            // 0..3
+        const int q = (g % 4 < 2) ? grp : grp ^ 5;       // 16-byte chunk of the 128-byte row
+        const int half = g % 2;                          // which 8 bytes of it
+        const int box = 2 * c + wq / 2;                  // 32-column box of the B tile
+        const int n_local = 32 * box + 4 * q + 2 * half; // C column of rows g, g + 8 (within the tile)
+        const int off_lo = box * (BK * 128) + tq * 128 + ((q ^ tq) * 16) + half * 8;
+        const int off_hi = box * (BK * 128) + (tq + 4) * 128 + ((q ^ (tq + 4)) * 16) + half * 8;
+
+        float acc[(TF32 ? TM : TN) / 2];
         int it = 0;
         for (int t = first; t < cluster_tiles; t += step) {
             int tmc, tn;
             grouped_tile(t, tiles_mc, tiles_n, tmc, tn);
             const int tm = tmc * CLUSTER + int(rank);
 #pragma unroll
-            for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+            for (int i = 0; i < int(sizeof(acc) / sizeof(float)); ++i) acc[i] = 0.0f;
             fence_operands(acc);
-            int prev = 0;
-            for (int ks = 0; ks < k_steps; ++ks, ++it) {
-                const int s = it % STAGES;
-                mbar_wait(&full[s], (it / STAGES) & 1);
-                const unsigned char* a = a_tiles + s * A_BYTES + c * (64 * 128);
-                const unsigned char* b = b_tiles + s * B_BYTES;
-                if constexpr (TF32) {
-                    // The tensor cores would drop the low 13 bits of each float of a
-                    // shared-memory operand (measured: truncation), so A comes from
-                    // registers instead, rounded to nearest on the way: per K8, 4 values
-                    // a thread (the mma.m16n8k8 layout, warp w holding rows 16w..16w+15),
-                    // read from the swizzled tile (16-byte chunk k/4 of row r sits at
-                    // chunk (k/4) ^ (r % 8); the 8 rows of a load hit 8 chunks: no conflicts).
-                    u32 fa[BK / MMA_K][4];
-                    const int g = lane / 4, tq = lane % 4;
-                    const unsigned char* r0 = a + (wq * 16 + g) * 128;   // rows r0 and r0 + 8
+            if constexpr (TF32) {
+                // Per K-step: 4 x (K8: 2 8-byte loads a thread) of B^T from the B tile --
+                // TMA rounded it to TF32 on the way in (a TFLOAT32 tensor map), as it did A --
+                // then 4 wgmmas with A^T (= A's tile, K-major) from shared memory.
+                for (int ks = 0; ks < k_steps; ++ks, ++it) {
+                    const int s = it % STAGES;
+                    mbar_wait(&full[s], (it / STAGES) & 1);
+                    const unsigned char* a = a_tiles + s * A_BYTES;
+                    const unsigned char* b = b_tiles + s * B_BYTES;
+                    u32 fb[BK / MMA_K][4];
 #pragma unroll
                     for (int kk = 0; kk < BK / MMA_K; ++kk) {
-                        const int c0 = ((2 * kk) ^ g) * 16 + tq * 4, c1 = ((2 * kk + 1) ^ g) * 16 + tq * 4;
-                        fa[kk][0] = round_tf32_bits(*reinterpret_cast<const float*>(r0 + c0));
-                        fa[kk][1] = round_tf32_bits(*reinterpret_cast<const float*>(r0 + 1024 + c0));
-                        fa[kk][2] = round_tf32_bits(*reinterpret_cast<const float*>(r0 + c1));
-                        fa[kk][3] = round_tf32_bits(*reinterpret_cast<const float*>(r0 + 1024 + c1));
+                        const float2 lo = *reinterpret_cast<const float2*>(b + off_lo + kk * 1024);
+                        const float2 hi = *reinterpret_cast<const float2*>(b + off_hi + kk * 1024);
+                        fb[kk][0] = __float_as_uint(lo.x);
+                        fb[kk][1] = __float_as_uint(lo.y);
+                        fb[kk][2] = __float_as_uint(hi.x);
+                        fb[kk][3] = __float_as_uint(hi.y);
                     }
                     wgmma_fence();
 #pragma unroll
                     for (int kk = 0; kk < BK / MMA_K; ++kk)
-                        WgmmaRegA<BN, 2>::mma(acc, fa[kk], make_smem_desc(b + 32 * kk, 16, 1024), 1);
+                        WgmmaRegA<TM, 2>::mma(acc, fb[kk], make_smem_desc(a + 32 * kk, 16, 1024), 1);
                     wgmma_commit();
                     // The fragments must stay untouched until these wgmmas are done: wait
                     // for them (the other consumer warpgroup keeps the tensor cores busy
                     // meanwhile) and hand the stage back at once.
                     wgmma_wait<0>();
 #pragma unroll
-                    for (int kk = 0; kk < BK / MMA_K; ++kk) fence_operands(fa[kk]);
+                    for (int kk = 0; kk < BK / MMA_K; ++kk) fence_operands(fb[kk]);
                     release_stage<CLUSTER>(&empty[s], lane);
-                    continue;
                 }
-                wgmma_fence();
+                fence_operands(acc);
+            } else {
+                int prev = 0;
+                for (int ks = 0; ks < k_steps; ++ks, ++it) {
+                    const int s = it % STAGES;
+                    mbar_wait(&full[s], (it / STAGES) & 1);
+                    const unsigned char* a = a_tiles + s * A_BYTES + c * (64 * 128);
+                    const unsigned char* b = b_tiles + s * B_BYTES;
+                    wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < BK / MMA_K; ++kk) {
-                    // K-major A: the next MMA_K columns start 32 bytes further along
-                    // the (swizzled) row; the hardware applies the swizzle.
-                    const u64 da = make_smem_desc(a + 32 * kk, 16, 1024);
-                    // N-major B: the next MMA_K rows start MMA_K * 128 bytes further;
-                    // 64-column chunks lie BK * 128 bytes apart.
-                    const u64 db = make_smem_desc(b + kk * MMA_K * 128, BK * 128, 1024);
-                    Wgmma<BN, DT>::template mma<0, 1>(acc, da, db, 1);
+                    for (int kk = 0; kk < BK / MMA_K; ++kk) {
+                        // K-major A: the next MMA_K columns start 32 bytes further along
+                        // the (swizzled) row; the hardware applies the swizzle.
+                        const u64 da = make_smem_desc(a + 32 * kk, 16, 1024);
+                        // N-major B: the next MMA_K rows start MMA_K * 128 bytes further;
+                        // 64-column chunks lie BK * 128 bytes apart.
+                        const u64 db = make_smem_desc(b + kk * MMA_K * 128, BK * 128, 1024);
+                        Wgmma<BN, DT>::template mma<0, 1>(acc, da, db, 1);
+                    }
+                    wgmma_commit();
+                    // Keep one group in flight; the one before it is done, so its stage
+                    // goes back to the producers (one arrival per warp, in every block of
+                    // the cluster, as every block's producer writes into it).
+                    wgmma_wait<1>();
+                    if (ks > 0) release_stage<CLUSTER>(&empty[prev], lane);
+                    prev = s;
                 }
-                wgmma_commit();
-                // Keep one group in flight; the one before it is done, so its stage
-                // goes back to the producers (one arrival per warp, in every block of
-                // the cluster, as every block's producer writes into it).
-                wgmma_wait<1>();
-                if (ks > 0) release_stage<CLUSTER>(&empty[prev], lane);
-                prev = s;
+                wgmma_wait<0>();
+                fence_operands(acc);
+                if (k_steps > 0) release_stage<CLUSTER>(&empty[prev], lane);
             }
-            wgmma_wait<0>();
-            fence_operands(acc);
-            if (!TF32 && k_steps > 0) release_stage<CLUSTER>(&empty[prev], lane);
 
-            // Epilogue straight from the accumulator registers (layout: hopper.cuh).
-            const int row0 = tm * BM + c * 64 + wq * 16 + lane / 4;
-            const int col0 = tn * BN + 2 * (lane % 4);
-            if (pairs && beta == 0.0f && tm * BM + c * 64 + 64 <= M && (tn + 1) * BN <= N) {
-                // The common case (a slice inside C, no old C to read): no checks per element.
-                O* p = C + (long long)row0 * ldc + col0;
+            if (tma_store) {
+                // Epilogue through shared memory: the consumer writes alpha * acc, converted,
+                // into one of its two 8 KB staging buffers (laid out as a TMA box: 128-byte
+                // rows, 128-byte swizzle) and one thread hands it to the copy engine, which
+                // writes it to C while this warpgroup goes on with the next tile.  Before a
+                // buffer is reused, the store issued from it two chunks ago must have read it.
+                auto begin_chunk = [&]() -> unsigned char* {
+                    if (wq == 0 && lane == 0) bulk_wait_read<1>();
+                    named_barrier_sync(1 + c, 128);
+                    return stage_c + (chunk % 2) * WGMMA_EPI_BYTES;
+                };
+                auto end_chunk = [&](const unsigned char* buf, int x0, int y0, int boxes, int box_bytes, int box_cols) {
+                    fence_proxy_async_smem();
+                    named_barrier_sync(1 + c, 128);
+                    if (wq == 0 && lane == 0) {
+                        for (int i = 0; i < boxes; ++i) tma_store_2d(&map_c, buf + i * box_bytes, x0 + i * box_cols, y0);
+                        bulk_commit();
+                    }
+                    ++chunk;
+                };
+                if constexpr (TF32) {
+                    // C^T's accumulators: thread holds C[m][n0], C[m][n0 + 1] (n0 = n_local)
+                    // for m = 8j + 2 tq + e: d[4j + e] and d[4j + 2 + e].  A chunk is 32 rows of
+                    // the consumer's 64 columns: two boxes of 32 rows x 32 floats, warps 0-1
+                    // in the first, 2-3 in the second.  Each half-warp's 8-byte writes cover
+                    // all 32 banks (chunks q, q ^ 5 against rows 2 tq + e: disjoint).
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                    store_two(p + 8 * j, alpha * acc[4 * j], alpha * acc[4 * j + 1]);
-                    store_two(p + 8LL * ldc + 8 * j, alpha * acc[4 * j + 2], alpha * acc[4 * j + 3]);
+                    for (int ch = 0; ch < TM / 32; ++ch) {
+                        unsigned char* buf = begin_chunk();
+                        unsigned char* wb = buf + (wq / 2) * 4096;
+#pragma unroll
+                        for (int jj = 0; jj < 4; ++jj) {
+                            const int j = 4 * ch + jj;
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const int row = 8 * jj + 2 * tq + e;
+                                *reinterpret_cast<float2*>(wb + row * 128 + ((q ^ (row % 8)) * 16) + half * 8) =
+                                    make_float2(alpha * acc[4 * j + e], alpha * acc[4 * j + 2 + e]);
+                            }
+                        }
+                        end_chunk(buf, tn * TN + 64 * c, tm * TM + 32 * ch, 2, 4096, 32);
+                    }
+                } else {
+                    // Rows 16 wq + g (+ 8) of the consumer's 64, columns 8j + 2 tq (+ 1): a chunk
+                    // is one box of 64 rows x 128 bytes (64 16-bit or 32 FP32 columns).
+                    constexpr int COLS = 128 / int(sizeof(O));    // columns per chunk
+#pragma unroll
+                    for (int ch = 0; ch < TN / COLS; ++ch) {
+                        unsigned char* buf = begin_chunk();
+#pragma unroll
+                        for (int jj = 0; jj < COLS / 8; ++jj) {
+                            const int j = ch * (COLS / 8) + jj;
+#pragma unroll
+                            for (int h = 0; h < 2; ++h) {
+                                const int row = 16 * wq + g + 8 * h;
+                                const int byte = (8 * jj + 2 * tq) * int(sizeof(O));   // within the 128-byte row
+                                store_two(reinterpret_cast<O*>(buf + row * 128 + (((byte / 16) ^ (row % 8)) * 16) +
+                                                               byte % 16),
+                                          alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
+                            }
+                        }
+                        end_chunk(buf, tn * TN + COLS * ch, tm * TM + 64 * c, 1, 0, 0);
+                    }
+                }
+            } else if constexpr (TF32) {
+                // Straight from the registers (beta != 0, or C not TMA-aligned): pairs along a row.
+                const int m0 = tm * TM + 2 * tq, n0 = tn * TN + n_local;
+#pragma unroll
+                for (int j = 0; j < TM / 8; ++j) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        store_pair(C, ldc, m0 + 8 * j + e, n0, M, N, acc[4 * j + e], acc[4 * j + 2 + e], alpha, beta,
+                                   pairs);
                 }
             } else {
+                // Epilogue straight from the accumulator registers (layout: hopper.cuh).
+                const int row0 = tm * TM + c * 64 + wq * 16 + g;
+                const int col0 = tn * TN + 2 * tq;
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
+                for (int j = 0; j < TN / 8; ++j) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h)
                         store_pair(C, ldc, row0 + 8 * h, col0 + 8 * j, M, N, acc[4 * j + 2 * h],
@@ -239,6 +347,8 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 }
             }
         }
+        // The staging buffers must stay until the copy engine has read them.
+        if (tma_store && wq == 0 && lane == 0) bulk_wait<0>();
     }
     // No block may leave while a peer can still arrive on its barriers.
     if constexpr (CLUSTER > 1) cluster_sync();

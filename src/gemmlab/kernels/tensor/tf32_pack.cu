@@ -1,11 +1,12 @@
-// The TF32 half of the wgmma rung's launch (not a rung): TF32 wgmma reads both
-// operands K-major from shared memory and has no transpose bit, but B is
-// row-major K x N (N-major).  Before the GEMM, this kernel writes, into a
+// The TF32 half of the wgmma rung's launch (not a rung): the wgmma rung reads
+// TF32 operands through TFLOAT32 tensor maps, which round them as they copy; an
+// operand TMA cannot read in place (unaligned base, or rows that are not a
+// multiple of 16 bytes) is first copied by this kernel, rounded, into a
 // workspace with rows padded to 16 bytes (what TMA needs):
-//   TRANSPOSE = true:   dst (cols x rows)  = round_tf32(src)^T    (B -> B^T)
-//   TRANSPOSE = false:  dst (rows x cols)  = round_tf32(src)      (A -> A', only
-//                       when TMA cannot read A in place; else the GEMM rounds
-//                       A as it loads it into registers)
+//   TRANSPOSE = false:  dst (rows x cols)  = round_tf32(src)      (what the launch uses)
+//   TRANSPOSE = true:   dst (cols x rows)  = round_tf32(src)^T    (B -> B^T, K-major:
+//                       what the launch used before the kernel computed C^T = B^T A^T,
+//                       run W6; kept as the transposing example)
 // Rounding to nearest (cvt.rna.tf32.f32) gives the GEMM the inputs the WMMA
 // rungs round to in registers; the tensor cores themselves would just drop the
 // low 13 mantissa bits.  32 x 32 tiles through shared memory (one padded column

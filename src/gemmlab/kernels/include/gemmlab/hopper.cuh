@@ -133,6 +133,41 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap
         : "memory");
 }
 
+// The other direction: the box at (c0, c1) of `map` is written from shared
+// memory at `src` (laid out as a load of the same box would leave it, swizzle
+// included); the parts of the box outside the tensor are not written.  The copy
+// runs asynchronously in the bulk-async group of the issuing thread: commit it
+// with bulk_commit, and wait with bulk_wait_read before `src` is overwritten.
+// Issued by one thread, after the writes to `src` were made visible to the
+// async proxy (fence_proxy_async_smem, then a barrier of the writers).
+__device__ __forceinline__ void tma_store_2d(const TensorMap* map, const void* src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 ::"l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(smem_u32(src))
+                 : "memory");
+}
+
+// Closes the bulk-async group of the stores issued by this thread since the last commit.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+// Waits until at most N of this thread's committed store groups still READ shared
+// memory (their writes to global memory may still be under way).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+// Waits until at most N of this thread's committed store groups are still running at all.
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// A barrier for `threads` threads (a multiple of 32) on hardware barrier `id`
+// (1..15; 0 is __syncthreads'): e.g. the 128 threads of one warpgroup.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Fetch the tensor map's 128 bytes into the descriptor cache ahead of the first copy.
 __device__ __forceinline__ void tma_prefetch_map(const TensorMap* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(map)) : "memory");
