@@ -55,6 +55,21 @@ def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True
         _progress(f"  exponent statistics of A and B: {st.ms:.3f} ms", quiet)
         records.append(Record(gpu.name, "exponent_stats", {}, M, N, K, "float32", st.ms, None, None, None, None,
                               None, None, len(st.ms_all), note="the pass fp32_tc and fp16_ec_scaled make first"))
+        # ec_wgmma's split of A and B into their parts, alone (part of every ec_wgmma time below).
+        if api.plan("auto", M, N, K, dtype="fp16_ec", arch=gpu.arch).spec.name == "ec_wgmma":
+            from ..kernels.registry import Problem
+            from ..runtime.tma import Operands, ec_split_workspace
+            for method in ("fp16_ec", "tf32_ec"):
+                def split():
+                    with ec_split_workspace(Problem(M, N, K, True, method), gpu, stream,
+                                            Operands(a.data.ptr, K, b.data.ptr, N, 0, 0)):
+                        pass
+                sp = time_gpu(split, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s,
+                              budget_s=budget_s)
+                _progress(f"  split pre-pass of ec_wgmma ({method} parts): {sp.ms:.3f} ms", quiet)
+                records.append(Record(gpu.name, "ec_split_pack", {"precision": method}, M, N, K, "float32", sp.ms,
+                                      None, None, None, None, None, None, len(sp.ms_all),
+                                      note="ec_wgmma's split of A and B into hi and lo parts, alone"))
         rows = []
         for kernel, precision in entries:
             def ours():

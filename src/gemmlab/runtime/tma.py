@@ -231,28 +231,21 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
 
 
 @contextmanager
-def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
-    """ec_wgmma's arguments: the standard eleven, the tensor maps of the four
-    parts (hi and lo of A, hi and lo of B), then scale_a and scale_b.
-
-    ec/split_pack.cu first splits op(A) and op(B), as stored (any layout,
-    any alignment), into one stream-ordered workspace: A's parts row-major
-    M x K, B's transposed, N x K (both K-major, the layout TF32 wgmma needs
-    and FP16 wgmma reads without its transpose bit); rows padded to 16 bytes
-    for TMA.  The scaled FP16 method's scales
-    (powers of two) are applied there; the kernel divides them out.  The
-    workspace is freed in stream order once the kernel is enqueued."""
+def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0, scale_b: float = 1.0):
+    """Split op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec) into their
+    hi and lo parts with ec/split_pack.cu, into one stream-ordered workspace; yields
+    (a_hi, a_lo, b_hi, b_lo, kp): device pointers of A's parts (M x K) and of B's,
+    transposed (N x K), all with rows of kp elements (K padded to 16 bytes).  Any
+    layout and alignment of A and B is read as stored.  The scaled FP16 method's
+    scales (powers of two) are applied here.  Freed in stream order on exit."""
     from ..kernels import registry
     from cuda.core import Device
     from . import compile as rt_compile
     from .launch import launch, stream_from_handle
-    pr = plan.problem
     if pr.dtype not in registry.EC_METHODS:
-        raise TypeError(f"ec_wgmma computes {', '.join(registry.EC_METHODS)}, not {pr.dtype}")
-    tf32 = pr.dtype == "tf32_ec"
-    part, eb = ("tf32", 4) if tf32 else ("float16", 2)
-    per_row = 16 // eb
-    kp = -(-pr.K // per_row) * per_row
+        raise TypeError(f"the split pre-pass is for {', '.join(registry.EC_METHODS)}, not {pr.dtype}")
+    eb = 4 if pr.dtype == "tf32_ec" else 2
+    kp = -(-pr.K // (16 // eb)) * (16 // eb)
     a_part, b_part = pr.M * kp * eb, pr.N * kp * eb
     nbytes = 2 * (a_part + b_part)
     try:
@@ -264,19 +257,33 @@ def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
         base = int(ws.handle)
         a_hi, a_lo = base, base + a_part
         b_hi, b_lo = base + 2 * a_part, base + 2 * a_part + b_part
-        scale_a, scale_b = (float(x) for x in plan.extra_args())
         tile, threads = registry.EC_SPLIT_PACK_TILE, registry.EC_SPLIT_PACK_THREADS
-        jobs = [(pr.op_a, False, pr.M, pr.K, ops.A, ops.lda, scale_a, a_hi, a_lo, kp),
-                (pr.op_b, True, pr.K, pr.N, ops.B, ops.ldb, scale_b, b_hi, b_lo, kp)]
-        for op, transpose, rows, cols, src, ld, scale, hi, lo, ldp in jobs:
+        jobs = [(pr.op_a, False, pr.M, pr.K, ops.A, ops.lda, scale_a, a_hi, a_lo),
+                (pr.op_b, True, pr.K, pr.N, ops.B, ops.ldb, scale_b, b_hi, b_lo)]
+        for op, transpose, rows, cols, src, ld, scale, hi, lo in jobs:
             name = registry.ec_split_pack_kernel(pr.dtype, op, transpose)
             kernel = rt_compile.load_kernel(registry.EC_SPLIT_PACK_SOURCE, name, gpu.arch)
             blocks = -(-rows // tile) * -(-cols // tile)
             launch(kernel, (blocks, 1, 1), (threads, 1, 1), 0, stream, np.int32(rows), np.int32(cols), src,
-                   np.int32(ld), np.float32(scale), hi, lo, np.int32(ldp))
+                   np.int32(ld), np.float32(scale), hi, lo, np.int32(kp))
+        yield a_hi, a_lo, b_hi, b_lo, kp
+    finally:
+        ws.close(stream_from_handle(stream))
+
+
+@contextmanager
+def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
+    """ec_wgmma's arguments: the standard eleven, the tensor maps of the four
+    parts (hi and lo of A, hi and lo of B^T: ec_split_workspace), then scale_a and
+    scale_b (the kernel divides them out).  Both operands are K-major, the layout
+    TF32 wgmma needs and FP16 wgmma reads without its transpose bit; A's parts in
+    128-row boxes, B^T's in 96-row boxes, 128 bytes of K each."""
+    from ..kernels import registry
+    pr = plan.problem
+    scale_a, scale_b = (float(x) for x in plan.extra_args())
+    part, eb = ("tf32", 4) if pr.dtype == "tf32_ec" else ("float16", 2)
+    with ec_split_workspace(pr, gpu, stream, ops, scale_a, scale_b) as (a_hi, a_lo, b_hi, b_lo, kp):
         box_k, bm, bn = 128 // eb, registry.EC_WGMMA_BM, registry.EC_WGMMA_BN
         maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k)
                      for ptr, rows, box_rows in ((a_hi, pr.M, bm), (a_lo, pr.M, bm), (b_hi, pr.N, bn), (b_lo, pr.N, bn)))
         yield _standard_args(pr, ops, alpha, beta) + maps + plan.extra_args()
-    finally:
-        ws.close(stream_from_handle(stream))
