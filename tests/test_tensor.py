@@ -182,3 +182,26 @@ def test_mma_pipelined_padded_rows_clip_ragged_chunks(dtype, out_dtype, shape):
     up = lambda n, el: -(-n // (16 // el)) * (16 // el)   # noqa: E731
     a, b, out = _run_mma(M, N, K, dtype, out_dtype, rng, lds=(up(K, e), up(N, e), up(N, eo)), force_aligned=True)
     assert _aligned(a, b, out) is False   # matmul itself would take the narrow copies (ragged widths)
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["default", "64x64"])
+@pytest.mark.parametrize("offset", [0, 1], ids=["16-byte copies", "4-byte copies"])
+def test_mma_pipelined_tf32_rounds_to_nearest_and_keeps_non_finite(small, offset):
+    """TF32 operands are rounded to nearest (ties away), not truncated: a = 1 + 3 * 2^-12 and the tie
+    b = 1 + 2^-11 both round to 1 + 2^-10, so over K = 8 every output is 8 (1 + 2^-10)^2 (truncation
+    gives 8).  The rounding must leave non-finite values alone: a NaN whose bits are 0x7fffffff
+    (adding half an ulp to its bits would wrap to -0) and an infinity reach the output."""
+    M, N, K = 70, 40, 8
+    abuf = torch.full((offset + M * K,), 1 + 3 * 2.0 ** -12, device="cuda", dtype=torch.float32)
+    bbuf = torch.full((offset + K * N,), 1 + 2.0 ** -11, device="cuda", dtype=torch.float32)
+    a, b = abuf[offset:].view(M, K), bbuf[offset:].view(K, N)
+    a.view(torch.int32)[3, 5] = 0x7FFFFFFF
+    a[66, 2] = float("inf")
+    out = torch.empty((M, N), device="cuda", dtype=torch.float32)
+    params = {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "STAGES": 4} if small else {}
+    gemmlab.matmul(a, b, out=out, precision="tf32", kernel="mma_pipelined", **params)
+    torch.cuda.synchronize()
+    want = 8 * (1 + 2.0 ** -10) ** 2
+    rows = [r for r in range(M) if r not in (3, 66)]
+    assert torch.equal(out[rows], torch.full_like(out[rows], want)), out[rows].unique()
+    assert torch.isnan(out[3]).all() and torch.isposinf(out[66]).all()

@@ -48,7 +48,7 @@ int run_case(int M, int N, int K, float alpha, float beta, unsigned seed) {
         for (int t = 0; t < THREADS; ++t)
             ts.emplace_back([=] {
                 threadIdx.x = t; blockIdx.x = bid;
-                mma_pipelined<DT, ODT, BM, BN, BK, WM, WN, STAGES, VEC>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                mma_pipelined<DT, ODT, BM, BN, BK, WM, WN, STAGES, VEC, 'N', 'N'>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, 0, 0);
             });
         for (auto& t : ts) t.join();
     }

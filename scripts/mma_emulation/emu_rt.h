@@ -114,9 +114,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned add
 }
 __device__ __forceinline__ unsigned lds32(unsigned addr) { return ld32(addr); }
 __device__ __forceinline__ unsigned to_tf32(unsigned bits) { return (bits + 0x1000u) & ~0x1fffu; }
-__device__ __forceinline__ void round_chunk_to_tf32(unsigned addr) {
-    if (addr % 16) { fprintf(stderr, "ld.shared.v4 misaligned\n"); std::abort(); }
-    for (int i = 0; i < 4; ++i) { unsigned v = ld32(addr + 4 * i); v = to_tf32(v); std::memcpy(emu::smem_base() + addr + 4 * i, &v, 4); }
+// Half an ulp added to finite values; mma_16n8 below drops the low 13 bits, as the tensor cores do.
+__device__ __forceinline__ unsigned to_tf32_half_ulp(unsigned bits) {
+    return (bits & 0x7f800000u) != 0x7f800000u ? bits + 0x1000u : bits;
 }
 inline float bits_f(unsigned b) { float f; std::memcpy(&f, &b, 4); return f; }
 template <int DT> inline float elem(unsigned word, int h) {

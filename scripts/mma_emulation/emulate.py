@@ -39,7 +39,7 @@ from gemmlab.runtime.headers import find_cuda_headers  # noqa: E402
 INC = registry.INCLUDE_DIR / "gemmlab"
 EMULATED = {  # header -> functions emu_rt.h provides instead
     "async_copy.cuh": ("cp_async16", "cp_async4", "st_shared_v4"),
-    "mma_sync.cuh": ("ldmatrix_x4", "ldmatrix_x4_trans", "lds32", "to_tf32", "mma_16n8", "round_chunk_to_tf32"),
+    "mma_sync.cuh": ("ldmatrix_x4", "ldmatrix_x4_trans", "lds32", "to_tf32", "to_tf32_half_ulp", "mma_16n8"),
 }
 
 
@@ -65,7 +65,7 @@ def _strip(text: str) -> str:
 
 def translation_unit() -> str:
     parts = {}
-    for name in ("common.cuh", "async_copy.cuh", "mma_sync.cuh"):
+    for name in ("layout.cuh", "common.cuh", "async_copy.cuh", "mma_sync.cuh"):
         text = (INC / name).read_text()
         for fn in EMULATED.get(name, ()):
             text = _drop_function(text, fn)
@@ -86,6 +86,7 @@ template <> struct Storage<1> {{ using type = __nv_bfloat16; }};
 template <> struct Storage<2> {{ using type = float; }};
 template <> struct Storage<3> {{ using type = float; }};
 }} }}
+{parts["layout.cuh"]}
 {parts["common.cuh"]}
 {parts["async_copy.cuh"]}
 {parts["mma_sync.cuh"]}

@@ -10,7 +10,7 @@
 //  * ldmatrix.x4 loads a 16 x 16 A fragment (or, with .trans, two k16 x n8 B
 //    fragments from row-major B) in one instruction, each lane giving the
 //    address of one 16-byte row.  TF32 B has no 32-bit transpose: one 32-bit
-//    shared load per register, then cvt.rna.tf32.f32 (A too is converted).
+//    shared load per register.
 //  * Shared memory swizzled by 16-byte chunks (an XOR of the chunk index with
 //    bits of the row, mma::swizzle) instead of padded: every ldmatrix phase
 //    and every TF32 B load hits 32 different banks, and rows stay 16-byte
@@ -24,6 +24,18 @@
 //    128 x 256 block by default.  BK counts bytes, not elements: a stage holds
 //    2*BK bytes of each row of A (BK 16-bit elements, or BK/2 floats), so a
 //    configuration takes the same shared memory for every dtype.
+//  * TF32: FP32 values are rounded to nearest (ties away) in the fragment
+//    registers, one K-step after their load and a row of MMAs apart, so the
+//    rounding instructions issue between MMAs instead of before them.  The
+//    rounding is two instructions per register (mma::to_tf32_half_ulp: half an
+//    ulp added to finite values, the tensor core drops the low 13 bits)
+//    instead of cvt.rna's three; the products are the same bit for bit.
+//    Measured on an H100 at 4096^3 (NOTES runs M2, M3): rounded in shared
+//    memory by the copying threads before the barrier 160-164 TFLOPS (the
+//    pass stalls every warp at every stage; one K-step ahead of the barrier,
+//    A only or A and B, 156-173: the extra shared-memory traffic); in
+//    registers with cvt.rna 187; as here 202.  A 64 x 64 warp tile rounds
+//    16 + 16 registers per 32 MMAs, the fewest per MMA of any warp tile.
 //  * The epilogue goes through shared memory: a warp writes its accumulators
 //    to a 16-row slab in the fragment layout, then stores the slab to C 16
 //    bytes per lane, neighbouring lanes on neighbouring columns.
@@ -106,15 +118,6 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
                             : mma::ldmatrix_lane_offset<BLayout>(lane, warp_col / 8 + 2 * j);
     auto b_offset = [&](int j) { return b_lane[j % 4] + 128 * (j / 4); };
 
-    // TF32: each thread rounds the chunks it copied, once they have landed and
-    // before the barrier that shows them to the other warps.
-    auto round_stage_to_tf32 = [&](unsigned stage) {
-        if constexpr (DT == 2) {
-            a_copy.for_each_chunk([&](unsigned off) { mma::round_chunk_to_tf32(a_smem + stage * A_BYTES + off); });
-            b_copy.for_each_chunk([&](unsigned off) { mma::round_chunk_to_tf32(b_smem + stage * B_BYTES + off); });
-        }
-    };
-
     // Fragments of two K-steps: the next one's load while this one's MMAs run.
     unsigned a[2][FM][4], b[2][FN][2];
     float acc[FM][FN][4] = {};
@@ -142,6 +145,20 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
         }
     };
 
+    // TF32: fragments are rounded in registers, a part at a time: part p of
+    // FM is A fragment p and B fragments p FN/FM .. (p + 1) FN/FM - 1.
+    static_assert(FN % FM == 0, "B fragments split evenly over the rows of A fragments");
+    auto round_part = [&](int buf, int p) {
+        if constexpr (DT == 2) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a[buf][p][r] = mma::to_tf32_half_ulp(a[buf][p][r]);
+#pragma unroll
+            for (int j = p * (FN / FM); j < (p + 1) * (FN / FM); ++j)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) b[buf][j][r] = mma::to_tf32_half_ulp(b[buf][j][r]);
+        }
+    };
+
     // Prologue: STAGES-1 K-steps in flight.  Every step commits a batch (empty
     // past the end), so "at most STAGES-2 batches pending" always means "the
     // oldest outstanding step has landed".
@@ -151,11 +168,12 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
         __pipeline_commit();
     }
     __pipeline_wait_prior(STAGES - 2);
-    if (k_tiles > 0) round_stage_to_tf32(0);
     __syncthreads();
     if (k_tiles > 0) {
         load_a(0, 0, 0);
         load_b(0, 0, 0);
+#pragma unroll
+        for (int p = 0; p < FM; ++p) round_part(0, p);
     }
 
     unsigned read_stage = 0, write_stage = STAGES - 1;
@@ -167,7 +185,6 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
                 // stage (its last fragments were loaded one K-step ago).
                 __pipeline_wait_prior(STAGES - 2);
                 read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
-                if (kt + 1 < k_tiles) round_stage_to_tf32(read_stage);
                 __syncthreads();
             }
             // The next K-step's fragments (the next stage's first, at the last
@@ -181,11 +198,17 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
                 __pipeline_commit();
                 write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
             }
+            // This K-step's MMAs, a row of tiles at a time; TF32 rounds the next
+            // K-step's fragments a part at a time in between (a row of MMAs after
+            // their load, which has landed by then).
 #pragma unroll
-            for (int i = 0; i < FM; ++i)
+            for (int i = 0; i < FM; ++i) {
 #pragma unroll
                 for (int j = 0; j < FN; ++j)
                     mma::mma_16n8<DT>(acc[i][j], a[ks % 2][i], b[ks % 2][j]);
+                if (i > 0) round_part((ks + 1) % 2, i - 1);
+            }
+            round_part((ks + 1) % 2, FM - 1);
         }
     }
     __pipeline_wait_prior(0);

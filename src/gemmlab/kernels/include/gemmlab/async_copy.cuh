@@ -185,14 +185,6 @@ struct TileCopy {
         }
     }
 
-    // f(byte offset in the tile) for each chunk this thread copies (4 at a
-    // time: f may keep a chunk in registers).
-    template <class F>
-    __device__ __forceinline__ void for_each_chunk(F&& f) const {
-#pragma unroll 4
-        for (int s = 0; s < STEPS; ++s) f(dst + s * STEP_ROWS * Layout::ROW_BYTES);
-    }
-
     // Move to the next tile to the right (n columns) or below (n rows).
     __device__ __forceinline__ void next_cols(int n) { p += n; cols_left -= n; }
     __device__ __forceinline__ void next_rows(int n, int ld) { p += (long long)n * ld; rows_left -= n; }

@@ -112,16 +112,18 @@ __device__ __forceinline__ unsigned to_tf32(unsigned f32_bits) {
     return r;
 }
 
-// The four floats of a 16-byte chunk of shared memory rounded to TF32 in
-// place.  A tile converted once in shared memory saves every warp that reads
-// it a conversion per element (the A tile is read by BN/WN warps, B by BM/WM).
-__device__ __forceinline__ void round_chunk_to_tf32(unsigned addr) {
-    unsigned v[4];
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "r"(addr));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = to_tf32(v[i]);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
-                 : "memory");
+// The same rounding as an MMA operand sees it, in two SASS instructions
+// instead of three: half a TF32 ulp added to the bits of a finite value
+// (FSETP, predicated IADD), the low 13 bits left for the tensor core to drop
+// -- it reads the top 19 bits of a TF32 operand only (measured: NOTES runs W1
+// and M3; ptxas itself drops the third instruction of cvt.rna, the mask, in
+// some places where the result feeds an HMMA).  So the MMA multiplies bit
+// for bit what it multiplies after to_tf32, ties rounded away from zero,
+// overflow to infinity.  Non-finite values are left alone: half an ulp added
+// to a NaN such as 0x7fffffff would carry into the sign bit and make it -0.
+// Only for values that go straight to an MMA.
+__device__ __forceinline__ unsigned to_tf32_half_ulp(unsigned f32_bits) {
+    return isfinite(__uint_as_float(f32_bits)) ? f32_bits + 0x1000u : f32_bits;
 }
 
 // -- the MMAs ---------------------------------------------------------------------------
