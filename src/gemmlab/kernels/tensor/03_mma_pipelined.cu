@@ -59,7 +59,8 @@ namespace gemmlab {
 // This rung reads row-major A and B only (the registry lists just 'N', 'N';
 // other layouts fall back to wmma_warptile): a column-major operand would need
 // the other ldmatrix (.trans or not) and a transposed copy.
-template <int DT, int ODT, int BM, int BN, int BK, int WM, int WN, int STAGES, bool VEC, char OPA, char OPB>
+template <int DT, int ODT, int BM, int BN, int BK, int WM, int WN, int STAGES, bool VEC, char OPA, char OPB,
+          int GROUP_M = 8>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)
 mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A,
               int lda, const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
@@ -83,7 +84,7 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
 
     extern __shared__ __align__(128) unsigned char smem[];
     const unsigned a_smem = mma::smem_addr(smem), b_smem = a_smem + STAGES * A_BYTES;
-    const TileOrigin tile = block_tile_origin<BM, BN>(N);
+    const TileOrigin tile = block_tile_origin_grouped<BM, BN, GROUP_M>(M, N);
     const unsigned tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const unsigned warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
     const int k_tiles = alpha == 0.0f ? 0 : (K + KT - 1) / KT;   // alpha = 0 reads neither A nor B
