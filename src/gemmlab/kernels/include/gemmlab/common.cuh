@@ -23,6 +23,21 @@ __device__ __forceinline__ TileOrigin block_tile_origin(int N) {
     return {int(blockIdx.x / tiles_n) * BM, int(blockIdx.x % tiles_n) * BN};
 }
 
+// Tiles in grouped order: down a group of GROUP_M tile-rows first, then to the
+// next column, then to the next group (the order of rung 4's grouped_tile,
+// without its Hopper header).  Blocks that run at the same time then share a
+// few tile-rows of A and a few tile-columns of B instead of one or two rows of
+// A and every column of B, so more of their reads hit L2.
+template <int BM, int BN, int GROUP_M>
+__device__ __forceinline__ TileOrigin block_tile_origin_grouped(int M, int N) {
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const int t = int(blockIdx.x), per_group = GROUP_M * tiles_n;
+    const int first_m = (t / per_group) * GROUP_M;
+    const int rows = min(tiles_m - first_m, GROUP_M);
+    const int r = t - (t / per_group) * per_group;
+    return {(first_m + r % rows) * BM, (r / rows) * BN};
+}
+
 // The same numbering down the columns: blocks that run at the same time share
 // columns of B.  Pays for the untiled rungs, whose warps stream B from global
 // memory (it keeps B's columns in L2); the tiled rungs use the row-major order.
