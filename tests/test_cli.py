@@ -175,3 +175,14 @@ def test_kernel_entries_parse_names_and_parameters():
     assert _kernel_entries(["vectorized:BM=64,BN=128", "smem_tiled:tile=16", "naive"], list) == [
         ("vectorized", {"BM": 64, "BN": 128}), ("smem_tiled", {"tile": 16}), ("naive", {})]
     assert _kernel_entries(None, lambda: [("x", {})]) == [("x", {})]
+
+
+@pytest.mark.parametrize("methods, message", [
+    ("sgemm_cublas,fp64", "unknown method 'fp64'"),
+    ("fp32_tc:pipelined", "unknown method 'fp32_tc:pipelined'"),   # not an error-corrected kernel
+    ("tf32:ec_wgmma", "unknown method 'tf32:ec_wgmma'"),           # not an error-corrected precision
+])
+def test_accuracy_rejects_unknown_methods_before_any_gpu_work(capsys, methods, message):
+    assert main(["accuracy", "--methods", methods, "--ks", "64"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "precision:kernel" in err and "ec_wmma, ec_wgmma" in err
