@@ -468,12 +468,8 @@ def _launch_gemm(p: Plan, kernel, geo, splits, gpu, stream, A_ptr, lda, B_ptr, l
 
 def _workspace(gpu: rt_device.GPUInfo, stream: int, nbytes: int, p: Plan):
     """A stream-ordered device allocation of ``nbytes`` (the split-K partial products)."""
-    from cuda.core import Device
-    try:
-        return Device(gpu.ordinal).allocate(nbytes, stream=stream_from_handle(stream))
-    except Exception as exc:
-        raise MemoryError(f"{p.describe()} needs a split-K workspace of {nbytes / 2**20:.1f} MiB on "
-                          f"{gpu.name} and could not get it ({exc}); use a smaller SPLITK") from exc
+    from .runtime.launch import device_workspace
+    return device_workspace(gpu, stream, nbytes, f"{p.describe()} (split-K)", "use a smaller SPLITK")
 
 
 def _dtype_arg(value, name: str) -> str | None:

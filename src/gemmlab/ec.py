@@ -146,18 +146,17 @@ def exponent_stats(gpu, stream: int, operands) -> list[ExponentStats]:
     """Exponent histograms of device matrices ``operands`` = [(ptr, rows, cols, ld), ...],
     computed on the GPU on ``stream`` (one pass over each), then copied back."""
     from cuda.bindings import driver
-    from cuda.core import Device
 
     from .api import _make_current
     from .kernels import registry
     from .runtime import compile as rt_compile
-    from .runtime.launch import launch, stream_from_handle
+    from .runtime.launch import device_workspace, launch, stream_from_handle
 
     _make_current(gpu.ordinal)   # callable before any matmul on this thread
     kernel = rt_compile.load_kernel(registry.EXPONENT_HISTOGRAM_SOURCE, registry.EXPONENT_HISTOGRAM_KERNEL,
                                     gpu.arch)
     n = len(operands)
-    buf = Device(gpu.ordinal).allocate(n * 256 * 8, stream=stream_from_handle(stream))
+    buf = device_workspace(gpu, stream, n * 256 * 8, "the exponent statistics of fp32_tc")
     try:
         base = int(buf.handle)
         _check(driver.cuMemsetD32Async(base, 0, n * 512, stream))

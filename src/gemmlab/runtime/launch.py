@@ -23,6 +23,18 @@ DEFAULT_DYNAMIC_SMEM = 48 * 1024
 _smem_raised: dict[tuple[int, int], int] = {}
 
 
+def device_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str = ""):
+    """A stream-ordered device allocation of ``nbytes`` on ``gpu`` (freed with
+    ``.close(stream)``), for ``what`` the caller needs it for; MemoryError naming
+    both, the size and the GPU when there is no room."""
+    from cuda.core import Device
+    try:
+        return Device(gpu.ordinal).allocate(nbytes, stream=stream_from_handle(stream_handle))
+    except Exception as exc:
+        raise MemoryError(f"{what} needs a workspace of {nbytes / 2**20:.1f} MiB on {gpu.name} and could not get "
+                          f"it ({exc}){'; ' + hint if hint else ''}") from exc
+
+
 def allow_dynamic_smem(kernel, nbytes: int, device: int) -> None:
     """Raise ``kernel``'s dynamic shared memory limit on ``device`` to ``nbytes``
     (needed above 48 KB; done once per kernel, device and size)."""

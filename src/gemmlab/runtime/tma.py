@@ -197,16 +197,12 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
         yield args + (map_a, tensor_map(ops.B, pr.K, pr.N, ops.ldb, "tf32", 32, 32),
                       map_c if map_c is not None else map_a, np.int32(map_c is not None))
         return
-    from cuda.core import Device
     from . import compile as rt_compile
-    from .launch import launch, stream_from_handle
+    from .launch import device_workspace, launch, stream_from_handle
     kp, np_ = -(-pr.K // 4) * 4, -(-pr.N // 4) * 4          # rows of 16-byte multiples
     nbytes = 4 * ((pr.M * kp if pack_a else 0) + (pr.K * np_ if pack_b else 0))
-    try:
-        ws = Device(gpu.ordinal).allocate(nbytes, stream=stream_from_handle(stream))
-    except Exception as exc:
-        raise MemoryError(f"wgmma (TF32) needs a workspace of {nbytes / 2**20:.1f} MiB for a TF32-rounded copy "
-                          f"of an operand TMA cannot read in place on {gpu.name} and could not get it ({exc})") from exc
+    ws = device_workspace(gpu, stream, nbytes, "wgmma (TF32), for a TF32-rounded copy of an operand TMA cannot "
+                                               "read in place,")
     try:
         a_src, lda, b_src, ldb = ops.A, ops.lda, ops.B, ops.ldb
         jobs, at = [], int(ws.handle)
@@ -239,20 +235,15 @@ def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0
     layout and alignment of A and B is read as stored.  The scaled FP16 method's
     scales (powers of two) are applied here.  Freed in stream order on exit."""
     from ..kernels import registry
-    from cuda.core import Device
     from . import compile as rt_compile
-    from .launch import launch, stream_from_handle
+    from .launch import device_workspace, launch, stream_from_handle
     if pr.dtype not in registry.EC_METHODS:
         raise TypeError(f"the split pre-pass is for {', '.join(registry.EC_METHODS)}, not {pr.dtype}")
     eb = 4 if pr.dtype == "tf32_ec" else 2
     kp = -(-pr.K // (16 // eb)) * (16 // eb)
     a_part, b_part = pr.M * kp * eb, pr.N * kp * eb
     nbytes = 2 * (a_part + b_part)
-    try:
-        ws = Device(gpu.ordinal).allocate(nbytes, stream=stream_from_handle(stream))
-    except Exception as exc:
-        raise MemoryError(f"ec_wgmma needs a workspace of {nbytes / 2**20:.1f} MiB for the split parts of a and b "
-                          f"on {gpu.name} and could not get it ({exc})") from exc
+    ws = device_workspace(gpu, stream, nbytes, "ec_wgmma, for the split parts of a and b,")
     try:
         base = int(ws.handle)
         a_hi, a_lo = base, base + a_part
