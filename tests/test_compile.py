@@ -275,22 +275,32 @@ def test_tensor_rungs_use_the_tensor_cores(arch, ladder_module, ladder_sass):
             assert "HMMA" in sass[mangled], f"{name} on {arch} has no HMMA"
 
 
-@needs_nvdisasm
-def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, ladder_sass):
-    """Every instantiation of the wgmma rung runs on the Hopper path: HGMMA (warpgroup
-    MMA from shared memory; a kernel with HMMA is on the older, slower path), TMA
-    loads (UTMALDG), mbarrier waits, and setmaxnreg honoured (USETMAXREG: ptxas
-    drops it, with warning C7508, when the kernel has no register cap or the
-    roles are not one if/else)."""
-    spec = registry.get("wgmma")
+def hopper_path_sass(name, ladder_module, ladder_sass):
+    """(instantiation, SASS, SASS facts) of every instantiation of a Hopper rung, after
+    the checks they all share: HGMMA (warpgroup MMA from shared memory; a kernel with
+    HMMA is on the older, slower path), TMA loads (UTMALDG), mbarrier waits, and
+    setmaxnreg honoured (USETMAXREG: ptxas drops it, with warning C7508, when the
+    kernel has no register cap or the roles are not one if/else)."""
+    spec = registry.get(name)
     module = ladder_module("sm_90a", spec)
     sass = ladder_sass("sm_90a", spec)
     assert "C7508" not in module.log and "setmaxnreg" not in module.log.lower(), module.log
-    for name, mangled in module.symbols.items():
+    out = []
+    for inst, mangled in module.symbols.items():
         text = sass[mangled]
         facts = sass_facts(text)
-        assert facts["HGMMA"] >= 4, f"{name}: {facts}"       # BK / MMA_K = 4 per stage, unrolled
-        assert facts["HMMA"] == 0, name
+        assert facts["HGMMA"] >= 4 and facts["HMMA"] == 0, f"{inst}: {facts}"
+        assert "UTMALDG.2D" in text and "SYNCS.PHASECHK" in text, inst
+        assert "USETMAXREG.DEALLOC" in text and "USETMAXREG.TRY_ALLOC" in text, inst
+        out.append((inst, text, facts))
+    return out
+
+
+@needs_nvdisasm
+def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, ladder_sass):
+    """Every instantiation of the wgmma rung runs on the Hopper path (hopper_path_sass),
+    BK / MMA_K = 4 HGMMA per stage unrolled, of the instantiation's type."""
+    for name, text, facts in hopper_path_sass("wgmma", ladder_module, ladder_sass):
         # nvdisasm writes FP16 as the default (no type suffix): HGMMA.64x256x16.F32
         dt = int(name.split("<")[1].split(",")[0])
         expect = {0: r"HGMMA\.64x\d+x16\.F32 ", 1: r"HGMMA\.64x\d+x16\.F32\.BF16 ",
@@ -298,28 +308,17 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
         assert re.search(expect, text), f"{name}: no {expect}"
         if dt != 2:       # 16-bit B is read N-major through the transpose bit
             assert ".tnspB" in text, name
-        assert "UTMALDG.2D" in text, name
-        assert "SYNCS.PHASECHK" in text, name
-        assert "USETMAXREG.DEALLOC" in text and "USETMAXREG.TRY_ALLOC" in text, name
 
 
 @needs_nvdisasm
 def test_ec_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, ladder_sass):
-    """ec_wgmma, like the wgmma rung: HGMMA and no HMMA, TMA loads, mbarrier waits,
-    setmaxnreg honoured; per stage 3 x (BK / MMA_K) = 12 wgmma of 64 x 96 (the main product and
-    two corrections), both operands K-major (no .tnspB)."""
-    spec = registry.get("ec_wgmma")
-    module = ladder_module("sm_90a", spec)
-    sass = ladder_sass("sm_90a", spec)
-    assert "C7508" not in module.log and "setmaxnreg" not in module.log.lower(), module.log
-    for name, mangled in module.symbols.items():
-        text = sass[mangled]
-        facts = sass_facts(text)
-        assert facts["HGMMA"] == 12 and facts["HMMA"] == 0, f"{name}: {facts}"
+    """ec_wgmma, like the wgmma rung, runs on the Hopper path (hopper_path_sass); per stage
+    3 x (BK / MMA_K) = 12 wgmma of 64 x 96 (the main product and two corrections), both
+    operands K-major (no .tnspB)."""
+    for name, text, facts in hopper_path_sass("ec_wgmma", ladder_module, ladder_sass):
+        assert facts["HGMMA"] == 12, f"{name}: {facts}"
         k = "16" if int(name.split("<")[1].split(",")[0]) == 0 else "8\\.F32\\.TF32"   # FP16 or TF32 parts
         assert re.search(rf"HGMMA\.64x96x{k}", text) and ".tnspB" not in text, name   # both K-major
-        assert "UTMALDG.2D" in text and "SYNCS.PHASECHK" in text, name
-        assert "USETMAXREG.DEALLOC" in text and "USETMAXREG.TRY_ALLOC" in text, name
 
 
 @pytest.mark.parametrize("arch", ARCHES)

@@ -60,9 +60,15 @@ def cmd_list(args) -> int:
 
 
 def _finish(records, args, plot) -> None:
-    from .bench.report import table, write_json
+    from .bench.report import table
     dicts = [r.as_dict() for r in records]
     print(table(dicts))
+    _save(dicts, args, plot)
+
+
+def _save(dicts, args, plot) -> None:
+    """Write ``dicts`` as JSON to --json and plot them to --plot, where asked."""
+    from .bench.report import write_json
     if args.json:
         write_json(dicts, args.json)
         print(f"wrote {args.json}", file=sys.stderr)
@@ -113,7 +119,6 @@ def cmd_accuracy(args) -> int:
     from . import ec
     from .accuracy import INPUT_SETS, KS, METHODS, as_dicts, plot, run, table
     from .kernels import registry
-    from .bench.report import write_json
     ks = [int(k) for k in args.ks.split(",")] if args.ks else list(KS)
     inputs = args.inputs.split(",") if args.inputs else list(INPUT_SETS)
     methods = args.methods.split(",") if args.methods else list(METHODS)
@@ -131,12 +136,7 @@ def cmd_accuracy(args) -> int:
         raise ValueError("K and --size must be at least 1")
     points = as_dicts(run(ks, inputs, methods, M=args.size, N=args.size, quiet=args.quiet))
     print(table(points))
-    if args.json:
-        write_json(points, args.json)
-        print(f"wrote {args.json}", file=sys.stderr)
-    if args.plot:
-        plot(points, args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
+    _save(points, args, plot)
     return 0
 
 
