@@ -277,106 +277,44 @@ __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(ro
 // scale_d = 0 ignores the old accumulators (D = A*B).
 // Accumulator layout: thread t of the warpgroup (warp w = t/32, lane l) holds
 // d[4j + 2h + e] = D[16w + l/4 + 8h][8j + 2(l%4) + e] for h, e in {0, 1}.
-// (One specialisation per shape and type: the instruction names both.)
 template <int N, int DT> struct Wgmma;
 
-template <> struct Wgmma<128, 0> {
-    template <int TRANS_A, int TRANS_B>
-    static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-            GEMMLAB_WGMMA_REGS64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
-            : GEMMLAB_WGMMA_ACC64(d)
-            : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    }
-};
-
-template <> struct Wgmma<128, 1> {
-    template <int TRANS_A, int TRANS_B>
-    static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-            GEMMLAB_WGMMA_REGS64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
-            : GEMMLAB_WGMMA_ACC64(d)
-            : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    }
-};
-
-template <> struct Wgmma<128, 2> {
-    template <int TRANS_A, int TRANS_B>
-    static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-            GEMMLAB_WGMMA_REGS64 ", %64, %65, p, 1, 1;\n}\n"
-            : GEMMLAB_WGMMA_ACC64(d)
-            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    }
-};
+// The specialisations differ only in the instruction's name and in the operand
+// numbers: the N/2 accumulators are %0 .. %(N/2 - 1), then come desc_a, desc_b,
+// scale_d and, for 16-bit types, the two transpose flags: R = N/2 names the
+// register list and numbers desc_a; DB, SC, TA, TB are the numbers after it.
+#define GEMMLAB_WGMMA_SS_16BIT(N, DT, TYPE, R, DB, SC, TA, TB)                                            \
+    template <> struct Wgmma<N, DT> {                                                                     \
+        template <int TRANS_A, int TRANS_B>                                                               \
+        static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {      \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                               \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " "               \
+                         GEMMLAB_WGMMA_REGS##R ", %" #R ", %" #DB ", p, 1, 1, %" #TA ", %" #TB ";\n}\n"   \
+                         : GEMMLAB_WGMMA_ACC##R(d)                                                        \
+                         : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));          \
+        }                                                                                                 \
+    };
+#define GEMMLAB_WGMMA_SS_TF32(N, R, DB, SC)                                                               \
+    template <> struct Wgmma<N, 2> {                                                                      \
+        template <int TRANS_A, int TRANS_B>                                                               \
+        static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {      \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                               \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 "                        \
+                         GEMMLAB_WGMMA_REGS##R ", %" #R ", %" #DB ", p, 1, 1;\n}\n"                      \
+                         : GEMMLAB_WGMMA_ACC##R(d)                                                        \
+                         : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                       \
+        }                                                                                                 \
+    };
 
 // m64n96: the error-corrected kernel's tile (four sets of accumulators a thread).
-template <> struct Wgmma<96, 0> {
-    template <int TRANS_A, int TRANS_B>
-    static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
-            GEMMLAB_WGMMA_REGS48 ", %48, %49, p, 1, 1, %51, %52;\n}\n"
-            : GEMMLAB_WGMMA_ACC48(d)
-            : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    }
-};
-
-template <> struct Wgmma<96, 2> {
-    template <int TRANS_A, int TRANS_B>
-    static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n96k8.f32.tf32.tf32 "
-            GEMMLAB_WGMMA_REGS48 ", %48, %49, p, 1, 1;\n}\n"
-            : GEMMLAB_WGMMA_ACC48(d)
-            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    }
-};
-
-template <> struct Wgmma<256, 0> {
-    template <int TRANS_A, int TRANS_B>
-    static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-            GEMMLAB_WGMMA_REGS128 ", %128, %129, p, 1, 1, %131, %132;\n}\n"
-            : GEMMLAB_WGMMA_ACC128(d)
-            : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    }
-};
-
-template <> struct Wgmma<256, 1> {
-    template <int TRANS_A, int TRANS_B>
-    static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-            GEMMLAB_WGMMA_REGS128 ", %128, %129, p, 1, 1, %131, %132;\n}\n"
-            : GEMMLAB_WGMMA_ACC128(d)
-            : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
-    }
-};
-
-template <> struct Wgmma<256, 2> {
-    template <int TRANS_A, int TRANS_B>
-    static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
-            GEMMLAB_WGMMA_REGS128 ", %128, %129, p, 1, 1;\n}\n"
-            : GEMMLAB_WGMMA_ACC128(d)
-            : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    }
-};
-
+GEMMLAB_WGMMA_SS_16BIT(96, 0, "f16", 48, 49, 50, 51, 52)
+GEMMLAB_WGMMA_SS_TF32(96, 48, 49, 50)
+GEMMLAB_WGMMA_SS_16BIT(128, 0, "f16", 64, 65, 66, 67, 68)
+GEMMLAB_WGMMA_SS_16BIT(128, 1, "bf16", 64, 65, 66, 67, 68)
+GEMMLAB_WGMMA_SS_TF32(128, 64, 65, 66)
+GEMMLAB_WGMMA_SS_16BIT(256, 0, "f16", 128, 129, 130, 131, 132)
+GEMMLAB_WGMMA_SS_16BIT(256, 1, "bf16", 128, 129, 130, 131, 132)
+GEMMLAB_WGMMA_SS_TF32(256, 128, 129, 130)
 
 // wgmma.mma_async with A from registers (TF32 only so far): D[64 x N] (+)= A * B,
 // B from shared memory as above.  Thread t of the warpgroup (warp w, lane l)
