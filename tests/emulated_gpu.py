@@ -140,33 +140,51 @@ class _Workspace:
 
 def install(monkeypatch) -> Emulator:
     """Route gemmlab.matmul's GPU work to an Emulator; NumPy arrays play device arrays."""
+    from gemmlab import executor, planner
     from gemmlab.runtime import compile as rt_compile
     from gemmlab.runtime import device as rt_device
     emu = Emulator()
     gpu = FakeGPU()
+    executor.CACHE.clear()
     monkeypatch.setattr(rt_device, "gpu_info", lambda device=0: gpu)
-    monkeypatch.setattr(api, "_make_current", lambda device: None)
-    monkeypatch.setattr(api, "current_stream", lambda op: 0)
-    monkeypatch.setattr(api, "allow_dynamic_smem", lambda *a: None)
-    monkeypatch.setattr(api, "launch", emu.launch)
-    monkeypatch.setattr(api, "_workspace", lambda gpu, stream, nbytes, p: _Workspace(emu, nbytes))
+    monkeypatch.setattr(api, "make_current", lambda device: None)
+    monkeypatch.setattr(executor, "make_current", lambda device: None)
+    monkeypatch.setattr(executor, "stream_getter", lambda kind: (lambda device: 0))
+
+    def allocator(kind, shape, device, dtype):
+        def alloc():
+            x = emu.keep(np.empty(shape, np.dtype(dtype)))
+            return x, x.ctypes.data
+        return alloc
+    monkeypatch.setattr(executor, "allocator", allocator)
+    monkeypatch.setattr(executor, "allow_dynamic_smem", lambda *a: None)
+    monkeypatch.setattr(executor, "launch", emu.launch)
+    monkeypatch.setattr(executor, "launch_shaped", lambda kernel, shape, stream, args:
+                        emu.launch(kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args))
+    monkeypatch.setattr(executor, "device_workspace", lambda gpu, stream, nbytes, what, hint="":
+                        _Workspace(emu, nbytes))
+    monkeypatch.setattr(executor, "stream_from_handle", lambda handle: None)
 
     def load_kernel(source, name, arch):
         return "reduce" if name == registry.SPLITK_REDUCE_KERNEL else _PLANS[name]
     monkeypatch.setattr(rt_compile, "load_kernel", load_kernel)
-    real_plan = api.plan
+    real_plan = planner.plan
 
     def plan(*args, **kwargs):   # remember which plan a name expression belongs to
         p = real_plan(*args, **kwargs)
         _PLANS[p.name_expression] = p
         return p
-    monkeypatch.setattr(api, "plan", plan)
+    monkeypatch.setattr(planner, "plan", plan)
     monkeypatch.setattr(api, "empty_like_kind", lambda op, shape, device, dtype="float32":
                         emu.keep(np.empty(shape, np.dtype(dtype))))
     monkeypatch.setattr(api, "contiguous_copy", lambda op, device: emu.keep(np.ascontiguousarray(op.obj)))
     # NumPy operands are "device" arrays here: no staging through CuPy.
-    monkeypatch.setattr(api, "_matmul_host", lambda call, a, b, out, ta, tb, kernel, precision, tp:
-                        api._matmul_gpu(call, gpu, kernel, tp))
+    monkeypatch.setattr(api, "_matmul_host", lambda call, a, b, out, ta, tb, kernel, precision, tp, key=None:
+                        api._matmul_gpu(call, gpu, kernel, tp, precision, out, key))
+    # ... and take the prepared-call fast path as CuPy arrays do.
+    from gemmlab import arrays
+    monkeypatch.setitem(arrays.SIGNATURES, np.ndarray, lambda x: (
+        x.ctypes.data, ("numpy", x.shape, x.strides, x.dtype, -1, not x.ctypes.data & 15)))
     return emu
 
 

@@ -14,7 +14,7 @@ import pytest
 import blas3_harness as h
 import emulated_gpu
 import gemmlab
-from gemmlab import api
+from gemmlab import api, executor
 
 
 class EmuBackend(h.Backend):
@@ -89,7 +89,7 @@ def test_batches_go_to_grid_z_and_the_rest_is_looped(be):
 
 
 def test_large_batches_are_launched_in_chunks(be, monkeypatch):
-    monkeypatch.setattr(api, "GRID_Z_MAX", 3)
+    monkeypatch.setattr(executor, "GRID_Z_MAX", 3)
     failures = h.batched(be, FAMS["naive"], (7, 5, 4), (4, 6), out="C")
     assert not failures
     assert [g[2] for _, g in be.emu.launches] == [3, 3, 1]
@@ -98,7 +98,7 @@ def test_large_batches_are_launched_in_chunks(be, monkeypatch):
 def test_split_k_workspace_is_per_batch_and_chunked(be, monkeypatch):
     """Split-K: gridDim.y = SPLITK, a workspace of SPLITK x M x N floats per batch,
     chunked so that it stays under SPLITK_WORKSPACE_LIMIT."""
-    monkeypatch.setattr(api, "SPLITK_WORKSPACE_LIMIT", 2 * 3 * 5 * 6 * 4)   # two batches' worth
+    monkeypatch.setattr(executor, "SPLITK_WORKSPACE_LIMIT", 2 * 3 * 5 * 6 * 4)   # two batches' worth
     failures = h.batched(be, FAMS["pipelined-SPLITK3"], (5, 5, 40), (5, 40, 6), out="F")
     assert not failures
     gemm = [g for k, g in be.emu.launches if k != "reduce"]

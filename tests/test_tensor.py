@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gemmlab
+from gemmlab import planner
 from gemmlab.kernels import registry
 from gemmlab.verify import random_matrix
 
@@ -105,8 +106,8 @@ def _aligned(*views):
     """What matmul decides about 16-byte copies for these operands (a, b, out)."""
     from gemmlab import api
     a, b, o = views
-    call = api._validate(a, b, o, 1.0, 1.0, False, False, "tf32" if a.dtype == torch.float32 else None, None)
-    return api._kernel_view(call).aligned16()
+    call = planner.validate(a, b, o, 1.0, 1.0, False, False, "tf32" if a.dtype == torch.float32 else None, None)
+    return planner.kernel_view(call).aligned16()
 
 
 def _launch_forced_aligned(a, b, out, alpha, beta, dtype, out_dtype, **params):

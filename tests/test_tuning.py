@@ -9,7 +9,9 @@ import pytest
 import gemmlab
 from gemmlab import tuning
 from gemmlab.kernels import registry
-from gemmlab.tuning import TunedTable, candidate_key, candidates, load_table, parse_shape_key, shape_key
+from gemmlab import tuned
+from gemmlab.tuned import TunedTable, load_table, parse_shape_key, shape_key
+from gemmlab.tuning import candidate_key, candidates
 
 PIPE = registry.get("pipelined")
 
@@ -19,7 +21,7 @@ def tables(tmp_path, monkeypatch):
     """Empty shipped and user table folders; returns (shipped folder, user folder)."""
     shipped = tmp_path / "shipped"
     shipped.mkdir()
-    monkeypatch.setattr(tuning, "SHIPPED_DIR", shipped)
+    monkeypatch.setattr(tuned, "SHIPPED_DIR", shipped)
     monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path / "cache"))
     load_table.cache_clear()
     yield shipped, tmp_path / "cache" / "tuned"
@@ -136,7 +138,7 @@ def test_progress_is_dropped_when_kernel_sources_change(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"gpu": "G", "sources": "old", "results": {"1x1x1": {"candidates": {"k:": {}}}}}))
     assert tuning._Progress(path, "G", fresh=False).results == {}
-    path.write_text(json.dumps({"gpu": "G", "sources": tuning.sources_digest(),
+    path.write_text(json.dumps({"gpu": "G", "sources": tuned.sources_digest(),
                                 "results": {"1x1x1": {"candidates": {"k:": {}}}}}))
     prog = tuning._Progress(path, "G", fresh=False)
     assert prog.resumed == 1
@@ -158,7 +160,7 @@ def test_winners_come_from_the_finalists_only():
     assert w["best"]["kernel"] == "vectorized"
 
 
-@pytest.mark.parametrize("path", sorted(tuning.SHIPPED_DIR.glob("*.json")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(tuned.SHIPPED_DIR.glob("*.json")), ids=lambda p: p.name)
 def test_shipped_tables_are_complete_and_legal(path):
     data = json.loads(path.read_text())
     assert path.stem == "-".join(data["gpu"].lower().split())
@@ -172,7 +174,7 @@ def test_shipped_tables_are_complete_and_legal(path):
 
 
 def test_shipped_tables_cover_h100_and_h200():
-    names = {p.stem for p in tuning.SHIPPED_DIR.glob("*.json")}
+    names = {p.stem for p in tuned.SHIPPED_DIR.glob("*.json")}
     assert "nvidia-h200" in names
     assert any(n.startswith("nvidia-h100") for n in names)
 
@@ -186,7 +188,7 @@ def test_tuner_verifies_every_candidate_and_all_pass(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "FINALISTS", 1)
     out = tmp_path / "t.json"
     tuning.tune(["pipelined"], [(257, 129, 77)], output=out, quiet=True)
-    prog = json.loads(tuning.progress_path(_slug()).read_text())
+    prog = json.loads(tuned.progress_path(_slug()).read_text())
     results = prog["results"]["257x129x77"]["candidates"]
     from gemmlab.runtime.device import gpu_info
     expected = candidates(PIPE, 257, 129, 77, gpu_info(0).sm_count)
@@ -216,7 +218,7 @@ def test_tuner_resumes_after_an_interrupt(tmp_path, monkeypatch):
     kernels, sizes = ["vectorized"], [(300, 200, 100)]
     with pytest.raises(KeyboardInterrupt):
         tuning.tune(kernels, sizes, quiet=True)
-    saved = json.loads(tuning.progress_path(_slug()).read_text())["results"]["300x200x100"]
+    saved = json.loads(tuned.progress_path(_slug()).read_text())["results"]["300x200x100"]
     assert len(saved["candidates"]) == 4 and saved["cublas_ms"] > 0
     assert "best" not in saved
 

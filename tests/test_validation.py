@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab.api import _kernel_view, _validate, batch_groups
+from gemmlab.planner import batch_groups
+from gemmlab.planner import kernel_view as _kernel_view
+from gemmlab.planner import validate as _validate
 from gemmlab.arrays import describe
 from gemmlab.runtime.device import gpu_available
 

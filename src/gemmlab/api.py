@@ -1,59 +1,31 @@
-"""gemmlab.matmul: validation, kernel choice and launch."""
+"""The public entry points: gemmlab.matmul, matmul_strided_batched, last_plan, kernels.
+
+A call goes one way: the caller's arrays -> a signature of cheap attribute
+reads -> a prepared call from gemmlab.executor's cache, launched; or, the first
+time a signature is seen (and for NumPy arrays and operands that need a copy),
+gemmlab.planner's full validation and plan -> a new prepared call, stored ->
+launched.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import numbers
 import threading
-import logging
-from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .arrays import (ITEMSIZE, Operand, _is_out_of_memory, contiguous_copy, copy_into, current_stream,
-                     describe, empty_like_kind, gpu_memory_error, need_cupy)
-from . import ec, tuning
+from . import planner, tuned
+from .arrays import (ITEMSIZE, SIGNATURES, _is_out_of_memory, contiguous_copy, copy_into, describe,
+                     empty_like_kind, gpu_memory_error, need_cupy)
+from .executor import CACHE, PreparedCall, run_plan   # noqa: F401  (run_plan: the harness's kernel-only path)
 from .kernels import registry
-from .kernels.registry import KernelSpec, Problem
-from .runtime import compile as rt_compile
+from .planner import (PRECISIONS, SUPPORTED_DTYPES, Plan, contiguous_aligned16,   # noqa: F401  (public names)
+                      contiguous_tma_aligned, plan)
 from .runtime import device as rt_device
-from .runtime.tma import Operands, tma_aligned
-from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, allow_dynamic_smem, clusters_that_fit, launch,
-                             stream_from_handle)
+from .runtime.device import make_current
 
-# Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
-# float16 and bfloat16 for the tensor-core ladder.
-SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
-# None: what the inputs' dtype means (FP32 on CUDA cores for float32); "tf32":
-# one TF32 tensor-core pass; the error-corrected FP32 methods of gemmlab.ec.
-PRECISIONS = (None, "fp32", "tf32", *ec.EC_PRECISIONS)
-
-log = logging.getLogger("gemmlab")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a call will run: the kernel, its resolved tile parameters and launch shape."""
-
-    spec: KernelSpec
-    params: dict
-    problem: Problem
-    name_expression: str
-    extra: dict = field(default_factory=dict)   # values of spec.extra_args (default 1.0)
-    method: str = ""                            # error-corrected FP32: the method used
-    reason: str = ""                            # why this kernel or method, where a choice was made
-    # Why the kernel asked for is not the one that runs (see KernelSpec.why_unusable), or "".
-    fallback_reason: str = ""
-
-    def describe(self) -> str:
-        p = ", ".join(f"{k}={v}" for k, v in self.params.items())
-        text = f"{self.spec.name}({p})" if p else self.spec.name
-        notes = [n for n in (self.method, self.fallback_reason) if n]
-        return f"{text} [{'; '.join(notes)}]" if notes else text
-
-    def extra_args(self) -> tuple:
-        return tuple(np.float32(self.extra.get(name, 1.0)) for name in self.spec.extra_args)
+_tls = threading.local()
 
 
 def last_plan() -> Plan | None:
@@ -62,451 +34,10 @@ def last_plan() -> Plan | None:
     return getattr(_tls, "last_plan", None)
 
 
-def _scalar(value, name: str) -> np.float32:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
-    return np.float32(value)
-
-
-INT32_MAX = 2**31 - 1   # the kernels take sizes and leading dimensions as 32-bit ints
-GRID_Z_MAX = 65535      # batches per launch (gridDim.z); more are launched in chunks
-SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (batches are chunked)
-
-
-def _storage_itemsize(dtype: str) -> int:
-    """Bytes per input element for a kernel dtype: TF32 and the error-corrected
-    methods read float32 storage."""
-    return ITEMSIZE["float32" if dtype in registry.FLOAT32_RESULT else dtype]
-
-
-def contiguous_tma_aligned(M: int, N: int, K: int, elem_bytes: int) -> bool:
-    """Whether fresh contiguous M x K and K x N arrays allow TMA tensor maps
-    (rows of a multiple of 16 bytes, or a single row)."""
-    return tma_aligned(0, M, max(K, 1), 0, K, max(N, 1), elem_bytes)
-
-
-def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N", dtype: str = "float32",
-                         out_dtype: str | None = None) -> bool:
-    """Whether fresh contiguous (256-byte aligned) arrays -- op(A) M x K and op(B)
-    K x N stored with layouts op_a / op_b, C M x N row-major -- allow the
-    kernels' 16-byte accesses: every stored row a multiple of 16 bytes, each
-    operand in its own element size (4 floats, or 8 16-bit elements)."""
-    e = _storage_itemsize(dtype)
-    eo = ITEMSIZE[out_dtype or ("float32" if dtype in registry.FLOAT32_RESULT else dtype)]
-    widths = ((K if op_a == "N" else M) * e, (N if op_b == "N" else K) * e, N * eo)
-    return all(w % 16 == 0 for w in widths)
-
-
-# -- operand layouts and batches ------------------------------------------------
-
-def matrix_layout(shape, strides) -> tuple[str, int] | None:
-    """How the kernels read a rows x cols matrix with these element strides:
-    ``("N", ld)`` row-major, ``("T", ld)`` column-major (a transposed view of a
-    row-major array, or Fortran order), or None when neither side has unit
-    stride (e.g. ``a[:, ::2]``) or a stride is negative -- then gemmlab makes
-    one contiguous copy.  Rows (columns) of an input may overlap (a broadcast
-    row has ld 0); an output is also checked by :func:`overlaps_itself`."""
-    rows, cols = shape
-    rs, cs = strides
-    if rows == 0 or cols == 0 or rows == 1 and cols == 1:
-        return "N", max(cols, 1)
-    if (cols == 1 or cs == 1) and (rows == 1 or rs >= 0):
-        return "N", rs if rows > 1 else cols
-    if (rows == 1 or rs == 1) and (cols == 1 or cs >= 0):
-        return "T", cs if cols > 1 else rows
-    return None
-
-
-def overlaps_itself(shape, strides) -> bool:
-    """Whether two elements of an array may share memory (a zero or too small
-    stride): each stride, smallest first, must step past everything the smaller
-    ones span.  (Sufficient, not necessary: exotic interleavings count as overlap.)"""
-    if any(n == 0 for n in shape):
-        return False
-    extent = 1
-    for s, n in sorted((abs(s), n) for n, s in zip(shape, strides) if n > 1):
-        if s < extent:
-            return True
-        extent += (n - 1) * s
-    return False
-
-
-def _c_strides(shape) -> tuple[int, ...]:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(out))
-
-
-def _op_name(name: str, trans: bool) -> str:
-    return f"{name}^T" if trans else name
-
-
-@dataclass
-class _Side:
-    """One operand as the kernels see it: its logical matrix (after trans_a /
-    trans_b), how that is stored, and its element strides over the batch."""
-
-    operand: Operand
-    name: str              # "a", "b", "out"; "a^T" when trans_a
-    rows: int
-    cols: int
-    layout: str            # "N" row-major, "T" column-major
-    ld: int
-    batch: tuple[int, ...]  # element strides over the broadcast batch shape (0: broadcast)
-    copy: bool             # strides the kernels cannot read: a contiguous copy is made first
-    trans: bool = False
-
-    def flipped(self) -> "_Side":
-        """The same memory read as the transposed matrix."""
-        return dataclasses.replace(self, rows=self.cols, cols=self.rows, layout="T" if self.layout == "N" else "N")
-
-    @property
-    def width(self) -> int:
-        """Elements of one stored row (what 16-byte accesses run along)."""
-        return self.cols if self.layout == "N" else self.rows
-
-    def aligned16(self, itemsize: int, ptr: int) -> bool:
-        return (ptr % 16 == 0 and (self.ld * itemsize) % 16 == 0 and (self.width * itemsize) % 16 == 0
-                and all((s * itemsize) % 16 == 0 for s in self.batch))
-
-
-def _side(op: Operand, trans: bool, batch_shape) -> _Side:
-    """Resolve one operand: logical matrix, layout (or a copy), batch strides aligned to batch_shape."""
-    shape, strides = list(op.shape), list(op.strides)
-    if trans:
-        shape[-2:], strides[-2:] = shape[-1:-3:-1], strides[-1:-3:-1]
-    rows, cols = shape[-2:]
-    found = matrix_layout((rows, cols), strides[-2:])
-    copy = found is None
-    if copy:   # the contiguous copy's strides, read through the same op
-        cstr = list(_c_strides(op.shape))
-        if trans:
-            cstr[-2:] = cstr[-1:-3:-1]
-        strides = cstr
-        found = matrix_layout((rows, cols), strides[-2:])
-    layout, ld = found
-    nb = len(batch_shape) - (len(shape) - 2)
-    batch = tuple(0 if i < nb or shape[i - nb] == 1 else strides[i - nb] for i in range(len(batch_shape)))
-    return _Side(op, _op_name(op.name, trans), rows, cols, layout, ld, batch, copy, trans)
-
-
-def _broadcast_batch(A: Operand, B: Operand, oa: str, ob: str) -> tuple[int, ...]:
-    """numpy.matmul's rule for the batch (leading) dimensions, with a message naming the clash."""
-    ba, bb = A.shape[:-2], B.shape[:-2]
-    n = max(len(ba), len(bb))
-    pa, pb = (1,) * (n - len(ba)) + ba, (1,) * (n - len(bb)) + bb
-    out = []
-    for i, (x, y) in enumerate(zip(pa, pb)):
-        if x != y and x != 1 and y != 1:
-            raise ValueError(
-                f"matmul: the batch dimensions of {A.label()} and {B.label()} do not broadcast: "
-                f"{ba} against {bb} differ at dimension {i - n - 2} ({x} vs {y}); numpy.matmul's rule: "
-                f"aligned from the right, each pair of batch dimensions must be equal or one of them 1")
-        out.append(max(x, y) if x and y else 0)
-    return tuple(out)
-
-
-def batch_groups(shape, *strides) -> list[tuple[int, tuple[int, ...]]]:
-    """The batch dimensions with size > 1 as (size, (stride per operand)), adjacent
-    ones merged where every operand steps through them as one (outer stride =
-    inner stride x inner size): one gridDim.z launch covers a group."""
-    dims = [(n, tuple(s[i] for s in strides)) for i, n in enumerate(shape) if n != 1]
-    merged: list[tuple[int, tuple[int, ...]]] = []
-    for n, st in dims:
-        if merged:
-            m, mst = merged[-1]
-            if all(so == si * n for so, si in zip(mst, st)):
-                merged[-1] = (m * n, st)
-                continue
-        merged.append((n, st))
-    return merged
-
-
-def _check_dtype(op: Operand) -> None:
-    if op.dtype_name not in SUPPORTED_DTYPES:
-        raise TypeError(f"{op.label()}: dtype {op.dtype_name} is not supported; gemmlab's kernels take "
-                        f"{', '.join(SUPPORTED_DTYPES)} (convert with .astype(float32))")
-
-
-def _check_rank(op: Operand) -> None:
-    if len(op.shape) < 2:
-        raise ValueError(f"{op.label()} must be a matrix or a stack of matrices (2 or more dimensions); it has "
-                         f"{len(op.shape)} dimension(s).  gemmlab multiplies matrices: make a vector a "
-                         f"1 x n or n x 1 matrix ({op.name}[None, :] or {op.name}[:, None])")
-
-
-def _check_32bit(op: Operand) -> None:
-    """The kernels take sizes and leading dimensions as 32-bit ints (batch strides are 64-bit)."""
-    found = matrix_layout(op.shape[-2:], op.strides[-2:])
-    ld = found[1] if found else op.shape[-1]     # a copy is C-ordered
-    if max(*op.shape[-2:], ld) > INT32_MAX:
-        raise ValueError(f"{op.label()} has shape {op.shape} and leading dimension {ld}: gemmlab's kernels "
-                         f"take each dimension and leading dimension as a 32-bit int (at most {INT32_MAX})")
-
-
-def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
-    """The heuristic ``kernel="auto"`` falls back to on a GPU without a tuned table.
-
-    warptile (128x128 block tiles) when its grid fills every SM at least once;
-    below that, vectorized with 64x64 tiles, which makes four times as many
-    blocks; when even those leave SMs idle and K is long, pipelined 64x64 with
-    split-K over enough blocks to fill the GPU.  On an H200: warptile 83.0% of
-    cuBLAS at 2048^3 and 83.1% at 4096^3 (vectorized 58.6% and 74.2% in the
-    same run); at 1024^3, 64 blocks of warptile reach 44.8% where vectorized
-    64x64 reaches 72.7%.  A batch of ``batch`` products counts as that many
-    times the tiles.
-    """
-    if -(-M // 128) * -(-N // 128) * batch >= sm_count:
-        return "warptile", {}
-    tiles64 = -(-M // 64) * -(-N // 64) * batch
-    splits = max(s for s in registry.SPLITK_VALUES if s == 1 or s * tiles64 <= 2 * sm_count and K >= 256 * s)
-    if tiles64 >= sm_count or splits == 1:
-        return "vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
-    return "pipelined", {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4,
-                         "STAGES": 3, "SPLITK": splits}
-
-
-def auto_tensor_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
-    """What ``kernel="auto"`` runs for 16-bit and TF32 inputs off Hopper (on
-    sm_90a: wgmma, see registry.wgmma_auto_params).
-
-    mma_pipelined at its defaults (128 x 256 x 64 tiles) when they give at
-    least half of the SMs a block; below that, its 64 x 64 tiles, which make
-    eight times as many.  On an H100 (run M2, FP16): at 2048^3 (128 tiles for
-    132 SMs) the defaults reach 410 TFLOPS and 64 x 64 255; at 1024^3 (32
-    tiles) the defaults 91 and 64 x 64 152.
-    """
-    if 2 * -(-M // 128) * -(-N // 256) >= sm_count:
-        return "mma_pipelined", {}
-    return "mma_pipelined", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
-
-
-def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
-         gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
-         op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
-         **tile_params) -> Plan:
-    """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
-
-    Without tile parameters, a named kernel (and ``"auto"``) takes the
-    configuration tuned for the nearest shape on this GPU model (``gpu_slug``,
-    see gemmlab.tuning) if there is one; else the kernel's defaults (for
-    ``"auto"``, the heuristic of :func:`auto_params`).  ``dtype`` is what the
-    kernel multiplies (float32, tf32, float16, bfloat16) and ``out_dtype`` what it
-    writes; tuned tables are for float32 only so far.  ``op_a`` / ``op_b`` are
-    the kernel-level layouts of op(A) and op(B) ("N" row-major, "T"
-    column-major); every layout uses the table tuned for the shape.  ``batch``
-    products launched together count as more tiles: a tuned or heuristic
-    split-K is dropped when the batch alone fills the GPU.
-
-    ``arch`` is the GPU's NVRTC target (None: not known yet, as when planning
-    without a GPU).  A kernel that does not exist for it (wgmma off Hopper) is
-    an error; ``"auto"`` picks wgmma for 16-bit and TF32 inputs and ec_wgmma for
-    the error-corrected methods on sm_90a.
-    ``tma_aligned`` says whether a and b allow TMA tensor maps (see
-    runtime.tma.tma_aligned).  A kernel that cannot take the operands
-    (KernelSpec.why_unusable: a layout it does not read, operands TMA cannot
-    map) is replaced by its fallback kernel at the fallback's defaults, with the
-    reason in ``Plan.fallback_reason``, ``Plan.describe()`` and a debug message
-    on the ``gemmlab`` logger.
-    """
-    if not isinstance(kernel, str):
-        raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
-    if kernel == "auto" and tile_params:
-        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
-    if kernel != "auto":
-        registry.get(kernel)          # an unknown name fails here, tuned table or not
-    explicit = bool(tile_params)      # the caller's own SPLITK is kept, batch or not
-    if not tile_params and gpu_slug and M and N and dtype == "float32":
-        table = tuning.load_table(gpu_slug)
-        tuned = table.lookup(kernel, M, N, max(K, 1)) if table else None
-        if tuned:
-            kernel, tile_params = tuned
-    if kernel == "auto":
-        if dtype == "float32":
-            kernel, tile_params = auto_params(M, N, K, sm_count, batch)
-        elif dtype in registry.EC_METHODS:
-            on_hopper = arch is not None and registry.get("ec_wgmma").builds_for(arch)
-            kernel, tile_params = ("ec_wgmma" if on_hopper else "ec_wmma"), {}
-        elif arch is not None and registry.get("wgmma").builds_for(arch):
-            kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count)
-        else:
-            kernel, tile_params = auto_tensor_params(M, N, K, sm_count)
-    spec = registry.get(kernel)
-    if arch is not None:
-        spec.check_arch(arch)
-    params = spec.resolve(tile_params)
-    if batch > 1 and not explicit and spec.splits(params) > 1 \
-            and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= sm_count:
-        params[spec.split_k_param] = 1
-    problem = Problem(M, N, K, aligned16, dtype, out_dtype, op_a, op_b, tma_aligned=tma_aligned,
-                      sm_count=sm_count)
-    spec.check_dtypes(problem)
-    reason = spec.why_unusable(problem)
-    if reason:
-        fallback = registry.get(spec.fallback)
-        why = f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead"
-        log.debug("%s", why)
-        spec, params = fallback, fallback.resolve({})
-        spec.check_dtypes(problem)
-        return Plan(spec, params, problem, spec.name_expression(params, problem), fallback_reason=why)
-    return Plan(spec, params, problem, spec.name_expression(params, problem))
-
-
-_tls = threading.local()
-
-
-def _make_current(device: int) -> None:
-    """Make ``device``'s primary context current on this thread (once per thread and device)."""
-    if getattr(_tls, "device", None) != device:
-        from cuda.core import Device
-        Device(device).set_current()
-        _tls.device = device
-
-
-def run_plan(p: Plan, gpu: rt_device.GPUInfo, stream: int, A_ptr: int, lda: int, B_ptr: int, ldb: int,
-             C_ptr: int, ldc: int, alpha, beta, *, batch: int = 1, strides: tuple[int, int, int] = (0, 0, 0)) -> None:
-    """Launch an already validated plan on raw device pointers (the harness uses this too).
-
-    ``batch`` products, the i-th at A_ptr + i * strides[0] elements (B and C
-    likewise; stride 0 repeats a matrix), go to gridDim.z, GRID_Z_MAX at a time
-    (kernels with their own argument builder, wgmma, get one launch per matrix).
-    """
-    p.spec.check_arch(gpu.arch, gpu.name)
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("running %s on %s", p.describe(), gpu.name)
-    _make_current(gpu.ordinal)
-    kernel = rt_compile.load_kernel(p.spec.source_path, p.name_expression, gpu.arch)
-    geo = p.spec.launch(p.params, p.problem)
-    if geo.smem_bytes > DEFAULT_DYNAMIC_SMEM:
-        if geo.smem_bytes > gpu.max_smem_per_block_optin:
-            raise ValueError(f"{p.describe()} needs {geo.smem_bytes} bytes of shared memory per block; "
-                             f"{gpu.name} allows {gpu.max_smem_per_block_optin}")
-        allow_dynamic_smem(kernel, geo.smem_bytes, gpu.ordinal)
-    pr = p.problem
-    item_in, item_out = _storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
-    sa, sb, sc = strides
-    splits = p.spec.splits(p.params)
-    quick = (alpha == 0 or pr.K == 0) and pr.out_dtype == "float32"
-    per_launch = GRID_Z_MAX
-    if splits > 1 and not quick:
-        per_launch = max(1, min(per_launch, SPLITK_WORKSPACE_LIMIT // (4 * splits * pr.M * pr.N)))
-    for z0 in range(0, batch, per_launch):
-        nz = min(per_launch, batch - z0)
-        a, b, c = A_ptr + z0 * sa * item_in, B_ptr + z0 * sb * item_in, C_ptr + z0 * sc * item_out
-        if quick:
-            _quick_return(pr, gpu, stream, c, ldc, beta, nz, sc)
-        elif p.spec.kernel_args is not None:
-            for z in range(nz):
-                _launch_with_own_args(p, kernel, geo, gpu, stream, a + z * sa * item_in, lda, b + z * sb * item_in,
-                                      ldb, c + z * sc * item_out, ldc, alpha, beta)
-        else:
-            _launch_gemm(p, kernel, geo, splits, gpu, stream, a, lda, b, ldb, c, ldc, alpha, beta, nz, strides)
-
-
-def _launch_with_own_args(p: Plan, kernel, geo, gpu, stream, A_ptr, lda, B_ptr, ldb, C_ptr, ldc, alpha,
-                          beta) -> None:
-    """One matrix with a kernel whose spec builds its arguments (wgmma: TMA tensor
-    maps, and for TF32 a packed workspace)."""
-    grid = geo.grid
-    if geo.persistent and geo.cluster != (1, 1, 1):
-        # A persistent grid of clusters: only as many as can run at once (a GPC whose
-        # free SMs do not divide by the cluster size leaves some unused).
-        fit = clusters_that_fit(kernel, grid, geo.block, geo.smem_bytes, geo.cluster, stream)
-        if fit < 1:
-            raise RuntimeError(f"{p.describe()}: no cluster of {geo.cluster} blocks fits on {gpu.name}")
-        grid = (min(grid[0], fit * geo.cluster[0]), 1, 1)
-    ops = Operands(A_ptr, lda, B_ptr, ldb, C_ptr, ldc)
-    with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta) as args:
-        launch(kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
-
-
-def _quick_return(pr: Problem, gpu, stream, C_ptr, ldc, beta, nz, stride_c) -> None:
-    """BLAS quick return: the product is empty (alpha == 0 or K == 0), so C =
-    beta * C without reading A or B (NaN or Inf in them must not reach C); the
-    reduction kernel with no slices does exactly that.  (The tensor-core
-    kernels, which may write 16-bit C, skip their K loop themselves when alpha
-    == 0.)"""
-    reduce = rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL, gpu.arch)
-    threads = registry.SPLITK_REDUCE_THREADS
-    launch(reduce, (-(-pr.M * pr.N // threads), nz, 1), (threads, 1, 1), 0, stream,
-           np.int32(pr.M), np.int32(pr.N), np.int32(0), 0, np.float32(0.0), np.float32(beta),
-           C_ptr, np.int32(ldc), np.int64(stride_c))
-
-
-def _launch_gemm(p: Plan, kernel, geo, splits, gpu, stream, A_ptr, lda, B_ptr, ldb, C_ptr, ldc, alpha, beta,
-                 nz, strides) -> None:
-    pr = p.problem
-    sa, sb, sc = (np.int64(s) for s in strides)
-    grid = (geo.grid[0], geo.grid[1], nz)
-    if splits == 1:
-        launch(kernel, grid, geo.block, geo.smem_bytes, stream,
-               np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(alpha),
-               A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(beta), C_ptr, np.int32(ldc), sa, sb, sc,
-               *p.extra_args())
-        return
-    # Split-K: the partial products go to a workspace on the caller's stream
-    # (stream-ordered, so concurrent calls on other streams get their own;
-    # splits * M * N floats per batch), then one more kernel adds them into C
-    # with alpha and beta.
-    reduce = rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL, gpu.arch)
-    slice_ws = splits * pr.M * pr.N
-    ws = _workspace(gpu, stream, 4 * slice_ws * nz, p)
-    try:
-        launch(kernel, grid, geo.block, geo.smem_bytes, stream,
-               np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(1.0),
-               A_ptr, np.int32(lda), B_ptr, np.int32(ldb), np.float32(0.0), int(ws.handle), np.int32(pr.N),
-               sa, sb, np.int64(slice_ws))
-        threads = registry.SPLITK_REDUCE_THREADS
-        launch(reduce, (-(-pr.M * pr.N // threads), nz, 1), (threads, 1, 1), 0, stream,
-               np.int32(pr.M), np.int32(pr.N), np.int32(splits), int(ws.handle), np.float32(alpha),
-               np.float32(beta), C_ptr, np.int32(ldc), sc)
-    finally:
-        ws.close(stream_from_handle(stream))   # freed in stream order, after the reduction
-
-
-def _workspace(gpu: rt_device.GPUInfo, stream: int, nbytes: int, p: Plan):
-    """A stream-ordered device allocation of ``nbytes`` (the split-K partial products)."""
-    from .runtime.launch import device_workspace
-    return device_workspace(gpu, stream, nbytes, f"{p.describe()} (split-K)", "use a smaller SPLITK")
-
-
-def _dtype_arg(value, name: str) -> str | None:
-    if value is None:
-        return None
-    text = value if isinstance(value, str) else str(getattr(value, "name", value)).replace("torch.", "")
-    if text not in ("float32", "float16", "bfloat16"):
-        raise TypeError(f"{name}={value!r} is not one of float32, float16, bfloat16")
-    return text
-
-
-def _resolve_dtypes(A: Operand, B: Operand, O: Operand | None, precision, out_dtype) -> tuple[str, str]:
-    """(what the kernel multiplies, what it writes) from the operands and the options."""
-    if A.dtype_name != B.dtype_name:
-        raise TypeError(f"{A.label()} and {B.label()} differ in dtype; both operands must have one dtype")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not one of "
-                         f"{', '.join(repr(p) for p in PRECISIONS if p)} (or None)")
-    dtype = A.dtype_name
-    if precision is not None and dtype != "float32":
-        raise ValueError(f"precision={precision!r} is for float32 inputs; a and b are {dtype}")
-    if precision == "tf32":
-        dtype = "tf32"
-    elif precision in ec.EC_PRECISIONS:
-        # The kernel's dtype; fp32_tc settles its method once the data's exponents are known.
-        dtype = "tf32_ec" if precision == "tf32_ec" else "fp16_ec"
-    out_dt = _dtype_arg(out_dtype, "out_dtype")
-    if O is not None:
-        if out_dt is not None and O.dtype_name != out_dt:
-            raise TypeError(f"{O.label()} does not have out_dtype={out_dt}")
-        out_dt = O.dtype_name
-    if out_dt is None:    # as numpy / torch: the inputs' dtype (float32 for TF32)
-        out_dt = "float32" if dtype in registry.FLOAT32_RESULT else dtype
-    allowed = ("float32",) if dtype in registry.FLOAT32_RESULT else ("float32", dtype)
-    if out_dt not in allowed:
-        raise TypeError(f"{dtype} inputs give a {' or '.join(allowed)} result, not {out_dt}")
-    return dtype, out_dt
+def _plain(x) -> bool:
+    """A value whose hash and equality say everything about it for a signature (a
+    float 1.0 and an int 1 hash alike, so numbers are taken by exact type only)."""
+    return x is None or type(x) is str
 
 
 def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_b: bool = False,
@@ -542,198 +73,111 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_
     ``b`` is read and the result is ``beta * out`` (zeros when ``beta == 0``), as
     in BLAS.  Everything is checked before any launch; on error nothing is
     written.
+
+    The first call with a given signature (array kinds, shapes, strides, dtypes,
+    devices and 16-byte alignment of a, b and out; out given or not; alpha == 0,
+    beta == 0; trans flags; kernel, tile parameters, precision, out_dtype) is
+    validated and planned, and what it runs is kept (gemmlab.executor.CACHE);
+    later calls with the same signature only check that out does not overlap a
+    or b, fill in the addresses and launch.  Calls are asynchronous and can be
+    captured in CUDA graphs (CuPy stream capture, ``torch.cuda.graph``), except
+    ``precision="fp32_tc"`` and ``"fp16_ec_scaled"``, which read statistics of
+    the data back to the host and raise gemmlab.executor.CaptureError there.
     """
-    call = _validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype)
+    # The fast path: a signature from attribute reads, and a prepared call for it.
+    key = None
+    sig_a, sig_b = SIGNATURES.get(type(a)), SIGNATURES.get(type(b))
+    if sig_a is not None and sig_b is not None and (type(alpha) is float or type(alpha) is int) \
+            and (type(beta) is float or type(beta) is int) and (trans_a is False or trans_a is True) \
+            and (trans_b is False or trans_b is True) and type(kernel) is str and _plain(precision) \
+            and (_plain(out_dtype) or type(out_dtype).__name__ == "dtype"):
+        sig_o = SIGNATURES.get(type(out)) if out is not None else None
+        if out is None or sig_o is not None:
+            pa, ka = sig_a(a)
+            pb, kb = sig_b(b)
+            pc, kc = sig_o(out) if out is not None else (0, None)
+            key = (ka, kb, kc, alpha == 0, beta == 0, trans_a, trans_b, kernel, precision, out_dtype,
+                   tuple((k, v, type(v)) for k, v in tile_params.items()) if tile_params else (), tuned.version)
+            prepared = CACHE.get(key)
+            if prepared is not None:
+                result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta)
+                if result is not None:
+                    return result
+    return _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, key)
+
+
+def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha, beta):
+    """Launch a prepared call on these arrays; None where the full path must run
+    instead (out overlaps an input: the full path names the problem)."""
+    dev = prepared.device
+    make_current(dev)
+    if out is None:
+        out, pc = prepared.alloc()
+        if pc & 15:   # allocators align far beyond this; never seen, but the plan assumed it
+            return None
+    elif prepared.spans is not None and prepared.overlaps(pa, pb, pc):
+        return None
+    _tls.last_plan = prepared.run(pa, pb, pc, alpha, beta, prepared.stream(dev))
+    return out
+
+
+def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, key):
+    """Validate, plan and prepare (the first call of a signature), then run."""
+    call = planner.validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype)
     # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
-    kv = _kernel_view(call)
+    kv = planner.kernel_view(call)
     plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), op_a=kv.A.layout, op_b=kv.B.layout,
          batch=kv.launch_batch(), **call.dtypes, **tile_params)
     gpu = rt_device.gpu_info(call.device)
     # Kernels that exist only for some GPUs (wgmma: sm_90a) are refused before any copy.
     if kernel != "auto":
         registry.get(kernel).check_arch(gpu.arch)
-    if call.on_gpu:
-        return _matmul_gpu(call, gpu, kernel, tile_params, precision)
-    return _matmul_host(call, a, b, out, trans_a, trans_b, kernel, precision, tile_params)
+    if not call.on_gpu:
+        return _matmul_host(call, a, b, out, trans_a, trans_b, kernel, precision, tile_params, key)
+    return _matmul_gpu(call, gpu, kernel, tile_params, precision, out, key)
 
 
-@dataclass
-class _Call:
-    """A validated call, before any GPU access: the operands as the kernels see them."""
-
-    A: _Side
-    B: _Side
-    C: _Side | None        # None: a new result
-    K: int
-    batch_shape: tuple[int, ...]
-    result_shape: tuple[int, ...]
-    alpha: np.float32
-    beta: np.float32
-    dtypes: dict
-    device: int
-    on_gpu: bool
-
-
-def _validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> _Call:
-    """Every check matmul makes, in the order a user would want to hear about them."""
-    A, B = describe(a, "a"), describe(b, "b")
-    O = describe(out, "out") if out is not None else None
-    alpha, beta = _scalar(alpha, "alpha"), _scalar(beta, "beta")
-    for flag, name in ((trans_a, "trans_a"), (trans_b, "trans_b")):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise TypeError(f"{name} must be True or False (use the transpose of the operand); got {flag!r}")
-    for X in (A, B) + ((O,) if O is not None else ()):
-        _check_rank(X)
-        _check_dtype(X)
-        _check_32bit(X)
-    oa, ob = _op_name("a", trans_a), _op_name("b", trans_b)
-    la = A.shape[:-2] + ((A.shape[-1], A.shape[-2]) if trans_a else A.shape[-2:])
-    lb = B.shape[:-2] + ((B.shape[-1], B.shape[-2]) if trans_b else B.shape[-2:])
-    (M, K), (K2, N) = la[-2:], lb[-2:]
-    if K != K2:
-        raise ValueError(f"matmul: inner dimensions differ: {oa} has shape {la} (K={K}) but {ob} has shape "
-                         f"{lb} (K={K2}); {oa} @ {ob} needs {oa}.shape[-1] == {ob}.shape[-2]")
-    if A.on_gpu != B.on_gpu:
-        raise TypeError(f"{A.label()} and {B.label()} are not on the same side: pass both as "
-                        "NumPy arrays or both on the same GPU")
-    if A.on_gpu and A.device != B.device:
-        raise ValueError(f"{A.label()} and {B.label()} are on different devices")
-    batch_shape = _broadcast_batch(A, B, oa, ob)
-    result_shape = batch_shape + (M, N)
-    SC = None
-    if O is not None:
-        if O.shape != result_shape:
-            raise ValueError(f"{O.label()} has the wrong shape: {oa} @ {ob} is {result_shape} "
-                             f"({oa} {la}, {ob} {lb}; out must have the full broadcast shape)")
-        if O.on_gpu != A.on_gpu or (O.on_gpu and O.device != A.device):
-            raise ValueError(f"{O.label()} must be where a and b are ({A.where()})")
-        if O.kind == "numpy" and not O.obj.flags.writeable:
-            raise ValueError(f"{O.label()} is read-only")
-        if overlaps_itself(O.shape, O.strides):
-            raise ValueError(f"{O.label()} has element strides {O.strides}: some of its elements share "
-                             "memory (a zero or too small stride), so results would overwrite each other")
-        for X in (A, B):
-            lo, hi = O.span()
-            xlo, xhi = X.span()
-            if lo < xhi and xlo < hi:
-                raise ValueError(f"{O.label()} overlaps {X.label()} in memory; the result would "
-                                 "overwrite inputs still being read")
-        SC = _side(O, False, batch_shape)
-    elif beta != 0:
-        raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "
-                         "pass out= or leave beta=0")
-    dtype, out_dt = _resolve_dtypes(A, B, O, precision, out_dtype)
-    SA, SB = _side(A, bool(trans_a), batch_shape), _side(B, bool(trans_b), batch_shape)
-    for S in (SA, SB, SC):
-        if S is not None and S.copy and S.operand.kind == "cuda":
-            raise TypeError(f"{S.operand.label()} has element strides {S.operand.strides}, which gemmlab's "
-                            "kernels cannot read (no unit stride in its matrices, or a negative one), and "
-                            "gemmlab copies only CuPy arrays and PyTorch tensors: pass a contiguous array")
-    return _Call(SA, SB, SC, K, batch_shape, result_shape, alpha, beta, {"dtype": dtype, "out_dtype": out_dt},
-                 A.device if A.on_gpu else 0, A.on_gpu)
-
-
-@dataclass
-class _KernelView:
-    """The product as launched: C row-major.  A column-major out is computed as
-    out^T = op(b)^T op(a)^T: operands swapped, each read as its transpose."""
-
-    M: int
-    N: int
-    A: _Side
-    B: _Side
-    C: _Side | None
-    ptrs: dict          # side name -> device pointer (0 where not known yet: a copy, a new result)
-    itemsize: dict
-    batch_shape: tuple[int, ...]
-
-    def aligned16(self) -> bool:
-        sides = [("A", self.A), ("B", self.B)] + ([("C", self.C)] if self.C is not None else [])
-        return all(s.aligned16(self.itemsize[k], self.ptrs.get(k, 0)) for k, s in sides)
-
-    def launch_batch(self) -> int:
-        """Products per launch: the largest group of batch dimensions (see batch_groups)."""
-        sides = [self.A.batch, self.B.batch] + ([self.C.batch] if self.C is not None else [])
-        return max((n for n, _ in batch_groups(self.batch_shape, *sides)), default=1)
-
-
-def _kernel_view(call: _Call, C: _Side | None = None, ptrs: dict | None = None) -> _KernelView:
-    A, B, C = call.A, call.B, C if C is not None else call.C
-    M, N = A.rows, B.cols
-    item_in = _storage_itemsize(call.dtypes["dtype"])
-    itemsize = {"A": item_in, "B": item_in, "C": ITEMSIZE[call.dtypes["out_dtype"]]}
-    if ptrs is None:   # where the operands are now (a copy, not made yet, will be freshly allocated)
-        ptrs = {k: 0 if S.copy else S.operand.ptr for k, S in (("A", A), ("B", B), ("C", C)) if S is not None}
-    ptrs = dict(ptrs)
-    if C is not None and C.layout == "T" and not C.copy:
-        A, B, C, M, N = B.flipped(), A.flipped(), C.flipped(), N, M
-        ptrs["A"], ptrs["B"] = ptrs.get("B", 0), ptrs.get("A", 0)
-    return _KernelView(M, N, A, B, C, ptrs, itemsize, call.batch_shape)
-
-
-def _matmul_gpu(call: _Call, gpu, kernel: str, tile_params: dict, precision=None):
+def _matmul_gpu(call: planner.Call, gpu, kernel: str, tile_params: dict, precision, out, key):
+    """A validated call on GPU arrays: prepare it (and keep it under ``key``), run it."""
+    if any(S is not None and S.copy for S in (call.A, call.B, call.C)):
+        return _matmul_copied(call, out, call.A.trans, call.B.trans, kernel, precision, tile_params)
+    prepared = PreparedCall(call, gpu, kernel, tile_params, precision)
+    if key is not None:
+        CACHE.put(key, prepared)
     A, B = call.A.operand, call.B.operand
-    stream = current_stream(A)
-    if call.C is not None:
-        result = call.C.operand.obj
-    else:
+    pc = call.C.operand.ptr if call.C is not None else 0
+    result = _run_prepared(prepared, A.ptr, B.ptr, out, pc, call.alpha, call.beta)
+    if result is None:   # a result allocated off the 16-byte grid: plan for it as it is
         result = empty_like_kind(A, call.result_shape, call.device, call.dtypes["out_dtype"])
-    if 0 in call.result_shape:
-        return result
-    # Operands the kernels cannot read in place: one contiguous copy each (the
-    # side already describes the copy's strides).
-    ptrs = {"A": A.ptr, "B": B.ptr}
-    keep = []
-    for key, S in (("A", call.A), ("B", call.B)):
-        if S.copy:
-            keep.append(contiguous_copy(S.operand, call.device))
-            ptrs[key] = describe(keep[-1], S.operand.name).ptr
-    C = call.C if call.C is not None else _side(describe(result, "out"), False, call.batch_shape)
-    tmp = None
-    if C.copy:   # computed in a contiguous copy of out, copied back below
-        tmp = contiguous_copy(C.operand, call.device) if call.beta != 0 else \
-            empty_like_kind(C.operand, call.result_shape, call.device, call.dtypes["out_dtype"])
-        ptrs["C"] = describe(tmp, "out").ptr
-        C = dataclasses.replace(C, copy=False)
-    else:
-        ptrs["C"] = C.operand.ptr if call.C is not None else describe(result, "out").ptr
-    kv = _kernel_view(call, C, ptrs)
-    groups = batch_groups(call.batch_shape, kv.A.batch, kv.B.batch, kv.C.batch)
-    # The largest group of batch dimensions goes to gridDim.z, the others are looped over here.
-    z = max(range(len(groups)), key=lambda i: groups[i][0], default=None)
-    nz, zstr = groups[z] if z is not None else (1, (0, 0, 0))
-    outer = [g for i, g in enumerate(groups) if i != z]
-    ia, ic = kv.itemsize["A"], kv.itemsize["C"]
-    # TMA (wgmma) needs 16-byte aligned matrices and rows: every matrix of the batch.
-    batch_strides = [zstr[:2]] + [st[:2] for _, st in outer]
-    tma_ok = tma_aligned(kv.ptrs["A"], kv.M if kv.A.layout == "N" else call.K, kv.A.ld, kv.ptrs["B"],
-                         call.K if kv.B.layout == "N" else kv.N, kv.B.ld, ia) \
-        and all((s * ia) % 16 == 0 for st in batch_strides for s in st)
-    p = plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
-             op_a=kv.A.layout, op_b=kv.B.layout, batch=nz, arch=gpu.arch, tma_aligned=tma_ok, **call.dtypes,
-             **tile_params)
-    offsets = [[sum(i * st[k] for i, (_, st) in zip(idx, outer)) for k in range(3)]
-               for idx in itertools.product(*(range(n) for n, _ in outer))]
-    if precision in ec.EC_PRECISIONS:
-        # Every matrix of the batch, as stored: (ptr, rows, cols, ld) for the histograms.
-        def stored(side, key, rows, cols, k):
-            r, c = (rows, cols) if side.layout == "N" else (cols, rows)
-            return [(kv.ptrs[key] + (off[k] + z * zstr[k]) * ia, r, c, side.ld)
-                    for off in offsets for z in range(nz)]
-        p = _settle_method(p, precision, gpu, stream, stored(kv.A, "A", kv.M, call.K, 0),
-                           stored(kv.B, "B", call.K, kv.N, 1), call.alpha, kernel, tile_params, nz)
-    for off in offsets:
-        run_plan(p, gpu, stream, kv.ptrs["A"] + off[0] * ia, kv.A.ld, kv.ptrs["B"] + off[1] * ia, kv.B.ld,
-                 kv.ptrs["C"] + off[2] * ic, kv.C.ld, call.alpha, call.beta, batch=nz, strides=zstr)
-    _tls.last_plan = p
-    if tmp is not None:
-        copy_into(call.C.operand, tmp)
-    del keep   # the copies are freed in stream order by their libraries
+        return _matmul_gpu(planner.validate(A.obj, B.obj, result, call.alpha, call.beta, call.A.trans,
+                                            call.B.trans, precision, call.dtypes["out_dtype"]),
+                           gpu, kernel, tile_params, precision, result, None)
     return result
 
 
-def _matmul_host(call: _Call, a, b, out, trans_a, trans_b, kernel, precision, tile_params):
-    """NumPy in, NumPy out: stage through CuPy arrays on GPU 0 and run the GPU path."""
+def _matmul_copied(call: planner.Call, out, trans_a, trans_b, kernel, precision, tile_params):
+    """Operands the kernels cannot read in place (no unit stride, or a negative
+    one): one contiguous copy each, made on the caller's stream, then the call
+    on the copies; an out of that kind is computed in a contiguous copy and
+    copied back."""
+    a, b = (contiguous_copy(S.operand, call.device) if S.copy else S.operand.obj for S in (call.A, call.B))
+    target = out
+    if call.C is not None and call.C.copy:
+        C = call.C.operand
+        target = contiguous_copy(C, call.device) if call.beta != 0 else \
+            empty_like_kind(C, call.result_shape, call.device, call.dtypes["out_dtype"])
+    result = matmul(a, b, out=target, alpha=float(call.alpha), beta=float(call.beta), trans_a=trans_a,
+                    trans_b=trans_b, kernel=kernel, precision=precision, out_dtype=call.dtypes["out_dtype"],
+                    **tile_params)
+    if target is not out:
+        copy_into(call.C.operand, target)
+        return out
+    return result
+
+
+def _matmul_host(call: planner.Call, a, b, out, trans_a, trans_b, kernel, precision, tile_params, key=None):
+    """NumPy in, NumPy out: stage through CuPy arrays on GPU 0 and run the GPU path
+    (``key`` is unused: host arrays are not prepared, their copies are)."""
     cp = need_cupy("NumPy inputs")
 
     def staged(x):   # C- and F-ordered arrays keep their layout; others become C-ordered on the host
@@ -751,7 +195,7 @@ def _matmul_host(call: _Call, a, b, out, trans_a, trans_b, kernel, precision, ti
                 raise gpu_memory_error(f"copying a {a.shape}, b {b.shape} and the result {call.result_shape} "
                                        "to the GPU", nbytes, call.device, exc) from exc
             raise
-        matmul(da, db, out=dc, alpha=call.alpha, beta=call.beta, trans_a=trans_a, trans_b=trans_b,
+        matmul(da, db, out=dc, alpha=float(call.alpha), beta=float(call.beta), trans_a=trans_a, trans_b=trans_b,
                kernel=kernel, precision=precision, **tile_params)
         host = cp.asnumpy(dc)
     if out is not None:
@@ -759,28 +203,6 @@ def _matmul_host(call: _Call, a, b, out, trans_a, trans_b, kernel, precision, ti
         return out
     return host
 
-
-def _settle_method(p: Plan, precision, gpu, stream: int, a_mats, b_mats, alpha, kernel: str, tile_params,
-                   batch: int = 1) -> Plan:
-    """For the error-corrected precisions: the method and scales, from the data
-    where the precision asks for it (fp32_tc, fp16_ec_scaled).  ``a_mats`` and
-    ``b_mats`` list every matrix of A and of B as stored on the GPU, as
-    (ptr, rows, cols, ld); one histogram counts them all."""
-    if precision in ("fp16_ec", "tf32_ec"):
-        return replace(p, method=precision)
-    if alpha == 0 or p.problem.K == 0:   # nothing is read: no statistics needed
-        return replace(p, method=precision, reason="alpha = 0 or K = 0: A and B are not read")
-    stats = ec.exponent_stats(gpu, stream, a_mats + b_mats)
-    stats_a = ec.ExponentStats(sum(s.counts for s in stats[:len(a_mats)]))
-    stats_b = ec.ExponentStats(sum(s.counts for s in stats[len(a_mats):]))
-    choice = ec.choose(stats_a, stats_b) if precision == "fp32_tc" else ec.scaled_choice(stats_a, stats_b)
-    if choice.kernel_dtype != p.problem.dtype:
-        pr = p.problem
-        p = plan(kernel, pr.M, pr.N, pr.K, aligned16=pr.aligned16, sm_count=gpu.sm_count, gpu_slug=gpu.slug,
-                 dtype=choice.kernel_dtype, out_dtype=pr.out_dtype, op_a=pr.op_a, op_b=pr.op_b, batch=batch,
-                 arch=gpu.arch, tma_aligned=pr.tma_aligned, **tile_params)
-    log.debug("precision=%r: %s (%s)", precision, choice.method, choice.reason)
-    return replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
 
 
 def matmul_strided_batched(a, b, batch: int, stride_a: int, stride_b: int, *, out=None, stride_out=None,
@@ -851,3 +273,4 @@ def _batch_view(x, name: str, batch: int, stride: int):
 def kernels() -> list[dict]:
     """The registry: every kernel with its family, dtypes, tile parameters, rules and description."""
     return [s.describe() for s in registry.ladder()]
+

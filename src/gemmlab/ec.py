@@ -147,12 +147,12 @@ def exponent_stats(gpu, stream: int, operands) -> list[ExponentStats]:
     computed on the GPU on ``stream`` (one pass over each), then copied back."""
     from cuda.bindings import driver
 
-    from .api import _make_current
     from .kernels import registry
     from .runtime import compile as rt_compile
+    from .runtime.device import make_current
     from .runtime.launch import device_workspace, launch, stream_from_handle
 
-    _make_current(gpu.ordinal)   # callable before any matmul on this thread
+    make_current(gpu.ordinal)   # callable before any matmul on this thread
     kernel = rt_compile.load_kernel(registry.EXPONENT_HISTOGRAM_SOURCE, registry.EXPONENT_HISTOGRAM_KERNEL,
                                     gpu.arch)
     n = len(operands)

@@ -1,4 +1,4 @@
-"""The autotuner and the tuned-configuration tables it writes.
+"""The autotuner: ``gemmlab tune`` writes the tables gemmlab.tuned reads.
 
 ``gemmlab tune`` (or :func:`tune`) takes each shape of a suite, runs every
 candidate configuration of the chosen kernels once on poisoned output and
@@ -17,21 +17,14 @@ shape nearest to it (in log2 M, log2 N, log2 K).
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
-import math
-import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .kernels import registry
-from .kernels.registry import KERNEL_DIR, KernelSpec
-from .runtime.compile import cache_dir
-
-SHIPPED_DIR = Path(__file__).resolve().parent / "tuned"
+from .kernels.registry import KernelSpec
+from .tuned import (TunedTable, _read_json, _write_json_atomic, load_table, progress_path, reload, shape_key,
+                    sources_digest, user_table_path)
 
 DEFAULT_KERNELS = ("vectorized", "warptile", "pipelined")
 DEFAULT_SIZES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
@@ -46,27 +39,8 @@ CUTOFF = 1.3           # a candidate this much slower than the best so far gets 
 TOLERANCE = 1e-5       # relative Frobenius error vs FP64 a candidate must meet
 
 
-def shape_key(M: int, N: int, K: int) -> str:
-    return f"{M}x{N}x{K}"
-
-
-def parse_shape_key(key: str) -> tuple[int, int, int]:
-    M, N, K = (int(v) for v in key.split("x"))
-    return M, N, K
-
-
 def candidate_key(kernel: str, params: dict) -> str:
     return kernel + ":" + ",".join(f"{k}={v}" for k, v in params.items())
-
-
-def sources_digest() -> str:
-    """A digest of every kernel source and header: timings of other code are stale."""
-    h = hashlib.sha256()
-    for path in sorted(KERNEL_DIR.rglob("*")):
-        if path.suffix in (".cu", ".cuh"):
-            h.update(path.relative_to(KERNEL_DIR).as_posix().encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
 
 
 # -- the search space ---------------------------------------------------------
@@ -88,98 +62,6 @@ def candidates(spec: KernelSpec, M: int, N: int, K: int, sm_count: int) -> list[
 
 
 # -- tables -------------------------------------------------------------------
-
-@dataclass
-class TunedTable:
-    """Winners per shape: ``shapes[shape_key] = {"best": {...}, "kernels": {name: {...}}}``,
-    each winner ``{"kernel", "params", "ms", "tflops"}`` plus ``"cublas_ms"`` per shape."""
-
-    gpu: str
-    shapes: dict
-    source: str = ""
-    _memo: dict = field(default_factory=dict, repr=False, compare=False)
-
-    def lookup(self, kernel: str, M: int, N: int, K: int) -> tuple[str, dict] | None:
-        """(kernel, params) tuned for the nearest shape; ``kernel="auto"`` takes the
-        overall winner.  None if no tuned shape has that kernel.  Memoised: this
-        runs on every matmul call."""
-        key = (kernel, M, N, K)
-        if key not in self._memo:
-            self._memo[key] = self._nearest(kernel, M, N, K)
-        found = self._memo[key]
-        return (found[0], dict(found[1])) if found else None
-
-    def _nearest(self, kernel: str, M: int, N: int, K: int) -> tuple[str, dict] | None:
-        best, best_d = None, math.inf
-        for key, entry in self.shapes.items():
-            win = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)
-            if not win:
-                continue
-            m, n, k = parse_shape_key(key)
-            d = abs(math.log2(M / m)) + abs(math.log2(N / n)) + abs(math.log2(K / k))
-            if d < best_d:
-                best, best_d = win, d
-        return (best["kernel"], dict(best["params"])) if best else None
-
-    def to_json(self) -> dict:
-        return {"gpu": self.gpu, "gemmlab_sources": sources_digest(), "shapes": self.shapes}
-
-
-def user_table_path(slug: str) -> Path:
-    return cache_dir() / "tuned" / f"{slug}.json"
-
-
-def progress_path(slug: str) -> Path:
-    return cache_dir() / "tuned" / f"{slug}.progress.json"
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        import warnings
-        warnings.warn(f"gemmlab: ignoring unreadable tuning file {path} ({exc})", RuntimeWarning, stacklevel=3)
-        return None
-
-
-def _valid_winner(win) -> bool:
-    """A stored winner whose kernel and parameters this version still accepts."""
-    try:
-        registry.get(win["kernel"]).resolve(win["params"])
-        return True
-    except (KeyError, TypeError, ValueError):
-        return False
-
-
-@functools.lru_cache(maxsize=None)
-def load_table(slug: str) -> TunedTable | None:
-    """The shipped table for this GPU model, overridden shape by shape by the
-    user's own (from ``gemmlab tune``).  Entries this version cannot run are dropped."""
-    shapes, sources = {}, []
-    for path in (SHIPPED_DIR / f"{slug}.json", user_table_path(slug)):
-        data = _read_json(path)
-        if not data:
-            continue
-        sources.append(str(path))
-        for key, entry in data.get("shapes", {}).items():
-            entry = dict(entry)
-            entry["kernels"] = {k: w for k, w in entry.get("kernels", {}).items() if _valid_winner(w)}
-            if entry.get("best") and not _valid_winner(entry["best"]):
-                entry.pop("best")
-            shapes[key] = entry
-    if not shapes:
-        return None
-    return TunedTable(slug, shapes, "; ".join(sources))
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-
 
 # -- the tuner ----------------------------------------------------------------
 
@@ -240,7 +122,9 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, j
     import cupy as cp
     import numpy as np
 
-    from .api import _make_current, contiguous_aligned16, plan, run_plan
+    from .executor import run_plan
+    from .planner import contiguous_aligned16, plan
+    from .runtime.device import make_current
     from .bench.timing import time_gpu
     from .runtime.compile import precompile
     from .runtime.device import gpu_info
@@ -249,7 +133,7 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, j
     specs = [registry.get(k) for k in kernels]
     gpu_info(0)   # without a GPU: gemmlab's NoGPUError, before CuPy touches the driver
     gpu = gpu_info(cp.cuda.Device().id)
-    _make_current(gpu.ordinal)
+    make_current(gpu.ordinal)
     log = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     prog = _Progress(progress_path(gpu.slug), gpu.name, fresh)
     if prog.resumed:
@@ -350,6 +234,6 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, j
     merged = (_read_json(target) or {}).get("shapes", {}) if not output else {}
     merged.update(shapes)
     _write_json_atomic(target, {**table.to_json(), "gpu": gpu.name, "shapes": merged})
-    load_table.cache_clear()
+    reload()
     log(f"wrote {target}")
     return table

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from ..runtime.compile import INCLUDE_DIR
+
 KERNEL_DIR = Path(__file__).resolve().parent
-INCLUDE_DIR = KERNEL_DIR / "include"
 
 # Every GEMM kernel's parameters; the last three are the batch strides (layout.cuh).
 _SIGNATURE = ("(int M, int N, int K, float alpha, const T* A, int lda, const T* B, int ldb, float beta, "

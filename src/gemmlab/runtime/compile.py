@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CompileError, HeaderNotFoundError
-from ..kernels.registry import INCLUDE_DIR
 from .headers import find_cuda_headers
 
+# gemmlab's own device headers (kernels/include/gemmlab/*.cuh): a folder of the
+# package, found by path, so that the runtime imports nothing above it.
+INCLUDE_DIR = Path(__file__).resolve().parents[1] / "kernels" / "include"
 PTXAS_OPTIONS = ("-v", "--warn-on-spills")
 _lock = threading.RLock()
 

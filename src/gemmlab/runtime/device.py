@@ -6,6 +6,7 @@ needs the GPU raises :class:`gemmlab.NoGPUError` saying what is missing.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from ..errors import NoGPUError
@@ -127,3 +128,16 @@ def gpu_available() -> bool:
         return True
     except NoGPUError:
         return False
+
+
+_tls = threading.local()
+
+
+def make_current(ordinal: int) -> None:
+    """Make GPU ``ordinal``'s primary context current on this thread (the driver
+    calls of a launch need one; a thread that only used PyTorch or CuPy may have
+    none yet).  Once per thread and device."""
+    if getattr(_tls, "device", None) != ordinal:
+        from cuda.core import Device
+        Device(ordinal).set_current()
+        _tls.device = ordinal

@@ -60,6 +60,29 @@ def _config(grid, block, smem_bytes: int, cluster):
                         block=tuple(block), shmem_size=smem_bytes)
 
 
+class LaunchShape:
+    """A launch's grid (in blocks), block, dynamic shared memory and cluster, with
+    cuda.core's LaunchConfig built once, at the first launch."""
+
+    __slots__ = ("grid", "block", "smem_bytes", "cluster", "_config")
+
+    def __init__(self, grid, block, smem_bytes: int = 0, cluster=(1, 1, 1)):
+        self.grid, self.block, self.smem_bytes, self.cluster = tuple(grid), tuple(block), smem_bytes, tuple(cluster)
+        self._config = None
+
+    def config(self):
+        if self._config is None:
+            self._config = _config(self.grid, self.block, self.smem_bytes, self.cluster)
+        return self._config
+
+
+def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -> None:
+    """Enqueue ``kernel`` with a prepared shape: the per-call path of a prepared
+    call (arguments: NumPy scalars, ints for pointers, cuda.core tensor maps)."""
+    from cuda.core import launch as cc_launch
+    cc_launch(stream_from_handle(stream_handle), shape.config(), kernel, *args)
+
+
 def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args, cluster=(1, 1, 1)) -> None:
     """Enqueue ``kernel`` on the stream (``grid`` in blocks, ``cluster`` blocks per
     cluster).  Arguments: NumPy scalars, ints (device pointers), cuda.core

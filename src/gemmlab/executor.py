@@ -1,0 +1,353 @@
+"""The executor: plans bound to a GPU, and the prepared calls that repeat them.
+
+A :class:`Launcher` is one plan made ready to launch: the kernel loaded, its
+shared-memory limit raised, launch shapes per batch chunk built, the integer
+arguments boxed.  Its :meth:`Launcher.run` fills in the pointers and the two
+scalars and enqueues.  A :class:`PreparedCall` is everything one signature of
+``gemmlab.matmul`` runs (a launcher, the operand swap of a column-major out,
+the host loop over batch dimensions that do not fit gridDim.z, how to allocate
+the result, where the operands sit relative to each other), stored in
+:data:`CACHE` under a key of cheap attribute reads, so that repeated calls do
+no validation or planning at all (gemmlab.api builds the key).
+
+Every launch goes to the caller's current stream; workspaces are stream-ordered
+allocations, so calls are asynchronous and can be captured in CUDA graphs --
+except the error-corrected methods that read exponent statistics back to the
+host (``precision="fp32_tc"``, ``"fp16_ec_scaled"``), which refuse capture.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from . import ec
+from .arrays import ITEMSIZE, allocator, stream_getter
+from .kernels import registry
+from .planner import Batching, Call, KernelView, Plan, kernel_view, plan_call, plan_for_choice, result_side, \
+    storage_itemsize, batching
+from .runtime import compile as rt_compile
+from .runtime.device import GPUInfo, make_current
+from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, allow_dynamic_smem, clusters_that_fit,
+                             device_workspace, launch, launch_shaped, stream_from_handle)
+from .runtime.tma import Operands
+
+log = logging.getLogger("gemmlab")
+
+GRID_Z_MAX = 65535      # batches per launch (gridDim.z); more are launched in chunks
+SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (batches are chunked)
+
+_f32_memo: dict = {}
+
+
+def f32(x) -> np.float32:
+    """np.float32(x), memoised for the few values alpha and beta usually take
+    (building a NumPy scalar costs more than the rest of a launch's arguments)."""
+    v = _f32_memo.get(x)
+    if v is None:
+        v = np.float32(x)
+        if len(_f32_memo) < 256:
+            _f32_memo[x] = v
+    return v
+
+
+class Launcher:
+    """A plan bound to ``gpu``, to leading dimensions ``lds`` = (lda, ldb, ldc)
+    and to ``batch`` products ``strides`` elements apart (A, B, C; 0 repeats a
+    matrix), which go to gridDim.z GRID_Z_MAX at a time (kernels with their own
+    argument builder, wgmma and ec_wgmma, get one launch per matrix)."""
+
+    def __init__(self, p: Plan, gpu: GPUInfo, lds: tuple[int, int, int], batch: int = 1,
+                 strides: tuple[int, int, int] = (0, 0, 0)):
+        p.spec.check_arch(gpu.arch, gpu.name)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("preparing %s on %s", p.describe(), gpu.name)
+        make_current(gpu.ordinal)
+        self.plan, self.gpu, self.lds, self.batch = p, gpu, tuple(lds), batch
+        self.kernel = rt_compile.load_kernel(p.spec.source_path, p.name_expression, gpu.arch)
+        self.geo = geo = p.spec.launch(p.params, p.problem)
+        if geo.smem_bytes > DEFAULT_DYNAMIC_SMEM:
+            if geo.smem_bytes > gpu.max_smem_per_block_optin:
+                raise ValueError(f"{p.describe()} needs {geo.smem_bytes} bytes of shared memory per block; "
+                                 f"{gpu.name} allows {gpu.max_smem_per_block_optin}")
+            allow_dynamic_smem(self.kernel, geo.smem_bytes, gpu.ordinal)
+        pr = p.problem
+        self.item_in, self.item_out = storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
+        self.strides = tuple(strides)
+        self.splits = splits = p.spec.splits(p.params)
+        self.quick_ok = pr.out_dtype == "float32"   # 16-bit outputs: the kernels handle alpha == 0
+        self.own_args = p.spec.kernel_args is not None
+        M, N, K = pr.M, pr.N, pr.K
+        lda, ldb, ldc = (np.int32(x) for x in lds)
+        sa, sb, sc = (np.int64(s) for s in strides)
+        self.extra = p.extra_args()
+        per_launch = GRID_Z_MAX
+        if splits > 1:
+            per_launch = max(1, min(per_launch, SPLITK_WORKSPACE_LIMIT // max(1, 4 * splits * M * N)))
+        # One entry per gridDim.z chunk: byte offsets of its first A, B, C and its launch shapes.
+        self.chunks = []
+        for z0 in range(0, batch, per_launch):
+            nz = min(per_launch, batch - z0)
+            self.chunks.append((z0 * strides[0] * self.item_in, z0 * strides[1] * self.item_in,
+                                z0 * strides[2] * self.item_out, nz, LaunchShape(
+                                    (geo.grid[0], geo.grid[1], nz), geo.block, geo.smem_bytes, geo.cluster)))
+        self._reduce = None     # split-K's reduction and BLAS's quick return, loaded when first needed
+        self._cluster_grid = None
+        self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
+        self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
+        if splits > 1:
+            self.slice_ws = splits * M * N
+            self.ldw = np.int32(N)
+
+    # -- the per-call part ---------------------------------------------------------------
+    def run(self, stream: int, A: int, B: int, C: int, alpha, beta) -> None:
+        """Enqueue the product on ``stream``: C = alpha * op(A) @ op(B) + beta * C for
+        every matrix of the batch (A, B, C: device addresses of the first ones)."""
+        if (alpha == 0 or self.plan.problem.K == 0) and self.quick_ok:
+            self._quick_return(stream, C, beta)
+            return
+        if self.own_args:
+            self._run_own_args(stream, A, B, C, alpha, beta)
+            return
+        alpha32, beta32 = f32(alpha), f32(beta)
+        M, N, K = self.args_mk
+        lda, ldb, ldc, sa, sb, sc = self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc
+        if self.splits == 1:
+            for da, db, dc, _, shape in self.chunks:
+                launch_shaped(self.kernel, shape, stream, (M, N, K, alpha32, A + da, lda, B + db, ldb, beta32,
+                                                           C + dc, ldc, sa, sb, sc) + self.extra)
+            return
+        # Split-K: the partial products go to a workspace on the caller's stream
+        # (stream-ordered, so concurrent calls on other streams get their own;
+        # splits * M * N floats per batch), then one more kernel adds them into C
+        # with alpha and beta.
+        reduce, threads = self._reduce_kernel()
+        for da, db, dc, nz, shape in self.chunks:
+            ws = device_workspace(self.gpu, stream, 4 * self.slice_ws * nz, f"{self.plan.describe()} (split-K)",
+                                  "use a smaller SPLITK")
+            try:
+                w = int(ws.handle)
+                launch_shaped(self.kernel, shape, stream, (M, N, K, f32(1.0), A + da, lda, B + db, ldb, f32(0.0), w,
+                                                           self.ldw, sa, sb, np.int64(self.slice_ws)))
+                launch_shaped(reduce, self._reduce_shape(nz), stream,
+                              (M, N, np.int32(self.splits), w, alpha32, beta32, C + dc, ldc, sc))
+            finally:
+                ws.close(stream_from_handle(stream))   # freed in stream order, after the reduction
+
+    def _reduce_kernel(self):
+        if self._reduce is None:
+            self._reduce = (rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL,
+                                                   self.gpu.arch), registry.SPLITK_REDUCE_THREADS)
+        return self._reduce
+
+    def _reduce_shape(self, nz: int) -> LaunchShape:
+        pr = self.plan.problem
+        threads = registry.SPLITK_REDUCE_THREADS
+        return LaunchShape((-(-pr.M * pr.N // threads), nz, 1), (threads, 1, 1))
+
+    def _quick_return(self, stream: int, C: int, beta) -> None:
+        """BLAS quick return: the product is empty (alpha == 0 or K == 0), so C =
+        beta * C without reading A or B (NaN or Inf in them must not reach C); the
+        reduction kernel with no slices does exactly that."""
+        reduce, _ = self._reduce_kernel()
+        M, N, _ = self.args_mk
+        for _, _, dc, nz, _ in self.chunks:
+            launch_shaped(reduce, self._reduce_shape(nz), stream,
+                          (M, N, np.int32(0), 0, f32(0.0), f32(beta), C + dc, self.ldc, self.sc))
+
+    def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta) -> None:
+        """One launch per matrix with a kernel whose spec builds its arguments
+        (wgmma: TMA tensor maps; ec_wgmma: its split pre-pass and maps)."""
+        p, geo, gpu = self.plan, self.geo, self.gpu
+        grid = geo.grid
+        if geo.persistent and geo.cluster != (1, 1, 1):
+            if self._cluster_grid is None:
+                # A persistent grid of clusters: only as many as can run at once (a GPC whose
+                # free SMs do not divide by the cluster size leaves some unused).
+                fit = clusters_that_fit(self.kernel, grid, geo.block, geo.smem_bytes, geo.cluster, stream)
+                if fit < 1:
+                    raise RuntimeError(f"{p.describe()}: no cluster of {geo.cluster} blocks fits on {gpu.name}")
+                self._cluster_grid = (min(grid[0], fit * geo.cluster[0]), 1, 1)
+            grid = self._cluster_grid
+        lda, ldb, ldc = self.lds
+        sa, sb, sc = self.strides[0] * self.item_in, self.strides[1] * self.item_in, self.strides[2] * self.item_out
+        for z in range(self.batch):
+            ops = Operands(A + z * sa, lda, B + z * sb, ldb, C + z * sc, ldc)
+            with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta) as args:
+                launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
+
+
+# -- launching a plan on raw pointers (the harness's kernel-only path) -----------------------
+
+_launchers: OrderedDict = OrderedDict()
+_launchers_lock = threading.Lock()
+LAUNCHERS_KEPT = 256
+
+
+def launcher(p: Plan, gpu: GPUInfo, lds, batch: int = 1, strides=(0, 0, 0)) -> Launcher:
+    """The Launcher of a plan, built once per plan, GPU, leading dimensions and batch."""
+    key = (p.key, gpu.ordinal, gpu.arch, tuple(int(x) for x in lds), batch, tuple(strides))
+    found = _launchers.get(key)
+    if found is None:
+        found = Launcher(p, gpu, lds, batch, strides)
+        with _launchers_lock:
+            _launchers[key] = found
+            while len(_launchers) > LAUNCHERS_KEPT:
+                _launchers.popitem(last=False)
+    return found
+
+
+def run_plan(p: Plan, gpu: GPUInfo, stream: int, A_ptr: int, lda: int, B_ptr: int, ldb: int,
+             C_ptr: int, ldc: int, alpha, beta, *, batch: int = 1, strides: tuple[int, int, int] = (0, 0, 0)) -> None:
+    """Launch an already validated plan on raw device pointers: what the
+    benchmark's kernel-only figure and the tuner time.  ``batch`` products, the
+    i-th at A_ptr + i * strides[0] elements (B and C likewise)."""
+    launcher(p, gpu, (lda, ldb, ldc), batch, strides).run(stream, A_ptr, B_ptr, C_ptr, alpha, beta)
+
+
+# -- prepared calls ---------------------------------------------------------------------------
+
+class CaptureError(RuntimeError):
+    """A call that cannot run inside CUDA-graph capture."""
+
+
+def stream_is_capturing(stream: int) -> bool:
+    from cuda.bindings import driver
+    err, status = driver.cuStreamIsCapturing(driver.CUstream(stream))
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuStreamIsCapturing failed: {err.name}")
+    return status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+
+
+class _MethodChooser:
+    """precision="fp32_tc" / "fp16_ec_scaled": the exponent statistics of every
+    matrix of A and B on the GPU, read back (a host synchronisation), then the
+    method and scales, and the launcher for them (kept per plan)."""
+
+    def __init__(self, base: Plan, precision: str, gpu: GPUInfo, kernel: str, tile_params: dict, lds, bt: Batching,
+                 mats_a, mats_b):
+        self.base, self.precision, self.gpu, self.kernel, self.tile_params = base, precision, gpu, kernel, tile_params
+        self.lds, self.bt, self.mats_a, self.mats_b = lds, bt, mats_a, mats_b
+        self._launchers: dict = {}
+
+    def __call__(self, A: int, B: int, stream: int) -> tuple[Plan, Launcher]:
+        if stream_is_capturing(stream):
+            raise CaptureError(
+                f"precision={self.precision!r} reads the exponent statistics of a and b back to the host to "
+                "choose its method, which CUDA-graph capture forbids; inside a graph use precision='fp16_ec' "
+                "(values within FP16's range) or 'tf32_ec' (any range)")
+        mats = [(A + off, r, c, ld) for off, r, c, ld in self.mats_a] + \
+               [(B + off, r, c, ld) for off, r, c, ld in self.mats_b]
+        stats = ec.exponent_stats(self.gpu, stream, mats)
+        stats_a = ec.ExponentStats(sum(s.counts for s in stats[:len(self.mats_a)]))
+        stats_b = ec.ExponentStats(sum(s.counts for s in stats[len(self.mats_a):]))
+        choice = ec.choose(stats_a, stats_b) if self.precision == "fp32_tc" else ec.scaled_choice(stats_a, stats_b)
+        p = plan_for_choice(self.base, choice, self.gpu, self.kernel, self.tile_params, self.bt.nz)
+        found = self._launchers.get(p.key)
+        if found is None:
+            found = self._launchers[p.key] = Launcher(p, self.gpu, self.lds, self.bt.nz, self.bt.strides)
+        return p, found
+
+
+class PreparedCall:
+    """What one signature of gemmlab.matmul runs, with the pointers left open."""
+
+    def __init__(self, call: Call, gpu: GPUInfo, kernel: str, tile_params: dict, precision):
+        C = call.C if call.C is not None else result_side(call)
+        ptrs = {"A": call.A.operand.ptr, "B": call.B.operand.ptr,
+                "C": call.C.operand.ptr if call.C is not None else 0}   # a new result: aligned
+        kv: KernelView = kernel_view(call, C, ptrs)
+        self.swap = C.layout == "T"      # out^T = op(b)^T op(a)^T: the kernel's A is b
+        bt = batching(kv)
+        p = plan_call(call, kv, bt, gpu, kernel, tile_params)
+        self.empty = 0 in call.result_shape
+        self.device, self.gpu = call.device, gpu
+        # The caller's stream and, without out, the result: of a's kind (PyTorch or CuPy).
+        kind = call.A.operand.kind
+        self.stream = stream_getter(kind)
+        self.alloc = None if call.C is not None else \
+            allocator(kind, call.result_shape, call.device, call.dtypes["out_dtype"])
+        ia, ic = kv.itemsize["A"], kv.itemsize["C"]
+        self.offsets = tuple((oa * ia, ob * ia, oc * ic) for oa, ob, oc in bt.offsets)
+        lds = (kv.A.ld, kv.B.ld, kv.C.ld)
+        self.chooser = None
+        if precision in ("fp32_tc", "fp16_ec_scaled") and call.alpha != 0 and call.K != 0:
+            def stored(side, rows, cols, k, item):
+                r, c = (rows, cols) if side.layout == "N" else (cols, rows)
+                return [(off[k] * item + z * bt.strides[k] * item, r, c, side.ld)
+                        for off in bt.offsets for z in range(bt.nz)]
+            self.chooser = _MethodChooser(p, precision, gpu, kernel, tile_params, lds, bt,
+                                          stored(kv.A, kv.M, call.K, 0, ia), stored(kv.B, call.K, kv.N, 1, ia))
+        elif precision in ("fp32_tc", "fp16_ec_scaled"):   # nothing is read: no statistics needed
+            p = dataclasses.replace(p, method=precision, reason="alpha = 0 or K = 0: A and B are not read")
+        elif precision in ec.EC_PRECISIONS:
+            p = dataclasses.replace(p, method=precision)
+        self.plan = p
+        self.launcher = None if self.empty else Launcher(p, gpu, lds, bt.nz, bt.strides)
+        # Where the operands sit relative to their data pointers, for the overlap check with out.
+        self.spans = None
+        if call.C is not None:
+            self.spans = tuple((lo - S.operand.ptr, hi - S.operand.ptr)
+                               for S in (call.A, call.B, call.C) for lo, hi in (S.operand.span(),))
+
+    def overlaps(self, A: int, B: int, C: int) -> bool:
+        """Whether out's memory meets a's or b's at these addresses (then the full
+        validation runs again and names the problem)."""
+        (alo, ahi), (blo, bhi), (clo, chi) = self.spans
+        lo, hi = C + clo, C + chi
+        return (lo < A + ahi and A + alo < hi) or (lo < B + bhi and B + blo < hi)
+
+    def run(self, A: int, B: int, C: int, alpha, beta, stream: int) -> Plan:
+        """Enqueue the call on ``stream`` (a, b, out at A, B, C); returns the plan that ran."""
+        if self.empty:
+            return self.plan
+        if self.swap:
+            A, B = B, A
+        p, run = self.plan, self.launcher
+        if self.chooser is not None:
+            p, run = self.chooser(A, B, stream)
+        for da, db, dc in self.offsets:
+            run.run(stream, A + da, B + db, C + dc, alpha, beta)
+        return p
+
+
+class PreparedCache:
+    """Prepared calls by signature: bounded (least recently used goes first),
+    shared by every thread (a lock guards changes; reads are single dict
+    operations)."""
+
+    def __init__(self, size: int = 512):
+        self.size = size
+        self._d: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key) -> PreparedCall | None:
+        found = self._d.get(key)
+        if found is not None:
+            with self._lock:
+                try:
+                    self._d.move_to_end(key)
+                except KeyError:   # evicted by another thread meanwhile
+                    pass
+        return found
+
+    def put(self, key, prepared: PreparedCall) -> None:
+        with self._lock:
+            self._d[key] = prepared
+            self._d.move_to_end(key)
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+CACHE = PreparedCache()

@@ -1,0 +1,567 @@
+"""The planner: every check a call makes, and the choice of kernel.
+
+From the caller's arrays (described by gemmlab.arrays) to a :class:`Plan`:
+validation in the order a user wants to hear about problems (:func:`validate`,
+raising ValueError / TypeError that name the operands and the rule before
+anything touches the GPU), the layouts and batch strides the kernels read
+(:func:`kernel_view`), and the kernel with its tile parameters (:func:`plan`:
+a named kernel, a tuned table's answer, or the ``"auto"`` rules).  Nothing here
+launches anything: the executor turns a plan into launches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import numbers
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from . import ec, tuned
+from .arrays import ITEMSIZE, Operand, describe
+from .kernels import registry
+from .kernels.registry import KernelSpec, Problem
+from .runtime.tma import tma_aligned
+
+# Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
+# float16 and bfloat16 for the tensor-core ladder.
+SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
+# None: what the inputs' dtype means (FP32 on CUDA cores for float32); "tf32":
+# one TF32 tensor-core pass; the error-corrected FP32 methods of gemmlab.ec.
+PRECISIONS = (None, "fp32", "tf32", *ec.EC_PRECISIONS)
+
+log = logging.getLogger("gemmlab")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a call will run: the kernel, its resolved tile parameters and launch shape."""
+
+    spec: KernelSpec
+    params: dict
+    problem: Problem
+    name_expression: str
+    extra: dict = field(default_factory=dict)   # values of spec.extra_args (default 1.0)
+    method: str = ""                            # error-corrected FP32: the method used
+    reason: str = ""                            # why this kernel or method, where a choice was made
+    # Why the kernel asked for is not the one that runs (see KernelSpec.why_unusable), or "".
+    fallback_reason: str = ""
+
+    def describe(self) -> str:
+        p = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        text = f"{self.spec.name}({p})" if p else self.spec.name
+        notes = [n for n in (self.method, self.fallback_reason) if n]
+        return f"{text} [{'; '.join(notes)}]" if notes else text
+
+    def extra_args(self) -> tuple:
+        return tuple(np.float32(self.extra.get(name, 1.0)) for name in self.spec.extra_args)
+
+    @property
+    def key(self) -> tuple:
+        """Everything that makes two plans launch differently (hashable; Plan holds dicts)."""
+        return (self.spec.name, self.name_expression, self.problem, tuple(sorted(self.params.items())),
+                tuple(sorted(self.extra.items())))
+
+
+def scalar(value, name: str) -> np.float32:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
+    return np.float32(value)
+
+
+INT32_MAX = 2**31 - 1   # the kernels take sizes and leading dimensions as 32-bit ints
+
+
+def storage_itemsize(dtype: str) -> int:
+    """Bytes per input element for a kernel dtype: TF32 and the error-corrected
+    methods read float32 storage."""
+    return ITEMSIZE["float32" if dtype in registry.FLOAT32_RESULT else dtype]
+
+
+def contiguous_tma_aligned(M: int, N: int, K: int, elem_bytes: int) -> bool:
+    """Whether fresh contiguous M x K and K x N arrays allow TMA tensor maps
+    (rows of a multiple of 16 bytes, or a single row)."""
+    return tma_aligned(0, M, max(K, 1), 0, K, max(N, 1), elem_bytes)
+
+
+def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N", dtype: str = "float32",
+                         out_dtype: str | None = None) -> bool:
+    """Whether fresh contiguous (256-byte aligned) arrays -- op(A) M x K and op(B)
+    K x N stored with layouts op_a / op_b, C M x N row-major -- allow the
+    kernels' 16-byte accesses: every stored row a multiple of 16 bytes, each
+    operand in its own element size (4 floats, or 8 16-bit elements)."""
+    e = storage_itemsize(dtype)
+    eo = ITEMSIZE[out_dtype or ("float32" if dtype in registry.FLOAT32_RESULT else dtype)]
+    widths = ((K if op_a == "N" else M) * e, (N if op_b == "N" else K) * e, N * eo)
+    return all(w % 16 == 0 for w in widths)
+
+
+# -- operand layouts and batches ------------------------------------------------
+
+def matrix_layout(shape, strides) -> tuple[str, int] | None:
+    """How the kernels read a rows x cols matrix with these element strides:
+    ``("N", ld)`` row-major, ``("T", ld)`` column-major (a transposed view of a
+    row-major array, or Fortran order), or None when neither side has unit
+    stride (e.g. ``a[:, ::2]``) or a stride is negative -- then gemmlab makes
+    one contiguous copy.  Rows (columns) of an input may overlap (a broadcast
+    row has ld 0); an output is also checked by :func:`overlaps_itself`."""
+    rows, cols = shape
+    rs, cs = strides
+    if rows == 0 or cols == 0 or rows == 1 and cols == 1:
+        return "N", max(cols, 1)
+    if (cols == 1 or cs == 1) and (rows == 1 or rs >= 0):
+        return "N", rs if rows > 1 else cols
+    if (rows == 1 or rs == 1) and (cols == 1 or cs >= 0):
+        return "T", cs if cols > 1 else rows
+    return None
+
+
+def overlaps_itself(shape, strides) -> bool:
+    """Whether two elements of an array may share memory (a zero or too small
+    stride): each stride, smallest first, must step past everything the smaller
+    ones span.  (Sufficient, not necessary: exotic interleavings count as overlap.)"""
+    if any(n == 0 for n in shape):
+        return False
+    extent = 1
+    for s, n in sorted((abs(s), n) for n, s in zip(shape, strides) if n > 1):
+        if s < extent:
+            return True
+        extent += (n - 1) * s
+    return False
+
+
+def _c_strides(shape) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def _op_name(name: str, trans: bool) -> str:
+    return f"{name}^T" if trans else name
+
+
+@dataclass
+class _Side:
+    """One operand as the kernels see it: its logical matrix (after trans_a /
+    trans_b), how that is stored, and its element strides over the batch."""
+
+    operand: Operand
+    name: str              # "a", "b", "out"; "a^T" when trans_a
+    rows: int
+    cols: int
+    layout: str            # "N" row-major, "T" column-major
+    ld: int
+    batch: tuple[int, ...]  # element strides over the broadcast batch shape (0: broadcast)
+    copy: bool             # strides the kernels cannot read: a contiguous copy is made first
+    trans: bool = False
+
+    def flipped(self) -> "_Side":
+        """The same memory read as the transposed matrix."""
+        return dataclasses.replace(self, rows=self.cols, cols=self.rows, layout="T" if self.layout == "N" else "N")
+
+    @property
+    def width(self) -> int:
+        """Elements of one stored row (what 16-byte accesses run along)."""
+        return self.cols if self.layout == "N" else self.rows
+
+    def aligned16(self, itemsize: int, ptr: int) -> bool:
+        return (ptr % 16 == 0 and (self.ld * itemsize) % 16 == 0 and (self.width * itemsize) % 16 == 0
+                and all((s * itemsize) % 16 == 0 for s in self.batch))
+
+
+def _side(op: Operand, trans: bool, batch_shape) -> _Side:
+    """Resolve one operand: logical matrix, layout (or a copy), batch strides aligned to batch_shape."""
+    shape, strides = list(op.shape), list(op.strides)
+    if trans:
+        shape[-2:], strides[-2:] = shape[-1:-3:-1], strides[-1:-3:-1]
+    rows, cols = shape[-2:]
+    found = matrix_layout((rows, cols), strides[-2:])
+    copy = found is None
+    if copy:   # the contiguous copy's strides, read through the same op
+        cstr = list(_c_strides(op.shape))
+        if trans:
+            cstr[-2:] = cstr[-1:-3:-1]
+        strides = cstr
+        found = matrix_layout((rows, cols), strides[-2:])
+    layout, ld = found
+    nb = len(batch_shape) - (len(shape) - 2)
+    batch = tuple(0 if i < nb or shape[i - nb] == 1 else strides[i - nb] for i in range(len(batch_shape)))
+    return _Side(op, _op_name(op.name, trans), rows, cols, layout, ld, batch, copy, trans)
+
+
+def _broadcast_batch(A: Operand, B: Operand, oa: str, ob: str) -> tuple[int, ...]:
+    """numpy.matmul's rule for the batch (leading) dimensions, with a message naming the clash."""
+    ba, bb = A.shape[:-2], B.shape[:-2]
+    n = max(len(ba), len(bb))
+    pa, pb = (1,) * (n - len(ba)) + ba, (1,) * (n - len(bb)) + bb
+    out = []
+    for i, (x, y) in enumerate(zip(pa, pb)):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(
+                f"matmul: the batch dimensions of {A.label()} and {B.label()} do not broadcast: "
+                f"{ba} against {bb} differ at dimension {i - n - 2} ({x} vs {y}); numpy.matmul's rule: "
+                f"aligned from the right, each pair of batch dimensions must be equal or one of them 1")
+        out.append(max(x, y) if x and y else 0)
+    return tuple(out)
+
+
+def batch_groups(shape, *strides) -> list[tuple[int, tuple[int, ...]]]:
+    """The batch dimensions with size > 1 as (size, (stride per operand)), adjacent
+    ones merged where every operand steps through them as one (outer stride =
+    inner stride x inner size): one gridDim.z launch covers a group."""
+    dims = [(n, tuple(s[i] for s in strides)) for i, n in enumerate(shape) if n != 1]
+    merged: list[tuple[int, tuple[int, ...]]] = []
+    for n, st in dims:
+        if merged:
+            m, mst = merged[-1]
+            if all(so == si * n for so, si in zip(mst, st)):
+                merged[-1] = (m * n, st)
+                continue
+        merged.append((n, st))
+    return merged
+
+
+def _check_dtype(op: Operand) -> None:
+    if op.dtype_name not in SUPPORTED_DTYPES:
+        raise TypeError(f"{op.label()}: dtype {op.dtype_name} is not supported; gemmlab's kernels take "
+                        f"{', '.join(SUPPORTED_DTYPES)} (convert with .astype(float32))")
+
+
+def _check_rank(op: Operand) -> None:
+    if len(op.shape) < 2:
+        raise ValueError(f"{op.label()} must be a matrix or a stack of matrices (2 or more dimensions); it has "
+                         f"{len(op.shape)} dimension(s).  gemmlab multiplies matrices: make a vector a "
+                         f"1 x n or n x 1 matrix ({op.name}[None, :] or {op.name}[:, None])")
+
+
+def _check_32bit(op: Operand) -> None:
+    """The kernels take sizes and leading dimensions as 32-bit ints (batch strides are 64-bit)."""
+    found = matrix_layout(op.shape[-2:], op.strides[-2:])
+    ld = found[1] if found else op.shape[-1]     # a copy is C-ordered
+    if max(*op.shape[-2:], ld) > INT32_MAX:
+        raise ValueError(f"{op.label()} has shape {op.shape} and leading dimension {ld}: gemmlab's kernels "
+                         f"take each dimension and leading dimension as a 32-bit int (at most {INT32_MAX})")
+
+
+def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
+    """The heuristic ``kernel="auto"`` falls back to on a GPU without a tuned table.
+
+    warptile (128x128 block tiles) when its grid fills every SM at least once;
+    below that, vectorized with 64x64 tiles, which makes four times as many
+    blocks; when even those leave SMs idle and K is long, pipelined 64x64 with
+    split-K over enough blocks to fill the GPU.  On an H200: warptile 83.0% of
+    cuBLAS at 2048^3 and 83.1% at 4096^3 (vectorized 58.6% and 74.2% in the
+    same run); at 1024^3, 64 blocks of warptile reach 44.8% where vectorized
+    64x64 reaches 72.7%.  A batch of ``batch`` products counts as that many
+    times the tiles.
+    """
+    if -(-M // 128) * -(-N // 128) * batch >= sm_count:
+        return "warptile", {}
+    tiles64 = -(-M // 64) * -(-N // 64) * batch
+    splits = max(s for s in registry.SPLITK_VALUES if s == 1 or s * tiles64 <= 2 * sm_count and K >= 256 * s)
+    if tiles64 >= sm_count or splits == 1:
+        return "vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
+    return "pipelined", {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4,
+                         "STAGES": 3, "SPLITK": splits}
+
+
+def auto_tensor_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
+    """What ``kernel="auto"`` runs for 16-bit and TF32 inputs off Hopper (on
+    sm_90a: wgmma, see registry.wgmma_auto_params).
+
+    mma_pipelined at its defaults (128 x 256 x 64 tiles) when they give at
+    least half of the SMs a block; below that, its 64 x 64 tiles, which make
+    eight times as many.  On an H100 (run M2, FP16): at 2048^3 (128 tiles for
+    132 SMs) the defaults reach 410 TFLOPS and 64 x 64 255; at 1024^3 (32
+    tiles) the defaults 91 and 64 x 64 152.
+    """
+    if 2 * -(-M // 128) * -(-N // 256) >= sm_count:
+        return "mma_pipelined", {}
+    return "mma_pipelined", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
+
+
+def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
+         gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
+         op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
+         **tile_params) -> Plan:
+    """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
+
+    Without tile parameters, a named kernel (and ``"auto"``) takes the
+    configuration tuned for the nearest shape on this GPU model (``gpu_slug``,
+    see gemmlab.tuning) if there is one; else the kernel's defaults (for
+    ``"auto"``, the heuristic of :func:`auto_params`).  ``dtype`` is what the
+    kernel multiplies (float32, tf32, float16, bfloat16) and ``out_dtype`` what it
+    writes; tuned tables are for float32 only so far.  ``op_a`` / ``op_b`` are
+    the kernel-level layouts of op(A) and op(B) ("N" row-major, "T"
+    column-major); every layout uses the table tuned for the shape.  ``batch``
+    products launched together count as more tiles: a tuned or heuristic
+    split-K is dropped when the batch alone fills the GPU.
+
+    ``arch`` is the GPU's NVRTC target (None: not known yet, as when planning
+    without a GPU).  A kernel that does not exist for it (wgmma off Hopper) is
+    an error; ``"auto"`` picks wgmma for 16-bit and TF32 inputs and ec_wgmma for
+    the error-corrected methods on sm_90a.
+    ``tma_aligned`` says whether a and b allow TMA tensor maps (see
+    runtime.tma.tma_aligned).  A kernel that cannot take the operands
+    (KernelSpec.why_unusable: a layout it does not read, operands TMA cannot
+    map) is replaced by its fallback kernel at the fallback's defaults, with the
+    reason in ``Plan.fallback_reason``, ``Plan.describe()`` and a debug message
+    on the ``gemmlab`` logger.
+    """
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
+    if kernel == "auto" and tile_params:
+        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
+    if kernel != "auto":
+        registry.get(kernel)          # an unknown name fails here, tuned table or not
+    explicit = bool(tile_params)      # the caller's own SPLITK is kept, batch or not
+    if not tile_params and gpu_slug and M and N and dtype == "float32":
+        table = tuned.load_table(gpu_slug)
+        found = table.lookup(kernel, M, N, max(K, 1)) if table else None
+        if found:
+            kernel, tile_params = found
+    if kernel == "auto":
+        if dtype == "float32":
+            kernel, tile_params = auto_params(M, N, K, sm_count, batch)
+        elif dtype in registry.EC_METHODS:
+            on_hopper = arch is not None and registry.get("ec_wgmma").builds_for(arch)
+            kernel, tile_params = ("ec_wgmma" if on_hopper else "ec_wmma"), {}
+        elif arch is not None and registry.get("wgmma").builds_for(arch):
+            kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count)
+        else:
+            kernel, tile_params = auto_tensor_params(M, N, K, sm_count)
+    spec = registry.get(kernel)
+    if arch is not None:
+        spec.check_arch(arch)
+    params = spec.resolve(tile_params)
+    if batch > 1 and not explicit and spec.splits(params) > 1 \
+            and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= sm_count:
+        params[spec.split_k_param] = 1
+    problem = Problem(M, N, K, aligned16, dtype, out_dtype, op_a, op_b, tma_aligned=tma_aligned,
+                      sm_count=sm_count)
+    spec.check_dtypes(problem)
+    reason = spec.why_unusable(problem)
+    if reason:
+        fallback = registry.get(spec.fallback)
+        why = f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead"
+        log.debug("%s", why)
+        spec, params = fallback, fallback.resolve({})
+        spec.check_dtypes(problem)
+        return Plan(spec, params, problem, spec.name_expression(params, problem), fallback_reason=why)
+    return Plan(spec, params, problem, spec.name_expression(params, problem))
+
+
+def _dtype_arg(value, name: str) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(getattr(value, "name", value)).replace("torch.", "")
+    if text not in ("float32", "float16", "bfloat16"):
+        raise TypeError(f"{name}={value!r} is not one of float32, float16, bfloat16")
+    return text
+
+
+def _resolve_dtypes(A: Operand, B: Operand, O: Operand | None, precision, out_dtype) -> tuple[str, str]:
+    """(what the kernel multiplies, what it writes) from the operands and the options."""
+    if A.dtype_name != B.dtype_name:
+        raise TypeError(f"{A.label()} and {B.label()} differ in dtype; both operands must have one dtype")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} is not one of "
+                         f"{', '.join(repr(p) for p in PRECISIONS if p)} (or None)")
+    dtype = A.dtype_name
+    if precision is not None and dtype != "float32":
+        raise ValueError(f"precision={precision!r} is for float32 inputs; a and b are {dtype}")
+    if precision == "tf32":
+        dtype = "tf32"
+    elif precision in ec.EC_PRECISIONS:
+        # The kernel's dtype; fp32_tc settles its method once the data's exponents are known.
+        dtype = "tf32_ec" if precision == "tf32_ec" else "fp16_ec"
+    out_dt = _dtype_arg(out_dtype, "out_dtype")
+    if O is not None:
+        if out_dt is not None and O.dtype_name != out_dt:
+            raise TypeError(f"{O.label()} does not have out_dtype={out_dt}")
+        out_dt = O.dtype_name
+    if out_dt is None:    # as numpy / torch: the inputs' dtype (float32 for TF32)
+        out_dt = "float32" if dtype in registry.FLOAT32_RESULT else dtype
+    allowed = ("float32",) if dtype in registry.FLOAT32_RESULT else ("float32", dtype)
+    if out_dt not in allowed:
+        raise TypeError(f"{dtype} inputs give a {' or '.join(allowed)} result, not {out_dt}")
+    return dtype, out_dt
+
+
+@dataclass
+class Call:
+    """A validated call, before any GPU access: the operands as the kernels see them."""
+
+    A: _Side
+    B: _Side
+    C: _Side | None        # None: a new result
+    K: int
+    batch_shape: tuple[int, ...]
+    result_shape: tuple[int, ...]
+    alpha: np.float32
+    beta: np.float32
+    dtypes: dict
+    device: int
+    on_gpu: bool
+
+
+def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> Call:
+    """Every check matmul makes, in the order a user would want to hear about them."""
+    A, B = describe(a, "a"), describe(b, "b")
+    O = describe(out, "out") if out is not None else None
+    alpha, beta = scalar(alpha, "alpha"), scalar(beta, "beta")
+    for flag, name in ((trans_a, "trans_a"), (trans_b, "trans_b")):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False (use the transpose of the operand); got {flag!r}")
+    for X in (A, B) + ((O,) if O is not None else ()):
+        _check_rank(X)
+        _check_dtype(X)
+        _check_32bit(X)
+    oa, ob = _op_name("a", trans_a), _op_name("b", trans_b)
+    la = A.shape[:-2] + ((A.shape[-1], A.shape[-2]) if trans_a else A.shape[-2:])
+    lb = B.shape[:-2] + ((B.shape[-1], B.shape[-2]) if trans_b else B.shape[-2:])
+    (M, K), (K2, N) = la[-2:], lb[-2:]
+    if K != K2:
+        raise ValueError(f"matmul: inner dimensions differ: {oa} has shape {la} (K={K}) but {ob} has shape "
+                         f"{lb} (K={K2}); {oa} @ {ob} needs {oa}.shape[-1] == {ob}.shape[-2]")
+    if A.on_gpu != B.on_gpu:
+        raise TypeError(f"{A.label()} and {B.label()} are not on the same side: pass both as "
+                        "NumPy arrays or both on the same GPU")
+    if A.on_gpu and A.device != B.device:
+        raise ValueError(f"{A.label()} and {B.label()} are on different devices")
+    batch_shape = _broadcast_batch(A, B, oa, ob)
+    result_shape = batch_shape + (M, N)
+    SC = None
+    if O is not None:
+        if O.shape != result_shape:
+            raise ValueError(f"{O.label()} has the wrong shape: {oa} @ {ob} is {result_shape} "
+                             f"({oa} {la}, {ob} {lb}; out must have the full broadcast shape)")
+        if O.on_gpu != A.on_gpu or (O.on_gpu and O.device != A.device):
+            raise ValueError(f"{O.label()} must be where a and b are ({A.where()})")
+        if O.kind == "numpy" and not O.obj.flags.writeable:
+            raise ValueError(f"{O.label()} is read-only")
+        if overlaps_itself(O.shape, O.strides):
+            raise ValueError(f"{O.label()} has element strides {O.strides}: some of its elements share "
+                             "memory (a zero or too small stride), so results would overwrite each other")
+        for X in (A, B):
+            lo, hi = O.span()
+            xlo, xhi = X.span()
+            if lo < xhi and xlo < hi:
+                raise ValueError(f"{O.label()} overlaps {X.label()} in memory; the result would "
+                                 "overwrite inputs still being read")
+        SC = _side(O, False, batch_shape)
+    elif beta != 0:
+        raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "
+                         "pass out= or leave beta=0")
+    dtype, out_dt = _resolve_dtypes(A, B, O, precision, out_dtype)
+    SA, SB = _side(A, bool(trans_a), batch_shape), _side(B, bool(trans_b), batch_shape)
+    for S in (SA, SB, SC):
+        if S is not None and S.copy and S.operand.kind == "cuda":
+            raise TypeError(f"{S.operand.label()} has element strides {S.operand.strides}, which gemmlab's "
+                            "kernels cannot read (no unit stride in its matrices, or a negative one), and "
+                            "gemmlab copies only CuPy arrays and PyTorch tensors: pass a contiguous array")
+    return Call(SA, SB, SC, K, batch_shape, result_shape, alpha, beta, {"dtype": dtype, "out_dtype": out_dt},
+                 A.device if A.on_gpu else 0, A.on_gpu)
+
+
+@dataclass
+class KernelView:
+    """The product as launched: C row-major.  A column-major out is computed as
+    out^T = op(b)^T op(a)^T: operands swapped, each read as its transpose."""
+
+    M: int
+    N: int
+    A: _Side
+    B: _Side
+    C: _Side | None
+    ptrs: dict          # side name -> device pointer (0 where not known yet: a copy, a new result)
+    itemsize: dict
+    batch_shape: tuple[int, ...]
+
+    def aligned16(self) -> bool:
+        sides = [("A", self.A), ("B", self.B)] + ([("C", self.C)] if self.C is not None else [])
+        return all(s.aligned16(self.itemsize[k], self.ptrs.get(k, 0)) for k, s in sides)
+
+    def launch_batch(self) -> int:
+        """Products per launch: the largest group of batch dimensions (see batch_groups)."""
+        sides = [self.A.batch, self.B.batch] + ([self.C.batch] if self.C is not None else [])
+        return max((n for n, _ in batch_groups(self.batch_shape, *sides)), default=1)
+
+
+def kernel_view(call: Call, C: _Side | None = None, ptrs: dict | None = None) -> KernelView:
+    A, B, C = call.A, call.B, C if C is not None else call.C
+    M, N = A.rows, B.cols
+    item_in = storage_itemsize(call.dtypes["dtype"])
+    itemsize = {"A": item_in, "B": item_in, "C": ITEMSIZE[call.dtypes["out_dtype"]]}
+    if ptrs is None:   # where the operands are now (a copy, not made yet, will be freshly allocated)
+        ptrs = {k: 0 if S.copy else S.operand.ptr for k, S in (("A", A), ("B", B), ("C", C)) if S is not None}
+    ptrs = dict(ptrs)
+    if C is not None and C.layout == "T" and not C.copy:
+        A, B, C, M, N = B.flipped(), A.flipped(), C.flipped(), N, M
+        ptrs["A"], ptrs["B"] = ptrs.get("B", 0), ptrs.get("A", 0)
+    return KernelView(M, N, A, B, C, ptrs, itemsize, call.batch_shape)
+
+
+
+
+def result_side(call: Call) -> _Side:
+    """The side of a new result: a C-ordered array of the result shape (allocators
+    give addresses aligned far beyond 16 bytes)."""
+    strides = _c_strides(call.result_shape)
+    rows, cols = call.result_shape[-2:]
+    nb = len(call.batch_shape)
+    batch = tuple(0 if call.batch_shape[i] == 1 else strides[i] for i in range(nb))
+    return _Side(None, "out", rows, cols, "N", max(cols, 1), batch, False)
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How a call's batch is launched: ``nz`` products per launch along gridDim.z,
+    ``strides`` (A, B, C elements) between them, and element offsets (A, B, C) of
+    each launch over the remaining batch dimensions."""
+
+    nz: int
+    strides: tuple[int, int, int]
+    offsets: tuple[tuple[int, int, int], ...]
+
+
+def batching(kv: KernelView) -> Batching:
+    """The largest group of batch dimensions goes to gridDim.z; the others are
+    looped over on the host (see batch_groups)."""
+    groups = batch_groups(kv.batch_shape, kv.A.batch, kv.B.batch, kv.C.batch)
+    z = max(range(len(groups)), key=lambda i: groups[i][0], default=None)
+    nz, zstr = groups[z] if z is not None else (1, (0, 0, 0))
+    outer = [g for i, g in enumerate(groups) if i != z]
+    offsets = tuple(tuple(sum(i * st[k] for i, (_, st) in zip(idx, outer)) for k in range(3))
+                    for idx in itertools.product(*(range(n) for n, _ in outer)))
+    return Batching(nz, tuple(zstr), offsets)
+
+
+def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_params: dict) -> Plan:
+    """The plan for a validated call on ``gpu``, with every pointer of ``kv``
+    known: 16-byte alignment and TMA's rules are checked on every matrix of the
+    batch."""
+    ia = kv.itemsize["A"]
+    batch_strides = [bt.strides[:2]] + [off[:2] for off in bt.offsets]
+    tma_ok = tma_aligned(kv.ptrs["A"], kv.M if kv.A.layout == "N" else call.K, kv.A.ld, kv.ptrs["B"],
+                         call.K if kv.B.layout == "N" else kv.N, kv.B.ld, ia) \
+        and all((s * ia) % 16 == 0 for st in batch_strides for s in st)
+    return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
+                op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok, **call.dtypes,
+                **tile_params)
+
+
+def plan_for_choice(p: Plan, choice: "ec.Choice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:
+    """``p`` (an error-corrected plan) for the method the data asked for: the
+    kernel instantiated for that method's parts, with its scales."""
+    if choice.kernel_dtype != p.problem.dtype:
+        pr = p.problem
+        p = plan(kernel, pr.M, pr.N, pr.K, aligned16=pr.aligned16, sm_count=gpu.sm_count, gpu_slug=gpu.slug,
+                 dtype=choice.kernel_dtype, out_dtype=pr.out_dtype, op_a=pr.op_a, op_b=pr.op_b, batch=batch,
+                 arch=gpu.arch, tma_aligned=pr.tma_aligned, **tile_params)
+    log.debug("error-corrected method: %s (%s)", choice.method, choice.reason)
+    return replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)

@@ -1,0 +1,149 @@
+"""Tuned-configuration tables: which kernel and tile parameters were fastest per
+shape on a GPU model, as the planner reads them.
+
+The package ships tables measured on H100 and H200 (``gemmlab/tuned/``); a
+user's own table from ``gemmlab tune`` (``<cache>/tuned/<gpu>.json``) overrides
+them shape by shape.  A table answers "which configuration for this shape" with
+the tuned shape nearest to it (in log2 M, log2 N, log2 K).  :data:`version`
+changes whenever a table is (re)loaded, and is part of every prepared call's
+key, so calls planned from an older table are planned again.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .kernels import registry
+from .kernels.registry import KERNEL_DIR
+from .runtime.compile import cache_dir
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "tuned"
+version = 0   # bumped by reload()
+
+
+def shape_key(M: int, N: int, K: int) -> str:
+    return f"{M}x{N}x{K}"
+
+
+def parse_shape_key(key: str) -> tuple[int, int, int]:
+    M, N, K = (int(v) for v in key.split("x"))
+    return M, N, K
+
+
+
+def sources_digest() -> str:
+    """A digest of every kernel source and header: timings of other code are stale."""
+    h = hashlib.sha256()
+    for path in sorted(KERNEL_DIR.rglob("*")):
+        if path.suffix in (".cu", ".cuh"):
+            h.update(path.relative_to(KERNEL_DIR).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class TunedTable:
+    """Winners per shape: ``shapes[shape_key] = {"best": {...}, "kernels": {name: {...}}}``,
+    each winner ``{"kernel", "params", "ms", "tflops"}`` plus ``"cublas_ms"`` per shape."""
+
+    gpu: str
+    shapes: dict
+    source: str = ""
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def lookup(self, kernel: str, M: int, N: int, K: int) -> tuple[str, dict] | None:
+        """(kernel, params) tuned for the nearest shape; ``kernel="auto"`` takes the
+        overall winner.  None if no tuned shape has that kernel.  Memoised: this
+        runs on every matmul call."""
+        key = (kernel, M, N, K)
+        if key not in self._memo:
+            self._memo[key] = self._nearest(kernel, M, N, K)
+        found = self._memo[key]
+        return (found[0], dict(found[1])) if found else None
+
+    def _nearest(self, kernel: str, M: int, N: int, K: int) -> tuple[str, dict] | None:
+        best, best_d = None, math.inf
+        for key, entry in self.shapes.items():
+            win = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)
+            if not win:
+                continue
+            m, n, k = parse_shape_key(key)
+            d = abs(math.log2(M / m)) + abs(math.log2(N / n)) + abs(math.log2(K / k))
+            if d < best_d:
+                best, best_d = win, d
+        return (best["kernel"], dict(best["params"])) if best else None
+
+    def to_json(self) -> dict:
+        return {"gpu": self.gpu, "gemmlab_sources": sources_digest(), "shapes": self.shapes}
+
+
+def user_table_path(slug: str) -> Path:
+    return cache_dir() / "tuned" / f"{slug}.json"
+
+
+def progress_path(slug: str) -> Path:
+    return cache_dir() / "tuned" / f"{slug}.progress.json"
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        import warnings
+        warnings.warn(f"gemmlab: ignoring unreadable tuning file {path} ({exc})", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def _valid_winner(win) -> bool:
+    """A stored winner whose kernel and parameters this version still accepts."""
+    try:
+        registry.get(win["kernel"]).resolve(win["params"])
+        return True
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(slug: str) -> TunedTable | None:
+    """The shipped table for this GPU model, overridden shape by shape by the
+    user's own (from ``gemmlab tune``).  Entries this version cannot run are dropped."""
+    shapes, sources = {}, []
+    for path in (SHIPPED_DIR / f"{slug}.json", user_table_path(slug)):
+        data = _read_json(path)
+        if not data:
+            continue
+        sources.append(str(path))
+        for key, entry in data.get("shapes", {}).items():
+            entry = dict(entry)
+            entry["kernels"] = {k: w for k, w in entry.get("kernels", {}).items() if _valid_winner(w)}
+            if entry.get("best") and not _valid_winner(entry["best"]):
+                entry.pop("best")
+            shapes[key] = entry
+    if not shapes:
+        return None
+    return TunedTable(slug, shapes, "; ".join(sources))
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+
+
+def reload() -> None:
+    """Forget the loaded tables (after ``gemmlab tune`` wrote one): the next lookup
+    reads them again, and calls prepared with the old ones are planned anew."""
+    global version
+    load_table.cache_clear()
+    version += 1
