@@ -64,7 +64,10 @@ def _padded(rows, cols, ld, dtype, rng, offset=0):
 
 
 def _ran(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("running ")]
+    """What the last matmul of this thread ran (a call may reuse a prepared call, which logs
+    nothing: gemmlab.last_plan says what it ran either way)."""
+    p = gemmlab.last_plan()
+    return [f"running {p.describe()}"] if p is not None else []
 
 
 def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset=0, expect="wgmma"):

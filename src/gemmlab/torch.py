@@ -30,20 +30,32 @@ _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 def mm(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto") -> torch.Tensor:
     """a @ b with gemmlab's ``kernel`` (any name gemmlab.matmul takes)."""
-    return torch.ops.gemmlab.mm(a, b, kernel)
+    return _op(a, b, kernel)
 
 
-# The operator's third argument is not called "kernel": Inductor passes an
-# operator's arguments on by keyword to a function that has its own "kernel"
-# parameter (FallbackKernel.create), which then fails under torch.compile.
-@torch.library.custom_op("gemmlab::mm", mutates_args=())
-def _mm(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto") -> torch.Tensor:
-    out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
-    matmul(a, b, out=out, kernel=kernel_name)
-    return out
+# Defined with torch.library's low-level API rather than @custom_op: its
+# dispatch costs a few microseconds per call, the decorator's Python wrapper
+# several times that (benchmarks/NOTES.md, host costs).  The operator's third
+# argument is not called "kernel": Inductor passes an operator's arguments on by
+# keyword to a function that has its own "kernel" parameter
+# (FallbackKernel.create), which then fails under torch.compile.
+_lib = torch.library.Library("gemmlab", "DEF")
+_lib.define("mm(Tensor a, Tensor b, str kernel_name='auto') -> Tensor")
 
 
-@_mm.register_fake
+def _mm_impl(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto") -> torch.Tensor:
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"gemmlab::mm takes 2-D tensors; got {a.dim()}-D and {b.dim()}-D")
+    return matmul(a, b, kernel=kernel_name)
+
+
+# CPU too, so that a CPU tensor gets gemmlab's own message (it reads CUDA tensors).
+for _key in ("CUDA", "CPU"):
+    _lib.impl("mm", _mm_impl, _key)
+_op = torch.ops.gemmlab.mm.default
+
+
+@torch.library.register_fake("gemmlab::mm", lib=_lib)
 def _mm_fake(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto") -> torch.Tensor:
     torch._check(a.dim() == 2 and b.dim() == 2, lambda: "gemmlab::mm takes 2-D tensors")
     torch._check(a.shape[1] == b.shape[0],
@@ -62,9 +74,9 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _backward(ctx, grad):
     a, b = ctx.saved_tensors
-    grad_a = _mm(grad, b.t(), ctx.kernel_name) if ctx.needs_input_grad[0] else None
-    grad_b = _mm(a.t(), grad, ctx.kernel_name) if ctx.needs_input_grad[1] else None
+    grad_a = _op(grad, b.t(), ctx.kernel_name) if ctx.needs_input_grad[0] else None
+    grad_b = _op(a.t(), grad, ctx.kernel_name) if ctx.needs_input_grad[1] else None
     return grad_a, grad_b, None
 
 
-_mm.register_autograd(_backward, setup_context=_setup_context)
+torch.library.register_autograd("gemmlab::mm", _backward, setup_context=_setup_context, lib=_lib)
