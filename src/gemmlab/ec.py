@@ -169,7 +169,7 @@ def exponent_stats(gpu, stream: int, operands) -> list[ExponentStats]:
         _check(driver.cuMemcpyDtoHAsync(host.ctypes.data, base, host.nbytes, stream))
         _check(driver.cuStreamSynchronize(stream))
     finally:
-        buf.close(stream_from_handle(stream))
+        buf.close(stream)
     return [ExponentStats(host[i * 256:(i + 1) * 256].astype(np.int64)) for i in range(n)]
 
 

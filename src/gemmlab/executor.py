@@ -33,13 +33,15 @@ from .planner import Batching, Call, KernelView, Plan, kernel_view, plan_call, p
 from .runtime import compile as rt_compile
 from .runtime.device import GPUInfo, make_current
 from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, allow_dynamic_smem, clusters_that_fit,
-                             device_workspace, launch, launch_shaped, stream_from_handle)
+                             device_workspace, is_driver_tensor_map, launch, launch_shaped)
 from .runtime.tma import Operands
 
 log = logging.getLogger("gemmlab")
 
 GRID_Z_MAX = 65535      # batches per launch (gridDim.z); more are launched in chunks
 SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (batches are chunked)
+
+ARGS_KEPT = 64          # own-args kernels: argument sets kept per launcher (by addresses)
 
 _f32_memo: dict = {}
 
@@ -97,6 +99,9 @@ class Launcher:
                                     (geo.grid[0], geo.grid[1], nz), geo.block, geo.smem_bytes, geo.cluster)))
         self._reduce = None     # split-K's reduction and BLAS's quick return, loaded when first needed
         self._cluster_grid = None
+        self._shape = None      # own-args kernels: the launch shape, once the grid is known
+        reusable = p.spec.reusable_args is not None and p.spec.reusable_args(pr)
+        self._args_memo = {} if reusable else None
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
         self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
         if splits > 1:
@@ -136,7 +141,7 @@ class Launcher:
                 launch_shaped(reduce, self._reduce_shape(nz), stream,
                               (M, N, np.int32(self.splits), w, alpha32, beta32, C + dc, ldc, sc))
             finally:
-                ws.close(stream_from_handle(stream))   # freed in stream order, after the reduction
+                ws.close(stream)   # freed in stream order, after the reduction
 
     def _reduce_kernel(self):
         if self._reduce is None:
@@ -175,8 +180,31 @@ class Launcher:
             grid = self._cluster_grid
         lda, ldb, ldc = self.lds
         sa, sb, sc = self.strides[0] * self.item_in, self.strides[1] * self.item_in, self.strides[2] * self.item_out
+        reuse = self._args_memo is not None
+        if reuse:
+            alpha32, beta32 = f32(alpha), f32(beta)
         for z in range(self.batch):
             ops = Operands(A + z * sa, lda, B + z * sb, ldb, C + z * sc, ldc)
+            if reuse:
+                # The arguments of these addresses, built once; alpha and beta (the
+                # standard arguments 3 and 8) filled in.
+                key = (ops.A, ops.B, ops.C, beta == 0)
+                args = self._args_memo.get(key)
+                if args is None:
+                    with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta) as args:
+                        pass
+                    if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
+                        self._args_memo, reuse = None, False
+                        launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
+                        continue
+                    if len(self._args_memo) >= ARGS_KEPT:
+                        self._args_memo.clear()
+                    self._args_memo[key] = args
+                args = args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:]
+                if self._shape is None:
+                    self._shape = LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster)
+                launch_shaped(self.kernel, self._shape, stream, args)
+                continue
             with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta) as args:
                 launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
 

@@ -124,6 +124,10 @@ class KernelSpec:
     # argument tuple (e.g. with TMA tensor maps) and releases whatever it set up
     # (workspaces) once the kernel is enqueued.
     kernel_args: Callable | None = None
+    # Whether kernel_args' arguments for a problem depend only on the addresses,
+    # alpha and beta (no per-call pre-pass or workspace): a prepared call then
+    # keeps them per set of addresses instead of building them at every call.
+    reusable_args: Callable[[Problem], bool] | None = None
     # The launch first packs op(A) and op(B) into row-major workspaces (ec_wgmma's
     # split pre-pass), so the kernel reads every layout and is instantiated for
     # 'N', 'N' only.
@@ -730,6 +734,8 @@ register(KernelSpec(
     unusable=_wgmma_unusable,
     fallback="wmma_warptile",
     kernel_args=_wgmma_kernel_args,
+    # The tensor maps (and for TF32 no rounded copy: TMA rounds) when TMA reads a and b in place.
+    reusable_args=lambda prob: prob.tma_aligned,
 ))
 
 # The TF32 pre-pass of the wgmma rung (rounds A and packs B^T, K-major).

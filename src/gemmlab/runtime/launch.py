@@ -23,16 +23,64 @@ DEFAULT_DYNAMIC_SMEM = 48 * 1024
 _smem_raised: dict[tuple[int, int], int] = {}
 
 
-def device_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str = ""):
+class Workspace:
+    """``nbytes`` of device memory from gemmlab's stream-ordered pool, at ``handle``;
+    ``close(stream)`` gives it back in stream order, after the work enqueued so far."""
+
+    __slots__ = ("handle", "nbytes")
+
+    def __init__(self, handle: int, nbytes: int):
+        self.handle, self.nbytes = handle, nbytes
+
+    def close(self, stream_handle: int) -> None:
+        if self.handle:
+            from cuda.bindings import driver
+            err, = driver.cuMemFreeAsync(self.handle, driver.CUstream(stream_handle))
+            self.handle = 0
+            if err != driver.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cuMemFreeAsync failed: {err.name}")
+
+
+_pools: dict[int, object] = {}
+
+
+def _pool(device: int):
+    """gemmlab's own memory pool on ``device`` (created once): stream-ordered
+    allocations, which CUDA-graph capture records as allocation nodes, kept by the
+    pool between calls instead of going back to the driver at every
+    synchronisation (release threshold: unlimited).  Its own pool, so that no other
+    library's pool settings change."""
+    pool = _pools.get(device)
+    if pool is None:
+        from cuda.bindings import driver as d
+        props = d.CUmemPoolProps()
+        props.allocType = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = device
+        err, pool = d.cuMemPoolCreate(props)
+        if err != d.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuMemPoolCreate failed on GPU {device}: {err.name}")
+        err, = d.cuMemPoolSetAttribute(pool, d.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                       d.cuuint64_t(2**64 - 1))
+        if err != d.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuMemPoolSetAttribute failed on GPU {device}: {err.name}")
+        pool = _pools.setdefault(device, pool)
+    return pool
+
+
+def device_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str = "") -> Workspace:
     """A stream-ordered device allocation of ``nbytes`` on ``gpu`` (freed with
     ``.close(stream)``), for ``what`` the caller needs it for; MemoryError naming
     both, the size and the GPU when there is no room."""
-    from cuda.core import Device
-    try:
-        return Device(gpu.ordinal).allocate(nbytes, stream=stream_from_handle(stream_handle))
-    except Exception as exc:
-        raise MemoryError(f"{what} needs a workspace of {nbytes / 2**20:.1f} MiB on {gpu.name} and could not get "
-                          f"it ({exc}){'; ' + hint if hint else ''}") from exc
+    from cuda.bindings import driver as d
+    if nbytes <= 0:
+        return Workspace(0, 0)
+    err, ptr = d.cuMemAllocFromPoolAsync(nbytes, _pool(gpu.ordinal), d.CUstream(stream_handle))
+    if err != d.CUresult.CUDA_SUCCESS:
+        exc = MemoryError if err == d.CUresult.CUDA_ERROR_OUT_OF_MEMORY else RuntimeError
+        raise exc(f"{what} needs a workspace of {nbytes / 2**20:.1f} MiB on {gpu.name} and could not get "
+                  f"it ({err.name}){'; ' + hint if hint else ''}")
+    return Workspace(int(ptr), nbytes)
 
 
 def allow_dynamic_smem(kernel, nbytes: int, device: int) -> None:
@@ -88,7 +136,7 @@ def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args, clus
     cluster).  Arguments: NumPy scalars, ints (device pointers), cuda.core
     TensorMapDescriptors -- through cuda.core.launch -- or driver CUtensorMaps
     (runtime.tma's fallback), which only cuLaunchKernel takes."""
-    if any(_is_driver_tensor_map(a) for a in args):
+    if any(is_driver_tensor_map(a) for a in args):
         if tuple(cluster) != (1, 1, 1):
             raise RuntimeError("cluster launches with driver-built tensor maps are not supported; "
                                "unset GEMMLAB_TMA or use CLUSTER=1")
@@ -111,7 +159,7 @@ def clusters_that_fit(kernel, grid, block, smem_bytes: int, cluster, stream_hand
     return _cluster_fit[key]
 
 
-def _is_driver_tensor_map(arg) -> bool:
+def is_driver_tensor_map(arg) -> bool:
     return type(arg).__name__ == "CUtensorMap" and hasattr(arg, "getPtr")
 
 
@@ -122,7 +170,7 @@ def _launch_driver(kernel, grid, block, smem_bytes: int, stream_handle: int, arg
     from cuda.bindings import driver
     keep, ptrs = [], []
     for a in args:
-        if _is_driver_tensor_map(a):
+        if is_driver_tensor_map(a):
             keep.append(a)
             ptrs.append(int(a.getPtr()))
             continue

@@ -223,7 +223,7 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
         yield args + (map_a, tensor_map(b_src, pr.K, pr.N, ldb, "tf32", 32, 32),
                       map_c if map_c is not None else map_a, np.int32(map_c is not None))
     finally:
-        ws.close(stream_from_handle(stream))
+        ws.close(stream)
 
 
 @contextmanager
@@ -259,7 +259,7 @@ def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0
                    np.int32(ld), np.float32(scale), hi, lo, np.int32(kp))
         yield a_hi, a_lo, b_hi, b_lo, kp
     finally:
-        ws.close(stream_from_handle(stream))
+        ws.close(stream)
 
 
 @contextmanager
