@@ -161,7 +161,7 @@ def install(monkeypatch) -> Emulator:
     monkeypatch.setattr(executor, "launch", emu.launch)
     monkeypatch.setattr(executor, "launch_shaped", lambda kernel, shape, stream, args:
                         emu.launch(kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args))
-    monkeypatch.setattr(executor, "device_workspace", lambda gpu, stream, nbytes, what, hint="":
+    monkeypatch.setattr(executor, "stream_workspace", lambda gpu, stream, nbytes, what, hint="":
                         _Workspace(emu, nbytes))
 
     def load_kernel(source, name, arch):

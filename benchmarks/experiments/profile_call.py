@@ -1,6 +1,6 @@
 """Where the host time of a repeated gemmlab.matmul call goes: cProfile over
 many calls of each case, the top functions by own time.
-Usage: python3 benchmarks/experiments/profile_call.py [N]"""
+Usage: python3 benchmarks/experiments/profile_call.py [N [--profile] [case-substrings]]"""
 
 import cProfile
 import io
@@ -19,11 +19,18 @@ def case(name, fn):
     for _ in range(100):
         fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(N):
-        fn()
-    us = (time.perf_counter() - t0) / N * 1e6
-    torch.cuda.synchronize()
+    runs = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(N // 5):
+            fn()
+        runs.append((time.perf_counter() - t0) / (N // 5) * 1e6)
+        torch.cuda.synchronize()
+    us = sorted(runs)[2]
+    if not PROFILE:
+        p = gemmlab.last_plan()
+        print(f"{name:32s} {us:7.1f} us per call   {p.describe() if p and 'gemmlab' in name or 'torch' not in name else ''}")
+        return
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(N):
@@ -36,9 +43,34 @@ def case(name, fn):
     print("\n".join(s.getvalue().splitlines()[6:26]))
 
 
+import cupy as cp  # noqa: E402
+
+import gemmlab.torch  # noqa: E402,F401
+
 t32 = torch.randn(64, 64, device="cuda")
 tbf = t32.bfloat16()
-case("fp32 64^3", lambda: gemmlab.matmul(t32, t32))
-case("bf16 64^3 (wgmma)", lambda: gemmlab.matmul(tbf, tbf))
-case("bf16 64^3 x.t()", lambda: gemmlab.matmul(tbf, tbf.t()))
-case("fp32 64^3 kernel=vectorized", lambda: gemmlab.matmul(t32, t32, kernel="vectorized"))
+tb16 = torch.randn(16, 64, 64, device="cuda").bfloat16()
+o32 = torch.empty(64, 64, device="cuda")
+c32 = cp.random.rand(64, 64, dtype=cp.float32)
+PROFILE = "--profile" in sys.argv
+cases = [
+    ("torch.matmul fp32", lambda: torch.matmul(t32, t32)),
+    ("torch.matmul bf16", lambda: torch.matmul(tbf, tbf)),
+    ("torch.matmul bf16 batch 16", lambda: torch.matmul(tb16, tb16)),
+    ("torch.mm fp32", lambda: torch.mm(t32, t32)),
+    ("fp32 64^3 (auto)", lambda: gemmlab.matmul(t32, t32)),
+    ("fp32 64^3 out=", lambda: gemmlab.matmul(t32, t32, out=o32)),
+    ("fp32 64^3 cupy", lambda: gemmlab.matmul(c32, c32)),
+    ("fp32 64^3 kernel=vectorized", lambda: gemmlab.matmul(t32, t32, kernel="vectorized")),
+    ("bf16 64^3 (auto: wgmma)", lambda: gemmlab.matmul(tbf, tbf)),
+    ("bf16 64^3 x.t()", lambda: gemmlab.matmul(tbf, tbf.t())),
+    ("bf16 batch 16", lambda: gemmlab.matmul(tb16, tb16)),
+    ("tf32 64^3", lambda: gemmlab.matmul(t32, t32, precision="tf32")),
+    ("fp16_ec 64^3", lambda: gemmlab.matmul(t32, t32, precision="fp16_ec")),
+    ("torch.ops.gemmlab.mm fp32", lambda: torch.ops.gemmlab.mm(t32, t32)),
+    ("torch.ops.gemmlab.mm bf16", lambda: torch.ops.gemmlab.mm(tbf, tbf)),
+]
+only = [a for a in sys.argv[2:] if not a.startswith("--")]
+for name, fn in cases:
+    if not only or any(o in name for o in only):
+        case(name, fn)

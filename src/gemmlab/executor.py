@@ -33,7 +33,8 @@ from .planner import Batching, Call, KernelView, Plan, kernel_view, plan_call, p
 from .runtime import compile as rt_compile
 from .runtime.device import GPUInfo, make_current
 from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, allow_dynamic_smem, clusters_that_fit,
-                             device_workspace, is_driver_tensor_map, launch, launch_shaped)
+                             is_driver_tensor_map, launch, launch_shaped, stream_is_capturing,
+                             stream_workspace)
 from .runtime.tma import Operands
 
 log = logging.getLogger("gemmlab")
@@ -82,6 +83,7 @@ class Launcher:
         self.strides = tuple(strides)
         self.splits = splits = p.spec.splits(p.params)
         self.quick_ok = pr.out_dtype == "float32"   # 16-bit outputs: the kernels handle alpha == 0
+        self.k_zero = pr.K == 0
         self.own_args = p.spec.kernel_args is not None
         M, N, K = pr.M, pr.N, pr.K
         lda, ldb, ldc = (np.int32(x) for x in lds)
@@ -112,7 +114,7 @@ class Launcher:
     def run(self, stream: int, A: int, B: int, C: int, alpha, beta) -> None:
         """Enqueue the product on ``stream``: C = alpha * op(A) @ op(B) + beta * C for
         every matrix of the batch (A, B, C: device addresses of the first ones)."""
-        if (alpha == 0 or self.plan.problem.K == 0) and self.quick_ok:
+        if self.quick_ok and (alpha == 0 or self.k_zero):
             self._quick_return(stream, C, beta)
             return
         if self.own_args:
@@ -132,7 +134,7 @@ class Launcher:
         # with alpha and beta.
         reduce, threads = self._reduce_kernel()
         for da, db, dc, nz, shape in self.chunks:
-            ws = device_workspace(self.gpu, stream, 4 * self.slice_ws * nz, f"{self.plan.describe()} (split-K)",
+            ws = stream_workspace(self.gpu, stream, 4 * self.slice_ws * nz, f"{self.plan.describe()} (split-K)",
                                   "use a smaller SPLITK")
             try:
                 w = int(ws.handle)
@@ -141,7 +143,7 @@ class Launcher:
                 launch_shaped(reduce, self._reduce_shape(nz), stream,
                               (M, N, np.int32(self.splits), w, alpha32, beta32, C + dc, ldc, sc))
             finally:
-                ws.close(stream)   # freed in stream order, after the reduction
+                ws.close(stream)   # given back in stream order, after the reduction
 
     def _reduce_kernel(self):
         if self._reduce is None:
@@ -180,33 +182,39 @@ class Launcher:
             grid = self._cluster_grid
         lda, ldb, ldc = self.lds
         sa, sb, sc = self.strides[0] * self.item_in, self.strides[1] * self.item_in, self.strides[2] * self.item_out
-        reuse = self._args_memo is not None
-        if reuse:
-            alpha32, beta32 = f32(alpha), f32(beta)
+        if self._args_memo is not None:
+            alpha32, beta32, memo = f32(alpha), f32(beta), self._args_memo
+            for z in range(self.batch):
+                a, b, c = A + z * sa, B + z * sb, C + z * sc
+                # The arguments of these addresses, built once; alpha and beta (the
+                # standard arguments 3 and 8) filled in per call.
+                args = memo.get((a, b, c, beta == 0))
+                if args is None:
+                    args = self._memo_args(stream, Operands(a, lda, b, ldb, c, ldc), alpha, beta, grid)
+                    if args is None:   # driver-built tensor maps: launched already, by cuLaunchKernel
+                        continue
+                launch_shaped(self.kernel, self._shape, stream,
+                              args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:])
+            return
         for z in range(self.batch):
             ops = Operands(A + z * sa, lda, B + z * sb, ldb, C + z * sc, ldc)
-            if reuse:
-                # The arguments of these addresses, built once; alpha and beta (the
-                # standard arguments 3 and 8) filled in.
-                key = (ops.A, ops.B, ops.C, beta == 0)
-                args = self._args_memo.get(key)
-                if args is None:
-                    with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta) as args:
-                        pass
-                    if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
-                        self._args_memo, reuse = None, False
-                        launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
-                        continue
-                    if len(self._args_memo) >= ARGS_KEPT:
-                        self._args_memo.clear()
-                    self._args_memo[key] = args
-                args = args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:]
-                if self._shape is None:
-                    self._shape = LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster)
-                launch_shaped(self.kernel, self._shape, stream, args)
-                continue
             with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta) as args:
                 launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
+
+    def _memo_args(self, stream, ops: Operands, alpha, beta, grid):
+        p, geo = self.plan, self.geo
+        with p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta) as args:
+            pass
+        if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
+            self._args_memo = None
+            launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
+            return None
+        if len(self._args_memo) >= ARGS_KEPT:
+            self._args_memo.clear()
+        self._args_memo[(ops.A, ops.B, ops.C, beta == 0)] = args
+        if self._shape is None:
+            self._shape = LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster)
+        return args
 
 
 # -- launching a plan on raw pointers (the harness's kernel-only path) -----------------------
@@ -241,14 +249,6 @@ def run_plan(p: Plan, gpu: GPUInfo, stream: int, A_ptr: int, lda: int, B_ptr: in
 
 class CaptureError(RuntimeError):
     """A call that cannot run inside CUDA-graph capture."""
-
-
-def stream_is_capturing(stream: int) -> bool:
-    from cuda.bindings import driver
-    err, status = driver.cuStreamIsCapturing(driver.CUstream(stream))
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuStreamIsCapturing failed: {err.name}")
-    return status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 class _MethodChooser:
@@ -356,11 +356,10 @@ class PreparedCache:
     def get(self, key) -> PreparedCall | None:
         found = self._d.get(key)
         if found is not None:
-            with self._lock:
-                try:
-                    self._d.move_to_end(key)
-                except KeyError:   # evicted by another thread meanwhile
-                    pass
+            try:   # one call into OrderedDict's C code: atomic under the GIL, no lock needed
+                self._d.move_to_end(key)
+            except KeyError:   # evicted by another thread meanwhile
+                pass
         return found
 
     def put(self, key, prepared: PreparedCall) -> None:

@@ -269,19 +269,28 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
                          "STAGES": 3, "SPLITK": splits}
 
 
-def auto_tensor_params(M: int, N: int, K: int, sm_count: int) -> tuple[str, dict]:
-    """What ``kernel="auto"`` runs for 16-bit and TF32 inputs off Hopper (on
-    sm_90a: wgmma, see registry.wgmma_auto_params).
+def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
+    """What ``kernel="auto"`` runs for 16-bit and TF32 inputs off Hopper, and on
+    Hopper for batches of matrices too small to fill the GPU one at a time.
 
     mma_pipelined at its defaults (128 x 256 x 64 tiles) when they give at
-    least half of the SMs a block; below that, its 64 x 64 tiles, which make
-    eight times as many.  On an H100 (run M2, FP16): at 2048^3 (128 tiles for
-    132 SMs) the defaults reach 410 TFLOPS and 64 x 64 255; at 1024^3 (32
-    tiles) the defaults 91 and 64 x 64 152.
+    least half of the SMs a block (a batch's products launched together count
+    as more tiles); below that, its 64 x 64 tiles, which make eight times as
+    many.  On an H100 (run M2, FP16): at 2048^3 (128 tiles for 132 SMs) the
+    defaults reach 410 TFLOPS and 64 x 64 255; at 1024^3 (32 tiles) the
+    defaults 91 and 64 x 64 152.
     """
-    if 2 * -(-M // 128) * -(-N // 256) >= sm_count:
+    if 2 * -(-M // 128) * -(-N // 256) * batch >= sm_count:
         return "mma_pipelined", {}
     return "mma_pipelined", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
+
+
+def _one_launch_per_matrix_wins(M: int, N: int, batch: int, tile: tuple[int, int], sm_count: int) -> bool:
+    """Whether a Hopper kernel that runs a batch one matrix per launch (wgmma,
+    ec_wgmma) should take it: a single product, or matrices that each fill the
+    GPU with tiles.  Otherwise a kernel that takes the whole batch in one launch
+    along gridDim.z fills the GPU where the per-matrix launches leave it idle."""
+    return batch <= 1 or -(-M // tile[0]) * -(-N // tile[1]) >= sm_count
 
 
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
@@ -328,12 +337,14 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         if dtype == "float32":
             kernel, tile_params = auto_params(M, N, K, sm_count, batch)
         elif dtype in registry.EC_METHODS:
-            on_hopper = arch is not None and registry.get("ec_wgmma").builds_for(arch)
+            on_hopper = arch is not None and registry.get("ec_wgmma").builds_for(arch) and \
+                _one_launch_per_matrix_wins(M, N, batch, (registry.EC_WGMMA_BM, registry.EC_WGMMA_BN), sm_count)
             kernel, tile_params = ("ec_wgmma" if on_hopper else "ec_wmma"), {}
-        elif arch is not None and registry.get("wgmma").builds_for(arch):
+        elif arch is not None and registry.get("wgmma").builds_for(arch) and \
+                _one_launch_per_matrix_wins(M, N, batch, (128, 256), sm_count):
             kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count)
         else:
-            kernel, tile_params = auto_tensor_params(M, N, K, sm_count)
+            kernel, tile_params = auto_tensor_params(M, N, K, sm_count, batch)
     spec = registry.get(kernel)
     if arch is not None:
         spec.check_arch(arch)

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import threading
+
 _streams: dict[int, object] = {}
 
 
 def stream_from_handle(handle: int):
     """A cuda.core Stream wrapping a foreign ``cudaStream_t`` (not owned, not destroyed)."""
-    from cuda.core import LEGACY_DEFAULT_STREAM, PER_THREAD_DEFAULT_STREAM, Stream
-    if handle == 0 or handle == 1:
-        return LEGACY_DEFAULT_STREAM
-    if handle == 2:
-        return PER_THREAD_DEFAULT_STREAM
     s = _streams.get(handle)
     if s is None:
-        s = _streams[handle] = Stream.from_handle(handle)
+        from cuda.core import LEGACY_DEFAULT_STREAM, PER_THREAD_DEFAULT_STREAM, Stream
+        s = LEGACY_DEFAULT_STREAM if handle in (0, 1) else PER_THREAD_DEFAULT_STREAM if handle == 2 \
+            else Stream.from_handle(handle)
+        s = _streams.setdefault(handle, s)
     return s
+
+
+_driver = None
+
+
+def driver():
+    """cuda.bindings.driver, imported once (an import statement in a per-call path costs
+    about a microsecond each time)."""
+    global _driver
+    if _driver is None:
+        from cuda.bindings import driver as d
+        _driver = d
+    return _driver
 
 
 # Dynamic shared memory a block may use without asking the driver first.
@@ -34,10 +47,10 @@ class Workspace:
 
     def close(self, stream_handle: int) -> None:
         if self.handle:
-            from cuda.bindings import driver
-            err, = driver.cuMemFreeAsync(self.handle, driver.CUstream(stream_handle))
+            d = driver()
+            err, = d.cuMemFreeAsync(self.handle, d.CUstream(stream_handle))
             self.handle = 0
-            if err != driver.CUresult.CUDA_SUCCESS:
+            if err != d.CUresult.CUDA_SUCCESS:
                 raise RuntimeError(f"cuMemFreeAsync failed: {err.name}")
 
 
@@ -72,7 +85,7 @@ def device_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str 
     """A stream-ordered device allocation of ``nbytes`` on ``gpu`` (freed with
     ``.close(stream)``), for ``what`` the caller needs it for; MemoryError naming
     both, the size and the GPU when there is no room."""
-    from cuda.bindings import driver as d
+    d = driver()
     if nbytes <= 0:
         return Workspace(0, 0)
     err, ptr = d.cuMemAllocFromPoolAsync(nbytes, _pool(gpu.ordinal), d.CUstream(stream_handle))
@@ -81,6 +94,58 @@ def device_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str 
         raise exc(f"{what} needs a workspace of {nbytes / 2**20:.1f} MiB on {gpu.name} and could not get "
                   f"it ({err.name}){'; ' + hint if hint else ''}")
     return Workspace(int(ptr), nbytes)
+
+
+def stream_is_capturing(stream_handle: int) -> bool:
+    """Whether work enqueued on the stream now is being captured into a CUDA graph."""
+    d = driver()
+    err, status = d.cuStreamIsCapturing(d.CUstream(stream_handle))
+    if err != d.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuStreamIsCapturing failed: {err.name}")
+    return status != d.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+
+
+class _Borrowed:
+    """A stream's scratch workspace, lent to one call until close()."""
+
+    __slots__ = ("handle", "_lock")
+
+    def __init__(self, handle: int, lock):
+        self.handle, self._lock = handle, lock
+
+    def close(self, stream_handle: int) -> None:
+        self._lock.release()
+
+
+_scratch: dict[tuple[int, int], list] = {}
+_scratch_lock = threading.Lock()
+
+
+def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str = ""):
+    """Like device_workspace, but outside graph capture one workspace per device and
+    stream is kept and reused (grown when a call needs more): a small product's
+    split-K then costs no allocation.  Reuse is safe in stream order; a lock held
+    from here to ``close()`` keeps two threads that share a stream from interleaving
+    their use of it.  Under capture the graph gets its own allocation."""
+    if stream_is_capturing(stream_handle):
+        return device_workspace(gpu, stream_handle, nbytes, what, hint)
+    key = (gpu.ordinal, stream_handle)
+    entry = _scratch.get(key)
+    if entry is None:
+        with _scratch_lock:
+            entry = _scratch.setdefault(key, [threading.Lock(), None])
+    lock = entry[0]
+    lock.acquire()
+    try:
+        ws = entry[1]
+        if ws is None or ws.nbytes < nbytes:
+            if ws is not None:
+                ws.close(stream_handle)   # after the work already enqueued on the stream
+            entry[1] = ws = device_workspace(gpu, stream_handle, nbytes, what, hint)
+    except BaseException:
+        lock.release()
+        raise
+    return _Borrowed(ws.handle, lock)
 
 
 def allow_dynamic_smem(kernel, nbytes: int, device: int) -> None:
@@ -124,11 +189,20 @@ class LaunchShape:
         return self._config
 
 
+_cc_launch = None
+
+
 def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -> None:
     """Enqueue ``kernel`` with a prepared shape: the per-call path of a prepared
     call (arguments: NumPy scalars, ints for pointers, cuda.core tensor maps)."""
-    from cuda.core import launch as cc_launch
-    cc_launch(stream_from_handle(stream_handle), shape.config(), kernel, *args)
+    global _cc_launch
+    if _cc_launch is None:
+        from cuda.core import launch as cc_launch
+        _cc_launch = cc_launch
+    config = shape._config
+    if config is None:
+        config = shape.config()
+    _cc_launch(stream_from_handle(stream_handle), config, kernel, *args)
 
 
 def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args, cluster=(1, 1, 1)) -> None:
