@@ -44,6 +44,7 @@ SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (
 
 ARGS_KEPT = 64          # own-args kernels: argument sets kept per launcher (by addresses)
 
+_ONE, _ZERO, _ZERO32 = np.float32(1.0), np.float32(0.0), np.int32(0)
 _f32_memo: dict = {}
 
 
@@ -106,9 +107,14 @@ class Launcher:
         self._args_memo = {} if reusable else None
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
         self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
+        # The reduction (split-K's second kernel, and BLAS's quick return): a thread per element of C.
+        threads = registry.SPLITK_REDUCE_THREADS
+        self._reduce_shapes = [LaunchShape((-(-M * N // threads), nz, 1), (threads, 1, 1))
+                               for _, _, _, nz, _ in self.chunks]
         if splits > 1:
             self.slice_ws = splits * M * N
-            self.ldw = np.int32(N)
+            self.ldw, self.splits32, self.slice_ws64 = np.int32(N), np.int32(splits), np.int64(splits * M * N)
+            self._ws_what = f"{p.describe()} (split-K)"
 
     # -- the per-call part ---------------------------------------------------------------
     def run(self, stream: int, A: int, B: int, C: int, alpha, beta) -> None:
@@ -133,15 +139,13 @@ class Launcher:
         # splits * M * N floats per batch), then one more kernel adds them into C
         # with alpha and beta.
         reduce, threads = self._reduce_kernel()
-        for da, db, dc, nz, shape in self.chunks:
-            ws = stream_workspace(self.gpu, stream, 4 * self.slice_ws * nz, f"{self.plan.describe()} (split-K)",
-                                  "use a smaller SPLITK")
+        for (da, db, dc, nz, shape), reduce_shape in zip(self.chunks, self._reduce_shapes):
+            ws = stream_workspace(self.gpu, stream, 4 * self.slice_ws * nz, self._ws_what, "use a smaller SPLITK")
             try:
                 w = int(ws.handle)
-                launch_shaped(self.kernel, shape, stream, (M, N, K, f32(1.0), A + da, lda, B + db, ldb, f32(0.0), w,
-                                                           self.ldw, sa, sb, np.int64(self.slice_ws)))
-                launch_shaped(reduce, self._reduce_shape(nz), stream,
-                              (M, N, np.int32(self.splits), w, alpha32, beta32, C + dc, ldc, sc))
+                launch_shaped(self.kernel, shape, stream, (M, N, K, _ONE, A + da, lda, B + db, ldb, _ZERO, w,
+                                                           self.ldw, sa, sb, self.slice_ws64))
+                launch_shaped(reduce, reduce_shape, stream, (M, N, self.splits32, w, alpha32, beta32, C + dc, ldc, sc))
             finally:
                 ws.close(stream)   # given back in stream order, after the reduction
 
@@ -151,20 +155,14 @@ class Launcher:
                                                    self.gpu.arch), registry.SPLITK_REDUCE_THREADS)
         return self._reduce
 
-    def _reduce_shape(self, nz: int) -> LaunchShape:
-        pr = self.plan.problem
-        threads = registry.SPLITK_REDUCE_THREADS
-        return LaunchShape((-(-pr.M * pr.N // threads), nz, 1), (threads, 1, 1))
-
     def _quick_return(self, stream: int, C: int, beta) -> None:
         """BLAS quick return: the product is empty (alpha == 0 or K == 0), so C =
         beta * C without reading A or B (NaN or Inf in them must not reach C); the
         reduction kernel with no slices does exactly that."""
         reduce, _ = self._reduce_kernel()
         M, N, _ = self.args_mk
-        for _, _, dc, nz, _ in self.chunks:
-            launch_shaped(reduce, self._reduce_shape(nz), stream,
-                          (M, N, np.int32(0), 0, f32(0.0), f32(beta), C + dc, self.ldc, self.sc))
+        for (_, _, dc, _, _), shape in zip(self.chunks, self._reduce_shapes):
+            launch_shaped(reduce, shape, stream, (M, N, _ZERO32, 0, _ZERO, f32(beta), C + dc, self.ldc, self.sc))
 
     def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta) -> None:
         """One launch per matrix with a kernel whose spec builds its arguments

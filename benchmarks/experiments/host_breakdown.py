@@ -1,0 +1,74 @@
+"""Host time of each step of a repeated gemmlab.matmul call, measured alone (64^3
+fp32, kernel="vectorized", PyTorch tensors), and of torch.library operator
+variants around it.  Each step is timed over short bursts (100 calls, then a
+synchronisation, outside the timing) so that a full launch queue never makes
+the host wait for the GPU.
+Usage: python3 benchmarks/experiments/host_breakdown.py"""
+
+import statistics
+import time
+
+import torch
+
+import gemmlab
+from gemmlab import api, arrays, executor
+from gemmlab.runtime.launch import launch_shaped
+
+
+def us(fn, bursts=30, per=100):
+    for _ in range(per):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(bursts):
+        t0 = time.perf_counter()
+        for _ in range(per):
+            fn()
+        out.append((time.perf_counter() - t0) / per * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+def row(name, fn):
+    print(f"{name:58s} {us(fn):7.2f} us", flush=True)
+
+
+t = torch.randn(64, 64, device="cuda")
+o = torch.empty(64, 64, device="cuda")
+tb = t.bfloat16()
+row("torch.matmul fp32", lambda: torch.matmul(t, t))
+row("torch.matmul fp32 out=", lambda: torch.matmul(t, t, out=o))
+row("torch.mm bf16", lambda: torch.mm(tb, tb))
+gemmlab.matmul(t, t, kernel="vectorized")
+prepared = next(reversed(executor.CACHE._d.values()))
+key = next(reversed(executor.CACHE._d.keys()))
+pa = t.data_ptr()
+stream = prepared.stream(0)
+L = prepared.launcher
+row("gemmlab.matmul fp32 vectorized", lambda: gemmlab.matmul(t, t, kernel="vectorized"))
+row("gemmlab.matmul fp32 vectorized out=", lambda: gemmlab.matmul(t, t, out=o, kernel="vectorized"))
+row("  signature of one tensor", lambda: arrays._torch_signature(t))
+row("  CACHE.get(key)", lambda: executor.CACHE.get(key))
+row("  prepared.stream(0)", lambda: prepared.stream(0))
+row("  prepared.alloc() (torch.empty)", lambda: prepared.alloc())
+row("  prepared.run (launch path only)", lambda: prepared.run(pa, pa, o.data_ptr(), 1.0, 0.0, stream))
+row("  launcher.run", lambda: L.run(stream, pa, pa, o.data_ptr(), 1.0, 0.0))
+M, N, K = L.args_mk
+args = (M, N, K, executor.f32(1.0), pa, L.lda, pa, L.ldb, executor.f32(0.0), o.data_ptr(), L.ldc, L.sa, L.sb, L.sc)
+shape = L.chunks[0][4]
+row("  launch_shaped, prebuilt args", lambda: launch_shaped(L.kernel, shape, stream, args))
+row("  api._run_prepared", lambda: api._run_prepared(prepared, pa, pa, None, 0, 1.0, 0.0))
+row("gemmlab.matmul bf16 (auto)", lambda: gemmlab.matmul(tb, tb))
+
+# torch.library operator variants around the same call
+lib = torch.library.Library("probe3", "DEF")
+for name in ("plain", "autograd"):
+    lib.define(f"{name}(Tensor a, Tensor b) -> Tensor")
+    lib.impl(name, lambda a, b: gemmlab.matmul(a, b), "CUDA")
+torch.library.register_autograd("probe3::autograd", lambda ctx, g: (g, g), lib=lib)
+row("Library op, CUDA impl only (bf16)", lambda: torch.ops.probe3.plain(tb, tb))
+row("Library op + register_autograd (bf16)", lambda: torch.ops.probe3.autograd(tb, tb))
+import gemmlab.torch  # noqa: E402,F401
+row("torch.ops.gemmlab.mm (bf16)", lambda: torch.ops.gemmlab.mm(tb, tb))
+with torch.no_grad():
+    row("torch.ops.gemmlab.mm (bf16) under no_grad", lambda: torch.ops.gemmlab.mm(tb, tb))
