@@ -217,3 +217,13 @@ def test_split_k_and_batches_through_the_prepared_path(emu):
                              STAGES=3, SPLITK=3)
         _check(out, np.matmul(a.astype(np.float64), b.astype(np.float64)))
     assert len(executor.CACHE) == 1
+
+
+def test_a_tuned_split_k_is_lowered_for_a_short_k():
+    """The shipped H100 table answers 64^3 from its nearest tuned shape; its split-K
+    would leave slices of one K-step, so it is dropped (the tuner's own rule)."""
+    from gemmlab import planner
+    p = planner.plan("auto", 64, 64, 64, gpu_slug="nvidia-h100-80gb-hbm3", sm_count=132)
+    assert p.spec.splits(p.params) == 1 or -(-64 // p.params["BK"]) >= 4 * p.spec.splits(p.params)
+    long_k = planner.plan("pipelined", 64, 64, 8192, SPLITK=4)
+    assert long_k.spec.splits(long_k.params) == 4     # asked for explicitly: kept

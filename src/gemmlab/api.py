@@ -85,25 +85,38 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_
     the data back to the host and raise gemmlab.executor.CaptureError there.
     """
     # The fast path: a signature from attribute reads, and a prepared call for it.
-    key = None
+    found = _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params)
+    if found is not None:
+        key, pa, pb, pc = found
+        prepared = CACHE.get(key)
+        if prepared is not None:
+            result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta)
+            if result is not None:
+                return result
+    return _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params)
+
+
+def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params):
+    """(key, address of a, of b, of out) of a call whose arrays gemmlab can read by
+    attributes (CuPy arrays, PyTorch tensors) and whose other arguments have exact
+    types; None for anything else, which takes the full path every time."""
     sig_a, sig_b = SIGNATURES.get(type(a)), SIGNATURES.get(type(b))
-    if sig_a is not None and sig_b is not None and (type(alpha) is float or type(alpha) is int) \
-            and (type(beta) is float or type(beta) is int) and (trans_a is False or trans_a is True) \
-            and (trans_b is False or trans_b is True) and type(kernel) is str and _plain(precision) \
-            and (_plain(out_dtype) or type(out_dtype).__name__ == "dtype"):
-        sig_o = SIGNATURES.get(type(out)) if out is not None else None
-        if out is None or sig_o is not None:
-            pa, ka = sig_a(a)
-            pb, kb = sig_b(b)
-            pc, kc = sig_o(out) if out is not None else (0, None)
-            key = (ka, kb, kc, alpha == 0, beta == 0, trans_a, trans_b, kernel, precision, out_dtype,
-                   tuple((k, v, type(v)) for k, v in tile_params.items()) if tile_params else (), tuned.version)
-            prepared = CACHE.get(key)
-            if prepared is not None:
-                result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta)
-                if result is not None:
-                    return result
-    return _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, key)
+    if sig_a is None or sig_b is None or not (type(alpha) is float or type(alpha) is int) \
+            or not (type(beta) is float or type(beta) is int) or not (trans_a is False or trans_a is True) \
+            or not (trans_b is False or trans_b is True) or type(kernel) is not str or not _plain(precision) \
+            or not (_plain(out_dtype) or type(out_dtype).__name__ == "dtype"):
+        return None
+    sig_o = None
+    if out is not None:
+        sig_o = SIGNATURES.get(type(out))
+        if sig_o is None:
+            return None
+    pa, ka = sig_a(a)
+    pb, kb = sig_b(b)
+    pc, kc = sig_o(out) if out is not None else (0, None)
+    key = (ka, kb, kc, alpha == 0, beta == 0, trans_a, trans_b, kernel, precision, out_dtype,
+           tuple((k, v, type(v)) for k, v in tile_params.items()) if tile_params else (), tuned.version)
+    return key, pa, pb, pc
 
 
 def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha, beta):
@@ -121,9 +134,13 @@ def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha,
     return out
 
 
-def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, key):
+def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params):
     """Validate, plan and prepare (the first call of a signature), then run."""
     call = planner.validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype)
+    # After validation every array type gemmlab reads by attributes is known, so the
+    # first call of a signature is kept too.
+    found = _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params)
+    key = found[0] if found is not None else None
     # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
     kv = planner.kernel_view(call)
     plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), op_a=kv.A.layout, op_b=kv.B.layout,

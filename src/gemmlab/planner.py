@@ -293,6 +293,23 @@ def _one_launch_per_matrix_wins(M: int, N: int, batch: int, tile: tuple[int, int
     return batch <= 1 or -(-M // tile[0]) * -(-N // tile[1]) >= sm_count
 
 
+MIN_K_STEPS_PER_SPLIT = 4   # the tuner's rule: a split-K slice has at least 4 K-steps
+
+
+def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
+    """A tuned configuration taken from the nearest tuned shape, with its split-K
+    factor lowered until each slice of this K has MIN_K_STEPS_PER_SPLIT K-steps (the
+    tuner never tries more splits than that; at K = 64 a split of 4 is only extra
+    launches)."""
+    if not spec.split_k_param or spec.split_k_param not in params:
+        return params
+    steps = -(-max(K, 1) // params.get("BK", 1))
+    splits = params[spec.split_k_param]
+    while splits > 1 and steps < MIN_K_STEPS_PER_SPLIT * splits:
+        splits = max(s for s in registry.SPLITK_VALUES if s < splits)
+    return {**params, spec.split_k_param: splits}
+
+
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
          gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
          op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
@@ -333,6 +350,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         found = table.lookup(kernel, M, N, max(K, 1)) if table else None
         if found:
             kernel, tile_params = found
+            tile_params = _fit_split_k(registry.get(kernel), tile_params, K)
     if kernel == "auto":
         if dtype == "float32":
             kernel, tile_params = auto_params(M, N, K, sm_count, batch)

@@ -1,0 +1,281 @@
+"""Prepared calls on the GPU: every kernel family through the cached path against
+FP64 on odd shapes (a first call, a second on fresh data that reuses what the
+first prepared, a third whose only change is the alignment of a), CUDA-graph
+capture and replay with new data in the same buffers (torch.cuda.graph and
+CuPy stream capture), the error-corrected methods that cannot be captured, and
+8 threads on 8 streams sharing one cache.
+
+Inputs are fresh random values, never zeros; out is poisoned (NaN) before
+every run, so an element a kernel does not write fails."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import gemmlab
+from gemmlab import executor
+from gemmlab.runtime import device as rt_device
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
+
+HOPPER = rt_device.gpu_available() and rt_device.gpu_info(0).arch == "sm_90a"
+SPLITK = {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3, "SPLITK": 3}
+
+# (id, kernel, input dtype, precision, tile params, hopper only)
+FAMILIES = [
+    ("naive", "naive", "float32", None, {}, False),
+    ("coalesced", "coalesced", "float32", None, {}, False),
+    ("smem_tiled", "smem_tiled", "float32", None, {}, False),
+    ("blocktile_1d", "blocktile_1d", "float32", None, {}, False),
+    ("blocktile_2d", "blocktile_2d", "float32", None, {}, False),
+    ("vectorized", "vectorized", "float32", None, {}, False),
+    ("warptile", "warptile", "float32", None, {}, False),
+    ("pipelined", "pipelined", "float32", None, {}, False),
+    ("pipelined-splitk", "pipelined", "float32", None, SPLITK, False),
+    ("auto-fp32", "auto", "float32", None, {}, False),
+    ("wmma-fp16", "wmma", "float16", None, {}, False),
+    ("wmma_warptile-bf16", "wmma_warptile", "bfloat16", None, {}, False),
+    ("mma_pipelined-fp16", "mma_pipelined", "float16", None, {}, False),
+    ("mma_pipelined-tf32", "mma_pipelined", "float32", "tf32", {}, False),
+    ("wgmma-bf16", "wgmma", "bfloat16", None, {}, True),
+    ("wgmma-tf32", "wgmma", "float32", "tf32", {}, True),
+    ("auto-bf16", "auto", "bfloat16", None, {}, False),
+    ("ec_wmma-fp16_ec", "ec_wmma", "float32", "fp16_ec", {}, False),
+    ("ec_wmma-tf32_ec", "ec_wmma", "float32", "tf32_ec", {}, False),
+    ("ec_wgmma-fp16_ec", "ec_wgmma", "float32", "fp16_ec", {}, True),
+    ("ec_wgmma-tf32_ec", "ec_wgmma", "float32", "tf32_ec", {}, True),
+]
+LAYOUTS = ["NN", "TN", "NT"]
+
+
+def _bound(dtype, precision):
+    if precision == "tf32":
+        return 3e-3          # inputs rounded to TF32 by the kernel
+    return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
+
+
+def _shape(fam):
+    """Odd sizes; for the TMA rungs rows of a multiple of 16 bytes (else they fall back)."""
+    return (77, 48, 136) if fam[5] or fam[1] == "auto" else (77, 45, 130)
+
+
+def _operand(rows, cols, dtype, layout, gen, offset=0):
+    """A rows x cols operand of fresh values, stored row-major ('N') or as the
+    transpose of a row-major cols x rows tensor ('T'), ``offset`` elements into its buffer."""
+    stored = (rows, cols) if layout == "N" else (cols, rows)
+    n = stored[0] * stored[1]
+    buf = torch.empty(n + offset, device="cuda", dtype=getattr(torch, dtype))
+    buf.uniform_(-1, 1, generator=gen)
+    x = buf[offset:].view(stored)
+    return x if layout == "N" else x.t()
+
+
+def _check(out, a, b, bound):
+    ref = a.double() @ b.double()
+    got = out.double()
+    assert not torch.isnan(got).any(), "an element was not written"
+    err = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
+    assert err < bound, err
+
+
+def _skip_off_hopper(fam):
+    if fam[5] and not HOPPER:
+        pytest.skip("needs a Hopper GPU (sm_90a)")
+
+
+def _kw(fam):
+    _, kernel, dtype, precision, params, _ = fam
+    kw = dict(kernel=kernel, **params)
+    if precision:
+        kw["precision"] = precision
+    return kw
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f[0])
+def test_the_cached_path_matches_fp64(fam, layout):
+    _skip_off_hopper(fam)
+    M, N, K = _shape(fam)
+    gen = torch.Generator(device="cuda").manual_seed(hash((fam[0], layout)) % 2**31)
+    kw, bound = _kw(fam), _bound(fam[2], fam[3])
+    for call in range(3):
+        # the third call moves a by one element: only its alignment changes
+        a = _operand(M, K, fam[2], layout[0], gen, offset=1 if call == 2 else 0)
+        b = _operand(K, N, fam[2], layout[1], gen)
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=a.dtype)
+        assert gemmlab.matmul(a, b, out=out, **kw) is out
+        torch.cuda.synchronize()
+        _check(out, a, b, bound)
+        ran = gemmlab.last_plan()
+        if call == 0 and fam[1] != "auto" and layout == "NN":
+            assert ran.spec.name == fam[1], ran.describe()
+    r = gemmlab.matmul(a, b, **kw)   # a new result: another signature, prepared and run
+    torch.cuda.synchronize()
+    _check(r, a, b, bound)
+
+
+def _replay_checks(fam, layout, capture):
+    """Capture one call with ``capture`` (a context manager maker), then replay it
+    with new values copied into the same buffers, twice."""
+    M, N, K = _shape(fam)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    a = _operand(M, K, fam[2], layout[0], gen)
+    b = _operand(K, N, fam[2], layout[1], gen)
+    out = torch.empty((M, N), device="cuda", dtype=a.dtype)
+    kw = _kw(fam)
+    gemmlab.matmul(a, b, out=out, **kw)        # warm: compiled, loaded, prepared
+    torch.cuda.synchronize()
+    replay = capture(lambda: gemmlab.matmul(a, b, out=out, **kw))
+    for _ in range(2):
+        a.copy_(_operand(M, K, fam[2], layout[0], gen))
+        b.copy_(_operand(K, N, fam[2], layout[1], gen))
+        out.fill_(float("nan"))
+        replay()
+        torch.cuda.synchronize()
+        _check(out, a, b, _bound(fam[2], fam[3]))
+
+
+def _torch_graph(fn):
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("fam", FAMILIES, ids=lambda f: f[0])
+def test_torch_cuda_graph_capture_and_replay(fam, layout):
+    _skip_off_hopper(fam)
+    _replay_checks(fam, layout, _torch_graph)
+
+
+@pytest.mark.parametrize("fam", [f for f in FAMILIES if f[0] in ("pipelined-splitk", "wgmma-bf16", "auto-fp32",
+                                                                 "ec_wgmma-fp16_ec", "mma_pipelined-tf32")],
+                         ids=lambda f: f[0])
+def test_cupy_stream_capture_and_replay(fam):
+    _skip_off_hopper(fam)
+    cp = pytest.importorskip("cupy")
+    M, N, K = _shape(fam)
+    rng = np.random.default_rng(3)
+    host_dt = np.float32 if fam[2] == "float32" else np.float16
+    if fam[2] == "bfloat16":
+        pytest.skip("CuPy has no bfloat16")
+
+    def fresh(r, c):
+        return cp.asarray(rng.uniform(-1, 1, (r, c)).astype(host_dt))
+    a, b = fresh(M, K), fresh(K, N)
+    out = cp.empty((M, N), host_dt)
+    kw = _kw(fam)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        gemmlab.matmul(a, b, out=out, **kw)      # warm
+        stream.synchronize()
+        stream.begin_capture()
+        gemmlab.matmul(a, b, out=out, **kw)
+        graph = stream.end_capture()
+        for _ in range(2):
+            a[...], b[...] = fresh(M, K), fresh(K, N)
+            out.fill(np.nan)
+            graph.launch(stream)
+            stream.synchronize()
+            ref = a.get().astype(np.float64) @ b.get().astype(np.float64)
+            got = out.get().astype(np.float64)
+            assert np.isfinite(got).all()
+            assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < _bound(fam[2], fam[3])
+
+
+def test_split_k_in_a_graph_gets_its_own_workspace():
+    """A graph replayed beside eager calls on another stream: each uses its own workspace."""
+    fam = next(f for f in FAMILIES if f[0] == "pipelined-splitk")
+    M, N, K = _shape(fam)
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    a, b = _operand(M, K, "float32", "N", gen), _operand(K, N, "float32", "N", gen)
+    out = torch.empty((M, N), device="cuda")
+    gemmlab.matmul(a, b, out=out, **SPLITK)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        gemmlab.matmul(a, b, out=out, **SPLITK)
+    a2, b2 = _operand(M, K, "float32", "N", gen), _operand(K, N, "float32", "N", gen)
+    out2 = torch.empty((M, N), device="cuda")
+    side = torch.cuda.Stream()
+    for _ in range(20):
+        out.fill_(float("nan"))
+        out2.fill_(float("nan"))
+        torch.cuda.synchronize()
+        g.replay()
+        with torch.cuda.stream(side):
+            gemmlab.matmul(a2, b2, out=out2, **SPLITK)
+        torch.cuda.synchronize()
+        _check(out, a, b, 1e-5)
+        _check(out2, a2, b2, 1e-5)
+
+
+@pytest.mark.parametrize("precision", ["fp32_tc", "fp16_ec_scaled"])
+def test_methods_chosen_from_the_data_refuse_capture_with_a_clear_error(precision):
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    a, b = _operand(64, 64, "float32", "N", gen), _operand(64, 64, "float32", "N", gen)
+    out = torch.empty((64, 64), device="cuda")
+    gemmlab.matmul(a, b, out=out, precision=precision)
+    torch.cuda.synchronize()
+    _check(out, a, b, 1e-5)
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(executor.CaptureError, match="capture"):
+        with torch.cuda.graph(g):
+            gemmlab.matmul(a, b, out=out, precision=precision)
+    torch.cuda.synchronize()
+    gemmlab.matmul(a, b, out=out, precision=precision)   # eager calls still work afterwards
+    torch.cuda.synchronize()
+    _check(out, a, b, 1e-5)
+
+
+def test_the_pytorch_operator_in_a_graph():
+    import gemmlab.torch as gt
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    a, b = _operand(96, 64, "bfloat16", "N", gen), _operand(64, 80, "bfloat16", "N", gen)
+    gt.mm(a, b)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = gt.mm(a, b)
+    for _ in range(2):
+        a.copy_(_operand(96, 64, "bfloat16", "N", gen))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        _check(out, a, b, 1e-2)
+
+
+def test_eight_threads_on_eight_streams_share_the_cache():
+    shapes = [(77, 45, 130), (64, 64, 64), (33, 96, 200), (128, 40, 72)]
+    kinds = [("float32", {}), ("bfloat16", {}), ("float32", {"precision": "tf32"}), ("float16", {})]
+    errors, results = [], {}
+
+    def work(i):
+        try:
+            gen = torch.Generator(device="cuda").manual_seed(100 + i)
+            stream = torch.cuda.Stream()
+            dtype, kw = kinds[i % len(kinds)]
+            with torch.cuda.stream(stream):
+                mine = []
+                for j in range(24):
+                    M, N, K = shapes[(i + j) % len(shapes)]
+                    a, b = _operand(M, K, dtype, "N", gen), _operand(K, N, dtype, "TN"[j % 2], gen)
+                    out = torch.full((M, N), float("nan"), device="cuda", dtype=a.dtype)
+                    gemmlab.matmul(a, b, out=out, **kw)
+                    mine.append((a, b, out, _bound(dtype, kw.get("precision"))))
+                stream.synchronize()
+            results[i] = mine
+        except Exception as exc:   # reported below, with the thread's number
+            errors.append((i, exc))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, mine in results.items():
+        for a, b, out, bound in mine:
+            _check(out, a, b, bound)
