@@ -58,6 +58,12 @@ args = (M, N, K, executor.f32(1.0), pa, L.lda, pa, L.ldb, executor.f32(0.0), o.d
 shape = L.chunks[0][4]
 row("  launch_shaped, prebuilt args", lambda: launch_shaped(L.kernel, shape, stream, args))
 row("  api._run_prepared", lambda: api._run_prepared(prepared, pa, pa, None, 0, 1.0, 0.0))
+dev = torch.device("cuda", 0)
+row("  torch.empty((64, 64), dtype=, device=torch.device)", lambda: torch.empty((64, 64), dtype=torch.float32, device=dev))
+row("  torch.empty(64, 64, dtype=, device=int)", lambda: torch.empty(64, 64, dtype=torch.float32, device=0))
+row("  t.new_empty((64, 64))", lambda: t.new_empty((64, 64)))
+row("  torch.empty_like(t)", lambda: torch.empty_like(t))
+row("  torch.empty_strided((64, 64), (64, 1), dtype, device)", lambda: torch.empty_strided((64, 64), (64, 1), dtype=torch.float32, device=dev))
 row("gemmlab.matmul bf16 (auto)", lambda: gemmlab.matmul(tb, tb))
 
 # torch.library operator variants around the same call
@@ -66,7 +72,32 @@ for name in ("plain", "autograd"):
     lib.define(f"{name}(Tensor a, Tensor b) -> Tensor")
     lib.impl(name, lambda a, b: gemmlab.matmul(a, b), "CUDA")
 torch.library.register_autograd("probe3::autograd", lambda ctx, g: (g, g), lib=lib)
+lib.define("manual(Tensor a, Tensor b) -> Tensor")
+lib.impl("manual", lambda a, b: gemmlab.matmul(a, b), "CUDA")
+
+
+class _Fn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.probe3.manual.default(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g
+
+
+def _manual_autograd(a, b):
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return _Fn.apply(a, b)
+    with torch._C._AutoDispatchBelowAutograd():
+        return torch.ops.probe3.manual.default(a, b)
+
+
+lib.impl("manual", _manual_autograd, "Autograd")
 row("Library op, CUDA impl only (bf16)", lambda: torch.ops.probe3.plain(tb, tb))
+row("Library op, CUDA impl only, .default (bf16)", lambda: torch.ops.probe3.plain.default(tb, tb))
+row("Library op + hand-written Autograd kernel (bf16)", lambda: torch.ops.probe3.manual.default(tb, tb))
 row("Library op + register_autograd (bf16)", lambda: torch.ops.probe3.autograd(tb, tb))
 import gemmlab.torch  # noqa: E402,F401
 row("torch.ops.gemmlab.mm (bf16)", lambda: torch.ops.gemmlab.mm(tb, tb))

@@ -119,15 +119,20 @@ class _Borrowed:
 
 _scratch: dict[tuple[int, int], list] = {}
 _scratch_lock = threading.Lock()
+# Workspaces up to this size are kept per stream; larger ones belong to products whose
+# kernels take far longer than an allocation, so they come from the pool each call.
+SCRATCH_KEPT_BYTES = 64 * 2**20
 
 
 def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str = ""):
     """Like device_workspace, but outside graph capture one workspace per device and
-    stream is kept and reused (grown when a call needs more): a small product's
-    split-K then costs no allocation.  Reuse is safe in stream order; a lock held
-    from here to ``close()`` keeps two threads that share a stream from interleaving
-    their use of it.  Under capture the graph gets its own allocation."""
-    if stream_is_capturing(stream_handle):
+    stream is kept and reused (grown when a call needs more, up to
+    SCRATCH_KEPT_BYTES): a small product's split-K or split pre-pass then costs no
+    allocation, and tensor maps of the workspace stay valid from call to call.
+    Reuse is safe in stream order; a lock held from here to ``close()`` keeps two
+    threads that share a stream from interleaving their use of it.  Under capture
+    the graph gets its own allocation."""
+    if nbytes > SCRATCH_KEPT_BYTES or stream_is_capturing(stream_handle):
         return device_workspace(gpu, stream_handle, nbytes, what, hint)
     key = (gpu.ordinal, stream_handle)
     entry = _scratch.get(key)

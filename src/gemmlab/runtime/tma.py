@@ -105,9 +105,9 @@ def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols):
 _ENCODERS = {"cuda.core": _encode_cuda_core, "driver": _encode_driver}
 
 
-def _encode(*args):
+def _encode(*args, backend: str | None = None):
     global _backend
-    forced = os.environ.get("GEMMLAB_TMA")
+    forced = backend or os.environ.get("GEMMLAB_TMA")
     if forced:
         if forced not in _ENCODERS:
             raise ValueError(f"GEMMLAB_TMA={forced!r} is not one of {', '.join(_ENCODERS)}")
@@ -124,23 +124,27 @@ def _encode(*args):
     return result
 
 
-def tensor_map(ptr: int, rows: int, cols: int, ld: int, dtype: str, box_rows: int, box_cols: int):
+def tensor_map(ptr: int, rows: int, cols: int, ld: int, dtype: str, box_rows: int, box_cols: int,
+               backend: str | None = None):
     """A tensor map of the row-major rows x cols matrix at ``ptr`` (leading
     dimension ``ld`` elements), copied in box_rows x box_cols boxes into
-    128-byte-swizzled shared memory; elements outside the matrix read as zero."""
+    128-byte-swizzled shared memory; elements outside the matrix read as zero.
+    ``backend="driver"`` asks for cuTensorMapEncodeTiled, which does not look the
+    address up: the only encoder that takes memory a CUDA graph being captured
+    allocated (see maps_backend)."""
     eb, _ = _ELEM[dtype]
     if box_cols * eb != SWIZZLE_BYTES:
         raise ValueError(f"a box row must be {SWIZZLE_BYTES} bytes for the 128-byte swizzle, not {box_cols * eb}")
     rows, cols = max(rows, 1), max(cols, 1)   # K = 0: nothing is copied, but a map needs sizes >= 1
     if rows == 1:   # no second row: any stride the copy engine accepts will do
         ld = -(-max(cols, 1) * eb // 16) * 16 // eb
-    key = (ptr, rows, cols, ld, dtype if dtype == "tf32" else eb, box_rows, box_cols)
+    key = (ptr, rows, cols, ld, dtype if dtype == "tf32" else eb, box_rows, box_cols, backend)
     with _lock:
         found = _cache.get(key)
         if found is not None:
             _cache.move_to_end(key)
             return found
-    found = _encode(ptr, rows, cols, ld, dtype, box_rows, box_cols)
+    found = _encode(ptr, rows, cols, ld, dtype, box_rows, box_cols, backend=backend)
     with _lock:
         _cache[key] = found
         while len(_cache) > _CACHE_SIZE:
@@ -148,12 +152,21 @@ def tensor_map(ptr: int, rows: int, cols: int, ld: int, dtype: str, box_rows: in
     return found
 
 
+def maps_backend(stream: int) -> str | None:
+    """The encoder for maps of memory allocated during this call: under CUDA-graph
+    capture such memory is the graph's own, which cuda.core's encoder cannot look
+    up, so every map of that launch comes from the driver (launched through
+    cuLaunchKernel); otherwise the default."""
+    from .launch import stream_is_capturing
+    return "driver" if stream_is_capturing(stream) else None
+
+
 def _standard_args(pr, ops: Operands, alpha, beta) -> tuple:
     return (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(alpha), ops.A, np.int32(ops.lda), ops.B,
             np.int32(ops.ldb), np.float32(beta), ops.C, np.int32(ops.ldc))
 
 
-def _c_map(pr, ops: Operands, beta, box_rows: int):
+def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
     """The map of C for the TMA-store epilogue, and whether to use it: beta == 0 (C is only
     written) and C readable by TMA; else the kernel stores from registers (the map passed
     then is a placeholder it never reads)."""
@@ -161,7 +174,7 @@ def _c_map(pr, ops: Operands, beta, box_rows: int):
     eb = _ELEM[dtype][0]
     if beta != 0 or not tma_aligned(ops.C, pr.M, ops.ldc, 0, 0, 0, eb):
         return None
-    return tensor_map(ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // eb)
+    return tensor_map(ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // eb, backend)
 
 
 @contextmanager
@@ -219,8 +232,10 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
             blocks = -(-rows // tile) * -(-cols // tile)
             launch(kernel, (blocks, 1, 1), (threads, 1, 1), 0, stream, np.int32(rows), np.int32(cols), src,
                    np.int32(ld), dst, np.int32(ldd))
-        map_a = tensor_map(a_src, pr.M, pr.K, lda, "tf32", tm, 32)
-        yield args + (map_a, tensor_map(b_src, pr.K, pr.N, ldb, "tf32", 32, 32),
+        be = maps_backend(stream)
+        map_a = tensor_map(a_src, pr.M, pr.K, lda, "tf32", tm, 32, be)
+        map_c = _c_map(pr, ops, beta, 32, be)
+        yield args + (map_a, tensor_map(b_src, pr.K, pr.N, ldb, "tf32", 32, 32, be),
                       map_c if map_c is not None else map_a, np.int32(map_c is not None))
     finally:
         ws.close(stream)
@@ -236,14 +251,14 @@ def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0
     scales (powers of two) are applied here.  Freed in stream order on exit."""
     from ..kernels import registry
     from . import compile as rt_compile
-    from .launch import device_workspace, launch, stream_from_handle
+    from .launch import launch, stream_workspace
     if pr.dtype not in registry.EC_METHODS:
         raise TypeError(f"the split pre-pass is for {', '.join(registry.EC_METHODS)}, not {pr.dtype}")
     eb = 4 if pr.dtype == "tf32_ec" else 2
     kp = -(-pr.K // (16 // eb)) * (16 // eb)
     a_part, b_part = pr.M * kp * eb, pr.N * kp * eb
     nbytes = 2 * (a_part + b_part)
-    ws = device_workspace(gpu, stream, nbytes, "ec_wgmma, for the split parts of a and b,")
+    ws = stream_workspace(gpu, stream, nbytes, "ec_wgmma, for the split parts of a and b,")
     try:
         base = int(ws.handle)
         a_hi, a_lo = base, base + a_part
@@ -275,6 +290,7 @@ def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     part, eb = ("tf32", 4) if pr.dtype == "tf32_ec" else ("float16", 2)
     with ec_split_workspace(pr, gpu, stream, ops, scale_a, scale_b) as (a_hi, a_lo, b_hi, b_lo, kp):
         box_k, bm, bn = 128 // eb, registry.EC_WGMMA_BM, registry.EC_WGMMA_BN
-        maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k)
+        be = maps_backend(stream)
+        maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, be)
                      for ptr, rows, box_rows in ((a_hi, pr.M, bm), (a_lo, pr.M, bm), (b_hi, pr.N, bn), (b_lo, pr.N, bn)))
         yield _standard_args(pr, ops, alpha, beta) + maps + plan.extra_args()
