@@ -33,9 +33,10 @@ def mm(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto") -> torch.Tensor:
     return _op(a, b, kernel)
 
 
-# Defined with torch.library's low-level API rather than @custom_op: its
-# dispatch costs a few microseconds per call, the decorator's Python wrapper
-# several times that (benchmarks/NOTES.md, host costs).  The operator's third
+# Defined with torch.library's low-level API rather than @custom_op, with its own
+# Autograd kernel rather than register_autograd: on an H100's host the
+# decorator's and register_autograd's Python wrappers cost 10-15 us per call
+# more (benchmarks/NOTES.md, host costs).  The operator's third
 # argument is not called "kernel": Inductor passes an operator's arguments on by
 # keyword to a function that has its own "kernel" parameter
 # (FallbackKernel.create), which then fails under torch.compile.
@@ -66,17 +67,39 @@ def _mm_fake(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto") -> tor
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
-def _setup_context(ctx, inputs, output) -> None:
-    a, b, kernel_name = inputs
-    ctx.save_for_backward(a, b)
-    ctx.kernel_name = kernel_name
+class _MM(torch.autograd.Function):
+    """The product with its gradients: grad_a = grad @ b^T, grad_b = a^T @ grad,
+    each again gemmlab's operator (transposed views are read in place)."""
+
+    @staticmethod
+    def forward(ctx, a, b, kernel_name):
+        with torch._C._AutoDispatchBelowAutograd():
+            out = _op(a, b, kernel_name)
+        ctx.save_for_backward(a, b)
+        ctx.kernel_name = kernel_name
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        grad_a = _op(grad, b.t(), ctx.kernel_name) if ctx.needs_input_grad[0] else None
+        grad_b = _op(a.t(), grad, ctx.kernel_name) if ctx.needs_input_grad[1] else None
+        return grad_a, grad_b, None
 
 
-def _backward(ctx, grad):
-    a, b = ctx.saved_tensors
-    grad_a = _op(grad, b.t(), ctx.kernel_name) if ctx.needs_input_grad[0] else None
-    grad_b = _op(a.t(), grad, ctx.kernel_name) if ctx.needs_input_grad[1] else None
-    return grad_a, grad_b, None
+def _mm_autograd(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto") -> torch.Tensor:
+    """The operator's Autograd kernel.  With a gradient to record, _MM; without
+    one, plain CUDA tensors and no dispatch mode active, straight to the CUDA
+    implementation (the redispatch below autograd would cost a second trip
+    through the dispatcher); anything else (fake or functional tensors while
+    compiling, a TorchDispatchMode) is redispatched below autograd as usual."""
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return _MM.apply(a, b, kernel_name)
+    if type(a) is torch.Tensor and type(b) is torch.Tensor and a.is_cuda and not _dispatch_modes():
+        return _mm_impl(a, b, kernel_name)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _op(a, b, kernel_name)
 
 
-torch.library.register_autograd("gemmlab::mm", _backward, setup_context=_setup_context, lib=_lib)
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_lib.impl("mm", _mm_autograd, "Autograd")
