@@ -355,7 +355,11 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         if dtype == "float32":
             kernel, tile_params = auto_params(M, N, K, sm_count, batch)
         elif dtype in registry.EC_METHODS:
+            # ec_wgmma is three launches (its split pre-pass of A and B, then the GEMM):
+            # worth it when its tiles give at least half of the SMs a block.
+            tiles = -(-M // registry.EC_WGMMA_BM) * -(-N // registry.EC_WGMMA_BN)
             on_hopper = arch is not None and registry.get("ec_wgmma").builds_for(arch) and \
+                2 * tiles >= sm_count and \
                 _one_launch_per_matrix_wins(M, N, batch, (registry.EC_WGMMA_BM, registry.EC_WGMMA_BN), sm_count)
             kernel, tile_params = ("ec_wgmma" if on_hopper else "ec_wmma"), {}
         elif arch is not None and registry.get("wgmma").builds_for(arch) and \
