@@ -123,6 +123,7 @@ class _Operands:
     for gemmlab and cuBLAS alike."""
 
     def __init__(self, M, N, K, dtype, dist, rng, ops: str = "NN"):
+        import cupy as cp
         self.dtype, self.ops, self.shape = dtype, ops, (M, N, K)
         a = random_matrix(M, K, dist, rng)
         b = random_matrix(K, N, dist, rng)
@@ -131,7 +132,6 @@ class _Operands:
         lda = M if ops[0] == "T" else K
         ldb = K if ops[1] == "T" else N
         if _fp32_storage(dtype):
-            import cupy as cp
             def dev(x):   # a Fortran-ordered array stays column-major on the GPU
                 return cp.asarray(np.ascontiguousarray(x.T)).T if not x.flags.c_contiguous else cp.asarray(x)
             self.a, self.b = dev(a), dev(b)
@@ -154,8 +154,8 @@ class _Operands:
             self.cublas = partial(torch.matmul, self.a, self.b, out=self.c)
             self.note = f"torch.matmul -> cuBLAS in {dtype}" + (" (TF32 allowed)" if dtype == "tf32" else "") \
                 + ("" if ops == "NN" else f", {ops}")
-        # run_plan's arguments after the plan, GPU and stream: the same operands as raw pointers.
-        self.raw = (ptrs[0], lda, ptrs[1], ldb, ptrs[2], N, 1.0, 0.0)
+        # run_plan's arguments after the plan and GPU: the stream, and the operands as raw pointers.
+        self.raw = (cp.cuda.get_current_stream().ptr, ptrs[0], lda, ptrs[1], ldb, ptrs[2], N, 1.0, 0.0)
 
     def public(self, kernel: str, params: dict, precision: str | None):
         """The call a user makes: gemmlab.matmul on these arrays into c."""
@@ -228,9 +228,7 @@ def time_size(ops_: _Operands, calls, *, paths, timer: Timer, gpu, say, peak=Non
     and after gemmlab's calls, and both samples count, so slow clock drift
     during the size's runs favours neither side.
     """
-    import cupy as cp
     M, N, K = ops_.shape
-    stream = cp.cuda.get_current_stream().ptr
     cb_first = {path: timer(ops_.cublas, path) for path in paths}
     cb_err = ops_.error()
     say(f"cuBLAS ({ops_.dtype}) {M}x{N}x{K}: " + ", ".join(
@@ -239,7 +237,7 @@ def time_size(ops_: _Operands, calls, *, paths, timer: Timer, gpu, say, peak=Non
     for name, public, row in calls:
         t = timer(public, "public")
         p = last_plan()       # what the timed calls ran
-        runs = {"public": public, "kernel": partial(run_plan, p, gpu, stream, *ops_.raw)}
+        runs = {"public": public, "kernel": partial(run_plan, p, gpu, *ops_.raw)}
         timed = {"public": t} | {path: timer(runs[path], path) for path in paths if path != "public"}
         errs = {path: None if t.skipped else ops_.checked(runs[path]) for path, t in timed.items()}
         rows.append((row(p), timed, errs))
