@@ -230,6 +230,8 @@ def plot(data: dict, path) -> None:
     left.set_yticks(list(ys))
     left.set_yticklabels([f"{r['call']} [{r['arrays']}, {r['dtype']}, {r['shape']}]" for r in host], fontsize=6)
     left.invert_yaxis()
+    from matplotlib.patches import Patch
+    left.legend(handles=[Patch(color=c, label=name) for name, c in colors.items()], fontsize=8)
     left.set_xlabel("host µs per call (steady state)")
     left.set_title("host time per call; red edge: gemmlab over torch.matmul")
     left.grid(axis="x", alpha=0.3)
@@ -240,6 +242,9 @@ def plot(data: dict, path) -> None:
                    label=f"{dtype}, {timed}")
     right.axhline(100, color="gray", lw=1)
     right.set_xscale("log", base=2)
+    ticks = sorted({r["M"] for r in sizes})
+    right.set_xticks(ticks)
+    right.set_xticklabels([str(t) for t in ticks])
     right.set_xlabel("M = N = K")
     right.set_ylabel("% of cuBLAS (same call path)")
     right.set_title('gemmlab.matmul(kernel="auto") vs cuBLAS')
