@@ -52,8 +52,9 @@ def headline(records: list[dict]) -> tuple[list[dict], str]:
 
 
 def table(records: list[dict]) -> str:
-    """One row per kernel, size and layout; a group of columns per timed path,
-    titled with what was timed (see PATHS), and the worst error of the paths."""
+    """One row per kernel, size, layout and dtype (a dtype column where there are
+    several); a group of columns per timed path, titled with what was timed (see
+    PATHS), and the worst error of the paths."""
     # Show tile parameters when one kernel appears with several configurations.
     seen: dict[str, set] = {}
     for r in records:
@@ -68,6 +69,10 @@ def table(records: list[dict]) -> str:
     heads = [("ms", 10), ("TFLOPS", 8), ("%cuBLAS", 8)] + ([("%peak", 7)] if peak else [])
     group = sum(w for _, w in heads) + len(heads) - 1
     width = max([18] + [len(k[0]) for k in rows])
+    dtypes = len({k[4] for k in rows}) > 1
+
+    def where(M, N, K, dtype):
+        return f"{M:>6} {N:>6} {K:>6}" + (f" {dtype:>8}" if dtypes else "")
 
     def cells(r):
         if r is None:
@@ -80,14 +85,14 @@ def table(records: list[dict]) -> str:
 
     titles = " | ".join(f"{PATHS[p][0]:^{group}s}" for p in paths)
     cols = " | ".join(" ".join(f"{h:>{w}s}" for h, w in heads) for _ in paths)
-    lines = [f"{'':{width + 21}s}{titles}".rstrip(),
-             f"{'kernel':{width}s} {'M':>6s} {'N':>6s} {'K':>6s} {cols} {'rel err':>9s}"]
+    lines = [f"{'':{width + len(where(0, 0, 0, '')) + 2}s}{titles}".rstrip(),
+             f"{'kernel':{width}s} {where('M', 'N', 'K', 'dtype')} {cols} {'rel err':>9s}"]
     lines.append("-" * len(lines[-1]))
-    for (name, M, N, K, _), by_path in rows.items():
+    for (name, M, N, K, dtype), by_path in rows.items():
         errs = [r["rel_error"] for r in by_path.values() if r.get("rel_error") is not None]
         why = dict.fromkeys(r["skipped"] for r in by_path.values() if r.get("skipped"))
         groups = " | ".join(" ".join(cells(by_path.get(p))) for p in paths)
-        lines.append(f"{name:{width}s} {M:6d} {N:6d} {K:6d} {groups} {_fmt(max(errs, default=None), '.1e'):>9s}"
+        lines.append(f"{name:{width}s} {where(M, N, K, dtype)} {groups} {_fmt(max(errs, default=None), '.1e'):>9s}"
                      + (f"  (skipped: {'; '.join(why)})" if why else ""))
     return "\n".join(lines + [PATHS[p][1] for p in paths])
 
