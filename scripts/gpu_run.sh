@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # One call on the GPU machine does it all: install gemmlab, run the whole test
 # suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
-# $OUT (default ./.out).  Usage: scripts/gpu_run.sh [tune|tests|bench|ec|sweep|profile|extra|all]...
+# $OUT (default ./.out).  Usage: scripts/gpu_run.sh [tune|tests|bench|overhead|ec|sweep|profile|extra|all]...
+# "bench" times gemmlab.matmul beside cupy/torch.matmul, host time included (the
+# public call; BENCH_ARGS=--kernel-only adds each kernel alone, back to back).
+# "overhead" measures host µs per call (gemmlab vs torch.matmul vs cupy.matmul) and
+# % of cuBLAS from 64^3 to 2048^3.
 # "ec" times the error-corrected methods beside cuBLAS SGEMM and tabulates their accuracy.
 # "tune" runs the autotuner first and copies its table to $OUT/tuned/ (the shipped
 # tables in src/gemmlab/tuned/ come from there); later steps use it.
@@ -34,8 +38,15 @@ if has tests; then
   timeout 900 python3 -m pytest -q -x -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tail -n 40 | tee -a "$log"
 fi
 if has bench; then
-  echo "== bench (default suite)" | tee -a "$log"
-  timeout 900 gemmlab bench --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee -a "$log"
+  echo "== bench (default suite: the gemmlab.matmul call beside cuBLAS called the same way, host time included)" \
+    | tee -a "$log"
+  timeout 900 gemmlab bench ${BENCH_ARGS:-} --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee -a "$log"
+fi
+if has overhead; then
+  echo "== overhead: host µs per call (gemmlab vs torch.matmul vs cupy.matmul), % of cuBLAS 64^3..2048^3" \
+    | tee -a "$log"
+  timeout 600 gemmlab bench --suite overhead ${OVERHEAD_ARGS:-} --json "$OUT/overhead.json" \
+    --plot "$OUT/overhead.png" 2>&1 | tee -a "$log"
 fi
 if has ec; then
   echo "== error-corrected FP32: speed (bench --suite ec) and accuracy" | tee -a "$log"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import gemmlab
-from gemmlab.bench import suites
+from gemmlab.bench import overhead, suites
 from gemmlab.cli import main
 from gemmlab.inspect import find_disassembler
 from gemmlab.kernels import registry
@@ -105,6 +105,7 @@ def no_gpu_allowed(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("the GPU was touched")
     monkeypatch.setattr(suites, "run_suite", forbidden)
+    monkeypatch.setattr(overhead, "run", forbidden)
     monkeypatch.setattr(rt_device, "gpu_info", forbidden)
 
 
@@ -126,6 +127,20 @@ def no_gpu_allowed(monkeypatch):
      "gemmlab bench: tile parameter 'tile=big' of 'smem_tiled' must be NAME=INTEGER"),
     (["bench", "--kernels", "pipelined", "--ops", "NN,TX"],
      "gemmlab bench: --ops 'NN,TX': give layouts of op(A) and op(B) as NN, TN, NT or TT"),
+    # options a suite does not take are refused, not ignored
+    (["bench", "--suite", "overhead", "--kernels", "wgmma"], "gemmlab bench: --kernels is for --suite ladder, "
+     "not --suite overhead"),
+    (["bench", "--suite", "overhead", "--dtype", "bf16"], "--dtype is for --suite ladder, not --suite overhead"),
+    (["bench", "--suite", "overhead", "--ops", "TN"], "--ops is for --suite ladder, not --suite overhead"),
+    (["bench", "--suite", "ec", "--all-configs"], "--all-configs is for --suite ladder, not --suite ec"),
+    (["bench", "--suite", "wmma_ext", "--kernel-only"],
+     "--kernel-only is for --suite ladder or ec or overhead, not --suite wmma_ext"),
+    (["bench", "--suite", "wmma_ext", "--plot", "x.png"], "--plot is for --suite ladder or ec or overhead"),
+    (["bench", "--calls", "10"], "--calls is for --suite overhead, not --suite ladder"),
+    (["bench", "--suite", "ec", "--host-shape", "64"], "--host-shape is for --suite overhead, not --suite ec"),
+    (["bench", "--suite", "overhead", "--calls", "0"], "--calls 0: give at least 1 call per round"),
+    (["bench", "--suite", "overhead", "--host-shape", "64x64"], "size '64x64' must be N or MxNxK"),
+    (["bench", "--suite", "overhead", "--sizes", "big"], "size 'big' is not N or MxNxK"),
 ])
 def test_bench_refuses_bad_arguments_before_the_gpu(capsys, no_gpu_allowed, argv, message):
     assert main(argv) == 2
@@ -165,9 +180,40 @@ def test_bench_passes_the_layouts_on(monkeypatch, capsys):
                               0.0, 1, ops=o) for o in kw["ops"]]
     monkeypatch.setattr(suites, "run_suite", fake_run_suite)
     assert main(["bench", "--kernels", "pipelined", "--sizes", "64", "--ops", "NN,TN"]) == 0
-    assert seen["ops"] == ["NN", "TN"]
-    rows = [ln.split()[:2] for ln in capsys.readouterr().out.splitlines()[2:]]
+    assert seen["ops"] == ["NN", "TN"] and seen["kernel_only"] is False
+    rows = [ln.split()[:2] for ln in capsys.readouterr().out.splitlines()[3:5]]
     assert rows == [["pipelined", "64"], ["pipelined", "TN"]]
+
+
+def test_bench_switches_parse():
+    from gemmlab.cli import build_parser
+    args = build_parser().parse_args(["bench", "--suite", "overhead", "--kernel-only", "--calls", "50",
+                                      "--host-shape", "128x64x32", "--json", "o.json", "--plot", "o.png"])
+    assert (args.suite, args.kernel_only, args.calls, args.host_shape) == ("overhead", True, 50, "128x64x32")
+    args = build_parser().parse_args(["bench"])
+    assert (args.suite, args.kernel_only, args.dtype, args.ops, args.calls) == ("ladder", False, None, None, None)
+    assert build_parser().parse_args(["sweep", "--kernel-only"]).kernel_only
+
+
+@pytest.mark.parametrize("argv", [["bench", "--kernels", "auto", "--sizes", "64", "--kernel-only"],
+                                  ["sweep", "--sizes", "64", "--kernel-only"]])
+def test_kernel_only_reaches_the_suite(monkeypatch, capsys, argv):
+    """--kernel-only adds the kernel's own figure: run_suite is asked for both paths,
+    and the table has a group of columns for each, titled with what was timed."""
+    seen = {}
+
+    def fake_run_suite(entries, sizes, **got):
+        seen.update(got)
+        return [suites.Record("GPU", "auto", {}, 64, 64, 64, "float32", ms, 1.0, 1.0, 1.0, 100.0 / ms, None, 0.0,
+                              3, note="auto chose vectorized", path=path)
+                for path, ms in (("public", 2.0), ("kernel", 1.0))]
+    monkeypatch.setattr(suites, "run_suite", fake_run_suite)
+    assert main(argv) == 0
+    assert seen["kernel_only"] is True
+    out = capsys.readouterr().out.splitlines()
+    assert "gemmlab.matmul (public)" in out[0] and "kernel only (run_plan)" in out[0]
+    row = next(ln for ln in out if ln.startswith("auto:vectorized"))
+    assert "50.0%" in row and "100.0%" in row
 
 
 def test_kernel_entries_parse_names_and_parameters():

@@ -77,18 +77,41 @@ def _save(dicts, args, plot) -> None:
         print(f"wrote {args.plot}", file=sys.stderr)
 
 
+# Options of `gemmlab bench` that only some suites take: elsewhere they are
+# refused, not silently ignored.
+SUITE_OPTIONS = {"kernels": ("ladder",), "dtype": ("ladder",), "ops": ("ladder",), "all_configs": ("ladder",),
+                 "sizes": ("ladder", "ec", "overhead"), "kernel_only": ("ladder", "ec", "overhead"),
+                 "plot": ("ladder", "ec", "overhead"), "calls": ("overhead",), "host_shape": ("overhead",)}
+
+
+def _check_suite_options(args) -> None:
+    for name, suites in SUITE_OPTIONS.items():
+        if getattr(args, name) not in (None, False) and args.suite not in suites:
+            raise ValueError(f"--{name.replace('_', '-')} is for --suite {' or '.join(suites)}, "
+                             f"not --suite {args.suite}")
+
+
+def _timing(args) -> dict:
+    """The timing options every GPU suite takes."""
+    return {"reps": args.reps, "max_run_s": args.max_run_s, "budget_s": args.budget_s, "quiet": args.quiet,
+            "kernel_only": args.kernel_only}
+
+
 def cmd_bench(args) -> int:
+    _check_suite_options(args)
     if args.suite == "wmma_ext":      # the WMMA fragment lab's experiments (issue 6)
         return cmd_bench_wmma_ext(args)
     if args.suite == "ec":            # the error-corrected FP32 methods beside cuBLAS SGEMM
         return cmd_bench_ec(args)
+    if args.suite == "overhead":      # host µs per call, and % of cuBLAS at small sizes
+        return cmd_bench_overhead(args)
     from .api import plan
     from .bench.report import plot_ladder
     from .bench.suites import DEFAULT_SIZES, default_entries, run_suite
     from .bench.suites import DTYPE_ALIASES
     from .kernels.registry import FLOAT32_RESULT
-    dtype = DTYPE_ALIASES[args.dtype]
-    ops = _ops(args.ops)
+    dtype = DTYPE_ALIASES[args.dtype or "fp32"]
+    ops = _ops(args.ops or "NN")
     entries = _kernel_entries(args.kernels, lambda: default_entries(dtype))
     for name, params in entries:      # refuse bad names before any GPU time is spent
         plan(name, 128, 128, 128, dtype=dtype, out_dtype="float32" if dtype in FLOAT32_RESULT else dtype,
@@ -98,9 +121,8 @@ def cmd_bench(args) -> int:
         entries = [(name, cfg) for name in dict.fromkeys(n for n, _ in entries)
                    for cfg in registry.get(name).configurations()]
     sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
-    records = run_suite(entries, sizes, dist=args.dist, reps=args.reps, flush=not args.no_flush,
-                        max_run_s=args.max_run_s, budget_s=args.budget_s, quiet=args.quiet, dtype=dtype,
-                        ops=ops)
+    records = run_suite(entries, sizes, dist=args.dist, flush=not args.no_flush, dtype=dtype, ops=ops,
+                        **_timing(args))
     _finish(records, args, plot_ladder)
     return 0
 
@@ -109,9 +131,22 @@ def cmd_bench_ec(args) -> int:
     from .bench.ec import run
     from .bench.report import plot_ladder
     sizes = _sizes(args.sizes) if args.sizes else None
-    records = run(sizes, dist=args.dist, reps=args.reps, flush=not args.no_flush, max_run_s=args.max_run_s,
-                  budget_s=args.budget_s, quiet=args.quiet)
+    records = run(sizes, dist=args.dist, flush=not args.no_flush, **_timing(args))
     _finish(records, args, plot_ladder)
+    return 0
+
+
+def cmd_bench_overhead(args) -> int:
+    from .bench import overhead
+    from .bench.suites import parse_size
+    shape = parse_size(args.host_shape) if args.host_shape else overhead.HOST_SHAPE
+    if args.calls is not None and args.calls < 1:
+        raise ValueError(f"--calls {args.calls}: give at least 1 call per round")
+    sizes = _sizes(args.sizes) if args.sizes else None
+    data = overhead.run(shape=shape, calls=args.calls or overhead.CALLS, sizes=sizes, dist=args.dist,
+                        flush=not args.no_flush, **_timing(args))
+    print(overhead.table(data))
+    _save(data, args, overhead.plot)
     return 0
 
 
@@ -182,8 +217,7 @@ def cmd_sweep(args) -> int:
     from .bench.report import plot_sweep, sweep_speedups
     from .bench.suites import SWEEP_SIZES, run_suite, sweep_entries
     sizes = _sizes(args.sizes) if args.sizes else SWEEP_SIZES
-    records = run_suite(sweep_entries(), sizes, reps=args.reps, max_run_s=args.max_run_s,
-                        budget_s=args.budget_s, quiet=args.quiet)
+    records = run_suite(sweep_entries(), sizes, **_timing(args))
     _finish(records, args, plot_sweep)
     print("\nnaive -> tiled speedup:")
     for line in sweep_speedups([r.as_dict() for r in records]):
@@ -262,26 +296,37 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", metavar="PATH", help="write the records as JSON")
         p.add_argument("--plot", metavar="PATH.png", help="write a plot")
         p.add_argument("--quiet", action="store_true", help="no progress lines")
+        p.add_argument("--kernel-only", action="store_true",
+                       help="also time each kernel alone (the plan the gemmlab.matmul call ran, launched on raw "
+                       "pointers back to back, beside cuBLAS back to back): a second group of columns and records "
+                       "with path 'kernel'.  The default figure (path 'public') is the gemmlab.matmul call itself "
+                       "beside cupy/torch.matmul, each run started on an idle GPU, host time included")
 
-    p = sub.add_parser("bench", help="time kernels beside cuBLAS SGEMM")
+    p = sub.add_parser("bench", help="time gemmlab.matmul beside cuBLAS")
     p.add_argument("--kernels", nargs="+", metavar="KERNEL[:P=V,...]",
                    help="kernels to time, each with optional tile parameters "
                    "(e.g. --kernels vectorized:BM=64,BN=64 smem_tiled:tile=16); default: every rung")
-    p.add_argument("--sizes", help="comma list of N or MxNxK (default 1024,2048,4096,16384x4096x4096)")
+    p.add_argument("--sizes", help="comma list of N or MxNxK (default: the suite's)")
     p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"))
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "tf32", "fp16", "bf16", "fp16_ec", "tf32_ec"),
+    p.add_argument("--dtype", choices=("fp32", "tf32", "fp16", "bf16", "fp16_ec", "tf32_ec"),
                    help="fp32: the CUDA-core ladder beside cuBLAS SGEMM; tf32/fp16/bf16: the tensor-core "
                    "ladder beside cuBLAS in that dtype (PyTorch matmul); fp16_ec/tf32_ec: the error-corrected "
-                   "FP32 kernels (one method, unscaled) beside cuBLAS SGEMM")
+                   "FP32 kernels (one method, unscaled) beside cuBLAS SGEMM; default fp32")
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
     p.add_argument("--all-configs", action="store_true",
                    help="time every legal tile configuration of the kernels named by --kernels")
-    p.add_argument("--ops", default="NN", help="operand layouts to time, comma list of NN, TN, NT, TT (T: op(A) "
+    p.add_argument("--ops", help="operand layouts to time, comma list of NN, TN, NT, TT (T: op(A) "
                    "or op(B) a transposed view, i.e. column-major; cuBLAS gets the same views); default NN")
-    p.add_argument("--suite", default="ladder", choices=("ladder", "wmma_ext", "ec"),
+    p.add_argument("--suite", default="ladder", choices=("ladder", "wmma_ext", "ec", "overhead"),
                    help="ladder: kernels beside cuBLAS (default); wmma_ext: the WMMA fragment lab's experiments; "
                    "ec: the FP32-accurate tensor-core methods (precision=fp16_ec, fp16_ec_scaled, tf32_ec, "
-                   "fp32_tc) beside cuBLAS SGEMM (default sizes 4096, 8192, 16384x4096x4096)")
+                   "fp32_tc) beside cuBLAS SGEMM (default sizes 4096, 8192, 16384x4096x4096); overhead: host "
+                   "µs per call of gemmlab.matmul, torch.matmul and cupy.matmul on tiny operands, and % of "
+                   "cuBLAS from 64^3 to 2048^3 (float32, bfloat16, float16)")
+    p.add_argument("--calls", type=int, metavar="N",
+                   help="--suite overhead: back-to-back calls per timed round of the host figures (default 300)")
+    p.add_argument("--host-shape", metavar="MxNxK",
+                   help="--suite overhead: the operands' shape for the host figures (default 64x64x64)")
     timing_args(p)
     p.set_defaults(func=cmd_bench)
 

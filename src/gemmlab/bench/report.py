@@ -8,7 +8,10 @@ from pathlib import Path
 
 
 def _fmt(v, spec: str, none: str = "-") -> str:
-    return none if v is None else format(v, spec)
+    """``v`` formatted by ``spec``; a trailing "%" in spec is appended to the number."""
+    if v is None:
+        return none
+    return format(v, spec[:-1]) + "%" if spec.endswith("%") else format(v, spec)
 
 
 def label(rec: dict, with_params: bool = False) -> str:
@@ -27,23 +30,71 @@ def _label(rec: dict, with_params: bool) -> str:
     return rec["kernel"]
 
 
+# What each path's figures are (records without a "path" predate the public
+# path and are kernel-only figures).
+PATHS = {"public": ("gemmlab.matmul (public)",
+                    "public: gemmlab.matmul(a, b, out=c, ...) beside cupy/torch.matmul(a, b, out=c), each run "
+                    "started on an idle GPU (host time of the call included)"),
+         "kernel": ("kernel only (run_plan)",
+                    "kernel only: the plan that call ran, launched alone on raw pointers, back to back beside "
+                    "cuBLAS back to back (host time hidden)")}
+
+
+def path_of(rec: dict) -> str:
+    return rec.get("path", "kernel")
+
+
+def headline(records: list[dict]) -> tuple[list[dict], str]:
+    """The records of the figure plots and summaries show: the public call's where
+    it was timed, else the kernel-only one; and that path."""
+    path = "public" if any(path_of(r) == "public" for r in records) else "kernel"
+    return [r for r in records if path_of(r) == path], path
+
+
 def table(records: list[dict]) -> str:
+    """One row per kernel, size, layout and dtype (a dtype column where there are
+    several); a group of columns per timed path, titled with what was timed (see
+    PATHS), and the worst error of the paths."""
     # Show tile parameters when one kernel appears with several configurations.
     seen: dict[str, set] = {}
     for r in records:
         seen.setdefault(r["kernel"], set()).add(tuple(sorted((r.get("params") or {}).items())))
     multi = {k for k, v in seen.items() if len(v) > 1}
-    width = max([18] + [len(label(r, r["kernel"] in multi)) for r in records])
-    head = f"{'kernel':{width}s} {'M':>6s} {'N':>6s} {'K':>6s} {'ms':>10s} {'TFLOPS':>8s} {'%cuBLAS':>8s} {'%peak':>6s} {'rel err':>9s}"
-    lines = [head, "-" * len(head)]
+    rows: dict[tuple, dict[str, dict]] = {}
     for r in records:
+        key = (label(r, r["kernel"] in multi), r["M"], r["N"], r["K"], r.get("dtype"))
+        rows.setdefault(key, {})[path_of(r)] = r
+    paths = [p for p in PATHS if any(p in by_path for by_path in rows.values())]
+    peak = any(r.get("pct_peak") is not None for r in records)
+    heads = [("ms", 10), ("TFLOPS", 8), ("%cuBLAS", 8)] + ([("%peak", 7)] if peak else [])
+    group = sum(w for _, w in heads) + len(heads) - 1
+    width = max([18] + [len(k[0]) for k in rows])
+    dtypes = len({k[4] for k in rows}) > 1
+
+    def where(M, N, K, dtype):
+        return f"{M:>6} {N:>6} {K:>6}" + (f" {dtype:>8}" if dtypes else "")
+
+    def cells(r):
+        if r is None:
+            return [f"{'-':>{w}s}" for _, w in heads]
         if r.get("skipped"):
-            lines.append(f"{label(r, r['kernel'] in multi):{width}s} {r['M']:6d} {r['N']:6d} {r['K']:6d}  skipped: {r['skipped']}")
-            continue
-        lines.append(f"{label(r, r['kernel'] in multi):{width}s} {r['M']:6d} {r['N']:6d} {r['K']:6d} {_fmt(r['ms'], '10.3f')} "
-                     f"{_fmt(r['tflops'], '8.2f')} {_fmt(r['pct_cublas'], '7.1f')}% {_fmt(r['pct_peak'], '5.1f')}% "
-                     f"{_fmt(r['rel_error'], '9.1e')}")
-    return "\n".join(lines)
+            return [f"{'skipped':>{group}s}"]
+        values = [_fmt(r["ms"], ".3f"), _fmt(r["tflops"], ".2f"), _fmt(r["pct_cublas"], ".1f%"),
+                  _fmt(r.get("pct_peak"), ".1f%")]
+        return [f"{v:>{w}s}" for v, (_, w) in zip(values, heads)]
+
+    titles = " | ".join(f"{PATHS[p][0]:^{group}s}" for p in paths)
+    cols = " | ".join(" ".join(f"{h:>{w}s}" for h, w in heads) for _ in paths)
+    lines = [f"{'':{width + len(where(0, 0, 0, '')) + 2}s}{titles}".rstrip(),
+             f"{'kernel':{width}s} {where('M', 'N', 'K', 'dtype')} {cols} {'rel err':>9s}"]
+    lines.append("-" * len(lines[-1]))
+    for (name, M, N, K, dtype), by_path in rows.items():
+        errs = [r["rel_error"] for r in by_path.values() if r.get("rel_error") is not None]
+        why = dict.fromkeys(r["skipped"] for r in by_path.values() if r.get("skipped"))
+        groups = " | ".join(" ".join(cells(by_path.get(p))) for p in paths)
+        lines.append(f"{name:{width}s} {where(M, N, K, dtype)} {groups} {_fmt(max(errs, default=None), '.1e'):>9s}"
+                     + (f"  (skipped: {'; '.join(why)})" if why else ""))
+    return "\n".join(lines + [PATHS[p][1] for p in paths])
 
 
 def write_json(records: list[dict], path) -> None:
@@ -64,9 +115,18 @@ def _pyplot():
         raise ImportError("plots need matplotlib: pip install 'gemmlab[plot]'") from exc
 
 
-def plot_ladder(records: list[dict], path, title: str | None = None) -> None:
-    """Grouped bars: TFLOPS of each kernel at each size, cuBLAS included."""
+def savefig(fig, path) -> None:
     plt = _pyplot()
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_ladder(records: list[dict], path, title: str | None = None) -> None:
+    """Grouped bars: TFLOPS of each kernel at each size, cuBLAS included (the headline path)."""
+    plt = _pyplot()
+    records, timed = headline(records)
     sizes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in records))
     kernels = list(dict.fromkeys(label(r) for r in records))
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(sizes) * len(kernels) / 4), 5))
@@ -80,18 +140,16 @@ def plot_ladder(records: list[dict], path, title: str | None = None) -> None:
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(sizes))])
     ax.set_xticklabels(["x".join(map(str, s)) for s in sizes])
     ax.set_ylabel("TFLOPS (2MNK / time)")
-    ax.set_title(title or f"gemmlab FP32 ladder vs cuBLAS on {records[0]['gpu']}")
+    ax.set_title(title or f"gemmlab {records[0]['dtype']} vs cuBLAS on {records[0]['gpu']}, {PATHS[timed][0]}")
     ax.legend(fontsize=8, ncol=2)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    savefig(fig, path)
 
 
 def plot_sweep(records: list[dict], path) -> None:
-    """TFLOPS against TILE for each size, with naive as a dashed line."""
+    """TFLOPS against TILE for each size, with naive as a dashed line (the headline path)."""
     plt = _pyplot()
+    records, timed = headline(records)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     sizes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in records))
     for s in sizes:
@@ -108,17 +166,15 @@ def plot_sweep(records: list[dict], path) -> None:
     ax.set_xticklabels([str(t) for t in tiles])
     ax.set_xlabel("TILE (threads per block = TILE^2)")
     ax.set_ylabel("TFLOPS")
-    ax.set_title(f"TILE_WIDTH sweep, smem_tiled vs naive, {records[0]['gpu']}")
+    ax.set_title(f"TILE_WIDTH sweep, smem_tiled vs naive, {records[0]['gpu']}, {PATHS[timed][0]}")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    savefig(fig, path)
 
 
 def sweep_speedups(records: list[dict]) -> list[str]:
-    """naive -> best tiled speedup at each size."""
+    """naive -> best tiled speedup at each size (the headline path)."""
+    records, _ = headline(records)
     out = []
     for s in dict.fromkeys((r["M"], r["N"], r["K"]) for r in records):
         nv = [r for r in records if r["kernel"] == "naive" and (r["M"], r["N"], r["K"]) == s and r["ms"]]

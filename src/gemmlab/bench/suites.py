@@ -1,15 +1,28 @@
-"""What the benchmarks run: the default ladder suite and the TILE_WIDTH sweep."""
+"""What the benchmarks run: the default ladder suite and the TILE_WIDTH sweep.
+
+Each gemmlab figure is the public call a user makes, ``gemmlab.matmul(a, b,
+out=c, kernel=..., precision=...)`` on CuPy arrays or PyTorch tensors, beside
+cuBLAS called the same way (``cupy.matmul`` / ``torch.matmul`` with ``out=``),
+each run started on an idle GPU so that the call's host time counts (path
+"public", see timing.time_gpu).  On request the plan that call ran
+(``gemmlab.last_plan()``) is also launched alone on raw pointers, back to back,
+beside cuBLAS timed back to back (path "kernel": the kernel's own figure).
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import numpy as np
 
-from ..api import Plan, contiguous_aligned16, contiguous_tma_aligned, plan, run_plan
+from .. import last_plan, matmul
+from ..api import run_plan
 from ..kernels import registry
 from ..verify import compare, random_matrix, reference
 from .timing import time_gpu
@@ -42,6 +55,7 @@ class Record:
     skipped: str | None = None
     note: str = ""
     ops: str = "NN"       # how op(A) and op(B) were stored: N row-major, T column-major (a transposed view)
+    path: str = "public"  # what was timed: "public" the gemmlab.matmul call, "kernel" its plan alone
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -84,6 +98,16 @@ DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "tf32": "tf32", "fp16"
                  "fp16_ec": "fp16_ec", "tf32_ec": "tf32_ec"}
 
 
+# What gemmlab.matmul is asked for: TF32 and the error-corrected methods are
+# precisions of float32 inputs.
+PRECISION = {"tf32": "tf32", "fp16_ec": "fp16_ec", "tf32_ec": "tf32_ec"}
+
+
+def timed_paths(kernel_only: bool) -> tuple[str, ...]:
+    """The figures to time: the public call, and with --kernel-only its kernel alone too."""
+    return ("public", "kernel") if kernel_only else ("public",)
+
+
 def _fp32_storage(dtype: str) -> bool:
     """FP32 operands timed beside cuBLAS SGEMM: the CUDA-core ladder and the
     error-corrected kernels (at their unscaled methods)."""
@@ -93,53 +117,49 @@ def _fp32_storage(dtype: str) -> bool:
 class _Operands:
     """A, B and C of one size for one dtype, and cuBLAS on them: CuPy and cuBLAS
     SGEMM (TF32 off) for float32; PyTorch tensors and torch.matmul (cuBLAS in the
-    same dtype, TF32 allowed only for "tf32") for the tensor-core dtypes.  With
-    ``ops`` "TN", "NT" or "TT", op(A) / op(B) are transposed views of contiguous
-    K x M / N x K arrays (column-major operands), for gemmlab and cuBLAS alike."""
+    same dtype, TF32 allowed only for "tf32", see :func:`torch_tf32`) for the
+    tensor-core dtypes.  With ``ops`` "TN", "NT" or "TT", op(A) / op(B) are
+    transposed views of contiguous K x M / N x K arrays (column-major operands),
+    for gemmlab and cuBLAS alike."""
 
     def __init__(self, M, N, K, dtype, dist, rng, ops: str = "NN"):
-        self.dtype, self.ops = dtype, ops
+        import cupy as cp
+        self.dtype, self.ops, self.shape = dtype, ops, (M, N, K)
         a = random_matrix(M, K, dist, rng)
         b = random_matrix(K, N, dist, rng)
         a = a.T.copy().T if ops[0] == "T" else a      # column-major: stored K x M
         b = b.T.copy().T if ops[1] == "T" else b
-        self.lda = M if ops[0] == "T" else K
-        self.ldb = K if ops[1] == "T" else N
+        lda = M if ops[0] == "T" else K
+        ldb = K if ops[1] == "T" else N
         if _fp32_storage(dtype):
-            import cupy as cp
             def dev(x):   # a Fortran-ordered array stays column-major on the GPU
                 return cp.asarray(np.ascontiguousarray(x.T)).T if not x.flags.c_contiguous else cp.asarray(x)
             self.a, self.b = dev(a), dev(b)
             self.c = cp.full((M, N), np.nan, dtype=np.float32)
-            self.ptrs = (self.a.data.ptr, self.b.data.ptr, self.c.data.ptr)
-            self.ref = reference(self.a, self.b)
+            ptrs = (self.a.data.ptr, self.b.data.ptr, self.c.data.ptr)
+            self.ref = reference(self.a, self.b, keep_on_gpu=True)
+            self.cublas = partial(cp.matmul, self.a, self.b, out=self.c)
             self.note = "CuPy matmul -> cuBLAS SGEMM, TF32 off" + ("" if ops == "NN" else f", {ops}")
-            return
-        import torch
-        t = torch.float32 if dtype == "tf32" else getattr(torch, dtype)
+        else:
+            import torch
+            t = torch.float32 if dtype == "tf32" else getattr(torch, dtype)
 
-        def dev(x):   # a Fortran-ordered array stays column-major on the GPU
-            return torch.from_numpy(x.T.copy()).cuda().to(t).t() if not x.flags.c_contiguous \
-                else torch.from_numpy(x).cuda().to(t)
-        self.a, self.b = dev(a), dev(b)
-        self.c = torch.full((M, N), float("nan"), device="cuda", dtype=t)
-        self.ptrs = (self.a.data_ptr(), self.b.data_ptr(), self.c.data_ptr())
-        self.ref = self.a.double() @ self.b.double()      # FP64 on the inputs as stored
-        self.note = f"torch.matmul -> cuBLAS in {dtype}" + (" (TF32 allowed)" if dtype == "tf32" else "") \
-            + ("" if ops == "NN" else f", {ops}")
+            def dev(x):   # a Fortran-ordered array stays column-major on the GPU
+                return torch.from_numpy(x.T.copy()).cuda().to(t).t() if not x.flags.c_contiguous \
+                    else torch.from_numpy(x).cuda().to(t)
+            self.a, self.b = dev(a), dev(b)
+            self.c = torch.full((M, N), float("nan"), device="cuda", dtype=t)
+            ptrs = (self.a.data_ptr(), self.b.data_ptr(), self.c.data_ptr())
+            self.ref = self.a.double() @ self.b.double()      # FP64 on the inputs as stored
+            self.cublas = partial(torch.matmul, self.a, self.b, out=self.c)
+            self.note = f"torch.matmul -> cuBLAS in {dtype}" + (" (TF32 allowed)" if dtype == "tf32" else "") \
+                + ("" if ops == "NN" else f", {ops}")
+        # run_plan's arguments after the plan and GPU: the stream, and the operands as raw pointers.
+        self.raw = (cp.cuda.get_current_stream().ptr, ptrs[0], lda, ptrs[1], ldb, ptrs[2], N, 1.0, 0.0)
 
-    def cublas(self):
-        if _fp32_storage(self.dtype):
-            import cupy as cp
-            cp.matmul(self.a, self.b, out=self.c)
-            return
-        import torch
-        flag = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = self.dtype == "tf32"
-        try:
-            torch.matmul(self.a, self.b, out=self.c)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = flag
+    def public(self, kernel: str, params: dict, precision: str | None):
+        """The call a user makes: gemmlab.matmul on these arrays into c."""
+        return partial(matmul, self.a, self.b, out=self.c, kernel=kernel, precision=precision, **params)
 
     def poison(self):
         if _fp32_storage(self.dtype):
@@ -155,84 +175,136 @@ class _Operands:
             return float("inf")
         return float(torch.linalg.norm(self.c.double() - self.ref) / torch.linalg.norm(self.ref))
 
+    def checked(self, fn) -> float:
+        """fn's error against FP64, on output poisoned first (an element never written shows)."""
+        self.poison()
+        fn()
+        return self.error()
 
-def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: bool = True,
-              max_run_s: float = 3.0, budget_s: float = 2.0, quiet: bool = False, seed: int = 0,
-              dtype: str = "float32", ops=("NN",)) -> list[Record]:
-    """Time each (kernel, tile params) at each size beside cuBLAS in the same dtype
-    (SGEMM for float32), and check each kernel's output against an FP64 reference
-    on the same inputs.  ``ops``: the operand layouts to time at each size ("NN",
-    "TN", "NT", "TT": T is a transposed view, a column-major operand)."""
+
+@contextmanager
+def torch_tf32(allowed: bool):
+    """torch.matmul on float32 may use TF32 tensor cores only where ``allowed``
+    (PyTorch's global flag, restored after; nothing to do without PyTorch)."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    flag = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = flag
+
+
+@dataclass
+class Timer:
+    """time_gpu with one run's settings; the "public" path counts the call's host time."""
+
+    l2_bytes: int
+    reps: int = 20
+    flush: bool = True
+    max_run_s: float = 3.0
+    budget_s: float = 2.0
+
+    def __call__(self, fn, path: str = "kernel"):
+        return time_gpu(fn, l2_bytes=self.l2_bytes, reps=self.reps, flush=self.flush, max_run_s=self.max_run_s,
+                        budget_s=self.budget_s, host=path == "public")
+
+
+def _pct(cb_ms, ms):
+    return 100.0 * cb_ms / ms if ms else None
+
+
+def time_size(ops_: _Operands, calls, *, paths, timer: Timer, gpu, say, peak=None) -> list[Record]:
+    """cuBLAS and each of ``calls`` on one size's operands, on each path.
+
+    ``calls``: (name, the public call, row) with row(plan) -> the record's
+    (kernel, params, note).  "public" times the call; "kernel" the plan that
+    call ran (gemmlab.last_plan()) launched alone by run_plan on raw pointers.
+    Each is checked against FP64 on poisoned output.  cuBLAS is timed before
+    and after gemmlab's calls, and both samples count, so slow clock drift
+    during the size's runs favours neither side.
+    """
+    M, N, K = ops_.shape
+    cb_first = {path: timer(ops_.cublas, path) for path in paths}
+    cb_err = ops_.error()
+    say(f"cuBLAS ({ops_.dtype}) {M}x{N}x{K}: " + ", ".join(
+        f"{path} {t.ms:.3f} ms, {_tflops(M, N, K, t.ms):.1f} TFLOPS" for path, t in cb_first.items()))
+    rows = []
+    for name, public, row in calls:
+        t = timer(public, "public")
+        p = last_plan()       # what the timed calls ran
+        runs = {"public": public, "kernel": partial(run_plan, p, gpu, *ops_.raw)}
+        timed = {"public": t} | {path: timer(runs[path], path) for path in paths if path != "public"}
+        errs = {path: None if t.skipped else ops_.checked(runs[path]) for path, t in timed.items()}
+        rows.append((row(p), timed, errs))
+        say(f"{name} -> {p.describe()} {M}x{N}x{K}: " + "; ".join(
+            f"{path} skipped, {t.skipped}" if t.skipped else
+            f"{path} {t.ms:.3f} ms, {_tflops(M, N, K, t.ms):.1f} TFLOPS, "
+            f"{_pct(cb_first[path].ms, t.ms):.0f}% of cuBLAS, err {errs[path]:.1e}" for path, t in timed.items()))
+    records = []
+    for path in paths:
+        cb_all = cb_first[path].ms_all + timer(ops_.cublas, path).ms_all
+        cb_ms = float(np.median(cb_all))
+        cb_tf = _tflops(M, N, K, cb_ms)
+        records.append(Record(gpu.name, "cublas", {}, M, N, K, ops_.dtype, cb_ms, cb_tf, cb_ms, cb_tf, 100.0,
+                              100.0 * cb_tf / peak if peak else None, cb_err, len(cb_all),
+                              note=ops_.note, ops=ops_.ops, path=path))
+        for (kernel, params, note), timed, errs in rows:
+            t = timed[path]
+            tf = _tflops(M, N, K, t.ms)
+            records.append(Record(gpu.name, kernel, params, M, N, K, ops_.dtype, t.ms, tf, cb_ms, cb_tf,
+                                  _pct(cb_ms, t.ms), 100.0 * tf / peak if (peak and tf) else None, errs[path],
+                                  len(t.ms_all), t.skipped, note=note, ops=ops_.ops, path=path))
+    return records
+
+
+def bench_gpu():
+    """GPU 0's facts, refusing a cuBLAS that would use TF32 for SGEMM."""
     import cupy as cp
     from ..runtime.device import gpu_info
     if os.environ.get("CUPY_TF32", "0") != "0":
         raise RuntimeError("CUPY_TF32 is set: cuBLAS would use TF32 tensor cores, not FP32. Unset it.")
     gpu_info(0)   # without a GPU: gemmlab's NoGPUError, before CuPy touches the driver
-    gpu = gpu_info(cp.cuda.Device().id)
+    return gpu_info(cp.cuda.Device().id)
+
+
+def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: bool = True,
+              max_run_s: float = 3.0, budget_s: float = 2.0, quiet: bool = False, seed: int = 0,
+              dtype: str = "float32", ops=("NN",), kernel_only: bool = False) -> list[Record]:
+    """Time each (kernel, tile params) at each size through gemmlab.matmul beside
+    cuBLAS in the same dtype (SGEMM for float32), and with ``kernel_only`` each
+    kernel alone too (see :func:`time_size`).  ``ops``: the operand layouts to
+    time at each size ("NN", "TN", "NT", "TT": T is a transposed view, a
+    column-major operand)."""
+    import cupy as cp
+    gpu = bench_gpu()
     peak = gpu.fp32_peak_tflops if dtype == "float32" else None   # no tensor-core peak table yet
+    timer = Timer(gpu.l2_bytes, reps, flush, max_run_s, budget_s)
     rng = np.random.default_rng(seed)
-    records: list[Record] = []
     total = len(sizes) * len(ops) * (len(entries) + 1)
-    done = 0
-    t_start = time.time()
-    for (M, N, K), layout in ((s, o) for s in sizes for o in ops):
-        ops_ = _Operands(M, N, K, dtype, dist, rng, layout)
-        a_ptr, b_ptr, c_ptr = ops_.ptrs
-        op_a, op_b = layout
-        stream = cp.cuda.get_current_stream().ptr
+    count, t_start = itertools.count(1), time.time()
 
-        cb = time_gpu(ops_.cublas, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s,
-                      budget_s=budget_s)
-        cb_err = ops_.error()
-        done += 1
-        _progress(f"[{done:3d}/{total}] cuBLAS ({dtype:8s}) {M}x{N}x{K}: {cb.ms:.3f} ms, "
-                  f"{_tflops(M, N, K, cb.ms):.1f} TFLOPS  ({time.time() - t_start:.0f} s)", quiet)
-        rows = []
-        for name, params in entries:
-            p: Plan = plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K, op_a, op_b, dtype,
-                                                                   "float32" if dtype in registry.FLOAT32_RESULT else dtype),
-                           sm_count=gpu.sm_count, gpu_slug=gpu.slug, dtype=dtype,
-                           out_dtype="float32" if dtype in registry.FLOAT32_RESULT else dtype, op_a=op_a, op_b=op_b,
-                           arch=gpu.arch, tma_aligned=contiguous_tma_aligned(M, N, K, 2 if dtype in ("float16", "bfloat16") else 4),
-                           **params)
-            ops_.poison()
+    def say(msg):
+        _progress(f"[{next(count):3d}/{total}] {msg}  ({time.time() - t_start:.0f} s)", quiet)
 
-            def ours():
-                run_plan(p, gpu, stream, a_ptr, ops_.lda, b_ptr, ops_.ldb, c_ptr, N, 1.0, 0.0)
+    def row(name, p):
+        if name == "auto":
+            return "auto", dict(p.params), f"auto chose {p.describe()}"
+        return p.spec.name, dict(p.params), p.fallback_reason
 
-            t = time_gpu(ours, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s, budget_s=budget_s)
-            err = None
-            if t.skipped is None:
-                ops_.poison()   # poison, then one more run for the error check
-                ours()
-                err = ops_.error()
-            done += 1
-            tf = _tflops(M, N, K, t.ms)
-            rows.append((name, p, t, tf, err))
-            what = f"auto={p.describe()}" if name == "auto" else p.describe() if params else p.spec.name
-            if t.skipped:
-                _progress(f"[{done:3d}/{total}] {what:16s} {M}x{N}x{K}: skipped, {t.skipped}", quiet)
-            else:
-                _progress(f"[{done:3d}/{total}] {what:16s} {M}x{N}x{K}: {t.ms:.3f} ms, {tf:.1f} TFLOPS, "
-                          f"{100 * cb.ms / t.ms:.0f}% of cuBLAS, err {err:.1e}  "
-                          f"({time.time() - t_start:.0f} s)", quiet)
-        # cuBLAS once more after the kernels: both samples count, so slow clock drift
-        # during the size's runs does not favour either side.
-        cb2 = time_gpu(ops_.cublas, l2_bytes=gpu.l2_bytes, reps=reps, flush=flush, max_run_s=max_run_s,
-                       budget_s=budget_s)
-        cb_ms = float(np.median(cb.ms_all + cb2.ms_all))
-        cb_tf = _tflops(M, N, K, cb_ms)
-        records.append(Record(gpu.name, "cublas", {}, M, N, K, dtype, cb_ms, cb_tf, cb_ms, cb_tf, 100.0,
-                              100.0 * cb_tf / peak if peak else None, cb_err, len(cb.ms_all) + len(cb2.ms_all),
-                              note=ops_.note, ops=layout))
-        for name, p, t, tf, err in rows:
-            records.append(Record(
-                gpu.name, "auto" if name == "auto" else p.spec.name, dict(p.params), M, N, K, dtype,
-                t.ms, tf, cb_ms, cb_tf, 100.0 * cb_ms / t.ms if t.ms else None,
-                100.0 * tf / peak if (peak and tf) else None, err, len(t.ms_all), t.skipped,
-                note=f"auto chose {p.describe()}" if name == "auto" else p.fallback_reason, ops=layout))
-        del ops_
-        cp.get_default_memory_pool().free_all_blocks()
+    records: list[Record] = []
+    with torch_tf32(dtype == "tf32"):
+        for (M, N, K), layout in ((s, o) for s in sizes for o in ops):
+            ops_ = _Operands(M, N, K, dtype, dist, rng, layout)
+            calls = [(name, ops_.public(name, params, PRECISION.get(dtype)), partial(row, name))
+                     for name, params in entries]
+            records += time_size(ops_, calls, paths=timed_paths(kernel_only), timer=timer, gpu=gpu, say=say, peak=peak)
+            del ops_, calls
+            cp.get_default_memory_pool().free_all_blocks()
     return records
 
 

@@ -1,0 +1,254 @@
+"""`gemmlab bench --suite overhead`: what a call costs on the host, and what
+that does to % of cuBLAS where the GPU work is small.
+
+Host µs per call: on tiny operands (64 x 64 x 64 by default), ``calls``
+back-to-back calls timed with time.perf_counter after a warm-up, without
+synchronising inside the loop (the clock stops when the last call returns; the
+device is synchronised after, outside the timing), the median over rounds in
+which every row takes its turn (so drift of the CPU's clock hits all rows
+alike).  A few hundred calls of a few µs of GPU work each stay well inside the
+launch queue, so the host is never held up by the GPU and the figure is the
+host's alone.  Rows: torch.matmul, cupy.matmul and gemmlab.matmul on PyTorch
+and CuPy arrays for each dtype (float32, TF32, fp32_tc, float16, bfloat16),
+with and without ``out=``, a batch, ``gemmlab.torch.mm`` beside ``torch.mm``,
+and the bare launch of a prepared plan (``run_plan``).  Each gemmlab row is
+compared with torch.matmul's (torch.mm's) row of the same dtype, shape and
+``out=``: the project's target is a host time no larger; rows above it are
+flagged.
+
+% of cuBLAS: ``kernel="auto"`` through the public call (suites.run_suite) at
+64^3 .. 2048^3 for float32, bfloat16 and float16.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Callable
+
+from .. import last_plan, matmul
+from ..api import run_plan
+from .report import _fmt, _pyplot, path_of, savefig, table as size_table
+from .suites import _progress, bench_gpu, run_suite, torch_tf32
+
+HOST_SHAPE = (64, 64, 64)
+BATCH = 16
+SIZES = [(n, n, n) for n in (64, 128, 256, 512, 1024, 2048)]
+SIZE_DTYPES = ("float32", "bfloat16", "float16")
+CALLS, ROUNDS, WARMUP = 300, 15, 20
+# The host rows' dtypes: what the arrays hold, and the precision gemmlab is asked for.
+HOST_DTYPES = {"float32": ("float32", None), "tf32": ("float32", "tf32"), "fp32_tc": ("float32", "fp32_tc"),
+               "float16": ("float16", None), "bfloat16": ("bfloat16", None)}
+
+
+@dataclass
+class HostRecord:
+    gpu: str
+    call: str                  # the expression timed
+    library: str               # gemmlab, torch or cupy
+    arrays: str                # torch or cupy
+    dtype: str                 # float32, tf32, fp32_tc, float16, bfloat16
+    out: bool                  # out= given
+    shape: str                 # MxNxK, BxMxNxK for a batch
+    host_us: float             # median over the rounds of (round's time / calls)
+    us_all: list[float]
+    calls: int
+    torch_us: float | None = None   # torch.matmul's (torch.mm's) host µs, same dtype, shape and out=
+    over_torch: bool = False        # a gemmlab row slower on the host than torch: the target missed
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Case:
+    call: str
+    library: str
+    arrays: str
+    dtype: str
+    out: bool
+    shape: str
+    fn: Callable
+    tf32: bool = False         # torch.matmul on float32 may use TF32 (the "tf32" rows)
+    key: tuple = field(default=())   # rows of one key are compared with torch's row of that key
+
+
+def _operands(arrays: str, storage: str, a_shape, b_shape, c_shape):
+    """Random a and b and an empty c on the GPU, as PyTorch tensors or CuPy arrays."""
+    if arrays == "torch":
+        import torch
+        t = getattr(torch, storage)
+        return (torch.rand(a_shape, device="cuda", dtype=t), torch.rand(b_shape, device="cuda", dtype=t),
+                torch.empty(c_shape, device="cuda", dtype=t))
+    import cupy as cp
+    return (cp.random.random(a_shape).astype(storage), cp.random.random(b_shape).astype(storage),
+            cp.empty(c_shape, dtype=storage))
+
+
+def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
+    """Every host row, each gemmlab row after the torch row it is compared with."""
+    import cupy as cp
+    import torch
+    import gemmlab.torch as gtorch
+    stream = cp.cuda.get_current_stream().ptr
+    libs = {"torch": torch.matmul, "cupy": cp.matmul}
+    cases = []
+
+    def add(call, library, arrays, dtype, out, shape, fn, key):
+        cases.append(_Case(call, library, arrays, dtype, out, shape, fn, library == "torch" and dtype == "tf32",
+                           key))
+
+    for batch in (None, BATCH):
+        lead = (batch,) if batch else ()
+        shape = "x".join(map(str, lead + (M, N, K)))
+        for dtype, (storage, precision) in HOST_DTYPES.items():
+            if batch and dtype != "bfloat16":       # one batched row: bfloat16, as in training
+                continue
+            prec = f", precision={precision!r}" if precision else ""
+            for arrays in ("torch", "cupy"):
+                if arrays == "cupy" and storage == "bfloat16":   # CuPy has no bfloat16
+                    continue
+                a, b, c = _operands(arrays, storage, lead + (M, K), lead + (K, N), lead + (M, N))
+                for out in (False, True):
+                    args = "a, b, out=c" if out else "a, b"
+                    kw = {"out": c} if out else {}
+                    key = ("matmul", dtype, out, shape)
+                    if arrays == "torch" or precision is None:   # cupy.matmul has no TF32 or fp32_tc switch
+                        add(f"{arrays}.matmul({args})", arrays, arrays, dtype, out, shape,
+                            partial(libs[arrays], a, b, **kw), key)
+                    add(f"gemmlab.matmul({args}{prec})", "gemmlab", arrays, dtype, out, shape,
+                        partial(matmul, a, b, precision=precision, **kw), key)
+                if arrays == "torch" and not batch:   # the prepared plan's launch alone: the floor
+                    matmul(a, b, out=c, precision=precision)
+                    ptrs = (a.data_ptr(), K, b.data_ptr(), N, c.data_ptr(), N, 1.0, 0.0)
+                    add("run_plan(last_plan(), raw pointers)", "gemmlab", arrays, dtype, True, shape,
+                        partial(run_plan, last_plan(), gpu, stream, *ptrs), ("matmul", dtype, True, shape))
+    shape = f"{M}x{N}x{K}"
+    for dtype in ("float32", "bfloat16"):
+        a, b, _ = _operands("torch", dtype, (M, K), (K, N), (M, N))
+        key = ("mm", dtype, False, shape)
+        add("torch.mm(a, b)", "torch", "torch", dtype, False, shape, partial(torch.mm, a, b), key)
+        add("gemmlab.torch.mm(a, b)", "gemmlab", "torch", dtype, False, shape, partial(gtorch.mm, a, b), key)
+    return cases
+
+
+def _host_us(cases: list[_Case], calls: int, rounds: int) -> list[list[float]]:
+    """Each case's host µs per call, one figure per round (see the module's docstring)."""
+    import cupy as cp
+    sync = cp.cuda.Device().synchronize
+    for case in cases:            # compilation, allocator pools, caches
+        with torch_tf32(case.tf32):
+            for _ in range(WARMUP):
+                case.fn()
+    samples = [[] for _ in cases]
+    for _ in range(rounds):
+        for case, us in zip(cases, samples):
+            with torch_tf32(case.tf32):
+                fn = case.fn
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                us.append((time.perf_counter() - t0) / calls * 1e6)
+    sync()
+    return samples
+
+
+def host_records(shape=HOST_SHAPE, calls: int = CALLS, rounds: int = ROUNDS, quiet: bool = False) -> list[HostRecord]:
+    import statistics
+    try:
+        import torch  # noqa: F401  (the rows' reference)
+    except ImportError:
+        raise ImportError("the overhead suite compares gemmlab with torch.matmul: install PyTorch") from None
+    gpu = bench_gpu()
+    cases = _cases(*shape, gpu)
+    _progress(f"host µs per call at {'x'.join(map(str, shape))}: {len(cases)} rows, {rounds} rounds of "
+              f"{calls} calls each", quiet)
+    samples = _host_us(cases, calls, rounds)
+    records, torch_us = [], {}
+    for case, us in zip(cases, samples):
+        med = statistics.median(us)
+        if case.library == "torch":
+            torch_us[case.key] = med
+        base = torch_us.get(case.key)
+        records.append(HostRecord(gpu.name, case.call, case.library, case.arrays, case.dtype, case.out, case.shape,
+                                  med, us, calls, base, case.library == "gemmlab" and base is not None and med > base))
+    return records
+
+
+def run(*, shape=HOST_SHAPE, calls: int = CALLS, sizes=None, kernel_only: bool = False, quiet: bool = False,
+        **timing) -> dict:
+    """{"host": host µs rows, "sizes": % of cuBLAS records} as dicts; ``timing``
+    goes to run_suite (reps, budget_s, max_run_s, flush, dist)."""
+    host = [r.as_dict() for r in host_records(shape, calls, quiet=quiet)]
+    sizes = [r.as_dict() for dtype in SIZE_DTYPES
+             for r in run_suite([("auto", {})], sizes or SIZES, dtype=dtype, kernel_only=kernel_only, quiet=quiet,
+                                **timing)]
+    return {"host": host, "sizes": sizes}
+
+
+def host_table(rows: list[dict]) -> str:
+    """The host rows, gemmlab's beside torch's; rows over torch.matmul's host time flagged."""
+    width = max([24] + [len(r["call"]) for r in rows])
+    head = (f"{'call':{width}s} {'arrays':6s} {'dtype':8s} {'shape':>13s} {'host µs':>8s} {'torch µs':>9s} "
+            f"{'vs torch':>8s}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ratio = r["host_us"] / r["torch_us"] if r["torch_us"] and r["library"] != "torch" else None
+        flag = "  << over torch.matmul's host time" if r["over_torch"] else ""
+        lines.append(f"{r['call']:{width}s} {r['arrays']:6s} {r['dtype']:8s} {r['shape']:>13s} "
+                     f"{r['host_us']:8.2f} {_fmt(r['torch_us'] if ratio else None, '.2f'):>9s} "
+                     f"{_fmt(ratio, '.2f'):>7s}{'x' if ratio else ' '}{flag}")
+    ours = [r for r in rows if r["library"] == "gemmlab" and r["torch_us"]]
+    over = sum(r["over_torch"] for r in ours)
+    lines.append(f"{over} of {len(ours)} gemmlab rows over torch.matmul's host time (target: none)")
+    return "\n".join(lines)
+
+
+def table(data: dict) -> str:
+    host = data["host"]
+    calls = host[0]["calls"] if host else 0
+    return (f"Host µs per call (median of rounds of {calls} back-to-back calls, no synchronisation in the loop)\n"
+            + host_table(host) + "\n\n% of cuBLAS, kernel=\"auto\", by size\n" + size_table(data["sizes"]))
+
+
+def plot(data: dict, path) -> None:
+    """Left: host µs per call, one bar per row (flagged rows edged in red);
+    right: % of cuBLAS against size, a line per dtype and timed path."""
+    plt = _pyplot()
+    host, sizes = data["host"], data["sizes"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(16, max(6, 0.22 * len(host))),
+                                      gridspec_kw={"width_ratios": [3, 2]})
+    colors = {"gemmlab": "C0", "torch": "C1", "cupy": "C2"}
+    ys = range(len(host))
+    left.barh(ys, [r["host_us"] for r in host], color=[colors[r["library"]] for r in host],
+              edgecolor=["red" if r["over_torch"] else "none" for r in host], linewidth=1.5)
+    for y, r in zip(ys, host):
+        if r["over_torch"]:
+            left.text(r["host_us"], y, " > torch", va="center", fontsize=6, color="red")
+    left.set_yticks(list(ys))
+    left.set_yticklabels([f"{r['call']} [{r['arrays']}, {r['dtype']}, {r['shape']}]" for r in host], fontsize=6)
+    left.invert_yaxis()
+    from matplotlib.patches import Patch
+    left.legend(handles=[Patch(color=c, label=name) for name, c in colors.items()], fontsize=8)
+    left.set_xlabel("host µs per call (steady state)")
+    left.set_title("host time per call; red edge: gemmlab over torch.matmul")
+    left.grid(axis="x", alpha=0.3)
+    for dtype, timed in dict.fromkeys((r["dtype"], path_of(r)) for r in sizes):
+        pts = sorted((r["M"], r["pct_cublas"]) for r in sizes if r["kernel"] != "cublas" and r["dtype"] == dtype
+                     and path_of(r) == timed and r["pct_cublas"])
+        right.plot([p[0] for p in pts], [p[1] for p in pts], "-" if timed == "public" else "--", marker="o",
+                   label=f"{dtype}, {timed}")
+    right.axhline(100, color="gray", lw=1)
+    right.set_xscale("log", base=2)
+    ticks = sorted({r["M"] for r in sizes})
+    right.set_xticks(ticks)
+    right.set_xticklabels([str(t) for t in ticks])
+    right.set_xlabel("M = N = K")
+    right.set_ylabel("% of cuBLAS (same call path)")
+    right.set_title('gemmlab.matmul(kernel="auto") vs cuBLAS')
+    right.legend(fontsize=8)
+    right.grid(alpha=0.3)
+    fig.suptitle(f"gemmlab call overhead on {(host or sizes)[0]['gpu']}")
+    savefig(fig, path)
