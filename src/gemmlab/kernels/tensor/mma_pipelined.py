@@ -4,7 +4,7 @@ shared memory, a STAGES-deep cp.async pipeline."""
 from __future__ import annotations
 
 from ..spec import Constraint, KernelSpec, Launch, Problem, TileParam, tiles
-from .wmma import TC_VARIANTS, tc_type_args
+from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
 from .wmma_warptile import tc_threads
 
 MMA_SMEM_LIMIT = 160 * 1024
@@ -21,7 +21,7 @@ def mma_smem(p) -> int:
 
 
 SPEC = KernelSpec(
-    name="mma_pipelined", rung=3, family="tensor", dtypes=("float16", "bfloat16", "tf32"),
+    name="mma_pipelined", rung=3, family="tensor", dtypes=TC_DTYPES,
     source="tensor/03_mma_pipelined.cu", template="gemmlab::mma_pipelined",
     description="mma.sync m16n8k16/m16n8k8 as inline PTX, ldmatrix from XOR-swizzled shared memory, "
                 "STAGES-deep cp.async pipeline",

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, maps_backend, tensor_map, tma_aligned
 from ..spec import KERNEL_DIR, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
-from .wmma import TC_VARIANTS, tc_type_args
+from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
 
 # Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200
 # (227 KiB); the ring, the epilogue's staging buffers, the barriers and 1 KiB to align
@@ -159,7 +159,7 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
 
 
 SPEC = KernelSpec(
-    name="wgmma", rung=4, family="tensor", dtypes=("float16", "bfloat16", "tf32"),
+    name="wgmma", rung=4, family="tensor", dtypes=TC_DTYPES,
     source="tensor/04_wgmma.cu", template="gemmlab::wgmma_gemm",
     description="Hopper: TMA copies into a swizzled shared-memory ring (mbarriers), a producer warpgroup "
                 "and BM/64 consumer warpgroups issuing wgmma from shared memory, persistent grid",

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ..spec import TYPE_CODES, KernelSpec, Launch, Problem, cdiv, tiles
 
-# The (input, output) dtype pairs of the tensor-core rungs, one variant each.
+# What the tensor-core rungs compute, and the (input, output) dtype pairs, one variant each.
+TC_DTYPES = ("float16", "bfloat16", "tf32")
 TC_VARIANTS = tuple(Problem(1, 1, 1, True, dt, odt) for dt, odt in (
     ("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
     ("tf32", "float32")))
@@ -21,7 +22,7 @@ def tc_type_args(prob: Problem) -> tuple[int, int]:
 
 
 SPEC = KernelSpec(
-    name="wmma", rung=1, family="tensor", dtypes=("float16", "bfloat16", "tf32"), source="tensor/01_wmma.cu",
+    name="wmma", rung=1, family="tensor", dtypes=TC_DTYPES, source="tensor/01_wmma.cu",
     template="gemmlab::wmma_tile",
     description="WMMA: one warp per 16x16 tile of C, fragments filled straight from global memory",
     template_args=lambda p, prob: tc_type_args(prob),

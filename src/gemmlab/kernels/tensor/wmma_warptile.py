@@ -4,7 +4,7 @@ fragments per warp (the warp count formula is shared with rung 3)."""
 from __future__ import annotations
 
 from ..spec import Constraint, KernelSpec, Launch, TileParam, tiles
-from .wmma import TC_VARIANTS, tc_type_args
+from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
 
 
 def tc_threads(p) -> int:
@@ -18,7 +18,7 @@ def tc_smem(p, elem_bytes: int) -> int:
 
 
 SPEC = KernelSpec(
-    name="wmma_warptile", rung=2, family="tensor", dtypes=("float16", "bfloat16", "tf32"),
+    name="wmma_warptile", rung=2, family="tensor", dtypes=TC_DTYPES,
     source="tensor/02_wmma_warptile.cu", template="gemmlab::wmma_warptile",
     description="WMMA with tiles staged in shared memory and each warp computing a grid of fragments",
     params=(
