@@ -36,7 +36,7 @@ from gemmlab.kernels.registry import Problem
 from gemmlab.runtime import compile as rt_compile
 from gemmlab.runtime.compile import compile_module, parse_ptxas_log
 from gemmlab.runtime.headers import REQUIRED, find_cuda_headers
-from gemmlab.tuning import SHIPPED_DIR
+from gemmlab.tuned import SHIPPED_DIR
 
 ARCHES = ("sm_80", "sm_90a")
 EVERY_CONFIG_ARCHES = ARCHES if os.environ.get("GEMMLAB_FULL_COMPILE_CHECK") == "1" else ("sm_90a",)
