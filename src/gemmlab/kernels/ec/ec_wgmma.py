@@ -92,7 +92,8 @@ def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
         box_k, bm, bn = 128 // eb, EC_WGMMA_BM, EC_WGMMA_BN
         be = maps_backend(stream)
         maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, be)
-                     for ptr, rows, box_rows in ((a_hi, pr.M, bm), (a_lo, pr.M, bm), (b_hi, pr.N, bn), (b_lo, pr.N, bn)))
+                     for ptr, rows, box_rows in ((a_hi, pr.M, bm), (a_lo, pr.M, bm),
+                                                 (b_hi, pr.N, bn), (b_lo, pr.N, bn)))
         yield standard_args(pr, ops, alpha, beta) + maps + plan.extra_args()
 
 
