@@ -13,21 +13,22 @@ rungs) are re-exported here, so ``registry.X`` keeps working wherever X moved.
 from __future__ import annotations
 
 from ..runtime.compile import INCLUDE_DIR  # noqa: F401  (re-exported)
-from .ec import ec_wgmma, ec_wmma
-from .ec.ec_wgmma import (EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE, EC_SPLIT_PACK_THREADS,  # noqa: F401
-                          EC_SPLIT_PACK_TILE, EC_WGMMA_BM, EC_WGMMA_BN, ec_split_pack_kernel)
-from .ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE  # noqa: F401
-from .simt import (blocktile_1d, blocktile_2d, coalesced, naive, pipelined, smem_tiled, vectorized,
-                   warptile)
-from .simt.pipelined import PIPELINED_SMEM_LIMIT, SPLITK_VALUES, pipelined_smem  # noqa: F401
-from .simt.splitk_reduce import SPLITK_REDUCE_KERNEL, SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_THREADS  # noqa: F401
 from .spec import (EC_METHODS, FLOAT32_RESULT, KERNEL_DIR, LAYOUTS, SPECS, TYPE_CODES,  # noqa: F401
                    Constraint, KernelSpec, Launch, Problem, TileParam, register)
-from .tensor import mma_pipelined, wgmma, wmma, wmma_warptile
+# The rungs, in ladder order, and the names callers read through the registry.
+from .simt import (naive, coalesced, smem_tiled, blocktile_1d, blocktile_2d, vectorized, warptile,
+                   pipelined)
+from .simt.pipelined import PIPELINED_SMEM_LIMIT, SPLITK_VALUES, pipelined_smem  # noqa: F401
+from .simt.splitk_reduce import SPLITK_REDUCE_KERNEL, SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_THREADS  # noqa: F401
+from .tensor import wmma, wmma_warptile, mma_pipelined, wgmma
+from .tensor.wmma import TC_VARIANTS, TC_WARPS_PER_BLOCK  # noqa: F401
 from .tensor.mma_pipelined import MMA_SMEM_LIMIT  # noqa: F401
 from .tensor.wgmma import (TF32_PACK_KERNELS, TF32_PACK_SOURCE, TF32_PACK_THREADS, TF32_PACK_TILE,  # noqa: F401
                            WGMMA_EPI_BYTES, WGMMA_SM90, WGMMA_SMEM_LIMIT, wgmma_auto_params, wgmma_tile)
-from .tensor.wmma import TC_VARIANTS, TC_WARPS_PER_BLOCK  # noqa: F401
+from .ec import ec_wmma, ec_wgmma
+from .ec.ec_wgmma import (EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE, EC_SPLIT_PACK_THREADS,  # noqa: F401
+                          EC_SPLIT_PACK_TILE, EC_WGMMA_BM, EC_WGMMA_BN, ec_split_pack_kernel)
+from .ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE  # noqa: F401
 
 _TC_VARIANTS = TC_VARIANTS   # the name scripts/mma_emulation reads
 
