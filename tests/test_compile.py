@@ -36,7 +36,7 @@ from gemmlab.kernels.registry import Problem
 from gemmlab.runtime import compile as rt_compile
 from gemmlab.runtime.compile import compile_module, parse_ptxas_log
 from gemmlab.runtime.headers import REQUIRED, find_cuda_headers
-from gemmlab.tuning import SHIPPED_DIR
+from gemmlab.tuned import SHIPPED_DIR
 
 ARCHES = ("sm_80", "sm_90a")
 EVERY_CONFIG_ARCHES = ARCHES if os.environ.get("GEMMLAB_FULL_COMPILE_CHECK") == "1" else ("sm_90a",)
@@ -337,7 +337,7 @@ def test_wgmma_is_not_built_for_other_targets(arch):
     """Compiling the rung for another target is refused by its header, naming sm_90a."""
     spec = registry.get("wgmma")
     assert not spec.builds_for(arch) and spec.builds_for("sm_90a")
-    name = spec.name_expression(spec.defaults(), registry._TC_VARIANTS[0])
+    name = spec.name_expression(spec.defaults(), registry.TC_VARIANTS[0])
     with pytest.raises(CompileError, match=r"hopper\.cuh needs sm_90a"):
         compile_module(spec.source_path, (name,), arch, use_cache=False)
 

@@ -332,7 +332,7 @@ def test_pipelined_pads_the_b_tile_only_when_b_is_transposed():
     assert nn == 4 * d["STAGES"] * d["BK"] * (d["BM"] + 4 + d["BN"])
     assert nt == nn + 4 * d["STAGES"] * d["BK"] * 4
     assert spec.launch(d, Problem(4096, 4096, 4096, True, op_a="T")).smem_bytes == nn
-    assert all(registry._pipelined_smem(c) <= registry.PIPELINED_SMEM_LIMIT for c in spec.configurations())
+    assert all(registry.pipelined_smem(c) <= registry.PIPELINED_SMEM_LIMIT for c in spec.configurations())
 
 
 def test_plan_name_expression_follows_alignment():

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The GPU pass lives beside its kernel; HISTOGRAM_THREADS is re-exported for callers of gemmlab.ec.
+from .kernels.ec.exponent_histogram import EXPONENT_BINS, HISTOGRAM_THREADS, exponent_histograms  # noqa: F401
+
 # Largest exponent a scaled value may have: |x| < 2^15, inside FP16 (max 65504)
 # with room for hi's rounding up.
 FP16_TOP = 14
@@ -52,7 +55,7 @@ class ExponentStats:
         """The histogram of a host array, computed with NumPy (the GPU path is
         :func:`exponent_stats`)."""
         bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-        return cls(np.bincount(((bits >> 23) & 0xFF).ravel(), minlength=256).astype(np.int64))
+        return cls(np.bincount(((bits >> 23) & 0xFF).ravel(), minlength=EXPONENT_BINS).astype(np.int64))
 
     @property
     def nonzero(self) -> int:
@@ -138,43 +141,9 @@ def scaled_choice(a: ExponentStats, b: ExponentStats) -> Choice:
 
 
 # -- the GPU side ---------------------------------------------------------------------------
-
-HISTOGRAM_THREADS = 256
-
+# The pass itself is kernels/ec/exponent_histogram.py, beside its kernel.
 
 def exponent_stats(gpu, stream: int, operands) -> list[ExponentStats]:
     """Exponent histograms of device matrices ``operands`` = [(ptr, rows, cols, ld), ...],
     computed on the GPU on ``stream`` (one pass over each), then copied back."""
-    from cuda.bindings import driver
-
-    from .kernels import registry
-    from .runtime import compile as rt_compile
-    from .runtime.device import make_current
-    from .runtime.launch import device_workspace, launch, stream_from_handle
-
-    make_current(gpu.ordinal)   # callable before any matmul on this thread
-    kernel = rt_compile.load_kernel(registry.EXPONENT_HISTOGRAM_SOURCE, registry.EXPONENT_HISTOGRAM_KERNEL,
-                                    gpu.arch)
-    n = len(operands)
-    buf = device_workspace(gpu, stream, n * 256 * 8, "the exponent statistics of fp32_tc")
-    try:
-        base = int(buf.handle)
-        _check(driver.cuMemsetD32Async(base, 0, n * 512, stream))
-        for i, (ptr, rows, cols, ld) in enumerate(operands):
-            if rows and cols:
-                blocks = max(1, min(rows, 8 * gpu.sm_count))   # a block per row, at most 8 per SM
-                launch(kernel, (blocks, 1, 1), (HISTOGRAM_THREADS, 1, 1), 0, stream, np.int32(rows),
-                       np.int32(cols), ptr, np.int32(ld), base + i * 256 * 8)
-        host = np.zeros(n * 256, dtype=np.uint64)
-        _check(driver.cuMemcpyDtoHAsync(host.ctypes.data, base, host.nbytes, stream))
-        _check(driver.cuStreamSynchronize(stream))
-    finally:
-        buf.close(stream)
-    return [ExponentStats(host[i * 256:(i + 1) * 256].astype(np.int64)) for i in range(n)]
-
-
-def _check(result) -> None:
-    from cuda.bindings import driver
-    err = result[0] if isinstance(result, tuple) else result
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"CUDA driver call failed: {err.name}")
+    return [ExponentStats(counts) for counts in exponent_histograms(gpu, stream, operands)]

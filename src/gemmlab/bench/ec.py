@@ -61,7 +61,8 @@ def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True
         # ec_wgmma's split of A and B into their parts, alone (part of every ec_wgmma time below).
         if api.plan("auto", M, N, K, dtype="fp16_ec", arch=gpu.arch).spec.name == "ec_wgmma":
             from ..kernels.registry import Problem
-            from ..runtime.tma import Operands, ec_split_workspace
+            from ..kernels.ec.ec_wgmma import ec_split_workspace
+            from ..runtime.tma import Operands
             for method in ("fp16_ec", "tf32_ec"):
                 def split():
                     with ec_split_workspace(Problem(M, N, K, True, method), gpu, stream,

@@ -1,1 +1,2 @@
-"""The kernel ladder: CUDA sources and the registry that describes them."""
+"""The kernel ladder: each rung's CUDA source with its host code beside it
+(kernels/<family>/<rung>.py), and the registry that indexes them."""

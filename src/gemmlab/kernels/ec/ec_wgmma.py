@@ -1,0 +1,122 @@
+"""EC rung 2, ec/02_ec_wgmma.cu (Hopper): A and B split once into their two parts by
+a pre-pass (split_pack.cu), then wgmma from a TMA ring of four part tiles a stage.
+
+Beside the spec: the split pre-pass's host launch and the launch arguments (the
+tensor maps of the four parts).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+
+from ...runtime.tma import Operands, maps_backend, tensor_map
+from ..spec import EC_METHODS, KERNEL_DIR, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
+from ..tensor.wgmma import WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
+
+# 128 x 96 tiles (two consumer warpgroups of 64 x 96, four sets of accumulators each);
+# a ring stage holds hi and lo of A (128 rows of 128 bytes) and of B^T (96 rows).
+EC_WGMMA_BM, EC_WGMMA_BN = 128, 96
+
+# The split pre-pass: (METHOD, stored layout, transposed output).
+EC_SPLIT_PACK_SOURCE = KERNEL_DIR / "ec" / "split_pack.cu"
+EC_SPLIT_PACK_TILE, EC_SPLIT_PACK_THREADS = 32, 256
+
+
+def ec_split_pack_kernel(method: str, op: str, transpose: bool) -> str:
+    return f"gemmlab::ec_split_pack<{EC_METHODS[method]}, '{op}', {'true' if transpose else 'false'}>"
+
+
+EC_SPLIT_PACK_KERNELS = tuple(ec_split_pack_kernel(m, op, t) for m in EC_METHODS for op in "NT"
+                              for t in (False, True))
+
+
+def _smem(p) -> int:
+    """STAGES x 2 x (128 + 96) rows of 128 bytes, two barriers per stage, 1 KiB to align the ring."""
+    return p["STAGES"] * 2 * (EC_WGMMA_BM + EC_WGMMA_BN) * 128 + 16 * p["STAGES"] + 1024
+
+
+def _geometry(p, prob: Problem) -> Launch:
+    """Persistent: one block per SM (the ring fills its shared memory), at most one per tile."""
+    tiles = cdiv(prob.M, EC_WGMMA_BM) * cdiv(prob.N, EC_WGMMA_BN)
+    return Launch(grid=(max(1, min(tiles, prob.sm_count)), 1, 1), block=(384, 1, 1), smem_bytes=_smem(p),
+                  persistent=True)
+
+
+@contextmanager
+def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0, scale_b: float = 1.0):
+    """Split op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec) into their
+    hi and lo parts with ec/split_pack.cu, into one stream-ordered workspace; yields
+    (a_hi, a_lo, b_hi, b_lo, kp): device pointers of A's parts (M x K) and of B's,
+    transposed (N x K), all with rows of kp elements (K padded to 16 bytes).  Any
+    layout and alignment of A and B is read as stored.  The scaled FP16 method's
+    scales (powers of two) are applied here.  Freed in stream order on exit."""
+    from ...runtime import compile as rt_compile
+    from ...runtime.launch import launch, stream_workspace
+    if pr.dtype not in EC_METHODS:
+        raise TypeError(f"the split pre-pass is for {', '.join(EC_METHODS)}, not {pr.dtype}")
+    eb = 4 if pr.dtype == "tf32_ec" else 2
+    kp = -(-pr.K // (16 // eb)) * (16 // eb)
+    a_part, b_part = pr.M * kp * eb, pr.N * kp * eb
+    nbytes = 2 * (a_part + b_part)
+    ws = stream_workspace(gpu, stream, nbytes, "ec_wgmma, for the split parts of a and b,")
+    try:
+        base = int(ws.handle)
+        a_hi, a_lo = base, base + a_part
+        b_hi, b_lo = base + 2 * a_part, base + 2 * a_part + b_part
+        jobs = [(pr.op_a, False, pr.M, pr.K, ops.A, ops.lda, scale_a, a_hi, a_lo),
+                (pr.op_b, True, pr.K, pr.N, ops.B, ops.ldb, scale_b, b_hi, b_lo)]
+        for op, transpose, rows, cols, src, ld, scale, hi, lo in jobs:
+            name = ec_split_pack_kernel(pr.dtype, op, transpose)
+            kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, name, gpu.arch)
+            blocks = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
+            launch(kernel, (blocks, 1, 1), (EC_SPLIT_PACK_THREADS, 1, 1), 0, stream, np.int32(rows),
+                   np.int32(cols), src, np.int32(ld), np.float32(scale), hi, lo, np.int32(kp))
+        yield a_hi, a_lo, b_hi, b_lo, kp
+    finally:
+        ws.close(stream)
+
+
+@contextmanager
+def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
+    """ec_wgmma's arguments: the standard eleven, the tensor maps of the four
+    parts (hi and lo of A, hi and lo of B^T: ec_split_workspace), then scale_a and
+    scale_b (the kernel divides them out).  Both operands are K-major, the layout
+    TF32 wgmma needs and FP16 wgmma reads without its transpose bit; A's parts in
+    128-row boxes, B^T's in 96-row boxes, 128 bytes of K each."""
+    pr = plan.problem
+    scale_a, scale_b = (float(x) for x in plan.extra_args())
+    part, eb = ("tf32", 4) if pr.dtype == "tf32_ec" else ("float16", 2)
+    with ec_split_workspace(pr, gpu, stream, ops, scale_a, scale_b) as (a_hi, a_lo, b_hi, b_lo, kp):
+        box_k, bm, bn = 128 // eb, EC_WGMMA_BM, EC_WGMMA_BN
+        be = maps_backend(stream)
+        maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, be)
+                     for ptr, rows, box_rows in ((a_hi, pr.M, bm), (a_lo, pr.M, bm),
+                                                 (b_hi, pr.N, bn), (b_lo, pr.N, bn)))
+        yield standard_args(pr, ops, alpha, beta) + maps + plan.extra_args()
+
+
+SPEC = KernelSpec(
+    name="ec_wgmma", rung=2, family="ec", dtypes=tuple(EC_METHODS), source="ec/02_ec_wgmma.cu",
+    template="gemmlab::ec_wgmma",
+    description="Hopper: A and B split once into their two parts by a pre-pass, then wgmma from a TMA ring "
+                "of four tiles a stage; each stage's main product added outside the tensor core into blocked "
+                "FP32 accumulators",
+    params=(
+        TileParam("STAGES", (2, 3, 4), 4, "stages of the ring, each 56 KiB: hi and lo tiles of A (128 rows) "
+                                          "and of B^T (96 rows), 128 bytes of K"),
+    ),
+    constraints=(
+        Constraint("dynamic shared memory, STAGES*56 KiB + 16*STAGES + 1024 bytes, must fit in the 227 KiB a "
+                   "Hopper block can have", lambda p: _smem(p) <= WGMMA_SMEM_LIMIT),
+    ),
+    template_args=lambda p, prob: (EC_METHODS[prob.dtype], p["STAGES"]),
+    geometry=_geometry,
+    variants=tuple(Problem(1, 1, 1, True, method) for method in EC_METHODS),
+    arches=(WGMMA_SM90,),
+    fallback="ec_wmma",
+    extra_args=("scale_a", "scale_b"),
+    kernel_args=ec_wgmma_kernel_args,
+    packed=True,
+)

@@ -1,0 +1,54 @@
+"""exponent_histogram.cu's host launch: counts of A's and B's elements by FP32
+exponent, the data gemmlab.ec chooses the fp32_tc method from.
+
+The counting is here, beside its kernel; what to make of the counts (ExponentStats,
+choose) is gemmlab.ec, which this layer does not import.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..spec import KERNEL_DIR
+
+EXPONENT_HISTOGRAM_SOURCE = KERNEL_DIR / "ec" / "exponent_histogram.cu"
+EXPONENT_HISTOGRAM_KERNEL = "gemmlab::exponent_histogram"
+HISTOGRAM_THREADS = 256
+EXPONENT_BINS = 256   # one per value of the 8-bit exponent field
+
+
+def exponent_histograms(gpu, stream: int, operands) -> list[np.ndarray]:
+    """Exponent histograms (EXPONENT_BINS int64 counts each) of device matrices
+    ``operands`` = [(ptr, rows, cols, ld), ...], computed on the GPU on ``stream``
+    (one pass over each), then copied back."""
+    from cuda.bindings import driver
+
+    from ...runtime import compile as rt_compile
+    from ...runtime.device import make_current
+    from ...runtime.launch import device_workspace, launch
+
+    make_current(gpu.ordinal)   # callable before any matmul on this thread
+    kernel = rt_compile.load_kernel(EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL, gpu.arch)
+    n = len(operands)
+    buf = device_workspace(gpu, stream, n * EXPONENT_BINS * 8, "the exponent statistics of fp32_tc")
+    try:
+        base = int(buf.handle)
+        _check(driver.cuMemsetD32Async(base, 0, n * EXPONENT_BINS * 2, stream))
+        for i, (ptr, rows, cols, ld) in enumerate(operands):
+            if rows and cols:
+                blocks = max(1, min(rows, 8 * gpu.sm_count))   # a block per row, at most 8 per SM
+                launch(kernel, (blocks, 1, 1), (HISTOGRAM_THREADS, 1, 1), 0, stream, np.int32(rows),
+                       np.int32(cols), ptr, np.int32(ld), base + i * EXPONENT_BINS * 8)
+        host = np.zeros(n * EXPONENT_BINS, dtype=np.uint64)
+        _check(driver.cuMemcpyDtoHAsync(host.ctypes.data, base, host.nbytes, stream))
+        _check(driver.cuStreamSynchronize(stream))
+    finally:
+        buf.close(stream)
+    return [host[i * EXPONENT_BINS:(i + 1) * EXPONENT_BINS].astype(np.int64) for i in range(n)]
+
+
+def _check(result) -> None:
+    from cuda.bindings import driver
+    err = result[0] if isinstance(result, tuple) else result
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA driver call failed: {err.name}")

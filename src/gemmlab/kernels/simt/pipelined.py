@@ -1,0 +1,69 @@
+"""Rung 8, 08_pipelined.cu: rung 7 with STAGES-deep cp.async copies, and split-K.
+
+Split-K's second half, the reduction of the partial products, is splitk_reduce.py.
+"""
+
+from __future__ import annotations
+
+from ..spec import Constraint, KernelSpec, Launch, Problem, TileParam, tiles
+from .vectorized import ALIGNED_VARIANTS
+from .warptile import warptile_constraints, warptile_params, warptile_threads
+
+# Split-K factors the rung may use; the launch shape, not the compiled code, changes.
+SPLITK_VALUES = (1, 2, 3, 4, 6, 8, 12, 16)
+
+# Dynamic shared memory a configuration may ask for: within every supported GPU's
+# opt-in limit (sm_80: 163 KB, sm_90: 227 KB), and small enough for two blocks per
+# SM on Hopper.
+PIPELINED_SMEM_LIMIT = 96 * 1024
+
+
+def pipelined_smem(p, prob: Problem | None = None) -> int:
+    """Dynamic shared memory of 08_pipelined.cu: STAGES K-major tiles of A (rows
+    padded by 4) and B (rows padded by 4 when B is column-major; without a
+    problem, the larger size, which the legality rule uses)."""
+    b_pad = 4 if prob is None or prob.op_b == "T" else 0
+    return 4 * p["STAGES"] * (p["BK"] * (p["BM"] + 4) + p["BK"] * (p["BN"] + b_pad))
+
+
+def _params(d: dict) -> tuple[TileParam, ...]:
+    """Rung 7's parameters plus stages and split-K.  256-row/column block tiles too:
+    the copies need no staging registers, so one block of 256 threads can hold 128
+    accumulators each."""
+    return warptile_params(d, edges=(64, 128, 256), wniter=(2, 4)) + (
+        TileParam("STAGES", (2, 3, 4), d["STAGES"], "K-steps of tiles in shared memory (cp.async in flight)"),
+        TileParam("SPLITK", SPLITK_VALUES, d["SPLITK"],
+                  "blocks per output tile, each summing a slice of K (split-K, for skinny outputs "
+                  "with long K; >1 adds a reduction kernel and a workspace of SPLITK*M*N floats)"),
+    )
+
+
+SPEC = KernelSpec(
+    name="pipelined", rung=8, family="simt", dtypes=("float32",), source="simt/08_pipelined.cu",
+    template="gemmlab::pipelined",
+    description="warptile with STAGES-deep cp.async global->shared copies overlapping the math",
+    # Defaults (used where no tuned table applies): the tuner's winner at 4096^3,
+    # 8192^3 and 16384x4096x4096 on both an H200 (run 30) and an H100 (run 33).
+    params=_params(dict(BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, STAGES=4, SPLITK=1)),
+    constraints=warptile_constraints(
+        pipelined_smem, "dynamic shared memory, 4*STAGES*BK*(BM+4 + BN+4) bytes, must fit in 96 KiB",
+        PIPELINED_SMEM_LIMIT, staged_registers=False) + (
+        Constraint("at most 64 accumulators per thread, WM*WN/32 <= 64, except with 256 threads "
+                   "and 64 x 64 warp tiles (128: one such block fills the register file, and its 8 warps "
+                   "keep the SM busy)",
+                   lambda p: p["WM"] * p["WN"] <= 2048 or warptile_threads(p) == 256),
+        Constraint("at least 128 threads per block (with 64, a block's copies and fragments of "
+                   "4 stages outgrow the registers of its unaligned-input variant)",
+                   lambda p: warptile_threads(p) >= 128),
+        Constraint("a block tile with 256 rows or columns needs 256 threads (8 warps of 64 x 64; "
+                   "others fall short of the registers or the warps) and BK = 8 (at BK = 16 its variant "
+                   "for unaligned inputs, which copies 4 bytes at a time, runs out of registers)",
+                   lambda p: max(p["BM"], p["BN"]) < 256
+                   or (p["WM"] == p["WN"] == 64 and warptile_threads(p) == 256 and p["BK"] == 8)),),
+    template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["WNITER"], p["TM"],
+                                   p["STAGES"], prob.aligned16),
+    geometry=lambda p, prob: Launch(grid=(tiles(prob, p["BM"], p["BN"]), p["SPLITK"], 1),
+                                    block=(warptile_threads(p), 1, 1), smem_bytes=pipelined_smem(p, prob)),
+    variants=ALIGNED_VARIANTS,
+    split_k_param="SPLITK",
+)

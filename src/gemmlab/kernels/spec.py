@@ -1,0 +1,275 @@
+"""What a kernel of the ladder is: KernelSpec and the pieces it is made of.
+
+Each rung's spec is built in the module beside its .cu file
+(kernels/<family>/<rung>.py) from these types; kernels/registry.py indexes them.
+Nothing here knows any particular kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+KERNEL_DIR = Path(__file__).resolve().parent
+
+# Every GEMM kernel's parameters; the last three are the batch strides (layout.cuh).
+_SIGNATURE = ("(int M, int N, int K, float alpha, const T* A, int lda, const T* B, int ldb, float beta, "
+              "O* C, int ldc, long long stride_a, long long stride_b, long long stride_c)")
+
+# Operand layouts, BLAS's transa / transb: 'N' the logical matrix is stored
+# row-major, 'T' column-major (its transpose is row-major).  Every GEMM kernel
+# template ends with two of these (OPA, OPB); see include/gemmlab/layout.cuh.
+LAYOUTS = (("N", "N"), ("T", "N"), ("N", "T"), ("T", "T"))
+
+
+@dataclass(frozen=True)
+class TileParam:
+    name: str
+    values: tuple[int, ...]
+    default: int
+    doc: str
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A rule between tile parameters, with the sentence shown when it is broken."""
+
+    rule: str
+    holds: Callable[[Mapping[str, int]], bool]
+
+
+@dataclass(frozen=True)
+class Launch:
+    grid: tuple[int, int, int]          # in blocks
+    block: tuple[int, int, int]
+    smem_bytes: int = 0
+    cluster: tuple[int, int, int] = (1, 1, 1)   # blocks per thread-block cluster (Hopper)
+    # The grid is an upper bound that any smaller grid also serves (a persistent
+    # kernel walks the tiles): run_plan lowers it to the clusters that fit at once.
+    persistent: bool = False
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a launch needs to know about the operands besides their shapes."""
+
+    M: int
+    N: int
+    K: int
+    aligned16: bool  # widths, leading dimensions and base addresses allow float4 access
+    # What the kernel multiplies: float32, tf32 (float32 storage), float16,
+    # bfloat16, or float32 split into two tensor-core parts (fp16_ec, tf32_ec).
+    dtype: str = "float32"
+    out_dtype: str = "float32"  # what it writes: float32, or the input's 16-bit type
+    op_a: str = "N"             # how op(A) (M x K) is stored: "N" row-major, "T" column-major
+    op_b: str = "N"             # how op(B) (K x N) is stored
+    # A and B can be read through TMA tensor maps: 16-byte aligned base addresses,
+    # leading dimensions whose byte size is a multiple of 16 (a matrix of one row
+    # has no stride to check).  Only the wgmma rung (16-bit inputs) needs it.
+    tma_aligned: bool = True
+    sm_count: int = 132         # the GPU's multiprocessors, for persistent grids
+
+    def with_layout(self, op_a: str, op_b: str) -> "Problem":
+        return dataclasses.replace(self, op_a=op_a, op_b=op_b)
+
+
+# Element-type codes of the tensor-core kernels' templates (wmma_types.cuh).
+TYPE_CODES = {"float16": 0, "bfloat16": 1, "tf32": 2, "float32": 3}
+# The error-corrected FP32 methods' codes (ec_split.cuh): which parts a value is split into.
+EC_METHODS = {"fp16_ec": 0, "tf32_ec": 1}
+# Dtypes whose result is always float32: FP32 storage in, FP32 out.
+FLOAT32_RESULT = ("float32", "tf32", *EC_METHODS)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    rung: int
+    family: str
+    dtypes: tuple[str, ...]
+    source: str                     # path below kernels/
+    template: str                   # C++ name of the kernel template
+    description: str
+    params: tuple[TileParam, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    # Template arguments, in order, built from the resolved parameters and the problem.
+    template_args: Callable[[Mapping[str, int], Problem], tuple] = field(default=lambda p, prob: ())
+    geometry: Callable[[Mapping[str, int], Problem], Launch] = field(default=None)
+    # Template-argument sets a problem can select beyond the parameters (e.g. VEC).
+    variants: tuple[Problem, ...] = (Problem(1, 1, 1, True),)
+    # The tile parameter that splits K over gridDim.y blocks (partial products go
+    # to a workspace that SPLITK_REDUCE adds into C), if the kernel has one.
+    split_k_param: str | None = None
+    # Float arguments after (..., C, ldc, stride_a, stride_b, stride_c) that the plan supplies (e.g. the error-corrected
+    # kernels' scale_a, scale_b); each defaults to 1.0.
+    extra_args: tuple[str, ...] = ()
+    # NVRTC targets the kernel exists for (empty: every target gemmlab builds for).
+    # A kernel with sm_90a instructions (wgmma, setmaxnreg) lists only "sm_90a".
+    arches: tuple[str, ...] = ()
+    # The operand layouts (op_a, op_b) the kernel reads; others are unusable (below).
+    layouts: tuple[tuple[str, str], ...] = LAYOUTS
+    # Why this kernel cannot take a problem's operands (None: it can), and the
+    # kernel that runs instead (plan() falls back to it and says why).
+    unusable: Callable[[Problem], str | None] | None = None
+    fallback: str | None = None
+    # Builds the kernel's arguments when they are more than the standard
+    # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides): called by
+    # executor.run_plan as kernel_args(plan, gpu, stream, operands, alpha, beta) once
+    # per matrix of a batch, it returns a context manager that yields the
+    # argument tuple (e.g. with TMA tensor maps) and releases whatever it set up
+    # (workspaces) once the kernel is enqueued.
+    kernel_args: Callable | None = None
+    # Whether kernel_args' arguments for a problem depend only on the addresses,
+    # alpha and beta (no per-call pre-pass or workspace): a prepared call then
+    # keeps them per set of addresses instead of building them at every call.
+    reusable_args: Callable[[Problem], bool] | None = None
+    # The launch first packs op(A) and op(B) into row-major workspaces (ec_wgmma's
+    # split pre-pass), so the kernel reads every layout and is instantiated for
+    # 'N', 'N' only.
+    packed: bool = False
+
+    def builds_for(self, arch: str) -> bool:
+        """Whether this kernel exists for the NVRTC target ``arch`` (e.g. sm_80, sm_90a)."""
+        return not self.arches or arch in self.arches
+
+    def check_arch(self, arch: str, gpu_name: str = "this GPU") -> None:
+        """Raise ValueError, naming both architectures, if the kernel cannot run on ``arch``."""
+        if not self.builds_for(arch):
+            raise ValueError(f"kernel {self.name!r} needs {' or '.join(self.arches)} (its instructions exist only "
+                             f"there: Hopper, H100/H200); {gpu_name} is {arch}. Use another kernel, e.g. "
+                             f"{self.fallback or 'auto'!r}")
+
+    def why_unusable(self, problem: Problem) -> str | None:
+        """Why this kernel cannot take the problem's operands, or None."""
+        if (problem.op_a, problem.op_b) not in self.layouts:
+            return (f"it reads {' or '.join(a + b for a, b in self.layouts)} operand layouts only, "
+                    f"not {problem.op_a}{problem.op_b}")
+        return self.unusable(problem) if self.unusable else None
+
+    def splits(self, params: Mapping[str, int]) -> int:
+        return int(params[self.split_k_param]) if self.split_k_param else 1
+
+    @property
+    def source_path(self) -> Path:
+        return KERNEL_DIR / self.source
+
+    # -- parameters ---------------------------------------------------------
+    def defaults(self) -> dict[str, int]:
+        return {p.name: p.default for p in self.params}
+
+    def resolve(self, given: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Fill in defaults and check every value and every rule; raise ValueError naming what is wrong."""
+        given = dict(given or {})
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            legal = ", ".join(known) if known else "none"
+            raise ValueError(
+                f"kernel {self.name!r} has no tile parameter {', '.join(map(repr, unknown))}; "
+                f"its tile parameters are: {legal}")
+        resolved = self.defaults()
+        for name, value in given.items():
+            p = known[name]
+            if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
+                raise TypeError(f"tile parameter {name}={value!r} of kernel {self.name!r} must be an int")
+            value = int(value)
+            if value not in p.values:
+                raise ValueError(
+                    f"tile parameter {name}={value} is not legal for kernel {self.name!r}; "
+                    f"legal values: {', '.join(map(str, p.values))}")
+            resolved[name] = value
+        broken = [c.rule for c in self.constraints if not c.holds(resolved)]
+        if broken:
+            desc = ", ".join(f"{k}={v}" for k, v in resolved.items())
+            raise ValueError(
+                f"tile parameters {desc} are not a legal combination for kernel {self.name!r}: "
+                + "; ".join(broken))
+        return resolved
+
+    def configurations(self) -> list[dict[str, int]]:
+        """Every legal combination of tile parameters."""
+        names = [p.name for p in self.params]
+        out = []
+        for values in itertools.product(*(p.values for p in self.params)):
+            cand = dict(zip(names, values))
+            if all(c.holds(cand) for c in self.constraints):
+                out.append(cand)
+        return out
+
+    # -- compilation and launch --------------------------------------------
+    def check_dtypes(self, problem: Problem) -> None:
+        """Raise TypeError if this kernel does not compute problem.dtype -> problem.out_dtype."""
+        if problem.dtype not in self.dtypes:
+            fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes]
+            raise TypeError(f"kernel {self.name!r} computes {', '.join(self.dtypes)}, not {problem.dtype}; "
+                            f"for {problem.dtype} use one of: {', '.join(fits) or 'none yet'}")
+        allowed = ("float32",) if problem.dtype in FLOAT32_RESULT else ("float32", problem.dtype)
+        if problem.out_dtype not in allowed:
+            raise TypeError(f"{problem.dtype} inputs give a {' or '.join(allowed)} result, not {problem.out_dtype}")
+
+    def name_expression(self, params: Mapping[str, int], problem: Problem) -> str:
+        """The template instantiation: the spec's template arguments, then the layouts OPA, OPB."""
+        if problem.op_a not in ("N", "T") or problem.op_b not in ("N", "T"):
+            raise ValueError(f"operand layouts are 'N' or 'T', not {problem.op_a!r}, {problem.op_b!r}")
+        args = self.template_args(params, problem)
+        ops = ("N", "N") if self.packed else (problem.op_a, problem.op_b)
+        text = "".join(("true" if a else "false") + ", " if isinstance(a, bool) else f"{a}, " for a in args)
+        return f"{self.template}<{text}'{ops[0]}', '{ops[1]}'>"
+
+    def instantiations(self, configs=None, layouts=LAYOUTS) -> list[tuple[dict, Problem]]:
+        """(parameters, problem) for each configuration (default: every legal one) x
+        each variant x each layout, one per distinct name expression."""
+        seen: dict[str, tuple[dict, Problem]] = {}
+        for params in (self.configurations() if configs is None else configs):
+            for prob in self.variants:
+                for op_a, op_b in layouts:
+                    if (op_a, op_b) not in self.layouts:   # a kernel that reads fewer layouts
+                        continue
+                    p = prob.with_layout(op_a, op_b)
+                    seen.setdefault(self.name_expression(params, p), (dict(params), p))
+        return list(seen.values())
+
+    def all_name_expressions(self, layouts=LAYOUTS) -> list[str]:
+        """Every instantiation a call could need: each legal configuration x each variant x each layout."""
+        return [self.name_expression(p, prob) for p, prob in self.instantiations(layouts=layouts)]
+
+    def launch(self, params: Mapping[str, int], problem: Problem) -> Launch:
+        return self.geometry(params, problem)
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "rung": self.rung,
+            "family": self.family,
+            "dtypes": list(self.dtypes),
+            "description": self.description,
+            "source": self.source,
+            "params": {p.name: {"values": list(p.values), "default": p.default, "doc": p.doc}
+                       for p in self.params},
+            "constraints": [c.rule for c in self.constraints],
+            "arches": list(self.arches),
+        }
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def tiles(prob: Problem, bm: int, bn: int) -> int:
+    """Blocks of a grid that gives each BM x BN tile of C one block."""
+    return cdiv(prob.M, bm) * cdiv(prob.N, bn)
+
+
+# Every spec by name, in ladder order; filled by registry.register as it indexes the rungs
+# (kept here so that KernelSpec can name the kernels that take a dtype).
+SPECS: dict[str, KernelSpec] = {}
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    if spec.name in SPECS:
+        raise ValueError(f"kernel {spec.name!r} registered twice")
+    SPECS[spec.name] = spec
+    return spec

@@ -1,0 +1,63 @@
+"""Tensor rung 3, 03_mma_pipelined.cu: mma.sync as inline PTX, ldmatrix from swizzled
+shared memory, a STAGES-deep cp.async pipeline."""
+
+from __future__ import annotations
+
+from ..spec import Constraint, KernelSpec, Launch, Problem, TileParam, tiles
+from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
+from .wmma_warptile import tc_threads
+
+MMA_SMEM_LIMIT = 160 * 1024
+
+# Every tensor-core dtype pair, each with 16-byte copies (aligned operands) and
+# with narrow ones (any alignment and leading dimension).
+TC_VARIANTS_ALIGNED = TC_VARIANTS + tuple(Problem(1, 1, 1, False, p.dtype, p.out_dtype) for p in TC_VARIANTS)
+
+
+def mma_smem(p) -> int:
+    """Dynamic shared memory of 03_mma_pipelined.cu: STAGES stages of an A tile
+    (BM rows of 2*BK bytes) and a B tile (2*BK bytes of K, BN columns)."""
+    return p["STAGES"] * 2 * p["BK"] * (p["BM"] + p["BN"])
+
+
+SPEC = KernelSpec(
+    name="mma_pipelined", rung=3, family="tensor", dtypes=TC_DTYPES,
+    source="tensor/03_mma_pipelined.cu", template="gemmlab::mma_pipelined",
+    description="mma.sync m16n8k16/m16n8k8 as inline PTX, ldmatrix from XOR-swizzled shared memory, "
+                "STAGES-deep cp.async pipeline",
+    params=(
+        TileParam("BM", (64, 128, 256), 128, "rows of C per block"),
+        TileParam("BN", (64, 128, 256), 256, "columns of C per block"),
+        TileParam("BK", (32, 64), 64, "depth of a stage in 16-bit elements (TF32: BK/2 floats, the same 2*BK "
+                                       "bytes per row of A)"),
+        TileParam("WM", (32, 64), 64, "rows of C per warp (WM/16 MMA tiles)"),
+        TileParam("WN", (32, 64), 64, "columns of C per warp (WN/8 MMA tiles)"),
+        TileParam("STAGES", (3, 4), 3, "K-steps of tiles in shared memory (cp.async in flight)"),
+    ),
+    constraints=(
+        Constraint("WM must divide BM and WN must divide BN",
+                   lambda p: p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0),
+        Constraint("square warp tiles, WM == WN: for a number of accumulators, the square tile loads the "
+                   "fewest fragments per MMA",
+                   lambda p: p["WM"] == p["WN"]),
+        Constraint("64 x 64 warp tiles in blocks of 8 warps, (BM/64)*(BN/64) == 8: with 4 warps each thread "
+                   "issues 8 copies per stage, whose addresses do not fit beside 128 accumulators and two "
+                   "K-steps of fragments (spills)",
+                   lambda p: p["WM"] != 64 or tc_threads(p) == 256),
+        Constraint("32 x 32 warp tiles only in a 64 x 64 block of 4 warps (they load twice the fragments per "
+                   "MMA of 64 x 64 ones; the small block is for problems with too few tiles to fill the GPU)",
+                   lambda p: p["WM"] != 32 or p["BM"] == p["BN"] == 64),
+        Constraint("dynamic shared memory, STAGES*2*BK*(BM+BN) bytes, must fit in 160 KiB (an A100 "
+                   "gives a block up to 163 KiB)",
+                   lambda p: mma_smem(p) <= MMA_SMEM_LIMIT),
+    ),
+    # Defaults: the fastest at 4096^3 and beyond of the configurations measured on an H100 (run M2,
+    # benchmarks/NOTES.md); 256 x 128 x 64 was within 2% of it.
+    template_args=lambda p, prob: tc_type_args(prob) + (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["STAGES"],
+                                                         prob.aligned16),
+    geometry=lambda p, prob: Launch(grid=(tiles(prob, p["BM"], p["BN"]), 1, 1), block=(tc_threads(p), 1, 1),
+                                    smem_bytes=mma_smem(p)),
+    variants=TC_VARIANTS_ALIGNED,
+    layouts=(("N", "N"),),       # its copies and ldmatrix read row-major A and B only so far
+    fallback="wmma_warptile",
+)

@@ -1,0 +1,191 @@
+"""Tensor rung 4, 04_wgmma.cu (Hopper): TMA into a swizzled shared-memory ring, a
+producer warpgroup and BM/64 consumer warpgroups issuing wgmma, persistent grid.
+
+Beside the spec: the launch arguments (tensor maps of A, B and C, built by
+runtime.tma) and the TF32 pre-pass of tf32_pack.cu that copies an operand TMA
+cannot read in place.  ec_wgmma (ec/ec_wgmma.py) reuses the Hopper limits and the
+standard arguments.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+
+from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, maps_backend, tensor_map, tma_aligned
+from ..spec import KERNEL_DIR, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
+from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
+
+# Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200
+# (227 KiB); the ring, the epilogue's staging buffers, the barriers and 1 KiB to align
+# the tiles to the swizzle atom.
+WGMMA_SMEM_LIMIT = 227 * 1024
+WGMMA_SM90 = "sm_90a"
+WGMMA_EPI_BYTES = 8192      # one staging buffer of the TMA-store epilogue; two per consumer warpgroup
+
+# The TF32 pre-pass (rounds A and packs B^T, K-major).
+TF32_PACK_SOURCE = KERNEL_DIR / "tensor" / "tf32_pack.cu"
+TF32_PACK_KERNELS = ("gemmlab::tf32_pack<false>", "gemmlab::tf32_pack<true>")
+TF32_PACK_TILE, TF32_PACK_THREADS = 32, 256
+
+
+def wgmma_smem(p) -> int:
+    """Dynamic shared memory of 04_wgmma.cu: STAGES x (A tile + B tile, (BM + BN) x 128 B),
+    2 x 8 KiB of epilogue staging per consumer warpgroup, two 8-byte barriers per stage,
+    1024 bytes of alignment slack."""
+    return (p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * WGMMA_EPI_BYTES
+            + 16 * p["STAGES"] + 1024)
+
+
+def wgmma_tile(p, dtype: str) -> tuple[int, int]:
+    """The block's tile of C, rows x columns: BM x BN, except in TF32, where the kernel
+    computes C^T = B^T A^T and the tile is BN x BM (the wgmma's N runs along C's rows)."""
+    return (p["BN"], p["BM"]) if dtype == "tf32" else (p["BM"], p["BN"])
+
+
+def _threads(p) -> int:
+    return 128 * (p["BM"] // 64 + 1)   # one producer warpgroup + BM/64 consumers
+
+
+def _geometry(p, prob: Problem) -> Launch:
+    """Persistent: no more blocks than SMs (one block fills an SM's shared memory), in whole
+    clusters; a cluster takes CLUSTER vertically adjacent tiles at a time."""
+    cl = p["CLUSTER"]
+    tm, tn = wgmma_tile(p, prob.dtype)
+    cluster_tiles = cdiv(cdiv(prob.M, tm), cl) * cdiv(prob.N, tn)
+    blocks = cl * max(1, min(cluster_tiles, prob.sm_count // cl))
+    return Launch(grid=(blocks, 1, 1), block=(_threads(p), 1, 1), smem_bytes=wgmma_smem(p),
+                  cluster=(cl, 1, 1), persistent=True)
+
+
+def _unusable(prob: Problem) -> str | None:
+    if prob.dtype in ("float16", "bfloat16") and not prob.tma_aligned:
+        return ("TMA needs a and b at 16-byte aligned addresses with leading dimensions whose byte size "
+                "is a multiple of 16 (for 16-bit elements: a multiple of 8 elements)")
+    return None
+
+
+def wgmma_auto_params(M: int, N: int, sm_count: int) -> dict:
+    """wgmma's tile for ``kernel="auto"``: 128x256 (the fastest per tile) unless its tiles
+    would fill fewer than half the SMs; then 64x128, four times as many tiles.  Measured on
+    an H100 (132 SMs), BF16: at 1024^3 (32 tiles of 128x256) 64x128 reached 82% of cuBLAS
+    where 128x256 reached 48%; at 2048^3 (128 tiles) 128x256 reached 81% where 128x128
+    (256 tiles, two rounds) reached 71%."""
+    big = cdiv(M, 128) * cdiv(N, 256)
+    bm, bn = (128, 256) if 2 * big >= sm_count else (64, 128)
+    return {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1}
+
+
+# -- launch arguments ------------------------------------------------------------------
+
+def standard_args(pr, ops: Operands, alpha, beta) -> tuple:
+    """The eleven arguments every GEMM kernel starts with: M, N, K, alpha, A, lda, B, ldb, beta, C, ldc."""
+    return (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(alpha), ops.A, np.int32(ops.lda), ops.B,
+            np.int32(ops.ldb), np.float32(beta), ops.C, np.int32(ops.ldc))
+
+
+def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
+    """The map of C for the TMA-store epilogue, and whether to use it: beta == 0 (C is only
+    written) and C readable by TMA; else the kernel stores from registers (the map passed
+    then is a placeholder it never reads)."""
+    dtype = "float32" if pr.out_dtype in ("float32", "tf32") else pr.out_dtype
+    eb = element_bytes(dtype)
+    if beta != 0 or not tma_aligned(ops.C, pr.M, ops.ldc, 0, 0, 0, eb):
+        return None
+    return tensor_map(ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // eb, backend)
+
+
+@contextmanager
+def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
+    """The wgmma rung's arguments: the standard eleven, the tensor maps of A, B and C,
+    and whether the epilogue stores through C's map (beta == 0 and C aligned for TMA).
+
+    16-bit inputs: A in BM x 64 boxes, B as stored in 64 x 64 boxes (64 columns of 64
+    K-rows); C in 64-row boxes of 128 bytes.  TF32: the kernel computes C^T = B^T A^T,
+    reading A in BN x 32 boxes and B as stored in 32 x 32 boxes, both through TFLOAT32
+    maps, so that the copy engine rounds them to TF32 on the way into shared memory;
+    C in 32 x 32 boxes.  An operand TMA cannot read in place (unaligned base or row
+    stride) is first copied, rounded, by tensor/tf32_pack.cu into a stream-ordered
+    workspace with rows padded to 16 bytes; the workspace is freed in stream order
+    once the kernel is enqueued."""
+    pr, p = plan.problem, plan.params
+    args = standard_args(pr, ops, alpha, beta)
+    if pr.dtype in ("float16", "bfloat16"):
+        map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, pr.dtype, p["BM"], 64)
+        map_c = _c_map(pr, ops, beta, 64)
+        yield args + (map_a, tensor_map(ops.B, pr.K, pr.N, ops.ldb, pr.dtype, 64, 64),
+                      map_c if map_c is not None else map_a, np.int32(map_c is not None))
+        return
+    if pr.dtype != "tf32":
+        raise TypeError(f"wgmma computes float16, bfloat16 and tf32, not {pr.dtype}")
+    tm = wgmma_tile(p, "tf32")[0]
+    pack_a = not tma_aligned(ops.A, pr.M, ops.lda, 0, 0, 0, 4)
+    pack_b = not tma_aligned(ops.B, pr.K, ops.ldb, 0, 0, 0, 4)
+    map_c = _c_map(pr, ops, beta, 32)
+    if not (pack_a or pack_b):
+        map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, "tf32", tm, 32)
+        yield args + (map_a, tensor_map(ops.B, pr.K, pr.N, ops.ldb, "tf32", 32, 32),
+                      map_c if map_c is not None else map_a, np.int32(map_c is not None))
+        return
+    from ...runtime import compile as rt_compile
+    from ...runtime.launch import device_workspace, launch
+    kp, np_ = -(-pr.K // 4) * 4, -(-pr.N // 4) * 4          # rows of 16-byte multiples
+    nbytes = 4 * ((pr.M * kp if pack_a else 0) + (pr.K * np_ if pack_b else 0))
+    ws = device_workspace(gpu, stream, nbytes, "wgmma (TF32), for a TF32-rounded copy of an operand TMA cannot "
+                                               "read in place,")
+    try:
+        a_src, lda, b_src, ldb = ops.A, ops.lda, ops.B, ops.ldb
+        jobs, at = [], int(ws.handle)
+        if pack_a:
+            a_src, lda = at, kp
+            jobs.append((pr.M, pr.K, ops.A, ops.lda, a_src, kp))
+            at += 4 * pr.M * kp
+        if pack_b:
+            b_src, ldb = at, np_
+            jobs.append((pr.K, pr.N, ops.B, ops.ldb, b_src, np_))
+        kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, TF32_PACK_KERNELS[0], gpu.arch)
+        for rows, cols, src, ld, dst, ldd in jobs:
+            blocks = -(-rows // TF32_PACK_TILE) * -(-cols // TF32_PACK_TILE)
+            launch(kernel, (blocks, 1, 1), (TF32_PACK_THREADS, 1, 1), 0, stream, np.int32(rows), np.int32(cols),
+                   src, np.int32(ld), dst, np.int32(ldd))
+        be = maps_backend(stream)
+        map_a = tensor_map(a_src, pr.M, pr.K, lda, "tf32", tm, 32, be)
+        map_c = _c_map(pr, ops, beta, 32, be)
+        yield args + (map_a, tensor_map(b_src, pr.K, pr.N, ldb, "tf32", 32, 32, be),
+                      map_c if map_c is not None else map_a, np.int32(map_c is not None))
+    finally:
+        ws.close(stream)
+
+
+SPEC = KernelSpec(
+    name="wgmma", rung=4, family="tensor", dtypes=TC_DTYPES,
+    source="tensor/04_wgmma.cu", template="gemmlab::wgmma_gemm",
+    description="Hopper: TMA copies into a swizzled shared-memory ring (mbarriers), a producer warpgroup "
+                "and BM/64 consumer warpgroups issuing wgmma from shared memory, persistent grid",
+    params=(
+        TileParam("BM", (64, 128), 128, "rows of C per block: BM/64 consumer warpgroups of 64 rows "
+                                        "(TF32, which computes C^T: columns)"),
+        TileParam("BN", (128, 256), 256, "columns of C per block, the N of every wgmma (BN/2 accumulators "
+                                         "per consumer thread; TF32: rows)"),
+        TileParam("STAGES", (3, 4, 5), 4, "K-steps of A and B tiles (128 bytes of K each) in the "
+                                          "shared-memory ring"),
+        TileParam("CLUSTER", (1, 2), 1, "blocks per cluster: 2 takes two vertically adjacent tiles "
+                                        "whose B tile is read once and multicast to both"),
+    ),
+    constraints=(
+        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*16384 + 16*STAGES + 1024 bytes, must "
+                   "fit in the 227 KiB a Hopper block can have",
+                   lambda p: wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
+    ),
+    template_args=lambda p, prob: tc_type_args(prob) + (p["BM"], p["BN"], p["STAGES"], p["CLUSTER"]),
+    geometry=_geometry,
+    variants=TC_VARIANTS,
+    arches=(WGMMA_SM90,),
+    layouts=(("N", "N"),),
+    unusable=_unusable,
+    fallback="wmma_warptile",
+    kernel_args=wgmma_kernel_args,
+    # The tensor maps (and for TF32 no rounded copy: TMA rounds) when TMA reads a and b in place.
+    reusable_args=lambda prob: prob.tma_aligned,
+)
