@@ -86,6 +86,14 @@ SECTION = re.compile(r"^\s*\.section\s+([^,\s]+)", re.M)
 # Line information (file paths, line numbers) and the toolkit's notes are expected to differ.
 NOT_COMPARED = (".debug_", ".nv_debug_", ".note.nv.tkinfo")
 INTERNAL = re.compile(r"_INTERNAL_\w+?_cu_[0-9a-f]{8}_\d+")   # file-local names: a hash of the path
+LABEL = re.compile(r"\.L_(x_)?\d+\b")
+
+
+def _renumber(text: str) -> str:
+    """nvdisasm numbers labels across the whole file, so one more section elsewhere
+    shifts them: number them by first appearance within the text instead."""
+    seen: dict[str, str] = {}
+    return LABEL.sub(lambda m: seen.setdefault(m.group(0), f".L_{m.group(1) or ''}{len(seen)}"), text)
 
 
 def _sections(cubin: bytes) -> dict[str, str]:
@@ -98,6 +106,7 @@ def _sections(cubin: bytes) -> dict[str, str]:
         path = Path(tmp) / "k.cubin"
         path.write_bytes(cubin)
         text = subprocess.run([tool, str(path)], capture_output=True, text=True, check=True).stdout
+    text = re.sub(r"^\s*//-+ .*$\n?", "", text, flags=re.M)   # banners naming the next section
     parts = SECTION.split(text)
     return {name: body for name, body in zip(parts[1::2], parts[2::2])}
 
@@ -122,10 +131,10 @@ def _compile_chunk(source: str, names: list[str], arch: str) -> dict[str, dict]:
         if f".text.{m}" not in own:
             raise RuntimeError(f"no SASS for {n} ({m})")
         res = report.get(m)
-        out[n] = {"mangled": m, "sass": "".join(f"{k}\n{own[k]}" for k in sorted(own)),
+        out[n] = {"mangled": m, "sass": _renumber("".join(f"{k}\n{own[k]}" for k in sorted(own))),
                   "ptxas": None if res is None else [res.registers, res.smem_bytes, res.stack_bytes,
                                                       res.spill_bytes],
-                  "module_data": "".join(f"{k}\n{other[k]}" for k in sorted(other))}
+                  "module_data": _renumber("".join(f"{k}\n{other[k]}" for k in sorted(other)))}
     return out
 
 
