@@ -30,7 +30,8 @@ wmma_warptile(int M, int N, int K, float alpha, const typename wmma_types::Stora
     const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
 
     typename wmma_types::Fragment<USE_MATRIX_A, 16, 16, TK, DT, LAYOUT_ROW>::type a[FM];
-    typename wmma_types::Fragment<USE_MATRIX_B, 16, 16, TK, DT, LAYOUT_ROW>::type b;   // one at a time: registers go to acc
+    // B fragments one at a time: the registers go to the accumulators.
+    typename wmma_types::Fragment<USE_MATRIX_B, 16, 16, TK, DT, LAYOUT_ROW>::type b;
     typename wmma_types::Fragment<USE_ACCUMULATOR, 16, 16, TK, TYPE_FLOAT32, LAYOUT_ROW>::type acc[FM][FN];
 #pragma unroll
     for (int i = 0; i < FM; ++i)
