@@ -9,8 +9,8 @@
 # Everything is logged to $OUT/fragments.log.  Usage: OUT=/some/dir scripts/gpu_fragments.sh
 #
 # What lands in $OUT: fragments.log, wmma_ext.json, fragments/fragment_maps_<gpu>.json
-# and one PNG per kind in FRAG_PNGS (4 by default): 7 files.  The device tool returns
-# at most 8 files from $OUT, so a run that puts other files there must shorten
+# and one PNG per kind in FRAG_PNGS (4 by default): 7 files.  The GPU jobs that ran it
+# returned at most 8 files from $OUT, so a run that puts other files there must shorten
 # FRAG_PNGS (FRAG_PNGS= for none).  About 1-1.5 minutes on an H200 (run 29: 64 s with
 # 5 repeats; the ec_gemm at n = 32768 takes 1.3-1.7 s per run and runs 2 x 2 times).
 set -u

@@ -1,5 +1,5 @@
 """The error-corrected FP32 methods' arithmetic and method choice, on the CPU
-(NumPy models of ec_split.cuh and gemmlab.ec.choose)."""
+(NumPy models of ec/01_ec_wmma.cuh's split and gemmlab.ec.choose)."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,7 @@ from gemmlab.accuracy import INPUT_SETS, make_inputs
 
 
 def fp16_split(x):
-    """ec_split.cuh's FP16 split: hi = fp16(x), lo = fp16((x - hi) * 2^11)."""
+    """ec/01_ec_wmma.cuh's FP16 split: hi = fp16(x), lo = fp16((x - hi) * 2^11)."""
     x = x.astype(np.float32)
     hi = x.astype(np.float16)
     lo = ((x - hi.astype(np.float32)) * np.float32(2048)).astype(np.float16)

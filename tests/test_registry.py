@@ -493,7 +493,7 @@ def _cases():
 
 @pytest.mark.parametrize("spec, p", list(_cases()))
 def test_launch_covers_every_output(spec, p):
-    """The 1-D grid, numbered over tiles as common.cuh's block_tile_origin (row-major)
+    """The 1-D grid, numbered over tiles as tile_order.cuh's block_tile_origin (row-major)
     or block_tile_origin_colmajor does, hits every BM x BN tile of C once, and no
     block starts outside C."""
     BM, BN, per_thread = block_tile(spec, p)
@@ -864,7 +864,7 @@ def test_ec_wgmma_takes_every_layout_and_alignment(op_a, op_b, dtype):
 def test_ec_wgmma_geometry(M, N, sm_count):
     """A persistent grid of at most one block per SM (the ring fills its shared memory), one
     producer and two consumer warpgroups; block b takes tiles b, b + grid, ... of the
-    128 x 96 tiles in grouped order (hopper_gemm.cuh), together all of them once."""
+    128 x 96 tiles in grouped order (tensor/04_wgmma.cuh), together all of them once."""
     for p in EC_WGMMA.configurations():
         geo = EC_WGMMA.launch(p, Problem(M, N, 64, True, "fp16_ec", sm_count=sm_count))
         tiles = -(-M // 128) * -(-N // 96)

@@ -10,7 +10,7 @@
 // ab-shipped: naive
 // ab-shipped: coalesced
 // ab-shipped: smem_tiled:tile=32
-#include <gemmlab/common.cuh>
+#include <gemmlab/simt/07_warptile.cuh>   // every CUDA-core rung header up to rung 7
 
 namespace gemmlab_exp {
 using namespace gemmlab;

@@ -9,7 +9,7 @@
 // ab-variant: gemmlab_exp::smem32_guarded_u32 block=32x32 tile=32x32
 // ab-shipped: coalesced
 // ab-shipped: smem_tiled:tile=32
-#include <gemmlab/common.cuh>
+#include <gemmlab/simt/07_warptile.cuh>   // every CUDA-core rung header up to rung 7
 
 namespace gemmlab_exp {
 using gemmlab::TileOrigin;

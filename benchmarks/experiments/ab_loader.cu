@@ -11,7 +11,7 @@
 // ab-shipped: blocktile_1d
 // ab-shipped: blocktile_2d:BM=128;BN=128;BK=8;TM=8;TN=8
 // ab-shipped: blocktile_2d
-#include <gemmlab/common.cuh>
+#include <gemmlab/simt/07_warptile.cuh>   // every CUDA-core rung header up to rung 7
 
 namespace gemmlab_old {
 using gemmlab::TileOrigin;

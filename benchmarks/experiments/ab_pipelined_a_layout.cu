@@ -27,7 +27,7 @@
 // slice y of a workspace (C + y * M * ldc, alpha = 1, beta = 0); a second
 // kernel (splitk_reduce.cu) adds the slices into C.  gridDim.y == 1 is the
 // plain GEMM: one range covering all of K, slice 0 = C itself.
-#include <gemmlab/async_copy.cuh>
+#include <gemmlab/simt/08_pipelined.cuh>
 
 namespace gemmlab {
 

@@ -11,7 +11,7 @@
 // ab-shipped: pipelined:BM=128;BN=256;BK=8;WM=64;WN=64;WNITER=4;TM=8;STAGES=4
 // ab-shipped: pipelined:BM=128;BN=64;BK=8;WM=32;WN=64;WNITER=2;TM=8;STAGES=4
 // ab-shipped: pipelined:BM=64;BN=128;BK=8;WM=64;WN=32;WNITER=4;TM=4;STAGES=3
-#include <gemmlab/async_copy.cuh>
+#include <gemmlab/simt/08_pipelined.cuh>
 
 namespace gemmlab {
 

@@ -38,7 +38,7 @@ from gemmlab.runtime.headers import find_cuda_headers  # noqa: E402
 
 INC = registry.INCLUDE_DIR / "gemmlab"
 EMULATED = {  # header -> functions emu_rt.h provides instead
-    "async_copy.cuh": ("cp_async16", "cp_async4", "st_shared_v4"),
+    "tensor/03_mma_pipelined.cuh": ("cp_async16", "cp_async4", "st_shared_v4"),
     "mma_sync.cuh": ("ldmatrix_x4", "ldmatrix_x4_trans", "lds32", "to_tf32", "to_tf32_half_ulp", "mma_16n8"),
 }
 
@@ -65,36 +65,36 @@ def _strip(text: str) -> str:
 
 def translation_unit() -> str:
     parts = {}
-    for name in ("layout.cuh", "common.cuh", "async_copy.cuh", "mma_sync.cuh"):
+    # The rung's include chain without tensor rungs 1-2 (WMMA headers do not exist on
+    # the host): of rung 1's header only the conversions the epilogue uses.
+    for name in ("type_codes.cuh", "layout.cuh", "tile_order.cuh", "mma_sync.cuh", "tensor/03_mma_pipelined.cuh"):
         text = (INC / name).read_text()
         for fn in EMULATED.get(name, ()):
             text = _drop_function(text, fn)
         parts[name] = _strip(text)
-    tc = (INC / "tensor_common.cuh").read_text()   # only what the rung uses: no WMMA headers on the host
+    tc = (INC / "tensor" / "01_wmma.cuh").read_text()
     to_float = "\n".join(ln for ln in tc.split("\n") if ln.startswith("__device__ __forceinline__ float to_float"))
     from_float = re.search(r"(template <class O> __device__ __forceinline__ O from_float.*?__float2bfloat16_rn\(v\);\n})",
                            tc, re.S).group(1)
-    slab = re.search(r"(// One warp writes a ROWS x COLS slab.*?\n}\n)", tc, re.S).group(1)
     kernel = _strip(registry.get("mma_pipelined").source_path.read_text()).replace(
         "extern __shared__ __align__(128) unsigned char smem[];", "unsigned char* smem = emu::smem_base();")
     return f"""#include "emu_rt.h"
-void __pipeline_memcpy_async(void*, const void*, size_t, size_t = 0);   // rung 8's helpers, unused here
+{parts["type_codes.cuh"]}
 namespace gemmlab {{ namespace wmma_types {{
 template <int DT> struct Storage;
-template <> struct Storage<0> {{ using type = __half; }};
-template <> struct Storage<1> {{ using type = __nv_bfloat16; }};
-template <> struct Storage<2> {{ using type = float; }};
-template <> struct Storage<3> {{ using type = float; }};
+template <> struct Storage<TYPE_FLOAT16> {{ using type = __half; }};
+template <> struct Storage<TYPE_BFLOAT16> {{ using type = __nv_bfloat16; }};
+template <> struct Storage<TYPE_TF32> {{ using type = float; }};
+template <> struct Storage<TYPE_FLOAT32> {{ using type = float; }};
 }} }}
 {parts["layout.cuh"]}
-{parts["common.cuh"]}
-{parts["async_copy.cuh"]}
-{parts["mma_sync.cuh"]}
+{parts["tile_order.cuh"]}
 namespace gemmlab {{
 {to_float}
 {from_float}
-{slab}
 }}
+{parts["mma_sync.cuh"]}
+{parts["tensor/03_mma_pipelined.cuh"]}
 {kernel}
 #include "emu_main.h"
 """

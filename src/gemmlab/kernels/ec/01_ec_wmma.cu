@@ -1,43 +1,21 @@
-// FP32-accurate rung 1, ec_wmma: an FP32 GEMM on FP16 or TF32 tensor cores
-// that keeps SGEMM's accuracy, by error correction.  Each FP32 value is split
-// into a high and a low half-precision part when its fragment is loaded (see
-// ec_split.cuh); three tensor-core products replace one FP32 product:
-//
-//     A B ~ hi_A hi_B + (lo_A hi_B + hi_A lo_B) * 2^-11        (FP16 parts)
-//
-// The tensor cores' own FP32 accumulation does not round to nearest, and its
-// error grows with K.  The main product hi_A hi_B carries almost all of the
-// result, so it is not accumulated inside the tensor core: each K-step's
-// product goes into a zeroed fragment and is then added to FP32 accumulators
-// with ordinary (round-to-nearest) adds.  Those adds are blocked: a block
-// accumulator takes about sqrt(steps) K-steps, then is added into the main one
-// and cleared, so the rounding error grows like K^(1/4) instead of K^(1/2) and
-// stays at cuBLAS SGEMM's level out to K = 131072 (one accumulator alone
-// reached 2x SGEMM's error there; benchmarks/NOTES.md).  The two small
-// correction products accumulate inside the tensor core, where their error is
-// 2^-11 smaller.
-//
-// Around that, the kernel is a plain multi-stage tile GEMM: FP32 tiles of A
-// and B move to shared memory with cp.async, STAGES deep (async_copy.cuh, as in
-// CUDA-core rung 8); each warp computes a WM x WN piece as a grid of 16 x 16
-// fragments, splitting its A fragments once per K-step and each B fragment
-// once for all of its A fragments.  Edges: the copies zero-fill outside the
-// matrix and the epilogue skips elements outside C.
-//
-// Operand layouts and batches as every rung (layout.cuh): a column-major
-// operand's tile is transposed by the copy (4-byte cp.async), so the split
-// always reads row-major tiles.
-//
-// METHOD 0: FP16 parts (m16n16k16); METHOD 1: TF32 parts (m16n16k8, no
-// scaling).  scale_a, scale_b: powers of two applied to A and B before the
-// split (the FP16 method's per-matrix scaling, 1 otherwise); the epilogue
-// divides them out again, one at a time so that neither step overflows.
-#include <gemmlab/async_copy.cuh>
-#include <gemmlab/ec_split.cuh>
-#include <gemmlab/layout.cuh>
+// FP32-accurate rung 1, ec_wmma: an FP32 GEMM on FP16 or TF32 tensor cores with
+// SGEMM's accuracy, by error correction.  Each FP32 value is split into a high and
+// a low part as its fragment is loaded (EcSplit, ec/01_ec_wmma.cuh), and three
+// tensor-core products replace one: A B ~ hi_A hi_B + (lo_A hi_B + hi_A lo_B) * 2^-11.
+// The main product is summed outside the tensor core (whose own accumulation does
+// not round to nearest) with FP32 adds, blocked so that the rounding error grows
+// like K^(1/4).  Around that: CUDA-core rung 8's cp.async pipeline and tensor rung
+// 2's warp tiling of 16 x 16 fragments.
+#include <gemmlab/ec/01_ec_wmma.cuh>
 
 namespace gemmlab {
 
+// METHOD: METHOD_FP16_EC (m16n16k16 parts) or METHOD_TF32_EC (m16n16k8, no
+// scaling).  scale_a, scale_b: powers of two applied to A and B before the split
+// (the FP16 method's per-matrix scaling, 1 otherwise); the epilogue divides them
+// out again, one at a time so that neither step overflows.  Operand layouts as
+// every rung (layout.cuh): a column-major operand's tile is transposed by the
+// copy (4-byte cp.async), so the split always reads row-major tiles.
 template <int METHOD, int BM, int BN, int BK, int WM, int WN, int STAGES, bool VEC, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)
 ec_wmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B,
@@ -57,9 +35,9 @@ ec_wmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, 
     const int tid = threadIdx.x, warp = tid / 32;
     const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
 
-    using FragA = typename wmma_types::Fragment<0, 16, 16, TK, Split::DT, 0>::type;
-    using FragB = typename wmma_types::Fragment<1, 16, 16, TK, Split::DT, 0>::type;
-    using FragC = typename wmma_types::Fragment<2, 16, 16, TK, 3, 0>::type;
+    using FragA = typename wmma_types::Fragment<USE_MATRIX_A, 16, 16, TK, Split::DT, LAYOUT_ROW>::type;
+    using FragB = typename wmma_types::Fragment<USE_MATRIX_B, 16, 16, TK, Split::DT, LAYOUT_ROW>::type;
+    using FragC = typename wmma_types::Fragment<USE_ACCUMULATOR, 16, 16, TK, TYPE_FLOAT32, LAYOUT_ROW>::type;
     // The main product outside the tensor core (acc, fed by block), the corrections inside.
     FragC acc[FM][FN], block[FM][FN], corr[FM][FN];
 #pragma unroll
@@ -72,6 +50,12 @@ ec_wmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, 
         }
 
     const int k_tiles = alpha == 0.0f ? 0 : (K + BK - 1) / BK;   // alpha = 0 reads neither A nor B
+    // Each K-step's main product goes into a zeroed fragment and is added to a block
+    // accumulator with round-to-nearest FP32 adds; after about sqrt(steps) K-steps
+    // the block is added into acc and cleared, so the rounding error grows like
+    // K^(1/4) instead of K^(1/2) (one accumulator alone grows past SGEMM's error at
+    // large K: benchmarks/NOTES.md).  The two correction products accumulate inside
+    // the tensor core, where their error is 2^-11 smaller.
     const int block_tiles = max(1, int(sqrtf(float(k_tiles * (BK / TK)))) / (BK / TK));   // ~sqrt(steps) steps
     auto issue = [&](int kt) {
         const int s = kt % STAGES;

@@ -1,66 +1,42 @@
-// FP32-accurate rung 2, ec_wgmma (Hopper, sm_90a only): ec_wmma's arithmetic
-// on the machinery of tensor rung 4 (wgmma, TMA, warp specialisation, a
-// persistent grid; read tensor/04_wgmma.cu first).
-//
-//     A B ~ hi_A hi_B + (lo_A hi_B + hi_A lo_B) * 2^-11        (FP16 parts)
-//     A B ~ big_A big_B + small_A big_B + big_A small_B           (TF32 parts)
-//
-// What changes from ec_wmma:
-//  * The split happens once, before the GEMM (ec/split_pack.cu writes the two
-//    parts of op(A), and of op(B)^T, into workspaces).  wgmma reads its
-//    operands from shared memory as TMA left them, so a split at load time
-//    would cost the consumers a pass over every tile through registers they do
-//    not have to spare (below).  The parts are K-major and TMA-aligned, so this
-//    kernel takes every layout and alignment the same way, and FP16 and TF32
-//    parts the same way (TF32 wgmma has no transpose; B^T needs none).
-//  * A stage of the ring holds four tiles: hi and lo of A (128 rows x 128
-//    bytes of K each), hi and lo of B^T (96 rows); the producer's one thread
-//    asks TMA for all four.
-//  * Each consumer warpgroup (64 rows x 96 columns of C) keeps four sets of 48
-//    accumulators a thread:
-//      hh    the main product of one stage (64 of K for FP16, 32 for TF32),
-//            computed by wgmma from zero (scale-d = 0);
-//      block hh added with round-to-nearest FP32 adds, stage after stage;
-//      acc   block added every ~sqrt(stages) stages, then block cleared, so the
-//            rounding error grows like K^(1/4) (ec_wmma's blocking);
-//      corr  the two correction products, accumulated inside the tensor core
-//            over all of K (2^-11 smaller, so their truncation does not show).
-//    Four sets are why the tile is 128 x 96 and not 128 x 256: 192 of a
-//    consumer's 232 registers.
-//  * The adds overlap the tensor cores: a stage's main product and its
-//    corrections are committed as two groups; the consumer waits for the first
-//    only, and adds it while the corrections (and the other consumer's work)
-//    keep the tensor cores busy.
-//
-// Accuracy (benchmarks/NOTES.md, run 49): with one accumulator and an add per
-// stage the error grew like sqrt(K/64), to cuBLAS SGEMM's level at K = 131072
-// on U(-1,1) but 2.8x SGEMM's on log-uniform inputs (TF32 parts, an add per 32
-// of K); blocked as above it stays below SGEMM's.
-//
-// scale_a, scale_b: the powers of two the pre-pass multiplied A and B by (the
-// scaled FP16 method; 1 otherwise); the epilogue divides them out one at a time.
-// The layouts OPA, OPB are the pre-pass's business: the registry instantiates
-// this kernel for 'N', 'N' only (KernelSpec.packed).
-#include <gemmlab/ec_split.cuh>
-#include <gemmlab/hopper_gemm.cuh>
+// FP32-accurate rung 2, ec_wgmma (Hopper, sm_90a only): ec_wmma's arithmetic on
+// tensor rung 4's machinery (TMA, wgmma, warp specialisation, a persistent grid;
+// read tensor/04_wgmma.cu first).  wgmma reads its operands from shared memory as
+// TMA left them, so the split moves out of the GEMM into a pre-pass
+// (split_pack.cu) and a stage of the ring holds four tiles: hi and lo of A and of
+// B^T.  Each consumer keeps four sets of accumulators (main product of the stage,
+// its block sum, the total, the corrections), and adds the main product in FP32
+// while the tensor cores run the corrections.
+#include <gemmlab/ec/01_ec_wmma.cuh>
+#include <gemmlab/tensor/04_wgmma.cuh>
 
 namespace gemmlab {
 
 constexpr int EC_WGMMA_PRODUCER_REGS = 40;    // setmaxnreg, as in the wgmma rung
 constexpr int EC_WGMMA_CONSUMER_REGS = 232;
+// The block's tile of C: two consumer warpgroups of 64 x 96.  Four sets of 48
+// accumulators a thread are why it is 128 x 96 and not 128 x 256: 192 of a
+// consumer's 232 registers.
+constexpr int EC_WGMMA_BM = 128;
+constexpr int EC_WGMMA_BN = 96;
+constexpr int EC_WGMMA_THREADS = 384;         // a producer and two consumer warpgroups
 
+// METHOD: METHOD_FP16_EC or METHOD_TF32_EC.  scale_a, scale_b: the powers of two
+// the pre-pass multiplied A and B by (the scaled FP16 method; 1 otherwise); the
+// epilogue divides them out one at a time.  The layouts OPA, OPB are the
+// pre-pass's business: the registry instantiates this kernel for 'N', 'N' only
+// (KernelSpec.packed).
 template <int METHOD, int STAGES, char OPA, char OPB>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(EC_WGMMA_THREADS, 1)
 ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
          float beta, float* __restrict__ C, int ldc, const __grid_constant__ hopper::TensorMap map_a_hi,
          const __grid_constant__ hopper::TensorMap map_a_lo, const __grid_constant__ hopper::TensorMap map_b_hi,
          const __grid_constant__ hopper::TensorMap map_b_lo, float scale_a, float scale_b) {
     using namespace hopper;
     using Split = EcSplit<METHOD>;
-    constexpr int DT = Split::DT;                 // the parts: 0 FP16, 2 TF32
-    constexpr int BM = 128, BN = 96;              // two consumer warpgroups of 64 x 96
-    constexpr int BK = DT == 2 ? 32 : 64;         // one 128-byte swizzle row of K per stage
-    constexpr int MMA_K = DT == 2 ? 8 : 16;
+    constexpr int DT = Split::DT;                 // the parts: TYPE_FLOAT16 or TYPE_TF32
+    constexpr int BM = EC_WGMMA_BM, BN = EC_WGMMA_BN;
+    constexpr int BK = DT == TYPE_TF32 ? 32 : 64;   // one 128-byte swizzle row of K per stage
+    constexpr int MMA_K = DT == TYPE_TF32 ? 8 : 16;
     constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128;   // 128 bytes of K a row
     constexpr int STAGE_BYTES = 2 * (A_BYTES + B_BYTES);   // hi and lo of A, hi and lo of B^T
     (void)A; (void)lda; (void)B; (void)ldb;       // read through the maps of their parts
@@ -116,6 +92,12 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     // along the (swizzled) 128-byte rows; the hardware applies the swizzle.
     auto desc = [](const unsigned char* tile, int kk) { return make_smem_desc(tile + 32 * kk, 16, 1024); };
     using Mma = Wgmma<BN, DT>;
+    // Per thread: hh, the main product of one stage, computed by wgmma from zero;
+    // block, hh summed with round-to-nearest FP32 adds, stage after stage; acc,
+    // block added every ~sqrt(stages) stages and then cleared, so the rounding error
+    // grows like K^(1/4) (ec_wmma's blocking; one accumulator alone does not keep
+    // SGEMM's accuracy on every input: benchmarks/NOTES.md); corr, the two
+    // correction products accumulated inside the tensor core over all of K.
     // Stages per block of the main product's adds: about sqrt(stages).
     const int block_steps = max(1, int(sqrtf(float(k_steps))));
     float acc[BN / 2], block[BN / 2], hh[BN / 2], corr[BN / 2];

@@ -5,10 +5,11 @@
 // of every x[k] of every lane to out[lane * num_elements + k].  The host decodes
 // the codes back into (row, col) -- gemmlab.fragments does that and draws the map.
 //
-// Template arguments are small integers so that name expressions stay short:
-//   USE:  0 matrix_a, 1 matrix_b, 2 accumulator
-//   DT:   0 half, 1 bf16, 2 tf32, 3 float (accumulators: 0 half, 3 float)
-//   COL:  0 row-major, 1 column-major (the memory layout the tile is read with)
+// Template arguments are the small integer codes of type_codes.cuh, so that name
+// expressions stay short:
+//   USE:  USE_MATRIX_A, USE_MATRIX_B, USE_ACCUMULATOR
+//   DT:   TYPE_FLOAT16, TYPE_BFLOAT16, TYPE_TF32, TYPE_FLOAT32 (accumulators: FLOAT16 or FLOAT32)
+//   COL:  LAYOUT_ROW, LAYOUT_COL (the memory layout the tile is read with)
 #include <gemmlab/wmma_types.cuh>
 
 namespace gemmlab {
@@ -19,7 +20,7 @@ __global__ void __launch_bounds__(32) fragment_dump(const typename wmma_types::S
                                                     unsigned* out) {
     using namespace nvcuda;
     typename wmma_types::Fragment<USE, M, N, K, DT, COL>::type frag;
-    if constexpr (USE == 2)
+    if constexpr (USE == USE_ACCUMULATOR)
         wmma::load_matrix_sync(frag, tile, ld, COL ? wmma::mem_col_major : wmma::mem_row_major);
     else
         wmma::load_matrix_sync(frag, tile, ld);

@@ -95,7 +95,9 @@ __global__ void __launch_bounds__(32 * BENCH_WARPS) scaled_transpose(const __hal
 
 // -- error-corrected GEMM: 64x64 block tile, 4 warps of 32x32, K step 16 --------------------
 
-constexpr int EC_BM = 64, EC_BN = 64, EC_BK = 16;
+constexpr int EC_BM = 64;   // the host launches (n / EC_BM) * (n / EC_BN) blocks
+constexpr int EC_BN = 64;
+constexpr int EC_BK = 16;
 constexpr int EC_LDA = EC_BK + 4, EC_LDB = EC_BN + 4;   // FP32 tiles, padded
 constexpr int EC_LDH = EC_BK + 8, EC_LDHB = EC_BN + 8;  // FP16 tiles (two-pass variant), padded
 

@@ -28,13 +28,14 @@ template <int USE, int M, int N, int K, int DT, int COL>
 struct CheckKind {
     using S = typename wmma_types::Storage<DT>::type;
     using Frag = typename wmma_types::Fragment<USE, M, N, K, DT, COL>::type;
-    static constexpr int rows = USE == 0 ? M : (USE == 1 ? K : M);
-    static constexpr int cols = USE == 0 ? K : N;
+    static constexpr int rows = USE == USE_MATRIX_A ? M : (USE == USE_MATRIX_B ? K : M);
+    static constexpr int cols = USE == USE_MATRIX_A ? K : N;
     static constexpr int NE = Frag::num_elements;
     // The other operand of the product check: B (K x N) for matrix_a, A (M x K) for matrix_b.
-    using Other = typename wmma_types::Fragment<USE == 0 ? 1 : 0, M, N, K, DT, 0>::type;
+    static constexpr int OTHER_USE = USE == USE_MATRIX_A ? USE_MATRIX_B : USE_MATRIX_A;
+    using Other = typename wmma_types::Fragment<OTHER_USE, M, N, K, DT, LAYOUT_ROW>::type;
     // Product output type: FP32 for matrix_a/matrix_b, the accumulator's own type otherwise.
-    using P = typename wmma_types::Storage<USE == 2 ? DT : 3>::type;
+    using P = typename wmma_types::Storage<USE == USE_ACCUMULATOR ? DT : TYPE_FLOAT32>::type;
 };
 
 template <int USE, int M, int N, int K, int DT, int COL>
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(32) wmma_ext_check(
     const long tile = long(ldm) * (COL ? C::cols : C::rows);
 
     auto build = [&](int test, typename C::Frag& f) {
-        if constexpr (USE == 2) {
+        if constexpr (USE == USE_ACCUMULATOR) {
             switch (test) {
             case 0: wx::load_vector_sync(f, vec, acc_layout); break;
             case 1: wx::make_identity(f, alpha); break;
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(32) wmma_ext_check(
     for (int test = 0; test < NTESTS; ++test) {
         typename C::Frag ext, ref;
         build(test, ext);
-        if constexpr (USE == 2) wmma::load_matrix_sync(ref, refs + test * tile, ldm, acc_layout);
+        if constexpr (USE == USE_ACCUMULATOR) wmma::load_matrix_sync(ref, refs + test * tile, ldm, acc_layout);
         else wmma::load_matrix_sync(ref, refs + test * tile, ldm);
 #pragma unroll
         for (int k = 0; k < NE; ++k) {
@@ -88,20 +89,20 @@ __global__ void __launch_bounds__(32) wmma_ext_check(
             raw[(test * 2 + 1) * 32 * NE + lane * NE + k] = wmma_types::raw_bits(ref.x[k]);
         }
         typename C::P* out = prod + test * M * N;
-        if constexpr (USE == 2) {
+        if constexpr (USE == USE_ACCUMULATOR) {
             wmma::store_matrix_sync(out, ext, N, wmma::mem_row_major);
         } else {
             typename C::Other r;
-            wmma::load_matrix_sync(r, other, USE == 0 ? N : K);
+            wmma::load_matrix_sync(r, other, USE == USE_MATRIX_A ? N : K);
             wmma::fragment<wmma::accumulator, M, N, K, float> acc;
             wmma::fill_fragment(acc, 0.0f);
-            if constexpr (USE == 0) wmma::mma_sync(acc, ext, r, acc);
+            if constexpr (USE == USE_MATRIX_A) wmma::mma_sync(acc, ext, r, acc);
             else wmma::mma_sync(acc, r, ext, acc);
             wmma::store_matrix_sync(out, acc, N, wmma::mem_row_major);
         }
     }
     typename C::Frag f;
-    if constexpr (USE == 2) {
+    if constexpr (USE == USE_ACCUMULATOR) {
         wmma::load_matrix_sync(f, refs + 5 * tile, ldm, acc_layout);
         wx::store_vector_sync(vec_out, f, acc_layout);
     } else {

@@ -1,10 +1,9 @@
 // Rung 1, naive: one thread per output element, reading its row of A and its
-// column of B straight from global memory.  threadIdx.x walks the rows (M), so
-// the 32 threads of a warp touch 32 different rows of A and of C, each a full
-// row apart: every load and store is a separate memory transaction.  This is
-// the textbook starting point, and the baseline every later rung is measured from.
-// (Blocks are numbered down the columns of C, like rung 2's; common.cuh says why.)
-#include <gemmlab/common.cuh>
+// column of B straight from global memory (dot_row_col, simt/01_naive.cuh).
+// threadIdx.x walks the rows, so a warp's 32 threads touch 32 rows of A and of C
+// a full row apart: every load and store is its own memory transaction.  The
+// textbook starting point, and the baseline every later rung is measured from.
+#include <gemmlab/simt/01_naive.cuh>
 
 namespace gemmlab {
 

@@ -1,9 +1,9 @@
-// Rung 2, coalesced: the naive kernel with the thread mapping turned around.
-// threadIdx.x now walks the columns (N), so a warp's 32 threads read 32
-// consecutive floats of B and write 32 consecutive floats of C (one 128-byte
-// transaction each), and all read the same element of A (a broadcast).  The
-// arithmetic is unchanged; only the memory traffic per warp shrinks.
-#include <gemmlab/common.cuh>
+// Rung 2, coalesced: rung 1 with the thread mapping turned around.  threadIdx.x
+// now walks the columns, so a warp reads 32 consecutive floats of B and writes 32
+// of C (one 128-byte transaction each) and all its threads read the same element
+// of A (a broadcast).  The arithmetic is unchanged; the memory traffic per warp
+// shrinks.
+#include <gemmlab/simt/01_naive.cuh>
 
 namespace gemmlab {
 

@@ -1,11 +1,9 @@
-// Rung 3, shared-memory tiling: a TILE x TILE block of threads computes a
-// TILE x TILE tile of C.  It walks K one tile at a time: the block copies a
-// tile of A and one of B into shared memory (each thread one element of each),
-// waits, and then every thread reads its row and column from shared memory.
-// Each global element is now fetched once per block instead of once per
-// thread, cutting global traffic by a factor of TILE.  TILE = 2..32 is the
-// classic lab: too small and the block is mostly overhead, 32 fills a block.
-#include <gemmlab/common.cuh>
+// Rung 3, shared-memory tiling: a TILE x TILE block of threads computes a TILE x
+// TILE tile of C, walking K a tile at a time: the block copies a tile of A and
+// one of B into shared memory (load_tile, simt/03_smem_tiled.cuh) and every
+// thread reads its row and column from there.  Each global element is fetched
+// once per block instead of once per thread: TILE times less global traffic.
+#include <gemmlab/simt/03_smem_tiled.cuh>
 
 namespace gemmlab {
 

@@ -1,9 +1,9 @@
 // Rung 4, 1-D block tiling: each thread computes TM outputs of one column of C
-// instead of one.  The value of B it loads from shared memory is reused for
-// TM multiply-adds, held in a register, so shared-memory loads per FMA drop
-// from 2 to about 1 + 1/TM.  Blocks grow to BM x BN outputs with BK-deep tiles
-// of A and B, so each global element also serves more outputs.
-#include <gemmlab/common.cuh>
+// instead of one.  The value of B it loads from shared memory serves TM
+// multiply-adds from a register, so shared-memory loads per FMA drop from 2 to
+// about 1 + 1/TM; larger BM x BN blocks make each global element serve more
+// outputs too.  The idea is the inner loop below; the tiles are rung 3's.
+#include <gemmlab/simt/03_smem_tiled.cuh>
 
 namespace gemmlab {
 

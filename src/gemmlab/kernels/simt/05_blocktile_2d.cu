@@ -1,10 +1,9 @@
-// Rung 5, 2-D block tiling: each thread computes a TM x TN tile of C.  Per
-// step of k it loads TM values of A and TN values of B from shared memory into
-// registers and does TM * TN multiply-adds with them (an outer product), so
-// shared-memory loads per FMA fall to (TM + TN) / (TM * TN): a quarter for
-// 8 x 8.  The accumulators live in registers; the arithmetic, not memory,
-// starts to set the pace.
-#include <gemmlab/common.cuh>
+// Rung 5, 2-D block tiling: each thread computes a TM x TN tile of C.  Per step
+// of k it loads TM values of A and TN of B into registers and does TM * TN
+// multiply-adds with them (outer_product_acc, simt/05_blocktile_2d.cuh), so
+// shared-memory loads per FMA fall to (TM + TN) / (TM * TN), a quarter for 8 x 8:
+// the arithmetic, not memory, starts to set the pace.
+#include <gemmlab/simt/05_blocktile_2d.cuh>
 
 namespace gemmlab {
 

@@ -1,11 +1,10 @@
-// Rung 6, vectorized: the 2-D block tile with 16-byte memory operations.  Global
-// loads of A and B move a float4 per instruction (LDG.E.128), A's tile is stored
-// transposed in shared memory so that a thread's TM values of A are contiguous,
-// and both fragments are then read with 128-bit shared loads (LDS.128): a
-// quarter of the load instructions of rung 5 for the same bytes.  C is written
-// with float4 stores.  VEC = false is the same kernel with scalar global
-// accesses, for matrices whose widths or addresses are not multiples of 16 bytes.
-#include <gemmlab/common.cuh>
+// Rung 6, vectorized: rung 5's tiles moved 16 bytes per instruction
+// (simt/06_vectorized.cuh): float4 global loads, A's tile stored transposed so
+// that both fragments are read with 16-byte shared loads, float4 stores of C --
+// a quarter of rung 5's load instructions for the same bytes.  VEC = false is
+// the same kernel with scalar global accesses, for matrices whose widths or
+// addresses are not multiples of 16 bytes.
+#include <gemmlab/simt/06_vectorized.cuh>
 
 namespace gemmlab {
 

@@ -1,13 +1,10 @@
-// Rung 7, warptile: one more level of tiling, between the block and the thread.
-// Each warp owns a WM x WN piece of the block tile, and each thread computes
-// WMITER x WNITER small TM x 4 tiles spread over it (warp subtiles WSUBM x
-// WSUBN), instead of one contiguous TM x TN tile.  Two things follow: each
-// 16-byte shared read of a warp touches a few consecutive 16-byte chunks, the
-// lanes that share a row (for A) or a column (for B) of the warp subtile
-// reading the same chunk as a broadcast, so the reads are free of bank
-// conflicts; and the fragments a thread loads are reused across WMITER x WNITER
-// outer products held in registers.  Tile loads and the epilogue are rung 6's.
-#include <gemmlab/common.cuh>
+// Rung 7, warptile: a level of tiling between the block and the thread
+// (simt/07_warptile.cuh).  Each warp owns a WM x WN piece of the block tile and
+// each thread WMITER x WNITER small TM x 4 subtiles spread over it, so a warp's
+// 16-byte shared reads are free of bank conflicts (lanes that share a row or
+// column read the same chunk as a broadcast) and each loaded fragment feeds
+// WMITER x WNITER outer products.  Tile loads and epilogue are rung 6's.
+#include <gemmlab/simt/07_warptile.cuh>
 
 namespace gemmlab {
 

@@ -1,24 +1,10 @@
-// Rung 8, pipelined: rung 7's warp tiling with the global loads taken off the
-// critical path.  Tiles move global -> shared with cp.async (no trip through
-// registers), STAGES deep: while the warps compute on the tile of step k, the
-// copies for steps k+1 .. k+STAGES-1 are already in flight, so the load
-// latency that rungs 4-7 wait for at every barrier is hidden behind the math.
-// A is stored transposed, as in rung 7, by one 4-byte copy per element (rows of
-// the transposed tile padded by 4 floats, which spreads the copies' writes over
-// the banks); the math of each K-step is rung 7's.  (Keeping A row-major and
-// reading 4 K-steps of a row at once costs a thread 4x the A registers, which
-// 128 accumulators cannot spare: see benchmarks/NOTES.md, run 28.)  Both tiles
-// are K-major in shared memory whatever the layouts (async_copy.cuh): a
-// column-major A (a transposed view) is then a straight 16-byte copy, and a
-// column-major B is transposed by 4-byte copies into rows padded like A's.
-//
-// Split-K: when M x N has too few tiles to fill the GPU (a skinny output with a
-// long K), the host launches gridDim.y > 1 blocks per output tile.  Block y
-// takes the y-th contiguous range of K-steps and writes its partial tile to
-// slice y of a workspace (C + y * M * ldc, alpha = 1, beta = 0); a second
-// kernel (splitk_reduce.cu) adds the slices into C.  gridDim.y == 1 is the
-// plain GEMM: one range covering all of K, slice 0 = C itself.
-#include <gemmlab/async_copy.cuh>
+// Rung 8, pipelined: rung 7's warp tiling with the global loads off the critical
+// path.  Tiles move global -> shared with cp.async (simt/08_pipelined.cuh),
+// STAGES deep: while the warps compute on K-step k, the copies for k+1 ..
+// k+STAGES-1 are in flight, hiding the load latency rungs 4-7 wait for at every
+// barrier; fragments are double-buffered in registers.  For skinny outputs with
+// a long K the host splits K over gridDim.y blocks (split-K, below).
+#include <gemmlab/simt/08_pipelined.cuh>
 
 namespace gemmlab {
 
@@ -32,6 +18,11 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
     constexpr int WMITER = (WM * WN) / (32 * TM * TN * WNITER);
     constexpr int WSUBM = WM / WMITER, WSUBN = WN / WNITER;
+    // Both tiles K-major in shared memory whatever the layouts (simt/08_pipelined.cuh):
+    // a row-major A is transposed by one 4-byte copy per element into rows padded by
+    // 4 floats, which spreads the copies' writes over the banks.  (Keeping A
+    // row-major and reading 4 K-steps of a row at once costs a thread 4x the A
+    // registers, which 128 accumulators cannot spare: benchmarks/NOTES.md.)
     constexpr int ASLD = BM + 4;   // padded row of the transposed A tile, still 16-byte aligned
     constexpr int BSLD = OPB == 'T' ? BN + 4 : BN;   // padded only when B is transposed too
     static_assert((WSUBM / TM) * (WSUBN / TN) == 32, "a warp subtile is 32 threads' tiles");
@@ -42,6 +33,11 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
     const int lane_row = (lane / (WSUBN / TN)) * TM, lane_col = (lane % (WSUBN / TN)) * TN;
+    // Split-K: with gridDim.y > 1 (too few output tiles to fill the GPU), block y
+    // takes the y-th contiguous range of K-steps and writes its partial tile to
+    // slice y of a workspace (C + y * M * ldc; the host passes alpha = 1, beta = 0),
+    // which splitk_reduce.cu adds into C.  gridDim.y == 1 is the plain GEMM: one
+    // range covering all of K, slice 0 = C itself.
     const int k_tiles_all = (K + BK - 1) / BK;
     const int per_split = (k_tiles_all + gridDim.y - 1) / gridDim.y;
     const int kt_begin = blockIdx.y * per_split;

@@ -1,16 +1,15 @@
-// Split-K, second half: C = alpha * (sum of the SPLITS partial products) + beta * C.
-// The first half (a GEMM kernel launched with gridDim.y = splits) left slice s
-// of the product in ws[s * M * N ...] (row-major, leading dimension N); batch
-// z = blockIdx.y has its own splits * M * N floats of workspace and its C
-// stride_c elements after batch z - 1's.  One
-// thread per element; a warp reads 32 consecutive floats of each slice, so the
-// reads coalesce.  Not a rung of the ladder: a helper that rung 8 launches for
-// skinny outputs with long K.  With splits = 0 it is the BLAS quick return for
-// an empty product (K = 0 or alpha = 0): C = beta * C, reading neither the
-// workspace nor A and B (and, with beta = 0, not C either).
-#include <gemmlab/common.cuh>
+// Split-K, second half (not a rung: rung 8 launches it for skinny outputs with
+// long K): C = alpha * (sum of the SPLITS partial products) + beta * C.  Slice s
+// of batch z = blockIdx.y sits at ws[(z * splits + s) * M * N ...] (row-major,
+// leading dimension N); C of batch z at stride_c elements after batch z - 1's.
+// One thread per element, so a warp's reads of each slice coalesce.  splits = 0
+// is the BLAS quick return (K = 0 or alpha = 0): C = beta * C, reading neither
+// the workspace nor A and B (and, with beta = 0, not C either).
+#include <gemmlab/edges.cuh>
 
 namespace gemmlab {
+
+constexpr int SPLITK_REDUCE_THREADS = 256;   // the block size the host launches with (the kernel reads blockDim.x)
 
 __global__ void splitk_reduce(int M, int N, int splits, const float* __restrict__ ws, float alpha,
                               float beta, float* __restrict__ C, int ldc, long long stride_c) {

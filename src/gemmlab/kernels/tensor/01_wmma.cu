@@ -1,21 +1,14 @@
-// Tensor-core rung 1, wmma: the WMMA API at its plainest.  One warp computes
-// one 16 x 16 tile of C: for each K-step it fills an A fragment (16 x 16, or
-// 16 x 8 for TF32) and a B fragment straight from global memory and lets
-// mma_sync multiply them into a float accumulator fragment.  Nothing is staged
-// in shared memory and nothing is reused: each fragment element is read from
-// global memory once per warp that needs it, which is what rung 2 fixes.
-//
-// The fragments are filled element by element through the fragment map of
-// gemmlab/wmma_ext.cuh (which lane holds which (row, col)), so tiles that stick
-// out of the matrix read zeros and any M, N, K works, with no alignment rules.
-// The epilogue writes alpha * acc + beta * C from the registers the same way.
-//
-// DT: input type code (0 FP16, 1 BF16, 2 TF32 from float storage); ODT: output
-// type code (3 float, or DT for FP16/BF16 outputs).  See wmma_types.cuh.  OPA,
-// OPB: the operands' layouts (layout.cuh); the fragment map reads either.
-#include <gemmlab/tensor_common.cuh>
+// Tensor-core rung 1, wmma: the WMMA API at its plainest.  One warp computes one
+// 16 x 16 tile of C, filling its A and B fragments straight from global memory
+// through the fragment map (tensor/01_wmma.cuh), so any M, N, K and alignment
+// works; mma_sync multiplies them into a float accumulator.  Nothing is staged
+// or reused: each fragment element is read once per warp that needs it, which
+// is what rung 2 fixes.  DT, ODT: input and output type codes (type_codes.cuh).
+#include <gemmlab/tensor/01_wmma.cuh>
 
 namespace gemmlab {
+
+constexpr int TC_WARPS_PER_BLOCK = 4;   // warps per block, one 16 x 16 tile of C each
 
 template <int DT, int ODT, char OPA, char OPB>
 __global__ void __launch_bounds__(TC_WARPS_PER_BLOCK * 32)
@@ -25,9 +18,9 @@ wmma_tile(int M, int N, int K, float alpha, const typename wmma_types::Storage<D
           long long stride_b, long long stride_c) {
     batch_select(A, stride_a, B, stride_b, C, stride_c);
     constexpr int TK = tc_tile_k<DT>();
-    typename wmma_types::Fragment<0, 16, 16, TK, DT, 0>::type a;
-    typename wmma_types::Fragment<1, 16, 16, TK, DT, 0>::type b;
-    typename wmma_types::Fragment<2, 16, 16, TK, 3, 0>::type acc;
+    typename wmma_types::Fragment<USE_MATRIX_A, 16, 16, TK, DT, LAYOUT_ROW>::type a;
+    typename wmma_types::Fragment<USE_MATRIX_B, 16, 16, TK, DT, LAYOUT_ROW>::type b;
+    typename wmma_types::Fragment<USE_ACCUMULATOR, 16, 16, TK, TYPE_FLOAT32, LAYOUT_ROW>::type acc;
     const int warp = blockIdx.x * TC_WARPS_PER_BLOCK + threadIdx.x / 32;
     const int tiles_n = (N + 15) / 16;
     const int row0 = (warp / tiles_n) * 16, col0 = (warp % tiles_n) * 16;

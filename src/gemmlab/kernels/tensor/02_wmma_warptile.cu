@@ -1,18 +1,11 @@
-// Tensor-core rung 2, wmma_warptile: rung 1 reads every fragment from global
-// memory for every warp that needs it.  Here a block stages a BM x BK tile of A
-// and a BK x BN tile of B in shared memory once, and each warp computes a
-// WM x WN piece of the block tile as a grid of (WM/16) x (WN/16) accumulator
-// fragments: per K-step it loads WM/16 fragments of A and WN/16 of B and does
-// (WM/16) x (WN/16) MMAs with them, so each loaded fragment is used WN/16 or
-// WM/16 times (the B fragments one at a time, to leave registers to the
-// accumulators).  Fragments come from shared memory with load_matrix_sync (rows
-// padded by 16 bytes, which keeps them 32-byte aligned and spreads the banks).
-// Either layout of A and B (layout.cuh) is staged row-major by the same copy.
-// Edges: the staging copy zero-fills what lies outside the matrix; the
-// epilogue writes alpha * acc + beta * C from the registers through the
-// fragment map, skipping what lies outside.
-#include <gemmlab/common.cuh>
-#include <gemmlab/tensor_common.cuh>
+// Tensor-core rung 2, wmma_warptile: a block stages a BM x BK tile of A and a
+// BK x BN tile of B in shared memory once (tensor/02_wmma_warptile.cuh), and each
+// warp computes a WM x WN piece as (WM/16) x (WN/16) accumulator fragments: per
+// K-step it loads WM/16 A fragments and WN/16 B fragments with load_matrix_sync
+// and does (WM/16) x (WN/16) MMAs, so each fragment read serves several MMAs
+// instead of one (rung 1).  Rows are padded by 16 bytes: 32-byte aligned
+// fragments, spread over the banks.
+#include <gemmlab/tensor/02_wmma_warptile.cuh>
 
 namespace gemmlab {
 
@@ -36,9 +29,10 @@ wmma_warptile(int M, int N, int K, float alpha, const typename wmma_types::Stora
     const int tid = threadIdx.x, warp = tid / 32;
     const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
 
-    typename wmma_types::Fragment<0, 16, 16, TK, DT, 0>::type a[FM];
-    typename wmma_types::Fragment<1, 16, 16, TK, DT, 0>::type b;   // one at a time: registers go to acc
-    typename wmma_types::Fragment<2, 16, 16, TK, 3, 0>::type acc[FM][FN];
+    typename wmma_types::Fragment<USE_MATRIX_A, 16, 16, TK, DT, LAYOUT_ROW>::type a[FM];
+    // B fragments one at a time: the registers go to the accumulators.
+    typename wmma_types::Fragment<USE_MATRIX_B, 16, 16, TK, DT, LAYOUT_ROW>::type b;
+    typename wmma_types::Fragment<USE_ACCUMULATOR, 16, 16, TK, TYPE_FLOAT32, LAYOUT_ROW>::type acc[FM][FN];
 #pragma unroll
     for (int i = 0; i < FM; ++i)
 #pragma unroll

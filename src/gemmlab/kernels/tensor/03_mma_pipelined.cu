@@ -1,63 +1,12 @@
-// Tensor-core rung 3, mma_pipelined: rung 2's block and warp tiling, with the
-// tensor cores driven by the instructions WMMA is built from, and the tiles
-// fed to them the way fast GEMMs do on Ampere (and, short of wgmma, Hopper).
-//
-// What changes from wmma_warptile:
-//  * mma.sync m16n8k16 (FP16/BF16) and m16n8k8 (TF32) as inline PTX instead of
-//    wmma::mma_sync.  The PTX ISA documents which lane holds which element
-//    (mma_sync.cuh), so fragments are loaded straight from shared memory with
-//    ldmatrix, and the epilogue knows where each accumulator belongs.
-//  * ldmatrix.x4 loads a 16 x 16 A fragment (or, with .trans, two k16 x n8 B
-//    fragments from row-major B) in one instruction, each lane giving the
-//    address of one 16-byte row.  TF32 B has no 32-bit transpose: one 32-bit
-//    shared load per register.
-//  * Shared memory swizzled by 16-byte chunks (an XOR of the chunk index with
-//    bits of the row, mma::swizzle) instead of padded: every ldmatrix phase
-//    and every TF32 B load hits 32 different banks, and rows stay 16-byte
-//    aligned for cp.async.
-//  * STAGES-deep cp.async pipeline (as rung 8 of the CUDA-core ladder): the
-//    copies for K-steps kt+1 .. kt+STAGES-1 are in flight while the warps
-//    compute on kt, one barrier per K-step; the next K-step's fragments are
-//    loaded before this one's MMAs (the first of the next stage before the
-//    last MMAs of this one), so the tensor cores rarely wait for a load.
-//  * Larger tiles: 8 warps of 64 x 64 (128 accumulators per thread) in a
-//    128 x 256 block by default.  BK counts bytes, not elements: a stage holds
-//    2*BK bytes of each row of A (BK 16-bit elements, or BK/2 floats), so a
-//    configuration takes the same shared memory for every dtype.
-//  * TF32: FP32 values are rounded to nearest (ties away) in the fragment
-//    registers, one K-step after their load and a row of MMAs apart, so the
-//    rounding instructions issue between MMAs instead of before them.  The
-//    rounding is two instructions per register (mma::to_tf32_half_ulp: half an
-//    ulp added to finite values, the tensor core drops the low 13 bits)
-//    instead of cvt.rna's three; the products are the same bit for bit.
-//    Measured on an H100 at 4096^3 (NOTES runs M2, M3): rounded in shared
-//    memory by the copying threads before the barrier 160-164 TFLOPS (the
-//    pass stalls every warp at every stage; one K-step ahead of the barrier,
-//    A only or A and B, 156-173: the extra shared-memory traffic); in
-//    registers with cvt.rna 187; as here 202.  A 64 x 64 warp tile rounds
-//    16 + 16 registers per 32 MMAs, the fewest per MMA of any warp tile.
-//  * The epilogue goes through shared memory: a warp writes its accumulators
-//    to a 16-row slab in the fragment layout, then stores the slab to C 16
-//    bytes per lane, neighbouring lanes on neighbouring columns.
-//  * Blocks take their tiles in groups of 8 tile-rows (block_tile_origin_grouped,
-//    common.cuh): the blocks that run at once share a few rows of A and a few
-//    columns of B, so more of their reads hit L2.  Measured on an H100 at
-//    8192^3 (NOTES run M4): TF32 191 -> 198 TFLOPS, FP16 402 -> 431; 4096^3
-//    0-2%.  Swapping the MMA's operands for TF32 (C^T = B^T A^T: B fragments in
-//    8-byte loads, 5% fewer instructions) measured no faster and was dropped.
-//
-// VEC (16-byte aligned operands, rows a multiple of 16 bytes apart): 16-byte
-// cp.async requests, clipped at ragged edges with their src-size operand, and
-// 16-byte stores of C.  Otherwise 4-byte cp.async per float, or ordinary
-// 16-bit loads (cp.async cannot move 2 bytes), and element-wise stores.
-//
-// Edges: the copies zero-fill what lies outside the matrix, so edge tiles run
-// the same MMAs; the epilogue skips outputs outside M x N.  alpha == 0 reads
-// neither A nor B, beta == 0 never reads C.
-#include <gemmlab/async_copy.cuh>
-#include <gemmlab/layout.cuh>
-#include <gemmlab/mma_sync.cuh>
-#include <gemmlab/tensor_common.cuh>
+// Tensor-core rung 3, mma_pipelined: rung 2's block and warp tiling with the
+// tensor cores driven by mma.sync as inline PTX instead of WMMA, fed the way fast
+// Ampere GEMMs do (tensor/03_mma_pipelined.cuh, mma_sync.cuh): fragments loaded
+// with ldmatrix from shared memory swizzled by 16-byte chunks (no bank
+// conflicts, no padding), a STAGES-deep cp.async pipeline as in CUDA-core rung
+// 8, fragments of the next K-step loaded during this one's MMAs, 64 x 64 warp
+// tiles, TF32 rounding in registers between MMAs, an epilogue through shared
+// memory, and blocks in grouped order for L2.  Details: docs/tensor/03-mma-pipelined.md.
+#include <gemmlab/tensor/03_mma_pipelined.cuh>
 
 namespace gemmlab {
 
@@ -65,8 +14,13 @@ namespace gemmlab {
 // This rung reads row-major A and B only (the registry lists just 'N', 'N';
 // other layouts fall back to wmma_warptile): a column-major operand would need
 // the other ldmatrix (.trans or not) and a transposed copy.  GROUP_M: tile-rows
-// per group of the block order; the registry does not pass it (8; run M4
-// compared 1, 4, 8, 16 by naming it in the instantiation).
+// per group of the block order (tile_order.cuh); the registry does not pass it
+// (8; benchmarks/NOTES.md compares 1, 4, 8, 16, named in the instantiation).
+// BK counts bytes, not elements: a stage holds 2*BK bytes of each row of A, so a
+// configuration takes the same shared memory for every type.  VEC: 16-byte
+// cp.async and stores of C (aligned operands); else 4-byte cp.async per float,
+// or ordinary 16-bit loads, and element-wise stores.  Edges: the copies
+// zero-fill outside the matrix; the epilogue skips outputs outside M x N.
 template <int DT, int ODT, int BM, int BN, int BK, int WM, int WN, int STAGES, bool VEC, char OPA, char OPB,
           int GROUP_M = 8>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)
@@ -86,7 +40,7 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
     constexpr int A_BYTES = BM * A_ROW, B_BYTES = KT * B_ROW;  // one stage of each operand
     constexpr int FM = WM / 16, FN = WN / 8;              // m16 x n8 MMA tiles per warp
     using ALayout = mma::Swizzled<A_CPR>;
-    using BLayout = mma::Swizzled<B_CPR, DT != 2>;        // TF32 B is read by 32-bit loads, not ldmatrix
+    using BLayout = mma::Swizzled<B_CPR, DT != TYPE_TF32>;   // TF32 B is read by 32-bit loads, not ldmatrix
     static_assert(KSTEPS % 2 == 0, "fragments are double-buffered over pairs of K-steps");
     static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tiles are made of 16 x 16 pieces");
 
@@ -119,11 +73,11 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
     // offset per 8 columns (2 chunks).  The swizzle permutes chunks within
     // 128-byte windows of 8, so pieces a window apart (j and j + 4) differ by
     // 128 bytes and share an offset register.
-    constexpr int BPIECES = DT == 2 ? FN : FN / 2, BOFFS = BPIECES < 4 ? BPIECES : 4;
+    constexpr int BPIECES = DT == TYPE_TF32 ? FN : FN / 2, BOFFS = BPIECES < 4 ? BPIECES : 4;
     unsigned b_lane[BOFFS];
 #pragma unroll
     for (int j = 0; j < BOFFS; ++j)
-        b_lane[j] = DT == 2 ? mma::tf32_b_lane_offset<BLayout>(lane, warp_col / 4 + 2 * j)
+        b_lane[j] = DT == TYPE_TF32 ? mma::tf32_b_lane_offset<BLayout>(lane, warp_col / 4 + 2 * j)
                             : mma::ldmatrix_lane_offset<BLayout>(lane, warp_col / 8 + 2 * j);
     auto b_offset = [&](int j) { return b_lane[j % 4] + 128 * (j / 4); };
 
@@ -137,7 +91,7 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
     };
     auto load_b = [&](int buf, unsigned stage, int ks) {
         const unsigned bt = b_smem + stage * B_BYTES;
-        if constexpr (DT == 2) {   // rows 8 ks + t and 8 ks + t + 4
+        if constexpr (DT == TYPE_TF32) {   // rows 8 ks + t and 8 ks + t + 4
 #pragma unroll
             for (int j = 0; j < FN; ++j) {
                 b[buf][j][0] = mma::lds32(bt + b_offset(j) + 8 * ks * B_ROW);
@@ -154,11 +108,15 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
         }
     };
 
-    // TF32: fragments are rounded in registers, a part at a time: part p of
-    // FM is A fragment p and B fragments p FN/FM .. (p + 1) FN/FM - 1.
+    // TF32: fragments are rounded to nearest in registers, one K-step after their
+    // load and a row of MMAs apart, so the rounding issues between MMAs, two
+    // instructions a register (mma::to_tf32_half_ulp) instead of cvt.rna's three;
+    // the products are the same bit for bit (faster than rounding in shared memory
+    // or with cvt.rna: benchmarks/NOTES.md).  Part p of FM is A fragment p and B
+    // fragments p FN/FM .. (p + 1) FN/FM - 1.
     static_assert(FN % FM == 0, "B fragments split evenly over the rows of A fragments");
     auto round_part = [&](int buf, int p) {
-        if constexpr (DT == 2) {
+        if constexpr (DT == TYPE_TF32) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) a[buf][p][r] = mma::to_tf32_half_ulp(a[buf][p][r]);
 #pragma unroll

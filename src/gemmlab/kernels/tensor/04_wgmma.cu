@@ -1,63 +1,12 @@
-// Tensor-core rung 4, wgmma (Hopper, sm_90a only).  The WMMA rungs make every
-// warp load its fragments from shared memory into registers (ldmatrix) before
-// each 16x16 MMA, and every thread copies tiles from global memory: registers,
-// issue slots and shared-memory bandwidth go to moving data.  Hopper moves the
-// data with dedicated hardware instead:
-//
-//   * TMA (the copy engine): ONE thread asks for a whole BMx(128 bytes) tile of
-//     A and the tile of B; they arrive in shared memory already 128-byte
-//     swizzled (bank-conflict free for the tensor cores), and zeros where the
-//     tile sticks out of the matrix, so edges need no code on the load side.
-//   * mbarrier: each stage of the shared-memory ring has a "full" barrier (the
-//     copy engine completes it when all bytes have landed) and an "empty"
-//     barrier (the consumers arrive on it when they no longer read the stage).
-//   * wgmma: a warpgroup (128 threads) multiplies a 64 x K tile of A by a
-//     K x BN tile of B read straight from shared memory through descriptors,
-//     asynchronously, into 64 x BN FP32 accumulators (BN/2 registers a thread).
-//
-// so the block specialises its warpgroups: warpgroup 0 is the producer (one of
-// its threads issues the copies), warpgroups 1..BM/64 are consumers, one
-// 64-row slice of the BM x BN output tile each.  setmaxnreg moves registers
-// from the producer (40) to the consumers (232), which hold the accumulators.
-// The grid is persistent: at most one block per SM, walking the output tiles in
-// groups of GROUP_M tile-rows, so that blocks working at the same time share
-// rows of A and columns of B in L2; the producer runs ahead into the next tile
-// while the consumers write this one out.  With CLUSTER = 2, the two blocks of a
-// cluster take vertically adjacent tiles, which need the same B tile: each
-// block copies half of it, multicast into both, halving B's traffic from L2.
-//
-// Operand layouts.  A (row-major M x K) is K-major, what wgmma reads natively.
-// B (row-major K x N) is N-major: for FP16/BF16 the descriptor describes
-// 64-column chunks of K-rows and the instruction's transpose bit (imm-trans-b)
-// reads them as such.  TF32 wgmma has no transpose, and the tensor cores read a
-// TF32 operand from shared memory by dropping the low 13 bits of each float
-// (measured: truncation).  So for TF32 the kernel computes C^T = B^T A^T:
-//   * A^T is the wgmma's B operand, read from shared memory: it must be K-major
-//     along the wgmma's N, which is exactly A's row-major tile (N runs along C's
-//     rows, so a block's tile of C is BN x BM here);
-//   * B^T is the wgmma's A operand, which may come from registers in any layout:
-//     each consumer thread loads its 4 values per K8 (two 8-byte loads) from the
-//     N-major B tile as TMA left it;
-//   * both tensor maps are TFLOAT32, which makes the copy engine round every
-//     value to TF32 (to nearest) on its way into shared memory: no rounding
-//     instruction and no pre-pass (an operand TMA cannot read in place is first
-//     copied, rounded, by tensor/tf32_pack.cu);
-//   * the epilogue writes the transposed accumulators into row-major C.
-//
-// Epilogue.  With beta == 0 and a C that TMA can write, each consumer converts
-// alpha * acc into one of two 8 KB staging buffers in shared memory (a TMA box,
-// 128-byte swizzled: conflict-free writes) and one of its threads hands the box
-// to the copy engine (cp.async.bulk.tensor store): the consumer goes on with the
-// next tile while the copy engine writes C, instead of the whole grid stalling
-// on a burst of stores from registers (13% of the time at 4096^3 before).  The
-// parts of a box outside C are not written.  Otherwise (beta != 0: old C must be
-// read; an unaligned C) it stores from the registers, masked at the edges.
-//
-// The kernel takes the usual (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) plus
-// the tensor maps of A, B and C (built on the host: runtime/tma.py) and whether
-// to store through C's map; A and B themselves are only read through the maps.
-// beta == 0 never reads C; alpha == 0 reads neither A nor B.
-#include <gemmlab/hopper_gemm.cuh>
+// Tensor-core rung 4, wgmma (Hopper, sm_90a only): the threads stop moving data.
+// TMA copies whole tiles into a swizzled shared-memory ring (mbarriers say when a
+// stage is full or free), and wgmma multiplies from shared memory straight into
+// registers, asynchronously, a warpgroup at a time.  The block is
+// warp-specialised (a producer warpgroup, BM/64 consumers that setmaxnreg gives
+// the registers) and persistent (tensor/04_wgmma.cuh); CLUSTER = 2 multicasts
+// each B tile to two blocks, and the epilogue hands C to TMA as well.
+// Details: docs/tensor/04-wgmma.md.
+#include <gemmlab/tensor/04_wgmma.cuh>
 
 namespace gemmlab {
 
@@ -68,7 +17,11 @@ constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store
 // OPA, OPB: the operand layouts every rung's template ends with (layout.cuh).
 // This rung reads row-major A and B only (the registry lists just 'N', 'N';
 // other layouts fall back to another rung): transposed operands would need
-// the other major-ness in the tensor maps and descriptors.
+// the other major-ness in the tensor maps and descriptors.  Besides the usual
+// arguments the kernel takes the tensor maps of A, B and C (built on the host:
+// runtime/tma.py) and whether to store through C's map; A and B themselves are
+// only read through the maps.  beta == 0 never reads C; alpha == 0 reads
+// neither A nor B.
 template <int DT, int ODT, int BM, int BN, int STAGES, int CLUSTER, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A, int lda,
@@ -82,7 +35,16 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     constexpr int EB = int(sizeof(S));
     constexpr int BK = 128 / EB;              // one 128-byte swizzle row of K per stage
     constexpr int MMA_K = 32 / EB;            // K of one wgmma: 16 (16-bit), 8 (TF32)
-    constexpr bool TF32 = DT == 2;            // computes C^T = B^T A^T (see the header comment)
+    // A (row-major M x K) is K-major, what wgmma reads natively; B (row-major K x N)
+    // is N-major, which the 16-bit wgmma reads through its transpose bit.  TF32 wgmma
+    // has no transpose, and the tensor cores read a TF32 operand from shared memory
+    // by dropping the low 13 bits (measured: truncation).  So TF32 computes
+    // C^T = B^T A^T: A's tile is the wgmma's B operand (K-major along the wgmma's N,
+    // which runs along C's rows), B^T its A operand, loaded into registers from the
+    // N-major B tile; both tensor maps are TFLOAT32, so TMA rounds every value to
+    // TF32 on its way in (an operand TMA cannot read in place is first copied,
+    // rounded, by tf32_pack.cu); the epilogue writes the transposed accumulators.
+    constexpr bool TF32 = DT == TYPE_TF32;    // computes C^T = B^T A^T (above)
     // The block's tile of C is TM x TN.  16-bit: the consumers split its rows (TM = BM)
     // and BN is the wgmma's N.  TF32: the wgmma's N runs along C's rows (TM = BN) and
     // the consumers split its columns (TN = BM).
@@ -261,11 +223,14 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
             }
 
             if (tma_store) {
-                // Epilogue through shared memory: the consumer writes alpha * acc, converted,
-                // into one of its two 8 KB staging buffers (laid out as a TMA box: 128-byte
-                // rows, 128-byte swizzle) and one thread hands it to the copy engine, which
-                // writes it to C while this warpgroup goes on with the next tile.  Before a
-                // buffer is reused, the store issued from it two chunks ago must have read it.
+                // Epilogue through shared memory (beta == 0 and a C that TMA can write): the
+                // consumer writes alpha * acc, converted, into one of its two 8 KB staging
+                // buffers (laid out as a TMA box: 128-byte rows, 128-byte swizzle) and one
+                // thread hands it to the copy engine, which writes it to C while this
+                // warpgroup goes on with the next tile, instead of the grid stalling on a
+                // burst of stores from registers (benchmarks/NOTES.md).  The parts of a box
+                // outside C are not written.  Before a buffer is reused, the store issued
+                // from it two chunks ago must have read it.
                 auto begin_chunk = [&]() -> unsigned char* {
                     if (wq == 0 && lane == 0) bulk_wait_read<1>();
                     named_barrier_sync(1 + c, 128);

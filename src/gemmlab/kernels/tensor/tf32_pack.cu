@@ -1,25 +1,21 @@
-// The TF32 half of the wgmma rung's launch (not a rung): the wgmma rung reads
-// TF32 operands through TFLOAT32 tensor maps, which round them as they copy; an
-// operand TMA cannot read in place (unaligned base, or rows that are not a
-// multiple of 16 bytes) is first copied by this kernel, rounded, into a
-// workspace with rows padded to 16 bytes (what TMA needs):
-//   TRANSPOSE = false:  dst (rows x cols)  = round_tf32(src)      (what the launch uses)
-//   TRANSPOSE = true:   dst (cols x rows)  = round_tf32(src)^T    (B -> B^T, K-major:
-//                       what the launch used before the kernel computed C^T = B^T A^T,
-//                       run W6; kept as the transposing example)
-// Rounding to nearest (cvt.rna.tf32.f32) gives the GEMM the inputs the WMMA
-// rungs round to in registers; the tensor cores themselves would just drop the
-// low 13 mantissa bits.  32 x 32 tiles through shared memory (one padded column
-// against bank conflicts), so that both reads and writes are coalesced.
+// The TF32 pre-pass of the wgmma rung (not a rung).  wgmma reads TF32 operands
+// through TFLOAT32 tensor maps, which round them as TMA copies; an operand TMA
+// cannot read in place (unaligned base, or rows not a multiple of 16 bytes) is
+// first copied by this kernel, rounded to nearest (cvt.rna, as the WMMA rungs
+// round in registers), into a workspace with rows padded to 16 bytes:
+//   TRANSPOSE = false:  dst (rows x cols) = round_tf32(src)       (what the launch uses)
+//   TRANSPOSE = true:   dst (cols x rows) = round_tf32(src)^T     (kept as the transposing example)
+// 32 x 32 tiles through shared memory (padded against bank conflicts): coalesced both ways.
 #include <gemmlab/hopper.cuh>
 
 namespace gemmlab {
 
-constexpr int TF32_PACK_TILE = 32;
-constexpr int TF32_PACK_ROWS = 8;   // threads per block: 32 x 8
+constexpr int TF32_PACK_TILE = 32;      // a block's tile: 32 x 32 elements
+constexpr int TF32_PACK_THREADS = 256;  // threads per block: 32 x 8
+constexpr int TF32_PACK_ROWS = TF32_PACK_THREADS / TF32_PACK_TILE;   // rows a pass of the block covers
 
 template <bool TRANSPOSE>
-__global__ void __launch_bounds__(TF32_PACK_TILE * TF32_PACK_ROWS)
+__global__ void __launch_bounds__(TF32_PACK_THREADS)
 tf32_pack(int rows, int cols, const float* __restrict__ src, int ld, float* __restrict__ dst, int ldd) {
     __shared__ float tile[TF32_PACK_TILE][TF32_PACK_TILE + 1];
     const int tiles_c = (cols + TF32_PACK_TILE - 1) / TF32_PACK_TILE;

@@ -1,6 +1,6 @@
 // gemmlab/hopper.cuh: thin wrappers over the Hopper (sm_90a) instructions the
-// wgmma rung is built from, so that later kernels (issue 5's error-corrected
-// GEMM) reuse them instead of copying PTX:
+// wgmma rung is built from (tensor/04_wgmma.cuh includes it), so that later
+// kernels (the error-corrected ec_wgmma) reuse them instead of copying PTX:
 //
 //   mbarrier   a 64-bit shared-memory barrier that counts arrivals AND bytes
 //              (expect_tx / complete_tx); waiters poll one phase bit (parity)
@@ -18,6 +18,8 @@
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ != 900 || !defined(__CUDA_ARCH_FEAT_SM90_ALL))
 #error "gemmlab/hopper.cuh needs sm_90a (wgmma and setmaxnreg exist only on the architecture-specific Hopper target)"
 #endif
+
+#include <gemmlab/type_codes.cuh>
 
 namespace gemmlab {
 namespace hopper {
@@ -272,8 +274,8 @@ __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(ro
 
 // wgmma.mma_async m64nNk{16,8} with both operands in shared memory:
 // D[64 x N] (+)= A[64 x K] * B[K x N], FP32 accumulators, N/2 per thread.
-// DT: 0 FP16, 1 BF16 (K = 16, TRANS_A/TRANS_B = 1 for an M- / N-major operand),
-// 2 TF32 (K = 8, both operands K-major: the instruction has no transpose).
+// DT: TYPE_FLOAT16, TYPE_BFLOAT16 (K = 16, TRANS_A/TRANS_B = 1 for an M- / N-major
+// operand), TYPE_TF32 (K = 8, both operands K-major: the instruction has no transpose).
 // scale_d = 0 ignores the old accumulators (D = A*B).
 // Accumulator layout: thread t of the warpgroup (warp w = t/32, lane l) holds
 // d[4j + 2h + e] = D[16w + l/4 + 8h][8j + 2(l%4) + e] for h, e in {0, 1}.
@@ -295,7 +297,7 @@ template <int N, int DT> struct Wgmma;
         }                                                                                                 \
     };
 #define GEMMLAB_WGMMA_SS_TF32(N, R, DB, SC)                                                               \
-    template <> struct Wgmma<N, 2> {                                                                      \
+    template <> struct Wgmma<N, TYPE_TF32> {                                                              \
         template <int TRANS_A, int TRANS_B>                                                               \
         static __device__ __forceinline__ void mma(float* d, u64 desc_a, u64 desc_b, int scale_d) {      \
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                               \
@@ -307,13 +309,13 @@ template <int N, int DT> struct Wgmma;
     };
 
 // m64n96: the error-corrected kernel's tile (four sets of accumulators a thread).
-GEMMLAB_WGMMA_SS_16BIT(96, 0, "f16", 48, 49, 50, 51, 52)
+GEMMLAB_WGMMA_SS_16BIT(96, TYPE_FLOAT16, "f16", 48, 49, 50, 51, 52)
 GEMMLAB_WGMMA_SS_TF32(96, 48, 49, 50)
-GEMMLAB_WGMMA_SS_16BIT(128, 0, "f16", 64, 65, 66, 67, 68)
-GEMMLAB_WGMMA_SS_16BIT(128, 1, "bf16", 64, 65, 66, 67, 68)
+GEMMLAB_WGMMA_SS_16BIT(128, TYPE_FLOAT16, "f16", 64, 65, 66, 67, 68)
+GEMMLAB_WGMMA_SS_16BIT(128, TYPE_BFLOAT16, "bf16", 64, 65, 66, 67, 68)
 GEMMLAB_WGMMA_SS_TF32(128, 64, 65, 66)
-GEMMLAB_WGMMA_SS_16BIT(256, 0, "f16", 128, 129, 130, 131, 132)
-GEMMLAB_WGMMA_SS_16BIT(256, 1, "bf16", 128, 129, 130, 131, 132)
+GEMMLAB_WGMMA_SS_16BIT(256, TYPE_FLOAT16, "f16", 128, 129, 130, 131, 132)
+GEMMLAB_WGMMA_SS_16BIT(256, TYPE_BFLOAT16, "bf16", 128, 129, 130, 131, 132)
 GEMMLAB_WGMMA_SS_TF32(256, 128, 129, 130)
 
 // wgmma.mma_async with A from registers (TF32 only so far): D[64 x N] (+)= A * B,
@@ -323,7 +325,7 @@ GEMMLAB_WGMMA_SS_TF32(256, 128, 129, 130)
 // keep their values until the wgmma has completed (wgmma_wait).
 template <int N, int DT> struct WgmmaRegA;
 
-template <> struct WgmmaRegA<128, 2> {
+template <> struct WgmmaRegA<128, TYPE_TF32> {
     static __device__ __forceinline__ void mma(float* d, const u32 (&a)[4], u64 desc_b, int scale_d) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -334,7 +336,7 @@ template <> struct WgmmaRegA<128, 2> {
     }
 };
 
-template <> struct WgmmaRegA<256, 2> {
+template <> struct WgmmaRegA<256, TYPE_TF32> {
     static __device__ __forceinline__ void mma(float* d, const u32 (&a)[4], u64 desc_b, int scale_d) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"

@@ -16,8 +16,8 @@
 // the same matrix (numpy.matmul's broadcasting).  A kernel adopts both with
 //     template <..., char OPA, char OPB>  and  ..., long long stride_a, long long stride_b, long long stride_c)
 //     batch_select(A, stride_a, B, stride_b, C, stride_c);     // first line of the body
-// and by passing OPA / OPB on to the shared tile loaders (common.cuh,
-// async_copy.cuh, tensor_common.cuh), which read either layout.  (Loaders
+// and by passing OPA / OPB on to the rungs' tile loaders (gemmlab/simt/*.cuh,
+// gemmlab/tensor/*.cuh), which read either layout.  (Loaders
 // default to 'N' so that code written before layouts still compiles; the
 // level-3 tester, tests/test_blas3.py, runs every kernel in all four layouts.)
 #pragma once

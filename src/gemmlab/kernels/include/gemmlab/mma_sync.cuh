@@ -30,6 +30,8 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+#include <gemmlab/type_codes.cuh>
+
 namespace gemmlab {
 namespace mma {
 
@@ -66,7 +68,7 @@ __device__ __forceinline__ unsigned swizzle(unsigned row, unsigned chunk) {
         return chunk ^ (row & 7);
 }
 
-// The layout as a type for TileCopy (async_copy.cuh): byte offset of chunk
+// The layout as a type for TileCopy (tensor/03_mma_pipelined.cuh): byte offset of chunk
 // (row, chunk) in a tile of CPR chunks per row.
 template <int CPR, bool LDMATRIX_ROWS = true>
 struct Swizzled {
@@ -115,9 +117,9 @@ __device__ __forceinline__ unsigned to_tf32(unsigned f32_bits) {
 // The same rounding as an MMA operand sees it, in two SASS instructions
 // instead of three: half a TF32 ulp added to the bits of a finite value
 // (FSETP, predicated IADD), the low 13 bits left for the tensor core to drop
-// -- it reads the top 19 bits of a TF32 operand only (measured: NOTES runs W1
-// and M3; ptxas itself drops the third instruction of cvt.rna, the mask, in
-// some places where the result feeds an HMMA).  So the MMA multiplies bit
+// -- it reads the top 19 bits of a TF32 operand only (measured, see
+// benchmarks/NOTES.md; ptxas itself drops the third instruction of cvt.rna,
+// the mask, in some places where the result feeds an HMMA).  So the MMA multiplies bit
 // for bit what it multiplies after to_tf32, ties rounded away from zero,
 // overflow to infinity.  Non-finite values are left alone: half an ulp added
 // to a NaN such as 0x7fffffff would carry into the sign bit and make it -0.
@@ -128,21 +130,21 @@ __device__ __forceinline__ unsigned to_tf32_half_ulp(unsigned f32_bits) {
 
 // -- the MMAs ---------------------------------------------------------------------------
 
-// d += a b for one m16n8 tile; DT as in wmma_types.cuh (0 half, 1 bf16, 2 tf32).
+// d += a b for one m16n8 tile; DT: TYPE_FLOAT16, TYPE_BFLOAT16 or TYPE_TF32 (type_codes.cuh).
 template <int DT>
 __device__ __forceinline__ void mma_16n8(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    if constexpr (DT == 0) {
+    if constexpr (DT == TYPE_FLOAT16) {
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    } else if constexpr (DT == 1) {
+    } else if constexpr (DT == TYPE_BFLOAT16) {
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
     } else {
-        static_assert(DT == 2, "DT: 0 half, 1 bf16, 2 tf32");
+        static_assert(DT == TYPE_TF32, "DT: TYPE_FLOAT16, TYPE_BFLOAT16 or TYPE_TF32");
         asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
                      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -153,7 +155,7 @@ __device__ __forceinline__ void mma_16n8(float (&d)[4], const unsigned (&a)[4], 
 // K of one MMA: 16 for the 16-bit types, 8 for TF32 -- 32 bytes of each row
 // of A either way, so a K-step reads two 16-byte chunks of A per row.
 template <int DT>
-__host__ __device__ constexpr int k_per_mma() { return DT == 2 ? 8 : 16; }
+__host__ __device__ constexpr int k_per_mma() { return DT == TYPE_TF32 ? 8 : 16; }
 
 // The accumulators of one m16 row of MMA tiles, acc[FN][4] (n8 tiles side
 // by side), into a float slab in shared memory (row stride SLD floats): lane

@@ -1,29 +1,32 @@
-// gemmlab/wmma_types.cuh: WMMA fragment types chosen by small integer codes, so
-// that NVRTC name expressions for lab kernels stay short (fragment_dump<0, 16, 16, 16, 0, 0>).
-//   USE:  0 matrix_a, 1 matrix_b, 2 accumulator
-//   DT:   0 half, 1 bf16, 2 tf32, 3 float
-//   COL:  0 row-major, 1 column-major (ignored for accumulators, whose layout is a load argument)
+// gemmlab/wmma_types.cuh: WMMA fragment and storage types chosen by the small
+// integer codes of type_codes.cuh, so that NVRTC name expressions stay short
+// (fragment_dump<0, 16, 16, 16, 0, 0>):
+//   USE:  USE_MATRIX_A, USE_MATRIX_B, USE_ACCUMULATOR
+//   DT:   TYPE_FLOAT16, TYPE_BFLOAT16, TYPE_TF32, TYPE_FLOAT32
+//   COL:  LAYOUT_ROW, LAYOUT_COL (ignored for accumulators, whose layout is a load argument)
 #pragma once
 
 #include <mma.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+#include <gemmlab/type_codes.cuh>
+
 namespace gemmlab {
 namespace wmma_types {
 
 template <int DT> struct Storage;
-template <> struct Storage<0> { using type = __half;         using wmma = __half; };
-template <> struct Storage<1> { using type = __nv_bfloat16;  using wmma = __nv_bfloat16; };
-template <> struct Storage<2> { using type = float;          using wmma = nvcuda::wmma::precision::tf32; };
-template <> struct Storage<3> { using type = float;          using wmma = float; };
+template <> struct Storage<TYPE_FLOAT16>  { using type = __half;         using wmma = __half; };
+template <> struct Storage<TYPE_BFLOAT16> { using type = __nv_bfloat16;  using wmma = __nv_bfloat16; };
+template <> struct Storage<TYPE_TF32>     { using type = float;          using wmma = nvcuda::wmma::precision::tf32; };
+template <> struct Storage<TYPE_FLOAT32>  { using type = float;          using wmma = float; };
 
 template <int USE> struct Use;
-template <> struct Use<0> { using type = nvcuda::wmma::matrix_a; };
-template <> struct Use<1> { using type = nvcuda::wmma::matrix_b; };
+template <> struct Use<USE_MATRIX_A> { using type = nvcuda::wmma::matrix_a; };
+template <> struct Use<USE_MATRIX_B> { using type = nvcuda::wmma::matrix_b; };
 
 template <int COL> struct Layout { using type = nvcuda::wmma::row_major; };
-template <> struct Layout<1> { using type = nvcuda::wmma::col_major; };
+template <> struct Layout<LAYOUT_COL> { using type = nvcuda::wmma::col_major; };
 
 template <int USE, int M, int N, int K, int DT, int COL>
 struct Fragment {
@@ -31,7 +34,7 @@ struct Fragment {
                                         typename Layout<COL>::type>;
 };
 template <int M, int N, int K, int DT, int COL>
-struct Fragment<2, M, N, K, DT, COL> {
+struct Fragment<USE_ACCUMULATOR, M, N, K, DT, COL> {
     using type = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, M, N, K, typename Storage<DT>::wmma>;
 };
 

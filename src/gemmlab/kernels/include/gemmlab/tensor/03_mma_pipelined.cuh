@@ -1,87 +1,15 @@
-// gemmlab/async_copy.cuh: global -> shared tile copies with cp.async (sm_80+),
-// which move data without passing through registers and let a kernel keep
-// several tiles in flight while it computes on an earlier one.
+// gemmlab/tensor/03_mma_pipelined.cuh: tensor rung 3's idea, feeding
+// mma.sync (mma_sync.cuh: the instructions, fragment layouts and the swizzled
+// shared-memory layout) from a cp.async pipeline: byte-level copies of tiles of
+// any element type into swizzled stages (TileCopy), and an epilogue that goes
+// through shared memory to store 16 bytes per lane.
 #pragma once
 #include <cuda_pipeline.h>
 
-#include <gemmlab/common.cuh>
+#include <gemmlab/mma_sync.cuh>
+#include <gemmlab/tensor/02_wmma_warptile.cuh>
 
 namespace gemmlab {
-
-// The copy loop behind the two tile copies below: one cp.async per W floats,
-// element (r, c) of the tile to smem[r * SLD + c], or to smem[c * SLD + r] with
-// TRANSPOSE.  CHECKED tests each request against the matrix edge and zero-fills
-// what lies outside (no global read); tiles wholly inside the matrix skip the
-// tests.  Measured both ways (runs 30 and 32, benchmarks/NOTES.md): the split
-// costs some configurations 2-3% and gives the fastest one 12%.
-template <int ROWS, int COLS, int SLD, int THREADS, int W, bool TRANSPOSE, bool CHECKED>
-__device__ __forceinline__ void cp_async_requests(float* smem, const float* __restrict__ g, int ld, int row0,
-                                                  int col0, int rows, int cols, int tid) {
-    static_assert((ROWS * COLS / W) % THREADS == 0, "tile must split evenly over the threads");
-#pragma unroll
-    for (int step = 0; step < ROWS * COLS / W / THREADS; ++step) {
-        const int i = step * THREADS + tid;
-        const int r = i / (COLS / W), c = (i % (COLS / W)) * W;
-        const bool inside = !CHECKED || (row0 + r < rows && col0 + c < cols);
-        const float* src = inside ? &g[(long long)(row0 + r) * ld + col0 + c] : g;
-        __pipeline_memcpy_async(&smem[TRANSPOSE ? c * SLD + r : r * SLD + c], src, 4 * W, inside ? 0 : 4 * W);
-    }
-}
-
-// Start copying the ROWS x COLS tile at (row0, col0) of a rows x cols matrix
-// into shared memory (row stride SLD), zero-filling what lies outside the
-// matrix.  VEC copies 16 bytes per request (same alignment rules as
-// load_tile_vec4), else 4 bytes.  The copy completes at a later
-// __pipeline_wait_prior; the caller commits the batch.
-template <int ROWS, int COLS, int SLD, int THREADS, bool VEC>
-__device__ __forceinline__ void cp_async_tile(float* smem, const float* __restrict__ g, int ld,
-                                              int row0, int col0, int rows, int cols, int tid) {
-    constexpr int W = VEC ? 4 : 1;   // floats per request
-    static_assert(COLS % W == 0 && SLD % W == 0, "16-byte copies need multiples of 4 columns");
-    if (row0 + ROWS <= rows && col0 + COLS <= cols)
-        cp_async_requests<ROWS, COLS, SLD, THREADS, W, false, false>(smem, g, ld, row0, col0, rows, cols, tid);
-    else
-        cp_async_requests<ROWS, COLS, SLD, THREADS, W, false, true>(smem, g, ld, row0, col0, rows, cols, tid);
-}
-
-// The same copy, stored transposed (smem[c * SLD + r]) so that a thread's
-// consecutive rows can later be read with one 16-byte shared load.  A copy
-// cannot transpose 16-byte chunks, so each element is its own 4-byte copy;
-// consecutive threads take consecutive columns, so the global reads coalesce.
-template <int ROWS, int COLS, int SLD, int THREADS>
-__device__ __forceinline__ void cp_async_tile_transposed(float* smem, const float* __restrict__ g, int ld,
-                                                         int row0, int col0, int rows, int cols, int tid) {
-    if (row0 + ROWS <= rows && col0 + COLS <= cols)
-        cp_async_requests<ROWS, COLS, SLD, THREADS, 1, true, false>(smem, g, ld, row0, col0, rows, cols, tid);
-    else
-        cp_async_requests<ROWS, COLS, SLD, THREADS, 1, true, true>(smem, g, ld, row0, col0, rows, cols, tid);
-}
-
-// K-step tiles for kernels that keep both tiles K-major in shared memory (rung
-// 8): the A tile at (row0, k0) as As[k][m] (row stride SLD) and the B tile at
-// (k0, col0) as Bs[k][n].  An operand whose memory is already K-major -- a
-// column-major A (OPA 'T'), a row-major B -- is a straight copy, 16 bytes per
-// request when VEC; the others are transposed by 4-byte copies.
-template <int BM, int BK, int SLD, int THREADS, bool VEC, char OPA>
-__device__ __forceinline__ void cp_async_a_tile(float* smem, const float* __restrict__ A, int lda, int row0,
-                                                int k0, int M, int K, int tid) {
-    if constexpr (OPA == 'N')
-        cp_async_tile_transposed<BM, BK, SLD, THREADS>(smem, A, lda, row0, k0, M, K, tid);
-    else   // stored K x M
-        cp_async_tile<BK, BM, SLD, THREADS, VEC>(smem, A, lda, k0, row0, K, M, tid);
-}
-
-template <int BK, int BN, int SLD, int THREADS, bool VEC, char OPB>
-__device__ __forceinline__ void cp_async_b_tile(float* smem, const float* __restrict__ B, int ldb, int k0,
-                                                int col0, int K, int N, int tid) {
-    if constexpr (OPB == 'N')
-        cp_async_tile<BK, BN, SLD, THREADS, VEC>(smem, B, ldb, k0, col0, K, N, tid);
-    else   // stored N x K
-        cp_async_tile_transposed<BN, BK, SLD, THREADS>(smem, B, ldb, col0, k0, N, K, tid);
-}
-
-
-// -- byte-level copies for tiles of any element type (tensor-core rungs) -------------------
 
 // One cp.async of 16 bytes into shared memory (a shared-window address), of
 // which the first src_bytes (0..16) are read from global memory and the rest
@@ -189,5 +117,51 @@ struct TileCopy {
     __device__ __forceinline__ void next_cols(int n) { p += n; cols_left -= n; }
     __device__ __forceinline__ void next_rows(int n, int ld) { p += (long long)n * ld; rows_left -= n; }
 };
+
+// One warp writes a ROWS x COLS slab of float results, staged in shared memory
+// (row stride SLD floats, 16-byte aligned rows), to C at (row0, col0):
+// C = alpha * slab + beta * C (beta == 0 never reads C), converted to C's
+// type, outputs outside M x N skipped.  Each lane takes V = 16 / sizeof(O)
+// consecutive columns, so neighbouring lanes write neighbouring 16-byte pieces
+// of a row (coalesced).  VEC: 16-byte global accesses (C 16-byte aligned,
+// ldc * sizeof(O) a multiple of 16, checked by the host); pieces that cross
+// the right edge of C, and every piece without VEC, go element by element.
+template <int ROWS, int COLS, int SLD, bool VEC, class O>
+__device__ __forceinline__ void store_slab_scaled(const float* slab, O* __restrict__ C, int ldc, int row0, int col0,
+                                                  int M, int N, float alpha, float beta, unsigned lane) {
+    constexpr int V = 16 / int(sizeof(O));
+    constexpr int LANES_PER_ROW = COLS / V, ROWS_PER_PASS = 32 / LANES_PER_ROW;
+    static_assert(COLS % V == 0 && 32 % LANES_PER_ROW == 0 && ROWS % ROWS_PER_PASS == 0 && SLD % 4 == 0,
+                  "a pass of the warp covers whole rows of the slab");
+    const int c = int(lane % LANES_PER_ROW) * V, col = col0 + c;
+#pragma unroll 1
+    for (int r = int(lane / LANES_PER_ROW); r < ROWS; r += ROWS_PER_PASS) {
+        const int row = row0 + r;
+        if (row >= M || col >= N) continue;
+        float v[V];
+#pragma unroll
+        for (int e = 0; e < V; e += 4) {
+            const float4 x = *reinterpret_cast<const float4*>(&slab[r * SLD + c + e]);
+            v[e] = alpha * x.x; v[e + 1] = alpha * x.y; v[e + 2] = alpha * x.z; v[e + 3] = alpha * x.w;
+        }
+        O* out = &C[(long long)row * ldc + col];
+        if (VEC && col + V <= N) {
+            uint4 piece;
+            O* o = reinterpret_cast<O*>(&piece);
+            if (beta != 0.0f) {
+                piece = *reinterpret_cast<const uint4*>(out);
+#pragma unroll
+                for (int e = 0; e < V; ++e) v[e] += beta * to_float(o[e]);
+            }
+#pragma unroll
+            for (int e = 0; e < V; ++e) o[e] = from_float<O>(v[e]);
+            *reinterpret_cast<uint4*>(out) = piece;
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e)
+                if (col + e < N) out[e] = from_float<O>(beta == 0.0f ? v[e] : v[e] + beta * to_float(out[e]));
+        }
+    }
+}
 
 }  // namespace gemmlab

@@ -1,10 +1,13 @@
-// gemmlab/ec_split.cuh: splitting FP32 values into two tensor-core parts, for
-// FP32-accurate GEMM by error correction (Ootomo and Yokota's method).
+// gemmlab/ec/01_ec_wmma.cuh: the error-corrected ladder starts here.  Its idea:
+// split FP32 values into two tensor-core parts, for FP32-accurate GEMM by error
+// correction (Ootomo and Yokota's method).  ec_wmma splits at every fragment load
+// (tensor rungs 1-2's fragments, CUDA-core rung 8's cp.async copies); ec_wgmma
+// and its pre-pass split once, before the GEMM.
 //
-//   FP16 (METHOD 0): hi = fp16(x), lo = fp16((x - hi) * 2^11)
-//                    x ~ hi + lo * 2^-11 to about 2^-22 relative
-//   TF32 (METHOD 1): big = tf32(x), small = tf32(x - big)   (no scaling: TF32
-//                    keeps FP32's exponent range)
+//   FP16 (METHOD_FP16_EC):  hi = fp16(x), lo = fp16((x - hi) * 2^11)
+//                           x ~ hi + lo * 2^-11 to about 2^-22 relative
+//   TF32 (METHOD_TF32_EC):  big = tf32(x), small = tf32(x - big)
+//                           (no scaling: TF32 keeps FP32's exponent range)
 //
 // A * B ~ hi_A hi_B + (lo_A hi_B + hi_A lo_B) * LO_WEIGHT; lo * lo is dropped.
 // The 2^11 keeps the low part's significant bits away from FP16's subnormals:
@@ -12,14 +15,15 @@
 // back to FP16 accuracy.
 #pragma once
 
-#include <gemmlab/tensor_common.cuh>
+#include <gemmlab/simt/08_pipelined.cuh>
+#include <gemmlab/tensor/02_wmma_warptile.cuh>
 
 namespace gemmlab {
 
 template <int METHOD> struct EcSplit;
 
-template <> struct EcSplit<0> {
-    static constexpr int DT = 0;                      // wmma_types code of the parts: FP16
+template <> struct EcSplit<METHOD_FP16_EC> {
+    static constexpr int DT = TYPE_FLOAT16;           // the parts' type
     static constexpr float LO_SCALE = 2048.0f;        // 2^11
     static constexpr float LO_WEIGHT = 1.0f / 2048.0f;
     __device__ static __forceinline__ void split(float x, __half& hi, __half& lo) {
@@ -30,8 +34,8 @@ template <> struct EcSplit<0> {
     }
 };
 
-template <> struct EcSplit<1> {
-    static constexpr int DT = 2;                      // TF32 in float storage
+template <> struct EcSplit<METHOD_TF32_EC> {
+    static constexpr int DT = TYPE_TF32;              // TF32 in float storage
     static constexpr float LO_WEIGHT = 1.0f;
     __device__ static __forceinline__ void split(float x, float& big, float& small) {
         big = nvcuda::wmma::__float_to_tf32(x);

@@ -1,16 +1,17 @@
-// gemmlab/hopper_gemm.cuh: the pieces of a persistent, warp-specialised Hopper
-// GEMM that are not about the multiply itself, shared by the wgmma rung
-// (tensor/04_wgmma.cu) and the error-corrected ec_wgmma (ec/02_ec_wgmma.cu):
-// the grouped tile order, handing a shared-memory stage back to the producer,
-// and the masked epilogue stores from wgmma's accumulator layout.
+// gemmlab/tensor/04_wgmma.cuh: tensor rung 4's idea beyond the Hopper
+// instructions themselves (hopper.cuh: TMA, mbarrier, wgmma, setmaxnreg): a
+// persistent, warp-specialised GEMM.  Its pieces that are not about the multiply
+// -- the grouped tile order of the persistent loop, handing a shared-memory
+// stage back to the producer, the masked stores from wgmma's accumulator layout
+// -- are shared with the error-corrected ec_wgmma.
 #pragma once
 
 #include <gemmlab/hopper.cuh>
-#include <gemmlab/tensor_common.cuh>
+#include <gemmlab/tensor/03_mma_pipelined.cuh>
 
 namespace gemmlab {
 
-constexpr int WGMMA_GROUP_M = 16;         // tile-rows per group of the tile order (16: +1.6% over 8 at 8192^3)
+constexpr int WGMMA_GROUP_M = 16;   // tile-rows per group of the tile order (16 measured faster than 8: NOTES.md)
 
 // Tile `t` of a tiles_m x tiles_n grid in grouped order: down a group of
 // GROUP_M tile-rows first, then to the next column, then to the next group.

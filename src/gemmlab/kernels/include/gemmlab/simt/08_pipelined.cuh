@@ -1,0 +1,83 @@
+// gemmlab/simt/08_pipelined.cuh: rung 8's idea, global -> shared copies with
+// cp.async (sm_80+), which move data without passing through registers, so a
+// kernel can keep several K-steps in flight while it computes on an earlier
+// one.  The K-step's arithmetic stays rung 7's.  ec_wmma uses the same copies.
+#pragma once
+#include <cuda_pipeline.h>
+
+#include <gemmlab/simt/07_warptile.cuh>
+
+namespace gemmlab {
+
+// The copy loop behind the two tile copies below: one cp.async per W floats,
+// element (r, c) of the tile to smem[r * SLD + c], or to smem[c * SLD + r] with
+// TRANSPOSE.  CHECKED tests each request against the matrix edge and zero-fills
+// what lies outside (no global read); tiles wholly inside the matrix skip the
+// tests (a net gain: benchmarks/NOTES.md, "Figures moved from kernel headers").
+template <int ROWS, int COLS, int SLD, int THREADS, int W, bool TRANSPOSE, bool CHECKED>
+__device__ __forceinline__ void cp_async_requests(float* smem, const float* __restrict__ g, int ld, int row0,
+                                                  int col0, int rows, int cols, int tid) {
+    static_assert((ROWS * COLS / W) % THREADS == 0, "tile must split evenly over the threads");
+#pragma unroll
+    for (int step = 0; step < ROWS * COLS / W / THREADS; ++step) {
+        const int i = step * THREADS + tid;
+        const int r = i / (COLS / W), c = (i % (COLS / W)) * W;
+        const bool inside = !CHECKED || (row0 + r < rows && col0 + c < cols);
+        const float* src = inside ? &g[(long long)(row0 + r) * ld + col0 + c] : g;
+        __pipeline_memcpy_async(&smem[TRANSPOSE ? c * SLD + r : r * SLD + c], src, 4 * W, inside ? 0 : 4 * W);
+    }
+}
+
+// Start copying the ROWS x COLS tile at (row0, col0) of a rows x cols matrix
+// into shared memory (row stride SLD), zero-filling what lies outside the
+// matrix.  VEC copies 16 bytes per request (same alignment rules as
+// load_tile_vec4), else 4 bytes.  The copy completes at a later
+// __pipeline_wait_prior; the caller commits the batch.
+template <int ROWS, int COLS, int SLD, int THREADS, bool VEC>
+__device__ __forceinline__ void cp_async_tile(float* smem, const float* __restrict__ g, int ld,
+                                              int row0, int col0, int rows, int cols, int tid) {
+    constexpr int W = VEC ? 4 : 1;   // floats per request
+    static_assert(COLS % W == 0 && SLD % W == 0, "16-byte copies need multiples of 4 columns");
+    if (row0 + ROWS <= rows && col0 + COLS <= cols)
+        cp_async_requests<ROWS, COLS, SLD, THREADS, W, false, false>(smem, g, ld, row0, col0, rows, cols, tid);
+    else
+        cp_async_requests<ROWS, COLS, SLD, THREADS, W, false, true>(smem, g, ld, row0, col0, rows, cols, tid);
+}
+
+// The same copy, stored transposed (smem[c * SLD + r]) so that a thread's
+// consecutive rows can later be read with one 16-byte shared load.  A copy
+// cannot transpose 16-byte chunks, so each element is its own 4-byte copy;
+// consecutive threads take consecutive columns, so the global reads coalesce.
+template <int ROWS, int COLS, int SLD, int THREADS>
+__device__ __forceinline__ void cp_async_tile_transposed(float* smem, const float* __restrict__ g, int ld,
+                                                         int row0, int col0, int rows, int cols, int tid) {
+    if (row0 + ROWS <= rows && col0 + COLS <= cols)
+        cp_async_requests<ROWS, COLS, SLD, THREADS, 1, true, false>(smem, g, ld, row0, col0, rows, cols, tid);
+    else
+        cp_async_requests<ROWS, COLS, SLD, THREADS, 1, true, true>(smem, g, ld, row0, col0, rows, cols, tid);
+}
+
+// K-step tiles for kernels that keep both tiles K-major in shared memory (rung
+// 8): the A tile at (row0, k0) as As[k][m] (row stride SLD) and the B tile at
+// (k0, col0) as Bs[k][n].  An operand whose memory is already K-major -- a
+// column-major A (OPA 'T'), a row-major B -- is a straight copy, 16 bytes per
+// request when VEC; the others are transposed by 4-byte copies.
+template <int BM, int BK, int SLD, int THREADS, bool VEC, char OPA>
+__device__ __forceinline__ void cp_async_a_tile(float* smem, const float* __restrict__ A, int lda, int row0,
+                                                int k0, int M, int K, int tid) {
+    if constexpr (OPA == 'N')
+        cp_async_tile_transposed<BM, BK, SLD, THREADS>(smem, A, lda, row0, k0, M, K, tid);
+    else   // stored K x M
+        cp_async_tile<BK, BM, SLD, THREADS, VEC>(smem, A, lda, k0, row0, K, M, tid);
+}
+
+template <int BK, int BN, int SLD, int THREADS, bool VEC, char OPB>
+__device__ __forceinline__ void cp_async_b_tile(float* smem, const float* __restrict__ B, int ldb, int k0,
+                                                int col0, int K, int N, int tid) {
+    if constexpr (OPB == 'N')
+        cp_async_tile<BK, BN, SLD, THREADS, VEC>(smem, B, ldb, k0, col0, K, N, tid);
+    else   // stored N x K
+        cp_async_tile_transposed<BN, BK, SLD, THREADS>(smem, B, ldb, col0, k0, N, K, tid);
+}
+
+}  // namespace gemmlab

@@ -1,0 +1,65 @@
+// gemmlab/tensor/01_wmma.cuh: the tensor-core ladder starts here.  Inputs are
+// FP16, BF16, or FP32 values rounded to TF32 (DT, type_codes.cuh); accumulation
+// is FP32; the output is FP32 or the input's 16-bit type (ODT).  Conventions as
+// in the CUDA-core ladder (layout.cuh, edges.cuh).  Rung 1's idea: fragments
+// filled and stored element by element through the fragment map of
+// wmma_ext.cuh, so any M, N, K and alignment works without shared memory.
+// wmma_ext.cuh exists for sm_80 and sm_90 only (other targets get its #error).
+#pragma once
+
+#include <gemmlab/layout.cuh>
+#include <gemmlab/tile_order.cuh>
+#include <gemmlab/type_codes.cuh>
+#include <gemmlab/wmma_ext.cuh>
+#include <gemmlab/wmma_types.cuh>
+
+namespace gemmlab {
+
+// K of one MMA tile: 8 for TF32 (m16n16k8), 16 for the 16-bit types.
+template <int DT>
+__host__ __device__ constexpr int tc_tile_k() { return DT == TYPE_TF32 ? 8 : 16; }
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class O> __device__ __forceinline__ O from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+// Fill a matrix_a / matrix_b fragment with the tile at (row0, col0) of a
+// rows x cols matrix stored with layout OP, element by element through the
+// fragment map; zeros outside the matrix.  Reads global memory directly (no
+// shared memory).  TF32 fragments hold floats rounded to TF32.
+template <int DT, char OP = 'N', class Frag, class S>
+__device__ __forceinline__ void load_fragment_masked(Frag& frag, const S* __restrict__ p, int ld, int row0, int col0,
+                                                     int rows, int cols) {
+    wmma_ext::foreach_ij(frag, [&](int k, unsigned r, unsigned c) {
+        const int gr = row0 + int(r), gc = col0 + int(c);
+        const S v = (gr < rows && gc < cols) ? p[elem_offset<OP>(gr, gc, ld)] : S(0.0f);
+        if constexpr (DT == TYPE_TF32)
+            frag.x[k] = nvcuda::wmma::__float_to_tf32(v);
+        else
+            frag.x[k] = v;
+    });
+}
+
+// C[row0 + r][col0 + c] = alpha * acc + beta * C for every element of a float
+// accumulator fragment that lies inside M x N, converted to C's type.
+template <class Frag, class O>
+__device__ __forceinline__ void store_accumulator_masked(Frag& acc, O* __restrict__ C, int ldc, int row0, int col0,
+                                                         int M, int N, float alpha, float beta) {
+    wmma_ext::foreach_ij(acc, [&](int k, unsigned r, unsigned c) {
+        const int gr = row0 + int(r), gc = col0 + int(c);
+        if (gr < M && gc < N) {
+            O* out = &C[(long long)gr * ldc + gc];
+            const float v = beta == 0.0f ? alpha * acc.x[k] : alpha * acc.x[k] + beta * to_float(*out);
+            *out = from_float<O>(v);
+        }
+    });
+}
+
+}  // namespace gemmlab
