@@ -50,43 +50,50 @@ def test_paths_relative_to_the_kernels_folder():
 
 
 def test_type_codes():
+    """The codes Python reads from type_codes.cuh, and the fragment tools' own lists in that order."""
     c = read_constants(TYPE_CODES_H)
-    assert {name: c[f"TYPE_{name.upper()}"] for name in registry.TYPE_CODES} == registry.TYPE_CODES
-    assert {m: c[f"METHOD_{m.upper()}"] for m in registry.EC_METHODS} == registry.EC_METHODS
+    assert registry.TYPE_CODES == {"float16": c["TYPE_FLOAT16"], "bfloat16": c["TYPE_BFLOAT16"],
+                                   "tf32": c["TYPE_TF32"], "float32": c["TYPE_FLOAT32"]}
+    assert sorted(registry.TYPE_CODES.values()) == [0, 1, 2, 3]
+    assert registry.EC_METHODS == {"fp16_ec": c["METHOD_FP16_EC"], "tf32_ec": c["METHOD_TF32_EC"]}
     assert [c[f"USE_{u.upper()}"] for u in fragments.USES] == list(range(len(fragments.USES)))
     short = {"f16": "float16", "bf16": "bfloat16", "tf32": "tf32", "f32": "float32"}
     assert [c[f"TYPE_{short[d].upper()}"] for d in fragments.DTYPES] == list(range(len(fragments.DTYPES)))
     assert (c["LAYOUT_ROW"], c["LAYOUT_COL"]) == (0, 1)   # FragmentKind.template_args: int(layout == "col")
 
 
-def test_wgmma_constants():
-    c = read_constants("tensor/04_wgmma.cu")
-    assert c["WGMMA_EPI_BYTES"] == registry.WGMMA_EPI_BYTES
+# Constants Python takes from the CUDA sources: (Python name, where the source defines it).
+SHARED = [
+    ("WGMMA_EPI_BYTES", "tensor/04_wgmma.cu"), ("EC_WGMMA_BM", "ec/02_ec_wgmma.cu"),
+    ("EC_WGMMA_BN", "ec/02_ec_wgmma.cu"), ("EC_WGMMA_THREADS", "ec/02_ec_wgmma.cu"),
+    ("TC_WARPS_PER_BLOCK", "tensor/01_wmma.cu"), ("SPLITK_REDUCE_THREADS", "simt/splitk_reduce.cu"),
+    ("TF32_PACK_TILE", "tensor/tf32_pack.cu"), ("TF32_PACK_THREADS", "tensor/tf32_pack.cu"),
+    ("EC_SPLIT_PACK_TILE", "ec/split_pack.cu"), ("EC_SPLIT_PACK_THREADS", "ec/split_pack.cu"),
+    ("HISTOGRAM_THREADS", "ec/exponent_histogram.cu"), ("EXPONENT_BINS", "ec/exponent_histogram.cu"),
+]
 
 
-def test_ec_wgmma_constants():
+@pytest.mark.parametrize("name, source", SHARED, ids=[n for n, _ in SHARED])
+def test_shared_constants_are_written_once_in_the_cuda_source(name, source):
+    """The value comes from the source, and no Python module under kernels/ writes it as a number."""
+    import re
+    from gemmlab.kernels.ec import ec_wgmma, exponent_histogram
+    value = next(getattr(m, name) for m in (registry, ec_wgmma, exponent_histogram) if hasattr(m, name))
+    assert value == read_constants(source)[name]
+    literal = re.compile(rf"^\s*(?:\w+\s*,\s*)*{name}\b[^=\n]*=\s*[-\d(]", re.M)
+    for py in KERNEL_DIR.rglob("*.py"):
+        assert not literal.search(py.read_text()), f"{py.name} writes {name} as a number"
+
+
+def test_launch_shapes_follow_the_constants():
     c = read_constants("ec/02_ec_wgmma.cu")
-    assert (c["EC_WGMMA_BM"], c["EC_WGMMA_BN"]) == (registry.EC_WGMMA_BM, registry.EC_WGMMA_BN)
     spec = registry.get("ec_wgmma")
     geo = spec.launch(spec.defaults(), Problem(4096, 4096, 4096, True, "fp16_ec"))
     assert geo.block == (c["EC_WGMMA_THREADS"], 1, 1)
-
-
-def test_wmma_warps_per_block():
     c = read_constants("tensor/01_wmma.cu")
-    assert c["TC_WARPS_PER_BLOCK"] == registry.TC_WARPS_PER_BLOCK
     spec = registry.get("wmma")
     geo = spec.launch(spec.defaults(), Problem(64, 64, 64, True, "float16"))
     assert geo.block == (32 * c["TC_WARPS_PER_BLOCK"], 1, 1)
-
-
-def test_helper_kernel_block_sizes():
-    assert read_constants("simt/splitk_reduce.cu")["SPLITK_REDUCE_THREADS"] == registry.SPLITK_REDUCE_THREADS
-    c = read_constants("tensor/tf32_pack.cu")
-    assert (c["TF32_PACK_TILE"], c["TF32_PACK_THREADS"]) == (registry.TF32_PACK_TILE, registry.TF32_PACK_THREADS)
-    c = read_constants("ec/split_pack.cu")
-    assert ((c["EC_SPLIT_PACK_TILE"], c["EC_SPLIT_PACK_THREADS"])
-            == (registry.EC_SPLIT_PACK_TILE, registry.EC_SPLIT_PACK_THREADS))
 
 
 def test_exponent_histogram():

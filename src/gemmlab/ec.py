@@ -1,7 +1,7 @@
 """FP32-accurate GEMM on tensor cores by error correction: choosing the method.
 
 Each FP32 value is split into a high and a low tensor-core part (see
-kernels/include/gemmlab/ec_split.cuh).  Three methods, all with the main
+kernels/include/gemmlab/ec/01_ec_wmma.cuh).  Three methods, all with the main
 product accumulated in FP32 outside the tensor core:
 
 ``fp16_ec``         FP16 parts, hi = fp16(x), lo = fp16((x - hi) * 2^11).  Fast and

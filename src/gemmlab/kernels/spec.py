@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
+from .cuda_constants import read_constants
 
 KERNEL_DIR = Path(__file__).resolve().parent
 
@@ -77,9 +78,11 @@ class Problem:
 
 
 # Element-type codes of the tensor-core kernels' templates (wmma_types.cuh).
-TYPE_CODES = {"float16": 0, "bfloat16": 1, "tf32": 2, "float32": 3}
-# The error-corrected FP32 methods' codes (ec_split.cuh): which parts a value is split into.
-EC_METHODS = {"fp16_ec": 0, "tf32_ec": 1}
+_CODES = read_constants("include/gemmlab/type_codes.cuh")
+TYPE_CODES = {"float16": _CODES["TYPE_FLOAT16"], "bfloat16": _CODES["TYPE_BFLOAT16"], "tf32": _CODES["TYPE_TF32"],
+              "float32": _CODES["TYPE_FLOAT32"]}
+# The error-corrected FP32 methods' codes (type_codes.cuh; ec/01_ec_wmma.cuh splits by them): which parts a value is split into.
+EC_METHODS = {"fp16_ec": _CODES["METHOD_FP16_EC"], "tf32_ec": _CODES["METHOD_TF32_EC"]}
 # Dtypes whose result is always float32: FP32 storage in, FP32 out.
 FLOAT32_RESULT = ("float32", "tf32", *EC_METHODS)
 

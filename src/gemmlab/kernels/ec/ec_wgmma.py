@@ -14,14 +14,17 @@ import numpy as np
 from ...runtime.tma import Operands, maps_backend, tensor_map
 from ..spec import EC_METHODS, KERNEL_DIR, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
 from ..tensor.wgmma import WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
+from ..cuda_constants import read_constants
 
 # 128 x 96 tiles (two consumer warpgroups of 64 x 96, four sets of accumulators each);
 # a ring stage holds hi and lo of A (128 rows of 128 bytes) and of B^T (96 rows).
-EC_WGMMA_BM, EC_WGMMA_BN = 128, 96
+_K = read_constants("ec/02_ec_wgmma.cu")
+EC_WGMMA_BM, EC_WGMMA_BN, EC_WGMMA_THREADS = _K["EC_WGMMA_BM"], _K["EC_WGMMA_BN"], _K["EC_WGMMA_THREADS"]
 
 # The split pre-pass: (METHOD, stored layout, transposed output).
 EC_SPLIT_PACK_SOURCE = KERNEL_DIR / "ec" / "split_pack.cu"
-EC_SPLIT_PACK_TILE, EC_SPLIT_PACK_THREADS = 32, 256
+_P = read_constants("ec/split_pack.cu")
+EC_SPLIT_PACK_TILE, EC_SPLIT_PACK_THREADS = _P["EC_SPLIT_PACK_TILE"], _P["EC_SPLIT_PACK_THREADS"]
 
 
 def ec_split_pack_kernel(method: str, op: str, transpose: bool) -> str:
@@ -40,7 +43,7 @@ def _smem(p) -> int:
 def _geometry(p, prob: Problem) -> Launch:
     """Persistent: one block per SM (the ring fills its shared memory), at most one per tile."""
     tiles = cdiv(prob.M, EC_WGMMA_BM) * cdiv(prob.N, EC_WGMMA_BN)
-    return Launch(grid=(max(1, min(tiles, prob.sm_count)), 1, 1), block=(384, 1, 1), smem_bytes=_smem(p),
+    return Launch(grid=(max(1, min(tiles, prob.sm_count)), 1, 1), block=(EC_WGMMA_THREADS, 1, 1), smem_bytes=_smem(p),
                   persistent=True)
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec import KERNEL_DIR
+from ..cuda_constants import read_constants
 
 EXPONENT_HISTOGRAM_SOURCE = KERNEL_DIR / "ec" / "exponent_histogram.cu"
 EXPONENT_HISTOGRAM_KERNEL = "gemmlab::exponent_histogram"
-HISTOGRAM_THREADS = 256
-EXPONENT_BINS = 256   # one per value of the 8-bit exponent field
+_K = read_constants("ec/exponent_histogram.cu")
+HISTOGRAM_THREADS = _K["HISTOGRAM_THREADS"]
+EXPONENT_BINS = _K["EXPONENT_BINS"]   # one per value of the 8-bit exponent field
 
 
 def exponent_histograms(gpu, stream: int, operands) -> list[np.ndarray]:

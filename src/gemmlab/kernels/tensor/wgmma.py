@@ -16,18 +16,21 @@ import numpy as np
 from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, maps_backend, tensor_map, tma_aligned
 from ..spec import KERNEL_DIR, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
 from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
+from ..cuda_constants import read_constants
 
 # Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200
 # (227 KiB); the ring, the epilogue's staging buffers, the barriers and 1 KiB to align
 # the tiles to the swizzle atom.
 WGMMA_SMEM_LIMIT = 227 * 1024
 WGMMA_SM90 = "sm_90a"
-WGMMA_EPI_BYTES = 8192      # one staging buffer of the TMA-store epilogue; two per consumer warpgroup
+# one staging buffer of the TMA-store epilogue; two per consumer warpgroup
+WGMMA_EPI_BYTES = read_constants("tensor/04_wgmma.cu")["WGMMA_EPI_BYTES"]
 
 # The TF32 pre-pass (rounds A and packs B^T, K-major).
 TF32_PACK_SOURCE = KERNEL_DIR / "tensor" / "tf32_pack.cu"
 TF32_PACK_KERNELS = ("gemmlab::tf32_pack<false>", "gemmlab::tf32_pack<true>")
-TF32_PACK_TILE, TF32_PACK_THREADS = 32, 256
+_P = read_constants("tensor/tf32_pack.cu")
+TF32_PACK_TILE, TF32_PACK_THREADS = _P["TF32_PACK_TILE"], _P["TF32_PACK_THREADS"]
 
 
 def wgmma_smem(p) -> int:

@@ -7,13 +7,14 @@ is instantiated for and the element-type codes of its template arguments.
 from __future__ import annotations
 
 from ..spec import TYPE_CODES, KernelSpec, Launch, Problem, cdiv, tiles
+from ..cuda_constants import read_constants
 
 # What the tensor-core rungs compute, and the (input, output) dtype pairs, one variant each.
 TC_DTYPES = ("float16", "bfloat16", "tf32")
 TC_VARIANTS = tuple(Problem(1, 1, 1, True, dt, odt) for dt, odt in (
     ("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
     ("tf32", "float32")))
-TC_WARPS_PER_BLOCK = 4   # tensor_common.cuh
+TC_WARPS_PER_BLOCK = read_constants("tensor/01_wmma.cu")["TC_WARPS_PER_BLOCK"]
 
 
 def tc_type_args(prob: Problem) -> tuple[int, int]:
