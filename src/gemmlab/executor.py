@@ -48,6 +48,11 @@ _ONE, _ZERO, _ZERO32 = np.float32(1.0), np.float32(0.0), np.int32(0)
 _f32_memo: dict = {}
 
 
+def _streams_by_handle() -> dict:
+    from .runtime import launch as rt_launch
+    return rt_launch._streams
+
+
 def f32(x) -> np.float32:
     """np.float32(x), memoised for the few values alpha and beta usually take
     (building a NumPy scalar costs more than the rest of a launch's arguments)."""
@@ -105,6 +110,7 @@ class Launcher:
         self._shape = None      # own-args kernels: the launch shape, once the grid is known
         reusable = p.spec.reusable_args is not None and p.spec.reusable_args(pr)
         self._args_memo = {} if reusable else None
+        self._full_memo = {}    # (A, B, C, alpha, beta) -> the whole argument tuple, for direct()
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
         self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
         # The reduction (split-K's second kernel, and BLAS's quick return): a thread per element of C.
@@ -149,6 +155,41 @@ class Launcher:
             finally:
                 ws.close(stream)   # given back in stream order, after the reduction
 
+    def direct(self):
+        """A function (stream, A, B, C, alpha, beta) -> None for the common case of
+        one launch with the standard arguments (one batch chunk, no split-K): the
+        same launch as run(), with every constant bound in the closure, so that a
+        repeated call spends as little Python as possible.  None where run() is
+        needed; run() also takes over for alpha == 0 (BLAS's quick return)."""
+        from .runtime.launch import cuda_core_launch
+        cc_launch, streams, memo = cuda_core_launch(), _streams_by_handle(), _f32_memo
+        if self.own_args and self._args_memo is not None and self.batch == 1:
+            # wgmma with tensor maps of the caller's arrays: the whole argument tuple is
+            # kept per (addresses, alpha, beta) by _run_own_args; any other call runs it.
+            full_memo, full, me, kernel = self._full_memo, self.run, self, self.kernel
+
+            def direct_own(stream, A, B, C, alpha, beta):
+                args, s = full_memo.get((A, B, C, alpha, beta)), streams.get(stream)
+                if args is None or s is None:
+                    full(stream, A, B, C, alpha, beta)
+                    return
+                cc_launch(s, me._shape._config, kernel, *args)
+            return direct_own
+        if self.own_args or self.splits != 1 or len(self.chunks) != 1 or (self.quick_ok and self.k_zero):
+            return None
+        kernel, config = self.kernel, self.chunks[0][4].config()
+        M, N, K = self.args_mk
+        lda, ldb, ldc, sa, sb, sc, extra = self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc, self.extra
+        quick_ok, full = self.quick_ok, self.run
+
+        def direct(stream, A, B, C, alpha, beta):
+            a32, b32, s = memo.get(alpha), memo.get(beta), streams.get(stream)
+            if a32 is None or b32 is None or s is None or (quick_ok and alpha == 0):
+                full(stream, A, B, C, alpha, beta)
+                return
+            cc_launch(s, config, kernel, M, N, K, a32, A, lda, B, ldb, b32, C, ldc, sa, sb, sc, *extra)
+        return direct
+
     def _reduce_kernel(self):
         if self._reduce is None:
             self._reduce = (rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL,
@@ -191,8 +232,12 @@ class Launcher:
                     args = self._memo_args(stream, Operands(a, lda, b, ldb, c, ldc), alpha, beta, grid)
                     if args is None:   # driver-built tensor maps: launched already, by cuLaunchKernel
                         continue
-                launch_shaped(self.kernel, self._shape, stream,
-                              args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:])
+                args = args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:]
+                if self.batch == 1:   # what direct() launches when these addresses and scalars come again
+                    if len(self._full_memo) >= ARGS_KEPT:
+                        self._full_memo.clear()
+                    self._full_memo[(a, b, c, alpha, beta)] = args
+                launch_shaped(self.kernel, self._shape, stream, args)
             return
         for z in range(self.batch):
             ops = Operands(A + z * sa, lda, B + z * sb, ldb, C + z * sc, ldc)
@@ -314,6 +359,11 @@ class PreparedCall:
             p = dataclasses.replace(p, method=precision)
         self.plan = p
         self.launcher = None if self.empty else Launcher(p, gpu, lds, bt.nz, bt.strides)
+        # One launch with the standard arguments, no method to choose: the launcher's closure.
+        self.direct = None
+        if self.launcher is not None and self.chooser is None and len(self.offsets) == 1 \
+                and self.offsets[0] == (0, 0, 0):
+            self.direct = self.launcher.direct()
         # Where the operands sit relative to their data pointers, for the overlap check with out.
         self.spans = None
         if call.C is not None:
@@ -329,10 +379,13 @@ class PreparedCall:
 
     def run(self, A: int, B: int, C: int, alpha, beta, stream: int) -> Plan:
         """Enqueue the call on ``stream`` (a, b, out at A, B, C); returns the plan that ran."""
-        if self.empty:
-            return self.plan
         if self.swap:
             A, B = B, A
+        if self.direct is not None:
+            self.direct(stream, A, B, C, alpha, beta)
+            return self.plan
+        if self.empty:
+            return self.plan
         p, run = self.plan, self.launcher
         if self.chooser is not None:
             p, run = self.chooser(A, B, stream)

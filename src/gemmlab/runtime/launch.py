@@ -197,17 +197,22 @@ class LaunchShape:
 _cc_launch = None
 
 
-def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -> None:
-    """Enqueue ``kernel`` with a prepared shape: the per-call path of a prepared
-    call (arguments: NumPy scalars, ints for pointers, cuda.core tensor maps)."""
+def cuda_core_launch():
+    """cuda.core.launch, imported once."""
     global _cc_launch
     if _cc_launch is None:
         from cuda.core import launch as cc_launch
         _cc_launch = cc_launch
+    return _cc_launch
+
+
+def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -> None:
+    """Enqueue ``kernel`` with a prepared shape: the per-call path of a prepared
+    call (arguments: NumPy scalars, ints for pointers, cuda.core tensor maps)."""
     config = shape._config
     if config is None:
         config = shape.config()
-    _cc_launch(stream_from_handle(stream_handle), config, kernel, *args)
+    (_cc_launch or cuda_core_launch())(stream_from_handle(stream_handle), config, kernel, *args)
 
 
 def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args, cluster=(1, 1, 1)) -> None:
