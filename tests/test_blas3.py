@@ -91,12 +91,17 @@ def test_batches(fam, case):
 
 def test_batches_in_chunks_and_split_k_workspace_per_chunk(monkeypatch):
     """More batches than one launch takes (GRID_Z_MAX lowered to 3), and split-K's
-    workspace limited to two batches' worth: the pointer offsets of every chunk."""
-    monkeypatch.setattr(api, "GRID_Z_MAX", 3)
+    workspace limited to two batches' worth: the pointer offsets of every chunk.
+    (Prepared calls are built with the limits of their time: the cache starts empty.)"""
+    from gemmlab import executor
+    executor.CACHE.clear()
+    monkeypatch.setattr(executor, "GRID_Z_MAX", 3)
     assert not h.batched(GPU, FAMS["naive"], (7, 5, 33), (33, 6), out="C")
     assert not h.batched(GPU, FAMS["wmma_warptile-fp16"], (7, 5, 33), (7, 6, 33), trans_b=True, out="F")
-    monkeypatch.setattr(api, "SPLITK_WORKSPACE_LIMIT", 2 * 3 * 33 * 20 * 4)
+    monkeypatch.setattr(executor, "SPLITK_WORKSPACE_LIMIT", 2 * 3 * 33 * 20 * 4)
+    executor.CACHE.clear()
     assert not h.batched(GPU, FAMS["pipelined-SPLITK3"], (5, 33, 40), (5, 40, 20), out="F")
+    executor.CACHE.clear()   # the next tests get prepared calls with the usual limits
 
 
 def test_more_than_65535_batches():
