@@ -145,7 +145,10 @@ def install(monkeypatch) -> Emulator:
     from gemmlab.runtime import device as rt_device
     emu = Emulator()
     gpu = FakeGPU()
-    executor.CACHE.clear()
+    # A cache of its own for the emulated calls (they hold emulated allocators and streams).
+    cache = executor.PreparedCache()
+    monkeypatch.setattr(executor, "CACHE", cache)
+    monkeypatch.setattr(api, "CACHE", cache)
     monkeypatch.setattr(rt_device, "gpu_info", lambda device=0: gpu)
     monkeypatch.setattr(api, "make_current", lambda device: None)
     monkeypatch.setattr(executor, "make_current", lambda device: None)
