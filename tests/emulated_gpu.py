@@ -161,6 +161,9 @@ def install(monkeypatch) -> Emulator:
         return alloc
     monkeypatch.setattr(executor, "allocator", allocator)
     monkeypatch.setattr(executor, "allow_dynamic_smem", lambda *a: None)
+    # The closures of Launcher.direct call cuda.core's launch itself: emulated calls take
+    # Launcher.run, which makes the same launch through launch_shaped (patched below).
+    monkeypatch.setattr(executor.Launcher, "direct", lambda self: None)
     monkeypatch.setattr(executor, "launch", emu.launch)
     monkeypatch.setattr(executor, "launch_shaped", lambda kernel, shape, stream, args:
                         emu.launch(kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args))
