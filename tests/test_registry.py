@@ -711,7 +711,7 @@ def test_wgmma_exists_only_for_sm90a():
 
 
 def test_plan_refuses_wgmma_on_other_architectures():
-    with pytest.raises(ValueError, match=r"kernel 'wgmma' needs sm_90a.* is sm_80.*'wmma_warptile'"):
+    with pytest.raises(ValueError, match=r"kernel 'wgmma' needs sm_90a.* is sm_80.*'mma_pipelined'"):
         gemmlab.plan("wgmma", 256, 256, 256, dtype="bfloat16", out_dtype="bfloat16", arch="sm_80")
     # Without an architecture (planning before the GPU is known) the name is accepted.
     assert gemmlab.plan("wgmma", 256, 256, 256, dtype="bfloat16", out_dtype="bfloat16").spec.name == "wgmma"
@@ -747,13 +747,24 @@ def test_wgmma_falls_back_when_tma_cannot_read_the_operands(dtype, caplog):
     with caplog.at_level(logging.DEBUG, logger="gemmlab"):
         p = gemmlab.plan("wgmma", 4097, 4095, 513, dtype=dtype, out_dtype=dtype, arch="sm_90a",
                          tma_aligned=False, BN=128)
-    assert p.spec.name == "wmma_warptile" and p.params == registry.get("wmma_warptile").defaults()
+    # mma_pipelined reads any alignment (its narrow-copy variant): the next rung down, not two
+    assert p.spec.name == "mma_pipelined" and p.params == registry.get("mma_pipelined").defaults()
     assert "wgmma cannot take these operands: TMA needs" in p.fallback_reason
-    assert p.describe().startswith("wmma_warptile(") and "[wgmma cannot take these operands" in p.describe()
-    assert any("running wmma_warptile instead" in r.getMessage() for r in caplog.records)
+    assert p.describe().startswith("mma_pipelined(") and "[wgmma cannot take these operands" in p.describe()
+    assert any("running mma_pipelined instead" in r.getMessage() for r in caplog.records)
     # auto falls back the same way
     assert gemmlab.plan("auto", 4097, 4095, 513, dtype=dtype, out_dtype=dtype, arch="sm_90a",
-                        tma_aligned=False).spec.name == "wmma_warptile"
+                        tma_aligned=False).spec.name == "mma_pipelined"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_fallbacks_chain_down_to_a_kernel_that_reads_the_layout(dtype):
+    """x @ W.t() (op(B) column-major): wgmma reads NN only, mma_pipelined too, so
+    wmma_warptile, with both reasons."""
+    p = gemmlab.plan("auto", 4096, 4096, 4096, dtype=dtype, out_dtype=dtype, arch="sm_90a", op_b="T")
+    assert p.spec.name == "wmma_warptile"
+    assert p.fallback_reason.count("cannot take these operands") == 2
+    assert "running mma_pipelined instead" in p.fallback_reason and "running wmma_warptile instead" in p.fallback_reason
 
 
 def test_wgmma_tf32_never_falls_back():

@@ -144,13 +144,13 @@ def test_every_configuration(params, dtype, out_dtype, caplog):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("how", ["contiguous-odd-widths", "base-off-by-one-element"])
 def test_fallback_when_tma_cannot_read(dtype, how, caplog):
-    """Operands TMA cannot take still give the right result, through wmma_warptile, and the
-    log says why."""
+    """Operands TMA cannot take still give the right result, through mma_pipelined (its
+    narrow copies read any alignment), and the log says why."""
     rng = np.random.default_rng(3)
     if how == "contiguous-odd-widths":   # rows of 1026 and 8190 bytes
-        _check(4097, 4095, 513, dtype, dtype, 1.0, 0.0, rng, caplog, pad=0, expect="wmma_warptile")
+        _check(4097, 4095, 513, dtype, dtype, 1.0, 0.0, rng, caplog, pad=0, expect="mma_pipelined")
     else:                                # 2 bytes off a 16-byte boundary
-        _check(300, 200, 64, dtype, "float32", 0.5, 2.0, rng, caplog, offset=1, expect="wmma_warptile")
+        _check(300, 200, 64, dtype, "float32", 0.5, 2.0, rng, caplog, offset=1, expect="mma_pipelined")
     assert any("wgmma cannot take these operands: TMA needs" in r.getMessage() for r in caplog.records)
 
 

@@ -377,15 +377,27 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     problem = Problem(M, N, K, aligned16, dtype, out_dtype, op_a, op_b, tma_aligned=tma_aligned,
                       sm_count=sm_count)
     spec.check_dtypes(problem)
+    # A kernel that cannot read these operands hands them to its fallback, which may
+    # hand them on (wgmma -> mma_pipelined, which copies any alignment with narrow
+    # copies -> wmma_warptile, which reads every layout).
+    whys = []
     reason = spec.why_unusable(problem)
-    if reason:
+    while reason:
         fallback = registry.get(spec.fallback)
-        why = f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead"
-        log.debug("%s", why)
-        spec, params = fallback, fallback.resolve({})
+        whys.append(f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead")
+        log.debug("%s", whys[-1])
+        spec, params = fallback, fallback.resolve(_fallback_params(fallback, M, N, K, sm_count, batch))
         spec.check_dtypes(problem)
-        return Plan(spec, params, problem, spec.name_expression(params, problem), fallback_reason=why)
-    return Plan(spec, params, problem, spec.name_expression(params, problem))
+        reason = spec.why_unusable(problem)
+    return Plan(spec, params, problem, spec.name_expression(params, problem), fallback_reason="; ".join(whys))
+
+
+def _fallback_params(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch: int) -> dict:
+    """The tile parameters a fallback kernel takes: mma_pipelined's auto rule (its
+    defaults, or 64 x 64 tiles where those leave SMs idle), other kernels' defaults."""
+    if spec.name == "mma_pipelined":
+        return auto_tensor_params(M, N, K, sm_count, batch)[1]
+    return {}
 
 
 def _dtype_arg(value, name: str) -> str | None:

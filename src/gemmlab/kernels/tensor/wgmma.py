@@ -187,7 +187,7 @@ SPEC = KernelSpec(
     arches=(WGMMA_SM90,),
     layouts=(("N", "N"),),
     unusable=_unusable,
-    fallback="wmma_warptile",
+    fallback="mma_pipelined",
     kernel_args=wgmma_kernel_args,
     # The tensor maps (and for TF32 no rounded copy: TMA rounds) when TMA reads a and b in place.
     reusable_args=lambda prob: prob.tma_aligned,
