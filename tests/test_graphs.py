@@ -8,14 +8,13 @@ CuPy stream capture), the error-corrected methods that cannot be captured, and
 Inputs are fresh random values, never zeros; out is poisoned (NaN) before
 every run, so an element a kernel does not write fails."""
 
-import threading
-
 import numpy as np
 import pytest
 
 import gemmlab
 from gemmlab import executor
 from gemmlab.runtime import device as rt_device
+from threads import run_in_threads
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
@@ -251,31 +250,24 @@ def test_the_pytorch_operator_in_a_graph():
 def test_eight_threads_on_eight_streams_share_the_cache():
     shapes = [(77, 45, 130), (64, 64, 64), (33, 96, 200), (128, 40, 72)]
     kinds = [("float32", {}), ("bfloat16", {}), ("float32", {"precision": "tf32"}), ("float16", {})]
-    errors, results = [], {}
+    results = {}
 
     def work(i):
-        try:
-            gen = torch.Generator(device="cuda").manual_seed(100 + i)
-            stream = torch.cuda.Stream()
-            dtype, kw = kinds[i % len(kinds)]
-            with torch.cuda.stream(stream):
-                mine = []
-                for j in range(24):
-                    M, N, K = shapes[(i + j) % len(shapes)]
-                    a, b = _operand(M, K, dtype, "N", gen), _operand(K, N, dtype, "TN"[j % 2], gen)
-                    out = torch.full((M, N), float("nan"), device="cuda", dtype=a.dtype)
-                    gemmlab.matmul(a, b, out=out, **kw)
-                    mine.append((a, b, out, _bound(dtype, kw.get("precision"))))
-                stream.synchronize()
-            results[i] = mine
-        except Exception as exc:   # reported below, with the thread's number
-            errors.append((i, exc))
+        gen = torch.Generator(device="cuda").manual_seed(100 + i)
+        stream = torch.cuda.Stream()
+        dtype, kw = kinds[i % len(kinds)]
+        with torch.cuda.stream(stream):
+            mine = []
+            for j in range(24):
+                M, N, K = shapes[(i + j) % len(shapes)]
+                a, b = _operand(M, K, dtype, "N", gen), _operand(K, N, dtype, "TN"[j % 2], gen)
+                out = torch.full((M, N), float("nan"), device="cuda", dtype=a.dtype)
+                gemmlab.matmul(a, b, out=out, **kw)
+                mine.append((a, b, out, _bound(dtype, kw.get("precision"))))
+            stream.synchronize()
+        results[i] = mine
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_in_threads(work, 8)
     assert not errors, errors
     for i, mine in results.items():
         for a, b, out, bound in mine:

@@ -2,14 +2,13 @@
 result too big for the GPU is a clear error, sizes beyond 32-bit ints are
 refused, and several threads on several streams get correct results."""
 
-import threading
-
 import numpy as np
 import pytest
 
 import gemmlab
 from gemmlab.kernels import registry
 from gemmlab.verify import compare, random_matrix, reference
+from threads import run_in_threads
 
 KERNELS = [s.name for s in registry.ladder("simt")] + ["auto"]
 
@@ -52,26 +51,19 @@ def test_result_too_big_for_the_gpu_is_a_clear_error():
 @pytest.mark.gpu
 def test_threads_on_their_own_streams_get_correct_results():
     import cupy as cp
-    errors, results = [], {}
+    results = {}
 
     def work(i):
-        try:
-            rng = np.random.default_rng(i)
-            M, N, K = 200 + 17 * i, 150 + 13 * i, 300 + 7 * i
-            with cp.cuda.Stream(non_blocking=True) as s:
-                a = cp.asarray(random_matrix(M, K, "uniform", rng))
-                b = cp.asarray(random_matrix(K, N, "uniform", rng))
-                for rep in range(5):
-                    c = gemmlab.matmul(a, b, kernel=KERNELS[(i + rep) % len(KERNELS)])
-                s.synchronize()
-                results[i] = compare(c, reference(a, b)).rel_fro
-        except Exception as exc:   # reported below, with the thread it came from
-            errors.append((i, exc))
+        rng = np.random.default_rng(i)
+        M, N, K = 200 + 17 * i, 150 + 13 * i, 300 + 7 * i
+        with cp.cuda.Stream(non_blocking=True) as s:
+            a = cp.asarray(random_matrix(M, K, "uniform", rng))
+            b = cp.asarray(random_matrix(K, N, "uniform", rng))
+            for rep in range(5):
+                c = gemmlab.matmul(a, b, kernel=KERNELS[(i + rep) % len(KERNELS)])
+            s.synchronize()
+            results[i] = compare(c, reference(a, b)).rel_fro
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_in_threads(work, 8)
     assert not errors, errors
     assert len(results) == 8 and max(results.values()) <= 1e-5, results

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import ec, tuned
-from .arrays import ITEMSIZE, Operand, describe
+from .arrays import ITEMSIZE, Operand, _c_strides, describe
 from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
 from .runtime.tma import tma_aligned
@@ -130,14 +130,6 @@ def overlaps_itself(shape, strides) -> bool:
             return True
         extent += (n - 1) * s
     return False
-
-
-def _c_strides(shape) -> tuple[int, ...]:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(out))
 
 
 def _op_name(name: str, trans: bool) -> str:
