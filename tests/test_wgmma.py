@@ -92,9 +92,8 @@ def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset
                        **({"precision": "tf32"} if dtype == "tf32" else {}))
         torch.cuda.synchronize()
     ran = _ran(caplog)
-    assert len(ran) == 1 and ran[0].startswith(f"running {expect}("), ran
-    if expect == "wgmma" and min(M, N, K) > 1:   # the layout read: the operands as stored (a
-        # vector's layout is ambiguous: gemmlab may read it either way)
+    assert len(ran) == 1 and (expect is None or ran[0].startswith(f"running {expect}(")), ran
+    if expect == "wgmma" and ops != "NN":   # the layout read: the operands as stored
         assert gemmlab.last_plan().name_expression.endswith(f"'{ops[0]}', '{ops[1]}'>")
     ref = alpha * (a64 @ b64) + (beta * c0.double() if beta else 0)
     bad = torch.isnan(out) | ((out.double() - ref).abs() > 0.05 * ref.abs().max())
@@ -145,7 +144,12 @@ def test_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, c
     read through the transpose bit), B 'T' (N x K, K-major), on shapes that are multiples
     of no tile."""
     M, N, K = shape
-    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M * 5 + N + K), caplog, ops=ops)
+    # A vector's layout is ambiguous: a transposed view with a dimension of 1 may be read
+    # as the other layout, whose stride TMA may refuse (a 63 x 1 'T' view of a 1 x 63 row is
+    # 63 rows of 2 bytes as 'N'), and fall back; the result is checked either way.
+    expect = "wgmma" if min(shape) > 1 else None
+    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M * 5 + N + K), caplog, ops=ops,
+           expect=expect)
 
 
 @hopper
@@ -258,7 +262,8 @@ def test_clusters_on_odd_shapes(dtype, out_dtype, shape, bm, ops, caplog):
                        **({"precision": "tf32"} if dtype == "tf32" else {}))
         torch.cuda.synchronize()
     assert "CLUSTER=2" in _ran(caplog)[0]
-    assert gemmlab.last_plan().name_expression.endswith(f"'{ops[0]}', '{ops[1]}'>")
+    if min(shape) > 1:   # (a vector's layout is ambiguous: 1 x 1 is read as NN)
+        assert gemmlab.last_plan().name_expression.endswith(f"'{ops[0]}', '{ops[1]}'>")
     ref = a64 @ b64
     err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
     assert not torch.isnan(out).any() and err <= BOUND[out_dtype], err
