@@ -25,7 +25,7 @@ from gemmlab.runtime.device import gpu_info  # noqa: E402
 def main() -> int:
     t0 = time.time()
     gpu = gpu_info(0)
-    items = set(blas3_harness.instantiations(blas3_harness.FAMILIES))
+    items = set(blas3_harness.instantiations(blas3_harness.FAMILIES + blas3_harness.TMA_FAMILIES, gpu.arch))
     named = [c for c in test_gpu_correctness._cases() if c[0] != "auto"]
     table = tuning.load_table(gpu.slug)
     if table:
@@ -39,8 +39,13 @@ def main() -> int:
             p = api.plan(kernel, 64, 64, 64, aligned16=aligned, **params)
             items.add((str(p.spec.source_path), p.name_expression))
     for spec in registry.ladder("tensor"):
+        if not spec.builds_for(gpu.arch):
+            continue
         for params, prob in spec.instantiations([spec.defaults()], layouts=[("N", "N")]):
             items.add((str(spec.source_path), spec.name_expression(params, prob)))
+    if registry.get("wgmma").builds_for(gpu.arch):   # tests/test_wgmma.py: every configuration, every layout
+        wg = registry.get("wgmma")
+        items |= {(str(wg.source_path), n) for n in wg.all_name_expressions()}
     n = rt_compile.precompile(sorted(items), gpu.arch)
     print(f"precompiled {n} of {len(items)} instantiations for {gpu.arch} in {time.time() - t0:.0f} s")
     return 0

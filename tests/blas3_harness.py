@@ -54,7 +54,21 @@ FAMILIES = [family(s.name, "float32") for s in registry.ladder("simt")] + [
     family("wmma", "float16"), family("wmma", "tf32"),
     family("wmma_warptile", "float16"), family("wmma_warptile", "tf32"),
     family("ec_wmma", "fp16_ec"), family("ec_wgmma", "fp16_ec"), family("ec_wgmma", "tf32_ec"),
+    family("wgmma", "float16"),
 ]
+# The TMA rung on operands TMA reads (level3 with TMA_DIMS, TMA_PAD, TMA_GUARD): every
+# stored row a multiple of 16 bytes and every base 16-byte aligned, so that wgmma itself
+# runs in each layout (the rung that ran is asserted); its 128 x 256 default and a
+# cluster of two 64 x 128 blocks (B multicast).  264 > 256: several tiles of M, N, K.
+TMA_FAMILIES = [family("wgmma", "float16"),
+                ("wgmma-fp16-cluster2", "wgmma", {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128,
+                                                  "CLUSTER": 2}, "float16", None, "float16")]
+TMA_DIMS, TMA_PAD, TMA_GUARD = (0, 8, 40, 264), 8, 8
+
+
+def runs_on(fam, arch: str) -> bool:
+    """Whether the family's kernel exists for the GPU's architecture (wgmma: Hopper only)."""
+    return fam[1] == "auto" or registry.get(fam[1]).builds_for(arch)
 
 
 def kernel_family(fam) -> str:
@@ -70,15 +84,18 @@ def kernel_dtype(fam) -> str:
     return precision if precision in ("tf32", *registry.EC_METHODS) else in_dt
 
 
-def instantiations(families) -> set[tuple[str, str]]:
+def instantiations(families, arch: str | None = None) -> set[tuple[str, str]]:
     """(source, name expression) of everything the tester launches: each family in
-    each layout, aligned and not, and the split-K reduction."""
+    each layout, aligned and not, TMA-aligned and not, and the split-K reduction
+    (``arch``: only the families that run there)."""
     items = {(str(registry.SPLITK_REDUCE_SOURCE), registry.SPLITK_REDUCE_KERNEL)}
     for fam in families:
+        if arch is not None and not runs_on(fam, arch):
+            continue
         _, kernel, params, _, _, out_dt = fam
         for (op_a, op_b), aligned in itertools.product(registry.LAYOUTS, (True, False)):
             p = api.plan(kernel, 64, 64, 64, aligned16=aligned, dtype=kernel_dtype(fam), out_dtype=out_dt,
-                         op_a=op_a, op_b=op_b, **params)
+                         op_a=op_a, op_b=op_b, tma_aligned=aligned, arch=arch, **params)
             items.add((str(p.spec.source_path), p.name_expression))
     return items
 
@@ -153,8 +170,9 @@ def check(got, ref, mag, K, out_dtype, kernel_family, case, failures):
         failures.append((case, f"error {err[i]:.3e} > bound {b[i]:.3e} at {tuple(map(int, i))}"))
 
 
-def level3(be: Backend, fam, trans_a, trans_b, dims=DIMS, scalars=SCALARS, pad=3, guard=1, seed=0):
-    """The tester over dims^3 x scalars^2 for one family and op pair; returns the failures."""
+def level3(be: Backend, fam, trans_a, trans_b, dims=DIMS, scalars=SCALARS, pad=3, guard=1, seed=0, expect=None):
+    """The tester over dims^3 x scalars^2 for one family and op pair; returns the failures
+    (``expect``: the kernel every non-empty product must have run on, no fallback)."""
     _, kernel, params, in_dt, precision, out_dt = fam
     kfam = kernel_family(fam)
     rng = np.random.default_rng(seed)
@@ -183,6 +201,9 @@ def level3(be: Backend, fam, trans_a, trans_b, dims=DIMS, scalars=SCALARS, pad=3
             ret = gemmlab.matmul(a_arg, b_arg, out=out, alpha=alpha, beta=beta, trans_a=trans_a,
                                  trans_b=trans_b, kernel=kernel, precision=precision, **params)
             assert ret is out
+            ran = gemmlab.last_plan()
+            if expect and M and N and K and (ran is None or ran.spec.name != expect):
+                failures.append(((M, N, K, alpha, beta), f"ran {ran.describe() if ran else None}, not {expect}"))
         got_all = be.get(dev)
         prod = va.astype(np.float64) @ vb.astype(np.float64)
         absprod = np.abs(va.astype(np.float64)) @ np.abs(vb.astype(np.float64))

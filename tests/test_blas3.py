@@ -48,13 +48,33 @@ def _precompiled():
     """Every instantiation launched below, compiled first in parallel processes."""
     from gemmlab.runtime import compile as rt_compile
     from gemmlab.runtime.device import gpu_info
-    rt_compile.precompile(sorted(h.instantiations(h.FAMILIES)), gpu_info(0).arch)
+    arch = gpu_info(0).arch
+    rt_compile.precompile(sorted(h.instantiations(h.FAMILIES + h.TMA_FAMILIES, arch)), arch)
+
+
+def _skip_unless_runs(fam):
+    from gemmlab.runtime.device import gpu_info
+    if not h.runs_on(fam, gpu_info(0).arch):
+        pytest.skip(f"{fam[1]} does not exist for {gpu_info(0).arch}")
 
 
 @pytest.mark.parametrize("trans_a, trans_b", h.OPS, ids=OPS_IDS)
 @pytest.mark.parametrize("fam", h.FAMILIES, ids=lambda f: f[0])
 def test_level3(fam, trans_a, trans_b):
+    _skip_unless_runs(fam)
     failures = h.level3(GPU, fam, trans_a, trans_b, seed=len(fam[0]) * 4 + 2 * trans_a + trans_b)
+    assert not failures, f"{len(failures)} failures, e.g. {failures[:8]}"
+
+
+@pytest.mark.parametrize("trans_a, trans_b", h.OPS, ids=OPS_IDS)
+@pytest.mark.parametrize("fam", h.TMA_FAMILIES, ids=lambda f: f[0])
+def test_level3_tma(fam, trans_a, trans_b):
+    """wgmma on operands TMA reads, in every layout (each operand K- or MN-major in shared
+    memory; out column-major for every other K, so each layout also runs as out^T = b^T a^T):
+    the rung that ran is asserted, no fallback."""
+    _skip_unless_runs(fam)
+    failures = h.level3(GPU, fam, trans_a, trans_b, h.TMA_DIMS, pad=h.TMA_PAD, guard=h.TMA_GUARD,
+                        seed=7 + 2 * trans_a + trans_b, expect=fam[1])
     assert not failures, f"{len(failures)} failures, e.g. {failures[:8]}"
 
 
@@ -63,6 +83,7 @@ def test_level3(fam, trans_a, trans_b):
 def test_level3_aligned(fam, trans_a, trans_b):
     """Widths, leading dimensions and addresses all multiples of 16 bytes: the VEC
     variants, and shapes past rung 8's 128 x 256 tile (its unchecked copies run)."""
+    _skip_unless_runs(fam)
     failures = []
     for dims in [(4, 36), (132, 264)]:
         failures += h.level3(GPU, fam, trans_a, trans_b, dims, (1.0, -1.3), pad=4, guard=4, seed=11)
@@ -84,6 +105,7 @@ BATCH_CASES = [
 @pytest.mark.parametrize("fam", h.FAMILIES, ids=lambda f: f[0])
 @pytest.mark.parametrize("case", BATCH_CASES, ids=lambda c: f"{c[0]}x{c[1]}-{c[5]}")
 def test_batches(fam, case):
+    _skip_unless_runs(fam)
     a_shape, b_shape, ta, tb, colmajor, out = case
     failures = h.batched(GPU, fam, a_shape, b_shape, trans_a=ta, trans_b=tb, colmajor_in=colmajor, out=out)
     assert not failures, failures

@@ -41,7 +41,7 @@ from gemmlab.tuned import SHIPPED_DIR
 ARCHES = ("sm_80", "sm_90a")
 EVERY_CONFIG_ARCHES = ARCHES if os.environ.get("GEMMLAB_FULL_COMPILE_CHECK") == "1" else ("sm_90a",)
 SPECS = registry.ladder()
-ALL_LAYOUTS_FOR_EVERY_CONFIG = ("smem_tiled", "wmma")
+ALL_LAYOUTS_FOR_EVERY_CONFIG = ("smem_tiled", "wmma", "wgmma")
 
 
 def _tuned_configs(spec) -> list[dict]:
@@ -157,8 +157,9 @@ def test_defaults_and_tuned_configurations_compile_in_every_layout(spec):
     assert spec.defaults() in configs
     for p in configs:
         for prob in spec.variants:
-            for op_a, op_b in spec.layouts:   # the layouts the kernel reads (wgmma, mma_pipelined: NN)
-                assert spec.name_expression(p, prob.with_layout(op_a, op_b)) in insts
+            for op_a, op_b in spec.layouts:   # the layouts the kernel reads (mma_pipelined: NN)
+                if not spec.why_unusable(prob.with_layout(op_a, op_b)):   # (wgmma: TF32 NN only)
+                    assert spec.name_expression(p, prob.with_layout(op_a, op_b)) in insts
     if spec.name == "pipelined":   # both tables' winners, each in 4 layouts x 2 variants
         assert len(configs) > 3
 
@@ -299,15 +300,25 @@ def hopper_path_sass(name, ladder_module, ladder_sass):
 @needs_nvdisasm
 def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, ladder_sass):
     """Every instantiation of the wgmma rung runs on the Hopper path (hopper_path_sass),
-    BK / MMA_K = 4 HGMMA per stage unrolled, of the instantiation's type."""
+    BK / MMA_K = 4 HGMMA per stage unrolled, of the instantiation's type, in every layout
+    it reads (16-bit: all four; TF32: NN).  A 16-bit operand stored MN-major (A 'T': K x M;
+    B 'N': K x N) is read through the transpose bit, a K-major one (A 'N', B 'T') without."""
+    seen = set()
     for name, text, facts in hopper_path_sass("wgmma", ladder_module, ladder_sass):
         # nvdisasm writes FP16 as the default (no type suffix): HGMMA.64x256x16.F32
         dt = int(name.split("<")[1].split(",")[0])
-        expect = {0: r"HGMMA\.64x\d+x16\.F32 ", 1: r"HGMMA\.64x\d+x16\.F32\.BF16 ",
-                  2: r"HGMMA\.64x\d+x8\.F32\.TF32 "}[dt]
-        assert re.search(expect, text), f"{name}: no {expect}"
-        if dt != 2:       # 16-bit B is read N-major through the transpose bit
-            assert ".tnspB" in text, name
+        op_a, op_b = re.findall(r"'([NT])'", name)
+        seen.add((dt, op_a + op_b))
+        expect = {0: r"HGMMA\.64x\d+x16\.F32", 1: r"HGMMA\.64x\d+x16\.F32\.BF16",
+                  2: r"HGMMA\.64x\d+x8\.F32\.TF32"}[dt]
+        assert re.search(expect + r"[ .]", text), f"{name}: no {expect}"
+        assert facts["HGMMA"] == 4, f"{name}: {facts}"
+        if dt != 2:
+            assert (".tnspA" in text) == (op_a == "T"), name
+            assert (".tnspB" in text) == (op_b == "N"), name
+        else:
+            assert (op_a, op_b) == ("N", "N") and ".tnsp" not in text, name
+    assert seen == {(dt, ops) for dt in (0, 1) for ops in ("NN", "TN", "NT", "TT")} | {(2, "NN")}, seen
 
 
 @needs_nvdisasm

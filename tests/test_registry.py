@@ -299,16 +299,19 @@ def test_all_name_expressions(spec):
     assert len(names) == len(set(names))
     # The split-K factor is a launch shape, not a template argument: one instantiation serves all.
     compiled = {tuple(v for k, v in c.items() if k != spec.split_k_param) for c in spec.configurations()}
-    # Every layout, except for kernels that read fewer (wgmma: NN) and those whose launch packs
-    # the operands row-major first (ec_wgmma: one instantiation, NN, serves every layout).
+    # Every layout, except for kernels that read fewer, or some in some types only (wgmma:
+    # TF32 NN only), and those whose launch packs the operands row-major first (ec_wgmma:
+    # one instantiation, NN, serves every layout).
     layouts = [("N", "N")] if spec.packed else spec.layouts
     assert set(layouts) <= set(registry.LAYOUTS) and ("N", "N") in layouts
-    assert len(names) == len(compiled) * len(spec.variants) * len(layouts)
+    read = {la: sum(not spec.why_unusable(v.with_layout(*la)) for v in spec.variants) for la in layouts}
+    assert read[("N", "N")] == len(spec.variants)   # every type reads NN
+    assert len(names) == len(compiled) * sum(read.values())
     assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
     for op_a, op_b in registry.LAYOUTS:   # the layouts are the last two template arguments
-        expected = len(names) // len(layouts) if (op_a, op_b) in layouts else 0
+        expected = len(compiled) * read.get((op_a, op_b), 0)
         assert sum(n.endswith(f", '{op_a}', '{op_b}'>") for n in names) == expected
-    assert len(spec.all_name_expressions(layouts=[("N", "N")])) == len(names) // len(layouts)
+    assert len(spec.all_name_expressions(layouts=[("N", "N")])) == len(compiled) * len(spec.variants)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
@@ -757,14 +760,36 @@ def test_wgmma_falls_back_when_tma_cannot_read_the_operands(dtype, caplog):
                         tma_aligned=False).spec.name == "mma_pipelined"
 
 
+@pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_reads_every_16bit_layout(dtype, op_a, op_b):
+    """x @ W.t() (NT), x.t() @ W (TN), TT: 16-bit wgmma reads each operand as stored
+    (K- or MN-major in shared memory), so auto and a named wgmma run it, no fallback."""
+    for kernel in ("auto", "wgmma"):
+        p = gemmlab.plan(kernel, 4096, 4096, 4096, dtype=dtype, out_dtype=dtype, arch="sm_90a", op_a=op_a, op_b=op_b)
+        assert p.spec.name == "wgmma" and p.fallback_reason == "", p.describe()
+        assert p.name_expression.endswith(f", '{op_a}', '{op_b}'>")
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_fallbacks_chain_down_to_a_kernel_that_reads_the_layout(dtype):
-    """x @ W.t() (op(B) column-major): wgmma reads NN only, mma_pipelined too, so
-    wmma_warptile, with both reasons."""
-    p = gemmlab.plan("auto", 4096, 4096, 4096, dtype=dtype, out_dtype=dtype, arch="sm_90a", op_b="T")
+    """x @ W.t() (op(B) column-major) with rows TMA cannot read: wgmma falls back for the
+    alignment, mma_pipelined reads NN only, so wmma_warptile, with both reasons."""
+    p = gemmlab.plan("auto", 4096, 4096, 4096, dtype=dtype, out_dtype=dtype, arch="sm_90a", op_b="T",
+                     tma_aligned=False)
     assert p.spec.name == "wmma_warptile"
     assert p.fallback_reason.count("cannot take these operands") == 2
+    assert "TMA needs" in p.fallback_reason
     assert "running mma_pipelined instead" in p.fallback_reason and "running wmma_warptile instead" in p.fallback_reason
+
+
+@pytest.mark.parametrize("op_a, op_b", [("T", "N"), ("N", "T"), ("T", "T")])
+def test_wgmma_tf32_reads_nn_only(op_a, op_b):
+    """TF32 computes C^T = B^T A^T (its wgmma has no transpose bit): other layouts fall back,
+    and the reason says so."""
+    p = gemmlab.plan("wgmma", 4096, 4096, 4096, dtype="tf32", arch="sm_90a", op_a=op_a, op_b=op_b)
+    assert p.spec.name != "wgmma"
+    assert f"reads row-major a and b (NN) only, not {op_a}{op_b}" in p.fallback_reason
 
 
 def test_wgmma_tf32_never_falls_back():
@@ -844,7 +869,10 @@ def test_wgmma_name_expressions():
     assert WGMMA.name_expression(d, prob) == f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, 'N', 'N'>"
     assert WGMMA.name_expression({"BM": 64, "BN": 128, "STAGES": 3, "CLUSTER": 2}, Problem(1, 1, 1, True, "tf32")) == \
         "gemmlab::wgmma_gemm<2, 3, 64, 128, 3, 2, 'N', 'N'>"
-    assert len(WGMMA.all_name_expressions()) == 22 * 5
+    # 16-bit (4 type pairs) in every layout, TF32 in NN only
+    assert len(WGMMA.all_name_expressions()) == 22 * (4 * 4 + 1)
+    assert WGMMA.name_expression(d, prob.with_layout("N", "T")) == \
+        f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, 'N', 'T'>"
 
 
 # -- ec_wgmma (Hopper, error-corrected) ------------------------------------------------------

@@ -70,10 +70,19 @@ def _ran(caplog) -> list[str]:
     return [f"running {p.describe()}"] if p is not None else []
 
 
-def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset=0, expect="wgmma"):
+def _operand(rows, cols, layout, ld, dtype, rng, offset=0):
+    """op(x), rows x cols: stored row-major ('N'), or the transpose of a row-major cols x rows
+    array ('T', a transposed view: no copy), rows of ld elements as stored."""
+    if layout == "N":
+        return _padded(rows, cols, ld(cols), dtype, rng, offset)
+    x, x64 = _padded(cols, rows, ld(rows), dtype, rng, offset)
+    return x.t(), x64.t()
+
+
+def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset=0, expect="wgmma", ops="NN"):
     ld = lambda n: -(-n // pad) * pad if pad else n
-    a, a64 = _padded(M, K, ld(K), dtype, rng, offset)
-    b, b64 = _padded(K, N, ld(N), dtype, rng)
+    a, a64 = _operand(M, K, ops[0], ld, dtype, rng, offset)
+    b, b64 = _operand(K, N, ops[1], ld, dtype, rng)
     ot = getattr(torch, out_dtype)
     c0 = torch.from_numpy(random_matrix(M, N, "uniform", rng)).cuda().to(ot)
     out = c0.clone() if beta else torch.full((M, N), float("nan"), device="cuda", dtype=ot)
@@ -83,7 +92,9 @@ def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset
                        **({"precision": "tf32"} if dtype == "tf32" else {}))
         torch.cuda.synchronize()
     ran = _ran(caplog)
-    assert len(ran) == 1 and ran[0].startswith(f"running {expect}("), ran
+    assert len(ran) == 1 and (expect is None or ran[0].startswith(f"running {expect}(")), ran
+    if expect == "wgmma" and ops != "NN":   # the layout read: the operands as stored
+        assert gemmlab.last_plan().name_expression.endswith(f"'{ops[0]}', '{ops[1]}'>")
     ref = alpha * (a64 @ b64) + (beta * c0.double() if beta else 0)
     bad = torch.isnan(out) | ((out.double() - ref).abs() > 0.05 * ref.abs().max())
     if bad.any():
@@ -122,18 +133,41 @@ def test_odd_shapes(dtype, out_dtype, shape, alpha, beta, caplog):
 
 @hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("ops", ["TN", "NT", "TT"])
+@pytest.mark.parametrize("dtype, out_dtype", [("float16", "float32"), ("bfloat16", "bfloat16")])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 13, 5), (64, 256, 64), (129, 257, 65), (5, 300, 64),
+                                   (300, 5, 64), (63, 1000, 1), (100, 100, 3000), (4097, 4095, 513)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
+def test_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, caplog):
+    """16-bit operands as stored, without a copy: A 'T' (K x M, M-major in shared memory,
+    read through the transpose bit), B 'T' (N x K, K-major), on shapes that are multiples
+    of no tile."""
+    M, N, K = shape
+    # A vector's layout is ambiguous: a transposed view with a dimension of 1 may be read
+    # as the other layout, whose stride TMA may refuse (a 63 x 1 'T' view of a 1 x 63 row is
+    # 63 rows of 2 bytes as 'N'), and fall back; the result is checked either way.
+    expect = "wgmma" if min(shape) > 1 else None
+    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M * 5 + N + K), caplog, ops=ops,
+           expect=expect)
+
+
+@hopper
+@pytest.mark.gpu
 @pytest.mark.parametrize("params", registry.get("wgmma").configurations(),
                          ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
-@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("tf32", "float32")])
-def test_every_configuration(params, dtype, out_dtype, caplog):
+@pytest.mark.parametrize("dtype, out_dtype, ops", [("bfloat16", "bfloat16", "NN"), ("tf32", "float32", "NN"),
+                                                   ("bfloat16", "bfloat16", "NT"), ("float16", "float16", "TT")])
+def test_every_configuration(params, dtype, out_dtype, ops, caplog):
     rng = np.random.default_rng(5)
-    a, a64 = _padded(300, 520, 520, dtype, rng)
-    b, b64 = _padded(520, 333, 336, dtype, rng)
+    a, a64 = _operand(300, 520, ops[0], lambda n: -(-n // 8) * 8, dtype, rng)
+    b, b64 = _operand(520, 333, ops[1], lambda n: -(-n // 8) * 8, dtype, rng)
     out = torch.full((300, 333), float("nan"), device="cuda", dtype=getattr(torch, out_dtype))
     with caplog.at_level(logging.DEBUG, logger="gemmlab"):
         gemmlab.matmul(a, b, out=out, kernel="wgmma", **params, **({"precision": "tf32"} if dtype == "tf32" else {}))
         torch.cuda.synchronize()
     assert _ran(caplog)[0].startswith("running wgmma(" + ", ".join(f"{k}={v}" for k, v in params.items()))
+    assert gemmlab.last_plan().name_expression.endswith(f"'{ops[0]}', '{ops[1]}'>")
     ref = a64 @ b64
     err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
     assert not torch.isnan(out).any() and err <= BOUND[out_dtype], err
@@ -211,19 +245,25 @@ def test_many_tiles_per_block():
 @pytest.mark.parametrize("shape", [(1, 1, 1), (129, 257, 65), (300, 5, 64), (4097, 4095, 513)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("bm", [64, 128])
-def test_clusters_on_odd_shapes(dtype, out_dtype, shape, bm, caplog):
+@pytest.mark.parametrize("ops", ["NN", "NT", "TT"])
+def test_clusters_on_odd_shapes(dtype, out_dtype, shape, bm, ops, caplog):
     """Clusters of two blocks sharing (multicasting) the B tile, including an odd number of
-    tile-rows, where the second block of the last cluster computes rows past M."""
+    tile-rows, where the second block of the last cluster computes rows past M; B 'N' is
+    multicast in 64-column boxes, B 'T' (K-major) in halves of its BN rows."""
+    if dtype == "tf32" and ops != "NN":
+        pytest.skip("TF32 reads NN only")
     M, N, K = shape
     rng = np.random.default_rng(M + N + K + bm)
-    a, a64 = _padded(M, K, -(-K // 8) * 8, dtype, rng)
-    b, b64 = _padded(K, N, -(-N // 8) * 8, dtype, rng)
+    a, a64 = _operand(M, K, ops[0], lambda n: -(-n // 8) * 8, dtype, rng)
+    b, b64 = _operand(K, N, ops[1], lambda n: -(-n // 8) * 8, dtype, rng)
     out = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, out_dtype))
     with caplog.at_level(logging.DEBUG, logger="gemmlab"):
         gemmlab.matmul(a, b, out=out, kernel="wgmma", BM=bm, CLUSTER=2,
                        **({"precision": "tf32"} if dtype == "tf32" else {}))
         torch.cuda.synchronize()
     assert "CLUSTER=2" in _ran(caplog)[0]
+    if min(shape) > 1:   # (a vector's layout is ambiguous: 1 x 1 is read as NN)
+        assert gemmlab.last_plan().name_expression.endswith(f"'{ops[0]}', '{ops[1]}'>")
     ref = a64 @ b64
     err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
     assert not torch.isnan(out).any() and err <= BOUND[out_dtype], err

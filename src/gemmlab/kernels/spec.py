@@ -229,9 +229,10 @@ class KernelSpec:
         for params in (self.configurations() if configs is None else configs):
             for prob in self.variants:
                 for op_a, op_b in layouts:
-                    if (op_a, op_b) not in self.layouts:   # a kernel that reads fewer layouts
-                        continue
                     p = prob.with_layout(op_a, op_b)
+                    # a kernel that reads fewer layouts, or some only in some types (wgmma: TF32 NN)
+                    if self.why_unusable(p):
+                        continue
                     seen.setdefault(self.name_expression(params, p), (dict(params), p))
         return list(seen.values())
 

@@ -14,14 +14,17 @@ constexpr int WGMMA_PRODUCER_REGS = 40;   // setmaxnreg: producer warpgroup
 constexpr int WGMMA_CONSUMER_REGS = 232;  // setmaxnreg: each consumer warpgroup
 constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store epilogue (two per consumer)
 
-// OPA, OPB: the operand layouts every rung's template ends with (layout.cuh).
-// This rung reads row-major A and B only (the registry lists just 'N', 'N';
-// other layouts fall back to another rung): transposed operands would need
-// the other major-ness in the tensor maps and descriptors.  Besides the usual
-// arguments the kernel takes the tensor maps of A, B and C (built on the host:
-// runtime/tma.py) and whether to store through C's map; A and B themselves are
-// only read through the maps.  beta == 0 never reads C; alpha == 0 reads
-// neither A nor B.
+// OPA, OPB: the operand layouts every rung's template ends with (layout.cuh):
+// 'N' op(A) = A stored M x K row-major, 'T' A stored K x M (op(A) = A^T); likewise
+// 'N' B stored K x N, 'T' B stored N x K.  16-bit: every layout, no copy -- each
+// operand lands in shared memory as stored, K-major (A 'N', B 'T') or MN-major
+// (A 'T', B 'N'), and the wgmma reads an MN-major one through its transpose bit
+// (load_operand_tile, operand_desc in tensor/04_wgmma.cuh).  TF32 ('N', 'N' only;
+// the registry falls back for the others) computes C^T = B^T A^T (below).
+// Besides the usual arguments the kernel takes the tensor maps of A, B and C (built
+// on the host over A and B as stored: kernels/tensor/wgmma.py) and whether to store
+// through C's map; A and B themselves are only read through the maps.  beta == 0
+// never reads C; alpha == 0 reads neither A nor B.
 template <int DT, int ODT, int BM, int BN, int STAGES, int CLUSTER, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A, int lda,
@@ -49,13 +52,19 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     // and BN is the wgmma's N.  TF32: the wgmma's N runs along C's rows (TM = BN) and
     // the consumers split its columns (TN = BM).
     constexpr int TM = TF32 ? BN : BM, TN = TF32 ? BM : BN;
-    constexpr int A_BYTES = TM * 128;         // TM rows of A, 128 bytes of K each
-    constexpr int B_BYTES = TN * 128;         // BK rows of B, TN columns
-    constexpr int B_BOX = 128 / EB;           // columns of B per TMA box (BK rows x 128 bytes)
+    // Each operand's tile of one K-step, as stored: K-major (A 'N': M x K rows; B 'T':
+    // N x K rows) or MN-major (A 'T', B 'N': BK rows of K, 128 bytes of M or N each).
+    constexpr bool A_KMAJOR = OPA == 'N', B_KMAJOR = OPB == 'T';
+    static_assert(!TF32 || (OPA == 'N' && OPB == 'N'), "TF32 reads row-major A and B only (C^T = B^T A^T)");
+    constexpr int A_BYTES = TM * 128;         // TM rows (M) x 128 bytes of K, in either major-ness
+    constexpr int B_BYTES = TN * 128;         // TN rows (N) x 128 bytes of K
+    // Rows of M (A) or N (B) per TMA box: K-major, the whole tile (B: its 1/CLUSTER
+    // share); MN-major, one 128-byte swizzle row's worth (64 16-bit, 32 FP32 values).
+    constexpr int A_BOX = A_KMAJOR ? TM : 128 / EB;
+    constexpr int B_BOX = B_KMAJOR ? TN / CLUSTER : 128 / EB;
     constexpr int CONSUMERS = BM / 64;
     static_assert(BM % 64 == 0 && (BN == 128 || BN == 256) && (CLUSTER == 1 || CLUSTER == 2), "tile shape");
     static_assert((TN / B_BOX) % CLUSTER == 0, "every block of a cluster copies whole boxes of B");
-    static_assert(OPA == 'N' && OPB == 'N', "wgmma_gemm reads row-major A and B only");
     (void)A; (void)lda; (void)B; (void)ldb;
 
     // Dynamic shared memory, aligned to 1024 bytes (the swizzle atom): STAGES
@@ -107,18 +116,11 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                     const int s = it % STAGES;
                     if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
                     mbar_arrive_expect_tx(&full[s], A_BYTES + B_BYTES);
-                    tma_load_2d(a_tiles + s * A_BYTES, &map_a, ks * BK, tm * TM, &full[s]);
-                    // B as stored (row-major K x N): TN/B_BOX boxes of B_BOX columns x BK rows
-                    // (BK rows of 128 bytes each), 64 columns (16-bit) or 32 (TF32) apiece.
-                    unsigned char* b = b_tiles + s * B_BYTES;
-#pragma unroll
-                    for (int j = int(rank); j < TN / B_BOX; j += CLUSTER) {
-                        if constexpr (CLUSTER > 1)
-                            tma_load_2d_multicast(b + j * (BK * 128), &map_b, tn * TN + B_BOX * j, ks * BK,
-                                                  &full[s], (1 << CLUSTER) - 1);
-                        else
-                            tma_load_2d(b + j * (BK * 128), &map_b, tn * TN + B_BOX * j, ks * BK, &full[s]);
-                    }
+                    // A: this block's own; B: this block's boxes of it, multicast to the cluster.
+                    load_operand_tile<A_KMAJOR, TM, A_BOX, 1>(a_tiles + s * A_BYTES, &map_a, tm * TM, ks * BK,
+                                                              &full[s], 0);
+                    load_operand_tile<B_KMAJOR, TN, B_BOX, CLUSTER>(b_tiles + s * B_BYTES, &map_b, tn * TN,
+                                                                    ks * BK, &full[s], rank);
                 }
             }
         }
@@ -196,18 +198,16 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 for (int ks = 0; ks < k_steps; ++ks, ++it) {
                     const int s = it % STAGES;
                     mbar_wait(&full[s], (it / STAGES) & 1);
+                    // This consumer's 64 rows of A: 64 K-major rows, or the 64-wide MN-major box c.
                     const unsigned char* a = a_tiles + s * A_BYTES + c * (64 * 128);
                     const unsigned char* b = b_tiles + s * B_BYTES;
                     wgmma_fence();
 #pragma unroll
                     for (int kk = 0; kk < BK / MMA_K; ++kk) {
-                        // K-major A: the next MMA_K columns start 32 bytes further along
-                        // the (swizzled) row; the hardware applies the swizzle.
-                        const u64 da = make_smem_desc(a + 32 * kk, 16, 1024);
-                        // N-major B: the next MMA_K rows start MMA_K * 128 bytes further;
-                        // 64-column chunks lie BK * 128 bytes apart.
-                        const u64 db = make_smem_desc(b + kk * MMA_K * 128, BK * 128, 1024);
-                        Wgmma<BN, DT>::template mma<0, 1>(acc, da, db, 1);
+                        // The kk-th K16 slice of each tile (operand_desc); an MN-major operand
+                        // is read through the instruction's transpose bit (1).
+                        Wgmma<BN, DT>::template mma<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(
+                            acc, operand_desc<A_KMAJOR>(a, kk), operand_desc<B_KMAJOR>(b, kk), 1);
                     }
                     wgmma_commit();
                     // Keep one group in flight; the one before it is done, so its stage

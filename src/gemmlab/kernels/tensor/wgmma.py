@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, maps_backend, tensor_map, tma_aligned
-from ..spec import KERNEL_DIR, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
+from ..spec import KERNEL_DIR, LAYOUTS, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
 from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
 from ..cuda_constants import read_constants
 
@@ -63,6 +63,9 @@ def _geometry(p, prob: Problem) -> Launch:
 
 
 def _unusable(prob: Problem) -> str | None:
+    if prob.dtype == "tf32" and (prob.op_a, prob.op_b) != ("N", "N"):
+        return (f"its TF32 path (C^T = B^T A^T, the TF32 wgmma has no transpose bit) reads row-major a and b "
+                f"(NN) only, not {prob.op_a}{prob.op_b}")
     if prob.dtype in ("float16", "bfloat16") and not prob.tma_aligned:
         return ("TMA needs a and b at 16-byte aligned addresses with leading dimensions whose byte size "
                 "is a multiple of 16 (for 16-bit elements: a multiple of 8 elements)")
@@ -104,8 +107,11 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     """The wgmma rung's arguments: the standard eleven, the tensor maps of A, B and C,
     and whether the epilogue stores through C's map (beta == 0 and C aligned for TMA).
 
-    16-bit inputs: A in BM x 64 boxes, B as stored in 64 x 64 boxes (64 columns of 64
-    K-rows); C in 64-row boxes of 128 bytes.  TF32: the kernel computes C^T = B^T A^T,
+    16-bit inputs, each map over the operand as stored, boxes as 04_wgmma.cu's
+    load_operand_tile copies them: a K-major operand (A 'N', stored M x K; B 'T', stored
+    N x K) in boxes of its tile's rows (A: BM; B: BN / CLUSTER, each block of a cluster
+    copies its share) x 64 K; an MN-major one (A 'T', stored K x M; B 'N', stored K x N)
+    in 64 x 64 boxes (64 K-rows of 64 M or N).  C in 64-row boxes of 128 bytes.  TF32: the kernel computes C^T = B^T A^T,
     reading A in BN x 32 boxes and B as stored in 32 x 32 boxes, both through TFLOAT32
     maps, so that the copy engine rounds them to TF32 on the way into shared memory;
     C in 32 x 32 boxes.  An operand TMA cannot read in place (unaligned base or row
@@ -115,13 +121,21 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     pr, p = plan.problem, plan.params
     args = standard_args(pr, ops, alpha, beta)
     if pr.dtype in ("float16", "bfloat16"):
-        map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, pr.dtype, p["BM"], 64)
+        if pr.op_a == "N":   # M x K, K-major
+            map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, pr.dtype, p["BM"], 64)
+        else:                # K x M, M-major
+            map_a = tensor_map(ops.A, pr.K, pr.M, ops.lda, pr.dtype, 64, 64)
+        if pr.op_b == "N":   # K x N, N-major
+            map_b = tensor_map(ops.B, pr.K, pr.N, ops.ldb, pr.dtype, 64, 64)
+        else:                # N x K, K-major
+            map_b = tensor_map(ops.B, pr.N, pr.K, ops.ldb, pr.dtype, p["BN"] // p["CLUSTER"], 64)
         map_c = _c_map(pr, ops, beta, 64)
-        yield args + (map_a, tensor_map(ops.B, pr.K, pr.N, ops.ldb, pr.dtype, 64, 64),
-                      map_c if map_c is not None else map_a, np.int32(map_c is not None))
+        yield args + (map_a, map_b, map_c if map_c is not None else map_a, np.int32(map_c is not None))
         return
     if pr.dtype != "tf32":
         raise TypeError(f"wgmma computes float16, bfloat16 and tf32, not {pr.dtype}")
+    if (pr.op_a, pr.op_b) != ("N", "N"):
+        raise ValueError(f"wgmma's TF32 path reads NN only, not {pr.op_a}{pr.op_b} (the plan falls back)")
     tm = wgmma_tile(p, "tf32")[0]
     pack_a = not tma_aligned(ops.A, pr.M, ops.lda, 0, 0, 0, 4)
     pack_b = not tma_aligned(ops.B, pr.K, ops.ldb, 0, 0, 0, 4)
@@ -185,7 +199,9 @@ SPEC = KernelSpec(
     geometry=_geometry,
     variants=TC_VARIANTS,
     arches=(WGMMA_SM90,),
-    layouts=(("N", "N"),),
+    # 16-bit: every layout (each operand K- or MN-major in shared memory, as stored);
+    # TF32: NN only, which _unusable says.
+    layouts=LAYOUTS,
     unusable=_unusable,
     fallback="mma_pipelined",
     kernel_args=wgmma_kernel_args,

@@ -59,6 +59,41 @@ __device__ __forceinline__ void store_pair(O* __restrict__ C, int ldc, int row, 
     if (col + 1 < N) p[1] = from_float<O>(beta == 0.0f ? alpha * v1 : alpha * v1 + beta * to_float(p[1]));
 }
 
+// One operand's tile of one K-step into shared memory, laid out as stored, in the
+// 128-byte swizzle (hopper.cuh): ROWS rows of M (A) or N (B) from r0, 128 bytes of K
+// from k0, in boxes of BOX rows, each BOX * 128 bytes after the one before:
+//   K-major (stored with K contiguous: A 'N' is M x K, B 'T' is N x K): a box is BOX
+//     rows of 128 bytes of K, at map coordinates (k0, row);
+//   MN-major (stored with M or N contiguous: A 'T' is K x M, B 'N' is K x N): a box
+//     is 128 / EB K-rows of BOX = 128 / EB values of M or N, at coordinates (row, k0).
+// In a cluster, block `rank` copies boxes rank, rank + CLUSTER, ... and multicasts
+// each to every block; all their bytes complete on `bar` (in every block).
+template <bool K_MAJOR, int ROWS, int BOX, int CLUSTER>
+__device__ __forceinline__ void load_operand_tile(unsigned char* dst, const hopper::TensorMap* map, int r0, int k0,
+                                                  hopper::u64* bar, hopper::u32 rank) {
+#pragma unroll
+    for (int j = int(rank); j < ROWS / BOX; j += CLUSTER) {
+        const int row = r0 + BOX * j;
+        const int c0 = K_MAJOR ? k0 : row, c1 = K_MAJOR ? row : k0;
+        if constexpr (CLUSTER > 1)
+            hopper::tma_load_2d_multicast(dst + j * (BOX * 128), map, c0, c1, bar, (1 << CLUSTER) - 1);
+        else
+            hopper::tma_load_2d(dst + j * (BOX * 128), map, c0, c1, bar);
+    }
+}
+
+// The descriptor of the kk-th K16 slice of a 16-bit operand tile (load_operand_tile's
+// layout, starting at the rows this wgmma reads), 128-byte swizzle:
+//   K-major: the slice starts 32 bytes further along each swizzled row (the hardware
+//     applies the swizzle from the address bits); 8-row groups 1024 bytes apart (SBO);
+//   MN-major: the slice is 16 K-rows further (16 * 128 bytes); 8-K-row groups 1024 bytes
+//     apart (SBO); the 64-wide chunks of M or N (boxes) 64 * 128 bytes apart (LBO).
+template <bool K_MAJOR>
+__device__ __forceinline__ hopper::u64 operand_desc(const unsigned char* tile, int kk) {
+    return K_MAJOR ? hopper::make_smem_desc(tile + 32 * kk, 16, 1024)
+                   : hopper::make_smem_desc(tile + kk * 16 * 128, 64 * 128, 1024);
+}
+
 // Hand a stage back: one arrival per warp, on the stage's empty barrier in every
 // block of the cluster (each block's producer multicasts into all of them).
 template <int CLUSTER>
