@@ -143,7 +143,7 @@ class Warp:
             self.wr(lane, ops[0], lane)
         elif base in ("MOV", "UMOV"):
             self.wr(lane, ops[0], rd(ops[1]))
-        elif base in ("LDC", "ULDC"):
+        elif base in ("LDC", "ULDC", "LDCU"):   # LDCU: sm_100/sm_120's ULDC
             v = rd(ops[1])
             self.wr(lane, ops[0], v)
             if ".64" in opc:
@@ -194,6 +194,14 @@ class Warp:
                 self.wr(lane, ops[0], rd(ops[1]) * rd(ops[2]) + rd(ops[3]) + carry)
             else:
                 self.wr(lane, ops[0], rd(ops[1]) * rd(ops[2]) + rd(ops[3]))
+        elif base == "IADD" and ".64" in opc:     # sm_120: 64-bit add of register pairs
+            a = rd(ops[1]) | rd(self.reg_plus(ops[1], 1)) << 32
+            b = rd(ops[2]) | (rd(self.reg_plus(ops[2], 1)) << 32 if ops[2].startswith("R") and ops[2] != "RZ" else 0)
+            v = (a + b) & ((1 << 64) - 1)
+            self.wr(lane, ops[0], v)
+            self.wr(lane, self.reg_plus(ops[0], 1), v >> 32)
+        elif base == "IADD":                     # sm_120: two-operand add
+            self.wr(lane, ops[0], rd(ops[1]) + rd(ops[2]))
         elif base in ("IADD3", "UIADD3"):
             dst = ops[0]
             rest = ops[1:]

@@ -23,11 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .kernels.spec import FRAGMENT_MAPS, arch_cc
+
 SOURCE = Path(__file__).resolve().parent / "kernels" / "lab" / "fragment_dump.cu"
 DATA_DIR = Path(__file__).resolve().parent / "data"
 USES = ("matrix_a", "matrix_b", "accumulator")
 DTYPES = ("f16", "bf16", "tf32", "f32")          # template codes 0..3 in wmma_types.cuh
-SUPPORTED_ARCHES = ("sm_80", "sm_90", "sm_90a")
+# Targets with known maps (kernels/spec.py FRAGMENT_MAPS says which were measured).
+SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_120", "sm_120a")
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,14 @@ def arch_family(arch: str) -> str:
     """'sm80' for the architectures whose maps are the mma.sync-based ones."""
     if arch not in SUPPORTED_ARCHES:
         raise ValueError(f"no fragment maps for {arch}: the analytic maps cover {', '.join(SUPPORTED_ARCHES)} "
-                         "(sm_70/sm_75 use other layouts; newer GPUs are not measured yet)")
+                         "(sm_70 uses other layouts; sm_75 and other targets are not derived yet)")
     return "sm80"
+
+
+def provenance(arch: str) -> str:
+    """Where the map of ``arch`` comes from: measured on a GPU, or derived from SASS."""
+    arch_family(arch)
+    return FRAGMENT_MAPS[arch_cc(arch)]
 
 
 def element(kd: FragmentKind, lane, k):

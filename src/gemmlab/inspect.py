@@ -78,6 +78,7 @@ class KernelReport:
     stack_bytes: int
     spill_bytes: int
     sass: dict = field(default_factory=dict)
+    refused: str = ""     # why the kernel does not run on the target (nothing was compiled)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -87,15 +88,18 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
                     with_sass: bool = True, ops=("NN",)) -> list[KernelReport]:
     """Compile the chosen kernels (default tile parameters, or every legal
     configuration) in the operand layouts ``ops`` ("NN", "TN", "NT", "TT") for
-    ``arch`` and report their resources and SASS facts."""
+    ``arch`` and report their resources and SASS facts.  A named kernel that
+    does not run on ``arch`` gets a report saying why (``refused``), compiled not."""
     if kernels:
         specs = [registry.get(k) for k in kernels]
-        for spec in specs:
-            spec.check_arch(arch, "the target asked for")
     else:   # every kernel that exists for the target (wgmma only for sm_90a)
         specs = [s for s in registry.ladder() if s.builds_for(arch)]
     reports = []
     for spec in specs:
+        why = spec.why_not_on(arch)
+        if why:
+            reports.append(KernelReport(spec.name, "", arch, 0, 0, 0, 0, refused=why))
+            continue
         configs = spec.configurations() if all_configs else [spec.defaults()]
         names = [spec.name_expression(p, inst) for p, inst in spec.instantiations(configs, layouts=list(ops))]
         names = list(dict.fromkeys(names))
@@ -115,8 +119,11 @@ def format_reports(reports: list[KernelReport]) -> str:
     head = f"{'kernel instantiation':58s} {'regs':>4s} {'smem':>6s} {'spill':>5s} " + " ".join(f"{c[:7]:>7s}" for c in cols)
     lines = [head, "-" * len(head)]
     for r in reports:
+        if r.refused:
+            lines.append(f"{r.kernel}: does not run on {r.arch}: {r.refused}")
+            continue
         facts = " ".join(f"{r.sass.get(c, '-'):>7}" for c in cols)
         lines.append(f"{r.name_expression[:58]:58s} {r.registers:4d} {r.smem_bytes:6d} {r.spill_bytes:5d} {facts}")
-    if reports and not reports[0].sass:
+    if any(not r.refused and not r.sass for r in reports):
         lines.append("(no SASS columns: nvdisasm not found; pip install 'gemmlab[inspect]')")
     return "\n".join(lines)

@@ -293,6 +293,17 @@ def _one_launch_per_matrix_wins(M: int, N: int, batch: int, tile: tuple[int, int
     return batch <= 1 or -(-M // tile[0]) * -(-N // tile[1]) >= sm_count
 
 
+def runnable(spec: KernelSpec, arch: str, dtype: str, gpu_name: str) -> str:
+    """The highest rung of ``spec``'s family that runs on ``arch`` for ``dtype``
+    (what ``auto`` takes where its first choice cannot run there); raises
+    ``spec``'s refusal, naming what it needs, where none does."""
+    fits = [s for s in registry.ladder(spec.family) if dtype in s.dtypes and s.builds_for(arch, dtype)]
+    if not fits:
+        spec.check_arch(arch, gpu_name, dtype)
+    log.debug("%s does not run on %s (%s); auto takes %s", spec.name, gpu_name, arch, fits[-1].name)
+    return fits[-1].name
+
+
 MIN_K_STEPS_PER_SPLIT = 4   # the tuner's rule: a split-K slice has at least 4 K-steps
 
 
@@ -313,7 +324,7 @@ def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
          gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
          op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
-         **tile_params) -> Plan:
+         gpu_name: str = "this GPU", **tile_params) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
     Without tile parameters, a named kernel (and ``"auto"``) takes the
@@ -329,8 +340,10 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
 
     ``arch`` is the GPU's NVRTC target (None: not known yet, as when planning
     without a GPU).  A kernel that does not exist for it (wgmma off Hopper) is
-    an error; ``"auto"`` picks wgmma for 16-bit and TF32 inputs and ec_wgmma for
-    the error-corrected methods on sm_90a.
+    an error naming ``gpu_name``, what the kernel needs and which kernels run
+    there; ``"auto"`` picks wgmma for 16-bit and TF32 inputs and ec_wgmma for
+    the error-corrected methods on sm_90a, and elsewhere the highest rung of the
+    family that runs on ``arch`` (see :func:`runnable`).
     ``tma_aligned`` says whether a and b allow TMA tensor maps (see
     runtime.tma.tma_aligned).  A kernel that cannot take the operands
     (KernelSpec.why_unusable: a layout it does not read, operands TMA cannot
@@ -367,9 +380,11 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
             kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count)
         else:
             kernel, tile_params = auto_tensor_params(M, N, K, sm_count, batch)
+        if arch is not None and not registry.get(kernel).builds_for(arch, dtype):
+            kernel, tile_params = runnable(registry.get(kernel), arch, dtype, gpu_name), {}
     spec = registry.get(kernel)
     if arch is not None:
-        spec.check_arch(arch)
+        spec.check_arch(arch, gpu_name, dtype if dtype in spec.dtypes else None)
     params = spec.resolve(tile_params)
     if batch > 1 and not explicit and spec.splits(params) > 1 \
             and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= sm_count:
@@ -584,7 +599,8 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
                          call.K if kv.B.layout == "N" else kv.N, kv.B.ld, ia) \
         and all((s * ia) % 16 == 0 for st in batch_strides for s in st)
     return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
-                op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok, **call.dtypes,
+                op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok, gpu_name=gpu.name,
+                **call.dtypes,
                 **tile_params)
 
 
@@ -595,6 +611,6 @@ def plan_for_choice(p: Plan, choice: "ec.Choice", gpu, kernel: str, tile_params:
         pr = p.problem
         p = plan(kernel, pr.M, pr.N, pr.K, aligned16=pr.aligned16, sm_count=gpu.sm_count, gpu_slug=gpu.slug,
                  dtype=choice.kernel_dtype, out_dtype=pr.out_dtype, op_a=pr.op_a, op_b=pr.op_b, batch=batch,
-                 arch=gpu.arch, tma_aligned=pr.tma_aligned, **tile_params)
+                 arch=gpu.arch, tma_aligned=pr.tma_aligned, gpu_name=gpu.name, **tile_params)
     log.debug("error-corrected method: %s (%s)", choice.method, choice.reason)
     return replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)

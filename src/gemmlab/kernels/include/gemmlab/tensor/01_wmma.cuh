@@ -4,7 +4,7 @@
 // in the CUDA-core ladder (layout.cuh, edges.cuh).  Rung 1's idea: fragments
 // filled and stored element by element through the fragment map of
 // wmma_ext.cuh, so any M, N, K and alignment works without shared memory.
-// wmma_ext.cuh exists for sm_80 and sm_90 only (other targets get its #error).
+// wmma_ext.cuh holds the maps of sm_80, sm_86, sm_89, sm_90, sm_100 and sm_120 (others: its #error).
 #pragma once
 
 #include <gemmlab/layout.cuh>

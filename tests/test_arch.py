@@ -1,0 +1,86 @@
+"""Which rung runs on which GPU (KernelSpec.why_not_on), checked before anything
+compiles: every rung x every known target, the refusal messages, kernel="auto" off
+Hopper, `gemmlab list` and `gemmlab inspect --arch` (CPU only)."""
+
+import pytest
+
+from gemmlab import planner
+from gemmlab.cli import main
+from gemmlab.inspect import inspect_kernels
+from gemmlab.kernels import registry
+from gemmlab.kernels.spec import FRAGMENT_MAPS, KNOWN_TARGETS, arch_cc
+
+SIMT = [s.name for s in registry.ladder("simt")]
+# Where each non-SIMT rung runs, by target (the SIMT rungs run on every one).
+EXPECTED = {
+    "wmma": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
+    "wmma_warptile": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
+    "mma_pipelined": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
+    "ec_wmma": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
+    "wgmma": {"sm_90a"},
+    "ec_wgmma": {"sm_90a"},
+}
+
+
+@pytest.mark.parametrize("spec", registry.ladder(), ids=lambda s: s.name)
+def test_every_rung_on_every_target(spec):
+    runs = {a for a in KNOWN_TARGETS if spec.builds_for(a)}
+    assert runs == (set(KNOWN_TARGETS) if spec.name in SIMT else EXPECTED[spec.name])
+    for arch in KNOWN_TARGETS:
+        for dt in spec.dtypes:
+            assert spec.builds_for(arch, dt) == (arch in runs)
+    assert spec.describe()["runs_on"] == [a for a in KNOWN_TARGETS if a in runs]
+
+
+def test_targets_nvrtc_dropped_and_unknown_maps_are_refused():
+    wmma = registry.get("wmma")
+    assert "NVRTC 13" in registry.get("naive").why_not_on("sm_70")
+    assert "fragment maps" in wmma.why_not_on("sm_87") and "sm_87" in wmma.why_not_on("sm_87")
+    assert wmma.builds_for("sm_120a") and wmma.builds_for("sm_90")
+    assert set(FRAGMENT_MAPS) == {80, 86, 89, 90, 100, 120} and arch_cc("sm_100a") == 100
+
+
+def test_refusal_names_gpu_arch_needs_and_what_runs():
+    with pytest.raises(ValueError) as e:
+        registry.get("mma_pipelined").check_arch("sm_75", "Tesla T4", "float16")
+    text = str(e.value)
+    assert "Tesla T4 (sm_75)" in text and "sm_80" in text and "cp.async" in text
+    assert text.endswith("Kernels that run there for float16: none")
+    with pytest.raises(ValueError, match=r"NVIDIA L4 \(sm_89\).*sm_90a.*run there: naive, .*ec_wmma$"):
+        registry.get("ec_wgmma").check_arch("sm_89", "NVIDIA L4")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_100a", "sm_120"])
+def test_auto_off_hopper_picks_rungs_that_run(arch):
+    for dtype, out in (("float16", "float16"), ("bfloat16", "float32"), ("tf32", "float32")):
+        p = planner.plan("auto", 2048, 2048, 2048, dtype=dtype, out_dtype=out, arch=arch, sm_count=84)
+        assert p.spec.name == "mma_pipelined"
+    assert planner.plan("auto", 2048, 2048, 2048, dtype="fp16_ec", arch=arch, sm_count=84).spec.name == "ec_wmma"
+
+
+def test_auto_on_turing():
+    assert planner.plan("auto", 2048, 2048, 2048, arch="sm_75", sm_count=40).spec.family == "simt"
+    for dtype in ("float16", "bfloat16"):
+        with pytest.raises(ValueError, match=rf"Tesla T4 \(sm_75\): it needs sm_80 or later for {dtype}"):
+            planner.plan("auto", 256, 256, 256, dtype=dtype, out_dtype=dtype, arch="sm_75", sm_count=40,
+                         gpu_name="Tesla T4")
+
+
+def test_named_rung_outside_its_range():
+    with pytest.raises(ValueError, match=r"'wmma' does not run on this GPU \(sm_75\)"):
+        planner.plan("wmma", 256, 256, 256, dtype="float16", out_dtype="float16", arch="sm_75")
+
+
+def test_list_shows_the_range(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "runs on: sm_90a only" in out and "runs on: sm_75 and later" in out
+
+
+def test_inspect_reports_a_refused_rung_as_one_line(capsys):
+    reports = inspect_kernels("sm_75", ["naive", "wmma"], with_sass=False)
+    assert [r.kernel for r in reports] == ["naive", "wmma"]
+    assert not reports[0].refused and "sm_80" in reports[1].refused
+    assert main(["inspect", "--arch", "sm_75", "--kernel", "naive,wgmma"]) == 0
+    out = capsys.readouterr().out
+    assert "wgmma: does not run on sm_75: it needs sm_90a" in out
