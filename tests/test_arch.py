@@ -84,3 +84,72 @@ def test_inspect_reports_a_refused_rung_as_one_line(capsys):
     assert main(["inspect", "--arch", "sm_75", "--kernel", "naive,wgmma"]) == 0
     out = capsys.readouterr().out
     assert "wgmma: does not run on sm_75: it needs sm_90a" in out
+
+
+# -- per-arch limits ------------------------------------------------------------------
+
+import logging  # noqa: E402
+
+from gemmlab.runtime.device import ARCH_LIMITS, GPUInfo, arch_limits, cc_of  # noqa: E402
+
+SHAPES = [(m, n, k, b) for m in (64, 1000, 4096) for n in (64, 2048, 8192) for k in (64, 4096) for b in (1, 8)]
+DTYPES = [("float32", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("tf32", "float32"),
+          ("fp16_ec", "float32"), ("tf32_ec", "float32")]
+
+
+def auto_plans(arch, sm_count):
+    for m, n, k, b in SHAPES:
+        for dt, out in DTYPES:
+            if not any(s.builds_for(arch, dt) for s in registry.ladder() if dt in s.dtypes):
+                continue
+            yield planner.plan("auto", m, n, k, dtype=dt, out_dtype=out, arch=arch, sm_count=sm_count, batch=b)
+
+
+@pytest.mark.parametrize("arch", KNOWN_TARGETS)
+def test_every_auto_choice_fits_the_arch(arch):
+    """Shared memory per block and per SM, threads per block and per SM, for every
+    configuration auto picks over a grid of shapes, dtypes and batches."""
+    lim = arch_limits(arch)
+    seen = set()
+    for p in auto_plans(arch, 84):
+        geo = p.spec.launch(p.params, p.problem)
+        threads = geo.block[0] * geo.block[1] * geo.block[2]
+        assert geo.smem_bytes <= lim.smem_per_block_optin <= lim.smem_per_sm, p.describe()
+        assert threads <= min(lim.threads_per_block, lim.threads_per_sm), p.describe()
+        assert p.spec.builds_for(arch, p.problem.dtype)
+        seen.add(p.spec.name)
+    assert "warptile" in seen and (arch == "sm_75" or "ec_wmma" in seen)
+
+
+def test_defaults_that_do_not_fit_are_replaced_with_the_reason():
+    p = planner.plan("mma_pipelined", 4096, 4096, 4096, dtype="float16", out_dtype="float16", arch="sm_86",
+                     gpu_name="NVIDIA GeForce RTX 3060")
+    assert p.spec.launch(p.params, p.problem).smem_bytes <= 99 * 1024
+    assert "147456 bytes" in p.limit_reason and "RTX 3060 allows 101376" in p.describe()
+    assert planner.plan("mma_pipelined", 4096, 4096, 4096, dtype="float16", out_dtype="float16",
+                        arch="sm_80").limit_reason == ""
+    with pytest.raises(ValueError, match=r"needs 147456 bytes .* \(sm_89\) allows 101376"):
+        planner.plan("mma_pipelined", 64, 64, 64, dtype="float16", out_dtype="float16", arch="sm_89", STAGES=3)
+    # a GPU's own figure takes precedence over the table's
+    p = planner.plan("pipelined", 4096, 4096, 4096, arch="sm_90a", smem_limit=48 * 1024)
+    assert p.spec.launch(p.params, p.problem).smem_bytes <= 48 * 1024 and p.limit_reason
+
+
+def test_limits_table_and_gpu_info():
+    assert arch_limits("sm_86").smem_per_block_optin == 99 * 1024 and arch_limits("sm_75").smem_per_sm == 64 * 1024
+    assert arch_limits("sm_80").smem_per_block_optin == 163 * 1024 and cc_of("sm_120a") == (12, 0)
+    assert all(cc_of(a) in ARCH_LIMITS for a in KNOWN_TARGETS)
+    with pytest.raises(ValueError, match="no limits known"):
+        arch_limits("sm_61")
+    gpu = GPUInfo(0, "NVIDIA L4", (8, 9), "sm_89", 58, 2040.0, 48 << 20, 99 * 1024)
+    assert gpu.limits.smem_per_sm == 100 * 1024 and gpu.limits.threads_per_sm == 1536
+
+
+def test_a_gpu_without_a_table_is_logged_once(caplog, capsys):
+    planner._UNTUNED_NOTED.discard("nvidia-geforce-rtx-3060")
+    with caplog.at_level(logging.INFO, logger="gemmlab"):
+        for _ in range(3):
+            planner.plan("auto", 512, 512, 512, arch="sm_86", gpu_slug="nvidia-geforce-rtx-3060")
+    notes = [r for r in caplog.records if "gemmlab tune" in r.getMessage()]
+    assert len(notes) == 1 and "nvidia-geforce-rtx-3060" in notes[0].getMessage()
+    assert capsys.readouterr().out == ""

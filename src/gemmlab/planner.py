@@ -23,6 +23,7 @@ from . import ec, tuned
 from .arrays import ITEMSIZE, Operand, describe
 from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
+from .runtime.device import ARCH_LIMITS, cc_of
 from .runtime.tma import tma_aligned
 
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
@@ -48,11 +49,13 @@ class Plan:
     reason: str = ""                            # why this kernel or method, where a choice was made
     # Why the kernel asked for is not the one that runs (see KernelSpec.why_unusable), or "".
     fallback_reason: str = ""
+    # Why the configuration is not the default / tuned / auto one: it did not fit the GPU's limits.
+    limit_reason: str = ""
 
     def describe(self) -> str:
         p = ", ".join(f"{k}={v}" for k, v in self.params.items())
         text = f"{self.spec.name}({p})" if p else self.spec.name
-        notes = [n for n in (self.method, self.fallback_reason) if n]
+        notes = [n for n in (self.method, self.fallback_reason, self.limit_reason) if n]
         return f"{text} [{'; '.join(notes)}]" if notes else text
 
     def extra_args(self) -> tuple:
@@ -278,7 +281,9 @@ def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) ->
     as more tiles); below that, its 64 x 64 tiles, which make eight times as
     many.  On an H100 (run M2, FP16): at 2048^3 (128 tiles for 132 SMs) the
     defaults reach 410 TFLOPS and 64 x 64 255; at 1024^3 (32 tiles) the
-    defaults 91 and 64 x 64 152.
+    defaults 91 and 64 x 64 152.  On a GPU whose blocks get less shared memory
+    than the defaults' 144 KiB (sm_86/89/120: 99 KiB), plan() takes the
+    nearest configuration that fits (fit_smem): 128 x 256 x 32, 3 stages.
     """
     if 2 * -(-M // 128) * -(-N // 256) * batch >= sm_count:
         return "mma_pipelined", {}
@@ -304,6 +309,50 @@ def runnable(spec: KernelSpec, arch: str, dtype: str, gpu_name: str) -> str:
     return fits[-1].name
 
 
+def smem_limit_for(arch: str | None) -> int | None:
+    """Dynamic shared memory a block may opt in to on an NVRTC target, from the
+    table of known limits (runtime.device.ARCH_LIMITS); None where unknown."""
+    if arch is None:
+        return None
+    found = ARCH_LIMITS.get(cc_of(arch))
+    return found.smem_per_block_optin if found else None
+
+
+def fit_smem(spec: KernelSpec, params: dict, problem: Problem, limit: int | None,
+             gpu_name: str = "this GPU") -> tuple[dict, str]:
+    """``params``, or where their dynamic shared memory exceeds ``limit`` the legal
+    configuration that fits and keeps the most of them (then the most shared memory,
+    i.e. the deepest pipeline), with the reason; ValueError if none fits."""
+    need = spec.launch(params, problem).smem_bytes
+    if limit is None or need <= limit:
+        return params, ""
+    fits = [c for c in spec.configurations() if spec.launch(c, problem).smem_bytes <= limit]
+    if not fits:
+        raise ValueError(f"kernel {spec.name!r} has no configuration within the {limit} bytes of shared memory "
+                         f"per block of {gpu_name}")
+    best = max(fits, key=lambda c: (sum(c[k] == params[k] for k in c), spec.launch(c, problem).smem_bytes))
+    if spec.split_k_param:
+        best[spec.split_k_param] = params[spec.split_k_param]
+    desc = ", ".join(f"{k}={v}" for k, v in params.items())
+    why = (f"{spec.name}({desc}) needs {need} bytes of shared memory per block, {gpu_name} allows {limit}: "
+           f"took the nearest configuration that fits")
+    log.debug("%s", why)
+    return best, why
+
+
+_UNTUNED_NOTED: set[str] = set()
+
+
+def note_untuned(slug: str) -> None:
+    """Log once per GPU model without a tuned table that kernel='auto' uses rules."""
+    if slug in _UNTUNED_NOTED:
+        return
+    _UNTUNED_NOTED.add(slug)
+    if tuned.load_table(slug) is None:
+        log.info("no tuned table for %s: kernel='auto' uses rules written from its limits; "
+                 "`gemmlab tune` measures configurations fitted to it", slug)
+
+
 MIN_K_STEPS_PER_SPLIT = 4   # the tuner's rule: a split-K slice has at least 4 K-steps
 
 
@@ -324,7 +373,7 @@ def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
          gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
          op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
-         gpu_name: str = "this GPU", **tile_params) -> Plan:
+         gpu_name: str = "this GPU", smem_limit: int | None = None, **tile_params) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
     Without tile parameters, a named kernel (and ``"auto"``) takes the
@@ -350,6 +399,12 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     map) is replaced by its fallback kernel at the fallback's defaults, with the
     reason in ``Plan.fallback_reason``, ``Plan.describe()`` and a debug message
     on the ``gemmlab`` logger.
+
+    ``smem_limit`` is the dynamic shared memory a block may have on the GPU
+    (None: the table's figure for ``arch``, runtime.device.ARCH_LIMITS).  A
+    default, tuned or auto configuration beyond it is replaced by the nearest
+    one that fits (:func:`fit_smem`), with the reason in ``Plan.limit_reason``;
+    tile parameters given by the caller that exceed it are an error.
     """
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
@@ -358,6 +413,10 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     if kernel != "auto":
         registry.get(kernel)          # an unknown name fails here, tuned table or not
     explicit = bool(tile_params)      # the caller's own SPLITK is kept, batch or not
+    if gpu_slug:
+        note_untuned(gpu_slug)
+    if smem_limit is None:
+        smem_limit = smem_limit_for(arch)
     if not tile_params and gpu_slug and M and N and dtype == "float32":
         table = tuned.load_table(gpu_slug)
         found = table.lookup(kernel, M, N, max(K, 1)) if table else None
@@ -399,8 +458,15 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         log.debug("%s", why)
         spec, params = fallback, fallback.resolve({})
         spec.check_dtypes(problem)
-        return Plan(spec, params, problem, spec.name_expression(params, problem), fallback_reason=why)
-    return Plan(spec, params, problem, spec.name_expression(params, problem))
+        params, limit_why = fit_smem(spec, params, problem, smem_limit, gpu_name)
+        return Plan(spec, params, problem, spec.name_expression(params, problem), fallback_reason=why,
+                    limit_reason=limit_why)
+    if explicit and smem_limit is not None and spec.launch(params, problem).smem_bytes > smem_limit:
+        raise ValueError(f"kernel {spec.name!r} with these tile parameters needs "
+                         f"{spec.launch(params, problem).smem_bytes} bytes of shared memory per block; "
+                         f"{gpu_name} ({arch or 'this target'}) allows {smem_limit}")
+    params, limit_why = fit_smem(spec, params, problem, smem_limit, gpu_name)
+    return Plan(spec, params, problem, spec.name_expression(params, problem), limit_reason=limit_why)
 
 
 def _dtype_arg(value, name: str) -> str | None:
@@ -600,7 +666,7 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
         and all((s * ia) % 16 == 0 for st in batch_strides for s in st)
     return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
                 op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok, gpu_name=gpu.name,
-                **call.dtypes,
+                smem_limit=gpu.max_smem_per_block_optin, **call.dtypes,
                 **tile_params)
 
 
@@ -611,6 +677,7 @@ def plan_for_choice(p: Plan, choice: "ec.Choice", gpu, kernel: str, tile_params:
         pr = p.problem
         p = plan(kernel, pr.M, pr.N, pr.K, aligned16=pr.aligned16, sm_count=gpu.sm_count, gpu_slug=gpu.slug,
                  dtype=choice.kernel_dtype, out_dtype=pr.out_dtype, op_a=pr.op_a, op_b=pr.op_b, batch=batch,
-                 arch=gpu.arch, tma_aligned=pr.tma_aligned, gpu_name=gpu.name, **tile_params)
+                 arch=gpu.arch, tma_aligned=pr.tma_aligned, gpu_name=gpu.name,
+                 smem_limit=gpu.max_smem_per_block_optin, **tile_params)
     log.debug("error-corrected method: %s (%s)", choice.method, choice.reason)
     return replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
