@@ -13,8 +13,8 @@ from gemmlab.kernels.spec import FRAGMENT_MAPS, KNOWN_TARGETS, arch_cc
 SIMT = [s.name for s in registry.ladder("simt")]
 # Where each non-SIMT rung runs, by target (the SIMT rungs run on every one).
 EXPECTED = {
-    "wmma": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
-    "wmma_warptile": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
+    "wmma": {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
+    "wmma_warptile": {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "mma_pipelined": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "ec_wmma": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "wgmma": {"sm_90a"},
@@ -28,7 +28,8 @@ def test_every_rung_on_every_target(spec):
     assert runs == (set(KNOWN_TARGETS) if spec.name in SIMT else EXPECTED[spec.name])
     for arch in KNOWN_TARGETS:
         for dt in spec.dtypes:
-            assert spec.builds_for(arch, dt) == (arch in runs)
+            turing_fp16 = arch != "sm_75" or dt == "float16" or spec.family == "simt"
+            assert spec.builds_for(arch, dt) == (arch in runs and turing_fp16), (arch, dt)
     assert spec.describe()["runs_on"] == [a for a in KNOWN_TARGETS if a in runs]
 
 
@@ -37,7 +38,7 @@ def test_targets_nvrtc_dropped_and_unknown_maps_are_refused():
     assert "NVRTC 13" in registry.get("naive").why_not_on("sm_70")
     assert "fragment maps" in wmma.why_not_on("sm_87") and "sm_87" in wmma.why_not_on("sm_87")
     assert wmma.builds_for("sm_120a") and wmma.builds_for("sm_90")
-    assert set(FRAGMENT_MAPS) == {80, 86, 89, 90, 100, 120} and arch_cc("sm_100a") == 100
+    assert set(FRAGMENT_MAPS) == {75, 80, 86, 89, 90, 100, 120} and arch_cc("sm_100a") == 100
 
 
 def test_refusal_names_gpu_arch_needs_and_what_runs():
@@ -45,7 +46,7 @@ def test_refusal_names_gpu_arch_needs_and_what_runs():
         registry.get("mma_pipelined").check_arch("sm_75", "Tesla T4", "float16")
     text = str(e.value)
     assert "Tesla T4 (sm_75)" in text and "sm_80" in text and "cp.async" in text
-    assert text.endswith("Kernels that run there for float16: none")
+    assert text.endswith("Kernels that run there for float16: wmma, wmma_warptile")
     with pytest.raises(ValueError, match=r"NVIDIA L4 \(sm_89\).*sm_90a.*run there: naive, .*ec_wmma$"):
         registry.get("ec_wgmma").check_arch("sm_89", "NVIDIA L4")
 
@@ -59,16 +60,22 @@ def test_auto_off_hopper_picks_rungs_that_run(arch):
 
 
 def test_auto_on_turing():
+    """FP16: the highest tensor rung that runs there (mma_pipelined needs sm_80); BF16 and TF32 refused."""
     assert planner.plan("auto", 2048, 2048, 2048, arch="sm_75", sm_count=40).spec.family == "simt"
-    for dtype in ("float16", "bfloat16"):
-        with pytest.raises(ValueError, match=rf"Tesla T4 \(sm_75\): it needs sm_80 or later for {dtype}"):
-            planner.plan("auto", 256, 256, 256, dtype=dtype, out_dtype=dtype, arch="sm_75", sm_count=40,
+    for out in ("float16", "float32"):
+        p = planner.plan("auto", 4096, 4096, 4096, dtype="float16", out_dtype=out, arch="sm_75", sm_count=40)
+        assert p.spec.name == "wmma_warptile"
+    for dtype, out in (("bfloat16", "bfloat16"), ("tf32", "float32")):
+        with pytest.raises(ValueError, match=rf"Tesla T4 \(sm_75\): it needs sm_80 or later for {dtype}.*"
+                                             rf"run there for {dtype}: none"):
+            planner.plan("auto", 256, 256, 256, dtype=dtype, out_dtype=out, arch="sm_75", sm_count=40,
                          gpu_name="Tesla T4")
 
 
 def test_named_rung_outside_its_range():
-    with pytest.raises(ValueError, match=r"'wmma' does not run on this GPU \(sm_75\)"):
-        planner.plan("wmma", 256, 256, 256, dtype="float16", out_dtype="float16", arch="sm_75")
+    with pytest.raises(ValueError, match=r"'wmma' does not run on this GPU \(sm_75\): it needs sm_80 .* bfloat16"):
+        planner.plan("wmma", 256, 256, 256, dtype="bfloat16", out_dtype="bfloat16", arch="sm_75")
+    assert planner.plan("wmma", 256, 256, 256, dtype="float16", out_dtype="float16", arch="sm_75").spec.name == "wmma"
 
 
 def test_list_shows_the_range(capsys):
@@ -78,8 +85,8 @@ def test_list_shows_the_range(capsys):
 
 
 def test_inspect_reports_a_refused_rung_as_one_line(capsys):
-    reports = inspect_kernels("sm_75", ["naive", "wmma"], with_sass=False)
-    assert [r.kernel for r in reports] == ["naive", "wmma"]
+    reports = inspect_kernels("sm_75", ["naive", "mma_pipelined"], with_sass=False)
+    assert [r.kernel for r in reports] == ["naive", "mma_pipelined"]
     assert not reports[0].refused and "sm_80" in reports[1].refused
     assert main(["inspect", "--arch", "sm_75", "--kernel", "naive,wgmma"]) == 0
     out = capsys.readouterr().out
@@ -118,7 +125,7 @@ def test_every_auto_choice_fits_the_arch(arch):
         assert threads <= min(lim.threads_per_block, lim.threads_per_sm), p.describe()
         assert p.spec.builds_for(arch, p.problem.dtype)
         seen.add(p.spec.name)
-    assert "warptile" in seen and (arch == "sm_75" or "ec_wmma" in seen)
+    assert "warptile" in seen and ("wmma_warptile" if arch == "sm_75" else "ec_wmma") in seen
 
 
 def test_defaults_that_do_not_fit_are_replaced_with_the_reason():

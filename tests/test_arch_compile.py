@@ -20,10 +20,10 @@ from gemmlab.runtime.device import arch_limits
 ARCHES = ("sm_75", "sm_86", "sm_89", "sm_100a", "sm_120")
 
 
-def default_instantiations(spec):
-    """(params, problem) per dtype: aligned operands, FP32 result, layout NN."""
+def default_instantiations(spec, arch):
+    """(params, problem) per dtype that runs on ``arch``: aligned operands, FP32 result, layout NN."""
     params, seen = spec.defaults(), {}
-    for p, prob in spec.instantiations([params], layouts=[("N", "N")]):
+    for p, prob in spec.instantiations([params], layouts=[("N", "N")], arch=arch):
         if prob.aligned16 and prob.out_dtype == "float32":
             seen.setdefault(prob.dtype, (p, prob))
     return list(seen.values())
@@ -31,7 +31,7 @@ def default_instantiations(spec):
 
 @pytest.fixture(scope="module")
 def modules():
-    jobs = [(spec, arch, [spec.name_expression(p, prob) for p, prob in default_instantiations(spec)])
+    jobs = [(spec, arch, [spec.name_expression(p, prob) for p, prob in default_instantiations(spec, arch)])
             for arch in ARCHES for spec in registry.ladder() if spec.builds_for(arch)]
     compile_in_processes([(spec.source_path, names, arch) for spec, arch, names in jobs])
     return {(spec.name, arch): compile_module(spec.source_path, names, arch) for spec, arch, names in jobs}
@@ -46,7 +46,7 @@ def test_defaults_compile_without_spills_and_fit_the_registers(arch, modules):
             continue
         module = modules[spec.name, arch]
         res = parse_ptxas_log(module.log)
-        for p, prob in default_instantiations(spec):
+        for p, prob in default_instantiations(spec, arch):
             r = res[module.symbols[spec.name_expression(p, prob)]]
             threads = spec.launch(p, prob.with_layout("N", "N")).block[0]
             assert r.spill_bytes == 0 and r.stack_bytes == 0, (spec.name, arch)
@@ -62,7 +62,7 @@ def test_defaults_have_the_instructions_of_their_rung(arch, modules):
             continue
         module = modules[spec.name, arch]
         sass = disassemble(module.cubin)
-        for p, prob in default_instantiations(spec):
+        for p, prob in default_instantiations(spec, arch):
             facts = sass_facts(sass[module.symbols[spec.name_expression(p, prob)]])
             assert facts["HGMMA"] == 0, (spec.name, arch)
             for op in EXPECTED_SASS.get(spec.name, ()):

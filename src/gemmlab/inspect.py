@@ -101,7 +101,7 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
             reports.append(KernelReport(spec.name, "", arch, 0, 0, 0, 0, refused=why))
             continue
         configs = spec.configurations() if all_configs else [spec.defaults()]
-        names = [spec.name_expression(p, inst) for p, inst in spec.instantiations(configs, layouts=list(ops))]
+        names = [spec.name_expression(p, inst) for p, inst in spec.instantiations(configs, layouts=list(ops), arch=arch)]
         names = list(dict.fromkeys(names))
         module = compile_module(spec.source_path, names, arch)
         res = parse_ptxas_log(module.log)
@@ -159,7 +159,7 @@ def portable_reports(arch: str, jobs: int | None = None) -> list[KernelReport]:
     for name, configs in portable_configs(arch).items():
         spec = registry.get(name)
         names = list(dict.fromkeys(spec.name_expression(p, inst)
-                                   for p, inst in spec.instantiations(configs, layouts=[("N", "N")])))
+                                   for p, inst in spec.instantiations(configs, layouts=[("N", "N")], arch=arch)))
         sets.append((spec, names))
     compile_in_processes([(spec.source_path, names, arch) for spec, names in sets], jobs=jobs)
     reports = []

@@ -27,9 +27,9 @@ KNOWN_TARGETS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_12
 # rungs use) come from, per compute capability: measured on a GPU by `gemmlab
 # fragments`, or derived from the SASS ptxas emits for the dump kernel, run on the CPU
 # by tests/sass_warp.py (test_fragments.py).  Any other target is refused: its maps
-# are unknown.  sm_75: the SASS was not checked, and wmma_types.cuh needs sm_80's
-# TF32 and BF16 fragment types.
-FRAGMENT_MAPS = {80: "derived from SASS, not measured", 86: "derived from SASS, not measured",
+# are unknown.
+FRAGMENT_MAPS = {75: "derived from SASS, not measured (FP16 only: sm_75 has no BF16/TF32 WMMA)",
+                 80: "derived from SASS, not measured", 86: "derived from SASS, not measured",
                  89: "derived from SASS, not measured", 90: "measured (H100, H200)",
                  100: "derived from SASS, not measured", 120: "derived from SASS, not measured"}
 
@@ -285,12 +285,14 @@ class KernelSpec:
         text = "".join(("true" if a else "false") + ", " if isinstance(a, bool) else f"{a}, " for a in args)
         return f"{self.template}<{text}'{ops[0]}', '{ops[1]}'>"
 
-    def instantiations(self, configs=None, layouts=LAYOUTS) -> list[tuple[dict, Problem]]:
+    def instantiations(self, configs=None, layouts=LAYOUTS, arch: str | None = None) -> list[tuple[dict, Problem]]:
         """(parameters, problem) for each configuration (default: every legal one) x
-        each variant x each layout, one per distinct name expression."""
+        each variant x each layout, one per distinct name expression; with ``arch``,
+        only the variants whose dtype runs there (sm_75: FP16 WMMA, not BF16/TF32)."""
         seen: dict[str, tuple[dict, Problem]] = {}
+        variants = [v for v in self.variants if arch is None or self.builds_for(arch, v.dtype)]
         for params in (self.configurations() if configs is None else configs):
-            for prob in self.variants:
+            for prob in variants:
                 for op_a, op_b in layouts:
                     if (op_a, op_b) not in self.layouts:   # a kernel that reads fewer layouts
                         continue
