@@ -1,7 +1,7 @@
 """A tiny emulator of one warp running straight-line SASS (test helper, no GPU).
 
 Enough of the instruction set for gemmlab's fragment_dump kernels as ptxas
-emits them for sm_80 and sm_90a: integer address arithmetic (IMAD, LEA, LOP3,
+emits them for sm_75 to sm_120: integer address arithmetic (IMAD, LEA, LOP3,
 SHF, IADD3 with carries), constant-bank reads, 32/64-bit global loads and
 stores, PRMT, HFMA2.MMA used as a move of constants, and MOVM.16.MT88 (an 8x8
 transpose of 16-bit elements across the warp).  An unknown instruction raises
@@ -97,11 +97,14 @@ class Warp:
         return f"{m.group(1)}{int(m.group(2)) + k}"
 
     def addr(self, lane, op):
-        m = re.search(r"\[(U?R\d+|RZ)(\.64)?(?:\+(-?0x[0-9a-f]+))?\]$", op)
-        reg, wide, imm = m.group(1), m.group(2), m.group(3)
+        # [R4.64+0x20]; sm_75 also adds a uniform register pair: [R6.64+UR4+0x20]
+        m = re.search(r"\[(U?R\d+|RZ)(\.64)?(?:\+(UR\d+))?(?:\+(-?0x[0-9a-f]+))?\]$", op)
+        reg, wide, ureg, imm = m.group(1), m.group(2), m.group(3), m.group(4)
         base = self.rd(lane, reg)
         if wide and reg != "RZ":
             base |= self.rd(lane, self.reg_plus(reg, 1)) << 32
+        if ureg:
+            base += self.rd(lane, ureg) | self.rd(lane, self.reg_plus(ureg, 1)) << 32
         return base + (int(imm, 0) if imm else 0)
 
     def run(self, instrs):
@@ -143,7 +146,7 @@ class Warp:
             self.wr(lane, ops[0], lane)
         elif base in ("MOV", "UMOV"):
             self.wr(lane, ops[0], rd(ops[1]))
-        elif base in ("LDC", "ULDC"):
+        elif base in ("LDC", "ULDC", "LDCU"):   # LDCU: sm_100/sm_120's ULDC
             v = rd(ops[1])
             self.wr(lane, ops[0], v)
             if ".64" in opc:
@@ -181,7 +184,7 @@ class Warp:
                 if ops[3].startswith("c["):
                     off = int(re.search(r"\]\[(0x[0-9a-f]+)\]", ops[3]).group(1), 0)
                     c |= self.c(off + 4) << 32
-                elif ops[3] != "RZ":
+                elif ops[3] not in ("RZ", "URZ"):
                     c |= rd(self.reg_plus(ops[3], 1)) << 32
                 if ".U32" not in opc:
                     a = a - (1 << 32) if a >> 31 else a
@@ -194,6 +197,14 @@ class Warp:
                 self.wr(lane, ops[0], rd(ops[1]) * rd(ops[2]) + rd(ops[3]) + carry)
             else:
                 self.wr(lane, ops[0], rd(ops[1]) * rd(ops[2]) + rd(ops[3]))
+        elif base == "IADD" and ".64" in opc:     # sm_120: 64-bit add of register pairs
+            a = rd(ops[1]) | rd(self.reg_plus(ops[1], 1)) << 32
+            b = rd(ops[2]) | (rd(self.reg_plus(ops[2], 1)) << 32 if ops[2].startswith("R") and ops[2] != "RZ" else 0)
+            v = (a + b) & ((1 << 64) - 1)
+            self.wr(lane, ops[0], v)
+            self.wr(lane, self.reg_plus(ops[0], 1), v >> 32)
+        elif base == "IADD":                     # sm_120: two-operand add
+            self.wr(lane, ops[0], rd(ops[1]) + rd(ops[2]))
         elif base in ("IADD3", "UIADD3"):
             dst = ops[0]
             rest = ops[1:]

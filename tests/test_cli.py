@@ -26,7 +26,8 @@ def test_list_prints_every_kernel(capsys):
         assert entry["description"] in out
     assert "tile  in [2, 4, 8, 16, 32] (default 32)" in out
     assert "rule: shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB" in out
-    assert out.count("only for: sm_90a") == 2          # wgmma, ec_wgmma
+    assert out.count("runs on: sm_90a only") == 2          # wgmma, ec_wgmma
+    assert out.count("runs on: ") == len(KERNELS)
     assert err == ""
 
 

@@ -1,7 +1,8 @@
 """WMMA fragment maps (gemmlab.fragments, kernels/lab/fragment_dump.cu).
 
 CPU: the analytic maps are complete and consistent; they agree with the SASS
-ptxas emits for the dump kernel on sm_80 and sm_90a (emulated by
+ptxas emits for the dump kernel on sm_75 (its FP16 kinds), sm_80, sm_86, sm_89,
+sm_90a, sm_100a and sm_120 (emulated by
 tests/sass_warp.py); with the maps measured on GPUs and stored in
 gemmlab/data/ (skipped until a GPU run has stored them); the dump kernel
 compiles without spills; outputs (CSV, JSON, PNG) and the CLI work.
@@ -19,7 +20,9 @@ from gemmlab.cli import main
 from gemmlab.inspect import find_disassembler
 from gemmlab.runtime.compile import compile_module, parse_ptxas_log
 
-ARCHES = ("sm_80", "sm_90a")
+# Kernel parameters' offset in constant bank 0, per target.
+PARAM_BASE = {"sm_75": 0x160, "sm_80": 0x160, "sm_86": 0x160, "sm_89": 0x160, "sm_90a": 0x210, "sm_100a": 0x380, "sm_120": 0x380}
+ARCHES = tuple(PARAM_BASE)
 KIND_IDS = [kd.name for kd in fr.KINDS]
 
 
@@ -29,7 +32,7 @@ def dump_module():
 
     def get(arch):
         if arch not in memo:
-            memo[arch] = compile_module(fr.SOURCE, [kd.name_expression() for kd in fr.KINDS], arch)
+            memo[arch] = compile_module(fr.SOURCE, [kd.name_expression() for kd in fr.kinds_for(arch)], arch)
         return memo[arch]
     return get
 
@@ -85,10 +88,13 @@ def test_16x16x16_maps_are_two_m16n8k16_tiles():
 
 
 def test_unsupported_arch_is_refused():
-    with pytest.raises(ValueError, match="sm_75"):
-        fr.analytic_map(fr.KINDS[0], "sm_75")
-    with pytest.raises(ValueError, match="sm_100"):
-        fr.arch_family("sm_100")
+    with pytest.raises(ValueError, match="sm_75 has no matrix_a.m16n16k16.bf16.row"):
+        fr.analytic_map(fr.kind("matrix_a.m16n16k16.bf16.row"), "sm_75")
+    with pytest.raises(ValueError, match="sm_70"):
+        fr.analytic_map(fr.KINDS[0], "sm_70")
+    with pytest.raises(ValueError, match="sm_103"):
+        fr.arch_family("sm_103")
+    assert fr.provenance("sm_90a").startswith("measured") and fr.provenance("sm_86").startswith("derived")
 
 
 @pytest.mark.parametrize("name", ["matrix_a.m32n8k16.bf16.col", "matrix_b.m16n16k8.tf32.row",
@@ -128,8 +134,8 @@ def test_outputs_and_cli(tmp_path, capsys):
 def test_dump_kernel_compiles_without_spills(arch, dump_module):
     module = dump_module(arch)
     res = parse_ptxas_log(module.log)
-    assert len(res) == len(fr.KINDS)
-    for kd in fr.KINDS:
+    assert len(res) == len(fr.kinds_for(arch)) == (24 if arch == "sm_75" else len(fr.KINDS))
+    for kd in fr.kinds_for(arch):
         r = res[module.symbols[kd.name_expression()]]
         assert r.spill_bytes == 0 and r.stack_bytes == 0, kd.name
 
@@ -143,9 +149,9 @@ def test_analytic_maps_match_the_compilers_sass(arch, dump_module):
     from gemmlab.inspect import disassemble
     module = dump_module(arch)
     sass = disassemble(module.cubin)
-    pbase = 0x160 if arch == "sm_80" else 0x210          # kernel parameters in constant bank 0
+    pbase = PARAM_BASE[arch]
     tile_at, out_at = 0x10000000, 0x20000000
-    for kd in fr.KINDS:
+    for kd in fr.kinds_for(arch):
         tile, ld = fr.tile_codes(kd)
         mem = {}
         for off, byte in enumerate(tile.tobytes()):

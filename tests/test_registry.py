@@ -709,12 +709,12 @@ def test_wgmma_exists_only_for_sm90a():
     assert WGMMA.builds_for("sm_90a") and not WGMMA.builds_for("sm_80") and not WGMMA.builds_for("sm_90")
     assert all(s.builds_for("sm_80") for s in SPECS if s.name not in ("wgmma", "ec_wgmma"))
     assert [k["arches"] for k in gemmlab.kernels() if k["name"] == "wgmma"] == [["sm_90a"]]
-    with pytest.raises(ValueError, match=r"kernel 'wgmma' needs sm_90a .*NVIDIA A100 is sm_80"):
+    with pytest.raises(ValueError, match=r"kernel 'wgmma' does not run on NVIDIA A100 \(sm_80\): it needs sm_90a"):
         WGMMA.check_arch("sm_80", "NVIDIA A100")
 
 
 def test_plan_refuses_wgmma_on_other_architectures():
-    with pytest.raises(ValueError, match=r"kernel 'wgmma' needs sm_90a.* is sm_80.*'mma_pipelined'"):
+    with pytest.raises(ValueError, match=r"kernel 'wgmma' does not run on .*sm_80.*needs sm_90a.*run there for bfloat16: wmma, wmma_warptile, mma_pipelined"):
         gemmlab.plan("wgmma", 256, 256, 256, dtype="bfloat16", out_dtype="bfloat16", arch="sm_80")
     # Without an architecture (planning before the GPU is known) the name is accepted.
     assert gemmlab.plan("wgmma", 256, 256, 256, dtype="bfloat16", out_dtype="bfloat16").spec.name == "wgmma"
@@ -882,7 +882,7 @@ EC_WGMMA = registry.get("ec_wgmma")
 
 def test_ec_wgmma_exists_only_for_sm90a_and_falls_back_to_ec_wmma():
     assert EC_WGMMA.arches == ("sm_90a",) and EC_WGMMA.fallback == "ec_wmma"
-    with pytest.raises(ValueError, match=r"kernel 'ec_wgmma' needs sm_90a.* is sm_80.*'ec_wmma'"):
+    with pytest.raises(ValueError, match=r"kernel 'ec_wgmma' does not run on .*sm_80.*needs sm_90a.*run there for fp16_ec: ec_wmma"):
         gemmlab.plan("ec_wgmma", 256, 256, 256, dtype="fp16_ec", arch="sm_80")
 
 

@@ -72,10 +72,17 @@ __global__ void scaled_identity_times(const half* b, float alpha, float* c) {
 """
 
 
-@pytest.mark.parametrize("arch", ["sm_75", "sm_86", "sm_100"])
+@pytest.mark.parametrize("arch", ["sm_87", "sm_103"])
 def test_other_architectures_are_refused_by_name(arch, tmp_path):
     with pytest.raises(CompileError, match=rf"{arch} is not supported"):
         gemmlab.compile_with_headers(USER_KERNEL, ["scaled_identity_times"], arch=arch)
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_86", "sm_89", "sm_100a", "sm_120"])
+def test_architectures_with_maps_derived_from_sass_compile(arch):
+    """Their maps are the sm_80 ones (test_fragments.py checks the dump kernel's SASS)."""
+    module = gemmlab.compile_with_headers(USER_KERNEL, ["scaled_identity_times"], arch=arch)
+    assert module.cubin[:4] == b"\x7fELF"
 
 
 def test_public_entry_point_compiles_user_code(tmp_path):

@@ -157,7 +157,7 @@ def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, ou
     gpu = rt_device.gpu_info(call.device)
     # Kernels that exist only for some GPUs (wgmma: sm_90a) are refused before any copy.
     if kernel != "auto":
-        registry.get(kernel).check_arch(gpu.arch)
+        registry.get(kernel).check_arch(gpu.arch, gpu.name, call.dtypes["dtype"])
     if not call.on_gpu:
         return _matmul_host(call, a, b, out, trans_a, trans_b, kernel, precision, tile_params, key)
     return _matmul_gpu(call, gpu, kernel, tile_params, precision, out, key)

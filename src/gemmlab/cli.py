@@ -54,8 +54,7 @@ def cmd_list(args) -> int:
             print(f"      {name:5s} in {p['values']} (default {p['default']}): {p['doc']}")
         for c in k["constraints"]:
             print(f"      rule: {c}")
-        if k["arches"]:
-            print(f"      only for: {', '.join(k['arches'])}")
+        print(f"      runs on: {k['arch_range']}" + (f"; why: {k['needs']}" if k["needs"] else ""))
     return 0
 
 
@@ -349,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "accumulator.m16n16k16.f32.row); default: all")
     p.add_argument("--out", metavar="DIR", help="write <kind>.csv, <kind>.png and fragment_maps_<gpu>.json")
     p.add_argument("--analytic", action="store_true", help="the analytic maps instead of a GPU dump (no GPU)")
-    p.add_argument("--arch", default="sm_90a", help="with --analytic: sm_80, sm_90 or sm_90a")
+    p.add_argument("--arch", default="sm_90a", help="with --analytic: sm_80, sm_86, sm_89, sm_90(a), sm_100(a) or sm_120(a)")
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--no-plots", action="store_true")
     p.set_defaults(func=cmd_fragments)

@@ -72,7 +72,7 @@ class Launcher:
 
     def __init__(self, p: Plan, gpu: GPUInfo, lds: tuple[int, int, int], batch: int = 1,
                  strides: tuple[int, int, int] = (0, 0, 0)):
-        p.spec.check_arch(gpu.arch, gpu.name)
+        p.spec.check_arch(gpu.arch, gpu.name, p.problem.dtype)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("preparing %s on %s", p.describe(), gpu.name)
         make_current(gpu.ordinal)

@@ -23,11 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .kernels.spec import FRAGMENT_MAPS, arch_cc
+
 SOURCE = Path(__file__).resolve().parent / "kernels" / "lab" / "fragment_dump.cu"
 DATA_DIR = Path(__file__).resolve().parent / "data"
 USES = ("matrix_a", "matrix_b", "accumulator")
 DTYPES = ("f16", "bf16", "tf32", "f32")          # template codes 0..3 in wmma_types.cuh
-SUPPORTED_ARCHES = ("sm_80", "sm_90", "sm_90a")
+# Targets with known maps (kernels/spec.py FRAGMENT_MAPS says which were measured).
+SUPPORTED_ARCHES = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_120", "sm_120a")
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,23 @@ def arch_family(arch: str) -> str:
     """'sm80' for the architectures whose maps are the mma.sync-based ones."""
     if arch not in SUPPORTED_ARCHES:
         raise ValueError(f"no fragment maps for {arch}: the analytic maps cover {', '.join(SUPPORTED_ARCHES)} "
-                         "(sm_70/sm_75 use other layouts; newer GPUs are not measured yet)")
+                         "(sm_70 uses other layouts; other targets are not derived yet)")
     return "sm80"
+
+
+def kinds_for(arch: str) -> tuple[FragmentKind, ...]:
+    """The kinds ``arch`` has: all of KINDS from sm_80; on sm_75 the FP16 ones
+    (FP16 inputs, FP16/FP32 accumulators of the k = 16 shapes), no BF16 or TF32."""
+    arch_family(arch)
+    if arch_cc(arch) >= 80:
+        return KINDS
+    return tuple(kd for kd in KINDS if kd.dtype in ("f16", "f32") and kd.k == 16)
+
+
+def provenance(arch: str) -> str:
+    """Where the map of ``arch`` comes from: measured on a GPU, or derived from SASS."""
+    arch_family(arch)
+    return FRAGMENT_MAPS[arch_cc(arch)]
 
 
 def element(kd: FragmentKind, lane, k):
@@ -158,7 +176,8 @@ def element(kd: FragmentKind, lane, k):
 
 def analytic_map(kd: FragmentKind, arch: str = "sm_90a") -> np.ndarray:
     """int array (32, num_elements, 2): (row, col) held by x[k] of each lane."""
-    arch_family(arch)
+    if kd not in kinds_for(arch):
+        raise ValueError(f"{arch} has no {kd.name} fragments (BF16 and TF32 WMMA need sm_80)")
     lanes, ks = np.meshgrid(np.arange(32), np.arange(kd.num_elements), indexing="ij")
     r, c = element(kd, lanes, ks)
     return np.stack([r, c], axis=-1).astype(np.int64)
@@ -227,9 +246,8 @@ def dump(kinds=None, device: int = 0) -> dict[str, np.ndarray]:
     from .runtime.compile import compile_module
     from .runtime.device import gpu_info
     from .runtime.launch import launch
-    kinds = list(kinds or KINDS)
     gpu = gpu_info(device)
-    arch_family(gpu.arch)
+    kinds = list(kinds or kinds_for(gpu.arch))
     names = [kd.name_expression() for kd in kinds]
     with cp.cuda.Device(device):
         module = compile_module(SOURCE, names, gpu.arch)

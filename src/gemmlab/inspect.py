@@ -78,6 +78,7 @@ class KernelReport:
     stack_bytes: int
     spill_bytes: int
     sass: dict = field(default_factory=dict)
+    refused: str = ""     # why the kernel does not run on the target (nothing was compiled)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -87,17 +88,20 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
                     with_sass: bool = True, ops=("NN",)) -> list[KernelReport]:
     """Compile the chosen kernels (default tile parameters, or every legal
     configuration) in the operand layouts ``ops`` ("NN", "TN", "NT", "TT") for
-    ``arch`` and report their resources and SASS facts."""
+    ``arch`` and report their resources and SASS facts.  A named kernel that
+    does not run on ``arch`` gets a report saying why (``refused``), compiled not."""
     if kernels:
         specs = [registry.get(k) for k in kernels]
-        for spec in specs:
-            spec.check_arch(arch, "the target asked for")
     else:   # every kernel that exists for the target (wgmma only for sm_90a)
         specs = [s for s in registry.ladder() if s.builds_for(arch)]
     reports = []
     for spec in specs:
+        why = spec.why_not_on(arch)
+        if why:
+            reports.append(KernelReport(spec.name, "", arch, 0, 0, 0, 0, refused=why))
+            continue
         configs = spec.configurations() if all_configs else [spec.defaults()]
-        names = [spec.name_expression(p, inst) for p, inst in spec.instantiations(configs, layouts=list(ops))]
+        names = [spec.name_expression(p, inst) for p, inst in spec.instantiations(configs, layouts=list(ops), arch=arch)]
         names = list(dict.fromkeys(names))
         module = compile_module(spec.source_path, names, arch)
         res = parse_ptxas_log(module.log)
@@ -110,13 +114,77 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
     return reports
 
 
+# -- the portable set: what runs on each target ------------------------------------------
+
+# Shapes (M, N, K, batch) over which portable_configs asks kernel="auto" for its choice.
+AUTO_SHAPES = tuple((m, n, k, b) for m in (64, 1000, 4096) for n in (64, 2048, 8192) for k in (64, 4096)
+                    for b in (1, 8))
+AUTO_DTYPES = (("float32", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("tf32", "float32"),
+               ("fp16_ec", "float32"), ("tf32_ec", "float32"))
+# The instruction family each rung is about, by SASS opcode (see SASS_FACTS), and
+# whether it appears only where the target has it: LDGSTS is cp.async (sm_80+),
+# HGMMA wgmma (sm_90a).
+EXPECTED_SASS = {"wmma": ("HMMA",), "wmma_warptile": ("HMMA",), "mma_pipelined": ("HMMA", "LDSM", "LDGSTS"),
+                 "wgmma": ("HGMMA",), "ec_wmma": ("HMMA", "LDGSTS"), "ec_wgmma": ("HGMMA",),
+                 "pipelined": ("LDGSTS",)}
+
+
+def portable_configs(arch: str, sm_count: int = 84) -> dict[str, list[dict]]:
+    """Per kernel that runs on ``arch``: its defaults and every configuration
+    ``kernel="auto"`` picks there over AUTO_SHAPES x AUTO_DTYPES (fitted to the
+    target's shared memory by the planner), without split-K (a launch shape)."""
+    from . import planner
+    out: dict[str, dict] = {s.name: {} for s in registry.ladder() if s.builds_for(arch)}
+
+    def add(spec, params):
+        params = {k: v for k, v in params.items() if k != spec.split_k_param}
+        out[spec.name].setdefault(tuple(sorted(params.items())), spec.resolve(params))
+    for name in out:
+        add(registry.get(name), registry.get(name).defaults())
+    for m, n, k, b in AUTO_SHAPES:
+        for dt, odt in AUTO_DTYPES:
+            try:
+                p = planner.plan("auto", m, n, k, dtype=dt, out_dtype=odt, arch=arch, sm_count=sm_count, batch=b)
+            except ValueError:      # no rung for this dtype here (e.g. 16-bit on sm_75)
+                continue
+            add(p.spec, p.params)
+    return {name: list(configs.values()) for name, configs in out.items()}
+
+
+def portable_reports(arch: str, jobs: int | None = None) -> list[KernelReport]:
+    """Compile the portable set of ``arch`` (row-major layouts, every dtype variant),
+    the modules in parallel processes, and report each instantiation."""
+    from .runtime.compile import compile_in_processes
+    sets = []
+    for name, configs in portable_configs(arch).items():
+        spec = registry.get(name)
+        names = list(dict.fromkeys(spec.name_expression(p, inst)
+                                   for p, inst in spec.instantiations(configs, layouts=[("N", "N")], arch=arch)))
+        sets.append((spec, names))
+    compile_in_processes([(spec.source_path, names, arch) for spec, names in sets], jobs=jobs)
+    reports = []
+    for spec, names in sets:
+        module = compile_module(spec.source_path, names, arch)
+        res = parse_ptxas_log(module.log)
+        sass = disassemble(module.cubin)
+        for n in names:
+            r = res[module.symbols[n]]
+            facts = sass_facts(sass[module.symbols[n]]) if module.symbols[n] in sass else {}
+            reports.append(KernelReport(spec.name, n, arch, r.registers, r.smem_bytes, r.stack_bytes,
+                                        r.spill_bytes, facts))
+    return reports
+
+
 def format_reports(reports: list[KernelReport]) -> str:
     cols = ["FFMA", "LDG.128", "LDG.32", "LDS.128", "LDS.32", "STG.128", "LDL/STL (local)"]
     head = f"{'kernel instantiation':58s} {'regs':>4s} {'smem':>6s} {'spill':>5s} " + " ".join(f"{c[:7]:>7s}" for c in cols)
     lines = [head, "-" * len(head)]
     for r in reports:
+        if r.refused:
+            lines.append(f"{r.kernel}: does not run on {r.arch}: {r.refused}")
+            continue
         facts = " ".join(f"{r.sass.get(c, '-'):>7}" for c in cols)
         lines.append(f"{r.name_expression[:58]:58s} {r.registers:4d} {r.smem_bytes:6d} {r.spill_bytes:5d} {facts}")
-    if reports and not reports[0].sass:
+    if any(not r.refused and not r.sass for r in reports):
         lines.append("(no SASS columns: nvdisasm not found; pip install 'gemmlab[inspect]')")
     return "\n".join(lines)

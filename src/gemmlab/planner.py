@@ -23,6 +23,7 @@ from . import ec, tuned
 from .arrays import ITEMSIZE, Operand, _c_strides, describe
 from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
+from .runtime.device import ARCH_LIMITS, cc_of
 from .runtime.tma import tma_aligned
 
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
@@ -48,11 +49,13 @@ class Plan:
     reason: str = ""                            # why this kernel or method, where a choice was made
     # Why the kernel asked for is not the one that runs (see KernelSpec.why_unusable), or "".
     fallback_reason: str = ""
+    # Why the configuration is not the default / tuned / auto one: it did not fit the GPU's limits.
+    limit_reason: str = ""
 
     def describe(self) -> str:
         p = ", ".join(f"{k}={v}" for k, v in self.params.items())
         text = f"{self.spec.name}({p})" if p else self.spec.name
-        notes = [n for n in (self.method, self.fallback_reason) if n]
+        notes = [n for n in (self.method, self.fallback_reason, self.limit_reason) if n]
         return f"{text} [{'; '.join(notes)}]" if notes else text
 
     def extra_args(self) -> tuple:
@@ -270,7 +273,9 @@ def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) ->
     as more tiles); below that, its 64 x 64 tiles, which make eight times as
     many.  On an H100 (run M2, FP16): at 2048^3 (128 tiles for 132 SMs) the
     defaults reach 410 TFLOPS and 64 x 64 255; at 1024^3 (32 tiles) the
-    defaults 91 and 64 x 64 152.
+    defaults 91 and 64 x 64 152.  On a GPU whose blocks get less shared memory
+    than the defaults' 144 KiB (sm_86/89/120: 99 KiB), plan() takes the
+    nearest configuration that fits (fit_smem): 128 x 256 x 32, 3 stages.
     """
     if 2 * -(-M // 128) * -(-N // 256) * batch >= sm_count:
         return "mma_pipelined", {}
@@ -283,6 +288,61 @@ def _one_launch_per_matrix_wins(M: int, N: int, batch: int, tile: tuple[int, int
     GPU with tiles.  Otherwise a kernel that takes the whole batch in one launch
     along gridDim.z fills the GPU where the per-matrix launches leave it idle."""
     return batch <= 1 or -(-M // tile[0]) * -(-N // tile[1]) >= sm_count
+
+
+def runnable(spec: KernelSpec, arch: str, dtype: str, gpu_name: str) -> str:
+    """The highest rung of ``spec``'s family that runs on ``arch`` for ``dtype``
+    (what ``auto`` takes where its first choice cannot run there); raises
+    ``spec``'s refusal, naming what it needs, where none does."""
+    fits = [s for s in registry.ladder(spec.family) if dtype in s.dtypes and s.builds_for(arch, dtype)]
+    if not fits:
+        spec.check_arch(arch, gpu_name, dtype)
+    log.debug("%s does not run on %s (%s); auto takes %s", spec.name, gpu_name, arch, fits[-1].name)
+    return fits[-1].name
+
+
+def smem_limit_for(arch: str | None) -> int | None:
+    """Dynamic shared memory a block may opt in to on an NVRTC target, from the
+    table of known limits (runtime.device.ARCH_LIMITS); None where unknown."""
+    if arch is None:
+        return None
+    found = ARCH_LIMITS.get(cc_of(arch))
+    return found.smem_per_block_optin if found else None
+
+
+def fit_smem(spec: KernelSpec, params: dict, problem: Problem, limit: int | None,
+             gpu_name: str = "this GPU") -> tuple[dict, str]:
+    """``params``, or where their dynamic shared memory exceeds ``limit`` the legal
+    configuration that fits and keeps the most of them (then the most shared memory,
+    i.e. the deepest pipeline), with the reason; ValueError if none fits."""
+    need = spec.launch(params, problem).smem_bytes
+    if limit is None or need <= limit:
+        return params, ""
+    fits = [c for c in spec.configurations() if spec.launch(c, problem).smem_bytes <= limit]
+    if not fits:
+        raise ValueError(f"kernel {spec.name!r} has no configuration within the {limit} bytes of shared memory "
+                         f"per block of {gpu_name}")
+    best = max(fits, key=lambda c: (sum(c[k] == params[k] for k in c), spec.launch(c, problem).smem_bytes))
+    if spec.split_k_param:
+        best[spec.split_k_param] = params[spec.split_k_param]
+    desc = ", ".join(f"{k}={v}" for k, v in params.items())
+    why = (f"{spec.name}({desc}) needs {need} bytes of shared memory per block, {gpu_name} allows {limit}: "
+           f"took the nearest configuration that fits")
+    log.debug("%s", why)
+    return best, why
+
+
+_UNTUNED_NOTED: set[str] = set()
+
+
+def note_untuned(slug: str) -> None:
+    """Log once per GPU model without a tuned table that kernel='auto' uses rules."""
+    if slug in _UNTUNED_NOTED:
+        return
+    _UNTUNED_NOTED.add(slug)
+    if tuned.load_table(slug) is None:
+        log.info("no tuned table for %s: kernel='auto' uses rules written from its limits; "
+                 "`gemmlab tune` measures configurations fitted to it", slug)
 
 
 MIN_K_STEPS_PER_SPLIT = 4   # the tuner's rule: a split-K slice has at least 4 K-steps
@@ -305,7 +365,7 @@ def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
          gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
          op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
-         **tile_params) -> Plan:
+         gpu_name: str = "this GPU", smem_limit: int | None = None, **tile_params) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
     Without tile parameters, a named kernel (and ``"auto"``) takes the
@@ -321,14 +381,22 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
 
     ``arch`` is the GPU's NVRTC target (None: not known yet, as when planning
     without a GPU).  A kernel that does not exist for it (wgmma off Hopper) is
-    an error; ``"auto"`` picks wgmma for 16-bit and TF32 inputs and ec_wgmma for
-    the error-corrected methods on sm_90a.
+    an error naming ``gpu_name``, what the kernel needs and which kernels run
+    there; ``"auto"`` picks wgmma for 16-bit and TF32 inputs and ec_wgmma for
+    the error-corrected methods on sm_90a, and elsewhere the highest rung of the
+    family that runs on ``arch`` (see :func:`runnable`).
     ``tma_aligned`` says whether a and b allow TMA tensor maps (see
     runtime.tma.tma_aligned).  A kernel that cannot take the operands
     (KernelSpec.why_unusable: a layout it does not read, operands TMA cannot
     map) is replaced by its fallback kernel at the fallback's defaults, with the
     reason in ``Plan.fallback_reason``, ``Plan.describe()`` and a debug message
     on the ``gemmlab`` logger.
+
+    ``smem_limit`` is the dynamic shared memory a block may have on the GPU
+    (None: the table's figure for ``arch``, runtime.device.ARCH_LIMITS).  A
+    default, tuned or auto configuration beyond it is replaced by the nearest
+    one that fits (:func:`fit_smem`), with the reason in ``Plan.limit_reason``;
+    tile parameters given by the caller that exceed it are an error.
     """
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
@@ -337,6 +405,10 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     if kernel != "auto":
         registry.get(kernel)          # an unknown name fails here, tuned table or not
     explicit = bool(tile_params)      # the caller's own SPLITK is kept, batch or not
+    if gpu_slug:
+        note_untuned(gpu_slug)
+    if smem_limit is None:
+        smem_limit = smem_limit_for(arch)
     if not tile_params and gpu_slug and M and N and dtype == "float32":
         table = tuned.load_table(gpu_slug)
         found = table.lookup(kernel, M, N, max(K, 1)) if table else None
@@ -359,9 +431,11 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
             kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count)
         else:
             kernel, tile_params = auto_tensor_params(M, N, K, sm_count, batch)
+        if arch is not None and not registry.get(kernel).builds_for(arch, dtype):
+            kernel, tile_params = runnable(registry.get(kernel), arch, dtype, gpu_name), {}
     spec = registry.get(kernel)
     if arch is not None:
-        spec.check_arch(arch)
+        spec.check_arch(arch, gpu_name, dtype if dtype in spec.dtypes else None)
     params = spec.resolve(tile_params)
     if batch > 1 and not explicit and spec.splits(params) > 1 \
             and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= sm_count:
@@ -381,7 +455,13 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         spec, params = fallback, fallback.resolve(_fallback_params(fallback, M, N, K, sm_count, batch))
         spec.check_dtypes(problem)
         reason = spec.why_unusable(problem)
-    return Plan(spec, params, problem, spec.name_expression(params, problem), fallback_reason="; ".join(whys))
+    if explicit and not whys and smem_limit is not None and spec.launch(params, problem).smem_bytes > smem_limit:
+        raise ValueError(f"kernel {spec.name!r} with these tile parameters needs "
+                         f"{spec.launch(params, problem).smem_bytes} bytes of shared memory per block; "
+                         f"{gpu_name} ({arch or 'this target'}) allows {smem_limit}")
+    params, limit_why = fit_smem(spec, params, problem, smem_limit, gpu_name)
+    return Plan(spec, params, problem, spec.name_expression(params, problem), fallback_reason="; ".join(whys),
+                limit_reason=limit_why)
 
 
 def _fallback_params(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch: int) -> dict:
@@ -588,7 +668,8 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
                          call.K if kv.B.layout == "N" else kv.N, kv.B.ld, ia) \
         and all((s * ia) % 16 == 0 for st in batch_strides for s in st)
     return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
-                op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok, **call.dtypes,
+                op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok, gpu_name=gpu.name,
+                smem_limit=gpu.max_smem_per_block_optin, **call.dtypes,
                 **tile_params)
 
 
@@ -599,6 +680,7 @@ def plan_for_choice(p: Plan, choice: "ec.Choice", gpu, kernel: str, tile_params:
         pr = p.problem
         p = plan(kernel, pr.M, pr.N, pr.K, aligned16=pr.aligned16, sm_count=gpu.sm_count, gpu_slug=gpu.slug,
                  dtype=choice.kernel_dtype, out_dtype=pr.out_dtype, op_a=pr.op_a, op_b=pr.op_b, batch=batch,
-                 arch=gpu.arch, tma_aligned=pr.tma_aligned, **tile_params)
+                 arch=gpu.arch, tma_aligned=pr.tma_aligned, gpu_name=gpu.name,
+                 smem_limit=gpu.max_smem_per_block_optin, **tile_params)
     log.debug("error-corrected method: %s (%s)", choice.method, choice.reason)
     return replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)

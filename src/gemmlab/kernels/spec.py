@@ -9,12 +9,37 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 from .cuda_constants import read_constants
 
 KERNEL_DIR = Path(__file__).resolve().parent
+
+# -- architectures ------------------------------------------------------------------
+# The lowest target NVRTC 13 (CUDA 13) builds for: it dropped sm_70 and sm_72 (Volta).
+LOWEST_TARGET = 75
+# The targets gemmlab checks every rung against (CI compiles them; README's table):
+# Turing, Ampere (A100; RTX 30, A10), Ada (RTX 40, L4, L40S), Hopper, Blackwell (B200; RTX 50).
+KNOWN_TARGETS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120")
+# Where the WMMA fragment maps of wmma_ext.cuh (which the tensor and error-corrected
+# rungs use) come from, per compute capability: measured on a GPU by `gemmlab
+# fragments`, or derived from the SASS ptxas emits for the dump kernel, run on the CPU
+# by tests/sass_warp.py (test_fragments.py).  Any other target is refused: its maps
+# are unknown.
+FRAGMENT_MAPS = {75: "derived from SASS, not measured (FP16 only: sm_75 has no BF16/TF32 WMMA)",
+                 80: "derived from SASS, not measured", 86: "derived from SASS, not measured",
+                 89: "derived from SASS, not measured", 90: "measured (H100, H200)",
+                 100: "derived from SASS, not measured", 120: "derived from SASS, not measured"}
+
+
+def arch_cc(arch: str) -> int:
+    """The compute capability of an NVRTC target as a number: sm_86 -> 86, sm_90a -> 90."""
+    m = re.fullmatch(r"sm_(\d+)[af]?", arch)
+    if not m:
+        raise ValueError(f"{arch!r} is not an NVRTC target such as sm_80 or sm_90a")
+    return int(m.group(1))
 
 # Every GEMM kernel's parameters; the last three are the batch strides (layout.cuh).
 _SIGNATURE = ("(int M, int N, int K, float alpha, const T* A, int lda, const T* B, int ldb, float beta, "
@@ -133,17 +158,55 @@ class KernelSpec:
     # split pre-pass), so the kernel reads every layout and is instantiated for
     # 'N', 'N' only.
     packed: bool = False
+    # The lowest compute capability (86 for sm_86) each dtype runs on (absent: any target
+    # NVRTC builds for), and what the kernel needs there, in words, for messages and docs.
+    min_arch: Mapping[str, int] = field(default_factory=dict)
+    needs: str = ""
+    # Reads WMMA fragments element by element (wmma_ext.cuh): only targets in FRAGMENT_MAPS.
+    fragment_maps: bool = False
 
-    def builds_for(self, arch: str) -> bool:
-        """Whether this kernel exists for the NVRTC target ``arch`` (e.g. sm_80, sm_90a)."""
-        return not self.arches or arch in self.arches
+    def why_not_on(self, arch: str, dtype: str | None = None) -> str | None:
+        """Why this kernel cannot run on the NVRTC target ``arch`` (for ``dtype``, or for
+        any of its dtypes), or None where it can.  Checked before anything compiles."""
+        cc = arch_cc(arch)
+        if cc < LOWEST_TARGET:
+            return f"NVRTC 13 (CUDA 13) builds for sm_{LOWEST_TARGET} and later only"
+        if self.arches and arch not in self.arches:
+            return f"it needs {' or '.join(self.arches)}: {self.needs}"
+        low = self.min_arch.get(dtype, 0) if dtype else min(self.min_arch.values(), default=0)
+        if cc < low:
+            return f"it needs sm_{low} or later{' for ' + dtype if dtype else ''}: {self.needs}"
+        if self.fragment_maps and cc not in FRAGMENT_MAPS:
+            return (f"its WMMA fragment maps (wmma_ext.cuh) are known for "
+                    f"{', '.join(f'sm_{c}' for c in FRAGMENT_MAPS)} only, neither measured nor derived "
+                    f"from SASS for sm_{cc}")
+        return None
 
-    def check_arch(self, arch: str, gpu_name: str = "this GPU") -> None:
-        """Raise ValueError, naming both architectures, if the kernel cannot run on ``arch``."""
-        if not self.builds_for(arch):
-            raise ValueError(f"kernel {self.name!r} needs {' or '.join(self.arches)} (its instructions exist only "
-                             f"there: Hopper, H100/H200); {gpu_name} is {arch}. Use another kernel, e.g. "
-                             f"{self.fallback or 'auto'!r}")
+    def builds_for(self, arch: str, dtype: str | None = None) -> bool:
+        """Whether this kernel runs on the NVRTC target ``arch`` (e.g. sm_80, sm_90a)."""
+        return self.why_not_on(arch, dtype) is None
+
+    def check_arch(self, arch: str, gpu_name: str = "this GPU", dtype: str | None = None) -> None:
+        """Raise ValueError naming the GPU, its target, what the kernel needs and which kernels run there."""
+        why = self.why_not_on(arch, dtype)
+        if why:
+            runs = [s.name for s in SPECS.values() if s.builds_for(arch, dtype) and (dtype is None or dtype in s.dtypes)]
+            what = f" for {dtype}" if dtype else ""
+            raise ValueError(f"kernel {self.name!r} does not run on {gpu_name} ({arch}): {why}. Kernels that run "
+                             f"there{what}: {', '.join(runs) or 'none'}")
+
+    def arch_range(self) -> str:
+        """Where the kernel runs, in words: e.g. 'sm_80 and later (...)' or 'sm_90a only'."""
+        if self.arches:
+            return f"{' or '.join(self.arches)} only"
+        low = max(LOWEST_TARGET, min(self.min_arch.values(), default=0))
+        text = f"sm_{low} and later"
+        if self.fragment_maps:
+            text += f" with known fragment maps ({', '.join(f'sm_{c}' for c in FRAGMENT_MAPS)})"
+        by_dtype = {d: v for d, v in self.min_arch.items() if v > low}
+        if by_dtype:
+            text += "; " + ", ".join(f"{d} sm_{v}+" for d, v in by_dtype.items())
+        return text
 
     def why_unusable(self, problem: Problem) -> str | None:
         """Why this kernel cannot take the problem's operands, or None."""
@@ -222,12 +285,14 @@ class KernelSpec:
         text = "".join(("true" if a else "false") + ", " if isinstance(a, bool) else f"{a}, " for a in args)
         return f"{self.template}<{text}'{ops[0]}', '{ops[1]}'>"
 
-    def instantiations(self, configs=None, layouts=LAYOUTS) -> list[tuple[dict, Problem]]:
+    def instantiations(self, configs=None, layouts=LAYOUTS, arch: str | None = None) -> list[tuple[dict, Problem]]:
         """(parameters, problem) for each configuration (default: every legal one) x
-        each variant x each layout, one per distinct name expression."""
+        each variant x each layout, one per distinct name expression; with ``arch``,
+        only the variants whose dtype runs there (sm_75: FP16 WMMA, not BF16/TF32)."""
         seen: dict[str, tuple[dict, Problem]] = {}
+        variants = [v for v in self.variants if arch is None or self.builds_for(arch, v.dtype)]
         for params in (self.configurations() if configs is None else configs):
-            for prob in self.variants:
+            for prob in variants:
                 for op_a, op_b in layouts:
                     p = prob.with_layout(op_a, op_b)
                     # a kernel that reads fewer layouts, or some only in some types (wgmma: TF32 NN)
@@ -255,6 +320,10 @@ class KernelSpec:
                        for p in self.params},
             "constraints": [c.rule for c in self.constraints],
             "arches": list(self.arches),
+            "min_arch": dict(self.min_arch),
+            "needs": self.needs,
+            "arch_range": self.arch_range(),
+            "runs_on": [a for a in KNOWN_TARGETS if self.builds_for(a)],
         }
 
 

@@ -21,6 +21,53 @@ _FP32_LANES_PER_SM = {
 }
 
 
+@dataclass(frozen=True)
+class ArchLimits:
+    """What one block and one SM may use on a compute capability."""
+
+    smem_per_block_optin: int   # dynamic shared memory a block may opt in to, bytes
+    smem_per_sm: int            # shared memory of an SM (several blocks share it), bytes
+    threads_per_sm: int
+    regs_per_sm: int = 64 * 1024
+    regs_per_block: int = 64 * 1024
+    threads_per_block: int = 1024
+    regs_per_thread: int = 255
+
+
+_KB = 1024
+# The CUDA C++ Programming Guide's "Technical Specifications per Compute Capability"
+# table: shared memory per block (opt-in) and per SM, resident threads per SM; 64K
+# 32-bit registers per SM and per block, 255 per thread, on all of them.  Used where
+# no device is present (planning or `gemmlab inspect` for a target); a detected GPU's
+# own figures (GPUInfo) take precedence.
+ARCH_LIMITS = {
+    (7, 5): ArchLimits(64 * _KB, 64 * _KB, 1024),     # Turing: T4, RTX 20
+    (8, 0): ArchLimits(163 * _KB, 164 * _KB, 2048),   # A100
+    (8, 6): ArchLimits(99 * _KB, 100 * _KB, 1536),    # RTX 30, A10, A40
+    (8, 7): ArchLimits(163 * _KB, 164 * _KB, 1536),   # Jetson Orin
+    (8, 9): ArchLimits(99 * _KB, 100 * _KB, 1536),    # RTX 40, L4, L40S
+    (9, 0): ArchLimits(227 * _KB, 228 * _KB, 2048),   # H100, H200
+    (10, 0): ArchLimits(227 * _KB, 228 * _KB, 2048),  # B200
+    (10, 3): ArchLimits(227 * _KB, 228 * _KB, 2048),  # B300
+    (12, 0): ArchLimits(99 * _KB, 100 * _KB, 1536),   # RTX 50, RTX PRO 6000
+}
+
+
+def cc_of(arch: str) -> tuple[int, int]:
+    """The compute capability of an NVRTC target: sm_86 -> (8, 6), sm_100a -> (10, 0)."""
+    digits = arch.removeprefix("sm_").rstrip("af")
+    return int(digits[:-1]), int(digits[-1])
+
+
+def arch_limits(arch: str) -> ArchLimits:
+    """The table's limits for an NVRTC target; ValueError for a target not in it."""
+    try:
+        return ARCH_LIMITS[cc_of(arch)]
+    except (KeyError, ValueError):
+        known = ", ".join(f"sm_{a}{b}" for a, b in ARCH_LIMITS)
+        raise ValueError(f"no limits known for {arch!r}; the table covers {known}") from None
+
+
 def arch_for(major: int, minor: int) -> str:
     """The NVRTC target for a compute capability.
 
@@ -42,6 +89,21 @@ class GPUInfo:
     clock_mhz: float            # maximum SM clock
     l2_bytes: int
     max_smem_per_block_optin: int
+    # Read from the device as well (0: not read, e.g. a GPUInfo made by hand; `limits`
+    # then takes the table's figure for the compute capability).
+    max_smem_per_sm: int = 0
+    regs_per_sm: int = 0
+    regs_per_block: int = 0
+    max_threads_per_sm: int = 0
+
+    @property
+    def limits(self) -> ArchLimits:
+        """This GPU's limits: the device's figures, the table's where one was not read."""
+        table = ARCH_LIMITS.get(self.compute_capability) or ArchLimits(self.max_smem_per_block_optin,
+                                                                       self.max_smem_per_block_optin, 1024)
+        return ArchLimits(self.max_smem_per_block_optin, self.max_smem_per_sm or table.smem_per_sm,
+                          self.max_threads_per_sm or table.threads_per_sm, self.regs_per_sm or table.regs_per_sm,
+                          self.regs_per_block or table.regs_per_block)
 
     @property
     def fp32_lanes_per_sm(self) -> int | None:
@@ -119,6 +181,10 @@ def _detect(ordinal: int) -> GPUInfo:
         clock_mhz=props.clock_rate / 1000.0,
         l2_bytes=props.l2_cache_size,
         max_smem_per_block_optin=props.max_shared_memory_per_block_optin,
+        max_smem_per_sm=props.max_shared_memory_per_multiprocessor,
+        regs_per_sm=props.max_registers_per_multiprocessor,
+        regs_per_block=props.max_registers_per_block,
+        max_threads_per_sm=props.max_threads_per_multiprocessor,
     )
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...runtime.tma import Operands, maps_backend, tensor_map
 from ..spec import EC_METHODS, KERNEL_DIR, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
-from ..tensor.wgmma import WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
+from ..tensor.wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from ..cuda_constants import read_constants
 
 # 128 x 96 tiles (two consumer warpgroups of 64 x 96, four sets of accumulators each);
@@ -118,6 +118,7 @@ SPEC = KernelSpec(
     geometry=_geometry,
     variants=tuple(Problem(1, 1, 1, True, method) for method in EC_METHODS),
     arches=(WGMMA_SM90,),
+    needs=HOPPER_NEEDS,
     fallback="ec_wmma",
     extra_args=("scale_a", "scale_b"),
     kernel_args=ec_wgmma_kernel_args,

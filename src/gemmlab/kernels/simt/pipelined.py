@@ -66,4 +66,6 @@ SPEC = KernelSpec(
                                     block=(warptile_threads(p), 1, 1), smem_bytes=pipelined_smem(p, prob)),
     variants=ALIGNED_VARIANTS,
     split_k_param="SPLITK",
+    # cuda_pipeline.h's copies are cp.async from sm_80; on sm_75 they pass through registers.
+    needs="cp.async (sm_80) for asynchronous copies; on sm_75 the copies are synchronous",
 )

@@ -4,7 +4,7 @@ shared memory, a STAGES-deep cp.async pipeline."""
 from __future__ import annotations
 
 from ..spec import Constraint, KernelSpec, Launch, Problem, TileParam, tiles
-from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
+from .wmma import TC_DTYPES, TC_MIN_ARCH, TC_VARIANTS, tc_type_args
 from .wmma_warptile import tc_threads
 
 MMA_SMEM_LIMIT = 160 * 1024
@@ -60,4 +60,6 @@ SPEC = KernelSpec(
     variants=TC_VARIANTS_ALIGNED,
     layouts=(("N", "N"),),       # its copies and ldmatrix read row-major A and B only so far
     fallback="wmma_warptile",
+    min_arch=TC_MIN_ARCH, fragment_maps=True,
+    needs="mma.sync m16n8k16 (FP16, BF16) and m16n8k8 (TF32), and cp.async: sm_80; ldmatrix: sm_75",
 )

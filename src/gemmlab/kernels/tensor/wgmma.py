@@ -23,6 +23,9 @@ from ..cuda_constants import read_constants
 # the tiles to the swizzle atom.
 WGMMA_SMEM_LIMIT = 227 * 1024
 WGMMA_SM90 = "sm_90a"
+# What the Hopper rungs (wgmma, ec_wgmma) need; no other target has these instructions.
+HOPPER_NEEDS = ("wgmma.mma_async and setmaxnreg exist on sm_90a only (Hopper: H100, H200, GH200); TMA and "
+                "thread-block clusters from sm_90")
 # one staging buffer of the TMA-store epilogue; two per consumer warpgroup
 WGMMA_EPI_BYTES = read_constants("tensor/04_wgmma.cu")["WGMMA_EPI_BYTES"]
 
@@ -199,6 +202,7 @@ SPEC = KernelSpec(
     geometry=_geometry,
     variants=TC_VARIANTS,
     arches=(WGMMA_SM90,),
+    needs=HOPPER_NEEDS,
     # 16-bit: every layout (each operand K- or MN-major in shared memory, as stored);
     # TF32: NN only, which _unusable says.
     layouts=LAYOUTS,

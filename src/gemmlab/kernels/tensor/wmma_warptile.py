@@ -4,7 +4,7 @@ fragments per warp (the warp count formula is shared with rung 3)."""
 from __future__ import annotations
 
 from ..spec import Constraint, KernelSpec, Launch, TileParam, tiles
-from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
+from .wmma import TC_DTYPES, TC_VARIANTS, WMMA_MIN_ARCH, WMMA_NEEDS, tc_type_args
 
 
 def tc_threads(p) -> int:
@@ -42,4 +42,5 @@ SPEC = KernelSpec(
     template_args=lambda p, prob: tc_type_args(prob) + (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"]),
     geometry=lambda p, prob: Launch(grid=(tiles(prob, p["BM"], p["BN"]), 1, 1), block=(tc_threads(p), 1, 1)),
     variants=TC_VARIANTS,
+    min_arch=WMMA_MIN_ARCH, needs=WMMA_NEEDS, fragment_maps=True,
 )

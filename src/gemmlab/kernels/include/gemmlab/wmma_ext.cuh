@@ -11,8 +11,8 @@
 //   wx::foreach_ij(frag, [&](int k, unsigned row, unsigned col) {...});
 //   wx::foreach_load<true>(frag, ldm, [&](unsigned index) { return ...; });   // skewed lane order
 //
-// The maps (lane, k) -> (row, col) are those of sm_80 and sm_90 (Ampere and
-// Hopper WMMA is built from mma.sync m16n8k16 / m16n8k8 tiles); gemmlab.fragments
+// The maps (lane, k) -> (row, col) are those of sm_80 and later (Ampere to
+// Blackwell WMMA is built from mma.sync m16n8k16 / m16n8k8 tiles); gemmlab.fragments
 // holds the same maps in Python, and `gemmlab fragments` measures them on a GPU.
 // With g = lane / 4, t = lane % 4 and b0, b1, ... the bits of k:
 //
@@ -40,29 +40,28 @@
 #include <cuda_bf16.h>
 
 // -- supported architectures ---------------------------------------------------------
+// The maps above hold on sm_80, sm_86, sm_89, sm_90, sm_100 and sm_120, and for the
+// FP16 kinds on sm_75 (which has no BF16/TF32 WMMA): measured on H100 and H200
+// (sm_90), derived elsewhere from the SASS ptxas emits for the dump kernel
+// (tests/test_fragments.py), not measured.  KernelSpec.fragment_maps refuses
+// other targets before NVRTC; this guard is for code that includes the header directly.
 #if defined(__CUDA_ARCH__)
 #if __CUDA_ARCH__ == 700
-#error "gemmlab/wmma_ext.cuh: sm_70 is not supported (its fragment maps differ); supported: sm_80, sm_90"
+#error "gemmlab/wmma_ext.cuh: sm_70 is not supported (its fragment maps differ); supported: sm_75 (FP16), sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"
 #elif __CUDA_ARCH__ == 720
-#error "gemmlab/wmma_ext.cuh: sm_72 is not supported; supported: sm_80, sm_90"
-#elif __CUDA_ARCH__ == 750
-#error "gemmlab/wmma_ext.cuh: sm_75 is not supported (its fragment maps differ); supported: sm_80, sm_90"
-#elif __CUDA_ARCH__ == 860
-#error "gemmlab/wmma_ext.cuh: sm_86 is not supported (not measured yet); supported: sm_80, sm_90"
+#error "gemmlab/wmma_ext.cuh: sm_72 is not supported (its fragment maps differ); supported: sm_75 (FP16), sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"
 #elif __CUDA_ARCH__ == 870
-#error "gemmlab/wmma_ext.cuh: sm_87 is not supported (not measured yet); supported: sm_80, sm_90"
-#elif __CUDA_ARCH__ == 890
-#error "gemmlab/wmma_ext.cuh: sm_89 is not supported (not measured yet); supported: sm_80, sm_90"
-#elif __CUDA_ARCH__ == 1000
-#error "gemmlab/wmma_ext.cuh: sm_100 is not supported (not measured yet); supported: sm_80, sm_90"
-#elif __CUDA_ARCH__ == 1010 || __CUDA_ARCH__ == 1100
-#error "gemmlab/wmma_ext.cuh: sm_101/sm_110 is not supported (not measured yet); supported: sm_80, sm_90"
+#error "gemmlab/wmma_ext.cuh: sm_87 is not supported (fragment maps not derived yet); supported: sm_75 (FP16), sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"
+#elif __CUDA_ARCH__ == 880
+#error "gemmlab/wmma_ext.cuh: sm_88 is not supported (fragment maps not derived yet); supported: sm_75 (FP16), sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"
+#elif __CUDA_ARCH__ == 1010
+#error "gemmlab/wmma_ext.cuh: sm_101 is not supported (fragment maps not derived yet); supported: sm_75 (FP16), sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"
+#elif __CUDA_ARCH__ == 1100
+#error "gemmlab/wmma_ext.cuh: sm_110 is not supported (fragment maps not derived yet); supported: sm_75 (FP16), sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"
 #elif __CUDA_ARCH__ == 1030
-#error "gemmlab/wmma_ext.cuh: sm_103 is not supported (not measured yet); supported: sm_80, sm_90"
-#elif __CUDA_ARCH__ == 1200
-#error "gemmlab/wmma_ext.cuh: sm_120 is not supported (not measured yet); supported: sm_80, sm_90"
+#error "gemmlab/wmma_ext.cuh: sm_103 is not supported (fragment maps not derived yet); supported: sm_75 (FP16), sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"
 #elif __CUDA_ARCH__ == 1210
-#error "gemmlab/wmma_ext.cuh: sm_121 is not supported (not measured yet); supported: sm_80, sm_90"
+#error "gemmlab/wmma_ext.cuh: sm_121 is not supported (fragment maps not derived yet); supported: sm_75 (FP16), sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"
 #endif
 namespace gemmlab {
 namespace wmma_ext {
@@ -70,8 +69,10 @@ namespace detail {
 // Any other architecture: the error names __CUDA_ARCH__ through the template argument.
 template <int CUDA_ARCH>
 struct supported_arch {
-    static_assert(CUDA_ARCH == 800 || CUDA_ARCH == 900,
-                  "gemmlab/wmma_ext.cuh supports sm_80 and sm_90 only; see CUDA_ARCH in this message");
+    static_assert(CUDA_ARCH == 750 || CUDA_ARCH == 800 || CUDA_ARCH == 860 || CUDA_ARCH == 890 || CUDA_ARCH == 900 ||
+                  CUDA_ARCH == 1000 || CUDA_ARCH == 1200,
+                  "gemmlab/wmma_ext.cuh: fragment maps known for sm_75 (FP16), sm_80, sm_86, sm_89, sm_90, sm_100, sm_120 "
+                  "only (not measured or derived for this target); see CUDA_ARCH in this message");
     static constexpr bool value = true;
 };
 static_assert(supported_arch<__CUDA_ARCH__>::value, "");
@@ -118,7 +119,9 @@ template <class A, class B> struct same { static constexpr bool value = false; }
 template <class A> struct same<A, A> { static constexpr bool value = true; };
 
 template <class T> struct is_tf32 { static constexpr bool value = false; };
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800   // sm_75 has no TF32 WMMA
 template <> struct is_tf32<wmma::precision::tf32> { static constexpr bool value = true; };
+#endif
 
 // USE: 0 matrix_a, 1 matrix_b, 2 accumulator.  ORDER: 0 row-major, 1 column-major, -1 runtime (accumulators).
 template <int USE, int M, int N, int K, bool TF32>

@@ -18,7 +18,11 @@ namespace wmma_types {
 template <int DT> struct Storage;
 template <> struct Storage<TYPE_FLOAT16>  { using type = __half;         using wmma = __half; };
 template <> struct Storage<TYPE_BFLOAT16> { using type = __nv_bfloat16;  using wmma = __nv_bfloat16; };
+// TF32 WMMA exists from sm_80 (mma.h declares precision::tf32 there only); on sm_75
+// only the FP16 types are usable.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 template <> struct Storage<TYPE_TF32>     { using type = float;          using wmma = nvcuda::wmma::precision::tf32; };
+#endif
 template <> struct Storage<TYPE_FLOAT32>  { using type = float;          using wmma = float; };
 
 template <int USE> struct Use;
@@ -37,6 +41,19 @@ template <int M, int N, int K, int DT, int COL>
 struct Fragment<USE_ACCUMULATOR, M, N, K, DT, COL> {
     using type = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, M, N, K, typename Storage<DT>::wmma>;
 };
+
+// FP32 -> TF32 rounding for TF32 fragments.  Before sm_80 there is no TF32 WMMA: the
+// template stands in so that FP16 kernels, whose TF32 branches (if constexpr) are
+// discarded, compile; a TF32 instantiation there stops at the static_assert.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+__device__ __forceinline__ float to_tf32(float v) { return nvcuda::wmma::__float_to_tf32(v); }
+#else
+template <class T = void>
+__device__ float to_tf32(float v) {
+    static_assert(sizeof(T) == 0, "TF32 WMMA needs sm_80 or later");
+    return v;
+}
+#endif
 
 __device__ __forceinline__ unsigned raw_bits(__half v) { return __half_as_ushort(v); }
 __device__ __forceinline__ unsigned raw_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }

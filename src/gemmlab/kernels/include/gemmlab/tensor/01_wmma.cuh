@@ -4,7 +4,7 @@
 // in the CUDA-core ladder (layout.cuh, edges.cuh).  Rung 1's idea: fragments
 // filled and stored element by element through the fragment map of
 // wmma_ext.cuh, so any M, N, K and alignment works without shared memory.
-// wmma_ext.cuh exists for sm_80 and sm_90 only (other targets get its #error).
+// wmma_ext.cuh holds the maps of sm_75 (FP16), sm_80, sm_86, sm_89, sm_90, sm_100 and sm_120 (others: its #error).
 #pragma once
 
 #include <gemmlab/layout.cuh>
@@ -41,7 +41,7 @@ __device__ __forceinline__ void load_fragment_masked(Frag& frag, const S* __rest
         const int gr = row0 + int(r), gc = col0 + int(c);
         const S v = (gr < rows && gc < cols) ? p[elem_offset<OP>(gr, gc, ld)] : S(0.0f);
         if constexpr (DT == TYPE_TF32)
-            frag.x[k] = nvcuda::wmma::__float_to_tf32(v);
+            frag.x[k] = wmma_types::to_tf32(v);
         else
             frag.x[k] = v;
     });

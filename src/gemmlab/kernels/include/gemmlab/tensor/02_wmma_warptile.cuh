@@ -49,7 +49,7 @@ __device__ __forceinline__ void load_fragment(Frag& frag, const S* p, int ldm) {
     nvcuda::wmma::load_matrix_sync(frag, p, ldm);
     if constexpr (DT == TYPE_TF32) {
 #pragma unroll
-        for (int k = 0; k < frag.num_elements; ++k) frag.x[k] = nvcuda::wmma::__float_to_tf32(frag.x[k]);
+        for (int k = 0; k < frag.num_elements; ++k) frag.x[k] = wmma_types::to_tf32(frag.x[k]);
     }
 }
 

@@ -1,0 +1,39 @@
+"""Compile-only facts per target: registers, static shared memory, spills and the
+SASS instruction families of every instantiation in each target's portable set
+(each rung's defaults and every configuration kernel="auto" picks there, see
+gemmlab.inspect.portable_configs), written to benchmarks/results/compile-<arch>.json.
+
+    PYTHONPATH=src python3 scripts/compile_facts.py [sm_86 ...]   # default: every known target
+"""
+import json
+import sys
+import time
+from pathlib import Path
+
+from gemmlab.inspect import portable_reports
+from gemmlab.kernels.spec import KNOWN_TARGETS
+from cuda.bindings import nvrtc
+
+KEEP = ("HMMA", "LDSM", "LDGSTS", "HGMMA", "LDL/STL (local)", "instructions")
+OUT = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+def main(arches):
+    for arch in arches:
+        t = time.time()
+        reports = portable_reports(arch)
+        doc = {"arch": arch, "what": "compile-only (NVRTC + ptxas, no GPU): each rung's defaults and every "
+                                     "configuration kernel='auto' picks on this target, row-major layouts",
+               "nvrtc": "%d.%d" % nvrtc.nvrtcVersion()[1:],
+               "kernels": [{"kernel": r.kernel, "name_expression": r.name_expression, "registers": r.registers,
+                            "static_smem_bytes": r.smem_bytes, "stack_bytes": r.stack_bytes,
+                            "spill_bytes": r.spill_bytes, "sass": {k: r.sass.get(k, 0) for k in KEEP}}
+                           for r in reports]}
+        path = OUT / f"compile-{arch}.json"
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        spills = sum(1 for r in reports if r.spill_bytes)
+        print(f"{arch}: {len(reports)} instantiations, {spills} with spills, {time.time() - t:.1f} s -> {path.name}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or KNOWN_TARGETS)

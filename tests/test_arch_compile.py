@@ -1,0 +1,71 @@
+"""Compile-only checks of each rung's defaults on the targets test_compile.py does
+not cover (it compiles sm_80 and sm_90a): sm_75, sm_86, sm_89, sm_100a, sm_120.
+
+One instantiation per dtype (row-major operands, 16-byte aligned, FP32 result),
+compiled in parallel processes to keep CI short.  Each must have no spills, fit the
+target's registers per block, and show the instructions its rung is about: HMMA on
+the tensor-core rungs, LDGSTS (cp.async) only from sm_80, HGMMA nowhere off sm_90a.
+scripts/compile_facts.py records the wider portable set (and auto's choices) as
+benchmarks/results/compile-<arch>.json.
+"""
+
+import pytest
+
+from gemmlab.inspect import EXPECTED_SASS, disassemble, find_disassembler, sass_facts
+from gemmlab.kernels import registry
+from gemmlab.kernels.spec import arch_cc
+from gemmlab.runtime.compile import compile_in_processes, compile_module, parse_ptxas_log
+from gemmlab.runtime.device import arch_limits
+
+ARCHES = ("sm_75", "sm_86", "sm_89", "sm_100a", "sm_120")
+
+
+def default_instantiations(spec, arch):
+    """(params, problem) per dtype that runs on ``arch``: aligned operands, FP32 result, layout NN."""
+    params, seen = spec.defaults(), {}
+    for p, prob in spec.instantiations([params], layouts=[("N", "N")], arch=arch):
+        if prob.aligned16 and prob.out_dtype == "float32":
+            seen.setdefault(prob.dtype, (p, prob))
+    return list(seen.values())
+
+
+@pytest.fixture(scope="module")
+def modules():
+    jobs = [(spec, arch, [spec.name_expression(p, prob) for p, prob in default_instantiations(spec, arch)])
+            for arch in ARCHES for spec in registry.ladder() if spec.builds_for(arch)]
+    compile_in_processes([(spec.source_path, names, arch) for spec, arch, names in jobs])
+    return {(spec.name, arch): compile_module(spec.source_path, names, arch) for spec, arch, names in jobs}
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_defaults_compile_without_spills_and_fit_the_registers(arch, modules):
+    regs_per_block = arch_limits(arch).regs_per_block
+    for spec in registry.ladder():
+        if not spec.builds_for(arch):
+            assert (spec.name, arch) not in modules
+            continue
+        module = modules[spec.name, arch]
+        res = parse_ptxas_log(module.log)
+        for p, prob in default_instantiations(spec, arch):
+            r = res[module.symbols[spec.name_expression(p, prob)]]
+            threads = spec.launch(p, prob.with_layout("N", "N")).block[0]
+            assert r.spill_bytes == 0 and r.stack_bytes == 0, (spec.name, arch)
+            assert r.registers * threads <= regs_per_block, (spec.name, arch, r.registers, threads)
+
+
+@pytest.mark.skipif(find_disassembler() is None, reason="nvdisasm not found (pip install 'gemmlab[inspect]')")
+@pytest.mark.parametrize("arch", ARCHES)
+def test_defaults_have_the_instructions_of_their_rung(arch, modules):
+    cp_async = arch_cc(arch) >= 80
+    for spec in registry.ladder():
+        if not spec.builds_for(arch):
+            continue
+        module = modules[spec.name, arch]
+        sass = disassemble(module.cubin)
+        for p, prob in default_instantiations(spec, arch):
+            facts = sass_facts(sass[module.symbols[spec.name_expression(p, prob)]])
+            assert facts["HGMMA"] == 0, (spec.name, arch)
+            for op in EXPECTED_SASS.get(spec.name, ()):
+                assert (facts[op] > 0) == (op != "LDGSTS" or cp_async), (spec.name, arch, prob.dtype, op, facts)
+            if spec.family != "simt":
+                assert facts["HMMA"] > 0, (spec.name, arch)
