@@ -236,3 +236,19 @@ def test_tuner_resumes_after_an_interrupt(tmp_path, monkeypatch):
     assert load_table(_slug()).lookup("vectorized", 300, 200, 100) == ("vectorized", best["params"])
     p = gemmlab.plan("vectorized", 300, 200, 100, gpu_slug=_slug())
     assert p.params == best["params"]
+
+
+def test_tables_can_be_switched_off(monkeypatch):
+    """GEMMLAB_TUNED=off: no table is read, and auto takes the rules of a GPU without one."""
+    from gemmlab import planner
+    load_table.cache_clear()
+    assert load_table("nvidia-h100-80gb-hbm3") is not None      # the shipped table
+    monkeypatch.setenv("GEMMLAB_TUNED", "off")
+    load_table.cache_clear()
+    try:
+        assert load_table("nvidia-h100-80gb-hbm3") is None
+        p = planner.plan("auto", 4096, 4096, 4096, gpu_slug="nvidia-h100-80gb-hbm3", sm_count=132)
+        assert (p.spec.name, p.params) == (planner.auto_params(4096, 4096, 4096, 132)[0],
+                                           p.spec.resolve(planner.auto_params(4096, 4096, 4096, 132)[1]))
+    finally:
+        load_table.cache_clear()

@@ -114,7 +114,11 @@ def _valid_winner(win) -> bool:
 @functools.lru_cache(maxsize=None)
 def load_table(slug: str) -> TunedTable | None:
     """The shipped table for this GPU model, overridden shape by shape by the
-    user's own (from ``gemmlab tune``).  Entries this version cannot run are dropped."""
+    user's own (from ``gemmlab tune``).  Entries this version cannot run are dropped.
+    ``GEMMLAB_TUNED=off`` ignores every table: ``kernel="auto"`` then takes the
+    rules a GPU without a table gets (to compare the two on a GPU that has one)."""
+    if os.environ.get("GEMMLAB_TUNED", "").lower() == "off":
+        return None
     shapes, sources = {}, []
     for path in (SHIPPED_DIR / f"{slug}.json", user_table_path(slug)):
         data = _read_json(path)
