@@ -125,7 +125,7 @@ def test_every_auto_choice_fits_the_arch(arch):
         assert threads <= min(lim.threads_per_block, lim.threads_per_sm), p.describe()
         assert p.spec.builds_for(arch, p.problem.dtype)
         seen.add(p.spec.name)
-    assert "warptile" in seen and ("wmma_warptile" if arch == "sm_75" else "ec_wmma") in seen
+    assert "pipelined" in seen and ("wmma_warptile" if arch == "sm_75" else "ec_wmma") in seen
 
 
 def test_defaults_that_do_not_fit_are_replaced_with_the_reason():

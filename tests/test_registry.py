@@ -345,51 +345,35 @@ def test_plan_name_expression_follows_alignment():
 
 # -- kernel="auto" -------------------------------------------------------------------------
 
-# api.auto_params (no tuned table): warptile at its defaults when ceil(M/128)*ceil(N/128) >=
-# sm_count (its 128x128 grid fills every SM); else vectorized with 64x64 tiles, unless those
-# too leave SMs idle and K is long enough for split-K: then pipelined 64x64 with the largest
-# split s (of 1, 2, 3, 4, 6, 8, 12, 16) that keeps s * tiles within two waves and K >= 256 s.
-SMALL = {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
-SPLIT = {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3}
+# planner.auto_params (no tuned table): pipelined at its defaults (128 x 256 tiles), split over K
+# where ceil(M/128) * ceil(N/256) tiles leave more than half the SMs idle: the largest split s
+# <= 4 (of 1, 2, 3, 4) with s * tiles <= SMs and at least 4 K-steps (BK = 8) per slice.
+PIPE_DEFAULTS = registry.get("pipelined").defaults()
 
 
-@pytest.mark.parametrize("M, N, K, sm_count, expect", [
-    (1536, 1536, 512, 132, "big"),     # 12*12 = 144 tiles
-    (1536, 1408, 512, 132, "big"),     # 12*11 = 132 tiles: exactly one wave
-    (1409, 1409, 512, 132, "big"),     # ceil: 12*12 = 144 (floor would give 11*11 = 121)
-    (1408, 1408, 512, 132, "small"),   # 11*11 = 121 tiles; 22*22 = 484 tiles of 64
-    (1024, 1024, 512, 132, "small"),   # 8*8 = 64 tiles: vectorized 64x64 measured faster here
-    (2048, 2048, 512, 132, "big"),
-    (4096, 4096, 4096, 132, "big"),
-    (16384, 128, 512, 132, "small"),   # 128*1 tiles < 132; 256*2 tiles of 64
-    (16896, 128, 512, 132, "big"),     # 132*1 tiles
-    (1, 1, 512, 1, "big"),             # one tile fills one SM
-    (128, 128, 512, 2, "small"),       # 1*1 tiles < 2 SMs; 2*2 tiles of 64
-    (1, 1, 512, 132, 2),               # 1 tile of 64; K = 512 allows a split of 2
-    (1, 1, 511, 132, "small"),         # ... K = 511 does not
-    (64, 8192, 8192, 132, 2),          # 128 tiles of 64: 2 splits stay within 2 waves (264)
-    (8192, 64, 8192, 132, 2),
-    (100, 100, 100000, 132, 16),       # 4 tiles of 64: the largest split
-    (100, 100, 3 * 256, 132, 3),       # K = 768 allows 3
-    (256, 256, 4096, 132, 16),         # 16 tiles: 16 * 16 = 256 <= 264
-    (512, 512, 4096, 132, 4),          # 64 tiles: 4 * 64 = 256 <= 264
+@pytest.mark.parametrize("M, N, K, sm_count, splits", [
+    (4096, 4096, 4096, 132, 1),        # 32 * 16 = 512 tiles
+    (2048, 2048, 512, 132, 1),         # 16 * 8 = 128 tiles: more than half the SMs
+    (1152, 2048, 512, 132, 1),         # 9 * 8 = 72 tiles >= 66
+    (1024, 1024, 1024, 132, 4),        # 8 * 4 = 32 tiles: 4 * 32 = 128 <= 132
+    (256, 4096, 4096, 132, 4),         # 2 * 16 = 32 tiles
+    (1024, 2048, 4096, 132, 2),        # 8 * 8 = 64 tiles < 66: 2 * 64 = 128 <= 132
+    (8192, 64, 8192, 132, 2),          # 64 tiles
+    (100, 100, 100000, 132, 4),        # one tile: split at most 4
+    (100, 100, 96, 132, 3),            # 12 K-steps: 3 slices of 4
+    (100, 100, 64, 132, 2),            # 8 K-steps
+    (64, 64, 64, 132, 2),
+    (64, 64, 31, 132, 1),              # 4 K-steps: no split
+    (128, 256, 4096, 1, 1),            # one tile fills the one SM
 ])
-def test_auto_heuristic(M, N, K, sm_count, expect):
+def test_auto_heuristic(M, N, K, sm_count, splits):
     p = gemmlab.plan("auto", M, N, K, sm_count=sm_count)
-    if expect == "big":
-        assert p.spec.name == "warptile" and p.params == registry.get("warptile").defaults()
-    elif expect == "small":
-        assert p.spec.name == "vectorized" and p.params == SMALL
-        assert p.name_expression == "gemmlab::vectorized<64, 64, 16, 8, 4, true, 'N', 'N'>"
-    else:
-        assert p.spec.name == "pipelined" and p.params == {**SPLIT, "SPLITK": expect}
+    assert p.spec.name == "pipelined" and p.params == {**PIPE_DEFAULTS, "SPLITK": splits}
 
 
 def test_auto_choices_are_legal_configurations():
-    assert SMALL in registry.get("vectorized").configurations()
-    for splits in registry.SPLITK_VALUES:
-        assert {**SPLIT, "SPLITK": splits} in registry.get("pipelined").configurations()
-    assert registry.get("warptile").defaults() in registry.get("warptile").configurations()
+    for splits in (1, 2, 3, 4):
+        assert {**PIPE_DEFAULTS, "SPLITK": splits} in registry.get("pipelined").configurations()
 
 
 def test_auto_follows_alignment():
@@ -405,22 +389,16 @@ def test_auto_honours_layouts(op_a, op_b):
         assert p.params == gemmlab.plan("auto", M, N, K).params   # the same choice for every layout
 
 
-@pytest.mark.parametrize("M, N, K, batch, expect", [
-    (4096, 4096, 4096, 7, "big"),
-    (64, 64, 4096, 1, 16),             # one tile of 64: split-K
-    (64, 64, 4096, 4, 16),             # 4 tiles: 16 splits still fit in 2 waves (64 <= 264)
-    (64, 64, 4096, 33, 8),             # 33 tiles x 8 = 264
-    (128, 128, 4096, 40, "small"),     # 160 tiles of 64 in the batch fill the GPU: no split-K
-    (64, 64, 4096, 132, "big"),        # 132 tiles of 128 in the batch
+@pytest.mark.parametrize("M, N, K, batch, splits", [
+    (4096, 4096, 4096, 7, 1),
+    (64, 64, 4096, 1, 4),              # one tile: split-K
+    (64, 64, 4096, 33, 4),             # 33 tiles x 4 = 132
+    (64, 64, 4096, 34, 3),             # 34 x 4 > 132: 3
+    (64, 64, 4096, 66, 1),             # 66 tiles in the batch: half the SMs, no split
 ])
-def test_auto_counts_a_batch_as_tiles(M, N, K, batch, expect):
+def test_auto_counts_a_batch_as_tiles(M, N, K, batch, splits):
     p = gemmlab.plan("auto", M, N, K, sm_count=132, batch=batch)
-    if expect == "big":
-        assert p.spec.name == "warptile"
-    elif expect == "small":
-        assert p.spec.name == "vectorized" and p.params == SMALL
-    else:
-        assert p.spec.name == "pipelined" and p.params == {**SPLIT, "SPLITK": expect}
+    assert p.spec.name == "pipelined" and p.params == {**PIPE_DEFAULTS, "SPLITK": splits}
 
 
 def test_tuned_split_k_is_dropped_when_the_batch_fills_the_gpu():

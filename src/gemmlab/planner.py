@@ -243,25 +243,24 @@ def _check_32bit(op: Operand) -> None:
 
 
 def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
-    """The heuristic ``kernel="auto"`` falls back to on a GPU without a tuned table.
+    """The rule ``kernel="auto"`` follows for FP32 on a GPU without a tuned table.
 
-    warptile (128x128 block tiles) when its grid fills every SM at least once;
-    below that, vectorized with 64x64 tiles, which makes four times as many
-    blocks; when even those leave SMs idle and K is long, pipelined 64x64 with
-    split-K over enough blocks to fill the GPU.  On an H200: warptile 83.0% of
-    cuBLAS at 2048^3 and 83.1% at 4096^3 (vectorized 58.6% and 74.2% in the
-    same run); at 1024^3, 64 blocks of warptile reach 44.8% where vectorized
-    64x64 reaches 72.7%.  A batch of ``batch`` products counts as that many
-    times the tiles.
+    Rung 8, pipelined, at its defaults (128 x 256 tiles: the tuner's winner at
+    every shape from 2048^3 up on an H100 and an H200), split over K where its
+    tiles leave more than half of the SMs idle: the largest split of at most 4
+    that keeps the blocks within the SMs and every slice at least 4 K-steps long
+    (the tuned tables split by 4 at 1024^3 and 256x4096x4096).  The earlier rule
+    (warptile, or vectorized 64x64) read 77-83% of cuBLAS where this one's
+    configurations read 90-109% (run 73, benchmarks/NOTES.md).  A batch of
+    ``batch`` products counts as that many times the tiles.
     """
-    if -(-M // 128) * -(-N // 128) * batch >= sm_count:
-        return "warptile", {}
-    tiles64 = -(-M // 64) * -(-N // 64) * batch
-    splits = max(s for s in registry.SPLITK_VALUES if s == 1 or s * tiles64 <= 2 * sm_count and K >= 256 * s)
-    if tiles64 >= sm_count or splits == 1:
-        return "vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
-    return "pipelined", {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4,
-                         "STAGES": 3, "SPLITK": splits}
+    params = registry.get("pipelined").defaults()
+    tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * batch
+    steps = -(-max(K, 1) // params["BK"])
+    if 2 * tiles < sm_count:
+        params["SPLITK"] = max(s for s in registry.SPLITK_VALUES
+                               if s == 1 or s <= 4 and tiles * s <= sm_count and steps >= MIN_K_STEPS_PER_SPLIT * s)
+    return "pipelined", params
 
 
 def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
