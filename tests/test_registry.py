@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import gemmlab
+from gemmlab import planner
 from gemmlab.bench.suites import parse_size
 from gemmlab.kernels import registry
 from gemmlab.kernels.registry import Problem
@@ -358,17 +359,28 @@ PIPE_DEFAULTS = registry.get("pipelined").defaults()
     (1024, 1024, 1024, 132, 4),        # 8 * 4 = 32 tiles: 4 * 32 = 128 <= 132
     (256, 4096, 4096, 132, 4),         # 2 * 16 = 32 tiles
     (1024, 2048, 4096, 132, 2),        # 8 * 8 = 64 tiles < 66: 2 * 64 = 128 <= 132
-    (8192, 64, 8192, 132, 2),          # 64 tiles
     (100, 100, 100000, 132, 4),        # one tile: split at most 4
     (100, 100, 96, 132, 3),            # 12 K-steps: 3 slices of 4
     (100, 100, 64, 132, 2),            # 8 K-steps
-    (64, 64, 64, 132, 2),
-    (64, 64, 31, 132, 1),              # 4 K-steps: no split
+    (65, 65, 64, 132, 2),
+    (65, 65, 31, 132, 1),              # 4 K-steps: no split
     (128, 256, 4096, 1, 1),            # one tile fills the one SM
 ])
 def test_auto_heuristic(M, N, K, sm_count, splits):
     p = gemmlab.plan("auto", M, N, K, sm_count=sm_count)
     assert p.spec.name == "pipelined" and p.params == {**PIPE_DEFAULTS, "SPLITK": splits}
+
+
+@pytest.mark.parametrize("M, N, tile, splits", [
+    (8192, 64, planner.SKINNY_N, 2),    # 64 tiles of 128 x 64: 2 * 64 <= 132
+    (64, 8192, planner.SKINNY_M, 2),
+    (64, 64, planner.SKINNY_N, 4),      # one tile
+    (8192, 48, planner.SKINNY_N, 2),
+])
+def test_auto_heuristic_for_a_skinny_side(M, N, tile, splits):
+    p = gemmlab.plan("auto", M, N, 8192, sm_count=132)
+    assert p.spec.name == "pipelined" and p.params == {**PIPE_DEFAULTS, **tile, "SPLITK": splits}
+    assert p.params in registry.get("pipelined").configurations()
 
 
 def test_auto_choices_are_legal_configurations():
@@ -391,10 +403,10 @@ def test_auto_honours_layouts(op_a, op_b):
 
 @pytest.mark.parametrize("M, N, K, batch, splits", [
     (4096, 4096, 4096, 7, 1),
-    (64, 64, 4096, 1, 4),              # one tile: split-K
-    (64, 64, 4096, 33, 4),             # 33 tiles x 4 = 132
-    (64, 64, 4096, 34, 3),             # 34 x 4 > 132: 3
-    (64, 64, 4096, 66, 1),             # 66 tiles in the batch: half the SMs, no split
+    (96, 96, 4096, 1, 4),              # one tile: split-K
+    (96, 96, 4096, 33, 4),             # 33 tiles x 4 = 132
+    (96, 96, 4096, 34, 3),             # 34 x 4 > 132: 3
+    (96, 96, 4096, 66, 1),             # 66 tiles in the batch: half the SMs, no split
 ])
 def test_auto_counts_a_batch_as_tiles(M, N, K, batch, splits):
     p = gemmlab.plan("auto", M, N, K, sm_count=132, batch=batch)

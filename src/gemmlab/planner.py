@@ -242,11 +242,17 @@ def _check_32bit(op: Operand) -> None:
                          f"take each dimension and leading dimension as a 32-bit int (at most {INT32_MAX})")
 
 
+# pipelined's tiles for a side of at most 64: the H100 table's winners at 8192x64x8192 and 64x8192x8192.
+SKINNY_N = {"BM": 128, "BN": 64, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 3}
+SKINNY_M = {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 3}
+
+
 def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
     """The rule ``kernel="auto"`` follows for FP32 on a GPU without a tuned table.
 
     Rung 8, pipelined, at its defaults (128 x 256 tiles: the tuner's winner at
-    every shape from 2048^3 up on an H100 and an H200), split over K where its
+    every shape from 2048^3 up on an H100 and an H200; 128 x 64 or 64 x 128 where
+    a side is at most 64), split over K where its
     tiles leave more than half of the SMs idle: the largest split of at most 4
     that keeps the blocks within the SMs and every slice at least 4 K-steps long
     (the tuned tables split by 4 at 1024^3 and 256x4096x4096).  The earlier rule
@@ -255,6 +261,8 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
     ``batch`` products counts as that many times the tiles.
     """
     params = registry.get("pipelined").defaults()
+    if min(M, N) <= 64:   # a skinny side: a tile 64 wide there (the tuned tables' choice for 8192x64x8192)
+        params.update(SKINNY_N if N <= M else SKINNY_M)
     tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * batch
     steps = -(-max(K, 1) // params["BK"])
     if 2 * tiles < sm_count:
