@@ -33,8 +33,8 @@ from .planner import Batching, Call, KernelView, Plan, kernel_view, plan_call, p
 from .runtime import compile as rt_compile
 from .runtime.device import GPUInfo, make_current
 from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, allow_dynamic_smem, clusters_that_fit,
-                             is_driver_tensor_map, launch, launch_shaped, stream_is_capturing,
-                             stream_workspace)
+                             cuda_core_launch, is_driver_tensor_map, launch, launch_shaped, stream_is_capturing,
+                             stream_workspace, wrapped_streams)
 from .runtime.tma import Operands
 
 log = logging.getLogger("gemmlab")
@@ -46,11 +46,6 @@ ARGS_KEPT = 64          # own-args kernels: argument sets kept per launcher (by 
 
 _ONE, _ZERO, _ZERO32 = np.float32(1.0), np.float32(0.0), np.int32(0)
 _f32_memo: dict = {}
-
-
-def _streams_by_handle() -> dict:
-    from .runtime import launch as rt_launch
-    return rt_launch._streams
 
 
 def f32(x) -> np.float32:
@@ -161,8 +156,7 @@ class Launcher:
         same launch as run(), with every constant bound in the closure, so that a
         repeated call spends as little Python as possible.  None where run() is
         needed; run() also takes over for alpha == 0 (BLAS's quick return)."""
-        from .runtime.launch import cuda_core_launch
-        cc_launch, streams, memo = cuda_core_launch(), _streams_by_handle(), _f32_memo
+        cc_launch, streams, memo = cuda_core_launch(), wrapped_streams(), _f32_memo
         if self.own_args and self._args_memo is not None and self.batch == 1:
             # wgmma with tensor maps of the caller's arrays: the whole argument tuple is
             # kept per (addresses, alpha, beta) by _run_own_args; any other call runs it.
