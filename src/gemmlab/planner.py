@@ -273,20 +273,13 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
 
 def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
     """What ``kernel="auto"`` runs for 16-bit and TF32 inputs off Hopper, and on
-    Hopper for batches of matrices too small to fill the GPU one at a time.
-
-    mma_pipelined at its defaults (128 x 256 x 64 tiles) when they give at
-    least half of the SMs a block (a batch's products launched together count
-    as more tiles); below that, its 64 x 64 tiles, which make eight times as
-    many.  On an H100 (run M2, FP16): at 2048^3 (128 tiles for 132 SMs) the
-    defaults reach 410 TFLOPS and 64 x 64 255; at 1024^3 (32 tiles) the
-    defaults 91 and 64 x 64 152.  On a GPU whose blocks get less shared memory
-    than the defaults' 144 KiB (sm_86/89/120: 99 KiB), plan() takes the
-    nearest configuration that fits (fit_smem): 128 x 256 x 32, 3 stages.
+    Hopper for batches of matrices too small to fill the GPU one at a time:
+    mma_pipelined, its tiles sized to the problem (its spec's sized_params).  On
+    a GPU whose blocks get less shared memory than the defaults' 144 KiB
+    (sm_86/89/120: 99 KiB), plan() takes the nearest configuration that fits
+    (fit_smem): 128 x 256 x 32, 3 stages.
     """
-    if 2 * -(-M // 128) * -(-N // 256) * batch >= sm_count:
-        return "mma_pipelined", {}
-    return "mma_pipelined", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
+    return "mma_pipelined", registry.get("mma_pipelined").sized_params(M, N, K, sm_count, batch)
 
 
 def _one_launch_per_matrix_wins(M: int, N: int, batch: int, tile: tuple[int, int], sm_count: int) -> bool:
@@ -459,7 +452,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         fallback = registry.get(spec.fallback)
         whys.append(f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead")
         log.debug("%s", whys[-1])
-        spec, params = fallback, fallback.resolve(_fallback_params(fallback, M, N, K, sm_count, batch))
+        spec, params = fallback, fallback.resolve(fallback.sized_params(M, N, K, sm_count, batch) if fallback.sized_params else {})
         spec.check_dtypes(problem)
         reason = spec.why_unusable(problem)
     if explicit and not whys and smem_limit is not None and spec.launch(params, problem).smem_bytes > smem_limit:
@@ -469,14 +462,6 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     params, limit_why = fit_smem(spec, params, problem, smem_limit, gpu_name)
     return Plan(spec, params, problem, spec.name_expression(params, problem), fallback_reason="; ".join(whys),
                 limit_reason=limit_why)
-
-
-def _fallback_params(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch: int) -> dict:
-    """The tile parameters a fallback kernel takes: mma_pipelined's auto rule (its
-    defaults, or 64 x 64 tiles where those leave SMs idle), other kernels' defaults."""
-    if spec.name == "mma_pipelined":
-        return auto_tensor_params(M, N, K, sm_count, batch)[1]
-    return {}
 
 
 def _dtype_arg(value, name: str) -> str | None:

@@ -143,6 +143,10 @@ class KernelSpec:
     # kernel that runs instead (plan() falls back to it and says why).
     unusable: Callable[[Problem], str | None] | None = None
     fallback: str | None = None
+    # Tile parameters for a problem's size, sized_params(M, N, K, sm_count, batch),
+    # where the plan brings none of its own (kernel="auto", or this kernel taking
+    # over as a fallback); None: the defaults.
+    sized_params: Callable[[int, int, int, int, int], dict] | None = None
     # Builds the kernel's arguments when they are more than the standard
     # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides): called by
     # executor.run_plan as kernel_args(plan, gpu, stream, operands, alpha, beta) once
