@@ -28,13 +28,6 @@ from .runtime.device import make_current
 _tls = threading.local()
 
 
-class _Current(threading.local):
-    device = None     # the device whose context this thread made current last
-
-
-_current = _Current()
-
-
 def last_plan() -> Plan | None:
     """The plan of this thread's last ``matmul`` call: kernel, tile parameters,
     and for ``precision="fp32_tc"`` the method chosen and why."""
@@ -130,9 +123,7 @@ def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha,
     """Launch a prepared call on these arrays; None where the full path must run
     instead (out overlaps an input: the full path names the problem)."""
     dev = prepared.device
-    if _current.device != dev:
-        make_current(dev)
-        _current.device = dev
+    make_current(dev)
     if out is None:
         out, pc = prepared.alloc()
         if pc & 15:   # allocators align far beyond this; never seen, but the plan assumed it
