@@ -5,32 +5,17 @@ synchronisation, outside the timing) so that a full launch queue never makes
 the host wait for the GPU.
 Usage: python3 benchmarks/experiments/host_breakdown.py"""
 
-import statistics
-import time
-
 import torch
+from host_costs import per_call_us
 
 import gemmlab
 from gemmlab import api, arrays, executor
 from gemmlab.runtime.launch import launch_shaped
 
 
-def us(fn, bursts=30, per=100):
-    for _ in range(per):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(bursts):
-        t0 = time.perf_counter()
-        for _ in range(per):
-            fn()
-        out.append((time.perf_counter() - t0) / per * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(out)
-
-
 def row(name, fn):
-    print(f"{name:58s} {us(fn):7.2f} us", flush=True)
+    us = per_call_us(fn, n=100, reps=30, sync=torch.cuda.synchronize)
+    print(f"{name:58s} {us:7.2f} us", flush=True)
 
 
 t = torch.randn(64, 64, device="cuda")

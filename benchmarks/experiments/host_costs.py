@@ -12,15 +12,22 @@ import time
 import numpy as np
 
 
-def per_call_us(fn, n=2000, reps=7):
-    for _ in range(200):
+def per_call_us(fn, n=2000, reps=7, sync=None):
+    """Median over ``reps`` rounds of ``n`` back-to-back calls, µs per call; with
+    ``sync``, called after each round outside the timing (short rounds then never
+    fill the launch queue, so the host never waits for the GPU)."""
+    for _ in range(min(n, 200)):
         fn()
+    if sync:
+        sync()
     out = []
     for _ in range(reps):
         t0 = time.perf_counter()
         for _ in range(n):
             fn()
         out.append((time.perf_counter() - t0) / n * 1e6)
+        if sync:
+            sync()
     return statistics.median(out)
 
 
