@@ -58,6 +58,8 @@ def layer(module: str) -> str:
         return parts[1]
     if parts[1] in ("ec", "tuned"):
         return "ec/tuned"
+    if parts[1] == "torch":             # the package gemmlab.torch and its modules
+        return "torch"
     if len(parts) == 2 and parts[1] in BELOW:
         return parts[1]
     raise AssertionError(f"{module} is in no layer: add it to tests/test_layering.py")

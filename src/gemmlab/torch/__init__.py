@@ -1,0 +1,17 @@
+"""gemmlab from PyTorch.
+
+- ``gemmlab.torch.mm`` / ``bmm``: the operators torch.ops.gemmlab.mm / bmm, with
+  autograd, torch.compile and the current stream (gemmlab.torch.ops).
+- ``gemmlab.torch.fp32_tc()``: float32 products of a model, forward and
+  backward, FP32-accurate on the tensor cores in one line; ``use_gemmlab()``
+  for gemmlab's kernels at each dtype's own precision (gemmlab.torch.routing).
+- DTensor sharding rules for the operators, registered where
+  torch.distributed is available (gemmlab.torch.sharding).
+"""
+
+from .ops import bmm, mm
+from .routing import NOT_ROUTED, ROUTED, Routing, disable_fp32_tc, enable_fp32_tc, fp32_tc, use_gemmlab
+from . import sharding  # noqa: F401  (registers the DTensor rules)
+
+__all__ = ["mm", "bmm", "fp32_tc", "use_gemmlab", "enable_fp32_tc", "disable_fp32_tc", "Routing", "ROUTED",
+           "NOT_ROUTED"]

@@ -1,0 +1,155 @@
+"""gemmlab's GEMM as PyTorch operators: ``torch.ops.gemmlab.mm`` and ``torch.ops.gemmlab.bmm``.
+
+    import gemmlab.torch as gt                # registers the operators
+    c = gt.mm(a, b)                           # a (M, K), b (K, N): CUDA tensors of one dtype
+    c = gt.mm(a, b, kernel="pipelined")
+    c = gt.bmm(a, b)                          # a (B, M, K), b (B, K, N)
+    c = gt.mm(a, b, precision="fp32_tc")      # float32 on the tensor cores, FP32-accurate
+
+float32 inputs run on the CUDA cores (or, with ``precision``, on the tensor
+cores: "tf32", or the error-corrected "fp32_tc", "fp16_ec", "fp16_ec_scaled",
+"tf32_ec"), float16 and bfloat16 on the tensor cores; the result has the
+inputs' dtype.
+
+They are ``torch.library`` custom operators, so they work with autograd (the
+backward pass runs gemmlab's kernels too, with the same kernel and precision:
+grad_a = grad @ b^T, grad_b = a^T @ grad) and inside ``torch.compile`` without
+graph breaks (fake implementations give the output's shape to the compiler),
+and DTensor shards them (gemmlab.torch.sharding).  They run on the current
+PyTorch stream.  Transposed views (``a.t()``, ``k.transpose(-1, -2)``, and the
+transposes the backward pass multiplies with) are read in place, as
+column-major operands, without a copy; only strides with no unit step
+(``a[:, ::2]``) are copied first (see gemmlab.matmul).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..api import matmul
+
+__all__ = ["mm", "bmm"]
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def mm(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto", precision: str | None = None) -> torch.Tensor:
+    """a @ b for 2-D a and b with gemmlab's ``kernel`` (any name gemmlab.matmul
+    takes) and ``precision`` (as gemmlab.matmul's; None: the dtype's own)."""
+    return _mm(a, b, kernel, precision or "")
+
+
+def bmm(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto", precision: str | None = None) -> torch.Tensor:
+    """a @ b for 3-D a (B, M, K) and b (B, K, N): one gemmlab call over the batch."""
+    return _bmm(a, b, kernel, precision or "")
+
+
+# Defined with torch.library's low-level API rather than @custom_op, with their
+# own Autograd kernel rather than register_autograd: on an H100's host the
+# decorator's and register_autograd's Python wrappers cost 10-15 us per call
+# more (benchmarks/NOTES.md, host costs).  The third argument is not called
+# "kernel": Inductor passes an operator's arguments on by keyword to a function
+# that has its own "kernel" parameter (FallbackKernel.create), which then fails
+# under torch.compile.  precision "" is the dtype's default (a schema string
+# cannot default to None and stay a plain str).
+_lib = torch.library.Library("gemmlab", "DEF")
+_lib.define("mm(Tensor a, Tensor b, str kernel_name='auto', str precision='') -> Tensor")
+_lib.define("bmm(Tensor a, Tensor b, str kernel_name='auto', str precision='') -> Tensor")
+_NDIM = {"mm": 2, "bmm": 3}
+
+
+def _impl_and_fake(name: str):
+    ndim = _NDIM[name]
+
+    def impl(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto", precision: str = "") -> torch.Tensor:
+        if a.dim() != ndim or b.dim() != ndim:
+            raise ValueError(f"gemmlab::{name} takes {ndim}-D tensors; got {a.dim()}-D and {b.dim()}-D")
+        if ndim == 3 and a.shape[0] != b.shape[0]:
+            raise ValueError(f"gemmlab::bmm: batch sizes differ, {tuple(a.shape)} @ {tuple(b.shape)}")
+        return matmul(a, b, kernel=kernel_name, precision=precision or None)
+
+    def fake(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto", precision: str = "") -> torch.Tensor:
+        torch._check(a.dim() == ndim and b.dim() == ndim, lambda: f"gemmlab::{name} takes {ndim}-D tensors")
+        torch._check(a.shape[-1] == b.shape[-2],
+                     lambda: f"gemmlab::{name}: inner dimensions differ, {tuple(a.shape)} @ {tuple(b.shape)}")
+        if ndim == 3:
+            torch._check(a.shape[0] == b.shape[0],
+                         lambda: f"gemmlab::bmm: batch sizes differ, {tuple(a.shape)} @ {tuple(b.shape)}")
+        torch._check(a.dtype == b.dtype and a.dtype in _DTYPES,
+                     lambda: f"gemmlab::{name} takes two float32, float16 or bfloat16 tensors of one dtype, "
+                             f"not {a.dtype} and {b.dtype}")
+        return a.new_empty((*a.shape[:-1], b.shape[-1]))
+
+    return impl, fake
+
+
+def _cpu_kernel(name: str):
+    # Looked up at each call, so that tests without a GPU can stand a CPU product
+    # in for gemmlab's kernels (tests/torch_cpu.py) and exercise all around them.
+    def kernel(a, b, kernel_name="auto", precision=""):
+        return CPU_KERNELS[name](a, b, kernel_name, precision)
+    return kernel
+
+
+_IMPLS = {}
+for _name in _NDIM:
+    _impl, _fake = _impl_and_fake(_name)
+    _IMPLS[_name] = _impl
+    _lib.impl(_name, _impl, "CUDA")
+    _lib.impl(_name, _cpu_kernel(_name), "CPU")
+    torch.library.register_fake(f"gemmlab::{_name}", _fake, lib=_lib)
+# On the CPU, gemmlab's own message (it reads CUDA tensors) rather than PyTorch's "no kernel".
+CPU_KERNELS = dict(_IMPLS)
+_mm = torch.ops.gemmlab.mm.default
+_bmm = torch.ops.gemmlab.bmm.default
+
+
+def _product_function(op):
+    """The product with its gradients: grad_a = grad @ b^T, grad_b = a^T @ grad,
+    each again gemmlab's operator with the same kernel and precision (transposed
+    views are read in place)."""
+
+    class Product(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b, kernel_name, precision):
+            with torch._C._AutoDispatchBelowAutograd():
+                out = op(a, b, kernel_name, precision)
+            ctx.save_for_backward(a, b)
+            ctx.kernel_name, ctx.precision = kernel_name, precision
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            a, b = ctx.saved_tensors
+            kernel_name, precision = ctx.kernel_name, ctx.precision
+            grad_a = op(grad, b.transpose(-1, -2), kernel_name, precision) if ctx.needs_input_grad[0] else None
+            grad_b = op(a.transpose(-1, -2), grad, kernel_name, precision) if ctx.needs_input_grad[1] else None
+            return grad_a, grad_b, None, None
+
+    return Product
+
+
+def _autograd_kernel(name: str):
+    op, impl = getattr(torch.ops.gemmlab, name).default, _IMPLS[name]
+    product = _product_function(op)
+
+    def kernel(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto", precision: str = "") -> torch.Tensor:
+        """The operator's Autograd kernel.  With a gradient to record, the
+        autograd Function; without one, plain CUDA tensors and no dispatch mode active, straight to
+        the CUDA implementation (the redispatch below autograd would cost a second
+        trip through the dispatcher); anything else (fake or functional tensors
+        while compiling, DTensors, a TorchDispatchMode) is redispatched below
+        autograd as usual."""
+        if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+            return product.apply(a, b, kernel_name, precision)
+        if type(a) is torch.Tensor and type(b) is torch.Tensor and a.is_cuda and not _dispatch_modes():
+            return impl(a, b, kernel_name, precision)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(a, b, kernel_name, precision)
+
+    return kernel
+
+
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+for _name in _NDIM:
+    _lib.impl(_name, _autograd_kernel(_name), "Autograd")

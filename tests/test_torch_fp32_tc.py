@@ -1,0 +1,174 @@
+"""gemmlab.torch.fp32_tc() on a GPU: every routed function, forward and
+backward, against FP64 within 1.5x SGEMM's error; what it leaves alone; the
+kernels that ran; torch.compile with Inductor; CUDA-graph capture."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+import gemmlab  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gt():
+    import gemmlab.torch as gt
+    return gt
+
+
+class Seen(TorchDispatchMode):
+    """The operators that reach the dispatcher (the backward pass's too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+    def count(self, name):
+        return sum(op == name for op in self.ops)
+
+
+def rand(*shape, grad=False, g=None):
+    return (torch.rand(shape, device="cuda", generator=g) * 2 - 1).requires_grad_(grad)
+
+
+def rel(x, ref):
+    x, ref = x.detach().double(), ref.detach().double()
+    return float(torch.linalg.norm(x - ref) / torch.linalg.norm(ref))
+
+
+@pytest.fixture(autouse=True)
+def ieee_fp32():
+    """SGEMM as the yardstick: TF32 off for PyTorch's float32 products."""
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
+# (name, function, operand shapes as stored, which operands are transposed views).
+CASES = [
+    ("matmul NN", lambda a, b: a @ b, [(130, 300), (300, 70)]),
+    ("x @ W.t() (nn.Linear's product)", lambda x, w: x @ w.t(), [(130, 300), (70, 300)]),
+    ("x.t() @ y (a weight gradient)", lambda x, y: x.t() @ y, [(300, 130), (300, 70)]),
+    ("TT", lambda a, b: a.t() @ b.t(), [(300, 130), (70, 300)]),
+    ("batched 3-D", torch.bmm, [(6, 65, 257), (6, 257, 33)]),
+    ("Q @ K^T batched", lambda q, k: q @ k.transpose(-1, -2), [(2, 3, 65, 128), (2, 3, 97, 128)]),
+    ("broadcast 4-D @ 3-D", torch.matmul, [(2, 1, 65, 257), (3, 257, 33)]),
+    ("3-D @ 2-D folded", torch.matmul, [(4, 65, 257), (257, 33)]),
+    ("1-D @ 2-D", torch.matmul, [(257,), (257, 33)]),
+    ("addmm", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0), [(33,), (65, 257), (257, 33)]),
+    ("baddbmm", lambda c, a, b: torch.baddbmm(c, a, b), [(4, 65, 33), (4, 65, 257), (4, 257, 33)]),
+    ("linear with bias", lambda x, w, b: F.linear(x, w, b), [(3, 65, 257), (33, 257), (33,)]),
+]
+
+
+@pytest.mark.parametrize("name, fn, shapes", CASES, ids=[c[0] for c in CASES])
+def test_routed_forward_and_backward_within_sgemm_error(gt, name, fn, shapes):
+    g = torch.Generator(device="cuda").manual_seed(len(name))
+    args = [rand(*s, grad=True, g=g) for s in shapes]
+    seen = Seen()
+    with gt.fp32_tc(), seen:
+        out = fn(*args)
+        w = torch.rand(out.shape, device="cuda", generator=g)
+        (out * w).sum().backward()
+    assert seen.count("aten.mm") == 0 and seen.count("aten.bmm") == 0 and seen.count("aten.addmm") == 0, seen.ops
+    products = seen.count("gemmlab.mm") + seen.count("gemmlab.bmm")
+    assert products == 3, seen.ops   # the forward product, and one for each operand's gradient
+    plan = gemmlab.last_plan()
+    assert plan.spec.name in ("ec_wgmma", "ec_wmma"), plan
+
+    ref_args = [x.detach().double().requires_grad_() for x in args]
+    ref = fn(*ref_args)
+    (ref * w.double()).sum().backward()
+    sgemm_args = [x.detach().clone().requires_grad_() for x in args]
+    sgemm = fn(*sgemm_args)
+    (sgemm * w).sum().backward()
+    assert rel(out, ref) <= 1.5 * rel(sgemm, ref) + 1e-12, (rel(out, ref), rel(sgemm, ref))
+    for x, r, s in zip(args, ref_args, sgemm_args):
+        assert rel(x.grad, r.grad) <= 1.5 * rel(s.grad, r.grad) + 1e-12, (rel(x.grad, r.grad), rel(s.grad, r.grad))
+
+
+def test_nn_linear_model_routes_every_product(gt):
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 128)).cuda()
+    x = rand(8, 33, 256)
+    seen = Seen()
+    with gt.fp32_tc(), seen:
+        model(x).square().mean().backward()
+    assert seen.count("aten.mm") == seen.count("aten.addmm") == 0, seen.ops
+    assert seen.count("gemmlab.mm") == 2 + 3     # two forward; dW twice, dX once (the first layer's input needs none)
+
+
+def test_other_dtypes_and_cpu_tensors_pass_through(gt):
+    seen = Seen()
+    a16, b16 = rand(64, 96).bfloat16(), rand(96, 32).bfloat16()
+    with gt.fp32_tc(), seen:
+        c16 = a16 @ b16
+        c_cpu = torch.rand(8, 4) @ torch.rand(4, 2)
+        c64 = rand(8, 4).double() @ rand(4, 2).double()
+    assert seen.count("gemmlab.mm") == 0 and seen.count("aten.mm") == 3
+    assert c16.dtype == torch.bfloat16 and c_cpu.device.type == "cpu" and c64.dtype == torch.float64
+
+
+def test_autocast_keeps_its_dtype(gt):
+    with gt.fp32_tc(), torch.autocast("cuda", dtype=torch.bfloat16):
+        out = rand(64, 96) @ rand(96, 32)
+    assert out.dtype == torch.bfloat16
+
+
+def test_use_gemmlab_routes_bf16(gt):
+    seen = Seen()
+    a, b = rand(64, 96).bfloat16(), rand(96, 32).bfloat16()
+    with gt.use_gemmlab(torch.bfloat16), seen:
+        out = a @ b
+    assert seen.count("gemmlab.mm") == 1 and seen.count("aten.mm") == 0
+    assert rel(out, a.double() @ b.double()) < 1e-2
+
+
+def test_torch_compile_inductor_calls_gemmlab(gt):
+    from torch._inductor.utils import run_and_get_code
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)).cuda()
+    x = rand(4, 65, 256, grad=True)
+
+    def step(x):
+        return model(x).square().mean()
+
+    compiled = torch.compile(step, fullgraph=True)
+    with gt.fp32_tc():
+        loss, codes = run_and_get_code(compiled, x)
+    assert any("gemmlab.mm" in code for code in codes), "the compiled graph calls gemmlab's operator"
+    loss.backward()
+    xr = x.detach().double().requires_grad_()
+    model64 = model.double()
+    ref = model64(xr).square().mean()
+    ref.backward()
+    assert rel(loss, ref) < 1e-6
+    assert rel(x.grad, xr.grad) < 1e-5
+
+
+def test_cuda_graph_capture_and_replay(gt):
+    x, w = rand(128, 256), rand(512, 256)
+    static_out = None
+    # Warm up on a side stream (the prepared call and its workspaces), as torch.cuda.graph asks.
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), gt.fp32_tc():
+        for _ in range(2):
+            F.linear(x, w)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), gt.fp32_tc():
+        static_out = F.linear(x, w)
+    for scale in (1.0, 3.0e4):
+        x.copy_(rand(128, 256) * scale)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = x.double() @ w.double().t()
+        assert rel(static_out, ref) < 1e-6, scale

@@ -1,0 +1,48 @@
+"""DTensor's sharding rules for gemmlab's operators (gemmlab.torch.sharding).
+
+On the CPU: the placement tables, and two processes over gloo that shard the
+operators every way the rules allow, forward and backward, and a
+tensor-parallel MLP (column- then row-parallel nn.Linear) under the routing
+mode -- each result against the one-process product (tests/sharding_worker.py).
+The operators' kernels are float64 stand-ins there (tests/torch_cpu.py);
+tests/test_torch_sharding_gpu.py runs the real ones over NCCL on two GPUs."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available():
+    pytest.skip("this PyTorch has no torch.distributed", allow_module_level=True)
+
+import gemmlab.torch as gt  # noqa: E402
+from torch.distributed.tensor import Partial, Replicate, Shard  # noqa: E402
+
+WORLD = 2
+
+
+def test_rules_are_registered():
+    assert gt.sharding.REGISTERED
+
+
+def test_mm_placements_are_pytorchs():
+    assert gt.sharding.placements("mm") == [
+        ([Replicate()], [Replicate(), Replicate()]),
+        ([Shard(0)], [Shard(0), Replicate()]),
+        ([Shard(1)], [Replicate(), Shard(1)]),
+        ([Partial()], [Shard(1), Shard(0)]),
+    ]
+
+
+def test_bmm_placements_shift_by_the_batch():
+    rules = gt.sharding.placements("bmm")
+    assert ([Shard(0)], [Shard(0), Shard(0)]) in rules
+    assert ([Partial()], [Shard(2), Shard(1)]) in rules
+    assert ([Shard(1)], [Shard(1), Replicate()]) in rules
+    assert ([Shard(2)], [Replicate(), Shard(2)]) in rules
+
+
+def test_every_rule_over_two_processes(tmp_path):
+    import torch.multiprocessing as mp
+
+    from sharding_worker import run
+    mp.start_processes(run, args=(WORLD, str(tmp_path / "init"), "cpu", "float32", "fp32_tc", 1e-6), nprocs=WORLD,
+                       start_method="spawn")
