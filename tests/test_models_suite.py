@@ -381,3 +381,21 @@ def test_models_suite_command_on_the_gpu(tmp_path, capsys):
     data = json.loads(js.read_text())
     assert len(data["records"]) == 3 and data["summary"]["bf16"]["cases"] == 3
     assert png.read_bytes()[:8] == PNG
+
+
+@pytest.mark.gpu
+def test_tuner_verifies_each_use_of_a_shape(monkeypatch):
+    """tune(uses=...): every candidate runs and is checked in each layout and batch of
+    its shape; the table entry names them."""
+    import gemmlab.tuned as tuned
+    from gemmlab import tuning
+    from gemmlab.runtime.device import gpu_info
+    monkeypatch.setattr(tuning, "FINALISTS", 1)
+    uses = {(96, 64, 32): [("NT", 1), ("TN", 1)], (64, 32, 96): [("NN", 4)]}
+    table = tuning.tune(["vectorized"], list(uses), uses=uses, fresh=True, quiet=True,
+                        output=tuned.cache_dir() / "models-uses-test.json")
+    assert table.shapes["96x64x32"]["uses"] == [{"ops": "NT", "batch": 1}, {"ops": "TN", "batch": 1}]
+    assert table.shapes["64x32x96"]["best"]["ms"] > 0
+    results = json.loads(tuned.progress_path(gpu_info(0).slug).read_text())["results"]
+    for key in ("96x64x32 NT,TN", "64x32x96 NNx4"):
+        assert results[key]["candidates"] and all(r["status"] == "ok" for r in results[key]["candidates"].values())

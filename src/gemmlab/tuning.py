@@ -146,7 +146,7 @@ class _Use:
         self.ref = cp.matmul(a.astype(cp.float64), b.astype(cp.float64))
         self.views = (a, b)
         self.lds = (lda, ldb, N)
-        self.strides = (M * K, K * N, M * N)
+        self.strides = (M * K, K * N, M * N) if batch > 1 else (0, 0, 0)
 
     def run(self, p, gpu, stream) -> None:
         from .executor import run_plan

@@ -540,12 +540,12 @@ def time_cases(cases, dtypes, gpu, clock, *, maker, timer_for, free_bytes) -> li
                                                         timer=timer_for(clock.session_budget_s()), gpu=gpu,
                                                         say=lambda m: clock.say(f"{case.label}: {m}"))
                     records.append(_record(case, dtype, gpu.name, pub_torch, pub_ours, last_plan()))
-                except (GemmlabError, MemoryError, torch.OutOfMemoryError) as exc:
+                except (GemmlabError, MemoryError, torch.cuda.OutOfMemoryError) as exc:
                     why = f"failed: {type(exc).__name__}: {exc}"
                     clock.say(f"{case.label} {dtype}: {why}")
                     records.append(skipped_record(gpu.name, case, dtype, why, ok=False))
                 clock.next()
-            del a, b, c, sample
+            del a, b, c, sample, ops_, call    # before the next case's tensors are made
     return records
 
 
