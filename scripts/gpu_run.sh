@@ -6,6 +6,9 @@
 # public call; BENCH_ARGS=--kernel-only adds each kernel alone, back to back).
 # "overhead" measures host µs per call (gemmlab vs torch.matmul vs cupy.matmul) and
 # % of cuBLAS from 64^3 to 2048^3.
+# "models" times a Llama-3-8B-sized transformer's products (linear layers forward and
+# backward, attention's batched products) beside torch.matmul (MODELS_ARGS adds options,
+# e.g. "--dtype bf16 --tokens 2048"; TUNE_ARGS="--suite models" tunes its shapes).
 # "ec" times the error-corrected methods beside cuBLAS SGEMM and tabulates their accuracy.
 # "tune" runs the autotuner first and copies its table to $OUT/tuned/ (the shipped
 # tables in src/gemmlab/tuned/ come from there); later steps use it.
@@ -50,6 +53,11 @@ if has overhead; then
     | tee -a "$log"
   timeout 600 gemmlab bench --suite overhead ${OVERHEAD_ARGS:-} --json "$OUT/overhead.json" \
     --plot "$OUT/overhead.png" 2>&1 | tee -a "$log"
+fi
+if has models; then
+  echo "== models: a transformer's products, gemmlab.matmul beside torch.matmul on the same views" | tee -a "$log"
+  timeout 900 gemmlab bench --suite models ${MODELS_ARGS:-} --json "$OUT/models.json" --plot "$OUT/models.png" \
+    2>&1 | tee "$OUT/models.log" | tee -a "$log"
 fi
 if has ec; then
   echo "== error-corrected FP32: speed (bench --suite ec) and accuracy" | tee -a "$log"

@@ -103,7 +103,7 @@ def test_overhead_suite_writes_table_json_and_plot(tmp_path, monkeypatch, capsys
 
 
 class _FakeOperands:
-    dtype, ops, shape, note = "float32", "NN", (64, 64, 64), "fake cuBLAS"
+    dtype, ops, shape, note, batch = "float32", "NN", (64, 64, 64), "fake cuBLAS", 1
     raw = (0, 1, 64, 2, 64, 3, 64, 1.0, 0.0)
 
     def __init__(self):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import gemmlab
-from gemmlab.bench import overhead, suites
+from gemmlab.bench import models, overhead, suites
 from gemmlab.cli import main
 from gemmlab.inspect import find_disassembler
 from gemmlab.kernels import registry
@@ -107,6 +107,7 @@ def no_gpu_allowed(monkeypatch):
         raise AssertionError("the GPU was touched")
     monkeypatch.setattr(suites, "run_suite", forbidden)
     monkeypatch.setattr(overhead, "run", forbidden)
+    monkeypatch.setattr(models, "run", forbidden)
     monkeypatch.setattr(rt_device, "gpu_info", forbidden)
 
 
@@ -131,7 +132,8 @@ def no_gpu_allowed(monkeypatch):
     # options a suite does not take are refused, not ignored
     (["bench", "--suite", "overhead", "--kernels", "wgmma"], "gemmlab bench: --kernels is for --suite ladder, "
      "not --suite overhead"),
-    (["bench", "--suite", "overhead", "--dtype", "bf16"], "--dtype is for --suite ladder, not --suite overhead"),
+    (["bench", "--suite", "overhead", "--dtype", "bf16"],
+     "--dtype is for --suite ladder or models, not --suite overhead"),
     (["bench", "--suite", "overhead", "--ops", "TN"], "--ops is for --suite ladder, not --suite overhead"),
     (["bench", "--suite", "ec", "--all-configs"], "--all-configs is for --suite ladder, not --suite ec"),
     (["bench", "--suite", "wmma_ext", "--kernel-only"],
@@ -142,6 +144,26 @@ def no_gpu_allowed(monkeypatch):
     (["bench", "--suite", "overhead", "--calls", "0"], "--calls 0: give at least 1 call per round"),
     (["bench", "--suite", "overhead", "--host-shape", "64x64"], "size '64x64' must be N or MxNxK"),
     (["bench", "--suite", "overhead", "--sizes", "big"], "size 'big' is not N or MxNxK"),
+    # the models suite's options
+    (["bench", "--suite", "models", "--dtype", "tf32"], "--dtype 'tf32': give a comma list of bf16, fp16, fp32, "
+     "fp32_tc"),
+    (["bench", "--suite", "models", "--tokens", "0"], "--tokens '0': give a comma list of positive token counts"),
+    (["bench", "--suite", "models", "--layers", "mlp"], "--layers 'mlp': give a comma list of qkv, o, gate_up"),
+    (["bench", "--suite", "models", "--products", "bwd"], "--products 'bwd': give a comma list of fwd, dgrad, wgrad"),
+    (["bench", "--suite", "models", "--layers", "qkv", "--only", "linear"], "give --layers or --only, not both"),
+    (["bench", "--suite", "models", "--only", "attention", "--tokens", "16"], "the selection has none"),
+    (["bench", "--suite", "models", "--time-budget-s", "-1"], "--time-budget-s -1.0: give a number of seconds"),
+    (["bench", "--suite", "models", "--sizes", "64"], "--sizes is for --suite ladder or ec or overhead, not "
+     "--suite models"),
+    (["bench", "--suite", "models", "--kernel-only"], "--kernel-only is for --suite ladder or ec or overhead"),
+    (["bench", "--suite", "models", "--ops", "TN"], "--ops is for --suite ladder, not --suite models"),
+    (["bench", "--tokens", "16"], "--tokens is for --suite models, not --suite ladder"),
+    (["bench", "--suite", "ec", "--only", "linear"], "--only is for --suite models, not --suite ec"),
+    (["bench", "--time-budget-s", "10"], "--time-budget-s is for --suite models"),
+    (["bench", "--dtype", "fp32_tc"], "--dtype 'fp32_tc': the ladder takes one of fp32, tf32, fp16, bf16"),
+    (["tune", "--suite", "models", "--sizes", "64"], "--sizes or --suite models, not both"),
+    (["tune", "--tokens", "16"], "--tokens: for --suite models"),
+    (["tune", "--suite", "models", "--layers", "mlp"], "--layers 'mlp'"),
 ])
 def test_bench_refuses_bad_arguments_before_the_gpu(capsys, no_gpu_allowed, argv, message):
     assert main(argv) == 2

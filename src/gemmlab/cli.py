@@ -78,9 +78,13 @@ def _save(dicts, args, plot) -> None:
 
 # Options of `gemmlab bench` that only some suites take: elsewhere they are
 # refused, not silently ignored.
-SUITE_OPTIONS = {"kernels": ("ladder",), "dtype": ("ladder",), "ops": ("ladder",), "all_configs": ("ladder",),
-                 "sizes": ("ladder", "ec", "overhead"), "kernel_only": ("ladder", "ec", "overhead"),
-                 "plot": ("ladder", "ec", "overhead"), "calls": ("overhead",), "host_shape": ("overhead",)}
+SUITE_OPTIONS = {"kernels": ("ladder",), "dtype": ("ladder", "models"), "ops": ("ladder",),
+                 "all_configs": ("ladder",), "sizes": ("ladder", "ec", "overhead"),
+                 "kernel_only": ("ladder", "ec", "overhead"), "plot": ("ladder", "ec", "overhead", "models"),
+                 "calls": ("overhead",), "host_shape": ("overhead",), "tokens": ("models",), "layers": ("models",),
+                 "only": ("models",), "products": ("models",), "time_budget_s": ("models",)}
+# The ladder's --dtype names (the models suite takes a list of its own).
+LADDER_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp16_ec", "tf32_ec")
 
 
 def _check_suite_options(args) -> None:
@@ -104,6 +108,10 @@ def cmd_bench(args) -> int:
         return cmd_bench_ec(args)
     if args.suite == "overhead":      # host µs per call, and % of cuBLAS at small sizes
         return cmd_bench_overhead(args)
+    if args.suite == "models":        # a transformer's products beside torch.matmul
+        return cmd_bench_models(args)
+    if args.dtype is not None and args.dtype not in LADDER_DTYPES:
+        raise ValueError(f"--dtype {args.dtype!r}: the ladder takes one of {', '.join(LADDER_DTYPES)}")
     from .api import plan
     from .bench.report import plot_ladder
     from .bench.suites import DEFAULT_SIZES, default_entries, run_suite
@@ -147,6 +155,28 @@ def cmd_bench_overhead(args) -> int:
     print(overhead.table(data))
     _save(data, args, overhead.plot)
     return 0
+
+
+def _model_cases(args):
+    """The models suite's cases that --layers, --only, --tokens and --products select."""
+    from .bench import models
+    return models.select(layers=models.parse_layers(args.layers) if args.layers else None, only=args.only,
+                         tokens=models.parse_tokens(args.tokens) if args.tokens else None,
+                         products=models.parse_products(args.products) if args.products else None)
+
+
+def cmd_bench_models(args) -> int:
+    from .bench import models
+    cases = _model_cases(args)
+    dtypes = models.parse_dtypes(args.dtype or ",".join(models.DTYPES))
+    if args.time_budget_s is not None and args.time_budget_s < 0:
+        raise ValueError(f"--time-budget-s {args.time_budget_s}: give a number of seconds, 0 or more")
+    budget = models.TIME_BUDGET_S if args.time_budget_s is None else args.time_budget_s
+    data = models.run(cases, dtypes, reps=args.reps, flush=not args.no_flush, max_run_s=args.max_run_s,
+                      budget_s=args.budget_s, time_budget_s=budget, quiet=args.quiet)
+    print(models.table(data))
+    _save(data, args, models.plot)
+    return 1 if any(r.get("ok") is False for r in data["records"]) else 0
 
 
 def cmd_accuracy(args) -> int:
@@ -224,14 +254,31 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def tune_shapes(args) -> tuple[list, dict | None]:
+    """The shapes `gemmlab tune` times, and for --suite models the layouts and
+    batches the suite runs each in (the models suite's own case list)."""
+    from .tuning import DEFAULT_SIZES
+    selecting = [f"--{n.replace('_', '-')}" for n in ("tokens", "layers", "only", "products") if getattr(args, n)]
+    if args.suite != "models":
+        if selecting:
+            raise ValueError(f"{', '.join(selecting)}: for --suite models")
+        return (_sizes(args.sizes) if args.sizes else DEFAULT_SIZES), None
+    if args.sizes:
+        raise ValueError("--sizes or --suite models, not both: the suite names its shapes")
+    from .bench.models import tune_shapes as shapes_of
+    uses = shapes_of(_model_cases(args))
+    return list(uses), uses
+
+
 def cmd_tune(args) -> int:
-    from .tuning import DEFAULT_KERNELS, DEFAULT_SIZES, tune
+    from .tuning import DEFAULT_KERNELS, tune
     kernels = args.kernels or list(DEFAULT_KERNELS)
     from .kernels import registry
     for name in kernels:               # refuse bad names before any GPU time is spent
         registry.get(name)
-    sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
-    table = tune(kernels, sizes, fresh=args.fresh, jobs=args.jobs, output=args.output, quiet=args.quiet)
+    sizes, uses = tune_shapes(args)
+    table = tune(kernels, sizes, uses=uses, fresh=args.fresh, jobs=args.jobs, output=args.output,
+                 quiet=args.quiet)
     print(f"{'shape':>18s}  {'cuBLAS ms':>9s}  {'best ms':>8s}  {'%cuBLAS':>7s}  winner")
     for key, entry in table.shapes.items():
         best = entry.get("best")
@@ -301,31 +348,49 @@ def build_parser() -> argparse.ArgumentParser:
                        "with path 'kernel'.  The default figure (path 'public') is the gemmlab.matmul call itself "
                        "beside cupy/torch.matmul, each run started on an idle GPU, host time included")
 
+    def model_selection_args(p, what):
+        """The models suite's selection, for bench and tune alike."""
+        p.add_argument("--tokens", metavar="M,...", help=f"{what}--suite models: token counts M of the linear "
+                       "layers (default 1,16,128,2048,8192)")
+        p.add_argument("--layers", metavar="NAME,...", help=f"{what}--suite models: comma list of qkv, o, "
+                       "gate_up, down, lm_head, attention (default all)")
+        p.add_argument("--only", choices=("linear", "attention"), help=f"{what}--suite models: the linear "
+                       "layers only, or attention's batched products only")
+        p.add_argument("--products", metavar="P,...", help=f"{what}--suite models: the linear layers' "
+                       "products, comma list of fwd (x @ W.t()), dgrad (dY @ W), wgrad (dY.t() @ x); default all")
+
     p = sub.add_parser("bench", help="time gemmlab.matmul beside cuBLAS")
     p.add_argument("--kernels", nargs="+", metavar="KERNEL[:P=V,...]",
                    help="kernels to time, each with optional tile parameters "
                    "(e.g. --kernels vectorized:BM=64,BN=64 smem_tiled:tile=16); default: every rung")
     p.add_argument("--sizes", help="comma list of N or MxNxK (default: the suite's)")
     p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"))
-    p.add_argument("--dtype", choices=("fp32", "tf32", "fp16", "bf16", "fp16_ec", "tf32_ec"),
-                   help="fp32: the CUDA-core ladder beside cuBLAS SGEMM; tf32/fp16/bf16: the tensor-core "
-                   "ladder beside cuBLAS in that dtype (PyTorch matmul); fp16_ec/tf32_ec: the error-corrected "
-                   "FP32 kernels (one method, unscaled) beside cuBLAS SGEMM; default fp32")
+    p.add_argument("--dtype", metavar="DTYPE",
+                   help="ladder: one of fp32 (the CUDA-core ladder beside cuBLAS SGEMM), tf32/fp16/bf16 (the "
+                   "tensor-core ladder beside cuBLAS in that dtype, PyTorch matmul), fp16_ec/tf32_ec (the "
+                   "error-corrected FP32 kernels, one method, unscaled, beside cuBLAS SGEMM); default fp32.  "
+                   "models: a comma list of bf16, fp16, fp32, fp32_tc (default all four)")
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
     p.add_argument("--all-configs", action="store_true",
                    help="time every legal tile configuration of the kernels named by --kernels")
     p.add_argument("--ops", help="operand layouts to time, comma list of NN, TN, NT, TT (T: op(A) "
                    "or op(B) a transposed view, i.e. column-major; cuBLAS gets the same views); default NN")
-    p.add_argument("--suite", default="ladder", choices=("ladder", "wmma_ext", "ec", "overhead"),
+    p.add_argument("--suite", default="ladder", choices=("ladder", "wmma_ext", "ec", "overhead", "models"),
                    help="ladder: kernels beside cuBLAS (default); wmma_ext: the WMMA fragment lab's experiments; "
                    "ec: the FP32-accurate tensor-core methods (precision=fp16_ec, fp16_ec_scaled, tf32_ec, "
                    "fp32_tc) beside cuBLAS SGEMM (default sizes 4096, 8192, 16384x4096x4096); overhead: host "
                    "µs per call of gemmlab.matmul, torch.matmul and cupy.matmul on tiny operands, and % of "
-                   "cuBLAS from 64^3 to 2048^3 (float32, bfloat16, float16)")
+                   "cuBLAS from 64^3 to 2048^3 (float32, bfloat16, float16); models: a Llama-3-8B-sized "
+                   "transformer's linear layers (forward, input and weight gradient) and attention's batched "
+                   "products, gemmlab.matmul beside torch.matmul on the same views")
     p.add_argument("--calls", type=int, metavar="N",
                    help="--suite overhead: back-to-back calls per timed round of the host figures (default 300)")
     p.add_argument("--host-shape", metavar="MxNxK",
                    help="--suite overhead: the operands' shape for the host figures (default 64x64x64)")
+    model_selection_args(p, "")
+    p.add_argument("--time-budget-s", type=float, metavar="S",
+                   help="--suite models: seconds for all timed repeats together (default 300); each product "
+                   "gets a share in proportion to its expected time, at least 3 timed runs")
     timing_args(p)
     p.set_defaults(func=cmd_bench)
 
@@ -363,6 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kernels to tune (default: vectorized warptile pipelined)")
     p.add_argument("--sizes", help="comma list of N or MxNxK (default: the benchmark suite's shapes, "
                    "square 512..8192 and skinny ones)")
+    p.add_argument("--suite", choices=("models",), help="models: the shapes of `gemmlab bench --suite models`, "
+                   "each timed in the layouts and batches the suite runs it in")
+    model_selection_args(p, "with ")
     p.add_argument("--fresh", action="store_true", help="ignore saved progress and measure everything again")
     p.add_argument("--jobs", type=int, help="parallel compiler processes (default: one per CPU)")
     p.add_argument("--output", metavar="PATH", help="write the table here instead of the cache folder")

@@ -45,20 +45,33 @@ def candidate_key(kernel: str, params: dict) -> str:
 
 # -- the search space ---------------------------------------------------------
 
-def candidates(spec: KernelSpec, M: int, N: int, K: int, sm_count: int) -> list[dict]:
+def candidates(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch: int = 1) -> list[dict]:
     """The configurations of ``spec`` worth timing at M x N x K: every legal tile
     configuration, and split-K factors only where they can help -- when the
-    output has fewer tiles than the GPU has SMs, up to about two waves of
-    blocks, with at least four K-steps per split."""
+    output (``batch`` products of it) has fewer tiles than the GPU has SMs, up to
+    about two waves of blocks, with at least four K-steps per split."""
     out = []
     for cfg in spec.configurations():
         s = spec.splits(cfg)
         if s > 1:
-            tiles = -(-M // cfg["BM"]) * -(-N // cfg["BN"])
+            tiles = -(-M // cfg["BM"]) * -(-N // cfg["BN"]) * batch
             if tiles >= sm_count or tiles * s > 2 * sm_count + tiles or -(-K // cfg["BK"]) < 4 * s:
                 continue
         out.append(cfg)
     return out
+
+
+# Each shape is tuned in the layouts and batches it is used in: (ops, batch),
+# ops "NN", "NT", "TN" or "TT" (T: that operand a transposed view).
+DEFAULT_USES = (("NN", 1),)
+
+
+def progress_key(M: int, N: int, K: int, uses=DEFAULT_USES) -> str:
+    """The key of a shape's measurements: its table key, and the uses it was timed in."""
+    uses = tuple(uses)
+    if uses == DEFAULT_USES:
+        return shape_key(M, N, K)
+    return shape_key(M, N, K) + " " + ",".join(ops + (f"x{batch}" if batch > 1 else "") for ops, batch in uses)
 
 
 # -- tables -------------------------------------------------------------------
@@ -112,23 +125,59 @@ def _winners(kernels, shape: dict) -> dict:
     return out
 
 
-def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, jobs: int | None = None,
-         output: str | Path | None = None, quiet: bool = False, seed: int = 0) -> TunedTable:
+class _Use:
+    """One use of a shape on the GPU: ``batch`` products with op(A), op(B)
+    stored as ``ops`` says (a 'T' operand is a transposed view of a contiguous
+    array), C row-major; the FP64 reference kept on the GPU."""
+
+    def __init__(self, M: int, N: int, K: int, ops: str, batch: int, rs):
+        import cupy as cp
+
+        def stored(rows, cols, op):   # op(X) rows x cols; its layout in memory
+            shape = (batch, rows, cols) if op == "N" else (batch, cols, rows)
+            x = rs.random_sample(shape, dtype=cp.float32)
+            x *= 2
+            x -= 1
+            return x, (x if op == "N" else x.transpose(0, 2, 1)), shape[2]
+        self.ops, self.batch = ops, batch
+        self.a_mem, a, lda = stored(M, K, ops[0])
+        self.b_mem, b, ldb = stored(K, N, ops[1])
+        self.c = cp.empty((batch, M, N), cp.float32)
+        self.ref = cp.matmul(a.astype(cp.float64), b.astype(cp.float64))
+        self.views = (a, b)
+        self.lds = (lda, ldb, N)
+        self.strides = (M * K, K * N, M * N) if batch > 1 else (0, 0, 0)
+
+    def run(self, p, gpu, stream) -> None:
+        from .executor import run_plan
+        lda, ldb, ldc = self.lds
+        run_plan(p, gpu, stream, self.a_mem.data.ptr, lda, self.b_mem.data.ptr, ldb, self.c.data.ptr, ldc, 1.0, 0.0,
+                 batch=self.batch, strides=self.strides)
+
+    def cublas(self) -> None:
+        import cupy as cp
+        cp.matmul(*self.views, out=self.c)
+
+
+def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = None, fresh: bool = False,
+         jobs: int | None = None, output: str | Path | None = None, quiet: bool = False, seed: int = 0) -> TunedTable:
     """Tune ``kernels`` at each of ``sizes`` on GPU 0 and write the winners.
 
+    ``uses`` maps a shape (M, N, K) to the (ops, batch) pairs it is used in
+    (default: row-major operands, one product); a candidate's time is the sum
+    over them, so the table's one entry for the shape serves the uses together.
     Returns the table of this run's shapes.  Interrupting (Ctrl-C) keeps every
     measurement so far; calling again with the same arguments resumes.
     """
     import cupy as cp
     import numpy as np
 
-    from .executor import run_plan
     from .planner import contiguous_aligned16, plan
     from .runtime.device import make_current
     from .bench.timing import time_gpu
     from .runtime.compile import precompile
     from .runtime.device import gpu_info
-    from .verify import compare, random_matrix, reference
+    from .verify import compare
 
     specs = [registry.get(k) for k in kernels]
     gpu_info(0)   # without a GPU: gemmlab's NoGPUError, before CuPy touches the driver
@@ -138,57 +187,66 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, j
     prog = _Progress(progress_path(gpu.slug), gpu.name, fresh)
     if prog.resumed:
         log(f"resuming: {prog.resumed} measurements from {prog.path}")
+    uses = {tuple(s): tuple(uses.get(tuple(s), DEFAULT_USES)) for s in sizes} if uses else \
+        {tuple(s): DEFAULT_USES for s in sizes}
+
+    def plans_for(name: str, M: int, N: int, K: int, params: dict) -> tuple:
+        """The candidate planned for each use of the shape (a batch that fills the GPU drops split-K)."""
+        return tuple(plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K, ops[0], ops[1]), op_a=ops[0],
+                          op_b=ops[1], batch=batch, sm_count=gpu.sm_count, **params)
+                     for ops, batch in uses[(M, N, K)])
 
     plan_sets = {}
     for (M, N, K) in sizes:
-        plan_sets[(M, N, K)] = [plan(s.name, M, N, K, aligned16=contiguous_aligned16(M, N, K), **cfg)
-                                for s in specs for cfg in candidates(s, M, N, K, gpu.sm_count)]
-    todo = {(p.spec.source_path, p.name_expression) for ps in plan_sets.values() for p in ps}
+        fewest = min(batch for _, batch in uses[(M, N, K)])
+        plan_sets[(M, N, K)] = [plans_for(s.name, M, N, K, cfg)
+                                for s in specs for cfg in candidates(s, M, N, K, gpu.sm_count, fewest)]
+    todo = {(p.spec.source_path, p.name_expression) for ps in plan_sets.values() for pl in ps for p in pl}
     log(f"tuning {', '.join(kernels)} on {gpu.name}: {sum(map(len, plan_sets.values()))} candidates "
         f"over {len(sizes)} shapes; compiling {len(todo)} instantiations")
     precompile(sorted(todo), gpu.arch, jobs=jobs, log=log)
 
-    rng = np.random.default_rng(seed)
+    rs = cp.random.RandomState(seed)
     stream = cp.cuda.get_current_stream().ptr
     t0 = time.time()
     try:
-        for si, ((M, N, K), plans) in enumerate(plan_sets.items(), 1):
-            key = shape_key(M, N, K)
+        for si, ((M, N, K), candidates_) in enumerate(plan_sets.items(), 1):
+            key = progress_key(M, N, K, uses[(M, N, K)])
             shape = prog.shape(key)
             results = shape["candidates"]
-            pending = [p for p in plans if candidate_key(p.spec.name, p.params) not in results]
+            pending = [pl for pl in candidates_ if candidate_key(pl[0].spec.name, pl[0].params) not in results]
             if not pending and "final_done" in shape:
                 log(f"[shape {si}/{len(sizes)}] {key}: done earlier")
                 continue
-            a = cp.asarray(random_matrix(M, K, "uniform", rng))
-            b = cp.asarray(random_matrix(K, N, "uniform", rng))
-            c = cp.empty((M, N), np.float32)
-            ref = reference(a, b, keep_on_gpu=True)
+            on_gpu = [_Use(M, N, K, ops, batch, rs) for ops, batch in uses[(M, N, K)]]
 
-            def runner(p):
-                return lambda: run_plan(p, gpu, stream, a.data.ptr, K, b.data.ptr, N, c.data.ptr, N, 1.0, 0.0)
+            def runner(plans):
+                return lambda: [u.run(p, gpu, stream) for p, u in zip(plans, on_gpu)]
 
             if "cublas_ms" not in shape:
-                shape["cublas_ms"] = time_gpu(lambda: cp.matmul(a, b, out=c), l2_bytes=gpu.l2_bytes,
+                shape["cublas_ms"] = time_gpu(lambda: [u.cublas() for u in on_gpu], l2_bytes=gpu.l2_bytes,
                                               reps=CUBLAS_REPS, budget_s=1.0).ms
-            for i, p in enumerate(pending, 1):
-                ckey = candidate_key(p.spec.name, p.params)
-                c.fill(np.nan)
+            for i, plans in enumerate(pending, 1):
+                ckey = candidate_key(plans[0].spec.name, plans[0].params)
                 try:
-                    runner(p)()
-                    err = compare(c, ref)
+                    errs = []
+                    for p, u in zip(plans, on_gpu):
+                        u.c.fill(np.nan)
+                        u.run(p, gpu, stream)
+                        errs.append(compare(u.c, u.ref))
+                    err = max(errs, key=lambda e: (e.nonfinite, e.rel_fro))
                 except Exception as exc:   # a launch the GPU refuses: record it, go on
-                    results[ckey] = {"params": p.params, "status": f"error: {type(exc).__name__}: {exc}"}
+                    results[ckey] = {"params": plans[0].params, "status": f"error: {type(exc).__name__}: {exc}"}
                     continue
                 if not err.ok(TOLERANCE):
-                    results[ckey] = {"params": p.params, "status": "wrong", "rel_error": err.rel_fro,
+                    results[ckey] = {"params": plans[0].params, "status": "wrong", "rel_error": err.rel_fro,
                                      "nonfinite": err.nonfinite}
                     log(f"  WRONG {ckey} at {key}: rel error {err.rel_fro:.2e}, {err.nonfinite} non-finite")
                     continue
                 best = min((r["ms"] for r in results.values() if r.get("ms")), default=None)
-                t = time_gpu(runner(p), l2_bytes=gpu.l2_bytes, reps=SCREEN_REPS, warmup=1, budget_s=0.3,
+                t = time_gpu(runner(plans), l2_bytes=gpu.l2_bytes, reps=SCREEN_REPS, warmup=1, budget_s=0.3,
                              cutoff_ms=CUTOFF * best if best else None)
-                results[ckey] = {"params": p.params, "status": "ok", "rel_error": err.rel_fro, "ms": t.ms}
+                results[ckey] = {"params": plans[0].params, "status": "ok", "rel_error": err.rel_fro, "ms": t.ms}
                 prog.save()
                 if i % 25 == 0 or i == len(pending):
                     log(f"[shape {si}/{len(sizes)}] {key}: {i}/{len(pending)} candidates "
@@ -200,9 +258,8 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, j
             samples = {ck: [] for ck in finalists}
             for _ in range(FINAL_ROUNDS):
                 for ck in finalists:
-                    p = plan(ck.split(":", 1)[0], M, N, K,
-                             aligned16=contiguous_aligned16(M, N, K), **results[ck]["params"])
-                    samples[ck] += time_gpu(runner(p), l2_bytes=gpu.l2_bytes, reps=FINAL_REPS,
+                    plans = plans_for(ck.split(":", 1)[0], M, N, K, results[ck]["params"])
+                    samples[ck] += time_gpu(runner(plans), l2_bytes=gpu.l2_bytes, reps=FINAL_REPS,
                                             budget_s=0.3).ms_all
             for ck in finalists:
                 results[ck]["final_ms"] = float(np.median(samples[ck]))
@@ -213,7 +270,7 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, j
             if best:
                 log(f"[shape {si}/{len(sizes)}] {key}: best {candidate_key(best['kernel'], best['params'])} "
                     f"{best['ms']:.3f} ms = {100 * shape['cublas_ms'] / best['ms']:.1f}% of cuBLAS")
-            del a, b, c, ref
+            del on_gpu
             cp.get_default_memory_pool().free_all_blocks()
     except KeyboardInterrupt:
         prog.save(force=True)
@@ -223,11 +280,14 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, fresh: bool = False, j
 
     shapes = {}
     for (M, N, K) in sizes:
-        s = prog.results[shape_key(M, N, K)]
+        s = prog.results[progress_key(M, N, K, uses[(M, N, K)])]
         entry = {"cublas_ms": s.get("cublas_ms"), **_winners(kernels, s)}
+        flops = 2.0 * M * N * K * sum(batch for _, batch in uses[(M, N, K)])
         for w in [entry.get("best"), *entry["kernels"].values()]:
             if w:
-                w["tflops"] = 2.0 * M * N * K / (w["ms"] * 1e-3) / 1e12
+                w["tflops"] = flops / (w["ms"] * 1e-3) / 1e12
+        if uses[(M, N, K)] != DEFAULT_USES:
+            entry["uses"] = [{"ops": ops, "batch": batch} for ops, batch in uses[(M, N, K)]]
         shapes[shape_key(M, N, K)] = entry
     table = TunedTable(gpu.name, shapes)
     target = Path(output) if output else user_table_path(gpu.slug)

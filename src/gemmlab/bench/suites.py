@@ -122,6 +122,8 @@ class _Operands:
     transposed views of contiguous K x M / N x K arrays (column-major operands),
     for gemmlab and cuBLAS alike."""
 
+    batch = 1   # products per call (time_size counts their FLOPs)
+
     def __init__(self, M, N, K, dtype, dist, rng, ops: str = "NN"):
         import cupy as cp
         self.dtype, self.ops, self.shape = dtype, ops, (M, N, K)
@@ -229,10 +231,11 @@ def time_size(ops_: _Operands, calls, *, paths, timer: Timer, gpu, say, peak=Non
     during the size's runs favours neither side.
     """
     M, N, K = ops_.shape
+    tflops = partial(_tflops, M * ops_.batch, N, K)   # every product of a batched call
     cb_first = {path: timer(ops_.cublas, path) for path in paths}
     cb_err = ops_.error()
     say(f"cuBLAS ({ops_.dtype}) {M}x{N}x{K}: " + ", ".join(
-        f"{path} {t.ms:.3f} ms, {_tflops(M, N, K, t.ms):.1f} TFLOPS" for path, t in cb_first.items()))
+        f"{path} {t.ms:.3f} ms, {tflops(t.ms):.1f} TFLOPS" for path, t in cb_first.items()))
     rows = []
     for name, public, row in calls:
         t = timer(public, "public")
@@ -243,19 +246,19 @@ def time_size(ops_: _Operands, calls, *, paths, timer: Timer, gpu, say, peak=Non
         rows.append((row(p), timed, errs))
         say(f"{name} -> {p.describe()} {M}x{N}x{K}: " + "; ".join(
             f"{path} skipped, {t.skipped}" if t.skipped else
-            f"{path} {t.ms:.3f} ms, {_tflops(M, N, K, t.ms):.1f} TFLOPS, "
+            f"{path} {t.ms:.3f} ms, {tflops(t.ms):.1f} TFLOPS, "
             f"{_pct(cb_first[path].ms, t.ms):.0f}% of cuBLAS, err {errs[path]:.1e}" for path, t in timed.items()))
     records = []
     for path in paths:
         cb_all = cb_first[path].ms_all + timer(ops_.cublas, path).ms_all
         cb_ms = float(np.median(cb_all))
-        cb_tf = _tflops(M, N, K, cb_ms)
+        cb_tf = tflops(cb_ms)
         records.append(Record(gpu.name, "cublas", {}, M, N, K, ops_.dtype, cb_ms, cb_tf, cb_ms, cb_tf, 100.0,
                               100.0 * cb_tf / peak if peak else None, cb_err, len(cb_all),
                               note=ops_.note, ops=ops_.ops, path=path))
         for (kernel, params, note), timed, errs in rows:
             t = timed[path]
-            tf = _tflops(M, N, K, t.ms)
+            tf = tflops(t.ms)
             records.append(Record(gpu.name, kernel, params, M, N, K, ops_.dtype, t.ms, tf, cb_ms, cb_tf,
                                   _pct(cb_ms, t.ms), 100.0 * tf / peak if (peak and tf) else None, errs[path],
                                   len(t.ms_all), t.skipped, note=note, ops=ops_.ops, path=path))
