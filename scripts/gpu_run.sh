@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine does it all: install gemmlab, run the whole test
 # suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
-# $OUT (default ./.out).  Usage: scripts/gpu_run.sh [tune|tests|bench|overhead|ec|sweep|profile|extra|all]...
+# $OUT (default ./.out).  Usage: scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|train|tp|sweep|profile|extra|all]...
 # "bench" times gemmlab.matmul beside cupy/torch.matmul, host time included (the
 # public call; BENCH_ARGS=--kernel-only adds each kernel alone, back to back).
 # "overhead" measures host µs per call (gemmlab vs torch.matmul vs cupy.matmul) and
@@ -10,6 +10,10 @@
 # backward, attention's batched products) beside torch.matmul (MODELS_ARGS adds options,
 # e.g. "--dtype bf16 --tokens 2048"; TUNE_ARGS="--suite models" tunes its shapes).
 # "ec" times the error-corrected methods beside cuBLAS SGEMM and tabulates their accuracy.
+# "train" trains examples/train_fp32_tc.py's small transformer four ways (fp32, TF32,
+# bf16 autocast, gemmlab.torch.fp32_tc()): $OUT/train.json and train.png (TRAIN_ARGS).
+# "tp" runs examples/tensor_parallel.py with torchrun over every GPU of the machine,
+# bf16 and fp32_tc ($OUT/tp-bf16.json, tp-fp32_tc.json; TP_ARGS), when it has two or more.
 # "tune" runs the autotuner first and copies its table to $OUT/tuned/ (the shipped
 # tables in src/gemmlab/tuned/ come from there); later steps use it.
 set -u
@@ -78,5 +82,24 @@ if has extra && [ -n "${GEMMLAB_EXTRA_KERNELS:-}" ]; then
   # GEMMLAB_EXTRA_KERNELS: space-separated, e.g. "vectorized:BM=64,BN=64 smem_tiled:tile=16"
   timeout 900 gemmlab bench --kernels $GEMMLAB_EXTRA_KERNELS ${GEMMLAB_EXTRA_ARGS:-} --sizes "${GEMMLAB_EXTRA_SIZES:-4096,16384x4096x4096}" \
     --json "$OUT/extra.json" 2>&1 | tee -a "$log"
+fi
+if has train; then
+  echo "== train: examples/train_fp32_tc.py, fp32 / tf32 / bf16 autocast / gemmlab.torch.fp32_tc()" | tee -a "$log"
+  timeout 900 python3 examples/train_fp32_tc.py ${TRAIN_ARGS:-} --json "$OUT/train.json" --plot "$OUT/train.png" \
+    2>&1 | tee -a "$log"
+fi
+if has tp; then
+  gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+  if [ "$gpus" -ge 2 ]; then
+    # NVLink multicast stays off (the GPU machines' notes say why).
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    for dt in bf16 fp32_tc; do
+      echo "== tp: examples/tensor_parallel.py on $gpus GPUs, $dt" | tee -a "$log"
+      timeout 600 torchrun --nproc-per-node "$gpus" examples/tensor_parallel.py --dtype $dt ${TP_ARGS:-} \
+        --json "$OUT/tp-$dt.json" 2>&1 | grep -v -i "warn\|OMP_NUM\|\*\*\*\*" | tee -a "$log"
+    done
+  else
+    echo "== tp: skipped, $gpus GPU(s) on this machine" | tee -a "$log"
+  fi
 fi
 echo "== done $(date -u +%FT%TZ)" | tee -a "$log"
