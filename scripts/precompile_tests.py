@@ -43,6 +43,15 @@ def main() -> int:
             continue
         for params, prob in spec.instantiations([spec.defaults()], layouts=[("N", "N")]):
             items.add((str(spec.source_path), spec.name_expression(params, prob)))
+    for spec in registry.ladder("ec"):   # tests/test_ec*.py, test_graphs.py: defaults in every layout
+        if spec.builds_for(gpu.arch):
+            configs = spec.configurations() if spec.name == "ec_wgmma" else [spec.defaults()]
+            items |= {(str(spec.source_path), spec.name_expression(params, prob))
+                      for params, prob in spec.instantiations(configs)}
+            items |= {(str(registry.EC_SPLIT_PACK_SOURCE), n) for n in registry.EC_SPLIT_PACK_KERNELS}
+    from gemmlab.kernels.ec.choose_method import CHOOSE_KERNEL, CHOOSE_SOURCE
+    items |= {(str(registry.EXPONENT_HISTOGRAM_SOURCE), registry.EXPONENT_HISTOGRAM_KERNEL),
+              (str(CHOOSE_SOURCE), CHOOSE_KERNEL)}
     if registry.get("wgmma").builds_for(gpu.arch):   # tests/test_wgmma.py: every configuration, every layout
         wg = registry.get("wgmma")
         items |= {(str(wg.source_path), n) for n in wg.all_name_expressions()}

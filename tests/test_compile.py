@@ -172,6 +172,16 @@ def test_exponent_histogram_compiles_without_spills(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHES)
+def test_choose_method_compiles_without_spills(arch):
+    """fp32_tc's choice on the GPU: one block, shared memory for its sums (8 warps x 6
+    counts) and the two largest exponents only."""
+    from gemmlab.kernels.ec.choose_method import CHOOSE_KERNEL, CHOOSE_SOURCE
+    module = compile_module(CHOOSE_SOURCE, (CHOOSE_KERNEL,), arch)
+    r = parse_ptxas_log(module.log)[module.symbols[CHOOSE_KERNEL]]
+    assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.smem_bytes <= 8 * 8 * (2 + 6) + 8, r
+
+
+@pytest.mark.parametrize("arch", ARCHES)
 def test_splitk_reduce_compiles_without_spills(arch):
     module = compile_module(registry.SPLITK_REDUCE_SOURCE, (registry.SPLITK_REDUCE_KERNEL,), arch)
     r = parse_ptxas_log(module.log)[module.symbols[registry.SPLITK_REDUCE_KERNEL]]

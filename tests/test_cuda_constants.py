@@ -117,3 +117,19 @@ def test_sources_named_by_the_registry_hold_the_constants():
     assert registry.EXPONENT_HISTOGRAM_SOURCE == KERNEL_DIR / "ec" / "exponent_histogram.cu"
     assert registry.get("wgmma").source_path == KERNEL_DIR / "tensor" / "04_wgmma.cu"
     assert registry.get("ec_wgmma").source_path == KERNEL_DIR / "ec" / "02_ec_wgmma.cu"
+
+
+def test_the_method_choice_rules_are_read_from_choose_method_cu():
+    """gemmlab.ec's rules and choose_method.cu's are one set of constants, and the
+    choice record's fields and method codes are choice.cuh's and type_codes.cuh's."""
+    c = read_constants("ec/choose_method.cu")
+    assert (ec.FP16_TOP, ec.FP16_NORMAL_MIN, ec.MAX_SCALE_EXPONENT, ec.WIDE_BINADES) == \
+        (c["FP16_TOP"], c["FP16_NORMAL_MIN"], c["MAX_SCALE_EXPONENT"], c["WIDE_BINADES"])
+    assert ec.UNDERFLOW_LIMIT == c["UNDERFLOW_NUM"] / c["UNDERFLOW_DEN"]
+    assert c["CHOOSE_THREADS"] == read_constants("ec/exponent_histogram.cu")["EXPONENT_BINS"]
+    r = read_constants("include/gemmlab/ec/choice.cuh")
+    assert ec.CHOICE == {k[len("CHOICE_"):].lower(): v for k, v in r.items() if k != "CHOICE_FIELDS"}
+    assert max(ec.CHOICE.values()) < r["CHOICE_FIELDS"]
+    t = read_constants(TYPE_CODES_H)
+    assert ec.CHOICE_METHODS == {t["METHOD_FP16_EC"]: "fp16_ec", t["METHOD_FP16_EC_SCALED"]: "fp16_ec_scaled",
+                                 t["METHOD_TF32_EC"]: "tf32_ec"}

@@ -30,8 +30,12 @@ _tls = threading.local()
 
 def last_plan() -> Plan | None:
     """The plan of this thread's last ``matmul`` call: kernel, tile parameters,
-    and for ``precision="fp32_tc"`` the method chosen and why."""
-    return getattr(_tls, "last_plan", None)
+    and for ``precision="fp32_tc"`` the method chosen and why.  That method is
+    chosen on the GPU during the call; it is read back only here (this waits
+    for the GPU), as the call's latest run chose it (a replayed CUDA graph's
+    too)."""
+    p = getattr(_tls, "last_plan", None)
+    return p if p is None or type(p) is Plan else p.resolve()
 
 
 def _plain(x) -> bool:
@@ -80,9 +84,9 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_
     validated and planned, and what it runs is kept (gemmlab.executor.CACHE);
     later calls with the same signature only check that out does not overlap a
     or b, fill in the addresses and launch.  Calls are asynchronous and can be
-    captured in CUDA graphs (CuPy stream capture, ``torch.cuda.graph``), except
-    ``precision="fp32_tc"`` and ``"fp16_ec_scaled"``, which read statistics of
-    the data back to the host and raise gemmlab.executor.CaptureError there.
+    captured in CUDA graphs (CuPy stream capture, ``torch.cuda.graph``),
+    ``precision="fp32_tc"`` and ``"fp16_ec_scaled"`` included: they choose their
+    method (and scales) from the data on the GPU, at every run of the call.
     """
     # The fast path: a signature from attribute reads, and a prepared call for it.
     found = _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params)

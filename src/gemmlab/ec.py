@@ -16,7 +16,10 @@ product accumulated in FP32 outside the tensor core:
                     range, so no scaling; TF32 tensor cores run at half the FP16 rate.
 
 ``precision="fp32_tc"`` picks one from the data: a histogram of A's and B's
-exponents (one pass over each on the GPU), then :func:`choose`.
+exponents (one pass over each on the GPU), then :func:`choose`'s rules --
+applied on the GPU by kernels/ec/choose_method.cu, so that the call never waits
+for the host; :func:`choose` is the same rules on host-side counts, and
+:func:`choice_of_record` reads back what the GPU chose.
 """
 
 from __future__ import annotations
@@ -25,20 +28,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# The GPU pass lives beside its kernel; HISTOGRAM_THREADS is re-exported for callers of gemmlab.ec.
+# The GPU passes live beside their kernels; HISTOGRAM_THREADS is re-exported for callers of gemmlab.ec.
 from .kernels.ec.exponent_histogram import EXPONENT_BINS, HISTOGRAM_THREADS, exponent_histograms  # noqa: F401
+# The rules' constants are written once, in kernels/ec/choose_method.cu, which
+# applies the same rules on the GPU for matmul:
+#   FP16_TOP            largest exponent a (scaled) value may have: |x| < 2^15
+#   FP16_NORMAL_MIN     smallest exponent of a normal FP16 value: below it hi loses bits
+#   UNDERFLOW_NUM / UNDERFLOW_DEN   the share of normal elements that may lie below
+#                       FP16's normal range (after scaling) before the FP16 methods give
+#                       way to TF32 parts, compared exactly, in integers
+#   MAX_SCALE_EXPONENT  scale factors stay within 2^-64 .. 2^64 (exact)
+#   WIDE_BINADES        the range scaled FP16 covers below a matrix's largest value
+from .kernels.ec.choose_method import (CHOICE, CHOICE_METHODS, FP16_NORMAL_MIN, FP16_TOP,  # noqa: F401
+                                       MAX_SCALE_EXPONENT, UNDERFLOW_DEN, UNDERFLOW_NUM, WIDE_BINADES)
 
-# Largest exponent a scaled value may have: |x| < 2^15, inside FP16 (max 65504)
-# with room for hi's rounding up.
-FP16_TOP = 14
-# Smallest exponent of a normal FP16 value: below it hi loses bits.
-FP16_NORMAL_MIN = -14
-# The share of nonzero elements that may lie below FP16's normal range (after
-# scaling) before the FP16 methods give way to TF32 parts.  At 1e-3, U(-1, 1)
-# inputs (2^-14 of them below 2^-14) stay on the unscaled FP16 method.
-UNDERFLOW_LIMIT = 1e-3
-# Scale factors stay within 2^-64 .. 2^64, so that scaling and unscaling are exact.
-MAX_SCALE_EXPONENT = 64
+UNDERFLOW_LIMIT = UNDERFLOW_NUM / UNDERFLOW_DEN   # the same share as a number, for messages and tests
 
 EC_PRECISIONS = ("fp32_tc", "fp16_ec", "fp16_ec_scaled", "tf32_ec")
 
@@ -68,12 +72,13 @@ class ExponentStats:
         nz = np.nonzero(self.counts[1:255])[0]
         return int(nz[-1]) + 1 - 127 if len(nz) else None
 
+    def count_below(self, exponent: int) -> int:
+        """Normal elements whose unbiased exponent is below ``exponent``."""
+        return int(self.counts[1:min(max(exponent + 127, 1), 255)].sum())
+
     def fraction_below(self, exponent: int) -> float:
         """Share of the normal elements whose unbiased exponent is below ``exponent``."""
-        if not self.nonzero:
-            return 0.0
-        hi = min(max(exponent + 127, 1), 255)
-        return float(self.counts[1:hi].sum()) / self.nonzero
+        return self.count_below(exponent) / self.nonzero if self.nonzero else 0.0
 
 
 @dataclass(frozen=True)
@@ -107,37 +112,70 @@ def _fits(stats: ExponentStats, scale_exp: int) -> bool:
     top = stats.max_exponent
     if top is None:
         return True
-    return top + scale_exp <= FP16_TOP and stats.fraction_below(FP16_NORMAL_MIN - scale_exp) <= UNDERFLOW_LIMIT
+    # below / normal <= UNDERFLOW_NUM / UNDERFLOW_DEN, in integers (as choose_method.cu)
+    return top + scale_exp <= FP16_TOP and \
+        stats.count_below(FP16_NORMAL_MIN - scale_exp) * UNDERFLOW_DEN <= stats.nonzero * UNDERFLOW_NUM
+
+
+def _range_text(top: int | None, wide_share: float) -> str:
+    if top is None:
+        return "no nonzero finite values"
+    return f"largest magnitude 2^{top}, {100 * wide_share:.2g}% more than 2^{WIDE_BINADES} below it"
 
 
 def _range(stats: ExponentStats) -> str:
     top = stats.max_exponent
-    if top is None:
-        return "no nonzero finite values"
-    return f"largest magnitude 2^{top}, {100 * stats.fraction_below(top - 28):.2g}% more than 2^28 below it"
+    return _range_text(top, stats.fraction_below(top - WIDE_BINADES) if top is not None else 0.0)
+
+
+_WHY = {"fp16_ec": "both fit FP16 as they are", "fp16_ec_scaled": "FP16 after scaling by 2^{sa} and 2^{sb}",
+        "tf32_ec": "too wide for FP16 parts, so TF32 parts"}
 
 
 def choose(a: ExponentStats, b: ExponentStats) -> Choice:
     """The method precision="fp32_tc" uses for A and B with these exponent statistics.
 
     FP16 parts without scaling if both matrices fit FP16's range as they are
-    (largest exponent <= 14, at most UNDERFLOW_LIMIT of the elements below
-    2^-14); else FP16 parts with per-matrix power-of-two scaling if that makes
+    (largest exponent <= FP16_TOP, at most UNDERFLOW_NUM / UNDERFLOW_DEN of
+    the elements below 2^FP16_NORMAL_MIN); else FP16 parts with per-matrix power-of-two scaling if that makes
     both fit; else TF32 parts.
     """
     if _fits(a, 0) and _fits(b, 0):
-        return Choice("fp16_ec", 0, 0, f"A: {_range(a)}; B: {_range(b)}; both fit FP16 as they are")
+        return Choice("fp16_ec", 0, 0, f"A: {_range(a)}; B: {_range(b)}; {_WHY['fp16_ec']}")
     sa, sb = fp16_scale_exponent(a), fp16_scale_exponent(b)
     if _fits(a, sa) and _fits(b, sb):
         return Choice("fp16_ec_scaled", sa, sb,
-                      f"A: {_range(a)}; B: {_range(b)}; FP16 after scaling by 2^{sa} and 2^{sb}")
-    return Choice("tf32_ec", 0, 0, f"A: {_range(a)}; B: {_range(b)}; too wide for FP16 parts, so TF32 parts")
+                      f"A: {_range(a)}; B: {_range(b)}; {_WHY['fp16_ec_scaled'].format(sa=sa, sb=sb)}")
+    return Choice("tf32_ec", 0, 0, f"A: {_range(a)}; B: {_range(b)}; {_WHY['tf32_ec']}")
 
 
 def scaled_choice(a: ExponentStats, b: ExponentStats) -> Choice:
     """precision="fp16_ec_scaled": FP16 parts with each matrix's scale, whatever the range."""
     sa, sb = fp16_scale_exponent(a), fp16_scale_exponent(b)
-    return Choice("fp16_ec_scaled", sa, sb, f"scaled by 2^{sa} (A) and 2^{sb} (B) as asked")
+    return Choice("fp16_ec_scaled", sa, sb, _SCALED_AS_ASKED.format(sa=sa, sb=sb))
+
+
+_SCALED_AS_ASKED = "scaled by 2^{sa} (A) and 2^{sb} (B) as asked"
+
+
+def choice_of_record(record, scaled_only: bool) -> Choice | None:
+    """The Choice that kernels/ec/choose_method.cu wrote into ``record`` (its
+    CHOICE_FIELDS int64s, read back from the GPU), with a reason that says so;
+    None if no choice has been written yet (a captured call not yet replayed)."""
+    r = {name: int(record[i]) for name, i in CHOICE.items()}
+    method = CHOICE_METHODS.get(r["method"])
+    if method is None:
+        return None
+    sa, sb = r["scale_a"], r["scale_b"]
+    head = f"chosen on the GPU: {method}, scales 2^{sa} (A) and 2^{sb} (B)"
+    if scaled_only:
+        return Choice(method, sa, sb, f"{head}; {_SCALED_AS_ASKED.format(sa=sa, sb=sb)}")
+
+    def rng(side):
+        n = r[f"normal_{side}"]
+        return _range_text(r[f"top_{side}"] if n else None, r[f"wide_{side}"] / n if n else 0.0)
+    why = _WHY[method].format(sa=sa, sb=sb)
+    return Choice(method, sa, sb, f"{head}; A: {rng('a')}; B: {rng('b')}; {why}")
 
 
 # -- the GPU side ---------------------------------------------------------------------------

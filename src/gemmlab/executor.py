@@ -11,9 +11,10 @@ the result, where the operands sit relative to each other), stored in
 no validation or planning at all (gemmlab.api builds the key).
 
 Every launch goes to the caller's current stream; workspaces are stream-ordered
-allocations, so calls are asynchronous and can be captured in CUDA graphs --
-except the error-corrected methods that read exponent statistics back to the
-host (``precision="fp32_tc"``, ``"fp16_ec_scaled"``), which refuse capture.
+allocations, so calls are asynchronous and can be captured in CUDA graphs.  The
+error-corrected methods chosen from the data (``precision="fp32_tc"``,
+``"fp16_ec_scaled"``) choose on the GPU too (:class:`_DeviceChoice`): nothing
+is read back during the call.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ import numpy as np
 from . import ec
 from .arrays import ITEMSIZE, allocator, stream_getter
 from .kernels import registry
+from .kernels.ec.choose_method import WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, DeviceChoice, Report
 from .planner import Batching, Call, KernelView, Plan, kernel_view, plan_call, plan_for_choice, result_side, \
     storage_itemsize, batching
 from .runtime import compile as rt_compile
 from .runtime.device import GPUInfo, make_current
 from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, allow_dynamic_smem, clusters_that_fit,
-                             cuda_core_launch, is_driver_tensor_map, launch, launch_shaped, stream_is_capturing,
+                             cuda_core_launch, device_workspace, is_driver_tensor_map, launch, launch_shaped,
                              stream_workspace, wrapped_streams)
 from .runtime.tma import Operands
 
@@ -89,7 +91,10 @@ class Launcher:
         M, N, K = pr.M, pr.N, pr.K
         lda, ldb, ldc = (np.int32(x) for x in lds)
         sa, sb, sc = (np.int64(s) for s in strides)
-        self.extra = p.extra_args()
+        # Kernels that can read a method chosen on the GPU take its record's address
+        # last: none (0) unless run() is given one.
+        self.reads_choice = p.spec.reads_choice
+        self.extra = p.extra_args() + ((0,) if self.reads_choice else ())
         per_launch = GRID_Z_MAX
         if splits > 1:
             per_launch = max(1, min(per_launch, SPLITK_WORKSPACE_LIMIT // max(1, 4 * splits * M * N)))
@@ -118,22 +123,25 @@ class Launcher:
             self._ws_what = f"{p.describe()} (split-K)"
 
     # -- the per-call part ---------------------------------------------------------------
-    def run(self, stream: int, A: int, B: int, C: int, alpha, beta) -> None:
+    def run(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0) -> None:
         """Enqueue the product on ``stream``: C = alpha * op(A) @ op(B) + beta * C for
-        every matrix of the batch (A, B, C: device addresses of the first ones)."""
+        every matrix of the batch (A, B, C: device addresses of the first ones).
+        ``choice``: the address of a method choice made on the GPU, for kernels
+        that read one (the launch does nothing if it chose another method)."""
         if self.quick_ok and (alpha == 0 or self.k_zero):
             self._quick_return(stream, C, beta)
             return
         if self.own_args:
-            self._run_own_args(stream, A, B, C, alpha, beta)
+            self._run_own_args(stream, A, B, C, alpha, beta, choice)
             return
+        extra = self.extra[:-1] + (choice,) if choice else self.extra
         alpha32, beta32 = f32(alpha), f32(beta)
         M, N, K = self.args_mk
         lda, ldb, ldc, sa, sb, sc = self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc
         if self.splits == 1:
             for da, db, dc, _, shape in self.chunks:
                 launch_shaped(self.kernel, shape, stream, (M, N, K, alpha32, A + da, lda, B + db, ldb, beta32,
-                                                           C + dc, ldc, sa, sb, sc) + self.extra)
+                                                           C + dc, ldc, sa, sb, sc) + extra)
             return
         # Split-K: the partial products go to a workspace on the caller's stream
         # (stream-ordered, so concurrent calls on other streams get their own;
@@ -199,7 +207,7 @@ class Launcher:
         for (_, _, dc, _, _), shape in zip(self.chunks, self._reduce_shapes):
             launch_shaped(reduce, shape, stream, (M, N, _ZERO32, 0, _ZERO, f32(beta), C + dc, self.ldc, self.sc))
 
-    def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta) -> None:
+    def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0) -> None:
         """One launch per matrix with a kernel whose spec builds its arguments
         (wgmma: TMA tensor maps; ec_wgmma: its split pre-pass and maps)."""
         p, geo, gpu = self.plan, self.geo, self.gpu
@@ -215,7 +223,7 @@ class Launcher:
             grid = self._cluster_grid
         lda, ldb, ldc = self.lds
         sa, sb, sc = self.strides[0] * self.item_in, self.strides[1] * self.item_in, self.strides[2] * self.item_out
-        if self._args_memo is not None:
+        if self._args_memo is not None and not choice:
             alpha32, beta32, memo = f32(alpha), f32(beta), self._args_memo
             for z in range(self.batch):
                 a, b, c = A + z * sa, B + z * sb, C + z * sc
@@ -233,9 +241,10 @@ class Launcher:
                     self._full_memo[(a, b, c, alpha, beta)] = args
                 launch_shaped(self.kernel, self._shape, stream, args)
             return
+        kw = {"choice": choice} if self.reads_choice else {}
         for z in range(self.batch):
             ops = Operands(A + z * sa, lda, B + z * sb, ldb, C + z * sc, ldc)
-            with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta) as args:
+            with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta, **kw) as args:
                 launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
 
     def _memo_args(self, stream, ops: Operands, alpha, beta, grid):
@@ -284,38 +293,65 @@ def run_plan(p: Plan, gpu: GPUInfo, stream: int, A_ptr: int, lda: int, B_ptr: in
 
 # -- prepared calls ---------------------------------------------------------------------------
 
-class CaptureError(RuntimeError):
-    """A call that cannot run inside CUDA-graph capture."""
-
-
-class _MethodChooser:
-    """precision="fp32_tc" / "fp16_ec_scaled": the exponent statistics of every
-    matrix of A and B on the GPU, read back (a host synchronisation), then the
-    method and scales, and the launcher for them (kept per plan)."""
+class _DeviceChoice:
+    """precision="fp32_tc" / "fp16_ec_scaled": the method chosen on the GPU, in
+    stream order, so that a call never waits for the host and can be captured in
+    a CUDA graph.  Per call: a small stream-ordered workspace, the exponent
+    histograms of every matrix of A and of B and the choice record
+    (kernels/ec/choose_method.py), then every candidate launcher with the
+    record's address -- the FP16 and the TF32 instantiations for fp32_tc, the
+    FP16 one for fp16_ec_scaled -- of which the one not chosen returns at once.
+    The choice also goes to a small buffer of this prepared call that
+    gemmlab.last_plan() reads when asked (:meth:`plan`)."""
 
     def __init__(self, base: Plan, precision: str, gpu: GPUInfo, kernel: str, tile_params: dict, lds, bt: Batching,
-                 mats_a, mats_b):
-        self.base, self.precision, self.gpu, self.kernel, self.tile_params = base, precision, gpu, kernel, tile_params
-        self.lds, self.bt, self.mats_a, self.mats_b = lds, bt, mats_a, mats_b
-        self._launchers: dict = {}
+                 ops_a, ops_b):
+        make_current(gpu.ordinal)
+        self.base, self.precision, self.gpu = base, precision, gpu
+        self.scaled_only = precision == "fp16_ec_scaled"
+        methods = ("fp16_ec_scaled",) if self.scaled_only else ("fp16_ec", "tf32_ec")
+        plans = [plan_for_choice(base, ec.Choice(m), gpu, kernel, tile_params, bt.nz) for m in methods]
+        self.candidates = [(p, Launcher(p, gpu, lds, bt.nz, bt.strides)) for p in plans]
+        self.choice = DeviceChoice(gpu, ops_a, ops_b, self.scaled_only)
+        self.report = None      # allocated at the first call, on its stream
+        self.pending = ChosenOnDevice(self)
 
-    def __call__(self, A: int, B: int, stream: int) -> tuple[Plan, Launcher]:
-        if stream_is_capturing(stream):
-            raise CaptureError(
-                f"precision={self.precision!r} reads the exponent statistics of a and b back to the host to "
-                "choose its method, which CUDA-graph capture forbids; inside a graph use precision='fp16_ec' "
-                "(values within FP16's range) or 'tf32_ec' (any range)")
-        mats = [(A + off, r, c, ld) for off, r, c, ld in self.mats_a] + \
-               [(B + off, r, c, ld) for off, r, c, ld in self.mats_b]
-        stats = ec.exponent_stats(self.gpu, stream, mats)
-        stats_a = ec.ExponentStats(sum(s.counts for s in stats[:len(self.mats_a)]))
-        stats_b = ec.ExponentStats(sum(s.counts for s in stats[len(self.mats_a):]))
-        choice = ec.choose(stats_a, stats_b) if self.precision == "fp32_tc" else ec.scaled_choice(stats_a, stats_b)
-        p = plan_for_choice(self.base, choice, self.gpu, self.kernel, self.tile_params, self.bt.nz)
-        found = self._launchers.get(p.key)
-        if found is None:
-            found = self._launchers[p.key] = Launcher(p, self.gpu, self.lds, self.bt.nz, self.bt.strides)
-        return p, found
+    def run(self, stream: int, A: int, B: int, C: int, alpha, beta, offsets) -> "ChosenOnDevice":
+        if self.report is None:
+            self.report = Report(self.gpu, stream)
+        ws = device_workspace(self.gpu, stream, CHOICE_WORKSPACE_BYTES, "the fp32_tc method choice")
+        try:
+            record = self.choice.enqueue(stream, A, B, ws.handle, self.report.ptr)
+            for _, run in self.candidates:
+                for da, db, dc in offsets:
+                    run.run(stream, A + da, B + db, C + dc, alpha, beta, record)
+        finally:
+            ws.close(stream)   # in stream order, after the launches that read the record
+        return self.pending
+
+    def plan(self) -> Plan:
+        """The plan of the method this prepared call last chose (a synchronisation:
+        the GPU's record is read back), with the method, the scales and why."""
+        choice = ec.choice_of_record(self.report.read(), self.scaled_only) if self.report is not None else None
+        if choice is None:
+            return dataclasses.replace(self.base, method=self.precision,
+                                       reason="chosen on the GPU by each run of the call; none has run yet "
+                                              "(a call captured in a CUDA graph and not replayed)")
+        p = next(p for p, _ in self.candidates if p.problem.dtype == choice.kernel_dtype)
+        return dataclasses.replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
+
+
+class ChosenOnDevice:
+    """What PreparedCall.run returns for a method chosen on the GPU: the plan,
+    read only when asked (gemmlab.last_plan calls :meth:`resolve`)."""
+
+    __slots__ = ("chooser",)
+
+    def __init__(self, chooser: _DeviceChoice):
+        self.chooser = chooser
+
+    def resolve(self) -> Plan:
+        return self.chooser.plan()
 
 
 class PreparedCall:
@@ -340,19 +376,18 @@ class PreparedCall:
         self.offsets = tuple((oa * ia, ob * ia, oc * ic) for oa, ob, oc in bt.offsets)
         lds = (kv.A.ld, kv.B.ld, kv.C.ld)
         self.chooser = None
-        if precision in ("fp32_tc", "fp16_ec_scaled") and call.alpha != 0 and call.K != 0:
-            def stored(side, rows, cols, k, item):
+        if precision in ("fp32_tc", "fp16_ec_scaled") and call.alpha != 0 and call.K != 0 and not self.empty:
+            def stored(side, rows, cols, k):   # every matrix of A (B) as stored: byte offset, shape, batch
                 r, c = (rows, cols) if side.layout == "N" else (cols, rows)
-                return [(off[k] * item + z * bt.strides[k] * item, r, c, side.ld)
-                        for off in bt.offsets for z in range(bt.nz)]
-            self.chooser = _MethodChooser(p, precision, gpu, kernel, tile_params, lds, bt,
-                                          stored(kv.A, kv.M, call.K, 0, ia), stored(kv.B, call.K, kv.N, 1, ia))
+                return [(off[k], r, c, side.ld, bt.nz, bt.strides[k]) for off in self.offsets]
+            self.chooser = _DeviceChoice(p, precision, gpu, kernel, tile_params, lds, bt,
+                                         stored(kv.A, kv.M, call.K, 0), stored(kv.B, call.K, kv.N, 1))
         elif precision in ("fp32_tc", "fp16_ec_scaled"):   # nothing is read: no statistics needed
-            p = dataclasses.replace(p, method=precision, reason="alpha = 0 or K = 0: A and B are not read")
+            p = dataclasses.replace(p, method=precision, reason="alpha = 0, K = 0 or an empty result: A and B are not read")
         elif precision in ec.EC_PRECISIONS:
             p = dataclasses.replace(p, method=precision)
         self.plan = p
-        self.launcher = None if self.empty else Launcher(p, gpu, lds, bt.nz, bt.strides)
+        self.launcher = None if self.empty or self.chooser else Launcher(p, gpu, lds, bt.nz, bt.strides)
         # One launch with the standard arguments, no method to choose: the launcher's closure.
         self.direct = None
         if self.launcher is not None and self.chooser is None and len(self.offsets) == 1 \
@@ -371,8 +406,9 @@ class PreparedCall:
         lo, hi = C + clo, C + chi
         return (lo < A + ahi and A + alo < hi) or (lo < B + bhi and B + blo < hi)
 
-    def run(self, A: int, B: int, C: int, alpha, beta, stream: int) -> Plan:
-        """Enqueue the call on ``stream`` (a, b, out at A, B, C); returns the plan that ran."""
+    def run(self, A: int, B: int, C: int, alpha, beta, stream: int) -> "Plan | ChosenOnDevice":
+        """Enqueue the call on ``stream`` (a, b, out at A, B, C); returns the plan that
+        ran (for a method chosen on the GPU, a ChosenOnDevice that reads it when asked)."""
         if self.swap:
             A, B = B, A
         if self.direct is not None:
@@ -380,12 +416,11 @@ class PreparedCall:
             return self.plan
         if self.empty:
             return self.plan
-        p, run = self.plan, self.launcher
         if self.chooser is not None:
-            p, run = self.chooser(A, B, stream)
+            return self.chooser.run(stream, A, B, C, alpha, beta, self.offsets)
         for da, db, dc in self.offsets:
-            run.run(stream, A + da, B + db, C + dc, alpha, beta)
-        return p
+            self.launcher.run(stream, A + da, B + db, C + dc, alpha, beta)
+        return self.plan
 
 
 class PreparedCache:

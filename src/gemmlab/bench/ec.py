@@ -2,9 +2,10 @@
 
 Each method runs through the public ``gemmlab.matmul(..., precision=...)``
 (timed as suites.time_size does, host time included), so ``fp32_tc`` and
-``fp16_ec_scaled`` include their pass over A and B for the exponent
-statistics, as a user's call does; with ``kernel_only`` the plan each call ran
-is also timed alone.  gemmlab's fastest CUDA-core GEMM (``kernel="auto"``,
+``fp16_ec_scaled`` include their choice on the GPU (a pass over A and B for the
+exponent histograms, the choose kernel) and, for fp32_tc, the launches of the
+candidate not chosen, as a user's call does; both are also timed alone.  With
+``kernel_only`` the plan each call ran is also timed alone.  gemmlab's fastest CUDA-core GEMM (``kernel="auto"``,
 FP32) is timed beside them.
 """
 
@@ -31,7 +32,8 @@ def _row(precision, p):
 def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True, max_run_s: float = 3.0,
         budget_s: float = 2.0, quiet: bool = False, seed: int = 0, kernel_only: bool = False) -> list[Record]:
     import cupy as cp
-    from ..ec import exponent_stats
+    from .. import executor
+    from ..kernels.ec.choose_method import CHOICE, CHOICE_FIELDS, WORKSPACE_BYTES, DeviceChoice
     gpu = bench_gpu()
     timer = Timer(gpu.l2_bytes, reps, flush, max_run_s, budget_s)
     rng = np.random.default_rng(seed)
@@ -51,13 +53,28 @@ def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True
         ops_ = _Operands(M, N, K, "float32", dist, rng)
         a, b = ops_.a, ops_.b
         stream = cp.cuda.get_current_stream().ptr
-        # The pass over A and B that fp32_tc and fp16_ec_scaled make first, alone
-        # (launches, the histogram copy back and the stream synchronisation included).
-        st = timer(lambda: exponent_stats(gpu, stream, [(a.data.ptr, M, K, K), (b.data.ptr, K, N, N)]))
-        say(f"exponent statistics of A and B, {M}x{N}x{K}: {st.ms:.3f} ms")
-        records.append(Record(gpu.name, "exponent_stats", {}, M, N, K, "float32", st.ms, None, None, None, None,
-                              None, None, len(st.ms_all), note="the pass fp32_tc and fp16_ec_scaled make first",
+        # The choice that fp32_tc and fp16_ec_scaled make first, alone: the histograms
+        # of A and B and the choose kernel, all on the GPU.
+        choice = DeviceChoice(gpu, [(0, M, K, K, 1, 0)], [(0, K, N, N, 1, 0)], False)
+        ws = cp.empty(WORKSPACE_BYTES, cp.uint8)
+        st = timer(lambda: choice.enqueue(stream, a.data.ptr, b.data.ptr, ws.data.ptr))
+        say(f"fp32_tc's choice on the GPU (histograms, choose), {M}x{N}x{K}: {st.ms:.3f} ms")
+        records.append(Record(gpu.name, "ec_device_choice", {}, M, N, K, "float32", st.ms, None, None, None, None,
+                              None, None, len(st.ms_all), note="the choice fp32_tc and fp16_ec_scaled make first",
                               path="kernel"))
+        # The candidate fp32_tc launches but did not choose (TF32 parts when FP16 was chosen):
+        # its pre-pass and GEMM read the record and return.
+        record = cp.zeros(CHOICE_FIELDS, cp.int64)
+        record[CHOICE["method"]] = 0   # METHOD_FP16_EC
+        tf32 = api.plan("auto", M, N, K, dtype="tf32_ec", arch=gpu.arch, sm_count=gpu.sm_count)
+        out = cp.empty((M, N), cp.float32)
+        skipped = executor.launcher(tf32, gpu, (K, N, N))
+        pt = timer(lambda: skipped.run(stream, a.data.ptr, b.data.ptr, out.data.ptr, 1.0, 0.0, record.data.ptr))
+        say(f"{tf32.spec.name} (tf32_ec) launched and not chosen, {M}x{N}x{K}: {pt.ms:.3f} ms")
+        records.append(Record(gpu.name, "ec_not_chosen", {"precision": "tf32_ec", **tf32.params}, M, N, K,
+                              "float32", pt.ms, None, None, None, None, None, None, len(pt.ms_all),
+                              note=f"{tf32.spec.name}'s launches when the record chose FP16 parts", path="kernel"))
+        del ws, record, out
         # ec_wgmma's split of A and B into their parts, alone (part of every ec_wgmma time below).
         if api.plan("auto", M, N, K, dtype="fp16_ec", arch=gpu.arch).spec.name == "ec_wgmma":
             from ..kernels.registry import Problem

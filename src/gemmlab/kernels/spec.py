@@ -134,6 +134,10 @@ class KernelSpec:
     # Float arguments after (..., C, ldc, stride_a, stride_b, stride_c) that the plan supplies (e.g. the error-corrected
     # kernels' scale_a, scale_b); each defaults to 1.0.
     extra_args: tuple[str, ...] = ()
+    # The kernel's last argument is the address of a method choice made on the GPU
+    # (the error-corrected kernels: ec/choice.cuh), 0 for none; its kernel_args, if
+    # any, takes it as the keyword choice.
+    reads_choice: bool = False
     # NVRTC targets the kernel exists for (empty: every target gemmlab builds for).
     # A kernel with sm_90a instructions (wgmma, setmaxnreg) lists only "sm_90a".
     arches: tuple[str, ...] = ()

@@ -7,6 +7,7 @@
 // like K^(1/4).  Around that: CUDA-core rung 8's cp.async pipeline and tensor rung
 // 2's warp tiling of 16 x 16 fragments.
 #include <gemmlab/ec/01_ec_wmma.cuh>
+#include <gemmlab/ec/choice.cuh>
 
 namespace gemmlab {
 
@@ -15,12 +16,22 @@ namespace gemmlab {
 // (the FP16 method's per-matrix scaling, 1 otherwise); the epilogue divides them
 // out again, one at a time so that neither step overflows.  Operand layouts as
 // every rung (layout.cuh): a column-major operand's tile is transposed by the
-// copy (4-byte cp.async), so the split always reads row-major tiles.
+// copy (4-byte cp.async), so the split always reads row-major tiles.  choice:
+// null, or the record of the method chosen on the GPU (precision="fp32_tc",
+// ec/choice.cuh): both METHODs are launched, the one not chosen returns at once,
+// and the scales are the record's.
 template <int METHOD, int BM, int BN, int BK, int WM, int WN, int STAGES, bool VEC, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)
 ec_wmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B,
         int ldb, float beta, float* __restrict__ C, int ldc, long long stride_a, long long stride_b,
-        long long stride_c, float scale_a, float scale_b) {
+        long long stride_c, float scale_a, float scale_b, const long long* __restrict__ choice) {
+    if (choice != nullptr) {   // the method chosen on the GPU
+        if (!ec_chosen<METHOD>(choice)) return;
+        if constexpr (METHOD == METHOD_FP16_EC) {   // TF32 parts are never scaled
+            scale_a = ec_choice_scale(choice, CHOICE_SCALE_A);
+            scale_b = ec_choice_scale(choice, CHOICE_SCALE_B);
+        }
+    }
     batch_select(A, stride_a, B, stride_b, C, stride_c);
     using Split = EcSplit<METHOD>;
     constexpr int TK = tc_tile_k<Split::DT>();

@@ -7,6 +7,7 @@
 // its block sum, the total, the corrections), and adds the main product in FP32
 // while the tensor cores run the corrections.
 #include <gemmlab/ec/01_ec_wmma.cuh>
+#include <gemmlab/ec/choice.cuh>
 #include <gemmlab/tensor/04_wgmma.cuh>
 
 namespace gemmlab {
@@ -24,14 +25,23 @@ constexpr int EC_WGMMA_THREADS = 384;         // a producer and two consumer war
 // the pre-pass multiplied A and B by (the scaled FP16 method; 1 otherwise); the
 // epilogue divides them out one at a time.  The layouts OPA, OPB are the
 // pre-pass's business: the registry instantiates this kernel for 'N', 'N' only
-// (KernelSpec.packed).
+// (KernelSpec.packed).  choice: null, or the record of the method chosen on the
+// GPU (precision="fp32_tc", ec/choice.cuh): both METHODs are launched (over the
+// same part buffers), the one not chosen returns at once, and the scales are the
+// record's.
 template <int METHOD, int STAGES, char OPA, char OPB>
 __global__ void __launch_bounds__(EC_WGMMA_THREADS, 1)
 ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
          float beta, float* __restrict__ C, int ldc, const __grid_constant__ hopper::TensorMap map_a_hi,
          const __grid_constant__ hopper::TensorMap map_a_lo, const __grid_constant__ hopper::TensorMap map_b_hi,
-         const __grid_constant__ hopper::TensorMap map_b_lo, float scale_a, float scale_b) {
+         const __grid_constant__ hopper::TensorMap map_b_lo, float scale_a, float scale_b,
+         const long long* __restrict__ choice) {
     using namespace hopper;
+    if (choice != nullptr) {   // the method chosen on the GPU
+        if (!ec_chosen<METHOD>(choice)) return;
+        scale_a = ec_choice_scale(choice, CHOICE_SCALE_A);
+        scale_b = ec_choice_scale(choice, CHOICE_SCALE_B);
+    }
     using Split = EcSplit<METHOD>;
     constexpr int DT = Split::DT;                 // the parts: TYPE_FLOAT16 or TYPE_TF32
     constexpr int BM = EC_WGMMA_BM, BN = EC_WGMMA_BN;

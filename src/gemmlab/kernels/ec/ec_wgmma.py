@@ -15,6 +15,7 @@ from ...runtime.tma import Operands, maps_backend, tensor_map
 from ..spec import EC_METHODS, KERNEL_DIR, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
 from ..tensor.wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from ..cuda_constants import read_constants
+from .choose_method import CHOICE
 
 # 128 x 96 tiles (two consumer warpgroups of 64 x 96, four sets of accumulators each);
 # a ring stage holds hi and lo of A (128 rows of 128 bytes) and of B^T (96 rows).
@@ -48,56 +49,66 @@ def _geometry(p, prob: Problem) -> Launch:
 
 
 @contextmanager
-def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0, scale_b: float = 1.0):
+def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0, scale_b: float = 1.0,
+                       choice: int = 0):
     """Split op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec) into their
     hi and lo parts with ec/split_pack.cu, into one stream-ordered workspace; yields
     (a_hi, a_lo, b_hi, b_lo, kp): device pointers of A's parts (M x K) and of B's,
     transposed (N x K), all with rows of kp elements (K padded to 16 bytes).  Any
     layout and alignment of A and B is read as stored.  The scaled FP16 method's
-    scales (powers of two) are applied here.  Freed in stream order on exit."""
+    scales (powers of two) are applied here.  Freed in stream order on exit.
+
+    ``choice``: the address of a choice record made on the GPU (ec/choice.cuh), or
+    0.  With one, the split runs only if the record chose ``pr.dtype``'s parts,
+    with the record's scales, and the workspace is laid out for either part type
+    (TF32's size, K padded to 8 elements: 16 bytes of both), so that both
+    candidates' splits and tensor maps use the same buffers."""
     from ...runtime import compile as rt_compile
     from ...runtime.launch import launch, stream_workspace
     if pr.dtype not in EC_METHODS:
         raise TypeError(f"the split pre-pass is for {', '.join(EC_METHODS)}, not {pr.dtype}")
     eb = 4 if pr.dtype == "tf32_ec" else 2
-    kp = -(-pr.K // (16 // eb)) * (16 // eb)
-    a_part, b_part = pr.M * kp * eb, pr.N * kp * eb
+    pad, room = (8, 4) if choice else (16 // eb, eb)   # elements K is padded to, bytes an element is given
+    kp = -(-pr.K // pad) * pad
+    a_part, b_part = pr.M * kp * room, pr.N * kp * room
     nbytes = 2 * (a_part + b_part)
     ws = stream_workspace(gpu, stream, nbytes, "ec_wgmma, for the split parts of a and b,")
     try:
         base = int(ws.handle)
         a_hi, a_lo = base, base + a_part
         b_hi, b_lo = base + 2 * a_part, base + 2 * a_part + b_part
-        jobs = [(pr.op_a, False, pr.M, pr.K, ops.A, ops.lda, scale_a, a_hi, a_lo),
-                (pr.op_b, True, pr.K, pr.N, ops.B, ops.ldb, scale_b, b_hi, b_lo)]
-        for op, transpose, rows, cols, src, ld, scale, hi, lo in jobs:
+        jobs = [(pr.op_a, False, pr.M, pr.K, ops.A, ops.lda, scale_a, CHOICE["scale_a"], a_hi, a_lo),
+                (pr.op_b, True, pr.K, pr.N, ops.B, ops.ldb, scale_b, CHOICE["scale_b"], b_hi, b_lo)]
+        for op, transpose, rows, cols, src, ld, scale, field, hi, lo in jobs:
             name = ec_split_pack_kernel(pr.dtype, op, transpose)
             kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, name, gpu.arch)
             blocks = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
             launch(kernel, (blocks, 1, 1), (EC_SPLIT_PACK_THREADS, 1, 1), 0, stream, np.int32(rows),
-                   np.int32(cols), src, np.int32(ld), np.float32(scale), hi, lo, np.int32(kp))
+                   np.int32(cols), src, np.int32(ld), np.float32(scale), hi, lo, np.int32(kp), choice,
+                   np.int32(field))
         yield a_hi, a_lo, b_hi, b_lo, kp
     finally:
         ws.close(stream)
 
 
 @contextmanager
-def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
+def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta, choice: int = 0):
     """ec_wgmma's arguments: the standard eleven, the tensor maps of the four
     parts (hi and lo of A, hi and lo of B^T: ec_split_workspace), then scale_a and
-    scale_b (the kernel divides them out).  Both operands are K-major, the layout
-    TF32 wgmma needs and FP16 wgmma reads without its transpose bit; A's parts in
-    128-row boxes, B^T's in 96-row boxes, 128 bytes of K each."""
+    scale_b (the kernel divides them out) and the address of the choice record
+    made on the GPU (0: none; see ec_split_workspace).  Both operands are K-major,
+    the layout TF32 wgmma needs and FP16 wgmma reads without its transpose bit;
+    A's parts in 128-row boxes, B^T's in 96-row boxes, 128 bytes of K each."""
     pr = plan.problem
     scale_a, scale_b = (float(x) for x in plan.extra_args())
     part, eb = ("tf32", 4) if pr.dtype == "tf32_ec" else ("float16", 2)
-    with ec_split_workspace(pr, gpu, stream, ops, scale_a, scale_b) as (a_hi, a_lo, b_hi, b_lo, kp):
+    with ec_split_workspace(pr, gpu, stream, ops, scale_a, scale_b, choice) as (a_hi, a_lo, b_hi, b_lo, kp):
         box_k, bm, bn = 128 // eb, EC_WGMMA_BM, EC_WGMMA_BN
         be = maps_backend(stream)
         maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, be)
                      for ptr, rows, box_rows in ((a_hi, pr.M, bm), (a_lo, pr.M, bm),
                                                  (b_hi, pr.N, bn), (b_lo, pr.N, bn)))
-        yield standard_args(pr, ops, alpha, beta) + maps + plan.extra_args()
+        yield standard_args(pr, ops, alpha, beta) + maps + plan.extra_args() + (choice,)
 
 
 SPEC = KernelSpec(
@@ -121,6 +132,7 @@ SPEC = KernelSpec(
     needs=HOPPER_NEEDS,
     fallback="ec_wmma",
     extra_args=("scale_a", "scale_b"),
+    reads_choice=True,
     kernel_args=ec_wgmma_kernel_args,
     packed=True,
 )

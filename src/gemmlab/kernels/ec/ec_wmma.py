@@ -49,6 +49,7 @@ SPEC = KernelSpec(
                                     smem_bytes=ec_smem(p)),
     variants=_VARIANTS,
     extra_args=("scale_a", "scale_b"),
+    reads_choice=True,
     min_arch={m: 80 for m in EC_METHODS}, fragment_maps=True,
     needs="FP16 and TF32 WMMA (TF32 from sm_80) and cp.async (sm_80)",
 )

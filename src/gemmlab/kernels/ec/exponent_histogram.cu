@@ -3,15 +3,19 @@
 // exponent.  Bin e (0..255) counts the elements whose biased exponent field is
 // e: bin 0 holds zeros and subnormals, bin 255 Inf and NaN, bin e the normals
 // in [2^(e-127), 2^(e-126)).  hist must hold EXPONENT_BINS zeroed counters.
+// gridDim.y matrices stride elements apart (a batch) all add into hist:
+// choose_method.cu decides from one histogram per operand.
 namespace gemmlab {
 
 constexpr int EXPONENT_BINS = 256;       // one per value of FP32's 8-bit exponent field
 constexpr int HISTOGRAM_THREADS = 256;   // threads per block: one per bin
 
 __global__ void __launch_bounds__(HISTOGRAM_THREADS)
-exponent_histogram(int rows, int cols, const float* __restrict__ X, int ld, unsigned long long* __restrict__ hist) {
+exponent_histogram(int rows, int cols, const float* __restrict__ X, int ld, long long stride,
+                   unsigned long long* __restrict__ hist) {
     static_assert(HISTOGRAM_THREADS == EXPONENT_BINS, "thread t clears, and finally adds, bin t");
     __shared__ unsigned int local[EXPONENT_BINS];   // per-block counts first: few global atomics
+    X += blockIdx.y * stride;
     local[threadIdx.x] = 0;
     __syncthreads();
     // Blocks take rows, threads consecutive columns (coalesced reads).  Whole warps

@@ -1,5 +1,6 @@
 """exponent_histogram.cu's host launch: counts of A's and B's elements by FP32
-exponent, the data gemmlab.ec chooses the fp32_tc method from.
+exponent, the data the fp32_tc method is chosen from (on the GPU, by
+choose_method.cu; gemmlab.ec holds the same rules for host-side counts).
 
 The counting is here, beside its kernel; what to make of the counts (ExponentStats,
 choose) is gemmlab.ec, which this layer does not import.
@@ -17,12 +18,33 @@ EXPONENT_HISTOGRAM_KERNEL = "gemmlab::exponent_histogram"
 _K = read_constants("ec/exponent_histogram.cu")
 HISTOGRAM_THREADS = _K["HISTOGRAM_THREADS"]
 EXPONENT_BINS = _K["EXPONENT_BINS"]   # one per value of the 8-bit exponent field
+GRID_Y_MAX = 65535
+
+
+def histogram_launches(gpu, operands) -> list[tuple]:
+    """The launches that add the exponent counts of every matrix of ``operands`` =
+    [(offset, rows, cols, ld, batch, stride), ...] (device matrices at a base
+    address + offset bytes, ``batch`` of them ``stride`` elements apart) into one
+    histogram: [(offset, grid, args after the pointer: rows, cols, ld, stride), ...]
+    (a batch of more than 65535 in chunks)."""
+    out = []
+    for off, rows, cols, ld, batch, stride in operands:
+        if not (rows and cols and batch):
+            continue
+        for z0 in range(0, batch, GRID_Y_MAX):
+            nz = min(GRID_Y_MAX, batch - z0)
+            # A block per row, at most 8 per SM over the whole launch.
+            blocks = max(1, min(rows, 8 * gpu.sm_count // nz))
+            out.append((off + z0 * stride * 4, (blocks, nz, 1),
+                        (np.int32(rows), np.int32(cols), np.int32(ld), np.int64(stride))))
+    return out
 
 
 def exponent_histograms(gpu, stream: int, operands) -> list[np.ndarray]:
     """Exponent histograms (EXPONENT_BINS int64 counts each) of device matrices
     ``operands`` = [(ptr, rows, cols, ld), ...], computed on the GPU on ``stream``
-    (one pass over each), then copied back."""
+    (one pass over each), then copied back (a host synchronisation: a tool for
+    tests and benchmarks; matmul keeps its counts on the GPU)."""
     from cuda.bindings import driver
 
     from ...runtime import compile as rt_compile
@@ -37,10 +59,9 @@ def exponent_histograms(gpu, stream: int, operands) -> list[np.ndarray]:
         base = int(buf.handle)
         _check(driver.cuMemsetD32Async(base, 0, n * EXPONENT_BINS * 2, stream))
         for i, (ptr, rows, cols, ld) in enumerate(operands):
-            if rows and cols:
-                blocks = max(1, min(rows, 8 * gpu.sm_count))   # a block per row, at most 8 per SM
-                launch(kernel, (blocks, 1, 1), (HISTOGRAM_THREADS, 1, 1), 0, stream, np.int32(rows),
-                       np.int32(cols), ptr, np.int32(ld), base + i * EXPONENT_BINS * 8)
+            for off, grid, (r, c, l, s) in histogram_launches(gpu, [(0, rows, cols, ld, 1, 0)]):
+                launch(kernel, grid, (HISTOGRAM_THREADS, 1, 1), 0, stream, r, c, ptr + off, l, s,
+                       base + i * EXPONENT_BINS * 8)
         host = np.zeros(n * EXPONENT_BINS, dtype=np.uint64)
         _check(driver.cuMemcpyDtoHAsync(host.ctypes.data, base, host.nbytes, stream))
         _check(driver.cuStreamSynchronize(stream))

@@ -6,7 +6,10 @@
 // whatever the caller's layouts.  op(X) is stored with layout OP; the parts are
 // written row-major, or transposed with T_OUT.  32 x 32 tiles through shared
 // memory: reads and writes both coalesce.  scale: a power of two (exact), or 1.
+// With a choice record (precision="fp32_tc", ec/choice.cuh) both METHODs are
+// launched and the one not chosen returns at once; the scale is the record's.
 #include <gemmlab/ec/01_ec_wmma.cuh>
+#include <gemmlab/ec/choice.cuh>
 
 namespace gemmlab {
 
@@ -20,7 +23,11 @@ using EcPart = typename wmma_types::Storage<EcSplit<METHOD>::DT>::type;
 template <int METHOD, char OP, bool T_OUT>
 __global__ void __launch_bounds__(EC_SPLIT_PACK_THREADS)
 ec_split_pack(int rows, int cols, const float* __restrict__ src, int ld, float scale, EcPart<METHOD>* __restrict__ hi,
-              EcPart<METHOD>* __restrict__ lo, int ldp) {
+              EcPart<METHOD>* __restrict__ lo, int ldp, const long long* __restrict__ choice, int scale_field) {
+    if (choice != nullptr) {   // the method chosen on the GPU
+        if (!ec_chosen<METHOD>(choice)) return;
+        scale = ec_choice_scale(choice, scale_field);
+    }
     __shared__ float tile[EC_SPLIT_PACK_TILE][EC_SPLIT_PACK_TILE + 1];   // [r][c]; the pad spreads columns over the banks
     const int tiles_c = (cols + EC_SPLIT_PACK_TILE - 1) / EC_SPLIT_PACK_TILE;
     const int r0 = int(blockIdx.x / tiles_c) * EC_SPLIT_PACK_TILE, c0 = int(blockIdx.x % tiles_c) * EC_SPLIT_PACK_TILE;

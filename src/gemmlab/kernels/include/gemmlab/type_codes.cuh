@@ -16,6 +16,9 @@ constexpr int TYPE_FLOAT32 = 3;
 // Error-corrected FP32 methods (METHOD): which two parts a value is split into.
 constexpr int METHOD_FP16_EC = 0;
 constexpr int METHOD_TF32_EC = 1;
+// The scaled FP16 method, as gemmlab.ec's device choice records it (ec/choice.cuh):
+// no template is built for it, it runs METHOD_FP16_EC's with scales.
+constexpr int METHOD_FP16_EC_SCALED = 2;
 
 // WMMA fragment uses (USE) and layouts (COL) of the lab kernels' templates.
 constexpr int USE_MATRIX_A = 0;

@@ -1,0 +1,115 @@
+"""choose_method.cu's host side: precision="fp32_tc"'s method, chosen on the GPU.
+
+A call's choice is three steps on the caller's stream, with no host
+synchronisation (so the call can be captured in a CUDA graph): zero two
+histograms, add every matrix of A into one and every matrix of B into the other
+(exponent_histogram.cu), then choose_method.cu writes the choice record
+(ec/choice.cuh) that the split pre-pass and the GEMMs read.  The rules'
+constants are written once, in choose_method.cu, and read here for gemmlab.ec.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ..spec import KERNEL_DIR
+from ..cuda_constants import read_constants
+from .exponent_histogram import (EXPONENT_BINS, EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE,
+                                 HISTOGRAM_THREADS, histogram_launches)
+
+CHOOSE_SOURCE = KERNEL_DIR / "ec" / "choose_method.cu"
+CHOOSE_KERNEL = "gemmlab::ec_choose_method"
+_C = read_constants("ec/choose_method.cu")
+CHOOSE_THREADS, EXPONENT_BIAS = _C["CHOOSE_THREADS"], _C["EXPONENT_BIAS"]
+FP16_TOP, FP16_NORMAL_MIN, MAX_SCALE_EXPONENT = _C["FP16_TOP"], _C["FP16_NORMAL_MIN"], _C["MAX_SCALE_EXPONENT"]
+UNDERFLOW_NUM, UNDERFLOW_DEN, WIDE_BINADES = _C["UNDERFLOW_NUM"], _C["UNDERFLOW_DEN"], _C["WIDE_BINADES"]
+
+# The record's fields (index of each long long) and its method codes.
+CHOICE = {k[len("CHOICE_"):].lower(): v for k, v in read_constants("include/gemmlab/ec/choice.cuh").items()}
+CHOICE_FIELDS = CHOICE.pop("fields")
+_T = read_constants("include/gemmlab/type_codes.cuh")
+CHOICE_METHODS = {_T["METHOD_FP16_EC"]: "fp16_ec", _T["METHOD_FP16_EC_SCALED"]: "fp16_ec_scaled",
+                  _T["METHOD_TF32_EC"]: "tf32_ec"}
+
+HIST_BYTES = EXPONENT_BINS * 8
+RECORD_OFFSET = 2 * HIST_BYTES
+WORKSPACE_BYTES = RECORD_OFFSET + CHOICE_FIELDS * 8   # A's histogram, B's, the record
+
+
+class DeviceChoice:
+    """The launches of one prepared call's choice, built once (kernels loaded,
+    grids and arguments boxed): ``ops_a`` / ``ops_b`` as histogram_launches takes
+    them, offsets from A's and B's addresses; ``scaled_only`` for
+    precision="fp16_ec_scaled" (gemmlab.ec.scaled_choice)."""
+
+    def __init__(self, gpu, ops_a, ops_b, scaled_only: bool):
+        from ...runtime import compile as rt_compile
+        from ...runtime.launch import LaunchShape
+        self.gpu = gpu
+        self.hist = rt_compile.load_kernel(EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL, gpu.arch)
+        self.choose = rt_compile.load_kernel(CHOOSE_SOURCE, CHOOSE_KERNEL, gpu.arch)
+        block = (HISTOGRAM_THREADS, 1, 1)
+        self.launches = [(side, off, LaunchShape(grid, block), args)
+                         for side, ops in ((0, ops_a), (1, ops_b))
+                         for off, grid, args in histogram_launches(gpu, ops)]
+        self.choose_shape = LaunchShape((1, 1, 1), (CHOOSE_THREADS, 1, 1))
+        self.scaled_only = np.int32(1 if scaled_only else 0)
+
+    def enqueue(self, stream: int, A: int, B: int, ws: int, report: int = 0) -> int:
+        """On ``stream``: zero the histograms at ``ws`` (WORKSPACE_BYTES), count
+        A's and B's exponents, choose; the record also goes to ``report`` (0:
+        nowhere).  Returns the record's address."""
+        from ...runtime.launch import driver, launch_shaped
+        d = driver()
+        err, = d.cuMemsetD32Async(ws, 0, RECORD_OFFSET // 4, d.CUstream(stream))
+        if err != d.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuMemsetD32Async failed: {err.name}")
+        for side, off, shape, (rows, cols, ld, stride) in self.launches:
+            launch_shaped(self.hist, shape, stream, (rows, cols, (B if side else A) + off, ld, stride,
+                                                     ws + side * HIST_BYTES))
+        record = ws + RECORD_OFFSET
+        launch_shaped(self.choose, self.choose_shape, stream, (ws, ws + HIST_BYTES, self.scaled_only, record, report))
+        return record
+
+
+class Report:
+    """A small device buffer a prepared call's choices are also written to, read
+    when gemmlab.last_plan() asks (after a synchronisation).  Until a choice has
+    run (a captured call not yet replayed) its method reads -1."""
+
+    def __init__(self, gpu, stream: int):
+        from ...runtime.launch import driver
+        d = driver()
+        self.gpu = gpu
+        err, ptr = d.cuMemAlloc(CHOICE_FIELDS * 8)
+        if err != d.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuMemAlloc of the fp32_tc choice report failed: {err.name}")
+        self.ptr = int(ptr)
+        # In stream order (a graph being captured records it), so no synchronisation here.
+        err, = d.cuMemsetD32Async(self.ptr, 0xFFFFFFFF, CHOICE_FIELDS * 2, d.CUstream(stream))
+        if err != d.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuMemsetD32Async failed: {err.name}")
+        weakref.finalize(self, _free, self.ptr)
+
+    def read(self) -> np.ndarray:
+        """The record last written (CHOICE_FIELDS int64): waits for the device."""
+        from ...runtime.device import make_current
+        from ...runtime.launch import driver
+        d = driver()
+        make_current(self.gpu.ordinal)
+        host = np.zeros(CHOICE_FIELDS, np.int64)
+        for call in (lambda: d.cuCtxSynchronize(), lambda: d.cuMemcpyDtoH(host.ctypes.data, self.ptr, host.nbytes)):
+            err, = call()
+            if err != d.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"reading the fp32_tc choice report failed: {err.name}")
+        return host
+
+
+def _free(ptr: int) -> None:
+    try:
+        from ...runtime.launch import driver
+        driver().cuMemFree(ptr)
+    except Exception:   # at interpreter exit the driver may be gone already
+        pass

@@ -1,0 +1,36 @@
+// gemmlab/ec/choice.cuh: the record precision="fp32_tc" chooses its method into
+// on the GPU (ec/choose_method.cu), and what its readers need (not a rung's idea).
+// The split pre-pass and both error-corrected GEMMs take a pointer to it: null
+// keeps the method of their template and the scales of their arguments; else
+// the FP16 and the TF32 instantiations are both launched and the one whose parts
+// were not chosen returns at once, and the scales come from the record.  One
+// array of long long; gemmlab.ec reads the same fields when last_plan() asks.
+#pragma once
+
+#include <gemmlab/type_codes.cuh>
+
+namespace gemmlab {
+
+constexpr int CHOICE_METHOD = 0;        // METHOD_FP16_EC, METHOD_FP16_EC_SCALED or METHOD_TF32_EC
+constexpr int CHOICE_SCALE_A = 1;       // A is multiplied by 2^this before the split (0 unscaled)
+constexpr int CHOICE_SCALE_B = 2;
+constexpr int CHOICE_TOP_A = 3;         // unbiased exponent of A's largest normal value
+constexpr int CHOICE_TOP_B = 4;
+constexpr int CHOICE_NORMAL_A = 5;      // A's normal elements (0: no top)
+constexpr int CHOICE_NORMAL_B = 6;
+constexpr int CHOICE_WIDE_A = 7;        // A's normal elements more than 2^28 below its top
+constexpr int CHOICE_WIDE_B = 8;
+constexpr int CHOICE_FIELDS = 16;       // room to grow; 128 bytes
+
+// Whether the record asks for the parts of METHOD (scaled FP16 runs the FP16 kernels).
+template <int METHOD>
+__device__ __forceinline__ bool ec_chosen(const long long* choice) {
+    return (choice[CHOICE_METHOD] == METHOD_TF32_EC) == (METHOD == METHOD_TF32_EC);
+}
+
+// The power of two of a scale field (exact: the exponent stays within +-64).
+__device__ __forceinline__ float ec_choice_scale(const long long* choice, int field) {
+    return ldexpf(1.0f, int(choice[field]));
+}
+
+}  // namespace gemmlab
