@@ -172,11 +172,6 @@ def tensor_map(ptr: int, rows: int, cols: int, ld: int, dtype: str, box_rows: in
                              f"{batch_stride * eb}")
         # A batch of one has no second matrix: any stride the copy engine accepts will do.
         bstride = batch_stride * eb if batch > 1 else -(-rows * ld * eb // 16) * 16
-        if batch > 1 and backend is None:
-            # The driver's encoder, given every size and stride explicitly: maps that
-            # cuda.core built over strided 3-D views (gaps between matrices) let the
-            # copy engine write past a matrix's columns (benchmarks/NOTES.md, run 79).
-            backend = "driver"
     key = (ptr, rows, cols, ld, dtype if dtype == "tf32" else eb, box_rows, box_cols, backend, batch, bstride)
     with _lock:
         found = _cache.get(key)
