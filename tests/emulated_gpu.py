@@ -9,7 +9,11 @@ would with the pointers, leading dimensions, layouts ('N'/'T' template
 arguments) and batch strides it is given (element (r, c) of op(A) of batch z at
 A + z * stride_a + (r * lda + c or c * lda + r)), refuses any access outside the
 arrays the test made, and checks the 16-byte (VEC) variants' preconditions on
-every batch's pointers.  It says nothing about the kernels themselves: that is
+every batch's pointers.  The wgmma rung's launch is emulated from its tensor maps
+(runtime.tma's encoder replaced by a record of what it was asked for): one
+launch per batch, each operand read through its 3-D map at the batch
+coordinate the kernel would give it (0 for a shared operand, whose map holds
+one matrix), C written through its map or from registers with stride_c.  It says nothing about the kernels themselves: that is
 tests/test_blas3.py's job on the GPU.
 """
 
@@ -83,8 +87,40 @@ class Emulator:
         assert all(0 < g for g in grid) and grid[1] <= 65535 and grid[2] <= 65535, grid
         if kernel == "reduce":
             self._reduce(grid, *args)
+        elif kernel.spec.name == "wgmma":
+            self._wgmma(kernel, grid, *args)
         else:
             self._gemm(kernel, grid, *args)
+
+    def _through(self, m: "FakeMap", z: int, dtype: str) -> np.ndarray:
+        """Matrix z of a 3-D tensor map, as the copy engine would address it."""
+        assert m.batch is not None and 0 <= z < m.batch, f"batch coordinate {z} outside a map of {m.batch}"
+        assert m.ptr % 16 == 0 and (m.rows == 1 or m.ld * np.dtype(dtype).itemsize % 16 == 0), m
+        assert m.batch == 1 or (m.bstride % 16 == 0 and m.bstride > 0), m
+        return self.mem(m.ptr + z * m.bstride, dtype, (m.rows, m.cols), (m.ld, 1))
+
+    def _wgmma(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc, batch, map_a, map_b, map_c,
+               tma_store):
+        pr = p.problem
+        assert pr.dtype in ("float16", "bfloat16") and grid[1] == grid[2] == 1, (pr.dtype, grid)
+        assert grid[0] <= 132, grid   # persistent: no more blocks than SMs
+        M, N, K, ldc, batch = int(M), int(N), int(K), int(ldc), int(batch)
+        alpha, beta = float(alpha), float(beta)
+        dt = "float16"   # NumPy has no bfloat16: the tests use float16
+        assert (map_a.rows, map_a.cols) == ((M, K) if pr.op_a == "N" else (K, M)), map_a
+        assert (map_b.rows, map_b.cols) == ((K, N) if pr.op_b == "N" else (N, K)), map_b
+        for z in range(batch):
+            a = self._through(map_a, z if int(sa) else 0, dt)
+            b = self._through(map_b, z if int(sb) else 0, dt)
+            a, b = (a if pr.op_a == "N" else a.T), (b if pr.op_b == "N" else b.T)
+            if int(tma_store):
+                assert beta == 0 and (map_c.rows, map_c.cols) == (M, N), map_c
+                c = self._through(map_c, z, pr.out_dtype)
+            else:
+                c = self.operand(C + z * int(sc) * ITEMSIZE[pr.out_dtype], pr.out_dtype, "N", M, N, ldc)
+            acc = np.zeros((M, N)) if alpha == 0 else a.astype(np.float64) @ b.astype(np.float64)
+            r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
+            c[...] = r.astype(c.dtype)
 
     def _gemm(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc):
         pr = p.problem
@@ -129,6 +165,20 @@ class Emulator:
             c[...] = (alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class FakeMap:
+    """What runtime.tma was asked to encode (bstride in bytes; batch None: a 2-D map)."""
+    ptr: int
+    rows: int
+    cols: int
+    ld: int
+    dtype: str
+    box_rows: int
+    box_cols: int
+    batch: int | None
+    bstride: int
+
+
 class _Workspace:
     def __init__(self, emu, nbytes):
         self.buf = emu.keep(np.empty(max(nbytes, 4), np.uint8))
@@ -169,6 +219,9 @@ def install(monkeypatch) -> Emulator:
                         emu.launch(kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args))
     monkeypatch.setattr(executor, "stream_workspace", lambda gpu, stream, nbytes, what, hint="":
                         _Workspace(emu, nbytes))
+
+    from gemmlab.runtime import tma
+    monkeypatch.setattr(tma, "_encode", lambda *a, backend=None: FakeMap(*a))
 
     def load_kernel(source, name, arch):
         return "reduce" if name == registry.SPLITK_REDUCE_KERNEL else _PLANS[name]

@@ -291,7 +291,8 @@ def hopper_path_sass(name, ladder_module, ladder_sass):
     the checks they all share: HGMMA (warpgroup MMA from shared memory; a kernel with
     HMMA is on the older, slower path), TMA loads (UTMALDG), mbarrier waits, and
     setmaxnreg honoured (USETMAXREG: ptxas drops it, with warning C7508, when the
-    kernel has no register cap or the roles are not one if/else)."""
+    kernel has no register cap or the roles are not one if/else).  (wgmma's copies are
+    3-D, the batch outermost; ec_wgmma's 2-D.)"""
     spec = registry.get(name)
     module = ladder_module("sm_90a", spec)
     sass = ladder_sass("sm_90a", spec)
@@ -301,7 +302,7 @@ def hopper_path_sass(name, ladder_module, ladder_sass):
         text = sass[mangled]
         facts = sass_facts(text)
         assert facts["HGMMA"] >= 4 and facts["HMMA"] == 0, f"{inst}: {facts}"
-        assert "UTMALDG.2D" in text and "SYNCS.PHASECHK" in text, inst
+        assert re.search(r"UTMALDG\.[23]D", text) and "SYNCS.PHASECHK" in text, inst
         assert "USETMAXREG.DEALLOC" in text and "USETMAXREG.TRY_ALLOC" in text, inst
         out.append((inst, text, facts))
     return out
@@ -323,6 +324,8 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
                   2: r"HGMMA\.64x\d+x8\.F32\.TF32"}[dt]
         assert re.search(expect + r"[ .]", text), f"{name}: no {expect}"
         assert facts["HGMMA"] == 4, f"{name}: {facts}"
+        # A batch is one launch: every copy names its matrix (3-D maps, the batch outermost).
+        assert "UTMALDG.3D" in text and "UTMALDG.2D" not in text and "UTMASTG.3D" in text, name
         if dt != 2:
             assert (".tnspA" in text) == (op_a == "T"), name
             assert (".tnspB" in text) == (op_b == "N"), name

@@ -184,3 +184,105 @@ def test_auto_in_every_layout_and_batch(be):
         assert not failures
     layouts = {(k.problem.op_a, k.problem.op_b) for k, _ in be.emu.launches if k != "reduce"}
     assert layouts == {("T", "T"), ("N", "T"), ("T", "N"), ("N", "N")}   # out^T = b^T a^T of each
+
+
+# -- the wgmma rung: a batch is one launch through 3-D tensor maps ----------------------------
+
+def _tma_stack(be, vals, colmajor=False, gap=8):
+    """A batch (vals: (..., r, c)) in one 16-byte aligned buffer: each matrix stored
+    row-major (or column-major) with rows padded to 16 bytes and ``gap`` elements
+    after it (a multiple of 8: the batch stride stays a multiple of 16 bytes, as TMA
+    needs; another gap makes it not)."""
+    *bshape, r, c = vals.shape
+    sr, sc = (c, r) if colmajor else (r, c)
+    ld = -(-sc // 8) * 8
+    per = sr * ld + gap
+    nb = int(np.prod(bshape)) if bshape else 1
+    raw = be.emu.keep(np.full(nb * per + 16, np.nan, vals.dtype))
+    off = (-raw.ctypes.data % 16) // raw.itemsize
+    buf = raw[off:off + nb * per]
+    flat = vals.reshape((nb, r, c))
+    for i in range(nb):
+        buf[i * per:i * per + sr * ld].reshape(sr, ld)[:, :sc] = flat[i].T if colmajor else flat[i]
+    bstr = tuple(int(np.prod(bshape[j + 1:])) * per for j in range(len(bshape)))
+    inner = (1, ld) if colmajor else (ld, 1)
+    return np.lib.stride_tricks.as_strided(buf, tuple(bshape) + (r, c),
+                                           tuple(s * buf.itemsize for s in bstr + inner))
+
+
+WGMMA_BATCHES = [
+    # a shape, b shape, trans_a, trans_b, out, out dtype, gemm launches
+    ((5, 40, 24), (5, 24, 72), False, False, "new", "float16", 1),
+    ((5, 24, 40), (5, 24, 72), True, False, "C", "float32", 1),     # A 'T' (stored K x M)
+    ((5, 40, 24), (5, 72, 24), False, True, "F", "float16", 1),     # column-major out: b^T a^T
+    ((5, 24, 40), (5, 72, 24), True, True, "C", "float16", 1),
+    ((40, 24), (6, 24, 72), False, False, "C", "float32", 1),       # 2-D a shared by every matrix
+    ((6, 40, 24), (72, 24), False, True, "new", "float16", 1),      # 2-D b^T shared
+    ((2, 1, 40, 24), (3, 24, 72), False, False, "C", "float16", 2),  # (2, 1) x (3): one group looped
+]
+
+
+def _wgmma_batch(be, a_shape, b_shape, ta, tb, out, out_dt, gap=8, beta=0.0, colmajor_in=(False, False)):
+    rng = np.random.default_rng(len(a_shape) + 3 * ta + tb)
+    va = rng.integers(-4, 5, a_shape).astype(np.float16)
+    vb = rng.integers(-4, 5, b_shape).astype(np.float16)
+    a, b = _tma_stack(be, va, colmajor_in[0], gap), _tma_stack(be, vb, colmajor_in[1], gap)
+    oa = np.swapaxes(va, -1, -2) if ta else va
+    ob = np.swapaxes(vb, -1, -2) if tb else vb
+    ref = np.matmul(oa.astype(np.float64), ob.astype(np.float64))
+    if out == "new":
+        got = gemmlab.matmul(a, b, trans_a=ta, trans_b=tb, kernel="wgmma", out_dtype=out_dt)
+    else:
+        c0 = rng.integers(-4, 5, ref.shape).astype(out_dt)
+        o = _tma_stack(be, c0, out == "F", gap)
+        assert gemmlab.matmul(a, b, out=o, trans_a=ta, trans_b=tb, beta=beta, kernel="wgmma") is o
+        got, ref = o, ref + beta * c0
+    assert got.shape == ref.shape and np.array_equal(got.astype(np.float64), ref)
+
+
+@pytest.mark.parametrize("case", WGMMA_BATCHES, ids=lambda c: f"{c[0]}x{c[1]}-{'T' if c[2] else 'N'}"
+                                                               f"{'T' if c[3] else 'N'}-{c[4]}-{c[5]}")
+def test_wgmma_batch_is_one_launch_through_3d_maps(be, case):
+    """A batch on wgmma: one launch per group of batch dimensions (numpy.matmul's
+    broadcasting loops the rest, as gridDim.z does for the other rungs), each operand
+    read through its 3-D map (a shared one through a map of one matrix), C through
+    its map or from registers (beta != 0) at stride_c; every layout, both out orders."""
+    a_shape, b_shape, ta, tb, out, out_dt, launches = case
+    _wgmma_batch(be, a_shape, b_shape, ta, tb, out, out_dt)
+    gemm = [(k, g) for k, g in be.emu.launches if k != "reduce"]
+    assert len(gemm) == launches and all(k.spec.name == "wgmma" and g[2] == 1 for k, g in gemm), gemm
+    assert gemmlab.last_plan().spec.name == "wgmma" and not gemmlab.last_plan().fallback_reason
+    be.emu.launches.clear()
+    _wgmma_batch(be, a_shape, b_shape, ta, tb, "C", out_dt, beta=0.5)   # register stores, stride_c
+    assert len([k for k, _ in be.emu.launches if k != "reduce"]) == launches
+
+
+def test_wgmma_batch_in_chunks(be, monkeypatch):
+    """More matrices than one launch takes (GRID_Z_MAX lowered to 2): a launch per chunk,
+    each starting at its chunk's first matrix."""
+    monkeypatch.setattr(executor, "GRID_Z_MAX", 2)
+    _wgmma_batch(be, (5, 40, 24), (5, 72, 24), False, True, "C", "float16")
+    assert [k.spec.name for k, _ in be.emu.launches] == ["wgmma"] * 3
+
+
+def test_wgmma_batch_stride_tma_cannot_take_falls_back(be):
+    """A batch stride that is not a multiple of 16 bytes (gaps of 3 elements): TMA cannot
+    step by it, so the plan falls back to mma_pipelined (one launch along gridDim.z) and
+    says why."""
+    _wgmma_batch(be, (4, 40, 24), (4, 24, 72), False, False, "C", "float16", gap=3)
+    p = gemmlab.last_plan()
+    assert p.spec.name == "mma_pipelined" and "strides between matrices" in p.fallback_reason, p.describe()
+
+
+def test_auto_takes_wgmma_for_batched_attention_products():
+    """Batched 16-bit products on Hopper -- those of attention, (BH, S, 128) @ (BH, 128, S)
+    and (BH, S, S) @ (BH, S, 128) -- run on wgmma: one launch takes the whole batch."""
+    for bh in (32, 128):
+        for s in (512, 2048, 4096):
+            for M, N, K in ((s, s, 128), (s, 128, s)):
+                p = gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", batch=bh,
+                                 arch="sm_90a", op_b="T" if N == s else "N")
+                assert p.spec.name == "wgmma", (bh, s, M, N, K, p.describe())
+    # 64 products of 512 x 128 @ 128 x 512: 512 tiles of 128 x 256 fill the GPU.
+    p = gemmlab.plan("auto", 512, 512, 128, dtype="bfloat16", out_dtype="bfloat16", batch=64, arch="sm_90a")
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == (128, 256)

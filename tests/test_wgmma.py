@@ -290,3 +290,146 @@ def test_tf32_inputs_are_rounded_to_nearest(pad, which, caplog):
         torch.cuda.synchronize()
     assert _ran(caplog)[0].startswith("running wgmma(")
     assert torch.equal(c, torch.full_like(c, K * (1 + 2**-10)))
+
+
+# -- batches: one launch through 3-D tensor maps -----------------------------------------------
+
+def _stack(nb, rows, cols, layout, dtype, rng, gap=8):
+    """op(x) for each of nb matrices (nb None: one 2-D matrix), rows x cols, stored 'N' or 'T'
+    (a transposed view) with rows padded to 16 bytes and ``gap`` elements between matrices;
+    returns (view, FP64 copy of what the kernel sees)."""
+    sr, sc = (rows, cols) if layout == "N" else (cols, rows)
+    ld = -(-sc // 8) * 8
+    per = sr * ld + gap
+    n = nb or 1
+    base = torch.from_numpy(random_matrix(1, n * per + 8, "uniform", rng).ravel()).cuda()
+    if dtype != "tf32":
+        base = base.to(getattr(torch, dtype))
+    view = torch.as_strided(base, (n, sr, sc), (per, ld, 1))
+    if layout == "T":
+        view = view.transpose(-1, -2)
+    if nb is None:
+        view = view[0]
+    ref = view.double()
+    if dtype == "tf32":
+        bits = view.float().contiguous().view(torch.int32)
+        ref = ((bits + 0x1000) & ~0x1FFF).view(torch.float32).double()
+    return view, ref
+
+
+class _Launches:
+    """Counts the GEMM launches of the executor (the TF32 pre-pass is launched elsewhere)."""
+
+    def __init__(self, monkeypatch):
+        from gemmlab import executor
+        self.n = 0
+        executor.CACHE.clear()   # a fresh prepared call: its first launch goes through run()
+        for name in ("launch", "launch_shaped"):
+            real = getattr(executor, name)
+
+            def counted(*a, _real=real, **kw):
+                self.n += 1
+                return _real(*a, **kw)
+            monkeypatch.setattr(executor, name, counted)
+
+
+def _batched(monkeypatch, nb_a, nb_b, M, N, K, ops, dtype, out_dtype, *, beta=0.0, gap=8, out_gap=8, expect=1,
+             kernel="wgmma", **params):
+    rng = np.random.default_rng(M + 3 * N + 7 * K + (nb_a or 0) + 11 * (nb_b or 0))
+    a, a64 = _stack(nb_a, M, K, ops[0], dtype, rng, gap)
+    b, b64 = _stack(nb_b, K, N, ops[1], dtype, rng, gap)
+    nb = max(nb_a or 1, nb_b or 1)
+    ot = getattr(torch, out_dtype)
+    c_buf = torch.full((nb * (M * (-(-N // 8) * 8) + out_gap) + 8,), float("nan"), device="cuda", dtype=ot)
+    ldc = -(-N // 8) * 8
+    out = torch.as_strided(c_buf, (nb, M, N), (M * ldc + out_gap, ldc, 1))
+    c0 = torch.from_numpy(random_matrix(1, nb * M * N, "uniform", rng).reshape(nb, M, N)).cuda().to(ot)
+    if beta:
+        out.copy_(c0)
+    launches = _Launches(monkeypatch)
+    gemmlab.matmul(a, b, out=out, beta=beta, kernel=kernel, **params,
+                   **({"precision": "tf32"} if dtype == "tf32" else {}))
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and not p.fallback_reason, p.describe()
+    assert launches.n == expect, f"{launches.n} launches for a batch of {nb}"
+    ref = torch.matmul(a64, b64) + (beta * c0.double() if beta else 0)
+    assert not torch.isnan(out).any(), "unwritten or NaN outputs"
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert err <= BOUND[out_dtype], f"relative error {err:.2e}"
+    # Nothing between C's matrices or past its rows was written.
+    written = torch.zeros(c_buf.numel(), dtype=torch.bool, device="cuda")
+    torch.as_strided(written, out.shape, out.stride()).fill_(True)
+    assert torch.isnan(c_buf[~written]).all(), "C's gaps were written"
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float32")])
+@pytest.mark.parametrize("shape", [(129, 257, 65), (7, 13, 5), (300, 200, 520)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_batch_is_one_launch_in_every_layout(monkeypatch, ops, dtype, out_dtype, shape, beta):
+    """A batch of 5 with gaps between the matrices (a, b and out), shapes that are multiples of
+    no tile: one launch, every matrix right, C's gaps untouched; beta = 0 stores through C's
+    3-D map, beta != 0 from registers at stride_c."""
+    M, N, K = shape
+    _batched(monkeypatch, 5, 5, M, N, K, ops, dtype, out_dtype, beta=beta)
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("shared", ["a", "b"])
+@pytest.mark.parametrize("ops", ["NN", "TT"])
+def test_broadcast_operand_is_a_batch_of_one(monkeypatch, shared, ops):
+    """numpy.matmul broadcasting: a 2-D operand every matrix shares (stride 0, which a map
+    cannot step by: its map holds one matrix, read at batch coordinate 0)."""
+    _batched(monkeypatch, None if shared == "a" else 6, None if shared == "b" else 6, 200, 300, 72, ops,
+             "bfloat16", "bfloat16")
+
+
+@hopper
+@pytest.mark.gpu
+def test_batch_with_clusters_and_small_tiles(monkeypatch):
+    _batched(monkeypatch, 4, 4, 129, 257, 65, "NT", "float16", "float16", BM=64, BN=128, CLUSTER=2)
+    _batched(monkeypatch, 4, 4, 129, 257, 65, "TN", "bfloat16", "float32", BM=128, BN=128, STAGES=3)
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("gap", [8, 3])
+def test_tf32_batch_is_one_gemm_launch(monkeypatch, gap):
+    """TF32: read in place through TFLOAT32 3-D maps (gaps of 8 floats), or packed first in
+    one pre-pass launch per operand (gaps of 3: batch strides TMA cannot step by) -- one GEMM
+    launch either way."""
+    _batched(monkeypatch, 3, 3, 129, 257, 65, "NN", "tf32", "float32", gap=gap, out_gap=gap)
+
+
+@hopper
+@pytest.mark.gpu
+def test_interleaved_heads_batch(monkeypatch):
+    """Attention's heads interleaved in memory: (S, H, D) viewed as H matrices of S x D,
+    a batch stride (D elements) smaller than a matrix."""
+    S, H, D = 300, 4, 64
+    q = torch.randn(S, H, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(S, H, D, device="cuda", dtype=torch.bfloat16)
+    qh, kh = q.transpose(0, 1), k.transpose(0, 1)            # (H, S, D), strides (D, H * D, 1)
+    launches = _Launches(monkeypatch)
+    got = gemmlab.matmul(qh, kh.transpose(-1, -2))
+    torch.cuda.synchronize()
+    assert gemmlab.last_plan().spec.name == "wgmma" and launches.n == 1, gemmlab.last_plan().describe()
+    ref = qh.double() @ kh.double().transpose(-1, -2)
+    assert float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]
+
+
+@hopper
+@pytest.mark.gpu
+def test_auto_runs_a_batch_on_wgmma_in_one_launch(monkeypatch):
+    q = torch.randn(8, 512, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(8, 512, 128, device="cuda", dtype=torch.bfloat16)
+    launches = _Launches(monkeypatch)
+    s = gemmlab.matmul(q, k.transpose(-1, -2))
+    torch.cuda.synchronize()
+    assert gemmlab.last_plan().spec.name == "wgmma" and launches.n == 1, gemmlab.last_plan().describe()
+    ref = q.double() @ k.double().transpose(-1, -2)
+    assert float(torch.linalg.norm(s.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]

@@ -42,6 +42,7 @@ from .runtime.tma import Operands
 log = logging.getLogger("gemmlab")
 
 GRID_Z_MAX = 65535      # batches per launch (gridDim.z); more are launched in chunks
+INT32_MAX = 2**31 - 1
 SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (batches are chunked)
 
 ARGS_KEPT = 64          # own-args kernels: argument sets kept per launcher (by addresses)
@@ -64,8 +65,10 @@ def f32(x) -> np.float32:
 class Launcher:
     """A plan bound to ``gpu``, to leading dimensions ``lds`` = (lda, ldb, ldc)
     and to ``batch`` products ``strides`` elements apart (A, B, C; 0 repeats a
-    matrix), which go to gridDim.z GRID_Z_MAX at a time (kernels with their own
-    argument builder, wgmma and ec_wgmma, get one launch per matrix)."""
+    matrix), which go to gridDim.z GRID_Z_MAX at a time.  Kernels with their own
+    argument builder take GRID_Z_MAX matrices per launch too where it builds a whole
+    batch's (wgmma: 3-D tensor maps, a persistent loop over every matrix's tiles),
+    else (ec_wgmma) one launch per matrix."""
 
     def __init__(self, p: Plan, gpu: GPUInfo, lds: tuple[int, int, int], batch: int = 1,
                  strides: tuple[int, int, int] = (0, 0, 0)):
@@ -88,6 +91,7 @@ class Launcher:
         self.quick_ok = pr.out_dtype == "float32"   # 16-bit outputs: the kernels handle alpha == 0
         self.k_zero = pr.K == 0
         self.own_args = p.spec.kernel_args is not None
+        self.batched_args = self.own_args and p.spec.batched_args
         M, N, K = pr.M, pr.N, pr.K
         lda, ldb, ldc = (np.int32(x) for x in lds)
         sa, sb, sc = (np.int64(s) for s in strides)
@@ -98,6 +102,8 @@ class Launcher:
         per_launch = GRID_Z_MAX
         if splits > 1:
             per_launch = max(1, min(per_launch, SPLITK_WORKSPACE_LIMIT // max(1, 4 * splits * M * N)))
+        if self.batched_args:   # the kernel's work index (matrix, tile) is a 32-bit int; its smallest tile is 64 x 64
+            per_launch = max(1, min(per_launch, INT32_MAX // max(1, -(-M // 64) * -(-N // 64))))
         # One entry per gridDim.z chunk: byte offsets of its first A, B, C and its launch shapes.
         self.chunks = []
         for z0 in range(0, batch, per_launch):
@@ -107,7 +113,8 @@ class Launcher:
                                     (geo.grid[0], geo.grid[1], nz), geo.block, geo.smem_bytes, geo.cluster)))
         self._reduce = None     # split-K's reduction and BLAS's quick return, loaded when first needed
         self._cluster_grid = None
-        self._shape = None      # own-args kernels: the launch shape, once the grid is known
+        self._shape = None      # own-args kernels: the launch shape of the first launch, once the grid is known
+        self._shapes = {}       # own-args kernels: launch shapes by matrices per launch
         reusable = p.spec.reusable_args is not None and p.spec.reusable_args(pr)
         self._args_memo = {} if reusable else None
         self._full_memo = {}    # (A, B, C, alpha, beta) -> the whole argument tuple, for direct()
@@ -165,9 +172,11 @@ class Launcher:
         repeated call spends as little Python as possible.  None where run() is
         needed; run() also takes over for alpha == 0 (BLAS's quick return)."""
         cc_launch, streams, memo = cuda_core_launch(), wrapped_streams(), _f32_memo
-        if self.own_args and self._args_memo is not None and self.batch == 1:
-            # wgmma with tensor maps of the caller's arrays: the whole argument tuple is
-            # kept per (addresses, alpha, beta) by _run_own_args; any other call runs it.
+        if self.own_args and self._args_memo is not None and (self.batch == 1 or self.batched_args
+                                                               and len(self.chunks) == 1):
+            # wgmma with tensor maps of the caller's arrays (a whole batch: one launch): the
+            # argument tuple is kept per (addresses, alpha, beta) by _run_own_args; any other
+            # call runs it.
             full_memo, full, me, kernel = self._full_memo, self.run, self, self.kernel
 
             def direct_own(stream, A, B, C, alpha, beta):
@@ -208,47 +217,60 @@ class Launcher:
             launch_shaped(reduce, shape, stream, (M, N, _ZERO32, 0, _ZERO, f32(beta), C + dc, self.ldc, self.sc))
 
     def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0) -> None:
-        """One launch per matrix with a kernel whose spec builds its arguments
-        (wgmma: TMA tensor maps; ec_wgmma: its split pre-pass and maps)."""
-        p, geo, gpu = self.plan, self.geo, self.gpu
-        grid = geo.grid
-        if geo.persistent and geo.cluster != (1, 1, 1):
-            if self._cluster_grid is None:
-                # A persistent grid of clusters: only as many as can run at once (a GPC whose
-                # free SMs do not divide by the cluster size leaves some unused).
-                fit = clusters_that_fit(self.kernel, grid, geo.block, geo.smem_bytes, geo.cluster, stream)
-                if fit < 1:
-                    raise RuntimeError(f"{p.describe()}: no cluster of {geo.cluster} blocks fits on {gpu.name}")
-                self._cluster_grid = (min(grid[0], fit * geo.cluster[0]), 1, 1)
-            grid = self._cluster_grid
-        lda, ldb, ldc = self.lds
-        sa, sb, sc = self.strides[0] * self.item_in, self.strides[1] * self.item_in, self.strides[2] * self.item_out
+        """A kernel whose spec builds its arguments: one launch per batch chunk where it
+        takes a whole batch (wgmma: 3-D tensor maps), else one per matrix (ec_wgmma: its
+        split pre-pass and maps; ``choice``, where the method is chosen on the GPU, the
+        address of the record its kernels read)."""
+        if self.batched_args:
+            jobs = [(A + da, B + db, C + dc, nz) for da, db, dc, nz, _ in self.chunks]
+        else:
+            sa, sb, sc = (self.strides[0] * self.item_in, self.strides[1] * self.item_in,
+                          self.strides[2] * self.item_out)
+            jobs = [(A + z * sa, B + z * sb, C + z * sc, 1) for z in range(self.batch)]
+        p, geo, (lda, ldb, ldc), strides = self.plan, self.geo, self.lds, self.strides
         if self._args_memo is not None and not choice:
             alpha32, beta32, memo = f32(alpha), f32(beta), self._args_memo
-            for z in range(self.batch):
-                a, b, c = A + z * sa, B + z * sb, C + z * sc
+            for a, b, c, nz in jobs:
                 # The arguments of these addresses, built once; alpha and beta (the
                 # standard arguments 3 and 8) filled in per call.
-                args = memo.get((a, b, c, beta == 0))
+                args = memo.get((a, b, c, nz, beta == 0))
                 if args is None:
-                    args = self._memo_args(stream, Operands(a, lda, b, ldb, c, ldc), alpha, beta, grid)
+                    args = self._memo_args(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha, beta)
                     if args is None:   # driver-built tensor maps: launched already, by cuLaunchKernel
                         continue
                 args = args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:]
-                if self.batch == 1:   # what direct() launches when these addresses and scalars come again
+                if len(jobs) == 1:   # what direct() launches when these addresses and scalars come again
                     if len(self._full_memo) >= ARGS_KEPT:
                         self._full_memo.clear()
                     self._full_memo[(a, b, c, alpha, beta)] = args
-                launch_shaped(self.kernel, self._shape, stream, args)
+                launch_shaped(self.kernel, self._shapes[nz], stream, args)
             return
         kw = {"choice": choice} if self.reads_choice else {}
-        for z in range(self.batch):
-            ops = Operands(A + z * sa, lda, B + z * sb, ldb, C + z * sc, ldc)
-            with p.spec.kernel_args(p, gpu, stream, ops, alpha, beta, **kw) as args:
+        for a, b, c, nz in jobs:
+            ops = Operands(a, lda, b, ldb, c, ldc, nz, *strides)
+            grid = self._grid(nz, stream)
+            with p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta, **kw) as args:
                 launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
 
-    def _memo_args(self, stream, ops: Operands, alpha, beta, grid):
+    def _grid(self, nz: int, stream: int) -> tuple[int, int, int]:
+        """The grid of a launch of ``nz`` matrices: the spec's, and for a persistent grid of
+        clusters only as many as can run at once (a GPC whose free SMs do not divide by the
+        cluster size leaves some unused)."""
+        geo = self.plan.spec.launch(self.plan.params, self.plan.problem, nz) if self.batched_args else self.geo
+        grid = geo.grid
+        if geo.persistent and geo.cluster != (1, 1, 1):
+            if self._cluster_grid is None:
+                fit = clusters_that_fit(self.kernel, grid, geo.block, geo.smem_bytes, geo.cluster, stream)
+                if fit < 1:
+                    raise RuntimeError(f"{self.plan.describe()}: no cluster of {geo.cluster} blocks fits on "
+                                       f"{self.gpu.name}")
+                self._cluster_grid = fit * geo.cluster[0]
+            grid = (min(grid[0], self._cluster_grid), 1, 1)
+        return grid
+
+    def _memo_args(self, stream, ops: Operands, alpha, beta):
         p, geo = self.plan, self.geo
+        grid = self._grid(ops.batch, stream)
         with p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta) as args:
             pass
         if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
@@ -257,9 +279,11 @@ class Launcher:
             return None
         if len(self._args_memo) >= ARGS_KEPT:
             self._args_memo.clear()
-        self._args_memo[(ops.A, ops.B, ops.C, beta == 0)] = args
+        self._args_memo[(ops.A, ops.B, ops.C, ops.batch, beta == 0)] = args
+        if ops.batch not in self._shapes:
+            self._shapes[ops.batch] = LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster)
         if self._shape is None:
-            self._shape = LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster)
+            self._shape = self._shapes[ops.batch]
         return args
 
 

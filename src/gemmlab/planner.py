@@ -272,9 +272,8 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
 
 
 def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
-    """What ``kernel="auto"`` runs for 16-bit and TF32 inputs off Hopper, and on
-    Hopper for batches of matrices too small to fill the GPU one at a time:
-    mma_pipelined, its tiles sized to the problem (its spec's sized_params).  On
+    """What ``kernel="auto"`` runs for 16-bit and TF32 inputs off Hopper (and where
+    wgmma falls back): mma_pipelined, its tiles sized to the problem (its spec's sized_params).  On
     a GPU whose blocks get less shared memory than the defaults' 144 KiB
     (sm_86/89/120: 99 KiB), plan() takes the nearest configuration that fits
     (fit_smem): 128 x 256 x 32, 3 stages.
@@ -283,10 +282,11 @@ def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) ->
 
 
 def _one_launch_per_matrix_wins(M: int, N: int, batch: int, tile: tuple[int, int], sm_count: int) -> bool:
-    """Whether a Hopper kernel that runs a batch one matrix per launch (wgmma,
-    ec_wgmma) should take it: a single product, or matrices that each fill the
-    GPU with tiles.  Otherwise a kernel that takes the whole batch in one launch
-    along gridDim.z fills the GPU where the per-matrix launches leave it idle."""
+    """Whether a Hopper kernel that runs a batch one matrix per launch (ec_wgmma;
+    wgmma takes a whole batch in one launch) should take it: a single product, or
+    matrices that each fill the GPU with tiles.  Otherwise a kernel that takes the
+    whole batch in one launch along gridDim.z fills the GPU where the per-matrix
+    launches leave it idle."""
     return batch <= 1 or -(-M // tile[0]) * -(-N // tile[1]) >= sm_count
 
 
@@ -426,9 +426,9 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
                 2 * tiles >= sm_count and \
                 _one_launch_per_matrix_wins(M, N, batch, (registry.EC_WGMMA_BM, registry.EC_WGMMA_BN), sm_count)
             kernel, tile_params = ("ec_wgmma" if on_hopper else "ec_wmma"), {}
-        elif arch is not None and registry.get("wgmma").builds_for(arch) and \
-                _one_launch_per_matrix_wins(M, N, batch, (128, 256), sm_count):
-            kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count)
+        elif arch is not None and registry.get("wgmma").builds_for(arch):
+            # One launch takes a whole batch (its persistent loop walks every matrix's tiles).
+            kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count, batch)
         else:
             kernel, tile_params = auto_tensor_params(M, N, K, sm_count, batch)
         if arch is not None and not registry.get(kernel).builds_for(arch, dtype):

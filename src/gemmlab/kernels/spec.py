@@ -154,10 +154,15 @@ class KernelSpec:
     # Builds the kernel's arguments when they are more than the standard
     # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides): called by
     # executor.run_plan as kernel_args(plan, gpu, stream, operands, alpha, beta) once
-    # per matrix of a batch, it returns a context manager that yields the
+    # per matrix of a batch (or once per launch: batched_args), it returns a context manager that yields the
     # argument tuple (e.g. with TMA tensor maps) and releases whatever it set up
     # (workspaces) once the kernel is enqueued.
     kernel_args: Callable | None = None
+    # kernel_args takes a whole batch (Operands.batch matrices, Operands.sa/sb/sc
+    # elements apart) and the kernel walks all of it in one launch (wgmma: its
+    # persistent loop); its geometry then takes the batch: geometry(params, problem, batch).
+    # Otherwise kernel_args is called once per matrix.
+    batched_args: bool = False
     # Whether kernel_args' arguments for a problem depend only on the addresses,
     # alpha and beta (no per-call pre-pass or workspace): a prepared call then
     # keeps them per set of addresses instead of building them at every call.
@@ -313,7 +318,10 @@ class KernelSpec:
         """Every instantiation a call could need: each legal configuration x each variant x each layout."""
         return [self.name_expression(p, prob) for p, prob in self.instantiations(layouts=layouts)]
 
-    def launch(self, params: Mapping[str, int], problem: Problem) -> Launch:
+    def launch(self, params: Mapping[str, int], problem: Problem, batch: int = 1) -> Launch:
+        """The launch shape; ``batch``: the matrices one launch of a batched_args kernel takes."""
+        if self.batched_args and batch != 1:
+            return self.geometry(params, problem, batch)
         return self.geometry(params, problem)
 
     def describe(self) -> dict:

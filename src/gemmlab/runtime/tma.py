@@ -2,7 +2,8 @@
 
 A tensor map (CUtensorMap, 128 opaque bytes) tells the copy engine where a
 matrix is (base address, sizes, row stride) and which box one copy moves, with
-which shared-memory swizzle.  It is built on the host and passed to the kernel
+which shared-memory swizzle.  A batch of matrices is one 3-D map: the batch is
+the outermost dimension, its stride the bytes from one matrix to the next.  It is built on the host and passed to the kernel
 by value (``const __grid_constant__``).
 
 Two ways to build one, the first that works is kept for the process:
@@ -45,7 +46,9 @@ _backend: str | None = None   # "cuda.core" or "driver", once one has worked
 
 @dataclass(frozen=True)
 class Operands:
-    """Raw device pointers and leading dimensions (in elements) of one call."""
+    """Raw device pointers and leading dimensions (in elements) of one launch: the
+    first matrices of a batch of ``batch``, the next ones ``sa``, ``sb``, ``sc``
+    elements further (0: every matrix of the batch is the same one)."""
 
     A: int
     lda: int
@@ -53,6 +56,10 @@ class Operands:
     ldb: int
     C: int
     ldc: int
+    batch: int = 1
+    sa: int = 0
+    sb: int = 0
+    sc: int = 0
 
 
 def element_bytes(dtype: str) -> int:
@@ -69,36 +76,45 @@ def tma_aligned(a_ptr: int, a_rows: int, lda: int, b_ptr: int, b_rows: int, ldb:
 
 
 class _ArrayInterface:
-    """__cuda_array_interface__ of a row-major rows x cols matrix at ``ptr``."""
+    """__cuda_array_interface__ of a row-major rows x cols matrix at ``ptr``, or of
+    ``batch`` of them ``bstride`` bytes apart (batch None: 2-D)."""
 
-    def __init__(self, ptr: int, rows: int, cols: int, ld: int, typestr: str, elem_bytes: int):
-        self.__cuda_array_interface__ = {"shape": (rows, cols), "typestr": typestr, "data": (ptr, True),
-                                         "strides": (ld * elem_bytes, elem_bytes), "version": 3,
-                                         "stream": None}
+    def __init__(self, ptr: int, rows: int, cols: int, ld: int, typestr: str, elem_bytes: int,
+                 batch: int | None = None, bstride: int = 0):
+        shape, strides = (rows, cols), (ld * elem_bytes, elem_bytes)
+        if batch is not None:
+            shape, strides = (batch,) + shape, (bstride,) + strides
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, True),
+                                         "strides": strides, "version": 3, "stream": None}
 
 
-def _encode_cuda_core(ptr, rows, cols, ld, dtype, box_rows, box_cols):
+def _encode_cuda_core(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, bstride=0):
     from cuda.core.utils import StridedMemoryView
     from cuda.core._tensor_map import TensorMapL2Promotion, TensorMapSwizzle
     eb, typestr = _ELEM[dtype]
-    view = StridedMemoryView.from_any_interface(_ArrayInterface(ptr, rows, cols, ld, typestr, eb), stream_ptr=-1)
+    view = StridedMemoryView.from_any_interface(
+        _ArrayInterface(ptr, rows, cols, ld, typestr, eb, batch, bstride), stream_ptr=-1)
     extra = {}
     if dtype == "tf32":
         from cuda.core._tensor_map import TensorMapDataType
         extra["data_type"] = TensorMapDataType.TFLOAT32
-    return view.as_tensor_map(box_dim=(box_rows, box_cols), swizzle=TensorMapSwizzle.SWIZZLE_128B,
+    box = (box_rows, box_cols) if batch is None else (1, box_rows, box_cols)
+    return view.as_tensor_map(box_dim=box, swizzle=TensorMapSwizzle.SWIZZLE_128B,
                               l2_promotion=TensorMapL2Promotion.L2_256B, **extra)
 
 
-def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols):
+def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, bstride=0):
     from cuda.bindings import driver as d
     eb, _ = _ELEM[dtype]
     dt = (d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16 if eb == 2
           else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 if dtype == "tf32"
           else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32)
+    dims, strides, box = [cols, rows], [ld * eb], [box_cols, box_rows]
+    if batch is not None:   # the batch: the outermost dimension
+        dims, strides, box = dims + [batch], strides + [bstride], box + [1]
     err, tmap = d.cuTensorMapEncodeTiled(
-        dt, 2, ptr, [d.cuuint64_t(cols), d.cuuint64_t(rows)], [d.cuuint64_t(ld * eb)],
-        [d.cuuint32_t(box_cols), d.cuuint32_t(box_rows)], [d.cuuint32_t(1), d.cuuint32_t(1)],
+        dt, len(dims), ptr, [d.cuuint64_t(x) for x in dims], [d.cuuint64_t(x) for x in strides],
+        [d.cuuint32_t(x) for x in box], [d.cuuint32_t(1)] * len(dims),
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
@@ -130,10 +146,16 @@ def _encode(*args, backend: str | None = None):
 
 
 def tensor_map(ptr: int, rows: int, cols: int, ld: int, dtype: str, box_rows: int, box_cols: int,
-               backend: str | None = None):
+               backend: str | None = None, *, batch: int | None = None, batch_stride: int = 0):
     """A tensor map of the row-major rows x cols matrix at ``ptr`` (leading
     dimension ``ld`` elements), copied in box_rows x box_cols boxes into
     128-byte-swizzled shared memory; elements outside the matrix read as zero.
+    With ``batch``: a 3-D map of that many matrices ``batch_stride`` elements
+    apart, the batch outermost (a box is one matrix's; coordinates past a
+    matrix's rows read zero, never the next matrix).  cuTensorMapEncodeTiled
+    documents strides as multiples of 16 bytes, each including the one before;
+    a stride of 0 is outside that contract, so a matrix every member of a batch
+    shares (numpy.matmul broadcasting) is a batch of one, read at coordinate 0.
     ``backend="driver"`` asks for cuTensorMapEncodeTiled, which does not look the
     address up: the only encoder that takes memory a CUDA graph being captured
     allocated (see maps_backend)."""
@@ -143,13 +165,20 @@ def tensor_map(ptr: int, rows: int, cols: int, ld: int, dtype: str, box_rows: in
     rows, cols = max(rows, 1), max(cols, 1)   # K = 0: nothing is copied, but a map needs sizes >= 1
     if rows == 1:   # no second row: any stride the copy engine accepts will do
         ld = -(-max(cols, 1) * eb // 16) * 16 // eb
-    key = (ptr, rows, cols, ld, dtype if dtype == "tf32" else eb, box_rows, box_cols, backend)
+    bstride = 0
+    if batch is not None:
+        if batch > 1 and (batch_stride <= 0 or (batch_stride * eb) % 16):
+            raise ValueError(f"a batch of tensor maps needs a positive stride of a multiple of 16 bytes, not "
+                             f"{batch_stride * eb}")
+        # A batch of one has no second matrix: any stride the copy engine accepts will do.
+        bstride = batch_stride * eb if batch > 1 else -(-rows * ld * eb // 16) * 16
+    key = (ptr, rows, cols, ld, dtype if dtype == "tf32" else eb, box_rows, box_cols, backend, batch, bstride)
     with _lock:
         found = _cache.get(key)
         if found is not None:
             _cache.move_to_end(key)
             return found
-    found = _encode(ptr, rows, cols, ld, dtype, box_rows, box_cols, backend=backend)
+    found = _encode(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch, bstride, backend=backend)
     with _lock:
         _cache[key] = found
         while len(_cache) > _CACHE_SIZE:

@@ -3,7 +3,8 @@
 // stage is full or free), and wgmma multiplies from shared memory straight into
 // registers, asynchronously, a warpgroup at a time.  The block is
 // warp-specialised (a producer warpgroup, BM/64 consumers that setmaxnreg gives
-// the registers) and persistent (tensor/04_wgmma.cuh); CLUSTER = 2 multicasts
+// the registers) and persistent over the tiles of every matrix of a batch
+// (tensor/04_wgmma.cuh: one launch per batch); CLUSTER = 2 multicasts
 // each B tile to two blocks, and the epilogue hands C to TMA as well.
 // Details: docs/tensor/04-wgmma.md.
 #include <gemmlab/tensor/04_wgmma.cuh>
@@ -21,16 +22,19 @@ constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store
 // (A 'T', B 'N'), and the wgmma reads an MN-major one through its transpose bit
 // (load_operand_tile, operand_desc in tensor/04_wgmma.cuh).  TF32 ('N', 'N' only;
 // the registry falls back for the others) computes C^T = B^T A^T (below).
-// Besides the usual arguments the kernel takes the tensor maps of A, B and C (built
-// on the host over A and B as stored: kernels/tensor/wgmma.py) and whether to store
-// through C's map; A and B themselves are only read through the maps.  beta == 0
-// never reads C; alpha == 0 reads neither A nor B.
+// Besides the usual arguments (layout.cuh's batch strides included) the kernel takes
+// the number of matrices in the batch, the tensor maps of A, B and C (3-D, the batch
+// outermost, built on the host over A and B as stored: kernels/tensor/wgmma.py) and
+// whether to store through C's map; A and B themselves are only read through the
+// maps, and of their strides only whether they are 0 (every matrix reads the same
+// one: its map has a batch of one).  beta == 0 never reads C; alpha == 0 reads
+// neither A nor B.
 template <int DT, int ODT, int BM, int BN, int STAGES, int CLUSTER, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A, int lda,
            const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
-           typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc,
-           const __grid_constant__ hopper::TensorMap map_a, const __grid_constant__ hopper::TensorMap map_b,
+           typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc, long long stride_a,
+           long long stride_b, long long stride_c, int batch, const __grid_constant__ hopper::TensorMap map_a, const __grid_constant__ hopper::TensorMap map_b,
            const __grid_constant__ hopper::TensorMap map_c, int tma_store) {
     using namespace hopper;
     using S = typename wmma_types::Storage<DT>::type;
@@ -99,6 +103,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     const int tiles_m = (M + TM - 1) / TM, tiles_n = (N + TN - 1) / TN;
     const int tiles_mc = (tiles_m + CLUSTER - 1) / CLUSTER;
     const int cluster_tiles = tiles_mc * tiles_n;
+    const int work = cluster_tiles * batch;        // (matrix, tile) pairs: batch_tile
     const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
     const int k_steps = alpha == 0.0f ? 0 : (K + BK - 1) / BK;   // alpha = 0 reads neither A nor B
 
@@ -108,19 +113,20 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
             // Producer: one thread walks the same tiles as the consumers and keeps the
             // ring full; a stage is refilled once every consumer of the cluster released it.
             int it = 0;
-            for (int t = first; t < cluster_tiles; t += step) {
+            for (int t = first; t < work; t += step) {
                 int tmc, tn;
-                grouped_tile(t, tiles_mc, tiles_n, tmc, tn);
+                const int z = batch_tile(t, tiles_mc, tiles_n, tmc, tn);
+                const int za = stride_a ? z : 0, zb = stride_b ? z : 0;
                 const int tm = tmc * CLUSTER + int(rank);
                 for (int ks = 0; ks < k_steps; ++ks, ++it) {
                     const int s = it % STAGES;
                     if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
                     mbar_arrive_expect_tx(&full[s], A_BYTES + B_BYTES);
                     // A: this block's own; B: this block's boxes of it, multicast to the cluster.
-                    load_operand_tile<A_KMAJOR, TM, A_BOX, 1>(a_tiles + s * A_BYTES, &map_a, tm * TM, ks * BK,
+                    load_operand_tile<A_KMAJOR, TM, A_BOX, 1>(a_tiles + s * A_BYTES, &map_a, tm * TM, ks * BK, za,
                                                               &full[s], 0);
                     load_operand_tile<B_KMAJOR, TN, B_BOX, CLUSTER>(b_tiles + s * B_BYTES, &map_b, tn * TN,
-                                                                    ks * BK, &full[s], rank);
+                                                                    ks * BK, zb, &full[s], rank);
                 }
             }
         }
@@ -131,8 +137,8 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
         const int c = wg - 1;
         const int wq = warp % 4;
         const int g = lane / 4, tq = lane % 4;
-        // 8-byte / 4-byte paired stores need an even ldc and an aligned C.
-        const bool pairs = (ldc % 2 == 0) && (reinterpret_cast<u64>(C) % (2 * sizeof(O)) == 0);
+        // 8-byte / 4-byte paired stores need an even ldc and stride_c and an aligned C.
+        const bool pairs = (ldc % 2 == 0) && (stride_c % 2 == 0) && (reinterpret_cast<u64>(C) % (2 * sizeof(O)) == 0);
         unsigned char* stage_c = epi + c * (2 * WGMMA_EPI_BYTES);   // this consumer's two staging buffers
         int chunk = 0;                                              // staging buffers used so far
 
@@ -153,9 +159,9 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
 
         float acc[(TF32 ? TM : TN) / 2];
         int it = 0;
-        for (int t = first; t < cluster_tiles; t += step) {
+        for (int t = first; t < work; t += step) {
             int tmc, tn;
-            grouped_tile(t, tiles_mc, tiles_n, tmc, tn);
+            const int z = batch_tile(t, tiles_mc, tiles_n, tmc, tn);
             const int tm = tmc * CLUSTER + int(rank);
 #pragma unroll
             for (int i = 0; i < int(sizeof(acc) / sizeof(float)); ++i) acc[i] = 0.0f;
@@ -240,7 +246,8 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                     fence_proxy_async_smem();
                     named_barrier_sync(1 + c, 128);
                     if (wq == 0 && lane == 0) {
-                        for (int i = 0; i < boxes; ++i) tma_store_2d(&map_c, buf + i * box_bytes, x0 + i * box_cols, y0);
+                        for (int i = 0; i < boxes; ++i)
+                            tma_store_3d(&map_c, buf + i * box_bytes, x0 + i * box_cols, y0, z);
                         bulk_commit();
                     }
                     ++chunk;
@@ -291,23 +298,25 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 }
             } else if constexpr (TF32) {
                 // Straight from the registers (beta != 0, or C not TMA-aligned): pairs along a row.
+                O* Cz = C + z * stride_c;
                 const int m0 = tm * TM + 2 * tq, n0 = tn * TN + n_local;
 #pragma unroll
                 for (int j = 0; j < TM / 8; ++j) {
 #pragma unroll
                     for (int e = 0; e < 2; ++e)
-                        store_pair(C, ldc, m0 + 8 * j + e, n0, M, N, acc[4 * j + e], acc[4 * j + 2 + e], alpha, beta,
+                        store_pair(Cz, ldc, m0 + 8 * j + e, n0, M, N, acc[4 * j + e], acc[4 * j + 2 + e], alpha, beta,
                                    pairs);
                 }
             } else {
                 // Epilogue straight from the accumulator registers (layout: hopper.cuh).
+                O* Cz = C + z * stride_c;
                 const int row0 = tm * TM + c * 64 + wq * 16 + g;
                 const int col0 = tn * TN + 2 * tq;
 #pragma unroll
                 for (int j = 0; j < TN / 8; ++j) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h)
-                        store_pair(C, ldc, row0 + 8 * h, col0 + 8 * j, M, N, acc[4 * j + 2 * h],
+                        store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, acc[4 * j + 2 * h],
                                    acc[4 * j + 2 * h + 1], alpha, beta, pairs);
                 }
             }

@@ -6,6 +6,7 @@
 //   TRANSPOSE = false:  dst (rows x cols) = round_tf32(src)       (what the launch uses)
 //   TRANSPOSE = true:   dst (cols x rows) = round_tf32(src)^T     (kept as the transposing example)
 // 32 x 32 tiles through shared memory (padded against bank conflicts): coalesced both ways.
+// A batch in one launch: blockIdx.z's matrix, src_stride / dst_stride elements apart.
 #include <gemmlab/hopper.cuh>
 
 namespace gemmlab {
@@ -16,7 +17,10 @@ constexpr int TF32_PACK_ROWS = TF32_PACK_THREADS / TF32_PACK_TILE;   // rows a p
 
 template <bool TRANSPOSE>
 __global__ void __launch_bounds__(TF32_PACK_THREADS)
-tf32_pack(int rows, int cols, const float* __restrict__ src, int ld, float* __restrict__ dst, int ldd) {
+tf32_pack(int rows, int cols, const float* __restrict__ src, int ld, float* __restrict__ dst, int ldd,
+          long long src_stride, long long dst_stride) {
+    src += blockIdx.z * src_stride;
+    dst += blockIdx.z * dst_stride;
     __shared__ float tile[TF32_PACK_TILE][TF32_PACK_TILE + 1];
     const int tiles_c = (cols + TF32_PACK_TILE - 1) / TF32_PACK_TILE;
     const int r0 = int(blockIdx.x / tiles_c) * TF32_PACK_TILE, c0 = int(blockIdx.x % tiles_c) * TF32_PACK_TILE;

@@ -1,9 +1,9 @@
 """Tensor rung 4, 04_wgmma.cu (Hopper): TMA into a swizzled shared-memory ring, a
 producer warpgroup and BM/64 consumer warpgroups issuing wgmma, persistent grid.
 
-Beside the spec: the launch arguments (tensor maps of A, B and C, built by
-runtime.tma) and the TF32 pre-pass of tf32_pack.cu that copies an operand TMA
-cannot read in place.  ec_wgmma (ec/ec_wgmma.py) reuses the Hopper limits and the
+Beside the spec: the launch arguments (3-D tensor maps of A, B and C over a
+whole batch, built by runtime.tma) and the TF32 pre-pass of tf32_pack.cu that
+copies an operand TMA cannot read in place.  ec_wgmma (ec/ec_wgmma.py) reuses the Hopper limits and the
 standard arguments.
 """
 
@@ -54,12 +54,18 @@ def _threads(p) -> int:
     return 128 * (p["BM"] // 64 + 1)   # one producer warpgroup + BM/64 consumers
 
 
-def _geometry(p, prob: Problem) -> Launch:
-    """Persistent: no more blocks than SMs (one block fills an SM's shared memory), in whole
-    clusters; a cluster takes CLUSTER vertically adjacent tiles at a time."""
-    cl = p["CLUSTER"]
+def wgmma_cluster_tiles(p, prob: Problem) -> int:
+    """Work items of one matrix: clusters' worth of tiles (CLUSTER vertically adjacent tiles each)."""
     tm, tn = wgmma_tile(p, prob.dtype)
-    cluster_tiles = cdiv(cdiv(prob.M, tm), cl) * cdiv(prob.N, tn)
+    return cdiv(cdiv(prob.M, tm), p["CLUSTER"]) * cdiv(prob.N, tn)
+
+
+def _geometry(p, prob: Problem, batch: int = 1) -> Launch:
+    """Persistent: no more blocks than SMs (one block fills an SM's shared memory), in whole
+    clusters; a cluster takes CLUSTER vertically adjacent tiles at a time, of any matrix
+    of the ``batch`` the launch takes."""
+    cl = p["CLUSTER"]
+    cluster_tiles = wgmma_cluster_tiles(p, prob) * batch
     blocks = cl * max(1, min(cluster_tiles, prob.sm_count // cl))
     return Launch(grid=(blocks, 1, 1), block=(_threads(p), 1, 1), smem_bytes=wgmma_smem(p),
                   cluster=(cl, 1, 1), persistent=True)
@@ -71,17 +77,19 @@ def _unusable(prob: Problem) -> str | None:
                 f"(NN) only, not {prob.op_a}{prob.op_b}")
     if prob.dtype in ("float16", "bfloat16") and not prob.tma_aligned:
         return ("TMA needs a and b at 16-byte aligned addresses with leading dimensions whose byte size "
-                "is a multiple of 16 (for 16-bit elements: a multiple of 8 elements)")
+                "is a multiple of 16 (for 16-bit elements: a multiple of 8 elements), and in a batch strides "
+                "between matrices that are multiples of 16 bytes too (or 0: a shared matrix)")
     return None
 
 
-def wgmma_auto_params(M: int, N: int, sm_count: int) -> dict:
+def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1) -> dict:
     """wgmma's tile for ``kernel="auto"``: 128x256 (the fastest per tile) unless its tiles
-    would fill fewer than half the SMs; then 64x128, four times as many tiles.  Measured on
-    an H100 (132 SMs), BF16: at 1024^3 (32 tiles of 128x256) 64x128 reached 82% of cuBLAS
-    where 128x256 reached 48%; at 2048^3 (128 tiles) 128x256 reached 81% where 128x128
-    (256 tiles, two rounds) reached 71%."""
-    big = cdiv(M, 128) * cdiv(N, 256)
+    -- of every matrix of a batch, which one launch takes -- would fill fewer than half
+    the SMs; then 64x128, four times as many tiles.  Measured on an H100 (132 SMs), BF16:
+    at 1024^3 (32 tiles of 128x256) 64x128 reached 82% of cuBLAS where 128x256 reached
+    48%; at 2048^3 (128 tiles) 128x256 reached 81% where 128x128 (256 tiles, two rounds)
+    reached 71%."""
+    big = cdiv(M, 128) * cdiv(N, 256) * batch
     bm, bn = (128, 256) if 2 * big >= sm_count else (64, 128)
     return {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1}
 
@@ -94,21 +102,33 @@ def standard_args(pr, ops: Operands, alpha, beta) -> tuple:
             np.int32(ops.ldb), np.float32(beta), ops.C, np.int32(ops.ldc))
 
 
+def _batch_of(ops: Operands, stride: int) -> tuple[int, int]:
+    """(matrices, element stride) of an operand's 3-D map: the whole batch, or one
+    matrix where every member shares it (stride 0: a map cannot step by 0 bytes)."""
+    return (ops.batch, stride) if ops.batch > 1 and stride != 0 else (1, 0)
+
+
 def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
     """The map of C for the TMA-store epilogue, and whether to use it: beta == 0 (C is only
-    written) and C readable by TMA; else the kernel stores from registers (the map passed
-    then is a placeholder it never reads)."""
+    written) and C readable by TMA, each matrix of the batch too; else the kernel stores
+    from registers (the map passed then is a placeholder it never reads)."""
     dtype = "float32" if pr.out_dtype in ("float32", "tf32") else pr.out_dtype
     eb = element_bytes(dtype)
-    if beta != 0 or not tma_aligned(ops.C, pr.M, ops.ldc, 0, 0, 0, eb):
+    nz, sc = _batch_of(ops, ops.sc)
+    if beta != 0 or not tma_aligned(ops.C, pr.M, ops.ldc, 0, 0, 0, eb) or (sc * eb) % 16:
         return None
-    return tensor_map(ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // eb, backend)
+    return tensor_map(ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // eb, backend,
+                      batch=nz, batch_stride=sc)
 
 
 @contextmanager
 def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
-    """The wgmma rung's arguments: the standard eleven, the tensor maps of A, B and C,
-    and whether the epilogue stores through C's map (beta == 0 and C aligned for TMA).
+    """The wgmma rung's arguments: the standard eleven, the batch strides (layout.cuh;
+    of A and B the kernel asks only whether they are 0), the number of matrices, the
+    tensor maps of A, B and C, and whether the epilogue stores through C's map (beta ==
+    0 and C aligned for TMA).  The whole batch of ``ops`` is one launch: each map is
+    3-D, the batch outermost, its stride the bytes between matrices (runtime.tma); an
+    operand the matrices share (stride 0) is a batch of one.
 
     16-bit inputs, each map over the operand as stored, boxes as 04_wgmma.cu's
     load_operand_tile copies them: a K-major operand (A 'N', stored M x K; B 'T', stored
@@ -122,16 +142,21 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     workspace with rows padded to 16 bytes; the workspace is freed in stream order
     once the kernel is enqueued."""
     pr, p = plan.problem, plan.params
-    args = standard_args(pr, ops, alpha, beta)
+    one = ops.batch <= 1
+    sa, sb = (0, 0) if one else (ops.sa, ops.sb)
+    args = standard_args(pr, ops, alpha, beta) + (np.int64(sa), np.int64(sb), np.int64(0 if one else ops.sc),
+                                                  np.int32(max(ops.batch, 1)))
+    za, zb = _batch_of(ops, sa), _batch_of(ops, sb)
     if pr.dtype in ("float16", "bfloat16"):
         if pr.op_a == "N":   # M x K, K-major
-            map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, pr.dtype, p["BM"], 64)
+            map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, pr.dtype, p["BM"], 64, batch=za[0], batch_stride=za[1])
         else:                # K x M, M-major
-            map_a = tensor_map(ops.A, pr.K, pr.M, ops.lda, pr.dtype, 64, 64)
+            map_a = tensor_map(ops.A, pr.K, pr.M, ops.lda, pr.dtype, 64, 64, batch=za[0], batch_stride=za[1])
         if pr.op_b == "N":   # K x N, N-major
-            map_b = tensor_map(ops.B, pr.K, pr.N, ops.ldb, pr.dtype, 64, 64)
+            map_b = tensor_map(ops.B, pr.K, pr.N, ops.ldb, pr.dtype, 64, 64, batch=zb[0], batch_stride=zb[1])
         else:                # N x K, K-major
-            map_b = tensor_map(ops.B, pr.N, pr.K, ops.ldb, pr.dtype, p["BN"] // p["CLUSTER"], 64)
+            map_b = tensor_map(ops.B, pr.N, pr.K, ops.ldb, pr.dtype, p["BN"] // p["CLUSTER"], 64, batch=zb[0],
+                               batch_stride=zb[1])
         map_c = _c_map(pr, ops, beta, 64)
         yield args + (map_a, map_b, map_c if map_c is not None else map_a, np.int32(map_c is not None))
         return
@@ -140,39 +165,40 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     if (pr.op_a, pr.op_b) != ("N", "N"):
         raise ValueError(f"wgmma's TF32 path reads NN only, not {pr.op_a}{pr.op_b} (the plan falls back)")
     tm = wgmma_tile(p, "tf32")[0]
-    pack_a = not tma_aligned(ops.A, pr.M, ops.lda, 0, 0, 0, 4)
-    pack_b = not tma_aligned(ops.B, pr.K, ops.ldb, 0, 0, 0, 4)
+    # Packed where TMA cannot read an operand in place: its base, rows or batch stride.
+    pack_a = not tma_aligned(ops.A, pr.M, ops.lda, 0, 0, 0, 4) or (za[1] * 4) % 16 != 0
+    pack_b = not tma_aligned(ops.B, pr.K, ops.ldb, 0, 0, 0, 4) or (zb[1] * 4) % 16 != 0
     map_c = _c_map(pr, ops, beta, 32)
     if not (pack_a or pack_b):
-        map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, "tf32", tm, 32)
-        yield args + (map_a, tensor_map(ops.B, pr.K, pr.N, ops.ldb, "tf32", 32, 32),
+        map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, "tf32", tm, 32, batch=za[0], batch_stride=za[1])
+        yield args + (map_a, tensor_map(ops.B, pr.K, pr.N, ops.ldb, "tf32", 32, 32, batch=zb[0], batch_stride=zb[1]),
                       map_c if map_c is not None else map_a, np.int32(map_c is not None))
         return
     from ...runtime import compile as rt_compile
     from ...runtime.launch import device_workspace, launch
     kp, np_ = -(-pr.K // 4) * 4, -(-pr.N // 4) * 4          # rows of 16-byte multiples
-    nbytes = 4 * ((pr.M * kp if pack_a else 0) + (pr.K * np_ if pack_b else 0))
+    nbytes = 4 * ((za[0] * pr.M * kp if pack_a else 0) + (zb[0] * pr.K * np_ if pack_b else 0))
     ws = device_workspace(gpu, stream, nbytes, "wgmma (TF32), for a TF32-rounded copy of an operand TMA cannot "
                                                "read in place,")
     try:
-        a_src, lda, b_src, ldb = ops.A, ops.lda, ops.B, ops.ldb
+        (a_src, lda, a_nz, a_st), (b_src, ldb, b_nz, b_st) = (ops.A, ops.lda) + za, (ops.B, ops.ldb) + zb
         jobs, at = [], int(ws.handle)
-        if pack_a:
-            a_src, lda = at, kp
-            jobs.append((pr.M, pr.K, ops.A, ops.lda, a_src, kp))
-            at += 4 * pr.M * kp
+        if pack_a:   # every matrix of the batch, packed one after the other
+            jobs.append((pr.M, pr.K, ops.A, ops.lda, at, kp, a_nz, a_st, pr.M * kp))
+            a_src, lda, a_st = at, kp, pr.M * kp if a_nz > 1 else 0
+            at += 4 * a_nz * pr.M * kp
         if pack_b:
-            b_src, ldb = at, np_
-            jobs.append((pr.K, pr.N, ops.B, ops.ldb, b_src, np_))
+            jobs.append((pr.K, pr.N, ops.B, ops.ldb, at, np_, b_nz, b_st, pr.K * np_))
+            b_src, ldb, b_st = at, np_, pr.K * np_ if b_nz > 1 else 0
         kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, TF32_PACK_KERNELS[0], gpu.arch)
-        for rows, cols, src, ld, dst, ldd in jobs:
+        for rows, cols, src, ld, dst, ldd, nz, src_stride, dst_stride in jobs:
             blocks = -(-rows // TF32_PACK_TILE) * -(-cols // TF32_PACK_TILE)
-            launch(kernel, (blocks, 1, 1), (TF32_PACK_THREADS, 1, 1), 0, stream, np.int32(rows), np.int32(cols),
-                   src, np.int32(ld), dst, np.int32(ldd))
+            launch(kernel, (blocks, 1, nz), (TF32_PACK_THREADS, 1, 1), 0, stream, np.int32(rows), np.int32(cols),
+                   src, np.int32(ld), dst, np.int32(ldd), np.int64(src_stride), np.int64(dst_stride))
         be = maps_backend(stream)
-        map_a = tensor_map(a_src, pr.M, pr.K, lda, "tf32", tm, 32, be)
+        map_a = tensor_map(a_src, pr.M, pr.K, lda, "tf32", tm, 32, be, batch=a_nz, batch_stride=a_st)
         map_c = _c_map(pr, ops, beta, 32, be)
-        yield args + (map_a, tensor_map(b_src, pr.K, pr.N, ldb, "tf32", 32, 32, be),
+        yield args + (map_a, tensor_map(b_src, pr.K, pr.N, ldb, "tf32", 32, 32, be, batch=b_nz, batch_stride=b_st),
                       map_c if map_c is not None else map_a, np.int32(map_c is not None))
     finally:
         ws.close(stream)
@@ -209,6 +235,8 @@ SPEC = KernelSpec(
     unusable=_unusable,
     fallback="mma_pipelined",
     kernel_args=wgmma_kernel_args,
+    # One launch per batch (chunk): the persistent loop walks every matrix's tiles.
+    batched_args=True,
     # The tensor maps (and for TF32 no rounded copy: TMA rounds) when TMA reads a and b in place.
     reusable_args=lambda prob: prob.tma_aligned,
 )

@@ -5,7 +5,7 @@
 //   mbarrier   a 64-bit shared-memory barrier that counts arrivals AND bytes
 //              (expect_tx / complete_tx); waiters poll one phase bit (parity)
 //   TMA        cp.async.bulk.tensor: one thread asks the copy engine for a whole
-//              2-D box of a tensor map; it lands (swizzled) in shared memory and
+//              2-D (or 3-D: a batch) box of a tensor map; it lands (swizzled) in shared memory and
 //              completes on an mbarrier; out-of-range parts of the box read zero
 //   wgmma      warpgroup (4 warps, 128 threads) matrix multiply-accumulate,
 //              operands read from shared memory through 64-bit descriptors,
@@ -135,6 +135,26 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap
         : "memory");
 }
 
+// The 3-D forms: coordinate c2 picks the matrix of a batch (a map whose outermost
+// dimension is the batch, its stride the bytes from one matrix to the next).
+__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* map, int c0, int c1, int c2, u64* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];"
+        ::"r"(smem_u32(dst)), "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
+        : "memory");
+}
+
+__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const TensorMap* map, int c0, int c1, int c2,
+                                                      u64* bar, unsigned short cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3, %4}], [%5], %6;"
+        ::"r"(smem_u32(dst)), "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar)),
+          "h"(cta_mask)
+        : "memory");
+}
+
 // The other direction: the box at (c0, c1) of `map` is written from shared
 // memory at `src` (laid out as a load of the same box would leave it, swizzle
 // included); the parts of the box outside the tensor are not written.  The copy
@@ -145,6 +165,12 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap
 __device__ __forceinline__ void tma_store_2d(const TensorMap* map, const void* src, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                  ::"l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(smem_u32(src))
+                 : "memory");
+}
+
+__device__ __forceinline__ void tma_store_3d(const TensorMap* map, const void* src, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];"
+                 ::"l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(src))
                  : "memory");
 }
 

@@ -3,7 +3,8 @@
 // persistent, warp-specialised GEMM.  Its pieces that are not about the multiply
 // -- the grouped tile order of the persistent loop, handing a shared-memory
 // stage back to the producer, the masked stores from wgmma's accumulator layout
-// -- are shared with the error-corrected ec_wgmma.
+// -- are shared with the error-corrected ec_wgmma.  Its batches (batch_tile) are
+// one launch: the persistent loop walks the tiles of every matrix.
 #pragma once
 
 #include <gemmlab/hopper.cuh>
@@ -22,6 +23,18 @@ __device__ __forceinline__ void grouped_tile(int t, int tiles_m, int tiles_n, in
     const int r = t % per_group;
     tm = first_m + r % rows;
     tn = r / rows;
+}
+
+// Work item `t` of a batch: tile t % tiles_per_matrix (grouped_tile's order) of
+// matrix z = t / tiles_per_matrix, returned.  The batch index is part of the
+// persistent loop's linear work index, so one launch takes a whole batch: a batch
+// of small products, each with fewer tiles than there are SMs, still fills the
+// GPU, and a block goes on to the next matrix's tiles without a launch between.
+__device__ __forceinline__ int batch_tile(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
+    const int per_matrix = tiles_m * tiles_n;
+    const int z = t / per_matrix;
+    grouped_tile(t - z * per_matrix, tiles_m, tiles_n, tm, tn);
+    return z;
 }
 
 // Two adjacent outputs in one 8-byte (FP32) or 4-byte (16-bit) store; p must be aligned to it.
@@ -67,18 +80,19 @@ __device__ __forceinline__ void store_pair(O* __restrict__ C, int ldc, int row, 
 //   MN-major (stored with M or N contiguous: A 'T' is K x M, B 'N' is K x N): a box
 //     is 128 / EB K-rows of BOX = 128 / EB values of M or N, at coordinates (row, k0).
 // In a cluster, block `rank` copies boxes rank, rank + CLUSTER, ... and multicasts
-// each to every block; all their bytes complete on `bar` (in every block).
+// each to every block; all their bytes complete on `bar` (in every block).  The
+// map is 3-D: `z` is the matrix of the batch (0 for an operand every matrix shares).
 template <bool K_MAJOR, int ROWS, int BOX, int CLUSTER>
 __device__ __forceinline__ void load_operand_tile(unsigned char* dst, const hopper::TensorMap* map, int r0, int k0,
-                                                  hopper::u64* bar, hopper::u32 rank) {
+                                                  int z, hopper::u64* bar, hopper::u32 rank) {
 #pragma unroll
     for (int j = int(rank); j < ROWS / BOX; j += CLUSTER) {
         const int row = r0 + BOX * j;
         const int c0 = K_MAJOR ? k0 : row, c1 = K_MAJOR ? row : k0;
         if constexpr (CLUSTER > 1)
-            hopper::tma_load_2d_multicast(dst + j * (BOX * 128), map, c0, c1, bar, (1 << CLUSTER) - 1);
+            hopper::tma_load_3d_multicast(dst + j * (BOX * 128), map, c0, c1, z, bar, (1 << CLUSTER) - 1);
         else
-            hopper::tma_load_2d(dst + j * (BOX * 128), map, c0, c1, bar);
+            hopper::tma_load_3d(dst + j * (BOX * 128), map, c0, c1, z, bar);
     }
 }
 
