@@ -55,6 +55,7 @@ FAMILIES = [family(s.name, "float32") for s in registry.ladder("simt")] + [
     family("wmma_warptile", "float16"), family("wmma_warptile", "tf32"),
     family("ec_wmma", "fp16_ec"), family("ec_wgmma", "fp16_ec"), family("ec_wgmma", "tf32_ec"),
     family("wgmma", "float16"),
+    family("gemv", "float32"), family("gemv", "float16"),
 ]
 # The TMA rung on operands TMA reads (level3 with TMA_DIMS, TMA_PAD, TMA_GUARD): every
 # stored row a multiple of 16 bytes and every base 16-byte aligned, so that wgmma itself

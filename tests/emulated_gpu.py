@@ -135,10 +135,11 @@ class Emulator:
         for z in range(nz):
             a_ptr, b_ptr = A + z * int(sa) * item_in, B + z * int(sb) * item_in
             c_ptr = C + z * int(sc) * item_out
-            if pr.aligned16 and p.spec.family == "simt":   # what the VEC variants assume
-                for ptr, ld, width in ((a_ptr, lda, K if pr.op_a == "N" else M),
-                                       (b_ptr, ldb, N if pr.op_b == "N" else K), (c_ptr, ldc, N)):
-                    assert ptr % 16 == 0 and ld % 4 == 0 and width % 4 == 0, \
+            if pr.aligned16 and p.spec.family in ("simt", "gemv"):   # what the VEC variants assume
+                for ptr, ld, width, item in ((a_ptr, lda, K if pr.op_a == "N" else M, item_in),
+                                             (b_ptr, ldb, N if pr.op_b == "N" else K, item_in),
+                                             (c_ptr, ldc, N, item_out)):
+                    assert ptr % 16 == 0 and ld * item % 16 == 0 and width * item % 16 == 0, \
                         f"{p.name_expression} launched on an operand its 16-byte accesses cannot read"
             a = self.operand(a_ptr, in_dt, pr.op_a, M, K, lda)
             b = self.operand(b_ptr, in_dt, pr.op_b, K, N, ldb)

@@ -79,5 +79,6 @@ def run(rank: int, world: int, init_file: str, device: str, dtype_name: str, pre
             close(y, ref.detach(), f"MLP {dtype_name}")
             for (name, p), (_, r) in zip(mlp.named_parameters(), ref_mlp.named_parameters()):
                 close(p.grad.full_tensor(), r.grad, f"MLP {dtype_name} grad {name}")
+        dist.barrier()   # both done before either tears the group down
     finally:
         dist.destroy_process_group()

@@ -10,8 +10,9 @@ from gemmlab.inspect import inspect_kernels
 from gemmlab.kernels import registry
 from gemmlab.kernels.spec import FRAGMENT_MAPS, KNOWN_TARGETS, arch_cc
 
-SIMT = [s.name for s in registry.ladder("simt")]
-# Where each non-SIMT rung runs, by target (the SIMT rungs run on every one).
+# Rungs of plain CUDA-core arithmetic run on every target: the FP32 ladder and gemv.
+SIMT = [s.name for s in registry.ladder("simt")] + ["gemv"]
+# Where each other rung runs, by target.
 EXPECTED = {
     "wmma": {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "wmma_warptile": {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
@@ -28,7 +29,7 @@ def test_every_rung_on_every_target(spec):
     assert runs == (set(KNOWN_TARGETS) if spec.name in SIMT else EXPECTED[spec.name])
     for arch in KNOWN_TARGETS:
         for dt in spec.dtypes:
-            turing_fp16 = arch != "sm_75" or dt == "float16" or spec.family == "simt"
+            turing_fp16 = arch != "sm_75" or dt == "float16" or spec.name in SIMT
             assert spec.builds_for(arch, dt) == (arch in runs and turing_fp16), (arch, dt)
     assert spec.describe()["runs_on"] == [a for a in KNOWN_TARGETS if a in runs]
 
@@ -46,8 +47,8 @@ def test_refusal_names_gpu_arch_needs_and_what_runs():
         registry.get("mma_pipelined").check_arch("sm_75", "Tesla T4", "float16")
     text = str(e.value)
     assert "Tesla T4 (sm_75)" in text and "sm_80" in text and "cp.async" in text
-    assert text.endswith("Kernels that run there for float16: wmma, wmma_warptile")
-    with pytest.raises(ValueError, match=r"NVIDIA L4 \(sm_89\).*sm_90a.*run there: naive, .*ec_wmma$"):
+    assert text.endswith("Kernels that run there for float16: wmma, wmma_warptile, gemv")
+    with pytest.raises(ValueError, match=r"NVIDIA L4 \(sm_89\).*sm_90a.*run there: naive, .*ec_wmma, gemv$"):
         registry.get("ec_wgmma").check_arch("sm_89", "NVIDIA L4")
 
 
@@ -66,8 +67,9 @@ def test_auto_on_turing():
         p = planner.plan("auto", 4096, 4096, 4096, dtype="float16", out_dtype=out, arch="sm_75", sm_count=40)
         assert p.spec.name == "wmma_warptile"
     for dtype, out in (("bfloat16", "bfloat16"), ("tf32", "float32")):
+        runs = "gemv" if dtype == "bfloat16" else "none"   # gemv: products of a few rows only
         with pytest.raises(ValueError, match=rf"Tesla T4 \(sm_75\): it needs sm_80 or later for {dtype}.*"
-                                             rf"run there for {dtype}: none"):
+                                             rf"run there for {dtype}: {runs}$"):
             planner.plan("auto", 256, 256, 256, dtype=dtype, out_dtype=out, arch="sm_75", sm_count=40,
                          gpu_name="Tesla T4")
 
@@ -107,7 +109,8 @@ DTYPES = [("float32", "float32"), ("float16", "float16"), ("bfloat16", "float32"
 def auto_plans(arch, sm_count):
     for m, n, k, b in SHAPES:
         for dt, out in DTYPES:
-            if not any(s.builds_for(arch, dt) for s in registry.ladder() if dt in s.dtypes):
+            # (gemv, which runs everywhere, takes only products of a few rows)
+            if not any(s.builds_for(arch, dt) for s in registry.ladder() if dt in s.dtypes and s.name != "gemv"):
                 continue
             yield planner.plan("auto", m, n, k, dtype=dt, out_dtype=out, arch=arch, sm_count=sm_count, batch=b)
 

@@ -67,5 +67,5 @@ def test_defaults_have_the_instructions_of_their_rung(arch, modules):
             assert facts["HGMMA"] == 0, (spec.name, arch)
             for op in EXPECTED_SASS.get(spec.name, ()):
                 assert (facts[op] > 0) == (op != "LDGSTS" or cp_async), (spec.name, arch, prob.dtype, op, facts)
-            if spec.family != "simt":
+            if spec.family in ("tensor", "ec"):
                 assert facts["HMMA"] > 0, (spec.name, arch)

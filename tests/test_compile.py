@@ -104,6 +104,8 @@ def ladder_sass(ladder_module):
     return get
 
 
+from gemmlab.kernels.gemv.gemv import GEMV_WARPS, gemv_vec  # noqa: E402
+
 ELEM_BYTES = {"float16": 2, "bfloat16": 2, "tf32": 4}
 
 
@@ -120,6 +122,8 @@ def static_smem(spec, p, prob=None):
         return 0
     if spec.family == "tensor":    # rung 1 fills its fragments from global memory
         return 0
+    if spec.name == "gemv":        # op(B) row-major: the warps' sums meet in shared memory
+        return 0 if prob.op_b == "T" else 4 * GEMV_WARPS * p["MT"] * 32 * gemv_vec(prob)
     return 4 * p["BK"] * (p["BM"] + p["BN"])
 
 

@@ -13,7 +13,7 @@ from gemmlab.kernels import registry
 from gemmlab.kernels.registry import Problem
 
 LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
-          "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma", "ec_wgmma"]
+          "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma", "ec_wgmma", "gemv"]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
 
@@ -28,7 +28,8 @@ def test_kernels_lists_the_ladder_in_rung_order():
     ks = gemmlab.kernels()
     assert [k["name"] for k in ks] == LADDER
     assert [(k["family"], k["rung"]) for k in ks] == ([("simt", r) for r in range(1, 9)]
-                                                     + [("tensor", r) for r in range(1, 5)] + [("ec", 1), ("ec", 2)])
+                                                     + [("tensor", r) for r in range(1, 5)] + [("ec", 1), ("ec", 2)]
+                                                     + [("gemv", 1)])
 
 
 @pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
@@ -37,7 +38,7 @@ def test_kernel_entry_fields(entry):
     for key in ("name", "family", "dtypes", "description", "params", "constraints"):
         assert key in entry, key
     assert entry["dtypes"] == {"simt": ["float32"], "tensor": ["float16", "bfloat16", "tf32"],
-                               "ec": ["fp16_ec", "tf32_ec"]}[entry["family"]]
+                               "ec": ["fp16_ec", "tf32_ec"], "gemv": ["float32", "float16", "bfloat16"]}[entry["family"]]
     assert isinstance(entry["description"], str) and entry["description"].strip()
     assert isinstance(entry["constraints"], list)
     assert all(isinstance(c, str) and c for c in entry["constraints"])
@@ -63,6 +64,7 @@ def test_kernel_params_per_rung():
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
         "wgmma": ["BM", "BN", "STAGES", "CLUSTER"],
         "ec_wgmma": ["STAGES"],
+        "gemv": ["MT"],
     }
 
 
@@ -129,6 +131,9 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
         return (p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0 and 64 <= threads <= 512
                 and (p["BM"] * p["BK"]) % threads == 0 and (p["BK"] * p["BN"]) % threads == 0
                 and 4 * (p["BM"] * (p["BK"] + 4) + p["BK"] * (p["BN"] + 4)) <= 48 * 1024)
+    if name == "gemv":
+        # 01_gemv.cu: MT, the rows of C a pass keeps in registers, any power of two up to 16.
+        return set(p) == {"MT"} and p["MT"] in (1, 2, 4, 8, 16)
     if name == "mma_pipelined":
         # 03_mma_pipelined.cu: square warp tiles; 64 x 64 ones in blocks of 8 warps (4 warps spill),
         # 32 x 32 ones only as the 4 warps of a 64 x 64 block; STAGES stages of BM rows and BN columns,
@@ -474,8 +479,8 @@ def expected_block(spec, p):
 
 def _cases():
     # wmma numbers warp tiles (test_wmma_geometry); wgmma and ec_wgmma are persistent
-    # (test_wgmma_geometry, test_ec_wgmma_geometry).
-    for spec in [s for s in SPECS if s.name not in ("wmma", "wgmma", "ec_wgmma")]:
+    # (test_wgmma_geometry, test_ec_wgmma_geometry); gemv has no tiles (test_gemv_geometry).
+    for spec in [s for s in SPECS if s.name not in ("wmma", "wgmma", "ec_wgmma", "gemv")]:
         configs = spec.configurations()
         if spec.split_k_param:   # every tile shape unsplit, and the defaults with each split
             configs = [p for p in configs if p[spec.split_k_param] == 1] + [
@@ -652,8 +657,8 @@ def test_mma_pipelined_name_expressions():
     (1024, 1024, 1024, 132, False),      # 8 * 4 = 32 < 66
     (1281, 1536, 64, 132, True),         # 11 * 6 = 66 (ceiling of 1281 / 128): exactly half
     (1280, 1536, 64, 132, False),        # 10 * 6 = 60
-    (1, 1, 1, 132, False),
-    (1, 1, 1, 2, True),                  # one tile keeps half of 2 SMs busy
+    (17, 1, 1, 132, False),              # more rows than gemv takes
+    (17, 1, 1, 2, True),                 # one tile keeps half of 2 SMs busy
 ])
 @pytest.mark.parametrize("dtype, out_dtype", [("float16", "float16"), ("bfloat16", "float32"), ("tf32", "float32")])
 def test_auto_for_tensor_dtypes(M, N, K, sm_count, big, dtype, out_dtype):
@@ -725,7 +730,7 @@ def test_auto_picks_wgmma_on_hopper_only(dtype, out_dtype):
     (1024, 2048, 132, (64, 128)),    # 64 tiles: 2 * 64 = 128 < 132
     (1024, 1024, 132, (64, 128)),    # 32 tiles of 128x256; 128 of 64x128
     (1152, 2048, 132, (128, 256)),   # 9 x 8 = 72 tiles
-    (1, 1, 132, (64, 128)),
+    (17, 1, 132, (64, 128)),
     (300, 300, 8, (128, 256)),       # 8 SMs: 3 x 2 = 6 tiles of 128x256
 ])
 def test_wgmma_auto_tile(M, N, sm_count, tile):
@@ -899,3 +904,31 @@ def test_ec_wgmma_geometry(M, N, sm_count):
         tiles = -(-M // 128) * -(-N // 96)
         assert geo.grid == (min(tiles, sm_count), 1, 1) and geo.persistent and geo.block == (384, 1, 1)
         assert geo.smem_bytes == p["STAGES"] * 57344 + 16 * p["STAGES"] + 1024 <= 227 * 1024
+
+
+# -- gemv: products of a few rows --------------------------------------------------
+
+@pytest.mark.parametrize("op_b, aligned, dtype, vec, per_block", [
+    ("T", True, "float32", 4, 8), ("T", True, "bfloat16", 8, 8), ("T", False, "float16", 1, 8),
+    ("N", True, "float32", 1, 32), ("N", True, "bfloat16", 2, 64), ("N", False, "bfloat16", 1, 32),
+])
+def test_gemv_geometry(op_b, aligned, dtype, vec, per_block):
+    """op(B) column-major: a warp (of 8 a block) per column, 16-byte loads along K;
+    row-major: 32 threads along N with 4 bytes each, 32 * VEC columns a block."""
+    from gemmlab.kernels.gemv.gemv import gemv_vec
+    spec = registry.get("gemv")
+    for N in (1, 7, 8, 9, 4096, 128256):
+        prob = Problem(3, N, 100, aligned, dtype, dtype).with_layout("N", op_b)
+        assert gemv_vec(prob) == vec
+        geo = spec.launch(spec.defaults(), prob)
+        assert geo.block == (256, 1, 1) and geo.grid == (-(-N // per_block), 1, 1)
+        assert spec.name_expression(spec.defaults(), prob).endswith(f", {str(aligned).lower()}, 'N', '{op_b}'>")
+
+
+@pytest.mark.parametrize("M, mt", [(1, 1), (2, 2), (3, 4), (8, 8), (9, 16), (16, 16)])
+@pytest.mark.parametrize("dtype, out", [("float32", "float32"), ("bfloat16", "bfloat16"), ("float16", "float32")])
+def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
+    p = gemmlab.plan("auto", M, 8192, 8192, dtype=dtype, out_dtype=out, arch="sm_90a", gpu_slug="nvidia-h100-80gb-hbm3")
+    assert p.spec.name == "gemv" and p.params == {"MT": mt}
+    assert gemmlab.plan("auto", 17, 8192, 8192, dtype=dtype, out_dtype=out, arch="sm_90a").spec.name != "gemv"
+    assert gemmlab.plan("auto", M, 8192, 8192, dtype="tf32", arch="sm_90a").spec.name != "gemv"

@@ -32,7 +32,7 @@ def be(monkeypatch):
 
 
 FAMS = {f[0]: f for f in h.FAMILIES}
-CPU_FAMILIES = ["naive", "vectorized", "pipelined-SPLITK3", "wmma-fp16", "wmma_warptile-tf32"]
+CPU_FAMILIES = ["naive", "vectorized", "pipelined-SPLITK3", "wmma-fp16", "wmma_warptile-tf32", "gemv", "gemv-fp16"]
 
 
 @pytest.mark.parametrize("trans_a, trans_b", h.OPS, ids=lambda t: "T" if t else "N")

@@ -28,18 +28,22 @@ from .tensor.wgmma import (TF32_PACK_KERNELS, TF32_PACK_SOURCE, TF32_PACK_THREAD
 from .ec import ec_wmma, ec_wgmma
 from .ec.ec_wgmma import (EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE, EC_SPLIT_PACK_THREADS,  # noqa: F401
                           EC_SPLIT_PACK_TILE, EC_WGMMA_BM, EC_WGMMA_BN, ec_split_pack_kernel)
+from .gemv import gemv
+from .gemv.gemv import GEMV_MAX_M  # noqa: F401
 from .ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE  # noqa: F401
 
 _TC_VARIANTS = TC_VARIANTS   # the name scripts/mma_emulation reads
 
-# The families in teaching order: CUDA cores, tensor cores, FP32-accurate tensor cores.
-FAMILIES = ("simt", "tensor", "ec")
+# The families in teaching order: CUDA cores, tensor cores, FP32-accurate tensor cores,
+# and products of a few rows, bound by memory.
+FAMILIES = ("simt", "tensor", "ec", "gemv")
 
 # Every rung's module, in ladder order (each defines SPEC).
 RUNGS = (
     naive, coalesced, smem_tiled, blocktile_1d, blocktile_2d, vectorized, warptile, pipelined,
     wmma, wmma_warptile, mma_pipelined, wgmma,
     ec_wmma, ec_wgmma,
+    gemv,
 )
 for _rung in RUNGS:
     register(_rung.SPEC)

@@ -26,6 +26,8 @@ EC_WGMMA_BM, EC_WGMMA_BN, EC_WGMMA_THREADS = _K["EC_WGMMA_BM"], _K["EC_WGMMA_BN"
 EC_SPLIT_PACK_SOURCE = KERNEL_DIR / "ec" / "split_pack.cu"
 _P = read_constants("ec/split_pack.cu")
 EC_SPLIT_PACK_TILE, EC_SPLIT_PACK_THREADS = _P["EC_SPLIT_PACK_TILE"], _P["EC_SPLIT_PACK_THREADS"]
+# Blocks per SM of the split pre-pass's grid: 8 x 256 threads fill an SM's 2048.
+EC_SPLIT_PACK_BLOCKS_PER_SM = 8
 
 
 def ec_split_pack_kernel(method: str, op: str, transpose: bool) -> str:
@@ -82,7 +84,8 @@ def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0
         for op, transpose, rows, cols, src, ld, scale, field, hi, lo in jobs:
             name = ec_split_pack_kernel(pr.dtype, op, transpose)
             kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, name, gpu.arch)
-            blocks = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
+            tiles = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
+            blocks = max(1, min(tiles, EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count))   # they loop over the tiles
             launch(kernel, (blocks, 1, 1), (EC_SPLIT_PACK_THREADS, 1, 1), 0, stream, np.int32(rows),
                    np.int32(cols), src, np.int32(ld), np.float32(scale), hi, lo, np.int32(kp), choice,
                    np.int32(field))

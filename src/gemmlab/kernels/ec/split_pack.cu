@@ -30,27 +30,33 @@ ec_split_pack(int rows, int cols, const float* __restrict__ src, int ld, float s
     }
     __shared__ float tile[EC_SPLIT_PACK_TILE][EC_SPLIT_PACK_TILE + 1];   // [r][c]; the pad spreads columns over the banks
     const int tiles_c = (cols + EC_SPLIT_PACK_TILE - 1) / EC_SPLIT_PACK_TILE;
-    const int r0 = int(blockIdx.x / tiles_c) * EC_SPLIT_PACK_TILE, c0 = int(blockIdx.x % tiles_c) * EC_SPLIT_PACK_TILE;
+    const int tiles = (rows + EC_SPLIT_PACK_TILE - 1) / EC_SPLIT_PACK_TILE * tiles_c;
     const int tx = threadIdx.x % EC_SPLIT_PACK_TILE, ty = threadIdx.x / EC_SPLIT_PACK_TILE;
-    // Read: consecutive threads along the stored rows (c for 'N', r for 'T').
+    // A few blocks per SM walk the tiles: the candidate not chosen then exits with
+    // a few hundred blocks, not one per tile.
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int r0 = t / tiles_c * EC_SPLIT_PACK_TILE, c0 = t % tiles_c * EC_SPLIT_PACK_TILE;
+        // Read: consecutive threads along the stored rows (c for 'N', r for 'T').
 #pragma unroll
-    for (int i = ty; i < EC_SPLIT_PACK_TILE; i += EC_SPLIT_PACK_ROWS) {
-        const int r = r0 + (OP == 'N' ? i : tx), c = c0 + (OP == 'N' ? tx : i);
-        if (r < rows && c < cols) {
-            const float v = src[elem_offset<OP>(r, c, ld)];
-            if constexpr (OP == 'N') tile[i][tx] = v; else tile[tx][i] = v;
+        for (int i = ty; i < EC_SPLIT_PACK_TILE; i += EC_SPLIT_PACK_ROWS) {
+            const int r = r0 + (OP == 'N' ? i : tx), c = c0 + (OP == 'N' ? tx : i);
+            if (r < rows && c < cols) {
+                const float v = src[elem_offset<OP>(r, c, ld)];
+                if constexpr (OP == 'N') tile[i][tx] = v; else tile[tx][i] = v;
+            }
         }
-    }
-    __syncthreads();
-    // Write: consecutive threads along the written rows (c, or r for T_OUT).
+        __syncthreads();
+        // Write: consecutive threads along the written rows (c, or r for T_OUT).
 #pragma unroll
-    for (int i = ty; i < EC_SPLIT_PACK_TILE; i += EC_SPLIT_PACK_ROWS) {
-        const int tr = T_OUT ? tx : i, tc = T_OUT ? i : tx;
-        const int r = r0 + tr, c = c0 + tc;
-        if (r < rows && c < cols) {
-            const long long at = T_OUT ? (long long)c * ldp + r : (long long)r * ldp + c;
-            EcSplit<METHOD>::split(tile[tr][tc] * scale, hi[at], lo[at]);
+        for (int i = ty; i < EC_SPLIT_PACK_TILE; i += EC_SPLIT_PACK_ROWS) {
+            const int tr = T_OUT ? tx : i, tc = T_OUT ? i : tx;
+            const int r = r0 + tr, c = c0 + tc;
+            if (r < rows && c < cols) {
+                const long long at = T_OUT ? (long long)c * ldp + r : (long long)r * ldp + c;
+                EcSplit<METHOD>::split(tile[tr][tc] * scale, hi[at], lo[at]);
+            }
         }
+        __syncthreads();   // the tile is read before the next one overwrites it
     }
 }
 

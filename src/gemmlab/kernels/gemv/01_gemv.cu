@@ -1,0 +1,38 @@
+// GEMV rung 1, gemv: products with a handful of rows, as in a decode step's
+// x @ W.t() (M = 1 to 16 tokens).  A tiled GEMM spends a 64- to 256-row tile
+// on them and wastes nearly all of it, while the time such a product needs is
+// one read of op(B) -- the weights -- from memory.  So this kernel streams
+// op(B) once, at memory bandwidth, keeps the sums of all MT rows of C in
+// registers, and reads the few rows of op(A) from the cache:
+//   op(B) column-major (W.t(): each column's K elements contiguous): a warp per
+//     column, its lanes along K with 16-byte loads, a warp-shuffle sum;
+//   op(B) row-major (each row's N elements contiguous): a thread per VEC
+//     columns, the block's warps splitting K, a sum through shared memory.
+// Arithmetic in FP32 for every storage type.  Rows beyond MT take further
+// passes over op(B): correct for any M, fast for M <= MT.
+#include <gemmlab/gemv/01_gemv.cuh>
+
+namespace gemmlab {
+
+template <int DT, int ODT, int MT, bool ALIGNED, char OPA, char OPB>
+// launch bounds "1 block": without it ptxas capped the registers and spilled in some instantiations
+__global__ void __launch_bounds__(GEMV_THREADS, 1)
+gemv(int M, int N, int K, float alpha, const typename GemvStorage<DT>::type* __restrict__ A, int lda,
+     const typename GemvStorage<DT>::type* __restrict__ B, int ldb, float beta,
+     typename GemvStorage<ODT>::type* __restrict__ C, int ldc, long long stride_a, long long stride_b,
+     long long stride_c) {
+    batch_select(A, stride_a, B, stride_b, C, stride_c);
+    // Elements of op(B) a thread loads at once (16-byte aligned operands): 16 bytes
+    // along K where op(B) is column-major, 4 along N where it is row-major (so a
+    // warp reads a 128-byte row segment and the blocks, 32 threads wide, stay many).
+    using S = typename GemvStorage<DT>::type;
+    constexpr int VEC = !ALIGNED ? 1 : (OPB == 'T' ? 16 : 4) / int(sizeof(S));
+    const int k_end = alpha == 0.0f ? 0 : K;   // alpha = 0 reads neither A nor B (BLAS)
+    if constexpr (OPB == 'T') {
+        gemv_columns_along_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);
+    } else {
+        gemv_rows_along_n<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+}
+
+}  // namespace gemmlab

@@ -1,0 +1,61 @@
+"""GEMV rung 1, gemv/01_gemv.cu: op(B) streamed once, the sums of MT rows of C in registers.
+
+For the products a tiled GEMM wastes its tiles on: M (the rows of op(A) and C)
+of 1 to 16, as in a decode step.  Every storage type (float32, float16,
+bfloat16) is multiplied on the CUDA cores in FP32; the time is the read of
+op(B).
+"""
+
+from __future__ import annotations
+
+from ..cuda_constants import read_constants
+from ..spec import TYPE_CODES, KernelSpec, Launch, Problem, TileParam, cdiv
+
+_K = read_constants("include/gemmlab/gemv/01_gemv.cuh")
+GEMV_THREADS, GEMV_WARPS = _K["GEMV_THREADS"], _K["GEMV_THREADS"] // 32
+# auto takes gemv for products of at most this many rows.
+GEMV_MAX_M = 16
+GEMV_DTYPES = ("float32", "float16", "bfloat16")
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+# (input, output) dtypes: float32 in and out; 16-bit in, float32 or the same type out.
+GEMV_VARIANTS = tuple(Problem(1, 1, 1, aligned, dt, odt)
+                      for dt, odt in (("float32", "float32"), ("float16", "float32"), ("float16", "float16"),
+                                      ("bfloat16", "float32"), ("bfloat16", "bfloat16"))
+                      for aligned in (True, False))
+
+
+def gemv_vec(prob: Problem) -> int:
+    """Elements of op(B) a thread loads at once, as 01_gemv.cu derives VEC: 16 bytes
+    along K where op(B) is column-major (a warp reads 512 contiguous bytes a step);
+    4 bytes along N where it is row-major (a warp reads a 128-byte row segment, and
+    the blocks, each 32 threads wide, stay many); one element where the operands
+    are not 16-byte aligned."""
+    if not prob.aligned16:
+        return 1
+    return (16 if prob.op_b == "T" else 4) // _ITEMSIZE[prob.dtype]
+
+
+def _geometry(p, prob: Problem) -> Launch:
+    """op(B) column-major: a warp per column; row-major: 32 * VEC columns per block."""
+    per_block = GEMV_WARPS if prob.op_b == "T" else 32 * gemv_vec(prob)
+    return Launch(grid=(max(1, cdiv(prob.N, per_block)), 1, 1), block=(GEMV_THREADS, 1, 1))
+
+
+def sized_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict:
+    """MT: the smallest power of two that holds every row (at most 16; more rows take more passes)."""
+    mt = 1
+    while mt < min(max(M, 1), 16):
+        mt *= 2
+    return {"MT": mt}
+
+
+SPEC = KernelSpec(
+    name="gemv", rung=1, family="gemv", dtypes=GEMV_DTYPES, source="gemv/01_gemv.cu", template="gemmlab::gemv",
+    description="op(B) streamed once at memory bandwidth, the sums of MT rows of C in registers "
+                "(products of a few rows: decode steps)",
+    params=(TileParam("MT", (1, 2, 4, 8, 16), 8, "rows of C each pass over op(B) computes (more rows: more passes)"),),
+    template_args=lambda p, prob: (TYPE_CODES[prob.dtype], TYPE_CODES[prob.out_dtype], p["MT"], prob.aligned16),
+    geometry=_geometry,
+    variants=GEMV_VARIANTS,
+    sized_params=sized_params,
+)
