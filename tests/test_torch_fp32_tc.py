@@ -90,9 +90,14 @@ def test_routed_forward_and_backward_within_sgemm_error(gt, name, fn, shapes):
     sgemm_args = [x.detach().clone().requires_grad_() for x in args]
     sgemm = fn(*sgemm_args)
     (sgemm * w).sum().backward()
-    assert rel(out, ref) <= 1.5 * rel(sgemm, ref) + 1e-12, (rel(out, ref), rel(sgemm, ref))
+    # 1.5x SGEMM's error, or the split's own floor: its two parts hold about 22 of
+    # an FP32 value's 24 bits (docs/ec/01-ec-wmma.md), which short sums (K = 33 in
+    # the gradient of a 1-D operand) can bring SGEMM's error below.
+    def bound(sgemm_err):
+        return max(1.5 * sgemm_err, 2.0 ** -22)
+    assert rel(out, ref) <= bound(rel(sgemm, ref)), (rel(out, ref), rel(sgemm, ref))
     for x, r, s in zip(args, ref_args, sgemm_args):
-        assert rel(x.grad, r.grad) <= 1.5 * rel(s.grad, r.grad) + 1e-12, (rel(x.grad, r.grad), rel(s.grad, r.grad))
+        assert rel(x.grad, r.grad) <= bound(rel(s.grad, r.grad)), (rel(x.grad, r.grad), rel(s.grad, r.grad))
 
 
 def test_nn_linear_model_routes_every_product(gt):

@@ -382,8 +382,8 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     ``arch`` is the GPU's NVRTC target (None: not known yet, as when planning
     without a GPU).  A kernel that does not exist for it (wgmma off Hopper) is
     an error naming ``gpu_name``, what the kernel needs and which kernels run
-    there; ``"auto"`` picks gemv for at most GEMV_MAX_M rows (float32, float16,
-    bfloat16), wgmma for 16-bit and TF32 inputs and ec_wgmma for
+    there; ``"auto"`` picks gemv for the few rows GEMV_MAX_M gives each dtype
+    (x @ W.t(): op(B) column-major), wgmma for 16-bit and TF32 inputs and ec_wgmma for
     the error-corrected methods on sm_90a, and elsewhere the highest rung of the
     family that runs on ``arch`` (see :func:`runnable`).
     ``tma_aligned`` says whether a and b allow TMA tensor maps (see
@@ -410,7 +410,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         note_untuned(gpu_slug)
     if smem_limit is None:
         smem_limit = smem_limit_for(arch)
-    if kernel == "auto" and 0 < M <= registry.GEMV_MAX_M and dtype in registry.get("gemv").dtypes:
+    if kernel == "auto" and registry.gemv_auto_takes(M, dtype, op_b):
         # A few rows (a decode step): the time is one read of op(B), which gemv streams
         # at memory bandwidth where a tiled rung would spend a whole tile on each row.
         kernel, tile_params = "gemv", registry.get("gemv").sized_params(M, N, K, sm_count, batch)

@@ -13,8 +13,11 @@ from ..spec import TYPE_CODES, KernelSpec, Launch, Problem, TileParam, cdiv
 
 _K = read_constants("include/gemmlab/gemv/01_gemv.cuh")
 GEMV_THREADS, GEMV_WARPS = _K["GEMV_THREADS"], _K["GEMV_THREADS"] // 32
-# auto takes gemv for products of at most this many rows.
-GEMV_MAX_M = 16
+# auto takes gemv for products of at most this many rows, by input dtype, where
+# op(B) is column-major (x @ W.t()): where it beat the tiled rung auto took before
+# and torch.matmul on an H100 (benchmarks/NOTES.md, run 80).  Its row-major path
+# (op(B) streamed along N) has too few blocks at these sizes to be taken by auto.
+GEMV_MAX_M = {"float32": 8, "float16": 1, "bfloat16": 1}
 GEMV_DTYPES = ("float32", "float16", "bfloat16")
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # (input, output) dtypes: float32 in and out; 16-bit in, float32 or the same type out.
@@ -39,6 +42,11 @@ def _geometry(p, prob: Problem) -> Launch:
     """op(B) column-major: a warp per column; row-major: 32 * VEC columns per block."""
     per_block = GEMV_WARPS if prob.op_b == "T" else 32 * gemv_vec(prob)
     return Launch(grid=(max(1, cdiv(prob.N, per_block)), 1, 1), block=(GEMV_THREADS, 1, 1))
+
+
+def auto_takes(M: int, dtype: str, op_b: str) -> bool:
+    """Whether kernel="auto" runs a product of M rows of ``dtype`` with op(B) stored ``op_b`` on gemv."""
+    return 0 < M <= GEMV_MAX_M.get(dtype, 0) and op_b == "T"
 
 
 def sized_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict:

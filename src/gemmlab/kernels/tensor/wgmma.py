@@ -117,6 +117,11 @@ def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
     nz, sc = _batch_of(ops, ops.sc)
     if beta != 0 or not tma_aligned(ops.C, pr.M, ops.ldc, 0, 0, 0, eb) or (sc * eb) % 16:
         return None
+    # A batch whose C has room between its matrices or rows (padded rows, gaps) is
+    # stored from registers: on an H100 the 3-D TMA store wrote zeros into that
+    # room (benchmarks/NOTES.md, runs 79-80; cause not found).  Dense batches keep it.
+    if nz > 1 and (ops.ldc != pr.N or sc != pr.M * ops.ldc):
+        return None
     return tensor_map(ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // eb, backend,
                       batch=nz, batch_stride=sc)
 
