@@ -111,7 +111,7 @@ def train(run: str, args, batches, init_state, reference=None) -> tuple[dict, di
         opt.step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if (step + 1) % args.every == 0 or step + 1 == len(batches):
             params = flat_params(model)
             if reference is None:
@@ -132,17 +132,19 @@ def plot(results: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.5))
+    color = {run: f"C{i}" for i, run in enumerate(RUNS)}   # one color a run in every panel
     for r in results["runs"]:
-        ax1.plot(range(1, len(r["loss"]) + 1), r["loss"], label=r["run"], lw=1)
+        ax1.plot(range(1, len(r["loss"]) + 1), r["loss"], label=r["run"], lw=1, color=color[r["run"]])
         if r["drift_from_fp32"]:
             steps = [int(s) for s in r["drift_from_fp32"]]
-            ax2.semilogy(steps, list(r["drift_from_fp32"].values()), "o-", label=r["run"], ms=3)
+            ax2.semilogy(steps, list(r["drift_from_fp32"].values()), "o-", label=r["run"], ms=3,
+                         color=color[r["run"]])
     ax1.set(xlabel="step", ylabel="training loss", title="Loss")
     ax1.legend()
     ax2.set(xlabel="step", ylabel="||W - W_fp32|| / ||W_fp32||", title="Weight drift from the IEEE float32 run")
     ax2.legend()
     names = [r["run"] for r in results["runs"]]
-    ax3.bar(names, [r["ms_per_step"] for r in results["runs"]], color="tab:gray")
+    ax3.bar(names, [r["ms_per_step"] for r in results["runs"]], color=[color[n] for n in names])
     ax3.set(ylabel="ms per step (median)", title="Time per step")
     fig.suptitle(f"{results['config']}, {results['gpu']}", fontsize=9)
     fig.tight_layout()
