@@ -12,6 +12,7 @@ import cupy as cp
 import numpy as np
 
 import gemmlab
+import gemmlab.runtime.device
 from gemmlab.kernels import registry
 from gemmlab.verify import compare, random_matrix, reference
 
@@ -80,8 +81,46 @@ for M, N, K in SHAPES:
                 if not err.ok(1e-6):
                     bad += 1
                     print(f"WRONG {name} {precision} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
+# gemv in every layout (op(B) column-major: its 16-byte path along K; row-major:
+# shared-memory sums), 16-bit and FP32, aligned (K, N multiples of 8) and not,
+# more rows than one pass holds (M = 33 > MT).
+GEMV_SHAPES = [(1, 13, 5), (3, 264, 200), (33, 65, 17), (16, 130, 264)]
+GEMV_DTYPES = [(np.float32, 1e-5), (np.float16, 2e-3)]
+gemv_calls = 0
+for M, N, K in GEMV_SHAPES:
+    for dt, tol in GEMV_DTYPES:
+        for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
+            a = cp.asarray(random_matrix(K, M, "uniform", rng) if ta else random_matrix(M, K, "uniform", rng)).astype(dt)
+            b = cp.asarray(random_matrix(N, K, "uniform", rng) if tb else random_matrix(K, N, "uniform", rng)).astype(dt)
+            a_op, b_op = (a.T if ta else a), (b.T if tb else b)
+            c0 = cp.asarray(random_matrix(M, N, "uniform", rng)).astype(dt)
+            ref = reference(a_op.astype(np.float64), b_op.astype(np.float64), 0.5, 2.0, c0.astype(np.float64))
+            out = c0.copy()
+            gemmlab.matmul(a_op, b_op, out=out, alpha=0.5, beta=2.0, kernel="gemv")
+            gemv_calls += 1
+            err = compare(out.astype(np.float64), ref)
+            if not err.ok(tol):
+                bad += 1
+                print(f"WRONG gemv {np.dtype(dt).name} {M}x{N}x{K} T{int(ta)}{int(tb)}: {err}", flush=True)
+# wgmma with a batch in one launch (sm_90a only): a dense batch (TMA-store epilogue)
+# and one whose C has gaps between its matrices (stores from registers).
+wgmma_calls = 0
+if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
+    for nb, M, N, K in ((3, 7, 13, 8), (4, 130, 264, 200)):
+        a = cp.asarray(rng.uniform(-1, 1, (nb, M, K))).astype(np.float16)
+        b = cp.asarray(rng.uniform(-1, 1, (nb, K, N))).astype(np.float16)
+        ref = cp.matmul(a.astype(np.float64), b.astype(np.float64))
+        for gap in (0, 8):
+            buf = cp.full((nb, M + gap, N), np.nan, dtype=np.float16)
+            out = buf[:, :M, :]
+            gemmlab.matmul(a, b, out=out, kernel="wgmma")
+            wgmma_calls += 1
+            err = compare(out.astype(np.float64), ref)
+            if not err.ok(2e-3) or (gap and not bool(cp.isnan(buf[:, M:, :]).all())):
+                bad += 1
+                print(f"WRONG wgmma batch of {nb} {M}x{N}x{K} gap={gap}: {err}", flush=True)
 cp.cuda.runtime.deviceSynchronize()
 launches = len(SHAPES) * 2 * len(CASES) + len(TC_SHAPES) * len(TC_DTYPES) * len(TENSOR) \
-    + len(SHAPES) * 2 * len(EC) * len(EC_PRECISIONS)
+    + len(SHAPES) * 2 * len(EC) * len(EC_PRECISIONS) + gemv_calls + wgmma_calls
 print(f"{launches} launches, {bad} wrong", flush=True)
 sys.exit(1 if bad else 0)
