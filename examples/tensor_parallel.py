@@ -24,6 +24,7 @@ result.  Rank 0 prints a table and writes --json.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import time
@@ -96,7 +97,7 @@ def mlp_step(mesh, tokens: int, hidden: int, ffn: int, dtype, precision: str, re
         model = base
         for sharded in (False, True):
             if sharded:
-                model = parallelize_module(copy_module(base), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+                model = parallelize_module(copy.deepcopy(base), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
 
             def step(model=model, name=name):
                 model.zero_grad(set_to_none=True)
@@ -119,11 +120,6 @@ def mlp_step(mesh, tokens: int, hidden: int, ffn: int, dtype, precision: str, re
                              ms_1gpu=single[name][0], ms=ms, tflops=flops / ms / 1e9, speedup=single[name][0] / ms,
                              efficiency=single[name][0] / (mesh.size() * ms), rel_error_vs_1gpu=err))
     return rows
-
-
-def copy_module(m):
-    import copy
-    return copy.deepcopy(m)
 
 
 def main():

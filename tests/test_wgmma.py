@@ -405,6 +405,16 @@ def test_tf32_batch_is_one_gemm_launch(monkeypatch, gap):
     _batched(monkeypatch, 3, 3, 129, 257, 65, "NN", "tf32", "float32", gap=gap, out_gap=gap)
 
 
+def _one_wgmma_launch(monkeypatch, a, b):
+    """gemmlab.matmul(a, b) on bf16 views runs wgmma in one launch and matches FP64."""
+    launches = _Launches(monkeypatch)
+    got = gemmlab.matmul(a, b)
+    torch.cuda.synchronize()
+    assert gemmlab.last_plan().spec.name == "wgmma" and launches.n == 1, gemmlab.last_plan().describe()
+    ref = a.double() @ b.double()
+    assert float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]
+
+
 @hopper
 @pytest.mark.gpu
 def test_interleaved_heads_batch(monkeypatch):
@@ -414,12 +424,7 @@ def test_interleaved_heads_batch(monkeypatch):
     q = torch.randn(S, H, D, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(S, H, D, device="cuda", dtype=torch.bfloat16)
     qh, kh = q.transpose(0, 1), k.transpose(0, 1)            # (H, S, D), strides (D, H * D, 1)
-    launches = _Launches(monkeypatch)
-    got = gemmlab.matmul(qh, kh.transpose(-1, -2))
-    torch.cuda.synchronize()
-    assert gemmlab.last_plan().spec.name == "wgmma" and launches.n == 1, gemmlab.last_plan().describe()
-    ref = qh.double() @ kh.double().transpose(-1, -2)
-    assert float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]
+    _one_wgmma_launch(monkeypatch, qh, kh.transpose(-1, -2))
 
 
 @hopper
@@ -427,9 +432,4 @@ def test_interleaved_heads_batch(monkeypatch):
 def test_auto_runs_a_batch_on_wgmma_in_one_launch(monkeypatch):
     q = torch.randn(8, 512, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(8, 512, 128, device="cuda", dtype=torch.bfloat16)
-    launches = _Launches(monkeypatch)
-    s = gemmlab.matmul(q, k.transpose(-1, -2))
-    torch.cuda.synchronize()
-    assert gemmlab.last_plan().spec.name == "wgmma" and launches.n == 1, gemmlab.last_plan().describe()
-    ref = q.double() @ k.double().transpose(-1, -2)
-    assert float(torch.linalg.norm(s.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]
+    _one_wgmma_launch(monkeypatch, q, k.transpose(-1, -2))

@@ -38,6 +38,15 @@ def driver():
     return _driver
 
 
+def driver_call(result, what: str):
+    """The values a cuda.bindings driver call returned after its status, or
+    RuntimeError naming ``what`` (the call) and the status."""
+    err, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
+    if err != driver().CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err.name}")
+    return rest[0] if len(rest) == 1 else rest
+
+
 # Dynamic shared memory a block may use without asking the driver first.
 DEFAULT_DYNAMIC_SMEM = 48 * 1024
 _smem_raised: dict[tuple[int, int], int] = {}

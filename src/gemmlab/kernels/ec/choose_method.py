@@ -61,11 +61,9 @@ class DeviceChoice:
         """On ``stream``: zero the histograms at ``ws`` (WORKSPACE_BYTES), count
         A's and B's exponents, choose; the record also goes to ``report`` (0:
         nowhere).  Returns the record's address."""
-        from ...runtime.launch import driver, launch_shaped
+        from ...runtime.launch import driver, driver_call, launch_shaped
         d = driver()
-        err, = d.cuMemsetD32Async(ws, 0, RECORD_OFFSET // 4, d.CUstream(stream))
-        if err != d.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuMemsetD32Async failed: {err.name}")
+        driver_call(d.cuMemsetD32Async(ws, 0, RECORD_OFFSET // 4, d.CUstream(stream)), "cuMemsetD32Async")
         for side, off, shape, (rows, cols, ld, stride) in self.launches:
             launch_shaped(self.hist, shape, stream, (rows, cols, (B if side else A) + off, ld, stride,
                                                      ws + side * HIST_BYTES))
@@ -80,30 +78,24 @@ class Report:
     run (a captured call not yet replayed) its method reads -1."""
 
     def __init__(self, gpu, stream: int):
-        from ...runtime.launch import driver
+        from ...runtime.launch import driver, driver_call
         d = driver()
         self.gpu = gpu
-        err, ptr = d.cuMemAlloc(CHOICE_FIELDS * 8)
-        if err != d.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuMemAlloc of the fp32_tc choice report failed: {err.name}")
-        self.ptr = int(ptr)
+        self.ptr = int(driver_call(d.cuMemAlloc(CHOICE_FIELDS * 8), "cuMemAlloc of the fp32_tc choice report"))
         # In stream order (a graph being captured records it), so no synchronisation here.
-        err, = d.cuMemsetD32Async(self.ptr, 0xFFFFFFFF, CHOICE_FIELDS * 2, d.CUstream(stream))
-        if err != d.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuMemsetD32Async failed: {err.name}")
+        driver_call(d.cuMemsetD32Async(self.ptr, 0xFFFFFFFF, CHOICE_FIELDS * 2, d.CUstream(stream)),
+                    "cuMemsetD32Async")
         weakref.finalize(self, _free, self.ptr)
 
     def read(self) -> np.ndarray:
         """The record last written (CHOICE_FIELDS int64): waits for the device."""
         from ...runtime.device import make_current
-        from ...runtime.launch import driver
+        from ...runtime.launch import driver, driver_call
         d = driver()
         make_current(self.gpu.ordinal)
         host = np.zeros(CHOICE_FIELDS, np.int64)
-        for call in (lambda: d.cuCtxSynchronize(), lambda: d.cuMemcpyDtoH(host.ctypes.data, self.ptr, host.nbytes)):
-            err, = call()
-            if err != d.CUresult.CUDA_SUCCESS:
-                raise RuntimeError(f"reading the fp32_tc choice report failed: {err.name}")
+        driver_call(d.cuCtxSynchronize(), "waiting to read the fp32_tc choice report")
+        driver_call(d.cuMemcpyDtoH(host.ctypes.data, self.ptr, host.nbytes), "reading the fp32_tc choice report")
         return host
 
 

@@ -49,7 +49,7 @@ def exponent_histograms(gpu, stream: int, operands) -> list[np.ndarray]:
 
     from ...runtime import compile as rt_compile
     from ...runtime.device import make_current
-    from ...runtime.launch import device_workspace, launch
+    from ...runtime.launch import device_workspace, driver_call, launch
 
     make_current(gpu.ordinal)   # callable before any matmul on this thread
     kernel = rt_compile.load_kernel(EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL, gpu.arch)
@@ -57,21 +57,15 @@ def exponent_histograms(gpu, stream: int, operands) -> list[np.ndarray]:
     buf = device_workspace(gpu, stream, n * EXPONENT_BINS * 8, "the exponent statistics of fp32_tc")
     try:
         base = int(buf.handle)
-        _check(driver.cuMemsetD32Async(base, 0, n * EXPONENT_BINS * 2, stream))
+        driver_call(driver.cuMemsetD32Async(base, 0, n * EXPONENT_BINS * 2, stream), "cuMemsetD32Async")
         for i, (ptr, rows, cols, ld) in enumerate(operands):
             for off, grid, (r, c, l, s) in histogram_launches(gpu, [(0, rows, cols, ld, 1, 0)]):
                 launch(kernel, grid, (HISTOGRAM_THREADS, 1, 1), 0, stream, r, c, ptr + off, l, s,
                        base + i * EXPONENT_BINS * 8)
         host = np.zeros(n * EXPONENT_BINS, dtype=np.uint64)
-        _check(driver.cuMemcpyDtoHAsync(host.ctypes.data, base, host.nbytes, stream))
-        _check(driver.cuStreamSynchronize(stream))
+        driver_call(driver.cuMemcpyDtoHAsync(host.ctypes.data, base, host.nbytes, stream), "cuMemcpyDtoHAsync")
+        driver_call(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
     finally:
         buf.close(stream)
     return [host[i * EXPONENT_BINS:(i + 1) * EXPONENT_BINS].astype(np.int64) for i in range(n)]
 
-
-def _check(result) -> None:
-    from cuda.bindings import driver
-    err = result[0] if isinstance(result, tuple) else result
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"CUDA driver call failed: {err.name}")

@@ -17,16 +17,14 @@ namespace gemmlab {
 template <int DT, int ODT, int MT, bool ALIGNED, char OPA, char OPB>
 // launch bounds "1 block": without it ptxas capped the registers and spilled in some instantiations
 __global__ void __launch_bounds__(GEMV_THREADS, 1)
-gemv(int M, int N, int K, float alpha, const typename GemvStorage<DT>::type* __restrict__ A, int lda,
-     const typename GemvStorage<DT>::type* __restrict__ B, int ldb, float beta,
-     typename GemvStorage<ODT>::type* __restrict__ C, int ldc, long long stride_a, long long stride_b,
+gemv(int M, int N, int K, float alpha, const typename StorageOf<DT>::type* __restrict__ A, int lda,
+     const typename StorageOf<DT>::type* __restrict__ B, int ldb, float beta,
+     typename StorageOf<ODT>::type* __restrict__ C, int ldc, long long stride_a, long long stride_b,
      long long stride_c) {
     batch_select(A, stride_a, B, stride_b, C, stride_c);
-    // Elements of op(B) a thread loads at once (16-byte aligned operands): 16 bytes
-    // along K where op(B) is column-major, 4 along N where it is row-major (so a
-    // warp reads a 128-byte row segment and the blocks, 32 threads wide, stay many).
-    using S = typename GemvStorage<DT>::type;
-    constexpr int VEC = !ALIGNED ? 1 : (OPB == 'T' ? 16 : 4) / int(sizeof(S));
+    // Elements of op(B) a thread loads at once (one where the operands are not 16-byte aligned).
+    using S = typename StorageOf<DT>::type;
+    constexpr int VEC = !ALIGNED ? 1 : (OPB == 'T' ? GEMV_LOAD_BYTES_K : GEMV_LOAD_BYTES_N) / int(sizeof(S));
     const int k_end = alpha == 0.0f ? 0 : K;   // alpha = 0 reads neither A nor B (BLAS)
     if constexpr (OPB == 'T') {
         gemv_columns_along_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -13,6 +13,7 @@ from ..spec import TYPE_CODES, KernelSpec, Launch, Problem, TileParam, cdiv
 
 _K = read_constants("include/gemmlab/gemv/01_gemv.cuh")
 GEMV_THREADS, GEMV_WARPS = _K["GEMV_THREADS"], _K["GEMV_THREADS"] // 32
+GEMV_LOAD_BYTES_K, GEMV_LOAD_BYTES_N = _K["GEMV_LOAD_BYTES_K"], _K["GEMV_LOAD_BYTES_N"]
 # auto takes gemv for products of at most this many rows, by input dtype, where
 # op(B) is column-major (x @ W.t()): where it beat the tiled rung auto took before
 # and torch.matmul on an H100 (benchmarks/NOTES.md, run 80).  Its row-major path
@@ -28,14 +29,12 @@ GEMV_VARIANTS = tuple(Problem(1, 1, 1, aligned, dt, odt)
 
 
 def gemv_vec(prob: Problem) -> int:
-    """Elements of op(B) a thread loads at once, as 01_gemv.cu derives VEC: 16 bytes
-    along K where op(B) is column-major (a warp reads 512 contiguous bytes a step);
-    4 bytes along N where it is row-major (a warp reads a 128-byte row segment, and
-    the blocks, each 32 threads wide, stay many); one element where the operands
-    are not 16-byte aligned."""
+    """Elements of op(B) a thread loads at once, as 01_gemv.cu derives VEC:
+    GEMV_LOAD_BYTES_K along K where op(B) is column-major, GEMV_LOAD_BYTES_N along
+    N where it is row-major; one element where the operands are not 16-byte aligned."""
     if not prob.aligned16:
         return 1
-    return (16 if prob.op_b == "T" else 4) // _ITEMSIZE[prob.dtype]
+    return (GEMV_LOAD_BYTES_K if prob.op_b == "T" else GEMV_LOAD_BYTES_N) // _ITEMSIZE[prob.dtype]
 
 
 def _geometry(p, prob: Problem) -> Launch:

@@ -3,62 +3,46 @@
 // of op(A), whose elements come from the cache (op(A) is MT rows: small).
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <gemmlab/layout.cuh>
-#include <gemmlab/type_codes.cuh>
+#include <gemmlab/storage.cuh>
 
 namespace gemmlab {
 
 constexpr int GEMV_THREADS = 256;                 // threads per block
 constexpr int GEMV_WARPS = GEMV_THREADS / 32;     // columns per block (op(B) 'T'), K slices (op(B) 'N')
+// Bytes of op(B) a thread loads at once (16-byte aligned operands): along K where
+// op(B) is column-major (a warp reads 512 contiguous bytes a step); along N where
+// it is row-major (a warp reads a 128-byte row segment, and the blocks, 32
+// threads wide, stay many).
+constexpr int GEMV_LOAD_BYTES_K = 16;
+constexpr int GEMV_LOAD_BYTES_N = 4;
 
-// Storage types by type code (float32 in, or float16 / bfloat16 in and out).
-template <int DT> struct GemvStorage;
-template <> struct GemvStorage<TYPE_FLOAT32>  { using type = float; };
-template <> struct GemvStorage<TYPE_FLOAT16>  { using type = __half; };
-template <> struct GemvStorage<TYPE_BFLOAT16> { using type = __nv_bfloat16; };
-
-// Elements are handled as their bits (unsigned short for the 16-bit types) and
-// converted with cvt: the __half and __nv_bfloat16 structs' helpers take their
-// addresses, which can put them in local memory.
+// Elements are loaded as their bits (through the read-only cache: op(A) and op(B)
+// are only read) and converted with cvt.
 template <class S> struct GemvBitsOf { using type = unsigned short; };
 template <> struct GemvBitsOf<float> { using type = unsigned; };
 template <class S> using GemvBits = typename GemvBitsOf<S>::type;
 
-template <class S> __device__ __forceinline__ float bits_to_f32(unsigned bits);
-template <> __device__ __forceinline__ float bits_to_f32<float>(unsigned bits) { return __uint_as_float(bits); }
-template <> __device__ __forceinline__ float bits_to_f32<__half>(unsigned bits) {
+// The element of type S whose bits are the low sizeof(S) bytes of `bits`.
+template <class S> __device__ __forceinline__ float elem_from_bits(unsigned bits);
+template <> __device__ __forceinline__ float elem_from_bits<float>(unsigned bits) { return __uint_as_float(bits); }
+template <> __device__ __forceinline__ float elem_from_bits<__half>(unsigned bits) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)bits));
     return f;
 }
-template <> __device__ __forceinline__ float bits_to_f32<__nv_bfloat16>(unsigned bits) {
+template <> __device__ __forceinline__ float elem_from_bits<__nv_bfloat16>(unsigned bits) {
     return __uint_as_float(bits << 16);   // a bfloat16 is the top half of a float
 }
 
-// x rounded to the output's type, as bits.
-template <class O> __device__ __forceinline__ GemvBits<O> f32_to_bits(float x);
-template <> __device__ __forceinline__ unsigned f32_to_bits<float>(float x) { return __float_as_uint(x); }
-template <> __device__ __forceinline__ unsigned short f32_to_bits<__half>(float x) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    return h;
-}
-template <> __device__ __forceinline__ unsigned short f32_to_bits<__nv_bfloat16>(float x) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-}
-
-// The element at p of a read-only operand as a float (through the read-only cache).
+// The element at p of an operand the kernel only reads.
 template <class S>
-__device__ __forceinline__ float load_elem(const S* __restrict__ p) {
-    return bits_to_f32<S>(__ldg(reinterpret_cast<const GemvBits<S>*>(p)));
+__device__ __forceinline__ float load_ro(const S* __restrict__ p) {
+    return elem_from_bits<S>(__ldg(reinterpret_cast<const GemvBits<S>*>(p)));
 }
 
-// VEC consecutive elements at p (aligned to their size) as floats, in one load.
-// The elements are taken out of the loaded words by shifts, not through a
-// pointer to them: a pointer would put the words in local memory.
+// VEC consecutive elements at p (aligned to their size) as floats, in one load;
+// the elements are taken out of the loaded 32-bit words by shifts.
 template <int VEC, class S>
 __device__ __forceinline__ void load_vec(const S* __restrict__ p, float (&out)[VEC]) {
     constexpr int BYTES = VEC * int(sizeof(S));
@@ -77,15 +61,7 @@ __device__ __forceinline__ void load_vec(const S* __restrict__ p, float (&out)[V
     }
 #pragma unroll
     for (int v = 0; v < VEC; ++v)
-        out[v] = bits_to_f32<S>(sizeof(S) == 4 ? w[v] : w[v / 2] >> (16 * (v % 2)));
-}
-
-// out = alpha * acc + beta * out, in the output's type; beta == 0 never reads out.
-template <class O>
-__device__ __forceinline__ void gemv_store(O* out, float acc, float alpha, float beta) {
-    GemvBits<O>* bits = reinterpret_cast<GemvBits<O>*>(out);
-    const float v = alpha * acc;
-    *bits = f32_to_bits<O>(beta == 0.0f ? v : v + beta * bits_to_f32<O>(*bits));
+        out[v] = elem_from_bits<S>(sizeof(S) == 4 ? w[v] : w[v / 2] >> (16 * (v % 2)));
 }
 
 __device__ __forceinline__ float warp_sum(float x) {
@@ -117,20 +93,20 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
                     if (m0 + m < M) {
 #pragma unroll
                         for (int v = 0; v < VEC; ++v)
-                            acc[m] = fmaf(load_elem(&A[elem_offset<OPA>(m0 + m, k + v, lda)]), b[v], acc[m]);
+                            acc[m] = fmaf(load_ro(&A[elem_offset<OPA>(m0 + m, k + v, lda)]), b[v], acc[m]);
                     }
                 }
             }
             for (int k = k_vec + lane; k < K; k += 32) {
-                const float b = load_elem(&col[k]);
+                const float b = load_ro(&col[k]);
 #pragma unroll
                 for (int m = 0; m < MT; ++m)
-                    if (m0 + m < M) acc[m] = fmaf(load_elem(&A[elem_offset<OPA>(m0 + m, k, lda)]), b, acc[m]);
+                    if (m0 + m < M) acc[m] = fmaf(load_ro(&A[elem_offset<OPA>(m0 + m, k, lda)]), b, acc[m]);
             }
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
                 const float sum = warp_sum(acc[m]);
-                if (lane == 0 && m0 + m < M) gemv_store(&C[(long long)(m0 + m) * ldc + n], sum, alpha, beta);
+                if (lane == 0 && m0 + m < M) store_scaled_as(&C[(long long)(m0 + m) * ldc + n], sum, alpha, beta);
             }
         }
     }
@@ -162,12 +138,12 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
                     load_vec<VEC>(row + n, b);
                 } else {
 #pragma unroll
-                    for (int v = 0; v < VEC; ++v) b[v] = n + v < N ? load_elem(&row[n + v]) : 0.0f;
+                    for (int v = 0; v < VEC; ++v) b[v] = n + v < N ? load_ro(&row[n + v]) : 0.0f;
                 }
 #pragma unroll
                 for (int m = 0; m < MT; ++m) {
                     if (m0 + m < M) {
-                        const float a = load_elem(&A[elem_offset<OPA>(m0 + m, k, lda)]);   // one address a warp
+                        const float a = load_ro(&A[elem_offset<OPA>(m0 + m, k, lda)]);   // one address a warp
 #pragma unroll
                         for (int v = 0; v < VEC; ++v) acc[m][v] = fmaf(a, b[v], acc[m][v]);
                     }
@@ -186,7 +162,7 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
                     float sum = 0.0f;
 #pragma unroll
                     for (int w = 0; w < GEMV_WARPS; ++w) sum += partial[w][m][c];
-                    gemv_store(&C[(long long)(m0 + m) * ldc + n0 + c], sum, alpha, beta);
+                    store_scaled_as(&C[(long long)(m0 + m) * ldc + n0 + c], sum, alpha, beta);
                 }
             }
             __syncthreads();   // read before the next pass writes

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <gemmlab/layout.cuh>
+#include <gemmlab/storage.cuh>
 #include <gemmlab/tile_order.cuh>
 #include <gemmlab/type_codes.cuh>
 #include <gemmlab/wmma_ext.cuh>
@@ -18,17 +19,6 @@ namespace gemmlab {
 // K of one MMA tile: 8 for TF32 (m16n16k8), 16 for the 16-bit types.
 template <int DT>
 __host__ __device__ constexpr int tc_tile_k() { return DT == TYPE_TF32 ? 8 : 16; }
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <class O> __device__ __forceinline__ O from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
 
 // Fill a matrix_a / matrix_b fragment with the tile at (row0, col0) of a
 // rows x cols matrix stored with layout OP, element by element through the
@@ -55,9 +45,7 @@ __device__ __forceinline__ void store_accumulator_masked(Frag& acc, O* __restric
     wmma_ext::foreach_ij(acc, [&](int k, unsigned r, unsigned c) {
         const int gr = row0 + int(r), gc = col0 + int(c);
         if (gr < M && gc < N) {
-            O* out = &C[(long long)gr * ldc + gc];
-            const float v = beta == 0.0f ? alpha * acc.x[k] : alpha * acc.x[k] + beta * to_float(*out);
-            *out = from_float<O>(v);
+            store_scaled_as(&C[(long long)gr * ldc + gc], acc.x[k], alpha, beta);
         }
     });
 }
