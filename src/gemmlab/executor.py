@@ -343,6 +343,8 @@ class _DeviceChoice:
     def run(self, stream: int, A: int, B: int, C: int, alpha, beta, offsets) -> "ChosenOnDevice":
         if self.report is None:
             self.report = Report(self.gpu, stream)
+        # Its own pool allocation, not the stream's kept workspace: ec_wgmma's split
+        # pre-pass holds that one (and its lock) while this record is still in use.
         ws = device_workspace(self.gpu, stream, CHOICE_WORKSPACE_BYTES, "the fp32_tc method choice")
         try:
             record = self.choice.enqueue(stream, A, B, ws.handle, self.report.ptr)

@@ -33,7 +33,7 @@ def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True
         budget_s: float = 2.0, quiet: bool = False, seed: int = 0, kernel_only: bool = False) -> list[Record]:
     import cupy as cp
     from .. import executor
-    from ..kernels.ec.choose_method import CHOICE, CHOICE_FIELDS, WORKSPACE_BYTES, DeviceChoice
+    from ..kernels.ec.choose_method import CHOICE, CHOICE_FIELDS, CHOICE_METHODS, WORKSPACE_BYTES, DeviceChoice
     gpu = bench_gpu()
     timer = Timer(gpu.l2_bytes, reps, flush, max_run_s, budget_s)
     rng = np.random.default_rng(seed)
@@ -65,7 +65,7 @@ def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True
         # The candidate fp32_tc launches but did not choose (TF32 parts when FP16 was chosen):
         # its pre-pass and GEMM read the record and return.
         record = cp.zeros(CHOICE_FIELDS, cp.int64)
-        record[CHOICE["method"]] = 0   # METHOD_FP16_EC
+        record[CHOICE["method"]] = next(code for code, m in CHOICE_METHODS.items() if m == "fp16_ec")
         tf32 = api.plan("auto", M, N, K, dtype="tf32_ec", arch=gpu.arch, sm_count=gpu.sm_count)
         out = cp.empty((M, N), cp.float32)
         skipped = executor.launcher(tf32, gpu, (K, N, N))
