@@ -211,3 +211,20 @@ def test_many_tiles_per_block(kernel, params, precision):
     gemmlab.matmul(a, b, out=out, precision=precision, kernel=kernel, **params)
     err = compare(out, ref)
     assert err.nonfinite == 0 and err.rel_fro <= 1.5 * compare(a @ b, ref).rel_fro, err
+
+
+@pytest.mark.parametrize("shape", [(1, 300, 257), (13, 129, 65), (200, 96, 9)], ids=lambda s: "x".join(map(str, s)))
+def test_fp32_tc_runs_thin_products_as_fp32(shape):
+    """With a side of at most 16, fp32_tc (kernel="auto") runs a float32 rung (FP32 on the CUDA
+    cores, planner.fp32_tc_on_cuda_cores), as accurate as SGEMM; a named ec kernel still runs."""
+    M, N, K = shape
+    rng = np.random.default_rng(M * N + K)
+    a, b = cp.asarray(make_inputs("normal", M, K, rng)), cp.asarray(make_inputs("normal", K, N, rng))
+    out = cp.full((M, N), np.nan, dtype=np.float32)
+    gemmlab.matmul(a, b, out=out, precision="fp32_tc")
+    p = gemmlab.last_plan()
+    assert p.method == "fp32" and p.problem.dtype == "float32" and "at most 16" in p.reason, p.describe()
+    ref = reference(a, b, keep_on_gpu=True)
+    assert compare(out, ref).rel_fro <= 1.5 * compare(a @ b, ref).rel_fro + 1e-7
+    gemmlab.matmul(a, b, out=out, precision="fp32_tc", kernel="ec_wmma")
+    assert gemmlab.last_plan().spec.name == "ec_wmma" and gemmlab.last_plan().method in ("fp16_ec", "tf32_ec")

@@ -144,3 +144,15 @@ def test_ec_precisions_are_planned_without_a_gpu(precision, monkeypatch):
     a = np.ones((2, 5, 4), np.float32)
     with pytest.raises(NoGPUError):
         gemmlab.matmul(a, np.ones((4, 3), np.float32).T.copy().T, precision=precision)
+
+
+def test_fp32_tc_runs_thin_products_on_the_cuda_cores():
+    """A side of at most 16 makes fp32_tc (with kernel="auto") plain FP32: the reason names the
+    side; anything wider keeps the tensor cores."""
+    from gemmlab.planner import FP32_TC_CUDA_CORE_SIDE, fp32_tc_on_cuda_cores
+    assert FP32_TC_CUDA_CORE_SIDE == 16
+    assert fp32_tc_on_cuda_cores(1, 4096, 4096).startswith("M = 1 (at most 16)")
+    assert fp32_tc_on_cuda_cores(4096, 16, 4096).startswith("N = 16 ")
+    assert fp32_tc_on_cuda_cores(6144, 4096, 7).startswith("K = 7 ")
+    assert fp32_tc_on_cuda_cores(17, 4096, 4096) == ""
+    assert fp32_tc_on_cuda_cores(0, 4096, 4096) == ""   # an empty result: nothing to run either way

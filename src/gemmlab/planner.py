@@ -281,6 +281,27 @@ def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) ->
     return "mma_pipelined", registry.get("mma_pipelined").sized_params(M, N, K, sm_count, batch)
 
 
+# fp32_tc runs IEEE FP32 on the CUDA cores where a side of the product is at most this long.
+FP32_TC_CUDA_CORE_SIDE = 16
+
+
+def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
+    """Why ``precision="fp32_tc"`` with ``kernel="auto"`` runs this product as plain FP32
+    on the CUDA cores (the float32 rungs, gemv included), or "" where the tensor cores
+    pay.  With a side of at most FP32_TC_CUDA_CORE_SIDE the product is a matrix-vector
+    product in disguise: its time is one read of the large operand (or one write of C),
+    which the error-corrected path makes three (exponent histogram, split into parts,
+    the GEMM), with the tensor cores idle for want of work.  The result is IEEE FP32,
+    as accurate as fp32_tc promises (benchmarks/NOTES.md, run 82)."""
+    side = min(M, N, K)
+    if 0 < side <= FP32_TC_CUDA_CORE_SIDE:
+        name = "M" if side == M else "N" if side == N else "K"
+        return (f"{name} = {side} (at most {FP32_TC_CUDA_CORE_SIDE}): a memory-bound product, run as IEEE FP32 "
+                f"on the CUDA cores, where the error-corrected tensor-core path would read its operands "
+                f"three times")
+    return ""
+
+
 def _one_launch_per_matrix_wins(M: int, N: int, batch: int, tile: tuple[int, int], sm_count: int) -> bool:
     """Whether a Hopper kernel that runs a batch one matrix per launch (ec_wgmma;
     wgmma takes a whole batch in one launch) should take it: a single product, or
