@@ -161,7 +161,7 @@ def test_defaults_and_tuned_configurations_compile_in_every_layout(spec):
     assert spec.defaults() in configs
     for p in configs:
         for prob in spec.variants:
-            for op_a, op_b in spec.layouts:   # the layouts the kernel reads (mma_pipelined: NN)
+            for op_a, op_b in spec.layouts:   # the layouts the kernel reads
                 if not spec.why_unusable(prob.with_layout(op_a, op_b)):   # (wgmma: TF32 NN only)
                     assert spec.name_expression(p, prob.with_layout(op_a, op_b)) in insts
     if spec.name == "pipelined":   # both tables' winners, each in 4 layouts x 2 variants
@@ -383,8 +383,9 @@ def test_tf32_pack_compiles_without_spills():
 @pytest.mark.parametrize("arch", ARCHES)
 def test_mma_pipelined_sass(arch, ladder_module, ladder_sass):
     """Every instantiation of mma_pipelined: the unrolled K-step's (BK/16) x (WM/16) x (WN/8)
-    mma.sync (HMMA); A fragments by ldmatrix (LDSM), B by ldmatrix.trans for 16-bit types and by
-    32-bit shared loads for TF32 (no .trans for 32-bit elements); cp.async (LDGSTS) wherever it
+    mma.sync (HMMA); 16-bit fragments by ldmatrix (LDSM) where K runs along the stored rows (A 'N',
+    B 'T') and by ldmatrix.trans where it runs down them (A 'T', B 'N'); TF32 (NN only) A by
+    ldmatrix, B by 32-bit shared loads (no .trans for 32-bit elements); cp.async (LDGSTS) wherever it
     can move the elements: 16-byte copies for aligned operands, 4-byte ones for unaligned TF32,
     none for unaligned 16-bit types (cp.async moves at least 4 bytes)."""
     spec = registry.get("mma_pipelined")
@@ -394,11 +395,12 @@ def test_mma_pipelined_sass(arch, ladder_module, ladder_sass):
         f = sass_facts(sass[symbols[name]])
         per_stage = (p["BK"] // 16) * (p["WM"] // 16) * (p["WN"] // 8)
         assert f["HMMA"] >= per_stage and f["HMMA"] % per_stage == 0, (name, f)
-        assert f["LDSM"] > 0, (name, f)
+        plain, trans = f["LDSM"] - f["LDSM.T"], f["LDSM.T"]
         if prob.dtype == "tf32":
-            assert f["LDSM.T"] == 0 and f["LDS.32"] > 0, (name, f)
+            assert plain > 0 and trans == 0 and f["LDS.32"] > 0, (name, f)
         else:
-            assert f["LDSM.T"] > 0, (name, f)
+            assert (plain > 0) == (prob.op_a == "N" or prob.op_b == "T"), (name, f)
+            assert (trans > 0) == (prob.op_a == "T" or prob.op_b == "N"), (name, f)
         assert (f["LDGSTS"] > 0) == (prob.aligned16 or prob.dtype == "tf32"), (name, f)
         assert f["STG.128"] > 0 if prob.aligned16 else f["STG.128"] == 0, (name, f)
 

@@ -766,16 +766,26 @@ def test_wgmma_reads_every_16bit_layout(dtype, op_a, op_b):
         assert p.name_expression.endswith(f", '{op_a}', '{op_b}'>")
 
 
+@pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_fallbacks_chain_down_to_a_kernel_that_reads_the_layout(dtype):
-    """x @ W.t() (op(B) column-major) with rows TMA cannot read: wgmma falls back for the
-    alignment, mma_pipelined reads NN only, so wmma_warptile, with both reasons."""
-    p = gemmlab.plan("auto", 4096, 4096, 4096, dtype=dtype, out_dtype=dtype, arch="sm_90a", op_b="T",
-                     tma_aligned=False)
+def test_misaligned_16bit_operands_fall_back_to_mma_pipelined_in_every_layout(dtype, op_a, op_b):
+    """x @ W.t() and the other layouts with rows TMA cannot read: wgmma falls back for the
+    alignment to mma_pipelined, which reads every 16-bit layout (ldmatrix or .trans)."""
+    p = gemmlab.plan("auto", 4096, 4096, 4096, dtype=dtype, out_dtype=dtype, arch="sm_90a", op_a=op_a,
+                     op_b=op_b, tma_aligned=False)
+    assert p.spec.name == "mma_pipelined" and p.fallback_reason.count("cannot take these operands") == 1
+    assert "TMA needs" in p.fallback_reason
+    assert p.name_expression.endswith(f", '{op_a}', '{op_b}'>")
+
+
+def test_tf32_fallbacks_chain_down_to_a_kernel_that_reads_the_layout():
+    """TF32 x @ W.t(): wgmma's and mma_pipelined's TF32 paths read NN only, so wmma_warptile,
+    with both reasons."""
+    p = gemmlab.plan("auto", 4096, 4096, 4096, dtype="tf32", arch="sm_90a", op_b="T")
     assert p.spec.name == "wmma_warptile"
     assert p.fallback_reason.count("cannot take these operands") == 2
-    assert "TMA needs" in p.fallback_reason
     assert "running mma_pipelined instead" in p.fallback_reason and "running wmma_warptile instead" in p.fallback_reason
+    assert "no 32-bit ldmatrix.trans" in p.fallback_reason
 
 
 @pytest.mark.parametrize("op_a, op_b", [("T", "N"), ("N", "T"), ("T", "T")])

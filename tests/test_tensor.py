@@ -169,6 +169,38 @@ def test_mma_pipelined_misaligned_views(dtype, out_dtype, shape, small):
     assert _aligned(a, b, out) is False
 
 
+@pytest.mark.parametrize("ops", ["TN", "NT", "TT"])
+@pytest.mark.parametrize("dtype, out_dtype", PAIRS[:4])
+@pytest.mark.parametrize("shape, offset", [((200, 264, 328), 0), ((127, 129, 255), 0), ((130, 260, 96), 1)],
+                         ids=["16-byte rows", "ragged rows", "misaligned"])
+@pytest.mark.parametrize("small", [False, True], ids=["default", "64x64"])
+def test_mma_pipelined_reads_16bit_operands_in_every_layout(ops, dtype, out_dtype, shape, offset, small):
+    """op(A) and op(B) as transposed views (A stored K x M: ldmatrix.trans; B stored N x K:
+    plain ldmatrix), 16-byte copies where the stored rows allow them, narrow ones otherwise and
+    for views one element into their buffers; the rung itself runs, no fallback, and out's
+    padding stays untouched."""
+    M, N, K = shape
+    rng = np.random.default_rng(sum(shape) + 3 * len(dtype) + ord(ops[0]) + 2 * ord(ops[1]) + small)
+    ta, tb = ops[0] == "T", ops[1] == "T"
+    a_st, a64, _ = _operand(K if ta else M, M if ta else K, dtype, rng, offset=offset)
+    b_st, b64, _ = _operand(N if tb else K, K if tb else N, dtype, rng, offset=offset)
+    a, b = (a_st.t() if ta else a_st), (b_st.t() if tb else b_st)
+    a64, b64 = (a64.t() if ta else a64), (b64.t() if tb else b64)
+    out, c64, obuf = _operand(M, N, out_dtype, rng, ld=N + 8)
+    params = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4} if small else {}
+    gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel="mma_pipelined", **params)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "mma_pipelined" and not p.fallback_reason, p.describe()
+    assert p.name_expression.endswith(f", '{ops[0]}', '{ops[1]}'>"), p.name_expression
+    assert p.problem.aligned16 is (K == 328 and offset == 0), p.describe()
+    ref = 0.5 * (a64 @ b64) + 2.0 * c64
+    assert not torch.isnan(out).any(), "elements unwritten or NaN"
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert err <= BOUND[out_dtype], f"relative error {err:.2e}"
+    assert torch.isnan(obuf[:M * (N + 8)].view(M, N + 8)[:, N:]).all(), "the padding of out's rows was written"
+
+
 @pytest.mark.parametrize("dtype, out_dtype", PAIRS)
 @pytest.mark.parametrize("shape", [(100, 70, 90), (300, 250, 37)], ids=lambda s: "x".join(map(str, s)))
 def test_mma_pipelined_padded_rows_clip_ragged_chunks(dtype, out_dtype, shape):

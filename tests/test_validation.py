@@ -232,10 +232,14 @@ def test_plan_picks_by_dtype():
         "gemmlab::mma_pipelined<0, 0, 64, 64, 32, 32, 32, 4, true, 'N', 'N'>"
     assert gemmlab.plan("auto", 300, 300, 300, dtype="tf32").name_expression == \
         "gemmlab::mma_pipelined<2, 3, 64, 64, 32, 32, 32, 4, true, 'N', 'N'>"
-    # mma_pipelined reads row-major operands only: a column-major one falls back to wmma_warptile.
+    # mma_pipelined reads TF32 row-major only: a column-major one falls back to wmma_warptile;
+    # 16-bit operands it reads in every layout.
     p = gemmlab.plan("auto", 300, 300, 300, dtype="tf32", op_a="T")
     assert p.name_expression == "gemmlab::wmma_warptile<2, 3, 128, 128, 16, 32, 32, 'T', 'N'>"
-    assert "mma_pipelined cannot take these operands: it reads NN operand layouts only, not TN" in p.fallback_reason
+    assert "mma_pipelined cannot take these operands: its TF32 path reads row-major a and b (NN) only, not TN" \
+        in p.fallback_reason
+    assert gemmlab.plan("auto", 300, 300, 300, dtype="float16", out_dtype="float16", op_a="T").name_expression == \
+        "gemmlab::mma_pipelined<0, 0, 64, 64, 32, 32, 32, 4, true, 'T', 'N'>"
     assert gemmlab.plan("wmma", 300, 300, 300, dtype="bfloat16", op_b="T").name_expression == \
         "gemmlab::wmma_tile<1, 3, 'N', 'T'>"
     assert gemmlab.plan("auto", 300, 300, 300).spec.family == "simt"

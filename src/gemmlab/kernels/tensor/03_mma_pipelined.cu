@@ -11,9 +11,12 @@
 namespace gemmlab {
 
 // OPA, OPB: the operand layouts every rung's template ends with (layout.cuh).
-// This rung reads row-major A and B only (the registry lists just 'N', 'N';
-// other layouts fall back to wmma_warptile): a column-major operand would need
-// the other ldmatrix (.trans or not) and a transposed copy.  GROUP_M: tile-rows
+// 16-bit operands in every layout, as stored: a tile is copied with its rows as
+// they lie in memory (A 'N': M rows of K; 'T': K rows of M; B 'N': K rows of N;
+// 'T': N rows of K), and the ldmatrix that hands out the fragments is the plain
+// one where K runs along the stored rows (A 'N', B 'T') and .trans where it runs
+// down them (A 'T', B 'N').  TF32 has no 32-bit transpose: row-major A and B
+// only (the registry falls back for the others).  GROUP_M: tile-rows
 // per group of the block order (tile_order.cuh); the registry does not pass it
 // (8; benchmarks/NOTES.md compares 1, 4, 8, 16, named in the instantiation).
 // BK counts bytes, not elements: a stage holds 2*BK bytes of each row of A, so a
@@ -28,16 +31,18 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
               int lda, const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
               typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc, long long stride_a,
               long long stride_b, long long stride_c) {
-    static_assert(OPA == 'N' && OPB == 'N', "mma_pipelined reads row-major A and B only");
+    constexpr bool A_T = OPA == 'T', B_T = OPB == 'T';   // stored K x M / N x K
+    static_assert(DT != TYPE_TF32 || (!A_T && !B_T), "TF32 reads row-major A and B only");
     batch_select(A, stride_a, B, stride_b, C, stride_c);
     using S = typename wmma_types::Storage<DT>::type;
     constexpr int THREADS = (BM / WM) * (BN / WN) * 32;
     constexpr int E = int(sizeof(S));
     constexpr int KT = 2 * BK / E;                        // K per stage: BK 16-bit elements or BK/2 floats
     constexpr int KSTEPS = KT / mma::k_per_mma<DT>();     // MMAs along K per stage (BK / 16)
-    constexpr int A_CPR = 2 * BK / 16, B_CPR = BN * E / 16;   // 16-byte chunks per tile row
+    // 16-byte chunks per tile row: a row of K is 2*BK bytes, a row of M or N BM*E or BN*E.
+    constexpr int A_CPR = A_T ? BM * E / 16 : 2 * BK / 16, B_CPR = B_T ? 2 * BK / 16 : BN * E / 16;
     constexpr int A_ROW = 16 * A_CPR, B_ROW = 16 * B_CPR;     // bytes per tile row
-    constexpr int A_BYTES = BM * A_ROW, B_BYTES = KT * B_ROW;  // one stage of each operand
+    constexpr int A_BYTES = (A_T ? KT : BM) * A_ROW, B_BYTES = (B_T ? BN : KT) * B_ROW;  // one stage of each
     constexpr int FM = WM / 16, FN = WN / 8;              // m16 x n8 MMA tiles per warp
     using ALayout = mma::Swizzled<A_CPR>;
     using BLayout = mma::Swizzled<B_CPR, DT != TYPE_TF32>;   // TF32 B is read by 32-bit loads, not ldmatrix
@@ -53,32 +58,41 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
 
     // This thread's share of the copies; issue() starts those of the next
     // K-step (they are issued in order) into `stage`.
-    TileCopy<BM, KT, THREADS, ALayout, VEC, S> a_copy(A, lda, tile.row, 0, M, K, tid);
-    TileCopy<KT, BN, THREADS, BLayout, VEC, S> b_copy(B, ldb, 0, tile.col, K, N, tid);
+    using ACopy = TileCopy<A_T ? KT : BM, A_T ? BM : KT, THREADS, ALayout, VEC, S>;
+    using BCopy = TileCopy<B_T ? BN : KT, B_T ? KT : BN, THREADS, BLayout, VEC, S>;
+    ACopy a_copy = A_T ? ACopy(A, lda, 0, tile.row, K, M, tid) : ACopy(A, lda, tile.row, 0, M, K, tid);
+    BCopy b_copy = B_T ? BCopy(B, ldb, tile.col, 0, N, K, tid) : BCopy(B, ldb, 0, tile.col, K, N, tid);
     auto issue = [&](unsigned stage) {
         a_copy.issue(a_smem + stage * A_BYTES);
         b_copy.issue(b_smem + stage * B_BYTES);
-        a_copy.next_cols(KT);
-        b_copy.next_rows(KT, ldb);
+        if constexpr (A_T) a_copy.next_rows(KT, lda); else a_copy.next_cols(KT);
+        if constexpr (B_T) b_copy.next_cols(KT); else b_copy.next_rows(KT, ldb);
     };
 
     // Where this lane reads its fragments, relative to a stage: the swizzle
     // repeats every 8 rows, so the m16 tiles of A (16 rows apart) and the
     // K-steps of B (16 or 8 rows apart) differ by constant offsets.
-    unsigned a_lane[KSTEPS];   // A: K-step ks is chunks 2 ks, 2 ks + 1
+    // A 'N': one offset per K-step (chunks 2 ks, 2 ks + 1 of the rows); A 'T': one per
+    // m16 tile (chunks of M), K-steps 16 rows apart.
+    unsigned a_lane[A_T ? FM : KSTEPS];
 #pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks)
-        a_lane[ks] = warp_row * A_ROW + mma::ldmatrix_lane_offset<ALayout>(lane, 2 * ks);
+    for (int x = 0; x < (A_T ? FM : KSTEPS); ++x)
+        a_lane[x] = A_T ? mma::ldmatrix_pairs_lane_offset<ALayout>(lane, warp_row / 8 + 2 * x)
+                        : warp_row * A_ROW + mma::ldmatrix_lane_offset<ALayout>(lane, 2 * x);
     // B: 16-bit, one ldmatrix.x4.trans per 16 columns (2 chunks); TF32, one
     // offset per 8 columns (2 chunks).  The swizzle permutes chunks within
     // 128-byte windows of 8, so pieces a window apart (j and j + 4) differ by
     // 128 bytes and share an offset register.
-    constexpr int BPIECES = DT == TYPE_TF32 ? FN : FN / 2, BOFFS = BPIECES < 4 ? BPIECES : 4;
+    // B 'T' (N rows of K): one offset per K-step (chunks 2 ks, 2 ks + 1), pieces of 16
+    // rows (two n8 tiles) apart, the lanes ordered so that the tiles land in b[2j][0..1],
+    // b[2j + 1][0..1] order.
+    constexpr int BPIECES = DT == TYPE_TF32 ? FN : FN / 2, BOFFS = B_T ? KSTEPS : BPIECES < 4 ? BPIECES : 4;
     unsigned b_lane[BOFFS];
 #pragma unroll
     for (int j = 0; j < BOFFS; ++j)
-        b_lane[j] = DT == TYPE_TF32 ? mma::tf32_b_lane_offset<BLayout>(lane, warp_col / 4 + 2 * j)
-                            : mma::ldmatrix_lane_offset<BLayout>(lane, warp_col / 8 + 2 * j);
+        b_lane[j] = B_T ? warp_col * B_ROW + mma::ldmatrix_pairs_lane_offset<BLayout>(lane, 2 * j)
+                  : DT == TYPE_TF32 ? mma::tf32_b_lane_offset<BLayout>(lane, warp_col / 4 + 2 * j)
+                                    : mma::ldmatrix_lane_offset<BLayout>(lane, warp_col / 8 + 2 * j);
     auto b_offset = [&](int j) { return b_lane[j % 4] + 128 * (j / 4); };
 
     // Fragments of two K-steps: the next one's load while this one's MMAs run.
@@ -86,8 +100,14 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
     float acc[FM][FN][4] = {};
     auto load_a = [&](int buf, unsigned stage, int ks) {
         const unsigned at = a_smem + stage * A_BYTES;
+        if constexpr (A_T) {
 #pragma unroll
-        for (int i = 0; i < FM; ++i) mma::ldmatrix_x4(a[buf][i], at + a_lane[ks] + 16 * i * A_ROW);
+            for (int i = 0; i < FM; ++i)
+                mma::ldmatrix_x4_trans(a[buf][i], at + a_lane[i] + 16 * ks * A_ROW);
+        } else {
+#pragma unroll
+            for (int i = 0; i < FM; ++i) mma::ldmatrix_x4(a[buf][i], at + a_lane[ks] + 16 * i * A_ROW);
+        }
     };
     auto load_b = [&](int buf, unsigned stage, int ks) {
         const unsigned bt = b_smem + stage * B_BYTES;
@@ -97,6 +117,10 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
                 b[buf][j][0] = mma::lds32(bt + b_offset(j) + 8 * ks * B_ROW);
                 b[buf][j][1] = mma::lds32(bt + b_offset(j) + (8 * ks + 4) * B_ROW);
             }
+        } else if constexpr (B_T) {   // (N rows 0-7 | 8-15 of a piece) x (K chunks 2 ks | 2 ks + 1)
+#pragma unroll
+            for (int j = 0; j < FN / 2; ++j)
+                mma::ldmatrix_x4(reinterpret_cast<unsigned(&)[4]>(b[buf][2 * j][0]), bt + b_lane[ks] + 16 * j * B_ROW);
         } else {                   // rows 16 ks .. 16 ks + 15, two n8 tiles per ldmatrix
 #pragma unroll
             for (int j = 0; j < FN / 2; ++j) {

@@ -3,7 +3,7 @@ shared memory, a STAGES-deep cp.async pipeline."""
 
 from __future__ import annotations
 
-from ..spec import Constraint, KernelSpec, Launch, Problem, TileParam, tiles
+from ..spec import LAYOUTS, Constraint, KernelSpec, Launch, Problem, TileParam, tiles
 from .wmma import TC_DTYPES, TC_MIN_ARCH, TC_VARIANTS, tc_type_args
 from .wmma_warptile import tc_threads
 
@@ -23,6 +23,13 @@ def sized_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict:
     if 2 * -(-M // 128) * -(-N // 256) * batch >= sm_count:
         return {}
     return {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
+
+
+def _unusable(prob: Problem) -> str | None:
+    if prob.dtype == "tf32" and (prob.op_a, prob.op_b) != ("N", "N"):
+        return (f"its TF32 path reads row-major a and b (NN) only, not {prob.op_a}{prob.op_b}: there is no "
+                f"32-bit ldmatrix.trans to hand out the fragments of a transposed operand")
+    return None
 
 
 def mma_smem(p) -> int:
@@ -69,7 +76,9 @@ SPEC = KernelSpec(
     geometry=lambda p, prob: Launch(grid=(tiles(prob, p["BM"], p["BN"]), 1, 1), block=(tc_threads(p), 1, 1),
                                     smem_bytes=mma_smem(p)),
     variants=TC_VARIANTS_ALIGNED,
-    layouts=(("N", "N"),),       # its copies and ldmatrix read row-major A and B only so far
+    # 16-bit: every layout, as stored (ldmatrix or ldmatrix.trans); TF32: NN only, which _unusable says.
+    layouts=LAYOUTS,
+    unusable=_unusable,
     fallback="wmma_warptile",
     sized_params=sized_params,
     min_arch=TC_MIN_ARCH, fragment_maps=True,

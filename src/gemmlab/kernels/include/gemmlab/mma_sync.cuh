@@ -185,6 +185,17 @@ __device__ __forceinline__ unsigned ldmatrix_lane_offset(unsigned lane, unsigned
     return Layout::offset(lane & 15, chunk0 + (lane >> 4));
 }
 
+// ldmatrix.x4 over a 16-row slab with the other order of its four 8x8 tiles: lanes 0-7
+// point at rows 0-7 of chunk chunk0, lanes 8-15 at the same rows of chunk0 + 1, lanes
+// 16-31 likewise at rows 8-15.  For a column-major A (rows K, chunks along M) with .trans
+// that is the m16 x k16 fragment in a[0..3] order; for a column-major B (rows N, chunks
+// along K) without it, the k16 x n8 fragments of rows 0-7 and 8-15, in b[0..1], b[0..1]
+// order.
+template <class Layout>
+__device__ __forceinline__ unsigned ldmatrix_pairs_lane_offset(unsigned lane, unsigned chunk0) {
+    return Layout::offset((lane & 7) | ((lane >> 4) << 3), chunk0 + ((lane >> 3) & 1));
+}
+
 // The TF32 B fragment of the n8 tile whose columns start at chunk chunk0
 // (chunk0 even: 8 floats are two chunks): lane (g, t) reads row t, column
 // g -- chunk chunk0 + g / 4, float g % 4; its b[1] is row t + 4, the same
