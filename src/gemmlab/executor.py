@@ -88,7 +88,9 @@ class Launcher:
         self.item_in, self.item_out = storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
         self.strides = tuple(strides)
         self.splits = splits = p.spec.splits(p.params)
-        self.quick_ok = pr.out_dtype == "float32"   # 16-bit outputs: the kernels handle alpha == 0
+        # 16-bit outputs: the kernels handle alpha == 0, except split over K, where the
+        # partial products would read A and B; the reduction in C's dtype does it then.
+        self.quick_ok = pr.out_dtype == "float32" or splits > 1
         self.k_zero = pr.K == 0
         self.own_args = p.spec.kernel_args is not None
         self.batched_args = self.own_args and p.spec.batched_args
@@ -172,8 +174,8 @@ class Launcher:
         repeated call spends as little Python as possible.  None where run() is
         needed; run() also takes over for alpha == 0 (BLAS's quick return)."""
         cc_launch, streams, memo = cuda_core_launch(), wrapped_streams(), _f32_memo
-        if self.own_args and self._args_memo is not None and (self.batch == 1 or self.batched_args
-                                                               and len(self.chunks) == 1):
+        if self.own_args and self._args_memo is not None and self.splits == 1 and \
+                (self.batch == 1 or self.batched_args and len(self.chunks) == 1):
             # wgmma with tensor maps of the caller's arrays (a whole batch: one launch): the
             # argument tuple is kept per (addresses, alpha, beta) by _run_own_args; any other
             # call runs it.
@@ -203,8 +205,9 @@ class Launcher:
 
     def _reduce_kernel(self):
         if self._reduce is None:
-            self._reduce = (rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL,
-                                                   self.gpu.arch), registry.SPLITK_REDUCE_THREADS)
+            name = registry.splitk_reduce_kernel(self.plan.problem.out_dtype)
+            self._reduce = (rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, name, self.gpu.arch),
+                            registry.SPLITK_REDUCE_THREADS)
         return self._reduce
 
     def _quick_return(self, stream: int, C: int, beta) -> None:
@@ -227,7 +230,34 @@ class Launcher:
             sa, sb, sc = (self.strides[0] * self.item_in, self.strides[1] * self.item_in,
                           self.strides[2] * self.item_out)
             jobs = [(A + z * sa, B + z * sb, C + z * sc, 1) for z in range(self.batch)]
-        p, geo, (lda, ldb, ldc), strides = self.plan, self.geo, self.lds, self.strides
+        if self.splits > 1:
+            self._run_own_args_split(stream, jobs, alpha, beta)
+            return
+        self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice)
+
+    def _run_own_args_split(self, stream: int, jobs, alpha, beta) -> None:
+        """Split-K of a kernel that builds its arguments (wgmma, one launch per batch chunk):
+        the kernel writes its FP32 partial products to a workspace on the caller's stream
+        (stream-ordered, as run()'s; splits * M * N floats per matrix), its arguments built
+        with the workspace as C, alpha = 1 and beta = 0; then the reduction adds them into
+        C with alpha and beta, in C's dtype."""
+        reduce, _ = self._reduce_kernel()
+        M, N, _ = self.args_mk
+        alpha32, beta32 = f32(alpha), f32(beta)
+        ws_strides = (self.strides[0], self.strides[1], self.slice_ws)
+        for (a, b, c, nz), reduce_shape in zip(jobs, self._reduce_shapes):
+            ws = stream_workspace(self.gpu, stream, 4 * self.slice_ws * nz, self._ws_what, "use a smaller SPLITK")
+            try:
+                w = int(ws.handle)
+                self._launch_own_args(stream, [(a, b, w, nz)], N, ws_strides, 1.0, 0.0)
+                launch_shaped(reduce, reduce_shape, stream, (M, N, self.splits32, w, alpha32, beta32, c, self.ldc,
+                                                             self.sc))
+            finally:
+                ws.close(stream)   # given back in stream order, after the reduction
+
+    def _launch_own_args(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int = 0) -> None:
+        """Launch the kernel on each job (A, B, C, matrices) with ``ldc`` and the batch ``strides``."""
+        p, geo, (lda, ldb, _) = self.plan, self.geo, self.lds
         if self._args_memo is not None and not choice:
             alpha32, beta32, memo = f32(alpha), f32(beta), self._args_memo
             for a, b, c, nz in jobs:
@@ -239,7 +269,7 @@ class Launcher:
                     if args is None:   # driver-built tensor maps: launched already, by cuLaunchKernel
                         continue
                 args = args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:]
-                if len(jobs) == 1:   # what direct() launches when these addresses and scalars come again
+                if len(jobs) == 1 and self.splits == 1:   # what direct() launches for these addresses and scalars
                     if len(self._full_memo) >= ARGS_KEPT:
                         self._full_memo.clear()
                     self._full_memo[(a, b, c, alpha, beta)] = args
