@@ -102,7 +102,7 @@ class Emulator:
     def _wgmma(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc, batch, map_a, map_b, map_c,
                tma_store, splits):
         pr = p.problem
-        splits = int(splits)
+        splits, M, N, C = int(splits), int(M), int(N), int(C)
         assert splits == p.params["SPLITK"], (splits, p.params)
         if splits > 1:   # FP32 partial products into the workspace: M x N floats each, (matrix, slice)
             assert (float(alpha), float(beta), int(tma_store), int(ldc), int(sc)) == (1.0, 0.0, 0, N, M * N)

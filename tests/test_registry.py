@@ -744,30 +744,43 @@ def test_wgmma_auto_tile(M, N, sm_count, tile):
     assert p.params in WGMMA.configurations()
 
 
-@pytest.mark.parametrize("M, N, K, ops, batch, splits", [
-    (1, 4096, 128256, "NN", 1, 4),    # lm_head's dY @ W at one token: 32 tiles of 64x128
-    (16, 4096, 4096, "NN", 1, 4),     # o's dY @ W at 16 tokens: 64 K-steps, 16 a slice
-    (1, 4096, 1024, "NN", 1, 1),      # 16 K-steps: too short to split
-    (1, 4096, 2048, "NN", 1, 2),      # 32 K-steps: two slices of 16
-    (128, 4096, 128256, "NN", 1, 2),  # 64 tiles: two slices fill 128 SMs
-    (128, 4096, 28672, "NN", 1, 2),
-    (4096, 4096, 4096, "NN", 1, 1),   # 512 tiles of 128x256
-    (2048, 2048, 8192, "NN", 1, 1),   # 128 tiles: enough
-    (16, 4096, 4096, "NN", 8, 1),     # a batch of 8 x 32 tiles fills the GPU
-    (16, 4096, 4096, "NN", 2, 2),     # 2 x 32 tiles
+@pytest.mark.parametrize("M, N, K, ops, batch, tile, splits", [
+    (1, 4096, 128256, "NN", 1, (64, 128), 4),    # lm_head's dY @ W at one token: 32 tiles of 64x128
+    (16, 4096, 4096, "NN", 1, (64, 128), 4),     # o's dY @ W at 16 tokens: 64 K-steps, 16 a slice
+    (1, 4096, 1024, "NN", 1, (64, 128), 1),      # 16 K-steps: too short to split
+    (1, 4096, 2048, "NN", 1, (64, 128), 2),      # 32 K-steps: two slices of 16
+    (128, 4096, 128256, "NN", 1, (128, 128), 4),  # 64 < M <= 128: one tile-row of 128x128, 32 tiles
+    (128, 4096, 28672, "NN", 1, (128, 128), 4),
+    (128, 6144, 4096, "NT", 1, (128, 128), 2),   # qkv's x @ W.t() at 128 tokens: 48 tiles
+    (128, 14336, 4096, "NN", 1, (128, 128), 1),  # 112 tiles: more than half the SMs
+    (300, 1000, 4096, "NN", 1, (64, 128), 3),    # 5 x 8 tiles of 64x128: 3 x 40 <= 132
+    (16, 28672, 4096, "NT", 1, (64, 256), 1),    # 128x256 tiles fill the GPU; M <= 64: 64x256
+    (4096, 4096, 4096, "NN", 1, (128, 256), 1),  # 512 tiles of 128x256
+    (2048, 2048, 8192, "NN", 1, (128, 256), 1),  # 128 tiles: enough
+    (16, 4096, 4096, "NN", 8, (64, 256), 1),     # a batch of 8 x 16 tiles of 128x256 fills the GPU
+    (16, 4096, 4096, "NN", 2, (64, 128), 2),     # 2 x 32 tiles
 ])
-def test_wgmma_auto_splits_k_where_tiles_leave_sms_idle(M, N, K, ops, batch, splits):
+def test_wgmma_auto_splits_k_where_tiles_leave_sms_idle(M, N, K, ops, batch, tile, splits):
     """kernel="auto" on Hopper (16-bit): SPLITK fills the SMs the tiles leave idle, each slice
     WGMMA_MIN_K_STEPS_PER_SLICE K-steps or more, one round of work items at most."""
     p = gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=132,
                      op_a=ops[0], op_b=ops[1], batch=batch)
-    assert p.spec.name == "wgmma" and p.params["SPLITK"] == splits, p.describe()
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == tile, p.describe()
+    assert p.params["SPLITK"] == splits, p.describe()
     tiles = -(-M // p.params["BM"]) * -(-N // p.params["BN"]) * batch
     assert tiles * splits <= 132 or splits == 1
     assert -(-K // 64) >= registry.WGMMA_MIN_K_STEPS_PER_SLICE * splits
     assert p.params in WGMMA.configurations()
     # The split instantiation writes FP32 partial products; the plan's output stays bf16.
     assert (", true, '" in p.name_expression) == (splits > 1) and p.problem.out_dtype == "bfloat16"
+
+
+def test_wgmma_auto_tf32_keeps_its_tiles_and_splits():
+    """TF32 (its tile is BN x BM: C^T) keeps the 64x128 parameters where tiles are few, split too."""
+    p = gemmlab.plan("auto", 16, 4096, 8192, dtype="tf32", out_dtype="float32", arch="sm_90a", sm_count=132)
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == (64, 128), p.describe()
+    # 16 x 4096 in 128 x 64 tiles: 64 of them; 256 K-steps of 32
+    assert p.params["SPLITK"] == 2
 
 
 def test_wgmma_auto_split_off_hopper_and_when_named():

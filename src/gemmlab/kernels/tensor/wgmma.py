@@ -120,17 +120,35 @@ def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
     48%; at 2048^3 (128 tiles) 128x256 reached 81% where 128x128 (256 tiles, two rounds)
     reached 71%.
 
-    With ``K`` given, a tile that still leaves more than half of the SMs idle is split
-    over K (wgmma_auto_split), so that the slices fill them: a product of a few rows
-    (M <= 16, a decode step's dY @ W) or of 128 rows with a long K."""
+    With ``K`` given (planner.plan), the smaller tile is split over K where it still
+    leaves more than half of the SMs idle (wgmma_auto_split: one round of work items,
+    slices of 16 K-steps or more), and for 16-bit inputs with 64 < M <= 128 it is
+    128x128: one tile-row, so op(B) is read once, by the two consumer warpgroups of a
+    block, where two blocks of 64x128 read it twice.  Measured on an H100 (run 82a,
+    benchmarks/results/nvidia-h100-80gb-hbm3/wgmma-splitk-run82a.json, GPU time, BF16,
+    a Llama-3-8B-sized model's products): M = 1 and 16 with N = 4096 (32 tiles of
+    64x128), K = 4096 to 128,256: split 4 reached 86-100% of torch.matmul (95-100% at
+    K >= 28,672, op(B) read at up to 2.96 TB/s), unsplit 57-72%; splits of 3 and 8
+    were within 6% of 4.  M = 128, N = 4096 (32 tiles of 128x128): 128x128 split 4 was
+    the fastest configuration timed at K = 4096 (76-78% of torch), 6144 (86%),
+    14,336 (98%), 28,672 (105%) and 128,256 (103%, tied with 64x256 split 4), where
+    64x128 unsplit reached 62-75% and split 2 (64 tiles x 2) 70-94%; at 128x6144x4096
+    (48 tiles, split 2) 75% against 77% for 64x128 unsplit; at 128x14336x4096 (112
+    tiles, not split) 128x128 took 54 us, 64x128 (224 tiles) 67.  Where 128x256 tiles
+    fill the GPU but M <= 64 (16-bit), the tile is 64x256: no consumer warpgroup on
+    rows past M; at M = 1 and 16 with N = 28,672 and 128,256 (x @ W.t()) it took
+    93-98% of 128x256's time."""
     big = cdiv(M, 128) * cdiv(N, 256) * batch
-    bm, bn = (128, 256) if 2 * big >= sm_count else (64, 128)
+    if 2 * big >= sm_count:
+        bm = 64 if K is not None and dtype != "tf32" and M <= 64 else 128
+        return {"BM": bm, "BN": 256, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
+    bm = 128 if K is not None and dtype != "tf32" and 64 < M <= 128 else 64
     split = 1
     if K is not None:
-        tm, tn = wgmma_tile({"BM": bm, "BN": bn}, dtype)
+        tm, tn = wgmma_tile({"BM": bm, "BN": 128}, dtype)
         k_steps = cdiv(max(K, 1), SWIZZLE_BYTES // element_bytes("float32" if dtype == "tf32" else dtype))
         split = wgmma_auto_split(cdiv(M, tm) * cdiv(N, tn) * batch, k_steps, sm_count)
-    return {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1, "SPLITK": split}
+    return {"BM": bm, "BN": 128, "STAGES": 4, "CLUSTER": 1, "SPLITK": split}
 
 
 # -- launch arguments ------------------------------------------------------------------
