@@ -23,6 +23,16 @@ ptxas's report (registers, shared memory, stack, spills); a module's other
 sections (global data: NVRTC emits namespace-scope constexpr variables there) are
 reported apart, since the kernels do not read them.  Needs nvdisasm
 (pip install 'gemmlab[inspect]').  Exit status 1 if anything differs.
+
+A change that renames instantiations (a template argument added, a kernel made a
+template) is checked with --base-sub and --code-only: --select keeps the new
+tree's instantiations matching a regular expression, --base-sub 'PATTERN=>REPL'
+(repeatable) gives the base tree's name of each, and --code-only compares the
+kernel's code (symbol names and binding, global or weak, normalised) and ptxas's
+report only, not the mangled name or the parameter bank:
+
+    python3 scripts/sass_diff.py --base /tmp/base --kernels wgmma,splitk_reduce --select "false, '|reduce" \
+        --base-sub ", false, '=>, '" --base-sub "splitk_reduce<3>=>splitk_reduce" --code-only
 """
 
 from __future__ import annotations
@@ -61,7 +71,8 @@ def _list_jobs(arch: str, kernels: set[str] | None) -> list[tuple[str, str, str]
         if spec.builds_for(arch) and want(spec.name):
             jobs += [(spec.name, rel(spec.source_path), n) for n in tc.instantiations(spec, arch)]
     if want("splitk_reduce"):
-        jobs.append(("splitk_reduce", rel(r.SPLITK_REDUCE_SOURCE), r.SPLITK_REDUCE_KERNEL))
+        jobs += [("splitk_reduce", rel(r.SPLITK_REDUCE_SOURCE), n)   # one per output dtype since run 82
+                 for n in getattr(r, "SPLITK_REDUCE_KERNELS", (r.SPLITK_REDUCE_KERNEL,))]
     if want("exponent_histogram"):
         jobs.append(("exponent_histogram", rel(r.EXPONENT_HISTOGRAM_SOURCE), r.EXPONENT_HISTOGRAM_KERNEL))
     if arch == "sm_90a":
@@ -109,6 +120,14 @@ def _sections(cubin: bytes) -> dict[str, str]:
     text = re.sub(r"^\s*//-+ .*$\n?", "", text, flags=re.M)   # banners naming the next section
     parts = SECTION.split(text)
     return {name: body for name, body in zip(parts[1::2], parts[2::2])}
+
+
+def _code_only(sass: str, mangled: str) -> str:
+    """A kernel's code section alone, its own name and binding (global, weak) normalised
+    and the labels numbered within it."""
+    text = sass[sass.index(f".text.{mangled}"):]
+    text = re.sub(r"\.(global|weak)\s+" + re.escape(mangled), ".SYMBOL KERNEL", text)
+    return _renumber(text.replace(mangled, "KERNEL"))
 
 
 def _compile_chunk(source: str, names: list[str], arch: str) -> dict[str, dict]:
@@ -179,6 +198,11 @@ def main() -> int:
     ap.add_argument("--chunk", type=int, default=8, help="instantiations per compiled module")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--diff-dir", type=Path, help="write the two SASS texts of each differing kernel here")
+    ap.add_argument("--select", help="keep the instantiations whose name matches this regular expression")
+    ap.add_argument("--base-sub", action="append", default=[], metavar="PATTERN=>REPL",
+                    help="the base tree's name of an instantiation: re.sub(PATTERN, REPL, new name); repeatable")
+    ap.add_argument("--code-only", action="store_true",
+                    help="compare the code and ptxas's report only (not the mangled name or parameter bank)")
     ap.add_argument("--worker", choices=("list", "compile"), help=argparse.SUPPRESS)
     ap.add_argument("--jobs-file", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -196,6 +220,8 @@ def main() -> int:
             listing += ["--kernels", args.kernels]
         _run_worker(args.new.resolve(), listing)
         jobs = json.loads((tmp / "jobs.json").read_text())
+        if args.select:
+            jobs = [j for j in jobs if re.search(args.select, j[2])]
         by_group: dict[str, list] = {}
         for group, src, name in jobs:
             by_group.setdefault(group, []).append((src, name))
@@ -208,15 +234,30 @@ def main() -> int:
                 chunks += [[src, names[i:i + args.chunk]] for i in range(0, len(names), args.chunk)]
         chunks.sort(key=lambda c: -len(c[1]))
         (tmp / "chunks.json").write_text(json.dumps(chunks))
+        subs = [tuple(x.split("=>", 1)) for x in args.base_sub]
+
+        def base_name(name: str) -> str:
+            for pattern, repl in subs:
+                name = re.sub(pattern, repl, name)
+            return name
+        renamed = {f"{src}|{base_name(n)}": f"{src}|{n}" for src, names in chunks for n in names}
+        (tmp / "chunks.base.json").write_text(json.dumps([[src, [base_name(n) for n in names]]
+                                                          for src, names in chunks]))
         total = sum(counts.values())
         print(f"{args.arch}: {total} instantiations in {len(chunks)} modules: "
               + ", ".join(f"{g} {n}" for g, n in counts.items()), flush=True)
         results = {}
         for label, tree in (("base", args.base.resolve()), ("new", args.new.resolve())):
             t1 = time.time()
+            jobs_file = tmp / ("chunks.base.json" if label == "base" else "chunks.json")
             _run_worker(tree, ["--worker", "compile", "--arch", args.arch, "--jobs", str(args.jobs),
-                               "--jobs-file", str(tmp / "chunks.json"), "--out", str(tmp / f"{label}.json")])
+                               "--jobs-file", str(jobs_file), "--out", str(tmp / f"{label}.json")])
             results[label] = json.loads((tmp / f"{label}.json").read_text())
+            if label == "base":
+                results[label] = {renamed[k]: v for k, v in results[label].items()}
+            if args.code_only:
+                for v in results[label].values():
+                    v["sass"], v["mangled"] = _code_only(v["sass"], v["mangled"]), None
             print(f"  {label} ({tree}): compiled in {time.time() - t1:.0f} s", flush=True)
 
     base, new = results["base"], results["new"]
@@ -245,7 +286,8 @@ def main() -> int:
             for label, r in (("base", base), ("new", new)):
                 (args.diff_dir / f"module_data.{label}.txt").write_text(r[data_only[0]]["module_data"])
     same = len(base) - len(differing)
-    print(f"{args.arch}: {same} of {len(base)} kernels identical (SASS and mangled name), "
+    compared = "code and ptxas report" if args.code_only else "SASS and mangled name"
+    print(f"{args.arch}: {same} of {len(base)} kernels identical ({compared}), "
           f"{len(differing)} differ; {time.time() - t0:.0f} s")
     return 1 if differing else 0
 

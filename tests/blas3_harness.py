@@ -59,6 +59,8 @@ FAMILIES = [family(s.name, "float32") for s in registry.ladder("simt")] + [
      "float16", None, "float16"),
     family("ec_wmma", "fp16_ec"), family("ec_wgmma", "fp16_ec"), family("ec_wgmma", "tf32_ec"),
     family("wgmma", "float16"),
+    ("wgmma-fp16-SPLITK3", "wgmma", {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128, "SPLITK": 3},
+     "float16", None, "float16"),
     family("gemv", "float32"), family("gemv", "float16"),
 ]
 # The TMA rung on operands TMA reads (level3 with TMA_DIMS, TMA_PAD, TMA_GUARD): every
@@ -67,7 +69,9 @@ FAMILIES = [family(s.name, "float32") for s in registry.ladder("simt")] + [
 # cluster of two 64 x 128 blocks (B multicast).  264 > 256: several tiles of M, N, K.
 TMA_FAMILIES = [family("wgmma", "float16"),
                 ("wgmma-fp16-cluster2", "wgmma", {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128,
-                                                  "CLUSTER": 2}, "float16", None, "float16")]
+                                                  "CLUSTER": 2}, "float16", None, "float16"),
+                ("wgmma-fp16-SPLITK3", "wgmma", {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128,
+                                                 "SPLITK": 3}, "float16", None, "float16")]
 TMA_DIMS, TMA_PAD, TMA_GUARD = (0, 8, 40, 264), 8, 8
 
 
@@ -93,7 +97,7 @@ def instantiations(families, arch: str | None = None) -> set[tuple[str, str]]:
     """(source, name expression) of everything the tester launches: each family in
     each layout, aligned and not, TMA-aligned and not, and the split-K reduction
     (``arch``: only the families that run there)."""
-    items = {(str(registry.SPLITK_REDUCE_SOURCE), registry.SPLITK_REDUCE_KERNEL)}
+    items = {(str(registry.SPLITK_REDUCE_SOURCE), k) for k in registry.SPLITK_REDUCE_KERNELS}
     for fam in families:
         if arch is not None and not runs_on(fam, arch):
             continue

@@ -86,7 +86,7 @@ class Emulator:
         self.launches.append((kernel, tuple(grid)))
         assert all(0 < g for g in grid) and grid[1] <= 65535 and grid[2] <= 65535, grid
         if kernel == "reduce":
-            self._reduce(grid, *args)
+            self._reduce(kernel.out_dtype, grid, *args)
         elif kernel.spec.name == "wgmma":
             self._wgmma(kernel, grid, *args)
         else:
@@ -100,8 +100,23 @@ class Emulator:
         return self.mem(m.ptr + z * m.bstride, dtype, (m.rows, m.cols), (m.ld, 1))
 
     def _wgmma(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc, batch, map_a, map_b, map_c,
-               tma_store):
+               tma_store, splits):
         pr = p.problem
+        splits, M, N, C = int(splits), int(M), int(N), int(C)
+        assert splits == p.params["SPLITK"], (splits, p.params)
+        if splits > 1:   # FP32 partial products into the workspace: M x N floats each, (matrix, slice)
+            assert (float(alpha), float(beta), int(tma_store), int(ldc), int(sc)) == (1.0, 0.0, 0, N, M * N)
+            steps = -(-int(K) // 64)
+            per = -(-steps // splits)
+            for z in range(int(batch)):
+                a = self._through(map_a, z if int(sa) else 0, "float16")
+                b = self._through(map_b, z if int(sb) else 0, "float16")
+                a, b = (a if pr.op_a == "N" else a.T), (b if pr.op_b == "N" else b.T)
+                for s in range(splits):
+                    k0, k1 = min(int(K), 64 * s * per), min(int(K), 64 * (s + 1) * per)
+                    c = self.operand(C + 4 * (z * splits + s) * M * N, "float32", "N", M, N, N)
+                    c[...] = a[:, k0:k1].astype(np.float64) @ b[k0:k1, :].astype(np.float64)
+            return
         assert pr.dtype in ("float16", "bfloat16") and grid[1] == grid[2] == 1, (pr.dtype, grid)
         assert grid[0] <= 132, grid   # persistent: no more blocks than SMs
         M, N, K, ldc, batch = int(M), int(N), int(K), int(ldc), int(batch)
@@ -155,15 +170,24 @@ class Emulator:
                 r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
                 c[...] = r.astype(c.dtype)
 
-    def _reduce(self, grid, M, N, splits, ws, alpha, beta, C, ldc, sc):
+    def _reduce(self, out_dtype, grid, M, N, splits, ws, alpha, beta, C, ldc, sc):
         M, N, splits, ldc = int(M), int(N), int(splits), int(ldc)
         alpha, beta = float(alpha), float(beta)
         for z in range(grid[1]):
             acc = np.zeros((M, N))
             for s in range(splits):
                 acc += self.operand(ws + 4 * (z * splits + s) * M * N, "float32", "N", M, N, N)
-            c = self.operand(C + z * int(sc) * 4, "float32", "N", M, N, ldc)
-            c[...] = (alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)).astype(np.float32)
+            c = self.operand(C + z * int(sc) * ITEMSIZE[out_dtype], out_dtype, "N", M, N, ldc)
+            c[...] = (alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)).astype(c.dtype)
+
+
+class ReduceKernel(str):
+    """The split-K reduction as the emulator loads it: equal to "reduce", with the dtype it writes."""
+
+    def __new__(cls, out_dtype: str):
+        k = super().__new__(cls, "reduce")
+        k.out_dtype = out_dtype
+        return k
 
 
 @dataclass(frozen=True)
@@ -225,7 +249,10 @@ def install(monkeypatch) -> Emulator:
     monkeypatch.setattr(tma, "_encode", lambda *a, backend=None: FakeMap(*a))
 
     def load_kernel(source, name, arch):
-        return "reduce" if name == registry.SPLITK_REDUCE_KERNEL else _PLANS[name]
+        for d in registry.SPLITK_REDUCE_DTYPES:
+            if name == registry.splitk_reduce_kernel(d):
+                return ReduceKernel(d)
+        return _PLANS[name]
     monkeypatch.setattr(rt_compile, "load_kernel", load_kernel)
     real_plan = planner.plan
 

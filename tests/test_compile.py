@@ -56,7 +56,13 @@ def _tuned_configs(spec) -> list[dict]:
 
 
 def layout_configs(spec) -> list[dict]:
-    """The configurations compiled in all four layouts (see the module docstring)."""
+    """The configurations compiled in all four layouts (see the module docstring).  wgmma:
+    every tile unsplit, and split-K (another instantiation: FP32 partial products, no TMA
+    store) on the tiles its auto rule splits; every tile split is compiled in 'N', 'N'."""
+    if spec.name == "wgmma":
+        unsplit = [c for c in spec.configurations() if c["SPLITK"] == 1]
+        return unsplit + [{**c, "SPLITK": 2} for c in unsplit if c["STAGES"] == 4 and c["CLUSTER"] == 1
+                          and (c["BM"], c["BN"]) in ((64, 128), (128, 256))]
     if spec.name in ALL_LAYOUTS_FOR_EVERY_CONFIG:
         return spec.configurations()
     unique = {tuple(sorted(c.items())): c for c in [spec.defaults()] + _tuned_configs(spec)}
@@ -187,9 +193,12 @@ def test_choose_method_compiles_without_spills(arch):
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_splitk_reduce_compiles_without_spills(arch):
-    module = compile_module(registry.SPLITK_REDUCE_SOURCE, (registry.SPLITK_REDUCE_KERNEL,), arch)
-    r = parse_ptxas_log(module.log)[module.symbols[registry.SPLITK_REDUCE_KERNEL]]
-    assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.smem_bytes == 0
+    """The reduction of split-K's partial products, one per output dtype (FP32, FP16, BF16)."""
+    module = compile_module(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNELS, arch)
+    assert len(registry.SPLITK_REDUCE_KERNELS) == 3
+    for name in registry.SPLITK_REDUCE_KERNELS:
+        r = parse_ptxas_log(module.log)[module.symbols[name]]
+        assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.smem_bytes == 0, name
 
 
 # -- SASS facts ----------------------------------------------------------------------------
@@ -317,25 +326,29 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
     """Every instantiation of the wgmma rung runs on the Hopper path (hopper_path_sass),
     BK / MMA_K = 4 HGMMA per stage unrolled, of the instantiation's type, in every layout
     it reads (16-bit: all four; TF32: NN).  A 16-bit operand stored MN-major (A 'T': K x M;
-    B 'N': K x N) is read through the transpose bit, a K-major one (A 'N', B 'T') without."""
-    seen = set()
+    B 'N': K x N) is read through the transpose bit, a K-major one (A 'N', B 'T') without.
+    Split over K (SPLIT true), the partial tiles leave from the registers (no TMA store)."""
+    seen, splits = set(), set()
     for name, text, facts in hopper_path_sass("wgmma", ladder_module, ladder_sass):
         # nvdisasm writes FP16 as the default (no type suffix): HGMMA.64x256x16.F32
         dt = int(name.split("<")[1].split(",")[0])
         op_a, op_b = re.findall(r"'([NT])'", name)
+        split = ", true, " in name
         seen.add((dt, op_a + op_b))
+        splits.add((dt, op_a + op_b, split))
         expect = {0: r"HGMMA\.64x\d+x16\.F32", 1: r"HGMMA\.64x\d+x16\.F32\.BF16",
                   2: r"HGMMA\.64x\d+x8\.F32\.TF32"}[dt]
         assert re.search(expect + r"[ .]", text), f"{name}: no {expect}"
         assert facts["HGMMA"] == 4, f"{name}: {facts}"
         # A batch is one launch: every copy names its matrix (3-D maps, the batch outermost).
-        assert "UTMALDG.3D" in text and "UTMALDG.2D" not in text and "UTMASTG.3D" in text, name
+        assert "UTMALDG.3D" in text and "UTMALDG.2D" not in text and ("UTMASTG" in text) != split, name
         if dt != 2:
             assert (".tnspA" in text) == (op_a == "T"), name
             assert (".tnspB" in text) == (op_b == "N"), name
         else:
             assert (op_a, op_b) == ("N", "N") and ".tnsp" not in text, name
     assert seen == {(dt, ops) for dt in (0, 1) for ops in ("NN", "TN", "NT", "TT")} | {(2, "NN")}, seen
+    assert splits == {(dt, ops, s) for dt, ops in seen for s in (False, True)}, splits
 
 
 @needs_nvdisasm

@@ -39,6 +39,8 @@ FAMILIES = [
     ("mma_pipelined-tf32", "mma_pipelined", "float32", "tf32", {}, False),
     ("wgmma-bf16", "wgmma", "bfloat16", None, {}, True),
     ("wgmma-tf32", "wgmma", "float32", "tf32", {}, True),
+    ("wgmma-fp16-splitk", "wgmma", "float16", None, {"BM": 64, "BN": 128, "SPLITK": 3}, True),
+    ("wgmma-tf32-splitk", "wgmma", "float32", "tf32", {"BM": 64, "BN": 128, "SPLITK": 2}, True),
     ("auto-bf16", "auto", "bfloat16", None, {}, False),
     ("ec_wmma-fp16_ec", "ec_wmma", "float32", "fp16_ec", {}, False),
     ("ec_wmma-tf32_ec", "ec_wmma", "float32", "tf32_ec", {}, False),
@@ -150,7 +152,8 @@ def test_torch_cuda_graph_capture_and_replay(fam, layout):
 
 
 @pytest.mark.parametrize("fam", [f for f in FAMILIES if f[0] in ("pipelined-splitk", "wgmma-bf16", "auto-fp32",
-                                                                 "ec_wgmma-fp16_ec", "mma_pipelined-tf32")],
+                                                                 "ec_wgmma-fp16_ec", "mma_pipelined-tf32",
+                                                                 "wgmma-fp16-splitk")],
                          ids=lambda f: f[0])
 def test_cupy_stream_capture_and_replay(fam):
     _skip_off_hopper(fam)

@@ -62,7 +62,7 @@ def test_kernel_params_per_rung():
         "wmma_warptile": ["BM", "BN", "BK", "WM", "WN"],
         "mma_pipelined": ["BM", "BN", "BK", "WM", "WN", "STAGES"],
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
-        "wgmma": ["BM", "BN", "STAGES", "CLUSTER"],
+        "wgmma": ["BM", "BN", "STAGES", "CLUSTER", "SPLITK"],
         "ec_wgmma": ["STAGES"],
         "gemv": ["MT"],
     }
@@ -303,8 +303,13 @@ def test_name_expression_defaults(spec):
 def test_all_name_expressions(spec):
     names = spec.all_name_expressions()
     assert len(names) == len(set(names))
+    configs = spec.configurations()
+    nn_names = spec.all_name_expressions(layouts=[("N", "N")])
+    if spec.name == "wgmma":   # split or not is a template argument (test_wgmma_name_expressions): unsplit here
+        names, nn_names = ([n for n in x if ", false, '" in n] for x in (names, nn_names))
+        configs = [c for c in configs if c["SPLITK"] == 1]
     # The split-K factor is a launch shape, not a template argument: one instantiation serves all.
-    compiled = {tuple(v for k, v in c.items() if k != spec.split_k_param) for c in spec.configurations()}
+    compiled = {tuple(v for k, v in c.items() if k != spec.split_k_param) for c in configs}
     # Every layout, except for kernels that read fewer, or some in some types only (wgmma:
     # TF32 NN only), and those whose launch packs the operands row-major first (ec_wgmma:
     # one instantiation, NN, serves every layout).
@@ -317,7 +322,7 @@ def test_all_name_expressions(spec):
     for op_a, op_b in registry.LAYOUTS:   # the layouts are the last two template arguments
         expected = len(compiled) * read.get((op_a, op_b), 0)
         assert sum(n.endswith(f", '{op_a}', '{op_b}'>") for n in names) == expected
-    assert len(spec.all_name_expressions(layouts=[("N", "N")])) == len(compiled) * len(spec.variants)
+    assert len(nn_names) == len(compiled) * len(spec.variants)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
@@ -739,6 +744,55 @@ def test_wgmma_auto_tile(M, N, sm_count, tile):
     assert p.params in WGMMA.configurations()
 
 
+@pytest.mark.parametrize("M, N, K, ops, batch, tile, splits", [
+    (1, 4096, 128256, "NN", 1, (64, 128), 4),    # lm_head's dY @ W at one token: 32 tiles of 64x128
+    (16, 4096, 4096, "NN", 1, (64, 128), 4),     # o's dY @ W at 16 tokens: 64 K-steps, 16 a slice
+    (1, 4096, 1024, "NN", 1, (64, 128), 1),      # 16 K-steps: too short to split
+    (1, 4096, 2048, "NN", 1, (64, 128), 2),      # 32 K-steps: two slices of 16
+    (128, 4096, 128256, "NN", 1, (128, 128), 4),  # 64 < M <= 128: one tile-row of 128x128, 32 tiles
+    (128, 4096, 28672, "NN", 1, (128, 128), 4),
+    (128, 6144, 4096, "NT", 1, (128, 128), 2),   # qkv's x @ W.t() at 128 tokens: 48 tiles
+    (128, 14336, 4096, "NN", 1, (128, 128), 1),  # 112 tiles: more than half the SMs
+    (300, 1000, 4096, "NN", 1, (64, 128), 3),    # 5 x 8 tiles of 64x128: 3 x 40 <= 132
+    (16, 28672, 4096, "NT", 1, (64, 256), 1),    # 128x256 tiles fill the GPU; M <= 64: 64x256
+    (4096, 4096, 4096, "NN", 1, (128, 256), 1),  # 512 tiles of 128x256
+    (2048, 2048, 8192, "NN", 1, (128, 256), 1),  # 128 tiles: enough
+    (16, 4096, 4096, "NN", 8, (64, 256), 1),     # a batch of 8 x 16 tiles of 128x256 fills the GPU
+    (16, 4096, 4096, "NN", 2, (64, 128), 2),     # 2 x 32 tiles
+])
+def test_wgmma_auto_splits_k_where_tiles_leave_sms_idle(M, N, K, ops, batch, tile, splits):
+    """kernel="auto" on Hopper (16-bit): SPLITK fills the SMs the tiles leave idle, each slice
+    WGMMA_MIN_K_STEPS_PER_SLICE K-steps or more, one round of work items at most."""
+    p = gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=132,
+                     op_a=ops[0], op_b=ops[1], batch=batch)
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == tile, p.describe()
+    assert p.params["SPLITK"] == splits, p.describe()
+    tiles = -(-M // p.params["BM"]) * -(-N // p.params["BN"]) * batch
+    assert tiles * splits <= 132 or splits == 1
+    assert -(-K // 64) >= registry.WGMMA_MIN_K_STEPS_PER_SLICE * splits
+    assert p.params in WGMMA.configurations()
+    # The split instantiation writes FP32 partial products; the plan's output stays bf16.
+    assert (", true, '" in p.name_expression) == (splits > 1) and p.problem.out_dtype == "bfloat16"
+
+
+def test_wgmma_auto_tf32_keeps_its_tiles_and_splits():
+    """TF32 (its tile is BN x BM: C^T) keeps the 64x128 parameters where tiles are few, split too."""
+    p = gemmlab.plan("auto", 16, 4096, 8192, dtype="tf32", out_dtype="float32", arch="sm_90a", sm_count=132)
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == (64, 128), p.describe()
+    # 16 x 4096 in 128 x 64 tiles: 64 of them; 256 K-steps of 32
+    assert p.params["SPLITK"] == 2
+
+
+def test_wgmma_auto_split_off_hopper_and_when_named():
+    """A named wgmma keeps its defaults (no split) unless SPLITK is given; off Hopper auto runs
+    mma_pipelined, which has no split."""
+    assert gemmlab.plan("wgmma", 1, 4096, 128256, dtype="bfloat16", out_dtype="bfloat16").params["SPLITK"] == 1
+    assert gemmlab.plan("wgmma", 1, 4096, 128256, dtype="bfloat16", out_dtype="bfloat16",
+                        SPLITK=8).params["SPLITK"] == 8
+    assert gemmlab.plan("auto", 1, 4096, 128256, dtype="bfloat16", out_dtype="bfloat16", op_b="N",
+                        arch="sm_80").spec.name == "mma_pipelined"
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_wgmma_falls_back_when_tma_cannot_read_the_operands(dtype, caplog):
     import logging
@@ -840,9 +894,13 @@ def test_wgmma_geometry(M, N, sm_count):
         geo = WGMMA.launch(p, Problem(M, N, 64, True, "bfloat16", "bfloat16", tma_aligned=True, sm_count=sm_count))
         tiles_m, tiles_n = -(-M // p["BM"]), -(-N // p["BN"])
         tiles_mc = -(-tiles_m // cl)
+        # split over K: SPLITK work items per cluster tile (each slice of K of it)
+        assert geo.grid[0] == cl * min(tiles_mc * tiles_n * p["SPLITK"], sm_count // cl)
+        assert geo.grid[0] <= sm_count
+        if p["SPLITK"] > 1:
+            continue
         clusters = min(tiles_mc * tiles_n, sm_count // cl)
         assert geo.grid == (cl * clusters, 1, 1) and geo.cluster == (cl, 1, 1) and geo.persistent
-        assert geo.grid[0] <= sm_count
         assert geo.block == (128 * (p["BM"] // 64 + 1), 1, 1)
         # the ring, two 8 KiB epilogue staging buffers per consumer, barriers, alignment slack
         assert geo.smem_bytes == (p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * 8192
@@ -864,20 +922,27 @@ def test_wgmma_shared_memory_rule():
     assert {"BM": 128, "BN": 256, "STAGES": 5, "CLUSTER": 1} not in WGMMA.configurations()
     with pytest.raises(ValueError, match=r"must fit in the 227 KiB"):
         WGMMA.resolve({"BM": 128, "BN": 256, "STAGES": 5})
-    assert len(WGMMA.configurations()) == 22
+    assert len(WGMMA.configurations()) == 22 * len(registry.SPLITK_VALUES)
     assert max(WGMMA.launch(p, Problem(1, 1, 1, True)).smem_bytes for p in WGMMA.configurations()) <= 227 * 1024
 
 
 def test_wgmma_name_expressions():
     prob = Problem(10, 10, 10, True, "bfloat16", "bfloat16")
     d = WGMMA.defaults()
-    assert WGMMA.name_expression(d, prob) == f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, 'N', 'N'>"
-    assert WGMMA.name_expression({"BM": 64, "BN": 128, "STAGES": 3, "CLUSTER": 2}, Problem(1, 1, 1, True, "tf32")) == \
-        "gemmlab::wgmma_gemm<2, 3, 64, 128, 3, 2, 'N', 'N'>"
-    # 16-bit (4 type pairs) in every layout, TF32 in NN only
-    assert len(WGMMA.all_name_expressions()) == 22 * (4 * 4 + 1)
+    assert WGMMA.name_expression(d, prob) == f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, false, 'N', 'N'>"
+    assert WGMMA.name_expression({"BM": 64, "BN": 128, "STAGES": 3, "CLUSTER": 2, "SPLITK": 1},
+                                 Problem(1, 1, 1, True, "tf32")) == \
+        "gemmlab::wgmma_gemm<2, 3, 64, 128, 3, 2, false, 'N', 'N'>"
+    # Split over K: one instantiation for every SPLITK > 1, writing FP32 partial products
+    # whatever C's dtype (the reduction converts).
+    for splits in (2, 16):
+        assert WGMMA.name_expression({**d, "SPLITK": splits}, prob) == \
+            f"gemmlab::wgmma_gemm<1, 3, 128, 256, 4, {d['CLUSTER']}, true, 'N', 'N'>"
+    # Unsplit: 16-bit (4 type pairs) in every layout, TF32 in NN only; split: 2 16-bit types
+    # in every layout, TF32 in NN.
+    assert len(WGMMA.all_name_expressions()) == 22 * (4 * 4 + 1) + 22 * (2 * 4 + 1)
     assert WGMMA.name_expression(d, prob.with_layout("N", "T")) == \
-        f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, 'N', 'T'>"
+        f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, false, 'N', 'T'>"
 
 
 # -- ec_wgmma (Hopper, error-corrected) ------------------------------------------------------

@@ -222,7 +222,7 @@ WGMMA_BATCHES = [
 ]
 
 
-def _wgmma_batch(be, a_shape, b_shape, ta, tb, out, out_dt, gap=8, beta=0.0, colmajor_in=(False, False)):
+def _wgmma_batch(be, a_shape, b_shape, ta, tb, out, out_dt, gap=8, beta=0.0, colmajor_in=(False, False), **params):
     rng = np.random.default_rng(len(a_shape) + 3 * ta + tb)
     va = rng.integers(-4, 5, a_shape).astype(np.float16)
     vb = rng.integers(-4, 5, b_shape).astype(np.float16)
@@ -231,11 +231,11 @@ def _wgmma_batch(be, a_shape, b_shape, ta, tb, out, out_dt, gap=8, beta=0.0, col
     ob = np.swapaxes(vb, -1, -2) if tb else vb
     ref = np.matmul(oa.astype(np.float64), ob.astype(np.float64))
     if out == "new":
-        got = gemmlab.matmul(a, b, trans_a=ta, trans_b=tb, kernel="wgmma", out_dtype=out_dt)
+        got = gemmlab.matmul(a, b, trans_a=ta, trans_b=tb, kernel="wgmma", out_dtype=out_dt, **params)
     else:
         c0 = rng.integers(-4, 5, ref.shape).astype(out_dt)
         o = _tma_stack(be, c0, out == "F", gap)
-        assert gemmlab.matmul(a, b, out=o, trans_a=ta, trans_b=tb, beta=beta, kernel="wgmma") is o
+        assert gemmlab.matmul(a, b, out=o, trans_a=ta, trans_b=tb, beta=beta, kernel="wgmma", **params) is o
         got, ref = o, ref + beta * c0
     assert got.shape == ref.shape and np.array_equal(got.astype(np.float64), ref)
 
@@ -255,6 +255,23 @@ def test_wgmma_batch_is_one_launch_through_3d_maps(be, case):
     be.emu.launches.clear()
     _wgmma_batch(be, a_shape, b_shape, ta, tb, "C", out_dt, beta=0.5)   # register stores, stride_c
     assert len([k for k, _ in be.emu.launches if k != "reduce"]) == launches
+
+
+@pytest.mark.parametrize("case", WGMMA_BATCHES, ids=lambda c: f"{c[0]}x{c[1]}-{'T' if c[2] else 'N'}"
+                                                               f"{'T' if c[3] else 'N'}-{c[4]}-{c[5]}")
+def test_wgmma_split_k_batch(be, case):
+    """Split over K (SPLITK=3; K = 24: one K-step, so two slices are empty): each launch's
+    GEMM writes FP32 partial products, (matrix, slice) M x N floats apart, into the
+    workspace (never through C's map), and one reduction per launch adds them into C in
+    C's dtype, with alpha and beta."""
+    a_shape, b_shape, ta, tb, out, out_dt, launches = case
+    for beta in (0.0, 0.5):
+        be.emu.launches.clear()
+        _wgmma_batch(be, a_shape, b_shape, ta, tb, out if beta == 0 else "C", out_dt, beta=beta,
+                     BM=64, BN=128, SPLITK=3)
+        kinds = [k if k == "reduce" else k.spec.name for k, _ in be.emu.launches]
+        assert kinds == ["wgmma", "reduce"] * launches, kinds
+        assert gemmlab.last_plan().params["SPLITK"] == 3
 
 
 def test_wgmma_batch_in_chunks(be, monkeypatch):

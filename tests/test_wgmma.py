@@ -80,7 +80,8 @@ def _operand(rows, cols, layout, ld, dtype, rng, offset=0):
     return x.t(), x64.t()
 
 
-def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset=0, expect="wgmma", ops="NN"):
+def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset=0, expect="wgmma", ops="NN",
+           **params):
     ld = lambda n: -(-n // pad) * pad if pad else n
     a, a64 = _operand(M, K, ops[0], ld, dtype, rng, offset)
     b, b64 = _operand(K, N, ops[1], ld, dtype, rng)
@@ -89,7 +90,7 @@ def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset
     out = c0.clone() if beta else torch.full((M, N), float("nan"), device="cuda", dtype=ot)
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="gemmlab"):
-        gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel="wgmma",
+        gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel="wgmma", **params,
                        **({"precision": "tf32"} if dtype == "tf32" else {}))
         torch.cuda.synchronize()
     ran = _ran(caplog)
@@ -153,10 +154,13 @@ def test_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, c
            expect=expect)
 
 
+# Every tile configuration unsplit; split-K on a few of them (test_split_k_in_every_tile).
+UNSPLIT_CONFIGS = [p for p in registry.get("wgmma").configurations() if p["SPLITK"] == 1]
+
+
 @hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("params", registry.get("wgmma").configurations(),
-                         ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+@pytest.mark.parametrize("params", UNSPLIT_CONFIGS, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
 @pytest.mark.parametrize("dtype, out_dtype, ops", [("bfloat16", "bfloat16", "NN"), ("tf32", "float32", "NN"),
                                                    ("bfloat16", "bfloat16", "NT"), ("float16", "float16", "TT")])
 def test_every_configuration(params, dtype, out_dtype, ops, caplog):
@@ -433,3 +437,108 @@ def test_auto_runs_a_batch_on_wgmma_in_one_launch(monkeypatch):
     q = torch.randn(8, 512, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(8, 512, 128, device="cuda", dtype=torch.bfloat16)
     _one_wgmma_launch(monkeypatch, q, k.transpose(-1, -2))
+
+
+# -- split-K: partial products in a workspace, added into C by splitk_reduce ----------------------
+
+def _split_ran(splits):
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and p.params["SPLITK"] == splits, p.describe()
+    assert ", true, '" in p.name_expression, p.name_expression   # the split instantiation (FP32 partials)
+
+
+SPLIT_SHAPES = [(1, 300, 4000), (7, 13, 5), (16, 520, 3001), (129, 257, 1100), (1, 1, 1)]
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, out_dtype", DTYPES)
+@pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
+def test_split_k_on_odd_shapes(dtype, out_dtype, ops, shape, alpha, beta, caplog):
+    """SPLITK=3 on shapes that are multiples of no tile, in every layout and output type:
+    slices of unequal length, empty ones where K has fewer than 3 K-steps (7x13x5), the
+    reduction writing alpha * sum + beta * C in C's dtype."""
+    if dtype == "tf32" and ops != "NN":
+        pytest.skip("TF32 reads NN only")
+    M, N, K = shape
+    expect = "wgmma" if min(shape) > 1 or ops == "NN" else None   # (a vector's layout is ambiguous)
+    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M + 3 * N + K), caplog, ops=ops,
+           expect=expect, BM=64, BN=128, SPLITK=3)
+    if expect:
+        _split_ran(3)
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [dict(BM=64, BN=128), dict(BM=128, BN=128), dict(BM=64, BN=256),
+                                  dict(BM=128, BN=256), dict(BM=64, BN=128, CLUSTER=2),
+                                  dict(BM=128, BN=256, CLUSTER=2)], ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+@pytest.mark.parametrize("splits", [2, 16])
+@pytest.mark.parametrize("dtype, out_dtype, ops", [("bfloat16", "bfloat16", "NN"), ("float16", "float32", "TT"),
+                                                   ("tf32", "float32", "NN")])
+def test_split_k_in_every_tile(tile, splits, dtype, out_dtype, ops, caplog):
+    """Each tile shape and clusters (an odd number of tile-rows: the last cluster's second
+    block computes rows past M) split 2 and 16 ways."""
+    _check(300, 333, 2100, dtype, out_dtype, 1.0, 0.0, np.random.default_rng(splits), caplog, ops=ops,
+           SPLITK=splits, **tile)
+    _split_ran(splits)
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float32")])
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_split_k_batch(monkeypatch, ops, dtype, out_dtype, beta):
+    """A batch of 5 with gaps between the matrices, split 3 ways: one GEMM launch (its work
+    items every (matrix, slice, tile)) and one reduction; C's gaps untouched."""
+    _batched(monkeypatch, 5, 5, 129, 257, 520, ops, dtype, out_dtype, beta=beta, expect=2, BM=64, BN=128, SPLITK=3)
+    _split_ran(3)
+
+
+@hopper
+@pytest.mark.gpu
+def test_split_k_batch_with_a_shared_operand_and_chunks(monkeypatch):
+    """A broadcast b (stride 0), and a workspace limit that cuts the batch into chunks of two:
+    a GEMM launch and a reduction per chunk."""
+    from gemmlab import executor
+    _batched(monkeypatch, 6, None, 100, 200, 700, "NT", "bfloat16", "bfloat16", expect=2, BM=64, BN=128, SPLITK=4)
+    monkeypatch.setattr(executor, "SPLITK_WORKSPACE_LIMIT", 2 * 4 * 100 * 200 * 4)
+    _batched(monkeypatch, 5, 5, 100, 200, 700, "TN", "float16", "float16", expect=6, BM=64, BN=128, SPLITK=4)
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_split_k_alpha_zero_reads_neither_a_nor_b(out_dtype):
+    a = torch.full((16, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
+    b = torch.full((4096, 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c0 = torch.rand((16, 256), device="cuda").to(getattr(torch, out_dtype))
+    out = c0.clone()
+    gemmlab.matmul(a, b, out=out, alpha=0.0, beta=0.5, kernel="wgmma", BM=64, BN=128, SPLITK=4)
+    torch.cuda.synchronize()
+    assert torch.equal(out, (c0.float() * 0.5).to(c0.dtype))
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N, K, ops", [(1, 4096, 8192, "NN"), (16, 4096, 4096, "NN"), (128, 4096, 28672, "NN"),
+                                          (16, 2048, 4096, "NT")])
+def test_auto_splits_few_tiles_with_a_long_k(M, N, K, ops, caplog):
+    """kernel="auto" on a product whose tiles leave most SMs idle (a decode step's dY @ W):
+    wgmma split over K, the result right, twice (the second call through the prepared call)."""
+    rng = np.random.default_rng(M + N + K)
+    ld = lambda n: n
+    a, a64 = _operand(M, K, ops[0], ld, "bfloat16", rng)
+    b, b64 = _operand(K, N, ops[1], ld, "bfloat16", rng)
+    sm = rt_device.gpu_info(0).sm_count
+    for _ in range(2):
+        got = gemmlab.matmul(a, b)
+        torch.cuda.synchronize()
+        p = gemmlab.last_plan()
+        assert p.spec.name == "wgmma" and p.params["SPLITK"] > 1, p.describe()
+        assert p.params["SPLITK"] * -(-M // p.params["BM"]) * -(-N // p.params["BN"]) <= sm
+        ref = a64 @ b64
+        assert float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]

@@ -88,7 +88,9 @@ class Launcher:
         self.item_in, self.item_out = storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
         self.strides = tuple(strides)
         self.splits = splits = p.spec.splits(p.params)
-        self.quick_ok = pr.out_dtype == "float32"   # 16-bit outputs: the kernels handle alpha == 0
+        # 16-bit outputs: the kernels handle alpha == 0, except split over K, where the
+        # partial products would read A and B; the reduction in C's dtype does it then.
+        self.quick_ok = pr.out_dtype == "float32" or splits > 1
         self.k_zero = pr.K == 0
         self.own_args = p.spec.kernel_args is not None
         self.batched_args = self.own_args and p.spec.batched_args
@@ -118,6 +120,7 @@ class Launcher:
         reusable = p.spec.reusable_args is not None and p.spec.reusable_args(pr)
         self._args_memo = {} if reusable else None
         self._full_memo = {}    # (A, B, C, alpha, beta) -> the whole argument tuple, for direct()
+        self._split_memo = {}   # split-K, own arguments: (A, B, workspace) -> the GEMM's arguments, for direct()
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
         self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
         # The reduction (split-K's second kernel, and BLAS's quick return): a thread per element of C.
@@ -167,13 +170,17 @@ class Launcher:
 
     def direct(self):
         """A function (stream, A, B, C, alpha, beta) -> None for the common case of
-        one launch with the standard arguments (one batch chunk, no split-K): the
-        same launch as run(), with every constant bound in the closure, so that a
-        repeated call spends as little Python as possible.  None where run() is
-        needed; run() also takes over for alpha == 0 (BLAS's quick return)."""
+        one launch with the standard arguments (one batch chunk, no split-K), or of a
+        kernel that builds its own (wgmma: one batch chunk; split-K's GEMM and
+        reduction): the same launches as run(), with every constant bound in the
+        closure, so that a repeated call spends as little Python as possible.  None
+        where run() is needed; run() also takes over for alpha == 0 (BLAS's quick return)."""
         cc_launch, streams, memo = cuda_core_launch(), wrapped_streams(), _f32_memo
-        if self.own_args and self._args_memo is not None and (self.batch == 1 or self.batched_args
-                                                               and len(self.chunks) == 1):
+        if self.own_args and self._args_memo is not None and self.splits > 1 and self.batched_args \
+                and len(self.chunks) == 1:
+            return self._direct_split(cc_launch, streams, memo)
+        if self.own_args and self._args_memo is not None and self.splits == 1 and \
+                (self.batch == 1 or self.batched_args and len(self.chunks) == 1):
             # wgmma with tensor maps of the caller's arrays (a whole batch: one launch): the
             # argument tuple is kept per (addresses, alpha, beta) by _run_own_args; any other
             # call runs it.
@@ -201,10 +208,41 @@ class Launcher:
             cc_launch(s, config, kernel, M, N, K, a32, A, lda, B, ldb, b32, C, ldc, sa, sb, sc, *extra)
         return direct
 
+    def _direct_split(self, cc_launch, streams, memo):
+        """direct() for split-K with the kernel's own arguments (wgmma, one batch chunk): the
+        stream's workspace, then the GEMM (its arguments kept per (A, B, workspace) by
+        _launch_own_args) and the reduction, launched as run() launches them; run() takes
+        any call it has not prepared (a new address or workspace, alpha == 0)."""
+        split_memo, full, me, kernel, gpu = self._split_memo, self.run, self, self.kernel, self.gpu
+        reduce = self._reduce_kernel()[0]
+        reduce_config = self._reduce_shapes[0].config()
+        M, N, _ = self.args_mk
+        splits32, ldc, sc, nbytes, what = self.splits32, self.ldc, self.sc, 4 * self.slice_ws * self.batch, self._ws_what
+        k_zero = self.k_zero
+
+        def direct_split(stream, A, B, C, alpha, beta):
+            a32, b32, s = memo.get(alpha), memo.get(beta), streams.get(stream)
+            if a32 is None or b32 is None or s is None or alpha == 0 or k_zero:
+                full(stream, A, B, C, alpha, beta)
+                return
+            ws = stream_workspace(gpu, stream, nbytes, what, "use a smaller SPLITK")
+            try:
+                w = int(ws.handle)
+                args = split_memo.get((A, B, w))
+                if args is None:   # new addresses, or a graph's own workspace: build them
+                    me._split_job(stream, A, B, C, me.batch, w, alpha, beta)
+                    return
+                cc_launch(s, me._shape._config, kernel, *args)
+                cc_launch(s, reduce_config, reduce, M, N, splits32, w, a32, b32, C, ldc, sc)
+            finally:
+                ws.close(stream)
+        return direct_split
+
     def _reduce_kernel(self):
         if self._reduce is None:
-            self._reduce = (rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNEL,
-                                                   self.gpu.arch), registry.SPLITK_REDUCE_THREADS)
+            name = registry.splitk_reduce_kernel(self.plan.problem.out_dtype)
+            self._reduce = (rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, name, self.gpu.arch),
+                            registry.SPLITK_REDUCE_THREADS)
         return self._reduce
 
     def _quick_return(self, stream: int, C: int, beta) -> None:
@@ -227,7 +265,34 @@ class Launcher:
             sa, sb, sc = (self.strides[0] * self.item_in, self.strides[1] * self.item_in,
                           self.strides[2] * self.item_out)
             jobs = [(A + z * sa, B + z * sb, C + z * sc, 1) for z in range(self.batch)]
-        p, geo, (lda, ldb, ldc), strides = self.plan, self.geo, self.lds, self.strides
+        if self.splits > 1:
+            self._run_own_args_split(stream, jobs, alpha, beta)
+            return
+        self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice)
+
+    def _run_own_args_split(self, stream: int, jobs, alpha, beta) -> None:
+        """Split-K of a kernel that builds its arguments (wgmma, one launch per batch chunk):
+        the kernel writes its FP32 partial products to a workspace on the caller's stream
+        (stream-ordered, as run()'s; splits * M * N floats per matrix), its arguments built
+        with the workspace as C, alpha = 1 and beta = 0; then the reduction adds them into
+        C with alpha and beta, in C's dtype."""
+        for (a, b, c, nz), reduce_shape in zip(jobs, self._reduce_shapes):
+            ws = stream_workspace(self.gpu, stream, 4 * self.slice_ws * nz, self._ws_what, "use a smaller SPLITK")
+            try:
+                self._split_job(stream, a, b, c, nz, int(ws.handle), alpha, beta, reduce_shape)
+            finally:
+                ws.close(stream)   # given back in stream order, after the reduction
+
+    def _split_job(self, stream: int, a: int, b: int, c: int, nz: int, w: int, alpha, beta, reduce_shape=None):
+        """One batch chunk of split-K with own arguments, into the workspace at ``w``."""
+        M, N, _ = self.args_mk
+        self._launch_own_args(stream, [(a, b, w, nz)], N, (self.strides[0], self.strides[1], self.slice_ws), 1.0, 0.0)
+        launch_shaped(self._reduce_kernel()[0], reduce_shape or self._reduce_shapes[0], stream,
+                      (M, N, self.splits32, w, f32(alpha), f32(beta), c, self.ldc, self.sc))
+
+    def _launch_own_args(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int = 0) -> None:
+        """Launch the kernel on each job (A, B, C, matrices) with ``ldc`` and the batch ``strides``."""
+        p, geo, (lda, ldb, _) = self.plan, self.geo, self.lds
         if self._args_memo is not None and not choice:
             alpha32, beta32, memo = f32(alpha), f32(beta), self._args_memo
             for a, b, c, nz in jobs:
@@ -239,10 +304,15 @@ class Launcher:
                     if args is None:   # driver-built tensor maps: launched already, by cuLaunchKernel
                         continue
                 args = args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:]
-                if len(jobs) == 1:   # what direct() launches when these addresses and scalars come again
-                    if len(self._full_memo) >= ARGS_KEPT:
-                        self._full_memo.clear()
-                    self._full_memo[(a, b, c, alpha, beta)] = args
+                if len(jobs) == 1:   # what direct() launches for these addresses and scalars
+                    if self.splits == 1:
+                        if len(self._full_memo) >= ARGS_KEPT:
+                            self._full_memo.clear()
+                        self._full_memo[(a, b, c, alpha, beta)] = args
+                    else:                # c: the workspace (alpha = 1, beta = 0)
+                        if len(self._split_memo) >= ARGS_KEPT:
+                            self._split_memo.clear()
+                        self._split_memo[(a, b, c)] = args
                 launch_shaped(self.kernel, self._shapes[nz], stream, args)
             return
         kw = {"choice": choice} if self.reads_choice else {}

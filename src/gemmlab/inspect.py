@@ -132,13 +132,18 @@ EXPECTED_SASS = {"wmma": ("HMMA",), "wmma_warptile": ("HMMA",), "mma_pipelined":
 def portable_configs(arch: str, sm_count: int = 84) -> dict[str, list[dict]]:
     """Per kernel that runs on ``arch``: its defaults and every configuration
     ``kernel="auto"`` picks there over AUTO_SHAPES x AUTO_DTYPES (fitted to the
-    target's shared memory by the planner), without split-K (a launch shape)."""
+    target's shared memory by the planner), without split-K where it is a launch shape
+    (rung 8); wgmma's split is an instantiation of its own, kept."""
     from . import planner
     out: dict[str, dict] = {s.name: {} for s in registry.ladder() if s.builds_for(arch)}
 
     def add(spec, params):
-        params = {k: v for k, v in params.items() if k != spec.split_k_param}
-        out[spec.name].setdefault(tuple(sorted(params.items())), spec.resolve(params))
+        full = spec.resolve(params)
+        plain = spec.resolve({k: v for k, v in params.items() if k != spec.split_k_param})
+        probe = spec.variants[0]
+        if spec.name_expression(plain, probe) != spec.name_expression(full, probe):
+            plain = full
+        out[spec.name].setdefault(spec.name_expression(plain, probe), plain)
     for name in out:
         add(registry.get(name), registry.get(name).defaults())
     for m, n, k, b in AUTO_SHAPES:

@@ -453,8 +453,9 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
                 _one_launch_per_matrix_wins(M, N, batch, (registry.EC_WGMMA_BM, registry.EC_WGMMA_BN), sm_count)
             kernel, tile_params = ("ec_wgmma" if on_hopper else "ec_wmma"), {}
         elif arch is not None and registry.get("wgmma").builds_for(arch):
-            # One launch takes a whole batch (its persistent loop walks every matrix's tiles).
-            kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count, batch)
+            # One launch takes a whole batch (its persistent loop walks every matrix's tiles);
+            # few tiles with a long K are split over K.
+            kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count, batch, K, dtype)
         else:
             kernel, tile_params = auto_tensor_params(M, N, K, sm_count, batch)
         if arch is not None and not registry.get(kernel).builds_for(arch, dtype):

@@ -55,7 +55,7 @@ def candidates(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch: i
         s = spec.splits(cfg)
         if s > 1:
             tiles = -(-M // cfg["BM"]) * -(-N // cfg["BN"]) * batch
-            if tiles >= sm_count or tiles * s > 2 * sm_count + tiles or -(-K // cfg["BK"]) < 4 * s:
+            if tiles >= sm_count or tiles * s > 2 * sm_count + tiles or -(-K // cfg.get("BK", 64)) < 4 * s:
                 continue
         out.append(cfg)
     return out

@@ -128,8 +128,9 @@ class KernelSpec:
     geometry: Callable[[Mapping[str, int], Problem], Launch] = field(default=None)
     # Template-argument sets a problem can select beyond the parameters (e.g. VEC).
     variants: tuple[Problem, ...] = (Problem(1, 1, 1, True),)
-    # The tile parameter that splits K over gridDim.y blocks (partial products go
-    # to a workspace that SPLITK_REDUCE adds into C), if the kernel has one.
+    # The tile parameter that splits K (rung 8: over gridDim.y blocks; wgmma: over the
+    # persistent loop's work items; partial products go to a workspace that
+    # splitk_reduce adds into C), if the kernel has one.
     split_k_param: str | None = None
     # Float arguments after (..., C, ldc, stride_a, stride_b, stride_c) that the plan supplies (e.g. the error-corrected
     # kernels' scale_a, scale_b); each defaults to 1.0.

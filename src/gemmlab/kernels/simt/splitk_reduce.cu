@@ -1,18 +1,21 @@
 // Split-K, second half (not a rung: rung 8 launches it for skinny outputs with
-// long K): C = alpha * (sum of the SPLITS partial products) + beta * C.  Slice s
-// of batch z = blockIdx.y sits at ws[(z * splits + s) * M * N ...] (row-major,
-// leading dimension N); C of batch z at stride_c elements after batch z - 1's.
-// One thread per element, so a warp's reads of each slice coalesce.  splits = 0
-// is the BLAS quick return (K = 0 or alpha = 0): C = beta * C, reading neither
-// the workspace nor A and B (and, with beta = 0, not C either).
-#include <gemmlab/edges.cuh>
+// long K, the wgmma rung for products with fewer tiles than SMs): C = alpha *
+// (sum of the SPLITS FP32 partial products) + beta * C, in C's storage type ODT
+// (type_codes.cuh: FP32, FP16, BF16).  Slice s of batch z = blockIdx.y sits at
+// ws[(z * splits + s) * M * N ...] (row-major, leading dimension N); C of batch
+// z at stride_c elements after batch z - 1's.  One thread per element, so a
+// warp's reads of each slice coalesce.  splits = 0 is the BLAS quick return
+// (K = 0 or alpha = 0): C = beta * C, reading neither the workspace nor A and B
+// (and, with beta = 0, not C either).
+#include <gemmlab/storage.cuh>
 
 namespace gemmlab {
 
 constexpr int SPLITK_REDUCE_THREADS = 256;   // the block size the host launches with (the kernel reads blockDim.x)
 
+template <int ODT>
 __global__ void splitk_reduce(int M, int N, int splits, const float* __restrict__ ws, float alpha,
-                              float beta, float* __restrict__ C, int ldc, long long stride_c) {
+                              float beta, typename StorageOf<ODT>::type* __restrict__ C, int ldc, long long stride_c) {
     ws += blockIdx.y * (long long)splits * M * N;
     C += blockIdx.y * stride_c;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -21,7 +24,7 @@ __global__ void splitk_reduce(int M, int N, int splits, const float* __restrict_
     float sum = 0.0f;
     for (int s = 0; s < splits; ++s) sum += ws[s * slice + i];
     const int row = int(i / N), col = int(i % N);
-    store_scaled(&C[(long long)row * ldc + col], sum, alpha, beta);
+    store_scaled_as(&C[(long long)row * ldc + col], sum, alpha, beta);
 }
 
 }  // namespace gemmlab

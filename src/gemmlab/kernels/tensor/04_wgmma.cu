@@ -5,7 +5,8 @@
 // warp-specialised (a producer warpgroup, BM/64 consumers that setmaxnreg gives
 // the registers) and persistent over the tiles of every matrix of a batch
 // (tensor/04_wgmma.cuh: one launch per batch); CLUSTER = 2 multicasts
-// each B tile to two blocks, and the epilogue hands C to TMA as well.
+// each B tile to two blocks, and the epilogue hands C to TMA as well.  SPLIT
+// splits K, so that few tiles with a long K still give every SM work (below).
 // Details: docs/tensor/04-wgmma.md.
 #include <gemmlab/tensor/04_wgmma.cuh>
 
@@ -29,13 +30,20 @@ constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store
 // maps, and of their strides only whether they are 0 (every matrix reads the same
 // one: its map has a batch of one).  beta == 0 never reads C; alpha == 0 reads
 // neither A nor B.
-template <int DT, int ODT, int BM, int BN, int STAGES, int CLUSTER, char OPA, char OPB>
+// SPLIT (split-K): the last argument, splits, cuts K into that many slices of
+// whole K-steps, and the persistent loop's work items become (matrix, slice,
+// tile).  Each item writes its FP32 partial tile from the registers to C, which
+// is then a workspace of splits partial products per matrix: item (z, s) at
+// C + (z * splits + s) * stride_c, with stride_c = M * N and ldc = N.  The host
+// passes alpha = 1, beta = 0, tma_store = 0 and adds the slices into the real C
+// with simt/splitk_reduce.cu.  Unsplit, splits is not read.
+template <int DT, int ODT, int BM, int BN, int STAGES, int CLUSTER, bool SPLIT, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A, int lda,
            const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
            typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc, long long stride_a,
            long long stride_b, long long stride_c, int batch, const __grid_constant__ hopper::TensorMap map_a, const __grid_constant__ hopper::TensorMap map_b,
-           const __grid_constant__ hopper::TensorMap map_c, int tma_store) {
+           const __grid_constant__ hopper::TensorMap map_c, int tma_store, int splits) {
     using namespace hopper;
     using S = typename wmma_types::Storage<DT>::type;
     using O = typename wmma_types::Storage<ODT>::type;
@@ -69,6 +77,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     constexpr int CONSUMERS = BM / 64;
     static_assert(BM % 64 == 0 && (BN == 128 || BN == 256) && (CLUSTER == 1 || CLUSTER == 2), "tile shape");
     static_assert((TN / B_BOX) % CLUSTER == 0, "every block of a cluster copies whole boxes of B");
+    static_assert(!SPLIT || ODT == TYPE_FLOAT32, "split-K's partial products are FP32");
     (void)A; (void)lda; (void)B; (void)ldb;
 
     // Dynamic shared memory, aligned to 1024 bytes (the swizzle atom): STAGES
@@ -92,7 +101,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
         mbar_fence_init();
         tma_prefetch_map(&map_a);
         tma_prefetch_map(&map_b);
-        if (tma_store) tma_prefetch_map(&map_c);
+        if (!SPLIT && tma_store) tma_prefetch_map(&map_c);
     }
     // The peer's barriers must be initialised before our copies or arrivals reach them.
     if constexpr (CLUSTER > 1) cluster_sync(); else __syncthreads();
@@ -103,9 +112,13 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     const int tiles_m = (M + TM - 1) / TM, tiles_n = (N + TN - 1) / TN;
     const int tiles_mc = (tiles_m + CLUSTER - 1) / CLUSTER;
     const int cluster_tiles = tiles_mc * tiles_n;
-    const int work = cluster_tiles * batch;        // (matrix, tile) pairs: batch_tile
+    // Split-K: batch_tile's "matrix" is the pair (matrix z, slice s), zs = z * slices + s,
+    // so the blocks of one round take the same slice of neighbouring tiles.
+    const int slices = SPLIT ? splits : 1;
+    const int work = cluster_tiles * batch * slices;   // (matrix, slice, tile) triples: batch_tile
     const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
     const int k_steps = alpha == 0.0f ? 0 : (K + BK - 1) / BK;   // alpha = 0 reads neither A nor B
+    const int per_slice = (k_steps + slices - 1) / slices;      // K-steps of a slice (the last may have fewer)
 
     if (wg == 0) {
         setmaxnreg_dec<WGMMA_PRODUCER_REGS>();
@@ -115,10 +128,12 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
             int it = 0;
             for (int t = first; t < work; t += step) {
                 int tmc, tn;
-                const int z = batch_tile(t, tiles_mc, tiles_n, tmc, tn);
+                const int zs = batch_tile(t, tiles_mc, tiles_n, tmc, tn);
+                const int z = zs / slices, ks0 = (zs % slices) * per_slice;
+                const int ks1 = min(ks0 + per_slice, k_steps);
                 const int za = stride_a ? z : 0, zb = stride_b ? z : 0;
                 const int tm = tmc * CLUSTER + int(rank);
-                for (int ks = 0; ks < k_steps; ++ks, ++it) {
+                for (int ks = ks0; ks < ks1; ++ks, ++it) {
                     const int s = it % STAGES;
                     if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
                     mbar_arrive_expect_tx(&full[s], A_BYTES + B_BYTES);
@@ -161,7 +176,10 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
         int it = 0;
         for (int t = first; t < work; t += step) {
             int tmc, tn;
-            const int z = batch_tile(t, tiles_mc, tiles_n, tmc, tn);
+            // zs: the matrix unsplit; split, the partial product (z, s) of the workspace.
+            const int zs = batch_tile(t, tiles_mc, tiles_n, tmc, tn);
+            const int z = zs / slices, ks0 = (zs % slices) * per_slice;
+            const int ks1 = min(ks0 + per_slice, k_steps);
             const int tm = tmc * CLUSTER + int(rank);
 #pragma unroll
             for (int i = 0; i < int(sizeof(acc) / sizeof(float)); ++i) acc[i] = 0.0f;
@@ -170,7 +188,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 // Per K-step: 4 x (K8: 2 8-byte loads a thread) of B^T from the B tile --
                 // TMA rounded it to TF32 on the way in (a TFLOAT32 tensor map), as it did A --
                 // then 4 wgmmas with A^T (= A's tile, K-major) from shared memory.
-                for (int ks = 0; ks < k_steps; ++ks, ++it) {
+                for (int ks = ks0; ks < ks1; ++ks, ++it) {
                     const int s = it % STAGES;
                     mbar_wait(&full[s], (it / STAGES) & 1);
                     const unsigned char* a = a_tiles + s * A_BYTES;
@@ -201,7 +219,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 fence_operands(acc);
             } else {
                 int prev = 0;
-                for (int ks = 0; ks < k_steps; ++ks, ++it) {
+                for (int ks = ks0; ks < ks1; ++ks, ++it) {
                     const int s = it % STAGES;
                     mbar_wait(&full[s], (it / STAGES) & 1);
                     // This consumer's 64 rows of A: 64 K-major rows, or the 64-wide MN-major box c.
@@ -220,15 +238,15 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                     // goes back to the producers (one arrival per warp, in every block of
                     // the cluster, as every block's producer writes into it).
                     wgmma_wait<1>();
-                    if (ks > 0) release_stage<CLUSTER>(&empty[prev], lane);
+                    if (ks > ks0) release_stage<CLUSTER>(&empty[prev], lane);
                     prev = s;
                 }
                 wgmma_wait<0>();
                 fence_operands(acc);
-                if (k_steps > 0) release_stage<CLUSTER>(&empty[prev], lane);
+                if (ks1 > ks0) release_stage<CLUSTER>(&empty[prev], lane);
             }
 
-            if (tma_store) {
+            if (!SPLIT && tma_store) {
                 // Epilogue through shared memory (beta == 0 and a C that TMA can write): the
                 // consumer writes alpha * acc, converted, into one of its two 8 KB staging
                 // buffers (laid out as a TMA box: 128-byte rows, 128-byte swizzle) and one
@@ -298,7 +316,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 }
             } else if constexpr (TF32) {
                 // Straight from the registers (beta != 0, or C not TMA-aligned): pairs along a row.
-                O* Cz = C + z * stride_c;
+                O* Cz = C + zs * stride_c;
                 const int m0 = tm * TM + 2 * tq, n0 = tn * TN + n_local;
 #pragma unroll
                 for (int j = 0; j < TM / 8; ++j) {
@@ -309,7 +327,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 }
             } else {
                 // Epilogue straight from the accumulator registers (layout: hopper.cuh).
-                O* Cz = C + z * stride_c;
+                O* Cz = C + zs * stride_c;
                 const int row0 = tm * TM + c * 64 + wq * 16 + g;
                 const int col0 = tn * TN + 2 * tq;
 #pragma unroll
@@ -322,7 +340,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
             }
         }
         // The staging buffers must stay until the copy engine has read them.
-        if (tma_store && wq == 0 && lane == 0) bulk_wait<0>();
+        if (!SPLIT && tma_store && wq == 0 && lane == 0) bulk_wait<0>();
     }
     // No block may leave while a peer can still arrive on its barriers.
     if constexpr (CLUSTER > 1) cluster_sync();

@@ -1,5 +1,7 @@
 """Tensor rung 4, 04_wgmma.cu (Hopper): TMA into a swizzled shared-memory ring, a
-producer warpgroup and BM/64 consumer warpgroups issuing wgmma, persistent grid.
+producer warpgroup and BM/64 consumer warpgroups issuing wgmma, persistent grid,
+optionally split over K (SPLITK: FP32 partial products in a workspace, added into
+C by simt/splitk_reduce.cu; executor.Launcher runs both).
 
 Beside the spec: the launch arguments (3-D tensor maps of A, B and C over a
 whole batch, built by runtime.tma) and the TF32 pre-pass of tf32_pack.cu that
@@ -14,8 +16,9 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, maps_backend, tensor_map, tma_aligned
-from ..spec import KERNEL_DIR, LAYOUTS, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
+from ..spec import KERNEL_DIR, LAYOUTS, TYPE_CODES, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
 from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
+from ..simt.pipelined import SPLITK_VALUES
 from ..cuda_constants import read_constants
 
 # Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200
@@ -55,15 +58,26 @@ def _threads(p) -> int:
 
 
 def wgmma_cluster_tiles(p, prob: Problem) -> int:
-    """Work items of one matrix: clusters' worth of tiles (CLUSTER vertically adjacent tiles each)."""
+    """Work items of one matrix: clusters' worth of tiles (CLUSTER vertically adjacent tiles
+    each), each SPLITK times, once per slice of K."""
     tm, tn = wgmma_tile(p, prob.dtype)
-    return cdiv(cdiv(prob.M, tm), p["CLUSTER"]) * cdiv(prob.N, tn)
+    return cdiv(cdiv(prob.M, tm), p["CLUSTER"]) * cdiv(prob.N, tn) * p.get("SPLITK", 1)
+
+
+def _template_args(p, prob: Problem) -> tuple:
+    """Input and output type codes, the tile, and whether K is split; split, the kernel
+    writes FP32 partial products whatever C's dtype (the reduction converts)."""
+    dt, odt = tc_type_args(prob)
+    split = p["SPLITK"] > 1
+    if split:
+        odt = TYPE_CODES["float32"]
+    return (dt, odt, p["BM"], p["BN"], p["STAGES"], p["CLUSTER"], split)
 
 
 def _geometry(p, prob: Problem, batch: int = 1) -> Launch:
     """Persistent: no more blocks than SMs (one block fills an SM's shared memory), in whole
-    clusters; a cluster takes CLUSTER vertically adjacent tiles at a time, of any matrix
-    of the ``batch`` the launch takes."""
+    clusters; a cluster takes CLUSTER vertically adjacent tiles at a time (one slice of K
+    of them, split), of any matrix of the ``batch`` the launch takes."""
     cl = p["CLUSTER"]
     cluster_tiles = wgmma_cluster_tiles(p, prob) * batch
     blocks = cl * max(1, min(cluster_tiles, prob.sm_count // cl))
@@ -82,16 +96,59 @@ def _unusable(prob: Problem) -> str | None:
     return None
 
 
-def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1) -> dict:
+# Split-K's floor: each slice of K at least this many K-steps (of 128 bytes of K).
+WGMMA_MIN_K_STEPS_PER_SLICE = 16
+
+
+def wgmma_auto_split(tiles: int, k_steps: int, sm_count: int) -> int:
+    """The split of K for ``tiles`` work items (of every matrix of a batch) of ``k_steps``
+    K-steps each: 1 where the tiles leave fewer than half of the SMs idle; else the
+    largest of SPLITK_VALUES whose items still fit in one round (tiles * split <=
+    sm_count) and whose slices keep WGMMA_MIN_K_STEPS_PER_SLICE K-steps each."""
+    if 2 * tiles > sm_count:
+        return 1
+    return max(s for s in SPLITK_VALUES
+               if s == 1 or tiles * s <= sm_count and k_steps >= WGMMA_MIN_K_STEPS_PER_SLICE * s)
+
+
+def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
+                      dtype: str = "bfloat16") -> dict:
     """wgmma's tile for ``kernel="auto"``: 128x256 (the fastest per tile) unless its tiles
     -- of every matrix of a batch, which one launch takes -- would fill fewer than half
     the SMs; then 64x128, four times as many tiles.  Measured on an H100 (132 SMs), BF16:
     at 1024^3 (32 tiles of 128x256) 64x128 reached 82% of cuBLAS where 128x256 reached
     48%; at 2048^3 (128 tiles) 128x256 reached 81% where 128x128 (256 tiles, two rounds)
-    reached 71%."""
+    reached 71%.
+
+    With ``K`` given (planner.plan), the smaller tile is split over K where it still
+    leaves more than half of the SMs idle (wgmma_auto_split: one round of work items,
+    slices of 16 K-steps or more), and for 16-bit inputs with 64 < M <= 128 it is
+    128x128: one tile-row, so op(B) is read once, by the two consumer warpgroups of a
+    block, where two blocks of 64x128 read it twice.  Measured on an H100 (run 82a,
+    benchmarks/results/nvidia-h100-80gb-hbm3/wgmma-splitk-run82a.json, GPU time, BF16,
+    a Llama-3-8B-sized model's products): M = 1 and 16 with N = 4096 (32 tiles of
+    64x128), K = 4096 to 128,256: split 4 reached 86-100% of torch.matmul (95-100% at
+    K >= 28,672, op(B) read at up to 2.96 TB/s), unsplit 57-72%; splits of 3 and 8
+    were within 6% of 4.  M = 128, N = 4096 (32 tiles of 128x128): 128x128 split 4 was
+    the fastest configuration timed at K = 4096 (76-78% of torch), 6144 (86%),
+    14,336 (98%), 28,672 (105%) and 128,256 (103%, tied with 64x256 split 4), where
+    64x128 unsplit reached 62-75% and split 2 (64 tiles x 2) 70-94%; at 128x6144x4096
+    (48 tiles, split 2) 75% against 77% for 64x128 unsplit; at 128x14336x4096 (112
+    tiles, not split) 128x128 took 54 us, 64x128 (224 tiles) 67.  Where 128x256 tiles
+    fill the GPU but M <= 64 (16-bit), the tile is 64x256: no consumer warpgroup on
+    rows past M; at M = 1 and 16 with N = 28,672 and 128,256 (x @ W.t()) it took
+    93-98% of 128x256's time."""
     big = cdiv(M, 128) * cdiv(N, 256) * batch
-    bm, bn = (128, 256) if 2 * big >= sm_count else (64, 128)
-    return {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1}
+    if 2 * big >= sm_count:
+        bm = 64 if K is not None and dtype != "tf32" and M <= 64 else 128
+        return {"BM": bm, "BN": 256, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
+    bm = 128 if K is not None and dtype != "tf32" and 64 < M <= 128 else 64
+    split = 1
+    if K is not None:
+        tm, tn = wgmma_tile({"BM": bm, "BN": 128}, dtype)
+        k_steps = cdiv(max(K, 1), SWIZZLE_BYTES // element_bytes("float32" if dtype == "tf32" else dtype))
+        split = wgmma_auto_split(cdiv(M, tm) * cdiv(N, tn) * batch, k_steps, sm_count)
+    return {"BM": bm, "BN": 128, "STAGES": 4, "CLUSTER": 1, "SPLITK": split}
 
 
 # -- launch arguments ------------------------------------------------------------------
@@ -149,8 +206,12 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     pr, p = plan.problem, plan.params
     one = ops.batch <= 1
     sa, sb = (0, 0) if one else (ops.sa, ops.sb)
-    args = standard_args(pr, ops, alpha, beta) + (np.int64(sa), np.int64(sb), np.int64(0 if one else ops.sc),
+    splits = p.get("SPLITK", 1)
+    # Split: ops.C is the workspace, a partial product M * N floats after the other.
+    sc = pr.M * pr.N if splits > 1 else 0 if one else ops.sc
+    args = standard_args(pr, ops, alpha, beta) + (np.int64(sa), np.int64(sb), np.int64(sc),
                                                   np.int32(max(ops.batch, 1)))
+    tail = (np.int32(splits),)
     za, zb = _batch_of(ops, sa), _batch_of(ops, sb)
     if pr.dtype in ("float16", "bfloat16"):
         if pr.op_a == "N":   # M x K, K-major
@@ -162,8 +223,8 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
         else:                # N x K, K-major
             map_b = tensor_map(ops.B, pr.N, pr.K, ops.ldb, pr.dtype, p["BN"] // p["CLUSTER"], 64, batch=zb[0],
                                batch_stride=zb[1])
-        map_c = _c_map(pr, ops, beta, 64)
-        yield args + (map_a, map_b, map_c if map_c is not None else map_a, np.int32(map_c is not None))
+        map_c = _c_map(pr, ops, beta, 64) if splits == 1 else None
+        yield args + (map_a, map_b, map_c if map_c is not None else map_a, np.int32(map_c is not None)) + tail
         return
     if pr.dtype != "tf32":
         raise TypeError(f"wgmma computes float16, bfloat16 and tf32, not {pr.dtype}")
@@ -173,11 +234,11 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     # Packed where TMA cannot read an operand in place: its base, rows or batch stride.
     pack_a = not tma_aligned(ops.A, pr.M, ops.lda, 0, 0, 0, 4) or (za[1] * 4) % 16 != 0
     pack_b = not tma_aligned(ops.B, pr.K, ops.ldb, 0, 0, 0, 4) or (zb[1] * 4) % 16 != 0
-    map_c = _c_map(pr, ops, beta, 32)
+    map_c = _c_map(pr, ops, beta, 32) if splits == 1 else None
     if not (pack_a or pack_b):
         map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, "tf32", tm, 32, batch=za[0], batch_stride=za[1])
         yield args + (map_a, tensor_map(ops.B, pr.K, pr.N, ops.ldb, "tf32", 32, 32, batch=zb[0], batch_stride=zb[1]),
-                      map_c if map_c is not None else map_a, np.int32(map_c is not None))
+                      map_c if map_c is not None else map_a, np.int32(map_c is not None)) + tail
         return
     from ...runtime import compile as rt_compile
     from ...runtime.launch import device_workspace, launch
@@ -202,9 +263,9 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
                    src, np.int32(ld), dst, np.int32(ldd), np.int64(src_stride), np.int64(dst_stride))
         be = maps_backend(stream)
         map_a = tensor_map(a_src, pr.M, pr.K, lda, "tf32", tm, 32, be, batch=a_nz, batch_stride=a_st)
-        map_c = _c_map(pr, ops, beta, 32, be)
+        map_c = _c_map(pr, ops, beta, 32, be) if splits == 1 else None
         yield args + (map_a, tensor_map(b_src, pr.K, pr.N, ldb, "tf32", 32, 32, be, batch=b_nz, batch_stride=b_st),
-                      map_c if map_c is not None else map_a, np.int32(map_c is not None))
+                      map_c if map_c is not None else map_a, np.int32(map_c is not None)) + tail
     finally:
         ws.close(stream)
 
@@ -223,13 +284,16 @@ SPEC = KernelSpec(
                                           "shared-memory ring"),
         TileParam("CLUSTER", (1, 2), 1, "blocks per cluster: 2 takes two vertically adjacent tiles "
                                         "whose B tile is read once and multicast to both"),
+        TileParam("SPLITK", SPLITK_VALUES, 1, "slices of K (products with few tiles and a long K; >1 writes "
+                                              "FP32 partial tiles to a workspace of SPLITK*M*N floats per "
+                                              "matrix, which a reduction kernel adds into C)"),
     ),
     constraints=(
         Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*16384 + 16*STAGES + 1024 bytes, must "
                    "fit in the 227 KiB a Hopper block can have",
                    lambda p: wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
     ),
-    template_args=lambda p, prob: tc_type_args(prob) + (p["BM"], p["BN"], p["STAGES"], p["CLUSTER"]),
+    template_args=_template_args,
     geometry=_geometry,
     variants=TC_VARIANTS,
     arches=(WGMMA_SM90,),
@@ -239,6 +303,8 @@ SPEC = KernelSpec(
     layouts=LAYOUTS,
     unusable=_unusable,
     fallback="mma_pipelined",
+    # The persistent loop's work items are (matrix, slice of K, tile).
+    split_k_param="SPLITK",
     kernel_args=wgmma_kernel_args,
     # One launch per batch (chunk): the persistent loop walks every matrix's tiles.
     batched_args=True,
