@@ -346,6 +346,33 @@ def note_untuned(slug: str) -> None:
 
 
 MIN_K_STEPS_PER_SPLIT = 4   # the tuner's rule: a split-K slice has at least 4 K-steps
+MAX_FILL_SPLIT = 8          # the largest split _fit_nearest takes (the most the run-82 sweep measured)
+
+
+def _fit_nearest(spec: KernelSpec, params: dict, M: int, N: int, K: int, sm_count: int, batch: int) -> dict:
+    """pipelined's configuration from the nearest tuned shape, fitted to this one.
+    The tuned split-K factor was right for that shape's number of tiles, not for
+    this one's: M = 128 tokens answered from 256x4096x4096 (split 4 of 32 tiles)
+    left 64 blocks of 16 tiles on 132 SMs.  So the split is chosen again by the
+    rule auto_params follows, up to MAX_FILL_SPLIT: the largest that keeps the
+    blocks within the SMs where the tiles alone leave more than half of them idle,
+    each slice at least MIN_K_STEPS_PER_SPLIT K-steps long, else none.  An output
+    of 65-128 columns (attention's P @ V, N = 128) takes 64 x 128 tiles
+    (SKINNY_M) instead of a wider or narrower tuned one.  Measured on an H100
+    (run 82, benchmarks/NOTES.md): 41-49% of cuBLAS -> 80-92% at M = 128,
+    54% -> 107% for P @ V in a batch of 32."""
+    if spec.name != "pipelined":
+        return params
+    params = dict(params)
+    if 64 < N <= 128 and params["BN"] != 128:
+        params.update(SKINNY_M)
+    tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * batch
+    steps = -(-max(K, 1) // params["BK"])
+    params["SPLITK"] = 1
+    if 2 * tiles < sm_count:
+        params["SPLITK"] = max(s for s in registry.SPLITK_VALUES if s == 1 or s <= MAX_FILL_SPLIT
+                               and tiles * s <= sm_count and steps >= MIN_K_STEPS_PER_SPLIT * s)
+    return params
 
 
 def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
@@ -418,7 +445,9 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         table = tuned.load_table(gpu_slug)
         found = table.lookup(kernel, M, N, max(K, 1)) if table else None
         if found:
-            kernel, tile_params = found
+            asked, (kernel, tile_params) = kernel, found
+            if not table.measured_at(asked, M, N, max(K, 1)):
+                tile_params = _fit_nearest(registry.get(kernel), tile_params, M, N, K, sm_count, batch)
             tile_params = _fit_split_k(registry.get(kernel), tile_params, K)
     if kernel == "auto":
         if dtype == "float32":
