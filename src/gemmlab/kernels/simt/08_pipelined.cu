@@ -23,16 +23,12 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     // 4 floats, which spreads the copies' writes over the banks.  (Keeping A
     // row-major and reading 4 K-steps of a row at once costs a thread 4x the A
     // registers, which 128 accumulators cannot spare: benchmarks/NOTES.md.)
-    // A column-major B (NT, TT) is copied in K-pairs instead (Bs[k / 2][2 n + k % 2],
-    // simt/08_pipelined.cuh): 8-byte copies, half as many as 4-byte transposing ones,
-    // in rows padded by 8 floats, which spreads a warp's copies over the banks.
     constexpr int ASLD = BM + 4;   // padded row of the transposed A tile, still 16-byte aligned
-    constexpr int BSLD = OPB == 'T' ? 2 * BN + 8 : BN;
-    constexpr int BROWS = OPB == 'T' ? BK / 2 : BK;   // shared rows of a B tile
+    constexpr int BSLD = OPB == 'T' ? BN + 4 : BN;   // padded only when B is transposed too
     static_assert((WSUBM / TM) * (WSUBN / TN) == 32, "a warp subtile is 32 threads' tiles");
     extern __shared__ __align__(16) float smem[];
-    float (*As)[BK][ASLD] = reinterpret_cast<float (*)[BK][ASLD]>(smem);                      // [STAGES]
-    float (*Bs)[BROWS][BSLD] = reinterpret_cast<float (*)[BROWS][BSLD]>(smem + STAGES * BK * ASLD);  // [STAGES]
+    float (*As)[BK][ASLD] = reinterpret_cast<float (*)[BK][ASLD]>(smem);                   // [STAGES]
+    float (*Bs)[BK][BSLD] = reinterpret_cast<float (*)[BK][BSLD]>(smem + STAGES * BK * ASLD);  // [STAGES]
     const TileOrigin tile = block_tile_origin<BM, BN>(N);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int warp_row = (warp / (BN / WN)) * WM, warp_col = (warp % (BN / WN)) * WN;
@@ -73,38 +69,16 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
         if (kt + STAGES - 1 < k_tiles) issue(kt + STAGES - 1);   // refills step kt-1's stage
         __pipeline_commit();
         const float* a_s = &As[kt % STAGES][0][warp_row + lane_row];
-        if constexpr (OPB == 'T') {
-            // B in K-pairs: one pair's loads give b_frag of K-steps k and k+1.  Subtile
-            // column wn's next pair is loaded as soon as its odd K-step's FMAs are issued,
-            // into the registers they free, so the fragments need no more registers
-            // than rung 7's double buffering.
-            const float* b_p = &Bs[kt % STAGES][0][2 * (warp_col + lane_col)];
-            load_a_fragments<WMITER, WSUBM, TM>(a_frag[0], a_s);
-            load_b_pair_fragments<WNITER, WSUBN>(b_frag[0], b_frag[1], b_p);
+        const float* b_s = &Bs[kt % STAGES][0][warp_col + lane_col];
+        load_warp_fragments<WMITER, WNITER, WSUBM, WSUBN, TM, TN>(a_frag[0], b_frag[0], a_s, b_s);
 #pragma unroll
-            for (int k = 0; k < BK; ++k) {
-                if (k + 1 < BK) load_a_fragments<WMITER, WSUBM, TM>(a_frag[(k + 1) % 2], a_s + (k + 1) * ASLD);
-#pragma unroll
-                for (int wn = 0; wn < WNITER; ++wn) {
-#pragma unroll
-                    for (int wm = 0; wm < WMITER; ++wm)
-                        outer_product_acc(acc[wm][wn], a_frag[k % 2][wm], b_frag[k % 2][wn]);
-                    if (k % 2 == 1 && k + 1 < BK)
-                        load_b_pair_fragment<WSUBN>(b_frag[0][wn], b_frag[1][wn], b_p + (k + 1) / 2 * BSLD, wn);
-                }
-            }
-        } else {
-            const float* b_s = &Bs[kt % STAGES][0][warp_col + lane_col];
-            load_warp_fragments<WMITER, WNITER, WSUBM, WSUBN, TM, TN>(a_frag[0], b_frag[0], a_s, b_s);
-#pragma unroll
-            for (int k = 0; k < BK; ++k) {
-                // Register double buffering: the next K-step's fragments are loaded before
-                // this one's FMAs, so the shared-memory latency hides behind them.
-                if (k + 1 < BK)
-                    load_warp_fragments<WMITER, WNITER, WSUBM, WSUBN, TM, TN>(
-                        a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], a_s + (k + 1) * ASLD, b_s + (k + 1) * BSLD);
-                warp_fragments_product(acc, a_frag[k % 2], b_frag[k % 2]);
-            }
+        for (int k = 0; k < BK; ++k) {
+            // Register double buffering: the next K-step's fragments are loaded before
+            // this one's FMAs, so the shared-memory latency hides behind them.
+            if (k + 1 < BK)
+                load_warp_fragments<WMITER, WNITER, WSUBM, WSUBN, TM, TN>(
+                    a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], a_s + (k + 1) * ASLD, b_s + (k + 1) * BSLD);
+            warp_fragments_product(acc, a_frag[k % 2], b_frag[k % 2]);
         }
     }
     __pipeline_wait_prior(0);
