@@ -18,30 +18,13 @@ template <int ROWS, int COLS, int SLD, int THREADS, int W, bool TRANSPOSE, bool 
 __device__ __forceinline__ void cp_async_requests(float* smem, const float* __restrict__ g, int ld, int row0,
                                                   int col0, int rows, int cols, int tid) {
     static_assert((ROWS * COLS / W) % THREADS == 0, "tile must split evenly over the threads");
-    if constexpr (THREADS % (COLS / W) == 0) {
-        // A step covers whole rows, so a thread's requests share their column: each
-        // address is the thread's first one plus a multiple of the row stride, not a
-        // 64-bit row offset of its own (fewer K-loop instructions and registers:
-        // benchmarks/NOTES.md, run 82).
-        constexpr int STEP_ROWS = THREADS / (COLS / W);
-        const int r0 = tid / (COLS / W), c = (tid % (COLS / W)) * W;
-        const float* first = g + (long long)(row0 + r0) * ld + col0 + c;
 #pragma unroll
-        for (int step = 0; step < ROWS * COLS / W / THREADS; ++step) {
-            const int r = r0 + step * STEP_ROWS;
-            const bool inside = !CHECKED || (row0 + r < rows && col0 + c < cols);
-            const float* src = inside ? first + (long long)(step * STEP_ROWS) * ld : g;
-            __pipeline_memcpy_async(&smem[TRANSPOSE ? c * SLD + r : r * SLD + c], src, 4 * W, inside ? 0 : 4 * W);
-        }
-    } else {
-#pragma unroll
-        for (int step = 0; step < ROWS * COLS / W / THREADS; ++step) {
-            const int i = step * THREADS + tid;
-            const int r = i / (COLS / W), c = (i % (COLS / W)) * W;
-            const bool inside = !CHECKED || (row0 + r < rows && col0 + c < cols);
-            const float* src = inside ? &g[(long long)(row0 + r) * ld + col0 + c] : g;
-            __pipeline_memcpy_async(&smem[TRANSPOSE ? c * SLD + r : r * SLD + c], src, 4 * W, inside ? 0 : 4 * W);
-        }
+    for (int step = 0; step < ROWS * COLS / W / THREADS; ++step) {
+        const int i = step * THREADS + tid;
+        const int r = i / (COLS / W), c = (i % (COLS / W)) * W;
+        const bool inside = !CHECKED || (row0 + r < rows && col0 + c < cols);
+        const float* src = inside ? &g[(long long)(row0 + r) * ld + col0 + c] : g;
+        __pipeline_memcpy_async(&smem[TRANSPOSE ? c * SLD + r : r * SLD + c], src, 4 * W, inside ? 0 : 4 * W);
     }
 }
 
