@@ -7,6 +7,7 @@ torch.matmul on the same views; the plan `auto` takes now is timed too.
 
     python3 benchmarks/experiments/fp32_shape_sweep.py out.json
     python3 benchmarks/experiments/fp32_shape_sweep.py out.json k1   # K = 1 weight gradients, auto only
+    python3 benchmarks/experiments/fp32_shape_sweep.py out.json compile   # only compile (in parallel)
 
 Kernel-only timing (L2 flushed, median of a few runs): for ranking configurations.
 """
@@ -20,7 +21,6 @@ import torch
 import gemmlab
 from gemmlab.api import last_plan, plan
 from gemmlab.bench.timing import time_gpu
-from gemmlab.kernels import registry
 from gemmlab.planner import MIN_K_STEPS_PER_SPLIT
 from gemmlab.runtime.compile import precompile
 from gemmlab.runtime.device import gpu_info
@@ -62,12 +62,11 @@ def operands(M, N, K, batch, ops):
 def main(path, which="sweep"):
     gpu = gpu_info(0)
     cases, tiles = (K1_CASES, {}) if which == "k1" else (CASES, TILES)   # which == "compile": no timing
-    spec = registry.get("pipelined")
     items = set()
     for _, M, N, K, batch, ops in cases:
         for kernel, params in [("auto", {})] + [("pipelined", t) for t in tiles.values()]:
             p = plan(kernel, M, N, K, op_a=ops[0], op_b=ops[1], batch=batch, arch=gpu.arch,
-                             gpu_slug=gpu.slug, sm_count=gpu.sm_count, **params)
+                     gpu_slug=gpu.slug, sm_count=gpu.sm_count, **params)
             items.add((str(p.spec.source_path), p.name_expression))
     t0 = time.time()
     precompile(sorted(items), gpu.arch, log=print)
