@@ -38,6 +38,11 @@ def main() -> int:
         for aligned in (True, False):
             p = api.plan(kernel, 64, 64, 64, aligned16=aligned, **params)
             items.add((str(p.spec.source_path), p.name_expression))
+    for kernel, params in test_gpu_correctness.PIPELINED_CASES:   # with a column-major op(B)
+        for op_a in ("N", "T"):
+            for aligned in (True, False):
+                p = api.plan(kernel, 64, 64, 64, aligned16=aligned, op_a=op_a, op_b="T", **params)
+                items.add((str(p.spec.source_path), p.name_expression))
     for spec in registry.ladder("tensor"):
         if not spec.builds_for(gpu.arch):
             continue

@@ -46,13 +46,22 @@ def _id(case):
     return name + "".join(f"-{k}{v}" for k, v in params.items())
 
 
-def _check(kernel, params, M, N, K, alpha, beta, rng, *, misalign=False):
+def _check(kernel, params, M, N, K, alpha, beta, rng, *, misalign=False, trans_a=False, trans_b=False):
+    """``trans_a`` / ``trans_b``: the operand as the transposed view of a row-major
+    array (a column-major op(A) / op(B)); with ``misalign`` that array starts 4
+    bytes into its buffer."""
     import cupy as cp
-    a = cp.asarray(random_matrix(M, K, "uniform", rng))
-    b = cp.asarray(random_matrix(K, N, "uniform", rng))
-    if misalign:
-        # Views that start 4 bytes into a buffer: float4 access would be illegal.
-        a = cp.asarray(random_matrix(1, M * K + 1, "uniform", rng)).ravel()[1:].reshape(M, K)
+
+    def operand(rows, cols, trans, shifted):
+        stored = (cols, rows) if trans else (rows, cols)
+        n = stored[0] * stored[1]
+        flat = cp.asarray(random_matrix(1, n + shifted, "uniform", rng)).ravel()[shifted:]
+        x = flat.reshape(stored)
+        return x.T if trans else x
+
+    # Misaligned views start 4 bytes into a buffer: float4 access would be illegal.
+    a = operand(M, K, trans_a, int(misalign))
+    b = operand(K, N, trans_b, int(misalign and trans_b))
     c0 = cp.asarray(random_matrix(M, N, "uniform", rng)) if beta else cp.full((M, N), np.nan, np.float32)
     out = c0.copy()
     ret = gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel, **params)
@@ -70,6 +79,34 @@ def _check(kernel, params, M, N, K, alpha, beta, rng, *, misalign=False):
 def test_kernel_matches_fp64(case, shape, alpha, beta):
     kernel, params = case
     _check(kernel, params, *shape, alpha, beta, np.random.default_rng())
+
+
+# A column-major op(B) (x @ W.t(), the forward product of every linear layer):
+# pipelined's transposing copies of the B tile, with op(A) either way, on aligned
+# operands (every side a multiple of 4) and not, every edge, split-K, and the
+# configurations the planner takes for small M and narrow N.
+PIPELINED_CASES = [c for c in _cases() if c[0] == "pipelined"] + [
+    ("pipelined", {"BM": 128, "BN": 64, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 3}),
+    ("pipelined", {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 3,
+                   "SPLITK": 4})]
+COLUMN_MAJOR_B_SHAPES = [(7, 13, 5), (33, 65, 17), (127, 129, 255), (260, 516, 132), (1000, 1000, 1000),
+                         (4097, 31, 129), (16, 16, 4096)]
+
+
+@pytest.mark.parametrize("case", PIPELINED_CASES, ids=_id)
+@pytest.mark.parametrize("shape", COLUMN_MAJOR_B_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("trans_a", [False, True], ids=["NT", "TT"])
+def test_pipelined_column_major_b(case, shape, trans_a):
+    kernel, params = case
+    rng = np.random.default_rng()
+    _check(kernel, params, *shape, 1.0, 0.0, rng, trans_a=trans_a, trans_b=True)
+    _check(kernel, params, *shape, 0.5, 2.0, rng, trans_a=trans_a, trans_b=True)
+
+
+@pytest.mark.parametrize("trans_a", [False, True], ids=["NT", "TT"])
+def test_pipelined_column_major_b_misaligned(trans_a):
+    _check("pipelined", {}, 260, 516, 132, 1.0, 0.0, np.random.default_rng(), misalign=True, trans_a=trans_a,
+           trans_b=True)
 
 
 @pytest.mark.parametrize("kernel", ["vectorized", "warptile", "pipelined"])

@@ -423,6 +423,48 @@ def test_auto_counts_a_batch_as_tiles(M, N, K, batch, splits):
     assert p.spec.name == "pipelined" and p.params == {**PIPE_DEFAULTS, "SPLITK": splits}
 
 
+# The shipped H100 table at shapes it was not tuned for (planner._fit_nearest): the nearest
+# tuned shape's tile, its split-K chosen again for this shape's tiles.
+H100 = "nvidia-h100-80gb-hbm3"
+
+
+@pytest.mark.parametrize("M, N, K, splits", [
+    (128, 4096, 4096, 8),      # 16 tiles of 128 x 256 (nearest 256x4096x4096 split 4: 64 blocks)
+    (128, 4096, 28672, 8),
+    (128, 6144, 4096, 4),      # 24 tiles: 4 x 24 = 96 <= 132 < 6 x 24
+    (128, 14336, 4096, 2),     # 56 tiles: 2 x 56 = 112
+    (128, 28672, 4096, 1),     # 112 tiles fill more than half the SMs
+    (128, 4096, 96, 3),        # 12 K-steps: 3 slices of 4
+])
+def test_nearest_tuned_shape_has_its_split_k_fitted(M, N, K, splits):
+    p = gemmlab.plan("auto", M, N, K, sm_count=132, gpu_slug=H100, arch="sm_90a")
+    assert p.spec.name == "pipelined" and (p.params["BM"], p.params["BN"]) == (128, 256)
+    assert p.params["SPLITK"] == splits
+    assert p.params in registry.get("pipelined").configurations()
+
+
+def test_an_output_128_wide_takes_64_x_128_tiles():
+    """Attention's P @ V (N = 128): a 128 x 256 tile from the nearest tuned shape
+    (2048^3) would compute half zeros; 64 x 128 tiles, split for a single product."""
+    for batch, splits in ((32, 1), (128, 1), (1, 4)):
+        p = gemmlab.plan("auto", 2048, 128, 2048, sm_count=132, gpu_slug=H100, arch="sm_90a", batch=batch)
+        assert p.params == {**PIPE_DEFAULTS, **planner.SKINNY_M, "SPLITK": splits}
+    p = gemmlab.plan("auto", 4096, 128, 4096, sm_count=132, gpu_slug=H100, arch="sm_90a", batch=32)
+    assert (p.params["BM"], p.params["BN"]) == (64, 128)    # not the nearest shape's 128 x 64
+    # A tuned tile already 128 wide stays (512^3's, for 512x128x512).
+    tuned = gemmlab.plan("auto", 512, 512, 512, sm_count=132, gpu_slug=H100, arch="sm_90a").params
+    p = gemmlab.plan("auto", 512, 128, 512, sm_count=132, gpu_slug=H100, arch="sm_90a", batch=32)
+    assert p.params == {**tuned, "SPLITK": 1}
+
+
+@pytest.mark.parametrize("shape", ["256x4096x4096", "8192x64x8192", "1024x1024x1024"])
+def test_a_tuned_shape_keeps_its_own_winner(shape):
+    from gemmlab import tuned
+    M, N, K = tuned.parse_shape_key(shape)
+    p = gemmlab.plan("auto", M, N, K, sm_count=132, gpu_slug=H100, arch="sm_90a")
+    assert p.params == p.spec.resolve(tuned.load_table(H100).shapes[shape]["best"]["params"])
+
+
 def test_tuned_split_k_is_dropped_when_the_batch_fills_the_gpu():
     """The shipped H200 table picks split-K for 8192x64x8192; a batch of 64 such products does not need it."""
     one = gemmlab.plan("auto", 8192, 64, 8192, sm_count=132, gpu_slug="nvidia-h200")

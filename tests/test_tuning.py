@@ -92,9 +92,12 @@ def test_plan_uses_the_table_for_auto_and_for_named_kernels_without_params(table
     split = {**PIPE.defaults(), "SPLITK": 4}
     _write(shipped, "gpu-a", {"8192x64x8192": {"best": _win("pipelined", split),
                                                "kernels": {"pipelined": _win("pipelined", split)}}})
-    p = gemmlab.plan("auto", 8000, 60, 8000, gpu_slug="gpu-a")
+    p = gemmlab.plan("auto", 8192, 64, 8192, gpu_slug="gpu-a")
     assert p.spec.name == "pipelined" and p.params == split
-    assert gemmlab.plan("pipelined", 8000, 60, 8000, gpu_slug="gpu-a").params == split
+    assert gemmlab.plan("pipelined", 8192, 64, 8192, gpu_slug="gpu-a").params == split
+    # a shape near the tuned one: its tile, the split chosen again for this shape's
+    # 63 tiles (2 x 63 blocks within 132 SMs: planner._fit_nearest)
+    assert gemmlab.plan("auto", 8000, 60, 8000, gpu_slug="gpu-a", sm_count=132).params == {**split, "SPLITK": 2}
     # explicit tile parameters win over the table
     assert gemmlab.plan("pipelined", 8000, 60, 8000, gpu_slug="gpu-a", SPLITK=2).params["SPLITK"] == 2
     # a kernel the table has nothing for keeps its defaults

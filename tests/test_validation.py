@@ -274,8 +274,11 @@ _X = f32(6, 10)
     (_X[::-1], None, 10, True),                   # a negative stride: one contiguous copy
     (_X[:1, ::3], "T", 3, False),                 # one row with a stride: a 1 x n column-major matrix
     (np.broadcast_to(f32(1, 10), (6, 10)), "N", 0, False),   # a broadcast row: ld 0, read as it is
+    (f32(1, 6).T, "T", 6, False),                 # one column of unit stride (dY.t() of one token):
+    (f32(6, 1), "T", 6, False),                   # one stored row of 6, not 6 rows of one element
+    (f32(6, 3)[:, :1], "N", 3, False),            # a column with a stride: rows of one element
 ], ids=["C", "F", "TT", "transposed", "padded", "transposed-padded", "F-padded", "strided", "reversed",
-        "one-row", "broadcast-row"])
+        "one-row", "broadcast-row", "one-column-transposed", "one-column", "strided-column"])
 def test_operand_layouts_are_read_from_strides(view, layout, ld, copy):
     call, kv = _sides(view, f32(view.shape[1], 3))
     assert call.A.copy == copy
@@ -305,6 +308,20 @@ def test_column_major_out_swaps_the_operands():
     assert (kv.M, kv.N) == (3, 5)
     assert (kv.A.layout, kv.B.layout, kv.C.layout) == ("N", "T", "N")   # b (column-major) read as b^T: row-major
     assert kv.C.ld == 5 and not call.C.copy
+
+
+def test_a_one_column_input_is_read_as_one_aligned_row():
+    """K = 1 (a weight gradient dY.t() @ x of one token): op(a) = dY.t() is M x 1 with
+    unit row stride; read column-major it is one stored row of M floats, so the
+    16-byte copies and stores of the aligned variants apply (rows of one element
+    would not be 16-byte aligned).  An output column keeps its row-major reading."""
+    dy, x = f32(1, 8), f32(1, 12)
+    call, kv = _sides(dy, x, trans_a=True)
+    assert (kv.M, kv.N, call.K) == (8, 12, 1)
+    assert (kv.A.layout, kv.A.ld, kv.B.layout) == ("T", 8, "N") and not call.A.copy
+    assert kv.aligned16()
+    call, kv = _sides(f32(8, 3), f32(3, 1), out=sentinel_out((8, 1)))
+    assert kv.C.layout == "N" and kv.B.layout == "T"
 
 
 def test_strided_out_is_computed_in_a_copy():

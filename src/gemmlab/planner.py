@@ -103,17 +103,22 @@ def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N
 
 # -- operand layouts and batches ------------------------------------------------
 
-def matrix_layout(shape, strides) -> tuple[str, int] | None:
+def matrix_layout(shape, strides, *, unit_column_major: bool = False) -> tuple[str, int] | None:
     """How the kernels read a rows x cols matrix with these element strides:
     ``("N", ld)`` row-major, ``("T", ld)`` column-major (a transposed view of a
     row-major array, or Fortran order), or None when neither side has unit
     stride (e.g. ``a[:, ::2]``) or a stride is negative -- then gemmlab makes
     one contiguous copy.  Rows (columns) of an input may overlap (a broadcast
-    row has ld 0); an output is also checked by :func:`overlaps_itself`."""
+    row has ld 0); an output is also checked by :func:`overlaps_itself`.
+    ``unit_column_major`` (inputs): a single column of unit row stride (``dY.t()``
+    of one token) is read column-major, one stored row of ``rows`` elements that
+    16-byte copies can take, not ``rows`` stored rows of one element each."""
     rows, cols = shape
     rs, cs = strides
     if rows == 0 or cols == 0 or rows == 1 and cols == 1:
         return "N", max(cols, 1)
+    if unit_column_major and cols == 1 and rs == 1:
+        return "T", rows
     if (cols == 1 or cs == 1) and (rows == 1 or rs >= 0):
         return "N", rs if rows > 1 else cols
     if (rows == 1 or rs == 1) and (cols == 1 or cs >= 0):
@@ -168,20 +173,20 @@ class _Side:
                 and all((s * itemsize) % 16 == 0 for s in self.batch))
 
 
-def _side(op: Operand, trans: bool, batch_shape) -> _Side:
+def _side(op: Operand, trans: bool, batch_shape, *, is_input: bool = True) -> _Side:
     """Resolve one operand: logical matrix, layout (or a copy), batch strides aligned to batch_shape."""
     shape, strides = list(op.shape), list(op.strides)
     if trans:
         shape[-2:], strides[-2:] = shape[-1:-3:-1], strides[-1:-3:-1]
     rows, cols = shape[-2:]
-    found = matrix_layout((rows, cols), strides[-2:])
+    found = matrix_layout((rows, cols), strides[-2:], unit_column_major=is_input)
     copy = found is None
     if copy:   # the contiguous copy's strides, read through the same op
         cstr = list(_c_strides(op.shape))
         if trans:
             cstr[-2:] = cstr[-1:-3:-1]
         strides = cstr
-        found = matrix_layout((rows, cols), strides[-2:])
+        found = matrix_layout((rows, cols), strides[-2:], unit_column_major=is_input)
     layout, ld = found
     nb = len(batch_shape) - (len(shape) - 2)
     batch = tuple(0 if i < nb or shape[i - nb] == 1 else strides[i - nb] for i in range(len(batch_shape)))
@@ -367,6 +372,33 @@ def note_untuned(slug: str) -> None:
 
 
 MIN_K_STEPS_PER_SPLIT = 4   # the tuner's rule: a split-K slice has at least 4 K-steps
+MAX_FILL_SPLIT = 8          # the largest split _fit_nearest takes (the most the run-82 sweep measured)
+
+
+def _fit_nearest(spec: KernelSpec, params: dict, M: int, N: int, K: int, sm_count: int, batch: int) -> dict:
+    """pipelined's configuration from the nearest tuned shape, fitted to this one.
+    The tuned split-K factor was right for that shape's number of tiles, not for
+    this one's: M = 128 tokens answered from 256x4096x4096 (split 4 of 32 tiles)
+    left 64 blocks of 16 tiles on 132 SMs.  So the split is chosen again by the
+    rule auto_params follows, up to MAX_FILL_SPLIT: the largest that keeps the
+    blocks within the SMs where the tiles alone leave more than half of them idle,
+    each slice at least MIN_K_STEPS_PER_SPLIT K-steps long, else none.  An output
+    of 65-128 columns (attention's P @ V, N = 128) takes 64 x 128 tiles
+    (SKINNY_M) instead of a wider or narrower tuned one.  Measured on an H100
+    (run 82, benchmarks/NOTES.md): 41-49% of cuBLAS -> 80-92% at M = 128,
+    54% -> 107% for P @ V in a batch of 32."""
+    if spec.name != "pipelined":
+        return params
+    params = dict(params)
+    if 64 < N <= 128 and params["BN"] != 128:
+        params.update(SKINNY_M)
+    tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * batch
+    steps = -(-max(K, 1) // params["BK"])
+    params["SPLITK"] = 1
+    if 2 * tiles < sm_count:
+        params["SPLITK"] = max(s for s in registry.SPLITK_VALUES if s == 1 or s <= MAX_FILL_SPLIT
+                               and tiles * s <= sm_count and steps >= MIN_K_STEPS_PER_SPLIT * s)
+    return params
 
 
 def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
@@ -439,7 +471,9 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         table = tuned.load_table(gpu_slug)
         found = table.lookup(kernel, M, N, max(K, 1)) if table else None
         if found:
-            kernel, tile_params = found
+            asked, (kernel, tile_params) = kernel, found
+            if not table.measured_at(asked, M, N, max(K, 1)):
+                tile_params = _fit_nearest(registry.get(kernel), tile_params, M, N, K, sm_count, batch)
             tile_params = _fit_split_k(registry.get(kernel), tile_params, K)
     if kernel == "auto":
         if dtype == "float32":
@@ -589,7 +623,7 @@ def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> 
             if lo < xhi and xlo < hi:
                 raise ValueError(f"{O.label()} overlaps {X.label()} in memory; the result would "
                                  "overwrite inputs still being read")
-        SC = _side(O, False, batch_shape)
+        SC = _side(O, False, batch_shape, is_input=False)
     elif beta != 0:
         raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "
                          "pass out= or leave beta=0")

@@ -67,6 +67,12 @@ class TunedTable:
         found = self._memo[key]
         return (found[0], dict(found[1])) if found else None
 
+    def measured_at(self, kernel: str, M: int, N: int, K: int) -> bool:
+        """Whether this very shape was tuned for ``kernel`` (lookup's answer is then
+        its own winner, not a neighbour's)."""
+        entry = self.shapes.get(shape_key(M, N, K), {})
+        return bool(entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel))
+
     def _nearest(self, kernel: str, M: int, N: int, K: int) -> tuple[str, dict] | None:
         best, best_d = None, math.inf
         for key, entry in self.shapes.items():
