@@ -909,11 +909,11 @@ def test_ec_wgmma_geometry(M, N, sm_count):
 # -- gemv: products of a few rows --------------------------------------------------
 
 @pytest.mark.parametrize("op_b, aligned, dtype, vec, per_block", [
-    ("T", True, "float32", 4, 8), ("T", True, "bfloat16", 8, 8), ("T", False, "float16", 1, 8),
+    ("T", True, "float32", 4, 32), ("T", True, "bfloat16", 8, 32), ("T", False, "float16", 1, 32),
     ("N", True, "float32", 1, 32), ("N", True, "bfloat16", 2, 64), ("N", False, "bfloat16", 1, 32),
 ])
 def test_gemv_geometry(op_b, aligned, dtype, vec, per_block):
-    """op(B) column-major: a warp (of 8 a block) per column, 16-byte loads along K;
+    """op(B) column-major: a warp (of 8 a block) per 4 columns, 16-byte loads along K;
     row-major: 32 threads along N with 4 bytes each, 32 * VEC columns a block."""
     from gemmlab.kernels.gemv.gemv import gemv_vec
     spec = registry.get("gemv")

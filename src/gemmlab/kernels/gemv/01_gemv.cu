@@ -2,10 +2,15 @@
 // x @ W.t() (M = 1 to 16 tokens).  A tiled GEMM spends a 64- to 256-row tile
 // on them and wastes nearly all of it, while the time such a product needs is
 // one read of op(B) -- the weights -- from memory.  So this kernel streams
-// op(B) once, at memory bandwidth, keeps the sums of all MT rows of C in
-// registers, and reads the few rows of op(A) from the cache:
+// op(B) once, at memory bandwidth, and keeps the sums of all MT rows of C in
+// registers:
 //   op(B) column-major (W.t(): each column's K elements contiguous): a warp per
-//     column, its lanes along K with 16-byte loads, a warp-shuffle sum;
+//     GEMV_COLS_PER_WARP columns, its lanes along K with 16-byte loads, a
+//     warp-shuffle sum.  The block stages each K chunk of op(A)'s MT rows in
+//     shared memory, converted to FP32 once, so an FMA costs no load of op(A)
+//     from global memory and each value read from shared memory feeds
+//     GEMV_COLS_PER_WARP FMAs: the time per byte of op(B) stays nearly the same
+//     from M = 1 to 16;
 //   op(B) row-major (each row's N elements contiguous): a thread per VEC
 //     columns, the block's warps splitting K, a sum through shared memory.
 // Arithmetic in FP32 for every storage type.  Rows beyond MT take further

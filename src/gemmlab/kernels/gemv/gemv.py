@@ -13,6 +13,7 @@ from ..spec import TYPE_CODES, KernelSpec, Launch, Problem, TileParam, cdiv
 
 _K = read_constants("include/gemmlab/gemv/01_gemv.cuh")
 GEMV_THREADS, GEMV_WARPS = _K["GEMV_THREADS"], _K["GEMV_THREADS"] // 32
+GEMV_COLS_PER_WARP = _K["GEMV_COLS_PER_WARP"]
 GEMV_LOAD_BYTES_K, GEMV_LOAD_BYTES_N = _K["GEMV_LOAD_BYTES_K"], _K["GEMV_LOAD_BYTES_N"]
 # auto takes gemv for products of at most this many rows, by input dtype, where
 # op(B) is column-major (x @ W.t()): where it beat the tiled rung auto took before
@@ -28,6 +29,13 @@ GEMV_VARIANTS = tuple(Problem(1, 1, 1, aligned, dt, odt)
                       for aligned in (True, False))
 
 
+def gemv_staged_k(prob: Problem, mt: int) -> int:
+    """Elements of K per chunk of op(A) the column-major path stages (GemvChunk::KC):
+    two 16-byte loads a lane (aligned operands), else eight elements; half as
+    many for MT = 16."""
+    return 32 * gemv_vec(prob) * (2 if prob.aligned16 else 8) // (2 if mt >= 16 else 1)
+
+
 def gemv_vec(prob: Problem) -> int:
     """Elements of op(B) a thread loads at once, as 01_gemv.cu derives VEC:
     GEMV_LOAD_BYTES_K along K where op(B) is column-major, GEMV_LOAD_BYTES_N along
@@ -38,8 +46,8 @@ def gemv_vec(prob: Problem) -> int:
 
 
 def _geometry(p, prob: Problem) -> Launch:
-    """op(B) column-major: a warp per column; row-major: 32 * VEC columns per block."""
-    per_block = GEMV_WARPS if prob.op_b == "T" else 32 * gemv_vec(prob)
+    """op(B) column-major: GEMV_COLS_PER_WARP columns a warp; row-major: 32 * VEC columns per block."""
+    per_block = GEMV_WARPS * GEMV_COLS_PER_WARP if prob.op_b == "T" else 32 * gemv_vec(prob)
     return Launch(grid=(max(1, cdiv(prob.N, per_block)), 1, 1), block=(GEMV_THREADS, 1, 1))
 
 
