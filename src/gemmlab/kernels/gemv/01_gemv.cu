@@ -20,8 +20,11 @@
 namespace gemmlab {
 
 template <int DT, int ODT, int MT, bool ALIGNED, char OPA, char OPB>
-// launch bounds "1 block": without it ptxas capped the registers and spilled in some instantiations
-__global__ void __launch_bounds__(GEMV_THREADS, 1)
+// Launch bounds: two blocks an SM for one row and 16-byte loads (its registers fit
+// in 128 a thread: more warps, and the N / 32 blocks spread more evenly over the
+// SMs); else one, as the others' sums and loads in flight take up to 255 registers
+// (capped at 128, they spill).
+__global__ void __launch_bounds__(GEMV_THREADS, MT == 1 && ALIGNED ? 2 : 1)
 gemv(int M, int N, int K, float alpha, const typename StorageOf<DT>::type* __restrict__ A, int lda,
      const typename StorageOf<DT>::type* __restrict__ B, int ldb, float beta,
      typename StorageOf<ODT>::type* __restrict__ C, int ldc, long long stride_a, long long stride_b,

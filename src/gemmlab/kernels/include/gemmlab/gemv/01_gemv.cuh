@@ -237,23 +237,24 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
 #pragma unroll
                         for (int q = 0; q < Q; ++q) bq[r][q] = f[Q * h + q];
                     }
+                    // Every one of the MT rows, M's or not (rows past M hold row M - 1 again
+                    // and are not stored): a branch per row would keep ptxas from issuing the
+                    // next rows' shared-memory reads ahead of this row's FMAs.
 #pragma unroll
                     for (int m = 0; m < MT; ++m) {
-                        if (m0 + m < M) {
-                            // 16-byte reads, lanes 16 bytes apart (see staged_slot)
-                            const float* src = &staged[m][staged_slot<VEC>(32 * VEC * j + VEC * lane + Q * h)];
-                            float aq[Q];
-                            if constexpr (Q == 4) {
-                                const float4 t = *reinterpret_cast<const float4*>(src);
-                                aq[0] = t.x; aq[1] = t.y; aq[2] = t.z; aq[3] = t.w;
-                            } else {
-                                aq[0] = src[0];
-                            }
-#pragma unroll
-                            for (int r = 0; r < R; ++r)
-#pragma unroll
-                                for (int q = 0; q < Q; ++q) acc[m][r] = fmaf(aq[q], bq[r][q], acc[m][r]);
+                        // 16-byte reads, lanes 16 bytes apart (see staged_slot)
+                        const float* src = &staged[m][staged_slot<VEC>(32 * VEC * j + VEC * lane + Q * h)];
+                        float aq[Q];
+                        if constexpr (Q == 4) {
+                            const float4 t = *reinterpret_cast<const float4*>(src);
+                            aq[0] = t.x; aq[1] = t.y; aq[2] = t.z; aq[3] = t.w;
+                        } else {
+                            aq[0] = src[0];
                         }
+#pragma unroll
+                        for (int r = 0; r < R; ++r)
+#pragma unroll
+                            for (int q = 0; q < Q; ++q) acc[m][r] = fmaf(aq[q], bq[r][q], acc[m][r]);
                     }
                 }
 #pragma unroll
