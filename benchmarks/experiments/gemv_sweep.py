@@ -68,7 +68,7 @@ def main():
                          "other": lambda: gemmlab.matmul(x, w.t(), out=out, kernel=other, **other_params),
                          "torch": lambda: torch.matmul(x, w.t(), out=out)}
                 row = dict(dtype=dtype, layer=layer, M=M, N=N, K=K, w_bytes=N * K * w.element_size(), MT=mt,
-                           other=f"{other} {other_params}")
+                           other_rung=f"{other} {other_params}")
                 for name, fn in calls.items():
                     out.fill_(float("nan"))
                     fn()
@@ -84,7 +84,7 @@ def main():
                 print(f"{dtype:9} {layer:8} M={M:<3} MT={mt:<3} " + "  ".join(
                     f"{k}: {row[k]['us']:7.1f} us ({row[k]['us_back_to_back']:7.1f} b2b, {row[k]['gbs']:5.0f} GB/s, "
                     f"{row[k]['pct_torch']:5.1f}% torch, err {row[k]['rel_error']:.1e})" for k in calls)
-                    + f"  [other = {row['other']}]", flush=True)
+                    + f"  [other = {row['other_rung']}]", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(gpu=gpu.name, rows=rows), f, indent=1)
