@@ -9,8 +9,8 @@
 //     warp-shuffle sum.  The block stages each K chunk of op(A)'s MT rows in
 //     shared memory, converted to FP32 once, so an FMA costs no load of op(A)
 //     from global memory and each value read from shared memory feeds
-//     GEMV_COLS_PER_WARP FMAs: the time per byte of op(B) stays nearly the same
-//     from M = 1 to 16;
+//     GEMV_COLS_PER_WARP FMAs: the cost per byte of op(B) grows far more
+//     slowly with M than with a load of op(A) per FMA;
 //   op(B) row-major (each row's N elements contiguous): a thread per VEC
 //     columns, the block's warps splitting K, a sum through shared memory.
 // Arithmetic in FP32 for every storage type.  Rows beyond MT take further

@@ -1,6 +1,7 @@
 // gemmlab/gemv/01_gemv.cuh: the gemv rung's device functions (gemv/01_gemv.cu).
 // One pass streams op(B) once; each element of op(B) read serves the MT rows
-// of op(A), whose elements come from the cache (op(A) is MT rows: small).
+// of op(A): staged in shared memory where op(B) is column-major, read through
+// the cache where it is row-major (op(A) is MT rows: small).
 #pragma once
 
 #include <gemmlab/layout.cuh>
