@@ -110,7 +110,7 @@ def ladder_sass(ladder_module):
     return get
 
 
-from gemmlab.kernels.gemv.gemv import GEMV_WARPS, gemv_vec  # noqa: E402
+from gemmlab.kernels.gemv.gemv import GEMV_WARPS, gemv_staged_k, gemv_vec  # noqa: E402
 
 ELEM_BYTES = {"float16": 2, "bfloat16": 2, "tf32": 4}
 
@@ -128,8 +128,10 @@ def static_smem(spec, p, prob=None):
         return 0
     if spec.family == "tensor":    # rung 1 fills its fragments from global memory
         return 0
-    if spec.name == "gemv":        # op(B) row-major: the warps' sums meet in shared memory
-        return 0 if prob.op_b == "T" else 4 * GEMV_WARPS * p["MT"] * 32 * gemv_vec(prob)
+    if spec.name == "gemv":        # op(B) column-major: a chunk of op(A) staged; row-major: the warps' sums
+        if prob.op_b == "T":
+            return 4 * p["MT"] * gemv_staged_k(prob, p["MT"])
+        return 4 * GEMV_WARPS * p["MT"] * 32 * gemv_vec(prob)
     return 4 * p["BK"] * (p["BM"] + p["BN"])
 
 

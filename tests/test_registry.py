@@ -1026,11 +1026,11 @@ def test_ec_wgmma_geometry(M, N, sm_count):
 # -- gemv: products of a few rows --------------------------------------------------
 
 @pytest.mark.parametrize("op_b, aligned, dtype, vec, per_block", [
-    ("T", True, "float32", 4, 8), ("T", True, "bfloat16", 8, 8), ("T", False, "float16", 1, 8),
+    ("T", True, "float32", 4, 32), ("T", True, "bfloat16", 8, 32), ("T", False, "float16", 1, 32),
     ("N", True, "float32", 1, 32), ("N", True, "bfloat16", 2, 64), ("N", False, "bfloat16", 1, 32),
 ])
 def test_gemv_geometry(op_b, aligned, dtype, vec, per_block):
-    """op(B) column-major: a warp (of 8 a block) per column, 16-byte loads along K;
+    """op(B) column-major: a warp (of 8 a block) per 4 columns, 16-byte loads along K;
     row-major: 32 threads along N with 4 bytes each, 32 * VEC columns a block."""
     from gemmlab.kernels.gemv.gemv import gemv_vec
     spec = registry.get("gemv")
@@ -1042,11 +1042,11 @@ def test_gemv_geometry(op_b, aligned, dtype, vec, per_block):
         assert spec.name_expression(spec.defaults(), prob).endswith(f", {str(aligned).lower()}, 'N', '{op_b}'>")
 
 
-@pytest.mark.parametrize("M, mt", [(1, 1), (2, 2), (3, 4), (8, 8)])
+@pytest.mark.parametrize("M, mt", [(1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (8, 8), (13, 16), (16, 16)])
 @pytest.mark.parametrize("dtype, out", [("float32", "float32"), ("bfloat16", "bfloat16"), ("float16", "float32")])
 def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
-    """x @ W.t() (op(B) column-major) with at most GEMV_MAX_M[dtype] rows: 8 for
-    float32, 1 for the 16-bit types (where gemv was faster, run 80)."""
+    """x @ W.t() (op(B) column-major) with at most GEMV_MAX_M[dtype] rows: 16 for
+    float32, 4 for the 16-bit types (run 82)."""
     plan = lambda M, op_b="T", dtype=dtype: gemmlab.plan(   # noqa: E731
         "auto", M, 8192, 8192, dtype=dtype, out_dtype=out if dtype != "tf32" else "float32", op_b=op_b,
         arch="sm_90a", gpu_slug="nvidia-h100-80gb-hbm3")

@@ -2,10 +2,15 @@
 // x @ W.t() (M = 1 to 16 tokens).  A tiled GEMM spends a 64- to 256-row tile
 // on them and wastes nearly all of it, while the time such a product needs is
 // one read of op(B) -- the weights -- from memory.  So this kernel streams
-// op(B) once, at memory bandwidth, keeps the sums of all MT rows of C in
-// registers, and reads the few rows of op(A) from the cache:
+// op(B) once, at memory bandwidth, and keeps the sums of all MT rows of C in
+// registers:
 //   op(B) column-major (W.t(): each column's K elements contiguous): a warp per
-//     column, its lanes along K with 16-byte loads, a warp-shuffle sum;
+//     GEMV_COLS_PER_WARP columns, its lanes along K with 16-byte loads, a
+//     warp-shuffle sum.  The block stages each K chunk of op(A)'s MT rows in
+//     shared memory, converted to FP32 once, so an FMA costs no load of op(A)
+//     from global memory and each value read from shared memory feeds
+//     GEMV_COLS_PER_WARP FMAs: the cost per byte of op(B) grows far more
+//     slowly with M than with a load of op(A) per FMA;
 //   op(B) row-major (each row's N elements contiguous): a thread per VEC
 //     columns, the block's warps splitting K, a sum through shared memory.
 // Arithmetic in FP32 for every storage type.  Rows beyond MT take further
@@ -15,8 +20,11 @@
 namespace gemmlab {
 
 template <int DT, int ODT, int MT, bool ALIGNED, char OPA, char OPB>
-// launch bounds "1 block": without it ptxas capped the registers and spilled in some instantiations
-__global__ void __launch_bounds__(GEMV_THREADS, 1)
+// Launch bounds: two blocks an SM for one row and 16-byte loads (its registers fit
+// in 128 a thread: more warps, and the N / 32 blocks spread more evenly over the
+// SMs); else one, as the others' sums and loads in flight take up to 255 registers
+// (capped at 128, they spill).
+__global__ void __launch_bounds__(GEMV_THREADS, MT == 1 && ALIGNED ? 2 : 1)
 gemv(int M, int N, int K, float alpha, const typename StorageOf<DT>::type* __restrict__ A, int lda,
      const typename StorageOf<DT>::type* __restrict__ B, int ldb, float beta,
      typename StorageOf<ODT>::type* __restrict__ C, int ldc, long long stride_a, long long stride_b,

@@ -13,12 +13,16 @@ from ..spec import TYPE_CODES, KernelSpec, Launch, Problem, TileParam, cdiv
 
 _K = read_constants("include/gemmlab/gemv/01_gemv.cuh")
 GEMV_THREADS, GEMV_WARPS = _K["GEMV_THREADS"], _K["GEMV_THREADS"] // 32
+GEMV_COLS_PER_WARP = _K["GEMV_COLS_PER_WARP"]
 GEMV_LOAD_BYTES_K, GEMV_LOAD_BYTES_N = _K["GEMV_LOAD_BYTES_K"], _K["GEMV_LOAD_BYTES_N"]
 # auto takes gemv for products of at most this many rows, by input dtype, where
-# op(B) is column-major (x @ W.t()): where it beat the tiled rung auto took before
-# and torch.matmul on an H100 (benchmarks/NOTES.md, run 80).  Its row-major path
-# (op(B) streamed along N) has too few blocks at these sizes to be taken by auto.
-GEMV_MAX_M = {"float32": 8, "float16": 1, "bfloat16": 1}
+# op(B) is column-major (x @ W.t()), from run 82 on an H100 (benchmarks/NOTES.md):
+# float32 up to 16, where gemv beat the pipelined rung auto takes otherwise at
+# every M; 16-bit up to 4, where it stayed near torch.matmul (at M = 8 in bf16 it
+# was 62-85% of it: the FMAs of 8 rows per 2-byte weight, not memory, bound it).
+# Its row-major path (op(B) streamed along N) has too few blocks at these sizes to
+# be taken by auto.
+GEMV_MAX_M = {"float32": 16, "float16": 4, "bfloat16": 4}
 GEMV_DTYPES = ("float32", "float16", "bfloat16")
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # (input, output) dtypes: float32 in and out; 16-bit in, float32 or the same type out.
@@ -26,6 +30,13 @@ GEMV_VARIANTS = tuple(Problem(1, 1, 1, aligned, dt, odt)
                       for dt, odt in (("float32", "float32"), ("float16", "float32"), ("float16", "float16"),
                                       ("bfloat16", "float32"), ("bfloat16", "bfloat16"))
                       for aligned in (True, False))
+
+
+def gemv_staged_k(prob: Problem, mt: int) -> int:
+    """Elements of K per chunk of op(A) the column-major path stages (GemvChunk::KC):
+    two 16-byte loads a lane (aligned operands), else eight elements; half as
+    many for MT = 16."""
+    return 32 * gemv_vec(prob) * (2 if prob.aligned16 else 8) // (2 if mt >= 16 else 1)
 
 
 def gemv_vec(prob: Problem) -> int:
@@ -38,8 +49,8 @@ def gemv_vec(prob: Problem) -> int:
 
 
 def _geometry(p, prob: Problem) -> Launch:
-    """op(B) column-major: a warp per column; row-major: 32 * VEC columns per block."""
-    per_block = GEMV_WARPS if prob.op_b == "T" else 32 * gemv_vec(prob)
+    """op(B) column-major: GEMV_COLS_PER_WARP columns a warp; row-major: 32 * VEC columns per block."""
+    per_block = GEMV_WARPS * GEMV_COLS_PER_WARP if prob.op_b == "T" else 32 * gemv_vec(prob)
     return Launch(grid=(max(1, cdiv(prob.N, per_block)), 1, 1), block=(GEMV_THREADS, 1, 1))
 
 

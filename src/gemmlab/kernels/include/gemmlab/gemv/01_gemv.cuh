@@ -1,6 +1,7 @@
 // gemmlab/gemv/01_gemv.cuh: the gemv rung's device functions (gemv/01_gemv.cu).
 // One pass streams op(B) once; each element of op(B) read serves the MT rows
-// of op(A), whose elements come from the cache (op(A) is MT rows: small).
+// of op(A): staged in shared memory where op(B) is column-major, read through
+// the cache where it is row-major (op(A) is MT rows: small).
 #pragma once
 
 #include <gemmlab/layout.cuh>
@@ -9,7 +10,9 @@
 namespace gemmlab {
 
 constexpr int GEMV_THREADS = 256;                 // threads per block
-constexpr int GEMV_WARPS = GEMV_THREADS / 32;     // columns per block (op(B) 'T'), K slices (op(B) 'N')
+constexpr int GEMV_WARPS = GEMV_THREADS / 32;     // K slices (op(B) 'N')
+constexpr int GEMV_COLS_PER_WARP = 4;             // columns of op(B) 'T' a warp streams together
+constexpr int GEMV_COLS = GEMV_WARPS * GEMV_COLS_PER_WARP;   // columns of C a block takes (op(B) 'T')
 // Bytes of op(B) a thread loads at once (16-byte aligned operands): along K where
 // op(B) is column-major (a warp reads 512 contiguous bytes a step); along N where
 // it is row-major (a warp reads a 128-byte row segment, and the blocks, 32
@@ -70,44 +73,208 @@ __device__ __forceinline__ float warp_sum(float x) {
     return x;
 }
 
-// op(B) column-major: a warp per column n of C, lanes along K (VEC elements each
-// per step), the MT rows' sums reduced across the warp at the end.
+// ---- op(B) column-major: op(A) staged in shared memory, several columns a warp ----
+//
+// Each element of op(A) is used once per column of op(B).  Loaded from global
+// memory (and converted) at every use, op(A) costs MT loads for each element of
+// op(B): the load and convert issue rate, not memory, then bounds the kernel
+// once M > 1.  So the block stages a chunk of K of all MT rows of op(A) in
+// shared memory, converted to FP32 once, and each warp streams
+// GEMV_COLS_PER_WARP columns at a time, so that each staged value read feeds
+// that many FMAs.
+
+// 32-bit words of op(B) one thread holds per column and K chunk: two 16-byte loads
+// (aligned operands) or 8 elements (one load each), half as many with 16 rows'
+// sums in registers.  Loads of the next chunk are issued before the current
+// chunk is computed: the memory latency is hidden by these words in flight, not
+// by more warps.
+template <int VEC, class S, int MT>
+struct GemvChunk {
+    static constexpr int LOADS = (VEC > 1 ? 2 : 8) / (MT >= 16 ? 2 : 1);   // loads a column and chunk
+    static constexpr int WORDS = (VEC * int(sizeof(S)) + 3) / 4;    // words a load
+    static constexpr int KC = 32 * VEC * LOADS;                     // K elements a chunk
+};
+
+// Bits of VEC consecutive elements at p, through the read-only path; converted
+// later by words_to_floats.  WHOLE: all VEC inside K, else `valid` of them (the
+// rest read as 0: the end of K, element by element).
+template <bool WHOLE, int VEC, class S>
+__device__ __forceinline__ void load_words(const S* __restrict__ p, int valid, unsigned (&w)[GemvChunk<VEC, S, 1>::WORDS]) {
+    if constexpr (WHOLE && VEC * sizeof(S) == 16) {
+        const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
+        w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;
+    } else if constexpr (WHOLE) {
+        static_assert(VEC == 1, "16-byte loads or single elements");
+        w[0] = __ldg(reinterpret_cast<const GemvBits<S>*>(p));
+    } else {
+#pragma unroll
+        for (int i = 0; i < GemvChunk<VEC, S, 1>::WORDS; ++i) w[i] = 0;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {
+            if (v < valid) {
+                const unsigned e = __ldg(reinterpret_cast<const GemvBits<S>*>(p + v));
+                w[v * int(sizeof(S)) / 4] |= sizeof(S) == 4 ? e : e << (16 * (v % 2));
+            }
+        }
+    }
+}
+
+template <int VEC, class S>
+__device__ __forceinline__ void words_to_floats(const unsigned (&w)[GemvChunk<VEC, S, 1>::WORDS], float (&out)[VEC]) {
+#pragma unroll
+    for (int v = 0; v < VEC; ++v)
+        out[v] = elem_from_bits<S>(sizeof(S) == 4 ? w[v] : w[v / 2] >> (16 * (v % 2)));
+}
+
+// Where element kk of a staged row of op(A) sits in shared memory.  A lane reads
+// the VEC elements matching its load of op(B) (kk = 32 VEC j + VEC lane + v);
+// with VEC = 8 those are 32 bytes, read as two 16-byte halves, and lanes 16 bytes
+// apart in each read keep it free of bank conflicts.
+template <int VEC>
+__device__ __forceinline__ int staged_slot(int kk) {
+    if constexpr (VEC == 8)
+        return kk / 256 * 256 + kk % 8 / 4 * 128 + kk % 256 / 8 * 4 + kk % 4;
+    else
+        return kk;
+}
+
+// The loads of one chunk of op(A) (MT rows, KC elements from k0) spread over the
+// block: by VEC along K where op(A) is row-major and aligned, else one element
+// each.  Elements past K read as 0.
+template <int MT, int VEC, char OPA, class S>
+struct GemvStagedA {
+    static constexpr int KC = GemvChunk<VEC, S, MT>::KC;
+    static constexpr int AVEC = OPA == 'N' ? VEC : 1;
+    static constexpr int ITEMS = MT * KC / AVEC;                            // loads a chunk
+    static constexpr int PER_THREAD = (ITEMS + GEMV_THREADS - 1) / GEMV_THREADS;
+    unsigned w[PER_THREAD][GemvChunk<AVEC, S, 1>::WORDS];
+
+    // WHOLE: the chunk lies inside K.  Rows past M load row M - 1 again (never read).
+    template <bool WHOLE>
+    __device__ __forceinline__ void load(const S* __restrict__ A, int lda, int M, int K, int m0, int k0) {
+#pragma unroll
+        for (int j = 0; j < PER_THREAD; ++j) {
+            const int i = threadIdx.x + j * GEMV_THREADS;
+            // 'N': consecutive threads along K; 'T' (op(A) column-major): along the rows
+            const int m = min(m0 + (OPA == 'N' ? i / (KC / AVEC) : i % MT), M - 1);
+            const int k = k0 + (OPA == 'N' ? i % (KC / AVEC) * AVEC : i / MT);
+            if (ITEMS % GEMV_THREADS == 0 || i < ITEMS)
+                load_words<WHOLE, AVEC>(&A[elem_offset<OPA>(m, k, lda)], K - k, w[j]);
+        }
+    }
+
+    __device__ __forceinline__ void store(float (*staged)[KC]) const {
+#pragma unroll
+        for (int j = 0; j < PER_THREAD; ++j) {
+            const int i = threadIdx.x + j * GEMV_THREADS;
+            if (ITEMS % GEMV_THREADS == 0 || i < ITEMS) {
+                const int m = OPA == 'N' ? i / (KC / AVEC) : i % MT;
+                const int kk = OPA == 'N' ? i % (KC / AVEC) * AVEC : i / MT;
+                float f[AVEC];
+                words_to_floats<AVEC, S>(w[j], f);
+#pragma unroll
+                for (int v = 0; v < AVEC; ++v) staged[m][staged_slot<VEC>(kk + v)] = f[v];
+            }
+        }
+    }
+};
+
 template <int MT, int VEC, char OPA, class S, class O>
 __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float alpha, const S* __restrict__ A,
                                                      int lda, const S* __restrict__ B, int ldb, float beta,
                                                      O* __restrict__ C, int ldc) {
-    const int lane = threadIdx.x % 32;
-    const int k_vec = K / VEC * VEC;   // read VEC at a time; the rest one at a time
-    for (int n = blockIdx.x * GEMV_WARPS + threadIdx.x / 32; n < N; n += gridDim.x * GEMV_WARPS) {
-        const S* col = B + (long long)n * ldb;
+    using Chunk = GemvChunk<VEC, S, MT>;
+    constexpr int R = GEMV_COLS_PER_WARP, KC = Chunk::KC;
+    __shared__ __align__(16) float staged[MT][KC];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int chunks = (K + KC - 1) / KC;
+    for (int n0 = blockIdx.x * GEMV_COLS; n0 < N; n0 += gridDim.x * GEMV_COLS) {
+        // The warp's columns n0 + R warp + r (past N: column N - 1 read again, not stored).
+        const S* col[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) col[r] = B + (long long)min(n0 + R * warp + r, N - 1) * ldb;
         for (int m0 = 0; m0 < M; m0 += MT) {
-            float acc[MT];
+            float acc[MT][R];
 #pragma unroll
-            for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
-#pragma unroll 2
-            for (int k = lane * VEC; k < k_vec; k += 32 * VEC) {
-                float b[VEC];
-                load_vec<VEC>(col + k, b);
+            for (int m = 0; m < MT; ++m)
 #pragma unroll
-                for (int m = 0; m < MT; ++m) {
-                    if (m0 + m < M) {
+                for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+            GemvStagedA<MT, VEC, OPA, S> a;
+            unsigned b[R][Chunk::LOADS][Chunk::WORDS], b_next[R][Chunk::LOADS][Chunk::WORDS];
+            // One chunk's loads (of op(A) and of the warp's columns), checked against K
+            // element by element only in the chunk that K ends in.
+            auto load_chunk = [&](int k0, unsigned (&dst)[R][Chunk::LOADS][Chunk::WORDS]) {
+                const bool whole = k0 + KC <= K;
+                if (whole) a.template load<true>(A, lda, M, K, m0, k0);
+                else a.template load<false>(A, lda, M, K, m0, k0);
 #pragma unroll
-                        for (int v = 0; v < VEC; ++v)
-                            acc[m] = fmaf(load_ro(&A[elem_offset<OPA>(m0 + m, k + v, lda)]), b[v], acc[m]);
+                for (int j = 0; j < Chunk::LOADS; ++j) {
+                    const int k = k0 + 32 * VEC * j + VEC * lane;
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        if (whole) load_words<true, VEC>(col[r] + k, 0, dst[r][j]);
+                        else load_words<false, VEC>(col[r] + k, K - k, dst[r][j]);
                     }
                 }
-            }
-            for (int k = k_vec + lane; k < K; k += 32) {
-                const float b = load_ro(&col[k]);
+            };
+            if (chunks > 0) load_chunk(0, b);
+            for (int c = 0; c < chunks; ++c) {
+                __syncthreads();           // every warp is done with the previous chunk
+                a.store(staged);
+                __syncthreads();
+                if (c + 1 < chunks) load_chunk((c + 1) * KC, b_next);   // in flight during this chunk's FMAs
+                // A quarter of a 16-byte load (Q = 4 elements; 1 unaligned) of each
+                // column at a time, so that few converted values are live.
+                constexpr int Q = VEC < 4 ? VEC : 4;
 #pragma unroll
-                for (int m = 0; m < MT; ++m)
-                    if (m0 + m < M) acc[m] = fmaf(load_ro(&A[elem_offset<OPA>(m0 + m, k, lda)]), b, acc[m]);
-            }
+                for (int j = 0; j < Chunk::LOADS; ++j)
 #pragma unroll
-            for (int m = 0; m < MT; ++m) {
-                const float sum = warp_sum(acc[m]);
-                if (lane == 0 && m0 + m < M) store_scaled_as(&C[(long long)(m0 + m) * ldc + n], sum, alpha, beta);
+                for (int h = 0; h < VEC / Q; ++h) {
+                    float bq[R][Q];
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        float f[VEC];
+                        words_to_floats<VEC, S>(b[r][j], f);   // (the unused quarters are dead code)
+#pragma unroll
+                        for (int q = 0; q < Q; ++q) bq[r][q] = f[Q * h + q];
+                    }
+                    // Every one of the MT rows, M's or not (rows past M hold row M - 1 again
+                    // and are not stored): a branch per row would keep ptxas from issuing the
+                    // next rows' shared-memory reads ahead of this row's FMAs.
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+                        // 16-byte reads, lanes 16 bytes apart (see staged_slot)
+                        const float* src = &staged[m][staged_slot<VEC>(32 * VEC * j + VEC * lane + Q * h)];
+                        float aq[Q];
+                        if constexpr (Q == 4) {
+                            const float4 t = *reinterpret_cast<const float4*>(src);
+                            aq[0] = t.x; aq[1] = t.y; aq[2] = t.z; aq[3] = t.w;
+                        } else {
+                            aq[0] = src[0];
+                        }
+#pragma unroll
+                        for (int r = 0; r < R; ++r)
+#pragma unroll
+                            for (int q = 0; q < Q; ++q) acc[m][r] = fmaf(aq[q], bq[r][q], acc[m][r]);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int j = 0; j < Chunk::LOADS; ++j)
+#pragma unroll
+                        for (int i = 0; i < Chunk::WORDS; ++i) b[r][j][i] = b_next[r][j][i];
             }
+            // Each sum across the warp; lanes take turns storing them.
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const float sum = warp_sum(acc[m][r]);
+                    const int n = n0 + R * warp + r;
+                    if (lane == (m * R + r) % 32 && m0 + m < M && n < N)
+                        store_scaled_as(&C[(long long)(m0 + m) * ldc + n], sum, alpha, beta);
+                }
         }
     }
 }
