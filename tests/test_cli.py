@@ -255,3 +255,12 @@ def test_accuracy_rejects_unknown_methods_before_any_gpu_work(capsys, methods, m
     assert main(["accuracy", "--methods", methods, "--ks", "64"]) == 2
     err = capsys.readouterr().err
     assert message in err and "precision:kernel" in err and "ec_wmma, ec_wgmma" in err
+
+
+@pytest.mark.parametrize("command", [[], ["list"], ["bench"], ["accuracy"], ["fragments"], ["sweep"], ["tune"],
+                                     ["verify"], ["inspect"]], ids=lambda c: c[0] if c else "gemmlab")
+def test_every_help_text_prints(command, capsys):
+    """argparse formats help strings with %: a bare '%' in one broke `gemmlab bench -h`."""
+    with pytest.raises(SystemExit) as done:
+        main(command + ["-h"])
+    assert done.value.code == 0 and "usage: gemmlab" in capsys.readouterr().out

@@ -379,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ladder: kernels beside cuBLAS (default); wmma_ext: the WMMA fragment lab's experiments; "
                    "ec: the FP32-accurate tensor-core methods (precision=fp16_ec, fp16_ec_scaled, tf32_ec, "
                    "fp32_tc) beside cuBLAS SGEMM (default sizes 4096, 8192, 16384x4096x4096); overhead: host "
-                   "µs per call of gemmlab.matmul, torch.matmul and cupy.matmul on tiny operands, and % of "
+                   "µs per call of gemmlab.matmul, torch.matmul and cupy.matmul on tiny operands, and %% of "
                    "cuBLAS from 64^3 to 2048^3 (float32, bfloat16, float16); models: a Llama-3-8B-sized "
                    "transformer's linear layers (forward, input and weight gradient) and attention's batched "
                    "products, gemmlab.matmul beside torch.matmul on the same views")
