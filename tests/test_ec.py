@@ -227,4 +227,5 @@ def test_fp32_tc_runs_thin_products_as_fp32(shape):
     ref = reference(a, b, keep_on_gpu=True)
     assert compare(out, ref).rel_fro <= 1.5 * compare(a @ b, ref).rel_fro + 1e-7
     gemmlab.matmul(a, b, out=out, precision="fp32_tc", kernel="ec_wmma")
-    assert gemmlab.last_plan().spec.name == "ec_wmma" and gemmlab.last_plan().method in ("fp16_ec", "tf32_ec")
+    named = gemmlab.last_plan()   # the method chosen from the data: fp16_ec, fp16_ec_scaled or tf32_ec
+    assert named.spec.name == "ec_wmma" and named.method in ("fp16_ec", "fp16_ec_scaled", "tf32_ec"), named.describe()

@@ -156,3 +156,13 @@ def test_fp32_tc_runs_thin_products_on_the_cuda_cores():
     assert fp32_tc_on_cuda_cores(6144, 4096, 7).startswith("K = 7 ")
     assert fp32_tc_on_cuda_cores(17, 4096, 4096) == ""
     assert fp32_tc_on_cuda_cores(0, 4096, 4096) == ""   # an empty result: nothing to run either way
+
+
+def test_ec_batches_of_small_matrices_take_one_launch():
+    """ec_wgmma runs a batch one matrix per call: only for matrices that fill the GPU and hold
+    at least 2^34 multiply-adds; attention-sized batches go to ec_wmma's single launch."""
+    kw = dict(dtype="fp16_ec", arch="sm_90a", sm_count=132)
+    assert gemmlab.plan("auto", 2048, 2048, 128, batch=32, **kw).spec.name == "ec_wmma"
+    assert gemmlab.plan("auto", 4096, 4096, 128, batch=128, **kw).spec.name == "ec_wmma"
+    assert gemmlab.plan("auto", 2048, 2048, 128, batch=1, **kw).spec.name == "ec_wgmma"
+    assert gemmlab.plan("auto", 4096, 4096, 1024, batch=4, **kw).spec.name == "ec_wgmma"   # 2^34 each

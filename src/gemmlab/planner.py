@@ -307,13 +307,22 @@ def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
     return ""
 
 
-def _one_launch_per_matrix_wins(M: int, N: int, batch: int, tile: tuple[int, int], sm_count: int) -> bool:
+# A matrix of a batch that ec_wgmma runs one call at a time must hold at least this
+# many multiply-adds (M * N * K) to be worth its own split pre-pass and launches.
+EC_WGMMA_PER_MATRIX_MIN = 2**34
+
+
+def _one_launch_per_matrix_wins(M: int, N: int, K: int, batch: int, tile: tuple[int, int], sm_count: int) -> bool:
     """Whether a Hopper kernel that runs a batch one matrix per launch (ec_wgmma;
     wgmma takes a whole batch in one launch) should take it: a single product, or
-    matrices that each fill the GPU with tiles.  Otherwise a kernel that takes the
+    matrices that each fill the GPU with tiles and hold at least
+    EC_WGMMA_PER_MATRIX_MIN multiply-adds.  Otherwise a kernel that takes the
     whole batch in one launch along gridDim.z fills the GPU where the per-matrix
-    launches leave it idle."""
-    return batch <= 1 or -(-M // tile[0]) * -(-N // tile[1]) >= sm_count
+    launches leave it idle or spend their time on the host: on an H100 (run 83,
+    benchmarks/NOTES.md) 32 and 128 matrices of 2048 x 2048 x 128 (2^29
+    multiply-adds each) on ec_wgmma reached 11-12% of batched SGEMM, where
+    ec_wmma's one launch reaches 50-64% on the same batches' P @ V."""
+    return batch <= 1 or (-(-M // tile[0]) * -(-N // tile[1]) >= sm_count and M * N * K >= EC_WGMMA_PER_MATRIX_MIN)
 
 
 def runnable(spec: KernelSpec, arch: str, dtype: str, gpu_name: str) -> str:
@@ -484,7 +493,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
             tiles = -(-M // registry.EC_WGMMA_BM) * -(-N // registry.EC_WGMMA_BN)
             on_hopper = arch is not None and registry.get("ec_wgmma").builds_for(arch) and \
                 2 * tiles >= sm_count and \
-                _one_launch_per_matrix_wins(M, N, batch, (registry.EC_WGMMA_BM, registry.EC_WGMMA_BN), sm_count)
+                _one_launch_per_matrix_wins(M, N, K, batch, (registry.EC_WGMMA_BM, registry.EC_WGMMA_BN), sm_count)
             kernel, tile_params = ("ec_wgmma" if on_hopper else "ec_wmma"), {}
         elif arch is not None and registry.get("wgmma").builds_for(arch):
             # One launch takes a whole batch (its persistent loop walks every matrix's tiles);
