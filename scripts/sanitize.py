@@ -1,4 +1,5 @@
-"""Every rung (and rung 8's split-K and 256-wide tiles) at edge shapes, with both
+"""Every rung (and rung 8's and wgmma's split-K, rung 8's 256-wide tiles, mma_pipelined's
+column-major layouts) at edge shapes, with both
 the 16-byte and the scalar (unaligned) variants: the workload compute-sanitizer
 runs (scripts/sanitize.sh).  Also checks each result against FP64, so a run that
 the sanitizer passes but that computes wrongly still fails.
@@ -119,8 +120,42 @@ if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
             if not err.ok(2e-3) or (gap and not bool(cp.isnan(buf[:, M:, :]).all())):
                 bad += 1
                 print(f"WRONG wgmma batch of {nb} {M}x{N}x{K} gap={gap}: {err}", flush=True)
+# mma_pipelined in the column-major layouts (ldmatrix / .trans on tiles copied as
+# stored), 16-byte rows and misaligned views (narrow copies); wgmma split over K,
+# with a slice that ends inside a K-step and 16-bit outputs through the reduction.
+layout_calls = 0
+for M, N, K, off in ((33, 65, 17, 0), (130, 264, 200, 0), (130, 264, 200, 1)):
+    for ta, tb in ((True, False), (False, True), (True, True)):
+        def stored(rows, cols):   # a rows x cols array `off` elements into its buffer
+            flat = cp.asarray(random_matrix(1, rows * cols + off, "uniform", rng)).astype(np.float16)
+            return flat.ravel()[off:].reshape(rows, cols)
+        a = stored(K, M).T if ta else stored(M, K)
+        b = stored(N, K).T if tb else stored(K, N)
+        c0 = cp.asarray(random_matrix(M, N, "uniform", rng)).astype(np.float16)
+        ref = reference(a.astype(np.float64), b.astype(np.float64), 0.5, 2.0, c0.astype(np.float64))
+        for name, params in (("mma_pipelined", {}), ("mma_pipelined", TENSOR[-1][1])):
+            out = c0.copy()
+            gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel=name, **params)
+            layout_calls += 1
+            err = compare(out.astype(np.float64), ref)
+            if not err.ok(2e-3):
+                bad += 1
+                print(f"WRONG {name} {params} T{int(ta)}{int(tb)} {M}x{N}x{K} offset={off}: {err}", flush=True)
+if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
+    for M, N, K, splits in ((7, 13, 200, 3), (130, 264, 1000, 4)):
+        a = cp.asarray(random_matrix(M, K, "uniform", rng)).astype(np.float16)
+        b = cp.asarray(random_matrix(K, N, "uniform", rng)).astype(np.float16)
+        c0 = cp.asarray(random_matrix(M, N, "uniform", rng)).astype(np.float16)
+        ref = reference(a.astype(np.float64), b.astype(np.float64), 0.5, 2.0, c0.astype(np.float64))
+        out = c0.copy()
+        gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel="wgmma", BM=64, BN=128, SPLITK=splits)
+        layout_calls += 2   # the GEMM and the reduction
+        err = compare(out.astype(np.float64), ref)
+        if not err.ok(2e-3):
+            bad += 1
+            print(f"WRONG wgmma SPLITK={splits} {M}x{N}x{K}: {err}", flush=True)
 cp.cuda.runtime.deviceSynchronize()
 launches = len(SHAPES) * 2 * len(CASES) + len(TC_SHAPES) * len(TC_DTYPES) * len(TENSOR) \
-    + len(SHAPES) * 2 * len(EC) * len(EC_PRECISIONS) + gemv_calls + wgmma_calls
+    + len(SHAPES) * 2 * len(EC) * len(EC_PRECISIONS) + gemv_calls + wgmma_calls + layout_calls
 print(f"{launches} launches, {bad} wrong", flush=True)
 sys.exit(1 if bad else 0)
