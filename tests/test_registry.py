@@ -1057,3 +1057,13 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
     assert plan(M, "N").spec.name != "gemv"      # op(B) row-major: the tiled rungs
     assert plan(registry.GEMV_MAX_M[dtype] + 1).spec.name != "gemv"
     assert plan(M, dtype="tf32").spec.name != "gemv"
+
+
+def test_fill_split_is_the_split_rule_of_rung_8_and_wgmma():
+    """One rule behind auto_params, the fitted tuned configuration and wgmma_auto_split: the
+    largest allowed split whose blocks fit the SMs with slices of at least min_steps K-steps."""
+    assert registry.fill_split(32, 1000, 132, most=4, min_steps=4) == 4
+    assert registry.fill_split(32, 1000, 132, most=16, min_steps=16) == 4      # 32 x 6 > 132
+    assert registry.fill_split(8, 1000, 132, most=16, min_steps=16) == 16
+    assert registry.fill_split(8, 40, 132, most=16, min_steps=16) == 2         # slices of 16 K-steps
+    assert registry.fill_split(100, 1000, 132, most=8, min_steps=4) == 1       # 200 > 132

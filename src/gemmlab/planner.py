@@ -271,8 +271,7 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
     tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * batch
     steps = -(-max(K, 1) // params["BK"])
     if 2 * tiles < sm_count:
-        params["SPLITK"] = max(s for s in registry.SPLITK_VALUES
-                               if s == 1 or s <= 4 and tiles * s <= sm_count and steps >= MIN_K_STEPS_PER_SPLIT * s)
+        params["SPLITK"] = registry.fill_split(tiles, steps, sm_count, most=4, min_steps=MIN_K_STEPS_PER_SPLIT)
     return "pipelined", params
 
 
@@ -297,7 +296,7 @@ def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
     product in disguise: its time is one read of the large operand (or one write of C),
     which the error-corrected path makes three (exponent histogram, split into parts,
     the GEMM), with the tensor cores idle for want of work.  The result is IEEE FP32,
-    as accurate as fp32_tc promises (benchmarks/NOTES.md, run 82)."""
+    as accurate as fp32_tc promises (benchmarks/NOTES.md, run 83)."""
     side = min(M, N, K)
     if 0 < side <= FP32_TC_CUDA_CORE_SIDE:
         name = "M" if side == M else "N" if side == N else "K"
@@ -318,10 +317,9 @@ def _one_launch_per_matrix_wins(M: int, N: int, K: int, batch: int, tile: tuple[
     matrices that each fill the GPU with tiles and hold at least
     EC_WGMMA_PER_MATRIX_MIN multiply-adds.  Otherwise a kernel that takes the
     whole batch in one launch along gridDim.z fills the GPU where the per-matrix
-    launches leave it idle or spend their time on the host: on an H100 (run 83,
-    benchmarks/NOTES.md) 32 and 128 matrices of 2048 x 2048 x 128 (2^29
-    multiply-adds each) on ec_wgmma reached 11-12% of batched SGEMM, where
-    ec_wmma's one launch reaches 50-64% on the same batches' P @ V."""
+    launches leave it idle or spend their time on the host, each matrix paying
+    for its own split pre-pass and launches (benchmarks/NOTES.md, runs 83-84:
+    attention-sized batches)."""
     return batch <= 1 or (-(-M // tile[0]) * -(-N // tile[1]) >= sm_count and M * N * K >= EC_WGMMA_PER_MATRIX_MIN)
 
 
@@ -393,9 +391,8 @@ def _fit_nearest(spec: KernelSpec, params: dict, M: int, N: int, K: int, sm_coun
     blocks within the SMs where the tiles alone leave more than half of them idle,
     each slice at least MIN_K_STEPS_PER_SPLIT K-steps long, else none.  An output
     of 65-128 columns (attention's P @ V, N = 128) takes 64 x 128 tiles
-    (SKINNY_M) instead of a wider or narrower tuned one.  Measured on an H100
-    (run 82, benchmarks/NOTES.md): 41-49% of cuBLAS -> 80-92% at M = 128,
-    54% -> 107% for P @ V in a batch of 32."""
+    (SKINNY_M) instead of a wider or narrower tuned one (benchmarks/NOTES.md,
+    run 82c: the measurements behind both)."""
     if spec.name != "pipelined":
         return params
     params = dict(params)
@@ -405,8 +402,8 @@ def _fit_nearest(spec: KernelSpec, params: dict, M: int, N: int, K: int, sm_coun
     steps = -(-max(K, 1) // params["BK"])
     params["SPLITK"] = 1
     if 2 * tiles < sm_count:
-        params["SPLITK"] = max(s for s in registry.SPLITK_VALUES if s == 1 or s <= MAX_FILL_SPLIT
-                               and tiles * s <= sm_count and steps >= MIN_K_STEPS_PER_SPLIT * s)
+        params["SPLITK"] = registry.fill_split(tiles, steps, sm_count, most=MAX_FILL_SPLIT,
+                                               min_steps=MIN_K_STEPS_PER_SPLIT)
     return params
 
 

@@ -18,7 +18,7 @@ from .spec import (EC_METHODS, FLOAT32_RESULT, KERNEL_DIR, LAYOUTS, SPECS, TYPE_
 # The rungs, in ladder order, and the names callers read through the registry.
 from .simt import (naive, coalesced, smem_tiled, blocktile_1d, blocktile_2d, vectorized, warptile,
                    pipelined)
-from .simt.pipelined import PIPELINED_SMEM_LIMIT, SPLITK_VALUES, pipelined_smem  # noqa: F401
+from .simt.pipelined import PIPELINED_SMEM_LIMIT, SPLITK_VALUES, fill_split, pipelined_smem  # noqa: F401
 from .simt.splitk_reduce import (SPLITK_REDUCE_DTYPES, SPLITK_REDUCE_KERNEL, SPLITK_REDUCE_KERNELS,  # noqa: F401
                                  SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_THREADS, splitk_reduce_kernel)
 from .tensor import wmma, wmma_warptile, mma_pipelined, wgmma

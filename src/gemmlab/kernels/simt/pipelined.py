@@ -12,6 +12,16 @@ from .warptile import warptile_constraints, warptile_params, warptile_threads
 # Split-K factors the rung may use; the launch shape, not the compiled code, changes.
 SPLITK_VALUES = (1, 2, 3, 4, 6, 8, 12, 16)
 
+
+def fill_split(tiles: int, k_steps: int, sm_count: int, *, most: int, min_steps: int) -> int:
+    """The split of K that fills the SMs with ``tiles`` blocks (or work items) of
+    ``k_steps`` K-steps each: the largest of SPLITK_VALUES up to ``most`` that keeps
+    tiles * split within ``sm_count`` and every slice at least ``min_steps`` K-steps
+    long; 1 where none does.  The rules of rung 8 (planner) and of wgmma share it;
+    when to split at all is theirs."""
+    return max(s for s in SPLITK_VALUES
+               if s == 1 or s <= most and tiles * s <= sm_count and k_steps >= min_steps * s)
+
 # Dynamic shared memory a configuration may ask for: within every supported GPU's
 # opt-in limit (sm_80: 163 KB, sm_90: 227 KB), and small enough for two blocks per
 # SM on Hopper.

@@ -18,7 +18,7 @@ import numpy as np
 from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, maps_backend, tensor_map, tma_aligned
 from ..spec import KERNEL_DIR, LAYOUTS, TYPE_CODES, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
 from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
-from ..simt.pipelined import SPLITK_VALUES
+from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
 
 # Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200
@@ -107,8 +107,7 @@ def wgmma_auto_split(tiles: int, k_steps: int, sm_count: int) -> int:
     sm_count) and whose slices keep WGMMA_MIN_K_STEPS_PER_SLICE K-steps each."""
     if 2 * tiles > sm_count:
         return 1
-    return max(s for s in SPLITK_VALUES
-               if s == 1 or tiles * s <= sm_count and k_steps >= WGMMA_MIN_K_STEPS_PER_SLICE * s)
+    return fill_split(tiles, k_steps, sm_count, most=max(SPLITK_VALUES), min_steps=WGMMA_MIN_K_STEPS_PER_SLICE)
 
 
 def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
@@ -124,20 +123,11 @@ def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
     leaves more than half of the SMs idle (wgmma_auto_split: one round of work items,
     slices of 16 K-steps or more), and for 16-bit inputs with 64 < M <= 128 it is
     128x128: one tile-row, so op(B) is read once, by the two consumer warpgroups of a
-    block, where two blocks of 64x128 read it twice.  Measured on an H100 (run 82a,
-    benchmarks/results/nvidia-h100-80gb-hbm3/wgmma-splitk-run82a.json, GPU time, BF16,
-    a Llama-3-8B-sized model's products): M = 1 and 16 with N = 4096 (32 tiles of
-    64x128), K = 4096 to 128,256: split 4 reached 86-100% of torch.matmul (95-100% at
-    K >= 28,672, op(B) read at up to 2.96 TB/s), unsplit 57-72%; splits of 3 and 8
-    were within 6% of 4.  M = 128, N = 4096 (32 tiles of 128x128): 128x128 split 4 was
-    the fastest configuration timed at K = 4096 (76-78% of torch), 6144 (86%),
-    14,336 (98%), 28,672 (105%) and 128,256 (103%, tied with 64x256 split 4), where
-    64x128 unsplit reached 62-75% and split 2 (64 tiles x 2) 70-94%; at 128x6144x4096
-    (48 tiles, split 2) 75% against 77% for 64x128 unsplit; at 128x14336x4096 (112
-    tiles, not split) 128x128 took 54 us, 64x128 (224 tiles) 67.  Where 128x256 tiles
-    fill the GPU but M <= 64 (16-bit), the tile is 64x256: no consumer warpgroup on
-    rows past M; at M = 1 and 16 with N = 28,672 and 128,256 (x @ W.t()) it took
-    93-98% of 128x256's time."""
+    block, where two blocks of 64x128 read it twice.  Where 128x256 tiles fill the GPU
+    but M <= 64 (16-bit), the tile is 64x256: no consumer warpgroup on rows past M.
+    Each choice was the fastest, or within a few percent of it, in the GPU-time sweep
+    of every tile and split over a Llama-3-8B-sized model's products at 1, 16 and
+    128 tokens (benchmarks/NOTES.md, runs 82a-82b; `wgmma-splitk-run82a.json`)."""
     big = cdiv(M, 128) * cdiv(N, 256) * batch
     if 2 * big >= sm_count:
         bm = 64 if K is not None and dtype != "tf32" and M <= 64 else 128
