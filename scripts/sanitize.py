@@ -123,14 +123,17 @@ if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
 # mma_pipelined in the column-major layouts (ldmatrix / .trans on tiles copied as
 # stored), 16-byte rows and misaligned views (narrow copies); wgmma split over K,
 # with a slice that ends inside a K-step and 16-bit outputs through the reduction.
+def stored(rows, cols, off):
+    """A rows x cols float16 array `off` elements into its buffer (1: a misaligned view)."""
+    flat = cp.asarray(random_matrix(1, rows * cols + off, "uniform", rng)).astype(np.float16)
+    return flat.ravel()[off:].reshape(rows, cols)
+
+
 layout_calls = 0
 for M, N, K, off in ((33, 65, 17, 0), (130, 264, 200, 0), (130, 264, 200, 1)):
     for ta, tb in ((True, False), (False, True), (True, True)):
-        def stored(rows, cols):   # a rows x cols array `off` elements into its buffer
-            flat = cp.asarray(random_matrix(1, rows * cols + off, "uniform", rng)).astype(np.float16)
-            return flat.ravel()[off:].reshape(rows, cols)
-        a = stored(K, M).T if ta else stored(M, K)
-        b = stored(N, K).T if tb else stored(K, N)
+        a = stored(K, M, off).T if ta else stored(M, K, off)
+        b = stored(N, K, off).T if tb else stored(K, N, off)
         c0 = cp.asarray(random_matrix(M, N, "uniform", rng)).astype(np.float16)
         ref = reference(a.astype(np.float64), b.astype(np.float64), 0.5, 2.0, c0.astype(np.float64))
         for name, params in (("mma_pipelined", {}), ("mma_pipelined", TENSOR[-1][1])):

@@ -44,29 +44,6 @@ __device__ __forceinline__ float load_ro(const S* __restrict__ p) {
     return elem_from_bits<S>(__ldg(reinterpret_cast<const GemvBits<S>*>(p)));
 }
 
-// VEC consecutive elements at p (aligned to their size) as floats, in one load;
-// the elements are taken out of the loaded 32-bit words by shifts.
-template <int VEC, class S>
-__device__ __forceinline__ void load_vec(const S* __restrict__ p, float (&out)[VEC]) {
-    constexpr int BYTES = VEC * int(sizeof(S));
-    unsigned w[(BYTES + 3) / 4];
-    if constexpr (BYTES == 16) {
-        const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
-        w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;
-    } else if constexpr (BYTES == 8) {
-        const uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
-        w[0] = q.x; w[1] = q.y;
-    } else if constexpr (BYTES == 4) {
-        w[0] = __ldg(reinterpret_cast<const unsigned*>(p));
-    } else {
-        static_assert(BYTES == 2, "loads of 2, 4, 8 or 16 bytes");
-        w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
-    }
-#pragma unroll
-    for (int v = 0; v < VEC; ++v)
-        out[v] = elem_from_bits<S>(sizeof(S) == 4 ? w[v] : w[v / 2] >> (16 * (v % 2)));
-}
-
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
     for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xFFFFFFFFu, x, d);
@@ -100,12 +77,18 @@ struct GemvChunk {
 // rest read as 0: the end of K, element by element).
 template <bool WHOLE, int VEC, class S>
 __device__ __forceinline__ void load_words(const S* __restrict__ p, int valid, unsigned (&w)[GemvChunk<VEC, S, 1>::WORDS]) {
-    if constexpr (WHOLE && VEC * sizeof(S) == 16) {
+    constexpr int BYTES = VEC * int(sizeof(S));   // WHOLE: one load of them (p aligned to it)
+    if constexpr (WHOLE && BYTES == 16) {
         const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
         w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;
+    } else if constexpr (WHOLE && BYTES == 8) {
+        const uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
+        w[0] = q.x; w[1] = q.y;
+    } else if constexpr (WHOLE && BYTES == 4) {
+        w[0] = __ldg(reinterpret_cast<const unsigned*>(p));
     } else if constexpr (WHOLE) {
-        static_assert(VEC == 1, "16-byte loads or single elements");
-        w[0] = __ldg(reinterpret_cast<const GemvBits<S>*>(p));
+        static_assert(BYTES == 2, "loads of 2, 4, 8 or 16 bytes");
+        w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
     } else {
 #pragma unroll
         for (int i = 0; i < GemvChunk<VEC, S, 1>::WORDS; ++i) w[i] = 0;
@@ -124,6 +107,14 @@ __device__ __forceinline__ void words_to_floats(const unsigned (&w)[GemvChunk<VE
 #pragma unroll
     for (int v = 0; v < VEC; ++v)
         out[v] = elem_from_bits<S>(sizeof(S) == 4 ? w[v] : w[v / 2] >> (16 * (v % 2)));
+}
+
+// VEC consecutive elements at p (aligned to their size) as floats, in one load.
+template <int VEC, class S>
+__device__ __forceinline__ void load_vec(const S* __restrict__ p, float (&out)[VEC]) {
+    unsigned w[GemvChunk<VEC, S, 1>::WORDS];
+    load_words<true, VEC>(p, VEC, w);
+    words_to_floats<VEC, S>(w, out);
 }
 
 // Where element kk of a staged row of op(A) sits in shared memory.  A lane reads
@@ -194,11 +185,7 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
 #pragma unroll
         for (int r = 0; r < R; ++r) col[r] = B + (long long)min(n0 + R * warp + r, N - 1) * ldb;
         for (int m0 = 0; m0 < M; m0 += MT) {
-            float acc[MT][R];
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+            float acc[MT][R] = {};
             GemvStagedA<MT, VEC, OPA, S> a;
             unsigned b[R][Chunk::LOADS][Chunk::WORDS], b_next[R][Chunk::LOADS][Chunk::WORDS];
             // One chunk's loads (of op(A) and of the warp's columns), checked against K
@@ -292,11 +279,7 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
         const int n = n0 + lane * VEC;
         const bool whole = n + VEC <= N;       // else the columns past N read as zeros
         for (int m0 = 0; m0 < M; m0 += MT) {
-            float acc[MT][VEC];
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int v = 0; v < VEC; ++v) acc[m][v] = 0.0f;
+            float acc[MT][VEC] = {};
 #pragma unroll 2
             for (int k = warp; k < K; k += GEMV_WARPS) {
                 const S* row = B + (long long)k * ldb;
