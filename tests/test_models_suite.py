@@ -248,6 +248,37 @@ def test_time_cases_checks_every_result_on_the_views(monkeypatch):
     assert clock.done == 4 and seen["budgets"] == [0.5] * 4
 
 
+def test_time_cases_times_the_mode_beside_torch_without_out(monkeypatch):
+    # On the CPU the mode leaves the tensors to PyTorch: this checks the suite's
+    # flow (torch.matmul outside, inside, outside the mode; no out=), not gemmlab.
+    case = models.linear_case("o", "fwd", 16)
+    seen = []
+
+    def timer_for(share):
+        def timer(fn, path="kernel"):
+            fn()
+            seen.append(fn.__name__)
+            ms = 2.0 if fn.__name__ == "inside_mode" else 1.0
+            return Timing(ms, [ms] * 3)
+        return timer
+    monkeypatch.setattr(models, "last_plan", lambda: _FakePlan("ec_wgmma", "fp16_ec"))
+    monkeypatch.setattr(suites, "last_plan", lambda: _FakePlan("ec_wgmma", "fp16_ec"))
+    monkeypatch.setattr(models, "matmul", lambda *a, **k: pytest.fail("the mode's case called gemmlab.matmul"))
+    gpu = type("GPU", (), {"name": "CPU"})
+    recs = models.time_cases([case], ["fp32_tc_mode"], gpu, _FakeClock(), maker=_cpu_maker,
+                             timer_for=timer_for, free_bytes=lambda: 1 << 40)
+    r = recs[0].as_dict()
+    assert seen == ["outside_mode", "inside_mode", "outside_mode"]
+    assert r["dtype"] == "fp32_tc_mode" and r["pct_torch"] == pytest.approx(50.0) and r["method"] == "fp16_ec"
+    assert r["ok"] is True and r["rel_error"] < 1e-6 and r["note"].startswith("torch.matmul(a, b)")
+
+
+def test_the_mode_needs_room_for_its_results():
+    lm = models.linear_case("lm_head", "fwd", 8192)
+    out = 8192 * 128256 * 4
+    assert models.memory_needed(lm, "fp32_tc_mode") - models.memory_needed(lm, "fp32_tc") == 2 * out
+
+
 def test_time_cases_flags_a_wrong_result(monkeypatch):
     def wrong(a, b, out):
         torch.matmul(a, b, out=out)
@@ -314,7 +345,7 @@ def test_bench_models_defaults(monkeypatch, capsys):
     monkeypatch.setattr(models, "run", lambda cases, dtypes, **kw: seen.update(cases=cases, dtypes=dtypes, **kw)
                         or _fake_data())
     assert main(["bench", "--suite", "models", "--only", "attention"]) == 0
-    assert seen["dtypes"] == ["bf16", "fp16", "fp32", "fp32_tc"] and len(seen["cases"]) == 12
+    assert seen["dtypes"] == ["bf16", "fp16", "fp32", "fp32_tc", "fp32_tc_mode"] and len(seen["cases"]) == 12
     assert seen["time_budget_s"] == models.TIME_BUDGET_S
 
 
@@ -371,6 +402,15 @@ def test_models_suite_runs_on_the_gpu():
     assert all(r["ms"] > 0 and r["torch_ms"] > 0 and r["ok"] and r["rung"] for r in recs)
     assert all(r["method"] for r in recs if r["dtype"] == "fp32_tc")
     assert set(data["summary"]) == {"bf16", "fp32_tc"}
+
+
+@pytest.mark.gpu
+def test_models_suite_runs_the_mode_on_the_gpu():
+    cases = models.select(layers=["o"], tokens=[16], products=["fwd", "dgrad"])
+    data = models.run(cases, ["fp32_tc_mode"], reps=3, budget_s=0.1, time_budget_s=5, quiet=True)
+    recs = data["records"]
+    assert all(r["ms"] > 0 and r["torch_ms"] > 0 and r["ok"] and r["rung"] for r in recs) and len(recs) == 2
+    assert all(r["method"] for r in recs if r["rung"].startswith("ec_"))   # not the FP32 rungs of thin products
 
 
 @pytest.mark.gpu

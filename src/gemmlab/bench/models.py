@@ -15,7 +15,9 @@ Each (case, dtype) pair is timed with suites.time_size on the public path
 (timing.time_gpu: CUDA events, L2 flushed, each run from an idle GPU so host
 time counts), torch.matmul before and after gemmlab.matmul, both with ``out=``
 into one NaN-poisoned output, TF32 off for float32 (cuBLAS SGEMM; fp32_tc is
-compared with it too).  Each result is checked against FP64 on a sample of
+compared with it too).  ``fp32_tc_mode`` is the one-line PyTorch form instead:
+``torch.matmul(a, b)`` inside ``gemmlab.torch.fp32_tc()`` beside
+``torch.matmul(a, b)`` outside it, each allocating its result.  Each result is checked against FP64 on a sample of
 rows and columns (and batches), torch's beside it.  A total time budget spreads
 the repeats over the pairs: a long product gets the fewest runs time_gpu takes.
 """
@@ -47,10 +49,13 @@ HEAD_DIM = 128
 ONLY = ("linear", "attention")
 # The suite's dtype names: (storage dtype of the tensors, gemmlab's precision=).
 DTYPES = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "fp32": ("float32", None),
-          "fp32_tc": ("float32", "fp32_tc")}
+          "fp32_tc": ("float32", "fp32_tc"), "fp32_tc_mode": ("float32", "fp32_tc")}
+# Timed as a model runs under gemmlab.torch.fp32_tc(): torch.matmul(a, b) inside the
+# mode beside torch.matmul(a, b) outside it (no out=: the mode routes no out= form).
+THROUGH_MODE = {"fp32_tc_mode"}
 # A result is wrong when its error against FP64 exceeds both this floor (about
 # the output dtype's rounding) and ERROR_VS_TORCH times torch's own error.
-ERROR_FLOOR = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-5, "fp32_tc": 1e-5}
+ERROR_FLOOR = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-5, "fp32_tc": 1e-5, "fp32_tc_mode": 1e-5}
 ERROR_VS_TORCH = 4.0
 SAMPLE_ROWS, SAMPLE_COLS, SAMPLE_BATCHES = 32, 256, 3
 TIME_BUDGET_S = 300.0             # the default run's target for all timed repeats
@@ -61,7 +66,7 @@ SMALL_WORKSPACE = 64 << 20        # split-K partial sums and similar, outside fp
 # Rough throughput priors (TFLOPS of torch, of gemmlab) for the up-front
 # estimate; the remaining time is re-estimated from the pairs measured so far.
 PRIOR_TFLOPS = {"bf16": (500.0, 500.0), "fp16": (500.0, 500.0), "fp32": (45.0, 45.0),
-                "fp32_tc": (45.0, 130.0)}
+                "fp32_tc": (45.0, 130.0), "fp32_tc_mode": (45.0, 130.0)}
 RUNS_PER_SESSION = 6              # time_gpu's fewest: untimed, estimate, warm-up, 3 timed
 PAIR_OVERHEAD_S = 0.15            # data, reference sample, events, Python per pair
 
@@ -216,7 +221,9 @@ def memory_needed(case: Case, dtype: str) -> int:
     item = ITEMSIZE[storage]
     inputs = case.stored_elements() * item
     workspace = 2 * inputs if precision else SMALL_WORKSPACE
-    return inputs + math.prod(case.out_shape) * item + workspace
+    # Through the mode each call allocates its result while the last one is still held.
+    outputs = 3 if dtype in THROUGH_MODE else 1
+    return inputs + outputs * math.prod(case.out_shape) * item + workspace
 
 
 def too_big(case: Case, dtype: str, free_bytes: int) -> str | None:
@@ -241,7 +248,7 @@ class ModelRecord:
     N: int
     K: int
     ops: str
-    dtype: str                # bf16, fp16, fp32, fp32_tc
+    dtype: str                # bf16, fp16, fp32, fp32_tc, fp32_tc_mode
     rung: str | None          # the kernel gemmlab.last_plan() names
     plan: str                 # its describe(): tile parameters, method, fallback
     params: dict
@@ -328,7 +335,8 @@ def table(data: dict) -> str:
         lines.append("* the rung auto wanted could not take these operands (the record's fallback says why)")
     lines.append("each figure: gemmlab.matmul(a, b, out=c) beside torch.matmul(a, b, out=c) on the same views, "
                  "each run started on an idle GPU (host time included); fp32 and fp32_tc beside cuBLAS SGEMM "
-                 "(TF32 off); rel err against FP64 on a sample of the output")
+                 "(TF32 off); fp32_tc_mode: torch.matmul(a, b) inside gemmlab.torch.fp32_tc() beside "
+                 "torch.matmul(a, b); rel err against FP64 on a sample of the output")
     return "\n".join(lines)
 
 
@@ -389,6 +397,41 @@ class _CaseOperands:
 
     def checked(self, fn) -> float:
         self.c.fill_(float("nan"))
+        fn()
+        return self.error()
+
+
+class _ModeOperands(_CaseOperands):
+    """A case as a PyTorch model runs it under ``gemmlab.torch.fp32_tc()``:
+    ``torch.matmul(a, b)`` inside the mode (so through gemmlab's operator and
+    its prepared call) beside ``torch.matmul(a, b)`` outside it; each call
+    allocates its result, as a model's does."""
+
+    def __init__(self, case: Case, dtype: str, a, b, c, sample):
+        import gemmlab.torch as gtorch
+        super().__init__(case, dtype, a, b, c, sample)
+        self.out, self.mode = c, gtorch.fp32_tc()
+        self.cublas = self.outside_mode
+        self.note = "torch.matmul(a, b) -> cuBLAS in float32, TF32 off"
+
+    def outside_mode(self) -> None:
+        import torch
+        self.out = torch.matmul(self.a, self.b)
+
+    def inside_mode(self) -> None:
+        import torch
+        with self.mode:
+            self.out = torch.matmul(self.a, self.b)
+
+    def error(self) -> float:
+        return self.sample.error(self.out)
+
+    def checked(self, fn) -> float:
+        # The result is a new tensor: poison the block PyTorch's allocator hands
+        # out next (the one this NaN tensor frees), so an unwritten result shows.
+        import torch
+        shape, self.out = self.out.shape, None
+        torch.full(shape, float("nan"), device=self.a.device, dtype=self.a.dtype)
         fn()
         return self.error()
 
@@ -532,8 +575,12 @@ def time_cases(cases, dtypes, gpu, clock, *, maker, timer_for, free_bytes) -> li
             c = torch.full(case.out_shape, float("nan"), device=a.device, dtype=a.dtype)
             sample = _Sample(a, b)
             for dtype in fits:
-                ops_ = _CaseOperands(case, dtype, a, b, c, sample)
-                call = partial(matmul, a, b, out=c, precision=DTYPES[dtype][1])
+                if dtype in THROUGH_MODE:
+                    ops_ = _ModeOperands(case, dtype, a, b, c, sample)
+                    call = ops_.inside_mode
+                else:
+                    ops_ = _CaseOperands(case, dtype, a, b, c, sample)
+                    call = partial(matmul, a, b, out=c, precision=DTYPES[dtype][1])
                 try:
                     with torch_tf32(False):
                         pub_torch, pub_ours = time_size(ops_, [(dtype, call, _row)], paths=("public",),

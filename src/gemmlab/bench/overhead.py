@@ -11,7 +11,8 @@ launch queue, so the host is never held up by the GPU and the figure is the
 host's alone.  Rows: torch.matmul, cupy.matmul and gemmlab.matmul on PyTorch
 and CuPy arrays for each dtype (float32, TF32, fp32_tc, float16, bfloat16),
 with and without ``out=``, a batch, ``gemmlab.torch.mm`` beside ``torch.mm``,
-and the bare launch of a prepared plan (``run_plan``).  Each gemmlab row is
+``torch.matmul`` inside ``gemmlab.torch.fp32_tc()`` beside it outside, and the
+bare launch of a prepared plan (``run_plan``).  Each gemmlab row is
 compared with torch.matmul's (torch.mm's) row of the same dtype, shape and
 ``out=``: the project's target is a host time no larger; rows above it are
 flagged.
@@ -130,7 +131,17 @@ def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
         key = ("mm", dtype, False, shape)
         add("torch.mm(a, b)", "torch", "torch", dtype, False, shape, partial(torch.mm, a, b), key)
         add("gemmlab.torch.mm(a, b)", "gemmlab", "torch", dtype, False, shape, partial(gtorch.mm, a, b), key)
+    # The one-line PyTorch form, the mode entered around each call (a model enters
+    # it once: this is the upper bound), beside torch.matmul on float32 (IEEE).
+    a, b, _ = _operands("torch", "float32", (M, K), (K, N), (M, N))
+    add("with gemmlab.torch.fp32_tc(): torch.matmul(a, b)", "gemmlab", "torch", "fp32_tc", False, shape,
+        partial(_inside, gtorch.fp32_tc(), torch.matmul, a, b), ("matmul", "fp32_tc", False, shape))
     return cases
+
+
+def _inside(mode, fn, *args):
+    with mode:
+        return fn(*args)
 
 
 def _host_us(cases: list[_Case], calls: int, rounds: int) -> list[list[float]]:
