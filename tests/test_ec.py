@@ -195,6 +195,22 @@ def test_exponent_histogram_matches_numpy():
     assert stats[1].counts.sum() == 0
 
 
+@pytest.mark.parametrize("rows, cols, ld, offset", [(37, 1, 1, 0), (5, 3, 7, 1), (64, 5, 5, 2), (9, 130, 133, 3),
+                                                    (3, 4099, 4100, 0), (2, 1030, 1031, 1), (1, 17, 17, 3)])
+def test_exponent_histogram_every_row_alignment(rows, cols, ld, offset):
+    """Rows that start at each 4-byte offset from a 16-byte boundary and end anywhere:
+    the elements before the first boundary and after the last are counted one by one,
+    the rest four at a time."""
+    from gemmlab import ec
+    from gemmlab.runtime.device import gpu_info
+    rng = np.random.default_rng(rows * cols + offset)
+    base = cp.asarray(make_inputs("log_uniform", rows * ld + offset + 8, 1, rng).ravel())
+    view = base[offset:offset + rows * ld].reshape(rows, ld)[:, :cols]
+    stats = ec.exponent_stats(gpu_info(0), cp.cuda.get_current_stream().ptr, [(view.data.ptr, rows, cols, ld)])
+    np.testing.assert_array_equal(stats[0].counts, ec.ExponentStats.of(view.get()).counts)
+    assert stats[0].counts.sum() == rows * cols
+
+
 @pytest.mark.parametrize("kernel, params", [("ec_wmma", {}), ("ec_wgmma", {"STAGES": 2}),
                                             ("ec_wgmma", {"STAGES": 3}), ("ec_wgmma", {"STAGES": 4})], ids=str)
 @pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec"])

@@ -5,35 +5,72 @@
 // in [2^(e-127), 2^(e-126)).  hist must hold EXPONENT_BINS zeroed counters.
 // gridDim.y matrices stride elements apart (a batch) all add into hist:
 // choose_method.cu decides from one histogram per operand.
+//
+// A pass at memory speed: each lane has HISTOGRAM_LOADS 16-byte loads in
+// flight before it counts them (one load at a time leaves too few bytes in
+// flight to keep DRAM busy), and each warp counts into its own shared-memory
+// histogram, one shared atomic per element.  Lanes that meet on one counter wait
+// for each other there, which costs less than grouping the lanes by bin first
+// (__match_any_sync), above all where the exponents spread over many bins
+// (benchmarks/NOTES.md, run 85).
 namespace gemmlab {
 
 constexpr int EXPONENT_BINS = 256;       // one per value of FP32's 8-bit exponent field
 constexpr int HISTOGRAM_THREADS = 256;   // threads per block: one per bin
+constexpr int HISTOGRAM_WARPS = HISTOGRAM_THREADS / 32;
+constexpr int HISTOGRAM_LOADS = 4;       // 16-byte loads a lane has in flight
 
-__global__ void __launch_bounds__(HISTOGRAM_THREADS)
+__device__ __forceinline__ void count_exponent(unsigned* warp_hist, float v) {
+    atomicAdd(&warp_hist[(__float_as_uint(v) >> 23) & 0xFFu], 1u);
+}
+
+// 8 blocks an SM (histogram_launches' grid): at most 32 registers a thread.
+__global__ void __launch_bounds__(HISTOGRAM_THREADS, 8)
 exponent_histogram(int rows, int cols, const float* __restrict__ X, int ld, long long stride,
                    unsigned long long* __restrict__ hist) {
     static_assert(HISTOGRAM_THREADS == EXPONENT_BINS, "thread t clears, and finally adds, bin t");
-    __shared__ unsigned int local[EXPONENT_BINS];   // per-block counts first: few global atomics
+    __shared__ unsigned local[HISTOGRAM_WARPS][EXPONENT_BINS];   // a histogram per warp
     X += blockIdx.y * stride;
-    local[threadIdx.x] = 0;
+#pragma unroll
+    for (int w = 0; w < HISTOGRAM_WARPS; ++w) local[w][threadIdx.x] = 0;
     __syncthreads();
-    // Blocks take rows, threads consecutive columns (coalesced reads).  Whole warps
-    // run every step (bin EXPONENT_BINS = past the row's end), so that the lanes
-    // with one bin add together: real data puts most elements in a few bins, and
-    // one shared atomic per element would serialise on them.
-    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    unsigned* mine = local[warp];
+    // Warps take rows (a block per row would leave most of its threads idle on
+    // narrow ones).  A row's elements before its first 16-byte boundary and after
+    // its last are counted one by one; between them, float4s: consecutive lanes
+    // take consecutive float4s (coalesced), HISTOGRAM_LOADS apiece.
+    for (int r = blockIdx.x * HISTOGRAM_WARPS + warp; r < rows; r += gridDim.x * HISTOGRAM_WARPS) {
         const float* row = X + (long long)r * ld;
-        for (int c0 = 0; c0 < cols; c0 += HISTOGRAM_THREADS) {
-            const int c = c0 + threadIdx.x;
-            const unsigned bin = c < cols ? (__float_as_uint(row[c]) >> 23) & 0xFFu : unsigned(EXPONENT_BINS);
-            const unsigned same = __match_any_sync(0xFFFFFFFFu, bin);
-            if (bin < unsigned(EXPONENT_BINS) && threadIdx.x % 32 == unsigned(__ffs(same) - 1))
-                atomicAdd(&local[bin], unsigned(__popc(same)));
+        const int head = min(cols, int((16 - (reinterpret_cast<unsigned long long>(row) & 15)) & 15) / 4);
+        const int quads = (cols - head) / 4;
+        const float4* body = reinterpret_cast<const float4*>(row + head);
+        if (lane < head) count_exponent(mine, row[lane]);
+        for (int q0 = 0; q0 < quads; q0 += 32 * HISTOGRAM_LOADS) {
+            float4 x[HISTOGRAM_LOADS];
+#pragma unroll
+            for (int u = 0; u < HISTOGRAM_LOADS; ++u) {
+                const int q = q0 + u * 32 + lane;
+                if (q < quads) x[u] = __ldg(&body[q]);
+            }
+#pragma unroll
+            for (int u = 0; u < HISTOGRAM_LOADS; ++u) {
+                if (q0 + u * 32 + lane < quads) {
+                    count_exponent(mine, x[u].x);
+                    count_exponent(mine, x[u].y);
+                    count_exponent(mine, x[u].z);
+                    count_exponent(mine, x[u].w);
+                }
+            }
         }
+        const int tail = head + 4 * quads + lane;
+        if (tail < cols) count_exponent(mine, row[tail]);
     }
     __syncthreads();
-    if (local[threadIdx.x]) atomicAdd(&hist[threadIdx.x], (unsigned long long)local[threadIdx.x]);
+    unsigned sum = 0;
+#pragma unroll
+    for (int w = 0; w < HISTOGRAM_WARPS; ++w) sum += local[w][threadIdx.x];
+    if (sum) atomicAdd(&hist[threadIdx.x], (unsigned long long)sum);
 }
 
 }  // namespace gemmlab

@@ -17,6 +17,7 @@ EXPONENT_HISTOGRAM_SOURCE = KERNEL_DIR / "ec" / "exponent_histogram.cu"
 EXPONENT_HISTOGRAM_KERNEL = "gemmlab::exponent_histogram"
 _K = read_constants("ec/exponent_histogram.cu")
 HISTOGRAM_THREADS = _K["HISTOGRAM_THREADS"]
+HISTOGRAM_WARPS = HISTOGRAM_THREADS // 32   # a warp per row
 EXPONENT_BINS = _K["EXPONENT_BINS"]   # one per value of the 8-bit exponent field
 GRID_Y_MAX = 65535
 
@@ -33,8 +34,8 @@ def histogram_launches(gpu, operands) -> list[tuple]:
             continue
         for z0 in range(0, batch, GRID_Y_MAX):
             nz = min(GRID_Y_MAX, batch - z0)
-            # A block per row, at most 8 per SM over the whole launch.
-            blocks = max(1, min(rows, 8 * gpu.sm_count // nz))
+            # A warp per row, at most 8 blocks per SM over the whole launch.
+            blocks = max(1, min(-(-rows // HISTOGRAM_WARPS), 8 * gpu.sm_count // nz))
             out.append((off + z0 * stride * 4, (blocks, nz, 1),
                         (np.int32(rows), np.int32(cols), np.int32(ld), np.int64(stride))))
     return out
