@@ -158,11 +158,21 @@ def test_fp32_tc_runs_thin_products_on_the_cuda_cores():
     assert fp32_tc_on_cuda_cores(0, 4096, 4096) == ""   # an empty result: nothing to run either way
 
 
-def test_ec_batches_of_small_matrices_take_one_launch():
-    """ec_wgmma runs a batch one matrix per call: only for matrices that fill the GPU and hold
-    at least 2^34 multiply-adds; attention-sized batches go to ec_wmma's single launch."""
+def test_ec_batches_go_to_ec_wgmma_where_their_tiles_fill_half_the_gpu():
+    """ec_wgmma takes a batch in one launch (its pre-pass and GEMM each walk every matrix):
+    auto counts the tiles of the whole batch, as for one product -- attention-sized batches
+    run on it, a batch too small to give half the SMs a 128 x 96 tile runs ec_wmma."""
+    from gemmlab.planner import ec_wgmma_pays
     kw = dict(dtype="fp16_ec", arch="sm_90a", sm_count=132)
-    assert gemmlab.plan("auto", 2048, 2048, 128, batch=32, **kw).spec.name == "ec_wmma"
-    assert gemmlab.plan("auto", 4096, 4096, 128, batch=128, **kw).spec.name == "ec_wmma"
+    assert gemmlab.plan("auto", 2048, 2048, 128, batch=32, **kw).spec.name == "ec_wgmma"
+    assert gemmlab.plan("auto", 4096, 4096, 128, batch=128, **kw).spec.name == "ec_wgmma"
+    assert gemmlab.plan("auto", 512, 128, 512, batch=32, **kw).spec.name == "ec_wgmma"   # P @ V, S = 512
     assert gemmlab.plan("auto", 2048, 2048, 128, batch=1, **kw).spec.name == "ec_wgmma"
-    assert gemmlab.plan("auto", 4096, 4096, 1024, batch=4, **kw).spec.name == "ec_wgmma"   # 2^34 each
+    # 66 tiles (half of 132 SMs) take ec_wgmma, 65 do not: one tile a matrix, or a batch of one.
+    assert ec_wgmma_pays(128, 96, 66, 132) and not ec_wgmma_pays(128, 96, 65, 132)
+    assert gemmlab.plan("auto", 100, 90, 64, batch=66, **kw).spec.name == "ec_wgmma"
+    assert gemmlab.plan("auto", 100, 90, 64, batch=65, **kw).spec.name == "ec_wmma"
+    assert gemmlab.plan("auto", 1024, 96 * 9, 64, batch=1, **kw).spec.name == "ec_wgmma"   # 8 x 9 tiles
+    assert gemmlab.plan("auto", 1024, 96 * 8, 64, batch=1, **kw).spec.name == "ec_wmma"    # 8 x 8
+    # Elsewhere ec_wmma, batch or not.
+    assert gemmlab.plan("auto", 2048, 2048, 128, batch=32, dtype="fp16_ec", arch="sm_80").spec.name == "ec_wmma"
