@@ -306,17 +306,34 @@ def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
     return ""
 
 
-def ec_wgmma_pays(M: int, N: int, batch: int, sm_count: int) -> bool:
+# ec_wgmma on a batch (kernel="auto"): the multiply-adds the whole batch must hold to
+# repay its fixed cost over ec_wmma (two more launches and their arguments per
+# candidate), and per matrix, multiply-adds per element of A and B (its pre-pass reads
+# and writes every element once more than ec_wmma does).
+EC_WGMMA_BATCH_MIN_MACS = 2**31
+EC_WGMMA_BATCH_MIN_INTENSITY = 192
+
+
+def ec_wgmma_pays(M: int, N: int, K: int, batch: int, sm_count: int) -> bool:
     """Whether ec_wgmma, not ec_wmma, runs an error-corrected product with
-    ``kernel="auto"`` on Hopper: where its 128 x 96 tiles, of every matrix of the
-    batch, give at least half of the SMs a block.  It is three launches (the split
-    pre-pass of A and of B, then the GEMM), each taking the whole batch, so a batch
-    counts as one product with the tiles of all its matrices; below half the SMs
-    ec_wmma's single launch of smaller tiles is ahead.  (ec_wgmma used to run a
-    batch one matrix per launch, so attention-sized batches went to ec_wmma;
-    measured: benchmarks/NOTES.md, runs 83-84 and 85b.)"""
+    ``kernel="auto"`` on Hopper.  Its 128 x 96 tiles, of every matrix of the batch
+    (one launch of each pass takes the whole batch), must give at least half of the
+    SMs a block.  A batch must also hold EC_WGMMA_BATCH_MIN_MACS multiply-adds, and
+    each matrix EC_WGMMA_BATCH_MIN_INTENSITY per element of A and B: ec_wgmma's
+    split pre-pass moves every element of A and B through memory twice more than
+    ec_wmma, which splits them in registers, so a product whose operands outweigh its
+    tensor work (attention's P @ V: S x S times S x 128) runs faster on ec_wmma, and a
+    small batch does not repay ec_wgmma's fixed cost.  Measured on an H100 (batches
+    of attention's products and small products, both kernels through the public
+    call: benchmarks/NOTES.md, run 85b).  A single product keeps the tile rule
+    alone (runs 80-83)."""
     tiles = -(-M // registry.EC_WGMMA_BM) * -(-N // registry.EC_WGMMA_BN) * max(batch, 1)
-    return 2 * tiles >= sm_count
+    if 2 * tiles < sm_count:
+        return False
+    if batch <= 1:
+        return True
+    macs = M * N * K
+    return batch * macs >= EC_WGMMA_BATCH_MIN_MACS and macs >= EC_WGMMA_BATCH_MIN_INTENSITY * (M + N) * K
 
 
 def runnable(spec: KernelSpec, arch: str, dtype: str, gpu_name: str) -> str:
@@ -482,7 +499,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
             kernel, tile_params = auto_params(M, N, K, sm_count, batch)
         elif dtype in registry.EC_METHODS:
             on_hopper = arch is not None and registry.get("ec_wgmma").builds_for(arch) and \
-                ec_wgmma_pays(M, N, batch, sm_count)
+                ec_wgmma_pays(M, N, K, batch, sm_count)
             kernel, tile_params = ("ec_wgmma" if on_hopper else "ec_wmma"), {}
         elif arch is not None and registry.get("wgmma").builds_for(arch):
             # One launch takes a whole batch (its persistent loop walks every matrix's tiles);
