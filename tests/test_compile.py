@@ -308,8 +308,8 @@ def hopper_path_sass(name, ladder_module, ladder_sass):
     the checks they all share: HGMMA (warpgroup MMA from shared memory; a kernel with
     HMMA is on the older, slower path), TMA loads (UTMALDG), mbarrier waits, and
     setmaxnreg honoured (USETMAXREG: ptxas drops it, with warning C7508, when the
-    kernel has no register cap or the roles are not one if/else).  (wgmma's copies are
-    3-D, the batch outermost; ec_wgmma's 2-D.)"""
+    kernel has no register cap or the roles are not one if/else).  (Both rungs' copies
+    are 3-D, the batch outermost.)"""
     spec = registry.get(name)
     module = ladder_module("sm_90a", spec)
     sass = ladder_sass("sm_90a", spec)
@@ -359,11 +359,13 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
 def test_ec_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, ladder_sass):
     """ec_wgmma, like the wgmma rung, runs on the Hopper path (hopper_path_sass); per stage
     3 x (BK / MMA_K) = 12 wgmma of 64 x 96 (the main product and two corrections), both
-    operands K-major (no .tnspB)."""
+    operands K-major (no .tnspB); a batch is one launch: every copy of a part names its
+    matrix (3-D maps over the parts of the whole batch)."""
     for name, text, facts in hopper_path_sass("ec_wgmma", ladder_module, ladder_sass):
         assert facts["HGMMA"] == 12, f"{name}: {facts}"
         k = "16" if int(name.split("<")[1].split(",")[0]) == 0 else "8\\.F32\\.TF32"   # FP16 or TF32 parts
         assert re.search(rf"HGMMA\.64x96x{k}", text) and ".tnspB" not in text, name   # both K-major
+        assert "UTMALDG.3D" in text and "UTMALDG.2D" not in text, name
 
 
 @pytest.mark.parametrize("arch", ARCHES)

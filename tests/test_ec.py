@@ -245,3 +245,148 @@ def test_fp32_tc_runs_thin_products_as_fp32(shape):
     gemmlab.matmul(a, b, out=out, precision="fp32_tc", kernel="ec_wmma")
     named = gemmlab.last_plan()   # the method chosen from the data: fp16_ec, fp16_ec_scaled or tf32_ec
     assert named.spec.name == "ec_wmma" and named.method in ("fp16_ec", "fp16_ec_scaled", "tf32_ec"), named.describe()
+
+
+# -- ec_wgmma's batches: one launch of each pass for the whole batch --------------------------
+
+def _stored(nb, rows, cols, rng, gap, trans=False):
+    """nb matrices (None: one 2-D matrix) of op(x), rows x cols, fresh N(0, 1) values stored
+    row-major (or transposed: a column-major view) in one flat buffer, rows padded by one
+    element (no 16-byte rows) and ``gap`` NaN elements between matrices; returns the view and
+    the values as the product sees them, in FP64, shaped (nb or 1, rows, cols)."""
+    n = nb or 1
+    sr, sc = (cols, rows) if trans else (rows, cols)
+    ld, per = sc + 1, sr * (sc + 1) + gap
+    vals = make_inputs("normal", n * sr, sc, rng).reshape(n, sr, sc)
+    host = np.full(n * per + 3, np.nan, np.float32)
+    for i in range(n):
+        host[i * per:i * per + sr * ld].reshape(sr, ld)[:, :sc] = vals[i]
+    buf = cp.asarray(host)
+    view = cp.lib.stride_tricks.as_strided(buf, (n, sr, sc), (per * 4, ld * 4, 4))
+    if trans:
+        view, vals = view.transpose(0, 2, 1), vals.transpose(0, 2, 1)
+    return (view if nb else view[0]), vals.astype(np.float64)
+
+
+class _SplitAndGemmLaunches:
+    """The launches of ec_wgmma's split pre-pass (their grids) and of the GEMM kernels."""
+
+    def __init__(self, monkeypatch):
+        from gemmlab import executor
+        from gemmlab.runtime import launch as rt_launch
+        self.split_grids, self.gemms = [], 0
+        executor.CACHE.clear()   # a fresh prepared call with the limits of this test
+        real_split, real_gemm = rt_launch.launch, executor.launch
+
+        def split(kernel, grid, *a, **kw):
+            self.split_grids.append(tuple(grid))
+            return real_split(kernel, grid, *a, **kw)
+
+        def gemm(*a, **kw):
+            self.gemms += 1
+            return real_gemm(*a, **kw)
+        monkeypatch.setattr(rt_launch, "launch", split)   # ec_wgmma.py imports it at each call
+        monkeypatch.setattr(executor, "launch", gemm)
+
+
+def _ec_batch(monkeypatch, precision, nb_a, nb_b, M, N, K, *, trans_b=False, beta=0.0, per_launch=None):
+    """op(a) @ op(b) (numpy.matmul broadcasting) on ec_wgmma into an out with gaps between its
+    matrices and padded rows, NaN before the call (beta = 0 must not read it); checked against
+    FP64 within 1.5x of SGEMM's error, out's gaps untouched; returns the launches.
+    ``per_launch``: matrices a launch may take (BATCH_WORKSPACE_LIMIT lowered to that many)."""
+    from gemmlab import executor
+    from gemmlab.kernels.ec.ec_wgmma import ec_parts_bytes
+    from gemmlab.kernels.spec import Problem
+    needs("ec_wgmma")
+    rng = np.random.default_rng(M + 3 * N + 7 * K + 11 * (nb_a or 0) + 13 * (nb_b or 0))
+    a, a64 = _stored(nb_a, M, K, rng, gap=3)
+    b, b64 = _stored(nb_b, K, N, rng, gap=5, trans=trans_b)
+    nb = max(nb_a or 1, nb_b or 1)
+    ldc, out_gap = N + 2, 7
+    out_buf = cp.full(nb * (M * ldc + out_gap) + 5, np.nan, np.float32)
+    out = cp.lib.stride_tricks.as_strided(out_buf, (nb, M, N), ((M * ldc + out_gap) * 4, ldc * 4, 4))
+    c0 = make_inputs("normal", nb * M, N, rng).reshape(nb, M, N)
+    if beta:
+        out[...] = cp.asarray(c0)
+    if per_launch:
+        monkeypatch.setattr(executor, "BATCH_WORKSPACE_LIMIT",
+                            per_launch * ec_parts_bytes(Problem(M, N, K, True, "fp16_ec")))
+    launches = _SplitAndGemmLaunches(monkeypatch)
+    alpha = 0.7
+    gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, precision=precision, kernel="ec_wgmma")
+    cp.cuda.Device().synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "ec_wgmma" and not p.fallback_reason, p.describe()
+    ref = float(np.float32(alpha)) * np.matmul(a64, b64) + float(np.float32(beta)) * c0.astype(np.float64)
+    got = out.get().astype(np.float64)
+    assert np.isfinite(got).all(), "unwritten or non-finite outputs"
+    sgemm = (np.float32(alpha) * cp.matmul(a, b) + np.float32(beta) * cp.asarray(c0)).get().astype(np.float64)
+    err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    sgemm_err = np.linalg.norm(sgemm - ref) / np.linalg.norm(ref)
+    assert err <= 1.5 * sgemm_err + 1e-8, f"{err:.2e} vs SGEMM {sgemm_err:.2e} ({p.describe()})"
+    written = np.zeros(out_buf.size, bool)
+    written_idx = cp.lib.stride_tricks.as_strided(cp.arange(out_buf.size), out.shape,
+                                                  tuple(s * 2 for s in out.strides)).get()   # int64 strides
+    written[written_idx.ravel()] = True
+    assert np.isnan(out_buf.get()[~written]).all(), "out's gaps or padding were written"
+    return launches
+
+
+# Launches of one batch chunk: the split of A and of B, then the GEMM; fp32_tc launches both
+# candidates (FP16 and TF32 parts), of which the one not chosen returns at once.
+EC_CANDIDATES = {"fp16_ec": 1, "tf32_ec": 1, "fp32_tc": 2}
+
+
+@pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec", "fp32_tc"])
+@pytest.mark.parametrize("shape, nb, beta, trans_b", [((133, 101, 77), 5, 0.0, False),
+                                                       ((133, 101, 77), 40, -1.3, True),   # 160 tiles: several a block
+                                                       ((70, 300, 129), 3, -1.3, False)],
+                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_ec_wgmma_batch_is_one_launch_of_each_pass(monkeypatch, precision, shape, nb, beta, trans_b):
+    """A batch with gaps between the matrices of a, b and out, sizes that are multiples of no
+    tile, rows of no 16-byte multiple: one split launch per operand (gridDim.y: the matrices)
+    and one GEMM launch per candidate, every matrix right, out's gaps untouched."""
+    M, N, K = shape
+    launches = _ec_batch(monkeypatch, precision, nb, nb, M, N, K, trans_b=trans_b, beta=beta)
+    n = EC_CANDIDATES[precision]
+    assert launches.gemms == n, launches.gemms
+    assert len(launches.split_grids) == 2 * n and all(g[1] == nb for g in launches.split_grids), launches.split_grids
+
+
+@pytest.mark.parametrize("precision", ["fp16_ec", "fp32_tc"])
+@pytest.mark.parametrize("shared", ["a", "b"])
+def test_ec_wgmma_splits_a_shared_operand_once(monkeypatch, precision, shared):
+    """numpy.matmul broadcasting: a 2-D operand every matrix shares (stride 0) is split once
+    (a grid of one matrix) and read at batch coordinate 0 by every work item."""
+    launches = _ec_batch(monkeypatch, precision, None if shared == "a" else 6, None if shared == "b" else 6,
+                         150, 200, 72, beta=0.5)
+    n = EC_CANDIDATES[precision]
+    ys = [g[1] for g in launches.split_grids]
+    assert launches.gemms == n and ys == [1 if shared == "a" else 6, 1 if shared == "b" else 6] * n, ys
+
+
+@pytest.mark.parametrize("precision", ["tf32_ec", "fp32_tc"])
+def test_ec_wgmma_batch_in_chunks_of_the_workspace_limit(monkeypatch, precision):
+    """Parts of more matrices than BATCH_WORKSPACE_LIMIT allows (lowered to 3 matrices' worth):
+    a chunk of 3, 3 and 1, each a split of A and B and a GEMM launch, at its offsets."""
+    launches = _ec_batch(monkeypatch, precision, 7, 7, 129, 97, 33, beta=0.5, per_launch=3)
+    n = EC_CANDIDATES[precision]
+    assert launches.gemms == 3 * n, launches.gemms
+    assert sorted(g[1] for g in launches.split_grids) == sorted([3, 3, 3, 3, 1, 1] * n), launches.split_grids
+
+
+def test_auto_runs_an_attention_batch_on_ec_wgmma(monkeypatch):
+    """fp32_tc with kernel="auto" on an attention-sized batch of Q @ K^T (16 heads, S = 1024:
+    2^31 multiply-adds, planner.ec_wgmma_pays): ec_wgmma, one GEMM launch per candidate."""
+    needs("ec_wgmma")
+    rng = np.random.default_rng(5)
+    q = cp.asarray(make_inputs("normal", 16 * 1024, 128, rng).reshape(16, 1024, 128))
+    k = cp.asarray(make_inputs("normal", 16 * 1024, 128, rng).reshape(16, 1024, 128))
+    launches = _SplitAndGemmLaunches(monkeypatch)
+    got = gemmlab.matmul(q, k.transpose(0, 2, 1), precision="fp32_tc")
+    cp.cuda.Device().synchronize()
+    assert gemmlab.last_plan().spec.name == "ec_wgmma" and launches.gemms == 2, gemmlab.last_plan().describe()
+    ref = cp.matmul(q.astype(cp.float64), k.astype(cp.float64).transpose(0, 2, 1))
+    sgemm = cp.matmul(q, k.transpose(0, 2, 1))
+    err, sgemm_err = float(cp.linalg.norm(got - ref)), float(cp.linalg.norm(sgemm - ref))
+    assert err <= 1.5 * sgemm_err + 1e-8 * float(cp.linalg.norm(ref)), (err, sgemm_err)

@@ -158,11 +158,31 @@ def test_fp32_tc_runs_thin_products_on_the_cuda_cores():
     assert fp32_tc_on_cuda_cores(0, 4096, 4096) == ""   # an empty result: nothing to run either way
 
 
-def test_ec_batches_of_small_matrices_take_one_launch():
-    """ec_wgmma runs a batch one matrix per call: only for matrices that fill the GPU and hold
-    at least 2^34 multiply-adds; attention-sized batches go to ec_wmma's single launch."""
+def test_ec_batches_go_to_ec_wgmma_where_it_measured_faster():
+    """ec_wgmma takes a batch in one launch of each pass; auto gives it a batch whose tiles fill
+    half the GPU, with 2^31 multiply-adds in all and 192 per element of A and B in each matrix
+    (M N / (M + N) >= 192): attention's Q @ K^T from S = 2048 (and at S = 512 with 128 heads),
+    not its P @ V (S x S times S x 128: the pre-pass would move P twice more) nor small batches,
+    which ec_wmma ran faster (NOTES, run 85b).  A single product keeps the tile rule alone."""
+    from gemmlab.planner import EC_WGMMA_BATCH_MIN_INTENSITY, EC_WGMMA_BATCH_MIN_MACS, ec_wgmma_pays
+    assert (EC_WGMMA_BATCH_MIN_MACS, EC_WGMMA_BATCH_MIN_INTENSITY) == (2**31, 192)
     kw = dict(dtype="fp16_ec", arch="sm_90a", sm_count=132)
-    assert gemmlab.plan("auto", 2048, 2048, 128, batch=32, **kw).spec.name == "ec_wmma"
-    assert gemmlab.plan("auto", 4096, 4096, 128, batch=128, **kw).spec.name == "ec_wmma"
-    assert gemmlab.plan("auto", 2048, 2048, 128, batch=1, **kw).spec.name == "ec_wgmma"
-    assert gemmlab.plan("auto", 4096, 4096, 1024, batch=4, **kw).spec.name == "ec_wgmma"   # 2^34 each
+
+    def auto(M, N, K, batch):
+        return gemmlab.plan("auto", M, N, K, batch=batch, **kw).spec.name
+    for bh in (32, 128):
+        for s in (2048, 4096):
+            assert auto(s, s, 128, bh) == "ec_wgmma" and auto(s, 128, s, bh) == "ec_wmma", (bh, s)
+    assert auto(512, 512, 128, 128) == "ec_wgmma" and auto(512, 512, 128, 32) == "ec_wmma"   # 2^33 / 2^30 MACs
+    assert auto(512, 128, 512, 128) == "ec_wmma"
+    assert auto(1024, 1024, 1024, 8) == "ec_wgmma" and auto(512, 512, 512, 4) == "ec_wmma"
+    assert auto(1024, 1024, 128, 16) == "ec_wgmma"   # 2^31 MACs exactly (tests/test_ec.py's auto case)
+    assert auto(64, 64, 64, 1024) == "ec_wmma" and auto(128, 96, 128, 200) == "ec_wmma"
+    # The thresholds: M N / (M + N) = 192 at M = N = 384; 2^31 MACs; half the SMs' worth of tiles.
+    assert ec_wgmma_pays(384, 384, 128, 200, 132) and not ec_wgmma_pays(383, 384, 128, 200, 132)
+    assert ec_wgmma_pays(1024, 1024, 128, 16, 132) and not ec_wgmma_pays(1024, 1024, 127, 16, 132)
+    # A single product: the tiles alone (8 x 9 of them take ec_wgmma, 8 x 8 do not), P @ V-shaped too.
+    assert auto(2048, 2048, 128, 1) == "ec_wgmma" and auto(8192, 128, 8192, 1) == "ec_wgmma"
+    assert auto(1024, 96 * 9, 64, 1) == "ec_wgmma" and auto(1024, 96 * 8, 64, 1) == "ec_wmma"
+    # Elsewhere ec_wmma, batch or not.
+    assert gemmlab.plan("auto", 2048, 2048, 128, batch=32, dtype="fp16_ec", arch="sm_80").spec.name == "ec_wmma"

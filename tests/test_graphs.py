@@ -287,6 +287,32 @@ def test_methods_chosen_from_the_data_in_a_graph(capture, precision, kernel):
     assert len(scales) > 1 if precision == "fp16_ec_scaled" else True
 
 
+@pytest.mark.skipif(not HOPPER, reason="ec_wgmma needs sm_90a")
+def test_ec_wgmma_batch_chosen_from_the_data_in_a_graph():
+    """A captured fp32_tc call on a batch (ec_wgmma: every pass one launch for the whole batch,
+    B shared by every matrix) chooses its method from all the batch's data at every replay."""
+    nb, M, N, K = 5, 77, 100, 136
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    a, b = _data("uniform", (nb, M, K), gen), _data("uniform", (K, N), gen)
+    out = torch.empty((nb, M, N), device="cuda")
+    kw = dict(precision="fp32_tc", kernel="ec_wgmma")
+    gemmlab.matmul(a, b, out=out, **kw)
+    torch.cuda.synchronize()
+    replay = _torch_graph(lambda: gemmlab.matmul(a, b, out=out, **kw))
+    for kind, method in REPLAYS:
+        a.copy_(_data(kind, (nb, M, K), gen))
+        b.copy_(_data(kind if kind != "large" else "uniform", (K, N), gen))
+        out.fill_(float("nan"))
+        replay()
+        torch.cuda.synchronize()
+        ref = a.double() @ b.double()
+        err = float((out.double() - ref).norm() / ref.norm())
+        sgemm = float(((a @ b).double() - ref).norm() / ref.norm())
+        p = gemmlab.last_plan()
+        assert p.spec.name == "ec_wgmma" and p.method == method, (kind, p.reason)
+        assert err <= 1.5 * sgemm + 1e-7, (kind, err, sgemm, p.describe())
+
+
 def test_the_pytorch_operator_in_a_graph():
     import gemmlab.torch as gt
     gen = torch.Generator(device="cuda").manual_seed(9)

@@ -1021,6 +1021,23 @@ def test_ec_wgmma_geometry(M, N, sm_count):
         tiles = -(-M // 128) * -(-N // 96)
         assert geo.grid == (min(tiles, sm_count), 1, 1) and geo.persistent and geo.block == (384, 1, 1)
         assert geo.smem_bytes == p["STAGES"] * 57344 + 16 * p["STAGES"] + 1024 <= 227 * 1024
+        # A batch is one launch: the tiles of every matrix share the persistent grid.
+        for batch in (2, 40):
+            geo = EC_WGMMA.launch(p, Problem(M, N, 64, True, "fp16_ec", sm_count=sm_count), batch)
+            assert geo.grid == (min(tiles * batch, sm_count), 1, 1), (batch, geo.grid)
+
+
+def test_ec_wgmma_takes_a_batch_and_sizes_its_parts():
+    """One launch per batch (chunk); the parts of a matrix, the executor's chunking unit: hi
+    and lo of A (M x K) and B^T (N x K), K padded to 8, 4 bytes an element (the layout for
+    either part type)."""
+    from gemmlab.executor import BATCH_WORKSPACE_LIMIT
+    from gemmlab.kernels.ec.ec_wgmma import ec_parts_bytes
+    assert EC_WGMMA.batched_args and EC_WGMMA.batch_workspace is ec_parts_bytes
+    assert ec_parts_bytes(Problem(2048, 128, 2048, True, "fp16_ec")) == 2 * (2048 + 128) * 2048 * 4
+    assert ec_parts_bytes(Problem(7, 5, 9, True, "tf32_ec")) == 2 * 12 * 16 * 4
+    # P @ V at S = 4096 (132 MiB of parts a matrix): seven matrices a launch.
+    assert BATCH_WORKSPACE_LIMIT // ec_parts_bytes(Problem(4096, 128, 4096, True, "fp16_ec")) == 7
 
 
 # -- gemv: products of a few rows --------------------------------------------------

@@ -44,6 +44,10 @@ log = logging.getLogger("gemmlab")
 GRID_Z_MAX = 65535      # batches per launch (gridDim.z); more are launched in chunks
 INT32_MAX = 2**31 - 1
 SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (batches are chunked)
+# Bytes of a batched kernel's own workspace per launch (ec_wgmma's split parts; batches
+# are chunked): larger than split-K's, so that a chunk of big matrices (P @ V at S = 4096:
+# 132 MiB each) still has enough tiles for every SM.
+BATCH_WORKSPACE_LIMIT = 2**30
 
 ARGS_KEPT = 64          # own-args kernels: argument sets kept per launcher (by addresses)
 
@@ -67,8 +71,9 @@ class Launcher:
     and to ``batch`` products ``strides`` elements apart (A, B, C; 0 repeats a
     matrix), which go to gridDim.z GRID_Z_MAX at a time.  Kernels with their own
     argument builder take GRID_Z_MAX matrices per launch too where it builds a whole
-    batch's (wgmma: 3-D tensor maps, a persistent loop over every matrix's tiles),
-    else (ec_wgmma) one launch per matrix."""
+    batch's (wgmma, ec_wgmma: 3-D tensor maps, a persistent loop over every matrix's
+    tiles; ec_wgmma's split parts at most BATCH_WORKSPACE_LIMIT bytes a launch), else
+    one launch per matrix."""
 
     def __init__(self, p: Plan, gpu: GPUInfo, lds: tuple[int, int, int], batch: int = 1,
                  strides: tuple[int, int, int] = (0, 0, 0)):
@@ -106,6 +111,8 @@ class Launcher:
             per_launch = max(1, min(per_launch, SPLITK_WORKSPACE_LIMIT // max(1, 4 * splits * M * N)))
         if self.batched_args:   # the kernel's work index (matrix, tile) is a 32-bit int; its smallest tile is 64 x 64
             per_launch = max(1, min(per_launch, INT32_MAX // max(1, -(-M // 64) * -(-N // 64))))
+        if self.batched_args and p.spec.batch_workspace is not None:
+            per_launch = max(1, min(per_launch, BATCH_WORKSPACE_LIMIT // max(1, p.spec.batch_workspace(pr))))
         # One entry per gridDim.z chunk: byte offsets of its first A, B, C and its launch shapes.
         self.chunks = []
         for z0 in range(0, batch, per_launch):
@@ -256,9 +263,9 @@ class Launcher:
 
     def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0) -> None:
         """A kernel whose spec builds its arguments: one launch per batch chunk where it
-        takes a whole batch (wgmma: 3-D tensor maps), else one per matrix (ec_wgmma: its
-        split pre-pass and maps; ``choice``, where the method is chosen on the GPU, the
-        address of the record its kernels read)."""
+        takes a whole batch (wgmma, ec_wgmma: 3-D tensor maps), else one per matrix
+        (``choice``, where the method is chosen on the GPU, the address of the record
+        the kernels read)."""
         if self.batched_args:
             jobs = [(A + da, B + db, C + dc, nz) for da, db, dc, nz, _ in self.chunks]
         else:

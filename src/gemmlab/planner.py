@@ -306,21 +306,34 @@ def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
     return ""
 
 
-# A matrix of a batch that ec_wgmma runs one call at a time must hold at least this
-# many multiply-adds (M * N * K) to be worth its own split pre-pass and launches.
-EC_WGMMA_PER_MATRIX_MIN = 2**34
+# ec_wgmma on a batch (kernel="auto"): the multiply-adds the whole batch must hold to
+# repay its fixed cost over ec_wmma (two more launches and their arguments per
+# candidate), and per matrix, multiply-adds per element of A and B (its pre-pass reads
+# and writes every element once more than ec_wmma does).
+EC_WGMMA_BATCH_MIN_MACS = 2**31
+EC_WGMMA_BATCH_MIN_INTENSITY = 192
 
 
-def _one_launch_per_matrix_wins(M: int, N: int, K: int, batch: int, tile: tuple[int, int], sm_count: int) -> bool:
-    """Whether a Hopper kernel that runs a batch one matrix per launch (ec_wgmma;
-    wgmma takes a whole batch in one launch) should take it: a single product, or
-    matrices that each fill the GPU with tiles and hold at least
-    EC_WGMMA_PER_MATRIX_MIN multiply-adds.  Otherwise a kernel that takes the
-    whole batch in one launch along gridDim.z fills the GPU where the per-matrix
-    launches leave it idle or spend their time on the host, each matrix paying
-    for its own split pre-pass and launches (benchmarks/NOTES.md, runs 83-84:
-    attention-sized batches)."""
-    return batch <= 1 or (-(-M // tile[0]) * -(-N // tile[1]) >= sm_count and M * N * K >= EC_WGMMA_PER_MATRIX_MIN)
+def ec_wgmma_pays(M: int, N: int, K: int, batch: int, sm_count: int) -> bool:
+    """Whether ec_wgmma, not ec_wmma, runs an error-corrected product with
+    ``kernel="auto"`` on Hopper.  Its 128 x 96 tiles, of every matrix of the batch
+    (one launch of each pass takes the whole batch), must give at least half of the
+    SMs a block.  A batch must also hold EC_WGMMA_BATCH_MIN_MACS multiply-adds, and
+    each matrix EC_WGMMA_BATCH_MIN_INTENSITY per element of A and B: ec_wgmma's
+    split pre-pass moves every element of A and B through memory twice more than
+    ec_wmma, which splits them in registers, so a product whose operands outweigh its
+    tensor work (attention's P @ V: S x S times S x 128) runs faster on ec_wmma, and a
+    small batch does not repay ec_wgmma's fixed cost.  Measured on an H100 (batches
+    of attention's products and small products, both kernels through the public
+    call: benchmarks/NOTES.md, run 85b).  A single product keeps the tile rule
+    alone (runs 80-83)."""
+    tiles = -(-M // registry.EC_WGMMA_BM) * -(-N // registry.EC_WGMMA_BN) * max(batch, 1)
+    if 2 * tiles < sm_count:
+        return False
+    if batch <= 1:
+        return True
+    macs = M * N * K
+    return batch * macs >= EC_WGMMA_BATCH_MIN_MACS and macs >= EC_WGMMA_BATCH_MIN_INTENSITY * (M + N) * K
 
 
 def runnable(spec: KernelSpec, arch: str, dtype: str, gpu_name: str) -> str:
@@ -485,12 +498,8 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         if dtype == "float32":
             kernel, tile_params = auto_params(M, N, K, sm_count, batch)
         elif dtype in registry.EC_METHODS:
-            # ec_wgmma is three launches (its split pre-pass of A and B, then the GEMM):
-            # worth it when its tiles give at least half of the SMs a block.
-            tiles = -(-M // registry.EC_WGMMA_BM) * -(-N // registry.EC_WGMMA_BN)
             on_hopper = arch is not None and registry.get("ec_wgmma").builds_for(arch) and \
-                2 * tiles >= sm_count and \
-                _one_launch_per_matrix_wins(M, N, K, batch, (registry.EC_WGMMA_BM, registry.EC_WGMMA_BN), sm_count)
+                ec_wgmma_pays(M, N, K, batch, sm_count)
             kernel, tile_params = ("ec_wgmma" if on_hopper else "ec_wmma"), {}
         elif arch is not None and registry.get("wgmma").builds_for(arch):
             # One launch takes a whole batch (its persistent loop walks every matrix's tiles);

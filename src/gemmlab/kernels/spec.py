@@ -164,6 +164,10 @@ class KernelSpec:
     # persistent loop); its geometry then takes the batch: geometry(params, problem, batch).
     # Otherwise kernel_args is called once per matrix.
     batched_args: bool = False
+    # Bytes of workspace kernel_args needs per matrix of a batch it takes in one launch
+    # (ec_wgmma: the split parts); executor.Launcher chunks batches so that a launch's
+    # stays under BATCH_WORKSPACE_LIMIT.  None: no workspace that grows with the batch.
+    batch_workspace: Callable[[Problem], int] | None = None
     # Whether kernel_args' arguments for a problem depend only on the addresses,
     # alpha and beta (no per-call pre-pass or workspace): a prepared call then
     # keeps them per set of addresses instead of building them at every call.

@@ -5,7 +5,9 @@
 // (split_pack.cu) and a stage of the ring holds four tiles: hi and lo of A and of
 // B^T.  Each consumer keeps four sets of accumulators (main product of the stage,
 // its block sum, the total, the corrections), and adds the main product in FP32
-// while the tensor cores run the corrections.
+// while the tensor cores run the corrections.  A batch is one launch, as in the
+// wgmma rung: the pre-pass splits every matrix, the parts' tensor maps are 3-D
+// (the batch outermost) and the persistent loop walks every matrix's tiles.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 #include <gemmlab/tensor/04_wgmma.cuh>
@@ -28,11 +30,15 @@ constexpr int EC_WGMMA_THREADS = 384;         // a producer and two consumer war
 // (KernelSpec.packed).  choice: null, or the record of the method chosen on the
 // GPU (precision="fp32_tc", ec/choice.cuh): both METHODs are launched (over the
 // same part buffers), the one not chosen returns at once, and the scales are the
-// record's.
+// record's.  stride_a, stride_b: the caller's batch strides, of which only
+// whether they are 0 is read (an operand every matrix shares is split once: its
+// maps hold one matrix, read at batch coordinate 0); stride_c: C's, used as is;
+// batch: the matrices of this launch.
 template <int METHOD, int STAGES, char OPA, char OPB>
 __global__ void __launch_bounds__(EC_WGMMA_THREADS, 1)
 ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
-         float beta, float* __restrict__ C, int ldc, const __grid_constant__ hopper::TensorMap map_a_hi,
+         float beta, float* __restrict__ C, int ldc, long long stride_a, long long stride_b, long long stride_c,
+         int batch, const __grid_constant__ hopper::TensorMap map_a_hi,
          const __grid_constant__ hopper::TensorMap map_a_lo, const __grid_constant__ hopper::TensorMap map_b_hi,
          const __grid_constant__ hopper::TensorMap map_b_lo, float scale_a, float scale_b,
          const long long* __restrict__ choice) {
@@ -71,24 +77,26 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     __syncthreads();
 
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const int work = tiles_m * tiles_n * batch;   // (matrix, tile) pairs: batch_tile
     const int k_steps = alpha == 0.0f ? 0 : (K + BK - 1) / BK;
 
     if (wg == 0) {
         setmaxnreg_dec<EC_WGMMA_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             int it = 0;
-            for (int t = blockIdx.x; t < tiles_m * tiles_n; t += gridDim.x) {
+            for (int t = blockIdx.x; t < work; t += gridDim.x) {
                 int tm, tn;
-                grouped_tile(t, tiles_m, tiles_n, tm, tn);
+                const int z = batch_tile(t, tiles_m, tiles_n, tm, tn);
+                const int za = stride_a ? z : 0, zb = stride_b ? z : 0;
                 for (int ks = 0; ks < k_steps; ++ks, ++it) {
                     const int s = it % STAGES;
                     if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
                     mbar_arrive_expect_tx(&full[s], STAGE_BYTES);
                     unsigned char* st = ring + s * STAGE_BYTES;
-                    tma_load_2d(st, &map_a_hi, ks * BK, tm * BM, &full[s]);
-                    tma_load_2d(st + A_BYTES, &map_a_lo, ks * BK, tm * BM, &full[s]);
-                    tma_load_2d(st + 2 * A_BYTES, &map_b_hi, ks * BK, tn * BN, &full[s]);   // B^T: BN rows
-                    tma_load_2d(st + 2 * A_BYTES + B_BYTES, &map_b_lo, ks * BK, tn * BN, &full[s]);
+                    tma_load_3d(st, &map_a_hi, ks * BK, tm * BM, za, &full[s]);
+                    tma_load_3d(st + A_BYTES, &map_a_lo, ks * BK, tm * BM, za, &full[s]);
+                    tma_load_3d(st + 2 * A_BYTES, &map_b_hi, ks * BK, tn * BN, zb, &full[s]);   // B^T: BN rows
+                    tma_load_3d(st + 2 * A_BYTES + B_BYTES, &map_b_lo, ks * BK, tn * BN, zb, &full[s]);
                 }
             }
         }
@@ -97,7 +105,7 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
 
     setmaxnreg_inc<EC_WGMMA_CONSUMER_REGS>();
     const int c = wg - 1, wq = warp % 4;
-    const bool pairs = (ldc % 2 == 0) && (reinterpret_cast<u64>(C) % 8 == 0);
+    const bool pairs = (ldc % 2 == 0) && (stride_c % 2 == 0) && (reinterpret_cast<u64>(C) % 8 == 0);
     // Both operands K-major: the next MMA_K-deep slice starts 32 bytes further
     // along the (swizzled) 128-byte rows; the hardware applies the swizzle.
     auto desc = [](const unsigned char* tile, int kk) { return make_smem_desc(tile + 32 * kk, 16, 1024); };
@@ -112,9 +120,9 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     const int block_steps = max(1, int(sqrtf(float(k_steps))));
     float acc[BN / 2], block[BN / 2], hh[BN / 2], corr[BN / 2];
     int it = 0;
-    for (int t = blockIdx.x; t < tiles_m * tiles_n; t += gridDim.x) {
+    for (int t = blockIdx.x; t < work; t += gridDim.x) {
         int tm, tn;
-        grouped_tile(t, tiles_m, tiles_n, tm, tn);
+        const int z = batch_tile(t, tiles_m, tiles_n, tm, tn);
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[i] = block[i] = corr[i] = 0.0f;
         fence_operands(corr);
@@ -162,6 +170,7 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         // answer; its corrections could only add a NaN from Inf * 0), the scales
         // divided out, then alpha and beta (layout of the accumulators: hopper.cuh).
         const float unscale_a = 1.0f / scale_a, unscale_b = 1.0f / scale_b;   // exact: powers of two
+        float* Cz = C + z * stride_c;
         const int row0 = tm * BM + c * 64 + wq * 16 + lane / 4;
         const int col0 = tn * BN + 2 * (lane % 4);
 #pragma unroll
@@ -174,7 +183,7 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                     const float a = acc[4 * j + 2 * h + e];
                     v[e] = (isfinite(a) ? a + corr[4 * j + 2 * h + e] * Split::LO_WEIGHT : a) * unscale_a * unscale_b;
                 }
-                store_pair(C, ldc, row0 + 8 * h, col0 + 8 * j, M, N, v[0], v[1], alpha, beta, pairs);
+                store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, v[0], v[1], alpha, beta, pairs);
             }
         }
     }

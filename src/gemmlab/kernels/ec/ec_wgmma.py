@@ -2,7 +2,9 @@
 a pre-pass (split_pack.cu), then wgmma from a TMA ring of four part tiles a stage.
 
 Beside the spec: the split pre-pass's host launch and the launch arguments (the
-tensor maps of the four parts).
+tensor maps of the four parts).  A batch is one launch of each: the pre-pass splits
+every matrix (gridDim.y), the maps are 3-D over the parts of the whole batch and the
+GEMM's persistent loop walks every matrix's tiles (as the wgmma rung's).
 """
 
 from __future__ import annotations
@@ -43,11 +45,28 @@ def _smem(p) -> int:
     return p["STAGES"] * 2 * (EC_WGMMA_BM + EC_WGMMA_BN) * 128 + 16 * p["STAGES"] + 1024
 
 
-def _geometry(p, prob: Problem) -> Launch:
-    """Persistent: one block per SM (the ring fills its shared memory), at most one per tile."""
-    tiles = cdiv(prob.M, EC_WGMMA_BM) * cdiv(prob.N, EC_WGMMA_BN)
+def _geometry(p, prob: Problem, batch: int = 1) -> Launch:
+    """Persistent: one block per SM (the ring fills its shared memory), at most one per tile
+    of the ``batch`` matrices the launch takes."""
+    tiles = cdiv(prob.M, EC_WGMMA_BM) * cdiv(prob.N, EC_WGMMA_BN) * batch
     return Launch(grid=(max(1, min(tiles, prob.sm_count)), 1, 1), block=(EC_WGMMA_THREADS, 1, 1), smem_bytes=_smem(p),
                   persistent=True)
+
+
+def _matrices(ops: Operands, stride: int) -> int:
+    """Matrices of an operand to split: the batch's, or one that every matrix shares (stride 0)."""
+    return ops.batch if ops.batch > 1 and stride != 0 else 1
+
+
+def _padded_k(K: int) -> int:
+    """K padded to 8 elements: 16 bytes of FP16 and TF32 parts alike (the layout of a choice's workspace)."""
+    return -(-K // 8) * 8
+
+
+def ec_parts_bytes(prob: Problem) -> int:
+    """Bytes of split parts one matrix of a batch needs at most (hi and lo of A and B^T, the
+    layout for either part type): what executor.Launcher chunks a batch by."""
+    return 2 * (prob.M + prob.N) * _padded_k(prob.K) * 4
 
 
 @contextmanager
@@ -55,8 +74,11 @@ def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0
                        choice: int = 0):
     """Split op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec) into their
     hi and lo parts with ec/split_pack.cu, into one stream-ordered workspace; yields
-    (a_hi, a_lo, b_hi, b_lo, kp): device pointers of A's parts (M x K) and of B's,
-    transposed (N x K), all with rows of kp elements (K padded to 16 bytes).  Any
+    (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b): device pointers of A's parts (M x K) and of
+    B's, transposed (N x K), all with rows of kp elements (K padded to 16 bytes), and
+    how many matrices of each were split.  A batch of ``ops.batch`` matrices is one
+    launch per operand: its parts lie one matrix after the other (M * kp and N * kp
+    elements apart); an operand the batch shares (stride 0) is split once.  Any
     layout and alignment of A and B is read as stored.  The scaled FP16 method's
     scales (powers of two) are applied here.  Freed in stream order on exit.
 
@@ -70,48 +92,59 @@ def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0
     if pr.dtype not in EC_METHODS:
         raise TypeError(f"the split pre-pass is for {', '.join(EC_METHODS)}, not {pr.dtype}")
     eb = 4 if pr.dtype == "tf32_ec" else 2
-    pad, room = (8, 4) if choice else (16 // eb, eb)   # elements K is padded to, bytes an element is given
-    kp = -(-pr.K // pad) * pad
-    a_part, b_part = pr.M * kp * room, pr.N * kp * room
+    room = 4 if choice else eb   # bytes an element is given
+    kp = _padded_k(pr.K) if choice else -(-pr.K // (16 // eb)) * (16 // eb)
+    nz_a, nz_b = _matrices(ops, ops.sa), _matrices(ops, ops.sb)
+    a_part, b_part = nz_a * pr.M * kp * room, nz_b * pr.N * kp * room   # bytes of each part of A, of B^T
     nbytes = 2 * (a_part + b_part)
     ws = stream_workspace(gpu, stream, nbytes, "ec_wgmma, for the split parts of a and b,")
     try:
         base = int(ws.handle)
         a_hi, a_lo = base, base + a_part
         b_hi, b_lo = base + 2 * a_part, base + 2 * a_part + b_part
-        jobs = [(pr.op_a, False, pr.M, pr.K, ops.A, ops.lda, scale_a, CHOICE["scale_a"], a_hi, a_lo),
-                (pr.op_b, True, pr.K, pr.N, ops.B, ops.ldb, scale_b, CHOICE["scale_b"], b_hi, b_lo)]
-        for op, transpose, rows, cols, src, ld, scale, field, hi, lo in jobs:
+        jobs = [(pr.op_a, False, pr.M, pr.K, ops.A, ops.lda, ops.sa, nz_a, pr.M, scale_a, CHOICE["scale_a"], a_hi,
+                 a_lo),
+                (pr.op_b, True, pr.K, pr.N, ops.B, ops.ldb, ops.sb, nz_b, pr.N, scale_b, CHOICE["scale_b"], b_hi,
+                 b_lo)]
+        for op, transpose, rows, cols, src, ld, stride, nz, part_rows, scale, field, hi, lo in jobs:
             name = ec_split_pack_kernel(pr.dtype, op, transpose)
             kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, name, gpu.arch)
             tiles = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
-            blocks = max(1, min(tiles, EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count))   # they loop over the tiles
-            launch(kernel, (blocks, 1, 1), (EC_SPLIT_PACK_THREADS, 1, 1), 0, stream, np.int32(rows),
-                   np.int32(cols), src, np.int32(ld), np.float32(scale), hi, lo, np.int32(kp), choice,
-                   np.int32(field))
-        yield a_hi, a_lo, b_hi, b_lo, kp
+            # A few blocks per SM over the whole batch (gridDim.y: the matrices); they loop over the tiles.
+            blocks = max(1, min(tiles, -(-EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count // nz)))
+            launch(kernel, (blocks, nz, 1), (EC_SPLIT_PACK_THREADS, 1, 1), 0, stream, np.int32(rows),
+                   np.int32(cols), src, np.int32(ld), np.int64(stride if nz > 1 else 0), np.float32(scale), hi, lo,
+                   np.int32(kp), np.int64(part_rows * kp), choice, np.int32(field))
+        yield a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b
     finally:
         ws.close(stream)
 
 
 @contextmanager
 def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta, choice: int = 0):
-    """ec_wgmma's arguments: the standard eleven, the tensor maps of the four
-    parts (hi and lo of A, hi and lo of B^T: ec_split_workspace), then scale_a and
-    scale_b (the kernel divides them out) and the address of the choice record
-    made on the GPU (0: none; see ec_split_workspace).  Both operands are K-major,
-    the layout TF32 wgmma needs and FP16 wgmma reads without its transpose bit;
-    A's parts in 128-row boxes, B^T's in 96-row boxes, 128 bytes of K each."""
+    """ec_wgmma's arguments: the standard eleven, the batch strides and the number of
+    matrices (as the wgmma rung's: of A's and B's strides the kernel asks only whether
+    they are 0), the tensor maps of the four parts (hi and lo of A, hi and lo of B^T:
+    ec_split_workspace), then scale_a and scale_b (the kernel divides them out) and the
+    address of the choice record made on the GPU (0: none; see ec_split_workspace).
+    Both operands are K-major, the layout TF32 wgmma needs and FP16 wgmma reads without
+    its transpose bit; A's parts in 128-row boxes, B^T's in 96-row boxes, 128 bytes of K
+    each.  Each map is 3-D over the parts of every matrix split (one for an operand the
+    batch shares)."""
     pr = plan.problem
     scale_a, scale_b = (float(x) for x in plan.extra_args())
     part, eb = ("tf32", 4) if pr.dtype == "tf32_ec" else ("float16", 2)
-    with ec_split_workspace(pr, gpu, stream, ops, scale_a, scale_b, choice) as (a_hi, a_lo, b_hi, b_lo, kp):
+    one = ops.batch <= 1
+    strides = (0, 0, 0) if one else (ops.sa, ops.sb, ops.sc)
+    batch_args = tuple(np.int64(s) for s in strides) + (np.int32(max(ops.batch, 1)),)
+    with ec_split_workspace(pr, gpu, stream, ops, scale_a, scale_b, choice) as (a_hi, a_lo, b_hi, b_lo, kp, nz_a,
+                                                                                 nz_b):
         box_k, bm, bn = 128 // eb, EC_WGMMA_BM, EC_WGMMA_BN
         be = maps_backend(stream)
-        maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, be)
-                     for ptr, rows, box_rows in ((a_hi, pr.M, bm), (a_lo, pr.M, bm),
-                                                 (b_hi, pr.N, bn), (b_lo, pr.N, bn)))
-        yield standard_args(pr, ops, alpha, beta) + maps + plan.extra_args() + (choice,)
+        maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, be, batch=nz, batch_stride=rows * kp)
+                     for ptr, rows, box_rows, nz in ((a_hi, pr.M, bm, nz_a), (a_lo, pr.M, bm, nz_a),
+                                                     (b_hi, pr.N, bn, nz_b), (b_lo, pr.N, bn, nz_b)))
+        yield standard_args(pr, ops, alpha, beta) + batch_args + maps + plan.extra_args() + (choice,)
 
 
 SPEC = KernelSpec(
@@ -137,5 +170,9 @@ SPEC = KernelSpec(
     extra_args=("scale_a", "scale_b"),
     reads_choice=True,
     kernel_args=ec_wgmma_kernel_args,
+    # One launch per batch (chunk): the pre-pass splits every matrix, the persistent loop
+    # walks every matrix's tiles.
+    batched_args=True,
+    batch_workspace=ec_parts_bytes,
     packed=True,
 )

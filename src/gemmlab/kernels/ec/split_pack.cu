@@ -8,6 +8,8 @@
 // memory: reads and writes both coalesce.  scale: a power of two (exact), or 1.
 // With a choice record (precision="fp32_tc", ec/choice.cuh) both METHODs are
 // launched and the one not chosen returns at once; the scale is the record's.
+// gridDim.y matrices (a batch), src_stride elements apart, their parts
+// part_stride elements apart: one launch splits every matrix of a batch.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 
@@ -22,12 +24,16 @@ using EcPart = typename wmma_types::Storage<EcSplit<METHOD>::DT>::type;
 
 template <int METHOD, char OP, bool T_OUT>
 __global__ void __launch_bounds__(EC_SPLIT_PACK_THREADS)
-ec_split_pack(int rows, int cols, const float* __restrict__ src, int ld, float scale, EcPart<METHOD>* __restrict__ hi,
-              EcPart<METHOD>* __restrict__ lo, int ldp, const long long* __restrict__ choice, int scale_field) {
+ec_split_pack(int rows, int cols, const float* __restrict__ src, int ld, long long src_stride, float scale,
+              EcPart<METHOD>* __restrict__ hi, EcPart<METHOD>* __restrict__ lo, int ldp, long long part_stride,
+              const long long* __restrict__ choice, int scale_field) {
     if (choice != nullptr) {   // the method chosen on the GPU
         if (!ec_chosen<METHOD>(choice)) return;
         scale = ec_choice_scale(choice, scale_field);
     }
+    src += blockIdx.y * src_stride;   // this block's matrix of the batch
+    hi += blockIdx.y * part_stride;
+    lo += blockIdx.y * part_stride;
     __shared__ float tile[EC_SPLIT_PACK_TILE][EC_SPLIT_PACK_TILE + 1];   // [r][c]; the pad spreads columns over the banks
     const int tiles_c = (cols + EC_SPLIT_PACK_TILE - 1) / EC_SPLIT_PACK_TILE;
     const int tiles = (rows + EC_SPLIT_PACK_TILE - 1) / EC_SPLIT_PACK_TILE * tiles_c;
