@@ -50,6 +50,7 @@ import gemmlab.torch  # noqa: E402,F401
 t32 = torch.randn(64, 64, device="cuda")
 tbf = t32.bfloat16()
 tb16 = torch.randn(16, 64, 64, device="cuda").bfloat16()
+t16f = torch.randn(16, 64, 64, device="cuda")
 o32 = torch.empty(64, 64, device="cuda")
 c32 = cp.random.rand(64, 64, dtype=cp.float32)
 PROFILE = "--profile" in sys.argv
@@ -67,6 +68,12 @@ cases = [
     ("bf16 batch 16", lambda: gemmlab.matmul(tb16, tb16)),
     ("tf32 64^3", lambda: gemmlab.matmul(t32, t32, precision="tf32")),
     ("fp16_ec 64^3", lambda: gemmlab.matmul(t32, t32, precision="fp16_ec")),
+    ("fp16_ec 64^3 ec_wgmma", lambda: gemmlab.matmul(t32, t32, precision="fp16_ec", kernel="ec_wgmma")),
+    ("fp32_tc 64^3", lambda: gemmlab.matmul(t32, t32, precision="fp32_tc")),
+    ("fp32_tc 64^3 ec_wgmma", lambda: gemmlab.matmul(t32, t32, precision="fp32_tc", kernel="ec_wgmma")),
+    ("fp32_tc 64^3 out= ec_wgmma", lambda: gemmlab.matmul(t32, t32, out=o32, precision="fp32_tc",
+                                                         kernel="ec_wgmma")),
+    ("fp32_tc batch 16", lambda: gemmlab.matmul(t16f, t16f, precision="fp32_tc")),
     ("torch.ops.gemmlab.mm fp32", lambda: torch.ops.gemmlab.mm(t32, t32)),
     ("torch.ops.gemmlab.mm bf16", lambda: torch.ops.gemmlab.mm(tbf, tbf)),
 ]
