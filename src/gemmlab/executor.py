@@ -325,9 +325,17 @@ class Launcher:
         kw = {"choice": choice} if self.reads_choice else {}
         for a, b, c, nz in jobs:
             ops = Operands(a, lda, b, ldb, c, ldc, nz, *strides)
-            grid = self._grid(nz, stream)
             with p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta, **kw) as args:
-                launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
+                # Arguments built per call (a method chosen on the GPU: the kernel's
+                # pre-pass runs inside kernel_args), but the launch shape once.
+                shape = self._shapes.get(nz)
+                if shape is None:
+                    shape = self._shapes[nz] = LaunchShape(self._grid(nz, stream), geo.block, geo.smem_bytes,
+                                                           geo.cluster)
+                if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
+                    launch(self.kernel, shape.grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
+                else:
+                    launch_shaped(self.kernel, shape, stream, args)
 
     def _grid(self, nz: int, stream: int) -> tuple[int, int, int]:
         """The grid of a launch of ``nz`` matrices: the spec's, and for a persistent grid of

@@ -58,6 +58,23 @@ def _matrices(ops: Operands, stride: int) -> int:
     return ops.batch if ops.batch > 1 and stride != 0 else 1
 
 
+# (method, layout, transposed, arch, blocks, matrices) -> (kernel, launch shape): the
+# pre-pass's launches are prepared once, so a call pays no kernel lookup or launch
+# configuration for them (runs 85e-85f: host time of fp32_tc on ec_wgmma).
+_split_launches: dict[tuple, tuple] = {}
+
+
+def _split_launch(dtype: str, op: str, transpose: bool, gpu, blocks: int, nz: int) -> tuple:
+    key = (dtype, op, transpose, gpu.arch, blocks, nz)
+    found = _split_launches.get(key)
+    if found is None:
+        from ...runtime import compile as rt_compile
+        from ...runtime.launch import LaunchShape
+        kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(dtype, op, transpose), gpu.arch)
+        found = _split_launches[key] = (kernel, LaunchShape((blocks, nz, 1), (EC_SPLIT_PACK_THREADS, 1, 1)))
+    return found
+
+
 def _padded_k(K: int) -> int:
     """K padded to 8 elements: 16 bytes of FP16 and TF32 parts alike (the layout of a choice's workspace)."""
     return -(-K // 8) * 8
@@ -87,8 +104,7 @@ def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0
     with the record's scales, and the workspace is laid out for either part type
     (TF32's size, K padded to 8 elements: 16 bytes of both), so that both
     candidates' splits and tensor maps use the same buffers."""
-    from ...runtime import compile as rt_compile
-    from ...runtime.launch import launch, stream_workspace
+    from ...runtime.launch import launch_shaped, stream_workspace
     if pr.dtype not in EC_METHODS:
         raise TypeError(f"the split pre-pass is for {', '.join(EC_METHODS)}, not {pr.dtype}")
     eb = 4 if pr.dtype == "tf32_ec" else 2
@@ -107,14 +123,13 @@ def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0
                 (pr.op_b, True, pr.K, pr.N, ops.B, ops.ldb, ops.sb, nz_b, pr.N, scale_b, CHOICE["scale_b"], b_hi,
                  b_lo)]
         for op, transpose, rows, cols, src, ld, stride, nz, part_rows, scale, field, hi, lo in jobs:
-            name = ec_split_pack_kernel(pr.dtype, op, transpose)
-            kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, name, gpu.arch)
             tiles = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
             # A few blocks per SM over the whole batch (gridDim.y: the matrices); they loop over the tiles.
             blocks = max(1, min(tiles, -(-EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count // nz)))
-            launch(kernel, (blocks, nz, 1), (EC_SPLIT_PACK_THREADS, 1, 1), 0, stream, np.int32(rows),
-                   np.int32(cols), src, np.int32(ld), np.int64(stride if nz > 1 else 0), np.float32(scale), hi, lo,
-                   np.int32(kp), np.int64(part_rows * kp), choice, np.int32(field))
+            kernel, shape = _split_launch(pr.dtype, op, transpose, gpu, blocks, nz)
+            launch_shaped(kernel, shape, stream, (np.int32(rows), np.int32(cols), src, np.int32(ld),
+                                                  np.int64(stride if nz > 1 else 0), np.float32(scale), hi, lo,
+                                                  np.int32(kp), np.int64(part_rows * kp), choice, np.int32(field)))
         yield a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b
     finally:
         ws.close(stream)
