@@ -1028,13 +1028,13 @@ def test_ec_wgmma_geometry(M, N, sm_count):
 
 @pytest.mark.parametrize("op_b, aligned, dtype, vec, per_block, chunk", [
     ("T", True, "float32", 4, 32, None), ("T", True, "bfloat16", 8, 32, None), ("T", False, "float16", 1, 32, None),
-    ("N", True, "float32", 4, 128, 64), ("N", True, "bfloat16", 4, 128, 128), ("N", False, "bfloat16", 1, 32, 128),
-    ("N", False, "float32", 1, 32, 128),
+    ("N", True, "float32", 4, 128, 64), ("N", True, "bfloat16", 4, 128, 64), ("N", False, "bfloat16", 1, 32, 64),
+    ("N", False, "float32", 1, 32, 64),
 ])
 def test_gemv_geometry(op_b, aligned, dtype, vec, per_block, chunk):
     """op(B) column-major: a warp (of 8 a block) per 4 columns, 16-byte loads along K;
     row-major: 32 lanes along N with 4 elements each (16 or 8 bytes), 32 * VEC
-    columns a block, SPLITK blocks along K, chunks of 8 warps x 128 bytes a lane."""
+    columns a block, SPLITK blocks along K, chunks of 8 warps x 8 rows."""
     from gemmlab.kernels.gemv.gemv import gemv_row_chunk, gemv_vec
     spec = registry.get("gemv")
     for N in (1, 7, 8, 9, 4096, 128256):
@@ -1073,14 +1073,14 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
 
 
 @pytest.mark.parametrize("M, N, K, batch, aligned, split", [
-    (1, 4096, 4096, 1, True, 8),      # 32 column blocks, two an SM (MT = 1): 256 blocks
-    (16, 4096, 4096, 1, True, 4),     # one an SM at MT = 16: 128 blocks
+    (1, 4096, 4096, 1, True, 4),      # 32 column blocks, one an SM: 128 blocks
+    (16, 4096, 4096, 1, True, 4),
     (16, 4096, 128256, 1, True, 4),
-    (4, 14336, 4096, 1, True, 2),     # 112 column blocks, two an SM
-    (16, 14336, 4096, 1, True, 1),    # 112 column blocks fill most of the 132 SMs already
+    (4, 14336, 4096, 1, True, 1),     # 112 column blocks fill most of the 132 SMs already
+    (16, 14336, 4096, 1, True, 1),
     (16, 4096, 512, 1, True, 2),      # 8 chunks of 64 rows: slices of at least 4
     (16, 4096, 4096, 4, True, 1),     # a batch of 4 fills the SMs
-    (1, 331, 1037, 1, False, 2),      # one element a lane: 11 column blocks, 9 chunks of 128 rows
+    (1, 331, 1037, 1, False, 4),      # one element a lane: 11 column blocks, 17 chunks of 64 rows
 ])
 def test_gemv_auto_splits_row_major_b_to_fill_the_sms(M, N, K, batch, aligned, split):
     """float32 dY @ W: MT as sized_params, and the split of K that fills 132 SMs (fill_split)."""
