@@ -442,7 +442,8 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     without a GPU).  A kernel that does not exist for it (wgmma off Hopper) is
     an error naming ``gpu_name``, what the kernel needs and which kernels run
     there; ``"auto"`` picks gemv for the few rows GEMV_MAX_M gives each dtype
-    (x @ W.t(): op(B) column-major), wgmma for 16-bit and TF32 inputs and ec_wgmma for
+    (x @ W.t(): op(B) column-major) or GEMV_ROWS_MAX_M (dY @ W: row-major, split
+    over K), wgmma for 16-bit and TF32 inputs and ec_wgmma for
     the error-corrected methods on sm_90a, and elsewhere the highest rung of the
     family that runs on ``arch`` (see :func:`runnable`).
     ``tma_aligned`` says whether a and b allow TMA tensor maps (see
