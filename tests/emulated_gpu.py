@@ -149,7 +149,7 @@ class Emulator:
         per_split = -(-k_tiles // splits)
         for z in range(nz):
             a_ptr, b_ptr = A + z * int(sa) * item_in, B + z * int(sb) * item_in
-            c_ptr = C + z * int(sc) * item_out
+            c_ptr = C + z * int(sc) * (4 if splits > 1 else item_out)
             if pr.aligned16 and p.spec.family in ("simt", "gemv"):   # what the VEC variants assume
                 for ptr, ld, width, item in ((a_ptr, lda, K if pr.op_a == "N" else M, item_in),
                                              (b_ptr, ldb, N if pr.op_b == "N" else K, item_in),
@@ -160,7 +160,9 @@ class Emulator:
             b = self.operand(b_ptr, in_dt, pr.op_b, K, N, ldb)
             for y in range(splits):
                 k0, k1 = min(K, y * per_split * bk), min(K, (y + 1) * per_split * bk)
-                c = self.operand(c_ptr + y * M * ldc * item_out, pr.out_dtype, "N", M, N, ldc)
+                # split over K: FP32 partial products in the workspace, whatever C's type
+                ws_dt, ws_item = ("float32", 4) if splits > 1 else (pr.out_dtype, item_out)
+                c = self.operand(c_ptr + y * M * ldc * ws_item, ws_dt, "N", M, N, ldc)
                 if alpha == 0:   # the kernels read neither A nor B then
                     acc = np.zeros((M, N))
                 else:

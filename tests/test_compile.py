@@ -110,7 +110,7 @@ def ladder_sass(ladder_module):
     return get
 
 
-from gemmlab.kernels.gemv.gemv import GEMV_WARPS, gemv_staged_k, gemv_vec  # noqa: E402
+from gemmlab.kernels.gemv.gemv import GEMV_WARPS, gemv_row_chunk, gemv_staged_k, gemv_vec  # noqa: E402
 
 ELEM_BYTES = {"float16": 2, "bfloat16": 2, "tf32": 4}
 
@@ -128,10 +128,12 @@ def static_smem(spec, p, prob=None):
         return 0
     if spec.family == "tensor":    # rung 1 fills its fragments from global memory
         return 0
-    if spec.name == "gemv":        # op(B) column-major: a chunk of op(A) staged; row-major: the warps' sums
+    if spec.name == "gemv":        # a chunk of op(A) staged; row-major also the warps' sums, 4 rows of C at a time
         if prob.op_b == "T":
             return 4 * p["MT"] * gemv_staged_k(prob, p["MT"])
-        return 4 * GEMV_WARPS * p["MT"] * 32 * gemv_vec(prob)
+        # (16-bit outputs: twice, the path writing C and the one writing FP32 split-K slices)
+        return (1 if prob.out_dtype == "float32" else 2) * (
+            4 * p["MT"] * gemv_row_chunk(prob) + 4 * GEMV_WARPS * min(p["MT"], 4) * 32 * gemv_vec(prob))
     return 4 * p["BK"] * (p["BM"] + p["BN"])
 
 

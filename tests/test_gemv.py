@@ -1,6 +1,6 @@
-"""gemv on the GPU: decode-sized x @ W.t() (op(B) column-major, the path that
-stages op(A) in shared memory) against an FP64 reference, for the row counts
-each MT serves (M = 1 to 16, and past 16: more passes), widths that are
+"""gemv on the GPU: decode-sized x @ W.t() (op(B) column-major) and dY @ W
+(op(B) row-major, split over K or not) against an FP64 reference, for the row
+counts each MT serves (M = 1 to 16, and past 16: more passes), widths that are
 multiples of nothing, operands off the 16-byte grid, alpha / beta, every
 storage type, transposed op(A) and batches.  The output starts as NaN where
 beta = 0, so an element the kernel never writes (or reads) shows."""
@@ -32,7 +32,10 @@ def _matrix(rows, cols, dtype, gen, offset=0):
 
 
 def _check(M, N, K, dtype, out_dtype, alpha, beta, *, a_offset=0, w_offset=0, x_transposed=False, batch=None,
-           shared_w=True, mt=None, seed=0):
+           shared_w=True, mt=None, seed=0, w_rows=False, params=None, kernel="gemv"):
+    """C = alpha x @ op(W) + beta C through gemmlab.matmul: op(W) = W.t() of an N x K W
+    (op(B) column-major), or with ``w_rows`` a K x N W itself (row-major, dY @ W).
+    ``params``: tile parameters besides MT."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     lead = () if batch is None else (batch,)
     if x_transposed:   # op(A) column-major: a K x M array read through its transpose
@@ -42,20 +45,25 @@ def _check(M, N, K, dtype, out_dtype, alpha, beta, *, a_offset=0, w_offset=0, x_
         x, x64 = _matrix(M * (batch or 1), K, dtype, gen, a_offset)
         x, x64 = x.view(*lead, M, K), x64.view(*lead, M, K)
     wb = 1 if shared_w or batch is None else batch
-    w, w64 = _matrix(N * wb, K, dtype, gen, w_offset)
+    rows, cols = (K, N) if w_rows else (N, K)
+    w, w64 = _matrix(rows * wb, cols, dtype, gen, w_offset)
     if wb > 1:
-        w, w64 = w.view(wb, N, K), w64.view(wb, N, K)
+        w, w64 = w.view(wb, rows, cols), w64.view(wb, rows, cols)
+    if w_rows:   # the operand as given, and op(W) as the reference reads it
+        b, b64 = w, w64
+    else:
+        b, b64 = w.transpose(-1, -2), w64.transpose(-1, -2)
     ot = getattr(torch, out_dtype)
     c0 = torch.empty(*lead, M, N, device="cuda", dtype=torch.float64).uniform_(-1, 1, generator=gen).to(ot)
     out = c0.clone() if beta else torch.full((*lead, M, N), float("nan"), device="cuda", dtype=ot)
-    params = {"MT": mt} if mt else {}
-    gemmlab.matmul(x, w.transpose(-1, -2), out=out, alpha=alpha, beta=beta, kernel="gemv", **params)
+    params = {**({"MT": mt} if mt else {}), **(params or {})}
+    gemmlab.matmul(x, b, out=out, alpha=alpha, beta=beta, kernel=kernel, **params)
     torch.cuda.synchronize()
     plan = gemmlab.last_plan()
     assert plan.spec.name == "gemv"
-    ref = alpha * (x64 @ w64.transpose(-1, -2)) + (beta * c0.double() if beta else 0)
+    ref = alpha * (x64 @ b64) + (beta * c0.double() if beta else 0)
     # FP32 sums of K products, then one rounding to the output type.
-    scale = abs(alpha) * (x64.abs() @ w64.abs().transpose(-1, -2)) + (abs(beta) * c0.double().abs() if beta else 0)
+    scale = abs(alpha) * (x64.abs() @ b64.abs()) + (abs(beta) * c0.double().abs() if beta else 0)
     tol = 4 * (K + 8) * 2.0 ** -24 * scale + OUT_EPS[out_dtype] * ref.abs() + 1e-30
     bad = torch.isnan(out) | ((out.double() - ref).abs() > tol)
     if bad.any():
@@ -125,3 +133,88 @@ def test_alpha_zero_reads_neither_operand(dtype):
     torch.cuda.synchronize()
     assert gemmlab.last_plan().spec.name == "gemv"
     assert torch.equal(out, 3 * c0)
+
+
+# -- op(B) row-major (dY @ W): the row path, split over K (gridDim.y) or not --------
+
+# (K, N): odd widths (every load one element; K ends inside a chunk and inside a
+# slice), 16-byte rows with a K of no multiple of a chunk, K shorter than a chunk.
+ROW_SHAPES = [(1037, 331), (4104, 200), (8, 33)]
+
+
+def _rows(M, N, K, dtype, out_dtype, alpha, beta, split, **kw):
+    plan = _check(M, N, K, dtype, out_dtype, alpha, beta, w_rows=True, params={"SPLITK": split}, **kw)
+    assert plan.params["SPLITK"] == split and plan.name_expression.endswith("'N'>")
+    return plan
+
+
+@pytest.mark.parametrize("M", [1, 2, 5, 8, 13, 16])
+@pytest.mark.parametrize("dtype, out_dtype", DTYPES)
+@pytest.mark.parametrize("K, N", ROW_SHAPES, ids=lambda s: str(s))
+@pytest.mark.parametrize("alpha, beta, split", [(1.0, 0.0, 1), (0.5, 2.0, 1), (1.0, 0.0, 3), (-0.5, 2.0, 16)])
+def test_row_major_w(M, dtype, out_dtype, K, N, alpha, beta, split):
+    """dY @ W with MT as auto sizes it, unsplit and split (16 slices of K = 8: all but one empty)."""
+    mt = registry.get("gemv").sized_params(M, N, K, 132)["MT"]
+    plan = _rows(M, N, K, dtype, out_dtype, alpha, beta, split, mt=mt, seed=M)
+    e, eo = (4 if dtype == "float32" else 2), (4 if out_dtype == "float32" else 2)
+    assert (", true, " in plan.name_expression) == (K * e % 16 == 0 and N * e % 16 == 0 and N * eo % 16 == 0)
+
+
+@pytest.mark.parametrize("M, mt", [(21, 16), (13, 4), (3, 1)])
+@pytest.mark.parametrize("dtype, out_dtype", [("float32", "float32"), ("bfloat16", "bfloat16")])
+def test_row_major_w_more_rows_than_a_pass_holds(M, mt, dtype, out_dtype):
+    _rows(M, 200, 4104, dtype, out_dtype, 1.0, 0.0, 4, mt=mt)
+    _rows(M, 331, 1037, dtype, out_dtype, -1.5, 0.5, 1, mt=mt)
+
+
+@pytest.mark.parametrize("M", [2, 13])
+@pytest.mark.parametrize("dtype, out_dtype", [("float32", "float32"), ("float16", "float16"), ("bfloat16", "float32")])
+@pytest.mark.parametrize("where", ["x", "W"])
+@pytest.mark.parametrize("split", [1, 6])
+def test_row_major_w_off_the_16_byte_grid(M, dtype, out_dtype, where, split):
+    plan = _rows(M, 264, 4104, dtype, out_dtype, 0.5, 2.0, split, mt=16 if M > 8 else 2,
+                 **({"a_offset": 1} if where == "x" else {"w_offset": 1}))
+    assert ", false, " in plan.name_expression
+
+
+@pytest.mark.parametrize("M", [5, 16])
+@pytest.mark.parametrize("dtype, out_dtype", [("float32", "float32"), ("bfloat16", "bfloat16")])
+@pytest.mark.parametrize("K, N", [(1037, 331), (4104, 200)], ids=lambda s: str(s))
+def test_row_major_w_transposed_x(M, dtype, out_dtype, K, N):
+    plan = _rows(M, N, K, dtype, out_dtype, 1.0, 0.0, 3, x_transposed=True, mt=16 if M > 8 else 8)
+    assert plan.name_expression.endswith("'T', 'N'>")
+
+
+@pytest.mark.parametrize("M", [3, 16])
+@pytest.mark.parametrize("dtype, out_dtype", [("float32", "float32"), ("bfloat16", "bfloat16")])
+@pytest.mark.parametrize("shared_w", [True, False])
+@pytest.mark.parametrize("split", [1, 4])
+def test_row_major_w_batches(M, dtype, out_dtype, shared_w, split):
+    """A batch of dY against one W (stride 0) or a W per batch; split, each batch has its
+    slices of the workspace."""
+    _rows(M, 200, 1040, dtype, out_dtype, 0.5, 2.0, split, batch=3, shared_w=shared_w, mt=16 if M > 8 else 4)
+    _rows(M, 331, 1037, dtype, out_dtype, 1.0, 0.0, split, batch=3, shared_w=shared_w, mt=16 if M > 8 else 4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("split", [1, 4])
+def test_row_major_w_alpha_zero_reads_neither_operand(dtype, split):
+    x = torch.full((5, 1037), float("nan"), device="cuda", dtype=getattr(torch, dtype))
+    w = torch.full((1037, 331), float("nan"), device="cuda", dtype=getattr(torch, dtype))
+    c0 = torch.ones(5, 331, device="cuda", dtype=getattr(torch, dtype))
+    out = c0.clone()
+    gemmlab.matmul(x, w, out=out, alpha=0.0, beta=3.0, kernel="gemv", MT=8, SPLITK=split)
+    torch.cuda.synchronize()
+    assert torch.equal(out, 3 * c0)
+
+
+@pytest.mark.parametrize("M", [1, 7, 16])
+@pytest.mark.parametrize("K, N", [(4096, 4096), (6144, 4096), (4096, 14336), (3001, 999)], ids=lambda s: str(s))
+def test_auto_runs_row_major_w_on_gemv_split(M, K, N):
+    """kernel="auto" on float32 dY @ W with at most 16 rows: gemv with auto_params' MT and split."""
+    plan = _check(M, N, K, "float32", "float32", 1.0, 0.0, w_rows=True, kernel="auto", seed=M)
+    p = registry.gemv_auto_params(M, N, K, rt_device.gpu_info().sm_count, dtype="float32", op_b="N",
+                                  aligned16=plan.problem.aligned16)
+    assert plan.params == p
+    if N == 4096:   # 32 column blocks: split to fill the SMs
+        assert p["SPLITK"] > 1

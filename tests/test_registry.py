@@ -64,7 +64,7 @@ def test_kernel_params_per_rung():
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
         "wgmma": ["BM", "BN", "STAGES", "CLUSTER", "SPLITK"],
         "ec_wgmma": ["STAGES"],
-        "gemv": ["MT"],
+        "gemv": ["MT", "SPLITK"],
     }
 
 
@@ -132,8 +132,9 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
                 and (p["BM"] * p["BK"]) % threads == 0 and (p["BK"] * p["BN"]) % threads == 0
                 and 4 * (p["BM"] * (p["BK"] + 4) + p["BK"] * (p["BN"] + 4)) <= 48 * 1024)
     if name == "gemv":
-        # 01_gemv.cu: MT, the rows of C a pass keeps in registers, any power of two up to 16.
-        return set(p) == {"MT"} and p["MT"] in (1, 2, 4, 8, 16)
+        # 01_gemv.cu: MT, the rows of C a pass keeps in registers, any power of two up to 16;
+        # SPLITK, blocks along K (a launch shape), any of split-K's factors.
+        return set(p) == {"MT", "SPLITK"} and p["MT"] in (1, 2, 4, 8, 16) and p["SPLITK"] in registry.SPLITK_VALUES
     if name == "mma_pipelined":
         # 03_mma_pipelined.cu: square warp tiles; 64 x 64 ones in blocks of 8 warps (4 warps spill),
         # 32 x 32 ones only as the 4 warps of a 64 x 64 block; STAGES stages of BM rows and BN columns,
@@ -1042,14 +1043,16 @@ def test_ec_wgmma_takes_a_batch_and_sizes_its_parts():
 
 # -- gemv: products of a few rows --------------------------------------------------
 
-@pytest.mark.parametrize("op_b, aligned, dtype, vec, per_block", [
-    ("T", True, "float32", 4, 32), ("T", True, "bfloat16", 8, 32), ("T", False, "float16", 1, 32),
-    ("N", True, "float32", 1, 32), ("N", True, "bfloat16", 2, 64), ("N", False, "bfloat16", 1, 32),
+@pytest.mark.parametrize("op_b, aligned, dtype, vec, per_block, chunk", [
+    ("T", True, "float32", 4, 32, None), ("T", True, "bfloat16", 8, 32, None), ("T", False, "float16", 1, 32, None),
+    ("N", True, "float32", 4, 128, 64), ("N", True, "bfloat16", 4, 128, 64), ("N", False, "bfloat16", 1, 32, 64),
+    ("N", False, "float32", 1, 32, 64),
 ])
-def test_gemv_geometry(op_b, aligned, dtype, vec, per_block):
+def test_gemv_geometry(op_b, aligned, dtype, vec, per_block, chunk):
     """op(B) column-major: a warp (of 8 a block) per 4 columns, 16-byte loads along K;
-    row-major: 32 threads along N with 4 bytes each, 32 * VEC columns a block."""
-    from gemmlab.kernels.gemv.gemv import gemv_vec
+    row-major: 32 lanes along N with 4 elements each (16 or 8 bytes), 32 * VEC
+    columns a block, SPLITK blocks along K, chunks of 8 warps x 8 rows."""
+    from gemmlab.kernels.gemv.gemv import gemv_row_chunk, gemv_vec
     spec = registry.get("gemv")
     for N in (1, 7, 8, 9, 4096, 128256):
         prob = Problem(3, N, 100, aligned, dtype, dtype).with_layout("N", op_b)
@@ -1057,6 +1060,14 @@ def test_gemv_geometry(op_b, aligned, dtype, vec, per_block):
         geo = spec.launch(spec.defaults(), prob)
         assert geo.block == (256, 1, 1) and geo.grid == (-(-N // per_block), 1, 1)
         assert spec.name_expression(spec.defaults(), prob).endswith(f", {str(aligned).lower()}, 'N', '{op_b}'>")
+        if op_b == "N":
+            assert gemv_row_chunk(prob) == chunk
+            assert spec.launch({**spec.defaults(), "SPLITK": 6}, prob).grid == (-(-N // per_block), 6, 1)
+            assert spec.name_expression({**spec.defaults(), "SPLITK": 6}, prob) == \
+                spec.name_expression(spec.defaults(), prob)   # a launch shape, not another instantiation
+        else:
+            with pytest.raises(ValueError, match="splits K only where op.B. is row-major"):
+                spec.launch({**spec.defaults(), "SPLITK": 2}, prob)
 
 
 @pytest.mark.parametrize("M, mt", [(1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (8, 8), (13, 16), (16, 16)])
@@ -1070,10 +1081,32 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
     takes = M <= registry.GEMV_MAX_M[dtype]
     assert (plan(M).spec.name == "gemv") == takes
     if takes:
-        assert plan(M).params == {"MT": mt}
-    assert plan(M, "N").spec.name != "gemv"      # op(B) row-major: the tiled rungs
+        assert plan(M).params == {"MT": mt, "SPLITK": 1}
+    # op(B) row-major: gemv split over K where GEMV_ROWS_MAX_M takes it (float32), else the tiled rungs
+    assert (plan(M, "N").spec.name == "gemv") == (M <= registry.GEMV_ROWS_MAX_M[dtype])
     assert plan(registry.GEMV_MAX_M[dtype] + 1).spec.name != "gemv"
+    assert plan(registry.GEMV_ROWS_MAX_M[dtype] + 1, "N").spec.name != "gemv"
     assert plan(M, dtype="tf32").spec.name != "gemv"
+
+
+@pytest.mark.parametrize("M, N, K, batch, aligned, split", [
+    (1, 4096, 4096, 1, True, 4),      # 32 column blocks, one an SM: 128 blocks
+    (16, 4096, 4096, 1, True, 4),
+    (16, 4096, 128256, 1, True, 4),
+    (4, 14336, 4096, 1, True, 1),     # 112 column blocks fill most of the 132 SMs already
+    (16, 14336, 4096, 1, True, 1),
+    (16, 4096, 512, 1, True, 2),      # 8 chunks of 64 rows: slices of at least 4
+    (16, 4096, 4096, 4, True, 1),     # a batch of 4 fills the SMs
+    (1, 331, 1037, 1, False, 4),      # one element a lane: 11 column blocks, 17 chunks of 64 rows
+])
+def test_gemv_auto_splits_row_major_b_to_fill_the_sms(M, N, K, batch, aligned, split):
+    """float32 dY @ W: MT as sized_params, and the split of K that fills 132 SMs (fill_split)."""
+    p = gemmlab.plan("auto", M, N, K, op_b="N", batch=batch, aligned16=aligned, arch="sm_90a",
+                     gpu_slug="nvidia-h100-80gb-hbm3")
+    assert p.spec.name == "gemv" and p.params == {"MT": min(16, 1 << (M - 1).bit_length()), "SPLITK": split}
+    assert p.spec.splits(p.params) == split
+    # x @ W.t() (op(B) column-major) is never split
+    assert gemmlab.plan("auto", M, N, K, op_b="T", batch=batch, aligned16=aligned, arch="sm_90a").params["SPLITK"] == 1
 
 
 def test_fill_split_is_the_split_rule_of_rung_8_and_wgmma():

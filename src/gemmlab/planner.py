@@ -455,7 +455,8 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     without a GPU).  A kernel that does not exist for it (wgmma off Hopper) is
     an error naming ``gpu_name``, what the kernel needs and which kernels run
     there; ``"auto"`` picks gemv for the few rows GEMV_MAX_M gives each dtype
-    (x @ W.t(): op(B) column-major), wgmma for 16-bit and TF32 inputs and ec_wgmma for
+    (x @ W.t(): op(B) column-major) or GEMV_ROWS_MAX_M (dY @ W: row-major, split
+    over K), wgmma for 16-bit and TF32 inputs and ec_wgmma for
     the error-corrected methods on sm_90a, and elsewhere the highest rung of the
     family that runs on ``arch`` (see :func:`runnable`).
     ``tma_aligned`` says whether a and b allow TMA tensor maps (see
@@ -484,8 +485,10 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         smem_limit = smem_limit_for(arch)
     if kernel == "auto" and registry.gemv_auto_takes(M, dtype, op_b):
         # A few rows (a decode step): the time is one read of op(B), which gemv streams
-        # at memory bandwidth where a tiled rung would spend a whole tile on each row.
-        kernel, tile_params = "gemv", registry.get("gemv").sized_params(M, N, K, sm_count, batch)
+        # at memory bandwidth where a tiled rung would spend a whole tile on each row
+        # (op(B) row-major: split over K, so that the SMs fill).
+        kernel, tile_params = "gemv", registry.gemv_auto_params(M, N, K, sm_count, batch, dtype=dtype, op_b=op_b,
+                                                                aligned16=aligned16)
     if not tile_params and gpu_slug and M and N and dtype == "float32":
         table = tuned.load_table(gpu_slug)
         found = table.lookup(kernel, M, N, max(K, 1)) if table else None
@@ -513,7 +516,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     if arch is not None:
         spec.check_arch(arch, gpu_name, dtype if dtype in spec.dtypes else None)
     params = spec.resolve(tile_params)
-    if batch > 1 and not explicit and spec.splits(params) > 1 \
+    if batch > 1 and not explicit and spec.splits(params) > 1 and "BM" in params \
             and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= sm_count:
         params[spec.split_k_param] = 1
     problem = Problem(M, N, K, aligned16, dtype, out_dtype, op_a, op_b, tma_aligned=tma_aligned,

@@ -31,7 +31,8 @@ from .ec import ec_wmma, ec_wgmma
 from .ec.ec_wgmma import (EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE, EC_SPLIT_PACK_THREADS,  # noqa: F401
                           EC_SPLIT_PACK_TILE, EC_WGMMA_BM, EC_WGMMA_BN, ec_split_pack_kernel)
 from .gemv import gemv
-from .gemv.gemv import GEMV_MAX_M, auto_takes as gemv_auto_takes  # noqa: F401
+from .gemv.gemv import (GEMV_MAX_M, GEMV_ROWS_MAX_M, auto_params as gemv_auto_params,  # noqa: F401
+                        auto_takes as gemv_auto_takes)
 from .ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE  # noqa: F401
 
 _TC_VARIANTS = TC_VARIANTS   # the name scripts/mma_emulation reads

@@ -11,8 +11,11 @@
 //     from global memory and each value read from shared memory feeds
 //     GEMV_COLS_PER_WARP FMAs: the cost per byte of op(B) grows far more
 //     slowly with M than with a load of op(A) per FMA;
-//   op(B) row-major (each row's N elements contiguous): a thread per VEC
-//     columns, the block's warps splitting K, a sum through shared memory.
+//   op(B) row-major (each row's N elements contiguous, as W in dY @ W): a lane
+//     per 4 columns, each warp several rows of op(B) a chunk of K, op(A)
+//     staged as above, the warps' sums added through shared memory; the host
+//     splits K over gridDim.y blocks (split-K: a workspace and splitk_reduce)
+//     where the column blocks alone would leave SMs idle.
 // Arithmetic in FP32 for every storage type.  Rows beyond MT take further
 // passes over op(B): correct for any M, fast for M <= MT.
 #include <gemmlab/gemv/01_gemv.cuh>
@@ -20,24 +23,27 @@
 namespace gemmlab {
 
 template <int DT, int ODT, int MT, bool ALIGNED, char OPA, char OPB>
-// Launch bounds: two blocks an SM for one row and 16-byte loads (its registers fit
-// in 128 a thread: more warps, and the N / 32 blocks spread more evenly over the
-// SMs); else one, as the others' sums and loads in flight take up to 255 registers
-// (capped at 128, they spill).
-__global__ void __launch_bounds__(GEMV_THREADS, MT == 1 && ALIGNED ? 2 : 1)
+// Launch bounds, op(B) column-major: two blocks an SM for one row and 16-byte loads
+// (its registers fit in 128 a thread: more warps, and the N / 32 blocks spread more
+// evenly over the SMs); else one, as the others' sums and loads in flight take up
+// to 255 registers (capped at 128, they spill).  Row-major: one (capped at 128,
+// even one row's loads in flight and their next chunk's spill).
+__global__ void __launch_bounds__(GEMV_THREADS, OPB == 'T' && MT == 1 && ALIGNED ? 2 : 1)
 gemv(int M, int N, int K, float alpha, const typename StorageOf<DT>::type* __restrict__ A, int lda,
      const typename StorageOf<DT>::type* __restrict__ B, int ldb, float beta,
      typename StorageOf<ODT>::type* __restrict__ C, int ldc, long long stride_a, long long stride_b,
      long long stride_c) {
-    batch_select(A, stride_a, B, stride_b, C, stride_c);
-    // Elements of op(B) a thread loads at once (one where the operands are not 16-byte aligned).
     using S = typename StorageOf<DT>::type;
-    constexpr int VEC = !ALIGNED ? 1 : (OPB == 'T' ? GEMV_LOAD_BYTES_K : GEMV_LOAD_BYTES_N) / int(sizeof(S));
     const int k_end = alpha == 0.0f ? 0 : K;   // alpha = 0 reads neither A nor B (BLAS)
+    // Elements of op(B) a thread loads at once (one where the operands are not 16-byte aligned).
     if constexpr (OPB == 'T') {
+        batch_select(A, stride_a, B, stride_b, C, stride_c);
+        constexpr int VEC = !ALIGNED ? 1 : GEMV_LOAD_BYTES_K / int(sizeof(S));
         gemv_columns_along_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);
     } else {
-        gemv_rows_along_n<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);
+        constexpr int VEC = !ALIGNED ? 1 : GEMV_ROW_VEC;
+        gemv_rows_split_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc, stride_a, stride_b,
+                                        stride_c);
     }
 }
 

@@ -1,7 +1,6 @@
 // gemmlab/gemv/01_gemv.cuh: the gemv rung's device functions (gemv/01_gemv.cu).
 // One pass streams op(B) once; each element of op(B) read serves the MT rows
-// of op(A): staged in shared memory where op(B) is column-major, read through
-// the cache where it is row-major (op(A) is MT rows: small).
+// of op(A), staged in shared memory in FP32 chunks of K.
 #pragma once
 
 #include <gemmlab/layout.cuh>
@@ -13,12 +12,19 @@ constexpr int GEMV_THREADS = 256;                 // threads per block
 constexpr int GEMV_WARPS = GEMV_THREADS / 32;     // K slices (op(B) 'N')
 constexpr int GEMV_COLS_PER_WARP = 4;             // columns of op(B) 'T' a warp streams together
 constexpr int GEMV_COLS = GEMV_WARPS * GEMV_COLS_PER_WARP;   // columns of C a block takes (op(B) 'T')
-// Bytes of op(B) a thread loads at once (16-byte aligned operands): along K where
-// op(B) is column-major (a warp reads 512 contiguous bytes a step); along N where
-// it is row-major (a warp reads a 128-byte row segment, and the blocks, 32
-// threads wide, stay many).
+// Bytes of op(B) a thread loads at once where op(B) is column-major (16-byte
+// aligned operands): along K, so that a warp reads 512 contiguous bytes a step.
 constexpr int GEMV_LOAD_BYTES_K = 16;
-constexpr int GEMV_LOAD_BYTES_N = 4;
+// op(B) row-major (16-byte aligned operands): elements a lane loads at once along
+// N (16 bytes of float32, 8 of 16-bit: with 8 elements, 16 rows' sums would take
+// 128 registers), and the bytes of op(B) a lane holds per chunk of K (the loads
+// in flight while the previous chunk is computed).
+constexpr int GEMV_ROW_VEC = 4;
+constexpr int GEMV_ROW_CHUNK_BYTES = 128;
+constexpr int GEMV_ROW_MAX_LOADS = 8;     // rows a lane loads per chunk at most (more: 16 rows' sums spill)
+// Chunks of op(B) past the one loading into registers that the row-major path asks
+// the L2 to fetch (prefetch.global.L2: requests in flight that take no registers).
+constexpr int GEMV_ROW_PREFETCH = 2;
 
 // Elements are loaded as their bits (through the read-only cache: op(A) and op(B)
 // are only read) and converted with cvt.
@@ -129,12 +135,12 @@ __device__ __forceinline__ int staged_slot(int kk) {
         return kk;
 }
 
-// The loads of one chunk of op(A) (MT rows, KC elements from k0) spread over the
-// block: by VEC along K where op(A) is row-major and aligned, else one element
+// The loads of one chunk of op(A) (MT rows, KC elements from k0: the column-major
+// path's chunk unless given) spread over the block: by VEC along K where op(A) is row-major and aligned, else one element
 // each.  Elements past K read as 0.
-template <int MT, int VEC, char OPA, class S>
+template <int MT, int VEC, char OPA, class S, int KC_ = GemvChunk<VEC, S, MT>::KC>
 struct GemvStagedA {
-    static constexpr int KC = GemvChunk<VEC, S, MT>::KC;
+    static constexpr int KC = KC_;
     static constexpr int AVEC = OPA == 'N' ? VEC : 1;
     static constexpr int ITEMS = MT * KC / AVEC;                            // loads a chunk
     static constexpr int PER_THREAD = (ITEMS + GEMV_THREADS - 1) / GEMV_THREADS;
@@ -266,58 +272,159 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
     }
 }
 
-// op(B) row-major: a thread per VEC consecutive columns, the block's warps taking
-// every GEMV_WARPS-th row of op(B), their sums added through shared memory.
+// ---- op(B) row-major: rows of op(B) streamed, op(A) staged, K split over blocks ----
+//
+// A block takes 32 VEC columns of C, a lane VEC of them; each chunk of K gives
+// each warp LOADS consecutive rows of op(B), so that a lane has LOADS
+// independent loads in flight (GEMV_ROW_CHUNK_BYTES) while the previous chunk
+// is computed, and the L2 is asked for the GEMV_ROW_PREFETCH chunks after
+// that.  op(A)'s MT rows of the chunk are staged in shared memory in FP32, as
+// in the column-major path: every lane of a warp reads the same 16 bytes
+// (a broadcast) and each value feeds VEC FMAs.  With N / (32 VEC) blocks alone
+// the SMs would mostly idle (32 blocks for N = 4096), so the host splits K
+// over gridDim.y (gemv_rows_split_k).
+
+template <int VEC, class S>
+struct GemvRowChunk {
+    static constexpr int WORDS = (VEC * int(sizeof(S)) + 3) / 4;                  // words a load
+    static constexpr int BY_BYTES = GEMV_ROW_CHUNK_BYTES / (VEC * int(sizeof(S)));
+    static constexpr int LOADS = BY_BYTES < GEMV_ROW_MAX_LOADS ? BY_BYTES : GEMV_ROW_MAX_LOADS;   // rows a warp
+    static constexpr int KC = GEMV_WARPS * LOADS;                                 // rows of op(B) a chunk
+    static constexpr int COLS = 32 * VEC;                                         // columns a block
+};
+
 template <int MT, int VEC, char OPA, class S, class O>
 __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alpha, const S* __restrict__ A,
                                                   int lda, const S* __restrict__ B, int ldb, float beta,
                                                   O* __restrict__ C, int ldc) {
-    constexpr int COLS = 32 * VEC;             // columns of C per block and pass
-    __shared__ float partial[GEMV_WARPS][MT][COLS];
+    using Chunk = GemvRowChunk<VEC, S>;
+    constexpr int LOADS = Chunk::LOADS, KC = Chunk::KC, COLS = Chunk::COLS, WORDS = Chunk::WORDS;
+    static_assert(LOADS % 4 == 0, "op(A) is read 4 rows of op(B) at a time");
+    constexpr int RM = MT < 4 ? MT : 4;      // rows of C summed across the warps at a time (shared memory)
+    // A row's 128-byte lines: one prefetch a lane covers a warp's rows of a chunk.
+    constexpr int LINES = COLS * int(sizeof(S)) >= 128 ? COLS * int(sizeof(S)) / 128 : 1;
+    __shared__ __align__(16) float staged[MT][KC];
+    __shared__ __align__(16) float partial[GEMV_WARPS][RM][COLS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int chunks = (K + KC - 1) / KC;
     for (int n0 = blockIdx.x * COLS; n0 < N; n0 += gridDim.x * COLS) {
-        const int n = n0 + lane * VEC;
-        const bool whole = n + VEC <= N;       // else the columns past N read as zeros
+        const int n = n0 + VEC * lane;
+        const bool cols_whole = n + VEC <= N;   // else the columns past N read as zeros
+        const S* rows = B + (long long)warp * LOADS * ldb + n;   // the warp's first row of chunk 0
+        auto prefetch_chunk = [&](int c) {
+            const int j = lane / LINES, k = c * KC + warp * LOADS + j;
+            const int col = n0 + lane % LINES * (128 / int(sizeof(S)));
+            if (j < LOADS && k < K && col < N)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(B + (long long)k * ldb + col));
+        };
         for (int m0 = 0; m0 < M; m0 += MT) {
             float acc[MT][VEC] = {};
-#pragma unroll 2
-            for (int k = warp; k < K; k += GEMV_WARPS) {
-                const S* row = B + (long long)k * ldb;
-                float b[VEC];
-                if (whole) {
-                    load_vec<VEC>(row + n, b);
+            GemvStagedA<MT, VEC, OPA, S, KC> a;
+            unsigned b[LOADS][WORDS], b_next[LOADS][WORDS];
+            // One chunk's loads (op(A)'s and the warp's rows), checked against K and N
+            // only in the chunk that K ends in and the block that N ends in.
+            auto load_chunk = [&](int c, unsigned (&dst)[LOADS][WORDS]) {
+                const int k0 = c * KC;
+                const bool whole = k0 + KC <= K;
+                if (whole) a.template load<true>(A, lda, M, K, m0, k0);
+                else a.template load<false>(A, lda, M, K, m0, k0);
+                const S* p = rows + (long long)k0 * ldb;
+                if (whole && cols_whole) {
+#pragma unroll
+                    for (int j = 0; j < LOADS; ++j) load_words<true, VEC>(p + (long long)j * ldb, 0, dst[j]);
                 } else {
 #pragma unroll
-                    for (int v = 0; v < VEC; ++v) b[v] = n + v < N ? load_ro(&row[n + v]) : 0.0f;
-                }
-#pragma unroll
-                for (int m = 0; m < MT; ++m) {
-                    if (m0 + m < M) {
-                        const float a = load_ro(&A[elem_offset<OPA>(m0 + m, k, lda)]);   // one address a warp
-#pragma unroll
-                        for (int v = 0; v < VEC; ++v) acc[m][v] = fmaf(a, b[v], acc[m][v]);
+                    for (int j = 0; j < LOADS; ++j) {
+                        const bool row_in = k0 + warp * LOADS + j < K;
+                        if (row_in && cols_whole) load_words<true, VEC>(p + (long long)j * ldb, 0, dst[j]);
+                        else load_words<false, VEC>(p + (long long)j * ldb, row_in ? N - n : 0, dst[j]);
                     }
                 }
-            }
-            // Every warp's sums at once (indices known at compile time: acc stays in
-            // registers), then each thread adds up outputs across the warps.
+            };
+            if (chunks > 0) load_chunk(0, b);
 #pragma unroll
-            for (int m = 0; m < MT; ++m)
+            for (int f = 1; f <= GEMV_ROW_PREFETCH; ++f)
+                if (f < chunks) prefetch_chunk(f);
+            for (int c = 0; c < chunks; ++c) {
+                __syncthreads();           // every warp is done with the previous chunk
+                a.store(staged);
+                __syncthreads();
+                if (c + 1 < chunks) load_chunk(c + 1, b_next);   // in flight during this chunk's FMAs
+                if (c + 1 + GEMV_ROW_PREFETCH < chunks) prefetch_chunk(c + 1 + GEMV_ROW_PREFETCH);
+                // Four rows of op(B) at a time: one 16-byte read of op(A) a row of C feeds 4 VEC FMAs.
 #pragma unroll
-                for (int v = 0; v < VEC; ++v) partial[warp][m][lane * VEC + v] = acc[m][v];
-            __syncthreads();
-            for (int i = threadIdx.x; i < MT * COLS; i += GEMV_THREADS) {
-                const int m = i / COLS, c = i % COLS;
-                if (m0 + m < M && n0 + c < N) {
-                    float sum = 0.0f;
+                for (int j4 = 0; j4 < LOADS; j4 += 4) {
+                    float bq[4][VEC];
 #pragma unroll
-                    for (int w = 0; w < GEMV_WARPS; ++w) sum += partial[w][m][c];
-                    store_scaled_as(&C[(long long)(m0 + m) * ldc + n0 + c], sum, alpha, beta);
+                    for (int i = 0; i < 4; ++i) words_to_floats<VEC, S>(b[j4 + i], bq[i]);
+                    // Every one of the MT rows (rows past M hold row M - 1 again and are not
+                    // stored): no branch between the rows' shared-memory reads and FMAs.
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+                        const float4 t = *reinterpret_cast<const float4*>(&staged[m][warp * LOADS + j4]);
+                        const float aq[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+#pragma unroll
+                            for (int v = 0; v < VEC; ++v) acc[m][v] = fmaf(aq[i], bq[i][v], acc[m][v]);
+                    }
                 }
+#pragma unroll
+                for (int j = 0; j < LOADS; ++j)
+#pragma unroll
+                    for (int i = 0; i < WORDS; ++i) b[j][i] = b_next[j][i];
             }
-            __syncthreads();   // read before the next pass writes
+            // The warps' sums, RM rows of C at a time (indices known at compile time:
+            // acc stays in registers), then each thread adds up one output across the
+            // warps, in warp order (the same result at every run).
+#pragma unroll
+            for (int r0 = 0; r0 < MT; r0 += RM) {
+                if (m0 + r0 >= M) break;   // the same for the whole block
+#pragma unroll
+                for (int m = 0; m < RM; ++m)
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v) partial[warp][m][VEC * lane + v] = acc[r0 + m][v];
+                __syncthreads();
+                for (int i = threadIdx.x; i < RM * COLS; i += GEMV_THREADS) {
+                    const int m = m0 + r0 + i / COLS, col = n0 + i % COLS;
+                    if (m < M && col < N) {
+                        float sum = 0.0f;
+#pragma unroll
+                        for (int w = 0; w < GEMV_WARPS; ++w) sum += partial[w][i / COLS][i % COLS];
+                        store_scaled_as(&C[(long long)m * ldc + col], sum, alpha, beta);
+                    }
+                }
+                __syncthreads();   // read before the next rows are written
+            }
         }
     }
+}
+
+// The batch (blockIdx.z) and, where the host splits K over gridDim.y blocks
+// (executor.py's split-K), this block's slice of it: whole chunks, the last
+// slices possibly empty.  Split, block y writes its FP32 partial product to
+// slice y of the workspace C (alpha 1, beta 0, leading dimension N, stride_c
+// floats a batch: the host's arguments), which splitk_reduce adds into the
+// output in its own type; else it writes C directly.
+template <int MT, int VEC, char OPA, class S, class O>
+__device__ __forceinline__ void gemv_rows_split_k(int M, int N, int K, float alpha, const S* __restrict__ A,
+                                                  int lda, const S* __restrict__ B, int ldb, float beta,
+                                                  O* __restrict__ C, int ldc, long long stride_a,
+                                                  long long stride_b, long long stride_c) {
+    constexpr int KC = GemvRowChunk<VEC, S>::KC;
+    const long long z = blockIdx.z;
+    A += z * stride_a;
+    B += z * stride_b;
+    if (gridDim.y == 1) {
+        gemv_rows_along_n<MT, VEC, OPA>(M, N, K, alpha, A, lda, B, ldb, beta, C + z * stride_c, ldc);
+        return;
+    }
+    const long long per_split = ((K + KC - 1) / KC + gridDim.y - 1) / gridDim.y * (long long)KC;
+    const int k0 = int(min((long long)K, blockIdx.y * per_split));
+    const int k_len = int(min(per_split, (long long)(K - k0)));
+    float* slice = reinterpret_cast<float*>(C) + z * stride_c + (long long)blockIdx.y * M * ldc;
+    gemv_rows_along_n<MT, VEC, OPA>(M, N, k_len, alpha, A + elem_offset<OPA>(0, k0, lda), lda,
+                                    B + (long long)k0 * ldb, ldb, beta, slice, ldc);
 }
 
 }  // namespace gemmlab
