@@ -82,3 +82,10 @@ def run(rank: int, world: int, init_file: str, device: str, dtype_name: str, pre
         dist.barrier()   # both done before either tears the group down
     finally:
         dist.destroy_process_group()
+    # Every check passed (a failure raised above, and the process exits non-zero).  Leave
+    # without the interpreter's teardown: on a loaded 2-core machine, gloo's threads
+    # sometimes abort there ("terminate called without an active exception", SIGABRT)
+    # after the work is done, which would fail a test whose results were right.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
