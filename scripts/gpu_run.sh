@@ -9,7 +9,9 @@
 # "models" times a Llama-3-8B-sized transformer's products (linear layers forward and
 # backward, attention's batched products) beside torch.matmul (MODELS_ARGS adds options,
 # e.g. "--dtype bf16 --tokens 2048"; TUNE_ARGS="--suite models" tunes its shapes).
-# "ec" times the error-corrected methods beside cuBLAS SGEMM and tabulates their accuracy.
+# "ec" times the error-corrected methods beside cuBLAS SGEMM and tabulates their accuracy
+# (EC_BENCH_ARGS, EC_ACCURACY_ARGS), then fp32_tc's exponent histogram beside its variants
+# (benchmarks/experiments/ab_histogram.py: $OUT/histogram-ab.json).
 # "train" trains examples/train_fp32_tc.py's small transformer four ways (fp32, TF32,
 # bf16 autocast, gemmlab.torch.fp32_tc()): $OUT/train.json and train.png (TRAIN_ARGS).
 # "tp" runs examples/tensor_parallel.py with torchrun over every GPU of the machine,
@@ -44,8 +46,9 @@ if has tests; then
   python3 scripts/precompile_tests.py 2>&1 | tail -n 1 | tee -a "$log"   # in parallel, not one at a time
   # The compile-only tests run in CI on every push; here the GPU tests (about 6 minutes
   # on an H100, run 83, after a 45 s precompile); PYTEST_ARGS=tests runs everything.
-  timeout 540 python3 -m pytest -q -x -p no:cacheprovider ${PYTEST_ARGS:---ignore=tests/test_compile.py} 2>&1 \
-    | tail -n 40 | tee -a "$log"
+  # The whole output goes to $OUT/tests.log; PYTEST_MAXFAIL (default 1) failures stop it.
+  timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -q --maxfail=${PYTEST_MAXFAIL:-1} -p no:cacheprovider \
+    ${PYTEST_ARGS:---ignore=tests/test_compile.py} 2>&1 | tee "$OUT/tests.log" | tail -n 40 | tee -a "$log"
 fi
 if has bench; then
   echo "== bench (default suite: the gemmlab.matmul call beside cuBLAS called the same way, host time included)" \
@@ -68,6 +71,7 @@ if has ec; then
   timeout 600 gemmlab bench --suite ec ${EC_BENCH_ARGS:-} --json "$OUT/ec-bench.json" 2>&1 | tee -a "$log"
   timeout 600 gemmlab accuracy ${EC_ACCURACY_ARGS:-} --json "$OUT/ec-accuracy.json" --plot "$OUT/ec-accuracy.png" \
     2>&1 | tee -a "$log"
+  timeout 120 python3 benchmarks/experiments/ab_histogram.py --json "$OUT/histogram-ab.json" 2>&1 | tee -a "$log"
 fi
 if has sweep; then
   echo "== sweep" | tee -a "$log"
