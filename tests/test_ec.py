@@ -273,20 +273,27 @@ class _SplitAndGemmLaunches:
 
     def __init__(self, monkeypatch):
         from gemmlab import executor
+        from gemmlab.kernels.ec import ec_wgmma
         from gemmlab.runtime import launch as rt_launch
         self.split_grids, self.gemms = [], 0
         executor.CACHE.clear()   # a fresh prepared call with the limits of this test
-        real_split, real_gemm = rt_launch.launch, executor.launch
+        real_shaped, real_gemm, real_gemm_shaped = rt_launch.launch_shaped, executor.launch, executor.launch_shaped
 
-        def split(kernel, grid, *a, **kw):
-            self.split_grids.append(tuple(grid))
-            return real_split(kernel, grid, *a, **kw)
+        def shaped(kernel, shape, *a, **kw):   # the split's, and the method choice's (not counted)
+            if any(kernel is k for k, _ in ec_wgmma._split_launches.values()):
+                self.split_grids.append(tuple(shape.grid))
+            return real_shaped(kernel, shape, *a, **kw)
 
         def gemm(*a, **kw):
             self.gemms += 1
             return real_gemm(*a, **kw)
-        monkeypatch.setattr(rt_launch, "launch", split)   # ec_wgmma.py imports it at each call
-        monkeypatch.setattr(executor, "launch", gemm)
+
+        def gemm_shaped(*a, **kw):
+            self.gemms += 1
+            return real_gemm_shaped(*a, **kw)
+        monkeypatch.setattr(rt_launch, "launch_shaped", shaped)   # ec_wgmma.py imports it at each call
+        monkeypatch.setattr(executor, "launch", gemm)             # driver-built tensor maps (graph capture)
+        monkeypatch.setattr(executor, "launch_shaped", gemm_shaped)
 
 
 def _ec_batch(monkeypatch, precision, nb_a, nb_b, M, N, K, *, trans_b=False, beta=0.0, per_launch=None):
