@@ -219,6 +219,22 @@ def test_split_k_in_a_graph_gets_its_own_workspace():
 REPLAYS = [("uniform", "fp16_ec"), ("large", "fp16_ec_scaled"), ("wide", "tf32_ec")]
 
 
+def _replays_on_new_data(replay, a, b, out, gen):
+    """For each (kind of data, method fp32_tc should choose) of REPLAYS: new data of that
+    kind in a and b (B uniform where A is "large"), out poisoned, the captured call
+    replayed; yields (kind, method, its error against FP64, SGEMM's, last_plan())."""
+    for kind, method in REPLAYS:
+        a.copy_(_data(kind, tuple(a.shape), gen))
+        b.copy_(_data(kind if kind != "large" else "uniform", tuple(b.shape), gen))
+        out.fill_(float("nan"))
+        replay()
+        torch.cuda.synchronize()
+        ref = a.double() @ b.double()
+        err = float((out.double() - ref).norm() / ref.norm())
+        sgemm = float(((a @ b).double() - ref).norm() / ref.norm())
+        yield kind, method, err, sgemm, gemmlab.last_plan()
+
+
 def _data(kind, shape, gen):
     x = torch.rand(shape, device="cuda", generator=gen) * 2 - 1
     if kind == "large":
@@ -265,16 +281,7 @@ def test_methods_chosen_from_the_data_in_a_graph(capture, precision, kernel):
             graph.launch(stream)
             stream.synchronize()
     scales = set()
-    for kind, method in REPLAYS:
-        a.copy_(_data(kind, (M, K), gen))
-        b.copy_(_data(kind if kind != "large" else "uniform", (K, N), gen))
-        out.fill_(float("nan"))
-        replay()
-        torch.cuda.synchronize()
-        ref = a.double() @ b.double()
-        err = float((out.double() - ref).norm() / ref.norm())
-        sgemm = float(((a @ b).double() - ref).norm() / ref.norm())
-        p = gemmlab.last_plan()
+    for kind, method, err, sgemm, p in _replays_on_new_data(replay, a, b, out, gen):
         assert p.reason.startswith("chosen on the GPU"), p.reason
         scales.add((p.extra["scale_a"], p.extra["scale_b"]))
         if precision == "fp32_tc":
@@ -299,16 +306,7 @@ def test_ec_wgmma_batch_chosen_from_the_data_in_a_graph():
     gemmlab.matmul(a, b, out=out, **kw)
     torch.cuda.synchronize()
     replay = _torch_graph(lambda: gemmlab.matmul(a, b, out=out, **kw))
-    for kind, method in REPLAYS:
-        a.copy_(_data(kind, (nb, M, K), gen))
-        b.copy_(_data(kind if kind != "large" else "uniform", (K, N), gen))
-        out.fill_(float("nan"))
-        replay()
-        torch.cuda.synchronize()
-        ref = a.double() @ b.double()
-        err = float((out.double() - ref).norm() / ref.norm())
-        sgemm = float(((a @ b).double() - ref).norm() / ref.norm())
-        p = gemmlab.last_plan()
+    for kind, method, err, sgemm, p in _replays_on_new_data(replay, a, b, out, gen):
         assert p.spec.name == "ec_wgmma" and p.method == method, (kind, p.reason)
         assert err <= 1.5 * sgemm + 1e-7, (kind, err, sgemm, p.describe())
 

@@ -18,27 +18,10 @@ import json
 import torch
 
 import gemmlab
-from gemmlab.bench.timing import time_gpu
 from gemmlab.kernels import registry
 from gemmlab.runtime.device import gpu_info
-
-L2 = 50 << 20
-# (in features, out features): dY is M x out, W out x in, dY @ W is M x in.
-LAYERS = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
-          "lm_head": (4096, 128256)}
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-def without_rows(M, N, K, dtype, gpu):
-    """(kernel, parameters) auto picks for this product were the row rule not there."""
-    saved = dict(registry.GEMV_ROWS_MAX_M)
-    registry.GEMV_ROWS_MAX_M[dtype] = 0
-    try:
-        p = gemmlab.plan("auto", M, N, K, dtype=dtype, out_dtype=dtype, op_b="N", arch=gpu.arch,
-                         gpu_slug=gpu.slug, sm_count=gpu.sm_count)
-    finally:
-        registry.GEMV_ROWS_MAX_M.update(saved)
-    return p.spec.name, dict(p.params)
+# LAYERS: (in features, out features); dY is M x out, W out x in, dY @ W is M x in.
+from gemv_sweep import DTYPES, LAYERS, auto_without, report, time_calls
 
 
 def main():
@@ -65,29 +48,16 @@ def main():
                 ref = x.double() @ w.double()
                 gp = registry.gemv_auto_params(M, N, K, gpu.sm_count, dtype=dtype, op_b="N")
                 more = {**gp, "SPLITK": min(16, 2 * gp["SPLITK"])}
-                other, other_params = without_rows(M, N, K, dtype, gpu)
+                other, other_params = auto_without(registry.GEMV_ROWS_MAX_M, "N", M, N, K, dtype, gpu)
                 calls = {"gemv": lambda: gemmlab.matmul(x, w, out=out, kernel="gemv", **gp),
                          "gemv_2x_split": lambda: gemmlab.matmul(x, w, out=out, kernel="gemv", **more),
                          "other": lambda: gemmlab.matmul(x, w, out=out, kernel=other, **other_params),
                          "torch": lambda: torch.matmul(x, w, out=out)}
                 row = dict(dtype=dtype, layer=layer, M=M, N=N, K=K, w_bytes=N * K * w.element_size(), gemv=gp,
                            gemv_2x=more, other_rung=f"{other} {other_params}")
-                for name, fn in calls.items():
-                    out.fill_(float("nan"))
-                    fn()
-                    torch.cuda.synchronize()
-                    err = float((out.double() - ref).norm() / ref.norm())
-                    public = time_gpu(fn, l2_bytes=L2, reps=20, host=True, budget_s=args.budget_s)
-                    back = time_gpu(fn, l2_bytes=L2, reps=20, host=False, budget_s=args.budget_s)
-                    row[name] = dict(us=public.ms * 1e3, us_back_to_back=back.ms * 1e3, rel_error=err,
-                                     gbs=row["w_bytes"] / back.ms / 1e6)
-                for name in calls:
-                    row[name]["pct_torch"] = 100 * row["torch"]["us"] / row[name]["us"]
+                time_calls(calls, row, out, ref, args.budget_s)
                 rows.append(row)
-                print(f"{dtype:9} {layer:8} M={M:<3} gemv {gp} " + "  ".join(
-                    f"{k}: {row[k]['us']:7.1f} us ({row[k]['us_back_to_back']:7.1f} b2b, {row[k]['gbs']:5.0f} GB/s, "
-                    f"{row[k]['pct_torch']:5.1f}% torch, err {row[k]['rel_error']:.1e})" for k in calls)
-                    + f"  [other = {row['other_rung']}]", flush=True)
+                report(f"{dtype:9} {layer:8} M={M:<3} gemv {gp} ", row, calls)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(gpu=gpu.name, rows=rows), f, indent=1)

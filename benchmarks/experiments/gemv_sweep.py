@@ -29,16 +29,41 @@ LAYERS = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "dow
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def without_gemv(M, N, K, dtype, gpu):
-    """(kernel, parameters) auto picks for this product were gemv not there."""
-    saved = dict(registry.GEMV_MAX_M)
-    registry.GEMV_MAX_M[dtype] = 0
+def auto_without(table, op_b, M, N, K, dtype, gpu):
+    """(kernel, parameters) auto picks for this product (op(B) stored ``op_b``) were
+    gemv's rule ``table`` (registry.GEMV_MAX_M, GEMV_ROWS_MAX_M) not there."""
+    saved = dict(table)
+    table[dtype] = 0
     try:
-        p = gemmlab.plan("auto", M, N, K, dtype=dtype, out_dtype=dtype, op_b="T", arch=gpu.arch,
+        p = gemmlab.plan("auto", M, N, K, dtype=dtype, out_dtype=dtype, op_b=op_b, arch=gpu.arch,
                          gpu_slug=gpu.slug, sm_count=gpu.sm_count)
     finally:
-        registry.GEMV_MAX_M.update(saved)
+        table.update(saved)
     return p.spec.name, dict(p.params)
+
+
+def time_calls(calls, row, out, ref, budget_s):
+    """Each call's error against ``ref`` (out poisoned first), its time per call from an
+    idle GPU (host included) and back to back, W's GB/s back to back, and % of torch's
+    per-call time, into ``row`` by name."""
+    for name, fn in calls.items():
+        out.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        err = float((out.double() - ref).norm() / ref.norm())
+        public = time_gpu(fn, l2_bytes=L2, reps=20, host=True, budget_s=budget_s)
+        back = time_gpu(fn, l2_bytes=L2, reps=20, host=False, budget_s=budget_s)
+        row[name] = dict(us=public.ms * 1e3, us_back_to_back=back.ms * 1e3, rel_error=err,
+                         gbs=row["w_bytes"] / back.ms / 1e6)
+    for name in calls:
+        row[name]["pct_torch"] = 100 * row["torch"]["us"] / row[name]["us"]
+
+
+def report(head, row, calls):
+    print(head + "  ".join(
+        f"{k}: {row[k]['us']:7.1f} us ({row[k]['us_back_to_back']:7.1f} b2b, {row[k]['gbs']:5.0f} GB/s, "
+        f"{row[k]['pct_torch']:5.1f}% torch, err {row[k]['rel_error']:.1e})" for k in calls)
+        + f"  [other = {row['other_rung']}]", flush=True)
 
 
 def main():
@@ -63,28 +88,15 @@ def main():
                 out = torch.empty(M, N, device="cuda", dtype=dt)
                 ref = x.double() @ w.double().t()
                 mt = registry.get("gemv").sized_params(M, N, K, gpu.sm_count)["MT"]
-                other, other_params = without_gemv(M, N, K, dtype, gpu)
+                other, other_params = auto_without(registry.GEMV_MAX_M, "T", M, N, K, dtype, gpu)
                 calls = {"gemv": lambda: gemmlab.matmul(x, w.t(), out=out, kernel="gemv", MT=mt),
                          "other": lambda: gemmlab.matmul(x, w.t(), out=out, kernel=other, **other_params),
                          "torch": lambda: torch.matmul(x, w.t(), out=out)}
                 row = dict(dtype=dtype, layer=layer, M=M, N=N, K=K, w_bytes=N * K * w.element_size(), MT=mt,
                            other_rung=f"{other} {other_params}")
-                for name, fn in calls.items():
-                    out.fill_(float("nan"))
-                    fn()
-                    torch.cuda.synchronize()
-                    err = float((out.double() - ref).norm() / ref.norm())
-                    public = time_gpu(fn, l2_bytes=L2, reps=20, host=True, budget_s=args.budget_s)
-                    back = time_gpu(fn, l2_bytes=L2, reps=20, host=False, budget_s=args.budget_s)
-                    row[name] = dict(us=public.ms * 1e3, us_back_to_back=back.ms * 1e3, rel_error=err,
-                                     gbs=row["w_bytes"] / back.ms / 1e6)
-                for name in calls:
-                    row[name]["pct_torch"] = 100 * row["torch"]["us"] / row[name]["us"]
+                time_calls(calls, row, out, ref, args.budget_s)
                 rows.append(row)
-                print(f"{dtype:9} {layer:8} M={M:<3} MT={mt:<3} " + "  ".join(
-                    f"{k}: {row[k]['us']:7.1f} us ({row[k]['us_back_to_back']:7.1f} b2b, {row[k]['gbs']:5.0f} GB/s, "
-                    f"{row[k]['pct_torch']:5.1f}% torch, err {row[k]['rel_error']:.1e})" for k in calls)
-                    + f"  [other = {row['other_rung']}]", flush=True)
+                report(f"{dtype:9} {layer:8} M={M:<3} MT={mt:<3} ", row, calls)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(gpu=gpu.name, rows=rows), f, indent=1)
