@@ -2,9 +2,10 @@
 ec_wmma (one launch along gridDim.z) and batched cuBLAS SGEMM (torch.matmul, TF32 off),
 through the public call on the same tensors (out= given; time_gpu with host=True: each
 run from an idle GPU, host time included).  Cases: attention's products at a few
-sizes, and small batches on both sides of planner.ec_wgmma_pays's threshold.
+sizes, small batches on both sides of planner.ec_wgmma_pays's threshold, and the
+models suite's 128-token products.
 Reported: ms, % of SGEMM, which kernel auto takes.
-Usage: python3 benchmarks/experiments/ec_batches.py [--json FILE] [--budget-s 0.4]"""
+Usage: python3 benchmarks/experiments/ec_batches.py [--json FILE] [--budget-s 0.4] [--cases M=128,qk]"""
 
 import argparse
 import json
@@ -24,18 +25,27 @@ CASES = [("qk BH=32 S=512", 32, 512, 512, 128, True), ("pv BH=32 S=512", 32, 512
          ("small 64 tiles", 16, 256, 192, 256, False), ("small 72 tiles", 18, 256, 192, 256, False),
          ("tiny 128 tiles", 128, 64, 64, 64, False), ("tiny 1024 tiles", 1024, 64, 64, 64, False),
          ("one-tile 48", 48, 128, 96, 128, False), ("one-tile 200", 200, 128, 96, 128, False),
-         ("512^3 x4", 4, 512, 512, 512, False), ("1024^3 x8", 8, 1024, 1024, 1024, False)]
+         ("512^3 x4", 4, 512, 512, 512, False), ("1024^3 x8", 8, 1024, 1024, 1024, False),
+         # the models suite's 128-token products (one matrix), which auto gives ec_wmma
+         # (one row of 128 x 96 tiles gives fewer than half the SMs a block; run 86b: 40-49%)
+         ("o.fwd M=128", 1, 128, 4096, 4096, True), ("o.dgrad M=128", 1, 128, 4096, 4096, False),
+         ("qkv.fwd M=128", 1, 128, 6144, 4096, True), ("down.fwd M=128", 1, 128, 4096, 14336, True),
+         ("gate_up.dgrad M=128", 1, 128, 4096, 28672, False)]
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--json")
     p.add_argument("--budget-s", type=float, default=0.4)
+    p.add_argument("--cases", help="comma list of substrings: only the cases whose name holds one")
     args = p.parse_args()
+    wanted = args.cases.split(",") if args.cases else None
     torch.backends.cuda.matmul.allow_tf32 = False
     sm = gpu_info(0).sm_count
     rows = []
     for name, nb, M, N, K, tb in CASES:
+        if wanted and not any(w in name for w in wanted):
+            continue
         a = torch.randn(nb, M, K, device="cuda")
         b = torch.randn(nb, N, K, device="cuda").transpose(1, 2) if tb else torch.randn(nb, K, N, device="cuda")
         out = torch.empty(nb, M, N, device="cuda")
@@ -43,7 +53,7 @@ def main():
         calls = {"sgemm": lambda: torch.matmul(a, b, out=out)}
         for k in ("ec_wgmma", "ec_wmma"):
             calls[k] = lambda k=k: gemmlab.matmul(a, b, out=out, precision="fp32_tc", kernel=k)
-        row = dict(case=name, batch=nb, M=M, N=N, K=K, auto="ec_wgmma" if ec_wgmma_pays(M, N, nb, sm) else "ec_wmma")
+        row = dict(case=name, batch=nb, M=M, N=N, K=K, auto="ec_wgmma" if ec_wgmma_pays(M, N, K, nb, sm) else "ec_wmma")
         for k, fn in calls.items():
             out.fill_(float("nan"))
             fn()
