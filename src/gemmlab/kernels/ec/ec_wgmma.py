@@ -62,6 +62,7 @@ def _matrices(ops: Operands, stride: int) -> int:
 # pre-pass's launches are prepared once, so a call pays no kernel lookup or launch
 # configuration for them (runs 85e-85f: host time of fp32_tc on ec_wgmma).
 _split_launches: dict[tuple, tuple] = {}
+_SPLIT_LAUNCHES_KEPT = 256
 
 
 def _split_launch(dtype: str, op: str, transpose: bool, gpu, blocks: int, nz: int) -> tuple:
@@ -71,6 +72,8 @@ def _split_launch(dtype: str, op: str, transpose: bool, gpu, blocks: int, nz: in
         from ...runtime import compile as rt_compile
         from ...runtime.launch import LaunchShape
         kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(dtype, op, transpose), gpu.arch)
+        if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:   # a program of many shapes: start again
+            _split_launches.clear()
         found = _split_launches[key] = (kernel, LaunchShape((blocks, nz, 1), (EC_SPLIT_PACK_THREADS, 1, 1)))
     return found
 
