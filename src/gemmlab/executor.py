@@ -151,29 +151,42 @@ class Launcher:
         if self.own_args:
             self._run_own_args(stream, A, B, C, alpha, beta, choice)
             return
-        extra = self.extra[:-1] + (choice,) if choice else self.extra
-        alpha32, beta32 = f32(alpha), f32(beta)
         M, N, K = self.args_mk
         lda, ldb, ldc, sa, sb, sc = self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc
         if self.splits == 1:
+            extra = self.extra[:-1] + (choice,) if choice else self.extra
+            alpha32, beta32 = f32(alpha), f32(beta)
             for da, db, dc, _, shape in self.chunks:
                 launch_shaped(self.kernel, shape, stream, (M, N, K, alpha32, A + da, lda, B + db, ldb, beta32,
                                                            C + dc, ldc, sa, sb, sc) + extra)
             return
-        # Split-K: the partial products go to a workspace on the caller's stream
-        # (stream-ordered, so concurrent calls on other streams get their own;
-        # splits * M * N floats per batch), then one more kernel adds them into C
-        # with alpha and beta.
-        reduce, threads = self._reduce_kernel()
-        for (da, db, dc, nz, shape), reduce_shape in zip(self.chunks, self._reduce_shapes):
+
+        def partials(chunk, w):   # the split's slices of one batch chunk, alpha = 1 and beta = 0
+            da, db, _, _, shape = chunk
+            launch_shaped(self.kernel, shape, stream, (M, N, K, _ONE, A + da, lda, B + db, ldb, _ZERO, w, self.ldw,
+                                                       sa, sb, self.slice_ws64))
+        self._split_k(stream, [(C + chunk[2], chunk[3], chunk) for chunk in self.chunks], alpha, beta, partials)
+
+    def _split_k(self, stream: int, jobs, alpha, beta, partials) -> None:
+        """Split-K over the batch chunks ``jobs`` = [(C of the chunk, its matrices,
+        job), ...]: the partial products go to a workspace on the caller's stream
+        (stream-ordered, so concurrent calls on other streams get their own;
+        splits * M * N floats per matrix), written by ``partials(job, workspace)``;
+        then one more kernel adds them into C with alpha and beta, in C's dtype."""
+        for (c, nz, job), reduce_shape in zip(jobs, self._reduce_shapes):
             ws = stream_workspace(self.gpu, stream, 4 * self.slice_ws * nz, self._ws_what, "use a smaller SPLITK")
             try:
                 w = int(ws.handle)
-                launch_shaped(self.kernel, shape, stream, (M, N, K, _ONE, A + da, lda, B + db, ldb, _ZERO, w,
-                                                           self.ldw, sa, sb, self.slice_ws64))
-                launch_shaped(reduce, reduce_shape, stream, (M, N, self.splits32, w, alpha32, beta32, C + dc, ldc, sc))
+                partials(job, w)
+                self._reduce_slices(stream, w, c, alpha, beta, reduce_shape)
             finally:
                 ws.close(stream)   # given back in stream order, after the reduction
+
+    def _reduce_slices(self, stream: int, w: int, c: int, alpha, beta, shape) -> None:
+        """C = alpha * (the sum of the split's slices at ``w``) + beta * C."""
+        M, N, _ = self.args_mk
+        launch_shaped(self._reduce_kernel()[0], shape, stream,
+                      (M, N, self.splits32, w, f32(alpha), f32(beta), c, self.ldc, self.sc))
 
     def direct(self):
         """A function (stream, A, B, C, alpha, beta) -> None for the common case of
@@ -237,7 +250,8 @@ class Launcher:
                 w = int(ws.handle)
                 args = split_memo.get((A, B, w))
                 if args is None:   # new addresses, or a graph's own workspace: build them
-                    me._split_job(stream, A, B, C, me.batch, w, alpha, beta)
+                    me._own_partials(stream, A, B, me.batch, w)
+                    me._reduce_slices(stream, w, C, alpha, beta, me._reduce_shapes[0])
                     return
                 cc_launch(s, me._shape._config, kernel, *args)
                 cc_launch(s, reduce_config, reduce, M, N, splits32, w, a32, b32, C, ldc, sc)
@@ -272,30 +286,16 @@ class Launcher:
             sa, sb, sc = (self.strides[0] * self.item_in, self.strides[1] * self.item_in,
                           self.strides[2] * self.item_out)
             jobs = [(A + z * sa, B + z * sb, C + z * sc, 1) for z in range(self.batch)]
-        if self.splits > 1:
-            self._run_own_args_split(stream, jobs, alpha, beta)
+        if self.splits > 1:   # the kernel's arguments built with the workspace as C, alpha = 1, beta = 0
+            self._split_k(stream, [(c, nz, (a, b, nz)) for a, b, c, nz in jobs], alpha, beta,
+                          lambda job, w: self._own_partials(stream, *job, w))
             return
         self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice)
 
-    def _run_own_args_split(self, stream: int, jobs, alpha, beta) -> None:
-        """Split-K of a kernel that builds its arguments (wgmma, one launch per batch chunk):
-        the kernel writes its FP32 partial products to a workspace on the caller's stream
-        (stream-ordered, as run()'s; splits * M * N floats per matrix), its arguments built
-        with the workspace as C, alpha = 1 and beta = 0; then the reduction adds them into
-        C with alpha and beta, in C's dtype."""
-        for (a, b, c, nz), reduce_shape in zip(jobs, self._reduce_shapes):
-            ws = stream_workspace(self.gpu, stream, 4 * self.slice_ws * nz, self._ws_what, "use a smaller SPLITK")
-            try:
-                self._split_job(stream, a, b, c, nz, int(ws.handle), alpha, beta, reduce_shape)
-            finally:
-                ws.close(stream)   # given back in stream order, after the reduction
-
-    def _split_job(self, stream: int, a: int, b: int, c: int, nz: int, w: int, alpha, beta, reduce_shape=None):
-        """One batch chunk of split-K with own arguments, into the workspace at ``w``."""
-        M, N, _ = self.args_mk
-        self._launch_own_args(stream, [(a, b, w, nz)], N, (self.strides[0], self.strides[1], self.slice_ws), 1.0, 0.0)
-        launch_shaped(self._reduce_kernel()[0], reduce_shape or self._reduce_shapes[0], stream,
-                      (M, N, self.splits32, w, f32(alpha), f32(beta), c, self.ldc, self.sc))
+    def _own_partials(self, stream: int, a: int, b: int, nz: int, w: int) -> None:
+        """Split-K's partial products of a kernel that builds its arguments, into the workspace at ``w``."""
+        self._launch_own_args(stream, [(a, b, w, nz)], self.args_mk[1], (self.strides[0], self.strides[1],
+                                                                          self.slice_ws), 1.0, 0.0)
 
     def _launch_own_args(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int = 0) -> None:
         """Launch the kernel on each job (A, B, C, matrices) with ``ldc`` and the batch ``strides``."""
