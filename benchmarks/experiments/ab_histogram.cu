@@ -27,14 +27,15 @@ __device__ __forceinline__ void count_atomic(unsigned* local, unsigned bin) {
 }
 
 // The row's elements before its first 16-byte boundary and after its last, scalar;
-// between them float4s, U per thread per pass.  COUNT(local, bin) for each element.
-template <bool MATCH>
-__device__ __forceinline__ void count_row(const float* __restrict__ row, int cols, unsigned* local) {
-    auto count = [&](unsigned bin) { if (MATCH) count_match(local, bin); else count_atomic(local, bin); };
+// between them float4s, U per thread per pass.  visit(value, inside) for each element
+// a thread holds, called by every thread the same number of times (inside: whether
+// the value is the row's; outside values read as 0).
+template <class Visit>
+__device__ __forceinline__ void visit_row(const float* __restrict__ row, int cols, Visit visit) {
     const int head = min(cols, int(((16 - (reinterpret_cast<unsigned long long>(row) & 15)) & 15) / 4));
     const int nv = (cols - head) / 4;   // whole float4s
     const float4* body = reinterpret_cast<const float4*>(row + head);
-    count(threadIdx.x < head ? bin_of(row[threadIdx.x]) : unsigned(BINS));
+    visit(threadIdx.x < head ? row[threadIdx.x] : 0.f, int(threadIdx.x) < head);
     for (int v0 = 0; v0 < nv; v0 += THREADS * U) {
         float4 x[U];
 #pragma unroll
@@ -45,14 +46,22 @@ __device__ __forceinline__ void count_row(const float* __restrict__ row, int col
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const bool in = v0 + u * THREADS + int(threadIdx.x) < nv;
-            count(in ? bin_of(x[u].x) : unsigned(BINS));
-            count(in ? bin_of(x[u].y) : unsigned(BINS));
-            count(in ? bin_of(x[u].z) : unsigned(BINS));
-            count(in ? bin_of(x[u].w) : unsigned(BINS));
+            visit(x[u].x, in);
+            visit(x[u].y, in);
+            visit(x[u].z, in);
+            visit(x[u].w, in);
         }
     }
-    const int tail0 = head + 4 * nv;
-    count(tail0 + int(threadIdx.x) < cols ? bin_of(row[tail0 + threadIdx.x]) : unsigned(BINS));
+    const int tail = head + 4 * nv + threadIdx.x;
+    visit(tail < cols ? row[tail] : 0.f, tail < cols);
+}
+
+template <bool MATCH>
+__device__ __forceinline__ void count_row(const float* __restrict__ row, int cols, unsigned* local) {
+    visit_row(row, cols, [&](float v, bool in) {
+        const unsigned bin = in ? bin_of(v) : unsigned(BINS);
+        if (MATCH) count_match(local, bin); else count_atomic(local, bin);
+    });
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) block_match(int rows, int cols, const float* __restrict__ X,
@@ -97,20 +106,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) hist_vec_atomic(int rows, 
 extern "C" __global__ void __launch_bounds__(THREADS) read_only(int rows, int cols, const float* __restrict__ X, int ld,
                                                                 unsigned long long* __restrict__ hist) {
     float sum = 0.f;
-    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float4* body = reinterpret_cast<const float4*>(X + (long long)r * ld);
-        const int nv = cols / 4;
-        for (int v0 = 0; v0 < nv; v0 += THREADS * U) {
-            float4 x[U];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int v = v0 + u * THREADS + threadIdx.x;
-                x[u] = v < nv ? __ldg(&body[v]) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-#pragma unroll
-            for (int u = 0; u < U; ++u) sum += x[u].x + x[u].y + x[u].z + x[u].w;
-        }
-    }
+    for (int r = blockIdx.x; r < rows; r += gridDim.x)
+        visit_row(X + (long long)r * ld, cols, [&](float v, bool) { sum += v; });
     if (sum == 12345.678f) hist[0] = 1;   // keeps the loads
 }
 
