@@ -131,9 +131,8 @@ def static_smem(spec, p, prob=None):
     if spec.name == "gemv":        # a chunk of op(A) staged; row-major also the warps' sums, 4 rows of C at a time
         if prob.op_b == "T":
             return 4 * p["MT"] * gemv_staged_k(prob, p["MT"])
-        # (16-bit outputs: twice, the path writing C and the one writing FP32 split-K slices)
-        return (1 if prob.out_dtype == "float32" else 2) * (
-            4 * p["MT"] * gemv_row_chunk(prob) + 4 * GEMV_WARPS * min(p["MT"], 4) * 32 * gemv_vec(prob))
+        # (once whatever the output type: a split launch is the float32-output instantiation's)
+        return 4 * p["MT"] * gemv_row_chunk(prob) + 4 * GEMV_WARPS * min(p["MT"], 4) * 32 * gemv_vec(prob)
     return 4 * p["BK"] * (p["BM"] + p["BN"])
 
 

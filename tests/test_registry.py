@@ -1063,8 +1063,10 @@ def test_gemv_geometry(op_b, aligned, dtype, vec, per_block, chunk):
         if op_b == "N":
             assert gemv_row_chunk(prob) == chunk
             assert spec.launch({**spec.defaults(), "SPLITK": 6}, prob).grid == (-(-N // per_block), 6, 1)
+            # split: the float32-output instantiation (FP32 partial products, whatever C's dtype)
+            fp32_out = Problem(3, N, 100, aligned, dtype, "float32").with_layout("N", op_b)
             assert spec.name_expression({**spec.defaults(), "SPLITK": 6}, prob) == \
-                spec.name_expression(spec.defaults(), prob)   # a launch shape, not another instantiation
+                spec.name_expression(spec.defaults(), fp32_out)
         else:
             with pytest.raises(ValueError, match="splits K only where op.B. is row-major"):
                 spec.launch({**spec.defaults(), "SPLITK": 2}, prob)

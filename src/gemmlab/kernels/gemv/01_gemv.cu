@@ -33,17 +33,16 @@ gemv(int M, int N, int K, float alpha, const typename StorageOf<DT>::type* __res
      const typename StorageOf<DT>::type* __restrict__ B, int ldb, float beta,
      typename StorageOf<ODT>::type* __restrict__ C, int ldc, long long stride_a, long long stride_b,
      long long stride_c) {
+    batch_select(A, stride_a, B, stride_b, C, stride_c);
     using S = typename StorageOf<DT>::type;
     const int k_end = alpha == 0.0f ? 0 : K;   // alpha = 0 reads neither A nor B (BLAS)
     // Elements of op(B) a thread loads at once (one where the operands are not 16-byte aligned).
     if constexpr (OPB == 'T') {
-        batch_select(A, stride_a, B, stride_b, C, stride_c);
         constexpr int VEC = !ALIGNED ? 1 : GEMV_LOAD_BYTES_K / int(sizeof(S));
         gemv_columns_along_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);
     } else {
         constexpr int VEC = !ALIGNED ? 1 : GEMV_ROW_VEC;
-        gemv_rows_split_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc, stride_a, stride_b,
-                                        stride_c);
+        gemv_rows_split_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);
     }
 }
 

@@ -70,6 +70,13 @@ def _geometry(p, prob: Problem) -> Launch:
     return Launch(grid=(max(1, cdiv(prob.N, 32 * gemv_vec(prob))), p["SPLITK"], 1), block=(GEMV_THREADS, 1, 1))
 
 
+def _template_args(p, prob: Problem) -> tuple:
+    """Input and output type codes, MT and alignment; split over K, the kernel writes
+    FP32 partial products whatever C's dtype (splitk_reduce converts), as wgmma's does."""
+    out = "float32" if p["SPLITK"] > 1 else prob.out_dtype
+    return (TYPE_CODES[prob.dtype], TYPE_CODES[out], p["MT"], prob.aligned16)
+
+
 def auto_takes(M: int, dtype: str, op_b: str) -> bool:
     """Whether kernel="auto" runs a product of M rows of ``dtype`` with op(B) stored ``op_b`` on gemv.
 
@@ -118,7 +125,7 @@ SPEC = KernelSpec(
             TileParam("SPLITK", SPLITK_VALUES, 1,
                       "blocks along K where op(B) is row-major, each summing a slice of K (>1 adds a reduction "
                       "kernel and a workspace of SPLITK*M*N floats; op(B) column-major: 1 only)")),
-    template_args=lambda p, prob: (TYPE_CODES[prob.dtype], TYPE_CODES[prob.out_dtype], p["MT"], prob.aligned16),
+    template_args=_template_args,
     geometry=_geometry,
     variants=GEMV_VARIANTS,
     sized_params=sized_params,

@@ -115,14 +115,6 @@ __device__ __forceinline__ void words_to_floats(const unsigned (&w)[GemvChunk<VE
         out[v] = elem_from_bits<S>(sizeof(S) == 4 ? w[v] : w[v / 2] >> (16 * (v % 2)));
 }
 
-// VEC consecutive elements at p (aligned to their size) as floats, in one load.
-template <int VEC, class S>
-__device__ __forceinline__ void load_vec(const S* __restrict__ p, float (&out)[VEC]) {
-    unsigned w[GemvChunk<VEC, S, 1>::WORDS];
-    load_words<true, VEC>(p, VEC, w);
-    words_to_floats<VEC, S>(w, out);
-}
-
 // Where element kk of a staged row of op(A) sits in shared memory.  A lane reads
 // the VEC elements matching its load of op(B) (kk = 32 VEC j + VEC lane + v);
 // with VEC = 8 those are 32 bytes, read as two 16-byte halves, and lanes 16 bytes
@@ -400,31 +392,32 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
     }
 }
 
-// The batch (blockIdx.z) and, where the host splits K over gridDim.y blocks
-// (executor.py's split-K), this block's slice of it: whole chunks, the last
-// slices possibly empty.  Split, block y writes its FP32 partial product to
-// slice y of the workspace C (alpha 1, beta 0, leading dimension N, stride_c
-// floats a batch: the host's arguments), which splitk_reduce adds into the
-// output in its own type; else it writes C directly.
+// Where the host splits K over gridDim.y blocks (executor.py's split-K): this
+// block's slice of it, whole chunks, the last slices possibly empty.  Block y
+// writes its FP32 partial product to slice y of the workspace C (alpha 1, beta 0,
+// leading dimension N: the host's arguments), which splitk_reduce adds into the
+// output in its own type.  A split launch is always of the float32-output
+// instantiation (gemv.py's template arguments, as wgmma's), so the other output
+// types compile no split path.
+template <class O> constexpr bool gemv_fp32_output = false;
+template <> constexpr bool gemv_fp32_output<float> = true;
+
 template <int MT, int VEC, char OPA, class S, class O>
 __device__ __forceinline__ void gemv_rows_split_k(int M, int N, int K, float alpha, const S* __restrict__ A,
                                                   int lda, const S* __restrict__ B, int ldb, float beta,
-                                                  O* __restrict__ C, int ldc, long long stride_a,
-                                                  long long stride_b, long long stride_c) {
-    constexpr int KC = GemvRowChunk<VEC, S>::KC;
-    const long long z = blockIdx.z;
-    A += z * stride_a;
-    B += z * stride_b;
+                                                  O* __restrict__ C, int ldc) {
     if (gridDim.y == 1) {
-        gemv_rows_along_n<MT, VEC, OPA>(M, N, K, alpha, A, lda, B, ldb, beta, C + z * stride_c, ldc);
+        gemv_rows_along_n<MT, VEC, OPA>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    const long long per_split = ((K + KC - 1) / KC + gridDim.y - 1) / gridDim.y * (long long)KC;
-    const int k0 = int(min((long long)K, blockIdx.y * per_split));
-    const int k_len = int(min(per_split, (long long)(K - k0)));
-    float* slice = reinterpret_cast<float*>(C) + z * stride_c + (long long)blockIdx.y * M * ldc;
-    gemv_rows_along_n<MT, VEC, OPA>(M, N, k_len, alpha, A + elem_offset<OPA>(0, k0, lda), lda,
-                                    B + (long long)k0 * ldb, ldb, beta, slice, ldc);
+    if constexpr (gemv_fp32_output<O>) {
+        constexpr int KC = GemvRowChunk<VEC, S>::KC;
+        const long long per_split = ((K + KC - 1) / KC + gridDim.y - 1) / gridDim.y * (long long)KC;
+        const int k0 = int(min((long long)K, blockIdx.y * per_split));
+        const int k_len = int(min(per_split, (long long)(K - k0)));
+        gemv_rows_along_n<MT, VEC, OPA>(M, N, k_len, alpha, A + elem_offset<OPA>(0, k0, lda), lda,
+                                        B + (long long)k0 * ldb, ldb, beta, C + (long long)blockIdx.y * M * ldc, ldc);
+    }
 }
 
 }  // namespace gemmlab
