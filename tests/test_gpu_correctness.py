@@ -13,6 +13,7 @@ SHAPES = [(1, 1, 1), (7, 13, 5), (33, 65, 17), (127, 129, 255), (1000, 1000, 100
           (4097, 31, 129), (16, 16, 4096)]
 ALPHA_BETA = [(1.0, 0.0), (0.5, 2.0)]
 TOL = 1e-5
+OTHER_TRANSPOSE = 1 - registry.get("pipelined").defaults()["REG_TRANSPOSE"]
 
 
 def _cases():
@@ -38,6 +39,12 @@ def _cases():
                              "SPLITK": 3}),
               ("pipelined", {"SPLITK": 16}),
               ("auto", {})]
+    # The transpose of rows along K (row-major A here) the defaults do not take, on a
+    # 256-wide tile, a BK = 16 tile, a 128-thread tile and split-K.
+    cases += [("pipelined", {**p, "REG_TRANSPOSE": OTHER_TRANSPOSE}) for p in (
+        {}, {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3},
+        {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 4},
+        {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 2, "SPLITK": 3})]
     return cases
 
 

@@ -57,7 +57,7 @@ def test_kernel_params_per_rung():
         "blocktile_2d": ["BM", "BN", "BK", "TM", "TN"],
         "vectorized": ["BM", "BN", "BK", "TM", "TN"],
         "warptile": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM"],
-        "pipelined": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "STAGES", "SPLITK"],
+        "pipelined": ["BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "STAGES", "REG_TRANSPOSE", "SPLITK"],
         "wmma": [],
         "wmma_warptile": ["BM", "BN", "BK", "WM", "WN"],
         "mma_pipelined": ["BM", "BN", "BK", "WM", "WN", "STAGES"],
@@ -318,12 +318,20 @@ def test_all_name_expressions(spec):
     assert set(layouts) <= set(registry.LAYOUTS) and ("N", "N") in layouts
     read = {la: sum(not spec.why_unusable(v.with_layout(*la)) for v in spec.variants) for la in layouts}
     assert read[("N", "N")] == len(spec.variants)   # every type reads NN
-    assert len(names) == len(compiled) * sum(read.values())
+    # pipelined's REG_TRANSPOSE is a template argument only where it changes the code: in
+    # the aligned variant of a layout with rows along K (op(A) row-major or op(B)
+    # column-major); elsewhere both values share one instantiation.
+    both_ways = {la: 0 for la in registry.LAYOUTS}
+    if spec.name == "pipelined":
+        compiled = {tuple(v for k, v in c.items() if k not in (spec.split_k_param, "REG_TRANSPOSE"))
+                    for c in configs}
+        both_ways.update({la: 1 for la in registry.LAYOUTS if la != ("T", "N")})
+    assert len(names) == len(compiled) * (sum(read.values()) + sum(both_ways.values()))
     assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
     for op_a, op_b in registry.LAYOUTS:   # the layouts are the last two template arguments
-        expected = len(compiled) * read.get((op_a, op_b), 0)
+        expected = len(compiled) * (read.get((op_a, op_b), 0) + both_ways[op_a, op_b])
         assert sum(n.endswith(f", '{op_a}', '{op_b}'>") for n in names) == expected
-    assert len(nn_names) == len(compiled) * len(spec.variants)
+    assert len(nn_names) == len(compiled) * (len(spec.variants) + both_ways["N", "N"])
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)

@@ -196,11 +196,21 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
                           op_b=ops[1], batch=batch, sm_count=gpu.sm_count, **params)
                      for ops, batch in uses[(M, N, K)])
 
+    def same_launches(plans: tuple) -> tuple:
+        """What a candidate runs: its code and launch shape in each use.  A parameter
+        that changes neither there (REG_TRANSPOSE of a layout without rows along K) gives
+        a duplicate, timed once."""
+        return tuple((p.name_expression, p.spec.launch(p.params, p.problem)) for p in plans)
+
     plan_sets = {}
     for (M, N, K) in sizes:
         fewest = min(batch for _, batch in uses[(M, N, K)])
-        plan_sets[(M, N, K)] = [plans_for(s.name, M, N, K, cfg)
-                                for s in specs for cfg in candidates(s, M, N, K, gpu.sm_count, fewest)]
+        distinct = {}
+        for s in specs:
+            for cfg in candidates(s, M, N, K, gpu.sm_count, fewest):
+                plans = plans_for(s.name, M, N, K, cfg)
+                distinct.setdefault(same_launches(plans), plans)
+        plan_sets[(M, N, K)] = list(distinct.values())
     todo = {(p.spec.source_path, p.name_expression) for ps in plan_sets.values() for pl in ps for p in pl}
     log(f"tuning {', '.join(kernels)} on {gpu.name}: {sum(map(len, plan_sets.values()))} candidates "
         f"over {len(sizes)} shapes; compiling {len(todo)} instantiations")

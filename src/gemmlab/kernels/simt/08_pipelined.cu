@@ -8,7 +8,8 @@
 
 namespace gemmlab {
 
-template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int STAGES, bool VEC, char OPA, char OPB>
+template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int STAGES, int REG_TRANSPOSE, bool VEC,
+          char OPA, char OPB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)  // 1: see blocktile_2d
 pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
           const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc,
@@ -19,10 +20,12 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     constexpr int WMITER = (WM * WN) / (32 * TM * TN * WNITER);
     constexpr int WSUBM = WM / WMITER, WSUBN = WN / WNITER;
     // Both tiles K-major in shared memory whatever the layouts (simt/08_pipelined.cuh):
-    // a row-major A is transposed by one 4-byte copy per element into rows padded by
-    // 4 floats, which spreads the copies' writes over the banks.  (Keeping A
-    // row-major and reading 4 K-steps of a row at once costs a thread 4x the A
-    // registers, which 128 accumulators cannot spare: benchmarks/NOTES.md.)
+    // a row-major A is transposed into rows padded by 4 floats, which spreads the
+    // transposing writes over the banks.  (Keeping A row-major and reading 4 K-steps
+    // of a row at once costs a thread 4x the A registers, which 128 accumulators
+    // cannot spare: benchmarks/NOTES.md.)  The transpose is one 4-byte cp.async per
+    // element, or with REG_TRANSPOSE (16-byte aligned operands only) 16-byte loads
+    // through registers, written transposed after the K-step's math.
     constexpr int ASLD = BM + 4;   // padded row of the transposed A tile, still 16-byte aligned
     constexpr int BSLD = OPB == 'T' ? BN + 4 : BN;   // padded only when B is transposed too
     static_assert((WSUBM / TM) * (WSUBN / TN) == 32, "a warp subtile is 32 threads' tiles");
@@ -47,17 +50,35 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     K -= kt_begin * BK;                                                  // zero-fill stops at the real end
     C += (long long)blockIdx.y * M * ldc;                                // this split's slice
 
-    auto issue = [&](int kt) {   // start the copies of K-step kt into its stage
+    constexpr bool A_IN_REGS = REG_TRANSPOSE && VEC && OPA == 'N';   // rows of A run along K
+    constexpr bool B_IN_REGS = REG_TRANSPOSE && VEC && OPB == 'T';   // so do columns of op(B)
+    RegisterTransposedTile<BM, BK, THREADS> a_regs;   // (unused ones compile away)
+    RegisterTransposedTile<BN, BK, THREADS> b_regs;
+    auto issue = [&](int kt) {   // start the copies (or the loads) of K-step kt
         const int s = kt % STAGES;
-        cp_async_a_tile<BM, BK, ASLD, THREADS, VEC, OPA>(&As[s][0][0], A, lda, tile.row, kt * BK, M, K, tid);
-        cp_async_b_tile<BK, BN, BSLD, THREADS, VEC, OPB>(&Bs[s][0][0], B, ldb, kt * BK, tile.col, K, N, tid);
+        if constexpr (A_IN_REGS)
+            a_regs.fetch(A, lda, tile.row, kt * BK, M, K, tid);
+        else
+            cp_async_a_tile<BM, BK, ASLD, THREADS, VEC, OPA>(&As[s][0][0], A, lda, tile.row, kt * BK, M, K, tid);
+        if constexpr (B_IN_REGS)
+            b_regs.fetch(B, ldb, tile.col, kt * BK, N, K, tid);
+        else
+            cp_async_b_tile<BK, BN, BSLD, THREADS, VEC, OPB>(&Bs[s][0][0], B, ldb, kt * BK, tile.col, K, N, tid);
+    };
+    auto land = [&](int kt) {    // the loaded registers into K-step kt's stage
+        const int s = kt % STAGES;
+        if constexpr (A_IN_REGS) a_regs.template store_transposed<ASLD>(&As[s][0][0], tid);
+        if constexpr (B_IN_REGS) b_regs.template store_transposed<BSLD>(&Bs[s][0][0], tid);
     };
     // Prologue: STAGES-1 steps in flight.  Every step commits a batch (empty
     // past the end) so that "wait until at most STAGES-2 batches are pending"
     // always means "step kt has landed".
 #pragma unroll
     for (int kt = 0; kt < STAGES - 1; ++kt) {
-        if (kt < k_tiles) issue(kt);
+        if (kt < k_tiles) {
+            issue(kt);
+            land(kt);
+        }
         __pipeline_commit();
     }
 
@@ -66,7 +87,8 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     for (int kt = 0; kt < k_tiles; ++kt) {
         __pipeline_wait_prior(STAGES - 2);
         __syncthreads();   // step kt visible to all; everyone is done with step kt-1's stage
-        if (kt + STAGES - 1 < k_tiles) issue(kt + STAGES - 1);   // refills step kt-1's stage
+        const bool refill = kt + STAGES - 1 < k_tiles;
+        if (refill) issue(kt + STAGES - 1);   // refills step kt-1's stage
         __pipeline_commit();
         const float* a_s = &As[kt % STAGES][0][warp_row + lane_row];
         const float* b_s = &Bs[kt % STAGES][0][warp_col + lane_col];
@@ -80,6 +102,10 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
                     a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], a_s + (k + 1) * ASLD, b_s + (k + 1) * BSLD);
             warp_fragments_product(acc, a_frag[k % 2], b_frag[k % 2]);
         }
+        // Registers loaded at the top of this step go to step kt-1's stage, free since the
+        // barrier above; the next iteration's barrier orders them before any read.
+        if (A_IN_REGS || B_IN_REGS)
+            if (refill) land(kt + STAGES - 1);
     }
     __pipeline_wait_prior(0);
     store_warp_subtiles<WMITER, WNITER, WSUBM, WSUBN, TM, TN, VEC>(

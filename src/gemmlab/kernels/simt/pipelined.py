@@ -36,12 +36,23 @@ def pipelined_smem(p, prob: Problem | None = None) -> int:
     return 4 * p["STAGES"] * (p["BK"] * (p["BM"] + 4) + p["BK"] * (p["BN"] + b_pad))
 
 
+def _reg_transpose(p, prob: Problem) -> int:
+    """REG_TRANSPOSE where it changes the code (an aligned operand whose rows run
+    along K), else 0: one instantiation, not two of the same code."""
+    along_k = prob.op_a == "N" or prob.op_b == "T"
+    return p["REG_TRANSPOSE"] if prob.aligned16 and along_k else 0
+
+
 def _params(d: dict) -> tuple[TileParam, ...]:
     """Rung 7's parameters plus stages and split-K.  256-row/column block tiles too:
     the copies need no staging registers, so one block of 256 threads can hold 128
     accumulators each."""
     return warptile_params(d, edges=(64, 128, 256), wniter=(2, 4)) + (
         TileParam("STAGES", (2, 3, 4), d["STAGES"], "K-steps of tiles in shared memory (cp.async in flight)"),
+        TileParam("REG_TRANSPOSE", (0, 1), d["REG_TRANSPOSE"],
+                  "how a tile whose rows run along K (row-major A, column-major B) is transposed into "
+                  "shared memory: 0, a 4-byte cp.async per element; 1, 16-byte loads through registers, "
+                  "stored after the K-step's math (16-byte aligned operands; else as 0)"),
         TileParam("SPLITK", SPLITK_VALUES, d["SPLITK"],
                   "blocks per output tile, each summing a slice of K (split-K, for skinny outputs "
                   "with long K; >1 adds a reduction kernel and a workspace of SPLITK*M*N floats)"),
@@ -54,7 +65,7 @@ SPEC = KernelSpec(
     description="warptile with STAGES-deep cp.async global->shared copies overlapping the math",
     # Defaults (used where no tuned table applies): the tuner's winner at 4096^3,
     # 8192^3 and 16384x4096x4096 on both an H200 (run 30) and an H100 (run 33).
-    params=_params(dict(BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, STAGES=4, SPLITK=1)),
+    params=_params(dict(BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, STAGES=4, REG_TRANSPOSE=0, SPLITK=1)),
     constraints=warptile_constraints(
         pipelined_smem, "dynamic shared memory, 4*STAGES*BK*(BM+4 + BN+4) bytes, must fit in 96 KiB",
         PIPELINED_SMEM_LIMIT, staged_registers=False) + (
@@ -71,7 +82,7 @@ SPEC = KernelSpec(
                    lambda p: max(p["BM"], p["BN"]) < 256
                    or (p["WM"] == p["WN"] == 64 and warptile_threads(p) == 256 and p["BK"] == 8)),),
     template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["WNITER"], p["TM"],
-                                   p["STAGES"], prob.aligned16),
+                                   p["STAGES"], _reg_transpose(p, prob), prob.aligned16),
     geometry=lambda p, prob: Launch(grid=(tiles(prob, p["BM"], p["BN"]), p["SPLITK"], 1),
                                     block=(warptile_threads(p), 1, 1), smem_bytes=pipelined_smem(p, prob)),
     variants=ALIGNED_VARIANTS,

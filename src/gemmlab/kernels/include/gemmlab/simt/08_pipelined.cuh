@@ -57,6 +57,54 @@ __device__ __forceinline__ void cp_async_tile_transposed(float* smem, const floa
         cp_async_requests<ROWS, COLS, SLD, THREADS, 1, true, true>(smem, g, ld, row0, col0, rows, cols, tid);
 }
 
+// The other way to transpose a tile whose rows run along K (a row-major A, a
+// column-major B): 16-byte global loads into registers when a K-step's copies are
+// issued, written to shared memory transposed (smem[c * SLD + r]) once that step's
+// math is done.  A quarter of the 4-byte copies' requests, for ROWS * COLS / THREADS
+// registers held across the math; consecutive threads read consecutive 16-byte
+// chunks of a row, so the loads coalesce.  Needs the same alignment as VEC.
+template <int ROWS, int COLS, int THREADS>
+struct RegisterTransposedTile {
+    static_assert(COLS % 4 == 0 && (ROWS * COLS / 4) % THREADS == 0,
+                  "16-byte loads need multiples of 4 columns, split evenly over the threads");
+    static constexpr int PER_THREAD = ROWS * COLS / 4 / THREADS;
+    float4 v[PER_THREAD];
+
+    template <bool CHECKED>
+    __device__ __forceinline__ void fetch_chunks(const float* __restrict__ g, int ld, int row0, int col0,
+                                                 int rows, int cols, int tid) {
+#pragma unroll
+        for (int step = 0; step < PER_THREAD; ++step) {
+            const int i = step * THREADS + tid;
+            const int r = i / (COLS / 4), c = (i % (COLS / 4)) * 4;
+            v[step] = CHECKED ? load4_or_zero(g, ld, row0 + r, col0 + c, rows, cols)
+                              : *reinterpret_cast<const float4*>(&g[(long long)(row0 + r) * ld + col0 + c]);
+        }
+    }
+
+    // Start the loads of the tile at (row0, col0) of a rows x cols row-major matrix.
+    __device__ __forceinline__ void fetch(const float* __restrict__ g, int ld, int row0, int col0, int rows,
+                                          int cols, int tid) {
+        if (row0 + ROWS <= rows && col0 + COLS <= cols)
+            fetch_chunks<false>(g, ld, row0, col0, rows, cols, tid);
+        else
+            fetch_chunks<true>(g, ld, row0, col0, rows, cols, tid);
+    }
+
+    template <int SLD>
+    __device__ __forceinline__ void store_transposed(float* smem, int tid) const {
+#pragma unroll
+        for (int step = 0; step < PER_THREAD; ++step) {
+            const int i = step * THREADS + tid;
+            const int r = i / (COLS / 4), c = (i % (COLS / 4)) * 4;
+            smem[(c + 0) * SLD + r] = v[step].x;
+            smem[(c + 1) * SLD + r] = v[step].y;
+            smem[(c + 2) * SLD + r] = v[step].z;
+            smem[(c + 3) * SLD + r] = v[step].w;
+        }
+    }
+};
+
 // K-step tiles for kernels that keep both tiles K-major in shared memory (rung
 // 8): the A tile at (row0, k0) as As[k][m] (row stride SLD) and the B tile at
 // (k0, col0) as Bs[k][n].  An operand whose memory is already K-major -- a
