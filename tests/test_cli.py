@@ -161,9 +161,11 @@ def no_gpu_allowed(monkeypatch):
     (["bench", "--suite", "ec", "--only", "linear"], "--only is for --suite models, not --suite ec"),
     (["bench", "--time-budget-s", "10"], "--time-budget-s is for --suite models"),
     (["bench", "--dtype", "fp32_tc"], "--dtype 'fp32_tc': the ladder takes one of fp32, tf32, fp16, bf16"),
-    (["tune", "--suite", "models", "--sizes", "64"], "--sizes or --suite models, not both"),
+    (["tune", "--suite", "models", "--sizes", "64"], "--sizes and --ops are not for --suite models"),
     (["tune", "--tokens", "16"], "--tokens: for --suite models"),
     (["tune", "--suite", "models", "--layers", "mlp"], "--layers 'mlp'"),
+    (["tune", "--suite", "models", "--ops", "NT"], "--sizes and --ops are not for --suite models"),
+    (["tune", "--ops", "NX"], "--ops 'NX': give layouts of op(A) and op(B)"),
 ])
 def test_bench_refuses_bad_arguments_before_the_gpu(capsys, no_gpu_allowed, argv, message):
     assert main(argv) == 2
@@ -186,6 +188,16 @@ def test_unknown_command_is_a_usage_error(capsys):
         main(["frobnicate"])
     assert info.value.code == 2
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+def test_tune_ops_time_each_shape_in_every_layout_given():
+    """`gemmlab tune --ops NN,NT`: each shape's uses are the layouts, one matrix each."""
+    from gemmlab.cli import build_parser, tune_shapes
+    args = build_parser().parse_args(["tune", "--sizes", "64,128x256x512", "--ops", "NN,nt,NN"])
+    sizes, uses = tune_shapes(args)
+    assert sizes == [(64, 64, 64), (128, 256, 512)]
+    assert uses == {(64, 64, 64): (("NN", 1), ("NT", 1)), (128, 256, 512): (("NN", 1), ("NT", 1))}
+    assert tune_shapes(build_parser().parse_args(["tune", "--sizes", "64"]))[1] is None
 
 
 def test_ops_parse_layout_pairs():

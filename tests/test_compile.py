@@ -65,7 +65,8 @@ def layout_configs(spec) -> list[dict]:
                           and (c["BM"], c["BN"]) in ((64, 128), (128, 256))]
     if spec.name in ALL_LAYOUTS_FOR_EVERY_CONFIG:
         return spec.configurations()
-    unique = {tuple(sorted(c.items())): c for c in [spec.defaults()] + _tuned_configs(spec)}
+    both_transposes = [{**spec.defaults(), "REG_TRANSPOSE": t} for t in (0, 1)] if spec.name == "pipelined" else []
+    unique = {tuple(sorted(c.items())): c for c in [spec.defaults()] + both_transposes + _tuned_configs(spec)}
     return list(unique.values())
 
 
@@ -259,23 +260,38 @@ def _cp_async_widths(sass: str) -> tuple[int, int]:
     return wide, len(ops) - wide
 
 
+def _global_loads_128(sass: str) -> int:
+    """16-byte global loads into registers (LDG.E.128) in a kernel's SASS."""
+    return len(re.findall(r"\bLDG\.E\.128\b", sass))
+
+
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
-def test_pipelined_copies_a_transposed_a_with_16_byte_requests(arch, ladder_module, ladder_sass):
-    """Rung 8 keeps both tiles K-major: a row-major A is transposed by 4-byte
-    copies, a column-major A (a transposed view) is a straight 16-byte copy, a
-    column-major B is transposed by 4-byte copies."""
+@pytest.mark.parametrize("reg_transpose", [0, 1])
+def test_pipelined_transposes_rows_along_k_as_configured(arch, reg_transpose, ladder_module, ladder_sass):
+    """Rung 8 keeps both tiles K-major.  A column-major A (a transposed view) and a
+    row-major B are straight 16-byte copies.  A row-major A and a column-major B are
+    transposed: with REG_TRANSPOSE 0 by 4-byte copies, with 1 by 16-byte loads into
+    registers (no 4-byte copy left, and no copy at all for NT)."""
     spec = registry.get("pipelined")
     sass, module = ladder_sass(arch, spec), ladder_module(arch, spec)
+    params = {**spec.defaults(), "REG_TRANSPOSE": reg_transpose}
 
     def widths(op_a, op_b):
-        name = spec.name_expression(spec.defaults(), Problem(1024, 1024, 1024, True, op_a=op_a, op_b=op_b))
-        return _cp_async_widths(sass[module.symbols[name]])
+        name = spec.name_expression(params, Problem(1024, 1024, 1024, True, op_a=op_a, op_b=op_b))
+        code = sass[module.symbols[name]]
+        return _cp_async_widths(code) + (_global_loads_128(code),)
     nn, tn, nt, tt = widths("N", "N"), widths("T", "N"), widths("N", "T"), widths("T", "T")
-    assert nn[0] > 0 and nn[1] > 0, nn      # B 16-byte, A 4-byte
-    assert tn[0] > 0 and tn[1] == 0, tn     # both 16-byte
-    assert nt[0] == 0 and nt[1] > 0, nt     # both 4-byte
-    assert tt[0] > 0 and tt[1] > 0, tt      # A 16-byte, B 4-byte
+    assert tn[0] > 0 and tn[1] == 0 and tn[2] == 0, tn     # both 16-byte copies
+    if reg_transpose == 0:
+        assert nn[0] > 0 and nn[1] > 0, nn      # B 16-byte, A 4-byte
+        assert nt[0] == 0 and nt[1] > 0, nt     # both 4-byte
+        assert tt[0] > 0 and tt[1] > 0, tt      # A 16-byte, B 4-byte
+        assert nn[2] == nt[2] == tt[2] == 0
+    else:
+        assert nn[0] > 0 and nn[1] == 0 and nn[2] > 0, nn     # B copied, A through registers
+        assert nt[0] == nt[1] == 0 and nt[2] > 0, nt          # both through registers
+        assert tt[0] > 0 and tt[1] == 0 and tt[2] > 0, tt     # A copied, B through registers
 
 
 @needs_nvdisasm

@@ -183,6 +183,9 @@ def test_ec_batches_go_to_ec_wgmma_where_it_measured_faster():
     assert ec_wgmma_pays(1024, 1024, 128, 16, 132) and not ec_wgmma_pays(1024, 1024, 127, 16, 132)
     # A single product: the tiles alone (8 x 9 of them take ec_wgmma, 8 x 8 do not), P @ V-shaped too.
     assert auto(2048, 2048, 128, 1) == "ec_wgmma" and auto(8192, 128, 8192, 1) == "ec_wgmma"
+    # ... down to a quarter of them with K >= 4096: the 128-token products (one row of 43 tiles).
+    assert auto(128, 4096, 4096, 1) == "ec_wgmma" and auto(128, 4096, 4095, 1) == "ec_wmma"
+    assert auto(128, 3073, 4096, 1) == "ec_wgmma" and auto(128, 3072, 4096, 1) == "ec_wmma"   # 33 / 32 tiles
     assert auto(1024, 96 * 9, 64, 1) == "ec_wgmma" and auto(1024, 96 * 8, 64, 1) == "ec_wmma"
     # Elsewhere ec_wmma, batch or not.
     assert gemmlab.plan("auto", 2048, 2048, 128, batch=32, dtype="fp16_ec", arch="sm_80").spec.name == "ec_wmma"

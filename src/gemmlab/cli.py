@@ -262,9 +262,13 @@ def tune_shapes(args) -> tuple[list, dict | None]:
     if args.suite != "models":
         if selecting:
             raise ValueError(f"{', '.join(selecting)}: for --suite models")
-        return (_sizes(args.sizes) if args.sizes else DEFAULT_SIZES), None
-    if args.sizes:
-        raise ValueError("--sizes or --suite models, not both: the suite names its shapes")
+        sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
+        if not args.ops:
+            return sizes, None
+        layouts = tuple(dict.fromkeys(_ops(args.ops)))
+        return sizes, {tuple(s): tuple((o, 1) for o in layouts) for s in sizes}
+    if args.sizes or args.ops:
+        raise ValueError("--sizes and --ops are not for --suite models: the suite names its shapes and layouts")
     from .bench.models import tune_shapes as shapes_of
     uses = shapes_of(_model_cases(args))
     return list(uses), uses
@@ -429,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kernels to tune (default: vectorized warptile pipelined)")
     p.add_argument("--sizes", help="comma list of N or MxNxK (default: the benchmark suite's shapes, "
                    "square 512..8192 and skinny ones)")
+    p.add_argument("--ops", help="with --sizes (or the default shapes): comma list of operand layouts "
+                   "NN, NT, TN, TT (T: that operand a transposed view); each candidate is timed in all of "
+                   "them and ranked by the sum, so the shape's one entry serves them together (default NN)")
     p.add_argument("--suite", choices=("models",), help="models: the shapes of `gemmlab bench --suite models`, "
                    "each timed in the layouts and batches the suite runs it in")
     model_selection_args(p, "with ")

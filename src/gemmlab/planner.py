@@ -247,9 +247,11 @@ def _check_32bit(op: Operand) -> None:
                          f"take each dimension and leading dimension as a 32-bit int (at most {INT32_MAX})")
 
 
-# pipelined's tiles for a side of at most 64: the H100 table's winners at 8192x64x8192 and 64x8192x8192.
-SKINNY_N = {"BM": 128, "BN": 64, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 3}
-SKINNY_M = {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 3}
+# pipelined's tiles for a side of at most 64: the H100 table's winners at 8192x64x8192 and 64x8192x8192,
+# with rows along K transposed through registers (run 87a: 64 x 128 x 16 tiles 82 -> 87% of cuBLAS in NN,
+# 66 -> 79% in NT; no BK = 16 tile was slower that way).
+SKINNY_N = {"BM": 128, "BN": 64, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 3, "REG_TRANSPOSE": 1}
+SKINNY_M = {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 3, "REG_TRANSPOSE": 1}
 
 
 def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
@@ -314,6 +316,9 @@ EC_WGMMA_BATCH_MIN_MACS = 2**31
 EC_WGMMA_BATCH_MIN_INTENSITY = 192
 
 
+EC_WGMMA_LONG_K = 4096
+
+
 def ec_wgmma_pays(M: int, N: int, K: int, batch: int, sm_count: int) -> bool:
     """Whether ec_wgmma, not ec_wmma, runs an error-corrected product with
     ``kernel="auto"`` on Hopper.  Its 128 x 96 tiles, of every matrix of the batch
@@ -326,8 +331,12 @@ def ec_wgmma_pays(M: int, N: int, K: int, batch: int, sm_count: int) -> bool:
     small batch does not repay ec_wgmma's fixed cost.  Measured on an H100 (batches
     of attention's products and small products, both kernels through the public
     call: benchmarks/NOTES.md, run 85b).  A single product keeps the tile rule
-    alone (runs 80-83)."""
+    (runs 80-83), down to a quarter of the SMs when K >= EC_WGMMA_LONG_K: the
+    models suite's 128-token products (one row of 43-64 tiles, K 4096-28672) ran
+    1.03-1.61x faster on ec_wgmma than on ec_wmma (run 87a)."""
     tiles = -(-M // registry.EC_WGMMA_BM) * -(-N // registry.EC_WGMMA_BN) * max(batch, 1)
+    if batch <= 1 and K >= EC_WGMMA_LONG_K and 4 * tiles >= sm_count:
+        return True
     if 2 * tiles < sm_count:
         return False
     if batch <= 1:

@@ -199,8 +199,13 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
     def same_launches(plans: tuple) -> tuple:
         """What a candidate runs: its code and launch shape in each use.  A parameter
         that changes neither there (REG_TRANSPOSE of a layout without rows along K) gives
-        a duplicate, timed once."""
+        a duplicate, timed once: the one with the kernel's default value, so that the
+        table does not carry a moot choice to the other layouts it answers for."""
         return tuple((p.name_expression, p.spec.launch(p.params, p.problem)) for p in plans)
+
+    def defaults_kept(plans: tuple) -> int:
+        d = plans[0].spec.defaults()
+        return sum(plans[0].params.get(k) == v for k, v in d.items())
 
     plan_sets = {}
     for (M, N, K) in sizes:
@@ -209,7 +214,9 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
         for s in specs:
             for cfg in candidates(s, M, N, K, gpu.sm_count, fewest):
                 plans = plans_for(s.name, M, N, K, cfg)
-                distinct.setdefault(same_launches(plans), plans)
+                key = same_launches(plans)
+                if key not in distinct or defaults_kept(plans) > defaults_kept(distinct[key]):
+                    distinct[key] = plans
         plan_sets[(M, N, K)] = list(distinct.values())
     todo = {(p.spec.source_path, p.name_expression) for ps in plan_sets.values() for pl in ps for p in pl}
     log(f"tuning {', '.join(kernels)} on {gpu.name}: {sum(map(len, plan_sets.values()))} candidates "
