@@ -261,8 +261,10 @@ def _cp_async_widths(sass: str) -> tuple[int, int]:
 
 
 def _global_loads_128(sass: str) -> int:
-    """16-byte global loads into registers (LDG.E.128) in a kernel's SASS."""
-    return len(re.findall(r"\bLDG\.E\.128\b", sass))
+    """16-byte loads of the operands into registers in a kernel's SASS: LDG.E.128.CONSTANT,
+    the read-only path their const __restrict__ pointers take (the epilogue's reads of C
+    for beta are plain LDG.E.128)."""
+    return len(re.findall(r"\bLDG\.E\.128\.CONSTANT\b", sass))
 
 
 @needs_nvdisasm

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import planner
+from gemmlab import planner, tuned
 from gemmlab.bench.suites import parse_size
 from gemmlab.kernels import registry
 from gemmlab.kernels.registry import Problem
@@ -439,6 +439,7 @@ def test_auto_counts_a_batch_as_tiles(M, N, K, batch, splits):
 # The shipped H100 table at shapes it was not tuned for (planner._fit_nearest): the nearest
 # tuned shape's tile, its split-K chosen again for this shape's tiles.
 H100 = "nvidia-h100-80gb-hbm3"
+H200 = "nvidia-h200"
 
 
 @pytest.mark.parametrize("M, N, K, splits", [
@@ -458,16 +459,22 @@ def test_nearest_tuned_shape_has_its_split_k_fitted(M, N, K, splits):
 
 def test_an_output_128_wide_takes_64_x_128_tiles():
     """Attention's P @ V (N = 128): a 128 x 256 tile from the nearest tuned shape
-    (2048^3) would compute half zeros; 64 x 128 tiles, split for a single product."""
+    (2048^3 in the H200's table) would compute half zeros; 64 x 128 tiles, split for a
+    single product.  The H100's table has P @ V's own shapes (tuned in batches of 32
+    and 128): their winners, and for a single product the split chosen again."""
     for batch, splits in ((32, 1), (128, 1), (1, 4)):
-        p = gemmlab.plan("auto", 2048, 128, 2048, sm_count=132, gpu_slug=H100, arch="sm_90a", batch=batch)
+        p = gemmlab.plan("auto", 2048, 128, 2048, sm_count=132, gpu_slug=H200, arch="sm_90a", batch=batch)
         assert p.params == {**PIPE_DEFAULTS, **planner.SKINNY_M, "SPLITK": splits}
-    p = gemmlab.plan("auto", 4096, 128, 4096, sm_count=132, gpu_slug=H100, arch="sm_90a", batch=32)
-    assert (p.params["BM"], p.params["BN"]) == (64, 128)    # not the nearest shape's 128 x 64
+        p = gemmlab.plan("auto", 2048, 128, 2048, sm_count=132, gpu_slug=H100, arch="sm_90a", batch=batch)
+        own = tuned.load_table(H100).shapes["2048x128x2048"]["best"]["params"]
+        assert p.params == {**own, "SPLITK": splits}
+    for slug in (H100, H200):
+        p = gemmlab.plan("auto", 4096, 128, 4096, sm_count=132, gpu_slug=slug, arch="sm_90a", batch=32)
+        assert (p.params["BM"], p.params["BN"]) == (64, 128)    # not a neighbour's 128 x 64
     # A tuned tile already 128 wide stays (512^3's, for 512x128x512).
-    tuned = gemmlab.plan("auto", 512, 512, 512, sm_count=132, gpu_slug=H100, arch="sm_90a").params
-    p = gemmlab.plan("auto", 512, 128, 512, sm_count=132, gpu_slug=H100, arch="sm_90a", batch=32)
-    assert p.params == {**tuned, "SPLITK": 1}
+    square = gemmlab.plan("auto", 512, 512, 512, sm_count=132, gpu_slug=H200, arch="sm_90a").params
+    p = gemmlab.plan("auto", 512, 128, 512, sm_count=132, gpu_slug=H200, arch="sm_90a", batch=32)
+    assert p.params == {**square, "SPLITK": 1}
 
 
 @pytest.mark.parametrize("shape", ["256x4096x4096", "8192x64x8192", "1024x1024x1024"])

@@ -190,14 +190,19 @@ def test_tuner_verifies_every_candidate_and_all_pass(tmp_path, monkeypatch):
     is correct on an odd shape: the search space holds only verified configurations."""
     monkeypatch.setattr(tuning, "FINALISTS", 1)
     out = tmp_path / "t.json"
-    tuning.tune(["pipelined"], [(257, 129, 77)], output=out, quiet=True)
+    # Odd sizes (the scalar variant) and sizes that are multiples of 4 but of no tile (the
+    # 16-byte one, where REG_TRANSPOSE changes the code; in the other, both values are one
+    # instantiation and the tuner times it once).
+    shapes = [(257, 129, 77), (260, 132, 76)]
+    tuning.tune(["pipelined"], shapes, output=out, quiet=True)
     prog = json.loads(tuned.progress_path(_slug()).read_text())
-    results = prog["results"]["257x129x77"]["candidates"]
     from gemmlab.runtime.device import gpu_info
-    expected = candidates(PIPE, 257, 129, 77, gpu_info(0).sm_count)
-    assert len(results) == len(expected) and any(c["SPLITK"] > 1 for c in expected)
-    bad = {k: r for k, r in results.items() if r["status"] != "ok"}
-    assert not bad
+    for (M, N, K), distinct in zip(shapes, (0.5, 1)):
+        results = prog["results"][f"{M}x{N}x{K}"]["candidates"]
+        expected = candidates(PIPE, M, N, K, gpu_info(0).sm_count)
+        assert len(results) == distinct * len(expected) and any(c["SPLITK"] > 1 for c in expected)
+        bad = {k: r for k, r in results.items() if r["status"] != "ok"}
+        assert not bad
 
 
 def _slug():

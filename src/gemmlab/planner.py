@@ -503,7 +503,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         found = table.lookup(kernel, M, N, max(K, 1)) if table else None
         if found:
             asked, (kernel, tile_params) = kernel, found
-            if not table.measured_at(asked, M, N, max(K, 1)):
+            if not table.measured_at(asked, M, N, max(K, 1), batch):
                 tile_params = _fit_nearest(registry.get(kernel), tile_params, M, N, K, sm_count, batch)
             tile_params = _fit_split_k(registry.get(kernel), tile_params, K)
     if kernel == "auto":

@@ -67,11 +67,14 @@ class TunedTable:
         found = self._memo[key]
         return (found[0], dict(found[1])) if found else None
 
-    def measured_at(self, kernel: str, M: int, N: int, K: int) -> bool:
-        """Whether this very shape was tuned for ``kernel`` (lookup's answer is then
-        its own winner, not a neighbour's)."""
+    def measured_at(self, kernel: str, M: int, N: int, K: int, batch: int = 1) -> bool:
+        """Whether this very shape was tuned for ``kernel`` in a batch of this size
+        (an entry without uses: one matrix); lookup's answer is then its own winner,
+        split-K included, not a neighbour's."""
         entry = self.shapes.get(shape_key(M, N, K), {})
-        return bool(entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel))
+        batches = {u.get("batch", 1) for u in entry.get("uses", [{"batch": 1}])}
+        won = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)
+        return bool(won) and max(batch, 1) in batches
 
     def _nearest(self, kernel: str, M: int, N: int, K: int) -> tuple[str, dict] | None:
         best, best_d = None, math.inf
