@@ -87,6 +87,22 @@ def test_lookup_takes_the_nearest_tuned_shape():
     assert t.lookup("pipelined", 4096, 4096, 4096) is None
 
 
+def test_lookup_prefers_shapes_tuned_in_the_same_layout():
+    """A winner tuned in another layout is a neighbour's answer only where no shape was
+    tuned in this one (run 87: a TN weight gradient's 128 x 128 x 16 tile, a hair
+    nearer than an NN shape, ran an NT product at 79% of cuBLAS)."""
+    tn, nn = {"BM": 128, "BN": 128, "BK": 16}, {"BM": 128, "BN": 256, "BK": 8}
+    t = TunedTable("x", {
+        "6144x4096x8192": {"best": _win("pipelined", tn), "kernels": {"pipelined": _win("pipelined", tn)},
+                           "uses": [{"ops": "TN", "batch": 1}]},
+        "8192x4096x6145": {"best": _win("pipelined", nn), "kernels": {"pipelined": _win("pipelined", nn)}},
+    })
+    assert t.lookup("auto", 8192, 4096, 14336, "TN") == ("pipelined", tn)
+    assert t.lookup("auto", 8192, 4096, 14336, "NN") == ("pipelined", nn)
+    assert t.lookup("auto", 8192, 4096, 14336) == ("pipelined", nn)          # NN by default
+    assert t.lookup("auto", 6144, 4096, 8192, "TT") == ("pipelined", tn)     # none in TT: the nearest
+
+
 def test_plan_uses_the_table_for_auto_and_for_named_kernels_without_params(tables):
     shipped, _ = tables
     split = {**PIPE.defaults(), "SPLITK": 4}

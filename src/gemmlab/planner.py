@@ -500,10 +500,10 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
                                                                 aligned16=aligned16)
     if not tile_params and gpu_slug and M and N and dtype == "float32":
         table = tuned.load_table(gpu_slug)
-        found = table.lookup(kernel, M, N, max(K, 1)) if table else None
+        found = table.lookup(kernel, M, N, max(K, 1), op_a + op_b) if table else None
         if found:
             asked, (kernel, tile_params) = kernel, found
-            if not table.measured_at(asked, M, N, max(K, 1), batch):
+            if not table.measured_at(asked, M, N, max(K, 1), batch, op_a + op_b):
                 tile_params = _fit_nearest(registry.get(kernel), tile_params, M, N, K, sm_count, batch)
             tile_params = _fit_split_k(registry.get(kernel), tile_params, K)
     if kernel == "auto":

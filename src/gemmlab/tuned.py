@@ -57,30 +57,38 @@ class TunedTable:
     source: str = ""
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
-    def lookup(self, kernel: str, M: int, N: int, K: int) -> tuple[str, dict] | None:
-        """(kernel, params) tuned for the nearest shape; ``kernel="auto"`` takes the
+    def lookup(self, kernel: str, M: int, N: int, K: int, ops: str = "NN") -> tuple[str, dict] | None:
+        """(kernel, params) tuned for the nearest shape, among the shapes tuned in the
+        layout ``ops`` (op(A), op(B): "NN", "NT", "TN" or "TT"; an entry without uses
+        was tuned in NN) where there are any, else among all; ``kernel="auto"`` takes the
         overall winner.  None if no tuned shape has that kernel.  Memoised: this
         runs on every matmul call."""
-        key = (kernel, M, N, K)
+        key = (kernel, M, N, K, ops)
         if key not in self._memo:
-            self._memo[key] = self._nearest(kernel, M, N, K)
+            self._memo[key] = (self._nearest(kernel, M, N, K, ops)
+                               or self._nearest(kernel, M, N, K, None))
         found = self._memo[key]
         return (found[0], dict(found[1])) if found else None
 
-    def measured_at(self, kernel: str, M: int, N: int, K: int, batch: int = 1) -> bool:
-        """Whether this very shape was tuned for ``kernel`` in a batch of this size
-        (an entry without uses: one matrix); lookup's answer is then its own winner,
-        split-K included, not a neighbour's."""
+    def measured_at(self, kernel: str, M: int, N: int, K: int, batch: int = 1, ops: str = "NN") -> bool:
+        """Whether this very shape was tuned for ``kernel`` in a batch of this size and
+        in this layout (an entry without uses: one matrix, NN); lookup's answer is then
+        its own winner, split-K included, not a neighbour's."""
         entry = self.shapes.get(shape_key(M, N, K), {})
-        batches = {u.get("batch", 1) for u in entry.get("uses", [{"batch": 1}])}
+        uses = {(u.get("ops", "NN"), u.get("batch", 1)) for u in entry.get("uses", [{}])}
         won = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)
-        return bool(won) and max(batch, 1) in batches
+        return bool(won) and (ops, max(batch, 1)) in uses
 
-    def _nearest(self, kernel: str, M: int, N: int, K: int) -> tuple[str, dict] | None:
+    def _nearest(self, kernel: str, M: int, N: int, K: int, ops: str | None) -> tuple[str, dict] | None:
+        """The nearest shape's winner (L1 distance in log2 M, N, K); with ``ops``, only
+        among the shapes tuned in that layout: a configuration that won in another may
+        be the wrong one here (a TN winner's tile for an NT product, run 87)."""
         best, best_d = None, math.inf
         for key, entry in self.shapes.items():
             win = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)
             if not win:
+                continue
+            if ops is not None and ops not in {u.get("ops", "NN") for u in entry.get("uses", [{"ops": "NN"}])}:
                 continue
             m, n, k = parse_shape_key(key)
             d = abs(math.log2(M / m)) + abs(math.log2(N / n)) + abs(math.log2(K / k))
