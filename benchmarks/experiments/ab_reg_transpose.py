@@ -23,6 +23,8 @@ from gemmlab.runtime.compile import precompile
 from gemmlab.bench.timing import time_gpu
 from gemmlab.runtime.device import gpu_info
 
+from fp32_shape_sweep import operands   # the models suite's views (this folder is on sys.path)
+
 # (label, M, N, K, batch, ops): ops as stored, "T" a transposed view.
 SQUARES = [(f"{n}^3 {ops}", n, n, n, 1, ops) for n in (4096, 8192) for ops in ("NN", "NT", "TN", "TT")]
 MODELS = [("qkv.fwd M=2048", 2048, 6144, 4096, 1, "NT"), ("o.fwd M=2048", 2048, 4096, 4096, 1, "NT"),
@@ -36,15 +38,6 @@ TILES = {
     "64x128x16": dict(BM=64, BN=128, BK=16, WM=64, WN=32, WNITER=4, TM=4, STAGES=3),
 }
 ROUNDS = 3
-
-
-def operands(M, N, K, batch, ops):
-    def r(*shape):
-        return torch.rand(shape, device="cuda").mul_(2).sub_(1)
-    lead = (batch,) if batch > 1 else ()
-    a = r(*lead, K, M).transpose(-1, -2) if ops[0] == "T" else r(*lead, M, K)
-    b = r(*lead, N, K).transpose(-1, -2) if ops[1] == "T" else r(*lead, K, N)
-    return a, b
 
 
 def main():
