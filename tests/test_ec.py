@@ -247,23 +247,6 @@ def test_fp32_tc_runs_thin_products_as_fp32(shape):
     assert named.spec.name == "ec_wmma" and named.method in ("fp16_ec", "fp16_ec_scaled", "tf32_ec"), named.describe()
 
 
-def test_fp32_tc_runs_one_row_of_tiles_as_fp32():
-    """128 rows, K = 4096 (a 128-token product of a transformer layer): one row of 11
-    tensor-core tiles, so fp32_tc (kernel="auto") runs FP32 on the CUDA cores, split over
-    K, as accurate as SGEMM (planner.fp32_tc_on_cuda_cores)."""
-    M, N, K = 128, 1000, 4096
-    rng = np.random.default_rng(7)
-    a, b = cp.asarray(make_inputs("normal", M, K, rng)), cp.asarray(make_inputs("normal", K, N, rng))
-    out = cp.full((M, N), np.nan, dtype=np.float32)
-    gemmlab.matmul(a, b, out=out, precision="fp32_tc")
-    p = gemmlab.last_plan()
-    assert p.method == "fp32" and p.problem.dtype == "float32" and "one row of 11" in p.reason, p.describe()
-    assert p.spec.name == "pipelined" and p.params["SPLITK"] > 1, p.describe()
-    ref = reference(a, b, keep_on_gpu=True)
-    err = compare(out, ref)
-    assert err.nonfinite == 0 and err.rel_fro <= 1.5 * compare(a @ b, ref).rel_fro, err
-
-
 # -- ec_wgmma's batches: one launch of each pass for the whole batch --------------------------
 
 def _stored(nb, rows, cols, rng, gap, trans=False):

@@ -158,22 +158,6 @@ def test_fp32_tc_runs_thin_products_on_the_cuda_cores():
     assert fp32_tc_on_cuda_cores(0, 4096, 4096) == ""   # an empty result: nothing to run either way
 
 
-def test_fp32_tc_runs_one_row_of_tiles_on_the_cuda_cores():
-    """A single product of at most 128 rows, K >= 4096, whose 96-wide tensor-core tiles
-    leave more than half of the SMs idle: FP32 on the CUDA cores, split over K (run 87:
-    86-93% of SGEMM against ec_wgmma's 44-68%).  More tiles, a batch, a shorter K or a
-    second row of tiles keep the tensor cores; without an SM count nothing changes."""
-    from gemmlab.planner import fp32_tc_on_cuda_cores
-    why = fp32_tc_on_cuda_cores(128, 4096, 4096, 1, 132)
-    assert why.startswith("M = 128: one row of 43 tensor-core tiles for 132 SMs"), why
-    assert fp32_tc_on_cuda_cores(17, 96 * 65, 4096, 1, 132)                     # 65 tiles
-    assert fp32_tc_on_cuda_cores(128, 96 * 66, 4096, 1, 132) == ""              # 66: half the SMs
-    assert fp32_tc_on_cuda_cores(129, 4096, 4096, 1, 132) == ""                 # two rows
-    assert fp32_tc_on_cuda_cores(128, 4096, 4095, 1, 132) == ""                 # K below 4096
-    assert fp32_tc_on_cuda_cores(128, 4096, 4096, 2, 132) == ""                 # a batch
-    assert fp32_tc_on_cuda_cores(128, 4096, 4096) == ""                         # no SM count
-
-
 def test_ec_batches_go_to_ec_wgmma_where_it_measured_faster():
     """ec_wgmma takes a batch in one launch of each pass; auto gives it a batch whose tiles fill
     half the GPU, with 2^31 multiply-adds in all and 192 per element of A and B in each matrix

@@ -476,8 +476,7 @@ class PreparedCall:
         self.swap = C.layout == "T"      # out^T = op(b)^T op(a)^T: the kernel's A is b
         bt = batching(kv)
         # fp32_tc on a product too thin for the tensor cores to pay: FP32 on the CUDA cores.
-        thin = fp32_tc_on_cuda_cores(kv.M, kv.N, call.K, bt.nz * len(bt.offsets), gpu.sm_count) \
-            if precision == "fp32_tc" and kernel == "auto" else ""
+        thin = fp32_tc_on_cuda_cores(kv.M, kv.N, call.K) if precision == "fp32_tc" and kernel == "auto" else ""
         if thin:
             call = dataclasses.replace(call, dtypes={**call.dtypes, "dtype": "float32"})
             precision = None

@@ -291,30 +291,20 @@ def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) ->
 FP32_TC_CUDA_CORE_SIDE = 16
 
 
-def fp32_tc_on_cuda_cores(M: int, N: int, K: int, batch: int = 1, sm_count: int = 0) -> str:
+def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
     """Why ``precision="fp32_tc"`` with ``kernel="auto"`` runs this product as plain FP32
     on the CUDA cores (the float32 rungs, gemv included), or "" where the tensor cores
-    pay.  The result is IEEE FP32, as accurate as fp32_tc promises.
-
-    - With a side of at most FP32_TC_CUDA_CORE_SIDE the product is a matrix-vector
-      product in disguise: its time is one read of the large operand (or one write of
-      C), which the error-corrected path makes three (exponent histogram, split into
-      parts, the GEMM), with the tensor cores idle for want of work (run 83).
-    - A single product of at most one row of the error-corrected kernels' tiles
-      (M <= 128) whose tiles leave more than half of the ``sm_count`` SMs idle, with K
-      >= EC_WGMMA_LONG_K: the 128-token products of a transformer's layers.  The
-      error-corrected kernels cannot split K; rung 8 does, and ran them at 86-93% of
-      SGEMM against ec_wgmma's 44-68% (benchmarks/NOTES.md, run 87)."""
+    pay.  With a side of at most FP32_TC_CUDA_CORE_SIDE the product is a matrix-vector
+    product in disguise: its time is one read of the large operand (or one write of C),
+    which the error-corrected path makes three (exponent histogram, split into parts,
+    the GEMM), with the tensor cores idle for want of work.  The result is IEEE FP32,
+    as accurate as fp32_tc promises (benchmarks/NOTES.md, run 83)."""
     side = min(M, N, K)
     if 0 < side <= FP32_TC_CUDA_CORE_SIDE:
         name = "M" if side == M else "N" if side == N else "K"
         return (f"{name} = {side} (at most {FP32_TC_CUDA_CORE_SIDE}): a memory-bound product, run as IEEE FP32 "
                 f"on the CUDA cores, where the error-corrected tensor-core path would read its operands "
                 f"three times")
-    tiles = -(-N // registry.EC_WGMMA_BN)
-    if batch <= 1 and 0 < M <= registry.EC_WGMMA_BM and K >= EC_WGMMA_LONG_K and 2 * tiles < sm_count:
-        return (f"M = {M}: one row of {tiles} tensor-core tiles for {sm_count} SMs, and the error-corrected "
-                f"kernels do not split K; run as IEEE FP32 on the CUDA cores, split over K")
     return ""
 
 
