@@ -314,8 +314,8 @@ def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
 # and writes every element once more than ec_wmma does).
 EC_WGMMA_BATCH_MIN_MACS = 2**31
 EC_WGMMA_BATCH_MIN_INTENSITY = 192
-
-
+# A single product with K at least this takes ec_wgmma from a quarter of the SMs' worth of
+# tiles (ec_wgmma_pays).
 EC_WGMMA_LONG_K = 4096
 
 
