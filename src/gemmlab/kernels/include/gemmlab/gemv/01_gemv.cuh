@@ -168,24 +168,25 @@ struct GemvStagedA {
     }
 };
 
-// A lane's sum runs over many products of K: K / 32 of them in the column path, a
-// split's K / KC chunks of LOADS in the row path.  Adding each chunk's partial sum
-// into a second one (total) makes the rounding error grow with the chunk's length
-// plus the number of chunks instead of their product, which keeps a decode step's
-// error at SGEMM's (fp32_tc runs thin products here: benchmarks/NOTES.md, run 87).
-// It costs an add per chunk and a register per accumulator, so only for float32
+// A lane's running sums (its rows of op(A) x its columns of C; acc, total below), for
+// input type S.  A sum runs over many products of K: K / 32 of them in the
+// column path, a split's K / KC chunks of LOADS in the row path.  Adding each chunk's
+// partial sum into a second one (total) makes the rounding error grow with the
+// chunk's length plus the number of chunks instead of their product, which keeps a
+// decode step's error at SGEMM's (fp32_tc runs thin products here: benchmarks/NOTES.md,
+// run 87).  It costs an add per chunk and a register per sum, so only for float32
 // inputs (16-bit ones are rounded far more coarsely than their FP32 sums; and at one
 // row the column path's two blocks an SM leave it no register to spare) and where the
-// accumulators are few (MT rows x 4 columns a lane: at 16 rows the row path has none
-// to spare either).
+// sums are few (at most 16: at 16 rows the row path has no register to spare either).
 template <class S>
-__host__ __device__ constexpr bool gemv_blocked_sums(int accumulators) {
-    return sizeof(S) == 4 && accumulators <= 16;
+__host__ __device__ constexpr bool gemv_blocked_sums(int sums) {
+    return sizeof(S) == 4 && sums <= 16;
 }
 
-template <bool BLOCKED, int ROWS, int COLS>
-__device__ __forceinline__ void gemv_add_block(float (&total)[ROWS][COLS], float (&acc)[ROWS][COLS]) {
-    if constexpr (BLOCKED) {
+// The end of a chunk: its partial sums (acc) into the running ones (total), where blocked.
+template <class S, int ROWS, int COLS>
+__device__ __forceinline__ void gemv_end_chunk(float (&total)[ROWS][COLS], float (&acc)[ROWS][COLS]) {
+    if constexpr (gemv_blocked_sums<S>(ROWS * COLS)) {
 #pragma unroll
         for (int m = 0; m < ROWS; ++m)
 #pragma unroll
@@ -194,6 +195,22 @@ __device__ __forceinline__ void gemv_add_block(float (&total)[ROWS][COLS], float
                 acc[m][v] = 0.0f;
             }
     }
+}
+
+// A lane's sum of output (m, v) once K is done.
+template <class S, int ROWS, int COLS>
+__device__ __forceinline__ float gemv_sum(const float (&total)[ROWS][COLS], const float (&acc)[ROWS][COLS], int m,
+                                          int v) {
+    return gemv_blocked_sums<S>(ROWS * COLS) ? total[m][v] : acc[m][v];
+}
+
+// dst = src, element by element: the next chunk's loads, in registers, become this chunk's.
+__device__ __forceinline__ void copy_registers(unsigned& dst, unsigned src) { dst = src; }
+
+template <class T, int N>
+__device__ __forceinline__ void copy_registers(T (&dst)[N], const T (&src)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) copy_registers(dst[i], src[i]);
 }
 
 template <int MT, int VEC, char OPA, class S, class O>
@@ -211,7 +228,7 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
 #pragma unroll
         for (int r = 0; r < R; ++r) col[r] = B + (long long)min(n0 + R * warp + r, N - 1) * ldb;
         for (int m0 = 0; m0 < M; m0 += MT) {
-            float acc[MT][R] = {}, total[MT][R] = {};   // total: see gemv_blocked_sums
+            float acc[MT][R] = {}, total[MT][R] = {};
             GemvStagedA<MT, VEC, OPA, S> a;
             unsigned b[R][Chunk::LOADS][Chunk::WORDS], b_next[R][Chunk::LOADS][Chunk::WORDS];
             // One chunk's loads (of op(A) and of the warp's columns), checked against K
@@ -271,20 +288,15 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
                             for (int q = 0; q < Q; ++q) acc[m][r] = fmaf(aq[q], bq[r][q], acc[m][r]);
                     }
                 }
-                gemv_add_block<gemv_blocked_sums<S>(MT * R)>(total, acc);
-#pragma unroll
-                for (int r = 0; r < R; ++r)
-#pragma unroll
-                    for (int j = 0; j < Chunk::LOADS; ++j)
-#pragma unroll
-                        for (int i = 0; i < Chunk::WORDS; ++i) b[r][j][i] = b_next[r][j][i];
+                gemv_end_chunk<S>(total, acc);
+                copy_registers(b, b_next);
             }
             // Each sum across the warp; lanes take turns storing them.
 #pragma unroll
             for (int m = 0; m < MT; ++m)
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    const float sum = warp_sum(gemv_blocked_sums<S>(MT * R) ? total[m][r] : acc[m][r]);
+                    const float sum = warp_sum(gemv_sum<S>(total, acc, m, r));
                     const int n = n0 + R * warp + r;
                     if (lane == (m * R + r) % 32 && m0 + m < M && n < N)
                         store_scaled_as(&C[(long long)(m0 + m) * ldc + n], sum, alpha, beta);
@@ -339,7 +351,7 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(B + (long long)k * ldb + col));
         };
         for (int m0 = 0; m0 < M; m0 += MT) {
-            float acc[MT][VEC] = {}, total[MT][VEC] = {};   // total: see gemv_blocked_sums
+            float acc[MT][VEC] = {}, total[MT][VEC] = {};
             GemvStagedA<MT, VEC, OPA, S, KC> a;
             unsigned b[LOADS][WORDS], b_next[LOADS][WORDS];
             // One chunk's loads (op(A)'s and the warp's rows), checked against K and N
@@ -390,14 +402,11 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
                             for (int v = 0; v < VEC; ++v) acc[m][v] = fmaf(aq[i], bq[i][v], acc[m][v]);
                     }
                 }
-                gemv_add_block<gemv_blocked_sums<S>(MT * VEC)>(total, acc);
-#pragma unroll
-                for (int j = 0; j < LOADS; ++j)
-#pragma unroll
-                    for (int i = 0; i < WORDS; ++i) b[j][i] = b_next[j][i];
+                gemv_end_chunk<S>(total, acc);
+                copy_registers(b, b_next);
             }
             // The warps' sums, RM rows of C at a time (indices known at compile time:
-            // acc stays in registers), then each thread adds up one output across the
+            // the sums stay in registers), then each thread adds up one output across the
             // warps, in warp order (the same result at every run).
 #pragma unroll
             for (int r0 = 0; r0 < MT; r0 += RM) {
@@ -405,8 +414,7 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
 #pragma unroll
                 for (int m = 0; m < RM; ++m)
 #pragma unroll
-                    for (int v = 0; v < VEC; ++v)
-                        partial[warp][m][VEC * lane + v] = gemv_blocked_sums<S>(MT * VEC) ? total[r0 + m][v] : acc[r0 + m][v];
+                    for (int v = 0; v < VEC; ++v) partial[warp][m][VEC * lane + v] = gemv_sum<S>(total, acc, r0 + m, v);
                 __syncthreads();
                 for (int i = threadIdx.x; i < RM * COLS; i += GEMV_THREADS) {
                     const int m = m0 + r0 + i / COLS, col = n0 + i % COLS;

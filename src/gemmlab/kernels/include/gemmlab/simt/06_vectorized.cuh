@@ -33,6 +33,16 @@ __device__ __forceinline__ void load_tile_vec4(float* smem, const float* __restr
     }
 }
 
+// Elements (r, c .. c+3) of a tile, held as one float4, into shared memory
+// transposed: smem[(c + j) * SLD + r].
+template <int SLD>
+__device__ __forceinline__ void store4_transposed(float* smem, int r, int c, float4 v) {
+    smem[(c + 0) * SLD + r] = v.x;
+    smem[(c + 1) * SLD + r] = v.y;
+    smem[(c + 2) * SLD + r] = v.z;
+    smem[(c + 3) * SLD + r] = v.w;
+}
+
 // Copy the ROWS x COLS tile at (row0, col0) into shared memory transposed
 // (smem[c * SLD + r]), so that a thread's consecutive rows sit next to each
 // other and can be read with one 16-byte shared load.  VEC selects float4
@@ -48,11 +58,7 @@ __device__ __forceinline__ void load_tile_transposed(float* smem, const float* _
         for (int step = 0; step < ROWS * COLS / 4 / THREADS; ++step) {
             const int i = step * THREADS + tid;
             const int r = i / (COLS / 4), c = (i % (COLS / 4)) * 4;
-            const float4 v = load4_or_zero(g, ld, row0 + r, col0 + c, rows, cols);
-            smem[(c + 0) * SLD + r] = v.x;
-            smem[(c + 1) * SLD + r] = v.y;
-            smem[(c + 2) * SLD + r] = v.z;
-            smem[(c + 3) * SLD + r] = v.w;
+            store4_transposed<SLD>(smem, r, c, load4_or_zero(g, ld, row0 + r, col0 + c, rows, cols));
         }
     } else {
         static_assert((ROWS * COLS) % THREADS == 0, "tile must split evenly over the threads");

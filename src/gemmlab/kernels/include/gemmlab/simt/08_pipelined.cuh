@@ -58,9 +58,9 @@ __device__ __forceinline__ void cp_async_tile_transposed(float* smem, const floa
 }
 
 // The other way to transpose a tile whose rows run along K (a row-major A, a
-// column-major B): 16-byte global loads into registers when a K-step's copies are
-// issued, written to shared memory transposed (smem[c * SLD + r]) once that step's
-// math is done.  A quarter of the 4-byte copies' requests, for ROWS * COLS / THREADS
+// column-major B): rung 6's transposing copy (load_tile_transposed) cut in two,
+// 16-byte global loads into registers when a K-step's copies are issued, written to
+// shared memory transposed (store4_transposed) once that step's math is done.  A quarter of the 4-byte copies' requests, for ROWS * COLS / THREADS
 // registers held across the math; consecutive threads read consecutive 16-byte
 // chunks of a row, so the loads coalesce.  Needs the same alignment as VEC.
 template <int ROWS, int COLS, int THREADS>
@@ -96,11 +96,7 @@ struct RegisterTransposedTile {
 #pragma unroll
         for (int step = 0; step < PER_THREAD; ++step) {
             const int i = step * THREADS + tid;
-            const int r = i / (COLS / 4), c = (i % (COLS / 4)) * 4;
-            smem[(c + 0) * SLD + r] = v[step].x;
-            smem[(c + 1) * SLD + r] = v[step].y;
-            smem[(c + 2) * SLD + r] = v[step].z;
-            smem[(c + 3) * SLD + r] = v[step].w;
+            store4_transposed<SLD>(smem, i / (COLS / 4), (i % (COLS / 4)) * 4, v[step]);
         }
     }
 };
