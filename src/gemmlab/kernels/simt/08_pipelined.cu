@@ -104,8 +104,7 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
         }
         // Registers loaded at the top of this step go to step kt-1's stage, free since the
         // barrier above; the next iteration's barrier orders them before any read.
-        if (A_IN_REGS || B_IN_REGS)
-            if (refill) land(kt + STAGES - 1);
+        if (refill) land(kt + STAGES - 1);
     }
     __pipeline_wait_prior(0);
     store_warp_subtiles<WMITER, WNITER, WSUBM, WSUBN, TM, TN, VEC>(
