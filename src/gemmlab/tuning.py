@@ -17,6 +17,7 @@ shape nearest to it (in log2 M, log2 N, log2 K).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -143,7 +144,11 @@ class _Use:
         self.a_mem, a, lda = stored(M, K, ops[0])
         self.b_mem, b, ldb = stored(K, N, ops[1])
         self.c = cp.empty((batch, M, N), cp.float32)
-        self.ref = cp.matmul(a.astype(cp.float64), b.astype(cp.float64))
+        # The FP64 reference of the first, middle and last matrices only: a wrong
+        # candidate is wrong in every matrix's tiles, and a whole batch's reference can
+        # outgrow the GPU (attention's 128 x 4096 x 4096 products: 17 GB, run 87).
+        self.checked = sorted({0, batch // 2, batch - 1})
+        self.ref = cp.matmul(a[self.checked].astype(cp.float64), b[self.checked].astype(cp.float64))
         self.views = (a, b)
         self.lds = (lda, ldb, N)
         self.strides = (M * K, K * N, M * N) if batch > 1 else (0, 0, 0)
@@ -250,7 +255,9 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
                     for p, u in zip(plans, on_gpu):
                         u.c.fill(np.nan)
                         u.run(p, gpu, stream)
-                        errs.append(compare(u.c, u.ref))
+                        e = compare(u.c[u.checked], u.ref)   # and every matrix written, finite:
+                        unwritten = int(u.c.size - cp.count_nonzero(cp.isfinite(u.c)))
+                        errs.append(dataclasses.replace(e, nonfinite=max(e.nonfinite, unwritten)))
                     err = max(errs, key=lambda e: (e.nonfinite, e.rel_fro))
                 except Exception as exc:   # a launch the GPU refuses: record it, go on
                     results[ckey] = {"params": plans[0].params, "status": f"error: {type(exc).__name__}: {exc}"}
