@@ -154,10 +154,10 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
     if name == "wgmma":
         # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8-byte barriers a
         # stage and 1 KiB of alignment slack within 227 KiB; BM in 64-row warpgroups, BN one wgmma N;
-        # clusters of 1 or 2 blocks.
+        # clusters of 1 or 2 blocks, which share B in 64-column boxes (BN = 64: no cluster).
         smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
-        return (p["BM"] in (64, 128) and p["BN"] in (128, 256) and p["STAGES"] >= 3 and smem <= 227 * 1024
-                and p["CLUSTER"] in (1, 2))
+        return (p["BM"] in (64, 128) and p["BN"] in (64, 128, 256) and p["STAGES"] >= 3 and smem <= 227 * 1024
+                and p["CLUSTER"] in (1, 2) and (p["BN"] > 64 or p["CLUSTER"] == 1))
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
         # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
@@ -808,19 +808,19 @@ def test_wgmma_auto_tile(M, N, sm_count, tile):
 
 @pytest.mark.parametrize("M, N, K, ops, batch, tile, splits", [
     (1, 4096, 128256, "NN", 1, (64, 128), 4),    # lm_head's dY @ W at one token: 32 tiles of 64x128
-    (16, 4096, 4096, "NN", 1, (64, 128), 4),     # o's dY @ W at 16 tokens: 64 K-steps, 16 a slice
+    (16, 4096, 14336, "NN", 1, (64, 128), 4),    # down's x @ W.t() at 16 tokens: 224 K-steps, 56 a slice
     (1, 4096, 1024, "NN", 1, (64, 128), 1),      # 16 K-steps: too short to split
     (1, 4096, 2048, "NN", 1, (64, 128), 2),      # 32 K-steps: two slices of 16
     (128, 4096, 128256, "NN", 1, (128, 128), 4),  # 64 < M <= 128: one tile-row of 128x128, 32 tiles
     (128, 4096, 28672, "NN", 1, (128, 128), 4),
-    (128, 6144, 4096, "NT", 1, (128, 128), 2),   # qkv's x @ W.t() at 128 tokens: 48 tiles
+    (128, 6144, 16384, "NT", 1, (128, 128), 2),  # 48 tiles; the narrow tile's 96 too few for 256 K-steps
     (128, 14336, 4096, "NN", 1, (128, 128), 1),  # 112 tiles: more than half the SMs
     (300, 1000, 4096, "NN", 1, (64, 128), 3),    # 5 x 8 tiles of 64x128: 3 x 40 <= 132
     (16, 28672, 4096, "NT", 1, (64, 256), 1),    # 128x256 tiles fill the GPU; M <= 64: 64x256
     (4096, 4096, 4096, "NN", 1, (128, 256), 1),  # 512 tiles of 128x256
     (2048, 2048, 8192, "NN", 1, (128, 256), 1),  # 128 tiles: enough
     (16, 4096, 4096, "NN", 8, (64, 256), 1),     # a batch of 8 x 16 tiles of 128x256 fills the GPU
-    (16, 4096, 4096, "NN", 2, (64, 128), 2),     # 2 x 32 tiles
+    (4, 4096, 4096, "NN", 2, (64, 128), 2),      # 2 x 32 tiles; 4 rows: no narrow tile
 ])
 def test_wgmma_auto_splits_k_where_tiles_leave_sms_idle(M, N, K, ops, batch, tile, splits):
     """kernel="auto" on Hopper (16-bit): SPLITK fills the SMs the tiles leave idle, each slice
@@ -835,6 +835,38 @@ def test_wgmma_auto_splits_k_where_tiles_leave_sms_idle(M, N, K, ops, batch, til
     assert p.params in WGMMA.configurations()
     # The split instantiation writes FP32 partial products; the plan's output stays bf16.
     assert (", true, '" in p.name_expression) == (splits > 1) and p.problem.out_dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("M, N, K, ops, batch, tile", [
+    (16, 4096, 4096, "NT", 1, (64, 64, 12)),     # o's x @ W.t() at 16 tokens: 64 tiles of 64x64, 64 K-steps
+    (16, 4096, 6144, "NN", 1, (64, 64, 12)),     # qkv's dY @ W: 96 K-steps
+    (128, 4096, 4096, "NN", 1, (64, 64, 12)),    # 2 x 64 tiles: one round
+    (128, 6144, 4096, "NT", 1, (64, 128, 8)),    # 2 x 96 tiles of 64x64: two rounds; 2 x 48 of 64x128
+    (128, 4096, 14336, "NT", 1, (64, 64, 12)),   # down's x @ W.t(): 128 tiles, 224 K-steps
+    (5, 4096, 4096, "TT", 1, (64, 64, 12)),
+    (16, 4096, 4096, "NN", 2, (64, 64, 12)),     # 2 x 64 tiles
+])
+def test_wgmma_auto_narrow_tile_replaces_split_k(M, N, K, ops, batch, tile):
+    """Products of 5 to 128 rows (16-bit) that split-K would serve run unsplit on 64 x 64
+    (or 64 x 128) tiles with the deepest ring that fits (wgmma_narrow_tile, run 88c)."""
+    p = gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=132,
+                     op_a=ops[0], op_b=ops[1], batch=batch)
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"], p.params["STAGES"]) == tile, p.describe()
+    assert p.params["SPLITK"] == 1 and p.params in WGMMA.configurations()
+    assert registry.wgmma_narrow_tile(M, N, K, 132, batch) == {**p.params, "CLUSTER": 1}
+
+
+@pytest.mark.parametrize("M, N, K, ops, why", [
+    (4, 4096, 4096, "NN", "fewer rows than WGMMA_NARROW_MIN_M: split"),
+    (16, 4096, 14336, "NN", "64 tiles and 224 K-steps: split"),
+    (16, 4096, 28672, "NN", "448 K-steps: split"),
+    (300, 1000, 4096, "NN", "more rows than WGMMA_NARROW_MAX_M"),
+    (16, 14336, 4096, "NN", "112 tiles of 64x128: no split to replace"),
+])
+def test_wgmma_auto_keeps_split_or_wide_tiles_elsewhere(M, N, K, ops, why):
+    p = gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=132,
+                     op_a=ops[0], op_b=ops[1])
+    assert p.params["BN"] != 64 and p.params["STAGES"] == 4, (why, p.describe())
 
 
 def test_wgmma_auto_tf32_keeps_its_tiles_and_splits():
@@ -984,7 +1016,9 @@ def test_wgmma_shared_memory_rule():
     assert {"BM": 128, "BN": 256, "STAGES": 5, "CLUSTER": 1} not in WGMMA.configurations()
     with pytest.raises(ValueError, match=r"must fit in the 227 KiB"):
         WGMMA.resolve({"BM": 128, "BN": 256, "STAGES": 5})
-    assert len(WGMMA.configurations()) == 22 * len(registry.SPLITK_VALUES)
+    assert len(WGMMA.configurations()) == 33 * len(registry.SPLITK_VALUES)
+    with pytest.raises(ValueError, match=r"BN = 64 runs without clusters"):
+        WGMMA.resolve({"BM": 64, "BN": 64, "CLUSTER": 2})
     assert max(WGMMA.launch(p, Problem(1, 1, 1, True)).smem_bytes for p in WGMMA.configurations()) <= 227 * 1024
 
 
@@ -1002,7 +1036,7 @@ def test_wgmma_name_expressions():
             f"gemmlab::wgmma_gemm<1, 3, 128, 256, 4, {d['CLUSTER']}, true, 'N', 'N'>"
     # Unsplit: 16-bit (4 type pairs) in every layout, TF32 in NN only; split: 2 16-bit types
     # in every layout, TF32 in NN.
-    assert len(WGMMA.all_name_expressions()) == 22 * (4 * 4 + 1) + 22 * (2 * 4 + 1)
+    assert len(WGMMA.all_name_expressions()) == 33 * (4 * 4 + 1) + 33 * (2 * 4 + 1)
     assert WGMMA.name_expression(d, prob.with_layout("N", "T")) == \
         f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, false, 'N', 'T'>"
 

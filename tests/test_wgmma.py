@@ -154,6 +154,28 @@ def test_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, c
            expect=expect)
 
 
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("bm", [64, 128])
+@pytest.mark.parametrize("dtype, out_dtype, ops", [("float16", "float32", "NN"), ("bfloat16", "bfloat16", "NT"),
+                                                   ("float16", "float16", "TN"), ("bfloat16", "float32", "TT"),
+                                                   ("tf32", "float32", "NN")])
+@pytest.mark.parametrize("shape", [(1, 4100, 520), (16, 130, 1000), (129, 257, 65), (300, 70, 3000)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
+def test_narrow_tile_in_every_layout(bm, dtype, out_dtype, ops, shape, alpha, beta, caplog):
+    """BN = 64 (the tile of products with few rows: m64n64 wgmmas, one box of B a K-step) on
+    shapes that are multiples of no tile, each layout read as stored, both epilogues (the
+    TMA store with beta = 0, the registers' stores with beta != 0)."""
+    M, N, K = shape
+    # (a vector's layout is ambiguous: a 'T' view with a dimension of 1 may fall back)
+    expect = "wgmma" if min(shape) > 1 or ops == "NN" else None
+    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M + N + K + bm), caplog, ops=ops,
+           expect=expect, BM=bm, BN=64)
+    if expect:
+        assert gemmlab.last_plan().params["BN"] == 64
+
+
 # Every tile configuration unsplit; split-K on a few of them (test_split_k_in_every_tile).
 UNSPLIT_CONFIGS = [p for p in registry.get("wgmma").configurations() if p["SPLITK"] == 1]
 
@@ -472,7 +494,8 @@ def test_split_k_on_odd_shapes(dtype, out_dtype, ops, shape, alpha, beta, caplog
 
 @hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", [dict(BM=64, BN=128), dict(BM=128, BN=128), dict(BM=64, BN=256),
+@pytest.mark.parametrize("tile", [dict(BM=64, BN=64), dict(BM=128, BN=64), dict(BM=64, BN=128), dict(BM=128, BN=128),
+                                  dict(BM=64, BN=256),
                                   dict(BM=128, BN=256), dict(BM=64, BN=128, CLUSTER=2),
                                   dict(BM=128, BN=256, CLUSTER=2)], ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
 @pytest.mark.parametrize("splits", [2, 16])
@@ -524,7 +547,7 @@ def test_split_k_alpha_zero_reads_neither_a_nor_b(out_dtype):
 
 @hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("M, N, K, ops", [(1, 4096, 8192, "NN"), (16, 4096, 4096, "NN"), (128, 4096, 28672, "NN"),
+@pytest.mark.parametrize("M, N, K, ops", [(1, 4096, 8192, "NN"), (16, 4096, 14336, "NN"), (128, 4096, 28672, "NN"),
                                           (16, 2048, 4096, "NT")])
 def test_auto_splits_few_tiles_with_a_long_k(M, N, K, ops, caplog):
     """kernel="auto" on a product whose tiles leave most SMs idle (a decode step's dY @ W):
@@ -542,3 +565,27 @@ def test_auto_splits_few_tiles_with_a_long_k(M, N, K, ops, caplog):
         assert p.params["SPLITK"] * -(-M // p.params["BM"]) * -(-N // p.params["BN"]) <= sm
         ref = a64 @ b64
         assert float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N, K, ops, tile", [(16, 4096, 4096, "NT", (64, 64, 12)), (100, 4096, 6144, "NN", (64, 64, 12)),
+                                                (128, 6144, 4096, "NT", (64, 128, 8)), (7, 4100, 4000, "TT", (64, 64, 12))])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_auto_narrow_tile_for_a_few_rows(M, N, K, ops, tile, dtype):
+    """kernel="auto" on products of a few rows that split-K served before: one unsplit launch of
+    the narrow deep-ring tile, the result right, twice (the second call through the prepared call)."""
+    rng = np.random.default_rng(M + N + K)
+    ld = lambda n: -(-n // 8) * 8
+    a, a64 = _operand(M, K, ops[0], ld, dtype, rng)
+    b, b64 = _operand(K, N, ops[1], ld, dtype, rng)
+    for _ in range(2):
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, dtype))
+        gemmlab.matmul(a, b, out=out)
+        torch.cuda.synchronize()
+        p = gemmlab.last_plan()
+        assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"], p.params["STAGES"]) == tile, p.describe()
+        assert p.params["SPLITK"] == 1 and ", false, '" in p.name_expression
+        ref = a64 @ b64
+        assert not torch.isnan(out).any()
+        assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) <= BOUND[dtype]

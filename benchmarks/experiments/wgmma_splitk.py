@@ -16,12 +16,14 @@ import time
 import torch
 
 import gemmlab
+from gemmlab.kernels import registry
 from gemmlab.bench.timing import time_gpu
 
 L2 = 50 << 20
 LAYERS = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
           "lm_head": (4096, 128256)}
-SPLITS = {(64, 128): (1, 2, 3, 4, 6, 8), (128, 128): (1, 2, 4), (64, 256): (1, 2, 4, 8), (128, 256): (1, 2, 4)}
+SPLITS = {(64, 64): (1, 2, 4), (128, 64): (1, 2, 4), (64, 128): (1, 2, 3, 4, 6, 8), (128, 128): (1, 2, 4),
+          (64, 256): (1, 2, 4, 8), (128, 256): (1, 2, 4)}
 
 
 def main():
@@ -29,11 +31,15 @@ def main():
     p.add_argument("--json")
     p.add_argument("--tokens", default="1,16,128")
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--layers", default=",".join(LAYERS), help="comma list of " + ", ".join(LAYERS))
+    p.add_argument("--stages", default="4", help="comma list of STAGES values, each tile and split at each")
+    p.add_argument("--budget-s", type=float, default=0.5, help="timing budget per point")
     args = p.parse_args()
     rows = []
     dt = torch.bfloat16
     t0 = time.time()
-    for layer, (fin, fout) in LAYERS.items():
+    for layer in args.layers.split(","):
+        fin, fout = LAYERS[layer]
         w = torch.randn(fout, fin, device="cuda", dtype=dt) * 0.05
         for M in (int(t) for t in args.tokens.split(",")):
             for product in ("fwd", "dgrad"):
@@ -45,17 +51,20 @@ def main():
                 out = torch.empty(M, N, device="cuda", dtype=dt)
                 torch.matmul(a, b, out=out)
                 ref = out.double().clone()
-                tt = time_gpu(lambda: torch.matmul(a, b, out=out), l2_bytes=L2, reps=args.reps, budget_s=0.5)
+                tt = time_gpu(lambda: torch.matmul(a, b, out=out), l2_bytes=L2, reps=args.reps, budget_s=args.budget_s)
                 entries = [("torch", None, tt.ms, 0.0)]
-                configs = [("auto", {})] + [("wgmma", {"BM": bm, "BN": bn, "SPLITK": s})
-                                            for (bm, bn), ss in SPLITS.items() for s in ss]
+                spec = registry.get("wgmma")
+                configs = [("auto", {})] + [("wgmma", c) for (bm, bn), ss in SPLITS.items() for s in ss
+                                            for st in args.stages.split(",")
+                                            for c in ({"BM": bm, "BN": bn, "STAGES": int(st), "SPLITK": s},)
+                                            if all(r.holds({**spec.defaults(), **c}) for r in spec.constraints)]
                 for kernel, params in configs:
                     out.fill_(float("nan"))
                     gemmlab.matmul(a, b, out=out, kernel=kernel, **params)
                     plan = gemmlab.last_plan()
                     err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
                     tg = time_gpu(lambda: gemmlab.matmul(a, b, out=out, kernel=kernel, **params), l2_bytes=L2,
-                                  reps=args.reps, budget_s=0.5)
+                                  reps=args.reps, budget_s=args.budget_s)
                     entries.append((kernel, plan.describe(), tg.ms, err))
                 for kernel, desc, ms, err in entries:
                     rows.append({"layer": layer, "product": product, "M": M, "N": N, "K": K, "ops": ops,

@@ -75,7 +75,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     constexpr int A_BOX = A_KMAJOR ? TM : 128 / EB;
     constexpr int B_BOX = B_KMAJOR ? TN / CLUSTER : 128 / EB;
     constexpr int CONSUMERS = BM / 64;
-    static_assert(BM % 64 == 0 && (BN == 128 || BN == 256) && (CLUSTER == 1 || CLUSTER == 2), "tile shape");
+    static_assert(BM % 64 == 0 && (BN == 64 || BN == 128 || BN == 256) && (CLUSTER == 1 || CLUSTER == 2), "tile shape");
     static_assert((TN / B_BOX) % CLUSTER == 0, "every block of a cluster copies whole boxes of B");
     static_assert(!SPLIT || ODT == TYPE_FLOAT32, "split-K's partial products are FP32");
     (void)A; (void)lda; (void)B; (void)ldb;

@@ -110,6 +110,30 @@ def wgmma_auto_split(tiles: int, k_steps: int, sm_count: int) -> int:
     return fill_split(tiles, k_steps, sm_count, most=max(SPLITK_VALUES), min_steps=WGMMA_MIN_K_STEPS_PER_SLICE)
 
 
+# The narrow tiles with deep rings that replace split-K on products of a few rows (run 88c,
+# benchmarks/NOTES.md): 64 x BN, unsplit, the ring as deep as shared memory allows.
+WGMMA_NARROW_TILES = ((64, 12), (128, 8))   # (BN, STAGES), narrowest first
+WGMMA_NARROW_MIN_M = 5                      # fewer rows (a decode step's dY @ W) stay split
+WGMMA_NARROW_MAX_M = 128                    # the rows measured: 16 and 128
+
+
+def wgmma_narrow_tile(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict | None:
+    """The unsplit tile for 16-bit products of a few rows that split-K would otherwise
+    serve: 64 x 64 with a ring of 12 K-steps where its tiles (of every matrix) fit in one
+    round, else 64 x 128 with 8; taken where those tiles fill a quarter of the SMs and K
+    has at most 128 K-steps, or three quarters with up to 256 (a memory-bound tile
+    streams faster with more of its K in flight than split into slices that a second
+    kernel adds).  None where neither holds: split-K stays."""
+    k_steps = cdiv(max(K, 1), SWIZZLE_BYTES // 2)
+    for bn, stages in WGMMA_NARROW_TILES:
+        tiles = cdiv(M, 64) * cdiv(N, bn) * batch
+        if tiles <= sm_count:
+            if 4 * tiles >= sm_count and k_steps <= 128 or 4 * tiles >= 3 * sm_count and k_steps <= 256:
+                return {"BM": 64, "BN": bn, "STAGES": stages, "CLUSTER": 1, "SPLITK": 1}
+            return None
+    return None
+
+
 def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
                       dtype: str = "bfloat16") -> dict:
     """wgmma's tile for ``kernel="auto"``: 128x256 (the fastest per tile) unless its tiles
@@ -127,7 +151,11 @@ def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
     but M <= 64 (16-bit), the tile is 64x256: no consumer warpgroup on rows past M.
     Each choice was the fastest, or within a few percent of it, in the GPU-time sweep
     of every tile and split over a Llama-3-8B-sized model's products at 1, 16 and
-    128 tokens (benchmarks/NOTES.md, runs 82a-82b; `wgmma-splitk-run82a.json`)."""
+    128 tokens (benchmarks/NOTES.md, runs 82a-82b; `wgmma-splitk-run82a.json`).
+    Where that split would be taken for 16-bit inputs of WGMMA_NARROW_MIN_M to
+    WGMMA_NARROW_MAX_M rows, wgmma_narrow_tile's unsplit deep-ring tile replaces it where it applies: 17-26%
+    less GPU time on the o and qkv layers' products at 16 and 128 tokens in the sweep
+    with deeper rings (run 88c, `wgmma-bn64-sweep-run88c.json`)."""
     big = cdiv(M, 128) * cdiv(N, 256) * batch
     if 2 * big >= sm_count:
         bm = 64 if K is not None and dtype != "tf32" and M <= 64 else 128
@@ -138,6 +166,10 @@ def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
         tm, tn = wgmma_tile({"BM": bm, "BN": 128}, dtype)
         k_steps = cdiv(max(K, 1), SWIZZLE_BYTES // element_bytes("float32" if dtype == "tf32" else dtype))
         split = wgmma_auto_split(cdiv(M, tm) * cdiv(N, tn) * batch, k_steps, sm_count)
+        if split > 1 and dtype != "tf32" and WGMMA_NARROW_MIN_M <= M <= WGMMA_NARROW_MAX_M:
+            narrow = wgmma_narrow_tile(M, N, K, sm_count, batch)
+            if narrow is not None:
+                return narrow
     return {"BM": bm, "BN": 128, "STAGES": 4, "CLUSTER": 1, "SPLITK": split}
 
 
@@ -268,9 +300,9 @@ SPEC = KernelSpec(
     params=(
         TileParam("BM", (64, 128), 128, "rows of C per block: BM/64 consumer warpgroups of 64 rows "
                                         "(TF32, which computes C^T: columns)"),
-        TileParam("BN", (128, 256), 256, "columns of C per block, the N of every wgmma (BN/2 accumulators "
-                                         "per consumer thread; TF32: rows)"),
-        TileParam("STAGES", (3, 4, 5), 4, "K-steps of A and B tiles (128 bytes of K each) in the "
+        TileParam("BN", (64, 128, 256), 256, "columns of C per block, the N of every wgmma (BN/2 accumulators "
+                                             "per consumer thread; TF32: rows)"),
+        TileParam("STAGES", (3, 4, 5, 8, 12), 4, "K-steps of A and B tiles (128 bytes of K each) in the "
                                           "shared-memory ring"),
         TileParam("CLUSTER", (1, 2), 1, "blocks per cluster: 2 takes two vertically adjacent tiles "
                                         "whose B tile is read once and multicast to both"),
@@ -282,6 +314,8 @@ SPEC = KernelSpec(
         Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*16384 + 16*STAGES + 1024 bytes, must "
                    "fit in the 227 KiB a Hopper block can have",
                    lambda p: wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
+        Constraint("BN = 64 runs without clusters (CLUSTER = 1): a cluster shares whole 64-column boxes of B "
+                   "between its blocks", lambda p: p["BN"] != 64 or p["CLUSTER"] == 1),
     ),
     template_args=_template_args,
     geometry=_geometry,

@@ -284,6 +284,8 @@ __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(ro
 #define GEMMLAB_WGMMA_ACC8(d, i)                                                                 \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
         "+f"(d[i + 6]), "+f"(d[i + 7])
+#define GEMMLAB_WGMMA_ACC32(d) \
+    GEMMLAB_WGMMA_ACC8(d, 0), GEMMLAB_WGMMA_ACC8(d, 8), GEMMLAB_WGMMA_ACC8(d, 16), GEMMLAB_WGMMA_ACC8(d, 24)
 #define GEMMLAB_WGMMA_ACC48(d)                                                                     \
     GEMMLAB_WGMMA_ACC8(d, 0), GEMMLAB_WGMMA_ACC8(d, 8), GEMMLAB_WGMMA_ACC8(d, 16), GEMMLAB_WGMMA_ACC8(d, 24), \
         GEMMLAB_WGMMA_ACC8(d, 32), GEMMLAB_WGMMA_ACC8(d, 40)
@@ -294,6 +296,7 @@ __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(ro
     GEMMLAB_WGMMA_ACC64(d), GEMMLAB_WGMMA_ACC8(d, 64), GEMMLAB_WGMMA_ACC8(d, 72), GEMMLAB_WGMMA_ACC8(d, 80),   \
         GEMMLAB_WGMMA_ACC8(d, 88), GEMMLAB_WGMMA_ACC8(d, 96), GEMMLAB_WGMMA_ACC8(d, 104),                    \
         GEMMLAB_WGMMA_ACC8(d, 112), GEMMLAB_WGMMA_ACC8(d, 120)
+#define GEMMLAB_WGMMA_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define GEMMLAB_WGMMA_REGS48 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
 #define GEMMLAB_WGMMA_REGS64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define GEMMLAB_WGMMA_REGS128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
@@ -334,6 +337,10 @@ template <int N, int DT> struct Wgmma;
         }                                                                                                 \
     };
 
+// m64n64: the wgmma rung's narrow tile (products of a few rows: more blocks, no split).
+GEMMLAB_WGMMA_SS_16BIT(64, TYPE_FLOAT16, "f16", 32, 33, 34, 35, 36)
+GEMMLAB_WGMMA_SS_16BIT(64, TYPE_BFLOAT16, "bf16", 32, 33, 34, 35, 36)
+GEMMLAB_WGMMA_SS_TF32(64, 32, 33, 34)
 // m64n96: the error-corrected kernel's tile (four sets of accumulators a thread).
 GEMMLAB_WGMMA_SS_16BIT(96, TYPE_FLOAT16, "f16", 48, 49, 50, 51, 52)
 GEMMLAB_WGMMA_SS_TF32(96, 48, 49, 50)
@@ -350,6 +357,17 @@ GEMMLAB_WGMMA_SS_TF32(256, 128, 129, 130)
 // (the layout of mma.m16n8k8's A, one 16-row slice per warp); the registers must
 // keep their values until the wgmma has completed (wgmma_wait).
 template <int N, int DT> struct WgmmaRegA;
+
+template <> struct WgmmaRegA<64, TYPE_TF32> {
+    static __device__ __forceinline__ void mma(float* d, const u32 (&a)[4], u64 desc_b, int scale_d) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+            GEMMLAB_WGMMA_REGS32 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+            : GEMMLAB_WGMMA_ACC32(d)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+    }
+};
 
 template <> struct WgmmaRegA<128, TYPE_TF32> {
     static __device__ __forceinline__ void mma(float* d, const u32 (&a)[4], u64 desc_b, int scale_d) {
