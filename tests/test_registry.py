@@ -856,6 +856,20 @@ def test_wgmma_auto_narrow_tile_replaces_split_k(M, N, K, ops, batch, tile):
     assert registry.wgmma_narrow_tile(M, N, K, 132, batch) == {**p.params, "CLUSTER": 1}
 
 
+@pytest.mark.parametrize("M, N, K, ops, batch, tile", [
+    (4096, 128, 4096, "NN", 128, (128, 128)),   # P @ V, head dim 128: a 256-wide tile is half past N
+    (512, 100, 512, "NN", 32, (128, 128)),
+    (2048, 2048, 128, "NT", 32, (128, 128)),    # Q @ K^T: a batch with two K-steps
+    (4096, 4096, 128, "TN", 1, (128, 256)),     # one matrix with a short K (a weight gradient)
+    (4096, 4096, 4096, "NN", 1, (128, 256)),
+    (4096, 4096, 256, "NT", 8, (128, 256)),     # four K-steps
+])
+def test_wgmma_auto_128_columns_for_short_k_batches_and_narrow_n(M, N, K, ops, batch, tile):
+    p = gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=132,
+                     op_a=ops[0], op_b=ops[1], batch=batch)
+    assert (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == tile + (1,), p.describe()
+
+
 @pytest.mark.parametrize("M, N, K, ops, why", [
     (4, 4096, 4096, "NN", "fewer rows than WGMMA_NARROW_MIN_M: split"),
     (16, 4096, 14336, "NN", "64 tiles and 224 K-steps: split"),

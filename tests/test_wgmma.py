@@ -589,3 +589,25 @@ def test_auto_narrow_tile_for_a_few_rows(M, N, K, ops, tile, dtype):
         ref = a64 @ b64
         assert not torch.isnan(out).any()
         assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) <= BOUND[dtype]
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("product", ["qk", "pv"])
+def test_auto_attention_batches_on_128x128(product):
+    """Attention-shaped batches of 32 (head dim 128, odd sequence length): P @ V (N = 128) and
+    Q @ K^T (K = 128) on 128x128 tiles in one launch, the result right."""
+    rng = np.random.default_rng(7)
+    q = torch.from_numpy(random_matrix(32 * 333, 128, "uniform", rng)).cuda().bfloat16().view(32, 333, 128)
+    k = torch.from_numpy(random_matrix(32 * 333, 128, "uniform", rng)).cuda().bfloat16().view(32, 333, 128)
+    a, b = (q, k.transpose(-1, -2)) if product == "qk" else \
+        (torch.softmax(torch.from_numpy(random_matrix(32 * 333, 333, "uniform", rng)).cuda().view(32, 333, 333), -1)
+         .bfloat16(), k)
+    out = torch.full((32, 333, b.shape[-1]), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemmlab.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == (128, 128), p.describe()
+    ref = a.double() @ b.double()
+    assert not torch.isnan(out).any()
+    assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]
