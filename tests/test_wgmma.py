@@ -595,15 +595,16 @@ def test_auto_narrow_tile_for_a_few_rows(M, N, K, ops, tile, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("product", ["qk", "pv"])
 def test_auto_attention_batches_on_128x128(product):
-    """Attention-shaped batches of 32 (head dim 128, odd sequence length): P @ V (N = 128) and
-    Q @ K^T (K = 128) on 128x128 tiles in one launch, the result right."""
+    """Attention-shaped batches of 32 (head dim 128; a sequence length of 336, which TMA can
+    read and no tile divides): P @ V (N = 128) and Q @ K^T (K = 128) on 128x128 tiles in one
+    launch, the result right."""
     rng = np.random.default_rng(7)
-    q = torch.from_numpy(random_matrix(32 * 333, 128, "uniform", rng)).cuda().bfloat16().view(32, 333, 128)
-    k = torch.from_numpy(random_matrix(32 * 333, 128, "uniform", rng)).cuda().bfloat16().view(32, 333, 128)
+    q = torch.from_numpy(random_matrix(32 * 336, 128, "uniform", rng)).cuda().bfloat16().view(32, 336, 128)
+    k = torch.from_numpy(random_matrix(32 * 336, 128, "uniform", rng)).cuda().bfloat16().view(32, 336, 128)
     a, b = (q, k.transpose(-1, -2)) if product == "qk" else \
-        (torch.softmax(torch.from_numpy(random_matrix(32 * 333, 333, "uniform", rng)).cuda().view(32, 333, 333), -1)
+        (torch.softmax(torch.from_numpy(random_matrix(32 * 336, 336, "uniform", rng)).cuda().view(32, 336, 336), -1)
          .bfloat16(), k)
-    out = torch.full((32, 333, b.shape[-1]), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out = torch.full((32, 336, b.shape[-1]), float("nan"), device="cuda", dtype=torch.bfloat16)
     gemmlab.matmul(a, b, out=out)
     torch.cuda.synchronize()
     p = gemmlab.last_plan()
