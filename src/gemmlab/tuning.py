@@ -245,9 +245,6 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
             def runner(plans):
                 return lambda: [u.run(p, gpu, stream) for p, u in zip(plans, on_gpu)]
 
-            if "cublas_ms" not in shape:
-                shape["cublas_ms"] = time_gpu(lambda: [u.cublas() for u in on_gpu], l2_bytes=gpu.l2_bytes,
-                                              reps=CUBLAS_REPS, budget_s=1.0).ms
             for i, plans in enumerate(pending, 1):
                 ckey = candidate_key(plans[0].spec.name, plans[0].params)
                 try:
@@ -276,17 +273,24 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
                     log(f"[shape {si}/{len(sizes)}] {key}: {i}/{len(pending)} candidates "
                         f"({time.time() - t0:.0f} s)")
             # Finalists: the best few per kernel, timed again in interleaved rounds, so
-            # that a slow spell of the GPU (clocks, a neighbour) hits them all alike.
+            # that a slow spell of the GPU (clocks, a neighbour) hits them all alike --
+            # cuBLAS too.  (Timed once before the candidates, on a GPU that had idled while
+            # the operands were built, cuBLAS read up to 2.3x slow on products of 0.1-0.2 ms
+            # in run 87: benchmarks/NOTES.md, run 88.)
             finalists = [ck for spec in specs for ck in _finalists(spec.name, results)
                          if "final_ms" not in results[ck]]
             samples = {ck: [] for ck in finalists}
+            reference = []
             for _ in range(FINAL_ROUNDS):
+                reference += time_gpu(lambda: [u.cublas() for u in on_gpu], l2_bytes=gpu.l2_bytes,
+                                      reps=CUBLAS_REPS, budget_s=0.3).ms_all
                 for ck in finalists:
                     plans = plans_for(ck.split(":", 1)[0], M, N, K, results[ck]["params"])
                     samples[ck] += time_gpu(runner(plans), l2_bytes=gpu.l2_bytes, reps=FINAL_REPS,
                                             budget_s=0.3).ms_all
             for ck in finalists:
                 results[ck]["final_ms"] = float(np.median(samples[ck]))
+            shape["cublas_ms"] = float(np.median(reference))
             shape["final_done"] = True
             shape.update(_winners(kernels, shape))
             prog.save(force=True)
