@@ -1,0 +1,187 @@
+"""What a repeated fp32_tc call on ec_wgmma keeps (executor._DeviceChoice and
+Launcher._launch_after_prepass), on the CPU: gemmlab.matmul's prepared path with
+every launch recorded instead of run (NumPy arrays play device arrays, as in
+emulated_gpu), workspaces at addresses the test chooses.
+
+A call that finds what an earlier one built launches exactly what that one
+launched (same kernels, shapes and argument values) and builds nothing; a call
+with anything new -- an operand's address, alpha, the workspace's address -- builds
+again; a workspace that is not kept (a graph's own, one too large to keep) is
+never remembered; the memos stay bounded.  The GPU side of the same: tests/test_ec.py
+(hit and miss bitwise equal, moved operands) and tests/test_graphs.py (capture)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import emulated_gpu
+import gemmlab
+from gemmlab import executor
+from gemmlab.kernels.ec import choose_method, ec_wgmma
+from gemmlab.runtime import compile as rt_compile
+
+
+class _Workspace:
+    def __init__(self, handle, kept, log):
+        self.handle, self.kept, self._log = handle, kept, log
+
+    def close(self, stream):
+        self._log.append(("close", self.handle))
+
+
+class Recorder:
+    """Launches recorded, not run; workspaces at chosen addresses (per slot), kept or not."""
+
+    def __init__(self):
+        self.log = []                 # every launch, memset and workspace given back, in order
+        self.address = {"choice": 0x10000, "scratch": 0x200000}
+        self.kept = True
+        self.builds = 0               # ec_wgmma argument sets built
+
+    def workspace(self, gpu, stream, nbytes, what, hint="", slot="scratch"):
+        return _Workspace(self.address[slot], self.kept, self.log)
+
+    def launches(self):
+        """The recorded launches since the last call of this: (kernel, grid, args)."""
+        out = [e for e in self.log if e[0] not in ("close",)]
+        self.log.clear()
+        return out
+
+
+@pytest.fixture
+def rec(monkeypatch):
+    emulated_gpu.install(monkeypatch)
+    r = Recorder()
+    monkeypatch.setattr(rt_compile, "load_kernel", lambda source, name, arch: name)   # a kernel is its name here
+    monkeypatch.setattr(executor, "stream_workspace", r.workspace)
+    monkeypatch.setattr(executor, "launch_shaped", lambda kernel, shape, stream, args:
+                        r.log.append((kernel, shape.grid, args)))
+    monkeypatch.setattr(executor, "launch", lambda kernel, grid, block, smem, stream, *args, cluster=(1, 1, 1):
+                        r.log.append((kernel, tuple(grid), args)))
+    monkeypatch.setattr(executor, "maps_backend", lambda stream: None)
+
+    class Report:
+        def __init__(self, gpu, stream):
+            self.ptr = 0x30000
+    monkeypatch.setattr(executor, "Report", Report)
+    monkeypatch.setattr(choose_method.DeviceChoice, "zero", lambda self, stream, ws: r.log.append(("zero", ws, ())))
+    real_init = executor.Launcher.__init__
+
+    def init(self, *a, **kw):   # count the argument sets each launcher builds
+        real_init(self, *a, **kw)
+        if self.prepass is not None:
+            build = self.prepass.build
+
+            def counted(*args):
+                r.builds += 1
+                return build(*args)
+            self.prepass = dataclasses.replace(self.prepass, build=counted)
+    monkeypatch.setattr(executor.Launcher, "__init__", init)
+    return r
+
+
+def _operands(seed=0, M=70, N=50, K=90):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-1, 1, (M, K)).astype(np.float32), rng.uniform(-1, 1, (K, N)).astype(np.float32)
+
+
+def _call(a, b, out, **kw):
+    gemmlab.matmul(a, b, out=out, precision="fp32_tc", kernel="ec_wgmma", **kw)
+
+
+def _same(first, second):
+    """Two recorded launch sequences launch the same: kernels, grids and every argument's value and type."""
+    assert len(first) == len(second)
+    for (k1, g1, a1), (k2, g2, a2) in zip(first, second):
+        assert (k1, g1, len(a1)) == (k2, g2, len(a2))
+        for x, y in zip(a1, a2):
+            assert type(x) is type(y) and x == y, (k1, x, y)
+
+
+def test_a_repeated_call_launches_what_the_first_built(rec):
+    a, b = _operands()
+    out = np.empty((70, 50), np.float32)
+    _call(a, b, out)
+    first, built = rec.launches(), rec.builds
+    # The choice (memset, histograms, choose), then each candidate's split and GEMM.
+    kernels = [k for k, _, _ in first]
+    assert kernels[0] == "zero" and kernels.count(choose_method.CHOOSE_KERNEL) == 1
+    gemms = [k for k in kernels if k.startswith("gemmlab::ec_wgmma")]
+    assert len(gemms) == 2 and built == 2   # the FP16 and the TF32 candidate, each built once
+    for _ in range(3):
+        _call(a, b, out)
+        again = rec.launches()
+        _same(first, again)
+    assert rec.builds == built
+    # The argument tuples themselves are the ones built by the first call.
+    assert all(x[2] is y[2] for x, y in zip(first, again) if x[0] != "zero")
+
+
+def test_anything_new_builds_again_with_its_values(rec):
+    a, b = _operands()
+    out = np.empty((70, 50), np.float32)
+    _call(a, b, out)
+    rec.launches()
+    built = rec.builds
+    a2 = a.copy()                       # the operand moved
+    _call(a2, b, out)
+    moved = rec.launches()
+    assert rec.builds == built + 2
+    pointers = {x for k, _, args in moved for x in args if isinstance(x, int)}
+    assert a2.ctypes.data in pointers and a.ctypes.data not in pointers
+    _call(a2, b, out, alpha=0.5)        # a new alpha: the GEMMs take it
+    scaled = rec.launches()
+    assert rec.builds == built + 4
+    gemm_alphas = {args[3] for k, _, args in scaled if k.startswith("gemmlab::ec_wgmma")}
+    assert gemm_alphas == {np.float32(0.5)}
+    rec.address["scratch"] += 1 << 20   # the stream's workspace grew elsewhere: new maps
+    _call(a2, b, out, alpha=0.5)
+    grown = rec.launches()
+    assert rec.builds == built + 6
+    maps = {x.ptr for k, _, args in grown for x in args if isinstance(x, emulated_gpu.FakeMap)}
+    assert min(maps) == rec.address["scratch"]
+    rec.address["choice"] += 4096       # a new record: every launch that reads it changes
+    _call(a2, b, out, alpha=0.5)
+    assert rec.builds == built + 8
+    record = rec.address["choice"] + choose_method.RECORD_OFFSET
+    assert all(args[-2 if k.startswith("gemmlab::ec_split_pack") else -1] == record
+               for k, _, args in rec.launches() if k.startswith(("gemmlab::ec_wgmma", "gemmlab::ec_split_pack")))
+
+
+def test_a_workspace_not_kept_is_never_remembered(rec):
+    rec.kept = False                    # a graph's own allocation, or one too large to keep
+    a, b = _operands()
+    out = np.empty((70, 50), np.float32)
+    _call(a, b, out)
+    first = rec.launches()
+    _call(a, b, out)
+    _same(first, rec.launches())        # built again, to the same values
+    assert rec.builds == 4
+    prepared = next(iter(executor.CACHE._d.values()))
+    assert not prepared.chooser._kept
+    assert all(not run._prepass_memo for _, run in prepared.chooser.candidates)
+
+
+def test_the_memos_are_bounded(rec):
+    b = _operands()[1]
+    out = np.empty((70, 50), np.float32)
+    keep = []
+    for seed in range(executor.ARGS_KEPT + 5):
+        a = _operands(seed)[0]
+        keep.append(a)                  # each at its own address
+        _call(a, b, out)
+        rec.launches()
+    prepared = next(iter(executor.CACHE._d.values()))
+    assert 0 < len(prepared.chooser._kept) <= executor.ARGS_KEPT
+    for _, run in prepared.chooser.candidates:
+        assert 0 < len(run._prepass_memo) <= executor.ARGS_KEPT
+
+
+def test_the_split_kernels_are_the_prepared_ones(rec):
+    """The pre-pass's kernels and shapes come from ec_wgmma's table of prepared split launches."""
+    a, b = _operands()
+    out = np.empty((70, 50), np.float32)
+    _call(a, b, out)
+    splits = [k for k, _, _ in rec.launches() if k.startswith("gemmlab::ec_split_pack")]
+    assert splits and set(splits) <= {k for k, _ in ec_wgmma._split_launches.values()}
