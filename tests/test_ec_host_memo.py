@@ -185,3 +185,35 @@ def test_the_split_kernels_are_the_prepared_ones(rec):
     _call(a, b, out)
     splits = [k for k, _, _ in rec.launches() if k.startswith("gemmlab::ec_split_pack")]
     assert splits and set(splits) <= {k for k, _ in ec_wgmma._split_launches.values()}
+
+
+def test_one_histogram_launch_counts_both_operands(rec):
+    """The choice's histograms: one launch, blockIdx.z the operand (A into the first
+    histogram, B into the second), its grid the larger operand's."""
+    from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, HISTOGRAM_WARPS
+    a, b = _operands(M=300, K=40, N=20)
+    out = np.empty((300, 20), np.float32)
+    _call(a, b, out)
+    hists = [(g, args) for k, g, args in rec.launches() if k == EXPONENT_HISTOGRAM_KERNEL]
+    assert len(hists) == 1
+    grid, args = hists[0]
+    ws = rec.address["choice"]
+    assert grid == (-(-300 // HISTOGRAM_WARPS), 1, 2)
+    # rows, cols, X, ld, stride, matrices, histogram -- of A, then of B
+    assert args[:7] == (300, 40, a.ctypes.data, 40, 0, 1, ws)
+    assert args[7:] == (40, 20, b.ctypes.data, 20, 0, 1, ws + choose_method.HIST_BYTES)
+
+
+def test_histogram_launches_pair_the_operands_chunks():
+    """A batch of more than 65535 matrices is counted in chunks; the other operand's one
+    launch goes with the first chunk, the later chunks count nothing of it."""
+    from gemmlab.kernels.ec.exponent_histogram import GRID_Y_MAX, histogram_launches
+    gpu = emulated_gpu.FakeGPU()
+    batch = GRID_Y_MAX + 10
+    launches = histogram_launches(gpu, [(0, 8, 16, 16, batch, 128)], [(64, 16, 4, 4, 1, 0)])
+    assert len(launches) == 2
+    (off_a, off_b, grid, shape_a, rest_a, shape_b, rest_b), second = launches
+    assert (off_a, off_b, grid[1:], rest_a[2], rest_b[2]) == (0, 64, (GRID_Y_MAX, 2), GRID_Y_MAX, 1)
+    off_a, _, grid, _, rest_a, shape_b, rest_b = second
+    assert (off_a, grid[1:], rest_a[2]) == (GRID_Y_MAX * 128 * 4, (10, 2), 10)
+    assert tuple(shape_b) == (0, 0) and rest_b[2] == 0   # nothing of B: its blocks return at once

@@ -3,7 +3,7 @@
 A call's choice is three steps on the caller's stream, with no host
 synchronisation (so the call can be captured in a CUDA graph): zero two
 histograms, add every matrix of A into one and every matrix of B into the other
-(exponent_histogram.cu), then choose_method.cu writes the choice record
+(exponent_histogram.cu, both in one launch), then choose_method.cu writes the choice record
 (ec/choice.cuh) that the split pre-pass and the GEMMs read.  The rules'
 constants are written once, in choose_method.cu, and read here for gemmlab.ec.
 """
@@ -51,9 +51,9 @@ class DeviceChoice:
         self.hist = rt_compile.load_kernel(EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL, gpu.arch)
         self.choose = rt_compile.load_kernel(CHOOSE_SOURCE, CHOOSE_KERNEL, gpu.arch)
         block = (HISTOGRAM_THREADS, 1, 1)
-        self.hist_launches = [(side, off, LaunchShape(grid, block), args)   # side 0: A, 1: B
-                              for side, ops in ((0, ops_a), (1, ops_b))
-                              for off, grid, args in histogram_launches(gpu, ops)]
+        self.hist_launches = [(LaunchShape(grid, block), off_a, off_b, shape_a, rest_a, shape_b, rest_b)
+                              for off_a, off_b, grid, shape_a, rest_a, shape_b, rest_b
+                              in histogram_launches(gpu, ops_a, ops_b)]
         self.choose_shape = LaunchShape((1, 1, 1), (CHOOSE_THREADS, 1, 1))
         self.scaled_only = np.int32(1 if scaled_only else 0)
 
@@ -62,8 +62,8 @@ class DeviceChoice:
         and choose, [(kernel, shape, args), ...], and the record's address; the record
         also goes to ``report`` (0: nowhere).  Built only, nothing launched: a prepared
         call keeps them per set of addresses."""
-        out = [(self.hist, shape, (rows, cols, (B if side else A) + off, ld, stride, ws + side * HIST_BYTES))
-               for side, off, shape, (rows, cols, ld, stride) in self.hist_launches]
+        out = [(self.hist, shape, (*shape_a, A + off_a, *rest_a, ws, *shape_b, B + off_b, *rest_b, ws + HIST_BYTES))
+               for shape, off_a, off_b, shape_a, rest_a, shape_b, rest_b in self.hist_launches]
         record = ws + RECORD_OFFSET
         out.append((self.choose, self.choose_shape, (ws, ws + HIST_BYTES, self.scaled_only, record, report)))
         return out, record
