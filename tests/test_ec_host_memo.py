@@ -7,8 +7,10 @@ A call that finds what an earlier one built launches exactly what that one
 launched (same kernels, shapes and argument values) and builds nothing; a call
 with anything new -- an operand's address, alpha, the workspace's address -- builds
 again; a workspace that is not kept (a graph's own, one too large to keep) is
-never remembered; the memos stay bounded.  The GPU side of the same: tests/test_ec.py
-(hit and miss bitwise equal, moved operands) and tests/test_graphs.py (capture)."""
+never remembered; the memos stay bounded.  And the launches themselves: one histogram
+launch and one split launch (per candidate) for both operands.  The GPU side of the
+same: tests/test_ec_device_choice.py (hit and miss bitwise equal, moved operands),
+tests/test_ec.py (the split's grids) and tests/test_graphs.py (capture)."""
 
 import dataclasses
 
@@ -145,7 +147,7 @@ def test_anything_new_builds_again_with_its_values(rec):
     _call(a2, b, out, alpha=0.5)
     assert rec.builds == built + 8
     record = rec.address["choice"] + choose_method.RECORD_OFFSET
-    assert all(args[-2 if k.startswith("gemmlab::ec_split_pack") else -1] == record
+    assert all(args[-1] == record
                for k, _, args in rec.launches() if k.startswith(("gemmlab::ec_wgmma", "gemmlab::ec_split_pack")))
 
 
@@ -217,3 +219,19 @@ def test_histogram_launches_pair_the_operands_chunks():
     off_a, _, grid, _, rest_a, shape_b, rest_b = second
     assert (off_a, grid[1:], rest_a[2]) == (GRID_Y_MAX * 128 * 4, (10, 2), 10)
     assert tuple(shape_b) == (0, 0) and rest_b[2] == 0   # nothing of B: its blocks return at once
+
+
+def test_one_split_launch_takes_both_operands(rec):
+    """Each candidate's split pre-pass: one launch, blockIdx.z the operand, A's parts then
+    B^T's in the workspace, both candidates into the same buffers (a choice's layout)."""
+    a, b = _operands(M=300, K=40, N=20)
+    out = np.empty((300, 20), np.float32)
+    _call(a, b, out)
+    splits = [(k, g, args) for k, g, args in rec.launches() if k.startswith("gemmlab::ec_split_pack")]
+    assert [k for k, _, _ in splits] == ["gemmlab::ec_split_pack<0, 'N', 'N'>", "gemmlab::ec_split_pack<1, 'N', 'N'>"]
+    ws, kp = rec.address["scratch"], 40   # K padded to 8 elements
+    a_part, b_part = 300 * kp * 4, 20 * kp * 4
+    for _, grid, args in splits:
+        assert grid == (-(-300 // 32) * -(-40 // 32), 1, 2)   # A's tiles, more than B's
+        assert args[:7] == (300, 20, 40, a.ctypes.data, 40, 0, 1) and args[8:12] == (b.ctypes.data, 20, 0, 1)
+        assert args[13:18] == (ws, ws + a_part, ws + 2 * a_part, ws + 2 * a_part + b_part, kp)

@@ -19,14 +19,13 @@ from ...runtime.tma import Operands, tensor_map
 from ..spec import EC_METHODS, KERNEL_DIR, Constraint, KernelSpec, Launch, PrePass, Problem, TileParam, cdiv
 from ..tensor.wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from ..cuda_constants import read_constants
-from .choose_method import CHOICE
 
 # 128 x 96 tiles (two consumer warpgroups of 64 x 96, four sets of accumulators each);
 # a ring stage holds hi and lo of A (128 rows of 128 bytes) and of B^T (96 rows).
 _K = read_constants("ec/02_ec_wgmma.cu")
 EC_WGMMA_BM, EC_WGMMA_BN, EC_WGMMA_THREADS = _K["EC_WGMMA_BM"], _K["EC_WGMMA_BN"], _K["EC_WGMMA_THREADS"]
 
-# The split pre-pass: (METHOD, stored layout, transposed output).
+# The split pre-pass: (METHOD, stored layout of A, stored layout of B).
 EC_SPLIT_PACK_SOURCE = KERNEL_DIR / "ec" / "split_pack.cu"
 _P = read_constants("ec/split_pack.cu")
 EC_SPLIT_PACK_TILE, EC_SPLIT_PACK_THREADS = _P["EC_SPLIT_PACK_TILE"], _P["EC_SPLIT_PACK_THREADS"]
@@ -34,12 +33,12 @@ EC_SPLIT_PACK_TILE, EC_SPLIT_PACK_THREADS = _P["EC_SPLIT_PACK_TILE"], _P["EC_SPL
 EC_SPLIT_PACK_BLOCKS_PER_SM = 8
 
 
-def ec_split_pack_kernel(method: str, op: str, transpose: bool) -> str:
-    return f"gemmlab::ec_split_pack<{EC_METHODS[method]}, '{op}', {'true' if transpose else 'false'}>"
+def ec_split_pack_kernel(method: str, op_a: str, op_b: str) -> str:
+    return f"gemmlab::ec_split_pack<{EC_METHODS[method]}, '{op_a}', '{op_b}'>"
 
 
-EC_SPLIT_PACK_KERNELS = tuple(ec_split_pack_kernel(m, op, t) for m in EC_METHODS for op in "NT"
-                              for t in (False, True))
+EC_SPLIT_PACK_KERNELS = tuple(ec_split_pack_kernel(m, op_a, op_b) for m in EC_METHODS for op_a in "NT"
+                              for op_b in "NT")
 
 
 def _smem(p) -> int:
@@ -60,23 +59,23 @@ def _matrices(ops: Operands, stride: int) -> int:
     return ops.batch if ops.batch > 1 and stride != 0 else 1
 
 
-# (method, layout, transposed, arch, blocks, matrices) -> (kernel, launch shape): the
-# pre-pass's launches are prepared once, so a call pays no kernel lookup or launch
-# configuration for them (runs 85e-85f: host time of fp32_tc on ec_wgmma).
+# (method, layouts, arch, grid) -> (kernel, launch shape): the pre-pass's launches are
+# prepared once, so a call pays no kernel lookup or launch configuration for them
+# (runs 85e-85f: host time of fp32_tc on ec_wgmma).
 _split_launches: dict[tuple, tuple] = {}
 _SPLIT_LAUNCHES_KEPT = 256
 
 
-def _split_launch(dtype: str, op: str, transpose: bool, gpu, blocks: int, nz: int) -> tuple:
-    key = (dtype, op, transpose, gpu.arch, blocks, nz)
+def _split_launch(dtype: str, op_a: str, op_b: str, gpu, grid: tuple[int, int, int]) -> tuple:
+    key = (dtype, op_a, op_b, gpu.arch, grid)
     found = _split_launches.get(key)
     if found is None:
         from ...runtime import compile as rt_compile
         from ...runtime.launch import LaunchShape
-        kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(dtype, op, transpose), gpu.arch)
+        kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(dtype, op_a, op_b), gpu.arch)
         if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:   # a program of many shapes: start again
             _split_launches.clear()
-        found = _split_launches[key] = (kernel, LaunchShape((blocks, nz, 1), (EC_SPLIT_PACK_THREADS, 1, 1)))
+        found = _split_launches[key] = (kernel, LaunchShape(grid, (EC_SPLIT_PACK_THREADS, 1, 1)))
     return found
 
 
@@ -114,16 +113,16 @@ SPLIT_WHAT = "ec_wgmma, for the split parts of a and b,"
 
 
 def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, choice: int, workspace: int):
-    """The launches that split op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec)
+    """The launch that splits op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec)
     into their hi and lo parts with ec/split_pack.cu, into the workspace at ``workspace``
-    (ec_split_bytes of it); built only, nothing launched.  Returns ([(kernel, shape, args),
-    ...], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b)): device pointers of A's parts (M x K)
-    and of B's, transposed (N x K), all with rows of kp elements (K padded to 16 bytes),
-    and how many matrices of each are split.  A batch of ``ops.batch`` matrices is one
-    launch per operand: its parts lie one matrix after the other (M * kp and N * kp
-    elements apart); an operand the batch shares (stride 0) is split once.  Any layout
-    and alignment of A and B is read as stored.  The scaled FP16 method's scales (powers
-    of two) are applied here.
+    (ec_split_bytes of it); built only, nothing launched.  Returns ([(kernel, shape,
+    args)], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b)): device pointers of A's parts (M x
+    K) and of B's, transposed (N x K), all with rows of kp elements (K padded to 16
+    bytes), and how many matrices of each are split.  One launch takes both operands
+    (gridDim.z) and a batch of ``ops.batch`` matrices (gridDim.y): their parts lie one
+    matrix after the other (M * kp and N * kp elements apart); an operand the batch
+    shares (stride 0) is split once.  Any layout and alignment of A and B is read as
+    stored.  The scaled FP16 method's scales (powers of two) are applied here.
 
     ``choice``: the address of a choice record made on the GPU (ec/choice.cuh), or 0.
     With one, the split runs only if the record chose ``pr.dtype``'s parts, with the
@@ -135,18 +134,17 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
     a_part, b_part = nz_a * pr.M * kp * room, nz_b * pr.N * kp * room   # bytes of each part of A, of B^T
     a_hi, a_lo = workspace, workspace + a_part
     b_hi, b_lo = workspace + 2 * a_part, workspace + 2 * a_part + b_part
-    jobs = [(pr.op_a, False, pr.M, pr.K, ops.A, ops.lda, ops.sa, nz_a, pr.M, scale_a, CHOICE["scale_a"], a_hi, a_lo),
-            (pr.op_b, True, pr.K, pr.N, ops.B, ops.ldb, ops.sb, nz_b, pr.N, scale_b, CHOICE["scale_b"], b_hi, b_lo)]
-    launches = []
-    for op, transpose, rows, cols, src, ld, stride, nz, part_rows, scale, field, hi, lo in jobs:
+
+    def blocks(rows, cols, nz):   # a few blocks per SM over the whole batch; they loop over the tiles
         tiles = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
-        # A few blocks per SM over the whole batch (gridDim.y: the matrices); they loop over the tiles.
-        blocks = max(1, min(tiles, -(-EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count // nz)))
-        kernel, shape = _split_launch(pr.dtype, op, transpose, gpu, blocks, nz)
-        launches.append((kernel, shape, (np.int32(rows), np.int32(cols), src, np.int32(ld),
-                                         np.int64(stride if nz > 1 else 0), np.float32(scale), hi, lo, np.int32(kp),
-                                         np.int64(part_rows * kp), choice, np.int32(field))))
-    return launches, (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b)
+        return max(1, min(tiles, -(-EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count // nz)))
+    grid = (max(blocks(pr.M, pr.K, nz_a), blocks(pr.K, pr.N, nz_b)), max(nz_a, nz_b), 2)
+    kernel, shape = _split_launch(pr.dtype, pr.op_a, pr.op_b, gpu, grid)
+    args = (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K),
+            ops.A, np.int32(ops.lda), np.int64(ops.sa if nz_a > 1 else 0), np.int32(nz_a), np.float32(scale_a),
+            ops.B, np.int32(ops.ldb), np.int64(ops.sb if nz_b > 1 else 0), np.int32(nz_b), np.float32(scale_b),
+            a_hi, a_lo, b_hi, b_lo, np.int32(kp), choice)
+    return [(kernel, shape, args)], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b)
 
 
 @contextmanager
