@@ -46,8 +46,9 @@ class DeviceChoice:
 
     def __init__(self, gpu, ops_a, ops_b, scaled_only: bool):
         from ...runtime import compile as rt_compile
-        from ...runtime.launch import LaunchShape
+        from ...runtime.launch import LaunchShape, driver, driver_call
         self.gpu = gpu
+        self._driver, self._driver_call = driver(), driver_call   # for zero(): no import per call
         self.hist = rt_compile.load_kernel(EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL, gpu.arch)
         self.choose = rt_compile.load_kernel(CHOOSE_SOURCE, CHOOSE_KERNEL, gpu.arch)
         block = (HISTOGRAM_THREADS, 1, 1)
@@ -70,9 +71,8 @@ class DeviceChoice:
 
     def zero(self, stream: int, ws: int) -> None:
         """On ``stream``: zero the histograms at ``ws``, which the launches add into."""
-        from ...runtime.launch import driver, driver_call
-        d = driver()
-        driver_call(d.cuMemsetD32Async(ws, 0, RECORD_OFFSET // 4, d.CUstream(stream)), "cuMemsetD32Async")
+        d = self._driver
+        self._driver_call(d.cuMemsetD32Async(ws, 0, RECORD_OFFSET // 4, d.CUstream(stream)), "cuMemsetD32Async")
 
     def enqueue(self, stream: int, A: int, B: int, ws: int, report: int = 0) -> int:
         """On ``stream``: zero the histograms at ``ws`` (WORKSPACE_BYTES), count
