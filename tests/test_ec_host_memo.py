@@ -13,6 +13,7 @@ same: tests/test_ec_device_choice.py (hit and miss bitwise equal, moved operands
 tests/test_ec.py (the split's grids) and tests/test_graphs.py (capture)."""
 
 import dataclasses
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ import gemmlab
 from gemmlab import executor
 from gemmlab.kernels.ec import choose_method, ec_wgmma
 from gemmlab.runtime import compile as rt_compile
+from gemmlab.runtime import tma
 
 
 class _Workspace:
@@ -56,6 +58,10 @@ def rec(monkeypatch):
     emulated_gpu.install(monkeypatch)
     r = Recorder()
     monkeypatch.setattr(rt_compile, "load_kernel", lambda source, name, arch: name)   # a kernel is its name here
+    # Tables of their own: in a process that ran GPU tests before, the real ones hold real
+    # kernels and tensor maps under the same keys (the emulated GPU is an sm_90a of 132 SMs).
+    monkeypatch.setattr(ec_wgmma, "_split_launches", {})
+    monkeypatch.setattr(tma, "_cache", OrderedDict())
     monkeypatch.setattr(executor, "stream_workspace", r.workspace)
     monkeypatch.setattr(executor, "launch_shaped", lambda kernel, shape, stream, args:
                         r.log.append((kernel, shape.grid, args)))
