@@ -207,6 +207,8 @@ class FakeMap:
 
 
 class _Workspace:
+    kept = False   # a new buffer each call: nothing built on it is kept
+
     def __init__(self, emu, nbytes):
         self.buf = emu.keep(np.empty(max(nbytes, 4), np.uint8))
         self.handle = self.buf.ctypes.data
@@ -244,7 +246,7 @@ def install(monkeypatch) -> Emulator:
     monkeypatch.setattr(executor, "launch", emu.launch)
     monkeypatch.setattr(executor, "launch_shaped", lambda kernel, shape, stream, args:
                         emu.launch(kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args))
-    monkeypatch.setattr(executor, "stream_workspace", lambda gpu, stream, nbytes, what, hint="":
+    monkeypatch.setattr(executor, "stream_workspace", lambda gpu, stream, nbytes, what, hint="", slot="scratch":
                         _Workspace(emu, nbytes))
 
     from gemmlab.runtime import tma

@@ -288,31 +288,37 @@ def _stored(nb, rows, cols, rng, gap, trans=False):
 
 
 class _SplitAndGemmLaunches:
-    """The launches of ec_wgmma's split pre-pass (their grids) and of the GEMM kernels."""
+    """The launches of ec_wgmma's split pre-pass (their grids, and the matrices of A and of B
+    each splits) and of the GEMM kernels (the choice's histograms and choose_method, which
+    fp32_tc launches first, not counted)."""
 
     def __init__(self, monkeypatch):
         from gemmlab import executor
         from gemmlab.kernels.ec import ec_wgmma
-        from gemmlab.runtime import launch as rt_launch
-        self.split_grids, self.gemms = [], 0
+        from gemmlab.kernels.ec.choose_method import CHOOSE_KERNEL, CHOOSE_SOURCE
+        from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE
+        from gemmlab.runtime import compile as rt_compile
+        from gemmlab.runtime.device import gpu_info
+        arch = gpu_info(0).arch
+        choice = [rt_compile.load_kernel(src, name, arch) for src, name in ((CHOOSE_SOURCE, CHOOSE_KERNEL), (
+            EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL))]
+        self.split_grids, self.split_matrices, self.gemms = [], [], 0
         executor.CACHE.clear()   # a fresh prepared call with the limits of this test
-        real_shaped, real_gemm, real_gemm_shaped = rt_launch.launch_shaped, executor.launch, executor.launch_shaped
+        real_gemm, real_shaped = executor.launch, executor.launch_shaped
 
-        def shaped(kernel, shape, *a, **kw):   # the split's, and the method choice's (not counted)
+        def shaped(kernel, shape, stream, args):
             if any(kernel is k for k, _ in ec_wgmma._split_launches.values()):
                 self.split_grids.append(tuple(shape.grid))
-            return real_shaped(kernel, shape, *a, **kw)
+                self.split_matrices.append((int(args[6]), int(args[11])))   # matrices_a, matrices_b
+            elif not any(kernel is k for k in choice):
+                self.gemms += 1
+            return real_shaped(kernel, shape, stream, args)
 
         def gemm(*a, **kw):
             self.gemms += 1
             return real_gemm(*a, **kw)
-
-        def gemm_shaped(*a, **kw):
-            self.gemms += 1
-            return real_gemm_shaped(*a, **kw)
-        monkeypatch.setattr(rt_launch, "launch_shaped", shaped)   # ec_wgmma.py imports it at each call
         monkeypatch.setattr(executor, "launch", gemm)             # driver-built tensor maps (graph capture)
-        monkeypatch.setattr(executor, "launch_shaped", gemm_shaped)
+        monkeypatch.setattr(executor, "launch_shaped", shaped)
 
 
 def _ec_batch(monkeypatch, precision, nb_a, nb_b, M, N, K, *, trans_b=False, beta=0.0, per_launch=None):
@@ -358,8 +364,8 @@ def _ec_batch(monkeypatch, precision, nb_a, nb_b, M, N, K, *, trans_b=False, bet
     return launches
 
 
-# Launches of one batch chunk: the split of A and of B, then the GEMM; fp32_tc launches both
-# candidates (FP16 and TF32 parts), of which the one not chosen returns at once.
+# Launches of one batch chunk: the split of A and B (one launch), then the GEMM; fp32_tc launches
+# both candidates (FP16 and TF32 parts), of which the one not chosen returns at once.
 EC_CANDIDATES = {"fp16_ec": 1, "tf32_ec": 1, "fp32_tc": 2}
 
 
@@ -370,25 +376,29 @@ EC_CANDIDATES = {"fp16_ec": 1, "tf32_ec": 1, "fp32_tc": 2}
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 def test_ec_wgmma_batch_is_one_launch_of_each_pass(monkeypatch, precision, shape, nb, beta, trans_b):
     """A batch with gaps between the matrices of a, b and out, sizes that are multiples of no
-    tile, rows of no 16-byte multiple: one split launch per operand (gridDim.y: the matrices)
-    and one GEMM launch per candidate, every matrix right, out's gaps untouched."""
+    tile, rows of no 16-byte multiple: one split launch for both operands (gridDim.y: the
+    matrices, gridDim.z: the operand) and one GEMM launch per candidate, every matrix right,
+    out's gaps untouched."""
     M, N, K = shape
     launches = _ec_batch(monkeypatch, precision, nb, nb, M, N, K, trans_b=trans_b, beta=beta)
     n = EC_CANDIDATES[precision]
     assert launches.gemms == n, launches.gemms
-    assert len(launches.split_grids) == 2 * n and all(g[1] == nb for g in launches.split_grids), launches.split_grids
+    assert len(launches.split_grids) == n and all(g[1:] == (nb, 2) for g in launches.split_grids), \
+        launches.split_grids
 
 
 @pytest.mark.parametrize("precision", ["fp16_ec", "fp32_tc"])
 @pytest.mark.parametrize("shared", ["a", "b"])
 def test_ec_wgmma_splits_a_shared_operand_once(monkeypatch, precision, shared):
     """numpy.matmul broadcasting: a 2-D operand every matrix shares (stride 0) is split once
-    (a grid of one matrix) and read at batch coordinate 0 by every work item."""
+    (one matrix; the split's grid is the batch's, whose other blocks return for it) and read
+    at batch coordinate 0 by every work item."""
     launches = _ec_batch(monkeypatch, precision, None if shared == "a" else 6, None if shared == "b" else 6,
                          150, 200, 72, beta=0.5)
     n = EC_CANDIDATES[precision]
-    ys = [g[1] for g in launches.split_grids]
-    assert launches.gemms == n and ys == [1 if shared == "a" else 6, 1 if shared == "b" else 6] * n, ys
+    grids = [g[1:] for g in launches.split_grids]
+    assert launches.gemms == n and grids == [(6, 2)] * n, grids
+    assert launches.split_matrices == [(1, 6) if shared == "a" else (6, 1)] * n, launches.split_matrices
 
 
 @pytest.mark.parametrize("precision", ["tf32_ec", "fp32_tc"])
@@ -398,7 +408,7 @@ def test_ec_wgmma_batch_in_chunks_of_the_workspace_limit(monkeypatch, precision)
     launches = _ec_batch(monkeypatch, precision, 7, 7, 129, 97, 33, beta=0.5, per_launch=3)
     n = EC_CANDIDATES[precision]
     assert launches.gemms == 3 * n, launches.gemms
-    assert sorted(g[1] for g in launches.split_grids) == sorted([3, 3, 3, 3, 1, 1] * n), launches.split_grids
+    assert sorted(g[1] for g in launches.split_grids) == sorted([3, 3, 1] * n), launches.split_grids
 
 
 def test_auto_runs_an_attention_batch_on_ec_wgmma(monkeypatch):

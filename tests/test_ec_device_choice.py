@@ -185,3 +185,85 @@ def test_capture_in_global_mode():
     torch.cuda.synchronize()
     ref = a.double() @ b.double()
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-6
+
+
+# -- what a repeated call keeps (executor._DeviceChoice, Launcher._launch_after_prepass) ---------
+
+def _kernels():
+    return ["ec_wmma", "ec_wgmma"] if _gpu().arch == "sm_90a" else ["ec_wmma"]
+
+
+def _forget_kept_launches():
+    """Empty every prepared call's kept launches, so that the next call builds them again."""
+    from gemmlab import executor
+    for prepared in list(executor.CACHE._d.values()):
+        if prepared.chooser is not None:
+            prepared.chooser._kept.clear()
+            for _, run in prepared.chooser.candidates:
+                run._prepass_memo.clear()
+
+
+@pytest.mark.parametrize("inputs", ["normal", "uniform_small", "log_uniform"])   # fp16_ec, scaled, tf32_ec
+@pytest.mark.parametrize("kernel", ["ec_wmma", "ec_wgmma"])
+def test_a_call_on_kept_launches_gives_bitwise_what_a_new_build_gives(kernel, inputs):
+    """The same arrays three times: built, found kept, built again (kept launches
+    forgotten): bitwise the same result each time, right against FP64, out poisoned
+    (NaN) before every call."""
+    if kernel not in _kernels():
+        pytest.skip("ec_wgmma needs sm_90a")
+    rng = np.random.default_rng(7)
+    a_host, b_host = make_inputs(inputs, 96, 136, rng), make_inputs(inputs, 136, 80, rng)
+    a, b = cp.asarray(a_host), cp.asarray(b_host)
+    out = cp.empty((96, 80), cp.float32)
+    results = []
+    for forget in (False, False, True):
+        if forget:
+            _forget_kept_launches()
+        out.fill(cp.nan)
+        gemmlab.matmul(a, b, out=out, precision="fp32_tc", kernel=kernel)
+        results.append(out.get())
+    p = gemmlab.last_plan()
+    assert p.spec.name == kernel and p.method == ec.choose(ec.ExponentStats.of(a_host),
+                                                           ec.ExponentStats.of(b_host)).method, p.reason
+    for r in results[1:]:
+        assert np.array_equal(r.view(np.uint32), results[0].view(np.uint32))
+    ref = reference(a_host, b_host)
+    sgemm = compare(cp.matmul(a, b), ref).rel_fro
+    assert compare(results[0], ref).ok(max(1e-6, 1.5 * sgemm)), compare(results[0], ref)
+
+
+@pytest.mark.parametrize("kernel", ["ec_wmma", "ec_wgmma"])
+def test_calls_after_the_operands_moved_are_right(kernel):
+    """After calls whose launches were kept: new arrays at other addresses (new data,
+    each asking for another method), a batch view into a larger buffer, then the
+    first arrays again: every result right against FP64, out poisoned before each."""
+    if kernel not in _kernels():
+        pytest.skip("ec_wgmma needs sm_90a")
+    rng = np.random.default_rng(8)
+    M, N, K = 77, 100, 136
+    out = cp.empty((M, N), cp.float32)
+
+    def check(a_host, b_host, a, b):
+        out.fill(cp.nan)
+        gemmlab.matmul(a, b, out=out, precision="fp32_tc", kernel=kernel)
+        assert gemmlab.last_plan().spec.name == kernel
+        ref = reference(a_host, b_host)
+        sgemm = compare(cp.matmul(cp.asarray(a_host), cp.asarray(b_host)), ref).rel_fro
+        report = compare(out, ref)
+        assert report.ok(max(1e-6, 1.5 * sgemm)), (report, sgemm)
+        return gemmlab.last_plan().method
+
+    first = make_inputs("uniform", M, K, rng), make_inputs("uniform", K, N, rng)
+    a0, b0 = cp.asarray(first[0]), cp.asarray(first[1])
+    for _ in range(2):
+        check(*first, a0, b0)
+    methods = set()
+    for inputs in ("uniform_small", "log_uniform", "normal"):
+        a_host, b_host = make_inputs(inputs, M, K, rng), make_inputs(inputs, K, N, rng)
+        methods.add(check(a_host, b_host, cp.asarray(a_host), cp.asarray(b_host)))
+    assert methods == {"fp16_ec_scaled", "tf32_ec", "fp16_ec"}, methods
+    # a at an offset into a larger buffer: another address of the same signature
+    big = cp.asarray(make_inputs("normal", M * K + 64, 1, rng).ravel())
+    a_view = big[16:16 + M * K].reshape(M, K)
+    check(a_view.get(), first[1], a_view, b0)
+    check(*first, a0, b0)

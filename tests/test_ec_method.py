@@ -108,7 +108,7 @@ def test_precision_names_and_their_dtypes():
         p = gemmlab.plan("auto", 100, 100, 100, dtype=dtype)
         assert p.spec.name == "ec_wmma" and p.problem.out_dtype == "float32", precision
         # On Hopper, auto runs the wgmma implementation where its tiles fill at least half the
-        # SMs (its pre-pass makes it three launches); elsewhere the WMMA one.
+        # SMs (its pre-pass adds a launch); elsewhere the WMMA one.
         assert gemmlab.plan("auto", 2048, 2048, 100, dtype=dtype, arch="sm_90a").spec.name == "ec_wgmma"
         assert gemmlab.plan("auto", 100, 100, 100, dtype=dtype, arch="sm_90a").spec.name == "ec_wmma"
         assert gemmlab.plan("auto", 100, 100, 100, dtype=dtype, arch="sm_80").spec.name == "ec_wmma"

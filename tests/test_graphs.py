@@ -353,3 +353,62 @@ def test_eight_threads_on_eight_streams_share_the_cache():
     for i, mine in results.items():
         for a, b, out, bound in mine:
             _check(out, a, b, bound)
+
+
+@pytest.mark.parametrize("kernel", _ec_kernels())
+def test_eager_fp32_tc_calls_around_a_capture_on_their_stream(kernel):
+    """fp32_tc on one CuPy stream: eager calls (their launches kept per stream, built on
+    its kept workspaces), the same call captured (built on the graph's own
+    workspaces, nothing kept), then replays and eager calls interleaved, on new data
+    each time (each kind asking for another method), out poisoned before each: all
+    right against FP64."""
+    cp = pytest.importorskip("cupy")
+    M, N, K = 77, 48, 136
+    rng = np.random.default_rng(12)
+
+    def data(kind, shape):
+        x = rng.uniform(-1, 1, shape)
+        if kind == "large":
+            x = x * 1e6
+        elif kind == "wide":
+            x = np.sign(x) * np.exp2(rng.integers(-40, 41, shape)) * (1 + np.abs(x))
+        return x.astype(np.float32)
+
+    a, b = cp.asarray(data("uniform", (M, K))), cp.asarray(data("uniform", (K, N)))
+    out = cp.empty((M, N), cp.float32)
+    kw = dict(precision="fp32_tc", kernel=kernel)
+
+    def check(x, y):
+        ref = x.get().astype(np.float64) @ y.get().astype(np.float64)
+        sgemm = np.linalg.norm((x @ y).get() - ref) / np.linalg.norm(ref)
+        got = out.get().astype(np.float64)
+        assert np.isfinite(got).all(), "an element was not written"
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert err <= 1.5 * sgemm + 1e-7, (err, sgemm)
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        for _ in range(2):
+            out.fill(np.nan)
+            gemmlab.matmul(a, b, out=out, **kw)
+            stream.synchronize()
+            check(a, b)
+        stream.begin_capture()
+        gemmlab.matmul(a, b, out=out, **kw)
+        graph = stream.end_capture()
+        for kind in ("large", "wide", "uniform"):
+            a[...], b[...] = cp.asarray(data(kind, (M, K))), cp.asarray(data("uniform" if kind == "large" else kind,
+                                                                              (K, N)))
+            out.fill(np.nan)
+            graph.launch(stream)
+            stream.synchronize()
+            check(a, b)
+            out.fill(np.nan)
+            gemmlab.matmul(a, b, out=out, **kw)        # eager, on the launches kept before the capture
+            stream.synchronize()
+            check(a, b)
+            a2, b2 = cp.asarray(data(kind, (M, K))), cp.asarray(data("uniform" if kind == "large" else kind, (K, N)))
+            out.fill(np.nan)
+            gemmlab.matmul(a2, b2, out=out, **kw)      # eager, on other arrays
+            stream.synchronize()
+            check(a2, b2)

@@ -40,14 +40,19 @@ def main():
             if dist == "wide":   # log-uniform magnitudes over 2^-20 .. 2^20: bins spread out
                 x = cp.sign(x) * cp.exp2(rng.random((n, n), dtype=cp.float32) * 40 - 20)
             hist = cp.zeros(BINS, cp.uint64)
-            launches = histogram_launches(gpu_info(0), [(0, n, n, n, 1, 0)])
+            launches = histogram_launches(gpu_info(0), [(0, n, n, n, 1, 0)], [])
             ref = None
             for name, k in kernels.items():
-                blocks = launches[0][1][0] if name == "shipped" else min(n, 8 * sm)
-                extra = (np.int64(0),) if name == "shipped" else ()
+                blocks = launches[0][2][0] if name == "shipped" else min(n, 8 * sm)
+                # The shipped kernel's batch stride and matrices, and its second operand
+                # (none: gridDim.z of 1 never reaches it).
+                extra = (np.int64(0), np.int32(1)) if name == "shipped" else ()
+                second = (np.int32(0), np.int32(0), x, np.int32(0), np.int64(0), np.int32(0), hist) \
+                    if name == "shipped" else ()
 
                 def go():
-                    k((blocks, 1, 1), (THREADS, 1, 1), (np.int32(n), np.int32(n), x, np.int32(n), *extra, hist))
+                    k((blocks, 1, 1), (THREADS, 1, 1), (np.int32(n), np.int32(n), x, np.int32(n), *extra, hist,
+                                                        *second))
                 hist.fill(0)
                 go()
                 counts = hist.get()

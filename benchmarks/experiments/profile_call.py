@@ -52,6 +52,7 @@ tbf = t32.bfloat16()
 tb16 = torch.randn(16, 64, 64, device="cuda").bfloat16()
 t16f = torch.randn(16, 64, 64, device="cuda")
 o32 = torch.empty(64, 64, device="cuda")
+t1k = torch.randn(1024, 1024, device="cuda")
 c32 = cp.random.rand(64, 64, dtype=cp.float32)
 PROFILE = "--profile" in sys.argv
 cases = [
@@ -71,9 +72,12 @@ cases = [
     ("fp16_ec 64^3 ec_wgmma", lambda: gemmlab.matmul(t32, t32, precision="fp16_ec", kernel="ec_wgmma")),
     ("fp32_tc 64^3", lambda: gemmlab.matmul(t32, t32, precision="fp32_tc")),
     ("fp32_tc 64^3 ec_wgmma", lambda: gemmlab.matmul(t32, t32, precision="fp32_tc", kernel="ec_wgmma")),
+    ("fp32_tc 64^3 ec_wmma", lambda: gemmlab.matmul(t32, t32, precision="fp32_tc", kernel="ec_wmma")),
     ("fp32_tc 64^3 out= ec_wgmma", lambda: gemmlab.matmul(t32, t32, out=o32, precision="fp32_tc",
                                                          kernel="ec_wgmma")),
     ("fp32_tc batch 16", lambda: gemmlab.matmul(t16f, t16f, precision="fp32_tc")),
+    # a product of some tens of µs of GPU time, where fp32_tc's host time still shows
+    ("fp32_tc 1024^3 ec_wgmma", lambda: gemmlab.matmul(t1k, t1k, precision="fp32_tc", kernel="ec_wgmma")),
     ("torch.ops.gemmlab.mm fp32", lambda: torch.ops.gemmlab.mm(t32, t32)),
     ("torch.ops.gemmlab.mm bf16", lambda: torch.ops.gemmlab.mm(tbf, tbf)),
 ]

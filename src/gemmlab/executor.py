@@ -35,9 +35,9 @@ from .planner import Batching, Call, KernelView, Plan, fp32_tc_on_cuda_cores, ke
 from .runtime import compile as rt_compile
 from .runtime.device import GPUInfo, make_current
 from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, allow_dynamic_smem, clusters_that_fit,
-                             cuda_core_launch, device_workspace, is_driver_tensor_map, launch, launch_shaped,
+                             cuda_core_launch, is_driver_tensor_map, launch, launch_shaped,
                              stream_workspace, wrapped_streams)
-from .runtime.tma import Operands
+from .runtime.tma import Operands, maps_backend
 
 log = logging.getLogger("gemmlab")
 
@@ -97,7 +97,8 @@ class Launcher:
         # partial products would read A and B; the reduction in C's dtype does it then.
         self.quick_ok = pr.out_dtype == "float32" or splits > 1
         self.k_zero = pr.K == 0
-        self.own_args = p.spec.kernel_args is not None
+        self.prepass = p.spec.prepass
+        self.own_args = p.spec.kernel_args is not None or self.prepass is not None
         self.batched_args = self.own_args and p.spec.batched_args
         M, N, K = pr.M, pr.N, pr.K
         lda, ldb, ldc = (np.int32(x) for x in lds)
@@ -128,6 +129,8 @@ class Launcher:
         self._args_memo = {} if reusable else None
         self._full_memo = {}    # (A, B, C, alpha, beta) -> the whole argument tuple, for direct()
         self._split_memo = {}   # split-K, own arguments: (A, B, workspace) -> the GEMM's arguments, for direct()
+        self._prepass_memo = {}   # a pre-pass kernel's launches, by addresses, scalars and workspace
+        self._prepass_bytes = {}  # ... and its workspace's size, by (matrices, strides, choice or not)
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
         self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
         # The reduction (split-K's second kernel, and BLAS's quick return): a thread per element of C.
@@ -299,6 +302,9 @@ class Launcher:
 
     def _launch_own_args(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int = 0) -> None:
         """Launch the kernel on each job (A, B, C, matrices) with ``ldc`` and the batch ``strides``."""
+        if self.prepass is not None:
+            self._launch_after_prepass(stream, jobs, ldc, strides, alpha, beta, choice)
+            return
         p, geo, (lda, ldb, _) = self.plan, self.geo, self.lds
         if self._args_memo is not None and not choice:
             alpha32, beta32, memo = f32(alpha), f32(beta), self._args_memo
@@ -336,6 +342,54 @@ class Launcher:
                     launch(self.kernel, shape.grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
                 else:
                     launch_shaped(self.kernel, shape, stream, args)
+
+    def _launch_after_prepass(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int) -> None:
+        """A kernel with a pre-pass (spec.PrePass; ec_wgmma's split): per job, a workspace
+        from the caller's stream, the pre-pass's launches, then the kernel's.  What they
+        launch is built once per set of everything it depends on -- the job's addresses,
+        ldc and strides, alpha and beta, the choice record's address, the workspace's --
+        where the workspace is one the stream keeps (its address repeats, so a repeated
+        call finds it); a graph's own workspace, or one too large to keep, gets them
+        built for its call only (under capture with driver-encoded maps)."""
+        pre, memo, sizes, (lda, ldb, _) = self.prepass, self._prepass_memo, self._prepass_bytes, self.lds
+        for a, b, c, nz in jobs:
+            size_key = (nz, strides, choice != 0)
+            nbytes = sizes.get(size_key)
+            if nbytes is None:
+                nbytes = sizes[size_key] = pre.workspace_bytes(self.plan.problem,
+                                                               Operands(a, lda, b, ldb, c, ldc, nz, *strides), choice)
+            ws = stream_workspace(self.gpu, stream, nbytes, pre.what)
+            try:
+                key = (a, b, c, nz, ldc, strides, alpha, beta, choice, ws.handle)
+                built = memo.get(key) if ws.kept else None
+                if built is None:
+                    built = self._build_after_prepass(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha,
+                                                      beta, choice, ws.handle)
+                    if ws.kept:
+                        if len(memo) >= ARGS_KEPT:
+                            memo.clear()
+                        memo[key] = built
+                launches, args, shape, driver_maps = built
+                for kernel, pre_shape, pre_args in launches:
+                    launch_shaped(kernel, pre_shape, stream, pre_args)
+                if driver_maps:   # only cuLaunchKernel takes these
+                    launch(self.kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args, cluster=shape.cluster)
+                else:
+                    launch_shaped(self.kernel, shape, stream, args)
+            finally:
+                ws.close(stream)   # in stream order, after the kernel that reads it
+
+    def _build_after_prepass(self, stream: int, ops: Operands, alpha, beta, choice: int, workspace: int) -> tuple:
+        """(the pre-pass's launches, the kernel's arguments, its launch shape, whether its
+        tensor maps are driver-built) for _launch_after_prepass."""
+        geo = self.geo
+        launches, args = self.prepass.build(self.plan, self.gpu, ops, alpha, beta, choice, workspace,
+                                            maps_backend(stream))
+        shape = self._shapes.get(ops.batch)
+        if shape is None:
+            shape = self._shapes[ops.batch] = LaunchShape(self._grid(ops.batch, stream), geo.block, geo.smem_bytes,
+                                                          geo.cluster)
+        return launches, args, shape, any(is_driver_tensor_map(x) for x in args)
 
     def _grid(self, nz: int, stream: int) -> tuple[int, int, int]:
         """The grid of a launch of ``nz`` matrices: the spec's, and for a persistent grid of
@@ -410,6 +464,8 @@ class _DeviceChoice:
     (kernels/ec/choose_method.py), then every candidate launcher with the
     record's address -- the FP16 and the TF32 instantiations for fp32_tc, the
     FP16 one for fp16_ec_scaled -- of which the one not chosen returns at once.
+    The launches of the choice are kept per (A, B, workspace), those of each
+    candidate by its Launcher, so that a repeated call builds no arguments.
     The choice also goes to a small buffer of this prepared call that
     gemmlab.last_plan() reads when asked (:meth:`plan`)."""
 
@@ -423,16 +479,28 @@ class _DeviceChoice:
         self.candidates = [(p, Launcher(p, gpu, lds, bt.nz, bt.strides)) for p in plans]
         self.choice = DeviceChoice(gpu, ops_a, ops_b, self.scaled_only)
         self.report = None      # allocated at the first call, on its stream
+        self._kept = {}         # (A, B, workspace) -> the choice's launches and record address
         self.pending = ChosenOnDevice(self)
 
     def run(self, stream: int, A: int, B: int, C: int, alpha, beta, offsets) -> "ChosenOnDevice":
         if self.report is None:
             self.report = Report(self.gpu, stream)
-        # Its own pool allocation, not the stream's kept workspace: ec_wgmma's split
-        # pre-pass holds that one (and its lock) while this record is still in use.
-        ws = device_workspace(self.gpu, stream, CHOICE_WORKSPACE_BYTES, "the fp32_tc method choice")
+        # A workspace of its own slot: ec_wgmma's split pre-pass holds the stream's
+        # "scratch" one (and its lock) while this record is still in use.  Kept per
+        # stream, so that its address repeats and the launches built on it are kept too.
+        ws = stream_workspace(self.gpu, stream, CHOICE_WORKSPACE_BYTES, "the fp32_tc method choice", slot="choice")
         try:
-            record = self.choice.enqueue(stream, A, B, ws.handle, self.report.ptr)
+            built = self._kept.get((A, B, ws.handle)) if ws.kept else None
+            if built is None:
+                built = self.choice.launches(A, B, ws.handle, self.report.ptr)
+                if ws.kept:
+                    if len(self._kept) >= ARGS_KEPT:
+                        self._kept.clear()
+                    self._kept[(A, B, ws.handle)] = built
+            launches, record = built
+            self.choice.zero(stream, ws.handle)
+            for kernel, shape, args in launches:
+                launch_shaped(kernel, shape, stream, args)
             for _, run in self.candidates:
                 for da, db, dc in offsets:
                     run.run(stream, A + da, B + db, C + dc, alpha, beta, record)

@@ -113,6 +113,26 @@ FLOAT32_RESULT = ("float32", "tf32", *EC_METHODS)
 
 
 @dataclass(frozen=True)
+class PrePass:
+    """A kernel launched after a pre-pass that writes a stream-ordered workspace it
+    reads (ec_wgmma: A and B split into their parts), described in two steps that
+    launch nothing, so that a prepared call can keep what the second builds per set of
+    addresses (executor.Launcher) and only enqueue it:
+
+    ``workspace_bytes(problem, operands, choice)``: the bytes of workspace the launch
+    needs (``choice``: whether a method chosen on the GPU is read);
+    ``build(plan, gpu, operands, alpha, beta, choice, workspace, maps_backend)``: the
+    pre-pass's launches [(kernel, LaunchShape, args), ...] and the kernel's argument
+    tuple, for the workspace at address ``workspace`` (``choice``: the record's address
+    or 0; ``maps_backend``: runtime.tma's encoder for maps of the workspace).
+    """
+
+    workspace_bytes: Callable
+    build: Callable
+    what: str           # what the workspace is for, for an out-of-memory message
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     name: str
     rung: int
@@ -137,7 +157,7 @@ class KernelSpec:
     extra_args: tuple[str, ...] = ()
     # The kernel's last argument is the address of a method choice made on the GPU
     # (the error-corrected kernels: ec/choice.cuh), 0 for none; its kernel_args, if
-    # any, takes it as the keyword choice.
+    # any, takes it as the keyword choice (a pre-pass's functions: as their argument).
     reads_choice: bool = False
     # NVRTC targets the kernel exists for (empty: every target gemmlab builds for).
     # A kernel with sm_90a instructions (wgmma, setmaxnreg) lists only "sm_90a".
@@ -159,12 +179,15 @@ class KernelSpec:
     # argument tuple (e.g. with TMA tensor maps) and releases whatever it set up
     # (workspaces) once the kernel is enqueued.
     kernel_args: Callable | None = None
-    # kernel_args takes a whole batch (Operands.batch matrices, Operands.sa/sb/sc
-    # elements apart) and the kernel walks all of it in one launch (wgmma: its
-    # persistent loop); its geometry then takes the batch: geometry(params, problem, batch).
-    # Otherwise kernel_args is called once per matrix.
+    # Instead of kernel_args, a kernel with a pre-pass (above): its arguments built on a
+    # workspace the executor takes from the caller's stream.
+    prepass: PrePass | None = None
+    # kernel_args (or the pre-pass) takes a whole batch (Operands.batch matrices,
+    # Operands.sa/sb/sc elements apart) and the kernel walks all of it in one launch
+    # (wgmma: its persistent loop); its geometry then takes the batch: geometry(params,
+    # problem, batch).  Otherwise kernel_args is called once per matrix.
     batched_args: bool = False
-    # Bytes of workspace kernel_args needs per matrix of a batch it takes in one launch
+    # Bytes of workspace the pre-pass needs per matrix of a batch it takes in one launch
     # (ec_wgmma: the split parts); executor.Launcher chunks batches so that a launch's
     # stays under BATCH_WORKSPACE_LIMIT.  None: no workspace that grows with the batch.
     batch_workspace: Callable[[Problem], int] | None = None

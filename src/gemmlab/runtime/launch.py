@@ -57,6 +57,9 @@ class Workspace:
     ``close(stream)`` gives it back in stream order, after the work enqueued so far."""
 
     __slots__ = ("handle", "nbytes")
+    # Whether the address repeats from call to call (a stream's kept workspace), so that
+    # launch arguments built on it can be kept too: not for an allocation of one call.
+    kept = False
 
     def __init__(self, handle: int, nbytes: int):
         self.handle, self.nbytes = handle, nbytes
@@ -125,6 +128,7 @@ class _Borrowed:
     """A stream's scratch workspace, lent to one call until close()."""
 
     __slots__ = ("handle", "_lock")
+    kept = True
 
     def __init__(self, handle: int, lock):
         self.handle, self._lock = handle, lock
@@ -133,24 +137,29 @@ class _Borrowed:
         self._lock.release()
 
 
-_scratch: dict[tuple[int, int], list] = {}
+_scratch: dict[tuple[int, int, str], list] = {}   # (device, stream, slot) -> [lock, workspace]
 _scratch_lock = threading.Lock()
+PER_THREAD_STREAM = 2   # CU_STREAM_PER_THREAD
 # Workspaces up to this size are kept per stream; larger ones belong to products whose
 # kernels take far longer than an allocation, so they come from the pool each call.
 SCRATCH_KEPT_BYTES = 64 * 2**20
 
 
-def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str = ""):
-    """Like device_workspace, but outside graph capture one workspace per device and
-    stream is kept and reused (grown when a call needs more, up to
+def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str = "", slot: str = "scratch"):
+    """Like device_workspace, but outside graph capture one workspace per device,
+    stream and ``slot`` is kept and reused (grown when a call needs more, up to
     SCRATCH_KEPT_BYTES): a small product's split-K or split pre-pass then costs no
-    allocation, and tensor maps of the workspace stay valid from call to call.
-    Reuse is safe in stream order; a lock held from here to ``close()`` keeps two
-    threads that share a stream from interleaving their use of it.  Under capture
-    the graph gets its own allocation."""
-    if nbytes > SCRATCH_KEPT_BYTES or stream_is_capturing(stream_handle):
+    allocation, and tensor maps of the workspace stay valid from call to call
+    (``.kept`` says which workspaces those are).  Reuse is safe in stream order; a
+    lock held from here to ``close()`` keeps two threads that share a stream from
+    interleaving their use of it.  A call that needs two at once takes them from two
+    slots, always in the same order (fp32_tc: "choice", then "scratch").  Under capture
+    the graph gets its own allocation, and so does a call on the per-thread default
+    stream: its handle names another stream in each thread, which a kept workspace
+    would not order."""
+    if nbytes > SCRATCH_KEPT_BYTES or stream_handle == PER_THREAD_STREAM or stream_is_capturing(stream_handle):
         return device_workspace(gpu, stream_handle, nbytes, what, hint)
-    key = (gpu.ordinal, stream_handle)
+    key = (gpu.ordinal, stream_handle, slot)
     entry = _scratch.get(key)
     if entry is None:
         with _scratch_lock:

@@ -3,7 +3,7 @@
 A call's choice is three steps on the caller's stream, with no host
 synchronisation (so the call can be captured in a CUDA graph): zero two
 histograms, add every matrix of A into one and every matrix of B into the other
-(exponent_histogram.cu), then choose_method.cu writes the choice record
+(exponent_histogram.cu, both in one launch), then choose_method.cu writes the choice record
 (ec/choice.cuh) that the split pre-pass and the GEMMs read.  The rules'
 constants are written once, in choose_method.cu, and read here for gemmlab.ec.
 """
@@ -46,29 +46,43 @@ class DeviceChoice:
 
     def __init__(self, gpu, ops_a, ops_b, scaled_only: bool):
         from ...runtime import compile as rt_compile
-        from ...runtime.launch import LaunchShape
+        from ...runtime.launch import LaunchShape, driver, driver_call
         self.gpu = gpu
+        self._driver, self._driver_call = driver(), driver_call   # for zero(): no import per call
         self.hist = rt_compile.load_kernel(EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL, gpu.arch)
         self.choose = rt_compile.load_kernel(CHOOSE_SOURCE, CHOOSE_KERNEL, gpu.arch)
         block = (HISTOGRAM_THREADS, 1, 1)
-        self.launches = [(side, off, LaunchShape(grid, block), args)
-                         for side, ops in ((0, ops_a), (1, ops_b))
-                         for off, grid, args in histogram_launches(gpu, ops)]
+        self.hist_launches = [(LaunchShape(grid, block), off_a, off_b, shape_a, rest_a, shape_b, rest_b)
+                              for off_a, off_b, grid, shape_a, rest_a, shape_b, rest_b
+                              in histogram_launches(gpu, ops_a, ops_b)]
         self.choose_shape = LaunchShape((1, 1, 1), (CHOOSE_THREADS, 1, 1))
         self.scaled_only = np.int32(1 if scaled_only else 0)
+
+    def launches(self, A: int, B: int, ws: int, report: int = 0) -> tuple[list, int]:
+        """The launches that count A's and B's exponents into the histograms at ``ws``
+        and choose, [(kernel, shape, args), ...], and the record's address; the record
+        also goes to ``report`` (0: nowhere).  Built only, nothing launched: a prepared
+        call keeps them per set of addresses."""
+        out = [(self.hist, shape, (*shape_a, A + off_a, *rest_a, ws, *shape_b, B + off_b, *rest_b, ws + HIST_BYTES))
+               for shape, off_a, off_b, shape_a, rest_a, shape_b, rest_b in self.hist_launches]
+        record = ws + RECORD_OFFSET
+        out.append((self.choose, self.choose_shape, (ws, ws + HIST_BYTES, self.scaled_only, record, report)))
+        return out, record
+
+    def zero(self, stream: int, ws: int) -> None:
+        """On ``stream``: zero the histograms at ``ws``, which the launches add into."""
+        d = self._driver
+        self._driver_call(d.cuMemsetD32Async(ws, 0, RECORD_OFFSET // 4, d.CUstream(stream)), "cuMemsetD32Async")
 
     def enqueue(self, stream: int, A: int, B: int, ws: int, report: int = 0) -> int:
         """On ``stream``: zero the histograms at ``ws`` (WORKSPACE_BYTES), count
         A's and B's exponents, choose; the record also goes to ``report`` (0:
         nowhere).  Returns the record's address."""
-        from ...runtime.launch import driver, driver_call, launch_shaped
-        d = driver()
-        driver_call(d.cuMemsetD32Async(ws, 0, RECORD_OFFSET // 4, d.CUstream(stream)), "cuMemsetD32Async")
-        for side, off, shape, (rows, cols, ld, stride) in self.launches:
-            launch_shaped(self.hist, shape, stream, (rows, cols, (B if side else A) + off, ld, stride,
-                                                     ws + side * HIST_BYTES))
-        record = ws + RECORD_OFFSET
-        launch_shaped(self.choose, self.choose_shape, stream, (ws, ws + HIST_BYTES, self.scaled_only, record, report))
+        from ...runtime.launch import launch_shaped
+        self.zero(stream, ws)
+        launches, record = self.launches(A, B, ws, report)
+        for kernel, shape, args in launches:
+            launch_shaped(kernel, shape, stream, args)
         return record
 
 

@@ -1,10 +1,12 @@
 """EC rung 2, ec/02_ec_wgmma.cu (Hopper): A and B split once into their two parts by
 a pre-pass (split_pack.cu), then wgmma from a TMA ring of four part tiles a stage.
 
-Beside the spec: the split pre-pass's host launch and the launch arguments (the
-tensor maps of the four parts).  A batch is one launch of each: the pre-pass splits
-every matrix (gridDim.y), the maps are 3-D over the parts of the whole batch and the
-GEMM's persistent loop walks every matrix's tiles (as the wgmma rung's).
+Beside the spec: the split pre-pass's launches and the GEMM's arguments (the tensor
+maps of the four parts), built for a workspace the executor takes from the caller's
+stream (spec.PrePass), so that a prepared call keeps them per set of addresses.  A
+batch is one launch of each: the pre-pass splits every matrix (gridDim.y), the maps
+are 3-D over the parts of the whole batch and the GEMM's persistent loop walks every
+matrix's tiles (as the wgmma rung's).
 """
 
 from __future__ import annotations
@@ -13,18 +15,17 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ...runtime.tma import Operands, maps_backend, tensor_map
-from ..spec import EC_METHODS, KERNEL_DIR, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
+from ...runtime.tma import Operands, tensor_map
+from ..spec import EC_METHODS, KERNEL_DIR, Constraint, KernelSpec, Launch, PrePass, Problem, TileParam, cdiv
 from ..tensor.wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from ..cuda_constants import read_constants
-from .choose_method import CHOICE
 
 # 128 x 96 tiles (two consumer warpgroups of 64 x 96, four sets of accumulators each);
 # a ring stage holds hi and lo of A (128 rows of 128 bytes) and of B^T (96 rows).
 _K = read_constants("ec/02_ec_wgmma.cu")
 EC_WGMMA_BM, EC_WGMMA_BN, EC_WGMMA_THREADS = _K["EC_WGMMA_BM"], _K["EC_WGMMA_BN"], _K["EC_WGMMA_THREADS"]
 
-# The split pre-pass: (METHOD, stored layout, transposed output).
+# The split pre-pass: (METHOD, stored layout of A, stored layout of B).
 EC_SPLIT_PACK_SOURCE = KERNEL_DIR / "ec" / "split_pack.cu"
 _P = read_constants("ec/split_pack.cu")
 EC_SPLIT_PACK_TILE, EC_SPLIT_PACK_THREADS = _P["EC_SPLIT_PACK_TILE"], _P["EC_SPLIT_PACK_THREADS"]
@@ -32,12 +33,12 @@ EC_SPLIT_PACK_TILE, EC_SPLIT_PACK_THREADS = _P["EC_SPLIT_PACK_TILE"], _P["EC_SPL
 EC_SPLIT_PACK_BLOCKS_PER_SM = 8
 
 
-def ec_split_pack_kernel(method: str, op: str, transpose: bool) -> str:
-    return f"gemmlab::ec_split_pack<{EC_METHODS[method]}, '{op}', {'true' if transpose else 'false'}>"
+def ec_split_pack_kernel(method: str, op_a: str, op_b: str) -> str:
+    return f"gemmlab::ec_split_pack<{EC_METHODS[method]}, '{op_a}', '{op_b}'>"
 
 
-EC_SPLIT_PACK_KERNELS = tuple(ec_split_pack_kernel(m, op, t) for m in EC_METHODS for op in "NT"
-                              for t in (False, True))
+EC_SPLIT_PACK_KERNELS = tuple(ec_split_pack_kernel(m, op_a, op_b) for m in EC_METHODS for op_a in "NT"
+                              for op_b in "NT")
 
 
 def _smem(p) -> int:
@@ -58,23 +59,23 @@ def _matrices(ops: Operands, stride: int) -> int:
     return ops.batch if ops.batch > 1 and stride != 0 else 1
 
 
-# (method, layout, transposed, arch, blocks, matrices) -> (kernel, launch shape): the
-# pre-pass's launches are prepared once, so a call pays no kernel lookup or launch
-# configuration for them (runs 85e-85f: host time of fp32_tc on ec_wgmma).
+# (method, layouts, arch, grid) -> (kernel, launch shape): the pre-pass's launches are
+# prepared once, so a call pays no kernel lookup or launch configuration for them
+# (runs 85e-85f: host time of fp32_tc on ec_wgmma).
 _split_launches: dict[tuple, tuple] = {}
 _SPLIT_LAUNCHES_KEPT = 256
 
 
-def _split_launch(dtype: str, op: str, transpose: bool, gpu, blocks: int, nz: int) -> tuple:
-    key = (dtype, op, transpose, gpu.arch, blocks, nz)
+def _split_launch(dtype: str, op_a: str, op_b: str, gpu, grid: tuple[int, int, int]) -> tuple:
+    key = (dtype, op_a, op_b, gpu.arch, grid)
     found = _split_launches.get(key)
     if found is None:
         from ...runtime import compile as rt_compile
         from ...runtime.launch import LaunchShape
-        kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(dtype, op, transpose), gpu.arch)
+        kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(dtype, op_a, op_b), gpu.arch)
         if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:   # a program of many shapes: start again
             _split_launches.clear()
-        found = _split_launches[key] = (kernel, LaunchShape((blocks, nz, 1), (EC_SPLIT_PACK_THREADS, 1, 1)))
+        found = _split_launches[key] = (kernel, LaunchShape(grid, (EC_SPLIT_PACK_THREADS, 1, 1)))
     return found
 
 
@@ -89,80 +90,104 @@ def ec_parts_bytes(prob: Problem) -> int:
     return 2 * (prob.M + prob.N) * _padded_k(prob.K) * 4
 
 
+def _part_layout(pr, choice) -> tuple[int, int]:
+    """(bytes an element of a part is given, elements of a part's row: K padded to 16 bytes).
+    With a choice record the layout serves either part type (TF32's size, K padded to 8
+    elements: 16 bytes of both), so that both candidates' splits and tensor maps use the
+    same buffers."""
+    eb = 4 if pr.dtype == "tf32_ec" else 2
+    if choice:
+        return 4, _padded_k(pr.K)
+    return eb, -(-pr.K // (16 // eb)) * (16 // eb)
+
+
+def ec_split_bytes(pr, ops: Operands, choice) -> int:
+    """Bytes of the workspace the split parts of one launch take (PrePass.workspace_bytes):
+    hi and lo of every matrix of A split (M x kp) and of B^T (N x kp); ``choice``: whether
+    a choice record is read (the layout for either part type)."""
+    room, kp = _part_layout(pr, choice)
+    return 2 * (_matrices(ops, ops.sa) * pr.M + _matrices(ops, ops.sb) * pr.N) * kp * room
+
+
+SPLIT_WHAT = "ec_wgmma, for the split parts of a and b,"
+
+
+def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, choice: int, workspace: int):
+    """The launch that splits op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec)
+    into their hi and lo parts with ec/split_pack.cu, into the workspace at ``workspace``
+    (ec_split_bytes of it); built only, nothing launched.  Returns ([(kernel, shape,
+    args)], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b)): device pointers of A's parts (M x
+    K) and of B's, transposed (N x K), all with rows of kp elements (K padded to 16
+    bytes), and how many matrices of each are split.  One launch takes both operands
+    (gridDim.z) and a batch of ``ops.batch`` matrices (gridDim.y): their parts lie one
+    matrix after the other (M * kp and N * kp elements apart); an operand the batch
+    shares (stride 0) is split once.  Any layout and alignment of A and B is read as
+    stored.  The scaled FP16 method's scales (powers of two) are applied here.
+
+    ``choice``: the address of a choice record made on the GPU (ec/choice.cuh), or 0.
+    With one, the split runs only if the record chose ``pr.dtype``'s parts, with the
+    record's scales, and the workspace is laid out for either part type."""
+    if pr.dtype not in EC_METHODS:
+        raise TypeError(f"the split pre-pass is for {', '.join(EC_METHODS)}, not {pr.dtype}")
+    room, kp = _part_layout(pr, choice)
+    nz_a, nz_b = _matrices(ops, ops.sa), _matrices(ops, ops.sb)
+    a_part, b_part = nz_a * pr.M * kp * room, nz_b * pr.N * kp * room   # bytes of each part of A, of B^T
+    a_hi, a_lo = workspace, workspace + a_part
+    b_hi, b_lo = workspace + 2 * a_part, workspace + 2 * a_part + b_part
+
+    def blocks(rows, cols, nz):   # a few blocks per SM over the whole batch; they loop over the tiles
+        tiles = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
+        return max(1, min(tiles, -(-EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count // nz)))
+    grid = (max(blocks(pr.M, pr.K, nz_a), blocks(pr.K, pr.N, nz_b)), max(nz_a, nz_b), 2)
+    kernel, shape = _split_launch(pr.dtype, pr.op_a, pr.op_b, gpu, grid)
+    args = (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K),
+            ops.A, np.int32(ops.lda), np.int64(ops.sa if nz_a > 1 else 0), np.int32(nz_a), np.float32(scale_a),
+            ops.B, np.int32(ops.ldb), np.int64(ops.sb if nz_b > 1 else 0), np.int32(nz_b), np.float32(scale_b),
+            a_hi, a_lo, b_hi, b_lo, np.int32(kp), choice)
+    return [(kernel, shape, args)], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b)
+
+
 @contextmanager
 def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0, scale_b: float = 1.0,
                        choice: int = 0):
-    """Split op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec) into their
-    hi and lo parts with ec/split_pack.cu, into one stream-ordered workspace; yields
-    (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b): device pointers of A's parts (M x K) and of
-    B's, transposed (N x K), all with rows of kp elements (K padded to 16 bytes), and
-    how many matrices of each were split.  A batch of ``ops.batch`` matrices is one
-    launch per operand: its parts lie one matrix after the other (M * kp and N * kp
-    elements apart); an operand the batch shares (stride 0) is split once.  Any
-    layout and alignment of A and B is read as stored.  The scaled FP16 method's
-    scales (powers of two) are applied here.  Freed in stream order on exit.
-
-    ``choice``: the address of a choice record made on the GPU (ec/choice.cuh), or
-    0.  With one, the split runs only if the record chose ``pr.dtype``'s parts,
-    with the record's scales, and the workspace is laid out for either part type
-    (TF32's size, K padded to 8 elements: 16 bytes of both), so that both
-    candidates' splits and tensor maps use the same buffers."""
+    """The split pre-pass alone (what the benchmark times): ec_split_launches into a
+    stream-ordered workspace, launched on ``stream``; yields the parts as
+    ec_split_launches returns them; freed in stream order on exit."""
     from ...runtime.launch import launch_shaped, stream_workspace
-    if pr.dtype not in EC_METHODS:
-        raise TypeError(f"the split pre-pass is for {', '.join(EC_METHODS)}, not {pr.dtype}")
-    eb = 4 if pr.dtype == "tf32_ec" else 2
-    room = 4 if choice else eb   # bytes an element is given
-    kp = _padded_k(pr.K) if choice else -(-pr.K // (16 // eb)) * (16 // eb)
-    nz_a, nz_b = _matrices(ops, ops.sa), _matrices(ops, ops.sb)
-    a_part, b_part = nz_a * pr.M * kp * room, nz_b * pr.N * kp * room   # bytes of each part of A, of B^T
-    nbytes = 2 * (a_part + b_part)
-    ws = stream_workspace(gpu, stream, nbytes, "ec_wgmma, for the split parts of a and b,")
+    ws = stream_workspace(gpu, stream, ec_split_bytes(pr, ops, choice), SPLIT_WHAT)
     try:
-        base = int(ws.handle)
-        a_hi, a_lo = base, base + a_part
-        b_hi, b_lo = base + 2 * a_part, base + 2 * a_part + b_part
-        jobs = [(pr.op_a, False, pr.M, pr.K, ops.A, ops.lda, ops.sa, nz_a, pr.M, scale_a, CHOICE["scale_a"], a_hi,
-                 a_lo),
-                (pr.op_b, True, pr.K, pr.N, ops.B, ops.ldb, ops.sb, nz_b, pr.N, scale_b, CHOICE["scale_b"], b_hi,
-                 b_lo)]
-        for op, transpose, rows, cols, src, ld, stride, nz, part_rows, scale, field, hi, lo in jobs:
-            tiles = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
-            # A few blocks per SM over the whole batch (gridDim.y: the matrices); they loop over the tiles.
-            blocks = max(1, min(tiles, -(-EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count // nz)))
-            kernel, shape = _split_launch(pr.dtype, op, transpose, gpu, blocks, nz)
-            launch_shaped(kernel, shape, stream, (np.int32(rows), np.int32(cols), src, np.int32(ld),
-                                                  np.int64(stride if nz > 1 else 0), np.float32(scale), hi, lo,
-                                                  np.int32(kp), np.int64(part_rows * kp), choice, np.int32(field)))
-        yield a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b
+        launches, parts = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice, int(ws.handle))
+        for kernel, shape, args in launches:
+            launch_shaped(kernel, shape, stream, args)
+        yield parts
     finally:
         ws.close(stream)
 
 
-@contextmanager
-def ec_wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta, choice: int = 0):
-    """ec_wgmma's arguments: the standard eleven, the batch strides and the number of
-    matrices (as the wgmma rung's: of A's and B's strides the kernel asks only whether
-    they are 0), the tensor maps of the four parts (hi and lo of A, hi and lo of B^T:
-    ec_split_workspace), then scale_a and scale_b (the kernel divides them out) and the
-    address of the choice record made on the GPU (0: none; see ec_split_workspace).
-    Both operands are K-major, the layout TF32 wgmma needs and FP16 wgmma reads without
-    its transpose bit; A's parts in 128-row boxes, B^T's in 96-row boxes, 128 bytes of K
-    each.  Each map is 3-D over the parts of every matrix split (one for an operand the
-    batch shares)."""
+def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, backend):
+    """ec_wgmma's launches on the split workspace at ``workspace`` (PrePass.build): the
+    split pre-pass's (ec_split_launches) and the GEMM's arguments: the standard eleven,
+    the batch strides and the number of matrices (as the wgmma rung's: of A's and B's
+    strides the kernel asks only whether they are 0), the tensor maps of the four parts
+    (hi and lo of A, hi and lo of B^T), then scale_a and scale_b (the kernel divides them
+    out) and the address of the choice record made on the GPU (0: none).  Both operands
+    are K-major, the layout TF32 wgmma needs and FP16 wgmma reads without its transpose
+    bit; A's parts in 128-row boxes, B^T's in 96-row boxes, 128 bytes of K each.  Each
+    map is 3-D over the parts of every matrix split (one for an operand the batch
+    shares); ``backend``: their encoder (runtime.tma.maps_backend)."""
     pr = plan.problem
     scale_a, scale_b = (float(x) for x in plan.extra_args())
     part, eb = ("tf32", 4) if pr.dtype == "tf32_ec" else ("float16", 2)
     one = ops.batch <= 1
     strides = (0, 0, 0) if one else (ops.sa, ops.sb, ops.sc)
     batch_args = tuple(np.int64(s) for s in strides) + (np.int32(max(ops.batch, 1)),)
-    with ec_split_workspace(pr, gpu, stream, ops, scale_a, scale_b, choice) as (a_hi, a_lo, b_hi, b_lo, kp, nz_a,
-                                                                                 nz_b):
-        box_k, bm, bn = 128 // eb, EC_WGMMA_BM, EC_WGMMA_BN
-        be = maps_backend(stream)
-        maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, be, batch=nz, batch_stride=rows * kp)
-                     for ptr, rows, box_rows, nz in ((a_hi, pr.M, bm, nz_a), (a_lo, pr.M, bm, nz_a),
-                                                     (b_hi, pr.N, bn, nz_b), (b_lo, pr.N, bn, nz_b)))
-        yield standard_args(pr, ops, alpha, beta) + batch_args + maps + plan.extra_args() + (choice,)
+    launches, (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b) = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice,
+                                                                           workspace)
+    box_k, bm, bn = 128 // eb, EC_WGMMA_BM, EC_WGMMA_BN
+    maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, backend, batch=nz, batch_stride=rows * kp)
+                 for ptr, rows, box_rows, nz in ((a_hi, pr.M, bm, nz_a), (a_lo, pr.M, bm, nz_a),
+                                                 (b_hi, pr.N, bn, nz_b), (b_lo, pr.N, bn, nz_b)))
+    return launches, standard_args(pr, ops, alpha, beta) + batch_args + maps + plan.extra_args() + (choice,)
 
 
 SPEC = KernelSpec(
@@ -187,7 +212,7 @@ SPEC = KernelSpec(
     fallback="ec_wmma",
     extra_args=("scale_a", "scale_b"),
     reads_choice=True,
-    kernel_args=ec_wgmma_kernel_args,
+    prepass=PrePass(workspace_bytes=ec_split_bytes, build=ec_wgmma_launches, what=SPLIT_WHAT),
     # One launch per batch (chunk): the pre-pass splits every matrix, the persistent loop
     # walks every matrix's tiles.
     batched_args=True,

@@ -3,13 +3,16 @@
 // reads through TMA -- a split at load time would cost wgmma's consumers a pass
 // through registers they do not have, while this pass costs one read of A and B
 // and one write of the parts, and hands the GEMM K-major, TMA-aligned operands
-// whatever the caller's layouts.  op(X) is stored with layout OP; the parts are
-// written row-major, or transposed with T_OUT.  32 x 32 tiles through shared
-// memory: reads and writes both coalesce.  scale: a power of two (exact), or 1.
-// With a choice record (precision="fp32_tc", ec/choice.cuh) both METHODs are
-// launched and the one not chosen returns at once; the scale is the record's.
-// gridDim.y matrices (a batch), src_stride elements apart, their parts
-// part_stride elements apart: one launch splits every matrix of a batch.
+// whatever the caller's layouts.  op(A) (M x K) is stored with layout OP_A, op(B)
+// (K x N) with OP_B; A's parts are written row-major (M x K), B's transposed
+// (N x K), rows of ldp elements.  32 x 32 tiles through shared memory: reads and
+// writes both coalesce.  scale: a power of two (exact), or 1.  With a choice
+// record (precision="fp32_tc", ec/choice.cuh) both METHODs are launched and the
+// one not chosen returns at once; the scales are the record's.  One launch splits
+// both operands (blockIdx.z: 0 A, 1 B; a small fp32_tc call costs mostly the
+// host's launches) and every matrix of a batch (gridDim.y), src_stride elements
+// apart, their parts one after the other (M * ldp or N * ldp elements apart); the
+// grid is the larger operand's, and blocks the other does not need return.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 
@@ -22,19 +25,13 @@ constexpr int EC_SPLIT_PACK_ROWS = EC_SPLIT_PACK_THREADS / EC_SPLIT_PACK_TILE;  
 template <int METHOD>
 using EcPart = typename wmma_types::Storage<EcSplit<METHOD>::DT>::type;
 
+// One block's share of one matrix: rows x cols of src (layout OP, leading dimension
+// ld) into hi and lo, transposed with T_OUT; the blocks of the launch walk the tiles.
 template <int METHOD, char OP, bool T_OUT>
-__global__ void __launch_bounds__(EC_SPLIT_PACK_THREADS)
-ec_split_pack(int rows, int cols, const float* __restrict__ src, int ld, long long src_stride, float scale,
-              EcPart<METHOD>* __restrict__ hi, EcPart<METHOD>* __restrict__ lo, int ldp, long long part_stride,
-              const long long* __restrict__ choice, int scale_field) {
-    if (choice != nullptr) {   // the method chosen on the GPU
-        if (!ec_chosen<METHOD>(choice)) return;
-        scale = ec_choice_scale(choice, scale_field);
-    }
-    src += blockIdx.y * src_stride;   // this block's matrix of the batch
-    hi += blockIdx.y * part_stride;
-    lo += blockIdx.y * part_stride;
-    __shared__ float tile[EC_SPLIT_PACK_TILE][EC_SPLIT_PACK_TILE + 1];   // [r][c]; the pad spreads columns over the banks
+__device__ __forceinline__ void split_matrix(float (&tile)[EC_SPLIT_PACK_TILE][EC_SPLIT_PACK_TILE + 1], int rows,
+                                             int cols, const float* __restrict__ src, int ld, float scale,
+                                             EcPart<METHOD>* __restrict__ hi, EcPart<METHOD>* __restrict__ lo,
+                                             int ldp) {
     const int tiles_c = (cols + EC_SPLIT_PACK_TILE - 1) / EC_SPLIT_PACK_TILE;
     const int tiles = (rows + EC_SPLIT_PACK_TILE - 1) / EC_SPLIT_PACK_TILE * tiles_c;
     const int tx = threadIdx.x % EC_SPLIT_PACK_TILE, ty = threadIdx.x / EC_SPLIT_PACK_TILE;
@@ -63,6 +60,28 @@ ec_split_pack(int rows, int cols, const float* __restrict__ src, int ld, long lo
             }
         }
         __syncthreads();   // the tile is read before the next one overwrites it
+    }
+}
+
+template <int METHOD, char OP_A, char OP_B>
+__global__ void __launch_bounds__(EC_SPLIT_PACK_THREADS)
+ec_split_pack(int M, int N, int K, const float* __restrict__ A, int lda, long long stride_a, int matrices_a,
+              float scale_a, const float* __restrict__ B, int ldb, long long stride_b, int matrices_b, float scale_b,
+              EcPart<METHOD>* __restrict__ a_hi, EcPart<METHOD>* __restrict__ a_lo, EcPart<METHOD>* __restrict__ b_hi,
+              EcPart<METHOD>* __restrict__ b_lo, int ldp, const long long* __restrict__ choice) {
+    if (choice != nullptr && !ec_chosen<METHOD>(choice)) return;   // the method chosen on the GPU is the other
+    __shared__ float tile[EC_SPLIT_PACK_TILE][EC_SPLIT_PACK_TILE + 1];   // [r][c]; the pad spreads columns over the banks
+    const long long z = blockIdx.y;   // this block's matrix of the batch
+    if (blockIdx.z == 0) {
+        if (z >= matrices_a) return;
+        const float scale = choice != nullptr ? ec_choice_scale(choice, CHOICE_SCALE_A) : scale_a;
+        split_matrix<METHOD, OP_A, false>(tile, M, K, A + z * stride_a, lda, scale, a_hi + z * M * ldp,
+                                          a_lo + z * M * ldp, ldp);
+    } else {
+        if (z >= matrices_b) return;
+        const float scale = choice != nullptr ? ec_choice_scale(choice, CHOICE_SCALE_B) : scale_b;
+        split_matrix<METHOD, OP_B, true>(tile, K, N, B + z * stride_b, ldb, scale, b_hi + z * N * ldp,
+                                         b_lo + z * N * ldp, ldp);
     }
 }
 
