@@ -300,6 +300,9 @@ def test_auto_takes_wgmma_for_batched_attention_products():
                 p = gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", batch=bh,
                                  arch="sm_90a", op_b="T" if N == s else "N")
                 assert p.spec.name == "wgmma", (bh, s, M, N, K, p.describe())
-    # 64 products of 512 x 128 @ 128 x 512: 512 tiles of 128 x 256 fill the GPU.
+    # 64 products of 512 x 128 @ 128 x 512: 512 tiles of 128 x 256 fill the GPU; a batch with
+    # two K-steps runs 128 x 128 tiles (run 88e), and so does P @ V's N = 128.
     p = gemmlab.plan("auto", 512, 512, 128, dtype="bfloat16", out_dtype="bfloat16", batch=64, arch="sm_90a")
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == (128, 128)
+    p = gemmlab.plan("auto", 512, 512, 512, dtype="bfloat16", out_dtype="bfloat16", batch=64, arch="sm_90a")
     assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == (128, 256)

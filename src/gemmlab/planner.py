@@ -310,8 +310,9 @@ def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
 
 # ec_wgmma on a batch (kernel="auto"): the multiply-adds the whole batch must hold to
 # repay its fixed cost over ec_wmma (its split launch per candidate; measured when
-# that was two launches, A's and B's, built at every call), and per matrix, multiply-adds per element of A and B (its pre-pass reads
-# and writes every element once more than ec_wmma does).
+# that was two launches, A's and B's, built at every call), and per matrix,
+# multiply-adds per element of A and B (its pre-pass reads and writes every element
+# once more than ec_wmma does).
 EC_WGMMA_BATCH_MIN_MACS = 2**31
 EC_WGMMA_BATCH_MIN_INTENSITY = 192
 # A single product with K at least this takes ec_wgmma from a quarter of the SMs' worth of
