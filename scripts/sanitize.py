@@ -1,4 +1,4 @@
-"""Every rung (and rung 8's and wgmma's split-K, rung 8's 256-wide tiles, mma_pipelined's
+"""Every rung (and rung 8's and wgmma's split-K, rung 8's 256-wide tiles, wgmma's deep rings, mma_pipelined's
 column-major layouts) at edge shapes, with both
 the 16-byte and the scalar (unaligned) variants: the workload compute-sanitizer
 runs (scripts/sanitize.sh).  Also checks each result against FP64, so a run that
@@ -45,6 +45,8 @@ for M, N, K in SHAPES:
 # inputs, as in tests/test_tensor.py).
 TENSOR = [(s.name, {}) for s in registry.ladder("tensor")] + [
     ("mma_pipelined", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4})]
+if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):   # the deep rings of few rows
+    TENSOR += [("wgmma", {"BM": 64, "BN": 64, "STAGES": 12}), ("wgmma", {"BM": 64, "BN": 128, "STAGES": 8})]
 TC_DTYPES = [(np.float16, "float32", None), (np.float16, "float16", None), (np.float32, "float32", "tf32")]
 # 130 x 264 x 200: rows a multiple of 16 bytes, so mma_pipelined's 16-byte cp.async
 # variant runs (with requests past the matrix edges: src-size 0).
