@@ -43,8 +43,8 @@ for M, N, K in SHAPES:
                 print(f"WRONG {name} {params} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
 # The tensor-core rungs, on 16-bit and TF32 inputs (bound: FP64 on the rounded
 # inputs, as in tests/test_tensor.py).
-TENSOR = [(s.name, {}) for s in registry.ladder("tensor")] + [
-    ("mma_pipelined", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4})]
+MMA_SMALL = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
+TENSOR = [(s.name, {}) for s in registry.ladder("tensor")] + [("mma_pipelined", MMA_SMALL)]
 if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):   # the deep rings of few rows
     TENSOR += [("wgmma", {"BM": 64, "BN": 64, "STAGES": 12}), ("wgmma", {"BM": 64, "BN": 128, "STAGES": 8})]
 TC_DTYPES = [(np.float16, "float32", None), (np.float16, "float16", None), (np.float32, "float32", "tf32")]
@@ -138,7 +138,7 @@ for M, N, K, off in ((33, 65, 17, 0), (130, 264, 200, 0), (130, 264, 200, 1)):
         b = stored(N, K, off).T if tb else stored(K, N, off)
         c0 = cp.asarray(random_matrix(M, N, "uniform", rng)).astype(np.float16)
         ref = reference(a.astype(np.float64), b.astype(np.float64), 0.5, 2.0, c0.astype(np.float64))
-        for name, params in (("mma_pipelined", {}), ("mma_pipelined", TENSOR[-1][1])):
+        for name, params in (("mma_pipelined", {}), ("mma_pipelined", MMA_SMALL)):
             out = c0.copy()
             gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel=name, **params)
             layout_calls += 1
