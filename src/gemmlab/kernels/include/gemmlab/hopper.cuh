@@ -358,38 +358,22 @@ GEMMLAB_WGMMA_SS_TF32(256, 128, 129, 130)
 // keep their values until the wgmma has completed (wgmma_wait).
 template <int N, int DT> struct WgmmaRegA;
 
-template <> struct WgmmaRegA<64, TYPE_TF32> {
-    static __device__ __forceinline__ void mma(float* d, const u32 (&a)[4], u64 desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-            GEMMLAB_WGMMA_REGS32 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-            : GEMMLAB_WGMMA_ACC32(d)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-    }
-};
-
-template <> struct WgmmaRegA<128, TYPE_TF32> {
-    static __device__ __forceinline__ void mma(float* d, const u32 (&a)[4], u64 desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-            GEMMLAB_WGMMA_REGS64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-            : GEMMLAB_WGMMA_ACC64(d)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-    }
-};
-
-template <> struct WgmmaRegA<256, TYPE_TF32> {
-    static __device__ __forceinline__ void mma(float* d, const u32 (&a)[4], u64 desc_b, int scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
-            GEMMLAB_WGMMA_REGS128 ", {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
-            : GEMMLAB_WGMMA_ACC128(d)
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-    }
-};
+// As GEMMLAB_WGMMA_SS_TF32: the accumulators, then a[0..3] from %R to %(R + 3), desc_b
+// (%DB) and scale_d (%SC).
+#define GEMMLAB_WGMMA_RS_TF32(N, R, A0, A1, A2, A3, DB, SC)                                               \
+    template <> struct WgmmaRegA<N, TYPE_TF32> {                                                          \
+        static __device__ __forceinline__ void mma(float* d, const u32 (&a)[4], u64 desc_b, int scale_d) { \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                               \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 "                        \
+                         GEMMLAB_WGMMA_REGS##R ", {%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #DB         \
+                         ", p, 1, 1;\n}\n"                                                                 \
+                         : GEMMLAB_WGMMA_ACC##R(d)                                                        \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));     \
+        }                                                                                                 \
+    };
+GEMMLAB_WGMMA_RS_TF32(64, 32, 32, 33, 34, 35, 36, 37)
+GEMMLAB_WGMMA_RS_TF32(128, 64, 64, 65, 66, 67, 68, 69)
+GEMMLAB_WGMMA_RS_TF32(256, 128, 128, 129, 130, 131, 132, 133)
 
 }  // namespace hopper
 }  // namespace gemmlab
