@@ -275,8 +275,7 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
             # Finalists: the best few per kernel, timed again in interleaved rounds, so
             # that a slow spell of the GPU (clocks, a neighbour) hits them all alike --
             # cuBLAS too.  (Timed once before the candidates, on a GPU that had idled while
-            # the operands were built, cuBLAS read up to 2.3x slow on products of 0.1-0.2 ms
-            # in run 87: benchmarks/NOTES.md, run 88.)
+            # the operands were built, cuBLAS read slow on short products: NOTES, run 88.)
             finalists = [ck for spec in specs for ck in _finalists(spec.name, results)
                          if "final_ms" not in results[ck]]
             samples = {ck: [] for ck in finalists}

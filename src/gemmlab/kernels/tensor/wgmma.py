@@ -153,14 +153,13 @@ def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
     of every tile and split over a Llama-3-8B-sized model's products at 1, 16 and
     128 tokens (benchmarks/NOTES.md, runs 82a-82b; `wgmma-splitk-run82a.json`).
     With ``K`` given and 16-bit inputs, the fast tile is 128x128 where N <= 128 (P @ V with
-    a head dim of 128: 103-106% of torch.matmul against 86-94% on 128x256) and for batches
-    whose K is at most 128 (Q @ K^T: up to 13% less GPU time at S <= 2048, even at 4096),
-    run 88e (`attention-tiles-run88e.json`); a single matrix with a short K (the weight
-    gradients at 16 and 128 tokens) was within a few percent either way (run 88f).
-    Where that split would be taken for 16-bit inputs of WGMMA_NARROW_MIN_M to
-    WGMMA_NARROW_MAX_M rows, wgmma_narrow_tile's unsplit deep-ring tile replaces it where it applies: 17-26%
-    less GPU time on the o and qkv layers' products at 16 and 128 tokens in the sweep
-    with deeper rings (run 88c, `wgmma-bn64-sweep-run88c.json`)."""
+    a head dim of 128, which a 256-wide tile half wastes) and for batches whose K is at
+    most 128 (Q @ K^T): faster than 128x256 at every attention size measured, or equal
+    (run 88e); a single matrix with a short K (the weight gradients) was not, so it keeps
+    128x256 (run 88f).  Where the split above would be taken for 16-bit inputs of
+    WGMMA_NARROW_MIN_M to WGMMA_NARROW_MAX_M rows, wgmma_narrow_tile's unsplit deep-ring
+    tile replaces it where it applies: faster on every o and qkv product at 16 and 128
+    tokens in the sweep of tiles, splits and rings (run 88c; figures in benchmarks/NOTES.md)."""
     big = cdiv(M, 128) * cdiv(N, 256) * batch
     if 2 * big >= sm_count:
         sixteen = K is not None and dtype != "tf32"
