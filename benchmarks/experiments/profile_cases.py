@@ -9,8 +9,10 @@ reduction, cuBLAS's own choice), apart from host time and launch gaps.
 
 Case sets: ``small-m`` -- a Llama-3-8B-sized model's o and qkv layers at 1, 16 and 128
 tokens in bf16, forward ``x @ W.t()`` and input gradient ``dY @ W`` (the models suite's
-products below 90% of torch); ``bf16-8192`` -- 8192^3 bf16 NN and NT.  NVTX ranges name
-each call (``--nvtx --nvtx-include`` in ncu selects them).
+products below 90% of torch); ``bf16-8192`` -- 8192^3 bf16 NN and NT; ``narrow-m1`` -- o's
+input gradient at 1 and 16 tokens on the 64x64 deep-ring wgmma tile, named (unsplit at
+one row it was no faster than split, at 16 rows it was: why is the question).  NVTX
+ranges name each call (``--nvtx`` in ncu shows them).
 """
 
 import argparse
@@ -30,6 +32,12 @@ def small_m(dt):
             yield f"{layer}.dgrad M={m}", torch.randn(m, fout, device="cuda", dtype=dt), w
 
 
+def narrow_m1(dt):
+    w = torch.randn(4096, 4096, device="cuda", dtype=dt) * 0.05
+    for m in (1, 16):
+        yield f"o.dgrad M={m}", torch.randn(m, 4096, device="cuda", dtype=dt), w
+
+
 def big_layouts(dt, n=8192):
     a = torch.randn(n, n, device="cuda", dtype=dt)
     b = torch.randn(n, n, device="cuda", dtype=dt)
@@ -39,16 +47,17 @@ def big_layouts(dt, n=8192):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--cases", default="small-m", choices=("small-m", "bf16-8192"))
+    p.add_argument("--cases", default="small-m", choices=("small-m", "bf16-8192", "narrow-m1"))
     args = p.parse_args()
     dt = torch.bfloat16
-    cases = small_m(dt) if args.cases == "small-m" else big_layouts(dt)
+    cases = {"small-m": small_m, "bf16-8192": big_layouts, "narrow-m1": narrow_m1}[args.cases](dt)
+    named = {"kernel": "wgmma", "BM": 64, "BN": 64, "STAGES": 12} if args.cases == "narrow-m1" else {}
     for name, a, b in cases:
         out = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=dt)
-        gemmlab.matmul(a, b, out=out)          # compile, load and prepare outside the profile
+        gemmlab.matmul(a, b, out=out, **named)   # compile, load and prepare outside the profile
         torch.matmul(a, b, out=out)
         torch.cuda.synchronize()
-        for who, fn in (("gemmlab", lambda: gemmlab.matmul(a, b, out=out)),
+        for who, fn in (("gemmlab", lambda: gemmlab.matmul(a, b, out=out, **named)),
                         ("torch", lambda: torch.matmul(a, b, out=out))):
             torch.cuda.nvtx.range_push(f"{who} {name}")
             fn()
