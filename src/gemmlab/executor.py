@@ -52,6 +52,14 @@ BATCH_WORKSPACE_LIMIT = 2**30
 ARGS_KEPT = 64          # own-args kernels: argument sets kept per launcher (by addresses)
 
 _ONE, _ZERO, _ZERO32 = np.float32(1.0), np.float32(0.0), np.int32(0)
+
+
+def _keep(memo: dict, key, value) -> None:
+    """memo[key] = value, in a memo of at most ARGS_KEPT entries (a program of many
+    addresses starts it again)."""
+    if len(memo) >= ARGS_KEPT:
+        memo.clear()
+    memo[key] = value
 _f32_memo: dict = {}
 
 
@@ -306,7 +314,7 @@ class Launcher:
             self._launch_after_prepass(stream, jobs, ldc, strides, alpha, beta, choice)
             return
         p, geo, (lda, ldb, _) = self.plan, self.geo, self.lds
-        if self._args_memo is not None and not choice:
+        if self._args_memo is not None:
             alpha32, beta32, memo = f32(alpha), f32(beta), self._args_memo
             for a, b, c, nz in jobs:
                 # The arguments of these addresses, built once; alpha and beta (the
@@ -319,21 +327,16 @@ class Launcher:
                 args = args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:]
                 if len(jobs) == 1:   # what direct() launches for these addresses and scalars
                     if self.splits == 1:
-                        if len(self._full_memo) >= ARGS_KEPT:
-                            self._full_memo.clear()
-                        self._full_memo[(a, b, c, alpha, beta)] = args
+                        _keep(self._full_memo, (a, b, c, alpha, beta), args)
                     else:                # c: the workspace (alpha = 1, beta = 0)
-                        if len(self._split_memo) >= ARGS_KEPT:
-                            self._split_memo.clear()
-                        self._split_memo[(a, b, c)] = args
+                        _keep(self._split_memo, (a, b, c), args)
                 launch_shaped(self.kernel, self._shapes[nz], stream, args)
             return
-        kw = {"choice": choice} if self.reads_choice else {}
         for a, b, c, nz in jobs:
             ops = Operands(a, lda, b, ldb, c, ldc, nz, *strides)
-            with p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta, **kw) as args:
-                # Arguments built per call (a method chosen on the GPU: the kernel's
-                # pre-pass runs inside kernel_args), but the launch shape once.
+            with p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta) as args:
+                # Arguments built per call (wgmma's TF32 copy of an operand TMA cannot
+                # read, into a workspace of this call), but the launch shape once.
                 shape = self._shapes.get(nz)
                 if shape is None:
                     shape = self._shapes[nz] = LaunchShape(self._grid(nz, stream), geo.block, geo.smem_bytes,
@@ -366,9 +369,7 @@ class Launcher:
                     built = self._build_after_prepass(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha,
                                                       beta, choice, ws.handle)
                     if ws.kept:
-                        if len(memo) >= ARGS_KEPT:
-                            memo.clear()
-                        memo[key] = built
+                        _keep(memo, key, built)
                 launches, args, shape, driver_maps = built
                 for kernel, pre_shape, pre_args in launches:
                     launch_shaped(kernel, pre_shape, stream, pre_args)
@@ -416,9 +417,7 @@ class Launcher:
             self._args_memo = None
             launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
             return None
-        if len(self._args_memo) >= ARGS_KEPT:
-            self._args_memo.clear()
-        self._args_memo[(ops.A, ops.B, ops.C, ops.batch, beta == 0)] = args
+        _keep(self._args_memo, (ops.A, ops.B, ops.C, ops.batch, beta == 0), args)
         if ops.batch not in self._shapes:
             self._shapes[ops.batch] = LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster)
         if self._shape is None:
@@ -494,9 +493,7 @@ class _DeviceChoice:
             if built is None:
                 built = self.choice.launches(A, B, ws.handle, self.report.ptr)
                 if ws.kept:
-                    if len(self._kept) >= ARGS_KEPT:
-                        self._kept.clear()
-                    self._kept[(A, B, ws.handle)] = built
+                    _keep(self._kept, (A, B, ws.handle), built)
             launches, record = built
             self.choice.zero(stream, ws.handle)
             for kernel, shape, args in launches:

@@ -156,8 +156,8 @@ class KernelSpec:
     # kernels' scale_a, scale_b); each defaults to 1.0.
     extra_args: tuple[str, ...] = ()
     # The kernel's last argument is the address of a method choice made on the GPU
-    # (the error-corrected kernels: ec/choice.cuh), 0 for none; its kernel_args, if
-    # any, takes it as the keyword choice (a pre-pass's functions: as their argument).
+    # (the error-corrected kernels: ec/choice.cuh), 0 for none; a pre-pass's functions
+    # take it as their argument.
     reads_choice: bool = False
     # NVRTC targets the kernel exists for (empty: every target gemmlab builds for).
     # A kernel with sm_90a instructions (wgmma, setmaxnreg) lists only "sm_90a".
