@@ -111,7 +111,7 @@ def ladder_sass(ladder_module):
     return get
 
 
-from gemmlab.kernels.gemv.gemv import GEMV_WARPS, gemv_row_chunk, gemv_staged_k, gemv_vec  # noqa: E402
+from gemmlab.kernels.gemv.gemv import GEMV_WARPS, gemv_row_chunk, gemv_row_columns, gemv_staged_k  # noqa: E402
 
 ELEM_BYTES = {"float16": 2, "bfloat16": 2, "tf32": 4}
 
@@ -133,7 +133,9 @@ def static_smem(spec, p, prob=None):
         if prob.op_b == "T":
             return 4 * p["MT"] * gemv_staged_k(prob, p["MT"])
         # (once whatever the output type: a split launch is the float32-output instantiation's)
-        return 4 * p["MT"] * gemv_row_chunk(prob) + 4 * GEMV_WARPS * min(p["MT"], 4) * 32 * gemv_vec(prob)
+        lanes = p["LANES"]
+        return (4 * p["MT"] * gemv_row_chunk(prob, p["MT"], lanes)
+                + 4 * GEMV_WARPS * min(p["MT"], 4) * gemv_row_columns(prob, p["MT"], lanes))
     return 4 * p["BK"] * (p["BM"] + p["BN"])
 
 

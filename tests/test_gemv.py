@@ -142,8 +142,9 @@ def test_alpha_zero_reads_neither_operand(dtype):
 ROW_SHAPES = [(1037, 331), (4104, 200), (8, 33)]
 
 
-def _rows(M, N, K, dtype, out_dtype, alpha, beta, split, **kw):
-    plan = _check(M, N, K, dtype, out_dtype, alpha, beta, w_rows=True, params={"SPLITK": split}, **kw)
+def _rows(M, N, K, dtype, out_dtype, alpha, beta, split, params_extra=None, **kw):
+    plan = _check(M, N, K, dtype, out_dtype, alpha, beta, w_rows=True, params={"SPLITK": split, **(params_extra or {})},
+                  **kw)
     assert plan.params["SPLITK"] == split and plan.name_expression.endswith("'N'>")
     return plan
 
@@ -158,6 +159,30 @@ def test_row_major_w(M, dtype, out_dtype, K, N, alpha, beta, split):
     plan = _rows(M, N, K, dtype, out_dtype, alpha, beta, split, mt=mt, seed=M)
     e, eo = (4 if dtype == "float32" else 2), (4 if out_dtype == "float32" else 2)
     assert (", true, " in plan.name_expression) == (K * e % 16 == 0 and N * e % 16 == 0 and N * eo % 16 == 0)
+
+
+@pytest.mark.parametrize("M", [1, 3, 4])
+@pytest.mark.parametrize("lanes", [8, 4])
+@pytest.mark.parametrize("dtype, out_dtype", DTYPES)
+@pytest.mark.parametrize("K, N", ROW_SHAPES + [(4104, 264)], ids=lambda s: str(s))
+@pytest.mark.parametrize("alpha, beta, split", [(1.0, 0.0, 1), (0.5, 2.0, 3)])
+def test_row_major_w_narrow_blocks(M, lanes, dtype, out_dtype, K, N, alpha, beta, split):
+    """dY @ W with LANES lanes along a row of W (a warp reads 32 / LANES rows at once, the
+    row groups' sums added by shuffles), unsplit and split."""
+    mt = registry.get("gemv").sized_params(M, N, K, 132)["MT"]
+    plan = _rows(M, N, K, dtype, out_dtype, alpha, beta, split, mt=mt, seed=M + lanes, params_extra={"LANES": lanes})
+    assert f", {lanes}, 'N', 'N'>" in plan.name_expression
+
+
+@pytest.mark.parametrize("lanes", [8, 4])
+@pytest.mark.parametrize("dtype, out_dtype", [("float32", "float32"), ("bfloat16", "bfloat16"), ("float16", "float32")])
+@pytest.mark.parametrize("case", ["x_transposed", "x_off_grid", "w_off_grid", "batch_shared_w", "batch"])
+def test_row_major_w_narrow_blocks_layouts_and_batches(lanes, dtype, out_dtype, case):
+    kw = {"x_transposed": {"x_transposed": True}, "x_off_grid": {"a_offset": 1}, "w_off_grid": {"w_offset": 1},
+          "batch_shared_w": {"batch": 3, "shared_w": True}, "batch": {"batch": 3, "shared_w": False}}[case]
+    for split in (1, 4):
+        _rows(3, 331, 1037, dtype, out_dtype, 0.5, 2.0, split, mt=4, params_extra={"LANES": lanes}, **kw)
+        _rows(2, 264, 4104, dtype, out_dtype, 1.0, 0.0, split, mt=2, params_extra={"LANES": lanes}, **kw)
 
 
 @pytest.mark.parametrize("M, mt", [(21, 16), (13, 4), (3, 1)])

@@ -64,7 +64,7 @@ def test_kernel_params_per_rung():
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
         "wgmma": ["BM", "BN", "STAGES", "CLUSTER", "SPLITK"],
         "ec_wgmma": ["STAGES"],
-        "gemv": ["MT", "SPLITK"],
+        "gemv": ["MT", "SPLITK", "LANES"],
     }
 
 
@@ -133,8 +133,11 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
                 and 4 * (p["BM"] * (p["BK"] + 4) + p["BK"] * (p["BN"] + 4)) <= 48 * 1024)
     if name == "gemv":
         # 01_gemv.cu: MT, the rows of C a pass keeps in registers, any power of two up to 16;
-        # SPLITK, blocks along K (a launch shape), any of split-K's factors.
-        return set(p) == {"MT", "SPLITK"} and p["MT"] in (1, 2, 4, 8, 16) and p["SPLITK"] in registry.SPLITK_VALUES
+        # SPLITK, blocks along K (a launch shape), any of split-K's factors; LANES, lanes along
+        # a row of op(B), a divisor of the warp, below 32 only for at most 4 rows.
+        return (set(p) == {"MT", "SPLITK", "LANES"} and p["MT"] in (1, 2, 4, 8, 16)
+                and p["SPLITK"] in registry.SPLITK_VALUES and p["LANES"] in (32, 8, 4)
+                and (p["LANES"] == 32 or p["MT"] <= 4))
     if name == "mma_pipelined":
         # 03_mma_pipelined.cu: square warp tiles; 64 x 64 ones in blocks of 8 warps (4 warps spill),
         # 32 x 32 ones only as the 4 warps of a 64 x 64 block; STAGES stages of BM rows and BN columns,
@@ -326,10 +329,14 @@ def test_all_name_expressions(spec):
         compiled = {tuple(v for k, v in c.items() if k not in (spec.split_k_param, "REG_TRANSPOSE"))
                     for c in configs}
         both_ways.update({la: 1 for la in registry.LAYOUTS if la != ("T", "N")})
-    assert len(names) == len(compiled) * (sum(read.values()) + sum(both_ways.values()))
+    # gemv's LANES is a template argument only where op(B) is row-major (its row path).
+    per_layout = {la: len(compiled) for la in registry.LAYOUTS}
+    if spec.name == "gemv":
+        per_layout.update({la: len({c["MT"] for c in configs}) for la in registry.LAYOUTS if la[1] == "T"})
+    assert len(names) == sum(per_layout[la] * (read.get(la, 0) + both_ways[la]) for la in registry.LAYOUTS)
     assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
     for op_a, op_b in registry.LAYOUTS:   # the layouts are the last two template arguments
-        expected = len(compiled) * (read.get((op_a, op_b), 0) + both_ways[op_a, op_b])
+        expected = per_layout[op_a, op_b] * (read.get((op_a, op_b), 0) + both_ways[op_a, op_b])
         assert sum(n.endswith(f", '{op_a}', '{op_b}'>") for n in names) == expected
     assert len(nn_names) == len(compiled) * (len(spec.variants) + both_ways["N", "N"])
 
@@ -807,10 +814,10 @@ def test_wgmma_auto_tile(M, N, sm_count, tile):
 
 
 @pytest.mark.parametrize("M, N, K, ops, batch, tile, splits", [
-    (1, 4096, 128256, "NN", 1, (64, 128), 4),    # lm_head's dY @ W at one token: 32 tiles of 64x128
+    (2, 4096, 128256, "NN", 1, (64, 128), 4),    # lm_head's dY @ W at two tokens: 32 tiles of 64x128 (one: gemv)
     (16, 4096, 14336, "NN", 1, (64, 128), 4),    # down's x @ W.t() at 16 tokens: 224 K-steps, 56 a slice
-    (1, 4096, 1024, "NN", 1, (64, 128), 1),      # 16 K-steps: too short to split
-    (1, 4096, 2048, "NN", 1, (64, 128), 2),      # 32 K-steps: two slices of 16
+    (2, 4096, 1024, "NN", 1, (64, 128), 1),      # 16 K-steps: too short to split
+    (2, 4096, 2048, "NN", 1, (64, 128), 2),      # 32 K-steps: two slices of 16
     (128, 4096, 128256, "NN", 1, (128, 128), 4),  # 64 < M <= 128: one tile-row of 128x128, 32 tiles
     (128, 4096, 28672, "NN", 1, (128, 128), 4),
     (128, 6144, 16384, "NT", 1, (128, 128), 2),  # 48 tiles; the narrow tile's 96 too few for 256 K-steps
@@ -897,7 +904,7 @@ def test_wgmma_auto_split_off_hopper_and_when_named():
     assert gemmlab.plan("wgmma", 1, 4096, 128256, dtype="bfloat16", out_dtype="bfloat16").params["SPLITK"] == 1
     assert gemmlab.plan("wgmma", 1, 4096, 128256, dtype="bfloat16", out_dtype="bfloat16",
                         SPLITK=8).params["SPLITK"] == 8
-    assert gemmlab.plan("auto", 1, 4096, 128256, dtype="bfloat16", out_dtype="bfloat16", op_b="N",
+    assert gemmlab.plan("auto", 2, 4096, 128256, dtype="bfloat16", out_dtype="bfloat16", op_b="N",
                         arch="sm_80").spec.name == "mma_pipelined"
 
 
@@ -1117,26 +1124,50 @@ def test_ec_wgmma_takes_a_batch_and_sizes_its_parts():
 ])
 def test_gemv_geometry(op_b, aligned, dtype, vec, per_block, chunk):
     """op(B) column-major: a warp (of 8 a block) per 4 columns, 16-byte loads along K;
-    row-major: 32 lanes along N with 4 elements each (16 or 8 bytes), 32 * VEC
-    columns a block, SPLITK blocks along K, chunks of 8 warps x 8 rows."""
+    row-major (at the default MT = 8): 32 lanes along N with 4 elements each (16 or 8
+    bytes), 32 * VEC columns a block, SPLITK blocks along K, chunks of 8 warps x 8 rows."""
     from gemmlab.kernels.gemv.gemv import gemv_row_chunk, gemv_vec
     spec = registry.get("gemv")
     for N in (1, 7, 8, 9, 4096, 128256):
         prob = Problem(3, N, 100, aligned, dtype, dtype).with_layout("N", op_b)
-        assert gemv_vec(prob) == vec
+        assert gemv_vec(prob, spec.defaults()["MT"]) == vec
         geo = spec.launch(spec.defaults(), prob)
         assert geo.block == (256, 1, 1) and geo.grid == (-(-N // per_block), 1, 1)
-        assert spec.name_expression(spec.defaults(), prob).endswith(f", {str(aligned).lower()}, 'N', '{op_b}'>")
+        assert spec.name_expression(spec.defaults(), prob).endswith(f", {str(aligned).lower()}, 32, 'N', '{op_b}'>")
         if op_b == "N":
-            assert gemv_row_chunk(prob) == chunk
+            assert gemv_row_chunk(prob, spec.defaults()["MT"], 32) == chunk
             assert spec.launch({**spec.defaults(), "SPLITK": 6}, prob).grid == (-(-N // per_block), 6, 1)
             # split: the float32-output instantiation (FP32 partial products, whatever C's dtype)
             fp32_out = Problem(3, N, 100, aligned, dtype, "float32").with_layout("N", op_b)
             assert spec.name_expression({**spec.defaults(), "SPLITK": 6}, prob) == \
                 spec.name_expression(spec.defaults(), fp32_out)
         else:
-            with pytest.raises(ValueError, match="splits K only where op.B. is row-major"):
-                spec.launch({**spec.defaults(), "SPLITK": 2}, prob)
+            for name, value in (("SPLITK", 2), ("LANES", 8)):
+                with pytest.raises(ValueError, match=f"gemv's {name} applies where op.B. is row-major"):
+                    spec.launch({**spec.defaults(), "MT": 4, name: value}, prob)
+            # the column path has one instantiation whatever LANES says
+            assert spec.name_expression({**spec.defaults(), "MT": 4, "LANES": 8}, prob) == \
+                spec.name_expression({**spec.defaults(), "MT": 4}, prob)
+
+
+@pytest.mark.parametrize("dtype, mt, lanes, vec, per_block, chunk", [
+    ("float32", 1, 8, 4, 32, 256), ("float32", 4, 4, 4, 16, 512), ("bfloat16", 1, 8, 8, 64, 256),
+    ("bfloat16", 4, 4, 8, 32, 512), ("bfloat16", 8, 32, 4, 128, 64), ("float16", 2, 32, 8, 256, 64),
+])
+def test_gemv_narrow_row_blocks(dtype, mt, lanes, vec, per_block, chunk):
+    """Row-major op(B): LANES lanes along a row, each VEC columns (16 bytes of 16-bit
+    elements up to 4 rows of C), so a block takes LANES * VEC columns and a chunk 8 warps x
+    32 / LANES row groups x 8 rows; narrow blocks only for MT <= 4."""
+    from gemmlab.kernels.gemv.gemv import gemv_row_chunk, gemv_row_columns, gemv_vec
+    spec = registry.get("gemv")
+    prob = Problem(mt, 4096, 4096, True, dtype, dtype).with_layout("N", "N")
+    params = {"MT": mt, "SPLITK": 1, "LANES": lanes}
+    assert gemv_vec(prob, mt) == vec and gemv_row_columns(prob, mt, lanes) == per_block
+    assert gemv_row_chunk(prob, mt, lanes) == chunk
+    assert spec.launch(params, prob).grid == (4096 // per_block, 1, 1)
+    assert spec.name_expression(params, prob).endswith(f", true, {lanes}, 'N', 'N'>")
+    with pytest.raises(ValueError, match="LANES < 32 .* MT <= 4"):
+        gemmlab.plan("gemv", 8, 4096, 4096, op_b="N", MT=8, LANES=8)
 
 
 @pytest.mark.parametrize("M, mt", [(1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (8, 8), (13, 16), (16, 16)])
@@ -1150,7 +1181,7 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
     takes = M <= registry.GEMV_MAX_M[dtype]
     assert (plan(M).spec.name == "gemv") == takes
     if takes:
-        assert plan(M).params == {"MT": mt, "SPLITK": 1}
+        assert plan(M).params == {"MT": mt, "SPLITK": 1, "LANES": 32}
     # op(B) row-major: gemv split over K where GEMV_ROWS_MAX_M takes it (float32), else the tiled rungs
     assert (plan(M, "N").spec.name == "gemv") == (M <= registry.GEMV_ROWS_MAX_M[dtype])
     assert plan(registry.GEMV_MAX_M[dtype] + 1).spec.name != "gemv"
@@ -1158,24 +1189,44 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
     assert plan(M, dtype="tf32").spec.name != "gemv"
 
 
-@pytest.mark.parametrize("M, N, K, batch, aligned, split", [
-    (1, 4096, 4096, 1, True, 4),      # 32 column blocks, one an SM: 128 blocks
-    (16, 4096, 4096, 1, True, 4),
-    (16, 4096, 128256, 1, True, 4),
-    (4, 14336, 4096, 1, True, 1),     # 112 column blocks fill most of the 132 SMs already
-    (16, 14336, 4096, 1, True, 1),
-    (16, 4096, 512, 1, True, 2),      # 8 chunks of 64 rows: slices of at least 4
-    (16, 4096, 4096, 4, True, 1),     # a batch of 4 fills the SMs
-    (1, 331, 1037, 1, False, 4),      # one element a lane: 11 column blocks, 17 chunks of 64 rows
+@pytest.mark.parametrize("M, N, K, batch, aligned, split, lanes", [
+    (1, 4096, 4096, 1, True, 1, 8),      # 32-column blocks: 128 of them fill 132 SMs unsplit
+    (4, 4096, 128256, 1, True, 1, 8),
+    (16, 4096, 4096, 1, True, 4, 32),    # 16 rows: 128-column blocks only, 32 of them split by 4
+    (16, 4096, 128256, 1, True, 4, 32),
+    (4, 14336, 4096, 1, True, 1, 32),    # 112 column blocks fill most of the 132 SMs already
+    (16, 14336, 4096, 1, True, 1, 32),
+    (16, 4096, 512, 1, True, 2, 32),     # 8 chunks of 64 rows: slices of at least 4
+    (16, 4096, 4096, 4, True, 1, 32),    # a batch of 4 fills the SMs
+    (1, 2048, 4096, 1, True, 1, 4),      # 64 blocks of 32 columns too few: 16 columns (64-byte rows)
+    (1, 2048, 131072, 1, True, 2, 8),    # ... but over 256 MiB of W, 32 columns split over K
+    (1, 331, 1037, 1, False, 1, 4),      # one element a lane: 83 blocks of 4 columns, 3 chunks of 512 rows
 ])
-def test_gemv_auto_splits_row_major_b_to_fill_the_sms(M, N, K, batch, aligned, split):
-    """float32 dY @ W: MT as sized_params, and the split of K that fills 132 SMs (fill_split)."""
+def test_gemv_auto_row_major_b_blocks_and_split(M, N, K, batch, aligned, split, lanes):
+    """float32 dY @ W: MT as sized_params; the widest blocks (LANES) that fill 3/4 of 132 SMs
+    unsplit, else the narrowest split to fill them (fill_split)."""
     p = gemmlab.plan("auto", M, N, K, op_b="N", batch=batch, aligned16=aligned, arch="sm_90a",
                      gpu_slug="nvidia-h100-80gb-hbm3")
-    assert p.spec.name == "gemv" and p.params == {"MT": min(16, 1 << (M - 1).bit_length()), "SPLITK": split}
+    assert p.spec.name == "gemv" and p.params == {"MT": min(16, 1 << (M - 1).bit_length()), "SPLITK": split,
+                                                  "LANES": lanes}
     assert p.spec.splits(p.params) == split
     # x @ W.t() (op(B) column-major) is never split
     assert gemmlab.plan("auto", M, N, K, op_b="T", batch=batch, aligned16=aligned, arch="sm_90a").params["SPLITK"] == 1
+
+
+@pytest.mark.parametrize("N, K, lanes, split", [
+    (4096, 4096, 4, 1),        # o's dY @ W at one token: 16-byte loads, 32-column blocks, 128 of them
+    (4096, 6144, 4, 1),
+    (14336, 4096, 8, 1),       # 224 blocks of 64 columns
+    (4096, 128256, 8, 2),      # 1 GB of W: 128-byte rows, 64 blocks split by 2
+])
+def test_gemv_auto_takes_one_row_16_bit_dy_w(N, K, lanes, split):
+    """16-bit dY @ W at one row runs gemv's row path (run 89b); at two rows wgmma."""
+    for dtype in ("bfloat16", "float16"):
+        p = gemmlab.plan("auto", 1, N, K, dtype=dtype, out_dtype=dtype, op_b="N", arch="sm_90a", sm_count=132)
+        assert p.spec.name == "gemv" and p.params == {"MT": 1, "SPLITK": split, "LANES": lanes}
+        assert gemmlab.plan("auto", 2, N, K, dtype=dtype, out_dtype=dtype, op_b="N", arch="sm_90a",
+                            sm_count=132).spec.name == "wgmma"
 
 
 def test_fill_split_is_the_split_rule_of_rung_8_and_wgmma():

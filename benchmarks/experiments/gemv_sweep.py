@@ -15,8 +15,11 @@ idle GPU, host time included: what decode_gemv.py reports) and ``host=False``
 (calls back to back: the GPU's time where it exceeds the host's).  Bandwidth is
 W's bytes over the back-to-back time.
 
+With --op-b N, --lanes 32,8,4 --splits 1,2,4 also times the row path named with each
+LANES (lanes along a row of W: fewer make narrower blocks, so more of them) and SPLITK.
+
 Usage: python3 benchmarks/experiments/gemv_sweep.py [--op-b T|N] [--json FILE] [--dtypes bf16,fp16,fp32]
-       [--tokens 1,2,4,8,16] [--layers qkv,...] [--budget-s 0.3]"""
+       [--tokens 1,2,4,8,16] [--layers qkv,...] [--budget-s 0.3] [--lanes 32,8,4 --splits 1,2,4]"""
 
 import argparse
 import json
@@ -72,7 +75,7 @@ def report(head, row, calls):
         + f"  [other = {row['other_rung']}]", flush=True)
 
 
-def cases(op_b, M, N, K, dt, dtype, gpu):
+def cases(op_b, M, N, K, dt, dtype, gpu, grid=()):
     """(W, op(B) as the model hands it, the calls to time, the row's extra fields) of one product."""
     if op_b == "T":    # x @ W.t(): W is N x K
         w = torch.randn(N, K, device="cuda", dtype=dt)
@@ -86,6 +89,9 @@ def cases(op_b, M, N, K, dt, dtype, gpu):
         gp = registry.gemv_auto_params(M, N, K, gpu.sm_count, dtype=dtype, op_b="N")
         more = {**gp, "SPLITK": min(16, 2 * gp["SPLITK"])}
         gemv = {"gemv": gp, "gemv_2x_split": more}
+        for lanes, split in grid:   # --lanes x --splits: named row-path configurations
+            if lanes == 32 or gp["MT"] <= 4:
+                gemv[f"gemv_l{lanes}_s{split}"] = {**gp, "LANES": lanes, "SPLITK": split}
         extra = dict(gemv=gp, gemv_2x=more)
         table = registry.GEMV_ROWS_MAX_M
     x = torch.randn(M, K, device="cuda", dtype=dt)
@@ -106,6 +112,8 @@ def main():
     ap.add_argument("--tokens", default="1,2,4,8,16")
     ap.add_argument("--layers", default=",".join(LAYERS))
     ap.add_argument("--budget-s", type=float, default=0.3, help="time_gpu's budget per figure")
+    ap.add_argument("--lanes", default="", help="--op-b N: also time gemv with each of these LANES ...")
+    ap.add_argument("--splits", default="1", help="... and each of these SPLITK")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     gpu = gpu_info()
@@ -118,7 +126,9 @@ def main():
             # x @ W.t(): K = in, N = out; dY @ W: K = out, N = in.
             K, N = (fan_in, fan_out) if args.op_b == "T" else (fan_out, fan_in)
             for M in (int(t) for t in args.tokens.split(",")):
-                x, wt, out, calls, extra = cases(args.op_b, M, N, K, dt, dtype, gpu)
+                grid = [(int(lanes), int(split)) for lanes in args.lanes.split(",") if lanes
+                        for split in args.splits.split(",")]
+                x, wt, out, calls, extra = cases(args.op_b, M, N, K, dt, dtype, gpu, grid)
                 ref = x.double() @ wt.double()
                 row = dict(dtype=dtype, layer=layer, M=M, N=N, K=K, w_bytes=N * K * wt.element_size(), **extra)
                 time_calls(calls, row, out, ref, args.budget_s)

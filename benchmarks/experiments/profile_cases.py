@@ -11,7 +11,11 @@ Case sets: ``small-m`` -- a Llama-3-8B-sized model's o and qkv layers at 1, 16 a
 tokens in bf16, forward ``x @ W.t()`` and input gradient ``dY @ W`` (the models suite's
 products below 90% of torch); ``bf16-8192`` -- 8192^3 bf16 NN and NT; ``narrow-m1`` -- o's
 input gradient at 1 and 16 tokens on the 64x64 deep-ring wgmma tile, named (unsplit at
-one row it was no faster than split, at 16 rows it was: why is the question).  NVTX
+one row it was no faster than split, at 16 rows it was: why is the question); ``decode`` --
+the products of a few rows that stream a weight matrix and read under 90% of torch:
+o's and qkv's input gradient at one token in float32 and bf16 (auto's rung, and gemv's row
+path named for bf16), lm_head's and gate_up's forward at 16 tokens in float32 (gemv's
+column path).  NVTX
 ranges name each call (``--nvtx`` in ncu shows them).
 """
 
@@ -38,6 +42,18 @@ def narrow_m1(dt):
         yield f"o.dgrad M={m}", torch.randn(m, 4096, device="cuda", dtype=dt), w
 
 
+def decode(_dt):
+    for layer, (fin, fout) in LAYERS.items():
+        for dt, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+            w = torch.randn(fout, fin, device="cuda", dtype=dt) * 0.05
+            yield f"{layer}.dgrad M=1 {tag}", torch.randn(1, fout, device="cuda", dtype=dt), w, {}
+            if dt == torch.bfloat16:
+                yield f"{layer}.dgrad M=1 {tag} gemv", torch.randn(1, fout, device="cuda", dtype=dt), w, {"kernel": "gemv"}
+    for fin, fout, layer in ((4096, 128256, "lm_head"), (4096, 28672, "gate_up")):
+        w = torch.randn(fout, fin, device="cuda", dtype=torch.float32) * 0.05
+        yield f"{layer}.fwd M=16 fp32", torch.randn(16, fin, device="cuda", dtype=torch.float32), w.t(), {}
+
+
 def big_layouts(dt, n=8192):
     a = torch.randn(n, n, device="cuda", dtype=dt)
     b = torch.randn(n, n, device="cuda", dtype=dt)
@@ -47,13 +63,14 @@ def big_layouts(dt, n=8192):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--cases", default="small-m", choices=("small-m", "bf16-8192", "narrow-m1"))
+    p.add_argument("--cases", default="small-m", choices=("small-m", "bf16-8192", "narrow-m1", "decode"))
     args = p.parse_args()
     dt = torch.bfloat16
-    cases = {"small-m": small_m, "bf16-8192": big_layouts, "narrow-m1": narrow_m1}[args.cases](dt)
-    named = {"kernel": "wgmma", "BM": 64, "BN": 64, "STAGES": 12} if args.cases == "narrow-m1" else {}
-    for name, a, b in cases:
-        out = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=dt)
+    cases = {"small-m": small_m, "bf16-8192": big_layouts, "narrow-m1": narrow_m1, "decode": decode}[args.cases](dt)
+    for name, a, b, *case_named in cases:
+        named = case_named[0] if case_named else (
+            {"kernel": "wgmma", "BM": 64, "BN": 64, "STAGES": 12} if args.cases == "narrow-m1" else {})
+        out = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=a.dtype)
         gemmlab.matmul(a, b, out=out, **named)   # compile, load and prepare outside the profile
         torch.matmul(a, b, out=out)
         torch.cuda.synchronize()

@@ -12,17 +12,18 @@
 //     GEMV_COLS_PER_WARP FMAs: the cost per byte of op(B) grows far more
 //     slowly with M than with a load of op(A) per FMA;
 //   op(B) row-major (each row's N elements contiguous, as W in dY @ W): a lane
-//     per 4 columns, each warp several rows of op(B) a chunk of K, op(A)
-//     staged as above, the warps' sums added through shared memory; the host
-//     splits K over gridDim.y blocks (split-K: a workspace and splitk_reduce)
-//     where the column blocks alone would leave SMs idle.
+//     per 16 bytes of columns, LANES lanes along a row (fewer: narrower blocks,
+//     more of them), each lane several rows of op(B) a chunk of K, op(A) staged
+//     as above, the warps' sums added through shared memory; the host splits K
+//     over gridDim.y blocks (split-K: a workspace and splitk_reduce) where the
+//     column blocks alone would leave SMs idle.
 // Arithmetic in FP32 for every storage type.  Rows beyond MT take further
 // passes over op(B): correct for any M, fast for M <= MT.
 #include <gemmlab/gemv/01_gemv.cuh>
 
 namespace gemmlab {
 
-template <int DT, int ODT, int MT, bool ALIGNED, char OPA, char OPB>
+template <int DT, int ODT, int MT, bool ALIGNED, int LANES, char OPA, char OPB>
 // Launch bounds, op(B) column-major: two blocks an SM for one row and 16-byte loads
 // (its registers fit in 128 a thread: more warps, and the N / 32 blocks spread more
 // evenly over the SMs); else one, as the others' sums and loads in flight take up
@@ -41,8 +42,8 @@ gemv(int M, int N, int K, float alpha, const typename StorageOf<DT>::type* __res
         constexpr int VEC = !ALIGNED ? 1 : GEMV_LOAD_BYTES_K / int(sizeof(S));
         gemv_columns_along_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);
     } else {
-        constexpr int VEC = !ALIGNED ? 1 : GEMV_ROW_VEC;
-        gemv_rows_split_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);
+        constexpr int VEC = !ALIGNED ? 1 : sizeof(S) == 2 && MT <= GEMV_ROW_WIDE_MT ? 8 : GEMV_ROW_VEC;
+        gemv_rows_split_k<MT, VEC, LANES, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);
     }
 }
 

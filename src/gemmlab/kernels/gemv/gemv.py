@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from ..cuda_constants import read_constants
 from ..simt.pipelined import SPLITK_VALUES, fill_split
-from ..spec import TYPE_CODES, KernelSpec, Launch, Problem, TileParam, cdiv
+from ..spec import TYPE_CODES, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
 
 _K = read_constants("include/gemmlab/gemv/01_gemv.cuh")
 GEMV_THREADS, GEMV_WARPS = _K["GEMV_THREADS"], _K["GEMV_THREADS"] // 32
 GEMV_COLS_PER_WARP = _K["GEMV_COLS_PER_WARP"]
 GEMV_LOAD_BYTES_K, GEMV_ROW_VEC = _K["GEMV_LOAD_BYTES_K"], _K["GEMV_ROW_VEC"]
+GEMV_ROW_WIDE_MT = _K["GEMV_ROW_WIDE_MT"]
 GEMV_ROW_CHUNK_BYTES, GEMV_ROW_MAX_LOADS = _K["GEMV_ROW_CHUNK_BYTES"], _K["GEMV_ROW_MAX_LOADS"]
 # auto takes gemv for products of at most this many rows, by input dtype, where
 # op(B) is column-major (x @ W.t()), from run 82 on an H100 (benchmarks/NOTES.md):
@@ -23,9 +24,16 @@ GEMV_ROW_CHUNK_BYTES, GEMV_ROW_MAX_LOADS = _K["GEMV_ROW_CHUNK_BYTES"], _K["GEMV_
 # every M; 16-bit up to 4, where it stayed near torch.matmul (at M = 8 in bf16 it
 # was 62-85% of it: the FMAs of 8 rows per 2-byte weight, not memory, bound it).
 GEMV_MAX_M = {"float32": 16, "float16": 4, "bfloat16": 4}
-# The same where op(B) is row-major (dY @ W), for the row-major path split over K
-# (run 85a, benchmarks/NOTES.md; see auto_takes).
-GEMV_ROWS_MAX_M = {"float32": 16, "float16": 0, "bfloat16": 0}
+# The same where op(B) is row-major (dY @ W), for the row-major path (runs 85a and
+# 89b, benchmarks/NOTES.md; see auto_takes).
+GEMV_ROWS_MAX_M = {"float32": 16, "float16": 1, "bfloat16": 1}
+# The row path's blocks fill the GPU where there are at least this share of one an SM
+# (01_gemv.cu's launch bounds: one block an SM).
+GEMV_ROW_FILL = 3 / 4
+# Up to this many bytes of op(B), narrow blocks whose row segments are 64 bytes beat
+# 128-byte segments split over K: there the split's second launch costs more than
+# the shorter segments (run 89b: even at 235 MB).
+GEMV_SHORT_SEGMENT_MAX_BYTES = 256 << 20
 GEMV_DTYPES = ("float32", "float16", "bfloat16")
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # (input, output) dtypes: float32 in and out; 16-bit in, float32 or the same type out.
@@ -39,52 +47,65 @@ def gemv_staged_k(prob: Problem, mt: int) -> int:
     """Elements of K per chunk of op(A) the column-major path stages (GemvChunk::KC):
     two 16-byte loads a lane (aligned operands), else eight elements; half as
     many for MT = 16."""
-    return 32 * gemv_vec(prob) * (2 if prob.aligned16 else 8) // (2 if mt >= 16 else 1)
+    return 32 * gemv_vec(prob, mt) * (2 if prob.aligned16 else 8) // (2 if mt >= 16 else 1)
 
 
-def gemv_vec(prob: Problem) -> int:
+def gemv_vec(prob: Problem, mt: int) -> int:
     """Elements of op(B) a thread loads at once, as 01_gemv.cu derives VEC:
-    GEMV_LOAD_BYTES_K along K where op(B) is column-major, GEMV_ROW_VEC along N
-    where it is row-major; one element where the operands are not 16-byte aligned."""
+    GEMV_LOAD_BYTES_K along K where op(B) is column-major; along N where it is
+    row-major, GEMV_ROW_VEC, or 16 bytes of 16-bit elements for at most
+    GEMV_ROW_WIDE_MT rows; one element where the operands are not 16-byte aligned."""
     if not prob.aligned16:
         return 1
-    return GEMV_LOAD_BYTES_K // _ITEMSIZE[prob.dtype] if prob.op_b == "T" else GEMV_ROW_VEC
+    if prob.op_b == "T":
+        return GEMV_LOAD_BYTES_K // _ITEMSIZE[prob.dtype]
+    return 8 if _ITEMSIZE[prob.dtype] == 2 and mt <= GEMV_ROW_WIDE_MT else GEMV_ROW_VEC
 
 
-def gemv_row_chunk(prob: Problem) -> int:
+def gemv_row_chunk(prob: Problem, mt: int, lanes: int) -> int:
     """Rows of op(B) (elements of K) per chunk of the row-major path (GemvRowChunk::KC):
-    8 warps, each GEMV_ROW_CHUNK_BYTES a lane in at most GEMV_ROW_MAX_LOADS loads."""
-    vec = gemv_vec(prob)
-    return GEMV_WARPS * min(GEMV_ROW_MAX_LOADS, GEMV_ROW_CHUNK_BYTES // (vec * _ITEMSIZE[prob.dtype]))
+    8 warps of 32 / ``lanes`` row groups, each lane GEMV_ROW_CHUNK_BYTES in at most
+    GEMV_ROW_MAX_LOADS loads."""
+    vec = gemv_vec(prob, mt)
+    return GEMV_WARPS * (32 // lanes) * min(GEMV_ROW_MAX_LOADS, GEMV_ROW_CHUNK_BYTES // (vec * _ITEMSIZE[prob.dtype]))
+
+
+def gemv_row_columns(prob: Problem, mt: int, lanes: int) -> int:
+    """Columns of C a block of the row-major path takes: LANES lanes of VEC each."""
+    return lanes * gemv_vec(prob, mt)
 
 
 def _geometry(p, prob: Problem) -> Launch:
-    """op(B) column-major: GEMV_COLS_PER_WARP columns a warp; row-major: 32 * VEC
+    """op(B) column-major: GEMV_COLS_PER_WARP columns a warp; row-major: LANES * VEC
     columns per block, and SPLITK blocks along K (gridDim.y)."""
     if prob.op_b == "T":
-        if p["SPLITK"] != 1:
-            raise ValueError(f"gemv splits K only where op(B) is row-major; SPLITK={p['SPLITK']} with op(B) "
-                             f"column-major (x @ W.t()) needs SPLITK=1")
+        for name, alone in (("SPLITK", 1), ("LANES", 32)):
+            if p[name] != alone:
+                raise ValueError(f"gemv's {name} applies where op(B) is row-major (dY @ W); {name}={p[name]} with "
+                                 f"op(B) column-major (x @ W.t()) needs {name}={alone}")
         return Launch(grid=(max(1, cdiv(prob.N, GEMV_WARPS * GEMV_COLS_PER_WARP)), 1, 1),
                       block=(GEMV_THREADS, 1, 1))
-    return Launch(grid=(max(1, cdiv(prob.N, 32 * gemv_vec(prob))), p["SPLITK"], 1), block=(GEMV_THREADS, 1, 1))
+    return Launch(grid=(max(1, cdiv(prob.N, gemv_row_columns(prob, p["MT"], p["LANES"]))), p["SPLITK"], 1),
+                  block=(GEMV_THREADS, 1, 1))
 
 
 def _template_args(p, prob: Problem) -> tuple:
     """Input and output type codes, MT and alignment; split over K, the kernel writes
     FP32 partial products whatever C's dtype (splitk_reduce converts), as wgmma's does."""
     out = "float32" if p["SPLITK"] > 1 else prob.out_dtype
-    return (TYPE_CODES[prob.dtype], TYPE_CODES[out], p["MT"], prob.aligned16)
+    lanes = p["LANES"] if prob.op_b == "N" else 32   # the column path has no LANES: one instantiation
+    return (TYPE_CODES[prob.dtype], TYPE_CODES[out], p["MT"], prob.aligned16, lanes)
 
 
 def auto_takes(M: int, dtype: str, op_b: str) -> bool:
     """Whether kernel="auto" runs a product of M rows of ``dtype`` with op(B) stored ``op_b`` on gemv.
 
-    op(B) column-major: up to GEMV_MAX_M (run 82).  Row-major, split over K: up
-    to GEMV_ROWS_MAX_M, float32 only, where in run 85a (benchmarks/NOTES.md) it
-    beat the pipelined rung with split-K that auto took before at 1 and 16 rows
-    on every layer of the models suite; in 16-bit split-K wgmma stays (see the
-    notes for the figures)."""
+    op(B) column-major: up to GEMV_MAX_M (run 82).  Row-major: up to
+    GEMV_ROWS_MAX_M -- in float32 16 rows, where in run 85a (benchmarks/NOTES.md)
+    it beat the pipelined rung with split-K that auto took before at 1 and 16 rows
+    on every layer of the models suite; in 16-bit one row, where with narrow
+    blocks it beat wgmma's split-K on the small layers and matched it on the
+    large ones (run 89b; at 4 rows wgmma was faster on the large ones)."""
     limits = GEMV_MAX_M if op_b == "T" else GEMV_ROWS_MAX_M
     return 0 < M <= limits.get(dtype, 0)
 
@@ -103,16 +124,33 @@ def sized_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict:
 
 def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1, *, dtype: str = "float32",
                 op_b: str = "T", aligned16: bool = True) -> dict:
-    """What kernel="auto" runs gemv with: sized_params' MT, and where op(B) is
-    row-major the split of K that fills the SMs -- the column blocks (N / 128 with
-    aligned operands, times the batch) times the split within one block an SM
-    (01_gemv.cu's launch bounds), each slice at least 4 chunks long (fill_split,
-    the rule rung 8 and wgmma share)."""
-    params = {"MT": _mt(M), "SPLITK": 1}
-    if op_b == "N":
-        prob = Problem(M, N, K, aligned16, dtype, op_b="N")
-        blocks = cdiv(N, 32 * gemv_vec(prob)) * max(batch, 1)
-        params["SPLITK"] = fill_split(blocks, cdiv(max(K, 1), gemv_row_chunk(prob)), sm_count,
+    """What kernel="auto" runs gemv with: sized_params' MT and, where op(B) is
+    row-major, the block width and the split of K.
+
+    Blocks (one an SM) fill the GPU where they number at least GEMV_ROW_FILL of
+    the SMs.  LANES is the widest of 32, 8, 4 (at most 4 rows for narrow blocks)
+    whose column blocks, times the batch, fill it, unsplit: a split's second launch
+    (splitk_reduce) costs more than narrower blocks on the products of a few tens of
+    µs (run 89b).  Two exceptions: blocks whose row segments would be under 128 bytes
+    are taken only where op(B) is at most GEMV_SHORT_SEGMENT_MAX_BYTES, else the
+    128-byte width with a split; and where no width fills the GPU, the narrowest
+    allowed one is split -- the split that fills the SMs, each slice at least 4
+    chunks long (fill_split, the rule rung 8 and wgmma share)."""
+    mt = _mt(M)
+    params = {"MT": mt, "SPLITK": 1, "LANES": 32}
+    if op_b != "N":
+        return params
+    prob = Problem(M, N, K, aligned16, dtype, op_b="N")
+    itemsize = _ITEMSIZE[dtype]
+    widths = (32, 8, 4) if mt <= 4 else (32,)
+    small = K * N * itemsize <= GEMV_SHORT_SEGMENT_MAX_BYTES
+    usable = [w for w in widths if small or gemv_row_columns(prob, mt, w) * itemsize >= 128 or w == 32]
+    blocks = {w: cdiv(N, gemv_row_columns(prob, mt, w)) * max(batch, 1) for w in usable}
+    filled = [w for w in usable if blocks[w] >= GEMV_ROW_FILL * sm_count]
+    lanes = filled[0] if filled else usable[-1]
+    params["LANES"] = lanes
+    if not filled:
+        params["SPLITK"] = fill_split(blocks[lanes], cdiv(max(K, 1), gemv_row_chunk(prob, mt, lanes)), sm_count,
                                       most=max(SPLITK_VALUES), min_steps=4)
     return params
 
@@ -124,7 +162,13 @@ SPEC = KernelSpec(
     params=(TileParam("MT", (1, 2, 4, 8, 16), 8, "rows of C each pass over op(B) computes (more rows: more passes)"),
             TileParam("SPLITK", SPLITK_VALUES, 1,
                       "blocks along K where op(B) is row-major, each summing a slice of K (>1 adds a reduction "
-                      "kernel and a workspace of SPLITK*M*N floats; op(B) column-major: 1 only)")),
+                      "kernel and a workspace of SPLITK*M*N floats; op(B) column-major: 1 only)"),
+            TileParam("LANES", (32, 8, 4), 32,
+                      "lanes along a row of op(B) where it is row-major (fewer: a warp reads 32/LANES rows at once "
+                      "and a block takes fewer columns, so there are more blocks; op(B) column-major: 32 only)")),
+    constraints=(Constraint("LANES < 32 (narrow blocks) is for at most 4 rows, MT <= 4: with more, the rows' sums "
+                            "and the staged chunk of op(A) outgrow the registers",
+                            lambda p: p["LANES"] == 32 or p["MT"] <= 4),),
     template_args=_template_args,
     geometry=_geometry,
     variants=GEMV_VARIANTS,

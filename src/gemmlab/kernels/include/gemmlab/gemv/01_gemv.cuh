@@ -18,13 +18,18 @@ constexpr int GEMV_LOAD_BYTES_K = 16;
 // op(B) row-major (16-byte aligned operands): elements a lane loads at once along
 // N (16 bytes of float32, 8 of 16-bit: with 8 elements, 16 rows' sums would take
 // 128 registers), and the bytes of op(B) a lane holds per chunk of K (the loads
-// in flight while the previous chunk is computed).
+// in flight while the previous chunk is computed).  Up to GEMV_ROW_WIDE_MT rows of
+// C, 16-bit loads are 16 bytes too (8 elements: 8 sums a row).
 constexpr int GEMV_ROW_VEC = 4;
+constexpr int GEMV_ROW_WIDE_MT = 4;
 constexpr int GEMV_ROW_CHUNK_BYTES = 128;
 constexpr int GEMV_ROW_MAX_LOADS = 8;     // rows a lane loads per chunk at most (more: 16 rows' sums spill)
 // Chunks of op(B) past the one loading into registers that the row-major path asks
 // the L2 to fetch (prefetch.global.L2: requests in flight that take no registers).
 constexpr int GEMV_ROW_PREFETCH = 2;
+// Bytes of op(B) per block the column-major path asks the L2 to fetch ahead, the
+// same way: at 16 rows its registers hold only one 16-byte load per column in flight.
+constexpr int GEMV_COL_PREFETCH_BYTES = 64 * 1024;
 
 // Elements are loaded as their bits (through the read-only cache: op(A) and op(B)
 // are only read) and converted with cvt.
@@ -130,7 +135,9 @@ __device__ __forceinline__ int staged_slot(int kk) {
 // The loads of one chunk of op(A) (MT rows, KC elements from k0: the column-major
 // path's chunk unless given) spread over the block: by VEC along K where op(A) is row-major and aligned, else one element
 // each.  Elements past K read as 0.
-template <int MT, int VEC, char OPA, class S, int KC_ = GemvChunk<VEC, S, MT>::KC>
+// COLUMN_SLOTS: stored where staged_slot puts them (the column path's reads); else
+// in order along K (the row path reads 4 consecutive rows at once).
+template <int MT, int VEC, char OPA, class S, int KC_ = GemvChunk<VEC, S, MT>::KC, bool COLUMN_SLOTS = true>
 struct GemvStagedA {
     static constexpr int KC = KC_;
     static constexpr int AVEC = OPA == 'N' ? VEC : 1;
@@ -162,7 +169,7 @@ struct GemvStagedA {
                 float f[AVEC];
                 words_to_floats<AVEC, S>(w[j], f);
 #pragma unroll
-                for (int v = 0; v < AVEC; ++v) staged[m][staged_slot<VEC>(kk + v)] = f[v];
+                for (int v = 0; v < AVEC; ++v) staged[m][COLUMN_SLOTS ? staged_slot<VEC>(kk + v) : kk + v] = f[v];
             }
         }
     }
@@ -219,6 +226,12 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
                                                      O* __restrict__ C, int ldc) {
     using Chunk = GemvChunk<VEC, S, MT>;
     constexpr int R = GEMV_COLS_PER_WARP, KC = Chunk::KC;
+    // A column's 128-byte lines in a chunk, the prefetch rounds that cover the warp's
+    // columns (a lane a line), and how many chunks ahead they run.
+    constexpr int LINES = KC * int(sizeof(S)) >= 128 ? KC * int(sizeof(S)) / 128 : 1;
+    constexpr int PREFETCH_ROUNDS = (R * LINES + 31) / 32;
+    constexpr int BLOCK_CHUNK_BYTES = GEMV_COLS * KC * int(sizeof(S));
+    constexpr int PREFETCH = GEMV_COL_PREFETCH_BYTES / BLOCK_CHUNK_BYTES > 0 ? GEMV_COL_PREFETCH_BYTES / BLOCK_CHUNK_BYTES : 1;
     __shared__ __align__(16) float staged[MT][KC];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int chunks = (K + KC - 1) / KC;
@@ -227,6 +240,17 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
         const S* col[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) col[r] = B + (long long)min(n0 + R * warp + r, N - 1) * ldb;
+        auto prefetch_chunk = [&](int c) {
+#pragma unroll
+            for (int p = 0; p < PREFETCH_ROUNDS; ++p) {
+                const int i = lane + 32 * p, r = i / LINES;
+                const int k = c * KC + i % LINES * (128 / int(sizeof(S)));
+                if (r < R && k < K) {
+                    const S* line = B + (long long)min(n0 + R * warp + r, N - 1) * ldb + k;
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+                }
+            }
+        };
         for (int m0 = 0; m0 < M; m0 += MT) {
             float acc[MT][R] = {}, total[MT][R] = {};
             GemvStagedA<MT, VEC, OPA, S> a;
@@ -248,11 +272,15 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
                 }
             };
             if (chunks > 0) load_chunk(0, b);
+#pragma unroll
+            for (int f = 1; f <= PREFETCH; ++f)
+                if (f < chunks) prefetch_chunk(f);
             for (int c = 0; c < chunks; ++c) {
                 __syncthreads();           // every warp is done with the previous chunk
                 a.store(staged);
                 __syncthreads();
                 if (c + 1 < chunks) load_chunk((c + 1) * KC, b_next);   // in flight during this chunk's FMAs
+                if (c + 1 + PREFETCH < chunks) prefetch_chunk(c + 1 + PREFETCH);
                 // A quarter of a 16-byte load (Q = 4 elements; 1 unaligned) of each
                 // column at a time, so that few converted values are live.
                 constexpr int Q = VEC < 4 ? VEC : 4;
@@ -307,54 +335,67 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
 
 // ---- op(B) row-major: rows of op(B) streamed, op(A) staged, K split over blocks ----
 //
-// A block takes 32 VEC columns of C, a lane VEC of them; each chunk of K gives
-// each warp LOADS consecutive rows of op(B), so that a lane has LOADS
-// independent loads in flight (GEMV_ROW_CHUNK_BYTES) while the previous chunk
-// is computed, and the L2 is asked for the GEMV_ROW_PREFETCH chunks after
-// that.  op(A)'s MT rows of the chunk are staged in shared memory in FP32, as
-// in the column-major path: every lane of a warp reads the same 16 bytes
-// (a broadcast) and each value feeds VEC FMAs.  With N / (32 VEC) blocks alone
-// the SMs would mostly idle (32 blocks for N = 4096), so the host splits K
-// over gridDim.y (gemv_rows_split_k).
+// A block takes LANES VEC columns of C, a lane VEC of them; each chunk of K gives
+// each lane LOADS consecutive rows of op(B), so that it has LOADS independent
+// loads in flight (GEMV_ROW_CHUNK_BYTES) while the previous chunk is computed,
+// and the L2 is asked for the GEMV_ROW_PREFETCH chunks after that.  With LANES =
+// 32 a warp's lanes lie along one row; with fewer, a warp reads 32 / LANES rows at
+// once (each a full line of LANES VEC elements where that is 128 bytes), which
+// makes the blocks narrower and so more of them: N / (32 VEC) blocks alone would
+// leave most SMs idle (32 for N = 4096).  op(A)'s MT rows of the chunk are staged
+// in shared memory in FP32, as in the column-major path: the lanes of a row group
+// read the same 16 bytes (a broadcast) and each value feeds VEC FMAs.  Where the
+// blocks are still too few, the host splits K over gridDim.y (gemv_rows_split_k).
 
-template <int VEC, class S>
+template <int VEC, class S, int LANES = 32>
 struct GemvRowChunk {
     static constexpr int WORDS = (VEC * int(sizeof(S)) + 3) / 4;                  // words a load
     static constexpr int BY_BYTES = GEMV_ROW_CHUNK_BYTES / (VEC * int(sizeof(S)));
-    static constexpr int LOADS = BY_BYTES < GEMV_ROW_MAX_LOADS ? BY_BYTES : GEMV_ROW_MAX_LOADS;   // rows a warp
-    static constexpr int KC = GEMV_WARPS * LOADS;                                 // rows of op(B) a chunk
-    static constexpr int COLS = 32 * VEC;                                         // columns a block
+    static constexpr int LOADS = BY_BYTES < GEMV_ROW_MAX_LOADS ? BY_BYTES : GEMV_ROW_MAX_LOADS;   // rows a lane
+    static constexpr int GROUPS = 32 / LANES;                                     // rows a warp reads at once
+    static constexpr int KC = GEMV_WARPS * GROUPS * LOADS;                        // rows of op(B) a chunk
+    static constexpr int COLS = LANES * VEC;                                      // columns a block
 };
 
-template <int MT, int VEC, char OPA, class S, class O>
+template <int MT, int VEC, int LANES, char OPA, class S, class O>
 __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alpha, const S* __restrict__ A,
                                                   int lda, const S* __restrict__ B, int ldb, float beta,
                                                   O* __restrict__ C, int ldc) {
-    using Chunk = GemvRowChunk<VEC, S>;
+    using Chunk = GemvRowChunk<VEC, S, LANES>;
     constexpr int LOADS = Chunk::LOADS, KC = Chunk::KC, COLS = Chunk::COLS, WORDS = Chunk::WORDS;
+    constexpr int GROUPS = Chunk::GROUPS;
     static_assert(LOADS % 4 == 0, "op(A) is read 4 rows of op(B) at a time");
+    static_assert(32 % LANES == 0, "LANES divides the warp");
     constexpr int RM = MT < 4 ? MT : 4;      // rows of C summed across the warps at a time (shared memory)
-    // A row's 128-byte lines: one prefetch a lane covers a warp's rows of a chunk.
+    // A row's 128-byte lines in the block's columns, and the prefetches that cover a
+    // warp's rows of a chunk (a lane each, as many rounds as that takes).
     constexpr int LINES = COLS * int(sizeof(S)) >= 128 ? COLS * int(sizeof(S)) / 128 : 1;
+    constexpr int PREFETCH_ROUNDS = (GROUPS * LOADS * LINES + 31) / 32;
     __shared__ __align__(16) float staged[MT][KC];
     __shared__ __align__(16) float partial[GEMV_WARPS][RM][COLS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int col_lane = lane % LANES, group = lane / LANES;
+    const int first_row = (warp * GROUPS + group) * LOADS;   // the lane's first row of a chunk
     const int chunks = (K + KC - 1) / KC;
     for (int n0 = blockIdx.x * COLS; n0 < N; n0 += gridDim.x * COLS) {
-        const int n = n0 + VEC * lane;
+        const int n = n0 + VEC * col_lane;
         const bool cols_whole = n + VEC <= N;   // else the columns past N read as zeros
-        const S* rows = B + (long long)warp * LOADS * ldb + n;   // the warp's first row of chunk 0
+        const S* rows = B + (long long)first_row * ldb + n;   // the lane's first row of chunk 0
         auto prefetch_chunk = [&](int c) {
-            const int j = lane / LINES, k = c * KC + warp * LOADS + j;
-            const int col = n0 + lane % LINES * (128 / int(sizeof(S)));
-            if (j < LOADS && k < K && col < N)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(B + (long long)k * ldb + col));
+#pragma unroll
+            for (int r = 0; r < PREFETCH_ROUNDS; ++r) {
+                const int i = lane + 32 * r, j = i / LINES;
+                const int k = c * KC + warp * GROUPS * LOADS + j;
+                const int col = n0 + i % LINES * (128 / int(sizeof(S)));
+                if (j < GROUPS * LOADS && k < K && col < N)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(B + (long long)k * ldb + col));
+            }
         };
         for (int m0 = 0; m0 < M; m0 += MT) {
             float acc[MT][VEC] = {}, total[MT][VEC] = {};
-            GemvStagedA<MT, VEC, OPA, S, KC> a;
+            GemvStagedA<MT, VEC, OPA, S, KC, false> a;
             unsigned b[LOADS][WORDS], b_next[LOADS][WORDS];
-            // One chunk's loads (op(A)'s and the warp's rows), checked against K and N
+            // One chunk's loads (op(A)'s and the lane's rows), checked against K and N
             // only in the chunk that K ends in and the block that N ends in.
             auto load_chunk = [&](int c, unsigned (&dst)[LOADS][WORDS]) {
                 const int k0 = c * KC;
@@ -368,7 +409,7 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
                 } else {
 #pragma unroll
                     for (int j = 0; j < LOADS; ++j) {
-                        const bool row_in = k0 + warp * LOADS + j < K;
+                        const bool row_in = k0 + first_row + j < K;
                         if (row_in && cols_whole) load_words<true, VEC>(p + (long long)j * ldb, 0, dst[j]);
                         else load_words<false, VEC>(p + (long long)j * ldb, row_in ? N - n : 0, dst[j]);
                     }
@@ -394,7 +435,7 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
                     // stored): no branch between the rows' shared-memory reads and FMAs.
 #pragma unroll
                     for (int m = 0; m < MT; ++m) {
-                        const float4 t = *reinterpret_cast<const float4*>(&staged[m][warp * LOADS + j4]);
+                        const float4 t = *reinterpret_cast<const float4*>(&staged[m][first_row + j4]);
                         const float aq[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
                         for (int i = 0; i < 4; ++i)
@@ -406,15 +447,21 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
                 copy_registers(b, b_next);
             }
             // The warps' sums, RM rows of C at a time (indices known at compile time:
-            // the sums stay in registers), then each thread adds up one output across the
-            // warps, in warp order (the same result at every run).
+            // the sums stay in registers): first a warp's row groups (shuffles, in a
+            // fixed order), then each thread adds up one output across the warps, in
+            // warp order (the same result at every run).
 #pragma unroll
             for (int r0 = 0; r0 < MT; r0 += RM) {
                 if (m0 + r0 >= M) break;   // the same for the whole block
 #pragma unroll
                 for (int m = 0; m < RM; ++m)
 #pragma unroll
-                    for (int v = 0; v < VEC; ++v) partial[warp][m][VEC * lane + v] = gemv_sum<S>(total, acc, r0 + m, v);
+                    for (int v = 0; v < VEC; ++v) {
+                        float x = gemv_sum<S>(total, acc, r0 + m, v);
+#pragma unroll
+                        for (int d = LANES; d < 32; d *= 2) x += __shfl_xor_sync(0xFFFFFFFFu, x, d);
+                        if (group == 0) partial[warp][m][VEC * col_lane + v] = x;
+                    }
                 __syncthreads();
                 for (int i = threadIdx.x; i < RM * COLS; i += GEMV_THREADS) {
                     const int m = m0 + r0 + i / COLS, col = n0 + i % COLS;
@@ -441,20 +488,20 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
 template <class O> constexpr bool gemv_fp32_output = false;
 template <> constexpr bool gemv_fp32_output<float> = true;
 
-template <int MT, int VEC, char OPA, class S, class O>
+template <int MT, int VEC, int LANES, char OPA, class S, class O>
 __device__ __forceinline__ void gemv_rows_split_k(int M, int N, int K, float alpha, const S* __restrict__ A,
                                                   int lda, const S* __restrict__ B, int ldb, float beta,
                                                   O* __restrict__ C, int ldc) {
     if (gridDim.y == 1) {
-        gemv_rows_along_n<MT, VEC, OPA>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        gemv_rows_along_n<MT, VEC, LANES, OPA>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     if constexpr (gemv_fp32_output<O>) {
-        constexpr int KC = GemvRowChunk<VEC, S>::KC;
+        constexpr int KC = GemvRowChunk<VEC, S, LANES>::KC;
         const long long per_split = ((K + KC - 1) / KC + gridDim.y - 1) / gridDim.y * (long long)KC;
         const int k0 = int(min((long long)K, blockIdx.y * per_split));
         const int k_len = int(min(per_split, (long long)(K - k0)));
-        gemv_rows_along_n<MT, VEC, OPA>(M, N, k_len, alpha, A + elem_offset<OPA>(0, k0, lda), lda,
+        gemv_rows_along_n<MT, VEC, LANES, OPA>(M, N, k_len, alpha, A + elem_offset<OPA>(0, k0, lda), lda,
                                         B + (long long)k0 * ldb, ldb, beta, C + (long long)blockIdx.y * M * ldc, ldc);
     }
 }
