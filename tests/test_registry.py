@@ -1182,8 +1182,9 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
     assert (plan(M).spec.name == "gemv") == takes
     if takes:
         assert plan(M).params == {"MT": mt, "SPLITK": 1, "LANES": 32}
-    # op(B) row-major: gemv split over K where GEMV_ROWS_MAX_M takes it (float32), else the tiled rungs
-    assert (plan(M, "N").spec.name == "gemv") == (M <= registry.GEMV_ROWS_MAX_M[dtype])
+    # op(B) row-major: gemv where GEMV_ROWS_MAX_M takes it (16-bit: W of 128 MiB here, over the
+    # 64 MiB gemv takes in 16-bit), else the tiled rungs
+    assert (plan(M, "N").spec.name == "gemv") == (M <= registry.GEMV_ROWS_MAX_M[dtype] and dtype == "float32")
     assert plan(registry.GEMV_MAX_M[dtype] + 1).spec.name != "gemv"
     assert plan(registry.GEMV_ROWS_MAX_M[dtype] + 1, "N").spec.name != "gemv"
     assert plan(M, dtype="tf32").spec.name != "gemv"
@@ -1217,16 +1218,24 @@ def test_gemv_auto_row_major_b_blocks_and_split(M, N, K, batch, aligned, split, 
 @pytest.mark.parametrize("N, K, lanes, split", [
     (4096, 4096, 4, 1),        # o's dY @ W at one token: 16-byte loads, 32-column blocks, 128 of them
     (4096, 6144, 4, 1),
-    (14336, 4096, 8, 1),       # 224 blocks of 64 columns
-    (4096, 128256, 8, 2),      # 1 GB of W: 128-byte rows, 64 blocks split by 2
+    (4096, 8192, 4, 1),        # 64 MiB of W: the largest gemv takes
+    (14336, 4096, None, None),  # down's: 117 MB, wgmma's ring
+    (4096, 128256, None, None),
 ])
-def test_gemv_auto_takes_one_row_16_bit_dy_w(N, K, lanes, split):
-    """16-bit dY @ W at one row runs gemv's row path (run 89b); at two rows wgmma."""
+def test_gemv_auto_takes_one_row_16_bit_dy_w_up_to_64_mib(N, K, lanes, split):
+    """16-bit dY @ W at one row runs gemv's row path where W is at most 64 MiB (run 89c);
+    at two rows, or on a larger W, wgmma."""
     for dtype in ("bfloat16", "float16"):
         p = gemmlab.plan("auto", 1, N, K, dtype=dtype, out_dtype=dtype, op_b="N", arch="sm_90a", sm_count=132)
-        assert p.spec.name == "gemv" and p.params == {"MT": 1, "SPLITK": split, "LANES": lanes}
+        if lanes is None:
+            assert p.spec.name == "wgmma"
+        else:
+            assert p.spec.name == "gemv" and p.params == {"MT": 1, "SPLITK": split, "LANES": lanes}
         assert gemmlab.plan("auto", 2, N, K, dtype=dtype, out_dtype=dtype, op_b="N", arch="sm_90a",
                             sm_count=132).spec.name == "wgmma"
+    assert registry.gemv_auto_takes(1, "bfloat16", "N", 4096, 8192)
+    assert not registry.gemv_auto_takes(1, "bfloat16", "N", 4096, 8193)
+    assert registry.gemv_auto_takes(1, "float32", "N", 4096, 128256)   # float32: any size
 
 
 def test_fill_split_is_the_split_rule_of_rung_8_and_wgmma():

@@ -493,7 +493,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         note_untuned(gpu_slug)
     if smem_limit is None:
         smem_limit = smem_limit_for(arch)
-    if kernel == "auto" and registry.gemv_auto_takes(M, dtype, op_b):
+    if kernel == "auto" and registry.gemv_auto_takes(M, dtype, op_b, N, K):
         # A few rows (a decode step): the time is one read of op(B), which gemv streams
         # at memory bandwidth where a tiled rung would spend a whole tile on each row
         # (op(B) row-major: split over K, so that the SMs fill).

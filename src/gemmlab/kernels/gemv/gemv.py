@@ -30,6 +30,10 @@ GEMV_ROWS_MAX_M = {"float32": 16, "float16": 1, "bfloat16": 1}
 # The row path's blocks fill the GPU where there are at least this share of one an SM
 # (01_gemv.cu's launch bounds: one block an SM).
 GEMV_ROW_FILL = 3 / 4
+# 16-bit dY @ W at one row runs on gemv up to this many bytes of W: the small layers
+# lost more to wgmma's split (its second launch) than to gemv's register-bound stream,
+# the large ones (117 MB up) ran 3-6 points faster on wgmma's ring (run 89c).
+GEMV_ROWS_16BIT_MAX_BYTES = 64 << 20
 # Up to this many bytes of op(B), narrow blocks whose row segments are 64 bytes beat
 # 128-byte segments split over K: there the split's second launch costs more than
 # the shorter segments (run 89b: even at 235 MB).
@@ -97,17 +101,20 @@ def _template_args(p, prob: Problem) -> tuple:
     return (TYPE_CODES[prob.dtype], TYPE_CODES[out], p["MT"], prob.aligned16, lanes)
 
 
-def auto_takes(M: int, dtype: str, op_b: str) -> bool:
+def auto_takes(M: int, dtype: str, op_b: str, N: int = 0, K: int = 0) -> bool:
     """Whether kernel="auto" runs a product of M rows of ``dtype`` with op(B) stored ``op_b`` on gemv.
 
     op(B) column-major: up to GEMV_MAX_M (run 82).  Row-major: up to
     GEMV_ROWS_MAX_M -- in float32 16 rows, where in run 85a (benchmarks/NOTES.md)
     it beat the pipelined rung with split-K that auto took before at 1 and 16 rows
-    on every layer of the models suite; in 16-bit one row, where with narrow
-    blocks it beat wgmma's split-K on the small layers and matched it on the
-    large ones (run 89b; at 4 rows wgmma was faster on the large ones)."""
-    limits = GEMV_MAX_M if op_b == "T" else GEMV_ROWS_MAX_M
-    return 0 < M <= limits.get(dtype, 0)
+    on every layer of the models suite; in 16-bit one row of a W (N x K) of at
+    most GEMV_ROWS_16BIT_MAX_BYTES, where with narrow blocks it beat wgmma's
+    split-K (runs 89b-89c)."""
+    if op_b == "T":
+        return 0 < M <= GEMV_MAX_M.get(dtype, 0)
+    if dtype != "float32" and N * K * _ITEMSIZE.get(dtype, 4) > GEMV_ROWS_16BIT_MAX_BYTES:
+        return False
+    return 0 < M <= GEMV_ROWS_MAX_M.get(dtype, 0)
 
 
 def _mt(M: int) -> int:

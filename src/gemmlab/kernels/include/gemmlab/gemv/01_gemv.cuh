@@ -28,7 +28,9 @@ constexpr int GEMV_ROW_MAX_LOADS = 8;     // rows a lane loads per chunk at most
 // the L2 to fetch (prefetch.global.L2: requests in flight that take no registers).
 constexpr int GEMV_ROW_PREFETCH = 2;
 // Bytes of op(B) per block the column-major path asks the L2 to fetch ahead, the
-// same way: at 16 rows its registers hold only one 16-byte load per column in flight.
+// same way, where its registers hold only one load per column in flight (16 rows'
+// sums, 16-byte loads); with two loads a column it was slower on the large layers
+// (benchmarks/NOTES.md, run 89c).
 constexpr int GEMV_COL_PREFETCH_BYTES = 64 * 1024;
 
 // Elements are loaded as their bits (through the read-only cache: op(A) and op(B)
@@ -231,7 +233,8 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
     constexpr int LINES = KC * int(sizeof(S)) >= 128 ? KC * int(sizeof(S)) / 128 : 1;
     constexpr int PREFETCH_ROUNDS = (R * LINES + 31) / 32;
     constexpr int BLOCK_CHUNK_BYTES = GEMV_COLS * KC * int(sizeof(S));
-    constexpr int PREFETCH = GEMV_COL_PREFETCH_BYTES / BLOCK_CHUNK_BYTES > 0 ? GEMV_COL_PREFETCH_BYTES / BLOCK_CHUNK_BYTES : 1;
+    constexpr int PREFETCH = Chunk::LOADS > 1 ? 0
+                             : GEMV_COL_PREFETCH_BYTES / BLOCK_CHUNK_BYTES > 0 ? GEMV_COL_PREFETCH_BYTES / BLOCK_CHUNK_BYTES : 1;
     __shared__ __align__(16) float staged[MT][KC];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int chunks = (K + KC - 1) / KC;
