@@ -117,7 +117,7 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
         big_ok = max(p["BM"], p["BN"]) < 256 or (p["WM"] == p["WN"] == 64 and threads == 256 and p["BK"] == 8)
         return (_independent_checks("warptile", warp, smem=smem, smem_limit=96 * 1024, staged=False)
                 and (p["WM"] * p["WN"] // 32 <= 64 or threads == 256) and big_ok and threads >= 128
-                and p["WNITER"] in (2, 4) and p["SPLITK"] in (1, 2, 3, 4, 6, 8, 12, 16))
+                and p["WNITER"] in (2, 4) and p["SPLITK"] in (1, 2, 3, 4, 5, 6, 7, 8, 12, 16))
     if name == "ec_wmma":
         # ec/01_ec_wmma.cu: warps of 32 x 32, at most 8; cp.async requests of 16 bytes
         # (and of 4 in the unaligned variant) split evenly over the threads.
@@ -452,7 +452,7 @@ H200 = "nvidia-h200"
 @pytest.mark.parametrize("M, N, K, splits", [
     (128, 4096, 4096, 8),      # 16 tiles of 128 x 256 (nearest 256x4096x4096 split 4: 64 blocks)
     (128, 4096, 28672, 8),
-    (128, 6144, 4096, 4),      # 24 tiles: 4 x 24 = 96 <= 132 < 6 x 24
+    (128, 6144, 4096, 5),      # 24 tiles: 5 x 24 = 120 <= 132 < 6 x 24
     (128, 14336, 4096, 2),     # 56 tiles: 2 x 56 = 112
     (128, 28672, 4096, 1),     # 112 tiles fill more than half the SMs
     (128, 4096, 96, 3),        # 12 K-steps: 3 slices of 4

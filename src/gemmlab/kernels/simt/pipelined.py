@@ -10,7 +10,7 @@ from .vectorized import ALIGNED_VARIANTS
 from .warptile import warptile_constraints, warptile_params, warptile_threads
 
 # Split-K factors the rung may use; the launch shape, not the compiled code, changes.
-SPLITK_VALUES = (1, 2, 3, 4, 6, 8, 12, 16)
+SPLITK_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
 
 
 def fill_split(tiles: int, k_steps: int, sm_count: int, *, most: int, min_steps: int) -> int:
