@@ -161,7 +161,11 @@ class _Use:
 
     def cublas(self) -> None:
         import cupy as cp
-        cp.matmul(*self.views, out=self.c)
+        a, b = self.views
+        if self.batch == 1:   # a single product as users call it, 2-D views (3-D ones read slow: NOTES, run 89e)
+            cp.matmul(a[0], b[0], out=self.c[0])
+        else:
+            cp.matmul(a, b, out=self.c)
 
 
 def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = None, fresh: bool = False,
