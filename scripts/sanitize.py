@@ -86,7 +86,7 @@ for M, N, K in SHAPES:
                     print(f"WRONG {name} {precision} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
 # gemv in every layout (op(B) column-major: its 16-byte path along K; row-major:
 # shared-memory sums), 16-bit and FP32, aligned (K, N multiples of 8) and not,
-# more rows than one pass holds (M = 33 > MT).
+# more rows than one pass holds (M = 33 > MT); the row path's narrow blocks at M <= 4.
 GEMV_SHAPES = [(1, 13, 5), (3, 264, 200), (33, 65, 17), (16, 130, 264)]
 GEMV_DTYPES = [(np.float32, 1e-5), (np.float16, 2e-3)]
 gemv_calls = 0
@@ -105,6 +105,20 @@ for M, N, K in GEMV_SHAPES:
             if not err.ok(tol):
                 bad += 1
                 print(f"WRONG gemv {np.dtype(dt).name} {M}x{N}x{K} T{int(ta)}{int(tb)}: {err}", flush=True)
+            # op(B) row-major with narrow blocks (a warp across 4 or 8 rows, shuffled sums), split or not
+            if tb or M > 4:
+                continue
+            for lanes in (8, 4):
+                for split in (1, 3):
+                    out = c0.copy()
+                    gemmlab.matmul(a_op, b_op, out=out, alpha=0.5, beta=2.0, kernel="gemv",
+                                   MT=1 << (M - 1).bit_length(), LANES=lanes, SPLITK=split)
+                    gemv_calls += 1
+                    err = compare(out.astype(np.float64), ref)
+                    if not err.ok(tol):
+                        bad += 1
+                        print(f"WRONG gemv LANES={lanes} SPLITK={split} {np.dtype(dt).name} {M}x{N}x{K} "
+                              f"T{int(ta)}0: {err}", flush=True)
 # wgmma with a batch in one launch (sm_90a only): a dense batch (TMA-store epilogue)
 # and one whose C has gaps between its matrices (stores from registers).
 wgmma_calls = 0
