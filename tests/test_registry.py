@@ -1105,6 +1105,19 @@ def test_ec_wgmma_geometry(M, N, sm_count):
             assert geo.grid == (min(items * batch, sm_count), 1, 1), (batch, geo.grid)
 
 
+@pytest.mark.parametrize("dtype", list(registry.EC_METHODS))
+def test_ec_wgmma_split_is_the_unsplit_instantiation(dtype):
+    """Split over K, ec_wgmma writes FP32 partial tiles, as it writes C: one instantiation
+    serves every SPLITK (the split is a kernel argument), and the plan carries the split."""
+    names = set()
+    for splits in registry.SPLITK_VALUES:
+        p = gemmlab.plan("ec_wgmma", 130, 200, 1000, dtype=dtype, arch="sm_90a", SPLITK=splits)
+        assert p.spec.splits(p.params) == splits and EC_WGMMA.split_k_param == "SPLITK"
+        names.add(p.name_expression)
+    assert names == {f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 4, 'N', 'N'>"}
+    assert len(EC_WGMMA.all_name_expressions()) == 2 * 3   # METHOD x STAGES, whatever the split
+
+
 def test_ec_wgmma_takes_a_batch_and_sizes_its_parts():
     """One launch per batch (chunk); the parts of a matrix, the executor's chunking unit: hi
     and lo of A (M x K) and B^T (N x K), K padded to 8, 4 bytes an element (the layout for
