@@ -1,4 +1,4 @@
-"""Every rung (and rung 8's and wgmma's split-K, rung 8's 256-wide tiles, wgmma's deep rings, mma_pipelined's
+"""Every rung (and rung 8's, wgmma's and ec_wgmma's split-K, rung 8's 256-wide tiles, wgmma's deep rings, mma_pipelined's
 column-major layouts) at edge shapes, with both
 the 16-byte and the scalar (unaligned) variants: the workload compute-sanitizer
 runs (scripts/sanitize.sh).  Also checks each result against FP64, so a run that
@@ -65,8 +65,11 @@ for M, N, K in TC_SHAPES:
                 bad += 1
                 print(f"WRONG {name} {params} {np.dtype(dt).name}->{out_dt} {M}x{N}x{K}: {err}", flush=True)
 # The error-corrected FP32 rungs, every precision (fp32_tc and fp16_ec_scaled run
-# the exponent histogram first), aligned and misaligned.
-EC = [s.name for s in registry.ladder("ec")]
+# the exponent histogram first), aligned and misaligned; ec_wgmma split over K too (with
+# fp32_tc, each candidate's reduction reads the choice record).
+EC = [(s.name, {}) for s in registry.ladder("ec")]
+if registry.get("ec_wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
+    EC += [("ec_wgmma", {"SPLITK": 3})]
 EC_PRECISIONS = ("fp16_ec", "tf32_ec", "fp16_ec_scaled", "fp32_tc")
 for M, N, K in SHAPES:
     for misalign in (False, True):
@@ -76,14 +79,14 @@ for M, N, K in SHAPES:
         b = cp.asarray(random_matrix(K, N, "uniform", rng))
         c0 = cp.asarray(random_matrix(M, N, "uniform", rng))
         ref = reference(a, b, 0.5, 2.0, c0)
-        for name in EC:
+        for name, params in EC:
             for precision in EC_PRECISIONS:
                 out = c0.copy()
-                gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel=name, precision=precision)
+                gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel=name, precision=precision, **params)
                 err = compare(out, ref)
                 if not err.ok(1e-6):
                     bad += 1
-                    print(f"WRONG {name} {precision} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
+                    print(f"WRONG {name} {params} {precision} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
 # gemv in every layout (op(B) column-major: its 16-byte path along K; row-major:
 # shared-memory sums), 16-bit and FP32, aligned (K, N multiples of 8) and not,
 # more rows than one pass holds (M = 33 > MT); the row path's narrow blocks at M <= 4.

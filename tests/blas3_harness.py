@@ -58,6 +58,11 @@ FAMILIES = [family(s.name, "float32") for s in registry.ladder("simt")] + [
                                                    "BK": 32, "WM": 32, "WN": 32, "STAGES": 4},
      "float16", None, "float16"),
     family("ec_wmma", "fp16_ec"), family("ec_wgmma", "fp16_ec"), family("ec_wgmma", "tf32_ec"),
+    # Split over K: with K <= 33 (one K-step) every slice past the first is empty.
+    ("ec_wgmma-fp16_ec-SPLITK3", "ec_wgmma", {**registry.get("ec_wgmma").defaults(), "SPLITK": 3},
+     "float32", "fp16_ec", "float32"),
+    ("ec_wgmma-tf32_ec-SPLITK2", "ec_wgmma", {**registry.get("ec_wgmma").defaults(), "SPLITK": 2},
+     "float32", "tf32_ec", "float32"),
     family("wgmma", "float16"),
     ("wgmma-fp16-SPLITK3", "wgmma", {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128, "SPLITK": 3},
      "float16", None, "float16"),

@@ -172,7 +172,9 @@ class Emulator:
                 r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
                 c[...] = r.astype(c.dtype)
 
-    def _reduce(self, out_dtype, grid, M, N, splits, ws, alpha, beta, C, ldc, sc):
+    def _reduce(self, out_dtype, grid, M, N, splits, ws, alpha, beta, C, ldc, sc, choice, method):
+        # No method is chosen on the emulated GPU: a record would be a real device's.
+        assert int(choice) == 0 and int(method) == 0, (choice, method)
         M, N, splits, ldc = int(M), int(N), int(splits), int(ldc)
         alpha, beta = float(alpha), float(beta)
         for z in range(grid[1]):

@@ -289,11 +289,12 @@ def _stored(nb, rows, cols, rng, gap, trans=False):
 
 class _SplitAndGemmLaunches:
     """The launches of ec_wgmma's split pre-pass (their grids, and the matrices of A and of B
-    each splits) and of the GEMM kernels (the choice's histograms and choose_method, which
-    fp32_tc launches first, not counted)."""
+    each splits), of the GEMM kernels and of split-K's reductions (the choice's histograms
+    and choose_method, which fp32_tc launches first, not counted)."""
 
     def __init__(self, monkeypatch):
         from gemmlab import executor
+        from gemmlab.kernels import registry
         from gemmlab.kernels.ec import ec_wgmma
         from gemmlab.kernels.ec.choose_method import CHOOSE_KERNEL, CHOOSE_SOURCE
         from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE
@@ -302,7 +303,8 @@ class _SplitAndGemmLaunches:
         arch = gpu_info(0).arch
         choice = [rt_compile.load_kernel(src, name, arch) for src, name in ((CHOOSE_SOURCE, CHOOSE_KERNEL), (
             EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL))]
-        self.split_grids, self.split_matrices, self.gemms = [], [], 0
+        reduce = rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.splitk_reduce_kernel("float32"), arch)
+        self.split_grids, self.split_matrices, self.gemms, self.reductions = [], [], 0, 0
         executor.CACHE.clear()   # a fresh prepared call with the limits of this test
         real_gemm, real_shaped = executor.launch, executor.launch_shaped
 
@@ -310,6 +312,8 @@ class _SplitAndGemmLaunches:
             if any(kernel is k for k, _ in ec_wgmma._split_launches.values()):
                 self.split_grids.append(tuple(shape.grid))
                 self.split_matrices.append((int(args[6]), int(args[11])))   # matrices_a, matrices_b
+            elif kernel is reduce:
+                self.reductions += 1
             elif not any(kernel is k for k in choice):
                 self.gemms += 1
             return real_shaped(kernel, shape, stream, args)
@@ -321,11 +325,12 @@ class _SplitAndGemmLaunches:
         monkeypatch.setattr(executor, "launch_shaped", shaped)
 
 
-def _ec_batch(monkeypatch, precision, nb_a, nb_b, M, N, K, *, trans_b=False, beta=0.0, per_launch=None):
+def _ec_batch(monkeypatch, precision, nb_a, nb_b, M, N, K, *, trans_b=False, beta=0.0, per_launch=None, **params):
     """op(a) @ op(b) (numpy.matmul broadcasting) on ec_wgmma into an out with gaps between its
     matrices and padded rows, NaN before the call (beta = 0 must not read it); checked against
     FP64 within 1.5x of SGEMM's error, out's gaps untouched; returns the launches.
-    ``per_launch``: matrices a launch may take (BATCH_WORKSPACE_LIMIT lowered to that many)."""
+    ``per_launch``: matrices a launch may take (BATCH_WORKSPACE_LIMIT lowered to that many);
+    ``params``: ec_wgmma's tile parameters."""
     from gemmlab import executor
     from gemmlab.kernels.ec.ec_wgmma import ec_parts_bytes
     from gemmlab.kernels.spec import Problem
@@ -345,10 +350,11 @@ def _ec_batch(monkeypatch, precision, nb_a, nb_b, M, N, K, *, trans_b=False, bet
                             per_launch * ec_parts_bytes(Problem(M, N, K, True, "fp16_ec")))
     launches = _SplitAndGemmLaunches(monkeypatch)
     alpha = 0.7
-    gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, precision=precision, kernel="ec_wgmma")
+    gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, precision=precision, kernel="ec_wgmma", **params)
     cp.cuda.Device().synchronize()
     p = gemmlab.last_plan()
     assert p.spec.name == "ec_wgmma" and not p.fallback_reason, p.describe()
+    assert all(p.params[k] == v for k, v in params.items()), p.describe()
     ref = float(np.float32(alpha)) * np.matmul(a64, b64) + float(np.float32(beta)) * c0.astype(np.float64)
     got = out.get().astype(np.float64)
     assert np.isfinite(got).all(), "unwritten or non-finite outputs"
@@ -426,3 +432,108 @@ def test_auto_runs_an_attention_batch_on_ec_wgmma(monkeypatch):
     sgemm = cp.matmul(q, k.transpose(0, 2, 1))
     err, sgemm_err = float(cp.linalg.norm(got - ref)), float(cp.linalg.norm(sgemm - ref))
     assert err <= 1.5 * sgemm_err + 1e-8 * float(cp.linalg.norm(ref)), (err, sgemm_err)
+
+
+# -- ec_wgmma split over K: FP32 partial tiles in a workspace, added into C by splitk_reduce -------
+
+# Multiples of no tile; the last has K shorter than most splits: 2 K-steps of FP16 parts (4 of
+# TF32), so some slices are empty and must still write their zero partial.
+EC_SPLIT_SHAPES = [(130, 200, 1000), (257, 97, 4099), (33, 65, 100)]
+
+
+def _split_ran(splits):
+    p = gemmlab.last_plan()
+    assert p.spec.name == "ec_wgmma" and p.params["SPLITK"] == splits and not p.fallback_reason, p.describe()
+    return p
+
+
+@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize("shape", EC_SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("precision", ["fp16_ec", "fp16_ec_scaled", "tf32_ec"])
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.7, -1.3)])
+def test_ec_wgmma_split_k_on_odd_shapes(splits, shape, precision, alpha, beta):
+    """SPLITK 2, 3 and 7 with every method, against FP64 within 1.5x of SGEMM's error (or
+    1e-6 where K is short), out poisoned (NaN) where beta = 0 must not read it, else the
+    reduction adds beta * C."""
+    needs("ec_wgmma")
+    M, N, K = shape
+    rng = np.random.default_rng(M + 3 * N + 7 * K + 11 * splits)
+    a = cp.asarray(make_inputs("normal", M, K, rng))
+    b = cp.asarray(make_inputs("normal", K, N, rng))
+    c0 = cp.asarray(make_inputs("normal", M, N, rng))
+    out = cp.full((M, N), np.nan, dtype=np.float32) if beta == 0 else c0.copy()
+    gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, precision=precision, kernel="ec_wgmma", SPLITK=splits)
+    p = _split_ran(splits)
+    assert p.method == precision, p.describe()
+    ref = reference(a, b, alpha, beta, c0, keep_on_gpu=True)
+    sgemm = compare(np.float32(alpha) * (a @ b) + np.float32(beta) * c0, ref).rel_fro
+    err = compare(out, ref)
+    assert err.ok(max(1.5 * sgemm, 1e-6)), f"{err.rel_fro:.2e} vs SGEMM {sgemm:.2e} ({p.describe()})"
+
+
+@pytest.mark.parametrize("inputs, method", [("uniform", "fp16_ec"), ("uniform_small", "fp16_ec_scaled"),
+                                            ("log_uniform", "tf32_ec")])
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.7, -1.3)])
+def test_ec_wgmma_split_k_under_a_choice_on_the_gpu(inputs, method, alpha, beta):
+    """fp32_tc split 3 ways: both candidates' GEMMs and reductions are launched, and only the
+    chosen method's reduction adds into out -- the other's would add a workspace its GEMM never
+    wrote (beta != 0 shows a second reduction; the previous call's slices of other data show
+    a stale one).  Three calls on new data in the same buffers (the second and third on the
+    launches the first kept), each right."""
+    needs("ec_wgmma")
+    M, N, K = 130, 200, 1000
+    rng = np.random.default_rng(17)
+    a, b = cp.empty((M, K), dtype=np.float32), cp.empty((K, N), dtype=np.float32)
+    c0, out = cp.empty((M, N), dtype=np.float32), cp.empty((M, N), dtype=np.float32)
+    for _ in range(3):
+        a[...] = cp.asarray(make_inputs(inputs, M, K, rng))
+        b[...] = cp.asarray(make_inputs(inputs, K, N, rng))
+        c0[...] = cp.asarray(make_inputs("normal", M, N, rng))
+        out[...] = np.nan if beta == 0 else c0
+        gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, precision="fp32_tc", kernel="ec_wgmma", SPLITK=3)
+        p = _split_ran(3)
+        assert p.method == method, p.reason
+        ref = reference(a, b, alpha, beta, c0, keep_on_gpu=True)
+        sgemm = compare(np.float32(alpha) * (a @ b) + np.float32(beta) * c0, ref).rel_fro
+        err = compare(out, ref)
+        assert err.ok(max(1.5 * sgemm, 1e-6)), f"{err.rel_fro:.2e} vs SGEMM {sgemm:.2e} ({p.describe()})"
+
+
+@pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec", "fp32_tc"])
+@pytest.mark.parametrize("shared", [None, "a", "b"])
+def test_ec_wgmma_split_k_batch(monkeypatch, precision, shared):
+    """A batch of 5 with gaps between the matrices (or one operand every matrix shares), split 3
+    ways: one split launch, one GEMM (its work items every (matrix, slice, tile)) and one
+    reduction per candidate; every matrix right, out's gaps untouched."""
+    nb_a, nb_b = (None if shared == "a" else 5), (None if shared == "b" else 5)
+    launches = _ec_batch(monkeypatch, precision, nb_a, nb_b, 133, 101, 1000, beta=-1.3, SPLITK=3)
+    n = EC_CANDIDATES[precision]
+    assert (launches.gemms, launches.reductions, len(launches.split_grids)) == (n, n, n), launches.__dict__
+    _ec_batch(monkeypatch, precision, nb_a, nb_b, 70, 300, 129, SPLITK=7)   # beta = 0: out poisoned
+
+
+def test_auto_splits_a_128_token_product_on_ec_wgmma(monkeypatch):
+    """fp32_tc with kernel="auto" at 128 x 4096 x 4096 (one row of tiles: most SMs idle
+    unsplit): ec_wgmma split over K (planner: ec_wgmma_auto_split), one GEMM and one reduction
+    per candidate, the result right, twice (the second call on the prepared call's kept
+    launches), out poisoned before each."""
+    needs("ec_wgmma")
+    from gemmlab.runtime.device import gpu_info
+    M, N, K = 128, 4096, 4096
+    rng = np.random.default_rng(19)
+    a = cp.asarray(make_inputs("uniform", M, K, rng))
+    b = cp.asarray(make_inputs("uniform", K, N, rng))
+    ref = reference(a, b, keep_on_gpu=True)
+    sgemm = compare(a @ b, ref).rel_fro
+    launches = _SplitAndGemmLaunches(monkeypatch)
+    out = cp.empty((M, N), dtype=np.float32)
+    for _ in range(2):
+        out.fill(np.nan)
+        gemmlab.matmul(a, b, out=out, precision="fp32_tc")
+        p = gemmlab.last_plan()
+        assert p.spec.name == "ec_wgmma" and p.params["SPLITK"] > 1 and p.method == "fp16_ec", p.describe()
+        tiles = -(-M // 128) * -(-N // 96)
+        assert tiles * p.params["SPLITK"] <= gpu_info(0).sm_count
+        err = compare(out, ref)
+        assert err.ok(1.5 * sgemm), f"{err.rel_fro:.2e} vs SGEMM {sgemm:.2e} ({p.describe()})"
+    assert (launches.gemms, launches.reductions) == (4, 4), launches.__dict__

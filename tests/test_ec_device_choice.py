@@ -204,11 +204,12 @@ def _forget_kept_launches():
 
 
 @pytest.mark.parametrize("inputs", ["normal", "uniform_small", "log_uniform"])   # fp16_ec, scaled, tf32_ec
-@pytest.mark.parametrize("kernel", ["ec_wmma", "ec_wgmma"])
-def test_a_call_on_kept_launches_gives_bitwise_what_a_new_build_gives(kernel, inputs):
+@pytest.mark.parametrize("kernel, params", [("ec_wmma", {}), ("ec_wgmma", {}), ("ec_wgmma", {"SPLITK": 3})],
+                         ids=["ec_wmma", "ec_wgmma", "ec_wgmma-SPLITK3"])
+def test_a_call_on_kept_launches_gives_bitwise_what_a_new_build_gives(kernel, params, inputs):
     """The same arrays three times: built, found kept, built again (kept launches
     forgotten): bitwise the same result each time, right against FP64, out poisoned
-    (NaN) before every call."""
+    (NaN) before every call; split over K too (each candidate's GEMM and reduction)."""
     if kernel not in _kernels():
         pytest.skip("ec_wgmma needs sm_90a")
     rng = np.random.default_rng(7)
@@ -220,11 +221,12 @@ def test_a_call_on_kept_launches_gives_bitwise_what_a_new_build_gives(kernel, in
         if forget:
             _forget_kept_launches()
         out.fill(cp.nan)
-        gemmlab.matmul(a, b, out=out, precision="fp32_tc", kernel=kernel)
+        gemmlab.matmul(a, b, out=out, precision="fp32_tc", kernel=kernel, **params)
         results.append(out.get())
     p = gemmlab.last_plan()
     assert p.spec.name == kernel and p.method == ec.choose(ec.ExponentStats.of(a_host),
                                                            ec.ExponentStats.of(b_host)).method, p.reason
+    assert all(p.params[k] == v for k, v in params.items()), p.describe()
     for r in results[1:]:
         assert np.array_equal(r.view(np.uint32), results[0].view(np.uint32))
     ref = reference(a_host, b_host)

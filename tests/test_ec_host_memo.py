@@ -8,11 +8,15 @@ launched (same kernels, shapes and argument values) and builds nothing; a call
 with anything new -- an operand's address, alpha, the workspace's address -- builds
 again; a workspace that is not kept (a graph's own, one too large to keep) is
 never remembered; the memos stay bounded.  And the launches themselves: one histogram
-launch and one split launch (per candidate) for both operands.  The GPU side of the
+launch and one split launch (per candidate) for both operands; split over K, each
+candidate's GEMM into split-K's workspace and its reduction, which reads the record too,
+with the stream's workspaces taken in their fixed order.  The GPU side of the
 same: tests/test_ec_device_choice.py (hit and miss bitwise equal, moved operands),
-tests/test_ec.py (the split's grids) and tests/test_graphs.py (capture)."""
+tests/test_ec.py (the split's grids, split-K's results) and tests/test_graphs.py (capture)."""
 
 import dataclasses
+import shutil
+import subprocess
 from collections import OrderedDict
 
 import numpy as np
@@ -21,6 +25,7 @@ import pytest
 import emulated_gpu
 import gemmlab
 from gemmlab import executor
+from gemmlab.kernels import registry
 from gemmlab.kernels.ec import choose_method, ec_wgmma
 from gemmlab.runtime import compile as rt_compile
 from gemmlab.runtime import tma
@@ -38,17 +43,25 @@ class Recorder:
     """Launches recorded, not run; workspaces at chosen addresses (per slot), kept or not."""
 
     def __init__(self):
-        self.log = []                 # every launch, memset and workspace given back, in order
-        self.address = {"choice": 0x10000, "scratch": 0x200000}
+        self.log = []                 # every launch, memset, workspace taken and given back, in order
+        self.address = {"choice": 0x10000, "splitk": 0x4000000, "scratch": 0x200000}
         self.kept = True
         self.builds = 0               # ec_wgmma argument sets built
 
     def workspace(self, gpu, stream, nbytes, what, hint="", slot="scratch"):
+        self.log.append(("take", slot))
         return _Workspace(self.address[slot], self.kept, self.log)
 
     def launches(self):
         """The recorded launches since the last call of this: (kernel, grid, args)."""
-        out = [e for e in self.log if e[0] not in ("close",)]
+        out = [e for e in self.log if e[0] not in ("take", "close")]
+        self.log.clear()
+        return out
+
+    def workspaces(self):
+        """The workspaces taken and given back since the last call of this, by slot, in order."""
+        slots = {v: k for k, v in self.address.items()}
+        out = [(e[0], e[1] if e[0] == "take" else slots[e[1]]) for e in self.log if e[0] in ("take", "close")]
         self.log.clear()
         return out
 
@@ -153,7 +166,8 @@ def test_anything_new_builds_again_with_its_values(rec):
     _call(a2, b, out, alpha=0.5)
     assert rec.builds == built + 8
     record = rec.address["choice"] + choose_method.RECORD_OFFSET
-    assert all(args[-1] == record
+    # The split pre-pass takes the record last, the GEMM before its SPLITK.
+    assert all(args[-2 if k.startswith("gemmlab::ec_wgmma") else -1] == record
                for k, _, args in rec.launches() if k.startswith(("gemmlab::ec_wgmma", "gemmlab::ec_split_pack")))
 
 
@@ -241,3 +255,127 @@ def test_one_split_launch_takes_both_operands(rec):
         assert grid == (-(-300 // 32) * -(-40 // 32), 1, 2)   # A's tiles, more than B's
         assert args[:7] == (300, 20, 40, a.ctypes.data, 40, 0, 1) and args[8:12] == (b.ctypes.data, 20, 0, 1)
         assert args[13:18] == (ws, ws + a_part, ws + 2 * a_part, ws + 2 * a_part + b_part, kp)
+
+
+# -- split-K: each candidate's partial products into split-K's workspace, then its reduction ------
+
+SPLIT_M, SPLIT_N, SPLIT_K = 70, 50, 900
+
+
+def _split_launches(launches):
+    """The GEMM and reduction launches of a recorded call: [(kernel, args)]."""
+    return [(k, args) for k, _, args in launches if k.startswith(("gemmlab::ec_wgmma", "gemmlab::splitk_reduce"))]
+
+
+def test_split_k_gemms_write_the_workspace_and_reductions_read_the_record(rec):
+    """fp32_tc split 3 ways: per candidate its split, its GEMM into split-K's workspace (alpha
+    1, beta 0, ldc N, a partial product M * N floats after the other, the record, SPLITK
+    last) and a reduction of the three slices into out with the call's alpha and beta that
+    reads the record with the candidate's method; a repeated call launches the same and
+    builds nothing."""
+    M, N, K = SPLIT_M, SPLIT_N, SPLIT_K
+    a, b = _operands(M=M, N=N, K=K)
+    out = np.empty((M, N), np.float32)
+    _call(a, b, out, alpha=0.5, beta=2.0, SPLITK=3)
+    first, built = rec.launches(), rec.builds
+    record = rec.address["choice"] + choose_method.RECORD_OFFSET
+    ws = rec.address["splitk"]
+    reduce = registry.splitk_reduce_kernel("float32")
+    ran = _split_launches(first)
+    assert [k for k, _ in ran] == ["gemmlab::ec_wgmma<0, 4, 'N', 'N'>", reduce,
+                                   "gemmlab::ec_wgmma<1, 4, 'N', 'N'>", reduce], [k for k, _ in ran]
+    for (gemm, g), (_, r), method in zip(ran[::2], ran[1::2], (0, 1)):
+        assert (g[3], g[8], g[9], g[10], g[13], g[14]) == (1.0, 0.0, ws, N, M * N, 1), gemm
+        assert g[-2] == record and type(g[-1]) is np.int32 and g[-1] == 3, gemm
+        assert r == (M, N, 3, ws, np.float32(0.5), np.float32(2.0), out.ctypes.data, N, 0, record, method), r
+        assert type(r[-1]) is np.int32
+    assert registry.EC_METHODS == {"fp16_ec": 0, "tf32_ec": 1}
+    _call(a, b, out, alpha=0.5, beta=2.0, SPLITK=3)
+    _same(first, rec.launches())
+    assert rec.builds == built == 2
+
+
+def test_split_k_takes_the_stream_workspaces_in_their_order(rec):
+    """The choice's workspace, then per candidate split-K's and inside it the split parts'
+    ("scratch"), each given back before the next candidate takes it: always choice, splitk,
+    scratch (runtime.launch.stream_workspace; one slot taken twice would deadlock)."""
+    a, b = _operands(M=SPLIT_M, N=SPLIT_N, K=SPLIT_K)
+    out = np.empty((SPLIT_M, SPLIT_N), np.float32)
+    rec.log.clear()
+    _call(a, b, out, SPLITK=3)
+    candidate = [("take", "splitk"), ("take", "scratch"), ("close", "scratch"), ("close", "splitk")]
+    assert rec.workspaces() == [("take", "choice")] + 2 * candidate + [("close", "choice")]
+
+
+def test_split_k_without_a_choice_reduces_unconditionally(rec):
+    """fp16_ec named (no method chosen on the GPU), split 2 ways: one split, one GEMM with no
+    record and SPLITK 2, one reduction with no record and method 0."""
+    M, N, K = SPLIT_M, SPLIT_N, SPLIT_K
+    a, b = _operands(M=M, N=N, K=K)
+    out = np.empty((M, N), np.float32)
+    gemmlab.matmul(a, b, out=out, precision="fp16_ec", kernel="ec_wgmma", SPLITK=2)
+    (gemm, g), (reduce, r) = _split_launches(rec.launches())
+    assert gemm == "gemmlab::ec_wgmma<0, 4, 'N', 'N'>" and reduce == registry.splitk_reduce_kernel("float32")
+    assert (g[9], g[13], g[-2], g[-1]) == (rec.address["splitk"], M * N, 0, 2)
+    assert r[:4] == (M, N, 2, rec.address["splitk"]) and r[-2:] == (0, 0) and type(r[-1]) is np.int32
+
+
+def test_unsplit_gemm_passes_one_split_and_its_own_c(rec):
+    a, b = _operands()
+    out = np.empty((70, 50), np.float32)
+    _call(a, b, out)
+    ran = _split_launches(rec.launches())
+    assert [k for k, _ in ran] == ["gemmlab::ec_wgmma<0, 4, 'N', 'N'>", "gemmlab::ec_wgmma<1, 4, 'N', 'N'>"]
+    for _, g in ran:
+        assert (g[9], g[10], g[13], g[-1]) == (out.ctypes.data, 50, 0, 1) and type(g[-1]) is np.int32
+
+
+def test_auto_splits_both_candidates_alike(rec):
+    """kernel="auto" on a 128-token linear layer (128 x 4096 x 4096, one row of 43 tiles on the
+    emulated 132-SM GPU): ec_wgmma split by ec_wgmma_auto_split, the FP16 and the TF32
+    candidate the same number of ways (they share the workspace and out)."""
+    M, N, K = 128, 4096, 4096
+    a, b = np.zeros((M, K), np.float32), np.zeros((K, N), np.float32)
+    out = np.empty((M, N), np.float32)
+    gemmlab.matmul(a, b, out=out, precision="fp32_tc")
+    ran = _split_launches(rec.launches())
+    want = registry.ec_wgmma_auto_split(M, N, K, 132)
+    assert want > 1
+    gemms = [g for k, g in ran if k.startswith("gemmlab::ec_wgmma")]
+    assert len(gemms) == 2 and all(g[-1] == want for g in gemms), [g[-1] for g in gemms]
+    assert [r[2] for k, r in ran if k.startswith("gemmlab::splitk_reduce")] == [want, want]
+    prepared = next(iter(executor.CACHE._d.values()))
+    assert [p.params["SPLITK"] for p, _ in prepared.chooser.candidates] == [want, want]
+
+
+# What each host argument type is in a kernel's C++ signature.
+_CXX_TYPES = {np.int32: "int", np.float32: "float", np.int64: "long long", int: "*",
+              emulated_gpu.FakeMap: "gemmlab::hopper::TensorMap"}
+
+
+def _parameters(source, name: str) -> list[str]:
+    """The parameter types of a compiled kernel, from its demangled name."""
+    from gemmlab.runtime.compile import compile_module
+    mangled = compile_module(source, [name], "sm_90a").symbols[name]
+    text = subprocess.run(["c++filt", mangled], capture_output=True, text=True, check=True).stdout.strip()
+    return text[text.index(">(") + 2:-1].split(", ")   # after the template arguments
+
+
+@pytest.mark.skipif(shutil.which("c++filt") is None, reason="c++filt (binutils) demangles the kernels' names")
+@pytest.mark.parametrize("splits", [1, 3])
+def test_host_arguments_match_the_kernels_parameters(rec, splits):
+    """Every argument the host passes ec_wgmma and splitk_reduce has the type of the kernel's
+    parameter in its place (NVRTC compiles them; no GPU): as many, ints as int, floats as
+    float, 64-bit ints as long long, addresses as pointers, maps as TensorMaps."""
+    a, b = _operands(M=SPLIT_M, N=SPLIT_N, K=SPLIT_K)
+    out = np.empty((SPLIT_M, SPLIT_N), np.float32)
+    _call(a, b, out, SPLITK=splits)
+    ran = _split_launches(rec.launches())
+    assert len(ran) == (4 if splits > 1 else 2)
+    for kernel, args in ran:
+        source = registry.SPLITK_REDUCE_SOURCE if "splitk_reduce" in kernel else registry.get("ec_wgmma").source_path
+        params = _parameters(source, kernel)
+        assert len(params) == len(args), (kernel, params, args)
+        for param, arg in zip(params, args):
+            want = _CXX_TYPES[type(arg)]
+            assert param.endswith(want) if want == "*" else param == want, (kernel, param, type(arg))

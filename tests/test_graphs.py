@@ -46,6 +46,8 @@ FAMILIES = [
     ("ec_wmma-tf32_ec", "ec_wmma", "float32", "tf32_ec", {}, False),
     ("ec_wgmma-fp16_ec", "ec_wgmma", "float32", "fp16_ec", {}, True),
     ("ec_wgmma-tf32_ec", "ec_wgmma", "float32", "tf32_ec", {}, True),
+    ("ec_wgmma-fp16_ec-splitk", "ec_wgmma", "float32", "fp16_ec", {"SPLITK": 3}, True),
+    ("ec_wgmma-tf32_ec-splitk", "ec_wgmma", "float32", "tf32_ec", {"SPLITK": 2}, True),
 ]
 LAYOUTS = ["NN", "TN", "NT"]
 
@@ -153,7 +155,7 @@ def test_torch_cuda_graph_capture_and_replay(fam, layout):
 
 @pytest.mark.parametrize("fam", [f for f in FAMILIES if f[0] in ("pipelined-splitk", "wgmma-bf16", "auto-fp32",
                                                                  "ec_wgmma-fp16_ec", "mma_pipelined-tf32",
-                                                                 "wgmma-fp16-splitk")],
+                                                                 "wgmma-fp16-splitk", "ec_wgmma-fp16_ec-splitk")],
                          ids=lambda f: f[0])
 def test_cupy_stream_capture_and_replay(fam):
     _skip_off_hopper(fam)
@@ -308,6 +310,39 @@ def test_ec_wgmma_batch_chosen_from_the_data_in_a_graph():
     replay = _torch_graph(lambda: gemmlab.matmul(a, b, out=out, **kw))
     for kind, method, err, sgemm, p in _replays_on_new_data(replay, a, b, out, gen):
         assert p.spec.name == "ec_wgmma" and p.method == method, (kind, p.reason)
+        assert err <= 1.5 * sgemm + 1e-7, (kind, err, sgemm, p.describe())
+
+
+@pytest.mark.skipif(not HOPPER, reason="ec_wgmma needs sm_90a")
+def test_ec_wgmma_split_k_chosen_from_the_data_in_a_graph():
+    """A captured fp32_tc call split over K (per candidate: its GEMM into a workspace of the
+    graph's own, then its reduction, which reads the record too), with beta != 0, so that a
+    reduction of the candidate not chosen would add into out a second time: every replay on
+    new data of each kind chooses its method and is right."""
+    M, N, K = 77, 100, 1000
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    a, b = _data("uniform", (M, K), gen), _data("uniform", (K, N), gen)
+    c0, out = torch.rand((M, N), device="cuda", generator=gen), torch.empty((M, N), device="cuda")
+    alpha, beta = 0.5, 2.0
+    kw = dict(precision="fp32_tc", kernel="ec_wgmma", SPLITK=3, alpha=alpha, beta=beta)
+
+    def call():
+        out.copy_(c0)
+        gemmlab.matmul(a, b, out=out, **kw)
+    call()   # warm: compiled, loaded, prepared
+    torch.cuda.synchronize()
+    replay = _torch_graph(call)
+    for kind, method in REPLAYS:
+        a.copy_(_data(kind, (M, K), gen))
+        b.copy_(_data(kind if kind != "large" else "uniform", (K, N), gen))
+        c0.copy_(torch.rand((M, N), device="cuda", generator=gen) * 2 - 1)   # the graph copies it into out
+        replay()
+        torch.cuda.synchronize()
+        p = gemmlab.last_plan()
+        assert p.spec.name == "ec_wgmma" and p.params["SPLITK"] == 3 and p.method == method, (kind, p.reason)
+        ref = alpha * (a.double() @ b.double()) + beta * c0.double()
+        err = float((out.double() - ref).norm() / ref.norm())
+        sgemm = float(((alpha * (a @ b) + beta * c0).double() - ref).norm() / ref.norm())
         assert err <= 1.5 * sgemm + 1e-7, (kind, err, sgemm, p.describe())
 
 

@@ -63,7 +63,7 @@ def test_kernel_params_per_rung():
         "mma_pipelined": ["BM", "BN", "BK", "WM", "WN", "STAGES"],
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
         "wgmma": ["BM", "BN", "STAGES", "CLUSTER", "SPLITK"],
-        "ec_wgmma": ["STAGES"],
+        "ec_wgmma": ["STAGES", "SPLITK"],
         "gemv": ["MT", "SPLITK", "LANES"],
     }
 
@@ -1089,17 +1089,33 @@ def test_ec_wgmma_takes_every_layout_and_alignment(op_a, op_b, dtype):
                                             (2000, 1900, 114), (100, 9000, 7)])
 def test_ec_wgmma_geometry(M, N, sm_count):
     """A persistent grid of at most one block per SM (the ring fills its shared memory), one
-    producer and two consumer warpgroups; block b takes tiles b, b + grid, ... of the
-    128 x 96 tiles in grouped order (tensor/04_wgmma.cuh), together all of them once."""
-    for p in EC_WGMMA.configurations():
+    producer and two consumer warpgroups; block b takes work items b, b + grid, ... -- the
+    128 x 96 tiles in grouped order (tensor/04_wgmma.cuh), each SPLITK times (a slice of K
+    each) -- together all of them once."""
+    configs = EC_WGMMA.configurations()
+    assert {p["SPLITK"] for p in configs} == set(registry.SPLITK_VALUES)
+    for p in configs:
         geo = EC_WGMMA.launch(p, Problem(M, N, 64, True, "fp16_ec", sm_count=sm_count))
-        tiles = -(-M // 128) * -(-N // 96)
-        assert geo.grid == (min(tiles, sm_count), 1, 1) and geo.persistent and geo.block == (384, 1, 1)
+        items = -(-M // 128) * -(-N // 96) * p["SPLITK"]
+        assert geo.grid == (min(items, sm_count), 1, 1) and geo.persistent and geo.block == (384, 1, 1)
         assert geo.smem_bytes == p["STAGES"] * 57344 + 16 * p["STAGES"] + 1024 <= 227 * 1024
-        # A batch is one launch: the tiles of every matrix share the persistent grid.
+        # A batch is one launch: the work items of every matrix share the persistent grid.
         for batch in (2, 40):
             geo = EC_WGMMA.launch(p, Problem(M, N, 64, True, "fp16_ec", sm_count=sm_count), batch)
-            assert geo.grid == (min(tiles * batch, sm_count), 1, 1), (batch, geo.grid)
+            assert geo.grid == (min(items * batch, sm_count), 1, 1), (batch, geo.grid)
+
+
+@pytest.mark.parametrize("dtype", list(registry.EC_METHODS))
+def test_ec_wgmma_split_is_the_unsplit_instantiation(dtype):
+    """Split over K, ec_wgmma writes FP32 partial tiles, as it writes C: one instantiation
+    serves every SPLITK (the split is a kernel argument), and the plan carries the split."""
+    names = set()
+    for splits in registry.SPLITK_VALUES:
+        p = gemmlab.plan("ec_wgmma", 130, 200, 1000, dtype=dtype, arch="sm_90a", SPLITK=splits)
+        assert p.spec.splits(p.params) == splits and EC_WGMMA.split_k_param == "SPLITK"
+        names.add(p.name_expression)
+    assert names == {f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 4, 'N', 'N'>"}
+    assert len(EC_WGMMA.all_name_expressions()) == 2 * 3   # METHOD x STAGES, whatever the split
 
 
 def test_ec_wgmma_takes_a_batch_and_sizes_its_parts():

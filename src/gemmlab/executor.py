@@ -50,6 +50,9 @@ SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (
 BATCH_WORKSPACE_LIMIT = 2**30
 
 ARGS_KEPT = 64          # own-args kernels: argument sets kept per launcher (by addresses)
+# The stream workspace slot of split-K's partial products: ec_wgmma's pre-pass takes the
+# "scratch" slot while they are held (runtime.launch.stream_workspace: the slots' order).
+SPLITK_SLOT = "splitk"
 
 _ONE, _ZERO, _ZERO32 = np.float32(1.0), np.float32(0.0), np.int32(0)
 
@@ -145,6 +148,9 @@ class Launcher:
         threads = registry.SPLITK_REDUCE_THREADS
         self._reduce_shapes = [LaunchShape((-(-M * N // threads), nz, 1), (threads, 1, 1))
                                for _, _, _, nz, _ in self.chunks]
+        # The reduction's last two arguments: a choice record's address and the method of
+        # this launcher's GEMM, read only with a record (splitk_reduce.cu); none by default.
+        self.method32 = np.int32(registry.EC_METHODS.get(pr.dtype, 0))
         if splits > 1:
             self.slice_ws = splits * M * N
             self.ldw, self.splits32, self.slice_ws64 = np.int32(N), np.int32(splits), np.int64(splits * M * N)
@@ -178,26 +184,31 @@ class Launcher:
                                                        sa, sb, self.slice_ws64))
         self._split_k(stream, [(C + chunk[2], chunk[3], chunk) for chunk in self.chunks], alpha, beta, partials)
 
-    def _split_k(self, stream: int, jobs, alpha, beta, partials) -> None:
+    def _split_k(self, stream: int, jobs, alpha, beta, partials, choice: int = 0) -> None:
         """Split-K over the batch chunks ``jobs`` = [(C of the chunk, its matrices,
         job), ...]: the partial products go to a workspace on the caller's stream
         (stream-ordered, so concurrent calls on other streams get their own;
         splits * M * N floats per matrix), written by ``partials(job, workspace)``;
-        then one more kernel adds them into C with alpha and beta, in C's dtype."""
+        then one more kernel adds them into C with alpha and beta, in C's dtype
+        (``choice``: a method chosen on the GPU, which the reduction reads too)."""
         for (c, nz, job), reduce_shape in zip(jobs, self._reduce_shapes):
-            ws = stream_workspace(self.gpu, stream, 4 * self.slice_ws * nz, self._ws_what, "use a smaller SPLITK")
+            ws = stream_workspace(self.gpu, stream, 4 * self.slice_ws * nz, self._ws_what, "use a smaller SPLITK",
+                                  slot=SPLITK_SLOT)
             try:
                 w = int(ws.handle)
                 partials(job, w)
-                self._reduce_slices(stream, w, c, alpha, beta, reduce_shape)
+                self._reduce_slices(stream, w, c, alpha, beta, reduce_shape, choice)
             finally:
                 ws.close(stream)   # given back in stream order, after the reduction
 
-    def _reduce_slices(self, stream: int, w: int, c: int, alpha, beta, shape) -> None:
-        """C = alpha * (the sum of the split's slices at ``w``) + beta * C."""
+    def _reduce_slices(self, stream: int, w: int, c: int, alpha, beta, shape, choice: int = 0) -> None:
+        """C = alpha * (the sum of the split's slices at ``w``) + beta * C; with a choice
+        record, only if it chose this launcher's method (the other candidate's GEMM
+        wrote nothing to add)."""
         M, N, _ = self.args_mk
         launch_shaped(self._reduce_kernel()[0], shape, stream,
-                      (M, N, self.splits32, w, f32(alpha), f32(beta), c, self.ldc, self.sc))
+                      (M, N, self.splits32, w, f32(alpha), f32(beta), c, self.ldc, self.sc, choice,
+                       self.method32 if choice else _ZERO32))
 
     def direct(self):
         """A function (stream, A, B, C, alpha, beta) -> None for the common case of
@@ -256,7 +267,7 @@ class Launcher:
             if a32 is None or b32 is None or s is None or alpha == 0 or k_zero:
                 full(stream, A, B, C, alpha, beta)
                 return
-            ws = stream_workspace(gpu, stream, nbytes, what, "use a smaller SPLITK")
+            ws = stream_workspace(gpu, stream, nbytes, what, "use a smaller SPLITK", slot=SPLITK_SLOT)
             try:
                 w = int(ws.handle)
                 args = split_memo.get((A, B, w))
@@ -265,7 +276,7 @@ class Launcher:
                     me._reduce_slices(stream, w, C, alpha, beta, me._reduce_shapes[0])
                     return
                 cc_launch(s, me._shape._config, kernel, *args)
-                cc_launch(s, reduce_config, reduce, M, N, splits32, w, a32, b32, C, ldc, sc)
+                cc_launch(s, reduce_config, reduce, M, N, splits32, w, a32, b32, C, ldc, sc, 0, _ZERO32)
             finally:
                 ws.close(stream)
         return direct_split
@@ -284,7 +295,8 @@ class Launcher:
         reduce, _ = self._reduce_kernel()
         M, N, _ = self.args_mk
         for (_, _, dc, _, _), shape in zip(self.chunks, self._reduce_shapes):
-            launch_shaped(reduce, shape, stream, (M, N, _ZERO32, 0, _ZERO, f32(beta), C + dc, self.ldc, self.sc))
+            launch_shaped(reduce, shape, stream, (M, N, _ZERO32, 0, _ZERO, f32(beta), C + dc, self.ldc, self.sc, 0,
+                                                  _ZERO32))
 
     def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0) -> None:
         """A kernel whose spec builds its arguments: one launch per batch chunk where it
@@ -299,14 +311,15 @@ class Launcher:
             jobs = [(A + z * sa, B + z * sb, C + z * sc, 1) for z in range(self.batch)]
         if self.splits > 1:   # the kernel's arguments built with the workspace as C, alpha = 1, beta = 0
             self._split_k(stream, [(c, nz, (a, b, nz)) for a, b, c, nz in jobs], alpha, beta,
-                          lambda job, w: self._own_partials(stream, *job, w))
+                          lambda job, w: self._own_partials(stream, *job, w, choice), choice)
             return
         self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice)
 
-    def _own_partials(self, stream: int, a: int, b: int, nz: int, w: int) -> None:
-        """Split-K's partial products of a kernel that builds its arguments, into the workspace at ``w``."""
+    def _own_partials(self, stream: int, a: int, b: int, nz: int, w: int, choice: int = 0) -> None:
+        """Split-K's partial products of a kernel that builds its arguments, into the workspace at
+        ``w`` (``choice``: the record of a method chosen on the GPU, or 0)."""
         self._launch_own_args(stream, [(a, b, w, nz)], self.args_mk[1], (self.strides[0], self.strides[1],
-                                                                          self.slice_ws), 1.0, 0.0)
+                                                                          self.slice_ws), 1.0, 0.0, choice)
 
     def _launch_own_args(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int = 0) -> None:
         """Launch the kernel on each job (A, B, C, matrices) with ``ldc`` and the batch ``strides``."""
@@ -485,7 +498,7 @@ class _DeviceChoice:
         if self.report is None:
             self.report = Report(self.gpu, stream)
         # A workspace of its own slot: ec_wgmma's split pre-pass holds the stream's
-        # "scratch" one (and its lock) while this record is still in use.  Kept per
+        # "scratch" one (and split-K its "splitk" one) while this record is still in use.  Kept per
         # stream, so that its address repeats and the launches built on it are kept too.
         ws = stream_workspace(self.gpu, stream, CHOICE_WORKSPACE_BYTES, "the fp32_tc method choice", slot="choice")
         try:

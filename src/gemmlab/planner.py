@@ -467,7 +467,8 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     there; ``"auto"`` picks gemv for the few rows GEMV_MAX_M gives each dtype
     (x @ W.t(): op(B) column-major) or GEMV_ROWS_MAX_M (dY @ W: row-major, split
     over K), wgmma for 16-bit and TF32 inputs and ec_wgmma for
-    the error-corrected methods on sm_90a, and elsewhere the highest rung of the
+    the error-corrected methods on sm_90a (where ec_wgmma_pays; split over K by
+    ec_wgmma_auto_split), and elsewhere the highest rung of the
     family that runs on ``arch`` (see :func:`runnable`).
     ``tma_aligned`` says whether a and b allow TMA tensor maps (see
     runtime.tma.tma_aligned).  A kernel that cannot take the operands
@@ -513,7 +514,10 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         elif dtype in registry.EC_METHODS:
             on_hopper = arch is not None and registry.get("ec_wgmma").builds_for(arch) and \
                 ec_wgmma_pays(M, N, K, batch, sm_count)
-            kernel, tile_params = ("ec_wgmma" if on_hopper else "ec_wmma"), {}
+            if on_hopper:   # few tiles with a long K split over K, alike for either method
+                kernel, tile_params = "ec_wgmma", {"SPLITK": registry.ec_wgmma_auto_split(M, N, K, sm_count, batch)}
+            else:
+                kernel, tile_params = "ec_wmma", {}
         elif arch is not None and registry.get("wgmma").builds_for(arch):
             # One launch takes a whole batch (its persistent loop walks every matrix's tiles);
             # few tiles with a long K are split over K.

@@ -152,8 +152,11 @@ def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str 
     allocation, and tensor maps of the workspace stay valid from call to call
     (``.kept`` says which workspaces those are).  Reuse is safe in stream order; a
     lock held from here to ``close()`` keeps two threads that share a stream from
-    interleaving their use of it.  A call that needs two at once takes them from two
-    slots, always in the same order (fp32_tc: "choice", then "scratch").  Under capture
+    interleaving their use of it.  A call that needs more than one at once takes them
+    from as many slots, always in the same order: "choice" (fp32_tc's method choice),
+    then "splitk" (split-K's partial products), then "scratch" (ec_wgmma's split
+    parts), so that two threads on one stream cannot each hold one the other waits
+    for; a slot's lock is not re-entrant, so no call takes one slot twice.  Under capture
     the graph gets its own allocation, and so does a call on the per-thread default
     stream: its handle names another stream in each thread, which a kept workspace
     would not order."""

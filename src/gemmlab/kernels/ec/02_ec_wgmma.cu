@@ -7,7 +7,9 @@
 // its block sum, the total, the corrections), and adds the main product in FP32
 // while the tensor cores run the corrections.  A batch is one launch, as in the
 // wgmma rung: the pre-pass splits every matrix, the parts' tensor maps are 3-D
-// (the batch outermost) and the persistent loop walks every matrix's tiles.
+// (the batch outermost) and the persistent loop walks every matrix's tiles.  K
+// can be split as in the wgmma rung (SPLITS below), so that a product with few
+// tiles and a long K (128 tokens through a linear layer) still fills the SMs.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 #include <gemmlab/tensor/04_wgmma.cuh>
@@ -34,6 +36,14 @@ constexpr int EC_WGMMA_THREADS = 384;         // a producer and two consumer war
 // whether they are 0 is read (an operand every matrix shares is split once: its
 // maps hold one matrix, read at batch coordinate 0); stride_c: C's, used as is;
 // batch: the matrices of this launch.
+// SPLITS (split-K): the last argument, splits, cuts K into that many slices of
+// whole K-steps, and the persistent loop's work items become (matrix, slice,
+// tile), as in tensor/04_wgmma.cu.  Each item writes its FP32 partial tile to C,
+// which is then a workspace of splits partial products per matrix: item (z, s) at
+// C + (z * splits + s) * stride_c, with stride_c = M * N and ldc = N.  The host
+// passes alpha = 1, beta = 0 and adds the slices into the real C with
+// simt/splitk_reduce.cu.  splits = 1 is the unsplit kernel (the item's zs is its
+// matrix z): the output is FP32 either way, so one instantiation serves both.
 template <int METHOD, int STAGES, char OPA, char OPB>
 __global__ void __launch_bounds__(EC_WGMMA_THREADS, 1)
 ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
@@ -41,7 +51,7 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
          int batch, const __grid_constant__ hopper::TensorMap map_a_hi,
          const __grid_constant__ hopper::TensorMap map_a_lo, const __grid_constant__ hopper::TensorMap map_b_hi,
          const __grid_constant__ hopper::TensorMap map_b_lo, float scale_a, float scale_b,
-         const long long* __restrict__ choice) {
+         const long long* __restrict__ choice, int splits) {
     using namespace hopper;
     if (choice != nullptr) {   // the method chosen on the GPU
         if (!ec_chosen<METHOD>(choice)) return;
@@ -77,8 +87,11 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     __syncthreads();
 
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-    const int work = tiles_m * tiles_n * batch;   // (matrix, tile) pairs: batch_tile
+    // Split-K: batch_tile's "matrix" is the pair (matrix z, slice s), zs = z * slices + s.
+    const int slices = splits;
+    const int work = tiles_m * tiles_n * batch * slices;   // (matrix, slice, tile) triples: batch_tile
     const int k_steps = alpha == 0.0f ? 0 : (K + BK - 1) / BK;
+    const int per_slice = (k_steps + slices - 1) / slices;  // K-steps of a slice (the last may have fewer)
 
     if (wg == 0) {
         setmaxnreg_dec<EC_WGMMA_PRODUCER_REGS>();
@@ -86,9 +99,11 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
             int it = 0;
             for (int t = blockIdx.x; t < work; t += gridDim.x) {
                 int tm, tn;
-                const int z = batch_tile(t, tiles_m, tiles_n, tm, tn);
+                const int zs = batch_tile(t, tiles_m, tiles_n, tm, tn);
+                const int z = zs / slices, ks0 = (zs % slices) * per_slice;
+                const int ks1 = min(ks0 + per_slice, k_steps);
                 const int za = stride_a ? z : 0, zb = stride_b ? z : 0;
-                for (int ks = 0; ks < k_steps; ++ks, ++it) {
+                for (int ks = ks0; ks < ks1; ++ks, ++it) {
                     const int s = it % STAGES;
                     if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
                     mbar_arrive_expect_tx(&full[s], STAGE_BYTES);
@@ -116,18 +131,21 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     // grows like K^(1/4) (ec_wmma's blocking; one accumulator alone does not keep
     // SGEMM's accuracy on every input: benchmarks/NOTES.md); corr, the two
     // correction products accumulated inside the tensor core over all of K.
-    // Stages per block of the main product's adds: about sqrt(stages).
-    const int block_steps = max(1, int(sqrtf(float(k_steps))));
     float acc[BN / 2], block[BN / 2], hh[BN / 2], corr[BN / 2];
     int it = 0;
     for (int t = blockIdx.x; t < work; t += gridDim.x) {
         int tm, tn;
-        const int z = batch_tile(t, tiles_m, tiles_n, tm, tn);
+        // zs: the matrix unsplit; split, the partial product (z, s) of the workspace.
+        const int zs = batch_tile(t, tiles_m, tiles_n, tm, tn);
+        const int ks0 = (zs % slices) * per_slice;
+        const int ks1 = min(ks0 + per_slice, k_steps);
+        // Stages per block of the main product's adds: about sqrt(the item's stages).
+        const int block_steps = max(1, int(sqrtf(float(max(ks1 - ks0, 0)))));
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[i] = block[i] = corr[i] = 0.0f;
         fence_operands(corr);
-        int prev = 0;
-        for (int ks = 0; ks < k_steps; ++ks, ++it) {
+        int prev = 0, to_add = block_steps;   // stages left before block goes into acc
+        for (int ks = ks0; ks < ks1; ++ks, ++it) {
             const int s = it % STAGES;
             mbar_wait(&full[s], (it / STAGES) & 1);
             const unsigned char* a_hi = ring + s * STAGE_BYTES + c * (64 * 128);
@@ -150,27 +168,29 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
             // on while the main product is added in FP32, rounding to nearest.
             wgmma_wait<1>();
             fence_operands(hh);
-            if (ks > 0) release_stage<1>(&empty[prev], lane);
+            if (ks > ks0) release_stage<1>(&empty[prev], lane);
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) block[i] += hh[i];
-            if ((ks + 1) % block_steps == 0 || ks + 1 == k_steps) {
+            if (--to_add == 0 || ks + 1 == ks1) {
 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) {
                     acc[i] += block[i];
                     block[i] = 0.0f;
                 }
+                to_add = block_steps;
             }
             prev = s;
         }
         wgmma_wait<0>();
         fence_operands(corr);
-        if (k_steps > 0) release_stage<1>(&empty[prev], lane);
+        if (ks1 > ks0) release_stage<1>(&empty[prev], lane);
 
         // Epilogue: acc + corr * 2^-11 (a non-finite main product is already IEEE's
         // answer; its corrections could only add a NaN from Inf * 0), the scales
-        // divided out, then alpha and beta (layout of the accumulators: hopper.cuh).
+        // divided out, then alpha and beta (layout of the accumulators: hopper.cuh).  An
+        // empty slice (K shorter than the split) still writes its zero partial.
         const float unscale_a = 1.0f / scale_a, unscale_b = 1.0f / scale_b;   // exact: powers of two
-        float* Cz = C + z * stride_c;
+        float* Cz = C + zs * stride_c;
         const int row0 = tm * BM + c * 64 + wq * 16 + lane / 4;
         const int col0 = tn * BN + 2 * (lane % 4);
 #pragma unroll

@@ -6,7 +6,9 @@ maps of the four parts), built for a workspace the executor takes from the calle
 stream (spec.PrePass), so that a prepared call keeps them per set of addresses.  A
 batch is one launch of each: the pre-pass splits every matrix (gridDim.y), the maps
 are 3-D over the parts of the whole batch and the GEMM's persistent loop walks every
-matrix's tiles (as the wgmma rung's).
+matrix's tiles (as the wgmma rung's).  SPLITK splits K as the wgmma rung does: FP32
+partial tiles in a workspace, added into C by simt/splitk_reduce.cu (executor.Launcher
+runs both); ec_wgmma_auto_split is kernel="auto"'s rule for it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 from ...runtime.tma import Operands, tensor_map
 from ..spec import EC_METHODS, KERNEL_DIR, Constraint, KernelSpec, Launch, PrePass, Problem, TileParam, cdiv
 from ..tensor.wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
+from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
 
 # 128 x 96 tiles (two consumer warpgroups of 64 x 96, four sets of accumulators each);
@@ -47,11 +50,36 @@ def _smem(p) -> int:
 
 
 def _geometry(p, prob: Problem, batch: int = 1) -> Launch:
-    """Persistent: one block per SM (the ring fills its shared memory), at most one per tile
-    of the ``batch`` matrices the launch takes."""
-    tiles = cdiv(prob.M, EC_WGMMA_BM) * cdiv(prob.N, EC_WGMMA_BN) * batch
-    return Launch(grid=(max(1, min(tiles, prob.sm_count)), 1, 1), block=(EC_WGMMA_THREADS, 1, 1), smem_bytes=_smem(p),
+    """Persistent: one block per SM (the ring fills its shared memory), at most one per work
+    item: a tile of one of the ``batch`` matrices the launch takes, SPLITK times (a slice of K
+    each)."""
+    items = cdiv(prob.M, EC_WGMMA_BM) * cdiv(prob.N, EC_WGMMA_BN) * batch * p["SPLITK"]
+    return Launch(grid=(max(1, min(items, prob.sm_count)), 1, 1), block=(EC_WGMMA_THREADS, 1, 1), smem_bytes=_smem(p),
                   persistent=True)
+
+
+# kernel="auto"'s split of K (ec_wgmma_auto_split): at most this many slices, each at least
+# EC_WGMMA_MIN_K_STEPS_PER_SLICE steps of EC_WGMMA_SPLIT_STEP elements of K.  The step is
+# the FP16 parts' (a TF32 stage holds half as much K): both candidates of a method chosen
+# on the GPU must split alike, since they write the same workspace and C.
+EC_WGMMA_MAX_SPLIT = 8
+EC_WGMMA_MIN_K_STEPS_PER_SLICE = 8
+EC_WGMMA_SPLIT_STEP = 64
+
+
+def ec_wgmma_auto_split(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> int:
+    """SPLITK for kernel="auto" (and precision="fp32_tc") on ec_wgmma: 1 where its 128 x 96
+    tiles (of every matrix of the batch) leave at most half of the SMs idle; else
+    fill_split's largest split of at most EC_WGMMA_MAX_SPLIT slices whose work items still
+    fit in one round, each slice at least EC_WGMMA_MIN_K_STEPS_PER_SLICE steps of 64 of K
+    (a 128-token linear layer: one row of 43-64 tiles, K of 4096 and more).  The same
+    whatever the method, so that fp16_ec and tf32_ec candidates split alike.  Not yet
+    measured: the thresholds follow the wgmma rung's rule, to be timed on an H100."""
+    tiles = cdiv(M, EC_WGMMA_BM) * cdiv(N, EC_WGMMA_BN) * max(batch, 1)
+    if 2 * tiles >= sm_count:
+        return 1
+    return fill_split(tiles, cdiv(max(K, 1), EC_WGMMA_SPLIT_STEP), sm_count, most=EC_WGMMA_MAX_SPLIT,
+                      min_steps=EC_WGMMA_MIN_K_STEPS_PER_SLICE)
 
 
 def _matrices(ops: Operands, stride: int) -> int:
@@ -170,7 +198,9 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     the batch strides and the number of matrices (as the wgmma rung's: of A's and B's
     strides the kernel asks only whether they are 0), the tensor maps of the four parts
     (hi and lo of A, hi and lo of B^T), then scale_a and scale_b (the kernel divides them
-    out) and the address of the choice record made on the GPU (0: none).  Both operands
+    out), the address of the choice record made on the GPU (0: none) and SPLITK.  Split,
+    ``ops.C`` is split-K's workspace (ldc = N, alpha = 1, beta = 0: executor.Launcher) and
+    C's stride is one partial product, M * N floats (02_ec_wgmma.cu).  Both operands
     are K-major, the layout TF32 wgmma needs and FP16 wgmma reads without its transpose
     bit; A's parts in 128-row boxes, B^T's in 96-row boxes, 128 bytes of K each.  Each
     map is 3-D over the parts of every matrix split (one for an operand the batch
@@ -179,7 +209,9 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     scale_a, scale_b = (float(x) for x in plan.extra_args())
     part, eb = ("tf32", 4) if pr.dtype == "tf32_ec" else ("float16", 2)
     one = ops.batch <= 1
-    strides = (0, 0, 0) if one else (ops.sa, ops.sb, ops.sc)
+    splits = plan.params["SPLITK"]
+    sc = pr.M * pr.N if splits > 1 else 0 if one else ops.sc
+    strides = (0, 0, sc) if one else (ops.sa, ops.sb, sc)
     batch_args = tuple(np.int64(s) for s in strides) + (np.int32(max(ops.batch, 1)),)
     launches, (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b) = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice,
                                                                            workspace)
@@ -187,7 +219,8 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, backend, batch=nz, batch_stride=rows * kp)
                  for ptr, rows, box_rows, nz in ((a_hi, pr.M, bm, nz_a), (a_lo, pr.M, bm, nz_a),
                                                  (b_hi, pr.N, bn, nz_b), (b_lo, pr.N, bn, nz_b)))
-    return launches, standard_args(pr, ops, alpha, beta) + batch_args + maps + plan.extra_args() + (choice,)
+    return launches, standard_args(pr, ops, alpha, beta) + batch_args + maps + plan.extra_args() + (
+        choice, np.int32(splits))
 
 
 SPEC = KernelSpec(
@@ -199,6 +232,9 @@ SPEC = KernelSpec(
     params=(
         TileParam("STAGES", (2, 3, 4), 4, "stages of the ring, each 56 KiB: hi and lo tiles of A (128 rows) "
                                           "and of B^T (96 rows), 128 bytes of K"),
+        TileParam("SPLITK", SPLITK_VALUES, 1, "slices of K (products with few tiles and a long K; >1 writes "
+                                              "FP32 partial tiles to a workspace of SPLITK*M*N floats per "
+                                              "matrix, which a reduction kernel adds into C)"),
     ),
     constraints=(
         Constraint("dynamic shared memory, STAGES*56 KiB + 16*STAGES + 1024 bytes, must fit in the 227 KiB a "
@@ -211,6 +247,9 @@ SPEC = KernelSpec(
     needs=HOPPER_NEEDS,
     fallback="ec_wmma",
     extra_args=("scale_a", "scale_b"),
+    # The persistent loop's work items are (matrix, slice of K, tile); one instantiation
+    # serves split and unsplit (its output is FP32 either way).
+    split_k_param="SPLITK",
     reads_choice=True,
     prepass=PrePass(workspace_bytes=ec_split_bytes, build=ec_wgmma_launches, what=SPLIT_WHAT),
     # One launch per batch (chunk): the pre-pass splits every matrix, the persistent loop

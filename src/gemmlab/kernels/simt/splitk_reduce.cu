@@ -6,7 +6,12 @@
 // z at stride_c elements after batch z - 1's.  One thread per element, so a
 // warp's reads of each slice coalesce.  splits = 0 is the BLAS quick return
 // (K = 0 or alpha = 0): C = beta * C, reading neither the workspace nor A and B
-// (and, with beta = 0, not C either).
+// (and, with beta = 0, not C either).  choice, method: null and 0, or a method
+// chosen on the GPU (precision="fp32_tc", ec/choice.cuh) and the METHOD of the
+// GEMM whose slices these are: both candidates' GEMMs and reductions are launched,
+// and the reduction of the one not chosen must return at once, or it would add
+// its workspace, which its GEMM never wrote, into C.
+#include <gemmlab/ec/choice.cuh>
 #include <gemmlab/storage.cuh>
 
 namespace gemmlab {
@@ -15,7 +20,9 @@ constexpr int SPLITK_REDUCE_THREADS = 256;   // the block size the host launches
 
 template <int ODT>
 __global__ void splitk_reduce(int M, int N, int splits, const float* __restrict__ ws, float alpha,
-                              float beta, typename StorageOf<ODT>::type* __restrict__ C, int ldc, long long stride_c) {
+                              float beta, typename StorageOf<ODT>::type* __restrict__ C, int ldc, long long stride_c,
+                              const long long* __restrict__ choice, int method) {
+    if (choice != nullptr && !ec_chosen_method(choice, method)) return;
     ws += blockIdx.y * (long long)splits * M * N;
     C += blockIdx.y * stride_c;
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -3,7 +3,8 @@
 // The split pre-pass and both error-corrected GEMMs take a pointer to it: null
 // keeps the method of their template and the scales of their arguments; else
 // the FP16 and the TF32 instantiations are both launched and the one whose parts
-// were not chosen returns at once, and the scales come from the record.  One
+// were not chosen returns at once, and the scales come from the record.  Split
+// over K, each candidate's reduction (simt/splitk_reduce.cu) reads it too.  One
 // array of long long; gemmlab.ec reads the same fields when last_plan() asks.
 #pragma once
 
@@ -22,10 +23,15 @@ constexpr int CHOICE_WIDE_A = 7;        // A's normal elements more than 2^28 be
 constexpr int CHOICE_WIDE_B = 8;
 constexpr int CHOICE_FIELDS = 16;       // room to grow; 128 bytes
 
-// Whether the record asks for the parts of METHOD (scaled FP16 runs the FP16 kernels).
+// Whether the record asks for the parts of `method` (scaled FP16 runs the FP16
+// kernels): the runtime form, for split-K's reduction, which serves every method.
+__device__ __forceinline__ bool ec_chosen_method(const long long* choice, int method) {
+    return (choice[CHOICE_METHOD] == METHOD_TF32_EC) == (method == METHOD_TF32_EC);
+}
+
 template <int METHOD>
 __device__ __forceinline__ bool ec_chosen(const long long* choice) {
-    return (choice[CHOICE_METHOD] == METHOD_TF32_EC) == (METHOD == METHOD_TF32_EC);
+    return ec_chosen_method(choice, METHOD);
 }
 
 // The power of two of a scale field (exact: the exponent stays within +-64).
