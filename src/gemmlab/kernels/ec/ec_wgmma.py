@@ -74,9 +74,9 @@ def ec_wgmma_auto_split(M: int, N: int, K: int, sm_count: int, batch: int = 1) -
     fit in one round, each slice at least EC_WGMMA_MIN_K_STEPS_PER_SLICE steps of 64 of K
     (a 128-token linear layer: one row of 43-64 tiles, K of 4096 and more).  The same
     whatever the method, so that fp16_ec and tf32_ec candidates split alike.  The
-    thresholds follow the wgmma rung's rule; on an H100 five of the six split 128-token
-    products ran 1-14% faster, qkv's forward (split 2) 1.5% slower (benchmarks/NOTES.md,
-    run 89k); the limits themselves were not swept."""
+    thresholds follow the wgmma rung's rule; on an H100 most split 128-token products
+    ran faster, by less than their SM fill suggested, since the pre-passes are most of
+    such a call (benchmarks/NOTES.md, runs 89k-89m); the limits themselves were not swept."""
     tiles = cdiv(M, EC_WGMMA_BM) * cdiv(N, EC_WGMMA_BN) * max(batch, 1)
     if 2 * tiles >= sm_count:
         return 1

@@ -32,11 +32,11 @@ GEMV_ROWS_MAX_M = {"float32": 16, "float16": 1, "bfloat16": 1}
 GEMV_ROW_FILL = 3 / 4
 # 16-bit dY @ W at one row runs on gemv up to this many bytes of W: the small layers
 # lost more to wgmma's split (its second launch) than to gemv's register-bound stream,
-# the large ones (117 MB up) ran 3-6 points faster on wgmma's ring (run 89c).
+# the large ones ran faster on wgmma's ring (benchmarks/NOTES.md, run 89c).
 GEMV_ROWS_16BIT_MAX_BYTES = 64 << 20
 # Up to this many bytes of op(B), narrow blocks whose row segments are 64 bytes beat
 # 128-byte segments split over K: there the split's second launch costs more than
-# the shorter segments (run 89b: even at 235 MB).
+# the shorter segments (benchmarks/NOTES.md, run 89b).
 GEMV_SHORT_SEGMENT_MAX_BYTES = 256 << 20
 GEMV_DTYPES = ("float32", "float16", "bfloat16")
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
