@@ -497,7 +497,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     if kernel == "auto" and registry.gemv_auto_takes(M, dtype, op_b, N, K):
         # A few rows (a decode step): the time is one read of op(B), which gemv streams
         # at memory bandwidth where a tiled rung would spend a whole tile on each row
-        # (op(B) row-major: split over K, so that the SMs fill).
+        # (op(B) row-major: blocks narrow enough to fill the SMs, else split over K).
         kernel, tile_params = "gemv", registry.gemv_auto_params(M, N, K, sm_count, batch, dtype=dtype, op_b=op_b,
                                                                 aligned16=aligned16)
     if not tile_params and gpu_slug and M and N and dtype == "float32":

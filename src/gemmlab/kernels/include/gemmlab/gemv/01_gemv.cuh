@@ -57,6 +57,12 @@ __device__ __forceinline__ float load_ro(const S* __restrict__ p) {
     return elem_from_bits<S>(__ldg(reinterpret_cast<const GemvBits<S>*>(p)));
 }
 
+// Ask the L2 for the 128-byte line at p: a request in flight that holds no register.
+template <class S>
+__device__ __forceinline__ void prefetch_l2(const S* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
     for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xFFFFFFFFu, x, d);
@@ -248,10 +254,7 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
             for (int p = 0; p < PREFETCH_ROUNDS; ++p) {
                 const int i = lane + 32 * p, r = i / LINES;
                 const int k = c * KC + i % LINES * (128 / int(sizeof(S)));
-                if (r < R && k < K) {
-                    const S* line = B + (long long)min(n0 + R * warp + r, N - 1) * ldb + k;
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-                }
+                if (r < R && k < K) prefetch_l2(B + (long long)min(n0 + R * warp + r, N - 1) * ldb + k);
             }
         };
         for (int m0 = 0; m0 < M; m0 += MT) {
@@ -391,7 +394,7 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
                 const int k = c * KC + warp * GROUPS * LOADS + j;
                 const int col = n0 + i % LINES * (128 / int(sizeof(S)));
                 if (j < GROUPS * LOADS && k < K && col < N)
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(B + (long long)k * ldb + col));
+                    prefetch_l2(B + (long long)k * ldb + col);
             }
         };
         for (int m0 = 0; m0 < M; m0 += MT) {
