@@ -15,7 +15,11 @@ one row it was no faster than split, at 16 rows it was: why is the question); ``
 the products of a few rows that stream a weight matrix and read under 90% of torch:
 o's and qkv's input gradient at one token in float32 and bf16 (auto's rung, and gemv's row
 path named for bf16), lm_head's and gate_up's forward at 16 tokens in float32 (gemv's
-column path).  NVTX
+column path); ``short`` -- one product of each kind that read under 90% of torch in
+the models suite of run 89g and had no profile of its own: float32 `x @ W.t()` at 2048
+tokens on rung 8 (o), float32 `dY @ W` and `x @ W.t()` at 128 tokens split over K (o,
+down), float32 `P @ V` at S = 4096, bf16 `Q @ K^T` at BH = 128, S = 4096 and bf16
+gate_up's weight gradient at 8192 tokens.  NVTX
 ranges name each call (``--nvtx`` in ncu shows them).
 """
 
@@ -54,6 +58,24 @@ def decode(_dt):
         yield f"{layer}.fwd M=16 fp32", torch.randn(16, fin, device="cuda", dtype=torch.float32), w.t(), {}
 
 
+def short(_dt):
+    f32, b16 = torch.float32, torch.bfloat16
+    w_o = torch.randn(4096, 4096, device="cuda", dtype=f32) * 0.05
+    w_down = torch.randn(4096, 14336, device="cuda", dtype=f32) * 0.05
+    yield "o.fwd M=2048 fp32", torch.randn(2048, 4096, device="cuda", dtype=f32), w_o.t(), {}
+    yield "o.dgrad M=128 fp32", torch.randn(128, 4096, device="cuda", dtype=f32), w_o, {}
+    yield "down.fwd M=128 fp32", torch.randn(128, 14336, device="cuda", dtype=f32), w_down.t(), {}
+    p = torch.rand(32, 4096, 4096, device="cuda", dtype=f32)
+    yield "attention.pv BH=32 S=4096 fp32", p, torch.randn(32, 4096, 128, device="cuda", dtype=f32), {}
+    del p
+    k = torch.randn(128, 4096, 128, device="cuda", dtype=b16)
+    yield "attention.qk BH=128 S=4096 bf16", torch.randn(128, 4096, 128, device="cuda", dtype=b16), \
+        k.transpose(-1, -2), {}
+    del k
+    dy = torch.randn(8192, 28672, device="cuda", dtype=b16)
+    yield "gate_up.wgrad M=8192 bf16", dy.t(), torch.randn(8192, 4096, device="cuda", dtype=b16), {}
+
+
 def big_layouts(dt, n=8192):
     a = torch.randn(n, n, device="cuda", dtype=dt)
     b = torch.randn(n, n, device="cuda", dtype=dt)
@@ -63,14 +85,15 @@ def big_layouts(dt, n=8192):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--cases", default="small-m", choices=("small-m", "bf16-8192", "narrow-m1", "decode"))
+    p.add_argument("--cases", default="small-m", choices=("small-m", "bf16-8192", "narrow-m1", "decode", "short"))
     args = p.parse_args()
     dt = torch.bfloat16
-    cases = {"small-m": small_m, "bf16-8192": big_layouts, "narrow-m1": narrow_m1, "decode": decode}[args.cases](dt)
+    cases = {"small-m": small_m, "bf16-8192": big_layouts, "narrow-m1": narrow_m1, "decode": decode,
+             "short": short}[args.cases](dt)
     for name, a, b, *case_named in cases:
         named = case_named[0] if case_named else (
             {"kernel": "wgmma", "BM": 64, "BN": 64, "STAGES": 12} if args.cases == "narrow-m1" else {})
-        out = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=a.dtype)
+        out = torch.empty(*a.shape[:-1], b.shape[-1], device="cuda", dtype=a.dtype)
         gemmlab.matmul(a, b, out=out, **named)   # compile, load and prepare outside the profile
         torch.matmul(a, b, out=out)
         torch.cuda.synchronize()
