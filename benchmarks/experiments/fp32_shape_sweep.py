@@ -8,12 +8,6 @@ torch.matmul on the same views; the plan `auto` takes now is timed too.
     python3 benchmarks/experiments/fp32_shape_sweep.py out.json
     python3 benchmarks/experiments/fp32_shape_sweep.py out.json k1   # K = 1 weight gradients, auto only
     python3 benchmarks/experiments/fp32_shape_sweep.py out.json compile   # only compile (in parallel)
-    python3 benchmarks/experiments/fp32_shape_sweep.py out.json warp64   # 128-thread blocks of 64x64 warps
-
-``warp64``: the products that read under 90% of torch.matmul on rung 8 in run 89g
-(2048 and 8192 tokens, 128 tokens split, P @ V) and the square layouts, with 128 x 128
-block tiles of four 64 x 64 warps at BK = 8 (two blocks an SM, as cuBLAS's
-`sm80_xmma_gemm_f32f32_..._tilesize128x128x8_stage3` runs them) beside auto's plan.
 
 Kernel-only timing (L2 flushed, median of a few runs): for ranking configurations.
 """
@@ -54,20 +48,6 @@ TILES = {
     "64x64x16": dict(BM=64, BN=64, BK=16, WM=32, WN=32, WNITER=2, TM=4, STAGES=3),
 }
 SPLITS = (1, 2, 4, 8)
-WARP64_CASES = [
-    ("o.fwd", 2048, 4096, 4096, 1, "NT"), ("qkv.fwd", 2048, 6144, 4096, 1, "NT"),
-    ("down.fwd", 2048, 4096, 14336, 1, "NT"), ("gate_up.fwd", 2048, 28672, 4096, 1, "NT"),
-    ("o.fwd", 8192, 4096, 4096, 1, "NT"), ("lm_head.fwd", 2048, 128256, 4096, 1, "NT"),
-    ("o.dgrad", 128, 4096, 4096, 1, "NN"), ("down.fwd", 128, 4096, 14336, 1, "NT"),
-    ("down.dgrad", 128, 14336, 4096, 1, "NN"), ("gate_up.fwd", 128, 28672, 4096, 1, "NT"),
-    ("attention.pv", 4096, 128, 4096, 32, "NN"), ("attention.pv", 2048, 128, 2048, 128, "NN"),
-    ("square", 4096, 4096, 4096, 1, "NN"), ("square", 4096, 4096, 4096, 1, "NT"),
-    ("square", 4096, 4096, 4096, 1, "TN"), ("square", 4096, 4096, 4096, 1, "TT"),
-    ("square", 8192, 8192, 8192, 1, "NN"), ("square", 8192, 8192, 8192, 1, "NT"),
-]
-WARP64_TILES = {f"128x128x8 w64 n{wn} t{tm} s{st}": dict(BM=128, BN=128, BK=8, WM=64, WN=64, WNITER=wn, TM=tm,
-                                                           STAGES=st, REG_TRANSPOSE=1)
-                for wn in (2, 4) for tm in (4, 8) for st in (2, 3, 4)}
 
 
 def operands(M, N, K, batch, ops):
@@ -81,8 +61,7 @@ def operands(M, N, K, batch, ops):
 
 def main(path, which="sweep"):
     gpu = gpu_info(0)
-    cases, tiles = {"k1": (K1_CASES, {}), "warp64": (WARP64_CASES, WARP64_TILES)}.get(which, (CASES, TILES))
-    # which == "compile": no timing
+    cases, tiles = (K1_CASES, {}) if which == "k1" else (CASES, TILES)   # which == "compile": no timing
     items = set()
     for _, M, N, K, batch, ops in cases:
         for kernel, params in [("auto", {})] + [("pipelined", t) for t in tiles.values()]:
@@ -105,7 +84,7 @@ def main(path, which="sweep"):
         cands = [("auto", {})]
         for name, tile in tiles.items():
             steps = -(-K // tile["BK"])
-            for s in SPLITS if batch == 1 and (which != "warp64" or M <= 128) else (1,):
+            for s in SPLITS if batch == 1 else (1,):
                 if s == 1 or steps >= MIN_K_STEPS_PER_SPLIT * s:
                     cands.append((name, {**tile, "SPLITK": s}))
         for name, params in cands:

@@ -70,13 +70,10 @@ SPEC = KernelSpec(
     constraints=warptile_constraints(
         pipelined_smem, "dynamic shared memory, 4*STAGES*BK*(BM+4 + BN+4) bytes, must fit in 96 KiB",
         PIPELINED_SMEM_LIMIT, staged_registers=False) + (
-        Constraint("at most 64 accumulators per thread, WM*WN/32 <= 64, except with 64 x 64 warp tiles "
-                   "in blocks of 256 threads (one such block fills the register file, and its 8 warps keep "
-                   "the SM busy) or of 128 threads with BK = 8 and REG_TRANSPOSE = 1 (two blocks an SM; "
-                   "other such variants spill)",
-                   lambda p: p["WM"] * p["WN"] <= 2048 or (p["WM"] == p["WN"] == 64 and (
-                       warptile_threads(p) == 256
-                       or warptile_threads(p) == 128 and p["BK"] == 8 and p["REG_TRANSPOSE"] == 1))),
+        Constraint("at most 64 accumulators per thread, WM*WN/32 <= 64, except with 256 threads "
+                   "and 64 x 64 warp tiles (128: one such block fills the register file, and its 8 warps "
+                   "keep the SM busy)",
+                   lambda p: p["WM"] * p["WN"] <= 2048 or warptile_threads(p) == 256),
         Constraint("at least 128 threads per block (with 64, a block's copies and fragments of "
                    "4 stages outgrow the registers of its unaligned-input variant)",
                    lambda p: warptile_threads(p) >= 128),
