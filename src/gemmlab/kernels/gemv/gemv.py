@@ -50,8 +50,9 @@ GEMV_VARIANTS = tuple(Problem(1, 1, 1, aligned, dt, odt)
 def gemv_staged_k(prob: Problem, mt: int) -> int:
     """Elements of K per chunk of op(A) the column-major path stages (GemvChunk::KC):
     two 16-byte loads a lane (aligned operands), else eight elements; half as
-    many for MT = 16."""
-    return 32 * gemv_vec(prob, mt) * (2 if prob.aligned16 else 8) // (2 if mt >= 16 else 1)
+    many for MT = 16, except aligned float32 (GemvChunk::HALVED)."""
+    halved = mt >= 16 and not (prob.aligned16 and _ITEMSIZE[prob.dtype] == 4)
+    return 32 * gemv_vec(prob, mt) * (2 if prob.aligned16 else 8) // (2 if halved else 1)
 
 
 def gemv_vec(prob: Problem, mt: int) -> int:

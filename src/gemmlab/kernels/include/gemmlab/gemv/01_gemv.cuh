@@ -28,9 +28,9 @@ constexpr int GEMV_ROW_MAX_LOADS = 8;     // rows a lane loads per chunk at most
 // the L2 to fetch (prefetch.global.L2: requests in flight that take no registers).
 constexpr int GEMV_ROW_PREFETCH = 2;
 // Bytes of op(B) per block the column-major path asks the L2 to fetch ahead, the
-// same way, where its registers hold only one load per column in flight (16 rows'
-// sums, 16-byte loads); with two loads a column it was slower on the large layers
-// (benchmarks/NOTES.md, run 89c).
+// same way, at 16 rows of C with 16-byte loads, where the FMAs of a chunk take long
+// enough for the fetches to land; at fewer rows, with two loads a column, it was
+// slower on the large layers (benchmarks/NOTES.md, run 89c).
 constexpr int GEMV_COL_PREFETCH_BYTES = 64 * 1024;
 
 // Elements are loaded as their bits (through the read-only cache: op(A) and op(B)
@@ -80,13 +80,14 @@ __device__ __forceinline__ float warp_sum(float x) {
 // that many FMAs.
 
 // 32-bit words of op(B) one thread holds per column and K chunk: two 16-byte loads
-// (aligned operands) or 8 elements (one load each), half as many with 16 rows'
-// sums in registers.  Loads of the next chunk are issued before the current
-// chunk is computed: the memory latency is hidden by these words in flight, not
-// by more warps.
+// (aligned operands) or 8 elements (one load each); with 16 rows' sums in registers,
+// half as many, except float32's two 16-byte loads, which still fit (benchmarks/NOTES.md,
+// run 90c).  Loads of the next chunk are issued before the current chunk is computed:
+// the memory latency is hidden by these words in flight, not by more warps.
 template <int VEC, class S, int MT>
 struct GemvChunk {
-    static constexpr int LOADS = (VEC > 1 ? 2 : 8) / (MT >= 16 ? 2 : 1);   // loads a column and chunk
+    static constexpr bool HALVED = MT >= 16 && !(VEC > 1 && sizeof(S) == 4);
+    static constexpr int LOADS = (VEC > 1 ? 2 : 8) / (HALVED ? 2 : 1);   // loads a column and chunk
     static constexpr int WORDS = (VEC * int(sizeof(S)) + 3) / 4;    // words a load
     static constexpr int KC = 32 * VEC * LOADS;                     // K elements a chunk
 };
@@ -239,7 +240,7 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
     constexpr int LINES = KC * int(sizeof(S)) >= 128 ? KC * int(sizeof(S)) / 128 : 1;
     constexpr int PREFETCH_ROUNDS = (R * LINES + 31) / 32;
     constexpr int BLOCK_CHUNK_BYTES = GEMV_COLS * KC * int(sizeof(S));
-    constexpr int PREFETCH = Chunk::LOADS > 1 ? 0
+    constexpr int PREFETCH = MT < 16 || VEC == 1 ? 0
                              : GEMV_COL_PREFETCH_BYTES / BLOCK_CHUNK_BYTES > 0 ? GEMV_COL_PREFETCH_BYTES / BLOCK_CHUNK_BYTES : 1;
     __shared__ __align__(16) float staged[MT][KC];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
