@@ -1,5 +1,7 @@
 """Where the host time of a repeated gemmlab.matmul call goes: cProfile over
 many calls of each case, the top functions by own time.
+Without --profile: host µs per call, 500 calls at a time at most (fewer than the launch
+queue holds, so that a product of tens of µs on the GPU does not make the host wait).
 Usage: python3 benchmarks/experiments/profile_call.py [N [--profile] [case-substrings]]"""
 
 import cProfile
@@ -22,9 +24,9 @@ def case(name, fn):
     runs = []
     for _ in range(5):
         t0 = time.perf_counter()
-        for _ in range(N // 5):
+        for _ in range(min(N // 5, 500)):   # below the launch queue's depth: the host never waits
             fn()
-        runs.append((time.perf_counter() - t0) / (N // 5) * 1e6)
+        runs.append((time.perf_counter() - t0) / min(N // 5, 500) * 1e6)
         torch.cuda.synchronize()
     us = sorted(runs)[2]
     if not PROFILE:
@@ -54,6 +56,10 @@ t16f = torch.randn(16, 64, 64, device="cuda")
 o32 = torch.empty(64, 64, device="cuda")
 t1k = torch.randn(1024, 1024, device="cuda")
 c32 = cp.random.rand(64, 64, dtype=cp.float32)
+# a decode step's input gradient, dY @ W with one token (gemv's row path), and its forward
+w_o = torch.randn(4096, 4096, device="cuda")
+dy1, x1, o1 = torch.randn(1, 4096, device="cuda"), torch.randn(1, 4096, device="cuda"), torch.empty(1, 4096, device="cuda")
+w_o16, dy16, o16 = w_o.half(), dy1.half(), o1.half()
 PROFILE = "--profile" in sys.argv
 cases = [
     ("torch.matmul fp32", lambda: torch.matmul(t32, t32)),
@@ -78,6 +84,12 @@ cases = [
     ("fp32_tc batch 16", lambda: gemmlab.matmul(t16f, t16f, precision="fp32_tc")),
     # a product of some tens of µs of GPU time, where fp32_tc's host time still shows
     ("fp32_tc 1024^3 ec_wgmma", lambda: gemmlab.matmul(t1k, t1k, precision="fp32_tc", kernel="ec_wgmma")),
+    ("torch o.dgrad M=1 fp32 out=", lambda: torch.matmul(dy1, w_o, out=o1)),
+    ("gemmlab o.dgrad M=1 fp32 out=", lambda: gemmlab.matmul(dy1, w_o, out=o1)),
+    ("torch o.fwd M=1 fp32 out=", lambda: torch.matmul(x1, w_o.t(), out=o1)),
+    ("gemmlab o.fwd M=1 fp32 out=", lambda: gemmlab.matmul(x1, w_o.t(), out=o1)),
+    ("torch o.dgrad M=1 fp16 out=", lambda: torch.matmul(dy16, w_o16, out=o16)),
+    ("gemmlab o.dgrad M=1 fp16 out=", lambda: gemmlab.matmul(dy16, w_o16, out=o16)),
     ("torch.ops.gemmlab.mm fp32", lambda: torch.ops.gemmlab.mm(t32, t32)),
     ("torch.ops.gemmlab.mm bf16", lambda: torch.ops.gemmlab.mm(tbf, tbf)),
 ]
