@@ -89,8 +89,9 @@ for M, N, K in SHAPES:
                     print(f"WRONG {name} {params} {precision} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
 # gemv in every layout (op(B) column-major: its 16-byte path along K; row-major:
 # shared-memory sums), 16-bit and FP32, aligned (K, N multiples of 8) and not,
-# more rows than one pass holds (M = 33 > MT); the row path's narrow blocks at M <= 4.
-GEMV_SHAPES = [(1, 13, 5), (3, 264, 200), (33, 65, 17), (16, 130, 264)]
+# more rows than one pass holds (M = 33 > MT); the row path's narrow blocks at M <= 4;
+# 16 rows aligned (float32: two 16-byte loads a column, a chunk of 256 and a partial one).
+GEMV_SHAPES = [(1, 13, 5), (3, 264, 200), (33, 65, 17), (16, 130, 264), (16, 136, 264)]
 GEMV_DTYPES = [(np.float32, 1e-5), (np.float16, 2e-3)]
 gemv_calls = 0
 for M, N, K in GEMV_SHAPES:
