@@ -19,7 +19,9 @@ column path); ``short`` -- one product of each kind that read under 90% of torch
 the models suite of run 89g and had no profile of its own: float32 `x @ W.t()` at 2048
 tokens on rung 8 (o), float32 `dY @ W` and `x @ W.t()` at 128 tokens split over K (o,
 down), float32 `P @ V` at S = 4096, bf16 `Q @ K^T` at BH = 128, S = 4096 and bf16
-gate_up's weight gradient at 8192 tokens.  NVTX
+gate_up's weight gradient at 8192 tokens; ``fp16`` -- the fp16 products under 90% in run 90e
+that ``short`` and ``decode`` do not hold: gate_up's input gradient at 8192 tokens, qkv's at 16
+and o's and qkv's at one token.  NVTX
 ranges name each call (``--nvtx`` in ncu shows them).
 """
 
@@ -76,6 +78,17 @@ def short(_dt):
     yield "gate_up.wgrad M=8192 bf16", dy.t(), torch.randn(8192, 4096, device="cuda", dtype=b16), {}
 
 
+def fp16(_dt):
+    h = torch.float16
+    w_gate_up = torch.randn(28672, 4096, device="cuda", dtype=h) * 0.05
+    yield "gate_up.dgrad M=8192 fp16", torch.randn(8192, 28672, device="cuda", dtype=h), w_gate_up, {}
+    del w_gate_up
+    for layer, (fin, fout) in LAYERS.items():
+        w = torch.randn(fout, fin, device="cuda", dtype=h) * 0.05
+        for m in (1, 16):
+            yield f"{layer}.dgrad M={m} fp16", torch.randn(m, fout, device="cuda", dtype=h), w, {}
+
+
 def big_layouts(dt, n=8192):
     a = torch.randn(n, n, device="cuda", dtype=dt)
     b = torch.randn(n, n, device="cuda", dtype=dt)
@@ -85,11 +98,11 @@ def big_layouts(dt, n=8192):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--cases", default="small-m", choices=("small-m", "bf16-8192", "narrow-m1", "decode", "short"))
+    p.add_argument("--cases", default="small-m", choices=("small-m", "bf16-8192", "narrow-m1", "decode", "short", "fp16"))
     args = p.parse_args()
     dt = torch.bfloat16
     cases = {"small-m": small_m, "bf16-8192": big_layouts, "narrow-m1": narrow_m1, "decode": decode,
-             "short": short}[args.cases](dt)
+             "short": short, "fp16": fp16}[args.cases](dt)
     for name, a, b, *case_named in cases:
         named = case_named[0] if case_named else (
             {"kernel": "wgmma", "BM": 64, "BN": 64, "STAGES": 12} if args.cases == "narrow-m1" else {})
