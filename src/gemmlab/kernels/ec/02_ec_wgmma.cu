@@ -99,9 +99,8 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
             int it = 0;
             for (int t = blockIdx.x; t < work; t += gridDim.x) {
                 int tm, tn;
-                const int zs = batch_tile(t, tiles_m, tiles_n, tm, tn);
-                const int z = zs / slices, ks0 = (zs % slices) * per_slice;
-                const int ks1 = min(ks0 + per_slice, k_steps);
+                const KSlice item = k_slice(batch_tile(t, tiles_m, tiles_n, tm, tn), slices, per_slice, k_steps);
+                const int z = item.z, ks0 = item.ks0, ks1 = item.ks1;
                 const int za = stride_a ? z : 0, zb = stride_b ? z : 0;
                 for (int ks = ks0; ks < ks1; ++ks, ++it) {
                     const int s = it % STAGES;
@@ -137,8 +136,8 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         int tm, tn;
         // zs: the matrix unsplit; split, the partial product (z, s) of the workspace.
         const int zs = batch_tile(t, tiles_m, tiles_n, tm, tn);
-        const int ks0 = (zs % slices) * per_slice;
-        const int ks1 = min(ks0 + per_slice, k_steps);
+        const KSlice item = k_slice(zs, slices, per_slice, k_steps);
+        const int ks0 = item.ks0, ks1 = item.ks1;
         // Stages per block of the main product's adds: about sqrt(the item's stages).
         const int block_steps = max(1, int(sqrtf(float(max(ks1 - ks0, 0)))));
 #pragma unroll

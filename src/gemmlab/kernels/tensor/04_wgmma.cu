@@ -128,9 +128,8 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
             int it = 0;
             for (int t = first; t < work; t += step) {
                 int tmc, tn;
-                const int zs = batch_tile(t, tiles_mc, tiles_n, tmc, tn);
-                const int z = zs / slices, ks0 = (zs % slices) * per_slice;
-                const int ks1 = min(ks0 + per_slice, k_steps);
+                const KSlice item = k_slice(batch_tile(t, tiles_mc, tiles_n, tmc, tn), slices, per_slice, k_steps);
+                const int z = item.z, ks0 = item.ks0, ks1 = item.ks1;
                 const int za = stride_a ? z : 0, zb = stride_b ? z : 0;
                 const int tm = tmc * CLUSTER + int(rank);
                 for (int ks = ks0; ks < ks1; ++ks, ++it) {
@@ -178,8 +177,8 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
             int tmc, tn;
             // zs: the matrix unsplit; split, the partial product (z, s) of the workspace.
             const int zs = batch_tile(t, tiles_mc, tiles_n, tmc, tn);
-            const int z = zs / slices, ks0 = (zs % slices) * per_slice;
-            const int ks1 = min(ks0 + per_slice, k_steps);
+            const KSlice item = k_slice(zs, slices, per_slice, k_steps);
+            const int z = item.z, ks0 = item.ks0, ks1 = item.ks1;
             const int tm = tmc * CLUSTER + int(rank);
 #pragma unroll
             for (int i = 0; i < int(sizeof(acc) / sizeof(float)); ++i) acc[i] = 0.0f;

@@ -37,6 +37,17 @@ __device__ __forceinline__ int batch_tile(int t, int tiles_m, int tiles_n, int& 
     return z;
 }
 
+// Split-K's work items (wgmma and ec_wgmma): batch_tile's "matrix" zs = z * slices + s
+// is matrix z's slice s of K, the K-steps [ks0, ks1) -- per_slice of them, the last
+// slice possibly shorter or empty.
+struct KSlice {
+    int z, ks0, ks1;
+};
+__device__ __forceinline__ KSlice k_slice(int zs, int slices, int per_slice, int k_steps) {
+    const int ks0 = (zs % slices) * per_slice;
+    return {zs / slices, ks0, min(ks0 + per_slice, k_steps)};
+}
+
 // Two adjacent outputs in one 8-byte (FP32) or 4-byte (16-bit) store; p must be aligned to it.
 template <class O>
 __device__ __forceinline__ void store_two(O* p, float v0, float v1) {
