@@ -69,7 +69,7 @@ for M, N, K in TC_SHAPES:
 # fp32_tc, each candidate's reduction reads the choice record).
 EC = [(s.name, {}) for s in registry.ladder("ec")]
 if registry.get("ec_wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
-    EC += [("ec_wgmma", {"SPLITK": 3})]
+    EC += [("ec_wgmma", {"SPLITK": 3}), ("ec_wgmma", {"BN": 96, "FOLD": 0, "STAGES": 4})]
 EC_PRECISIONS = ("fp16_ec", "tf32_ec", "fp16_ec_scaled", "fp32_tc")
 for M, N, K in SHAPES:
     for misalign in (False, True):
@@ -87,6 +87,26 @@ for M, N, K in SHAPES:
                 if not err.ok(1e-6):
                     bad += 1
                     print(f"WRONG {name} {params} {precision} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
+# ec_wgmma's FOLD sums NaN elements again from A and B (ec_dot_again): Inf in a
+# batch of transposed A, B row-major, split over K, each stored layout's indexing read.
+fold_calls = 0
+if registry.get("ec_wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
+    for ta, tb in ((True, False), (False, True)):
+        nb, M, N, K = 2, 70, 40, 300
+        a = random_matrix(nb * M, K, "uniform", rng).reshape(nb, M, K)
+        b = random_matrix(nb * K, N, "uniform", rng).reshape(nb, K, N)
+        b[:, :, :4] = np.round(b[:, :, :4] * 64) / 64   # exact in FP16: lo = 0, so Inf * 0 in the parts
+        a[1, 5, 7] = np.inf
+        ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+        da = cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 1))).transpose(0, 2, 1) if ta else cp.asarray(a)
+        db = cp.asarray(np.ascontiguousarray(b.transpose(0, 2, 1))).transpose(0, 2, 1) if tb else cp.asarray(b)
+        out = gemmlab.matmul(da, db, precision="fp32_tc", kernel="ec_wgmma", SPLITK=3).get()
+        fold_calls += 1
+        same = (np.isnan(out) == np.isnan(ref)).all() and (np.isinf(out) == np.isinf(ref)).all()
+        fin = np.isfinite(ref)
+        if not same or np.abs(out[fin] - ref[fin]).max() > 1e-5:
+            bad += 1
+            print(f"WRONG ec_wgmma FOLD non-finite T{int(ta)}{int(tb)}", flush=True)
 # gemv in every layout (op(B) column-major: its 16-byte path along K; row-major:
 # shared-memory sums), 16-bit and FP32, aligned (K, N multiples of 8) and not,
 # more rows than one pass holds (M = 33 > MT); the row path's narrow blocks at M <= 4;
@@ -179,6 +199,6 @@ if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
             print(f"WRONG wgmma SPLITK={splits} {M}x{N}x{K}: {err}", flush=True)
 cp.cuda.runtime.deviceSynchronize()
 launches = len(SHAPES) * 2 * len(CASES) + len(TC_SHAPES) * len(TC_DTYPES) * len(TENSOR) \
-    + len(SHAPES) * 2 * len(EC) * len(EC_PRECISIONS) + gemv_calls + wgmma_calls + layout_calls
+    + len(SHAPES) * 2 * len(EC) * len(EC_PRECISIONS) + gemv_calls + wgmma_calls + layout_calls + fold_calls
 print(f"{launches} launches, {bad} wrong", flush=True)
 sys.exit(1 if bad else 0)

@@ -57,10 +57,18 @@ FAMILIES = [family(s.name, "float32") for s in registry.ladder("simt")] + [
     ("mma_pipelined-fp16-64x64", "mma_pipelined", {**registry.get("mma_pipelined").defaults(), "BM": 64, "BN": 64,
                                                    "BK": 32, "WM": 32, "WN": 32, "STAGES": 4},
      "float16", None, "float16"),
-    family("ec_wmma", "fp16_ec"), family("ec_wgmma", "fp16_ec"), family("ec_wgmma", "tf32_ec"),
+    family("ec_wmma", "fp16_ec"), family("ec_wgmma", "tf32_ec"),
+    # fp16_ec (parts as they are) on ec_wgmma's four-set kernel, as precision="fp16_ec" runs it;
+    # FOLD (the default) with FP16 parts under the scale chosen on the GPU (fp16_ec_scaled).
+    family("ec_wgmma", "fp16_ec", **registry.EC_WGMMA_UNSCALED_PARAMS),
+    ("ec_wgmma-fp16_ec_scaled", "ec_wgmma", registry.get("ec_wgmma").defaults(), "float32", "fp16_ec_scaled",
+     "float32"),
     # Split over K: with K <= 33 (one K-step) every slice past the first is empty.
-    ("ec_wgmma-fp16_ec-SPLITK3", "ec_wgmma", {**registry.get("ec_wgmma").defaults(), "SPLITK": 3},
+    ("ec_wgmma-fp16_ec-SPLITK3", "ec_wgmma",
+     {**registry.get("ec_wgmma").defaults(), **registry.EC_WGMMA_UNSCALED_PARAMS, "SPLITK": 3},
      "float32", "fp16_ec", "float32"),
+    ("ec_wgmma-fp16_ec_scaled-SPLITK3", "ec_wgmma", {**registry.get("ec_wgmma").defaults(), "SPLITK": 3},
+     "float32", "fp16_ec_scaled", "float32"),
     ("ec_wgmma-tf32_ec-SPLITK2", "ec_wgmma", {**registry.get("ec_wgmma").defaults(), "SPLITK": 2},
      "float32", "tf32_ec", "float32"),
     family("wgmma", "float16"),
@@ -95,6 +103,8 @@ def kernel_family(fam) -> str:
 
 def kernel_dtype(fam) -> str:
     _, _, _, in_dt, precision, _ = fam
+    if precision == "fp16_ec_scaled":   # FP16 parts, scaled by the choice made on the GPU
+        return "fp16_ec"
     return precision if precision in ("tf32", *registry.EC_METHODS) else in_dt
 
 

@@ -379,13 +379,14 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
 @needs_nvdisasm
 def test_ec_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, ladder_sass):
     """ec_wgmma, like the wgmma rung, runs on the Hopper path (hopper_path_sass); per stage
-    3 x (BK / MMA_K) = 12 wgmma of 64 x 96 (the main product and two corrections), both
-    operands K-major (no .tnspB); a batch is one launch: every copy of a part names its
-    matrix (3-D maps over the parts of the whole batch)."""
+    3 x (BK / MMA_K) = 12 wgmma of 64 x BN (the main product and two corrections; BN 96, or
+    128 with FOLD), both operands K-major (no .tnspB); a batch is one launch: every copy of
+    a part names its matrix (3-D maps over the parts of the whole batch)."""
     for name, text, facts in hopper_path_sass("ec_wgmma", ladder_module, ladder_sass):
         assert facts["HGMMA"] == 12, f"{name}: {facts}"
-        k = "16" if int(name.split("<")[1].split(",")[0]) == 0 else "8\\.F32\\.TF32"   # FP16 or TF32 parts
-        assert re.search(rf"HGMMA\.64x96x{k}", text) and ".tnspB" not in text, name   # both K-major
+        method, _, bn = (int(x) for x in name.split("<")[1].split(",")[:3])
+        k = "16" if method == 0 else "8\\.F32\\.TF32"   # FP16 or TF32 parts
+        assert re.search(rf"HGMMA\.64x{bn}x{k}", text) and ".tnspB" not in text, name   # both K-major
         assert "UTMALDG.3D" in text and "UTMALDG.2D" not in text, name
 
 
@@ -393,7 +394,7 @@ def test_ec_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module
 def test_ec_split_pack_compiles_without_spills(arch):
     module = compile_module(registry.EC_SPLIT_PACK_SOURCE, registry.EC_SPLIT_PACK_KERNELS, arch)
     res = parse_ptxas_log(module.log)
-    assert len(registry.EC_SPLIT_PACK_KERNELS) == 8
+    assert len(registry.EC_SPLIT_PACK_KERNELS) == 16   # 2 methods x FOLD 0, 1 x 4 layouts
     for name in registry.EC_SPLIT_PACK_KERNELS:
         r = res[module.symbols[name]]
         assert r.spill_bytes == 0 and r.stack_bytes == 0, name

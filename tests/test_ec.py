@@ -21,8 +21,15 @@ SUPPORTED = {
     "fp32_tc": set(SETS),
 }
 SHAPE = (129, 67, 4099)   # no multiple of any tile; K long enough for accumulation error to show
-# The implementations: WMMA everywhere, wgmma on Hopper ("auto" picks the latter there).
-KERNELS = ["ec_wmma", "ec_wgmma"]
+# The implementations: WMMA everywhere, wgmma on Hopper ("auto" picks the latter there), in
+# its default form (FOLD: three accumulator sets, 128 x 128) and with four sets (128 x 96).
+KERNELS = ["ec_wmma", "ec_wgmma", "ec_wgmma:BN=96,FOLD=0,STAGES=4"]
+
+
+def kw(kernel):
+    """matmul's kernel arguments for an entry of KERNELS: the name, then NAME=value tile parameters."""
+    name, _, params = kernel.partition(":")
+    return dict(kernel=name, **{k: int(v) for k, v in (p.split("=") for p in params.split(",") if p)})
 
 
 def needs(kernel):
@@ -30,8 +37,9 @@ def needs(kernel):
     from gemmlab.kernels import registry
     from gemmlab.runtime.device import gpu_info
     arch = gpu_info(0).arch
-    if not registry.get(kernel).builds_for(arch):
-        pytest.skip(f"{kernel} needs {', '.join(registry.get(kernel).arches)}; this GPU is {arch}")
+    spec = registry.get(kernel.partition(":")[0])
+    if not spec.builds_for(arch):
+        pytest.skip(f"{spec.name} needs {', '.join(spec.arches)}; this GPU is {arch}")
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +65,8 @@ def test_method_within_1_5x_of_sgemm(cases, precision, inputs, kernel):
     needs(kernel)
     a, b, ref, sgemm_err = cases[inputs]
     out = cp.full(ref.shape, np.nan, dtype=np.float32)
-    gemmlab.matmul(a, b, out=out, precision=precision, kernel=kernel)
-    assert gemmlab.last_plan().spec.name == kernel
+    gemmlab.matmul(a, b, out=out, precision=precision, **kw(kernel))
+    assert gemmlab.last_plan().spec.name == kw(kernel)["kernel"]
     err = compare(out, ref)
     assert err.nonfinite == 0
     assert err.rel_fro <= 1.5 * sgemm_err, f"{err.rel_fro:.2e} vs SGEMM {sgemm_err:.2e} ({gemmlab.last_plan().describe()})"
@@ -75,9 +83,9 @@ def test_fp16_ec_needs_scaling_for_small_values(kernel):
     b = cp.asarray(make_inputs("uniform", 1000, 33, rng))
     ref = reference(a, b, keep_on_gpu=True)
     sgemm_err = compare(a @ b, ref).rel_fro
-    plain = compare(gemmlab.matmul(a, b, precision="fp16_ec", kernel=kernel), ref).rel_fro
-    scaled = compare(gemmlab.matmul(a, b, precision="fp16_ec_scaled", kernel=kernel), ref).rel_fro
-    auto = compare(gemmlab.matmul(a, b, precision="fp32_tc", kernel=kernel), ref).rel_fro
+    plain = compare(gemmlab.matmul(a, b, precision="fp16_ec", **kw(kernel)), ref).rel_fro
+    scaled = compare(gemmlab.matmul(a, b, precision="fp16_ec_scaled", **kw(kernel)), ref).rel_fro
+    auto = compare(gemmlab.matmul(a, b, precision="fp32_tc", **kw(kernel)), ref).rel_fro
     assert gemmlab.last_plan().method == "fp16_ec_scaled"
     assert plain > 100 * sgemm_err and scaled <= 1.5 * sgemm_err and auto == scaled
 
@@ -107,7 +115,7 @@ def test_hi_hi_outside_the_tensor_core_matters(kernel):
     ref = reference(a, b, keep_on_gpu=True)
     sgemm = compare(a @ b, ref).rel_fro
     for precision in ("fp16_ec", "tf32_ec"):
-        err = compare(gemmlab.matmul(a, b, precision=precision, kernel=kernel), ref).rel_fro
+        err = compare(gemmlab.matmul(a, b, precision=precision, **kw(kernel)), ref).rel_fro
         assert err <= 1.5 * sgemm, (precision, err, sgemm)
 
 
@@ -126,9 +134,9 @@ def test_odd_shapes_alpha_beta(shape, precision, misaligned, kernel):
     b = cp.asarray(make_inputs("normal", K, N, rng))
     c0 = cp.asarray(make_inputs("normal", M, N, rng))
     out = c0.copy()
-    gemmlab.matmul(a, b, out=out, alpha=0.7, beta=-1.3, precision=precision, kernel=kernel)
+    gemmlab.matmul(a, b, out=out, alpha=0.7, beta=-1.3, precision=precision, **kw(kernel))
     assert compare(out, reference(a, b, 0.7, -1.3, c0)).ok(1e-6)
-    assert gemmlab.last_plan().spec.name == kernel
+    assert gemmlab.last_plan().spec.name == kw(kernel)["kernel"]
     if misaligned:
         assert not gemmlab.last_plan().problem.aligned16
 
@@ -141,12 +149,12 @@ def test_beta_zero_never_reads_out_and_alpha_zero_reads_nothing(precision, kerne
     a = cp.asarray(make_inputs("uniform", 40, 30, rng))
     b = cp.asarray(make_inputs("uniform", 30, 20, rng))
     out = cp.full((40, 20), np.nan, dtype=np.float32)
-    gemmlab.matmul(a, b, out=out, precision=precision, kernel=kernel)
+    gemmlab.matmul(a, b, out=out, precision=precision, **kw(kernel))
     assert compare(out, reference(a, b)).ok(1e-6)
     nan_a, nan_b = cp.full_like(a, np.nan), cp.full_like(b, np.nan)
     c0 = cp.asarray(make_inputs("uniform", 40, 20, rng))
     out = c0.copy()
-    gemmlab.matmul(nan_a, nan_b, out=out, alpha=0.0, beta=0.5, precision=precision, kernel=kernel)
+    gemmlab.matmul(nan_a, nan_b, out=out, alpha=0.0, beta=0.5, precision=precision, **kw(kernel))
     assert cp.array_equal(out, cp.float32(0.5) * c0)
 
 
@@ -162,12 +170,45 @@ def test_nan_and_inf_propagate(precision, kernel):
     a[11, :] = 0.0
     a[11, 4] = np.inf
     b[4, 13] = -1.0
-    out = gemmlab.matmul(a, b, precision=precision, kernel=kernel).get()
+    out = gemmlab.matmul(a, b, precision=precision, **kw(kernel)).get()
     ref = a.get().astype(np.float64) @ b.get().astype(np.float64)   # IEEE: Inf * 0 = NaN, etc.
     assert np.isnan(ref[3]).all() and np.isnan(ref[7, 9]) and ref[11, 13] == -np.inf
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
     fin = ~np.isnan(ref)
     np.testing.assert_allclose(out[fin], ref[fin], rtol=1e-6)
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("precision, splits", [("fp32_tc", 1), ("fp16_ec_scaled", 3), ("tf32_ec", 2)])
+def test_fold_sums_non_finite_elements_again(trans_a, trans_b, precision, splits):
+    """FOLD's parts meet Inf * 0 and Inf - Inf in the corrections (an exact lo = 0 or a
+    negative lo beside hi = Inf), so its epilogue sums each NaN element again from A and B
+    (ec_dot_again): every stored layout, a batch with its strides, split over K.  Inf and NaN
+    where IEEE has them, the finite elements within SGEMM's error."""
+    needs("ec_wgmma")
+    rng = np.random.default_rng(31)
+    nb, M, N, K = 2, 150, 140, 1200
+    a = rng.uniform(-1, 1, (nb, M, K)).astype(np.float32)
+    b = rng.uniform(-1, 1, (nb, K, N)).astype(np.float32)
+    b[:, :, :8] = np.round(b[:, :, :8] * 64) / 64      # exact in FP16 and TF32: lo = 0
+    a[0, 3, 5] = np.inf
+    a[1, 7, 1100] = -np.inf
+    a[1, 9, 9] = np.nan
+    b[0, 700, 20] = np.inf
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    da = cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 1))).transpose(0, 2, 1) if trans_a else cp.asarray(a)
+    db = cp.asarray(np.ascontiguousarray(b.transpose(0, 2, 1))).transpose(0, 2, 1) if trans_b else cp.asarray(b)
+    out = cp.full((nb, M, N), 7.0, dtype=np.float32)
+    gemmlab.matmul(da, db, out=out, precision=precision, kernel="ec_wgmma", SPLITK=splits)
+    p = gemmlab.last_plan()
+    assert p.params["FOLD"] == 1 and (p.problem.op_a, p.problem.op_b) == ("NT"[trans_a], "NT"[trans_b])
+    got = out.get()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(ref))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref))
+    fin = np.isfinite(ref)
+    err = np.linalg.norm(got[fin] - ref[fin]) / np.linalg.norm(ref[fin])
+    assert err < 1e-6, err
 
 
 def test_numpy_inputs():
@@ -211,8 +252,10 @@ def test_exponent_histogram_every_row_alignment(rows, cols, ld, offset):
     assert stats[0].counts.sum() == rows * cols
 
 
-@pytest.mark.parametrize("kernel, params", [("ec_wmma", {}), ("ec_wgmma", {"STAGES": 2}),
-                                            ("ec_wgmma", {"STAGES": 3}), ("ec_wgmma", {"STAGES": 4})], ids=str)
+@pytest.mark.parametrize("kernel, params", [("ec_wmma", {}), ("ec_wgmma", {"STAGES": 2}), ("ec_wgmma", {"STAGES": 3}),
+                                            ("ec_wgmma", {"STAGES": 4, "BN": 96}),
+                                            ("ec_wgmma", {"STAGES": 2, "BN": 96, "FOLD": 0}),
+                                            ("ec_wgmma", {"STAGES": 4, "BN": 96, "FOLD": 0})], ids=str)
 @pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec"])
 def test_many_tiles_per_block(kernel, params, precision):
     """More output tiles than SMs (ec_wgmma's persistent blocks take several each, and
@@ -224,7 +267,7 @@ def test_many_tiles_per_block(kernel, params, precision):
     b = cp.asarray(make_inputs("normal", K, N, rng))
     ref = reference(a, b, keep_on_gpu=True)
     out = cp.full((M, N), np.nan, dtype=np.float32)
-    gemmlab.matmul(a, b, out=out, precision=precision, kernel=kernel, **params)
+    gemmlab.matmul(a, b, out=out, precision=precision, **kw(kernel), **params)
     err = compare(out, ref)
     assert err.nonfinite == 0 and err.rel_fro <= 1.5 * compare(a @ b, ref).rel_fro, err
 
@@ -532,7 +575,7 @@ def test_auto_splits_a_128_token_product_on_ec_wgmma(monkeypatch):
         gemmlab.matmul(a, b, out=out, precision="fp32_tc")
         p = gemmlab.last_plan()
         assert p.spec.name == "ec_wgmma" and p.params["SPLITK"] > 1 and p.method == "fp16_ec", p.describe()
-        tiles = -(-M // 128) * -(-N // 96)
+        tiles = -(-M // 128) * -(-N // p.params["BN"])
         assert tiles * p.params["SPLITK"] <= gpu_info(0).sm_count
         err = compare(out, ref)
         assert err.ok(1.5 * sgemm), f"{err.rel_fro:.2e} vs SGEMM {sgemm:.2e} ({p.describe()})"

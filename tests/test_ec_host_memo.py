@@ -166,8 +166,8 @@ def test_anything_new_builds_again_with_its_values(rec):
     _call(a2, b, out, alpha=0.5)
     assert rec.builds == built + 8
     record = rec.address["choice"] + choose_method.RECORD_OFFSET
-    # The split pre-pass takes the record last, the GEMM before its SPLITK.
-    assert all(args[-2 if k.startswith("gemmlab::ec_wgmma") else -1] == record
+    # The split pre-pass takes the record last, the GEMM before its SPLITK and the layouts.
+    assert all(args[-3 if k.startswith("gemmlab::ec_wgmma") else -1] == record
                for k, _, args in rec.launches() if k.startswith(("gemmlab::ec_wgmma", "gemmlab::ec_split_pack")))
 
 
@@ -248,7 +248,7 @@ def test_one_split_launch_takes_both_operands(rec):
     out = np.empty((300, 20), np.float32)
     _call(a, b, out)
     splits = [(k, g, args) for k, g, args in rec.launches() if k.startswith("gemmlab::ec_split_pack")]
-    assert [k for k, _, _ in splits] == ["gemmlab::ec_split_pack<0, 'N', 'N'>", "gemmlab::ec_split_pack<1, 'N', 'N'>"]
+    assert [k for k, _, _ in splits] == ["gemmlab::ec_split_pack<0, 1, 'N', 'N'>", "gemmlab::ec_split_pack<1, 1, 'N', 'N'>"]
     ws, kp = rec.address["scratch"], 40   # K padded to 8 elements
     a_part, b_part = 300 * kp * 4, 20 * kp * 4
     for _, grid, args in splits:
@@ -282,11 +282,11 @@ def test_split_k_gemms_write_the_workspace_and_reductions_read_the_record(rec):
     ws = rec.address["splitk"]
     reduce = registry.splitk_reduce_kernel("float32")
     ran = _split_launches(first)
-    assert [k for k, _ in ran] == ["gemmlab::ec_wgmma<0, 4, 'N', 'N'>", reduce,
-                                   "gemmlab::ec_wgmma<1, 4, 'N', 'N'>", reduce], [k for k, _ in ran]
+    assert [k for k, _ in ran] == ["gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>", reduce,
+                                   "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>", reduce], [k for k, _ in ran]
     for (gemm, g), (_, r), method in zip(ran[::2], ran[1::2], (0, 1)):
         assert (g[3], g[8], g[9], g[10], g[13], g[14]) == (1.0, 0.0, ws, N, M * N, 1), gemm
-        assert g[-2] == record and type(g[-1]) is np.int32 and g[-1] == 3, gemm
+        assert g[-3] == record and type(g[-2]) is np.int32 and g[-2] == 3 and g[-1] == 0, gemm
         assert r == (M, N, 3, ws, np.float32(0.5), np.float32(2.0), out.ctypes.data, N, 0, record, method), r
         assert type(r[-1]) is np.int32
     assert registry.EC_METHODS == {"fp16_ec": 0, "tf32_ec": 1}
@@ -315,8 +315,9 @@ def test_split_k_without_a_choice_reduces_unconditionally(rec):
     out = np.empty((M, N), np.float32)
     gemmlab.matmul(a, b, out=out, precision="fp16_ec", kernel="ec_wgmma", SPLITK=2)
     (gemm, g), (reduce, r) = _split_launches(rec.launches())
-    assert gemm == "gemmlab::ec_wgmma<0, 4, 'N', 'N'>" and reduce == registry.splitk_reduce_kernel("float32")
-    assert (g[9], g[13], g[-2], g[-1]) == (rec.address["splitk"], M * N, 0, 2)
+    # fp16_ec (parts as they are): the four-set kernel (registry.EC_WGMMA_UNSCALED_PARAMS)
+    assert gemm == "gemmlab::ec_wgmma<0, 4, 96, 0, 'N', 'N'>" and reduce == registry.splitk_reduce_kernel("float32")
+    assert (g[9], g[13], g[-3], g[-2]) == (rec.address["splitk"], M * N, 0, 2)
     assert r[:4] == (M, N, 2, rec.address["splitk"]) and r[-2:] == (0, 0) and type(r[-1]) is np.int32
 
 
@@ -325,13 +326,13 @@ def test_unsplit_gemm_passes_one_split_and_its_own_c(rec):
     out = np.empty((70, 50), np.float32)
     _call(a, b, out)
     ran = _split_launches(rec.launches())
-    assert [k for k, _ in ran] == ["gemmlab::ec_wgmma<0, 4, 'N', 'N'>", "gemmlab::ec_wgmma<1, 4, 'N', 'N'>"]
+    assert [k for k, _ in ran] == ["gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>", "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>"]
     for _, g in ran:
-        assert (g[9], g[10], g[13], g[-1]) == (out.ctypes.data, 50, 0, 1) and type(g[-1]) is np.int32
+        assert (g[9], g[10], g[13], g[-2]) == (out.ctypes.data, 50, 0, 1) and type(g[-2]) is np.int32
 
 
 def test_auto_splits_both_candidates_alike(rec):
-    """kernel="auto" on a 128-token linear layer (128 x 4096 x 4096, one row of 43 tiles on the
+    """kernel="auto" on a 128-token linear layer (128 x 4096 x 4096, one row of 32 tiles on the
     emulated 132-SM GPU): ec_wgmma split by ec_wgmma_auto_split, the FP16 and the TF32
     candidate the same number of ways (they share the workspace and out)."""
     M, N, K = 128, 4096, 4096
@@ -342,7 +343,7 @@ def test_auto_splits_both_candidates_alike(rec):
     want = registry.ec_wgmma_auto_split(M, N, K, 132)
     assert want > 1
     gemms = [g for k, g in ran if k.startswith("gemmlab::ec_wgmma")]
-    assert len(gemms) == 2 and all(g[-1] == want for g in gemms), [g[-1] for g in gemms]
+    assert len(gemms) == 2 and all(g[-2] == want for g in gemms), [g[-2] for g in gemms]
     assert [r[2] for k, r in ran if k.startswith("gemmlab::splitk_reduce")] == [want, want]
     prepared = next(iter(executor.CACHE._d.values()))
     assert [p.params["SPLITK"] for p, _ in prepared.chooser.candidates] == [want, want]
@@ -379,3 +380,24 @@ def test_host_arguments_match_the_kernels_parameters(rec, splits):
         for param, arg in zip(params, args):
             want = _CXX_TYPES[type(arg)]
             assert param.endswith(want) if want == "*" else param == want, (kernel, param, type(arg))
+
+
+def test_fp16_ec_as_they_are_runs_the_four_set_kernel(rec):
+    """precision="fp16_ec" (parts as they are, no scale) runs ec_wgmma's four-set kernel,
+    whose lo keeps its 2^11 (planner.plan_unscaled_fp16): auto splits its 128 x 96 tiles;
+    FOLD named by the caller is kept; fp32_tc's candidates run FOLD, whose parts are
+    scaled by the choice."""
+    M, N, K = 128, 4096, 4096
+    a, b = np.zeros((M, K), np.float32), np.zeros((K, N), np.float32)
+    out = np.empty((M, N), np.float32)
+    gemmlab.matmul(a, b, out=out, precision="fp16_ec")
+    p = gemmlab.last_plan()
+    assert (p.spec.name, p.params) == ("ec_wgmma", {"STAGES": 4, "BN": 96, "FOLD": 0, "SPLITK": 3}), p.describe()
+    assert registry.ec_wgmma_auto_split(M, N, K, 132, bn=96) == 3
+    splits = [k for k, _, _ in rec.launches() if k.startswith("gemmlab::ec_split_pack")]
+    assert splits == ["gemmlab::ec_split_pack<0, 0, 'N', 'N'>"]   # lo scaled by 2^11
+    gemmlab.matmul(a, b, out=out, precision="fp16_ec", kernel="ec_wgmma", FOLD=1)
+    assert gemmlab.last_plan().params["FOLD"] == 1 and gemmlab.last_plan().params["BN"] == 128
+    gemmlab.matmul(a, b, out=out, precision="fp32_tc")
+    gemms = {k for k, _, _ in rec.launches() if k.startswith("gemmlab::ec_wgmma")}
+    assert gemms == {"gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>", "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>"}

@@ -192,7 +192,7 @@ def test_ec_batches_go_to_ec_wgmma_where_it_measured_faster():
 
 
 def test_auto_splits_ec_wgmma_where_its_tiles_leave_most_sms_idle():
-    """kernel="auto" splits ec_wgmma over K where its 128 x 96 tiles (of every matrix) leave
+    """kernel="auto" splits ec_wgmma over K where its 128 x 128 tiles (of every matrix) leave
     more than half of the SMs idle: fill_split's largest split of at most 8 that keeps the
     work items within the SMs, each slice at least 8 steps of 64 of K; the same for FP16 and
     TF32 parts (both candidates of fp32_tc's choice on the GPU write one workspace).  The
@@ -207,25 +207,26 @@ def test_auto_splits_ec_wgmma_where_its_tiles_leave_most_sms_idle():
         for dtype in registry.EC_METHODS:
             p = gemmlab.plan("auto", M, N, K, dtype=dtype, arch="sm_90a", sm_count=132)
             assert p.spec.name == "ec_wgmma", p.describe()
-            assert p.name_expression == f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 4, 'N', 'N'>"
+            assert p.name_expression == f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 3, 128, 1, 'N', 'N'>"
             splits.add(p.params["SPLITK"])
         assert len(splits) == 1, splits   # alike for either part type
         return splits.pop()
-    # The 128-token products of a Llama-3-8B-sized layer: one row of 43 or 64 tiles.
-    assert split(128, 4096, 4096) == 3 and split(128, 6144, 4096) == 2 and split(128, 4096, 14336) == 3
-    assert split(128, 14336, 4096) == 1 and split(4096, 4096, 4096) == 1   # 150 / 1376 tiles: no split
+    assert registry.EC_WGMMA_DEFAULT_BN == 128
+    # The 128-token products of a Llama-3-8B-sized layer: one row of 32 or 48 tiles.
+    assert split(128, 4096, 4096) == 4 and split(128, 6144, 4096) == 2 and split(128, 4096, 14336) == 4
+    assert split(128, 14336, 4096) == 1 and split(4096, 4096, 4096) == 1   # 112 / 1024 tiles: no split
     # The boundary: 65 tiles split (130 of 132 SMs idle otherwise half), 66 do not.
-    assert split(128, 96 * 65, 4096) == 2 and split(128, 96 * 66, 4096) == 1
+    assert split(128, 128 * 65, 4096) == 2 and split(128, 128 * 66, 4096) == 1
     # A batch counts all its matrices' tiles (one launch takes them all).  (auto gives ec_wgmma
     # no batch this few tiles: ec_wgmma_pays.)
-    assert ec_wgmma_auto_split(128, 4096, 4096, 132, 2) == 1 and ec_wgmma_auto_split(128, 1024, 8192, 132, 2) == 6
+    assert ec_wgmma_auto_split(128, 4096, 4096, 132, 3) == 1 and ec_wgmma_auto_split(128, 1024, 8192, 132, 2) == 8
     for M, N, K, batch in [(128, 4096, 4096, 1), (128, 1024, 8192, 2), (100, 500, 100000, 1), (128, 4096, 1000, 1)]:
-        tiles = -(-M // 128) * -(-N // 96) * batch
+        tiles = -(-M // 128) * -(-N // 128) * batch
         s = ec_wgmma_auto_split(M, N, K, 132, batch)
         assert 1 < s <= 8 and tiles * s <= 132 and -(-K // 64) >= 8 * s, (M, N, K, s)
     # Slices of at least 8 steps: K = 1000 (16 steps) splits 2 ways, K = 500 (8 steps) not.
     assert ec_wgmma_auto_split(128, 4096, 1000, 132) == 2 and ec_wgmma_auto_split(128, 4096, 500, 132) == 1
-    assert ec_wgmma_auto_split(128, 4096, 4096, 114) == 2   # fewer SMs (H100 PCIe): 43 x 2 of 114
+    assert ec_wgmma_auto_split(128, 4096, 4096, 114) == 3   # fewer SMs (H100 PCIe): 32 x 3 of 114
     # A named kernel keeps its defaults (no split), and a caller's SPLITK is kept.
     assert gemmlab.plan("ec_wgmma", 128, 4096, 4096, dtype="fp16_ec", arch="sm_90a").params["SPLITK"] == 1
     assert gemmlab.plan("ec_wgmma", 128, 4096, 4096, dtype="fp16_ec", arch="sm_90a", SPLITK=7).params["SPLITK"] == 7

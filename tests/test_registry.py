@@ -63,7 +63,7 @@ def test_kernel_params_per_rung():
         "mma_pipelined": ["BM", "BN", "BK", "WM", "WN", "STAGES"],
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
         "wgmma": ["BM", "BN", "STAGES", "CLUSTER", "SPLITK"],
-        "ec_wgmma": ["STAGES", "SPLITK"],
+        "ec_wgmma": ["STAGES", "BN", "FOLD", "SPLITK"],
         "gemv": ["MT", "SPLITK", "LANES"],
     }
 
@@ -151,9 +151,12 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
 
 
     if name == "ec_wgmma":
-        # ec/02_ec_wgmma.cu: STAGES x (two 16 KiB tiles of A, two 12 KiB of B^T), two barriers a stage,
-        # 1 KiB of slack, within 227 KiB.
-        return p["STAGES"] >= 2 and p["STAGES"] * 56 * 1024 + 16 * p["STAGES"] + 1024 <= 227 * 1024
+        # ec/02_ec_wgmma.cu: STAGES x (two 16 KiB tiles of A, two of BN rows of 128 bytes of B^T), two
+        # barriers a stage, 1 KiB of slack, within 227 KiB; 128 columns only with FOLD's three
+        # accumulator sets (four sets of 64 would not fit the consumers' registers).
+        stage = 2 * (128 + p["BN"]) * 128
+        return (p["STAGES"] >= 2 and p["STAGES"] * stage + 16 * p["STAGES"] + 1024 <= 227 * 1024
+                and p["BN"] in (96, 128) and p["FOLD"] in (0, 1) and (p["BN"] == 96 or p["FOLD"] == 1))
     if name == "wgmma":
         # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8-byte barriers a
         # stage and 1 KiB of alignment slack within 227 KiB; BM in 64-row warpgroups, BN one wgmma N;
@@ -1081,7 +1084,7 @@ def test_ec_wgmma_takes_every_layout_and_alignment(op_a, op_b, dtype):
     p = gemmlab.plan("ec_wgmma", 4097, 4095, 513, dtype=dtype, op_a=op_a, op_b=op_b, arch="sm_90a",
                      aligned16=False, tma_aligned=False)
     assert p.spec.name == "ec_wgmma" and not p.fallback_reason
-    assert p.name_expression == f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 4, 'N', 'N'>"
+    assert p.name_expression == f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 3, 128, 1, 'N', 'N'>"
     assert p.spec.extra_args == ("scale_a", "scale_b")
 
 
@@ -1090,15 +1093,16 @@ def test_ec_wgmma_takes_every_layout_and_alignment(op_a, op_b, dtype):
 def test_ec_wgmma_geometry(M, N, sm_count):
     """A persistent grid of at most one block per SM (the ring fills its shared memory), one
     producer and two consumer warpgroups; block b takes work items b, b + grid, ... -- the
-    128 x 96 tiles in grouped order (tensor/04_wgmma.cuh), each SPLITK times (a slice of K
+    128 x BN tiles in grouped order (tensor/04_wgmma.cuh), each SPLITK times (a slice of K
     each) -- together all of them once."""
     configs = EC_WGMMA.configurations()
     assert {p["SPLITK"] for p in configs} == set(registry.SPLITK_VALUES)
     for p in configs:
         geo = EC_WGMMA.launch(p, Problem(M, N, 64, True, "fp16_ec", sm_count=sm_count))
-        items = -(-M // 128) * -(-N // 96) * p["SPLITK"]
+        items = -(-M // 128) * -(-N // p["BN"]) * p["SPLITK"]
         assert geo.grid == (min(items, sm_count), 1, 1) and geo.persistent and geo.block == (384, 1, 1)
-        assert geo.smem_bytes == p["STAGES"] * 57344 + 16 * p["STAGES"] + 1024 <= 227 * 1024
+        stage = {96: 57344, 128: 65536}[p["BN"]]   # hi and lo of 128 rows of A and BN of B^T, 128 bytes each
+        assert geo.smem_bytes == p["STAGES"] * stage + 16 * p["STAGES"] + 1024 <= 227 * 1024
         # A batch is one launch: the work items of every matrix share the persistent grid.
         for batch in (2, 40):
             geo = EC_WGMMA.launch(p, Problem(M, N, 64, True, "fp16_ec", sm_count=sm_count), batch)
@@ -1114,8 +1118,9 @@ def test_ec_wgmma_split_is_the_unsplit_instantiation(dtype):
         p = gemmlab.plan("ec_wgmma", 130, 200, 1000, dtype=dtype, arch="sm_90a", SPLITK=splits)
         assert p.spec.splits(p.params) == splits and EC_WGMMA.split_k_param == "SPLITK"
         names.add(p.name_expression)
-    assert names == {f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 4, 'N', 'N'>"}
-    assert len(EC_WGMMA.all_name_expressions()) == 2 * 3   # METHOD x STAGES, whatever the split
+    assert names == {f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 3, 128, 1, 'N', 'N'>"}
+    # METHOD x (STAGES 2-4 at BN 96 without and with FOLD, 2-3 at BN 128 with FOLD), whatever the split
+    assert len(EC_WGMMA.all_name_expressions()) == 2 * (3 + 3 + 2)
 
 
 def test_ec_wgmma_takes_a_batch_and_sizes_its_parts():

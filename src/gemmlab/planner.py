@@ -335,6 +335,8 @@ def ec_wgmma_pays(M: int, N: int, K: int, batch: int, sm_count: int) -> bool:
     (runs 80-83), down to a quarter of the SMs when K >= EC_WGMMA_LONG_K: the
     models suite's 128-token products (one row of 43-64 tiles, K 4096-28672) ran
     1.03-1.61x faster on ec_wgmma than on ec_wmma (run 87a)."""
+    # The rule counts 128 x 96 tiles, those of the measurements it was fitted to (the
+    # kernel's default tile is now FOLD's 128 x 128; the thresholds were not measured again).
     tiles = -(-M // registry.EC_WGMMA_BM) * -(-N // registry.EC_WGMMA_BN) * max(batch, 1)
     if batch <= 1 and K >= EC_WGMMA_LONG_K and 4 * tiles >= sm_count:
         return True
@@ -756,6 +758,20 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
                 op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok, gpu_name=gpu.name,
                 smem_limit=gpu.max_smem_per_block_optin, **call.dtypes,
                 **tile_params)
+
+
+def plan_unscaled_fp16(p: Plan, call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_params: dict) -> Plan:
+    """``p`` for precision="fp16_ec" (FP16 parts as they are, no scale): on ec_wgmma the
+    four-set kernel (registry.EC_WGMMA_UNSCALED_PARAMS, whose lo keeps its 2^11), unless
+    the caller named BN or FOLD; kernel="auto" splits its 128 x 96 tiles over K by the
+    same rule (ec_wgmma_auto_split)."""
+    if p.spec.name != "ec_wgmma" or {"BN", "FOLD"} & set(tile_params):
+        return p
+    params = {**registry.EC_WGMMA_UNSCALED_PARAMS, **tile_params}
+    if kernel == "auto":
+        params["SPLITK"] = registry.ec_wgmma_auto_split(kv.M, kv.N, call.K, gpu.sm_count, bt.nz,
+                                                        bn=params["BN"])
+    return plan_call(call, kv, bt, gpu, "ec_wgmma", params)
 
 
 def plan_for_choice(p: Plan, choice: "ec.Choice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:

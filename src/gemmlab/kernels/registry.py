@@ -29,7 +29,8 @@ from .tensor.wgmma import (TF32_PACK_KERNELS, TF32_PACK_SOURCE, TF32_PACK_THREAD
                            wgmma_auto_params, wgmma_auto_split, wgmma_narrow_tile, wgmma_tile)
 from .ec import ec_wmma, ec_wgmma
 from .ec.ec_wgmma import (EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE, EC_SPLIT_PACK_THREADS,  # noqa: F401
-                          EC_SPLIT_PACK_TILE, EC_WGMMA_BM, EC_WGMMA_BN, ec_split_pack_kernel,
+                          EC_SPLIT_PACK_TILE, EC_WGMMA_BM, EC_WGMMA_BN, EC_WGMMA_DEFAULT_BN, EC_WGMMA_UNSCALED_PARAMS,
+                          ec_split_pack_kernel,
                           ec_wgmma_auto_split)
 from .gemv import gemv
 from .gemv.gemv import (GEMV_MAX_M, GEMV_ROWS_MAX_M, auto_params as gemv_auto_params,  # noqa: F401

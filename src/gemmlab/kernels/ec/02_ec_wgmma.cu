@@ -10,6 +10,15 @@
 // (the batch outermost) and the persistent loop walks every matrix's tiles.  K
 // can be split as in the wgmma rung (SPLITS below), so that a product with few
 // tiles and a long K (128 tokens through a linear layer) still fills the SMs.
+//
+// FOLD = 1 drops the fourth set, for a wider tile (BN = 128): the pre-pass keeps
+// lo in hi's units (lo = x - hi, no 2^11; the FP16 parts scaled so that the
+// largest value sits just below 2^15, which leaves lo's quantum 2^-24 about 38
+// binades below it), so the corrections and the main product of a stage go into
+// one accumulator set, corrections first: the tensor core's truncating adds then
+// meet the main product's magnitude only in its own four steps, as without FOLD.
+// The stage's sum is added in FP32 once all three products are done; the two
+// consumer warpgroups take turns on the tensor cores while the other adds.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 #include <gemmlab/tensor/04_wgmma.cuh>
@@ -18,11 +27,12 @@ namespace gemmlab {
 
 constexpr int EC_WGMMA_PRODUCER_REGS = 40;    // setmaxnreg, as in the wgmma rung
 constexpr int EC_WGMMA_CONSUMER_REGS = 232;
-// The block's tile of C: two consumer warpgroups of 64 x 96.  Four sets of 48
+// The block's tile of C: two consumer warpgroups of 64 x BN.  Four sets of 48
 // accumulators a thread are why it is 128 x 96 and not 128 x 256: 192 of a
-// consumer's 232 registers.
+// consumer's 232 registers; with FOLD, three sets of 64 make it 128 x 128.
 constexpr int EC_WGMMA_BM = 128;
-constexpr int EC_WGMMA_BN = 96;
+constexpr int EC_WGMMA_BN = 96;               // without FOLD
+constexpr int EC_WGMMA_FOLD_BN = 128;         // the widest tile FOLD's three sets fit
 constexpr int EC_WGMMA_THREADS = 384;         // a producer and two consumer warpgroups
 
 // METHOD: METHOD_FP16_EC or METHOD_TF32_EC.  scale_a, scale_b: the powers of two
@@ -44,28 +54,51 @@ constexpr int EC_WGMMA_THREADS = 384;         // a producer and two consumer war
 // passes alpha = 1, beta = 0 and adds the slices into the real C with
 // simt/splitk_reduce.cu.  splits = 1 is the unsplit kernel (the item's zs is its
 // matrix z): the output is FP32 either way, so one instantiation serves both.
-template <int METHOD, int STAGES, char OPA, char OPB>
+// BN: the tile's columns (96, or 128 with FOLD).  FOLD: the parts' lo in hi's
+// units (split_pack.cu's FOLD), one accumulator set for the three products.
+// trans: the caller's layouts (bit 0: A stored transposed, bit 1: B), which only
+// ec_dot_again reads.
+// FOLD's answer where its sum is NaN.  Inputs with Inf give the parts' products
+// Inf * 0 (hi_A = Inf times an exact lo_B = 0) and Inf - Inf (a negative lo_B),
+// which the four-set kernel keeps out of the main product and FOLD cannot, so
+// such an element is summed again from A and B in FP32, k0 <= k < k1 (the work
+// item's slice), IEEE's Inf and NaN included.  Only elements whose inputs hold
+// Inf or NaN (or whose FP32 sums overflow) come here.
+__device__ __noinline__ float ec_dot_again(const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
+                                           int trans, int row, int col, int k0, int k1) {
+    float sum = 0.0f;
+    for (int k = k0; k < k1; ++k) {
+        const float a = trans & 1 ? A[(long long)k * lda + row] : A[(long long)row * lda + k];
+        const float b = trans & 2 ? B[(long long)col * ldb + k] : B[(long long)k * ldb + col];
+        sum = fmaf(a, b, sum);
+    }
+    return sum;
+}
+
+template <int METHOD, int STAGES, int BN, int FOLD, char OPA, char OPB>
 __global__ void __launch_bounds__(EC_WGMMA_THREADS, 1)
 ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
          float beta, float* __restrict__ C, int ldc, long long stride_a, long long stride_b, long long stride_c,
          int batch, const __grid_constant__ hopper::TensorMap map_a_hi,
          const __grid_constant__ hopper::TensorMap map_a_lo, const __grid_constant__ hopper::TensorMap map_b_hi,
          const __grid_constant__ hopper::TensorMap map_b_lo, float scale_a, float scale_b,
-         const long long* __restrict__ choice, int splits) {
+         const long long* __restrict__ choice, int splits, int trans) {
     using namespace hopper;
     if (choice != nullptr) {   // the method chosen on the GPU
         if (!ec_chosen<METHOD>(choice)) return;
-        scale_a = ec_choice_scale(choice, CHOICE_SCALE_A);
-        scale_b = ec_choice_scale(choice, CHOICE_SCALE_B);
+        scale_a = ec_choice_scale(choice, FOLD ? CHOICE_TOP_SCALE_A : CHOICE_SCALE_A);
+        scale_b = ec_choice_scale(choice, FOLD ? CHOICE_TOP_SCALE_B : CHOICE_SCALE_B);
     }
+    static_assert(FOLD ? BN <= EC_WGMMA_FOLD_BN : BN == EC_WGMMA_BN, "three sets of BN / 2, or four of 48");
     using Split = EcSplit<METHOD>;
     constexpr int DT = Split::DT;                 // the parts: TYPE_FLOAT16 or TYPE_TF32
-    constexpr int BM = EC_WGMMA_BM, BN = EC_WGMMA_BN;
+    constexpr int BM = EC_WGMMA_BM;
     constexpr int BK = DT == TYPE_TF32 ? 32 : 64;   // one 128-byte swizzle row of K per stage
     constexpr int MMA_K = DT == TYPE_TF32 ? 8 : 16;
     constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128;   // 128 bytes of K a row
     constexpr int STAGE_BYTES = 2 * (A_BYTES + B_BYTES);   // hi and lo of A, hi and lo of B^T
-    (void)A; (void)lda; (void)B; (void)ldb;       // read through the maps of their parts
+    // A and B are read through the maps of their parts; FOLD's epilogue reads them
+    // for the rare elements it computes again (ec_dot_again).
 
     extern __shared__ unsigned char smem_raw[];
     unsigned char* ring = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);   // swizzle atoms: 1024 B
@@ -129,8 +162,10 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     // block added every ~sqrt(stages) stages and then cleared, so the rounding error
     // grows like K^(1/4) (ec_wmma's blocking; one accumulator alone does not keep
     // SGEMM's accuracy on every input: benchmarks/NOTES.md); corr, the two
-    // correction products accumulated inside the tensor core over all of K.
-    float acc[BN / 2], block[BN / 2], hh[BN / 2], corr[BN / 2];
+    // correction products accumulated inside the tensor core over all of K.  With
+    // FOLD, hh holds the stage's corrections and main product together, and corr
+    // is not needed.
+    float acc[BN / 2], block[BN / 2], hh[BN / 2], corr[FOLD ? 1 : BN / 2];
     int it = 0;
     for (int t = blockIdx.x; t < work; t += gridDim.x) {
         int tm, tn;
@@ -141,7 +176,9 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         // Stages per block of the main product's adds: about sqrt(the item's stages).
         const int block_steps = max(1, int(sqrtf(float(max(ks1 - ks0, 0)))));
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) acc[i] = block[i] = corr[i] = 0.0f;
+        for (int i = 0; i < BN / 2; ++i) acc[i] = block[i] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < (FOLD ? 1 : BN / 2); ++i) corr[i] = 0.0f;
         fence_operands(corr);
         int prev = 0, to_add = block_steps;   // stages left before block goes into acc
         for (int ks = ks0; ks < ks1; ++ks, ++it) {
@@ -152,22 +189,38 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
             const unsigned char* b_hi = ring + s * STAGE_BYTES + 2 * A_BYTES;
             const unsigned char* b_lo = b_hi + B_BYTES;
             wgmma_fence();   // hh was read by the adds below: order them before wgmma rewrites it
+            if constexpr (FOLD) {
+                // The corrections first, from zero, then the main product on top:
+                // one group, all of it done before the adds.
 #pragma unroll
-            for (int kk = 0; kk < BK / MMA_K; ++kk)   // the main product of this stage, from zero
-                Mma::template mma<0, 0>(hh, desc(a_hi, kk), desc(b_hi, kk), kk > 0);
-            wgmma_commit();
+                for (int kk = 0; kk < BK / MMA_K; ++kk) {
+                    Mma::template mma<0, 0>(hh, desc(a_lo, kk), desc(b_hi, kk), kk > 0);
+                    Mma::template mma<0, 0>(hh, desc(a_hi, kk), desc(b_lo, kk), 1);
+                }
 #pragma unroll
-            for (int kk = 0; kk < BK / MMA_K; ++kk) {   // the corrections, accumulated in the tensor core
-                Mma::template mma<0, 0>(corr, desc(a_lo, kk), desc(b_hi, kk), 1);
-                Mma::template mma<0, 0>(corr, desc(a_hi, kk), desc(b_lo, kk), 1);
+                for (int kk = 0; kk < BK / MMA_K; ++kk) Mma::template mma<0, 0>(hh, desc(a_hi, kk), desc(b_hi, kk), 1);
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_operands(hh);
+                release_stage<1>(&empty[s], lane);
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < BK / MMA_K; ++kk)   // the main product of this stage, from zero
+                    Mma::template mma<0, 0>(hh, desc(a_hi, kk), desc(b_hi, kk), kk > 0);
+                wgmma_commit();
+#pragma unroll
+                for (int kk = 0; kk < BK / MMA_K; ++kk) {   // the corrections, accumulated in the tensor core
+                    Mma::template mma<0, 0>(corr, desc(a_lo, kk), desc(b_hi, kk), 1);
+                    Mma::template mma<0, 0>(corr, desc(a_hi, kk), desc(b_lo, kk), 1);
+                }
+                wgmma_commit();
+                // The main product is done (and the previous stage's corrections, so
+                // that stage goes back to the producer); this stage's corrections run
+                // on while the main product is added in FP32, rounding to nearest.
+                wgmma_wait<1>();
+                fence_operands(hh);
+                if (ks > ks0) release_stage<1>(&empty[prev], lane);
             }
-            wgmma_commit();
-            // The main product is done (and the previous stage's corrections, so
-            // that stage goes back to the producer); this stage's corrections run
-            // on while the main product is added in FP32, rounding to nearest.
-            wgmma_wait<1>();
-            fence_operands(hh);
-            if (ks > ks0) release_stage<1>(&empty[prev], lane);
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) block[i] += hh[i];
             if (--to_add == 0 || ks + 1 == ks1) {
@@ -180,11 +233,13 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
             }
             prev = s;
         }
-        wgmma_wait<0>();
-        fence_operands(corr);
-        if (ks1 > ks0) release_stage<1>(&empty[prev], lane);
+        if constexpr (!FOLD) {
+            wgmma_wait<0>();
+            fence_operands(corr);
+            if (ks1 > ks0) release_stage<1>(&empty[prev], lane);
+        }
 
-        // Epilogue: acc + corr * 2^-11 (a non-finite main product is already IEEE's
+        // Epilogue: acc + corr * 2^-11 (FOLD: acc alone; a non-finite main product is already IEEE's
         // answer; its corrections could only add a NaN from Inf * 0), the scales
         // divided out, then alpha and beta (layout of the accumulators: hopper.cuh).  An
         // empty slice (K shorter than the split) still writes its zero partial.
@@ -192,6 +247,23 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         float* Cz = C + zs * stride_c;
         const int row0 = tm * BM + c * 64 + wq * 16 + lane / 4;
         const int col0 = tn * BN + 2 * (lane % 4);
+        // FOLD: an element whose sum is NaN (bit i of `again`: acc[i]) may be Inf * 0 or
+        // Inf - Inf between the parts; ec_dot_again sums it in FP32 from A and B, into acc[i]
+        // (then stored without the scales).  Only inputs with Inf or NaN take that branch.
+        unsigned long long again = 0;
+        if constexpr (FOLD) {
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) again |= (unsigned long long)isnan(acc[i]) << i;
+            if (again != 0) {
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) {   // i = 4 j + 2 h + e
+                    const int r = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
+                    if ((again >> i) & 1 && r < M && col < N)
+                        acc[i] = ec_dot_again(A + (zs / slices) * stride_a, lda, B + (zs / slices) * stride_b, ldb,
+                                              trans, r, col, ks0 * BK, min(ks1 * BK, K));
+                }
+            }
+        }
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
@@ -199,8 +271,14 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                 float v[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const float a = acc[4 * j + 2 * h + e];
-                    v[e] = (isfinite(a) ? a + corr[4 * j + 2 * h + e] * Split::LO_WEIGHT : a) * unscale_a * unscale_b;
+                    const int i = 4 * j + 2 * h + e;
+                    const float a = acc[i];
+                    if constexpr (FOLD) {
+                        v[e] = (again >> i) & 1 ? a : a * unscale_a * unscale_b;
+                    } else {
+                        const float lo = corr[i % (FOLD ? 1 : BN / 2)] * Split::LO_WEIGHT;
+                        v[e] = (isfinite(a) ? a + lo : a) * unscale_a * unscale_b;
+                    }
                 }
                 store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, v[0], v[1], alpha, beta, pairs);
             }

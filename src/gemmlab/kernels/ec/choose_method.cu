@@ -107,6 +107,8 @@ ec_choose_method(const unsigned long long* __restrict__ hist_a, const unsigned l
         case CHOICE_NORMAL_B: v = (long long)normals[1]; break;
         case CHOICE_WIDE_A: v = (long long)below[4]; break;
         case CHOICE_WIDE_B: v = (long long)below[5]; break;
+        case CHOICE_TOP_SCALE_A: v = method == METHOD_TF32_EC ? 0 : sa; break;
+        case CHOICE_TOP_SCALE_B: v = method == METHOD_TF32_EC ? 0 : sb; break;
         default: break;
     }
     choice[t] = v;

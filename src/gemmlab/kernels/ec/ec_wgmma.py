@@ -23,10 +23,19 @@ from ..tensor.wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_
 from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
 
-# 128 x 96 tiles (two consumer warpgroups of 64 x 96, four sets of accumulators each);
-# a ring stage holds hi and lo of A (128 rows of 128 bytes) and of B^T (96 rows).
+# 128 x 96 tiles (two consumer warpgroups of 64 x 96, four sets of accumulators each),
+# or with FOLD (three sets) up to 128 x 128; a ring stage holds hi and lo of A (128 rows
+# of 128 bytes) and of B^T (BN rows).
 _K = read_constants("ec/02_ec_wgmma.cu")
 EC_WGMMA_BM, EC_WGMMA_BN, EC_WGMMA_THREADS = _K["EC_WGMMA_BM"], _K["EC_WGMMA_BN"], _K["EC_WGMMA_THREADS"]
+EC_WGMMA_FOLD_BN = _K["EC_WGMMA_FOLD_BN"]
+# precision="fp16_ec" (FP16 parts as they are, no scale) runs the four-set kernel unless the
+# caller names BN or FOLD: FOLD's lo, in hi's units, has FP16's absolute quantum 2^-24, which
+# only the scale fp32_tc's choice applies puts far below every value (PreparedCall).
+EC_WGMMA_UNSCALED_PARAMS = {"BN": EC_WGMMA_BN, "FOLD": 0, "STAGES": 4}
+# The default tile: FOLD's 128 x 128 (on an H100 4-11% faster than 128 x 96 with four sets:
+# benchmarks/NOTES.md, run 91); kernel="auto"'s rules count tiles of this width.
+EC_WGMMA_DEFAULT_BN = EC_WGMMA_FOLD_BN
 
 # The split pre-pass: (METHOD, stored layout of A, stored layout of B).
 EC_SPLIT_PACK_SOURCE = KERNEL_DIR / "ec" / "split_pack.cu"
@@ -36,24 +45,24 @@ EC_SPLIT_PACK_TILE, EC_SPLIT_PACK_THREADS = _P["EC_SPLIT_PACK_TILE"], _P["EC_SPL
 EC_SPLIT_PACK_BLOCKS_PER_SM = 8
 
 
-def ec_split_pack_kernel(method: str, op_a: str, op_b: str) -> str:
-    return f"gemmlab::ec_split_pack<{EC_METHODS[method]}, '{op_a}', '{op_b}'>"
+def ec_split_pack_kernel(method: str, op_a: str, op_b: str, fold: int = 0) -> str:
+    return f"gemmlab::ec_split_pack<{EC_METHODS[method]}, {fold}, '{op_a}', '{op_b}'>"
 
 
-EC_SPLIT_PACK_KERNELS = tuple(ec_split_pack_kernel(m, op_a, op_b) for m in EC_METHODS for op_a in "NT"
-                              for op_b in "NT")
+EC_SPLIT_PACK_KERNELS = tuple(ec_split_pack_kernel(m, op_a, op_b, fold) for m in EC_METHODS for fold in (0, 1)
+                              for op_a in "NT" for op_b in "NT")
 
 
 def _smem(p) -> int:
-    """STAGES x 2 x (128 + 96) rows of 128 bytes, two barriers per stage, 1 KiB to align the ring."""
-    return p["STAGES"] * 2 * (EC_WGMMA_BM + EC_WGMMA_BN) * 128 + 16 * p["STAGES"] + 1024
+    """STAGES x 2 x (128 + BN) rows of 128 bytes, two barriers per stage, 1 KiB to align the ring."""
+    return p["STAGES"] * 2 * (EC_WGMMA_BM + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
 
 
 def _geometry(p, prob: Problem, batch: int = 1) -> Launch:
     """Persistent: one block per SM (the ring fills its shared memory), at most one per work
     item: a tile of one of the ``batch`` matrices the launch takes, SPLITK times (a slice of K
     each)."""
-    items = cdiv(prob.M, EC_WGMMA_BM) * cdiv(prob.N, EC_WGMMA_BN) * batch * p["SPLITK"]
+    items = cdiv(prob.M, EC_WGMMA_BM) * cdiv(prob.N, p["BN"]) * batch * p["SPLITK"]
     return Launch(grid=(max(1, min(items, prob.sm_count)), 1, 1), block=(EC_WGMMA_THREADS, 1, 1), smem_bytes=_smem(p),
                   persistent=True)
 
@@ -67,8 +76,8 @@ EC_WGMMA_MIN_K_STEPS_PER_SLICE = 8
 EC_WGMMA_SPLIT_STEP = 64
 
 
-def ec_wgmma_auto_split(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> int:
-    """SPLITK for kernel="auto" (and precision="fp32_tc") on ec_wgmma: 1 where its 128 x 96
+def ec_wgmma_auto_split(M: int, N: int, K: int, sm_count: int, batch: int = 1, bn: int = EC_WGMMA_DEFAULT_BN) -> int:
+    """SPLITK for kernel="auto" (and precision="fp32_tc") on ec_wgmma: 1 where its 128 x bn
     tiles (of every matrix of the batch) leave at most half of the SMs idle; else
     fill_split's largest split of at most EC_WGMMA_MAX_SPLIT slices whose work items still
     fit in one round, each slice at least EC_WGMMA_MIN_K_STEPS_PER_SLICE steps of 64 of K
@@ -77,7 +86,7 @@ def ec_wgmma_auto_split(M: int, N: int, K: int, sm_count: int, batch: int = 1) -
     thresholds follow the wgmma rung's rule; on an H100 most split 128-token products
     ran faster, by less than their SM fill suggested, since the pre-passes are most of
     such a call (benchmarks/NOTES.md, runs 89k-89m); the limits themselves were not swept."""
-    tiles = cdiv(M, EC_WGMMA_BM) * cdiv(N, EC_WGMMA_BN) * max(batch, 1)
+    tiles = cdiv(M, EC_WGMMA_BM) * cdiv(N, bn) * max(batch, 1)
     if 2 * tiles >= sm_count:
         return 1
     return fill_split(tiles, cdiv(max(K, 1), EC_WGMMA_SPLIT_STEP), sm_count, most=EC_WGMMA_MAX_SPLIT,
@@ -96,13 +105,13 @@ _split_launches: dict[tuple, tuple] = {}
 _SPLIT_LAUNCHES_KEPT = 256
 
 
-def _split_launch(dtype: str, op_a: str, op_b: str, gpu, grid: tuple[int, int, int]) -> tuple:
-    key = (dtype, op_a, op_b, gpu.arch, grid)
+def _split_launch(dtype: str, op_a: str, op_b: str, fold: int, gpu, grid: tuple[int, int, int]) -> tuple:
+    key = (dtype, op_a, op_b, fold, gpu.arch, grid)
     found = _split_launches.get(key)
     if found is None:
         from ...runtime import compile as rt_compile
         from ...runtime.launch import LaunchShape
-        kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(dtype, op_a, op_b), gpu.arch)
+        kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(dtype, op_a, op_b, fold), gpu.arch)
         if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:   # a program of many shapes: start again
             _split_launches.clear()
         found = _split_launches[key] = (kernel, LaunchShape(grid, (EC_SPLIT_PACK_THREADS, 1, 1)))
@@ -142,7 +151,8 @@ def ec_split_bytes(pr, ops: Operands, choice) -> int:
 SPLIT_WHAT = "ec_wgmma, for the split parts of a and b,"
 
 
-def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, choice: int, workspace: int):
+def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, choice: int, workspace: int,
+                      fold: int = 0):
     """The launch that splits op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec)
     into their hi and lo parts with ec/split_pack.cu, into the workspace at ``workspace``
     (ec_split_bytes of it); built only, nothing launched.  Returns ([(kernel, shape,
@@ -156,7 +166,9 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
 
     ``choice``: the address of a choice record made on the GPU (ec/choice.cuh), or 0.
     With one, the split runs only if the record chose ``pr.dtype``'s parts, with the
-    record's scales, and the workspace is laid out for either part type."""
+    record's scales, and the workspace is laid out for either part type.  ``fold``: lo in
+    hi's units (ec_wgmma's FOLD), with the record's scales that put each matrix's largest
+    value just below 2^15."""
     if pr.dtype not in EC_METHODS:
         raise TypeError(f"the split pre-pass is for {', '.join(EC_METHODS)}, not {pr.dtype}")
     room, kp = _part_layout(pr, choice)
@@ -169,7 +181,7 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
         tiles = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
         return max(1, min(tiles, -(-EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count // nz)))
     grid = (max(blocks(pr.M, pr.K, nz_a), blocks(pr.K, pr.N, nz_b)), max(nz_a, nz_b), 2)
-    kernel, shape = _split_launch(pr.dtype, pr.op_a, pr.op_b, gpu, grid)
+    kernel, shape = _split_launch(pr.dtype, pr.op_a, pr.op_b, fold, gpu, grid)
     args = (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K),
             ops.A, np.int32(ops.lda), np.int64(ops.sa if nz_a > 1 else 0), np.int32(nz_a), np.float32(scale_a),
             ops.B, np.int32(ops.ldb), np.int64(ops.sb if nz_b > 1 else 0), np.int32(nz_b), np.float32(scale_b),
@@ -179,14 +191,15 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
 
 @contextmanager
 def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0, scale_b: float = 1.0,
-                       choice: int = 0):
+                       choice: int = 0, fold: int = 1):
     """The split pre-pass alone (what the benchmark times): ec_split_launches into a
     stream-ordered workspace, launched on ``stream``; yields the parts as
-    ec_split_launches returns them; freed in stream order on exit."""
+    ec_split_launches returns them; freed in stream order on exit.  ``fold``: the parts
+    for ec_wgmma's FOLD (its default) or for the four-set kernel."""
     from ...runtime.launch import launch_shaped, stream_workspace
     ws = stream_workspace(gpu, stream, ec_split_bytes(pr, ops, choice), SPLIT_WHAT)
     try:
-        launches, parts = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice, int(ws.handle))
+        launches, parts = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice, int(ws.handle), fold)
         for kernel, shape, args in launches:
             launch_shaped(kernel, shape, stream, args)
         yield parts
@@ -198,13 +211,15 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     """ec_wgmma's launches on the split workspace at ``workspace`` (PrePass.build): the
     split pre-pass's (ec_split_launches) and the GEMM's arguments: the standard eleven,
     the batch strides and the number of matrices (as the wgmma rung's: of A's and B's
-    strides the kernel asks only whether they are 0), the tensor maps of the four parts
-    (hi and lo of A, hi and lo of B^T), then scale_a and scale_b (the kernel divides them
-    out), the address of the choice record made on the GPU (0: none) and SPLITK.  Split,
+    strides the kernel asks whether they are 0, and FOLD's epilogue steps by them to sum an
+    element again), the tensor maps of the four parts (hi and lo of A, hi and lo of B^T),
+    then scale_a and scale_b (the kernel divides them out), the address of the choice
+    record made on the GPU (0: none), SPLITK and the caller's layouts (bit 0: A
+    transposed, bit 1: B; for FOLD's sums again).  Split,
     ``ops.C`` is split-K's workspace (ldc = N, alpha = 1, beta = 0: executor.Launcher) and
     C's stride is one partial product, M * N floats (02_ec_wgmma.cu).  Both operands
     are K-major, the layout TF32 wgmma needs and FP16 wgmma reads without its transpose
-    bit; A's parts in 128-row boxes, B^T's in 96-row boxes, 128 bytes of K each.  Each
+    bit; A's parts in 128-row boxes, B^T's in BN-row boxes, 128 bytes of K each.  Each
     map is 3-D over the parts of every matrix split (one for an operand the batch
     shares); ``backend``: their encoder (runtime.tma.maps_backend)."""
     pr = plan.problem
@@ -216,33 +231,42 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     strides = (0, 0, sc) if one else (ops.sa, ops.sb, sc)
     batch_args = tuple(np.int64(s) for s in strides) + (np.int32(max(ops.batch, 1)),)
     launches, (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b) = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice,
-                                                                           workspace)
-    box_k, bm, bn = 128 // eb, EC_WGMMA_BM, EC_WGMMA_BN
+                                                                           workspace, plan.params["FOLD"])
+    box_k, bm, bn = 128 // eb, EC_WGMMA_BM, plan.params["BN"]
     maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, backend, batch=nz, batch_stride=rows * kp)
                  for ptr, rows, box_rows, nz in ((a_hi, pr.M, bm, nz_a), (a_lo, pr.M, bm, nz_a),
                                                  (b_hi, pr.N, bn, nz_b), (b_lo, pr.N, bn, nz_b)))
+    trans = (pr.op_a == "T") | (pr.op_b == "T") << 1
     return launches, standard_args(pr, ops, alpha, beta) + batch_args + maps + plan.extra_args() + (
-        choice, np.int32(splits))
+        choice, np.int32(splits), np.int32(trans))
 
 
 SPEC = KernelSpec(
     name="ec_wgmma", rung=2, family="ec", dtypes=tuple(EC_METHODS), source="ec/02_ec_wgmma.cu",
     template="gemmlab::ec_wgmma",
     description="Hopper: A and B split once into their two parts by a pre-pass, then wgmma from a TMA ring "
-                "of four tiles a stage; each stage's main product added outside the tensor core into blocked "
-                "FP32 accumulators",
+                "of four tiles a stage; each stage's products added outside the tensor core into blocked "
+                "FP32 accumulators (FOLD: lo in hi's units, the stage's three products in one accumulator "
+                "set, 128 x 128 tiles)",
     params=(
-        TileParam("STAGES", (2, 3, 4), 4, "stages of the ring, each 56 KiB: hi and lo tiles of A (128 rows) "
-                                          "and of B^T (96 rows), 128 bytes of K"),
+        TileParam("STAGES", (2, 3, 4), 3, "stages of the ring, each 56 KiB (64 with BN = 128): hi and lo tiles "
+                                          "of A (128 rows) and of B^T (BN rows), 128 bytes of K"),
+        TileParam("BN", (EC_WGMMA_BN, EC_WGMMA_FOLD_BN), EC_WGMMA_DEFAULT_BN,
+                  "columns of the block's tile (128 needs FOLD's three accumulator sets)"),
+        TileParam("FOLD", (0, 1), 1, "1: lo kept in hi's units, corrections and main product of a stage in one "
+                                     "accumulator set (the FP16 parts scaled to just below 2^15 by the method "
+                                     "chosen on the GPU)"),
         TileParam("SPLITK", SPLITK_VALUES, 1, "slices of K (products with few tiles and a long K; >1 writes "
                                               "FP32 partial tiles to a workspace of SPLITK*M*N floats per "
                                               "matrix, which a reduction kernel adds into C)"),
     ),
     constraints=(
-        Constraint("dynamic shared memory, STAGES*56 KiB + 16*STAGES + 1024 bytes, must fit in the 227 KiB a "
-                   "Hopper block can have", lambda p: _smem(p) <= WGMMA_SMEM_LIMIT),
+        Constraint("dynamic shared memory, STAGES*(32 + BN/4) KiB + 16*STAGES + 1024 bytes, must fit in the "
+                   "227 KiB a Hopper block can have", lambda p: _smem(p) <= WGMMA_SMEM_LIMIT),
+        Constraint(f"BN = {EC_WGMMA_FOLD_BN} needs FOLD = 1 (four sets of 64 accumulators do not fit)",
+                   lambda p: p["BN"] == EC_WGMMA_BN or p["FOLD"] == 1),
     ),
-    template_args=lambda p, prob: (EC_METHODS[prob.dtype], p["STAGES"]),
+    template_args=lambda p, prob: (EC_METHODS[prob.dtype], p["STAGES"], p["BN"], p["FOLD"]),
     geometry=_geometry,
     variants=tuple(Problem(1, 1, 1, True, method) for method in EC_METHODS),
     arches=(WGMMA_SM90,),

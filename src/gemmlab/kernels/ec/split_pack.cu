@@ -13,6 +13,8 @@
 // host's launches) and every matrix of a batch (gridDim.y), src_stride elements
 // apart, their parts one after the other (M * ldp or N * ldp elements apart); the
 // grid is the larger operand's, and blocks the other does not need return.
+// FOLD = 1 writes lo in hi's units (EcSplit::split_folded) for ec_wgmma's FOLD,
+// with a choice record's scales that put the largest value just below 2^15.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 
@@ -33,7 +35,7 @@ using EcPart = typename wmma_types::Storage<EcSplit<METHOD>::DT>::type;
 // EC_SPLIT_PACK_TILES_IN_FLIGHT at a time.
 using EcSplitTiles = float[EC_SPLIT_PACK_TILES_IN_FLIGHT][EC_SPLIT_PACK_TILE][EC_SPLIT_PACK_TILE + 1];
 
-template <int METHOD, char OP, bool T_OUT>
+template <int METHOD, int FOLD, char OP, bool T_OUT>
 __device__ __forceinline__ void split_matrix(EcSplitTiles& tiles_smem, int rows, int cols,
                                              const float* __restrict__ src, int ld, float scale,
                                              EcPart<METHOD>* __restrict__ hi, EcPart<METHOD>* __restrict__ lo,
@@ -81,7 +83,10 @@ __device__ __forceinline__ void split_matrix(EcSplitTiles& tiles_smem, int rows,
                 const int r = r0 + tr, c = c0 + tc;
                 if (r < rows && c < cols) {
                     const long long at = T_OUT ? (long long)c * ldp + r : (long long)r * ldp + c;
-                    EcSplit<METHOD>::split(tiles_smem[f][tr][tc] * scale, hi[at], lo[at]);
+                    if constexpr (FOLD)
+                        EcSplit<METHOD>::split_folded(tiles_smem[f][tr][tc] * scale, hi[at], lo[at]);
+                    else
+                        EcSplit<METHOD>::split(tiles_smem[f][tr][tc] * scale, hi[at], lo[at]);
                 }
             }
         }
@@ -89,7 +94,7 @@ __device__ __forceinline__ void split_matrix(EcSplitTiles& tiles_smem, int rows,
     }
 }
 
-template <int METHOD, char OP_A, char OP_B>
+template <int METHOD, int FOLD, char OP_A, char OP_B>
 __global__ void __launch_bounds__(EC_SPLIT_PACK_THREADS, 8)   // 8 blocks an SM: the grid the host sizes (ec_wgmma.py)
 ec_split_pack(int M, int N, int K, const float* __restrict__ A, int lda, long long stride_a, int matrices_a,
               float scale_a, const float* __restrict__ B, int ldb, long long stride_b, int matrices_b, float scale_b,
@@ -100,13 +105,15 @@ ec_split_pack(int M, int N, int K, const float* __restrict__ A, int lda, long lo
     const long long z = blockIdx.y;   // this block's matrix of the batch
     if (blockIdx.z == 0) {
         if (z >= matrices_a) return;
-        const float scale = choice != nullptr ? ec_choice_scale(choice, CHOICE_SCALE_A) : scale_a;
-        split_matrix<METHOD, OP_A, false>(tile, M, K, A + z * stride_a, lda, scale, a_hi + z * M * ldp,
+        const float scale =
+            choice != nullptr ? ec_choice_scale(choice, FOLD ? CHOICE_TOP_SCALE_A : CHOICE_SCALE_A) : scale_a;
+        split_matrix<METHOD, FOLD, OP_A, false>(tile, M, K, A + z * stride_a, lda, scale, a_hi + z * M * ldp,
                                           a_lo + z * M * ldp, ldp);
     } else {
         if (z >= matrices_b) return;
-        const float scale = choice != nullptr ? ec_choice_scale(choice, CHOICE_SCALE_B) : scale_b;
-        split_matrix<METHOD, OP_B, true>(tile, K, N, B + z * stride_b, ldb, scale, b_hi + z * N * ldp,
+        const float scale =
+            choice != nullptr ? ec_choice_scale(choice, FOLD ? CHOICE_TOP_SCALE_B : CHOICE_SCALE_B) : scale_b;
+        split_matrix<METHOD, FOLD, OP_B, true>(tile, K, N, B + z * stride_b, ldb, scale, b_hi + z * N * ldp,
                                          b_lo + z * N * ldp, ldp);
     }
 }

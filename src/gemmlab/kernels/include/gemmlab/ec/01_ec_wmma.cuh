@@ -32,6 +32,12 @@ template <> struct EcSplit<METHOD_FP16_EC> {
         // range) gets lo = 0, so that Inf stays Inf instead of becoming Inf - Inf.
         lo = __hisinf(hi) ? __float2half_rn(0.0f) : __float2half_rn((x - __half2float(hi)) * LO_SCALE);
     }
+    // lo in hi's units (ec_wgmma's FOLD): x scaled so that its matrix's largest
+    // value lies just below 2^15 keeps lo's bits down to 2^-24, far below it.
+    __device__ static __forceinline__ void split_folded(float x, __half& hi, __half& lo) {
+        hi = __float2half_rn(x);
+        lo = __hisinf(hi) ? __float2half_rn(0.0f) : __float2half_rn(x - __half2float(hi));
+    }
 };
 
 template <> struct EcSplit<METHOD_TF32_EC> {
@@ -41,6 +47,7 @@ template <> struct EcSplit<METHOD_TF32_EC> {
         big = nvcuda::wmma::__float_to_tf32(x);
         small = isinf(big) ? 0.0f : nvcuda::wmma::__float_to_tf32(x - big);   // Inf stays Inf
     }
+    __device__ static __forceinline__ void split_folded(float x, float& big, float& small) { split(x, big, small); }
 };
 
 // Fill the two parts' fragments (one type, so one fragment map) from a

@@ -21,6 +21,10 @@ constexpr int CHOICE_NORMAL_A = 5;      // A's normal elements (0: no top)
 constexpr int CHOICE_NORMAL_B = 6;
 constexpr int CHOICE_WIDE_A = 7;        // A's normal elements more than 2^28 below its top
 constexpr int CHOICE_WIDE_B = 8;
+// For the kernels that keep lo in hi's units (ec_wgmma's FOLD): the scale that puts
+// A's largest value just below 2^15 whichever FP16 method was chosen (0 for TF32).
+constexpr int CHOICE_TOP_SCALE_A = 9;
+constexpr int CHOICE_TOP_SCALE_B = 10;
 constexpr int CHOICE_FIELDS = 16;       // room to grow; 128 bytes
 
 // Whether the record asks for the parts of `method` (scaled FP16 runs the FP16
