@@ -276,7 +276,7 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                     if constexpr (FOLD) {
                         v[e] = (again >> i) & 1 ? a : a * unscale_a * unscale_b;
                     } else {
-                        const float lo = corr[i % (FOLD ? 1 : BN / 2)] * Split::LO_WEIGHT;
+                        const float lo = corr[i] * Split::LO_WEIGHT;
                         v[e] = (isfinite(a) ? a + lo : a) * unscale_a * unscale_b;
                     }
                 }
