@@ -18,7 +18,8 @@
 // one accumulator set, corrections first: the tensor core's truncating adds then
 // meet the main product's magnitude only in its own four steps, as without FOLD.
 // The stage's sum is added in FP32 once all three products are done; the two
-// consumer warpgroups take turns on the tensor cores while the other adds.
+// consumer warpgroups take turns on the tensor cores while the other adds.  Inf
+// in the inputs meets Inf * 0 between the parts: ec_dot_again, below.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 #include <gemmlab/tensor/04_wgmma.cuh>
@@ -42,11 +43,11 @@ constexpr int EC_WGMMA_THREADS = 384;         // a producer and two consumer war
 // (KernelSpec.packed).  choice: null, or the record of the method chosen on the
 // GPU (precision="fp32_tc", ec/choice.cuh): both METHODs are launched (over the
 // same part buffers), the one not chosen returns at once, and the scales are the
-// record's.  stride_a, stride_b: the caller's batch strides, of which only
-// whether they are 0 is read (an operand every matrix shares is split once: its
-// maps hold one matrix, read at batch coordinate 0); stride_c: C's, used as is;
-// batch: the matrices of this launch.
-// SPLITS (split-K): the last argument, splits, cuts K into that many slices of
+// record's.  stride_a, stride_b: the caller's batch strides; the maps read only
+// whether they are 0 (an operand every matrix shares is split once: its maps hold
+// one matrix, read at batch coordinate 0), ec_dot_again steps by them; stride_c:
+// C's, used as is; batch: the matrices of this launch.
+// SPLITS (split-K): the argument splits cuts K into that many slices of
 // whole K-steps, and the persistent loop's work items become (matrix, slice,
 // tile), as in tensor/04_wgmma.cu.  Each item writes its FP32 partial tile to C,
 // which is then a workspace of splits partial products per matrix: item (z, s) at
