@@ -230,3 +230,13 @@ def test_auto_splits_ec_wgmma_where_its_tiles_leave_most_sms_idle():
     # A named kernel keeps its defaults (no split), and a caller's SPLITK is kept.
     assert gemmlab.plan("ec_wgmma", 128, 4096, 4096, dtype="fp16_ec", arch="sm_90a").params["SPLITK"] == 1
     assert gemmlab.plan("ec_wgmma", 128, 4096, 4096, dtype="fp16_ec", arch="sm_90a", SPLITK=7).params["SPLITK"] == 7
+
+
+def test_accuracy_defaults_add_ec_wgmma_where_it_builds():
+    """`gemmlab accuracy` without --methods: the default list, and on a target that builds
+    ec_wgmma (sm_90a) fp32_tc on it too -- at the default 256 x 256 auto runs ec_wmma there,
+    while the products that fill a Hopper GPU get ec_wgmma."""
+    from gemmlab.accuracy import METHODS, default_methods
+    assert default_methods("sm_90a") == list(METHODS) + ["fp32_tc:ec_wgmma"]
+    assert default_methods("sm_80") == default_methods("sm_89") == list(METHODS)
+    assert gemmlab.plan("auto", 256, 256, 1024, dtype="fp16_ec", arch="sm_90a").spec.name == "ec_wmma"

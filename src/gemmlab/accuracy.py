@@ -24,11 +24,18 @@ INPUT_SETS = {
     "normal": "N(0, 1)",
     "log_uniform": "random signs, magnitudes log-uniform over 2^-20 .. 2^20",
 }
-# "precision:kernel" runs that precision on a named kernel (default: auto, which is
-# ec_wgmma on Hopper and ec_wmma elsewhere); fp32_tc:ec_wmma puts the WMMA
-# implementation beside the Hopper one.
+# "precision:kernel" runs that precision on a named kernel (default: auto, which at the
+# default 256 x 256 is ec_wmma everywhere, ec_wgmma taking the products that fill a Hopper
+# GPU); fp32_tc:ec_wmma names the WMMA implementation, and on a GPU that builds ec_wgmma
+# the default list adds fp32_tc:ec_wgmma (default_methods), the kernel large products get.
 METHODS = ("sgemm_cublas", "fp32", "tf32", "fp16", "fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc",
            "fp32_tc:ec_wmma")
+
+
+def default_methods(arch: str) -> list[str]:
+    """METHODS, and fp32_tc on ec_wgmma where the target ``arch`` builds it (sm_90a)."""
+    from .kernels import registry
+    return list(METHODS) + (["fp32_tc:ec_wgmma"] if registry.get("ec_wgmma").builds_for(arch) else [])
 
 
 def make_inputs(name: str, rows: int, cols: int, rng) -> np.ndarray:

@@ -181,11 +181,15 @@ def cmd_bench_models(args) -> int:
 
 def cmd_accuracy(args) -> int:
     from . import ec
-    from .accuracy import INPUT_SETS, KS, METHODS, as_dicts, plot, run, table
+    from .accuracy import INPUT_SETS, KS, METHODS, as_dicts, default_methods, plot, run, table
     from .kernels import registry
     ks = [int(k) for k in args.ks.split(",")] if args.ks else list(KS)
     inputs = args.inputs.split(",") if args.inputs else list(INPUT_SETS)
-    methods = args.methods.split(",") if args.methods else list(METHODS)
+    if args.methods:
+        methods = args.methods.split(",")
+    else:   # the GPU's target decides whether ec_wgmma joins the defaults
+        from .runtime.device import gpu_info
+        methods = default_methods(gpu_info(0).arch)
     for name in inputs:
         if name not in INPUT_SETS:
             raise ValueError(f"unknown input set {name!r}; choose from {', '.join(INPUT_SETS)}")
@@ -405,7 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", help="comma list of input sets (default: uniform, uniform_small, uniform_large, "
                    "normal, log_uniform)")
     p.add_argument("--methods", help="comma list (default: sgemm_cublas, fp32, tf32, fp16, fp16_ec, "
-                   "fp16_ec_scaled, tf32_ec, fp32_tc, fp32_tc:ec_wmma); precision:kernel runs an error-corrected "
+                   "fp16_ec_scaled, tf32_ec, fp32_tc, fp32_tc:ec_wmma, and fp32_tc:ec_wgmma on Hopper); "
+                   "precision:kernel runs an error-corrected "
                    "precision on that kernel (ec_wmma, ec_wgmma) instead of auto's")
     p.add_argument("--size", type=int, default=256, help="M = N (default 256)")
     p.add_argument("--json", metavar="PATH")
