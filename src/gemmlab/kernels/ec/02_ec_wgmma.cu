@@ -36,6 +36,23 @@ constexpr int EC_WGMMA_BN = 96;               // without FOLD
 constexpr int EC_WGMMA_FOLD_BN = 128;         // the widest tile FOLD's three sets fit
 constexpr int EC_WGMMA_THREADS = 384;         // a producer and two consumer warpgroups
 
+// FOLD's answer where its sum is NaN.  Inputs with Inf give the parts' products
+// Inf * 0 (hi_A = Inf times an exact lo_B = 0) and Inf - Inf (a negative lo_B),
+// which the four-set kernel keeps out of the main product and FOLD cannot, so
+// such an element is summed again from A and B in FP32, k0 <= k < k1 (the work
+// item's slice), IEEE's Inf and NaN included.  Only elements whose inputs hold
+// Inf or NaN (or whose FP32 sums overflow) come here.
+__device__ __noinline__ float ec_dot_again(const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
+                                           int trans, int row, int col, int k0, int k1) {
+    float sum = 0.0f;
+    for (int k = k0; k < k1; ++k) {
+        const float a = trans & 1 ? A[elem_offset<'T'>(row, k, lda)] : A[elem_offset<'N'>(row, k, lda)];
+        const float b = trans & 2 ? B[elem_offset<'T'>(k, col, ldb)] : B[elem_offset<'N'>(k, col, ldb)];
+        sum = fmaf(a, b, sum);
+    }
+    return sum;
+}
+
 // METHOD: METHOD_FP16_EC or METHOD_TF32_EC.  scale_a, scale_b: the powers of two
 // the pre-pass multiplied A and B by (the scaled FP16 method; 1 otherwise); the
 // epilogue divides them out one at a time.  The layouts OPA, OPB are the
@@ -59,23 +76,6 @@ constexpr int EC_WGMMA_THREADS = 384;         // a producer and two consumer war
 // units (split_pack.cu's FOLD), one accumulator set for the three products.
 // trans: the caller's layouts (bit 0: A stored transposed, bit 1: B), which only
 // ec_dot_again reads.
-// FOLD's answer where its sum is NaN.  Inputs with Inf give the parts' products
-// Inf * 0 (hi_A = Inf times an exact lo_B = 0) and Inf - Inf (a negative lo_B),
-// which the four-set kernel keeps out of the main product and FOLD cannot, so
-// such an element is summed again from A and B in FP32, k0 <= k < k1 (the work
-// item's slice), IEEE's Inf and NaN included.  Only elements whose inputs hold
-// Inf or NaN (or whose FP32 sums overflow) come here.
-__device__ __noinline__ float ec_dot_again(const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
-                                           int trans, int row, int col, int k0, int k1) {
-    float sum = 0.0f;
-    for (int k = k0; k < k1; ++k) {
-        const float a = trans & 1 ? A[(long long)k * lda + row] : A[(long long)row * lda + k];
-        const float b = trans & 2 ? B[(long long)col * ldb + k] : B[(long long)k * ldb + col];
-        sum = fmaf(a, b, sum);
-    }
-    return sum;
-}
-
 template <int METHOD, int STAGES, int BN, int FOLD, char OPA, char OPB>
 __global__ void __launch_bounds__(EC_WGMMA_THREADS, 1)
 ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,

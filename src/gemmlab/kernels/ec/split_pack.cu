@@ -13,7 +13,7 @@
 // host's launches) and every matrix of a batch (gridDim.y), src_stride elements
 // apart, their parts one after the other (M * ldp or N * ldp elements apart); the
 // grid is the larger operand's, and blocks the other does not need return.
-// FOLD = 1 writes lo in hi's units (EcSplit::split_folded) for ec_wgmma's FOLD,
+// FOLD = 1 writes lo in hi's units (EcSplit::split<true>) for ec_wgmma's FOLD,
 // with a choice record's scales that put the largest value just below 2^15.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
@@ -83,10 +83,7 @@ __device__ __forceinline__ void split_matrix(EcSplitTiles& tiles_smem, int rows,
                 const int r = r0 + tr, c = c0 + tc;
                 if (r < rows && c < cols) {
                     const long long at = T_OUT ? (long long)c * ldp + r : (long long)r * ldp + c;
-                    if constexpr (FOLD)
-                        EcSplit<METHOD>::split_folded(tiles_smem[f][tr][tc] * scale, hi[at], lo[at]);
-                    else
-                        EcSplit<METHOD>::split(tiles_smem[f][tr][tc] * scale, hi[at], lo[at]);
+                    EcSplit<METHOD>::template split<FOLD>(tiles_smem[f][tr][tc] * scale, hi[at], lo[at]);
                 }
             }
         }

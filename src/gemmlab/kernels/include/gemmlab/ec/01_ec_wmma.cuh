@@ -26,28 +26,25 @@ template <> struct EcSplit<METHOD_FP16_EC> {
     static constexpr int DT = TYPE_FLOAT16;           // the parts' type
     static constexpr float LO_SCALE = 2048.0f;        // 2^11
     static constexpr float LO_WEIGHT = 1.0f / 2048.0f;
+    // FOLD (ec_wgmma's): lo in hi's units, without the 2^11 -- x scaled so that its
+    // matrix's largest value lies just below 2^15 keeps lo's bits down to 2^-24, far below it.
+    template <bool FOLD = false>
     __device__ static __forceinline__ void split(float x, __half& hi, __half& lo) {
         hi = __float2half_rn(x);
         // x - hi is exact in FP32.  An infinite hi (x infinite, or beyond FP16's
         // range) gets lo = 0, so that Inf stays Inf instead of becoming Inf - Inf.
-        lo = __hisinf(hi) ? __float2half_rn(0.0f) : __float2half_rn((x - __half2float(hi)) * LO_SCALE);
-    }
-    // lo in hi's units (ec_wgmma's FOLD): x scaled so that its matrix's largest
-    // value lies just below 2^15 keeps lo's bits down to 2^-24, far below it.
-    __device__ static __forceinline__ void split_folded(float x, __half& hi, __half& lo) {
-        hi = __float2half_rn(x);
-        lo = __hisinf(hi) ? __float2half_rn(0.0f) : __float2half_rn(x - __half2float(hi));
+        lo = __hisinf(hi) ? __float2half_rn(0.0f) : __float2half_rn((x - __half2float(hi)) * (FOLD ? 1.0f : LO_SCALE));
     }
 };
 
 template <> struct EcSplit<METHOD_TF32_EC> {
     static constexpr int DT = TYPE_TF32;              // TF32 in float storage
     static constexpr float LO_WEIGHT = 1.0f;
+    template <bool FOLD = false>   // small is in big's units either way
     __device__ static __forceinline__ void split(float x, float& big, float& small) {
         big = nvcuda::wmma::__float_to_tf32(x);
         small = isinf(big) ? 0.0f : nvcuda::wmma::__float_to_tf32(x - big);   // Inf stays Inf
     }
-    __device__ static __forceinline__ void split_folded(float x, float& big, float& small) { split(x, big, small); }
 };
 
 // Fill the two parts' fragments (one type, so one fragment map) from a
