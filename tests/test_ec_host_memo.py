@@ -384,7 +384,7 @@ def test_host_arguments_match_the_kernels_parameters(rec, splits):
 
 def test_fp16_ec_as_they_are_runs_the_four_set_kernel(rec):
     """precision="fp16_ec" (parts as they are, no scale) runs ec_wgmma's four-set kernel,
-    whose lo keeps its 2^11 (planner.plan_unscaled_fp16): auto splits its 128 x 96 tiles;
+    whose lo keeps its 2^11 (planner.plan_call): auto splits its 128 x 96 tiles;
     FOLD named by the caller is kept; fp32_tc's candidates run FOLD, whose parts are
     scaled by the choice."""
     M, N, K = 128, 4096, 4096

@@ -31,7 +31,7 @@ from .arrays import ITEMSIZE, allocator, stream_getter
 from .kernels import registry
 from .kernels.ec.choose_method import WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, DeviceChoice, Report
 from .planner import Batching, Call, KernelView, Plan, fp32_tc_on_cuda_cores, kernel_view, plan_call, plan_for_choice, \
-    plan_unscaled_fp16, result_side, storage_itemsize, batching
+    result_side, storage_itemsize, batching
 from .runtime import compile as rt_compile
 from .runtime.device import GPUInfo, make_current
 from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, allow_dynamic_smem, clusters_that_fit,
@@ -558,9 +558,7 @@ class PreparedCall:
         if thin:
             call = dataclasses.replace(call, dtypes={**call.dtypes, "dtype": "float32"})
             precision = None
-        p = plan_call(call, kv, bt, gpu, kernel, tile_params)
-        if precision == "fp16_ec":   # FP16 parts as they are: ec_wgmma's four-set kernel
-            p = plan_unscaled_fp16(p, call, kv, bt, gpu, kernel, tile_params)
+        p = plan_call(call, kv, bt, gpu, kernel, tile_params, precision)
         if thin:
             p = dataclasses.replace(p, method="fp32", reason=thin)
         self.empty = 0 in call.result_shape

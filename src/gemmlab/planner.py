@@ -745,33 +745,31 @@ def batching(kv: KernelView) -> Batching:
     return Batching(nz, tuple(zstr), offsets)
 
 
-def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_params: dict) -> Plan:
+def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_params: dict,
+              precision: str | None = None) -> Plan:
     """The plan for a validated call on ``gpu``, with every pointer of ``kv``
     known: 16-byte alignment and TMA's rules are checked on every matrix of the
-    batch."""
+    batch.  ``precision="fp16_ec"`` (FP16 parts as they are, no scale) runs
+    ec_wgmma's four-set kernel (registry.EC_WGMMA_UNSCALED_PARAMS, whose lo keeps
+    its 2^11) unless the caller named BN or FOLD; kernel="auto" then splits its
+    128 x 96 tiles over K by the same rule (ec_wgmma_auto_split)."""
     ia = kv.itemsize["A"]
     batch_strides = [bt.strides[:2]] + [off[:2] for off in bt.offsets]
     tma_ok = tma_aligned(kv.ptrs["A"], kv.M if kv.A.layout == "N" else call.K, kv.A.ld, kv.ptrs["B"],
                          call.K if kv.B.layout == "N" else kv.N, kv.B.ld, ia) \
         and all((s * ia) % 16 == 0 for st in batch_strides for s in st)
-    return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
-                op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok, gpu_name=gpu.name,
-                smem_limit=gpu.max_smem_per_block_optin, **call.dtypes,
-                **tile_params)
 
-
-def plan_unscaled_fp16(p: Plan, call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_params: dict) -> Plan:
-    """``p`` for precision="fp16_ec" (FP16 parts as they are, no scale): on ec_wgmma the
-    four-set kernel (registry.EC_WGMMA_UNSCALED_PARAMS, whose lo keeps its 2^11), unless
-    the caller named BN or FOLD; kernel="auto" splits its 128 x 96 tiles over K by the
-    same rule (ec_wgmma_auto_split)."""
-    if p.spec.name != "ec_wgmma" or {"BN", "FOLD"} & set(tile_params):
+    def planned(kernel, tile_params):
+        return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
+                    op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok,
+                    gpu_name=gpu.name, smem_limit=gpu.max_smem_per_block_optin, **call.dtypes, **tile_params)
+    p = planned(kernel, tile_params)
+    if precision != "fp16_ec" or p.spec.name != "ec_wgmma" or {"BN", "FOLD"} & set(tile_params):
         return p
     params = {**registry.EC_WGMMA_UNSCALED_PARAMS, **tile_params}
-    if kernel == "auto":
-        params["SPLITK"] = registry.ec_wgmma_auto_split(kv.M, kv.N, call.K, gpu.sm_count, bt.nz,
-                                                        bn=params["BN"])
-    return plan_call(call, kv, bt, gpu, "ec_wgmma", params)
+    if kernel == "auto":   # auto's choice of ec_wgmma stands; its split is the four-set tile's
+        params["SPLITK"] = registry.ec_wgmma_auto_split(kv.M, kv.N, call.K, gpu.sm_count, bt.nz, bn=params["BN"])
+    return planned("ec_wgmma", params)
 
 
 def plan_for_choice(p: Plan, choice: "ec.Choice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:

@@ -31,11 +31,11 @@ EC_WGMMA_BM, EC_WGMMA_BN, EC_WGMMA_THREADS = _K["EC_WGMMA_BM"], _K["EC_WGMMA_BN"
 EC_WGMMA_FOLD_BN = _K["EC_WGMMA_FOLD_BN"]
 # precision="fp16_ec" (FP16 parts as they are, no scale) runs the four-set kernel unless the
 # caller names BN or FOLD: FOLD's lo, in hi's units, has FP16's absolute quantum 2^-24, which
-# only the scale fp32_tc's choice applies puts far below every value (PreparedCall).
+# only the scale fp32_tc's choice applies puts far below every value (planner.plan_call).
 EC_WGMMA_UNSCALED_PARAMS = {"BN": EC_WGMMA_BN, "FOLD": 0, "STAGES": 4}
 # The default tile: FOLD's 128 x 128 (on an H100 4-11% faster than 128 x 96 with four sets:
 # benchmarks/NOTES.md, run 91); kernel="auto"'s rules count tiles of this width.
-EC_WGMMA_DEFAULT_BN = EC_WGMMA_FOLD_BN
+EC_WGMMA_DEFAULT_BN, EC_WGMMA_DEFAULT_FOLD = EC_WGMMA_FOLD_BN, 1
 
 # The split pre-pass: (METHOD, stored layout of A, stored layout of B).
 EC_SPLIT_PACK_SOURCE = KERNEL_DIR / "ec" / "split_pack.cu"
@@ -152,7 +152,7 @@ SPLIT_WHAT = "ec_wgmma, for the split parts of a and b,"
 
 
 def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, choice: int, workspace: int,
-                      fold: int = 0):
+                      fold: int):
     """The launch that splits op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec)
     into their hi and lo parts with ec/split_pack.cu, into the workspace at ``workspace``
     (ec_split_bytes of it); built only, nothing launched.  Returns ([(kernel, shape,
@@ -191,7 +191,7 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
 
 @contextmanager
 def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0, scale_b: float = 1.0,
-                       choice: int = 0, fold: int = 1):
+                       choice: int = 0, fold: int = EC_WGMMA_DEFAULT_FOLD):
     """The split pre-pass alone (what the benchmark times): ec_split_launches into a
     stream-ordered workspace, launched on ``stream``; yields the parts as
     ec_split_launches returns them; freed in stream order on exit.  ``fold``: the parts
@@ -253,7 +253,7 @@ SPEC = KernelSpec(
                                           "of A (128 rows) and of B^T (BN rows), 128 bytes of K"),
         TileParam("BN", (EC_WGMMA_BN, EC_WGMMA_FOLD_BN), EC_WGMMA_DEFAULT_BN,
                   "columns of the block's tile (128 needs FOLD's three accumulator sets)"),
-        TileParam("FOLD", (0, 1), 1, "1: lo kept in hi's units, corrections and main product of a stage in one "
+        TileParam("FOLD", (0, 1), EC_WGMMA_DEFAULT_FOLD, "1: lo kept in hi's units, corrections and main product of a stage in one "
                                      "accumulator set (the FP16 parts scaled to just below 2^15 by the method "
                                      "chosen on the GPU)"),
         TileParam("SPLITK", SPLITK_VALUES, 1, "slices of K (products with few tiles and a long K; >1 writes "
