@@ -173,3 +173,22 @@ def test_overhead_host_rows_on_the_gpu():
     assert {r.library for r in rows} == {"gemmlab", "torch", "cupy"}
     assert all(r.host_us > 0 and len(r.us_all) == 2 for r in rows)
     assert all(r.torch_us is not None for r in rows if r.library == "gemmlab")
+
+
+def test_time_rounds_rotates_the_order_and_pools_each_calls_runs(monkeypatch):
+    """timing.time_rounds: every call once a round through time_gpu (host time included by
+    default), the first call of round r being the r-th, each call's runs pooled into one median."""
+    from gemmlab.bench import timing
+    order, seen = [], []
+
+    def fake(fn, **kw):
+        seen.append(kw)
+        fn()
+        return Timing(None, [float(len(order))])
+    monkeypatch.setattr(timing, "time_gpu", fake)
+    calls = {name: (lambda name=name: order.append(name)) for name in ("a", "b", "c")}
+    out = timing.time_rounds(calls, l2_bytes=1 << 20, rounds=4)
+    assert order == list("abc" "bca" "cab" "abc")
+    assert all(kw["host"] and kw["l2_bytes"] == 1 << 20 and kw["reps"] == 3 for kw in seen)
+    assert out["a"].ms_all == [1.0, 6.0, 8.0, 10.0] and out["a"].ms == 7.0   # a ran 1st, 6th, 8th, 10th
+    assert list(out) == ["a", "b", "c"] and all(len(t.ms_all) == 4 for t in out.values())

@@ -1,7 +1,7 @@
 """ec_wgmma with FOLD (lo in hi's units, one accumulator set for the three products of a
 stage; BN 96 or 128) beside the four-set kernel: error against FP64 on `gemmlab accuracy`'s
 input sets, and the public fp32_tc call's time beside cuBLAS SGEMM (TF32 off), configurations
-alternating round by round so that the GPU's clock and power state fall on each alike.
+interleaved (bench.timing.time_rounds) so that the GPU's clock and power state fall on each alike.
 
     python3 benchmarks/experiments/ec_fold.py [accuracy] [speed] [--sizes 4096,8192,16384x4096x4096]
 """
@@ -12,7 +12,7 @@ import torch
 
 import gemmlab
 from gemmlab.accuracy import make_inputs
-from gemmlab.bench.timing import time_gpu
+from gemmlab.bench.timing import time_rounds
 from gemmlab.runtime.device import gpu_info
 
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -74,13 +74,10 @@ if "accuracy" in parts:
                   flush=True)
 
 if "speed" in parts:
-    # One call of each configuration in turn (the order rotating every round), each after
-    # an L2 flush from an idle GPU, events around the call (the public figure's method):
-    # at the GPU's power limit a configuration timed after another runs on a warmer GPU,
-    # so rounds of one configuration at a time favour whichever runs first.
+    # Configurations in turn, the order rotating from round to round (bench.timing.time_rounds):
+    # at the GPU's power limit a configuration timed after another runs on a warmer GPU, so
+    # rounds of one configuration at a time favour whichever runs first.
     g = gpu_info(0)
-    flush = torch.empty(2 * g.l2_bytes // 4, device="cuda")
-    rounds = 15
     for size in sizes.split(","):
         M, N, K = (int(x) for x in size.split("x")) if "x" in size else (int(size),) * 3
         a = torch.rand(M, K, device="cuda") * 2 - 1
@@ -90,22 +87,8 @@ if "speed" in parts:
         for name, p in CONFIGS.items():
             calls[f"fp32_tc {name}"] = lambda p=p: gemmlab.matmul(a, b, out=c, precision="fp32_tc", kernel="ec_wgmma",
                                                                   **p)
-        for fn in calls.values():
-            fn()
-        times = {k: [] for k in calls}
-        names = list(calls)
-        for r in range(rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                flush.fill_(0.0)
-                torch.cuda.synchronize()
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                calls[name]()
-                e1.record()
-                e1.synchronize()
-                times[name].append(e0.elapsed_time(e1))
-        sg = float(np.median(times["SGEMM"]))
-        for name, ts in times.items():
-            med = float(np.median(ts))
-            print(f"{size:18} {name:28} median {med:8.3f} ms  (quartiles {np.percentile(ts, 25):.3f} "
-                  f"{np.percentile(ts, 75):.3f})  {sg / med:5.2f}x SGEMM", flush=True)
+        times = time_rounds(calls, l2_bytes=g.l2_bytes, rounds=5)
+        sg = times["SGEMM"].ms
+        for name, t in times.items():
+            print(f"{size:18} {name:28} median {t.ms:8.3f} ms  (quartiles {np.percentile(t.ms_all, 25):.3f} "
+                  f"{np.percentile(t.ms_all, 75):.3f})  {sg / t.ms:5.2f}x SGEMM", flush=True)

@@ -82,3 +82,19 @@ def time_gpu(fn, *, l2_bytes: int, reps: int = 20, warmup: int = 2, flush: bool 
     events[-1][1].synchronize()
     times = [cp.cuda.get_elapsed_time(s, e) for s, e in events]
     return Timing(statistics.median(times), times)
+
+
+def time_rounds(calls: dict, *, l2_bytes: int, rounds: int, reps: int = 3, budget_s: float = 0.3,
+                host: bool = True) -> dict:
+    """Several calls (name -> fn) timed by time_gpu in turn, round after round, the order
+    rotating from round to round, each call's runs pooled into one median: at a GPU's
+    power limit a call timed in one block runs on whatever state the calls before it
+    left, and interleaved every call meets the same mix (benchmarks/NOTES.md, run 91).
+    ``host``: time_gpu's (default: the public-call figure)."""
+    names = list(calls)
+    pooled = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            pooled[name] += time_gpu(calls[name], l2_bytes=l2_bytes, reps=reps, warmup=1, budget_s=budget_s,
+                                     host=host).ms_all
+    return {name: Timing(statistics.median(ms), ms) for name, ms in pooled.items()}
