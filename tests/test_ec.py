@@ -27,9 +27,10 @@ KERNELS = ["ec_wmma", "ec_wgmma", "ec_wgmma:BN=96,FOLD=0,STAGES=4"]
 
 
 def kw(kernel):
-    """matmul's kernel arguments for an entry of KERNELS: the name, then NAME=value tile parameters."""
-    name, _, params = kernel.partition(":")
-    return dict(kernel=name, **{k: int(v) for k, v in (p.split("=") for p in params.split(",") if p)})
+    """matmul's kernel arguments for an entry of KERNELS, "name:NAME=value,...", read as the CLI reads it."""
+    from gemmlab.cli import _kernel_entries
+    ((name, params),) = _kernel_entries([kernel], list)
+    return dict(kernel=name, **params)
 
 
 def needs(kernel):
