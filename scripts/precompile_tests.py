@@ -54,6 +54,8 @@ def main() -> int:
             items |= {(str(spec.source_path), spec.name_expression(params, prob))
                       for params, prob in spec.instantiations(configs)}
             items |= {(str(registry.EC_SPLIT_PACK_SOURCE), n) for n in registry.EC_SPLIT_PACK_KERNELS}
+            if spec.name == "ec_wgmma":
+                items |= {(str(registry.EC_SPLIT_SCALED_SOURCE), n) for n in registry.EC_SPLIT_SCALED_KERNELS}
     from gemmlab.kernels.ec.choose_method import CHOOSE_KERNEL, CHOOSE_SOURCE
     items |= {(str(registry.EXPONENT_HISTOGRAM_SOURCE), registry.EXPONENT_HISTOGRAM_KERNEL),
               (str(CHOOSE_SOURCE), CHOOSE_KERNEL)}

@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
-AUX = ("splitk_reduce", "tf32_pack", "ec_split_pack", "exponent_histogram")
+AUX = ("splitk_reduce", "tf32_pack", "ec_split_pack", "ec_split_scaled", "exponent_histogram")
 LAB = ("fragment_dump", "wmma_ext_check", "wmma_ext_bench")
 
 
@@ -80,6 +80,8 @@ def _list_jobs(arch: str, kernels: set[str] | None) -> list[tuple[str, str, str]
             jobs += [("tf32_pack", rel(r.TF32_PACK_SOURCE), n) for n in r.TF32_PACK_KERNELS]
         if want("ec_split_pack"):
             jobs += [("ec_split_pack", rel(r.EC_SPLIT_PACK_SOURCE), n) for n in r.EC_SPLIT_PACK_KERNELS]
+        if want("ec_split_scaled") and hasattr(r, "EC_SPLIT_SCALED_KERNELS"):
+            jobs += [("ec_split_scaled", rel(r.EC_SPLIT_SCALED_SOURCE), n) for n in r.EC_SPLIT_SCALED_KERNELS]
     if arch in ("sm_80", "sm_90a"):   # wmma_ext.cuh exists for these only
         from gemmlab import fragments as fr
         from gemmlab.bench import wmma_ext as bench

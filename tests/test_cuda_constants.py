@@ -119,14 +119,16 @@ def test_sources_named_by_the_registry_hold_the_constants():
     assert registry.get("ec_wgmma").source_path == KERNEL_DIR / "ec" / "02_ec_wgmma.cu"
 
 
-def test_the_method_choice_rules_are_read_from_choose_method_cu():
-    """gemmlab.ec's rules and choose_method.cu's are one set of constants, and the
+def test_the_method_choice_rules_are_read_from_choice_rules_cuh():
+    """gemmlab.ec's rules and the kernels' (choice_rules.cuh) are one set of constants, and the
     choice record's fields and method codes are choice.cuh's and type_codes.cuh's."""
-    c = read_constants("ec/choose_method.cu")
+    c = read_constants("include/gemmlab/ec/choice_rules.cuh")
     assert (ec.FP16_TOP, ec.FP16_NORMAL_MIN, ec.MAX_SCALE_EXPONENT, ec.WIDE_BINADES) == \
         (c["FP16_TOP"], c["FP16_NORMAL_MIN"], c["MAX_SCALE_EXPONENT"], c["WIDE_BINADES"])
     assert ec.UNDERFLOW_LIMIT == c["UNDERFLOW_NUM"] / c["UNDERFLOW_DEN"]
-    assert c["CHOOSE_THREADS"] == read_constants("ec/exponent_histogram.cu")["EXPONENT_BINS"]
+    assert read_constants("ec/choose_method.cu")["CHOOSE_THREADS"] == \
+        read_constants("ec/exponent_histogram.cu")["EXPONENT_BINS"]
+    assert "FP16_TOP" not in read_constants("ec/choose_method.cu")   # written once
     r = read_constants("include/gemmlab/ec/choice.cuh")
     assert ec.CHOICE == {k[len("CHOICE_"):].lower(): v for k, v in r.items() if k != "CHOICE_FIELDS"}
     assert max(ec.CHOICE.values()) < r["CHOICE_FIELDS"]

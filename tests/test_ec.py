@@ -7,6 +7,7 @@ import pytest
 import gemmlab
 from gemmlab.accuracy import make_inputs
 from gemmlab.verify import compare, reference
+from ec_expect import fp32_tc_method
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -98,11 +99,11 @@ def test_fp32_tc_reports_its_choice(cases, inputs, method):
     gemmlab.matmul(a, b, precision="fp32_tc")
     p = gemmlab.last_plan()
     from gemmlab.runtime.device import gpu_info
-    assert p.method == method and p.reason
+    assert p.method == fp32_tc_method(p, method) and p.reason
     gpu = gpu_info(0)   # the rung auto takes for this shape here (ec_wgmma only where its tiles fill the GPU)
     assert p.spec.name == gemmlab.plan("auto", a.shape[0], b.shape[1], a.shape[1], dtype=p.problem.dtype,
                                        arch=gpu.arch, sm_count=gpu.sm_count).spec.name
-    assert f"[{method}]" in p.describe()
+    assert f"[{fp32_tc_method(p, method)}]" in p.describe()
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -353,9 +354,11 @@ class _SplitAndGemmLaunches:
         real_gemm, real_shaped = executor.launch, executor.launch_shaped
 
         def shaped(kernel, shape, stream, args):
-            if any(kernel is k for k, _ in ec_wgmma._split_launches.values()):
+            split = next((key for key, (k, _) in ec_wgmma._split_launches.items() if k is kernel), None)
+            if split is not None:
                 self.split_grids.append(tuple(shape.grid))
-                self.split_matrices.append((int(args[6]), int(args[11])))   # matrices_a, matrices_b
+                # matrices_a, matrices_b: split_scaled.cu's B has no scale argument before them
+                self.split_matrices.append((int(args[6]), int(args[10 if split[0] == "scaled" else 11])))
             elif kernel is reduce:
                 self.reductions += 1
             elif not any(kernel is k for k in choice):
@@ -536,7 +539,7 @@ def test_ec_wgmma_split_k_under_a_choice_on_the_gpu(inputs, method, alpha, beta)
         out[...] = np.nan if beta == 0 else c0
         gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, precision="fp32_tc", kernel="ec_wgmma", SPLITK=3)
         p = _split_ran(3)
-        assert p.method == method, p.reason
+        assert p.method == fp32_tc_method(p, method), p.reason
         ref = reference(a, b, alpha, beta, c0, keep_on_gpu=True)
         sgemm = compare(np.float32(alpha) * (a @ b) + np.float32(beta) * c0, ref).rel_fro
         err = compare(out, ref)
@@ -575,7 +578,7 @@ def test_auto_splits_a_128_token_product_on_ec_wgmma(monkeypatch):
         out.fill(np.nan)
         gemmlab.matmul(a, b, out=out, precision="fp32_tc")
         p = gemmlab.last_plan()
-        assert p.spec.name == "ec_wgmma" and p.params["SPLITK"] > 1 and p.method == "fp16_ec", p.describe()
+        assert p.spec.name == "ec_wgmma" and p.params["SPLITK"] > 1 and p.method == "fp16_ec_scaled", p.describe()
         tiles = -(-M // 128) * -(-N // p.params["BN"])
         assert tiles * p.params["SPLITK"] <= gpu_info(0).sm_count
         err = compare(out, ref)

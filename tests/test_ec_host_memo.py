@@ -86,7 +86,8 @@ def rec(monkeypatch):
         def __init__(self, gpu, stream):
             self.ptr = 0x30000
     monkeypatch.setattr(executor, "Report", Report)
-    monkeypatch.setattr(choose_method.DeviceChoice, "zero", lambda self, stream, ws: r.log.append(("zero", ws, ())))
+    monkeypatch.setattr(executor, "zero_workspace", lambda stream, ws: r.log.append(("zero", ws, ())))
+    monkeypatch.setattr(executor, "copy_record", lambda stream, dst, record: r.log.append(("copy", dst, (record,))))
     real_init = executor.Launcher.__init__
 
     def init(self, *a, **kw):   # count the argument sets each launcher builds
@@ -125,9 +126,11 @@ def test_a_repeated_call_launches_what_the_first_built(rec):
     out = np.empty((70, 50), np.float32)
     _call(a, b, out)
     first, built = rec.launches(), rec.builds
-    # The choice (memset, histograms, choose), then each candidate's split and GEMM.
+    # The record zeroed, each candidate's split (the FP16 one, split_scaled.cu, chooses) and
+    # GEMM, then the record copied to the report: no histograms, no choose kernel.
     kernels = [k for k, _, _ in first]
-    assert kernels[0] == "zero" and kernels.count(choose_method.CHOOSE_KERNEL) == 1
+    assert kernels[0] == "zero" and kernels[-1] == "copy" and choose_method.CHOOSE_KERNEL not in kernels
+    assert kernels[1] == registry.ec_split_scaled_kernel("N", "N", 1)
     gemms = [k for k in kernels if k.startswith("gemmlab::ec_wgmma")]
     assert len(gemms) == 2 and built == 2   # the FP16 and the TF32 candidate, each built once
     for _ in range(3):
@@ -136,7 +139,7 @@ def test_a_repeated_call_launches_what_the_first_built(rec):
         _same(first, again)
     assert rec.builds == built
     # The argument tuples themselves are the ones built by the first call.
-    assert all(x[2] is y[2] for x, y in zip(first, again) if x[0] != "zero")
+    assert all(x[2] is y[2] for x, y in zip(first, again) if x[0] not in ("zero", "copy"))
 
 
 def test_anything_new_builds_again_with_its_values(rec):
@@ -166,9 +169,10 @@ def test_anything_new_builds_again_with_its_values(rec):
     _call(a2, b, out, alpha=0.5)
     assert rec.builds == built + 8
     record = rec.address["choice"] + choose_method.RECORD_OFFSET
-    # The split pre-pass takes the record last, the GEMM before its SPLITK and the layouts.
-    assert all(args[-3 if k.startswith("gemmlab::ec_wgmma") else -1] == record
-               for k, _, args in rec.launches() if k.startswith(("gemmlab::ec_wgmma", "gemmlab::ec_split_pack")))
+    # The split pre-passes take the record last, the GEMM before its SPLITK, the layouts and
+    # the inverse scales.
+    assert all(args[-5 if k.startswith("gemmlab::ec_wgmma") else -1] == record
+               for k, _, args in rec.launches() if k.startswith(("gemmlab::ec_wgmma", "gemmlab::ec_split")))
 
 
 def test_a_workspace_not_kept_is_never_remembered(rec):
@@ -185,17 +189,23 @@ def test_a_workspace_not_kept_is_never_remembered(rec):
     assert all(not run._prepass_memo for _, run in prepared.chooser.candidates)
 
 
-def test_the_memos_are_bounded(rec):
+# fp32_tc on the four-set kernel: the choice by histograms and choose_method.cu, whose
+# launches a prepared call keeps per set of addresses (on FOLD split_scaled.cu chooses).
+HISTOGRAMS = {"BN": 96, "FOLD": 0}
+
+
+@pytest.mark.parametrize("tile", [HISTOGRAMS, {}], ids=["histograms", "per-row"])
+def test_the_memos_are_bounded(rec, tile):
     b = _operands()[1]
     out = np.empty((70, 50), np.float32)
     keep = []
     for seed in range(executor.ARGS_KEPT + 5):
         a = _operands(seed)[0]
         keep.append(a)                  # each at its own address
-        _call(a, b, out)
+        _call(a, b, out, **tile)
         rec.launches()
     prepared = next(iter(executor.CACHE._d.values()))
-    assert 0 < len(prepared.chooser._kept) <= executor.ARGS_KEPT
+    assert (0 < len(prepared.chooser._kept) <= executor.ARGS_KEPT) if tile else not prepared.chooser._kept
     for _, run in prepared.chooser.candidates:
         assert 0 < len(run._prepass_memo) <= executor.ARGS_KEPT
 
@@ -205,8 +215,8 @@ def test_the_split_kernels_are_the_prepared_ones(rec):
     a, b = _operands()
     out = np.empty((70, 50), np.float32)
     _call(a, b, out)
-    splits = [k for k, _, _ in rec.launches() if k.startswith("gemmlab::ec_split_pack")]
-    assert splits and set(splits) <= {k for k, _ in ec_wgmma._split_launches.values()}
+    splits = [k for k, _, _ in rec.launches() if k.startswith("gemmlab::ec_split")]
+    assert len(splits) == 2 and set(splits) <= {k for k, _ in ec_wgmma._split_launches.values()}
 
 
 def test_one_histogram_launch_counts_both_operands(rec):
@@ -215,7 +225,7 @@ def test_one_histogram_launch_counts_both_operands(rec):
     from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, HISTOGRAM_WARPS
     a, b = _operands(M=300, K=40, N=20)
     out = np.empty((300, 20), np.float32)
-    _call(a, b, out)
+    _call(a, b, out, **HISTOGRAMS)
     hists = [(g, args) for k, g, args in rec.launches() if k == EXPONENT_HISTOGRAM_KERNEL]
     assert len(hists) == 1
     grid, args = hists[0]
@@ -243,18 +253,34 @@ def test_histogram_launches_pair_the_operands_chunks():
 
 def test_one_split_launch_takes_both_operands(rec):
     """Each candidate's split pre-pass: one launch, blockIdx.z the operand, A's parts then
-    B^T's in the workspace, both candidates into the same buffers (a choice's layout)."""
+    B^T's in the workspace, both candidates into the same buffers (a choice's layout).  The
+    FP16 candidate's is split_scaled.cu: a cluster per 32 rows of A (columns of B), the
+    inverse scales after the parts, the count of blocks that split something, the record."""
     a, b = _operands(M=300, K=40, N=20)
     out = np.empty((300, 20), np.float32)
     _call(a, b, out)
-    splits = [(k, g, args) for k, g, args in rec.launches() if k.startswith("gemmlab::ec_split_pack")]
-    assert [k for k, _, _ in splits] == ["gemmlab::ec_split_pack<0, 1, 'N', 'N'>", "gemmlab::ec_split_pack<1, 1, 'N', 'N'>"]
+    (k16, g16, a16), (k32, g32, a32) = [(k, g, args) for k, g, args in rec.launches()
+                                        if k.startswith("gemmlab::ec_split")]
+    assert (k16, k32) == (registry.ec_split_scaled_kernel("N", "N", 1), "gemmlab::ec_split_pack<1, 1, 'N', 'N'>")
     ws, kp = rec.address["scratch"], 40   # K padded to 8 elements
     a_part, b_part = 300 * kp * 4, 20 * kp * 4
-    for _, grid, args in splits:
-        assert grid == (-(-300 // 32) * -(-40 // 32), 1, 2)   # A's tiles, more than B's
-        assert args[:7] == (300, 20, 40, a.ctypes.data, 40, 0, 1) and args[8:12] == (b.ctypes.data, 20, 0, 1)
-        assert args[13:18] == (ws, ws + a_part, ws + 2 * a_part, ws + 2 * a_part + b_part, kp)
+    parts = (ws, ws + a_part, ws + 2 * a_part, ws + 2 * a_part + b_part)
+    record = rec.address["choice"] + choose_method.RECORD_OFFSET
+    assert g16 == (-(-300 // 32), 1, 2)   # one block (K = 40 fits its registers) per 32 rows of A, more than B's
+    assert a16[:11] == (300, 20, 40, a.ctypes.data, 40, 0, 1, b.ctypes.data, 20, 0, 1)
+    scales = parts[3] + b_part
+    assert a16[11:] == parts + (kp, scales, scales + 4 * 300, -(-300 // 32) + 1, record)
+    assert g32 == (-(-300 // 32) * -(-40 // 32), 1, 2)   # A's tiles, more than B's
+    assert a32[:7] == (300, 20, 40, a.ctypes.data, 40, 0, 1) and a32[8:12] == (b.ctypes.data, 20, 0, 1)
+    assert a32[13:18] == parts + (kp,) and a32[-1] == record
+
+
+def test_split_scaled_clusters_follow_k():
+    """split_scaled.cu's cluster: the fewest blocks (1, 2, 4, 8) whose share of K fits a
+    block's registers, 8 beyond (each block then reads its share twice)."""
+    chunk = ec_wgmma.EC_SCALED_CHUNK
+    assert [ec_wgmma.ec_scaled_cluster(k) for k in (1, chunk, chunk + 1, 2 * chunk, 4 * chunk + 1, 8 * chunk,
+                                                    8 * chunk + 1, 100 * chunk)] == [1, 1, 2, 2, 8, 8, 8, 8]
 
 
 # -- split-K: each candidate's partial products into split-K's workspace, then its reduction ------
@@ -286,7 +312,8 @@ def test_split_k_gemms_write_the_workspace_and_reductions_read_the_record(rec):
                                    "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>", reduce], [k for k, _ in ran]
     for (gemm, g), (_, r), method in zip(ran[::2], ran[1::2], (0, 1)):
         assert (g[3], g[8], g[9], g[10], g[13], g[14]) == (1.0, 0.0, ws, N, M * N, 1), gemm
-        assert g[-3] == record and type(g[-2]) is np.int32 and g[-2] == 3 and g[-1] == 0, gemm
+        assert g[-5] == record and type(g[-4]) is np.int32 and g[-4] == 3 and g[-3] == 0, gemm
+        assert (g[-2] != 0 and g[-1] != 0) == (method == 0), gemm   # split_scaled.cu's inverse scales: FP16 only
         assert r == (M, N, 3, ws, np.float32(0.5), np.float32(2.0), out.ctypes.data, N, 0, record, method), r
         assert type(r[-1]) is np.int32
     assert registry.EC_METHODS == {"fp16_ec": 0, "tf32_ec": 1}
@@ -317,7 +344,7 @@ def test_split_k_without_a_choice_reduces_unconditionally(rec):
     (gemm, g), (reduce, r) = _split_launches(rec.launches())
     # fp16_ec (parts as they are): the four-set kernel (registry.EC_WGMMA_UNSCALED_PARAMS)
     assert gemm == "gemmlab::ec_wgmma<0, 4, 96, 0, 'N', 'N'>" and reduce == registry.splitk_reduce_kernel("float32")
-    assert (g[9], g[13], g[-3], g[-2]) == (rec.address["splitk"], M * N, 0, 2)
+    assert (g[9], g[13], g[-5], g[-4], g[-2], g[-1]) == (rec.address["splitk"], M * N, 0, 2, 0, 0)
     assert r[:4] == (M, N, 2, rec.address["splitk"]) and r[-2:] == (0, 0) and type(r[-1]) is np.int32
 
 
@@ -328,7 +355,7 @@ def test_unsplit_gemm_passes_one_split_and_its_own_c(rec):
     ran = _split_launches(rec.launches())
     assert [k for k, _ in ran] == ["gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>", "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>"]
     for _, g in ran:
-        assert (g[9], g[10], g[13], g[-2]) == (out.ctypes.data, 50, 0, 1) and type(g[-2]) is np.int32
+        assert (g[9], g[10], g[13], g[-4]) == (out.ctypes.data, 50, 0, 1) and type(g[-4]) is np.int32
 
 
 def test_auto_splits_both_candidates_alike(rec):
@@ -343,7 +370,7 @@ def test_auto_splits_both_candidates_alike(rec):
     want = registry.ec_wgmma_auto_split(M, N, K, 132)
     assert want > 1
     gemms = [g for k, g in ran if k.startswith("gemmlab::ec_wgmma")]
-    assert len(gemms) == 2 and all(g[-2] == want for g in gemms), [g[-2] for g in gemms]
+    assert len(gemms) == 2 and all(g[-4] == want for g in gemms), [g[-4] for g in gemms]
     assert [r[2] for k, r in ran if k.startswith("gemmlab::splitk_reduce")] == [want, want]
     prepared = next(iter(executor.CACHE._d.values()))
     assert [p.params["SPLITK"] for p, _ in prepared.chooser.candidates] == [want, want]

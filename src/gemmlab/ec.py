@@ -89,6 +89,7 @@ class Choice:
     scale_a_exp: int = 0
     scale_b_exp: int = 0
     reason: str = ""
+    per_row: bool = False   # fp16_ec_scaled with a scale per row of op(A) and column of op(B) (then 0, 0 above)
 
     @property
     def kernel_dtype(self) -> str:
@@ -97,6 +98,7 @@ class Choice:
 
     @property
     def extra(self) -> dict:
+        """The scalar scales a plan passes its kernel (1 where each row and column has its own)."""
         return {"scale_a": 2.0 ** self.scale_a_exp, "scale_b": 2.0 ** self.scale_b_exp}
 
 
@@ -166,6 +168,8 @@ def choice_of_record(record, scaled_only: bool) -> Choice | None:
     method = CHOICE_METHODS.get(r["method"])
     if method is None:
         return None
+    if r["per_row"]:
+        return _per_row_choice(method, r)
     sa, sb = r["scale_a"], r["scale_b"]
     head = f"chosen on the GPU: {method}, scales 2^{sa} (A) and 2^{sb} (B)"
     if scaled_only:
@@ -176,6 +180,70 @@ def choice_of_record(record, scaled_only: bool) -> Choice | None:
         return _range_text(r[f"top_{side}"] if n else None, r[f"wide_{side}"] / n if n else 0.0)
     why = _WHY[method].format(sa=sa, sb=sb)
     return Choice(method, sa, sb, f"{head}; A: {rng('a')}; B: {rng('b')}; {why}")
+
+
+_PER_ROW_HEAD = "chosen on the GPU: {method}, scales per row of A and column of B"
+
+
+def _per_row_choice(method: str, r: dict) -> Choice:
+    """A record that split_scaled.cu wrote (per_row): its method and counts, said so."""
+    def rng(side):
+        n = r[f"normal_{side}"]
+        if not n:
+            return "no nonzero finite values"
+        return (f"largest magnitude 2^{r[f'top_{side}']}, {100 * r[f'wide_{side}'] / n:.2g}% more than "
+                f"2^{WIDE_BINADES} below their row's (column's) largest")
+    why = "FP16 after scaling each row and column" if method == "fp16_ec_scaled" else _WHY["tf32_ec"]
+    return Choice(method, 0, 0, f"{_PER_ROW_HEAD.format(method=method)}; A: {rng('a')}; B: {rng('b')}; {why}",
+                  per_row=True)
+
+
+@dataclass(frozen=True)
+class SegmentChoice:
+    """choose_per_row's answer: the Choice, each segment's scale exponent (rows of
+    op(A), columns of op(B), every matrix of a batch in turn) and the counts the record
+    holds."""
+
+    choice: Choice
+    scale_a: np.ndarray
+    scale_b: np.ndarray
+    counts: dict
+
+
+def _segment_stats(x: np.ndarray):
+    """(scale exponents, normal elements, those below FP16's normals once scaled, largest
+    biased exponent field of a normal element, any scale clamped) over the rows of ``x``
+    (a segment per row)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    field = ((bits >> 23) & 0xFF).astype(np.int64)
+    normal = (field >= 1) & (field <= 254)
+    top_field = np.where(normal, field, 0).max(axis=1) if x.shape[1] else np.zeros(x.shape[0], np.int64)
+    top = top_field - 127
+    s = np.where(top_field > 0, np.clip(FP16_TOP - top, -MAX_SCALE_EXPONENT, MAX_SCALE_EXPONENT), 0)
+    clamped = bool(np.any((top_field > 0) & (top + s > FP16_TOP)))
+    below = normal & (field < (FP16_NORMAL_MIN - s + 127)[:, None])
+    return s, int(normal.sum()), int(below.sum()), int(top_field.max(initial=0)), clamped
+
+
+def choose_per_row(op_a: np.ndarray, op_b: np.ndarray) -> SegmentChoice:
+    """What split_scaled.cu chooses (fp32_tc on ec_wgmma's FOLD), on host arrays: op(A)
+    as (..., M, K), op(B) as (..., K, N).  Each row of op(A) and column of op(B) is scaled
+    by the power of two that moves its largest magnitude just below 2^15
+    (fp16_scale_exponent's rule per segment); FP16 parts (fp16_ec_scaled) if, per operand,
+    no scale hit MAX_SCALE_EXPONENT and at most UNDERFLOW_NUM / UNDERFLOW_DEN of the normal
+    elements fall below FP16's normals once scaled; else TF32 parts."""
+    a = np.asarray(op_a, np.float32)
+    b = np.asarray(op_b, np.float32)
+    rows_a = a.reshape(-1, a.shape[-1])                                  # (batch * M, K)
+    rows_b = np.swapaxes(b, -1, -2).reshape(-1, b.shape[-2])             # (batch * N, K)
+    sa, na, ba, ta, ca = _segment_stats(rows_a)
+    sb, nb, bb, tb, cb = _segment_stats(rows_b)
+    fits_a = not ca and ba * UNDERFLOW_DEN <= na * UNDERFLOW_NUM
+    fits_b = not cb and bb * UNDERFLOW_DEN <= nb * UNDERFLOW_NUM
+    method = "fp16_ec_scaled" if fits_a and fits_b else "tf32_ec"
+    counts = {"normal_a": na, "normal_b": nb, "wide_a": ba, "wide_b": bb,
+              "top_a": ta - 127 if na else 0, "top_b": tb - 127 if nb else 0}
+    return SegmentChoice(_per_row_choice(method, {**counts, "method": method}), sa, sb, counts)
 
 
 # -- the GPU side ---------------------------------------------------------------------------

@@ -29,7 +29,9 @@ import numpy as np
 from . import ec
 from .arrays import ITEMSIZE, allocator, stream_getter
 from .kernels import registry
-from .kernels.ec.choose_method import WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, DeviceChoice, Report
+from .kernels.ec.choose_method import RECORD_OFFSET, WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, DeviceChoice, \
+    Report, copy_record, zero_workspace
+from .kernels.ec.ec_wgmma import splits_per_row
 from .planner import Batching, Call, KernelView, Plan, fp32_tc_on_cuda_cores, kernel_view, plan_call, plan_for_choice, \
     result_side, storage_itemsize, batching
 from .runtime import compile as rt_compile
@@ -489,7 +491,10 @@ class _DeviceChoice:
         methods = ("fp16_ec_scaled",) if self.scaled_only else ("fp16_ec", "tf32_ec")
         plans = [plan_for_choice(base, ec.Choice(m), gpu, kernel, tile_params, bt.nz) for m in methods]
         self.candidates = [(p, Launcher(p, gpu, lds, bt.nz, bt.strides)) for p in plans]
-        self.choice = DeviceChoice(gpu, ops_a, ops_b, self.scaled_only)
+        # fp32_tc on ec_wgmma's FOLD: the FP16 candidate's pre-pass (split_scaled.cu) chooses,
+        # from a scale per row and column, as it splits: no histograms, no choose kernel.
+        self.per_row = splits_per_row(plans[0], True)
+        self.choice = None if self.per_row else DeviceChoice(gpu, ops_a, ops_b, self.scaled_only)
         self.report = None      # allocated at the first call, on its stream
         self._kept = {}         # (A, B, workspace) -> the choice's launches and record address
         self.pending = ChosenOnDevice(self)
@@ -502,18 +507,23 @@ class _DeviceChoice:
         # stream, so that its address repeats and the launches built on it are kept too.
         ws = stream_workspace(self.gpu, stream, CHOICE_WORKSPACE_BYTES, "the fp32_tc method choice", slot="choice")
         try:
-            built = self._kept.get((A, B, ws.handle)) if ws.kept else None
-            if built is None:
-                built = self.choice.launches(A, B, ws.handle, self.report.ptr)
-                if ws.kept:
-                    _keep(self._kept, (A, B, ws.handle), built)
-            launches, record = built
-            self.choice.zero(stream, ws.handle)
+            if self.per_row:   # the record's sums zeroed; the FP16 candidate's split fills them and chooses
+                launches, record = (), ws.handle + RECORD_OFFSET
+            else:
+                built = self._kept.get((A, B, ws.handle)) if ws.kept else None
+                if built is None:
+                    built = self.choice.launches(A, B, ws.handle, self.report.ptr)
+                    if ws.kept:
+                        _keep(self._kept, (A, B, ws.handle), built)
+                launches, record = built
+            zero_workspace(stream, ws.handle)
             for kernel, shape, args in launches:
                 launch_shaped(kernel, shape, stream, args)
             for _, run in self.candidates:
                 for da, db, dc in offsets:
                     run.run(stream, A + da, B + db, C + dc, alpha, beta, record)
+            if self.per_row:
+                copy_record(stream, self.report.ptr, record)
         finally:
             ws.close(stream)   # in stream order, after the launches that read the record
         return self.pending

@@ -90,6 +90,22 @@ def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True
                 records.append(Record(gpu.name, "ec_split_pack", {"precision": method}, M, N, K, "float32", sp.ms,
                                       None, None, None, None, None, None, len(sp.ms_all),
                                       note="ec_wgmma's split of A and B into hi and lo parts, alone", path="kernel"))
+            # fp32_tc's pre-pass on FOLD: scales per row and column, the choice made in the same pass
+            # (each launch zeroes the record's sums again when it is done).
+            record = cp.zeros(CHOICE_FIELDS, cp.int64)
+
+            def split_scaled():
+                with ec_split_workspace(Problem(M, N, K, True, "fp16_ec"), gpu, stream,
+                                        Operands(a.data.ptr, K, b.data.ptr, N, 0, 0), choice=record.data.ptr,
+                                        fold=1, per_row=True):
+                    pass
+            sp = timer(split_scaled)
+            say(f"fp32_tc's split pre-pass of ec_wgmma (scales per row, choice made in it): {sp.ms:.3f} ms")
+            records.append(Record(gpu.name, "ec_split_scaled", {"precision": "fp32_tc"}, M, N, K, "float32", sp.ms,
+                                  None, None, None, None, None, None, len(sp.ms_all),
+                                  note="fp32_tc's split of A and B with a scale per row and column and the "
+                                       "method chosen in the same pass, alone", path="kernel"))
+            del record
         calls = [(precision or "fp32", ops_.public(kernel, {}, precision), partial(_row, precision))
                  for kernel, precision in entries]
         records += time_size(ops_, calls, paths=timed_paths(kernel_only), timer=timer, gpu=gpu, say=say)

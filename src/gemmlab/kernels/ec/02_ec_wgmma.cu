@@ -75,7 +75,10 @@ __device__ __noinline__ float ec_dot_again(const float* __restrict__ A, int lda,
 // BN: the tile's columns (96, or 128 with FOLD).  FOLD: the parts' lo in hi's
 // units (split_pack.cu's FOLD), one accumulator set for the three products.
 // trans: the caller's layouts (bit 0: A stored transposed, bit 1: B), which only
-// ec_dot_again reads.
+// ec_dot_again reads.  unscale_rows, unscale_cols (FOLD): null, or the inverse scales
+// of each row of op(A) and each column of op(B) that split_scaled.cu applied (one
+// array per matrix split, M and N floats apart), which the epilogue multiplies by
+// instead of the scalar scales.
 template <int METHOD, int STAGES, int BN, int FOLD, char OPA, char OPB>
 __global__ void __launch_bounds__(EC_WGMMA_THREADS, 1)
 ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
@@ -83,7 +86,8 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
          int batch, const __grid_constant__ hopper::TensorMap map_a_hi,
          const __grid_constant__ hopper::TensorMap map_a_lo, const __grid_constant__ hopper::TensorMap map_b_hi,
          const __grid_constant__ hopper::TensorMap map_b_lo, float scale_a, float scale_b,
-         const long long* __restrict__ choice, int splits, int trans) {
+         const long long* __restrict__ choice, int splits, int trans, const float* __restrict__ unscale_rows,
+         const float* __restrict__ unscale_cols) {
     using namespace hopper;
     if (choice != nullptr) {   // the method chosen on the GPU
         if (!ec_chosen<METHOD>(choice)) return;
@@ -248,6 +252,17 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         float* Cz = C + zs * stride_c;
         const int row0 = tm * BM + c * 64 + wq * 16 + lane / 4;
         const int col0 = tn * BN + 2 * (lane % 4);
+        // FOLD: the inverse scales of this tile's two rows and of its columns (per row and
+        // column where split_scaled.cu scaled, else the matrix's).
+        float unscale_row[2] = {unscale_a, unscale_a};
+        const float* unscale_col = nullptr;
+        if (FOLD && unscale_rows != nullptr) {
+            const long long z = zs / slices;
+            const float* rows = unscale_rows + (stride_a ? z : 0) * M;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) unscale_row[h] = row0 + 8 * h < M ? rows[row0 + 8 * h] : 1.0f;
+            unscale_col = unscale_cols + (stride_b ? z : 0) * N;
+        }
         // FOLD: an element whose sum is NaN (bit i of `again`: acc[i]) may be Inf * 0 or
         // Inf - Inf between the parts; ec_dot_again sums it in FP32 from A and B, into acc[i]
         // (then stored without the scales).  Only inputs with Inf or NaN take that branch.
@@ -275,7 +290,9 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                     const int i = 4 * j + 2 * h + e;
                     const float a = acc[i];
                     if constexpr (FOLD) {
-                        v[e] = (again >> i) & 1 ? a : a * unscale_a * unscale_b;
+                        const int col = col0 + 8 * j + e;
+                        const float unscale = unscale_col != nullptr && col < N ? unscale_col[col] : unscale_b;
+                        v[e] = (again >> i) & 1 ? a : a * unscale_row[h] * unscale;
                     } else {
                         const float lo = corr[i] * Split::LO_WEIGHT;
                         v[e] = (isfinite(a) ? a + lo : a) * unscale_a * unscale_b;

@@ -4,26 +4,14 @@
 // scaled_choice -- and writes the method and the scale exponents into the record
 // that the split pre-pass and the GEMMs read (ec/choice.cuh).  On the GPU so that
 // the call never waits for the host: the stream runs on, and the call can be
-// captured in a CUDA graph.  The rules' constants are written here only;
-// gemmlab.ec reads them.  One block, a thread per exponent bin.
+// captured in a CUDA graph.  The rules' constants are ec/choice_rules.cuh's,
+// which gemmlab.ec reads too.  One block, a thread per exponent bin.
 #include <gemmlab/ec/choice.cuh>
+#include <gemmlab/ec/choice_rules.cuh>
 
 namespace gemmlab {
 
 constexpr int CHOOSE_THREADS = 256;       // one per bin of exponent_histogram.cu (EXPONENT_BINS)
-constexpr int EXPONENT_BIAS = 127;        // bin e holds the normals in [2^(e-127), 2^(e-126))
-// Largest exponent a value may have for the FP16 methods: |x| < 2^15, inside FP16
-// (max 65504) with room for hi's rounding up.
-constexpr int FP16_TOP = 14;
-constexpr int FP16_NORMAL_MIN = -14;      // smallest exponent of a normal FP16 value: below it hi loses bits
-// The share of normal elements that may lie below FP16's normal range (after
-// scaling) before the FP16 methods give way to TF32 parts, as the ratio
-// UNDERFLOW_NUM / UNDERFLOW_DEN, so that both sides compare it exactly, in integers.
-// At 1/1000, U(-1, 1) inputs (2^-14 of them below 2^-14) stay on unscaled FP16.
-constexpr int UNDERFLOW_NUM = 1;
-constexpr int UNDERFLOW_DEN = 1000;
-constexpr int MAX_SCALE_EXPONENT = 64;    // scales within 2^-64 .. 2^64: scaling and unscaling are exact
-constexpr int WIDE_BINADES = 28;          // what scaled FP16 covers below a matrix's largest value
 
 // Every thread's N values summed over the block; every thread gets the totals.
 template <int N>
@@ -47,11 +35,6 @@ __device__ __forceinline__ void block_sum(unsigned long long (&v)[N]) {
 // Bin t's count if its elements lie below 2^e (ExponentStats.fraction_below's bins 1 .. e+127-1).
 __device__ __forceinline__ unsigned long long count_below(unsigned long long count, int t, int e) {
     return t < min(max(e + EXPONENT_BIAS, 1), 2 * EXPONENT_BIAS + 1) ? count : 0ull;
-}
-
-// gemmlab.ec.fp16_scale_exponent: the largest magnitude moved just below 2^15.
-__device__ __forceinline__ int scale_exponent(unsigned long long normal, int top) {
-    return normal == 0 ? 0 : min(max(FP16_TOP - top, -MAX_SCALE_EXPONENT), MAX_SCALE_EXPONENT);
 }
 
 // gemmlab.ec._fits: scaled by 2^s, the largest value fits and few enough fall below FP16's normals.
@@ -79,7 +62,7 @@ ec_choose_method(const unsigned long long* __restrict__ hist_a, const unsigned l
     }
     __syncthreads();
     const int top_a = int(top_bin[0]) - EXPONENT_BIAS, top_b = int(top_bin[1]) - EXPONENT_BIAS;
-    const int sa = scale_exponent(normals[0], top_a), sb = scale_exponent(normals[1], top_b);
+    const int sa = scale_exponent(normals[0] != 0, top_a), sb = scale_exponent(normals[1] != 0, top_b);
     // The elements below each threshold the rules (and the report) look at.
     unsigned long long below[6] = {count_below(ca, t, FP16_NORMAL_MIN), count_below(cb, t, FP16_NORMAL_MIN),
                                    count_below(ca, t, FP16_NORMAL_MIN - sa), count_below(cb, t, FP16_NORMAL_MIN - sb),

@@ -21,8 +21,9 @@ from .exponent_histogram import (EXPONENT_BINS, EXPONENT_HISTOGRAM_KERNEL, EXPON
 
 CHOOSE_SOURCE = KERNEL_DIR / "ec" / "choose_method.cu"
 CHOOSE_KERNEL = "gemmlab::ec_choose_method"
-_C = read_constants("ec/choose_method.cu")
-CHOOSE_THREADS, EXPONENT_BIAS = _C["CHOOSE_THREADS"], _C["EXPONENT_BIAS"]
+CHOOSE_THREADS = read_constants("ec/choose_method.cu")["CHOOSE_THREADS"]
+_C = read_constants("include/gemmlab/ec/choice_rules.cuh")
+EXPONENT_BIAS = _C["EXPONENT_BIAS"]
 FP16_TOP, FP16_NORMAL_MIN, MAX_SCALE_EXPONENT = _C["FP16_TOP"], _C["FP16_NORMAL_MIN"], _C["MAX_SCALE_EXPONENT"]
 UNDERFLOW_NUM, UNDERFLOW_DEN, WIDE_BINADES = _C["UNDERFLOW_NUM"], _C["UNDERFLOW_DEN"], _C["WIDE_BINADES"]
 
@@ -71,8 +72,7 @@ class DeviceChoice:
 
     def zero(self, stream: int, ws: int) -> None:
         """On ``stream``: zero the histograms at ``ws``, which the launches add into."""
-        d = self._driver
-        self._driver_call(d.cuMemsetD32Async(ws, 0, RECORD_OFFSET // 4, d.CUstream(stream)), "cuMemsetD32Async")
+        zero_workspace(stream, ws)
 
     def enqueue(self, stream: int, A: int, B: int, ws: int, report: int = 0) -> int:
         """On ``stream``: zero the histograms at ``ws`` (WORKSPACE_BYTES), count
@@ -84,6 +84,22 @@ class DeviceChoice:
         for kernel, shape, args in launches:
             launch_shaped(kernel, shape, stream, args)
         return record
+
+
+def zero_workspace(stream: int, ws: int) -> None:
+    """On ``stream``: zero the choice workspace at ``ws`` (WORKSPACE_BYTES): the histograms
+    and the record, whose sums split_scaled.cu adds into."""
+    from ...runtime.launch import driver, driver_call
+    d = driver()
+    driver_call(d.cuMemsetD32Async(ws, 0, WORKSPACE_BYTES // 4, d.CUstream(stream)), "cuMemsetD32Async")
+
+
+def copy_record(stream: int, dst: int, record: int) -> None:
+    """On ``stream``: the record at ``record`` copied to ``dst`` (a Report's buffer), for
+    a choice whose kernel does not write the report itself (split_scaled.cu)."""
+    from ...runtime.launch import driver, driver_call
+    d = driver()
+    driver_call(d.cuMemcpyDtoDAsync(dst, record, CHOICE_FIELDS * 8, d.CUstream(stream)), "cuMemcpyDtoDAsync")
 
 
 class Report:

@@ -52,6 +52,36 @@ def ec_split_pack_kernel(method: str, op_a: str, op_b: str, fold: int = 0) -> st
 EC_SPLIT_PACK_KERNELS = tuple(ec_split_pack_kernel(m, op_a, op_b, fold) for m in EC_METHODS for fold in (0, 1)
                               for op_a in "NT" for op_b in "NT")
 
+# fp32_tc's pre-pass on FOLD (split_scaled.cu): scales per row of op(A) and column of op(B),
+# the method chosen in the same pass.  (layouts, cluster size)
+EC_SPLIT_SCALED_SOURCE = KERNEL_DIR / "ec" / "split_scaled.cu"
+_S = read_constants("ec/split_scaled.cu")
+EC_SCALED_THREADS, EC_SCALED_SEGMENTS = _S["EC_SCALED_THREADS"], _S["EC_SCALED_SEGMENTS"]
+EC_SCALED_CHUNK, EC_SCALED_MAX_CLUSTER = _S["EC_SCALED_CHUNK"], _S["EC_SCALED_MAX_CLUSTER"]
+EC_SCALED_CLUSTERS = tuple(2 ** i for i in range(EC_SCALED_MAX_CLUSTER.bit_length()))   # 1, 2, 4, 8
+
+
+def ec_split_scaled_kernel(op_a: str, op_b: str, cluster: int) -> str:
+    return f"gemmlab::ec_split_scaled<'{op_a}', '{op_b}', {cluster}>"
+
+
+EC_SPLIT_SCALED_KERNELS = tuple(ec_split_scaled_kernel(op_a, op_b, cl) for op_a in "NT" for op_b in "NT"
+                                for cl in EC_SCALED_CLUSTERS)
+
+
+def ec_scaled_cluster(K: int) -> int:
+    """Blocks that share a row's (column's) K in split_scaled.cu: the fewest of 1, 2, 4, 8
+    whose shares fit the registers (EC_SCALED_CHUNK each), else 8 (longer shares are read twice)."""
+    return next((cl for cl in EC_SCALED_CLUSTERS if cdiv(K, cl) <= EC_SCALED_CHUNK), EC_SCALED_MAX_CLUSTER)
+
+
+def splits_per_row(plan, choice) -> bool:
+    """Whether ``plan`` with a choice record at ``choice`` is fp32_tc's FP16 candidate on
+    FOLD, whose pre-pass is split_scaled.cu: it scales per row and column and writes the
+    choice itself (no histograms, no choose_method.cu)."""
+    return bool(choice) and plan.spec.name == "ec_wgmma" and plan.params.get("FOLD") == 1 \
+        and plan.method == "fp16_ec"
+
 
 def _smem(p) -> int:
     """STAGES x 2 x (128 + BN) rows of 128 bytes, two barriers per stage, 1 KiB to align the ring."""
@@ -143,16 +173,18 @@ def _part_layout(pr, choice) -> tuple[int, int]:
 def ec_split_bytes(pr, ops: Operands, choice) -> int:
     """Bytes of the workspace the split parts of one launch take (PrePass.workspace_bytes):
     hi and lo of every matrix of A split (M x kp) and of B^T (N x kp); ``choice``: whether
-    a choice record is read (the layout for either part type)."""
+    a choice record is read (the layout for either part type, and room after the parts for
+    split_scaled.cu's inverse scales, a float per row of A and column of B)."""
     room, kp = _part_layout(pr, choice)
-    return 2 * (_matrices(ops, ops.sa) * pr.M + _matrices(ops, ops.sb) * pr.N) * kp * room
+    segments = _matrices(ops, ops.sa) * pr.M + _matrices(ops, ops.sb) * pr.N
+    return 2 * segments * kp * room + (4 * segments if choice else 0)
 
 
 SPLIT_WHAT = "ec_wgmma, for the split parts of a and b,"
 
 
 def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, choice: int, workspace: int,
-                      fold: int):
+                      fold: int, per_row: bool = False):
     """The launch that splits op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec)
     into their hi and lo parts with ec/split_pack.cu, into the workspace at ``workspace``
     (ec_split_bytes of it); built only, nothing launched.  Returns ([(kernel, shape,
@@ -168,7 +200,10 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
     With one, the split runs only if the record chose ``pr.dtype``'s parts, with the
     record's scales, and the workspace is laid out for either part type.  ``fold``: lo in
     hi's units (ec_wgmma's FOLD), with the record's scales that put each matrix's largest
-    value just below 2^15."""
+    value just below 2^15.  ``per_row`` (with a record, FP16 parts, FOLD:
+    splits_per_row): split_scaled.cu instead, which scales each row of op(A) and column of
+    op(B) and writes the record's choice; the parts tuple then ends with the addresses of
+    its inverse scales (after the parts), else with two zeros."""
     if pr.dtype not in EC_METHODS:
         raise TypeError(f"the split pre-pass is for {', '.join(EC_METHODS)}, not {pr.dtype}")
     room, kp = _part_layout(pr, choice)
@@ -176,6 +211,10 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
     a_part, b_part = nz_a * pr.M * kp * room, nz_b * pr.N * kp * room   # bytes of each part of A, of B^T
     a_hi, a_lo = workspace, workspace + a_part
     b_hi, b_lo = workspace + 2 * a_part, workspace + 2 * a_part + b_part
+
+    if per_row:
+        return _split_scaled_launch(pr, gpu, ops, choice, (a_hi, a_lo, b_hi, b_lo), kp, nz_a, nz_b,
+                                    workspace + 2 * (a_part + b_part))
 
     def blocks(rows, cols, nz):   # a few blocks per SM over the whole batch; they loop over the tiles
         tiles = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
@@ -186,20 +225,49 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
             ops.A, np.int32(ops.lda), np.int64(ops.sa if nz_a > 1 else 0), np.int32(nz_a), np.float32(scale_a),
             ops.B, np.int32(ops.ldb), np.int64(ops.sb if nz_b > 1 else 0), np.int32(nz_b), np.float32(scale_b),
             a_hi, a_lo, b_hi, b_lo, np.int32(kp), choice)
-    return [(kernel, shape, args)], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b)
+    return [(kernel, shape, args)], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b, 0, 0)
+
+
+def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz_a: int, nz_b: int, scales: int):
+    """split_scaled.cu's launch (ec_split_launches with per_row): clusters of
+    ec_scaled_cluster(K) blocks, one per 32 rows of op(A) (columns of op(B)) of each matrix;
+    the inverse scales at ``scales`` (A's nz_a x M floats, then B's)."""
+    cl = ec_scaled_cluster(pr.K)
+    groups_a, groups_b = cdiv(pr.M, EC_SCALED_SEGMENTS), cdiv(pr.N, EC_SCALED_SEGMENTS)
+    grid = (cl * max(groups_a, groups_b), max(nz_a, nz_b), 2)
+    blocks = cl * (groups_a * nz_a + groups_b * nz_b)
+    key = ("scaled", pr.op_a, pr.op_b, cl, gpu.arch, grid)
+    found = _split_launches.get(key)
+    if found is None:
+        from ...runtime import compile as rt_compile
+        from ...runtime.launch import LaunchShape
+        kernel = rt_compile.load_kernel(EC_SPLIT_SCALED_SOURCE, ec_split_scaled_kernel(pr.op_a, pr.op_b, cl), gpu.arch)
+        if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:
+            _split_launches.clear()
+        # The cluster is the kernel's own (__cluster_dims__): the launch names none.
+        found = _split_launches[key] = (kernel, LaunchShape(grid, (EC_SCALED_THREADS, 1, 1)))
+    kernel, shape = found
+    a_hi, a_lo, b_hi, b_lo = parts
+    unscale_a, unscale_b = scales, scales + 4 * nz_a * pr.M
+    args = (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K),
+            ops.A, np.int32(ops.lda), np.int64(ops.sa if nz_a > 1 else 0), np.int32(nz_a),
+            ops.B, np.int32(ops.ldb), np.int64(ops.sb if nz_b > 1 else 0), np.int32(nz_b),
+            a_hi, a_lo, b_hi, b_lo, np.int32(kp), unscale_a, unscale_b, np.int32(blocks), choice)
+    return [(kernel, shape, args)], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b, unscale_a, unscale_b)
 
 
 @contextmanager
 def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0, scale_b: float = 1.0,
-                       choice: int = 0, fold: int = EC_WGMMA_DEFAULT_FOLD):
+                       choice: int = 0, fold: int = EC_WGMMA_DEFAULT_FOLD, per_row: bool = False):
     """The split pre-pass alone (what the benchmark times): ec_split_launches into a
     stream-ordered workspace, launched on ``stream``; yields the parts as
     ec_split_launches returns them; freed in stream order on exit.  ``fold``: the parts
-    for ec_wgmma's FOLD (its default) or for the four-set kernel."""
+    for ec_wgmma's FOLD (its default) or for the four-set kernel; ``per_row`` (with a
+    record at ``choice`` whose sums are zero): split_scaled.cu, fp32_tc's pre-pass."""
     from ...runtime.launch import launch_shaped, stream_workspace
     ws = stream_workspace(gpu, stream, ec_split_bytes(pr, ops, choice), SPLIT_WHAT)
     try:
-        launches, parts = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice, int(ws.handle), fold)
+        launches, parts = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice, int(ws.handle), fold, per_row)
         for kernel, shape, args in launches:
             launch_shaped(kernel, shape, stream, args)
         yield parts
@@ -214,8 +282,9 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     strides the kernel asks whether they are 0, and FOLD's epilogue steps by them to sum an
     element again), the tensor maps of the four parts (hi and lo of A, hi and lo of B^T),
     then scale_a and scale_b (the kernel divides them out), the address of the choice
-    record made on the GPU (0: none), SPLITK and the caller's layouts (bit 0: A
-    transposed, bit 1: B; for FOLD's sums again).  Split,
+    record made on the GPU (0: none), SPLITK, the caller's layouts (bit 0: A
+    transposed, bit 1: B; for FOLD's sums again) and the addresses of split_scaled.cu's
+    inverse scales (0, 0 unless splits_per_row).  Split,
     ``ops.C`` is split-K's workspace (ldc = N, alpha = 1, beta = 0: executor.Launcher) and
     C's stride is one partial product, M * N floats (02_ec_wgmma.cu).  Both operands
     are K-major, the layout TF32 wgmma needs and FP16 wgmma reads without its transpose
@@ -230,15 +299,15 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     sc = pr.M * pr.N if splits > 1 else 0 if one else ops.sc
     strides = (0, 0, sc) if one else (ops.sa, ops.sb, sc)
     batch_args = tuple(np.int64(s) for s in strides) + (np.int32(max(ops.batch, 1)),)
-    launches, (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b) = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice,
-                                                                           workspace, plan.params["FOLD"])
+    launches, (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b, unscale_a, unscale_b) = ec_split_launches(
+        pr, gpu, ops, scale_a, scale_b, choice, workspace, plan.params["FOLD"], splits_per_row(plan, choice))
     box_k, bm, bn = 128 // eb, EC_WGMMA_BM, plan.params["BN"]
     maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, backend, batch=nz, batch_stride=rows * kp)
                  for ptr, rows, box_rows, nz in ((a_hi, pr.M, bm, nz_a), (a_lo, pr.M, bm, nz_a),
                                                  (b_hi, pr.N, bn, nz_b), (b_lo, pr.N, bn, nz_b)))
     trans = (pr.op_a == "T") | (pr.op_b == "T") << 1
     return launches, standard_args(pr, ops, alpha, beta) + batch_args + maps + plan.extra_args() + (
-        choice, np.int32(splits), np.int32(trans))
+        choice, np.int32(splits), np.int32(trans), unscale_a, unscale_b)
 
 
 SPEC = KernelSpec(

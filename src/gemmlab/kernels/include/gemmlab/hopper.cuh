@@ -105,6 +105,31 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
+// cluster_sync in two halves, so that a CTA can work between them: arrive once done
+// with what the others may still read of it, wait before it leaves (a CTA's shared
+// memory must outlive the cluster's reads of it).  Relaxed: it orders no memory (a
+// read whose value was used is complete), so no fence waits for earlier stores.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// The 32-bit word at the same shared-memory offset as `p` in CTA `cta` of this cluster.
+__device__ __forceinline__ u32 ld_shared_cluster(const u32* p, u32 cta) {
+    u32 v;
+    asm volatile(
+        "{\n.reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %1, %2;\n"
+        "ld.shared::cluster.u32 %0, [remote];\n}\n"
+        : "=r"(v)
+        : "r"(smem_u32(p)), "r"(cta)
+        : "memory");
+    return v;
+}
+
 // Ordinary stores to shared memory become visible to the async proxy (wgmma,
 // TMA) only after this fence (then a barrier orders them for the readers).
 __device__ __forceinline__ void fence_proxy_async_smem() {

@@ -25,7 +25,22 @@ constexpr int CHOICE_WIDE_B = 8;
 // A's largest value just below 2^15 whichever FP16 method was chosen (0 for TF32).
 constexpr int CHOICE_TOP_SCALE_A = 9;
 constexpr int CHOICE_TOP_SCALE_B = 10;
-constexpr int CHOICE_FIELDS = 16;       // room to grow; 128 bytes
+// 1 where split_scaled.cu chose: A scaled per row of op(A), B per column of op(B),
+// the scales' inverses in the split workspace (the fields above then describe the
+// whole matrix: its top, its normal elements, those more than 2^28 below their
+// row's or column's top); the scale fields are 0.
+constexpr int CHOICE_PER_ROW = 11;
+// split_scaled.cu's running sums over its blocks: zero before its launch, and zeroed
+// again by its last block once it has decided (so that a second launch may follow).
+constexpr int CHOICE_SUM_NORMAL_A = 16;
+constexpr int CHOICE_SUM_NORMAL_B = 17;
+constexpr int CHOICE_SUM_BELOW_A = 18;  // normal elements below FP16's normals after their row's scale
+constexpr int CHOICE_SUM_BELOW_B = 19;
+constexpr int CHOICE_SUM_TOP_A = 20;    // the largest biased exponent field of a normal value
+constexpr int CHOICE_SUM_TOP_B = 21;
+constexpr int CHOICE_SUM_CLAMPED = 22;  // bit 0: a row of A's scale hit MAX_SCALE_EXPONENT; bit 1: B's
+constexpr int CHOICE_SUM_BLOCKS = 23;   // blocks done
+constexpr int CHOICE_FIELDS = 24;       // 192 bytes
 
 // Whether the record asks for the parts of `method` (scaled FP16 runs the FP16
 // kernels): the runtime form, for split-K's reduction, which serves every method.

@@ -1,0 +1,292 @@
+// precision="fp32_tc"'s split pre-pass for ec_wgmma's FOLD, which chooses the method
+// in the same pass (not a rung).  Before it, a call read A and B twice ahead of the
+// GEMM: once for the exponent histograms that choose_method.cu decides a scale per
+// matrix from, once to split (split_pack.cu).  Here a scale is decided per
+// *segment* -- a row of op(A) or a column of op(B), the K values that one row or
+// column of C is made of, so that its scale divides out of C -- from the segment's
+// own largest value, in the pass that splits it: A and B are read once.
+//
+// A cluster of CL blocks takes 32 segments, each block a CL-th of K, held in
+// registers (CHUNK elements of K per segment; a longer share is read twice, once
+// for the maxima and once to split).  The blocks trade their 32 partial maxima
+// through distributed shared memory, scale (a power of two, choice_rules.cuh's
+// scale_exponent), split with FOLD's lo in hi's units, and write the parts in
+// split_pack.cu's layout (A's M x ldp, B^T's N x ldp) and each segment's inverse
+// scale, which the GEMM's epilogue multiplies by.  Each block also counts, for the
+// rules of choice_rules.cuh, the normal elements that fall below FP16's normals
+// after their segment's scale; the last block to finish adds the counts up,
+// chooses FP16 parts (recorded as fp16_ec_scaled) or TF32 parts (tf32_ec, split
+// afterwards by split_pack.cu, which runs only where the record asks) and writes
+// the record (ec/choice.cuh).  A scale per segment is never less accurate than one
+// per matrix: every value lands at least as far above FP16's underflow.
+//
+// Reads coalesce with consecutive lanes along the stored rows: along K where a
+// segment lies contiguous in memory (CK: A stored 'N', B stored 'T'), else along
+// the segments, and then the parts (rows along K) go out through shared memory,
+// transposed, as in split_pack.cu.
+#include <gemmlab/ec/01_ec_wmma.cuh>
+#include <gemmlab/ec/choice.cuh>
+#include <gemmlab/ec/choice_rules.cuh>
+#include <gemmlab/hopper.cuh>
+
+namespace gemmlab {
+
+constexpr int EC_SCALED_THREADS = 256;      // 32 x 8
+constexpr int EC_SCALED_SEGMENTS = 32;      // segments a cluster takes
+constexpr int EC_SCALED_CHUNK = 512;        // elements of K per segment a block holds in registers
+constexpr int EC_SCALED_MAX_CLUSTER = 8;    // blocks of a cluster: the portable limit
+constexpr int EC_SCALED_STAGED = 4;         // 32 x 32 tiles through shared memory between two barriers (CS)
+
+namespace ec_scaled {
+
+constexpr int TILES = EC_SCALED_CHUNK / 32;             // 32 x 32 tiles of a chunk
+constexpr int PER_TILE = 32 * 32 / EC_SCALED_THREADS;   // a thread's elements of a tile
+
+struct Shared {
+    unsigned part_max[EC_SCALED_SEGMENTS];   // this block's largest finite magnitude per segment (bits)
+    int scale[EC_SCALED_SEGMENTS];           // the segments' scale exponents
+    unsigned normal, below, clamped, top;    // the block's counts for the rules
+    __half2 staged[EC_SCALED_STAGED][32][33];   // (hi, lo) by [segment][k]; the pad spreads the banks
+};
+
+// |x|'s bits where x is finite (they order as the magnitudes do), else 0: Inf and NaN set no scale.
+__device__ __forceinline__ unsigned finite_magnitude(float x) {
+    const unsigned b = __float_as_uint(x) & 0x7FFFFFFFu;
+    return b < 0x7F800000u ? b : 0u;
+}
+
+__device__ __forceinline__ float pow2(int e) {   // exact for |e| <= 126
+    return __uint_as_float(unsigned(EXPONENT_BIAS + e) << 23);
+}
+
+// Thread (tx, ty)'s element j of a tile: its segment (of the cluster's 32) and k (of the tile's 32).
+template <bool CK>
+__device__ __forceinline__ int seg_of(int j) {
+    return CK ? int(threadIdx.x) / 32 + 8 * j : int(threadIdx.x) % 32;
+}
+template <bool CK>
+__device__ __forceinline__ int k_of(int j) {
+    return CK ? int(threadIdx.x) % 32 : int(threadIdx.x) / 32 + 8 * j;
+}
+
+// A chunk of the block's share into registers: segments seg0.., k from k0 (below k1).
+// The addresses step from one pointer per element row (the compiler otherwise keeps
+// a 64-bit address per element).
+template <bool CK>
+__device__ __forceinline__ void load_chunk(float (&v)[TILES][PER_TILE], const float* __restrict__ X, int ld, int segs,
+                                           int seg0, int k0, int k1) {
+    const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+    if constexpr (CK) {   // element (f, j): segment ty + 8 j, k = k0 + 32 f + tx
+        const int left = k1 - k0 - tx;
+#pragma unroll
+        for (int j = 0; j < PER_TILE; ++j) {
+            const int s = seg0 + ty + 8 * j;
+            const float* row = X + (long long)min(s, segs - 1) * ld + k0 + tx;
+#pragma unroll
+            for (int f = 0; f < TILES; ++f) v[f][j] = s < segs && 32 * f < left ? row[32 * f] : 0.0f;
+        }
+    } else {              // element (f, j): segment tx, k = k0 + 32 f + ty + 8 j
+        const bool in = seg0 + tx < segs;
+        const int left = k1 - k0 - ty;
+        const long long step = 8LL * ld;
+        const float* at = X + (long long)(k0 + ty) * ld + seg0 + tx;
+#pragma unroll
+        for (int f = 0; f < TILES; ++f)
+#pragma unroll
+            for (int j = 0; j < PER_TILE; ++j, at += step) v[f][j] = in && 32 * f + 8 * j < left ? *at : 0.0f;
+    }
+}
+
+// The last block of the launch: the rules over the sums, the record written, the sums zeroed.
+__device__ __noinline__ void decide(long long* choice) {
+    volatile long long* r = choice;
+    const long long normal_a = r[CHOICE_SUM_NORMAL_A], normal_b = r[CHOICE_SUM_NORMAL_B];
+    const long long below_a = r[CHOICE_SUM_BELOW_A], below_b = r[CHOICE_SUM_BELOW_B];
+    const long long clamped = r[CHOICE_SUM_CLAMPED];
+    const bool fits_a = !(clamped & 1) && below_a * UNDERFLOW_DEN <= normal_a * UNDERFLOW_NUM;
+    const bool fits_b = !(clamped & 2) && below_b * UNDERFLOW_DEN <= normal_b * UNDERFLOW_NUM;
+    r[CHOICE_TOP_A] = normal_a ? r[CHOICE_SUM_TOP_A] - EXPONENT_BIAS : 0;
+    r[CHOICE_TOP_B] = normal_b ? r[CHOICE_SUM_TOP_B] - EXPONENT_BIAS : 0;
+    r[CHOICE_NORMAL_A] = normal_a;
+    r[CHOICE_NORMAL_B] = normal_b;
+    r[CHOICE_WIDE_A] = below_a;
+    r[CHOICE_WIDE_B] = below_b;
+    r[CHOICE_SCALE_A] = r[CHOICE_SCALE_B] = r[CHOICE_TOP_SCALE_A] = r[CHOICE_TOP_SCALE_B] = 0;
+    r[CHOICE_PER_ROW] = 1;
+    r[CHOICE_METHOD] = fits_a && fits_b ? METHOD_FP16_EC_SCALED : METHOD_TF32_EC;
+    for (int i = CHOICE_SUM_NORMAL_A; i <= CHOICE_SUM_BLOCKS; ++i) r[i] = 0;
+}
+
+// One block's share of one operand: segments seg0 .. seg0 + 31 of X (segs of them,
+// each K long), k in this block's CL-th of K.  side: 0 A, 1 B (which sums it adds to).
+template <bool CK, int CL>
+__device__ __forceinline__ void split_segments(Shared& sh, const float* __restrict__ X, int ld, int segs, int K,
+                                               int seg0, __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
+                                               float* __restrict__ unscale, long long* __restrict__ choice, int side,
+                                               int blocks) {
+    const int t = threadIdx.x, tx = t % 32, ty = t / 32;
+    const int rank = CL > 1 ? int(hopper::cluster_ctarank()) : 0;
+    const int share = (K + 32 * CL - 1) / (32 * CL) * 32;   // a multiple of 32
+    const int kb = min(K, rank * share), ke = min(K, kb + share);
+    const int chunks = max(1, (ke - kb + EC_SCALED_CHUNK - 1) / EC_SCALED_CHUNK);
+    if (t < EC_SCALED_SEGMENTS) sh.part_max[t] = 0;
+    if (t == 0) sh.normal = sh.below = sh.clamped = sh.top = 0;
+    __syncthreads();
+
+    // Each segment's largest finite magnitude over the block's share.
+    float v[TILES][PER_TILE];
+    unsigned m[PER_TILE] = {};
+#pragma unroll 1
+    for (int c = 0; c < chunks; ++c) {
+        load_chunk<CK>(v, X, ld, segs, seg0, kb + c * EC_SCALED_CHUNK, ke);
+#pragma unroll
+        for (int f = 0; f < TILES; ++f)
+#pragma unroll
+            for (int j = 0; j < PER_TILE; ++j) m[j] = max(m[j], finite_magnitude(v[f][j]));
+    }
+    if constexpr (CK) {   // a warp's lanes share segments: warp ty holds segments ty + 8 j alone
+#pragma unroll
+        for (int j = 0; j < PER_TILE; ++j) {
+            const unsigned w = __reduce_max_sync(0xFFFFFFFFu, m[j]);
+            if (tx == 0) sh.part_max[seg_of<CK>(j)] = w;
+        }
+    } else {
+        atomicMax(&sh.part_max[tx], max(max(m[0], m[1]), max(m[2], m[3])));
+    }
+    // ... and over the cluster's: then the scale.
+    if constexpr (CL > 1) hopper::cluster_sync(); else __syncthreads();
+    if (t < EC_SCALED_SEGMENTS) {
+        unsigned top = sh.part_max[t];
+#pragma unroll
+        for (int r = 0; r < CL; ++r)
+            if (r != rank) top = max(top, hopper::ld_shared_cluster(&sh.part_max[t], r));
+        const int e = int(top >> 23);   // biased exponent field; 0: no normal value
+        const int s = scale_exponent(e != 0, e - EXPONENT_BIAS);
+        sh.scale[t] = s;
+        if (e != 0 && e - EXPONENT_BIAS + s > FP16_TOP) atomicOr(&sh.clamped, 1u);
+        atomicMax(&sh.top, unsigned(e));
+    }
+    if constexpr (CL > 1) hopper::cluster_arrive_relaxed();   // done with the others' maxima
+    __syncthreads();
+    if (rank == 0 && t < EC_SCALED_SEGMENTS && seg0 + t < segs) unscale[seg0 + t] = pow2(-sh.scale[t]);
+
+    // Split: each value times its segment's scale; count for the rules.
+    float scale[PER_TILE];
+    int below_field[PER_TILE];   // biased exponents below this fall under FP16's normals once scaled
+#pragma unroll
+    for (int j = 0; j < PER_TILE; ++j) {
+        const int s = sh.scale[seg_of<CK>(j)];
+        scale[j] = pow2(s);
+        below_field[j] = FP16_NORMAL_MIN - s + EXPONENT_BIAS;
+    }
+    unsigned normal = 0, below = 0;
+#pragma unroll 1
+    for (int c = 0; c < chunks; ++c) {
+        const int k0 = kb + c * EC_SCALED_CHUNK;
+        if (chunks > 1) load_chunk<CK>(v, X, ld, segs, seg0, k0, ke);
+        // Written: segment seg0 + ty + 8 j, k = k0 + 32 f + tx (CK: this thread's own
+        // elements; else the staged elements of a tile, transposed).
+        const int left = ke - k0 - tx;
+        long long out[PER_TILE];
+#pragma unroll
+        for (int j = 0; j < PER_TILE; ++j) out[j] = seg0 + ty + 8 * j < segs ? (long long)(seg0 + ty + 8 * j) * ldp + k0 + tx : -1;
+#pragma unroll
+        for (int f = 0; f < TILES; ++f) {
+#pragma unroll
+            for (int j = 0; j < PER_TILE; ++j) {
+                float x = v[f][j];
+                const int e = (__float_as_uint(x) >> 23) & 0xFF;
+                normal += e >= 1 && e <= 2 * EXPONENT_BIAS;
+                below += e >= 1 && e < below_field[j];
+                asm volatile("" : "+f"(x));   // scaled here, not hoisted above the previous tile's stores
+                __half h, l;
+                EcSplit<METHOD_FP16_EC>::split<true>(x * scale[j], h, l);
+                if constexpr (CK) {
+                    if (out[j] >= 0 && 32 * f < left) {
+                        hi[out[j] + 32 * f] = h;
+                        lo[out[j] + 32 * f] = l;
+                    }
+                } else {
+                    sh.staged[f % EC_SCALED_STAGED][tx][k_of<CK>(j)] = __halves2half2(h, l);
+                }
+            }
+            // A tile's parts are stored before the next tile's are made: left to
+            // itself the compiler scales and converts far ahead of the stores, into spills.
+            asm volatile("" ::: "memory");
+            if constexpr (!CK) {   // every EC_SCALED_STAGED tiles: out along k, transposed
+                if (f % EC_SCALED_STAGED == EC_SCALED_STAGED - 1) {
+                    __syncthreads();
+#pragma unroll
+                    for (int g = f + 1 - EC_SCALED_STAGED; g <= f; ++g)
+#pragma unroll
+                        for (int j = 0; j < PER_TILE; ++j) {
+                            if (out[j] >= 0 && 32 * g < left) {
+                                const __half2 p = sh.staged[g % EC_SCALED_STAGED][ty + 8 * j][tx];
+                                hi[out[j] + 32 * g] = __low2half(p);
+                                lo[out[j] + 32 * g] = __high2half(p);
+                            }
+                        }
+                    __syncthreads();
+                }
+            }
+        }
+    }
+
+    // The block's counts into the record's sums; the last block decides.
+    normal = __reduce_add_sync(0xFFFFFFFFu, normal);
+    below = __reduce_add_sync(0xFFFFFFFFu, below);
+    if (tx == 0) {
+        atomicAdd(&sh.normal, normal);
+        atomicAdd(&sh.below, below);
+    }
+    __syncthreads();
+    if (t == 0) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_NORMAL_A + side]),
+                  (unsigned long long)sh.normal);
+        atomicAdd(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_BELOW_A + side]),
+                  (unsigned long long)sh.below);
+        atomicMax(&choice[CHOICE_SUM_TOP_A + side], (long long)sh.top);
+        if (sh.clamped) atomicOr(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_CLAMPED]), 1ull << side);
+        __threadfence();   // the sums before the count of blocks done
+        const unsigned long long done =
+            atomicAdd(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_BLOCKS]), 1ull) + 1;
+        if (done == (unsigned long long)blocks) {
+            __threadfence();   // every other block's sums are in
+            decide(choice);
+        }
+    }
+    if constexpr (CL > 1) hopper::cluster_wait();   // the others have read this block's maxima
+}
+
+}  // namespace ec_scaled
+
+// Grid: (CL x the larger operand's groups of 32 segments, the larger batch, 2:
+// blockIdx.z 0 splits A, 1 B); clusters of CL blocks along x.  A batch's matrices
+// (stride elements apart, matrices of them) have their parts one after the other
+// (M * ldp, N * ldp halves apart) and their inverse scales too (M, N floats
+// apart).  blocks: the launch's blocks that split something (the others return at
+// once), CL x (groups of A x matrices_a + groups of B x matrices_b).  choice: the
+// record, its sums zero.
+template <char OP_A, char OP_B, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(EC_SCALED_THREADS, 2)
+ec_split_scaled(int M, int N, int K, const float* __restrict__ A, int lda, long long stride_a, int matrices_a,
+                const float* __restrict__ B, int ldb, long long stride_b, int matrices_b, __half* __restrict__ a_hi,
+                __half* __restrict__ a_lo, __half* __restrict__ b_hi, __half* __restrict__ b_lo, int ldp,
+                float* __restrict__ unscale_a, float* __restrict__ unscale_b, int blocks,
+                long long* __restrict__ choice) {
+    static_assert(CL >= 1 && CL <= EC_SCALED_MAX_CLUSTER, "a portable cluster");
+    __shared__ ec_scaled::Shared sh;
+    const long long z = blockIdx.y;
+    const int seg0 = int(blockIdx.x) / CL * EC_SCALED_SEGMENTS;   // the same for the whole cluster
+    if (blockIdx.z == 0) {
+        if (z >= matrices_a || seg0 >= M) return;
+        ec_scaled::split_segments<OP_A == 'N', CL>(sh, A + z * stride_a, lda, M, K, seg0, a_hi + z * M * ldp,
+                                                   a_lo + z * M * ldp, ldp, unscale_a + z * M, choice, 0, blocks);
+    } else {
+        if (z >= matrices_b || seg0 >= N) return;
+        ec_scaled::split_segments<OP_B == 'T', CL>(sh, B + z * stride_b, ldb, N, K, seg0, b_hi + z * N * ldp,
+                                                   b_lo + z * N * ldp, ldp, unscale_b + z * N, choice, 1, blocks);
+    }
+}
+
+}  // namespace gemmlab
