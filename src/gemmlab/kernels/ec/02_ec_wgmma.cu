@@ -109,6 +109,8 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     unsigned char* ring = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);   // swizzle atoms: 1024 B
     u64* full = reinterpret_cast<u64*>(ring + STAGES * STAGE_BYTES);
     u64* empty = full + STAGES;
+    // Per consumer: its tile's BN inverse column scales (split_scaled.cu's), read by its epilogue.
+    float* col_unscale_smem = reinterpret_cast<float*>(empty + STAGES);
 
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (threadIdx.x == 0) {
@@ -180,6 +182,23 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         const int ks0 = item.ks0, ks1 = item.ks1;
         // Stages per block of the main product's adds: about sqrt(the item's stages).
         const int block_steps = max(1, int(sqrtf(float(max(ks1 - ks0, 0)))));
+        // Scales per row and column (split_scaled.cu): each consumer stages its tile's column
+        // scales in shared memory and keeps its two rows' in registers, loaded now so that the
+        // main loop hides their latency (loaded at the epilogue, they cost it ~4%: run 92c).
+        float unscale_row[2] = {1.0f, 1.0f};
+        const bool per_row = FOLD && unscale_rows != nullptr;
+        if (per_row) {
+            const long long z = zs / slices;
+            const int r = tm * BM + c * 64 + wq * 16 + lane / 4, t = threadIdx.x - 128 * wg;
+            const float* rows = unscale_rows + (stride_a ? z : 0) * M;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) unscale_row[h] = r + 8 * h < M ? rows[r + 8 * h] : 1.0f;
+            named_barrier_sync(1 + c, 128);   // the previous tile's epilogue has read the staged scales
+            if (t < BN) {
+                const int col = tn * BN + t;
+                col_unscale_smem[c * BN + t] = col < N ? unscale_cols[(stride_b ? z : 0) * N + col] : 1.0f;
+            }
+        }
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[i] = block[i] = 0.0f;
 #pragma unroll
@@ -252,17 +271,8 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         float* Cz = C + zs * stride_c;
         const int row0 = tm * BM + c * 64 + wq * 16 + lane / 4;
         const int col0 = tn * BN + 2 * (lane % 4);
-        // FOLD: the inverse scales of this tile's two rows and of its columns (per row and
-        // column where split_scaled.cu scaled, else the matrix's).
-        float unscale_row[2] = {unscale_a, unscale_a};
-        const float* unscale_col = nullptr;
-        if (FOLD && unscale_rows != nullptr) {
-            const long long z = zs / slices;
-            const float* rows = unscale_rows + (stride_a ? z : 0) * M;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) unscale_row[h] = row0 + 8 * h < M ? rows[row0 + 8 * h] : 1.0f;
-            unscale_col = unscale_cols + (stride_b ? z : 0) * N;
-        }
+        if (per_row) named_barrier_sync(1 + c, 128);   // the staged column scales are in
+        else unscale_row[0] = unscale_row[1] = unscale_a;
         // FOLD: an element whose sum is NaN (bit i of `again`: acc[i]) may be Inf * 0 or
         // Inf - Inf between the parts; ec_dot_again sums it in FP32 from A and B, into acc[i]
         // (then stored without the scales).  Only inputs with Inf or NaN take that branch.
@@ -290,8 +300,7 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                     const int i = 4 * j + 2 * h + e;
                     const float a = acc[i];
                     if constexpr (FOLD) {
-                        const int col = col0 + 8 * j + e;
-                        const float unscale = unscale_col != nullptr && col < N ? unscale_col[col] : unscale_b;
+                        const float unscale = per_row ? col_unscale_smem[c * BN + 8 * j + 2 * (lane % 4) + e] : unscale_b;
                         v[e] = (again >> i) & 1 ? a : a * unscale_row[h] * unscale;
                     } else {
                         const float lo = corr[i] * Split::LO_WEIGHT;

@@ -84,8 +84,9 @@ def splits_per_row(plan, choice) -> bool:
 
 
 def _smem(p) -> int:
-    """STAGES x 2 x (128 + BN) rows of 128 bytes, two barriers per stage, 1 KiB to align the ring."""
-    return p["STAGES"] * 2 * (EC_WGMMA_BM + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
+    """STAGES x 2 x (128 + BN) rows of 128 bytes, two barriers per stage, each consumer's BN
+    column scales (FOLD), 1 KiB to align the ring."""
+    return p["STAGES"] * 2 * (EC_WGMMA_BM + p["BN"]) * 128 + 16 * p["STAGES"] + 8 * p["BN"] * p["FOLD"] + 1024
 
 
 def _geometry(p, prob: Problem, batch: int = 1) -> Launch:
@@ -330,8 +331,8 @@ SPEC = KernelSpec(
                                               "matrix, which a reduction kernel adds into C)"),
     ),
     constraints=(
-        Constraint("dynamic shared memory, STAGES*(32 + BN/4) KiB + 16*STAGES + 1024 bytes, must fit in the "
-                   "227 KiB a Hopper block can have", lambda p: _smem(p) <= WGMMA_SMEM_LIMIT),
+        Constraint("dynamic shared memory, STAGES*(32 + BN/4) KiB + 16*STAGES + 8*BN*FOLD + 1024 bytes, must fit "
+                   "in the 227 KiB a Hopper block can have", lambda p: _smem(p) <= WGMMA_SMEM_LIMIT),
         Constraint(f"BN = {EC_WGMMA_FOLD_BN} needs FOLD = 1 (four sets of 64 accumulators do not fit)",
                    lambda p: p["BN"] == EC_WGMMA_BN or p["FOLD"] == 1),
     ),
