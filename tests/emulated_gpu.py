@@ -209,10 +209,10 @@ class FakeMap:
 
 
 class _Workspace:
-    kept = False   # a new buffer each call: nothing built on it is kept
+    kept = repeats = False   # a new buffer each call: nothing built on it is kept
 
-    def __init__(self, emu, nbytes):
-        self.buf = emu.keep(np.empty(max(nbytes, 4), np.uint8))
+    def __init__(self, emu, nbytes, zero_new=False):
+        self.buf = emu.keep((np.zeros if zero_new else np.empty)(max(nbytes, 4), np.uint8))
         self.handle = self.buf.ctypes.data
 
     def close(self, stream=None):
@@ -248,8 +248,9 @@ def install(monkeypatch) -> Emulator:
     monkeypatch.setattr(executor, "launch", emu.launch)
     monkeypatch.setattr(executor, "launch_shaped", lambda kernel, shape, stream, args:
                         emu.launch(kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args))
-    monkeypatch.setattr(executor, "stream_workspace", lambda gpu, stream, nbytes, what, hint="", slot="scratch":
-                        _Workspace(emu, nbytes))
+    monkeypatch.setattr(executor, "stream_workspace", lambda gpu, stream, nbytes, what, hint="", slot="scratch",
+                        zero_new=False:
+                        _Workspace(emu, nbytes, zero_new))
 
     from gemmlab.runtime import tma
     monkeypatch.setattr(tma, "_encode", lambda *a, backend=None: FakeMap(*a))

@@ -32,8 +32,8 @@ from gemmlab.runtime import tma
 
 
 class _Workspace:
-    def __init__(self, handle, kept, log):
-        self.handle, self.kept, self._log = handle, kept, log
+    def __init__(self, handle, kept, repeats, log):
+        self.handle, self.kept, self.repeats, self._log = handle, kept, repeats, log
 
     def close(self, stream):
         self._log.append(("close", self.handle))
@@ -46,11 +46,12 @@ class Recorder:
         self.log = []                 # every launch, memset, workspace taken and given back, in order
         self.address = {"choice": 0x10000, "splitk": 0x4000000, "scratch": 0x200000}
         self.kept = True
+        self.repeats = True           # the address comes back at the next call (kept, or from the pool again)
         self.builds = 0               # ec_wgmma argument sets built
 
-    def workspace(self, gpu, stream, nbytes, what, hint="", slot="scratch"):
+    def workspace(self, gpu, stream, nbytes, what, hint="", slot="scratch", zero_new=False):
         self.log.append(("take", slot))
-        return _Workspace(self.address[slot], self.kept, self.log)
+        return _Workspace(self.address[slot], self.kept, self.repeats, self.log)
 
     def launches(self):
         """The recorded launches since the last call of this: (kernel, grid, args)."""
@@ -126,11 +127,11 @@ def test_a_repeated_call_launches_what_the_first_built(rec):
     out = np.empty((70, 50), np.float32)
     _call(a, b, out)
     first, built = rec.launches(), rec.builds
-    # The record zeroed, each candidate's split (the FP16 one, split_scaled.cu, chooses) and
-    # GEMM, then the record copied to the report: no histograms, no choose kernel.
+    # Each candidate's split (the FP16 one, split_scaled.cu, chooses) and GEMM, then the record
+    # copied to the report: no memset (the record's sums are left zero), no histograms, no choose.
     kernels = [k for k, _, _ in first]
-    assert kernels[0] == "zero" and kernels[-1] == "copy" and choose_method.CHOOSE_KERNEL not in kernels
-    assert kernels[1] == registry.ec_split_scaled_kernel("N", "N", 1)
+    assert kernels[0] == registry.ec_split_scaled_kernel("N", "N", 1) and kernels[-1] == "copy"
+    assert "zero" not in kernels and choose_method.CHOOSE_KERNEL not in kernels
     gemms = [k for k in kernels if k.startswith("gemmlab::ec_wgmma")]
     assert len(gemms) == 2 and built == 2   # the FP16 and the TF32 candidate, each built once
     for _ in range(3):
@@ -175,8 +176,8 @@ def test_anything_new_builds_again_with_its_values(rec):
                for k, _, args in rec.launches() if k.startswith(("gemmlab::ec_wgmma", "gemmlab::ec_split")))
 
 
-def test_a_workspace_not_kept_is_never_remembered(rec):
-    rec.kept = False                    # a graph's own allocation, or one too large to keep
+def test_a_graphs_own_workspace_is_never_remembered(rec):
+    rec.kept = rec.repeats = False      # a graph's own allocation
     a, b = _operands()
     out = np.empty((70, 50), np.float32)
     _call(a, b, out)
@@ -187,6 +188,25 @@ def test_a_workspace_not_kept_is_never_remembered(rec):
     prepared = next(iter(executor.CACHE._d.values()))
     assert not prepared.chooser._kept
     assert all(not run._prepass_memo for _, run in prepared.chooser.candidates)
+
+
+def test_a_workspace_too_large_to_keep_is_remembered_by_address(rec):
+    """A workspace from the pool at every call (too large for the stream to keep): the
+    pool hands the stream the same block again, and what was built on that address is
+    found (no tensor maps encoded again); the choice's own workspace is kept as always."""
+    a, b = _operands()
+    out = np.empty((70, 50), np.float32)
+    rec.kept = False                    # the scratch workspace: from the pool, address repeating
+    _call(a, b, out)
+    first, built = rec.launches(), rec.builds
+    _call(a, b, out)
+    again = rec.launches()
+    _same(first, again)
+    assert rec.builds == built == 2
+    assert all(x[2] is y[2] for x, y in zip(first, again) if x[0] not in ("zero", "copy"))
+    rec.address["scratch"] += 1 << 20   # another block this time: built again for it
+    _call(a, b, out)
+    assert rec.builds == built + 2
 
 
 # fp32_tc on the four-set kernel: the choice by histograms and choose_method.cu, whose

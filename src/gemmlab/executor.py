@@ -366,9 +366,11 @@ class Launcher:
         from the caller's stream, the pre-pass's launches, then the kernel's.  What they
         launch is built once per set of everything it depends on -- the job's addresses,
         ldc and strides, alpha and beta, the choice record's address, the workspace's --
-        where the workspace is one the stream keeps (its address repeats, so a repeated
-        call finds it); a graph's own workspace, or one too large to keep, gets them
-        built for its call only (under capture with driver-encoded maps)."""
+        where the workspace's address repeats: one the stream keeps, or one too large to
+        keep, which the pool hands the stream again at the next call (building them, four
+        tensor maps and the pre-pass's arguments, cost about 60 µs of host time before the
+        first kernel of a 4096^3 fp32_tc call: benchmarks/NOTES.md, run 92f); a graph's own
+        workspace gets them built for its call only (under capture with driver-encoded maps)."""
         pre, memo, sizes, (lda, ldb, _) = self.prepass, self._prepass_memo, self._prepass_bytes, self.lds
         for a, b, c, nz in jobs:
             size_key = (nz, strides, choice != 0)
@@ -379,11 +381,11 @@ class Launcher:
             ws = stream_workspace(self.gpu, stream, nbytes, pre.what)
             try:
                 key = (a, b, c, nz, ldc, strides, alpha, beta, choice, ws.handle)
-                built = memo.get(key) if ws.kept else None
+                built = memo.get(key) if ws.repeats else None
                 if built is None:
                     built = self._build_after_prepass(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha,
                                                       beta, choice, ws.handle)
-                    if ws.kept:
+                    if ws.repeats:
                         _keep(memo, key, built)
                 launches, args, shape, driver_maps = built
                 for kernel, pre_shape, pre_args in launches:
@@ -505,9 +507,13 @@ class _DeviceChoice:
         # A workspace of its own slot: ec_wgmma's split pre-pass holds the stream's
         # "scratch" one (and split-K its "splitk" one) while this record is still in use.  Kept per
         # stream, so that its address repeats and the launches built on it are kept too.
-        ws = stream_workspace(self.gpu, stream, CHOICE_WORKSPACE_BYTES, "the fp32_tc method choice", slot="choice")
+        # Zeroed when new: every choice leaves the record's sums zero again (split_scaled.cu's
+        # last block, or choose_method.cu writing every field), so that fp32_tc on FOLD, whose
+        # first kernel is the split itself, enqueues nothing before it.
+        ws = stream_workspace(self.gpu, stream, CHOICE_WORKSPACE_BYTES, "the fp32_tc method choice", slot="choice",
+                              zero_new=True)
         try:
-            if self.per_row:   # the record's sums zeroed; the FP16 candidate's split fills them and chooses
+            if self.per_row:   # the FP16 candidate's split fills the record's sums and chooses
                 launches, record = (), ws.handle + RECORD_OFFSET
             else:
                 built = self._kept.get((A, B, ws.handle)) if ws.kept else None
@@ -516,7 +522,7 @@ class _DeviceChoice:
                     if ws.kept:
                         _keep(self._kept, (A, B, ws.handle), built)
                 launches, record = built
-            zero_workspace(stream, ws.handle)
+                zero_workspace(stream, ws.handle)   # the histograms, which the launches add into
             for kernel, shape, args in launches:
                 launch_shaped(kernel, shape, stream, args)
             for _, run in self.candidates:

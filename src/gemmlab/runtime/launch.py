@@ -56,13 +56,16 @@ class Workspace:
     """``nbytes`` of device memory from gemmlab's stream-ordered pool, at ``handle``;
     ``close(stream)`` gives it back in stream order, after the work enqueued so far."""
 
-    __slots__ = ("handle", "nbytes")
-    # Whether the address repeats from call to call (a stream's kept workspace), so that
-    # launch arguments built on it can be kept too: not for an allocation of one call.
+    __slots__ = ("handle", "nbytes", "repeats")
+    # Whether the address is the same from call to call (a stream's kept workspace), so that
+    # what is built on it can be kept for as long as the workspace: not for an allocation of one call.
     kept = False
 
-    def __init__(self, handle: int, nbytes: int):
-        self.handle, self.nbytes = handle, nbytes
+    def __init__(self, handle: int, nbytes: int, repeats: bool = False):
+        # repeats: the address usually comes back at the next call (the pool hands a stream
+        # the block it freed), so that arguments built on it, remembered by address, are
+        # found again; not under graph capture (the graph's own memory) -- stream_workspace.
+        self.handle, self.nbytes, self.repeats = handle, nbytes, repeats
 
     def close(self, stream_handle: int) -> None:
         if self.handle:
@@ -129,6 +132,7 @@ class _Borrowed:
 
     __slots__ = ("handle", "_lock")
     kept = True
+    repeats = True
 
     def __init__(self, handle: int, lock):
         self.handle, self._lock = handle, lock
@@ -145,7 +149,16 @@ PER_THREAD_STREAM = 2   # CU_STREAM_PER_THREAD
 SCRATCH_KEPT_BYTES = 64 * 2**20
 
 
-def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str = "", slot: str = "scratch"):
+def _zeroed(ws: Workspace, stream_handle: int) -> Workspace:
+    """``ws`` with its bytes zeroed, in stream order (a new workspace's first state)."""
+    if ws.handle:
+        d = driver()
+        driver_call(d.cuMemsetD8Async(ws.handle, 0, ws.nbytes, d.CUstream(stream_handle)), "cuMemsetD8Async")
+    return ws
+
+
+def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str = "", slot: str = "scratch",
+                     zero_new: bool = False):
     """Like device_workspace, but outside graph capture one workspace per device,
     stream and ``slot`` is kept and reused (grown when a call needs more, up to
     SCRATCH_KEPT_BYTES): a small product's split-K or split pre-pass then costs no
@@ -159,9 +172,19 @@ def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str 
     for; a slot's lock is not re-entrant, so no call takes one slot twice.  Under capture
     the graph gets its own allocation, and so does a call on the per-thread default
     stream: its handle names another stream in each thread, which a kept workspace
-    would not order."""
-    if nbytes > SCRATCH_KEPT_BYTES or stream_handle == PER_THREAD_STREAM or stream_is_capturing(stream_handle):
-        return device_workspace(gpu, stream_handle, nbytes, what, hint)
+    would not order.  A workspace too large to keep comes from the pool at every call
+    and is freed after it; the pool hands the stream the same block again, so its
+    ``.repeats`` is true (what is built on it is worth remembering by address).
+    ``zero_new``: a workspace allocated by this call starts zeroed (in stream order),
+    for a user that leaves it zeroed when done (fp32_tc's choice record, whose sums
+    split_scaled.cu zeroes again), so that a kept one needs no zeroing per call."""
+    if stream_handle == PER_THREAD_STREAM or stream_is_capturing(stream_handle):
+        ws = device_workspace(gpu, stream_handle, nbytes, what, hint)
+        return _zeroed(ws, stream_handle) if zero_new else ws
+    if nbytes > SCRATCH_KEPT_BYTES:
+        ws = device_workspace(gpu, stream_handle, nbytes, what, hint)
+        ws.repeats = True
+        return _zeroed(ws, stream_handle) if zero_new else ws
     key = (gpu.ordinal, stream_handle, slot)
     entry = _scratch.get(key)
     if entry is None:
@@ -175,6 +198,8 @@ def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str 
             if ws is not None:
                 ws.close(stream_handle)   # after the work already enqueued on the stream
             entry[1] = ws = device_workspace(gpu, stream_handle, nbytes, what, hint)
+            if zero_new:
+                _zeroed(ws, stream_handle)
     except BaseException:
         lock.release()
         raise
