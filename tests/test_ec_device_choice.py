@@ -270,7 +270,7 @@ def test_calls_after_the_operands_moved_are_right(kernel):
         a_host, b_host = make_inputs(inputs, M, K, rng), make_inputs(inputs, K, N, rng)
         methods.add(check(a_host, b_host, cp.asarray(a_host), cp.asarray(b_host)))
     # per row (ec_wgmma's FOLD), FP16 parts are always scaled
-    assert methods == ({"fp16_ec_scaled", "tf32_ec"} if kernel == "ec_wgmma" else {"fp16_ec_scaled", "tf32_ec", "fp16_ec"}), methods
+    assert methods == {"fp16_ec_scaled", "tf32_ec"} | (set() if kernel == "ec_wgmma" else {"fp16_ec"}), methods
     # a at an offset into a larger buffer: another address of the same signature
     big = cp.asarray(make_inputs("normal", M * K + 64, 1, rng).ravel())
     a_view = big[16:16 + M * K].reshape(M, K)

@@ -130,7 +130,8 @@ def test_a_repeated_call_launches_what_the_first_built(rec):
     # Each candidate's split (the FP16 one, split_scaled.cu, chooses) and GEMM, then the record
     # copied to the report: no memset (the record's sums are left zero), no histograms, no choose.
     kernels = [k for k, _, _ in first]
-    assert kernels[0] == registry.ec_split_scaled_kernel("N", "N", 1) and kernels[-1] == "copy"
+    assert kernels[0] == registry.ec_split_scaled_kernel("N", "N", 1, ec_wgmma.ec_scaled_chunk(90))
+    assert kernels[-1] == "copy"
     assert "zero" not in kernels and choose_method.CHOOSE_KERNEL not in kernels
     gemms = [k for k in kernels if k.startswith("gemmlab::ec_wgmma")]
     assert len(gemms) == 2 and built == 2   # the FP16 and the TF32 candidate, each built once
@@ -281,7 +282,8 @@ def test_one_split_launch_takes_both_operands(rec):
     _call(a, b, out)
     (k16, g16, a16), (k32, g32, a32) = [(k, g, args) for k, g, args in rec.launches()
                                         if k.startswith("gemmlab::ec_split")]
-    assert (k16, k32) == (registry.ec_split_scaled_kernel("N", "N", 1), "gemmlab::ec_split_pack<1, 1, 'N', 'N'>")
+    assert (k16, k32) == (registry.ec_split_scaled_kernel("N", "N", 1, registry.EC_SCALED_SHORT_CHUNK),
+                          "gemmlab::ec_split_pack<1, 1, 'N', 'N'>")   # K = 40: the short chunk
     ws, kp = rec.address["scratch"], 40   # K padded to 8 elements
     a_part, b_part = 300 * kp * 4, 20 * kp * 4
     parts = (ws, ws + a_part, ws + 2 * a_part, ws + 2 * a_part + b_part)
@@ -293,6 +295,29 @@ def test_one_split_launch_takes_both_operands(rec):
     assert g32 == (-(-300 // 32) * -(-40 // 32), 1, 2)   # A's tiles, more than B's
     assert a32[:7] == (300, 20, 40, a.ctypes.data, 40, 0, 1) and a32[8:12] == (b.ctypes.data, 20, 0, 1)
     assert a32[13:18] == parts + (kp,) and a32[-1] == record
+
+
+def test_split_scaled_grid_bounds_the_blocks():
+    """split_scaled.cu's grid: a cluster per 32 rows of the larger operand while the launch
+    stays within EC_SCALED_BLOCKS_PER_SM blocks an SM; beyond, each cluster takes several
+    groups in turn (a batch of short-K products), and the blocks that split something are
+    counted per operand."""
+    sms = 132
+    grid, blocks = ec_wgmma.ec_scaled_grid(4096, 4096, 4096, 1, 1, sms)
+    assert grid == (8 * 128, 1, 2) and blocks == 2 * 8 * 128
+    grid, blocks = ec_wgmma.ec_scaled_grid(2048, 2048, 128, 128, 128, sms)   # Q @ K^T, 128 heads
+    per_matrix = -(-ec_wgmma.EC_SCALED_BLOCKS_PER_SM * sms // (2 * 128))
+    assert grid == (per_matrix, 128, 2) and per_matrix < 2048 // 32 and blocks == 2 * per_matrix * 128
+    grid, blocks = ec_wgmma.ec_scaled_grid(128, 4096, 4096, 1, 1, sms)        # 128 tokens: A has 4 groups
+    assert grid == (8 * 128, 1, 2) and blocks == 8 * (4 + 128)
+
+
+def test_split_scaled_chunk_follows_k():
+    """A K of EC_SCALED_SHORT_CHUNK or less takes the short chunk (a quarter of the
+    registers); longer, the full one."""
+    short = ec_wgmma.EC_SCALED_SHORT_CHUNK
+    assert [ec_wgmma.ec_scaled_chunk(k) for k in (1, short, short + 1, 4096)] == \
+        [short, short, ec_wgmma.EC_SCALED_CHUNK, ec_wgmma.EC_SCALED_CHUNK]
 
 
 def test_split_scaled_clusters_follow_k():

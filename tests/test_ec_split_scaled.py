@@ -1,7 +1,7 @@
 """fp32_tc's pre-pass on ec_wgmma's FOLD (kernels/ec/split_scaled.cu), on the GPU: a
 scale per row of op(A) and column of op(B), the parts, and the method chosen in the
 same pass, each against its NumPy model (gemmlab.ec.choose_per_row and FOLD's split),
-in every layout, with K that takes one block, a cluster, and a cluster whose blocks
+in every layout, with K that takes one block (with a short chunk or a long one), a cluster, and a cluster whose blocks
 read their share twice; a batch; a second launch on the same record (its sums were
 zeroed by the first); Inf, NaN, zero rows, rows far apart in magnitude.  Then through
 gemmlab.matmul: rows that a scale per matrix would send to TF32 stay on FP16 parts and
@@ -105,8 +105,9 @@ def _check(gpu, op_a, op_b, layout_a, layout_b):
             np.testing.assert_array_equal(got[f"{side}_lo"], lo, err_msg=f"{side} lo, launch {launch}")
 
 
-# K: one block (K <= 512), a cluster of 2, of 4, and of 8 whose blocks hold 2 chunks each.
-@pytest.mark.parametrize("K", [37, 700, 1500, 5000])
+# K: one block with the short chunk (K <= 128), one block (K <= 512), a cluster of 2, of 4,
+# and of 8 whose blocks hold 2 chunks each.
+@pytest.mark.parametrize("K", [37, 128, 129, 700, 1500, 5000])
 @pytest.mark.parametrize("layouts", ["NN", "NT", "TN", "TT"])
 def test_split_scaled_matches_its_model(hopper, layouts, K):
     rng = np.random.default_rng(K)
@@ -135,6 +136,21 @@ def test_split_scaled_batch_and_edge_rows(hopper):
     wide = make_inputs("log_uniform", K, N, rng)
     assert ec.choose_per_row(a, wide).choice.method == "tf32_ec"
     _check(hopper, a, wide, "T", "N")
+
+
+def test_split_scaled_clusters_take_several_groups(hopper):
+    """A batch of 40 matrices of 700 rows (22 groups of 32 each) with K = 700 (clusters of
+    2): fewer clusters than groups (ec_scaled_grid), each taking several in turn; every
+    part, scale and the record's counts as before."""
+    from gemmlab.kernels.ec.ec_wgmma import ec_scaled_grid
+    rng = np.random.default_rng(21)
+    nb, M, K, N = 40, 700, 700, 50
+    grid, _ = ec_scaled_grid(M, N, K, nb, 1, hopper.sm_count)
+    assert grid[0] // 2 < -(-M // 32), grid   # clusters loop
+    rows = np.exp2(rng.integers(-20, 20, (nb, M, 1))).astype(np.float32)
+    a = rng.uniform(-1, 1, (nb, M, K)).astype(np.float32) * rows
+    b = make_inputs("normal", K, N, rng)
+    _check(hopper, a, b, "T", "N")
 
 
 def test_rows_far_apart_stay_on_fp16_parts(hopper):

@@ -26,7 +26,10 @@ for size in sizes.split(","):
     M, N, K = (int(x) for x in size.split("x")) if "x" in size else (int(size),) * 3
     for layout in ("a @ b", "a @ w.t()"):
         a = torch.rand(M, K, device="cuda") * 2 - 1
-        b = torch.rand(K, N, device="cuda") * 2 - 1 if layout == "a @ b" else (torch.rand(N, K, device="cuda") * 2 - 1).t()
+        if layout == "a @ b":
+            b = torch.rand(K, N, device="cuda") * 2 - 1
+        else:
+            b = (torch.rand(N, K, device="cuda") * 2 - 1).t()
         c = torch.empty(M, N, device="cuda")
         calls = {"SGEMM": lambda: torch.matmul(a, b, out=c),
                  "fp32_tc (per row)": lambda: gemmlab.matmul(a, b, out=c, precision="fp32_tc"),

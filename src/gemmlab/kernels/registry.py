@@ -30,7 +30,7 @@ from .tensor.wgmma import (TF32_PACK_KERNELS, TF32_PACK_SOURCE, TF32_PACK_THREAD
 from .ec import ec_wmma, ec_wgmma
 from .ec.ec_wgmma import (EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE, EC_SPLIT_PACK_THREADS,  # noqa: F401
                           EC_SPLIT_PACK_TILE, EC_WGMMA_BM, EC_WGMMA_BN, EC_WGMMA_DEFAULT_BN, EC_WGMMA_UNSCALED_PARAMS,
-                          EC_SPLIT_SCALED_KERNELS, EC_SPLIT_SCALED_SOURCE, ec_split_pack_kernel,
+                          EC_SCALED_SHORT_CHUNK, EC_SPLIT_SCALED_KERNELS, EC_SPLIT_SCALED_SOURCE, ec_split_pack_kernel,
                           ec_split_scaled_kernel, ec_wgmma_auto_split)
 from .gemv import gemv
 from .gemv.gemv import (GEMV_MAX_M, GEMV_ROWS_MAX_M, auto_params as gemv_auto_params,  # noqa: F401

@@ -173,6 +173,23 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     // FOLD, hh holds the stage's corrections and main product together, and corr
     // is not needed.
     float acc[BN / 2], block[BN / 2], hh[BN / 2], corr[FOLD ? 1 : BN / 2];
+    // Scales per row and column (split_scaled.cu): each consumer stages its tile's column
+    // scales in shared memory and keeps its two rows' in registers, loaded during the
+    // previous tile's epilogue (loaded in the epilogue that uses them they cost the GEMM 4%,
+    // at the tile's start 11% where K = 128 leaves a main loop of two stages: run 92).
+    const bool per_row = FOLD && unscale_rows != nullptr;
+    float next_row[2] = {1.0f, 1.0f}, next_col = 1.0f;
+    auto fetch_scales = [&](int t) {   // tile t's, where this block has one
+        if (!per_row || t >= work) return;
+        int tm, tn;
+        const long long z = batch_tile(t, tiles_m, tiles_n, tm, tn) / slices;
+        const int r = tm * BM + c * 64 + wq * 16 + lane / 4, col = tn * BN + int(threadIdx.x) - 128 * wg;
+        const float* rows = unscale_rows + (stride_a ? z : 0) * M;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) next_row[h] = r + 8 * h < M ? rows[r + 8 * h] : 1.0f;
+        next_col = col < N && col < (tn + 1) * BN ? unscale_cols[(stride_b ? z : 0) * N + col] : 1.0f;
+    };
+    fetch_scales(blockIdx.x);
     int it = 0;
     for (int t = blockIdx.x; t < work; t += gridDim.x) {
         int tm, tn;
@@ -182,22 +199,11 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         const int ks0 = item.ks0, ks1 = item.ks1;
         // Stages per block of the main product's adds: about sqrt(the item's stages).
         const int block_steps = max(1, int(sqrtf(float(max(ks1 - ks0, 0)))));
-        // Scales per row and column (split_scaled.cu): each consumer stages its tile's column
-        // scales in shared memory and keeps its two rows' in registers, loaded now so that the
-        // main loop hides their latency (loaded at the epilogue, they cost it ~4%: run 92c).
-        float unscale_row[2] = {1.0f, 1.0f};
-        const bool per_row = FOLD && unscale_rows != nullptr;
+        float unscale_row[2] = {next_row[0], next_row[1]};
         if (per_row) {
-            const long long z = zs / slices;
-            const int r = tm * BM + c * 64 + wq * 16 + lane / 4, t = threadIdx.x - 128 * wg;
-            const float* rows = unscale_rows + (stride_a ? z : 0) * M;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) unscale_row[h] = r + 8 * h < M ? rows[r + 8 * h] : 1.0f;
+            const int i = int(threadIdx.x) - 128 * wg;
             named_barrier_sync(1 + c, 128);   // the previous tile's epilogue has read the staged scales
-            if (t < BN) {
-                const int col = tn * BN + t;
-                col_unscale_smem[c * BN + t] = col < N ? unscale_cols[(stride_b ? z : 0) * N + col] : 1.0f;
-            }
+            if (i < BN) col_unscale_smem[c * BN + i] = next_col;
         }
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[i] = block[i] = 0.0f;
@@ -271,7 +277,12 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         float* Cz = C + zs * stride_c;
         const int row0 = tm * BM + c * 64 + wq * 16 + lane / 4;
         const int col0 = tn * BN + 2 * (lane % 4);
-        if (per_row) named_barrier_sync(1 + c, 128);   // the staged column scales are in
+        if (per_row) {
+            named_barrier_sync(1 + c, 128);   // the staged column scales are in
+            // The next tile's, loaded behind this epilogue: issued inside the main loop, the
+            // loads held up its first wgmma fence (a tile of K = 128 took 9% longer: run 92p).
+            fetch_scales(t + int(gridDim.x));
+        }
         else unscale_row[0] = unscale_row[1] = unscale_a;
         // FOLD: an element whose sum is NaN (bit i of `again`: acc[i]) may be Inf * 0 or
         // Inf - Inf between the parts; ec_dot_again sums it in FP32 from A and B, into acc[i]
@@ -292,6 +303,10 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         }
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
+            // FOLD: the two columns' inverse scales, one 8-byte shared load for both rows
+            float2 unscale_col = make_float2(unscale_b, unscale_b);
+            if (FOLD && per_row)
+                unscale_col = *reinterpret_cast<const float2*>(&col_unscale_smem[c * BN + 8 * j + 2 * (lane % 4)]);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 float v[2];
@@ -300,8 +315,7 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                     const int i = 4 * j + 2 * h + e;
                     const float a = acc[i];
                     if constexpr (FOLD) {
-                        const float unscale = per_row ? col_unscale_smem[c * BN + 8 * j + 2 * (lane % 4) + e] : unscale_b;
-                        v[e] = (again >> i) & 1 ? a : a * unscale_row[h] * unscale;
+                        v[e] = (again >> i) & 1 ? a : a * unscale_row[h] * (e ? unscale_col.y : unscale_col.x);
                     } else {
                         const float lo = corr[i] * Split::LO_WEIGHT;
                         v[e] = (isfinite(a) ? a + lo : a) * unscale_a * unscale_b;

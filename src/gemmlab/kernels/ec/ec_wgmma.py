@@ -58,21 +58,30 @@ EC_SPLIT_SCALED_SOURCE = KERNEL_DIR / "ec" / "split_scaled.cu"
 _S = read_constants("ec/split_scaled.cu")
 EC_SCALED_THREADS, EC_SCALED_SEGMENTS = _S["EC_SCALED_THREADS"], _S["EC_SCALED_SEGMENTS"]
 EC_SCALED_CHUNK, EC_SCALED_MAX_CLUSTER = _S["EC_SCALED_CHUNK"], _S["EC_SCALED_MAX_CLUSTER"]
+EC_SCALED_SHORT_CHUNK = _S["EC_SCALED_SHORT_CHUNK"]
 EC_SCALED_CLUSTERS = tuple(2 ** i for i in range(EC_SCALED_MAX_CLUSTER.bit_length()))   # 1, 2, 4, 8
 
 
-def ec_split_scaled_kernel(op_a: str, op_b: str, cluster: int) -> str:
-    return f"gemmlab::ec_split_scaled<'{op_a}', '{op_b}', {cluster}>"
+def ec_split_scaled_kernel(op_a: str, op_b: str, cluster: int, chunk: int = EC_SCALED_CHUNK) -> str:
+    return f"gemmlab::ec_split_scaled<'{op_a}', '{op_b}', {cluster}, {chunk}>"
 
 
-EC_SPLIT_SCALED_KERNELS = tuple(ec_split_scaled_kernel(op_a, op_b, cl) for op_a in "NT" for op_b in "NT"
-                                for cl in EC_SCALED_CLUSTERS)
+# Every cluster size with 512-value chunks; K of 128 or less: one block, 128-value chunks.
+EC_SPLIT_SCALED_KERNELS = tuple(ec_split_scaled_kernel(op_a, op_b, cl, chunk) for op_a in "NT" for op_b in "NT"
+                                for cl, chunk in [(c, EC_SCALED_CHUNK) for c in EC_SCALED_CLUSTERS]
+                                + [(1, EC_SCALED_SHORT_CHUNK)])
 
 
 def ec_scaled_cluster(K: int) -> int:
     """Blocks that share a row's (column's) K in split_scaled.cu: the fewest of 1, 2, 4, 8
     whose shares fit the registers (EC_SCALED_CHUNK each), else 8 (longer shares are read twice)."""
     return next((cl for cl in EC_SCALED_CLUSTERS if cdiv(K, cl) <= EC_SCALED_CHUNK), EC_SCALED_MAX_CLUSTER)
+
+
+def ec_scaled_chunk(K: int) -> int:
+    """Values of K per row a split_scaled.cu block holds at a time: EC_SCALED_SHORT_CHUNK where
+    K fits in it (four blocks an SM instead of two, no idle slots), else EC_SCALED_CHUNK."""
+    return EC_SCALED_SHORT_CHUNK if K <= EC_SCALED_SHORT_CHUNK else EC_SCALED_CHUNK
 
 
 def splits_per_row(plan, choice) -> bool:
@@ -229,20 +238,38 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
     return [(kernel, shape, args)], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b, 0, 0)
 
 
+# split_scaled.cu's grid: at most this many blocks an SM over the launch (two fit at once); a
+# product with more groups of 32 rows (a batch of short-K attention products) has each cluster
+# take several in turn, so that fewer blocks add to the record's sums (one global atomic each,
+# all on the same few addresses: a block per group made Q @ K^T 20% slower, run 92j).
+EC_SCALED_BLOCKS_PER_SM = 16
+
+
+def ec_scaled_grid(M: int, N: int, K: int, nz_a: int, nz_b: int, sm_count: int) -> tuple[tuple[int, int, int], int]:
+    """split_scaled.cu's grid (CL x clusters a matrix, matrices, 2 operands) and the blocks of it
+    that split something (each takes one ticket of the record's count)."""
+    cl = ec_scaled_cluster(K)
+    groups_a, groups_b = cdiv(M, EC_SCALED_SEGMENTS), cdiv(N, EC_SCALED_SEGMENTS)
+    per_matrix = min(max(groups_a, groups_b), max(1, cdiv(EC_SCALED_BLOCKS_PER_SM * sm_count,
+                                                        cl * 2 * max(nz_a, nz_b))))
+    blocks = cl * (min(groups_a, per_matrix) * nz_a + min(groups_b, per_matrix) * nz_b)
+    return (cl * per_matrix, max(nz_a, nz_b), 2), blocks
+
+
 def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz_a: int, nz_b: int, scales: int):
     """split_scaled.cu's launch (ec_split_launches with per_row): clusters of
-    ec_scaled_cluster(K) blocks, one per 32 rows of op(A) (columns of op(B)) of each matrix;
-    the inverse scales at ``scales`` (A's nz_a x M floats, then B's)."""
+    ec_scaled_cluster(K) blocks taking groups of 32 rows of op(A) (columns of op(B)) of each
+    matrix (ec_scaled_grid); the inverse scales at ``scales`` (A's nz_a x M floats, then B's)."""
     cl = ec_scaled_cluster(pr.K)
-    groups_a, groups_b = cdiv(pr.M, EC_SCALED_SEGMENTS), cdiv(pr.N, EC_SCALED_SEGMENTS)
-    grid = (cl * max(groups_a, groups_b), max(nz_a, nz_b), 2)
-    blocks = cl * (groups_a * nz_a + groups_b * nz_b)
-    key = ("scaled", pr.op_a, pr.op_b, cl, gpu.arch, grid)
+    grid, blocks = ec_scaled_grid(pr.M, pr.N, pr.K, nz_a, nz_b, gpu.sm_count)
+    chunk = ec_scaled_chunk(pr.K)
+    key = ("scaled", pr.op_a, pr.op_b, cl, chunk, gpu.arch, grid)
     found = _split_launches.get(key)
     if found is None:
         from ...runtime import compile as rt_compile
         from ...runtime.launch import LaunchShape
-        kernel = rt_compile.load_kernel(EC_SPLIT_SCALED_SOURCE, ec_split_scaled_kernel(pr.op_a, pr.op_b, cl), gpu.arch)
+        kernel = rt_compile.load_kernel(EC_SPLIT_SCALED_SOURCE, ec_split_scaled_kernel(pr.op_a, pr.op_b, cl, chunk),
+                                        gpu.arch)
         if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:
             _split_launches.clear()
         # The cluster is the kernel's own (__cluster_dims__): the launch names none.

@@ -34,12 +34,14 @@ namespace gemmlab {
 constexpr int EC_SCALED_THREADS = 256;      // 32 x 8
 constexpr int EC_SCALED_SEGMENTS = 32;      // segments a cluster takes
 constexpr int EC_SCALED_CHUNK = 512;        // elements of K per segment a block holds in registers
+// ... or, for a K this short or shorter, 128: a quarter of the registers, twice the blocks an SM,
+// and no slots of the chunk idle (K = 128: attention's Q @ K^T, a 128-token weight gradient).
+constexpr int EC_SCALED_SHORT_CHUNK = 128;
 constexpr int EC_SCALED_MAX_CLUSTER = 8;    // blocks of a cluster: the portable limit
 constexpr int EC_SCALED_STAGED = 4;         // 32 x 32 tiles through shared memory between two barriers (CS)
 
 namespace ec_scaled {
 
-constexpr int TILES = EC_SCALED_CHUNK / 32;             // 32 x 32 tiles of a chunk
 constexpr int PER_TILE = 32 * 32 / EC_SCALED_THREADS;   // a thread's elements of a tile
 
 struct Shared {
@@ -72,7 +74,7 @@ __device__ __forceinline__ int k_of(int j) {
 // A chunk of the block's share into registers: segments seg0.., k from k0 (below k1).
 // The addresses step from one pointer per element row (the compiler otherwise keeps
 // a 64-bit address per element).
-template <bool CK>
+template <bool CK, int TILES>
 __device__ __forceinline__ void load_chunk(float (&v)[TILES][PER_TILE], const float* __restrict__ X, int ld, int segs,
                                            int seg0, int k0, int k1) {
     const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
@@ -117,20 +119,20 @@ __device__ __noinline__ void decide(long long* choice) {
     for (int i = CHOICE_SUM_NORMAL_A; i <= CHOICE_SUM_BLOCKS; ++i) r[i] = 0;
 }
 
-// One block's share of one operand: segments seg0 .. seg0 + 31 of X (segs of them,
-// each K long), k in this block's CL-th of K.  side: 0 A, 1 B (which sums it adds to).
-template <bool CK, int CL>
+// One block's share of 32 segments of one operand: seg0 .. seg0 + 31 of X (segs of
+// them, each K long), k in this block's CL-th of K, TILES x 32 values of K (a chunk)
+// at a time; its counts added to sh's.
+template <bool CK, int CL, int TILES>
 __device__ __forceinline__ void split_segments(Shared& sh, const float* __restrict__ X, int ld, int segs, int K,
                                                int seg0, __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
-                                               float* __restrict__ unscale, long long* __restrict__ choice, int side,
-                                               int blocks) {
+                                               float* __restrict__ unscale) {
     const int t = threadIdx.x, tx = t % 32, ty = t / 32;
     const int rank = CL > 1 ? int(hopper::cluster_ctarank()) : 0;
     const int share = (K + 32 * CL - 1) / (32 * CL) * 32;   // a multiple of 32
     const int kb = min(K, rank * share), ke = min(K, kb + share);
-    const int chunks = max(1, (ke - kb + EC_SCALED_CHUNK - 1) / EC_SCALED_CHUNK);
+    constexpr int CHUNK = 32 * TILES;
+    const int chunks = max(1, (ke - kb + CHUNK - 1) / CHUNK);
     if (t < EC_SCALED_SEGMENTS) sh.part_max[t] = 0;
-    if (t == 0) sh.normal = sh.below = sh.clamped = sh.top = 0;
     __syncthreads();
 
     // Each segment's largest finite magnitude over the block's share.
@@ -138,7 +140,7 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
     unsigned m[PER_TILE] = {};
 #pragma unroll 1
     for (int c = 0; c < chunks; ++c) {
-        load_chunk<CK>(v, X, ld, segs, seg0, kb + c * EC_SCALED_CHUNK, ke);
+        load_chunk<CK>(v, X, ld, segs, seg0, kb + c * CHUNK, ke);
 #pragma unroll
         for (int f = 0; f < TILES; ++f)
 #pragma unroll
@@ -182,14 +184,15 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
     unsigned normal = 0, below = 0;
 #pragma unroll 1
     for (int c = 0; c < chunks; ++c) {
-        const int k0 = kb + c * EC_SCALED_CHUNK;
+        const int k0 = kb + c * CHUNK;
         if (chunks > 1) load_chunk<CK>(v, X, ld, segs, seg0, k0, ke);
         // Written: segment seg0 + ty + 8 j, k = k0 + 32 f + tx (CK: this thread's own
         // elements; else the staged elements of a tile, transposed).
         const int left = ke - k0 - tx;
         long long out[PER_TILE];
 #pragma unroll
-        for (int j = 0; j < PER_TILE; ++j) out[j] = seg0 + ty + 8 * j < segs ? (long long)(seg0 + ty + 8 * j) * ldp + k0 + tx : -1;
+        for (int j = 0; j < PER_TILE; ++j)
+            out[j] = seg0 + ty + 8 * j < segs ? (long long)(seg0 + ty + 8 * j) * ldp + k0 + tx : -1;
 #pragma unroll
         for (int f = 0; f < TILES; ++f) {
 #pragma unroll
@@ -232,13 +235,30 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
         }
     }
 
-    // The block's counts into the record's sums; the last block decides.
+    // The block's counts for these segments.
     normal = __reduce_add_sync(0xFFFFFFFFu, normal);
     below = __reduce_add_sync(0xFFFFFFFFu, below);
     if (tx == 0) {
         atomicAdd(&sh.normal, normal);
         atomicAdd(&sh.below, below);
     }
+    if constexpr (CL > 1) hopper::cluster_wait();   // the others have read this block's maxima
+}
+
+// One operand: the cluster takes groups of 32 segments of matrix z in turn (a block a
+// launch, not a group: a product of short K has many groups, and each block adds to
+// the record's sums once), then the block's counts go into the record's sums and the
+// last block of the launch decides.  side: 0 A, 1 B.
+template <bool CK, int CL, int TILES>
+__device__ __forceinline__ void split_operand(Shared& sh, const float* __restrict__ X, int ld, int segs, int K,
+                                              __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
+                                              float* __restrict__ unscale, long long* __restrict__ choice, int side,
+                                              int blocks) {
+    const int t = threadIdx.x;
+    if (t == 0) sh.normal = sh.below = sh.clamped = sh.top = 0;
+    const int groups = (segs + EC_SCALED_SEGMENTS - 1) / EC_SCALED_SEGMENTS;
+    for (int g = int(blockIdx.x) / CL; g < groups; g += int(gridDim.x) / CL)
+        split_segments<CK, CL, TILES>(sh, X, ld, segs, K, g * EC_SCALED_SEGMENTS, hi, lo, ldp, unscale);
     __syncthreads();
     if (t == 0) {
         atomicAdd(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_NORMAL_A + side]),
@@ -255,37 +275,40 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
             decide(choice);
         }
     }
-    if constexpr (CL > 1) hopper::cluster_wait();   // the others have read this block's maxima
 }
 
 }  // namespace ec_scaled
 
-// Grid: (CL x the larger operand's groups of 32 segments, the larger batch, 2:
-// blockIdx.z 0 splits A, 1 B); clusters of CL blocks along x.  A batch's matrices
-// (stride elements apart, matrices of them) have their parts one after the other
-// (M * ldp, N * ldp halves apart) and their inverse scales too (M, N floats
-// apart).  blocks: the launch's blocks that split something (the others return at
-// once), CL x (groups of A x matrices_a + groups of B x matrices_b).  choice: the
-// record, its sums zero.
-template <char OP_A, char OP_B, int CL>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(EC_SCALED_THREADS, 2)
+// Grid: (CL x clusters a matrix, the larger batch, 2: blockIdx.z 0 splits A, 1 B);
+// clusters of CL blocks along x, each taking groups of 32 rows (columns) of its matrix
+// in turn.  A batch's matrices (stride elements apart, matrices of them) have their
+// parts one after the other (M * ldp, N * ldp halves apart) and their inverse scales
+// too (M, N floats apart).  blocks: the launch's blocks that split something (the
+// others return at once; host: ec_wgmma.py), each adds to the record once.  choice:
+// the record, its sums zero.  CHUNK: EC_SCALED_CHUNK, or EC_SCALED_SHORT_CHUNK (four
+// blocks an SM) where K is that short.
+template <char OP_A, char OP_B, int CL, int CHUNK>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(EC_SCALED_THREADS, CHUNK <= EC_SCALED_SHORT_CHUNK ? 4 : 2)
 ec_split_scaled(int M, int N, int K, const float* __restrict__ A, int lda, long long stride_a, int matrices_a,
                 const float* __restrict__ B, int ldb, long long stride_b, int matrices_b, __half* __restrict__ a_hi,
                 __half* __restrict__ a_lo, __half* __restrict__ b_hi, __half* __restrict__ b_lo, int ldp,
                 float* __restrict__ unscale_a, float* __restrict__ unscale_b, int blocks,
                 long long* __restrict__ choice) {
     static_assert(CL >= 1 && CL <= EC_SCALED_MAX_CLUSTER, "a portable cluster");
+    static_assert(CHUNK == EC_SCALED_CHUNK || CHUNK == EC_SCALED_SHORT_CHUNK, "a chunk of 512 or of 128");
+    constexpr int TILES = CHUNK / 32;
+    static_assert(TILES % EC_SCALED_STAGED == 0, "the staged tiles divide a chunk");
     __shared__ ec_scaled::Shared sh;
     const long long z = blockIdx.y;
-    const int seg0 = int(blockIdx.x) / CL * EC_SCALED_SEGMENTS;   // the same for the whole cluster
+    const int seg0 = int(blockIdx.x) / CL * EC_SCALED_SEGMENTS;   // the cluster's first group (all its blocks')
     if (blockIdx.z == 0) {
         if (z >= matrices_a || seg0 >= M) return;
-        ec_scaled::split_segments<OP_A == 'N', CL>(sh, A + z * stride_a, lda, M, K, seg0, a_hi + z * M * ldp,
-                                                   a_lo + z * M * ldp, ldp, unscale_a + z * M, choice, 0, blocks);
+        ec_scaled::split_operand<OP_A == 'N', CL, TILES>(sh, A + z * stride_a, lda, M, K, a_hi + z * M * ldp,
+                                                  a_lo + z * M * ldp, ldp, unscale_a + z * M, choice, 0, blocks);
     } else {
         if (z >= matrices_b || seg0 >= N) return;
-        ec_scaled::split_segments<OP_B == 'T', CL>(sh, B + z * stride_b, ldb, N, K, seg0, b_hi + z * N * ldp,
-                                                   b_lo + z * N * ldp, ldp, unscale_b + z * N, choice, 1, blocks);
+        ec_scaled::split_operand<OP_B == 'T', CL, TILES>(sh, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp,
+                                                  b_lo + z * N * ldp, ldp, unscale_b + z * N, choice, 1, blocks);
     }
 }
 
