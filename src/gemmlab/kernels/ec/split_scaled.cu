@@ -6,9 +6,9 @@
 // column of C is made of, so that its scale divides out of C -- from the segment's
 // own largest value, in the pass that splits it: A and B are read once.
 //
-// A cluster of CL blocks takes 32 segments, each block a CL-th of K, held in
-// registers (CHUNK elements of K per segment; a longer share is read twice, once
-// for the maxima and once to split).  The blocks trade their 32 partial maxima
+// A cluster of CL blocks takes 32 segments at a time (several groups in turn where
+// there are many), each block a CL-th of K, held in registers (CHUNK elements of K
+// per segment; a longer share is read twice, once for the maxima and once to split).  The blocks trade their 32 partial maxima
 // through distributed shared memory, scale (a power of two, choice_rules.cuh's
 // scale_exponent), split with FOLD's lo in hi's units, and write the parts in
 // split_pack.cu's layout (A's M x ldp, B^T's N x ldp) and each segment's inverse
