@@ -358,7 +358,8 @@ class _SplitAndGemmLaunches:
             if split is not None:
                 self.split_grids.append(tuple(shape.grid))
                 # matrices_a, matrices_b: split_scaled.cu's B has no scale argument before them
-                self.split_matrices.append((int(args[6]), int(args[10 if split[0] == "scaled" else 11])))
+                scaled = split[0].startswith("gemmlab::ec_split_scaled")   # the key begins with the kernel's name
+                self.split_matrices.append((int(args[6]), int(args[10 if scaled else 11])))
             elif kernel is reduce:
                 self.reductions += 1
             elif not any(kernel is k for k in choice):

@@ -31,7 +31,7 @@ from .arrays import ITEMSIZE, allocator, stream_getter
 from .kernels import registry
 from .kernels.ec.choose_method import RECORD_OFFSET, WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, DeviceChoice, \
     Report, copy_record, zero_workspace
-from .kernels.ec.ec_wgmma import splits_per_row
+from .kernels.ec.ec_wgmma import chooses_in_split
 from .planner import Batching, Call, KernelView, Plan, fp32_tc_on_cuda_cores, kernel_view, plan_call, plan_for_choice, \
     result_side, storage_itemsize, batching
 from .runtime import compile as rt_compile
@@ -495,7 +495,7 @@ class _DeviceChoice:
         self.candidates = [(p, Launcher(p, gpu, lds, bt.nz, bt.strides)) for p in plans]
         # fp32_tc on ec_wgmma's FOLD: the FP16 candidate's pre-pass (split_scaled.cu) chooses,
         # from a scale per row and column, as it splits: no histograms, no choose kernel.
-        self.per_row = splits_per_row(plans[0], True)
+        self.per_row = chooses_in_split(plans[0])
         self.choice = None if self.per_row else DeviceChoice(gpu, ops_a, ops_b, self.scaled_only)
         self.report = None      # allocated at the first call, on its stream
         self._kept = {}         # (A, B, workspace) -> the choice's launches and record address

@@ -149,11 +149,16 @@ PER_THREAD_STREAM = 2   # CU_STREAM_PER_THREAD
 SCRATCH_KEPT_BYTES = 64 * 2**20
 
 
+def zero_async(ptr: int, nbytes: int, stream_handle: int) -> None:
+    """On the stream: ``nbytes`` of device memory at ``ptr`` set to zero."""
+    d = driver()
+    driver_call(d.cuMemsetD8Async(ptr, 0, nbytes, d.CUstream(stream_handle)), "cuMemsetD8Async")
+
+
 def _zeroed(ws: Workspace, stream_handle: int) -> Workspace:
     """``ws`` with its bytes zeroed, in stream order (a new workspace's first state)."""
     if ws.handle:
-        d = driver()
-        driver_call(d.cuMemsetD8Async(ws.handle, 0, ws.nbytes, d.CUstream(stream_handle)), "cuMemsetD8Async")
+        zero_async(ws.handle, ws.nbytes, stream_handle)
     return ws
 
 

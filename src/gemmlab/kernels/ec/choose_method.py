@@ -14,6 +14,7 @@ import weakref
 
 import numpy as np
 
+from ...runtime.launch import LaunchShape, driver, driver_call, launch_shaped, zero_async
 from ..spec import KERNEL_DIR
 from ..cuda_constants import read_constants
 from .exponent_histogram import (EXPONENT_BINS, EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE,
@@ -47,9 +48,7 @@ class DeviceChoice:
 
     def __init__(self, gpu, ops_a, ops_b, scaled_only: bool):
         from ...runtime import compile as rt_compile
-        from ...runtime.launch import LaunchShape, driver, driver_call
         self.gpu = gpu
-        self._driver, self._driver_call = driver(), driver_call   # for zero(): no import per call
         self.hist = rt_compile.load_kernel(EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL, gpu.arch)
         self.choose = rt_compile.load_kernel(CHOOSE_SOURCE, CHOOSE_KERNEL, gpu.arch)
         block = (HISTOGRAM_THREADS, 1, 1)
@@ -78,7 +77,6 @@ class DeviceChoice:
         """On ``stream``: zero the histograms at ``ws`` (WORKSPACE_BYTES), count
         A's and B's exponents, choose; the record also goes to ``report`` (0:
         nowhere).  Returns the record's address."""
-        from ...runtime.launch import launch_shaped
         self.zero(stream, ws)
         launches, record = self.launches(A, B, ws, report)
         for kernel, shape, args in launches:
@@ -87,17 +85,16 @@ class DeviceChoice:
 
 
 def zero_workspace(stream: int, ws: int) -> None:
-    """On ``stream``: zero the choice workspace at ``ws`` (WORKSPACE_BYTES): the histograms
-    and the record, whose sums split_scaled.cu adds into."""
-    from ...runtime.launch import driver, driver_call
-    d = driver()
-    driver_call(d.cuMemsetD32Async(ws, 0, WORKSPACE_BYTES // 4, d.CUstream(stream)), "cuMemsetD32Async")
+    """On ``stream``: zero the histograms of the choice workspace at ``ws``, which the
+    histogram launches add into.  The record needs no zeroing per call: the workspace
+    starts zeroed (stream_workspace's zero_new) and every choice leaves its sums zero
+    (choose_method.cu writes every field, split_scaled.cu's last block zeroes them)."""
+    zero_async(ws, RECORD_OFFSET, stream)
 
 
 def copy_record(stream: int, dst: int, record: int) -> None:
     """On ``stream``: the record at ``record`` copied to ``dst`` (a Report's buffer), for
     a choice whose kernel does not write the report itself (split_scaled.cu)."""
-    from ...runtime.launch import driver, driver_call
     d = driver()
     driver_call(d.cuMemcpyDtoDAsync(dst, record, CHOICE_FIELDS * 8, d.CUstream(stream)), "cuMemcpyDtoDAsync")
 
@@ -108,7 +105,6 @@ class Report:
     run (a captured call not yet replayed) its method reads -1."""
 
     def __init__(self, gpu, stream: int):
-        from ...runtime.launch import driver, driver_call
         d = driver()
         self.gpu = gpu
         self.ptr = int(driver_call(d.cuMemAlloc(CHOICE_FIELDS * 8), "cuMemAlloc of the fp32_tc choice report"))
@@ -120,7 +116,6 @@ class Report:
     def read(self) -> np.ndarray:
         """The record last written (CHOICE_FIELDS int64): waits for the device."""
         from ...runtime.device import make_current
-        from ...runtime.launch import driver, driver_call
         d = driver()
         make_current(self.gpu.ordinal)
         host = np.zeros(CHOICE_FIELDS, np.int64)
@@ -131,7 +126,6 @@ class Report:
 
 def _free(ptr: int) -> None:
     try:
-        from ...runtime.launch import driver
         driver().cuMemFree(ptr)
     except Exception:   # at interpreter exit the driver may be gone already
         pass

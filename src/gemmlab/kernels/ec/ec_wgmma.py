@@ -84,12 +84,16 @@ def ec_scaled_chunk(K: int) -> int:
     return EC_SCALED_SHORT_CHUNK if K <= EC_SCALED_SHORT_CHUNK else EC_SCALED_CHUNK
 
 
-def splits_per_row(plan, choice) -> bool:
-    """Whether ``plan`` with a choice record at ``choice`` is fp32_tc's FP16 candidate on
-    FOLD, whose pre-pass is split_scaled.cu: it scales per row and column and writes the
-    choice itself (no histograms, no choose_method.cu)."""
-    return bool(choice) and plan.spec.name == "ec_wgmma" and plan.params.get("FOLD") == 1 \
-        and plan.method == "fp16_ec"
+def chooses_in_split(plan) -> bool:
+    """Whether ``plan`` is fp32_tc's FP16 candidate on FOLD, whose pre-pass under a choice
+    made on the GPU is split_scaled.cu: it scales per row and column and writes the choice
+    itself (no histograms, no choose_method.cu)."""
+    return plan.spec.name == "ec_wgmma" and plan.params.get("FOLD") == 1 and plan.method == "fp16_ec"
+
+
+def splits_per_row(plan, choice: int) -> bool:
+    """Whether ``plan``'s pre-pass is split_scaled.cu: chooses_in_split, with a choice record."""
+    return bool(choice) and chooses_in_split(plan)
 
 
 def _smem(p) -> int:
@@ -145,16 +149,19 @@ _split_launches: dict[tuple, tuple] = {}
 _SPLIT_LAUNCHES_KEPT = 256
 
 
-def _split_launch(dtype: str, op_a: str, op_b: str, fold: int, gpu, grid: tuple[int, int, int]) -> tuple:
-    key = (dtype, op_a, op_b, fold, gpu.arch, grid)
+def _split_launch(source, name: str, threads: int, gpu, grid: tuple[int, int, int]) -> tuple:
+    """(kernel, launch shape) of a split pre-pass instantiation ``name`` of ``source`` on
+    ``grid``, loaded once.  A kernel with __cluster_dims__ (split_scaled.cu) brings its
+    cluster itself: the shape names none."""
+    key = (name, gpu.arch, grid)
     found = _split_launches.get(key)
     if found is None:
         from ...runtime import compile as rt_compile
         from ...runtime.launch import LaunchShape
-        kernel = rt_compile.load_kernel(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(dtype, op_a, op_b, fold), gpu.arch)
+        kernel = rt_compile.load_kernel(source, name, gpu.arch)
         if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:   # a program of many shapes: start again
             _split_launches.clear()
-        found = _split_launches[key] = (kernel, LaunchShape(grid, (EC_SPLIT_PACK_THREADS, 1, 1)))
+        found = _split_launches[key] = (kernel, LaunchShape(grid, (threads, 1, 1)))
     return found
 
 
@@ -230,7 +237,8 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
         tiles = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
         return max(1, min(tiles, -(-EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count // nz)))
     grid = (max(blocks(pr.M, pr.K, nz_a), blocks(pr.K, pr.N, nz_b)), max(nz_a, nz_b), 2)
-    kernel, shape = _split_launch(pr.dtype, pr.op_a, pr.op_b, fold, gpu, grid)
+    kernel, shape = _split_launch(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(pr.dtype, pr.op_a, pr.op_b, fold),
+                                  EC_SPLIT_PACK_THREADS, gpu, grid)
     args = (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K),
             ops.A, np.int32(ops.lda), np.int64(ops.sa if nz_a > 1 else 0), np.int32(nz_a), np.float32(scale_a),
             ops.B, np.int32(ops.ldb), np.int64(ops.sb if nz_b > 1 else 0), np.int32(nz_b), np.float32(scale_b),
@@ -260,21 +268,9 @@ def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz
     """split_scaled.cu's launch (ec_split_launches with per_row): clusters of
     ec_scaled_cluster(K) blocks taking groups of 32 rows of op(A) (columns of op(B)) of each
     matrix (ec_scaled_grid); the inverse scales at ``scales`` (A's nz_a x M floats, then B's)."""
-    cl = ec_scaled_cluster(pr.K)
     grid, blocks = ec_scaled_grid(pr.M, pr.N, pr.K, nz_a, nz_b, gpu.sm_count)
-    chunk = ec_scaled_chunk(pr.K)
-    key = ("scaled", pr.op_a, pr.op_b, cl, chunk, gpu.arch, grid)
-    found = _split_launches.get(key)
-    if found is None:
-        from ...runtime import compile as rt_compile
-        from ...runtime.launch import LaunchShape
-        kernel = rt_compile.load_kernel(EC_SPLIT_SCALED_SOURCE, ec_split_scaled_kernel(pr.op_a, pr.op_b, cl, chunk),
-                                        gpu.arch)
-        if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:
-            _split_launches.clear()
-        # The cluster is the kernel's own (__cluster_dims__): the launch names none.
-        found = _split_launches[key] = (kernel, LaunchShape(grid, (EC_SCALED_THREADS, 1, 1)))
-    kernel, shape = found
+    name = ec_split_scaled_kernel(pr.op_a, pr.op_b, ec_scaled_cluster(pr.K), ec_scaled_chunk(pr.K))
+    kernel, shape = _split_launch(EC_SPLIT_SCALED_SOURCE, name, EC_SCALED_THREADS, gpu, grid)
     a_hi, a_lo, b_hi, b_lo = parts
     unscale_a, unscale_b = scales, scales + 4 * nz_a * pr.M
     args = (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K),
