@@ -88,7 +88,6 @@ def rec(monkeypatch):
             self.ptr = 0x30000
     monkeypatch.setattr(executor, "Report", Report)
     monkeypatch.setattr(executor, "zero_workspace", lambda stream, ws: r.log.append(("zero", ws, ())))
-    monkeypatch.setattr(executor, "copy_record", lambda stream, dst, record: r.log.append(("copy", dst, (record,))))
     real_init = executor.Launcher.__init__
 
     def init(self, *a, **kw):   # count the argument sets each launcher builds
@@ -127,12 +126,13 @@ def test_a_repeated_call_launches_what_the_first_built(rec):
     out = np.empty((70, 50), np.float32)
     _call(a, b, out)
     first, built = rec.launches(), rec.builds
-    # Each candidate's split (the FP16 one, split_scaled.cu, chooses) and GEMM, then the record
-    # copied to the report: no memset (the record's sums are left zero), no histograms, no choose.
+    # Each candidate's split (the FP16 one, split_scaled.cu, chooses and copies the record to
+    # the report) and GEMM: no memset (the record's sums are left zero), no histograms, no
+    # choose, no copy.
     kernels = [k for k, _, _ in first]
     assert kernels[0] == registry.ec_split_scaled_kernel("N", "N", 1, ec_wgmma.ec_scaled_chunk(90))
-    assert kernels[-1] == "copy"
-    assert "zero" not in kernels and choose_method.CHOOSE_KERNEL not in kernels
+    assert first[0][2][-1] == 0x30000   # the report's address
+    assert len(kernels) == 4 and "zero" not in kernels and choose_method.CHOOSE_KERNEL not in kernels
     gemms = [k for k in kernels if k.startswith("gemmlab::ec_wgmma")]
     assert len(gemms) == 2 and built == 2   # the FP16 and the TF32 candidate, each built once
     for _ in range(3):
@@ -141,7 +141,7 @@ def test_a_repeated_call_launches_what_the_first_built(rec):
         _same(first, again)
     assert rec.builds == built
     # The argument tuples themselves are the ones built by the first call.
-    assert all(x[2] is y[2] for x, y in zip(first, again) if x[0] not in ("zero", "copy"))
+    assert all(x[2] is y[2] for x, y in zip(first, again))
 
 
 def test_anything_new_builds_again_with_its_values(rec):
@@ -171,10 +171,11 @@ def test_anything_new_builds_again_with_its_values(rec):
     _call(a2, b, out, alpha=0.5)
     assert rec.builds == built + 8
     record = rec.address["choice"] + choose_method.RECORD_OFFSET
-    # The split pre-passes take the record last, the GEMM before its SPLITK, the layouts and
-    # the inverse scales.
-    assert all(args[-5 if k.startswith("gemmlab::ec_wgmma") else -1] == record
-               for k, _, args in rec.launches() if k.startswith(("gemmlab::ec_wgmma", "gemmlab::ec_split")))
+    # split_pack.cu takes the record last, split_scaled.cu before the report, the GEMM before
+    # its SPLITK, the layouts and the inverse scales.
+    at = {"gemmlab::ec_wgmma": -5, "gemmlab::ec_split_scaled": -2, "gemmlab::ec_split_pack": -1}
+    assert all(args[next(i for name, i in at.items() if k.startswith(name))] == record
+               for k, _, args in rec.launches() if k.startswith(tuple(at)))
 
 
 def test_a_graphs_own_workspace_is_never_remembered(rec):
@@ -204,7 +205,7 @@ def test_a_workspace_too_large_to_keep_is_remembered_by_address(rec):
     again = rec.launches()
     _same(first, again)
     assert rec.builds == built == 2
-    assert all(x[2] is y[2] for x, y in zip(first, again) if x[0] not in ("zero", "copy"))
+    assert all(x[2] is y[2] for x, y in zip(first, again))
     rec.address["scratch"] += 1 << 20   # another block this time: built again for it
     _call(a, b, out)
     assert rec.builds == built + 2
@@ -276,7 +277,8 @@ def test_one_split_launch_takes_both_operands(rec):
     """Each candidate's split pre-pass: one launch, blockIdx.z the operand, A's parts then
     B^T's in the workspace, both candidates into the same buffers (a choice's layout).  The
     FP16 candidate's is split_scaled.cu: a cluster per 32 rows of A (columns of B), the
-    inverse scales after the parts, the count of blocks that split something, the record."""
+    inverse scales after the parts, the count of blocks that split something, the record and
+    the report."""
     a, b = _operands(M=300, K=40, N=20)
     out = np.empty((300, 20), np.float32)
     _call(a, b, out)
@@ -291,7 +293,7 @@ def test_one_split_launch_takes_both_operands(rec):
     assert g16 == (-(-300 // 32), 1, 2)   # one block (K = 40 fits its registers) per 32 rows of A, more than B's
     assert a16[:11] == (300, 20, 40, a.ctypes.data, 40, 0, 1, b.ctypes.data, 20, 0, 1)
     scales = parts[3] + b_part
-    assert a16[11:] == parts + (kp, scales, scales + 4 * 300, -(-300 // 32) + 1, record)
+    assert a16[11:] == parts + (kp, scales, scales + 4 * 300, -(-300 // 32) + 1, record, 0x30000)
     assert g32 == (-(-300 // 32) * -(-40 // 32), 1, 2)   # A's tiles, more than B's
     assert a32[:7] == (300, 20, 40, a.ctypes.data, 40, 0, 1) and a32[8:12] == (b.ctypes.data, 20, 0, 1)
     assert a32[13:18] == parts + (kp,) and a32[-1] == record

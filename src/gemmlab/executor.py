@@ -30,7 +30,7 @@ from . import ec
 from .arrays import ITEMSIZE, allocator, stream_getter
 from .kernels import registry
 from .kernels.ec.choose_method import RECORD_OFFSET, WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, DeviceChoice, \
-    Report, copy_record, zero_workspace
+    Report, zero_workspace
 from .kernels.ec.ec_wgmma import chooses_in_split
 from .planner import Batching, Call, KernelView, Plan, fp32_tc_on_cuda_cores, kernel_view, plan_call, plan_for_choice, \
     result_side, storage_itemsize, batching
@@ -159,16 +159,17 @@ class Launcher:
             self._ws_what = f"{p.describe()} (split-K)"
 
     # -- the per-call part ---------------------------------------------------------------
-    def run(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0) -> None:
+    def run(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0, report: int = 0) -> None:
         """Enqueue the product on ``stream``: C = alpha * op(A) @ op(B) + beta * C for
         every matrix of the batch (A, B, C: device addresses of the first ones).
         ``choice``: the address of a method choice made on the GPU, for kernels
-        that read one (the launch does nothing if it chose another method)."""
+        that read one (the launch does nothing if it chose another method);
+        ``report``: where a pre-pass that makes the choice copies it (0: nowhere)."""
         if self.quick_ok and (alpha == 0 or self.k_zero):
             self._quick_return(stream, C, beta)
             return
         if self.own_args:
-            self._run_own_args(stream, A, B, C, alpha, beta, choice)
+            self._run_own_args(stream, A, B, C, alpha, beta, choice, report)
             return
         M, N, K = self.args_mk
         lda, ldb, ldc, sa, sb, sc = self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc
@@ -300,7 +301,8 @@ class Launcher:
             launch_shaped(reduce, shape, stream, (M, N, _ZERO32, 0, _ZERO, f32(beta), C + dc, self.ldc, self.sc, 0,
                                                   _ZERO32))
 
-    def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0) -> None:
+    def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0,
+                      report: int = 0) -> None:
         """A kernel whose spec builds its arguments: one launch per batch chunk where it
         takes a whole batch (wgmma, ec_wgmma: 3-D tensor maps), else one per matrix
         (``choice``, where the method is chosen on the GPU, the address of the record
@@ -313,20 +315,21 @@ class Launcher:
             jobs = [(A + z * sa, B + z * sb, C + z * sc, 1) for z in range(self.batch)]
         if self.splits > 1:   # the kernel's arguments built with the workspace as C, alpha = 1, beta = 0
             self._split_k(stream, [(c, nz, (a, b, nz)) for a, b, c, nz in jobs], alpha, beta,
-                          lambda job, w: self._own_partials(stream, *job, w, choice), choice)
+                          lambda job, w: self._own_partials(stream, *job, w, choice, report), choice)
             return
-        self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice)
+        self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice, report)
 
-    def _own_partials(self, stream: int, a: int, b: int, nz: int, w: int, choice: int = 0) -> None:
+    def _own_partials(self, stream: int, a: int, b: int, nz: int, w: int, choice: int = 0, report: int = 0) -> None:
         """Split-K's partial products of a kernel that builds its arguments, into the workspace at
         ``w`` (``choice``: the record of a method chosen on the GPU, or 0)."""
         self._launch_own_args(stream, [(a, b, w, nz)], self.args_mk[1], (self.strides[0], self.strides[1],
-                                                                          self.slice_ws), 1.0, 0.0, choice)
+                                                                          self.slice_ws), 1.0, 0.0, choice, report)
 
-    def _launch_own_args(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int = 0) -> None:
+    def _launch_own_args(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int = 0,
+                         report: int = 0) -> None:
         """Launch the kernel on each job (A, B, C, matrices) with ``ldc`` and the batch ``strides``."""
         if self.prepass is not None:
-            self._launch_after_prepass(stream, jobs, ldc, strides, alpha, beta, choice)
+            self._launch_after_prepass(stream, jobs, ldc, strides, alpha, beta, choice, report)
             return
         p, geo, (lda, ldb, _) = self.plan, self.geo, self.lds
         if self._args_memo is not None:
@@ -361,7 +364,8 @@ class Launcher:
                 else:
                     launch_shaped(self.kernel, shape, stream, args)
 
-    def _launch_after_prepass(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int) -> None:
+    def _launch_after_prepass(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int,
+                              report: int = 0) -> None:
         """A kernel with a pre-pass (spec.PrePass; ec_wgmma's split): per job, a workspace
         from the caller's stream, the pre-pass's launches, then the kernel's.  What they
         launch is built once per set of everything it depends on -- the job's addresses,
@@ -370,7 +374,10 @@ class Launcher:
         keep, which the pool hands the stream again at the next call (building them, four
         tensor maps and the pre-pass's arguments, cost about 60 µs of host time before the
         first kernel of a 4096^3 fp32_tc call: benchmarks/NOTES.md, run 92f); a graph's own
-        workspace gets them built for its call only (under capture with driver-encoded maps)."""
+        workspace gets them built for its call only (under capture with driver-encoded maps).
+        With a choice record the kernel is a programmatic dependent launch (it waits for the
+        pre-pass itself: LaunchShape's pdl), so that its launch and set-up overlap the
+        pre-pass's last blocks."""
         pre, memo, sizes, (lda, ldb, _) = self.prepass, self._prepass_memo, self._prepass_bytes, self.lds
         for a, b, c, nz in jobs:
             size_key = (nz, strides, choice != 0)
@@ -380,11 +387,11 @@ class Launcher:
                                                                Operands(a, lda, b, ldb, c, ldc, nz, *strides), choice)
             ws = stream_workspace(self.gpu, stream, nbytes, pre.what)
             try:
-                key = (a, b, c, nz, ldc, strides, alpha, beta, choice, ws.handle)
+                key = (a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws.handle)
                 built = memo.get(key) if ws.repeats else None
                 if built is None:
                     built = self._build_after_prepass(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha,
-                                                      beta, choice, ws.handle)
+                                                      beta, choice, ws.handle, report)
                     if ws.repeats:
                         _keep(memo, key, built)
                 launches, args, shape, driver_maps = built
@@ -397,16 +404,18 @@ class Launcher:
             finally:
                 ws.close(stream)   # in stream order, after the kernel that reads it
 
-    def _build_after_prepass(self, stream: int, ops: Operands, alpha, beta, choice: int, workspace: int) -> tuple:
+    def _build_after_prepass(self, stream: int, ops: Operands, alpha, beta, choice: int, workspace: int,
+                             report: int = 0) -> tuple:
         """(the pre-pass's launches, the kernel's arguments, its launch shape, whether its
         tensor maps are driver-built) for _launch_after_prepass."""
         geo = self.geo
         launches, args = self.prepass.build(self.plan, self.gpu, ops, alpha, beta, choice, workspace,
-                                            maps_backend(stream))
-        shape = self._shapes.get(ops.batch)
+                                            maps_backend(stream), report)
+        key = (ops.batch, bool(choice))
+        shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[ops.batch] = LaunchShape(self._grid(ops.batch, stream), geo.block, geo.smem_bytes,
-                                                          geo.cluster)
+            shape = self._shapes[key] = LaunchShape(self._grid(ops.batch, stream), geo.block, geo.smem_bytes,
+                                                    geo.cluster, pdl=bool(choice))
         return launches, args, shape, any(is_driver_tensor_map(x) for x in args)
 
     def _grid(self, nz: int, stream: int) -> tuple[int, int, int]:
@@ -525,11 +534,12 @@ class _DeviceChoice:
                 zero_workspace(stream, ws.handle)   # the histograms, which the launches add into
             for kernel, shape, args in launches:
                 launch_shaped(kernel, shape, stream, args)
+            # fp32_tc on FOLD: the split's last block copies the record to the report itself.
+            report = self.report.ptr if self.per_row else 0
             for _, run in self.candidates:
                 for da, db, dc in offsets:
-                    run.run(stream, A + da, B + db, C + dc, alpha, beta, record)
-            if self.per_row:
-                copy_record(stream, self.report.ptr, record)
+                    run.run(stream, A + da, B + db, C + dc, alpha, beta, record, report)
+                report = 0   # the FP16 candidate's split chooses; the TF32 one's reads
         finally:
             ws.close(stream)   # in stream order, after the launches that read the record
         return self.pending

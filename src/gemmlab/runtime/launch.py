@@ -225,30 +225,37 @@ def allow_dynamic_smem(kernel, nbytes: int, device: int) -> None:
     _smem_raised[key] = nbytes
 
 
-def _config(grid, block, smem_bytes: int, cluster):
-    """cuda.core's LaunchConfig; with a cluster its grid counts clusters, ours counts blocks."""
+def _config(grid, block, smem_bytes: int, cluster, pdl: bool = False):
+    """cuda.core's LaunchConfig; with a cluster its grid counts clusters, ours counts blocks.
+    ``pdl``: programmatic dependent launch (LaunchShape)."""
     from cuda.core import LaunchConfig
+    extra = {"programmatic_stream_serialization": True} if pdl else {}
     if tuple(cluster) == (1, 1, 1):
-        return LaunchConfig(grid=tuple(grid), block=tuple(block), shmem_size=smem_bytes)
+        return LaunchConfig(grid=tuple(grid), block=tuple(block), shmem_size=smem_bytes, **extra)
     if any(g % c for g, c in zip(grid, cluster)):
         raise ValueError(f"a grid of {tuple(grid)} blocks is not a whole number of {tuple(cluster)} clusters")
     return LaunchConfig(grid=tuple(g // c for g, c in zip(grid, cluster)), cluster=tuple(cluster),
-                        block=tuple(block), shmem_size=smem_bytes)
+                        block=tuple(block), shmem_size=smem_bytes, **extra)
 
 
 class LaunchShape:
     """A launch's grid (in blocks), block, dynamic shared memory and cluster, with
-    cuda.core's LaunchConfig built once, at the first launch."""
+    cuda.core's LaunchConfig built once, at the first launch.  ``pdl``: programmatic
+    dependent launch -- the kernel may start before the one ahead of it in the stream
+    has finished, and must wait for it (griddepcontrol.wait) before it reads what that
+    one wrote: for kernels written so (ec/choice.cuh's ec_wait_prior_grid), so that
+    their launch overlaps the end of the kernel before."""
 
-    __slots__ = ("grid", "block", "smem_bytes", "cluster", "_config")
+    __slots__ = ("grid", "block", "smem_bytes", "cluster", "pdl", "_config")
 
-    def __init__(self, grid, block, smem_bytes: int = 0, cluster=(1, 1, 1)):
+    def __init__(self, grid, block, smem_bytes: int = 0, cluster=(1, 1, 1), pdl: bool = False):
         self.grid, self.block, self.smem_bytes, self.cluster = tuple(grid), tuple(block), smem_bytes, tuple(cluster)
+        self.pdl = pdl
         self._config = None
 
     def config(self):
         if self._config is None:
-            self._config = _config(self.grid, self.block, self.smem_bytes, self.cluster)
+            self._config = _config(self.grid, self.block, self.smem_bytes, self.cluster, self.pdl)
         return self._config
 
 

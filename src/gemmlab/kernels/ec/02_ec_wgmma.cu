@@ -89,11 +89,6 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
          const long long* __restrict__ choice, int splits, int trans, const float* __restrict__ unscale_rows,
          const float* __restrict__ unscale_cols) {
     using namespace hopper;
-    if (choice != nullptr) {   // the method chosen on the GPU
-        if (!ec_chosen<METHOD>(choice)) return;
-        scale_a = ec_choice_scale(choice, FOLD ? CHOICE_TOP_SCALE_A : CHOICE_SCALE_A);
-        scale_b = ec_choice_scale(choice, FOLD ? CHOICE_TOP_SCALE_B : CHOICE_SCALE_B);
-    }
     static_assert(FOLD ? BN <= EC_WGMMA_FOLD_BN : BN == EC_WGMMA_BN, "three sets of BN / 2, or four of 48");
     using Split = EcSplit<METHOD>;
     constexpr int DT = Split::DT;                 // the parts: TYPE_FLOAT16 or TYPE_TF32
@@ -125,6 +120,13 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         tma_prefetch_map(&map_b_lo);
     }
     __syncthreads();
+    if (choice != nullptr) {   // the method chosen on the GPU (after the set-up above, which reads no data)
+        ec_allow_next_grid();
+        ec_wait_prior_grid();
+        if (!ec_chosen<METHOD>(choice)) return;
+        scale_a = ec_choice_scale(choice, FOLD ? CHOICE_TOP_SCALE_A : CHOICE_SCALE_A);
+        scale_b = ec_choice_scale(choice, FOLD ? CHOICE_TOP_SCALE_B : CHOICE_SCALE_B);
+    }
 
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     // Split-K: batch_tile's "matrix" is the pair (matrix z, slice s), zs = z * slices + s.

@@ -92,13 +92,6 @@ def zero_workspace(stream: int, ws: int) -> None:
     zero_async(ws, RECORD_OFFSET, stream)
 
 
-def copy_record(stream: int, dst: int, record: int) -> None:
-    """On ``stream``: the record at ``record`` copied to ``dst`` (a Report's buffer), for
-    a choice whose kernel does not write the report itself (split_scaled.cu)."""
-    d = driver()
-    driver_call(d.cuMemcpyDtoDAsync(dst, record, CHOICE_FIELDS * 8, d.CUstream(stream)), "cuMemcpyDtoDAsync")
-
-
 class Report:
     """A small device buffer a prepared call's choices are also written to, read
     when gemmlab.last_plan() asks (after a synchronisation).  Until a choice has

@@ -149,11 +149,12 @@ _split_launches: dict[tuple, tuple] = {}
 _SPLIT_LAUNCHES_KEPT = 256
 
 
-def _split_launch(source, name: str, threads: int, gpu, grid: tuple[int, int, int]) -> tuple:
+def _split_launch(source, name: str, threads: int, gpu, grid: tuple[int, int, int], pdl: bool = False) -> tuple:
     """(kernel, launch shape) of a split pre-pass instantiation ``name`` of ``source`` on
     ``grid``, loaded once.  A kernel with __cluster_dims__ (split_scaled.cu) brings its
-    cluster itself: the shape names none."""
-    key = (name, gpu.arch, grid)
+    cluster itself: the shape names none.  ``pdl``: a programmatic dependent launch
+    (split_pack.cu when it reads a choice record: it waits for the kernel before it)."""
+    key = (name, gpu.arch, grid, pdl)
     found = _split_launches.get(key)
     if found is None:
         from ...runtime import compile as rt_compile
@@ -161,7 +162,7 @@ def _split_launch(source, name: str, threads: int, gpu, grid: tuple[int, int, in
         kernel = rt_compile.load_kernel(source, name, gpu.arch)
         if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:   # a program of many shapes: start again
             _split_launches.clear()
-        found = _split_launches[key] = (kernel, LaunchShape(grid, (threads, 1, 1)))
+        found = _split_launches[key] = (kernel, LaunchShape(grid, (threads, 1, 1), pdl=pdl))
     return found
 
 
@@ -201,7 +202,7 @@ SPLIT_WHAT = "ec_wgmma, for the split parts of a and b,"
 
 
 def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, choice: int, workspace: int,
-                      fold: int, per_row: bool = False):
+                      fold: int, per_row: bool = False, report: int = 0):
     """The launch that splits op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec)
     into their hi and lo parts with ec/split_pack.cu, into the workspace at ``workspace``
     (ec_split_bytes of it); built only, nothing launched.  Returns ([(kernel, shape,
@@ -219,8 +220,10 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
     hi's units (ec_wgmma's FOLD), with the record's scales that put each matrix's largest
     value just below 2^15.  ``per_row`` (with a record, FP16 parts, FOLD:
     splits_per_row): split_scaled.cu instead, which scales each row of op(A) and column of
-    op(B) and writes the record's choice; the parts tuple then ends with the addresses of
-    its inverse scales (after the parts), else with two zeros."""
+    op(B) and writes the record's choice (and copies the record to ``report``, where not
+    0); the parts tuple then ends with the addresses of its inverse scales (after the
+    parts), else with two zeros.  split_pack.cu with a record is a programmatic dependent
+    launch (it waits for the kernel before it: LaunchShape's pdl)."""
     if pr.dtype not in EC_METHODS:
         raise TypeError(f"the split pre-pass is for {', '.join(EC_METHODS)}, not {pr.dtype}")
     room, kp = _part_layout(pr, choice)
@@ -231,14 +234,14 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
 
     if per_row:
         return _split_scaled_launch(pr, gpu, ops, choice, (a_hi, a_lo, b_hi, b_lo), kp, nz_a, nz_b,
-                                    workspace + 2 * (a_part + b_part))
+                                    workspace + 2 * (a_part + b_part), report)
 
     def blocks(rows, cols, nz):   # a few blocks per SM over the whole batch; they loop over the tiles
         tiles = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
         return max(1, min(tiles, -(-EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count // nz)))
     grid = (max(blocks(pr.M, pr.K, nz_a), blocks(pr.K, pr.N, nz_b)), max(nz_a, nz_b), 2)
     kernel, shape = _split_launch(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(pr.dtype, pr.op_a, pr.op_b, fold),
-                                  EC_SPLIT_PACK_THREADS, gpu, grid)
+                                  EC_SPLIT_PACK_THREADS, gpu, grid, pdl=bool(choice))
     args = (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K),
             ops.A, np.int32(ops.lda), np.int64(ops.sa if nz_a > 1 else 0), np.int32(nz_a), np.float32(scale_a),
             ops.B, np.int32(ops.ldb), np.int64(ops.sb if nz_b > 1 else 0), np.int32(nz_b), np.float32(scale_b),
@@ -249,7 +252,10 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
 # split_scaled.cu's grid: at most this many blocks an SM over the launch (two fit at once); a
 # product with more groups of 32 rows (a batch of short-K attention products) has each cluster
 # take several in turn, so that fewer blocks add to the record's sums (one global atomic each,
-# all on the same few addresses: a block per group made Q @ K^T 20% slower, run 92j).
+# all on the same few addresses: a block per group made Q @ K^T 20% slower, run 92j).  Neither a
+# grid of only the clusters that fit at once, each taking its groups in turn with the next one's
+# values prefetched into shared memory while it splits one (run 93d), nor clusters of 8 blocks of
+# half the size taking 16 rows, which fill the SMs of a GPC (run 93h), was faster.
 EC_SCALED_BLOCKS_PER_SM = 16
 
 
@@ -264,7 +270,8 @@ def ec_scaled_grid(M: int, N: int, K: int, nz_a: int, nz_b: int, sm_count: int) 
     return (cl * per_matrix, max(nz_a, nz_b), 2), blocks
 
 
-def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz_a: int, nz_b: int, scales: int):
+def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz_a: int, nz_b: int, scales: int,
+                         report: int = 0):
     """split_scaled.cu's launch (ec_split_launches with per_row): clusters of
     ec_scaled_cluster(K) blocks taking groups of 32 rows of op(A) (columns of op(B)) of each
     matrix (ec_scaled_grid); the inverse scales at ``scales`` (A's nz_a x M floats, then B's)."""
@@ -276,22 +283,24 @@ def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz
     args = (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K),
             ops.A, np.int32(ops.lda), np.int64(ops.sa if nz_a > 1 else 0), np.int32(nz_a),
             ops.B, np.int32(ops.ldb), np.int64(ops.sb if nz_b > 1 else 0), np.int32(nz_b),
-            a_hi, a_lo, b_hi, b_lo, np.int32(kp), unscale_a, unscale_b, np.int32(blocks), choice)
+            a_hi, a_lo, b_hi, b_lo, np.int32(kp), unscale_a, unscale_b, np.int32(blocks), choice, report)
     return [(kernel, shape, args)], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b, unscale_a, unscale_b)
 
 
 @contextmanager
 def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0, scale_b: float = 1.0,
-                       choice: int = 0, fold: int = EC_WGMMA_DEFAULT_FOLD, per_row: bool = False):
+                       choice: int = 0, fold: int = EC_WGMMA_DEFAULT_FOLD, per_row: bool = False, report: int = 0):
     """The split pre-pass alone (what the benchmark times): ec_split_launches into a
     stream-ordered workspace, launched on ``stream``; yields the parts as
     ec_split_launches returns them; freed in stream order on exit.  ``fold``: the parts
     for ec_wgmma's FOLD (its default) or for the four-set kernel; ``per_row`` (with a
-    record at ``choice`` whose sums are zero): split_scaled.cu, fp32_tc's pre-pass."""
+    record at ``choice`` whose sums are zero): split_scaled.cu, fp32_tc's pre-pass, which
+    copies the record to ``report`` where not 0."""
     from ...runtime.launch import launch_shaped, stream_workspace
     ws = stream_workspace(gpu, stream, ec_split_bytes(pr, ops, choice), SPLIT_WHAT)
     try:
-        launches, parts = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice, int(ws.handle), fold, per_row)
+        launches, parts = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice, int(ws.handle), fold, per_row,
+                                            report)
         for kernel, shape, args in launches:
             launch_shaped(kernel, shape, stream, args)
         yield parts
@@ -299,7 +308,7 @@ def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0
         ws.close(stream)
 
 
-def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, backend):
+def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, backend, report: int = 0):
     """ec_wgmma's launches on the split workspace at ``workspace`` (PrePass.build): the
     split pre-pass's (ec_split_launches) and the GEMM's arguments: the standard eleven,
     the batch strides and the number of matrices (as the wgmma rung's: of A's and B's
@@ -314,7 +323,8 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     are K-major, the layout TF32 wgmma needs and FP16 wgmma reads without its transpose
     bit; A's parts in 128-row boxes, B^T's in BN-row boxes, 128 bytes of K each.  Each
     map is 3-D over the parts of every matrix split (one for an operand the batch
-    shares); ``backend``: their encoder (runtime.tma.maps_backend)."""
+    shares); ``backend``: their encoder (runtime.tma.maps_backend); ``report``: where
+    split_scaled.cu copies the record it writes (0: nowhere)."""
     pr = plan.problem
     scale_a, scale_b = (float(x) for x in plan.extra_args())
     part, eb = ("tf32", 4) if pr.dtype == "tf32_ec" else ("float16", 2)
@@ -324,7 +334,7 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     strides = (0, 0, sc) if one else (ops.sa, ops.sb, sc)
     batch_args = tuple(np.int64(s) for s in strides) + (np.int32(max(ops.batch, 1)),)
     launches, (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b, unscale_a, unscale_b) = ec_split_launches(
-        pr, gpu, ops, scale_a, scale_b, choice, workspace, plan.params["FOLD"], splits_per_row(plan, choice))
+        pr, gpu, ops, scale_a, scale_b, choice, workspace, plan.params["FOLD"], splits_per_row(plan, choice), report)
     box_k, bm, bn = 128 // eb, EC_WGMMA_BM, plan.params["BN"]
     maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, backend, batch=nz, batch_stride=rows * kp)
                  for ptr, rows, box_rows, nz in ((a_hi, pr.M, bm, nz_a), (a_lo, pr.M, bm, nz_a),

@@ -99,8 +99,9 @@ __device__ __forceinline__ void load_chunk(float (&v)[TILES][PER_TILE], const fl
     }
 }
 
-// The last block of the launch: the rules over the sums, the record written, the sums zeroed.
-__device__ __noinline__ void decide(long long* choice) {
+// The last block of the launch: the rules over the sums, the record written, the sums zeroed,
+// and (report: not null) the record copied there, for gemmlab.last_plan() to read when asked.
+__device__ __noinline__ void decide(long long* choice, long long* report) {
     volatile long long* r = choice;
     const long long normal_a = r[CHOICE_SUM_NORMAL_A], normal_b = r[CHOICE_SUM_NORMAL_B];
     const long long below_a = r[CHOICE_SUM_BELOW_A], below_b = r[CHOICE_SUM_BELOW_B];
@@ -117,6 +118,8 @@ __device__ __noinline__ void decide(long long* choice) {
     r[CHOICE_PER_ROW] = 1;
     r[CHOICE_METHOD] = fits_a && fits_b ? METHOD_FP16_EC_SCALED : METHOD_TF32_EC;
     for (int i = CHOICE_SUM_NORMAL_A; i <= CHOICE_SUM_BLOCKS; ++i) r[i] = 0;
+    if (report != nullptr)
+        for (int i = 0; i < CHOICE_FIELDS; ++i) report[i] = r[i];
 }
 
 // One block's share of 32 segments of one operand: seg0 .. seg0 + 31 of X (segs of
@@ -252,8 +255,8 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
 template <bool CK, int CL, int TILES>
 __device__ __forceinline__ void split_operand(Shared& sh, const float* __restrict__ X, int ld, int segs, int K,
                                               __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
-                                              float* __restrict__ unscale, long long* __restrict__ choice, int side,
-                                              int blocks) {
+                                              float* __restrict__ unscale, long long* __restrict__ choice,
+                                              long long* __restrict__ report, int side, int blocks) {
     const int t = threadIdx.x;
     if (t == 0) sh.normal = sh.below = sh.clamped = sh.top = 0;
     const int groups = (segs + EC_SCALED_SEGMENTS - 1) / EC_SCALED_SEGMENTS;
@@ -272,7 +275,7 @@ __device__ __forceinline__ void split_operand(Shared& sh, const float* __restric
             atomicAdd(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_BLOCKS]), 1ull) + 1;
         if (done == (unsigned long long)blocks) {
             __threadfence();   // every other block's sums are in
-            decide(choice);
+            decide(choice, report);
         }
     }
 }
@@ -285,30 +288,33 @@ __device__ __forceinline__ void split_operand(Shared& sh, const float* __restric
 // parts one after the other (M * ldp, N * ldp halves apart) and their inverse scales
 // too (M, N floats apart).  blocks: the launch's blocks that split something (the
 // others return at once; host: ec_wgmma.py), each adds to the record once.  choice:
-// the record, its sums zero.  CHUNK: EC_SCALED_CHUNK, or EC_SCALED_SHORT_CHUNK (four
-// blocks an SM) where K is that short.
+// the record, its sums zero; report: null, or where the record is copied.  CHUNK:
+// EC_SCALED_CHUNK, or EC_SCALED_SHORT_CHUNK (four blocks an SM) where K is that short.
 template <char OP_A, char OP_B, int CL, int CHUNK>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(EC_SCALED_THREADS, CHUNK <= EC_SCALED_SHORT_CHUNK ? 4 : 2)
 ec_split_scaled(int M, int N, int K, const float* __restrict__ A, int lda, long long stride_a, int matrices_a,
                 const float* __restrict__ B, int ldb, long long stride_b, int matrices_b, __half* __restrict__ a_hi,
                 __half* __restrict__ a_lo, __half* __restrict__ b_hi, __half* __restrict__ b_lo, int ldp,
                 float* __restrict__ unscale_a, float* __restrict__ unscale_b, int blocks,
-                long long* __restrict__ choice) {
+                long long* __restrict__ choice, long long* __restrict__ report) {
     static_assert(CL >= 1 && CL <= EC_SCALED_MAX_CLUSTER, "a portable cluster");
     static_assert(CHUNK == EC_SCALED_CHUNK || CHUNK == EC_SCALED_SHORT_CHUNK, "a chunk of 512 or of 128");
     constexpr int TILES = CHUNK / 32;
     static_assert(TILES % EC_SCALED_STAGED == 0, "the staged tiles divide a chunk");
     __shared__ ec_scaled::Shared sh;
+    ec_allow_next_grid();   // the GEMM may be launched (once every block has begun); it waits for this grid
     const long long z = blockIdx.y;
     const int seg0 = int(blockIdx.x) / CL * EC_SCALED_SEGMENTS;   // the cluster's first group (all its blocks')
     if (blockIdx.z == 0) {
         if (z >= matrices_a || seg0 >= M) return;
         ec_scaled::split_operand<OP_A == 'N', CL, TILES>(sh, A + z * stride_a, lda, M, K, a_hi + z * M * ldp,
-                                                  a_lo + z * M * ldp, ldp, unscale_a + z * M, choice, 0, blocks);
+                                                  a_lo + z * M * ldp, ldp, unscale_a + z * M, choice, report, 0,
+                                                  blocks);
     } else {
         if (z >= matrices_b || seg0 >= N) return;
         ec_scaled::split_operand<OP_B == 'T', CL, TILES>(sh, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp,
-                                                  b_lo + z * N * ldp, ldp, unscale_b + z * N, choice, 1, blocks);
+                                                  b_lo + z * N * ldp, ldp, unscale_b + z * N, choice, report, 1,
+                                                  blocks);
     }
 }
 

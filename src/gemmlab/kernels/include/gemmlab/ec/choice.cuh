@@ -53,6 +53,26 @@ __device__ __forceinline__ bool ec_chosen(const long long* choice) {
     return ec_chosen_method(choice, METHOD);
 }
 
+// Programmatic dependent launch (runtime.launch.LaunchShape's pdl): a kernel that reads
+// the record is launched so that it may start before the kernel ahead of it in the
+// stream has finished -- its launch and set-up overlap that kernel's last blocks --
+// and waits here, before it reads the record or the parts, until that kernel is done
+// and its writes are visible.  Every thread waits, so that this kernel cannot finish
+// before the one it follows.  ec_allow_next_grid lets the next such kernel be
+// launched (it waits in turn).  Both do nothing in a launch without PDL, and before
+// Hopper.
+__device__ __forceinline__ void ec_wait_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void ec_allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // The power of two of a scale field (exact: the exponent stays within +-64).
 __device__ __forceinline__ float ec_choice_scale(const long long* choice, int field) {
     return ldexpf(1.0f, int(choice[field]));
