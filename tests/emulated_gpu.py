@@ -249,8 +249,9 @@ def install(monkeypatch) -> Emulator:
     monkeypatch.setattr(executor, "launch_shaped", lambda kernel, shape, stream, args:
                         emu.launch(kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args))
     monkeypatch.setattr(executor, "stream_workspace", lambda gpu, stream, nbytes, what, hint="", slot="scratch",
-                        zero_new=False:
+                        zero_new=False, capturing=None:
                         _Workspace(emu, nbytes, zero_new))
+    monkeypatch.setattr(executor, "stream_is_capturing", lambda stream: False)
 
     from gemmlab.runtime import tma
     monkeypatch.setattr(tma, "_encode", lambda *a, backend=None: FakeMap(*a))

@@ -49,7 +49,7 @@ class Recorder:
         self.repeats = True           # the address comes back at the next call (kept, or from the pool again)
         self.builds = 0               # ec_wgmma argument sets built
 
-    def workspace(self, gpu, stream, nbytes, what, hint="", slot="scratch", zero_new=False):
+    def workspace(self, gpu, stream, nbytes, what, hint="", slot="scratch", zero_new=False, capturing=None):
         self.log.append(("take", slot))
         return _Workspace(self.address[slot], self.kept, self.repeats, self.log)
 
@@ -367,6 +367,17 @@ def test_split_k_gemms_write_the_workspace_and_reductions_read_the_record(rec):
     _call(a, b, out, alpha=0.5, beta=2.0, SPLITK=3)
     _same(first, rec.launches())
     assert rec.builds == built == 2
+
+
+def test_the_candidates_share_one_parts_workspace(rec):
+    """fp32_tc's two candidates, one launch each, split into one workspace, taken once a call
+    after the choice's and given back before it (the slots' order); split over K, each
+    candidate takes its own (below)."""
+    a, b = _operands()
+    out = np.empty((70, 50), np.float32)
+    rec.log.clear()
+    _call(a, b, out)
+    assert rec.workspaces() == [("take", "choice"), ("take", "scratch"), ("close", "scratch"), ("close", "choice")]
 
 
 def test_split_k_takes_the_stream_workspaces_in_their_order(rec):

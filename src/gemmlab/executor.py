@@ -38,7 +38,7 @@ from .runtime import compile as rt_compile
 from .runtime.device import GPUInfo, make_current
 from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, allow_dynamic_smem, clusters_that_fit,
                              cuda_core_launch, is_driver_tensor_map, launch, launch_shaped,
-                             stream_workspace, wrapped_streams)
+                             stream_is_capturing, stream_workspace, wrapped_streams)
 from .runtime.tma import Operands, maps_backend
 
 log = logging.getLogger("gemmlab")
@@ -159,17 +159,20 @@ class Launcher:
             self._ws_what = f"{p.describe()} (split-K)"
 
     # -- the per-call part ---------------------------------------------------------------
-    def run(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0, report: int = 0) -> None:
+    def run(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0, report: int = 0,
+            workspace=None) -> None:
         """Enqueue the product on ``stream``: C = alpha * op(A) @ op(B) + beta * C for
         every matrix of the batch (A, B, C: device addresses of the first ones).
         ``choice``: the address of a method choice made on the GPU, for kernels
         that read one (the launch does nothing if it chose another method);
-        ``report``: where a pre-pass that makes the choice copies it (0: nowhere)."""
+        ``report``: where a pre-pass that makes the choice copies it (0: nowhere);
+        ``workspace``: the pre-pass's workspace, taken by the caller (one launch, no
+        split-K: shared_prepass_bytes), else taken here from the stream."""
         if self.quick_ok and (alpha == 0 or self.k_zero):
             self._quick_return(stream, C, beta)
             return
         if self.own_args:
-            self._run_own_args(stream, A, B, C, alpha, beta, choice, report)
+            self._run_own_args(stream, A, B, C, alpha, beta, choice, report, workspace)
             return
         M, N, K = self.args_mk
         lda, ldb, ldc, sa, sb, sc = self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc
@@ -302,7 +305,7 @@ class Launcher:
                                                   _ZERO32))
 
     def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0,
-                      report: int = 0) -> None:
+                      report: int = 0, workspace=None) -> None:
         """A kernel whose spec builds its arguments: one launch per batch chunk where it
         takes a whole batch (wgmma, ec_wgmma: 3-D tensor maps), else one per matrix
         (``choice``, where the method is chosen on the GPU, the address of the record
@@ -317,7 +320,7 @@ class Launcher:
             self._split_k(stream, [(c, nz, (a, b, nz)) for a, b, c, nz in jobs], alpha, beta,
                           lambda job, w: self._own_partials(stream, *job, w, choice, report), choice)
             return
-        self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice, report)
+        self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice, report, workspace)
 
     def _own_partials(self, stream: int, a: int, b: int, nz: int, w: int, choice: int = 0, report: int = 0) -> None:
         """Split-K's partial products of a kernel that builds its arguments, into the workspace at
@@ -326,10 +329,10 @@ class Launcher:
                                                                           self.slice_ws), 1.0, 0.0, choice, report)
 
     def _launch_own_args(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int = 0,
-                         report: int = 0) -> None:
+                         report: int = 0, workspace=None) -> None:
         """Launch the kernel on each job (A, B, C, matrices) with ``ldc`` and the batch ``strides``."""
         if self.prepass is not None:
-            self._launch_after_prepass(stream, jobs, ldc, strides, alpha, beta, choice, report)
+            self._launch_after_prepass(stream, jobs, ldc, strides, alpha, beta, choice, report, workspace)
             return
         p, geo, (lda, ldb, _) = self.plan, self.geo, self.lds
         if self._args_memo is not None:
@@ -365,7 +368,7 @@ class Launcher:
                     launch_shaped(self.kernel, shape, stream, args)
 
     def _launch_after_prepass(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int,
-                              report: int = 0) -> None:
+                              report: int = 0, workspace=None) -> None:
         """A kernel with a pre-pass (spec.PrePass; ec_wgmma's split): per job, a workspace
         from the caller's stream, the pre-pass's launches, then the kernel's.  What they
         launch is built once per set of everything it depends on -- the job's addresses,
@@ -377,15 +380,19 @@ class Launcher:
         workspace gets them built for its call only (under capture with driver-encoded maps).
         With a choice record the kernel is a programmatic dependent launch (it waits for the
         pre-pass itself: LaunchShape's pdl), so that its launch and set-up overlap the
-        pre-pass's last blocks."""
+        pre-pass's last blocks.  ``workspace``: one the caller took for the one job (its
+        bytes: shared_prepass_bytes), used and left to the caller to give back."""
         pre, memo, sizes, (lda, ldb, _) = self.prepass, self._prepass_memo, self._prepass_bytes, self.lds
         for a, b, c, nz in jobs:
-            size_key = (nz, strides, choice != 0)
-            nbytes = sizes.get(size_key)
-            if nbytes is None:
-                nbytes = sizes[size_key] = pre.workspace_bytes(self.plan.problem,
-                                                               Operands(a, lda, b, ldb, c, ldc, nz, *strides), choice)
-            ws = stream_workspace(self.gpu, stream, nbytes, pre.what)
+            if workspace is not None:
+                ws = workspace
+            else:
+                size_key = (nz, strides, choice != 0)
+                nbytes = sizes.get(size_key)
+                if nbytes is None:
+                    nbytes = sizes[size_key] = pre.workspace_bytes(
+                        self.plan.problem, Operands(a, lda, b, ldb, c, ldc, nz, *strides), choice)
+                ws = stream_workspace(self.gpu, stream, nbytes, pre.what)
             try:
                 key = (a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws.handle)
                 built = memo.get(key) if ws.repeats else None
@@ -402,7 +409,22 @@ class Launcher:
                 else:
                     launch_shaped(self.kernel, shape, stream, args)
             finally:
-                ws.close(stream)   # in stream order, after the kernel that reads it
+                if ws is not workspace:
+                    ws.close(stream)   # in stream order, after the kernel that reads it
+
+    def shared_prepass_bytes(self) -> int:
+        """The bytes of the pre-pass workspace of this launcher's one launch with a choice
+        record (a whole batch in one chunk, no split-K), which a caller may take once for
+        several launchers of the same layout (_DeviceChoice's candidates); 0 where its
+        launches take their own (no pre-pass, split-K, several launches)."""
+        if self.prepass is None or self.splits != 1 or len(self.chunks) != 1 or \
+                (not self.batched_args and self.batch > 1):
+            return 0
+        da, db, dc, nz, _ = self.chunks[0]
+        if (da, db, dc) != (0, 0, 0):
+            return 0
+        lda, ldb, ldc = self.lds
+        return self.prepass.workspace_bytes(self.plan.problem, Operands(0, lda, 0, ldb, 0, ldc, nz, *self.strides), 1)
 
     def _build_after_prepass(self, stream: int, ops: Operands, alpha, beta, choice: int, workspace: int,
                              report: int = 0) -> tuple:
@@ -506,6 +528,10 @@ class _DeviceChoice:
         # from a scale per row and column, as it splits: no histograms, no choose kernel.
         self.per_row = chooses_in_split(plans[0])
         self.choice = None if self.per_row else DeviceChoice(gpu, ops_a, ops_b, self.scaled_only)
+        # One pre-pass workspace for every candidate (they lay their parts out alike), taken
+        # once a call where each candidate is one launch: 0 where each takes its own.
+        sizes = [run.shared_prepass_bytes() for _, run in self.candidates]
+        self.shared_bytes = max(sizes) if all(sizes) else 0
         self.report = None      # allocated at the first call, on its stream
         self._kept = {}         # (A, B, workspace) -> the choice's launches and record address
         self.pending = ChosenOnDevice(self)
@@ -513,6 +539,8 @@ class _DeviceChoice:
     def run(self, stream: int, A: int, B: int, C: int, alpha, beta, offsets) -> "ChosenOnDevice":
         if self.report is None:
             self.report = Report(self.gpu, stream)
+        # Whether the stream is being captured, asked once for the workspaces below.
+        capturing = stream_is_capturing(stream)
         # A workspace of its own slot: ec_wgmma's split pre-pass holds the stream's
         # "scratch" one (and split-K its "splitk" one) while this record is still in use.  Kept per
         # stream, so that its address repeats and the launches built on it are kept too.
@@ -520,7 +548,8 @@ class _DeviceChoice:
         # last block, or choose_method.cu writing every field), so that fp32_tc on FOLD, whose
         # first kernel is the split itself, enqueues nothing before it.
         ws = stream_workspace(self.gpu, stream, CHOICE_WORKSPACE_BYTES, "the fp32_tc method choice", slot="choice",
-                              zero_new=True)
+                              zero_new=True, capturing=capturing)
+        parts = None
         try:
             if self.per_row:   # the FP16 candidate's split fills the record's sums and chooses
                 launches, record = (), ws.handle + RECORD_OFFSET
@@ -534,13 +563,20 @@ class _DeviceChoice:
                 zero_workspace(stream, ws.handle)   # the histograms, which the launches add into
             for kernel, shape, args in launches:
                 launch_shaped(kernel, shape, stream, args)
+            # One launch a candidate: their pre-passes share one workspace (the "scratch" slot,
+            # after "choice"), taken once.
+            if self.shared_bytes and len(offsets) == 1:
+                what = self.candidates[0][1].prepass.what
+                parts = stream_workspace(self.gpu, stream, self.shared_bytes, what, capturing=capturing)
             # fp32_tc on FOLD: the split's last block copies the record to the report itself.
             report = self.report.ptr if self.per_row else 0
             for _, run in self.candidates:
                 for da, db, dc in offsets:
-                    run.run(stream, A + da, B + db, C + dc, alpha, beta, record, report)
+                    run.run(stream, A + da, B + db, C + dc, alpha, beta, record, report, parts)
                 report = 0   # the FP16 candidate's split chooses; the TF32 one's reads
         finally:
+            if parts is not None:
+                parts.close(stream)   # in stream order, after the kernels that read the parts
             ws.close(stream)   # in stream order, after the launches that read the record
         return self.pending
 

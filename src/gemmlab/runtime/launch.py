@@ -163,7 +163,7 @@ def _zeroed(ws: Workspace, stream_handle: int) -> Workspace:
 
 
 def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str = "", slot: str = "scratch",
-                     zero_new: bool = False):
+                     zero_new: bool = False, capturing: bool | None = None):
     """Like device_workspace, but outside graph capture one workspace per device,
     stream and ``slot`` is kept and reused (grown when a call needs more, up to
     SCRATCH_KEPT_BYTES): a small product's split-K or split pre-pass then costs no
@@ -182,8 +182,12 @@ def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str 
     ``.repeats`` is true (what is built on it is worth remembering by address).
     ``zero_new``: a workspace allocated by this call starts zeroed (in stream order),
     for a user that leaves it zeroed when done (fp32_tc's choice record, whose sums
-    split_scaled.cu zeroes again), so that a kept one needs no zeroing per call."""
-    if stream_handle == PER_THREAD_STREAM or stream_is_capturing(stream_handle):
+    split_scaled.cu zeroes again), so that a kept one needs no zeroing per call.
+    ``capturing``: whether the stream is being captured, where the caller has asked
+    already in this call (each question is a driver call, about 2 µs); None: ask."""
+    if capturing is None:
+        capturing = stream_is_capturing(stream_handle)
+    if stream_handle == PER_THREAD_STREAM or capturing:
         ws = device_workspace(gpu, stream_handle, nbytes, what, hint)
         return _zeroed(ws, stream_handle) if zero_new else ws
     if nbytes > SCRATCH_KEPT_BYTES:
