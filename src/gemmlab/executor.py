@@ -137,7 +137,9 @@ class Launcher:
         self._reduce = None     # split-K's reduction and BLAS's quick return, loaded when first needed
         self._cluster_grid = None
         self._shape = None      # own-args kernels: the launch shape of the first launch, once the grid is known
-        self._shapes = {}       # own-args kernels: launch shapes by matrices per launch
+        # own-args kernels: launch shapes by matrices per launch (after a pre-pass: by (matrices,
+        # whether a choice record is read), the latter a programmatic dependent launch)
+        self._shapes = {}
         reusable = p.spec.reusable_args is not None and p.spec.reusable_args(pr)
         self._args_memo = {} if reusable else None
         self._full_memo = {}    # (A, B, C, alpha, beta) -> the whole argument tuple, for direct()
