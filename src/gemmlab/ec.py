@@ -102,21 +102,30 @@ class Choice:
         return {"scale_a": 2.0 ** self.scale_a_exp, "scale_b": 2.0 ** self.scale_b_exp}
 
 
+def _scale_exponent(top):
+    """choice_rules.cuh's scale_exponent for an unbiased exponent (or an array of them, a
+    segment each): the power of two that moves the largest magnitude just below 2^15,
+    within +-MAX_SCALE_EXPONENT."""
+    return np.clip(FP16_TOP - top, -MAX_SCALE_EXPONENT, MAX_SCALE_EXPONENT)
+
+
+def _few_below(below: int, normal: int) -> bool:
+    """At most UNDERFLOW_NUM / UNDERFLOW_DEN of the normal elements fall below FP16's
+    normals once scaled, in integers (as the kernels compare)."""
+    return below * UNDERFLOW_DEN <= normal * UNDERFLOW_NUM
+
+
 def fp16_scale_exponent(stats: ExponentStats) -> int:
     """The power of two that moves the matrix's largest magnitude just below 2^15."""
     top = stats.max_exponent
-    if top is None:
-        return 0
-    return int(np.clip(FP16_TOP - top, -MAX_SCALE_EXPONENT, MAX_SCALE_EXPONENT))
+    return 0 if top is None else int(_scale_exponent(top))
 
 
 def _fits(stats: ExponentStats, scale_exp: int) -> bool:
     top = stats.max_exponent
     if top is None:
         return True
-    # below / normal <= UNDERFLOW_NUM / UNDERFLOW_DEN, in integers (as choose_method.cu)
-    return top + scale_exp <= FP16_TOP and \
-        stats.count_below(FP16_NORMAL_MIN - scale_exp) * UNDERFLOW_DEN <= stats.nonzero * UNDERFLOW_NUM
+    return top + scale_exp <= FP16_TOP and _few_below(stats.count_below(FP16_NORMAL_MIN - scale_exp), stats.nonzero)
 
 
 def _range_text(top: int | None, wide_share: float) -> str:
@@ -219,7 +228,7 @@ def _segment_stats(x: np.ndarray):
     normal = (field >= 1) & (field <= 254)
     top_field = np.where(normal, field, 0).max(axis=1) if x.shape[1] else np.zeros(x.shape[0], np.int64)
     top = top_field - 127
-    s = np.where(top_field > 0, np.clip(FP16_TOP - top, -MAX_SCALE_EXPONENT, MAX_SCALE_EXPONENT), 0)
+    s = np.where(top_field > 0, _scale_exponent(top), 0)
     clamped = bool(np.any((top_field > 0) & (top + s > FP16_TOP)))
     below = normal & (field < (FP16_NORMAL_MIN - s + 127)[:, None])
     return s, int(normal.sum()), int(below.sum()), int(top_field.max(initial=0)), clamped
@@ -238,8 +247,8 @@ def choose_per_row(op_a: np.ndarray, op_b: np.ndarray) -> SegmentChoice:
     rows_b = np.swapaxes(b, -1, -2).reshape(-1, b.shape[-2])             # (batch * N, K)
     sa, na, ba, ta, ca = _segment_stats(rows_a)
     sb, nb, bb, tb, cb = _segment_stats(rows_b)
-    fits_a = not ca and ba * UNDERFLOW_DEN <= na * UNDERFLOW_NUM
-    fits_b = not cb and bb * UNDERFLOW_DEN <= nb * UNDERFLOW_NUM
+    fits_a = not ca and _few_below(ba, na)
+    fits_b = not cb and _few_below(bb, nb)
     method = "fp16_ec_scaled" if fits_a and fits_b else "tf32_ec"
     counts = {"normal_a": na, "normal_b": nb, "wide_a": ba, "wide_b": bb,
               "top_a": ta - 127 if na else 0, "top_b": tb - 127 if nb else 0}

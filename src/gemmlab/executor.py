@@ -384,17 +384,10 @@ class Launcher:
         pre-pass itself: LaunchShape's pdl), so that its launch and set-up overlap the
         pre-pass's last blocks.  ``workspace``: one the caller took for the one job (its
         bytes: shared_prepass_bytes), used and left to the caller to give back."""
-        pre, memo, sizes, (lda, ldb, _) = self.prepass, self._prepass_memo, self._prepass_bytes, self.lds
+        pre, memo, (lda, ldb, _) = self.prepass, self._prepass_memo, self.lds
         for a, b, c, nz in jobs:
-            if workspace is not None:
-                ws = workspace
-            else:
-                size_key = (nz, strides, choice != 0)
-                nbytes = sizes.get(size_key)
-                if nbytes is None:
-                    nbytes = sizes[size_key] = pre.workspace_bytes(
-                        self.plan.problem, Operands(a, lda, b, ldb, c, ldc, nz, *strides), choice)
-                ws = stream_workspace(self.gpu, stream, nbytes, pre.what)
+            ws = workspace if workspace is not None else \
+                stream_workspace(self.gpu, stream, self._prepass_workspace_bytes(nz, strides, choice), pre.what)
             try:
                 key = (a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws.handle)
                 built = memo.get(key) if ws.repeats else None
@@ -414,6 +407,17 @@ class Launcher:
                 if ws is not workspace:
                     ws.close(stream)   # in stream order, after the kernel that reads it
 
+    def _prepass_workspace_bytes(self, nz: int, strides, choice: int) -> int:
+        """The bytes of the pre-pass workspace of a launch of ``nz`` matrices with these batch
+        strides (``choice``: whether a choice record is read), computed once per shape."""
+        key = (nz, strides, choice != 0)
+        nbytes = self._prepass_bytes.get(key)
+        if nbytes is None:
+            lda, ldb, ldc = self.lds   # the size depends on the layout and the batch, not on addresses
+            nbytes = self._prepass_bytes[key] = self.prepass.workspace_bytes(
+                self.plan.problem, Operands(0, lda, 0, ldb, 0, ldc, nz, *strides), choice)
+        return nbytes
+
     def shared_prepass_bytes(self) -> int:
         """The bytes of the pre-pass workspace of this launcher's one launch with a choice
         record (a whole batch in one chunk, no split-K), which a caller may take once for
@@ -422,11 +426,7 @@ class Launcher:
         if self.prepass is None or self.splits != 1 or len(self.chunks) != 1 or \
                 (not self.batched_args and self.batch > 1):
             return 0
-        da, db, dc, nz, _ = self.chunks[0]
-        if (da, db, dc) != (0, 0, 0):
-            return 0
-        lda, ldb, ldc = self.lds
-        return self.prepass.workspace_bytes(self.plan.problem, Operands(0, lda, 0, ldb, 0, ldc, nz, *self.strides), 1)
+        return self._prepass_workspace_bytes(self.chunks[0][3], self.strides, 1)
 
     def _build_after_prepass(self, stream: int, ops: Operands, alpha, beta, choice: int, workspace: int,
                              report: int = 0) -> tuple:
@@ -534,6 +534,7 @@ class _DeviceChoice:
         # once a call where each candidate is one launch: 0 where each takes its own.
         sizes = [run.shared_prepass_bytes() for _, run in self.candidates]
         self.shared_bytes = max(sizes) if all(sizes) else 0
+        self.shared_what = self.candidates[0][1].prepass.what if self.shared_bytes else ""
         self.report = None      # allocated at the first call, on its stream
         self._kept = {}         # (A, B, workspace) -> the choice's launches and record address
         self.pending = ChosenOnDevice(self)
@@ -568,8 +569,7 @@ class _DeviceChoice:
             # One launch a candidate: their pre-passes share one workspace (the "scratch" slot,
             # after "choice"), taken once.
             if self.shared_bytes and len(offsets) == 1:
-                what = self.candidates[0][1].prepass.what
-                parts = stream_workspace(self.gpu, stream, self.shared_bytes, what, capturing=capturing)
+                parts = stream_workspace(self.gpu, stream, self.shared_bytes, self.shared_what, capturing=capturing)
             # fp32_tc on FOLD: the split's last block copies the record to the report itself.
             report = self.report.ptr if self.per_row else 0
             for _, run in self.candidates:

@@ -121,9 +121,7 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     }
     __syncthreads();
     if (choice != nullptr) {   // the method chosen on the GPU (after the set-up above, which reads no data)
-        ec_allow_next_grid();
-        ec_wait_prior_grid();
-        if (!ec_chosen<METHOD>(choice)) return;
+        if (!ec_wait_and_chosen<METHOD>(choice)) return;
         scale_a = ec_choice_scale(choice, FOLD ? CHOICE_TOP_SCALE_A : CHOICE_SCALE_A);
         scale_b = ec_choice_scale(choice, FOLD ? CHOICE_TOP_SCALE_B : CHOICE_SCALE_B);
     }

@@ -69,15 +69,11 @@ class DeviceChoice:
         out.append((self.choose, self.choose_shape, (ws, ws + HIST_BYTES, self.scaled_only, record, report)))
         return out, record
 
-    def zero(self, stream: int, ws: int) -> None:
-        """On ``stream``: zero the histograms at ``ws``, which the launches add into."""
-        zero_workspace(stream, ws)
-
     def enqueue(self, stream: int, A: int, B: int, ws: int, report: int = 0) -> int:
         """On ``stream``: zero the histograms at ``ws`` (WORKSPACE_BYTES), count
         A's and B's exponents, choose; the record also goes to ``report`` (0:
         nowhere).  Returns the record's address."""
-        self.zero(stream, ws)
+        zero_workspace(stream, ws)
         launches, record = self.launches(A, B, ws, report)
         for kernel, shape, args in launches:
             launch_shaped(kernel, shape, stream, args)

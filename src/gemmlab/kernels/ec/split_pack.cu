@@ -97,11 +97,7 @@ ec_split_pack(int M, int N, int K, const float* __restrict__ A, int lda, long lo
               float scale_a, const float* __restrict__ B, int ldb, long long stride_b, int matrices_b, float scale_b,
               EcPart<METHOD>* __restrict__ a_hi, EcPart<METHOD>* __restrict__ a_lo, EcPart<METHOD>* __restrict__ b_hi,
               EcPart<METHOD>* __restrict__ b_lo, int ldp, const long long* __restrict__ choice) {
-    if (choice != nullptr) {
-        ec_allow_next_grid();
-        ec_wait_prior_grid();   // the record's writer is done
-        if (!ec_chosen<METHOD>(choice)) return;   // the method chosen on the GPU is the other
-    }
+    if (choice != nullptr && !ec_wait_and_chosen<METHOD>(choice)) return;   // the GPU chose the other method
     __shared__ EcSplitTiles tile;   // [tile][r][c]; the pad spreads columns over the banks
     const long long z = blockIdx.y;   // this block's matrix of the batch
     if (blockIdx.z == 0) {

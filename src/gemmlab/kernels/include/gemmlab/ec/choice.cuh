@@ -73,6 +73,16 @@ __device__ __forceinline__ void ec_allow_next_grid() {
 #endif
 }
 
+// What a kernel launched with PDL that reads the record does first: let the next such
+// kernel be launched, wait for the record's writer, and say whether the record chose the
+// parts of METHOD (the kernel returns at once if not).
+template <int METHOD>
+__device__ __forceinline__ bool ec_wait_and_chosen(const long long* choice) {
+    ec_allow_next_grid();
+    ec_wait_prior_grid();
+    return ec_chosen<METHOD>(choice);
+}
+
 // The power of two of a scale field (exact: the exponent stays within +-64).
 __device__ __forceinline__ float ec_choice_scale(const long long* choice, int field) {
     return ldexpf(1.0f, int(choice[field]));
