@@ -36,9 +36,8 @@ from .planner import Batching, Call, KernelView, Plan, fp32_tc_on_cuda_cores, ke
     result_side, storage_itemsize, batching
 from .runtime import compile as rt_compile
 from .runtime.device import GPUInfo, make_current
-from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, allow_dynamic_smem, clusters_that_fit,
-                             cuda_core_launch, is_driver_tensor_map, launch, launch_shaped,
-                             stream_is_capturing, stream_workspace, wrapped_streams)
+from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, PackedArgs, allow_dynamic_smem, clusters_that_fit,
+                             is_driver_tensor_map, launch, launch_shaped, stream_is_capturing, stream_workspace)
 from .runtime.tma import Operands, maps_backend
 
 log = logging.getLogger("gemmlab")
@@ -225,10 +224,10 @@ class Launcher:
         reduction): the same launches as run(), with every constant bound in the
         closure, so that a repeated call spends as little Python as possible.  None
         where run() is needed; run() also takes over for alpha == 0 (BLAS's quick return)."""
-        cc_launch, streams, memo = cuda_core_launch(), wrapped_streams(), _f32_memo
+        memo = _f32_memo
         if self.own_args and self._args_memo is not None and self.splits > 1 and self.batched_args \
                 and len(self.chunks) == 1:
-            return self._direct_split(cc_launch, streams, memo)
+            return self._direct_split(memo)
         if self.own_args and self._args_memo is not None and self.splits == 1 and \
                 (self.batch == 1 or self.batched_args and len(self.chunks) == 1):
             # wgmma with tensor maps of the caller's arrays (a whole batch: one launch): the
@@ -237,42 +236,42 @@ class Launcher:
             full_memo, full, me, kernel = self._full_memo, self.run, self, self.kernel
 
             def direct_own(stream, A, B, C, alpha, beta):
-                args, s = full_memo.get((A, B, C, alpha, beta)), streams.get(stream)
-                if args is None or s is None:
+                args = full_memo.get((A, B, C, alpha, beta))
+                if args is None:
                     full(stream, A, B, C, alpha, beta)
                     return
-                cc_launch(s, me._shape._config, kernel, *args)
+                launch_shaped(kernel, me._shape, stream, args)
             return direct_own
         if self.own_args or self.splits != 1 or len(self.chunks) != 1 or (self.quick_ok and self.k_zero):
             return None
-        kernel, config = self.kernel, self.chunks[0][4].config()
+        kernel, shape = self.kernel, self.chunks[0][4]
         M, N, K = self.args_mk
         lda, ldb, ldc, sa, sb, sc, extra = self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc, self.extra
         quick_ok, full = self.quick_ok, self.run
 
         def direct(stream, A, B, C, alpha, beta):
-            a32, b32, s = memo.get(alpha), memo.get(beta), streams.get(stream)
-            if a32 is None or b32 is None or s is None or (quick_ok and alpha == 0):
+            a32, b32 = memo.get(alpha), memo.get(beta)
+            if a32 is None or b32 is None or (quick_ok and alpha == 0):
                 full(stream, A, B, C, alpha, beta)
                 return
-            cc_launch(s, config, kernel, M, N, K, a32, A, lda, B, ldb, b32, C, ldc, sa, sb, sc, *extra)
+            launch_shaped(kernel, shape, stream, (M, N, K, a32, A, lda, B, ldb, b32, C, ldc, sa, sb, sc) + extra)
         return direct
 
-    def _direct_split(self, cc_launch, streams, memo):
+    def _direct_split(self, memo):
         """direct() for split-K with the kernel's own arguments (wgmma, one batch chunk): the
         stream's workspace, then the GEMM (its arguments kept per (A, B, workspace) by
         _launch_own_args) and the reduction, launched as run() launches them; run() takes
         any call it has not prepared (a new address or workspace, alpha == 0)."""
         split_memo, full, me, kernel, gpu = self._split_memo, self.run, self, self.kernel, self.gpu
         reduce = self._reduce_kernel()[0]
-        reduce_config = self._reduce_shapes[0].config()
+        reduce_shape = self._reduce_shapes[0]
         M, N, _ = self.args_mk
         splits32, ldc, sc, nbytes, what = self.splits32, self.ldc, self.sc, 4 * self.slice_ws * self.batch, self._ws_what
         k_zero = self.k_zero
 
         def direct_split(stream, A, B, C, alpha, beta):
-            a32, b32, s = memo.get(alpha), memo.get(beta), streams.get(stream)
-            if a32 is None or b32 is None or s is None or alpha == 0 or k_zero:
+            a32, b32 = memo.get(alpha), memo.get(beta)
+            if a32 is None or b32 is None or alpha == 0 or k_zero:
                 full(stream, A, B, C, alpha, beta)
                 return
             ws = stream_workspace(gpu, stream, nbytes, what, "use a smaller SPLITK", slot=SPLITK_SLOT)
@@ -283,8 +282,8 @@ class Launcher:
                     me._own_partials(stream, A, B, me.batch, w)
                     me._reduce_slices(stream, w, C, alpha, beta, me._reduce_shapes[0])
                     return
-                cc_launch(s, me._shape._config, kernel, *args)
-                cc_launch(s, reduce_config, reduce, M, N, splits32, w, a32, b32, C, ldc, sc, 0, _ZERO32)
+                launch_shaped(kernel, me._shape, stream, args)
+                launch_shaped(reduce, reduce_shape, stream, (M, N, splits32, w, a32, b32, C, ldc, sc, 0, _ZERO32))
             finally:
                 ws.close(stream)
         return direct_split
@@ -347,7 +346,7 @@ class Launcher:
                     args = self._memo_args(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha, beta)
                     if args is None:   # driver-built tensor maps: launched already, by cuLaunchKernel
                         continue
-                args = args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:]
+                args = PackedArgs(args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:])
                 if len(jobs) == 1:   # what direct() launches for these addresses and scalars
                     if self.splits == 1:
                         _keep(self._full_memo, (a, b, c, alpha, beta), args)
@@ -384,19 +383,13 @@ class Launcher:
         pre-pass itself: LaunchShape's pdl), so that its launch and set-up overlap the
         pre-pass's last blocks.  ``workspace``: one the caller took for the one job (its
         bytes: shared_prepass_bytes), used and left to the caller to give back."""
-        pre, memo, (lda, ldb, _) = self.prepass, self._prepass_memo, self.lds
         for a, b, c, nz in jobs:
             ws = workspace if workspace is not None else \
-                stream_workspace(self.gpu, stream, self._prepass_workspace_bytes(nz, strides, choice), pre.what)
+                stream_workspace(self.gpu, stream, self._prepass_workspace_bytes(nz, strides, choice),
+                                 self.prepass.what)
             try:
-                key = (a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws.handle)
-                built = memo.get(key) if ws.repeats else None
-                if built is None:
-                    built = self._build_after_prepass(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha,
-                                                      beta, choice, ws.handle, report)
-                    if ws.repeats:
-                        _keep(memo, key, built)
-                launches, args, shape, driver_maps = built
+                launches, args, shape, driver_maps = self._after_prepass(stream, a, b, c, nz, ldc, strides, alpha,
+                                                                         beta, choice, report, ws)
                 for kernel, pre_shape, pre_args in launches:
                     launch_shaped(kernel, pre_shape, stream, pre_args)
                 if driver_maps:   # only cuLaunchKernel takes these
@@ -406,6 +399,31 @@ class Launcher:
             finally:
                 if ws is not workspace:
                     ws.close(stream)   # in stream order, after the kernel that reads it
+
+    def _after_prepass(self, stream: int, a: int, b: int, c: int, nz: int, ldc: int, strides, alpha, beta,
+                       choice: int, report: int, ws) -> tuple:
+        """_build_after_prepass's launches of one job on the workspace ``ws``, from the memo where
+        its address repeats."""
+        key = (a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws.handle)
+        built = self._prepass_memo.get(key) if ws.repeats else None
+        if built is None:
+            lda, ldb, _ = self.lds
+            built = self._build_after_prepass(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha, beta,
+                                              choice, ws.handle, report)
+            if ws.repeats:
+                _keep(self._prepass_memo, key, built)
+        return built
+
+    def call_launches(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int, report: int,
+                      workspace) -> tuple | None:
+        """What run() launches for one call of a launcher whose pre-pass takes the caller's
+        ``workspace`` (shared_prepass_bytes: one launch of the whole batch), as (kernel, shape,
+        arguments) triples, without launching them: for a caller that keeps a whole call's
+        launches.  None where run() must launch itself (the GEMM's tensor maps are
+        driver-built: only cuLaunchKernel takes them)."""
+        launches, args, shape, driver_maps = self._after_prepass(
+            stream, A, B, C, self.chunks[0][3], self.lds[2], self.strides, alpha, beta, choice, report, workspace)
+        return None if driver_maps else launches + ((self.kernel, shape, args),)
 
     def _prepass_workspace_bytes(self, nz: int, strides, choice: int) -> int:
         """The bytes of the pre-pass workspace of a launch of ``nz`` matrices with these batch
@@ -435,12 +453,15 @@ class Launcher:
         geo = self.geo
         launches, args = self.prepass.build(self.plan, self.gpu, ops, alpha, beta, choice, workspace,
                                             maps_backend(stream), report)
+        # Launched as often as the memo finds them: packed for the driver once.
+        launches = tuple((kernel, shape, PackedArgs(a)) for kernel, shape, a in launches)
+        driver_maps = any(is_driver_tensor_map(x) for x in args)
         key = (ops.batch, bool(choice))
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = LaunchShape(self._grid(ops.batch, stream), geo.block, geo.smem_bytes,
                                                     geo.cluster, pdl=bool(choice))
-        return launches, args, shape, any(is_driver_tensor_map(x) for x in args)
+        return launches, args if driver_maps else PackedArgs(args), shape, driver_maps
 
     def _grid(self, nz: int, stream: int) -> tuple[int, int, int]:
         """The grid of a launch of ``nz`` matrices: the spec's, and for a persistent grid of
@@ -537,6 +558,7 @@ class _DeviceChoice:
         self.shared_what = self.candidates[0][1].prepass.what if self.shared_bytes else ""
         self.report = None      # allocated at the first call, on its stream
         self._kept = {}         # (A, B, workspace) -> the choice's launches and record address
+        self._kept_calls = {}   # a call's addresses, scalars and workspaces -> every candidate's launches
         self.pending = ChosenOnDevice(self)
 
     def run(self, stream: int, A: int, B: int, C: int, alpha, beta, offsets) -> "ChosenOnDevice":
@@ -572,15 +594,44 @@ class _DeviceChoice:
                 parts = stream_workspace(self.gpu, stream, self.shared_bytes, self.shared_what, capturing=capturing)
             # fp32_tc on FOLD: the split's last block copies the record to the report itself.
             report = self.report.ptr if self.per_row else 0
-            for _, run in self.candidates:
-                for da, db, dc in offsets:
-                    run.run(stream, A + da, B + db, C + dc, alpha, beta, record, report, parts)
-                report = 0   # the FP16 candidate's split chooses; the TF32 one's reads
+            calls = None
+            if parts is not None:
+                (da, db, dc), = offsets
+                calls = self._call_launches(stream, A + da, B + db, C + dc, alpha, beta, record, report, ws, parts)
+            if calls is not None:
+                for kernel, shape, args in calls:
+                    launch_shaped(kernel, shape, stream, args)
+            else:
+                for _, run in self.candidates:
+                    for da, db, dc in offsets:
+                        run.run(stream, A + da, B + db, C + dc, alpha, beta, record, report, parts)
+                    report = 0   # the FP16 candidate's split chooses; the TF32 one's reads
         finally:
             if parts is not None:
                 parts.close(stream)   # in stream order, after the kernels that read the parts
             ws.close(stream)   # in stream order, after the launches that read the record
         return self.pending
+
+    def _call_launches(self, stream: int, A: int, B: int, C: int, alpha, beta, record: int, report: int, ws,
+                       parts) -> tuple | None:
+        """Every candidate's launches of this call on the shared parts workspace, in order (the
+        candidates' Launcher.call_launches), kept per set of what they depend on where both
+        workspaces' addresses repeat, so that a repeated call goes from its workspaces straight
+        to its first launch; None where a candidate launches itself."""
+        key = (A, B, C, alpha, beta, record, report, parts.handle)
+        kept = ws.kept and parts.repeats
+        calls = self._kept_calls.get(key) if kept else None
+        if calls is None:
+            calls = ()
+            for _, run in self.candidates:
+                launches = run.call_launches(stream, A, B, C, alpha, beta, record, report, parts)
+                if launches is None:
+                    return None
+                calls += launches
+                report = 0   # the FP16 candidate's split chooses; the TF32 one's reads
+            if kept:
+                _keep(self._kept_calls, key, calls)
+        return calls
 
     def plan(self) -> Plan:
         """The plan of the method this prepared call last chose (a synchronisation:

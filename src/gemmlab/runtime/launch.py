@@ -18,13 +18,6 @@ def stream_from_handle(handle: int):
     return s
 
 
-def wrapped_streams() -> dict:
-    """The cuda.core Streams made so far, by handle: a prepared call's launch
-    looks its stream up here and goes through stream_from_handle only the first
-    time."""
-    return _streams
-
-
 _driver = None
 
 
@@ -144,9 +137,13 @@ class _Borrowed:
 _scratch: dict[tuple[int, int, str], list] = {}   # (device, stream, slot) -> [lock, workspace]
 _scratch_lock = threading.Lock()
 PER_THREAD_STREAM = 2   # CU_STREAM_PER_THREAD
-# Workspaces up to this size are kept per stream; larger ones belong to products whose
-# kernels take far longer than an allocation, so they come from the pool each call.
-SCRATCH_KEPT_BYTES = 64 * 2**20
+# Workspaces up to this size are kept per stream (fp32_tc's parts workspace of a 4096^3 product,
+# laid out for either candidate's parts, is 256 MiB: taken from the pool, it cost the call about
+# 10 µs of host time before its first kernel, benchmarks/NOTES.md run 94); larger ones belong to products whose kernels take far
+# longer than an allocation, so they come from the pool each call.  The pool keeps what is
+# freed to it either way (its release threshold is unlimited), so keeping costs no memory
+# that the pool would not hold.
+SCRATCH_KEPT_BYTES = 512 * 2**20
 
 
 def zero_async(ptr: int, nbytes: int, stream_handle: int) -> None:
@@ -244,23 +241,65 @@ def _config(grid, block, smem_bytes: int, cluster, pdl: bool = False):
 
 class LaunchShape:
     """A launch's grid (in blocks), block, dynamic shared memory and cluster, with
-    cuda.core's LaunchConfig built once, at the first launch.  ``pdl``: programmatic
+    its launch configurations built once: cuda.core's LaunchConfig (launch()), and the
+    driver's CUlaunchConfig per stream (launch_shaped).  ``pdl``: programmatic
     dependent launch -- the kernel may start before the one ahead of it in the stream
     has finished, and must wait for it (griddepcontrol.wait) before it reads what that
     one wrote: for kernels written so (ec/choice.cuh's ec_wait_prior_grid), so that
     their launch overlaps the end of the kernel before."""
 
-    __slots__ = ("grid", "block", "smem_bytes", "cluster", "pdl", "_config")
+    __slots__ = ("grid", "block", "smem_bytes", "cluster", "pdl", "_config", "_driver")
 
     def __init__(self, grid, block, smem_bytes: int = 0, cluster=(1, 1, 1), pdl: bool = False):
         self.grid, self.block, self.smem_bytes, self.cluster = tuple(grid), tuple(block), smem_bytes, tuple(cluster)
         self.pdl = pdl
         self._config = None
+        self._driver = {}   # stream handle -> CUlaunchConfig
 
     def config(self):
         if self._config is None:
             self._config = _config(self.grid, self.block, self.smem_bytes, self.cluster, self.pdl)
         return self._config
+
+    def driver_config(self, stream_handle: int):
+        """The driver's launch configuration of this shape on the stream (built once per
+        stream, never changed after, so that threads may share it)."""
+        cfg = self._driver.get(stream_handle)
+        if cfg is None:
+            d = driver()
+            cfg = d.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid   # in blocks, clusters or not
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block
+            cfg.sharedMemBytes = self.smem_bytes
+            cfg.hStream = d.CUstream(stream_handle)
+            attrs = []
+            if self.cluster != (1, 1, 1):
+                if any(g % c for g, c in zip(self.grid, self.cluster)):
+                    raise ValueError(f"a grid of {self.grid} blocks is not a whole number of {self.cluster} clusters")
+                at = d.CUlaunchAttribute()
+                at.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+                at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = self.cluster
+                attrs.append(at)
+            if self.pdl:
+                at = d.CUlaunchAttribute()
+                at.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+                at.value.programmaticStreamSerializationAllowed = 1
+                attrs.append(at)
+            cfg.attrs = attrs
+            cfg.numAttrs = len(attrs)
+            cfg = self._driver.setdefault(stream_handle, cfg)
+        return cfg
+
+
+class PackedArgs(tuple):
+    """A launch's arguments that are launched again and again (a prepared call's kept
+    launches): packed for the driver once, at the first launch, and kept packed."""
+
+    def packed(self):
+        holder = self.__dict__.get("holder")
+        if holder is None:
+            holder = self.__dict__["holder"] = _param_holder()(self)
+        return holder
 
 
 _cc_launch = None
@@ -275,13 +314,53 @@ def cuda_core_launch():
     return _cc_launch
 
 
+_holder_class = None
+
+
+def _param_holder():
+    """cuda.core's packer of kernel arguments (the array of pointers to their values that
+    cuLaunchKernelEx takes; NumPy scalars, ints as pointers, tensor map descriptors),
+    imported once; None where this cuda.core has none by that name."""
+    global _holder_class
+    if _holder_class is None:
+        try:
+            from cuda.core._kernel_arg_handler import ParamHolder
+        except ImportError:
+            ParamHolder = False
+        _holder_class = ParamHolder
+    return _holder_class or None
+
+
+_functions: dict[int, tuple] = {}   # id(kernel) -> (kernel, its handle as a CUfunction)
+
+
+def _function(kernel):
+    entry = _functions.get(id(kernel))
+    if entry is None:   # the kernel is kept with it, so that its id is not reused
+        entry = _functions.setdefault(id(kernel), (kernel, driver().CUfunction(int(kernel.handle))))
+    return entry[1]
+
+
 def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -> None:
     """Enqueue ``kernel`` with a prepared shape: the per-call path of a prepared
-    call (arguments: NumPy scalars, ints for pointers, cuda.core tensor maps)."""
-    config = shape._config
-    if config is None:
-        config = shape.config()
-    (_cc_launch or cuda_core_launch())(stream_from_handle(stream_handle), config, kernel, *args)
+    call (arguments: NumPy scalars, ints for pointers, cuda.core tensor maps; a
+    PackedArgs is packed once).  Straight to the driver's cuLaunchKernelEx with the
+    shape's configuration for the stream, which takes about half of cuda.core.launch's
+    host time (benchmarks/NOTES.md, run 94); through cuda.core.launch where this
+    cuda.core has no argument packer gemmlab knows."""
+    holder_class = _holder_class if _holder_class is not None else _param_holder()
+    if not holder_class:
+        config = shape._config if shape._config is not None else shape.config()
+        (_cc_launch or cuda_core_launch())(stream_from_handle(stream_handle), config, kernel, *args)
+        return
+    holder = args.packed() if type(args) is PackedArgs else holder_class(args)
+    cfg = shape._driver.get(stream_handle)
+    if cfg is None:
+        cfg = shape.driver_config(stream_handle)
+    d = _driver or driver()
+    err, = d.cuLaunchKernelEx(cfg, _function(kernel), holder.ptr, 0)
+    if err != d.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
 
 
 def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args, cluster=(1, 1, 1)) -> None:

@@ -1,0 +1,152 @@
+"""runtime.launch's per-call path, on the CPU: launch_shaped hands the driver's
+cuLaunchKernelEx the shape's configuration for the caller's stream and the arguments
+packed as the kernel reads them (a PackedArgs packed once, however often it is
+launched); without cuda.core's packer it goes through cuda.core.launch; and
+stream_workspace keeps a stream's workspace up to SCRATCH_KEPT_BYTES, allocating
+nothing for a repeated call.  The launches themselves run in every GPU test."""
+
+import ctypes
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from gemmlab.runtime import launch as L
+
+
+class _Driver:
+    """cuda.bindings.driver with cuLaunchKernelEx recorded (what it was given, the
+    arguments read back through the pointers) instead of called."""
+
+    def __init__(self, status=None):
+        self.real = L.driver()
+        self.calls = []
+        self.kinds = ()   # the launched kernel's parameter types, to read the arguments back by
+        self.status = status if status is not None else self.real.CUresult.CUDA_SUCCESS
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def cuLaunchKernelEx(self, config, function, params, extra):
+        # read back now: a plain tuple's packed arguments live only as long as the launch
+        self.calls.append((config, int(function), params, extra, _read_back(params, self.kinds)))
+        return (self.status,)
+
+
+class _Kernel:
+    def __init__(self, handle):
+        self.handle = handle
+
+
+def _read_back(params: int, kinds):
+    """The values behind the array of pointers at ``params``, as the kernel's parameters ``kinds``."""
+    ptrs = (ctypes.c_void_p * len(kinds)).from_address(params)
+    return [kind.from_address(p).value for kind, p in zip(kinds, ptrs)]
+
+
+@pytest.fixture
+def drv(monkeypatch):
+    d = _Driver()
+    monkeypatch.setattr(L, "_driver", d)
+    return d
+
+
+def test_a_launch_takes_the_shapes_configuration_for_its_stream(drv):
+    shape = L.LaunchShape((16, 3, 2), (256, 1, 1), 5000, (8, 1, 1), pdl=True)
+    drv.kinds = (ctypes.c_int32, ctypes.c_uint64, ctypes.c_float, ctypes.c_int64)
+    L.launch_shaped(_Kernel(0xABC0), shape, 7, (np.int32(-5), 0x12345678, np.float32(1.5), np.int64(1 << 40)))
+    L.launch_shaped(_Kernel(0xABC0), shape, 9, (np.int32(1), 0, np.float32(0), np.int64(0)))
+    (c7, f7, _, x7, v7), (c9, *_) = drv.calls
+    assert f7 == 0xABC0 and x7 == 0
+    assert (c7.gridDimX, c7.gridDimY, c7.gridDimZ) == (16, 3, 2)   # blocks, with clusters or not
+    assert (c7.blockDimX, c7.blockDimY, c7.blockDimZ, c7.sharedMemBytes) == (256, 1, 1, 5000)
+    assert int(c7.hStream) == 7 and int(c9.hStream) == 9
+    ids = [a.id for a in c7.attrs]
+    assert ids == [drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                   drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION]
+    assert c7.numAttrs == 2
+    cl = c7.attrs[0].value.clusterDim
+    assert (cl.x, cl.y, cl.z) == (8, 1, 1)
+    assert c7.attrs[1].value.programmaticStreamSerializationAllowed == 1
+    assert v7 == [-5, 0x12345678, 1.5, 1 << 40]
+    # one configuration per stream, built once
+    assert shape.driver_config(7) is c7 and shape.driver_config(9) is c9 and c7 is not c9
+
+
+def test_a_plain_shape_has_no_launch_attributes(drv):
+    L.launch_shaped(_Kernel(1), L.LaunchShape((5, 1, 1), (128, 1, 1)), 0, (np.int32(3),))
+    config = drv.calls[0][0]
+    assert config.numAttrs == 0 and int(config.hStream) == 0
+
+
+def test_packed_arguments_are_packed_once(drv, monkeypatch):
+    packed = []
+    real = L._param_holder()
+
+    def counting(args):
+        packed.append(tuple(args))
+        return real(args)
+    monkeypatch.setattr(L, "_holder_class", counting)
+    shape = L.LaunchShape((4, 1, 1), (32, 1, 1))
+    drv.kinds = (ctypes.c_int32, ctypes.c_uint64)
+    args = L.PackedArgs((np.int32(11), 0xBEEF))
+    for _ in range(3):
+        L.launch_shaped(_Kernel(2), shape, 0, args)
+    L.launch_shaped(_Kernel(2), shape, 0, (np.int32(12), 0xF00D))   # a plain tuple: packed per launch
+    L.launch_shaped(_Kernel(2), shape, 0, (np.int32(13), 0xF00E))
+    assert packed == [(11, 0xBEEF), (12, 0xF00D), (13, 0xF00E)]
+    params = [call[2] for call in drv.calls]
+    assert params[0] == params[1] == params[2]   # the same packed arguments each time
+    assert [call[4] for call in drv.calls] == [[11, 0xBEEF]] * 3 + [[12, 0xF00D], [13, 0xF00E]]
+
+
+def test_a_failed_launch_names_the_call_and_the_status(monkeypatch):
+    d = _Driver(status=L.driver().CUresult.CUDA_ERROR_INVALID_VALUE)
+    monkeypatch.setattr(L, "_driver", d)
+    with pytest.raises(RuntimeError, match="cuLaunchKernelEx failed: CUDA_ERROR_INVALID_VALUE"):
+        L.launch_shaped(_Kernel(3), L.LaunchShape((1, 1, 1), (1, 1, 1)), 0, (np.int32(0),))
+
+
+def test_a_grid_that_is_not_whole_clusters_is_refused(drv):
+    with pytest.raises(ValueError, match="not a whole number of"):
+        L.launch_shaped(_Kernel(4), L.LaunchShape((10, 1, 1), (64, 1, 1), 0, (4, 1, 1)), 0, (np.int32(0),))
+    assert not drv.calls
+
+
+def test_without_cuda_cores_packer_the_launch_goes_through_cuda_core(drv, monkeypatch):
+    seen = []
+    monkeypatch.setattr(L, "_holder_class", False)
+    monkeypatch.setattr(L, "_cc_launch", lambda stream, config, kernel, *args: seen.append((config, kernel, args)))
+    monkeypatch.setattr(L, "stream_from_handle", lambda handle: handle)
+    shape = L.LaunchShape((6, 1, 1), (64, 1, 1))
+    monkeypatch.setattr(shape, "_config", "the LaunchConfig")
+    k = _Kernel(5)
+    L.launch_shaped(k, shape, 0, L.PackedArgs((np.int32(1), 2)))
+    assert seen == [("the LaunchConfig", k, (1, 2))] and not drv.calls
+
+
+def test_a_stream_keeps_its_workspace_up_to_the_limit(monkeypatch):
+    taken = []
+
+    def device_workspace(gpu, stream, nbytes, what, hint=""):
+        taken.append(nbytes)
+        return L.Workspace(0x1000 * len(taken), nbytes)
+    monkeypatch.setattr(L, "device_workspace", device_workspace)
+    monkeypatch.setattr(L, "_scratch", {})
+    gpu = SimpleNamespace(ordinal=0)
+    big = 256 * 2**20 + 32 * 1024   # fp32_tc's parts workspace of a 4096^3 product
+    assert big <= L.SCRATCH_KEPT_BYTES
+    handles = []
+    for _ in range(3):
+        ws = L.stream_workspace(gpu, 5, big, "parts", capturing=False)
+        handles.append(ws.handle)
+        ws.close(5)
+    assert taken == [big] and len(set(handles)) == 1
+    # more than the limit: from the pool at every call, given back after it
+    freed = []
+    monkeypatch.setattr(L.Workspace, "close", lambda self, stream: freed.append(self.nbytes))
+    for _ in range(2):
+        ws = L.stream_workspace(gpu, 5, L.SCRATCH_KEPT_BYTES + 1, "parts", capturing=False)
+        assert ws.repeats
+        ws.close(5)
+    assert taken == [big] + [L.SCRATCH_KEPT_BYTES + 1] * 2 and freed == [L.SCRATCH_KEPT_BYTES + 1] * 2
