@@ -465,6 +465,83 @@ def test_ec_wgmma_batch_in_chunks_of_the_workspace_limit(monkeypatch, precision)
     assert sorted(g[1] for g in launches.split_grids) == sorted([3, 3, 1] * n), launches.split_grids
 
 
+def _tail_of_last_call(nb):
+    """(tiles of the stream-K tail, slices) of the GEMM the last fp32_tc call chose (ec_wgmma_tail)."""
+    from gemmlab.kernels.ec.ec_wgmma import ec_wgmma_tail
+    return ec_wgmma_tail(gemmlab.last_plan(), nb, 1)
+
+
+@pytest.mark.parametrize("M, N, K, trans_b, beta, tail", [
+    (1606, 1586, 1000, False, 0.6, (37, 3)),   # 169 tiles on 132 SMs: the last 37 cut in 3 slices of K
+    (1700, 1500, 2100, True, 0.0, (36, 3))],   # 168 tiles, a @ w.t(): the last 36 in 3
+    ids=["169tiles", "168tiles-wT"])
+def test_ec_wgmma_stream_k_tail(M, N, K, trans_b, beta, tail):
+    """fp32_tc where the tiles would leave the persistent grid's last round part empty: the last
+    round's tiles cut into slices of K, the last slice of each to finish adding them all up.
+    Right against FP64 within 1.5x SGEMM's error on every element written (out NaN before a
+    beta = 0 call), and bitwise the same at a second call: the slices are added in their order,
+    whichever is last, and each tile's counter is left zero for the next call."""
+    from gemmlab.runtime.device import gpu_info
+    needs("ec_wgmma")
+    if gpu_info(0).sm_count != 132:
+        pytest.skip("the tail sizes are chosen for 132 SMs")
+    rng = np.random.default_rng(M + K)
+    a, a64 = _stored(None, M, K, rng, gap=3)
+    b, b64 = _stored(None, K, N, rng, gap=5, trans=trans_b)
+    c0 = make_inputs("normal", M, N, rng)
+    runs = []
+    for _ in range(2):
+        out = cp.asarray(c0) if beta else cp.full((M, N), np.nan, np.float32)
+        gemmlab.matmul(a, b, out=out, alpha=0.7, beta=beta, precision="fp32_tc", kernel="ec_wgmma")
+        runs.append(out.get())
+    assert _tail_of_last_call(1) == tail, gemmlab.last_plan().describe()
+    ref = float(np.float32(0.7)) * (a64[0] @ b64[0]) + float(np.float32(beta)) * c0.astype(np.float64)
+    sgemm = (np.float32(0.7) * cp.matmul(a, b) + np.float32(beta) * cp.asarray(c0)).get().astype(np.float64)
+    got = runs[0].astype(np.float64)
+    assert np.isfinite(got).all(), "unwritten or non-finite outputs"
+    err, sgemm_err = (np.linalg.norm(x - ref) / np.linalg.norm(ref) for x in (got, sgemm))
+    assert err <= 1.5 * sgemm_err + 1e-8, (err, sgemm_err)
+    assert np.array_equal(runs[0].view(np.uint32), runs[1].view(np.uint32)), "a second call differs"
+
+
+def test_ec_wgmma_stream_k_tail_across_a_batch(monkeypatch):
+    """40 matrices of 4 tiles: 160 work tiles, of which the last 28 (the last 7 matrices) form
+    the tail, in 2 slices each; every matrix right, out's gaps untouched."""
+    from gemmlab.runtime.device import gpu_info
+    needs("ec_wgmma")
+    if gpu_info(0).sm_count != 132:
+        pytest.skip("the tail sizes are chosen for 132 SMs")
+    _ec_batch(monkeypatch, "fp32_tc", 40, 40, 256, 256, 600, beta=-1.3)
+    assert _tail_of_last_call(40) == (28, 2), gemmlab.last_plan().describe()
+
+
+def test_ec_wgmma_stream_k_tail_sums_inf_again():
+    """An Inf in B's last column, whose outputs all lie in the tail's tiles: the slice that holds
+    it sums its elements again in FP32 (FOLD's Inf * 0 between the parts), the others add finite
+    partials, and every element of that column is the FP64 product's signed Inf; the rest stays
+    within 1.5x SGEMM's error."""
+    from gemmlab.runtime.device import gpu_info
+    needs("ec_wgmma")
+    if gpu_info(0).sm_count != 132:
+        pytest.skip("the tail sizes are chosen for 132 SMs")
+    M, N, K = 1606, 1586, 1000
+    rng = np.random.default_rng(5)
+    a = make_inputs("uniform", M, K, rng)
+    b = make_inputs("uniform", K, N, rng)
+    b[700, N - 1] = np.inf
+    out = cp.full((M, N), np.nan, np.float32)
+    gemmlab.matmul(cp.asarray(a), cp.asarray(b), out=out, precision="fp32_tc", kernel="ec_wgmma")
+    assert _tail_of_last_call(1) == (37, 3), gemmlab.last_plan().describe()
+    got = out.get()
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.array_equal(got[:, -1], ref[:, -1].astype(np.float32)) and np.isinf(got[:, -1]).all()
+    finite = ref[:, :-1]
+    err = np.linalg.norm(got[:, :-1] - finite) / np.linalg.norm(finite)
+    sgemm = (cp.asarray(a[:, :]) @ cp.asarray(np.where(np.isinf(b), 0, b))).get()[:, :-1]
+    assert err <= 1.5 * np.linalg.norm(sgemm - finite) / np.linalg.norm(finite) + 1e-8, err
+
+
 def test_auto_runs_an_attention_batch_on_ec_wgmma(monkeypatch):
     """fp32_tc with kernel="auto" on an attention-sized batch of Q @ K^T (16 heads, S = 1024:
     2^31 multiply-adds, planner.ec_wgmma_pays): ec_wgmma, one GEMM launch per candidate."""

@@ -172,8 +172,8 @@ def test_anything_new_builds_again_with_its_values(rec):
     assert rec.builds == built + 8
     record = rec.address["choice"] + choose_method.RECORD_OFFSET
     # split_pack.cu takes the record last, split_scaled.cu before the report, the GEMM before
-    # its SPLITK, the layouts and the inverse scales.
-    at = {"gemmlab::ec_wgmma": -5, "gemmlab::ec_split_scaled": -2, "gemmlab::ec_split_pack": -1}
+    # its SPLITK, the layouts, the inverse scales and the stream-K tail's three.
+    at = {"gemmlab::ec_wgmma": -8, "gemmlab::ec_split_scaled": -2, "gemmlab::ec_split_pack": -1}
     assert all(args[next(i for name, i in at.items() if k.startswith(name))] == record
                for k, _, args in rec.launches() if k.startswith(tuple(at)))
 
@@ -359,8 +359,9 @@ def test_split_k_gemms_write_the_workspace_and_reductions_read_the_record(rec):
                                    "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>", reduce], [k for k, _ in ran]
     for (gemm, g), (_, r), method in zip(ran[::2], ran[1::2], (0, 1)):
         assert (g[3], g[8], g[9], g[10], g[13], g[14]) == (1.0, 0.0, ws, N, M * N, 1), gemm
-        assert g[-5] == record and type(g[-4]) is np.int32 and g[-4] == 3 and g[-3] == 0, gemm
-        assert (g[-2] != 0 and g[-1] != 0) == (method == 0), gemm   # split_scaled.cu's inverse scales: FP16 only
+        assert g[-8] == record and type(g[-7]) is np.int32 and g[-7] == 3 and g[-6] == 0, gemm
+        assert (g[-5] != 0 and g[-4] != 0) == (method == 0), gemm   # split_scaled.cu's inverse scales: FP16 only
+        assert tuple(g[-3:]) == (0, 1, 0), gemm   # no stream-K tail with split-K
         assert r == (M, N, 3, ws, np.float32(0.5), np.float32(2.0), out.ctypes.data, N, 0, record, method), r
         assert type(r[-1]) is np.int32
     assert registry.EC_METHODS == {"fp16_ec": 0, "tf32_ec": 1}
@@ -402,7 +403,8 @@ def test_split_k_without_a_choice_reduces_unconditionally(rec):
     (gemm, g), (reduce, r) = _split_launches(rec.launches())
     # fp16_ec (parts as they are): the four-set kernel (registry.EC_WGMMA_UNSCALED_PARAMS)
     assert gemm == "gemmlab::ec_wgmma<0, 4, 96, 0, 'N', 'N'>" and reduce == registry.splitk_reduce_kernel("float32")
-    assert (g[9], g[13], g[-5], g[-4], g[-2], g[-1]) == (rec.address["splitk"], M * N, 0, 2, 0, 0)
+    assert (g[9], g[13], g[-8], g[-7], g[-5], g[-4]) == (rec.address["splitk"], M * N, 0, 2, 0, 0)
+    assert tuple(g[-3:]) == (0, 1, 0)   # no stream-K tail without a record
     assert r[:4] == (M, N, 2, rec.address["splitk"]) and r[-2:] == (0, 0) and type(r[-1]) is np.int32
 
 
@@ -413,7 +415,7 @@ def test_unsplit_gemm_passes_one_split_and_its_own_c(rec):
     ran = _split_launches(rec.launches())
     assert [k for k, _ in ran] == ["gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>", "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>"]
     for _, g in ran:
-        assert (g[9], g[10], g[13], g[-4]) == (out.ctypes.data, 50, 0, 1) and type(g[-4]) is np.int32
+        assert (g[9], g[10], g[13], g[-7]) == (out.ctypes.data, 50, 0, 1) and type(g[-7]) is np.int32
 
 
 def test_auto_splits_both_candidates_alike(rec):
@@ -428,7 +430,7 @@ def test_auto_splits_both_candidates_alike(rec):
     want = registry.ec_wgmma_auto_split(M, N, K, 132)
     assert want > 1
     gemms = [g for k, g in ran if k.startswith("gemmlab::ec_wgmma")]
-    assert len(gemms) == 2 and all(g[-4] == want for g in gemms), [g[-4] for g in gemms]
+    assert len(gemms) == 2 and all(g[-7] == want for g in gemms), [g[-7] for g in gemms]
     assert [r[2] for k, r in ran if k.startswith("gemmlab::splitk_reduce")] == [want, want]
     prepared = next(iter(executor.CACHE._d.values()))
     assert [p.params["SPLITK"] for p, _ in prepared.chooser.candidates] == [want, want]
@@ -486,3 +488,42 @@ def test_fp16_ec_as_they_are_runs_the_four_set_kernel(rec):
     gemmlab.matmul(a, b, out=out, precision="fp32_tc")
     gemms = {k for k, _, _ in rec.launches() if k.startswith("gemmlab::ec_wgmma")}
     assert gemms == {"gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>", "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>"}
+
+
+@pytest.mark.parametrize("M, N, K, splitk, choice, want", [
+    (1536, 1536, 4096, 1, 1, (12, 8)),        # 144 tiles: the last 12 in 8 slices, one round of an eighth of a tile
+    (1536, 1536, 4096, 2, 1, (0, 1)),         # split-K: none
+    (1536, 1536, 4096, 1, 0, (0, 1)),         # no record to keep the counters after: none
+    (1664, 1664, 4096, 1, 1, (37, 3)),        # 169 tiles: 37 x 3 slices still fit one round of 132
+    (1536, 1536, 512, 1, 1, (12, 2)),         # eight K-steps: two slices of four
+    (1536, 2816, 4096, 1, 1, (0, 1)),         # 264 tiles: two whole rounds
+    (1606, 1586, 256, 1, 1, (0, 1)),          # four K-steps: too few to cut
+    (4096, 4096, 4096, 1, 1, (0, 1)),         # 1024 tiles, 100 in the last round: two slices need two rounds
+])
+def test_the_stream_k_tails_rule(M, N, K, splitk, choice, want):
+    """ec_wgmma_tail: the tiles of a last round that would leave SMs idle, cut into as many
+    slices of K as still run in one round, where that is two or more."""
+    from types import SimpleNamespace
+    from gemmlab.kernels.spec import Problem
+    plan = SimpleNamespace(problem=Problem(M, N, K, True, "fp16_ec", sm_count=132),
+                           params={"BN": 128, "FOLD": 1, "STAGES": 3, "SPLITK": splitk})
+    assert ec_wgmma.ec_wgmma_tail(plan, 1, choice) == want
+
+
+def test_both_candidates_take_the_tail_after_the_shared_parts(rec):
+    """169 tiles on the emulated 132 SMs: both candidates' GEMMs get the tail (the last 37 tiles,
+    3 slices of K each: the FP16 step count decides for both) and its partial tiles' address, right
+    after the parts (aligned to 256 bytes) in the one workspace both share, which counts them."""
+    M, N, K = 1606, 1586, 1000
+    a, b = _operands(M=M, N=N, K=K)
+    out = np.empty((M, N), np.float32)
+    _call(a, b, out)
+    gemms = [args for k, _, args in rec.launches() if k.startswith("gemmlab::ec_wgmma")]
+    parts = 2 * (M + N) * K * 4 + 4 * (M + N)   # hi and lo, either part type's room; the inverse scales
+    offset = -(-parts // 256) * 256
+    assert len(gemms) == 2
+    for g in gemms:
+        assert tuple(g[-3:]) == (37, 3, rec.address["scratch"] + offset), g[-3:]
+        assert type(g[-3]) is np.int32 and type(g[-2]) is np.int32
+    prepared = next(iter(executor.CACHE._d.values()))
+    assert prepared.chooser.shared_bytes == offset + 37 * 3 * 128 * 128 * 4

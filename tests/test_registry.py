@@ -1103,7 +1103,8 @@ def test_ec_wgmma_geometry(M, N, sm_count):
         assert geo.grid == (min(items, sm_count), 1, 1) and geo.persistent and geo.block == (384, 1, 1)
         stage = {96: 57344, 128: 65536}[p["BN"]]   # hi and lo of 128 rows of A and BN of B^T, 128 bytes each
         staged = 2 * p["BN"] * 4 * p["FOLD"]       # FOLD: each consumer's BN column scales (split_scaled.cu's)
-        assert geo.smem_bytes == p["STAGES"] * stage + 16 * p["STAGES"] + staged + 1024 <= 227 * 1024
+        tail = 16                                  # the consumers' flags of the stream-K tail
+        assert geo.smem_bytes == p["STAGES"] * stage + 16 * p["STAGES"] + tail + staged + 1024 <= 227 * 1024
         # A batch is one launch: the work items of every matrix share the persistent grid.
         for batch in (2, 40):
             geo = EC_WGMMA.launch(p, Problem(M, N, 64, True, "fp16_ec", sm_count=sm_count), batch)

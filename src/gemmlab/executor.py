@@ -433,7 +433,7 @@ class Launcher:
         if nbytes is None:
             lda, ldb, ldc = self.lds   # the size depends on the layout and the batch, not on addresses
             nbytes = self._prepass_bytes[key] = self.prepass.workspace_bytes(
-                self.plan.problem, Operands(0, lda, 0, ldb, 0, ldc, nz, *strides), choice)
+                self.plan, Operands(0, lda, 0, ldb, 0, ldc, nz, *strides), choice)
         return nbytes
 
     def shared_prepass_bytes(self) -> int:

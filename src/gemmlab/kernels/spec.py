@@ -119,7 +119,7 @@ class PrePass:
     launch nothing, so that a prepared call can keep what the second builds per set of
     addresses (executor.Launcher) and only enqueue it:
 
-    ``workspace_bytes(problem, operands, choice)``: the bytes of workspace the launch
+    ``workspace_bytes(plan, operands, choice)``: the bytes of workspace the launch
     needs (``choice``: whether a method chosen on the GPU is read);
     ``build(plan, gpu, operands, alpha, beta, choice, workspace, maps_backend)``: the
     pre-pass's launches [(kernel, LaunchShape, args), ...] and the kernel's argument

@@ -35,6 +35,15 @@ constexpr int EC_WGMMA_BM = 128;
 constexpr int EC_WGMMA_BN = 96;               // without FOLD
 constexpr int EC_WGMMA_FOLD_BN = 128;         // the widest tile FOLD's three sets fit
 constexpr int EC_WGMMA_THREADS = 384;         // a producer and two consumer warpgroups
+// The stream-K tail's counters, a tile's two consumers each, after the choice record (so zero
+// when a call begins: its workspace starts zeroed, and each tail tile's last slice zeroes its own).
+constexpr int EC_WGMMA_TAIL_COUNTERS = 1024;
+
+// Work item i of the persistent loop: the tile's matrix (zs: split-K's (matrix, slice) pair),
+// its K-steps [ks0, ks1), and its slice of the tail (-1: a whole tile, or split-K's slice).
+struct EcItem {
+    int zs, ks0, ks1, tail_slice;
+};
 
 // FOLD's answer where its sum is NaN.  Inputs with Inf give the parts' products
 // Inf * 0 (hi_A = Inf times an exact lo_B = 0) and Inf - Inf (a negative lo_B),
@@ -79,6 +88,12 @@ __device__ __noinline__ float ec_dot_again(const float* __restrict__ A, int lda,
 // of each row of op(A) and each column of op(B) that split_scaled.cu applied (one
 // array per matrix split, M and N floats apart), which the epilogue multiplies by
 // instead of the scalar scales.
+// The tail (stream-K): where the tiles leave the persistent grid's last round part empty, the
+// last tail_tiles tiles are cut into tail_slices slices of K each, one work item a slice, so that
+// every SM has a share of the last round.  Each slice stores its sum, in C's units (the scales
+// divided out), in tail_partials and counts itself in (its tile's counter after the choice
+// record: choice is not null); the slice that comes last adds them all in slice order -- the
+// same sum whichever it is -- and stores the tile.  tail_tiles = 0: none (always with split-K).
 template <int METHOD, int STAGES, int BN, int FOLD, char OPA, char OPB>
 __global__ void __launch_bounds__(EC_WGMMA_THREADS, 1)
 ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda, const float* __restrict__ B, int ldb,
@@ -87,7 +102,7 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
          const __grid_constant__ hopper::TensorMap map_a_lo, const __grid_constant__ hopper::TensorMap map_b_hi,
          const __grid_constant__ hopper::TensorMap map_b_lo, float scale_a, float scale_b,
          const long long* __restrict__ choice, int splits, int trans, const float* __restrict__ unscale_rows,
-         const float* __restrict__ unscale_cols) {
+         const float* __restrict__ unscale_cols, int tail_tiles, int tail_slices, float* __restrict__ tail_partials) {
     using namespace hopper;
     static_assert(FOLD ? BN <= EC_WGMMA_FOLD_BN : BN == EC_WGMMA_BN, "three sets of BN / 2, or four of 48");
     using Split = EcSplit<METHOD>;
@@ -104,8 +119,10 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     unsigned char* ring = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);   // swizzle atoms: 1024 B
     u64* full = reinterpret_cast<u64*>(ring + STAGES * STAGE_BYTES);
     u64* empty = full + STAGES;
-    // Per consumer: its tile's BN inverse column scales (split_scaled.cu's), read by its epilogue.
-    float* col_unscale_smem = reinterpret_cast<float*>(empty + STAGES);
+    // Per consumer: whether its slice of a tail tile came last (16 bytes for both), then its
+    // tile's BN inverse column scales (split_scaled.cu's), read by its epilogue.
+    int* tail_last = reinterpret_cast<int*>(empty + STAGES);
+    float* col_unscale_smem = reinterpret_cast<float*>(tail_last + 4);
 
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (threadIdx.x == 0) {
@@ -132,15 +149,28 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     const int work = tiles_m * tiles_n * batch * slices;   // (matrix, slice, tile) triples: batch_tile
     const int k_steps = alpha == 0.0f ? 0 : (K + BK - 1) / BK;
     const int per_slice = (k_steps + slices - 1) / slices;  // K-steps of a slice (the last may have fewer)
+    // The work items: the triples before the tail, then tail_slices items per tile of the tail.
+    const int tail_from = work - tail_tiles;
+    const int items = tail_from + tail_tiles * tail_slices;
+    auto item_of = [&](int i, int& tm, int& tn) -> EcItem {
+        if (i < tail_from) {
+            const int zs = batch_tile(i, tiles_m, tiles_n, tm, tn);
+            const KSlice k = k_slice(zs, slices, per_slice, k_steps);
+            return {zs, k.ks0, k.ks1, -1};
+        }
+        const int u = i - tail_from, slice = u % tail_slices;   // splits = 1: zs is the matrix
+        const int zs = batch_tile(tail_from + u / tail_slices, tiles_m, tiles_n, tm, tn);
+        return {zs, slice * k_steps / tail_slices, (slice + 1) * k_steps / tail_slices, slice};
+    };
 
     if (wg == 0) {
         setmaxnreg_dec<EC_WGMMA_PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             int it = 0;
-            for (int t = blockIdx.x; t < work; t += gridDim.x) {
+            for (int t = blockIdx.x; t < items; t += gridDim.x) {
                 int tm, tn;
-                const KSlice item = k_slice(batch_tile(t, tiles_m, tiles_n, tm, tn), slices, per_slice, k_steps);
-                const int z = item.z, ks0 = item.ks0, ks1 = item.ks1;
+                const EcItem item = item_of(t, tm, tn);
+                const int z = item.zs / slices, ks0 = item.ks0, ks1 = item.ks1;
                 const int za = stride_a ? z : 0, zb = stride_b ? z : 0;
                 for (int ks = ks0; ks < ks1; ++ks, ++it) {
                     const int s = it % STAGES;
@@ -179,10 +209,10 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     // at the tile's start 11% where K = 128 leaves a main loop of two stages: run 92).
     const bool per_row = FOLD && unscale_rows != nullptr;
     float next_row[2] = {1.0f, 1.0f}, next_col = 1.0f;
-    auto fetch_scales = [&](int t) {   // tile t's, where this block has one
-        if (!per_row || t >= work) return;
+    auto fetch_scales = [&](int t) {   // item t's tile's, where this block has one
+        if (!per_row || t >= items) return;
         int tm, tn;
-        const long long z = batch_tile(t, tiles_m, tiles_n, tm, tn) / slices;
+        const long long z = item_of(t, tm, tn).zs / slices;
         const int r = tm * BM + c * 64 + wq * 16 + lane / 4, col = tn * BN + int(threadIdx.x) - 128 * wg;
         const float* rows = unscale_rows + (stride_a ? z : 0) * M;
 #pragma unroll
@@ -191,12 +221,11 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     };
     fetch_scales(blockIdx.x);
     int it = 0;
-    for (int t = blockIdx.x; t < work; t += gridDim.x) {
+    for (int t = blockIdx.x; t < items; t += gridDim.x) {
         int tm, tn;
         // zs: the matrix unsplit; split, the partial product (z, s) of the workspace.
-        const int zs = batch_tile(t, tiles_m, tiles_n, tm, tn);
-        const KSlice item = k_slice(zs, slices, per_slice, k_steps);
-        const int ks0 = item.ks0, ks1 = item.ks1;
+        const EcItem item = item_of(t, tm, tn);
+        const int zs = item.zs, ks0 = item.ks0, ks1 = item.ks1;
         // Stages per block of the main product's adds: about sqrt(the item's stages).
         const int block_steps = max(1, int(sqrtf(float(max(ks1 - ks0, 0)))));
         float unscale_row[2] = {next_row[0], next_row[1]};
@@ -301,6 +330,8 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                 }
             }
         }
+        // The values in C's units, in place: the scales divided out (an element summed again is
+        // in them already).
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
             // FOLD: the two columns' inverse scales, one 8-byte shared load for both rows
@@ -309,21 +340,67 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                 unscale_col = *reinterpret_cast<const float2*>(&col_unscale_smem[c * BN + 8 * j + 2 * (lane % 4)]);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float v[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int i = 4 * j + 2 * h + e;
                     const float a = acc[i];
                     if constexpr (FOLD) {
-                        v[e] = (again >> i) & 1 ? a : a * unscale_row[h] * (e ? unscale_col.y : unscale_col.x);
+                        acc[i] = (again >> i) & 1 ? a : a * unscale_row[h] * (e ? unscale_col.y : unscale_col.x);
                     } else {
                         const float lo = corr[i] * Split::LO_WEIGHT;
-                        v[e] = (isfinite(a) ? a + lo : a) * unscale_a * unscale_b;
+                        acc[i] = (isfinite(a) ? a + lo : a) * unscale_a * unscale_b;
                     }
                 }
-                store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, v[0], v[1], alpha, beta, pairs);
             }
         }
+        if (item.tail_slice >= 0) {
+            // The tail: each slice stores its values as a partial (float4s, consecutive threads
+            // side by side) and counts itself in; the slice that finds the others counted reads
+            // every partial back in slice order (the same sum whichever comes last), adds, and
+            // stores the tile below.  No slice waits for another.
+            const int slot = (t - tail_from) / tail_slices, me = int(threadIdx.x) - 128 * wg;
+            constexpr int QUADS = BN / 8;   // float4s of a thread's share of the tile
+            const long long part_float4s = (long long)QUADS * 128;   // one consumer's share of one slice
+            float4* parts = reinterpret_cast<float4*>(tail_partials) +
+                            (long long)slot * tail_slices * 2 * part_float4s + c * part_float4s + me;
+            float4* mine = parts + (long long)item.tail_slice * 2 * part_float4s;
+#pragma unroll
+            for (int q = 0; q < QUADS; ++q)
+                mine[q * 128] = make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+            named_barrier_sync(1 + c, 128);   // the consumer's partial is written
+            if (me == 0) {
+                unsigned* counter =
+                    reinterpret_cast<unsigned*>(const_cast<long long*>(choice) + CHOICE_FIELDS) + 2 * slot + c;
+                // Release: the consumer's partial (ordered by the barrier) before the count; acquire:
+                // the others' partials, where this count is the last, before they are read.
+                unsigned before;
+                asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+                const bool last = before == unsigned(tail_slices - 1);
+                if (last) *counter = 0u;   // zero for the next launch
+                tail_last[c] = last;
+            }
+            named_barrier_sync(1 + c, 128);
+            if (!tail_last[c]) continue;
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+#pragma unroll 1
+            for (int s = 0; s < tail_slices; ++s) {
+#pragma unroll
+                for (int q = 0; q < QUADS; ++q) {
+                    const float4 p = __ldcg(parts + (long long)s * 2 * part_float4s + q * 128);
+                    acc[4 * q] += p.x;
+                    acc[4 * q + 1] += p.y;
+                    acc[4 * q + 2] += p.z;
+                    acc[4 * q + 3] += p.w;
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], alpha,
+                           beta, pairs);
     }
 }
 

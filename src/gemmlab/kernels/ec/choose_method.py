@@ -37,7 +37,10 @@ CHOICE_METHODS = {_T["METHOD_FP16_EC"]: "fp16_ec", _T["METHOD_FP16_EC_SCALED"]: 
 
 HIST_BYTES = EXPONENT_BINS * 8
 RECORD_OFFSET = 2 * HIST_BYTES
-WORKSPACE_BYTES = RECORD_OFFSET + CHOICE_FIELDS * 8   # A's histogram, B's, the record
+# After the record: ec_wgmma's stream-K tail counters (02_ec_wgmma.cu), which the workspace's
+# first zeroing and then each tail tile's last slice leave zero.
+TAIL_COUNTERS = read_constants("ec/02_ec_wgmma.cu")["EC_WGMMA_TAIL_COUNTERS"]
+WORKSPACE_BYTES = RECORD_OFFSET + CHOICE_FIELDS * 8 + 4 * TAIL_COUNTERS   # A's histogram, B's, the record, counters
 
 
 class DeviceChoice:

@@ -28,7 +28,7 @@ from ..cuda_constants import read_constants
 # of 128 bytes) and of B^T (BN rows).
 _K = read_constants("ec/02_ec_wgmma.cu")
 EC_WGMMA_BM, EC_WGMMA_BN, EC_WGMMA_THREADS = _K["EC_WGMMA_BM"], _K["EC_WGMMA_BN"], _K["EC_WGMMA_THREADS"]
-EC_WGMMA_FOLD_BN = _K["EC_WGMMA_FOLD_BN"]
+EC_WGMMA_FOLD_BN, EC_WGMMA_TAIL_COUNTERS = _K["EC_WGMMA_FOLD_BN"], _K["EC_WGMMA_TAIL_COUNTERS"]
 # precision="fp16_ec" (FP16 parts as they are, no scale) runs the four-set kernel unless the
 # caller names BN or FOLD: FOLD's lo, in hi's units, has FP16's absolute quantum 2^-24, which
 # only the scale fp32_tc's choice applies puts far below every value (planner.plan_call).
@@ -97,9 +97,9 @@ def splits_per_row(plan, choice: int) -> bool:
 
 
 def _smem(p) -> int:
-    """STAGES x 2 x (128 + BN) rows of 128 bytes, two barriers per stage, each consumer's BN
-    column scales (FOLD), 1 KiB to align the ring."""
-    return p["STAGES"] * 2 * (EC_WGMMA_BM + p["BN"]) * 128 + 16 * p["STAGES"] + 8 * p["BN"] * p["FOLD"] + 1024
+    """STAGES x 2 x (128 + BN) rows of 128 bytes, two barriers per stage, the consumers' tail
+    flags (16 bytes), each consumer's BN column scales (FOLD), 1 KiB to align the ring."""
+    return p["STAGES"] * 2 * (EC_WGMMA_BM + p["BN"]) * 128 + 16 * p["STAGES"] + 16 + 8 * p["BN"] * p["FOLD"] + 1024
 
 
 def _geometry(p, prob: Problem, batch: int = 1) -> Launch:
@@ -189,13 +189,53 @@ def _part_layout(pr, choice) -> tuple[int, int]:
 
 
 def ec_split_bytes(pr, ops: Operands, choice) -> int:
-    """Bytes of the workspace the split parts of one launch take (PrePass.workspace_bytes):
-    hi and lo of every matrix of A split (M x kp) and of B^T (N x kp); ``choice``: whether
-    a choice record is read (the layout for either part type, and room after the parts for
-    split_scaled.cu's inverse scales, a float per row of A and column of B)."""
+    """Bytes of the workspace the split parts of one launch take: hi and lo of every matrix
+    of A split (M x kp) and of B^T (N x kp); ``choice``: whether a choice record is read (the
+    layout for either part type, and room after the parts for split_scaled.cu's inverse
+    scales, a float per row of A and column of B)."""
     room, kp = _part_layout(pr, choice)
     segments = _matrices(ops, ops.sa) * pr.M + _matrices(ops, ops.sb) * pr.N
     return 2 * segments * kp * room + (4 * segments if choice else 0)
+
+
+# The stream-K tail (02_ec_wgmma.cu): where a persistent grid's last round would leave SMs
+# idle, its tiles are cut into as many slices of K as still run in one round (at most
+# EC_WGMMA_TAIL_MAX_SLICES, each at least EC_WGMMA_TAIL_MIN_STEPS steps of EC_WGMMA_SPLIT_STEP
+# elements: both candidates of a method chosen on the GPU cut alike).  A tail of two rounds or
+# more cost more than it saved (each slice stores a partial tile and the last adds them:
+# benchmarks/NOTES.md, run 94f), so where the last round's tiles are more than half the grid
+# there is none.  Only with a choice record (the tiles' counters follow it) and without split-K.
+EC_WGMMA_TAIL_MAX_SLICES = 8
+EC_WGMMA_TAIL_MIN_STEPS = 4
+_PARTIALS_ALIGN = 256
+
+
+def ec_wgmma_tail(plan, batch: int, choice) -> tuple[int, int]:
+    """(tiles of the tail, slices of K each) of a launch of ``batch`` matrices; (0, 1): none.
+    The last round then takes about 1/slices of a tile's time, not a whole one."""
+    pr, p = plan.problem, plan.params
+    if not choice or p["SPLITK"] != 1:
+        return 0, 1
+    tiles = cdiv(pr.M, EC_WGMMA_BM) * cdiv(pr.N, p["BN"]) * max(batch, 1)
+    grid = min(tiles, pr.sm_count)
+    rest = tiles % grid
+    if rest == 0 or 2 * rest > EC_WGMMA_TAIL_COUNTERS:
+        return 0, 1
+    slices = min(EC_WGMMA_TAIL_MAX_SLICES, cdiv(pr.K, EC_WGMMA_SPLIT_STEP) // EC_WGMMA_TAIL_MIN_STEPS, grid // rest)
+    return (rest, slices) if slices >= 2 else (0, 1)
+
+
+def _partials_offset(pr, ops: Operands, choice) -> int:
+    return cdiv(ec_split_bytes(pr, ops, choice), _PARTIALS_ALIGN) * _PARTIALS_ALIGN
+
+
+def ec_workspace_bytes(plan, ops: Operands, choice) -> int:
+    """Bytes of the workspace of one launch (PrePass.workspace_bytes): the split parts
+    (ec_split_bytes), then the stream-K tail's partial tiles, a tile a slice (ec_wgmma_tail)."""
+    tail, slices = ec_wgmma_tail(plan, ops.batch, choice)
+    if not tail:
+        return ec_split_bytes(plan.problem, ops, choice)
+    return _partials_offset(plan.problem, ops, choice) + tail * slices * EC_WGMMA_BM * plan.params["BN"] * 4
 
 
 SPLIT_WHAT = "ec_wgmma, for the split parts of a and b,"
@@ -340,8 +380,10 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
                  for ptr, rows, box_rows, nz in ((a_hi, pr.M, bm, nz_a), (a_lo, pr.M, bm, nz_a),
                                                  (b_hi, pr.N, bn, nz_b), (b_lo, pr.N, bn, nz_b)))
     trans = (pr.op_a == "T") | (pr.op_b == "T") << 1
+    tail, slices = ec_wgmma_tail(plan, ops.batch, choice)
+    partials = workspace + _partials_offset(pr, ops, choice) if tail else 0
     return launches, standard_args(pr, ops, alpha, beta) + batch_args + maps + plan.extra_args() + (
-        choice, np.int32(splits), np.int32(trans), unscale_a, unscale_b)
+        choice, np.int32(splits), np.int32(trans), unscale_a, unscale_b, np.int32(tail), np.int32(slices), partials)
 
 
 SPEC = KernelSpec(
@@ -364,7 +406,7 @@ SPEC = KernelSpec(
                                               "matrix, which a reduction kernel adds into C)"),
     ),
     constraints=(
-        Constraint("dynamic shared memory, STAGES*(32 + BN/4) KiB + 16*STAGES + 8*BN*FOLD + 1024 bytes, must fit "
+        Constraint("dynamic shared memory, STAGES*(32 + BN/4) KiB + 16*STAGES + 16 + 8*BN*FOLD + 1024 bytes, must fit "
                    "in the 227 KiB a Hopper block can have", lambda p: _smem(p) <= WGMMA_SMEM_LIMIT),
         Constraint(f"BN = {EC_WGMMA_FOLD_BN} needs FOLD = 1 (four sets of 64 accumulators do not fit)",
                    lambda p: p["BN"] == EC_WGMMA_BN or p["FOLD"] == 1),
@@ -380,7 +422,7 @@ SPEC = KernelSpec(
     # serves split and unsplit (its output is FP32 either way).
     split_k_param="SPLITK",
     reads_choice=True,
-    prepass=PrePass(workspace_bytes=ec_split_bytes, build=ec_wgmma_launches, what=SPLIT_WHAT),
+    prepass=PrePass(workspace_bytes=ec_workspace_bytes, build=ec_wgmma_launches, what=SPLIT_WHAT),
     # One launch per batch (chunk): the pre-pass splits every matrix, the persistent loop
     # walks every matrix's tiles.
     batched_args=True,
