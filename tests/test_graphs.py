@@ -315,6 +315,35 @@ def test_ec_wgmma_batch_chosen_from_the_data_in_a_graph():
 
 
 @pytest.mark.skipif(not HOPPER, reason="ec_wgmma needs sm_90a")
+def test_ec_wgmma_stream_k_tail_in_a_graph():
+    """A captured fp32_tc call whose last round is cut into slices of K (169 tiles on 132 SMs:
+    37 tiles, 3 slices each; its counters in the graph's own record workspace): every replay on
+    new data -- FP16 parts, scaled FP16 parts, TF32 parts, whose GEMM cuts its own K-steps --
+    right, and two replays on the same data bitwise equal."""
+    from gemmlab.kernels.ec.ec_wgmma import ec_wgmma_tail
+    from gemmlab.runtime.device import gpu_info
+    if gpu_info(0).sm_count != 132:
+        pytest.skip("the tail's size is chosen for 132 SMs")
+    M, N, K = 1606, 1586, 1000
+    gen = torch.Generator(device="cuda").manual_seed(17)
+    a, b = _data("uniform", (M, K), gen), _data("uniform", (K, N), gen)
+    out = torch.empty((M, N), device="cuda")
+    kw = dict(precision="fp32_tc", kernel="ec_wgmma")
+    gemmlab.matmul(a, b, out=out, **kw)
+    torch.cuda.synchronize()
+    assert ec_wgmma_tail(gemmlab.last_plan(), 1, 1) == (37, 3)
+    replay = _torch_graph(lambda: gemmlab.matmul(a, b, out=out, **kw))
+    for kind, method, err, sgemm, p in _replays_on_new_data(replay, a, b, out, gen):
+        assert p.spec.name == "ec_wgmma" and p.method == fp32_tc_method(p, method), (kind, p.reason)
+        assert err <= 1.5 * sgemm + 1e-7, (kind, err, sgemm, p.describe())
+        first = out.clone()
+        out.fill_(float("nan"))
+        replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first), kind
+
+
+@pytest.mark.skipif(not HOPPER, reason="ec_wgmma needs sm_90a")
 def test_ec_wgmma_split_k_chosen_from_the_data_in_a_graph():
     """A captured fp32_tc call split over K (per candidate: its GEMM into a workspace of the
     graph's own, then its reduction, which reads the record too), with beta != 0, so that a
