@@ -8,7 +8,8 @@ by value (``const __grid_constant__``).
 
 Two ways to build one, the first that works is kept for the process:
   * cuda.core: ``StridedMemoryView.as_tensor_map`` gives a
-    ``TensorMapDescriptor``, which ``cuda.core.launch`` passes as an argument;
+    ``TensorMapDescriptor``, which cuda.core's argument packer passes as an argument
+    (runtime.launch.launch_shaped);
   * the driver: ``cuTensorMapEncodeTiled`` gives a ``CUtensorMap``, which
     runtime.launch passes through ``cuLaunchKernel`` (cuda.core's launch takes
     no raw structs).
