@@ -527,3 +527,42 @@ def test_both_candidates_take_the_tail_after_the_shared_parts(rec):
         assert type(g[-3]) is np.int32 and type(g[-2]) is np.int32
     prepared = next(iter(executor.CACHE._d.values()))
     assert prepared.chooser.shared_bytes == offset + 37 * 3 * 128 * 128 * 4
+
+
+@pytest.mark.parametrize("op_a, op_b, K, lda, ldb, a_off, nz_a, sa, want", [
+    ("N", "T", 4096, 4096, 4096, 0, 1, 0, 4),     # a @ w.t(): 4 float4 of each row a thread, 4 rows a block
+    ("N", "T", 512, 512, 512, 0, 1, 0, 0),        # one block's share already: the clustered kernel has no cluster
+    ("N", "T", 513, 516, 516, 0, 1, 0, 1),
+    ("N", "T", 16384, 16384, 16384, 0, 1, 0, 16),
+    ("N", "T", 16385, 16388, 16388, 0, 1, 0, 0),  # more than 64 values a thread
+    ("N", "N", 4096, 4096, 4096, 0, 1, 0, 0),     # B's segments are columns
+    ("T", "T", 4096, 4096, 4096, 0, 1, 0, 0),
+    ("N", "T", 4096, 4097, 4096, 0, 1, 0, 0),     # rows not 16-byte aligned
+    ("N", "T", 4096, 4096, 4096, 4, 1, 0, 0),     # A's first row not 16-byte aligned
+    ("N", "T", 4096, 4096, 4096, 0, 3, 4096 * 70 + 2, 0),   # a batch's matrices not 16-byte apart
+    ("N", "T", 4096, 4096, 4096, 0, 3, 4096 * 70, 4),
+    ("N", "T", 4096, 4096, 4096, 0, 4800, 4096 * 70, 0),   # more outputs than the whole-rows split is taken for
+])
+def test_whole_rows_split_where_segments_lie_along_k(op_a, op_b, K, lda, ldb, a_off, nz_a, sa, want):
+    """ec_scaled_rows_chunks: split_scaled.cu's whole-rows kernel (no clusters) where both operands'
+    segments lie along K, K is longer than a block's share and fits 64 values a thread, every
+    row is 16-byte aligned and the product has at most 4096^2 outputs; else 0, the clustered
+    kernel."""
+    from gemmlab.kernels.spec import Problem
+    from gemmlab.runtime.tma import Operands
+    pr = Problem(70, 50, K, True, "fp16_ec", op_a=op_a, op_b=op_b)
+    ops = Operands(0x10000 + a_off, lda, 0x20000, ldb, 0, 50, nz_a, sa, 0)
+    assert ec_wgmma.ec_scaled_rows_chunks(pr, ops, nz_a, 1) == want
+    big = Problem(8192, 8192, K, True, "fp16_ec", op_a=op_a, op_b=op_b)   # 8192^2 outputs: never
+    assert ec_wgmma.ec_scaled_rows_chunks(big, ops, nz_a, 1) == 0
+
+
+def test_whole_rows_grid():
+    """ec_scaled_rows_grid: groups of rows of the larger operand a matrix, at most 16 blocks an SM
+    over the launch, and the blocks that split something counted per operand."""
+    grid, blocks = ec_wgmma.ec_scaled_rows_grid(4096, 4096, 4, 1, 1, 132)
+    assert grid == (1024, 1, 2) and blocks == 2048
+    grid, blocks = ec_wgmma.ec_scaled_rows_grid(70, 45, 4, 3, 1, 132)   # A: 18 groups in 3 matrices, B: 12
+    assert grid == (18, 3, 2) and blocks == 18 * 3 + 12
+    grid, blocks = ec_wgmma.ec_scaled_rows_grid(16384, 16384, 1, 8, 8, 132)   # capped: groups in turn
+    assert grid == (132, 8, 2) and blocks == 132 * 16

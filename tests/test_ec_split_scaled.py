@@ -106,8 +106,10 @@ def _check(gpu, op_a, op_b, layout_a, layout_b):
 
 
 # K: one block with the short chunk (K <= 128), one block (K <= 512), a cluster of 2, of 4,
-# of 8, and of 8 whose blocks hold 2 chunks each.
-@pytest.mark.parametrize("K", [37, 128, 129, 700, 1500, 3000, 5000])
+# of 8, and of 8 whose blocks hold 2 chunks each; NT (rows along K in both, 16-byte aligned):
+# the whole-rows kernel with 1, 2, 4, 8 float4 a row, and at K = 2050 (rows of 8200 bytes) the
+# clustered kernel.
+@pytest.mark.parametrize("K", [37, 128, 129, 700, 1500, 2050, 3000, 5000])
 @pytest.mark.parametrize("layouts", ["NN", "NT", "TN", "TT"])
 def test_split_scaled_matches_its_model(hopper, layouts, K):
     rng = np.random.default_rng(K)

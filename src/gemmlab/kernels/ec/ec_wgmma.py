@@ -58,24 +58,54 @@ EC_SPLIT_SCALED_SOURCE = KERNEL_DIR / "ec" / "split_scaled.cu"
 _S = read_constants("ec/split_scaled.cu")
 EC_SCALED_THREADS, EC_SCALED_SEGMENTS = _S["EC_SCALED_THREADS"], _S["EC_SCALED_SEGMENTS"]
 EC_SCALED_CHUNK, EC_SCALED_MAX_CLUSTER = _S["EC_SCALED_CHUNK"], _S["EC_SCALED_MAX_CLUSTER"]
-EC_SCALED_SHORT_CHUNK = _S["EC_SCALED_SHORT_CHUNK"]
+EC_SCALED_SHORT_CHUNK, EC_SCALED_ROWS_VALUES = _S["EC_SCALED_SHORT_CHUNK"], _S["EC_SCALED_ROWS_VALUES"]
 EC_SCALED_CLUSTERS = tuple(2 ** i for i in range(EC_SCALED_MAX_CLUSTER.bit_length()))   # 1, 2, 4, 8
+# ec_split_scaled_rows: float4 a thread holds of each row, 1 .. 16 (rows of K <= 1024 of them)
+EC_SCALED_ROWS_CHUNKS = tuple(2 ** i for i in range((EC_SCALED_ROWS_VALUES // 4).bit_length()))
 
 
 def ec_split_scaled_kernel(op_a: str, op_b: str, cluster: int, chunk: int = EC_SCALED_CHUNK) -> str:
     return f"gemmlab::ec_split_scaled<'{op_a}', '{op_b}', {cluster}, {chunk}>"
 
 
+def ec_split_scaled_rows_kernel(chunks: int) -> str:
+    return f"gemmlab::ec_split_scaled_rows<{chunks}>"
+
+
 # Every cluster size with 512-value chunks; K of 128 or less: one block, 128-value chunks.
 EC_SPLIT_SCALED_KERNELS = tuple(ec_split_scaled_kernel(op_a, op_b, cl, chunk) for op_a in "NT" for op_b in "NT"
                                 for cl, chunk in [(c, EC_SCALED_CHUNK) for c in EC_SCALED_CLUSTERS]
-                                + [(1, EC_SCALED_SHORT_CHUNK)])
+                                + [(1, EC_SCALED_SHORT_CHUNK)]) + \
+    tuple(ec_split_scaled_rows_kernel(c) for c in EC_SCALED_ROWS_CHUNKS)
 
 
 def ec_scaled_cluster(K: int) -> int:
     """Blocks that share a row's (column's) K in split_scaled.cu: the fewest of 1, 2, 4, 8
     whose shares fit the registers (EC_SCALED_CHUNK each), else 8 (longer shares are read twice)."""
     return next((cl for cl in EC_SCALED_CLUSTERS if cdiv(K, cl) <= EC_SCALED_CHUNK), EC_SCALED_MAX_CLUSTER)
+
+
+# The whole-rows split is taken for products of at most this many outputs (all matrices): at
+# 8192^3 `a @ w.t()` the GEMM after it ran 1-14% slower than after the clustered split, on the
+# same parts, which outweighed the split's own gain (benchmarks/NOTES.md, runs 94p-94r; not
+# explained), at 8192 x 8192 x 4096 about 1.5%; at 4096^3 and 4096 x 4096 x 8192 it did not.
+EC_SCALED_ROWS_MAX_OUTPUTS = 4096 * 4096
+
+
+def ec_scaled_rows_chunks(pr, ops: Operands, nz_a: int, nz_b: int) -> int:
+    """float4 a thread holds of each row in split_scaled.cu's whole-rows kernel
+    (ec_split_scaled_rows), or 0 where the clustered kernel runs instead: the whole-rows one
+    needs every segment along K in memory (op(A) stored 'N', op(B) stored 'T': `a @ w.t()`),
+    K longer than one block's share of the clustered kernel (where its clusters begin) and
+    at most 16384 (64 values a thread), every row of every matrix 16-byte aligned, and a
+    product of at most EC_SCALED_ROWS_MAX_OUTPUTS outputs."""
+    aligned = ops.A % 16 == 0 and ops.B % 16 == 0 and ops.lda % 4 == 0 and ops.ldb % 4 == 0 and \
+        (nz_a <= 1 or ops.sa % 4 == 0) and (nz_b <= 1 or ops.sb % 4 == 0)
+    if pr.op_a != "N" or pr.op_b != "T" or not aligned or \
+            not EC_SCALED_CHUNK < pr.K <= EC_SCALED_ROWS_VALUES * EC_SCALED_THREADS or \
+            pr.M * pr.N * max(nz_a, nz_b, 1) > EC_SCALED_ROWS_MAX_OUTPUTS:
+        return 0
+    return next(c for c in EC_SCALED_ROWS_CHUNKS if pr.K <= 4 * EC_SCALED_THREADS * c)
 
 
 def ec_scaled_chunk(K: int) -> int:
@@ -310,13 +340,29 @@ def ec_scaled_grid(M: int, N: int, K: int, nz_a: int, nz_b: int, sm_count: int) 
     return (cl * per_matrix, max(nz_a, nz_b), 2), blocks
 
 
+def ec_scaled_rows_grid(M: int, N: int, rows: int, nz_a: int, nz_b: int, sm_count: int) -> tuple[tuple, int]:
+    """ec_split_scaled_rows's grid (blocks a matrix, matrices, 2 operands: at most
+    EC_SCALED_BLOCKS_PER_SM blocks an SM over the launch, each taking groups of ``rows`` rows in
+    turn) and the blocks of it that split something."""
+    groups_a, groups_b = cdiv(M, rows), cdiv(N, rows)
+    per_matrix = min(max(groups_a, groups_b), max(1, cdiv(EC_SCALED_BLOCKS_PER_SM * sm_count, 2 * max(nz_a, nz_b))))
+    return (per_matrix, max(nz_a, nz_b), 2), min(groups_a, per_matrix) * nz_a + min(groups_b, per_matrix) * nz_b
+
+
 def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz_a: int, nz_b: int, scales: int,
                          report: int = 0):
     """split_scaled.cu's launch (ec_split_launches with per_row): clusters of
     ec_scaled_cluster(K) blocks taking groups of 32 rows of op(A) (columns of op(B)) of each
-    matrix (ec_scaled_grid); the inverse scales at ``scales`` (A's nz_a x M floats, then B's)."""
-    grid, blocks = ec_scaled_grid(pr.M, pr.N, pr.K, nz_a, nz_b, gpu.sm_count)
-    name = ec_split_scaled_kernel(pr.op_a, pr.op_b, ec_scaled_cluster(pr.K), ec_scaled_chunk(pr.K))
+    matrix (ec_scaled_grid), or where ec_scaled_rows_chunks allows, blocks of whole rows
+    (ec_scaled_rows_grid); the inverse scales at ``scales`` (A's nz_a x M floats, then B's)."""
+    chunks = ec_scaled_rows_chunks(pr, ops, nz_a, nz_b)
+    if chunks:   # whole rows a block, no clusters
+        rows = EC_SCALED_ROWS_VALUES // 4 // chunks
+        grid, blocks = ec_scaled_rows_grid(pr.M, pr.N, rows, nz_a, nz_b, gpu.sm_count)
+        name = ec_split_scaled_rows_kernel(chunks)
+    else:
+        grid, blocks = ec_scaled_grid(pr.M, pr.N, pr.K, nz_a, nz_b, gpu.sm_count)
+        name = ec_split_scaled_kernel(pr.op_a, pr.op_b, ec_scaled_cluster(pr.K), ec_scaled_chunk(pr.K))
     kernel, shape = _split_launch(EC_SPLIT_SCALED_SOURCE, name, EC_SCALED_THREADS, gpu, grid)
     a_hi, a_lo, b_hi, b_lo = parts
     unscale_a, unscale_b = scales, scales + 4 * nz_a * pr.M

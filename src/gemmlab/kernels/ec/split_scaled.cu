@@ -23,7 +23,9 @@
 // Reads coalesce with consecutive lanes along the stored rows: along K where a
 // segment lies contiguous in memory (CK: A stored 'N', B stored 'T'), else along
 // the segments, and then the parts (rows along K) go out through shared memory,
-// transposed, as in split_pack.cu.
+// transposed, as in split_pack.cu.  Where both operands' segments lie along K
+// (`a @ w.t()`), K fits a block (<= 16384) and the rows are 16-byte aligned,
+// ec_split_scaled_rows instead gives each block whole rows: no cluster.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 #include <gemmlab/ec/choice_rules.cuh>
@@ -39,6 +41,8 @@ constexpr int EC_SCALED_CHUNK = 512;        // elements of K per segment a block
 constexpr int EC_SCALED_SHORT_CHUNK = 128;
 constexpr int EC_SCALED_MAX_CLUSTER = 8;    // blocks of a cluster: the portable limit
 constexpr int EC_SCALED_STAGED = 4;         // 32 x 32 tiles through shared memory between two barriers (CS)
+// ec_split_scaled_rows: values a thread holds (16 float4 of whole rows along K: K <= 16384)
+constexpr int EC_SCALED_ROWS_VALUES = 64;
 
 namespace ec_scaled {
 
@@ -49,6 +53,14 @@ struct Shared {
     int scale[EC_SCALED_SEGMENTS];           // the segments' scale exponents
     unsigned normal, below, clamped, top;    // the block's counts for the rules
     __half2 staged[EC_SCALED_STAGED][32][33];   // (hi, lo) by [segment][k]; the pad spreads the banks
+};
+
+// ec_split_scaled_rows's: each warp's largest finite magnitude of each of the block's rows, the
+// rows' scale exponents, the block's counts.
+struct RowsShared {
+    unsigned warp_max[EC_SCALED_THREADS / 32][EC_SCALED_ROWS_VALUES / 4];
+    int scale[EC_SCALED_ROWS_VALUES / 4];
+    unsigned normal, below, clamped, top;
 };
 
 // |x|'s bits where x is finite (they order as the magnitudes do), else 0: Inf and NaN set no scale.
@@ -120,6 +132,22 @@ __device__ __noinline__ void decide(long long* choice, long long* report) {
     for (int i = CHOICE_SUM_NORMAL_A; i <= CHOICE_SUM_BLOCKS; ++i) r[i] = 0;
     if (report != nullptr)
         for (int i = 0; i < CHOICE_FIELDS; ++i) report[i] = r[i];
+}
+
+// A block's counts into the record's sums (one thread); the last of the launch's blocks decides.
+__device__ __forceinline__ void count_in(unsigned normal, unsigned below, unsigned clamped, unsigned top,
+                                         long long* choice, long long* report, int side, int blocks) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_NORMAL_A + side]), (unsigned long long)normal);
+    atomicAdd(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_BELOW_A + side]), (unsigned long long)below);
+    atomicMax(&choice[CHOICE_SUM_TOP_A + side], (long long)top);
+    if (clamped) atomicOr(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_CLAMPED]), 1ull << side);
+    __threadfence();   // the sums before the count of blocks done
+    const unsigned long long done =
+        atomicAdd(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_BLOCKS]), 1ull) + 1;
+    if (done == (unsigned long long)blocks) {
+        __threadfence();   // every other block's sums are in
+        decide(choice, report);
+    }
 }
 
 // One block's share of 32 segments of one operand: seg0 .. seg0 + 31 of X (segs of
@@ -263,21 +291,112 @@ __device__ __forceinline__ void split_operand(Shared& sh, const float* __restric
     for (int g = int(blockIdx.x) / CL; g < groups; g += int(gridDim.x) / CL)
         split_segments<CK, CL, TILES>(sh, X, ld, segs, K, g * EC_SCALED_SEGMENTS, hi, lo, ldp, unscale);
     __syncthreads();
-    if (t == 0) {
-        atomicAdd(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_NORMAL_A + side]),
-                  (unsigned long long)sh.normal);
-        atomicAdd(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_BELOW_A + side]),
-                  (unsigned long long)sh.below);
-        atomicMax(&choice[CHOICE_SUM_TOP_A + side], (long long)sh.top);
-        if (sh.clamped) atomicOr(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_CLAMPED]), 1ull << side);
-        __threadfence();   // the sums before the count of blocks done
-        const unsigned long long done =
-            atomicAdd(reinterpret_cast<unsigned long long*>(&choice[CHOICE_SUM_BLOCKS]), 1ull) + 1;
-        if (done == (unsigned long long)blocks) {
-            __threadfence();   // every other block's sums are in
-            decide(choice, report);
+    if (t == 0) count_in(sh.normal, sh.below, sh.clamped, sh.top, choice, report, side, blocks);
+}
+
+// Four halves' bits as two words, the lower k first.
+__device__ __forceinline__ uint2 four_halves(const __half (&h)[4]) {
+    return make_uint2(unsigned(__half_as_ushort(h[0])) | unsigned(__half_as_ushort(h[1])) << 16,
+                      unsigned(__half_as_ushort(h[2])) | unsigned(__half_as_ushort(h[3])) << 16);
+}
+
+// Whole rows a block (ec_split_scaled_rows): where every segment lies along K in memory (op(A)
+// stored 'N', op(B) stored 'T') and K <= 1024 CHUNKS, a block takes ROWS = 16 / CHUNKS whole
+// segments at a time, CHUNKS float4 of each a thread (thread t: k = 4 (t + 256 i)), so that a
+// segment's largest value is the block's own and no cluster is needed (the clusters cost the
+// split about an eighth of its time at 4096^3: benchmarks/NOTES.md, run 94m).  Rows (and a
+// batch's matrices) 16-byte aligned: the host checks.  The parts go out four k (8 bytes) a
+// store along the row, zeros past K into the row's padding.  Groups of ROWS segments in turn,
+// the block's counts into the record's sums once.
+template <int CHUNKS>
+__device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* __restrict__ X, int ld, int segs,
+                                                   int K, __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
+                                                   float* __restrict__ unscale, long long* __restrict__ choice,
+                                                   long long* __restrict__ report, int side, int blocks) {
+    constexpr int ROWS = EC_SCALED_ROWS_VALUES / 4 / CHUNKS;
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+    if (t == 0) sh.normal = sh.below = sh.clamped = sh.top = 0;
+    unsigned normal = 0, below = 0;
+    const int groups = (segs + ROWS - 1) / ROWS;
+    for (int g = blockIdx.x; g < groups; g += gridDim.x) {
+        const int seg0 = g * ROWS;
+        float4 v[ROWS][CHUNKS];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const int s = seg0 + r;
+            const float* row = X + (long long)min(s, segs - 1) * ld;
+#pragma unroll
+            for (int i = 0; i < CHUNKS; ++i) {
+                const int k = 4 * (t + EC_SCALED_THREADS * i);
+                if (s < segs && k + 3 < K) {
+                    v[r][i] = *reinterpret_cast<const float4*>(row + k);
+                } else {   // past the last row, or the row's last (partial) four
+                    const bool in = s < segs;
+                    v[r][i] = make_float4(in && k < K ? row[k] : 0.0f, in && k + 1 < K ? row[k + 1] : 0.0f,
+                                          in && k + 2 < K ? row[k + 2] : 0.0f, in && k + 3 < K ? row[k + 3] : 0.0f);
+                }
+            }
         }
+        // Each row's largest finite magnitude: the thread's, its warp's, the block's; then the scale.
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            unsigned m = 0;
+#pragma unroll
+            for (int i = 0; i < CHUNKS; ++i)
+                m = max(m, max(max(finite_magnitude(v[r][i].x), finite_magnitude(v[r][i].y)),
+                               max(finite_magnitude(v[r][i].z), finite_magnitude(v[r][i].w))));
+            m = __reduce_max_sync(0xFFFFFFFFu, m);
+            if (lane == 0) sh.warp_max[warp][r] = m;
+        }
+        __syncthreads();
+        if (t < ROWS) {
+            unsigned top = 0;
+#pragma unroll
+            for (int w = 0; w < EC_SCALED_THREADS / 32; ++w) top = max(top, sh.warp_max[w][t]);
+            const int e = int(top >> 23);   // biased exponent field; 0: no normal value
+            const int sc = scale_exponent(e != 0, e - EXPONENT_BIAS);
+            sh.scale[t] = sc;
+            if (e != 0 && e - EXPONENT_BIAS + sc > FP16_TOP) atomicOr(&sh.clamped, 1u);
+            atomicMax(&sh.top, unsigned(e));
+            if (seg0 + t < segs) unscale[seg0 + t] = pow2(-sc);
+        }
+        __syncthreads();
+        // Split: each value times its row's scale; count for the rules (values past K or past the
+        // last row are zero: not counted).
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const int s = seg0 + r, sc = sh.scale[r];
+            const float scale = pow2(sc);
+            const int below_field = FP16_NORMAL_MIN - sc + EXPONENT_BIAS;
+#pragma unroll
+            for (int i = 0; i < CHUNKS; ++i) {
+                const int k = 4 * (t + EC_SCALED_THREADS * i);
+                const float x[4] = {v[r][i].x, v[r][i].y, v[r][i].z, v[r][i].w};
+                __half h[4], l[4];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int e = (__float_as_uint(x[q]) >> 23) & 0xFF;
+                    normal += e >= 1 && e <= 2 * EXPONENT_BIAS;
+                    below += e >= 1 && e < below_field;
+                    EcSplit<METHOD_FP16_EC>::split<true>(x[q] * scale, h[q], l[q]);
+                }
+                if (s < segs && k < K) {
+                    const long long at = (long long)s * ldp + k;
+                    *reinterpret_cast<uint2*>(hi + at) = four_halves(h);
+                    *reinterpret_cast<uint2*>(lo + at) = four_halves(l);
+                }
+            }
+        }
+        __syncthreads();   // the scales and maxima are the next group's
     }
+    normal = __reduce_add_sync(0xFFFFFFFFu, normal);
+    below = __reduce_add_sync(0xFFFFFFFFu, below);
+    if (lane == 0) {
+        atomicAdd(&sh.normal, normal);
+        atomicAdd(&sh.below, below);
+    }
+    __syncthreads();
+    if (t == 0) count_in(sh.normal, sh.below, sh.clamped, sh.top, choice, report, side, blocks);
 }
 
 }  // namespace ec_scaled
@@ -315,6 +434,36 @@ ec_split_scaled(int M, int N, int K, const float* __restrict__ A, int lda, long 
         ec_scaled::split_operand<OP_B == 'T', CL, TILES>(sh, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp,
                                                   b_lo + z * N * ldp, ldp, unscale_b + z * N, choice, report, 1,
                                                   blocks);
+    }
+}
+
+
+// The whole-rows split (split_rows_operand) of op(A) stored 'N' and op(B) stored 'T', K <=
+// 1024 CHUNKS, rows 16-byte aligned: grid (blocks a matrix, the larger batch, 2 operands),
+// each block taking groups of 16 / CHUNKS rows of its matrix in turn; the arguments are
+// ec_split_scaled's.
+template <int CHUNKS>
+__global__ void __launch_bounds__(EC_SCALED_THREADS, 2)
+ec_split_scaled_rows(int M, int N, int K, const float* __restrict__ A, int lda, long long stride_a, int matrices_a,
+                     const float* __restrict__ B, int ldb, long long stride_b, int matrices_b, __half* __restrict__ a_hi,
+                     __half* __restrict__ a_lo, __half* __restrict__ b_hi, __half* __restrict__ b_lo, int ldp,
+                     float* __restrict__ unscale_a, float* __restrict__ unscale_b, int blocks,
+                     long long* __restrict__ choice, long long* __restrict__ report) {
+    static_assert(CHUNKS >= 1 && CHUNKS <= EC_SCALED_ROWS_VALUES / 4 && (CHUNKS & (CHUNKS - 1)) == 0,
+                  "a power of two of float4 a row, 64 values a thread");
+    constexpr int ROWS = EC_SCALED_ROWS_VALUES / 4 / CHUNKS;
+    __shared__ ec_scaled::RowsShared sh;
+    ec_allow_next_grid();   // the GEMM may be launched (once every block has begun); it waits for this grid
+    const long long z = blockIdx.y;
+    const int seg0 = int(blockIdx.x) * ROWS;   // the block's first group's
+    if (blockIdx.z == 0) {
+        if (z >= matrices_a || seg0 >= M) return;
+        ec_scaled::split_rows_operand<CHUNKS>(sh, A + z * stride_a, lda, M, K, a_hi + z * M * ldp, a_lo + z * M * ldp,
+                                              ldp, unscale_a + z * M, choice, report, 0, blocks);
+    } else {
+        if (z >= matrices_b || seg0 >= N) return;
+        ec_scaled::split_rows_operand<CHUNKS>(sh, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp, b_lo + z * N * ldp,
+                                              ldp, unscale_b + z * N, choice, report, 1, blocks);
     }
 }
 
