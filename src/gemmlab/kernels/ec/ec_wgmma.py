@@ -86,9 +86,9 @@ def ec_scaled_cluster(K: int) -> int:
 
 
 # The whole-rows split is taken for products of at most this many outputs (all matrices): at
-# 8192^3 `a @ w.t()` the GEMM after it ran 1-14% slower than after the clustered split, on the
-# same parts, which outweighed the split's own gain (benchmarks/NOTES.md, runs 94p-94r; not
-# explained), at 8192 x 8192 x 4096 about 1.5%; at 4096^3 and 4096 x 4096 x 8192 it did not.
+# 8192^3 `a @ w.t()` the GEMM after it ran slower than after the clustered split, on the same
+# parts, by more than the split gained; at 4096^3 and 4096 x 4096 x 8192 it did not
+# (benchmarks/NOTES.md, runs 94p-94s; not explained).
 EC_SCALED_ROWS_MAX_OUTPUTS = 4096 * 4096
 
 

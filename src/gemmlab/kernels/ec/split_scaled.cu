@@ -303,8 +303,8 @@ __device__ __forceinline__ uint2 four_halves(const __half (&h)[4]) {
 // Whole rows a block (ec_split_scaled_rows): where every segment lies along K in memory (op(A)
 // stored 'N', op(B) stored 'T') and K <= 1024 CHUNKS, a block takes ROWS = 16 / CHUNKS whole
 // segments at a time, CHUNKS float4 of each a thread (thread t: k = 4 (t + 256 i)), so that a
-// segment's largest value is the block's own and no cluster is needed (the clusters cost the
-// split about an eighth of its time at 4096^3: benchmarks/NOTES.md, run 94m).  Rows (and a
+// segment's largest value is the block's own and no cluster is needed (what the clusters
+// cost the split: benchmarks/NOTES.md, run 94m).  Rows (and a
 // batch's matrices) 16-byte aligned: the host checks.  The parts go out four k (8 bytes) a
 // store along the row, zeros past K into the row's padding.  Groups of ROWS segments in turn,
 // the block's counts into the record's sums once.
