@@ -465,6 +465,14 @@ def test_ec_wgmma_batch_in_chunks_of_the_workspace_limit(monkeypatch, precision)
     assert sorted(g[1] for g in launches.split_grids) == sorted([3, 3, 1] * n), launches.split_grids
 
 
+def _needs_ec_wgmma_on_132_sms():
+    """Skip where ec_wgmma cannot run or the GPU has other than the 132 SMs the tail sizes are chosen for."""
+    from gemmlab.runtime.device import gpu_info
+    needs("ec_wgmma")
+    if gpu_info(0).sm_count != 132:
+        pytest.skip("the tail sizes are chosen for 132 SMs")
+
+
 def _tail_of_last_call(nb):
     """(tiles of the stream-K tail, slices) of the GEMM the last fp32_tc call chose (ec_wgmma_tail)."""
     from gemmlab.kernels.ec.ec_wgmma import ec_wgmma_tail
@@ -481,10 +489,7 @@ def test_ec_wgmma_stream_k_tail(M, N, K, trans_b, beta, tail):
     Right against FP64 within 1.5x SGEMM's error on every element written (out NaN before a
     beta = 0 call), and bitwise the same at a second call: the slices are added in their order,
     whichever is last, and each tile's counter is left zero for the next call."""
-    from gemmlab.runtime.device import gpu_info
-    needs("ec_wgmma")
-    if gpu_info(0).sm_count != 132:
-        pytest.skip("the tail sizes are chosen for 132 SMs")
+    _needs_ec_wgmma_on_132_sms()
     rng = np.random.default_rng(M + K)
     a, a64 = _stored(None, M, K, rng, gap=3)
     b, b64 = _stored(None, K, N, rng, gap=5, trans=trans_b)
@@ -507,10 +512,7 @@ def test_ec_wgmma_stream_k_tail(M, N, K, trans_b, beta, tail):
 def test_ec_wgmma_stream_k_tail_across_a_batch(monkeypatch):
     """40 matrices of 4 tiles: 160 work tiles, of which the last 28 (the last 7 matrices) form
     the tail, in 2 slices each; every matrix right, out's gaps untouched."""
-    from gemmlab.runtime.device import gpu_info
-    needs("ec_wgmma")
-    if gpu_info(0).sm_count != 132:
-        pytest.skip("the tail sizes are chosen for 132 SMs")
+    _needs_ec_wgmma_on_132_sms()
     _ec_batch(monkeypatch, "fp32_tc", 40, 40, 256, 256, 600, beta=-1.3)
     assert _tail_of_last_call(40) == (28, 2), gemmlab.last_plan().describe()
 
@@ -520,10 +522,7 @@ def test_ec_wgmma_stream_k_tail_sums_inf_again():
     it sums its elements again in FP32 (FOLD's Inf * 0 between the parts), the others add finite
     partials, and every element of that column is the FP64 product's signed Inf; the rest stays
     within 1.5x SGEMM's error."""
-    from gemmlab.runtime.device import gpu_info
-    needs("ec_wgmma")
-    if gpu_info(0).sm_count != 132:
-        pytest.skip("the tail sizes are chosen for 132 SMs")
+    _needs_ec_wgmma_on_132_sms()
     M, N, K = 1606, 1586, 1000
     rng = np.random.default_rng(5)
     a = make_inputs("uniform", M, K, rng)

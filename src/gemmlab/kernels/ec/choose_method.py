@@ -17,6 +17,7 @@ import numpy as np
 from ...runtime.launch import LaunchShape, driver, driver_call, launch_shaped, zero_async
 from ..spec import KERNEL_DIR
 from ..cuda_constants import read_constants
+from .ec_wgmma import EC_WGMMA_TAIL_COUNTERS
 from .exponent_histogram import (EXPONENT_BINS, EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE,
                                  HISTOGRAM_THREADS, histogram_launches)
 
@@ -39,8 +40,7 @@ HIST_BYTES = EXPONENT_BINS * 8
 RECORD_OFFSET = 2 * HIST_BYTES
 # After the record: ec_wgmma's stream-K tail counters (02_ec_wgmma.cu), which the workspace's
 # first zeroing and then each tail tile's last slice leave zero.
-TAIL_COUNTERS = read_constants("ec/02_ec_wgmma.cu")["EC_WGMMA_TAIL_COUNTERS"]
-WORKSPACE_BYTES = RECORD_OFFSET + CHOICE_FIELDS * 8 + 4 * TAIL_COUNTERS   # A's histogram, B's, the record, counters
+WORKSPACE_BYTES = RECORD_OFFSET + CHOICE_FIELDS * 8 + 4 * EC_WGMMA_TAIL_COUNTERS   # histograms, record, counters
 
 
 class DeviceChoice:

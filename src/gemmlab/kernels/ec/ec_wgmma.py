@@ -329,24 +329,27 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
 EC_SCALED_BLOCKS_PER_SM = 16
 
 
-def ec_scaled_grid(M: int, N: int, K: int, nz_a: int, nz_b: int, sm_count: int) -> tuple[tuple[int, int, int], int]:
-    """split_scaled.cu's grid (CL x clusters a matrix, matrices, 2 operands) and the blocks of it
-    that split something (each takes one ticket of the record's count)."""
-    cl = ec_scaled_cluster(K)
-    groups_a, groups_b = cdiv(M, EC_SCALED_SEGMENTS), cdiv(N, EC_SCALED_SEGMENTS)
+def _grid_over_groups(groups_a: int, groups_b: int, cl: int, nz_a: int, nz_b: int,
+                      sm_count: int) -> tuple[tuple[int, int, int], int]:
+    """A split_scaled.cu grid whose clusters of ``cl`` blocks (1: plain blocks) take groups of
+    rows of one matrix in turn: (cl x clusters a matrix, matrices, 2 operands), at most
+    EC_SCALED_BLOCKS_PER_SM blocks an SM over the launch, and the blocks of it that split
+    something (each takes one ticket of the record's count)."""
     per_matrix = min(max(groups_a, groups_b), max(1, cdiv(EC_SCALED_BLOCKS_PER_SM * sm_count,
                                                         cl * 2 * max(nz_a, nz_b))))
     blocks = cl * (min(groups_a, per_matrix) * nz_a + min(groups_b, per_matrix) * nz_b)
     return (cl * per_matrix, max(nz_a, nz_b), 2), blocks
 
 
+def ec_scaled_grid(M: int, N: int, K: int, nz_a: int, nz_b: int, sm_count: int) -> tuple[tuple[int, int, int], int]:
+    """The clustered kernel's grid: clusters of ec_scaled_cluster(K) blocks, groups of 32 rows."""
+    return _grid_over_groups(cdiv(M, EC_SCALED_SEGMENTS), cdiv(N, EC_SCALED_SEGMENTS), ec_scaled_cluster(K), nz_a,
+                             nz_b, sm_count)
+
+
 def ec_scaled_rows_grid(M: int, N: int, rows: int, nz_a: int, nz_b: int, sm_count: int) -> tuple[tuple, int]:
-    """ec_split_scaled_rows's grid (blocks a matrix, matrices, 2 operands: at most
-    EC_SCALED_BLOCKS_PER_SM blocks an SM over the launch, each taking groups of ``rows`` rows in
-    turn) and the blocks of it that split something."""
-    groups_a, groups_b = cdiv(M, rows), cdiv(N, rows)
-    per_matrix = min(max(groups_a, groups_b), max(1, cdiv(EC_SCALED_BLOCKS_PER_SM * sm_count, 2 * max(nz_a, nz_b))))
-    return (per_matrix, max(nz_a, nz_b), 2), min(groups_a, per_matrix) * nz_a + min(groups_b, per_matrix) * nz_b
+    """ec_split_scaled_rows's grid: plain blocks, groups of ``rows`` whole rows."""
+    return _grid_over_groups(cdiv(M, rows), cdiv(N, rows), 1, nz_a, nz_b, sm_count)
 
 
 def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz_a: int, nz_b: int, scales: int,

@@ -48,10 +48,15 @@ namespace ec_scaled {
 
 constexpr int PER_TILE = 32 * 32 / EC_SCALED_THREADS;   // a thread's elements of a tile
 
+// A block's counts for the rules (choice_rules.cuh), in shared memory.
+struct Counts {
+    unsigned normal, below, clamped, top;
+};
+
 struct Shared {
     unsigned part_max[EC_SCALED_SEGMENTS];   // this block's largest finite magnitude per segment (bits)
     int scale[EC_SCALED_SEGMENTS];           // the segments' scale exponents
-    unsigned normal, below, clamped, top;    // the block's counts for the rules
+    Counts counts;
     __half2 staged[EC_SCALED_STAGED][32][33];   // (hi, lo) by [segment][k]; the pad spreads the banks
 };
 
@@ -60,7 +65,7 @@ struct Shared {
 struct RowsShared {
     unsigned warp_max[EC_SCALED_THREADS / 32][EC_SCALED_ROWS_VALUES / 4];
     int scale[EC_SCALED_ROWS_VALUES / 4];
-    unsigned normal, below, clamped, top;
+    Counts counts;
 };
 
 // |x|'s bits where x is finite (they order as the magnitudes do), else 0: Inf and NaN set no scale.
@@ -71,6 +76,40 @@ __device__ __forceinline__ unsigned finite_magnitude(float x) {
 
 __device__ __forceinline__ float pow2(int e) {   // exact for |e| <= 126
     return __uint_as_float(unsigned(EXPONENT_BIAS + e) << 23);
+}
+
+// A segment's scale exponent from its largest finite magnitude's bits (scale_exponent), stored
+// in ``scale``, with the block's flags: a value clamped above FP16's top, the largest exponent
+// field.  Returns the exponent.
+__device__ __forceinline__ int segment_scale(unsigned top, int& scale, Counts& counts) {
+    const int e = int(top >> 23);   // biased exponent field; 0: no normal value
+    const int s = scale_exponent(e != 0, e - EXPONENT_BIAS);
+    scale = s;
+    if (e != 0 && e - EXPONENT_BIAS + s > FP16_TOP) atomicOr(&counts.clamped, 1u);
+    atomicMax(&counts.top, unsigned(e));
+    return s;
+}
+
+// Biased exponents below this fall under FP16's normals once scaled by 2^s.
+__device__ __forceinline__ int below_field_of(int s) {
+    return FP16_NORMAL_MIN - s + EXPONENT_BIAS;
+}
+
+// One value counted for the rules: a normal one, and one that falls under FP16's normals once scaled.
+__device__ __forceinline__ void count_value(float x, int below_field, unsigned& normal, unsigned& below) {
+    const int e = (__float_as_uint(x) >> 23) & 0xFF;
+    normal += e >= 1 && e <= 2 * EXPONENT_BIAS;
+    below += e >= 1 && e < below_field;
+}
+
+// The threads' counts summed over each warp, then into the block's (by the warp's lane 0).
+__device__ __forceinline__ void add_block_counts(unsigned normal, unsigned below, int lane, Counts& counts) {
+    normal = __reduce_add_sync(0xFFFFFFFFu, normal);
+    below = __reduce_add_sync(0xFFFFFFFFu, below);
+    if (lane == 0) {
+        atomicAdd(&counts.normal, normal);
+        atomicAdd(&counts.below, below);
+    }
 }
 
 // Thread (tx, ty)'s element j of a tile: its segment (of the cluster's 32) and k (of the tile's 32).
@@ -193,11 +232,7 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
 #pragma unroll
         for (int r = 0; r < CL; ++r)
             if (r != rank) top = max(top, hopper::ld_shared_cluster(&sh.part_max[t], r));
-        const int e = int(top >> 23);   // biased exponent field; 0: no normal value
-        const int s = scale_exponent(e != 0, e - EXPONENT_BIAS);
-        sh.scale[t] = s;
-        if (e != 0 && e - EXPONENT_BIAS + s > FP16_TOP) atomicOr(&sh.clamped, 1u);
-        atomicMax(&sh.top, unsigned(e));
+        segment_scale(top, sh.scale[t], sh.counts);
     }
     if constexpr (CL > 1) hopper::cluster_arrive_relaxed();   // done with the others' maxima
     __syncthreads();
@@ -210,7 +245,7 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
     for (int j = 0; j < PER_TILE; ++j) {
         const int s = sh.scale[seg_of<CK>(j)];
         scale[j] = pow2(s);
-        below_field[j] = FP16_NORMAL_MIN - s + EXPONENT_BIAS;
+        below_field[j] = below_field_of(s);
     }
     unsigned normal = 0, below = 0;
 #pragma unroll 1
@@ -229,6 +264,8 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
 #pragma unroll
             for (int j = 0; j < PER_TILE; ++j) {
                 float x = v[f][j];
+                // count_value's rule written out: through the helper, ptxas allocates this
+                // loop's registers otherwise in some layouts (scripts/sass_diff.py).
                 const int e = (__float_as_uint(x) >> 23) & 0xFF;
                 normal += e >= 1 && e <= 2 * EXPONENT_BIAS;
                 below += e >= 1 && e < below_field[j];
@@ -266,13 +303,7 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
         }
     }
 
-    // The block's counts for these segments.
-    normal = __reduce_add_sync(0xFFFFFFFFu, normal);
-    below = __reduce_add_sync(0xFFFFFFFFu, below);
-    if (tx == 0) {
-        atomicAdd(&sh.normal, normal);
-        atomicAdd(&sh.below, below);
-    }
+    add_block_counts(normal, below, tx, sh.counts);   // the block's counts for these segments
     if constexpr (CL > 1) hopper::cluster_wait();   // the others have read this block's maxima
 }
 
@@ -286,12 +317,15 @@ __device__ __forceinline__ void split_operand(Shared& sh, const float* __restric
                                               float* __restrict__ unscale, long long* __restrict__ choice,
                                               long long* __restrict__ report, int side, int blocks) {
     const int t = threadIdx.x;
-    if (t == 0) sh.normal = sh.below = sh.clamped = sh.top = 0;
+    if (t == 0) sh.counts.normal = sh.counts.below = sh.counts.clamped = sh.counts.top = 0;
     const int groups = (segs + EC_SCALED_SEGMENTS - 1) / EC_SCALED_SEGMENTS;
     for (int g = int(blockIdx.x) / CL; g < groups; g += int(gridDim.x) / CL)
         split_segments<CK, CL, TILES>(sh, X, ld, segs, K, g * EC_SCALED_SEGMENTS, hi, lo, ldp, unscale);
     __syncthreads();
-    if (t == 0) count_in(sh.normal, sh.below, sh.clamped, sh.top, choice, report, side, blocks);
+    if (t == 0) {
+        const Counts& n = sh.counts;
+        count_in(n.normal, n.below, n.clamped, n.top, choice, report, side, blocks);
+    }
 }
 
 // Four halves' bits as two words, the lower k first.
@@ -315,7 +349,7 @@ __device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* 
                                                    long long* __restrict__ report, int side, int blocks) {
     constexpr int ROWS = EC_SCALED_ROWS_VALUES / 4 / CHUNKS;
     const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-    if (t == 0) sh.normal = sh.below = sh.clamped = sh.top = 0;
+    if (t == 0) sh.counts.normal = sh.counts.below = sh.counts.clamped = sh.counts.top = 0;
     unsigned normal = 0, below = 0;
     const int groups = (segs + ROWS - 1) / ROWS;
     for (int g = blockIdx.x; g < groups; g += gridDim.x) {
@@ -353,11 +387,7 @@ __device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* 
             unsigned top = 0;
 #pragma unroll
             for (int w = 0; w < EC_SCALED_THREADS / 32; ++w) top = max(top, sh.warp_max[w][t]);
-            const int e = int(top >> 23);   // biased exponent field; 0: no normal value
-            const int sc = scale_exponent(e != 0, e - EXPONENT_BIAS);
-            sh.scale[t] = sc;
-            if (e != 0 && e - EXPONENT_BIAS + sc > FP16_TOP) atomicOr(&sh.clamped, 1u);
-            atomicMax(&sh.top, unsigned(e));
+            const int sc = segment_scale(top, sh.scale[t], sh.counts);
             if (seg0 + t < segs) unscale[seg0 + t] = pow2(-sc);
         }
         __syncthreads();
@@ -367,7 +397,7 @@ __device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* 
         for (int r = 0; r < ROWS; ++r) {
             const int s = seg0 + r, sc = sh.scale[r];
             const float scale = pow2(sc);
-            const int below_field = FP16_NORMAL_MIN - sc + EXPONENT_BIAS;
+            const int below_field = below_field_of(sc);
 #pragma unroll
             for (int i = 0; i < CHUNKS; ++i) {
                 const int k = 4 * (t + EC_SCALED_THREADS * i);
@@ -375,9 +405,7 @@ __device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* 
                 __half h[4], l[4];
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
-                    const int e = (__float_as_uint(x[q]) >> 23) & 0xFF;
-                    normal += e >= 1 && e <= 2 * EXPONENT_BIAS;
-                    below += e >= 1 && e < below_field;
+                    count_value(x[q], below_field, normal, below);
                     EcSplit<METHOD_FP16_EC>::split<true>(x[q] * scale, h[q], l[q]);
                 }
                 if (s < segs && k < K) {
@@ -389,14 +417,12 @@ __device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* 
         }
         __syncthreads();   // the scales and maxima are the next group's
     }
-    normal = __reduce_add_sync(0xFFFFFFFFu, normal);
-    below = __reduce_add_sync(0xFFFFFFFFu, below);
-    if (lane == 0) {
-        atomicAdd(&sh.normal, normal);
-        atomicAdd(&sh.below, below);
-    }
+    add_block_counts(normal, below, lane, sh.counts);
     __syncthreads();
-    if (t == 0) count_in(sh.normal, sh.below, sh.clamped, sh.top, choice, report, side, blocks);
+    if (t == 0) {
+        const Counts& n = sh.counts;
+        count_in(n.normal, n.below, n.clamped, n.top, choice, report, side, blocks);
+    }
 }
 
 }  // namespace ec_scaled
