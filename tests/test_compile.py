@@ -404,14 +404,15 @@ def test_ec_split_pack_compiles_without_spills(arch):
 def test_ec_split_scaled_compiles_for_two_blocks_an_sm():
     """fp32_tc's pre-pass on FOLD (Hopper only: clusters, distributed shared memory): every
     layout and cluster size within the 128 registers that let two blocks share an SM (64 and
-    four blocks with a short K's chunk), and the whole-rows kernel (ec_split_scaled_rows, 1 to
-    16 float4 a row) likewise.  The 512 values of K a thread holds leave ptxas a
+    four blocks with a short K's chunk), the whole-rows kernel (ec_split_scaled_rows, 1 to
+    16 float4 a row) and the clustered kernel with one operand by whole rows (NN and TT, ROWS
+    1 to 16) likewise.  The 512 values of K a thread holds leave ptxas a
     few registers short in the layouts read across segments: at most 32 bytes of spills,
     stores and reloads around a chunk."""
     module = compile_module(registry.EC_SPLIT_SCALED_SOURCE, registry.EC_SPLIT_SCALED_KERNELS, "sm_90a")
     res = parse_ptxas_log(module.log)
-    # 4 layouts x (clusters of 1, 2, 4, 8; a short K's chunk), then 5 of the whole-rows kernel
-    assert len(registry.EC_SPLIT_SCALED_KERNELS) == 25
+    # 4 layouts x (clusters of 1, 2, 4, 8; a short K's chunk), 5 of the whole-rows kernel, 2 x 5 half rows
+    assert len(registry.EC_SPLIT_SCALED_KERNELS) == 35
     for name in registry.EC_SPLIT_SCALED_KERNELS:
         r = res[module.symbols[name]]
         short = name.endswith(f", {registry.EC_SCALED_SHORT_CHUNK}>")

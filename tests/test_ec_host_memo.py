@@ -566,3 +566,47 @@ def test_whole_rows_grid():
     assert grid == (18, 3, 2) and blocks == 18 * 3 + 12
     grid, blocks = ec_wgmma.ec_scaled_rows_grid(16384, 16384, 1, 8, 8, 132)   # capped: groups in turn
     assert grid == (132, 8, 2) and blocks == 132 * 16
+
+
+@pytest.mark.parametrize("op_a, op_b, K, lda, ldb, a_off, b_off, nz_a, sa, want", [
+    ("N", "N", 4096, 4096, 50, 0, 0, 1, 0, 4),      # a @ b: A by whole rows (B's rows need not be aligned)
+    ("T", "T", 4096, 70, 4096, 4, 0, 1, 0, 4),      # a.t() @ w.t(): B by whole rows
+    ("N", "N", 700, 700, 50, 0, 0, 1, 0, 1),
+    ("N", "N", 16384, 16384, 50, 0, 0, 1, 0, 16),
+    ("N", "N", 512, 512, 50, 0, 0, 1, 0, 0),        # one block's share: no cluster to spare
+    ("N", "N", 16385, 16388, 50, 0, 0, 1, 0, 0),    # more than 64 values a thread
+    ("N", "N", 4096, 4097, 52, 0, 0, 1, 0, 0),      # A's rows not 16-byte aligned
+    ("N", "N", 4096, 4096, 52, 8, 0, 1, 0, 0),      # A's first row not 16-byte aligned
+    ("T", "T", 4096, 72, 4096, 0, 8, 1, 0, 0),      # B's first row not
+    ("N", "N", 4096, 4096, 52, 0, 0, 3, 4096 * 70 + 2, 0),   # a batch's matrices not 16-byte apart
+    ("N", "N", 4096, 4096, 52, 0, 0, 3, 4096 * 70, 4),
+    ("N", "N", 4096, 4096, 52, 0, 0, 4800, 4096 * 70, 0),   # more outputs than it is taken for
+    ("N", "T", 4096, 4096, 4096, 0, 0, 1, 0, 0),    # a @ w.t(): the whole-rows kernel's
+    ("T", "N", 4096, 72, 52, 0, 0, 1, 0, 0),        # both across K: clusters both
+])
+def test_half_rows_split_where_one_operand_lies_along_k(op_a, op_b, K, lda, ldb, a_off, b_off, nz_a, sa, want):
+    """ec_scaled_half_rows: in NN and TT the operand stored along K by whole rows inside the
+    clustered kernel, where its rows are 16-byte aligned, 512 < K <= 16384 and the product has at
+    most 4096^2 outputs; else 0."""
+    from gemmlab.kernels.spec import Problem
+    from gemmlab.runtime.tma import Operands
+    pr = Problem(70, 50, K, True, "fp16_ec", op_a=op_a, op_b=op_b)
+    ops = Operands(0x10000 + a_off, lda, 0x20000 + b_off, ldb, 0, 50, nz_a, sa, 0)
+    assert ec_wgmma.ec_scaled_half_rows(pr, ops, nz_a, 1) == want
+    big = Problem(8192, 8192, K, True, "fp16_ec", op_a=op_a, op_b=op_b)
+    assert ec_wgmma.ec_scaled_half_rows(big, ops, nz_a, 1) == 0
+
+
+def test_half_rows_grid():
+    """ec_scaled_half_rows_grid: one block a group of whole rows of the operand along K, clusters
+    of ec_scaled_cluster(K) blocks a group of 32 segments of the other, as many as the larger
+    needs (a multiple of the cluster), at most 16 blocks an SM over the launch."""
+    from gemmlab.kernels.spec import Problem
+    nn = Problem(4096, 4096, 4096, True, "fp16_ec", op_a="N", op_b="N")   # 1024 groups of 4 rows; 128 clusters of 8
+    assert ec_wgmma.ec_scaled_half_rows_grid(nn, 4, 1, 1, 132) == ((1024, 1, 2), 1024 + 1024)
+    small = Problem(70, 45, 3000, True, "fp16_ec", op_a="N", op_b="N")    # A: 18 groups x 3 matrices; B: 2 clusters
+    assert ec_wgmma.ec_scaled_half_rows_grid(small, 4, 3, 1, 132) == ((24, 3, 2), 18 * 3 + 16)
+    tt = Problem(70, 45, 700, True, "fp16_ec", op_a="T", op_b="T")        # B: 3 groups of 16 rows; A: 3 clusters of 2
+    assert ec_wgmma.ec_scaled_half_rows_grid(tt, 1, 1, 1, 132) == ((6, 1, 2), 3 + 6)
+    tall = Problem(8192, 2048, 4096, True, "fp16_ec", op_a="N", op_b="N")   # A's 2048 groups capped at 1056
+    assert ec_wgmma.ec_scaled_half_rows_grid(tall, 4, 1, 1, 132) == ((1056, 1, 2), 1056 + 512)

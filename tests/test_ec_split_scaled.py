@@ -56,9 +56,10 @@ def _stored(op: np.ndarray, layout: str) -> "cp.ndarray":
     return cp.asarray(np.ascontiguousarray(np.swapaxes(op, -1, -2))).swapaxes(-1, -2)
 
 
-def _run_split(gpu, op_a, op_b, layout_a, layout_b, record):
+def _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel=None):
     """split_scaled.cu on op(A) (batch x M x K, or M x K) and op(B) (K x N, shared): the
-    parts of A and B^T, the inverse scales, read back."""
+    parts of A and B^T, the inverse scales, read back.  ``kernel``: a check of the problem
+    and operands (which kernel they take)."""
     from gemmlab.kernels.ec.ec_wgmma import ec_split_workspace
     from gemmlab.kernels.spec import Problem
     from gemmlab.runtime.tma import Operands
@@ -72,6 +73,8 @@ def _run_split(gpu, op_a, op_b, layout_a, layout_b, record):
     ops = Operands(a.data.ptr, lda, b.data.ptr, ldb, 0, 0, batch, sa, 0, 0)
     stream = cp.cuda.get_current_stream()
     pr = Problem(M, N, K, True, "fp16_ec", op_a=layout_a, op_b=layout_b)
+    if kernel is not None:
+        kernel(pr, ops, batch)
     with ec_split_workspace(pr, gpu, stream.ptr, ops, choice=record.data.ptr, fold=1, per_row=True) as parts:
         a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b, ua, ub = parts
         assert (nz_a, nz_b) == (batch, 1) and ua and ub
@@ -84,14 +87,14 @@ def _run_split(gpu, op_a, op_b, layout_a, layout_b, record):
     return got
 
 
-def _check(gpu, op_a, op_b, layout_a, layout_b):
+def _check(gpu, op_a, op_b, layout_a, layout_b, kernel=None):
     from gemmlab.kernels.ec.choose_method import CHOICE_FIELDS
     record = cp.zeros(CHOICE_FIELDS, cp.int64)
     want = ec.choose_per_row(op_a, op_b)
     rows_a = op_a.reshape(-1, op_a.shape[-1])
     rows_b = np.ascontiguousarray(op_b.T)
     for launch in range(2):   # the second on the record the first left (its sums zeroed again)
-        got = _run_split(gpu, op_a, op_b, layout_a, layout_b, record)
+        got = _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel)
         r = record.get()
         choice = ec.choice_of_record(r, False)
         assert choice.per_row and choice.method == want.choice.method, (choice.reason, want.choice.reason)
@@ -108,7 +111,8 @@ def _check(gpu, op_a, op_b, layout_a, layout_b):
 # K: one block with the short chunk (K <= 128), one block (K <= 512), a cluster of 2, of 4,
 # of 8, and of 8 whose blocks hold 2 chunks each; NT (rows along K in both, 16-byte aligned):
 # the whole-rows kernel with 1, 2, 4, 8 float4 a row, and at K = 2050 (rows of 8200 bytes) the
-# clustered kernel.
+# clustered kernel; NN and TT (one operand's rows along K): that one by whole rows inside the
+# clustered kernel where its rows are 16-byte aligned (K = 700, 1500, 3000, 5000).
 @pytest.mark.parametrize("K", [37, 128, 129, 700, 1500, 2050, 3000, 5000])
 @pytest.mark.parametrize("layouts", ["NN", "NT", "TN", "TT"])
 def test_split_scaled_matches_its_model(hopper, layouts, K):
@@ -118,6 +122,24 @@ def test_split_scaled_matches_its_model(hopper, layouts, K):
     a *= np.exp2(rng.integers(-30, 30, M)).astype(np.float32)[:, None]   # rows far apart
     b = make_inputs("normal", K, N, rng)
     _check(hopper, a, b, layouts[0], layouts[1])
+
+
+@pytest.mark.parametrize("layouts, K, nb", [("NN", 1500, 3), ("NN", 4096, 1), ("TT", 3000, 1), ("TT", 700, 2)])
+def test_half_rows_split_matches_its_model(hopper, layouts, K, nb):
+    """NN and TT with the operand stored along K 16-byte aligned: the clustered kernel splits that
+    one by whole rows (its ROWS; a batch of A in NN, whose matrices are split as rows too) and
+    only the other in clusters; every part, scale and the record's counts as its model."""
+    from gemmlab.kernels.ec.ec_wgmma import ec_scaled_half_rows, ec_scaled_rows_chunks
+    rng = np.random.default_rng(K + nb)
+    M, N = 70, 45
+    a = np.stack([make_inputs("uniform", M, K, rng) for _ in range(nb)]) if nb > 1 else make_inputs("uniform", M, K, rng)
+    a *= np.exp2(rng.integers(-30, 30, a.shape[:-1])).astype(np.float32)[..., None]   # rows far apart
+    b = make_inputs("normal", K, N, rng) * np.exp2(rng.integers(-30, 30, N)).astype(np.float32)   # and columns
+
+    def half_rows(pr, ops, batch):
+        assert ec_scaled_rows_chunks(pr, ops, batch, 1) == 0
+        assert ec_scaled_half_rows(pr, ops, batch, 1) == next(c for c in (1, 2, 4, 8, 16) if K <= 1024 * c)
+    _check(hopper, a, b, layouts[0], layouts[1], half_rows)
 
 
 def test_split_scaled_batch_and_edge_rows(hopper):

@@ -64,25 +64,32 @@ EC_SCALED_CLUSTERS = tuple(2 ** i for i in range(EC_SCALED_MAX_CLUSTER.bit_lengt
 EC_SCALED_ROWS_CHUNKS = tuple(2 ** i for i in range((EC_SCALED_ROWS_VALUES // 4).bit_length()))
 
 
-def ec_split_scaled_kernel(op_a: str, op_b: str, cluster: int, chunk: int = EC_SCALED_CHUNK) -> str:
-    return f"gemmlab::ec_split_scaled<'{op_a}', '{op_b}', {cluster}, {chunk}>"
+# Layouts where one operand's segments lie along K in memory and the other's across: that one by
+# whole rows inside the clustered kernel (its ROWS), the other clustered.
+EC_SCALED_HALF_ROWS_LAYOUTS = ("NN", "TT")
+
+
+def ec_split_scaled_kernel(op_a: str, op_b: str, cluster: int, chunk: int = EC_SCALED_CHUNK, rows: int = 0) -> str:
+    return f"gemmlab::ec_split_scaled<'{op_a}', '{op_b}', {cluster}, {chunk}{f', {rows}' if rows else ''}>"
 
 
 def ec_split_scaled_rows_kernel(chunks: int) -> str:
     return f"gemmlab::ec_split_scaled_rows<{chunks}>"
 
 
-# Every cluster size with 512-value chunks; K of 128 or less: one block, 128-value chunks.
-EC_SPLIT_SCALED_KERNELS = tuple(ec_split_scaled_kernel(op_a, op_b, cl, chunk) for op_a in "NT" for op_b in "NT"
-                                for cl, chunk in [(c, EC_SCALED_CHUNK) for c in EC_SCALED_CLUSTERS]
-                                + [(1, EC_SCALED_SHORT_CHUNK)]) + \
-    tuple(ec_split_scaled_rows_kernel(c) for c in EC_SCALED_ROWS_CHUNKS)
-
-
 def ec_scaled_cluster(K: int) -> int:
     """Blocks that share a row's (column's) K in split_scaled.cu: the fewest of 1, 2, 4, 8
     whose shares fit the registers (EC_SCALED_CHUNK each), else 8 (longer shares are read twice)."""
     return next((cl for cl in EC_SCALED_CLUSTERS if cdiv(K, cl) <= EC_SCALED_CHUNK), EC_SCALED_MAX_CLUSTER)
+
+
+# Every cluster size with 512-value chunks; K of 128 or less: one block, 128-value chunks.
+EC_SPLIT_SCALED_KERNELS = tuple(ec_split_scaled_kernel(op_a, op_b, cl, chunk) for op_a in "NT" for op_b in "NT"
+                                for cl, chunk in [(c, EC_SCALED_CHUNK) for c in EC_SCALED_CLUSTERS]
+                                + [(1, EC_SCALED_SHORT_CHUNK)]) + \
+    tuple(ec_split_scaled_rows_kernel(c) for c in EC_SCALED_ROWS_CHUNKS) + \
+    tuple(ec_split_scaled_kernel(lay[0], lay[1], ec_scaled_cluster(1024 * rows), EC_SCALED_CHUNK, rows)
+          for lay in EC_SCALED_HALF_ROWS_LAYOUTS for rows in EC_SCALED_ROWS_CHUNKS)
 
 
 # The whole-rows split is taken for products of at most this many outputs (all matrices): at
@@ -99,13 +106,37 @@ def ec_scaled_rows_chunks(pr, ops: Operands, nz_a: int, nz_b: int) -> int:
     K longer than one block's share of the clustered kernel (where its clusters begin) and
     at most 16384 (64 values a thread), every row of every matrix 16-byte aligned, and a
     product of at most EC_SCALED_ROWS_MAX_OUTPUTS outputs."""
-    aligned = ops.A % 16 == 0 and ops.B % 16 == 0 and ops.lda % 4 == 0 and ops.ldb % 4 == 0 and \
-        (nz_a <= 1 or ops.sa % 4 == 0) and (nz_b <= 1 or ops.sb % 4 == 0)
-    if pr.op_a != "N" or pr.op_b != "T" or not aligned or \
-            not EC_SCALED_CHUNK < pr.K <= EC_SCALED_ROWS_VALUES * EC_SCALED_THREADS or \
+    if pr.op_a != "N" or pr.op_b != "T" or not (_rows_aligned(ops.A, ops.lda, nz_a, ops.sa) and
+                                                 _rows_aligned(ops.B, ops.ldb, nz_b, ops.sb)):
+        return 0
+    return _rows_chunks(pr, nz_a, nz_b)
+
+
+def _rows_aligned(ptr: int, ld: int, nz: int, stride: int) -> bool:
+    """Whether every stored row of an operand (of every matrix of a batch) starts 16-byte aligned."""
+    return ptr % 16 == 0 and ld % 4 == 0 and (nz <= 1 or stride % 4 == 0)
+
+
+def _rows_chunks(pr, nz_a: int, nz_b: int) -> int:
+    """float4 of each row a thread of the whole-rows path holds, for K longer than one block's
+    share of the clustered kernel and at most 16384; 0 outside that, or above
+    EC_SCALED_ROWS_MAX_OUTPUTS outputs."""
+    if not EC_SCALED_CHUNK < pr.K <= EC_SCALED_ROWS_VALUES * EC_SCALED_THREADS or \
             pr.M * pr.N * max(nz_a, nz_b, 1) > EC_SCALED_ROWS_MAX_OUTPUTS:
         return 0
     return next(c for c in EC_SCALED_ROWS_CHUNKS if pr.K <= 4 * EC_SCALED_THREADS * c)
+
+
+def ec_scaled_half_rows(pr, ops: Operands, nz_a: int, nz_b: int) -> int:
+    """float4 a thread holds of each row of the one operand whose segments lie along K in memory
+    where the other's lie across (A stored 'N' in `a @ b`, B stored 'T' in `a.t() @ w.t()`):
+    split_scaled.cu's clustered kernel then splits that one by whole rows (its ROWS) and
+    clusters only the other.  0: not taken (other layouts, K outside 513 .. 16384, that
+    operand's rows not 16-byte aligned, more than EC_SCALED_ROWS_MAX_OUTPUTS outputs)."""
+    if pr.op_a + pr.op_b not in EC_SCALED_HALF_ROWS_LAYOUTS:
+        return 0
+    along_k = (ops.A, ops.lda, nz_a, ops.sa) if pr.op_a == "N" else (ops.B, ops.ldb, nz_b, ops.sb)
+    return _rows_chunks(pr, nz_a, nz_b) if _rows_aligned(*along_k) else 0
 
 
 def ec_scaled_chunk(K: int) -> int:
@@ -352,6 +383,22 @@ def ec_scaled_rows_grid(M: int, N: int, rows: int, nz_a: int, nz_b: int, sm_coun
     return _grid_over_groups(cdiv(M, rows), cdiv(N, rows), 1, nz_a, nz_b, sm_count)
 
 
+def ec_scaled_half_rows_grid(pr, chunks: int, nz_a: int, nz_b: int, sm_count: int) -> tuple[tuple, int]:
+    """The clustered kernel's grid with ROWS = ``chunks`` (ec_scaled_half_rows): along x, one
+    block a group of 16 / chunks whole rows of the operand stored along K and clusters of
+    ec_scaled_cluster(K) blocks a group of 32 segments of the other, as many as the larger
+    needs up to EC_SCALED_BLOCKS_PER_SM blocks an SM over the launch (groups in turn beyond);
+    and the blocks that split something."""
+    cl, rows_a = ec_scaled_cluster(pr.K), pr.op_a == "N"
+    groups_rows = cdiv(pr.M if rows_a else pr.N, EC_SCALED_ROWS_VALUES // 4 // chunks)
+    groups_cl = cdiv(pr.N if rows_a else pr.M, EC_SCALED_SEGMENTS)
+    nz_rows, nz_cl = (nz_a, nz_b) if rows_a else (nz_b, nz_a)
+    cap = max(1, cdiv(EC_SCALED_BLOCKS_PER_SM * sm_count, 2 * max(nz_a, nz_b)))   # blocks a matrix
+    x = max(cdiv(min(groups_rows, cap), cl) * cl, cl * min(groups_cl, max(1, cap // cl)))
+    blocks = min(groups_rows, x) * nz_rows + cl * min(groups_cl, x // cl) * nz_cl
+    return (x, max(nz_a, nz_b), 2), blocks
+
+
 def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz_a: int, nz_b: int, scales: int,
                          report: int = 0):
     """split_scaled.cu's launch (ec_split_launches with per_row): clusters of
@@ -359,10 +406,14 @@ def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz
     matrix (ec_scaled_grid), or where ec_scaled_rows_chunks allows, blocks of whole rows
     (ec_scaled_rows_grid); the inverse scales at ``scales`` (A's nz_a x M floats, then B's)."""
     chunks = ec_scaled_rows_chunks(pr, ops, nz_a, nz_b)
+    half = 0 if chunks else ec_scaled_half_rows(pr, ops, nz_a, nz_b)
     if chunks:   # whole rows a block, no clusters
         rows = EC_SCALED_ROWS_VALUES // 4 // chunks
         grid, blocks = ec_scaled_rows_grid(pr.M, pr.N, rows, nz_a, nz_b, gpu.sm_count)
         name = ec_split_scaled_rows_kernel(chunks)
+    elif half:   # one operand by whole rows, the other's blocks in clusters
+        grid, blocks = ec_scaled_half_rows_grid(pr, half, nz_a, nz_b, gpu.sm_count)
+        name = ec_split_scaled_kernel(pr.op_a, pr.op_b, ec_scaled_cluster(pr.K), EC_SCALED_CHUNK, half)
     else:
         grid, blocks = ec_scaled_grid(pr.M, pr.N, pr.K, nz_a, nz_b, gpu.sm_count)
         name = ec_split_scaled_kernel(pr.op_a, pr.op_b, ec_scaled_cluster(pr.K), ec_scaled_chunk(pr.K))

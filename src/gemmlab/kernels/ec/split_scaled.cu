@@ -25,7 +25,9 @@
 // the segments, and then the parts (rows along K) go out through shared memory,
 // transposed, as in split_pack.cu.  Where both operands' segments lie along K
 // (`a @ w.t()`), K fits a block (<= 16384) and the rows are 16-byte aligned,
-// ec_split_scaled_rows instead gives each block whole rows: no cluster.
+// ec_split_scaled_rows instead gives each block whole rows: no cluster.  Where only one
+// operand's do (`a @ b`, `a.t() @ w.t()`), that one is split by whole rows inside this kernel
+// (its ROWS) and only the other's blocks trade maxima in their clusters.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 #include <gemmlab/ec/choice_rules.cuh>
@@ -60,10 +62,11 @@ struct Shared {
     __half2 staged[EC_SCALED_STAGED][32][33];   // (hi, lo) by [segment][k]; the pad spreads the banks
 };
 
-// ec_split_scaled_rows's: each warp's largest finite magnitude of each of the block's rows, the
-// rows' scale exponents, the block's counts.
+// The whole-rows path's (split_rows_operand): each warp's largest finite magnitude of each of the
+// block's rows, the rows' scale exponents, the block's counts.
+template <int THREADS>
 struct RowsShared {
-    unsigned warp_max[EC_SCALED_THREADS / 32][EC_SCALED_ROWS_VALUES / 4];
+    unsigned warp_max[THREADS / 32][EC_SCALED_ROWS_VALUES / 4];
     int scale[EC_SCALED_ROWS_VALUES / 4];
     Counts counts;
 };
@@ -342,8 +345,8 @@ __device__ __forceinline__ uint2 four_halves(const __half (&h)[4]) {
 // batch's matrices) 16-byte aligned: the host checks.  The parts go out four k (8 bytes) a
 // store along the row, zeros past K into the row's padding.  Groups of ROWS segments in turn,
 // the block's counts into the record's sums once.
-template <int CHUNKS>
-__device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* __restrict__ X, int ld, int segs,
+template <int THREADS, int CHUNKS, class Shared>
+__device__ __forceinline__ void split_rows_operand(Shared& sh, const float* __restrict__ X, int ld, int segs,
                                                    int K, __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
                                                    float* __restrict__ unscale, long long* __restrict__ choice,
                                                    long long* __restrict__ report, int side, int blocks) {
@@ -361,7 +364,7 @@ __device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* 
             const float* row = X + (long long)min(s, segs - 1) * ld;
 #pragma unroll
             for (int i = 0; i < CHUNKS; ++i) {
-                const int k = 4 * (t + EC_SCALED_THREADS * i);
+                const int k = 4 * (t + THREADS * i);
                 if (s < segs && k + 3 < K) {
                     v[r][i] = *reinterpret_cast<const float4*>(row + k);
                 } else {   // past the last row, or the row's last (partial) four
@@ -386,7 +389,7 @@ __device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* 
         if (t < ROWS) {
             unsigned top = 0;
 #pragma unroll
-            for (int w = 0; w < EC_SCALED_THREADS / 32; ++w) top = max(top, sh.warp_max[w][t]);
+            for (int w = 0; w < THREADS / 32; ++w) top = max(top, sh.warp_max[w][t]);
             const int sc = segment_scale(top, sh.scale[t], sh.counts);
             if (seg0 + t < segs) unscale[seg0 + t] = pow2(-sc);
         }
@@ -400,7 +403,7 @@ __device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* 
             const int below_field = below_field_of(sc);
 #pragma unroll
             for (int i = 0; i < CHUNKS; ++i) {
-                const int k = 4 * (t + EC_SCALED_THREADS * i);
+                const int k = 4 * (t + THREADS * i);
                 const float x[4] = {v[r][i].x, v[r][i].y, v[r][i].z, v[r][i].w};
                 __half h[4], l[4];
 #pragma unroll
@@ -435,7 +438,11 @@ __device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* 
 // others return at once; host: ec_wgmma.py), each adds to the record once.  choice:
 // the record, its sums zero; report: null, or where the record is copied.  CHUNK:
 // EC_SCALED_CHUNK, or EC_SCALED_SHORT_CHUNK (four blocks an SM) where K is that short.
-template <char OP_A, char OP_B, int CL, int CHUNK>
+// ROWS > 0 (NN and TT, K of 513 .. 16384): the operand whose segments lie along K in memory (A
+// stored 'N' in NN, B stored 'T' in TT) is split by whole rows instead (split_rows_operand, ROWS
+// float4 of each row a thread, 16 / ROWS rows a group; the groups one a block along x), with no
+// exchange between its blocks; only the other operand's blocks use their clusters.
+template <char OP_A, char OP_B, int CL, int CHUNK, int ROWS = 0>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(EC_SCALED_THREADS, CHUNK <= EC_SCALED_SHORT_CHUNK ? 4 : 2)
 ec_split_scaled(int M, int N, int K, const float* __restrict__ A, int lda, long long stride_a, int matrices_a,
                 const float* __restrict__ B, int ldb, long long stride_b, int matrices_b, __half* __restrict__ a_hi,
@@ -446,20 +453,37 @@ ec_split_scaled(int M, int N, int K, const float* __restrict__ A, int lda, long 
     static_assert(CHUNK == EC_SCALED_CHUNK || CHUNK == EC_SCALED_SHORT_CHUNK, "a chunk of 512 or of 128");
     constexpr int TILES = CHUNK / 32;
     static_assert(TILES % EC_SCALED_STAGED == 0, "the staged tiles divide a chunk");
-    __shared__ ec_scaled::Shared sh;
+    constexpr bool rows_a = ROWS > 0 && OP_A == 'N', rows_b = ROWS > 0 && OP_B == 'T';
+    static_assert(ROWS == 0 || (rows_a != rows_b && CHUNK == EC_SCALED_CHUNK), "NN or TT, the long chunk");
+    using RowsShared = ec_scaled::RowsShared<EC_SCALED_THREADS>;
+    constexpr size_t bytes = sizeof(ec_scaled::Shared) > sizeof(RowsShared) ? sizeof(ec_scaled::Shared)
+                                                                             : sizeof(RowsShared);
+    __shared__ alignas(16) unsigned char smem[bytes];   // the clustered path's or the rows path's
+    ec_scaled::Shared& sh = *reinterpret_cast<ec_scaled::Shared*>(smem);
     ec_allow_next_grid();   // the GEMM may be launched (once every block has begun); it waits for this grid
     const long long z = blockIdx.y;
     const int seg0 = int(blockIdx.x) / CL * EC_SCALED_SEGMENTS;   // the cluster's first group (all its blocks')
+    const int row0 = ROWS > 0 ? int(blockIdx.x) * (EC_SCALED_ROWS_VALUES / 4 / max(ROWS, 1)) : 0;   // rows: the block's
     if (blockIdx.z == 0) {
-        if (z >= matrices_a || seg0 >= M) return;
-        ec_scaled::split_operand<OP_A == 'N', CL, TILES>(sh, A + z * stride_a, lda, M, K, a_hi + z * M * ldp,
-                                                  a_lo + z * M * ldp, ldp, unscale_a + z * M, choice, report, 0,
-                                                  blocks);
+        if (z >= matrices_a || (rows_a ? row0 : seg0) >= M) return;
+        if constexpr (rows_a)
+            ec_scaled::split_rows_operand<EC_SCALED_THREADS, ROWS>(*reinterpret_cast<RowsShared*>(smem), A + z * stride_a,
+                                                                   lda, M, K, a_hi + z * M * ldp, a_lo + z * M * ldp, ldp,
+                                                                   unscale_a + z * M, choice, report, 0, blocks);
+        else
+            ec_scaled::split_operand<OP_A == 'N', CL, TILES>(sh, A + z * stride_a, lda, M, K, a_hi + z * M * ldp,
+                                                      a_lo + z * M * ldp, ldp, unscale_a + z * M, choice, report, 0,
+                                                      blocks);
     } else {
-        if (z >= matrices_b || seg0 >= N) return;
-        ec_scaled::split_operand<OP_B == 'T', CL, TILES>(sh, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp,
-                                                  b_lo + z * N * ldp, ldp, unscale_b + z * N, choice, report, 1,
-                                                  blocks);
+        if (z >= matrices_b || (rows_b ? row0 : seg0) >= N) return;
+        if constexpr (rows_b)
+            ec_scaled::split_rows_operand<EC_SCALED_THREADS, ROWS>(*reinterpret_cast<RowsShared*>(smem), B + z * stride_b,
+                                                                   ldb, N, K, b_hi + z * N * ldp, b_lo + z * N * ldp, ldp,
+                                                                   unscale_b + z * N, choice, report, 1, blocks);
+        else
+            ec_scaled::split_operand<OP_B == 'T', CL, TILES>(sh, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp,
+                                                      b_lo + z * N * ldp, ldp, unscale_b + z * N, choice, report, 1,
+                                                      blocks);
     }
 }
 
@@ -478,17 +502,17 @@ ec_split_scaled_rows(int M, int N, int K, const float* __restrict__ A, int lda, 
     static_assert(CHUNKS >= 1 && CHUNKS <= EC_SCALED_ROWS_VALUES / 4 && (CHUNKS & (CHUNKS - 1)) == 0,
                   "a power of two of float4 a row, 64 values a thread");
     constexpr int ROWS = EC_SCALED_ROWS_VALUES / 4 / CHUNKS;
-    __shared__ ec_scaled::RowsShared sh;
+    __shared__ ec_scaled::RowsShared<EC_SCALED_THREADS> sh;
     ec_allow_next_grid();   // the GEMM may be launched (once every block has begun); it waits for this grid
     const long long z = blockIdx.y;
     const int seg0 = int(blockIdx.x) * ROWS;   // the block's first group's
     if (blockIdx.z == 0) {
         if (z >= matrices_a || seg0 >= M) return;
-        ec_scaled::split_rows_operand<CHUNKS>(sh, A + z * stride_a, lda, M, K, a_hi + z * M * ldp, a_lo + z * M * ldp,
+        ec_scaled::split_rows_operand<EC_SCALED_THREADS, CHUNKS>(sh, A + z * stride_a, lda, M, K, a_hi + z * M * ldp, a_lo + z * M * ldp,
                                               ldp, unscale_a + z * M, choice, report, 0, blocks);
     } else {
         if (z >= matrices_b || seg0 >= N) return;
-        ec_scaled::split_rows_operand<CHUNKS>(sh, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp, b_lo + z * N * ldp,
+        ec_scaled::split_rows_operand<EC_SCALED_THREADS, CHUNKS>(sh, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp, b_lo + z * N * ldp,
                                               ldp, unscale_b + z * N, choice, report, 1, blocks);
     }
 }
