@@ -428,6 +428,23 @@ __device__ __forceinline__ void split_rows_operand(Shared& sh, const float* __re
     }
 }
 
+// One operand of ec_split_scaled: by whole rows (ROWS_PATH: split_rows_operand, ROWS float4 of
+// each row a thread) or by clusters (split_operand), in the kernel's shared memory.
+constexpr size_t SIDE_SHARED_BYTES = sizeof(Shared) > sizeof(RowsShared<EC_SCALED_THREADS>)
+                                         ? sizeof(Shared) : sizeof(RowsShared<EC_SCALED_THREADS>);
+template <bool ROWS_PATH, bool CK, int CL, int TILES, int ROWS>
+__device__ __forceinline__ void split_side(unsigned char* smem, const float* __restrict__ X, int ld, int segs, int K,
+                                           __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
+                                           float* __restrict__ unscale, long long* __restrict__ choice,
+                                           long long* __restrict__ report, int side, int blocks) {
+    if constexpr (ROWS_PATH)
+        split_rows_operand<EC_SCALED_THREADS, ROWS>(*reinterpret_cast<RowsShared<EC_SCALED_THREADS>*>(smem), X, ld, segs,
+                                                    K, hi, lo, ldp, unscale, choice, report, side, blocks);
+    else
+        split_operand<CK, CL, TILES>(*reinterpret_cast<Shared*>(smem), X, ld, segs, K, hi, lo, ldp, unscale, choice,
+                                     report, side, blocks);
+}
+
 }  // namespace ec_scaled
 
 // Grid: (CL x clusters a matrix, the larger batch, 2: blockIdx.z 0 splits A, 1 B);
@@ -455,35 +472,21 @@ ec_split_scaled(int M, int N, int K, const float* __restrict__ A, int lda, long 
     static_assert(TILES % EC_SCALED_STAGED == 0, "the staged tiles divide a chunk");
     constexpr bool rows_a = ROWS > 0 && OP_A == 'N', rows_b = ROWS > 0 && OP_B == 'T';
     static_assert(ROWS == 0 || (rows_a != rows_b && CHUNK == EC_SCALED_CHUNK), "NN or TT, the long chunk");
-    using RowsShared = ec_scaled::RowsShared<EC_SCALED_THREADS>;
-    constexpr size_t bytes = sizeof(ec_scaled::Shared) > sizeof(RowsShared) ? sizeof(ec_scaled::Shared)
-                                                                             : sizeof(RowsShared);
-    __shared__ alignas(16) unsigned char smem[bytes];   // the clustered path's or the rows path's
-    ec_scaled::Shared& sh = *reinterpret_cast<ec_scaled::Shared*>(smem);
+    __shared__ alignas(16) unsigned char smem[ec_scaled::SIDE_SHARED_BYTES];   // the clustered path's or the rows path's
     ec_allow_next_grid();   // the GEMM may be launched (once every block has begun); it waits for this grid
     const long long z = blockIdx.y;
     const int seg0 = int(blockIdx.x) / CL * EC_SCALED_SEGMENTS;   // the cluster's first group (all its blocks')
     const int row0 = ROWS > 0 ? int(blockIdx.x) * (EC_SCALED_ROWS_VALUES / 4 / max(ROWS, 1)) : 0;   // rows: the block's
     if (blockIdx.z == 0) {
         if (z >= matrices_a || (rows_a ? row0 : seg0) >= M) return;
-        if constexpr (rows_a)
-            ec_scaled::split_rows_operand<EC_SCALED_THREADS, ROWS>(*reinterpret_cast<RowsShared*>(smem), A + z * stride_a,
-                                                                   lda, M, K, a_hi + z * M * ldp, a_lo + z * M * ldp, ldp,
-                                                                   unscale_a + z * M, choice, report, 0, blocks);
-        else
-            ec_scaled::split_operand<OP_A == 'N', CL, TILES>(sh, A + z * stride_a, lda, M, K, a_hi + z * M * ldp,
-                                                      a_lo + z * M * ldp, ldp, unscale_a + z * M, choice, report, 0,
-                                                      blocks);
+        ec_scaled::split_side<rows_a, OP_A == 'N', CL, TILES, ROWS>(smem, A + z * stride_a, lda, M, K, a_hi + z * M * ldp,
+                                                                 a_lo + z * M * ldp, ldp, unscale_a + z * M, choice,
+                                                                 report, 0, blocks);
     } else {
         if (z >= matrices_b || (rows_b ? row0 : seg0) >= N) return;
-        if constexpr (rows_b)
-            ec_scaled::split_rows_operand<EC_SCALED_THREADS, ROWS>(*reinterpret_cast<RowsShared*>(smem), B + z * stride_b,
-                                                                   ldb, N, K, b_hi + z * N * ldp, b_lo + z * N * ldp, ldp,
-                                                                   unscale_b + z * N, choice, report, 1, blocks);
-        else
-            ec_scaled::split_operand<OP_B == 'T', CL, TILES>(sh, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp,
-                                                      b_lo + z * N * ldp, ldp, unscale_b + z * N, choice, report, 1,
-                                                      blocks);
+        ec_scaled::split_side<rows_b, OP_B == 'T', CL, TILES, ROWS>(smem, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp,
+                                                                 b_lo + z * N * ldp, ldp, unscale_b + z * N, choice,
+                                                                 report, 1, blocks);
     }
 }
 
