@@ -92,10 +92,11 @@ EC_SPLIT_SCALED_KERNELS = tuple(ec_split_scaled_kernel(op_a, op_b, cl, chunk) fo
           for lay in EC_SCALED_HALF_ROWS_LAYOUTS for rows in EC_SCALED_ROWS_CHUNKS)
 
 
-# The whole-rows split is taken for products of at most this many outputs (all matrices): at
-# 8192^3 `a @ w.t()` the GEMM after it ran slower than after the clustered split, on the same
-# parts, by more than the split gained; at 4096^3 and 4096 x 4096 x 8192 it did not
-# (benchmarks/NOTES.md, runs 94p-94s; not explained).
+# The whole-rows splits are taken for products of at most this many outputs (all matrices):
+# above it the GEMM after them ran slower than after the clustered split, on the same parts, by
+# about what the split gained, and the public call gained nothing (8192^3 and 16384 x 4096 x
+# 4096; benchmarks/NOTES.md, runs 94p-94s and 95o: at the power cap a shorter split leaves the
+# GEMM less of the power budget).
 EC_SCALED_ROWS_MAX_OUTPUTS = 4096 * 4096
 
 
