@@ -64,9 +64,8 @@ struct Shared {
 
 // The whole-rows path's (split_rows_operand): each warp's largest finite magnitude of each of the
 // block's rows, the rows' scale exponents, the block's counts.
-template <int THREADS>
 struct RowsShared {
-    unsigned warp_max[THREADS / 32][EC_SCALED_ROWS_VALUES / 4];
+    unsigned warp_max[EC_SCALED_THREADS / 32][EC_SCALED_ROWS_VALUES / 4];
     int scale[EC_SCALED_ROWS_VALUES / 4];
     Counts counts;
 };
@@ -345,8 +344,8 @@ __device__ __forceinline__ uint2 four_halves(const __half (&h)[4]) {
 // batch's matrices) 16-byte aligned: the host checks.  The parts go out four k (8 bytes) a
 // store along the row, zeros past K into the row's padding.  Groups of ROWS segments in turn,
 // the block's counts into the record's sums once.
-template <int THREADS, int CHUNKS, class Shared>
-__device__ __forceinline__ void split_rows_operand(Shared& sh, const float* __restrict__ X, int ld, int segs,
+template <int CHUNKS>
+__device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* __restrict__ X, int ld, int segs,
                                                    int K, __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
                                                    float* __restrict__ unscale, long long* __restrict__ choice,
                                                    long long* __restrict__ report, int side, int blocks) {
@@ -364,7 +363,7 @@ __device__ __forceinline__ void split_rows_operand(Shared& sh, const float* __re
             const float* row = X + (long long)min(s, segs - 1) * ld;
 #pragma unroll
             for (int i = 0; i < CHUNKS; ++i) {
-                const int k = 4 * (t + THREADS * i);
+                const int k = 4 * (t + EC_SCALED_THREADS * i);
                 if (s < segs && k + 3 < K) {
                     v[r][i] = *reinterpret_cast<const float4*>(row + k);
                 } else {   // past the last row, or the row's last (partial) four
@@ -389,7 +388,7 @@ __device__ __forceinline__ void split_rows_operand(Shared& sh, const float* __re
         if (t < ROWS) {
             unsigned top = 0;
 #pragma unroll
-            for (int w = 0; w < THREADS / 32; ++w) top = max(top, sh.warp_max[w][t]);
+            for (int w = 0; w < EC_SCALED_THREADS / 32; ++w) top = max(top, sh.warp_max[w][t]);
             const int sc = segment_scale(top, sh.scale[t], sh.counts);
             if (seg0 + t < segs) unscale[seg0 + t] = pow2(-sc);
         }
@@ -403,7 +402,7 @@ __device__ __forceinline__ void split_rows_operand(Shared& sh, const float* __re
             const int below_field = below_field_of(sc);
 #pragma unroll
             for (int i = 0; i < CHUNKS; ++i) {
-                const int k = 4 * (t + THREADS * i);
+                const int k = 4 * (t + EC_SCALED_THREADS * i);
                 const float x[4] = {v[r][i].x, v[r][i].y, v[r][i].z, v[r][i].w};
                 __half h[4], l[4];
 #pragma unroll
@@ -430,16 +429,15 @@ __device__ __forceinline__ void split_rows_operand(Shared& sh, const float* __re
 
 // One operand of ec_split_scaled: by whole rows (ROWS_PATH: split_rows_operand, ROWS float4 of
 // each row a thread) or by clusters (split_operand), in the kernel's shared memory.
-constexpr size_t SIDE_SHARED_BYTES = sizeof(Shared) > sizeof(RowsShared<EC_SCALED_THREADS>)
-                                         ? sizeof(Shared) : sizeof(RowsShared<EC_SCALED_THREADS>);
+constexpr size_t SIDE_SHARED_BYTES = sizeof(Shared) > sizeof(RowsShared) ? sizeof(Shared) : sizeof(RowsShared);
 template <bool ROWS_PATH, bool CK, int CL, int TILES, int ROWS>
 __device__ __forceinline__ void split_side(unsigned char* smem, const float* __restrict__ X, int ld, int segs, int K,
                                            __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
                                            float* __restrict__ unscale, long long* __restrict__ choice,
                                            long long* __restrict__ report, int side, int blocks) {
     if constexpr (ROWS_PATH)
-        split_rows_operand<EC_SCALED_THREADS, ROWS>(*reinterpret_cast<RowsShared<EC_SCALED_THREADS>*>(smem), X, ld, segs,
-                                                    K, hi, lo, ldp, unscale, choice, report, side, blocks);
+        split_rows_operand<ROWS>(*reinterpret_cast<RowsShared*>(smem), X, ld, segs, K, hi, lo, ldp, unscale, choice,
+                                 report, side, blocks);
     else
         split_operand<CK, CL, TILES>(*reinterpret_cast<Shared*>(smem), X, ld, segs, K, hi, lo, ldp, unscale, choice,
                                      report, side, blocks);
@@ -505,17 +503,17 @@ ec_split_scaled_rows(int M, int N, int K, const float* __restrict__ A, int lda, 
     static_assert(CHUNKS >= 1 && CHUNKS <= EC_SCALED_ROWS_VALUES / 4 && (CHUNKS & (CHUNKS - 1)) == 0,
                   "a power of two of float4 a row, 64 values a thread");
     constexpr int ROWS = EC_SCALED_ROWS_VALUES / 4 / CHUNKS;
-    __shared__ ec_scaled::RowsShared<EC_SCALED_THREADS> sh;
+    __shared__ ec_scaled::RowsShared sh;
     ec_allow_next_grid();   // the GEMM may be launched (once every block has begun); it waits for this grid
     const long long z = blockIdx.y;
     const int seg0 = int(blockIdx.x) * ROWS;   // the block's first group's
     if (blockIdx.z == 0) {
         if (z >= matrices_a || seg0 >= M) return;
-        ec_scaled::split_rows_operand<EC_SCALED_THREADS, CHUNKS>(sh, A + z * stride_a, lda, M, K, a_hi + z * M * ldp, a_lo + z * M * ldp,
+        ec_scaled::split_rows_operand<CHUNKS>(sh, A + z * stride_a, lda, M, K, a_hi + z * M * ldp, a_lo + z * M * ldp,
                                               ldp, unscale_a + z * M, choice, report, 0, blocks);
     } else {
         if (z >= matrices_b || seg0 >= N) return;
-        ec_scaled::split_rows_operand<EC_SCALED_THREADS, CHUNKS>(sh, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp, b_lo + z * N * ldp,
+        ec_scaled::split_rows_operand<CHUNKS>(sh, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp, b_lo + z * N * ldp,
                                               ldp, unscale_b + z * N, choice, report, 1, blocks);
     }
 }
