@@ -361,43 +361,43 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
 EC_SCALED_BLOCKS_PER_SM = 16
 
 
-def _grid_over_groups(groups_a: int, groups_b: int, cl: int, nz_a: int, nz_b: int,
+def _grid_over_groups(groups_a: int, groups_b: int, cl_a: int, cl_b: int, nz_a: int, nz_b: int,
                       sm_count: int) -> tuple[tuple[int, int, int], int]:
-    """A split_scaled.cu grid whose clusters of ``cl`` blocks (1: plain blocks) take groups of
-    rows of one matrix in turn: (cl x clusters a matrix, matrices, 2 operands), at most
-    EC_SCALED_BLOCKS_PER_SM blocks an SM over the launch, and the blocks of it that split
-    something (each takes one ticket of the record's count)."""
-    per_matrix = min(max(groups_a, groups_b), max(1, cdiv(EC_SCALED_BLOCKS_PER_SM * sm_count,
-                                                        cl * 2 * max(nz_a, nz_b))))
-    blocks = cl * (min(groups_a, per_matrix) * nz_a + min(groups_b, per_matrix) * nz_b)
-    return (cl * per_matrix, max(nz_a, nz_b), 2), blocks
+    """A split_scaled.cu grid: (blocks a matrix along x, matrices, 2 operands), where ``cl_a``
+    (``cl_b``) blocks take each group of op(A)'s (op(B)'s) rows together -- a cluster, or 1: a
+    plain block -- and groups beyond what fits are taken in turn.  Each side has at most
+    EC_SCALED_BLOCKS_PER_SM blocks an SM over the launch; x is what the larger side needs, a
+    multiple of the larger cluster.  Also the blocks of it that split something (each takes
+    one ticket of the record's count)."""
+    nz = max(nz_a, nz_b)
+
+    def blocks_of(groups, cl):   # the blocks along x that one side fills
+        return cl * min(groups, max(1, cdiv(EC_SCALED_BLOCKS_PER_SM * sm_count, cl * 2 * nz)))
+    cl = max(cl_a, cl_b)
+    x = cdiv(max(blocks_of(groups_a, cl_a), blocks_of(groups_b, cl_b)), cl) * cl
+    blocks = cl_a * min(groups_a, x // cl_a) * nz_a + cl_b * min(groups_b, x // cl_b) * nz_b
+    return (x, nz, 2), blocks
 
 
 def ec_scaled_grid(M: int, N: int, K: int, nz_a: int, nz_b: int, sm_count: int) -> tuple[tuple[int, int, int], int]:
     """The clustered kernel's grid: clusters of ec_scaled_cluster(K) blocks, groups of 32 rows."""
-    return _grid_over_groups(cdiv(M, EC_SCALED_SEGMENTS), cdiv(N, EC_SCALED_SEGMENTS), ec_scaled_cluster(K), nz_a,
-                             nz_b, sm_count)
+    cl = ec_scaled_cluster(K)
+    return _grid_over_groups(cdiv(M, EC_SCALED_SEGMENTS), cdiv(N, EC_SCALED_SEGMENTS), cl, cl, nz_a, nz_b, sm_count)
 
 
 def ec_scaled_rows_grid(M: int, N: int, rows: int, nz_a: int, nz_b: int, sm_count: int) -> tuple[tuple, int]:
     """ec_split_scaled_rows's grid: plain blocks, groups of ``rows`` whole rows."""
-    return _grid_over_groups(cdiv(M, rows), cdiv(N, rows), 1, nz_a, nz_b, sm_count)
+    return _grid_over_groups(cdiv(M, rows), cdiv(N, rows), 1, 1, nz_a, nz_b, sm_count)
 
 
 def ec_scaled_half_rows_grid(pr, chunks: int, nz_a: int, nz_b: int, sm_count: int) -> tuple[tuple, int]:
-    """The clustered kernel's grid with ROWS = ``chunks`` (ec_scaled_half_rows): along x, one
-    block a group of 16 / chunks whole rows of the operand stored along K and clusters of
-    ec_scaled_cluster(K) blocks a group of 32 segments of the other, as many as the larger
-    needs up to EC_SCALED_BLOCKS_PER_SM blocks an SM over the launch (groups in turn beyond);
-    and the blocks that split something."""
-    cl, rows_a = ec_scaled_cluster(pr.K), pr.op_a == "N"
-    groups_rows = cdiv(pr.M if rows_a else pr.N, EC_SCALED_ROWS_VALUES // 4 // chunks)
-    groups_cl = cdiv(pr.N if rows_a else pr.M, EC_SCALED_SEGMENTS)
-    nz_rows, nz_cl = (nz_a, nz_b) if rows_a else (nz_b, nz_a)
-    cap = max(1, cdiv(EC_SCALED_BLOCKS_PER_SM * sm_count, 2 * max(nz_a, nz_b)))   # blocks a matrix
-    x = max(cdiv(min(groups_rows, cap), cl) * cl, cl * min(groups_cl, max(1, cap // cl)))
-    blocks = min(groups_rows, x) * nz_rows + cl * min(groups_cl, x // cl) * nz_cl
-    return (x, max(nz_a, nz_b), 2), blocks
+    """The clustered kernel's grid with ROWS = ``chunks`` (ec_scaled_half_rows): a plain block a
+    group of 16 / chunks whole rows of the operand stored along K, clusters of
+    ec_scaled_cluster(K) blocks a group of 32 segments of the other."""
+    cl, rows = ec_scaled_cluster(pr.K), EC_SCALED_ROWS_VALUES // 4 // chunks
+    if pr.op_a == "N":
+        return _grid_over_groups(cdiv(pr.M, rows), cdiv(pr.N, EC_SCALED_SEGMENTS), 1, cl, nz_a, nz_b, sm_count)
+    return _grid_over_groups(cdiv(pr.M, EC_SCALED_SEGMENTS), cdiv(pr.N, rows), cl, 1, nz_a, nz_b, sm_count)
 
 
 def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz_a: int, nz_b: int, scales: int,
