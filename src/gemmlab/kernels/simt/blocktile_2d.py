@@ -55,7 +55,7 @@ SPEC = KernelSpec(
     name="blocktile_2d", rung=5, family="simt", dtypes=("float32",), source="simt/05_blocktile_2d.cu",
     template="gemmlab::blocktile_2d",
     description="each thread computes a TM x TN register tile as outer products of shared-memory fragments",
-    params=tile_2d_params(128, 64, 16, 8, 4),
+    params=tile_2d_params(64, 64, 16, 8, 4),
     constraints=constraints_2d(vec=False),
     template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["TM"], p["TN"]),
     geometry=geometry_2d,
