@@ -284,7 +284,16 @@ def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) ->
     (sm_86/89/120: 99 KiB), plan() takes the nearest configuration that fits
     (fit_smem): 128 x 256 x 32, 3 stages.
     """
-    return "mma_pipelined", registry.get("mma_pipelined").sized_params(M, N, K, sm_count, batch)
+    return "mma_pipelined", sized_choice(registry.get("mma_pipelined"), M, N, K, sm_count, batch)[0]
+
+
+def sized_choice(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[dict, str]:
+    """A rung's tiles sized to the problem (its spec's sized_params) and why, where the
+    rung says (mma_pipelined: its cost model against the tile-count rule); ({}, "")
+    for a rung without sized tiles."""
+    if spec.name in registry.SIZED_CHOICES:
+        return registry.SIZED_CHOICES[spec.name](M, N, K, sm_count, batch)
+    return (spec.sized_params(M, N, K, sm_count, batch) if spec.sized_params else {}), ""
 
 
 # fp32_tc runs IEEE FP32 on the CUDA cores where a side of the product is at most this long.
@@ -510,6 +519,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
             if not table.measured_at(asked, M, N, max(K, 1), batch, op_a + op_b):
                 tile_params = _fit_nearest(registry.get(kernel), tile_params, M, N, K, sm_count, batch)
             tile_params = _fit_split_k(registry.get(kernel), tile_params, K)
+    auto_why = ""   # why auto took these tiles, where a cost model weighed them
     if kernel == "auto":
         if dtype == "float32":
             kernel, tile_params = auto_params(M, N, K, sm_count, batch)
@@ -523,9 +533,10 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         elif arch is not None and registry.get("wgmma").builds_for(arch):
             # One launch takes a whole batch (its persistent loop walks every matrix's tiles);
             # few tiles with a long K are split over K.
-            kernel, tile_params = "wgmma", registry.wgmma_auto_params(M, N, sm_count, batch, K, dtype)
+            kernel, (tile_params, auto_why) = "wgmma", registry.wgmma_auto_choice(M, N, sm_count, batch, K, dtype)
         else:
-            kernel, tile_params = auto_tensor_params(M, N, K, sm_count, batch)
+            kernel = "mma_pipelined"
+            tile_params, auto_why = sized_choice(registry.get(kernel), M, N, K, sm_count, batch)
         if arch is not None and not registry.get(kernel).builds_for(arch, dtype):
             kernel, tile_params = runnable(registry.get(kernel), arch, dtype, gpu_name), {}
     spec = registry.get(kernel)
@@ -547,7 +558,8 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         fallback = registry.get(spec.fallback)
         whys.append(f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead")
         log.debug("%s", whys[-1])
-        spec, params = fallback, fallback.resolve(fallback.sized_params(M, N, K, sm_count, batch) if fallback.sized_params else {})
+        sized, auto_why = sized_choice(fallback, M, N, K, sm_count, batch)
+        spec, params = fallback, fallback.resolve(sized)
         spec.check_dtypes(problem)
         reason = spec.why_unusable(problem)
     if explicit and not whys and smem_limit is not None and spec.launch(params, problem).smem_bytes > smem_limit:
@@ -555,8 +567,8 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
                          f"{spec.launch(params, problem).smem_bytes} bytes of shared memory per block; "
                          f"{gpu_name} ({arch or 'this target'}) allows {smem_limit}")
     params, limit_why = fit_smem(spec, params, problem, smem_limit, gpu_name)
-    return Plan(spec, params, problem, spec.name_expression(params, problem), fallback_reason="; ".join(whys),
-                limit_reason=limit_why)
+    return Plan(spec, params, problem, spec.name_expression(params, problem), reason=auto_why,
+                fallback_reason="; ".join(whys), limit_reason=limit_why)
 
 
 def _dtype_arg(value, name: str) -> str | None:

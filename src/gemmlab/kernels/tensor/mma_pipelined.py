@@ -3,6 +3,7 @@ shared memory, a STAGES-deep cp.async pipeline."""
 
 from __future__ import annotations
 
+from ..cost import Estimate, Machine, Tile, best, predict
 from ..spec import LAYOUTS, Constraint, KernelSpec, Launch, Problem, TileParam, tiles
 from .wmma import TC_DTYPES, TC_MIN_ARCH, TC_VARIANTS, tc_type_args
 from .wmma_warptile import tc_threads
@@ -14,15 +15,43 @@ MMA_SMEM_LIMIT = 160 * 1024
 TC_VARIANTS_ALIGNED = TC_VARIANTS + tuple(Problem(1, 1, 1, False, p.dtype, p.out_dtype) for p in TC_VARIANTS)
 
 
+# The two block shapes sized_params chooses between, as the cost model sees them: each
+# tile's share of the SM's tensor peak at full occupancy and the blocks an SM holds
+# (64 x 64: 104 registers a thread, 4 blocks of 128 threads; 128 x 256: one block of
+# 256 threads at up to 255 registers), from the H100 runs of benchmarks/NOTES.md
+# (run M2: 410 TFLOPS at 2048^3 on 128 x 256, 255 on 64 x 64).
+SMALL_TILE = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
+SMALL_COST = Tile(64, 64, 32, 0.30, blocks_per_sm=4, label="64x64")
+LARGE_COST = Tile(128, 256, 64, 0.55, label="128x256")
+
+
+def sized_estimates(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[Estimate, Estimate]:
+    """The cost model's estimates of the defaults (128 x 256) and of 64 x 64 tiles."""
+    machine = Machine(sm_count)
+    return (predict(M, N, K, LARGE_COST, machine, batch=batch), predict(M, N, K, SMALL_COST, machine, batch=batch))
+
+
+def sized_choice(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[dict, str]:
+    """sized_params with the reason: the measured rule -- the defaults (128 x 256 x 64
+    tiles) where they give at least half of the SMs a block, else 64 x 64 tiles, eight
+    times as many (run M2, FP16 on an H100: at 2048^3, 128 tiles, the defaults reach
+    410 TFLOPS and 64 x 64 255; at 1024^3, 32 tiles, 91 and 152) -- unless the cost
+    model predicts the other tile faster by more than its margin (kernels/cost.best).
+    That happens on batches of small or odd matrices, where a 128 x 256 tile is mostly
+    waste: attention's P @ V at 197 tokens and head dimension 64 uses 19% of two such
+    tiles per matrix, and 77% of four 64 x 64 ones."""
+    large, small = sized_estimates(M, N, K, sm_count, batch)
+    rule = large if 2 * -(-M // 128) * -(-N // 256) * batch >= sm_count else small
+    chosen = best((large, small), incumbent=rule)
+    why = f"{chosen} against {large if chosen is small else small}"
+    if chosen is not rule:
+        why = f"cost model over the tile-count rule: {why}"
+    return ({} if chosen is large else dict(SMALL_TILE)), why
+
+
 def sized_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict:
-    """The defaults (128 x 256 x 64 tiles) when they give at least half of the SMs
-    a block (a batch's products launched together count as more tiles); below
-    that, 64 x 64 tiles, eight times as many.  On an H100 (run M2, FP16): at
-    2048^3 (128 tiles for 132 SMs) the defaults reach 410 TFLOPS and 64 x 64 255;
-    at 1024^3 (32 tiles) the defaults 91 and 64 x 64 152."""
-    if 2 * -(-M // 128) * -(-N // 256) * batch >= sm_count:
-        return {}
-    return {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
+    """mma_pipelined's tiles for a problem (kernel="auto" and wgmma's fallback): see sized_choice."""
+    return sized_choice(M, N, K, sm_count, batch)[0]
 
 
 def _unusable(prob: Problem) -> str | None:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, maps_backend, tensor_map, tma_aligned
+from ..cost import Machine, Tile, best, predict
 from ..spec import KERNEL_DIR, LAYOUTS, TYPE_CODES, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
 from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
 from ..simt.pipelined import SPLITK_VALUES, fill_split
@@ -134,9 +135,9 @@ def wgmma_narrow_tile(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> 
     return None
 
 
-def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
+def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
                       dtype: str = "bfloat16") -> dict:
-    """wgmma's tile for ``kernel="auto"``: 128x256 (the fastest per tile) unless its tiles
+    """wgmma's tile by the rules written from measurements (what wgmma_auto_choice starts from) for ``kernel="auto"``: 128x256 (the fastest per tile) unless its tiles
     -- of every matrix of a batch, which one launch takes -- would fill fewer than half
     the SMs; then 64x128, four times as many tiles.  Measured on an H100 (132 SMs), BF16:
     at 1024^3 (32 tiles of 128x256) 64x128 reached 82% of cuBLAS where 128x256 reached
@@ -179,6 +180,70 @@ def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
             if narrow is not None:
                 return narrow
     return {"BM": bm, "BN": 128, "STAGES": 4, "CLUSTER": 1, "SPLITK": split}
+
+
+# Each wgmma tile's share of the SM's 16-bit tensor peak at full occupancy, as the cost
+# model takes it (rounded from the H100 sweeps of benchmarks/NOTES.md, runs 82 and 88:
+# 128x256 near 80% at large sizes, 64-row tiles with one consumer warpgroup well below).
+WGMMA_TILE_EFFICIENCY = {(128, 256): 0.80, (128, 128): 0.72, (128, 64): 0.60, (64, 256): 0.62, (64, 128): 0.58,
+                         (64, 64): 0.45}
+
+
+def wgmma_estimate(M: int, N: int, K: int, p: dict, sm_count: int, batch: int = 1, dtype: str = "bfloat16"):
+    """The cost model's estimate (kernels/cost.py) of wgmma with tile parameters ``p``
+    (16-bit inputs: 64 elements of K a step, one persistent block an SM)."""
+    eb = element_bytes(dtype)
+    tile = Tile(p["BM"], p["BN"], SWIZZLE_BYTES // eb, WGMMA_TILE_EFFICIENCY[(p["BM"], p["BN"])],
+                splits=p.get("SPLITK", 1), ring_bytes=p["STAGES"] * (p["BM"] + p["BN"]) * SWIZZLE_BYTES,
+                label=f"{p['BM']}x{p['BN']}x{p['STAGES']} stages")
+    return predict(M, N, K, tile, Machine(sm_count), batch=batch, in_bytes=eb, out_bytes=eb)
+
+
+def _wgmma_candidates(M: int, N: int, K: int, sm_count: int, batch: int) -> list[dict]:
+    """The configurations the cost model weighs for a 16-bit product: every tile shape
+    at the default ring, unsplit and split by wgmma_auto_split, and the narrow deep-ring
+    tiles where their tiles fit in one round."""
+    out = []
+    k_steps = cdiv(max(K, 1), 64)
+    for bm, bn in WGMMA_TILE_EFFICIENCY:
+        base = {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
+        out.append(base)
+        split = wgmma_auto_split(cdiv(M, bm) * cdiv(N, bn) * batch, k_steps, sm_count)
+        if split > 1:
+            out.append({**base, "SPLITK": split})
+    for bn, stages in WGMMA_NARROW_TILES:
+        if cdiv(M, 64) * cdiv(N, bn) * batch <= sm_count:
+            out.append({"BM": 64, "BN": bn, "STAGES": stages, "CLUSTER": 1, "SPLITK": 1})
+    return out
+
+
+def wgmma_auto_choice(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
+                      dtype: str = "bfloat16") -> tuple[dict, str]:
+    """wgmma's configuration for ``kernel="auto"`` and why.  The rules of
+    wgmma_rule_params choose, except for 16-bit products (K known) whose 128 x 256
+    tiles leave more than half of the SMs idle or that are batches: there every
+    candidate of _wgmma_candidates is costed (kernels/cost.py) and one predicted
+    faster than the rule's choice by more than the model's margin replaces it.  Products
+    of fewer than WGMMA_NARROW_MIN_M rows keep the rule (measured: split, run 88c)."""
+    rule = wgmma_rule_params(M, N, sm_count, batch, K, dtype)
+    if K is None or dtype == "tf32" or M < WGMMA_NARROW_MIN_M or \
+            (batch <= 1 and 2 * cdiv(M, 128) * cdiv(N, 256) >= sm_count):
+        return rule, "wgmma's tile rules"
+    incumbent = wgmma_estimate(M, N, K, rule, sm_count, batch, dtype)
+    chosen = best([wgmma_estimate(M, N, K, p, sm_count, batch, dtype)
+                   for p in _wgmma_candidates(M, N, K, sm_count, batch)], incumbent=incumbent)
+    if chosen is incumbent:
+        return rule, f"wgmma's tile rules, kept by the cost model: {incumbent}"
+    t = chosen.tile
+    params = {"BM": t.bm, "BN": t.bn, "STAGES": t.ring_bytes // ((t.bm + t.bn) * SWIZZLE_BYTES), "CLUSTER": 1,
+              "SPLITK": t.splits}
+    return params, f"cost model over wgmma's tile rules: {chosen} against {incumbent}"
+
+
+def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
+                      dtype: str = "bfloat16") -> dict:
+    """wgmma's tile for ``kernel="auto"``: see wgmma_auto_choice."""
+    return wgmma_auto_choice(M, N, sm_count, batch, K, dtype)[0]
 
 
 # -- launch arguments ------------------------------------------------------------------
