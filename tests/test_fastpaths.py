@@ -1,0 +1,322 @@
+"""Fast paths for products the models suite does not name: the cost model
+(kernels/cost.py), the tile choices it makes for kernel="auto" on wgmma and
+mma_pipelined, and -- on a GPU -- the configurations it picks against FP64.
+
+Without a GPU: the plans of the products of batched odd matrices, few output tiles
+and small M, as PyTorch hands them over (views, transposes), on an emulated H200
+(tests/emulated_gpu.py's FakeGPU: sm_90a, 132 SMs, the H200 table); which shapes the
+model moves off the measured rules and which it keeps; its ranking against
+recorded measurements; the batched odd product end to end on the emulated GPU.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import gemmlab
+from gemmlab import planner
+from gemmlab.bench import models
+from gemmlab.kernels import cost, registry
+from gemmlab.kernels.tensor import mma_pipelined, wgmma
+from gemmlab.runtime import device as rt_device
+
+import emulated_gpu
+
+GPU = emulated_gpu.FakeGPU()
+SMALL = dict(mma_pipelined.SMALL_TILE)
+
+
+def _stored(shape, dtype="float16", offset=0):
+    """A C-ordered array of ``shape`` whose memory is never touched (planning reads
+    shapes, strides and addresses only): a few bytes viewed with zero-copy strides."""
+    dt = np.dtype(dtype)
+    buf = np.zeros(256 + 64, np.uint8)
+    start = (-buf.ctypes.data) % 256 + offset * dt.itemsize
+    strides, acc = [], dt.itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return np.lib.stride_tricks.as_strided(buf[start:start + 16].view(dt), shape, tuple(reversed(strides)))
+
+
+def _plan(a, b, dtype=None):
+    """What matmul(a, b) would run on the emulated H200 (16-bit NumPy arrays stand for
+    bf16 too: same sizes; ``dtype`` plans for another 16-bit type)."""
+    call = planner.validate(a, b, None, 1.0, 0.0, False, False, None, None)
+    if dtype is not None:
+        call = dataclasses.replace(call, dtypes={"dtype": dtype, "out_dtype": dtype})
+    kv = planner.kernel_view(call, planner.result_side(call),
+                             {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": 0})
+    return planner.plan_call(call, kv, planner.batching(kv), GPU, "auto", {})
+
+
+S, D, BH = 197, 64, 384    # ViT-B/16 at 224^2: 1 + 14^2 tokens, head dimension 64, batch 32 x 12 heads
+
+
+# -- the cost model ---------------------------------------------------------------------------------
+
+def test_tile_use_counts_the_padded_area():
+    assert cost.tile_use(128, 256, 128, 256) == 1.0
+    assert cost.tile_use(197, 64, 128, 256) == pytest.approx(197 * 64 / (256 * 256))    # 19%
+    assert cost.tile_use(197, 64, 64, 64) == pytest.approx(197 * 64 / (256 * 64))       # 77%
+    assert cost.tile_use(0, 5, 64, 64) == 1.0
+
+
+def test_predict_grows_with_waste_waves_and_splits():
+    m = cost.Machine(132)
+    t = cost.Tile(128, 128, 64, 0.7)
+    one_wave = cost.predict(128 * 11, 128 * 12, 4096, t, m)          # 132 tiles: one wave
+    two_waves = cost.predict(128 * 11, 128 * 12 + 1, 4096, t, m)     # 143 tiles: a second, mostly empty
+    assert two_waves.seconds > 1.5 * one_wave.seconds
+    assert "1.00 waves" in one_wave.reason and "1.08 waves" in two_waves.reason
+    assert "compute-bound" in one_wave.reason
+    # Split: the same work items' K in slices plus the reduction's traffic and launch.
+    split = cost.predict(1024, 1024, 8192, cost.Tile(128, 128, 64, 0.7, splits=2), m)
+    unsplit = cost.predict(1024, 1024, 8192, t, m)
+    assert split.seconds < unsplit.seconds and "split 2" in split.reason
+    # A ring too short for its tile's loads bounds it by what it keeps in flight.
+    deep = cost.predict(64, 8192, 4096, cost.Tile(64, 64, 64, 0.45, ring_bytes=12 * 16384), m)
+    shallow = cost.predict(64, 8192, 4096, cost.Tile(64, 64, 64, 0.45, ring_bytes=2 * 16384), m)
+    assert shallow.seconds > deep.seconds and "L2 loads-bound" in shallow.reason
+
+
+def test_best_keeps_the_incumbent_within_the_margin():
+    a, b = cost.Estimate(10e-6, "a"), cost.Estimate(9e-6, "b")
+    assert cost.best([a, b]) is b
+    assert cost.best([a, b], incumbent=a) is a              # 10% faster: within the 15% margin
+    c = cost.Estimate(8e-6, "c")
+    assert cost.best([a, b, c], incumbent=a) is c
+    assert cost.copy_time(10**9, cost.Machine(132)) == pytest.approx(2e9 / 3.6e12 + 4e-6)
+
+
+def _wg(bm, bn, stages=4, split=1):
+    return {"BM": bm, "BN": bn, "STAGES": stages, "CLUSTER": 1, "SPLITK": split}
+
+
+# Recorded measurements (benchmarks/NOTES.md) the model must rank in the same order, fastest first.
+RANKINGS = [
+    # run 88c, GPU time on an H100: o.fwd at 128 tokens 22.7 / 26.1 / 29.7 us
+    ((128, 4096, 4096, 1), [_wg(64, 64, 12), _wg(64, 128, 8), _wg(128, 128, 4, 4)]),
+    # run 88c: qkv.fwd at 128 tokens 30.8 / 35.5 / 38.1 us
+    ((128, 6144, 4096, 1), [_wg(64, 128, 8), _wg(64, 64, 12), _wg(128, 128, 4, 4)]),
+    # wgmma_auto_params' measurements: 1024^3 64x128 82% of cuBLAS, 128x256 48%; 2048^3 128x256 81%, 128x128 71%
+    ((1024, 1024, 1024, 1), [_wg(64, 128), _wg(128, 256)]),
+    ((2048, 2048, 2048, 1), [_wg(128, 256), _wg(128, 128)]),
+]
+
+
+@pytest.mark.parametrize("shape, fastest_first", RANKINGS, ids=lambda x: "x".join(map(str, x)) if len(x) == 4 else "")
+def test_wgmma_estimates_rank_as_measured(shape, fastest_first):
+    M, N, K, batch = shape
+    times = [wgmma.wgmma_estimate(M, N, K, p, 132, batch).seconds for p in fastest_first]
+    assert times == sorted(times), times
+
+
+def test_mma_pipelined_estimates_rank_as_measured():
+    """Run M2 (FP16, H100): 2048^3 410 TFLOPS on 128 x 256, 255 on 64 x 64; 1024^3 91 and 152."""
+    for n, large_first in ((2048, True), (1024, False)):
+        large, small = mma_pipelined.sized_estimates(n, n, n, 132)
+        assert (large.seconds < small.seconds) == large_first
+
+
+# -- the issue's products, as PyTorch hands them over ---------------------------------------------------
+
+def test_attention_p_at_v_of_odd_size_takes_64x64_tiles():
+    """P @ V, (B*H, 197, 197) @ (B*H, 197, 64): P's rows (394 bytes) are off TMA's 16-byte grid, so
+    wgmma falls back to mma_pipelined; its 128 x 256 tile would be 19% useful, 64 x 64 is 77%."""
+    p = _plan(_stored((BH, S, S)), _stored((BH, S, D)), "bfloat16")
+    assert p.spec.name == "mma_pipelined" and p.params == mma_pipelined.SPEC.resolve(SMALL), p.describe()
+    assert "wgmma cannot take these operands" in p.fallback_reason
+    assert p.reason.startswith("cost model over the tile-count rule: ") and "77% of the tile area" in p.reason
+    # The backward products of the same shape read P^T or dS the same way.
+    p_t = _plan(_stored((BH, S, S)).transpose(0, 2, 1), _stored((BH, S, D)), "bfloat16")   # dV = P^T @ dO
+    assert p_t.spec.name == "mma_pipelined" and p_t.params["BM"] == 64 and p_t.problem.op_a == "T"
+
+
+def test_attention_q_at_k_transposed_keeps_wgmma_128x128():
+    """Q @ K^T reads both operands on the grid (rows of 64 elements): wgmma, 128 x 128 by the
+    attention rule (run 88e), which the model keeps (every 64-multiple tile covers 197 as 256)."""
+    p = _plan(_stored((BH, S, D)), _stored((BH, S, D)).transpose(0, 2, 1), "bfloat16")
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == (128, 128, 1)
+    assert p.reason.startswith("wgmma's tile rules, kept by the cost model")
+
+
+def test_gqa_projection_takes_128x128_in_one_round():
+    """x @ W.t(), 2048 x 1024 x 3584: 64 tiles of 128 x 256 leave half the SMs idle; the rule took
+    64 x 128 (256 tiles, two rounds); 128 x 128 is one round of 128."""
+    p = _plan(_stored((2048, 3584)), _stored((1024, 3584)).T, "bfloat16")
+    assert p.spec.name == "wgmma" and p.params == registry.get("wgmma").resolve(_wg(128, 128)), p.describe()
+    assert p.reason.startswith("cost model over wgmma's tile rules") and "0.97 waves" in p.reason
+    assert wgmma.wgmma_rule_params(2048, 1024, 132, 1, 3584) == _wg(64, 128)
+
+
+def test_small_m_with_a_short_k_takes_the_deep_ring():
+    """77 x 3072 x 768 (CLIP's text MLP at 77 tokens): 24 tiles of 128 x 128 and K too short to
+    split; the deep-ring 64 x 64 tile gives 96 SMs a block."""
+    p = _plan(_stored((77, 768)), _stored((3072, 768)).T, "bfloat16")
+    assert p.spec.name == "wgmma" and p.params == registry.get("wgmma").resolve(_wg(64, 64, 12)), p.describe()
+    assert "cost model" in p.reason
+
+
+@pytest.mark.parametrize("M, N, K, expect", [
+    (16, 8192, 8192, ("wgmma", {"BM": 64, "BN": 64, "STAGES": 12})),        # the narrow rule's, kept
+    (4, 14336, 4096, ("gemv", {"MT": 4})),                                   # gemv takes M <= 4 (16-bit)
+])
+def test_small_m_keeps_its_rule(M, N, K, expect):
+    p = _plan(_stored((M, K)), _stored((N, K)).T, "bfloat16")
+    assert p.spec.name == expect[0] and {k: p.params[k] for k in expect[1]} == expect[1], p.describe()
+
+
+def test_odd_vocabulary_products_keep_mma_pipelined():
+    """dY @ W with K = 50257 and dY.t() @ x with a row of 50257: TMA cannot read dY in place; without
+    a staging copy mma_pipelined runs them, 64 x 64 for the 24 large tiles of dY @ W (the model agrees
+    with the rule), 128 x 256 for the weight gradient."""
+    p = _plan(_stored((1024, 50257)), _stored((50257, 768)), "bfloat16")
+    assert p.spec.name == "mma_pipelined" and p.params["BM"] == 64 and "cost model" not in p.reason
+    p = _plan(_stored((1024, 50257)).T, _stored((1024, 768)), "bfloat16")
+    assert p.spec.name == "mma_pipelined" and p.params == mma_pipelined.SPEC.defaults()
+
+
+# -- what the model changes, and what it keeps --------------------------------------------------------
+
+def _old_mma_rule(M, N, batch):
+    return {} if 2 * -(-M // 128) * -(-N // 256) * batch >= 132 else SMALL
+
+
+def test_models_suite_plans_are_unchanged():
+    """Every product of the models suite (bf16 and fp16 on an H200-sized GPU) keeps the tiles the
+    measured rules gave it: the model moves nothing it was tuned on."""
+    for case in models.select():
+        for dtype in ("bfloat16", "float16"):
+            new, why = wgmma.wgmma_auto_choice(case.M, case.N, 132, case.batch, case.K, dtype)
+            assert new == wgmma.wgmma_rule_params(case.M, case.N, 132, case.batch, case.K, dtype), (case.label, why)
+        assert mma_pipelined.sized_params(case.M, case.N, case.K, 132, case.batch) == \
+            _old_mma_rule(case.M, case.N, case.batch), case.label
+
+
+GRID = [(m, n, k, b) for m in (1, 5, 17, 77, 128, 197, 1000, 2048, 4096) for n in (1, 64, 197, 1024, 3072, 8192)
+        for k in (1, 64, 197, 768, 4096, 50257) for b in (1, 12, 384)]
+
+
+def test_every_choice_is_a_legal_configuration_that_fits():
+    """Over a grid of sizes and batches: each configuration chosen resolves (legal values and
+    rules), fits a Hopper block's shared memory, and the model moves wgmma off the rules only
+    where 128 x 256 tiles leave half of the SMs idle or for a batch, never below 5 rows."""
+    wg, mp = registry.get("wgmma"), registry.get("mma_pipelined")
+    moved = []
+    for M, N, K, b in GRID:
+        for dtype in ("bfloat16", "float16", "tf32"):
+            p, _ = wgmma.wgmma_auto_choice(M, N, 132, b, K, dtype)
+            wg.resolve(p)
+            assert wgmma.wgmma_smem(p) <= wgmma.WGMMA_SMEM_LIMIT
+            if p != wgmma.wgmma_rule_params(M, N, 132, b, K, dtype):
+                assert dtype != "tf32" and M >= wgmma.WGMMA_NARROW_MIN_M
+                assert b > 1 or 2 * -(-M // 128) * -(-N // 256) < 132
+                moved.append((M, N, K, b))
+        mp.resolve(mma_pipelined.sized_params(M, N, K, 132, b))
+    assert moved    # the model does move some (the issue's kinds of product)
+
+
+def test_auto_plan_carries_the_reason_of_the_tile_choice():
+    p = gemmlab.plan("auto", 197, 64, 197, batch=384, aligned16=False, dtype="bfloat16", out_dtype="bfloat16",
+                     arch="sm_90a", tma_aligned=False)
+    assert p.spec.name == "mma_pipelined" and p.params["BM"] == 64 and "cost model" in p.reason
+    p = gemmlab.plan("auto", 2048, 1024, 3584, op_b="T", dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a")
+    assert p.params["BM"] == 128 and p.params["BN"] == 128 and "cost model" in p.reason
+    # Off Hopper the same tile choice sizes mma_pipelined.
+    p = gemmlab.plan("auto", 197, 64, 197, batch=384, dtype="float16", out_dtype="float16", arch="sm_80")
+    assert p.spec.name == "mma_pipelined" and p.params["BM"] == 64
+
+
+# -- end to end on the emulated GPU ----------------------------------------------------------------------
+
+def test_batched_odd_product_end_to_end_on_the_emulated_gpu(monkeypatch):
+    """P @ V of ViT-B/16's attention, (384, 197, 197) @ (384, 197, 64): P's rows are off the
+    16-byte grid, wgmma hands it to mma_pipelined, whose tiles the model sizes 64 x 64 (the rule
+    would take 128 x 256: the batch fills the GPU); one launch over gridDim.z (the emulated
+    launch checks every matrix's addresses), every matrix right."""
+    emu = emulated_gpu.install(monkeypatch)
+    rng = np.random.default_rng(0)
+    pm = emu.keep(rng.standard_normal((BH, S, S)).astype(np.float16))
+    v = emu.keep(rng.standard_normal((BH, S, D)).astype(np.float16))
+    out = gemmlab.matmul(pm, v)
+    p = gemmlab.last_plan()
+    assert p.spec.name == "mma_pipelined" and p.params == mma_pipelined.SPEC.resolve(SMALL), p.describe()
+    assert "cost model" in p.reason and "wgmma cannot take" in p.fallback_reason
+    ref = pm.astype(np.float64) @ v.astype(np.float64)
+    assert np.abs(out - ref).max() <= 2e-2 * np.abs(ref).max()
+    assert [grid for _, grid in emu.launches] == [(4, 1, BH)]   # ceil(197/64) x ceil(64/64) tiles a matrix
+
+
+# -- on a GPU: every configuration the model picks, against FP64 -----------------------------------------
+
+torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
+hopper = pytest.mark.skipif(not rt_device.gpu_available() or rt_device.gpu_info(0).arch != "sm_90a",
+                            reason="needs a Hopper GPU (sm_90a)")
+BOUND = {"float16": 2e-3, "bfloat16": 1.2e-2}
+
+
+def _check(a, b, expect_kernel, expect_params, dtype, caplog=None):
+    """matmul(a, b) into a NaN-poisoned out against FP64, and the configuration that ran."""
+    shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    out = torch.full(shape, float("nan"), device="cuda", dtype=a.dtype)
+    gemmlab.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == expect_kernel and all(p.params[k] == v for k, v in expect_params.items()), p.describe()
+    ref = a.double() @ b.double()
+    assert not torch.isnan(out).any()
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err < BOUND[dtype], err
+
+
+def _rand(*shape, dtype):
+    return torch.randn(*shape, device="cuda", dtype=getattr(torch, dtype)) * 0.5 + 0.25
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("bh, s, d", [(384, 197, 64), (96, 77, 80), (200, 131, 96), (64, 257, 64)])
+def test_gpu_attention_of_odd_size(dtype, bh, s, d):
+    """The attention products at odd S and head dimensions 64/80/96, forward and backward views:
+    P @ V and dS @ K (P, dS rows off the 16-byte grid: mma_pipelined, 64 x 64 where the model says),
+    P^T @ dO (a transposed view), Q @ K^T (wgmma)."""
+    torch.manual_seed(s + d)
+    q, k, v = (_rand(bh, s, d, dtype=dtype) for _ in range(3))
+    pm = torch.softmax(_rand(bh, s, s, dtype=dtype).float(), -1).to(q.dtype)
+    chosen = mma_pipelined.sized_params(s, d, s, rt_device.gpu_info(0).sm_count, bh)
+    small = {"BM": 64, "BN": 64} if chosen else {"BM": 128}
+    _check(pm, v, "mma_pipelined", small, dtype)                                  # P @ V
+    _check(pm.transpose(-1, -2), v, "mma_pipelined", small, dtype)                # P^T @ dO
+    _check(q, k.transpose(-1, -2), "wgmma", {}, dtype)                          # Q @ K^T (rows of d: on the grid)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("M, N, K", [(2048, 1024, 3584), (2000, 1000, 3000), (1537, 1031, 2056)])
+def test_gpu_few_tiles_on_128x128(dtype, M, N, K):
+    """Few output tiles: 128 x 128 in one round where the model takes it, odd edges included."""
+    torch.manual_seed(M)
+    x, w = _rand(M, K, dtype=dtype), _rand(N, K, dtype=dtype)
+    p, _ = wgmma.wgmma_auto_choice(M, N, rt_device.gpu_info(0).sm_count, 1, K, dtype)
+    _check(x, w.t(), "wgmma", {k: p[k] for k in ("BM", "BN", "STAGES", "SPLITK")}, dtype)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("M", [5, 16, 33, 77, 100, 127, 128, 129, 200, 256])
+def test_gpu_small_m(dtype, M):
+    """Small M on the tiles the model picks (x @ W.t() and dY @ W, N and K off every tile)."""
+    torch.manual_seed(M)
+    N, K = 3000, 776
+    x, w = _rand(M, K, dtype=dtype), _rand(N, K, dtype=dtype)
+    sm = rt_device.gpu_info(0).sm_count
+    p, _ = wgmma.wgmma_auto_choice(M, N, sm, 1, K, dtype)
+    _check(x, w.t(), "wgmma", {k: p[k] for k in ("BM", "BN", "STAGES", "SPLITK")}, dtype)
+    dy, w2 = _rand(M, N, dtype=dtype), _rand(N, K, dtype=dtype)
+    p, _ = wgmma.wgmma_auto_choice(M, K, sm, 1, N, dtype)
+    _check(dy, w2, "wgmma", {k: p[k] for k in ("BM", "BN", "STAGES", "SPLITK")}, dtype)
