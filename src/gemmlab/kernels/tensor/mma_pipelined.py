@@ -44,8 +44,8 @@ def sized_choice(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple
     rule = large if 2 * -(-M // 128) * -(-N // 256) * batch >= sm_count else small
     chosen = best((large, small), incumbent=rule)
     why = f"{chosen} against {large if chosen is small else small}"
-    if chosen is not rule:
-        why = f"cost model over the tile-count rule: {why}"
+    why = f"cost model over the tile-count rule: {why}" if chosen is not rule else \
+        f"the tile-count rule, kept by the cost model: {why}"
     return ({} if chosen is large else dict(SMALL_TILE)), why
 
 
