@@ -1,6 +1,6 @@
-"""A/B timing of kernel="auto"'s tile choices by the cost model (kernels/cost.py) on the
-products of other models that ran slow, beside the choice the earlier rules made and
-torch.matmul, in one run on one GPU.
+"""A/B timing of kernel="auto"'s choices by the cost model (kernels/cost.py: tiles, splits,
+a staging copy of operands TMA cannot read) on the products of other models that ran slow,
+beside the choice the earlier rules made and torch.matmul, in one run on one GPU.
 
     python3 scripts/ab_fastpaths.py --json ab-fastpaths.json          # on the GPU
     python3 scripts/ab_fastpaths.py --plans                          # no GPU: the plans only
@@ -8,7 +8,8 @@ torch.matmul, in one run on one GPU.
 For each product (as PyTorch hands it over: W.t(), dY.t(), K.transpose views) and
 dtype: gemmlab.matmul with kernel="auto" (the new choice), the same call with the
 earlier rule's kernel and tile parameters named explicitly (where they differ: the
-rules of wgmma.wgmma_rule_params and mma_pipelined's tile-count rule, computed here),
+rules of wgmma.wgmma_rule_params and mma_pipelined's tile-count rule, computed here;
+for a staged product, mma_pipelined on the operands as they are),
 and torch.matmul on the same views; fp32 against PyTorch's SGEMM (TF32 off), fp32_tc
 likewise (precision="fp32_tc").  Public-call figures: CUDA events around the call, L2
 flushed, each run from an idle GPU, calls interleaved round after round, medians
@@ -85,20 +86,22 @@ PRODUCTS = (
 def old_choice(p, product: Product, dtype: str, sm_count: int) -> tuple[str, dict] | None:
     """The kernel and tile parameters the rules before the cost model took, where they differ from
     plan ``p`` (None: the same choice)."""
+    pr = p.problem
+    big = 2 * -(-pr.M // 128) * -(-pr.N // 256) * product.batch >= sm_count
+    if pr.stage:   # wgmma on staging copies; before: its fallback on the operands as they are
+        return "mma_pipelined", mma_pipelined.SPEC.defaults() if big else dict(mma_pipelined.SMALL_TILE)
     if "cost model over" not in p.reason:
         return None
-    pr = p.problem
     if p.spec.name == "wgmma":
         return "wgmma", wgmma.wgmma_rule_params(pr.M, pr.N, sm_count, product.batch, pr.K, dtype)
     if p.spec.name == "mma_pipelined":
-        big = 2 * -(-pr.M // 128) * -(-pr.N // 256) * product.batch >= sm_count
         return "mma_pipelined", mma_pipelined.SPEC.defaults() if big else dict(mma_pipelined.SMALL_TILE)
     raise AssertionError(f"no earlier rule known for {p.spec.name}")
 
 
 def _short(p) -> str:
     keys = ("BM", "BN", "STAGES", "SPLITK", "MT")
-    return f"{p.spec.name} " + "x".join(str(p.params[k]) for k in keys[:2] if k in p.params) + "".join(
+    return f"{p.spec.name}{'+copy' if p.problem.stage else ''} " + "x".join(str(p.params[k]) for k in keys[:2] if k in p.params) + "".join(
         f" {k}={p.params[k]}" for k in keys[2:] if k in p.params and (k != "SPLITK" or p.params[k] > 1))
 
 

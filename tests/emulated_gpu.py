@@ -82,10 +82,12 @@ class Emulator:
         return self.mem(ptr, dtype, (rows, cols), (1, ld))
 
     # -- kernels ---------------------------------------------------------------
-    def launch(self, kernel, grid, block, smem, stream, *args):
+    def launch(self, kernel, grid, block, smem, stream, *args, cluster=None):
         self.launches.append((kernel, tuple(grid)))
         assert all(0 < g for g in grid) and grid[1] <= 65535 and grid[2] <= 65535, grid
-        if kernel == "reduce":
+        if kernel == "pack16":
+            self._pack16(grid, *args)
+        elif kernel == "reduce":
             self._reduce(kernel.out_dtype, grid, *args)
         elif kernel.spec.name == "wgmma":
             self._wgmma(kernel, grid, *args)
@@ -172,6 +174,14 @@ class Emulator:
                 r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
                 c[...] = r.astype(c.dtype)
 
+    def _pack16(self, grid, rows, cols, src, ld, dst, ldd, src_stride, dst_stride):
+        """wgmma's staging copy (tf32_pack.cu's pack16): each matrix of the batch, bit for bit."""
+        rows, cols, ld, ldd = map(int, (rows, cols, ld, ldd))
+        assert int(dst) % 16 == 0 and ldd * 2 % 16 == 0 and ldd >= cols, (dst, ldd, cols)
+        for z in range(grid[2]):
+            d = self.mem(int(dst) + 2 * z * int(dst_stride), "uint16", (rows, cols), (ldd, 1))
+            d[...] = self.mem(int(src) + 2 * z * int(src_stride), "uint16", (rows, cols), (ld, 1))
+
     def _reduce(self, out_dtype, grid, M, N, splits, ws, alpha, beta, C, ldc, sc, choice, method):
         # No method is chosen on the emulated GPU: a record would be a real device's.
         assert int(choice) == 0 and int(method) == 0, (choice, method)
@@ -255,8 +265,16 @@ def install(monkeypatch) -> Emulator:
 
     from gemmlab.runtime import tma
     monkeypatch.setattr(tma, "_encode", lambda *a, backend=None: FakeMap(*a))
+    # What a rung's own arguments launch and allocate (wgmma's staging copy), on the emulator too.
+    from gemmlab.runtime import launch as rt_launch
+    monkeypatch.setattr(rt_launch, "launch", emu.launch)
+    monkeypatch.setattr(rt_launch, "device_workspace", lambda gpu, stream, nbytes, what, hint="":
+                        _Workspace(emu, nbytes))
+    monkeypatch.setattr(rt_launch, "stream_is_capturing", lambda stream: False)
 
     def load_kernel(source, name, arch):
+        if name == registry.PACK16_KERNEL:
+            return "pack16"
         for d in registry.SPLITK_REDUCE_DTYPES:
             if name == registry.splitk_reduce_kernel(d):
                 return ReduceKernel(d)

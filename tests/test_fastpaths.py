@@ -168,14 +168,38 @@ def test_small_m_keeps_its_rule(M, N, K, expect):
     assert p.spec.name == expect[0] and {k: p.params[k] for k in expect[1]} == expect[1], p.describe()
 
 
-def test_odd_vocabulary_products_keep_mma_pipelined():
-    """dY @ W with K = 50257 and dY.t() @ x with a row of 50257: TMA cannot read dY in place; without
-    a staging copy mma_pipelined runs them, 64 x 64 for the 24 large tiles of dY @ W (the model agrees
-    with the rule), 128 x 256 for the weight gradient."""
+def test_odd_vocabulary_input_gradient_stages_its_operand_for_wgmma():
+    """dY @ W with K = 50257: TMA cannot read dY's rows (100514 bytes) in place.  On the operands
+    as they are, mma_pipelined would take 64 x 64 tiles (24 tiles of 128 x 256 for 132 SMs) and
+    cannot split K; the model prefers one copy of dY to the 16-byte grid, then wgmma split over K."""
     p = _plan(_stored((1024, 50257)), _stored((50257, 768)), "bfloat16")
-    assert p.spec.name == "mma_pipelined" and p.params["BM"] == 64 and p.reason.startswith("the tile-count rule, kept")
+    assert p.spec.name == "wgmma" and p.problem.stage and not p.problem.tma_aligned, p.describe()
+    assert (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == (128, 256, 5)
+    assert p.reason.startswith("cost model: ") and "a copy of 98.2 MiB" in p.reason and not p.fallback_reason
+    # Only dY is copied: W's rows (768 elements) are on the grid.
+    assert "98.2 MiB" in wgmma.wgmma_staging_choice(1024, 768, 50257, 132, 1, "bfloat16", 1024 * 50257 * 2)[1]
+
+
+def test_odd_vocabulary_weight_gradient_and_attention_do_not_stage():
+    """dY.t() @ x (50257 x 768 x 1024): 1179 tiles of 128 x 256 keep the SMs busy on the operands as
+    they are, the copy would cost more than wgmma saves; likewise P @ V, which reads P about once."""
     p = _plan(_stored((1024, 50257)).T, _stored((1024, 768)), "bfloat16")
-    assert p.spec.name == "mma_pipelined" and p.params == mma_pipelined.SPEC.defaults()
+    assert p.spec.name == "mma_pipelined" and p.params == mma_pipelined.SPEC.defaults() and not p.problem.stage
+    assert "staging for wgmma would take" in p.fallback_reason and "no faster than" in p.fallback_reason
+    p = _plan(_stored((BH, S, S)), _stored((BH, S, D)), "bfloat16")
+    assert p.spec.name == "mma_pipelined" and "staging for wgmma would take" in p.fallback_reason
+
+
+def test_staging_is_for_auto_and_16_bit_only():
+    named = gemmlab.plan("wgmma", 1024, 768, 50257, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a",
+                         tma_aligned=False)
+    assert named.spec.name == "mma_pipelined" and not named.problem.stage     # a named wgmma falls back
+    tf32 = gemmlab.plan("auto", 1024, 768, 50257, dtype="tf32", out_dtype="float32", arch="sm_90a",
+                        tma_aligned=False)
+    assert not tf32.problem.stage   # TF32 packs in its own argument builder (tf32_pack)
+    auto = gemmlab.plan("auto", 1024, 768, 50257, dtype="float16", out_dtype="float16", arch="sm_90a",
+                        tma_aligned=False)
+    assert auto.spec.name == "wgmma" and auto.problem.stage
 
 
 # -- what the model changes, and what it keeps --------------------------------------------------------
@@ -247,6 +271,37 @@ def test_batched_odd_product_end_to_end_on_the_emulated_gpu(monkeypatch):
     ref = pm.astype(np.float64) @ v.astype(np.float64)
     assert np.abs(out - ref).max() <= 2e-2 * np.abs(ref).max()
     assert [grid for _, grid in emu.launches] == [(4, 1, BH)]   # ceil(197/64) x ceil(64/64) tiles a matrix
+
+
+@pytest.mark.parametrize("shape, ops, batch", [
+    ((128, 384, 20001), "NN", 1),       # dY @ W, K odd: A's rows off the grid; split 16 over K
+    ((257, 384, 20000), "TN", 1),       # dY.t() @ x with an odd row: A^T's rows off the grid
+    ((100, 200, 20001), "NT", 2),       # x @ W.t(), K odd: both operands, a batch with odd strides
+    ((64, 256, 30001), "NN", 2),        # a batch sharing B (stride 0): A copied per matrix, B once
+])
+def test_staging_copy_end_to_end_on_the_emulated_gpu(monkeypatch, shape, ops, batch):
+    """The staging copy as launched: pack16 copies each operand TMA cannot read (every matrix of a
+    batch) into a workspace with rows padded to 16 bytes, then wgmma reads it through tensor maps
+    (the emulator checks their alignment), split over K; the result right."""
+    emu = emulated_gpu.install(monkeypatch)
+    M, N, K = shape
+    rng = np.random.default_rng(M + K)
+    lead = (batch,) if batch > 1 else ()
+    a = emu.keep(rng.standard_normal(lead + ((M, K) if ops[0] == "N" else (K, M))).astype(np.float16))
+    b_lead = () if shape == (64, 256, 30001) else lead
+    b = emu.keep(rng.standard_normal(b_lead + ((K, N) if ops[1] == "N" else (N, K))).astype(np.float16))
+    a_op = a if ops[0] == "N" else a.swapaxes(-1, -2)
+    b_op = b if ops[1] == "N" else b.swapaxes(-1, -2)
+    out = gemmlab.matmul(a_op, b_op)
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and p.problem.stage and p.params["SPLITK"] > 1, p.describe()
+    packs = [grid for kernel, grid in emu.launches if kernel == "pack16"]
+    a_off = ops[0] == "N"     # K odd: A's stored rows are K long (or M = 257 long in TN)
+    b_off = ops[1] == "T"     # x @ W.t(): W stored N x K, rows K long
+    assert len(packs) == a_off + b_off or (ops == "TN" and len(packs) == 1), packs
+    assert all(g[2] == batch for g in packs[:1]) if a_off else True
+    ref = a_op.astype(np.float64) @ b_op.astype(np.float64)
+    assert np.abs(out.astype(np.float64) - ref).max() <= 1e-2 * np.abs(ref).max()
 
 
 # -- on a GPU: every configuration the model picks, against FP64 -----------------------------------------

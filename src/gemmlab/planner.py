@@ -458,7 +458,8 @@ def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
          gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
          op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
-         gpu_name: str = "this GPU", smem_limit: int | None = None, **tile_params) -> Plan:
+         gpu_name: str = "this GPU", smem_limit: int | None = None, stage_bytes: int | None = None,
+         **tile_params) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
     Without tile parameters, a named kernel (and ``"auto"``) takes the
@@ -488,6 +489,12 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     reason in ``Plan.fallback_reason``, ``Plan.describe()`` and a debug message
     on the ``gemmlab`` logger.
 
+    With ``"auto"``, a 16-bit product whose operands TMA cannot read in place may
+    still run on wgmma, after a staging copy of those operands into an aligned
+    workspace (``stage_bytes`` of them; None: all of A and B), where the cost model
+    says the copy costs less than the fallback loses (wgmma_staging_choice; the
+    plan's ``problem.stage`` and ``reason`` say so).
+
     ``smem_limit`` is the dynamic shared memory a block may have on the GPU
     (None: the table's figure for ``arch``, runtime.device.ARCH_LIMITS).  A
     default, tuned or auto configuration beyond it is replaced by the nearest
@@ -501,6 +508,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     if kernel != "auto":
         registry.get(kernel)          # an unknown name fails here, tuned table or not
     explicit = bool(tile_params)      # the caller's own SPLITK is kept, batch or not
+    auto = kernel == "auto"
     if gpu_slug:
         note_untuned(gpu_slug)
     if smem_limit is None:
@@ -554,6 +562,13 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     # copies -> wmma_warptile, which reads every layout).
     whys = []
     reason = spec.why_unusable(problem)
+    if reason and auto:   # wgmma on aligned copies of the operands, where the copy pays
+        staged, stage_why = _staging(spec, problem, M, N, K, sm_count, batch, stage_bytes)
+        if staged is not None:
+            problem, params, auto_why, reason = dataclasses.replace(problem, stage=True), spec.resolve(staged), \
+                stage_why, None
+        elif stage_why:
+            whys.append(stage_why)
     while reason:
         fallback = registry.get(spec.fallback)
         whys.append(f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead")
@@ -569,6 +584,19 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     params, limit_why = fit_smem(spec, params, problem, smem_limit, gpu_name)
     return Plan(spec, params, problem, spec.name_expression(params, problem), reason=auto_why,
                 fallback_reason="; ".join(whys), limit_reason=limit_why)
+
+
+def _staging(spec: KernelSpec, problem: Problem, M: int, N: int, K: int, sm_count: int, batch: int,
+             stage_bytes: int | None) -> tuple[dict | None, str]:
+    """(wgmma's parameters, why) where wgmma, refused only because TMA cannot read the operands
+    in place, should run on staging copies of them; (None, why not) or (None, "") where
+    staging does not apply (another rung, dtype or refusal)."""
+    if spec.name != "wgmma" or problem.dtype not in ("float16", "bfloat16") or problem.tma_aligned or \
+            spec.why_unusable(dataclasses.replace(problem, stage=True)):
+        return None, ""
+    if stage_bytes is None:
+        stage_bytes = (M * K + K * N) * ITEMSIZE[problem.dtype] * max(batch, 1)
+    return registry.wgmma_staging_choice(M, N, K, sm_count, batch, problem.dtype, stage_bytes)
 
 
 def _dtype_arg(value, name: str) -> str | None:
@@ -767,14 +795,23 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
     128 x 96 tiles over K by the same rule (ec_wgmma_auto_split)."""
     ia = kv.itemsize["A"]
     batch_strides = [bt.strides[:2]] + [off[:2] for off in bt.offsets]
-    tma_ok = tma_aligned(kv.ptrs["A"], kv.M if kv.A.layout == "N" else call.K, kv.A.ld, kv.ptrs["B"],
-                         call.K if kv.B.layout == "N" else kv.N, kv.B.ld, ia) \
-        and all((s * ia) % 16 == 0 for st in batch_strides for s in st)
+    # Each operand: can TMA read it in place (base, rows, every batch stride on the 16-byte grid)?
+    readable = [tma_aligned(kv.ptrs[k], rows, side.ld, 0, 0, 0, ia) and all((st[i] * ia) % 16 == 0
+                                                                           for st in batch_strides)
+                for i, (k, side, rows) in enumerate((("A", kv.A, kv.M if kv.A.layout == "N" else call.K),
+                                                     ("B", kv.B, call.K if kv.B.layout == "N" else kv.N)))]
+    tma_ok = all(readable)
+    # What a staging copy would move: the operands TMA cannot read, every matrix of a launch
+    # (a matrix the batch shares, stride 0, once).
+    stage_bytes = sum(rows * cols * ia * (bt.nz if stride else 1)
+                      for ok, rows, cols, stride in ((readable[0], kv.M, call.K, bt.strides[0]),
+                                                     (readable[1], call.K, kv.N, bt.strides[1])) if not ok)
 
     def planned(kernel, tile_params):
         return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
                     op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok,
-                    gpu_name=gpu.name, smem_limit=gpu.max_smem_per_block_optin, **call.dtypes, **tile_params)
+                    gpu_name=gpu.name, smem_limit=gpu.max_smem_per_block_optin, stage_bytes=stage_bytes,
+                    **call.dtypes, **tile_params)
     p = planned(kernel, tile_params)
     if precision != "fp16_ec" or p.spec.name != "ec_wgmma" or {"BN", "FOLD"} & set(tile_params):
         return p

@@ -105,9 +105,10 @@ def predict(M: int, N: int, K: int, tile: Tile, machine: Machine, *, batch: int 
     return Estimate(body + launches * machine.launch_s, reason, tile)
 
 
-def copy_time(nbytes: int, machine: Machine) -> float:
-    """An operand copied once (read and written) by one more launch."""
-    return 2 * nbytes / machine.dram_bw + machine.launch_s
+def copy_time(nbytes: int, machine: Machine, efficiency: float = 1.0) -> float:
+    """An operand copied once (read and written) by one more launch, at ``efficiency`` of
+    the DRAM bandwidth."""
+    return 2 * nbytes / (machine.dram_bw * efficiency) + machine.launch_s
 
 
 def best(estimates, *, incumbent: Estimate | None = None, margin: float = 0.85) -> Estimate:

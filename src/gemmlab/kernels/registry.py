@@ -24,9 +24,9 @@ from .simt.splitk_reduce import (SPLITK_REDUCE_DTYPES, SPLITK_REDUCE_KERNEL, SPL
 from .tensor import wmma, wmma_warptile, mma_pipelined, wgmma
 from .tensor.wmma import TC_VARIANTS, TC_WARPS_PER_BLOCK  # noqa: F401
 from .tensor.mma_pipelined import MMA_SMEM_LIMIT, sized_choice as mma_sized_choice  # noqa: F401
-from .tensor.wgmma import (TF32_PACK_KERNELS, TF32_PACK_SOURCE, TF32_PACK_THREADS, TF32_PACK_TILE,  # noqa: F401
+from .tensor.wgmma import (PACK16_KERNEL, TF32_PACK_KERNELS, TF32_PACK_SOURCE, TF32_PACK_THREADS, TF32_PACK_TILE,  # noqa: F401
                            WGMMA_EPI_BYTES, WGMMA_MIN_K_STEPS_PER_SLICE, WGMMA_SM90, WGMMA_SMEM_LIMIT,
-                           wgmma_auto_choice, wgmma_auto_params, wgmma_rule_params, wgmma_auto_split, wgmma_narrow_tile, wgmma_tile)
+                           wgmma_auto_choice, wgmma_auto_params, wgmma_rule_params, wgmma_staging_choice, wgmma_auto_split, wgmma_narrow_tile, wgmma_tile)
 from .ec import ec_wmma, ec_wgmma
 from .ec.ec_wgmma import (EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE, EC_SPLIT_PACK_THREADS,  # noqa: F401
                           EC_SPLIT_PACK_TILE, EC_WGMMA_BM, EC_WGMMA_BN, EC_WGMMA_DEFAULT_BN, EC_WGMMA_UNSCALED_PARAMS,

@@ -97,6 +97,9 @@ class Problem:
     # has no stride to check).  Only the wgmma rung (16-bit inputs) needs it.
     tma_aligned: bool = True
     sm_count: int = 132         # the GPU's multiprocessors, for persistent grids
+    # Operands TMA cannot read in place are first copied into an aligned workspace
+    # (wgmma, 16-bit: where the planner's cost model says the copy pays).
+    stage: bool = False
 
     def with_layout(self, op_a: str, op_b: str) -> "Problem":
         return dataclasses.replace(self, op_a=op_a, op_b=op_b)

@@ -47,3 +47,27 @@ tf32_pack(int rows, int cols, const float* __restrict__ src, int ld, float* __re
 }
 
 }  // namespace gemmlab
+
+namespace gemmlab {
+
+// pack16: the staging copy of a 16-bit operand TMA cannot read in place (a row stride,
+// base or batch stride off the 16-byte grid: a vocabulary of odd size), for the wgmma
+// rung: dst (rows x cols, rows ldd apart) = src, bit for bit.  Consecutive threads take
+// consecutive columns of a row, so reads and writes are coalesced; blockIdx.y walks the
+// rows, blockIdx.z the matrices of a batch (src_stride / dst_stride elements apart).
+constexpr int PACK16_THREADS = 256;
+
+__global__ void __launch_bounds__(PACK16_THREADS)
+pack16(int rows, int cols, const unsigned short* __restrict__ src, int ld, unsigned short* __restrict__ dst,
+       int ldd, long long src_stride, long long dst_stride) {
+    src += blockIdx.z * src_stride;
+    dst += blockIdx.z * dst_stride;
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const unsigned short* s = src + (long long)r * ld;
+        unsigned short* d = dst + (long long)r * ldd;
+        for (int c = blockIdx.x * PACK16_THREADS + threadIdx.x; c < cols; c += gridDim.x * PACK16_THREADS)
+            d[c] = s[c];
+    }
+}
+
+}  // namespace gemmlab

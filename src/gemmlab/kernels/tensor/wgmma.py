@@ -16,9 +16,10 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, maps_backend, tensor_map, tma_aligned
-from ..cost import Machine, Tile, best, predict
+from ..cost import Estimate, Machine, Tile, best, copy_time, predict
 from ..spec import KERNEL_DIR, LAYOUTS, TYPE_CODES, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
 from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
+from .mma_pipelined import sized_estimates, sized_params
 from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
 
@@ -38,6 +39,8 @@ TF32_PACK_SOURCE = KERNEL_DIR / "tensor" / "tf32_pack.cu"
 TF32_PACK_KERNELS = ("gemmlab::tf32_pack<false>", "gemmlab::tf32_pack<true>")
 _P = read_constants("tensor/tf32_pack.cu")
 TF32_PACK_TILE, TF32_PACK_THREADS = _P["TF32_PACK_TILE"], _P["TF32_PACK_THREADS"]
+# The 16-bit staging copy of the same file (an operand TMA cannot read, copied bit for bit).
+PACK16_KERNEL, PACK16_THREADS = "gemmlab::pack16", _P["PACK16_THREADS"]
 
 
 def wgmma_smem(p) -> int:
@@ -90,7 +93,7 @@ def _unusable(prob: Problem) -> str | None:
     if prob.dtype == "tf32" and (prob.op_a, prob.op_b) != ("N", "N"):
         return (f"its TF32 path (C^T = B^T A^T, the TF32 wgmma has no transpose bit) reads row-major a and b "
                 f"(NN) only, not {prob.op_a}{prob.op_b}")
-    if prob.dtype in ("float16", "bfloat16") and not prob.tma_aligned:
+    if prob.dtype in ("float16", "bfloat16") and not prob.tma_aligned and not prob.stage:
         return ("TMA needs a and b at 16-byte aligned addresses with leading dimensions whose byte size "
                 "is a multiple of 16 (for 16-bit elements: a multiple of 8 elements), and in a batch strides "
                 "between matrices that are multiples of 16 bytes too (or 0: a shared matrix)")
@@ -240,6 +243,32 @@ def wgmma_auto_choice(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
     return params, f"cost model over wgmma's tile rules: {chosen} against {incumbent}"
 
 
+# The staging copy (pack16) moves 2-byte elements from rows off the 16-byte grid: the model
+# gives it this share of the DRAM bandwidth.
+PACK16_EFFICIENCY = 0.6
+
+
+def wgmma_staging_choice(M: int, N: int, K: int, sm_count: int, batch: int, dtype: str,
+                         stage_bytes: int) -> tuple[dict | None, str]:
+    """Whether a 16-bit product whose operands TMA cannot read in place runs on wgmma after a
+    staging copy of ``stage_bytes`` (kernel_args' pack16, rows padded to 16 bytes), rather than on
+    its fallback, mma_pipelined, reading them as they are: (wgmma's parameters, why) where the
+    cost model predicts the copy and wgmma faster than the fallback by more than its margin, else
+    (None, why not).  A long K on few output tiles pays (a vocabulary's dY @ W: wgmma splits K, the
+    fallback cannot); a product that reads its operands about once does not (attention's P @ V)."""
+    params, _ = wgmma_auto_choice(M, N, sm_count, batch, K, dtype)
+    machine = Machine(sm_count)
+    gemm = wgmma_estimate(M, N, K, params, sm_count, batch, dtype)
+    copy = copy_time(stage_bytes, machine, PACK16_EFFICIENCY)
+    staged = Estimate(gemm.seconds + copy, f"a copy of {stage_bytes / 2**20:.1f} MiB to the 16-byte grid "
+                                           f"({copy * 1e6:.1f} us), then {gemm}")
+    large, small = sized_estimates(M, N, K, sm_count, batch)
+    fallback = small if sized_params(M, N, K, sm_count, batch) else large
+    if best([staged], incumbent=fallback) is fallback:
+        return None, f"staging for wgmma would take {staged}, no faster than mma_pipelined's {fallback}"
+    return params, f"cost model: {staged} against mma_pipelined's {fallback} on the operands as they are"
+
+
 def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
                       dtype: str = "bfloat16") -> dict:
     """wgmma's tile for ``kernel="auto"``: see wgmma_auto_choice."""
@@ -278,6 +307,44 @@ def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
                       batch=nz, batch_stride=sc)
 
 
+def _tma_readable(ptr: int, rows: int, cols: int, ld: int, batch: tuple[int, int]) -> bool:
+    """Whether a 16-bit matrix (or batch of them, (matrices, element stride)) stored rows x cols
+    with leading dimension ld can be read through a tensor map in place."""
+    return tma_aligned(ptr, rows, ld, 0, 0, 0, 2) and (batch[1] * 2) % 16 == 0
+
+
+def staged_ld(cols: int) -> int:
+    """The leading dimension of a staging copy: rows padded to a multiple of 16 bytes (8 elements)."""
+    return -(-max(cols, 1) // 8) * 8
+
+
+def _stage16(gpu, stream: int, operands):
+    """Copy each 16-bit operand (pointer, rows, cols, ld, (matrices, stride)) TMA cannot read into
+    one stream-ordered workspace, rows padded to 16 bytes, every matrix of a batch after the other
+    (pack16 of tf32_pack.cu, on the caller's stream); returns the workspace, which the caller
+    closes after the kernel that reads it, and {id(operand): the copy, as the operand}."""
+    from ...runtime import compile as rt_compile
+    from ...runtime.launch import device_workspace, launch
+    sizes = [2 * n * rows * staged_ld(cols) for _, rows, cols, _, (n, _) in operands]
+    ws = device_workspace(gpu, stream, sum(sizes), "wgmma, for an aligned copy of an operand TMA cannot read in "
+                                                   "place,")
+    try:
+        kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, PACK16_KERNEL, gpu.arch)
+        copies, at = {}, int(ws.handle)
+        for x, size in zip(operands, sizes):
+            ptr, rows, cols, ld, (n, stride) = x
+            ldd = staged_ld(cols)
+            grid = (min(cdiv(max(cols, 1), PACK16_THREADS), 64), max(1, min(rows, 65535)), n)
+            launch(kernel, grid, (PACK16_THREADS, 1, 1), 0, stream, np.int32(rows), np.int32(cols), ptr, np.int32(ld),
+                   at, np.int32(ldd), np.int64(stride), np.int64(rows * ldd))
+            copies[id(x)] = (at, rows, cols, ldd, (n, rows * ldd if n > 1 else 0))
+            at += size
+    except BaseException:
+        ws.close(stream)
+        raise
+    return ws, copies
+
+
 @contextmanager
 def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     """The wgmma rung's arguments: the standard eleven, the batch strides (layout.cuh;
@@ -309,17 +376,29 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     tail = (np.int32(splits),)
     za, zb = _batch_of(ops, sa), _batch_of(ops, sb)
     if pr.dtype in ("float16", "bfloat16"):
-        if pr.op_a == "N":   # M x K, K-major
-            map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, pr.dtype, p["BM"], 64, batch=za[0], batch_stride=za[1])
-        else:                # K x M, M-major
-            map_a = tensor_map(ops.A, pr.K, pr.M, ops.lda, pr.dtype, 64, 64, batch=za[0], batch_stride=za[1])
-        if pr.op_b == "N":   # K x N, N-major
-            map_b = tensor_map(ops.B, pr.K, pr.N, ops.ldb, pr.dtype, 64, 64, batch=zb[0], batch_stride=zb[1])
-        else:                # N x K, K-major
-            map_b = tensor_map(ops.B, pr.N, pr.K, ops.ldb, pr.dtype, p["BN"] // p["CLUSTER"], 64, batch=zb[0],
-                               batch_stride=zb[1])
-        map_c = _c_map(pr, ops, beta, 64) if splits == 1 else None
-        yield args + (map_a, map_b, map_c if map_c is not None else map_a, np.int32(map_c is not None)) + tail
+        # A and B as stored: (pointer, rows, columns, leading dimension, (matrices, batch stride)).
+        a = (ops.A,) + ((pr.M, pr.K) if pr.op_a == "N" else (pr.K, pr.M)) + (ops.lda, za)
+        b = (ops.B,) + ((pr.K, pr.N) if pr.op_b == "N" else (pr.N, pr.K)) + (ops.ldb, zb)
+        staged = [x for x in (a, b) if not _tma_readable(*x)]
+        ws, be = None, None
+        if staged:
+            if not pr.stage:
+                raise ValueError("wgmma: an operand TMA cannot read in place, and the plan did not ask for a "
+                                 "staging copy (the planner falls back instead)")
+            ws, copies = _stage16(gpu, stream, staged)
+            a, b = (copies.get(id(x), x) for x in (a, b))
+            be = maps_backend(stream)
+        try:
+            (pa, ra, ca, lda, (na, sta)), (pb, rb, cb, ldb, (nb, stb)) = a, b
+            box_a = (p["BM"], 64) if pr.op_a == "N" else (64, 64)     # K-major M x K, or M-major K x M
+            box_b = (64, 64) if pr.op_b == "N" else (p["BN"] // p["CLUSTER"], 64)   # N-major K x N, or K-major
+            map_a = tensor_map(pa, ra, ca, lda, pr.dtype, *box_a, be, batch=na, batch_stride=sta)
+            map_b = tensor_map(pb, rb, cb, ldb, pr.dtype, *box_b, be, batch=nb, batch_stride=stb)
+            map_c = _c_map(pr, ops, beta, 64, be) if splits == 1 else None
+            yield args + (map_a, map_b, map_c if map_c is not None else map_a, np.int32(map_c is not None)) + tail
+        finally:
+            if ws is not None:
+                ws.close(stream)   # in stream order, after the kernel that reads the copies
         return
     if pr.dtype != "tf32":
         raise TypeError(f"wgmma computes float16, bfloat16 and tf32, not {pr.dtype}")
