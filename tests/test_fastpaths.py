@@ -375,3 +375,98 @@ def test_gpu_small_m(dtype, M):
     dy, w2 = _rand(M, N, dtype=dtype), _rand(N, K, dtype=dtype)
     p, _ = wgmma.wgmma_auto_choice(M, K, sm, 1, N, dtype)
     _check(dy, w2, "wgmma", {k: p[k] for k in ("BM", "BN", "STAGES", "SPLITK")}, dtype)
+
+
+STAGED = [((128, 384, 20001), "NN", 1), ((257, 384, 20000), "TN", 1), ((100, 200, 20001), "NT", 2),
+          ((65, 130, 30001), "TT", 3), ((1024, 768, 50257), "NN", 1)]
+
+
+def _operands(shape, ops, batch, dtype, offset=0):
+    """op(a), op(b) of fresh random values stored as ``ops`` says (N: row-major, T: a transposed
+    view), ``offset`` elements into their buffers (a base off the 16-byte grid)."""
+    M, N, K = shape
+    lead = (batch,) if batch > 1 else ()
+
+    def make(rows, cols):
+        n = batch * rows * cols
+        return _rand(n + offset, dtype=dtype)[offset:].view(lead + (rows, cols))
+    a = make(M, K) if ops[0] == "N" else make(K, M).transpose(-1, -2)
+    b = make(K, N) if ops[1] == "N" else make(N, K).transpose(-1, -2)
+    return a, b
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("shape, ops, batch", STAGED, ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+def test_gpu_staging_copy(dtype, shape, ops, batch):
+    """Operands TMA cannot read (rows of an odd length) copied to the 16-byte grid, then wgmma split
+    over K, in every layout and in batches, against FP64 into a NaN-poisoned out."""
+    torch.manual_seed(shape[2])
+    a, b = _operands(shape, ops, batch, dtype)
+    _check(a, b, "wgmma", {}, dtype)
+    assert gemmlab.last_plan().problem.stage, gemmlab.last_plan().describe()
+
+
+@pytest.mark.gpu
+@hopper
+def test_gpu_staging_copy_of_an_offset_base_with_alpha_and_beta():
+    """A base 2 bytes off the grid (rows of 20008 elements are on it), alpha and beta, into an out
+    with padded rows: C = alpha * A B + beta * C."""
+    torch.manual_seed(7)
+    M, N, K = 128, 384, 20008
+    a, b = _operands((M, N, K), "NN", 1, "bfloat16", offset=1)
+    base = _rand(M, N + 8, dtype="bfloat16")
+    out = base[:, :N]
+    before, padding = out.double().clone(), base[:, N:].clone()
+    gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and p.problem.stage, p.describe()
+    ref = 0.5 * (a.double() @ b.double()) + 2.0 * before
+    assert ((out.double() - ref).norm() / ref.norm()).item() < BOUND["bfloat16"]
+    assert torch.equal(base[:, N:], padding)   # the row padding of out untouched
+
+
+@pytest.mark.gpu
+@hopper
+def test_gpu_staging_copy_in_a_cuda_graph():
+    """The staged call captured in a CUDA graph (its workspace and copy stream-ordered, its tensor
+    maps encoded by the driver under capture) and replayed on new values of the same arrays."""
+    torch.manual_seed(11)
+    a, b = _operands((128, 384, 20001), "NN", 1, "float16")
+    out = torch.empty(128, 384, device="cuda", dtype=torch.float16)
+    gemmlab.matmul(a, b, out=out)          # compile and prepare outside the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        gemmlab.matmul(a, b, out=out)
+    a.copy_(torch.randn_like(a))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert gemmlab.last_plan().problem.stage
+    ref = a.double() @ b.double()
+    assert not torch.isnan(out).any()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < BOUND["float16"]
+
+
+@pytest.mark.parametrize("shape, ops, batch", STAGED + [((128, 384, 20008), "NN", 1)])
+def test_the_gpu_staging_shapes_are_staged(shape, ops, batch):
+    """The shapes test_gpu_staging_copy runs are ones the model stages (planned on the emulated H200;
+    the last is the offset base of test_gpu_staging_copy_of_an_offset_base_with_alpha_and_beta)."""
+    M, N, K = shape
+    lead = (batch,) if batch > 1 else ()
+    offset = 1 if K == 20008 else 0
+    a = _stored(lead + ((M, K) if ops[0] == "N" else (K, M)), offset=offset)
+    b = _stored(lead + ((K, N) if ops[1] == "N" else (N, K)))
+    p = _plan(a if ops[0] == "N" else a.swapaxes(-1, -2), b if ops[1] == "N" else b.swapaxes(-1, -2), "bfloat16")
+    assert p.spec.name == "wgmma" and p.problem.stage, p.describe()
+
+
+def test_pack16_compiles_for_hopper_without_spills():
+    from gemmlab.inspect import compile_module, parse_ptxas_log
+    module = compile_module(registry.TF32_PACK_SOURCE, [registry.PACK16_KERNEL], "sm_90a")
+    found = parse_ptxas_log(module.log)[module.symbols[registry.PACK16_KERNEL]]
+    assert found.spill_store_bytes == 0 and found.spill_load_bytes == 0
