@@ -16,10 +16,9 @@ TC_VARIANTS_ALIGNED = TC_VARIANTS + tuple(Problem(1, 1, 1, False, p.dtype, p.out
 
 
 # The two block shapes sized_params chooses between, as the cost model sees them: each
-# tile's share of the SM's tensor peak at full occupancy and the blocks an SM holds
-# (64 x 64: 104 registers a thread, 4 blocks of 128 threads; 128 x 256: one block of
-# 256 threads at up to 255 registers), from the H100 runs of benchmarks/NOTES.md
-# (run M2: 410 TFLOPS at 2048^3 on 128 x 256, 255 on 64 x 64).
+# tile's share of the SM's tensor peak at full occupancy (rounded from run M2,
+# benchmarks/NOTES.md) and the blocks an SM holds (64 x 64: 4 blocks of 128 threads, by
+# their registers; 128 x 256: one block of 256 threads at up to 255 registers).
 SMALL_TILE = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
 SMALL_COST = Tile(64, 64, 32, 0.30, blocks_per_sm=4, label="64x64")
 LARGE_COST = Tile(128, 256, 64, 0.55, label="128x256")

@@ -140,7 +140,8 @@ def wgmma_narrow_tile(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> 
 
 def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
                       dtype: str = "bfloat16") -> dict:
-    """wgmma's tile by the rules written from measurements (what wgmma_auto_choice starts from) for ``kernel="auto"``: 128x256 (the fastest per tile) unless its tiles
+    """wgmma's tile by the rules written from measurements, where wgmma_auto_choice starts:
+    128x256 (the fastest per tile) unless its tiles
     -- of every matrix of a batch, which one launch takes -- would fill fewer than half
     the SMs; then 64x128, four times as many tiles.  Measured on an H100 (132 SMs), BF16:
     at 1024^3 (32 tiles of 128x256) 64x128 reached 82% of cuBLAS where 128x256 reached
@@ -186,8 +187,8 @@ def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
 
 
 # Each wgmma tile's share of the SM's 16-bit tensor peak at full occupancy, as the cost
-# model takes it (rounded from the H100 sweeps of benchmarks/NOTES.md, runs 82 and 88:
-# 128x256 near 80% at large sizes, 64-row tiles with one consumer warpgroup well below).
+# model takes it: rounded from the H100 sweeps of runs 82 and 88 (benchmarks/NOTES.md);
+# 64-row tiles have one consumer warpgroup, so less of the peak.
 WGMMA_TILE_EFFICIENCY = {(128, 256): 0.80, (128, 128): 0.72, (128, 64): 0.60, (64, 256): 0.62, (64, 128): 0.58,
                          (64, 64): 0.45}
 
