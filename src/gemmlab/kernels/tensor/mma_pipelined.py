@@ -17,9 +17,8 @@ TC_VARIANTS_ALIGNED = TC_VARIANTS + tuple(Problem(1, 1, 1, False, p.dtype, p.out
 def sized_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict:
     """The defaults (128 x 256 x 64 tiles) when they give at least half of the SMs
     a block (a batch's products launched together count as more tiles); below
-    that, 64 x 64 tiles, eight times as many.  On an H100 (run M2, FP16): at
-    2048^3 (128 tiles for 132 SMs) the defaults reach 410 TFLOPS and 64 x 64 255;
-    at 1024^3 (32 tiles) the defaults 91 and 64 x 64 152."""
+    that, 64 x 64 tiles, eight times as many: at 2048^3 (128 tiles for 132 SMs) the
+    defaults were faster on an H100, at 1024^3 (32 tiles) 64 x 64 (benchmarks/NOTES.md)."""
     if 2 * -(-M // 128) * -(-N // 256) * batch >= sm_count:
         return {}
     return {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
@@ -69,8 +68,8 @@ SPEC = KernelSpec(
                    "gives a block up to 163 KiB)",
                    lambda p: mma_smem(p) <= MMA_SMEM_LIMIT),
     ),
-    # Defaults: the fastest at 4096^3 and beyond of the configurations measured on an H100 (run M2,
-    # benchmarks/NOTES.md); 256 x 128 x 64 was within 2% of it.
+    # Defaults: the fastest at 4096^3 and beyond of the configurations measured on an H100
+    # (benchmarks/NOTES.md); 256 x 128 x 64 came close.
     template_args=lambda p, prob: tc_type_args(prob) + (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["STAGES"],
                                                          prob.aligned16),
     geometry=lambda p, prob: Launch(grid=(tiles(prob, p["BM"], p["BN"]), 1, 1), block=(tc_threads(p), 1, 1),
