@@ -163,6 +163,7 @@ def blocks() -> dict[str, dict[str, str]]:
     out = {"README.md": {"fp32-ladder": rung_table(FP32_LADDER), "tensor-ladder": rung_table(TENSOR_LADDER),
                          "ec-ladder": ec_table(EC_RUN), "gemv": gemv_table(MODELS_RUN)}}
     out["docs/simt/README.md"] = {"fp32-ladder": out["README.md"]["fp32-ladder"]}
+    out["docs/tensor/README.md"] = {"tensor-ladder": out["README.md"]["tensor-ladder"]}
     for page in PAGES:
         out[page] = {"measured-effect": page_table(page)}
     return out
