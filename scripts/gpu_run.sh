@@ -10,8 +10,7 @@
 # backward, attention's batched products) beside torch.matmul (MODELS_ARGS adds options,
 # e.g. "--dtype bf16 --tokens 2048"; TUNE_ARGS="--suite models" tunes its shapes).
 # "ec" times the error-corrected methods beside cuBLAS SGEMM and tabulates their accuracy
-# (EC_BENCH_ARGS, EC_ACCURACY_ARGS), then fp32_tc's exponent histogram beside its variants
-# (benchmarks/experiments/ab_histogram.py: $OUT/histogram-ab.json).
+# (EC_BENCH_ARGS, EC_ACCURACY_ARGS).
 # "train" trains examples/train_fp32_tc.py's small transformer four ways (fp32, TF32,
 # bf16 autocast, gemmlab.torch.fp32_tc()): $OUT/train.json and train.png (TRAIN_ARGS).
 # "tp" runs examples/tensor_parallel.py with torchrun over every GPU of the machine,
@@ -75,7 +74,6 @@ if has ec; then
   timeout 600 gemmlab bench --suite ec ${EC_BENCH_ARGS:-} --json "$OUT/ec-bench.json" 2>&1 | tee -a "$log"
   timeout 600 gemmlab accuracy ${EC_ACCURACY_ARGS:-} --json "$OUT/ec-accuracy.json" --plot "$OUT/ec-accuracy.png" \
     2>&1 | tee -a "$log"
-  timeout 120 python3 benchmarks/experiments/ab_histogram.py --json "$OUT/histogram-ab.json" 2>&1 | tee -a "$log"
 fi
 if has sweep; then
   echo "== sweep" | tee -a "$log"

@@ -2,8 +2,8 @@
 without spills, the SASS has the instructions each rung is about, the disk
 cache survives corruption and unusable folders, and the CUDA headers are found.
 
-The first run compiles every legal configuration for two architectures (about a
-minute each); later runs in the same cache folder are fast.  Layouts multiply
+The instantiation matrix (every legal configuration for two architectures)
+is marked compile_matrix: deselected by default, run by `pytest -m compile_matrix`.  Layouts multiply
 the instantiations by four, so not all of them are compiled here: every legal
 configuration in the row-major layout ('N', 'N'), and all four layouts for the
 configurations calls actually get -- each rung's defaults, every configuration
@@ -78,6 +78,10 @@ def instantiations(spec, arch: str = "sm_90a") -> dict[str, tuple[dict, Problem]
         out.setdefault(spec.name_expression(params, prob), (params, prob))
     return out
 
+# The exhaustive set (every instantiation below): `pytest -m compile_matrix`, which CI runs
+# after the default `pytest`; test_arch_compile.py compiles every rung's defaults by default.
+compile_matrix = pytest.mark.compile_matrix
+
 needs_nvdisasm = pytest.mark.skipif(find_disassembler() is None,
                                     reason="nvdisasm not found (pip install 'gemmlab[inspect]')")
 
@@ -141,6 +145,7 @@ def static_smem(spec, p, prob=None):
 
 # -- every instantiation ----------------------------------------------------------------
 
+@compile_matrix
 @pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_every_instantiation_compiles_without_spills(arch, spec, ladder_module):
@@ -219,6 +224,7 @@ def _default_sass(arch, spec, aligned, ladder_module, ladder_sass, op_a="N", op_
     return name, sass_facts(sass[mangled])
 
 
+@compile_matrix
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
 def test_vectorized_uses_128_bit_loads(arch, ladder_module, ladder_sass):
@@ -231,6 +237,7 @@ def test_vectorized_uses_128_bit_loads(arch, ladder_module, ladder_sass):
     assert facts["LDL/STL (local)"] == 0, facts
 
 
+@compile_matrix
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
 def test_vectorized_scalar_variant_has_no_128_bit_global_loads(arch, ladder_module, ladder_sass):
@@ -243,6 +250,7 @@ def test_vectorized_scalar_variant_has_no_128_bit_global_loads(arch, ladder_modu
     assert facts["LDS.128"] > 0, facts     # shared fragments stay 128-bit
 
 
+@compile_matrix
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
@@ -269,6 +277,7 @@ def _global_loads_128(sass: str) -> int:
     return len(re.findall(r"\bLDG\.E\.128\.CONSTANT\b", sass))
 
 
+@compile_matrix
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("reg_transpose", [0, 1])
@@ -298,6 +307,7 @@ def test_pipelined_transposes_rows_along_k_as_configured(arch, reg_transpose, la
         assert tt[0] > 0 and tt[1] == 0 and tt[2] > 0, tt     # A copied, B through registers
 
 
+@compile_matrix
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("kernel", ["blocktile_2d", "vectorized", "warptile", "pipelined"])
@@ -311,6 +321,7 @@ def test_register_tiled_kernels_use_ffma(arch, kernel, ladder_module, ladder_sas
         assert facts["FFMA"] >= p["BK"] * outputs, facts
 
 
+@compile_matrix
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
 def test_tensor_rungs_use_the_tensor_cores(arch, ladder_module, ladder_sass):
@@ -346,6 +357,7 @@ def hopper_path_sass(name, ladder_module, ladder_sass):
     return out
 
 
+@compile_matrix
 @needs_nvdisasm
 def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, ladder_sass):
     """Every instantiation of the wgmma rung runs on the Hopper path (hopper_path_sass),
@@ -376,6 +388,7 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
     assert splits == {(dt, ops, s) for dt, ops in seen for s in (False, True)}, splits
 
 
+@compile_matrix
 @needs_nvdisasm
 def test_ec_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, ladder_sass):
     """ec_wgmma, like the wgmma rung, runs on the Hopper path (hopper_path_sass); per stage
@@ -440,6 +453,7 @@ def test_tf32_pack_compiles_without_spills():
         assert r.smem_bytes == 4 * 32 * 33, name
 
 
+@compile_matrix
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
 def test_mma_pipelined_sass(arch, ladder_module, ladder_sass):
@@ -466,6 +480,7 @@ def test_mma_pipelined_sass(arch, ladder_module, ladder_sass):
         assert f["STG.128"] > 0 if prob.aligned16 else f["STG.128"] == 0, (name, f)
 
 
+@compile_matrix
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
 def test_no_local_memory_anywhere(arch, ladder_module, ladder_sass):

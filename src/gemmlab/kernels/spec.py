@@ -20,7 +20,7 @@ KERNEL_DIR = Path(__file__).resolve().parent
 # -- architectures ------------------------------------------------------------------
 # The lowest target NVRTC 13 (CUDA 13) builds for: it dropped sm_70 and sm_72 (Volta).
 LOWEST_TARGET = 75
-# The targets gemmlab checks every rung against (CI compiles them; README's table):
+# The targets gemmlab checks every rung against (CI compiles them; docs/usage.md's table):
 # Turing, Ampere (A100; RTX 30, A10), Ada (RTX 40, L4, L40S), Hopper, Blackwell (B200; RTX 50).
 KNOWN_TARGETS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120")
 # Where the WMMA fragment maps of wmma_ext.cuh (which the tensor and error-corrected

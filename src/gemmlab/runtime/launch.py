@@ -139,7 +139,7 @@ _scratch_lock = threading.Lock()
 PER_THREAD_STREAM = 2   # CU_STREAM_PER_THREAD
 # Workspaces up to this size are kept per stream (fp32_tc's parts workspace of a 4096^3 product,
 # laid out for either candidate's parts, is 256 MiB; taken from the pool at every call it held up
-# the call's first kernel: benchmarks/NOTES.md, run 94); larger ones belong to products whose kernels take far
+# the call's first kernel: benchmarks/NOTES.md); larger ones belong to products whose kernels take far
 # longer than an allocation, so they come from the pool each call.  The pool keeps what is
 # freed to it either way (its release threshold is unlimited), so keeping costs no memory
 # that the pool would not hold.
@@ -346,7 +346,7 @@ def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -
     call (arguments: NumPy scalars, ints for pointers, cuda.core tensor maps; a
     PackedArgs is packed once).  Straight to the driver's cuLaunchKernelEx with the
     shape's configuration for the stream, which takes less host time than
-    cuda.core.launch (benchmarks/NOTES.md, run 94); through cuda.core.launch where this
+    cuda.core.launch (benchmarks/NOTES.md); through cuda.core.launch where this
     cuda.core has no argument packer gemmlab knows."""
     holder_class = _holder_class if _holder_class is not None else _param_holder()
     if not holder_class:

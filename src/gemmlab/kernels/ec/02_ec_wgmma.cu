@@ -10,16 +10,6 @@
 // (the batch outermost) and the persistent loop walks every matrix's tiles.  K
 // can be split as in the wgmma rung (SPLITS below), so that a product with few
 // tiles and a long K (128 tokens through a linear layer) still fills the SMs.
-//
-// FOLD = 1 drops the fourth set, for a wider tile (BN = 128): the pre-pass keeps
-// lo in hi's units (lo = x - hi, no 2^11; the FP16 parts scaled so that the
-// largest value sits just below 2^15, which leaves lo's quantum 2^-24 about 38
-// binades below it), so the corrections and the main product of a stage go into
-// one accumulator set, corrections first: the tensor core's truncating adds then
-// meet the main product's magnitude only in its own four steps, as without FOLD.
-// The stage's sum is added in FP32 once all three products are done; the two
-// consumer warpgroups take turns on the tensor cores while the other adds.  Inf
-// in the inputs meets Inf * 0 between the parts: ec_dot_again, below.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 #include <gemmlab/tensor/04_wgmma.cuh>
@@ -62,6 +52,16 @@ __device__ __noinline__ float ec_dot_again(const float* __restrict__ A, int lda,
     return sum;
 }
 
+// FOLD = 1 drops the fourth set, for a wider tile (BN = 128): the pre-pass keeps
+// lo in hi's units (lo = x - hi, no 2^11; the FP16 parts scaled so that the
+// largest value sits just below 2^15, which leaves lo's quantum 2^-24 about 38
+// binades below it), so the corrections and the main product of a stage go into
+// one accumulator set, corrections first: the tensor core's truncating adds then
+// meet the main product's magnitude only in its own four steps, as without FOLD.
+// The stage's sum is added in FP32 once all three products are done; the two
+// consumer warpgroups take turns on the tensor cores while the other adds.  Inf
+// in the inputs meets Inf * 0 between the parts: ec_dot_again, below.
+//
 // METHOD: METHOD_FP16_EC or METHOD_TF32_EC.  scale_a, scale_b: the powers of two
 // the pre-pass multiplied A and B by (the scaled FP16 method; 1 otherwise); the
 // epilogue divides them out one at a time.  The layouts OPA, OPB are the
@@ -205,8 +205,8 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     float acc[BN / 2], block[BN / 2], hh[BN / 2], corr[FOLD ? 1 : BN / 2];
     // Scales per row and column (split_scaled.cu): each consumer stages its tile's column
     // scales in shared memory and keeps its two rows' in registers, loaded during the
-    // previous tile's epilogue (loaded in the epilogue that uses them they cost the GEMM 4%,
-    // at the tile's start 11% where K = 128 leaves a main loop of two stages: run 92).
+    // previous tile's epilogue (loaded in the epilogue that uses them, or at the tile's start,
+    // they lengthen the GEMM, most where K = 128 leaves a main loop of two stages).
     const bool per_row = FOLD && unscale_rows != nullptr;
     float next_row[2] = {1.0f, 1.0f}, next_col = 1.0f;
     auto fetch_scales = [&](int t) {   // item t's tile's, where this block has one
@@ -309,7 +309,7 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         if (per_row) {
             named_barrier_sync(1 + c, 128);   // the staged column scales are in
             // The next tile's, loaded behind this epilogue: issued inside the main loop, the
-            // loads held up its first wgmma fence (a tile of K = 128 took 9% longer: run 92p).
+            // loads held up its first wgmma fence (tiles of a short K took longer).
             fetch_scales(t + int(gridDim.x));
         }
         else unscale_row[0] = unscale_row[1] = unscale_a;

@@ -33,8 +33,8 @@ EC_WGMMA_FOLD_BN, EC_WGMMA_TAIL_COUNTERS = _K["EC_WGMMA_FOLD_BN"], _K["EC_WGMMA_
 # caller names BN or FOLD: FOLD's lo, in hi's units, has FP16's absolute quantum 2^-24, which
 # only the scale fp32_tc's choice applies puts far below every value (planner.plan_call).
 EC_WGMMA_UNSCALED_PARAMS = {"BN": EC_WGMMA_BN, "FOLD": 0, "STAGES": 4}
-# The default tile: FOLD's 128 x 128 (on an H100 4-11% faster than 128 x 96 with four sets:
-# benchmarks/NOTES.md, run 91); kernel="auto"'s rules count tiles of this width.
+# The default tile: FOLD's 128 x 128 (faster than 128 x 96 with four sets: benchmarks/NOTES.md);
+# kernel="auto"'s rules count tiles of this width.
 EC_WGMMA_DEFAULT_BN, EC_WGMMA_DEFAULT_FOLD = EC_WGMMA_FOLD_BN, 1
 
 # The split pre-pass: (METHOD, stored layout of A, stored layout of B).
@@ -94,9 +94,8 @@ EC_SPLIT_SCALED_KERNELS = tuple(ec_split_scaled_kernel(op_a, op_b, cl, chunk) fo
 
 # The whole-rows splits are taken for products of at most this many outputs (all matrices):
 # above it the GEMM after them ran slower than after the clustered split, on the same parts, by
-# about what the split gained, and the public call gained nothing (8192^3 and 16384 x 4096 x
-# 4096; benchmarks/NOTES.md, runs 94p-94s and 95o: at the power cap a shorter split leaves the
-# GEMM less of the power budget).
+# about what the split gained, and the public call gained nothing (at the power cap a shorter
+# split leaves the GEMM less of the power budget; benchmarks/NOTES.md).
 EC_SCALED_ROWS_MAX_OUTPUTS = 4096 * 4096
 
 
@@ -191,7 +190,7 @@ def ec_wgmma_auto_split(M: int, N: int, K: int, sm_count: int, batch: int = 1, b
     whatever the method, so that fp16_ec and tf32_ec candidates split alike.  The
     thresholds follow the wgmma rung's rule; on an H100 most split 128-token products
     ran faster, by less than their SM fill suggested, since the pre-passes are most of
-    such a call (benchmarks/NOTES.md, runs 89k-89m); the limits themselves were not swept."""
+    such a call; the limits themselves were not swept."""
     tiles = cdiv(M, EC_WGMMA_BM) * cdiv(N, bn) * max(batch, 1)
     if 2 * tiles >= sm_count:
         return 1
@@ -205,8 +204,7 @@ def _matrices(ops: Operands, stride: int) -> int:
 
 
 # (method, layouts, arch, grid) -> (kernel, launch shape): the pre-pass's launches are
-# prepared once, so a call pays no kernel lookup or launch configuration for them
-# (runs 85e-85f: host time of fp32_tc on ec_wgmma).
+# prepared once, so a call pays no kernel lookup or launch configuration for them.
 _split_launches: dict[tuple, tuple] = {}
 _SPLIT_LAUNCHES_KEPT = 256
 
@@ -264,8 +262,8 @@ def ec_split_bytes(pr, ops: Operands, choice) -> int:
 # idle, its tiles are cut into as many slices of K as still run in one round (at most
 # EC_WGMMA_TAIL_MAX_SLICES, each at least EC_WGMMA_TAIL_MIN_STEPS steps of EC_WGMMA_SPLIT_STEP
 # elements: both candidates of a method chosen on the GPU cut alike).  A tail of two rounds or
-# more cost more than it saved (each slice stores a partial tile and the last adds them:
-# benchmarks/NOTES.md, run 94f), so where the last round's tiles are more than half the grid
+# more cost more than it saved (each slice stores a partial tile and the last adds them),
+# so where the last round's tiles are more than half the grid
 # there is none.  Only with a choice record (the tiles' counters follow it) and without split-K.
 EC_WGMMA_TAIL_MAX_SLICES = 8
 EC_WGMMA_TAIL_MIN_STEPS = 4
@@ -354,10 +352,7 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
 # split_scaled.cu's grid: at most this many blocks an SM over the launch (two fit at once); a
 # product with more groups of 32 rows (a batch of short-K attention products) has each cluster
 # take several in turn, so that fewer blocks add to the record's sums (one global atomic each,
-# all on the same few addresses: a block per group made Q @ K^T 20% slower, run 92j).  Neither a
-# grid of only the clusters that fit at once, each taking its groups in turn with the next one's
-# values prefetched into shared memory while it splits one (run 93d), nor clusters of 8 blocks of
-# half the size taking 16 rows, which fill the SMs of a GPC (run 93h), was faster.
+# all on the same few addresses: a block per group made Q @ K^T slower; benchmarks/NOTES.md).
 EC_SCALED_BLOCKS_PER_SM = 16
 
 

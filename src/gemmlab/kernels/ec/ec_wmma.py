@@ -24,8 +24,8 @@ SPEC = KernelSpec(
                 "part at fragment load, three products, the main one accumulated in FP32 outside the "
                 "tensor core",
     params=(
-        # Defaults: the fastest at 4096^3 for fp16_ec on an H100 (run 41, benchmarks/NOTES.md;
-        # 64x64 with 2, 3 or 4 stages were within 1% of each other).
+        # Defaults: the fastest at 4096^3 for fp16_ec on an H100 (benchmarks/NOTES.md; 64x64 with
+        # 2, 3 or 4 stages were about as fast).
         TileParam("BM", (64, 128), 64, "rows of C per block"),
         TileParam("BN", (64, 128), 64, "columns of C per block"),
         TileParam("BK", (16,), 16, "depth of the K slice staged in shared memory per step (at 32, the "

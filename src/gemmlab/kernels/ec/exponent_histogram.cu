@@ -8,14 +8,6 @@
 // both operands, blockIdx.z choosing which (a small fp32_tc call costs mostly
 // the host's launches): each has its own shape, batch and histogram, and the
 // blocks of the grid (the larger operand's) that the other does not need return.
-//
-// A pass at memory speed: each lane has HISTOGRAM_LOADS 16-byte loads in
-// flight before it counts them (one load at a time leaves too few bytes in
-// flight to keep DRAM busy), and each warp counts into its own shared-memory
-// histogram, one shared atomic per element.  Lanes that meet on one counter wait
-// for each other there, which costs less than grouping the lanes by bin first
-// (__match_any_sync), above all where the exponents spread over many bins
-// (benchmarks/NOTES.md, run 85).
 namespace gemmlab {
 
 constexpr int EXPONENT_BINS = 256;       // one per value of FP32's 8-bit exponent field
@@ -77,6 +69,14 @@ __device__ __forceinline__ void count_operand(unsigned (&local)[HISTOGRAM_WARPS]
     if (sum) atomicAdd(&hist[threadIdx.x], (unsigned long long)sum);
 }
 
+// A pass at memory speed: each lane has HISTOGRAM_LOADS 16-byte loads in
+// flight before it counts them (one load at a time leaves too few bytes in
+// flight to keep DRAM busy), and each warp counts into its own shared-memory
+// histogram, one shared atomic per element.  Lanes that meet on one counter wait
+// for each other there, which costs less than grouping the lanes by bin first
+// (__match_any_sync), above all where the exponents spread over many bins
+// (benchmarks/NOTES.md).
+//
 // 8 blocks an SM (histogram_launches' grid): at most 32 registers a thread.
 // Operand 0 (blockIdx.z == 0): rows0 x cols0 of X0 (leading dimension ld0),
 // matrices0 of them stride0 elements apart, into hist0; operand 1 likewise.  Each

@@ -3,18 +3,8 @@
 // reads through TMA -- a split at load time would cost wgmma's consumers a pass
 // through registers they do not have, while this pass costs one read of A and B
 // and one write of the parts, and hands the GEMM K-major, TMA-aligned operands
-// whatever the caller's layouts.  op(A) (M x K) is stored with layout OP_A, op(B)
-// (K x N) with OP_B; A's parts are written row-major (M x K), B's transposed
-// (N x K), rows of ldp elements.  32 x 32 tiles through shared memory, two at a
-// time: reads and writes both coalesce.  scale: a power of two (exact), or 1.  With a choice
-// record (precision="fp32_tc", ec/choice.cuh) both METHODs are launched and the
-// one not chosen returns at once; the scales are the record's.  One launch splits
-// both operands (blockIdx.z: 0 A, 1 B; a small fp32_tc call costs mostly the
-// host's launches) and every matrix of a batch (gridDim.y), src_stride elements
-// apart, their parts one after the other (M * ldp or N * ldp elements apart); the
-// grid is the larger operand's, and blocks the other does not need return.
-// FOLD = 1 writes lo in hi's units (EcSplit::split<true>) for ec_wgmma's FOLD,
-// with a choice record's scales that put the largest value just below 2^15.
+// whatever the caller's layouts.  Layouts, batches and the choice record: above
+// ec_split_pack, below.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 
@@ -91,6 +81,18 @@ __device__ __forceinline__ void split_matrix(EcSplitTiles& tiles_smem, int rows,
     }
 }
 
+// op(A) (M x K) is stored with layout OP_A, op(B)
+// (K x N) with OP_B; A's parts are written row-major (M x K), B's transposed
+// (N x K), rows of ldp elements.  32 x 32 tiles through shared memory, two at a
+// time: reads and writes both coalesce.  scale: a power of two (exact), or 1.  With a choice
+// record (precision="fp32_tc", ec/choice.cuh) both METHODs are launched and the
+// one not chosen returns at once; the scales are the record's.  One launch splits
+// both operands (blockIdx.z: 0 A, 1 B; a small fp32_tc call costs mostly the
+// host's launches) and every matrix of a batch (gridDim.y), src_stride elements
+// apart, their parts one after the other (M * ldp or N * ldp elements apart); the
+// grid is the larger operand's, and blocks the other does not need return.
+// FOLD = 1 writes lo in hi's units (EcSplit::split<true>) for ec_wgmma's FOLD,
+// with a choice record's scales that put the largest value just below 2^15.
 template <int METHOD, int FOLD, char OP_A, char OP_B>
 __global__ void __launch_bounds__(EC_SPLIT_PACK_THREADS, 8)   // 8 blocks an SM: the grid the host sizes (ec_wgmma.py)
 ec_split_pack(int M, int N, int K, const float* __restrict__ A, int lda, long long stride_a, int matrices_a,

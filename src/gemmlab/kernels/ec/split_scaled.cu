@@ -1,33 +1,10 @@
-// precision="fp32_tc"'s split pre-pass for ec_wgmma's FOLD, which chooses the method
-// in the same pass (not a rung).  Before it, a call read A and B twice ahead of the
-// GEMM: once for the exponent histograms that choose_method.cu decides a scale per
-// matrix from, once to split (split_pack.cu).  Here a scale is decided per
-// *segment* -- a row of op(A) or a column of op(B), the K values that one row or
-// column of C is made of, so that its scale divides out of C -- from the segment's
-// own largest value, in the pass that splits it: A and B are read once.
-//
-// A cluster of CL blocks takes 32 segments at a time (several groups in turn where
-// there are many), each block a CL-th of K, held in registers (CHUNK elements of K
-// per segment; a longer share is read twice, once for the maxima and once to split).  The blocks trade their 32 partial maxima
-// through distributed shared memory, scale (a power of two, choice_rules.cuh's
-// scale_exponent), split with FOLD's lo in hi's units, and write the parts in
-// split_pack.cu's layout (A's M x ldp, B^T's N x ldp) and each segment's inverse
-// scale, which the GEMM's epilogue multiplies by.  Each block also counts, for the
-// rules of choice_rules.cuh, the normal elements that fall below FP16's normals
-// after their segment's scale; the last block to finish adds the counts up,
-// chooses FP16 parts (recorded as fp16_ec_scaled) or TF32 parts (tf32_ec, split
-// afterwards by split_pack.cu, which runs only where the record asks) and writes
-// the record (ec/choice.cuh).  A scale per segment is never less accurate than one
-// per matrix: every value lands at least as far above FP16's underflow.
-//
-// Reads coalesce with consecutive lanes along the stored rows: along K where a
-// segment lies contiguous in memory (CK: A stored 'N', B stored 'T'), else along
-// the segments, and then the parts (rows along K) go out through shared memory,
-// transposed, as in split_pack.cu.  Where both operands' segments lie along K
-// (`a @ w.t()`), K fits a block (<= 16384) and the rows are 16-byte aligned,
-// ec_split_scaled_rows instead gives each block whole rows: no cluster.  Where only one
-// operand's do (`a @ b`, `a.t() @ w.t()`), that one is split by whole rows inside this kernel
-// (its ROWS) and only the other's blocks trade maxima in their clusters.
+// precision="fp32_tc"'s split pre-pass for ec_wgmma's FOLD (not a rung): it splits op(A)
+// and op(B) into their tensor-core parts and chooses the method in the same pass, so A
+// and B are read once before the GEMM.  A scale is decided per *segment* -- a row of
+// op(A) or a column of op(B), the K values that one row or column of C is made of, so
+// that its scale divides out of C -- from the segment's own largest value.  A scale per
+// segment is never less accurate than one per matrix: every value lands at least as far
+// above FP16's underflow.  How the blocks share a matrix: above ec_split_scaled, below.
 #include <gemmlab/ec/01_ec_wmma.cuh>
 #include <gemmlab/ec/choice.cuh>
 #include <gemmlab/ec/choice_rules.cuh>
@@ -340,7 +317,7 @@ __device__ __forceinline__ uint2 four_halves(const __half (&h)[4]) {
 // stored 'N', op(B) stored 'T') and K <= 1024 CHUNKS, a block takes ROWS = 16 / CHUNKS whole
 // segments at a time, CHUNKS float4 of each a thread (thread t: k = 4 (t + 256 i)), so that a
 // segment's largest value is the block's own and no cluster is needed (what the clusters
-// cost the split: benchmarks/NOTES.md, run 94m).  Rows (and a
+// cost the split: benchmarks/NOTES.md).  Rows (and a
 // batch's matrices) 16-byte aligned: the host checks.  The parts go out four k (8 bytes) a
 // store along the row, zeros past K into the row's padding.  Groups of ROWS segments in turn,
 // the block's counts into the record's sums once.
@@ -445,6 +422,28 @@ __device__ __forceinline__ void split_side(unsigned char* smem, const float* __r
 
 }  // namespace ec_scaled
 
+// A cluster of CL blocks takes 32 segments at a time (several groups in turn where
+// there are many), each block a CL-th of K, held in registers (CHUNK elements of K
+// per segment; a longer share is read twice, once for the maxima and once to split).  The blocks trade their 32 partial maxima
+// through distributed shared memory, scale (a power of two, choice_rules.cuh's
+// scale_exponent), split with FOLD's lo in hi's units, and write the parts in
+// split_pack.cu's layout (A's M x ldp, B^T's N x ldp) and each segment's inverse
+// scale, which the GEMM's epilogue multiplies by.  Each block also counts, for the
+// rules of choice_rules.cuh, the normal elements that fall below FP16's normals
+// after their segment's scale; the last block to finish adds the counts up,
+// chooses FP16 parts (recorded as fp16_ec_scaled) or TF32 parts (tf32_ec, split
+// afterwards by split_pack.cu, which runs only where the record asks) and writes
+// the record (ec/choice.cuh).
+//
+// Reads coalesce with consecutive lanes along the stored rows: along K where a
+// segment lies contiguous in memory (CK: A stored 'N', B stored 'T'), else along
+// the segments, and then the parts (rows along K) go out through shared memory,
+// transposed, as in split_pack.cu.  Where both operands' segments lie along K
+// (`a @ w.t()`), K fits a block (<= 16384) and the rows are 16-byte aligned,
+// ec_split_scaled_rows instead gives each block whole rows: no cluster.  Where only one
+// operand's do (`a @ b`, `a.t() @ w.t()`), that one is split by whole rows inside this kernel
+// (its ROWS) and only the other's blocks trade maxima in their clusters.
+//
 // Grid: (CL x clusters a matrix, the larger batch, 2: blockIdx.z 0 splits A, 1 B);
 // clusters of CL blocks along x, each taking groups of 32 rows (columns) of its matrix
 // in turn.  A batch's matrices (stride elements apart, matrices of them) have their

@@ -3,7 +3,13 @@
 // on them and wastes nearly all of it, while the time such a product needs is
 // one read of op(B) -- the weights -- from memory.  So this kernel streams
 // op(B) once, at memory bandwidth, and keeps the sums of all MT rows of C in
-// registers:
+// registers (how, for each layout of op(B): above the kernel, below).
+// Arithmetic in FP32 for every storage type.  Rows beyond MT take further
+// passes over op(B): correct for any M, fast for M <= MT.
+#include <gemmlab/gemv/01_gemv.cuh>
+
+namespace gemmlab {
+
 //   op(B) column-major (W.t(): each column's K elements contiguous): a warp per
 //     GEMV_COLS_PER_WARP columns, its lanes along K with 16-byte loads, a
 //     warp-shuffle sum.  The block stages each K chunk of op(A)'s MT rows in
@@ -16,13 +22,6 @@
 //     more of them), each lane several rows of op(B) a chunk of K, op(A) staged
 //     as above, the warps' sums added through shared memory; the host splits K
 //     over gridDim.y blocks (split-K: a workspace and splitk_reduce) where the
-//     column blocks alone would leave SMs idle.
-// Arithmetic in FP32 for every storage type.  Rows beyond MT take further
-// passes over op(B): correct for any M, fast for M <= MT.
-#include <gemmlab/gemv/01_gemv.cuh>
-
-namespace gemmlab {
-
 template <int DT, int ODT, int MT, bool ALIGNED, int LANES, char OPA, char OPB>
 // Launch bounds, op(B) column-major: two blocks an SM for one row and 16-byte loads
 // (its registers fit in 128 a thread: more warps, and the N / 32 blocks spread more

@@ -19,24 +19,23 @@ GEMV_LOAD_BYTES_K, GEMV_ROW_VEC = _K["GEMV_LOAD_BYTES_K"], _K["GEMV_ROW_VEC"]
 GEMV_ROW_WIDE_MT = _K["GEMV_ROW_WIDE_MT"]
 GEMV_ROW_CHUNK_BYTES, GEMV_ROW_MAX_LOADS = _K["GEMV_ROW_CHUNK_BYTES"], _K["GEMV_ROW_MAX_LOADS"]
 # auto takes gemv for products of at most this many rows, by input dtype, where
-# op(B) is column-major (x @ W.t()), from run 82 on an H100 (benchmarks/NOTES.md):
+# op(B) is column-major (x @ W.t()), measured on an H100 (benchmarks/NOTES.md):
 # float32 up to 16, where gemv beat the pipelined rung auto takes otherwise at
-# every M; 16-bit up to 4, where it stayed near torch.matmul (at M = 8 in bf16 it
-# was 62-85% of it: the FMAs of 8 rows per 2-byte weight, not memory, bound it).
+# every M; 16-bit up to 4, where it stayed near torch.matmul (at M = 8 in bf16 the
+# FMAs of 8 rows per 2-byte weight, not memory, bound it).
 GEMV_MAX_M = {"float32": 16, "float16": 4, "bfloat16": 4}
-# The same where op(B) is row-major (dY @ W), for the row-major path (runs 85a and
-# 89b, benchmarks/NOTES.md; see auto_takes).
+# The same where op(B) is row-major (dY @ W), for the row-major path (see auto_takes).
 GEMV_ROWS_MAX_M = {"float32": 16, "float16": 1, "bfloat16": 1}
 # The row path's blocks fill the GPU where there are at least this share of one an SM
 # (01_gemv.cu's launch bounds: one block an SM).
 GEMV_ROW_FILL = 3 / 4
 # 16-bit dY @ W at one row runs on gemv up to this many bytes of W: the small layers
 # lost more to wgmma's split (its second launch) than to gemv's register-bound stream,
-# the large ones ran faster on wgmma's ring (benchmarks/NOTES.md, run 89c).
+# the large ones ran faster on wgmma's ring.
 GEMV_ROWS_16BIT_MAX_BYTES = 64 << 20
 # Up to this many bytes of op(B), narrow blocks whose row segments are 64 bytes beat
 # 128-byte segments split over K: there the split's second launch costs more than
-# the shorter segments (benchmarks/NOTES.md, run 89b).
+# the shorter segments.
 GEMV_SHORT_SEGMENT_MAX_BYTES = 256 << 20
 GEMV_DTYPES = ("float32", "float16", "bfloat16")
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -105,12 +104,11 @@ def _template_args(p, prob: Problem) -> tuple:
 def auto_takes(M: int, dtype: str, op_b: str, N: int = 0, K: int = 0) -> bool:
     """Whether kernel="auto" runs a product of M rows of ``dtype`` with op(B) stored ``op_b`` on gemv.
 
-    op(B) column-major: up to GEMV_MAX_M (run 82).  Row-major: up to
-    GEMV_ROWS_MAX_M -- in float32 16 rows, where in run 85a (benchmarks/NOTES.md)
-    it beat the pipelined rung with split-K that auto took before at 1 and 16 rows
+    op(B) column-major: up to GEMV_MAX_M.  Row-major: up to
+    GEMV_ROWS_MAX_M -- in float32 16 rows, where it beat the pipelined rung with split-K that auto took before at 1 and 16 rows
     on every layer of the models suite; in 16-bit one row of a W (N x K) of at
     most GEMV_ROWS_16BIT_MAX_BYTES, where with narrow blocks it beat wgmma's
-    split-K (runs 89b-89c)."""
+    split-K."""
     if op_b == "T":
         return 0 < M <= GEMV_MAX_M.get(dtype, 0)
     if dtype != "float32" and N * K * _ITEMSIZE.get(dtype, 4) > GEMV_ROWS_16BIT_MAX_BYTES:
@@ -139,7 +137,7 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1, *, dtype:
     the SMs.  LANES is the widest of 32, 8, 4 (at most 4 rows for narrow blocks)
     whose column blocks, times the batch, fill it, unsplit: a split's second launch
     (splitk_reduce) costs more than narrower blocks on the products of a few tens of
-    µs (run 89b).  Two exceptions: blocks whose row segments would be under 128 bytes
+    µs.  Two exceptions: blocks whose row segments would be under 128 bytes
     are taken only where op(B) is at most GEMV_SHORT_SEGMENT_MAX_BYTES, else the
     128-byte width with a split; and where no width fills the GPU, the narrowest
     allowed one is split -- the split that fills the SMs, each slice at least 4

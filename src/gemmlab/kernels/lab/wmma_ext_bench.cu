@@ -2,7 +2,16 @@
 // (`gemmlab bench --suite wmma_ext`, gemmlab/bench/wmma_ext.py).  Each experiment
 // has the extension's way and the way without it (a tile staged in shared memory
 // for wmma::load_matrix_sync), selected by the template argument EXT.
-//
+#include <gemmlab/wmma_ext.cuh>
+
+namespace gemmlab {
+namespace lab {
+
+namespace wx = gemmlab::wmma_ext;
+using namespace nvcuda;
+
+constexpr int BENCH_WARPS = 4;   // warps per block in vec_product, scaled_transpose, smem_load
+
 //   vec_product<EXT>     out_i = v_i^T B for a batch of 16-element FP16 vectors:
 //                        load_vector_sync / store_vector_sync vs a zero-padded 16x16
 //                        tile in shared memory (rows 1..15 stay zero) + load/store_matrix_sync.
@@ -16,16 +25,6 @@
 //   smem_load<MODE>      repeated fragment loads from a 16x16 FP16 tile in shared memory
 //                        (leading dimension 16: rows g and g+4 share banks): MODE 0
 //                        load_matrix_with_op_sync, 1 the same with the skew, 2 wmma::load_matrix_sync.
-#include <gemmlab/wmma_ext.cuh>
-
-namespace gemmlab {
-namespace lab {
-
-namespace wx = gemmlab::wmma_ext;
-using namespace nvcuda;
-
-constexpr int BENCH_WARPS = 4;   // warps per block in vec_product, scaled_transpose, smem_load
-
 template <bool EXT>
 __global__ void __launch_bounds__(32 * BENCH_WARPS) vec_product(const __half* __restrict__ v,
                                                                  const __half* __restrict__ B,

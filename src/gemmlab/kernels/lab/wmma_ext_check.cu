@@ -9,13 +9,6 @@
 // NumPy: store_matrix_sync for accumulators, A x R (matrix_a) or R x B (matrix_b)
 // with R = other (row-major) and an FP32 accumulator.  vec_out receives
 // store_vector_sync of the fragment loaded from refs[5] (the random tile).
-//
-//   test 0  load_vector_sync(f, vec)                    ref: line 0 = vec, rest 0
-//   test 1  make_identity(f, alpha)                     ref: alpha * I
-//   test 2  load_matrix_with_op_sync(f, src, ldm, op)   ref: op(src) converted, op(x) = 0.25 - 2x
-//   test 3  the same with the bank-conflict skew
-//   test 4  foreach_ij: x = (row * cols + col) % 128 - 64
-//   test 5  foreach: x = refs[5][index]                 ref: refs[5]
 #include <gemmlab/wmma_types.cuh>
 #include <gemmlab/wmma_ext.cuh>
 
@@ -39,6 +32,12 @@ struct CheckKind {
 };
 
 template <int USE, int M, int N, int K, int DT, int COL>
+//   test 0  load_vector_sync(f, vec)                    ref: line 0 = vec, rest 0
+//   test 1  make_identity(f, alpha)                     ref: alpha * I
+//   test 2  load_matrix_with_op_sync(f, src, ldm, op)   ref: op(src) converted, op(x) = 0.25 - 2x
+//   test 3  the same with the bank-conflict skew
+//   test 4  foreach_ij: x = (row * cols + col) % 128 - 64
+//   test 5  foreach: x = refs[5][index]                 ref: refs[5]
 __global__ void __launch_bounds__(32) wmma_ext_check(
         const typename wmma_types::Storage<DT>::type* refs, const float* src, int ldm,
         const typename wmma_types::Storage<DT>::type* vec, float alpha,

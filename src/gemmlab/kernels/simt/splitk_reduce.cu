@@ -6,11 +6,10 @@
 // z at stride_c elements after batch z - 1's.  One thread per element, so a
 // warp's reads of each slice coalesce.  splits = 0 is the BLAS quick return
 // (K = 0 or alpha = 0): C = beta * C, reading neither the workspace nor A and B
-// (and, with beta = 0, not C either).  choice, method: null and 0, or a method
-// chosen on the GPU (precision="fp32_tc", ec/choice.cuh) and the METHOD of the
-// GEMM whose slices these are: both candidates' GEMMs and reductions are launched,
-// and the reduction of the one not chosen must return at once, or it would add
-// its workspace, which its GEMM never wrote, into C.
+// (nor C, with beta = 0).  choice, method: null and 0, or a method chosen on the
+// GPU (precision="fp32_tc", ec/choice.cuh) and the METHOD of the GEMM whose slices
+// these are: both candidates' GEMMs and reductions are launched, and the one not
+// chosen must return at once, or it would add a workspace its GEMM never wrote.
 #include <gemmlab/ec/choice.cuh>
 #include <gemmlab/storage.cuh>
 

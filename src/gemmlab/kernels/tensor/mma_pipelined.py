@@ -16,7 +16,7 @@ TC_VARIANTS_ALIGNED = TC_VARIANTS + tuple(Problem(1, 1, 1, False, p.dtype, p.out
 
 
 # The two block shapes sized_params chooses between, as the cost model sees them: each
-# tile's share of the SM's tensor peak at full occupancy (rounded from run M2,
+# tile's share of the SM's tensor peak at full occupancy (rounded from measurements,
 # benchmarks/NOTES.md) and the blocks an SM holds (64 x 64: 4 blocks of 128 threads, by
 # their registers; 128 x 256: one block of 256 threads at up to 255 registers).
 SMALL_TILE = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
@@ -97,8 +97,8 @@ SPEC = KernelSpec(
                    "gives a block up to 163 KiB)",
                    lambda p: mma_smem(p) <= MMA_SMEM_LIMIT),
     ),
-    # Defaults: the fastest at 4096^3 and beyond of the configurations measured on an H100 (run M2,
-    # benchmarks/NOTES.md); 256 x 128 x 64 was within 2% of it.
+    # Defaults: the fastest at 4096^3 and beyond of the configurations measured on an H100
+    # (benchmarks/NOTES.md); 256 x 128 x 64 came close.
     template_args=lambda p, prob: tc_type_args(prob) + (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["STAGES"],
                                                          prob.aligned16),
     geometry=lambda p, prob: Launch(grid=(tiles(prob, p["BM"], p["BN"]), 1, 1), block=(tc_threads(p), 1, 1),

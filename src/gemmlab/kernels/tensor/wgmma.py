@@ -114,8 +114,7 @@ def wgmma_auto_split(tiles: int, k_steps: int, sm_count: int) -> int:
     return fill_split(tiles, k_steps, sm_count, most=max(SPLITK_VALUES), min_steps=WGMMA_MIN_K_STEPS_PER_SLICE)
 
 
-# The narrow tiles with deep rings that replace split-K on products of a few rows (run 88c,
-# benchmarks/NOTES.md): 64 x BN, unsplit, the ring as deep as shared memory allows.
+# The narrow tiles with deep rings that replace split-K on products of a few rows: 64 x BN, unsplit, the ring as deep as shared memory allows.
 WGMMA_NARROW_TILES = ((64, 12), (128, 8))   # (BN, STAGES), narrowest first
 WGMMA_NARROW_MIN_M = 5                      # fewer rows (a decode step's dY @ W) stay split
 WGMMA_NARROW_MAX_M = 128                    # the rows measured: 16 and 128
@@ -143,10 +142,9 @@ def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
     """wgmma's tile by the rules written from measurements, where wgmma_auto_choice starts:
     128x256 (the fastest per tile) unless its tiles
     -- of every matrix of a batch, which one launch takes -- would fill fewer than half
-    the SMs; then 64x128, four times as many tiles.  Measured on an H100 (132 SMs), BF16:
-    at 1024^3 (32 tiles of 128x256) 64x128 reached 82% of cuBLAS where 128x256 reached
-    48%; at 2048^3 (128 tiles) 128x256 reached 81% where 128x128 (256 tiles, two rounds)
-    reached 71%.
+    the SMs; then 64x128, four times as many tiles.  On an H100 (132 SMs), BF16, 64x128
+    was the faster at 1024^3 (32 tiles of 128x256), 128x256 at 2048^3 (128 tiles; 128x128
+    would take two rounds).
 
     With ``K`` given (planner.plan), the smaller tile is split over K where it still
     leaves more than half of the SMs idle (wgmma_auto_split: one round of work items,
@@ -156,21 +154,20 @@ def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
     but M <= 64 (16-bit), the tile is 64x256: no consumer warpgroup on rows past M.
     Each choice was the fastest, or within a few percent of it, in the GPU-time sweep
     of every tile and split over a Llama-3-8B-sized model's products at 1, 16 and
-    128 tokens (benchmarks/NOTES.md, runs 82a-82b; `wgmma-splitk-run82a.json`).
+    128 tokens (benchmarks/NOTES.md; `wgmma-splitk-run82a.json`).
     With ``K`` given and 16-bit inputs, the fast tile is 128x128 where N <= 128 (P @ V with
     a head dim of 128, which a 256-wide tile half wastes) and for batches whose K is at
-    most 128 (Q @ K^T): faster than 128x256 at every attention size measured, or equal
-    (run 88e); a single matrix with a short K (the weight gradients) was not, so it keeps
-    128x256 (run 88f).  Where the split above would be taken for 16-bit inputs of
+    most 128 (Q @ K^T): faster than 128x256 at every attention size measured, or equal;
+    a single matrix with a short K (the weight gradients) was not, so it keeps 128x256.  Where the split above would be taken for 16-bit inputs of
     WGMMA_NARROW_MIN_M to WGMMA_NARROW_MAX_M rows, wgmma_narrow_tile's unsplit deep-ring
     tile replaces it where it applies: faster on every o and qkv product at 16 and 128
-    tokens in the sweep of tiles, splits and rings (run 88c; figures in benchmarks/NOTES.md)."""
+    tokens in the sweep of tiles, splits and rings."""
     big = cdiv(M, 128) * cdiv(N, 256) * batch
     if 2 * big >= sm_count:
         sixteen = K is not None and dtype != "tf32"
         bm = 64 if sixteen and M <= 64 else 128
         # 128 columns where a 256-wide tile would compute as many past N as in it (P @ V's head
-        # dim), and for batches with at most two K-steps (attention's Q @ K^T): run 88e.
+        # dim), and for batches with at most two K-steps (attention's Q @ K^T).
         bn = 128 if sixteen and (N <= 128 or batch > 1 and K <= 128) else 256
         return {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
     bm = 128 if K is not None and dtype != "tf32" and 64 < M <= 128 else 64
@@ -301,7 +298,7 @@ def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
         return None
     # A batch whose C has room between its matrices or rows (padded rows, gaps) is
     # stored from registers: on an H100 the 3-D TMA store wrote zeros into that
-    # room (benchmarks/NOTES.md, runs 79-80; cause not found).  Dense batches keep it.
+    # room (benchmarks/NOTES.md; cause not found).  Dense batches keep it.
     if nz > 1 and (ops.ldc != pr.N or sc != pr.M * ops.ldc):
         return None
     return tensor_map(ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // eb, backend,

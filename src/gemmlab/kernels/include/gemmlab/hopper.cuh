@@ -1,17 +1,14 @@
-// gemmlab/hopper.cuh: thin wrappers over the Hopper (sm_90a) instructions the
-// wgmma rung is built from (tensor/04_wgmma.cuh includes it), so that later
-// kernels (the error-corrected ec_wgmma) reuse them instead of copying PTX:
-//
+// gemmlab/hopper.cuh: thin wrappers over the Hopper instructions the wgmma rung is built
+// from (tensor/04_wgmma.cuh includes it), so that later kernels (ec_wgmma) reuse them:
 //   mbarrier   a 64-bit shared-memory barrier that counts arrivals AND bytes
 //              (expect_tx / complete_tx); waiters poll one phase bit (parity)
-//   TMA        cp.async.bulk.tensor: one thread asks the copy engine for a whole
-//              2-D (or 3-D: a batch) box of a tensor map; it lands (swizzled) in shared memory and
+//   TMA        cp.async.bulk.tensor: one thread asks the copy engine for a whole 2-D (or
+//              3-D: a batch) box of a tensor map; it lands (swizzled) in shared memory and
 //              completes on an mbarrier; out-of-range parts of the box read zero
-//   wgmma      warpgroup (4 warps, 128 threads) matrix multiply-accumulate,
-//              operands read from shared memory through 64-bit descriptors,
-//              accumulators in registers, issued asynchronously in groups
+//   wgmma      warpgroup (4 warps, 128 threads) matrix multiply-accumulate, operands read
+//              from shared memory through 64-bit descriptors, accumulators in registers,
+//              issued asynchronously in groups
 //   setmaxnreg move registers between warpgroups (producer gives, consumer takes)
-//
 // Everything here needs sm_90a (wgmma, setmaxnreg) or sm_90 (TMA, mbarrier).
 #pragma once
 

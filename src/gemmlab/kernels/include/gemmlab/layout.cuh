@@ -10,16 +10,6 @@
 //        p[c * ld + r] (a transposed view of a row-major array, or Fortran order)
 // A column-major C needs no kernel support: the host computes C^T = op(B)^T op(A)^T
 // instead (swapping the operands and flipping their ops).
-//
-// Batches: three 64-bit element strides, the kernel's last three arguments,
-// move A, B and C from one batch to the next; a stride of 0 gives every batch
-// the same matrix (numpy.matmul's broadcasting).  A kernel adopts both with
-//     template <..., char OPA, char OPB>  and  ..., long long stride_a, long long stride_b, long long stride_c)
-//     batch_select(A, stride_a, B, stride_b, C, stride_c);     // first line of the body
-// and by passing OPA / OPB on to the rungs' tile loaders (gemmlab/simt/*.cuh,
-// gemmlab/tensor/*.cuh), which read either layout.  (Loaders
-// default to 'N' so that code written before layouts still compiles; the
-// level-3 tester, tests/test_blas3.py, runs every kernel in all four layouts.)
 #pragma once
 
 namespace gemmlab {
@@ -31,6 +21,16 @@ __host__ __device__ __forceinline__ long long elem_offset(int r, int c, int ld) 
     return OP == 'N' ? (long long)r * ld + c : (long long)c * ld + r;
 }
 
+// Batches: three 64-bit element strides, the kernel's last three arguments,
+// move A, B and C from one batch to the next; a stride of 0 gives every batch
+// the same matrix (numpy.matmul's broadcasting).  A kernel adopts both with
+//     template <..., char OPA, char OPB>  and  ..., long long stride_a, long long stride_b, long long stride_c)
+//     batch_select(A, stride_a, B, stride_b, C, stride_c);     // first line of the body
+// and by passing OPA / OPB on to the rungs' tile loaders (gemmlab/simt/*.cuh,
+// gemmlab/tensor/*.cuh), which read either layout.  (Loaders
+// default to 'N' so that code written before layouts still compiles; the
+// level-3 tester, tests/test_blas3.py, runs every kernel in all four layouts.)
+//
 // Point A, B and C at batch blockIdx.z.  (PA etc. are deduced with their
 // __restrict__ qualifiers, so the kernel's own parameters are moved.)
 template <class PA, class PB, class PC>

@@ -7,24 +7,6 @@
 //   ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: four 8x8 tiles of 16-bit
 //       elements from shared memory into registers, lane l giving the address
 //       of one 16-byte row; .trans hands each lane the transposed elements.
-//
-// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k8";
-// the same maps gemmlab.fragments measures for WMMA).  g = lane / 4,
-// t = lane % 4; a register of a 16-bit fragment holds two elements (low half
-// first):
-//
-//   m16n8k16 A   a[0]: (g, 2t..2t+1)    a[1]: (g+8, 2t..)    a[2]: (g, 2t+8..)    a[3]: (g+8, 2t+8..)
-//            B   b[0]: (k 2t..2t+1, n g)                     b[1]: (k 2t+8.., n g)
-//   m16n8k8  A   a[0]: (g, t)   a[1]: (g+8, t)   a[2]: (g, t+4)   a[3]: (g+8, t+4)     (one tf32 each)
-//            B   b[0]: (k t, n g)               b[1]: (k t+4, n g)
-//   C / D        d[0..1]: (g, 2t..2t+1)         d[2..3]: (g+8, 2t..2t+1)             (both shapes)
-//
-// An 8x8 ldmatrix tile gives lane l row l/4, elements 2(l%4) and 2(l%4)+1 --
-// exactly a[0] of the 16-bit A layout; .trans gives lane l column l/4, rows
-// 2(l%4) and 2(l%4)+1 -- exactly b[0] of a row-major (K x N) B tile.  With
-// 32-bit elements an 8x8 b16 tile is 8 rows of 4 floats, and lane l gets
-// (l/4, l%4): a[0] of the TF32 layout.  There is no 32-bit transpose, so TF32
-// B fragments are read with one 32-bit shared load per register.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -85,6 +67,24 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 
 // -- loads from shared memory ----------------------------------------------------------
 
+// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k8";
+// the same maps gemmlab.fragments measures for WMMA).  g = lane / 4,
+// t = lane % 4; a register of a 16-bit fragment holds two elements (low half
+// first):
+//
+//   m16n8k16 A   a[0]: (g, 2t..2t+1)    a[1]: (g+8, 2t..)    a[2]: (g, 2t+8..)    a[3]: (g+8, 2t+8..)
+//            B   b[0]: (k 2t..2t+1, n g)                     b[1]: (k 2t+8.., n g)
+//   m16n8k8  A   a[0]: (g, t)   a[1]: (g+8, t)   a[2]: (g, t+4)   a[3]: (g+8, t+4)     (one tf32 each)
+//            B   b[0]: (k t, n g)               b[1]: (k t+4, n g)
+//   C / D        d[0..1]: (g, 2t..2t+1)         d[2..3]: (g+8, 2t..2t+1)             (both shapes)
+//
+// An 8x8 ldmatrix tile gives lane l row l/4, elements 2(l%4) and 2(l%4)+1 --
+// exactly a[0] of the 16-bit A layout; .trans gives lane l column l/4, rows
+// 2(l%4) and 2(l%4)+1 -- exactly b[0] of a row-major (K x N) B tile.  With
+// 32-bit elements an 8x8 b16 tile is 8 rows of 4 floats, and lane l gets
+// (l/4, l%4): a[0] of the TF32 layout.  There is no 32-bit transpose, so TF32
+// B fragments are read with one 32-bit shared load per register.
+//
 // Four 8x8 tiles of 16-bit elements: lanes 8i..8i+7 give the row addresses of
 // tile i, which lands in r[i].
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {

@@ -10,7 +10,12 @@
 //   wx::foreach(frag, ldm, [&](int k, unsigned index) {...});
 //   wx::foreach_ij(frag, [&](int k, unsigned row, unsigned col) {...});
 //   wx::foreach_load<true>(frag, ldm, [&](unsigned index) { return ...; });   // skewed lane order
-//
+#pragma once
+
+#include <mma.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
 // The maps (lane, k) -> (row, col) are those of sm_80 and later (Ampere to
 // Blackwell WMMA is built from mma.sync m16n8k16 / m16n8k8 tiles); gemmlab.fragments
 // holds the same maps in Python, and `gemmlab fragments` measures them on a GPU.
@@ -33,12 +38,7 @@
 // 16-slot size of sm_70), slot k repeats slot k % unique; the functions here
 // keep the copies equal.  The memory layout a tile was loaded with does not
 // change the map.
-#pragma once
-
-#include <mma.h>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-
+//
 // -- supported architectures ---------------------------------------------------------
 // The maps above hold on sm_80, sm_86, sm_89, sm_90, sm_100 and sm_120, and for the
 // FP16 kinds on sm_75 (which has no BF16/TF32 WMMA): measured on H100 and H200

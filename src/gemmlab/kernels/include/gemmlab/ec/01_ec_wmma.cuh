@@ -10,9 +10,6 @@
 //                           (no scaling: TF32 keeps FP32's exponent range)
 //
 // A * B ~ hi_A hi_B + (lo_A hi_B + hi_A lo_B) * LO_WEIGHT; lo * lo is dropped.
-// The 2^11 keeps the low part's significant bits away from FP16's subnormals:
-// without it, inputs much below 1 lose their low part and the product falls
-// back to FP16 accuracy.
 #pragma once
 
 #include <gemmlab/simt/08_pipelined.cuh>
@@ -22,6 +19,9 @@ namespace gemmlab {
 
 template <int METHOD> struct EcSplit;
 
+// The 2^11 keeps the low part's significant bits away from FP16's subnormals:
+// without it, inputs much below 1 lose their low part and the product falls
+// back to FP16 accuracy.
 template <> struct EcSplit<METHOD_FP16_EC> {
     static constexpr int DT = TYPE_FLOAT16;           // the parts' type
     static constexpr float LO_SCALE = 2048.0f;        // 2^11

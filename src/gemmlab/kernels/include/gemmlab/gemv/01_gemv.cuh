@@ -30,7 +30,7 @@ constexpr int GEMV_ROW_PREFETCH = 2;
 // Bytes of op(B) per block the column-major path asks the L2 to fetch ahead, the
 // same way, at 16 rows of C with 16-byte loads, where the FMAs of a chunk take long
 // enough for the fetches to land; at fewer rows, with two loads a column, it was
-// slower on the large layers (benchmarks/NOTES.md, run 89c).
+// slower on the large layers (benchmarks/NOTES.md).
 constexpr int GEMV_COL_PREFETCH_BYTES = 64 * 1024;
 
 // Elements are loaded as their bits (through the read-only cache: op(A) and op(B)
@@ -81,8 +81,8 @@ __device__ __forceinline__ float warp_sum(float x) {
 
 // 32-bit words of op(B) one thread holds per column and K chunk: two 16-byte loads
 // (aligned operands) or 8 elements (one load each); with 16 rows' sums in registers,
-// half as many, except float32's two 16-byte loads, which still fit (benchmarks/NOTES.md,
-// run 90c).  Loads of the next chunk are issued before the current chunk is computed:
+// half as many, except float32's two 16-byte loads, which still fit (benchmarks/NOTES.md).
+// Loads of the next chunk are issued before the current chunk is computed:
 // the memory latency is hidden by these words in flight, not by more warps.
 template <int VEC, class S, int MT>
 struct GemvChunk {
@@ -189,8 +189,8 @@ struct GemvStagedA {
 // column path, a split's K / KC chunks of LOADS in the row path.  Adding each chunk's
 // partial sum into a second one (total) makes the rounding error grow with the
 // chunk's length plus the number of chunks instead of their product, which keeps a
-// decode step's error at SGEMM's (fp32_tc runs thin products here: benchmarks/NOTES.md,
-// run 87).  It costs an add per chunk and a register per sum, so only for float32
+// decode step's error at SGEMM's (fp32_tc runs thin products here: benchmarks/NOTES.md).
+// It costs an add per chunk and a register per sum, so only for float32
 // inputs (16-bit ones are rounded far more coarsely than their FP32 sums; and at one
 // row the column path's two blocks an SM leave it no register to spare) and where the
 // sums are few (at most 16: at 16 rows the row path has no register to spare either).

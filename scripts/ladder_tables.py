@@ -1,0 +1,207 @@
+"""The generated tables: README.md's ladder tables and each rung page's "measured effect".
+
+    python3 scripts/ladder_tables.py           # rewrite every generated block
+    python3 scripts/ladder_tables.py --check   # exit 1 naming each block that differs (a CPU test runs this)
+
+Each table is made from one results file of one run, named under the table with its
+GPU, date and command.  A block lies between two markers,
+
+    <!-- generated: NAME (scripts/ladder_tables.py) -->
+    ...
+    <!-- end generated: NAME -->
+
+and is rewritten whole.  To publish a new run, point SOURCES (and FP32_LADDER,
+TENSOR_LADDER) at its files and run the script; tests/test_ladder_tables.py then
+checks on a GPU of the same model that each rung still gains what its page says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+H100 = "benchmarks/results/nvidia-h100-80gb-hbm3"
+
+# file -> (date of the run, the command that wrote it)
+SOURCES = {
+    f"{H100}/bench-public-fp32-run68.json": (
+        "2026-11-24", "gemmlab bench --kernel-only --budget-s 1 --sizes 1024,2048,4096,8192,16384x4096x4096"),
+    f"{H100}/bench-public-bf16-run69.json": (
+        "2026-11-24", "gemmlab bench --dtype bf16 --kernel-only --budget-s 1 --sizes 1024,2048,4096,8192,16384x4096x4096"),
+    f"{H100}/ec-run95f.json": ("2026-11-26", "gemmlab bench --suite ec"),
+    f"{H100}/models-run90e.json": (
+        "2026-11-26", "gemmlab bench --suite models --dtype bf16,fp16,fp32 --time-budget-s 30"),
+}
+FP32_LADDER = f"{H100}/bench-public-fp32-run68.json"     # the CUDA-core rungs' pages
+TENSOR_LADDER = f"{H100}/bench-public-bf16-run69.json"   # the tensor-core rungs' pages
+EC_RUN = f"{H100}/ec-run95f.json"
+MODELS_RUN = f"{H100}/models-run90e.json"
+
+PAGE_SIZE = (4096, 4096, 4096)   # the one size each rung page compares at
+PAGES = {   # page -> (ladder file, its rung's kernel, the rung below's kernel or None)
+    "docs/simt/01-naive.md": (FP32_LADDER, "naive", None),
+    "docs/simt/02-coalesced.md": (FP32_LADDER, "coalesced", "naive"),
+    "docs/simt/03-smem-tiled.md": (FP32_LADDER, "smem_tiled", "coalesced"),
+    "docs/simt/04-blocktile-1d.md": (FP32_LADDER, "blocktile_1d", "smem_tiled"),
+    "docs/simt/05-blocktile-2d.md": (FP32_LADDER, "blocktile_2d", "blocktile_1d"),
+    "docs/simt/06-vectorized.md": (FP32_LADDER, "vectorized", "blocktile_2d"),
+    "docs/simt/07-warptile.md": (FP32_LADDER, "warptile", "vectorized"),
+    "docs/simt/08-pipelined.md": (FP32_LADDER, "pipelined", "warptile"),
+    "docs/tensor/01-wmma.md": (TENSOR_LADDER, "wmma", None),
+    "docs/tensor/02-wmma-warptile.md": (TENSOR_LADDER, "wmma_warptile", "wmma"),
+    "docs/tensor/03-mma-pipelined.md": (TENSOR_LADDER, "mma_pipelined", "wmma_warptile"),
+    "docs/tensor/04-wgmma.md": (TENSOR_LADDER, "wgmma", "mma_pipelined"),
+}
+EC_PRECISIONS = ("fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc")
+GEMV_LAYERS = ("qkv", "o", "gate_up", "down", "lm_head")
+
+
+def load(rel: str) -> list[dict]:
+    data = json.loads((ROOT / rel).read_text())
+    return data["records"] if isinstance(data, dict) else data
+
+
+def size_name(m: int, n: int, k: int) -> str:
+    return f"{m}^3" if m == n == k else f"{m}x{n}x{k}"
+
+
+def source_line(rel: str, records: list[dict]) -> str:
+    date, command = SOURCES[rel]
+    return f"{records[0]['gpu']}, {date}, `{command}`, `{rel}`."
+
+
+def public(records: list[dict]) -> list[dict]:
+    """The public-call records (`gemmlab.matmul`, host time included), in row-major NN."""
+    return [r for r in records if r.get("path", "public") == "public" and r.get("ops", "NN") == "NN"]
+
+
+def find(records: list[dict], kernel: str, size: tuple, precision: str | None = None) -> dict:
+    for r in public(records):
+        if (r["kernel"], (r["M"], r["N"], r["K"])) == (kernel, size) and not r.get("skipped") and (
+                precision is None or r["params"].get("precision") == precision):
+            return r
+    raise LookupError(f"no public record of {kernel} {precision or ''} at {size_name(*size)}")
+
+
+def rung_table(rel: str) -> str:
+    """% of cuBLAS per rung (and auto) per size; cuBLAS's own TFLOPS on top."""
+    records = load(rel)
+    sizes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in public(records)))
+    kernels = list(dict.fromkeys(r["kernel"] for r in public(records) if r["kernel"] != "cublas"))
+    lines = ["| kernel | " + " | ".join(size_name(*s) for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|",
+             "| cuBLAS (TFLOPS) | " + " | ".join(f"{find(records, 'cublas', s)['tflops']:.1f}" for s in sizes) + " |"]
+    for k in kernels:
+        name = f"**{k}**" if k == "auto" else f"`{k}`"
+        lines.append(f"| {name} | " + " | ".join(f"{find(records, k, s)['pct_cublas']:.1f}" for s in sizes) + " |")
+    return "\n".join(lines) + "\n\n% of cuBLAS in the same run, through `gemmlab.matmul`. " + source_line(rel, records)
+
+
+def ec_table(rel: str) -> str:
+    """Each error-corrected precision as % of cuBLAS SGEMM, per size."""
+    records = load(rel)
+    sizes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in public(records)))
+    lines = ["| precision | " + " | ".join(size_name(*s) for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
+    for p in EC_PRECISIONS:
+        cells = [f"{find(records, 'ec_wgmma', s, p)['pct_cublas']:.0f}" for s in sizes]
+        lines.append(f'| `precision="{p}"` | ' + " | ".join(cells) + " |")
+    return ("\n".join(lines) + "\n\n% of cuBLAS SGEMM in the same run, through `gemmlab.matmul` on `ec_wgmma`. "
+            + source_line(rel, records))
+
+
+def gemv_table(rel: str) -> str:
+    """One token's products of a Llama-3-8B-sized model's layers, % of torch.matmul."""
+    records = load(rel)
+    columns = [("fwd", "bf16"), ("fwd", "fp32"), ("dgrad", "bf16"), ("dgrad", "fp32")]
+    lines = ["| layer (K -> N) | `x @ W.t()` bf16 | `x @ W.t()` fp32 | `dY @ W` bf16 | `dY @ W` fp32 |",
+             "|---|---|---|---|---|"]
+    for layer in GEMV_LAYERS:
+        cells, shape = [], None
+        for product, dtype in columns:
+            hit = [r for r in records if (r["layer"], r["product"], r["dtype"], r["tokens"]) == (layer, product, dtype, 1)
+                   and not r.get("skipped")]
+            if not hit:
+                cells.append("")
+                continue
+            r = hit[0]
+            if product == "fwd":
+                shape = (r["K"], r["N"])
+            cells.append(f"{r['pct_torch']:.0f}" + ("" if r["rung"] == "gemv" else f" ({r['rung']})"))
+        head = f"{layer} {shape[0]} -> {shape[1]}" if shape else layer
+        lines.append(f"| {head} | " + " | ".join(cells) + " |")
+    return ("\n".join(lines) + "\n\nOne token, % of `torch.matmul` on the same tensors (in brackets the rung "
+            "`auto` took where it was not gemv), `gemmlab bench --suite models`. " + source_line(rel, records))
+
+
+def gain(rel: str, kernel: str, below: str, size: tuple = PAGE_SIZE) -> float:
+    """How many times faster ``kernel`` ran than ``below`` in the run of ``rel``."""
+    records = load(rel)
+    return find(records, below, size)["ms"] / find(records, kernel, size)["ms"]
+
+
+def page_table(page: str) -> str:
+    rel, kernel, below = PAGES[page]
+    records = load(rel)
+    rows = [(below, find(records, below, PAGE_SIZE))] if below else []
+    rows.append((kernel, find(records, kernel, PAGE_SIZE)))
+    dtype = rows[-1][1]["dtype"]
+    lines = [f"| {size_name(*PAGE_SIZE)}, {dtype} | " + " | ".join(f"`{k}`" for k, _ in rows) + " |",
+             "|---" * (len(rows) + 1) + "|",
+             "| % of cuBLAS | " + " | ".join(f"{r['pct_cublas']:.1f}" for _, r in rows) + " |",
+             "| TFLOPS | " + " | ".join(f"{r['tflops']:.1f}" for _, r in rows) + " |"]
+    text = "\n".join(lines) + "\n\n"
+    if below:
+        text += f"`{kernel}` runs {gain(rel, kernel, below):.2f}x as fast as `{below}` here. "
+    return text + "Through `gemmlab.matmul`, beside cuBLAS in the same run. " + source_line(rel, records)
+
+
+def blocks() -> dict[str, dict[str, str]]:
+    """file -> {block name: its generated text}."""
+    out = {"README.md": {"fp32-ladder": rung_table(FP32_LADDER), "tensor-ladder": rung_table(TENSOR_LADDER),
+                         "ec-ladder": ec_table(EC_RUN), "gemv": gemv_table(MODELS_RUN)}}
+    out["docs/simt/README.md"] = {"fp32-ladder": out["README.md"]["fp32-ladder"]}
+    out["docs/tensor/README.md"] = {"tensor-ladder": out["README.md"]["tensor-ladder"]}
+    for page in PAGES:
+        out[page] = {"measured-effect": page_table(page)}
+    return out
+
+
+def marker(name: str) -> tuple[str, str]:
+    return f"<!-- generated: {name} (scripts/ladder_tables.py) -->", f"<!-- end generated: {name} -->"
+
+
+def rewrite(text: str, name: str, body: str) -> str:
+    start, end = marker(name)
+    pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        raise LookupError(f"no block {name!r} (put the lines {start} and {end} where it goes)")
+    return pattern.sub(lambda _: f"{start}\n{body}\n{end}", text, count=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 where a block differs")
+    args = ap.parse_args(argv)
+    stale = []
+    for rel, named in blocks().items():
+        path = ROOT / rel
+        old = path.read_text()
+        new = old
+        for name, body in named.items():
+            new = rewrite(new, name, body)
+        if new != old:
+            stale.append(rel)
+            if not args.check:
+                path.write_text(new)
+    if args.check and stale:
+        print("generated tables out of date in " + ", ".join(stale) + ": run python3 scripts/ladder_tables.py",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

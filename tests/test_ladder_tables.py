@@ -1,0 +1,129 @@
+"""The generated tables (scripts/ladder_tables.py) match their results files, and on a
+GPU each rung still gains over the rung below what its page's table says.
+
+CPU: README.md's ladder tables and every rung page's "measured effect" block are what
+the script makes from the results files it names, so a table cannot drift from its
+record.  GPU (the model the tables were measured on): each pair of neighbouring rungs
+timed through `gemmlab.matmul` at the pages' size, as the ladder bench times them
+(L2 flushed, each call started on an idle GPU), output checked against FP64 first.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ladder_tables.py"
+_spec = importlib.util.spec_from_file_location("ladder_tables", SCRIPT)
+tables = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tables)
+
+# A rung's measured gain over the rung below may differ from its page's by this factor
+# either way: runs of one GPU model differ by a few percent in clocks and power.
+GAIN_TOLERANCE = 1.2
+PAIRS = [page for page, (_, _, below) in tables.PAGES.items() if below]
+
+
+def test_generated_tables_are_current(capsys):
+    assert tables.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_every_rung_page_has_a_block_and_a_source():
+    for page, (rel, kernel, below) in tables.PAGES.items():
+        assert (tables.ROOT / rel).is_file() and rel in tables.SOURCES, page
+        text = (tables.ROOT / page).read_text()
+        start, end = tables.marker("measured-effect")
+        assert text.count(start) == 1 and text.count(end) == 1, page
+        assert f"`{kernel}`" in text.split(start)[1].split(end)[0], page
+
+
+def test_a_missing_block_is_named():
+    with pytest.raises(LookupError, match="no block 'x'"):
+        tables.rewrite("no markers here\n", "x", "body")
+
+
+def test_rewrite_replaces_only_the_block():
+    start, end = tables.marker("x")
+    text = f"before\n{start}\nold\n{end}\nafter\n"
+    assert tables.rewrite(text, "x", "new") == f"before\n{start}\nnew\n{end}\nafter\n"
+
+
+# -- on a GPU -------------------------------------------------------------------------------
+
+_times = {}
+
+
+def _operands(dtype: str):
+    """Fresh random operands at the pages' size, and out poisoned with NaN."""
+    M, N, K = tables.PAGE_SIZE
+    if dtype == "float32":
+        import cupy as cp
+        rng = cp.random.default_rng(7)
+        a = rng.uniform(-1, 1, (M, K), dtype=cp.float32)
+        b = rng.uniform(-1, 1, (K, N), dtype=cp.float32)
+        return a, b, cp.full((M, N), cp.nan, cp.float32)
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    a = (torch.rand(M, K, device="cuda", generator=gen) * 2 - 1).to(torch.bfloat16)
+    b = (torch.rand(K, N, device="cuda", generator=gen) * 2 - 1).to(torch.bfloat16)
+    return a, b, torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+
+
+def _relative_error(a, b, out) -> float:
+    """max |out - a@b| / max |a@b|, the product taken in FP64 on the GPU."""
+    import cupy as cp
+    a64, b64, o64 = (cp.asarray(x.float() if hasattr(x, "float") else x).astype(cp.float64) for x in (a, b, out))
+    ref = a64 @ b64
+    return float(cp.abs(o64 - ref).max() / cp.abs(ref).max())
+
+
+def _ms(kernel: str, dtype: str) -> float:
+    """Median ms of one public call of ``kernel`` at the pages' size; checked against FP64 first."""
+    if (kernel, dtype) not in _times:
+        import gemmlab
+        from gemmlab.bench.timing import time_gpu
+        from gemmlab.runtime.device import gpu_info
+        a, b, out = _operands(dtype)
+        gemmlab.matmul(a, b, out=out, kernel=kernel)
+        err = _relative_error(a, b, out)
+        assert err <= (1e-5 if dtype == "float32" else 1e-2), (kernel, err)
+        t = time_gpu(lambda: gemmlab.matmul(a, b, out=out, kernel=kernel), l2_bytes=gpu_info().l2_bytes,
+                     reps=10, budget_s=2.0, host=True)
+        assert t.ms is not None, (kernel, t.skipped)
+        _times[kernel, dtype] = t.ms
+    return _times[kernel, dtype]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """Every rung the pairs time, compiled first in parallel processes."""
+    from gemmlab import api
+    from gemmlab.runtime import compile as rt_compile
+    from gemmlab.runtime.device import gpu_info
+    gpu = gpu_info()
+    items = set()
+    for page, (rel, kernel, below) in tables.PAGES.items():
+        dtype = tables.load(rel)[0]["dtype"]
+        for k in (kernel, below):
+            if k:
+                p = api.plan(k, *tables.PAGE_SIZE, dtype=dtype, out_dtype=dtype, gpu_slug=gpu.slug,
+                             sm_count=gpu.sm_count, arch=gpu.arch, gpu_name=gpu.name)
+                items.add((str(p.spec.source_path), p.name_expression))
+    rt_compile.precompile(sorted(items), gpu.arch)
+    return gpu
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", PAIRS, ids=lambda p: Path(p).stem)
+def test_each_rung_gains_what_its_page_says(page, compiled):
+    rel, kernel, below = tables.PAGES[page]
+    record_gpu = tables.load(rel)[0]["gpu"]
+    if compiled.name != record_gpu:
+        pytest.skip(f"{page}'s table was measured on {record_gpu}, this is {compiled.name}: "
+                    "regenerate the tables from this GPU's ladder bench (scripts/ladder_tables.py)")
+    dtype = tables.load(rel)[0]["dtype"]
+    documented = tables.gain(rel, kernel, below)
+    measured = _ms(below, dtype) / _ms(kernel, dtype)
+    assert documented / GAIN_TOLERANCE <= measured <= documented * GAIN_TOLERANCE, (
+        f"{kernel} runs {measured:.2f}x as fast as {below} at {tables.size_name(*tables.PAGE_SIZE)}; "
+        f"{page} says {documented:.2f}x ({rel})")
