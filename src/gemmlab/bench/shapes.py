@@ -349,6 +349,7 @@ def table(data: dict, worst: int = 8) -> str:
 def plot(data: dict, path) -> None:
     """% of torch.matmul against GFLOP, a panel per dtype, a marker per kind."""
     plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
     records = [r for r in data["records"] if r.get("pct_torch")]
     dtypes = list(data["summary"]) or ["-"]
     fig, axes = plt.subplots(1, len(dtypes), figsize=(5.5 * len(dtypes), 5), squeeze=False, sharey=False)
@@ -364,6 +365,8 @@ def plot(data: dict, path) -> None:
         ax.axhline(SLOW_PCT, color="red", lw=0.8, ls="--")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}%" if v in (20, 50, 70, 200, 300, 500) else ""))
         g = data["summary"].get(dtype, {}).get("all", {})
         base = "SGEMM" if dtype.startswith("fp32") else "torch.matmul"
         ax.set_title(f"{dtype}: geomean {_fmt(g.get('geomean_pct'), '.1f%')} of {base}, "
@@ -373,6 +376,7 @@ def plot(data: dict, path) -> None:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     gpu = data["records"][0]["gpu"] if data["records"] else "GPU"
-    fig.suptitle(f"gemmlab.matmul beside torch.matmul on {len({r['case'] + str(r['M']) for r in records})} "
-                 f"model products, {gpu}", fontsize=10)
+    products = len({(r["case"], r["batch"], r["M"], r["N"], r["K"]) for r in records})
+    fig.suptitle(f"gemmlab.matmul beside torch.matmul on {products} products of public models and random "
+                 f"odd sizes, {gpu}", fontsize=10)
     savefig(fig, path)
