@@ -498,7 +498,7 @@ def run(runs: list[Run], *, steps: int | None = None, batch: int | None = None, 
     say(f"{len(runs)} runs: " + "; ".join(f"{r.model} {r.mode} ({', '.join(r.setups)})" for r in runs))
     for i, r in enumerate(runs):
         cfg = cfgs[r.model]
-        if time.time() - start > time_budget_s:
+        if i and time.time() - start > time_budget_s:     # the first run always runs
             say(f"{r.model} {r.mode}: skipped, the time budget ({time_budget_s:.0f} s) is spent")
             records += [_record(gpu, cfg, r.mode, s, skipped="time budget spent") for s in r.setups]
             continue
