@@ -79,6 +79,21 @@ def test_attention_products_are_matmuls_the_routing_sees():
     assert seen.count("linear") == 4 * cfg.layers + 1
 
 
+def test_matmul_shapes_of_a_step():
+    """What the warm-up's parallel compilation plans: each forward product and its two gradients."""
+    cfg = training.CONFIGS["gpt2"]
+    shapes = training.matmul_shapes(cfg)
+    rows = 4 * 1024
+    assert (rows, 50257, 768, "NT", 1) in shapes           # x @ W.t() of the head
+    assert (rows, 768, 50257, "NN", 1) in shapes           # grad @ W
+    assert (768, 50257, rows, "TN", 1) in shapes           # x.t() @ grad
+    assert (1024, 1024, 64, "NT", 48) in shapes and (1024, 64, 1024, "NN", 48) in shapes   # q @ k^T, p @ v
+    assert (1024, 64, 1024, "NN", 48) in shapes and (64, 1024, 1024, "TN", 48) in shapes   # their gradients
+    assert len(shapes) == len(set(shapes)) == 19
+    vit = training.matmul_shapes(training.CONFIGS["vit-b16"], batch=2)
+    assert (2 * 196, 768, 768, "NT", 1) in vit and (2, 1000, 768, "NT", 1) in vit
+
+
 def test_rotary_positions_rotate_pairs():
     x = torch.randn(1, 1, 5, 8, dtype=torch.float64)
     cos, sin = training._rope_tables(5, 8, x)
@@ -257,9 +272,10 @@ def test_training_suite_runs_eager_on_the_gpu():
 
 @pytest.mark.gpu
 def test_training_suite_runs_compiled_on_the_gpu():
-    runs = training.select(models="vit-b16", modes="compile,reduce-overhead", precisions="bf16,fp32_tc")
+    """torch.compile with CUDA graphs (reduce-overhead), the routed setups included."""
+    runs = training.select(models="vit-b16", modes="reduce-overhead", precisions="bf16,fp32_tc")
     data = training.run(runs, steps=2, batch=2, num_layers=1, quiet=True)
-    assert len(data["records"]) == 2 * 3
+    assert [r["setup"] for r in data["records"]] == ["bf16", "bf16_gemmlab", "fp32", "fp32_tc"]
     assert all(r["ms"] > 0 and not r["failed"] for r in data["records"]), data["records"]
 
 

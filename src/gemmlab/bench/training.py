@@ -471,6 +471,48 @@ class _Instance:
         return train_step(self.forward, self.opt, inputs, targets, self.setup)
 
 
+def matmul_shapes(cfg: Config, batch: int | None = None) -> list[tuple[int, int, int, str, int]]:
+    """(M, N, K, ops, batch) of every product of a training step of ``cfg`` as
+    gemmlab.torch's operators see them: each forward product, then the two its
+    gradient makes (grad @ op(B)^T and op(A)^T @ grad, transposed views read in
+    place); attention's operands taken as contiguous."""
+    batch = batch or cfg.batch
+    hd, h, kv = cfg.head_dim, cfg.heads, cfg.kv_heads
+    rows = batch * cfg.seq
+    linear = [(rows, cfg.d, (h + 2 * kv) * hd), (rows, h * hd, cfg.d), (rows, cfg.d, (2 if cfg.gated else 1) * cfg.ffn),
+              (rows, cfg.ffn, cfg.d)]
+    if cfg.kind == "decoder":
+        linear.append((rows, cfg.d, cfg.vocab))
+    elif cfg.kind == "encoder":
+        linear += [(rows, cfg.d, cfg.d), (rows, cfg.d, cfg.vocab)]
+    else:
+        linear += [(batch * (cfg.seq - 1), 3 * cfg.patch ** 2, cfg.d), (batch, cfg.d, cfg.classes)]
+    forward = [(m, fan_out, fan_in, "NT", 1) for m, fan_in, fan_out in linear]
+    forward += [(cfg.seq, cfg.seq, hd, "NT", batch * h), (cfg.seq, hd, cfg.seq, "NN", batch * h)]
+    flip = {"N": "T", "T": "N"}
+    out = []
+    for M, N, K, ops, b in forward:
+        for shape in ((M, N, K, ops, b), (M, K, N, "N" + flip[ops[1]], b), (K, N, M, flip[ops[0]] + "N", b)):
+            if shape not in out:
+                out.append(shape)
+    return out
+
+
+def _precompile(cfg: Config, setups, say) -> None:
+    """Compile, in parallel processes, the kernels the routed setups' products
+    plan (else each compiles on first use, one at a time, inside the warm-up)."""
+    from . import models
+    from ..runtime.device import gpu_info
+    dtypes = [{"bf16_gemmlab": "bf16", "fp32_tc": "fp32_tc"}[s] for s in setups if SETUPS[s][1]]
+    if not dtypes:
+        return
+    cases = [models.Case("matmul", "", M, b, M, N, K, ops, "", ()) for M, N, K, ops, b in matmul_shapes(cfg)]
+    try:
+        models._precompile([(c, d) for c in cases for d in dtypes], gpu_info(0), say)
+    except Exception as exc:   # noqa: BLE001 - only a head start: the steps compile what they need
+        say(f"  precompiling: {type(exc).__name__}: {exc}".splitlines()[0])
+
+
 def _empty_cache() -> None:
     if DEVICE == "cuda":
         _torch().cuda.empty_cache()
@@ -504,6 +546,8 @@ def run(runs: list[Run], *, steps: int | None = None, batch: int | None = None, 
             continue
         say(f"run {i + 1}/{len(runs)}: {r.model} ({parameter_count(cfg) / 1e6:.0f}M parameters, batch "
             f"{cfg.batch}), {r.mode}: {', '.join(r.setups)}")
+        if DEVICE == "cuda":
+            _precompile(cfg, r.setups, lambda msg: say(f"  {msg}"))
         torch.manual_seed(seed)
         with torch.device(DEVICE):
             init = {k: v.detach().clone() for k, v in build(cfg).state_dict().items()}
@@ -552,9 +596,9 @@ def _time_run(cfg: Config, r: Run, init, steps: int, seed: int, gpu: str, say) -
                     say(f"  {cfg.name} {r.mode} {s}: FAILED, {out[s].failed}")
                     del live[s]
                     _empty_cache()
-            order = list(live)
-            per_round = max(1, math.ceil(steps / ROUNDS))
-            for k in range(ROUNDS):
+            order, rounds = list(live), min(ROUNDS, steps)
+            per_round = math.ceil(steps / rounds)
+            for k in range(rounds):
                 for s in order[k % len(order):] + order[:k % len(order)] if order else []:
                     for _ in range(per_round):
                         t, loss = _sync_time(lambda: live[s].step(x, targets))
