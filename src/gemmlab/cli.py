@@ -443,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "tensor-core ladder beside cuBLAS in that dtype, PyTorch matmul), fp16_ec/tf32_ec (the "
                    "error-corrected FP32 kernels, one method, unscaled, beside cuBLAS SGEMM); default fp32.  "
                    "models: a comma list of bf16, fp16, fp32, fp32_tc, fp32_tc_mode (torch.matmul inside "
-                   "gemmlab.torch.fp32_tc()) (default all five)")
+                   "gemmlab.torch.fp32_tc()) (default all five); shapes: the same list (default bf16, fp16, "
+                   "fp32, fp32_tc)")
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
     p.add_argument("--all-configs", action="store_true",
                    help="time every legal tile configuration of the kernels named by --kernels")
