@@ -118,7 +118,7 @@ KINDS = {
     "odd_align": "N, or a stored operand's row stride, not a multiple of 8 elements (16 bytes in 16-bit)",
     "small_m": "M <= 256 (decode, few tokens, few rows per expert)",
     "small_k": "K <= 256 (a weight gradient over few tokens)",
-    "few_tiles": f"fewer 128 x 128 output tiles than an H100/H200 has SMs (132)",
+    "few_tiles": "fewer 128 x 128 output tiles than an H100/H200 has SMs (132)",
     "nt": "x @ W.t(): op(B) a transposed view, none of the above",
     "tn": "dY.t() @ x: op(A) a transposed view, none of the above",
     "nn": "both row-major, none of the above",

@@ -604,10 +604,11 @@ def _time_run(cfg: Config, r: Run, init, steps: int, seed: int, gpu: str, say) -
                         t, loss = _sync_time(lambda: live[s].step(x, targets))
                         times[s].append(1e3 * t)
                         losses[s] = loss
-        except torch.cuda.OutOfMemoryError as exc:
+        except Exception as exc:   # noqa: BLE001 - e.g. out of memory: this dtype's setups fail, the rest go on
+            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
             for s in group:
-                out.setdefault(s, _record(gpu, cfg, r.mode, s, failed=f"out of GPU memory: {exc}".splitlines()[0]))
-            say(f"  {cfg.name} {r.mode} {storage}: out of GPU memory")
+                out.setdefault(s, _record(gpu, cfg, r.mode, s, failed=why))
+            say(f"  {cfg.name} {r.mode} {storage}: FAILED, {why}")
         for s in group:
             if s in out:
                 continue
@@ -616,7 +617,7 @@ def _time_run(cfg: Config, r: Run, init, steps: int, seed: int, gpu: str, say) -
                              items_per_s=cfg.items_per_step() / (ms * 1e-3), warmup_s=warm[s],
                              loss=float(losses[s]))
             say(f"  {cfg.name} {r.mode} {s}: {ms:.1f} ms per step, {out[s].items_per_s:,.0f} {cfg.items}/s")
-        del live
+        live.clear()
         _empty_cache()
     for s, rec in out.items():
         base = BASELINE.get(s)
