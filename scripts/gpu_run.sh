@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine does it all: install gemmlab, run the whole test
 # suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
-# $OUT (default ./.out).  Usage: scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|train|tp|sweep|profile|extra|all]...
+# $OUT (default ./.out).  Usage:
+#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|training|train|tp|sweep|profile|extra|all]...
 # "bench" times gemmlab.matmul beside cupy/torch.matmul, host time included (the
 # public call; BENCH_ARGS=--kernel-only adds each kernel alone, back to back).
 # "overhead" measures host µs per call (gemmlab vs torch.matmul vs cupy.matmul) and
@@ -9,6 +10,12 @@
 # "models" times a Llama-3-8B-sized transformer's products (linear layers forward and
 # backward, attention's batched products) beside torch.matmul (MODELS_ARGS adds options,
 # e.g. "--dtype bf16 --tokens 2048"; TUNE_ARGS="--suite models" tunes its shapes).
+# "shapes" times 400+ products of 13 public models and random odd sizes (forward, input and
+# weight gradient views) in bf16, fp16, fp32 and fp32_tc beside torch.matmul, by kind of
+# product (SHAPES_ARGS, e.g. "--dtype bf16 --kinds odd_align" or "--sample 100").
+# "training" times whole models' training steps through gemmlab.torch beside PyTorch, with
+# their drift from float64 (TRAINING_ARGS, default --quick: the headline in about 5 minutes;
+# "" runs every model, mode and precision).
 # "ec" times the error-corrected methods beside cuBLAS SGEMM and tabulates their accuracy
 # (EC_BENCH_ARGS, EC_ACCURACY_ARGS).
 # "train" trains examples/train_fp32_tc.py's small transformer four ways (fp32, TF32,
@@ -68,6 +75,17 @@ if has models; then
   echo "== models: a transformer's products, gemmlab.matmul beside torch.matmul on the same views" | tee -a "$log"
   timeout 900 gemmlab bench --suite models ${MODELS_ARGS:-} --json "$OUT/models.json" --plot "$OUT/models.png" \
     2>&1 | tee "$OUT/models.log" | tee -a "$log"
+fi
+if has shapes; then
+  echo "== shapes: many models' products by kind, gemmlab.matmul beside torch.matmul on the same views" \
+    | tee -a "$log"
+  timeout 900 gemmlab bench --suite shapes ${SHAPES_ARGS:-} --json "$OUT/shapes.json" --plot "$OUT/shapes.png" \
+    2>&1 | tee "$OUT/shapes.log" | tee -a "$log"
+fi
+if has training; then
+  echo "== training: whole models' steps through gemmlab.torch beside PyTorch, drift from float64" | tee -a "$log"
+  timeout 900 gemmlab bench --suite training ${TRAINING_ARGS---quick} --json "$OUT/training.json" \
+    --plot "$OUT/training.png" 2>&1 | tee "$OUT/training.log" | tee -a "$log"
 fi
 if has ec; then
   echo "== error-corrected FP32: speed (bench --suite ec) and accuracy" | tee -a "$log"

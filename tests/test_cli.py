@@ -133,7 +133,7 @@ def no_gpu_allowed(monkeypatch):
     (["bench", "--suite", "overhead", "--kernels", "wgmma"], "gemmlab bench: --kernels is for --suite ladder, "
      "not --suite overhead"),
     (["bench", "--suite", "overhead", "--dtype", "bf16"],
-     "--dtype is for --suite ladder or models, not --suite overhead"),
+     "--dtype is for --suite ladder or models or shapes, not --suite overhead"),
     (["bench", "--suite", "overhead", "--ops", "TN"], "--ops is for --suite ladder, not --suite overhead"),
     (["bench", "--suite", "ec", "--all-configs"], "--all-configs is for --suite ladder, not --suite ec"),
     (["bench", "--suite", "wmma_ext", "--kernel-only"],

@@ -78,11 +78,18 @@ def _save(dicts, args, plot) -> None:
 
 # Options of `gemmlab bench` that only some suites take: elsewhere they are
 # refused, not silently ignored.
-SUITE_OPTIONS = {"kernels": ("ladder",), "dtype": ("ladder", "models"), "ops": ("ladder",),
+SUITE_OPTIONS = {"kernels": ("ladder",), "dtype": ("ladder", "models", "shapes"), "ops": ("ladder",),
                  "all_configs": ("ladder",), "sizes": ("ladder", "ec", "overhead"),
-                 "kernel_only": ("ladder", "ec", "overhead"), "plot": ("ladder", "ec", "overhead", "models"),
+                 "kernel_only": ("ladder", "ec", "overhead"),
+                 "plot": ("ladder", "ec", "overhead", "models", "shapes", "training"),
                  "calls": ("overhead",), "host_shape": ("overhead",), "tokens": ("models",), "layers": ("models",),
-                 "only": ("models",), "products": ("models",), "time_budget_s": ("models",)}
+                 "only": ("models",), "products": ("models",),
+                 "time_budget_s": ("models", "shapes", "training"),
+                 # the shapes and training suites' own (bench_suite_args)
+                 "models": ("shapes", "training"), "kinds": ("shapes",), "limit": ("shapes",),
+                 "sample": ("shapes",), "seed": ("shapes", "training"), "modes": ("training",),
+                 "precisions": ("training",), "steps": ("training",), "batch": ("training",),
+                 "num_layers": ("training",), "quick": ("training",)}
 # The ladder's --dtype names (the models suite takes a list of its own).
 LADDER_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp16_ec", "tf32_ec")
 
@@ -110,6 +117,10 @@ def cmd_bench(args) -> int:
         return cmd_bench_overhead(args)
     if args.suite == "models":        # a transformer's products beside torch.matmul
         return cmd_bench_models(args)
+    if args.suite == "shapes":        # many models' products beside torch.matmul
+        return cmd_bench_shapes(args)
+    if args.suite == "training":      # whole models' training steps, gemmlab.torch beside PyTorch
+        return cmd_bench_training(args)
     if args.dtype is not None and args.dtype not in LADDER_DTYPES:
         raise ValueError(f"--dtype {args.dtype!r}: the ladder takes one of {', '.join(LADDER_DTYPES)}")
     from .api import plan
@@ -177,6 +188,36 @@ def cmd_bench_models(args) -> int:
     print(models.table(data))
     _save(data, args, models.plot)
     return 1 if any(r.get("ok") is False for r in data["records"]) else 0
+
+
+def _time_budget(args, default: float) -> float:
+    if args.time_budget_s is not None and args.time_budget_s < 0:
+        raise ValueError(f"--time-budget-s {args.time_budget_s}: give a number of seconds, 0 or more")
+    return default if args.time_budget_s is None else args.time_budget_s
+
+
+def cmd_bench_shapes(args) -> int:
+    from .bench import models, shapes
+    products = shapes.select(seed=args.seed or 0, limit=args.limit, sample=args.sample,
+                             model_names=shapes.parse_models(args.models) if args.models else None,
+                             kinds=shapes.parse_kinds(args.kinds) if args.kinds else None)
+    dtypes = models.parse_dtypes(args.dtype or ",".join(shapes.DTYPES))
+    data = shapes.run(products, dtypes, time_budget_s=_time_budget(args, shapes.TIME_BUDGET_S),
+                      reps=args.reps, flush=not args.no_flush,
+                      max_run_s=args.max_run_s, budget_s=args.budget_s, quiet=args.quiet, seed=args.seed or 0)
+    print(shapes.table(data))
+    _save(data, args, shapes.plot)
+    return 1 if any(r.get("ok") is False for r in data["records"]) else 0
+
+
+def cmd_bench_training(args) -> int:
+    from .bench import training
+    plan = training.select(quick=args.quick, models=args.models, modes=args.modes, precisions=args.precisions)
+    data = training.run(plan, steps=args.steps, batch=args.batch, num_layers=args.num_layers, seed=args.seed or 0,
+                        time_budget_s=_time_budget(args, training.TIME_BUDGET_S), quiet=args.quiet)
+    print(training.table(data))
+    _save(data, args, training.plot)
+    return 1 if any(r.get("failed") for r in data["records"]) else 0
 
 
 def cmd_accuracy(args) -> int:
@@ -367,6 +408,30 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--products", metavar="P,...", help=f"{what}--suite models: the linear layers' "
                        "products, comma list of fwd (x @ W.t()), dgrad (dY @ W), wgrad (dY.t() @ x); default all")
 
+    def bench_suite_args(p):
+        """The options of --suite shapes and --suite training."""
+        p.add_argument("--models", metavar="NAME,...", help="--suite shapes: the models whose products to time "
+                       "(default all, and 'random': the random odd sizes); --suite training: comma list of "
+                       "llama-1b, gpt2, bert-base, vit-b16 (default all)")
+        p.add_argument("--kinds", metavar="KIND,...", help="--suite shapes: only products having any of these "
+                       "kinds (batched_odd, batched, odd_align, small_m, small_k, few_tiles, nt, tn, nn)")
+        p.add_argument("--limit", type=int, metavar="N", help="--suite shapes: the first N products selected")
+        p.add_argument("--sample", type=int, metavar="N", help="--suite shapes: N products drawn with --seed")
+        p.add_argument("--seed", type=int, metavar="S", help="--suite shapes: the random sizes' and --sample's "
+                       "seed; --suite training: the weights' and data's (default 0)")
+        p.add_argument("--modes", metavar="MODE,...", help="--suite training: comma list of eager, compile, "
+                       "reduce-overhead (default all)")
+        p.add_argument("--precisions", metavar="P,...", help="--suite training: comma list of bf16 (PyTorch and "
+                       "gemmlab.torch.use_gemmlab), fp32 (SGEMM, TF32 off), tf32, fp32_tc "
+                       "(gemmlab.torch.fp32_tc()); default all")
+        p.add_argument("--steps", type=int, metavar="N", help="--suite training: timed steps per run (default 9)")
+        p.add_argument("--batch", type=int, metavar="N", help="--suite training: batch size for every model "
+                       "(default each model's own)")
+        p.add_argument("--num-layers", type=int, metavar="N", help="--suite training: transformer layers of "
+                       "every model (default each model's published count)")
+        p.add_argument("--quick", action="store_true", help="--suite training: the headline only: each model "
+                       "eager in bf16 and fp32_tc beside plain PyTorch (and TF32), and ViT-B/16 compiled in bf16")
+
     p = sub.add_parser("bench", help="time gemmlab.matmul beside cuBLAS")
     p.add_argument("--kernels", nargs="+", metavar="KERNEL[:P=V,...]",
                    help="kernels to time, each with optional tile parameters "
@@ -378,28 +443,35 @@ def build_parser() -> argparse.ArgumentParser:
                    "tensor-core ladder beside cuBLAS in that dtype, PyTorch matmul), fp16_ec/tf32_ec (the "
                    "error-corrected FP32 kernels, one method, unscaled, beside cuBLAS SGEMM); default fp32.  "
                    "models: a comma list of bf16, fp16, fp32, fp32_tc, fp32_tc_mode (torch.matmul inside "
-                   "gemmlab.torch.fp32_tc()) (default all five)")
+                   "gemmlab.torch.fp32_tc()) (default all five); shapes: the same list (default bf16, fp16, "
+                   "fp32, fp32_tc)")
     p.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
     p.add_argument("--all-configs", action="store_true",
                    help="time every legal tile configuration of the kernels named by --kernels")
     p.add_argument("--ops", help="operand layouts to time, comma list of NN, TN, NT, TT (T: op(A) "
                    "or op(B) a transposed view, i.e. column-major; cuBLAS gets the same views); default NN")
-    p.add_argument("--suite", default="ladder", choices=("ladder", "wmma_ext", "ec", "overhead", "models"),
+    p.add_argument("--suite", default="ladder",
+                   choices=("ladder", "wmma_ext", "ec", "overhead", "models", "shapes", "training"),
                    help="ladder: kernels beside cuBLAS (default); wmma_ext: the WMMA fragment lab's experiments; "
                    "ec: the FP32-accurate tensor-core methods (precision=fp16_ec, fp16_ec_scaled, tf32_ec, "
                    "fp32_tc) beside cuBLAS SGEMM (default sizes 4096, 8192, 16384x4096x4096); overhead: host "
                    "µs per call of gemmlab.matmul, torch.matmul and cupy.matmul on tiny operands, and %% of "
                    "cuBLAS from 64^3 to 2048^3 (float32, bfloat16, float16); models: a Llama-3-8B-sized "
                    "transformer's linear layers (forward, input and weight gradient) and attention's batched "
-                   "products, gemmlab.matmul beside torch.matmul on the same views")
+                   "products, gemmlab.matmul beside torch.matmul on the same views; shapes: 400+ products of "
+                   "13 public models and random odd sizes (forward, input and weight gradient views), by kind; "
+                   "training: whole models' training steps (Llama-3.2-1B, GPT-2, BERT-base, ViT-B/16 sizes) "
+                   "through gemmlab.torch beside plain PyTorch, eager and compiled")
     p.add_argument("--calls", type=int, metavar="N",
                    help="--suite overhead: back-to-back calls per timed round of the host figures (default 300)")
     p.add_argument("--host-shape", metavar="MxNxK",
                    help="--suite overhead: the operands' shape for the host figures (default 64x64x64)")
     model_selection_args(p, "")
     p.add_argument("--time-budget-s", type=float, metavar="S",
-                   help="--suite models: seconds for all timed repeats together (default 300); each product "
-                   "gets a share in proportion to its expected time, at least 3 timed runs")
+                   help="--suite models, shapes: seconds for all timed repeats together (default 300, shapes "
+                   "150); each product gets a share in proportion to its expected time, at least 3 timed runs.  "
+                   "--suite training: no new run starts after this many seconds (default 900)")
+    bench_suite_args(p)
     timing_args(p)
     p.set_defaults(func=cmd_bench)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 
 from .. import last_plan, matmul
@@ -122,28 +122,37 @@ class Case:
     def stored_elements(self) -> int:
         return sum(math.prod(s) for s in self.stored)
 
+    def tags(self) -> dict:
+        """What a suite adds to the case's record (the shapes suite: model, kind, view)."""
+        return {}
 
-def linear_case(layer: str, product: str, tokens: int) -> Case:
-    fan_in, fan_out = LINEAR_LAYERS[layer]
+
+def linear_case(layer: str, product: str, tokens: int, dims: tuple[int, int] | None = None, make=Case,
+                **extra) -> Case:
+    """One of the three products of a linear layer (in, out features ``dims``,
+    default LINEAR_LAYERS[layer]) at ``tokens`` rows; ``make(*fields, **extra)``
+    builds it (a subclass of Case with fields of its own)."""
+    fan_in, fan_out = dims or LINEAR_LAYERS[layer]
     if product == "fwd":
-        return Case(layer, product, tokens, 1, tokens, fan_out, fan_in, "NT", "x @ W.t()",
-                    ((tokens, fan_in), (fan_out, fan_in)))
+        return make(layer, product, tokens, 1, tokens, fan_out, fan_in, "NT", "x @ W.t()",
+                    ((tokens, fan_in), (fan_out, fan_in)), **extra)
     if product == "dgrad":
-        return Case(layer, product, tokens, 1, tokens, fan_in, fan_out, "NN", "dY @ W",
-                    ((tokens, fan_out), (fan_out, fan_in)))
+        return make(layer, product, tokens, 1, tokens, fan_in, fan_out, "NN", "dY @ W",
+                    ((tokens, fan_out), (fan_out, fan_in)), **extra)
     if product == "wgrad":
-        return Case(layer, product, tokens, 1, fan_out, fan_in, tokens, "TN", "dY.t() @ x",
-                    ((tokens, fan_out), (tokens, fan_in)))
+        return make(layer, product, tokens, 1, fan_out, fan_in, tokens, "TN", "dY.t() @ x",
+                    ((tokens, fan_out), (tokens, fan_in)), **extra)
     raise ValueError(f"unknown linear product {product!r}; choose from {', '.join(LINEAR_PRODUCTS)}")
 
 
-def attention_case(product: str, bh: int, seq: int) -> Case:
+def attention_case(product: str, bh: int, seq: int, head_dim: int = HEAD_DIM, make=Case, **extra) -> Case:
+    """Q @ K^T or P @ V over ``bh`` (batch x heads) matrices of sequence ``seq``."""
     if product == "qk":
-        return Case(ATTENTION, product, seq, bh, seq, seq, HEAD_DIM, "NT", "Q @ K.transpose(-1, -2)",
-                    ((bh, seq, HEAD_DIM), (bh, seq, HEAD_DIM)))
+        return make(ATTENTION, product, seq, bh, seq, seq, head_dim, "NT", "Q @ K.transpose(-1, -2)",
+                    ((bh, seq, head_dim), (bh, seq, head_dim)), **extra)
     if product == "pv":
-        return Case(ATTENTION, product, seq, bh, seq, HEAD_DIM, seq, "NN", "P @ V",
-                    ((bh, seq, seq), (bh, seq, HEAD_DIM)))
+        return make(ATTENTION, product, seq, bh, seq, head_dim, seq, "NN", "P @ V",
+                    ((bh, seq, seq), (bh, seq, head_dim)), **extra)
     raise ValueError(f"unknown attention product {product!r}; choose from {', '.join(ATTENTION_PRODUCTS)}")
 
 
@@ -267,6 +276,7 @@ class ModelRecord:
     skipped: str | None = None
     note: str = ""
     path: str = "public"
+    tags: dict = field(default_factory=dict)   # Case.tags(): what a suite adds (model, kind, view)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -286,7 +296,7 @@ def error_ok(dtype: str, rel_error: float | None, torch_error: float | None) -> 
 def skipped_record(gpu: str, case: Case, dtype: str, why: str, ok: bool | None = None) -> ModelRecord:
     return ModelRecord(gpu, case.name, case.layer, case.product, case.expression, case.tokens, case.batch, case.M,
                        case.N, case.K, case.ops, dtype, None, "", {}, None, "", None, None, None, None, None, None,
-                       None, ok, 0, 0, skipped=why)
+                       None, ok, 0, 0, skipped=why, tags=case.tags())
 
 
 def summary(records: list[dict]) -> dict[str, dict]:
@@ -526,9 +536,16 @@ def _precompile(pairs, gpu, say) -> None:
     say(f"compiled {n} of the {len(items)} kernel instantiations the products plan")
 
 
-def run(cases, dtypes, *, reps: int = 20, flush: bool = True, max_run_s: float = 3.0, budget_s: float = 2.0,
-        time_budget_s: float = TIME_BUDGET_S, quiet: bool = False, seed: int = 0) -> dict:
-    """Time every case in every dtype on the GPU; {"records": [...], "summary": {...}}
+def run(cases, dtypes, **timing) -> dict:
+    """Time every case in every dtype on the GPU (:func:`measure`);
+    {"records": [...], "summary": {...}} as dicts."""
+    dicts = measure(cases, dtypes, **timing)
+    return {"records": dicts, "summary": summary(dicts)}
+
+
+def measure(cases, dtypes, *, reps: int = 20, flush: bool = True, max_run_s: float = 3.0, budget_s: float = 2.0,
+            time_budget_s: float = TIME_BUDGET_S, quiet: bool = False, seed: int = 0) -> list[dict]:
+    """Each case in each dtype timed on the GPU (:func:`time_cases`), the records
     as dicts.  ``budget_s`` caps one timing session, ``time_budget_s`` all of them."""
     import torch
     gpu = bench_gpu()
@@ -547,8 +564,7 @@ def run(cases, dtypes, *, reps: int = 20, flush: bool = True, max_run_s: float =
     records = time_cases(cases, dtypes, gpu, _Clock(pairs, time_budget_s, quiet), maker=maker,
                          timer_for=lambda share: Timer(gpu.l2_bytes, reps, flush, max_run_s, min(budget_s, share)),
                          free_bytes=free_bytes)
-    dicts = [r.as_dict() for r in records]
-    return {"records": dicts, "summary": summary(dicts)}
+    return [r.as_dict() for r in records]
 
 
 def time_cases(cases, dtypes, gpu, clock, *, maker, timer_for, free_bytes) -> list[ModelRecord]:
@@ -615,4 +631,4 @@ def _record(case: Case, dtype: str, gpu: str, torch_rec, ours, plan) -> ModelRec
                        plan.fallback_reason, ours.ms, torch_rec.ms, ours.pct_cublas, tflops(ours.ms),
                        tflops(torch_rec.ms), ours.rel_error, torch_rec.rel_error,
                        None if ours.skipped else error_ok(dtype, ours.rel_error, torch_rec.rel_error), ours.reps,
-                       torch_rec.reps, ours.skipped, note=torch_rec.note)
+                       torch_rec.reps, ours.skipped, note=torch_rec.note, tags=case.tags())
