@@ -190,7 +190,7 @@ def run_gpu(args) -> list[dict]:
                   f"{rec['new']['pct_of_torch']:6.1f}%" + (f" | old {_short(old_plan):24s} "
                                                             f"{rec['old']['pct_of_torch']:6.1f}%" if old else "")
                   + f" | err {errs['new']:.1e}", flush=True)
-            del first, second, a, b, ref
+            first = second = a = b = ref = calls = None   # free before the next product
             torch.cuda.empty_cache()
     print(f"({time.perf_counter() - started:.0f} s)")
     for dtype in args.dtypes:
