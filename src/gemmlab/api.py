@@ -178,18 +178,20 @@ def _matmul_gpu(call: planner.Call, gpu, kernel: str, tile_params: dict, precisi
 
 def _matmul_copied(call: planner.Call, out, trans_a, trans_b, kernel, precision, tile_params):
     """Operands the kernels cannot read in place (no unit stride, or a negative
-    one): one contiguous copy each, made on the caller's stream, then the call
-    on the copies; an out of that kind is computed in a contiguous copy and
-    copied back."""
-    a, b = (contiguous_copy(S.operand, call.device) if S.copy else S.operand.obj for S in (call.A, call.B))
+    one) or that have the other dtype of a mixed-dtype product: one contiguous
+    copy each (converted), made on the caller's stream, then the call on the
+    copies.  An out the kernels cannot write in place (such strides, another
+    dtype than the result's, memory shared with a or b) gets the result in a
+    new array, copied (cast) into it after the product, as numpy.matmul does."""
+    a, b = (contiguous_copy(S.operand, call.device, S.cast) if S.copy else S.operand.obj for S in (call.A, call.B))
     target = out
+    out_dt = call.dtypes["out_dtype"]
     if call.C is not None and call.C.copy:
         C = call.C.operand
-        target = contiguous_copy(C, call.device) if call.beta != 0 else \
-            empty_like_kind(C, call.result_shape, call.device, call.dtypes["out_dtype"])
+        target = contiguous_copy(C, call.device, None if C.dtype_name == out_dt else out_dt) if call.beta != 0 \
+            else empty_like_kind(C, call.result_shape, call.device, out_dt)
     result = matmul(a, b, out=target, alpha=float(call.alpha), beta=float(call.beta), trans_a=trans_a,
-                    trans_b=trans_b, kernel=kernel, precision=precision, out_dtype=call.dtypes["out_dtype"],
-                    **tile_params)
+                    trans_b=trans_b, kernel=kernel, precision=precision, out_dtype=out_dt, **tile_params)
     if target is not out:
         copy_into(call.C.operand, target)
         return out
@@ -222,7 +224,7 @@ def _matmul_host(call: planner.Call, a, b, out, trans_a, trans_b, kernel, precis
     if out is not None:
         out[...] = host
         return out
-    return host
+    return host[()] if host.ndim == 0 else host   # vector @ vector: a scalar, as numpy.matmul gives
 
 
 
