@@ -58,6 +58,8 @@ INVALID_PAIRS = [
 
 DTYPE_PAIRS = [("float32", "float32"), ("float16", "float16"), ("float16", "float32"), ("float32", "float16")]
 TOL = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}
+# The spacing of the smallest (subnormal) values: the rounding of a tiny result is that large.
+TINY = {"float32": 2.0 ** -149, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -133}
 
 
 def _id(pair):
@@ -84,9 +86,10 @@ def assert_close(got, ref, mag, dtype: str, k: int = 1):
     assert got.shape == ref.shape, (got.shape, ref.shape)
     assert np.isfinite(got).all(), "unwritten (NaN) or non-finite elements"
     # The result's rounding, and the products' (float32 accumulation in the kernels).
-    bound = TOL[dtype] * mag + 4 * 2.0 ** -24 * max(k, 1) * mag + 1e-30
+    bound = TOL[dtype] * mag + 4 * 2.0 ** -24 * max(k, 1) * mag + TINY[dtype]
     err = np.abs(got - ref)
-    assert (err <= bound).all(), f"error {err.max():.3g} above {bound[err > bound].min():.3g}"
+    bad = err > bound
+    assert not bad.any(), f"{bad.sum()} elements off, e.g. {got[bad][:3]} for {ref[bad][:3]} (bound {bound[bad][:3]})"
 
 
 # -- on the emulated GPU -----------------------------------------------------------------------
@@ -372,19 +375,19 @@ VIEWS = ["C", "F", "reversed", "strided", "broadcast", "misaligned"]
 OUTS = ["none", "C", "F", "reversed", "strided", "is_a", "is_b", "cast"]
 
 
-def _view(buf_maker, shape, view, rng):
+def _view(buf_maker, shape, view, rng, xp=np):
     """An array of ``shape`` with the strides ``view`` names, filled with uniform(-1, 1)."""
-    values = rng.uniform(-1, 1, shape)
+    values = xp.asarray(rng.uniform(-1, 1, shape))
     if view == "F" and len(shape) >= 2:
-        x = np.swapaxes(buf_maker(shape[:-2] + shape[:-3:-1]), -1, -2)
+        x = xp.swapaxes(buf_maker(shape[:-2] + shape[:-3:-1]), -1, -2)
     elif view == "reversed" and len(shape) >= 1:
         x = buf_maker(shape)[::-1]
     elif view == "strided" and len(shape) >= 1:
         x = buf_maker(shape[:-1] + (2 * shape[-1],))[..., ::2]
     elif view == "broadcast" and len(shape) >= 3:   # every batch the same stored matrix (stride 0)
         buf = buf_maker((1,) + shape[1:])
-        buf[...] = rng.uniform(-1, 1, buf.shape)
-        return np.broadcast_to(buf, shape)
+        buf[...] = xp.asarray(rng.uniform(-1, 1, buf.shape))
+        return xp.broadcast_to(buf, shape)
     elif view == "misaligned":
         n = int(np.prod(shape))
         x = buf_maker((n + 1,))[1:].reshape(shape)
@@ -431,17 +434,19 @@ def problems(draw):
                 seed=draw(st.integers(0, 2**16)))
 
 
-def _run_problem(emu, p, seed):
+def _run_problem(p, seed, alloc, xp=np, host=lambda x: x):
+    """One drawn problem on arrays ``alloc(shape, dtype)`` makes (xp: their module, host:
+    a NumPy copy of one), against numpy.matmul on the same values."""
     rng = np.random.default_rng(seed)
     sa, sb = p["sa"], p["sb"]
     if p["trans_a"]:   # stored transposed, passed with trans_a
         sa = sa[:-2] + sa[:-3:-1]
     if p["trans_b"]:
         sb = sb[:-2] + sb[:-3:-1]
-    a = _view(lambda s: emu.keep(np.empty(s, p["da"])), sa, p["va"], rng)
-    b = _view(lambda s: emu.keep(np.empty(s, p["db"])), sb, p["vb"], rng)
-    oa = np.swapaxes(a, -1, -2) if p["trans_a"] else a
-    ob = np.swapaxes(b, -1, -2) if p["trans_b"] else b
+    a = _view(lambda s: alloc(s, p["da"]), sa, p["va"], rng, xp)
+    b = _view(lambda s: alloc(s, p["db"]), sb, p["vb"], rng, xp)
+    oa = host(xp.swapaxes(a, -1, -2) if p["trans_a"] else a)
+    ob = host(xp.swapaxes(b, -1, -2) if p["trans_b"] else b)
     try:
         expected = np.matmul(oa, ob)
     except ValueError:
@@ -451,31 +456,30 @@ def _run_problem(emu, p, seed):
     rt = result_dtype(p["da"], p["db"])
     assert expected.dtype == np.dtype(rt)
     kw = dict(trans_a=p["trans_a"], trans_b=p["trans_b"], alpha=p["alpha"])
-    out, beta = None, 0.0
-    if p["out"] == "is_a" and a.flags.writeable and oa.shape == expected.shape and not p["trans_a"]:
+    out, beta, c0 = None, 0.0, None
+    if p["out"] == "is_a" and p["va"] != "broadcast" and oa.shape == expected.shape and not p["trans_a"]:
         out = a
-    elif p["out"] == "is_b" and b.flags.writeable and ob.shape == expected.shape and not p["trans_b"]:
+    elif p["out"] == "is_b" and p["vb"] != "broadcast" and ob.shape == expected.shape and not p["trans_b"]:
         out = b
     elif p["out"] != "none":
         dt = p["cast_to"] if p["out"] == "cast" else rt
         view = p["out_view"] if p["out"] != "cast" else "C"
-        out = _view(lambda s: emu.keep(np.full(s, np.nan, dt)), expected.shape, view, rng)
+        out = _view(lambda s: alloc(s, dt), expected.shape, view, rng, xp)
     if out is not None:
         beta = p["beta"]
         if beta == 0 and out is not a and out is not b:
             out[...] = np.nan
-        c0 = out.astype(np.float64)
+        c0 = host(out).astype(np.float64)
         kw.update(out=out, beta=beta)
-    ref, mag = reference(oa.astype(np.float64), ob.astype(np.float64), p["alpha"], beta,
-                         c0 if out is not None else None)
+    ref, mag = reference(oa, ob, p["alpha"], beta, c0)
     got = gemmlab.matmul(a, b, **kw)
     if out is not None:
         assert got is out
         tol_dtype = "float16" if "float16" in (rt, str(out.dtype)) else "float32"
     else:
-        assert np.shape(got) == expected.shape and np.asarray(got).dtype == expected.dtype
+        assert np.shape(got) == expected.shape and np.dtype(str(got.dtype)) == expected.dtype
         tol_dtype = rt
-    assert_close(got, ref, mag, tol_dtype, oa.shape[-1] if oa.ndim else 0)
+    assert_close(host(got), ref, mag, tol_dtype, oa.shape[-1] if oa.ndim else 0)
 
 
 @settings(max_examples=EXAMPLES or 40, deadline=None, derandomize=not EXAMPLES, database=None,
@@ -488,5 +492,199 @@ def test_property_against_numpy(p):
     takes the prepared path."""
     with pytest.MonkeyPatch.context() as mp:
         emu = emulated_gpu.install(mp)
-        _run_problem(emu, p, p["seed"])
-        _run_problem(emu, p, p["seed"] + 1)
+        for seed in (p["seed"], p["seed"] + 1):
+            _run_problem(p, seed, lambda shape, dtype: emu.keep(np.empty(shape, dtype)))
+
+
+# -- on the GPU: the same classes through the real kernels, CuPy arrays and PyTorch tensors ----------
+
+BACKENDS = [("cupy", "float32"), ("cupy", "float16"), ("torch", "float32"), ("torch", "float16"),
+            ("torch", "bfloat16")]
+
+
+class _Dev:
+    """Device arrays of one library: fresh uniform(-1, 1) data, NaN-poisoned outputs, and a
+    float64 NumPy copy of what the device holds (the reference's inputs)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        if kind == "cupy":
+            self.xp = pytest.importorskip("cupy")
+        else:
+            self.torch = pytest.importorskip("torch")
+
+    def dtype(self, name):
+        return getattr(self.torch, name) if self.kind == "torch" else np.dtype(name)
+
+    def rand(self, shape, dtype, seed):
+        h = np.random.default_rng(seed).uniform(-1, 1, shape)
+        if self.kind == "cupy":
+            return self.xp.asarray(h).astype(dtype)
+        return self.torch.tensor(h, dtype=self.torch.float64, device="cuda").to(self.dtype(dtype))
+
+    def full(self, shape, value, dtype):
+        if self.kind == "cupy":
+            return self.xp.full(shape, value, dtype)
+        return self.torch.full(shape, value, dtype=self.dtype(dtype), device="cuda")
+
+    def host(self, x):
+        if self.kind == "cupy":
+            return self.xp.asnumpy(x).astype(np.float64)
+        return x.detach().to(self.torch.float64).cpu().numpy()
+
+    def transposed(self, x):
+        return self.xp.swapaxes(x, -1, -2) if self.kind == "cupy" else x.transpose(-1, -2)
+
+    def sync(self):
+        if self.kind == "cupy":
+            self.xp.cuda.get_current_stream().synchronize()
+        else:
+            self.torch.cuda.synchronize()
+
+
+def _gpu_check(dev, got, a, b, dtype, alpha=1.0, beta=0.0, c0=None):
+    dev.sync()
+    ha, hb = dev.host(a), dev.host(b)
+    ref, mag = reference(ha, hb, alpha, beta, c0)
+    assert_close(dev.host(got), ref, mag, dtype, ha.shape[-1] if ha.ndim else 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, dtype", BACKENDS, ids=lambda x: x)
+@pytest.mark.parametrize("pair", SHAPE_PAIRS, ids=_id)
+def test_gpu_shape_pairs(pair, kind, dtype):
+    """Every pair through the real kernels: a new result (shape, dtype, values), then into a
+    NaN-poisoned out (returned)."""
+    dev = _Dev(kind)
+    a, b = dev.rand(pair[0], dtype, 1), dev.rand(pair[1], dtype, 2)
+    got = gemmlab.matmul(a, b)
+    shape = np.matmul(np.empty(pair[0]), np.empty(pair[1])).shape
+    assert tuple(got.shape) == shape and got.dtype == dev.dtype(dtype)
+    _gpu_check(dev, got, a, b, dtype)
+    out = dev.full(shape, np.nan, dtype)
+    assert gemmlab.matmul(a, b, out=out) is out
+    _gpu_check(dev, out, a, b, dtype)
+    if kind == "cupy" and len(shape) >= 1:     # CuPy's reversed out: zeros(shape)[::-1]
+        rev = dev.full(shape, np.nan, dtype)[::-1]
+        assert gemmlab.matmul(a, b, out=rev) is rev
+        _gpu_check(dev, rev, a, b, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, dtype", BACKENDS, ids=lambda x: x)
+@pytest.mark.parametrize("pair", [((3, 0), (0, 4)), ((2, 3, 0), (2, 0, 2)), ((5, 3, 0), (0,)), ((0,), (0,)),
+                                  ((70, 0), (0, 130))], ids=_id)
+def test_gpu_k_zero(pair, kind, dtype):
+    """K = 0: zeros, and beta * out, for every dtype (the reduction's quick return)."""
+    dev = _Dev(kind)
+    a, b = dev.rand(pair[0], dtype, 1), dev.rand(pair[1], dtype, 2)
+    shape = np.matmul(np.empty(pair[0]), np.empty(pair[1])).shape
+    got = gemmlab.matmul(a, b)
+    dev.sync()
+    assert (dev.host(got) == 0).all()
+    out = dev.rand(shape, dtype, 3)
+    c0 = dev.host(out)
+    assert gemmlab.matmul(a, b, out=out, beta=-2.0) is out
+    _gpu_check(dev, out, a, b, dtype, 1.0, -2.0, c0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, dtype", BACKENDS, ids=lambda x: x)
+@pytest.mark.parametrize("pair", [((2, 3, 4), (4, 2)), ((1, 2), (2, 3)), ((2, 3), (3, 1)), ((0, 3), (3, 4)),
+                                  ((33, 70), (70, 40)), ((2, 3, 0), (2, 0, 2))], ids=_id)
+def test_gpu_transposed_views(pair, kind, dtype):
+    dev = _Dev(kind)
+    for ta in (False, True):
+        for tb in (False, True):
+            def stored(shape, t, seed):
+                return dev.transposed(dev.rand(shape[:-2] + shape[:-3:-1], dtype, seed)) if t \
+                    else dev.rand(shape, dtype, seed)
+            a, b = stored(pair[0], ta, 1), stored(pair[1], tb, 2)
+            _gpu_check(dev, gemmlab.matmul(a, b), a, b, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, dtype", BACKENDS, ids=lambda x: x)
+@pytest.mark.parametrize("shape", [(900, 900), (2, 600, 600), (7, 7)])
+def test_gpu_out_is_an_input(shape, kind, dtype):
+    """CuPy's overlap test, on random data: matmul(a, a, out=a), and out = b with beta."""
+    dev = _Dev(kind)
+    a = dev.rand(shape, dtype, 1)
+    ha = dev.host(a)
+    assert gemmlab.matmul(a, a, out=a) is a
+    dev.sync()
+    ref, mag = reference(ha, ha)
+    assert_close(dev.host(a), ref, mag, dtype, shape[-1])
+    a, b = dev.rand(shape, dtype, 2), dev.rand(shape, dtype, 3)
+    ha, hb = dev.host(a), dev.host(b)
+    assert gemmlab.matmul(a, b, out=b, beta=0.5) is b
+    dev.sync()
+    ref, mag = reference(ha, hb, 1.0, 0.5, hb)
+    assert_close(dev.host(b), ref, mag, dtype, shape[-1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+@pytest.mark.parametrize("da, db", DTYPE_PAIRS + [("bfloat16", "float16"), ("bfloat16", "float32"),
+                                                  ("float32", "bfloat16")], ids=str)
+def test_gpu_mixed_dtypes_and_out_casts(kind, da, db):
+    if kind == "cupy" and "bfloat16" in (da, db):
+        pytest.skip("CuPy has no bfloat16")
+    dev = _Dev(kind)
+    a, b = dev.rand((3, 37, 20), da, 1), dev.rand((20, 45), db, 2)
+    rt = result_dtype(da, db)
+    got = gemmlab.matmul(a, b)
+    assert got.dtype == dev.dtype(rt)
+    _gpu_check(dev, got, a, b, rt)
+    for out_dt in ("float32", "float16"):
+        out = dev.full((3, 37, 45), np.nan, out_dt)
+        assert gemmlab.matmul(a, b, out=out) is out and out.dtype == dev.dtype(out_dt)
+        _gpu_check(dev, out, a, b, "float16" if "float16" in (rt, out_dt) else rt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, dtype", BACKENDS, ids=lambda x: x)
+@pytest.mark.parametrize("pair", [((5, 3, 2), (2,)), ((2,), (2,)), ((0, 3, 2), (2, 4)), ((3, 0), (0, 4)),
+                                  ((6, 1, 33, 20), (1, 5, 20, 40)), ((300,), (300, 129))], ids=_id)
+def test_gpu_a_repeated_call_takes_the_prepared_path(monkeypatch, pair, kind, dtype):
+    dev = _Dev(kind)
+    a, b = dev.rand(pair[0], dtype, 1), dev.rand(pair[1], dtype, 2)
+    gemmlab.matmul(a, b)
+    full = []
+    monkeypatch.setattr(api, "_matmul_full", lambda *args: full.append(args))
+    monkeypatch.setattr(planner, "validate", lambda *args: full.append(args))
+    a2, b2 = dev.rand(pair[0], dtype, 3), dev.rand(pair[1], dtype, 4)
+    got = gemmlab.matmul(a2, b2)
+    assert full == [], "a repeated signature took the full path"
+    monkeypatch.undo()
+    _gpu_check(dev, got, a2, b2, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_gpu_numpy_inputs(dtype):
+    """NumPy in, NumPy out, as numpy.matmul: vector @ vector a NumPy scalar, out= any strides."""
+    rng = np.random.default_rng(5)
+    a, b = rng.uniform(-1, 1, 7).astype(dtype), rng.uniform(-1, 1, 7).astype(dtype)
+    got = gemmlab.matmul(a, b)
+    assert type(got) is type(np.matmul(a, b))
+    ref, mag = reference(a, b)
+    assert_close(got, ref, mag, dtype, 7)
+    a, b = rng.uniform(-1, 1, (4, 5, 6)).astype(dtype), rng.uniform(-1, 1, (6,)).astype(dtype)
+    out = np.full((4, 10), np.nan, dtype)[::-1, ::2]
+    assert gemmlab.matmul(a, b, out=out) is out
+    ref, mag = reference(a, b)
+    assert_close(out, ref, mag, dtype, 6)
+
+
+@pytest.mark.gpu
+@settings(max_examples=EXAMPLES or 150, deadline=None, derandomize=not EXAMPLES, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(p=problems())
+def test_gpu_property_against_numpy(p):
+    """The property test on CuPy arrays through the real kernels (each problem twice: the
+    second call takes the prepared path)."""
+    cp = pytest.importorskip("cupy")
+    for seed in (p["seed"], p["seed"] + 1):
+        _run_problem(p, seed, lambda shape, dtype: cp.full(shape, np.nan, dtype), cp,
+                     lambda x: cp.asnumpy(x))

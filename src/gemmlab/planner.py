@@ -619,7 +619,9 @@ def _resolve_dtypes(A: Operand, B: Operand, O: Operand | None, precision, out_dt
         out_dt = O.dtype_name if O is not None and O.dtype_name in allowed else \
             "float32" if O is not None or dtype in registry.FLOAT32_RESULT else dtype
     if out_dt not in allowed:
-        raise TypeError(f"{dtype} inputs give a {' or '.join(allowed)} result, not {out_dt}")
+        inputs = dtype if A.dtype_name == B.dtype_name else \
+            f"{A.dtype_name} and {B.dtype_name} (promoted to {dtype})"
+        raise TypeError(f"{inputs} inputs give a {' or '.join(allowed)} result, not {out_dt}")
     return dtype, out_dt
 
 
