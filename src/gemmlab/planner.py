@@ -253,7 +253,7 @@ def _as_matrix(op: Operand, axis: int) -> Operand:
     """numpy.matmul's rule for vectors: ``op`` read with a dimension of 1 inserted at
     ``axis`` (-2: a vector a as a 1 x K matrix, or out's row of it; -1: b as K x 1),
     the same memory at the same address (a dimension of one element needs no stride)."""
-    at = len(op.shape) + 1 + axis
+    at = max(len(op.shape) + 1 + axis, 0)
     return dataclasses.replace(op, shape=op.shape[:at] + (1,) + op.shape[at:],
                                strides=op.strides[:at] + (0,) + op.strides[at:],
                                shown=op.shape if op.shown is None else op.shown)
@@ -589,7 +589,6 @@ def _dtype_arg(value, name: str) -> str | None:
     return text
 
 
-# numpy / torch.result_type among gemmlab's dtypes: two different ones give float32.
 def promoted(da: str, db: str) -> str:
     """The dtype a product of ``da`` and ``db`` operands is computed in (torch.result_type's
     rule among float16, bfloat16 and float32; NumPy's among the first and last)."""
