@@ -138,11 +138,18 @@ def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_
         sig_o = SIGNATURES.get(type(out))
         if sig_o is None:
             return None
+    tp = ()
+    if tile_params:
+        tp = tuple((k, v, type(v)) for k, v in tile_params.items())
+        try:
+            hash(tp)
+        except TypeError:   # an unhashable value: the full path says what is wrong with it
+            return None
     pa, ka = sig_a(a)
     pb, kb = sig_b(b)
     pc, kc = sig_o(out) if out is not None else (0, None)
     key = (ka, kb, kc, alpha == 0, beta == 0, trans_a, trans_b, kernel, precision, out_dtype,
-           tuple((k, v, type(v)) for k, v in tile_params.items()) if tile_params else (), tuned.version)
+           tp, tuned.version)
     return key, pa, pb, pc
 
 

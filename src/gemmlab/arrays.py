@@ -106,6 +106,8 @@ def describe(obj, name: str) -> Operand:
         strides = tuple(s // obj.itemsize for s in obj.strides)
     elif _is_torch(obj):
         strides = tuple(obj.stride())
+    elif hasattr(type(obj), "__cuda_array_interface__"):   # another library's: the interface's byte strides
+        strides = _cai_strides(obj, strides)
     try:
         dtype = np.dtype(view.dtype) if view.dtype is not None else None
     except TypeError:
@@ -122,6 +124,17 @@ def describe(obj, name: str) -> Operand:
                         "or an array on a CUDA device")
     _learn_type(obj, kind)
     return Operand(name, obj, kind, shape, strides, dtype, device, view.ptr)
+
+
+def _cai_strides(obj, fallback: tuple) -> tuple:
+    """Element strides from a CUDA Array Interface (signed byte strides; None: C order)."""
+    try:
+        cai = obj.__cuda_array_interface__
+        item = np.dtype(cai["typestr"]).itemsize
+        shape = tuple(cai["shape"])
+        return tuple(s // item for s in cai["strides"]) if cai.get("strides") else _c_strides(shape)
+    except Exception:   # an interface we cannot read this way: the view's strides stand
+        return fallback
 
 
 def _torch_dtype_name(t):
