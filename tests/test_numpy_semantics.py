@@ -21,7 +21,7 @@ import pytest
 
 import emulated_gpu
 import gemmlab
-from gemmlab import api, executor, planner
+from gemmlab import api, planner
 
 # -- the cases ---------------------------------------------------------------------------------
 
@@ -182,6 +182,19 @@ def test_transposed_views_and_trans_flags(emu, pair, trans_a, trans_b):
     sa = np.swapaxes(a, -1, -2) if ta else a      # the stored arrays, with the flags
     sb = np.swapaxes(b, -1, -2) if tb else b
     assert_close(gemmlab.matmul(sa, sb, trans_a=ta, trans_b=tb), ref, mag, "float32", _k(a, b))
+
+
+def test_a_negative_batch_stride_is_read_in_place_without_tma(emu):
+    """A reversed stack of float16 matrices: read in place, not through tensor maps
+    (TMA steps through a batch forward only), so the plan falls back and says why."""
+    a = _rand(emu, (3, 40, 24), "float16", 1)[::-1]
+    b = _rand(emu, (24, 72), "float16", 2)
+    kept = len(emu.arrays)
+    got = gemmlab.matmul(a, b)
+    assert len(emu.arrays) == kept + 1          # the result only: no copy of a
+    ref, mag = reference(a, b)
+    assert_close(got, ref, mag, "float16", 24)
+    assert gemmlab.last_plan().spec.name != "wgmma", gemmlab.last_plan().describe()
 
 
 def test_relaxed_contiguous_input(emu):
