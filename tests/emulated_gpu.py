@@ -289,7 +289,8 @@ def install(monkeypatch) -> Emulator:
     monkeypatch.setattr(planner, "plan", plan)
     monkeypatch.setattr(api, "empty_like_kind", lambda op, shape, device, dtype="float32":
                         emu.keep(np.empty(shape, np.dtype(dtype))))
-    monkeypatch.setattr(api, "contiguous_copy", lambda op, device: emu.keep(np.ascontiguousarray(op.obj)))
+    monkeypatch.setattr(api, "contiguous_copy", lambda op, device, dtype=None:
+                        emu.keep(np.array(op.obj, dtype=dtype, order="C", copy=True)))
     # NumPy operands are "device" arrays here: no staging through CuPy.
     monkeypatch.setattr(api, "_matmul_host", lambda call, a, b, out, ta, tb, kernel, precision, tp, key=None:
                         api._matmul_gpu(call, gpu, kernel, tp, precision, out, key))

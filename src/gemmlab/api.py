@@ -55,35 +55,58 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_
     layout going to the kernel as a compile-time flag.  An operand whose
     matrices have unit stride on neither side or a negative stride (``a[:, ::2]``,
     ``a[::-1]``) is copied once to a contiguous array first (as NumPy and
-    cuBLAS users expect); so is an ``out`` of that kind (computed in a
-    contiguous copy, then copied back).  A column-major ``out`` is computed as
+    cuBLAS users expect).  A column-major ``out`` is computed as
     out^T = op(b)^T @ op(a)^T, again without a copy.
 
-    Batches follow numpy.matmul: leading dimensions broadcast (aligned from the
-    right, equal or 1; a 2-D operand is used for every batch), any batch strides
-    (0 included) are read as they are, and ``out`` must have the full result
-    shape without overlapping itself.  Vectors (1-D) are refused: make them 1 x n
-    or n x 1 matrices.
+    Shapes follow numpy.matmul.  A vector (1-D) ``a`` is read as a 1 x K
+    matrix and a vector ``b`` as K x 1, and that 1 is left out of the result:
+    (K,) @ (..., K, N) is (..., N), (..., M, K) @ (K,) is (..., M), and
+    (K,) @ (K,) is the dot product, a 0-d array of the inputs' kind (a NumPy
+    scalar for NumPy inputs, as numpy.matmul gives).  A vector is its own
+    transpose: ``trans_a`` / ``trans_b`` leave it alone.  Leading (batch)
+    dimensions broadcast (aligned from the right, equal or 1; a 2-D operand is
+    used for every batch), any batch strides (0 and negative included) are read
+    as they are.  Any dimension may be 0: an empty result (M, N or a batch of
+    0) launches nothing; K = 0 gives ``beta * out`` (zeros without ``out``).
+    Scalars (0-d), inner dimensions that differ and batches that do not
+    broadcast are refused with ValueError, as numpy.matmul refuses them.
 
     ``a`` and ``b`` are CuPy arrays, PyTorch CUDA tensors (read in place) or
-    NumPy arrays (copied to the GPU; the result comes back as NumPy), of one
-    dtype: float32 (CUDA cores; ``precision="tf32"`` asks for TF32 tensor cores
+    NumPy arrays (copied to the GPU; the result comes back as NumPy) of
+    float32 (CUDA cores; ``precision="tf32"`` asks for TF32 tensor cores
     instead, never chosen otherwise), float16 or bfloat16 (tensor cores, FP32
-    accumulation).  The result is ``out_dtype``: by default the inputs' dtype;
-    float32 for 16-bit inputs on request.  Returns ``out`` if given, else a new
+    accumulation); other dtypes are refused with TypeError.  Operands of two
+    dtypes are promoted as torch.result_type and numpy.matmul promote them
+    (float16 with bfloat16, or either with float32: float32): the narrower one
+    is converted to float32 once, on the GPU, and the product is float32.  The
+    result is ``out_dtype``: by default the (promoted) inputs' dtype; float32
+    for 16-bit inputs on request.  Returns ``out`` if given, else a new
     C-ordered array of a's kind.  The kernels run on the caller's current stream
     (CuPy's or PyTorch's).  ``beta`` other than 0 needs ``out``.  With ``beta ==
     0``, ``out`` is never read; with ``alpha == 0`` or K == 0, neither ``a`` nor
     ``b`` is read and the result is ``beta * out`` (zeros when ``beta == 0``), as
-    in BLAS.  Everything is checked before any launch; on error nothing is
-    written.
+    in BLAS.
+
+    ``out`` must have the result's shape (numpy's, vectors' 1s left out) and
+    elements that do not share memory with each other (a zero stride is
+    refused).  Otherwise any ``out`` is taken, as numpy.matmul takes it: one
+    with strides the kernels cannot write (negative, no unit stride), one of
+    another float dtype than the result (numpy's ``casting="same_kind"``:
+    float32 results go into a float16 ``out`` rounded), or one that shares
+    memory with ``a`` or ``b`` (``matmul(a, a, out=a)``) gets the result
+    computed in a new array (of the result's dtype, from a copy of ``out``
+    where ``beta != 0``) and copied into it, after the product has read its
+    inputs.  ``out_dtype`` names what the kernel writes and, with ``out``,
+    must be out's dtype.  Everything is checked before any launch; on error
+    nothing is written.
 
     The first call with a given signature (array kinds, shapes, strides, dtypes,
     devices and 16-byte alignment of a, b and out; out given or not; alpha == 0,
     beta == 0; trans flags; kernel, tile parameters, precision, out_dtype) is
     validated and planned, and what it runs is kept (gemmlab.executor.CACHE);
     later calls with the same signature only check that out does not overlap a
-    or b, fill in the addresses and launch.  Calls are asynchronous and can be
+    or b (one that does takes the full path and its copy), fill in the
+    addresses and launch.  Calls are asynchronous and can be
     captured in CUDA graphs (CuPy stream capture, ``torch.cuda.graph``),
     ``precision="fp32_tc"`` and ``"fp16_ec_scaled"`` included: they choose their
     method (and scales) from the data on the GPU, at every run of the call.
@@ -115,11 +138,18 @@ def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_
         sig_o = SIGNATURES.get(type(out))
         if sig_o is None:
             return None
+    tp = ()
+    if tile_params:
+        tp = tuple((k, v, type(v)) for k, v in tile_params.items())
+        try:
+            hash(tp)
+        except TypeError:   # an unhashable value: the full path says what is wrong with it
+            return None
     pa, ka = sig_a(a)
     pb, kb = sig_b(b)
     pc, kc = sig_o(out) if out is not None else (0, None)
     key = (ka, kb, kc, alpha == 0, beta == 0, trans_a, trans_b, kernel, precision, out_dtype,
-           tuple((k, v, type(v)) for k, v in tile_params.items()) if tile_params else (), tuned.version)
+           tp, tuned.version)
     return key, pa, pb, pc
 
 
@@ -178,18 +208,20 @@ def _matmul_gpu(call: planner.Call, gpu, kernel: str, tile_params: dict, precisi
 
 def _matmul_copied(call: planner.Call, out, trans_a, trans_b, kernel, precision, tile_params):
     """Operands the kernels cannot read in place (no unit stride, or a negative
-    one): one contiguous copy each, made on the caller's stream, then the call
-    on the copies; an out of that kind is computed in a contiguous copy and
-    copied back."""
-    a, b = (contiguous_copy(S.operand, call.device) if S.copy else S.operand.obj for S in (call.A, call.B))
+    one) or that have the other dtype of a mixed-dtype product: one contiguous
+    copy each (converted), made on the caller's stream, then the call on the
+    copies.  An out the kernels cannot write in place (such strides, another
+    dtype than the result's, memory shared with a or b) gets the result in a
+    new array, copied (cast) into it after the product, as numpy.matmul does."""
+    a, b = (contiguous_copy(S.operand, call.device, S.cast) if S.copy else S.operand.obj for S in (call.A, call.B))
     target = out
+    out_dt = call.dtypes["out_dtype"]
     if call.C is not None and call.C.copy:
         C = call.C.operand
-        target = contiguous_copy(C, call.device) if call.beta != 0 else \
-            empty_like_kind(C, call.result_shape, call.device, call.dtypes["out_dtype"])
+        target = contiguous_copy(C, call.device, None if C.dtype_name == out_dt else out_dt) if call.beta != 0 \
+            else empty_like_kind(C, call.result_shape, call.device, out_dt)
     result = matmul(a, b, out=target, alpha=float(call.alpha), beta=float(call.beta), trans_a=trans_a,
-                    trans_b=trans_b, kernel=kernel, precision=precision, out_dtype=call.dtypes["out_dtype"],
-                    **tile_params)
+                    trans_b=trans_b, kernel=kernel, precision=precision, out_dtype=out_dt, **tile_params)
     if target is not out:
         copy_into(call.C.operand, target)
         return out
@@ -222,7 +254,7 @@ def _matmul_host(call: planner.Call, a, b, out, trans_a, trans_b, kernel, precis
     if out is not None:
         out[...] = host
         return out
-    return host
+    return host[()] if host.ndim == 0 else host   # vector @ vector: a scalar, as numpy.matmul gives
 
 
 

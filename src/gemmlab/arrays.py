@@ -20,6 +20,9 @@ class Operand:
     dtype: np.dtype | str | None   # a NumPy dtype, or a name NumPy lacks (PyTorch's "bfloat16")
     device: int               # -1 for host memory
     ptr: int
+    # The caller's shape, where this describes a view of it with other dimensions (a
+    # vector read as a 1 x n or n x 1 matrix): messages name what the caller passed.
+    shown: tuple[int, ...] | None = None
 
     @property
     def dtype_name(self) -> str | None:
@@ -37,7 +40,8 @@ class Operand:
 
     def label(self) -> str:
         kinds = {"numpy": "NumPy array", "cupy": "CuPy array", "torch": "PyTorch tensor", "cuda": "GPU array"}
-        return f"{self.name} ({kinds[self.kind]}, shape {self.shape}, {self.dtype}, on {self.where()})"
+        shape = self.shape if self.shown is None else self.shown
+        return f"{self.name} ({kinds[self.kind]}, shape {shape}, {self.dtype}, on {self.where()})"
 
     @property
     def itemsize(self) -> int:
@@ -96,6 +100,14 @@ def describe(obj, name: str) -> Operand:
         raise TypeError(f"{name} ({type(obj).__name__}) could not be read as an array: {exc}") from exc
     shape = tuple(view.shape)
     strides = tuple(view.strides) if view.strides is not None else _c_strides(shape)
+    # CuPy's and PyTorch's own strides: signed (a reversed CuPy array's negative stride
+    # has come through the interfaces read as unsigned).
+    if _is_cupy(obj) and hasattr(obj, "strides") and hasattr(obj, "itemsize"):
+        strides = tuple(s // obj.itemsize for s in obj.strides)
+    elif _is_torch(obj):
+        strides = tuple(obj.stride())
+    elif hasattr(type(obj), "__cuda_array_interface__"):   # another library's: the interface's byte strides
+        strides = _cai_strides(obj, strides)
     try:
         dtype = np.dtype(view.dtype) if view.dtype is not None else None
     except TypeError:
@@ -112,6 +124,17 @@ def describe(obj, name: str) -> Operand:
                         "or an array on a CUDA device")
     _learn_type(obj, kind)
     return Operand(name, obj, kind, shape, strides, dtype, device, view.ptr)
+
+
+def _cai_strides(obj, fallback: tuple) -> tuple:
+    """Element strides from a CUDA Array Interface (signed byte strides; None: C order)."""
+    try:
+        cai = obj.__cuda_array_interface__
+        item = np.dtype(cai["typestr"]).itemsize
+        shape = tuple(cai["shape"])
+        return tuple(s // item for s in cai["strides"]) if cai.get("strides") else _c_strides(shape)
+    except Exception:   # an interface we cannot read this way: the view's strides stand
+        return fallback
 
 
 def _torch_dtype_name(t):
@@ -265,19 +288,24 @@ def empty_like_kind(op: Operand, shape, device: int, dtype: str = "float32"):
         raise
 
 
-def contiguous_copy(op: Operand, device: int):
-    """A C-ordered copy of a GPU operand, made on the caller's current stream
-    (CuPy or PyTorch), for strides the kernels cannot read."""
+def contiguous_copy(op: Operand, device: int, dtype: str | None = None):
+    """A new C-ordered copy of a GPU operand (always new memory, even of a
+    contiguous one: an out that shares memory with an input is computed in it),
+    made on the caller's current stream (CuPy or PyTorch), converted to
+    ``dtype`` on the way where given (an operand of a mixed-dtype product)."""
     try:
         if op.kind == "torch":
-            return op.obj.detach().contiguous()
+            import torch
+            x = op.obj.detach()
+            return x.to(dtype=getattr(torch, dtype) if dtype is not None else x.dtype,
+                        memory_format=torch.contiguous_format, copy=True)
         import cupy
         with cupy.cuda.Device(device):
-            return cupy.ascontiguousarray(op.obj)
+            return cupy.array(op.obj, dtype=np.dtype(dtype) if dtype is not None else None, order="C", copy=True)
     except Exception as exc:
         if _is_out_of_memory(exc):
-            raise gpu_memory_error(f"a contiguous copy of {op.label()}", op.itemsize * int(np.prod(op.shape)),
-                                   device, exc) from exc
+            nbytes = ITEMSIZE.get(dtype, op.itemsize) * int(np.prod(op.shape))
+            raise gpu_memory_error(f"a contiguous copy of {op.label()}", nbytes, device, exc) from exc
         raise
 
 

@@ -107,7 +107,9 @@ class Launcher:
         self.splits = splits = p.spec.splits(p.params)
         # 16-bit outputs: the kernels handle alpha == 0, except split over K, where the
         # partial products would read A and B; the reduction in C's dtype does it then.
-        self.quick_ok = pr.out_dtype == "float32" or splits > 1
+        # K == 0 always takes the reduction: empty operands may have no memory at all
+        # (a null address no tensor map can describe).
+        self.quick_ok = pr.out_dtype == "float32" or splits > 1 or pr.K == 0
         self.k_zero = pr.K == 0
         self.prepass = p.spec.prepass
         self.own_args = p.spec.kernel_args is not None or self.prepass is not None

@@ -157,8 +157,10 @@ class _Side:
     layout: str            # "N" row-major, "T" column-major
     ld: int
     batch: tuple[int, ...]  # element strides over the broadcast batch shape (0: broadcast)
-    copy: bool             # strides the kernels cannot read: a contiguous copy is made first
+    copy: bool             # a contiguous copy is made first (strides the kernels cannot read, a dtype
+                           # to convert, an out that overlaps an input or has another dtype)
     trans: bool = False
+    cast: str | None = None   # the dtype that copy converts to (an input of a mixed-dtype product)
 
     def flipped(self) -> "_Side":
         """The same memory read as the transposed matrix."""
@@ -174,13 +176,20 @@ class _Side:
                 and all((s * itemsize) % 16 == 0 for s in self.batch))
 
 
-def _side(op: Operand, trans: bool, batch_shape, *, is_input: bool = True) -> _Side:
-    """Resolve one operand: logical matrix, layout (or a copy), batch strides aligned to batch_shape."""
+def _side(op: Operand, trans: bool, batch_shape, *, is_input: bool = True, copy: bool = False,
+          cast: str | None = None, used: bool = True) -> _Side:
+    """Resolve one operand: logical matrix, layout (or a copy), batch strides aligned to
+    batch_shape.  ``copy``: a contiguous copy is wanted whatever the strides (``cast``:
+    converted to that dtype).  An operand without elements, or not ``used`` (the
+    inputs of an empty result), is never read or written: no copy, and its strides,
+    which may be anything (NumPy gives an empty array 0), are taken as C order's."""
     shape, strides = list(op.shape), list(op.strides)
+    if 0 in shape or not used:
+        strides, copy, cast = list(_c_strides(op.shape)), False, None
     if trans:
         shape[-2:], strides[-2:] = shape[-1:-3:-1], strides[-1:-3:-1]
     rows, cols = shape[-2:]
-    found = matrix_layout((rows, cols), strides[-2:], unit_column_major=is_input)
+    found = None if copy else matrix_layout((rows, cols), strides[-2:], unit_column_major=is_input)
     copy = found is None
     if copy:   # the contiguous copy's strides, read through the same op
         cstr = list(_c_strides(op.shape))
@@ -191,7 +200,7 @@ def _side(op: Operand, trans: bool, batch_shape, *, is_input: bool = True) -> _S
     layout, ld = found
     nb = len(batch_shape) - (len(shape) - 2)
     batch = tuple(0 if i < nb or shape[i - nb] == 1 else strides[i - nb] for i in range(len(batch_shape)))
-    return _Side(op, _op_name(op.name, trans), rows, cols, layout, ld, batch, copy, trans)
+    return _Side(op, _op_name(op.name, trans), rows, cols, layout, ld, batch, copy, trans, cast)
 
 
 def _broadcast_batch(A: Operand, B: Operand, oa: str, ob: str) -> tuple[int, ...]:
@@ -230,13 +239,25 @@ def _check_dtype(op: Operand) -> None:
     if op.dtype_name not in SUPPORTED_DTYPES:
         raise TypeError(f"{op.label()}: dtype {op.dtype_name} is not supported; gemmlab's kernels take "
                         f"{', '.join(SUPPORTED_DTYPES)} (convert with .astype(float32))")
+    if op.kind == "numpy" and not op.obj.dtype.isnative:
+        raise TypeError(f"{op.label()} is stored in the other byte order ({op.obj.dtype.str}); gemmlab reads "
+                        f"the machine's own (convert with {op.name}.astype({op.dtype_name}))")
 
 
 def _check_rank(op: Operand) -> None:
-    if len(op.shape) < 2:
-        raise ValueError(f"{op.label()} must be a matrix or a stack of matrices (2 or more dimensions); it has "
-                         f"{len(op.shape)} dimension(s).  gemmlab multiplies matrices: make a vector a "
-                         f"1 x n or n x 1 matrix ({op.name}[None, :] or {op.name}[:, None])")
+    if len(op.shape) < 1:
+        raise ValueError(f"{op.label()} is a scalar (0 dimensions); matmul takes vectors, matrices and stacks "
+                         f"of matrices (1 or more dimensions), as numpy.matmul does: multiply by a scalar instead")
+
+
+def _as_matrix(op: Operand, axis: int) -> Operand:
+    """numpy.matmul's rule for vectors: ``op`` read with a dimension of 1 inserted at
+    ``axis`` (-2: a vector a as a 1 x K matrix, or out's row of it; -1: b as K x 1),
+    the same memory at the same address (a dimension of one element needs no stride)."""
+    at = max(len(op.shape) + 1 + axis, 0)
+    return dataclasses.replace(op, shape=op.shape[:at] + (1,) + op.shape[at:],
+                               strides=op.strides[:at] + (0,) + op.strides[at:],
+                               shown=op.shape if op.shown is None else op.shown)
 
 
 def _check_32bit(op: Operand) -> None:
@@ -609,14 +630,18 @@ def _dtype_arg(value, name: str) -> str | None:
     return text
 
 
+def promoted(da: str, db: str) -> str:
+    """The dtype a product of ``da`` and ``db`` operands is computed in (torch.result_type's
+    rule among float16, bfloat16 and float32; NumPy's among the first and last)."""
+    return da if da == db else "float32"
+
+
 def _resolve_dtypes(A: Operand, B: Operand, O: Operand | None, precision, out_dtype) -> tuple[str, str]:
     """(what the kernel multiplies, what it writes) from the operands and the options."""
-    if A.dtype_name != B.dtype_name:
-        raise TypeError(f"{A.label()} and {B.label()} differ in dtype; both operands must have one dtype")
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r} is not one of "
                          f"{', '.join(repr(p) for p in PRECISIONS if p)} (or None)")
-    dtype = A.dtype_name
+    dtype = promoted(A.dtype_name, B.dtype_name)
     if precision is not None and dtype != "float32":
         raise ValueError(f"precision={precision!r} is for float32 inputs; a and b are {dtype}")
     if precision == "tf32":
@@ -625,15 +650,18 @@ def _resolve_dtypes(A: Operand, B: Operand, O: Operand | None, precision, out_dt
         # The kernel's dtype; fp32_tc settles its method once the data's exponents are known.
         dtype = "tf32_ec" if precision == "tf32_ec" else "fp16_ec"
     out_dt = _dtype_arg(out_dtype, "out_dtype")
-    if O is not None:
-        if out_dt is not None and O.dtype_name != out_dt:
-            raise TypeError(f"{O.label()} does not have out_dtype={out_dt}")
-        out_dt = O.dtype_name
-    if out_dt is None:    # as numpy / torch: the inputs' dtype (float32 for TF32)
-        out_dt = "float32" if dtype in registry.FLOAT32_RESULT else dtype
+    if O is not None and out_dt is not None and O.dtype_name != out_dt:
+        raise TypeError(f"{O.label()} does not have out_dtype={out_dt}")
     allowed = ("float32",) if dtype in registry.FLOAT32_RESULT else ("float32", dtype)
+    if out_dt is None:
+        # An out the kernels can write is written; any other float out gets the result
+        # in float32, cast into it (numpy.matmul's casting="same_kind").
+        out_dt = O.dtype_name if O is not None and O.dtype_name in allowed else \
+            "float32" if O is not None or dtype in registry.FLOAT32_RESULT else dtype
     if out_dt not in allowed:
-        raise TypeError(f"{dtype} inputs give a {' or '.join(allowed)} result, not {out_dt}")
+        inputs = dtype if A.dtype_name == B.dtype_name else \
+            f"{A.dtype_name} and {B.dtype_name} (promoted to {dtype})"
+        raise TypeError(f"{inputs} inputs give a {' or '.join(allowed)} result, not {out_dt}")
     return dtype, out_dt
 
 
@@ -646,45 +674,70 @@ class Call:
     C: _Side | None        # None: a new result
     K: int
     batch_shape: tuple[int, ...]
-    result_shape: tuple[int, ...]
+    result_shape: tuple[int, ...]   # what the caller gets (numpy.matmul's: a vector's 1 removed)
     alpha: np.float32
     beta: np.float32
     dtypes: dict
     device: int
     on_gpu: bool
 
+    @property
+    def product_shape(self) -> tuple[int, ...]:
+        """The result as the kernels write it: batch_shape + (M, N)."""
+        return self.batch_shape + (self.A.rows, self.B.cols)
+
 
 def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> Call:
-    """Every check matmul makes, in the order a user would want to hear about them."""
+    """Every check matmul makes, in the order a user would want to hear about them.
+
+    numpy.matmul's semantics: a vector (1-D) operand is a 1 x K (a) or K x 1 (b)
+    matrix whose 1 leaves the result; batch dimensions broadcast; an empty
+    operand is never read.  Where the kernels cannot write ``out`` in place --
+    strides they cannot write, another dtype than the result's, memory shared
+    with a or b -- its side is marked for a copy (the result is computed in a
+    new array and copied into out); an input of the other dtype of a
+    mixed-dtype product is marked for a converted copy."""
     A, B = describe(a, "a"), describe(b, "b")
     O = describe(out, "out") if out is not None else None
     alpha, beta = scalar(alpha, "alpha"), scalar(beta, "beta")
     for flag, name in ((trans_a, "trans_a"), (trans_b, "trans_b")):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name} must be True or False (use the transpose of the operand); got {flag!r}")
-    for X in (A, B) + ((O,) if O is not None else ()):
+    for X in (A, B):
         _check_rank(X)
+    for X in (A, B) + ((O,) if O is not None else ()):
         _check_dtype(X)
+    # A vector is its own transpose (as a.T is in NumPy): trans_a / trans_b leave it alone.
+    vec_a, vec_b = len(A.shape) == 1, len(B.shape) == 1
+    trans_a, trans_b = bool(trans_a) and not vec_a, bool(trans_b) and not vec_b
+    MA = _as_matrix(A, -2) if vec_a else A
+    MB = _as_matrix(B, -1) if vec_b else B
+    for X in (MA, MB):
         _check_32bit(X)
     oa, ob = _op_name("a", trans_a), _op_name("b", trans_b)
-    la = A.shape[:-2] + ((A.shape[-1], A.shape[-2]) if trans_a else A.shape[-2:])
-    lb = B.shape[:-2] + ((B.shape[-1], B.shape[-2]) if trans_b else B.shape[-2:])
+    la = MA.shape[:-2] + ((MA.shape[-1], MA.shape[-2]) if trans_a else MA.shape[-2:])
+    lb = MB.shape[:-2] + ((MB.shape[-1], MB.shape[-2]) if trans_b else MB.shape[-2:])
     (M, K), (K2, N) = la[-2:], lb[-2:]
     if K != K2:
-        raise ValueError(f"matmul: inner dimensions differ: {oa} has shape {la} (K={K}) but {ob} has shape "
-                         f"{lb} (K={K2}); {oa} @ {ob} needs {oa}.shape[-1] == {ob}.shape[-2]")
+        sa, sb = (A.shape if vec_a else la), (B.shape if vec_b else lb)
+        rule = f"{oa}.shape[-1] == {ob}.shape[{0 if vec_b else -2}]"
+        raise ValueError(f"matmul: inner dimensions differ: {oa} has shape {sa} (K={K}) but {ob} has shape "
+                         f"{sb} (K={K2}); {oa} @ {ob} needs {rule}")
     if A.on_gpu != B.on_gpu:
         raise TypeError(f"{A.label()} and {B.label()} are not on the same side: pass both as "
                         "NumPy arrays or both on the same GPU")
     if A.on_gpu and A.device != B.device:
         raise ValueError(f"{A.label()} and {B.label()} are on different devices")
-    batch_shape = _broadcast_batch(A, B, oa, ob)
-    result_shape = batch_shape + (M, N)
+    batch_shape = _broadcast_batch(MA, MB, oa, ob)
+    result_shape = batch_shape + (() if vec_a else (M,)) + (() if vec_b else (N,))
+    empty = 0 in batch_shape or M == 0 or N == 0
+    dtype, out_dt = _resolve_dtypes(A, B, O, precision, out_dtype)
     SC = None
     if O is not None:
         if O.shape != result_shape:
+            shapes = f"{oa} {A.shape if vec_a else la}, {ob} {B.shape if vec_b else lb}"
             raise ValueError(f"{O.label()} has the wrong shape: {oa} @ {ob} is {result_shape} "
-                             f"({oa} {la}, {ob} {lb}; out must have the full broadcast shape)")
+                             f"({shapes}; out must have the full broadcast shape)")
         if O.on_gpu != A.on_gpu or (O.on_gpu and O.device != A.device):
             raise ValueError(f"{O.label()} must be where a and b are ({A.where()})")
         if O.kind == "numpy" and not O.obj.flags.writeable:
@@ -692,25 +745,30 @@ def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> 
         if overlaps_itself(O.shape, O.strides):
             raise ValueError(f"{O.label()} has element strides {O.strides}: some of its elements share "
                              "memory (a zero or too small stride), so results would overwrite each other")
-        for X in (A, B):
-            lo, hi = O.span()
-            xlo, xhi = X.span()
-            if lo < xhi and xlo < hi:
-                raise ValueError(f"{O.label()} overlaps {X.label()} in memory; the result would "
-                                 "overwrite inputs still being read")
-        SC = _side(O, False, batch_shape, is_input=False)
+        MO = _as_matrix(O, -2) if vec_a else O
+        MO = _as_matrix(MO, -1) if vec_b else MO
+        _check_32bit(MO)
+        # Memory shared with an input (out is a, or a view of b, ...): numpy's way, a
+        # new array for the result, copied into out once the inputs are read.
+        lo, hi = O.span()
+        shared = any(lo < xhi and xlo < hi for xlo, xhi in (A.span(), B.span()))
+        SC = _side(MO, False, batch_shape, is_input=False, copy=not empty and (shared or O.dtype_name != out_dt))
     elif beta != 0:
         raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "
                          "pass out= or leave beta=0")
-    dtype, out_dt = _resolve_dtypes(A, B, O, precision, out_dtype)
-    SA, SB = _side(A, bool(trans_a), batch_shape), _side(B, bool(trans_b), batch_shape)
+    # A mixed-dtype product: the other operand converted once (never an empty one: not read).
+    kernel_in = "float32" if dtype in registry.FLOAT32_RESULT else dtype
+    SA, SB = (_side(X, t, batch_shape, copy=X.dtype_name != kernel_in,
+                    cast=kernel_in if X.dtype_name != kernel_in else None, used=not empty)
+              for X, t in ((MA, trans_a), (MB, trans_b)))
     for S in (SA, SB, SC):
         if S is not None and S.copy and S.operand.kind == "cuda":
-            raise TypeError(f"{S.operand.label()} has element strides {S.operand.strides}, which gemmlab's "
-                            "kernels cannot read (no unit stride in its matrices, or a negative one), and "
+            raise TypeError(f"{S.operand.label()} would have to be copied (element strides {S.operand.strides} "
+                            "that gemmlab's kernels cannot read: no unit stride in its matrices, or a negative "
+                            "one; or a dtype other than the product's; or memory shared with an input), and "
                             "gemmlab copies only CuPy arrays and PyTorch tensors: pass a contiguous array")
     return Call(SA, SB, SC, K, batch_shape, result_shape, alpha, beta, {"dtype": dtype, "out_dtype": out_dt},
-                 A.device if A.on_gpu else 0, A.on_gpu)
+                A.device if A.on_gpu else 0, A.on_gpu)
 
 
 @dataclass
@@ -756,8 +814,8 @@ def kernel_view(call: Call, C: _Side | None = None, ptrs: dict | None = None) ->
 def result_side(call: Call) -> _Side:
     """The side of a new result: a C-ordered array of the result shape (allocators
     give addresses aligned far beyond 16 bytes)."""
-    strides = _c_strides(call.result_shape)
-    rows, cols = call.result_shape[-2:]
+    strides = _c_strides(call.product_shape)
+    rows, cols = call.product_shape[-2:]
     nb = len(call.batch_shape)
     batch = tuple(0 if call.batch_shape[i] == 1 else strides[i] for i in range(nb))
     return _Side(None, "out", rows, cols, "N", max(cols, 1), batch, False)
@@ -796,8 +854,9 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
     128 x 96 tiles over K by the same rule (ec_wgmma_auto_split)."""
     ia = kv.itemsize["A"]
     batch_strides = [bt.strides[:2]] + [off[:2] for off in bt.offsets]
-    # Each operand: can TMA read it in place (base, rows, every batch stride on the 16-byte grid)?
-    readable = [tma_aligned(kv.ptrs[k], rows, side.ld, 0, 0, 0, ia) and all((st[i] * ia) % 16 == 0
+    # Each operand: can TMA read it in place (base, rows, every batch stride on the 16-byte grid,
+    # batch strides >= 0: TMA steps forward only)?
+    readable = [tma_aligned(kv.ptrs[k], rows, side.ld, 0, 0, 0, ia) and all(st[i] >= 0 and (st[i] * ia) % 16 == 0
                                                                            for st in batch_strides)
                 for i, (k, side, rows) in enumerate((("A", kv.A, kv.M if kv.A.layout == "N" else call.K),
                                                      ("B", kv.B, call.K if kv.B.layout == "N" else kv.N)))]
