@@ -163,7 +163,7 @@ def test_decorator_and_global_switch(calls):
 
 
 def test_coverage_lists_are_documented():
-    assert set(gt.ROUTED) == {"matmul", "mm", "bmm", "addmm", "baddbmm", "linear"}
+    assert set(gt.ROUTED) == {"matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "linear"}
     assert "scaled_dot_product_attention" in gt.NOT_ROUTED
 
 
