@@ -120,14 +120,19 @@ class Routing(TorchFunctionMode, contextlib.ContextDecorator):
 
     def _routes(self, a, b, c=None) -> bool:
         """a, b (and c, if given) are tensors of one routed dtype on one device of
-        the mode's type, outside autocast."""
-        if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+        the mode's type, outside autocast.  (Read by attributes: building a
+        torch.device per tensor would cost more than the rest of the check.)"""
+        if not (isinstance(a, Tensor) and isinstance(b, Tensor) and (c is None or isinstance(c, Tensor))):
             return False
-        dtype, device = a.dtype, a.device
-        if (dtype not in self.dtypes or device.type != self.device_type or b.dtype is not dtype
-                or b.device != device):
+        dtype = a.dtype
+        if dtype not in self.dtypes or b.dtype is not dtype or (c is not None and c.dtype is not dtype):
             return False
-        if c is not None and (not isinstance(c, Tensor) or c.dtype is not dtype or c.device != device):
+        if self.device_type == "cuda":
+            index = a.get_device()
+            if not (a.is_cuda and b.is_cuda and b.get_device() == index
+                    and (c is None or (c.is_cuda and c.get_device() == index))):
+                return False
+        elif a.device.type != self.device_type or b.device != a.device or (c is not None and c.device != a.device):
             return False
         return not torch.is_autocast_enabled(self.device_type)
 
@@ -217,6 +222,9 @@ class Routing(TorchFunctionMode, contextlib.ContextDecorator):
 
 def _arguments(args, kwargs, names):
     """The values of parameters ``names``, given by position or by keyword (None where absent)."""
+    n = len(names)
+    if not kwargs:
+        return args[:n] if len(args) >= n else args + (None,) * (n - len(args))
     return tuple(args[i] if i < len(args) else kwargs.get(name) for i, name in enumerate(names))
 
 
