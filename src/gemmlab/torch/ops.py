@@ -9,7 +9,9 @@
 float32 inputs run on the CUDA cores (or, with ``precision``, on the tensor
 cores: "tf32", or the error-corrected "fp32_tc", "fp16_ec", "fp16_ec_scaled",
 "tf32_ec"), float16 and bfloat16 on the tensor cores; the result has the
-inputs' dtype.
+inputs' dtype.  A product with no elements in an operand (M, N, K or the batch
+0) launches nothing: its result is empty, or zeros when only K is 0, as
+torch.mm gives.
 
 They are ``torch.library`` custom operators, so they work with autograd (the
 backward pass runs gemmlab's kernels too, with the same kernel and precision:
