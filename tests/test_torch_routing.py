@@ -170,6 +170,37 @@ def test_cuda_routing_leaves_cpu_tensors_alone(calls):
     assert calls == {"mm": 0, "bmm": 0}
 
 
+def test_cuda_mode_checks_on_cuda_tensors():
+    """The CUDA mode's own checks (device type and index), on fake CUDA tensors:
+    no GPU needed, the operators' fake implementations give the shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.products = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.products += func.namespace == "gemmlab"
+            return func(*args, **(kwargs or {}))
+
+    with FakeTensorMode():
+        a, b = torch.empty(5, 7, device="cuda"), torch.empty(7, 3, device="cuda")
+        seen = Seen()
+        with gt.fp32_tc(), seen:
+            assert (a @ b).shape == (5, 3)
+            assert torch.addmm(torch.empty(3, device="cuda"), a, b).shape == (5, 3)
+            assert (torch.empty(5, 5, 0, device="cuda") @ torch.empty(0, 5, device="cuda")).shape == (5, 5, 5)
+            assert seen.products == 3
+            a.bfloat16() @ b.bfloat16()                                   # not a routed dtype
+            with pytest.raises(RuntimeError):
+                a @ torch.empty(7, 3, device="cuda:1")                   # two devices: PyTorch's error
+            with pytest.raises(RuntimeError):
+                torch.addmm(torch.empty(3, device="cuda:1"), a, b)
+        assert seen.products == 3
+
+
 def test_autocast_regions_stay_pytorchs(calls):
     with CPURouting(), torch.autocast("cpu", dtype=torch.bfloat16):
         out = rand(5, 7) @ rand(7, 3)
