@@ -100,10 +100,11 @@ def _abs_numbers(kwargs):
 
 
 def _float64(sample, absolute=False):
-    """(input, args, kwargs) of a sample as float64 leaves (their absolute values)."""
+    """(input, args, kwargs) of a sample as float64 leaves (their absolute
+    values), needing gradients where the sample's do."""
     def conv(t):
-        t = t.detach().double()
-        return (t.abs() if absolute else t).requires_grad_(True)
+        x = t.detach().double()
+        return (x.abs() if absolute else x).requires_grad_(t.requires_grad)
     inp, args, kwargs = _tensors((sample.input, sample.args, sample.kwargs), conv)
     return inp, args, _abs_numbers(kwargs) if absolute else kwargs
 
@@ -148,10 +149,11 @@ def _expect_routed(op_name, sample):
 
 def check_samples(op_db, op_name, device, dtype, routing):
     """Runs every sample of op_name's OpInfo entries under ``routing``, checks
-    each against float64, and returns how many reached gemmlab's operators."""
+    each against float64; returns how many reached gemmlab's operators and how
+    many were left to PyTorch."""
     entries = [op for op in op_db if op.name == op_name]
     assert entries, f"no OpInfo entry named {op_name!r} in this torch"
-    routed = left = 0
+    routed = left = gradients = 0
     for op in entries:
         for sample in op.sample_inputs(device, dtype, requires_grad=True):
             seen = GemmlabOps()
@@ -174,12 +176,15 @@ def check_samples(op_db, op_name, device, dtype, routing):
             ref, ref_grads = _run(op, *_float64(sample), grad_out)
             mag, mag_grads = _run(op, *_float64(sample, absolute=True), grad_out.abs())
             _within(what, out, ref, mag, dtype)
+            assert len(grads) == len(ref_grads) == len(mag_grads), what
             for i, (g, r, m) in enumerate(zip(grads, ref_grads, mag_grads)):
                 assert (g is None) == (r is None), (what, i, g, r)
                 if g is not None:
                     assert g.dtype == dtype, (what, i)
                     _within(f"{what}, gradient {i}", g, r, m, dtype)
+                    gradients += 1
     assert routed > 0, f"no sample of {op_name} was routed"
+    assert gradients > 0, f"no gradient of {op_name} was checked"
     return routed, left
 
 
@@ -189,7 +194,7 @@ def test_opinfo_samples_cpu(op_db, op_name, mode, dtype, precision):
     torch.manual_seed(0)
     with cpu_kernels() as calls:
         calls.update(mm=0, bmm=0)
-        routed, _ = check_samples(op_db, op_name, "cpu", dtype, CPURouting((dtype,), precision))
+        check_samples(op_db, op_name, "cpu", dtype, CPURouting((dtype,), precision))
     assert calls["mm"] + calls["bmm"] > 0      # the stand-in kernels ran
 
 
