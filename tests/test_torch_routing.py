@@ -78,6 +78,10 @@ def test_addmm_beta_zero_does_not_read_the_bias(calls):
     assert calls["mm"] == 1 and not out.isnan().any()
     out.sum().backward()
     assert torch.equal(bias.grad, torch.zeros(5, 3))     # zeros, as PyTorch gives, not None
+    # Without a gradient to give, the bias is not touched at all (attention's baddbmm(empty, q, k, beta=0)).
+    with CPURouting():
+        out = torch.baddbmm(torch.full((1, 5, 3), float("nan")), rand(2, 5, 7), rand(2, 7, 3), beta=0)
+    assert out.shape == (2, 5, 3) and not out.isnan().any()
 
 
 def test_addbmm_is_one_product_over_the_batch(calls):

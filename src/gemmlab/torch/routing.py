@@ -179,8 +179,7 @@ class Routing(TorchFunctionMode, contextlib.ContextDecorator):
                     product = self._addbmm_product(a, b)
                     if product is None:
                         return None
-                out = _scaled_sum(product, bias, kwargs.get("beta", 1), kwargs.get("alpha", 1))
-                return out if out.shape == product.shape else None
+                return _scaled_sum(product, bias, kwargs.get("beta", 1), kwargs.get("alpha", 1))
         return None
 
     def _matmul(self, a: Tensor, b: Tensor) -> Tensor | None:
@@ -228,15 +227,27 @@ def _arguments(args, kwargs, names):
     return tuple(args[i] if i < len(args) else kwargs.get(name) for i, name in enumerate(names))
 
 
-def _scaled_sum(product: Tensor, bias: Tensor, beta, alpha) -> Tensor:
-    """beta * bias + alpha * product, as addmm defines it.  beta = 0: the bias's
-    values are not read (its NaN and inf do not reach the result), but its shape
-    still broadcasts and its gradient is zeros, as PyTorch gives."""
+def _scaled_sum(product: Tensor, bias: Tensor, beta, alpha) -> Tensor | None:
+    """beta * bias + alpha * product, as addmm defines it; None where the bias
+    does not broadcast to the product's shape (PyTorch's error to raise).
+    beta = 0: the bias's values are not read (its NaN and inf do not reach the
+    result); where it needs a gradient, that gradient is zeros, as PyTorch gives."""
     if alpha != 1:
         product = product * alpha
-    if beta == 0:
-        return product + bias.nan_to_num().mul(0)
-    return product.add(bias, alpha=beta)
+    if beta != 0:
+        out = product.add(bias, alpha=beta)
+    elif bias.requires_grad and torch.is_grad_enabled():
+        out = product + bias.nan_to_num().mul(0)
+    else:
+        out = product if _broadcasts_to(bias.shape, product.shape) else None
+    return out if out is not None and out.shape == product.shape else None
+
+
+def _broadcasts_to(shape, target) -> bool:
+    try:
+        return torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:
+        return False
 
 
 def fp32_tc(precision: str = "fp32_tc", kernel: str = "auto") -> Routing:
