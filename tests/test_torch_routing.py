@@ -72,10 +72,78 @@ def test_routed_forward_and_backward(calls, name, fn, shapes, op):
 
 
 def test_addmm_beta_zero_does_not_read_the_bias(calls):
-    bias = torch.full((5, 3), float("nan"))
+    bias = torch.full((5, 3), float("nan")).requires_grad_()
     with CPURouting():
         out = torch.addmm(bias, rand(5, 7), rand(7, 3), beta=0)
     assert calls["mm"] == 1 and not out.isnan().any()
+    out.sum().backward()
+    assert torch.equal(bias.grad, torch.zeros(5, 3))     # zeros, as PyTorch gives, not None
+    # Without a gradient to give, the bias is not touched at all (attention's baddbmm(empty, q, k, beta=0)).
+    with CPURouting():
+        out = torch.baddbmm(torch.full((1, 5, 3), float("nan")), rand(2, 5, 7), rand(2, 7, 3), beta=0)
+    assert out.shape == (2, 5, 3) and not out.isnan().any()
+
+
+def test_addbmm_is_one_product_over_the_batch(calls):
+    bias, a, b = rand(5, 3, grad=True), rand(4, 5, 7, grad=True), rand(4, 7, 3, grad=True)
+    with CPURouting():
+        out = torch.addbmm(bias, a, b, beta=0.5, alpha=2.0)
+    assert calls == {"mm": 1, "bmm": 0}
+    ref = torch.addbmm(bias.double(), a.double(), b.double(), beta=0.5, alpha=2.0)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+    assert calls["mm"] == 3 and a.grad.shape == a.shape and b.grad.shape == b.shape
+
+
+# Zero-element products: the operators answer them without a kernel (the
+# stand-in refuses zero-element operands); results and gradients as PyTorch's.
+ZERO = [
+    ("K = 0", torch.mm, [(5, 0), (0, 4)]),
+    ("M = 0", torch.mm, [(0, 5), (5, 4)]),
+    ("N = 0", torch.matmul, [(3, 5), (5, 0)]),
+    ("3-D @ 2-D, K = 0", torch.matmul, [(5, 5, 0), (0, 5)]),
+    ("2-D @ 3-D, all 0", torch.matmul, [(0, 0), (5, 0, 0)]),
+    ("batch 0", torch.bmm, [(0, 3, 5), (0, 5, 4)]),
+    ("broadcast batch 0", torch.matmul, [(2, 0, 3, 5), (1, 5, 4)]),
+    ("1-D of 0 @ 2-D", torch.matmul, [(0,), (0, 4)]),
+    ("addmm, K = 0", lambda c, a, b: torch.addmm(c, a, b, beta=0.5), [(4,), (5, 0), (0, 4)]),
+    ("baddbmm, K = 0", torch.baddbmm, [(2, 5, 4), (2, 5, 0), (2, 0, 4)]),
+    ("addbmm, batch 0", torch.addbmm, [(5, 4), (0, 5, 3), (0, 3, 4)]),
+    ("linear, no rows", F.linear, [(0, 3), (4, 3), (4,)]),
+]
+
+
+@pytest.mark.parametrize("name, fn, shapes", ZERO, ids=[c[0] for c in ZERO])
+def test_zero_element_products(calls, name, fn, shapes):
+    args = [rand(*s, grad=True) for s in shapes]
+    with CPURouting():
+        out = fn(*args)
+    assert calls == {"mm": 0, "bmm": 0}
+    ref_args = [x.detach().double().requires_grad_() for x in args]
+    ref = fn(*ref_args)
+    assert out.shape == ref.shape and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, rtol=1e-6, atol=1e-6)
+    w = torch.rand(out.shape, dtype=torch.float64)
+    (out.double() * w).sum().backward()
+    (ref * w).sum().backward()
+    for x, r in zip(args, ref_args):
+        assert x.grad.shape == r.grad.shape
+        torch.testing.assert_close(x.grad.double(), r.grad, rtol=1e-6, atol=1e-6)
+    assert calls == {"mm": 0, "bmm": 0}
+
+
+def test_operands_pytorch_refuses_raise_pytorchs_error(calls):
+    with CPURouting():
+        for fn in (lambda: rand(5, 3, 4) @ rand(5, 2),                        # inner dimensions differ
+                   lambda: torch.addmm(rand(4, 3), rand(1, 7), rand(7, 3)),    # bias does not broadcast
+                   lambda: torch.addmm(rand(4, 3), rand(1, 7), rand(7, 3), beta=0),
+                   lambda: torch.addbmm(rand(5, 4), rand(2, 5, 3), rand(3, 2, 4)),   # 2 * 3 == 3 * 2
+                   lambda: torch.bmm(rand(2, 5, 3), rand(3, 4)),
+                   lambda: F.linear(rand(5, 3), rand(4, 3), rand(2, 5, 4))):
+            with pytest.raises(RuntimeError):
+                fn()
+    # The two addmm and the linear ran their product before the bias was found not to broadcast.
+    assert calls == {"mm": 3, "bmm": 0}
 
 
 NOT_ROUTED = [
@@ -85,12 +153,14 @@ NOT_ROUTED = [
     ("in-place addmm_", lambda: rand(5, 3).addmm_(rand(5, 7), rand(7, 3))),
     ("einsum", lambda: torch.einsum("ij,jk->ik", rand(5, 7), rand(7, 3))),
     ("mixed dtypes", lambda: F.linear(rand(5, 7), rand(3, 7), rand(3, dtype=torch.float64))),
+    ("mixed routed dtypes", lambda: rand(5, 7) @ rand(7, 3, dtype=torch.bfloat16)),
+    ("linear with a 1-D weight", lambda: F.linear(rand(5, 7), rand(7))),
 ]
 
 
 @pytest.mark.parametrize("name, fn", NOT_ROUTED, ids=[c[0] for c in NOT_ROUTED])
 def test_what_stays_pytorchs(calls, name, fn):
-    with CPURouting():
+    with CPURouting((torch.float32, torch.float16, torch.bfloat16)):
         try:
             fn()
         except RuntimeError:      # PyTorch's own error (mixed dtypes): it was PyTorch that ran
@@ -102,6 +172,37 @@ def test_cuda_routing_leaves_cpu_tensors_alone(calls):
     with gt.fp32_tc():
         rand(5, 7) @ rand(7, 3)
     assert calls == {"mm": 0, "bmm": 0}
+
+
+def test_cuda_mode_checks_on_cuda_tensors():
+    """The CUDA mode's own checks (device type and index), on fake CUDA tensors:
+    no GPU needed, the operators' fake implementations give the shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.products = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.products += func.namespace == "gemmlab"
+            return func(*args, **(kwargs or {}))
+
+    with FakeTensorMode():
+        a, b = torch.empty(5, 7, device="cuda"), torch.empty(7, 3, device="cuda")
+        seen = Seen()
+        with gt.fp32_tc(), seen:
+            assert (a @ b).shape == (5, 3)
+            assert torch.addmm(torch.empty(3, device="cuda"), a, b).shape == (5, 3)
+            assert (torch.empty(5, 5, 0, device="cuda") @ torch.empty(0, 5, device="cuda")).shape == (5, 5, 5)
+            assert seen.products == 3
+            a.bfloat16() @ b.bfloat16()                                   # not a routed dtype
+            with pytest.raises(RuntimeError):
+                a @ torch.empty(7, 3, device="cuda:1")                   # two devices: PyTorch's error
+            with pytest.raises(RuntimeError):
+                torch.addmm(torch.empty(3, device="cuda:1"), a, b)
+        assert seen.products == 3
 
 
 def test_autocast_regions_stay_pytorchs(calls):
@@ -163,7 +264,7 @@ def test_decorator_and_global_switch(calls):
 
 
 def test_coverage_lists_are_documented():
-    assert set(gt.ROUTED) == {"matmul", "mm", "bmm", "addmm", "baddbmm", "linear"}
+    assert set(gt.ROUTED) == {"matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "linear"}
     assert "scaled_dot_product_attention" in gt.NOT_ROUTED
 
 

@@ -9,7 +9,9 @@
 float32 inputs run on the CUDA cores (or, with ``precision``, on the tensor
 cores: "tf32", or the error-corrected "fp32_tc", "fp16_ec", "fp16_ec_scaled",
 "tf32_ec"), float16 and bfloat16 on the tensor cores; the result has the
-inputs' dtype.
+inputs' dtype.  A product with no elements in an operand (M, N, K or the batch
+0) launches nothing: its result is empty, or zeros when only K is 0, as
+torch.mm gives.
 
 They are ``torch.library`` custom operators, so they work with autograd (the
 backward pass runs gemmlab's kernels too, with the same kernel and precision:
@@ -66,6 +68,8 @@ def _impl_and_fake(name: str):
             raise ValueError(f"gemmlab::{name} takes {ndim}-D tensors; got {a.dim()}-D and {b.dim()}-D")
         if ndim == 3 and a.shape[0] != b.shape[0]:
             raise ValueError(f"gemmlab::bmm: batch sizes differ, {tuple(a.shape)} @ {tuple(b.shape)}")
+        if not (a.numel() and b.numel()):
+            return _empty_product(name, a, b)
         return matmul(a, b, kernel=kernel_name, precision=precision or None)
 
     def fake(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto", precision: str = "") -> torch.Tensor:
@@ -83,10 +87,28 @@ def _impl_and_fake(name: str):
     return impl, fake
 
 
+def _empty_product(name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The product when a or b has no elements (M, N, K or the batch is 0): empty,
+    or zeros when only K is 0, as torch.mm gives; no kernel runs.  The operands
+    are checked as the kernels' path checks them."""
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"gemmlab::{name}: inner dimensions differ, {tuple(a.shape)} @ {tuple(b.shape)}")
+    if a.dtype != b.dtype or a.dtype not in _DTYPES:
+        raise TypeError(f"gemmlab::{name} takes two float32, float16 or bfloat16 tensors of one dtype, "
+                        f"not {a.dtype} and {b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"gemmlab::{name}: the operands are on different devices, {a.device} and {b.device}")
+    return a.new_zeros((*a.shape[:-1], b.shape[-1]))
+
+
 def _cpu_kernel(name: str):
     # Looked up at each call, so that tests without a GPU can stand a CPU product
     # in for gemmlab's kernels (tests/torch_cpu.py) and exercise all around them.
+    # Zero-element products take the CUDA implementation's own checks and
+    # answer (no kernel), so that those tests exercise them too.
     def kernel(a, b, kernel_name="auto", precision=""):
+        if not (a.numel() and b.numel()):
+            return _IMPLS[name](a, b, kernel_name, precision)
         return CPU_KERNELS[name](a, b, kernel_name, precision)
     return kernel
 
