@@ -25,9 +25,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = "benchmarks/results/nvidia-h100-80gb-hbm3"
+H200 = "benchmarks/results/nvidia-h200"
 
 # file -> (date of the run, the command that wrote it)
 SOURCES = {
+    f"{H200}/ladder-fp32-2026-11-29.json": ("2026-11-29", "gemmlab bench --sizes 1024,2048,4096"),
+    f"{H200}/ladder-bf16-2026-11-29.json": ("2026-11-29", "gemmlab bench --dtype bf16 --sizes 2048,4096,8192"),
     f"{H100}/bench-public-fp32-run68.json": (
         "2026-11-24", "gemmlab bench --kernel-only --budget-s 1 --sizes 1024,2048,4096,8192,16384x4096x4096"),
     f"{H100}/bench-public-bf16-run69.json": (
@@ -36,8 +39,8 @@ SOURCES = {
     f"{H100}/models-run90e.json": (
         "2026-11-26", "gemmlab bench --suite models --dtype bf16,fp16,fp32 --time-budget-s 30"),
 }
-FP32_LADDER = f"{H100}/bench-public-fp32-run68.json"     # the CUDA-core rungs' pages
-TENSOR_LADDER = f"{H100}/bench-public-bf16-run69.json"   # the tensor-core rungs' pages
+FP32_LADDER = f"{H200}/ladder-fp32-2026-11-29.json"     # the CUDA-core rungs' pages
+TENSOR_LADDER = f"{H200}/ladder-bf16-2026-11-29.json"   # the tensor-core rungs' pages
 EC_RUN = f"{H100}/ec-run95f.json"
 MODELS_RUN = f"{H100}/models-run90e.json"
 

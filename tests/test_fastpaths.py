@@ -181,12 +181,13 @@ def test_odd_vocabulary_input_gradient_stages_its_operand_for_wgmma():
     assert "98.2 MiB" in wgmma.wgmma_staging_choice(1024, 768, 50257, 132, 1, "bfloat16", 1024 * 50257 * 2)[1]
 
 
-def test_odd_vocabulary_weight_gradient_and_attention_do_not_stage():
-    """dY.t() @ x (50257 x 768 x 1024): 1179 tiles of 128 x 256 keep the SMs busy on the operands as
-    they are, the copy would cost more than wgmma saves; likewise P @ V, which reads P about once."""
+def test_odd_vocabulary_weight_gradient_stages_and_attention_does_not():
+    """dY.t() @ x (50257 x 768 x 1024): on an H200 the staged call took 291 us, mma_pipelined on the
+    operands as they are 852 (benchmarks/NOTES.md, 2026-11-29), so it stages; P @ V (197 tokens) reads
+    P about once and is small, so the copy and its host work cost more than they save (172 against
+    92 us measured): it keeps mma_pipelined's 64 x 64 tiles."""
     p = _plan(_stored((1024, 50257)).T, _stored((1024, 768)), "bfloat16")
-    assert p.spec.name == "mma_pipelined" and p.params == mma_pipelined.SPEC.defaults() and not p.problem.stage
-    assert "staging for wgmma would take" in p.fallback_reason and "no faster than" in p.fallback_reason
+    assert p.spec.name == "wgmma" and p.problem.stage, p.describe()
     p = _plan(_stored((BH, S, S)), _stored((BH, S, D)), "bfloat16")
     assert p.spec.name == "mma_pipelined" and "staging for wgmma would take" in p.fallback_reason
 

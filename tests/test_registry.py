@@ -925,9 +925,9 @@ def test_wgmma_falls_back_when_tma_cannot_read_the_operands(dtype, caplog):
     assert "wgmma cannot take these operands: TMA needs" in p.fallback_reason
     assert p.describe().startswith("mma_pipelined(") and "[wgmma cannot take these operands" in p.describe()
     assert any("running mma_pipelined instead" in r.getMessage() for r in caplog.records)
-    # auto falls back the same way
-    assert gemmlab.plan("auto", 4097, 4095, 513, dtype=dtype, out_dtype=dtype, arch="sm_90a",
-                        tma_aligned=False).spec.name == "mma_pipelined"
+    # auto copies the operands to the 16-byte grid first where the cost model says that pays
+    auto = gemmlab.plan("auto", 4097, 4095, 513, dtype=dtype, out_dtype=dtype, arch="sm_90a", tma_aligned=False)
+    assert auto.spec.name == "wgmma" and auto.problem.stage, auto.describe()
 
 
 @pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
@@ -945,8 +945,9 @@ def test_wgmma_reads_every_16bit_layout(dtype, op_a, op_b):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_misaligned_16bit_operands_fall_back_to_mma_pipelined_in_every_layout(dtype, op_a, op_b):
     """x @ W.t() and the other layouts with rows TMA cannot read: wgmma falls back for the
-    alignment to mma_pipelined, which reads every 16-bit layout (ldmatrix or .trans)."""
-    p = gemmlab.plan("auto", 4096, 4096, 4096, dtype=dtype, out_dtype=dtype, arch="sm_90a", op_a=op_a,
+    alignment to mma_pipelined, which reads every 16-bit layout (ldmatrix or .trans); auto
+    stages such operands at this size instead (test_fastpaths.py)."""
+    p = gemmlab.plan("wgmma", 4096, 4096, 4096, dtype=dtype, out_dtype=dtype, arch="sm_90a", op_a=op_a,
                      op_b=op_b, tma_aligned=False)
     assert p.spec.name == "mma_pipelined" and p.fallback_reason.count("cannot take these operands") == 1
     assert "TMA needs" in p.fallback_reason

@@ -244,6 +244,12 @@ def wgmma_auto_choice(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
 # The staging copy (pack16) moves 2-byte elements from rows off the 16-byte grid: the model
 # gives it this share of the DRAM bandwidth.
 PACK16_EFFICIENCY = 0.6
+# Fitted together to the timings of 110 odd-aligned products on an H200 (benchmarks/NOTES.md,
+# 2026-11-29): mma_pipelined on operands off the 16-byte grid runs this many times slower than
+# the model's aligned estimate (its copies narrow to 2-4 bytes), and a staged call costs this
+# much host time beyond the model's (a workspace, the copy's launch, tensor maps made per call).
+UNALIGNED_FALLBACK_SLOWDOWN = 4.0
+STAGING_HOST_SECONDS = 40e-6
 
 
 def wgmma_staging_choice(M: int, N: int, K: int, sm_count: int, batch: int, dtype: str,
@@ -258,10 +264,16 @@ def wgmma_staging_choice(M: int, N: int, K: int, sm_count: int, batch: int, dtyp
     machine = Machine(sm_count)
     gemm = wgmma_estimate(M, N, K, params, sm_count, batch, dtype)
     copy = copy_time(stage_bytes, machine, PACK16_EFFICIENCY)
-    staged = Estimate(gemm.seconds + copy, f"a copy of {stage_bytes / 2**20:.1f} MiB to the 16-byte grid "
-                                           f"({copy * 1e6:.1f} us), then {gemm}")
+    staged = Estimate(gemm.seconds + copy + STAGING_HOST_SECONDS,
+                      f"a copy of {stage_bytes / 2**20:.1f} MiB to the 16-byte grid ({copy * 1e6:.1f} us) and "
+                      f"{STAGING_HOST_SECONDS * 1e6:.0f} us of host work, then {gemm}")
     large, small = sized_estimates(M, N, K, sm_count, batch)
-    fallback = small if sized_params(M, N, K, sm_count, batch) else large
+    aligned = small if sized_params(M, N, K, sm_count, batch) else large
+    # The model's tiles are mma_pipelined's on the 16-byte grid; off it, its cp.async copies
+    # narrow to 2-4 bytes and the kernel runs several times slower than that estimate.
+    fallback = Estimate(aligned.seconds * UNALIGNED_FALLBACK_SLOWDOWN,
+                        f"{aligned.reason}, x{UNALIGNED_FALLBACK_SLOWDOWN:g} for copies narrower than 16 bytes",
+                        aligned.tile)
     if best([staged], incumbent=fallback) is fallback:
         return None, f"staging for wgmma would take {staged}, no faster than mma_pipelined's {fallback}"
     return params, f"cost model: {staged} against mma_pipelined's {fallback} on the operands as they are"
@@ -308,7 +320,7 @@ def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
 def _tma_readable(ptr: int, rows: int, cols: int, ld: int, batch: tuple[int, int]) -> bool:
     """Whether a 16-bit matrix (or batch of them, (matrices, element stride)) stored rows x cols
     with leading dimension ld can be read through a tensor map in place."""
-    return tma_aligned(ptr, rows, ld, 0, 0, 0, 2) and (batch[1] * 2) % 16 == 0
+    return tma_aligned(ptr, rows, ld, 0, 0, 0, 2) and batch[1] >= 0 and (batch[1] * 2) % 16 == 0   # TMA steps forward
 
 
 def staged_ld(cols: int) -> int:
