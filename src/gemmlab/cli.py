@@ -14,6 +14,21 @@ def _sizes(text: str):
     return [parse_size(s) for s in text.split(",") if s.strip()]
 
 
+def _names(items) -> list[str]:
+    """Kernel names given as one comma list, as several words, or both:
+    ['naive,coalesced', 'wmma'] -> ['naive', 'coalesced', 'wmma']."""
+    if isinstance(items, str):
+        items = [items]
+    return [n.strip() for item in items for n in item.split(",") if n.strip()]
+
+
+def _progress_printer(command: str):
+    """A progress callback: one line per message on stderr, prefixed by the command."""
+    def show(message: str) -> None:
+        print(f"gemmlab {command}: {message.strip()}", file=sys.stderr, flush=True)
+    return show
+
+
 def _kernel_entries(items, default):
     """['vectorized:BM=64,BN=64', 'smem_tiled:tile=16'] ->
     [('vectorized', {'BM': 64, 'BN': 64}), ('smem_tiled', {'tile': 16})]."""
@@ -325,8 +340,9 @@ def cmd_verify(args) -> int:
 def cmd_inspect(args) -> int:
     from .inspect import format_reports, inspect_kernels
     from .runtime.headers import find_cuda_headers
-    reports = inspect_kernels(args.arch, args.kernel.split(",") if args.kernel else None,
-                              all_configs=args.all_configs, ops=_ops(args.ops))
+    reports = inspect_kernels(args.arch, _names(args.kernel) if args.kernel else None,
+                              all_configs=args.all_configs, ops=_ops(args.ops), jobs=args.jobs,
+                              progress=None if args.quiet else _progress_printer("inspect"))
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=1))
     else:
@@ -463,6 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="registers, shared memory, spills and SASS facts (no GPU needed)")
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--kernel", help="comma list (default: all)")
+    p.add_argument("--jobs", type=int, help="parallel compiler processes (default: one per CPU)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--all-configs", action="store_true", help="every legal tile configuration, not just defaults")
     p.add_argument("--ops", default="NN", help="operand layouts, comma list of NN, TN, NT, TT (default NN)")
     p.add_argument("--json", action="store_true")
