@@ -31,7 +31,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CompileError, HeaderNotFoundError
+from ..errors import NVRTC_HINT, CompileError, HeaderNotFoundError, MissingExtraError
 from .headers import find_cuda_headers
 
 # gemmlab's own device headers (kernels/include/gemmlab/*.cuh): a folder of the
@@ -166,6 +166,8 @@ def _nvrtc_compile(code: str, source: Path, arch: str, names: tuple[str, ...]):
         oc = Program(code, "c++", _options(source, arch)).compile("cubin", name_expressions=names, logs=log)
     except Exception as exc:
         text = str(exc)
+        if "libnvrtc" in text or type(exc).__name__ == "DynamicLibNotFoundError":
+            raise MissingExtraError(NVRTC_HINT) from exc
         if "cannot open source file" in text:
             raise HeaderNotFoundError(
                 f"compiling {source.name} for {arch}: a header was not found.\n"
