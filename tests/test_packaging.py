@@ -75,8 +75,12 @@ def wheel(tmp_path_factory):
     if int(setuptools.__version__.split(".")[0]) < 77:
         pytest.skip(f"setuptools {setuptools.__version__}: the license expression needs 77 or later")
     out = tmp_path_factory.mktemp("wheel")
+    tree = tmp_path_factory.mktemp("tree")       # a copy: the build leaves build/ and egg-info behind
+    shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, tree / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(ROOT)], check=True, capture_output=True, text=True)
+                    str(tree)], check=True, capture_output=True, text=True)
     return next(out.glob("gemmlab-*.whl"))
 
 
