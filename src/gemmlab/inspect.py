@@ -138,10 +138,11 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
         sets.append((spec, list(dict.fromkeys(names))))
     missing = [(spec.source_path, names, arch) for spec, names in sets
                if not is_cached(spec.source_path, names, arch, sass=with_sass)]
-    if len(missing) > 1:
-        if progress:
-            progress(f"compiling {sum(len(n) for _, n, _ in missing)} kernels in {len(missing)} modules "
-                     f"for {arch}")
+    if missing and progress:
+        count = sum(len(n) for _, n, _ in missing)
+        progress(f"compiling {count} kernel{'s' * (count > 1)} in {len(missing)} "
+                 f"module{'s' * (len(missing) > 1)} for {arch}")
+    if len(missing) > 1:        # one module compiles in this process, below
         compile_in_processes(missing, jobs=jobs, log=progress, sass=with_sass)
     by_name = {}
     for spec, names in sets:
