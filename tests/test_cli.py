@@ -345,3 +345,19 @@ def test_verify_fails_a_kernel_that_writes_nothing(capsys, monkeypatch):
     assert main(["verify", "--kernels", "naive,wmma", "--shapes", "33x65x17"]) == 1
     out = capsys.readouterr().out
     assert out.count("FAIL") == 2 and "non-finite" in out and out.strip().endswith("0 passed, 2 failed")
+
+
+def test_inspect_from_a_script_read_on_stdin(tmp_path):
+    """A main program that spawned processes cannot import again (python - < script)
+    compiles in its own process instead of breaking the process pool."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = ("from gemmlab.inspect import inspect_kernels\n"
+              "print(len(inspect_kernels('sm_80', ['naive', 'coalesced'], with_sass=False)))\n")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, GEMMLAB_CACHE_DIR=str(tmp_path), PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr
+    assert "Traceback" not in done.stderr

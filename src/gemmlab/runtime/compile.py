@@ -374,9 +374,19 @@ def compile_in_processes(modules, *, jobs: int | None = None, log=None, sass: bo
     if not modules:
         return 0
     import multiprocessing
+    import sys
     from concurrent.futures import ProcessPoolExecutor
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(modules)))
     total, done = sum(len(m[1]) for m in modules), 0
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if jobs == 1 or (main_file and not os.path.exists(main_file)):
+        # One job, or a main program that spawned processes cannot import again
+        # (a script read from stdin): compile here, one module after another.
+        for m in modules:
+            done += _compile_job(*m, sass)
+            if log:
+                log(f"  compiled {done}/{total}")
+        return done
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         for n in pool.map(_compile_job, *zip(*modules), [sass] * len(modules)):
             done += n
