@@ -158,9 +158,6 @@ def cmd_bench(args) -> int:
         entries = [(name, cfg) for name in dict.fromkeys(n for n, _ in entries)
                    for cfg in registry.get(name).configurations()]
     sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
-    if not args.quiet:
-        _progress_printer("bench")(f"{len(entries)} kernels x {len(sizes)} sizes x {len(ops)} layouts, beside "
-                                   "cuBLAS; a kernel compiles at its first point (kept in the disk cache)")
     records = run_suite(entries, sizes, dist=args.dist, flush=not args.no_flush, dtype=dtype, ops=ops,
                         **_timing(args))
     _finish(records, args, plot_ladder)
@@ -301,10 +298,7 @@ def cmd_sweep(args) -> int:
     from .bench.report import plot_sweep, sweep_speedups
     from .bench.suites import SWEEP_SIZES, run_suite, sweep_entries
     sizes = _sizes(args.sizes) if args.sizes else SWEEP_SIZES
-    entries = sweep_entries()
-    if not args.quiet:
-        _progress_printer("sweep")(f"{len(entries)} kernels x {len(sizes)} sizes, beside cuBLAS")
-    records = run_suite(entries, sizes, **_timing(args))
+    records = run_suite(sweep_entries(), sizes, **_timing(args))
     _finish(records, args, plot_sweep)
     print("\nnaive -> tiled speedup:")
     for line in sweep_speedups([r.as_dict() for r in records]):

@@ -128,8 +128,9 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
     CPU), their SASS stored beside them; ``progress(message)`` hears how far it got."""
     from .runtime.compile import compile_in_processes, is_cached, module_sass
     reports: list[KernelReport] = []
+    specs = _specs(arch, kernels)
     sets = []              # (spec, name expressions) of each module to compile
-    for spec in _specs(arch, kernels):
+    for spec in specs:
         why = spec.why_not_on(arch)
         if why:
             continue
@@ -138,8 +139,8 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
         sets.append((spec, list(dict.fromkeys(names))))
     missing = [(spec.source_path, names, arch) for spec, names in sets
                if not is_cached(spec.source_path, names, arch, sass=with_sass)]
-    if missing and progress:
-        count = sum(len(n) for _, n, _ in missing)
+    count = sum(len(n) for _, n, _ in missing)
+    if progress and (len(missing) > 1 or count > 4):     # a few kernels take a second or two: no line
         progress(f"compiling {count} kernel{'s' * (count > 1)} in {len(missing)} "
                  f"module{'s' * (len(missing) > 1)} for {arch}")
     if len(missing) > 1:        # one module compiles in this process, below
@@ -156,7 +157,7 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
             by_name[spec.name].append(KernelReport(spec.name, n, arch, r.registers, r.smem_bytes, r.stack_bytes,
                                                    r.spill_bytes, sass_facts(sass[mangled]) if mangled in sass
                                                    else {}))
-    for spec in _specs(arch, kernels):     # ladder (or the caller's) order, refusals in place
+    for spec in specs:     # ladder (or the caller's) order, refusals in place
         why = spec.why_not_on(arch)
         if why:
             reports.append(KernelReport(spec.name, "", arch, 0, 0, 0, 0, refused=why))

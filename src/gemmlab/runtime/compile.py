@@ -371,7 +371,7 @@ def compile_in_processes(modules, *, jobs: int | None = None, log=None, sass: bo
     instantiations were compiled.  compile_module and load_kernel then find them
     in the cache.  ``sass``: store each module's SASS beside it too (module_sass)."""
     modules = sorted(((str(src), tuple(names), arch) for src, names, arch in modules), key=lambda m: -len(m[1]))
-    if not modules:
+    if not modules or _disk_cache() is None:     # without the cache, what workers compile is lost
         return 0
     import multiprocessing
     import sys
