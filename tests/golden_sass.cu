@@ -54,3 +54,16 @@ extern "C" __global__ void async_copy(const float4* __restrict__ a, float* out) 
     out[i] = s[(i + 1) & 31].x;
 }
 #endif
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// wgmma (sm_90a only): one warpgroup MMA from shared-memory descriptors.
+extern "C" __global__ void warpgroup_mma(unsigned long long desc_a, unsigned long long desc_b, float* out) {
+    float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;
+    asm volatile("wgmma.fence.sync.aligned;");
+    asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, %4, %5, 0, 1, 1, 0, 0;"
+                 : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3) : "l"(desc_a), "l"(desc_b));             // HGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3));
+    out[threadIdx.x] = d0 + d1 + d2 + d3;                                                          // STG.32
+}
+#endif

@@ -2,7 +2,7 @@
 
 tests/golden_sass.cu holds small kernels whose instructions are known: so many
 32- and 128-bit global and shared loads, stores, barriers, FFMAs, ldmatrix,
-mma.sync and cp.async.  They are compiled for every target gemmlab checks, and
+mma.sync, cp.async and wgmma.  They are compiled for every target gemmlab checks, and
 the counts of gemmlab.inspect.sass_facts must equal the known ones exactly.
 The SASS forms differ by target (Turing's LDG.E.SYS and LDS.U.128, Ampere's
 LDG.E and LDS.128; Hopper pads with never-executed ``@!PT LDS`` lines), so a
@@ -26,6 +26,7 @@ EXPECTED = {
     "fma_chain": {"LDG.32": 3, "FFMA": 16},
     "tensor_ops": {"LDG.32": 4, "STS": 1, "BAR": 1, "LDSM": 2, "LDSM.T": 1, "HMMA": 1},
     "async_copy": {"LDGSTS": 1, "BAR": 1, "LDS.32": 1},          # cp.async: sm_80 and later
+    "warpgroup_mma": {"HGMMA": 1},                               # wgmma: sm_90a only
 }
 
 needs_nvdisasm = pytest.mark.skipif(find_disassembler() is None,
@@ -33,7 +34,8 @@ needs_nvdisasm = pytest.mark.skipif(find_disassembler() is None,
 
 
 def kernels_for(arch):
-    return [k for k in EXPECTED if k != "async_copy" or arch_cc(arch) >= 80]
+    return [k for k in EXPECTED if (k != "async_copy" or arch_cc(arch) >= 80)
+            and (k != "warpgroup_mma" or arch == "sm_90a")]
 
 
 @needs_nvdisasm
