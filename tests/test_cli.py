@@ -356,7 +356,8 @@ def test_inspect_from_a_script_read_on_stdin(tmp_path):
     script = ("from gemmlab.inspect import inspect_kernels\n"
               "print(len(inspect_kernels('sm_80', ['naive', 'coalesced'], with_sass=False)))\n")
     src = str(Path(__file__).resolve().parents[1] / "src")
-    env = dict(os.environ, GEMMLAB_CACHE_DIR=str(tmp_path), PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, GEMMLAB_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr
     assert "Traceback" not in done.stderr

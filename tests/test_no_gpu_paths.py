@@ -251,3 +251,18 @@ def test_training_replot_without_matplotlib(tmp_path):
                        blocked=("matplotlib",))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "pip install 'gemmlab[plot]'" in done.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["verify", "--kernels", "naive", "--dtype", "float16"], "kernel 'naive' computes float32, not float16"),
+    (["verify", "--kernels", "wgmma"], "kernel 'wgmma' does not run on"),
+])
+def test_verify_refuses_a_kernel_the_gpu_or_dtype_cannot_take(argv, message, capsys, monkeypatch):
+    """Past the GPU check (a stand-in Ampere GPU), before any array is made."""
+    def ampere(ordinal=0):
+        return rt_device.GPUInfo(ordinal, "NVIDIA A10", (8, 6), "sm_86", 72, 1695.0, 6 * 2 ** 20, 99 * 1024)
+    monkeypatch.setattr(rt_device, "gpu_info", ampere)
+    block(monkeypatch, "cupy", "cupy_backends")        # any array work would show as a CuPy message
+    code, out, err = run_cli(argv, capsys)
+    assert_one_line_refusal("verify", code, out, err)
+    assert message in err and "CuPy" not in err

@@ -1,4 +1,4 @@
-"""The ``gemmlab`` command: list, bench, sweep, tune, verify, inspect."""
+"""The ``gemmlab`` command: list, bench, accuracy, fragments, sweep, tune, verify, inspect."""
 
 from __future__ import annotations
 
@@ -349,6 +349,7 @@ def cmd_tune(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from .api import plan
     from .kernels import registry
     from .verify import TOLERANCE, VERIFY_DTYPES, verify, verify_dtype
     names = _names(args.kernels)
@@ -363,9 +364,12 @@ def cmd_verify(args) -> int:
         specs = {s.name: s for s in registry.ladder() if s.builds_for(gpu.arch)}
     runs = []
     for name, spec in specs.items():
-        dtype = args.dtype or (verify_dtype(spec, gpu.arch) if spec else "float32")
         if spec:                       # a rung this GPU cannot run: why, and which run here
+            spec.check_arch(gpu.arch, gpu.name)
+        dtype = args.dtype or (verify_dtype(spec, gpu.arch) if spec else "float32")
+        if spec:
             spec.check_arch(gpu.arch, gpu.name, dtype)
+        plan(name, 128, 128, 128, dtype=dtype, out_dtype="float32", arch=gpu.arch, gpu_name=gpu.name)
         runs.append((name, dtype))
     failed = 0
     results = []
