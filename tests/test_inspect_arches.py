@@ -74,7 +74,8 @@ def test_refusals_are_one_line(argv, message, capsys):
 @pytest.mark.parametrize("arch", fr.SUPPORTED_ARCHES)
 def test_fragments_analytic_every_arch(arch, capsys, tmp_path):
     assert main(["fragments", "--analytic", "--arch", arch, "--out", str(tmp_path), "--no-plots"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert err.startswith("wrote ") and len(err.splitlines()) == 1, err     # the files written, no note
     kinds = fr.kinds_for(arch)
     assert len(out.splitlines()) == len(kinds) and out.count(" ok") == len(kinds)
     assert sorted(p.stem for p in tmp_path.glob("*.csv")) == sorted(kd.name for kd in kinds)
