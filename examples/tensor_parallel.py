@@ -27,15 +27,30 @@ import argparse
 import copy
 import json
 import os
+import sys
 import time
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError:
+    print(f"{__file__.rsplit('/', 1)[-1]}: this example needs PyTorch: pip install 'gemmlab[torch]'", file=sys.stderr)
+    sys.exit(2)
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import gemmlab.torch as gt
+
+
+def need_cuda(script: str) -> None:
+    """Stop with one line (exit code 2) where PyTorch cannot reach a CUDA GPU."""
+    if torch.cuda.is_available():
+        return
+    why = ("this PyTorch is a CPU build: install a CUDA build (https://pytorch.org)" if torch.version.cuda is None
+           else "PyTorch sees no CUDA GPU or driver on this machine")
+    print(f"{script}: this example needs a CUDA GPU; {why}", file=sys.stderr)
+    sys.exit(2)
 
 
 def timed(fn, reps: int) -> float:
@@ -134,6 +149,7 @@ def main():
     p.add_argument("--json", help="write the rows here (rank 0)")
     args = p.parse_args()
 
+    need_cuda("tensor_parallel.py")
     rank = int(os.environ.get("RANK", 0))
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group("nccl")

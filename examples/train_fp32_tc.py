@@ -25,9 +25,24 @@ import math
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError:
+    print(f"{__file__.rsplit('/', 1)[-1]}: this example needs PyTorch: pip install 'gemmlab[torch]'", file=sys.stderr)
+    sys.exit(2)
 import torch.nn as nn
 import torch.nn.functional as F
+
+
+def need_cuda(script: str) -> None:
+    """Stop with one line (exit code 2) where PyTorch cannot reach a CUDA GPU."""
+    if torch.cuda.is_available():
+        return
+    why = ("this PyTorch is a CPU build: install a CUDA build (https://pytorch.org)" if torch.version.cuda is None
+           else "PyTorch sees no CUDA GPU or driver on this machine")
+    print(f"{script}: this example needs a CUDA GPU; {why}", file=sys.stderr)
+    sys.exit(2)
+
 
 RUNS = ("fp32", "tf32", "bf16_autocast", "fp32_tc")
 
@@ -129,7 +144,11 @@ def train(run: str, args, batches, init_state, reference=None) -> tuple[dict, di
 
 
 def plot(results: dict, path: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        print("train_fp32_tc.py: --plot needs matplotlib: pip install 'gemmlab[plot]'", file=sys.stderr)
+        sys.exit(2)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.5))
@@ -169,6 +188,8 @@ def main():
     p.add_argument("--replot", help="a --json file to plot again (no training)")
     args = p.parse_args()
     if args.replot:
+        if not args.plot:
+            p.error("--replot needs --plot PATH.png")
         with open(args.replot) as f:
             plot(json.load(f), args.plot)
         return
@@ -181,6 +202,7 @@ def main():
         print("train_fp32_tc.py needs a CUDA GPU: torch.cuda.is_available() is False", file=sys.stderr)
         sys.exit(2)
 
+    need_cuda("train_fp32_tc.py")
     torch.manual_seed(0)
     init_state = LM(args.vocab, args.d_model, args.layers, args.heads, args.seq).cuda().state_dict()
     init_state = {k: v.clone() for k, v in init_state.items()}

@@ -276,3 +276,88 @@ def test_every_help_text_prints(command, capsys):
     with pytest.raises(SystemExit) as done:
         main(command + ["-h"])
     assert done.value.code == 0 and "usage: gemmlab" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["naive,coalesced"], ["naive", "coalesced"]),
+    (["naive", "coalesced"], ["naive", "coalesced"]),
+    (["naive, vectorized:BM=64,BN=64", "smem_tiled:tile=16,wmma"], ["naive", "vectorized:BM=64,BN=64",
+                                                                    "smem_tiled:tile=16", "wmma"]),
+])
+def test_kernel_lists_take_commas_and_spaces(argv, names):
+    from gemmlab.cli import _kernel_items, _names
+    assert _kernel_items(argv) == names
+    assert _names(["naive,coalesced", "wmma"]) == ["naive", "coalesced", "wmma"]
+
+
+@pytest.mark.parametrize("argv", [["bench", "--kernels", "naive,coalesced", "--sizes", "64"],
+                                  ["bench", "--kernels", "naive", "coalesced", "--sizes", "64"]])
+def test_bench_takes_commas_and_spaces(monkeypatch, capsys, argv):
+    seen = {}
+
+    def fake_run_suite(entries, sizes, **kw):
+        seen["entries"] = entries
+        return []
+    monkeypatch.setattr(suites, "run_suite", fake_run_suite)
+    assert main(argv) == 0
+    assert seen["entries"] == [("naive", {}), ("coalesced", {})]
+
+
+def test_tune_and_verify_take_commas_and_spaces(capsys, no_gpu_allowed):
+    assert main(["tune", "--kernels", "vectorized,nosuch"]) == 2
+    assert "unknown kernel 'nosuch'" in capsys.readouterr().err
+    assert main(["verify", "--kernels", "naive", "nosuch,wmma"]) == 2
+    assert "unknown kernel 'nosuch'" in capsys.readouterr().err
+
+
+def test_inspect_progress_when_compiling(capsys, monkeypatch, tmp_path):
+    """A cold cache with several modules to compile: progress lines on stderr; none when warm."""
+    monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path))
+    argv = ["inspect", "--arch", "sm_80", "--kernel", "naive,coalesced", "--jobs", "2"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "gemmlab inspect: compiling 2 kernels in 2 modules for sm_80"
+    assert err.splitlines()[-1] == "gemmlab inspect: compiled 2/2"
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.gpu
+def test_verify_default_covers_every_rung_the_gpu_runs(capsys):
+    """`gemmlab verify` with no --kernels: every rung of this GPU's target, each in its
+    dtype, against FP64 on fresh inputs (output poisoned with NaN), odd shapes."""
+    from gemmlab.verify import verify_dtype
+    arch = rt_device.gpu_info(0).arch
+    assert main(["verify", "--shapes", "33x65x17,127x129x255,7x13x4099"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rungs = [s for s in registry.ladder() if s.builds_for(arch)]
+    rows = [ln.split() for ln in out if ln.startswith(("ok", "FAIL"))]
+    assert [(r[1], r[2]) for r in rows] == [(s.name, verify_dtype(s, arch)) for s in rungs for _ in range(3)]
+    assert all(r[0] == "ok" for r in rows) and out[-1] == f"{len(rows)} passed, 0 failed"
+
+
+@pytest.mark.gpu
+def test_verify_fails_a_kernel_that_writes_nothing(capsys, monkeypatch):
+    """The negative control: a matmul that leaves the NaN-poisoned output as it is fails."""
+    import gemmlab.api
+    monkeypatch.setattr(gemmlab.api, "matmul", lambda *args, **kwargs: None)
+    assert main(["verify", "--kernels", "naive,wmma", "--shapes", "33x65x17"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("FAIL") == 2 and "non-finite" in out and out.strip().endswith("0 passed, 2 failed")
+
+
+def test_inspect_from_a_script_read_on_stdin(tmp_path):
+    """A main program that spawned processes cannot import again (python - < script)
+    compiles in its own process instead of breaking the process pool."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = ("from gemmlab.inspect import inspect_kernels\n"
+              "print(len(inspect_kernels('sm_80', ['naive', 'coalesced'], with_sass=False)))\n")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, GEMMLAB_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr
+    assert "Traceback" not in done.stderr

@@ -30,7 +30,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = SRC / "gemmlab"
 
-TOOLS = {"gemmlab.cli", "gemmlab.tuning", "gemmlab.verify", "gemmlab.accuracy", "gemmlab.inspect",
+TOOLS = {"gemmlab.cli", "gemmlab.__main__", "gemmlab.tuning", "gemmlab.verify", "gemmlab.accuracy", "gemmlab.inspect",
          "gemmlab.fragments", "gemmlab.wmma_ext"}
 
 # What each layer may import (besides itself); "tools" and the package may import anything.

@@ -1,4 +1,4 @@
-"""The ``gemmlab`` command: list, bench, sweep, tune, verify, inspect."""
+"""The ``gemmlab`` command: list, bench, accuracy, fragments, sweep, tune, verify, inspect."""
 
 from __future__ import annotations
 
@@ -14,9 +14,39 @@ def _sizes(text: str):
     return [parse_size(s) for s in text.split(",") if s.strip()]
 
 
+def _names(items) -> list[str]:
+    """Kernel names given as one comma list, as several words, or both:
+    ['naive,coalesced', 'wmma'] -> ['naive', 'coalesced', 'wmma']."""
+    if isinstance(items, str):
+        items = [items]
+    return [n.strip() for item in items for n in item.split(",") if n.strip()]
+
+
+def _progress_printer(command: str):
+    """A progress callback: one line per message on stderr, prefixed by the command."""
+    def show(message: str) -> None:
+        print(f"gemmlab {command}: {message.strip()}", file=sys.stderr, flush=True)
+    return show
+
+
+def _kernel_items(items) -> list[str]:
+    """Kernels with optional tile parameters, given with spaces, commas or both:
+    ['naive,vectorized:BM=64,BN=64', 'wmma'] -> ['naive', 'vectorized:BM=64,BN=64', 'wmma']
+    (a comma-separated NAME=VALUE continues the kernel before it)."""
+    out: list[str] = []
+    for item in [items] if isinstance(items, str) else items:
+        for piece in filter(None, (x.strip() for x in item.split(","))):
+            if "=" in piece and ":" not in piece and out and ":" in out[-1]:
+                out[-1] += "," + piece
+            else:
+                out.append(piece)
+    return out
+
+
 def _kernel_entries(items, default):
-    """['vectorized:BM=64,BN=64', 'smem_tiled:tile=16'] ->
+    """['vectorized:BM=64,BN=64', 'smem_tiled:tile=16'] (or 'naive,smem_tiled:tile=16') ->
     [('vectorized', {'BM': 64, 'BN': 64}), ('smem_tiled', {'tile': 16})]."""
+    items = _kernel_items(items or [])
     if not items:
         return default()
     out = []
@@ -262,15 +292,19 @@ def cmd_bench_wmma_ext(args) -> int:
 
 def cmd_fragments(args) -> int:
     from . import fragments as fr
-    kinds = fr.select(args.kinds)
     if args.analytic:
-        maps = {kd.name: fr.analytic_map(kd, args.arch) for kd in kinds}
-        gpu, arch = f"analytic-{args.arch}", args.arch
+        arch = args.arch or "sm_90a"
+        kinds = _fragment_kinds(fr, args.kinds, arch)
+        maps = {kd.name: fr.analytic_map(kd, arch) for kd in kinds}
+        gpu = f"analytic-{arch}"
     else:
+        if args.arch:
+            raise ValueError("--arch is for --analytic; a GPU dump uses the GPU's own target")
         from .runtime.device import gpu_info
         info = gpu_info(args.device)
-        maps = fr.dump(kinds, device=args.device)
         gpu, arch = info.name, info.arch
+        kinds = _fragment_kinds(fr, args.kinds, arch)
+        maps = fr.dump(kinds, device=args.device)
     failed = 0
     for kd in kinds:
         problems = fr.check_map(kd, maps[kd.name])
@@ -285,6 +319,20 @@ def cmd_fragments(args) -> int:
         path = fr.write_outputs(maps, args.out, gpu=gpu, arch=arch, plots=not args.no_plots)
         print(f"wrote {args.out}/<kind>.csv{'' if args.no_plots else ', <kind>.png'} and {path}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _fragment_kinds(fr, patterns, arch: str) -> list:
+    """The kinds the patterns name that ``arch`` has; ValueError naming the arch where
+    it has none of them (BF16 and TF32 fragments need sm_80)."""
+    named = fr.select(patterns)                       # ValueError for a pattern naming no kind at all
+    have = [kd for kd in named if kd in fr.kinds_for(arch)]
+    if not have:
+        raise ValueError(f"{arch} has no {' '.join(patterns)} fragments: BF16 and TF32 WMMA need sm_80; "
+                         f"{arch} has the FP16 kinds of the k = 16 shapes")
+    if patterns and len(have) < len(named):
+        print(f"gemmlab fragments: {len(named) - len(have)} of the kinds named do not exist on {arch} "
+              "(BF16 and TF32 WMMA need sm_80); left out", file=sys.stderr)
+    return have
 
 
 def cmd_sweep(args) -> int:
@@ -321,7 +369,7 @@ def tune_shapes(args) -> tuple[list, dict | None]:
 
 def cmd_tune(args) -> int:
     from .tuning import DEFAULT_KERNELS, tune
-    kernels = args.kernels or list(DEFAULT_KERNELS)
+    kernels = _names(args.kernels or []) or list(DEFAULT_KERNELS)
     from .kernels import registry
     for name in kernels:               # refuse bad names before any GPU time is spent
         registry.get(name)
@@ -342,20 +390,39 @@ def cmd_tune(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from .api import plan
     from .kernels import registry
-    from .verify import verify
-    names = [s.name for s in registry.ladder("simt")] if args.kernels == "all" else args.kernels.split(",")
+    from .verify import TOLERANCE, VERIFY_DTYPES, verify, verify_dtype
+    names = _names(args.kernels)
+    everything = names in ([], ["all"])
+    specs = {} if everything else {n: None if n == "auto" else registry.get(n) for n in names}   # unknown: the list
+    if args.dtype is not None and args.dtype not in VERIFY_DTYPES:
+        raise ValueError(f"--dtype {args.dtype!r}: give one of {', '.join(VERIFY_DTYPES)}")
     shapes = _sizes(args.shapes)
+    from .runtime.device import gpu_info
+    gpu = gpu_info(0)                  # no GPU: one line, before any array library is touched
+    if everything:                     # every rung this GPU runs, each in its own dtype
+        specs = {s.name: s for s in registry.ladder() if s.builds_for(gpu.arch)}
+    runs = []
+    for name, spec in specs.items():
+        if spec:                       # a rung this GPU cannot run: why, and which run here
+            spec.check_arch(gpu.arch, gpu.name)
+        dtype = args.dtype or (verify_dtype(spec, gpu.arch) if spec else "float32")
+        if spec:
+            spec.check_arch(gpu.arch, gpu.name, dtype)
+        plan(name, 128, 128, 128, dtype=dtype, out_dtype="float32", arch=gpu.arch, gpu_name=gpu.name)
+        runs.append((name, dtype))
     failed = 0
     results = []
-    for name in names:
+    for name, dtype in runs:
+        tol = args.tol if args.tol is not None else TOLERANCE[dtype]
         for (M, N, K) in shapes:
-            r = verify(name, M, N, K, alpha=args.alpha, beta=args.beta, dist=args.dist, tol=args.tol)
+            r = verify(name, M, N, K, alpha=args.alpha, beta=args.beta, dist=args.dist, tol=tol, dtype=dtype)
             results.append(r.as_dict())
             failed += not r.passed
-            print(f"{'ok  ' if r.passed else 'FAIL'} {name:14s} {M}x{N}x{K} alpha={args.alpha} beta={args.beta} "
-                  f"{args.dist}: rel err {r.rel_fro:.2e}, max elementwise {r.max_rel:.2e}"
-                  + (f", {r.nonfinite} non-finite" if r.nonfinite else ""))
+            print(f"{'ok  ' if r.passed else 'FAIL'} {name:14s} {dtype:8s} {M}x{N}x{K} alpha={args.alpha} "
+                  f"beta={args.beta} {args.dist}: rel err {r.rel_fro:.2e} (bound {tol:.0e}), max elementwise "
+                  f"{r.max_rel:.2e}" + (f", {r.nonfinite} non-finite" if r.nonfinite else ""), flush=True)
     if args.json:
         from .bench.report import write_json
         write_json(results, args.json)
@@ -366,8 +433,9 @@ def cmd_verify(args) -> int:
 def cmd_inspect(args) -> int:
     from .inspect import format_reports, inspect_kernels
     from .runtime.headers import find_cuda_headers
-    reports = inspect_kernels(args.arch, args.kernel.split(",") if args.kernel else None,
-                              all_configs=args.all_configs, ops=_ops(args.ops))
+    reports = inspect_kernels(args.arch, _names(args.kernel) if args.kernel else None,
+                              all_configs=args.all_configs, ops=_ops(args.ops), jobs=args.jobs,
+                              progress=None if args.quiet else _progress_printer("inspect"))
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=1))
     else:
@@ -376,12 +444,38 @@ def cmd_inspect(args) -> int:
     return 1 if any(r.spill_bytes for r in reports) else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="gemmlab", description="gemmlab: a GEMM kernel ladder, measured against cuBLAS")
-    sub = ap.add_subparsers(dest="command", required=True)
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default where its help text does not already say it."""
 
-    p = sub.add_parser("list", help="the kernel registry")
-    p.add_argument("--json", action="store_true")
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" not in text and action.default not in (None, False, argparse.SUPPRESS)
+                and action.option_strings):
+            shown = " ".join(action.default) if isinstance(action.default, list) else action.default
+            text += f" (default: {shown})"
+        return text.replace("%", "%%") if "%(" not in text and "%%" not in text else text
+
+
+# Whether each command needs a GPU, said in its help (`gemmlab -h` lists them).
+GPU = "[needs a CUDA GPU]"
+NO_GPU = "[no GPU needed]"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    ap = argparse.ArgumentParser(prog="gemmlab", formatter_class=_HelpFormatter,
+                                 description="gemmlab: a GEMM kernel ladder, measured against cuBLAS.  "
+                                 "Start with `gemmlab list` and `gemmlab inspect --arch sm_86` (no GPU needed); "
+                                 "on a GPU, `gemmlab verify` and `gemmlab bench`.")
+    ap.add_argument("--version", action="version", version=f"gemmlab {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, gpu: str, text: str):
+        return sub.add_parser(name, help=f"{text} {gpu}", description=f"{text} {gpu}",
+                              formatter_class=_HelpFormatter)
+
+    p = add("list", NO_GPU, "the kernel registry: every rung, its tile parameters, rules and targets")
+    p.add_argument("--json", action="store_true", help="print the registry as JSON")
     p.set_defaults(func=cmd_list)
 
     def timing_args(p):
@@ -432,12 +526,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quick", action="store_true", help="--suite training: the headline only: each model "
                        "eager in bf16 and fp32_tc beside plain PyTorch (and TF32), and ViT-B/16 compiled in bf16")
 
-    p = sub.add_parser("bench", help="time gemmlab.matmul beside cuBLAS")
+    p = add("bench", GPU, "time gemmlab.matmul beside cuBLAS")
     p.add_argument("--kernels", nargs="+", metavar="KERNEL[:P=V,...]",
-                   help="kernels to time, each with optional tile parameters "
-                   "(e.g. --kernels vectorized:BM=64,BN=64 smem_tiled:tile=16); default: every rung")
+                   help="kernels to time, separated by spaces or commas, each with optional tile parameters "
+                   "(e.g. --kernels naive,vectorized:BM=64,BN=64 smem_tiled:tile=16); default: every rung")
     p.add_argument("--sizes", help="comma list of N or MxNxK (default: the suite's)")
-    p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"))
+    p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"),
+                   help="inputs: U(-1, 1), N(0, 1), or random signs with magnitudes 2^-20 .. 2^20")
     p.add_argument("--dtype", metavar="DTYPE",
                    help="ladder: one of fp32 (the CUDA-core ladder beside cuBLAS SGEMM), tf32/fp16/bf16 (the "
                    "tensor-core ladder beside cuBLAS in that dtype, PyTorch matmul), fp16_ec/tf32_ec (the "
@@ -475,8 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
     timing_args(p)
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("accuracy", help="error vs FP64 of SGEMM, TF32, FP16 and the error-corrected methods "
-                       "over K and input sets (GPU)")
+    p = add("accuracy", GPU, "error vs FP64 of SGEMM, TF32, FP16 and the error-corrected methods "
+            "over K and input sets")
     p.add_argument("--ks", help="comma list of K (default 1024,4096,16384,65536,131072)")
     p.add_argument("--inputs", help="comma list of input sets (default: uniform, uniform_small, uniform_large, "
                    "normal, log_uniform)")
@@ -485,29 +580,31 @@ def build_parser() -> argparse.ArgumentParser:
                    "precision:kernel runs an error-corrected "
                    "precision on that kernel (ec_wmma, ec_wgmma) instead of auto's")
     p.add_argument("--size", type=int, default=256, help="M = N (default 256)")
-    p.add_argument("--json", metavar="PATH")
-    p.add_argument("--plot", metavar="PATH.png")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--json", metavar="PATH", help="write the points as JSON")
+    p.add_argument("--plot", metavar="PATH.png", help="write a plot")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_accuracy)
 
-    p = sub.add_parser("fragments", help="WMMA fragment maps: which element each lane's x[k] holds (GPU)")
+    p = add("fragments", "[needs a CUDA GPU; with --analytic no GPU]",
+            "WMMA fragment maps: which element each lane's x[k] holds")
     p.add_argument("kinds", nargs="*", help="kinds to dump, by name or parts of it (matrix_a, m32n8k16.bf16, "
                    "accumulator.m16n16k16.f32.row); default: all")
     p.add_argument("--out", metavar="DIR", help="write <kind>.csv, <kind>.png and fragment_maps_<gpu>.json")
     p.add_argument("--analytic", action="store_true", help="the analytic maps instead of a GPU dump (no GPU)")
-    p.add_argument("--arch", default="sm_90a", help="with --analytic: sm_80, sm_86, sm_89, sm_90(a), sm_100(a) or sm_120(a)")
-    p.add_argument("--device", type=int, default=0)
-    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--arch", help="with --analytic: the target, sm_75, sm_80, sm_86, sm_89, sm_90(a), sm_100(a) or "
+                   "sm_120(a) (default sm_90a)")
+    p.add_argument("--device", type=int, default=0, help="the GPU to dump on (CUDA ordinal)")
+    p.add_argument("--no-plots", action="store_true", help="with --out: CSV and JSON only, no PNG per kind")
     p.set_defaults(func=cmd_fragments)
 
-    p = sub.add_parser("sweep", help="the TILE_WIDTH study: smem_tiled with tile 2..32 beside naive")
+    p = add("sweep", GPU, "the TILE_WIDTH study: smem_tiled with tile 2..32 beside naive")
     p.add_argument("--sizes", help="comma list (default 256,1024,2048,4096)")
     timing_args(p)
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("tune", help="find the fastest correct configuration per shape on this GPU and keep it")
+    p = add("tune", GPU, "find the fastest correct configuration per shape on this GPU and keep it")
     p.add_argument("--kernels", nargs="+", metavar="KERNEL",
-                   help="kernels to tune (default: vectorized warptile pipelined)")
+                   help="kernels to tune, separated by spaces or commas (default: vectorized warptile pipelined)")
     p.add_argument("--sizes", help="comma list of N or MxNxK (default: the benchmark suite's shapes, "
                    "square 512..8192 and skinny ones)")
     p.add_argument("--ops", help="with --sizes (or the default shapes): comma list of operand layouts "
@@ -522,39 +619,82 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("verify", help="compare kernels with an FP64 reference")
-    p.add_argument("--kernels", default="all", help="comma list of kernel names, or all")
-    p.add_argument("--shapes", default="1x1x1,7x13x5,33x65x17,127x129x255,1000,4097x31x129,16x16x4096")
-    p.add_argument("--alpha", type=float, default=1.0)
-    p.add_argument("--beta", type=float, default=0.0)
-    p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"))
-    p.add_argument("--tol", type=float, default=1e-5)
-    p.add_argument("--json", metavar="PATH")
+    p = add("verify", GPU, "compare kernels with an FP64 reference on fresh random inputs")
+    p.add_argument("--kernels", nargs="+", default=["all"], metavar="KERNEL",
+                   help="kernel names (commas or spaces), auto, or all: every rung this GPU runs, each in its "
+                   "dtype (float32 on the CUDA cores, tf32 on the tensor cores, float16 where TF32 needs sm_80, "
+                   "tf32_ec for the error-corrected rungs)")
+    p.add_argument("--dtype", help="run every kernel in this dtype instead: float32, tf32, float16, fp16_ec or "
+                   "tf32_ec (inputs drawn as float32 and rounded to it; the reference takes the rounded inputs)")
+    p.add_argument("--shapes", default="1x1x1,7x13x5,33x65x17,127x129x255,1000,4097x31x129,16x16x4096",
+                   help="comma list of N or MxNxK")
+    p.add_argument("--alpha", type=float, default=1.0, help="C = alpha * A @ B + beta * C")
+    p.add_argument("--beta", type=float, default=0.0, help="C = alpha * A @ B + beta * C; 0: the output "
+                   "starts as NaN, so an element never written fails")
+    p.add_argument("--dist", default="uniform", choices=("uniform", "normal", "wide"),
+                   help="inputs: U(-1, 1), N(0, 1), or random signs with magnitudes 2^-20 .. 2^20")
+    p.add_argument("--tol", type=float, help="bound on the relative Frobenius error vs FP64 (default by dtype: "
+                   "1e-5 for float32, fp16_ec, tf32_ec; 1e-4 for tf32 and float16)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("inspect", help="registers, shared memory, spills and SASS facts (no GPU needed)")
-    p.add_argument("--arch", default="sm_90a")
-    p.add_argument("--kernel", help="comma list (default: all)")
+    p = add("inspect", NO_GPU, "compile for a target and report registers, shared memory, spills and SASS "
+            "instruction counts per kernel (the SASS columns need nvdisasm: pip install 'gemmlab[inspect]')")
+    p.add_argument("--arch", default="sm_90a", help="the target to compile for: sm_75, sm_80, sm_86, sm_89, "
+                   "sm_90a, sm_100a, sm_120 (the GPU's compute capability; Hopper and Blackwell take the 'a' "
+                   "form)")
+    p.add_argument("--kernel", "--kernels", dest="kernel", nargs="+", metavar="KERNEL",
+                   help="kernels, separated by spaces or commas (default: every rung; those that cannot target "
+                   "--arch are listed with the reason)")
+    p.add_argument("--jobs", type=int, help="parallel compiler processes (default: one per CPU)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--all-configs", action="store_true", help="every legal tile configuration, not just defaults")
     p.add_argument("--ops", default="NN", help="operand layouts, comma list of NN, TN, NT, TT (default NN)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the reports as JSON")
     p.set_defaults(func=cmd_inspect)
     return ap
+
+
+# What to try instead, per command, when there is no GPU.
+NO_GPU_HINTS = {"fragments": "gemmlab fragments --analytic needs no GPU"}
+
+
+def _one_line(command: str, exc: BaseException) -> str:
+    """The message of an error the command refuses with (exit code 2)."""
+    from .errors import NoGPUError, missing_module_message
+    if isinstance(exc, ModuleNotFoundError):
+        found = missing_module_message(exc.name)
+        if found:
+            return found
+    if isinstance(exc, NoGPUError) and command in NO_GPU_HINTS:
+        return f"{exc} ({NO_GPU_HINTS[command]})"
+    if type(exc).__module__.startswith(("cupy", "cupy_backends")):
+        return (f"CuPy could not use the GPU ({type(exc).__name__}: {exc}); a driver older than CuPy's CUDA "
+                "fails so: gemmlab[cu13] needs an NVIDIA driver 580 or later, gemmlab[cu12] 525 or later")
+    return str(exc)
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is a refusal to print as one line (not a bug to trace)."""
+    return (isinstance(exc, (GemmlabError, ValueError, TypeError, ImportError))
+            or type(exc).__module__.startswith(("cupy", "cupy_backends")))
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (GemmlabError, ValueError, TypeError, ImportError) as exc:
-        print(f"gemmlab {args.command}: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:          # e.g. `gemmlab list | head`
         sys.stderr.close()
         return 0
+    except Exception as exc:
+        if not _refused(exc):
+            raise
+        print(f"gemmlab {args.command}: {_one_line(args.command, exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -15,3 +15,31 @@ class CompileError(GemmlabError, RuntimeError):
 
 class HeaderNotFoundError(GemmlabError, RuntimeError):
     """The CUDA headers a kernel includes could not be found anywhere."""
+
+
+class MissingExtraError(GemmlabError, ImportError):
+    """A package or library of an optional extra is not installed: the message names
+    the extra to install."""
+
+
+# Modules of the optional extras (pyproject.toml), by top-level import name:
+# what they are, and the install line that brings them.
+EXTRAS = {
+    "cupy": ("CuPy (GPU arrays, cuBLAS reference)", "pip install 'gemmlab[cu13]' (or 'gemmlab[cu12]' for a "
+             "CUDA 12 driver)"),
+    "cupy_backends": ("CuPy (GPU arrays, cuBLAS reference)", "pip install 'gemmlab[cu13]' (or 'gemmlab[cu12]' "
+                      "for a CUDA 12 driver)"),
+    "torch": ("PyTorch", "pip install 'gemmlab[torch]'"),
+    "matplotlib": ("matplotlib (plots)", "pip install 'gemmlab[plot]'"),
+}
+NVRTC_HINT = ("the NVRTC compiler library (libnvrtc) was not found: pip install 'gemmlab[cu13]' (or "
+              "'gemmlab[cu12]' for a CUDA 12 driver), or put a CUDA toolkit's lib64 on LD_LIBRARY_PATH")
+
+
+def missing_module_message(name: str | None) -> str | None:
+    """The line to print for a missing module of an extra, or None for another module."""
+    top = (name or "").split(".")[0]
+    if top not in EXTRAS:
+        return None
+    what, install = EXTRAS[top]
+    return f"{what} is not installed: {install}"

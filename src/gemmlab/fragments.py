@@ -107,15 +107,22 @@ def kind(name: str) -> FragmentKind:
         raise ValueError(f"unknown fragment kind {name!r}; known: {', '.join(_BY_NAME)}") from None
 
 
-def select(patterns: list[str] | None) -> list[FragmentKind]:
-    """Kinds whose name contains every dot-separated part of any pattern
-    (``matrix_a``, ``m32n8k16.bf16``, ...); all kinds for None/empty."""
+def select(patterns: list[str] | None, among=None) -> list[FragmentKind]:
+    """Kinds (of ``among``, default all of KINDS) that a pattern names: a pattern is a
+    full kind name or dot-separated parts each equal to a part of the name
+    (``matrix_a``, ``m32n8k16.bf16``; ``f16`` is not ``bf16``); all kinds for None/empty."""
+    among = tuple(KINDS if among is None else among)
     if not patterns:
-        return list(KINDS)
-    chosen = [kd for kd in KINDS if any(all(p in kd.name.split(".") or p in kd.name for p in pat.split("."))
-                                          for pat in patterns)]
+        return list(among)
+
+    def named(kd: FragmentKind, pattern: str) -> bool:
+        parts = kd.name.split(".")
+        return pattern == kd.name or all(p in parts for p in pattern.split("."))
+    chosen = [kd for kd in among if any(named(kd, pat) for pat in patterns)]
     if not chosen:
-        raise ValueError(f"no fragment kind matches {patterns}; known: {', '.join(_BY_NAME)}")
+        raise ValueError(f"no fragment kind matches {' '.join(patterns)}; kinds are "
+                         "use.shape.dtype.layout, e.g. matrix_a.m16n16k16.f16.row (matrix_a, matrix_b or "
+                         "accumulator; m16n16k16, m32n8k16, m8n32k16, m16n16k8; f16, bf16, tf32, f32; row, col)")
     return chosen
 
 

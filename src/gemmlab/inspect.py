@@ -4,68 +4,75 @@ spills, and the SASS instruction facts that explain each rung's speed."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import tempfile
-from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from .kernels import registry
 from .runtime.compile import compile_module, parse_ptxas_log
 
-# Instruction classes worth counting, by SASS opcode prefix.
+# Instruction classes worth counting.  Each SASS line's opcode is split into its base
+# and modifiers (LDG.E.128.CONSTANT.SYS -> LDG with E, 128, CONSTANT, SYS); a class is a
+# base opcode, an access width where it matters, and modifiers it must carry.  The
+# forms differ between targets (Turing writes LDS.U.128 and LDG.E.SYS, Ampere and later
+# LDS.128 and LDG.E), so matching on base and width counts the same thing on every one;
+# tests/test_sass_facts.py checks it against golden kernels on sm_75 .. sm_120.
+# (base opcodes, width in bits or None for any, modifiers required)
 SASS_FACTS = {
-    "FFMA": r"FFMA\b",
-    "LDG.128": r"LDG\.E\.128",
-    "LDG.32": r"LDG\.E(?:\.CONSTANT)?\s",
-    "LDS.128": r"LDS\.128",
-    "LDS.32": r"LDS\s",
-    "STS": r"STS",
-    "STG.128": r"STG\.E\.128",
-    "BAR": r"BAR\.SYNC",
-    "LDL/STL (local)": r"\b(?:LDL|STL)\b",
-    "HMMA": r"\bHMMA\b",
-    "LDSM": r"\bLDSM\b",            # ldmatrix (.MT88: the transposing form)
-    "LDSM.T": r"\bLDSM\.16\.MT88",
-    "LDGSTS": r"\bLDGSTS\b",        # cp.async
-    "HGMMA": r"\bHGMMA\b",
+    "FFMA": (("FFMA",), None, ()),
+    "LDG.128": (("LDG",), 128, ()),
+    "LDG.32": (("LDG",), 32, ()),
+    "LDS.128": (("LDS",), 128, ()),
+    "LDS.32": (("LDS",), 32, ()),
+    "STS": (("STS",), None, ()),
+    "STG.128": (("STG",), 128, ()),
+    "BAR": (("BAR",), None, ("SYNC",)),
+    "LDL/STL (local)": (("LDL", "STL"), None, ()),
+    "HMMA": (("HMMA",), None, ()),
+    "LDSM": (("LDSM",), None, ()),            # ldmatrix
+    "LDSM.T": (("LDSM",), None, ("MT88",)),   # ldmatrix .trans
+    "LDGSTS": (("LDGSTS",), None, ()),        # cp.async
+    "HGMMA": (("HGMMA",), None, ()),          # wgmma
 }
+# Width modifiers of loads and stores; an access without one moves 32 bits.
+_WIDTHS = {"U8": 8, "S8": 8, "8": 8, "U16": 16, "S16": 16, "16": 16, "64": 64, "128": 128}
+# One SASS instruction: its address comment, an optional guard predicate, the opcode.
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")
 
 
 def find_disassembler() -> str | None:
     """nvdisasm from NVIDIA's wheel (cuda.pathfinder) or the PATH."""
-    try:
-        import cuda.pathfinder as pf
-        found = pf.find_nvidia_binary_utility("nvdisasm")
-        if found:
-            return str(found)
-    except Exception:
-        pass
-    return shutil.which("nvdisasm")
+    from .runtime.compile import find_nvdisasm
+    return find_nvdisasm()
 
 
 def disassemble(cubin: bytes) -> dict[str, str]:
     """SASS text per mangled kernel name, or {} without nvdisasm."""
-    tool = find_disassembler()
-    if tool is None:
-        return {}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.cubin"
-        path.write_bytes(cubin)
-        text = subprocess.run([tool, str(path)], capture_output=True, text=True, check=True).stdout
-    parts = re.split(r"\.section\s+\.text\.([^,\s]+)", text)
-    return {name: body for name, body in zip(parts[1::2], parts[2::2])}
+    from .runtime.compile import disassemble_cubin
+    return disassemble_cubin(cubin)
+
+
+def opcodes(sass: str) -> list[str]:
+    """The opcodes of the instructions in ``sass`` that can execute: those guarded by
+    ``@!PT`` (never true; ptxas pads with them) are left out."""
+    out = []
+    for m in _INSTRUCTION.finditer(sass):
+        if m.group(1) and m.group(1).strip() in ("@!PT", "@!UPT"):
+            continue
+        out.append(m.group(2))
+    return out
 
 
 def sass_facts(sass: str) -> dict[str, int]:
-    code = [ln for ln in sass.splitlines() if "/*" in ln and ";" in ln]
-    counts = Counter()
-    for key, pattern in SASS_FACTS.items():
-        rx = re.compile(pattern)
-        counts[key] = sum(1 for ln in code if rx.search(ln))
-    counts["instructions"] = len(code)
-    return dict(counts)
+    """Counts of the SASS_FACTS classes, and of all instructions, in one kernel's SASS."""
+    ops = opcodes(sass)
+    counts = dict.fromkeys(SASS_FACTS, 0)
+    for op in ops:
+        base, *mods = op.split(".")
+        width = next((_WIDTHS[m] for m in mods if m in _WIDTHS), 32)
+        for key, (bases, want_width, required) in SASS_FACTS.items():
+            if base in bases and (want_width is None or want_width == width) and all(r in mods for r in required):
+                counts[key] += 1
+    counts["instructions"] = len(ops)
+    return counts
 
 
 @dataclass
@@ -84,33 +91,78 @@ class KernelReport:
         return asdict(self)
 
 
+def rungs_for(arch: str) -> list[str]:
+    """The rungs that run on ``arch``, in ladder order."""
+    return [s.name for s in registry.ladder() if s.builds_for(arch)]
+
+
+def _specs(arch: str, kernels) -> list:
+    """The specs to inspect: those named (ValueError for an unknown name, with the list)
+    or every rung; ValueError where no rung runs on ``arch`` at all."""
+    from .kernels.spec import arch_cc
+    arch_cc(arch)        # ValueError for something that is not a target such as sm_86
+    runs = rungs_for(arch)
+    if not runs:
+        why = registry.ladder()[0].why_not_on(arch)
+        raise ValueError(f"no kernel runs on {arch}: {why}; the ladder targets sm_75 to sm_120 "
+                         f"(e.g. --arch sm_86, sm_90a)")
+    if not kernels:
+        return registry.ladder()
+    names = [k.strip() for k in kernels if k.strip()]
+    if "auto" in names:
+        raise ValueError("'auto' is not one kernel: matmul's kernel='auto' picks a rung per call; name "
+                         f"rungs ({', '.join(s.name for s in registry.ladder())}) or leave --kernel out "
+                         "for all of them")
+    return [registry.get(k) for k in dict.fromkeys(names)]
+
+
 def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = False,
-                    with_sass: bool = True, ops=("NN",)) -> list[KernelReport]:
-    """Compile the chosen kernels (default tile parameters, or every legal
-    configuration) in the operand layouts ``ops`` ("NN", "TN", "NT", "TT") for
-    ``arch`` and report their resources and SASS facts.  A named kernel that
-    does not run on ``arch`` gets a report saying why (``refused``), compiled not."""
-    if kernels:
-        specs = [registry.get(k) for k in kernels]
-    else:   # every kernel that exists for the target (wgmma only for sm_90a)
-        specs = [s for s in registry.ladder() if s.builds_for(arch)]
-    reports = []
+                    with_sass: bool = True, ops=("NN",), jobs: int | None = None,
+                    progress=None) -> list[KernelReport]:
+    """Compile the chosen kernels (default: every rung; tile parameters the defaults,
+    or every legal configuration) in the operand layouts ``ops`` ("NN", "TN", "NT",
+    "TT") for ``arch`` and report their resources and SASS facts.  A kernel that does
+    not run on ``arch`` gets a report saying why (``refused``), compiled not.
+
+    Modules missing from the disk cache compile in ``jobs`` processes (default one per
+    CPU), their SASS stored beside them; ``progress(message)`` hears how far it got."""
+    from .runtime.compile import compile_in_processes, is_cached, module_sass
+    reports: list[KernelReport] = []
+    specs = _specs(arch, kernels)
+    sets = []              # (spec, name expressions) of each module to compile
     for spec in specs:
         why = spec.why_not_on(arch)
         if why:
-            reports.append(KernelReport(spec.name, "", arch, 0, 0, 0, 0, refused=why))
             continue
         configs = spec.configurations() if all_configs else [spec.defaults()]
         names = [spec.name_expression(p, inst) for p, inst in spec.instantiations(configs, layouts=list(ops), arch=arch)]
-        names = list(dict.fromkeys(names))
+        sets.append((spec, list(dict.fromkeys(names))))
+    missing = [(spec.source_path, names, arch) for spec, names in sets
+               if not is_cached(spec.source_path, names, arch, sass=with_sass)]
+    count = sum(len(n) for _, n, _ in missing)
+    if progress and (len(missing) > 1 or count > 4):     # a few kernels take a second or two: no line
+        progress(f"compiling {count} kernel{'s' * (count > 1)} in {len(missing)} "
+                 f"module{'s' * (len(missing) > 1)} for {arch}")
+    if len(missing) > 1:        # one module compiles in this process, below
+        compile_in_processes(missing, jobs=jobs, log=progress, sass=with_sass)
+    by_name = {}
+    for spec, names in sets:
         module = compile_module(spec.source_path, names, arch)
         res = parse_ptxas_log(module.log)
-        sass = disassemble(module.cubin) if with_sass else {}
+        sass = module_sass(module) if with_sass else {}
+        by_name[spec.name] = []
         for n in names:
             mangled = module.symbols[n]
             r = res[mangled]
-            reports.append(KernelReport(spec.name, n, arch, r.registers, r.smem_bytes, r.stack_bytes,
-                                        r.spill_bytes, sass_facts(sass[mangled]) if mangled in sass else {}))
+            by_name[spec.name].append(KernelReport(spec.name, n, arch, r.registers, r.smem_bytes, r.stack_bytes,
+                                                   r.spill_bytes, sass_facts(sass[mangled]) if mangled in sass
+                                                   else {}))
+    for spec in specs:     # ladder (or the caller's) order, refusals in place
+        why = spec.why_not_on(arch)
+        if why:
+            reports.append(KernelReport(spec.name, "", arch, 0, 0, 0, 0, refused=why))
+        else:
+            reports.extend(by_name[spec.name])
     return reports
 
 
@@ -159,19 +211,19 @@ def portable_configs(arch: str, sm_count: int = 84) -> dict[str, list[dict]]:
 def portable_reports(arch: str, jobs: int | None = None) -> list[KernelReport]:
     """Compile the portable set of ``arch`` (row-major layouts, every dtype variant),
     the modules in parallel processes, and report each instantiation."""
-    from .runtime.compile import compile_in_processes
+    from .runtime.compile import compile_in_processes, module_sass
     sets = []
     for name, configs in portable_configs(arch).items():
         spec = registry.get(name)
         names = list(dict.fromkeys(spec.name_expression(p, inst)
                                    for p, inst in spec.instantiations(configs, layouts=[("N", "N")], arch=arch)))
         sets.append((spec, names))
-    compile_in_processes([(spec.source_path, names, arch) for spec, names in sets], jobs=jobs)
+    compile_in_processes([(spec.source_path, names, arch) for spec, names in sets], jobs=jobs, sass=True)
     reports = []
     for spec, names in sets:
         module = compile_module(spec.source_path, names, arch)
         res = parse_ptxas_log(module.log)
-        sass = disassemble(module.cubin)
+        sass = module_sass(module)
         for n in names:
             r = res[module.symbols[n]]
             facts = sass_facts(sass[module.symbols[n]]) if module.symbols[n] in sass else {}
@@ -190,6 +242,9 @@ def format_reports(reports: list[KernelReport]) -> str:
             continue
         facts = " ".join(f"{r.sass.get(c, '-'):>7}" for c in cols)
         lines.append(f"{r.name_expression[:58]:58s} {r.registers:4d} {r.smem_bytes:6d} {r.spill_bytes:5d} {facts}")
+    if any(r.refused for r in reports):
+        arch = reports[0].arch
+        lines.append(f"kernels that run on {arch}: {', '.join(rungs_for(arch))}")
     if any(not r.refused and not r.sass for r in reports):
         lines.append("(no SASS columns: nvdisasm not found; pip install 'gemmlab[inspect]')")
     return "\n".join(lines)

@@ -110,6 +110,34 @@ def compare(result, ref, scale: np.ndarray | None = None) -> ErrorReport:
     return ErrorReport(rel, max_rel, bad)
 
 
+# The dtypes verify runs a kernel in: float32 on the CUDA cores; tf32 and float16 on
+# the tensor cores (float32 result); fp16_ec and tf32_ec, the error-corrected FP32
+# methods.  float32 inputs are drawn for every one, then rounded where the kernel
+# rounds them (tf32, float16), and the FP64 reference takes the rounded inputs:
+# only accumulation and output rounding count.
+VERIFY_DTYPES = ("float32", "tf32", "float16", "fp16_ec", "tf32_ec")
+# Default bounds on the relative Frobenius error.  The tensor cores' FP32
+# accumulation does not round to nearest: 1e-4 up to K = 4096 (a wrong element or
+# tile gives errors near 1); the error-corrected methods are held to SGEMM's bound.
+TOLERANCE = {"float32": 1e-5, "tf32": 1e-4, "float16": 1e-4, "fp16_ec": 1e-5, "tf32_ec": 1e-5}
+
+
+def tf32_round(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32 (10 mantissa bits, to nearest), as the tensor
+    cores read them."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def verify_dtype(spec, arch: str) -> str:
+    """The dtype verify runs a rung in by default on ``arch``: float32 where it computes
+    float32, else TF32 (float16 where TF32 needs a newer target), else tf32_ec."""
+    for dtype in ("float32", "tf32", "float16", "tf32_ec", "fp16_ec"):
+        if dtype in spec.dtypes and spec.builds_for(arch, dtype):
+            return dtype
+    raise ValueError(f"kernel {spec.name!r} runs in none of {', '.join(VERIFY_DTYPES)} on {arch}")
+
+
 @dataclass
 class VerifyResult:
     kernel: str
@@ -125,33 +153,48 @@ class VerifyResult:
     nonfinite: int
     tol: float
     passed: bool
+    dtype: str = "float32"
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def verify(kernel: str = "auto", M: int = 1000, N: int = 1000, K: int = 1000, *, alpha: float = 1.0,
-           beta: float = 0.0, dist: str = "uniform", tol: float = 1e-5, seed=None, **tile_params) -> VerifyResult:
+           beta: float = 0.0, dist: str = "uniform", tol: float | None = None, seed=None, dtype: str = "float32",
+           **tile_params) -> VerifyResult:
     """Run one kernel on fresh random inputs and compare with FP64.
 
-    The output starts as NaN (beta == 0) or random values (beta != 0), so an
+    ``dtype`` is one of VERIFY_DTYPES; ``tol`` defaults to TOLERANCE[dtype].  The
+    output (float32) starts as NaN (beta == 0) or random values (beta != 0), so an
     element the kernel never writes shows up as an error.
     """
+    if dtype not in VERIFY_DTYPES:
+        raise ValueError(f"dtype {dtype!r}: verify runs one of {', '.join(VERIFY_DTYPES)}")
+    tol = TOLERANCE[dtype] if tol is None else tol
     import cupy as cp
     from .api import matmul, plan
     from .runtime.device import gpu_info
     rng = np.random.default_rng(seed)
-    a = cp.asarray(random_matrix(M, K, dist, rng))
-    b = cp.asarray(random_matrix(K, N, dist, rng))
+    ha, hb = random_matrix(M, K, dist, rng), random_matrix(K, N, dist, rng)
+    if dtype == "float16":          # the kernel reads float16: the reference takes the same values
+        ha, hb = ha.astype(np.float16), hb.astype(np.float16)
+        ra, rb = ha.astype(np.float32), hb.astype(np.float32)
+    elif dtype == "tf32":
+        ra, rb = tf32_round(ha), tf32_round(hb)
+    else:
+        ra, rb = ha, hb
+    a, b, ref_a, ref_b = cp.asarray(ha), cp.asarray(hb), cp.asarray(ra), cp.asarray(rb)
     if beta != 0:
         c0 = cp.asarray(random_matrix(M, N, dist, rng))
     else:
         c0 = cp.full((M, N), np.nan, dtype=np.float32)   # poison: unwritten elements stay NaN
     out = c0.copy()
-    matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel, **tile_params)
+    precision = {"tf32": "tf32", "fp16_ec": "fp16_ec", "tf32_ec": "tf32_ec"}.get(dtype)
+    matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel, precision=precision, **tile_params)
     cp.cuda.get_current_stream().synchronize()
-    ref = reference(a, b, alpha, beta, c0)
-    err = compare(out, ref, magnitude(a, b, alpha, beta, c0))
-    p = plan(kernel, M, N, K, sm_count=gpu_info(cp.cuda.Device().id).sm_count, **tile_params)
+    ref = reference(ref_a, ref_b, alpha, beta, c0)
+    err = compare(out, ref, magnitude(ref_a, ref_b, alpha, beta, c0))
+    p = plan(kernel, M, N, K, sm_count=gpu_info(cp.cuda.Device().id).sm_count, dtype=dtype,
+             out_dtype="float32", **tile_params)
     return VerifyResult(p.spec.name, p.params, M, N, K, float(alpha), float(beta), dist,
-                        err.rel_fro, err.max_rel, err.nonfinite, tol, err.ok(tol))
+                        err.rel_fro, err.max_rel, err.nonfinite, tol, err.ok(tol), dtype)

@@ -8,8 +8,11 @@ go into cuda.core's ``FileStreamProgramCache`` (atomic writes) under
 ``make_program_cache_key`` -- source, options, arch, NVRTC version -- plus a
 digest of the headers the source includes.  Two more entries beside each cubin
 keep what the cubin itself does not carry: the name-expression -> mangled-name
-map and the compiler log (registers, shared memory, spills).  A cache entry
-that cannot be read or loaded is dropped and rebuilt, with a warning.
+map and the compiler log (registers, shared memory, spills); a third, written
+when first asked for, keeps nvdisasm's SASS of the cubin (keyed by the
+disassembler as well), so that ``gemmlab inspect`` on a warm cache runs no
+tool at all.  A cache entry that cannot be read or loaded is dropped and
+rebuilt, with a warning.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ import io
 import json
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CompileError, HeaderNotFoundError
+from ..errors import NVRTC_HINT, CompileError, HeaderNotFoundError, MissingExtraError
 from .headers import find_cuda_headers
 
 # gemmlab's own device headers (kernels/include/gemmlab/*.cuh): a folder of the
@@ -160,6 +166,8 @@ def _nvrtc_compile(code: str, source: Path, arch: str, names: tuple[str, ...]):
         oc = Program(code, "c++", _options(source, arch)).compile("cubin", name_expressions=names, logs=log)
     except Exception as exc:
         text = str(exc)
+        if "libnvrtc" in text or type(exc).__name__ == "DynamicLibNotFoundError":
+            raise MissingExtraError(NVRTC_HINT) from exc
         if "cannot open source file" in text:
             raise HeaderNotFoundError(
                 f"compiling {source.name} for {arch}: a header was not found.\n"
@@ -177,11 +185,26 @@ def _cache_key(code: str, source: Path, arch: str, names: tuple[str, ...]) -> by
 
 
 def _evict(cache, key: bytes) -> None:
-    for suffix in (b"", b"/symbols", b"/log"):
+    for suffix in (b"", b"/symbols", b"/log", _sass_suffix()):
         try:
             del cache[key + suffix]
         except Exception:
             pass
+
+
+def is_cached(source: Path, name_expressions, arch: str, *, sass: bool = False) -> bool:
+    """Whether compile_module would find this module in the disk cache (and, with
+    ``sass``, its SASS beside it, where nvdisasm is found)."""
+    cache = _disk_cache()
+    if cache is None:
+        return False
+    source = Path(source)
+    key = _cache_key(source.read_text(), source, arch, tuple(dict.fromkeys(name_expressions)))
+    suffixes = (b"", b"/symbols", b"/log") + ((_sass_suffix(),) if sass and find_nvdisasm() else ())
+    try:
+        return all(cache.get(key + suffix) is not None for suffix in suffixes)
+    except Exception:
+        return False
 
 
 def compile_module(source: Path, name_expressions, arch: str, *, use_cache: bool = True,
@@ -232,6 +255,77 @@ def compile_module(source: Path, name_expressions, arch: str, *, use_cache: bool
         return CompiledModule(source, arch, oc, symbols, log, False, cubin, key)
 
 
+# -- SASS (nvdisasm) ---------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def find_nvdisasm() -> str | None:
+    """nvdisasm from NVIDIA's wheel (cuda.pathfinder; pip install 'gemmlab[inspect]') or the PATH."""
+    try:
+        import cuda.pathfinder as pf
+        found = pf.find_nvidia_binary_utility("nvdisasm")
+        if found:
+            return str(found)
+    except Exception:
+        pass
+    return shutil.which("nvdisasm")
+
+
+@functools.lru_cache(maxsize=None)
+def _sass_suffix() -> bytes:
+    """The cache entry suffix of SASS text: names the disassembler (path, size, date),
+    so that another nvdisasm writes entries of its own."""
+    tool = find_nvdisasm()
+    try:
+        st = os.stat(tool) if tool else None
+        ident = f"{tool}:{st.st_size}:{st.st_mtime_ns}" if st else "none"
+    except OSError:
+        ident = str(tool)
+    return b"/sass-" + hashlib.sha256(ident.encode()).hexdigest()[:16].encode()
+
+
+def split_sass(text: str) -> dict[str, str]:
+    """nvdisasm's output -> SASS text per mangled kernel name."""
+    parts = re.split(r"\.section\s+\.text\.([^,\s]+)", text)
+    return {name: body for name, body in zip(parts[1::2], parts[2::2])}
+
+
+def _nvdisasm(cubin: bytes) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([find_nvdisasm(), str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def disassemble_cubin(cubin: bytes) -> dict[str, str]:
+    """SASS text per mangled kernel name (nvdisasm, run now), or {} without nvdisasm."""
+    return split_sass(_nvdisasm(cubin)) if find_nvdisasm() else {}
+
+
+def module_sass(module: CompiledModule) -> dict[str, str]:
+    """SASS text per mangled kernel name of a compiled module, or {} without nvdisasm:
+    read from beside the cubin in the disk cache, else disassembled and stored there."""
+    if find_nvdisasm() is None:
+        return {}
+    cache = _disk_cache() if module.cache_key is not None else None
+    key = module.cache_key + _sass_suffix() if cache is not None else None
+    if cache is not None:
+        try:
+            return split_sass(cache[key].decode())
+        except KeyError:
+            pass
+        except Exception as exc:     # unreadable: disassemble again below, and overwrite it
+            warnings.warn(f"gemmlab: dropping an unreadable SASS cache entry for {module.source.name} "
+                          f"({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=2)
+    text = _nvdisasm(module.cubin)
+    if cache is not None:
+        try:
+            cache[key] = text.encode()
+        except Exception as exc:
+            warnings.warn(f"gemmlab: could not write the kernel cache ({exc}); continuing without it",
+                          RuntimeWarning, stacklevel=2)
+    return split_sass(text)
+
+
 _kernels: dict[tuple[str, str, str], object] = {}
 
 
@@ -263,26 +357,38 @@ def load_kernel(source: Path, name_expression: str, arch: str):
         return kernel
 
 
-def _compile_job(source: str, names: tuple[str, ...], arch: str) -> int:
-    compile_module(Path(source), names, arch)
+def _compile_job(source: str, names: tuple[str, ...], arch: str, sass: bool = False) -> int:
+    module = compile_module(Path(source), names, arch)
+    if sass:
+        module_sass(module)
     return len(names)
 
 
-def compile_in_processes(modules, *, jobs: int | None = None, log=None) -> int:
+def compile_in_processes(modules, *, jobs: int | None = None, log=None, sass: bool = False) -> int:
     """Compile (source, name expressions, arch) modules into the disk cache,
     ``jobs`` processes at a time (default: one per CPU; NVRTC does not run two
     compiles of one process at once), largest first; returns how many
     instantiations were compiled.  compile_module and load_kernel then find them
-    in the cache."""
+    in the cache.  ``sass``: store each module's SASS beside it too (module_sass)."""
     modules = sorted(((str(src), tuple(names), arch) for src, names, arch in modules), key=lambda m: -len(m[1]))
-    if not modules:
+    if not modules or _disk_cache() is None:     # without the cache, what workers compile is lost
         return 0
     import multiprocessing
+    import sys
     from concurrent.futures import ProcessPoolExecutor
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(modules)))
     total, done = sum(len(m[1]) for m in modules), 0
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if jobs == 1 or (main_file and not os.path.exists(main_file)):
+        # One job, or a main program that spawned processes cannot import again
+        # (a script read from stdin): compile here, one module after another.
+        for m in modules:
+            done += _compile_job(*m, sass)
+            if log:
+                log(f"  compiled {done}/{total}")
+        return done
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for n in pool.map(_compile_job, *zip(*modules)):
+        for n in pool.map(_compile_job, *zip(*modules), [sass] * len(modules)):
             done += n
             if log:
                 log(f"  compiled {done}/{total}")
