@@ -24,7 +24,11 @@ import statistics
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError:
+    print(f"{__file__.rsplit('/', 1)[-1]}: this example needs PyTorch: pip install 'gemmlab[torch]'", file=sys.stderr)
+    sys.exit(2)
 
 
 def train(cfg, init, dtype, steps: int, routed) -> tuple[list[float], list[float]]:
@@ -62,7 +66,9 @@ def main() -> int:
     p.add_argument("--layers", type=int, help="default: the published count")
     args = p.parse_args()
     if not torch.cuda.is_available():
-        print("train_models.py needs a CUDA GPU: torch.cuda.is_available() is False", file=sys.stderr)
+        why = ("this PyTorch is a CPU build: install a CUDA build (https://pytorch.org)" if torch.version.cuda is None
+               else "PyTorch sees no CUDA GPU or driver on this machine")
+        print(f"train_models.py: this example needs a CUDA GPU; {why}", file=sys.stderr)
         return 2
     import gemmlab.torch as gt
     torch.backends.cuda.matmul.allow_tf32 = False          # float32 on PyTorch's side is SGEMM

@@ -247,7 +247,7 @@ def test_training_replot_without_matplotlib(tmp_path):
     pytest.importorskip("torch")
     results = tmp_path / "r.json"
     results.write_text('{"gpu": "x", "torch": "x", "config": "x", "runs": []}')
-    done = run_example(EXAMPLES[-1], "--replot", str(results), "--plot", str(tmp_path / "p.png"),
+    done = run_example(ROOT / "examples" / "train_fp32_tc.py", "--replot", str(results), "--plot", str(tmp_path / "p.png"),
                        blocked=("matplotlib",))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "pip install 'gemmlab[plot]'" in done.stderr
