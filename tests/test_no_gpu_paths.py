@@ -266,3 +266,12 @@ def test_verify_refuses_a_kernel_the_gpu_or_dtype_cannot_take(argv, message, cap
     code, out, err = run_cli(argv, capsys)
     assert_one_line_refusal("verify", code, out, err)
     assert message in err and "CuPy" not in err
+
+
+def test_gemmlab_torch_without_torch_names_the_extra():
+    """`import gemmlab.torch` where PyTorch is missing: gemmlab's ImportError with the install line."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "try:\n    import gemmlab.torch\nexcept ImportError as e:\n    print(type(e).__name__, e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)
+    assert done.stdout.strip() == "MissingExtraError gemmlab.torch needs PyTorch: pip install 'gemmlab[torch]'", \
+        done.stdout + done.stderr

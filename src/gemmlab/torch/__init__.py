@@ -9,9 +9,15 @@
   torch.distributed is available (gemmlab.torch.sharding).
 """
 
-from .ops import bmm, mm
-from .routing import NOT_ROUTED, ROUTED, Routing, disable_fp32_tc, enable_fp32_tc, fp32_tc, use_gemmlab
-from . import sharding  # noqa: F401  (registers the DTensor rules)
+try:
+    import torch  # noqa: F401
+except ModuleNotFoundError as exc:   # the [torch] extra: say how to get it, not only that it is missing
+    from ..errors import EXTRAS, MissingExtraError
+    raise MissingExtraError(f"gemmlab.torch needs PyTorch: {EXTRAS['torch'][1]}") from exc
+
+from .ops import bmm, mm  # noqa: E402
+from .routing import NOT_ROUTED, ROUTED, Routing, disable_fp32_tc, enable_fp32_tc, fp32_tc, use_gemmlab  # noqa: E402
+from . import sharding  # noqa: F401, E402  (registers the DTensor rules)
 
 __all__ = ["mm", "bmm", "fp32_tc", "use_gemmlab", "enable_fp32_tc", "disable_fp32_tc", "Routing", "ROUTED",
            "NOT_ROUTED"]
