@@ -67,6 +67,15 @@ class Plan:
         notes = [n for n in (self.method, staged, self.fallback_reason, self.limit_reason) if n]
         return f"{text} [{'; '.join(notes)}]" if notes else text
 
+    def explain(self) -> str:
+        """describe(), then why this kernel and tiles (``reason``) and why the rungs
+        ``kernel="auto"`` asked first declined (``passed_over``), a line each."""
+        lines = [self.describe()]
+        if self.reason:
+            lines.append(f"why: {self.reason}")
+        lines += [f"passed over: {why}" for why in self.passed_over]
+        return "\n".join(lines)
+
     def extra_args(self) -> tuple:
         return tuple(np.float32(self.extra.get(name, 1.0)) for name in self.spec.extra_args)
 
