@@ -33,6 +33,13 @@ def test_goldens_cover_every_kind_of_decision():
     assert any(r.get("method") == "fp32" for r in calls) and any(r.get("candidates") for r in calls)
 
 
+def test_goldens_hold_the_generators_grid():
+    """The recorded cases are the ones tests/plan_goldens.py generates (a grid changed
+    without recording it again would leave cases unchecked)."""
+    assert [c for c, _ in GOLDENS["plan"]] == plan_goldens.plan_cases()
+    assert [c for c, _ in GOLDENS["call"]] == plan_goldens.call_cases()
+
+
 @pytest.mark.parametrize("chunk", range(8))
 def test_plan_goldens(chunk):
     entries = GOLDENS["plan"][chunk::8]

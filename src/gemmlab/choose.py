@@ -27,7 +27,7 @@ from . import tuned
 from .arrays import ITEMSIZE
 from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
-from .kernels.simt.pipelined import MIN_K_STEPS_PER_SPLIT, SKINNY_M, auto_params
+from .kernels.simt.pipelined import MIN_K_STEPS_PER_SPLIT, SKINNY_M
 from .kernels.spec import Ask, Offer
 from .runtime.device import ARCH_LIMITS, cc_of
 

@@ -5,7 +5,7 @@ validation in the order a user wants to hear about problems (:func:`validate`,
 raising ValueError / TypeError that name the operands and the rule before
 anything touches the GPU), the layouts and batch strides the kernels read
 (:func:`kernel_view`), and the kernel with its tile parameters (:func:`plan`:
-a named kernel, a tuned table's answer, or the ``"auto"`` rules).  Nothing here
+the names checked here, the choice made by gemmlab.choose).  Nothing here
 launches anything: the executor turns a plan into launches.
 """
 
