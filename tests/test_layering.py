@@ -8,6 +8,7 @@ layers, bottom to top:
     runtime/*                            compile, launch, device, tensor maps
     kernels/*                            spec, each rung beside its .cu, registry
     ec, tuned                            the fp32_tc method choice, tuned tables
+    choose                               the choice of kernel (asks the rungs' hooks)
     planner -> executor -> api -> torch  validation and plan, launches, the public call
     tools                                cli, bench/*, tuning, verify, accuracy, inspect,
                                          fragments, wmma_ext
@@ -40,10 +41,11 @@ BELOW = {
     "runtime": {"errors"},
     "kernels": {"runtime", "errors"},
     "ec/tuned": {"kernels", "runtime", "errors", "arrays"},
-    "planner": {"ec/tuned", "kernels", "runtime", "errors", "arrays"},
-    "executor": {"planner", "ec/tuned", "kernels", "runtime", "errors", "arrays"},
-    "api": {"executor", "planner", "ec/tuned", "kernels", "runtime", "errors", "arrays"},
-    "torch": {"api", "executor", "planner", "ec/tuned", "kernels", "runtime", "errors", "arrays"},
+    "choose": {"ec/tuned", "kernels", "runtime", "errors", "arrays"},
+    "planner": {"choose", "ec/tuned", "kernels", "runtime", "errors", "arrays"},
+    "executor": {"planner", "choose", "ec/tuned", "kernels", "runtime", "errors", "arrays"},
+    "api": {"executor", "planner", "choose", "ec/tuned", "kernels", "runtime", "errors", "arrays"},
+    "torch": {"api", "executor", "planner", "choose", "ec/tuned", "kernels", "runtime", "errors", "arrays"},
 }
 
 

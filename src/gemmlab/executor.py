@@ -32,7 +32,7 @@ from .kernels import registry
 from .kernels.ec.choose_method import RECORD_OFFSET, WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, DeviceChoice, \
     Report, zero_workspace
 from .kernels.ec.ec_wgmma import chooses_in_split
-from .planner import Batching, Call, KernelView, Plan, fp32_tc_on_cuda_cores, kernel_view, plan_call, plan_for_choice, \
+from .planner import Batching, Call, KernelView, Plan, kernel_view, plan_call, plan_for_choice, \
     result_side, storage_itemsize, batching
 from .runtime import compile as rt_compile
 from .runtime.device import GPUInfo, make_current
@@ -670,14 +670,12 @@ class PreparedCall:
         kv: KernelView = kernel_view(call, C, ptrs)
         self.swap = C.layout == "T"      # out^T = op(b)^T op(a)^T: the kernel's A is b
         bt = batching(kv)
-        # fp32_tc on a product too thin for the tensor cores to pay: FP32 on the CUDA cores.
-        thin = fp32_tc_on_cuda_cores(kv.M, kv.N, call.K) if precision == "fp32_tc" and kernel == "auto" else ""
-        if thin:
+        p = plan_call(call, kv, bt, gpu, kernel, tile_params, precision)
+        if p.method == "fp32":
+            # The choice ran fp32_tc's product, too thin for the tensor cores to pay, as FP32 on
+            # the CUDA cores: no method to choose from the data.
             call = dataclasses.replace(call, dtypes={**call.dtypes, "dtype": "float32"})
             precision = None
-        p = plan_call(call, kv, bt, gpu, kernel, tile_params, precision)
-        if thin:
-            p = dataclasses.replace(p, method="fp32", reason=thin)
         self.empty = 0 in call.result_shape
         self.device, self.gpu = call.device, gpu
         # The caller's stream and, without out, the result: of a's kind (PyTorch or CuPy).

@@ -5,7 +5,7 @@ validation in the order a user wants to hear about problems (:func:`validate`,
 raising ValueError / TypeError that name the operands and the rule before
 anything touches the GPU), the layouts and batch strides the kernels read
 (:func:`kernel_view`), and the kernel with its tile parameters (:func:`plan`:
-a named kernel, a tuned table's answer, or the ``"auto"`` rules).  Nothing here
+the names checked here, the choice made by gemmlab.choose).  Nothing here
 launches anything: the executor turns a plan into launches.
 """
 
@@ -21,9 +21,15 @@ import numpy as np
 
 from . import ec, tuned
 from .arrays import ITEMSIZE, Operand, _c_strides, describe
+from .choose import GPU, Product, choose
+# Names the choice moved to gemmlab.choose and the rungs' modules, still read from here.
+from .choose import (FP32_TC_CUDA_CORE_SIDE, MAX_FILL_SPLIT, _fit_nearest, _fit_split_k,  # noqa: F401
+                     auto_tensor_params, fit_smem, fp32_tc_on_cuda_cores, runnable, sized_choice, smem_limit_for)
 from .kernels import registry
+from .kernels.ec.ec_wgmma import (EC_WGMMA_BATCH_MIN_INTENSITY, EC_WGMMA_BATCH_MIN_MACS,  # noqa: F401
+                                  EC_WGMMA_LONG_K, ec_wgmma_pays)
 from .kernels.registry import KernelSpec, Problem
-from .runtime.device import ARCH_LIMITS, cc_of
+from .kernels.simt.pipelined import MIN_K_STEPS_PER_SPLIT, SKINNY_M, SKINNY_N, auto_params  # noqa: F401
 from .runtime.tma import tma_aligned
 
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
@@ -51,6 +57,8 @@ class Plan:
     fallback_reason: str = ""
     # Why the configuration is not the default / tuned / auto one: it did not fit the GPU's limits.
     limit_reason: str = ""
+    # kernel="auto": why the rungs asked before this one declined (gemmlab.choose), fastest first.
+    passed_over: tuple[str, ...] = ()
 
     def describe(self) -> str:
         p = ", ".join(f"{k}={v}" for k, v in self.params.items())
@@ -58,6 +66,15 @@ class Plan:
         staged = "operands TMA cannot read copied to the 16-byte grid first" if self.problem.stage else ""
         notes = [n for n in (self.method, staged, self.fallback_reason, self.limit_reason) if n]
         return f"{text} [{'; '.join(notes)}]" if notes else text
+
+    def explain(self) -> str:
+        """describe(), then why this kernel and tiles (``reason``) and why the rungs
+        ``kernel="auto"`` asked first declined (``passed_over``), a line each."""
+        lines = [self.describe()]
+        if self.reason:
+            lines.append(f"why: {self.reason}")
+        lines += [f"passed over: {why}" for why in self.passed_over]
+        return "\n".join(lines)
 
     def extra_args(self) -> tuple:
         return tuple(np.float32(self.extra.get(name, 1.0)) for name in self.spec.extra_args)
@@ -269,158 +286,6 @@ def _check_32bit(op: Operand) -> None:
                          f"take each dimension and leading dimension as a 32-bit int (at most {INT32_MAX})")
 
 
-# pipelined's tiles for a side of at most 64: the H100 table's winners at 8192x64x8192 and 64x8192x8192,
-# with rows along K transposed through registers (run 87a: 64 x 128 x 16 tiles 82 -> 87% of cuBLAS in NN,
-# 66 -> 79% in NT; no BK = 16 tile was slower that way).
-SKINNY_N = {"BM": 128, "BN": 64, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 3, "REG_TRANSPOSE": 1}
-SKINNY_M = {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 3, "REG_TRANSPOSE": 1}
-
-
-def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
-    """The rule ``kernel="auto"`` follows for FP32 on a GPU without a tuned table.
-
-    Rung 8, pipelined, at its defaults (128 x 256 tiles: the tuner's winner at
-    every shape from 2048^3 up on an H100 and an H200; 128 x 64 or 64 x 128 where
-    a side is at most 64), split over K where its
-    tiles leave more than half of the SMs idle: the largest split of at most 4
-    that keeps the blocks within the SMs and every slice at least 4 K-steps long
-    (the tuned tables split by 4 at 1024^3 and 256x4096x4096).  The earlier rule
-    (warptile, or vectorized 64x64) read 77-83% of cuBLAS where this one's
-    configurations read 90-109% (run 73, benchmarks/NOTES.md).  A batch of
-    ``batch`` products counts as that many times the tiles.
-    """
-    params = registry.get("pipelined").defaults()
-    if min(M, N) <= 64:   # a skinny side: a tile 64 wide there (the tuned tables' choice for 8192x64x8192)
-        params.update(SKINNY_N if N <= M else SKINNY_M)
-    tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * batch
-    steps = -(-max(K, 1) // params["BK"])
-    if 2 * tiles < sm_count:
-        params["SPLITK"] = registry.fill_split(tiles, steps, sm_count, most=4, min_steps=MIN_K_STEPS_PER_SPLIT)
-    return "pipelined", params
-
-
-def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
-    """What ``kernel="auto"`` runs for 16-bit and TF32 inputs off Hopper (and where
-    wgmma falls back): mma_pipelined, its tiles sized to the problem (its spec's sized_params).  On
-    a GPU whose blocks get less shared memory than the defaults' 144 KiB
-    (sm_86/89/120: 99 KiB), plan() takes the nearest configuration that fits
-    (fit_smem): 128 x 256 x 32, 3 stages.
-    """
-    return "mma_pipelined", sized_choice(registry.get("mma_pipelined"), M, N, K, sm_count, batch)[0]
-
-
-def sized_choice(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[dict, str]:
-    """A rung's tiles sized to the problem (its spec's sized_params) and why, where the
-    rung says (mma_pipelined: its cost model against the tile-count rule); ({}, "")
-    for a rung without sized tiles."""
-    if spec.name in registry.SIZED_CHOICES:
-        return registry.SIZED_CHOICES[spec.name](M, N, K, sm_count, batch)
-    return (spec.sized_params(M, N, K, sm_count, batch) if spec.sized_params else {}), ""
-
-
-# fp32_tc runs IEEE FP32 on the CUDA cores where a side of the product is at most this long.
-FP32_TC_CUDA_CORE_SIDE = 16
-
-
-def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
-    """Why ``precision="fp32_tc"`` with ``kernel="auto"`` runs this product as plain FP32
-    on the CUDA cores (the float32 rungs, gemv included), or "" where the tensor cores
-    pay.  With a side of at most FP32_TC_CUDA_CORE_SIDE the product is a matrix-vector
-    product in disguise: its time is one read of the large operand (or one write of C),
-    which the error-corrected path makes three (exponent histogram, split into parts,
-    the GEMM), with the tensor cores idle for want of work.  The result is IEEE FP32,
-    as accurate as fp32_tc promises (benchmarks/NOTES.md, run 83)."""
-    side = min(M, N, K)
-    if 0 < side <= FP32_TC_CUDA_CORE_SIDE:
-        name = "M" if side == M else "N" if side == N else "K"
-        return (f"{name} = {side} (at most {FP32_TC_CUDA_CORE_SIDE}): a memory-bound product, run as IEEE FP32 "
-                f"on the CUDA cores, where the error-corrected tensor-core path would read its operands "
-                f"three times")
-    return ""
-
-
-# ec_wgmma on a batch (kernel="auto"): the multiply-adds the whole batch must hold to
-# repay its fixed cost over ec_wmma (its split launch per candidate; measured when
-# that was two launches, A's and B's, built at every call), and per matrix,
-# multiply-adds per element of A and B (its pre-pass reads and writes every element
-# once more than ec_wmma does).
-EC_WGMMA_BATCH_MIN_MACS = 2**31
-EC_WGMMA_BATCH_MIN_INTENSITY = 192
-# A single product with K at least this takes ec_wgmma from a quarter of the SMs' worth of
-# tiles (ec_wgmma_pays).
-EC_WGMMA_LONG_K = 4096
-
-
-def ec_wgmma_pays(M: int, N: int, K: int, batch: int, sm_count: int) -> bool:
-    """Whether ec_wgmma, not ec_wmma, runs an error-corrected product with
-    ``kernel="auto"`` on Hopper.  Its 128 x 96 tiles, of every matrix of the batch
-    (one launch of each pass takes the whole batch), must give at least half of the
-    SMs a block.  A batch must also hold EC_WGMMA_BATCH_MIN_MACS multiply-adds, and
-    each matrix EC_WGMMA_BATCH_MIN_INTENSITY per element of A and B: ec_wgmma's
-    split pre-pass moves every element of A and B through memory twice more than
-    ec_wmma, which splits them in registers, so a product whose operands outweigh its
-    tensor work (attention's P @ V: S x S times S x 128) runs faster on ec_wmma, and a
-    small batch does not repay ec_wgmma's fixed cost.  Measured on an H100 (batches
-    of attention's products and small products, both kernels through the public
-    call: benchmarks/NOTES.md, run 85b).  A single product keeps the tile rule
-    (runs 80-83), down to a quarter of the SMs when K >= EC_WGMMA_LONG_K: the
-    models suite's 128-token products (one row of 43-64 tiles, K 4096-28672) ran
-    1.03-1.61x faster on ec_wgmma than on ec_wmma (run 87a)."""
-    # The rule counts 128 x 96 tiles, those of the measurements it was fitted to (the
-    # kernel's default tile is now FOLD's 128 x 128; the thresholds were not measured again).
-    tiles = -(-M // registry.EC_WGMMA_BM) * -(-N // registry.EC_WGMMA_BN) * max(batch, 1)
-    if batch <= 1 and K >= EC_WGMMA_LONG_K and 4 * tiles >= sm_count:
-        return True
-    if 2 * tiles < sm_count:
-        return False
-    if batch <= 1:
-        return True
-    macs = M * N * K
-    return batch * macs >= EC_WGMMA_BATCH_MIN_MACS and macs >= EC_WGMMA_BATCH_MIN_INTENSITY * (M + N) * K
-
-
-def runnable(spec: KernelSpec, arch: str, dtype: str, gpu_name: str) -> str:
-    """The highest rung of ``spec``'s family that runs on ``arch`` for ``dtype``
-    (what ``auto`` takes where its first choice cannot run there); raises
-    ``spec``'s refusal, naming what it needs, where none does."""
-    fits = [s for s in registry.ladder(spec.family) if dtype in s.dtypes and s.builds_for(arch, dtype)]
-    if not fits:
-        spec.check_arch(arch, gpu_name, dtype)
-    log.debug("%s does not run on %s (%s); auto takes %s", spec.name, gpu_name, arch, fits[-1].name)
-    return fits[-1].name
-
-
-def smem_limit_for(arch: str | None) -> int | None:
-    """Dynamic shared memory a block may opt in to on an NVRTC target, from the
-    table of known limits (runtime.device.ARCH_LIMITS); None where unknown."""
-    if arch is None:
-        return None
-    found = ARCH_LIMITS.get(cc_of(arch))
-    return found.smem_per_block_optin if found else None
-
-
-def fit_smem(spec: KernelSpec, params: dict, problem: Problem, limit: int | None,
-             gpu_name: str = "this GPU") -> tuple[dict, str]:
-    """``params``, or where their dynamic shared memory exceeds ``limit`` the legal
-    configuration that fits and keeps the most of them (then the most shared memory,
-    i.e. the deepest pipeline), with the reason; ValueError if none fits."""
-    need = spec.launch(params, problem).smem_bytes
-    if limit is None or need <= limit:
-        return params, ""
-    fits = [c for c in spec.configurations() if spec.launch(c, problem).smem_bytes <= limit]
-    if not fits:
-        raise ValueError(f"kernel {spec.name!r} has no configuration within the {limit} bytes of shared memory "
-                         f"per block of {gpu_name}")
-    best = max(fits, key=lambda c: (sum(c[k] == params[k] for k in c), spec.launch(c, problem).smem_bytes))
-    if spec.split_k_param:
-        best[spec.split_k_param] = params[spec.split_k_param]
-    desc = ", ".join(f"{k}={v}" for k, v in params.items())
-    why = (f"{spec.name}({desc}) needs {need} bytes of shared memory per block, {gpu_name} allows {limit}: "
-           f"took the nearest configuration that fits")
-    log.debug("%s", why)
-    return best, why
-
-
 _UNTUNED_NOTED: set[str] = set()
 
 
@@ -434,57 +299,15 @@ def note_untuned(slug: str) -> None:
                  "`gemmlab tune` measures configurations fitted to it", slug)
 
 
-MIN_K_STEPS_PER_SPLIT = 4   # the tuner's rule: a split-K slice has at least 4 K-steps
-MAX_FILL_SPLIT = 8          # the largest split _fit_nearest takes (the most the run-82 sweep measured)
-
-
-def _fit_nearest(spec: KernelSpec, params: dict, M: int, N: int, K: int, sm_count: int, batch: int) -> dict:
-    """pipelined's configuration from the nearest tuned shape, fitted to this one.
-    The tuned split-K factor was right for that shape's number of tiles, not for
-    this one's: M = 128 tokens answered from 256x4096x4096 (split 4 of 32 tiles)
-    left 64 blocks of 16 tiles on 132 SMs.  So the split is chosen again by the
-    rule auto_params follows, up to MAX_FILL_SPLIT: the largest that keeps the
-    blocks within the SMs where the tiles alone leave more than half of them idle,
-    each slice at least MIN_K_STEPS_PER_SPLIT K-steps long, else none.  An output
-    of 65-128 columns (attention's P @ V, N = 128) takes 64 x 128 tiles
-    (SKINNY_M) instead of a wider or narrower tuned one (benchmarks/NOTES.md,
-    run 82c: the measurements behind both)."""
-    if spec.name != "pipelined":
-        return params
-    params = dict(params)
-    if 64 < N <= 128 and params["BN"] != 128:
-        params.update(SKINNY_M)
-    tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * batch
-    steps = -(-max(K, 1) // params["BK"])
-    params["SPLITK"] = 1
-    if 2 * tiles < sm_count:
-        params["SPLITK"] = registry.fill_split(tiles, steps, sm_count, most=MAX_FILL_SPLIT,
-                                               min_steps=MIN_K_STEPS_PER_SPLIT)
-    return params
-
-
-def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
-    """A tuned configuration taken from the nearest tuned shape, with its split-K
-    factor lowered until each slice of this K has MIN_K_STEPS_PER_SPLIT K-steps (the
-    tuner never tries more splits than that; at K = 64 a split of 4 is only extra
-    launches)."""
-    if not spec.split_k_param or spec.split_k_param not in params:
-        return params
-    steps = -(-max(K, 1) // params.get("BK", 1))
-    splits = params[spec.split_k_param]
-    while splits > 1 and steps < MIN_K_STEPS_PER_SPLIT * splits:
-        splits = max(s for s in registry.SPLITK_VALUES if s < splits)
-    return {**params, spec.split_k_param: splits}
-
-
 def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
          gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
          op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
          gpu_name: str = "this GPU", smem_limit: int | None = None, stage_bytes: int | None = None,
-         **tile_params) -> Plan:
+         precision: str | None = None, **tile_params) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
-    Without tile parameters, a named kernel (and ``"auto"``) takes the
+    The names are checked here; the choice itself is gemmlab.choose's (:func:`choose`),
+    which this describes.  Without tile parameters, a named kernel (and ``"auto"``) takes the
     configuration tuned for the nearest shape on this GPU model (``gpu_slug``,
     see gemmlab.tuning) if there is one; else the kernel's defaults (for
     ``"auto"``, the heuristic of :func:`auto_params`).  ``dtype`` is what the
@@ -522,6 +345,8 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     default, tuned or auto configuration beyond it is replaced by the nearest
     one that fits (:func:`fit_smem`), with the reason in ``Plan.limit_reason``;
     tile parameters given by the caller that exceed it are an error.
+
+    ``precision``: the caller's, where it changes the choice (see :func:`plan_call`).
     """
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
@@ -529,96 +354,14 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
     if kernel != "auto":
         registry.get(kernel)          # an unknown name fails here, tuned table or not
-    explicit = bool(tile_params)      # the caller's own SPLITK is kept, batch or not
-    auto = kernel == "auto"
     if gpu_slug:
         note_untuned(gpu_slug)
-    if smem_limit is None:
-        smem_limit = smem_limit_for(arch)
-    if kernel == "auto" and registry.gemv_auto_takes(M, dtype, op_b, N, K):
-        # A few rows (a decode step): the time is one read of op(B), which gemv streams
-        # at memory bandwidth where a tiled rung would spend a whole tile on each row
-        # (op(B) row-major: blocks narrow enough to fill the SMs, else split over K).
-        kernel, tile_params = "gemv", registry.gemv_auto_params(M, N, K, sm_count, batch, dtype=dtype, op_b=op_b,
-                                                                aligned16=aligned16)
-    if not tile_params and gpu_slug and M and N and dtype == "float32":
-        table = tuned.load_table(gpu_slug)
-        found = table.lookup(kernel, M, N, max(K, 1), op_a + op_b) if table else None
-        if found:
-            asked, (kernel, tile_params) = kernel, found
-            if not table.measured_at(asked, M, N, max(K, 1), batch, op_a + op_b):
-                tile_params = _fit_nearest(registry.get(kernel), tile_params, M, N, K, sm_count, batch)
-            tile_params = _fit_split_k(registry.get(kernel), tile_params, K)
-    auto_why = ""   # why auto took these tiles, where a cost model weighed them
-    if kernel == "auto":
-        if dtype == "float32":
-            kernel, tile_params = auto_params(M, N, K, sm_count, batch)
-        elif dtype in registry.EC_METHODS:
-            on_hopper = arch is not None and registry.get("ec_wgmma").builds_for(arch) and \
-                ec_wgmma_pays(M, N, K, batch, sm_count)
-            if on_hopper:   # few tiles with a long K split over K, alike for either method
-                kernel, tile_params = "ec_wgmma", {"SPLITK": registry.ec_wgmma_auto_split(M, N, K, sm_count, batch)}
-            else:
-                kernel, tile_params = "ec_wmma", {}
-        elif arch is not None and registry.get("wgmma").builds_for(arch):
-            # One launch takes a whole batch (its persistent loop walks every matrix's tiles);
-            # few tiles with a long K are split over K.
-            kernel, (tile_params, auto_why) = "wgmma", registry.wgmma_auto_choice(M, N, sm_count, batch, K, dtype)
-        else:
-            kernel = "mma_pipelined"
-            tile_params, auto_why = sized_choice(registry.get(kernel), M, N, K, sm_count, batch)
-        if arch is not None and not registry.get(kernel).builds_for(arch, dtype):
-            kernel, tile_params = runnable(registry.get(kernel), arch, dtype, gpu_name), {}
-    spec = registry.get(kernel)
-    if arch is not None:
-        spec.check_arch(arch, gpu_name, dtype if dtype in spec.dtypes else None)
-    params = spec.resolve(tile_params)
-    if batch > 1 and not explicit and spec.splits(params) > 1 and "BM" in params \
-            and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= sm_count:
-        params[spec.split_k_param] = 1
-    problem = Problem(M, N, K, aligned16, dtype, out_dtype, op_a, op_b, tma_aligned=tma_aligned,
-                      sm_count=sm_count)
-    spec.check_dtypes(problem)
-    # A kernel that cannot read these operands hands them to its fallback, which may
-    # hand them on (wgmma -> mma_pipelined, which copies any alignment with narrow
-    # copies -> wmma_warptile, which reads every layout).
-    whys = []
-    reason = spec.why_unusable(problem)
-    if reason and auto:   # wgmma on aligned copies of the operands, where the copy pays
-        staged, stage_why = _staging(spec, problem, M, N, K, sm_count, batch, stage_bytes)
-        if staged is not None:
-            problem, params, auto_why, reason = dataclasses.replace(problem, stage=True), spec.resolve(staged), \
-                stage_why, None
-        elif stage_why:
-            whys.append(stage_why)
-    while reason:
-        fallback = registry.get(spec.fallback)
-        whys.append(f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead")
-        log.debug("%s", whys[-1])
-        sized, auto_why = sized_choice(fallback, M, N, K, sm_count, batch)
-        spec, params = fallback, fallback.resolve(sized)
-        spec.check_dtypes(problem)
-        reason = spec.why_unusable(problem)
-    if explicit and not whys and smem_limit is not None and spec.launch(params, problem).smem_bytes > smem_limit:
-        raise ValueError(f"kernel {spec.name!r} with these tile parameters needs "
-                         f"{spec.launch(params, problem).smem_bytes} bytes of shared memory per block; "
-                         f"{gpu_name} ({arch or 'this target'}) allows {smem_limit}")
-    params, limit_why = fit_smem(spec, params, problem, smem_limit, gpu_name)
-    return Plan(spec, params, problem, spec.name_expression(params, problem), reason=auto_why,
-                fallback_reason="; ".join(whys), limit_reason=limit_why)
-
-
-def _staging(spec: KernelSpec, problem: Problem, M: int, N: int, K: int, sm_count: int, batch: int,
-             stage_bytes: int | None) -> tuple[dict | None, str]:
-    """(wgmma's parameters, why) where wgmma, refused only because TMA cannot read the operands
-    in place, should run on staging copies of them; (None, why not) or (None, "") where
-    staging does not apply (another rung, dtype or refusal)."""
-    if spec.name != "wgmma" or problem.dtype not in ("float16", "bfloat16") or problem.tma_aligned or \
-            spec.why_unusable(dataclasses.replace(problem, stage=True)):
-        return None, ""
-    if stage_bytes is None:
-        stage_bytes = (M * K + K * N) * ITEMSIZE[problem.dtype] * max(batch, 1)
-    return registry.wgmma_staging_choice(M, N, K, sm_count, batch, problem.dtype, stage_bytes)
+    c = choose(Product(M, N, K, batch, dtype, out_dtype, op_a, op_b, aligned16, tma_aligned, stage_bytes, kernel,
+                       tile_params, precision),
+               GPU(arch, sm_count, gpu_slug, gpu_name, smem_limit))
+    return Plan(c.spec, c.params, c.problem, c.spec.name_expression(c.params, c.problem), method=c.method,
+                reason=c.reason, fallback_reason="; ".join(c.fallbacks), limit_reason=c.limit_reason,
+                passed_over=c.passed_over)
 
 
 def _dtype_arg(value, name: str) -> str | None:
@@ -848,10 +591,10 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
               precision: str | None = None) -> Plan:
     """The plan for a validated call on ``gpu``, with every pointer of ``kv``
     known: 16-byte alignment and TMA's rules are checked on every matrix of the
-    batch.  ``precision="fp16_ec"`` (FP16 parts as they are, no scale) runs
-    ec_wgmma's four-set kernel (registry.EC_WGMMA_UNSCALED_PARAMS, whose lo keeps
-    its 2^11) unless the caller named BN or FOLD; kernel="auto" then splits its
-    128 x 96 tiles over K by the same rule (ec_wgmma_auto_split)."""
+    batch.  ``precision`` goes to the choice (gemmlab.choose): fp16_ec (FP16 parts
+    as they are, no scale) runs ec_wgmma's four-set kernel unless the caller named
+    BN or FOLD, and fp32_tc with kernel="auto" on a product too thin for the tensor
+    cores runs FP32 on the CUDA cores (the plan's ``method`` is then "fp32")."""
     ia = kv.itemsize["A"]
     batch_strides = [bt.strides[:2]] + [off[:2] for off in bt.offsets]
     # Each operand: can TMA read it in place (base, rows, every batch stride on the 16-byte grid,
@@ -867,18 +610,10 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
                       for ok, rows, cols, stride in ((readable[0], kv.M, call.K, bt.strides[0]),
                                                      (readable[1], call.K, kv.N, bt.strides[1])) if not ok)
 
-    def planned(kernel, tile_params):
-        return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
-                    op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok,
-                    gpu_name=gpu.name, smem_limit=gpu.max_smem_per_block_optin, stage_bytes=stage_bytes,
-                    **call.dtypes, **tile_params)
-    p = planned(kernel, tile_params)
-    if precision != "fp16_ec" or p.spec.name != "ec_wgmma" or {"BN", "FOLD"} & set(tile_params):
-        return p
-    params = {**registry.EC_WGMMA_UNSCALED_PARAMS, **tile_params}
-    if kernel == "auto":   # auto's choice of ec_wgmma stands; its split is the four-set tile's
-        params["SPLITK"] = registry.ec_wgmma_auto_split(kv.M, kv.N, call.K, gpu.sm_count, bt.nz, bn=params["BN"])
-    return planned("ec_wgmma", params)
+    return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
+                op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok,
+                gpu_name=gpu.name, smem_limit=gpu.max_smem_per_block_optin, stage_bytes=stage_bytes,
+                precision=precision, **call.dtypes, **tile_params)
 
 
 def plan_for_choice(p: Plan, choice: "ec.Choice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:

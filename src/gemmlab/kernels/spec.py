@@ -105,6 +105,38 @@ class Problem:
         return dataclasses.replace(self, op_a=op_a, op_b=op_b)
 
 
+@dataclass(frozen=True)
+class Ask:
+    """What gemmlab.choose asks a rung's ``auto_hook`` about a product: its sizes, batch,
+    dtype, layouts and alignment, and the GPU's facts the rung's rules read
+    (``arch`` None: not known yet, as when planning without a GPU)."""
+
+    M: int
+    N: int
+    K: int
+    batch: int = 1
+    dtype: str = "float32"
+    op_a: str = "N"
+    op_b: str = "N"
+    aligned16: bool = True
+    tma_aligned: bool = True
+    sm_count: int = 132
+    arch: str | None = None
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A rung's answer to an Ask: the tile parameters it would run the product with
+    (None: it declines) and why -- what a cost model weighed, or why it declines."""
+
+    params: dict | None
+    reason: str = ""
+
+    @property
+    def takes(self) -> bool:
+        return self.params is not None
+
+
 # Element-type codes of the tensor-core kernels' templates (wmma_types.cuh).
 _CODES = read_constants("include/gemmlab/type_codes.cuh")
 TYPE_CODES = {"float16": _CODES["TYPE_FLOAT16"], "bfloat16": _CODES["TYPE_BFLOAT16"], "tf32": _CODES["TYPE_TF32"],
@@ -175,6 +207,9 @@ class KernelSpec:
     # where the plan brings none of its own (kernel="auto", or this kernel taking
     # over as a fallback); None: the defaults.
     sized_params: Callable[[int, int, int, int, int], dict] | None = None
+    # kernel="auto": whether this rung takes a product and with which tile parameters
+    # (auto_hook(Ask) -> Offer); gemmlab.choose asks the rungs in its order, fastest first.
+    auto_hook: Callable[[Ask], Offer] | None = None
     # Builds the kernel's arguments when they are more than the standard
     # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides): called by
     # executor.run_plan as kernel_args(plan, gpu, stream, operands, alpha, beta) once

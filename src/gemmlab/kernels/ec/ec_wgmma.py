@@ -18,7 +18,8 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...runtime.tma import Operands, tensor_map
-from ..spec import EC_METHODS, KERNEL_DIR, Constraint, KernelSpec, Launch, PrePass, Problem, TileParam, cdiv
+from ..spec import (EC_METHODS, KERNEL_DIR, Ask, Constraint, KernelSpec, Launch, Offer, PrePass, Problem, TileParam,
+                    cdiv)
 from ..tensor.wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
@@ -196,6 +197,57 @@ def ec_wgmma_auto_split(M: int, N: int, K: int, sm_count: int, batch: int = 1, b
         return 1
     return fill_split(tiles, cdiv(max(K, 1), EC_WGMMA_SPLIT_STEP), sm_count, most=EC_WGMMA_MAX_SPLIT,
                       min_steps=EC_WGMMA_MIN_K_STEPS_PER_SLICE)
+
+
+# ec_wgmma on a batch (kernel="auto"): the multiply-adds the whole batch must hold to
+# repay its fixed cost over ec_wmma (its split launch per candidate; measured when
+# that was two launches, A's and B's, built at every call), and per matrix,
+# multiply-adds per element of A and B (its pre-pass reads and writes every element
+# once more than ec_wmma does).
+EC_WGMMA_BATCH_MIN_MACS = 2**31
+EC_WGMMA_BATCH_MIN_INTENSITY = 192
+# A single product with K at least this takes ec_wgmma from a quarter of the SMs' worth of
+# tiles (ec_wgmma_pays).
+EC_WGMMA_LONG_K = 4096
+
+
+def ec_wgmma_pays(M: int, N: int, K: int, batch: int, sm_count: int) -> bool:
+    """Whether ec_wgmma, not ec_wmma, runs an error-corrected product with
+    ``kernel="auto"`` on Hopper.  Its 128 x 96 tiles, of every matrix of the batch
+    (one launch of each pass takes the whole batch), must give at least half of the
+    SMs a block.  A batch must also hold EC_WGMMA_BATCH_MIN_MACS multiply-adds, and
+    each matrix EC_WGMMA_BATCH_MIN_INTENSITY per element of A and B: ec_wgmma's
+    split pre-pass moves every element of A and B through memory twice more than
+    ec_wmma, which splits them in registers, so a product whose operands outweigh its
+    tensor work (attention's P @ V: S x S times S x 128) runs faster on ec_wmma, and a
+    small batch does not repay ec_wgmma's fixed cost.  Measured on an H100 (batches
+    of attention's products and small products, both kernels through the public
+    call: benchmarks/NOTES.md, run 85b).  A single product keeps the tile rule
+    (runs 80-83), down to a quarter of the SMs when K >= EC_WGMMA_LONG_K: the
+    models suite's 128-token products (one row of 43-64 tiles, K 4096-28672) ran
+    1.03-1.61x faster on ec_wgmma than on ec_wmma (run 87a)."""
+    # The rule counts 128 x 96 tiles, those of the measurements it was fitted to (the
+    # kernel's default tile is now FOLD's 128 x 128; the thresholds were not measured again).
+    tiles = -(-M // EC_WGMMA_BM) * -(-N // EC_WGMMA_BN) * max(batch, 1)
+    if batch <= 1 and K >= EC_WGMMA_LONG_K and 4 * tiles >= sm_count:
+        return True
+    if 2 * tiles < sm_count:
+        return False
+    if batch <= 1:
+        return True
+    macs = M * N * K
+    return batch * macs >= EC_WGMMA_BATCH_MIN_MACS and macs >= EC_WGMMA_BATCH_MIN_INTENSITY * (M + N) * K
+
+
+def _auto_hook(ask: Ask) -> Offer:
+    """The error-corrected methods on sm_90a, where ec_wgmma_pays: split over K by
+    ec_wgmma_auto_split (few tiles with a long K, alike for either method)."""
+    if ask.arch is None or not SPEC.builds_for(ask.arch):
+        return Offer(None, f"ec_wgmma runs on {WGMMA_SM90} only ({'no GPU known' if ask.arch is None else ask.arch})")
+    if not ec_wgmma_pays(ask.M, ask.N, ask.K, ask.batch, ask.sm_count):
+        return Offer(None, f"ec_wgmma does not pay here (ec_wgmma_pays): too few {EC_WGMMA_BM} x {EC_WGMMA_BN} "
+                           f"tiles for {ask.sm_count} SMs, or a batch too small or too thin for its pre-pass")
+    return Offer({"SPLITK": ec_wgmma_auto_split(ask.M, ask.N, ask.K, ask.sm_count, ask.batch)})
 
 
 def _matrices(ops: Operands, stride: int) -> int:
@@ -513,6 +565,7 @@ SPEC = KernelSpec(
     arches=(WGMMA_SM90,),
     needs=HOPPER_NEEDS,
     fallback="ec_wmma",
+    auto_hook=_auto_hook,
     extra_args=("scale_a", "scale_b"),
     # The persistent loop's work items are (matrix, slice of K, tile); one instantiation
     # serves split and unsplit (its output is FP32 either way).

@@ -3,7 +3,7 @@ value split into a high and a low part at fragment load."""
 
 from __future__ import annotations
 
-from ..spec import EC_METHODS, Constraint, KernelSpec, Launch, Problem, TileParam, tiles
+from ..spec import EC_METHODS, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, tiles
 
 _VARIANTS = tuple(Problem(1, 1, 1, vec, method) for method in EC_METHODS for vec in (True, False))
 
@@ -15,6 +15,12 @@ def _threads(p) -> int:
 def ec_smem(p) -> int:
     """Dynamic shared memory of ec/01_ec_wmma.cu: STAGES FP32 tiles of A and B, rows padded by 4 floats."""
     return 4 * p["STAGES"] * (p["BM"] * (p["BK"] + 4) + p["BK"] * (p["BN"] + 4))
+
+
+def _auto_hook(ask: Ask) -> Offer:
+    """The error-corrected methods where ec_wgmma does not pay or run: always takes them,
+    at its defaults."""
+    return Offer({})
 
 
 SPEC = KernelSpec(
@@ -50,6 +56,7 @@ SPEC = KernelSpec(
     variants=_VARIANTS,
     extra_args=("scale_a", "scale_b"),
     reads_choice=True,
+    auto_hook=_auto_hook,
     min_arch={m: 80 for m in EC_METHODS}, fragment_maps=True,
     needs="FP16 and TF32 WMMA (TF32 from sm_80) and cp.async (sm_80)",
 )

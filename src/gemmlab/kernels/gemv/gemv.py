@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..cuda_constants import read_constants
 from ..simt.pipelined import SPLITK_VALUES, fill_split
-from ..spec import TYPE_CODES, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
+from ..spec import TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, cdiv
 
 _K = read_constants("include/gemmlab/gemv/01_gemv.cuh")
 GEMV_THREADS, GEMV_WARPS = _K["GEMV_THREADS"], _K["GEMV_THREADS"] // 32
@@ -161,6 +161,23 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1, *, dtype:
     return params
 
 
+def _auto_hook(ask: Ask) -> Offer:
+    """A few rows (a decode step): the time is one read of op(B), which gemv streams at
+    memory bandwidth where a tiled rung would spend a whole tile on each row (op(B)
+    row-major: blocks narrow enough to fill the SMs, else split over K).  See auto_takes."""
+    if auto_takes(ask.M, ask.dtype, ask.op_b, ask.N, ask.K):
+        return Offer(auto_params(ask.M, ask.N, ask.K, ask.sm_count, ask.batch, dtype=ask.dtype, op_b=ask.op_b,
+                                 aligned16=ask.aligned16))
+    most = (GEMV_MAX_M if ask.op_b == "T" else GEMV_ROWS_MAX_M).get(ask.dtype, 0)
+    stored = "column" if ask.op_b == "T" else "row"
+    if not most:
+        return Offer(None, f"gemv takes no {ask.dtype} product with op(B) {stored}-major")
+    if 0 < ask.M <= most:
+        return Offer(None, f"gemv: op(B) of {ask.N} x {ask.K} {ask.dtype} is over the "
+                           f"{GEMV_ROWS_16BIT_MAX_BYTES >> 20} MiB it streams row-major")
+    return Offer(None, f"gemv takes 1..{most} rows of {ask.dtype} with op(B) {stored}-major, not M = {ask.M}")
+
+
 SPEC = KernelSpec(
     name="gemv", rung=1, family="gemv", dtypes=GEMV_DTYPES, source="gemv/01_gemv.cu", template="gemmlab::gemv",
     description="op(B) streamed once at memory bandwidth, the sums of MT rows of C in registers "
@@ -179,5 +196,6 @@ SPEC = KernelSpec(
     geometry=_geometry,
     variants=GEMV_VARIANTS,
     sized_params=sized_params,
+    auto_hook=_auto_hook,
     split_k_param="SPLITK",
 )

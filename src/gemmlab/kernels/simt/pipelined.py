@@ -5,7 +5,7 @@ Split-K's second half, the reduction of the partial products, is splitk_reduce.p
 
 from __future__ import annotations
 
-from ..spec import Constraint, KernelSpec, Launch, Problem, TileParam, tiles
+from ..spec import Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, tiles
 from .vectorized import ALIGNED_VARIANTS
 from .warptile import warptile_constraints, warptile_params, warptile_threads
 
@@ -59,6 +59,42 @@ def _params(d: dict) -> tuple[TileParam, ...]:
     )
 
 
+# pipelined's tiles for a side of at most 64: the H100 table's winners at 8192x64x8192 and 64x8192x8192,
+# with rows along K transposed through registers (run 87a: 64 x 128 x 16 tiles 82 -> 87% of cuBLAS in NN,
+# 66 -> 79% in NT; no BK = 16 tile was slower that way).
+SKINNY_N = {"BM": 128, "BN": 64, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 3, "REG_TRANSPOSE": 1}
+SKINNY_M = {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 3, "REG_TRANSPOSE": 1}
+MIN_K_STEPS_PER_SPLIT = 4   # the tuner's rule: a split-K slice has at least 4 K-steps
+
+
+def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
+    """The rule ``kernel="auto"`` follows for FP32 on a GPU without a tuned table.
+
+    Rung 8, pipelined, at its defaults (128 x 256 tiles: the tuner's winner at
+    every shape from 2048^3 up on an H100 and an H200; 128 x 64 or 64 x 128 where
+    a side is at most 64), split over K where its
+    tiles leave more than half of the SMs idle: the largest split of at most 4
+    that keeps the blocks within the SMs and every slice at least 4 K-steps long
+    (the tuned tables split by 4 at 1024^3 and 256x4096x4096).  The earlier rule
+    (warptile, or vectorized 64x64) read 77-83% of cuBLAS where this one's
+    configurations read 90-109% (run 73, benchmarks/NOTES.md).  A batch of
+    ``batch`` products counts as that many times the tiles.
+    """
+    params = SPEC.defaults()
+    if min(M, N) <= 64:   # a skinny side: a tile 64 wide there (the tuned tables' choice for 8192x64x8192)
+        params.update(SKINNY_N if N <= M else SKINNY_M)
+    tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * batch
+    steps = -(-max(K, 1) // params["BK"])
+    if 2 * tiles < sm_count:
+        params["SPLITK"] = fill_split(tiles, steps, sm_count, most=4, min_steps=MIN_K_STEPS_PER_SPLIT)
+    return "pipelined", params
+
+
+def _auto_hook(ask: Ask) -> Offer:
+    """FP32 (no tuned table answering): always takes the product, by auto_params' rule."""
+    return Offer(auto_params(ask.M, ask.N, ask.K, ask.sm_count, ask.batch)[1])
+
+
 SPEC = KernelSpec(
     name="pipelined", rung=8, family="simt", dtypes=("float32",), source="simt/08_pipelined.cu",
     template="gemmlab::pipelined",
@@ -88,6 +124,7 @@ SPEC = KernelSpec(
                                     block=(warptile_threads(p), 1, 1), smem_bytes=pipelined_smem(p, prob)),
     variants=ALIGNED_VARIANTS,
     split_k_param="SPLITK",
+    auto_hook=_auto_hook,
     # cuda_pipeline.h's copies are cp.async from sm_80; on sm_75 they pass through registers.
     needs="cp.async (sm_80) for asynchronous copies; on sm_75 the copies are synchronous",
 )

@@ -4,7 +4,7 @@ shared memory, a STAGES-deep cp.async pipeline."""
 from __future__ import annotations
 
 from ..cost import Estimate, Machine, Tile, best, predict
-from ..spec import LAYOUTS, Constraint, KernelSpec, Launch, Problem, TileParam, tiles
+from ..spec import LAYOUTS, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, tiles
 from .wmma import TC_DTYPES, TC_MIN_ARCH, TC_VARIANTS, tc_type_args
 from .wmma_warptile import tc_threads
 
@@ -51,6 +51,13 @@ def sized_choice(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple
 def sized_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict:
     """mma_pipelined's tiles for a problem (kernel="auto" and wgmma's fallback): see sized_choice."""
     return sized_choice(M, N, K, sm_count, batch)[0]
+
+
+def _auto_hook(ask: Ask) -> Offer:
+    """16-bit and TF32 where wgmma does not run: always takes the product, its tiles sized
+    by sized_choice."""
+    params, why = sized_choice(ask.M, ask.N, ask.K, ask.sm_count, ask.batch)
+    return Offer(params, why)
 
 
 def _unusable(prob: Problem) -> str | None:
@@ -109,6 +116,7 @@ SPEC = KernelSpec(
     unusable=_unusable,
     fallback="wmma_warptile",
     sized_params=sized_params,
+    auto_hook=_auto_hook,
     min_arch=TC_MIN_ARCH, fragment_maps=True,
     needs="mma.sync m16n8k16 (FP16, BF16) and m16n8k8 (TF32), and cp.async: sm_80; ldmatrix: sm_75",
 )

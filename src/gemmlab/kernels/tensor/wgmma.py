@@ -17,7 +17,8 @@ import numpy as np
 
 from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, maps_backend, tensor_map, tma_aligned
 from ..cost import Estimate, Machine, Tile, best, copy_time, predict
-from ..spec import KERNEL_DIR, LAYOUTS, TYPE_CODES, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
+from ..spec import (KERNEL_DIR, LAYOUTS, TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam,
+                    cdiv)
 from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
 from .mma_pipelined import sized_estimates, sized_params
 from ..simt.pipelined import SPLITK_VALUES, fill_split
@@ -239,6 +240,14 @@ def wgmma_auto_choice(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
     params = {"BM": t.bm, "BN": t.bn, "STAGES": t.ring_bytes // ((t.bm + t.bn) * SWIZZLE_BYTES), "CLUSTER": 1,
               "SPLITK": t.splits}
     return params, f"cost model over wgmma's tile rules: {chosen} against {incumbent}"
+
+
+def _auto_hook(ask: Ask) -> Offer:
+    """16-bit and TF32 on sm_90a: wgmma_auto_choice's tiles (a whole batch in one launch,
+    few tiles with a long K split over K)."""
+    if ask.arch is None or not SPEC.builds_for(ask.arch):
+        return Offer(None, f"wgmma runs on {WGMMA_SM90} only ({'no GPU known' if ask.arch is None else ask.arch})")
+    return Offer(*wgmma_auto_choice(ask.M, ask.N, ask.sm_count, ask.batch, ask.K, ask.dtype))
 
 
 # The staging copy (pack16) moves 2-byte elements from rows off the 16-byte grid: the model
@@ -489,6 +498,7 @@ SPEC = KernelSpec(
     layouts=LAYOUTS,
     unusable=_unusable,
     fallback="mma_pipelined",
+    auto_hook=_auto_hook,
     # The persistent loop's work items are (matrix, slice of K, tile).
     split_k_param="SPLITK",
     kernel_args=wgmma_kernel_args,

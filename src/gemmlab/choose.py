@@ -1,0 +1,364 @@
+"""The choice of kernel: one function, :func:`choose`, from a product and a GPU to
+the rung that runs it, its tile parameters and why.
+
+``kernel="auto"`` asks the rungs in :data:`AUTO_RUNGS`' order (fastest first for
+the product's dtype) through the hook on each rung's spec (KernelSpec.auto_hook):
+whether it takes the product, with which parameters, and why (a rung's own rules
+and cost model, kernels/cost.py); the first that takes it runs it, and why the
+ones before it declined is kept.  For float32, a tuned table (gemmlab.tuned)
+answering the shape corrects the tiled rungs' rules.  Then, whatever was asked
+for: a rung that does not build for the GPU's target gives way to the highest of
+its family that does; a rung that cannot read the operands hands them to its
+fallback (or, for wgmma on 16-bit operands TMA cannot read, to a staging copy
+where the cost model says it pays); a configuration beyond the GPU's shared
+memory is replaced by the nearest that fits.
+
+The planner validates names and parameters first and builds its Plan from the
+:class:`Choice`; nothing here looks at arrays or launches anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+
+from . import tuned
+from .arrays import ITEMSIZE
+from .kernels import registry
+from .kernels.registry import KernelSpec, Problem
+from .kernels.simt.pipelined import MIN_K_STEPS_PER_SPLIT, SKINNY_M
+from .kernels.spec import Ask, Offer
+from .runtime.device import ARCH_LIMITS, cc_of
+
+log = logging.getLogger("gemmlab")
+
+# The rungs kernel="auto" asks, in order, by what the kernel multiplies.  gemv first where
+# it exists for the dtype (a few rows are bound by one read of op(B)); the last of each
+# list takes every product.
+AUTO_RUNGS = {
+    "float32": ("gemv", "pipelined"),
+    "float16": ("gemv", "wgmma", "mma_pipelined"),
+    "bfloat16": ("gemv", "wgmma", "mma_pipelined"),
+    "tf32": ("wgmma", "mma_pipelined"),
+    "fp16_ec": ("ec_wgmma", "ec_wmma"),
+    "tf32_ec": ("ec_wgmma", "ec_wmma"),
+}
+
+
+@dataclass(frozen=True)
+class Product:
+    """What is to be computed: ``batch`` products op(A) (M x K) times op(B) (K x N).
+
+    ``dtype`` is what the kernel multiplies (float32, tf32, float16, bfloat16, fp16_ec,
+    tf32_ec), ``out_dtype`` what it writes; ``op_a`` / ``op_b`` how op(A) and op(B) are
+    stored ("N" row-major, "T" column-major); ``aligned16`` whether every row and base
+    allows 16-byte accesses, ``tma_aligned`` whether TMA can read a and b in place, and
+    ``stage_bytes`` what a staging copy of the operands TMA cannot read would move (None:
+    all of A and B).  ``kernel`` and ``tile_params`` are what the caller asked for;
+    ``precision`` the caller's (fp16_ec takes ec_wgmma's four-set tile, fp32_tc on a thin
+    product runs FP32 on the CUDA cores)."""
+
+    M: int
+    N: int
+    K: int
+    batch: int = 1
+    dtype: str = "float32"
+    out_dtype: str = "float32"
+    op_a: str = "N"
+    op_b: str = "N"
+    aligned16: bool = True
+    tma_aligned: bool = True
+    stage_bytes: int | None = None
+    kernel: str = "auto"
+    tile_params: dict = field(default_factory=dict)
+    precision: str | None = None
+
+
+@dataclass(frozen=True)
+class GPU:
+    """What the choice knows of the GPU: its NVRTC target (None: not known yet), SMs, the
+    model's tuned-table name, its name for messages and the dynamic shared memory a block
+    may opt in to (None: the table's figure for ``arch``, runtime.device.ARCH_LIMITS)."""
+
+    arch: str | None = None
+    sm_count: int = 132
+    slug: str | None = None
+    name: str = "this GPU"
+    smem_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The rung chosen for a product, its resolved tile parameters, and why.
+
+    ``reason``: why these tiles, where a rule or cost model weighed them; ``fallbacks``:
+    why the rung asked for (or first chosen) is not the one that runs, one sentence a
+    hand-over; ``limit_reason``: why the configuration is not the default / tuned / auto
+    one (the GPU's shared memory); ``passed_over``: why the rungs auto asked before this
+    one declined; ``method`` and ``problem`` as the Plan takes them."""
+
+    rung: str
+    params: dict
+    reason: str
+    fallbacks: tuple[str, ...]
+    problem: Problem
+    limit_reason: str = ""
+    passed_over: tuple[str, ...] = ()
+    method: str = ""
+
+    @property
+    def spec(self) -> KernelSpec:
+        return registry.get(self.rung)
+
+
+def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
+    """What ``kernel="auto"`` runs for 16-bit and TF32 inputs off Hopper (and where
+    wgmma falls back): mma_pipelined, its tiles sized to the problem (its spec's sized_params).  On
+    a GPU whose blocks get less shared memory than the defaults' 144 KiB
+    (sm_86/89/120: 99 KiB), the nearest configuration that fits is taken
+    (fit_smem): 128 x 256 x 32, 3 stages.
+    """
+    return "mma_pipelined", sized_choice(registry.get("mma_pipelined"), M, N, K, sm_count, batch)[0]
+
+
+def sized_choice(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[dict, str]:
+    """A rung's tiles sized to the problem (its spec's sized_params) and why, where the
+    rung says (mma_pipelined: its cost model against the tile-count rule); ({}, "")
+    for a rung without sized tiles."""
+    if spec.name in registry.SIZED_CHOICES:
+        return registry.SIZED_CHOICES[spec.name](M, N, K, sm_count, batch)
+    return (spec.sized_params(M, N, K, sm_count, batch) if spec.sized_params else {}), ""
+
+
+# fp32_tc runs IEEE FP32 on the CUDA cores where a side of the product is at most this long.
+FP32_TC_CUDA_CORE_SIDE = 16
+
+
+def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
+    """Why ``precision="fp32_tc"`` with ``kernel="auto"`` runs this product as plain FP32
+    on the CUDA cores (the float32 rungs, gemv included), or "" where the tensor cores
+    pay.  With a side of at most FP32_TC_CUDA_CORE_SIDE the product is a matrix-vector
+    product in disguise: its time is one read of the large operand (or one write of C),
+    which the error-corrected path makes three (exponent histogram, split into parts,
+    the GEMM), with the tensor cores idle for want of work.  The result is IEEE FP32,
+    as accurate as fp32_tc promises (benchmarks/NOTES.md, run 83)."""
+    side = min(M, N, K)
+    if 0 < side <= FP32_TC_CUDA_CORE_SIDE:
+        name = "M" if side == M else "N" if side == N else "K"
+        return (f"{name} = {side} (at most {FP32_TC_CUDA_CORE_SIDE}): a memory-bound product, run as IEEE FP32 "
+                f"on the CUDA cores, where the error-corrected tensor-core path would read its operands "
+                f"three times")
+    return ""
+
+
+def runnable(spec: KernelSpec, arch: str, dtype: str, gpu_name: str) -> str:
+    """The highest rung of ``spec``'s family that runs on ``arch`` for ``dtype``
+    (what ``auto`` takes where its first choice cannot run there); raises
+    ``spec``'s refusal, naming what it needs, where none does."""
+    fits = [s for s in registry.ladder(spec.family) if dtype in s.dtypes and s.builds_for(arch, dtype)]
+    if not fits:
+        spec.check_arch(arch, gpu_name, dtype)
+    log.debug("%s does not run on %s (%s); auto takes %s", spec.name, gpu_name, arch, fits[-1].name)
+    return fits[-1].name
+
+
+def smem_limit_for(arch: str | None) -> int | None:
+    """Dynamic shared memory a block may opt in to on an NVRTC target, from the
+    table of known limits (runtime.device.ARCH_LIMITS); None where unknown."""
+    if arch is None:
+        return None
+    found = ARCH_LIMITS.get(cc_of(arch))
+    return found.smem_per_block_optin if found else None
+
+
+def fit_smem(spec: KernelSpec, params: dict, problem: Problem, limit: int | None,
+             gpu_name: str = "this GPU") -> tuple[dict, str]:
+    """``params``, or where their dynamic shared memory exceeds ``limit`` the legal
+    configuration that fits and keeps the most of them (then the most shared memory,
+    i.e. the deepest pipeline), with the reason; ValueError if none fits."""
+    need = spec.launch(params, problem).smem_bytes
+    if limit is None or need <= limit:
+        return params, ""
+    fits = [c for c in spec.configurations() if spec.launch(c, problem).smem_bytes <= limit]
+    if not fits:
+        raise ValueError(f"kernel {spec.name!r} has no configuration within the {limit} bytes of shared memory "
+                         f"per block of {gpu_name}")
+    best = max(fits, key=lambda c: (sum(c[k] == params[k] for k in c), spec.launch(c, problem).smem_bytes))
+    if spec.split_k_param:
+        best[spec.split_k_param] = params[spec.split_k_param]
+    desc = ", ".join(f"{k}={v}" for k, v in params.items())
+    why = (f"{spec.name}({desc}) needs {need} bytes of shared memory per block, {gpu_name} allows {limit}: "
+           f"took the nearest configuration that fits")
+    log.debug("%s", why)
+    return best, why
+
+
+MAX_FILL_SPLIT = 8          # the largest split _fit_nearest takes (the most the run-82 sweep measured)
+
+
+def _fit_nearest(spec: KernelSpec, params: dict, M: int, N: int, K: int, sm_count: int, batch: int) -> dict:
+    """pipelined's configuration from the nearest tuned shape, fitted to this one.
+    The tuned split-K factor was right for that shape's number of tiles, not for
+    this one's: M = 128 tokens answered from 256x4096x4096 (split 4 of 32 tiles)
+    left 64 blocks of 16 tiles on 132 SMs.  So the split is chosen again by the
+    rule auto_params follows, up to MAX_FILL_SPLIT: the largest that keeps the
+    blocks within the SMs where the tiles alone leave more than half of them idle,
+    each slice at least MIN_K_STEPS_PER_SPLIT K-steps long, else none.  An output
+    of 65-128 columns (attention's P @ V, N = 128) takes 64 x 128 tiles
+    (SKINNY_M) instead of a wider or narrower tuned one (benchmarks/NOTES.md,
+    run 82c: the measurements behind both)."""
+    if spec.name != "pipelined":
+        return params
+    params = dict(params)
+    if 64 < N <= 128 and params["BN"] != 128:
+        params.update(SKINNY_M)
+    tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * batch
+    steps = -(-max(K, 1) // params["BK"])
+    params["SPLITK"] = 1
+    if 2 * tiles < sm_count:
+        params["SPLITK"] = registry.fill_split(tiles, steps, sm_count, most=MAX_FILL_SPLIT,
+                                               min_steps=MIN_K_STEPS_PER_SPLIT)
+    return params
+
+
+def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
+    """A tuned configuration taken from the nearest tuned shape, with its split-K
+    factor lowered until each slice of this K has MIN_K_STEPS_PER_SPLIT K-steps (the
+    tuner never tries more splits than that; at K = 64 a split of 4 is only extra
+    launches)."""
+    if not spec.split_k_param or spec.split_k_param not in params:
+        return params
+    steps = -(-max(K, 1) // params.get("BK", 1))
+    splits = params[spec.split_k_param]
+    while splits > 1 and steps < MIN_K_STEPS_PER_SPLIT * splits:
+        splits = max(s for s in registry.SPLITK_VALUES if s < splits)
+    return {**params, spec.split_k_param: splits}
+
+
+def _tuned(kernel: str, pr: Product, gpu: GPU) -> tuple[str, dict] | None:
+    """The tuned table's answer for ``kernel`` at this shape (float32 only so far), fitted
+    to it where the table's entry is another shape's; None where no table answers."""
+    if not (gpu.slug and pr.M and pr.N and pr.dtype == "float32"):
+        return None
+    table = tuned.load_table(gpu.slug)
+    found = table.lookup(kernel, pr.M, pr.N, max(pr.K, 1), pr.op_a + pr.op_b) if table else None
+    if not found:
+        return None
+    name, params = found
+    if not table.measured_at(kernel, pr.M, pr.N, max(pr.K, 1), pr.batch, pr.op_a + pr.op_b):
+        params = _fit_nearest(registry.get(name), params, pr.M, pr.N, pr.K, gpu.sm_count, pr.batch)
+    return name, _fit_split_k(registry.get(name), params, pr.K)
+
+
+def ask(pr: Product, gpu: GPU) -> Ask:
+    """What the rungs' hooks are told of a product."""
+    return Ask(pr.M, pr.N, pr.K, pr.batch, pr.dtype, pr.op_a, pr.op_b, pr.aligned16, pr.tma_aligned, gpu.sm_count,
+               gpu.arch)
+
+
+def _auto(pr: Product, gpu: GPU) -> tuple[str, dict, str, tuple[str, ...]]:
+    """kernel="auto": (rung, tile parameters, why, why the rungs before it declined)."""
+    q = ask(pr, gpu)
+    passed: list[str] = []
+    for i, name in enumerate(AUTO_RUNGS[pr.dtype]):
+        spec = registry.get(name)
+        if spec.family != "gemv" and (found := _tuned("auto", pr, gpu)):
+            # The tuned table, where it answers, stands in for the tiled rungs' rules.
+            return found[0], found[1], "", tuple(passed)
+        offer: Offer = spec.auto_hook(q)
+        if not offer.takes:
+            passed.append(offer.reason)
+            continue
+        # gemv's own parameters are its rule's, not a weighed choice: no reason given.
+        why = offer.reason if spec.family != "gemv" else ""
+        if gpu.arch is not None and not spec.builds_for(gpu.arch, pr.dtype):
+            # A rung that does not run here: the highest of its family that does, at its defaults.
+            # (The reason stays the one the rung gave for its own tiles.)
+            return runnable(spec, gpu.arch, pr.dtype, gpu.name), {}, why, tuple(passed)
+        return name, dict(offer.params), why, tuple(passed)
+    raise AssertionError(f"no rung took a {pr.dtype} product: the last of AUTO_RUNGS must take every one")
+
+
+def _staging(spec: KernelSpec, problem: Problem, pr: Product, gpu: GPU) -> tuple[dict | None, str]:
+    """(wgmma's parameters, why) where wgmma, refused only because TMA cannot read the operands
+    in place, should run on staging copies of them; (None, why not) or (None, "") where
+    staging does not apply (another rung, dtype or refusal)."""
+    if spec.name != "wgmma" or problem.dtype not in ("float16", "bfloat16") or problem.tma_aligned or \
+            spec.why_unusable(dataclasses.replace(problem, stage=True)):
+        return None, ""
+    stage_bytes = pr.stage_bytes
+    if stage_bytes is None:
+        stage_bytes = (pr.M * pr.K + pr.K * pr.N) * ITEMSIZE[problem.dtype] * max(pr.batch, 1)
+    return registry.wgmma_staging_choice(pr.M, pr.N, pr.K, gpu.sm_count, pr.batch, problem.dtype, stage_bytes)
+
+
+def _choose(pr: Product, gpu: GPU) -> Choice:
+    M, N, K, batch, dtype = pr.M, pr.N, pr.K, pr.batch, pr.dtype
+    kernel, tile_params = pr.kernel, dict(pr.tile_params)
+    explicit = bool(tile_params)      # the caller's own SPLITK is kept, batch or not
+    auto = kernel == "auto"
+    smem_limit = gpu.smem_limit if gpu.smem_limit is not None else smem_limit_for(gpu.arch)
+    auto_why, passed = "", ()
+    if auto:
+        kernel, tile_params, auto_why, passed = _auto(pr, gpu)
+    elif not tile_params and (found := _tuned(kernel, pr, gpu)):
+        kernel, tile_params = found
+    spec = registry.get(kernel)
+    if gpu.arch is not None:
+        spec.check_arch(gpu.arch, gpu.name, dtype if dtype in spec.dtypes else None)
+    params = spec.resolve(tile_params)
+    # A batch that fills the GPU by itself needs no split of K (one the caller gave stands).
+    if batch > 1 and not explicit and spec.splits(params) > 1 and "BM" in params \
+            and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= gpu.sm_count:
+        params[spec.split_k_param] = 1
+    problem = Problem(M, N, K, pr.aligned16, dtype, pr.out_dtype, pr.op_a, pr.op_b, tma_aligned=pr.tma_aligned,
+                      sm_count=gpu.sm_count)
+    spec.check_dtypes(problem)
+    # A kernel that cannot read these operands hands them to its fallback, which may
+    # hand them on (wgmma -> mma_pipelined, which copies any alignment with narrow
+    # copies -> wmma_warptile, which reads every layout).
+    whys = []
+    reason = spec.why_unusable(problem)
+    if reason and auto:   # wgmma on aligned copies of the operands, where the copy pays
+        staged, stage_why = _staging(spec, problem, pr, gpu)
+        if staged is not None:
+            problem, params, auto_why, reason = dataclasses.replace(problem, stage=True), spec.resolve(staged), \
+                stage_why, None
+        elif stage_why:
+            whys.append(stage_why)
+    while reason:
+        fallback = registry.get(spec.fallback)
+        whys.append(f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead")
+        log.debug("%s", whys[-1])
+        sized, auto_why = sized_choice(fallback, M, N, K, gpu.sm_count, batch)
+        spec, params = fallback, fallback.resolve(sized)
+        spec.check_dtypes(problem)
+        reason = spec.why_unusable(problem)
+    if explicit and not whys and smem_limit is not None and spec.launch(params, problem).smem_bytes > smem_limit:
+        raise ValueError(f"kernel {spec.name!r} with these tile parameters needs "
+                         f"{spec.launch(params, problem).smem_bytes} bytes of shared memory per block; "
+                         f"{gpu.name} ({gpu.arch or 'this target'}) allows {smem_limit}")
+    params, limit_why = fit_smem(spec, params, problem, smem_limit, gpu.name)
+    return Choice(spec.name, params, auto_why, tuple(whys), problem, limit_why, passed)
+
+
+def choose(pr: Product, gpu: GPU) -> Choice:
+    """The rung that runs ``pr`` on ``gpu``, its parameters and why (see the module's text).
+
+    Raises ValueError / TypeError where what was asked for cannot run: a kernel that does
+    not exist for the GPU's target, illegal tile parameters, a dtype the kernel does not
+    compute, parameters beyond the GPU's shared memory."""
+    thin = fp32_tc_on_cuda_cores(pr.M, pr.N, pr.K) if pr.precision == "fp32_tc" and pr.kernel == "auto" else ""
+    if thin:   # fp32_tc on a product too thin for the tensor cores to pay: FP32 on the CUDA cores
+        c = _choose(dataclasses.replace(pr, dtype="float32", precision=None), gpu)
+        return dataclasses.replace(c, method="fp32", reason=thin)
+    c = _choose(pr, gpu)
+    if pr.precision != "fp16_ec" or c.rung != "ec_wgmma" or {"BN", "FOLD"} & set(pr.tile_params):
+        return c
+    # fp16_ec (FP16 parts as they are, no scale): ec_wgmma's four-set kernel, whose lo keeps
+    # its 2^11; auto's choice of ec_wgmma stands, its split is the four-set tile's.
+    params = {**registry.EC_WGMMA_UNSCALED_PARAMS, **pr.tile_params}
+    if pr.kernel == "auto":
+        params["SPLITK"] = registry.ec_wgmma_auto_split(pr.M, pr.N, pr.K, gpu.sm_count, pr.batch, bn=params["BN"])
+    return _choose(dataclasses.replace(pr, kernel="ec_wgmma", tile_params=params), gpu)

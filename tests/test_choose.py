@@ -1,0 +1,213 @@
+"""choose(): the one choice of kernel.  Its contract is tests/data/plan_goldens.json
+(tests/plan_goldens.py): every recorded decision is reproduced exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+import plan_goldens
+from gemmlab import tuned
+
+GOLDENS = plan_goldens.load()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def shipped_tables_only():
+    """The goldens were recorded with the shipped tuned tables (conftest's cache folder has no
+    user table); a table loaded before under other settings is dropped."""
+    tuned.load_table.cache_clear()
+    yield
+    tuned.load_table.cache_clear()
+
+
+def test_goldens_cover_every_kind_of_decision():
+    results = [r for _, r in GOLDENS["plan"]]
+    names = {r["describe"].split("(")[0].split(" ")[0] for r in results if "error" not in r}
+    assert {"gemv", "pipelined", "wgmma", "mma_pipelined", "wmma_warptile", "ec_wgmma", "ec_wmma"} <= names
+    assert any(r.get("stage") for r in results)
+    assert any("cannot take these operands" in r.get("fallback_reason", "") for r in results)
+    assert any(r.get("limit_reason") for r in results)
+    assert any("staging for wgmma would take" in r.get("fallback_reason", "") for r in results)
+    assert any("error" in r for r in results)
+    calls = [r for _, r in GOLDENS["call"]]
+    assert any(r.get("method") == "fp32" for r in calls) and any(r.get("candidates") for r in calls)
+
+
+def test_goldens_hold_the_generators_grid():
+    """The recorded cases are the ones tests/plan_goldens.py generates (a grid changed
+    without recording it again would leave cases unchecked)."""
+    assert [c for c, _ in GOLDENS["plan"]] == plan_goldens.plan_cases()
+    assert [c for c, _ in GOLDENS["call"]] == plan_goldens.call_cases()
+
+
+@pytest.mark.parametrize("chunk", range(8))
+def test_plan_goldens(chunk):
+    entries = GOLDENS["plan"][chunk::8]
+    wrong = [(case, want, got) for case, want in entries
+             if (got := plan_goldens.record_plan(case)) != want]
+    assert not wrong, f"{len(wrong)} of {len(entries)} differ; first: {wrong[0]}"
+
+
+def test_call_goldens():
+    cases = [c for c, _ in GOLDENS["call"]]
+    got = plan_goldens.record_calls(cases)
+    wrong = [(c, w, g) for (c, w), g in zip(GOLDENS["call"], got) if g != w]
+    assert not wrong, f"{len(wrong)} of {len(cases)} differ; first: {wrong[0]}"
+
+
+# -- choose() by kind of product, on the GPUs' properties alone ----------------------------------
+
+from gemmlab import planner  # noqa: E402
+from gemmlab.choose import AUTO_RUNGS, GPU, Product, choose  # noqa: E402
+from gemmlab.kernels import registry  # noqa: E402
+from gemmlab.kernels.spec import Ask  # noqa: E402
+
+H200 = GPU("sm_90a", 132, "nvidia-h200", "NVIDIA H200")
+HOPPER = GPU("sm_90a", 132, None, "an H100 without a table")
+A100 = GPU("sm_80", 108, None, "NVIDIA A100")
+RTX3090 = GPU("sm_86", 82, None, "NVIDIA GeForce RTX 3090")
+T4 = GPU("sm_75", 40, None, "Tesla T4")
+
+
+def bf16(M, N, K, **kw):
+    return Product(M, N, K, dtype="bfloat16", out_dtype="bfloat16", **kw)
+
+
+def test_every_auto_rung_has_a_hook_and_the_last_takes_everything():
+    for dtype, rungs in AUTO_RUNGS.items():
+        for name in rungs:
+            spec = registry.get(name)
+            assert spec.auto_hook is not None and dtype in spec.dtypes, (dtype, name)
+        last = registry.get(rungs[-1])
+        for M, N, K, batch in [(1, 1, 1, 1), (3, 5000, 7, 1), (4096, 4096, 4096, 1), (197, 64, 197, 384)]:
+            for arch in (None, "sm_75", "sm_90a"):
+                assert last.auto_hook(Ask(M, N, K, batch, dtype, sm_count=132, arch=arch)).takes, (dtype, M, arch)
+
+
+def test_gemv_hook_takes_a_few_rows_and_says_why_not_more():
+    hook = registry.get("gemv").auto_hook
+    decode = hook(Ask(4, 14336, 4096, dtype="bfloat16", op_b="T"))
+    assert decode.takes and decode.params["MT"] == 4
+    many = hook(Ask(77, 3072, 768, dtype="bfloat16", op_b="T"))
+    assert not many.takes and many.reason == "gemv takes 1..4 rows of bfloat16 with op(B) column-major, not M = 77"
+    big = hook(Ask(1, 65536, 2048, dtype="bfloat16", op_b="N"))
+    assert not big.takes and "over the 64 MiB it streams row-major" in big.reason
+    assert not hook(Ask(1, 64, 64, dtype="tf32", op_b="T")).takes
+    assert hook(Ask(16, 4096, 4096, dtype="float32", op_b="N")).takes
+
+
+def test_wgmma_hook_needs_sm_90a_and_gives_its_tile_rules_reason():
+    hook = registry.get("wgmma").auto_hook
+    for arch in (None, "sm_80", "sm_86"):
+        offer = hook(Ask(2048, 2048, 2048, dtype="bfloat16", arch=arch))
+        assert not offer.takes and "sm_90a only" in offer.reason
+    offer = hook(Ask(8192, 8192, 8192, dtype="bfloat16", arch="sm_90a"))
+    assert offer.takes and offer.params["BM"] == 128 and offer.reason == "wgmma's tile rules"
+    few = hook(Ask(2048, 1024, 3584, dtype="bfloat16", op_b="T", arch="sm_90a"))
+    assert few.reason.startswith("cost model over wgmma's tile rules") and few.params["BN"] == 128
+
+
+def test_mma_pipelined_hook_sizes_tiles_by_the_cost_model():
+    hook = registry.get("mma_pipelined").auto_hook
+    big = hook(Ask(8192, 8192, 8192, dtype="float16"))
+    assert big.params == {} and big.reason.startswith("the tile-count rule, kept by the cost model")
+    attention = hook(Ask(197, 64, 197, batch=384, dtype="bfloat16"))
+    assert attention.params["BM"] == 64 and attention.reason.startswith("cost model over the tile-count rule")
+
+
+def test_pipelined_hook_takes_skinny_tiles_and_splits_few_tiles():
+    hook = registry.get("pipelined").auto_hook
+    assert hook(Ask(8192, 64, 8192)).params["BN"] == 64
+    assert hook(Ask(1024, 1024, 1024)).params["SPLITK"] > 1      # 32 tiles of 128 x 256 on 132 SMs
+    assert hook(Ask(4096, 4096, 4096)).params["SPLITK"] == 1
+
+
+def test_ec_hooks():
+    wg, wm = registry.get("ec_wgmma").auto_hook, registry.get("ec_wmma").auto_hook
+    assert wg(Ask(4096, 4096, 4096, dtype="fp16_ec", arch="sm_90a")).params == {"SPLITK": 1}
+    assert wg(Ask(128, 8192, 8192, dtype="fp16_ec", arch="sm_90a")).params["SPLITK"] > 1   # long K, few tiles
+    small = wg(Ask(256, 256, 256, dtype="tf32_ec", arch="sm_90a"))
+    assert not small.takes and "does not pay" in small.reason
+    assert not wg(Ask(4096, 4096, 4096, dtype="fp16_ec", arch="sm_80")).takes
+    assert wm(Ask(256, 256, 256, dtype="tf32_ec")).params == {}
+
+
+def test_decode_runs_on_gemv_with_nothing_passed_over():
+    c = choose(bf16(4, 14336, 4096, op_b="T"), H200)
+    assert (c.rung, c.params["MT"], c.passed_over, c.fallbacks) == ("gemv", 4, (), ())
+
+
+def test_small_m_on_hopper_says_why_gemv_was_passed_over():
+    c = choose(bf16(77, 3072, 768, op_b="T"), H200)
+    assert c.rung == "wgmma" and c.passed_over == ("gemv takes 1..4 rows of bfloat16 with op(B) column-major, "
+                                                   "not M = 77",)
+    assert "cost model" in c.reason
+
+
+def test_off_hopper_the_tensor_rungs_pass_wgmma_over():
+    c = choose(bf16(77, 3072, 768, op_b="T"), A100)
+    assert c.rung == "mma_pipelined" and c.passed_over[1] == "wgmma runs on sm_90a only (sm_80)"
+    # sm_75 has no mma_pipelined for these: the highest tensor rung that runs there.
+    c = choose(Product(77, 3072, 768, dtype="float16", out_dtype="float16", op_b="T"), T4)
+    assert c.rung == "wmma_warptile" and c.params == registry.get("wmma_warptile").defaults()
+    # A block of an sm_86 GPU gets 99 KiB: mma_pipelined's defaults are fitted to it.
+    c = choose(bf16(2048, 2048, 2048), RTX3090)
+    assert c.rung == "mma_pipelined" and "needs 147456 bytes of shared memory" in c.limit_reason
+
+
+def test_operands_tma_cannot_read_stage_or_fall_back():
+    # A vocabulary's dY @ W: a long K over few tiles, where the staging copy pays.
+    c = choose(bf16(1024, 768, 50257, aligned16=False, tma_aligned=False), H200)
+    assert c.rung == "wgmma" and c.problem.stage and c.reason.startswith("cost model: ") and not c.fallbacks
+    # Attention's odd batches read their operands about once: the copy does not pay.
+    c = choose(bf16(197, 64, 197, batch=384, aligned16=False, tma_aligned=False), H200)
+    assert c.rung == "mma_pipelined" and not c.problem.stage
+    assert c.fallbacks[0].startswith("staging for wgmma would take") and \
+        c.fallbacks[1].startswith("wgmma cannot take these operands: TMA needs")
+
+
+def test_named_kernels_hand_over_to_their_fallbacks():
+    c = choose(Product(512, 512, 512, dtype="tf32", op_a="T", kernel="wgmma"), H200)
+    assert c.rung == "wmma_warptile" and [f.split(" cannot")[0] for f in c.fallbacks] == ["wgmma", "mma_pipelined"]
+    with pytest.raises(ValueError, match=r"kernel 'wgmma' does not run on NVIDIA A100 \(sm_80\)"):
+        choose(bf16(2048, 2048, 2048, kernel="wgmma"), A100)
+    with pytest.raises(ValueError, match="tile parameter BM=7 is not legal"):
+        choose(Product(64, 64, 64, kernel="pipelined", tile_params={"BM": 7}), H200)
+
+
+def test_float32_takes_the_tuned_table_where_it_answers():
+    tabled = choose(Product(4096, 4096, 4096), H200)
+    rules = choose(Product(4096, 4096, 4096), HOPPER)
+    assert tabled.rung == rules.rung == "pipelined" and tabled.reason == ""
+    table = tuned.load_table("nvidia-h200")
+    assert tabled.params == registry.get("pipelined").resolve(table.lookup("auto", 4096, 4096, 4096, "NN")[1])
+    assert rules.params == registry.get("pipelined").resolve(planner.auto_params(4096, 4096, 4096, 132)[1])
+
+
+def test_precisions_that_change_the_choice():
+    # fp16_ec: ec_wgmma's four-set tile (BN 96, no FOLD).
+    c = choose(Product(4096, 4096, 4096, dtype="fp16_ec", precision="fp16_ec"), H200)
+    assert c.rung == "ec_wgmma" and (c.params["BN"], c.params["FOLD"]) == (registry.EC_WGMMA_BN, 0)
+    assert choose(Product(4096, 4096, 4096, dtype="fp16_ec", precision="fp32_tc"), H200).params["FOLD"] == 1
+    # fp32_tc on a thin product: FP32 on the CUDA cores, and the plan says so.
+    c = choose(Product(4, 4096, 4096, dtype="fp16_ec", precision="fp32_tc"), H200)
+    assert (c.rung, c.method, c.problem.dtype) == ("gemv", "fp32", "float32") and c.reason.startswith("M = 4 ")
+    # Not with a named kernel: the caller's choice stands.
+    assert choose(Product(4, 4096, 4096, dtype="fp16_ec", precision="fp32_tc", kernel="ec_wmma"), H200).method == ""
+
+
+def test_plan_carries_the_rungs_passed_over():
+    p = planner.plan("auto", 77, 3072, 768, dtype="bfloat16", out_dtype="bfloat16", op_b="T", arch="sm_80",
+                     sm_count=108)
+    assert p.spec.name == "mma_pipelined" and len(p.passed_over) == 2 and "wgmma" in p.passed_over[1]
+    assert "passed" not in p.describe() and "gemv" not in p.describe()    # describe() is as it was
+
+
+def test_explain_adds_the_reason_and_the_rungs_passed_over():
+    p = planner.plan("auto", 77, 3072, 768, dtype="bfloat16", out_dtype="bfloat16", op_b="T", arch="sm_80",
+                     sm_count=108)
+    lines = p.explain().splitlines()
+    assert lines[0] == p.describe() and lines[1] == f"why: {p.reason}"
+    assert lines[2:] == [f"passed over: {w}" for w in p.passed_over]
+    named = planner.plan("pipelined", 64, 64, 64)
+    assert named.explain() == named.describe()
