@@ -142,7 +142,7 @@ def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
     product in disguise: its time is one read of the large operand (or one write of C),
     which the error-corrected path makes three (exponent histogram, split into parts,
     the GEMM), with the tensor cores idle for want of work.  The result is IEEE FP32,
-    as accurate as fp32_tc promises (benchmarks/NOTES.md, run 83)."""
+    as accurate as fp32_tc promises (measured: benchmarks/NOTES.md)."""
     side = min(M, N, K)
     if 0 < side <= FP32_TC_CUDA_CORE_SIDE:
         name = "M" if side == M else "N" if side == N else "K"
@@ -206,8 +206,8 @@ def _fit_nearest(spec: KernelSpec, params: dict, M: int, N: int, K: int, sm_coun
     blocks within the SMs where the tiles alone leave more than half of them idle,
     each slice at least MIN_K_STEPS_PER_SPLIT K-steps long, else none.  An output
     of 65-128 columns (attention's P @ V, N = 128) takes 64 x 128 tiles
-    (SKINNY_M) instead of a wider or narrower tuned one (benchmarks/NOTES.md,
-    run 82c: the measurements behind both)."""
+    (SKINNY_M) instead of a wider or narrower tuned one (the measurements behind
+    both: benchmarks/NOTES.md)."""
     if spec.name != "pipelined":
         return params
     params = dict(params)

@@ -379,7 +379,7 @@ class Launcher:
         where the workspace's address repeats: one the stream keeps, or one too large to
         keep, which the pool hands the stream again at the next call (building them, four
         tensor maps and the pre-pass's arguments, cost about 60 µs of host time before the
-        first kernel of a 4096^3 fp32_tc call: benchmarks/NOTES.md, run 92f); a graph's own
+        first kernel of a large fp32_tc call: benchmarks/NOTES.md); a graph's own
         workspace gets them built for its call only (under capture with driver-encoded maps).
         With a choice record the kernel is a programmatic dependent launch (it waits for the
         pre-pass itself: LaunchShape's pdl), so that its launch and set-up overlap the

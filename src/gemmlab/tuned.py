@@ -82,7 +82,7 @@ class TunedTable:
     def _nearest(self, kernel: str, M: int, N: int, K: int, ops: str | None) -> tuple[str, dict] | None:
         """The nearest shape's winner (L1 distance in log2 M, N, K); with ``ops``, only
         among the shapes tuned in that layout: a configuration that won in another may
-        be the wrong one here (a TN winner's tile for an NT product, run 87)."""
+        be the wrong one here (a TN winner's tile for an NT product)."""
         best, best_d = None, math.inf
         for key, entry in self.shapes.items():
             win = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)

@@ -146,7 +146,7 @@ class _Use:
         self.c = cp.empty((batch, M, N), cp.float32)
         # The FP64 reference of the first, middle and last matrices only: a wrong
         # candidate is wrong in every matrix's tiles, and a whole batch's reference can
-        # outgrow the GPU (attention's 128 x 4096 x 4096 products: 17 GB, run 87).
+        # outgrow the GPU (attention's 128 x 4096 x 4096 products: 17 GB).
         self.checked = sorted({0, batch // 2, batch - 1})
         self.ref = cp.matmul(a[self.checked].astype(cp.float64), b[self.checked].astype(cp.float64))
         self.views = (a, b)
@@ -162,7 +162,7 @@ class _Use:
     def cublas(self) -> None:
         import cupy as cp
         a, b = self.views
-        if self.batch == 1:   # a single product as users call it, 2-D views (3-D ones read slow: NOTES, run 89e)
+        if self.batch == 1:   # a single product as users call it, 2-D views (3-D ones read slow: benchmarks/NOTES.md)
             cp.matmul(a[0], b[0], out=self.c[0])
         else:
             cp.matmul(a, b, out=self.c)
@@ -279,7 +279,7 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
             # Finalists: the best few per kernel, timed again in interleaved rounds, so
             # that a slow spell of the GPU (clocks, a neighbour) hits them all alike --
             # cuBLAS too.  (Timed once before the candidates, on a GPU that had idled while
-            # the operands were built, cuBLAS read slow on short products: NOTES, run 88.)
+            # the operands were built, cuBLAS read slow on short products: benchmarks/NOTES.md.)
             finalists = [ck for spec in specs for ck in _finalists(spec.name, results)
                          if "final_ms" not in results[ck]]
             samples = {ck: [] for ck in finalists}

@@ -89,7 +89,7 @@ def time_rounds(calls: dict, *, l2_bytes: int, rounds: int, reps: int = 3, budge
     """Several calls (name -> fn) timed by time_gpu in turn, round after round, the order
     rotating from round to round, each call's runs pooled into one median: at a GPU's
     power limit a call timed in one block runs on whatever state the calls before it
-    left, and interleaved every call meets the same mix (benchmarks/NOTES.md, run 91).
+    left, and interleaved every call meets the same mix (benchmarks/NOTES.md).
     ``host``: time_gpu's (default: the public-call figure)."""
     names = list(calls)
     pooled = {name: [] for name in names}

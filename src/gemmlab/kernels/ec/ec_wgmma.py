@@ -220,12 +220,10 @@ def ec_wgmma_pays(M: int, N: int, K: int, batch: int, sm_count: int) -> bool:
     split pre-pass moves every element of A and B through memory twice more than
     ec_wmma, which splits them in registers, so a product whose operands outweigh its
     tensor work (attention's P @ V: S x S times S x 128) runs faster on ec_wmma, and a
-    small batch does not repay ec_wgmma's fixed cost.  Measured on an H100 (batches
-    of attention's products and small products, both kernels through the public
-    call: benchmarks/NOTES.md, run 85b).  A single product keeps the tile rule
-    (runs 80-83), down to a quarter of the SMs when K >= EC_WGMMA_LONG_K: the
-    models suite's 128-token products (one row of 43-64 tiles, K 4096-28672) ran
-    1.03-1.61x faster on ec_wgmma than on ec_wmma (run 87a)."""
+    small batch does not repay ec_wgmma's fixed cost.  A single product keeps the
+    tile rule, down to a quarter of the SMs when K >= EC_WGMMA_LONG_K: a row of
+    tiles with a long K runs faster on ec_wgmma than on ec_wmma.  Both kernels were
+    measured through the public call on an H100 (benchmarks/NOTES.md)."""
     # The rule counts 128 x 96 tiles, those of the measurements it was fitted to (the
     # kernel's default tile is now FOLD's 128 x 128; the thresholds were not measured again).
     tiles = -(-M // EC_WGMMA_BM) * -(-N // EC_WGMMA_BN) * max(batch, 1)

@@ -60,8 +60,7 @@ def _params(d: dict) -> tuple[TileParam, ...]:
 
 
 # pipelined's tiles for a side of at most 64: the H100 table's winners at 8192x64x8192 and 64x8192x8192,
-# with rows along K transposed through registers (run 87a: 64 x 128 x 16 tiles 82 -> 87% of cuBLAS in NN,
-# 66 -> 79% in NT; no BK = 16 tile was slower that way).
+# with rows along K transposed through registers (faster in NN and NT on an H100: benchmarks/NOTES.md).
 SKINNY_N = {"BM": 128, "BN": 64, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 3, "REG_TRANSPOSE": 1}
 SKINNY_M = {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 3, "REG_TRANSPOSE": 1}
 MIN_K_STEPS_PER_SPLIT = 4   # the tuner's rule: a split-K slice has at least 4 K-steps
@@ -76,8 +75,8 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
     tiles leave more than half of the SMs idle: the largest split of at most 4
     that keeps the blocks within the SMs and every slice at least 4 K-steps long
     (the tuned tables split by 4 at 1024^3 and 256x4096x4096).  The earlier rule
-    (warptile, or vectorized 64x64) read 77-83% of cuBLAS where this one's
-    configurations read 90-109% (run 73, benchmarks/NOTES.md).  A batch of
+    (warptile, or vectorized 64x64) was slower on every shape measured
+    (benchmarks/NOTES.md).  A batch of
     ``batch`` products counts as that many times the tiles.
     """
     params = SPEC.defaults()

@@ -33,8 +33,7 @@ def sized_estimates(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tu
 def sized_choice(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[dict, str]:
     """sized_params with the reason: the measured rule -- the defaults (128 x 256 x 64
     tiles) where they give at least half of the SMs a block, else 64 x 64 tiles, eight
-    times as many (run M2, FP16 on an H100: at 2048^3, 128 tiles, the defaults reach
-    410 TFLOPS and 64 x 64 255; at 1024^3, 32 tiles, 91 and 152) -- unless the cost
+    times as many (measured in FP16 on an H100: benchmarks/NOTES.md) -- unless the cost
     model predicts the other tile faster by more than its margin (kernels/cost.best).
     That happens on batches of small or odd matrices, where a 128 x 256 tile is mostly
     waste: attention's P @ V at 197 tokens and head dimension 64 uses 19% of two such

@@ -185,7 +185,7 @@ def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
 
 
 # Each wgmma tile's share of the SM's 16-bit tensor peak at full occupancy, as the cost
-# model takes it: rounded from the H100 sweeps of runs 82 and 88 (benchmarks/NOTES.md);
+# model takes it: rounded from H100 sweeps (benchmarks/NOTES.md);
 # 64-row tiles have one consumer warpgroup, so less of the peak.
 WGMMA_TILE_EFFICIENCY = {(128, 256): 0.80, (128, 128): 0.72, (128, 64): 0.60, (64, 256): 0.62, (64, 128): 0.58,
                          (64, 64): 0.45}
@@ -226,7 +226,7 @@ def wgmma_auto_choice(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
     tiles leave more than half of the SMs idle or that are batches: there every
     candidate of _wgmma_candidates is costed (kernels/cost.py) and one predicted
     faster than the rule's choice by more than the model's margin replaces it.  Products
-    of fewer than WGMMA_NARROW_MIN_M rows keep the rule (measured: split, run 88c)."""
+    of fewer than WGMMA_NARROW_MIN_M rows keep the rule (measured: split)."""
     rule = wgmma_rule_params(M, N, sm_count, batch, K, dtype)
     if K is None or dtype == "tf32" or M < WGMMA_NARROW_MIN_M or \
             (batch <= 1 and 2 * cdiv(M, 128) * cdiv(N, 256) >= sm_count):
