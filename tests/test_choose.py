@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import plan_goldens
@@ -194,6 +196,25 @@ def test_precisions_that_change_the_choice():
     assert (c.rung, c.method, c.problem.dtype) == ("gemv", "fp32", "float32") and c.reason.startswith("M = 4 ")
     # Not with a named kernel: the caller's choice stands.
     assert choose(Product(4, 4096, 4096, dtype="fp16_ec", precision="fp32_tc", kernel="ec_wmma"), H200).method == ""
+
+
+def test_fp32_tc_runs_fp32_where_hopper_would_run_ec_wmma():
+    """fp32_tc with kernel="auto": where ec_wgmma exists but does not pay (a few tiles, small
+    batches), FP32 on the CUDA cores, which ran faster than ec_wmma on 106 of 108 such products
+    on an H200; off Hopper ec_wmma stays, and ec_wgmma's products and named kernels are untouched."""
+    small = Product(197, 768, 768, dtype="fp16_ec", precision="fp32_tc")
+    c = choose(small, H200)
+    assert (c.rung, c.method, c.problem.dtype) == ("pipelined", "fp32", "float32"), c
+    assert "ec_wgmma does not pay" in c.reason and any("ec_wgmma" in w for w in c.passed_over), c.passed_over
+    for gpu in (A100, RTX3090):
+        off = choose(small, gpu)
+        assert (off.rung, off.method) == ("ec_wmma", ""), (gpu.name, off)
+    big = choose(Product(4096, 4096, 4096, dtype="fp16_ec", precision="fp32_tc"), H200)
+    assert (big.rung, big.method) == ("ec_wgmma", "")
+    named = choose(dataclasses.replace(small, kernel="ec_wmma"), H200)
+    assert (named.rung, named.method) == ("ec_wmma", "")
+    plain = choose(dataclasses.replace(small, precision="fp16_ec"), H200)   # a method named: no switch
+    assert (plain.rung, plain.method) == ("ec_wmma", "")
 
 
 def test_plan_carries_the_rungs_passed_over():

@@ -132,7 +132,7 @@ def test_a_batch_is_chosen_from_all_its_matrices():
     b = make_inputs("uniform", 70, 30, rng)
     want = ec.choose(ec.ExponentStats(sum(ec.ExponentStats.of(x).counts for x in a)), ec.ExponentStats.of(b))
     assert want.method == "fp16_ec_scaled"
-    out = gemmlab.matmul(cp.asarray(a), cp.asarray(b), precision="fp32_tc")
+    out = gemmlab.matmul(cp.asarray(a), cp.asarray(b), precision="fp32_tc", kernel="ec_wmma")
     p = gemmlab.last_plan()
     assert (p.method, p.extra["scale_a"]) == (want.method, 2.0 ** want.scale_a_exp), p.reason
     ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
@@ -180,11 +180,12 @@ def test_capture_in_global_mode():
     a = torch.rand(96, 128, device="cuda") - 0.5
     b = torch.rand(128, 80, device="cuda") - 0.5
     out = torch.empty(96, 80, device="cuda")
-    gemmlab.matmul(a, b, out=out, precision="fp32_tc")
+    kw = dict(precision="fp32_tc", kernel="ec_wmma")   # named: auto runs this size as FP32 on Hopper
+    gemmlab.matmul(a, b, out=out, **kw)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, capture_error_mode="global"):
-        gemmlab.matmul(a, b, out=out, precision="fp32_tc")
+        gemmlab.matmul(a, b, out=out, **kw)
     out.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()

@@ -82,8 +82,9 @@ def test_routed_forward_and_backward_within_sgemm_error(gt, name, fn, shapes):
     products = seen.count("gemmlab.mm") + seen.count("gemmlab.bmm")
     assert products == 3, seen.ops   # the forward product, and one for each operand's gradient
     plan = gemmlab.last_plan()   # the last gradient's product
-    if min(plan.problem.M, plan.problem.N, plan.problem.K) <= 16:   # a 1-D operand: IEEE FP32 on CUDA cores
-        assert plan.spec.family in ("simt", "gemv") and plan.method == "fp32", plan.describe()
+    if plan.method == "fp32":   # IEEE FP32 on CUDA cores: a 1-D operand, or where ec_wgmma does not pay on Hopper
+        assert plan.spec.family in ("simt", "gemv"), plan.describe()
+        assert min(plan.problem.M, plan.problem.N, plan.problem.K) <= 16 or "ec_wgmma does not pay" in plan.reason
     else:
         assert plan.spec.name in ("ec_wgmma", "ec_wmma"), plan.describe()
 

@@ -135,6 +135,13 @@ def sized_choice(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch:
 FP32_TC_CUDA_CORE_SIDE = 16
 
 
+# Why fp32_tc runs FP32 on the CUDA cores where ec_wgmma's GPU would run ec_wmma: on an H200
+# the FP32 rungs were faster than ec_wmma on 106 of the 108 such products of the shapes suite,
+# at IEEE FP32's accuracy (benchmarks/NOTES.md, 2026-11-29).
+FP32_OVER_EC_WMMA = ("IEEE FP32 on the CUDA cores: on this GPU ec_wgmma does not pay for this product, and the "
+                     "FP32 rungs run faster than ec_wmma at SGEMM's accuracy")
+
+
 def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
     """Why ``precision="fp32_tc"`` with ``kernel="auto"`` runs this product as plain FP32
     on the CUDA cores (the float32 rungs, gemv included), or "" where the tensor cores
@@ -354,6 +361,12 @@ def choose(pr: Product, gpu: GPU) -> Choice:
         c = _choose(dataclasses.replace(pr, dtype="float32", precision=None), gpu)
         return dataclasses.replace(c, method="fp32", reason=thin)
     c = _choose(pr, gpu)
+    if pr.precision == "fp32_tc" and pr.kernel == "auto" and c.rung == "ec_wmma" and gpu.arch is not None \
+            and registry.get("ec_wgmma").builds_for(gpu.arch):
+        # fp32_tc takes the fastest method at SGEMM's accuracy, the FP32 rungs included: where
+        # ec_wgmma does not pay on its GPU, FP32 on the CUDA cores beats ec_wmma.
+        c32 = _choose(dataclasses.replace(pr, dtype="float32", precision=None), gpu)
+        return dataclasses.replace(c32, method="fp32", reason=FP32_OVER_EC_WMMA, passed_over=c.passed_over)
     if pr.precision != "fp16_ec" or c.rung != "ec_wgmma" or {"BN", "FOLD"} & set(pr.tile_params):
         return c
     # fp16_ec (FP16 parts as they are, no scale): ec_wgmma's four-set kernel, whose lo keeps
