@@ -356,17 +356,18 @@ def choose(pr: Product, gpu: GPU) -> Choice:
     Raises ValueError / TypeError where what was asked for cannot run: a kernel that does
     not exist for the GPU's target, illegal tile parameters, a dtype the kernel does not
     compute, parameters beyond the GPU's shared memory."""
-    thin = fp32_tc_on_cuda_cores(pr.M, pr.N, pr.K) if pr.precision == "fp32_tc" and pr.kernel == "auto" else ""
-    if thin:   # fp32_tc on a product too thin for the tensor cores to pay: FP32 on the CUDA cores
-        c = _choose(dataclasses.replace(pr, dtype="float32", precision=None), gpu)
-        return dataclasses.replace(c, method="fp32", reason=thin)
-    c = _choose(pr, gpu)
-    if pr.precision == "fp32_tc" and pr.kernel == "auto" and c.rung == "ec_wmma" and gpu.arch is not None \
+    fp32_tc_auto = pr.precision == "fp32_tc" and pr.kernel == "auto"
+    why = fp32_tc_on_cuda_cores(pr.M, pr.N, pr.K) if fp32_tc_auto else ""
+    c = None if why else _choose(pr, gpu)
+    if fp32_tc_auto and not why and c.rung == "ec_wmma" and gpu.arch is not None \
             and registry.get("ec_wgmma").builds_for(gpu.arch):
-        # fp32_tc takes the fastest method at SGEMM's accuracy, the FP32 rungs included: where
-        # ec_wgmma does not pay on its GPU, FP32 on the CUDA cores beats ec_wmma.
+        why = FP32_OVER_EC_WMMA
+    if why:
+        # fp32_tc takes the fastest method at SGEMM's accuracy, the FP32 rungs included:
+        # a product too thin for the tensor cores, or one Hopper would give to ec_wmma.
         c32 = _choose(dataclasses.replace(pr, dtype="float32", precision=None), gpu)
-        return dataclasses.replace(c32, method="fp32", reason=FP32_OVER_EC_WMMA, passed_over=c.passed_over)
+        return dataclasses.replace(c32, method="fp32", reason=why,
+                                   passed_over=c.passed_over if c is not None else c32.passed_over)
     if pr.precision != "fp16_ec" or c.rung != "ec_wgmma" or {"BN", "FOLD"} & set(pr.tile_params):
         return c
     # fp16_ec (FP16 parts as they are, no scale): ec_wgmma's four-set kernel, whose lo keeps
