@@ -62,6 +62,7 @@ def test_call_goldens():
 from gemmlab import planner  # noqa: E402
 from gemmlab.choose import AUTO_RUNGS, GPU, Product, choose  # noqa: E402
 from gemmlab.kernels import registry  # noqa: E402
+from gemmlab.kernels.simt import pipelined  # noqa: E402
 from gemmlab.kernels.spec import Ask  # noqa: E402
 
 H200 = GPU("sm_90a", 132, "nvidia-h200", "NVIDIA H200")
@@ -183,7 +184,7 @@ def test_float32_takes_the_tuned_table_where_it_answers():
     assert tabled.rung == rules.rung == "pipelined" and tabled.reason == ""
     table = tuned.load_table("nvidia-h200")
     assert tabled.params == registry.get("pipelined").resolve(table.lookup("auto", 4096, 4096, 4096, "NN")[1])
-    assert rules.params == registry.get("pipelined").resolve(planner.auto_params(4096, 4096, 4096, 132)[1])
+    assert rules.params == registry.get("pipelined").resolve(pipelined.auto_params(4096, 4096, 4096, 132)[1])
 
 
 def test_precisions_that_change_the_choice():

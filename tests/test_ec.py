@@ -285,7 +285,7 @@ def test_many_tiles_per_block(kernel, params, precision):
 @pytest.mark.parametrize("shape", [(1, 300, 257), (13, 129, 65), (200, 96, 9)], ids=lambda s: "x".join(map(str, s)))
 def test_fp32_tc_runs_thin_products_as_fp32(shape):
     """With a side of at most 16, fp32_tc (kernel="auto") runs a float32 rung (FP32 on the CUDA
-    cores, planner.fp32_tc_on_cuda_cores), as accurate as SGEMM; a named ec kernel still runs."""
+    cores, choose.fp32_tc_on_cuda_cores), as accurate as SGEMM; a named ec kernel still runs."""
     M, N, K = shape
     rng = np.random.default_rng(M * N + K)
     a, b = cp.asarray(make_inputs("normal", M, K, rng)), cp.asarray(make_inputs("normal", K, N, rng))
@@ -551,7 +551,7 @@ def test_ec_wgmma_stream_k_tail_sums_inf_again():
 
 def test_auto_runs_an_attention_batch_on_ec_wgmma(monkeypatch):
     """fp32_tc with kernel="auto" on an attention-sized batch of Q @ K^T (16 heads, S = 1024:
-    2^31 multiply-adds, planner.ec_wgmma_pays): ec_wgmma, one GEMM launch per candidate."""
+    2^31 multiply-adds, ec_wgmma.ec_wgmma_pays): ec_wgmma, one GEMM launch per candidate."""
     needs("ec_wgmma")
     rng = np.random.default_rng(5)
     q = cp.asarray(make_inputs("normal", 16 * 1024, 128, rng).reshape(16, 1024, 128))

@@ -149,7 +149,7 @@ def test_ec_precisions_are_planned_without_a_gpu(precision, monkeypatch):
 def test_fp32_tc_runs_thin_products_on_the_cuda_cores():
     """A side of at most 16 makes fp32_tc (with kernel="auto") plain FP32: the reason names the
     side; anything wider keeps the tensor cores."""
-    from gemmlab.planner import FP32_TC_CUDA_CORE_SIDE, fp32_tc_on_cuda_cores
+    from gemmlab.choose import FP32_TC_CUDA_CORE_SIDE, fp32_tc_on_cuda_cores
     assert FP32_TC_CUDA_CORE_SIDE == 16
     assert fp32_tc_on_cuda_cores(1, 4096, 4096).startswith("M = 1 (at most 16)")
     assert fp32_tc_on_cuda_cores(4096, 16, 4096).startswith("N = 16 ")
@@ -164,7 +164,7 @@ def test_ec_batches_go_to_ec_wgmma_where_it_measured_faster():
     (M N / (M + N) >= 192): attention's Q @ K^T from S = 2048 (and at S = 512 with 128 heads),
     not its P @ V (S x S times S x 128: the pre-pass would move P twice more) nor small batches,
     which ec_wmma ran faster (NOTES, run 85b).  A single product keeps the tile rule alone."""
-    from gemmlab.planner import EC_WGMMA_BATCH_MIN_INTENSITY, EC_WGMMA_BATCH_MIN_MACS, ec_wgmma_pays
+    from gemmlab.kernels.ec.ec_wgmma import EC_WGMMA_BATCH_MIN_INTENSITY, EC_WGMMA_BATCH_MIN_MACS, ec_wgmma_pays
     assert (EC_WGMMA_BATCH_MIN_MACS, EC_WGMMA_BATCH_MIN_INTENSITY) == (2**31, 192)
     kw = dict(dtype="fp16_ec", arch="sm_90a", sm_count=132)
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import planner, tuned
+from gemmlab import tuned
 from gemmlab.bench.suites import parse_size
 from gemmlab.kernels import registry
+from gemmlab.kernels.simt import pipelined
 from gemmlab.kernels.registry import Problem
 
 LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
@@ -379,7 +380,7 @@ def test_plan_name_expression_follows_alignment():
 
 # -- kernel="auto" -------------------------------------------------------------------------
 
-# planner.auto_params (no tuned table): pipelined at its defaults (128 x 256 tiles), split over K
+# pipelined.auto_params (no tuned table): pipelined at its defaults (128 x 256 tiles), split over K
 # where ceil(M/128) * ceil(N/256) tiles leave more than half the SMs idle: the largest split s
 # <= 4 (of 1, 2, 3, 4) with s * tiles <= SMs and at least 4 K-steps (BK = 8) per slice.
 PIPE_DEFAULTS = registry.get("pipelined").defaults()
@@ -405,10 +406,10 @@ def test_auto_heuristic(M, N, K, sm_count, splits):
 
 
 @pytest.mark.parametrize("M, N, tile, splits", [
-    (8192, 64, planner.SKINNY_N, 2),    # 64 tiles of 128 x 64: 2 * 64 <= 132
-    (64, 8192, planner.SKINNY_M, 2),
-    (64, 64, planner.SKINNY_N, 4),      # one tile
-    (8192, 48, planner.SKINNY_N, 2),
+    (8192, 64, pipelined.SKINNY_N, 2),    # 64 tiles of 128 x 64: 2 * 64 <= 132
+    (64, 8192, pipelined.SKINNY_M, 2),
+    (64, 64, pipelined.SKINNY_N, 4),      # one tile
+    (8192, 48, pipelined.SKINNY_N, 2),
 ])
 def test_auto_heuristic_for_a_skinny_side(M, N, tile, splits):
     p = gemmlab.plan("auto", M, N, 8192, sm_count=132)
@@ -446,7 +447,7 @@ def test_auto_counts_a_batch_as_tiles(M, N, K, batch, splits):
     assert p.spec.name == "pipelined" and p.params == {**PIPE_DEFAULTS, "SPLITK": splits}
 
 
-# The shipped H100 table at shapes it was not tuned for (planner._fit_nearest): the nearest
+# The shipped H100 table at shapes it was not tuned for (choose._fit_nearest): the nearest
 # tuned shape's tile, its split-K chosen again for this shape's tiles.
 H100 = "nvidia-h100-80gb-hbm3"
 H200 = "nvidia-h200"
@@ -474,7 +475,7 @@ def test_an_output_128_wide_takes_64_x_128_tiles():
     and 128): their winners, and for a single product the split chosen again."""
     for batch, splits in ((32, 1), (128, 1), (1, 4)):
         p = gemmlab.plan("auto", 2048, 128, 2048, sm_count=132, gpu_slug=H200, arch="sm_90a", batch=batch)
-        assert p.params == {**PIPE_DEFAULTS, **planner.SKINNY_M, "SPLITK": splits}
+        assert p.params == {**PIPE_DEFAULTS, **pipelined.SKINNY_M, "SPLITK": splits}
         p = gemmlab.plan("auto", 2048, 128, 2048, sm_count=132, gpu_slug=H100, arch="sm_90a", batch=batch)
         own = tuned.load_table(H100).shapes["2048x128x2048"]["best"]["params"]
         assert p.params == {**own, "SPLITK": splits}

@@ -9,6 +9,7 @@ import pytest
 import gemmlab
 from gemmlab import tuning
 from gemmlab.kernels import registry
+from gemmlab.kernels.simt import pipelined
 from gemmlab import tuned
 from gemmlab.tuned import TunedTable, load_table, parse_shape_key, shape_key
 from gemmlab.tuning import candidate_key, candidates
@@ -112,7 +113,7 @@ def test_plan_uses_the_table_for_auto_and_for_named_kernels_without_params(table
     assert p.spec.name == "pipelined" and p.params == split
     assert gemmlab.plan("pipelined", 8192, 64, 8192, gpu_slug="gpu-a").params == split
     # a shape near the tuned one: its tile, the split chosen again for this shape's
-    # 63 tiles (2 x 63 blocks within 132 SMs: planner._fit_nearest)
+    # 63 tiles (2 x 63 blocks within 132 SMs: choose._fit_nearest)
     assert gemmlab.plan("auto", 8000, 60, 8000, gpu_slug="gpu-a", sm_count=132).params == {**split, "SPLITK": 2}
     # explicit tile parameters win over the table
     assert gemmlab.plan("pipelined", 8000, 60, 8000, gpu_slug="gpu-a", SPLITK=2).params["SPLITK"] == 2
@@ -273,7 +274,7 @@ def test_tables_can_be_switched_off(monkeypatch):
     try:
         assert load_table("nvidia-h100-80gb-hbm3") is None
         p = planner.plan("auto", 4096, 4096, 4096, gpu_slug="nvidia-h100-80gb-hbm3", sm_count=132)
-        assert (p.spec.name, p.params) == (planner.auto_params(4096, 4096, 4096, 132)[0],
-                                           p.spec.resolve(planner.auto_params(4096, 4096, 4096, 132)[1]))
+        assert (p.spec.name, p.params) == (pipelined.auto_params(4096, 4096, 4096, 132)[0],
+                                           p.spec.resolve(pipelined.auto_params(4096, 4096, 4096, 132)[1]))
     finally:
         load_table.cache_clear()

@@ -22,14 +22,8 @@ import numpy as np
 from . import ec, tuned
 from .arrays import ITEMSIZE, Operand, _c_strides, describe
 from .choose import GPU, Product, choose
-# Names the choice moved to gemmlab.choose and the rungs' modules, still read from here.
-from .choose import (FP32_TC_CUDA_CORE_SIDE, MAX_FILL_SPLIT, _fit_nearest, _fit_split_k,  # noqa: F401
-                     auto_tensor_params, fit_smem, fp32_tc_on_cuda_cores, runnable, sized_choice, smem_limit_for)
 from .kernels import registry
-from .kernels.ec.ec_wgmma import (EC_WGMMA_BATCH_MIN_INTENSITY, EC_WGMMA_BATCH_MIN_MACS,  # noqa: F401
-                                  EC_WGMMA_LONG_K, ec_wgmma_pays)
 from .kernels.registry import KernelSpec, Problem
-from .kernels.simt.pipelined import MIN_K_STEPS_PER_SPLIT, SKINNY_M, SKINNY_N, auto_params  # noqa: F401
 from .runtime.tma import tma_aligned
 
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
