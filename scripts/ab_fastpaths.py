@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ import numpy as np
 
 import gemmlab
 from gemmlab import planner
+from gemmlab.bench import models
 from gemmlab.kernels.tensor import mma_pipelined, wgmma
 
 ALL = ("bf16", "fp16", "fp32", "fp32_tc")
@@ -158,10 +158,7 @@ def run_gpu(args) -> list[dict]:
             first, second = (torch.randn(s, device="cuda", dtype=tdt, generator=g) for s in product.stored)
             a, b = product.views(first, second)
             precision = "fp32_tc" if dtype == "fp32_tc" else None
-            ref = torch.matmul(a.double(), b.double())
-
-            def err(out):
-                return ((out.double() - ref).norm() / ref.norm()).item()
+            err = models._Sample(a, b).error   # FP64 on sampled rows and columns; inf where not finite
 
             with torch_tf32(False):
                 calls = {"torch": lambda: torch.matmul(a, b),
@@ -190,14 +187,14 @@ def run_gpu(args) -> list[dict]:
                   f"{rec['new']['pct_of_torch']:6.1f}%" + (f" | old {_short(old_plan):24s} "
                                                             f"{rec['old']['pct_of_torch']:6.1f}%" if old else "")
                   + f" | err {errs['new']:.1e}", flush=True)
-            first = second = a = b = ref = calls = None   # free before the next product
+            first = second = a = b = err = calls = None   # free before the next product
             torch.cuda.empty_cache()
     print(f"({time.perf_counter() - started:.0f} s)")
     for dtype in args.dtypes:
         pcts = [r["new"]["pct_of_torch"] for r in records if r["dtype"] == dtype]
         olds = [r.get("old", r["new"])["pct_of_torch"] for r in records if r["dtype"] == dtype]
         if pcts:
-            gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))   # noqa: E731
+            gm = statistics.geometric_mean
             print(f"{dtype}: geometric mean {gm(pcts):.1f}% of torch (the earlier choices: {gm(olds):.1f}%) "
                   f"over {len(pcts)} products")
     return records
@@ -219,10 +216,10 @@ def main(argv=None) -> int:
         ap.error(f"unknown dtypes {sorted(unknown)}; choose from {', '.join(ALL)}")
     records = run_gpu(args)
     if args.json:
+        from gemmlab.bench import report
         from gemmlab.runtime.device import gpu_info
-        with open(args.json, "w") as f:
-            json.dump({"gpu": gpu_info(0).name, "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
-                       "records": records}, f, indent=1)
+        report.write_json({"gpu": gpu_info(0).name, "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
+                           "records": records}, args.json)
     return 0
 
 
