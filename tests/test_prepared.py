@@ -232,3 +232,18 @@ def test_a_tuned_split_k_is_lowered_for_a_short_k():
     assert p.spec.splits(p.params) == 1 or -(-64 // p.params["BK"]) >= 4 * p.spec.splits(p.params)
     long_k = planner.plan("pipelined", 64, 64, 8192, SPLITK=4)
     assert long_k.spec.splits(long_k.params) == 4     # asked for explicitly: kept
+
+
+def test_an_unhashable_tile_parameter_gets_the_full_paths_message(monkeypatch):
+    """A list as a tile parameter cannot key the cache: the repeated-call path hands the call to
+    the full path, whose TypeError names the parameter (not Python's "unhashable type" of a dict look-up)."""
+    import numpy as np
+
+    from gemmlab import api
+
+    class Fake(np.ndarray):   # an array type the signature readers know
+        pass
+    monkeypatch.setitem(api.SIGNATURES, Fake, lambda x: (x.ctypes.data, ("fake", x.shape)))
+    a = np.ones((8, 8), np.float32).view(Fake)
+    with pytest.raises(TypeError, match="tile parameter BM"):
+        gemmlab.matmul(a, a, kernel="blocktile_2d", BM=[64])

@@ -115,7 +115,10 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_
     found = _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params)
     if found is not None:
         key, pa, pb, pc = found
-        prepared = CACHE.get(key)
+        try:
+            prepared = CACHE.get(key)
+        except TypeError:   # an unhashable tile parameter: the full path says what is wrong with it
+            prepared = None
         if prepared is not None:
             result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta)
             if result is not None:
@@ -138,13 +141,7 @@ def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_
         sig_o = SIGNATURES.get(type(out))
         if sig_o is None:
             return None
-    tp = ()
-    if tile_params:
-        tp = tuple((k, v, type(v)) for k, v in tile_params.items())
-        try:
-            hash(tp)
-        except TypeError:   # an unhashable value: the full path says what is wrong with it
-            return None
+    tp = tuple((k, v, type(v)) for k, v in tile_params.items()) if tile_params else ()
     pa, ka = sig_a(a)
     pb, kb = sig_b(b)
     pc, kc = sig_o(out) if out is not None else (0, None)

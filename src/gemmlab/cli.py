@@ -210,9 +210,7 @@ def cmd_bench_models(args) -> int:
     from .bench import models
     cases = _model_cases(args)
     dtypes = models.parse_dtypes(args.dtype or ",".join(models.DTYPES))
-    if args.time_budget_s is not None and args.time_budget_s < 0:
-        raise ValueError(f"--time-budget-s {args.time_budget_s}: give a number of seconds, 0 or more")
-    budget = models.TIME_BUDGET_S if args.time_budget_s is None else args.time_budget_s
+    budget = _time_budget(args, models.TIME_BUDGET_S)
     data = models.run(cases, dtypes, reps=args.reps, flush=not args.no_flush, max_run_s=args.max_run_s,
                       budget_s=args.budget_s, time_budget_s=budget, quiet=args.quiet)
     print(models.table(data))
