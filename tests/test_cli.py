@@ -285,9 +285,9 @@ def test_every_help_text_prints(command, capsys):
                                                                     "smem_tiled:tile=16", "wmma"]),
 ])
 def test_kernel_lists_take_commas_and_spaces(argv, names):
-    from gemmlab.cli import _kernel_items, _names
+    from gemmlab.cli import _kernel_items
     assert _kernel_items(argv) == names
-    assert _names(["naive,coalesced", "wmma"]) == ["naive", "coalesced", "wmma"]
+    assert _kernel_items(["naive,coalesced", "wmma"]) == ["naive", "coalesced", "wmma"]
 
 
 @pytest.mark.parametrize("argv", [["bench", "--kernels", "naive,coalesced", "--sizes", "64"],

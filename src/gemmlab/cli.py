@@ -14,14 +14,6 @@ def _sizes(text: str):
     return [parse_size(s) for s in text.split(",") if s.strip()]
 
 
-def _names(items) -> list[str]:
-    """Kernel names given as one comma list, as several words, or both:
-    ['naive,coalesced', 'wmma'] -> ['naive', 'coalesced', 'wmma']."""
-    if isinstance(items, str):
-        items = [items]
-    return [n.strip() for item in items for n in item.split(",") if n.strip()]
-
-
 def _progress_printer(command: str):
     """A progress callback: one line per message on stderr, prefixed by the command."""
     def show(message: str) -> None:
@@ -367,7 +359,7 @@ def tune_shapes(args) -> tuple[list, dict | None]:
 
 def cmd_tune(args) -> int:
     from .tuning import DEFAULT_KERNELS, tune
-    kernels = _names(args.kernels or []) or list(DEFAULT_KERNELS)
+    kernels = _kernel_items(args.kernels or []) or list(DEFAULT_KERNELS)
     from .kernels import registry
     for name in kernels:               # refuse bad names before any GPU time is spent
         registry.get(name)
@@ -391,7 +383,7 @@ def cmd_verify(args) -> int:
     from .api import plan
     from .kernels import registry
     from .verify import TOLERANCE, VERIFY_DTYPES, verify, verify_dtype
-    names = _names(args.kernels)
+    names = _kernel_items(args.kernels)
     everything = names in ([], ["all"])
     specs = {} if everything else {n: None if n == "auto" else registry.get(n) for n in names}   # unknown: the list
     if args.dtype is not None and args.dtype not in VERIFY_DTYPES:
@@ -431,7 +423,7 @@ def cmd_verify(args) -> int:
 def cmd_inspect(args) -> int:
     from .inspect import format_reports, inspect_kernels
     from .runtime.headers import find_cuda_headers
-    reports = inspect_kernels(args.arch, _names(args.kernel) if args.kernel else None,
+    reports = inspect_kernels(args.arch, _kernel_items(args.kernel) if args.kernel else None,
                               all_configs=args.all_configs, ops=_ops(args.ops), jobs=args.jobs,
                               progress=None if args.quiet else _progress_printer("inspect"))
     if args.json:
