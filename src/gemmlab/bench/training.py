@@ -38,6 +38,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 
+from .models import _names as _comma_list
 from .report import _fmt, _pyplot, savefig
 from .suites import _progress
 
@@ -377,13 +378,8 @@ class Run:
 
 
 def _names(text, known, option) -> list[str]:
-    if text is None:
-        return list(known)
-    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    bad = [n for n in names if n not in known]
-    if bad or not names:
-        raise ValueError(f"{option} {text!r}: give a comma list of {', '.join(known)}")
-    return names
+    """All of ``known`` (no option given), or the models suite's reading of the comma list."""
+    return list(known) if text is None else _comma_list(text, known, option)
 
 
 def select(*, quick: bool = False, models=None, modes=None, precisions=None) -> list[Run]:
