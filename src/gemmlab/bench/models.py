@@ -127,32 +127,30 @@ class Case:
         return {}
 
 
-def linear_case(layer: str, product: str, tokens: int, dims: tuple[int, int] | None = None, make=Case,
-                **extra) -> Case:
+def linear_case(layer: str, product: str, tokens: int, dims: tuple[int, int] | None = None) -> Case:
     """One of the three products of a linear layer (in, out features ``dims``,
-    default LINEAR_LAYERS[layer]) at ``tokens`` rows; ``make(*fields, **extra)``
-    builds it (a subclass of Case with fields of its own)."""
+    default LINEAR_LAYERS[layer]) at ``tokens`` rows."""
     fan_in, fan_out = dims or LINEAR_LAYERS[layer]
     if product == "fwd":
-        return make(layer, product, tokens, 1, tokens, fan_out, fan_in, "NT", "x @ W.t()",
-                    ((tokens, fan_in), (fan_out, fan_in)), **extra)
+        return Case(layer, product, tokens, 1, tokens, fan_out, fan_in, "NT", "x @ W.t()",
+                    ((tokens, fan_in), (fan_out, fan_in)))
     if product == "dgrad":
-        return make(layer, product, tokens, 1, tokens, fan_in, fan_out, "NN", "dY @ W",
-                    ((tokens, fan_out), (fan_out, fan_in)), **extra)
+        return Case(layer, product, tokens, 1, tokens, fan_in, fan_out, "NN", "dY @ W",
+                    ((tokens, fan_out), (fan_out, fan_in)))
     if product == "wgrad":
-        return make(layer, product, tokens, 1, fan_out, fan_in, tokens, "TN", "dY.t() @ x",
-                    ((tokens, fan_out), (tokens, fan_in)), **extra)
+        return Case(layer, product, tokens, 1, fan_out, fan_in, tokens, "TN", "dY.t() @ x",
+                    ((tokens, fan_out), (tokens, fan_in)))
     raise ValueError(f"unknown linear product {product!r}; choose from {', '.join(LINEAR_PRODUCTS)}")
 
 
-def attention_case(product: str, bh: int, seq: int, head_dim: int = HEAD_DIM, make=Case, **extra) -> Case:
+def attention_case(product: str, bh: int, seq: int, head_dim: int = HEAD_DIM) -> Case:
     """Q @ K^T or P @ V over ``bh`` (batch x heads) matrices of sequence ``seq``."""
     if product == "qk":
-        return make(ATTENTION, product, seq, bh, seq, seq, head_dim, "NT", "Q @ K.transpose(-1, -2)",
-                    ((bh, seq, head_dim), (bh, seq, head_dim)), **extra)
+        return Case(ATTENTION, product, seq, bh, seq, seq, head_dim, "NT", "Q @ K.transpose(-1, -2)",
+                    ((bh, seq, head_dim), (bh, seq, head_dim)))
     if product == "pv":
-        return make(ATTENTION, product, seq, bh, seq, head_dim, seq, "NN", "P @ V",
-                    ((bh, seq, seq), (bh, seq, head_dim)), **extra)
+        return Case(ATTENTION, product, seq, bh, seq, head_dim, seq, "NN", "P @ V",
+                    ((bh, seq, seq), (bh, seq, head_dim)))
     raise ValueError(f"unknown attention product {product!r}; choose from {', '.join(ATTENTION_PRODUCTS)}")
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from . import models
 from .report import _fmt, _pyplot, savefig
@@ -174,15 +174,20 @@ class Product(models.Case):
         return {"model": self.model, "kind": self.kind, "kinds": list(self.kinds), "view": self.product}
 
 
+def _product(case: models.Case, model: str) -> Product:
+    """The models suite's case, as a product of ``model``."""
+    return Product(**{f.name: getattr(case, f.name) for f in fields(case)}, model=model)
+
+
 def _model_products(m: ModelShapes) -> list[Product]:
     out = []
     for layer in m.layers:
         name, fan_in, fan_out = layer[:3]
         for tokens in (layer[3] if len(layer) > 3 else m.tokens):
-            out += [models.linear_case(name, view, tokens, (fan_in, fan_out), make=Product, model=m.name)
+            out += [_product(models.linear_case(name, view, tokens, (fan_in, fan_out)), m.name)
                     for view in models.LINEAR_PRODUCTS]
     for bh, seq in m.attention:
-        out += [models.attention_case(view, bh, seq, m.head_dim, make=Product, model=m.name)
+        out += [_product(models.attention_case(view, bh, seq, m.head_dim), m.name)
                 for view in models.ATTENTION_PRODUCTS]
     return out
 
@@ -197,11 +202,11 @@ def _random_products(seed: int) -> list[Product]:
     out = []
     for i in range(RANDOM_LAYERS):
         dims, tokens = (odd(), odd()), odd()
-        out += [models.linear_case(f"linear{i}", view, tokens, dims, make=Product, model=RANDOM)
+        out += [_product(models.linear_case(f"linear{i}", view, tokens, dims), RANDOM)
                 for view in models.LINEAR_PRODUCTS]
     for i in range(RANDOM_ATTENTION):
         bh, seq, hd = rng.choice((8, 12, 32, 48, 96)), rng.randrange(65, 2049) | 1, rng.choice(RANDOM_HEAD_DIMS)
-        out += [models.attention_case(view, bh, seq, hd, make=Product, model=RANDOM)
+        out += [_product(models.attention_case(view, bh, seq, hd), RANDOM)
                 for view in models.ATTENTION_PRODUCTS]
     return out
 
