@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from dataclasses import dataclass, fields
 
 from . import models
@@ -282,7 +283,7 @@ def _stats(recs: list[dict]) -> dict:
              "failed": sum(r.get("ok") is False for r in recs)}
     if timed:
         worst = min(timed, key=lambda r: r["pct_torch"])
-        entry.update(geomean_pct=math.exp(sum(math.log(r["pct_torch"]) for r in timed) / len(timed)),
+        entry.update(geomean_pct=statistics.geometric_mean(r["pct_torch"] for r in timed),
                      worst_pct=worst["pct_torch"], worst=_name(worst))
     return entry
 
