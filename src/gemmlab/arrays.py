@@ -322,5 +322,5 @@ def need_cupy(what: str):
         import cupy
         return cupy
     except ImportError as exc:
-        raise ImportError(f"{what} needs CuPy: pip install 'gemmlab[cu13]' (CUDA 13 driver) "
-                          "or 'gemmlab[cu12]' (CUDA 12 driver)") from exc
+        from .errors import EXTRAS, MissingExtraError
+        raise MissingExtraError(f"{what} needs CuPy: {EXTRAS['cupy'][1]}") from exc

@@ -24,16 +24,16 @@ class MissingExtraError(GemmlabError, ImportError):
 
 # Modules of the optional extras (pyproject.toml), by top-level import name:
 # what they are, and the install line that brings them.
+_CU_INSTALL = "pip install 'gemmlab[cu13]' (or 'gemmlab[cu12]' for a CUDA 12 driver)"
+_CUPY = ("CuPy (GPU arrays, cuBLAS reference)", _CU_INSTALL)
 EXTRAS = {
-    "cupy": ("CuPy (GPU arrays, cuBLAS reference)", "pip install 'gemmlab[cu13]' (or 'gemmlab[cu12]' for a "
-             "CUDA 12 driver)"),
-    "cupy_backends": ("CuPy (GPU arrays, cuBLAS reference)", "pip install 'gemmlab[cu13]' (or 'gemmlab[cu12]' "
-                      "for a CUDA 12 driver)"),
+    "cupy": _CUPY,
+    "cupy_backends": _CUPY,
     "torch": ("PyTorch", "pip install 'gemmlab[torch]'"),
     "matplotlib": ("matplotlib (plots)", "pip install 'gemmlab[plot]'"),
 }
-NVRTC_HINT = ("the NVRTC compiler library (libnvrtc) was not found: pip install 'gemmlab[cu13]' (or "
-              "'gemmlab[cu12]' for a CUDA 12 driver), or put a CUDA toolkit's lib64 on LD_LIBRARY_PATH")
+NVRTC_HINT = (f"the NVRTC compiler library (libnvrtc) was not found: {_CU_INSTALL}, or put a CUDA toolkit's "
+              "lib64 on LD_LIBRARY_PATH")
 
 
 def missing_module_message(name: str | None) -> str | None:
