@@ -217,6 +217,34 @@ def test_split_k_in_a_graph_gets_its_own_workspace():
         _check(out2, a2, b2, 1e-5)
 
 
+def test_a_workspace_first_needed_inside_a_capture():
+    """A split-K call captured before gemmlab's memory pool exists (a pool cannot be
+    created during capture): its workspace comes from the device's own pool, and
+    the graph replays right on new data."""
+    from gemmlab.runtime import launch
+    fam = next(f for f in FAMILIES if f[0] == "pipelined-splitk")
+    M, N, K = _shape(fam)
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    a, b = _operand(M, K, "float32", "N", gen), _operand(K, N, "float32", "N", gen)
+    out = torch.empty((M, N), device="cuda")
+    kw = dict(kernel="pipelined", **SPLITK)
+    gemmlab.matmul(a, b, out=out, **kw)                  # prepared (and the pool made)
+    torch.cuda.synchronize()
+    ordinal = torch.cuda.current_device()
+    pool = launch._pools.pop(ordinal)
+    try:
+        replay = _torch_graph(lambda: gemmlab.matmul(a, b, out=out, **kw))
+        assert ordinal not in launch._pools
+    finally:
+        launch._pools.setdefault(ordinal, pool)
+    for _ in range(3):
+        a.copy_(_operand(M, K, "float32", "N", gen))
+        out.fill_(float("nan"))
+        replay()
+        torch.cuda.synchronize()
+        _check(out, a, b, 1e-5)
+
+
 # New data for each replay of a captured fp32_tc call, and the method it must choose:
 # U(-1,1), values around 1e6 (FP16 after scaling), a spread of 2^-40 .. 2^40.
 REPLAYS = [("uniform", "fp16_ec"), ("large", "fp16_ec_scaled"), ("wide", "tf32_ec")]

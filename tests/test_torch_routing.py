@@ -1,7 +1,8 @@
-"""gemmlab.torch's routing mode (fp32_tc(), use_gemmlab()) on the CPU: which
-calls reach gemmlab's operators, with which shapes, gradients and under
-torch.compile.  The operators' kernels are float64 stand-ins here
-(tests/torch_cpu.py); tests/test_torch_fp32_tc.py runs the real ones on a GPU."""
+"""gemmlab.torch's routing contexts (fp32_tc(), use_gemmlab()) on the CPU: which
+calls reach gemmlab, with which shapes, gradients and under torch.compile.  The
+contexts replace PyTorch's CPU kernels here (CPURouting) and gemmlab's product
+is a float64 stand-in (tests/torch_cpu.py); tests/test_torch_fp32_tc.py runs
+the real ones on a GPU."""
 
 import pytest
 
@@ -9,7 +10,6 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import gemmlab.torch as gt  # noqa: E402
-from gemmlab.torch import ops  # noqa: E402
 from torch_cpu import CPURouting, cpu_kernels  # noqa: E402
 
 
@@ -30,12 +30,12 @@ CASES = [
     ("2-D @ 2-D", lambda a, b: a @ b, [(5, 7), (7, 3)], "mm"),
     ("torch.matmul", torch.matmul, [(5, 7), (7, 3)], "mm"),
     ("1-D @ 2-D", torch.matmul, [(7,), (7, 3)], "mm"),
-    ("2-D @ 1-D", torch.matmul, [(5, 7), (7,)], "mm"),
+    ("2-D @ 1-D (mv)", torch.matmul, [(5, 7), (7,)], "mm"),
     ("3-D @ 2-D folds into rows", torch.matmul, [(4, 5, 7), (7, 3)], "mm"),
     ("3-D @ 1-D", torch.matmul, [(4, 5, 7), (7,)], "mm"),
-    ("2-D @ 3-D broadcasts", torch.matmul, [(5, 7), (4, 7, 3)], "bmm"),
+    ("2-D @ 3-D broadcasts", torch.matmul, [(5, 7), (4, 7, 3)], "mm"),   # PyTorch folds it into one mm
     ("4-D @ 3-D broadcasts", torch.matmul, [(2, 1, 5, 7), (3, 7, 3)], "bmm"),
-    ("1-D @ 3-D", torch.matmul, [(7,), (4, 7, 3)], "bmm"),
+    ("1-D @ 3-D", torch.matmul, [(7,), (4, 7, 3)], "mm"),
     ("rmatmul", lambda a, b: b.__rmatmul__(a), [(5, 7), (7, 3)], "mm"),
     ("torch.mm", torch.mm, [(5, 7), (7, 3)], "mm"),
     ("Tensor.mm", lambda a, b: a.mm(b), [(5, 7), (7, 3)], "mm"),
@@ -49,26 +49,36 @@ CASES = [
     ("linear", lambda x, w: F.linear(x, w), [(5, 7), (3, 7)], "mm"),
     ("linear with bias, 3-D input", lambda x, w, b: F.linear(x, w, b), [(2, 5, 7), (3, 7), (3,)], "mm"),
     ("nn.Linear keywords", lambda x, w, b: F.linear(input=x, weight=w, bias=b), [(5, 7), (3, 7), (3,)], "mm"),
+    ("linear with a 1-D weight", lambda x, w: F.linear(x, w), [(5, 7), (7,)], "mm"),
+    ("einsum", lambda a, b: torch.einsum("bij,bjk->bik", a, b), [(4, 5, 7), (4, 7, 3)], "bmm"),
 ]
 
 
 @pytest.mark.parametrize("name, fn, shapes, op", CASES, ids=[c[0] for c in CASES])
 def test_routed_forward_and_backward(calls, name, fn, shapes, op):
     args = [rand(*s, grad=True) for s in shapes]
+    w = torch.rand(fn(*args).shape, dtype=torch.float64)
     with CPURouting():
         out = fn(*args)
-    assert calls[op] == 1 and calls["mm"] + calls["bmm"] == 1, calls
+        assert calls[op] == 1 and calls["mm"] + calls["bmm"] == 1, calls
+        (out.double() * w).sum().backward()      # the gradients' products: gemmlab's again
     ref_args = [x.detach().double().requires_grad_() for x in args]
     ref = fn(*ref_args)
     assert out.shape == ref.shape and out.dtype == torch.float32
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
-    # The backward pass: each needed gradient is again a gemmlab product, mode on or off.
-    w = torch.rand(out.shape, dtype=torch.float64)
-    (out.double() * w).sum().backward()
     (ref * w).sum().backward()
     for x, r in zip(args, ref_args):
         torch.testing.assert_close(x.grad.double(), r.grad, rtol=1e-5, atol=1e-5)
     assert calls[op] > 1
+
+
+def test_backward_after_the_context_is_pytorchs(calls):
+    a, b = rand(5, 7, grad=True), rand(7, 3, grad=True)
+    with CPURouting():
+        out = a @ b
+    out.sum().backward()
+    assert calls == {"mm": 1, "bmm": 0}
+    torch.testing.assert_close(a.grad, torch.ones(5, 3) @ b.detach().t())
 
 
 def test_addmm_beta_zero_does_not_read_the_bias(calls):
@@ -84,19 +94,38 @@ def test_addmm_beta_zero_does_not_read_the_bias(calls):
     assert out.shape == (2, 5, 3) and not out.isnan().any()
 
 
-def test_addbmm_is_one_product_over_the_batch(calls):
+def test_addbmm_routes_its_products(calls):
     bias, a, b = rand(5, 3, grad=True), rand(4, 5, 7, grad=True), rand(4, 7, 3, grad=True)
     with CPURouting():
         out = torch.addbmm(bias, a, b, beta=0.5, alpha=2.0)
-    assert calls == {"mm": 1, "bmm": 0}
+        assert calls["mm"] + calls["bmm"] >= 1
+        out.sum().backward()
     ref = torch.addbmm(bias.double(), a.double(), b.double(), beta=0.5, alpha=2.0)
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
-    out.sum().backward()
-    assert calls["mm"] == 3 and a.grad.shape == a.shape and b.grad.shape == b.shape
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape
 
 
-# Zero-element products: the operators answer them without a kernel (the
-# stand-in refuses zero-element operands); results and gradients as PyTorch's.
+def test_out_and_in_place_forms(calls):
+    a, b, c = rand(5, 7), rand(7, 3), rand(5, 3)
+    with CPURouting():
+        out = torch.empty(5, 3)
+        torch.mm(a, b, out=out)
+        acc = c.clone()
+        acc.addmm_(a, b, beta=0.5, alpha=2.0)
+        into = torch.empty(5, 3)
+        torch.addmm(torch.ones(3), a, b, alpha=-1.0, out=into)
+        batched = torch.empty(2, 5, 3)
+        torch.bmm(a.expand(2, 5, 7), b.expand(2, 7, 3), out=batched)
+    assert calls == {"mm": 3, "bmm": 1}
+    ref = a.double() @ b.double()
+    torch.testing.assert_close(out.double(), ref)
+    torch.testing.assert_close(acc.double(), 0.5 * c.double() + 2 * ref)
+    torch.testing.assert_close(into.double(), 1 - ref)
+    torch.testing.assert_close(batched.double(), ref.expand(2, 5, 3))
+
+
+# Zero-element products stay PyTorch's (the stand-in refuses zero-element
+# operands); results and gradients as PyTorch's.
 ZERO = [
     ("K = 0", torch.mm, [(5, 0), (0, 4)]),
     ("M = 0", torch.mm, [(0, 5), (5, 4)]),
@@ -116,15 +145,15 @@ ZERO = [
 @pytest.mark.parametrize("name, fn, shapes", ZERO, ids=[c[0] for c in ZERO])
 def test_zero_element_products(calls, name, fn, shapes):
     args = [rand(*s, grad=True) for s in shapes]
+    w = torch.rand(fn(*args).shape, dtype=torch.float64)
     with CPURouting():
         out = fn(*args)
+        (out.double() * w).sum().backward()
     assert calls == {"mm": 0, "bmm": 0}
     ref_args = [x.detach().double().requires_grad_() for x in args]
     ref = fn(*ref_args)
     assert out.shape == ref.shape and out.dtype == torch.float32
     torch.testing.assert_close(out.double(), ref, rtol=1e-6, atol=1e-6)
-    w = torch.rand(out.shape, dtype=torch.float64)
-    (out.double() * w).sum().backward()
     (ref * w).sum().backward()
     for x, r in zip(args, ref_args):
         assert x.grad.shape == r.grad.shape
@@ -142,19 +171,15 @@ def test_operands_pytorch_refuses_raise_pytorchs_error(calls):
                    lambda: F.linear(rand(5, 3), rand(4, 3), rand(2, 5, 4))):
             with pytest.raises(RuntimeError):
                 fn()
-    # The two addmm and the linear ran their product before the bias was found not to broadcast.
-    assert calls == {"mm": 3, "bmm": 0}
+    assert calls == {"mm": 0, "bmm": 0}    # refused before any product
 
 
 NOT_ROUTED = [
     ("float64", lambda: rand(5, 7, dtype=torch.float64) @ rand(7, 3, dtype=torch.float64)),
     ("1-D @ 1-D", lambda: rand(7) @ rand(7)),
-    ("out=", lambda: torch.mm(rand(5, 7), rand(7, 3), out=torch.empty(5, 3))),
-    ("in-place addmm_", lambda: rand(5, 3).addmm_(rand(5, 7), rand(7, 3))),
-    ("einsum", lambda: torch.einsum("ij,jk->ik", rand(5, 7), rand(7, 3))),
     ("mixed dtypes", lambda: F.linear(rand(5, 7), rand(3, 7), rand(3, dtype=torch.float64))),
     ("mixed routed dtypes", lambda: rand(5, 7) @ rand(7, 3, dtype=torch.bfloat16)),
-    ("linear with a 1-D weight", lambda: F.linear(rand(5, 7), rand(7))),
+    ("out= of another dtype", lambda: torch.mm(rand(5, 7), rand(7, 3), out=torch.empty(5, 3, dtype=torch.float64))),
 ]
 
 
@@ -174,35 +199,24 @@ def test_cuda_routing_leaves_cpu_tensors_alone(calls):
     assert calls == {"mm": 0, "bmm": 0}
 
 
-def test_cuda_mode_checks_on_cuda_tensors():
-    """The CUDA mode's own checks (device type and index), on fake CUDA tensors:
-    no GPU needed, the operators' fake implementations give the shapes."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils._python_dispatch import TorchDispatchMode
+def test_kernels_registered_on_entry_and_given_back():
+    """The first context registers gemmlab's kernels for its dispatch key (the
+    CUDA one needs no GPU to register); unregister() gives PyTorch's back, and
+    refuses while a context is on."""
+    from gemmlab.torch import routing
 
-    class Seen(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.products = 0
+    def where(name):
+        return repr(torch.library.get_kernel(f"aten::{name}", "CUDA"))
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.products += func.namespace == "gemmlab"
-            return func(*args, **(kwargs or {}))
-
-    with FakeTensorMode():
-        a, b = torch.empty(5, 7, device="cuda"), torch.empty(7, 3, device="cuda")
-        seen = Seen()
-        with gt.fp32_tc(), seen:
-            assert (a @ b).shape == (5, 3)
-            assert torch.addmm(torch.empty(3, device="cuda"), a, b).shape == (5, 3)
-            assert (torch.empty(5, 5, 0, device="cuda") @ torch.empty(0, 5, device="cuda")).shape == (5, 5, 5)
-            assert seen.products == 3
-            a.bfloat16() @ b.bfloat16()                                   # not a routed dtype
-            with pytest.raises(RuntimeError):
-                a @ torch.empty(7, 3, device="cuda:1")                   # two devices: PyTorch's error
-            with pytest.raises(RuntimeError):
-                torch.addmm(torch.empty(3, device="cuda:1"), a, b)
-        assert seen.products == 3
+    with gt.fp32_tc():
+        assert all("gemmlab/torch/routing.py" in where(name) for name in ("mm", "bmm", "addmm", "baddbmm", "mv"))
+        assert routing.current() is not None
+        with pytest.raises(RuntimeError, match="still on"):
+            gt.unregister()
+    assert routing.current() is None
+    assert "gemmlab/torch/routing.py" in where("mm")     # kept for the next context
+    gt.unregister()
+    assert not any("gemmlab" in where(name) for name in ("mm", "bmm", "addmm", "baddbmm", "mv"))
 
 
 def test_autocast_regions_stay_pytorchs(calls):
@@ -224,23 +238,20 @@ def test_dtypes_and_precisions(calls):
         gt.Routing(torch.bfloat16, "fp32_tc")
 
 
-def test_precision_and_kernel_reach_the_operator():
+def test_precision_and_kernel_reach_the_product():
     seen = []
 
-    def record(a, b, kernel_name="auto", precision=""):
-        seen.append((kernel_name, precision))
-        return a @ b
+    def record(a, b, kernel="auto", precision=None, **kw):
+        seen.append((kernel, precision))
+        return (a.double() @ b.double()).to(a.dtype)   # float64: not routed again
 
-    saved = ops.CPU_KERNELS["mm"]
-    ops.CPU_KERNELS["mm"] = record
-    try:
-        x = rand(5, 7, grad=True)
-        with CPURouting(precision="fp16_ec", kernel="ec_wgmma"):
-            y = x @ rand(7, 3)
+    x = rand(5, 7, grad=True)
+    with cpu_kernels(record), CPURouting(precision="fp16_ec", kernel="ec_wgmma"):
+        y = x @ rand(7, 3)
+        with CPURouting(torch.bfloat16):     # nested: float32 still the outer context's
+            y = y @ rand(3, 3)
         y.sum().backward()
-    finally:
-        ops.CPU_KERNELS["mm"] = saved
-    assert seen == [("ec_wgmma", "fp16_ec")] * 2    # forward, and the gradient's product
+    assert seen == [("ec_wgmma", "fp16_ec")] * 4    # two forward, two gradients' products
 
 
 def test_decorator_and_global_switch(calls):
@@ -252,26 +263,29 @@ def test_decorator_and_global_switch(calls):
     assert calls["mm"] == 1
     rand(5, 7) @ rand(7, 3)
     assert calls["mm"] == 1
-    stack = torch.overrides._get_current_function_mode_stack
+    from gemmlab.torch import routing
     gt.enable_fp32_tc()
     try:
-        gt.enable_fp32_tc()   # twice: still one mode
-        assert sum(isinstance(m, gt.Routing) for m in stack()) == 1
+        state = routing.current()
+        gt.enable_fp32_tc()   # twice: still one context
+        assert routing.current() is state and state.routes == {("CUDA", torch.float32): ("auto", "fp32_tc")}
+        with gt.use_gemmlab(torch.bfloat16):
+            with pytest.raises(RuntimeError, match="leave it first"):
+                gt.disable_fp32_tc()
     finally:
         gt.disable_fp32_tc()
-    assert not any(isinstance(m, gt.Routing) for m in stack())
+    assert routing.current() is None
     gt.disable_fp32_tc()      # when off: nothing to do
 
 
 def test_coverage_lists_are_documented():
-    assert set(gt.ROUTED) == {"matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "linear"}
+    assert set(gt.ROUTED) >= {"matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "linear", "gradients"}
     assert "scaled_dot_product_attention" in gt.NOT_ROUTED
 
 
-@pytest.mark.parametrize("enter_inside", [False, True])
-def test_compiled_with_the_mode_has_no_graph_break(calls, enter_inside):
-    """torch.compile(fullgraph=True) traces through the mode, and the graph calls
-    gemmlab's operators (forward and backward)."""
+def test_compiled_code_is_routed_when_it_runs(calls):
+    """torch.compile(fullgraph=True) of a function called inside the context:
+    the compiled code's products are routed (forward and backward)."""
     torch._dynamo.reset()
     lin = torch.nn.Linear(7, 3)
 
@@ -279,21 +293,13 @@ def test_compiled_with_the_mode_has_no_graph_break(calls, enter_inside):
         h = torch.relu(lin(x))
         return (h @ w).sum()
 
-    def inside(x, w):
-        with CPURouting():
-            return block(x, w)
-
     x, w = rand(4, 5, 7, grad=True), rand(3, 6)
-    if enter_inside:
-        compiled = torch.compile(inside, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    with CPURouting():
         loss = compiled(x, w)
-    else:
-        compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
-        with CPURouting():
-            loss = compiled(x, w)
-    forward_calls = calls["mm"]
-    assert forward_calls == 2, calls
-    loss.backward()
+        forward_calls = calls["mm"]
+        assert forward_calls == 2, calls
+        loss.backward()
     assert calls["mm"] > forward_calls
     xr = x.detach().double().requires_grad_()
     ref = (torch.relu(F.linear(xr, lin.weight.double(), lin.bias.double())) @ w.double()).sum()

@@ -1,7 +1,8 @@
-"""CPU stand-ins for testing gemmlab.torch without a GPU: the operators'
-CPU kernels replaced by a float64 product (counted), and a routing mode that
-routes CPU tensors.  What is tested this way is everything around the kernel:
-routing, shapes, autograd, torch.compile tracing and DTensor sharding."""
+"""CPU stand-ins for testing gemmlab.torch without a GPU: the product gemmlab
+would run replaced by a float64 product (counted), both for the operators'
+CPU kernels and for the routing contexts, and a routing context that routes
+CPU tensors.  What is tested this way is everything around the kernel:
+routing, shapes, autograd, torch.compile and DTensor sharding."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import contextlib
 import torch
 
 import gemmlab.torch as gt
-from gemmlab.torch import ops
+from gemmlab.torch import ops, routing
 
 calls = {"mm": 0, "bmm": 0}
 
@@ -24,17 +25,32 @@ def _reference(name):
     return impl
 
 
+def routed_reference(a, b, *, kernel="auto", precision=None, out=None, alpha=1.0, beta=0.0):
+    """What gemmlab.matmul gives a routed call (alpha * a @ b + beta * out), in
+    float64, counted as "mm" (matrices, and a matrix times a vector) or "bmm"."""
+    assert a.numel() and b.numel(), f"a zero-element product was routed: {a.shape} @ {b.shape}"
+    calls["bmm" if a.dim() == 3 else "mm"] += 1
+    product = alpha * (a.double() @ b.double())
+    if out is None:
+        return product.to(a.dtype)
+    out.copy_(product + beta * out.double() if beta != 0 else product)
+    return out
+
+
 @contextlib.contextmanager
-def cpu_kernels():
-    """gemmlab::mm and bmm computed on the CPU (and counted) while inside."""
-    saved = dict(ops.CPU_KERNELS)
+def cpu_kernels(product=routed_reference):
+    """gemmlab's products computed on the CPU (and counted) while inside: the
+    operators' CPU kernels, and what the routing contexts run."""
+    saved, saved_product = dict(ops.CPU_KERNELS), routing.PRODUCT["fn"]
     try:
         for name in calls:
             ops.CPU_KERNELS[name] = _reference(name)
+        routing.PRODUCT["fn"] = product
         yield calls
     finally:
         ops.CPU_KERNELS.update(saved)
+        routing.PRODUCT["fn"] = saved_product
 
 
 class CPURouting(gt.Routing):
-    device_type = "cpu"
+    dispatch_key = "CPU"

@@ -103,7 +103,13 @@ def device_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str 
     d = driver()
     if nbytes <= 0:
         return Workspace(0, 0)
-    err, ptr = d.cuMemAllocFromPoolAsync(nbytes, _pool(gpu.ordinal), d.CUstream(stream_handle))
+    pool = _pools.get(gpu.ordinal)
+    if pool is None and stream_is_capturing(stream_handle):
+        # No pool can be created while a graph is captured: the device's own pool
+        # serves this allocation (an allocation node of the graph all the same).
+        err, ptr = d.cuMemAllocAsync(nbytes, d.CUstream(stream_handle))
+    else:
+        err, ptr = d.cuMemAllocFromPoolAsync(nbytes, pool or _pool(gpu.ordinal), d.CUstream(stream_handle))
     if err != d.CUresult.CUDA_SUCCESS:
         exc = MemoryError if err == d.CUresult.CUDA_ERROR_OUT_OF_MEMORY else RuntimeError
         raise exc(f"{what} needs a workspace of {nbytes / 2**20:.1f} MiB on {gpu.name} and could not get "

@@ -4,7 +4,9 @@
   autograd, torch.compile and the current stream (gemmlab.torch.ops).
 - ``gemmlab.torch.fp32_tc()``: float32 products of a model, forward and
   backward, FP32-accurate on the tensor cores in one line; ``use_gemmlab()``
-  for gemmlab's kernels at each dtype's own precision (gemmlab.torch.routing).
+  for gemmlab's kernels at each dtype's own precision; PyTorch's own mm, bmm,
+  addmm, baddbmm and mv hand their products to gemmlab while one is on
+  (gemmlab.torch.routing).
 - DTensor sharding rules for the operators, registered where
   torch.distributed is available (gemmlab.torch.sharding).
 """
@@ -16,8 +18,9 @@ except ModuleNotFoundError as exc:   # the [torch] extra: say how to get it, not
     raise MissingExtraError(f"gemmlab.torch needs PyTorch: {EXTRAS['torch'][1]}") from exc
 
 from .ops import bmm, mm  # noqa: E402
-from .routing import NOT_ROUTED, ROUTED, Routing, disable_fp32_tc, enable_fp32_tc, fp32_tc, use_gemmlab  # noqa: E402
+from .routing import (NOT_ROUTED, ROUTED, Routing, disable_fp32_tc, enable_fp32_tc, fp32_tc,  # noqa: E402
+                      unregister, use_gemmlab)
 from . import sharding  # noqa: F401, E402  (registers the DTensor rules)
 
-__all__ = ["mm", "bmm", "fp32_tc", "use_gemmlab", "enable_fp32_tc", "disable_fp32_tc", "Routing", "ROUTED",
-           "NOT_ROUTED"]
+__all__ = ["mm", "bmm", "fp32_tc", "use_gemmlab", "enable_fp32_tc", "disable_fp32_tc", "unregister", "Routing",
+           "ROUTED", "NOT_ROUTED"]

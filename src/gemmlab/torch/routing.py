@@ -3,7 +3,7 @@
     import gemmlab.torch as gt
 
     with gt.fp32_tc():                 # float32 products: FP32-accurate, on the tensor cores
-        loss = model(x).sum()          # nn.Linear, @, bmm, addmm, baddbmm, ...
+        loss = model(x).sum()          # nn.Linear, @, bmm, einsum, ...
         loss.backward()                # ... and their gradients' products
 
     @gt.fp32_tc()                      # the same, as a decorator
@@ -15,95 +15,289 @@
     with gt.use_gemmlab(torch.bfloat16):   # bf16 products on gemmlab's own kernels (precision as the dtype's)
         ...
 
-A ``torch.overrides.TorchFunctionMode`` sees each call of the functions in
-ROUTED (torch.matmul and ``@``, mm, bmm, addmm, baddbmm, addbmm, F.linear)
-and sends the matrix products whose tensors are all CUDA tensors of one routed
-dtype to the operators torch.ops.gemmlab.mm / bmm (gemmlab.torch.ops) with the
-mode's precision; everything else (other or mixed dtypes, CPU tensors,
-autocast regions, ``out=``, functions not listed) runs as PyTorch would run it
-(NOT_ROUTED).  The operators carry their own gradients, so the backward pass
-multiplies through gemmlab too, whether or not the mode is still on.
+How: while a context is on, PyTorch's own CUDA kernels of the operators in
+OPERATORS (mm, bmm, addmm, baddbmm, mv, with their out= and in-place forms)
+hand the products of the routed dtypes to ``gemmlab.matmul``.  Every matrix
+product PyTorch makes reaches one of them -- ``@``, F.linear, einsum, and the
+products autograd's own formulas make for gradients -- so nothing else pays:
+no Python runs for torch calls that are not products, and gradients need no
+Python autograd function.
 
-Routed calls give what PyTorch gives, gradients included:
+- The routing state is kept in PyTorch's thread-local Python objects, which
+  autograd copies into the threads that run a backward pass: gradients
+  computed while the context is on (``loss.backward()`` inside it) are routed
+  too; those computed after it ended are PyTorch's.
+- The kernels are registered with torch.library the first time a context is
+  entered and stay registered (entering is then a thread-local assignment);
+  a product that is not routed goes to the kernel PyTorch had registered,
+  which costs it a Python call.  ``unregister()`` gives PyTorch its own
+  kernels back.
+- Under ``torch.compile``, enter the context outside the compiled function:
+  the compiled code calls the same operators (Inductor's ``extern_kernels``
+  use their out= forms), and they are routed when it runs, inside CUDA graphs
+  too.
 
-- shapes as torch.matmul's: 1-D operands (a 1 put in and taken out again; 1-D
-  @ 1-D, a dot product, stays PyTorch's), batch broadcasting, a 2-D right
-  operand folded into the rows;
-- zero-element shapes (M, N, K or a batch of 0): an empty result, or zeros
-  when only K is 0, with no kernel launched;
-- addmm, baddbmm and addbmm: ``beta * input + alpha * product``, the input
-  broadcast, applied by PyTorch after the product (beta = 0: the input's values
-  are not read, its gradient is zeros); addbmm's sum over the batch is one
-  product over B * K;
-- operands PyTorch refuses (shapes that do not match, a bias that does not
-  broadcast) are passed to PyTorch, which raises its own error.
-
-Transposed views are read in place.
-
-The mode is a Python function mode, so torch.compile (Dynamo) traces through
-it: the compiled graph holds the gemmlab operators.
+Routed calls give what PyTorch gives: the shapes, broadcasting and errors are
+PyTorch's own (a product is routed only once PyTorch's operator has it, with
+operands it accepts); addmm's ``beta * input + alpha * product`` applies the
+input after the product (beta = 0: the input is not read).
 """
 
 from __future__ import annotations
 
-import contextlib
+import ctypes
+import functools
+import threading
+import warnings
 
 import torch
-import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
-from .ops import _bmm, _mm
+from ..api import matmul
 
-__all__ = ["ROUTED", "NOT_ROUTED", "Routing", "fp32_tc", "use_gemmlab", "enable_fp32_tc", "disable_fp32_tc"]
-
-Tensor = torch.Tensor
-
-# The functions the mode routes, each to what it computes (one dictionary look-up
-# per call of any function under the mode).
-_MATMUL, _RMATMUL, _MM, _BMM, _ADDMM, _BADDBMM, _ADDBMM, _LINEAR = range(8)
-_KINDS = {
-    torch.matmul: _MATMUL, Tensor.matmul: _MATMUL, Tensor.__matmul__: _MATMUL,   # a @ b: Tensor.__matmul__
-    Tensor.__rmatmul__: _RMATMUL,
-    torch.mm: _MM, Tensor.mm: _MM,
-    torch.bmm: _BMM, Tensor.bmm: _BMM,
-    torch.addmm: _ADDMM, Tensor.addmm: _ADDMM,
-    torch.baddbmm: _BADDBMM, Tensor.baddbmm: _BADDBMM,
-    torch.addbmm: _ADDBMM, Tensor.addbmm: _ADDBMM,
-    F.linear: _LINEAR,
-}
+__all__ = ["ROUTED", "NOT_ROUTED", "OPERATORS", "Routing", "fp32_tc", "use_gemmlab", "enable_fp32_tc",
+           "disable_fp32_tc", "unregister"]
 
 ROUTED = {
-    "matmul": "torch.matmul, Tensor.matmul, a @ b, Tensor.__rmatmul__ (any dimensions but 1-D @ 1-D, "
-              "with broadcasting)",
-    "mm": "torch.mm, Tensor.mm",
-    "bmm": "torch.bmm, Tensor.bmm",
-    "addmm": "torch.addmm, Tensor.addmm (beta * input + alpha * a @ b)",
-    "baddbmm": "torch.baddbmm, Tensor.baddbmm",
-    "addbmm": "torch.addbmm, Tensor.addbmm (the sum over the batch as one product over B * K)",
-    "linear": "torch.nn.functional.linear with a 2-D weight, so nn.Linear (x @ W.t() + bias)",
+    "matmul": "torch.matmul, Tensor.matmul, a @ b, Tensor.__rmatmul__ (any dimensions but 1-D @ 1-D)",
+    "mm": "torch.mm, Tensor.mm (out= too)",
+    "bmm": "torch.bmm, Tensor.bmm (out= too)",
+    "addmm": "torch.addmm, Tensor.addmm, addmm_ (out= too)",
+    "baddbmm": "torch.baddbmm, Tensor.baddbmm, baddbmm_ (out= too)",
+    "addbmm": "torch.addbmm: PyTorch's loop of addmm_ over the batch, each routed",
+    "mv": "torch.mv, and matmul of a matrix and a vector",
+    "linear": "torch.nn.functional.linear, so nn.Linear (x @ W.t() + bias)",
+    "einsum": "torch.einsum and anything else built on bmm or mm",
+    "gradients": "the products of the backward pass, run while the context is on",
 }
-# Products that stay PyTorch's under the mode, and why.
+# Products that stay PyTorch's, and why.
 NOT_ROUTED = {
     "1-D @ 1-D": "a dot product, not a matrix product",
-    "linear with a 1-D weight": "a matrix-vector product",
-    "out= and in-place forms (addmm_, baddbmm_)": "they write into the caller's tensor: PyTorch's own kernels",
-    "einsum, tensordot, mv, addmv": "not among the routed functions",
     "scaled_dot_product_attention": "fused attention kernels, no matrix product call",
     "inside torch.autocast": "autocast chooses the dtype; its products stay PyTorch's",
-    "operands PyTorch refuses": "mixed dtypes or devices, 0-D tensors, shapes that do not match: "
-                                "PyTorch raises its own error",
+    "other dtypes and devices": "float64, integers, complex, CPU tensors, operands of two dtypes or devices",
+    "zero-element products": "nothing to compute: PyTorch's answer, no kernel",
+    "backward after the context": "gradients computed once the context has ended",
 }
-
+OPERATORS = ("mm", "mm.out", "bmm", "bmm.out", "addmm", "addmm.out", "addmm_", "baddbmm", "baddbmm.out",
+             "baddbmm_", "mv")
 PRECISIONS = ("fp32_tc", "fp16_ec", "fp16_ec_scaled", "tf32_ec", "tf32")
+KEY = "gemmlab.torch.routing"   # the thread-local slot (PyTorch's, copied into autograd's threads)
 
 
-class Routing(TorchFunctionMode, contextlib.ContextDecorator):
+# -- the routing state -------------------------------------------------------------------
+
+class RouteState:
+    """What the innermost context routes: (dispatch key, dtype) -> (kernel,
+    precision), its own over those of the context it is inside."""
+
+    __slots__ = ("routes",)
+
+    def __init__(self, dispatch_key, dtypes, precision, kernel, outer: RouteState | None):
+        self.routes = dict(outer.routes) if outer is not None else {}
+        for d in dtypes:
+            self.routes[dispatch_key, d] = (kernel, precision)
+
+
+class _Slot:
+    """A thread's routing state, in the thread-local slot KEY: one object per
+    thread, changed in place.  PyTorch's binding stores it without taking a
+    reference of its own, so one is added and the object is never released."""
+
+    __slots__ = ("state",)
+
+    def __init__(self):
+        self.state = None
+
+
+_local = threading.local()
+
+
+def _slot() -> _Slot:
+    slot = getattr(_local, "slot", None)
+    if slot is None:
+        if torch._C._is_key_in_tls(KEY):   # a thread autograd runs for a routed thread: that one's
+            return torch._C._get_obj_in_tls(KEY)
+        slot = _local.slot = _Slot()
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(slot))
+        torch._C._stash_obj_in_tls(KEY, slot)
+    return slot
+
+
+def current() -> RouteState | None:
+    """The innermost routing context's state on this thread (None: off)."""
+    return torch._C._get_obj_in_tls(KEY).state if torch._C._is_key_in_tls(KEY) else None
+
+
+# -- the kernels ---------------------------------------------------------------------------
+
+# The product a routed call runs: gemmlab.matmul (the CPU tests stand a float64
+# product in; looked up at each call).
+PRODUCT = {"fn": matmul}
+
+
+def _product(a, b, route, **kw):
+    kernel, precision = route
+    return PRODUCT["fn"](a, b, kernel=kernel, precision=precision, **kw)
+
+
+def _route(key, a, b, *others):
+    """(kernel, precision) where the operands have one dtype routed for dispatch
+    key ``key``, one device, elements to multiply, and autocast is off; else None."""
+    state = current()
+    if state is None:
+        return None
+    route = state.routes.get((key, a.dtype))
+    if route is None or b.dtype is not a.dtype or not (a.numel() and b.numel()):
+        return None
+    dev = a.get_device()
+    if b.get_device() != dev:
+        return None
+    for t in others:
+        if t.dtype is not a.dtype or t.get_device() != dev:
+            return None
+    if torch.is_autocast_enabled(a.device.type):
+        return None
+    return route
+
+
+def _broadcasts(bias, shape) -> bool:
+    """Whether ``bias`` broadcasts to ``shape`` (addmm's and baddbmm's input)."""
+    return bias.dim() <= len(shape) and \
+        all(s == 1 or s == n for s, n in zip(reversed(bias.shape), reversed(shape)))
+
+
+def _same_view(x, y) -> bool:
+    return x.data_ptr() == y.data_ptr() and x.shape == y.shape and x.stride() == y.stride()
+
+
+def _shares_storage(x, y) -> bool:
+    return x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+
+
+def _kernels(ndim: int, key: str):
+    """Makers (PyTorch's kernel -> gemmlab's) of mm's (ndim 2) or bmm's (ndim 3)
+    functional, out=, addmm-like, addmm-like out= and in-place kernels."""
+    def fits(a, b):
+        return a.dim() == ndim and b.dim() == ndim and a.shape[-1] == b.shape[-2] and \
+            (ndim == 2 or a.shape[0] == b.shape[0])
+
+    def plain(orig):
+        def kernel(keyset, a, b):
+            route = _route(key, a, b)
+            if route is not None and fits(a, b):
+                return _product(a, b, route)
+            return orig.call_boxed(keyset, a, b)
+        return kernel
+
+    def into(orig):
+        def kernel(keyset, a, b, *, out):
+            route = _route(key, a, b, out)
+            if route is not None and fits(a, b) and out.shape == (*a.shape[:-1], b.shape[-1]):
+                _product(a, b, route, out=out)
+                return out
+            return orig.call_boxed(keyset, a, b, out=out)
+        return kernel
+
+    def scaled(orig):
+        def kernel(keyset, bias, a, b, *, beta=1, alpha=1):
+            route = _route(key, a, b, bias)
+            if route is not None and fits(a, b) and _broadcasts(bias, (*a.shape[:-1], b.shape[-1])):
+                out = _product(a, b, route, alpha=alpha)
+                if beta != 0:
+                    out.add_(bias, alpha=beta)
+                return out
+            return orig.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha)
+        return kernel
+
+    def scaled_into(orig):
+        def kernel(keyset, bias, a, b, *, beta=1, alpha=1, out):
+            route = _route(key, a, b, bias, out)
+            shape = (*a.shape[:-1], b.shape[-1])
+            if route is not None and fits(a, b) and out.shape == shape and _broadcasts(bias, shape):
+                if _same_view(out, bias):         # beta * out, read by the kernel
+                    _product(a, b, route, out=out, alpha=alpha, beta=beta)
+                    return out
+                if not _shares_storage(out, bias):
+                    _product(a, b, route, out=out, alpha=alpha)
+                    if beta != 0:
+                        out.add_(bias, alpha=beta)
+                    return out
+            return orig.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha, out=out)
+        return kernel
+
+    def in_place(orig):
+        def kernel(keyset, acc, a, b, *, beta=1, alpha=1):
+            route = _route(key, a, b, acc)
+            if route is not None and fits(a, b) and acc.shape == (*a.shape[:-1], b.shape[-1]):
+                _product(a, b, route, out=acc, alpha=alpha, beta=beta)
+                return acc
+            return orig.call_boxed(keyset, acc, a, b, beta=beta, alpha=alpha)
+        return kernel
+
+    return plain, into, scaled, scaled_into, in_place
+
+
+def _mv(key: str, orig):
+    def kernel(keyset, a, v):
+        route = _route(key, a, v)
+        if route is not None and a.dim() == 2 and v.dim() == 1 and a.shape[1] == v.shape[0]:
+            return _product(a, v, route)
+        return orig.call_boxed(keyset, a, v)
+    return kernel
+
+
+def _makers(key: str) -> dict:
+    """Operator name -> a maker (PyTorch's kernel -> gemmlab's) for dispatch key ``key``."""
+    return dict(zip(("mm", "mm.out", "addmm", "addmm.out", "addmm_"), _kernels(2, key))) | \
+        dict(zip(("bmm", "bmm.out", "baddbmm", "baddbmm.out", "baddbmm_"), _kernels(3, key))) | \
+        {"mv": functools.partial(_mv, key)}
+
+
+# -- registration --------------------------------------------------------------------------
+
+_libs: dict[str, torch.library.Library] = {}    # dispatch key -> the registered kernels
+_lock = threading.Lock()
+_active = [0]                                   # contexts entered and not left, all threads
+
+
+def _register(dispatch_key: str) -> None:
+    with _lock:
+        if dispatch_key in _libs:
+            return
+        lib, makers = torch.library.Library("aten", "IMPL"), _makers(dispatch_key)
+        with warnings.catch_warnings():   # "overriding a previously registered kernel": that is the point
+            warnings.simplefilter("ignore")
+            for name in OPERATORS:
+                try:
+                    orig = torch.library.get_kernel(f"aten::{name}", dispatch_key)
+                except RuntimeError:   # none for this key (a PyTorch built without CUDA): nothing to replace
+                    continue
+                lib.impl(name, makers[name](orig), dispatch_key, with_keyset=True)
+        _libs[dispatch_key] = lib
+
+
+def unregister() -> None:
+    """PyTorch's own kernels back for every operator gemmlab registered (no
+    context may be on, in any thread); the next context registers them again."""
+    with _lock:
+        if _active[0]:
+            raise RuntimeError(f"gemmlab.torch.unregister: {_active[0]} routing context(s) still on")
+        for lib in _libs.values():
+            lib._destroy()
+        _libs.clear()
+
+
+# -- the contexts ------------------------------------------------------------------------
+
+class Routing:
     """Routes the matrix products of tensors of ``dtypes`` on CUDA devices to
-    gemmlab's operators with ``precision`` (None: each dtype's own) and
-    ``kernel``.  A context manager and a decorator."""
+    gemmlab with ``precision`` (None: each dtype's own) and ``kernel``.  A
+    context manager and a decorator; contexts nest (the inner one's dtypes
+    over the outer's)."""
+
+    dispatch_key = "CUDA"   # the devices whose kernels are replaced
 
     def __init__(self, dtypes=(torch.float32,), precision: str | None = None, kernel: str = "auto"):
-        super().__init__()
         dtypes = (dtypes,) if isinstance(dtypes, torch.dtype) else tuple(dtypes)
         bad = [d for d in dtypes if d not in (torch.float32, torch.float16, torch.bfloat16)]
         if bad or not dtypes:
@@ -114,140 +308,36 @@ class Routing(TorchFunctionMode, contextlib.ContextDecorator):
             if dtypes != (torch.float32,):
                 raise ValueError(f"precision={precision!r} is for float32 products; route other dtypes "
                                  "with precision=None")
-        self.dtypes, self.precision, self.kernel = dtypes, precision or "", kernel
+        self.dtypes, self.precision, self.kernel = dtypes, precision, kernel
+        self._saved = threading.local()
 
-    device_type = "cuda"   # gemmlab reads CUDA tensors
+    def __enter__(self):
+        if self.dispatch_key not in _libs:
+            _register(self.dispatch_key)
+        slot = _slot()
+        mine = RouteState(self.dispatch_key, self.dtypes, self.precision, self.kernel, slot.state)
+        self._saved.__dict__.setdefault("stack", []).append((slot.state, mine))
+        slot.state = mine
+        with _lock:
+            _active[0] += 1
+        return self
 
-    def _routes(self, a, b, c=None) -> bool:
-        """a, b (and c, if given) are tensors of one routed dtype on one device of
-        the mode's type, outside autocast.  (Read by attributes: building a
-        torch.device per tensor would cost more than the rest of the check.)"""
-        if not (isinstance(a, Tensor) and isinstance(b, Tensor) and (c is None or isinstance(c, Tensor))):
-            return False
-        dtype = a.dtype
-        if dtype not in self.dtypes or b.dtype is not dtype or (c is not None and c.dtype is not dtype):
-            return False
-        if self.device_type == "cuda":
-            index = a.get_device()
-            if not (a.is_cuda and b.is_cuda and b.get_device() == index
-                    and (c is None or (c.is_cuda and c.get_device() == index))):
-                return False
-        elif a.device.type != self.device_type or b.device != a.device or (c is not None and c.device != a.device):
-            return False
-        return not torch.is_autocast_enabled(self.device_type)
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kind = _KINDS.get(func)
-        if kind is not None and (not kwargs or kwargs.get("out") is None):
-            out = self._route(kind, args, kwargs or {})
-            if out is not None:
-                return out
-        return func(*args, **(kwargs or {}))
-
-    def _route(self, kind: int, args, kwargs):
-        """The routed call's result, or None where PyTorch should run the call
-        (what gemmlab does not route, and what PyTorch refuses: it raises its own error)."""
-        if kind <= _RMATMUL:
-            a, b = _arguments(args, kwargs, ("input", "other"))
-            if kind == _RMATMUL:
-                a, b = b, a
-            if self._routes(a, b) and a.dim() and b.dim() and (a.dim() > 1 or b.dim() > 1):
-                return self._matmul(a, b)
-        elif kind <= _BMM:
-            a, b = _arguments(args, kwargs, ("input", "mat2"))
-            ndim = 2 if kind == _MM else 3
-            if self._routes(a, b) and a.dim() == ndim and b.dim() == ndim:
-                return (_mm if kind == _MM else _bmm)(a, b, self.kernel, self.precision)
-        elif kind == _LINEAR:
-            x, w, bias = _arguments(args, kwargs, ("input", "weight", "bias"))
-            if self._routes(x, w, bias) and x.dim() and w.dim() == 2:
-                y = self._matmul(x, w.t())
-                if y is None or bias is None:
-                    return y
-                out = y + bias
-                return out if out.shape == y.shape else None
-        else:
-            names = ("input", "batch1", "batch2") if kind != _ADDMM else ("input", "mat1", "mat2")
-            bias, a, b = _arguments(args, kwargs, names)
-            ndim = 2 if kind == _ADDMM else 3
-            if bias is not None and self._routes(a, b, bias) and a.dim() == ndim and b.dim() == ndim:
-                if kind == _ADDMM:
-                    product = _mm(a, b, self.kernel, self.precision)
-                elif kind == _BADDBMM:
-                    product = _bmm(a, b, self.kernel, self.precision)
-                else:
-                    product = self._addbmm_product(a, b)
-                    if product is None:
-                        return None
-                return _scaled_sum(product, bias, kwargs.get("beta", 1), kwargs.get("alpha", 1))
-        return None
-
-    def _matmul(self, a: Tensor, b: Tensor) -> Tensor | None:
-        """torch.matmul's shape rules over the mm and bmm operators (None: the
-        inner dimensions differ, PyTorch's error to raise).  Sizes are given
-        explicitly, never as -1, so that zero-element shapes reshape too."""
-        vector_a, vector_b = a.dim() == 1, b.dim() == 1
-        if vector_a:
-            a = a.unsqueeze(0)
-        if vector_b:
-            b = b.unsqueeze(-1)
-        M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-        if b.shape[-2] != K:
-            return None
-        if b.dim() == 2:
-            # The batch of a folds into its rows (a view where a's rows are evenly spaced).
-            out = _mm(a.flatten(0, -2), b, self.kernel, self.precision).reshape(*a.shape[:-1], N) \
-                if a.dim() > 2 else _mm(a, b, self.kernel, self.precision)
-        else:
-            batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-            a3 = a.expand(*batch, M, K).flatten(0, -3)
-            b3 = b.expand(*batch, K, N).flatten(0, -3)
-            out = _bmm(a3, b3, self.kernel, self.precision).reshape(*batch, M, N)
-        if vector_a:
-            out = out.squeeze(-2)
-        if vector_b:
-            out = out.squeeze(-1)
-        return out
-
-    def _addbmm_product(self, a: Tensor, b: Tensor) -> Tensor | None:
-        """sum_i a[i] @ b[i] as one product: (M, B * K) @ (B * K, N), a's batch
-        moved beside its columns (a copy), b's batch folded into its rows."""
-        B, M, K = a.shape
-        if b.shape[0] != B or b.shape[1] != K:
-            return None
-        N = b.shape[2]
-        return _mm(a.transpose(0, 1).reshape(M, B * K), b.reshape(B * K, N), self.kernel, self.precision)
-
-
-def _arguments(args, kwargs, names):
-    """The values of parameters ``names``, given by position or by keyword (None where absent)."""
-    n = len(names)
-    if not kwargs:
-        return args[:n] if len(args) >= n else args + (None,) * (n - len(args))
-    return tuple(args[i] if i < len(args) else kwargs.get(name) for i, name in enumerate(names))
-
-
-def _scaled_sum(product: Tensor, bias: Tensor, beta, alpha) -> Tensor | None:
-    """beta * bias + alpha * product, as addmm defines it; None where the bias
-    does not broadcast to the product's shape (PyTorch's error to raise).
-    beta = 0: the bias's values are not read (its NaN and inf do not reach the
-    result); where it needs a gradient, that gradient is zeros, as PyTorch gives."""
-    if alpha != 1:
-        product = product * alpha
-    if beta != 0:
-        out = product.add(bias, alpha=beta)
-    elif bias.requires_grad and torch.is_grad_enabled():
-        out = product + bias.nan_to_num().mul(0)
-    else:
-        out = product if _broadcasts_to(bias.shape, product.shape) else None
-    return out if out is not None and out.shape == product.shape else None
-
-
-def _broadcasts_to(shape, target) -> bool:
-    try:
-        return torch.broadcast_shapes(shape, target) == target
-    except RuntimeError:
+    def __exit__(self, *exc):
+        _slot().state = self._saved.stack.pop()[0]
+        with _lock:
+            _active[0] -= 1
         return False
+
+    def entered(self) -> bool:
+        """Whether this context is on in this thread."""
+        return bool(getattr(self._saved, "stack", None))
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+        return wrapped
 
 
 def fp32_tc(precision: str = "fp32_tc", kernel: str = "auto") -> Routing:
@@ -265,18 +355,15 @@ _global = fp32_tc()
 
 
 def enable_fp32_tc() -> None:
-    """fp32_tc() from here on, on this thread (PyTorch's function modes are per
-    thread; the backward pass of what ran under it multiplies through gemmlab
-    wherever it runs)."""
-    if _global not in _get_current_function_mode_stack():
+    """fp32_tc() from here on, on this thread (and the backward passes it starts)."""
+    if not _global.entered():
         _global.__enter__()
 
 
 def disable_fp32_tc() -> None:
-    """Ends enable_fp32_tc()."""
-    stack = _get_current_function_mode_stack()
-    if _global in stack:
-        if stack[-1] is not _global:
-            raise RuntimeError("disable_fp32_tc: another function mode was entered after enable_fp32_tc() "
-                               "and is still active; leave it first")
+    """Ends enable_fp32_tc() (a context entered after it must have ended first)."""
+    if _global.entered():
+        if current() is not _global._saved.stack[-1][1]:
+            raise RuntimeError("disable_fp32_tc: a context entered after enable_fp32_tc() is still on; "
+                               "leave it first")
         _global.__exit__(None, None, None)

@@ -99,7 +99,14 @@ class Report:
     def __init__(self, gpu, stream: int):
         d = driver()
         self.gpu = gpu
-        self.ptr = int(driver_call(d.cuMemAlloc(CHOICE_FIELDS * 8), "cuMemAlloc of the fp32_tc choice report"))
+        # The buffer outlives any graph, so it is a plain allocation; one made while a
+        # graph is captured is allowed in relaxed capture mode (as PyTorch's allocator does).
+        previous = driver_call(d.cuThreadExchangeStreamCaptureMode(
+            d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED), "cuThreadExchangeStreamCaptureMode")
+        try:
+            self.ptr = int(driver_call(d.cuMemAlloc(CHOICE_FIELDS * 8), "cuMemAlloc of the fp32_tc choice report"))
+        finally:
+            driver_call(d.cuThreadExchangeStreamCaptureMode(previous), "cuThreadExchangeStreamCaptureMode")
         # In stream order (a graph being captured records it), so no synchronisation here.
         driver_call(d.cuMemsetD32Async(self.ptr, 0xFFFFFFFF, CHOICE_FIELDS * 2, d.CUstream(stream)),
                     "cuMemsetD32Async")
