@@ -49,7 +49,7 @@ RUNS = ("fp32", "tf32", "bf16_autocast", "fp32_tc")
 
 class Block(nn.Module):
     """Pre-norm attention and MLP.  Attention is written out (q @ k^T, softmax,
-    @ v) so that its products are matrix products the routing mode sees."""
+    @ v) so that its products are matrix products the routing context sees."""
 
     def __init__(self, d: int, heads: int):
         super().__init__()

@@ -3,7 +3,7 @@ tests/test_torch_sharding.py on the CPU over gloo, with the operators'
 float64 stand-ins, and by tests/test_torch_sharding_gpu.py on GPUs over NCCL,
 with gemmlab's kernels): every rule of mm and bmm as DTensor placements,
 forward and backward, then a tensor-parallel MLP (column- then row-parallel
-nn.Linear) under the routing mode, each against the one-process result."""
+nn.Linear) under the routing context, each against the one-process result."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """DTensor over NCCL with gemmlab's kernels: every sharding rule of mm and bmm,
-forward and backward, and a tensor-parallel MLP under the routing mode, on two
+forward and backward, and a tensor-parallel MLP under the routing context, on two
 GPUs, in bfloat16 and in float32 with precision="fp32_tc", each against the
 FP64 product of the whole matrices (tests/sharding_worker.py)."""
 

@@ -6,7 +6,7 @@ a Llama-3.2-1B-sized decoder (GQA, tied 128256-word head), GPT-2 small (tied
 50257-word head), BERT-base with a masked-LM head and ViT-B/16 at 224 x 224.
 Attention is written as ``q @ k.transpose(-1, -2)``, softmax, ``@ v``, and the
 patch embedding as a linear layer, so that every product is a matmul the
-routing modes see.  Training is AdamW on random data (cross entropy).
+routing contexts see.  Training is AdamW on random data (cross entropy).
 
 Each model runs in each mode of MODES (eager, torch.compile, and
 torch.compile(mode="reduce-overhead"), CUDA graphs) in each setup of SETUPS:
