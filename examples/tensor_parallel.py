@@ -45,12 +45,10 @@ import gemmlab.torch as gt
 
 def need_cuda(script: str) -> None:
     """Stop with one line (exit code 2) where PyTorch cannot reach a CUDA GPU."""
-    if torch.cuda.is_available():
-        return
-    why = ("this PyTorch is a CPU build: install a CUDA build (https://pytorch.org)" if torch.version.cuda is None
-           else "PyTorch sees no CUDA GPU or driver on this machine")
-    print(f"{script}: this example needs a CUDA GPU; {why}", file=sys.stderr)
-    sys.exit(2)
+    why = gt.cuda_missing()
+    if why:
+        print(f"{script}: this example needs a CUDA GPU; {why}", file=sys.stderr)
+        sys.exit(2)
 
 
 def timed(fn, reps: int) -> float:

@@ -65,12 +65,11 @@ def main() -> int:
     p.add_argument("--batch", type=int, help="default: the model's own")
     p.add_argument("--layers", type=int, help="default: the published count")
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        why = ("this PyTorch is a CPU build: install a CUDA build (https://pytorch.org)" if torch.version.cuda is None
-               else "PyTorch sees no CUDA GPU or driver on this machine")
+    import gemmlab.torch as gt
+    why = gt.cuda_missing()
+    if why:
         print(f"train_models.py: this example needs a CUDA GPU; {why}", file=sys.stderr)
         return 2
-    import gemmlab.torch as gt
     torch.backends.cuda.matmul.allow_tf32 = False          # float32 on PyTorch's side is SGEMM
     cfg = configure(CONFIGS[args.model], batch=args.batch, num_layers=args.layers)
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32

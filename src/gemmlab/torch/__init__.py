@@ -22,5 +22,17 @@ from .routing import (NOT_ROUTED, ROUTED, Routing, disable_fp32_tc, enable_fp32_
                       unregister, use_gemmlab)
 from . import sharding  # noqa: F401, E402  (registers the DTensor rules)
 
-__all__ = ["mm", "bmm", "fp32_tc", "use_gemmlab", "enable_fp32_tc", "disable_fp32_tc", "unregister", "Routing",
+
+
+def cuda_missing() -> str | None:
+    """Why PyTorch cannot reach a CUDA GPU here, in words (None where it can): what a
+    script prints before it stops, rather than a traceback from deep inside."""
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return "this PyTorch is a CPU build: install a CUDA build (https://pytorch.org)"
+    return "PyTorch sees no CUDA GPU or driver on this machine"
+
+
+__all__ = ["cuda_missing", "mm", "bmm", "fp32_tc", "use_gemmlab", "enable_fp32_tc", "disable_fp32_tc", "unregister", "Routing",
            "ROUTED", "NOT_ROUTED"]
