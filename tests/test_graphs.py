@@ -190,14 +190,18 @@ def test_cupy_stream_capture_and_replay(fam):
             assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < _bound(fam[2], fam[3])
 
 
-def test_split_k_in_a_graph_gets_its_own_workspace():
-    """A graph replayed beside eager calls on another stream: each uses its own workspace."""
+def _split_k_case(seed: int):
+    """(M, N, K, a, b, out, the call's keywords, the generator) of the split-K family's product."""
     fam = next(f for f in FAMILIES if f[0] == "pipelined-splitk")
     M, N, K = _shape(fam)
-    gen = torch.Generator(device="cuda").manual_seed(11)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     a, b = _operand(M, K, "float32", "N", gen), _operand(K, N, "float32", "N", gen)
-    out = torch.empty((M, N), device="cuda")
-    kw = dict(kernel="pipelined", **SPLITK)
+    return M, N, K, a, b, torch.empty((M, N), device="cuda"), dict(kernel="pipelined", **SPLITK), gen
+
+
+def test_split_k_in_a_graph_gets_its_own_workspace():
+    """A graph replayed beside eager calls on another stream: each uses its own workspace."""
+    M, N, K, a, b, out, kw, gen = _split_k_case(11)
     gemmlab.matmul(a, b, out=out, **kw)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
@@ -222,12 +226,7 @@ def test_a_workspace_first_needed_inside_a_capture():
     created during capture): its workspace comes from the device's own pool, and
     the graph replays right on new data."""
     from gemmlab.runtime import launch
-    fam = next(f for f in FAMILIES if f[0] == "pipelined-splitk")
-    M, N, K = _shape(fam)
-    gen = torch.Generator(device="cuda").manual_seed(12)
-    a, b = _operand(M, K, "float32", "N", gen), _operand(K, N, "float32", "N", gen)
-    out = torch.empty((M, N), device="cuda")
-    kw = dict(kernel="pipelined", **SPLITK)
+    M, N, K, a, b, out, kw, gen = _split_k_case(12)
     gemmlab.matmul(a, b, out=out, **kw)                  # prepared (and the pool made)
     torch.cuda.synchronize()
     ordinal = torch.cuda.current_device()

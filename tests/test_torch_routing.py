@@ -54,6 +54,18 @@ CASES = [
 ]
 
 
+def _like_float64(fn, args, out, w, tol):
+    """out = fn(*args) and the gradients args hold (of sum(out * w)) against float64's."""
+    ref_args = [x.detach().double().requires_grad_() for x in args]
+    ref = fn(*ref_args)
+    assert out.shape == ref.shape and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
+    (ref * w).sum().backward()
+    for x, r in zip(args, ref_args):
+        assert x.grad.shape == r.grad.shape
+        torch.testing.assert_close(x.grad.double(), r.grad, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("name, fn, shapes, op", CASES, ids=[c[0] for c in CASES])
 def test_routed_forward_and_backward(calls, name, fn, shapes, op):
     args = [rand(*s, grad=True) for s in shapes]
@@ -62,13 +74,7 @@ def test_routed_forward_and_backward(calls, name, fn, shapes, op):
         out = fn(*args)
         assert calls[op] == 1 and calls["mm"] + calls["bmm"] == 1, calls
         (out.double() * w).sum().backward()      # the gradients' products: gemmlab's again
-    ref_args = [x.detach().double().requires_grad_() for x in args]
-    ref = fn(*ref_args)
-    assert out.shape == ref.shape and out.dtype == torch.float32
-    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
-    (ref * w).sum().backward()
-    for x, r in zip(args, ref_args):
-        torch.testing.assert_close(x.grad.double(), r.grad, rtol=1e-5, atol=1e-5)
+    _like_float64(fn, args, out, w, 1e-5)
     assert calls[op] > 1
 
 
@@ -150,14 +156,7 @@ def test_zero_element_products(calls, name, fn, shapes):
         out = fn(*args)
         (out.double() * w).sum().backward()
     assert calls == {"mm": 0, "bmm": 0}
-    ref_args = [x.detach().double().requires_grad_() for x in args]
-    ref = fn(*ref_args)
-    assert out.shape == ref.shape and out.dtype == torch.float32
-    torch.testing.assert_close(out.double(), ref, rtol=1e-6, atol=1e-6)
-    (ref * w).sum().backward()
-    for x, r in zip(args, ref_args):
-        assert x.grad.shape == r.grad.shape
-        torch.testing.assert_close(x.grad.double(), r.grad, rtol=1e-6, atol=1e-6)
+    _like_float64(fn, args, out, w, 1e-6)
     assert calls == {"mm": 0, "bmm": 0}
 
 
