@@ -140,9 +140,10 @@ def _product(a, b, route, **kw):
     return PRODUCT["fn"](a, b, kernel=kernel, precision=precision, **kw)
 
 
-def _route(key, a, b, *others):
+def _route(key, device_type, a, b, *others):
     """(kernel, precision) where the operands have one dtype routed for dispatch
-    key ``key``, one device, elements to multiply, and autocast is off; else None."""
+    key ``key`` (devices of ``device_type``), one device, elements to multiply, and
+    autocast is off; else None."""
     state = current()
     if state is None:
         return None
@@ -155,13 +156,15 @@ def _route(key, a, b, *others):
     for t in others:
         if t.dtype is not a.dtype or t.get_device() != dev:
             return None
-    if torch.is_autocast_enabled(a.device.type):
+    if torch.is_autocast_enabled(device_type):
         return None
     return route
 
 
 def _broadcasts(bias, shape) -> bool:
-    """Whether ``bias`` broadcasts to ``shape`` (addmm's and baddbmm's input)."""
+    """Whether ``bias`` broadcasts to ``shape`` (addmm's and baddbmm's input); read
+    from the sizes, as torch.broadcast_shapes (a Python function) would cost a
+    routed call several microseconds."""
     return bias.dim() <= len(shape) and \
         all(s == 1 or s == n for s, n in zip(reversed(bias.shape), reversed(shape)))
 
@@ -177,13 +180,15 @@ def _shares_storage(x, y) -> bool:
 def _kernels(ndim: int, key: str):
     """Makers (PyTorch's kernel -> gemmlab's) of mm's (ndim 2) or bmm's (ndim 3)
     functional, out=, addmm-like, addmm-like out= and in-place kernels."""
+    device_type = key.lower()   # "CUDA" -> "cuda": read once, not from each tensor
+
     def fits(a, b):
         return a.dim() == ndim and b.dim() == ndim and a.shape[-1] == b.shape[-2] and \
             (ndim == 2 or a.shape[0] == b.shape[0])
 
     def plain(orig):
         def kernel(keyset, a, b):
-            route = _route(key, a, b)
+            route = _route(key, device_type, a, b)
             if route is not None and fits(a, b):
                 return _product(a, b, route)
             return orig.call_boxed(keyset, a, b)
@@ -191,7 +196,7 @@ def _kernels(ndim: int, key: str):
 
     def into(orig):
         def kernel(keyset, a, b, *, out):
-            route = _route(key, a, b, out)
+            route = _route(key, device_type, a, b, out)
             if route is not None and fits(a, b) and out.shape == (*a.shape[:-1], b.shape[-1]):
                 _product(a, b, route, out=out)
                 return out
@@ -200,7 +205,7 @@ def _kernels(ndim: int, key: str):
 
     def scaled(orig):
         def kernel(keyset, bias, a, b, *, beta=1, alpha=1):
-            route = _route(key, a, b, bias)
+            route = _route(key, device_type, a, b, bias)
             if route is not None and fits(a, b) and _broadcasts(bias, (*a.shape[:-1], b.shape[-1])):
                 out = _product(a, b, route, alpha=alpha)
                 if beta != 0:
@@ -211,7 +216,7 @@ def _kernels(ndim: int, key: str):
 
     def scaled_into(orig):
         def kernel(keyset, bias, a, b, *, beta=1, alpha=1, out):
-            route = _route(key, a, b, bias, out)
+            route = _route(key, device_type, a, b, bias, out)
             shape = (*a.shape[:-1], b.shape[-1])
             if route is not None and fits(a, b) and out.shape == shape and _broadcasts(bias, shape):
                 if _same_view(out, bias):         # beta * out, read by the kernel
@@ -227,7 +232,7 @@ def _kernels(ndim: int, key: str):
 
     def in_place(orig):
         def kernel(keyset, acc, a, b, *, beta=1, alpha=1):
-            route = _route(key, a, b, acc)
+            route = _route(key, device_type, a, b, acc)
             if route is not None and fits(a, b) and acc.shape == (*a.shape[:-1], b.shape[-1]):
                 _product(a, b, route, out=acc, alpha=alpha, beta=beta)
                 return acc
@@ -238,8 +243,10 @@ def _kernels(ndim: int, key: str):
 
 
 def _mv(key: str, orig):
+    device_type = key.lower()
+
     def kernel(keyset, a, v):
-        route = _route(key, a, v)
+        route = _route(key, device_type, a, v)
         if route is not None and a.dim() == 2 and v.dim() == 1 and a.shape[1] == v.shape[0]:
             return _product(a, v, route)
         return orig.call_boxed(keyset, a, v)
