@@ -87,6 +87,8 @@ class Emulator:
         assert all(0 < g for g in grid) and grid[1] <= 65535 and grid[2] <= 65535, grid
         if kernel == "pack16":
             self._pack16(grid, *args)
+        elif kernel == "tf32_pack":
+            self._tf32_pack(grid, *args)
         elif kernel == "reduce":
             self._reduce(kernel.out_dtype, grid, *args)
         elif kernel.spec.name == "wgmma":
@@ -119,16 +121,18 @@ class Emulator:
                     c = self.operand(C + 4 * (z * splits + s) * M * N, "float32", "N", M, N, N)
                     c[...] = a[:, k0:k1].astype(np.float64) @ b[k0:k1, :].astype(np.float64)
             return
-        assert pr.dtype in ("float16", "bfloat16") and grid[1] == grid[2] == 1, (pr.dtype, grid)
+        assert pr.dtype in ("float16", "bfloat16", "tf32") and grid[1] == grid[2] == 1, (pr.dtype, grid)
         assert grid[0] <= 132, grid   # persistent: no more blocks than SMs
         M, N, K, ldc, batch = int(M), int(N), int(K), int(ldc), int(batch)
         alpha, beta = float(alpha), float(beta)
-        dt = "float16"   # NumPy has no bfloat16: the tests use float16
+        dt = "float32" if pr.dtype == "tf32" else "float16"   # NumPy has no bfloat16: the tests use float16
         assert (map_a.rows, map_a.cols) == ((M, K) if pr.op_a == "N" else (K, M)), map_a
         assert (map_b.rows, map_b.cols) == ((K, N) if pr.op_b == "N" else (N, K)), map_b
         for z in range(batch):
             a = self._through(map_a, z if int(sa) else 0, dt)
             b = self._through(map_b, z if int(sb) else 0, dt)
+            if dt == "float32":   # TFLOAT32 maps round as the copy engine moves the values
+                a, b = round_tf32(a), round_tf32(b)
             a, b = (a if pr.op_a == "N" else a.T), (b if pr.op_b == "N" else b.T)
             if int(tma_store):
                 assert beta == 0 and (map_c.rows, map_c.cols) == (M, N), map_c
@@ -182,6 +186,14 @@ class Emulator:
             d = self.mem(int(dst) + 2 * z * int(dst_stride), "uint16", (rows, cols), (ldd, 1))
             d[...] = self.mem(int(src) + 2 * z * int(src_stride), "uint16", (rows, cols), (ld, 1))
 
+    def _tf32_pack(self, grid, rows, cols, src, ld, dst, ldd, src_stride, dst_stride):
+        """wgmma's TF32 copy (tf32_pack.cu's tf32_pack<false>): each matrix of the batch, rounded."""
+        rows, cols, ld, ldd = map(int, (rows, cols, ld, ldd))
+        assert int(dst) % 16 == 0 and ldd * 4 % 16 == 0 and ldd >= cols, (dst, ldd, cols)
+        for z in range(grid[2]):
+            d = self.mem(int(dst) + 4 * z * int(dst_stride), "float32", (rows, cols), (ldd, 1))
+            d[...] = round_tf32(self.mem(int(src) + 4 * z * int(src_stride), "float32", (rows, cols), (ld, 1)))
+
     def _reduce(self, out_dtype, grid, M, N, splits, ws, alpha, beta, C, ldc, sc, choice, method):
         # No method is chosen on the emulated GPU: a record would be a real device's.
         assert int(choice) == 0 and int(method) == 0, (choice, method)
@@ -202,6 +214,12 @@ class ReduceKernel(str):
         k = super().__new__(cls, "reduce")
         k.out_dtype = out_dtype
         return k
+
+
+def round_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32 (10 mantissa bits), to nearest, ties away from zero."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
 @dataclass(frozen=True)
@@ -275,6 +293,8 @@ def install(monkeypatch) -> Emulator:
     def load_kernel(source, name, arch):
         if name == registry.PACK16_KERNEL:
             return "pack16"
+        if name == registry.TF32_PACK_KERNELS[0]:
+            return "tf32_pack"
         for d in registry.SPLITK_REDUCE_DTYPES:
             if name == registry.splitk_reduce_kernel(d):
                 return ReduceKernel(d)

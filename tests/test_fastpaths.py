@@ -306,6 +306,27 @@ def test_staging_copy_end_to_end_on_the_emulated_gpu(monkeypatch, shape, ops, ba
     assert np.abs(out.astype(np.float64) - ref).max() <= 1e-2 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("view", ["reversed batch", "odd K"])
+def test_tf32_packs_what_tma_cannot_read_on_the_emulated_gpu(monkeypatch, view):
+    """precision="tf32" on wgmma: an operand TMA cannot read in place -- a batch read backwards
+    (a[::-1]: TMA steps forward only) or rows off the 16-byte grid -- is copied by tf32_pack,
+    TF32-rounded, into a workspace the tensor maps read; the result right."""
+    emu = emulated_gpu.install(monkeypatch)
+    rng = np.random.default_rng(5)
+    if view == "reversed batch":
+        a = emu.keep(rng.standard_normal((3, 40, 24)).astype(np.float32))[::-1]
+        b = emu.keep(rng.standard_normal((3, 24, 16)).astype(np.float32))
+    else:
+        a = emu.keep(rng.standard_normal((40, 23)).astype(np.float32))
+        b = emu.keep(rng.standard_normal((23, 16)).astype(np.float32))
+    out = gemmlab.matmul(a, b, precision="tf32", kernel="wgmma")
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma", p.describe()
+    assert [k for k, _ in emu.launches].count("tf32_pack") >= 1, emu.launches
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(out - ref).max() <= 2e-3 * np.abs(ref).max()
+
+
 # -- on a GPU: every configuration the model picks, against FP64 -----------------------------------------
 
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None

@@ -24,7 +24,7 @@ from .arrays import ITEMSIZE, Operand, _c_strides, describe
 from .choose import GPU, Product, choose
 from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
-from .runtime.tma import tma_aligned
+from .runtime.tma import tma_aligned, tma_readable
 
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
 # float16 and bfloat16 for the tensor-core ladder.
@@ -593,8 +593,7 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
     batch_strides = [bt.strides[:2]] + [off[:2] for off in bt.offsets]
     # Each operand: can TMA read it in place (base, rows, every batch stride on the 16-byte grid,
     # batch strides >= 0: TMA steps forward only)?
-    readable = [tma_aligned(kv.ptrs[k], rows, side.ld, 0, 0, 0, ia) and all(st[i] >= 0 and (st[i] * ia) % 16 == 0
-                                                                           for st in batch_strides)
+    readable = [tma_readable(kv.ptrs[k], rows, side.ld, ia, [st[i] for st in batch_strides])
                 for i, (k, side, rows) in enumerate((("A", kv.A, kv.M if kv.A.layout == "N" else call.K),
                                                      ("B", kv.B, call.K if kv.B.layout == "N" else kv.N)))]
     tma_ok = all(readable)

@@ -76,6 +76,21 @@ def tma_aligned(a_ptr: int, a_rows: int, lda: int, b_ptr: int, b_rows: int, ldb:
     return ok(a_ptr, a_rows, lda) and ok(b_ptr, b_rows, ldb)
 
 
+def tma_readable(ptr: int, rows: int, ld: int, elem_bytes: int, batch_strides=()) -> bool:
+    """Whether one operand can be read through a tensor map in place: its base and row
+    stride on the 16-byte grid (tma_aligned) and each batch stride (elements) too, and
+    not negative (the copy engine steps forward only)."""
+    return tma_aligned(ptr, rows, ld, 0, 0, 0, elem_bytes) and \
+        all(s >= 0 and (s * elem_bytes) % 16 == 0 for s in batch_strides)
+
+
+def padded_ld(cols: int, elem_bytes: int) -> int:
+    """The leading dimension of a copy of rows of ``cols`` elements padded to a multiple
+    of 16 bytes (what a tensor map's row stride must be)."""
+    per = 16 // elem_bytes
+    return -(-max(cols, 1) // per) * per
+
+
 class _ArrayInterface:
     """__cuda_array_interface__ of a row-major rows x cols matrix at ``ptr``, or of
     ``batch`` of them ``bstride`` bytes apart (batch None: 2-D)."""
@@ -165,7 +180,7 @@ def tensor_map(ptr: int, rows: int, cols: int, ld: int, dtype: str, box_rows: in
         raise ValueError(f"a box row must be {SWIZZLE_BYTES} bytes for the 128-byte swizzle, not {box_cols * eb}")
     rows, cols = max(rows, 1), max(cols, 1)   # K = 0: nothing is copied, but a map needs sizes >= 1
     if rows == 1:   # no second row: any stride the copy engine accepts will do
-        ld = -(-max(cols, 1) * eb // 16) * 16 // eb
+        ld = padded_ld(cols, eb)
     bstride = 0
     if batch is not None:
         if batch > 1 and (batch_stride <= 0 or (batch_stride * eb) % 16):

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, maps_backend, tensor_map, tma_aligned
+from ...runtime.tma import (SWIZZLE_BYTES, Operands, element_bytes, maps_backend, padded_ld, tensor_map, tma_readable)
 from ..cost import Estimate, Machine, Tile, best, copy_time, predict
 from ..spec import (KERNEL_DIR, LAYOUTS, TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam,
                     cdiv)
@@ -315,7 +315,7 @@ def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
     dtype = "float32" if pr.out_dtype in ("float32", "tf32") else pr.out_dtype
     eb = element_bytes(dtype)
     nz, sc = _batch_of(ops, ops.sc)
-    if beta != 0 or not tma_aligned(ops.C, pr.M, ops.ldc, 0, 0, 0, eb) or (sc * eb) % 16:
+    if beta != 0 or not tma_readable(ops.C, pr.M, ops.ldc, eb, (sc,)):
         return None
     # A batch whose C has room between its matrices or rows (padded rows, gaps) is
     # stored from registers: on an H100 the 3-D TMA store wrote zeros into that
@@ -329,12 +329,12 @@ def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
 def _tma_readable(ptr: int, rows: int, cols: int, ld: int, batch: tuple[int, int]) -> bool:
     """Whether a 16-bit matrix (or batch of them, (matrices, element stride)) stored rows x cols
     with leading dimension ld can be read through a tensor map in place."""
-    return tma_aligned(ptr, rows, ld, 0, 0, 0, 2) and batch[1] >= 0 and (batch[1] * 2) % 16 == 0   # TMA steps forward
+    return tma_readable(ptr, rows, ld, 2, (batch[1],))
 
 
 def staged_ld(cols: int) -> int:
     """The leading dimension of a staging copy: rows padded to a multiple of 16 bytes (8 elements)."""
-    return -(-max(cols, 1) // 8) * 8
+    return padded_ld(cols, 2)
 
 
 def _stage16(gpu, stream: int, operands):
@@ -424,9 +424,10 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     if (pr.op_a, pr.op_b) != ("N", "N"):
         raise ValueError(f"wgmma's TF32 path reads NN only, not {pr.op_a}{pr.op_b} (the plan falls back)")
     tm = wgmma_tile(p, "tf32")[0]
-    # Packed where TMA cannot read an operand in place: its base, rows or batch stride.
-    pack_a = not tma_aligned(ops.A, pr.M, ops.lda, 0, 0, 0, 4) or (za[1] * 4) % 16 != 0
-    pack_b = not tma_aligned(ops.B, pr.K, ops.ldb, 0, 0, 0, 4) or (zb[1] * 4) % 16 != 0
+    # Packed where TMA cannot read an operand in place: its base, rows or batch stride
+    # (off the 16-byte grid, or negative).
+    pack_a = not tma_readable(ops.A, pr.M, ops.lda, 4, (za[1],))
+    pack_b = not tma_readable(ops.B, pr.K, ops.ldb, 4, (zb[1],))
     map_c = _c_map(pr, ops, beta, 32) if splits == 1 else None
     if not (pack_a or pack_b):
         map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, "tf32", tm, 32, batch=za[0], batch_stride=za[1])
@@ -435,7 +436,7 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
         return
     from ...runtime import compile as rt_compile
     from ...runtime.launch import device_workspace, launch
-    kp, np_ = -(-pr.K // 4) * 4, -(-pr.N // 4) * 4          # rows of 16-byte multiples
+    kp, np_ = padded_ld(pr.K, 4), padded_ld(pr.N, 4)        # rows of 16-byte multiples
     nbytes = 4 * ((za[0] * pr.M * kp if pack_a else 0) + (zb[0] * pr.K * np_ if pack_b else 0))
     ws = device_workspace(gpu, stream, nbytes, "wgmma (TF32), for a TF32-rounded copy of an operand TMA cannot "
                                                "read in place,")
