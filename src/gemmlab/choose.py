@@ -112,16 +112,6 @@ class Choice:
         return registry.get(self.rung)
 
 
-def auto_tensor_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
-    """What ``kernel="auto"`` runs for 16-bit and TF32 inputs off Hopper (and where
-    wgmma falls back): mma_pipelined, its tiles sized to the problem (its spec's sized_params).  On
-    a GPU whose blocks get less shared memory than the defaults' 144 KiB
-    (sm_86/89/120: 99 KiB), the nearest configuration that fits is taken
-    (fit_smem): 128 x 256 x 32, 3 stages.
-    """
-    return "mma_pipelined", sized_choice(registry.get("mma_pipelined"), M, N, K, sm_count, batch)[0]
-
-
 def sized_choice(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[dict, str]:
     """A rung's tiles sized to the problem (its spec's sized_params) and why, where the
     rung says (mma_pipelined: its cost model against the tile-count rule); ({}, "")

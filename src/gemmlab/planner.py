@@ -304,7 +304,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     which this describes.  Without tile parameters, a named kernel (and ``"auto"``) takes the
     configuration tuned for the nearest shape on this GPU model (``gpu_slug``,
     see gemmlab.tuning) if there is one; else the kernel's defaults (for
-    ``"auto"``, the heuristic of :func:`auto_params`).  ``dtype`` is what the
+    ``"auto"``, each rung's ``auto_hook``, asked by gemmlab.choose).  ``dtype`` is what the
     kernel multiplies (float32, tf32, float16, bfloat16) and ``out_dtype`` what it
     writes; tuned tables are for float32 only so far.  ``op_a`` / ``op_b`` are
     the kernel-level layouts of op(A) and op(B) ("N" row-major, "T"
@@ -320,7 +320,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     over K), wgmma for 16-bit and TF32 inputs and ec_wgmma for
     the error-corrected methods on sm_90a (where ec_wgmma_pays; split over K by
     ec_wgmma_auto_split), and elsewhere the highest rung of the
-    family that runs on ``arch`` (see :func:`runnable`).
+    family that runs on ``arch`` (see gemmlab.choose.runnable).
     ``tma_aligned`` says whether a and b allow TMA tensor maps (see
     runtime.tma.tma_aligned).  A kernel that cannot take the operands
     (KernelSpec.why_unusable: a layout it does not read, operands TMA cannot
@@ -337,7 +337,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     ``smem_limit`` is the dynamic shared memory a block may have on the GPU
     (None: the table's figure for ``arch``, runtime.device.ARCH_LIMITS).  A
     default, tuned or auto configuration beyond it is replaced by the nearest
-    one that fits (:func:`fit_smem`), with the reason in ``Plan.limit_reason``;
+    one that fits (gemmlab.choose.fit_smem), with the reason in ``Plan.limit_reason``;
     tile parameters given by the caller that exceed it are an error.
 
     ``precision``: the caller's, where it changes the choice (see :func:`plan_call`).

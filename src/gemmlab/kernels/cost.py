@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .spec import cdiv
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -62,10 +64,6 @@ class Estimate:
 
     def __str__(self) -> str:
         return f"{self.seconds * 1e6:.1f} us ({self.reason})"
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def tile_use(M: int, N: int, bm: int, bn: int) -> float:

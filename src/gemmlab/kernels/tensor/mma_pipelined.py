@@ -4,7 +4,7 @@ shared memory, a STAGES-deep cp.async pipeline."""
 from __future__ import annotations
 
 from ..cost import Estimate, Machine, Tile, best, predict
-from ..spec import LAYOUTS, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, tiles
+from ..spec import LAYOUTS, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, cdiv, tiles
 from .wmma import TC_DTYPES, TC_MIN_ARCH, TC_VARIANTS, tc_type_args
 from .wmma_warptile import tc_threads
 
@@ -39,7 +39,7 @@ def sized_choice(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple
     waste: attention's P @ V at 197 tokens and head dimension 64 uses 19% of two such
     tiles per matrix, and 77% of four 64 x 64 ones."""
     large, small = sized_estimates(M, N, K, sm_count, batch)
-    rule = large if 2 * -(-M // 128) * -(-N // 256) * batch >= sm_count else small
+    rule = large if 2 * cdiv(M, LARGE_COST.bm) * cdiv(N, LARGE_COST.bn) * batch >= sm_count else small
     chosen = best((large, small), incumbent=rule)
     why = f"{chosen} against {large if chosen is small else small}"
     why = f"cost model over the tile-count rule: {why}" if chosen is not rule else \
