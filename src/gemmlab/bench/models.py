@@ -25,6 +25,7 @@ the repeats over the pairs: a long product gets the fewest runs time_gpu takes.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -297,21 +298,26 @@ def skipped_record(gpu: str, case: Case, dtype: str, why: str, ok: bool | None =
                        None, ok, 0, 0, skipped=why, tags=case.tags())
 
 
+def pct_stats(records: list[dict]) -> tuple[list[dict], float | None, dict | None]:
+    """(the records timed beside torch, the geometric mean of their % of torch, the slowest
+    of them); None for both where none was timed.  The models and shapes suites' summaries."""
+    timed = [r for r in records if r.get("pct_torch")]
+    if not timed:
+        return timed, None, None
+    return timed, statistics.geometric_mean(r["pct_torch"] for r in timed), min(timed, key=lambda r: r["pct_torch"])
+
+
 def summary(records: list[dict]) -> dict[str, dict]:
     """Per dtype: the geometric mean of % of torch over the timed cases, the
     worst case, and how many were skipped or failed their check."""
     out = {}
     for dtype in dict.fromkeys(r["dtype"] for r in records):
         mine = [r for r in records if r["dtype"] == dtype]
-        timed = [r for r in mine if r.get("pct_torch")]
-        entry = {"cases": len(timed), "skipped": sum(bool(r.get("skipped")) for r in mine),
-                 "failed": sum(r.get("ok") is False for r in mine), "geomean_pct": None, "worst_pct": None,
-                 "worst_case": None}
-        if timed:
-            worst = min(timed, key=lambda r: r["pct_torch"])
-            entry.update(geomean_pct=math.exp(sum(math.log(r["pct_torch"]) for r in timed) / len(timed)),
-                         worst_pct=worst["pct_torch"], worst_case=label(worst))
-        out[dtype] = entry
+        timed, geomean, worst = pct_stats(mine)
+        out[dtype] = {"cases": len(timed), "skipped": sum(bool(r.get("skipped")) for r in mine),
+                      "failed": sum(r.get("ok") is False for r in mine), "geomean_pct": geomean,
+                      "worst_pct": worst["pct_torch"] if worst else None,
+                      "worst_case": label(worst) if worst else None}
     return out
 
 

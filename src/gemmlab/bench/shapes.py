@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 from dataclasses import dataclass, fields
 
 from . import models
@@ -276,16 +275,12 @@ def gflop(rec: dict) -> float:
 
 
 def _stats(recs: list[dict]) -> dict:
-    timed = [r for r in recs if r.get("pct_torch")]
-    entry = {"products": len(timed), "below_90": sum(r["pct_torch"] < SLOW_PCT for r in timed),
-             "geomean_pct": None, "worst_pct": None, "worst": None,
-             "skipped": sum(bool(r.get("skipped")) and r.get("ok") is not False for r in recs),
-             "failed": sum(r.get("ok") is False for r in recs)}
-    if timed:
-        worst = min(timed, key=lambda r: r["pct_torch"])
-        entry.update(geomean_pct=statistics.geometric_mean(r["pct_torch"] for r in timed),
-                     worst_pct=worst["pct_torch"], worst=_name(worst))
-    return entry
+    timed, geomean, worst = models.pct_stats(recs)
+    return {"products": len(timed), "below_90": sum(r["pct_torch"] < SLOW_PCT for r in timed),
+            "geomean_pct": geomean, "worst_pct": worst["pct_torch"] if worst else None,
+            "worst": _name(worst) if worst else None,
+            "skipped": sum(bool(r.get("skipped")) and r.get("ok") is not False for r in recs),
+            "failed": sum(r.get("ok") is False for r in recs)}
 
 
 def _name(rec: dict) -> str:
