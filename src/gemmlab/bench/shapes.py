@@ -179,17 +179,19 @@ def _product(case: models.Case, model: str) -> Product:
     return Product(**{f.name: getattr(case, f.name) for f in fields(case)}, model=model)
 
 
+def _views(model: str, linear, attention) -> list[Product]:
+    """Every view of ``model``'s linear layers [(name, tokens, (fan_in, fan_out))] and attention
+    shapes [(batch x heads, sequence, head dim)]."""
+    out = [_product(models.linear_case(name, view, tokens, dims), model)
+           for name, tokens, dims in linear for view in models.LINEAR_PRODUCTS]
+    return out + [_product(models.attention_case(view, bh, seq, hd), model)
+                  for bh, seq, hd in attention for view in models.ATTENTION_PRODUCTS]
+
+
 def _model_products(m: ModelShapes) -> list[Product]:
-    out = []
-    for layer in m.layers:
-        name, fan_in, fan_out = layer[:3]
-        for tokens in (layer[3] if len(layer) > 3 else m.tokens):
-            out += [_product(models.linear_case(name, view, tokens, (fan_in, fan_out)), m.name)
-                    for view in models.LINEAR_PRODUCTS]
-    for bh, seq in m.attention:
-        out += [_product(models.attention_case(view, bh, seq, m.head_dim), m.name)
-                for view in models.ATTENTION_PRODUCTS]
-    return out
+    linear = [(layer[0], tokens, (layer[1], layer[2])) for layer in m.layers
+              for tokens in (layer[3] if len(layer) > 3 else m.tokens)]
+    return _views(m.name, linear, [(bh, seq, m.head_dim) for bh, seq in m.attention])
 
 
 def _random_products(seed: int) -> list[Product]:
@@ -199,16 +201,13 @@ def _random_products(seed: int) -> list[Product]:
 
     def odd():
         return int(math.exp(rng.uniform(math.log(lo), math.log(hi)))) | 1
-    out = []
+    linear = []
     for i in range(RANDOM_LAYERS):
         dims, tokens = (odd(), odd()), odd()
-        out += [_product(models.linear_case(f"linear{i}", view, tokens, dims), RANDOM)
-                for view in models.LINEAR_PRODUCTS]
-    for i in range(RANDOM_ATTENTION):
-        bh, seq, hd = rng.choice((8, 12, 32, 48, 96)), rng.randrange(65, 2049) | 1, rng.choice(RANDOM_HEAD_DIMS)
-        out += [_product(models.attention_case(view, bh, seq, hd), RANDOM)
-                for view in models.ATTENTION_PRODUCTS]
-    return out
+        linear.append((f"linear{i}", tokens, dims))
+    attention = [(rng.choice((8, 12, 32, 48, 96)), rng.randrange(65, 2049) | 1, rng.choice(RANDOM_HEAD_DIMS))
+                 for _ in range(RANDOM_ATTENTION)]
+    return _views(RANDOM, linear, attention)
 
 
 def generate(seed: int = 0) -> list[Product]:
