@@ -116,8 +116,8 @@ def sized_choice(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch:
     """A rung's tiles sized to the problem (its spec's sized_params) and why, where the
     rung says (mma_pipelined: its cost model against the tile-count rule); ({}, "")
     for a rung without sized tiles."""
-    if spec.name in registry.SIZED_CHOICES:
-        return registry.SIZED_CHOICES[spec.name](M, N, K, sm_count, batch)
+    if spec.sized_choice:
+        return spec.sized_choice(M, N, K, sm_count, batch)
     return (spec.sized_params(M, N, K, sm_count, batch) if spec.sized_params else {}), ""
 
 
@@ -278,16 +278,15 @@ def _auto(pr: Product, gpu: GPU) -> tuple[str, dict, str, tuple[str, ...]]:
 
 
 def _staging(spec: KernelSpec, problem: Problem, pr: Product, gpu: GPU) -> tuple[dict | None, str]:
-    """(wgmma's parameters, why) where wgmma, refused only because TMA cannot read the operands
-    in place, should run on staging copies of them; (None, why not) or (None, "") where
-    staging does not apply (another rung, dtype or refusal)."""
-    if spec.name != "wgmma" or problem.dtype not in ("float16", "bfloat16") or problem.tma_aligned or \
-            spec.why_unusable(dataclasses.replace(problem, stage=True)):
+    """(the rung's parameters, why) where ``spec``, refused only because TMA cannot read the
+    operands in place, should run on staging copies of them (its staging_hook); (None, why
+    not), or (None, "") where staging does not apply (no hook, or another refusal)."""
+    if spec.staging_hook is None or problem.tma_aligned or spec.why_unusable(dataclasses.replace(problem, stage=True)):
         return None, ""
     stage_bytes = pr.stage_bytes
     if stage_bytes is None:
-        stage_bytes = (pr.M * pr.K + pr.K * pr.N) * ITEMSIZE[problem.dtype] * max(pr.batch, 1)
-    return registry.wgmma_staging_choice(pr.M, pr.N, pr.K, gpu.sm_count, pr.batch, problem.dtype, stage_bytes)
+        stage_bytes = (pr.M * pr.K + pr.K * pr.N) * ITEMSIZE.get(problem.dtype, 4) * max(pr.batch, 1)   # tf32: 4
+    return spec.staging_hook(ask(pr, gpu), stage_bytes)
 
 
 def _choose(pr: Product, gpu: GPU) -> Choice:

@@ -23,7 +23,7 @@ from .simt.splitk_reduce import (SPLITK_REDUCE_DTYPES, SPLITK_REDUCE_KERNEL, SPL
                                  SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_THREADS, splitk_reduce_kernel)
 from .tensor import wmma, wmma_warptile, mma_pipelined, wgmma
 from .tensor.wmma import TC_VARIANTS, TC_WARPS_PER_BLOCK  # noqa: F401
-from .tensor.mma_pipelined import MMA_SMEM_LIMIT, sized_choice as mma_sized_choice  # noqa: F401
+from .tensor.mma_pipelined import MMA_SMEM_LIMIT  # noqa: F401
 from .tensor.wgmma import (PACK16_KERNEL, TF32_PACK_KERNELS, TF32_PACK_SOURCE, TF32_PACK_THREADS, TF32_PACK_TILE,  # noqa: F401
                            WGMMA_EPI_BYTES, WGMMA_MIN_K_STEPS_PER_SLICE, WGMMA_SM90, WGMMA_SMEM_LIMIT,
                            wgmma_auto_choice, wgmma_auto_params, wgmma_rule_params, wgmma_staging_choice, wgmma_auto_split, wgmma_narrow_tile, wgmma_tile)
@@ -52,11 +52,6 @@ RUNGS = (
 )
 for _rung in RUNGS:
     register(_rung.SPEC)
-
-
-# Rungs whose tiles sized to the problem come with a reason (a cost model's choice):
-# name -> (M, N, K, sm_count, batch) -> (params, reason).
-SIZED_CHOICES = {"mma_pipelined": mma_sized_choice}
 
 
 def get(name: str) -> KernelSpec:

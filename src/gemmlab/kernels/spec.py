@@ -207,6 +207,14 @@ class KernelSpec:
     # where the plan brings none of its own (kernel="auto", or this kernel taking
     # over as a fallback); None: the defaults.
     sized_params: Callable[[int, int, int, int, int], dict] | None = None
+    # The same with the reason, for a rung whose sizing weighs options (a cost model):
+    # sized_choice(M, N, K, sm_count, batch) -> (params, why); None: sized_params, no reason.
+    sized_choice: Callable[[int, int, int, int, int], tuple[dict, str]] | None = None
+    # kernel="auto" on operands the rung cannot read in place (why_unusable of the
+    # problem) but could read from aligned staging copies of them (the problem's
+    # ``stage``): staging_hook(Ask, bytes copied) -> (params, why) where the copy pays,
+    # (None, why not) where not, (None, "") where staging does not apply.
+    staging_hook: Callable[[Ask, int], tuple[dict | None, str]] | None = None
     # kernel="auto": whether this rung takes a product and with which tile parameters
     # (auto_hook(Ask) -> Offer); gemmlab.choose asks the rungs in its order, fastest first.
     auto_hook: Callable[[Ask], Offer] | None = None

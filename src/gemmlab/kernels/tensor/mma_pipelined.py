@@ -115,6 +115,7 @@ SPEC = KernelSpec(
     unusable=_unusable,
     fallback="wmma_warptile",
     sized_params=sized_params,
+    sized_choice=sized_choice,
     auto_hook=_auto_hook,
     min_arch=TC_MIN_ARCH, fragment_maps=True,
     needs="mma.sync m16n8k16 (FP16, BF16) and m16n8k8 (TF32), and cp.async: sm_80; ldmatrix: sm_75",

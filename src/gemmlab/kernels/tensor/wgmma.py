@@ -288,6 +288,14 @@ def wgmma_staging_choice(M: int, N: int, K: int, sm_count: int, batch: int, dtyp
     return params, f"cost model: {staged} against mma_pipelined's {fallback} on the operands as they are"
 
 
+def _staging_hook(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
+    """16-bit operands are staged by pack16 (wgmma_staging_choice); TF32 packs its own
+    operands as it builds its arguments, so staging does not apply to it."""
+    if ask.dtype not in ("float16", "bfloat16"):
+        return None, ""
+    return wgmma_staging_choice(ask.M, ask.N, ask.K, ask.sm_count, ask.batch, ask.dtype, stage_bytes)
+
+
 def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
                       dtype: str = "bfloat16") -> dict:
     """wgmma's tile for ``kernel="auto"``: see wgmma_auto_choice."""
@@ -500,6 +508,7 @@ SPEC = KernelSpec(
     unusable=_unusable,
     fallback="mma_pipelined",
     auto_hook=_auto_hook,
+    staging_hook=_staging_hook,
     # The persistent loop's work items are (matrix, slice of K, tile).
     split_k_param="SPLITK",
     kernel_args=wgmma_kernel_args,
