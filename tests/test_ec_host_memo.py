@@ -610,3 +610,34 @@ def test_half_rows_grid():
     assert ec_wgmma.ec_scaled_half_rows_grid(tt, 1, 1, 1, 132) == ((6, 1, 2), 3 + 6)
     tall = Problem(8192, 2048, 4096, True, "fp16_ec", op_a="N", op_b="N")   # A's 2048 groups capped at 1056
     assert ec_wgmma.ec_scaled_half_rows_grid(tall, 4, 1, 1, 132) == ((1056, 1, 2), 1056 + 512)
+
+
+def test_a_repeated_staged_wgmma_call_launches_what_the_first_built(rec):
+    """wgmma on 16-bit operands TMA cannot read in place (a vocabulary's dY @ W: K odd): the
+    staging pre-pass's copy and wgmma's arguments on the copy (tensor maps included) are built
+    once per set of addresses and workspace, as ec_wgmma's split is; a moved operand builds
+    again, a graph's own workspace (not kept) every time."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((64, 30001)).astype(np.float16)      # rows of 60002 bytes: off the grid
+    b = rng.standard_normal((30001, 256)).astype(np.float16)
+    out = np.empty((64, 256), np.float16)
+    gemmlab.matmul(a, b, out=out)
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and p.problem.stage, p.describe()
+    first = rec.launches()
+    kernels = [k for k, _, _ in first]
+    assert kernels[0] == registry.PACK16_KERNEL and kernels.count(registry.PACK16_KERNEL) == 1, kernels
+    assert any(k.startswith("gemmlab::wgmma_gemm") for k in kernels), kernels
+    assert rec.builds == 1
+    for _ in range(3):
+        gemmlab.matmul(a, b, out=out)
+        _same(first, rec.launches())
+    assert rec.builds == 1
+    moved = a.copy()
+    gemmlab.matmul(moved, b, out=out)
+    again = rec.launches()
+    assert rec.builds == 2 and again[0][2][2] == moved.ctypes.data   # the copy reads the new address
+    rec.repeats = False
+    gemmlab.matmul(a, b, out=out)
+    gemmlab.matmul(a, b, out=out)
+    assert rec.builds == 4

@@ -111,7 +111,9 @@ class Launcher:
         # (a null address no tensor map can describe).
         self.quick_ok = pr.out_dtype == "float32" or splits > 1 or pr.K == 0
         self.k_zero = pr.K == 0
-        self.prepass = p.spec.prepass
+        # A pre-pass: the rung's own (ec_wgmma's split), or aligned copies of operands it cannot
+        # read in place (wgmma's staging).
+        self.prepass = p.spec.prepass or (p.spec.staging if not p.problem.tma_aligned else None)
         self.own_args = p.spec.kernel_args is not None or self.prepass is not None
         self.batched_args = self.own_args and p.spec.batched_args
         M, N, K = pr.M, pr.N, pr.K
@@ -141,8 +143,8 @@ class Launcher:
         # own-args kernels: launch shapes by matrices per launch (after a pre-pass: by (matrices,
         # whether a choice record is read), the latter a programmatic dependent launch)
         self._shapes = {}
-        reusable = p.spec.reusable_args is not None and p.spec.reusable_args(pr)
-        self._args_memo = {} if reusable else None
+        # kernel_args' arguments, kept per addresses (None: built per call, for driver-built maps).
+        self._args_memo = {} if p.spec.kernel_args is not None and self.prepass is None else None
         self._full_memo = {}    # (A, B, C, alpha, beta) -> the whole argument tuple, for direct()
         self._split_memo = {}   # split-K, own arguments: (A, B, workspace) -> the GEMM's arguments, for direct()
         self._prepass_memo = {}   # a pre-pass kernel's launches, by addresses, scalars and workspace
@@ -357,18 +359,17 @@ class Launcher:
                 launch_shaped(self.kernel, self._shapes[nz], stream, args)
             return
         for a, b, c, nz in jobs:
-            ops = Operands(a, lda, b, ldb, c, ldc, nz, *strides)
-            with p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta) as args:
-                # Arguments built per call (wgmma's TF32 copy of an operand TMA cannot
-                # read, into a workspace of this call), but the launch shape once.
-                shape = self._shapes.get(nz)
-                if shape is None:
-                    shape = self._shapes[nz] = LaunchShape(self._grid(nz, stream), geo.block, geo.smem_bytes,
-                                                           geo.cluster)
-                if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
-                    launch(self.kernel, shape.grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
-                else:
-                    launch_shaped(self.kernel, shape, stream, args)
+            # Arguments built per call (driver-encoded tensor maps, which are not kept), but the
+            # launch shape once.
+            args = p.spec.kernel_args(p, self.gpu, stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha,
+                                      beta)
+            shape = self._shapes.get(nz)
+            if shape is None:
+                shape = self._shapes[nz] = LaunchShape(self._grid(nz, stream), geo.block, geo.smem_bytes, geo.cluster)
+            if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
+                launch(self.kernel, shape.grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
+            else:
+                launch_shaped(self.kernel, shape, stream, args)
 
     def _launch_after_prepass(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int,
                               report: int = 0, workspace=None) -> None:
@@ -387,7 +388,7 @@ class Launcher:
         bytes: shared_prepass_bytes), used and left to the caller to give back."""
         for a, b, c, nz in jobs:
             ws = workspace if workspace is not None else \
-                stream_workspace(self.gpu, stream, self._prepass_workspace_bytes(nz, strides, choice),
+                stream_workspace(self.gpu, stream, self._prepass_workspace_bytes(a, b, nz, strides, choice),
                                  self.prepass.what)
             try:
                 launches, args, shape, driver_maps = self._after_prepass(stream, a, b, c, nz, ldc, strides, alpha,
@@ -427,15 +428,16 @@ class Launcher:
             stream, A, B, C, self.chunks[0][3], self.lds[2], self.strides, alpha, beta, choice, report, workspace)
         return None if driver_maps else launches + ((self.kernel, shape, args),)
 
-    def _prepass_workspace_bytes(self, nz: int, strides, choice: int) -> int:
-        """The bytes of the pre-pass workspace of a launch of ``nz`` matrices with these batch
-        strides (``choice``: whether a choice record is read), computed once per shape."""
-        key = (nz, strides, choice != 0)
+    def _prepass_workspace_bytes(self, a: int, b: int, nz: int, strides, choice: int) -> int:
+        """The bytes of the pre-pass workspace of a launch of ``nz`` matrices at A = ``a``, B =
+        ``b`` with these batch strides (``choice``: whether a choice record is read), computed
+        once per shape and alignment (a staging copy takes the operands off the 16-byte grid)."""
+        key = (nz, strides, choice != 0, a & 15, b & 15)
         nbytes = self._prepass_bytes.get(key)
         if nbytes is None:
-            lda, ldb, ldc = self.lds   # the size depends on the layout and the batch, not on addresses
+            lda, ldb, ldc = self.lds
             nbytes = self._prepass_bytes[key] = self.prepass.workspace_bytes(
-                self.plan, Operands(0, lda, 0, ldb, 0, ldc, nz, *strides), choice)
+                self.plan, Operands(a, lda, b, ldb, 0, ldc, nz, *strides), choice)
         return nbytes
 
     def shared_prepass_bytes(self) -> int:
@@ -446,7 +448,7 @@ class Launcher:
         if self.prepass is None or self.splits != 1 or len(self.chunks) != 1 or \
                 (not self.batched_args and self.batch > 1):
             return 0
-        return self._prepass_workspace_bytes(self.chunks[0][3], self.strides, 1)
+        return self._prepass_workspace_bytes(0, 0, self.chunks[0][3], self.strides, 1)
 
     def _build_after_prepass(self, stream: int, ops: Operands, alpha, beta, choice: int, workspace: int,
                              report: int = 0) -> tuple:
@@ -484,8 +486,7 @@ class Launcher:
     def _memo_args(self, stream, ops: Operands, alpha, beta):
         p, geo = self.plan, self.geo
         grid = self._grid(ops.batch, stream)
-        with p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta) as args:
-            pass
+        args = p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta)
         if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
             self._args_memo = None
             launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)

@@ -581,6 +581,22 @@ def batching(kv: KernelView) -> Batching:
     return Batching(nz, tuple(zstr), offsets)
 
 
+def tma_reading(call: Call, kv: KernelView, bt: Batching) -> tuple[bool, int]:
+    """(whether TMA reads both operands of ``kv`` in place, the bytes a staging copy of those it
+    cannot read would move): base, rows and every batch stride on the 16-byte grid, batch
+    strides >= 0 (TMA steps forward only); the copy takes every matrix of a launch (a matrix
+    the batch shares, stride 0, once)."""
+    ia = kv.itemsize["A"]
+    batch_strides = [bt.strides[:2]] + [off[:2] for off in bt.offsets]
+    readable = [tma_readable(kv.ptrs[k], rows, side.ld, ia, [st[i] for st in batch_strides])
+                for i, (k, side, rows) in enumerate((("A", kv.A, kv.M if kv.A.layout == "N" else call.K),
+                                                     ("B", kv.B, call.K if kv.B.layout == "N" else kv.N)))]
+    stage_bytes = sum(rows * cols * ia * (bt.nz if stride else 1)
+                      for ok, rows, cols, stride in ((readable[0], kv.M, call.K, bt.strides[0]),
+                                                     (readable[1], call.K, kv.N, bt.strides[1])) if not ok)
+    return all(readable), stage_bytes
+
+
 def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_params: dict,
               precision: str | None = None) -> Plan:
     """The plan for a validated call on ``gpu``, with every pointer of ``kv``
@@ -589,20 +605,7 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
     as they are, no scale) runs ec_wgmma's four-set kernel unless the caller named
     BN or FOLD, and fp32_tc with kernel="auto" on a product too thin for the tensor
     cores runs FP32 on the CUDA cores (the plan's ``method`` is then "fp32")."""
-    ia = kv.itemsize["A"]
-    batch_strides = [bt.strides[:2]] + [off[:2] for off in bt.offsets]
-    # Each operand: can TMA read it in place (base, rows, every batch stride on the 16-byte grid,
-    # batch strides >= 0: TMA steps forward only)?
-    readable = [tma_readable(kv.ptrs[k], rows, side.ld, ia, [st[i] for st in batch_strides])
-                for i, (k, side, rows) in enumerate((("A", kv.A, kv.M if kv.A.layout == "N" else call.K),
-                                                     ("B", kv.B, call.K if kv.B.layout == "N" else kv.N)))]
-    tma_ok = all(readable)
-    # What a staging copy would move: the operands TMA cannot read, every matrix of a launch
-    # (a matrix the batch shares, stride 0, once).
-    stage_bytes = sum(rows * cols * ia * (bt.nz if stride else 1)
-                      for ok, rows, cols, stride in ((readable[0], kv.M, call.K, bt.strides[0]),
-                                                     (readable[1], call.K, kv.N, bt.strides[1])) if not ok)
-
+    tma_ok, stage_bytes = tma_reading(call, kv, bt)
     return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
                 op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok,
                 gpu_name=gpu.name, smem_limit=gpu.max_smem_per_block_optin, stage_bytes=stage_bytes,

@@ -219,15 +219,17 @@ class KernelSpec:
     # (auto_hook(Ask) -> Offer); gemmlab.choose asks the rungs in its order, fastest first.
     auto_hook: Callable[[Ask], Offer] | None = None
     # Builds the kernel's arguments when they are more than the standard
-    # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides): called by
-    # executor.run_plan as kernel_args(plan, gpu, stream, operands, alpha, beta) once
-    # per matrix of a batch (or once per launch: batched_args), it returns a context manager that yields the
-    # argument tuple (e.g. with TMA tensor maps) and releases whatever it set up
-    # (workspaces) once the kernel is enqueued.
+    # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides):
+    # kernel_args(plan, gpu, stream, operands, alpha, beta) -> the argument tuple (e.g. with
+    # TMA tensor maps), once per matrix of a batch (or once per launch: batched_args).  It may
+    # depend only on the addresses, alpha and beta: a prepared call keeps it per set of them.
     kernel_args: Callable | None = None
     # Instead of kernel_args, a kernel with a pre-pass (above): its arguments built on a
     # workspace the executor takes from the caller's stream.
     prepass: PrePass | None = None
+    # The pre-pass of a problem whose operands the kernel cannot read in place
+    # (Problem.tma_aligned false): aligned copies of them (wgmma's staging), then the kernel.
+    staging: PrePass | None = None
     # kernel_args (or the pre-pass) takes a whole batch (Operands.batch matrices,
     # Operands.sa/sb/sc elements apart) and the kernel walks all of it in one launch
     # (wgmma: its persistent loop); its geometry then takes the batch: geometry(params,
@@ -237,10 +239,6 @@ class KernelSpec:
     # (ec_wgmma: the split parts); executor.Launcher chunks batches so that a launch's
     # stays under BATCH_WORKSPACE_LIMIT.  None: no workspace that grows with the batch.
     batch_workspace: Callable[[Problem], int] | None = None
-    # Whether kernel_args' arguments for a problem depend only on the addresses,
-    # alpha and beta (no per-call pre-pass or workspace): a prepared call then
-    # keeps them per set of addresses instead of building them at every call.
-    reusable_args: Callable[[Problem], bool] | None = None
     # The launch first packs op(A) and op(B) into row-major workspaces (ec_wgmma's
     # split pre-pass), so the kernel reads every layout and is instantiated for
     # 'N', 'N' only.

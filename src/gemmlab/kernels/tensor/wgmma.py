@@ -4,21 +4,19 @@ optionally split over K (SPLITK: FP32 partial products in a workspace, added int
 C by simt/splitk_reduce.cu; executor.Launcher runs both).
 
 Beside the spec: the launch arguments (3-D tensor maps of A, B and C over a
-whole batch, built by runtime.tma) and the TF32 pre-pass of tf32_pack.cu that
-copies an operand TMA cannot read in place.  ec_wgmma (ec/ec_wgmma.py) reuses the Hopper limits and the
+whole batch, built by runtime.tma) and the staging pre-pass (tf32_pack.cu) that
+copies an operand TMA cannot read in place to the 16-byte grid.  ec_wgmma (ec/ec_wgmma.py) reuses the Hopper limits and the
 standard arguments.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 
-from ...runtime.tma import (SWIZZLE_BYTES, Operands, element_bytes, maps_backend, padded_ld, tensor_map, tma_readable)
+from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, padded_ld, tensor_map, tma_readable
 from ..cost import Estimate, Machine, Tile, best, copy_time, predict
-from ..spec import (KERNEL_DIR, LAYOUTS, TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam,
-                    cdiv)
+from ..spec import (KERNEL_DIR, LAYOUTS, TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, PrePass, Problem,
+                    TileParam, cdiv)
 from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
 from .mma_pipelined import sized_estimates, sized_params
 from ..simt.pipelined import SPLITK_VALUES, fill_split
@@ -264,7 +262,7 @@ STAGING_HOST_SECONDS = 40e-6
 def wgmma_staging_choice(M: int, N: int, K: int, sm_count: int, batch: int, dtype: str,
                          stage_bytes: int) -> tuple[dict | None, str]:
     """Whether a 16-bit product whose operands TMA cannot read in place runs on wgmma after a
-    staging copy of ``stage_bytes`` (kernel_args' pack16, rows padded to 16 bytes), rather than on
+    staging copy of ``stage_bytes`` (the staging pre-pass's pack16, rows padded to 16 bytes), rather than on
     its fallback, mma_pipelined, reading them as they are: (wgmma's parameters, why) where the
     cost model predicts the copy and wgmma faster than the fallback by more than its margin, else
     (None, why not).  A long K on few output tiles pays (a vocabulary's dY @ W: wgmma splits K, the
@@ -289,8 +287,8 @@ def wgmma_staging_choice(M: int, N: int, K: int, sm_count: int, batch: int, dtyp
 
 
 def _staging_hook(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
-    """16-bit operands are staged by pack16 (wgmma_staging_choice); TF32 packs its own
-    operands as it builds its arguments, so staging does not apply to it."""
+    """16-bit operands are staged where wgmma_staging_choice says it pays; TF32 (asked for by
+    name) always copies what TMA cannot read, so there is nothing to weigh."""
     if ask.dtype not in ("float16", "bfloat16"):
         return None, ""
     return wgmma_staging_choice(ask.M, ask.N, ask.K, ask.sm_count, ask.batch, ask.dtype, stage_bytes)
@@ -334,64 +332,37 @@ def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
                       batch=nz, batch_stride=sc)
 
 
-def _tma_readable(ptr: int, rows: int, cols: int, ld: int, batch: tuple[int, int]) -> bool:
-    """Whether a 16-bit matrix (or batch of them, (matrices, element stride)) stored rows x cols
-    with leading dimension ld can be read through a tensor map in place."""
-    return tma_readable(ptr, rows, ld, 2, (batch[1],))
+def _stored(pr, ops: Operands, za: tuple[int, int], zb: tuple[int, int]) -> tuple[tuple, tuple]:
+    """A and B as stored: (pointer, rows, columns, leading dimension, (matrices, batch stride))."""
+    a = (ops.A,) + ((pr.M, pr.K) if pr.op_a == "N" else (pr.K, pr.M)) + (ops.lda, za)
+    b = (ops.B,) + ((pr.K, pr.N) if pr.op_b == "N" else (pr.N, pr.K)) + (ops.ldb, zb)
+    return a, b
 
 
-def staged_ld(cols: int) -> int:
-    """The leading dimension of a staging copy: rows padded to a multiple of 16 bytes (8 elements)."""
-    return padded_ld(cols, 2)
+def _readable(x: tuple, eb: int) -> bool:
+    """Whether TMA reads the stored operand ``x`` (see _stored) in place."""
+    ptr, rows, _, ld, (_, stride) = x
+    return tma_readable(ptr, rows, ld, eb, (stride,))
 
 
-def _stage16(gpu, stream: int, operands):
-    """Copy each 16-bit operand (pointer, rows, cols, ld, (matrices, stride)) TMA cannot read into
-    one stream-ordered workspace, rows padded to 16 bytes, every matrix of a batch after the other
-    (pack16 of tf32_pack.cu, on the caller's stream); returns the workspace, which the caller
-    closes after the kernel that reads it, and {id(operand): the copy, as the operand}."""
-    from ...runtime import compile as rt_compile
-    from ...runtime.launch import device_workspace, launch
-    sizes = [2 * n * rows * staged_ld(cols) for _, rows, cols, _, (n, _) in operands]
-    ws = device_workspace(gpu, stream, sum(sizes), "wgmma, for an aligned copy of an operand TMA cannot read in "
-                                                   "place,")
-    try:
-        kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, PACK16_KERNEL, gpu.arch)
-        copies, at = {}, int(ws.handle)
-        for x, size in zip(operands, sizes):
-            ptr, rows, cols, ld, (n, stride) = x
-            ldd = staged_ld(cols)
-            grid = (min(cdiv(max(cols, 1), PACK16_THREADS), 64), max(1, min(rows, 65535)), n)
-            launch(kernel, grid, (PACK16_THREADS, 1, 1), 0, stream, np.int32(rows), np.int32(cols), ptr, np.int32(ld),
-                   at, np.int32(ldd), np.int64(stride), np.int64(rows * ldd))
-            copies[id(x)] = (at, rows, cols, ldd, (n, rows * ldd if n > 1 else 0))
-            at += size
-    except BaseException:
-        ws.close(stream)
-        raise
-    return ws, copies
-
-
-@contextmanager
-def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
+def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, stored=None) -> tuple:
     """The wgmma rung's arguments: the standard eleven, the batch strides (layout.cuh;
     of A and B the kernel asks only whether they are 0), the number of matrices, the
-    tensor maps of A, B and C, and whether the epilogue stores through C's map (beta ==
-    0 and C aligned for TMA).  The whole batch of ``ops`` is one launch: each map is
-    3-D, the batch outermost, its stride the bytes between matrices (runtime.tma); an
-    operand the matrices share (stride 0) is a batch of one.
+    tensor maps of A, B and C, whether the epilogue stores through C's map (beta ==
+    0 and C aligned for TMA), and SPLITK.  The whole batch of ``ops`` is one launch:
+    each map is 3-D, the batch outermost, its stride the bytes between matrices
+    (runtime.tma); an operand the matrices share (stride 0) is a batch of one.
+    ``stored``: A and B as _stored gives them, where they are aligned copies
+    (wgmma_staged_launches); by default the caller's, which TMA must read in place.
 
     16-bit inputs, each map over the operand as stored, boxes as 04_wgmma.cu's
     load_operand_tile copies them: a K-major operand (A 'N', stored M x K; B 'T', stored
     N x K) in boxes of its tile's rows (A: BM; B: BN / CLUSTER, each block of a cluster
     copies its share) x 64 K; an MN-major one (A 'T', stored K x M; B 'N', stored K x N)
-    in 64 x 64 boxes (64 K-rows of 64 M or N).  C in 64-row boxes of 128 bytes.  TF32: the kernel computes C^T = B^T A^T,
-    reading A in BN x 32 boxes and B as stored in 32 x 32 boxes, both through TFLOAT32
-    maps, so that the copy engine rounds them to TF32 on the way into shared memory;
-    C in 32 x 32 boxes.  An operand TMA cannot read in place (unaligned base or row
-    stride) is first copied, rounded, by tensor/tf32_pack.cu into a stream-ordered
-    workspace with rows padded to 16 bytes; the workspace is freed in stream order
-    once the kernel is enqueued."""
+    in 64 x 64 boxes (64 K-rows of 64 M or N).  C in 64-row boxes of 128 bytes.  TF32
+    (NN only): the kernel computes C^T = B^T A^T, reading A in BN x 32 boxes and B as
+    stored in 32 x 32 boxes, both through TFLOAT32 maps, so that the copy engine rounds
+    them to TF32 on the way into shared memory; C in 32 x 32 boxes."""
     pr, p = plan.problem, plan.params
     one = ops.batch <= 1
     sa, sb = (0, 0) if one else (ops.sa, ops.sb)
@@ -400,76 +371,92 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta):
     sc = pr.M * pr.N if splits > 1 else 0 if one else ops.sc
     args = standard_args(pr, ops, alpha, beta) + (np.int64(sa), np.int64(sb), np.int64(sc),
                                                   np.int32(max(ops.batch, 1)))
-    tail = (np.int32(splits),)
-    za, zb = _batch_of(ops, sa), _batch_of(ops, sb)
-    if pr.dtype in ("float16", "bfloat16"):
-        # A and B as stored: (pointer, rows, columns, leading dimension, (matrices, batch stride)).
-        a = (ops.A,) + ((pr.M, pr.K) if pr.op_a == "N" else (pr.K, pr.M)) + (ops.lda, za)
-        b = (ops.B,) + ((pr.K, pr.N) if pr.op_b == "N" else (pr.N, pr.K)) + (ops.ldb, zb)
-        staged = [x for x in (a, b) if not _tma_readable(*x)]
-        ws, be = None, None
-        if staged:
-            if not pr.stage:
-                raise ValueError("wgmma: an operand TMA cannot read in place, and the plan did not ask for a "
-                                 "staging copy (the planner falls back instead)")
-            ws, copies = _stage16(gpu, stream, staged)
-            a, b = (copies.get(id(x), x) for x in (a, b))
-            be = maps_backend(stream)
-        try:
-            (pa, ra, ca, lda, (na, sta)), (pb, rb, cb, ldb, (nb, stb)) = a, b
-            box_a = (p["BM"], 64) if pr.op_a == "N" else (64, 64)     # K-major M x K, or M-major K x M
-            box_b = (64, 64) if pr.op_b == "N" else (p["BN"] // p["CLUSTER"], 64)   # N-major K x N, or K-major
-            map_a = tensor_map(pa, ra, ca, lda, pr.dtype, *box_a, be, batch=na, batch_stride=sta)
-            map_b = tensor_map(pb, rb, cb, ldb, pr.dtype, *box_b, be, batch=nb, batch_stride=stb)
-            map_c = _c_map(pr, ops, beta, 64, be) if splits == 1 else None
-            yield args + (map_a, map_b, map_c if map_c is not None else map_a, np.int32(map_c is not None)) + tail
-        finally:
-            if ws is not None:
-                ws.close(stream)   # in stream order, after the kernel that reads the copies
-        return
-    if pr.dtype != "tf32":
+    if pr.dtype not in ("float16", "bfloat16", "tf32"):
         raise TypeError(f"wgmma computes float16, bfloat16 and tf32, not {pr.dtype}")
-    if (pr.op_a, pr.op_b) != ("N", "N"):
-        raise ValueError(f"wgmma's TF32 path reads NN only, not {pr.op_a}{pr.op_b} (the plan falls back)")
-    tm = wgmma_tile(p, "tf32")[0]
-    # Packed where TMA cannot read an operand in place: its base, rows or batch stride
-    # (off the 16-byte grid, or negative).
-    pack_a = not tma_readable(ops.A, pr.M, ops.lda, 4, (za[1],))
-    pack_b = not tma_readable(ops.B, pr.K, ops.ldb, 4, (zb[1],))
-    map_c = _c_map(pr, ops, beta, 32) if splits == 1 else None
-    if not (pack_a or pack_b):
-        map_a = tensor_map(ops.A, pr.M, pr.K, ops.lda, "tf32", tm, 32, batch=za[0], batch_stride=za[1])
-        yield args + (map_a, tensor_map(ops.B, pr.K, pr.N, ops.ldb, "tf32", 32, 32, batch=zb[0], batch_stride=zb[1]),
-                      map_c if map_c is not None else map_a, np.int32(map_c is not None)) + tail
-        return
+    if stored is None:
+        stored = _stored(pr, ops, _batch_of(ops, sa), _batch_of(ops, sb))
+        if not all(_readable(x, element_bytes(pr.dtype)) for x in stored):
+            raise ValueError("wgmma: an operand TMA cannot read in place, and the plan did not ask for a "
+                             "staging copy (the planner stages or falls back instead)")
+    (pa, ra, ca, lda, (na, sta)), (pb, rb, cb, ldb, (nb, stb)) = stored
+    if pr.dtype == "tf32":
+        box_a, box_b, box_c = (wgmma_tile(p, "tf32")[0], 32), (32, 32), 32
+    else:
+        box_a = (p["BM"], 64) if pr.op_a == "N" else (64, 64)     # K-major M x K, or M-major K x M
+        box_b = (64, 64) if pr.op_b == "N" else (p["BN"] // p["CLUSTER"], 64)   # N-major K x N, or K-major
+        box_c = 64
+    map_a = tensor_map(pa, ra, ca, lda, pr.dtype, *box_a, backend, batch=na, batch_stride=sta)
+    map_b = tensor_map(pb, rb, cb, ldb, pr.dtype, *box_b, backend, batch=nb, batch_stride=stb)
+    map_c = _c_map(pr, ops, beta, box_c, backend) if splits == 1 else None
+    return args + (map_a, map_b, map_c if map_c is not None else map_a, np.int32(map_c is not None),
+                   np.int32(splits))
+
+
+def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta) -> tuple:
+    """KernelSpec.kernel_args: wgmma_args on the caller's operands, which TMA reads in place."""
+    return wgmma_args(plan, ops, alpha, beta)
+
+
+# -- the staging copy: operands TMA cannot read in place ---------------------------------------
+
+def _to_stage(plan, ops: Operands) -> list[tuple]:
+    """The stored operands (see _stored) of a launch that TMA cannot read in place: a base,
+    row stride or batch stride off the 16-byte grid, or a negative batch stride."""
+    pr = plan.problem
+    one = ops.batch <= 1
+    stored = _stored(pr, ops, _batch_of(ops, 0 if one else ops.sa), _batch_of(ops, 0 if one else ops.sb))
+    eb = element_bytes(pr.dtype)
+    return [x for x in stored if not _readable(x, eb)]
+
+
+def _copy_bytes(x: tuple, eb: int) -> int:
+    """Bytes of an aligned copy of the stored operand ``x``: every matrix, rows padded to 16 bytes."""
+    _, rows, cols, _, (n, _) = x
+    return eb * n * rows * padded_ld(cols, eb)
+
+
+def staged_workspace_bytes(plan, ops: Operands, choice: int = 0) -> int:
+    """PrePass.workspace_bytes of the staging copy: the copies of the operands TMA cannot
+    read, one after the other (each a multiple of 16 bytes long)."""
+    eb = element_bytes(plan.problem.dtype)
+    return sum(_copy_bytes(x, eb) for x in _to_stage(plan, ops))
+
+
+def wgmma_staged_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, backend,
+                          report: int = 0) -> tuple[list, tuple]:
+    """PrePass.build of the staging copy: the launches that copy each operand TMA cannot
+    read in place into the workspace at ``workspace`` (tf32_pack.cu, every matrix of the
+    batch one after the other, rows padded to 16 bytes: 16-bit elements bit for bit by
+    pack16, float32 rounded to TF32 by tf32_pack), and wgmma's arguments on the copies.
+    Built once per set of addresses by executor.Launcher, which enqueues the copies, then
+    the kernel, on the caller's stream."""
     from ...runtime import compile as rt_compile
-    from ...runtime.launch import device_workspace, launch
-    kp, np_ = padded_ld(pr.K, 4), padded_ld(pr.N, 4)        # rows of 16-byte multiples
-    nbytes = 4 * ((za[0] * pr.M * kp if pack_a else 0) + (zb[0] * pr.K * np_ if pack_b else 0))
-    ws = device_workspace(gpu, stream, nbytes, "wgmma (TF32), for a TF32-rounded copy of an operand TMA cannot "
-                                               "read in place,")
-    try:
-        (a_src, lda, a_nz, a_st), (b_src, ldb, b_nz, b_st) = (ops.A, ops.lda) + za, (ops.B, ops.ldb) + zb
-        jobs, at = [], int(ws.handle)
-        if pack_a:   # every matrix of the batch, packed one after the other
-            jobs.append((pr.M, pr.K, ops.A, ops.lda, at, kp, a_nz, a_st, pr.M * kp))
-            a_src, lda, a_st = at, kp, pr.M * kp if a_nz > 1 else 0
-            at += 4 * a_nz * pr.M * kp
-        if pack_b:
-            jobs.append((pr.K, pr.N, ops.B, ops.ldb, at, np_, b_nz, b_st, pr.K * np_))
-            b_src, ldb, b_st = at, np_, pr.K * np_ if b_nz > 1 else 0
-        kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, TF32_PACK_KERNELS[0], gpu.arch)
-        for rows, cols, src, ld, dst, ldd, nz, src_stride, dst_stride in jobs:
-            blocks = -(-rows // TF32_PACK_TILE) * -(-cols // TF32_PACK_TILE)
-            launch(kernel, (blocks, 1, nz), (TF32_PACK_THREADS, 1, 1), 0, stream, np.int32(rows), np.int32(cols),
-                   src, np.int32(ld), dst, np.int32(ldd), np.int64(src_stride), np.int64(dst_stride))
-        be = maps_backend(stream)
-        map_a = tensor_map(a_src, pr.M, pr.K, lda, "tf32", tm, 32, be, batch=a_nz, batch_stride=a_st)
-        map_c = _c_map(pr, ops, beta, 32, be) if splits == 1 else None
-        yield args + (map_a, tensor_map(b_src, pr.K, pr.N, ldb, "tf32", 32, 32, be, batch=b_nz, batch_stride=b_st),
-                      map_c if map_c is not None else map_a, np.int32(map_c is not None)) + tail
-    finally:
-        ws.close(stream)
+    from ...runtime.launch import LaunchShape
+    pr = plan.problem
+    eb = element_bytes(pr.dtype)
+    one = ops.batch <= 1
+    stored = list(_stored(pr, ops, _batch_of(ops, 0 if one else ops.sa), _batch_of(ops, 0 if one else ops.sb)))
+    launches, at = [], int(workspace)
+    for i, (ptr, rows, cols, ld, (n, stride)) in enumerate(stored):
+        if _readable(stored[i], eb):
+            continue
+        ldd = padded_ld(cols, eb)
+        if eb == 2:
+            kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, PACK16_KERNEL, gpu.arch)
+            shape = LaunchShape((min(cdiv(max(cols, 1), PACK16_THREADS), 64), max(1, min(rows, 65535)), n),
+                                (PACK16_THREADS, 1, 1))
+        else:
+            kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, TF32_PACK_KERNELS[0], gpu.arch)
+            shape = LaunchShape((cdiv(rows, TF32_PACK_TILE) * cdiv(cols, TF32_PACK_TILE), 1, n),
+                                (TF32_PACK_THREADS, 1, 1))
+        launches.append((kernel, shape, (np.int32(rows), np.int32(cols), ptr, np.int32(ld), at, np.int32(ldd),
+                                         np.int64(stride), np.int64(rows * ldd))))
+        stored[i] = (at, rows, cols, ldd, (n, rows * ldd if n > 1 else 0))
+        at += _copy_bytes((ptr, rows, cols, ld, (n, stride)), eb)
+    return launches, wgmma_args(plan, ops, alpha, beta, backend, tuple(stored))
+
+
+STAGING_WHAT = "wgmma, for an aligned copy of an operand TMA cannot read in place,"
 
 
 SPEC = KernelSpec(
@@ -512,8 +499,9 @@ SPEC = KernelSpec(
     # The persistent loop's work items are (matrix, slice of K, tile).
     split_k_param="SPLITK",
     kernel_args=wgmma_kernel_args,
+    # Operands TMA cannot read in place: copied to the 16-byte grid first (16-bit where the
+    # plan stages them, TF32 always), on a workspace of the caller's stream.
+    staging=PrePass(workspace_bytes=staged_workspace_bytes, build=wgmma_staged_launches, what=STAGING_WHAT),
     # One launch per batch (chunk): the persistent loop walks every matrix's tiles.
     batched_args=True,
-    # The tensor maps (and for TF32 no rounded copy: TMA rounds) when TMA reads a and b in place.
-    reusable_args=lambda prob: prob.tma_aligned,
 )
