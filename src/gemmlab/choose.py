@@ -319,6 +319,11 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
     if reason and auto:   # wgmma on aligned copies of the operands, where the copy pays
         staged, stage_why = _staging(spec, problem, pr, gpu)
         if staged is not None:
+            try:   # a GPU whose shared memory holds none of its configurations falls back instead
+                fit_smem(spec, spec.resolve(staged), dataclasses.replace(problem, stage=True), smem_limit, gpu.name)
+            except ValueError as exc:
+                staged, stage_why = None, f"no staging for {spec.name}: {exc}"
+        if staged is not None:
             problem, params, auto_why, reason = dataclasses.replace(problem, stage=True), spec.resolve(staged), \
                 stage_why, None
         elif stage_why:

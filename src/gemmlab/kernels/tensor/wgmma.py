@@ -39,7 +39,7 @@ TF32_PACK_KERNELS = ("gemmlab::tf32_pack<false>", "gemmlab::tf32_pack<true>")
 _P = read_constants("tensor/tf32_pack.cu")
 TF32_PACK_TILE, TF32_PACK_THREADS = _P["TF32_PACK_TILE"], _P["TF32_PACK_THREADS"]
 # The 16-bit staging copy of the same file (an operand TMA cannot read, copied bit for bit).
-PACK16_KERNEL, PACK16_THREADS = "gemmlab::pack16", _P["PACK16_THREADS"]
+PACK16_KERNEL, PACK16_THREADS, PACK16_GROUP = "gemmlab::pack16", _P["PACK16_THREADS"], _P["PACK16_GROUP"]
 
 
 def wgmma_smem(p) -> int:
@@ -251,12 +251,12 @@ def _auto_hook(ask: Ask) -> Offer:
 # The staging copy (pack16) moves 2-byte elements from rows off the 16-byte grid: the model
 # gives it this share of the DRAM bandwidth.
 PACK16_EFFICIENCY = 0.6
-# Fitted together to the timings of 110 odd-aligned products on an H200 (benchmarks/NOTES.md,
-# 2026-11-29): mma_pipelined on operands off the 16-byte grid runs this many times slower than
-# the model's aligned estimate (its copies narrow to 2-4 bytes), and a staged call costs this
-# much host time beyond the model's (a workspace, the copy's launch, tensor maps made per call).
-UNALIGNED_FALLBACK_SLOWDOWN = 4.0
-STAGING_HOST_SECONDS = 40e-6
+# Fitted to the timings of the odd-aligned and odd-batch products of the shapes suite on an H200
+# (scripts/ab_staging.py --fit; benchmarks/NOTES.md, 2026-11-29): mma_pipelined on operands off
+# the 16-byte grid runs this many times slower than the model's aligned estimate (its copies
+# narrow to 2-4 bytes).  A staged call's host work beyond its two launches fitted to 0 once its
+# launches were kept per set of addresses (KernelSpec.staging).
+UNALIGNED_FALLBACK_SLOWDOWN = 8.0
 
 
 def wgmma_staging_choice(M: int, N: int, K: int, sm_count: int, batch: int, dtype: str,
@@ -271,14 +271,14 @@ def wgmma_staging_choice(M: int, N: int, K: int, sm_count: int, batch: int, dtyp
     machine = Machine(sm_count)
     gemm = wgmma_estimate(M, N, K, params, sm_count, batch, dtype)
     copy = copy_time(stage_bytes, machine, PACK16_EFFICIENCY)
-    staged = Estimate(gemm.seconds + copy + STAGING_HOST_SECONDS,
-                      f"a copy of {stage_bytes / 2**20:.1f} MiB to the 16-byte grid ({copy * 1e6:.1f} us) and "
-                      f"{STAGING_HOST_SECONDS * 1e6:.0f} us of host work, then {gemm}")
+    staged = Estimate(gemm.seconds + copy, f"a copy of {stage_bytes / 2**20:.1f} MiB to the 16-byte grid "
+                                            f"({copy * 1e6:.1f} us), then {gemm}")
     large, small = sized_estimates(M, N, K, sm_count, batch)
     aligned = small if sized_params(M, N, K, sm_count, batch) else large
     # The model's tiles are mma_pipelined's on the 16-byte grid; off it, its cp.async copies
     # narrow to 2-4 bytes and the kernel runs several times slower than that estimate.
-    fallback = Estimate(aligned.seconds * UNALIGNED_FALLBACK_SLOWDOWN,
+    # (Its launch costs what an aligned one does: the slowdown is the kernel's body's.)
+    fallback = Estimate(machine.launch_s + (aligned.seconds - machine.launch_s) * UNALIGNED_FALLBACK_SLOWDOWN,
                         f"{aligned.reason}, x{UNALIGNED_FALLBACK_SLOWDOWN:g} for copies narrower than 16 bytes",
                         aligned.tile)
     if best([staged], incumbent=fallback) is fallback:
@@ -415,6 +415,18 @@ def _copy_bytes(x: tuple, eb: int) -> int:
     return eb * n * rows * padded_ld(cols, eb)
 
 
+# pack16's blocks per matrix at most: enough to keep every SM's threads busy on one matrix; a
+# batch adds its matrices (gridDim.z).
+PACK16_MAX_BLOCKS = 1024
+
+
+def pack16_blocks(rows: int, cols: int) -> int:
+    """pack16's blocks per matrix: one 16-byte group of a row per thread, at most PACK16_MAX_BLOCKS
+    (the threads then walk the groups)."""
+    groups = max(rows, 1) * cdiv(max(cols, 1), PACK16_GROUP)
+    return max(1, min(cdiv(groups, PACK16_THREADS), PACK16_MAX_BLOCKS))
+
+
 def staged_workspace_bytes(plan, ops: Operands, choice: int = 0) -> int:
     """PrePass.workspace_bytes of the staging copy: the copies of the operands TMA cannot
     read, one after the other (each a multiple of 16 bytes long)."""
@@ -443,8 +455,7 @@ def wgmma_staged_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, wo
         ldd = padded_ld(cols, eb)
         if eb == 2:
             kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, PACK16_KERNEL, gpu.arch)
-            shape = LaunchShape((min(cdiv(max(cols, 1), PACK16_THREADS), 64), max(1, min(rows, 65535)), n),
-                                (PACK16_THREADS, 1, 1))
+            shape = LaunchShape((pack16_blocks(rows, cols), 1, n), (PACK16_THREADS, 1, 1))
         else:
             kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, TF32_PACK_KERNELS[0], gpu.arch)
             shape = LaunchShape((cdiv(rows, TF32_PACK_TILE) * cdiv(cols, TF32_PACK_TILE), 1, n),
