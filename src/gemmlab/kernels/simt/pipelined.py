@@ -127,14 +127,15 @@ def auto_choice(ask: Ask, incumbent: dict | None = None, what: str = "the tile-c
                                                                      ask.batch)[1]
     if not (ask.M and ask.N and ask.batch):
         return rule, ""
-    kept = _estimate(ask, rule)
+    full = SPEC.resolve(rule)
+    kept = _estimate(ask, full)
     options = []
     for tile in SIZED_TILES:
         base = {**SPEC.defaults(), **tile}
-        if (base["BM"], base["BN"]) == (rule["BM"], rule["BN"]):
-            base = rule           # the incumbent's own tile: its configuration, other splits
+        if (base["BM"], base["BN"]) == (full["BM"], full["BN"]):
+            base = full           # the incumbent's own tile: its configuration, other splits
         options += [(_estimate(ask, p), p) for p in ({**base, "SPLITK": s} for s in _splits(ask, base))
-                    if p != rule]
+                    if p != full]
     if not options:
         return rule, ""
     fastest, params = min(options, key=lambda o: o[0].seconds)

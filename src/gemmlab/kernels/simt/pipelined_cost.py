@@ -23,8 +23,9 @@ Constants: an H200's (132 SMs, 1980 MHz, 3.6 TB/s reachable); the efficiencies a
 costs below were fitted by least squares in log time to the 566 timed `pipelined`
 records of benchmarks/results/nvidia-h200/shapes-2026-11-29.json and
 shapes-fp32_tc-2026-11-29.json (public calls, host time taken out as a constant)
-and the 131 rung-8 candidates of tune-run32.json (kernel-only, NN); 128 x 128,
-64 x 64 and 256 x 128 appear in tune-run32.json only.  What the model decides is
+and the fastest variant of each tile and split in tune-run32.json (168 kernel-only
+timings at ten shapes, NN); 128 x 128, 64 x 64 and 256 x 128 appear in
+tune-run32.json only.  What the model decides is
 checked on the GPU by scripts/ab_fp32_choice.py (benchmarks/NOTES.md).
 """
 
@@ -41,9 +42,9 @@ LAUNCH_S = 4e-6                  # a launch: its start, the pipeline's fill, the
 SPLIT_S = 5.4e-6                 # a split's reduction: one more launch and its host work (fitted)
 
 # Each tile's share of the SM's FP32 peak with every SM busy, operands aligned, B row-major
-# (fitted: see the module's text), and the blocks an SM holds (registers of the aligned
-# variant on sm_90a, NVRTC 13: 212-220 for 128 x 256, 125-130 for 128 x 128, 147-185 for
-# 128 x 64 / 64 x 128 at 128 threads, 96-115 for 64 x 64).
+# (fitted: see the module's text), and the blocks an SM holds by the registers of the
+# aligned NN variant (sm_90a, NVRTC 13.0: 215 for 128 x 256 and 125 for 128 x 128 at 256
+# threads; 181 for 128 x 64, 155 for 64 x 128 and 107 for 64 x 64 at 128 threads).
 EFFICIENCY = {(128, 256): 0.70, (256, 128): 0.57, (128, 128): 0.58, (128, 64): 0.56, (64, 128): 0.61,
               (64, 64): 0.51}
 BLOCKS_PER_SM = {(128, 256): 1, (256, 128): 1, (128, 128): 2, (128, 64): 2, (64, 128): 3, (64, 64): 4}
