@@ -181,7 +181,9 @@ def test_named_kernels_hand_over_to_their_fallbacks():
 def test_float32_takes_the_tuned_table_where_it_answers():
     tabled = choose(Product(4096, 4096, 4096), H200)
     rules = choose(Product(4096, 4096, 4096), HOPPER)
-    assert tabled.rung == rules.rung == "pipelined" and tabled.reason == ""
+    assert tabled.rung == rules.rung == "pipelined"
+    assert tabled.reason == "the tuned table's winner at this shape (4096x4096x4096)"
+    assert rules.reason.startswith("the tile-count rule, kept by the cost model: ")
     table = tuned.load_table("nvidia-h200")
     assert tabled.params == registry.get("pipelined").resolve(table.lookup("auto", 4096, 4096, 4096, "NN")[1])
     assert rules.params == registry.get("pipelined").resolve(pipelined.auto_params(4096, 4096, 4096, 132)[1])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import tuned
+from gemmlab import choose, tuned
 from gemmlab.bench.suites import parse_size
 from gemmlab.kernels import registry
 from gemmlab.kernels.simt import pipelined
@@ -380,10 +380,18 @@ def test_plan_name_expression_follows_alignment():
 
 # -- kernel="auto" -------------------------------------------------------------------------
 
-# pipelined.auto_params (no tuned table): pipelined at its defaults (128 x 256 tiles), split over K
-# where ceil(M/128) * ceil(N/256) tiles leave more than half the SMs idle: the largest split s
-# <= 4 (of 1, 2, 3, 4) with s * tiles <= SMs and at least 4 K-steps (BK = 8) per slice.
+# pipelined.auto_params, the tile-count rule (kernel="auto" on a GPU without a tuned table
+# weighs it against rung 8's cost model: tests/test_fp32_choice.py): pipelined at its
+# defaults (128 x 256 tiles), split over K where ceil(M/128) * ceil(N/256) tiles leave more
+# than half the SMs idle: the largest split s <= 4 (of 1, 2, 3, 4) with s * tiles <= SMs and
+# at least 4 K-steps (BK = 8) per slice.
 PIPE_DEFAULTS = registry.get("pipelined").defaults()
+
+
+def _rule(M, N, K, sm_count, batch=1):
+    name, params = pipelined.auto_params(M, N, K, sm_count, batch)
+    assert name == "pipelined"
+    return registry.get("pipelined").resolve(params)
 
 
 @pytest.mark.parametrize("M, N, K, sm_count, splits", [
@@ -401,8 +409,16 @@ PIPE_DEFAULTS = registry.get("pipelined").defaults()
     (128, 256, 4096, 1, 1),            # one tile fills the one SM
 ])
 def test_auto_heuristic(M, N, K, sm_count, splits):
+    assert _rule(M, N, K, sm_count) == {**PIPE_DEFAULTS, "SPLITK": splits}
+
+
+@pytest.mark.parametrize("M, N, K, sm_count", [
+    (4096, 4096, 4096, 132), (2048, 2048, 512, 132), (1024, 1024, 1024, 132), (256, 4096, 4096, 132),
+    (1024, 2048, 4096, 132), (128, 256, 4096, 1)])
+def test_auto_keeps_the_rule_where_the_cost_model_agrees(M, N, K, sm_count):
     p = gemmlab.plan("auto", M, N, K, sm_count=sm_count)
-    assert p.spec.name == "pipelined" and p.params == {**PIPE_DEFAULTS, "SPLITK": splits}
+    assert p.spec.name == "pipelined" and p.params == _rule(M, N, K, sm_count)
+    assert p.reason.startswith("the tile-count rule, kept by the cost model: ")
 
 
 @pytest.mark.parametrize("M, N, tile, splits", [
@@ -412,9 +428,9 @@ def test_auto_heuristic(M, N, K, sm_count, splits):
     (8192, 48, pipelined.SKINNY_N, 2),
 ])
 def test_auto_heuristic_for_a_skinny_side(M, N, tile, splits):
-    p = gemmlab.plan("auto", M, N, 8192, sm_count=132)
-    assert p.spec.name == "pipelined" and p.params == {**PIPE_DEFAULTS, **tile, "SPLITK": splits}
-    assert p.params in registry.get("pipelined").configurations()
+    p = _rule(M, N, 8192, 132)
+    assert p == {**PIPE_DEFAULTS, **tile, "SPLITK": splits}
+    assert p in registry.get("pipelined").configurations()
 
 
 def test_auto_choices_are_legal_configurations():
@@ -443,8 +459,11 @@ def test_auto_honours_layouts(op_a, op_b):
     (96, 96, 4096, 66, 1),             # 66 tiles in the batch: half the SMs, no split
 ])
 def test_auto_counts_a_batch_as_tiles(M, N, K, batch, splits):
-    p = gemmlab.plan("auto", M, N, K, sm_count=132, batch=batch)
-    assert p.spec.name == "pipelined" and p.params == {**PIPE_DEFAULTS, "SPLITK": splits}
+    assert _rule(M, N, K, 132, batch) == {**PIPE_DEFAULTS, "SPLITK": splits}
+    if batch > 1:     # what auto runs: a split only where the batch's tiles leave SMs idle
+        p = gemmlab.plan("auto", M, N, K, sm_count=132, batch=batch)
+        tiles = -(-M // p.params["BM"]) * -(-N // p.params["BN"]) * batch
+        assert p.params["SPLITK"] == 1 or tiles < 132
 
 
 # The shipped H100 table at shapes it was not tuned for (choose._fit_nearest): the nearest
@@ -462,10 +481,15 @@ H200 = "nvidia-h200"
     (128, 4096, 96, 3),        # 12 K-steps: 3 slices of 4
 ])
 def test_nearest_tuned_shape_has_its_split_k_fitted(M, N, K, splits):
+    """The table's answer as fitted (what kernel="auto" runs where the cost model keeps it:
+    all but the last, whose 12 K-steps the model gives to 64 x 64 tiles unsplit)."""
+    found = choose._tuned("auto", choose.Product(M, N, K), choose.GPU("sm_90a", 132, H100))
+    params = registry.get("pipelined").resolve(found.params)
+    assert found.name == "pipelined" and (params["BM"], params["BN"]) == (128, 256)
+    assert params["SPLITK"] == splits
+    assert params in registry.get("pipelined").configurations()
     p = gemmlab.plan("auto", M, N, K, sm_count=132, gpu_slug=H100, arch="sm_90a")
-    assert p.spec.name == "pipelined" and (p.params["BM"], p.params["BN"]) == (128, 256)
-    assert p.params["SPLITK"] == splits
-    assert p.params in registry.get("pipelined").configurations()
+    assert (p.params == params) == (K != 96), p.reason
 
 
 def test_an_output_128_wide_takes_64_x_128_tiles():

@@ -6,7 +6,9 @@ the product's dtype) through the hook on each rung's spec (KernelSpec.auto_hook)
 whether it takes the product, with which parameters, and why (a rung's own rules
 and cost model, kernels/cost.py); the first that takes it runs it, and why the
 ones before it declined is kept.  For float32, a tuned table (gemmlab.tuned)
-answering the shape corrects the tiled rungs' rules.  Then, whatever was asked
+answers for the tiled rungs where it measured the shape or one near it
+(NEAR_TUNED); farther, rung 8's cost model weighs its answer against other tiles
+and splits (pipelined.auto_choice).  Then, whatever was asked
 for: a rung that does not build for the GPU's target gives way to the highest of
 its family that does; a rung that cannot read the operands hands them to its
 fallback (or, for wgmma on 16-bit operands TMA cannot read, to a staging copy
@@ -22,11 +24,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import tuned
 from .arrays import ITEMSIZE
 from .kernels import registry
 from .kernels.registry import KernelSpec, Problem
+from .kernels.simt import pipelined
 from .kernels.simt.pipelined import MIN_K_STEPS_PER_SPLIT, SKINNY_M
 from .kernels.spec import Ask, Offer
 from .runtime.device import ARCH_LIMITS, cc_of
@@ -233,19 +237,50 @@ def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
     return {**params, spec.split_k_param: splits}
 
 
-def _tuned(kernel: str, pr: Product, gpu: GPU) -> tuple[str, dict] | None:
+# How near a tuned shape must be for its winner to stand without the cost model, in
+# doublings of M, N, K and the batch summed (tuned.TunedTable.nearest): one side twice or
+# half the tuned one's.  Farther, pipelined's cost model weighs it against other tiles and
+# splits (pipelined.auto_choice): the H200's table holds ten large shapes, and its nearest
+# answered 128 x 768 x 30522 with 128 x 256 tiles, 3 of them on 132 SMs.
+NEAR_TUNED = 1.0
+
+
+class _Tuned(NamedTuple):
+    """A tuned table's answer for a product."""
+
+    name: str
+    params: dict      # fitted to the product where the entry is another shape's
+    shape: str        # the tuned shape that answered
+    distance: float   # how far that shape is, in doublings (tuned.TunedTable.nearest)
+    measured: bool    # tuned at this very shape, batch and layout
+
+
+def _tuned(kernel: str, pr: Product, gpu: GPU) -> _Tuned | None:
     """The tuned table's answer for ``kernel`` at this shape (float32 only so far), fitted
     to it where the table's entry is another shape's; None where no table answers."""
     if not (gpu.slug and pr.M and pr.N and pr.dtype == "float32"):
         return None
     table = tuned.load_table(gpu.slug)
-    found = table.lookup(kernel, pr.M, pr.N, max(pr.K, 1), pr.op_a + pr.op_b) if table else None
+    found = table.nearest(kernel, pr.M, pr.N, max(pr.K, 1), pr.op_a + pr.op_b, pr.batch) if table else None
     if not found:
         return None
-    name, params = found
-    if not table.measured_at(kernel, pr.M, pr.N, max(pr.K, 1), pr.batch, pr.op_a + pr.op_b):
+    name, params, shape, distance = found
+    measured = table.measured_at(kernel, pr.M, pr.N, max(pr.K, 1), pr.batch, pr.op_a + pr.op_b)
+    if not measured:
         params = _fit_nearest(registry.get(name), params, pr.M, pr.N, pr.K, gpu.sm_count, pr.batch)
-    return name, _fit_split_k(registry.get(name), params, pr.K)
+    return _Tuned(name, _fit_split_k(registry.get(name), params, pr.K), shape, distance, measured)
+
+
+def _from_table(found: _Tuned, q: Ask) -> tuple[str, dict, str]:
+    """kernel="auto" where a tuned table answers: its winner where measured here or near
+    (NEAR_TUNED), else what pipelined's cost model makes of it; with why."""
+    if found.measured:
+        return found.name, found.params, f"the tuned table's winner at this shape ({found.shape})"
+    where = f"the tuned table's nearest entry ({found.shape}, {found.distance:.1f} doublings away)"
+    if found.distance <= NEAR_TUNED or found.name != "pipelined":
+        return found.name, found.params, where
+    params, why = pipelined.auto_choice(q, found.params, where)
+    return found.name, params, why
 
 
 def ask(pr: Product, gpu: GPU) -> Ask:
@@ -262,7 +297,7 @@ def _auto(pr: Product, gpu: GPU) -> tuple[str, dict, str, tuple[str, ...]]:
         spec = registry.get(name)
         if spec.family != "gemv" and (found := _tuned("auto", pr, gpu)):
             # The tuned table, where it answers, stands in for the tiled rungs' rules.
-            return found[0], found[1], "", tuple(passed)
+            return (*_from_table(found, q), tuple(passed))
         offer: Offer = spec.auto_hook(q)
         if not offer.takes:
             passed.append(offer.reason)
@@ -299,7 +334,7 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
     if auto:
         kernel, tile_params, auto_why, passed = _auto(pr, gpu)
     elif not tile_params and (found := _tuned(kernel, pr, gpu)):
-        kernel, tile_params = found
+        kernel, tile_params = found.name, found.params
     spec = registry.get(kernel)
     if gpu.arch is not None:
         spec.check_arch(gpu.arch, gpu.name, dtype if dtype in spec.dtypes else None)

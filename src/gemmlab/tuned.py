@@ -63,12 +63,25 @@ class TunedTable:
         was tuned in NN) where there are any, else among all; ``kernel="auto"`` takes the
         overall winner.  None if no tuned shape has that kernel.  Memoised: this
         runs on every matmul call."""
+        found = self.nearest(kernel, M, N, K, ops)
+        return (found[0], found[1]) if found else None
+
+    def nearest(self, kernel: str, M: int, N: int, K: int, ops: str = "NN", batch: int = 1) \
+            -> tuple[str, dict, str, float] | None:
+        """lookup's answer with the tuned shape that gave it and how far that shape is:
+        (kernel, params, shape key, distance), the distance in doublings (log2 of M, N,
+        K and the batch, summed; the batch against the nearest the entry was tuned in)."""
         key = (kernel, M, N, K, ops)
         if key not in self._memo:
             self._memo[key] = (self._nearest(kernel, M, N, K, ops)
                                or self._nearest(kernel, M, N, K, None))
         found = self._memo[key]
-        return (found[0], dict(found[1])) if found else None
+        if not found:
+            return None
+        name, params, shape, d = found
+        batches = [u.get("batch", 1) for u in self.shapes[shape].get("uses", [{}])]
+        d += min(abs(math.log2(max(batch, 1) / b)) for b in batches)
+        return name, dict(params), shape, d
 
     def measured_at(self, kernel: str, M: int, N: int, K: int, batch: int = 1, ops: str = "NN") -> bool:
         """Whether this very shape was tuned for ``kernel`` in a batch of this size and
@@ -79,11 +92,11 @@ class TunedTable:
         won = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)
         return bool(won) and (ops, max(batch, 1)) in uses
 
-    def _nearest(self, kernel: str, M: int, N: int, K: int, ops: str | None) -> tuple[str, dict] | None:
+    def _nearest(self, kernel: str, M: int, N: int, K: int, ops: str | None) -> tuple[str, dict, str, float] | None:
         """The nearest shape's winner (L1 distance in log2 M, N, K); with ``ops``, only
         among the shapes tuned in that layout: a configuration that won in another may
         be the wrong one here (a TN winner's tile for an NT product)."""
-        best, best_d = None, math.inf
+        best, best_d, best_key = None, math.inf, ""
         for key, entry in self.shapes.items():
             win = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)
             if not win:
@@ -93,8 +106,8 @@ class TunedTable:
             m, n, k = parse_shape_key(key)
             d = abs(math.log2(M / m)) + abs(math.log2(N / n)) + abs(math.log2(K / k))
             if d < best_d:
-                best, best_d = win, d
-        return (best["kernel"], dict(best["params"])) if best else None
+                best, best_d, best_key = win, d, key
+        return (best["kernel"], dict(best["params"]), best_key, best_d) if best else None
 
     def to_json(self) -> dict:
         return {"gpu": self.gpu, "gemmlab_sources": sources_digest(), "shapes": self.shapes}

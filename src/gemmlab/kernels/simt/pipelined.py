@@ -5,7 +5,9 @@ Split-K's second half, the reduction of the partial products, is splitk_reduce.p
 
 from __future__ import annotations
 
-from ..spec import Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, tiles
+from ..cost import best
+from ..spec import Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, cdiv, tiles
+from .pipelined_cost import Shape, estimate
 from .vectorized import ALIGNED_VARIANTS
 from .warptile import warptile_constraints, warptile_params, warptile_threads
 
@@ -67,7 +69,8 @@ MIN_K_STEPS_PER_SPLIT = 4   # the tuner's rule: a split-K slice has at least 4 K
 
 
 def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
-    """The rule ``kernel="auto"`` follows for FP32 on a GPU without a tuned table.
+    """The tile-count rule: what ``kernel="auto"`` took for FP32 on a GPU without a
+    tuned table before the cost model, and the incumbent it weighs (auto_choice).
 
     Rung 8, pipelined, at its defaults (128 x 256 tiles: the tuner's winner at
     every shape from 2048^3 up on an H100 and an H200; 128 x 64 or 64 x 128 where
@@ -89,9 +92,62 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
     return "pipelined", params
 
 
+# The block tiles the cost model weighs besides the incumbent's (each at every split of
+# SPLITK_VALUES whose slices keep MIN_K_STEPS_PER_SPLIT K-steps): the defaults, the skinny
+# tiles, and tune-run32.json's fastest 128 x 128 and 64 x 64 configurations on an H200
+# (the latter at 512^3, 1024^3 and 256x4096x4096), with rows along K through registers
+# (faster for 16-deep and 64-row tiles, benchmarks/NOTES.md run 87a).
+TILE_128 = {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 4, "REG_TRANSPOSE": 1}
+TILE_64 = {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 4, "REG_TRANSPOSE": 1}
+SIZED_TILES = ({}, TILE_128, SKINNY_N, SKINNY_M, TILE_64)
+
+
+def _estimate(ask: Ask, p: dict):
+    return estimate(ask.M, ask.N, ask.K, p["BM"], p["BN"], p["BK"], p["SPLITK"], ask.sm_count,
+                    Shape(ask.batch, ask.aligned16, ask.op_b == "T"))
+
+
+def _splits(ask: Ask, p: dict) -> list[int]:
+    """The splits of K a tile may take: slices of at least MIN_K_STEPS_PER_SPLIT K-steps, and
+    none for a batch whose tiles fill the SMs by themselves (choose() would undo it)."""
+    if ask.batch > 1 and cdiv(ask.M, p["BM"]) * cdiv(ask.N, p["BN"]) * ask.batch >= ask.sm_count:
+        return [1]
+    steps = cdiv(max(ask.K, 1), p["BK"])
+    return [s for s in SPLITK_VALUES if s == 1 or steps >= MIN_K_STEPS_PER_SPLIT * s]
+
+
+def auto_choice(ask: Ask, incumbent: dict | None = None, what: str = "the tile-count rule") -> tuple[dict, str]:
+    """Rung 8's tiles and split of K for ``kernel="auto"``, with why: ``incumbent`` (``what``
+    chose it: the tuned table's nearest entry; default auto_params' rule) unless the cost
+    model (pipelined_cost) predicts another tile or split faster by more than its margin
+    (kernels/cost.best).  That happens where a few large tiles leave most SMs idle: 128 x
+    768 x 30522 on 128 x 256 tiles is 3 tiles (24 blocks split 8) on 132 SMs, where 64 x 64
+    tiles split 16 give 384 blocks."""
+    rule = dict(incumbent) if incumbent is not None else auto_params(ask.M, ask.N, ask.K, ask.sm_count,
+                                                                     ask.batch)[1]
+    if not (ask.M and ask.N and ask.batch):
+        return rule, ""
+    full = SPEC.resolve(rule)
+    kept = _estimate(ask, full)
+    options = []
+    for tile in SIZED_TILES:
+        base = {**SPEC.defaults(), **tile}
+        if (base["BM"], base["BN"]) == (full["BM"], full["BN"]):
+            base = full           # the incumbent's own tile: its configuration, other splits
+        options += [(_estimate(ask, p), p) for p in ({**base, "SPLITK": s} for s in _splits(ask, base))
+                    if p != full]
+    if not options:
+        return rule, ""
+    fastest, params = min(options, key=lambda o: o[0].seconds)
+    if best([fastest], incumbent=kept) is kept:
+        return rule, f"{what}, kept by the cost model: {kept} against {fastest}"
+    return params, f"cost model over {what}: {fastest} against {kept}"
+
+
 def _auto_hook(ask: Ask) -> Offer:
-    """FP32 (no tuned table answering): always takes the product, by auto_params' rule."""
-    return Offer(auto_params(ask.M, ask.N, ask.K, ask.sm_count, ask.batch)[1])
+    """FP32 (no tuned table answering): always takes the product, its tiles and split by
+    auto_choice."""
+    return Offer(*auto_choice(ask))
 
 
 SPEC = KernelSpec(

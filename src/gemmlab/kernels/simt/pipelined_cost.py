@@ -1,0 +1,100 @@
+"""Rung 8's cost model: the predicted time of one FP32 product on the CUDA cores with a
+block tile and a split of K, so that kernel="auto" can weigh tile size against the
+GPU's SMs where no tuned shape is near (gemmlab.choose) or no table exists.
+
+kernels/cost.py's model of the tensor rungs, with what rung 8 adds:
+
+  * work items: the tiles of every matrix of the batch times the split of K, each a
+    whole padded tile over its slice of K rounded up to BK (a tile hanging past the
+    matrix costs as much as a full one);
+  * the busiest SM runs ceil(items / SMs) of them at the tile's share of the SM's
+    FP32 peak (128 FMA a clock) -- its blocks side by side or one after the other,
+    the same work -- but a block of 4 warps alone on an SM runs slower
+    (LONE_BLOCK): 4 warps hide less latency than the 8 the peak was measured with;
+  * operands off the 16-byte grid run the variant with 4-byte copies: slower math
+    (UNALIGNED), an epilogue of 4-byte stores that costs each item in proportion to
+    its tile (UNALIGNED_ITEM_S), and C written at a fraction of the bandwidth;
+  * a column-major B (NT, TT) is transposed on its way into shared memory (B_T);
+  * DRAM: A, B and C at least once, overlapped with the math; a split's partial sums
+    written, then read back by the reduction, which runs after the GEMM;
+  * a launch, and for a split the reduction's launch and host work.
+
+Constants: an H200's (132 SMs, 1980 MHz, 3.6 TB/s reachable); the efficiencies and
+costs below were fitted by least squares in log time to the 566 timed `pipelined`
+records of benchmarks/results/nvidia-h200/shapes-2026-11-29.json and
+shapes-fp32_tc-2026-11-29.json (public calls, host time taken out as a constant)
+and the fastest variant of each tile and split in tune-run32.json (168 kernel-only
+timings at ten shapes, NN); 128 x 128, 64 x 64 and 256 x 128 appear in
+tune-run32.json only.  What the model decides is
+checked on the GPU by scripts/ab_fp32_choice.py (benchmarks/NOTES.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cost import Estimate, tile_use
+from ..spec import cdiv
+
+SM_FLOPS = 2 * 128 * 1.98e9      # FP32 FLOP/s of one SM: 128 FMA a clock at 1980 MHz (H200)
+DRAM_BW = 3.6e12                 # bytes/s
+LAUNCH_S = 4e-6                  # a launch: its start, the pipeline's fill, the epilogue
+SPLIT_S = 5.4e-6                 # a split's reduction: one more launch and its host work (fitted)
+
+# Each tile's share of the SM's FP32 peak with every SM busy, operands aligned, B row-major
+# (fitted: see the module's text), and the blocks an SM holds by the registers of the
+# aligned NN variant (sm_90a, NVRTC 13.0: 215 for 128 x 256 and 125 for 128 x 128 at 256
+# threads; 181 for 128 x 64, 155 for 64 x 128 and 107 for 64 x 64 at 128 threads).
+EFFICIENCY = {(128, 256): 0.70, (256, 128): 0.57, (128, 128): 0.58, (128, 64): 0.56, (64, 128): 0.61,
+              (64, 64): 0.51}
+BLOCKS_PER_SM = {(128, 256): 1, (256, 128): 1, (128, 128): 2, (128, 64): 2, (64, 128): 3, (64, 64): 4}
+B_T = 0.86                       # a column-major B (NT, TT): its tile transposed into shared memory
+UNALIGNED = 0.79                 # the 4-byte-copy variant's math, any layout
+UNALIGNED_ITEM_S = 9.8e-6 / (128 * 256)    # its epilogue, per element of a work item's tile
+UNALIGNED_WRITE = 0.20           # its C stores, as a share of DRAM bandwidth
+LONE_BLOCK = 1.2                 # a 4-warp block alone on an SM takes this many items' time
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the model needs of a product beyond M, N, K: the batch, whether the
+    operands are on the 16-byte grid, and whether B is column-major."""
+
+    batch: int = 1
+    aligned16: bool = True
+    b_transposed: bool = False
+
+
+def estimate(M: int, N: int, K: int, bm: int, bn: int, bk: int, splits: int, sm_count: int,
+             shape: Shape = Shape(), label: str = "") -> Estimate:
+    """Predicted time of ``shape.batch`` FP32 products M x N x K on rung 8 with ``bm`` x
+    ``bn`` tiles, K-steps of ``bk`` and K split ``splits`` ways, with why."""
+    K, batch = max(K, 1), max(shape.batch, 1)
+    items = cdiv(M, bm) * cdiv(N, bn) * batch * splits
+    k_slice = cdiv(cdiv(K, bk), splits) * bk
+    eff = EFFICIENCY[(bm, bn)] * (B_T if shape.b_transposed and shape.aligned16 else 1.0)
+    if not shape.aligned16:
+        eff *= UNALIGNED
+    item = 2.0 * bm * bn * k_slice / (SM_FLOPS * eff)
+    if not shape.aligned16:
+        item += UNALIGNED_ITEM_S * bm * bn
+    per_sm = cdiv(items, sm_count)
+    four_warps = bm * bn <= 64 * 128     # the blocks of 128 threads the choice takes for these tiles
+    compute = item * max(per_sm, LONE_BLOCK if four_warps and items else 0)
+    write_bw = DRAM_BW * (1.0 if shape.aligned16 else UNALIGNED_WRITE)
+    c_bytes = 4.0 * M * N * batch
+    memory = 4.0 * (M * K + K * N) * batch / DRAM_BW
+    after = LAUNCH_S
+    if splits > 1:   # partial sums written; the reduction reads them and writes C, after the GEMM
+        memory += splits * c_bytes / DRAM_BW
+        after += SPLIT_S + splits * c_bytes / DRAM_BW + c_bytes / write_bw
+    else:
+        memory += c_bytes / write_bw
+    body = max(compute, memory)
+    bps = BLOCKS_PER_SM[(bm, bn)]
+    waves = items / (sm_count * bps)
+    split = f" split {splits}" if splits > 1 else ""
+    reason = (f"{label or f'{bm}x{bn}'}{split}: {items} work items, {waves:.2f} waves of {bps} "
+              f"block{'s' * (bps > 1)} an SM, {100 * tile_use(M, N, bm, bn):.0f}% of the tile area useful, "
+              f"{'compute' if body == compute else 'DRAM'}-bound")
+    return Estimate(body + after, reason)

@@ -1,0 +1,221 @@
+"""FP32's tile and split from rung 8's cost model (kernels/simt/pipelined_cost.py,
+pipelined.auto_choice, choose.NEAR_TUNED), without a GPU.
+
+The model's ranking against recorded measurements (tune-run32.json, H200), its fit to
+the shapes suite's records, and the choice kernel="auto" makes by kind of product, as
+PyTorch hands the operands over (views, transposes), on an emulated H200
+(tests/emulated_gpu.py's FakeGPU: sm_90a, 132 SMs, the H200 table).
+"""
+
+import dataclasses
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gemmlab
+from gemmlab import choose, planner
+from gemmlab.bench import shapes
+from gemmlab.kernels import registry
+from gemmlab.kernels.simt import pipelined
+from gemmlab.kernels.simt import pipelined_cost as cost
+
+import emulated_gpu
+
+GPU = emulated_gpu.FakeGPU()
+H200 = choose.GPU("sm_90a", 132, "nvidia-h200", "NVIDIA H200")
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "nvidia-h200"
+
+
+def _stored(shape, dtype="float32"):
+    """A C-ordered array of ``shape`` whose memory is never touched (planning reads shapes,
+    strides and addresses only): a few bytes viewed with zero-copy strides."""
+    dt = np.dtype(dtype)
+    buf = np.zeros(256 + 64, np.uint8)
+    start = (-buf.ctypes.data) % 256
+    strides, acc = [], dt.itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return np.lib.stride_tricks.as_strided(buf[start:start + 16].view(dt), shape, tuple(reversed(strides)))
+
+
+def _plan(a, b, precision=None):
+    """What matmul(a, b, precision=precision) would run on the emulated H200."""
+    call = planner.validate(a, b, None, 1.0, 0.0, False, False, precision, None)
+    kv = planner.kernel_view(call, planner.result_side(call),
+                             {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": 0})
+    return planner.plan_call(call, kv, planner.batching(kv), GPU, "auto", {}, precision)
+
+
+def _tile(p) -> tuple[int, int, int]:
+    return p.params["BM"], p.params["BN"], p.params["SPLITK"]
+
+
+# -- the model -----------------------------------------------------------------------------------
+
+def _est(M, N, K, bm, bn, splits=1, **shape):
+    bk = 8 if bm * bn >= 128 * 128 else 16     # the candidates' K-steps (pipelined.SIZED_TILES)
+    return cost.estimate(M, N, K, bm, bn, bk, splits, 132, cost.Shape(**shape)).seconds
+
+
+def test_estimates_grow_with_waves_waste_splits_and_alignment():
+    one_wave = _est(128 * 12, 256 * 11, 4096, 128, 256)          # 132 tiles
+    assert _est(128 * 12 + 1, 256 * 11, 4096, 128, 256) > 1.9 * one_wave   # 143: a second round
+    assert _est(100, 100, 4096, 128, 256) == pytest.approx(_est(128, 256, 4096, 128, 256))   # padded
+    # A split shortens each item but adds the partial sums and the reduction's launch.
+    assert _est(128, 256, 8192, 128, 256, 4) < _est(128, 256, 8192, 128, 256)
+    assert _est(4096, 4096, 64, 128, 256, 2) > _est(4096, 4096, 64, 128, 256)
+    # Off the 16-byte grid: slower math, an epilogue of 4-byte stores, slower C writes.
+    assert _est(4096, 4096, 4096, 128, 256, aligned16=False) > 1.2 * _est(4096, 4096, 4096, 128, 256)
+    assert _est(4096, 4096, 1, 128, 256, aligned16=False) > 3 * _est(4096, 4096, 1, 128, 256)
+    # A column-major B is transposed into shared memory.
+    assert _est(4096, 4096, 4096, 128, 256, b_transposed=True) > _est(4096, 4096, 4096, 128, 256)
+
+
+def test_a_small_block_alone_on_an_sm_runs_below_its_share():
+    lone = cost.estimate(64, 64, 4096, 64, 64, 16, 1, 132)
+    two = cost.estimate(64, 128, 4096, 64, 64, 16, 1, 132)     # two items, one each on two SMs
+    assert lone.seconds == pytest.approx(two.seconds)
+    assert "0.00 waves of 4 blocks an SM" in lone.reason and "compute-bound" in lone.reason
+
+
+# tune-run32.json (H200, kernel-only, NN, the tuner's fastest variant of each tile), ms: the model
+# must rank these as measured, fastest first.
+RANKINGS = [
+    ((512, 512, 512), [(64, 128, 8), (64, 64, 4), (128, 128, 6), (128, 256, 12)]),   # 16.8, 17.8, 20.0, 31.2 us
+    ((1024, 1024, 1024), [(128, 256, 4), (64, 128, 2), (128, 128, 4), (128, 64, 1)]),  # 62.7, 67.9, 73.5, 77.1
+    ((256, 4096, 4096), [(128, 256, 4), (64, 128, 3), (128, 128, 2), (64, 64, 1)]),   # 207, 230, 243, 274
+    ((8192, 64, 8192), [(128, 64, 4), (64, 64, 3), (64, 128, 2), (128, 64, 1)]),      # 256, 281, 446, 578
+    ((64, 8192, 8192), [(64, 128, 4), (64, 64, 2), (128, 256, 8), (128, 128, 4)]),    # 229, 276, 391, 467
+    ((4096, 4096, 4096), [(128, 256, 1), (64, 128, 1), (128, 128, 1), (64, 64, 1)]),  # 3.10, 3.38, 3.72, 4.00 ms
+]
+
+
+@pytest.mark.parametrize("shape, fastest_first", RANKINGS, ids=lambda x: "x".join(map(str, x)) if len(x) == 3 else "")
+def test_estimates_rank_as_measured(shape, fastest_first):
+    times = [_est(*shape, bm, bn, s) for bm, bn, s in fastest_first]
+    assert times == sorted(times), times
+
+
+def _views(product):
+    """The shapes suite's product as PyTorch hands it over, as NumPy views."""
+    first, second = (_stored(shape) for shape in product.stored)
+    if product.product in ("fwd", "qk"):           # x @ W.t(), Q @ K.transpose(-1, -2)
+        return first, second.swapaxes(-1, -2)
+    if product.product == "wgrad":                 # dY.t() @ x
+        return first.swapaxes(-1, -2), second
+    return first, second
+
+
+def test_the_fit_holds_over_the_shapes_suites_records():
+    """Every timed rung-8 record of the shapes suite's float32 and fp32_tc runs on an H200
+    (public calls): the model's time of the plan that ran plus the host's, a constant of
+    the fit (13.5 us beyond the model's launch), against the measured time."""
+    products = {(p.name, p.batch, p.M, p.N, p.K, p.ops): p for p in shapes.select()}
+    errors = []
+    for name, dtype in (("shapes-2026-11-29.json", "fp32"), ("shapes-fp32_tc-2026-11-29.json", "fp32_tc")):
+        for r in json.loads((RESULTS / name).read_text())["records"]:
+            if r["dtype"] != dtype or r["rung"] != "pipelined" or not r.get("ms"):
+                continue
+            a, b = _views(products[(r["case"], r["batch"], r["M"], r["N"], r["K"], r["ops"])])
+            call = planner.validate(a, b, None, 1.0, 0.0, False, False, None, None)
+            kv = planner.kernel_view(call, planner.result_side(call),
+                                     {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": 0})
+            p = r["params"]
+            e = cost.estimate(kv.M, kv.N, r["K"], p["BM"], p["BN"], p["BK"], p["SPLITK"], 132,
+                              cost.Shape(r["batch"], kv.aligned16(), kv.B.layout == "T")).seconds + 13.5e-6
+            errors.append(math.log(e / (r["ms"] * 1e-3)))
+    assert len(errors) > 500
+    assert abs(statistics.mean(errors)) < 0.05
+    assert statistics.median(abs(e) for e in errors) < 0.08
+
+
+# -- the choice, by kind of product -----------------------------------------------------------------
+
+def test_few_tiles_and_a_long_k_take_a_smaller_tile_and_a_larger_split():
+    """BERT's MLM decoder's input gradient, dY @ W (128 x 768 x 30522): dY's rows (30522
+    floats) are off the 16-byte grid.  The table's nearest shape (256x4096x4096) gave
+    128 x 256 tiles split 8: 24 blocks on 132 SMs, 17.6% of SGEMM on an H200."""
+    p = _plan(_stored((128, 30522)), _stored((30522, 768)))
+    bm, bn, splits = _tile(p)
+    assert p.spec.name == "pipelined" and not p.problem.aligned16
+    assert bm * bn < 128 * 256 and splits > 8, p.describe()
+    assert p.reason.startswith("cost model over the tuned table's nearest entry (256x4096x4096, ")
+    assert "against" in p.reason and "128x256 split 8: 24 work items" in p.reason
+    # Qwen's 77-row k/v projection, x @ W.t(): 2 tiles of 128 x 256 split 8 before.
+    p = _plan(_stored((77, 3584)), _stored((512, 3584)).T)
+    assert p.problem.op_b == "T" and _tile(p)[0] * _tile(p)[1] < 128 * 256 and _tile(p)[2] > 8
+
+
+@pytest.mark.parametrize("M, N, K", [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096)])
+def test_large_square_products_keep_128x256_unsplit(M, N, K):
+    p = _plan(_stored((M, K)), _stored((K, N)))
+    assert _tile(p) == (128, 256, 1) and p.reason.startswith("the tuned table's winner at this shape")
+    rules = planner.plan("auto", M, N, K, arch="sm_90a", sm_count=132)     # no table: the rule, kept
+    assert _tile(rules) == (128, 256, 1) and rules.reason.startswith("the tile-count rule, kept by the cost model")
+
+
+def test_a_shape_near_a_tuned_one_takes_its_answer_unweighed():
+    p = _plan(_stored((4096, 2048)), _stored((2048, 4096)))
+    assert _tile(p) == (128, 256, 1)
+    assert p.reason == "the tuned table's nearest entry (4096x4096x4096, 1.0 doublings away)"
+    far = _plan(_stored((6144, 6144)), _stored((6144, 6144)))      # 1.2 doublings: weighed, kept
+    assert _tile(far) == (128, 256, 1) and "kept by the cost model" in far.reason
+
+
+@pytest.mark.parametrize("batch, S, head", [(48, 1024, 64), (384, 197, 64), (768, 197, 64)])
+def test_a_batch_of_p_at_v_takes_tiles_64_wide(batch, S, head):
+    """Attention's P @ V, (B*H, S, S) @ (B*H, S, 64): 128 x 256 tiles (GPT-2, 30.9% of SGEMM)
+    or 64 x 128 (ViT, 40-43%) computed half or more of zeros; a batch that fills the SMs
+    by itself is not split."""
+    p = _plan(_stored((batch, S, S)), _stored((batch, S, head)))
+    assert p.params["BN"] == 64 and p.params["SPLITK"] == 1, p.describe()
+    assert p.reason.startswith("cost model over the tuned table's nearest entry")
+
+
+def test_odd_alignment_weighs_the_unaligned_variant():
+    """The same shape off the 16-byte grid: the model's estimates are of the 4-byte variant,
+    slower, and the choice may differ; both are legal configurations."""
+    ask = choose.ask(choose.Product(139, 459, 3897), H200)
+    odd = dataclasses.replace(ask, aligned16=False)
+    (p_al, why_al), (p_odd, why_odd) = pipelined.auto_choice(ask), pipelined.auto_choice(odd)
+    assert float(why_odd.split(": ")[1].split(" us")[0]) > float(why_al.split(": ")[1].split(" us")[0])
+    for p in (p_al, p_odd):
+        assert registry.get("pipelined").resolve(p) in registry.get("pipelined").configurations()
+    p = _plan(_stored((139, 3897)), _stored((3897, 459)))       # random:linear10.dgrad, 29% of SGEMM
+    assert not p.problem.aligned16 and _tile(p)[0] * _tile(p)[1] < 128 * 256
+
+
+def test_fp32_tc_on_the_cuda_cores_takes_the_same_choice():
+    """fp32_tc's products that run FP32 on the CUDA cores (choose.FP32_OVER_EC_WMMA, or a thin
+    side) go through the same float32 choice."""
+    for a, b in ((_stored((128, 30522)), _stored((30522, 768))), (_stored((77, 3584)), _stored((512, 3584)).T)):
+        tc, plain = _plan(a, b, "fp32_tc"), _plan(a, b)
+        assert (tc.spec.name, tc.method, tc.params) == ("pipelined", "fp32", plain.params)
+        assert tc.reason == choose.FP32_OVER_EC_WMMA
+
+
+def test_auto_choice_keeps_the_incumbent_within_the_margin():
+    ask = choose.ask(choose.Product(4096, 4096, 4096), H200)
+    params, why = pipelined.auto_choice(ask, {**registry.get("pipelined").defaults(), "SPLITK": 1}, "the test's")
+    assert params["SPLITK"] == 1 and why.startswith("the test's, kept by the cost model: ")
+    params, why = pipelined.auto_choice(choose.ask(choose.Product(64, 64, 8192), H200))
+    assert (params["BM"], params["BN"], params["SPLITK"]) == (64, 64, 16)      # one tile, 512 K-steps
+    assert why.startswith("cost model over the tile-count rule: ")
+    assert pipelined.auto_choice(choose.ask(choose.Product(0, 64, 64), H200))[1] == ""
+
+
+def test_every_choice_is_a_legal_configuration_that_fits():
+    spec = registry.get("pipelined")
+    legal = spec.configurations()
+    for M, N, K, batch in [(128, 768, 30522, 1), (1, 1, 1, 1), (3, 5, 7, 2), (197, 64, 197, 384), (100, 100, 100000, 1),
+                           (3072, 3072, 3072, 1), (96, 96, 4096, 34)]:
+        for aligned in (True, False):
+            p = gemmlab.plan("auto", M, N, K, batch=batch, aligned16=aligned, arch="sm_90a", sm_count=132)
+            if p.spec.name == "pipelined":
+                assert p.params in legal
+                assert spec.launch(p.params, p.problem).smem_bytes <= pipelined.PIPELINED_SMEM_LIMIT
