@@ -162,8 +162,11 @@ def test_operands_tma_cannot_read_stage_or_fall_back():
     # A vocabulary's dY @ W: a long K over few tiles, where the staging copy pays.
     c = choose(bf16(1024, 768, 50257, aligned16=False, tma_aligned=False), H200)
     assert c.rung == "wgmma" and c.problem.stage and c.reason.startswith("cost model: ") and not c.fallbacks
-    # Attention's odd batches read their operands about once: the copy does not pay.
+    # Attention's odd batches (P's rows of 197 elements) stage too, since pack16 keeps every thread busy.
     c = choose(bf16(197, 64, 197, batch=384, aligned16=False, tma_aligned=False), H200)
+    assert c.rung == "wgmma" and c.problem.stage
+    # A small product whose copy costs as much as the fallback's whole run: no copy.
+    c = choose(bf16(361, 445, 57, aligned16=False, tma_aligned=False), H200)
     assert c.rung == "mma_pipelined" and not c.problem.stage
     assert c.fallbacks[0].startswith("staging for wgmma would take") and \
         c.fallbacks[1].startswith("wgmma cannot take these operands: TMA needs")
