@@ -33,7 +33,7 @@ except ModuleNotFoundError:
 
 def train(cfg, init, dtype, steps: int, routed) -> tuple[list[float], list[float]]:
     """``steps`` AdamW steps from ``init`` inside ``routed()``; (ms per step, losses)."""
-    from gemmlab.bench.training import build, loss_of, make_batch
+    from gemmlab.tools.bench.training import build, loss_of, make_batch
     with torch.device("cuda"):
         model = build(cfg).to(dtype)
     model.load_state_dict(init)
@@ -57,7 +57,7 @@ def train(cfg, init, dtype, steps: int, routed) -> tuple[list[float], list[float
 
 
 def main() -> int:
-    from gemmlab.bench.training import CONFIGS, build, configure
+    from gemmlab.tools.bench.training import CONFIGS, build, configure
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="gpt2", choices=list(CONFIGS))
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp32_tc"))

@@ -13,7 +13,7 @@ for a staged product, mma_pipelined on the operands as they are),
 and torch.matmul on the same views; fp32 against PyTorch's SGEMM (TF32 off), fp32_tc
 likewise (precision="fp32_tc").  Public-call figures: CUDA events around the call, L2
 flushed, each run from an idle GPU, calls interleaved round after round, medians
-(gemmlab.bench.timing.time_rounds).  Each result is checked against FP64 first.
+(gemmlab.tools.bench.timing.time_rounds).  Each result is checked against FP64 first.
 ``--plans`` prints what auto would run on an H200 (sm_90a, 132 SMs) and the earlier
 rule's choice, with the cost model's reasons, without a GPU.
 """
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 import gemmlab
-from gemmlab import planner
-from gemmlab.bench import models
+from gemmlab.core import planner
+from gemmlab.tools.bench import models
 from gemmlab.kernels.tensor import mma_pipelined, wgmma
 
 ALL = ("bf16", "fp16", "fp32", "fp32_tc")
@@ -142,8 +142,8 @@ def plans_on_cpu() -> None:
 
 def run_gpu(args) -> list[dict]:
     import torch
-    from gemmlab.bench.suites import torch_tf32
-    from gemmlab.bench.timing import time_rounds
+    from gemmlab.tools.bench.suites import torch_tf32
+    from gemmlab.tools.bench.timing import time_rounds
     from gemmlab.runtime.device import gpu_info
 
     gpu = gpu_info(0)
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown dtypes {sorted(unknown)}; choose from {', '.join(ALL)}")
     records = run_gpu(args)
     if args.json:
-        from gemmlab.bench import report
+        from gemmlab.tools.bench import report
         from gemmlab.runtime.device import gpu_info
         report.write_json({"gpu": gpu_info(0).name, "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
                            "records": records}, args.json)

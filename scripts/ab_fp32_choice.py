@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 import gemmlab
-from gemmlab import planner
-from gemmlab.bench import shapes
-from gemmlab.kernels import registry
+from gemmlab.core import planner
+from gemmlab.tools.bench import shapes
+from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_KERNEL, SPLITK_REDUCE_SOURCE
 
 T0 = time.time()     # BUDGET_S counts from here: torch's import, compilation and timing
 
@@ -57,7 +57,7 @@ def _views(pr):
 def plans(gpu, dtypes):
     """[(product, dtype, new plan, old parameters or None where the plan did not change)],
     the changed first, and the (source, name) of every kernel they run."""
-    out, items = [], {(str(registry.SPLITK_REDUCE_SOURCE), registry.SPLITK_REDUCE_KERNEL)}
+    out, items = [], {(str(SPLITK_REDUCE_SOURCE), SPLITK_REDUCE_KERNEL)}
     for dtype in dtypes:
         olds = old_params(dtype)
         for pr in shapes.select():
@@ -100,8 +100,8 @@ def plans_on_cpu() -> None:
 
 def run_gpu(out_path: str, budget_s: float, dtypes) -> None:
     import torch
-    from gemmlab.bench import models, report
-    from gemmlab.bench.timing import time_rounds
+    from gemmlab.tools.bench import models, report
+    from gemmlab.tools.bench.timing import time_rounds
     from gemmlab.runtime import compile as rt_compile
     from gemmlab.runtime.device import gpu_info
 

@@ -20,7 +20,7 @@ gm = statistics.geometric_mean
 def staged_call(a, b, c, gpu):
     """A function running a @ b into c on wgmma after staging copies (None where the plan does
     not stage even when staging costs nothing), and the plan."""
-    from gemmlab import api, executor, planner
+    from gemmlab.core import api, executor, planner
     from gemmlab.kernels.tensor import wgmma
     saved = wgmma.UNALIGNED_FALLBACK_SLOWDOWN
     wgmma.UNALIGNED_FALLBACK_SLOWDOWN = 1e9
@@ -36,7 +36,7 @@ def staged_call(a, b, c, gpu):
 
 
 def stage_bytes_of(a, b, c):
-    from gemmlab import planner
+    from gemmlab.core import planner
     call = planner.validate(a, b, c, 1.0, 0.0, False, False, None, None)
     kv = planner.kernel_view(call, planner.result_side(call),
                              {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": call.C.operand.ptr})
@@ -46,8 +46,8 @@ def stage_bytes_of(a, b, c):
 def run(out_path: str, budget_s: float) -> None:
     import torch
     import gemmlab
-    from gemmlab.bench import models, report, shapes
-    from gemmlab.bench.timing import time_rounds
+    from gemmlab.tools.bench import models, report, shapes
+    from gemmlab.tools.bench.timing import time_rounds
     from gemmlab.kernels.tensor import mma_pipelined
     from gemmlab.runtime.device import gpu_info
 

@@ -1,7 +1,7 @@
 """Compile-only facts per target: registers, static shared memory, spills and the
 SASS instruction families of every instantiation in each target's portable set
 (each rung's defaults and every configuration kernel="auto" picks there, see
-gemmlab.inspect.portable_configs), written to benchmarks/results/compile-<arch>.json.
+gemmlab.tools.inspect_kernels.portable_configs), written to benchmarks/results/compile-<arch>.json.
 
     PYTHONPATH=src python3 scripts/compile_facts.py [sm_86 ...]   # default: every known target
 """
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from gemmlab.inspect import portable_reports
+from gemmlab.tools.inspect_kernels import portable_reports
 from gemmlab.kernels.spec import KNOWN_TARGETS
 from cuda.bindings import nvrtc
 

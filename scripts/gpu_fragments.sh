@@ -33,7 +33,7 @@ if [ -n "$maps" ]; then
     if [ -n "$FRAG_PNGS" ]; then
         timeout 120 python3 - "$maps" "$OUT/fragments" $FRAG_PNGS <<'EOF' || status=1
 import sys
-from gemmlab import fragments as fr
+from gemmlab.lab import fragments as fr
 path, folder, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 meta, maps = fr.load_measured(path)
 for name in names:

@@ -23,7 +23,7 @@
 # "tp" runs examples/tensor_parallel.py with torchrun over every GPU of the machine,
 # bf16 and fp32_tc ($OUT/tp-bf16.json, tp-fp32_tc.json; TP_ARGS), when it has two or more.
 # "tune" runs the autotuner first and copies its table and its progress record to
-# $OUT/tuned/ (the shipped tables in src/gemmlab/tuned/ come from there); later steps
+# $OUT/tuned/ (the shipped tables in src/gemmlab/data/tuned/ come from there); later steps
 # use it.  TUNE_ARGS, e.g. "--kernels pipelined --ops NN,NT,TN,TT" (the default
 # shapes in all four layouts) or "--suite models --kernels pipelined --tokens 2048".
 set -u

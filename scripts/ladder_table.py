@@ -6,7 +6,7 @@
 import json
 import sys
 
-from gemmlab.bench.report import label
+from gemmlab.tools.bench.report import label
 
 records = json.load(open(sys.argv[1]))
 sizes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in records))

@@ -16,8 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import blas3_harness  # noqa: E402
 import test_gpu_correctness  # noqa: E402
 
-from gemmlab import api, tuning  # noqa: E402
+from gemmlab.core import api, tables  # noqa: E402
 from gemmlab.kernels import registry  # noqa: E402
+from gemmlab.kernels.ec.ec_wgmma import (EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE, EC_SPLIT_SCALED_KERNELS,  # noqa: E402
+                                         EC_SPLIT_SCALED_SOURCE)
+from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE  # noqa: E402
 from gemmlab.runtime import compile as rt_compile  # noqa: E402
 from gemmlab.runtime.device import gpu_info  # noqa: E402
 
@@ -27,7 +30,7 @@ def main() -> int:
     gpu = gpu_info(0)
     items = set(blas3_harness.instantiations(blas3_harness.FAMILIES + blas3_harness.TMA_FAMILIES, gpu.arch))
     named = [c for c in test_gpu_correctness._cases() if c[0] != "auto"]
-    table = tuning.load_table(gpu.slug)
+    table = tables.load_table(gpu.slug)
     if table:
         for entry in table.shapes.values():
             for win in entry.get("kernels", {}).values():
@@ -53,11 +56,11 @@ def main() -> int:
             configs = spec.configurations() if spec.name == "ec_wgmma" else [spec.defaults()]
             items |= {(str(spec.source_path), spec.name_expression(params, prob))
                       for params, prob in spec.instantiations(configs)}
-            items |= {(str(registry.EC_SPLIT_PACK_SOURCE), n) for n in registry.EC_SPLIT_PACK_KERNELS}
+            items |= {(str(EC_SPLIT_PACK_SOURCE), n) for n in EC_SPLIT_PACK_KERNELS}
             if spec.name == "ec_wgmma":
-                items |= {(str(registry.EC_SPLIT_SCALED_SOURCE), n) for n in registry.EC_SPLIT_SCALED_KERNELS}
+                items |= {(str(EC_SPLIT_SCALED_SOURCE), n) for n in EC_SPLIT_SCALED_KERNELS}
     from gemmlab.kernels.ec.choose_method import CHOOSE_KERNEL, CHOOSE_SOURCE
-    items |= {(str(registry.EXPONENT_HISTOGRAM_SOURCE), registry.EXPONENT_HISTOGRAM_KERNEL),
+    items |= {(str(EXPONENT_HISTOGRAM_SOURCE), EXPONENT_HISTOGRAM_KERNEL),
               (str(CHOOSE_SOURCE), CHOOSE_KERNEL)}
     if registry.get("wgmma").builds_for(gpu.arch):   # tests/test_wgmma.py: every configuration, every layout
         wg = registry.get("wgmma")

@@ -15,10 +15,10 @@ import cupy as cp
 import numpy as np
 
 import gemmlab
-from gemmlab.bench.suites import parse_size
-from gemmlab.cli import _kernel_entries
+from gemmlab.tools.bench.suites import parse_size
+from gemmlab.tools.cli import _kernel_entries
 from gemmlab.kernels import registry
-from gemmlab.verify import random_matrix
+from gemmlab.tools.verify import random_matrix
 
 M, N, K = parse_size(sys.argv[1] if len(sys.argv) > 1 else "4096")
 args = sys.argv[2:]

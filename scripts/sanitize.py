@@ -15,7 +15,7 @@ import numpy as np
 import gemmlab
 import gemmlab.runtime.device
 from gemmlab.kernels import registry
-from gemmlab.verify import compare, random_matrix, reference
+from gemmlab.tools.verify import compare, random_matrix, reference
 
 SHAPES = [(1, 1, 1), (7, 13, 5), (33, 65, 17), (129, 67, 33), (5, 300, 260)]
 CASES = [(s.name, {}) for s in registry.ladder("simt")] + [

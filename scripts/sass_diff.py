@@ -58,33 +58,37 @@ LAB = ("fragment_dump", "wmma_ext_check", "wmma_ext_bench")
 def _list_jobs(arch: str, kernels: set[str] | None) -> list[tuple[str, str, str]]:
     """(group, source relative to the kernel folder, name expression) of everything to compile."""
     import test_compile as tc
-    from gemmlab.kernels import registry as r
+    from gemmlab.kernels.ec.ec_wgmma import (EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE, EC_SPLIT_SCALED_KERNELS,
+                                             EC_SPLIT_SCALED_SOURCE)
+    from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE
+    from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_KERNELS, SPLITK_REDUCE_SOURCE
+    from gemmlab.kernels.spec import KERNEL_DIR
+    from gemmlab.kernels.tensor.wgmma import TF32_PACK_KERNELS, TF32_PACK_SOURCE
 
     def want(name):
         return kernels is None or name in kernels
 
     def rel(path) -> str:
-        return str(Path(path).resolve().relative_to(r.KERNEL_DIR.resolve()))
+        return str(Path(path).resolve().relative_to(KERNEL_DIR.resolve()))
 
     jobs = []
     for spec in tc.SPECS:
         if spec.builds_for(arch) and want(spec.name):
             jobs += [(spec.name, rel(spec.source_path), n) for n in tc.instantiations(spec, arch)]
     if want("splitk_reduce"):
-        jobs += [("splitk_reduce", rel(r.SPLITK_REDUCE_SOURCE), n)   # one per output dtype since run 82
-                 for n in getattr(r, "SPLITK_REDUCE_KERNELS", (r.SPLITK_REDUCE_KERNEL,))]
+        jobs += [("splitk_reduce", rel(SPLITK_REDUCE_SOURCE), n) for n in SPLITK_REDUCE_KERNELS]   # one per output dtype
     if want("exponent_histogram"):
-        jobs.append(("exponent_histogram", rel(r.EXPONENT_HISTOGRAM_SOURCE), r.EXPONENT_HISTOGRAM_KERNEL))
+        jobs.append(("exponent_histogram", rel(EXPONENT_HISTOGRAM_SOURCE), EXPONENT_HISTOGRAM_KERNEL))
     if arch == "sm_90a":
         if want("tf32_pack"):
-            jobs += [("tf32_pack", rel(r.TF32_PACK_SOURCE), n) for n in r.TF32_PACK_KERNELS]
+            jobs += [("tf32_pack", rel(TF32_PACK_SOURCE), n) for n in TF32_PACK_KERNELS]
         if want("ec_split_pack"):
-            jobs += [("ec_split_pack", rel(r.EC_SPLIT_PACK_SOURCE), n) for n in r.EC_SPLIT_PACK_KERNELS]
-        if want("ec_split_scaled") and hasattr(r, "EC_SPLIT_SCALED_KERNELS"):
-            jobs += [("ec_split_scaled", rel(r.EC_SPLIT_SCALED_SOURCE), n) for n in r.EC_SPLIT_SCALED_KERNELS]
+            jobs += [("ec_split_pack", rel(EC_SPLIT_PACK_SOURCE), n) for n in EC_SPLIT_PACK_KERNELS]
+        if want("ec_split_scaled"):
+            jobs += [("ec_split_scaled", rel(EC_SPLIT_SCALED_SOURCE), n) for n in EC_SPLIT_SCALED_KERNELS]
     if arch in ("sm_80", "sm_90a"):   # wmma_ext.cuh exists for these only
-        from gemmlab import fragments as fr
-        from gemmlab.bench import wmma_ext as bench
+        from gemmlab.lab import fragments as fr
+        from gemmlab.tools.bench import wmma_ext as bench
         if want("fragment_dump"):
             jobs += [("fragment_dump", rel(fr.SOURCE), kd.name_expression()) for kd in fr.KINDS]
         if want("wmma_ext_check"):
@@ -111,8 +115,8 @@ def _renumber(text: str) -> str:
 
 def _sections(cubin: bytes) -> dict[str, str]:
     """nvdisasm's text of the cubin, per section (.text.<kernel>, .nv.shared.<kernel>, ...)."""
-    from gemmlab.inspect import find_disassembler
-    tool = find_disassembler()
+    from gemmlab.runtime.compile import find_nvdisasm    # in both trees' runtime, whatever else moved
+    tool = find_nvdisasm()
     if tool is None:
         raise SystemExit("nvdisasm not found (pip install 'gemmlab[inspect]')")
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,7 +141,7 @@ def _compile_chunk(source: str, names: list[str], arch: str) -> dict[str, dict]:
     (code, static shared memory, parameter bank), its ptxas report, and the module's
     other sections (global data such as namespace-scope constants), file-local
     names normalised."""
-    from gemmlab.kernels.registry import KERNEL_DIR
+    from gemmlab.kernels.spec import KERNEL_DIR    # kernels/spec.py and runtime/compile.py: in both trees
     from gemmlab.runtime.compile import compile_module, parse_ptxas_log
     module = compile_module(KERNEL_DIR / source, names, arch, use_cache=False)
     sections = _sections(module.cubin)

@@ -9,8 +9,11 @@ import itertools
 import numpy as np
 
 import gemmlab
-from gemmlab import api
+from gemmlab.core import api
 from gemmlab.kernels import registry
+from gemmlab.kernels.ec.ec_wgmma import EC_WGMMA_UNSCALED_PARAMS
+from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_KERNELS, SPLITK_REDUCE_SOURCE
+from gemmlab.kernels.spec import EC_METHODS, LAYOUTS
 
 DIMS = (0, 1, 7, 33)
 SCALARS = (0.0, 1.0, 0.7, -1.3)
@@ -44,7 +47,7 @@ def family(name, dtype, **params):
         return (f"{name}-tf32", name, full, "float32", "tf32", "float32")
     if dtype == "float16":
         return (f"{name}-fp16", name, full, "float16", None, "float16")
-    if dtype in registry.EC_METHODS:   # FP32 in and out, split into two tensor-core parts
+    if dtype in EC_METHODS:   # FP32 in and out, split into two tensor-core parts
         return (f"{name}-{dtype}", name, full, "float32", dtype, "float32")
     return (name + "".join(f"-{k}{v}" for k, v in params.items()), name, full, "float32", None, "float32")
 
@@ -60,12 +63,12 @@ FAMILIES = [family(s.name, "float32") for s in registry.ladder("simt")] + [
     family("ec_wmma", "fp16_ec"), family("ec_wgmma", "tf32_ec"),
     # fp16_ec (parts as they are) on ec_wgmma's four-set kernel, as precision="fp16_ec" runs it;
     # FOLD (the default) with FP16 parts under the scale chosen on the GPU (fp16_ec_scaled).
-    family("ec_wgmma", "fp16_ec", **registry.EC_WGMMA_UNSCALED_PARAMS),
+    family("ec_wgmma", "fp16_ec", **EC_WGMMA_UNSCALED_PARAMS),
     ("ec_wgmma-fp16_ec_scaled", "ec_wgmma", registry.get("ec_wgmma").defaults(), "float32", "fp16_ec_scaled",
      "float32"),
     # Split over K: with K <= 33 (one K-step) every slice past the first is empty.
     ("ec_wgmma-fp16_ec-SPLITK3", "ec_wgmma",
-     {**registry.get("ec_wgmma").defaults(), **registry.EC_WGMMA_UNSCALED_PARAMS, "SPLITK": 3},
+     {**registry.get("ec_wgmma").defaults(), **EC_WGMMA_UNSCALED_PARAMS, "SPLITK": 3},
      "float32", "fp16_ec", "float32"),
     ("ec_wgmma-fp16_ec_scaled-SPLITK3", "ec_wgmma", {**registry.get("ec_wgmma").defaults(), "SPLITK": 3},
      "float32", "fp16_ec_scaled", "float32"),
@@ -105,19 +108,19 @@ def kernel_dtype(fam) -> str:
     _, _, _, in_dt, precision, _ = fam
     if precision == "fp16_ec_scaled":   # FP16 parts, scaled by the choice made on the GPU
         return "fp16_ec"
-    return precision if precision in ("tf32", *registry.EC_METHODS) else in_dt
+    return precision if precision in ("tf32", *EC_METHODS) else in_dt
 
 
 def instantiations(families, arch: str | None = None) -> set[tuple[str, str]]:
     """(source, name expression) of everything the tester launches: each family in
     each layout, aligned and not, TMA-aligned and not, and the split-K reduction
     (``arch``: only the families that run there)."""
-    items = {(str(registry.SPLITK_REDUCE_SOURCE), k) for k in registry.SPLITK_REDUCE_KERNELS}
+    items = {(str(SPLITK_REDUCE_SOURCE), k) for k in SPLITK_REDUCE_KERNELS}
     for fam in families:
         if arch is not None and not runs_on(fam, arch):
             continue
         _, kernel, params, _, _, out_dt = fam
-        for (op_a, op_b), aligned in itertools.product(registry.LAYOUTS, (True, False)):
+        for (op_a, op_b), aligned in itertools.product(LAYOUTS, (True, False)):
             p = api.plan(kernel, 64, 64, 64, aligned16=aligned, dtype=kernel_dtype(fam), out_dtype=out_dt,
                          op_a=op_a, op_b=op_b, tma_aligned=aligned, arch=arch, **params)
             items.add((str(p.spec.source_path), p.name_expression))

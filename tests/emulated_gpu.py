@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gemmlab import api
-from gemmlab.arrays import ITEMSIZE
-from gemmlab.kernels import registry
+from gemmlab.core import api
+from gemmlab.core.arrays import ITEMSIZE
+from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_DTYPES, splitk_reduce_kernel
+from gemmlab.kernels.tensor.wgmma import PACK16_KERNEL, TF32_PACK_KERNELS
 
 
 # NumPy 2 moved byte_bounds to numpy.lib.array_utils.
@@ -249,7 +250,7 @@ class _Workspace:
 
 def install(monkeypatch) -> Emulator:
     """Route gemmlab.matmul's GPU work to an Emulator; NumPy arrays play device arrays."""
-    from gemmlab import executor, planner
+    from gemmlab.core import executor, planner
     from gemmlab.runtime import compile as rt_compile
     from gemmlab.runtime import device as rt_device
     emu = Emulator()
@@ -291,12 +292,12 @@ def install(monkeypatch) -> Emulator:
     monkeypatch.setattr(rt_launch, "stream_is_capturing", lambda stream: False)
 
     def load_kernel(source, name, arch):
-        if name == registry.PACK16_KERNEL:
+        if name == PACK16_KERNEL:
             return "pack16"
-        if name == registry.TF32_PACK_KERNELS[0]:
+        if name == TF32_PACK_KERNELS[0]:
             return "tf32_pack"
-        for d in registry.SPLITK_REDUCE_DTYPES:
-            if name == registry.splitk_reduce_kernel(d):
+        for d in SPLITK_REDUCE_DTYPES:
+            if name == splitk_reduce_kernel(d):
                 return ReduceKernel(d)
         return _PLANS[name]
     monkeypatch.setattr(rt_compile, "load_kernel", load_kernel)
@@ -315,7 +316,7 @@ def install(monkeypatch) -> Emulator:
     monkeypatch.setattr(api, "_matmul_host", lambda call, a, b, out, ta, tb, kernel, precision, tp, key=None:
                         api._matmul_gpu(call, gpu, kernel, tp, precision, out, key))
     # ... and take the prepared-call fast path as CuPy arrays do.
-    from gemmlab import arrays
+    from gemmlab.core import arrays
     monkeypatch.setitem(arrays.SIGNATURES, np.ndarray, lambda x: (
         x.ctypes.data, ("numpy", x.shape, x.strides, x.dtype, -1, not x.ctypes.data & 15)))
     return emu

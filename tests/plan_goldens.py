@@ -115,7 +115,7 @@ def record(fn) -> dict:
 
 
 def record_plan(case: dict) -> dict:
-    from gemmlab import planner
+    from gemmlab.core import planner
     kernel, M, N, K, kw = plan_kwargs(case)
     return record(lambda: planner.plan(kernel, M, N, K, **kw))
 
@@ -156,7 +156,7 @@ def call_plan(case: dict, gpu):
     """The plan the call path makes for ``case``: validate, kernel_view, then the
     executor's prepared call (its fp32_tc thin switch and method set)."""
     import numpy as np
-    from gemmlab import executor, planner
+    from gemmlab.core import executor, planner
     rng = np.random.default_rng(0)
     bs, M, N, K = case["batch"], case["M"], case["N"], case["K"]
     off = case["view"] == "offset"
@@ -174,7 +174,7 @@ def call_plan(case: dict, gpu):
 def record_calls(cases: list[dict]) -> list[dict]:
     """Every call case's plan on the emulated H200 (tests/emulated_gpu.py)."""
     import pytest
-    from gemmlab import executor
+    from gemmlab.core import executor
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import emulated_gpu
     with pytest.MonkeyPatch.context() as mp:

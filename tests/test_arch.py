@@ -4,9 +4,9 @@ Hopper, `gemmlab list` and `gemmlab inspect --arch` (CPU only)."""
 
 import pytest
 
-from gemmlab import planner
-from gemmlab.cli import main
-from gemmlab.inspect import inspect_kernels
+from gemmlab.core import planner
+from gemmlab.tools.cli import main
+from gemmlab.tools.inspect_kernels import inspect_kernels
 from gemmlab.kernels import registry
 from gemmlab.kernels.spec import FRAGMENT_MAPS, KNOWN_TARGETS, arch_cc
 

@@ -14,7 +14,7 @@ the wider portable set (and auto's choices) as benchmarks/results/compile-<arch>
 
 import pytest
 
-from gemmlab.inspect import EXPECTED_SASS, disassemble, find_disassembler, sass_facts
+from gemmlab.tools.inspect_kernels import EXPECTED_SASS, disassemble, find_disassembler, sass_facts
 from gemmlab.kernels import registry
 from gemmlab.kernels.spec import arch_cc
 from gemmlab.runtime.compile import compile_in_processes, compile_module, parse_ptxas_log

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from gemmlab.bench import overhead, report, suites
-from gemmlab.bench.timing import Timing
-from gemmlab.cli import main
+from gemmlab.tools.bench import overhead, report, suites
+from gemmlab.tools.bench.timing import Timing
+from gemmlab.tools.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -178,7 +178,7 @@ def test_overhead_host_rows_on_the_gpu():
 def test_time_rounds_rotates_the_order_and_pools_each_calls_runs(monkeypatch):
     """timing.time_rounds: every call once a round through time_gpu (host time included by
     default), the first call of round r being the r-th, each call's runs pooled into one median."""
-    from gemmlab.bench import timing
+    from gemmlab.tools.bench import timing
     order, seen = [], []
 
     def fake(fn, **kw):

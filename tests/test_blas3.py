@@ -33,7 +33,7 @@ import pytest
 
 import blas3_harness as h
 import gemmlab
-from gemmlab import api
+from gemmlab.core import api
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -117,7 +117,7 @@ def test_batches_in_chunks_and_split_k_workspace_per_chunk(monkeypatch):
     """More batches than one launch takes (GRID_Z_MAX lowered to 3), and split-K's
     workspace limited to two batches' worth: the pointer offsets of every chunk.
     (Prepared calls are built with the limits of their time: the cache starts empty.)"""
-    from gemmlab import executor
+    from gemmlab.core import executor
     executor.CACHE.clear()
     monkeypatch.setattr(executor, "GRID_Z_MAX", 3)
     assert not h.batched(GPU, FAMS["naive"], (7, 5, 33), (33, 6), out="C")

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 import plan_goldens
-from gemmlab import tuned
+from gemmlab.core import tables
 
 GOLDENS = plan_goldens.load()
 
@@ -17,9 +17,9 @@ GOLDENS = plan_goldens.load()
 def shipped_tables_only():
     """The goldens were recorded with the shipped tuned tables (conftest's cache folder has no
     user table); a table loaded before under other settings is dropped."""
-    tuned.load_table.cache_clear()
+    tables.load_table.cache_clear()
     yield
-    tuned.load_table.cache_clear()
+    tables.load_table.cache_clear()
 
 
 def test_goldens_cover_every_kind_of_decision():
@@ -59,9 +59,10 @@ def test_call_goldens():
 
 # -- choose() by kind of product, on the GPUs' properties alone ----------------------------------
 
-from gemmlab import planner  # noqa: E402
-from gemmlab.choose import AUTO_RUNGS, GPU, Product, choose  # noqa: E402
+from gemmlab.core import planner  # noqa: E402
+from gemmlab.core.choose import AUTO_RUNGS, GPU, Product, choose  # noqa: E402
 from gemmlab.kernels import registry  # noqa: E402
+from gemmlab.kernels.ec.ec_wgmma import EC_WGMMA_BN  # noqa: E402
 from gemmlab.kernels.simt import pipelined  # noqa: E402
 from gemmlab.kernels.spec import Ask  # noqa: E402
 
@@ -187,7 +188,7 @@ def test_float32_takes_the_tuned_table_where_it_answers():
     assert tabled.rung == rules.rung == "pipelined"
     assert tabled.reason == "the tuned table's winner at this shape (4096x4096x4096)"
     assert rules.reason.startswith("the tile-count rule, kept by the cost model: ")
-    table = tuned.load_table("nvidia-h200")
+    table = tables.load_table("nvidia-h200")
     assert tabled.params == registry.get("pipelined").resolve(table.lookup("auto", 4096, 4096, 4096, "NN")[1])
     assert rules.params == registry.get("pipelined").resolve(pipelined.auto_params(4096, 4096, 4096, 132)[1])
 
@@ -195,7 +196,7 @@ def test_float32_takes_the_tuned_table_where_it_answers():
 def test_precisions_that_change_the_choice():
     # fp16_ec: ec_wgmma's four-set tile (BN 96, no FOLD).
     c = choose(Product(4096, 4096, 4096, dtype="fp16_ec", precision="fp16_ec"), H200)
-    assert c.rung == "ec_wgmma" and (c.params["BN"], c.params["FOLD"]) == (registry.EC_WGMMA_BN, 0)
+    assert c.rung == "ec_wgmma" and (c.params["BN"], c.params["FOLD"]) == (EC_WGMMA_BN, 0)
     assert choose(Product(4096, 4096, 4096, dtype="fp16_ec", precision="fp32_tc"), H200).params["FOLD"] == 1
     # fp32_tc on a thin product: FP32 on the CUDA cores, and the plan says so.
     c = choose(Product(4, 4096, 4096, dtype="fp16_ec", precision="fp32_tc"), H200)

@@ -5,9 +5,9 @@ import json
 import pytest
 
 import gemmlab
-from gemmlab.bench import models, overhead, suites
-from gemmlab.cli import main
-from gemmlab.inspect import find_disassembler
+from gemmlab.tools.bench import models, overhead, suites
+from gemmlab.tools.cli import main
+from gemmlab.tools.inspect_kernels import find_disassembler
 from gemmlab.kernels import registry
 from gemmlab.runtime import device as rt_device
 
@@ -192,7 +192,7 @@ def test_unknown_command_is_a_usage_error(capsys):
 
 def test_tune_ops_time_each_shape_in_every_layout_given():
     """`gemmlab tune --ops NN,NT`: each shape's uses are the layouts, one matrix each."""
-    from gemmlab.cli import build_parser, tune_shapes
+    from gemmlab.tools.cli import build_parser, tune_shapes
     args = build_parser().parse_args(["tune", "--sizes", "64,128x256x512", "--ops", "NN,nt,NN"])
     sizes, uses = tune_shapes(args)
     assert sizes == [(64, 64, 64), (128, 256, 512)]
@@ -201,7 +201,7 @@ def test_tune_ops_time_each_shape_in_every_layout_given():
 
 
 def test_ops_parse_layout_pairs():
-    from gemmlab.cli import _ops
+    from gemmlab.tools.cli import _ops
     assert _ops("NN,tn, NT,TT") == ["NN", "TN", "NT", "TT"]
 
 
@@ -221,7 +221,7 @@ def test_bench_passes_the_layouts_on(monkeypatch, capsys):
 
 
 def test_bench_switches_parse():
-    from gemmlab.cli import build_parser
+    from gemmlab.tools.cli import build_parser
     args = build_parser().parse_args(["bench", "--suite", "overhead", "--kernel-only", "--calls", "50",
                                       "--host-shape", "128x64x32", "--json", "o.json", "--plot", "o.png"])
     assert (args.suite, args.kernel_only, args.calls, args.host_shape) == ("overhead", True, 50, "128x64x32")
@@ -252,7 +252,7 @@ def test_kernel_only_reaches_the_suite(monkeypatch, capsys, argv):
 
 
 def test_kernel_entries_parse_names_and_parameters():
-    from gemmlab.cli import _kernel_entries
+    from gemmlab.tools.cli import _kernel_entries
     assert _kernel_entries(["vectorized:BM=64,BN=128", "smem_tiled:tile=16", "naive"], list) == [
         ("vectorized", {"BM": 64, "BN": 128}), ("smem_tiled", {"tile": 16}), ("naive", {})]
     assert _kernel_entries(None, lambda: [("x", {})]) == [("x", {})]
@@ -285,7 +285,7 @@ def test_every_help_text_prints(command, capsys):
                                                                     "smem_tiled:tile=16", "wmma"]),
 ])
 def test_kernel_lists_take_commas_and_spaces(argv, names):
-    from gemmlab.cli import _kernel_items
+    from gemmlab.tools.cli import _kernel_items
     assert _kernel_items(argv) == names
     assert _kernel_items(["naive,coalesced", "wmma"]) == ["naive", "coalesced", "wmma"]
 
@@ -326,7 +326,7 @@ def test_inspect_progress_when_compiling(capsys, monkeypatch, tmp_path):
 def test_verify_default_covers_every_rung_the_gpu_runs(capsys):
     """`gemmlab verify` with no --kernels: every rung of this GPU's target, each in its
     dtype, against FP64 on fresh inputs (output poisoned with NaN), odd shapes."""
-    from gemmlab.verify import verify_dtype
+    from gemmlab.tools.verify import verify_dtype
     arch = rt_device.gpu_info(0).arch
     assert main(["verify", "--shapes", "33x65x17,127x129x255,7x13x4099"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -339,8 +339,8 @@ def test_verify_default_covers_every_rung_the_gpu_runs(capsys):
 @pytest.mark.gpu
 def test_verify_fails_a_kernel_that_writes_nothing(capsys, monkeypatch):
     """The negative control: a matmul that leaves the NaN-poisoned output as it is fails."""
-    import gemmlab.api
-    monkeypatch.setattr(gemmlab.api, "matmul", lambda *args, **kwargs: None)
+    import gemmlab.core.api
+    monkeypatch.setattr(gemmlab.core.api, "matmul", lambda *args, **kwargs: None)
     assert main(["verify", "--kernels", "naive,wmma", "--shapes", "33x65x17"]) == 1
     out = capsys.readouterr().out
     assert out.count("FAIL") == 2 and "non-finite" in out and out.strip().endswith("0 passed, 2 failed")
@@ -353,7 +353,7 @@ def test_inspect_from_a_script_read_on_stdin(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
-    script = ("from gemmlab.inspect import inspect_kernels\n"
+    script = ("from gemmlab.tools.inspect_kernels import inspect_kernels\n"
               "print(len(inspect_kernels('sm_80', ['naive', 'coalesced'], with_sass=False)))\n")
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = dict(os.environ, GEMMLAB_CACHE_DIR=str(tmp_path),

@@ -29,14 +29,20 @@ from pathlib import Path
 
 import pytest
 
-from gemmlab.errors import CompileError, HeaderNotFoundError
-from gemmlab.inspect import disassemble, find_disassembler, sass_facts
+from gemmlab.core.errors import CompileError, HeaderNotFoundError
+from gemmlab.tools.inspect_kernels import disassemble, find_disassembler, sass_facts
 from gemmlab.kernels import registry
-from gemmlab.kernels.registry import Problem
+from gemmlab.kernels.ec.ec_wgmma import (EC_SCALED_SHORT_CHUNK, EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE,
+                                         EC_SPLIT_SCALED_KERNELS, EC_SPLIT_SCALED_SOURCE)
+from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE
+from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_KERNELS, SPLITK_REDUCE_SOURCE
+from gemmlab.kernels.spec import LAYOUTS, Problem
+from gemmlab.kernels.tensor.wgmma import TF32_PACK_KERNELS, TF32_PACK_SOURCE
+from gemmlab.kernels.tensor.wmma import TC_VARIANTS
 from gemmlab.runtime import compile as rt_compile
 from gemmlab.runtime.compile import compile_module, parse_ptxas_log
 from gemmlab.runtime.headers import REQUIRED, find_cuda_headers
-from gemmlab.tuned import SHIPPED_DIR
+from gemmlab.core.tables import SHIPPED_DIR
 
 ARCHES = ("sm_80", "sm_90a")
 EVERY_CONFIG_ARCHES = ARCHES if os.environ.get("GEMMLAB_FULL_COMPILE_CHECK") == "1" else ("sm_90a",)
@@ -74,7 +80,7 @@ def instantiations(spec, arch: str = "sm_90a") -> dict[str, tuple[dict, Problem]
     """name expression -> (parameters, problem) of everything compiled for ``spec`` and ``arch``."""
     out = {}
     every = spec.instantiations(layouts=[("N", "N")]) if arch in EVERY_CONFIG_ARCHES else []
-    for params, prob in every + spec.instantiations(configs=layout_configs(spec), layouts=registry.LAYOUTS):
+    for params, prob in every + spec.instantiations(configs=layout_configs(spec), layouts=LAYOUTS):
         out.setdefault(spec.name_expression(params, prob), (params, prob))
     return out
 
@@ -189,8 +195,8 @@ def test_defaults_and_tuned_configurations_compile_in_every_layout(spec):
 def test_exponent_histogram_compiles_without_spills(arch):
     """A 256-bin histogram of 4-byte counters per warp, 8 warps, in shared memory;
     registers for its 16-byte loads in flight and no more (8 blocks of 256 threads an SM)."""
-    module = compile_module(registry.EXPONENT_HISTOGRAM_SOURCE, (registry.EXPONENT_HISTOGRAM_KERNEL,), arch)
-    r = parse_ptxas_log(module.log)[module.symbols[registry.EXPONENT_HISTOGRAM_KERNEL]]
+    module = compile_module(EXPONENT_HISTOGRAM_SOURCE, (EXPONENT_HISTOGRAM_KERNEL,), arch)
+    r = parse_ptxas_log(module.log)[module.symbols[EXPONENT_HISTOGRAM_KERNEL]]
     assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.smem_bytes == 8 * 4 * 256 and r.registers <= 32, r
 
 
@@ -207,9 +213,9 @@ def test_choose_method_compiles_without_spills(arch):
 @pytest.mark.parametrize("arch", ARCHES)
 def test_splitk_reduce_compiles_without_spills(arch):
     """The reduction of split-K's partial products, one per output dtype (FP32, FP16, BF16)."""
-    module = compile_module(registry.SPLITK_REDUCE_SOURCE, registry.SPLITK_REDUCE_KERNELS, arch)
-    assert len(registry.SPLITK_REDUCE_KERNELS) == 3
-    for name in registry.SPLITK_REDUCE_KERNELS:
+    module = compile_module(SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_KERNELS, arch)
+    assert len(SPLITK_REDUCE_KERNELS) == 3
+    for name in SPLITK_REDUCE_KERNELS:
         r = parse_ptxas_log(module.log)[module.symbols[name]]
         assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.smem_bytes == 0, name
 
@@ -253,7 +259,7 @@ def test_vectorized_scalar_variant_has_no_128_bit_global_loads(arch, ladder_modu
 @compile_matrix
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
-@pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
+@pytest.mark.parametrize("op_a, op_b", LAYOUTS)
 @pytest.mark.parametrize("kernel", ["vectorized", "warptile"])
 def test_transposed_operands_keep_128_bit_loads(arch, kernel, op_a, op_b, ladder_module, ladder_sass):
     """Rungs 6 and 7 read every layout with 16-byte global loads (a transposed tile
@@ -405,10 +411,10 @@ def test_ec_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_ec_split_pack_compiles_without_spills(arch):
-    module = compile_module(registry.EC_SPLIT_PACK_SOURCE, registry.EC_SPLIT_PACK_KERNELS, arch)
+    module = compile_module(EC_SPLIT_PACK_SOURCE, EC_SPLIT_PACK_KERNELS, arch)
     res = parse_ptxas_log(module.log)
-    assert len(registry.EC_SPLIT_PACK_KERNELS) == 16   # 2 methods x FOLD 0, 1 x 4 layouts
-    for name in registry.EC_SPLIT_PACK_KERNELS:
+    assert len(EC_SPLIT_PACK_KERNELS) == 16   # 2 methods x FOLD 0, 1 x 4 layouts
+    for name in EC_SPLIT_PACK_KERNELS:
         r = res[module.symbols[name]]
         assert r.spill_bytes == 0 and r.stack_bytes == 0, name
         assert r.smem_bytes == 4 * 2 * 32 * 33, name   # two 32 x 33 float tiles in flight
@@ -422,13 +428,13 @@ def test_ec_split_scaled_compiles_for_two_blocks_an_sm():
     1 to 16) likewise.  The 512 values of K a thread holds leave ptxas a
     few registers short in the layouts read across segments: at most 32 bytes of spills,
     stores and reloads around a chunk."""
-    module = compile_module(registry.EC_SPLIT_SCALED_SOURCE, registry.EC_SPLIT_SCALED_KERNELS, "sm_90a")
+    module = compile_module(EC_SPLIT_SCALED_SOURCE, EC_SPLIT_SCALED_KERNELS, "sm_90a")
     res = parse_ptxas_log(module.log)
     # 4 layouts x (clusters of 1, 2, 4, 8; a short K's chunk), 5 of the whole-rows kernel, 2 x 5 half rows
-    assert len(registry.EC_SPLIT_SCALED_KERNELS) == 35
-    for name in registry.EC_SPLIT_SCALED_KERNELS:
+    assert len(EC_SPLIT_SCALED_KERNELS) == 35
+    for name in EC_SPLIT_SCALED_KERNELS:
         r = res[module.symbols[name]]
-        short = name.endswith(f", {registry.EC_SCALED_SHORT_CHUNK}>")
+        short = name.endswith(f", {EC_SCALED_SHORT_CHUNK}>")
         assert r.registers <= (64 if short else 128), (name, r)
         assert r.spill_store_bytes <= 32 and r.stack_bytes <= 32, (name, r)
         assert r.smem_bytes < 48 * 1024, (name, r)   # static: the staged tiles and the maxima
@@ -439,15 +445,15 @@ def test_wgmma_is_not_built_for_other_targets(arch):
     """Compiling the rung for another target is refused by its header, naming sm_90a."""
     spec = registry.get("wgmma")
     assert not spec.builds_for(arch) and spec.builds_for("sm_90a")
-    name = spec.name_expression(spec.defaults(), registry.TC_VARIANTS[0])
+    name = spec.name_expression(spec.defaults(), TC_VARIANTS[0])
     with pytest.raises(CompileError, match=r"hopper\.cuh needs sm_90a"):
         compile_module(spec.source_path, (name,), arch, use_cache=False)
 
 
 def test_tf32_pack_compiles_without_spills():
-    module = compile_module(registry.TF32_PACK_SOURCE, registry.TF32_PACK_KERNELS, "sm_90a")
+    module = compile_module(TF32_PACK_SOURCE, TF32_PACK_KERNELS, "sm_90a")
     res = parse_ptxas_log(module.log)
-    for name in registry.TF32_PACK_KERNELS:
+    for name in TF32_PACK_KERNELS:
         r = res[module.symbols[name]]
         assert r.spill_bytes == 0 and r.stack_bytes == 0, name
         assert r.smem_bytes == 4 * 32 * 33, name

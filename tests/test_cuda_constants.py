@@ -5,11 +5,17 @@ from the sources instead of repeating them.  CPU only."""
 
 import pytest
 
-from gemmlab import ec, fragments
-from gemmlab.bench import wmma_ext as bench
+from gemmlab.core import methods
+from gemmlab.lab import fragments
+from gemmlab.tools.bench import wmma_ext as bench
 from gemmlab.kernels import registry
+from gemmlab.kernels.ec.ec_wgmma import EC_SPLIT_PACK_SOURCE
+from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_SOURCE
+from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_SOURCE
+from gemmlab.kernels.spec import EC_METHODS, TYPE_CODES
+from gemmlab.kernels.tensor.wgmma import TF32_PACK_SOURCE
 from gemmlab.kernels.cuda_constants import KERNEL_DIR, read_constants
-from gemmlab.kernels.registry import Problem
+from gemmlab.kernels.spec import Problem
 
 TYPE_CODES_H = "include/gemmlab/type_codes.cuh"
 
@@ -52,10 +58,10 @@ def test_paths_relative_to_the_kernels_folder():
 def test_type_codes():
     """The codes Python reads from type_codes.cuh, and the fragment tools' own lists in that order."""
     c = read_constants(TYPE_CODES_H)
-    assert registry.TYPE_CODES == {"float16": c["TYPE_FLOAT16"], "bfloat16": c["TYPE_BFLOAT16"],
-                                   "tf32": c["TYPE_TF32"], "float32": c["TYPE_FLOAT32"]}
-    assert sorted(registry.TYPE_CODES.values()) == [0, 1, 2, 3]
-    assert registry.EC_METHODS == {"fp16_ec": c["METHOD_FP16_EC"], "tf32_ec": c["METHOD_TF32_EC"]}
+    assert TYPE_CODES == {"float16": c["TYPE_FLOAT16"], "bfloat16": c["TYPE_BFLOAT16"],
+                          "tf32": c["TYPE_TF32"], "float32": c["TYPE_FLOAT32"]}
+    assert sorted(TYPE_CODES.values()) == [0, 1, 2, 3]
+    assert EC_METHODS == {"fp16_ec": c["METHOD_FP16_EC"], "tf32_ec": c["METHOD_TF32_EC"]}
     assert [c[f"USE_{u.upper()}"] for u in fragments.USES] == list(range(len(fragments.USES)))
     short = {"f16": "float16", "bf16": "bfloat16", "tf32": "tf32", "f32": "float32"}
     assert [c[f"TYPE_{short[d].upper()}"] for d in fragments.DTYPES] == list(range(len(fragments.DTYPES)))
@@ -78,7 +84,10 @@ def test_shared_constants_are_written_once_in_the_cuda_source(name, source):
     """The value comes from the source, and no Python module under kernels/ writes it as a number."""
     import re
     from gemmlab.kernels.ec import ec_wgmma, exponent_histogram
-    value = next(getattr(m, name) for m in (registry, ec_wgmma, exponent_histogram) if hasattr(m, name))
+    from gemmlab.kernels.simt import splitk_reduce
+    from gemmlab.kernels.tensor import wgmma, wmma
+    value = next(getattr(m, name) for m in (wmma, wgmma, splitk_reduce, ec_wgmma, exponent_histogram)
+                 if hasattr(m, name))
     assert value == read_constants(source)[name]
     literal = re.compile(rf"^\s*(?:\w+\s*,\s*)*{name}\b[^=\n]*=\s*[-\d(]", re.M)
     for py in KERNEL_DIR.rglob("*.py"):
@@ -97,41 +106,42 @@ def test_launch_shapes_follow_the_constants():
 
 
 def test_exponent_histogram():
+    from gemmlab.kernels.ec import exponent_histogram
     c = read_constants("ec/exponent_histogram.cu")
-    assert c["HISTOGRAM_THREADS"] == ec.HISTOGRAM_THREADS
+    assert c["HISTOGRAM_THREADS"] == exponent_histogram.HISTOGRAM_THREADS
     import numpy as np
-    assert c["EXPONENT_BINS"] == ec.ExponentStats.of(np.zeros(1, np.float32)).counts.size
+    assert c["EXPONENT_BINS"] == methods.ExponentStats.of(np.zeros(1, np.float32)).counts.size
 
 
 def test_lab_constants():
     c = read_constants("lab/wmma_ext_bench.cu")
     assert c["BENCH_WARPS"] == bench.WARPS
-    assert c["EC_BM"] == c["EC_BN"] == 64      # bench/wmma_ext.py launches (n // 64) ** 2 blocks of ec_gemm
+    assert c["EC_BM"] == c["EC_BN"] == 64      # tools/bench/wmma_ext.py launches (n // 64) ** 2 blocks of ec_gemm
 
 
 def test_sources_named_by_the_registry_hold_the_constants():
     """The files above are the ones the host compiles."""
-    assert registry.SPLITK_REDUCE_SOURCE == KERNEL_DIR / "simt" / "splitk_reduce.cu"
-    assert registry.TF32_PACK_SOURCE == KERNEL_DIR / "tensor" / "tf32_pack.cu"
-    assert registry.EC_SPLIT_PACK_SOURCE == KERNEL_DIR / "ec" / "split_pack.cu"
-    assert registry.EXPONENT_HISTOGRAM_SOURCE == KERNEL_DIR / "ec" / "exponent_histogram.cu"
+    assert SPLITK_REDUCE_SOURCE == KERNEL_DIR / "simt" / "splitk_reduce.cu"
+    assert TF32_PACK_SOURCE == KERNEL_DIR / "tensor" / "tf32_pack.cu"
+    assert EC_SPLIT_PACK_SOURCE == KERNEL_DIR / "ec" / "split_pack.cu"
+    assert EXPONENT_HISTOGRAM_SOURCE == KERNEL_DIR / "ec" / "exponent_histogram.cu"
     assert registry.get("wgmma").source_path == KERNEL_DIR / "tensor" / "04_wgmma.cu"
     assert registry.get("ec_wgmma").source_path == KERNEL_DIR / "ec" / "02_ec_wgmma.cu"
 
 
 def test_the_method_choice_rules_are_read_from_choice_rules_cuh():
-    """gemmlab.ec's rules and the kernels' (choice_rules.cuh) are one set of constants, and the
+    """gemmlab.core.methods's rules and the kernels' (choice_rules.cuh) are one set of constants, and the
     choice record's fields and method codes are choice.cuh's and type_codes.cuh's."""
     c = read_constants("include/gemmlab/ec/choice_rules.cuh")
-    assert (ec.FP16_TOP, ec.FP16_NORMAL_MIN, ec.MAX_SCALE_EXPONENT, ec.WIDE_BINADES) == \
+    assert (methods.FP16_TOP, methods.FP16_NORMAL_MIN, methods.MAX_SCALE_EXPONENT, methods.WIDE_BINADES) == \
         (c["FP16_TOP"], c["FP16_NORMAL_MIN"], c["MAX_SCALE_EXPONENT"], c["WIDE_BINADES"])
-    assert ec.UNDERFLOW_LIMIT == c["UNDERFLOW_NUM"] / c["UNDERFLOW_DEN"]
+    assert methods.UNDERFLOW_LIMIT == c["UNDERFLOW_NUM"] / c["UNDERFLOW_DEN"]
     assert read_constants("ec/choose_method.cu")["CHOOSE_THREADS"] == \
         read_constants("ec/exponent_histogram.cu")["EXPONENT_BINS"]
     assert "FP16_TOP" not in read_constants("ec/choose_method.cu")   # written once
     r = read_constants("include/gemmlab/ec/choice.cuh")
-    assert ec.CHOICE == {k[len("CHOICE_"):].lower(): v for k, v in r.items() if k != "CHOICE_FIELDS"}
-    assert max(ec.CHOICE.values()) < r["CHOICE_FIELDS"]
+    assert methods.CHOICE == {k[len("CHOICE_"):].lower(): v for k, v in r.items() if k != "CHOICE_FIELDS"}
+    assert max(methods.CHOICE.values()) < r["CHOICE_FIELDS"]
     t = read_constants(TYPE_CODES_H)
-    assert ec.CHOICE_METHODS == {t["METHOD_FP16_EC"]: "fp16_ec", t["METHOD_FP16_EC_SCALED"]: "fp16_ec_scaled",
-                                 t["METHOD_TF32_EC"]: "tf32_ec"}
+    assert methods.CHOICE_METHODS == {t["METHOD_FP16_EC"]: "fp16_ec", t["METHOD_FP16_EC_SCALED"]: "fp16_ec_scaled",
+                                      t["METHOD_TF32_EC"]: "tf32_ec"}

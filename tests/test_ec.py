@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab.accuracy import make_inputs
-from gemmlab.verify import compare, reference
+from gemmlab.tools.accuracy import make_inputs
+from gemmlab.tools.verify import compare, reference
 from ec_expect import fp32_tc_method
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 SETS = ["uniform", "uniform_small", "uniform_large", "normal", "log_uniform"]
-# Which input sets each method is meant for (gemmlab.ec's docstring): there its
+# Which input sets each method is meant for (gemmlab.core.methods's docstring): there its
 # error must be within 1.5x of cuBLAS SGEMM's.
 SUPPORTED = {
     "fp16_ec": {"uniform", "uniform_large", "normal"},
@@ -29,7 +29,7 @@ KERNELS = ["ec_wmma", "ec_wgmma", "ec_wgmma:BN=96,FOLD=0,STAGES=4"]
 
 def kw(kernel):
     """matmul's kernel arguments for an entry of KERNELS, "name:NAME=value,...", read as the CLI reads it."""
-    from gemmlab.cli import _kernel_entries
+    from gemmlab.tools.cli import _kernel_entries
     ((name, params),) = _kernel_entries([kernel], list)
     return dict(kernel=name, **params)
 
@@ -63,7 +63,7 @@ def cases():
 @pytest.mark.parametrize("inputs", SETS)
 def test_method_within_1_5x_of_sgemm(cases, precision, inputs, kernel):
     if inputs not in SUPPORTED[precision]:
-        pytest.skip(f"{precision} is not meant for {inputs} (gemmlab.ec)")
+        pytest.skip(f"{precision} is not meant for {inputs} (gemmlab.core.methods)")
     needs(kernel)
     a, b, ref, sgemm_err = cases[inputs]
     out = cp.full(ref.shape, np.nan, dtype=np.float32)
@@ -232,7 +232,7 @@ def test_numpy_inputs():
 def test_exponent_histogram_matches_numpy():
     """The GPU histogram behind fp32_tc, on a strided view with zeros, subnormals,
     Inf and NaN, against NumPy's count."""
-    from gemmlab import ec
+    from gemmlab.core import methods
     from gemmlab.runtime.device import gpu_info
     rng = np.random.default_rng(7)
     base = cp.asarray(make_inputs("log_uniform", 300, 700, rng))
@@ -240,9 +240,9 @@ def test_exponent_histogram_matches_numpy():
     base[6, 3] = np.float32(1e-42)
     base[7, 7], base[8, 8] = np.inf, np.nan
     view = base[:, 13:613]          # leading dimension 700, 600 columns
-    stats = ec.exponent_stats(gpu_info(0), cp.cuda.get_current_stream().ptr,
-                              [(view.data.ptr, 300, 600, 700), (view.data.ptr, 0, 600, 700)])
-    np.testing.assert_array_equal(stats[0].counts, ec.ExponentStats.of(view.get()).counts)
+    stats = methods.exponent_stats(gpu_info(0), cp.cuda.get_current_stream().ptr,
+                                   [(view.data.ptr, 300, 600, 700), (view.data.ptr, 0, 600, 700)])
+    np.testing.assert_array_equal(stats[0].counts, methods.ExponentStats.of(view.get()).counts)
     assert stats[1].counts.sum() == 0
 
 
@@ -252,13 +252,13 @@ def test_exponent_histogram_every_row_alignment(rows, cols, ld, offset):
     """Rows that start at each 4-byte offset from a 16-byte boundary and end anywhere:
     the elements before the first boundary and after the last are counted one by one,
     the rest four at a time."""
-    from gemmlab import ec
+    from gemmlab.core import methods
     from gemmlab.runtime.device import gpu_info
     rng = np.random.default_rng(rows * cols + offset)
     base = cp.asarray(make_inputs("log_uniform", rows * ld + offset + 8, 1, rng).ravel())
     view = base[offset:offset + rows * ld].reshape(rows, ld)[:, :cols]
-    stats = ec.exponent_stats(gpu_info(0), cp.cuda.get_current_stream().ptr, [(view.data.ptr, rows, cols, ld)])
-    np.testing.assert_array_equal(stats[0].counts, ec.ExponentStats.of(view.get()).counts)
+    stats = methods.exponent_stats(gpu_info(0), cp.cuda.get_current_stream().ptr, [(view.data.ptr, rows, cols, ld)])
+    np.testing.assert_array_equal(stats[0].counts, methods.ExponentStats.of(view.get()).counts)
     assert stats[0].counts.sum() == rows * cols
 
 
@@ -346,8 +346,8 @@ class _SplitAndGemmLaunches:
     and choose_method, which fp32_tc launches first, not counted)."""
 
     def __init__(self, monkeypatch):
-        from gemmlab import executor
-        from gemmlab.kernels import registry
+        from gemmlab.core import executor
+        from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_SOURCE, splitk_reduce_kernel
         from gemmlab.kernels.ec import ec_wgmma
         from gemmlab.kernels.ec.choose_method import CHOOSE_KERNEL, CHOOSE_SOURCE
         from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE
@@ -356,7 +356,7 @@ class _SplitAndGemmLaunches:
         arch = gpu_info(0).arch
         choice = [rt_compile.load_kernel(src, name, arch) for src, name in ((CHOOSE_SOURCE, CHOOSE_KERNEL), (
             EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL))]
-        reduce = rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, registry.splitk_reduce_kernel("float32"), arch)
+        reduce = rt_compile.load_kernel(SPLITK_REDUCE_SOURCE, splitk_reduce_kernel("float32"), arch)
         self.split_grids, self.split_matrices, self.gemms, self.reductions = [], [], 0, 0
         executor.CACHE.clear()   # a fresh prepared call with the limits of this test
         real_gemm, real_shaped = executor.launch, executor.launch_shaped
@@ -387,7 +387,7 @@ def _ec_batch(monkeypatch, precision, nb_a, nb_b, M, N, K, *, trans_b=False, bet
     FP64 within 1.5x of SGEMM's error, out's gaps untouched; returns the launches.
     ``per_launch``: matrices a launch may take (BATCH_WORKSPACE_LIMIT lowered to that many);
     ``params``: ec_wgmma's tile parameters."""
-    from gemmlab import executor
+    from gemmlab.core import executor
     from gemmlab.kernels.ec.ec_wgmma import ec_parts_bytes
     from gemmlab.kernels.spec import Problem
     needs("ec_wgmma")

@@ -1,5 +1,5 @@
 """precision="fp32_tc"'s method chosen on the GPU (kernels/ec/choose_method.cu):
-the same choice as gemmlab.ec.choose on every input -- random and crafted
+the same choice as gemmlab.core.methods.choose on every input -- random and crafted
 histograms, the input sets of `gemmlab accuracy`, edge cases, batches --, no
 host synchronisation during the call, and last_plan() reading the choice back
 when asked."""
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import ec
-from gemmlab.accuracy import INPUT_SETS, make_inputs
-from gemmlab.verify import compare, reference
+from gemmlab.core import methods
+from gemmlab.tools.accuracy import INPUT_SETS, make_inputs
+from gemmlab.tools.verify import compare, reference
 from ec_expect import per_row
 
 pytestmark = pytest.mark.gpu
@@ -41,12 +41,12 @@ def _device_choices(pairs, scaled_only):
 
 
 def _agree(pairs):
-    """The device's choice equals gemmlab.ec.choose's (and scaled_choice's) for every pair."""
+    """The device's choice equals gemmlab.core.methods.choose's (and scaled_choice's) for every pair."""
     for scaled_only in (False, True):
-        rule = ec.scaled_choice if scaled_only else ec.choose
+        rule = methods.scaled_choice if scaled_only else methods.choose
         for (a, b), record in zip(pairs, _device_choices(pairs, scaled_only)):
-            want = rule(ec.ExponentStats(np.asarray(a, np.int64)), ec.ExponentStats(np.asarray(b, np.int64)))
-            got = ec.choice_of_record(record, scaled_only)
+            want = rule(methods.ExponentStats(np.asarray(a, np.int64)), methods.ExponentStats(np.asarray(b, np.int64)))
+            got = methods.choice_of_record(record, scaled_only)
             assert (got.method, got.scale_a_exp, got.scale_b_exp) == \
                 (want.method, want.scale_a_exp, want.scale_b_exp), (want.reason, got.reason)
             if not scaled_only:   # the report's ranges say what choose's reason says
@@ -70,13 +70,13 @@ def test_random_and_boundary_histograms():
     for extra in (0, 1):
         for top in (0, 14, 20, -10):
             counts = np.zeros(256, np.int64)
-            counts[127 + top] = 1000 * ec.UNDERFLOW_DEN
-            counts[127 - 40] = 1000 * ec.UNDERFLOW_NUM + extra
+            counts[127 + top] = 1000 * methods.UNDERFLOW_DEN
+            counts[127 - 40] = 1000 * methods.UNDERFLOW_NUM + extra
             ok = np.zeros(256, np.int64)
             ok[127] = 5
             pairs += [(counts, ok), (ok, counts)]
     # The largest exponent at FP16_TOP and one above; a scale clamped at 2^64.
-    for top in (ec.FP16_TOP, ec.FP16_TOP + 1, -100, 127):
+    for top in (methods.FP16_TOP, methods.FP16_TOP + 1, -100, 127):
         counts = np.zeros(256, np.int64)
         counts[127 + top] = 3
         pairs.append((counts, counts))
@@ -103,15 +103,15 @@ def _edge_inputs(rng):
 @pytest.mark.parametrize("case", list(INPUT_SETS) + ["zeros", "nan_inf", "subnormals", "one_wide", "above_65504",
                                                      "tiny"])
 def test_matmul_chooses_as_ec_choose(case):
-    """Through gemmlab.matmul: last_plan()'s method and scales are ec.choose's on the
+    """Through gemmlab.matmul: last_plan()'s method and scales are methods.choose's on the
     host counts of the same arrays, and the reason says the GPU chose."""
     rng = np.random.default_rng(2)
     if case in INPUT_SETS:
         a, b = make_inputs(case, 64, 96, rng), make_inputs(case, 96, 48, rng)
     else:
         a, b = _edge_inputs(rng)[case]
-    for precision, rule in (("fp32_tc", ec.choose), ("fp16_ec_scaled", ec.scaled_choice)):
-        want = rule(ec.ExponentStats.of(a), ec.ExponentStats.of(b))
+    for precision, rule in (("fp32_tc", methods.choose), ("fp16_ec_scaled", methods.scaled_choice)):
+        want = rule(methods.ExponentStats.of(a), methods.ExponentStats.of(b))
         # ec_wmma named: auto runs a product this thin as FP32 where ec_wgmma builds (Hopper)
         out = gemmlab.matmul(cp.asarray(a), cp.asarray(b), precision=precision, kernel="ec_wmma")
         p = gemmlab.last_plan()
@@ -131,7 +131,7 @@ def test_a_batch_is_chosen_from_all_its_matrices():
     a = np.stack([make_inputs("uniform", 40, 70, rng) for _ in range(5)])
     a[3] *= np.float32(2.0 ** 16)   # largest 2^15: scaled by 2^-1, the rest stay above 2^-13
     b = make_inputs("uniform", 70, 30, rng)
-    want = ec.choose(ec.ExponentStats(sum(ec.ExponentStats.of(x).counts for x in a)), ec.ExponentStats.of(b))
+    want = methods.choose(methods.ExponentStats(sum(methods.ExponentStats.of(x).counts for x in a)), methods.ExponentStats.of(b))
     assert want.method == "fp16_ec_scaled"
     out = gemmlab.matmul(cp.asarray(a), cp.asarray(b), precision="fp32_tc", kernel="ec_wmma")
     p = gemmlab.last_plan()
@@ -202,7 +202,7 @@ def _kernels():
 
 def _forget_kept_launches():
     """Empty every prepared call's kept launches, so that the next call builds them again."""
-    from gemmlab import executor
+    from gemmlab.core import executor
     for prepared in list(executor.CACHE._d.values()):
         if prepared.chooser is not None:
             prepared.chooser._kept.clear()
@@ -231,8 +231,8 @@ def test_a_call_on_kept_launches_gives_bitwise_what_a_new_build_gives(kernel, pa
         gemmlab.matmul(a, b, out=out, precision="fp32_tc", kernel=kernel, **params)
         results.append(out.get())
     p = gemmlab.last_plan()
-    want = ec.choose_per_row(a_host, b_host).choice if per_row(p) else \
-        ec.choose(ec.ExponentStats.of(a_host), ec.ExponentStats.of(b_host))
+    want = methods.choose_per_row(a_host, b_host).choice if per_row(p) else \
+        methods.choose(methods.ExponentStats.of(a_host), methods.ExponentStats.of(b_host))
     assert p.spec.name == kernel and p.method == want.method, p.reason
     assert all(p.params[k] == v for k, v in params.items()), p.describe()
     for r in results[1:]:

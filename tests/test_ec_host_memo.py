@@ -24,8 +24,12 @@ import pytest
 
 import emulated_gpu
 import gemmlab
-from gemmlab import executor
+from gemmlab.core import executor
 from gemmlab.kernels import registry
+from gemmlab.kernels.ec.ec_wgmma import EC_SCALED_SHORT_CHUNK, ec_split_scaled_kernel, ec_wgmma_auto_split
+from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_SOURCE, splitk_reduce_kernel
+from gemmlab.kernels.spec import EC_METHODS
+from gemmlab.kernels.tensor.wgmma import PACK16_KERNEL
 from gemmlab.kernels.ec import choose_method, ec_wgmma
 from gemmlab.runtime import compile as rt_compile
 from gemmlab.runtime import tma
@@ -130,7 +134,7 @@ def test_a_repeated_call_launches_what_the_first_built(rec):
     # the report) and GEMM: no memset (the record's sums are left zero), no histograms, no
     # choose, no copy.
     kernels = [k for k, _, _ in first]
-    assert kernels[0] == registry.ec_split_scaled_kernel("N", "N", 1, ec_wgmma.ec_scaled_chunk(90))
+    assert kernels[0] == ec_split_scaled_kernel("N", "N", 1, ec_wgmma.ec_scaled_chunk(90))
     assert first[0][2][-1] == 0x30000   # the report's address
     assert len(kernels) == 4 and "zero" not in kernels and choose_method.CHOOSE_KERNEL not in kernels
     gemms = [k for k in kernels if k.startswith("gemmlab::ec_wgmma")]
@@ -284,7 +288,7 @@ def test_one_split_launch_takes_both_operands(rec):
     _call(a, b, out)
     (k16, g16, a16), (k32, g32, a32) = [(k, g, args) for k, g, args in rec.launches()
                                         if k.startswith("gemmlab::ec_split")]
-    assert (k16, k32) == (registry.ec_split_scaled_kernel("N", "N", 1, registry.EC_SCALED_SHORT_CHUNK),
+    assert (k16, k32) == (ec_split_scaled_kernel("N", "N", 1, EC_SCALED_SHORT_CHUNK),
                           "gemmlab::ec_split_pack<1, 1, 'N', 'N'>")   # K = 40: the short chunk
     ws, kp = rec.address["scratch"], 40   # K padded to 8 elements
     a_part, b_part = 300 * kp * 4, 20 * kp * 4
@@ -353,7 +357,7 @@ def test_split_k_gemms_write_the_workspace_and_reductions_read_the_record(rec):
     first, built = rec.launches(), rec.builds
     record = rec.address["choice"] + choose_method.RECORD_OFFSET
     ws = rec.address["splitk"]
-    reduce = registry.splitk_reduce_kernel("float32")
+    reduce = splitk_reduce_kernel("float32")
     ran = _split_launches(first)
     assert [k for k, _ in ran] == ["gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>", reduce,
                                    "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>", reduce], [k for k, _ in ran]
@@ -364,7 +368,7 @@ def test_split_k_gemms_write_the_workspace_and_reductions_read_the_record(rec):
         assert tuple(g[-3:]) == (0, 1, 0), gemm   # no stream-K tail with split-K
         assert r == (M, N, 3, ws, np.float32(0.5), np.float32(2.0), out.ctypes.data, N, 0, record, method), r
         assert type(r[-1]) is np.int32
-    assert registry.EC_METHODS == {"fp16_ec": 0, "tf32_ec": 1}
+    assert EC_METHODS == {"fp16_ec": 0, "tf32_ec": 1}
     _call(a, b, out, alpha=0.5, beta=2.0, SPLITK=3)
     _same(first, rec.launches())
     assert rec.builds == built == 2
@@ -402,7 +406,7 @@ def test_split_k_without_a_choice_reduces_unconditionally(rec):
     gemmlab.matmul(a, b, out=out, precision="fp16_ec", kernel="ec_wgmma", SPLITK=2)
     (gemm, g), (reduce, r) = _split_launches(rec.launches())
     # fp16_ec (parts as they are): the four-set kernel (registry.EC_WGMMA_UNSCALED_PARAMS)
-    assert gemm == "gemmlab::ec_wgmma<0, 4, 96, 0, 'N', 'N'>" and reduce == registry.splitk_reduce_kernel("float32")
+    assert gemm == "gemmlab::ec_wgmma<0, 4, 96, 0, 'N', 'N'>" and reduce == splitk_reduce_kernel("float32")
     assert (g[9], g[13], g[-8], g[-7], g[-5], g[-4]) == (rec.address["splitk"], M * N, 0, 2, 0, 0)
     assert tuple(g[-3:]) == (0, 1, 0)   # no stream-K tail without a record
     assert r[:4] == (M, N, 2, rec.address["splitk"]) and r[-2:] == (0, 0) and type(r[-1]) is np.int32
@@ -427,7 +431,7 @@ def test_auto_splits_both_candidates_alike(rec):
     out = np.empty((M, N), np.float32)
     gemmlab.matmul(a, b, out=out, precision="fp32_tc")
     ran = _split_launches(rec.launches())
-    want = registry.ec_wgmma_auto_split(M, N, K, 132)
+    want = ec_wgmma_auto_split(M, N, K, 132)
     assert want > 1
     gemms = [g for k, g in ran if k.startswith("gemmlab::ec_wgmma")]
     assert len(gemms) == 2 and all(g[-7] == want for g in gemms), [g[-7] for g in gemms]
@@ -461,7 +465,7 @@ def test_host_arguments_match_the_kernels_parameters(rec, splits):
     ran = _split_launches(rec.launches())
     assert len(ran) == (4 if splits > 1 else 2)
     for kernel, args in ran:
-        source = registry.SPLITK_REDUCE_SOURCE if "splitk_reduce" in kernel else registry.get("ec_wgmma").source_path
+        source = SPLITK_REDUCE_SOURCE if "splitk_reduce" in kernel else registry.get("ec_wgmma").source_path
         params = _parameters(source, kernel)
         assert len(params) == len(args), (kernel, params, args)
         for param, arg in zip(params, args):
@@ -480,7 +484,7 @@ def test_fp16_ec_as_they_are_runs_the_four_set_kernel(rec):
     gemmlab.matmul(a, b, out=out, precision="fp16_ec")
     p = gemmlab.last_plan()
     assert (p.spec.name, p.params) == ("ec_wgmma", {"STAGES": 4, "BN": 96, "FOLD": 0, "SPLITK": 3}), p.describe()
-    assert registry.ec_wgmma_auto_split(M, N, K, 132, bn=96) == 3
+    assert ec_wgmma_auto_split(M, N, K, 132, bn=96) == 3
     splits = [k for k, _, _ in rec.launches() if k.startswith("gemmlab::ec_split_pack")]
     assert splits == ["gemmlab::ec_split_pack<0, 0, 'N', 'N'>"]   # lo scaled by 2^11
     gemmlab.matmul(a, b, out=out, precision="fp16_ec", kernel="ec_wgmma", FOLD=1)
@@ -626,7 +630,7 @@ def test_a_repeated_staged_wgmma_call_launches_what_the_first_built(rec):
     assert p.spec.name == "wgmma" and p.problem.stage, p.describe()
     first = rec.launches()
     kernels = [k for k, _, _ in first]
-    assert kernels[0] == registry.PACK16_KERNEL and kernels.count(registry.PACK16_KERNEL) == 1, kernels
+    assert kernels[0] == PACK16_KERNEL and kernels.count(PACK16_KERNEL) == 1, kernels
     assert any(k.startswith("gemmlab::wgmma_gemm") for k in kernels), kernels
     assert rec.builds == 1
     for _ in range(3):

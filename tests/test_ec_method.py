@@ -1,12 +1,12 @@
 """The error-corrected FP32 methods' arithmetic and method choice, on the CPU
-(NumPy models of ec/01_ec_wmma.cuh's split and gemmlab.ec.choose)."""
+(NumPy models of ec/01_ec_wmma.cuh's split and gemmlab.core.methods.choose)."""
 
 import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import ec
-from gemmlab.accuracy import INPUT_SETS, make_inputs
+from gemmlab.core import methods
+from gemmlab.tools.accuracy import INPUT_SETS, make_inputs
 
 
 def fp16_split(x):
@@ -50,7 +50,7 @@ def test_tf32_split_reproduces_x_to_2_pow_minus_21():
 
 def test_exponent_stats_counts_by_exponent():
     x = np.array([0.0, 1.0, 1.5, -2.0, 0.25, np.inf, np.nan, 1e-45], dtype=np.float32)
-    s = ec.ExponentStats.of(x)
+    s = methods.ExponentStats.of(x)
     assert s.counts.sum() == 8
     assert s.counts[0] == 2            # zero and a subnormal
     assert s.counts[255] == 2          # Inf and NaN
@@ -65,7 +65,7 @@ def test_exponent_stats_counts_by_exponent():
 def test_choice_per_input_set(name, method):
     rng = np.random.default_rng(3)
     a, b = make_inputs(name, 200, 300, rng), make_inputs(name, 300, 100, rng)
-    choice = ec.choose(ec.ExponentStats.of(a), ec.ExponentStats.of(b))
+    choice = methods.choose(methods.ExponentStats.of(a), methods.ExponentStats.of(b))
     assert choice.method == method, choice.reason
     if method == "fp16_ec_scaled":    # the largest magnitude lands just below 2^15
         assert np.abs(a).max() * 2.0 ** choice.scale_a_exp < 2 ** 15
@@ -78,28 +78,28 @@ def test_choice_on_crafted_statistics():
         counts = np.zeros(256, np.int64)
         for exponent, n in bins.items():
             counts[exponent + 127] = n
-        return ec.ExponentStats(counts)
+        return methods.ExponentStats(counts)
     ok = stats({0: 1000, -5: 1000})
-    assert ec.choose(ok, ok).method == "fp16_ec"
+    assert methods.choose(ok, ok).method == "fp16_ec"
     # Largest value 2^20: too large for FP16 as it is, fine after scaling by 2^-6.
     big = stats({20: 10, 10: 1000})
-    c = ec.choose(big, ok)
+    c = methods.choose(big, ok)
     assert (c.method, c.scale_a_exp, c.scale_b_exp) == ("fp16_ec_scaled", -6, 14)
     # 10% of the values 2^30 below the largest: beyond FP16's 28-binade reach.
     wide = stats({0: 900, -30: 100})
-    assert ec.choose(wide, ok).method == "tf32_ec"
+    assert methods.choose(wide, ok).method == "tf32_ec"
     # Up to the limit of elements below the range stays on FP16; twice as many do not.
-    edge = stats({0: 100000, -30: int(100000 * ec.UNDERFLOW_LIMIT)})
-    assert ec.choose(edge, ok).method == "fp16_ec"
-    over = stats({0: 100000, -30: int(200000 * ec.UNDERFLOW_LIMIT)})
-    assert ec.choose(over, ok).method == "tf32_ec"
+    edge = stats({0: 100000, -30: int(100000 * methods.UNDERFLOW_LIMIT)})
+    assert methods.choose(edge, ok).method == "fp16_ec"
+    over = stats({0: 100000, -30: int(200000 * methods.UNDERFLOW_LIMIT)})
+    assert methods.choose(over, ok).method == "tf32_ec"
     # All-zero (or all Inf/NaN) matrices: nothing to scale.
-    zero = ec.ExponentStats(np.zeros(256, np.int64))
-    assert ec.choose(zero, zero).method == "fp16_ec"
+    zero = methods.ExponentStats(np.zeros(256, np.int64))
+    assert methods.choose(zero, zero).method == "fp16_ec"
     # A scale that would exceed 2^64 is clamped, and then the data does not fit: TF32.
     tiny = stats({-100: 10})
-    assert ec.fp16_scale_exponent(tiny) == ec.MAX_SCALE_EXPONENT
-    assert ec.choose(tiny, ok).method == "tf32_ec"
+    assert methods.fp16_scale_exponent(tiny) == methods.MAX_SCALE_EXPONENT
+    assert methods.choose(tiny, ok).method == "tf32_ec"
 
 
 def test_precision_names_and_their_dtypes():
@@ -137,7 +137,7 @@ def test_input_sets_are_what_they_say():
 def test_ec_precisions_are_planned_without_a_gpu(precision, monkeypatch):
     """Everything up to the GPU works for every precision (layouts and batches
     included); the first thing that needs the GPU is what fails without one."""
-    from gemmlab.errors import NoGPUError
+    from gemmlab.core.errors import NoGPUError
     from gemmlab.runtime import device as rt_device
     if rt_device.gpu_available():
         pytest.skip("checks the path up to the GPU on a machine without one")
@@ -149,7 +149,7 @@ def test_ec_precisions_are_planned_without_a_gpu(precision, monkeypatch):
 def test_fp32_tc_runs_thin_products_on_the_cuda_cores():
     """A side of at most 16 makes fp32_tc (with kernel="auto") plain FP32: the reason names the
     side; anything wider keeps the tensor cores."""
-    from gemmlab.choose import FP32_TC_CUDA_CORE_SIDE, fp32_tc_on_cuda_cores
+    from gemmlab.core.choose import FP32_TC_CUDA_CORE_SIDE, fp32_tc_on_cuda_cores
     assert FP32_TC_CUDA_CORE_SIDE == 16
     assert fp32_tc_on_cuda_cores(1, 4096, 4096).startswith("M = 1 (at most 16)")
     assert fp32_tc_on_cuda_cores(4096, 16, 4096).startswith("N = 16 ")
@@ -197,21 +197,22 @@ def test_auto_splits_ec_wgmma_where_its_tiles_leave_most_sms_idle():
     work items within the SMs, each slice at least 8 steps of 64 of K; the same for FP16 and
     TF32 parts (both candidates of fp32_tc's choice on the GPU write one workspace).  The
     rule is not yet measured (planner; ec_wgmma_auto_split)."""
-    from gemmlab.kernels import registry
+    from gemmlab.kernels.ec.ec_wgmma import EC_WGMMA_DEFAULT_BN
+    from gemmlab.kernels.spec import EC_METHODS
     from gemmlab.kernels.ec.ec_wgmma import (EC_WGMMA_MAX_SPLIT, EC_WGMMA_MIN_K_STEPS_PER_SLICE,
                                              EC_WGMMA_SPLIT_STEP, ec_wgmma_auto_split)
     assert (EC_WGMMA_MAX_SPLIT, EC_WGMMA_MIN_K_STEPS_PER_SLICE, EC_WGMMA_SPLIT_STEP) == (8, 8, 64)
 
     def split(M, N, K):
         splits = set()
-        for dtype in registry.EC_METHODS:
+        for dtype in EC_METHODS:
             p = gemmlab.plan("auto", M, N, K, dtype=dtype, arch="sm_90a", sm_count=132)
             assert p.spec.name == "ec_wgmma", p.describe()
-            assert p.name_expression == f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 3, 128, 1, 'N', 'N'>"
+            assert p.name_expression == f"gemmlab::ec_wgmma<{EC_METHODS[dtype]}, 3, 128, 1, 'N', 'N'>"
             splits.add(p.params["SPLITK"])
         assert len(splits) == 1, splits   # alike for either part type
         return splits.pop()
-    assert registry.EC_WGMMA_DEFAULT_BN == 128
+    assert EC_WGMMA_DEFAULT_BN == 128
     # The 128-token products of a Llama-3-8B-sized layer: one row of 32 or 48 tiles.
     assert split(128, 4096, 4096) == 4 and split(128, 6144, 4096) == 2 and split(128, 4096, 14336) == 4
     assert split(128, 14336, 4096) == 1 and split(4096, 4096, 4096) == 1   # 112 / 1024 tiles: no split
@@ -236,7 +237,7 @@ def test_accuracy_defaults_add_ec_wgmma_where_it_builds():
     """`gemmlab accuracy` without --methods: the default list, and on a target that builds
     ec_wgmma (sm_90a) fp32_tc on it too -- at the default 256 x 256 auto runs ec_wmma there,
     while the products that fill a Hopper GPU get ec_wgmma."""
-    from gemmlab.accuracy import METHODS, default_methods
+    from gemmlab.tools.accuracy import METHODS, default_methods
     assert default_methods("sm_90a") == list(METHODS) + ["fp32_tc:ec_wgmma"]
     assert default_methods("sm_80") == default_methods("sm_89") == list(METHODS)
     assert gemmlab.plan("auto", 256, 256, 1024, dtype="fp16_ec", arch="sm_90a").spec.name == "ec_wmma"

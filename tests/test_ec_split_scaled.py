@@ -1,6 +1,6 @@
 """fp32_tc's pre-pass on ec_wgmma's FOLD (kernels/ec/split_scaled.cu), on the GPU: a
 scale per row of op(A) and column of op(B), the parts, and the method chosen in the
-same pass, each against its NumPy model (gemmlab.ec.choose_per_row and FOLD's split),
+same pass, each against its NumPy model (gemmlab.core.methods.choose_per_row and FOLD's split),
 in every layout, with K that takes one block (with a short chunk or a long one), a cluster, and a cluster whose blocks
 read their share twice; a batch; a second launch on the same record (its sums were
 zeroed by the first); Inf, NaN, zero rows, rows far apart in magnitude.  Then through
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import ec
-from gemmlab.accuracy import make_inputs
-from gemmlab.verify import compare, reference
+from gemmlab.core import methods
+from gemmlab.tools.accuracy import make_inputs
+from gemmlab.tools.verify import compare, reference
 
 cp = pytest.importorskip("cupy")
 
@@ -90,16 +90,16 @@ def _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel=None):
 def _check(gpu, op_a, op_b, layout_a, layout_b, kernel=None):
     from gemmlab.kernels.ec.choose_method import CHOICE_FIELDS
     record = cp.zeros(CHOICE_FIELDS, cp.int64)
-    want = ec.choose_per_row(op_a, op_b)
+    want = methods.choose_per_row(op_a, op_b)
     rows_a = op_a.reshape(-1, op_a.shape[-1])
     rows_b = np.ascontiguousarray(op_b.T)
     for launch in range(2):   # the second on the record the first left (its sums zeroed again)
         got = _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel)
         r = record.get()
-        choice = ec.choice_of_record(r, False)
+        choice = methods.choice_of_record(r, False)
         assert choice.per_row and choice.method == want.choice.method, (choice.reason, want.choice.reason)
-        assert {k: int(r[ec.CHOICE[k]]) for k in want.counts} == want.counts
-        assert all(r[i] == 0 for name, i in ec.CHOICE.items() if name.startswith("sum_")), r
+        assert {k: int(r[methods.CHOICE[k]]) for k in want.counts} == want.counts
+        assert all(r[i] == 0 for name, i in methods.CHOICE.items() if name.startswith("sum_")), r
         np.testing.assert_array_equal(got["unscale_a"], np.exp2(-want.scale_a.astype(np.float64)).astype(np.float32))
         np.testing.assert_array_equal(got["unscale_b"], np.exp2(-want.scale_b.astype(np.float64)).astype(np.float32))
         for side, rows, s in (("a", rows_a, want.scale_a), ("b", rows_b, want.scale_b)):
@@ -155,10 +155,10 @@ def test_split_scaled_batch_and_edge_rows(hopper):
     a[2, ::2] *= np.float32(2.0 ** 60)
     b = make_inputs("uniform", K, N, rng)
     b[:, 7] = -np.inf
-    assert ec.choose_per_row(a, b).choice.method == "fp16_ec_scaled"
+    assert methods.choose_per_row(a, b).choice.method == "fp16_ec_scaled"
     _check(hopper, a, b, "N", "T")
     wide = make_inputs("log_uniform", K, N, rng)
-    assert ec.choose_per_row(a, wide).choice.method == "tf32_ec"
+    assert methods.choose_per_row(a, wide).choice.method == "tf32_ec"
     _check(hopper, a, wide, "T", "N")
 
 
@@ -185,7 +185,7 @@ def test_rows_far_apart_stay_on_fp16_parts(hopper):
     M, N, K = 300, 260, 1000
     a = make_inputs("uniform", M, K, rng) * np.exp2(rng.integers(-40, 41, M)).astype(np.float32)[:, None]
     b = make_inputs("uniform", K, N, rng) * np.exp2(rng.integers(-40, 41, N)).astype(np.float32)[None, :]
-    assert ec.choose(ec.ExponentStats.of(a), ec.ExponentStats.of(b)).method == "tf32_ec"
+    assert methods.choose(methods.ExponentStats.of(a), methods.ExponentStats.of(b)).method == "tf32_ec"
     ref = reference(a, b)
     for la in "NT":
         for lb in "NT":

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import planner
-from gemmlab.bench import models
+from gemmlab.core import planner
+from gemmlab.tools.bench import models
 from gemmlab.kernels import cost, registry
+from gemmlab.kernels.tensor.wgmma import PACK16_KERNEL, TF32_PACK_SOURCE
 from gemmlab.kernels.tensor import mma_pipelined, wgmma
 from gemmlab.runtime import device as rt_device
 
@@ -494,7 +495,7 @@ def test_the_gpu_staging_shapes_are_staged(shape, ops, batch):
 
 
 def test_pack16_compiles_for_hopper_without_spills():
-    from gemmlab.inspect import compile_module, parse_ptxas_log
-    module = compile_module(registry.TF32_PACK_SOURCE, [registry.PACK16_KERNEL], "sm_90a")
-    found = parse_ptxas_log(module.log)[module.symbols[registry.PACK16_KERNEL]]
+    from gemmlab.runtime.compile import compile_module, parse_ptxas_log
+    module = compile_module(TF32_PACK_SOURCE, [PACK16_KERNEL], "sm_90a")
+    found = parse_ptxas_log(module.log)[module.symbols[PACK16_KERNEL]]
     assert found.spill_store_bytes == 0 and found.spill_load_bytes == 0

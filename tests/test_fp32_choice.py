@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import choose, planner
-from gemmlab.bench import shapes
+from gemmlab.core import choose, planner
+from gemmlab.tools.bench import shapes
 from gemmlab.kernels import registry
 from gemmlab.kernels.simt import pipelined
 from gemmlab.kernels.simt import pipelined_cost as cost

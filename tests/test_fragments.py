@@ -1,4 +1,4 @@
-"""WMMA fragment maps (gemmlab.fragments, kernels/lab/fragment_dump.cu).
+"""WMMA fragment maps (gemmlab.lab.fragments, kernels/lab/fragment_dump.cu).
 
 CPU: the analytic maps are complete and consistent; they agree with the SASS
 ptxas emits for the dump kernel on sm_75 (its FP16 kinds), sm_80, sm_86, sm_89,
@@ -15,9 +15,9 @@ import struct
 import numpy as np
 import pytest
 
-from gemmlab import fragments as fr
-from gemmlab.cli import main
-from gemmlab.inspect import find_disassembler
+from gemmlab.lab import fragments as fr
+from gemmlab.tools.cli import main
+from gemmlab.tools.inspect_kernels import find_disassembler
 from gemmlab.runtime.compile import compile_module, parse_ptxas_log
 
 # Kernel parameters' offset in constant bank 0, per target.
@@ -146,7 +146,7 @@ def test_analytic_maps_match_the_compilers_sass(arch, dump_module):
     """The dump kernel's SASS, run on the CPU by a small warp emulator, holds the
     analytic map for every kind: what ptxas does with wmma.load on this arch."""
     import sass_warp
-    from gemmlab.inspect import disassemble
+    from gemmlab.tools.inspect_kernels import disassemble
     module = dump_module(arch)
     sass = disassemble(module.cubin)
     pbase = PARAM_BASE[arch]

@@ -8,7 +8,7 @@ import pytest
 
 import gemmlab
 from gemmlab.kernels import registry
-from gemmlab.verify import random_matrix
+from gemmlab.tools.verify import random_matrix
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402

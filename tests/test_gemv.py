@@ -9,6 +9,7 @@ import pytest
 
 import gemmlab
 from gemmlab.kernels import registry
+from gemmlab.kernels.gemv.gemv import auto_params as gemv_auto_params
 from gemmlab.runtime import device as rt_device
 
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
@@ -238,8 +239,8 @@ def test_row_major_w_alpha_zero_reads_neither_operand(dtype, split):
 def test_auto_runs_row_major_w_on_gemv_split(M, K, N):
     """kernel="auto" on float32 dY @ W with at most 16 rows: gemv with auto_params' MT, LANES and split."""
     plan = _check(M, N, K, "float32", "float32", 1.0, 0.0, w_rows=True, kernel="auto", seed=M)
-    p = registry.gemv_auto_params(M, N, K, rt_device.gpu_info().sm_count, dtype="float32", op_b="N",
-                                  aligned16=plan.problem.aligned16)
+    p = gemv_auto_params(M, N, K, rt_device.gpu_info().sm_count, dtype="float32", op_b="N",
+                         aligned16=plan.problem.aligned16)
     assert plan.params == p
     if N == 4096:   # 32 column blocks of 128 columns: narrower blocks (at most 4 rows), else split
         assert p["LANES"] < 32 if M <= 4 else p["SPLITK"] > 1

@@ -5,7 +5,7 @@ import pytest
 
 import gemmlab
 from gemmlab.kernels import registry
-from gemmlab.verify import compare, magnitude, random_matrix, reference
+from gemmlab.tools.verify import compare, magnitude, random_matrix, reference
 
 pytestmark = pytest.mark.gpu
 

@@ -7,7 +7,7 @@ import pytest
 
 import gemmlab
 from gemmlab.kernels import registry
-from gemmlab.verify import compare, random_matrix, reference
+from gemmlab.tools.verify import compare, random_matrix, reference
 from threads import run_in_threads
 
 KERNELS = [s.name for s in registry.ladder("simt")] + ["auto"]

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from gemmlab import fragments as fr
-from gemmlab.cli import main
-from gemmlab.inspect import find_disassembler, rungs_for
+from gemmlab.lab import fragments as fr
+from gemmlab.tools.cli import main
+from gemmlab.tools.inspect_kernels import find_disassembler, rungs_for
 from gemmlab.kernels import registry
 from gemmlab.kernels.spec import KNOWN_TARGETS
 
@@ -45,7 +45,7 @@ def test_inspect_json_all_configs(arch, capsys):
 
 def test_every_rung_is_listed_on_every_arch():
     """Without --kernel, each rung appears: compiled, or refused with the reason."""
-    from gemmlab.inspect import _specs
+    from gemmlab.tools.inspect_kernels import _specs
     for arch in KNOWN_TARGETS:
         assert [s.name for s in _specs(arch, None)] == [s.name for s in registry.ladder()]
         assert rungs_for(arch) and set(rungs_for(arch)) <= {s.name for s in registry.ladder()}

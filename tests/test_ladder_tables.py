@@ -81,7 +81,7 @@ def _ms(kernel: str, dtype: str) -> float:
     """Median ms of one public call of ``kernel`` at the pages' size; checked against FP64 first."""
     if (kernel, dtype) not in _times:
         import gemmlab
-        from gemmlab.bench.timing import time_gpu
+        from gemmlab.tools.bench.timing import time_gpu
         from gemmlab.runtime.device import gpu_info
         a, b, out = _operands(dtype)
         gemmlab.matmul(a, b, out=out, kernel=kernel)
@@ -97,7 +97,7 @@ def _ms(kernel: str, dtype: str) -> float:
 @pytest.fixture(scope="module")
 def compiled():
     """Every rung the pairs time, compiled first in parallel processes."""
-    from gemmlab import api
+    from gemmlab.core import api
     from gemmlab.runtime import compile as rt_compile
     from gemmlab.runtime.device import gpu_info
     gpu = gpu_info()

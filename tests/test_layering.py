@@ -1,21 +1,26 @@
 """The import graph of src/gemmlab points one way (CPU only, no imports executed).
 
 Every module is parsed with ast; every import counts, at module level or inside
-a function (a lazy import is still a dependency), relative or absolute.  The
-layers, bottom to top:
+a function (a lazy import is still a dependency), relative or absolute.  Each
+folder holds one layer, except core/: it holds the bottom of the stack (errors,
+arrays) and the layers above the kernels (the method choice and the tables, the
+choice of kernel, the plan, the launches, the public call), each module of it a
+layer of its own.  The layers, bottom to top:
 
-    errors, arrays                       nothing of gemmlab (arrays: errors only)
+    core/errors, core/arrays             nothing of gemmlab (arrays: errors only)
     runtime/*                            compile, launch, device, tensor maps
     kernels/*                            spec, each rung beside its .cu, registry
-    ec, tuned                            the fp32_tc method choice, tuned tables
-    choose                               the choice of kernel (asks the rungs' hooks)
-    planner -> executor -> api -> torch  validation and plan, launches, the public call
-    tools                                cli, bench/*, tuning, verify, accuracy, inspect,
-                                         fragments, wmma_ext
+    core/methods, core/tables            the fp32_tc method choice, tuned tables
+    core/choose                          the choice of kernel (asks the rungs' hooks)
+    core/planner -> core/executor        validation and plan, launches,
+      -> core/api -> torch/*             the public call, PyTorch's operators
+    tools/*, lab/*                       cli, bench/*, tune, verify, accuracy,
+                                         inspect_kernels; fragments, wmma_ext
 
-A module imports only its own layer and those below it; a tool is imported
-only by other tools and by the package __init__ (which re-exports the public
-API).  On top of that: no cycles at all, no kernel module imports the registry
+A module imports only its own layer and those below it; tools and lab are
+imported only by each other and by the package __init__ (which re-exports the
+public API) and __main__.  No module sits in src/gemmlab itself besides those
+two.  On top of that: no cycles at all, no kernel module imports the registry
 (the registry imports the rungs), and a rung imports only rungs before it in
 the ladder.
 """
@@ -31,45 +36,44 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = SRC / "gemmlab"
 
-TOOLS = {"gemmlab.cli", "gemmlab.__main__", "gemmlab.tuning", "gemmlab.verify", "gemmlab.accuracy", "gemmlab.inspect",
-         "gemmlab.fragments", "gemmlab.wmma_ext"}
+FOLDERS = ("core", "runtime", "kernels", "torch", "tools", "lab")
+TOP = ("tools", "lab")          # may import anything; imported only by each other and the package
 
-# What each layer may import (besides itself); "tools" and the package may import anything.
+# What each layer may import (besides itself); the top layers and the package may import anything.
 BELOW = {
     "errors": set(),
     "arrays": {"errors"},
     "runtime": {"errors"},
     "kernels": {"runtime", "errors"},
-    "ec/tuned": {"kernels", "runtime", "errors", "arrays"},
-    "choose": {"ec/tuned", "kernels", "runtime", "errors", "arrays"},
-    "planner": {"choose", "ec/tuned", "kernels", "runtime", "errors", "arrays"},
-    "executor": {"planner", "choose", "ec/tuned", "kernels", "runtime", "errors", "arrays"},
-    "api": {"executor", "planner", "choose", "ec/tuned", "kernels", "runtime", "errors", "arrays"},
-    "torch": {"api", "executor", "planner", "choose", "ec/tuned", "kernels", "runtime", "errors", "arrays"},
+    "methods/tables": {"kernels", "runtime", "errors", "arrays"},
+    "choose": {"methods/tables", "kernels", "runtime", "errors", "arrays"},
+    "planner": {"choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
+    "executor": {"planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
+    "api": {"executor", "planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
+    "torch": {"api", "executor", "planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
 }
 
 
 def layer(module: str) -> str:
     """The layer of a gemmlab module; a module no rule places fails the test (place it here)."""
     parts = module.split(".")
-    if module == "gemmlab":
+    if module in ("gemmlab", "gemmlab.__main__"):
         return "package"
-    if module in TOOLS or parts[1] == "bench":
-        return "tools"
-    if parts[1] in ("runtime", "kernels"):
+    if parts[1] in TOP or parts[1] in ("runtime", "kernels", "torch"):
         return parts[1]
-    if parts[1] in ("ec", "tuned"):
-        return "ec/tuned"
-    if parts[1] == "torch":             # the package gemmlab.torch and its modules
-        return "torch"
-    if len(parts) == 2 and parts[1] in BELOW:
-        return parts[1]
+    if parts[1] == "core":
+        if len(parts) == 2:             # core/__init__.py: a docstring, no imports
+            return "errors"
+        if parts[2] in ("methods", "tables"):
+            return "methods/tables"
+        if len(parts) == 3 and parts[2] in BELOW:
+            return parts[2]
     raise AssertionError(f"{module} is in no layer: add it to tests/test_layering.py")
 
 
 def may_import(importer: str, imported: str) -> bool:
     a, b = layer(importer), layer(imported)
-    if a in ("package", "tools"):
+    if a == "package" or a in TOP:
         return True
     return a == b or b in BELOW[a]
 
@@ -153,14 +157,21 @@ def test_every_module_has_a_layer():
     assert not [e for e in EDGES if e.imported not in modules()], "an import of a gemmlab module that does not exist"
 
 
+def test_every_module_sits_in_a_layer_folder():
+    loose = sorted(p.name for p in ROOT.glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py"], f"modules outside the layer folders {FOLDERS}: {loose}"
+    assert {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()} == set(FOLDERS)
+
+
 def test_the_parser_sees_module_level_and_lazy_imports():
     """Guards the other tests against passing on an empty graph."""
     pairs = {(e.importer, e.imported): e for e in EDGES}
-    assert ("gemmlab.executor", "gemmlab.planner") in pairs                    # from .planner import ...
-    assert ("gemmlab.api", "gemmlab.kernels.registry") in pairs                # from .kernels import registry
-    assert pairs[("gemmlab.verify", "gemmlab.api")].lazy                       # inside a function
+    assert ("gemmlab.core.executor", "gemmlab.core.planner") in pairs            # from .planner import ...
+    assert ("gemmlab.core.api", "gemmlab.kernels.registry") in pairs             # from ..kernels import registry
+    assert pairs[("gemmlab.tools.verify", "gemmlab.core.api")].lazy               # inside a function
     assert ("gemmlab.kernels.registry", "gemmlab.kernels.simt.naive") in pairs  # from .simt import (..., naive, ...)
     assert ("gemmlab.kernels.tensor.wgmma", "gemmlab.runtime.tma") in pairs     # from ...runtime.tma import ...
+    assert ("gemmlab.runtime.compile", "gemmlab.core.errors") in pairs          # from ..core.errors import ...
 
 
 def test_layers_import_only_downward():
@@ -169,9 +180,9 @@ def test_layers_import_only_downward():
         f"  [{layer(e.importer)} -> {layer(e.imported)}] {e}" for e in wrong)
 
 
-def test_tools_are_imported_only_by_tools_and_the_package():
-    wrong = [e for e in EDGES if layer(e.imported) == "tools" and layer(e.importer) not in ("tools", "package")]
-    assert not wrong, "a tool imported from below:\n" + "\n".join(f"  {e}" for e in wrong)
+def test_tools_and_lab_are_imported_only_by_each_other_and_the_package():
+    wrong = [e for e in EDGES if layer(e.imported) in TOP and layer(e.importer) not in (*TOP, "package")]
+    assert not wrong, "a tool or lab module imported from below:\n" + "\n".join(f"  {e}" for e in wrong)
 
 
 def test_no_kernel_module_imports_the_registry():

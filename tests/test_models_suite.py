@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gemmlab.bench import models, suites  # noqa: E402
-from gemmlab.bench.timing import Timing  # noqa: E402
-from gemmlab.cli import main  # noqa: E402
+from gemmlab.tools.bench import models, suites  # noqa: E402
+from gemmlab.tools.bench.timing import Timing  # noqa: E402
+from gemmlab.tools.cli import main  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -358,37 +358,37 @@ def test_bench_models_fails_when_a_result_is_wrong(monkeypatch, capsys):
 
 
 def test_tune_suite_models_hands_the_suite_shapes_to_the_tuner(monkeypatch, capsys):
-    from gemmlab import tuning
-    from gemmlab.tuned import TunedTable
+    from gemmlab.tools import tune
+    from gemmlab.core.tables import TunedTable
     seen = {}
 
     def fake_tune(kernels, sizes, **kw):
         seen.update(kernels=kernels, sizes=sizes, **kw)
         return TunedTable("GPU", {})
-    monkeypatch.setattr(tuning, "tune", fake_tune)
+    monkeypatch.setattr(tune, "tune", fake_tune)
     assert main(["tune", "--suite", "models", "--layers", "o", "--tokens", "16,2048"]) == 0
     o = models.select(layers=["o"], tokens=[16, 2048])
     assert seen["sizes"] == list(models.tune_shapes(o)) and seen["uses"] == models.tune_shapes(o)
     assert seen["uses"][(16, 4096, 4096)] == [("NT", 1), ("NN", 1)]
     assert seen["uses"][(4096, 4096, 16)] == [("TN", 1)]
-    assert seen["kernels"] == list(tuning.DEFAULT_KERNELS)
+    assert seen["kernels"] == list(tune.DEFAULT_KERNELS)
     assert main(["tune", "--sizes", "64"]) == 0
     assert seen["sizes"] == [(64, 64, 64)] and seen["uses"] is None
 
 
 def test_tuner_progress_keys_name_the_uses():
-    from gemmlab import tuning
-    assert tuning.progress_key(64, 64, 64) == "64x64x64"
-    assert tuning.progress_key(16, 4096, 4096, [("NT", 1), ("NN", 1)]) == "16x4096x4096 NT,NN"
-    assert tuning.progress_key(512, 512, 128, [("NT", 32), ("NT", 128)]) == "512x512x128 NTx32,NTx128"
+    from gemmlab.tools import tune
+    assert tune.progress_key(64, 64, 64) == "64x64x64"
+    assert tune.progress_key(16, 4096, 4096, [("NT", 1), ("NN", 1)]) == "16x4096x4096 NT,NN"
+    assert tune.progress_key(512, 512, 128, [("NT", 32), ("NT", 128)]) == "512x512x128 NTx32,NTx128"
 
 
 def test_tuner_split_candidates_count_the_batch():
-    from gemmlab import tuning
+    from gemmlab.tools import tune
     from gemmlab.kernels import registry
     pipe = registry.get("pipelined")
-    assert any(c["SPLITK"] > 1 for c in tuning.candidates(pipe, 512, 512, 128, 132))
-    assert all(c["SPLITK"] == 1 for c in tuning.candidates(pipe, 512, 512, 128, 132, batch=32))
+    assert any(c["SPLITK"] > 1 for c in tune.candidates(pipe, 512, 512, 128, 132))
+    assert all(c["SPLITK"] == 1 for c in tune.candidates(pipe, 512, 512, 128, 132, batch=32))
 
 
 # -- on a GPU: a tiny models suite end to end (timings are not asserted) -------------
@@ -427,15 +427,15 @@ def test_models_suite_command_on_the_gpu(tmp_path, capsys):
 def test_tuner_verifies_each_use_of_a_shape(monkeypatch):
     """tune(uses=...): every candidate runs and is checked in each layout and batch of
     its shape; the table entry names them."""
-    import gemmlab.tuned as tuned
-    from gemmlab import tuning
+    from gemmlab.core import tables
+    from gemmlab.tools import tune
     from gemmlab.runtime.device import gpu_info
-    monkeypatch.setattr(tuning, "FINALISTS", 1)
+    monkeypatch.setattr(tune, "FINALISTS", 1)
     uses = {(96, 64, 32): [("NT", 1), ("TN", 1)], (64, 32, 96): [("NN", 4)]}
-    table = tuning.tune(["vectorized"], list(uses), uses=uses, fresh=True, quiet=True,
-                        output=tuned.cache_dir() / "models-uses-test.json")
+    table = tune.tune(["vectorized"], list(uses), uses=uses, fresh=True, quiet=True,
+                      output=tables.cache_dir() / "models-uses-test.json")
     assert table.shapes["96x64x32"]["uses"] == [{"ops": "NT", "batch": 1}, {"ops": "TN", "batch": 1}]
     assert table.shapes["64x32x96"]["best"]["ms"] > 0
-    results = json.loads(tuned.progress_path(gpu_info(0).slug).read_text())["results"]
+    results = json.loads(tables.progress_path(gpu_info(0).slug).read_text())["results"]
     for key in ("96x64x32 NT,TN", "64x32x96 NNx4"):
         assert results[key]["candidates"] and all(r["status"] == "ok" for r in results[key]["candidates"].values())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmlab.cli import main
+from gemmlab.tools.cli import main
 from gemmlab.runtime import compile as rt_compile
 from gemmlab.runtime import device as rt_device
 
@@ -82,7 +82,7 @@ def test_every_command_without_a_gpu(argv, capsys, tmp_path, monkeypatch):
 
 
 def test_help_of_every_command_says_whether_it_needs_a_gpu(capsys):
-    from gemmlab.cli import build_parser
+    from gemmlab.tools.cli import build_parser
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for name, parser in sub.choices.items():
         text = parser.format_help()
@@ -98,7 +98,7 @@ def test_every_option_has_help_and_shows_its_default():
     """Walk the argparse tree: every option of every command has help text, and the
     help shows a default wherever the option has one."""
     import argparse
-    from gemmlab.cli import build_parser
+    from gemmlab.tools.cli import build_parser
     missing = []
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for name, parser in sub.choices.items():
@@ -185,7 +185,7 @@ def load(name, *args, **kwargs):
     return found(name, *args, **kwargs)
 
 pf.load_nvidia_dynamic_lib = load
-from gemmlab.cli import main
+from gemmlab.tools.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

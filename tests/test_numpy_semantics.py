@@ -21,7 +21,7 @@ import pytest
 
 import emulated_gpu
 import gemmlab
-from gemmlab import api, planner
+from gemmlab.core import api, planner
 
 # -- the cases ---------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmlab import errors
+from gemmlab.core import errors
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")

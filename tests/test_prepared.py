@@ -10,7 +10,7 @@ import pytest
 
 import emulated_gpu
 import gemmlab
-from gemmlab import executor, tuned
+from gemmlab.core import executor, tables
 
 
 _emu = None
@@ -136,7 +136,7 @@ def test_calls_differing_in_one_element_of_the_signature_never_share_a_prepared_
 def test_a_new_tuned_table_plans_the_call_again(emu):
     a, b = _rand((40, 40)), _rand((40, 40), seed=1)
     gemmlab.matmul(a, b)
-    tuned.reload()
+    tables.reload()
     gemmlab.matmul(a, b)
     assert len(executor.CACHE) == 2
 
@@ -227,7 +227,7 @@ def test_split_k_and_batches_through_the_prepared_path(emu):
 def test_a_tuned_split_k_is_lowered_for_a_short_k():
     """The shipped H100 table answers 64^3 from its nearest tuned shape; its split-K
     would leave slices of one K-step, so it is dropped (the tuner's own rule)."""
-    from gemmlab import planner
+    from gemmlab.core import planner
     p = planner.plan("auto", 64, 64, 64, gpu_slug="nvidia-h100-80gb-hbm3", sm_count=132)
     assert p.spec.splits(p.params) == 1 or -(-64 // p.params["BK"]) >= 4 * p.spec.splits(p.params)
     long_k = planner.plan("pipelined", 64, 64, 8192, SPLITK=4)
@@ -239,7 +239,7 @@ def test_an_unhashable_tile_parameter_gets_the_full_paths_message(monkeypatch):
     the full path, whose TypeError names the parameter (not Python's "unhashable type" of a dict look-up)."""
     import numpy as np
 
-    from gemmlab import api
+    from gemmlab.core import api
 
     class Fake(np.ndarray):   # an array type the signature readers know
         pass

@@ -7,11 +7,14 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import choose, tuned
-from gemmlab.bench.suites import parse_size
+from gemmlab.core import choose, tables
+from gemmlab.tools.bench.suites import parse_size
 from gemmlab.kernels import registry
+from gemmlab.kernels.gemv.gemv import GEMV_MAX_M, GEMV_ROWS_MAX_M, auto_takes as gemv_auto_takes
+from gemmlab.kernels.simt.pipelined import PIPELINED_SMEM_LIMIT, SPLITK_VALUES, fill_split, pipelined_smem
+from gemmlab.kernels.spec import EC_METHODS, LAYOUTS, Problem
+from gemmlab.kernels.tensor.wgmma import WGMMA_MIN_K_STEPS_PER_SLICE, wgmma_narrow_tile
 from gemmlab.kernels.simt import pipelined
-from gemmlab.kernels.registry import Problem
 
 LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
           "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma", "ec_wgmma", "gemv"]
@@ -137,7 +140,7 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
         # SPLITK, blocks along K (a launch shape), any of split-K's factors; LANES, lanes along
         # a row of op(B), a divisor of the warp, below 32 only for at most 4 rows.
         return (set(p) == {"MT", "SPLITK", "LANES"} and p["MT"] in (1, 2, 4, 8, 16)
-                and p["SPLITK"] in registry.SPLITK_VALUES and p["LANES"] in (32, 8, 4)
+                and p["SPLITK"] in SPLITK_VALUES and p["LANES"] in (32, 8, 4)
                 and (p["LANES"] == 32 or p["MT"] <= 4))
     if name == "mma_pipelined":
         # 03_mma_pipelined.cu: square warp tiles; 64 x 64 ones in blocks of 8 warps (4 warps spill),
@@ -322,24 +325,24 @@ def test_all_name_expressions(spec):
     # TF32 NN only), and those whose launch packs the operands row-major first (ec_wgmma:
     # one instantiation, NN, serves every layout).
     layouts = [("N", "N")] if spec.packed else spec.layouts
-    assert set(layouts) <= set(registry.LAYOUTS) and ("N", "N") in layouts
+    assert set(layouts) <= set(LAYOUTS) and ("N", "N") in layouts
     read = {la: sum(not spec.why_unusable(v.with_layout(*la)) for v in spec.variants) for la in layouts}
     assert read[("N", "N")] == len(spec.variants)   # every type reads NN
     # pipelined's REG_TRANSPOSE is a template argument only where it changes the code: in
     # the aligned variant of a layout with rows along K (op(A) row-major or op(B)
     # column-major); elsewhere both values share one instantiation.
-    both_ways = {la: 0 for la in registry.LAYOUTS}
+    both_ways = {la: 0 for la in LAYOUTS}
     if spec.name == "pipelined":
         compiled = {tuple(v for k, v in c.items() if k not in (spec.split_k_param, "REG_TRANSPOSE"))
                     for c in configs}
-        both_ways.update({la: 1 for la in registry.LAYOUTS if la != ("T", "N")})
+        both_ways.update({la: 1 for la in LAYOUTS if la != ("T", "N")})
     # gemv's LANES is a template argument only where op(B) is row-major (its row path).
-    per_layout = {la: len(compiled) for la in registry.LAYOUTS}
+    per_layout = {la: len(compiled) for la in LAYOUTS}
     if spec.name == "gemv":
-        per_layout.update({la: len({c["MT"] for c in configs}) for la in registry.LAYOUTS if la[1] == "T"})
-    assert len(names) == sum(per_layout[la] * (read.get(la, 0) + both_ways[la]) for la in registry.LAYOUTS)
+        per_layout.update({la: len({c["MT"] for c in configs}) for la in LAYOUTS if la[1] == "T"})
+    assert len(names) == sum(per_layout[la] * (read.get(la, 0) + both_ways[la]) for la in LAYOUTS)
     assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
-    for op_a, op_b in registry.LAYOUTS:   # the layouts are the last two template arguments
+    for op_a, op_b in LAYOUTS:   # the layouts are the last two template arguments
         expected = per_layout[op_a, op_b] * (read.get((op_a, op_b), 0) + both_ways[op_a, op_b])
         assert sum(n.endswith(f", '{op_a}', '{op_b}'>") for n in names) == expected
     assert len(nn_names) == len(compiled) * (len(spec.variants) + both_ways["N", "N"])
@@ -349,7 +352,7 @@ def test_all_name_expressions(spec):
 def test_layouts_are_the_last_template_arguments(spec):
     d = spec.defaults()
     base = spec.name_expression(d, spec.variants[0])
-    for op_a, op_b in registry.LAYOUTS:
+    for op_a, op_b in LAYOUTS:
         name = spec.name_expression(d, spec.variants[0].with_layout(op_a, op_b))
         expected = base
         if spec.name == "pipelined" and (op_a, op_b) == ("T", "N"):   # no rows along K: REG_TRANSPOSE is moot
@@ -370,7 +373,7 @@ def test_pipelined_pads_the_b_tile_only_when_b_is_transposed():
     assert nn == 4 * d["STAGES"] * d["BK"] * (d["BM"] + 4 + d["BN"])
     assert nt == nn + 4 * d["STAGES"] * d["BK"] * 4
     assert spec.launch(d, Problem(4096, 4096, 4096, True, op_a="T")).smem_bytes == nn
-    assert all(registry.pipelined_smem(c) <= registry.PIPELINED_SMEM_LIMIT for c in spec.configurations())
+    assert all(pipelined_smem(c) <= PIPELINED_SMEM_LIMIT for c in spec.configurations())
 
 
 def test_plan_name_expression_follows_alignment():
@@ -442,7 +445,7 @@ def test_auto_follows_alignment():
     assert gemmlab.plan("auto", 4096, 4096, 4096, aligned16=False).name_expression.endswith(", false, 'N', 'N'>")
 
 
-@pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
+@pytest.mark.parametrize("op_a, op_b", LAYOUTS)
 def test_auto_honours_layouts(op_a, op_b):
     for M, N, K in [(4096, 4096, 4096), (1024, 1024, 512), (100, 100, 100000)]:
         p = gemmlab.plan("auto", M, N, K, op_a=op_a, op_b=op_b)
@@ -501,7 +504,7 @@ def test_an_output_128_wide_takes_64_x_128_tiles():
         p = gemmlab.plan("auto", 2048, 128, 2048, sm_count=132, gpu_slug=H200, arch="sm_90a", batch=batch)
         assert p.params == {**PIPE_DEFAULTS, **pipelined.SKINNY_M, "SPLITK": splits}
         p = gemmlab.plan("auto", 2048, 128, 2048, sm_count=132, gpu_slug=H100, arch="sm_90a", batch=batch)
-        own = tuned.load_table(H100).shapes["2048x128x2048"]["best"]["params"]
+        own = tables.load_table(H100).shapes["2048x128x2048"]["best"]["params"]
         assert p.params == {**own, "SPLITK": splits}
     for slug in (H100, H200):
         p = gemmlab.plan("auto", 4096, 128, 4096, sm_count=132, gpu_slug=slug, arch="sm_90a", batch=32)
@@ -514,10 +517,10 @@ def test_an_output_128_wide_takes_64_x_128_tiles():
 
 @pytest.mark.parametrize("shape", ["256x4096x4096", "8192x64x8192", "1024x1024x1024"])
 def test_a_tuned_shape_keeps_its_own_winner(shape):
-    from gemmlab import tuned
-    M, N, K = tuned.parse_shape_key(shape)
+    from gemmlab.core import tables
+    M, N, K = tables.parse_shape_key(shape)
     p = gemmlab.plan("auto", M, N, K, sm_count=132, gpu_slug=H100, arch="sm_90a")
-    assert p.params == p.spec.resolve(tuned.load_table(H100).shapes[shape]["best"]["params"])
+    assert p.params == p.spec.resolve(tables.load_table(H100).shapes[shape]["best"]["params"])
 
 
 def test_tuned_split_k_is_dropped_when_the_batch_fills_the_gpu():
@@ -586,7 +589,7 @@ def _cases():
         configs = spec.configurations()
         if spec.split_k_param:   # every tile shape unsplit, and the defaults with each split
             configs = [p for p in configs if p[spec.split_k_param] == 1] + [
-                {**spec.defaults(), spec.split_k_param: s} for s in registry.SPLITK_VALUES if s > 1]
+                {**spec.defaults(), spec.split_k_param: s} for s in SPLITK_VALUES if s > 1]
         for p in configs:
             yield pytest.param(spec, p, id=spec.name + "".join(f"-{k}{v}" for k, v in p.items()))
 
@@ -795,7 +798,7 @@ def test_auto_for_tensor_dtypes_follows_alignment():
 def test_contiguous_alignment_counts_bytes(M, N, K, dtype, out_dtype, aligned):
     """16-byte accesses need 16-byte rows: 4 floats, or 8 16-bit elements; each operand in its
     own element size (a float32 output of 16-bit inputs has wider rows)."""
-    from gemmlab.api import contiguous_aligned16
+    from gemmlab.core.planner import contiguous_aligned16
     assert contiguous_aligned16(M, N, K, dtype=dtype, out_dtype=out_dtype) is aligned
 
 
@@ -869,7 +872,7 @@ def test_wgmma_auto_splits_k_where_tiles_leave_sms_idle(M, N, K, ops, batch, til
     assert p.params["SPLITK"] == splits, p.describe()
     tiles = -(-M // p.params["BM"]) * -(-N // p.params["BN"]) * batch
     assert tiles * splits <= 132 or splits == 1
-    assert -(-K // 64) >= registry.WGMMA_MIN_K_STEPS_PER_SLICE * splits
+    assert -(-K // 64) >= WGMMA_MIN_K_STEPS_PER_SLICE * splits
     assert p.params in WGMMA.configurations()
     # The split instantiation writes FP32 partial products; the plan's output stays bf16.
     assert (", true, '" in p.name_expression) == (splits > 1) and p.problem.out_dtype == "bfloat16"
@@ -891,7 +894,7 @@ def test_wgmma_auto_narrow_tile_replaces_split_k(M, N, K, ops, batch, tile):
                      op_a=ops[0], op_b=ops[1], batch=batch)
     assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"], p.params["STAGES"]) == tile, p.describe()
     assert p.params["SPLITK"] == 1 and p.params in WGMMA.configurations()
-    assert registry.wgmma_narrow_tile(M, N, K, 132, batch) == {**p.params, "CLUSTER": 1}
+    assert wgmma_narrow_tile(M, N, K, 132, batch) == {**p.params, "CLUSTER": 1}
 
 
 @pytest.mark.parametrize("M, N, K, ops, batch, tile", [
@@ -955,7 +958,7 @@ def test_wgmma_falls_back_when_tma_cannot_read_the_operands(dtype, caplog):
     assert auto.spec.name == "wgmma" and auto.problem.stage, auto.describe()
 
 
-@pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
+@pytest.mark.parametrize("op_a, op_b", LAYOUTS)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_wgmma_reads_every_16bit_layout(dtype, op_a, op_b):
     """x @ W.t() (NT), x.t() @ W (TN), TT: 16-bit wgmma reads each operand as stored
@@ -966,7 +969,7 @@ def test_wgmma_reads_every_16bit_layout(dtype, op_a, op_b):
         assert p.name_expression.endswith(f", '{op_a}', '{op_b}'>")
 
 
-@pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
+@pytest.mark.parametrize("op_a, op_b", LAYOUTS)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_misaligned_16bit_operands_fall_back_to_mma_pipelined_in_every_layout(dtype, op_a, op_b):
     """x @ W.t() and the other layouts with rows TMA cannot read: wgmma falls back for the
@@ -1020,7 +1023,7 @@ def test_tma_alignment_rule(a_ptr, a_rows, lda, b_ptr, b_rows, ldb, eb, ok):
 
 
 def test_contiguous_tma_alignment():
-    from gemmlab.api import contiguous_tma_aligned
+    from gemmlab.core.planner import contiguous_tma_aligned
     assert contiguous_tma_aligned(4096, 4096, 4096, 2)
     assert not contiguous_tma_aligned(4097, 4095, 513, 2)     # a's rows: 1026 bytes
     assert not contiguous_tma_aligned(64, 100, 64, 2)         # b's rows: 200 bytes
@@ -1069,7 +1072,7 @@ def test_wgmma_shared_memory_rule():
     assert {"BM": 128, "BN": 256, "STAGES": 5, "CLUSTER": 1} not in WGMMA.configurations()
     with pytest.raises(ValueError, match=r"must fit in the 227 KiB"):
         WGMMA.resolve({"BM": 128, "BN": 256, "STAGES": 5})
-    assert len(WGMMA.configurations()) == 33 * len(registry.SPLITK_VALUES)
+    assert len(WGMMA.configurations()) == 33 * len(SPLITK_VALUES)
     with pytest.raises(ValueError, match=r"BN = 64 runs without clusters"):
         WGMMA.resolve({"BM": 64, "BN": 64, "CLUSTER": 2})
     assert max(WGMMA.launch(p, Problem(1, 1, 1, True)).smem_bytes for p in WGMMA.configurations()) <= 227 * 1024
@@ -1105,15 +1108,15 @@ def test_ec_wgmma_exists_only_for_sm90a_and_falls_back_to_ec_wmma():
         gemmlab.plan("ec_wgmma", 256, 256, 256, dtype="fp16_ec", arch="sm_80")
 
 
-@pytest.mark.parametrize("op_a, op_b", registry.LAYOUTS)
-@pytest.mark.parametrize("dtype", list(registry.EC_METHODS))
+@pytest.mark.parametrize("op_a, op_b", LAYOUTS)
+@pytest.mark.parametrize("dtype", list(EC_METHODS))
 def test_ec_wgmma_takes_every_layout_and_alignment(op_a, op_b, dtype):
     """The split pre-pass reads op(A) and op(B) as stored and writes aligned row-major
     parts, so no layout or alignment falls back, and one instantiation serves them all."""
     p = gemmlab.plan("ec_wgmma", 4097, 4095, 513, dtype=dtype, op_a=op_a, op_b=op_b, arch="sm_90a",
                      aligned16=False, tma_aligned=False)
     assert p.spec.name == "ec_wgmma" and not p.fallback_reason
-    assert p.name_expression == f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 3, 128, 1, 'N', 'N'>"
+    assert p.name_expression == f"gemmlab::ec_wgmma<{EC_METHODS[dtype]}, 3, 128, 1, 'N', 'N'>"
     assert p.spec.extra_args == ("scale_a", "scale_b")
 
 
@@ -1125,7 +1128,7 @@ def test_ec_wgmma_geometry(M, N, sm_count):
     128 x BN tiles in grouped order (tensor/04_wgmma.cuh), each SPLITK times (a slice of K
     each) -- together all of them once."""
     configs = EC_WGMMA.configurations()
-    assert {p["SPLITK"] for p in configs} == set(registry.SPLITK_VALUES)
+    assert {p["SPLITK"] for p in configs} == set(SPLITK_VALUES)
     for p in configs:
         geo = EC_WGMMA.launch(p, Problem(M, N, 64, True, "fp16_ec", sm_count=sm_count))
         items = -(-M // 128) * -(-N // p["BN"]) * p["SPLITK"]
@@ -1140,16 +1143,16 @@ def test_ec_wgmma_geometry(M, N, sm_count):
             assert geo.grid == (min(items * batch, sm_count), 1, 1), (batch, geo.grid)
 
 
-@pytest.mark.parametrize("dtype", list(registry.EC_METHODS))
+@pytest.mark.parametrize("dtype", list(EC_METHODS))
 def test_ec_wgmma_split_is_the_unsplit_instantiation(dtype):
     """Split over K, ec_wgmma writes FP32 partial tiles, as it writes C: one instantiation
     serves every SPLITK (the split is a kernel argument), and the plan carries the split."""
     names = set()
-    for splits in registry.SPLITK_VALUES:
+    for splits in SPLITK_VALUES:
         p = gemmlab.plan("ec_wgmma", 130, 200, 1000, dtype=dtype, arch="sm_90a", SPLITK=splits)
         assert p.spec.splits(p.params) == splits and EC_WGMMA.split_k_param == "SPLITK"
         names.add(p.name_expression)
-    assert names == {f"gemmlab::ec_wgmma<{registry.EC_METHODS[dtype]}, 3, 128, 1, 'N', 'N'>"}
+    assert names == {f"gemmlab::ec_wgmma<{EC_METHODS[dtype]}, 3, 128, 1, 'N', 'N'>"}
     # METHOD x (STAGES 2-4 at BN 96 without and with FOLD, 2-3 at BN 128 with FOLD), whatever the split
     assert len(EC_WGMMA.all_name_expressions()) == 2 * (3 + 3 + 2)
 
@@ -1158,7 +1161,7 @@ def test_ec_wgmma_takes_a_batch_and_sizes_its_parts():
     """One launch per batch (chunk); the parts of a matrix, the executor's chunking unit: hi
     and lo of A (M x K) and B^T (N x K), K padded to 8, 4 bytes an element (the layout for
     either part type)."""
-    from gemmlab.executor import BATCH_WORKSPACE_LIMIT
+    from gemmlab.core.executor import BATCH_WORKSPACE_LIMIT
     from gemmlab.kernels.ec.ec_wgmma import ec_parts_bytes
     assert EC_WGMMA.batched_args and EC_WGMMA.batch_workspace is ec_parts_bytes
     assert ec_parts_bytes(Problem(2048, 128, 2048, True, "fp16_ec")) == 2 * (2048 + 128) * 2048 * 4
@@ -1230,15 +1233,15 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
     plan = lambda M, op_b="T", dtype=dtype: gemmlab.plan(   # noqa: E731
         "auto", M, 8192, 8192, dtype=dtype, out_dtype=out if dtype != "tf32" else "float32", op_b=op_b,
         arch="sm_90a", gpu_slug="nvidia-h100-80gb-hbm3")
-    takes = M <= registry.GEMV_MAX_M[dtype]
+    takes = M <= GEMV_MAX_M[dtype]
     assert (plan(M).spec.name == "gemv") == takes
     if takes:
         assert plan(M).params == {"MT": mt, "SPLITK": 1, "LANES": 32}
     # op(B) row-major: gemv where GEMV_ROWS_MAX_M takes it (16-bit: W of 128 MiB here, over the
     # 64 MiB gemv takes in 16-bit), else the tiled rungs
-    assert (plan(M, "N").spec.name == "gemv") == (M <= registry.GEMV_ROWS_MAX_M[dtype] and dtype == "float32")
-    assert plan(registry.GEMV_MAX_M[dtype] + 1).spec.name != "gemv"
-    assert plan(registry.GEMV_ROWS_MAX_M[dtype] + 1, "N").spec.name != "gemv"
+    assert (plan(M, "N").spec.name == "gemv") == (M <= GEMV_ROWS_MAX_M[dtype] and dtype == "float32")
+    assert plan(GEMV_MAX_M[dtype] + 1).spec.name != "gemv"
+    assert plan(GEMV_ROWS_MAX_M[dtype] + 1, "N").spec.name != "gemv"
     assert plan(M, dtype="tf32").spec.name != "gemv"
 
 
@@ -1285,16 +1288,16 @@ def test_gemv_auto_takes_one_row_16_bit_dy_w_up_to_64_mib(N, K, lanes, split):
             assert p.spec.name == "gemv" and p.params == {"MT": 1, "SPLITK": split, "LANES": lanes}
         assert gemmlab.plan("auto", 2, N, K, dtype=dtype, out_dtype=dtype, op_b="N", arch="sm_90a",
                             sm_count=132).spec.name == "wgmma"
-    assert registry.gemv_auto_takes(1, "bfloat16", "N", 4096, 8192)
-    assert not registry.gemv_auto_takes(1, "bfloat16", "N", 4096, 8193)
-    assert registry.gemv_auto_takes(1, "float32", "N", 4096, 128256)   # float32: any size
+    assert gemv_auto_takes(1, "bfloat16", "N", 4096, 8192)
+    assert not gemv_auto_takes(1, "bfloat16", "N", 4096, 8193)
+    assert gemv_auto_takes(1, "float32", "N", 4096, 128256)   # float32: any size
 
 
 def test_fill_split_is_the_split_rule_of_rung_8_and_wgmma():
     """One rule behind auto_params, the fitted tuned configuration and wgmma_auto_split: the
     largest allowed split whose blocks fit the SMs with slices of at least min_steps K-steps."""
-    assert registry.fill_split(32, 1000, 132, most=4, min_steps=4) == 4
-    assert registry.fill_split(32, 1000, 132, most=16, min_steps=16) == 4      # 32 x 6 > 132
-    assert registry.fill_split(8, 1000, 132, most=16, min_steps=16) == 16
-    assert registry.fill_split(8, 40, 132, most=16, min_steps=16) == 2         # slices of 16 K-steps
-    assert registry.fill_split(100, 1000, 132, most=8, min_steps=4) == 1       # 200 > 132
+    assert fill_split(32, 1000, 132, most=4, min_steps=4) == 4
+    assert fill_split(32, 1000, 132, most=16, min_steps=16) == 4      # 32 x 6 > 132
+    assert fill_split(8, 1000, 132, most=16, min_steps=16) == 16
+    assert fill_split(8, 40, 132, most=16, min_steps=16) == 2         # slices of 16 K-steps
+    assert fill_split(100, 1000, 132, most=8, min_steps=4) == 1       # 200 > 132

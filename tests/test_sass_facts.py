@@ -3,7 +3,7 @@
 tests/golden_sass.cu holds small kernels whose instructions are known: so many
 32- and 128-bit global and shared loads, stores, barriers, FFMAs, ldmatrix,
 mma.sync, cp.async and wgmma.  They are compiled for every target gemmlab checks, and
-the counts of gemmlab.inspect.sass_facts must equal the known ones exactly.
+the counts of gemmlab.tools.inspect_kernels.sass_facts must equal the known ones exactly.
 The SASS forms differ by target (Turing's LDG.E.SYS and LDS.U.128, Ampere's
 LDG.E and LDS.128; Hopper pads with never-executed ``@!PT LDS`` lines), so a
 pattern that misses one form, or counts padding, fails here.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmlab.inspect import SASS_FACTS, find_disassembler, opcodes, sass_facts
+from gemmlab.tools.inspect_kernels import SASS_FACTS, find_disassembler, opcodes, sass_facts
 from gemmlab.kernels.spec import KNOWN_TARGETS, arch_cc
 from gemmlab.runtime.compile import compile_module, module_sass
 

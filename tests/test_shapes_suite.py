@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gemmlab.bench import models, shapes, suites  # noqa: E402
-from gemmlab.bench.timing import Timing  # noqa: E402
-from gemmlab.cli import main  # noqa: E402
+from gemmlab.tools.bench import models, shapes, suites  # noqa: E402
+from gemmlab.tools.bench.timing import Timing  # noqa: E402
+from gemmlab.tools.cli import main  # noqa: E402
 from gemmlab.runtime.device import gpu_available  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import planner
+from gemmlab.core import planner
 from gemmlab.kernels import registry
-from gemmlab.verify import random_matrix
+from gemmlab.tools.verify import random_matrix
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -104,7 +104,7 @@ def _operand(rows, cols, dtype, rng, ld=None, offset=0):
 
 def _aligned(*views):
     """What matmul decides about 16-byte copies for these operands (a, b, out)."""
-    from gemmlab import api
+    from gemmlab.core import api
     a, b, o = views
     call = planner.validate(a, b, o, 1.0, 1.0, False, False, "tf32" if a.dtype == torch.float32 else None, None)
     return planner.kernel_view(call).aligned16()
@@ -115,13 +115,13 @@ def _launch_forced_aligned(a, b, out, alpha, beta, dtype, out_dtype, **params):
     matmul picks that variant only when every stored row is a multiple of 16
     bytes (one rule for all rungs); the variant itself also takes rows whose
     width is ragged but whose starts are 16 bytes apart, clipping the last chunk."""
-    from gemmlab import api
+    from gemmlab.core import executor
     from gemmlab.runtime.device import gpu_info
     M, K = a.shape
     N = b.shape[1]
     p = gemmlab.plan("mma_pipelined", M, N, K, aligned16=True, dtype=dtype, out_dtype=out_dtype, **params)
-    api.run_plan(p, gpu_info(0), torch.cuda.current_stream().cuda_stream, a.data_ptr(), a.stride(0),
-                 b.data_ptr(), b.stride(0), out.data_ptr(), out.stride(0), alpha, beta)
+    executor.run_plan(p, gpu_info(0), torch.cuda.current_stream().cuda_stream, a.data_ptr(), a.stride(0),
+                      b.data_ptr(), b.stride(0), out.data_ptr(), out.stride(0), alpha, beta)
 
 
 def _run_mma(M, N, K, dtype, out_dtype, rng, lds=(None, None, None), offsets=(0, 0, 0), alpha=0.5, beta=2.0,

@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gemmlab.bench import training  # noqa: E402
-from gemmlab.cli import main  # noqa: E402
+from gemmlab.tools.bench import training  # noqa: E402
+from gemmlab.tools.cli import main  # noqa: E402
 from gemmlab.runtime.device import gpu_available  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"

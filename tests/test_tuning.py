@@ -7,22 +7,22 @@ import math
 import pytest
 
 import gemmlab
-from gemmlab import tuning
+from gemmlab.tools import tune
 from gemmlab.kernels import registry
 from gemmlab.kernels.simt import pipelined
-from gemmlab import tuned
-from gemmlab.tuned import TunedTable, load_table, parse_shape_key, shape_key
-from gemmlab.tuning import candidate_key, candidates
+from gemmlab.core import tables
+from gemmlab.core.tables import TunedTable, load_table, parse_shape_key, shape_key
+from gemmlab.tools.tune import candidate_key, candidates
 
 PIPE = registry.get("pipelined")
 
 
 @pytest.fixture
-def tables(tmp_path, monkeypatch):
+def table_dirs(tmp_path, monkeypatch):
     """Empty shipped and user table folders; returns (shipped folder, user folder)."""
     shipped = tmp_path / "shipped"
     shipped.mkdir()
-    monkeypatch.setattr(tuned, "SHIPPED_DIR", shipped)
+    monkeypatch.setattr(tables, "SHIPPED_DIR", shipped)
     monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path / "cache"))
     load_table.cache_clear()
     yield shipped, tmp_path / "cache" / "tuned"
@@ -104,8 +104,8 @@ def test_lookup_prefers_shapes_tuned_in_the_same_layout():
     assert t.lookup("auto", 6144, 4096, 8192, "TT") == ("pipelined", tn)     # none in TT: the nearest
 
 
-def test_plan_uses_the_table_for_auto_and_for_named_kernels_without_params(tables):
-    shipped, _ = tables
+def test_plan_uses_the_table_for_auto_and_for_named_kernels_without_params(table_dirs):
+    shipped, _ = table_dirs
     split = {**PIPE.defaults(), "SPLITK": 4}
     _write(shipped, "gpu-a", {"8192x64x8192": {"best": _win("pipelined", split),
                                                "kernels": {"pipelined": _win("pipelined", split)}}})
@@ -124,8 +124,8 @@ def test_plan_uses_the_table_for_auto_and_for_named_kernels_without_params(table
         gemmlab.plan("auto", 8000, 60, 8000).params
 
 
-def test_user_table_overrides_the_shipped_one_shape_by_shape(tables):
-    shipped, user = tables
+def test_user_table_overrides_the_shipped_one_shape_by_shape(table_dirs):
+    shipped, user = table_dirs
     v64 = {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
     v128 = {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4}
     _write(shipped, "gpu-a", {"1024x1024x1024": {"best": _win("vectorized", v64)},
@@ -136,8 +136,8 @@ def test_user_table_overrides_the_shipped_one_shape_by_shape(tables):
     assert t.lookup("auto", 4096, 4096, 4096) == ("vectorized", v128)
 
 
-def test_entries_this_version_cannot_run_are_dropped(tables):
-    shipped, _ = tables
+def test_entries_this_version_cannot_run_are_dropped(table_dirs):
+    shipped, _ = table_dirs
     _write(shipped, "gpu-a", {
         "1024x1024x1024": {"best": _win("no_such_kernel", {})},
         "2048x2048x2048": {"best": _win("vectorized", {"BM": 999})},
@@ -147,8 +147,8 @@ def test_entries_this_version_cannot_run_are_dropped(tables):
     assert t.lookup("auto", 1024, 1024, 1024) == ("warptile", {})
 
 
-def test_unreadable_table_is_ignored_with_a_warning(tables):
-    shipped, _ = tables
+def test_unreadable_table_is_ignored_with_a_warning(table_dirs):
+    shipped, _ = table_dirs
     (shipped / "gpu-a.json").write_text("{not json")
     with pytest.warns(RuntimeWarning, match="ignoring unreadable tuning file"):
         assert load_table("gpu-a") is None
@@ -157,13 +157,13 @@ def test_unreadable_table_is_ignored_with_a_warning(tables):
 def test_progress_is_dropped_when_kernel_sources_change(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"gpu": "G", "sources": "old", "results": {"1x1x1": {"candidates": {"k:": {}}}}}))
-    assert tuning._Progress(path, "G", fresh=False).results == {}
-    path.write_text(json.dumps({"gpu": "G", "sources": tuned.sources_digest(),
+    assert tune._Progress(path, "G", fresh=False).results == {}
+    path.write_text(json.dumps({"gpu": "G", "sources": tables.sources_digest(),
                                 "results": {"1x1x1": {"candidates": {"k:": {}}}}}))
-    prog = tuning._Progress(path, "G", fresh=False)
+    prog = tune._Progress(path, "G", fresh=False)
     assert prog.resumed == 1
-    assert tuning._Progress(path, "other GPU", fresh=False).results == {}
-    assert tuning._Progress(path, "G", fresh=True).results == {}
+    assert tune._Progress(path, "other GPU", fresh=False).results == {}
+    assert tune._Progress(path, "G", fresh=True).results == {}
 
 
 def test_winners_come_from_the_finalists_only():
@@ -175,12 +175,12 @@ def test_winners_come_from_the_finalists_only():
         "warptile:BM=1": ok(0.9, 1.5),
     }}
     shape["candidates"]["vectorized:BM=5"]["ms"] = 1.35
-    w = tuning._winners(["vectorized", "warptile"], shape)
+    w = tune._winners(["vectorized", "warptile"], shape)
     assert w["kernels"]["vectorized"]["ms"] == 1.2 and w["kernels"]["warptile"]["ms"] == 1.5
     assert w["best"]["kernel"] == "vectorized"
 
 
-@pytest.mark.parametrize("path", sorted(tuned.SHIPPED_DIR.glob("*.json")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(tables.SHIPPED_DIR.glob("*.json")), ids=lambda p: p.name)
 def test_shipped_tables_are_complete_and_legal(path):
     data = json.loads(path.read_text())
     assert path.stem == "-".join(data["gpu"].lower().split())
@@ -194,7 +194,7 @@ def test_shipped_tables_are_complete_and_legal(path):
 
 
 def test_shipped_tables_cover_h100_and_h200():
-    names = {p.stem for p in tuned.SHIPPED_DIR.glob("*.json")}
+    names = {p.stem for p in tables.SHIPPED_DIR.glob("*.json")}
     assert "nvidia-h200" in names
     assert any(n.startswith("nvidia-h100") for n in names)
 
@@ -205,14 +205,14 @@ def test_shipped_tables_cover_h100_and_h200():
 def test_tuner_verifies_every_candidate_and_all_pass(tmp_path, monkeypatch):
     """Every configuration the tuner may pick (the whole pipelined space, splits included)
     is correct on an odd shape: the search space holds only verified configurations."""
-    monkeypatch.setattr(tuning, "FINALISTS", 1)
+    monkeypatch.setattr(tune, "FINALISTS", 1)
     out = tmp_path / "t.json"
     # Odd sizes (the scalar variant) and sizes that are multiples of 4 but of no tile (the
     # 16-byte one, where REG_TRANSPOSE changes the code; in the other, both values are one
     # instantiation and the tuner times it once).
     shapes = [(257, 129, 77), (260, 132, 76)]
-    tuning.tune(["pipelined"], shapes, output=out, quiet=True)
-    prog = json.loads(tuned.progress_path(_slug()).read_text())
+    tune.tune(["pipelined"], shapes, output=out, quiet=True)
+    prog = json.loads(tables.progress_path(_slug()).read_text())
     from gemmlab.runtime.device import gpu_info
     for (M, N, K), distinct in zip(shapes, (0.5, 1)):
         results = prog["results"][f"{M}x{N}x{K}"]["candidates"]
@@ -229,7 +229,7 @@ def _slug():
 
 @pytest.mark.gpu
 def test_tuner_resumes_after_an_interrupt(tmp_path, monkeypatch):
-    from gemmlab.bench import timing
+    from gemmlab.tools.bench import timing
     monkeypatch.setenv("GEMMLAB_CACHE_DIR", str(tmp_path / "cache"))
     real = timing.time_gpu
     calls = []
@@ -242,21 +242,21 @@ def test_tuner_resumes_after_an_interrupt(tmp_path, monkeypatch):
     monkeypatch.setattr(timing, "time_gpu", interrupting)
     kernels, sizes = ["vectorized"], [(300, 200, 100)]
     with pytest.raises(KeyboardInterrupt):
-        tuning.tune(kernels, sizes, quiet=True)
-    saved = json.loads(tuned.progress_path(_slug()).read_text())["results"]["300x200x100"]
+        tune.tune(kernels, sizes, quiet=True)
+    saved = json.loads(tables.progress_path(_slug()).read_text())["results"]["300x200x100"]
     assert len(saved["candidates"]) == 4
     assert "best" not in saved and "cublas_ms" not in saved   # cuBLAS is timed with the finalists
 
     calls.clear()
     monkeypatch.setattr(timing, "time_gpu", lambda fn, **kw: calls.append(kw.get("reps")) or real(fn, **kw))
-    table = tuning.tune(kernels, sizes, quiet=True)
+    table = tune.tune(kernels, sizes, quiet=True)
     n = len(candidates(registry.get("vectorized"), 300, 200, 100, 132))
-    screened = [r for r in calls if r == tuning.SCREEN_REPS]
+    screened = [r for r in calls if r == tune.SCREEN_REPS]
     assert len(screened) == n - 4, "the 4 measured candidates were timed again"
     # the finalists and cuBLAS, timed in interleaved rounds
-    assert calls.count(tuning.FINAL_REPS) == tuning.FINAL_ROUNDS * min(tuning.FINALISTS, n)
-    assert calls.count(tuning.CUBLAS_REPS) == tuning.FINAL_ROUNDS
-    assert len(calls) == len(screened) + tuning.FINAL_ROUNDS * (min(tuning.FINALISTS, n) + 1)
+    assert calls.count(tune.FINAL_REPS) == tune.FINAL_ROUNDS * min(tune.FINALISTS, n)
+    assert calls.count(tune.CUBLAS_REPS) == tune.FINAL_ROUNDS
+    assert len(calls) == len(screened) + tune.FINAL_ROUNDS * (min(tune.FINALISTS, n) + 1)
     assert table.shapes["300x200x100"]["cublas_ms"] > 0
     best = table.shapes["300x200x100"]["best"]
     assert load_table(_slug()).lookup("vectorized", 300, 200, 100) == ("vectorized", best["params"])
@@ -266,7 +266,7 @@ def test_tuner_resumes_after_an_interrupt(tmp_path, monkeypatch):
 
 def test_tables_can_be_switched_off(monkeypatch):
     """GEMMLAB_TUNED=off: no table is read, and auto takes the rules of a GPU without one."""
-    from gemmlab import planner
+    from gemmlab.core import planner
     load_table.cache_clear()
     assert load_table("nvidia-h100-80gb-hbm3") is not None      # the shipped table
     monkeypatch.setenv("GEMMLAB_TUNED", "off")

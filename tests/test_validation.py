@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab.planner import batch_groups
-from gemmlab.planner import kernel_view as _kernel_view
-from gemmlab.planner import validate as _validate
-from gemmlab.arrays import describe
+from gemmlab.core.planner import batch_groups
+from gemmlab.core.planner import kernel_view as _kernel_view
+from gemmlab.core.planner import validate as _validate
+from gemmlab.core.arrays import describe
 from gemmlab.runtime.device import gpu_available
 
 SENTINEL = 7.25

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import api
+from gemmlab.core import executor
 from gemmlab.kernels import registry
 from gemmlab.runtime import device as rt_device
-from gemmlab.verify import random_matrix
+from gemmlab.tools.verify import random_matrix
 
 DTYPES = [("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
           ("tf32", "float32")]
@@ -40,7 +40,7 @@ def test_matmul_names_the_architecture_when_wgmma_cannot_run(monkeypatch):
 def test_run_plan_refuses_a_wgmma_plan_on_another_gpu():
     p = gemmlab.plan("wgmma", 64, 64, 64, dtype="float16", out_dtype="float16")
     with pytest.raises(ValueError, match=r"kernel 'wgmma' does not run on NVIDIA A100-SXM4-80GB \(sm_80\): it needs sm_90a"):
-        api.run_plan(p, _fake_gpu(), 0, 0, 64, 0, 64, 0, 64, 1.0, 0.0)
+        executor.run_plan(p, _fake_gpu(), 0, 0, 64, 0, 64, 0, 64, 1.0, 0.0)
 
 
 # -- on a Hopper GPU ----------------------------------------------------------------------------
@@ -347,7 +347,7 @@ class _Launches:
     """Counts the GEMM launches of the executor (the TF32 pre-pass is launched elsewhere)."""
 
     def __init__(self, monkeypatch):
-        from gemmlab import executor
+        from gemmlab.core import executor
         self.n = 0
         executor.CACHE.clear()   # a fresh prepared call: its first launch goes through run()
         for name in ("launch", "launch_shaped"):
@@ -526,7 +526,7 @@ def test_split_k_batch(monkeypatch, ops, dtype, out_dtype, beta):
 def test_split_k_batch_with_a_shared_operand_and_chunks(monkeypatch):
     """A broadcast b (stride 0), and a workspace limit that cuts the batch into chunks of two:
     a GEMM launch and a reduction per chunk."""
-    from gemmlab import executor
+    from gemmlab.core import executor
     _batched(monkeypatch, 6, None, 100, 200, 700, "NT", "bfloat16", "bfloat16", expect=2, BM=64, BN=128, SPLITK=4)
     monkeypatch.setattr(executor, "SPLITK_WORKSPACE_LIMIT", 2 * 4 * 100 * 200 * 4)
     _batched(monkeypatch, 5, 5, 100, 200, 700, "TN", "float16", "float16", expect=6, BM=64, BN=128, SPLITK=4)

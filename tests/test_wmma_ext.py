@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab import fragments as fr
-from gemmlab.bench import wmma_ext as bench
-from gemmlab.errors import CompileError
+from gemmlab.lab import fragments as fr
+from gemmlab.tools.bench import wmma_ext as bench
+from gemmlab.core.errors import CompileError
 from gemmlab.runtime.compile import compile_module, parse_ptxas_log
 
 ARCHES = ("sm_80", "sm_90a")
@@ -86,7 +86,7 @@ def test_architectures_with_maps_derived_from_sass_compile(arch):
 
 
 def test_public_entry_point_compiles_user_code(tmp_path):
-    from gemmlab.wmma_ext import header, include_dir
+    from gemmlab.lab.wmma_ext import header, include_dir
     assert header().is_file() and (include_dir() / "gemmlab" / "wmma_ext.cuh") == header()
     module = gemmlab.compile_with_headers(USER_KERNEL, ["scaled_identity_times"], arch="sm_90a")
     assert module.cubin[:4] == b"\x7fELF"

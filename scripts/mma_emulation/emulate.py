@@ -33,10 +33,12 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from gemmlab.kernels import registry  # noqa: E402
-from gemmlab.kernels.registry import TYPE_CODES  # noqa: E402
+from gemmlab.kernels.tensor.wmma import TC_VARIANTS  # noqa: E402
+from gemmlab.runtime.compile import INCLUDE_DIR  # noqa: E402
+from gemmlab.kernels.spec import TYPE_CODES  # noqa: E402
 from gemmlab.runtime.headers import find_cuda_headers  # noqa: E402
 
-INC = registry.INCLUDE_DIR / "gemmlab"
+INC = INCLUDE_DIR / "gemmlab"
 EMULATED = {  # header -> functions emu_rt.h provides instead
     "tensor/03_mma_pipelined.cuh": ("cp_async16", "cp_async4", "st_shared_v4"),
     "mma_sync.cuh": ("ldmatrix_x4", "ldmatrix_x4_trans", "lds32", "to_tf32", "to_tf32_half_ulp", "mma_16n8"),
@@ -102,7 +104,7 @@ namespace gemmlab {{
 
 def cases(full: bool) -> list[str]:
     spec = registry.get("mma_pipelined")
-    pairs = [(v.dtype, v.out_dtype) for v in registry._TC_VARIANTS]
+    pairs = [(v.dtype, v.out_dtype) for v in TC_VARIANTS]
     out, seed = [], 0
     for p in spec.configurations():
         small = p["BM"] * p["BN"] <= 64 * 64

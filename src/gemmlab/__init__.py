@@ -6,12 +6,12 @@
     gemmlab.kernels()                                 # the registry
 """
 
-from .api import kernels, last_plan, matmul, matmul_strided_batched, plan
-from .errors import CompileError, GemmlabError, HeaderNotFoundError, NoGPUError
-from .kernels.registry import KernelSpec
-from .verify import verify
-from . import fragments
-from .wmma_ext import compile_with_headers
+from .core.api import kernels, last_plan, matmul, matmul_strided_batched, plan
+from .core.errors import CompileError, GemmlabError, HeaderNotFoundError, NoGPUError
+from .kernels.spec import KernelSpec
+from .tools.verify import verify
+from .lab import fragments
+from .lab.wmma_ext import compile_with_headers
 
 __version__ = "0.1.0"
 

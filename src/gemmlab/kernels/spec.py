@@ -107,7 +107,7 @@ class Problem:
 
 @dataclass(frozen=True)
 class Ask:
-    """What gemmlab.choose asks a rung's ``auto_hook`` about a product: its sizes, batch,
+    """What gemmlab.core.choose asks a rung's ``auto_hook`` about a product: its sizes, batch,
     dtype, layouts and alignment, and the GPU's facts the rung's rules read
     (``arch`` None: not known yet, as when planning without a GPU)."""
 
@@ -216,7 +216,7 @@ class KernelSpec:
     # (None, why not) where not, (None, "") where staging does not apply.
     staging_hook: Callable[[Ask, int], tuple[dict | None, str]] | None = None
     # kernel="auto": whether this rung takes a product and with which tile parameters
-    # (auto_hook(Ask) -> Offer); gemmlab.choose asks the rungs in its order, fastest first.
+    # (auto_hook(Ask) -> Offer); gemmlab.core.choose asks the rungs in its order, fastest first.
     auto_hook: Callable[[Ask], Offer] | None = None
     # Builds the kernel's arguments when they are more than the standard
     # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides):

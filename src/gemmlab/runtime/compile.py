@@ -31,7 +31,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import NVRTC_HINT, CompileError, HeaderNotFoundError, MissingExtraError
+from ..core.errors import NVRTC_HINT, CompileError, HeaderNotFoundError, MissingExtraError
 from .headers import find_cuda_headers
 
 # gemmlab's own device headers (kernels/include/gemmlab/*.cuh): a folder of the

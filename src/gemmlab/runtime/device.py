@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from ..errors import NoGPUError
+from ..core.errors import NoGPUError
 
 # FP32 lanes (CUDA cores) per SM by compute capability: the numbers NVIDIA's
 # architecture whitepapers give.  Used only for the "% of FP32 peak" column.

@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import HeaderNotFoundError
+from ..core.errors import HeaderNotFoundError
 
 # What the kernels include, directly or through <mma.h>.
 REQUIRED = ("cuda_runtime.h", "mma.h", "crt/mma.h", "cuda_pipeline.h", "cuda_fp16.h")

@@ -14,7 +14,7 @@
 try:
     import torch  # noqa: F401
 except ModuleNotFoundError as exc:   # the [torch] extra: say how to get it, not only that it is missing
-    from ..errors import EXTRAS, MissingExtraError
+    from ..core.errors import EXTRAS, MissingExtraError
     raise MissingExtraError(f"gemmlab.torch needs PyTorch: {EXTRAS['torch'][1]}") from exc
 
 from .ops import bmm, mm  # noqa: E402

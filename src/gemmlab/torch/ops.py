@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ..api import matmul
+from ..core.api import matmul
 
 __all__ = ["mm", "bmm"]
 

@@ -52,7 +52,7 @@ import warnings
 
 import torch
 
-from ..api import matmul
+from ..core.api import matmul
 
 __all__ = ["ROUTED", "NOT_ROUTED", "OPERATORS", "Routing", "fp32_tc", "use_gemmlab", "enable_fp32_tc",
            "disable_fp32_tc", "unregister"]

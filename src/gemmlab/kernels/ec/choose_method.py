@@ -5,7 +5,7 @@ synchronisation (so the call can be captured in a CUDA graph): zero two
 histograms, add every matrix of A into one and every matrix of B into the other
 (exponent_histogram.cu, both in one launch), then choose_method.cu writes the choice record
 (ec/choice.cuh) that the split pre-pass and the GEMMs read.  The rules'
-constants are written once, in choose_method.cu, and read here for gemmlab.ec.
+constants are written once, in choose_method.cu, and read here for gemmlab.core.methods.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class DeviceChoice:
     """The launches of one prepared call's choice, built once (kernels loaded,
     grids and arguments boxed): ``ops_a`` / ``ops_b`` as histogram_launches takes
     them, offsets from A's and B's addresses; ``scaled_only`` for
-    precision="fp16_ec_scaled" (gemmlab.ec.scaled_choice)."""
+    precision="fp16_ec_scaled" (gemmlab.core.methods.scaled_choice)."""
 
     def __init__(self, gpu, ops_a, ops_b, scaled_only: bool):
         from ...runtime import compile as rt_compile

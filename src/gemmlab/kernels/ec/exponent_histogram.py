@@ -1,9 +1,9 @@
 """exponent_histogram.cu's host launch: counts of A's and B's elements by FP32
 exponent, the data the fp32_tc method is chosen from (on the GPU, by
-choose_method.cu; gemmlab.ec holds the same rules for host-side counts).
+choose_method.cu; gemmlab.core.methods holds the same rules for host-side counts).
 
 The counting is here, beside its kernel; what to make of the counts (ExponentStats,
-choose) is gemmlab.ec, which this layer does not import.
+choose) is gemmlab.core.methods, which this layer does not import.
 """
 
 from __future__ import annotations

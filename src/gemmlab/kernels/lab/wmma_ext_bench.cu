@@ -1,5 +1,5 @@
 // gemmlab lab: wmma_ext_bench.cu -- the experiments behind gemmlab/wmma_ext.cuh
-// (`gemmlab bench --suite wmma_ext`, gemmlab/bench/wmma_ext.py).  Each experiment
+// (`gemmlab bench --suite wmma_ext`, gemmlab/tools/bench/wmma_ext.py).  Each experiment
 // has the extension's way and the way without it (a tile staged in shared memory
 // for wmma::load_matrix_sync), selected by the template argument EXT.
 #include <gemmlab/wmma_ext.cuh>

@@ -1,6 +1,6 @@
 """Rung 8's cost model: the predicted time of one FP32 product on the CUDA cores with a
 block tile and a split of K, so that kernel="auto" can weigh tile size against the
-GPU's SMs where no tuned shape is near (gemmlab.choose) or no table exists.
+GPU's SMs where no tuned shape is near (gemmlab.core.choose) or no table exists.
 
 kernels/cost.py's model of the tensor rungs, with what rung 8 adds:
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from .kernels import registry
-from .runtime.compile import compile_module, parse_ptxas_log
+from ..kernels import registry
+from ..runtime.compile import compile_module, parse_ptxas_log
 
 # Instruction classes worth counting.  Each SASS line's opcode is split into its base
 # and modifiers (LDG.E.128.CONSTANT.SYS -> LDG with E, 128, CONSTANT, SYS); a class is a
@@ -40,13 +40,13 @@ _INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-
 
 def find_disassembler() -> str | None:
     """nvdisasm from NVIDIA's wheel (cuda.pathfinder) or the PATH."""
-    from .runtime.compile import find_nvdisasm
+    from ..runtime.compile import find_nvdisasm
     return find_nvdisasm()
 
 
 def disassemble(cubin: bytes) -> dict[str, str]:
     """SASS text per mangled kernel name, or {} without nvdisasm."""
-    from .runtime.compile import disassemble_cubin
+    from ..runtime.compile import disassemble_cubin
     return disassemble_cubin(cubin)
 
 
@@ -99,7 +99,7 @@ def rungs_for(arch: str) -> list[str]:
 def _specs(arch: str, kernels) -> list:
     """The specs to inspect: those named (ValueError for an unknown name, with the list)
     or every rung; ValueError where no rung runs on ``arch`` at all."""
-    from .kernels.spec import arch_cc
+    from ..kernels.spec import arch_cc
     arch_cc(arch)        # ValueError for something that is not a target such as sm_86
     runs = rungs_for(arch)
     if not runs:
@@ -126,7 +126,7 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
 
     Modules missing from the disk cache compile in ``jobs`` processes (default one per
     CPU), their SASS stored beside them; ``progress(message)`` hears how far it got."""
-    from .runtime.compile import compile_in_processes, is_cached, module_sass
+    from ..runtime.compile import compile_in_processes, is_cached, module_sass
     reports: list[KernelReport] = []
     specs = _specs(arch, kernels)
     sets = []              # (spec, name expressions) of each module to compile
@@ -186,7 +186,7 @@ def portable_configs(arch: str, sm_count: int = 84) -> dict[str, list[dict]]:
     ``kernel="auto"`` picks there over AUTO_SHAPES x AUTO_DTYPES (fitted to the
     target's shared memory by the planner), without split-K where it is a launch shape
     (rung 8); wgmma's split is an instantiation of its own, kept."""
-    from . import planner
+    from ..core import planner
     out: dict[str, dict] = {s.name: {} for s in registry.ladder() if s.builds_for(arch)}
 
     def add(spec, params):
@@ -211,7 +211,7 @@ def portable_configs(arch: str, sm_count: int = 84) -> dict[str, list[dict]]:
 def portable_reports(arch: str, jobs: int | None = None) -> list[KernelReport]:
     """Compile the portable set of ``arch`` (row-major layouts, every dtype variant),
     the modules in parallel processes, and report each instantiation."""
-    from .runtime.compile import compile_in_processes, module_sass
+    from ..runtime.compile import compile_in_processes, module_sass
     sets = []
     for name, configs in portable_configs(arch).items():
         spec = registry.get(name)

@@ -1,11 +1,11 @@
 """The planner: every check a call makes, and the choice of kernel.
 
-From the caller's arrays (described by gemmlab.arrays) to a :class:`Plan`:
+From the caller's arrays (described by gemmlab.core.arrays) to a :class:`Plan`:
 validation in the order a user wants to hear about problems (:func:`validate`,
 raising ValueError / TypeError that name the operands and the rule before
 anything touches the GPU), the layouts and batch strides the kernels read
 (:func:`kernel_view`), and the kernel with its tile parameters (:func:`plan`:
-the names checked here, the choice made by gemmlab.choose).  Nothing here
+the names checked here, the choice made by gemmlab.core.choose).  Nothing here
 launches anything: the executor turns a plan into launches.
 """
 
@@ -19,19 +19,19 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import ec, tuned
+from . import methods, tables
 from .arrays import ITEMSIZE, Operand, _c_strides, describe
 from .choose import GPU, Product, choose
-from .kernels import registry
-from .kernels.registry import KernelSpec, Problem
-from .runtime.tma import tma_aligned, tma_readable
+from ..kernels import registry
+from ..kernels.spec import FLOAT32_RESULT, KernelSpec, Problem
+from ..runtime.tma import tma_aligned, tma_readable
 
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
 # float16 and bfloat16 for the tensor-core ladder.
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
 # None: what the inputs' dtype means (FP32 on CUDA cores for float32); "tf32":
-# one TF32 tensor-core pass; the error-corrected FP32 methods of gemmlab.ec.
-PRECISIONS = (None, "fp32", "tf32", *ec.EC_PRECISIONS)
+# one TF32 tensor-core pass; the error-corrected FP32 methods of gemmlab.core.methods.
+PRECISIONS = (None, "fp32", "tf32", *methods.EC_PRECISIONS)
 
 log = logging.getLogger("gemmlab")
 
@@ -51,7 +51,7 @@ class Plan:
     fallback_reason: str = ""
     # Why the configuration is not the default / tuned / auto one: it did not fit the GPU's limits.
     limit_reason: str = ""
-    # kernel="auto": why the rungs asked before this one declined (gemmlab.choose), fastest first.
+    # kernel="auto": why the rungs asked before this one declined (gemmlab.core.choose), fastest first.
     passed_over: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -92,7 +92,7 @@ INT32_MAX = 2**31 - 1   # the kernels take sizes and leading dimensions as 32-bi
 def storage_itemsize(dtype: str) -> int:
     """Bytes per input element for a kernel dtype: TF32 and the error-corrected
     methods read float32 storage."""
-    return ITEMSIZE["float32" if dtype in registry.FLOAT32_RESULT else dtype]
+    return ITEMSIZE["float32" if dtype in FLOAT32_RESULT else dtype]
 
 
 def contiguous_tma_aligned(M: int, N: int, K: int, elem_bytes: int) -> bool:
@@ -108,7 +108,7 @@ def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N
     kernels' 16-byte accesses: every stored row a multiple of 16 bytes, each
     operand in its own element size (4 floats, or 8 16-bit elements)."""
     e = storage_itemsize(dtype)
-    eo = ITEMSIZE[out_dtype or ("float32" if dtype in registry.FLOAT32_RESULT else dtype)]
+    eo = ITEMSIZE[out_dtype or ("float32" if dtype in FLOAT32_RESULT else dtype)]
     widths = ((K if op_a == "N" else M) * e, (N if op_b == "N" else K) * e, N * eo)
     return all(w % 16 == 0 for w in widths)
 
@@ -288,7 +288,7 @@ def note_untuned(slug: str) -> None:
     if slug in _UNTUNED_NOTED:
         return
     _UNTUNED_NOTED.add(slug)
-    if tuned.load_table(slug) is None:
+    if tables.load_table(slug) is None:
         log.info("no tuned table for %s: kernel='auto' uses rules written from its limits; "
                  "`gemmlab tune` measures configurations fitted to it", slug)
 
@@ -300,11 +300,11 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
          precision: str | None = None, **tile_params) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
-    The names are checked here; the choice itself is gemmlab.choose's (:func:`choose`),
+    The names are checked here; the choice itself is gemmlab.core.choose's (:func:`choose`),
     which this describes.  Without tile parameters, a named kernel (and ``"auto"``) takes the
     configuration tuned for the nearest shape on this GPU model (``gpu_slug``,
-    see gemmlab.tuning) if there is one; else the kernel's defaults (for
-    ``"auto"``, each rung's ``auto_hook``, asked by gemmlab.choose).  ``dtype`` is what the
+    see gemmlab.tools.tune) if there is one; else the kernel's defaults (for
+    ``"auto"``, each rung's ``auto_hook``, asked by gemmlab.core.choose).  ``dtype`` is what the
     kernel multiplies (float32, tf32, float16, bfloat16) and ``out_dtype`` what it
     writes; tuned tables are for float32 only so far.  ``op_a`` / ``op_b`` are
     the kernel-level layouts of op(A) and op(B) ("N" row-major, "T"
@@ -320,7 +320,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     over K), wgmma for 16-bit and TF32 inputs and ec_wgmma for
     the error-corrected methods on sm_90a (where ec_wgmma_pays; split over K by
     ec_wgmma_auto_split), and elsewhere the highest rung of the
-    family that runs on ``arch`` (see gemmlab.choose.runnable).
+    family that runs on ``arch`` (see gemmlab.core.choose.runnable).
     ``tma_aligned`` says whether a and b allow TMA tensor maps (see
     runtime.tma.tma_aligned).  A kernel that cannot take the operands
     (KernelSpec.why_unusable: a layout it does not read, operands TMA cannot
@@ -337,7 +337,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     ``smem_limit`` is the dynamic shared memory a block may have on the GPU
     (None: the table's figure for ``arch``, runtime.device.ARCH_LIMITS).  A
     default, tuned or auto configuration beyond it is replaced by the nearest
-    one that fits (gemmlab.choose.fit_smem), with the reason in ``Plan.limit_reason``;
+    one that fits (gemmlab.core.choose.fit_smem), with the reason in ``Plan.limit_reason``;
     tile parameters given by the caller that exceed it are an error.
 
     ``precision``: the caller's, where it changes the choice (see :func:`plan_call`).
@@ -383,18 +383,18 @@ def _resolve_dtypes(A: Operand, B: Operand, O: Operand | None, precision, out_dt
         raise ValueError(f"precision={precision!r} is for float32 inputs; a and b are {dtype}")
     if precision == "tf32":
         dtype = "tf32"
-    elif precision in ec.EC_PRECISIONS:
+    elif precision in methods.EC_PRECISIONS:
         # The kernel's dtype; fp32_tc settles its method once the data's exponents are known.
         dtype = "tf32_ec" if precision == "tf32_ec" else "fp16_ec"
     out_dt = _dtype_arg(out_dtype, "out_dtype")
     if O is not None and out_dt is not None and O.dtype_name != out_dt:
         raise TypeError(f"{O.label()} does not have out_dtype={out_dt}")
-    allowed = ("float32",) if dtype in registry.FLOAT32_RESULT else ("float32", dtype)
+    allowed = ("float32",) if dtype in FLOAT32_RESULT else ("float32", dtype)
     if out_dt is None:
         # An out the kernels can write is written; any other float out gets the result
         # in float32, cast into it (numpy.matmul's casting="same_kind").
         out_dt = O.dtype_name if O is not None and O.dtype_name in allowed else \
-            "float32" if O is not None or dtype in registry.FLOAT32_RESULT else dtype
+            "float32" if O is not None or dtype in FLOAT32_RESULT else dtype
     if out_dt not in allowed:
         inputs = dtype if A.dtype_name == B.dtype_name else \
             f"{A.dtype_name} and {B.dtype_name} (promoted to {dtype})"
@@ -494,7 +494,7 @@ def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> 
         raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "
                          "pass out= or leave beta=0")
     # A mixed-dtype product: the other operand converted once (never an empty one: not read).
-    kernel_in = "float32" if dtype in registry.FLOAT32_RESULT else dtype
+    kernel_in = "float32" if dtype in FLOAT32_RESULT else dtype
     SA, SB = (_side(X, t, batch_shape, copy=X.dtype_name != kernel_in,
                     cast=kernel_in if X.dtype_name != kernel_in else None, used=not empty)
               for X, t in ((MA, trans_a), (MB, trans_b)))
@@ -601,7 +601,7 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
               precision: str | None = None) -> Plan:
     """The plan for a validated call on ``gpu``, with every pointer of ``kv``
     known: 16-byte alignment and TMA's rules are checked on every matrix of the
-    batch.  ``precision`` goes to the choice (gemmlab.choose): fp16_ec (FP16 parts
+    batch.  ``precision`` goes to the choice (gemmlab.core.choose): fp16_ec (FP16 parts
     as they are, no scale) runs ec_wgmma's four-set kernel unless the caller named
     BN or FOLD, and fp32_tc with kernel="auto" on a product too thin for the tensor
     cores runs FP32 on the CUDA cores (the plan's ``method`` is then "fp32")."""
@@ -612,7 +612,7 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
                 precision=precision, **call.dtypes, **tile_params)
 
 
-def plan_for_choice(p: Plan, choice: "ec.Choice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:
+def plan_for_choice(p: Plan, choice: "methods.Choice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:
     """``p`` (an error-corrected plan) for the method the data asked for: the
     kernel instantiated for that method's parts, with its scales."""
     if choice.kernel_dtype != p.problem.dtype:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .kernels.registry import INCLUDE_DIR
+from ..runtime.compile import INCLUDE_DIR
 
 
 def include_dir() -> Path:
@@ -36,9 +36,9 @@ def compile_with_headers(source, name_expressions=(), arch: str | None = None):
     to keep (``"k"``, ``"my_kernel<16>"``).  ``arch``: e.g. ``"sm_80"``,
     ``"sm_90a"``; default the GPU's.  Returns a CompiledModule (``.kernel(name)``,
     ``.resources(name)`` with registers and spills, ``.cubin``)."""
-    from .runtime.compile import cache_dir, compile_module
+    from ..runtime.compile import cache_dir, compile_module
     if arch is None:
-        from .runtime.device import gpu_info
+        from ..runtime.device import gpu_info
         arch = gpu_info().arch
     if isinstance(source, Path) or ("\n" not in str(source) and str(source).endswith((".cu", ".cuh"))):
         path = Path(source)

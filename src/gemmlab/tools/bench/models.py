@@ -30,8 +30,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
-from .. import last_plan, matmul
-from ..errors import GemmlabError
+from ...core.api import last_plan, matmul
+from ...core.errors import GemmlabError
 from .report import _fmt, _pyplot, savefig
 from .suites import Timer, _progress, bench_gpu, time_size, torch_tf32
 
@@ -518,9 +518,10 @@ def estimate_s(case: Case, dtype: str) -> float:
 
 def _precompile(pairs, gpu, say) -> None:
     """Compile the kernels the pairs' plans name, in parallel processes, before timing."""
-    from ..api import contiguous_aligned16, contiguous_tma_aligned, plan
-    from ..kernels.registry import FLOAT32_RESULT
-    from ..runtime.compile import precompile
+    from ...core.api import plan
+    from ...core.planner import contiguous_aligned16, contiguous_tma_aligned
+    from ...kernels.spec import FLOAT32_RESULT
+    from ...runtime.compile import precompile
     items = set()
     for case, dtype in pairs:
         storage, precision = DTYPES[dtype]

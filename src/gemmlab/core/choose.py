@@ -5,7 +5,7 @@ the rung that runs it, its tile parameters and why.
 the product's dtype) through the hook on each rung's spec (KernelSpec.auto_hook):
 whether it takes the product, with which parameters, and why (a rung's own rules
 and cost model, kernels/cost.py); the first that takes it runs it, and why the
-ones before it declined is kept.  For float32, a tuned table (gemmlab.tuned)
+ones before it declined is kept.  For float32, a tuned table (gemmlab.core.tables)
 answers for the tiled rungs where it measured the shape or one near it
 (NEAR_TUNED); farther, rung 8's cost model weighs its answer against other tiles
 and splits (pipelined.auto_choice).  Then, whatever was asked
@@ -26,14 +26,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from . import tuned
+from . import tables
 from .arrays import ITEMSIZE
-from .kernels import registry
-from .kernels.registry import KernelSpec, Problem
-from .kernels.simt import pipelined
-from .kernels.simt.pipelined import MIN_K_STEPS_PER_SPLIT, SKINNY_M
-from .kernels.spec import Ask, Offer
-from .runtime.device import ARCH_LIMITS, cc_of
+from ..kernels import registry
+from ..kernels.ec.ec_wgmma import EC_WGMMA_UNSCALED_PARAMS, ec_wgmma_auto_split
+from ..kernels.simt import pipelined
+from ..kernels.simt.pipelined import MIN_K_STEPS_PER_SPLIT, SKINNY_M, SPLITK_VALUES, fill_split
+from ..kernels.spec import Ask, KernelSpec, Offer, Problem
+from ..runtime.device import ARCH_LIMITS, cc_of
 
 log = logging.getLogger("gemmlab")
 
@@ -218,8 +218,8 @@ def _fit_nearest(spec: KernelSpec, params: dict, M: int, N: int, K: int, sm_coun
     steps = -(-max(K, 1) // params["BK"])
     params["SPLITK"] = 1
     if 2 * tiles < sm_count:
-        params["SPLITK"] = registry.fill_split(tiles, steps, sm_count, most=MAX_FILL_SPLIT,
-                                               min_steps=MIN_K_STEPS_PER_SPLIT)
+        params["SPLITK"] = fill_split(tiles, steps, sm_count, most=MAX_FILL_SPLIT,
+                                      min_steps=MIN_K_STEPS_PER_SPLIT)
     return params
 
 
@@ -233,12 +233,12 @@ def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
     steps = -(-max(K, 1) // params.get("BK", 1))
     splits = params[spec.split_k_param]
     while splits > 1 and steps < MIN_K_STEPS_PER_SPLIT * splits:
-        splits = max(s for s in registry.SPLITK_VALUES if s < splits)
+        splits = max(s for s in SPLITK_VALUES if s < splits)
     return {**params, spec.split_k_param: splits}
 
 
 # How near a tuned shape must be for its winner to stand without the cost model, in
-# doublings of M, N, K and the batch summed (tuned.TunedTable.nearest): one side twice or
+# doublings of M, N, K and the batch summed (tables.TunedTable.nearest): one side twice or
 # half the tuned one's.  Farther, pipelined's cost model weighs it against other tiles and
 # splits (pipelined.auto_choice): the H200's table holds ten large shapes, and its nearest
 # answered 128 x 768 x 30522 with 128 x 256 tiles, 3 of them on 132 SMs.
@@ -251,7 +251,7 @@ class _Tuned(NamedTuple):
     name: str
     params: dict      # fitted to the product where the entry is another shape's
     shape: str        # the tuned shape that answered
-    distance: float   # how far that shape is, in doublings (tuned.TunedTable.nearest)
+    distance: float   # how far that shape is, in doublings (tables.TunedTable.nearest)
     measured: bool    # tuned at this very shape, batch and layout
 
 
@@ -260,7 +260,7 @@ def _tuned(kernel: str, pr: Product, gpu: GPU) -> _Tuned | None:
     to it where the table's entry is another shape's; None where no table answers."""
     if not (gpu.slug and pr.M and pr.N and pr.dtype == "float32"):
         return None
-    table = tuned.load_table(gpu.slug)
+    table = tables.load_table(gpu.slug)
     found = table.nearest(kernel, pr.M, pr.N, max(pr.K, 1), pr.op_a + pr.op_b, pr.batch) if table else None
     if not found:
         return None
@@ -401,7 +401,7 @@ def choose(pr: Product, gpu: GPU) -> Choice:
         return c
     # fp16_ec (FP16 parts as they are, no scale): ec_wgmma's four-set kernel, whose lo keeps
     # its 2^11; auto's choice of ec_wgmma stands, its split is the four-set tile's.
-    params = {**registry.EC_WGMMA_UNSCALED_PARAMS, **pr.tile_params}
+    params = {**EC_WGMMA_UNSCALED_PARAMS, **pr.tile_params}
     if pr.kernel == "auto":
-        params["SPLITK"] = registry.ec_wgmma_auto_split(pr.M, pr.N, pr.K, gpu.sm_count, pr.batch, bn=params["BN"])
+        params["SPLITK"] = ec_wgmma_auto_split(pr.M, pr.N, pr.K, gpu.sm_count, pr.batch, bn=params["BN"])
     return _choose(dataclasses.replace(pr, kernel="ec_wgmma", tile_params=params), gpu)

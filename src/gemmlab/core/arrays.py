@@ -150,7 +150,7 @@ def current_stream(op: Operand) -> int:
 #
 # A repeated call is recognised by a signature of each array: its kind, shape,
 # strides, dtype, device and whether its address is 16-byte aligned -- the
-# facts every check and every choice of gemmlab.planner depends on, read
+# facts every check and every choice of gemmlab.core.planner depends on, read
 # straight off the object (a fraction of a microsecond each) instead of through
 # a StridedMemoryView.  Only exact types are listed (subclasses such as DTensor
 # may answer these attributes differently): everything else takes the full path.

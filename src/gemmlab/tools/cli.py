@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .errors import GemmlabError
+from ..core.errors import GemmlabError
 
 
 def _sizes(text: str):
@@ -65,7 +65,7 @@ def _ops(text: str) -> list[str]:
 
 
 def cmd_list(args) -> int:
-    from .api import kernels
+    from ..core.api import kernels
     ks = kernels()
     if args.json:
         print(json.dumps(ks, indent=1))
@@ -145,11 +145,11 @@ def cmd_bench(args) -> int:
         return cmd_bench_training(args)
     if args.dtype is not None and args.dtype not in LADDER_DTYPES:
         raise ValueError(f"--dtype {args.dtype!r}: the ladder takes one of {', '.join(LADDER_DTYPES)}")
-    from .api import plan
+    from ..core.api import plan
     from .bench.report import plot_ladder
     from .bench.suites import DEFAULT_SIZES, default_entries, run_suite
     from .bench.suites import DTYPE_ALIASES
-    from .kernels.registry import FLOAT32_RESULT
+    from ..kernels.spec import FLOAT32_RESULT
     dtype = DTYPE_ALIASES[args.dtype or "fp32"]
     ops = _ops(args.ops or "NN")
     entries = _kernel_entries(args.kernels, lambda: default_entries(dtype))
@@ -157,7 +157,7 @@ def cmd_bench(args) -> int:
         plan(name, 128, 128, 128, dtype=dtype, out_dtype="float32" if dtype in FLOAT32_RESULT else dtype,
              **params)
     if args.all_configs:              # every legal tile configuration of each named kernel
-        from .kernels import registry
+        from ..kernels import registry
         entries = [(name, cfg) for name in dict.fromkeys(n for n, _ in entries)
                    for cfg in registry.get(name).configurations()]
     sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
@@ -241,15 +241,15 @@ def cmd_bench_training(args) -> int:
 
 
 def cmd_accuracy(args) -> int:
-    from . import ec
+    from ..core.methods import EC_PRECISIONS
     from .accuracy import INPUT_SETS, KS, METHODS, as_dicts, default_methods, plot, run, table
-    from .kernels import registry
+    from ..kernels import registry
     ks = [int(k) for k in args.ks.split(",")] if args.ks else list(KS)
     inputs = args.inputs.split(",") if args.inputs else list(INPUT_SETS)
     if args.methods:
         methods = args.methods.split(",")
     else:   # the GPU's target decides whether ec_wgmma joins the defaults
-        from .runtime.device import gpu_info
+        from ..runtime.device import gpu_info
         methods = default_methods(gpu_info(0).arch)
     for name in inputs:
         if name not in INPUT_SETS:
@@ -257,7 +257,7 @@ def cmd_accuracy(args) -> int:
     ec_kernels = [spec.name for spec in registry.ladder("ec")]
     for m in methods:
         precision, _, kernel = m.partition(":")
-        if precision not in METHODS or (kernel and (kernel not in ec_kernels or precision not in ec.EC_PRECISIONS)):
+        if precision not in METHODS or (kernel and (kernel not in ec_kernels or precision not in EC_PRECISIONS)):
             raise ValueError(f"unknown method {m!r}; choose from {', '.join(METHODS)}, or an error-corrected "
                              f"precision on a named kernel (precision:kernel, kernel one of "
                              f"{', '.join(ec_kernels)})")
@@ -281,7 +281,7 @@ def cmd_bench_wmma_ext(args) -> int:
 
 
 def cmd_fragments(args) -> int:
-    from . import fragments as fr
+    from ..lab import fragments as fr
     if args.analytic:
         arch = args.arch or "sm_90a"
         kinds = _fragment_kinds(fr, args.kinds, arch)
@@ -290,7 +290,7 @@ def cmd_fragments(args) -> int:
     else:
         if args.arch:
             raise ValueError("--arch is for --analytic; a GPU dump uses the GPU's own target")
-        from .runtime.device import gpu_info
+        from ..runtime.device import gpu_info
         info = gpu_info(args.device)
         gpu, arch = info.name, info.arch
         kinds = _fragment_kinds(fr, args.kinds, arch)
@@ -340,7 +340,7 @@ def cmd_sweep(args) -> int:
 def tune_shapes(args) -> tuple[list, dict | None]:
     """The shapes `gemmlab tune` times, and for --suite models the layouts and
     batches the suite runs each in (the models suite's own case list)."""
-    from .tuning import DEFAULT_SIZES
+    from .tune import DEFAULT_SIZES
     selecting = [f"--{n.replace('_', '-')}" for n in ("tokens", "layers", "only", "products") if getattr(args, n)]
     if args.suite != "models":
         if selecting:
@@ -358,9 +358,9 @@ def tune_shapes(args) -> tuple[list, dict | None]:
 
 
 def cmd_tune(args) -> int:
-    from .tuning import DEFAULT_KERNELS, tune
+    from .tune import DEFAULT_KERNELS, tune
     kernels = _kernel_items(args.kernels or []) or list(DEFAULT_KERNELS)
-    from .kernels import registry
+    from ..kernels import registry
     for name in kernels:               # refuse bad names before any GPU time is spent
         registry.get(name)
     sizes, uses = tune_shapes(args)
@@ -380,8 +380,8 @@ def cmd_tune(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .api import plan
-    from .kernels import registry
+    from ..core.api import plan
+    from ..kernels import registry
     from .verify import TOLERANCE, VERIFY_DTYPES, verify, verify_dtype
     names = _kernel_items(args.kernels)
     everything = names in ([], ["all"])
@@ -389,7 +389,7 @@ def cmd_verify(args) -> int:
     if args.dtype is not None and args.dtype not in VERIFY_DTYPES:
         raise ValueError(f"--dtype {args.dtype!r}: give one of {', '.join(VERIFY_DTYPES)}")
     shapes = _sizes(args.shapes)
-    from .runtime.device import gpu_info
+    from ..runtime.device import gpu_info
     gpu = gpu_info(0)                  # no GPU: one line, before any array library is touched
     if everything:                     # every rung this GPU runs, each in its own dtype
         specs = {s.name: s for s in registry.ladder() if s.builds_for(gpu.arch)}
@@ -421,8 +421,8 @@ def cmd_verify(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from .inspect import format_reports, inspect_kernels
-    from .runtime.headers import find_cuda_headers
+    from .inspect_kernels import format_reports, inspect_kernels
+    from ..runtime.headers import find_cuda_headers
     reports = inspect_kernels(args.arch, _kernel_items(args.kernel) if args.kernel else None,
                               all_configs=args.all_configs, ops=_ops(args.ops), jobs=args.jobs,
                               progress=None if args.quiet else _progress_printer("inspect"))
@@ -452,7 +452,7 @@ NO_GPU = "[no GPU needed]"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
     ap = argparse.ArgumentParser(prog="gemmlab", formatter_class=_HelpFormatter,
                                  description="gemmlab: a GEMM kernel ladder, measured against cuBLAS.  "
                                  "Start with `gemmlab list` and `gemmlab inspect --arch sm_86` (no GPU needed); "
@@ -651,7 +651,7 @@ NO_GPU_HINTS = {"fragments": "gemmlab fragments --analytic needs no GPU"}
 
 def _one_line(command: str, exc: BaseException) -> str:
     """The message of an error the command refuses with (exit code 2)."""
-    from .errors import NoGPUError, missing_module_message
+    from ..core.errors import NoGPUError, missing_module_message
     if isinstance(exc, ModuleNotFoundError):
         found = missing_module_message(exc.name)
         if found:

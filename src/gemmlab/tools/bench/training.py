@@ -498,7 +498,7 @@ def _precompile(cfg: Config, setups, say) -> None:
     """Compile, in parallel processes, the kernels the routed setups' products
     plan (else each compiles on first use, one at a time, inside the warm-up)."""
     from . import models
-    from ..runtime.device import gpu_info
+    from ...runtime.device import gpu_info
     dtypes = [{"bf16_gemmlab": "bf16", "fp32_tc": "fp32_tc"}[s] for s in setups if SETUPS[s][1]]
     if not dtypes:
         return
@@ -515,7 +515,7 @@ def _empty_cache() -> None:
 
 
 def _gpu_name() -> str:
-    from ..runtime.device import gpu_info
+    from ...runtime.device import gpu_info
     return gpu_info(0).name       # without a GPU: gemmlab's NoGPUError, one line
 
 

@@ -1,9 +1,9 @@
 """The public entry points: gemmlab.matmul, matmul_strided_batched, last_plan, kernels.
 
 A call goes one way: the caller's arrays -> a signature of cheap attribute
-reads -> a prepared call from gemmlab.executor's cache, launched; or, the first
+reads -> a prepared call from gemmlab.core.executor's cache, launched; or, the first
 time a signature is seen (and for NumPy arrays and operands that need a copy),
-gemmlab.planner's full validation and plan -> a new prepared call, stored ->
+gemmlab.core.planner's full validation and plan -> a new prepared call, stored ->
 launched.
 """
 
@@ -15,15 +15,14 @@ import threading
 
 import numpy as np
 
-from . import planner, tuned
+from . import planner, tables
 from .arrays import (ITEMSIZE, SIGNATURES, _is_out_of_memory, contiguous_copy, copy_into, describe,
                      empty_like_kind, gpu_memory_error, need_cupy)
-from .executor import CACHE, PreparedCall, run_plan   # noqa: F401  (run_plan: the harness's kernel-only path)
-from .kernels import registry
-from .planner import (PRECISIONS, SUPPORTED_DTYPES, Plan, contiguous_aligned16,   # noqa: F401  (public names)
-                      contiguous_tma_aligned, plan)
-from .runtime import device as rt_device
-from .runtime.device import make_current
+from .executor import CACHE, PreparedCall
+from ..kernels import registry
+from .planner import Plan, plan
+from ..runtime import device as rt_device
+from ..runtime.device import make_current
 
 _tls = threading.local()
 
@@ -103,7 +102,7 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_
     The first call with a given signature (array kinds, shapes, strides, dtypes,
     devices and 16-byte alignment of a, b and out; out given or not; alpha == 0,
     beta == 0; trans flags; kernel, tile parameters, precision, out_dtype) is
-    validated and planned, and what it runs is kept (gemmlab.executor.CACHE);
+    validated and planned, and what it runs is kept (gemmlab.core.executor.CACHE);
     later calls with the same signature only check that out does not overlap a
     or b (one that does takes the full path and its copy), fill in the
     addresses and launch.  Calls are asynchronous and can be
@@ -146,7 +145,7 @@ def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_
     pb, kb = sig_b(b)
     pc, kc = sig_o(out) if out is not None else (0, None)
     key = (ka, kb, kc, alpha == 0, beta == 0, trans_a, trans_b, kernel, precision, out_dtype,
-           tp, tuned.version)
+           tp, tables.version)
     return key, pa, pb, pc
 
 

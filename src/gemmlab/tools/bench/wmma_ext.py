@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-SOURCE = Path(__file__).resolve().parent.parent / "kernels" / "lab" / "wmma_ext_bench.cu"
+SOURCE = Path(__file__).resolve().parents[2] / "kernels" / "lab" / "wmma_ext_bench.cu"
 WARPS = 4                                   # BENCH_WARPS in the .cu file
 VECTOR_BATCHES = [2 ** p for p in range(14, 21)]
 IDENTITY_BATCHES = [2 ** p for p in range(12, 19)]   # 16x16 tiles: 2^18 tiles = 64 Mi elements
@@ -89,10 +89,10 @@ def _progress(msg: str, quiet: bool) -> None:
 def run(*, reps: int = 10, budget_s: float = 1.0, quiet: bool = False, quick: bool = False,
         seed: int = 0) -> list[WmmaExtRecord]:
     """All four experiments; ``quick`` keeps the two smallest sizes of each (tests)."""
-    from ..fragments import arch_family
-    from ..runtime.compile import compile_module
-    from ..runtime.device import gpu_info
-    from ..runtime.launch import launch
+    from ...lab.fragments import arch_family
+    from ...runtime.compile import compile_module
+    from ...runtime.device import gpu_info
+    from ...runtime.launch import launch
     gpu_info(0)                            # NoGPUError with the reason, before CuPy touches the driver
     import cupy as cp
     gpu = gpu_info(cp.cuda.Device().id)

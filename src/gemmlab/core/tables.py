@@ -1,7 +1,7 @@
 """Tuned-configuration tables: which kernel and tile parameters were fastest per
 shape on a GPU model, as the planner reads them.
 
-The package ships tables measured on H100 and H200 (``gemmlab/tuned/``); a
+The package ships tables measured on H100 and H200 (``gemmlab/data/tuned/``); a
 user's own table from ``gemmlab tune`` (``<cache>/tuned/<gpu>.json``) overrides
 them shape by shape.  A table answers "which configuration for this shape" with
 the tuned shape nearest to it (in log2 M, log2 N, log2 K).  :data:`version`
@@ -19,11 +19,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .kernels import registry
-from .kernels.registry import KERNEL_DIR
-from .runtime.compile import cache_dir
+from ..kernels import registry
+from ..kernels.spec import KERNEL_DIR
+from ..runtime.compile import cache_dir
 
-SHIPPED_DIR = Path(__file__).resolve().parent / "tuned"
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "tuned"
 version = 0   # bumped by reload()
 
 

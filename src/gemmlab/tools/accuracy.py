@@ -34,7 +34,7 @@ METHODS = ("sgemm_cublas", "fp32", "tf32", "fp16", "fp16_ec", "fp16_ec_scaled", 
 
 def default_methods(arch: str) -> list[str]:
     """METHODS, and fp32_tc on ec_wgmma where the target ``arch`` builds it (sm_90a)."""
-    from .kernels import registry
+    from ..kernels import registry
     return list(METHODS) + (["fp32_tc:ec_wgmma"] if registry.get("ec_wgmma").builds_for(arch) else [])
 
 
@@ -69,7 +69,7 @@ class Point:
 def _one(method: str, a, b):
     """The product by one method, and a note (fp32_tc: the method it chose)."""
     import cupy as cp
-    from . import api
+    from ..core import api
     if method == "sgemm_cublas":
         return a @ b, "CuPy matmul -> cuBLAS SGEMM, TF32 off"
     if method == "fp32":
@@ -88,7 +88,7 @@ def _one(method: str, a, b):
 def run(ks=KS, inputs=tuple(INPUT_SETS), methods=METHODS, *, M: int = 256, N: int = 256, seed: int = 0,
         quiet: bool = False) -> list[Point]:
     import cupy as cp
-    from .runtime.device import gpu_info
+    from ..runtime.device import gpu_info
     from .verify import compare, reference
     gpu_info(0)
     gpu = gpu_info(cp.cuda.Device().id)

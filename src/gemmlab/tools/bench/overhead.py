@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Callable
 
-from .. import last_plan, matmul
-from ..api import run_plan
+from ...core.api import last_plan, matmul
+from ...core.executor import run_plan
 from .report import _fmt, _pyplot, path_of, savefig, table as size_table
 from .suites import _progress, bench_gpu, run_suite, torch_tf32
 

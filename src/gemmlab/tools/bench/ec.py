@@ -16,7 +16,7 @@ from functools import partial
 
 import numpy as np
 
-from .. import api
+from ...core import api
 from .suites import Record, Timer, _Operands, _progress, bench_gpu, time_size, timed_paths
 
 PRECISIONS = ("fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc")
@@ -32,8 +32,8 @@ def _row(precision, p):
 def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True, max_run_s: float = 3.0,
         budget_s: float = 2.0, quiet: bool = False, seed: int = 0, kernel_only: bool = False) -> list[Record]:
     import cupy as cp
-    from .. import executor
-    from ..kernels.ec.choose_method import CHOICE, CHOICE_FIELDS, CHOICE_METHODS, WORKSPACE_BYTES, DeviceChoice
+    from ...core import executor
+    from ...kernels.ec.choose_method import CHOICE, CHOICE_FIELDS, CHOICE_METHODS, WORKSPACE_BYTES, DeviceChoice
     gpu = bench_gpu()
     timer = Timer(gpu.l2_bytes, reps, flush, max_run_s, budget_s)
     rng = np.random.default_rng(seed)
@@ -77,9 +77,9 @@ def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True
         del ws, record, out
         # ec_wgmma's split of A and B into their parts, alone (part of every ec_wgmma time below).
         if api.plan("auto", M, N, K, dtype="fp16_ec", arch=gpu.arch).spec.name == "ec_wgmma":
-            from ..kernels.registry import Problem
-            from ..kernels.ec.ec_wgmma import ec_split_workspace
-            from ..runtime.tma import Operands
+            from ...kernels.spec import Problem
+            from ...kernels.ec.ec_wgmma import ec_split_workspace
+            from ...runtime.tma import Operands
             for method in ("fp16_ec", "tf32_ec"):
                 def split():
                     with ec_split_workspace(Problem(M, N, K, True, method), gpu, stream,

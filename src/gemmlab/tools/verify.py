@@ -172,8 +172,8 @@ def verify(kernel: str = "auto", M: int = 1000, N: int = 1000, K: int = 1000, *,
         raise ValueError(f"dtype {dtype!r}: verify runs one of {', '.join(VERIFY_DTYPES)}")
     tol = TOLERANCE[dtype] if tol is None else tol
     import cupy as cp
-    from .api import matmul, plan
-    from .runtime.device import gpu_info
+    from ..core.api import matmul, plan
+    from ..runtime.device import gpu_info
     rng = np.random.default_rng(seed)
     ha, hb = random_matrix(M, K, dist, rng), random_matrix(K, N, dist, rng)
     if dtype == "float16":          # the kernel reads float16: the reference takes the same values

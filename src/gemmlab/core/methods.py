@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# The GPU passes live beside their kernels; HISTOGRAM_THREADS is re-exported for callers of gemmlab.ec.
-from .kernels.ec.exponent_histogram import EXPONENT_BINS, HISTOGRAM_THREADS, exponent_histograms  # noqa: F401
+# The GPU passes live beside their kernels.
+from ..kernels.ec.exponent_histogram import EXPONENT_BINS, exponent_histograms
 # The rules' constants are written once, in kernels/ec/choose_method.cu, which
 # applies the same rules on the GPU for matmul:
 #   FP16_TOP            largest exponent a (scaled) value may have: |x| < 2^15
@@ -39,8 +39,8 @@ from .kernels.ec.exponent_histogram import EXPONENT_BINS, HISTOGRAM_THREADS, exp
 #                       way to TF32 parts, compared exactly, in integers
 #   MAX_SCALE_EXPONENT  scale factors stay within 2^-64 .. 2^64 (exact)
 #   WIDE_BINADES        the range scaled FP16 covers below a matrix's largest value
-from .kernels.ec.choose_method import (CHOICE, CHOICE_METHODS, FP16_NORMAL_MIN, FP16_TOP,  # noqa: F401
-                                       MAX_SCALE_EXPONENT, UNDERFLOW_DEN, UNDERFLOW_NUM, WIDE_BINADES)
+from ..kernels.ec.choose_method import (CHOICE, CHOICE_METHODS, FP16_NORMAL_MIN, FP16_TOP,  # noqa: F401
+                                        MAX_SCALE_EXPONENT, UNDERFLOW_DEN, UNDERFLOW_NUM, WIDE_BINADES)
 
 UNDERFLOW_LIMIT = UNDERFLOW_NUM / UNDERFLOW_DEN   # the same share as a number, for messages and tests
 

@@ -21,9 +21,10 @@ from functools import partial
 
 import numpy as np
 
-from .. import last_plan, matmul
-from ..api import run_plan
-from ..kernels import registry
+from ...core.api import last_plan, matmul
+from ...core.executor import run_plan
+from ...kernels import registry
+from ...kernels.spec import EC_METHODS
 from ..verify import compare, random_matrix, reference
 from .timing import time_gpu
 
@@ -79,7 +80,7 @@ def default_entries(dtype: str = "float32") -> list[tuple[str, dict]]:
     """Every rung of the ladder for the dtype (the FP32 ladder for float32, the
     tensor-core ladder otherwise; tuned configuration for the GPU if there is
     one, else its defaults), then what ``kernel="auto"`` picks."""
-    family = "simt" if dtype == "float32" else "ec" if dtype in registry.EC_METHODS else "tensor"
+    family = "simt" if dtype == "float32" else "ec" if dtype in EC_METHODS else "tensor"
     return [(s.name, {}) for s in registry.ladder(family)] + [("auto", {})]
 
 
@@ -111,7 +112,7 @@ def timed_paths(kernel_only: bool) -> tuple[str, ...]:
 def _fp32_storage(dtype: str) -> bool:
     """FP32 operands timed beside cuBLAS SGEMM: the CUDA-core ladder and the
     error-corrected kernels (at their unscaled methods)."""
-    return dtype == "float32" or dtype in registry.EC_METHODS
+    return dtype == "float32" or dtype in EC_METHODS
 
 
 class _Operands:
@@ -268,7 +269,7 @@ def time_size(ops_: _Operands, calls, *, paths, timer: Timer, gpu, say, peak=Non
 def bench_gpu():
     """GPU 0's facts, refusing a cuBLAS that would use TF32 for SGEMM."""
     import cupy as cp
-    from ..runtime.device import gpu_info
+    from ...runtime.device import gpu_info
     if os.environ.get("CUPY_TF32", "0") != "0":
         raise RuntimeError("CUPY_TF32 is set: cuBLAS would use TF32 tensor cores, not FP32. Unset it.")
     gpu_info(0)   # without a GPU: gemmlab's NoGPUError, before CuPy touches the driver

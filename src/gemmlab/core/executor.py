@@ -8,7 +8,7 @@ scalars and enqueues.  A :class:`PreparedCall` is everything one signature of
 the host loop over batch dimensions that do not fit gridDim.z, how to allocate
 the result, where the operands sit relative to each other), stored in
 :data:`CACHE` under a key of cheap attribute reads, so that repeated calls do
-no validation or planning at all (gemmlab.api builds the key).
+no validation or planning at all (gemmlab.core.api builds the key).
 
 Every launch goes to the caller's current stream; workspaces are stream-ordered
 allocations, so calls are asynchronous and can be captured in CUDA graphs.  The
@@ -26,19 +26,20 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import ec
+from .methods import EC_PRECISIONS, Choice, choice_of_record
 from .arrays import ITEMSIZE, allocator, stream_getter
-from .kernels import registry
-from .kernels.ec.choose_method import RECORD_OFFSET, WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, DeviceChoice, \
+from ..kernels.ec.choose_method import RECORD_OFFSET, WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, DeviceChoice, \
     Report, zero_workspace
-from .kernels.ec.ec_wgmma import chooses_in_split
+from ..kernels.ec.ec_wgmma import chooses_in_split
+from ..kernels.simt.splitk_reduce import SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_THREADS, splitk_reduce_kernel
+from ..kernels.spec import EC_METHODS
 from .planner import Batching, Call, KernelView, Plan, kernel_view, plan_call, plan_for_choice, \
     result_side, storage_itemsize, batching
-from .runtime import compile as rt_compile
-from .runtime.device import GPUInfo, make_current
-from .runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, PackedArgs, allow_dynamic_smem, clusters_that_fit,
-                             is_driver_tensor_map, launch, launch_shaped, stream_is_capturing, stream_workspace)
-from .runtime.tma import Operands, maps_backend
+from ..runtime import compile as rt_compile
+from ..runtime.device import GPUInfo, make_current
+from ..runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, PackedArgs, allow_dynamic_smem, clusters_that_fit,
+                              is_driver_tensor_map, launch, launch_shaped, stream_is_capturing, stream_workspace)
+from ..runtime.tma import Operands, maps_backend
 
 log = logging.getLogger("gemmlab")
 
@@ -152,12 +153,12 @@ class Launcher:
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
         self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
         # The reduction (split-K's second kernel, and BLAS's quick return): a thread per element of C.
-        threads = registry.SPLITK_REDUCE_THREADS
+        threads = SPLITK_REDUCE_THREADS
         self._reduce_shapes = [LaunchShape((-(-M * N // threads), nz, 1), (threads, 1, 1))
                                for _, _, _, nz, _ in self.chunks]
         # The reduction's last two arguments: a choice record's address and the method of
         # this launcher's GEMM, read only with a record (splitk_reduce.cu); none by default.
-        self.method32 = np.int32(registry.EC_METHODS.get(pr.dtype, 0))
+        self.method32 = np.int32(EC_METHODS.get(pr.dtype, 0))
         if splits > 1:
             self.slice_ws = splits * M * N
             self.ldw, self.splits32, self.slice_ws64 = np.int32(N), np.int32(splits), np.int64(splits * M * N)
@@ -294,9 +295,9 @@ class Launcher:
 
     def _reduce_kernel(self):
         if self._reduce is None:
-            name = registry.splitk_reduce_kernel(self.plan.problem.out_dtype)
-            self._reduce = (rt_compile.load_kernel(registry.SPLITK_REDUCE_SOURCE, name, self.gpu.arch),
-                            registry.SPLITK_REDUCE_THREADS)
+            name = splitk_reduce_kernel(self.plan.problem.out_dtype)
+            self._reduce = (rt_compile.load_kernel(SPLITK_REDUCE_SOURCE, name, self.gpu.arch),
+                            SPLITK_REDUCE_THREADS)
         return self._reduce
 
     def _quick_return(self, stream: int, C: int, beta) -> None:
@@ -548,7 +549,7 @@ class _DeviceChoice:
         self.base, self.precision, self.gpu = base, precision, gpu
         self.scaled_only = precision == "fp16_ec_scaled"
         methods = ("fp16_ec_scaled",) if self.scaled_only else ("fp16_ec", "tf32_ec")
-        plans = [plan_for_choice(base, ec.Choice(m), gpu, kernel, tile_params, bt.nz) for m in methods]
+        plans = [plan_for_choice(base, Choice(m), gpu, kernel, tile_params, bt.nz) for m in methods]
         self.candidates = [(p, Launcher(p, gpu, lds, bt.nz, bt.strides)) for p in plans]
         # fp32_tc on ec_wgmma's FOLD: the FP16 candidate's pre-pass (split_scaled.cu) chooses,
         # from a scale per row and column, as it splits: no histograms, no choose kernel.
@@ -639,7 +640,7 @@ class _DeviceChoice:
     def plan(self) -> Plan:
         """The plan of the method this prepared call last chose (a synchronisation:
         the GPU's record is read back), with the method, the scales and why."""
-        choice = ec.choice_of_record(self.report.read(), self.scaled_only) if self.report is not None else None
+        choice = choice_of_record(self.report.read(), self.scaled_only) if self.report is not None else None
         if choice is None:
             return dataclasses.replace(self.base, method=self.precision,
                                        reason="chosen on the GPU by each run of the call; none has run yet "
@@ -696,7 +697,7 @@ class PreparedCall:
                                          stored(kv.A, kv.M, call.K, 0), stored(kv.B, call.K, kv.N, 1))
         elif precision in ("fp32_tc", "fp16_ec_scaled"):   # nothing is read: no statistics needed
             p = dataclasses.replace(p, method=precision, reason="alpha = 0, K = 0 or an empty result: A and B are not read")
-        elif precision in ec.EC_PRECISIONS:
+        elif precision in EC_PRECISIONS:
             p = dataclasses.replace(p, method=precision)
         self.plan = p
         self.launcher = None if self.empty or self.chooser else Launcher(p, gpu, lds, bt.nz, bt.strides)

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .kernels.spec import FRAGMENT_MAPS, arch_cc
+from ..kernels.spec import FRAGMENT_MAPS, arch_cc
 
-SOURCE = Path(__file__).resolve().parent / "kernels" / "lab" / "fragment_dump.cu"
-DATA_DIR = Path(__file__).resolve().parent / "data"
+SOURCE = Path(__file__).resolve().parents[1] / "kernels" / "lab" / "fragment_dump.cu"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 USES = ("matrix_a", "matrix_b", "accumulator")
 DTYPES = ("f16", "bf16", "tf32", "f32")          # template codes 0..3 in wmma_types.cuh
 # Targets with known maps (kernels/spec.py FRAGMENT_MAPS says which were measured).
@@ -250,9 +250,9 @@ def decode(kd: FragmentKind, raw: np.ndarray) -> np.ndarray:
 def dump(kinds=None, device: int = 0) -> dict[str, np.ndarray]:
     """Measure the maps of ``kinds`` (default: all) on GPU ``device``."""
     import cupy as cp
-    from .runtime.compile import compile_module
-    from .runtime.device import gpu_info
-    from .runtime.launch import launch
+    from ..runtime.compile import compile_module
+    from ..runtime.device import gpu_info
+    from ..runtime.launch import launch
     gpu = gpu_info(device)
     kinds = list(kinds or kinds_for(gpu.arch))
     names = [kd.name_expression() for kd in kinds]
@@ -290,7 +290,7 @@ def csv_text(kd: FragmentKind, fmap: np.ndarray) -> str:
 def plot_map(kd: FragmentKind, fmap: np.ndarray, path, title: str | None = None) -> None:
     """The tile, each cell coloured by its owning lane and labelled 'lane:k'
     (cells held by several slots list them; several lanes are hatched)."""
-    from .bench.report import _pyplot
+    from ..tools.bench.report import _pyplot
     plt = _pyplot()
     held = owners(kd, fmap)
     fig, ax = plt.subplots(figsize=(max(4, 0.75 * kd.cols + 1), max(3, 0.5 * kd.rows + 1)))

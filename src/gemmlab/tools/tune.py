@@ -1,4 +1,4 @@
-"""The autotuner: ``gemmlab tune`` writes the tables gemmlab.tuned reads.
+"""The autotuner: ``gemmlab tune`` writes the tables gemmlab.core.tables reads.
 
 ``gemmlab tune`` (or :func:`tune`) takes each shape of a suite, runs every
 candidate configuration of the chosen kernels once on poisoned output and
@@ -10,7 +10,7 @@ Progress is saved as it goes (``<cache>/tuned/<gpu>.progress.json``), so an
 interrupted run resumes where it stopped when started again with the same
 command; the saved timings are dropped when a kernel source changes.  The
 winners go to ``<cache>/tuned/<gpu>.json``.  The package ships tables measured
-on H100 and H200 (``gemmlab/tuned/``); a user's own table overrides them shape
+on H100 and H200 (``gemmlab/data/tuned/``); a user's own table overrides them shape
 by shape.  A table answers "which configuration for this shape" with the tuned
 shape nearest to it (in log2 M, log2 N, log2 K).
 """
@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from .kernels import registry
-from .kernels.registry import KernelSpec
-from .tuned import (TunedTable, _read_json, _write_json_atomic, load_table, progress_path, reload, shape_key,
-                    sources_digest, user_table_path)
+from ..kernels import registry
+from ..kernels.spec import KernelSpec
+from ..core.tables import (TunedTable, _read_json, _write_json_atomic, progress_path, reload, shape_key,
+                           sources_digest, user_table_path)
 
 DEFAULT_KERNELS = ("vectorized", "warptile", "pipelined")
 DEFAULT_SIZES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
@@ -154,7 +154,7 @@ class _Use:
         self.strides = (M * K, K * N, M * N) if batch > 1 else (0, 0, 0)
 
     def run(self, p, gpu, stream) -> None:
-        from .executor import run_plan
+        from ..core.executor import run_plan
         lda, ldb, ldc = self.lds
         run_plan(p, gpu, stream, self.a_mem.data.ptr, lda, self.b_mem.data.ptr, ldb, self.c.data.ptr, ldc, 1.0, 0.0,
                  batch=self.batch, strides=self.strides)
@@ -181,11 +181,11 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
     import cupy as cp
     import numpy as np
 
-    from .planner import contiguous_aligned16, plan
-    from .runtime.device import make_current
+    from ..core.planner import contiguous_aligned16, plan
+    from ..runtime.device import make_current
     from .bench.timing import time_gpu
-    from .runtime.compile import precompile
-    from .runtime.device import gpu_info
+    from ..runtime.compile import precompile
+    from ..runtime.device import gpu_info
     from .verify import compare
 
     specs = [registry.get(k) for k in kernels]
