@@ -21,8 +21,9 @@ A module imports only its own layer and those below it; tools and lab are
 imported only by each other and by the package __init__ (which re-exports the
 public API) and __main__.  No module sits in src/gemmlab itself besides those
 two.  On top of that: no cycles at all, no kernel module imports the registry
-(the registry imports the rungs), and a rung imports only rungs before it in
-the ladder.
+(the registry imports the rungs), nothing reads a name through the registry
+that the registry does not define (its __all__: a rung's names come from the
+rung), and a rung imports only rungs before it in the ladder.
 """
 
 from __future__ import annotations
@@ -189,6 +190,33 @@ def test_no_kernel_module_imports_the_registry():
     wrong = [e for e in EDGES if e.imported == "gemmlab.kernels.registry" and layer(e.importer) == "kernels"]
     assert not wrong, "the registry indexes the rungs, not the other way round:\n" + "\n".join(
         f"  {e}" for e in wrong)
+
+
+def _registry_reads(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of every name read through the registry in one file: ``registry.X``
+    (the registry imported under any name) and ``from ...kernels.registry import X``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    aliases, reads = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.endswith("kernels.registry"):
+                reads += [(node.lineno, a.name) for a in node.names]
+            elif node.module.endswith("kernels") or node.module == "kernels":
+                aliases |= {a.asname or a.name for a in node.names if a.name == "registry"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            reads.append((node.lineno, node.attr))
+    return reads
+
+
+def test_the_registry_is_read_only_for_its_own_names():
+    """The registry is the ladder and its lookup (its __all__); what a rung or spec.py
+    defines is imported from there, not through the registry."""
+    from gemmlab.kernels import registry
+    files = [p for d in ("src", "tests", "scripts", "examples") for p in sorted((SRC.parent / d).rglob("*.py"))]
+    wrong = [f"  {p.relative_to(SRC.parent)}:{line}: registry.{name}" for p in files
+             for line, name in _registry_reads(p) if name not in registry.__all__ and not name.startswith("__")]
+    assert not wrong, "names read through the registry that it does not define:\n" + "\n".join(wrong)
 
 
 def test_rungs_import_only_earlier_rungs():
