@@ -38,11 +38,16 @@ SOURCES = {
     f"{H100}/ec-run95f.json": ("2026-11-26", "gemmlab bench --suite ec"),
     f"{H100}/models-run90e.json": (
         "2026-11-26", "gemmlab bench --suite models --dtype bf16,fp16,fp32 --time-budget-s 30"),
+    f"{H200}/shapes-2026-11-29-2.json": (
+        "2026-11-29", "gemmlab bench --suite shapes --dtype bf16,fp16,fp32,fp32_tc --time-budget-s 45"),
+    f"{H200}/training-2026-11-29-3.json": ("2026-11-29", "gemmlab bench --suite training --quick"),
 }
 FP32_LADDER = f"{H200}/ladder-fp32-2026-11-29.json"     # the CUDA-core rungs' pages
 TENSOR_LADDER = f"{H200}/ladder-bf16-2026-11-29.json"   # the tensor-core rungs' pages
 EC_RUN = f"{H100}/ec-run95f.json"
 MODELS_RUN = f"{H100}/models-run90e.json"
+SHAPES_RUN = f"{H200}/shapes-2026-11-29-2.json"       # other models' products, by kind
+TRAINING_RUN = f"{H200}/training-2026-11-29-3.json"   # whole training steps
 
 PAGE_SIZE = (4096, 4096, 4096)   # the one size each rung page compares at
 PAGES = {   # page -> (ladder file, its rung's kernel, the rung below's kernel or None)
@@ -161,10 +166,46 @@ def page_table(page: str) -> str:
     return text + "Through `gemmlab.matmul`, beside cuBLAS in the same run. " + source_line(rel, records)
 
 
+def shapes_table(rel: str) -> str:
+    """The shapes suite by dtype: geometric mean of % of torch.matmul (of SGEMM for fp32 and
+    fp32_tc) over its products, how many are below 90%, and the slowest."""
+    data = json.loads((ROOT / rel).read_text())
+    lines = ["| dtype | products | geometric mean, % of torch.matmul | below 90% | slowest |", "|---|---|---|---|---|"]
+    for dtype, summary in data["summary"].items():
+        a = summary["all"]
+        lines.append(f"| {dtype} | {a['products']} | {a['geomean_pct']:.1f}% | {a['below_90']} | "
+                     f"{a['worst_pct']:.0f}% ({a['worst']}) |")
+    records = data["records"]
+    return "\n".join(lines) + ("\n\nEach product as a model hands it over (forward, input- and weight-gradient views, "
+                               "13 public models' sizes and random odd ones), `gemmlab.matmul` beside `torch.matmul` "
+                               "on the same views (fp32 and fp32_tc: beside SGEMM). ") + source_line(rel, records)
+
+
+def training_table(rel: str) -> str:
+    """Whole training steps: bf16 through gt.use_gemmlab() as % of PyTorch's step speed, fp32_tc
+    against the SGEMM and TF32 steps."""
+    data = json.loads((ROOT / rel).read_text())
+    rows: dict = {}
+    for r in data["records"]:
+        rows.setdefault((r["model"], r["mode"]), {})[r["setup"]] = r
+    lines = ["| model | mode | bf16 `use_gemmlab()`, % of PyTorch | `fp32_tc()` step vs SGEMM | vs TF32 (time) |",
+             "|---|---|---|---|---|"]
+    for (model, mode), by in rows.items():
+        bf = by.get("bf16_gemmlab", {}).get("vs_baseline")
+        tc = by.get("fp32_tc", {})
+        sgemm, tf32 = tc.get("vs_baseline"), tc.get("vs_tf32")
+        cells = (f"{100 * bf:.1f}%" if bf else "-", f"{sgemm:.2f}x" if sgemm else "-", f"{tf32:.2f}x" if tf32 else "-")
+        lines.append(f"| {model} | {mode} | " + " | ".join(cells) + " |")
+    records = [dict(r, gpu=data["gpu"]) for r in data["records"]]
+    return "\n".join(lines) + ("\n\nms per AdamW step, setups of one dtype alternating in rounds, each beside plain "
+                               "PyTorch in the same run. ") + source_line(rel, records)
+
+
 def blocks() -> dict[str, dict[str, str]]:
     """file -> {block name: its generated text}."""
     out = {"README.md": {"fp32-ladder": rung_table(FP32_LADDER), "tensor-ladder": rung_table(TENSOR_LADDER),
-                         "ec-ladder": ec_table(EC_RUN), "gemv": gemv_table(MODELS_RUN)}}
+                         "ec-ladder": ec_table(EC_RUN), "gemv": gemv_table(MODELS_RUN),
+                         "shapes": shapes_table(SHAPES_RUN), "training": training_table(TRAINING_RUN)}}
     out["docs/simt/README.md"] = {"fp32-ladder": out["README.md"]["fp32-ladder"]}
     out["docs/tensor/README.md"] = {"tensor-ladder": out["README.md"]["tensor-ladder"]}
     for page in PAGES:

@@ -362,12 +362,12 @@ def _rand(*shape, dtype):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("bh, s, d, staged", [(384, 197, 64, True), (96, 77, 80, False), (200, 131, 96, True),
-                                              (64, 257, 64, True)])
+@pytest.mark.parametrize("bh, s, d, staged", [(384, 197, 64, True), (96, 77, 80, True), (200, 131, 96, True),
+                                              (64, 257, 64, True), (12, 133, 96, False)])
 def test_gpu_attention_of_odd_size(dtype, bh, s, d, staged):
     """The attention products at odd S and head dimensions 64/80/96, forward and backward views:
-    P @ V and dS @ K (P, dS rows off the 16-byte grid: wgmma on a staging copy of P, or at S = 77
-    mma_pipelined's 64 x 64 on P as it is), P^T @ dO (a transposed view), Q @ K^T (wgmma)."""
+    P @ V and dS @ K (P, dS rows off the 16-byte grid: wgmma on a staging copy of P, or for a
+    batch of 12 mma_pipelined's 64 x 64 on P as it is), P^T @ dO (a transposed view), Q @ K^T (wgmma)."""
     torch.manual_seed(s + d)
     q, k, v = (_rand(bh, s, d, dtype=dtype) for _ in range(3))
     pm = torch.softmax(_rand(bh, s, s, dtype=dtype).float(), -1).to(q.dtype)

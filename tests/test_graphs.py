@@ -308,6 +308,9 @@ def test_methods_chosen_from_the_data_in_a_graph(capture, precision, kernel):
             graph = stream.end_capture()
 
         def replay():
+            # The new data are written on PyTorch's stream, which CuPy's non-blocking stream does
+            # not wait for: without this the graph could read the previous replay's operands.
+            torch.cuda.current_stream().synchronize()
             graph.launch(stream)
             stream.synchronize()
     scales = set()

@@ -344,18 +344,27 @@ def _stack(nb, rows, cols, layout, dtype, rng, gap=8):
 
 
 class _Launches:
-    """Counts the GEMM launches of the executor (the TF32 pre-pass is launched elsewhere)."""
+    """Counts the GEMM launches of the executor (``n``) and its staging pre-pass's (``copies``:
+    pack16, tf32_pack)."""
 
     def __init__(self, monkeypatch):
         from gemmlab.core import executor
-        self.n = 0
+        from gemmlab.kernels.tensor.wgmma import PACK16_KERNEL, TF32_PACK_KERNELS, TF32_PACK_SOURCE
+        from gemmlab.runtime import compile as rt_compile
+        arch = rt_device.gpu_info(0).arch
+        copy_kernels = [rt_compile.load_kernel(TF32_PACK_SOURCE, name, arch)
+                        for name in (PACK16_KERNEL, TF32_PACK_KERNELS[0])]
+        self.n = self.copies = 0
         executor.CACHE.clear()   # a fresh prepared call: its first launch goes through run()
         for name in ("launch", "launch_shaped"):
             real = getattr(executor, name)
 
-            def counted(*a, _real=real, **kw):
-                self.n += 1
-                return _real(*a, **kw)
+            def counted(kernel, *a, _real=real, **kw):
+                if any(kernel is k for k in copy_kernels):
+                    self.copies += 1
+                else:
+                    self.n += 1
+                return _real(kernel, *a, **kw)
             monkeypatch.setattr(executor, name, counted)
 
 
