@@ -5,7 +5,8 @@ CPU: README.md's ladder tables and every rung page's "measured effect" block are
 the script makes from the results files it names, so a table cannot drift from its
 record.  GPU (the model the tables were measured on): each pair of neighbouring rungs
 timed through `gemmlab.matmul` at the pages' size, as the ladder bench times them
-(L2 flushed, each call started on an idle GPU), output checked against FP64 first.
+(L2 flushed, each call started on an idle GPU), the two in interleaved rounds, output
+checked against FP64 first.
 """
 
 import importlib.util
@@ -50,9 +51,6 @@ def test_rewrite_replaces_only_the_block():
 
 # -- on a GPU -------------------------------------------------------------------------------
 
-_times = {}
-
-
 def _operands(dtype: str):
     """Fresh random operands at the pages' size, and out poisoned with NaN."""
     M, N, K = tables.PAGE_SIZE
@@ -77,40 +75,26 @@ def _relative_error(a, b, out) -> float:
     return float(cp.abs(o64 - ref).max() / cp.abs(ref).max())
 
 
-def _ms(kernel: str, dtype: str) -> float:
-    """Median ms of one public call of ``kernel`` at the pages' size; checked against FP64 first."""
-    if (kernel, dtype) not in _times:
-        import gemmlab
-        from gemmlab.tools.bench.timing import time_gpu
-        from gemmlab.runtime.device import gpu_info
-        a, b, out = _operands(dtype)
-        gemmlab.matmul(a, b, out=out, kernel=kernel)
-        err = _relative_error(a, b, out)
-        assert err <= (1e-5 if dtype == "float32" else 1e-2), (kernel, err)
-        t = time_gpu(lambda: gemmlab.matmul(a, b, out=out, kernel=kernel), l2_bytes=gpu_info().l2_bytes,
-                     reps=10, budget_s=2.0, host=True)
-        assert t.ms is not None, (kernel, t.skipped)
-        _times[kernel, dtype] = t.ms
-    return _times[kernel, dtype]
+def _call(kernel: str, dtype: str):
+    """A public call of ``kernel`` at the pages' size on fresh operands, checked against FP64 first."""
+    import gemmlab
+    a, b, out = _operands(dtype)
+    gemmlab.matmul(a, b, out=out, kernel=kernel)
+    err = _relative_error(a, b, out)
+    assert err <= (1e-5 if dtype == "float32" else 1e-2), (kernel, err)
+    return lambda: gemmlab.matmul(a, b, out=out, kernel=kernel)
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    """Every rung the pairs time, compiled first in parallel processes."""
-    from gemmlab.core import api
-    from gemmlab.runtime import compile as rt_compile
+def _gain(kernel: str, below: str, dtype: str) -> float:
+    """How many times as fast as ``below`` ``kernel`` runs: both timed in the same interleaved
+    rounds (other processes share the GPU while the tests run; interleaving gives both calls the
+    same share of it)."""
     from gemmlab.runtime.device import gpu_info
-    gpu = gpu_info()
-    items = set()
-    for page, (rel, kernel, below) in tables.PAGES.items():
-        dtype = tables.load(rel)[0]["dtype"]
-        for k in (kernel, below):
-            if k:
-                p = api.plan(k, *tables.PAGE_SIZE, dtype=dtype, out_dtype=dtype, gpu_slug=gpu.slug,
-                             sm_count=gpu.sm_count, arch=gpu.arch, gpu_name=gpu.name)
-                items.add((str(p.spec.source_path), p.name_expression))
-    rt_compile.precompile(sorted(items), gpu.arch)
-    return gpu
+    from gemmlab.tools.bench.timing import time_rounds
+    t = time_rounds({"below": _call(below, dtype), "rung": _call(kernel, dtype)}, l2_bytes=gpu_info().l2_bytes,
+                    rounds=4, reps=3, budget_s=0.5)
+    assert t["below"].ms is not None and t["rung"].ms is not None, (kernel, below)
+    return t["below"].ms / t["rung"].ms
 
 
 @pytest.mark.gpu
@@ -123,7 +107,7 @@ def test_each_rung_gains_what_its_page_says(page, compiled):
                     "regenerate the tables from this GPU's ladder bench (scripts/ladder_tables.py)")
     dtype = tables.load(rel)[0]["dtype"]
     documented = tables.gain(rel, kernel, below)
-    measured = _ms(below, dtype) / _ms(kernel, dtype)
+    measured = _gain(kernel, below, dtype)
     assert documented / GAIN_TOLERANCE <= measured <= documented * GAIN_TOLERANCE, (
         f"{kernel} runs {measured:.2f}x as fast as {below} at {tables.size_name(*tables.PAGE_SIZE)}; "
         f"{page} says {documented:.2f}x ({rel})")
