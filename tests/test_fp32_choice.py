@@ -13,7 +13,6 @@ import math
 import statistics
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import gemmlab
@@ -24,23 +23,15 @@ from gemmlab.kernels.simt import pipelined
 from gemmlab.kernels.simt import pipelined_cost as cost
 
 import emulated_gpu
+from plan_views import stored
 
 GPU = emulated_gpu.FakeGPU()
 H200 = choose.GPU("sm_90a", 132, "nvidia-h200", "NVIDIA H200")
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "nvidia-h200"
 
 
-def _stored(shape, dtype="float32"):
-    """A C-ordered array of ``shape`` whose memory is never touched (planning reads shapes,
-    strides and addresses only): a few bytes viewed with zero-copy strides."""
-    dt = np.dtype(dtype)
-    buf = np.zeros(256 + 64, np.uint8)
-    start = (-buf.ctypes.data) % 256
-    strides, acc = [], dt.itemsize
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= n
-    return np.lib.stride_tricks.as_strided(buf[start:start + 16].view(dt), shape, tuple(reversed(strides)))
+def _stored(shape, dtype="float32", offset=0):
+    return stored(shape, dtype, offset)
 
 
 def _plan(a, b, precision=None):
