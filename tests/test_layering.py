@@ -299,3 +299,14 @@ def test_no_cycles():
 def test_cycle_finder(edges, cycle):
     found = _cycles([Edge(a, b, "", False) for a, b in edges])
     assert found == ([cycle] if cycle else [])
+
+
+def test_the_executor_names_no_rung():
+    """The executor launches what the rungs' specs describe (pre-passes, staging, batched
+    arguments): no rung appears in it by name, in code or comments."""
+    import re
+
+    from gemmlab.kernels import registry
+    text = (ROOT / "core" / "executor.py").read_text()
+    named = [s.name for s in registry.ladder() if re.search(rf"\b{re.escape(s.name)}\b", text)]
+    assert not named, f"core/executor.py names {named}: describe it through the spec instead"

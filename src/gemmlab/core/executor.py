@@ -30,7 +30,6 @@ from .methods import EC_PRECISIONS, Choice, choice_of_record
 from .arrays import ITEMSIZE, allocator, stream_getter
 from ..kernels.ec.choose_method import RECORD_OFFSET, WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, DeviceChoice, \
     Report, zero_workspace
-from ..kernels.ec.ec_wgmma import chooses_in_split
 from ..kernels.simt.splitk_reduce import SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_THREADS, splitk_reduce_kernel
 from ..kernels.spec import EC_METHODS
 from .planner import Batching, Call, KernelView, Plan, kernel_view, plan_call, plan_for_choice, \
@@ -46,14 +45,14 @@ log = logging.getLogger("gemmlab")
 GRID_Z_MAX = 65535      # batches per launch (gridDim.z); more are launched in chunks
 INT32_MAX = 2**31 - 1
 SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (batches are chunked)
-# Bytes of a batched kernel's own workspace per launch (ec_wgmma's split parts; batches
-# are chunked): larger than split-K's, so that a chunk of big matrices (P @ V at S = 4096:
-# 132 MiB each) still has enough tiles for every SM.
+# Bytes of a batched kernel's own workspace per launch (a pre-pass's output: split parts,
+# staged copies; batches are chunked): larger than split-K's, so that a chunk of big
+# matrices (P @ V at S = 4096: 132 MiB each) still has enough tiles for every SM.
 BATCH_WORKSPACE_LIMIT = 2**30
 
 ARGS_KEPT = 64          # own-args kernels: argument sets kept per launcher (by addresses)
-# The stream workspace slot of split-K's partial products: ec_wgmma's pre-pass takes the
-# "scratch" slot while they are held (runtime.launch.stream_workspace: the slots' order).
+# The stream workspace slot of split-K's partial products: a pre-pass takes the "scratch"
+# slot while they are held (runtime.launch.stream_workspace: the slots' order).
 SPLITK_SLOT = "splitk"
 
 _ONE, _ZERO, _ZERO32 = np.float32(1.0), np.float32(0.0), np.int32(0)
@@ -84,8 +83,8 @@ class Launcher:
     and to ``batch`` products ``strides`` elements apart (A, B, C; 0 repeats a
     matrix), which go to gridDim.z GRID_Z_MAX at a time.  Kernels with their own
     argument builder take GRID_Z_MAX matrices per launch too where it builds a whole
-    batch's (wgmma, ec_wgmma: 3-D tensor maps, a persistent loop over every matrix's
-    tiles; ec_wgmma's split parts at most BATCH_WORKSPACE_LIMIT bytes a launch), else
+    batch's (spec.batched_args: 3-D tensor maps, a persistent loop over every matrix's
+    tiles; a pre-pass's workspace at most BATCH_WORKSPACE_LIMIT bytes a launch), else
     one launch per matrix."""
 
     def __init__(self, p: Plan, gpu: GPUInfo, lds: tuple[int, int, int], batch: int = 1,
@@ -112,8 +111,8 @@ class Launcher:
         # (a null address no tensor map can describe).
         self.quick_ok = pr.out_dtype == "float32" or splits > 1 or pr.K == 0
         self.k_zero = pr.K == 0
-        # A pre-pass: the rung's own (ec_wgmma's split), or aligned copies of operands it cannot
-        # read in place (wgmma's staging).
+        # A pre-pass: the rung's own (spec.prepass), or aligned copies of operands it cannot
+        # read in place (spec.staging).
         self.prepass = p.spec.prepass or (p.spec.staging if not p.problem.tma_aligned else None)
         self.own_args = p.spec.kernel_args is not None or self.prepass is not None
         self.batched_args = self.own_args and p.spec.batched_args
@@ -225,7 +224,7 @@ class Launcher:
     def direct(self):
         """A function (stream, A, B, C, alpha, beta) -> None for the common case of
         one launch with the standard arguments (one batch chunk, no split-K), or of a
-        kernel that builds its own (wgmma: one batch chunk; split-K's GEMM and
+        kernel that builds its own (one batch chunk; split-K's GEMM and
         reduction): the same launches as run(), with every constant bound in the
         closure, so that a repeated call spends as little Python as possible.  None
         where run() is needed; run() also takes over for alpha == 0 (BLAS's quick return)."""
@@ -235,7 +234,7 @@ class Launcher:
             return self._direct_split(memo)
         if self.own_args and self._args_memo is not None and self.splits == 1 and \
                 (self.batch == 1 or self.batched_args and len(self.chunks) == 1):
-            # wgmma with tensor maps of the caller's arrays (a whole batch: one launch): the
+            # Tensor maps of the caller's arrays (a whole batch: one launch): the
             # argument tuple is kept per (addresses, alpha, beta) by _run_own_args; any other
             # call runs it.
             full_memo, full, me, kernel = self._full_memo, self.run, self, self.kernel
@@ -263,7 +262,7 @@ class Launcher:
         return direct
 
     def _direct_split(self, memo):
-        """direct() for split-K with the kernel's own arguments (wgmma, one batch chunk): the
+        """direct() for split-K with the kernel's own arguments (one batch chunk): the
         stream's workspace, then the GEMM (its arguments kept per (A, B, workspace) by
         _launch_own_args) and the reduction, launched as run() launches them; run() takes
         any call it has not prepared (a new address or workspace, alpha == 0)."""
@@ -313,7 +312,7 @@ class Launcher:
     def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0,
                       report: int = 0, workspace=None) -> None:
         """A kernel whose spec builds its arguments: one launch per batch chunk where it
-        takes a whole batch (wgmma, ec_wgmma: 3-D tensor maps), else one per matrix
+        takes a whole batch (spec.batched_args: 3-D tensor maps), else one per matrix
         (``choice``, where the method is chosen on the GPU, the address of the record
         the kernels read)."""
         if self.batched_args:
@@ -374,7 +373,7 @@ class Launcher:
 
     def _launch_after_prepass(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int,
                               report: int = 0, workspace=None) -> None:
-        """A kernel with a pre-pass (spec.PrePass; ec_wgmma's split): per job, a workspace
+        """A kernel with a pre-pass (spec.PrePass): per job, a workspace
         from the caller's stream, the pre-pass's launches, then the kernel's.  What they
         launch is built once per set of everything it depends on -- the job's addresses,
         ldc and strides, alpha and beta, the choice record's address, the workspace's --
@@ -551,9 +550,10 @@ class _DeviceChoice:
         methods = ("fp16_ec_scaled",) if self.scaled_only else ("fp16_ec", "tf32_ec")
         plans = [plan_for_choice(base, Choice(m), gpu, kernel, tile_params, bt.nz) for m in methods]
         self.candidates = [(p, Launcher(p, gpu, lds, bt.nz, bt.strides)) for p in plans]
-        # fp32_tc on ec_wgmma's FOLD: the FP16 candidate's pre-pass (split_scaled.cu) chooses,
-        # from a scale per row and column, as it splits: no histograms, no choose kernel.
-        self.per_row = chooses_in_split(plans[0])
+        # A candidate whose pre-pass makes the choice itself as it splits (spec.PrePass.chooses):
+        # no histograms, no choose kernel.
+        first = plans[0].spec.prepass
+        self.per_row = first is not None and first.chooses(plans[0])
         self.choice = None if self.per_row else DeviceChoice(gpu, ops_a, ops_b, self.scaled_only)
         # One pre-pass workspace for every candidate (they lay their parts out alike), taken
         # once a call where each candidate is one launch: 0 where each takes its own.
@@ -570,12 +570,12 @@ class _DeviceChoice:
             self.report = Report(self.gpu, stream)
         # Whether the stream is being captured, asked once for the workspaces below.
         capturing = stream_is_capturing(stream)
-        # A workspace of its own slot: ec_wgmma's split pre-pass holds the stream's
-        # "scratch" one (and split-K its "splitk" one) while this record is still in use.  Kept per
-        # stream, so that its address repeats and the launches built on it are kept too.
-        # Zeroed when new: every choice leaves the record's sums zero again (split_scaled.cu's
-        # last block, or choose_method.cu writing every field), so that fp32_tc on FOLD, whose
-        # first kernel is the split itself, enqueues nothing before it.
+        # A workspace of its own slot: a candidate's pre-pass holds the stream's "scratch" one
+        # (and split-K its "splitk" one) while this record is still in use.  Kept per stream, so
+        # that its address repeats and the launches built on it are kept too.  Zeroed when new:
+        # every choice leaves the record's sums zero again (the choosing pre-pass's last block,
+        # or the choose kernel writing every field), so that a candidate whose pre-pass chooses
+        # (spec.PrePass.chooses) enqueues nothing before it.
         ws = stream_workspace(self.gpu, stream, CHOICE_WORKSPACE_BYTES, "the fp32_tc method choice", slot="choice",
                               zero_new=True, capturing=capturing)
         parts = None
@@ -596,7 +596,7 @@ class _DeviceChoice:
             # after "choice"), taken once.
             if self.shared_bytes and len(offsets) == 1:
                 parts = stream_workspace(self.gpu, stream, self.shared_bytes, self.shared_what, capturing=capturing)
-            # fp32_tc on FOLD: the split's last block copies the record to the report itself.
+            # A choosing pre-pass copies the record to the report itself (its last block).
             report = self.report.ptr if self.per_row else 0
             calls = None
             if parts is not None:

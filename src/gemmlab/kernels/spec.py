@@ -159,12 +159,16 @@ class PrePass:
     ``build(plan, gpu, operands, alpha, beta, choice, workspace, maps_backend)``: the
     pre-pass's launches [(kernel, LaunchShape, args), ...] and the kernel's argument
     tuple, for the workspace at address ``workspace`` (``choice``: the record's address
-    or 0; ``maps_backend``: runtime.tma's encoder for maps of the workspace).
+    or 0; ``maps_backend``: runtime.tma's encoder for maps of the workspace);
+    ``chooses(plan)``: whether, given a choice record, the pre-pass makes the method
+    choice from the data itself (ec_wgmma's FOLD: split_scaled.cu), so that the
+    executor launches no separate statistics for it.
     """
 
     workspace_bytes: Callable
     build: Callable
     what: str           # what the workspace is for, for an out-of-memory message
+    chooses: Callable = lambda plan: False
 
 
 @dataclass(frozen=True)

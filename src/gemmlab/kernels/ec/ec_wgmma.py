@@ -569,7 +569,8 @@ SPEC = KernelSpec(
     # serves split and unsplit (its output is FP32 either way).
     split_k_param="SPLITK",
     reads_choice=True,
-    prepass=PrePass(workspace_bytes=ec_workspace_bytes, build=ec_wgmma_launches, what=SPLIT_WHAT),
+    prepass=PrePass(workspace_bytes=ec_workspace_bytes, build=ec_wgmma_launches, what=SPLIT_WHAT,
+                    chooses=chooses_in_split),
     # One launch per batch (chunk): the pre-pass splits every matrix, the persistent loop
     # walks every matrix's tiles.
     batched_args=True,
