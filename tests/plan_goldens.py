@@ -180,7 +180,7 @@ def record_calls(cases: list[dict]) -> list[dict]:
     with pytest.MonkeyPatch.context() as mp:
         emulated_gpu.install(mp)
         # The method chosen on the GPU is not chosen here: its candidates' plans are recorded.
-        mp.setattr(executor, "DeviceChoice", lambda *args: None)
+        mp.setattr(executor, "ChoiceLaunches", lambda *args: None)
         gpu = emulated_gpu.FakeGPU()
         return [record(lambda: call_plan(case, gpu)) for case in cases]
 

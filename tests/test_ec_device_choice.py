@@ -194,7 +194,7 @@ def test_capture_in_global_mode():
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-6
 
 
-# -- what a repeated call keeps (executor._DeviceChoice, Launcher._launch_after_prepass) ---------
+# -- what a repeated call keeps (executor._MethodChooser, Launcher._launch_after_prepass) ---------
 
 def _kernels():
     return ["ec_wmma", "ec_wgmma"] if _gpu().arch == "sm_90a" else ["ec_wmma"]

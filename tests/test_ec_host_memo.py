@@ -1,4 +1,4 @@
-"""What a repeated fp32_tc call on ec_wgmma keeps (executor._DeviceChoice and
+"""What a repeated fp32_tc call on ec_wgmma keeps (executor._MethodChooser and
 Launcher._launch_after_prepass), on the CPU: gemmlab.matmul's prepared path with
 every launch recorded instead of run (NumPy arrays play device arrays, as in
 emulated_gpu), workspaces at addresses the test chooses.

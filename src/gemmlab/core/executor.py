@@ -13,7 +13,7 @@ no validation or planning at all (gemmlab.core.api builds the key).
 Every launch goes to the caller's current stream; workspaces are stream-ordered
 allocations, so calls are asynchronous and can be captured in CUDA graphs.  The
 error-corrected methods chosen from the data (``precision="fp32_tc"``,
-``"fp16_ec_scaled"``) choose on the GPU too (:class:`_DeviceChoice`): nothing
+``"fp16_ec_scaled"``) choose on the GPU too (:class:`_MethodChooser`): nothing
 is read back during the call.
 """
 
@@ -26,9 +26,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .methods import EC_PRECISIONS, Choice, choice_of_record
+from .methods import EC_PRECISIONS, MethodChoice, choice_of_record
 from .arrays import ITEMSIZE, allocator, stream_getter
-from ..kernels.ec.choose_method import RECORD_OFFSET, WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, DeviceChoice, \
+from ..kernels.ec.choose_method import RECORD_OFFSET, WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, ChoiceLaunches, \
     Report, zero_workspace
 from ..kernels.simt.splitk_reduce import SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_THREADS, splitk_reduce_kernel
 from ..kernels.spec import EC_METHODS
@@ -443,7 +443,7 @@ class Launcher:
     def shared_prepass_bytes(self) -> int:
         """The bytes of the pre-pass workspace of this launcher's one launch with a choice
         record (a whole batch in one chunk, no split-K), which a caller may take once for
-        several launchers of the same layout (_DeviceChoice's candidates); 0 where its
+        several launchers of the same layout (_MethodChooser's candidates); 0 where its
         launches take their own (no pre-pass, split-K, several launches)."""
         if self.prepass is None or self.splits != 1 or len(self.chunks) != 1 or \
                 (not self.batched_args and self.batch > 1):
@@ -529,7 +529,7 @@ def run_plan(p: Plan, gpu: GPUInfo, stream: int, A_ptr: int, lda: int, B_ptr: in
 
 # -- prepared calls ---------------------------------------------------------------------------
 
-class _DeviceChoice:
+class _MethodChooser:
     """precision="fp32_tc" / "fp16_ec_scaled": the method chosen on the GPU, in
     stream order, so that a call never waits for the host and can be captured in
     a CUDA graph.  Per call: a small stream-ordered workspace, the exponent
@@ -548,13 +548,13 @@ class _DeviceChoice:
         self.base, self.precision, self.gpu = base, precision, gpu
         self.scaled_only = precision == "fp16_ec_scaled"
         methods = ("fp16_ec_scaled",) if self.scaled_only else ("fp16_ec", "tf32_ec")
-        plans = [plan_for_choice(base, Choice(m), gpu, kernel, tile_params, bt.nz) for m in methods]
+        plans = [plan_for_choice(base, MethodChoice(m), gpu, kernel, tile_params, bt.nz) for m in methods]
         self.candidates = [(p, Launcher(p, gpu, lds, bt.nz, bt.strides)) for p in plans]
         # A candidate whose pre-pass makes the choice itself as it splits (spec.PrePass.chooses):
         # no histograms, no choose kernel.
         first = plans[0].spec.prepass
         self.per_row = first is not None and first.chooses(plans[0])
-        self.choice = None if self.per_row else DeviceChoice(gpu, ops_a, ops_b, self.scaled_only)
+        self.choice = None if self.per_row else ChoiceLaunches(gpu, ops_a, ops_b, self.scaled_only)
         # One pre-pass workspace for every candidate (they lay their parts out alike), taken
         # once a call where each candidate is one launch: 0 where each takes its own.
         sizes = [run.shared_prepass_bytes() for _, run in self.candidates]
@@ -563,9 +563,9 @@ class _DeviceChoice:
         self.report = None      # allocated at the first call, on its stream
         self._kept = {}         # (A, B, workspace) -> the choice's launches and record address
         self._kept_calls = {}   # a call's addresses, scalars and workspaces -> every candidate's launches
-        self.pending = ChosenOnDevice(self)
+        self.pending = PlanChosenOnGPU(self)
 
-    def run(self, stream: int, A: int, B: int, C: int, alpha, beta, offsets) -> "ChosenOnDevice":
+    def run(self, stream: int, A: int, B: int, C: int, alpha, beta, offsets) -> "PlanChosenOnGPU":
         if self.report is None:
             self.report = Report(self.gpu, stream)
         # Whether the stream is being captured, asked once for the workspaces below.
@@ -649,13 +649,13 @@ class _DeviceChoice:
         return dataclasses.replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
 
 
-class ChosenOnDevice:
+class PlanChosenOnGPU:
     """What PreparedCall.run returns for a method chosen on the GPU: the plan,
     read only when asked (gemmlab.last_plan calls :meth:`resolve`)."""
 
     __slots__ = ("chooser",)
 
-    def __init__(self, chooser: _DeviceChoice):
+    def __init__(self, chooser: _MethodChooser):
         self.chooser = chooser
 
     def resolve(self) -> Plan:
@@ -693,7 +693,7 @@ class PreparedCall:
             def stored(side, rows, cols, k):   # every matrix of A (B) as stored: byte offset, shape, batch
                 r, c = (rows, cols) if side.layout == "N" else (cols, rows)
                 return [(off[k], r, c, side.ld, bt.nz, bt.strides[k]) for off in self.offsets]
-            self.chooser = _DeviceChoice(p, precision, gpu, kernel, tile_params, lds, bt,
+            self.chooser = _MethodChooser(p, precision, gpu, kernel, tile_params, lds, bt,
                                          stored(kv.A, kv.M, call.K, 0), stored(kv.B, call.K, kv.N, 1))
         elif precision in ("fp32_tc", "fp16_ec_scaled"):   # nothing is read: no statistics needed
             p = dataclasses.replace(p, method=precision, reason="alpha = 0, K = 0 or an empty result: A and B are not read")
@@ -719,9 +719,9 @@ class PreparedCall:
         lo, hi = C + clo, C + chi
         return (lo < A + ahi and A + alo < hi) or (lo < B + bhi and B + blo < hi)
 
-    def run(self, A: int, B: int, C: int, alpha, beta, stream: int) -> "Plan | ChosenOnDevice":
+    def run(self, A: int, B: int, C: int, alpha, beta, stream: int) -> "Plan | PlanChosenOnGPU":
         """Enqueue the call on ``stream`` (a, b, out at A, B, C); returns the plan that
-        ran (for a method chosen on the GPU, a ChosenOnDevice that reads it when asked)."""
+        ran (for a method chosen on the GPU, a PlanChosenOnGPU that reads it when asked)."""
         if self.swap:
             A, B = B, A
         if self.direct is not None:

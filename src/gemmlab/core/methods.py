@@ -82,7 +82,7 @@ class ExponentStats:
 
 
 @dataclass(frozen=True)
-class Choice:
+class MethodChoice:
     """The method for one product, the scale exponents of A and B, and why."""
 
     method: str          # fp16_ec, fp16_ec_scaled or tf32_ec
@@ -143,7 +143,7 @@ _WHY = {"fp16_ec": "both fit FP16 as they are", "fp16_ec_scaled": "FP16 after sc
         "tf32_ec": "too wide for FP16 parts, so TF32 parts"}
 
 
-def choose(a: ExponentStats, b: ExponentStats) -> Choice:
+def choose(a: ExponentStats, b: ExponentStats) -> MethodChoice:
     """The method precision="fp32_tc" uses for A and B with these exponent statistics.
 
     FP16 parts without scaling if both matrices fit FP16's range as they are
@@ -152,25 +152,25 @@ def choose(a: ExponentStats, b: ExponentStats) -> Choice:
     both fit; else TF32 parts.
     """
     if _fits(a, 0) and _fits(b, 0):
-        return Choice("fp16_ec", 0, 0, f"A: {_range(a)}; B: {_range(b)}; {_WHY['fp16_ec']}")
+        return MethodChoice("fp16_ec", 0, 0, f"A: {_range(a)}; B: {_range(b)}; {_WHY['fp16_ec']}")
     sa, sb = fp16_scale_exponent(a), fp16_scale_exponent(b)
     if _fits(a, sa) and _fits(b, sb):
-        return Choice("fp16_ec_scaled", sa, sb,
+        return MethodChoice("fp16_ec_scaled", sa, sb,
                       f"A: {_range(a)}; B: {_range(b)}; {_WHY['fp16_ec_scaled'].format(sa=sa, sb=sb)}")
-    return Choice("tf32_ec", 0, 0, f"A: {_range(a)}; B: {_range(b)}; {_WHY['tf32_ec']}")
+    return MethodChoice("tf32_ec", 0, 0, f"A: {_range(a)}; B: {_range(b)}; {_WHY['tf32_ec']}")
 
 
-def scaled_choice(a: ExponentStats, b: ExponentStats) -> Choice:
+def scaled_choice(a: ExponentStats, b: ExponentStats) -> MethodChoice:
     """precision="fp16_ec_scaled": FP16 parts with each matrix's scale, whatever the range."""
     sa, sb = fp16_scale_exponent(a), fp16_scale_exponent(b)
-    return Choice("fp16_ec_scaled", sa, sb, _SCALED_AS_ASKED.format(sa=sa, sb=sb))
+    return MethodChoice("fp16_ec_scaled", sa, sb, _SCALED_AS_ASKED.format(sa=sa, sb=sb))
 
 
 _SCALED_AS_ASKED = "scaled by 2^{sa} (A) and 2^{sb} (B) as asked"
 
 
-def choice_of_record(record, scaled_only: bool) -> Choice | None:
-    """The Choice that kernels/ec/choose_method.cu wrote into ``record`` (its
+def choice_of_record(record, scaled_only: bool) -> MethodChoice | None:
+    """The MethodChoice that kernels/ec/choose_method.cu wrote into ``record`` (its
     CHOICE_FIELDS int64s, read back from the GPU), with a reason that says so;
     None if no choice has been written yet (a captured call not yet replayed)."""
     r = {name: int(record[i]) for name, i in CHOICE.items()}
@@ -182,19 +182,19 @@ def choice_of_record(record, scaled_only: bool) -> Choice | None:
     sa, sb = r["scale_a"], r["scale_b"]
     head = f"chosen on the GPU: {method}, scales 2^{sa} (A) and 2^{sb} (B)"
     if scaled_only:
-        return Choice(method, sa, sb, f"{head}; {_SCALED_AS_ASKED.format(sa=sa, sb=sb)}")
+        return MethodChoice(method, sa, sb, f"{head}; {_SCALED_AS_ASKED.format(sa=sa, sb=sb)}")
 
     def rng(side):
         n = r[f"normal_{side}"]
         return _range_text(r[f"top_{side}"] if n else None, r[f"wide_{side}"] / n if n else 0.0)
     why = _WHY[method].format(sa=sa, sb=sb)
-    return Choice(method, sa, sb, f"{head}; A: {rng('a')}; B: {rng('b')}; {why}")
+    return MethodChoice(method, sa, sb, f"{head}; A: {rng('a')}; B: {rng('b')}; {why}")
 
 
 _PER_ROW_HEAD = "chosen on the GPU: {method}, scales per row of A and column of B"
 
 
-def _per_row_choice(method: str, r: dict) -> Choice:
+def _per_row_choice(method: str, r: dict) -> MethodChoice:
     """A record that split_scaled.cu wrote (per_row): its method and counts, said so."""
     def rng(side):
         n = r[f"normal_{side}"]
@@ -203,17 +203,17 @@ def _per_row_choice(method: str, r: dict) -> Choice:
         return (f"largest magnitude 2^{r[f'top_{side}']}, {100 * r[f'wide_{side}'] / n:.2g}% more than "
                 f"2^{WIDE_BINADES} below their row's (column's) largest")
     why = "FP16 after scaling each row and column" if method == "fp16_ec_scaled" else _WHY["tf32_ec"]
-    return Choice(method, 0, 0, f"{_PER_ROW_HEAD.format(method=method)}; A: {rng('a')}; B: {rng('b')}; {why}",
+    return MethodChoice(method, 0, 0, f"{_PER_ROW_HEAD.format(method=method)}; A: {rng('a')}; B: {rng('b')}; {why}",
                   per_row=True)
 
 
 @dataclass(frozen=True)
 class SegmentChoice:
-    """choose_per_row's answer: the Choice, each segment's scale exponent (rows of
+    """choose_per_row's answer: the MethodChoice, each segment's scale exponent (rows of
     op(A), columns of op(B), every matrix of a batch in turn) and the counts the record
     holds."""
 
-    choice: Choice
+    choice: MethodChoice
     scale_a: np.ndarray
     scale_b: np.ndarray
     counts: dict

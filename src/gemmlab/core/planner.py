@@ -612,7 +612,7 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
                 precision=precision, **call.dtypes, **tile_params)
 
 
-def plan_for_choice(p: Plan, choice: "methods.Choice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:
+def plan_for_choice(p: Plan, choice: "methods.MethodChoice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:
     """``p`` (an error-corrected plan) for the method the data asked for: the
     kernel instantiated for that method's parts, with its scales."""
     if choice.kernel_dtype != p.problem.dtype:

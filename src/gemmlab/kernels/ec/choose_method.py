@@ -43,7 +43,7 @@ RECORD_OFFSET = 2 * HIST_BYTES
 WORKSPACE_BYTES = RECORD_OFFSET + CHOICE_FIELDS * 8 + 4 * EC_WGMMA_TAIL_COUNTERS   # histograms, record, counters
 
 
-class DeviceChoice:
+class ChoiceLaunches:
     """The launches of one prepared call's choice, built once (kernels loaded,
     grids and arguments boxed): ``ops_a`` / ``ops_b`` as histogram_launches takes
     them, offsets from A's and B's addresses; ``scaled_only`` for

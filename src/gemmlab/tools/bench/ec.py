@@ -33,7 +33,7 @@ def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True
         budget_s: float = 2.0, quiet: bool = False, seed: int = 0, kernel_only: bool = False) -> list[Record]:
     import cupy as cp
     from ...core import executor
-    from ...kernels.ec.choose_method import CHOICE, CHOICE_FIELDS, CHOICE_METHODS, WORKSPACE_BYTES, DeviceChoice
+    from ...kernels.ec.choose_method import CHOICE, CHOICE_FIELDS, CHOICE_METHODS, WORKSPACE_BYTES, ChoiceLaunches
     gpu = bench_gpu()
     timer = Timer(gpu.l2_bytes, reps, flush, max_run_s, budget_s)
     rng = np.random.default_rng(seed)
@@ -55,7 +55,7 @@ def run(sizes=None, *, dist: str = "uniform", reps: int = 20, flush: bool = True
         stream = cp.cuda.get_current_stream().ptr
         # The choice that fp32_tc and fp16_ec_scaled make first, alone: the histograms
         # of A and B and the choose kernel, all on the GPU.
-        choice = DeviceChoice(gpu, [(0, M, K, K, 1, 0)], [(0, K, N, N, 1, 0)], False)
+        choice = ChoiceLaunches(gpu, [(0, M, K, K, 1, 0)], [(0, K, N, N, 1, 0)], False)
         ws = cp.empty(WORKSPACE_BYTES, cp.uint8)
         st = timer(lambda: choice.enqueue(stream, a.data.ptr, b.data.ptr, ws.data.ptr))
         say(f"fp32_tc's choice on the GPU (histograms, choose), {M}x{N}x{K}: {st.ms:.3f} ms")
