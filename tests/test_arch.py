@@ -31,7 +31,7 @@ def test_every_rung_on_every_target(spec):
         for dt in spec.dtypes:
             turing_fp16 = arch != "sm_75" or dt == "float16" or spec.name in SIMT
             assert spec.builds_for(arch, dt) == (arch in runs and turing_fp16), (arch, dt)
-    assert spec.describe()["runs_on"] == [a for a in KNOWN_TARGETS if a in runs]
+    assert spec.as_record()["runs_on"] == [a for a in KNOWN_TARGETS if a in runs]
 
 
 def test_targets_nvrtc_dropped_and_unknown_maps_are_refused():

@@ -14,7 +14,6 @@ import gemmlab
 from gemmlab.core.planner import batch_groups
 from gemmlab.core.planner import kernel_view as _kernel_view
 from gemmlab.core.planner import validate as _validate
-from gemmlab.core.arrays import describe
 from gemmlab.runtime.device import gpu_available
 
 SENTINEL = 7.25

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from . import planner, tables
-from .arrays import (ITEMSIZE, SIGNATURES, _is_out_of_memory, contiguous_copy, copy_into, describe,
+from .arrays import (ITEMSIZE, SIGNATURES, _is_out_of_memory, contiguous_copy, copy_into, read_operand,
                      empty_like_kind, gpu_memory_error, need_cupy)
 from .executor import CACHE, PreparedCall
 from ..kernels import registry
@@ -286,7 +286,7 @@ _byte_bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")
 
 def _batch_view(x, name: str, batch: int, stride: int):
     """x (a 2-D array) repeated ``batch`` times, ``stride`` elements apart, as a 3-D view of the same memory."""
-    X = describe(x, name)
+    X = read_operand(x, name)
     if len(X.shape) != 2:
         raise ValueError(f"matmul_strided_batched: {X.label()} must be the first matrix of the batch (2-D)")
     shape, strides = (batch,) + X.shape, (stride,) + X.strides
@@ -321,5 +321,5 @@ def _batch_view(x, name: str, batch: int, stride: int):
 
 def kernels() -> list[dict]:
     """The registry: every kernel with its family, dtypes, tile parameters, rules and description."""
-    return [s.describe() for s in registry.ladder()]
+    return [s.as_record() for s in registry.ladder()]
 

@@ -76,7 +76,7 @@ def _is_cupy(obj) -> bool:
     return type(obj).__module__.startswith("cupy")
 
 
-def describe(obj, name: str) -> Operand:
+def read_operand(obj, name: str) -> Operand:
     """An Operand for ``obj``, or TypeError if it is not an array gemmlab can read."""
     if isinstance(obj, np.ndarray):
         item = obj.dtype.itemsize
@@ -165,7 +165,7 @@ def _cupy_signature(x):
     return p, ("cupy", x.shape, x.strides, x.dtype, x.device.id, not p & 15)
 
 
-SIGNATURES: dict = {}   # array type -> signature reader, filled as describe() meets the types
+SIGNATURES: dict = {}   # array type -> signature reader, filled as read_operand() meets the types
 
 
 def _learn_type(obj, kind: str) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import methods, tables
-from .arrays import ITEMSIZE, Operand, _c_strides, describe
+from .arrays import ITEMSIZE, Operand, _c_strides, read_operand
 from .choose import GPU, Product, choose
 from ..kernels import registry
 from ..kernels.spec import FLOAT32_RESULT, KernelSpec, Problem
@@ -434,8 +434,8 @@ def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> 
     with a or b -- its side is marked for a copy (the result is computed in a
     new array and copied into out); an input of the other dtype of a
     mixed-dtype product is marked for a converted copy."""
-    A, B = describe(a, "a"), describe(b, "b")
-    O = describe(out, "out") if out is not None else None
+    A, B = read_operand(a, "a"), read_operand(b, "b")
+    O = read_operand(out, "out") if out is not None else None
     alpha, beta = scalar(alpha, "alpha"), scalar(beta, "beta")
     for flag, name in ((trans_a, "trans_a"), (trans_b, "trans_b")):
         if not isinstance(flag, (bool, np.bool_)):

@@ -400,7 +400,7 @@ class KernelSpec:
             return self.geometry(params, problem, batch)
         return self.geometry(params, problem)
 
-    def describe(self) -> dict:
+    def as_record(self) -> dict:
         return {
             "name": self.name,
             "rung": self.rung,
