@@ -332,8 +332,11 @@ def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
                       batch=nz, batch_stride=sc)
 
 
-def _stored(pr, ops: Operands, za: tuple[int, int], zb: tuple[int, int]) -> tuple[tuple, tuple]:
-    """A and B as stored: (pointer, rows, columns, leading dimension, (matrices, batch stride))."""
+def _stored(pr, ops: Operands) -> tuple[tuple, tuple]:
+    """A and B of a launch as stored: (pointer, rows, columns, leading dimension, (matrices,
+    batch stride)), a matrix the batch shares as a batch of one (_batch_of)."""
+    one = ops.batch <= 1
+    za, zb = _batch_of(ops, 0 if one else ops.sa), _batch_of(ops, 0 if one else ops.sb)
     a = (ops.A,) + ((pr.M, pr.K) if pr.op_a == "N" else (pr.K, pr.M)) + (ops.lda, za)
     b = (ops.B,) + ((pr.K, pr.N) if pr.op_b == "N" else (pr.N, pr.K)) + (ops.ldb, zb)
     return a, b
@@ -374,7 +377,7 @@ def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, sto
     if pr.dtype not in ("float16", "bfloat16", "tf32"):
         raise TypeError(f"wgmma computes float16, bfloat16 and tf32, not {pr.dtype}")
     if stored is None:
-        stored = _stored(pr, ops, _batch_of(ops, sa), _batch_of(ops, sb))
+        stored = _stored(pr, ops)
         if not all(_readable(x, element_bytes(pr.dtype)) for x in stored):
             raise ValueError("wgmma: an operand TMA cannot read in place, and the plan did not ask for a "
                              "staging copy (the planner stages or falls back instead)")
@@ -402,11 +405,8 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta) -> tup
 def _to_stage(plan, ops: Operands) -> list[tuple]:
     """The stored operands (see _stored) of a launch that TMA cannot read in place: a base,
     row stride or batch stride off the 16-byte grid, or a negative batch stride."""
-    pr = plan.problem
-    one = ops.batch <= 1
-    stored = _stored(pr, ops, _batch_of(ops, 0 if one else ops.sa), _batch_of(ops, 0 if one else ops.sb))
-    eb = element_bytes(pr.dtype)
-    return [x for x in stored if not _readable(x, eb)]
+    eb = element_bytes(plan.problem.dtype)
+    return [x for x in _stored(plan.problem, ops) if not _readable(x, eb)]
 
 
 def _copy_bytes(x: tuple, eb: int) -> int:
@@ -444,10 +444,8 @@ def wgmma_staged_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, wo
     the kernel, on the caller's stream."""
     from ...runtime import compile as rt_compile
     from ...runtime.launch import LaunchShape
-    pr = plan.problem
-    eb = element_bytes(pr.dtype)
-    one = ops.batch <= 1
-    stored = list(_stored(pr, ops, _batch_of(ops, 0 if one else ops.sa), _batch_of(ops, 0 if one else ops.sb)))
+    eb = element_bytes(plan.problem.dtype)
+    stored = list(_stored(plan.problem, ops))
     launches, at = [], int(workspace)
     for i, (ptr, rows, cols, ld, (n, stride)) in enumerate(stored):
         if _readable(stored[i], eb):
@@ -462,8 +460,9 @@ def wgmma_staged_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, wo
                                 (TF32_PACK_THREADS, 1, 1))
         launches.append((kernel, shape, (np.int32(rows), np.int32(cols), ptr, np.int32(ld), at, np.int32(ldd),
                                          np.int64(stride), np.int64(rows * ldd))))
+        at_next = at + _copy_bytes(stored[i], eb)
         stored[i] = (at, rows, cols, ldd, (n, rows * ldd if n > 1 else 0))
-        at += _copy_bytes((ptr, rows, cols, ld, (n, stride)), eb)
+        at = at_next
     return launches, wgmma_args(plan, ops, alpha, beta, backend, tuple(stored))
 
 
