@@ -96,6 +96,8 @@ def old_choice(p, product: Product, dtype: str, sm_count: int) -> tuple[str, dic
         return "wgmma", wgmma.wgmma_rule_params(pr.M, pr.N, sm_count, product.batch, pr.K, dtype)
     if p.spec.name == "mma_pipelined":
         return "mma_pipelined", mma_pipelined.SPEC.defaults() if big else dict(mma_pipelined.SMALL_TILE)
+    if p.spec.name == "pipelined":   # FP32's old and new choice: scripts/ab_fp32_choice.py times those
+        return None
     raise AssertionError(f"no earlier rule known for {p.spec.name}")
 
 
@@ -111,11 +113,7 @@ def plans_on_cpu() -> None:
     from gemmlab.runtime.device import GPUInfo
     gpu = GPUInfo(0, "NVIDIA H200", (9, 0), "sm_90a", 132, 1980.0, 60 << 20, 227 * 1024)
 
-    def stored(shape, dt):   # shapes and strides only: a few bytes viewed with zero-copy strides
-        buf = np.zeros(512, np.uint8)
-        start = (-buf.ctypes.data) % 256
-        strides = np.cumprod((1,) + tuple(reversed(shape[1:])))[::-1] * dt.itemsize
-        return np.lib.stride_tricks.as_strided(buf[start:start + 16].view(dt), shape, tuple(strides))
+    stored = models.planning_view   # shapes and strides only, no memory
 
     for product in PRODUCTS:
         for dtype in product.dtypes:

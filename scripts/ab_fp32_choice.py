@@ -22,7 +22,7 @@ import numpy as np
 
 import gemmlab
 from gemmlab.core import planner
-from gemmlab.tools.bench import shapes
+from gemmlab.tools.bench import models, shapes
 from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_KERNEL, SPLITK_REDUCE_SOURCE
 
 T0 = time.time()     # BUDGET_S counts from here: torch's import, compilation and timing
@@ -43,15 +43,7 @@ def old_params(dtype: str) -> dict:
 
 def _views(pr):
     """The product's operands as PyTorch hands them over, as NumPy views of a few bytes."""
-    def stored(shape):
-        buf = np.zeros(512, np.uint8)
-        start = (-buf.ctypes.data) % 256
-        strides = np.cumprod((1,) + tuple(reversed(shape[1:])))[::-1] * 4
-        return np.lib.stride_tricks.as_strided(buf[start:start + 16].view(np.float32), shape, tuple(strides))
-    first, second = (stored(s) for s in pr.stored)
-    if pr.product in ("fwd", "qk"):
-        return first, second.swapaxes(-1, -2)
-    return (first.swapaxes(-1, -2), second) if pr.product == "wgrad" else (first, second)
+    return pr.operands(lambda shape: models.planning_view(shape, np.float32))
 
 
 def plans(gpu, dtypes):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import gemmlab
+from gemmlab.tools.bench.models import planning_view
 from gemmlab.core import planner
 from gemmlab.tools.bench import models
 from gemmlab.kernels import cost, registry
@@ -23,14 +24,13 @@ from gemmlab.kernels.tensor import mma_pipelined, wgmma
 from gemmlab.runtime import device as rt_device
 
 import emulated_gpu
-from plan_views import stored
 
 GPU = emulated_gpu.FakeGPU()
 SMALL = dict(mma_pipelined.SMALL_TILE)
 
 
 def _stored(shape, dtype="float16", offset=0):
-    return stored(shape, dtype, offset)
+    return planning_view(shape, dtype, offset)
 
 
 def _plan(a, b, dtype=None):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import gemmlab
+from gemmlab.tools.bench.models import planning_view
 from gemmlab.core import choose, planner
 from gemmlab.tools.bench import shapes
 from gemmlab.kernels import registry
@@ -23,7 +24,6 @@ from gemmlab.kernels.simt import pipelined
 from gemmlab.kernels.simt import pipelined_cost as cost
 
 import emulated_gpu
-from plan_views import stored
 
 GPU = emulated_gpu.FakeGPU()
 H200 = choose.GPU("sm_90a", 132, "nvidia-h200", "NVIDIA H200")
@@ -31,7 +31,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "nvid
 
 
 def _stored(shape, dtype="float32", offset=0):
-    return stored(shape, dtype, offset)
+    return planning_view(shape, dtype, offset)
 
 
 def _plan(a, b, precision=None):

@@ -110,14 +110,13 @@ class Case:
 
     def operands(self, make):
         """(a, b) as the model hands them to matmul: ``make(shape)`` allocates
-        each stored tensor, the views are taken here (W.t(), dY.t(), K.transpose)."""
+        each stored array (PyTorch, CuPy or NumPy), the views are taken here (W.t(),
+        dY.t(), K.transpose(-1, -2): swapaxes, which all three have)."""
         first, second = (make(s) for s in self.stored)
-        if self.product == "fwd":          # x @ W.t()
-            return first, second.t()
+        if self.product in ("fwd", "qk"):  # x @ W.t(), Q @ K.transpose(-1, -2)
+            return first, second.swapaxes(-1, -2)
         if self.product == "wgrad":        # dY.t() @ x
-            return first.t(), second
-        if self.product == "qk":           # Q @ K.transpose(-1, -2)
-            return first, second.transpose(-1, -2)
+            return first.swapaxes(-1, -2), second
         return first, second               # dY @ W, P @ V
 
     def stored_elements(self) -> int:
@@ -126,6 +125,21 @@ class Case:
     def tags(self) -> dict:
         """What a suite adds to the case's record (the shapes suite: model, kind, view)."""
         return {}
+
+
+def planning_view(shape, dtype, offset: int = 0):
+    """A C-ordered NumPy array of ``shape`` whose memory is never touched, for planning a
+    product without a GPU (the planner reads shapes, strides and addresses only): a few
+    bytes viewed with zero-copy strides, its base 256-byte aligned plus ``offset`` elements."""
+    import numpy as np
+    dt = np.dtype(dtype)
+    buf = np.zeros(256 + 64, np.uint8)
+    start = (-buf.ctypes.data) % 256 + offset * dt.itemsize
+    strides, acc = [], dt.itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return np.lib.stride_tricks.as_strided(buf[start:start + 16].view(dt), tuple(shape), tuple(reversed(strides)))
 
 
 def linear_case(layer: str, product: str, tokens: int, dims: tuple[int, int] | None = None) -> Case:
