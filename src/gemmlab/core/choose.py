@@ -7,8 +7,8 @@ whether it takes the product, with which parameters, and why (a rung's own rules
 and cost model, kernels/cost.py); the first that takes it runs it, and why the
 ones before it declined is kept.  For float32, a tuned table (gemmlab.core.tables)
 answers for the tiled rungs where it measured the shape or one near it
-(NEAR_TUNED); farther, rung 8's cost model weighs its answer against other tiles
-and splits (pipelined.auto_choice).  Then, whatever was asked
+(NEAR_TUNED); farther, the rung's weigh_hook (rung 8: its cost model) weighs the
+answer against its other tiles and splits.  Then, whatever was asked
 for: a rung that does not build for the GPU's target gives way to the highest of
 its family that does; a rung that cannot read the operands hands them to its
 fallback (or, for wgmma on 16-bit operands TMA cannot read, to a staging copy
@@ -30,7 +30,6 @@ from . import tables
 from .arrays import ITEMSIZE
 from ..kernels import registry
 from ..kernels.ec.ec_wgmma import EC_WGMMA_UNSCALED_PARAMS, ec_wgmma_auto_split
-from ..kernels.simt import pipelined
 from ..kernels.simt.pipelined import MIN_K_STEPS_PER_SPLIT, SKINNY_M, SPLITK_VALUES, fill_split
 from ..kernels.spec import Ask, KernelSpec, Offer, Problem
 from ..runtime.device import ARCH_LIMITS, cc_of
@@ -240,7 +239,7 @@ def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
 # How near a tuned shape must be for its winner to stand without the cost model, in
 # doublings of M, N, K and the batch summed (tables.TunedTable.nearest): one side twice or
 # half the tuned one's.  Farther, pipelined's cost model weighs it against other tiles and
-# splits (pipelined.auto_choice): the H200's table holds ten large shapes, and its nearest
+# splits (its spec's weigh_hook, pipelined.auto_choice): the H200's table holds ten large shapes, and its nearest
 # answered 128 x 768 x 30522 with 128 x 256 tiles, 3 of them on 132 SMs.
 NEAR_TUNED = 1.0
 
@@ -277,9 +276,10 @@ def _from_table(found: _Tuned, q: Ask) -> tuple[str, dict, str]:
     if found.measured:
         return found.name, found.params, f"the tuned table's winner at this shape ({found.shape})"
     where = f"the tuned table's nearest entry ({found.shape}, {found.distance:.1f} doublings away)"
-    if found.distance <= NEAR_TUNED or found.name != "pipelined":
+    weigh = registry.get(found.name).weigh_hook
+    if found.distance <= NEAR_TUNED or weigh is None:
         return found.name, found.params, where
-    params, why = pipelined.auto_choice(q, found.params, where)
+    params, why = weigh(q, found.params, where)
     return found.name, params, why
 
 

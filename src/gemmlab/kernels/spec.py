@@ -222,6 +222,10 @@ class KernelSpec:
     # kernel="auto": whether this rung takes a product and with which tile parameters
     # (auto_hook(Ask) -> Offer); gemmlab.core.choose asks the rungs in its order, fastest first.
     auto_hook: Callable[[Ask], Offer] | None = None
+    # kernel="auto" where a configuration comes from elsewhere (a tuned table's entry for
+    # another shape): weigh_hook(Ask, params, what chose them) -> (params, why), those
+    # parameters or others of the rung's that it predicts faster; None: taken as they are.
+    weigh_hook: Callable[[Ask, dict, str], tuple[dict, str]] | None = None
     # Builds the kernel's arguments when they are more than the standard
     # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides):
     # kernel_args(plan, gpu, stream, operands, alpha, beta) -> the argument tuple (e.g. with

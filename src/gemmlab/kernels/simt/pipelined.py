@@ -180,6 +180,7 @@ SPEC = KernelSpec(
     variants=ALIGNED_VARIANTS,
     split_k_param="SPLITK",
     auto_hook=_auto_hook,
+    weigh_hook=auto_choice,
     # cuda_pipeline.h's copies are cp.async from sm_80; on sm_75 they pass through registers.
     needs="cp.async (sm_80) for asynchronous copies; on sm_75 the copies are synchronous",
 )

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cost import Estimate, tile_use
+from ..cost import Estimate, Machine, tile_use
 from ..spec import cdiv
 
 SM_FLOPS = 2 * 128 * 1.98e9      # FP32 FLOP/s of one SM: 128 FMA a clock at 1980 MHz (H200)
-DRAM_BW = 3.6e12                 # bytes/s
-LAUNCH_S = 4e-6                  # a launch: its start, the pipeline's fill, the epilogue
+DRAM_BW = Machine.dram_bw        # bytes/s, and a launch's fixed cost: the tensor rungs' model's
+LAUNCH_S = Machine.launch_s
 SPLIT_S = 5.4e-6                 # a split's reduction: one more launch and its host work (fitted)
 
 # Each tile's share of the SM's FP32 peak with every SM busy, operands aligned, B row-major
