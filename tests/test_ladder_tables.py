@@ -97,6 +97,25 @@ def _gain(kernel: str, below: str, dtype: str) -> float:
     return t["below"].ms / t["rung"].ms
 
 
+@pytest.fixture(scope="module")
+def compiled():
+    """Every rung the pairs time, compiled first in parallel processes; the GPU."""
+    from gemmlab.core import planner
+    from gemmlab.runtime import compile as rt_compile
+    from gemmlab.runtime.device import gpu_info
+    gpu = gpu_info()
+    items = set()
+    for rel, kernel, below in tables.PAGES.values():
+        dtype = tables.load(rel)[0]["dtype"]
+        for k in (kernel, below):
+            if k:
+                p = planner.plan(k, *tables.PAGE_SIZE, dtype=dtype, out_dtype=dtype, gpu_slug=gpu.slug,
+                                 sm_count=gpu.sm_count, arch=gpu.arch, gpu_name=gpu.name)
+                items.add((str(p.spec.source_path), p.name_expression))
+    rt_compile.precompile(sorted(items), gpu.arch)
+    return gpu
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", PAIRS, ids=lambda p: Path(p).stem)
 def test_each_rung_gains_what_its_page_says(page, compiled):
