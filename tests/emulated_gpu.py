@@ -105,10 +105,11 @@ class Emulator:
         return self.mem(m.ptr + z * m.bstride, dtype, (m.rows, m.cols), (m.ld, 1))
 
     def _wgmma(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc, batch, map_a, map_b, map_c,
-               tma_store, splits):
+               tma_store, splits, bias=0, bias_rs=0, bias_cs=0, bias_zs=0):
         pr = p.problem
-        splits, M, N, C = int(splits), int(M), int(N), int(C)
+        splits, M, N, C, bias = int(splits), int(M), int(N), int(C), int(bias)
         assert splits == p.params["SPLITK"], (splits, p.params)
+        assert not bias or (splits == 1 and pr.dtype != "tf32"), "the epilogue adds a bias unsplit, 16-bit only"
         if splits > 1:   # FP32 partial products into the workspace: M x N floats each, (matrix, slice)
             assert (float(alpha), float(beta), int(tma_store), int(ldc), int(sc)) == (1.0, 0.0, 0, N, M * N)
             steps = -(-int(K) // 64)
@@ -142,6 +143,9 @@ class Emulator:
                 c = self.operand(C + z * int(sc) * ITEMSIZE[pr.out_dtype], pr.out_dtype, "N", M, N, ldc)
             acc = np.zeros((M, N)) if alpha == 0 else a.astype(np.float64) @ b.astype(np.float64)
             r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
+            if bias:   # element (z, m, n) at z * bias_zs + m * bias_rs + n * bias_cs
+                r = r + self.mem(bias + z * int(bias_zs) * ITEMSIZE[pr.out_dtype], pr.out_dtype, (M, N),
+                                 (int(bias_rs), int(bias_cs))).astype(np.float64)
             c[...] = r.astype(c.dtype)
 
     def _gemm(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc):
@@ -313,8 +317,8 @@ def install(monkeypatch) -> Emulator:
     monkeypatch.setattr(api, "contiguous_copy", lambda op, device, dtype=None:
                         emu.keep(np.array(op.obj, dtype=dtype, order="C", copy=True)))
     # NumPy operands are "device" arrays here: no staging through CuPy.
-    monkeypatch.setattr(api, "_matmul_host", lambda call, a, b, out, ta, tb, kernel, precision, tp, key=None:
-                        api._matmul_gpu(call, gpu, kernel, tp, precision, out, key))
+    monkeypatch.setattr(api, "_matmul_host", lambda call, a, b, out, ta, tb, kernel, precision, tp, key=None, bv=None:
+                        api._matmul_gpu(call, gpu, kernel, tp, precision, out, key, bv))
     # ... and take the prepared-call fast path as CuPy arrays do.
     from gemmlab.core import arrays
     monkeypatch.setitem(arrays.SIGNATURES, np.ndarray, lambda x: (

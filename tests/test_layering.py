@@ -14,6 +14,7 @@ layer of its own.  The layers, bottom to top:
     core/choose                          the choice of kernel (asks the rungs' hooks)
     core/planner -> core/executor        validation and plan, launches,
       -> core/api -> torch/*             the public call, PyTorch's operators
+    core/bias (arrays only) -> core/api  matmul's bias: its checks, the add after a product
     tools/*, lab/*                       cli, bench/*, tune, verify, accuracy,
                                          inspect_kernels; fragments, wmma_ext
 
@@ -50,8 +51,10 @@ BELOW = {
     "choose": {"methods/tables", "kernels", "runtime", "errors", "arrays"},
     "planner": {"choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
     "executor": {"planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
-    "api": {"executor", "planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
-    "torch": {"api", "executor", "planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
+    "bias": {"errors", "arrays"},
+    "api": {"executor", "planner", "bias", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
+    "torch": {"api", "executor", "planner", "bias", "choose", "methods/tables", "kernels", "runtime", "errors",
+              "arrays"},
 }
 
 

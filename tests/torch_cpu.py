@@ -25,12 +25,14 @@ def _reference(name):
     return impl
 
 
-def routed_reference(a, b, *, kernel="auto", precision=None, out=None, alpha=1.0, beta=0.0):
-    """What gemmlab.matmul gives a routed call (alpha * a @ b + beta * out), in
+def routed_reference(a, b, *, kernel="auto", precision=None, out=None, alpha=1.0, beta=0.0, bias=None):
+    """What gemmlab.matmul gives a routed call (alpha * a @ b + bias + beta * out), in
     float64, counted as "mm" (matrices, and a matrix times a vector) or "bmm"."""
     assert a.numel() and b.numel(), f"a zero-element product was routed: {a.shape} @ {b.shape}"
     calls["bmm" if a.dim() == 3 else "mm"] += 1
     product = alpha * (a.double() @ b.double())
+    if bias is not None:
+        product = product + bias.double()
     if out is None:
         return product.to(a.dtype)
     out.copy_(product + beta * out.double() if beta != 0 else product)

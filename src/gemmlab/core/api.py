@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from . import planner, tables
+from .bias import BiasView, add_bias, bias_view
 from .arrays import (ITEMSIZE, SIGNATURES, _is_out_of_memory, contiguous_copy, copy_into, read_operand,
                      empty_like_kind, gpu_memory_error, need_cupy)
 from .executor import CACHE, PreparedCall
@@ -43,9 +44,9 @@ def _plain(x) -> bool:
     return x is None or type(x) is str
 
 
-def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_b: bool = False,
+def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, bias=None, trans_a: bool = False, trans_b: bool = False,
            kernel: str = "auto", precision: str | None = None, out_dtype=None, **tile_params):
-    """out = alpha * op(a) @ op(b) + beta * out with one of gemmlab's kernels.
+    """out = alpha * op(a) @ op(b) + bias + beta * out with one of gemmlab's kernels.
 
     op(a) is ``a``, or its transpose with ``trans_a=True`` (likewise ``b``);
     op(a) is (..., M, K) and op(b) (..., K, N).  Matrices are read in place
@@ -99,6 +100,13 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_
     must be out's dtype.  Everything is checked before any launch; on error
     nothing is written.
 
+    ``bias`` (optional) is added to the product: an array of a's kind and device with
+    the result's dtype that broadcasts to the result's shape, as in NumPy (nn.Linear's
+    bias: a vector of N, added to every row; ``torch.addmm(bias, a, b)`` is
+    ``matmul(a, b, bias=bias)``).  The wgmma rung adds it in its epilogue, in FP32
+    before the result is rounded, so that it costs no second pass over the result;
+    other rungs add it after the product.  It must not share memory with ``out``.
+
     The first call with a given signature (array kinds, shapes, strides, dtypes,
     devices and 16-byte alignment of a, b and out; out given or not; alpha == 0,
     beta == 0; trans flags; kernel, tile parameters, precision, out_dtype) is
@@ -111,22 +119,23 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, trans_a: bool = False, trans_
     method (and scales) from the data on the GPU, at every run of the call.
     """
     # The fast path: a signature from attribute reads, and a prepared call for it.
-    found = _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params)
+    found = _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias)
     if found is not None:
-        key, pa, pb, pc = found
+        key, pa, pb, pc, pbias = found
         try:
             prepared = CACHE.get(key)
         except TypeError:   # an unhashable tile parameter: the full path says what is wrong with it
             prepared = None
         if prepared is not None:
-            result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta)
+            result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta) if bias is None else \
+                _run_prepared_biased(prepared, pa, pb, out, pc, alpha, beta, bias, pbias)
             if result is not None:
                 return result
-    return _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params)
+    return _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias)
 
 
-def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params):
-    """(key, address of a, of b, of out) of a call whose arrays gemmlab can read by
+def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias=None):
+    """(key, address of a, of b, of out, of bias) of a call whose arrays gemmlab can read by
     attributes (CuPy arrays, PyTorch tensors) and whose other arguments have exact
     types; None for anything else, which takes the full path every time."""
     sig_a, sig_b = SIGNATURES.get(type(a)), SIGNATURES.get(type(b))
@@ -146,7 +155,13 @@ def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_
     pc, kc = sig_o(out) if out is not None else (0, None)
     key = (ka, kb, kc, alpha == 0, beta == 0, trans_a, trans_b, kernel, precision, out_dtype,
            tp, tables.version)
-    return key, pa, pb, pc
+    if bias is None:
+        return key, pa, pb, pc, 0
+    sig_bias = SIGNATURES.get(type(bias))
+    if sig_bias is None:
+        return None
+    pbias, kbias = sig_bias(bias)
+    return key + (kbias,), pa, pb, pc, pbias
 
 
 def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha, beta):
@@ -164,12 +179,32 @@ def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha,
     return out
 
 
-def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params):
+def _run_prepared_biased(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha, beta, bias, pbias: int):
+    """_run_prepared with a bias: added in the kernel's epilogue where the prepared call
+    can (PreparedCall.direct_bias), else after the product; None where the full path must
+    run (out overlaps an input or the bias)."""
+    if prepared.direct_bias is None or alpha == 0:
+        result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta)
+        return None if result is None else add_bias(result, bias)
+    dev = prepared.device
+    make_current(dev)
+    if out is None:
+        out, pc = prepared.alloc()
+        if pc & 15:
+            return None
+    elif prepared.overlaps(pa, pb, pc) or prepared.bias_overlaps(pbias, pc):
+        return None
+    _tls.last_plan = prepared.run_biased(pa, pb, pc, alpha, beta, pbias, prepared.stream(dev))
+    return out
+
+
+def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias=None):
     """Validate, plan and prepare (the first call of a signature), then run."""
     call = planner.validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype)
+    bv = bias_view(bias, call, call.C.operand if call.C is not None else None) if bias is not None else None
     # After validation every array type gemmlab reads by attributes is known, so the
     # first call of a signature is kept too.
-    found = _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params)
+    found = _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias)
     key = found[0] if found is not None else None
     # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
     kv = planner.kernel_view(call)
@@ -180,19 +215,28 @@ def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, ou
     if kernel != "auto":
         registry.get(kernel).check_arch(gpu.arch, gpu.name, call.dtypes["dtype"])
     if not call.on_gpu:
-        return _matmul_host(call, a, b, out, trans_a, trans_b, kernel, precision, tile_params, key)
-    return _matmul_gpu(call, gpu, kernel, tile_params, precision, out, key)
+        return _matmul_host(call, a, b, out, trans_a, trans_b, kernel, precision, tile_params, key, bv)
+    return _matmul_gpu(call, gpu, kernel, tile_params, precision, out, key, bv)
 
 
-def _matmul_gpu(call: planner.Call, gpu, kernel: str, tile_params: dict, precision, out, key):
+def _matmul_gpu(call: planner.Call, gpu, kernel: str, tile_params: dict, precision, out, key,
+                bv: BiasView | None = None):
     """A validated call on GPU arrays: prepare it (and keep it under ``key``), run it."""
     if any(S is not None and S.copy for S in (call.A, call.B, call.C)):
-        return _matmul_copied(call, out, call.A.trans, call.B.trans, kernel, precision, tile_params)
-    prepared = PreparedCall(call, gpu, kernel, tile_params, precision)
+        result = _matmul_copied(call, out, call.A.trans, call.B.trans, kernel, precision, tile_params)
+        return result if bv is None else add_bias(result, bv.operand.obj)
+    prepared = PreparedCall(call, gpu, kernel, tile_params, precision, bv)
     if key is not None:
         CACHE.put(key, prepared)
     A, B = call.A.operand, call.B.operand
     pc = call.C.operand.ptr if call.C is not None else 0
+    if bv is not None:
+        result = _run_prepared_biased(prepared, A.ptr, B.ptr, out, pc, call.alpha, call.beta, bv.operand.obj,
+                                      bv.operand.ptr)
+        if result is not None:
+            return result
+        # A result allocated off the 16-byte grid: as below, then the bias after the product.
+        return add_bias(_matmul_gpu(call, gpu, kernel, tile_params, precision, out, None), bv.operand.obj)
     result = _run_prepared(prepared, A.ptr, B.ptr, out, pc, call.alpha, call.beta)
     if result is None:   # a result allocated off the 16-byte grid: plan for it as it is
         result = empty_like_kind(A, call.result_shape, call.device, call.dtypes["out_dtype"])
@@ -224,9 +268,16 @@ def _matmul_copied(call: planner.Call, out, trans_a, trans_b, kernel, precision,
     return result
 
 
-def _matmul_host(call: planner.Call, a, b, out, trans_a, trans_b, kernel, precision, tile_params, key=None):
+def _matmul_host(call: planner.Call, a, b, out, trans_a, trans_b, kernel, precision, tile_params, key=None,
+                 bv: BiasView | None = None):
     """NumPy in, NumPy out: stage through CuPy arrays on GPU 0 and run the GPU path
-    (``key`` is unused: host arrays are not prepared, their copies are)."""
+    (``key`` is unused: host arrays are not prepared, their copies are); a bias is added
+    on the host after the product."""
+    result = _host_product(call, a, b, out, trans_a, trans_b, kernel, precision, tile_params)
+    return result if bv is None else add_bias(result, bv.operand.obj)
+
+
+def _host_product(call: planner.Call, a, b, out, trans_a, trans_b, kernel, precision, tile_params):
     cp = need_cupy("NumPy inputs")
 
     def staged(x):   # C- and F-ordered arrays keep their layout; others become C-ordered on the host

@@ -261,6 +261,39 @@ class Launcher:
             launch_shaped(kernel, shape, stream, (M, N, K, a32, A, lda, B, ldb, b32, C, ldc, sa, sb, sc) + extra)
         return direct
 
+    def direct_biased(self, bias_strides: tuple[int, int, int]):
+        """A function (stream, A, B, C, alpha, beta, bias) -> None that launches the product
+        with a bias added in the kernel's epilogue (spec.epilogue_bias), the bias at ``bias``
+        with element strides ``bias_strides`` = (along rows, along columns, between matrices);
+        its arguments kept per set of addresses and scalars, as direct()'s are.  None where
+        this launcher cannot: a kernel without the epilogue, a pre-pass, split-K, more than
+        one launch, or K == 0.  alpha must not be 0 (run() and an add take that call)."""
+        spec = self.plan.spec
+        if spec.epilogue_bias is None or not spec.epilogue_bias(self.plan) or self._args_memo is None \
+                or self.splits != 1 or self.k_zero or \
+                not (self.batch == 1 or self.batched_args and len(self.chunks) == 1):
+            return None
+        memo, kernel, me, geo = {}, self.kernel, self, self.geo
+        (lda, ldb, ldc), (sa, sb, sc), nz = self.lds, self.strides, self.batch
+        rs, cs, zs = bias_strides
+
+        def direct_biased(stream, A, B, C, alpha, beta, bias):
+            key = (A, B, C, alpha, beta, bias)
+            args = memo.get(key)
+            if args is None:
+                args = spec.kernel_args(me.plan, me.gpu, stream, Operands(A, lda, B, ldb, C, ldc, nz, sa, sb, sc,
+                                                                          bias, rs, cs, zs), alpha, beta)
+                shape = me._shapes.get(nz)
+                if shape is None:
+                    shape = me._shapes[nz] = LaunchShape(me._grid(nz, stream), geo.block, geo.smem_bytes, geo.cluster)
+                if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
+                    launch(kernel, shape.grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
+                    return
+                args = PackedArgs(args)
+                _keep(memo, key, args)
+            launch_shaped(kernel, me._shapes[nz], stream, args)
+        return direct_biased
+
     def _direct_split(self, memo):
         """direct() for split-K with the kernel's own arguments (one batch chunk): the
         stream's workspace, then the GEMM (its arguments kept per (A, B, workspace) by
@@ -665,7 +698,7 @@ class PlanChosenOnGPU:
 class PreparedCall:
     """What one signature of gemmlab.matmul runs, with the pointers left open."""
 
-    def __init__(self, call: Call, gpu: GPUInfo, kernel: str, tile_params: dict, precision):
+    def __init__(self, call: Call, gpu: GPUInfo, kernel: str, tile_params: dict, precision, bias=None):
         C = call.C if call.C is not None else result_side(call)
         ptrs = {"A": call.A.operand.ptr, "B": call.B.operand.ptr,
                 "C": call.C.operand.ptr if call.C is not None else 0}   # a new result: aligned
@@ -703,9 +736,16 @@ class PreparedCall:
         self.launcher = None if self.empty or self.chooser else Launcher(p, gpu, lds, bt.nz, bt.strides)
         # One launch with the standard arguments, no method to choose: the launcher's closure.
         self.direct = None
-        if self.launcher is not None and self.chooser is None and len(self.offsets) == 1 \
-                and self.offsets[0] == (0, 0, 0):
+        one_launch = self.launcher is not None and self.chooser is None and self.offsets == ((0, 0, 0),)
+        if one_launch:
             self.direct = self.launcher.direct()
+        # A bias (core.bias.BiasView) the kernel adds in its epilogue, where it can: the
+        # launcher's closure, the bias's strides swapped with the product (out^T).
+        self.direct_bias, self.bias_span = None, None
+        if bias is not None and bias.strides is not None and one_launch:
+            rs, cs, zs = bias.strides
+            self.direct_bias = self.launcher.direct_biased((cs, rs, zs) if self.swap else (rs, cs, zs))
+            self.bias_span = bias.span_from_ptr()
         # Where the operands sit relative to their data pointers, for the overlap check with out.
         self.spans = None
         if call.C is not None:
@@ -718,6 +758,19 @@ class PreparedCall:
         (alo, ahi), (blo, bhi), (clo, chi) = self.spans
         lo, hi = C + clo, C + chi
         return (lo < A + ahi and A + alo < hi) or (lo < B + bhi and B + blo < hi)
+
+    def bias_overlaps(self, bias: int, C: int) -> bool:
+        """Whether the bias at ``bias`` meets out's memory at ``C``."""
+        (blo, bhi), (clo, chi) = self.bias_span, self.spans[2]
+        return bias + blo < C + chi and C + clo < bias + bhi
+
+    def run_biased(self, A: int, B: int, C: int, alpha, beta, bias: int, stream: int) -> Plan:
+        """run() with the bias at ``bias`` added in the kernel's epilogue (direct_bias is set;
+        alpha != 0)."""
+        if self.swap:
+            A, B = B, A
+        self.direct_bias(stream, A, B, C, alpha, beta, bias)
+        return self.plan
 
     def run(self, A: int, B: int, C: int, alpha, beta, stream: int) -> "Plan | PlanChosenOnGPU":
         """Enqueue the call on ``stream`` (a, b, out at A, B, C); returns the plan that

@@ -49,7 +49,9 @@ _backend: str | None = None   # "cuda.core" or "driver", once one has worked
 class Operands:
     """Raw device pointers and leading dimensions (in elements) of one launch: the
     first matrices of a batch of ``batch``, the next ones ``sa``, ``sb``, ``sc``
-    elements further (0: every matrix of the batch is the same one)."""
+    elements further (0: every matrix of the batch is the same one).  ``bias``: the
+    address of a bias the epilogue adds (0: none), element (z, m, n) at bias_zs * z +
+    bias_rs * m + bias_cs * n (KernelSpec.epilogue_bias)."""
 
     A: int
     lda: int
@@ -61,6 +63,10 @@ class Operands:
     sa: int = 0
     sb: int = 0
     sc: int = 0
+    bias: int = 0
+    bias_rs: int = 0
+    bias_cs: int = 0
+    bias_zs: int = 0
 
 
 def element_bytes(dtype: str) -> int:

@@ -207,6 +207,8 @@ def _kernels(ndim: int, key: str):
         def kernel(keyset, bias, a, b, *, beta=1, alpha=1):
             route = _route(key, device_type, a, b, bias)
             if route is not None and fits(a, b) and _broadcasts(bias, (*a.shape[:-1], b.shape[-1])):
+                if beta == 1:   # nn.Linear's: the bias goes into the product's epilogue where the rung can
+                    return _product(a, b, route, alpha=alpha, bias=bias)
                 out = _product(a, b, route, alpha=alpha)
                 if beta != 0:
                     out.add_(bias, alpha=beta)
@@ -223,6 +225,9 @@ def _kernels(ndim: int, key: str):
                     _product(a, b, route, out=out, alpha=alpha, beta=beta)
                     return out
                 if not _shares_storage(out, bias):
+                    if beta == 1:
+                        _product(a, b, route, out=out, alpha=alpha, bias=bias)
+                        return out
                     _product(a, b, route, out=out, alpha=alpha)
                     if beta != 0:
                         out.add_(bias, alpha=beta)

@@ -37,13 +37,20 @@ constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store
 // C + (z * splits + s) * stride_c, with stride_c = M * N and ldc = N.  The host
 // passes alpha = 1, beta = 0, tma_store = 0 and adds the slices into the real C
 // with simt/splitk_reduce.cu.  Unsplit, splits is not read.
+// bias (16-bit inputs, unsplit; nullptr: none): the epilogue writes alpha * acc +
+// bias[z * bias_zs + m * bias_rs + n * bias_cs] (+ beta * C), the bias added in FP32
+// before the one rounding to C's type.  Its strides broadcast it: (0, 1) is a row
+// vector added to every row (nn.Linear's bias), (1, 0) a column; the bias never
+// costs C a second pass through memory.
 template <int DT, int ODT, int BM, int BN, int STAGES, int CLUSTER, bool SPLIT, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A, int lda,
            const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
            typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc, long long stride_a,
            long long stride_b, long long stride_c, int batch, const __grid_constant__ hopper::TensorMap map_a, const __grid_constant__ hopper::TensorMap map_b,
-           const __grid_constant__ hopper::TensorMap map_c, int tma_store, int splits) {
+           const __grid_constant__ hopper::TensorMap map_c, int tma_store, int splits,
+           const typename wmma_types::Storage<ODT>::type* __restrict__ bias, long long bias_rs, long long bias_cs,
+           long long bias_zs) {
     using namespace hopper;
     using S = typename wmma_types::Storage<DT>::type;
     using O = typename wmma_types::Storage<ODT>::type;
@@ -245,6 +252,27 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 if (ks1 > ks0) release_stage<CLUSTER>(&empty[prev], lane);
             }
 
+            // The bias goes into the accumulators here, scaled ones from then on (out_scale).
+            float out_scale = alpha;
+            if constexpr (!TF32 && !SPLIT) {
+                if (bias != nullptr) {
+                    const O* bz = bias + zs * bias_zs;
+                    const int row0 = tm * TM + c * 64 + wq * 16 + g, col0 = tn * TN + 2 * tq;
+#pragma unroll
+                    for (int j = 0; j < TN / 8; ++j) {
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const int m = row0 + 8 * h, n = col0 + 8 * j + e;
+                                const float v = (m < M && n < N) ? to_float(bz[m * bias_rs + n * bias_cs]) : 0.0f;
+                                acc[4 * j + 2 * h + e] = alpha * acc[4 * j + 2 * h + e] + v;
+                            }
+                        }
+                    }
+                    out_scale = 1.0f;
+                }
+            }
             if (!SPLIT && tma_store) {
                 // Epilogue through shared memory (beta == 0 and a C that TMA can write): the
                 // consumer writes alpha * acc, converted, into one of its two 8 KB staging
@@ -307,7 +335,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                                 const int byte = (8 * jj + 2 * tq) * int(sizeof(O));   // within the 128-byte row
                                 store_two(reinterpret_cast<O*>(buf + row * 128 + (((byte / 16) ^ (row % 8)) * 16) +
                                                                byte % 16),
-                                          alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
+                                          out_scale * acc[4 * j + 2 * h], out_scale * acc[4 * j + 2 * h + 1]);
                             }
                         }
                         end_chunk(buf, tn * TN + COLS * ch, tm * TM + 64 * c, 1, 0, 0);
@@ -334,7 +362,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
 #pragma unroll
                     for (int h = 0; h < 2; ++h)
                         store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, acc[4 * j + 2 * h],
-                                   acc[4 * j + 2 * h + 1], alpha, beta, pairs);
+                                   acc[4 * j + 2 * h + 1], out_scale, beta, pairs);
                 }
             }
         }

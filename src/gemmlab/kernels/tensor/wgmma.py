@@ -391,8 +391,16 @@ def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, sto
     map_a = tensor_map(pa, ra, ca, lda, pr.dtype, *box_a, backend, batch=na, batch_stride=sta)
     map_b = tensor_map(pb, rb, cb, ldb, pr.dtype, *box_b, backend, batch=nb, batch_stride=stb)
     map_c = _c_map(pr, ops, beta, box_c, backend) if splits == 1 else None
+    if ops.bias and not wgmma_epilogue_bias(plan):
+        raise ValueError(f"{plan.describe()} cannot add a bias in its epilogue (TF32 or split-K)")
     return args + (map_a, map_b, map_c if map_c is not None else map_a, np.int32(map_c is not None),
-                   np.int32(splits))
+                   np.int32(splits), ops.bias, np.int64(ops.bias_rs), np.int64(ops.bias_cs), np.int64(ops.bias_zs))
+
+
+def wgmma_epilogue_bias(plan) -> bool:
+    """KernelSpec.epilogue_bias: 16-bit inputs, K unsplit (split-K's partial products
+    would each add it; TF32's epilogue writes C transposed)."""
+    return plan.problem.dtype in ("float16", "bfloat16") and plan.params.get("SPLITK", 1) == 1
 
 
 def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta) -> tuple:
@@ -509,6 +517,7 @@ SPEC = KernelSpec(
     # The persistent loop's work items are (matrix, slice of K, tile).
     split_k_param="SPLITK",
     kernel_args=wgmma_kernel_args,
+    epilogue_bias=wgmma_epilogue_bias,
     # Operands TMA cannot read in place: copied to the 16-byte grid first (16-bit where the
     # plan stages them, TF32 always), on a workspace of the caller's stream.
     staging=PrePass(workspace_bytes=staged_workspace_bytes, build=wgmma_staged_launches, what=STAGING_WHAT),
