@@ -50,7 +50,10 @@ SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (
 # matrices (P @ V at S = 4096: 132 MiB each) still has enough tiles for every SM.
 BATCH_WORKSPACE_LIMIT = 2**30
 
-ARGS_KEPT = 64          # own-args kernels: argument sets kept per launcher (by addresses)
+# Own-args kernels: argument sets kept per launcher (by addresses).  A training step
+# recombines its activations' addresses from step to step and a model of many layers
+# brings many sets per signature: 64 was measured to rebuild most of them (NOTES.md).
+ARGS_KEPT = 1024
 # The stream workspace slot of split-K's partial products: a pre-pass takes the "scratch"
 # slot while they are held (runtime.launch.stream_workspace: the slots' order).
 SPLITK_SLOT = "splitk"

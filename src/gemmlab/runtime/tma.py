@@ -39,7 +39,7 @@ log = logging.getLogger("gemmlab")
 # rung's TF32 path relies on; "float32" maps copy the bits unchanged (C's map).
 _ELEM = {"float16": (2, "<u2"), "bfloat16": (2, "<u2"), "tf32": (4, "<f4"), "float32": (4, "<f4")}
 SWIZZLE_BYTES = 128          # 04_wgmma.cu's shared-memory layout
-_CACHE_SIZE = 256
+_CACHE_SIZE = 8192          # maps kept by address: every operand of a model's step (a few hundred each)
 _cache: OrderedDict = OrderedDict()
 _lock = threading.Lock()
 _backend: str | None = None   # "cuda.core" or "driver", once one has worked
