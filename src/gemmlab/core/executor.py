@@ -52,7 +52,7 @@ BATCH_WORKSPACE_LIMIT = 2**30
 
 # Own-args kernels: argument sets kept per launcher (by addresses).  A training step
 # recombines its activations' addresses from step to step and a model of many layers
-# brings many sets per signature: 64 was measured to rebuild most of them (NOTES.md).
+# brings many sets per signature: with 64, two models alternating rebuilt most of them (NOTES.md).
 ARGS_KEPT = 1024
 # The stream workspace slot of split-K's partial products: a pre-pass takes the "scratch"
 # slot while they are held (runtime.launch.stream_workspace: the slots' order).
