@@ -181,9 +181,9 @@ def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha,
 
 def _run_prepared_biased(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha, beta, bias, pbias: int):
     """_run_prepared with a bias: added in the kernel's epilogue where the prepared call
-    can (PreparedCall.direct_bias), else after the product; None where the full path must
+    can (PreparedCall.fuses_bias), else after the product; None where the full path must
     run (out overlaps an input or the bias)."""
-    if prepared.direct_bias is None or alpha == 0:
+    if not prepared.fuses_bias or alpha == 0:
         result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta)
         return None if result is None else add_bias(result, bias)
     dev = prepared.device

@@ -91,7 +91,7 @@ class Launcher:
     one launch per matrix."""
 
     def __init__(self, p: Plan, gpu: GPUInfo, lds: tuple[int, int, int], batch: int = 1,
-                 strides: tuple[int, int, int] = (0, 0, 0)):
+                 strides: tuple[int, int, int] = (0, 0, 0), bias_strides: tuple[int, int, int] | None = None):
         p.spec.check_arch(gpu.arch, gpu.name, p.problem.dtype)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("preparing %s on %s", p.describe(), gpu.name)
@@ -140,6 +140,15 @@ class Launcher:
             self.chunks.append((z0 * strides[0] * self.item_in, z0 * strides[1] * self.item_in,
                                 z0 * strides[2] * self.item_out, nz, LaunchShape(
                                     (geo.grid[0], geo.grid[1], nz), geo.block, geo.smem_bytes, geo.cluster)))
+        # A bias the kernel adds in its epilogue (spec.epilogue_bias): its element strides
+        # (rows, columns, matrices), where this launcher can take one -- one launch of the
+        # kernel's own arguments, no pre-pass, K unsplit and not 0 -- else None (run() and
+        # direct() then take bias = 0 only).
+        self.bias_strides = None
+        if bias_strides is not None and p.spec.epilogue_bias is not None and p.spec.epilogue_bias(p) \
+                and p.spec.kernel_args is not None and self.prepass is None and splits == 1 and pr.K != 0 \
+                and (batch == 1 or self.batched_args and len(self.chunks) == 1):
+            self.bias_strides = tuple(bias_strides)
         self._reduce = None     # split-K's reduction and BLAS's quick return, loaded when first needed
         self._cluster_grid = None
         self._shape = None      # own-args kernels: the launch shape of the first launch, once the grid is known
@@ -148,7 +157,7 @@ class Launcher:
         self._shapes = {}
         # kernel_args' arguments, kept per addresses (None: built per call, for driver-built maps).
         self._args_memo = {} if p.spec.kernel_args is not None and self.prepass is None else None
-        self._full_memo = {}    # (A, B, C, alpha, beta) -> the whole argument tuple, for direct()
+        self._full_memo = {}    # (A, B, C, alpha, beta, bias) -> the whole argument tuple, for direct()
         self._split_memo = {}   # split-K, own arguments: (A, B, workspace) -> the GEMM's arguments, for direct()
         self._prepass_memo = {}   # a pre-pass kernel's launches, by addresses, scalars and workspace
         self._prepass_bytes = {}  # ... and its workspace's size, by (matrices, strides, choice or not)
@@ -168,19 +177,23 @@ class Launcher:
 
     # -- the per-call part ---------------------------------------------------------------
     def run(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0, report: int = 0,
-            workspace=None) -> None:
+            workspace=None, bias: int = 0) -> None:
         """Enqueue the product on ``stream``: C = alpha * op(A) @ op(B) + beta * C for
         every matrix of the batch (A, B, C: device addresses of the first ones).
         ``choice``: the address of a method choice made on the GPU, for kernels
         that read one (the launch does nothing if it chose another method);
         ``report``: where a pre-pass that makes the choice copies it (0: nowhere);
         ``workspace``: the pre-pass's workspace, taken by the caller (one launch, no
-        split-K: shared_prepass_bytes), else taken here from the stream."""
+        split-K: shared_prepass_bytes), else taken here from the stream.
+        ``bias``: the address of a bias the kernel adds in its epilogue (bias_strides is
+        set; alpha != 0), 0 for none."""
+        if bias and (self.bias_strides is None or alpha == 0):
+            raise ValueError(f"{self.plan.describe()}: this launch cannot add a bias in its epilogue")
         if self.quick_ok and (alpha == 0 or self.k_zero):
             self._quick_return(stream, C, beta)
             return
         if self.own_args:
-            self._run_own_args(stream, A, B, C, alpha, beta, choice, report, workspace)
+            self._run_own_args(stream, A, B, C, alpha, beta, choice, report, workspace, bias)
             return
         M, N, K = self.args_mk
         lda, ldb, ldc, sa, sb, sc = self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc
@@ -242,10 +255,10 @@ class Launcher:
             # call runs it.
             full_memo, full, me, kernel = self._full_memo, self.run, self, self.kernel
 
-            def direct_own(stream, A, B, C, alpha, beta):
-                args = full_memo.get((A, B, C, alpha, beta))
+            def direct_own(stream, A, B, C, alpha, beta, bias=0):
+                args = full_memo.get((A, B, C, alpha, beta, bias))
                 if args is None:
-                    full(stream, A, B, C, alpha, beta)
+                    full(stream, A, B, C, alpha, beta, bias=bias)
                     return
                 launch_shaped(kernel, me._shape, stream, args)
             return direct_own
@@ -263,39 +276,6 @@ class Launcher:
                 return
             launch_shaped(kernel, shape, stream, (M, N, K, a32, A, lda, B, ldb, b32, C, ldc, sa, sb, sc) + extra)
         return direct
-
-    def direct_biased(self, bias_strides: tuple[int, int, int]):
-        """A function (stream, A, B, C, alpha, beta, bias) -> None that launches the product
-        with a bias added in the kernel's epilogue (spec.epilogue_bias), the bias at ``bias``
-        with element strides ``bias_strides`` = (along rows, along columns, between matrices);
-        its arguments kept per set of addresses and scalars, as direct()'s are.  None where
-        this launcher cannot: a kernel without the epilogue, a pre-pass, split-K, more than
-        one launch, or K == 0.  alpha must not be 0 (run() and an add take that call)."""
-        spec = self.plan.spec
-        if spec.epilogue_bias is None or not spec.epilogue_bias(self.plan) or self._args_memo is None \
-                or self.splits != 1 or self.k_zero or \
-                not (self.batch == 1 or self.batched_args and len(self.chunks) == 1):
-            return None
-        memo, kernel, me, geo = {}, self.kernel, self, self.geo
-        (lda, ldb, ldc), (sa, sb, sc), nz = self.lds, self.strides, self.batch
-        rs, cs, zs = bias_strides
-
-        def direct_biased(stream, A, B, C, alpha, beta, bias):
-            key = (A, B, C, alpha, beta, bias)
-            args = memo.get(key)
-            if args is None:
-                args = spec.kernel_args(me.plan, me.gpu, stream, Operands(A, lda, B, ldb, C, ldc, nz, sa, sb, sc,
-                                                                          bias, rs, cs, zs), alpha, beta)
-                shape = me._shapes.get(nz)
-                if shape is None:
-                    shape = me._shapes[nz] = LaunchShape(me._grid(nz, stream), geo.block, geo.smem_bytes, geo.cluster)
-                if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
-                    launch(kernel, shape.grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
-                    return
-                args = PackedArgs(args)
-                _keep(memo, key, args)
-            launch_shaped(kernel, me._shapes[nz], stream, args)
-        return direct_biased
 
     def _direct_split(self, memo):
         """direct() for split-K with the kernel's own arguments (one batch chunk): the
@@ -346,7 +326,7 @@ class Launcher:
                                                   _ZERO32))
 
     def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0,
-                      report: int = 0, workspace=None) -> None:
+                      report: int = 0, workspace=None, bias: int = 0) -> None:
         """A kernel whose spec builds its arguments: one launch per batch chunk where it
         takes a whole batch (spec.batched_args: 3-D tensor maps), else one per matrix
         (``choice``, where the method is chosen on the GPU, the address of the record
@@ -361,7 +341,7 @@ class Launcher:
             self._split_k(stream, [(c, nz, (a, b, nz)) for a, b, c, nz in jobs], alpha, beta,
                           lambda job, w: self._own_partials(stream, *job, w, choice, report), choice)
             return
-        self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice, report, workspace)
+        self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice, report, workspace, bias)
 
     def _own_partials(self, stream: int, a: int, b: int, nz: int, w: int, choice: int = 0, report: int = 0) -> None:
         """Split-K's partial products of a kernel that builds its arguments, into the workspace at
@@ -370,8 +350,10 @@ class Launcher:
                                                                           self.slice_ws), 1.0, 0.0, choice, report)
 
     def _launch_own_args(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int = 0,
-                         report: int = 0, workspace=None) -> None:
-        """Launch the kernel on each job (A, B, C, matrices) with ``ldc`` and the batch ``strides``."""
+                         report: int = 0, workspace=None, bias: int = 0) -> None:
+        """Launch the kernel on each job (A, B, C, matrices) with ``ldc`` and the batch ``strides``
+        (``bias``: see run())."""
+        bias_ops = (bias,) + self.bias_strides if bias else ()
         if self.prepass is not None:
             self._launch_after_prepass(stream, jobs, ldc, strides, alpha, beta, choice, report, workspace)
             return
@@ -381,15 +363,16 @@ class Launcher:
             for a, b, c, nz in jobs:
                 # The arguments of these addresses, built once; alpha and beta (the
                 # standard arguments 3 and 8) filled in per call.
-                args = memo.get((a, b, c, nz, beta == 0))
+                args = memo.get((a, b, c, nz, beta == 0, bias))
                 if args is None:
-                    args = self._memo_args(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha, beta)
+                    args = self._memo_args(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops), alpha,
+                                           beta)
                     if args is None:   # driver-built tensor maps: launched already, by cuLaunchKernel
                         continue
                 args = PackedArgs(args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:])
                 if len(jobs) == 1:   # what direct() launches for these addresses and scalars
                     if self.splits == 1:
-                        _keep(self._full_memo, (a, b, c, alpha, beta), args)
+                        _keep(self._full_memo, (a, b, c, alpha, beta, bias), args)
                     else:                # c: the workspace (alpha = 1, beta = 0)
                         _keep(self._split_memo, (a, b, c), args)
                 launch_shaped(self.kernel, self._shapes[nz], stream, args)
@@ -397,8 +380,8 @@ class Launcher:
         for a, b, c, nz in jobs:
             # Arguments built per call (driver-encoded tensor maps, which are not kept), but the
             # launch shape once.
-            args = p.spec.kernel_args(p, self.gpu, stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha,
-                                      beta)
+            args = p.spec.kernel_args(p, self.gpu, stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops),
+                                      alpha, beta)
             shape = self._shapes.get(nz)
             if shape is None:
                 shape = self._shapes[nz] = LaunchShape(self._grid(nz, stream), geo.block, geo.smem_bytes, geo.cluster)
@@ -527,7 +510,7 @@ class Launcher:
             self._args_memo = None
             launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
             return None
-        _keep(self._args_memo, (ops.A, ops.B, ops.C, ops.batch, beta == 0), args)
+        _keep(self._args_memo, (ops.A, ops.B, ops.C, ops.batch, beta == 0, ops.bias), args)
         if ops.batch not in self._shapes:
             self._shapes[ops.batch] = LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster)
         if self._shape is None:
@@ -736,19 +719,22 @@ class PreparedCall:
         elif precision in EC_PRECISIONS:
             p = dataclasses.replace(p, method=precision)
         self.plan = p
-        self.launcher = None if self.empty or self.chooser else Launcher(p, gpu, lds, bt.nz, bt.strides)
+        # A bias (core.bias.BiasView) the kernel may add in its epilogue: its strides, swapped
+        # with the product where the kernel computes out^T.
+        bias_strides = None
+        if bias is not None and bias.strides is not None and bt.offsets == ((0, 0, 0),):
+            rs, cs, zs = bias.strides
+            bias_strides = (cs, rs, zs) if self.swap else (rs, cs, zs)
+        self.launcher = None if self.empty or self.chooser else \
+            Launcher(p, gpu, lds, bt.nz, bt.strides, bias_strides)
         # One launch with the standard arguments, no method to choose: the launcher's closure.
         self.direct = None
         one_launch = self.launcher is not None and self.chooser is None and self.offsets == ((0, 0, 0),)
         if one_launch:
             self.direct = self.launcher.direct()
-        # A bias (core.bias.BiasView) the kernel adds in its epilogue, where it can: the
-        # launcher's closure, the bias's strides swapped with the product (out^T).
-        self.direct_bias, self.bias_span = None, None
-        if bias is not None and bias.strides is not None and one_launch:
-            rs, cs, zs = bias.strides
-            self.direct_bias = self.launcher.direct_biased((cs, rs, zs) if self.swap else (rs, cs, zs))
-            self.bias_span = bias.span_from_ptr()
+        # Whether run_biased adds a bias in the kernel's epilogue (else the caller adds it).
+        self.fuses_bias = one_launch and self.launcher.bias_strides is not None
+        self.bias_span = bias.span_from_ptr() if self.fuses_bias else None
         # Where the operands sit relative to their data pointers, for the overlap check with out.
         self.spans = None
         if call.C is not None:
@@ -768,11 +754,14 @@ class PreparedCall:
         return bias + blo < C + chi and C + clo < bias + bhi
 
     def run_biased(self, A: int, B: int, C: int, alpha, beta, bias: int, stream: int) -> Plan:
-        """run() with the bias at ``bias`` added in the kernel's epilogue (direct_bias is set;
+        """run() with the bias at ``bias`` added in the kernel's epilogue (fuses_bias is set;
         alpha != 0)."""
         if self.swap:
             A, B = B, A
-        self.direct_bias(stream, A, B, C, alpha, beta, bias)
+        if self.direct is not None:
+            self.direct(stream, A, B, C, alpha, beta, bias)
+        else:
+            self.launcher.run(stream, A, B, C, alpha, beta, bias=bias)
         return self.plan
 
     def run(self, A: int, B: int, C: int, alpha, beta, stream: int) -> "Plan | PlanChosenOnGPU":
