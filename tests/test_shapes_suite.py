@@ -46,10 +46,10 @@ def test_at_least_300_products_from_at_least_10_models():
 def test_each_linear_layer_comes_in_three_views():
     """Before products shared by two models are merged, each model's linear layer
     at each token count is its forward, input-gradient and weight-gradient product,
-    and attention its Q @ K^T and P @ V."""
+    and attention (a decoding step's too) its Q @ K^T and P @ V."""
     for m in shapes.MODELS.values():
         mine = shapes._model_products(m)
-        linear = Counter((p.layer, p.tokens) for p in mine if p.layer != models.ATTENTION)
+        linear = Counter((p.layer, p.tokens) for p in mine if p.layer not in (models.ATTENTION, models.DECODE))
         assert set(linear.values()) == {3}
         for layer, tokens in linear:
             views = {p.product: p for p in mine if (p.layer, p.tokens) == (layer, tokens)}
@@ -59,6 +59,12 @@ def test_each_linear_layer_comes_in_three_views():
             assert (wgrad.M, wgrad.N, wgrad.K, wgrad.ops) == (fwd.N, fwd.K, tokens, "TN")
         attention = Counter((p.batch, p.tokens) for p in mine if p.layer == models.ATTENTION)
         assert len(attention) == len(m.attention) and set(attention.values()) == {2}
+        decode = Counter((p.batch, p.tokens) for p in mine if p.layer == models.DECODE)
+        assert len(decode) == len(m.decode) and set(decode.values()) <= {2}
+        for bkv, rows, ctx in m.decode:
+            qk, pv = (p for p in mine if p.layer == models.DECODE and (p.batch, p.tokens) == (bkv, ctx))
+            assert (qk.M, qk.N, qk.K, qk.ops) == (rows, ctx, m.head_dim, "NT")
+            assert (pv.M, pv.N, pv.K, pv.ops) == (rows, m.head_dim, ctx, "NN")
 
 
 def test_views_are_the_ones_pytorch_hands_over():
@@ -76,6 +82,13 @@ def test_views_are_the_ones_pytorch_hands_over():
     qk = _find(products, "vit-b16", "attention", "qk", 197, batch=384)
     a, b = qk.operands(_meta)
     assert (qk.M, qk.N, qk.K) == (197, 197, 64) and b.shape == (384, 64, 197) and b.stride() == (197 * 64, 1, 64)
+    # a decoding step of Llama 3 8B: 4 query heads per key/value head, 8193 cached positions
+    qk = _find(products, "llama-3-8b", "decode", "qk", 8193, batch=8)
+    a, b = qk.operands(_meta)
+    assert a.shape == (8, 4, 128) and b.shape == (8, 128, 8193) and b.stride() == (8193 * 128, 1, 128)
+    pv = _find(products, "llama-3-8b", "decode", "pv", 8193, batch=8)
+    a, b = pv.operands(_meta)
+    assert a.shape == (8, 4, 8193) and b.shape == (8, 8193, 128) and b.stride() == (8193 * 128, 128, 1)
 
 
 def test_generation_is_deterministic_by_seed():
@@ -101,9 +114,12 @@ def test_generation_is_deterministic_by_seed():
     ("llama-3.2-1b", "q", "fwd", 2048, "nt"),
     ("llama-3.2-1b", "q", "wgrad", 2048, "tn"),
     ("llama-3.2-1b", "q", "dgrad", 2048, "nn"),
+    ("llama-3-8b", "decode", "qk", 8193, "decode"),           # 8 x 4 x 8193 x 128: a GQA group per KV head
+    ("gpt2", "decode", "pv", 1025, "decode"),                 # 96 x 1 x 64 x 1025: one query row per head
 ])
 def test_kinds_on_known_products(model, layer, view, tokens, kind):
-    batch = {"vit-b16": 384}.get(model, 1) if layer == "attention" else 1
+    batch = {"vit-b16": 384}.get(model, 1) if layer == "attention" else \
+        {"llama-3-8b": 8, "gpt2": 96}[model] if layer == "decode" else 1
     assert _find(shapes.generate(), model, layer, view, tokens, batch).kind == kind
 
 
@@ -115,6 +131,8 @@ def test_kinds_of_by_hand():
     assert shapes.kinds_of(4, 14336, 4096, 1, "NT", ((4, 4096), (14336, 4096))) == ("small_m", "few_tiles", "nt")
     assert shapes.kinds_of(1024, 768, 50257, 1, "NN", ((1024, 50257), (50257, 768)))[0] == "odd_align"
     assert shapes.kinds_of(2048, 1024, 3584, 1, "NT", ((2048, 3584), (1024, 3584))) == ("few_tiles", "nt")
+    assert shapes.kinds_of(4, 8193, 128, 8, "NT", ((8, 4, 128), (8, 8193, 128)))[:2] == ("decode", "batched_odd")
+    assert shapes.kinds_of(17, 8193, 128, 8, "NT", ((8, 17, 128), (8, 8193, 128)))[0] == "batched_odd"
 
 
 # -- selection -----------------------------------------------------------------------

@@ -40,6 +40,7 @@ HIDDEN = 4096
 LINEAR_LAYERS = {"qkv": (HIDDEN, 6144), "o": (HIDDEN, HIDDEN), "gate_up": (HIDDEN, 28672),
                  "down": (14336, HIDDEN), "lm_head": (HIDDEN, 128256)}
 ATTENTION = "attention"
+DECODE = "decode"          # attention at one decoding step, against a cache of keys and values
 LAYERS = (*LINEAR_LAYERS, ATTENTION)
 TOKENS = (1, 16, 128, 2048, 8192)
 LINEAR_PRODUCTS = ("fwd", "dgrad", "wgrad")
@@ -93,7 +94,7 @@ class Case:
 
     @property
     def label(self) -> str:
-        where = f"M={self.tokens}" if self.layer != ATTENTION else f"BH={self.batch} S={self.tokens}"
+        where = f"M={self.tokens}" if self.layer not in (ATTENTION, DECODE) else f"BH={self.batch} S={self.tokens}"
         return f"{self.name} {where}"
 
     @property
@@ -156,6 +157,20 @@ def linear_case(layer: str, product: str, tokens: int, dims: tuple[int, int] | N
         return Case(layer, product, tokens, 1, fan_out, fan_in, tokens, "TN", "dY.t() @ x",
                     ((tokens, fan_out), (tokens, fan_in)))
     raise ValueError(f"unknown linear product {product!r}; choose from {', '.join(LINEAR_PRODUCTS)}")
+
+
+def decode_case(product: str, bkv: int, rows: int, ctx: int, head_dim: int = HEAD_DIM) -> Case:
+    """Attention at one decoding step: over ``bkv`` (batch x key/value heads) matrices, the
+    ``rows`` query rows that share a key/value head (1 without grouped-query attention, heads /
+    key/value heads with it, the query reshaped to (batch x kv heads, group, head dim)) against
+    ``ctx`` cached positions."""
+    if product == "qk":
+        return Case(DECODE, product, ctx, bkv, rows, ctx, head_dim, "NT", "q @ k_cache.transpose(-1, -2)",
+                    ((bkv, rows, head_dim), (bkv, ctx, head_dim)))
+    if product == "pv":
+        return Case(DECODE, product, ctx, bkv, rows, head_dim, ctx, "NN", "p @ v_cache",
+                    ((bkv, rows, ctx), (bkv, ctx, head_dim)))
+    raise ValueError(f"unknown attention product {product!r}; choose from {', '.join(ATTENTION_PRODUCTS)}")
 
 
 def attention_case(product: str, bh: int, seq: int, head_dim: int = HEAD_DIM) -> Case:

@@ -33,7 +33,8 @@ from .report import _fmt, _pyplot, savefig
 # One row per model: its published sizes, and the token counts and attention
 # shapes the suite takes from it.  ``layers``: (name, in features, out features)
 # or (name, in, out, token counts of its own); ``attention``: (batch x heads,
-# sequence) pairs at ``head_dim``.  Sizes are those of each model's published
+# sequence) pairs at ``head_dim``; ``decode``: attention at one decoding step,
+# (batch x key/value heads, query rows per key/value head, cached positions).  Sizes are those of each model's published
 # configuration (the Hugging Face config.json of the repository named under
 # ``source``, or the paper).
 @dataclass(frozen=True)
@@ -45,13 +46,15 @@ class ModelShapes:
     layers: tuple
     head_dim: int
     attention: tuple
+    decode: tuple = ()
 
 
 MODELS = {m.name: m for m in (
     # Llama 3.2 1B: hidden 2048, 32 heads of 64, 8 KV heads, FFN 8192, vocab 128256.
     ModelShapes("llama-3.2-1b", "decoder, GQA", "meta-llama/Llama-3.2-1B config.json", (1, 2048),
                 (("q", 2048, 2048), ("kv", 2048, 512), ("o", 2048, 2048), ("up", 2048, 8192),
-                 ("down", 8192, 2048), ("lm_head", 2048, 128256)), 64, ((32, 2048),)),
+                 ("down", 8192, 2048), ("lm_head", 2048, 128256)), 64, ((32, 2048),),
+                decode=((64, 4, 4097),)),
     # Llama 3.2 3B: hidden 3072, 24 heads of 128, 8 KV heads, FFN 8192.
     ModelShapes("llama-3.2-3b", "decoder, GQA", "meta-llama/Llama-3.2-3B config.json", (4, 512),
                 (("q", 3072, 3072), ("kv", 3072, 1024), ("o", 3072, 3072), ("up", 3072, 8192),
@@ -59,27 +62,33 @@ MODELS = {m.name: m for m in (
     # Llama 3 8B: hidden 4096, 32 heads of 128, 8 KV heads, FFN 14336.
     ModelShapes("llama-3-8b", "decoder, GQA", "meta-llama/Meta-Llama-3-8B config.json", (16,),
                 (("q", 4096, 4096), ("kv", 4096, 1024), ("o", 4096, 4096), ("up", 4096, 14336),
-                 ("down", 14336, 4096), ("lm_head", 4096, 128256)), 128, ((32, 128),)),
+                 ("down", 14336, 4096), ("lm_head", 4096, 128256)), 128, ((32, 128),),
+                decode=((8, 4, 8193),)),
     # Qwen2.5 7B: hidden 3584, 28 heads of 128, 4 KV heads, FFN 18944, vocab 152064.
     ModelShapes("qwen2.5-7b", "decoder, GQA", "Qwen/Qwen2.5-7B config.json", (77, 2048),
                 (("q", 3584, 3584), ("kv", 3584, 512), ("o", 3584, 3584), ("up", 3584, 18944),
-                 ("down", 18944, 3584), ("lm_head", 3584, 152064)), 128, ((28, 2048),)),
+                 ("down", 18944, 3584), ("lm_head", 3584, 152064)), 128, ((28, 2048),),
+                decode=((64, 7, 2049),)),
     # Mistral 7B v0.1: hidden 4096, 32 heads of 128, 8 KV heads, FFN 14336, vocab 32000.
     ModelShapes("mistral-7b", "decoder, GQA", "mistralai/Mistral-7B-v0.1 config.json", (1000,),
                 (("q", 4096, 4096), ("kv", 4096, 1024), ("o", 4096, 4096), ("up", 4096, 14336),
-                 ("down", 14336, 4096), ("lm_head", 4096, 32000)), 128, ((128, 1000),)),
+                 ("down", 14336, 4096), ("lm_head", 4096, 32000)), 128, ((128, 1000),),
+                decode=((32, 4, 1000),)),
     # Gemma 2 2B: hidden 2304, 8 heads of 256, 4 KV heads, FFN 9216, vocab 256000.
     ModelShapes("gemma-2-2b", "decoder, GQA, head 256", "google/gemma-2-2b config.json", (1, 512),
                 (("q", 2304, 2048), ("kv", 2304, 1024), ("o", 2048, 2304), ("up", 2304, 9216),
-                 ("down", 9216, 2304), ("lm_head", 2304, 256000)), 256, ((8, 512),)),
+                 ("down", 9216, 2304), ("lm_head", 2304, 256000)), 256, ((8, 512),),
+                decode=((32, 2, 513),)),
     # Phi-3 mini 4k: hidden 3072, 32 heads of 96, fused qkv and gate_up, FFN 8192, vocab 32064.
     ModelShapes("phi-3-mini", "decoder, head 96", "microsoft/Phi-3-mini-4k-instruct config.json", (4, 2048),
                 (("qkv", 3072, 9216), ("o", 3072, 3072), ("gate_up", 3072, 16384), ("down", 8192, 3072),
-                 ("lm_head", 3072, 32064)), 96, ((128, 2048),)),
+                 ("lm_head", 3072, 32064)), 96, ((128, 2048),),
+                decode=((128, 1, 2049),)),
     # GPT-2 small: hidden 768, 12 heads of 64, FFN 3072, vocab 50257 (odd), context 1024.
     ModelShapes("gpt2", "decoder, vocab 50257", "openai-community/gpt2 config.json", (1024, 4096),
                 (("qkv", 768, 2304), ("o", 768, 768), ("up", 768, 3072), ("down", 3072, 768),
-                 ("lm_head", 768, 50257)), 64, ((48, 1024),)),
+                 ("lm_head", 768, 50257)), 64, ((48, 1024),),
+                decode=((96, 1, 1025),)),
     # BERT base: hidden 768, 12 heads of 64, FFN 3072, vocab 30522, MLM head (transform, decoder).
     ModelShapes("bert-base", "encoder, vocab 30522", "google-bert/bert-base-uncased config.json", (128, 4096),
                 (("q", 768, 768), ("o", 768, 768), ("up", 768, 3072), ("down", 3072, 768),
@@ -92,12 +101,14 @@ MODELS = {m.name: m for m in (
     # Whisper small: d_model 768, 12 heads of 64, FFN 3072, 1500 encoder frames, vocab 51865.
     ModelShapes("whisper-small", "speech, 1500 frames", "openai/whisper-small config.json", (1500, 12000),
                 (("q", 768, 768), ("o", 768, 768), ("up", 768, 3072), ("down", 3072, 768),
-                 ("lm_head", 768, 51865, (1, 448))), 64, ((96, 1500),)),
+                 ("lm_head", 768, 51865, (1, 448))), 64, ((96, 1500),),
+                decode=((48, 1, 1500),)),
     # Mixtral 8x7B: hidden 4096, 8 experts of FFN 14336, top 2; each expert gets a few rows.
     ModelShapes("mixtral-8x7b", "MoE, few rows per expert", "mistralai/Mixtral-8x7B-v0.1 config.json", (512,),
                 (("q", 4096, 4096), ("kv", 4096, 1024), ("router", 4096, 8),
                  ("expert_up", 4096, 14336, (3, 37, 509)), ("expert_gate", 4096, 14336, (131,)),
-                 ("expert_down", 14336, 4096, (3, 37, 509))), 128, ((32, 512),)),
+                 ("expert_down", 14336, 4096, (3, 37, 509))), 128, ((32, 512),),
+                decode=((64, 4, 4096),)),
     # CLIP ViT-L/14 at 224: 256 patches + a class token = 257 tokens, hidden 1024, 16 heads of 64;
     # its text encoder: 77 tokens, 12 heads of 64.
     ModelShapes("clip-vit-l14", "vision, 257 tokens", "openai/clip-vit-large-patch14 config.json", (257, 8224),
@@ -113,6 +124,8 @@ RANDOM_HEAD_DIMS = (64, 80, 96, 128)
 
 # The kinds of product, in the order the first that applies names its kind.
 KINDS = {
+    "decode": "batched products of at most 16 rows each (attention at one decoding step: a query row, "
+              "or a grouped-query group of rows, per key/value head)",
     "batched_odd": "batched products with M, N or K not a multiple of 64 (attention at odd S)",
     "batched": "batched products (attention)",
     "odd_align": "N, or a stored operand's row stride, not a multiple of 8 elements (16 bytes in 16-bit)",
@@ -124,6 +137,7 @@ KINDS = {
     "nn": "both row-major, none of the above",
 }
 SMALL = 256
+DECODE_ROWS = 16
 TILE, SMS = 128, 132
 DTYPES = ("bf16", "fp16", "fp32", "fp32_tc")   # the default; models.DTYPES names the choices
 TIME_BUDGET_S = 150.0              # timed repeats beyond each product's fewest runs
@@ -134,6 +148,8 @@ BIG_GFLOP = 1.0                    # fp32_tc's target is over products of >= 1 G
 def kinds_of(M: int, N: int, K: int, batch: int, ops: str, stored) -> tuple[str, ...]:
     """Every kind of KINDS that applies, in KINDS' order (the layout kind last, always)."""
     kinds = []
+    if batch > 1 and M <= DECODE_ROWS:
+        kinds.append("decode")
     if batch > 1:
         kinds.append("batched_odd" if any(d % 64 for d in (M, N, K)) else "batched")
     if N % 8 or any(shape[-1] % 8 for shape in stored):
@@ -179,19 +195,23 @@ def _product(case: models.Case, model: str) -> Product:
     return Product(**{f.name: getattr(case, f.name) for f in fields(case)}, model=model)
 
 
-def _views(model: str, linear, attention) -> list[Product]:
-    """Every view of ``model``'s linear layers [(name, tokens, (fan_in, fan_out))] and attention
-    shapes [(batch x heads, sequence, head dim)]."""
+def _views(model: str, linear, attention, decode=()) -> list[Product]:
+    """Every view of ``model``'s linear layers [(name, tokens, (fan_in, fan_out))], attention
+    shapes [(batch x heads, sequence, head dim)] and decoding steps [(batch x key/value heads,
+    query rows per key/value head, cached positions, head dim)]."""
     out = [_product(models.linear_case(name, view, tokens, dims), model)
            for name, tokens, dims in linear for view in models.LINEAR_PRODUCTS]
-    return out + [_product(models.attention_case(view, bh, seq, hd), model)
-                  for bh, seq, hd in attention for view in models.ATTENTION_PRODUCTS]
+    out += [_product(models.attention_case(view, bh, seq, hd), model)
+            for bh, seq, hd in attention for view in models.ATTENTION_PRODUCTS]
+    return out + [_product(models.decode_case(view, bkv, rows, ctx, hd), model)
+                  for bkv, rows, ctx, hd in decode for view in models.ATTENTION_PRODUCTS]
 
 
 def _model_products(m: ModelShapes) -> list[Product]:
     linear = [(layer[0], tokens, (layer[1], layer[2])) for layer in m.layers
               for tokens in (layer[3] if len(layer) > 3 else m.tokens)]
-    return _views(m.name, linear, [(bh, seq, m.head_dim) for bh, seq in m.attention])
+    return _views(m.name, linear, [(bh, seq, m.head_dim) for bh, seq in m.attention],
+                  [(bkv, rows, ctx, m.head_dim) for bkv, rows, ctx in m.decode])
 
 
 def _random_products(seed: int) -> list[Product]:
