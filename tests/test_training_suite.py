@@ -34,8 +34,8 @@ def test_published_parameter_counts():
     for name, cfg in training.CONFIGS.items():
         assert training.parameter_count(cfg) == training.PUBLISHED_PARAMS[name], name
     # about 1.24B, 124M, 110M and 86M: the sizes the suite's models are known by
-    assert [round(training.PUBLISHED_PARAMS[n] / 1e6) for n in ("llama-1b", "gpt2", "bert-base", "vit-b16")] \
-        == [1236, 124, 110, 87]
+    assert [round(training.PUBLISHED_PARAMS[n] / 1e6) for n in ("llama-1b", "qwen2-0.5b", "gpt2", "bert-base",
+                                                                 "vit-b16")] == [1236, 494, 124, 110, 87]
     llama = training.CONFIGS["llama-1b"]
     assert (llama.d, llama.layers, llama.heads, llama.kv_heads, llama.ffn, llama.vocab) == \
         (2048, 16, 32, 8, 8192, 128256)
@@ -119,11 +119,12 @@ def test_selection_orders_eager_first_and_adds_baselines():
                                                 ("gpt2", "eager"), ("bert-base", "eager")]
     assert all(r.setups == ("fp32", "fp32_tc") for r in runs)            # SGEMM beside fp32_tc
     every = training.select()
-    assert len(every) == 4 * 3 and every[0].setups == tuple(training.SETUPS)
+    assert len(every) == len(training.CONFIGS) * 3 and every[0].setups == tuple(training.SETUPS)
 
 
 def test_selection_order_is_eager_first_by_default():
-    assert [r.mode for r in training.select()][:4] == ["eager"] * 4
+    n = len(training.CONFIGS)
+    assert [r.mode for r in training.select()][:n] == ["eager"] * n
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -1,9 +1,11 @@
 """`gemmlab bench --suite training`: whole models' training steps through
 ``gemmlab.torch`` beside plain PyTorch, in the same run.
 
-Four models written with ``torch.nn`` at published sizes (CONFIGS, :func:`build`):
-a Llama-3.2-1B-sized decoder (GQA, tied 128256-word head), GPT-2 small (tied
-50257-word head), BERT-base with a masked-LM head and ViT-B/16 at 224 x 224.
+Five models written with ``torch.nn`` at published sizes (CONFIGS, :func:`build`):
+a Llama-3.2-1B-sized decoder (GQA, tied 128256-word head), a Qwen2-0.5B-sized one
+(GQA of 7 query heads per key/value head, biases on q, k and v only, tied
+151936-word head), GPT-2 small (tied 50257-word head), BERT-base with a masked-LM
+head and ViT-B/16 at 224 x 224.
 Attention is written as ``q @ k.transpose(-1, -2)``, softmax, ``@ v``, and the
 patch embedding as a linear layer, so that every product is a matmul the
 routing contexts see.  Training is AdamW on random data (cross entropy).
@@ -62,6 +64,7 @@ class Config:
     gated: bool = False           # SwiGLU MLP (gate and up projections, SiLU) instead of GELU
     rms: bool = False             # RMSNorm without bias instead of LayerNorm
     bias: bool = True             # biases on the linear layers
+    qkv_bias: bool = False        # biases on the query, key and value projections only (Qwen2)
     rope: bool = False            # rotary positions instead of learned ones
     pre_norm: bool = True         # BERT normalises after each residual sum
     image: int = 0                # vision: image side, patch side, classes
@@ -87,6 +90,9 @@ CONFIGS = {c.name: c for c in (
     Config("llama-1b", "decoder", "meta-llama/Llama-3.2-1B config.json", d=2048, layers=16, heads=32, kv_heads=8,
            ffn=8192, vocab=128256, seq=1024, batch=2, gated=True, rms=True, bias=False, rope=True,
            drift_batch=1),
+    Config("qwen2-0.5b", "decoder", "Qwen/Qwen2-0.5B config.json", d=896, layers=24, heads=14, kv_heads=2,
+           ffn=4864, vocab=151936, seq=1024, batch=4, gated=True, rms=True, bias=False, qkv_bias=True, rope=True,
+           drift_batch=1),
     Config("gpt2", "decoder", "openai-community/gpt2 config.json (GPT-2 small)", d=768, layers=12, heads=12,
            kv_heads=12, ffn=3072, vocab=50257, seq=1024, batch=4),
     Config("bert-base", "encoder", "google-bert/bert-base-uncased config.json", d=768, layers=12, heads=12,
@@ -97,8 +103,8 @@ CONFIGS = {c.name: c for c in (
 )}
 # The published parameter counts of these configurations (tied heads counted once;
 # BERT with its masked-LM head and no pooler, ViT with its 1000-class head).
-PUBLISHED_PARAMS = {"llama-1b": 1_235_814_400, "gpt2": 124_439_808, "bert-base": 109_514_298,
-                    "vit-b16": 86_567_656}
+PUBLISHED_PARAMS = {"llama-1b": 1_235_814_400, "qwen2-0.5b": 494_032_768, "gpt2": 124_439_808,
+                    "bert-base": 109_514_298, "vit-b16": 86_567_656}
 BERT_POSITIONS, BERT_TYPES = 512, 2
 MODES = ("eager", "compile", "reduce-overhead")
 # setup: (storage dtype, routing, TF32 allowed); routing None is plain PyTorch.
@@ -145,7 +151,7 @@ def _modules():
             super().__init__()
             self.cfg, self.causal = cfg, causal
             hd = cfg.head_dim
-            self.qkv = nn.Linear(cfg.d, (cfg.heads + 2 * cfg.kv_heads) * hd, bias=cfg.bias)
+            self.qkv = nn.Linear(cfg.d, (cfg.heads + 2 * cfg.kv_heads) * hd, bias=cfg.bias or cfg.qkv_bias)
             self.o = nn.Linear(cfg.heads * hd, cfg.d, bias=cfg.bias)
 
         def forward(self, x, rope=None):
@@ -191,7 +197,8 @@ def _modules():
 
     class Decoder(nn.Module):
         """GPT-2 (learned positions, LayerNorm, GELU) or Llama (rotary
-        positions, RMSNorm, SwiGLU, GQA); the head tied to the embedding."""
+        positions, RMSNorm, SwiGLU, GQA; Qwen2 is Llama's with biases on q, k and v,
+        its rotary base aside, which changes no product); the head tied to the embedding."""
 
         def __init__(self, cfg: Config):
             super().__init__()
@@ -299,8 +306,9 @@ def parameter_count(cfg: Config) -> int:
     (a tied head once)."""
     d, hd = cfg.d, cfg.head_dim
     b = 1 if cfg.bias else 0
+    bq = 1 if cfg.bias or cfg.qkv_bias else 0
     norm = d if cfg.rms else 2 * d
-    qkv = d * (cfg.heads + 2 * cfg.kv_heads) * hd + b * (cfg.heads + 2 * cfg.kv_heads) * hd
+    qkv = d * (cfg.heads + 2 * cfg.kv_heads) * hd + bq * (cfg.heads + 2 * cfg.kv_heads) * hd
     attn = qkv + cfg.heads * hd * d + b * d
     up = (2 if cfg.gated else 1) * cfg.ffn
     mlp = d * up + b * up + cfg.ffn * d + b * d
