@@ -252,27 +252,13 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 if (ks1 > ks0) release_stage<CLUSTER>(&empty[prev], lane);
             }
 
-            // The bias goes into the accumulators here, scaled ones from then on (out_scale).
-            float out_scale = alpha;
-            if constexpr (!TF32 && !SPLIT) {
-                if (bias != nullptr) {
-                    const O* bz = bias + zs * bias_zs;
-                    const int row0 = tm * TM + c * 64 + wq * 16 + g, col0 = tn * TN + 2 * tq;
-#pragma unroll
-                    for (int j = 0; j < TN / 8; ++j) {
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                            for (int e = 0; e < 2; ++e) {
-                                const int m = row0 + 8 * h, n = col0 + 8 * j + e;
-                                const float v = (m < M && n < N) ? to_float(bz[m * bias_rs + n * bias_cs]) : 0.0f;
-                                acc[4 * j + 2 * h + e] = alpha * acc[4 * j + 2 * h + e] + v;
-                            }
-                        }
-                    }
-                    out_scale = 1.0f;
-                }
-            }
+            // The bias of C[m][n], read as each value is stored (not all at once: the
+            // accumulators hold the registers); -0.0 without one, which leaves every value,
+            // signed zeros included, as it was.
+            [[maybe_unused]] const O* bz = bias != nullptr ? bias + zs * bias_zs : nullptr;
+            [[maybe_unused]] auto bias_of = [&](int m, int n) -> float {
+                return (bz != nullptr && m < M && n < N) ? to_float(bz[m * bias_rs + n * bias_cs]) : -0.0f;
+            };
             if (!SPLIT && tma_store) {
                 // Epilogue through shared memory (beta == 0 and a C that TMA can write): the
                 // consumer writes alpha * acc, converted, into one of its two 8 KB staging
@@ -333,9 +319,11 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                             for (int h = 0; h < 2; ++h) {
                                 const int row = 16 * wq + g + 8 * h;
                                 const int byte = (8 * jj + 2 * tq) * int(sizeof(O));   // within the 128-byte row
+                                const int m = tm * TM + 64 * c + row, n = tn * TN + COLS * ch + 8 * jj + 2 * tq;
                                 store_two(reinterpret_cast<O*>(buf + row * 128 + (((byte / 16) ^ (row % 8)) * 16) +
                                                                byte % 16),
-                                          out_scale * acc[4 * j + 2 * h], out_scale * acc[4 * j + 2 * h + 1]);
+                                          alpha * acc[4 * j + 2 * h] + bias_of(m, n),
+                                          alpha * acc[4 * j + 2 * h + 1] + bias_of(m, n + 1));
                             }
                         }
                         end_chunk(buf, tn * TN + COLS * ch, tm * TM + 64 * c, 1, 0, 0);
@@ -361,8 +349,10 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 for (int j = 0; j < TN / 8; ++j) {
 #pragma unroll
                     for (int h = 0; h < 2; ++h)
-                        store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, acc[4 * j + 2 * h],
-                                   acc[4 * j + 2 * h + 1], out_scale, beta, pairs);
+                        store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N,
+                                   alpha * acc[4 * j + 2 * h] + bias_of(row0 + 8 * h, col0 + 8 * j),
+                                   alpha * acc[4 * j + 2 * h + 1] + bias_of(row0 + 8 * h, col0 + 8 * j + 1), 1.0f,
+                                   beta, pairs);
                 }
             }
         }
