@@ -1257,6 +1257,7 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
     (1, 2048, 4096, 1, True, 1, 4),      # 64 blocks of 32 columns too few: 16 columns (64-byte rows)
     (1, 2048, 131072, 1, True, 2, 8),    # ... but over 256 MiB of W, 32 columns split over K
     (1, 331, 1037, 1, False, 1, 4),      # one element a lane: 83 blocks of 4 columns, 3 chunks of 512 rows
+    (1, 768, 51865, 1, False, 1, 4),     # (one element a lane: 192 blocks of 4 columns fill it)
 ])
 def test_gemv_auto_row_major_b_blocks_and_split(M, N, K, batch, aligned, split, lanes):
     """float32 dY @ W: MT as sized_params; the widest blocks (LANES) that fill 3/4 of 132 SMs
@@ -1291,6 +1292,45 @@ def test_gemv_auto_takes_one_row_16_bit_dy_w_up_to_64_mib(N, K, lanes, split):
     assert gemv_auto_takes(1, "bfloat16", "N", 4096, 8192)
     assert not gemv_auto_takes(1, "bfloat16", "N", 4096, 8193)
     assert gemv_auto_takes(1, "float32", "N", 4096, 128256)   # float32: any size
+
+
+def test_gemv_aligned_is_about_the_rows_it_reads_16_bytes_at_a_time():
+    """ALIGNED (gemv_aligned): op(B)'s stored rows start on the 16-byte grid, and where op(B)
+    is column-major (the column path stages op(A) 16 bytes at a time) a row-major op(A)'s;
+    C's never matter (stored element by element), nor op(A)'s in the row path (checked in
+    the kernel) or a column-major op(A)'s (staged element by element)."""
+    from gemmlab.kernels.gemv.gemv import gemv_aligned
+    spec = registry.get("gemv")
+    for op_a, op_b, rows, aligned in [("N", "T", "AB", True), ("N", "T", "B", False), ("T", "T", "B", True),
+                                      ("N", "N", "B", True), ("T", "N", "B", True), ("N", "N", "AC", False),
+                                      ("N", "T", "ABC", True), ("N", "N", "", False)]:
+        prob = Problem(1, 51865, 768, False, "bfloat16", "bfloat16", op_a, op_b, rows_aligned16=rows)
+        assert gemv_aligned(prob) == aligned, (op_a, op_b, rows)
+        assert spec.name_expression({**spec.defaults(), "MT": 1}, prob).endswith(
+            f", {str(aligned).lower()}, 32, '{op_a}', '{op_b}'>")
+    assert gemv_aligned(Problem(1, 1, 1, True, op_a="N", op_b="T"))   # aligned16: every operand's rows
+
+
+def test_rows_on_the_16_byte_grid_ignore_the_width_and_a_single_rows_stride():
+    """planner's _Side.rows_aligned16: base, batch strides and, for more than one stored
+    row, the leading dimension; aligned16 also wants every row's width a multiple of 16
+    bytes.  The three products of a one-token step with an odd vocabulary (51865)."""
+    from gemmlab.core import planner
+    V, D = 51865, 768
+    W, x, dY = np.zeros((V, D), np.float32), np.zeros((1, D), np.float32), np.zeros((1, V), np.float32)
+    for a, b, M, N, K, rows in [(x, W.T, 1, V, D, "ABC"), (dY, W, 1, D, V, "ABC"), (dY.T, x, V, D, 1, "ABC"),
+                                (np.zeros((3, V), np.float32), W, 3, D, V, "BC"),
+                                (np.zeros((3, D), np.float32), W.T, 3, V, D, "AB")]:
+        call = planner.validate(a, b, None, 1.0, 0.0, False, False, None, None)
+        kv = planner.kernel_view(call, planner.result_side(call),
+                                 {"A": a.ctypes.data - a.ctypes.data % 16, "B": 0, "C": 0})
+        assert (kv.M, kv.N, call.K) == (M, N, K)
+        assert kv.rows_aligned16() == rows and not kv.aligned16()
+    # the shapes suite's contiguous operands say the same
+    assert planner.contiguous_rows_aligned16(1, V, D, "N", "T") == "ABC"
+    assert planner.contiguous_rows_aligned16(V, D, 1, "T", "N") == "ABC"
+    assert planner.contiguous_rows_aligned16(3, D, V, "N", "N") == "BC"
+    assert planner.contiguous_rows_aligned16(3, V, D, "N", "T", "bfloat16") == "AB"
 
 
 def test_fill_split_is_the_split_rule_of_rung_8_and_wgmma():
