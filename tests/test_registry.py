@@ -1257,11 +1257,16 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
     (1, 2048, 4096, 1, True, 1, 4),      # 64 blocks of 32 columns too few: 16 columns (64-byte rows)
     (1, 2048, 131072, 1, True, 2, 8),    # ... but over 256 MiB of W, 32 columns split over K
     (1, 331, 1037, 1, False, 1, 4),      # one element a lane: 83 blocks of 4 columns, 3 chunks of 512 rows
+    # none fills unsplit: 48 blocks of 16 columns split by 2 keep 96 SMs busy, 24 of 32
+    # columns split by 5 keep 120 (a one-token dY @ W of a vocabulary-long K)
+    (1, 768, 51865, 1, True, 5, 8),
     (1, 768, 51865, 1, False, 1, 4),     # (one element a lane: 192 blocks of 4 columns fill it)
+    (1, 2304, 256000, 1, True, 7, 32),   # over 256 MiB: 18 blocks of 128 columns split by 7, not 72 of 32
 ])
 def test_gemv_auto_row_major_b_blocks_and_split(M, N, K, batch, aligned, split, lanes):
     """float32 dY @ W: MT as sized_params; the widest blocks (LANES) that fill 3/4 of 132 SMs
-    unsplit, else the narrowest split to fill them (fill_split)."""
+    unsplit, else the width whose split (fill_split) keeps the most SMs busy, the smaller split
+    where two keep as many."""
     p = gemmlab.plan("auto", M, N, K, op_b="N", batch=batch, aligned16=aligned, arch="sm_90a",
                      gpu_slug="nvidia-h100-80gb-hbm3")
     assert p.spec.name == "gemv" and p.params == {"MT": min(16, 1 << (M - 1).bit_length()), "SPLITK": split,

@@ -151,9 +151,13 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1, *, dtype:
     (splitk_reduce) costs more than narrower blocks on the products of a few tens of
     µs.  Two exceptions: blocks whose row segments would be under 128 bytes
     are taken only where op(B) is at most GEMV_SHORT_SEGMENT_MAX_BYTES, else the
-    128-byte width with a split; and where no width fills the GPU, the narrowest
-    allowed one is split -- the split that fills the SMs, each slice at least 4
-    chunks long (fill_split, the rule rung 8 and wgmma share)."""
+    128-byte width with a split; and where no width fills the GPU unsplit, each
+    allowed width is split -- the split that fills the SMs, each slice at least 4
+    chunks long (fill_split, the rule rung 8 and wgmma share) -- and the width whose
+    split blocks then keep the most SMs busy runs, the smaller split and then the
+    narrower blocks where two keep as many: a split fills the SMs only in steps of
+    the column blocks, so the narrowest blocks can leave a quarter of them idle where
+    wider ones split further fill nearly all (a one-token dY @ W with a vocabulary-long K)."""
     mt = _mt(M)
     params = {"MT": mt, "SPLITK": 1, "LANES": 32}
     if op_b != "N":
@@ -165,11 +169,13 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1, *, dtype:
     usable = [w for w in widths if small or gemv_row_columns(prob, mt, w) * itemsize >= 128 or w == 32]
     blocks = {w: cdiv(N, gemv_row_columns(prob, mt, w)) * max(batch, 1) for w in usable}
     filled = [w for w in usable if blocks[w] >= GEMV_ROW_FILL * sm_count]
-    lanes = filled[0] if filled else usable[-1]
-    params["LANES"] = lanes
-    if not filled:
-        params["SPLITK"] = fill_split(blocks[lanes], cdiv(max(K, 1), gemv_row_chunk(prob, mt, lanes)), sm_count,
-                                      most=max(SPLITK_VALUES), min_steps=4)
+    if filled:
+        params["LANES"] = filled[0]
+        return params
+    splits = {w: fill_split(blocks[w], cdiv(max(K, 1), gemv_row_chunk(prob, mt, w)), sm_count,
+                            most=max(SPLITK_VALUES), min_steps=4) for w in usable}
+    lanes = max(reversed(usable), key=lambda w: (blocks[w] * splits[w], -splits[w]))
+    params["LANES"], params["SPLITK"] = lanes, splits[lanes]
     return params
 
 
