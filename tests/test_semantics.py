@@ -32,7 +32,8 @@ def be(monkeypatch):
 
 
 FAMS = {f[0]: f for f in h.FAMILIES}
-CPU_FAMILIES = ["naive", "vectorized", "pipelined-SPLITK3", "wmma-fp16", "wmma_warptile-tf32", "gemv", "gemv-fp16"]
+CPU_FAMILIES = ["naive", "vectorized", "pipelined-SPLITK3", "wmma-fp16", "wmma_warptile-tf32", "gemv", "gemv-fp16",
+                "outer", "outer-fp16"]
 
 
 @pytest.mark.parametrize("trans_a, trans_b", h.OPS, ids=lambda t: "T" if t else "N")
@@ -324,21 +325,24 @@ def _aligned_rows(be, rows, cols, rng, offset=0):
     ("fwd", 3, "gemv", True),
     ("dgrad", 1, "gemv", True),    # dY @ W: dY one row of odd length
     ("dgrad", 3, "gemv", True),    # three such rows: the row path checks op(A)'s rows itself
+    ("wgrad", 1, "outer", True),   # dY.t() @ x: K = 1, op(A) one stored row of odd length
     ("fwd-x-off-grid", 3, "gemv", False),
 ])
 def test_thin_products_of_odd_length_rows_take_the_16_byte_variant(be, product, M, rung, wide):
     """A vocabulary of odd length (37 here) at one token or a few: the operand of that
-    length is one stored row, or C, whose width gemv takes element by element at its end,
-    so the kernel still reads op(B) 16 bytes at a time (the emulator checks the rows it
-    does so on); only an operand off the grid stops it."""
+    length is one stored row, or C, whose width gemv and outer take element by element at
+    its end, so the kernel still reads op(B) (gemv) or writes C (outer) 16 bytes at a time
+    (the emulator checks the rows it does so on); only an operand off the grid stops it."""
     rng = np.random.default_rng(M)
     V, D = 37, 40
     W = _aligned_rows(be, V, D, rng)
     if product.startswith("fwd"):
         x = _aligned_rows(be, M, D, rng, offset=1 if "off" in product else 0)
         a, b = x, W.T
-    else:
+    elif product == "dgrad":
         a, b = _aligned_rows(be, M, V, rng), W
+    else:
+        a, b = _aligned_rows(be, M, V, rng).T, _aligned_rows(be, M, D, rng)
     got = gemmlab.matmul(a, b)
     p = gemmlab.last_plan()
     assert p.spec.name == rung and (", true, " in p.name_expression) == wide, p.name_expression

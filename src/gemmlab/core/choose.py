@@ -37,10 +37,10 @@ from ..runtime.device import ARCH_LIMITS, cc_of
 log = logging.getLogger("gemmlab")
 
 # The rungs kernel="auto" asks, in order, by what the kernel multiplies.  gemv first where
-# it exists for the dtype (a few rows are bound by one read of op(B)); the last of each
-# list takes every product.
+# it exists for the dtype (a few rows are bound by one read of op(B)), then outer (a few K
+# by one write of C); the last of each list takes every product.
 AUTO_RUNGS = {
-    "float32": ("gemv", "pipelined"),
+    "float32": ("gemv", "outer", "pipelined"),
     "float16": ("gemv", "wgmma", "mma_pipelined"),
     "bfloat16": ("gemv", "wgmma", "mma_pipelined"),
     "tf32": ("wgmma", "mma_pipelined"),
