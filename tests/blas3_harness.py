@@ -78,6 +78,7 @@ FAMILIES = [family(s.name, "float32") for s in registry.ladder("simt")] + [
     ("wgmma-fp16-SPLITK3", "wgmma", {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128, "SPLITK": 3},
      "float16", None, "float16"),
     family("gemv", "float32"), family("gemv", "float16"),
+    family("outer", "float32"), family("outer", "float16"),
 ]
 # The TMA rung on operands TMA reads (level3 with TMA_DIMS, TMA_PAD, TMA_GUARD): every
 # stored row a multiple of 16 bytes and every base 16-byte aligned, so that wgmma itself

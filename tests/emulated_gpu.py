@@ -161,12 +161,26 @@ class Emulator:
         for z in range(nz):
             a_ptr, b_ptr = A + z * int(sa) * item_in, B + z * int(sb) * item_in
             c_ptr = C + z * int(sc) * (4 if splits > 1 else item_out)
-            if pr.aligned16 and p.spec.family in ("simt", "gemv"):   # what the VEC variants assume
+            if pr.aligned16 and p.spec.family == "simt":   # what the VEC variants assume
                 for ptr, ld, width, item in ((a_ptr, lda, K if pr.op_a == "N" else M, item_in),
                                              (b_ptr, ldb, N if pr.op_b == "N" else K, item_in),
                                              (c_ptr, ldc, N, item_out)):
                     assert ptr % 16 == 0 and ld * item % 16 == 0 and width * item % 16 == 0, \
                         f"{p.name_expression} launched on an operand its 16-byte accesses cannot read"
+            # gemv and outer: the stored rows their 16-byte accesses start at (a row's end goes
+            # element by element): op(B)'s, and op(A)'s where the column path stages it (gemv);
+            # C's (outer)
+            rows = {"A": (a_ptr, lda, M if pr.op_a == "N" else K, item_in),
+                    "B": (b_ptr, ldb, K if pr.op_b == "N" else N, item_in), "C": (c_ptr, ldc, M, item_out)}
+            wide = []
+            if p.spec.name == "gemv" and ", true, " in p.name_expression:
+                wide = ["B", "A"] if (pr.op_a, pr.op_b) == ("N", "T") else ["B"]
+            if p.spec.name == "outer" and ", true, " in p.name_expression:
+                wide = ["C"]
+            for side in wide:
+                ptr, ld, stored_rows, item = rows[side]
+                assert ptr % 16 == 0 and (stored_rows <= 1 or ld * item % 16 == 0), \
+                    f"{p.name_expression} launched on rows of {side} its 16-byte accesses cannot read"
             a = self.operand(a_ptr, in_dt, pr.op_a, M, K, lda)
             b = self.operand(b_ptr, in_dt, pr.op_b, K, N, ldb)
             for y in range(splits):

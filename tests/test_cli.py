@@ -12,7 +12,8 @@ from gemmlab.kernels import registry
 from gemmlab.runtime import device as rt_device
 
 KERNELS = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
-           "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma", "ec_wgmma", "gemv"]
+           "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma", "ec_wgmma", "gemv",
+           "outer"]
 
 
 def test_list_prints_every_kernel(capsys):

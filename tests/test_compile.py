@@ -122,6 +122,7 @@ def ladder_sass(ladder_module):
 
 
 from gemmlab.kernels.gemv.gemv import GEMV_WARPS, gemv_row_chunk, gemv_row_columns, gemv_staged_k  # noqa: E402
+from gemmlab.kernels.gemv.outer import OUTER_KC, OUTER_ROWS, outer_columns  # noqa: E402
 
 ELEM_BYTES = {"float16": 2, "bfloat16": 2, "tf32": 4}
 
@@ -146,6 +147,8 @@ def static_smem(spec, p, prob=None):
         lanes = p["LANES"]
         return (4 * p["MT"] * gemv_row_chunk(prob, p["MT"], lanes)
                 + 4 * GEMV_WARPS * min(p["MT"], 4) * gemv_row_columns(prob, p["MT"], lanes))
+    if spec.name == "outer":       # a chunk of K of the tile's rows of op(A) and columns of op(B), in FP32
+        return 4 * OUTER_KC * (OUTER_ROWS + outer_columns(prob))
     return 4 * p["BK"] * (p["BM"] + p["BN"])
 
 
@@ -484,6 +487,22 @@ def test_mma_pipelined_sass(arch, ladder_module, ladder_sass):
             assert (trans > 0) == (prob.op_a == "T" or prob.op_b == "N"), (name, f)
         assert (f["LDGSTS"] > 0) == (prob.aligned16 or prob.dtype == "tf32"), (name, f)
         assert f["STG.128"] > 0 if prob.aligned16 else f["STG.128"] == 0, (name, f)
+
+
+@compile_matrix
+@needs_nvdisasm
+@pytest.mark.parametrize("arch", ARCHES)
+def test_outer_stores_c_16_bytes_at_a_time_where_its_rows_allow(arch, ladder_module, ladder_sass):
+    """outer: one 16-byte store a row where C's rows start on the 16-byte grid (ALIGNED),
+    none without; op(A) and op(B) read element by element in every layout (the 16-byte
+    loads left are of C, for beta)."""
+    spec = registry.get("outer")
+    sass, module = ladder_sass(arch, spec), ladder_module(arch, spec)
+    for name, mangled in module.symbols.items():
+        facts = sass_facts(sass[mangled])
+        wide = ", true, '" in name
+        assert (facts["STG.128"] > 0) == wide and (facts["LDG.128"] > 0) == wide, (name, facts)
+        assert _global_loads_128(sass[mangled]) == 0 and facts["LDL/STL (local)"] == 0, (name, facts)
 
 
 @compile_matrix

@@ -17,7 +17,7 @@ from gemmlab.kernels.tensor.wgmma import WGMMA_MIN_K_STEPS_PER_SLICE, wgmma_narr
 from gemmlab.kernels.simt import pipelined
 
 LADDER = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
-          "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma", "ec_wgmma", "gemv"]
+          "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma", "ec_wgmma", "gemv", "outer"]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
 
@@ -33,7 +33,7 @@ def test_kernels_lists_the_ladder_in_rung_order():
     assert [k["name"] for k in ks] == LADDER
     assert [(k["family"], k["rung"]) for k in ks] == ([("simt", r) for r in range(1, 9)]
                                                      + [("tensor", r) for r in range(1, 5)] + [("ec", 1), ("ec", 2)]
-                                                     + [("gemv", 1)])
+                                                     + [("gemv", 1), ("gemv", 2)])
 
 
 @pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
@@ -69,6 +69,7 @@ def test_kernel_params_per_rung():
         "wgmma": ["BM", "BN", "STAGES", "CLUSTER", "SPLITK"],
         "ec_wgmma": ["STAGES", "BN", "FOLD", "SPLITK"],
         "gemv": ["MT", "SPLITK", "LANES"],
+        "outer": [],
     }
 
 
@@ -584,8 +585,9 @@ def expected_block(spec, p):
 
 def _cases():
     # wmma numbers warp tiles (test_wmma_geometry); wgmma and ec_wgmma are persistent
-    # (test_wgmma_geometry, test_ec_wgmma_geometry); gemv has no tiles (test_gemv_geometry).
-    for spec in [s for s in SPECS if s.name not in ("wmma", "wgmma", "ec_wgmma", "gemv")]:
+    # (test_wgmma_geometry, test_ec_wgmma_geometry); gemv and outer have no tile parameters
+    # (test_gemv_geometry, test_outer_geometry).
+    for spec in [s for s in SPECS if s.name not in ("wmma", "wgmma", "ec_wgmma") and s.family != "gemv"]:
         configs = spec.configurations()
         if spec.split_k_param:   # every tile shape unsplit, and the defaults with each split
             configs = [p for p in configs if p[spec.split_k_param] == 1] + [
@@ -1257,10 +1259,16 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
     (1, 2048, 4096, 1, True, 1, 4),      # 64 blocks of 32 columns too few: 16 columns (64-byte rows)
     (1, 2048, 131072, 1, True, 2, 8),    # ... but over 256 MiB of W, 32 columns split over K
     (1, 331, 1037, 1, False, 1, 4),      # one element a lane: 83 blocks of 4 columns, 3 chunks of 512 rows
+    # none fills unsplit: 48 blocks of 16 columns split by 2 keep 96 SMs busy, 24 of 32
+    # columns split by 5 keep 120 (a one-token dY @ W of a vocabulary-long K)
+    (1, 768, 51865, 1, True, 5, 8),
+    (1, 768, 51865, 1, False, 1, 4),     # (one element a lane: 192 blocks of 4 columns fill it)
+    (1, 2304, 256000, 1, True, 7, 32),   # over 256 MiB: 18 blocks of 128 columns split by 7, not 72 of 32
 ])
 def test_gemv_auto_row_major_b_blocks_and_split(M, N, K, batch, aligned, split, lanes):
     """float32 dY @ W: MT as sized_params; the widest blocks (LANES) that fill 3/4 of 132 SMs
-    unsplit, else the narrowest split to fill them (fill_split)."""
+    unsplit, else the width whose split (fill_split) keeps the most SMs busy, the smaller split
+    where two keep as many."""
     p = gemmlab.plan("auto", M, N, K, op_b="N", batch=batch, aligned16=aligned, arch="sm_90a",
                      gpu_slug="nvidia-h100-80gb-hbm3")
     assert p.spec.name == "gemv" and p.params == {"MT": min(16, 1 << (M - 1).bit_length()), "SPLITK": split,
@@ -1291,6 +1299,87 @@ def test_gemv_auto_takes_one_row_16_bit_dy_w_up_to_64_mib(N, K, lanes, split):
     assert gemv_auto_takes(1, "bfloat16", "N", 4096, 8192)
     assert not gemv_auto_takes(1, "bfloat16", "N", 4096, 8193)
     assert gemv_auto_takes(1, "float32", "N", 4096, 128256)   # float32: any size
+
+
+def test_gemv_aligned_is_about_the_rows_it_reads_16_bytes_at_a_time():
+    """ALIGNED (gemv_aligned): op(B)'s stored rows start on the 16-byte grid, and where op(B)
+    is column-major (the column path stages op(A) 16 bytes at a time) a row-major op(A)'s;
+    C's never matter (stored element by element), nor op(A)'s in the row path (checked in
+    the kernel) or a column-major op(A)'s (staged element by element)."""
+    from gemmlab.kernels.gemv.gemv import gemv_aligned
+    spec = registry.get("gemv")
+    for op_a, op_b, rows, aligned in [("N", "T", "AB", True), ("N", "T", "B", False), ("T", "T", "B", True),
+                                      ("N", "N", "B", True), ("T", "N", "B", True), ("N", "N", "AC", False),
+                                      ("N", "T", "ABC", True), ("N", "N", "", False)]:
+        prob = Problem(1, 51865, 768, False, "bfloat16", "bfloat16", op_a, op_b, rows_aligned16=rows)
+        assert gemv_aligned(prob) == aligned, (op_a, op_b, rows)
+        assert spec.name_expression({**spec.defaults(), "MT": 1}, prob).endswith(
+            f", {str(aligned).lower()}, 32, '{op_a}', '{op_b}'>")
+    assert gemv_aligned(Problem(1, 1, 1, True, op_a="N", op_b="T"))   # aligned16: every operand's rows
+
+
+def test_rows_on_the_16_byte_grid_ignore_the_width_and_a_single_rows_stride():
+    """planner's _Side.rows_aligned16: base, batch strides and, for more than one stored
+    row, the leading dimension; aligned16 also wants every row's width a multiple of 16
+    bytes.  The three products of a one-token step with an odd vocabulary (51865)."""
+    from gemmlab.core import planner
+    V, D = 51865, 768
+    W, x, dY = np.zeros((V, D), np.float32), np.zeros((1, D), np.float32), np.zeros((1, V), np.float32)
+    for a, b, M, N, K, rows in [(x, W.T, 1, V, D, "ABC"), (dY, W, 1, D, V, "ABC"), (dY.T, x, V, D, 1, "ABC"),
+                                (np.zeros((3, V), np.float32), W, 3, D, V, "BC"),
+                                (np.zeros((3, D), np.float32), W.T, 3, V, D, "AB")]:
+        call = planner.validate(a, b, None, 1.0, 0.0, False, False, None, None)
+        kv = planner.kernel_view(call, planner.result_side(call),
+                                 {"A": a.ctypes.data - a.ctypes.data % 16, "B": 0, "C": 0})
+        assert (kv.M, kv.N, call.K) == (M, N, K)
+        assert kv.rows_aligned16() == rows and not kv.aligned16()
+    # the shapes suite's contiguous operands say the same
+    assert planner.contiguous_rows_aligned16(1, V, D, "N", "T") == "ABC"
+    assert planner.contiguous_rows_aligned16(V, D, 1, "T", "N") == "ABC"
+    assert planner.contiguous_rows_aligned16(3, D, V, "N", "N") == "BC"
+    assert planner.contiguous_rows_aligned16(3, V, D, "N", "T", "bfloat16") == "AB"
+
+
+@pytest.mark.parametrize("M, N, K, op_a, op_b", [(51865, 768, 1, "T", "N"), (768, 51865, 1, "N", "N"),
+                                                 (1024, 4096, 8, "N", "N"), (17, 5, 3, "T", "T")])
+def test_auto_takes_outer_for_float32_products_of_a_few_k(M, N, K, op_a, op_b):
+    """kernel="auto": outer for float32 with K of 1..OUTER_MAX_K (M past gemv's rows), C's
+    rows 16 bytes at a time where they start on the grid; pipelined above, and 16-bit stays
+    with wgmma; fp32_tc's thin products run it too."""
+    from gemmlab.kernels.gemv.outer import OUTER_MAX_K
+    for rows, wide in (("C", True), ("AB", False)):
+        p = gemmlab.plan("auto", M, N, K, op_a=op_a, op_b=op_b, aligned16=False, rows_aligned16=rows,
+                         arch="sm_90a", gpu_slug="nvidia-h200")
+        assert p.spec.name == "outer" and p.params == {} and p.name_expression == \
+            f"gemmlab::outer<3, 3, {str(wide).lower()}, '{op_a}', '{op_b}'>"
+        assert p.passed_over[0].startswith("gemv takes 1..16 rows")
+    assert gemmlab.plan("auto", M, N, OUTER_MAX_K["float32"] + 1, op_a=op_a, op_b=op_b, arch="sm_90a",
+                        gpu_slug="nvidia-h200").spec.name == "pipelined"
+    assert gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", op_a=op_a, op_b=op_b,
+                        arch="sm_90a").spec.name == "wgmma"
+    p = gemmlab.plan("auto", M, N, K, dtype="fp16_ec", precision="fp32_tc", op_a=op_a, op_b=op_b, arch="sm_90a")
+    assert (p.spec.name, p.method) == ("outer", "fp32")
+    reason = registry.get("outer").auto_hook(choose.ask(choose.Product(M, N, 9), choose.GPU())).reason
+    assert reason == "outer takes K = 1..8 of float32, not K = 9"
+
+
+@pytest.mark.parametrize("out_dtype, cols", [("float32", 128), ("float16", 256), ("bfloat16", 256)])
+def test_outer_geometry(out_dtype, cols):
+    """A block of 256 threads per tile of 32 rows (8 warps of 4) x 32 lanes of 16 bytes of C,
+    numbered along N first; the instantiation: type codes, then C's rows on the grid."""
+    from gemmlab.kernels.gemv.outer import outer_columns
+    spec = registry.get("outer")
+    dtype = "float32" if out_dtype == "float32" else out_dtype
+    for M, N in ((1, 1), (32, 128), (51865, 768), (33, 257)):
+        prob = Problem(M, N, 1, False, dtype, out_dtype)
+        assert outer_columns(prob) == cols
+        geo = spec.launch({}, prob)
+        assert geo.block == (256, 1, 1) and geo.grid == (-(-M // 32) * -(-N // cols), 1, 1) and geo.smem_bytes == 0
+    fp32_out = Problem(9, 9, 9, True, "bfloat16", "float32")
+    assert outer_columns(fp32_out) == 128
+    assert spec.name_expression({}, fp32_out.with_layout("T", "N")) == "gemmlab::outer<1, 3, true, 'T', 'N'>"
+    assert spec.name_expression({}, Problem(9, 9, 9, False, rows_aligned16="AB")) == \
+        "gemmlab::outer<3, 3, false, 'N', 'N'>"
 
 
 def test_fill_split_is_the_split_rule_of_rung_8_and_wgmma():

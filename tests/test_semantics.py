@@ -32,7 +32,8 @@ def be(monkeypatch):
 
 
 FAMS = {f[0]: f for f in h.FAMILIES}
-CPU_FAMILIES = ["naive", "vectorized", "pipelined-SPLITK3", "wmma-fp16", "wmma_warptile-tf32", "gemv", "gemv-fp16"]
+CPU_FAMILIES = ["naive", "vectorized", "pipelined-SPLITK3", "wmma-fp16", "wmma_warptile-tf32", "gemv", "gemv-fp16",
+                "outer", "outer-fp16"]
 
 
 @pytest.mark.parametrize("trans_a, trans_b", h.OPS, ids=lambda t: "T" if t else "N")
@@ -306,3 +307,44 @@ def test_auto_takes_wgmma_for_batched_attention_products():
     assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == (128, 128)
     p = gemmlab.plan("auto", 512, 512, 512, dtype="bfloat16", out_dtype="bfloat16", batch=64, arch="sm_90a")
     assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == (128, 256)
+
+
+# -- thin products: the 16-byte variants where every stored row starts on the grid ----------
+
+def _aligned_rows(be, rows, cols, rng, offset=0):
+    """A rows x cols float32 array on the 16-byte grid (``offset`` elements past it)."""
+    raw = be.emu.keep(np.empty(rows * cols + 8, np.float32))
+    start = (-raw.ctypes.data % 16) // 4 + offset
+    x = raw[start:start + rows * cols].reshape(rows, cols)
+    x[...] = h.values((rows, cols), "float32", None, rng)
+    return x
+
+
+@pytest.mark.parametrize("product, M, rung, wide", [
+    ("fwd", 1, "gemv", True),      # x @ W.t(): 1 x 37 logits, C's rows of odd length
+    ("fwd", 3, "gemv", True),
+    ("dgrad", 1, "gemv", True),    # dY @ W: dY one row of odd length
+    ("dgrad", 3, "gemv", True),    # three such rows: the row path checks op(A)'s rows itself
+    ("wgrad", 1, "outer", True),   # dY.t() @ x: K = 1, op(A) one stored row of odd length
+    ("fwd-x-off-grid", 3, "gemv", False),
+])
+def test_thin_products_of_odd_length_rows_take_the_16_byte_variant(be, product, M, rung, wide):
+    """A vocabulary of odd length (37 here) at one token or a few: the operand of that
+    length is one stored row, or C, whose width gemv and outer take element by element at
+    its end, so the kernel still reads op(B) (gemv) or writes C (outer) 16 bytes at a time
+    (the emulator checks the rows it does so on); only an operand off the grid stops it."""
+    rng = np.random.default_rng(M)
+    V, D = 37, 40
+    W = _aligned_rows(be, V, D, rng)
+    if product.startswith("fwd"):
+        x = _aligned_rows(be, M, D, rng, offset=1 if "off" in product else 0)
+        a, b = x, W.T
+    elif product == "dgrad":
+        a, b = _aligned_rows(be, M, V, rng), W
+    else:
+        a, b = _aligned_rows(be, M, V, rng).T, _aligned_rows(be, M, D, rng)
+    got = gemmlab.matmul(a, b)
+    p = gemmlab.last_plan()
+    assert p.spec.name == rung and (", true, " in p.name_expression) == wide, p.name_expression
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(got - ref).max() <= 64 * h.U32 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))).max()

@@ -37,10 +37,10 @@ from ..runtime.device import ARCH_LIMITS, cc_of
 log = logging.getLogger("gemmlab")
 
 # The rungs kernel="auto" asks, in order, by what the kernel multiplies.  gemv first where
-# it exists for the dtype (a few rows are bound by one read of op(B)); the last of each
-# list takes every product.
+# it exists for the dtype (a few rows are bound by one read of op(B)), then outer (a few K
+# by one write of C); the last of each list takes every product.
 AUTO_RUNGS = {
-    "float32": ("gemv", "pipelined"),
+    "float32": ("gemv", "outer", "pipelined"),
     "float16": ("gemv", "wgmma", "mma_pipelined"),
     "bfloat16": ("gemv", "wgmma", "mma_pipelined"),
     "tf32": ("wgmma", "mma_pipelined"),
@@ -56,11 +56,12 @@ class Product:
     ``dtype`` is what the kernel multiplies (float32, tf32, float16, bfloat16, fp16_ec,
     tf32_ec), ``out_dtype`` what it writes; ``op_a`` / ``op_b`` how op(A) and op(B) are
     stored ("N" row-major, "T" column-major); ``aligned16`` whether every row and base
-    allows 16-byte accesses, ``tma_aligned`` whether TMA can read a and b in place, and
-    ``stage_bytes`` what a staging copy of the operands TMA cannot read would move (None:
-    all of A and B).  ``kernel`` and ``tile_params`` are what the caller asked for;
-    ``precision`` the caller's (fp16_ec takes ec_wgmma's four-set tile, fp32_tc on a thin
-    product runs FP32 on the CUDA cores)."""
+    allows 16-byte accesses (``rows_aligned16``: the operands, of "A", "B", "C", whose
+    stored rows all start on the 16-byte grid, whatever their widths), ``tma_aligned``
+    whether TMA can read a and b in place, and ``stage_bytes`` what a staging copy of the
+    operands TMA cannot read would move (None: all of A and B).  ``kernel`` and
+    ``tile_params`` are what the caller asked for; ``precision`` the caller's (fp16_ec takes
+    ec_wgmma's four-set tile, fp32_tc on a thin product runs FP32 on the CUDA cores)."""
 
     M: int
     N: int
@@ -76,6 +77,7 @@ class Product:
     kernel: str = "auto"
     tile_params: dict = field(default_factory=dict)
     precision: str | None = None
+    rows_aligned16: str = ""
 
 
 @dataclass(frozen=True)
@@ -286,7 +288,7 @@ def _from_table(found: _Tuned, q: Ask) -> tuple[str, dict, str]:
 def ask(pr: Product, gpu: GPU) -> Ask:
     """What the rungs' hooks are told of a product."""
     return Ask(pr.M, pr.N, pr.K, pr.batch, pr.dtype, pr.op_a, pr.op_b, pr.aligned16, pr.tma_aligned, gpu.sm_count,
-               gpu.arch)
+               gpu.arch, pr.rows_aligned16)
 
 
 def _auto(pr: Product, gpu: GPU) -> tuple[str, dict, str, tuple[str, ...]]:
@@ -344,7 +346,7 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
             and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= gpu.sm_count:
         params[spec.split_k_param] = 1
     problem = Problem(M, N, K, pr.aligned16, dtype, pr.out_dtype, pr.op_a, pr.op_b, tma_aligned=pr.tma_aligned,
-                      sm_count=gpu.sm_count)
+                      sm_count=gpu.sm_count, rows_aligned16=pr.rows_aligned16)
     spec.check_dtypes(problem)
     # A kernel that cannot read these operands hands them to its fallback, which may
     # hand them on (wgmma -> mma_pipelined, which copies any alignment with narrow

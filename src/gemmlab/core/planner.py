@@ -101,6 +101,18 @@ def contiguous_tma_aligned(M: int, N: int, K: int, elem_bytes: int) -> bool:
     return tma_aligned(0, M, max(K, 1), 0, K, max(N, 1), elem_bytes)
 
 
+def contiguous_rows_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N", dtype: str = "float32",
+                              out_dtype: str | None = None) -> str:
+    """The operands of fresh contiguous arrays (as contiguous_aligned16's) whose stored
+    rows all start on the 16-byte grid (_Side.rows_aligned16): one stored row, or rows
+    of a multiple of 16 bytes."""
+    e = storage_itemsize(dtype)
+    eo = ITEMSIZE[out_dtype or ("float32" if dtype in FLOAT32_RESULT else dtype)]
+    stored = {"A": (M if op_a == "N" else K, (K if op_a == "N" else M) * e),
+              "B": (K if op_b == "N" else N, (N if op_b == "N" else K) * e), "C": (M, N * eo)}
+    return "".join(k for k, (rows, width) in stored.items() if rows <= 1 or width % 16 == 0)
+
+
 def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N", dtype: str = "float32",
                          out_dtype: str | None = None) -> bool:
     """Whether fresh contiguous (256-byte aligned) arrays -- op(A) M x K and op(B)
@@ -184,6 +196,15 @@ class _Side:
 
     def aligned16(self, itemsize: int, ptr: int) -> bool:
         return (ptr % 16 == 0 and (self.ld * itemsize) % 16 == 0 and (self.width * itemsize) % 16 == 0
+                and all((s * itemsize) % 16 == 0 for s in self.batch))
+
+    def rows_aligned16(self, itemsize: int, ptr: int) -> bool:
+        """Whether every stored row starts on the 16-byte grid, whatever the rows' width:
+        base, batch strides and, where there is more than one stored row, the leading
+        dimension (one row has no stride to check: a decode step's dY or logits of odd
+        length)."""
+        stored_rows = self.rows if self.layout == "N" else self.cols
+        return (ptr % 16 == 0 and (stored_rows <= 1 or (self.ld * itemsize) % 16 == 0)
                 and all((s * itemsize) % 16 == 0 for s in self.batch))
 
 
@@ -297,7 +318,7 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
          gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
          op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
          gpu_name: str = "this GPU", smem_limit: int | None = None, stage_bytes: int | None = None,
-         precision: str | None = None, **tile_params) -> Plan:
+         precision: str | None = None, rows_aligned16: str | None = None, **tile_params) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
     The names are checked here; the choice itself is gemmlab.core.choose's (:func:`choose`),
@@ -322,7 +343,10 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     ec_wgmma_auto_split), and elsewhere the highest rung of the
     family that runs on ``arch`` (see gemmlab.core.choose.runnable).
     ``tma_aligned`` says whether a and b allow TMA tensor maps (see
-    runtime.tma.tma_aligned).  A kernel that cannot take the operands
+    runtime.tma.tma_aligned).  ``rows_aligned16``: the operands ("A", "B", "C") whose
+    stored rows all start on the 16-byte grid whatever their widths (the kernels that
+    take a row's end element by element read them 16 bytes at a time: gemv, outer);
+    None: all three where ``aligned16``, else none.  A kernel that cannot take the operands
     (KernelSpec.why_unusable: a layout it does not read, operands TMA cannot
     map) is replaced by its fallback kernel at the fallback's defaults, with the
     reason in ``Plan.fallback_reason``, ``Plan.describe()`` and a debug message
@@ -350,8 +374,10 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
         registry.get(kernel)          # an unknown name fails here, tuned table or not
     if gpu_slug:
         note_untuned(gpu_slug)
+    if rows_aligned16 is None:
+        rows_aligned16 = "ABC" if aligned16 else ""
     c = choose(Product(M, N, K, batch, dtype, out_dtype, op_a, op_b, aligned16, tma_aligned, stage_bytes, kernel,
-                       tile_params, precision),
+                       tile_params, precision, rows_aligned16),
                GPU(arch, sm_count, gpu_slug, gpu_name, smem_limit))
     return Plan(c.spec, c.params, c.problem, c.spec.name_expression(c.params, c.problem), method=c.method,
                 reason=c.reason, fallback_reason="; ".join(c.fallbacks), limit_reason=c.limit_reason,
@@ -523,8 +549,16 @@ class KernelView:
     batch_shape: tuple[int, ...]
 
     def aligned16(self) -> bool:
-        sides = [("A", self.A), ("B", self.B)] + ([("C", self.C)] if self.C is not None else [])
-        return all(s.aligned16(self.itemsize[k], self.ptrs.get(k, 0)) for k, s in sides)
+        return all(s.aligned16(self.itemsize[k], self.ptrs.get(k, 0)) for k, s in self._sides())
+
+    def rows_aligned16(self) -> str:
+        """The operands ("A", "B", "C": a new result's rows always) whose stored rows all
+        start on the 16-byte grid (_Side.rows_aligned16)."""
+        return "".join(k for k, s in self._sides() if s.rows_aligned16(self.itemsize[k], self.ptrs.get(k, 0))) \
+            + ("C" if self.C is None else "")
+
+    def _sides(self) -> list:
+        return [("A", self.A), ("B", self.B)] + ([("C", self.C)] if self.C is not None else [])
 
     def launch_batch(self) -> int:
         """Products per launch: the largest group of batch dimensions (see batch_groups)."""
@@ -606,7 +640,8 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
     BN or FOLD, and fp32_tc with kernel="auto" on a product too thin for the tensor
     cores runs FP32 on the CUDA cores (the plan's ``method`` is then "fp32")."""
     tma_ok, stage_bytes = tma_reading(call, kv, bt)
-    return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), sm_count=gpu.sm_count, gpu_slug=gpu.slug,
+    return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), rows_aligned16=kv.rows_aligned16(),
+                sm_count=gpu.sm_count, gpu_slug=gpu.slug,
                 op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok,
                 gpu_name=gpu.name, smem_limit=gpu.max_smem_per_block_optin, stage_bytes=stage_bytes,
                 precision=precision, **call.dtypes, **tile_params)
@@ -617,7 +652,8 @@ def plan_for_choice(p: Plan, choice: "methods.MethodChoice", gpu, kernel: str, t
     kernel instantiated for that method's parts, with its scales."""
     if choice.kernel_dtype != p.problem.dtype:
         pr = p.problem
-        p = plan(kernel, pr.M, pr.N, pr.K, aligned16=pr.aligned16, sm_count=gpu.sm_count, gpu_slug=gpu.slug,
+        p = plan(kernel, pr.M, pr.N, pr.K, aligned16=pr.aligned16, rows_aligned16=pr.rows_aligned16,
+                 sm_count=gpu.sm_count, gpu_slug=gpu.slug,
                  dtype=choice.kernel_dtype, out_dtype=pr.out_dtype, op_a=pr.op_a, op_b=pr.op_b, batch=batch,
                  arch=gpu.arch, tma_aligned=pr.tma_aligned, gpu_name=gpu.name,
                  smem_limit=gpu.max_smem_per_block_optin, **tile_params)

@@ -18,12 +18,12 @@ from .simt import (naive, coalesced, smem_tiled, blocktile_1d, blocktile_2d, vec
                    pipelined)
 from .tensor import wmma, wmma_warptile, mma_pipelined, wgmma
 from .ec import ec_wmma, ec_wgmma
-from .gemv import gemv
+from .gemv import gemv, outer
 
 __all__ = ["FAMILIES", "RUNGS", "get", "ladder"]
 
 # The families in teaching order: CUDA cores, tensor cores, FP32-accurate tensor cores,
-# and products of a few rows, bound by memory.
+# and products with a thin side (a few rows, or a few K), bound by memory.
 FAMILIES = ("simt", "tensor", "ec", "gemv")
 
 # Every rung's module, in ladder order (each defines SPEC).
@@ -31,7 +31,7 @@ RUNGS = (
     naive, coalesced, smem_tiled, blocktile_1d, blocktile_2d, vectorized, warptile, pipelined,
     wmma, wmma_warptile, mma_pipelined, wgmma,
     ec_wmma, ec_wgmma,
-    gemv,
+    gemv, outer,
 )
 for _rung in RUNGS:
     register(_rung.SPEC)

@@ -100,9 +100,18 @@ class Problem:
     # Operands TMA cannot read in place are first copied into an aligned workspace
     # (wgmma, 16-bit: where the planner's cost model says the copy pays).
     stage: bool = False
+    # The operands ("A", "B", "C") each stored row of which starts on the 16-byte grid
+    # (base address, leading dimension where there is more than one row, batch strides),
+    # whatever the rows' widths: what a kernel needs that takes a row's last partial
+    # 16 bytes element by element (gemv, outer).  aligned16 implies every operand.
+    rows_aligned16: str = ""
 
     def with_layout(self, op_a: str, op_b: str) -> "Problem":
         return dataclasses.replace(self, op_a=op_a, op_b=op_b)
+
+    def rows_on_grid(self, operand: str) -> bool:
+        """Whether every stored row of ``operand`` ("A", "B" or "C") starts on the 16-byte grid."""
+        return self.aligned16 or operand in self.rows_aligned16
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,11 @@ class Ask:
     tma_aligned: bool = True
     sm_count: int = 132
     arch: str | None = None
+    rows_aligned16: str = ""    # as Problem's
+
+    def rows_on_grid(self, operand: str) -> bool:
+        """Whether every stored row of ``operand`` ("A", "B" or "C") starts on the 16-byte grid."""
+        return self.aligned16 or operand in self.rows_aligned16
 
 
 @dataclass(frozen=True)

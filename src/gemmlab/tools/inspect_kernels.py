@@ -178,7 +178,7 @@ AUTO_DTYPES = (("float32", "float32"), ("float16", "float16"), ("bfloat16", "flo
 # HGMMA wgmma (sm_90a).
 EXPECTED_SASS = {"wmma": ("HMMA",), "wmma_warptile": ("HMMA",), "mma_pipelined": ("HMMA", "LDSM", "LDGSTS"),
                  "wgmma": ("HGMMA",), "ec_wmma": ("HMMA", "LDGSTS"), "ec_wgmma": ("HGMMA",),
-                 "pipelined": ("LDGSTS",), "gemv": ("FFMA",)}
+                 "pipelined": ("LDGSTS",), "gemv": ("FFMA",), "outer": ("STG.128",)}
 
 
 def portable_configs(arch: str, sm_count: int = 84) -> dict[str, list[dict]]:

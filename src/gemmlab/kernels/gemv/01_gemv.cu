@@ -36,7 +36,8 @@ gemv(int M, int N, int K, float alpha, const typename StorageOf<DT>::type* __res
     batch_select(A, stride_a, B, stride_b, C, stride_c);
     using S = typename StorageOf<DT>::type;
     const int k_end = alpha == 0.0f ? 0 : K;   // alpha = 0 reads neither A nor B (BLAS)
-    // Elements of op(B) a thread loads at once (one where the operands are not 16-byte aligned).
+    // Elements of op(B) a thread loads at once: one where its rows are off the 16-byte
+    // grid (ALIGNED false: gemv.py's gemv_aligned; C is stored element by element).
     if constexpr (OPB == 'T') {
         constexpr int VEC = !ALIGNED ? 1 : GEMV_LOAD_BYTES_K / int(sizeof(S));
         gemv_columns_along_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -1,2 +1,3 @@
-"""Products with a handful of rows (a decode step's x @ W.t()): the large operand
-streamed once at memory bandwidth.  The rung's host code beside its .cu file."""
+"""Products with a thin side, bound by memory: a handful of rows (a decode step's
+x @ W.t(): the large operand streamed once, gemv) or of K (a weight gradient at a
+token: C written once, outer).  Each rung's host code beside its .cu file."""

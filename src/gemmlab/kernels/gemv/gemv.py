@@ -46,20 +46,31 @@ GEMV_VARIANTS = tuple(Problem(1, 1, 1, aligned, dt, odt)
                       for aligned in (True, False))
 
 
+def gemv_aligned(prob: Problem) -> bool:
+    """01_gemv.cu's ALIGNED: op(B)'s stored rows all start on the 16-byte grid, whatever
+    their width (a row's end is loaded element by element) and whatever C's do (it is
+    stored element by element); where op(B) is column-major also op(A)'s, if it is
+    row-major (the column path stages it 16 bytes at a time; the row path checks
+    op(A)'s rows itself, 01_gemv.cuh's rows_on_grid)."""
+    a_read_wide = prob.op_b == "T" and prob.op_a == "N"
+    return prob.rows_on_grid("B") and (not a_read_wide or prob.rows_on_grid("A"))
+
+
 def gemv_staged_k(prob: Problem, mt: int) -> int:
     """Elements of K per chunk of op(A) the column-major path stages (GemvChunk::KC):
-    two 16-byte loads a lane (aligned operands), else eight elements; half as
+    two 16-byte loads a lane (ALIGNED), else eight elements; half as
     many for MT = 16, except aligned float32 (GemvChunk::HALVED)."""
-    halved = mt >= 16 and not (prob.aligned16 and _ITEMSIZE[prob.dtype] == 4)
-    return 32 * gemv_vec(prob, mt) * (2 if prob.aligned16 else 8) // (2 if halved else 1)
+    aligned = gemv_aligned(prob)
+    halved = mt >= 16 and not (aligned and _ITEMSIZE[prob.dtype] == 4)
+    return 32 * gemv_vec(prob, mt) * (2 if aligned else 8) // (2 if halved else 1)
 
 
 def gemv_vec(prob: Problem, mt: int) -> int:
     """Elements of op(B) a thread loads at once, as 01_gemv.cu derives VEC:
     GEMV_LOAD_BYTES_K along K where op(B) is column-major; along N where it is
     row-major, GEMV_ROW_VEC, or 16 bytes of 16-bit elements for at most
-    GEMV_ROW_WIDE_MT rows; one element where the operands are not 16-byte aligned."""
-    if not prob.aligned16:
+    GEMV_ROW_WIDE_MT rows; one element where op(B)'s rows are off the 16-byte grid."""
+    if not gemv_aligned(prob):
         return 1
     if prob.op_b == "T":
         return GEMV_LOAD_BYTES_K // _ITEMSIZE[prob.dtype]
@@ -98,7 +109,7 @@ def _template_args(p, prob: Problem) -> tuple:
     FP32 partial products whatever C's dtype (splitk_reduce converts), as wgmma's does."""
     out = "float32" if p["SPLITK"] > 1 else prob.out_dtype
     lanes = p["LANES"] if prob.op_b == "N" else 32   # the column path has no LANES: one instantiation
-    return (TYPE_CODES[prob.dtype], TYPE_CODES[out], p["MT"], prob.aligned16, lanes)
+    return (TYPE_CODES[prob.dtype], TYPE_CODES[out], p["MT"], gemv_aligned(prob), lanes)
 
 
 def auto_takes(M: int, dtype: str, op_b: str, N: int = 0, K: int = 0) -> bool:
@@ -131,7 +142,8 @@ def sized_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict:
 def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1, *, dtype: str = "float32",
                 op_b: str = "T", aligned16: bool = True) -> dict:
     """What kernel="auto" runs gemv with: sized_params' MT and, where op(B) is
-    row-major, the block width and the split of K.
+    row-major, the block width and the split of K.  ``aligned16``: gemv_aligned, op(B)'s
+    rows on the 16-byte grid.
 
     Blocks (one an SM) fill the GPU where they number at least GEMV_ROW_FILL of
     the SMs.  LANES is the widest of 32, 8, 4 (at most 4 rows for narrow blocks)
@@ -139,9 +151,13 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1, *, dtype:
     (splitk_reduce) costs more than narrower blocks on the products of a few tens of
     µs.  Two exceptions: blocks whose row segments would be under 128 bytes
     are taken only where op(B) is at most GEMV_SHORT_SEGMENT_MAX_BYTES, else the
-    128-byte width with a split; and where no width fills the GPU, the narrowest
-    allowed one is split -- the split that fills the SMs, each slice at least 4
-    chunks long (fill_split, the rule rung 8 and wgmma share)."""
+    128-byte width with a split; and where no width fills the GPU unsplit, each
+    allowed width is split -- the split that fills the SMs, each slice at least 4
+    chunks long (fill_split, the rule rung 8 and wgmma share) -- and the width whose
+    split blocks then keep the most SMs busy runs, the smaller split and then the
+    narrower blocks where two keep as many: a split fills the SMs only in steps of
+    the column blocks, so the narrowest blocks can leave a quarter of them idle where
+    wider ones split further fill nearly all (a one-token dY @ W with a vocabulary-long K)."""
     mt = _mt(M)
     params = {"MT": mt, "SPLITK": 1, "LANES": 32}
     if op_b != "N":
@@ -153,11 +169,13 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1, *, dtype:
     usable = [w for w in widths if small or gemv_row_columns(prob, mt, w) * itemsize >= 128 or w == 32]
     blocks = {w: cdiv(N, gemv_row_columns(prob, mt, w)) * max(batch, 1) for w in usable}
     filled = [w for w in usable if blocks[w] >= GEMV_ROW_FILL * sm_count]
-    lanes = filled[0] if filled else usable[-1]
-    params["LANES"] = lanes
-    if not filled:
-        params["SPLITK"] = fill_split(blocks[lanes], cdiv(max(K, 1), gemv_row_chunk(prob, mt, lanes)), sm_count,
-                                      most=max(SPLITK_VALUES), min_steps=4)
+    if filled:
+        params["LANES"] = filled[0]
+        return params
+    splits = {w: fill_split(blocks[w], cdiv(max(K, 1), gemv_row_chunk(prob, mt, w)), sm_count,
+                            most=max(SPLITK_VALUES), min_steps=4) for w in usable}
+    lanes = max(reversed(usable), key=lambda w: (blocks[w] * splits[w], -splits[w]))
+    params["LANES"], params["SPLITK"] = lanes, splits[lanes]
     return params
 
 
@@ -167,7 +185,7 @@ def _auto_hook(ask: Ask) -> Offer:
     row-major: blocks narrow enough to fill the SMs, else split over K).  See auto_takes."""
     if auto_takes(ask.M, ask.dtype, ask.op_b, ask.N, ask.K):
         return Offer(auto_params(ask.M, ask.N, ask.K, ask.sm_count, ask.batch, dtype=ask.dtype, op_b=ask.op_b,
-                                 aligned16=ask.aligned16))
+                                 aligned16=ask.rows_on_grid("B")))
     most = (GEMV_MAX_M if ask.op_b == "T" else GEMV_ROWS_MAX_M).get(ask.dtype, 0)
     stored = "column" if ask.op_b == "T" else "row"
     if not most:

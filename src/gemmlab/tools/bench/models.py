@@ -548,7 +548,7 @@ def estimate_s(case: Case, dtype: str) -> float:
 def _precompile(pairs, gpu, say) -> None:
     """Compile the kernels the pairs' plans name, in parallel processes, before timing."""
     from ...core.api import plan
-    from ...core.planner import contiguous_aligned16, contiguous_tma_aligned
+    from ...core.planner import contiguous_aligned16, contiguous_rows_aligned16, contiguous_tma_aligned
     from ...kernels.spec import FLOAT32_RESULT
     from ...runtime.compile import precompile
     items = set()
@@ -562,6 +562,8 @@ def _precompile(pairs, gpu, say) -> None:
                          sm_count=gpu.sm_count, gpu_slug=gpu.slug, gpu_name=gpu.name,
                          smem_limit=gpu.max_smem_per_block_optin,
                          aligned16=contiguous_aligned16(case.M, case.N, case.K, case.ops[0], case.ops[1], storage),
+                         rows_aligned16=contiguous_rows_aligned16(case.M, case.N, case.K, case.ops[0], case.ops[1],
+                                                                  storage),
                          tma_aligned=contiguous_tma_aligned(case.M, case.N, case.K, ITEMSIZE[storage]))
             except (GemmlabError, ValueError):   # the timed call reports it
                 continue

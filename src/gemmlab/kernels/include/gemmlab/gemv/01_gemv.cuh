@@ -129,6 +129,16 @@ __device__ __forceinline__ void words_to_floats(const unsigned (&w)[GemvChunk<VE
         out[v] = elem_from_bits<S>(sizeof(S) == 4 ? w[v] : w[v / 2] >> (16 * (v % 2)));
 }
 
+// Whether each of the `rows` stored rows from p, `ld` elements apart, starts on the
+// grid of ELEMS elements (a single row has no stride to check).  Where op(B) is
+// row-major the host checks only op(B)'s rows (the kernel's ALIGNED) and the row path
+// checks op(A)'s here, per matrix of a batch, so that a dY of a few rows of odd length
+// (logits) costs the 16-byte loads of op(B) nothing.
+template <int ELEMS, class S>
+__device__ __forceinline__ bool rows_on_grid(const S* p, int ld, int rows) {
+    return reinterpret_cast<unsigned long long>(p) % (ELEMS * sizeof(S)) == 0 && (rows <= 1 || ld % ELEMS == 0);
+}
+
 // Where element kk of a staged row of op(A) sits in shared memory.  A lane reads
 // the VEC elements matching its load of op(B) (kk = 32 VEC j + VEC lane + v);
 // with VEC = 8 those are 32 bytes, read as two 16-byte halves, and lanes 16 bytes
@@ -143,7 +153,8 @@ __device__ __forceinline__ int staged_slot(int kk) {
 
 // The loads of one chunk of op(A) (MT rows, KC elements from k0: the column-major
 // path's chunk unless given) spread over the block: by VEC along K where op(A) is row-major and aligned, else one element
-// each.  Elements past K read as 0.
+// each.  Elements past K read as 0.  WHOLE: the chunk lies inside K, and `wide` its
+// rows start on the AVEC grid (rows_on_grid): one load an AVEC group; else element by element.
 // COLUMN_SLOTS: stored where staged_slot puts them (the column path's reads); else
 // in order along K (the row path reads 4 consecutive rows at once).
 template <int MT, int VEC, char OPA, class S, int KC_ = GemvChunk<VEC, S, MT>::KC, bool COLUMN_SLOTS = true>
@@ -156,15 +167,17 @@ struct GemvStagedA {
 
     // WHOLE: the chunk lies inside K.  Rows past M load row M - 1 again (never read).
     template <bool WHOLE>
-    __device__ __forceinline__ void load(const S* __restrict__ A, int lda, int M, int K, int m0, int k0) {
+    __device__ __forceinline__ void load(const S* __restrict__ A, int lda, int M, int K, int m0, int k0, bool wide) {
 #pragma unroll
         for (int j = 0; j < PER_THREAD; ++j) {
             const int i = threadIdx.x + j * GEMV_THREADS;
             // 'N': consecutive threads along K; 'T' (op(A) column-major): along the rows
             const int m = min(m0 + (OPA == 'N' ? i / (KC / AVEC) : i % MT), M - 1);
             const int k = k0 + (OPA == 'N' ? i % (KC / AVEC) * AVEC : i / MT);
-            if (ITEMS % GEMV_THREADS == 0 || i < ITEMS)
-                load_words<WHOLE, AVEC>(&A[elem_offset<OPA>(m, k, lda)], K - k, w[j]);
+            if (ITEMS % GEMV_THREADS == 0 || i < ITEMS) {
+                if (WHOLE && wide) load_words<true, AVEC>(&A[elem_offset<OPA>(m, k, lda)], 0, w[j]);
+                else load_words<false, AVEC>(&A[elem_offset<OPA>(m, k, lda)], WHOLE ? AVEC : K - k, w[j]);
+            }
         }
     }
 
@@ -266,14 +279,17 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
             // element by element only in the chunk that K ends in.
             auto load_chunk = [&](int k0, unsigned (&dst)[R][Chunk::LOADS][Chunk::WORDS]) {
                 const bool whole = k0 + KC <= K;
-                if (whole) a.template load<true>(A, lda, M, K, m0, k0);
-                else a.template load<false>(A, lda, M, K, m0, k0);
+                // (ALIGNED: the host checked op(A)'s rows too, as they are staged 16 bytes at a time)
+                if (whole) a.template load<true>(A, lda, M, K, m0, k0, true);
+                else a.template load<false>(A, lda, M, K, m0, k0, true);
 #pragma unroll
                 for (int j = 0; j < Chunk::LOADS; ++j) {
                     const int k = k0 + 32 * VEC * j + VEC * lane;
 #pragma unroll
                     for (int r = 0; r < R; ++r) {
-                        if (whole) load_words<true, VEC>(col[r] + k, 0, dst[r][j]);
+                        // (in the chunk K ends in, whole 16-byte groups still load at once:
+                        // a K of one and a half chunks would read a third of op(B) by element)
+                        if (whole || K - k >= VEC) load_words<true, VEC>(col[r] + k, 0, dst[r][j]);
                         else load_words<false, VEC>(col[r] + k, K - k, dst[r][j]);
                     }
                 }
@@ -384,6 +400,7 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
     const int col_lane = lane % LANES, group = lane / LANES;
     const int first_row = (warp * GROUPS + group) * LOADS;   // the lane's first row of a chunk
     const int chunks = (K + KC - 1) / KC;
+    const bool a_wide = rows_on_grid<GemvStagedA<MT, VEC, OPA, S, KC, false>::AVEC>(A, lda, M);
     for (int n0 = blockIdx.x * COLS; n0 < N; n0 += gridDim.x * COLS) {
         const int n = n0 + VEC * col_lane;
         const bool cols_whole = n + VEC <= N;   // else the columns past N read as zeros
@@ -407,8 +424,8 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
             auto load_chunk = [&](int c, unsigned (&dst)[LOADS][WORDS]) {
                 const int k0 = c * KC;
                 const bool whole = k0 + KC <= K;
-                if (whole) a.template load<true>(A, lda, M, K, m0, k0);
-                else a.template load<false>(A, lda, M, K, m0, k0);
+                if (whole) a.template load<true>(A, lda, M, K, m0, k0, a_wide);
+                else a.template load<false>(A, lda, M, K, m0, k0, a_wide);
                 const S* p = rows + (long long)k0 * ldb;
                 if (whole && cols_whole) {
 #pragma unroll

@@ -1,0 +1,117 @@
+"""outer on the GPU: products of a few K (a weight gradient dY.t() @ x at a token or a
+few) against an FP64 reference: K of 1 to 8 and past one staged chunk, widths that are
+multiples of nothing, C's rows on the 16-byte grid or off it, every layout and storage
+type, alpha / beta, batches.  The output starts as NaN where beta = 0, so an element
+the kernel never writes (or reads) shows."""
+
+import pytest
+
+import gemmlab
+from gemmlab.runtime import device as rt_device
+
+torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
+pytestmark = pytest.mark.gpu
+
+DTYPES = [("float32", "float32"), ("float16", "float16"), ("float16", "float32"), ("bfloat16", "bfloat16"),
+          ("bfloat16", "float32")]
+OUT_EPS = {"float32": 0.0, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+LAYOUTS = [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")]
+# (M, N, K): a vocabulary-sized dY of one token (K = 1) scaled down, odd everything,
+# one staged chunk of K exactly, past it (17: three chunks), a single column of C.
+SHAPES = [(1037, 331, 1), (333, 257, 3), (64, 128, 8), (129, 520, 17), (7, 1, 5), (2, 40, 2)]
+
+
+def _operand(rows, cols, dtype, stored, gen, batch=None, offset=0):
+    """A rows x cols operand as the product reads it, stored row-major ('N') or as the
+    transpose of a row-major array ('T'), ``offset`` elements into a fresh buffer; and its FP64 copy."""
+    lead = () if batch is None else (batch,)
+    shape = (*lead, rows, cols) if stored == "N" else (*lead, cols, rows)
+    n = (batch or 1) * rows * cols
+    base = torch.empty(n + offset, device="cuda", dtype=torch.float64).uniform_(-1, 1, generator=gen)
+    x = base.to(getattr(torch, dtype))[offset:].view(shape)
+    x64 = x.double()
+    return (x, x64) if stored == "N" else (x.transpose(-1, -2), x64.transpose(-1, -2))
+
+
+def _check(M, N, K, dtype, out_dtype, alpha, beta, *, layout=("N", "N"), c_offset=0, batch=None, shared_b=False,
+           seed=0, kernel="outer"):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a, a64 = _operand(M, K, dtype, layout[0], gen, batch)
+    b, b64 = _operand(K, N, dtype, layout[1], gen, None if shared_b else batch)
+    lead = () if batch is None else (batch,)
+    ot = getattr(torch, out_dtype)
+    n = (batch or 1) * M * N
+    c0 = torch.empty(n, device="cuda", dtype=torch.float64).uniform_(-1, 1, generator=gen).to(ot).view(*lead, M, N)
+    buf = torch.full((n + c_offset,), float("nan"), device="cuda", dtype=ot)
+    out = buf[c_offset:].view(*lead, M, N)
+    if beta:
+        out.copy_(c0)
+    gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel)
+    torch.cuda.synchronize()
+    plan = gemmlab.last_plan()
+    assert plan.spec.name == "outer", plan.describe()
+    ref = alpha * (a64 @ b64) + (beta * c0.double() if beta else 0)
+    scale = abs(alpha) * (a64.abs() @ b64.abs()) + (abs(beta) * c0.double().abs() if beta else 0)
+    tol = 4 * (K + 8) * 2.0 ** -24 * scale + OUT_EPS[out_dtype] * ref.abs() + 1e-30
+    bad = torch.isnan(out) | ((out.double() - ref).abs() > tol)
+    if bad.any():
+        idx = [int(i) for i in bad.nonzero()[0]]
+        pytest.fail(f"{plan.name_expression} {M}x{N}x{K}: {int(bad.sum())} of {bad.numel()} wrong; first at {idx}: "
+                    f"{float(out[tuple(idx)])} vs {float(ref[tuple(idx)])}")
+    return plan
+
+
+@pytest.mark.parametrize("dtype, out_dtype", DTYPES)
+@pytest.mark.parametrize("M, N, K", SHAPES, ids=lambda s: str(s))
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda t: "".join(t))
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
+def test_outer(M, N, K, dtype, out_dtype, layout, alpha, beta):
+    """16-byte stores where C's rows are on the grid (N a multiple of 16 bytes of C's type,
+    or one row), element stores otherwise."""
+    plan = _check(M, N, K, dtype, out_dtype, alpha, beta, layout=layout, seed=M + K)
+    eo = 4 if out_dtype == "float32" else 2
+    assert (", true, " in plan.name_expression) == (N * eo % 16 == 0 or M == 1)
+    assert plan.name_expression.endswith(f"'{layout[0]}', '{layout[1]}'>")
+
+
+@pytest.mark.parametrize("dtype, out_dtype", [("float32", "float32"), ("bfloat16", "bfloat16"), ("float16", "float32")])
+def test_c_off_the_16_byte_grid(dtype, out_dtype):
+    """C one element into its buffer: rows of 16-byte multiples, but off the grid."""
+    for M, N, K in ((333, 256, 1), (64, 128, 4)):
+        plan = _check(M, N, K, dtype, out_dtype, 0.5, 2.0, c_offset=1, layout=("T", "N"))
+        assert ", false, " in plan.name_expression
+
+
+@pytest.mark.parametrize("dtype, out_dtype", [("float32", "float32"), ("bfloat16", "bfloat16")])
+@pytest.mark.parametrize("shared_b", [True, False])
+def test_batches(dtype, out_dtype, shared_b):
+    _check(65, 136, 3, dtype, out_dtype, 0.5, 2.0, batch=3, shared_b=shared_b, layout=("T", "N"))
+    _check(33, 257, 1, dtype, out_dtype, 1.0, 0.0, batch=3, shared_b=shared_b)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_alpha_zero_reads_neither_operand(dtype):
+    """alpha = 0: C = beta C, whatever op(A) and op(B) hold (NaN here)."""
+    t = getattr(torch, dtype)
+    a = torch.full((1037, 2), float("nan"), device="cuda", dtype=t)
+    b = torch.full((2, 331), float("nan"), device="cuda", dtype=t)
+    c0 = torch.ones(1037, 331, device="cuda", dtype=t)
+    out = c0.clone()
+    gemmlab.matmul(a, b, out=out, alpha=0.0, beta=3.0, kernel="outer")
+    torch.cuda.synchronize()
+    assert gemmlab.last_plan().spec.name == "outer"
+    assert torch.equal(out, 3 * c0)
+
+
+def test_auto_runs_a_one_token_weight_gradient_of_odd_length_on_outer():
+    """kernel="auto" on float32 dY.t() @ x at one token with a vocabulary of odd length
+    (whisper's 51865): outer, C's rows (768 floats) stored 16 bytes at a time."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    dy = torch.empty(1, 51865, device="cuda", dtype=torch.float64).uniform_(-1, 1, generator=gen)
+    x = torch.empty(1, 768, device="cuda", dtype=torch.float64).uniform_(-1, 1, generator=gen)
+    got = gemmlab.matmul(dy.float().t(), x.float())
+    torch.cuda.synchronize()
+    plan = gemmlab.last_plan()
+    assert plan.spec.name == "outer" and ", true, 'T', 'N'>" in plan.name_expression, plan.describe()
+    ref = dy.float().double().t() @ x.float().double()
+    assert torch.equal(got.double(), ref.float().double())   # one product each: exact in FP32
