@@ -10,7 +10,6 @@ import contextlib
 import json
 import statistics
 import sys
-import time
 
 ROUNDS, STEPS, WARMUP = 5, 6, 3
 
@@ -59,12 +58,8 @@ def main(out_path: str, names: list[str]) -> None:
         for _ in range(ROUNDS):
             for w, (inst, ctx) in ways.items():
                 with ctx():
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    for _ in range(STEPS):
-                        inst.step(x, targets)
-                    torch.cuda.synchronize()
-                    times[w].append((time.perf_counter() - t0) * 1e3 / STEPS)
+                    seconds, _ = T._sync_time(lambda: [inst.step(x, targets) for _ in range(STEPS)])
+                times[w].append(seconds * 1e3 / STEPS)
         ms = {w: statistics.median(v) for w, v in times.items()}
         rec = {"gpu": gpu_info(0).name, "model": name, "mode": "eager", "ms": ms,
                "pct_torch": {w: 100 * ms["torch"] / ms[w] for w in ("epilogue", "after")},

@@ -125,6 +125,18 @@ def test_emulated_transposed_out_swaps_the_bias_strides(emu, adds):
     assert adds["n"] == 0
 
 
+@pytest.mark.parametrize("dtype, kernel", [("float16", "wgmma"), ("float32", "auto")])
+def test_emulated_repeated_call_refuses_a_bias_inside_out(emu, dtype, kernel):
+    """The fast path of a kept signature checks the bias against out at every call, fused or not."""
+    a, b = _emulated(emu, (37, 72), 1, dtype), _emulated(emu, (72, 136), 2, dtype)
+    buf = emu.keep(np.zeros((2, 37, 136), dtype))
+    gemmlab.matmul(a, b, out=buf[0], bias=buf[1, 0], kernel=kernel)       # apart: runs
+    poisoned = emu.keep(np.full((37, 136), np.nan, dtype))
+    with pytest.raises(ValueError, match="shares memory with out"):     # same signature, bias inside out
+        gemmlab.matmul(a, b, out=poisoned, bias=poisoned[5], kernel=kernel)
+    assert np.isnan(poisoned).all()
+
+
 def test_emulated_split_k_and_fp32_add_after_the_product(emu, adds):
     a, b, bias = _emulated(emu, (40, 1024), 1), _emulated(emu, (1024, 72), 2), _emulated(emu, (72,), 3)
     got = gemmlab.matmul(a, b, bias=bias, kernel="wgmma", SPLITK=4)

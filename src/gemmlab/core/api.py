@@ -127,8 +127,7 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, bias=None, trans_a: bool = Fa
         except TypeError:   # an unhashable tile parameter: the full path says what is wrong with it
             prepared = None
         if prepared is not None:
-            result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta) if bias is None else \
-                _run_prepared_biased(prepared, pa, pb, out, pc, alpha, beta, bias, pbias)
+            result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta, bias, pbias)
             if result is not None:
                 return result
     return _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias)
@@ -164,38 +163,23 @@ def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_
     return key + (kbias,), pa, pb, pc, pbias
 
 
-def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha, beta):
-    """Launch a prepared call on these arrays; None where the full path must run
-    instead (out overlaps an input: the full path names the problem)."""
+def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha, beta, bias=None, pbias: int = 0):
+    """Launch a prepared call on these arrays, with ``bias`` (at ``pbias``) added in the
+    kernel's epilogue where the prepared call can (PreparedCall.fuses_bias), else after the
+    product; None where the full path must run instead (out overlaps an input or the
+    bias: the full path names the problem)."""
     dev = prepared.device
     make_current(dev)
     if out is None:
         out, pc = prepared.alloc()
         if pc & 15:   # allocators align far beyond this; never seen, but the plan assumed it
             return None
-    elif prepared.spans is not None and prepared.overlaps(pa, pb, pc):
+    elif prepared.spans is not None and (prepared.overlaps(pa, pb, pc) or
+                                         bias is not None and prepared.bias_overlaps(pbias, pc)):
         return None
-    _tls.last_plan = prepared.run(pa, pb, pc, alpha, beta, prepared.stream(dev))
-    return out
-
-
-def _run_prepared_biased(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha, beta, bias, pbias: int):
-    """_run_prepared with a bias: added in the kernel's epilogue where the prepared call
-    can (PreparedCall.fuses_bias), else after the product; None where the full path must
-    run (out overlaps an input or the bias)."""
-    if not prepared.fuses_bias or alpha == 0:
-        result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta)
-        return None if result is None else add_bias(result, bias)
-    dev = prepared.device
-    make_current(dev)
-    if out is None:
-        out, pc = prepared.alloc()
-        if pc & 15:
-            return None
-    elif prepared.overlaps(pa, pb, pc) or prepared.bias_overlaps(pbias, pc):
-        return None
-    _tls.last_plan = prepared.run_biased(pa, pb, pc, alpha, beta, pbias, prepared.stream(dev))
-    return out
+    fused = bias is not None and prepared.fuses_bias and alpha != 0
+    _tls.last_plan = prepared.run(pa, pb, pc, alpha, beta, prepared.stream(dev), pbias if fused else 0)
+    return out if bias is None or fused else add_bias(out, bias)
 
 
 def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias=None):
@@ -231,19 +215,13 @@ def _matmul_gpu(call: planner.Call, gpu, kernel: str, tile_params: dict, precisi
         CACHE.put(key, prepared)
     A, B = call.A.operand, call.B.operand
     pc = call.C.operand.ptr if call.C is not None else 0
-    if bv is not None:
-        result = _run_prepared_biased(prepared, A.ptr, B.ptr, out, pc, call.alpha, call.beta, bv.operand.obj,
-                                      bv.operand.ptr)
-        if result is not None:
-            return result
-        # A result allocated off the 16-byte grid: as below, then the bias after the product.
-        return add_bias(_matmul_gpu(call, gpu, kernel, tile_params, precision, out, None), bv.operand.obj)
-    result = _run_prepared(prepared, A.ptr, B.ptr, out, pc, call.alpha, call.beta)
+    bias, pbias = (bv.operand.obj, bv.operand.ptr) if bv is not None else (None, 0)
+    result = _run_prepared(prepared, A.ptr, B.ptr, out, pc, call.alpha, call.beta, bias, pbias)
     if result is None:   # a result allocated off the 16-byte grid: plan for it as it is
         result = empty_like_kind(A, call.result_shape, call.device, call.dtypes["out_dtype"])
         return _matmul_gpu(planner.validate(A.obj, B.obj, result, call.alpha, call.beta, call.A.trans,
                                             call.B.trans, precision, call.dtypes["out_dtype"]),
-                           gpu, kernel, tile_params, precision, result, None)
+                           gpu, kernel, tile_params, precision, result, None, bv)
     return result
 
 

@@ -55,6 +55,11 @@ class Operand:
         hi = sum(max(0, (n - 1) * s) for n, s in zip(self.shape, self.strides)) + 1
         return (self.ptr + lo * self.itemsize, self.ptr + hi * self.itemsize)
 
+    def meets(self, other: "Operand") -> bool:
+        """Whether the memory this array can touch meets ``other``'s."""
+        (lo, hi), (olo, ohi) = self.span(), other.span()
+        return lo < ohi and olo < hi
+
 
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 

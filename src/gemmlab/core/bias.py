@@ -45,11 +45,9 @@ def bias_view(bias, call, out_operand: Operand | None) -> BiasView:
     shape = call.result_shape
     if len(X.shape) > len(shape) or any(s != 1 and s != n for s, n in zip(reversed(X.shape), reversed(shape))):
         raise ValueError(f"{X.label()} does not broadcast to the result's shape {shape}")
-    if out_operand is not None and X.on_gpu == out_operand.on_gpu:
-        (blo, bhi), (olo, ohi) = X.span(), out_operand.span()
-        if blo < ohi and olo < bhi:
-            raise ValueError(f"{X.label()} shares memory with {out_operand.label()}: the product would "
-                             "overwrite the bias while reading it; pass a copy")
+    if out_operand is not None and X.on_gpu == out_operand.on_gpu and X.meets(out_operand):
+        raise ValueError(f"{X.label()} shares memory with {out_operand.label()}: the product would "
+                         "overwrite the bias while reading it; pass a copy")
     return BiasView(X, _epilogue_strides(X, call))
 
 
@@ -74,8 +72,6 @@ def _epilogue_strides(X: Operand, call) -> tuple[int, int, int] | None:
 def add_bias(result, bias):
     """result += bias by the arrays' own library (the rungs without the epilogue); returns
     the result (a new value for NumPy's 0-d result of vector @ vector)."""
-    if isinstance(result, Operand):
-        result = result.obj
     if type(result).__module__ == "numpy" and getattr(result, "ndim", 0) == 0:
         return (result + bias).astype(result.dtype)[()]
     if hasattr(result, "add_"):   # PyTorch

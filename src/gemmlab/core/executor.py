@@ -732,9 +732,10 @@ class PreparedCall:
         one_launch = self.launcher is not None and self.chooser is None and self.offsets == ((0, 0, 0),)
         if one_launch:
             self.direct = self.launcher.direct()
-        # Whether run_biased adds a bias in the kernel's epilogue (else the caller adds it).
+        # Whether run() adds a bias in the kernel's epilogue (else the caller adds it after),
+        # and where the bias sits relative to its address (it must not meet out).
         self.fuses_bias = one_launch and self.launcher.bias_strides is not None
-        self.bias_span = bias.span_from_ptr() if self.fuses_bias else None
+        self.bias_span = bias.span_from_ptr() if bias is not None else None
         # Where the operands sit relative to their data pointers, for the overlap check with out.
         self.spans = None
         if call.C is not None:
@@ -753,22 +754,19 @@ class PreparedCall:
         (blo, bhi), (clo, chi) = self.bias_span, self.spans[2]
         return bias + blo < C + chi and C + clo < bias + bhi
 
-    def run_biased(self, A: int, B: int, C: int, alpha, beta, bias: int, stream: int) -> Plan:
-        """run() with the bias at ``bias`` added in the kernel's epilogue (fuses_bias is set;
-        alpha != 0)."""
-        if self.swap:
-            A, B = B, A
-        if self.direct is not None:
-            self.direct(stream, A, B, C, alpha, beta, bias)
-        else:
-            self.launcher.run(stream, A, B, C, alpha, beta, bias=bias)
-        return self.plan
-
-    def run(self, A: int, B: int, C: int, alpha, beta, stream: int) -> "Plan | PlanChosenOnGPU":
+    def run(self, A: int, B: int, C: int, alpha, beta, stream: int, bias: int = 0) -> "Plan | PlanChosenOnGPU":
         """Enqueue the call on ``stream`` (a, b, out at A, B, C); returns the plan that
-        ran (for a method chosen on the GPU, a PlanChosenOnGPU that reads it when asked)."""
+        ran (for a method chosen on the GPU, a PlanChosenOnGPU that reads it when asked).
+        ``bias``: the address of a bias the kernel adds in its epilogue (fuses_bias is set,
+        alpha != 0), 0 for none."""
         if self.swap:
             A, B = B, A
+        if bias:   # one launch of the kernel's own arguments (fuses_bias)
+            if self.direct is not None:
+                self.direct(stream, A, B, C, alpha, beta, bias)
+            else:
+                self.launcher.run(stream, A, B, C, alpha, beta, bias=bias)
+            return self.plan
         if self.direct is not None:
             self.direct(stream, A, B, C, alpha, beta)
             return self.plan

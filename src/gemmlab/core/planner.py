@@ -513,8 +513,7 @@ def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> 
         _check_32bit(MO)
         # Memory shared with an input (out is a, or a view of b, ...): numpy's way, a
         # new array for the result, copied into out once the inputs are read.
-        lo, hi = O.span()
-        shared = any(lo < xhi and xlo < hi for xlo, xhi in (A.span(), B.span()))
+        shared = O.meets(A) or O.meets(B)
         SC = _side(MO, False, batch_shape, is_input=False, copy=not empty and (shared or O.dtype_name != out_dt))
     elif beta != 0:
         raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "

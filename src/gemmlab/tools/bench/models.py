@@ -159,29 +159,31 @@ def linear_case(layer: str, product: str, tokens: int, dims: tuple[int, int] | N
     raise ValueError(f"unknown linear product {product!r}; choose from {', '.join(LINEAR_PRODUCTS)}")
 
 
+def _attention_pair(layer: str, product: str, batch: int, rows: int, ctx: int, head_dim: int,
+                    expressions: tuple[str, str]) -> Case:
+    """Q @ K^T (``product`` "qk") or P @ V ("pv") over ``batch`` matrices: ``rows`` query
+    rows against ``ctx`` keys and values of ``head_dim``, K and V stored (batch, ctx, head dim)."""
+    if product == "qk":
+        return Case(layer, product, ctx, batch, rows, ctx, head_dim, "NT", expressions[0],
+                    ((batch, rows, head_dim), (batch, ctx, head_dim)))
+    if product == "pv":
+        return Case(layer, product, ctx, batch, rows, head_dim, ctx, "NN", expressions[1],
+                    ((batch, rows, ctx), (batch, ctx, head_dim)))
+    raise ValueError(f"unknown attention product {product!r}; choose from {', '.join(ATTENTION_PRODUCTS)}")
+
+
 def decode_case(product: str, bkv: int, rows: int, ctx: int, head_dim: int = HEAD_DIM) -> Case:
     """Attention at one decoding step: over ``bkv`` (batch x key/value heads) matrices, the
     ``rows`` query rows that share a key/value head (1 without grouped-query attention, heads /
     key/value heads with it, the query reshaped to (batch x kv heads, group, head dim)) against
     ``ctx`` cached positions."""
-    if product == "qk":
-        return Case(DECODE, product, ctx, bkv, rows, ctx, head_dim, "NT", "q @ k_cache.transpose(-1, -2)",
-                    ((bkv, rows, head_dim), (bkv, ctx, head_dim)))
-    if product == "pv":
-        return Case(DECODE, product, ctx, bkv, rows, head_dim, ctx, "NN", "p @ v_cache",
-                    ((bkv, rows, ctx), (bkv, ctx, head_dim)))
-    raise ValueError(f"unknown attention product {product!r}; choose from {', '.join(ATTENTION_PRODUCTS)}")
+    return _attention_pair(DECODE, product, bkv, rows, ctx, head_dim,
+                           ("q @ k_cache.transpose(-1, -2)", "p @ v_cache"))
 
 
 def attention_case(product: str, bh: int, seq: int, head_dim: int = HEAD_DIM) -> Case:
     """Q @ K^T or P @ V over ``bh`` (batch x heads) matrices of sequence ``seq``."""
-    if product == "qk":
-        return Case(ATTENTION, product, seq, bh, seq, seq, head_dim, "NT", "Q @ K.transpose(-1, -2)",
-                    ((bh, seq, head_dim), (bh, seq, head_dim)))
-    if product == "pv":
-        return Case(ATTENTION, product, seq, bh, seq, head_dim, seq, "NN", "P @ V",
-                    ((bh, seq, seq), (bh, seq, head_dim)))
-    raise ValueError(f"unknown attention product {product!r}; choose from {', '.join(ATTENTION_PRODUCTS)}")
+    return _attention_pair(ATTENTION, product, bh, seq, seq, head_dim, ("Q @ K.transpose(-1, -2)", "P @ V"))
 
 
 # -- options ------------------------------------------------------------------
