@@ -70,6 +70,13 @@ PRODUCTS = [
     ("phi-3-mini lm_head dY.t() @ x 4 tokens", 32064, 3072, 4, "TN", "fp32"),
     ("llama-3-8b up dY.t() @ x 16 tokens", 14336, 4096, 16, "TN", "fp32"),   # K = 16: pipelined both
 ]
+# 16-bit products of a few K, where auto runs wgmma: the "outer" arm says up to which K
+# outer would win (--only "16-bit K").
+PRODUCTS += [(f"16-bit K sweep {name}", M, N, K, "TN", dt)
+             for name, M, N in (("whisper lm_head", V, D), ("llama-3.2-1b q", 2048, 2048),
+                                ("llama-3-8b up", 14336, 4096), ("vit-b16 head", 1000, 768))
+             for K in (1, 2, 4, 8, 16) for dt in ("bf16",)] + [
+    ("16-bit K sweep whisper lm_head", V, D, K, "TN", "fp16") for K in (1, 4, 8)]
 TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 ERROR_KEY = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 
@@ -171,7 +178,7 @@ def precompile(gpu) -> str:
     return f"compiled {rt_compile.precompile(sorted(items), gpu.arch)} of {len(items)} kernels"
 
 
-def run_gpu(out_path: str | None, budget_s: float) -> None:
+def run_gpu(out_path: str | None, budget_s: float, only: str | None = None) -> None:
     import torch
     import gemmlab
     from gemmlab.core import api, executor, planner
@@ -186,6 +193,8 @@ def run_gpu(out_path: str | None, budget_s: float) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     recs = []
     for label, M, N, K, ops, dt in PRODUCTS:
+        if only and only not in label:
+            continue
         if time.time() - t0 > budget_s:
             print(f"budget spent: {label} {M}x{N}x{K} {ops} {dt} and after not timed")
             break
@@ -252,11 +261,12 @@ def main() -> int:
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--budget-s", type=float, default=400.0, help="no product starts after this many seconds")
     ap.add_argument("--plans", action="store_true", help="print the old and new plans (no GPU) and exit")
+    ap.add_argument("--only", help="time only the products whose label holds this text")
     args = ap.parse_args()
     if args.plans:
         plans_on_cpu()
         return 0
-    run_gpu(args.json, args.budget_s)
+    run_gpu(args.json, args.budget_s, args.only)
     return 0
 
 
