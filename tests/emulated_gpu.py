@@ -144,6 +144,7 @@ class Emulator:
             acc = np.zeros((M, N)) if alpha == 0 else a.astype(np.float64) @ b.astype(np.float64)
             r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
             if bias:   # element (z, m, n) at z * bias_zs + m * bias_rs + n * bias_cs
+                assert bias_rs == 0 or bias_cs == 0, "the epilogue reads a row or a column, one stride 0"
                 r = r + self.mem(bias + z * int(bias_zs) * ITEMSIZE[pr.out_dtype], pr.out_dtype, (M, N),
                                  (int(bias_rs), int(bias_cs))).astype(np.float64)
             c[...] = r.astype(c.dtype)

@@ -144,13 +144,13 @@ def test_decode_runs_on_gemv_with_nothing_passed_over():
 def test_small_m_on_hopper_says_why_gemv_was_passed_over():
     c = choose(bf16(77, 3072, 768, op_b="T"), H200)
     assert c.rung == "wgmma" and c.passed_over == ("gemv takes 1..4 rows of bfloat16 with op(B) column-major, "
-                                                   "not M = 77",)
+                                                   "not M = 77", "outer takes K = 1..8 of bfloat16, not K = 768")
     assert "cost model" in c.reason
 
 
 def test_off_hopper_the_tensor_rungs_pass_wgmma_over():
     c = choose(bf16(77, 3072, 768, op_b="T"), A100)
-    assert c.rung == "mma_pipelined" and c.passed_over[1] == "wgmma runs on sm_90a only (sm_80)"
+    assert c.rung == "mma_pipelined" and c.passed_over[2] == "wgmma runs on sm_90a only (sm_80)"
     # sm_75 has no mma_pipelined for these: the highest tensor rung that runs there.
     c = choose(Product(77, 3072, 768, dtype="float16", out_dtype="float16", op_b="T"), T4)
     assert c.rung == "wmma_warptile" and c.params == registry.get("wmma_warptile").defaults()
@@ -227,7 +227,7 @@ def test_fp32_tc_runs_fp32_where_hopper_would_run_ec_wmma():
 def test_plan_carries_the_rungs_passed_over():
     p = planner.plan("auto", 77, 3072, 768, dtype="bfloat16", out_dtype="bfloat16", op_b="T", arch="sm_80",
                      sm_count=108)
-    assert p.spec.name == "mma_pipelined" and len(p.passed_over) == 2 and "wgmma" in p.passed_over[1]
+    assert p.spec.name == "mma_pipelined" and len(p.passed_over) == 3 and "wgmma" in p.passed_over[2]
     assert "passed" not in p.describe() and "gemv" not in p.describe()    # describe() is as it was
 
 

@@ -765,10 +765,10 @@ def test_mma_pipelined_name_expressions():
     (1024, 1024, 1024, 132, False),      # 8 * 4 = 32 < 66
     (1281, 1536, 64, 132, True),         # 11 * 6 = 66 (ceiling of 1281 / 128): exactly half
     (1280, 1536, 64, 132, False),        # 10 * 6 = 60
-    (17, 1, 1, 132, False),              # more rows than gemv takes
+    (17, 1, 9, 132, False),              # more rows than gemv takes, more K than outer takes
     # One tile keeps half of 2 SMs busy, but a 128 x 256 tile over a 17 x 1 output is all
     # waste: the cost model takes 64 x 64.
-    (17, 1, 1, 2, False),
+    (17, 1, 9, 2, False),
 ])
 @pytest.mark.parametrize("dtype, out_dtype", [("float16", "float16"), ("bfloat16", "float32"), ("tf32", "float32")])
 def test_auto_for_tensor_dtypes(M, N, K, sm_count, big, dtype, out_dtype):
@@ -1054,9 +1054,11 @@ def test_wgmma_geometry(M, N, sm_count):
         clusters = min(tiles_mc * tiles_n, sm_count // cl)
         assert geo.grid == (cl * clusters, 1, 1) and geo.cluster == (cl, 1, 1) and geo.persistent
         assert geo.block == (128 * (p["BM"] // 64 + 1), 1, 1)
-        # the ring, two 8 KiB epilogue staging buffers per consumer, barriers, alignment slack
-        assert geo.smem_bytes == (p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * 8192
-                                  + 16 * p["STAGES"] + 1024)
+        # the ring, 8 KiB epilogue staging buffers per consumer (four where they fit in
+        # 227 KiB with the rest, else two), barriers, alignment slack
+        rest = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
+        bufs = 4 if rest + (p["BM"] // 64) * 4 * 8192 <= 227 * 1024 else 2
+        assert geo.smem_bytes == rest + (p["BM"] // 64) * bufs * 8192 <= 227 * 1024
         seen = []
         for block in range(geo.grid[0]):
             rank = block % cl
@@ -1342,10 +1344,10 @@ def test_rows_on_the_16_byte_grid_ignore_the_width_and_a_single_rows_stride():
 
 @pytest.mark.parametrize("M, N, K, op_a, op_b", [(51865, 768, 1, "T", "N"), (768, 51865, 1, "N", "N"),
                                                  (1024, 4096, 8, "N", "N"), (17, 5, 3, "T", "T")])
-def test_auto_takes_outer_for_float32_products_of_a_few_k(M, N, K, op_a, op_b):
+def test_auto_takes_outer_for_products_of_a_few_k(M, N, K, op_a, op_b):
     """kernel="auto": outer for float32 with K of 1..OUTER_MAX_K (M past gemv's rows), C's
-    rows 16 bytes at a time where they start on the grid; pipelined above, and 16-bit stays
-    with wgmma; fp32_tc's thin products run it too."""
+    rows 16 bytes at a time where they start on the grid; pipelined above; 16-bit likewise
+    (wgmma above); fp32_tc's thin products run it too."""
     from gemmlab.kernels.gemv.outer import OUTER_MAX_K
     for rows, wide in (("C", True), ("AB", False)):
         p = gemmlab.plan("auto", M, N, K, op_a=op_a, op_b=op_b, aligned16=False, rows_aligned16=rows,
@@ -1355,8 +1357,11 @@ def test_auto_takes_outer_for_float32_products_of_a_few_k(M, N, K, op_a, op_b):
         assert p.passed_over[0].startswith("gemv takes 1..16 rows")
     assert gemmlab.plan("auto", M, N, OUTER_MAX_K["float32"] + 1, op_a=op_a, op_b=op_b, arch="sm_90a",
                         gpu_slug="nvidia-h200").spec.name == "pipelined"
-    assert gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", op_a=op_a, op_b=op_b,
-                        arch="sm_90a").spec.name == "wgmma"
+    for dt in ("bfloat16", "float16"):
+        assert gemmlab.plan("auto", M, N, K, dtype=dt, out_dtype=dt, op_a=op_a, op_b=op_b,
+                            arch="sm_90a").spec.name == ("outer" if M > 4 else "gemv")
+        assert gemmlab.plan("auto", M, N, OUTER_MAX_K[dt] + 1, dtype=dt, out_dtype=dt, op_a=op_a, op_b=op_b,
+                            arch="sm_90a").spec.name == ("wgmma" if M > 4 else "gemv")
     p = gemmlab.plan("auto", M, N, K, dtype="fp16_ec", precision="fp32_tc", op_a=op_a, op_b=op_b, arch="sm_90a")
     assert (p.spec.name, p.method) == ("outer", "fp32")
     reason = registry.get("outer").auto_hook(choose.ask(choose.Product(M, N, 9), choose.GPU())).reason

@@ -41,8 +41,8 @@ log = logging.getLogger("gemmlab")
 # by one write of C); the last of each list takes every product.
 AUTO_RUNGS = {
     "float32": ("gemv", "outer", "pipelined"),
-    "float16": ("gemv", "wgmma", "mma_pipelined"),
-    "bfloat16": ("gemv", "wgmma", "mma_pipelined"),
+    "float16": ("gemv", "outer", "wgmma", "mma_pipelined"),
+    "bfloat16": ("gemv", "outer", "wgmma", "mma_pipelined"),
     "tf32": ("wgmma", "mma_pipelined"),
     "fp16_ec": ("ec_wgmma", "ec_wmma"),
     "tf32_ec": ("ec_wgmma", "ec_wmma"),

@@ -145,7 +145,7 @@ class Launcher:
         # kernel's own arguments, no pre-pass, K unsplit and not 0 -- else None (run() and
         # direct() then take bias = 0 only).
         self.bias_strides = None
-        if bias_strides is not None and p.spec.epilogue_bias is not None and p.spec.epilogue_bias(p) \
+        if bias_strides is not None and p.spec.epilogue_bias is not None and p.spec.epilogue_bias(p, bias_strides) \
                 and p.spec.kernel_args is not None and self.prepass is None and splits == 1 and pr.K != 0 \
                 and (batch == 1 or self.batched_args and len(self.chunks) == 1):
             self.bias_strides = tuple(bias_strides)

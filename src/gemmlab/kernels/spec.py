@@ -261,10 +261,11 @@ class KernelSpec:
     # (ec_wgmma: the split parts); executor.Launcher chunks batches so that a launch's
     # stays under BATCH_WORKSPACE_LIMIT.  None: no workspace that grows with the batch.
     batch_workspace: Callable[[Problem], int] | None = None
-    # Whether a plan's kernel adds a bias in its epilogue (Operands.bias, read by
-    # kernel_args), so that C = alpha * A @ B + bias costs no second pass over C
-    # (gemmlab.matmul's ``bias``); None: never (the bias is added after the product).
-    epilogue_bias: Callable[[object], bool] | None = None
+    # Whether a plan's kernel adds a bias of these element strides (rows, columns,
+    # matrices) in its epilogue (Operands.bias, read by kernel_args), so that
+    # C = alpha * A @ B + bias costs no second pass over C (gemmlab.matmul's ``bias``);
+    # None: never (the bias is added after the product).
+    epilogue_bias: Callable[[object, tuple], bool] | None = None
     # The launch first packs op(A) and op(B) into row-major workspaces (ec_wgmma's
     # split pre-pass), so the kernel reads every layout and is instantiated for
     # 'N', 'N' only.

@@ -21,11 +21,11 @@ _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # auto takes outer for products of at most this K, by input dtype.  At K products per
 # element of C, one lane's loads and FMAs of a 16-byte piece of a row stay well below
 # what an SM issues in the time its share of the memory bandwidth writes that piece,
-# so the write of C bounds the kernel.  Only float32 so far: 16-bit products of a few K
-# run on wgmma near or above torch.matmul's speed (the shapes suite, benchmarks/NOTES.md),
-# where the float32 rung, pipelined, spends a whole K-step on them and, with an operand
-# off the 16-byte grid, stores C 4 bytes at a time in scattered pieces.
-OUTER_MAX_K = {"float32": 8}
+# so the write of C bounds the kernel.  The tiled rungs spend a whole K-step (8 of
+# float32, 64 of 16-bit) and a tile's fixed costs on each piece of C.  Measured on an
+# H200 (scripts/ab_gemv.py, benchmarks/NOTES.md): outer was faster than wgmma on every
+# 16-bit product of K <= 8 tried and slower on most at K = 16.
+OUTER_MAX_K = {"float32": 8, "float16": 8, "bfloat16": 8}
 
 
 def outer_aligned(prob: Problem) -> bool:

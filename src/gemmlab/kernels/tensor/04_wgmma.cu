@@ -14,7 +14,34 @@ namespace gemmlab {
 
 constexpr int WGMMA_PRODUCER_REGS = 40;   // setmaxnreg: producer warpgroup
 constexpr int WGMMA_CONSUMER_REGS = 232;  // setmaxnreg: each consumer warpgroup
-constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store epilogue (two per consumer)
+constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store epilogue
+constexpr int WGMMA_SMEM_LIMIT = 232448;  // dynamic shared memory a Hopper block may opt in to (227 KiB)
+constexpr int WGMMA_EPI_MOST = 4;         // staging buffers per consumer where the ring leaves room
+
+// Staging buffers of the TMA-store epilogue per consumer: WGMMA_EPI_MOST where the
+// ring leaves room for them, else two.  Four hold a consumer's whole 64 x 256 16-bit
+// tile: it hands the tile to the copy engine and goes on to the next tile's wgmmas
+// while the stores drain, where with two it waits for its own stores halfway through
+// (every SM stores at once, so they drain at a share of the memory's bandwidth).
+// An int as a type, so that a generic lambda is compiled once for each value.
+template <int V>
+struct CompileTimeInt {
+    static constexpr int value = V;
+};
+// The epilogue's bias, as compiled: none; a row of values by column (bias_rs = 0:
+// nn.Linear's, added to every row); a column of values by row (bias_cs = 0).  The host
+// adds any other bias after the product (wgmma_epilogue_bias in kernels/tensor/wgmma.py).
+constexpr int WGMMA_BIAS_NONE = 0;
+constexpr int WGMMA_BIAS_ROW = 1;
+constexpr int WGMMA_BIAS_COLUMN = 2;
+
+template <int BM, int BN, int STAGES>
+__host__ __device__ constexpr int wgmma_epi_buffers() {
+    return STAGES * (BM + BN) * 128 + (BM / 64) * WGMMA_EPI_MOST * WGMMA_EPI_BYTES + 16 * STAGES + 1024 <=
+                   WGMMA_SMEM_LIMIT
+               ? WGMMA_EPI_MOST
+               : 2;
+}
 
 // OPA, OPB: the operand layouts every rung's template ends with (layout.cuh):
 // 'N' op(A) = A stored M x K row-major, 'T' A stored K x M (op(A) = A^T); likewise
@@ -39,9 +66,9 @@ constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store
 // with simt/splitk_reduce.cu.  Unsplit, splits is not read.
 // bias (16-bit inputs, unsplit; nullptr: none): the epilogue writes alpha * acc +
 // bias[z * bias_zs + m * bias_rs + n * bias_cs] (+ beta * C), the bias added in FP32
-// before the one rounding to C's type.  Its strides broadcast it: (0, 1) is a row
-// vector added to every row (nn.Linear's bias), (1, 0) a column; the bias never
-// costs C a second pass through memory.
+// before the one rounding to C's type.  Its strides broadcast it, one of bias_rs and
+// bias_cs 0: (0, 1) is a row vector added to every row (nn.Linear's bias), (1, 0) a
+// column; the bias never costs C a second pass through memory.
 template <int DT, int ODT, int BM, int BN, int STAGES, int CLUSTER, bool SPLIT, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A, int lda,
@@ -88,14 +115,15 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     (void)A; (void)lda; (void)B; (void)ldb;
 
     // Dynamic shared memory, aligned to 1024 bytes (the swizzle atom): STAGES
-    // tiles of A, STAGES tiles of B, two staging buffers per consumer for the
+    // tiles of A, STAGES tiles of B, EPI staging buffers per consumer for the
     // epilogue, then two barriers per stage.
+    constexpr int EPI = wgmma_epi_buffers<BM, BN, STAGES>();
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     unsigned char* a_tiles = smem;
     unsigned char* b_tiles = smem + STAGES * A_BYTES;
     unsigned char* epi = b_tiles + STAGES * B_BYTES;
-    u64* full = reinterpret_cast<u64*>(epi + CONSUMERS * 2 * WGMMA_EPI_BYTES);   // the copies have landed
+    u64* full = reinterpret_cast<u64*>(epi + CONSUMERS * EPI * WGMMA_EPI_BYTES);   // the copies have landed
     u64* empty = full + STAGES;                                                  // every consumer is done with it
 
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -160,7 +188,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
         const int g = lane / 4, tq = lane % 4;
         // 8-byte / 4-byte paired stores need an even ldc and stride_c and an aligned C.
         const bool pairs = (ldc % 2 == 0) && (stride_c % 2 == 0) && (reinterpret_cast<u64>(C) % (2 * sizeof(O)) == 0);
-        unsigned char* stage_c = epi + c * (2 * WGMMA_EPI_BYTES);   // this consumer's two staging buffers
+        unsigned char* stage_c = epi + c * (EPI * WGMMA_EPI_BYTES);   // this consumer's staging buffers
         int chunk = 0;                                              // staging buffers used so far
 
         // TF32: the wgmma's A operand is B^T from registers.  Its 64 rows (C's columns
@@ -252,108 +280,153 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 if (ks1 > ks0) release_stage<CLUSTER>(&empty[prev], lane);
             }
 
-            // The bias of C[m][n], read as each value is stored (not all at once: the
-            // accumulators hold the registers); -0.0 without one, which leaves every value,
-            // signed zeros included, as it was.
-            [[maybe_unused]] const O* bz = bias != nullptr ? bias + zs * bias_zs : nullptr;
-            [[maybe_unused]] auto bias_of = [&](int m, int n) -> float {
-                return (bz != nullptr && m < M && n < N) ? to_float(bz[m * bias_rs + n * bias_cs]) : -0.0f;
-            };
-            if (!SPLIT && tma_store) {
-                // Epilogue through shared memory (beta == 0 and a C that TMA can write): the
-                // consumer writes alpha * acc, converted, into one of its two 8 KB staging
-                // buffers (laid out as a TMA box: 128-byte rows, 128-byte swizzle) and one
-                // thread hands it to the copy engine, which writes it to C while this
-                // warpgroup goes on with the next tile, instead of the grid stalling on a
-                // burst of stores from registers (benchmarks/NOTES.md).  The parts of a box
-                // outside C are not written.  Before a buffer is reused, the store issued
-                // from it two chunks ago must have read it.
-                auto begin_chunk = [&]() -> unsigned char* {
-                    if (wq == 0 && lane == 0) bulk_wait_read<1>();
-                    named_barrier_sync(1 + c, 128);
-                    return stage_c + (chunk % 2) * WGMMA_EPI_BYTES;
+            // The epilogue, compiled for each kind of bias (WGMMA_BIAS_*): without one,
+            // nothing of it is in the code; with one (16-bit, unsplit: the only products the
+            // host hands a bias), bias[m][n] = bz[m * bias_rs + n * bias_cs], one of the
+            // strides 0, is added to alpha * acc in FP32, each value read once per chunk
+            // (row) or per tile (column), not once per element.
+            const O* bz = bias != nullptr ? bias + zs * bias_zs : nullptr;
+            auto epilogue = [&](auto kind) {
+                constexpr int BIAS_KIND = decltype(kind)::value;
+                constexpr bool BIAS = BIAS_KIND != WGMMA_BIAS_NONE;
+                [[maybe_unused]] auto bias_of = [&](int m, int n) -> float {
+                    if constexpr (BIAS_KIND == WGMMA_BIAS_ROW)
+                        return n < N ? to_float(bz[n * bias_cs]) : 0.0f;
+                    else
+                        return m < M ? to_float(bz[m * bias_rs]) : 0.0f;
                 };
-                auto end_chunk = [&](const unsigned char* buf, int x0, int y0, int boxes, int box_bytes, int box_cols) {
-                    fence_proxy_async_smem();
-                    named_barrier_sync(1 + c, 128);
-                    if (wq == 0 && lane == 0) {
-                        for (int i = 0; i < boxes; ++i)
-                            tma_store_3d(&map_c, buf + i * box_bytes, x0 + i * box_cols, y0, z);
-                        bulk_commit();
-                    }
-                    ++chunk;
-                };
-                if constexpr (TF32) {
-                    // C^T's accumulators: thread holds C[m][n0], C[m][n0 + 1] (n0 = n_local)
-                    // for m = 8j + 2 tq + e: d[4j + e] and d[4j + 2 + e].  A chunk is 32 rows of
-                    // the consumer's 64 columns: two boxes of 32 rows x 32 floats, warps 0-1
-                    // in the first, 2-3 in the second.  Each half-warp's 8-byte writes cover
-                    // all 32 banks (chunks q, q ^ 5 against rows 2 tq + e: disjoint).
-#pragma unroll
-                    for (int ch = 0; ch < TM / 32; ++ch) {
-                        unsigned char* buf = begin_chunk();
-                        unsigned char* wb = buf + (wq / 2) * 4096;
-#pragma unroll
-                        for (int jj = 0; jj < 4; ++jj) {
-                            const int j = 4 * ch + jj;
-#pragma unroll
-                            for (int e = 0; e < 2; ++e) {
-                                const int row = 8 * jj + 2 * tq + e;
-                                *reinterpret_cast<float2*>(wb + row * 128 + ((q ^ (row % 8)) * 16) + half * 8) =
-                                    make_float2(alpha * acc[4 * j + e], alpha * acc[4 * j + 2 + e]);
-                            }
+                if (!SPLIT && tma_store) {
+                    // Epilogue through shared memory (beta == 0 and a C that TMA can write): the
+                    // consumer writes alpha * acc, converted, into one of its EPI 8 KB staging
+                    // buffers (laid out as a TMA box: 128-byte rows, 128-byte swizzle) and one
+                    // thread hands it to the copy engine, which writes it to C while this
+                    // warpgroup goes on with the next tile, instead of the grid stalling on a
+                    // burst of stores from registers (benchmarks/NOTES.md).  The parts of a box
+                    // outside C are not written.  Before a buffer is reused, the store issued
+                    // from it EPI chunks ago must have read it.
+                    auto begin_chunk = [&]() -> unsigned char* {
+                        if (wq == 0 && lane == 0) bulk_wait_read<EPI - 1>();
+                        named_barrier_sync(1 + c, 128);
+                        return stage_c + (chunk % EPI) * WGMMA_EPI_BYTES;
+                    };
+                    auto end_chunk = [&](const unsigned char* buf, int x0, int y0, int boxes, int box_bytes,
+                                         int box_cols) {
+                        fence_proxy_async_smem();
+                        named_barrier_sync(1 + c, 128);
+                        if (wq == 0 && lane == 0) {
+                            for (int i = 0; i < boxes; ++i)
+                                tma_store_3d(&map_c, buf + i * box_bytes, x0 + i * box_cols, y0, z);
+                            bulk_commit();
                         }
-                        end_chunk(buf, tn * TN + 64 * c, tm * TM + 32 * ch, 2, 4096, 32);
+                        ++chunk;
+                    };
+                    if constexpr (TF32) {
+                        // C^T's accumulators: thread holds C[m][n0], C[m][n0 + 1] (n0 = n_local)
+                        // for m = 8j + 2 tq + e: d[4j + e] and d[4j + 2 + e].  A chunk is 32 rows
+                        // of the consumer's 64 columns: two boxes of 32 rows x 32 floats, warps
+                        // 0-1 in the first, 2-3 in the second.  Each half-warp's 8-byte writes
+                        // cover all 32 banks (chunks q, q ^ 5 against rows 2 tq + e: disjoint).
+#pragma unroll
+                        for (int ch = 0; ch < TM / 32; ++ch) {
+                            unsigned char* buf = begin_chunk();
+                            unsigned char* wb = buf + (wq / 2) * 4096;
+#pragma unroll
+                            for (int jj = 0; jj < 4; ++jj) {
+                                const int j = 4 * ch + jj;
+#pragma unroll
+                                for (int e = 0; e < 2; ++e) {
+                                    const int row = 8 * jj + 2 * tq + e;
+                                    *reinterpret_cast<float2*>(wb + row * 128 + ((q ^ (row % 8)) * 16) + half * 8) =
+                                        make_float2(alpha * acc[4 * j + e], alpha * acc[4 * j + 2 + e]);
+                                }
+                            }
+                            end_chunk(buf, tn * TN + 64 * c, tm * TM + 32 * ch, 2, 4096, 32);
+                        }
+                    } else {
+                        // Rows 16 wq + g (+ 8) of the consumer's 64, columns 8j + 2 tq (+ 1): a
+                        // chunk is one box of 64 rows x 128 bytes (64 16-bit or 32 FP32 columns).
+                        constexpr int COLS = 128 / int(sizeof(O));    // columns per chunk
+                        // A column's values for the thread's two rows of the tile.
+                        [[maybe_unused]] float bc[2];
+                        if constexpr (BIAS_KIND == WGMMA_BIAS_COLUMN) {
+                            bc[0] = bias_of(tm * TM + 64 * c + 16 * wq + g, 0);
+                            bc[1] = bias_of(tm * TM + 64 * c + 16 * wq + g + 8, 0);
+                        }
+#pragma unroll
+                        for (int ch = 0; ch < TN / COLS; ++ch) {
+                            // A row's values for the chunk's columns, all loaded before the first
+                            // is added, so that their latencies overlap instead of adding up.
+                            [[maybe_unused]] float bv[COLS / 8][2];
+                            if constexpr (BIAS_KIND == WGMMA_BIAS_ROW) {
+#pragma unroll
+                                for (int jj = 0; jj < COLS / 8; ++jj) {
+                                    const int n = tn * TN + COLS * ch + 8 * jj + 2 * tq;
+                                    bv[jj][0] = bias_of(0, n);
+                                    bv[jj][1] = bias_of(0, n + 1);
+                                }
+                            }
+                            unsigned char* buf = begin_chunk();
+#pragma unroll
+                            for (int jj = 0; jj < COLS / 8; ++jj) {
+                                const int j = ch * (COLS / 8) + jj;
+#pragma unroll
+                                for (int h = 0; h < 2; ++h) {
+                                    const int row = 16 * wq + g + 8 * h;
+                                    const int byte = (8 * jj + 2 * tq) * int(sizeof(O));   // within the row
+                                    O* at = reinterpret_cast<O*>(buf + row * 128 + (((byte / 16) ^ (row % 8)) * 16) +
+                                                                 byte % 16);
+                                    const float v0 = alpha * acc[4 * j + 2 * h], v1 = alpha * acc[4 * j + 2 * h + 1];
+                                    if constexpr (BIAS_KIND == WGMMA_BIAS_ROW)
+                                        store_two(at, v0 + bv[jj][0], v1 + bv[jj][1]);
+                                    else if constexpr (BIAS_KIND == WGMMA_BIAS_COLUMN)
+                                        store_two(at, v0 + bc[h], v1 + bc[h]);
+                                    else
+                                        store_two(at, v0, v1);
+                                }
+                            }
+                            end_chunk(buf, tn * TN + COLS * ch, tm * TM + 64 * c, 1, 0, 0);
+                        }
+                    }
+                } else if constexpr (TF32) {
+                    // Straight from the registers (beta != 0, or C not TMA-aligned): pairs along a row.
+                    O* Cz = C + zs * stride_c;
+                    const int m0 = tm * TM + 2 * tq, n0 = tn * TN + n_local;
+#pragma unroll
+                    for (int j = 0; j < TM / 8; ++j) {
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            store_pair(Cz, ldc, m0 + 8 * j + e, n0, M, N, acc[4 * j + e], acc[4 * j + 2 + e], alpha,
+                                       beta, pairs);
                     }
                 } else {
-                    // Rows 16 wq + g (+ 8) of the consumer's 64, columns 8j + 2 tq (+ 1): a chunk
-                    // is one box of 64 rows x 128 bytes (64 16-bit or 32 FP32 columns).
-                    constexpr int COLS = 128 / int(sizeof(O));    // columns per chunk
+                    // Epilogue straight from the accumulator registers (layout: hopper.cuh).
+                    O* Cz = C + zs * stride_c;
+                    const int row0 = tm * TM + c * 64 + wq * 16 + g;
+                    const int col0 = tn * TN + 2 * tq;
 #pragma unroll
-                    for (int ch = 0; ch < TN / COLS; ++ch) {
-                        unsigned char* buf = begin_chunk();
+                    for (int j = 0; j < TN / 8; ++j) {
 #pragma unroll
-                        for (int jj = 0; jj < COLS / 8; ++jj) {
-                            const int j = ch * (COLS / 8) + jj;
-#pragma unroll
-                            for (int h = 0; h < 2; ++h) {
-                                const int row = 16 * wq + g + 8 * h;
-                                const int byte = (8 * jj + 2 * tq) * int(sizeof(O));   // within the 128-byte row
-                                const int m = tm * TM + 64 * c + row, n = tn * TN + COLS * ch + 8 * jj + 2 * tq;
-                                store_two(reinterpret_cast<O*>(buf + row * 128 + (((byte / 16) ^ (row % 8)) * 16) +
-                                                               byte % 16),
-                                          alpha * acc[4 * j + 2 * h] + bias_of(m, n),
-                                          alpha * acc[4 * j + 2 * h + 1] + bias_of(m, n + 1));
-                            }
+                        for (int h = 0; h < 2; ++h) {
+                            const int m = row0 + 8 * h, n = col0 + 8 * j;
+                            if constexpr (BIAS)
+                                store_pair(Cz, ldc, m, n, M, N, alpha * acc[4 * j + 2 * h] + bias_of(m, n),
+                                           alpha * acc[4 * j + 2 * h + 1] + bias_of(m, n + 1), 1.0f, beta, pairs);
+                            else
+                                store_pair(Cz, ldc, m, n, M, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], alpha,
+                                           beta, pairs);
                         }
-                        end_chunk(buf, tn * TN + COLS * ch, tm * TM + 64 * c, 1, 0, 0);
                     }
                 }
-            } else if constexpr (TF32) {
-                // Straight from the registers (beta != 0, or C not TMA-aligned): pairs along a row.
-                O* Cz = C + zs * stride_c;
-                const int m0 = tm * TM + 2 * tq, n0 = tn * TN + n_local;
-#pragma unroll
-                for (int j = 0; j < TM / 8; ++j) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        store_pair(Cz, ldc, m0 + 8 * j + e, n0, M, N, acc[4 * j + e], acc[4 * j + 2 + e], alpha, beta,
-                                   pairs);
-                }
+            };
+            if constexpr (!SPLIT && !TF32) {
+                if (bz == nullptr)
+                    epilogue(CompileTimeInt<WGMMA_BIAS_NONE>{});
+                else if (bias_rs == 0)
+                    epilogue(CompileTimeInt<WGMMA_BIAS_ROW>{});
+                else
+                    epilogue(CompileTimeInt<WGMMA_BIAS_COLUMN>{});
             } else {
-                // Epilogue straight from the accumulator registers (layout: hopper.cuh).
-                O* Cz = C + zs * stride_c;
-                const int row0 = tm * TM + c * 64 + wq * 16 + g;
-                const int col0 = tn * TN + 2 * tq;
-#pragma unroll
-                for (int j = 0; j < TN / 8; ++j) {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                        store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N,
-                                   alpha * acc[4 * j + 2 * h] + bias_of(row0 + 8 * h, col0 + 8 * j),
-                                   alpha * acc[4 * j + 2 * h + 1] + bias_of(row0 + 8 * h, col0 + 8 * j + 1), 1.0f,
-                                   beta, pairs);
-                }
+                epilogue(CompileTimeInt<WGMMA_BIAS_NONE>{});
             }
         }
         // The staging buffers must stay until the copy engine has read them.

@@ -25,13 +25,15 @@ from ..cuda_constants import read_constants
 # Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200
 # (227 KiB); the ring, the epilogue's staging buffers, the barriers and 1 KiB to align
 # the tiles to the swizzle atom.
-WGMMA_SMEM_LIMIT = 227 * 1024
+_W = read_constants("tensor/04_wgmma.cu")
+WGMMA_SMEM_LIMIT = _W["WGMMA_SMEM_LIMIT"]
 WGMMA_SM90 = "sm_90a"
 # What the Hopper rungs (wgmma, ec_wgmma) need; no other target has these instructions.
 HOPPER_NEEDS = ("wgmma.mma_async and setmaxnreg exist on sm_90a only (Hopper: H100, H200, GH200); TMA and "
                 "thread-block clusters from sm_90")
-# one staging buffer of the TMA-store epilogue; two per consumer warpgroup
-WGMMA_EPI_BYTES = read_constants("tensor/04_wgmma.cu")["WGMMA_EPI_BYTES"]
+# one staging buffer of the TMA-store epilogue, and how many a consumer warpgroup has
+# where the ring leaves room (wgmma_epi_buffers)
+WGMMA_EPI_BYTES, WGMMA_EPI_MOST = _W["WGMMA_EPI_BYTES"], _W["WGMMA_EPI_MOST"]
 
 # The TF32 pre-pass (rounds A and packs B^T, K-major).
 TF32_PACK_SOURCE = KERNEL_DIR / "tensor" / "tf32_pack.cu"
@@ -42,11 +44,19 @@ TF32_PACK_TILE, TF32_PACK_THREADS = _P["TF32_PACK_TILE"], _P["TF32_PACK_THREADS"
 PACK16_KERNEL, PACK16_THREADS, PACK16_GROUP = "gemmlab::pack16", _P["PACK16_THREADS"], _P["PACK16_GROUP"]
 
 
+def wgmma_epi_buffers(p) -> int:
+    """04_wgmma.cu's wgmma_epi_buffers: the epilogue's 8 KiB staging buffers per consumer
+    warpgroup, WGMMA_EPI_MOST where the ring leaves room for them, else 2."""
+    most = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * WGMMA_EPI_MOST * WGMMA_EPI_BYTES \
+        + 16 * p["STAGES"] + 1024
+    return WGMMA_EPI_MOST if most <= WGMMA_SMEM_LIMIT else 2
+
+
 def wgmma_smem(p) -> int:
     """Dynamic shared memory of 04_wgmma.cu: STAGES x (A tile + B tile, (BM + BN) x 128 B),
-    2 x 8 KiB of epilogue staging per consumer warpgroup, two 8-byte barriers per stage,
-    1024 bytes of alignment slack."""
-    return (p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * WGMMA_EPI_BYTES
+    wgmma_epi_buffers x 8 KiB of epilogue staging per consumer warpgroup, two 8-byte
+    barriers per stage, 1024 bytes of alignment slack."""
+    return (p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * wgmma_epi_buffers(p) * WGMMA_EPI_BYTES
             + 16 * p["STAGES"] + 1024)
 
 
@@ -391,16 +401,21 @@ def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, sto
     map_a = tensor_map(pa, ra, ca, lda, pr.dtype, *box_a, backend, batch=na, batch_stride=sta)
     map_b = tensor_map(pb, rb, cb, ldb, pr.dtype, *box_b, backend, batch=nb, batch_stride=stb)
     map_c = _c_map(pr, ops, beta, box_c, backend) if splits == 1 else None
-    if ops.bias and not wgmma_epilogue_bias(plan):
-        raise ValueError(f"{plan.describe()} cannot add a bias in its epilogue (TF32 or split-K)")
+    if ops.bias and not wgmma_epilogue_bias(plan, (ops.bias_rs, ops.bias_cs, ops.bias_zs)):
+        raise ValueError(f"{plan.describe()} cannot add this bias in its epilogue (TF32, split-K, or strides "
+                         f"{ops.bias_rs, ops.bias_cs} neither of which is 0)")
     return args + (map_a, map_b, map_c if map_c is not None else map_a, np.int32(map_c is not None),
                    np.int32(splits), ops.bias, np.int64(ops.bias_rs), np.int64(ops.bias_cs), np.int64(ops.bias_zs))
 
 
-def wgmma_epilogue_bias(plan) -> bool:
+def wgmma_epilogue_bias(plan, strides) -> bool:
     """KernelSpec.epilogue_bias: 16-bit inputs, K unsplit (split-K's partial products
-    would each add it; TF32's epilogue writes C transposed)."""
-    return plan.problem.dtype in ("float16", "bfloat16") and plan.params.get("SPLITK", 1) == 1
+    would each add it; TF32's epilogue writes C transposed), and a bias whose values vary
+    along the rows or the columns of a matrix, not both (a row: nn.Linear's; a column):
+    the epilogue reads such a bias once per tile's column or row, not once per element."""
+    rs, cs, _ = strides
+    return plan.problem.dtype in ("float16", "bfloat16") and plan.params.get("SPLITK", 1) == 1 \
+        and (rs == 0 or cs == 0)
 
 
 def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta) -> tuple:
@@ -496,8 +511,8 @@ SPEC = KernelSpec(
                                               "matrix, which a reduction kernel adds into C)"),
     ),
     constraints=(
-        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*16384 + 16*STAGES + 1024 bytes, must "
-                   "fit in the 227 KiB a Hopper block can have",
+        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*8192*(4 epilogue buffers where they "
+                   "fit, else 2) + 16*STAGES + 1024 bytes, must fit in the 227 KiB a Hopper block can have",
                    lambda p: wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
         Constraint("BN = 64 runs without clusters (CLUSTER = 1): a cluster shares whole 64-column boxes of B "
                    "between its blocks", lambda p: p["BN"] != 64 or p["CLUSTER"] == 1),
