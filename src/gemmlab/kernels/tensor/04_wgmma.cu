@@ -23,11 +23,6 @@ constexpr int WGMMA_EPI_MOST = 4;         // staging buffers per consumer where 
 // tile: it hands the tile to the copy engine and goes on to the next tile's wgmmas
 // while the stores drain, where with two it waits for its own stores halfway through
 // (every SM stores at once, so they drain at a share of the memory's bandwidth).
-// An int as a type, so that a generic lambda is compiled once for each value.
-template <int V>
-struct CompileTimeInt {
-    static constexpr int value = V;
-};
 // The epilogue's bias, as compiled: none; a row of values by column (bias_rs = 0:
 // nn.Linear's, added to every row); a column of values by row (bias_cs = 0).  The host
 // adds any other bias after the product (wgmma_epilogue_bias in kernels/tensor/wgmma.py).
@@ -280,17 +275,16 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 if (ks1 > ks0) release_stage<CLUSTER>(&empty[prev], lane);
             }
 
-            // The epilogue, compiled for each kind of bias (WGMMA_BIAS_*): without one,
+            // The epilogue, inlined for each kind of bias (WGMMA_BIAS_*): without one,
             // nothing of it is in the code; with one (16-bit, unsplit: the only products the
             // host hands a bias), bias[m][n] = bz[m * bias_rs + n * bias_cs], one of the
             // strides 0, is added to alpha * acc in FP32, each value read once per chunk
             // (row) or per tile (column), not once per element.
             const O* bz = bias != nullptr ? bias + zs * bias_zs : nullptr;
-            auto epilogue = [&](auto kind) {
-                constexpr int BIAS_KIND = decltype(kind)::value;
-                constexpr bool BIAS = BIAS_KIND != WGMMA_BIAS_NONE;
+            auto epilogue = [&](const int bias_kind) {
+                const bool with_bias = bias_kind != WGMMA_BIAS_NONE;
                 [[maybe_unused]] auto bias_of = [&](int m, int n) -> float {
-                    if constexpr (BIAS_KIND == WGMMA_BIAS_ROW)
+                    if (bias_kind == WGMMA_BIAS_ROW)
                         return n < N ? to_float(bz[n * bias_cs]) : 0.0f;
                     else
                         return m < M ? to_float(bz[m * bias_rs]) : 0.0f;
@@ -348,7 +342,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                         constexpr int COLS = 128 / int(sizeof(O));    // columns per chunk
                         // A column's values for the thread's two rows of the tile.
                         [[maybe_unused]] float bc[2];
-                        if constexpr (BIAS_KIND == WGMMA_BIAS_COLUMN) {
+                        if (bias_kind == WGMMA_BIAS_COLUMN) {
                             bc[0] = bias_of(tm * TM + 64 * c + 16 * wq + g, 0);
                             bc[1] = bias_of(tm * TM + 64 * c + 16 * wq + g + 8, 0);
                         }
@@ -357,7 +351,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                             // A row's values for the chunk's columns, all loaded before the first
                             // is added, so that their latencies overlap instead of adding up.
                             [[maybe_unused]] float bv[COLS / 8][2];
-                            if constexpr (BIAS_KIND == WGMMA_BIAS_ROW) {
+                            if (bias_kind == WGMMA_BIAS_ROW) {
 #pragma unroll
                                 for (int jj = 0; jj < COLS / 8; ++jj) {
                                     const int n = tn * TN + COLS * ch + 8 * jj + 2 * tq;
@@ -376,9 +370,9 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                                     O* at = reinterpret_cast<O*>(buf + row * 128 + (((byte / 16) ^ (row % 8)) * 16) +
                                                                  byte % 16);
                                     const float v0 = alpha * acc[4 * j + 2 * h], v1 = alpha * acc[4 * j + 2 * h + 1];
-                                    if constexpr (BIAS_KIND == WGMMA_BIAS_ROW)
+                                    if (bias_kind == WGMMA_BIAS_ROW)
                                         store_two(at, v0 + bv[jj][0], v1 + bv[jj][1]);
-                                    else if constexpr (BIAS_KIND == WGMMA_BIAS_COLUMN)
+                                    else if (bias_kind == WGMMA_BIAS_COLUMN)
                                         store_two(at, v0 + bc[h], v1 + bc[h]);
                                     else
                                         store_two(at, v0, v1);
@@ -408,7 +402,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
                             const int m = row0 + 8 * h, n = col0 + 8 * j;
-                            if constexpr (BIAS)
+                            if (with_bias)
                                 store_pair(Cz, ldc, m, n, M, N, alpha * acc[4 * j + 2 * h] + bias_of(m, n),
                                            alpha * acc[4 * j + 2 * h + 1] + bias_of(m, n + 1), 1.0f, beta, pairs);
                             else
@@ -419,14 +413,15 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 }
             };
             if constexpr (!SPLIT && !TF32) {
+                // Called with a constant at each site, so that each is compiled for its kind.
                 if (bz == nullptr)
-                    epilogue(CompileTimeInt<WGMMA_BIAS_NONE>{});
+                    epilogue(WGMMA_BIAS_NONE);
                 else if (bias_rs == 0)
-                    epilogue(CompileTimeInt<WGMMA_BIAS_ROW>{});
+                    epilogue(WGMMA_BIAS_ROW);
                 else
-                    epilogue(CompileTimeInt<WGMMA_BIAS_COLUMN>{});
+                    epilogue(WGMMA_BIAS_COLUMN);
             } else {
-                epilogue(CompileTimeInt<WGMMA_BIAS_NONE>{});
+                epilogue(WGMMA_BIAS_NONE);
             }
         }
         // The staging buffers must stay until the copy engine has read them.
