@@ -37,6 +37,13 @@ GEMV_ROWS_16BIT_MAX_BYTES = 64 << 20
 # 128-byte segments split over K: there the split's second launch costs more than
 # the shorter segments.
 GEMV_SHORT_SEGMENT_MAX_BYTES = 256 << 20
+# Where op(B) is column-major, a warp reads one column of K at a time: columns of at most
+# this many bytes leave most of its lanes idle (decode attention's Q @ K^T, K = a head of
+# 64..256).  On an H200 gemv ran such 16-bit batches at 16-69% of torch.matmul while
+# wgmma, which reads op(B) in whole tiles, ran the same kind (7 rows) at 122-213%
+# (shapes suite, benchmarks/NOTES.md); so on GPUs with wgmma auto leaves them to it.
+GEMV_COLUMN_SHORT_BYTES = 512
+GEMV_COLUMN_SHORT_DECLINED_ON = ("sm_90a",)    # the GPUs where wgmma takes them
 GEMV_DTYPES = ("float32", "float16", "bfloat16")
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # (input, output) dtypes: float32 in and out; 16-bit in, float32 or the same type out.
@@ -183,6 +190,10 @@ def _auto_hook(ask: Ask) -> Offer:
     """A few rows (a decode step): the time is one read of op(B), which gemv streams at
     memory bandwidth where a tiled rung would spend a whole tile on each row (op(B)
     row-major: blocks narrow enough to fill the SMs, else split over K).  See auto_takes."""
+    if ask.op_b == "T" and ask.dtype != "float32" and ask.arch in GEMV_COLUMN_SHORT_DECLINED_ON \
+            and 0 < ask.K * _ITEMSIZE.get(ask.dtype, 4) <= GEMV_COLUMN_SHORT_BYTES:
+        return Offer(None, f"gemv: columns of op(B) of {ask.K} {ask.dtype} values are too short for its warps "
+                           f"(at most {GEMV_COLUMN_SHORT_BYTES} bytes); wgmma reads op(B) in whole tiles")
     if auto_takes(ask.M, ask.dtype, ask.op_b, ask.N, ask.K):
         return Offer(auto_params(ask.M, ask.N, ask.K, ask.sm_count, ask.batch, dtype=ask.dtype, op_b=ask.op_b,
                                  aligned16=ask.rows_on_grid("B")))
