@@ -141,6 +141,20 @@ def test_decode_runs_on_gemv_with_nothing_passed_over():
     assert (c.rung, c.params["MT"], c.passed_over, c.fallbacks) == ("gemv", 4, (), ())
 
 
+@pytest.mark.parametrize("batch, M, N, K", [(64, 4, 4096, 128), (128, 1, 2049, 96), (32, 2, 513, 256),
+                                            (1, 1, 4096, 64)])
+def test_decode_attention_q_at_k_runs_on_wgmma_on_hopper(batch, M, N, K):
+    """Q @ K^T of a decode step: columns of op(B) of a head (<= 512 bytes) leave gemv's warps
+    idle; on Hopper wgmma takes them, elsewhere gemv still does, and float32 and long
+    columns stay on gemv everywhere."""
+    c = choose(bf16(M, N, K, op_b="T", batch=batch), H200)
+    assert c.rung == "wgmma" and c.passed_over[0].startswith(f"gemv: columns of op(B) of {K} bfloat16 values")
+    assert choose(bf16(M, N, K, op_b="T", batch=batch), A100).rung == "gemv"
+    fp32 = Product(M, N, K, batch, "float32", "float32", op_b="T")
+    assert choose(fp32, H200).rung == "gemv"
+    assert choose(bf16(M, N, 768, op_b="T", batch=batch), H200).rung == "gemv"    # 1536-byte columns
+
+
 def test_small_m_on_hopper_says_why_gemv_was_passed_over():
     c = choose(bf16(77, 3072, 768, op_b="T"), H200)
     assert c.rung == "wgmma" and c.passed_over == ("gemv takes 1..4 rows of bfloat16 with op(B) column-major, "
