@@ -1054,11 +1054,9 @@ def test_wgmma_geometry(M, N, sm_count):
         clusters = min(tiles_mc * tiles_n, sm_count // cl)
         assert geo.grid == (cl * clusters, 1, 1) and geo.cluster == (cl, 1, 1) and geo.persistent
         assert geo.block == (128 * (p["BM"] // 64 + 1), 1, 1)
-        # the ring, 8 KiB epilogue staging buffers per consumer (four where they fit in
-        # 227 KiB with the rest, else two), barriers, alignment slack
-        rest = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
-        bufs = 4 if rest + (p["BM"] // 64) * 4 * 8192 <= 227 * 1024 else 2
-        assert geo.smem_bytes == rest + (p["BM"] // 64) * bufs * 8192 <= 227 * 1024
+        # the ring, two 8 KiB epilogue staging buffers per consumer, barriers, alignment slack
+        assert geo.smem_bytes == (p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * 8192
+                                  + 16 * p["STAGES"] + 1024)
         seen = []
         for block in range(geo.grid[0]):
             rank = block % cl

@@ -14,29 +14,14 @@ namespace gemmlab {
 
 constexpr int WGMMA_PRODUCER_REGS = 40;   // setmaxnreg: producer warpgroup
 constexpr int WGMMA_CONSUMER_REGS = 232;  // setmaxnreg: each consumer warpgroup
-constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store epilogue
-constexpr int WGMMA_SMEM_LIMIT = 232448;  // dynamic shared memory a Hopper block may opt in to (227 KiB)
-constexpr int WGMMA_EPI_MOST = 4;         // staging buffers per consumer where the ring leaves room
+constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store epilogue (two per consumer)
 
-// Staging buffers of the TMA-store epilogue per consumer: WGMMA_EPI_MOST where the
-// ring leaves room for them, else two.  Four hold a consumer's whole 64 x 256 16-bit
-// tile: it hands the tile to the copy engine and goes on to the next tile's wgmmas
-// while the stores drain, where with two it waits for its own stores halfway through
-// (every SM stores at once, so they drain at a share of the memory's bandwidth).
 // The epilogue's bias, as compiled: none; a row of values by column (bias_rs = 0:
 // nn.Linear's, added to every row); a column of values by row (bias_cs = 0).  The host
 // adds any other bias after the product (wgmma_epilogue_bias in kernels/tensor/wgmma.py).
 constexpr int WGMMA_BIAS_NONE = 0;
 constexpr int WGMMA_BIAS_ROW = 1;
 constexpr int WGMMA_BIAS_COLUMN = 2;
-
-template <int BM, int BN, int STAGES>
-__host__ __device__ constexpr int wgmma_epi_buffers() {
-    return STAGES * (BM + BN) * 128 + (BM / 64) * WGMMA_EPI_MOST * WGMMA_EPI_BYTES + 16 * STAGES + 1024 <=
-                   WGMMA_SMEM_LIMIT
-               ? WGMMA_EPI_MOST
-               : 2;
-}
 
 // OPA, OPB: the operand layouts every rung's template ends with (layout.cuh):
 // 'N' op(A) = A stored M x K row-major, 'T' A stored K x M (op(A) = A^T); likewise
@@ -110,15 +95,14 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     (void)A; (void)lda; (void)B; (void)ldb;
 
     // Dynamic shared memory, aligned to 1024 bytes (the swizzle atom): STAGES
-    // tiles of A, STAGES tiles of B, EPI staging buffers per consumer for the
+    // tiles of A, STAGES tiles of B, two staging buffers per consumer for the
     // epilogue, then two barriers per stage.
-    constexpr int EPI = wgmma_epi_buffers<BM, BN, STAGES>();
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     unsigned char* a_tiles = smem;
     unsigned char* b_tiles = smem + STAGES * A_BYTES;
     unsigned char* epi = b_tiles + STAGES * B_BYTES;
-    u64* full = reinterpret_cast<u64*>(epi + CONSUMERS * EPI * WGMMA_EPI_BYTES);   // the copies have landed
+    u64* full = reinterpret_cast<u64*>(epi + CONSUMERS * 2 * WGMMA_EPI_BYTES);   // the copies have landed
     u64* empty = full + STAGES;                                                  // every consumer is done with it
 
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -183,7 +167,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
         const int g = lane / 4, tq = lane % 4;
         // 8-byte / 4-byte paired stores need an even ldc and stride_c and an aligned C.
         const bool pairs = (ldc % 2 == 0) && (stride_c % 2 == 0) && (reinterpret_cast<u64>(C) % (2 * sizeof(O)) == 0);
-        unsigned char* stage_c = epi + c * (EPI * WGMMA_EPI_BYTES);   // this consumer's staging buffers
+        unsigned char* stage_c = epi + c * (2 * WGMMA_EPI_BYTES);   // this consumer's two staging buffers
         int chunk = 0;                                              // staging buffers used so far
 
         // TF32: the wgmma's A operand is B^T from registers.  Its 64 rows (C's columns
@@ -291,17 +275,17 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 };
                 if (!SPLIT && tma_store) {
                     // Epilogue through shared memory (beta == 0 and a C that TMA can write): the
-                    // consumer writes alpha * acc, converted, into one of its EPI 8 KB staging
+                    // consumer writes alpha * acc, converted, into one of its two 8 KB staging
                     // buffers (laid out as a TMA box: 128-byte rows, 128-byte swizzle) and one
                     // thread hands it to the copy engine, which writes it to C while this
                     // warpgroup goes on with the next tile, instead of the grid stalling on a
                     // burst of stores from registers (benchmarks/NOTES.md).  The parts of a box
                     // outside C are not written.  Before a buffer is reused, the store issued
-                    // from it EPI chunks ago must have read it.
+                    // from it two chunks ago must have read it.
                     auto begin_chunk = [&]() -> unsigned char* {
-                        if (wq == 0 && lane == 0) bulk_wait_read<EPI - 1>();
+                        if (wq == 0 && lane == 0) bulk_wait_read<1>();
                         named_barrier_sync(1 + c, 128);
-                        return stage_c + (chunk % EPI) * WGMMA_EPI_BYTES;
+                        return stage_c + (chunk % 2) * WGMMA_EPI_BYTES;
                     };
                     auto end_chunk = [&](const unsigned char* buf, int x0, int y0, int boxes, int box_bytes,
                                          int box_cols) {

@@ -25,15 +25,13 @@ from ..cuda_constants import read_constants
 # Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200
 # (227 KiB); the ring, the epilogue's staging buffers, the barriers and 1 KiB to align
 # the tiles to the swizzle atom.
-_W = read_constants("tensor/04_wgmma.cu")
-WGMMA_SMEM_LIMIT = _W["WGMMA_SMEM_LIMIT"]
+WGMMA_SMEM_LIMIT = 227 * 1024
 WGMMA_SM90 = "sm_90a"
 # What the Hopper rungs (wgmma, ec_wgmma) need; no other target has these instructions.
 HOPPER_NEEDS = ("wgmma.mma_async and setmaxnreg exist on sm_90a only (Hopper: H100, H200, GH200); TMA and "
                 "thread-block clusters from sm_90")
-# one staging buffer of the TMA-store epilogue, and how many a consumer warpgroup has
-# where the ring leaves room (wgmma_epi_buffers)
-WGMMA_EPI_BYTES, WGMMA_EPI_MOST = _W["WGMMA_EPI_BYTES"], _W["WGMMA_EPI_MOST"]
+# one staging buffer of the TMA-store epilogue; two per consumer warpgroup
+WGMMA_EPI_BYTES = read_constants("tensor/04_wgmma.cu")["WGMMA_EPI_BYTES"]
 
 # The TF32 pre-pass (rounds A and packs B^T, K-major).
 TF32_PACK_SOURCE = KERNEL_DIR / "tensor" / "tf32_pack.cu"
@@ -44,19 +42,11 @@ TF32_PACK_TILE, TF32_PACK_THREADS = _P["TF32_PACK_TILE"], _P["TF32_PACK_THREADS"
 PACK16_KERNEL, PACK16_THREADS, PACK16_GROUP = "gemmlab::pack16", _P["PACK16_THREADS"], _P["PACK16_GROUP"]
 
 
-def wgmma_epi_buffers(p) -> int:
-    """04_wgmma.cu's wgmma_epi_buffers: the epilogue's 8 KiB staging buffers per consumer
-    warpgroup, WGMMA_EPI_MOST where the ring leaves room for them, else 2."""
-    most = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * WGMMA_EPI_MOST * WGMMA_EPI_BYTES \
-        + 16 * p["STAGES"] + 1024
-    return WGMMA_EPI_MOST if most <= WGMMA_SMEM_LIMIT else 2
-
-
 def wgmma_smem(p) -> int:
     """Dynamic shared memory of 04_wgmma.cu: STAGES x (A tile + B tile, (BM + BN) x 128 B),
-    wgmma_epi_buffers x 8 KiB of epilogue staging per consumer warpgroup, two 8-byte
-    barriers per stage, 1024 bytes of alignment slack."""
-    return (p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * wgmma_epi_buffers(p) * WGMMA_EPI_BYTES
+    2 x 8 KiB of epilogue staging per consumer warpgroup, two 8-byte barriers per stage,
+    1024 bytes of alignment slack."""
+    return (p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * WGMMA_EPI_BYTES
             + 16 * p["STAGES"] + 1024)
 
 
@@ -511,8 +501,8 @@ SPEC = KernelSpec(
                                               "matrix, which a reduction kernel adds into C)"),
     ),
     constraints=(
-        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*8192*(4 epilogue buffers where they "
-                   "fit, else 2) + 16*STAGES + 1024 bytes, must fit in the 227 KiB a Hopper block can have",
+        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*16384 + 16*STAGES + 1024 bytes, must "
+                   "fit in the 227 KiB a Hopper block can have",
                    lambda p: wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
         Constraint("BN = 64 runs without clusters (CLUSTER = 1): a cluster shares whole 64-column boxes of B "
                    "between its blocks", lambda p: p["BN"] != 64 or p["CLUSTER"] == 1),
