@@ -49,7 +49,8 @@ def test_each_linear_layer_comes_in_three_views():
     and attention (a decoding step's too) its Q @ K^T and P @ V."""
     for m in shapes.MODELS.values():
         mine = shapes._model_products(m)
-        linear = Counter((p.layer, p.tokens) for p in mine if p.layer not in (models.ATTENTION, models.DECODE))
+        linear = Counter((p.layer, p.tokens) for p in mine
+                         if p.layer not in (models.ATTENTION, models.DECODE, models.DECODE_CACHE))
         assert set(linear.values()) == {3}
         for layer, tokens in linear:
             views = {p.product: p for p in mine if (p.layer, p.tokens) == (layer, tokens)}
@@ -61,6 +62,9 @@ def test_each_linear_layer_comes_in_three_views():
         assert len(attention) == len(m.attention) and set(attention.values()) == {2}
         decode = Counter((p.batch, p.tokens) for p in mine if p.layer == models.DECODE)
         assert len(decode) == len(m.decode) and set(decode.values()) <= {2}
+        cache = Counter((p.batch, p.M, p.tokens, p.capacity) for p in mine
+                        if p.layer == models.DECODE_CACHE)
+        assert sorted(cache) == sorted(m.decode_cache) and set(cache.values()) <= {2}
         for bkv, rows, ctx in m.decode:
             qk, pv = (p for p in mine if p.layer == models.DECODE and (p.batch, p.tokens) == (bkv, ctx))
             assert (qk.M, qk.N, qk.K, qk.ops) == (rows, ctx, m.head_dim, "NT")
@@ -89,6 +93,15 @@ def test_views_are_the_ones_pytorch_hands_over():
     pv = _find(products, "llama-3-8b", "decode", "pv", 8193, batch=8)
     a, b = pv.operands(_meta)
     assert a.shape == (8, 4, 8193) and b.shape == (8, 8193, 128) and b.stride() == (8193 * 128, 128, 1)
+    # the same against the first 3001 positions of a cache allocated for 8192: each matrix of
+    # K and V one capacity apart, as a generation loop's k_cache[:, :S] hands it over
+    qk = _find(products, "llama-3-8b", "decode_cache", "qk", 3001, batch=8)
+    a, b = qk.operands(_meta)
+    assert a.shape == (8, 4, 128) and b.shape == (8, 128, 3001) and b.stride() == (8192 * 128, 1, 128)
+    pv = _find(products, "llama-3-8b", "decode_cache", "pv", 3001, batch=8)
+    a, b = pv.operands(_meta)
+    assert a.shape == (8, 4, 3001) and b.shape == (8, 3001, 128) and b.stride() == (8192 * 128, 128, 1)
+    assert qk.kind == "decode" and qk.stored_elements() == 8 * 4 * 128 + 8 * 8192 * 128
 
 
 def test_generation_is_deterministic_by_seed():

@@ -41,6 +41,7 @@ LINEAR_LAYERS = {"qkv": (HIDDEN, 6144), "o": (HIDDEN, HIDDEN), "gate_up": (HIDDE
                  "down": (14336, HIDDEN), "lm_head": (HIDDEN, 128256)}
 ATTENTION = "attention"
 DECODE = "decode"          # attention at one decoding step, against a cache of keys and values
+DECODE_CACHE = "decode_cache"   # the same, against the first positions of a cache allocated for more
 LAYERS = (*LINEAR_LAYERS, ATTENTION)
 TOKENS = (1, 16, 128, 2048, 8192)
 LINEAR_PRODUCTS = ("fwd", "dgrad", "wgrad")
@@ -87,6 +88,10 @@ class Case:
     ops: str            # how op(A), op(B) are stored: N row-major, T a transposed view
     expression: str     # the PyTorch expression that makes the operands
     stored: tuple       # the shape of each tensor allocated (contiguous), in expression order
+    # Attention: the second tensor holds this many positions and the product reads its
+    # first ``tokens`` (a cache allocated for the longest context: each matrix's stride is
+    # the capacity, not the length); 0: it holds exactly ``tokens``.
+    capacity: int = 0
 
     @property
     def name(self) -> str:
@@ -94,7 +99,8 @@ class Case:
 
     @property
     def label(self) -> str:
-        where = f"M={self.tokens}" if self.layer not in (ATTENTION, DECODE) else f"BH={self.batch} S={self.tokens}"
+        where = f"M={self.tokens}" if self.layer not in (ATTENTION, DECODE, DECODE_CACHE) else \
+            f"BH={self.batch} S={self.tokens}"
         return f"{self.name} {where}"
 
     @property
@@ -114,6 +120,8 @@ class Case:
         each stored array (PyTorch, CuPy or NumPy), the views are taken here (W.t(),
         dY.t(), K.transpose(-1, -2): swapaxes, which all three have)."""
         first, second = (make(s) for s in self.stored)
+        if self.capacity:                  # k_cache[:, :S], v_cache[:, :S]
+            second = second[:, :self.tokens]
         if self.product in ("fwd", "qk"):  # x @ W.t(), Q @ K.transpose(-1, -2)
             return first, second.swapaxes(-1, -2)
         if self.product == "wgrad":        # dY.t() @ x
@@ -160,15 +168,17 @@ def linear_case(layer: str, product: str, tokens: int, dims: tuple[int, int] | N
 
 
 def _attention_pair(layer: str, product: str, batch: int, rows: int, ctx: int, head_dim: int,
-                    expressions: tuple[str, str]) -> Case:
+                    expressions: tuple[str, str], capacity: int = 0) -> Case:
     """Q @ K^T (``product`` "qk") or P @ V ("pv") over ``batch`` matrices: ``rows`` query
-    rows against ``ctx`` keys and values of ``head_dim``, K and V stored (batch, ctx, head dim)."""
+    rows against ``ctx`` keys and values of ``head_dim``, K and V stored (batch, ctx, head dim),
+    or (batch, capacity, head dim) of which the first ctx positions are read."""
+    kv = (batch, capacity or ctx, head_dim)
     if product == "qk":
         return Case(layer, product, ctx, batch, rows, ctx, head_dim, "NT", expressions[0],
-                    ((batch, rows, head_dim), (batch, ctx, head_dim)))
+                    ((batch, rows, head_dim), kv), capacity)
     if product == "pv":
         return Case(layer, product, ctx, batch, rows, head_dim, ctx, "NN", expressions[1],
-                    ((batch, rows, ctx), (batch, ctx, head_dim)))
+                    ((batch, rows, ctx), kv), capacity)
     raise ValueError(f"unknown attention product {product!r}; choose from {', '.join(ATTENTION_PRODUCTS)}")
 
 
@@ -179,6 +189,13 @@ def decode_case(product: str, bkv: int, rows: int, ctx: int, head_dim: int = HEA
     ``ctx`` cached positions."""
     return _attention_pair(DECODE, product, bkv, rows, ctx, head_dim,
                            ("q @ k_cache.transpose(-1, -2)", "p @ v_cache"))
+
+
+def decode_cache_case(product: str, bkv: int, rows: int, ctx: int, capacity: int, head_dim: int = HEAD_DIM) -> Case:
+    """decode_case against the first ``ctx`` positions of a cache allocated for ``capacity``
+    (how generation loops keep it: one buffer for the longest context, sliced each step)."""
+    return _attention_pair(DECODE_CACHE, product, bkv, rows, ctx, head_dim,
+                           ("q @ k_cache[:, :S].transpose(-1, -2)", "p @ v_cache[:, :S]"), capacity)
 
 
 def attention_case(product: str, bh: int, seq: int, head_dim: int = HEAD_DIM) -> Case:

@@ -34,7 +34,9 @@ from .report import _fmt, _pyplot, savefig
 # shapes the suite takes from it.  ``layers``: (name, in features, out features)
 # or (name, in, out, token counts of its own); ``attention``: (batch x heads,
 # sequence) pairs at ``head_dim``; ``decode``: attention at one decoding step,
-# (batch x key/value heads, query rows per key/value head, cached positions).  Sizes are those of each model's published
+# (batch x key/value heads, query rows per key/value head, cached positions); ``decode_cache``:
+# the same against a cache allocated for more positions (..., cached positions, capacity).
+# Sizes are those of each model's published
 # configuration (the Hugging Face config.json of the repository named under
 # ``source``, or the paper).
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class ModelShapes:
     head_dim: int
     attention: tuple
     decode: tuple = ()
+    decode_cache: tuple = ()
 
 
 MODELS = {m.name: m for m in (
@@ -63,7 +66,7 @@ MODELS = {m.name: m for m in (
     ModelShapes("llama-3-8b", "decoder, GQA", "meta-llama/Meta-Llama-3-8B config.json", (16,),
                 (("q", 4096, 4096), ("kv", 4096, 1024), ("o", 4096, 4096), ("up", 4096, 14336),
                  ("down", 14336, 4096), ("lm_head", 4096, 128256)), 128, ((32, 128),),
-                decode=((8, 4, 8193),)),
+                decode=((8, 4, 8193),), decode_cache=((8, 4, 3001, 8192),)),
     # Qwen2.5 7B: hidden 3584, 28 heads of 128, 4 KV heads, FFN 18944, vocab 152064.
     ModelShapes("qwen2.5-7b", "decoder, GQA", "Qwen/Qwen2.5-7B config.json", (77, 2048),
                 (("q", 3584, 3584), ("kv", 3584, 512), ("o", 3584, 3584), ("up", 3584, 18944),
@@ -73,7 +76,7 @@ MODELS = {m.name: m for m in (
     ModelShapes("mistral-7b", "decoder, GQA", "mistralai/Mistral-7B-v0.1 config.json", (1000,),
                 (("q", 4096, 4096), ("kv", 4096, 1024), ("o", 4096, 4096), ("up", 4096, 14336),
                  ("down", 14336, 4096), ("lm_head", 4096, 32000)), 128, ((128, 1000),),
-                decode=((32, 4, 1000),)),
+                decode=((32, 4, 1000),), decode_cache=((32, 4, 1500, 4096),)),
     # Gemma 2 2B: hidden 2304, 8 heads of 256, 4 KV heads, FFN 9216, vocab 256000.
     ModelShapes("gemma-2-2b", "decoder, GQA, head 256", "google/gemma-2-2b config.json", (1, 512),
                 (("q", 2304, 2048), ("kv", 2304, 1024), ("o", 2048, 2304), ("up", 2304, 9216),
@@ -83,12 +86,12 @@ MODELS = {m.name: m for m in (
     ModelShapes("phi-3-mini", "decoder, head 96", "microsoft/Phi-3-mini-4k-instruct config.json", (4, 2048),
                 (("qkv", 3072, 9216), ("o", 3072, 3072), ("gate_up", 3072, 16384), ("down", 8192, 3072),
                  ("lm_head", 3072, 32064)), 96, ((128, 2048),),
-                decode=((128, 1, 2049),)),
+                decode=((128, 1, 2049),), decode_cache=((128, 1, 1000, 4096),)),
     # GPT-2 small: hidden 768, 12 heads of 64, FFN 3072, vocab 50257 (odd), context 1024.
     ModelShapes("gpt2", "decoder, vocab 50257", "openai-community/gpt2 config.json", (1024, 4096),
                 (("qkv", 768, 2304), ("o", 768, 768), ("up", 768, 3072), ("down", 3072, 768),
                  ("lm_head", 768, 50257)), 64, ((48, 1024),),
-                decode=((96, 1, 1025),)),
+                decode=((96, 1, 1025),), decode_cache=((96, 1, 700, 1024),)),
     # BERT base: hidden 768, 12 heads of 64, FFN 3072, vocab 30522, MLM head (transform, decoder).
     ModelShapes("bert-base", "encoder, vocab 30522", "google-bert/bert-base-uncased config.json", (128, 4096),
                 (("q", 768, 768), ("o", 768, 768), ("up", 768, 3072), ("down", 3072, 768),
@@ -195,23 +198,27 @@ def _product(case: models.Case, model: str) -> Product:
     return Product(**{f.name: getattr(case, f.name) for f in fields(case)}, model=model)
 
 
-def _views(model: str, linear, attention, decode=()) -> list[Product]:
+def _views(model: str, linear, attention, decode=(), decode_cache=()) -> list[Product]:
     """Every view of ``model``'s linear layers [(name, tokens, (fan_in, fan_out))], attention
     shapes [(batch x heads, sequence, head dim)] and decoding steps [(batch x key/value heads,
-    query rows per key/value head, cached positions, head dim)]."""
+    query rows per key/value head, cached positions, head dim)], also against a larger cache
+    [(..., cached positions, capacity, head dim)]."""
     out = [_product(models.linear_case(name, view, tokens, dims), model)
            for name, tokens, dims in linear for view in models.LINEAR_PRODUCTS]
     out += [_product(models.attention_case(view, bh, seq, hd), model)
             for bh, seq, hd in attention for view in models.ATTENTION_PRODUCTS]
-    return out + [_product(models.decode_case(view, bkv, rows, ctx, hd), model)
-                  for bkv, rows, ctx, hd in decode for view in models.ATTENTION_PRODUCTS]
+    out += [_product(models.decode_case(view, bkv, rows, ctx, hd), model)
+            for bkv, rows, ctx, hd in decode for view in models.ATTENTION_PRODUCTS]
+    return out + [_product(models.decode_cache_case(view, bkv, rows, ctx, cap, hd), model)
+                  for bkv, rows, ctx, cap, hd in decode_cache for view in models.ATTENTION_PRODUCTS]
 
 
 def _model_products(m: ModelShapes) -> list[Product]:
     linear = [(layer[0], tokens, (layer[1], layer[2])) for layer in m.layers
               for tokens in (layer[3] if len(layer) > 3 else m.tokens)]
     return _views(m.name, linear, [(bh, seq, m.head_dim) for bh, seq in m.attention],
-                  [(bkv, rows, ctx, m.head_dim) for bkv, rows, ctx in m.decode])
+                  [(bkv, rows, ctx, m.head_dim) for bkv, rows, ctx in m.decode],
+                  [(bkv, rows, ctx, cap, m.head_dim) for bkv, rows, ctx, cap in m.decode_cache])
 
 
 def _random_products(seed: int) -> list[Product]:
