@@ -11,7 +11,8 @@ Arms: "torch"; "r4": wgmma 128 x 256, a ring of 4 stages (2 staging buffers: the
 rule's choice before this change); "r3": 128 x 256, 3 stages (4 buffers); "t128": 128 x 128,
 4 stages (4 buffers); "auto": gemmlab.matmul as shipped.  Products with a bias run every
 arm with it (torch.addmm for torch), and "nobias" is auto without it: the bias's own cost.
-Each arm's output is checked against FP64 on a sample of rows first.
+Each arm's output is checked against FP64 on a sample first (models._Sample, the bias
+taken out in FP64).
 """
 import argparse
 import statistics
@@ -52,18 +53,6 @@ def arrays(M, N, K, ops, gen, dtype):
     return a, b
 
 
-def error(out, a, b, bias, rows):
-    """Relative error (Frobenius) of out's sampled rows against FP64."""
-    import torch
-    ref = a[rows].double() @ b.double()
-    if bias is not None:
-        ref = ref + bias.double()
-    got = out[rows].double()
-    if not torch.isfinite(got).all():
-        return float("inf")
-    return float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the records here")
@@ -75,7 +64,7 @@ def main() -> int:
     from gemmlab.kernels import registry
     from gemmlab.runtime import compile as rt_compile
     from gemmlab.runtime.device import gpu_info
-    from gemmlab.tools.bench import report
+    from gemmlab.tools.bench import models, report
     from gemmlab.tools.bench.timing import time_rounds
 
     t0 = time.time()
@@ -104,13 +93,14 @@ def main() -> int:
         calls["auto"] = lambda: gemmlab.matmul(a, b, out=c, bias=bias)
         if with_bias:
             calls["nobias"] = lambda: gemmlab.matmul(a, b, out=c)
-        rows = torch.linspace(0, M - 1, 64, device="cuda").round().long().unique()
+        sample = models._Sample(a, b)   # FP64 of op(a) @ op(b) on sampled rows and columns
         errors = {}
         for name, fn in calls.items():
             o = ct if name == "torch" else c
             o.fill_(float("nan"))
             fn()
-            errors[name] = error(o, a, b, None if name == "nobias" else bias, rows)
+            added = bias is not None and name != "nobias"
+            errors[name] = sample.error(o.double() - bias.double() if added else o)
         auto_plan = (gemmlab.matmul(a, b, out=c, bias=bias), gemmlab.last_plan().describe())[1]
         ok = all(e <= max(4 * errors["torch"], 1e-2) for e in errors.values())
         t = time_rounds(calls, l2_bytes=gpu.l2_bytes, rounds=5, reps=3, budget_s=0.05) if ok else {}
@@ -127,7 +117,7 @@ def main() -> int:
         else:
             print(f"WRONG {label}: {errors}", flush=True)
         recs.append(r)
-        a = b = c = ct = bias = calls = None
+        a = b = c = ct = bias = calls = sample = None
     gm = statistics.geometric_mean
     good = [r for r in recs if r["ok"]]
     summary = {k: gm([r[f"pct_{k}"] for r in good]) for k in ("r4", "r3", "t128", "auto")} if good else {}

@@ -11,6 +11,7 @@ import gemmlab
 from gemmlab.kernels import registry
 from gemmlab.kernels.gemv.gemv import auto_params as gemv_auto_params, gemv_aligned
 from gemmlab.runtime import device as rt_device
+from fp32_sums_check import check_fp32_sums
 
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
 pytestmark = pytest.mark.gpu
@@ -18,7 +19,6 @@ pytestmark = pytest.mark.gpu
 DTYPES = [("float32", "float32"), ("float16", "float16"), ("float16", "float32"), ("bfloat16", "bfloat16"),
           ("bfloat16", "float32")]
 # Rounding of the output type (the FP32 accumulation has its own term below).
-OUT_EPS = {"float32": 0.0, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 # (K, N): odd widths (every load one element, K ends inside a chunk), a K of
 # 16-byte rows that is no multiple of any chunk, K shorter than a warp's step.
 SHAPES = [(1037, 331), (4104, 200), (8, 33)]
@@ -62,15 +62,7 @@ def _check(M, N, K, dtype, out_dtype, alpha, beta, *, a_offset=0, w_offset=0, x_
     torch.cuda.synchronize()
     plan = gemmlab.last_plan()
     assert plan.spec.name == "gemv"
-    ref = alpha * (x64 @ b64) + (beta * c0.double() if beta else 0)
-    # FP32 sums of K products, then one rounding to the output type.
-    scale = abs(alpha) * (x64.abs() @ b64.abs()) + (abs(beta) * c0.double().abs() if beta else 0)
-    tol = 4 * (K + 8) * 2.0 ** -24 * scale + OUT_EPS[out_dtype] * ref.abs() + 1e-30
-    bad = torch.isnan(out) | ((out.double() - ref).abs() > tol)
-    if bad.any():
-        idx = [int(i) for i in bad.nonzero()[0]]
-        pytest.fail(f"{plan.name_expression} {M}x{N}x{K}: {int(bad.sum())} of {bad.numel()} wrong; first at {idx}: "
-                    f"{float(out[tuple(idx)])} vs {float(ref[tuple(idx)])}")
+    check_fp32_sums(out, x64, b64, c0, alpha, beta, K, out_dtype, plan)
     return plan
 
 

@@ -9,16 +9,13 @@ import pytest
 import gemmlab
 from gemmlab.core.planner import matrix_layout
 from gemmlab.runtime import device as rt_device
+from fp32_sums_check import check_fp32_sums
 
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
 pytestmark = pytest.mark.gpu
 
 DTYPES = [("float32", "float32"), ("float16", "float16"), ("float16", "float32"), ("bfloat16", "bfloat16"),
           ("bfloat16", "float32")]
-OUT_EPS = {"float32": 0.0, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
-# the spacing of the output type's subnormals: where a result rounds into them, its
-# error is bounded by this, not by a fraction of its size (K = 1 products are often tiny)
-OUT_TINY = {"float32": 2.0 ** -149, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -133}
 LAYOUTS = [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")]
 # (M, N, K): a vocabulary-sized dY of one token (K = 1) scaled down, odd everything,
 # one staged chunk of K exactly, past it (17: three chunks), a single column of C.
@@ -54,14 +51,7 @@ def _check(M, N, K, dtype, out_dtype, alpha, beta, *, layout=("N", "N"), c_offse
     torch.cuda.synchronize()
     plan = gemmlab.last_plan()
     assert plan.spec.name == "outer", plan.describe()
-    ref = alpha * (a64 @ b64) + (beta * c0.double() if beta else 0)
-    scale = abs(alpha) * (a64.abs() @ b64.abs()) + (abs(beta) * c0.double().abs() if beta else 0)
-    tol = 4 * (K + 8) * 2.0 ** -24 * scale + OUT_EPS[out_dtype] * ref.abs() + OUT_TINY[out_dtype]
-    bad = torch.isnan(out) | ((out.double() - ref).abs() > tol)
-    if bad.any():
-        idx = [int(i) for i in bad.nonzero()[0]]
-        pytest.fail(f"{plan.name_expression} {M}x{N}x{K}: {int(bad.sum())} of {bad.numel()} wrong; first at {idx}: "
-                    f"{float(out[tuple(idx)])} vs {float(ref[tuple(idx)])}")
+    check_fp32_sums(out, a64, b64, c0, alpha, beta, K, out_dtype, plan)
     return plan
 
 

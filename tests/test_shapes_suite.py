@@ -86,22 +86,17 @@ def test_views_are_the_ones_pytorch_hands_over():
     qk = _find(products, "vit-b16", "attention", "qk", 197, batch=384)
     a, b = qk.operands(_meta)
     assert (qk.M, qk.N, qk.K) == (197, 197, 64) and b.shape == (384, 64, 197) and b.stride() == (197 * 64, 1, 64)
-    # a decoding step of Llama 3 8B: 4 query heads per key/value head, 8193 cached positions
-    qk = _find(products, "llama-3-8b", "decode", "qk", 8193, batch=8)
-    a, b = qk.operands(_meta)
-    assert a.shape == (8, 4, 128) and b.shape == (8, 128, 8193) and b.stride() == (8193 * 128, 1, 128)
-    pv = _find(products, "llama-3-8b", "decode", "pv", 8193, batch=8)
-    a, b = pv.operands(_meta)
-    assert a.shape == (8, 4, 8193) and b.shape == (8, 8193, 128) and b.stride() == (8193 * 128, 128, 1)
-    # the same against the first 3001 positions of a cache allocated for 8192: each matrix of
-    # K and V one capacity apart, as a generation loop's k_cache[:, :S] hands it over
-    qk = _find(products, "llama-3-8b", "decode_cache", "qk", 3001, batch=8)
-    a, b = qk.operands(_meta)
-    assert a.shape == (8, 4, 128) and b.shape == (8, 128, 3001) and b.stride() == (8192 * 128, 1, 128)
-    pv = _find(products, "llama-3-8b", "decode_cache", "pv", 3001, batch=8)
-    a, b = pv.operands(_meta)
-    assert a.shape == (8, 4, 3001) and b.shape == (8, 3001, 128) and b.stride() == (8192 * 128, 128, 1)
-    assert qk.kind == "decode" and qk.stored_elements() == 8 * 4 * 128 + 8 * 8192 * 128
+    # a decoding step of Llama 3 8B: 4 query heads per key/value head, 8193 cached positions;
+    # and against the first 3001 positions of a cache allocated for 8192: each matrix of K and
+    # V one capacity apart, as a generation loop's k_cache[:, :S] hands it over
+    for layer, S, capacity in (("decode", 8193, 8193), ("decode_cache", 3001, 8192)):
+        qk = _find(products, "llama-3-8b", layer, "qk", S, batch=8)
+        a, b = qk.operands(_meta)
+        assert a.shape == (8, 4, 128) and b.shape == (8, 128, S) and b.stride() == (capacity * 128, 1, 128)
+        pv = _find(products, "llama-3-8b", layer, "pv", S, batch=8)
+        a, b = pv.operands(_meta)
+        assert a.shape == (8, 4, S) and b.shape == (8, S, 128) and b.stride() == (capacity * 128, 128, 1)
+        assert qk.kind == "decode" and qk.stored_elements() == 8 * 4 * 128 + 8 * capacity * 128
 
 
 def test_generation_is_deterministic_by_seed():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..cuda_constants import read_constants
 from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..spec import TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, cdiv
+from ..tensor.wgmma import WGMMA_SM90
 
 _K = read_constants("include/gemmlab/gemv/01_gemv.cuh")
 GEMV_THREADS, GEMV_WARPS = _K["GEMV_THREADS"], _K["GEMV_THREADS"] // 32
@@ -43,7 +44,6 @@ GEMV_SHORT_SEGMENT_MAX_BYTES = 256 << 20
 # wgmma, which reads op(B) in whole tiles, ran the same kind (7 rows) at 122-213%
 # (shapes suite, benchmarks/NOTES.md); so on GPUs with wgmma auto leaves them to it.
 GEMV_COLUMN_SHORT_BYTES = 512
-GEMV_COLUMN_SHORT_DECLINED_ON = ("sm_90a",)    # the GPUs where wgmma takes them
 GEMV_DTYPES = ("float32", "float16", "bfloat16")
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # (input, output) dtypes: float32 in and out; 16-bit in, float32 or the same type out.
@@ -190,7 +190,7 @@ def _auto_hook(ask: Ask) -> Offer:
     """A few rows (a decode step): the time is one read of op(B), which gemv streams at
     memory bandwidth where a tiled rung would spend a whole tile on each row (op(B)
     row-major: blocks narrow enough to fill the SMs, else split over K).  See auto_takes."""
-    if ask.op_b == "T" and ask.dtype != "float32" and ask.arch in GEMV_COLUMN_SHORT_DECLINED_ON \
+    if ask.op_b == "T" and ask.dtype != "float32" and ask.arch == WGMMA_SM90 \
             and 0 < ask.K * _ITEMSIZE.get(ask.dtype, 4) <= GEMV_COLUMN_SHORT_BYTES:
         return Offer(None, f"gemv: columns of op(B) of {ask.K} {ask.dtype} values are too short for its warps "
                            f"(at most {GEMV_COLUMN_SHORT_BYTES} bytes); wgmma reads op(B) in whole tiles")
