@@ -9,7 +9,7 @@ sm_90a, the target the project measures on, runs by default: the smoke compile
 of every rung.  The other targets belong to the full compile matrix
 (`pytest -m compile_matrix`, which CI runs after the default `pytest`), as do
 test_compile.py's exhaustive instantiations.  scripts/compile_facts.py records
-the wider portable set (and auto's choices) as benchmarks/results/compile-<arch>.json.
+the wider portable set (and auto's choices) in benchmarks/results/compile-facts.json.
 """
 
 import pytest
