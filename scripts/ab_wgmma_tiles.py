@@ -3,7 +3,7 @@ ships, on 16-bit products of whole models (the suites' and others'), beside torc
 torch.addmm, in one process, calls interleaved round after round, L2 flushed before every run.
 
     python3 scripts/ab_wgmma_tiles.py --json OUT.json [--arms t256=128x256x4,t192=128x192x4]
-        [--batched-arms t128=128x128x4,t64=128x64x4] [--budget-s 300]
+        [--batched-arms t128=128x128x4,t64=128x64x4,s64=64x64x8] [--budget-s 300]
 
 Arms: "torch"; each ``name=BMxBNxSTAGES`` of --arms for the single products, of
 --batched-arms for the batched ones (attention's, 197 tokens: rows of 394 bytes, which
@@ -73,7 +73,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--arms", default="t256=128x256x4,t192=128x192x4", help="name=BMxBNxSTAGES,...")
-    ap.add_argument("--batched-arms", default="t128=128x128x4,t64=128x64x4", help="name=BMxBNxSTAGES,...")
+    ap.add_argument("--batched-arms", default="t128=128x128x4,t64=128x64x4,s64=64x64x8", help="name=BMxBNxSTAGES,...")
     ap.add_argument("--budget-s", type=float, default=300.0, help="no product starts after this many seconds")
     args = ap.parse_args()
     tiles, batched_tiles = parse_arms(args.arms), parse_arms(args.batched_arms)
