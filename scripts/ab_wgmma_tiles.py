@@ -7,8 +7,8 @@ torch.addmm, in one process, calls interleaved round after round, L2 flushed bef
 
 Arms: "torch"; each ``name=BMxBNxSTAGES`` of --arms for the single products, of
 --batched-arms for the batched ones (attention's, 197 tokens: rows of 394 bytes, which
-wgmma reads after a staging copy) (wgmma unsplit, no cluster); "auto": gemmlab.matmul as
-shipped.  Products with a bias (nn.Linear's) run every arm with it
+wgmma reads after a staging copy; here they are padded to 400 bytes, so that every arm runs
+wgmma on them in place) (wgmma unsplit, no cluster); "auto": gemmlab.matmul as shipped.  Products with a bias (nn.Linear's) run every arm with it
 (torch.addmm for torch).  Each arm's output is checked against FP64 on a sample first
 (models._Sample, the bias taken out in FP64).
 """
@@ -21,8 +21,8 @@ import time
 # read, "T": a transposed view of a row-major array); bias: nn.Linear's, a vector of N.
 PRODUCTS = [
     ("vit-b16 attention q @ k^T, 64 x 12 heads", 197, 197, 64, "NT", False, 768),
-    ("vit-b16 attention P @ v, 64 x 12 heads", 197, 64, 197, "NN", False, 768),
-    ("vit-b16 attention P^T @ dO, 64 x 12 heads", 197, 64, 197, "TN", False, 768),
+    ("vit-b16 attention P @ v, 64 x 12 heads (P's rows padded to 400 B)", 197, 64, 197, "NN", False, 768),
+    ("vit-b16 attention P^T @ dO, 64 x 12 heads (P's rows padded to 400 B)", 197, 64, 197, "TN", False, 768),
     ("clip-text attention q @ k^T, 256 x 8 heads, 77 tokens", 77, 77, 64, "NT", False, 2048),
     ("vit-b16 fc2 x @ W.t()", 12608, 768, 3072, "NT", True),
     ("vit-b16 proj x @ W.t()", 12608, 768, 768, "NT", True),
@@ -53,8 +53,10 @@ def arrays(M, N, K, ops, gen, dtype, batch=None):
     import torch
     lead = () if batch is None else (batch,)
 
-    def make(shape):
-        return torch.rand(lead + shape, device="cuda", generator=gen, dtype=torch.float32).mul_(2).sub_(1).to(dtype)
+    def make(shape):   # rows padded to a multiple of 8 elements (16 bytes)
+        padded = shape[:-1] + (-(-shape[-1] // 8) * 8,)
+        x = torch.rand(lead + padded, device="cuda", generator=gen, dtype=torch.float32).mul_(2).sub_(1).to(dtype)
+        return x[..., :shape[-1]]
     a = make((M, K)) if ops[0] == "N" else make((K, M)).transpose(-1, -2)
     b = make((K, N)) if ops[1] == "N" else make((N, K)).transpose(-1, -2)
     return a, b
