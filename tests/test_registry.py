@@ -198,9 +198,15 @@ def test_every_configuration_is_legal(spec):
     assert len({tuple(sorted(c.items())) for c in configs}) == len(configs), "duplicates"
     for cfg in configs:
         for c in spec.constraints:
-            assert c.holds(cfg), (cfg, c.rule)
+            assert c.holds(cfg) or c.dtypes, (cfg, c.rule)   # (a rule of some types only: below)
         assert _independent_checks(spec.name, cfg), cfg
         assert spec.resolve(cfg) == cfg
+    # Each type's configurations: those its rules allow (Constraint.dtypes), resolved for it.
+    for dtype in spec.dtypes:
+        typed = spec.configurations(dtype)
+        assert typed and set(map(str, typed)) <= set(map(str, configs)), dtype
+        for cfg in typed:
+            assert all(c.holds(cfg) for c in spec.constraints if c.binds(dtype)) and spec.resolve(cfg, dtype) == cfg
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.params], ids=spec_id)
@@ -238,6 +244,25 @@ def test_illegal_combinations_refused(kernel, params, rule):
         spec.resolve(params)
     assert rule in str(info.value)
     assert params not in spec.configurations()
+
+
+def test_a_rule_of_some_types_binds_those_types_only():
+    """Constraint.dtypes: resolve and configurations check it for those types (not without a
+    type), and instantiations leave its configurations out of those types' variants."""
+    from gemmlab.kernels.spec import Constraint, KernelSpec, TileParam
+    spec = KernelSpec(name="typed", rung=0, family="simt", dtypes=("float16", "tf32"), source="", template="t",
+                      description="", params=(TileParam("BN", (1, 2), 1, ""),),
+                      constraints=(Constraint("BN = 2 is not for TF32", lambda p: p["BN"] != 2, dtypes=("tf32",)),),
+                      template_args=lambda p, prob: (p["BN"], prob.dtype == "tf32"),
+                      variants=(Problem(1, 1, 1, True, "float16"), Problem(1, 1, 1, True, "tf32")),
+                      layouts=(("N", "N"),))
+    assert spec.resolve({"BN": 2}) == spec.resolve({"BN": 2}, "float16") == {"BN": 2}
+    with pytest.raises(ValueError, match=r"for kernel 'typed' with tf32 inputs: BN = 2 is not for TF32"):
+        spec.resolve({"BN": 2}, "tf32")
+    assert spec.configurations() == spec.configurations("float16") == [{"BN": 1}, {"BN": 2}]
+    assert spec.configurations("tf32") == [{"BN": 1}]
+    assert spec.all_name_expressions(layouts=[("N", "N")]) == ["t<1, false, 'N', 'N'>", "t<1, true, 'N', 'N'>",
+                                                              "t<2, false, 'N', 'N'>"]
 
 
 def test_resolve_fills_defaults_for_missing_params():
@@ -341,12 +366,17 @@ def test_all_name_expressions(spec):
     per_layout = {la: len(compiled) for la in LAYOUTS}
     if spec.name == "gemv":
         per_layout.update({la: len({c["MT"] for c in configs}) for la in LAYOUTS if la[1] == "T"})
-    assert len(names) == sum(per_layout[la] * (read.get(la, 0) + both_ways[la]) for la in LAYOUTS)
+    # Configurations a rule of some types only leaves out of a type's instantiations in each
+    # layout it reads (Constraint.dtypes: wgmma's BN = 192 is not for TF32); none elsewhere.
+    dropped = {la: sum(not all(r.holds(c) for r in spec.constraints if r.dtypes and r.binds(v.dtype))
+                       for v in spec.variants if not spec.why_unusable(v.with_layout(*la)) for c in configs)
+               for la in LAYOUTS}
+    assert len(names) == sum(per_layout[la] * (read.get(la, 0) + both_ways[la]) - dropped[la] for la in LAYOUTS)
     assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
     for op_a, op_b in LAYOUTS:   # the layouts are the last two template arguments
-        expected = per_layout[op_a, op_b] * (read.get((op_a, op_b), 0) + both_ways[op_a, op_b])
+        expected = per_layout[op_a, op_b] * (read.get((op_a, op_b), 0) + both_ways[op_a, op_b]) - dropped[op_a, op_b]
         assert sum(n.endswith(f", '{op_a}', '{op_b}'>") for n in names) == expected
-    assert len(nn_names) == len(compiled) * (len(spec.variants) + both_ways["N", "N"])
+    assert len(nn_names) == len(compiled) * (len(spec.variants) + both_ways["N", "N"]) - dropped["N", "N"]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
