@@ -163,12 +163,14 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
         return (p["STAGES"] >= 2 and p["STAGES"] * stage + 16 * p["STAGES"] + 1024 <= 227 * 1024
                 and p["BN"] in (96, 128) and p["FOLD"] in (0, 1) and (p["BN"] == 96 or p["FOLD"] == 1))
     if name == "wgmma":
-        # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8-byte barriers a
-        # stage and 1 KiB of alignment slack within 227 KiB; BM in 64-row warpgroups, BN one wgmma N;
-        # clusters of 1 or 2 blocks, which share B in 64-column boxes (BN = 64: no cluster).
-        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
-        return (p["BM"] in (64, 128) and p["BN"] in (64, 128, 256) and p["STAGES"] >= 3 and smem <= 227 * 1024
-                and p["CLUSTER"] in (1, 2) and (p["BN"] > 64 or p["CLUSTER"] == 1))
+        # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8 KiB epilogue staging
+        # buffers per consumer warpgroup, two 8-byte barriers a stage and 1 KiB of alignment slack
+        # within 227 KiB; BM in 64-row warpgroups, BN one wgmma N; clusters of 1 or 2 blocks, which
+        # share B in 64-column boxes (BN = 64 and BN = 192, three boxes: no cluster).  (BN = 192 is
+        # 16-bit only: test_wgmma_bn192_rules.)
+        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * 8192 + 16 * p["STAGES"] + 1024
+        return (p["BM"] in (64, 128) and p["BN"] in (64, 128, 192, 256) and p["STAGES"] >= 3
+                and smem <= 227 * 1024 and p["CLUSTER"] in (1, 2) and ((p["BN"] // 64) % 2 == 0 or p["CLUSTER"] == 1))
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
         # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
@@ -1104,10 +1106,41 @@ def test_wgmma_shared_memory_rule():
     assert {"BM": 128, "BN": 256, "STAGES": 5, "CLUSTER": 1} not in WGMMA.configurations()
     with pytest.raises(ValueError, match=r"must fit in the 227 KiB"):
         WGMMA.resolve({"BM": 128, "BN": 256, "STAGES": 5})
-    assert len(WGMMA.configurations()) == 33 * len(SPLITK_VALUES)
+    assert len(WGMMA.configurations()) == 38 * len(SPLITK_VALUES)
     with pytest.raises(ValueError, match=r"BN = 64 runs without clusters"):
         WGMMA.resolve({"BM": 64, "BN": 64, "CLUSTER": 2})
     assert max(WGMMA.launch(p, Problem(1, 1, 1, True)).smem_bytes for p in WGMMA.configurations()) <= 227 * 1024
+
+
+def test_wgmma_bn192_rules():
+    """BN = 192 (m64n192, hopper.cuh: 16-bit only): no clusters (its three 64-column boxes of
+    B 'N' do not split between two blocks), no TF32 (a rule of that type only,
+    Constraint.dtypes: refused when resolved for TF32, left out of its configurations and
+    instantiations), and at BM = 128 at most 4 stages (ring and epilogue staging in 227 KiB)."""
+    tile = {"BM": 128, "BN": 192, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
+    for dtype in ("float16", "bfloat16"):
+        assert tile in WGMMA.configurations(dtype) and WGMMA.resolve({"BN": 192}, dtype) == tile
+    assert tile in WGMMA.configurations()   # (any type: the rules of every type)
+    assert [c for c in WGMMA.configurations("tf32") if c["BN"] == 192] == []
+    assert sorted({c["STAGES"] for c in WGMMA.configurations() if c["BN"] == 192 and c["BM"] == 128}) == [3, 4]
+    with pytest.raises(ValueError, match=r"for kernel 'wgmma': BN = 192 runs without clusters \(CLUSTER = 1\)"):
+        WGMMA.resolve({"BN": 192, "CLUSTER": 2})
+    with pytest.raises(ValueError, match=r"for kernel 'wgmma' with tf32 inputs: BN = 192 is for 16-bit inputs"):
+        WGMMA.resolve({"BN": 192}, "tf32")
+    with pytest.raises(ValueError, match=r"with tf32 inputs: BN = 192 is for 16-bit inputs"):
+        gemmlab.plan("wgmma", 4096, 768, 3072, dtype="tf32", arch="sm_90a", BN=192)
+    with pytest.raises(ValueError, match=r"BN = 192 runs without clusters"):
+        gemmlab.plan("wgmma", 4096, 768, 3072, dtype="bfloat16", out_dtype="bfloat16", BN=192, CLUSTER=2)
+    p = gemmlab.plan("wgmma", 4096, 768, 3072, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", op_b="T",
+                     BN=192)
+    assert p.name_expression == "gemmlab::wgmma_gemm<1, 1, 128, 192, 4, 1, false, 'N', 'T'>"
+    assert p.spec.launch(p.params, p.problem).smem_bytes <= 227 * 1024
+    names = WGMMA.all_name_expressions()
+    assert not any(n.startswith("gemmlab::wgmma_gemm<2, 3, 128, 192,") for n in names)   # TF32: none
+    assert {n[-9:] for n in names if ", 128, 192, 4, 1, true," in n} == {"'N', 'N'>", "'N', 'T'>", "'T', 'N'>",
+                                                                         "'T', 'T'>"}
+    assert any(r["constraints"][-1].startswith("BN = 192 is for 16-bit inputs") for r in gemmlab.kernels()
+               if r["name"] == "wgmma")
 
 
 def test_wgmma_name_expressions():
@@ -1123,8 +1156,8 @@ def test_wgmma_name_expressions():
         assert WGMMA.name_expression({**d, "SPLITK": splits}, prob) == \
             f"gemmlab::wgmma_gemm<1, 3, 128, 256, 4, {d['CLUSTER']}, true, 'N', 'N'>"
     # Unsplit: 16-bit (4 type pairs) in every layout, TF32 in NN only; split: 2 16-bit types
-    # in every layout, TF32 in NN.
-    assert len(WGMMA.all_name_expressions()) == 33 * (4 * 4 + 1) + 33 * (2 * 4 + 1)
+    # in every layout, TF32 in NN.  38 tiles, of which TF32 has 33 (no BN = 192).
+    assert len(WGMMA.all_name_expressions()) == 38 * 4 * 4 + 33 + 38 * 2 * 4 + 33
     assert WGMMA.name_expression(d, prob.with_layout("N", "T")) == \
         f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, false, 'N', 'T'>"
 

@@ -490,8 +490,8 @@ SPEC = KernelSpec(
     params=(
         TileParam("BM", (64, 128), 128, "rows of C per block: BM/64 consumer warpgroups of 64 rows "
                                         "(TF32, which computes C^T: columns)"),
-        TileParam("BN", (64, 128, 256), 256, "columns of C per block, the N of every wgmma (BN/2 accumulators "
-                                             "per consumer thread; TF32: rows)"),
+        TileParam("BN", (64, 128, 192, 256), 256, "columns of C per block, the N of every wgmma (BN/2 "
+                                                  "accumulators per consumer thread; TF32: rows)"),
         TileParam("STAGES", (3, 4, 5, 8, 12), 4, "K-steps of A and B tiles (128 bytes of K each) in the "
                                           "shared-memory ring"),
         TileParam("CLUSTER", (1, 2), 1, "blocks per cluster: 2 takes two vertically adjacent tiles "
@@ -506,6 +506,10 @@ SPEC = KernelSpec(
                    lambda p: wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
         Constraint("BN = 64 runs without clusters (CLUSTER = 1): a cluster shares whole 64-column boxes of B "
                    "between its blocks", lambda p: p["BN"] != 64 or p["CLUSTER"] == 1),
+        Constraint("BN = 192 runs without clusters (CLUSTER = 1): its three 64-column boxes of B do not split "
+                   "evenly between the two blocks of a cluster", lambda p: p["BN"] != 192 or p["CLUSTER"] == 1),
+        Constraint("BN = 192 is for 16-bit inputs: TF32 has BN = 64, 128 or 256 (no m64n192 TF32 wgmma is "
+                   "wrapped)", lambda p: p["BN"] != 192, dtypes=("tf32",)),
     ),
     template_args=_template_args,
     geometry=_geometry,
