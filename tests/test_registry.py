@@ -945,6 +945,47 @@ def test_wgmma_auto_128_columns_for_short_k_batches_and_narrow_n(M, N, K, ops, b
     assert (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == tile + (1,), p.describe()
 
 
+@pytest.mark.parametrize("M, N, K, ops, tile", [
+    (4096, 768, 3072, "NT", (128, 192)),    # 96 tiles of 128x256: 0.73 of a round; 128 of 128x192: one
+    (12608, 768, 3072, "NT", (128, 192)),   # 297 tiles: 3 rounds, the last a quarter full; 396: 3 full ones
+    (12608, 768, 768, "NN", (128, 192)),
+    (4096, 2304, 768, "TN", (128, 192)),    # 288 tiles: 3 rounds; 384: 3
+    (12608, 3072, 768, "NN", (128, 256)),   # 1188 tiles: 9 full rounds; 1584 would take 12
+    (4096, 3072, 768, "NT", (128, 256)),    # 384 tiles: 3 rounds; 512 would take 4
+    (4096, 4096, 4096, "NN", (128, 256)),
+    (8192, 8192, 8192, "NN", (128, 256)),
+])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_wgmma_auto_128x192_where_the_last_round_is_part_empty(M, N, K, ops, tile, dtype):
+    """A 16-bit matrix whose 128 x 256 tiles fill the 132 SMs: 128 x 192 where the cost model
+    predicts it faster (wgmma_wave_choice: as many rounds or nearly, each a quarter shorter),
+    else 128 x 256; the reason names the comparison either way."""
+    p = gemmlab.plan("auto", M, N, K, dtype=dtype, out_dtype=dtype, arch="sm_90a", sm_count=132,
+                     op_a=ops[0], op_b=ops[1])
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == tile + (1,), \
+        p.describe()
+    assert p.params in WGMMA.configurations(dtype) and p.params["STAGES"] == 4 and p.params["CLUSTER"] == 1
+    took = tile == (128, 192)
+    assert p.reason.startswith("cost model over wgmma's tile rules, 128x192 against their 128x256" if took
+                               else "wgmma's tile rules, kept by the cost model against 128x192"), p.reason
+    assert "128x192x4 stages" in p.reason and "128x256x4 stages" in p.reason
+    assert "why: " + p.reason in p.explain()
+    if took:
+        assert p.name_expression.startswith("gemmlab::wgmma_gemm<") and ", 128, 192, 4, 1, false, '" in p.name_expression
+
+
+@pytest.mark.parametrize("M, N, K, batch, sm_count", [(4096, 768, 3072, 1, 132), (12608, 768, 768, 1, 132),
+                                                       (4096, 2304, 768, 1, 132), (1024, 768, 50257, 1, 132),
+                                                       (256, 4096, 4096, 1, 114), (1024, 768, 3072, 4, 132)])
+def test_wgmma_auto_never_gives_tf32_128x192(M, N, K, batch, sm_count):
+    """TF32 keeps its rules (no m64n192 TF32 wgmma): never BN = 192, where 16-bit takes it."""
+    bf16 = gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=sm_count,
+                        batch=batch)
+    assert bf16.params["BN"] == 192, bf16.describe()
+    p = gemmlab.plan("auto", M, N, K, dtype="tf32", arch="sm_90a", sm_count=sm_count, batch=batch)
+    assert p.spec.name == "wgmma" and p.params["BN"] != 192 and p.reason == "wgmma's tile rules", p.describe()
+
+
 @pytest.mark.parametrize("M, N, K, ops, why", [
     (4, 4096, 4096, "NN", "fewer rows than WGMMA_NARROW_MIN_M: split"),
     (16, 4096, 14336, "NN", "64 tiles and 224 K-steps: split"),

@@ -727,3 +727,27 @@ def test_bn192_batch_is_one_launch(monkeypatch, ops, dtype, out_dtype, beta):
 def test_bn192_batch_with_a_shared_operand(monkeypatch):
     _batched(monkeypatch, 6, None, 200, 389, 72, "NT", "bfloat16", "bfloat16", BM=128, BN=192)
     _bn192_ran()
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N, K, ops", [(4096, 768, 3072, "NT"), (12608, 768, 768, "NN"), (4096, 2304, 768, "TN")])
+def test_auto_takes_what_the_wave_choice_says(M, N, K, ops):
+    """kernel="auto" on a transformer's products whose 128 x 256 tiles leave the last round of
+    the persistent grid part-empty: what wgmma_auto_choice says for this GPU's SMs (on 132:
+    128 x 192), the result right."""
+    from gemmlab.kernels.tensor.wgmma import wgmma_auto_choice
+    sm = rt_device.gpu_info(0).sm_count
+    rng = np.random.default_rng(M + N + K)
+    a, a64 = _operand(M, K, ops[0], lambda n: n, "bfloat16", rng)
+    b, b64 = _operand(K, N, ops[1], lambda n: n, "bfloat16", rng)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemmlab.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and p.params == wgmma_auto_choice(M, N, sm, 1, K, "bfloat16")[0], p.describe()
+    if sm == 132:
+        _bn192_ran()
+    ref = a64 @ b64
+    assert not torch.isnan(out).any()
+    assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]
