@@ -65,6 +65,7 @@ def main() -> int:
     if registry.get("wgmma").builds_for(gpu.arch):   # tests/test_wgmma.py: every configuration, every layout
         wg = registry.get("wgmma")
         # Split over K (one instantiation for every SPLITK > 1): the tiles at 4 stages, as the tests split them.
+        # (128 x 192 included: test_wgmma.py's and test_bias.py's BN = 192 tests, unsplit and split.)
         configs = [c for c in wg.configurations() if c["SPLITK"] == 1 or c["SPLITK"] == 2 and c["STAGES"] == 4]
         items |= {(str(wg.source_path), wg.name_expression(params, prob)) for params, prob in wg.instantiations(configs)}
     n = rt_compile.precompile(sorted(items), gpu.arch)

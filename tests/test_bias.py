@@ -232,6 +232,34 @@ def test_wgmma_batch_bias_in_one_launch(bias_shape, adds):
 
 @hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float32")])
+# Rows of 16-byte multiples; no tile divides the first and last; 4096 x 768 is what 128 x 192 is for.
+@pytest.mark.parametrize("shape", [(520, 392, 264), (4096, 768, 768), (136, 776, 72)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("bias_shape", ["row", "column"])
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
+def test_wgmma_128x192_adds_the_bias_in_its_epilogue(ops, dtype, out_dtype, shape, bias_shape, alpha, beta, adds):
+    """BN = 192 (three 64-column chunks of a 16-bit tile, six of FP32, in the TMA store; 24
+    column pairs from the registers with beta != 0): a row's values per chunk, a column's
+    per tile, nothing added after the product."""
+    M, N, _ = shape
+    bs = {"row": (N,), "column": (M, 1)}[bias_shape]
+    _check(shape, ops, dtype, out_dtype, bs, alpha=alpha, beta=beta, kernel="wgmma", seed=M + N, BM=128, BN=192)
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == (128, 192) and adds["n"] == 0
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("bias_shape", [(392,), (6, 1, 392), (6, 50, 1)])
+def test_wgmma_128x192_batch_bias_in_one_launch(bias_shape, adds):
+    _check((6, 50, 392, 64), "NT", "float16", "float16", bias_shape, kernel="wgmma", BM=128, BN=192)
+    assert gemmlab.last_plan().params["BN"] == 192 and adds["n"] == 0
+
+
+@hopper
+@pytest.mark.gpu
 def test_a_repeated_call_reads_each_new_bias(adds):
     torch = pytest.importorskip("torch")
     a, b, _ = _operands((96, 200, 64), "NT", "bfloat16", 3)

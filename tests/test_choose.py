@@ -106,7 +106,13 @@ def test_wgmma_hook_needs_sm_90a_and_gives_its_tile_rules_reason():
         offer = hook(Ask(2048, 2048, 2048, dtype="bfloat16", arch=arch))
         assert not offer.takes and "sm_90a only" in offer.reason
     offer = hook(Ask(8192, 8192, 8192, dtype="bfloat16", arch="sm_90a"))
-    assert offer.takes and offer.params["BM"] == 128 and offer.reason == "wgmma's tile rules"
+    assert offer.takes and (offer.params["BM"], offer.params["BN"]) == (128, 256)
+    assert offer.reason.startswith("wgmma's tile rules, kept by the cost model against 128x192: ")
+    assert hook(Ask(8192, 8192, 8192, dtype="tf32", arch="sm_90a")).reason == "wgmma's tile rules"
+    # N = 768: 128 x 192 fills the last round of tiles (wgmma_wave_choice)
+    wave = hook(Ask(4096, 768, 3072, dtype="bfloat16", op_b="T", arch="sm_90a"))
+    assert (wave.params["BM"], wave.params["BN"]) == (128, 192)
+    assert wave.reason.startswith("cost model over wgmma's tile rules, 128x192 against their 128x256")
     few = hook(Ask(2048, 1024, 3584, dtype="bfloat16", op_b="T", arch="sm_90a"))
     assert few.reason.startswith("cost model over wgmma's tile rules") and few.params["BN"] == 128
 

@@ -68,7 +68,7 @@ def layout_configs(spec) -> list[dict]:
     if spec.name == "wgmma":
         unsplit = [c for c in spec.configurations() if c["SPLITK"] == 1]
         return unsplit + [{**c, "SPLITK": 2} for c in unsplit if c["STAGES"] == 4 and c["CLUSTER"] == 1
-                          and (c["BM"], c["BN"]) in ((64, 128), (128, 256))]
+                          and (c["BM"], c["BN"]) in ((64, 128), (128, 192), (128, 256))]
     if spec.name in ALL_LAYOUTS_FOR_EVERY_CONFIG:
         return spec.configurations()
     both_transposes = [{**spec.defaults(), "REG_TRANSPOSE": t} for t in (0, 1)] if spec.name == "pipelined" else []
@@ -187,6 +187,8 @@ def test_defaults_and_tuned_configurations_compile_in_every_layout(spec):
     assert spec.defaults() in configs
     for p in configs:
         for prob in spec.variants:
+            if not all(c.holds(p) for c in spec.constraints if c.binds(prob.dtype)):
+                continue   # a rule of the type refuses them (wgmma: BN = 192 is not for TF32)
             for op_a, op_b in spec.layouts:   # the layouts the kernel reads
                 if not spec.why_unusable(prob.with_layout(op_a, op_b)):   # (wgmma: TF32 NN only)
                     assert spec.name_expression(p, prob.with_layout(op_a, op_b)) in insts
@@ -395,6 +397,59 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
             assert (op_a, op_b) == ("N", "N") and ".tnsp" not in text, name
     assert seen == {(dt, ops) for dt in (0, 1) for ops in ("NN", "TN", "NT", "TT")} | {(2, "NN")}, seen
     assert splits == {(dt, ops, s) for dt, ops in seen for s in (False, True)}, splits
+
+
+def wgmma_128x192_instantiations(every: bool) -> list[str]:
+    """The 128 x 192 tile's instantiations (16-bit only, CLUSTER = 1, 4 stages: what auto
+    picks).  ``every``: both types in every layout, unsplit with a 16-bit and an FP32 result
+    and split; else a sample in which each type appears once in each layout, split in one
+    type and unsplit in the other, the result 16-bit in two layouts and FP32 in the others."""
+    wg = registry.get("wgmma")
+    out = []
+    for i, (op_a, op_b) in enumerate(LAYOUTS):
+        for j, dtype in enumerate(("bfloat16", "float16")):
+            for splits, out_dtype in ((1, dtype), (1, "float32"), (2, "float32")):
+                if every or (splits > 1) == bool((i + j) % 2) and (splits > 1 or (out_dtype == dtype) == (i < 2)):
+                    prob = Problem(1, 1, 1, True, dtype, out_dtype, op_a, op_b)
+                    params = wg.resolve({"BM": 128, "BN": 192, "STAGES": 4, "SPLITK": splits}, dtype)
+                    out.append(wg.name_expression(params, prob))
+    return out
+
+
+@pytest.mark.parametrize("every", [False, pytest.param(True, marks=compile_matrix)], ids=["sample", "every"])
+def test_wgmma_128x192_compiles_without_spills(every):
+    """The m64n192 instantiations compile for sm_90a with no local memory (ptxas: no spills, no
+    stack; SASS: no LDL / STL), within the registers of 384 threads, on the Hopper path: 4
+    HGMMA.64x192x16 a K-step of the right type, the transpose bits of the layout, the TMA store
+    unsplit only.  The sample by default, every one in the compile matrix (which also
+    compiles every BN = 192 configuration: test_every_instantiation_compiles_without_spills)."""
+    spec = registry.get("wgmma")
+    names = wgmma_128x192_instantiations(every)
+    assert len(names) == (24 if every else 8) and len(set(names)) == len(names)
+    groups = [names[0::2], names[1::2]]   # two modules, compiled side by side
+    from gemmlab.runtime.compile import compile_in_processes
+    compile_in_processes([(spec.source_path, g, "sm_90a") for g in groups])
+    disassembler = find_disassembler()
+    for group in groups:
+        module = compile_module(spec.source_path, group, "sm_90a")
+        assert "C7508" not in module.log, module.log   # setmaxnreg honoured
+        res = parse_ptxas_log(module.log)
+        sass = disassemble(module.cubin) if disassembler else {}
+        for name in group:
+            mangled = module.symbols[name]
+            r = res[mangled]
+            assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.smem_bytes == 0, (name, r)
+            assert 0 < r.registers <= 65536 // 384, (name, r)
+            if not disassembler:
+                continue
+            text, facts = sass[mangled], sass_facts(sass[mangled])
+            assert not re.search(r"\b(LDL|STL)\b", text), f"{name}: local memory"
+            bf16 = name.startswith("gemmlab::wgmma_gemm<1,")
+            assert re.search(r"HGMMA\.64x192x16\.F32" + (r"\.BF16" if bf16 else "") + "[ .]", text), name
+            assert facts["HGMMA"] == 4 and facts["HMMA"] == 0, (name, facts)
+            op_a, op_b = re.findall(r"'([NT])'", name)
+            assert (".tnspA" in text) == (op_a == "T") and (".tnspB" in text) == (op_b == "N"), name
+            assert ("UTMASTG" in text) == (", false, '" in name) and "UTMALDG.3D" in text, name
 
 
 @compile_matrix

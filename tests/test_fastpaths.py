@@ -168,10 +168,11 @@ def test_small_m_keeps_its_rule(M, N, K, expect):
 def test_odd_vocabulary_input_gradient_stages_its_operand_for_wgmma():
     """dY @ W with K = 50257: TMA cannot read dY's rows (100514 bytes) in place.  On the operands
     as they are, mma_pipelined would take 64 x 64 tiles (24 tiles of 128 x 256 for 132 SMs) and
-    cannot split K; the model prefers one copy of dY to the 16-byte grid, then wgmma split over K."""
+    cannot split K; the model prefers one copy of dY to the 16-byte grid, then wgmma split over K
+    (128 x 192 tiles split 4 ways: 128 work items, against 120 of 128 x 256 split 5)."""
     p = _plan(_stored((1024, 50257)), _stored((50257, 768)), "bfloat16")
     assert p.spec.name == "wgmma" and p.problem.stage and not p.problem.tma_aligned, p.describe()
-    assert (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == (128, 256, 5)
+    assert (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == (128, 192, 4)
     assert p.reason.startswith("cost model: ") and "a copy of 98.2 MiB" in p.reason and not p.fallback_reason
     assert p.describe().endswith("[operands TMA cannot read copied to the 16-byte grid first]")
     # Only dY is copied: W's rows (768 elements) are on the grid.
@@ -223,21 +224,26 @@ GRID = [(m, n, k, b) for m in (1, 5, 17, 77, 128, 197, 1000, 2048, 4096) for n i
 
 def test_every_choice_is_a_legal_configuration_that_fits():
     """Over a grid of sizes and batches: each configuration chosen resolves (legal values and
-    rules), fits a Hopper block's shared memory, and the model moves wgmma off the rules only
-    where 128 x 256 tiles leave half of the SMs idle or for a batch, never below 5 rows."""
+    rules, the type's included), fits a Hopper block's shared memory, and the model moves wgmma
+    off the rules only where 128 x 256 tiles leave half of the SMs idle or for a batch, or else
+    from 128 x 256 to 128 x 192 (wgmma_wave_choice), never below 5 rows."""
     wg, mp = registry.get("wgmma"), registry.get("mma_pipelined")
-    moved = []
+    moved, waves = [], []
     for M, N, K, b in GRID:
         for dtype in ("bfloat16", "float16", "tf32"):
             p, _ = wgmma.wgmma_auto_choice(M, N, 132, b, K, dtype)
-            wg.resolve(p)
+            wg.resolve(p, dtype)
             assert wgmma.wgmma_smem(p) <= wgmma.WGMMA_SMEM_LIMIT
-            if p != wgmma.wgmma_rule_params(M, N, 132, b, K, dtype):
+            rule = wgmma.wgmma_rule_params(M, N, 132, b, K, dtype)
+            if p != rule:
                 assert dtype != "tf32" and M >= wgmma.WGMMA_NARROW_MIN_M
-                assert b > 1 or 2 * -(-M // 128) * -(-N // 256) < 132
-                moved.append((M, N, K, b))
+                if b > 1 or 2 * -(-M // 128) * -(-N // 256) < 132:
+                    moved.append((M, N, K, b))
+                else:
+                    assert (rule["BM"], rule["BN"], rule["SPLITK"]) == (128, 256, 1) and p == wgmma.WGMMA_WAVE_TILE
+                    waves.append((M, N, K))
         mp.resolve(mma_pipelined.sized_params(M, N, K, 132, b))
-    assert moved    # the model does move some (the issue's kinds of product)
+    assert moved and waves   # the model does move some (the issue's kinds of product; N = 3072 on 2048 rows)
 
 
 def test_auto_plan_carries_the_reason_of_the_tile_choice():

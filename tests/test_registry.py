@@ -163,12 +163,14 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
         return (p["STAGES"] >= 2 and p["STAGES"] * stage + 16 * p["STAGES"] + 1024 <= 227 * 1024
                 and p["BN"] in (96, 128) and p["FOLD"] in (0, 1) and (p["BN"] == 96 or p["FOLD"] == 1))
     if name == "wgmma":
-        # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8-byte barriers a
-        # stage and 1 KiB of alignment slack within 227 KiB; BM in 64-row warpgroups, BN one wgmma N;
-        # clusters of 1 or 2 blocks, which share B in 64-column boxes (BN = 64: no cluster).
-        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
-        return (p["BM"] in (64, 128) and p["BN"] in (64, 128, 256) and p["STAGES"] >= 3 and smem <= 227 * 1024
-                and p["CLUSTER"] in (1, 2) and (p["BN"] > 64 or p["CLUSTER"] == 1))
+        # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8 KiB epilogue staging
+        # buffers per consumer warpgroup, two 8-byte barriers a stage and 1 KiB of alignment slack
+        # within 227 KiB; BM in 64-row warpgroups, BN one wgmma N; clusters of 1 or 2 blocks, which
+        # share B in 64-column boxes (BN = 64 and BN = 192, three boxes: no cluster).  (BN = 192 is
+        # 16-bit only: test_wgmma_bn192_rules.)
+        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * 8192 + 16 * p["STAGES"] + 1024
+        return (p["BM"] in (64, 128) and p["BN"] in (64, 128, 192, 256) and p["STAGES"] >= 3
+                and smem <= 227 * 1024 and p["CLUSTER"] in (1, 2) and ((p["BN"] // 64) % 2 == 0 or p["CLUSTER"] == 1))
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
         # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
@@ -198,9 +200,15 @@ def test_every_configuration_is_legal(spec):
     assert len({tuple(sorted(c.items())) for c in configs}) == len(configs), "duplicates"
     for cfg in configs:
         for c in spec.constraints:
-            assert c.holds(cfg), (cfg, c.rule)
+            assert c.holds(cfg) or c.dtypes, (cfg, c.rule)   # (a rule of some types only: below)
         assert _independent_checks(spec.name, cfg), cfg
         assert spec.resolve(cfg) == cfg
+    # Each type's configurations: those its rules allow (Constraint.dtypes), resolved for it.
+    for dtype in spec.dtypes:
+        typed = spec.configurations(dtype)
+        assert typed and set(map(str, typed)) <= set(map(str, configs)), dtype
+        for cfg in typed:
+            assert all(c.holds(cfg) for c in spec.constraints if c.binds(dtype)) and spec.resolve(cfg, dtype) == cfg
 
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if s.params], ids=spec_id)
@@ -238,6 +246,25 @@ def test_illegal_combinations_refused(kernel, params, rule):
         spec.resolve(params)
     assert rule in str(info.value)
     assert params not in spec.configurations()
+
+
+def test_a_rule_of_some_types_binds_those_types_only():
+    """Constraint.dtypes: resolve and configurations check it for those types (not without a
+    type), and instantiations leave its configurations out of those types' variants."""
+    from gemmlab.kernels.spec import Constraint, KernelSpec, TileParam
+    spec = KernelSpec(name="typed", rung=0, family="simt", dtypes=("float16", "tf32"), source="", template="t",
+                      description="", params=(TileParam("BN", (1, 2), 1, ""),),
+                      constraints=(Constraint("BN = 2 is not for TF32", lambda p: p["BN"] != 2, dtypes=("tf32",)),),
+                      template_args=lambda p, prob: (p["BN"], prob.dtype == "tf32"),
+                      variants=(Problem(1, 1, 1, True, "float16"), Problem(1, 1, 1, True, "tf32")),
+                      layouts=(("N", "N"),))
+    assert spec.resolve({"BN": 2}) == spec.resolve({"BN": 2}, "float16") == {"BN": 2}
+    with pytest.raises(ValueError, match=r"for kernel 'typed' with tf32 inputs: BN = 2 is not for TF32"):
+        spec.resolve({"BN": 2}, "tf32")
+    assert spec.configurations() == spec.configurations("float16") == [{"BN": 1}, {"BN": 2}]
+    assert spec.configurations("tf32") == [{"BN": 1}]
+    assert spec.all_name_expressions(layouts=[("N", "N")]) == ["t<1, false, 'N', 'N'>", "t<1, true, 'N', 'N'>",
+                                                              "t<2, false, 'N', 'N'>"]
 
 
 def test_resolve_fills_defaults_for_missing_params():
@@ -341,12 +368,17 @@ def test_all_name_expressions(spec):
     per_layout = {la: len(compiled) for la in LAYOUTS}
     if spec.name == "gemv":
         per_layout.update({la: len({c["MT"] for c in configs}) for la in LAYOUTS if la[1] == "T"})
-    assert len(names) == sum(per_layout[la] * (read.get(la, 0) + both_ways[la]) for la in LAYOUTS)
+    # Configurations a rule of some types only leaves out of a type's instantiations in each
+    # layout it reads (Constraint.dtypes: wgmma's BN = 192 is not for TF32); none elsewhere.
+    dropped = {la: sum(not all(r.holds(c) for r in spec.constraints if r.dtypes and r.binds(v.dtype))
+                       for v in spec.variants if not spec.why_unusable(v.with_layout(*la)) for c in configs)
+               for la in LAYOUTS}
+    assert len(names) == sum(per_layout[la] * (read.get(la, 0) + both_ways[la]) - dropped[la] for la in LAYOUTS)
     assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
     for op_a, op_b in LAYOUTS:   # the layouts are the last two template arguments
-        expected = per_layout[op_a, op_b] * (read.get((op_a, op_b), 0) + both_ways[op_a, op_b])
+        expected = per_layout[op_a, op_b] * (read.get((op_a, op_b), 0) + both_ways[op_a, op_b]) - dropped[op_a, op_b]
         assert sum(n.endswith(f", '{op_a}', '{op_b}'>") for n in names) == expected
-    assert len(nn_names) == len(compiled) * (len(spec.variants) + both_ways["N", "N"])
+    assert len(nn_names) == len(compiled) * (len(spec.variants) + both_ways["N", "N"]) - dropped["N", "N"]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
@@ -913,6 +945,47 @@ def test_wgmma_auto_128_columns_for_short_k_batches_and_narrow_n(M, N, K, ops, b
     assert (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == tile + (1,), p.describe()
 
 
+@pytest.mark.parametrize("M, N, K, ops, tile", [
+    (4096, 768, 3072, "NT", (128, 192)),    # 96 tiles of 128x256: 0.73 of a round; 128 of 128x192: one
+    (12608, 768, 3072, "NT", (128, 192)),   # 297 tiles: 3 rounds, the last a quarter full; 396: 3 full ones
+    (12608, 768, 768, "NN", (128, 192)),
+    (4096, 2304, 768, "TN", (128, 192)),    # 288 tiles: 3 rounds; 384: 3
+    (12608, 3072, 768, "NN", (128, 256)),   # 1188 tiles: 9 full rounds; 1584 would take 12
+    (4096, 3072, 768, "NT", (128, 256)),    # 384 tiles: 3 rounds; 512 would take 4
+    (4096, 4096, 4096, "NN", (128, 256)),
+    (8192, 8192, 8192, "NN", (128, 256)),
+])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_wgmma_auto_128x192_where_the_last_round_is_part_empty(M, N, K, ops, tile, dtype):
+    """A 16-bit matrix whose 128 x 256 tiles fill the 132 SMs: 128 x 192 where the cost model
+    predicts it faster (wgmma_wave_choice: as many rounds or nearly, each a quarter shorter),
+    else 128 x 256; the reason names the comparison either way."""
+    p = gemmlab.plan("auto", M, N, K, dtype=dtype, out_dtype=dtype, arch="sm_90a", sm_count=132,
+                     op_a=ops[0], op_b=ops[1])
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == tile + (1,), \
+        p.describe()
+    assert p.params in WGMMA.configurations(dtype) and p.params["STAGES"] == 4 and p.params["CLUSTER"] == 1
+    took = tile == (128, 192)
+    assert p.reason.startswith("cost model over wgmma's tile rules, 128x192 against their 128x256" if took
+                               else "wgmma's tile rules, kept by the cost model against 128x192"), p.reason
+    assert "128x192x4 stages" in p.reason and "128x256x4 stages" in p.reason
+    assert "why: " + p.reason in p.explain()
+    if took:
+        assert p.name_expression.startswith("gemmlab::wgmma_gemm<") and ", 128, 192, 4, 1, false, '" in p.name_expression
+
+
+@pytest.mark.parametrize("M, N, K, batch, sm_count", [(4096, 768, 3072, 1, 132), (12608, 768, 768, 1, 132),
+                                                       (4096, 2304, 768, 1, 132), (1024, 768, 50257, 1, 132),
+                                                       (256, 4096, 4096, 1, 114), (1024, 768, 3072, 4, 132)])
+def test_wgmma_auto_never_gives_tf32_128x192(M, N, K, batch, sm_count):
+    """TF32 keeps its rules (no m64n192 TF32 wgmma): never BN = 192, where 16-bit takes it."""
+    bf16 = gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=sm_count,
+                        batch=batch)
+    assert bf16.params["BN"] == 192, bf16.describe()
+    p = gemmlab.plan("auto", M, N, K, dtype="tf32", arch="sm_90a", sm_count=sm_count, batch=batch)
+    assert p.spec.name == "wgmma" and p.params["BN"] != 192 and p.reason == "wgmma's tile rules", p.describe()
+
+
 @pytest.mark.parametrize("M, N, K, ops, why", [
     (4, 4096, 4096, "NN", "fewer rows than WGMMA_NARROW_MIN_M: split"),
     (16, 4096, 14336, "NN", "64 tiles and 224 K-steps: split"),
@@ -1074,10 +1147,41 @@ def test_wgmma_shared_memory_rule():
     assert {"BM": 128, "BN": 256, "STAGES": 5, "CLUSTER": 1} not in WGMMA.configurations()
     with pytest.raises(ValueError, match=r"must fit in the 227 KiB"):
         WGMMA.resolve({"BM": 128, "BN": 256, "STAGES": 5})
-    assert len(WGMMA.configurations()) == 33 * len(SPLITK_VALUES)
+    assert len(WGMMA.configurations()) == 38 * len(SPLITK_VALUES)
     with pytest.raises(ValueError, match=r"BN = 64 runs without clusters"):
         WGMMA.resolve({"BM": 64, "BN": 64, "CLUSTER": 2})
     assert max(WGMMA.launch(p, Problem(1, 1, 1, True)).smem_bytes for p in WGMMA.configurations()) <= 227 * 1024
+
+
+def test_wgmma_bn192_rules():
+    """BN = 192 (m64n192, hopper.cuh: 16-bit only): no clusters (its three 64-column boxes of
+    B 'N' do not split between two blocks), no TF32 (a rule of that type only,
+    Constraint.dtypes: refused when resolved for TF32, left out of its configurations and
+    instantiations), and at BM = 128 at most 4 stages (ring and epilogue staging in 227 KiB)."""
+    tile = {"BM": 128, "BN": 192, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
+    for dtype in ("float16", "bfloat16"):
+        assert tile in WGMMA.configurations(dtype) and WGMMA.resolve({"BN": 192}, dtype) == tile
+    assert tile in WGMMA.configurations()   # (any type: the rules of every type)
+    assert [c for c in WGMMA.configurations("tf32") if c["BN"] == 192] == []
+    assert sorted({c["STAGES"] for c in WGMMA.configurations() if c["BN"] == 192 and c["BM"] == 128}) == [3, 4]
+    with pytest.raises(ValueError, match=r"for kernel 'wgmma': BN = 192 runs without clusters \(CLUSTER = 1\)"):
+        WGMMA.resolve({"BN": 192, "CLUSTER": 2})
+    with pytest.raises(ValueError, match=r"for kernel 'wgmma' with tf32 inputs: BN = 192 is for 16-bit inputs"):
+        WGMMA.resolve({"BN": 192}, "tf32")
+    with pytest.raises(ValueError, match=r"with tf32 inputs: BN = 192 is for 16-bit inputs"):
+        gemmlab.plan("wgmma", 4096, 768, 3072, dtype="tf32", arch="sm_90a", BN=192)
+    with pytest.raises(ValueError, match=r"BN = 192 runs without clusters"):
+        gemmlab.plan("wgmma", 4096, 768, 3072, dtype="bfloat16", out_dtype="bfloat16", BN=192, CLUSTER=2)
+    p = gemmlab.plan("wgmma", 4096, 768, 3072, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", op_b="T",
+                     BN=192)
+    assert p.name_expression == "gemmlab::wgmma_gemm<1, 1, 128, 192, 4, 1, false, 'N', 'T'>"
+    assert p.spec.launch(p.params, p.problem).smem_bytes <= 227 * 1024
+    names = WGMMA.all_name_expressions()
+    assert not any(n.startswith("gemmlab::wgmma_gemm<2, 3, 128, 192,") for n in names)   # TF32: none
+    assert {n[-9:] for n in names if ", 128, 192, 4, 1, true," in n} == {"'N', 'N'>", "'N', 'T'>", "'T', 'N'>",
+                                                                         "'T', 'T'>"}
+    assert any(r["constraints"][-1].startswith("BN = 192 is for 16-bit inputs") for r in gemmlab.kernels()
+               if r["name"] == "wgmma")
 
 
 def test_wgmma_name_expressions():
@@ -1093,8 +1197,8 @@ def test_wgmma_name_expressions():
         assert WGMMA.name_expression({**d, "SPLITK": splits}, prob) == \
             f"gemmlab::wgmma_gemm<1, 3, 128, 256, 4, {d['CLUSTER']}, true, 'N', 'N'>"
     # Unsplit: 16-bit (4 type pairs) in every layout, TF32 in NN only; split: 2 16-bit types
-    # in every layout, TF32 in NN.
-    assert len(WGMMA.all_name_expressions()) == 33 * (4 * 4 + 1) + 33 * (2 * 4 + 1)
+    # in every layout, TF32 in NN.  38 tiles, of which TF32 has 33 (no BN = 192).
+    assert len(WGMMA.all_name_expressions()) == 38 * 4 * 4 + 33 + 38 * 2 * 4 + 33
     assert WGMMA.name_expression(d, prob.with_layout("N", "T")) == \
         f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, false, 'N', 'T'>"
 

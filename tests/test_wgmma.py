@@ -186,6 +186,8 @@ UNSPLIT_CONFIGS = [p for p in registry.get("wgmma").configurations() if p["SPLIT
 @pytest.mark.parametrize("dtype, out_dtype, ops", [("bfloat16", "bfloat16", "NN"), ("tf32", "float32", "NN"),
                                                    ("bfloat16", "bfloat16", "NT"), ("float16", "float16", "TT")])
 def test_every_configuration(params, dtype, out_dtype, ops, caplog):
+    if params not in registry.get("wgmma").configurations(dtype):
+        pytest.skip(f"not a {dtype} configuration (BN = 192 is 16-bit only)")
     rng = np.random.default_rng(5)
     a, a64 = _operand(300, 520, ops[0], lambda n: -(-n // 8) * 8, dtype, rng)
     b, b64 = _operand(520, 333, ops[1], lambda n: -(-n // 8) * 8, dtype, rng)
@@ -620,5 +622,132 @@ def test_auto_attention_batches_on_128x128(product):
     p = gemmlab.last_plan()
     assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == (128, 128), p.describe()
     ref = a.double() @ b.double()
+    assert not torch.isnan(out).any()
+    assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]
+
+
+# -- the 128 x 192 tile (BN = 192: 16-bit only, CLUSTER = 1) ------------------------------------
+
+def _bn192_ran(split=False):
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == (128, 192), p.describe()
+    assert f", 128, 192, 4, 1, {'true' if split else 'false'}, '" in p.name_expression, p.name_expression
+
+
+def test_emulated_bn192_reads_b_in_three_boxes_or_one(monkeypatch):
+    """Without a GPU (tests/emulated_gpu.py): BN = 192 by name in every layout builds B's map
+    in 64 x 64 boxes (B 'N': three a K-step) or in boxes of 192 rows (B 'T': K-major, one),
+    A's in 128-row (A 'N') or 64 x 64 boxes, and the result is right."""
+    import emulated_gpu
+    from gemmlab.runtime import tma
+    emu = emulated_gpu.install(monkeypatch)
+    maps = []
+    encode = tma._encode
+    monkeypatch.setattr(tma, "_encode", lambda *a, backend=None: maps.append(encode(*a, backend=backend))
+                        or maps[-1])
+    rng = np.random.default_rng(11)
+    for ops in ("NN", "NT", "TN", "TT"):
+        M, N, K = 136, 200, 72
+        a = emu.keep(rng.uniform(-1, 1, (M, K) if ops[0] == "N" else (K, M)).astype(np.float16))
+        b = emu.keep(rng.uniform(-1, 1, (K, N) if ops[1] == "N" else (N, K)).astype(np.float16))
+        a_op, b_op = (a if ops[0] == "N" else a.T), (b if ops[1] == "N" else b.T)
+        maps.clear()
+        out = gemmlab.matmul(a_op, b_op, kernel="wgmma", BN=192)
+        _bn192_ran()
+        assert gemmlab.last_plan().name_expression.endswith(f"'{ops[0]}', '{ops[1]}'>")
+        map_a, map_b = maps[:2]
+        assert (map_a.box_rows, map_a.box_cols) == ((128, 64) if ops[0] == "N" else (64, 64)), map_a
+        assert (map_b.box_rows, map_b.box_cols) == ((64, 64) if ops[1] == "N" else (192, 64)), map_b
+        ref = a_op.astype(np.float64) @ b_op.astype(np.float64)
+        np.testing.assert_allclose(out.astype(np.float64), ref, rtol=0, atol=2e-2)
+
+
+# Multiples of no tile (517 x 389 x 263), the transformer products 128 x 192 is for (N = 768,
+# M = 4096) and such a product off every tile.
+BN192_SHAPES = [(517, 389, 263), (4096, 768, 768), (4001, 770, 776), (129, 193, 65), (1, 1, 1)]
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float16"),
+                                              ("bfloat16", "float32"), ("float16", "float32")])
+@pytest.mark.parametrize("shape", BN192_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
+def test_bn192_on_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, caplog):
+    """BN = 192 by name: m64n192 wgmmas, B 'N' in three 64-column boxes a K-step, B 'T' in one
+    of 192 rows; both epilogues (beta = 0: the TMA store, three 64-column chunks of a 16-bit
+    tile or six 32-column ones of FP32; beta != 0: from the registers), output poisoned first."""
+    M, N, K = shape
+    expect = "wgmma" if min(shape) > 1 or ops == "NN" else None   # (a vector's layout is ambiguous)
+    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M + 2 * N + K), caplog, ops=ops,
+           expect=expect, BM=128, BN=192)
+    if expect:
+        _bn192_ran()
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float32")])
+@pytest.mark.parametrize("splits", [2, 3, 16])
+@pytest.mark.parametrize("shape", [(517, 389, 2100), (300, 768, 3001), (7, 13, 5)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
+def test_bn192_split_k(ops, dtype, out_dtype, splits, shape, alpha, beta, caplog):
+    """BN = 192 split over K: FP32 partial 128 x 192 tiles from the registers into the workspace,
+    added into C by the reduction; slices of unequal length, empty ones (7x13x5)."""
+    M, N, K = shape
+    expect = "wgmma" if min(shape) > 1 or ops == "NN" else None
+    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M + N + K + splits), caplog, ops=ops,
+           expect=expect, BM=128, BN=192, SPLITK=splits)
+    if expect:
+        _bn192_ran(split=True)
+        _split_ran(splits)
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float32")])
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_bn192_batch_is_one_launch(monkeypatch, ops, dtype, out_dtype, beta):
+    """A batch of 5 with gaps between the matrices on 128 x 192 tiles: one launch (3-D maps,
+    C stored through its map with beta = 0), every matrix right, C's gaps untouched; split 3
+    ways, one GEMM launch and one reduction."""
+    _batched(monkeypatch, 5, 5, 129, 389, 263, ops, dtype, out_dtype, beta=beta, BM=128, BN=192)
+    _bn192_ran()
+    _batched(monkeypatch, 5, 5, 129, 389, 1100, ops, dtype, out_dtype, beta=beta, expect=2, BM=128, BN=192,
+             SPLITK=3)
+    _bn192_ran(split=True)
+
+
+@hopper
+@pytest.mark.gpu
+def test_bn192_batch_with_a_shared_operand(monkeypatch):
+    _batched(monkeypatch, 6, None, 200, 389, 72, "NT", "bfloat16", "bfloat16", BM=128, BN=192)
+    _bn192_ran()
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N, K, ops", [(4096, 768, 3072, "NT"), (12608, 768, 768, "NN"), (4096, 2304, 768, "TN")])
+def test_auto_takes_what_the_wave_choice_says(M, N, K, ops):
+    """kernel="auto" on a transformer's products whose 128 x 256 tiles leave the last round of
+    the persistent grid part-empty: what wgmma_auto_choice says for this GPU's SMs (on 132:
+    128 x 192), the result right."""
+    from gemmlab.kernels.tensor.wgmma import wgmma_auto_choice
+    sm = rt_device.gpu_info(0).sm_count
+    rng = np.random.default_rng(M + N + K)
+    a, a64 = _operand(M, K, ops[0], lambda n: n, "bfloat16", rng)
+    b, b64 = _operand(K, N, ops[1], lambda n: n, "bfloat16", rng)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemmlab.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and p.params == wgmma_auto_choice(M, N, sm, 1, K, "bfloat16")[0], p.describe()
+    if sm == 132:
+        _bn192_ran()
+    ref = a64 @ b64
     assert not torch.isnan(out).any()
     assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]

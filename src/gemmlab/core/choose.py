@@ -182,7 +182,7 @@ def fit_smem(spec: KernelSpec, params: dict, problem: Problem, limit: int | None
     need = spec.launch(params, problem).smem_bytes
     if limit is None or need <= limit:
         return params, ""
-    fits = [c for c in spec.configurations() if spec.launch(c, problem).smem_bytes <= limit]
+    fits = [c for c in spec.configurations(problem.dtype) if spec.launch(c, problem).smem_bytes <= limit]
     if not fits:
         raise ValueError(f"kernel {spec.name!r} has no configuration within the {limit} bytes of shared memory "
                          f"per block of {gpu_name}")
@@ -340,7 +340,7 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
     spec = registry.get(kernel)
     if gpu.arch is not None:
         spec.check_arch(gpu.arch, gpu.name, dtype if dtype in spec.dtypes else None)
-    params = spec.resolve(tile_params)
+    params = spec.resolve(tile_params, dtype)
     # A batch that fills the GPU by itself needs no split of K (one the caller gave stands).
     if batch > 1 and not explicit and spec.splits(params) > 1 and "BM" in params \
             and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= gpu.sm_count:

@@ -61,10 +61,18 @@ class TileParam:
 
 @dataclass(frozen=True)
 class Constraint:
-    """A rule between tile parameters, with the sentence shown when it is broken."""
+    """A rule between tile parameters, with the sentence shown when it is broken.
+    ``dtypes``: the input types it binds, where it holds for some only (wgmma: no TF32
+    instruction for BN = 192); empty, every type."""
 
     rule: str
     holds: Callable[[Mapping[str, int]], bool]
+    dtypes: tuple[str, ...] = ()
+
+    def binds(self, dtype: str | None) -> bool:
+        """Whether the rule applies to products of ``dtype`` (None: any product, so only
+        the rules of every type)."""
+        return not self.dtypes or dtype in self.dtypes
 
 
 @dataclass(frozen=True)
@@ -338,8 +346,9 @@ class KernelSpec:
     def defaults(self) -> dict[str, int]:
         return {p.name: p.default for p in self.params}
 
-    def resolve(self, given: Mapping[str, int] | None = None) -> dict[str, int]:
-        """Fill in defaults and check every value and every rule; raise ValueError naming what is wrong."""
+    def resolve(self, given: Mapping[str, int] | None = None, dtype: str | None = None) -> dict[str, int]:
+        """Fill in defaults and check every value and every rule (with ``dtype``, that type's
+        rules too: Constraint.dtypes); raise ValueError naming what is wrong."""
         given = dict(given or {})
         known = {p.name: p for p in self.params}
         unknown = sorted(set(given) - set(known))
@@ -359,21 +368,22 @@ class KernelSpec:
                     f"tile parameter {name}={value} is not legal for kernel {self.name!r}; "
                     f"legal values: {', '.join(map(str, p.values))}")
             resolved[name] = value
-        broken = [c.rule for c in self.constraints if not c.holds(resolved)]
+        broken = [c for c in self.constraints if c.binds(dtype) and not c.holds(resolved)]
         if broken:
             desc = ", ".join(f"{k}={v}" for k, v in resolved.items())
             raise ValueError(
-                f"tile parameters {desc} are not a legal combination for kernel {self.name!r}: "
-                + "; ".join(broken))
+                f"tile parameters {desc} are not a legal combination for kernel {self.name!r}"
+                + (f" with {dtype} inputs" if any(c.dtypes for c in broken) else "")
+                + ": " + "; ".join(c.rule for c in broken))
         return resolved
 
-    def configurations(self) -> list[dict[str, int]]:
-        """Every legal combination of tile parameters."""
+    def configurations(self, dtype: str | None = None) -> list[dict[str, int]]:
+        """Every legal combination of tile parameters (with ``dtype``: for that input type)."""
         names = [p.name for p in self.params]
         out = []
         for values in itertools.product(*(p.values for p in self.params)):
             cand = dict(zip(names, values))
-            if all(c.holds(cand) for c in self.constraints):
+            if all(c.holds(cand) for c in self.constraints if c.binds(dtype)):
                 out.append(cand)
         return out
 
@@ -405,6 +415,9 @@ class KernelSpec:
         variants = [v for v in self.variants if arch is None or self.builds_for(arch, v.dtype)]
         for params in (self.configurations() if configs is None else configs):
             for prob in variants:
+                # a rule of some types only (Constraint.dtypes) that these parameters break
+                if not all(c.holds(params) for c in self.constraints if c.dtypes and c.binds(prob.dtype)):
+                    continue
                 for op_a, op_b in layouts:
                     p = prob.with_layout(op_a, op_b)
                     # a kernel that reads fewer layouts, or some only in some types (wgmma: TF32 NN)

@@ -159,7 +159,7 @@ def cmd_bench(args) -> int:
     if args.all_configs:              # every legal tile configuration of each named kernel
         from ..kernels import registry
         entries = [(name, cfg) for name in dict.fromkeys(n for n, _ in entries)
-                   for cfg in registry.get(name).configurations()]
+                   for cfg in registry.get(name).configurations(dtype)]
     sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
     records = run_suite(entries, sizes, dist=args.dist, flush=not args.no_flush, dtype=dtype, ops=ops,
                         **_timing(args))

@@ -89,7 +89,11 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     constexpr int A_BOX = A_KMAJOR ? TM : 128 / EB;
     constexpr int B_BOX = B_KMAJOR ? TN / CLUSTER : 128 / EB;
     constexpr int CONSUMERS = BM / 64;
-    static_assert(BM % 64 == 0 && (BN == 64 || BN == 128 || BN == 256) && (CLUSTER == 1 || CLUSTER == 2), "tile shape");
+    static_assert(BM % 64 == 0 && (BN == 64 || BN == 128 || BN == 192 || BN == 256) && (CLUSTER == 1 || CLUSTER == 2),
+                  "tile shape");
+    // BN = 192: m64n192 exists for 16-bit types only here (hopper.cuh), and B's three
+    // 64-column boxes (B 'N') cannot be shared evenly by a cluster of two.
+    static_assert(BN != 192 || (!TF32 && CLUSTER == 1), "BN = 192: 16-bit inputs, CLUSTER = 1");
     static_assert((TN / B_BOX) % CLUSTER == 0, "every block of a cluster copies whole boxes of B");
     static_assert(!SPLIT || ODT == TYPE_FLOAT32, "split-K's partial products are FP32");
     (void)A; (void)lda; (void)B; (void)ldb;

@@ -184,9 +184,14 @@ def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
 
 # Each wgmma tile's share of the SM's 16-bit tensor peak at full occupancy, as the cost
 # model takes it: rounded from H100 sweeps (benchmarks/NOTES.md);
-# 64-row tiles have one consumer warpgroup, so less of the peak.
-WGMMA_TILE_EFFICIENCY = {(128, 256): 0.80, (128, 128): 0.72, (128, 64): 0.60, (64, 256): 0.62, (64, 128): 0.58,
-                         (64, 64): 0.45}
+# 64-row tiles have one consumer warpgroup, so less of the peak.  128 x 192's is a guess,
+# not measured yet: a little under 128 x 256's, whose K-step it shares (the same wgmma,
+# barrier and copy count) for three quarters of the multiply; to be checked on the GPU,
+# as is what wgmma_wave_choice decides with it.
+WGMMA_TILE_EFFICIENCY = {(128, 256): 0.80, (128, 192): 0.78, (128, 128): 0.72, (128, 64): 0.60, (64, 256): 0.62,
+                         (64, 128): 0.58, (64, 64): 0.45}
+# The tile wgmma_wave_choice weighs against the rules' 128 x 256 (16-bit inputs only).
+WGMMA_WAVE_TILE = {"BM": 128, "BN": 192, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
 
 
 def wgmma_estimate(M: int, N: int, K: int, p: dict, sm_count: int, batch: int = 1, dtype: str = "bfloat16"):
@@ -217,18 +222,39 @@ def _wgmma_candidates(M: int, N: int, K: int, sm_count: int, batch: int) -> list
     return out
 
 
+def wgmma_wave_choice(M: int, N: int, K: int, sm_count: int, rule: dict, dtype: str) -> tuple[dict, str]:
+    """One 16-bit matrix whose 128 x 256 tiles fill the GPU: the rules' tile, or
+    WGMMA_WAVE_TILE (128 x 192) where the cost model predicts it faster by more than its
+    margin.  A persistent grid runs the tiles in rounds of one per SM, the last round
+    possibly part-empty (wave quantisation).  128 x 192 tiles are a quarter smaller: where
+    they take no more rounds than 128 x 256 tiles (4096 x 768 on 132 SMs: one round of
+    128 tiles against one of 96), each round is shorter; where they take more, 128 x 256
+    stays."""
+    if (rule["BM"], rule["BN"], rule["SPLITK"]) != (128, 256, 1):
+        return rule, "wgmma's tile rules"
+    incumbent = wgmma_estimate(M, N, K, rule, sm_count, 1, dtype)
+    wave = wgmma_estimate(M, N, K, WGMMA_WAVE_TILE, sm_count, 1, dtype)
+    if best([wave], incumbent=incumbent) is incumbent:
+        return rule, f"wgmma's tile rules, kept by the cost model against 128x192: {incumbent} against {wave}"
+    return dict(WGMMA_WAVE_TILE), (f"cost model over wgmma's tile rules, 128x192 against their 128x256 "
+                                   f"(the last round of tiles fuller): {wave} against {incumbent}")
+
+
 def wgmma_auto_choice(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
                       dtype: str = "bfloat16") -> tuple[dict, str]:
     """wgmma's configuration for ``kernel="auto"`` and why.  The rules of
     wgmma_rule_params choose, except for 16-bit products (K known) whose 128 x 256
     tiles leave more than half of the SMs idle or that are batches: there every
     candidate of _wgmma_candidates is costed (kernels/cost.py) and one predicted
-    faster than the rule's choice by more than the model's margin replaces it.  Products
+    faster than the rule's choice by more than the model's margin replaces it; and
+    except for 16-bit single matrices (K known) whose 128 x 256 tiles fill the GPU,
+    where wgmma_wave_choice weighs 128 x 192 against them, and nothing else.  Products
     of fewer than WGMMA_NARROW_MIN_M rows keep the rule (measured: split)."""
     rule = wgmma_rule_params(M, N, sm_count, batch, K, dtype)
-    if K is None or dtype == "tf32" or M < WGMMA_NARROW_MIN_M or \
-            (batch <= 1 and 2 * cdiv(M, 128) * cdiv(N, 256) >= sm_count):
+    if K is None or dtype == "tf32" or M < WGMMA_NARROW_MIN_M:
         return rule, "wgmma's tile rules"
+    if batch <= 1 and 2 * cdiv(M, 128) * cdiv(N, 256) >= sm_count:
+        return wgmma_wave_choice(M, N, K, sm_count, rule, dtype)
     incumbent = wgmma_estimate(M, N, K, rule, sm_count, batch, dtype)
     chosen = best([wgmma_estimate(M, N, K, p, sm_count, batch, dtype)
                    for p in _wgmma_candidates(M, N, K, sm_count, batch)], incumbent=incumbent)
@@ -490,8 +516,8 @@ SPEC = KernelSpec(
     params=(
         TileParam("BM", (64, 128), 128, "rows of C per block: BM/64 consumer warpgroups of 64 rows "
                                         "(TF32, which computes C^T: columns)"),
-        TileParam("BN", (64, 128, 256), 256, "columns of C per block, the N of every wgmma (BN/2 accumulators "
-                                             "per consumer thread; TF32: rows)"),
+        TileParam("BN", (64, 128, 192, 256), 256, "columns of C per block, the N of every wgmma (BN/2 "
+                                                  "accumulators per consumer thread; TF32: rows)"),
         TileParam("STAGES", (3, 4, 5, 8, 12), 4, "K-steps of A and B tiles (128 bytes of K each) in the "
                                           "shared-memory ring"),
         TileParam("CLUSTER", (1, 2), 1, "blocks per cluster: 2 takes two vertically adjacent tiles "
@@ -506,6 +532,10 @@ SPEC = KernelSpec(
                    lambda p: wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
         Constraint("BN = 64 runs without clusters (CLUSTER = 1): a cluster shares whole 64-column boxes of B "
                    "between its blocks", lambda p: p["BN"] != 64 or p["CLUSTER"] == 1),
+        Constraint("BN = 192 runs without clusters (CLUSTER = 1): its three 64-column boxes of B do not split "
+                   "evenly between the two blocks of a cluster", lambda p: p["BN"] != 192 or p["CLUSTER"] == 1),
+        Constraint("BN = 192 is for 16-bit inputs: TF32 has BN = 64, 128 or 256 (no m64n192 TF32 wgmma is "
+                   "wrapped)", lambda p: p["BN"] != 192, dtypes=("tf32",)),
     ),
     template_args=_template_args,
     geometry=_geometry,

@@ -314,6 +314,9 @@ __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(ro
 #define GEMMLAB_WGMMA_ACC64(d)                                                                     \
     GEMMLAB_WGMMA_ACC8(d, 0), GEMMLAB_WGMMA_ACC8(d, 8), GEMMLAB_WGMMA_ACC8(d, 16), GEMMLAB_WGMMA_ACC8(d, 24), \
         GEMMLAB_WGMMA_ACC8(d, 32), GEMMLAB_WGMMA_ACC8(d, 40), GEMMLAB_WGMMA_ACC8(d, 48), GEMMLAB_WGMMA_ACC8(d, 56)
+#define GEMMLAB_WGMMA_ACC96(d)                                                                     \
+    GEMMLAB_WGMMA_ACC64(d), GEMMLAB_WGMMA_ACC8(d, 64), GEMMLAB_WGMMA_ACC8(d, 72), GEMMLAB_WGMMA_ACC8(d, 80),   \
+        GEMMLAB_WGMMA_ACC8(d, 88)
 #define GEMMLAB_WGMMA_ACC128(d)                                                                    \
     GEMMLAB_WGMMA_ACC64(d), GEMMLAB_WGMMA_ACC8(d, 64), GEMMLAB_WGMMA_ACC8(d, 72), GEMMLAB_WGMMA_ACC8(d, 80),   \
         GEMMLAB_WGMMA_ACC8(d, 88), GEMMLAB_WGMMA_ACC8(d, 96), GEMMLAB_WGMMA_ACC8(d, 104),                    \
@@ -321,6 +324,7 @@ __device__ __forceinline__ float round_tf32(float x) { return __uint_as_float(ro
 #define GEMMLAB_WGMMA_REGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define GEMMLAB_WGMMA_REGS48 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
 #define GEMMLAB_WGMMA_REGS64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define GEMMLAB_WGMMA_REGS96 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
 #define GEMMLAB_WGMMA_REGS128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 
 // wgmma.mma_async m64nNk{16,8} with both operands in shared memory:
@@ -369,6 +373,10 @@ GEMMLAB_WGMMA_SS_TF32(96, 48, 49, 50)
 GEMMLAB_WGMMA_SS_16BIT(128, TYPE_FLOAT16, "f16", 64, 65, 66, 67, 68)
 GEMMLAB_WGMMA_SS_16BIT(128, TYPE_BFLOAT16, "bf16", 64, 65, 66, 67, 68)
 GEMMLAB_WGMMA_SS_TF32(128, 64, 65, 66)
+// m64n192 (16-bit only): the 128 x 192 tile, for products whose 256-wide tiles leave the
+// last round of the persistent grid part-empty (wave quantisation: docs/tensor/04-wgmma.md).
+GEMMLAB_WGMMA_SS_16BIT(192, TYPE_FLOAT16, "f16", 96, 97, 98, 99, 100)
+GEMMLAB_WGMMA_SS_16BIT(192, TYPE_BFLOAT16, "bf16", 96, 97, 98, 99, 100)
 GEMMLAB_WGMMA_SS_16BIT(256, TYPE_FLOAT16, "f16", 128, 129, 130, 131, 132)
 GEMMLAB_WGMMA_SS_16BIT(256, TYPE_BFLOAT16, "bf16", 128, 129, 130, 131, 132)
 GEMMLAB_WGMMA_SS_TF32(256, 128, 129, 130)
