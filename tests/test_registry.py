@@ -974,6 +974,23 @@ def test_wgmma_auto_128x192_where_the_last_round_is_part_empty(M, N, K, ops, til
         assert p.name_expression.startswith("gemmlab::wgmma_gemm<") and ", 128, 192, 4, 1, false, '" in p.name_expression
 
 
+@pytest.mark.parametrize("M, N, K, ops, batch, bn", [
+    (197, 64, 197, "NN", 768, 64),      # ViT-B/16's P @ V (head dim 64)
+    (197, 64, 197, "TN", 768, 64),      # its P^T @ dO
+    (1024, 64, 1024, "NN", 96, 64),
+    (197, 197, 64, "NT", 768, 128),     # Q @ K^T: N = 197, two K-steps
+    (1024, 128, 1024, "NN", 64, 128),   # P @ V at a head dim of 128
+    (8192, 64, 4096, "NN", 1, 128),     # a single matrix keeps the rules' 64 x 128
+])
+def test_wgmma_auto_batches_of_64_columns_take_128x64(M, N, K, ops, batch, bn):
+    """16-bit batches of at most 64 columns (P @ V at a head dim of 64) take 128 x 64, which
+    computes nothing past N, where 128 x 128 computes as much past it as in it."""
+    p = gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=132,
+                     op_a=ops[0], op_b=ops[1], batch=batch)
+    assert p.spec.name == "wgmma" and p.params["BN"] == bn and p.params["SPLITK"] == 1, p.describe()
+    assert p.params in WGMMA.configurations("bfloat16")
+
+
 @pytest.mark.parametrize("M, N, K, batch, sm_count", [(4096, 768, 3072, 1, 132), (12608, 768, 768, 1, 132),
                                                        (4096, 2304, 768, 1, 132), (1024, 768, 50257, 1, 132),
                                                        (256, 4096, 4096, 1, 114), (1024, 768, 3072, 4, 132)])

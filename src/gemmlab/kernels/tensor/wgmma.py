@@ -157,7 +157,9 @@ def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
     With ``K`` given and 16-bit inputs, the fast tile is 128x128 where N <= 128 (P @ V with
     a head dim of 128, which a 256-wide tile half wastes) and for batches whose K is at
     most 128 (Q @ K^T): faster than 128x256 at every attention size measured, or equal;
-    a single matrix with a short K (the weight gradients) was not, so it keeps 128x256.  Where the split above would be taken for 16-bit inputs of
+    a single matrix with a short K (the weight gradients) was not, so it keeps 128x256.
+    Batches of at most 64 columns (P @ V at a head dim of 64) take 128x64: faster than
+    128x128 on ViT-B/16's P @ V and P^T @ dO (benchmarks/NOTES.md).  Where the split above would be taken for 16-bit inputs of
     WGMMA_NARROW_MIN_M to WGMMA_NARROW_MAX_M rows, wgmma_narrow_tile's unsplit deep-ring
     tile replaces it where it applies: faster on every o and qkv product at 16 and 128
     tokens in the sweep of tiles, splits and rings."""
@@ -166,8 +168,10 @@ def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
         sixteen = K is not None and dtype != "tf32"
         bm = 64 if sixteen and M <= 64 else 128
         # 128 columns where a 256-wide tile would compute as many past N as in it (P @ V's head
-        # dim), and for batches with at most two K-steps (attention's Q @ K^T).
-        bn = 128 if sixteen and (N <= 128 or batch > 1 and K <= 128) else 256
+        # dim), and for batches with at most two K-steps (attention's Q @ K^T); 64 for batches of
+        # at most 64 columns (P @ V and its gradients at a head dim of 64).
+        bn = 64 if sixteen and batch > 1 and N <= 64 else \
+            128 if sixteen and (N <= 128 or batch > 1 and K <= 128) else 256
         return {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
     bm = 128 if K is not None and dtype != "tf32" and 64 < M <= 128 else 64
     split = 1
