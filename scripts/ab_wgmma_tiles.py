@@ -48,6 +48,11 @@ PRODUCTS = [
     ("square 8192", 8192, 8192, 8192, "NN", False),
 ]
 
+# --set qk: attention's Q @ K^T over sequence lengths (head dims 64 and 128), a few
+# million outputs each: which tile a batch of small odd matrices wants.
+QK_SWEEP = [(f"q @ k^T, S = {S}, head dim {d}", S, S, d, "NT", False, max(1, (1 << 25) // (S * S)))
+            for d in (64, 128) for S in (77, 100, 128, 197, 257, 320, 577, 1025)]
+
 
 def arrays(M, N, K, ops, gen, dtype, batch=None):
     import torch
@@ -76,9 +81,12 @@ def main() -> int:
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--arms", default="t256=128x256x4,t192=128x192x4", help="name=BMxBNxSTAGES,...")
     ap.add_argument("--batched-arms", default="t128=128x128x4,t64=128x64x4,s64=64x64x8", help="name=BMxBNxSTAGES,...")
+    ap.add_argument("--set", choices=("models", "qk"), default="models",
+                    help="models: the products above; qk: Q @ K^T over sequence lengths")
     ap.add_argument("--budget-s", type=float, default=300.0, help="no product starts after this many seconds")
     args = ap.parse_args()
     tiles, batched_tiles = parse_arms(args.arms), parse_arms(args.batched_arms)
+    products = QK_SWEEP if args.set == "qk" else PRODUCTS
 
     import torch
     import gemmlab
@@ -92,13 +100,13 @@ def main() -> int:
     gpu = gpu_info(0)
     spec = registry.get("wgmma")
     names = {f"gemmlab::wgmma_gemm<1, 1, {p['BM']}, {p['BN']}, {p['STAGES']}, 1, false, '{ops[0]}', '{ops[1]}'>"
-             for _, _, _, _, ops, *rest in PRODUCTS for p in (batched_tiles if rest[1:] else tiles).values()}
+             for _, _, _, _, ops, *rest in products for p in (batched_tiles if rest[1:] else tiles).values()}
     print(f"compiled {rt_compile.precompile(sorted((str(spec.source_path), n) for n in names), gpu.arch)} "
           f"of {len(names)} instantiations ({time.time() - t0:.0f} s)", flush=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     bf16 = torch.bfloat16
     recs = []
-    for label, M, N, K, ops, with_bias, *rest in PRODUCTS:
+    for label, M, N, K, ops, with_bias, *rest in products:
         if time.time() - t0 > args.budget_s:
             print(f"budget spent: {label} and after not timed")
             break
