@@ -9,7 +9,8 @@ NotImplementedError, so a compiler that emits something new makes the test
 fail loudly rather than pass.  This reads what the compiler generated; it is
 not a measurement on a GPU.
 """
-import re, struct
+import re
+import struct
 
 M32 = 0xFFFFFFFF
 
@@ -39,7 +40,8 @@ def split_ops(s):
         elif ch == "]":
             depth -= 1
         if ch == "," and depth == 0:
-            ops.append(cur.strip()); cur = ""
+            ops.append(cur.strip())
+            cur = ""
         else:
             cur += ch
     if cur.strip():

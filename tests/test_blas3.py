@@ -33,7 +33,6 @@ import pytest
 
 import blas3_harness as h
 import gemmlab
-from gemmlab.core import api
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")

@@ -14,7 +14,7 @@ import pytest
 import blas3_harness as h
 import emulated_gpu
 import gemmlab
-from gemmlab.core import api, executor
+from gemmlab.core import executor
 
 
 class EmuBackend(h.Backend):

@@ -104,7 +104,6 @@ def _operand(rows, cols, dtype, rng, ld=None, offset=0):
 
 def _aligned(*views):
     """What matmul decides about 16-byte copies for these operands (a, b, out)."""
-    from gemmlab.core import api
     a, b, o = views
     call = planner.validate(a, b, o, 1.0, 1.0, False, False, "tf32" if a.dtype == torch.float32 else None, None)
     return planner.kernel_view(call).aligned16()

@@ -1,7 +1,6 @@
 """gemmlab.torch: the torch.library operator against torch.matmul, with
 autograd and torch.compile (GPU and PyTorch needed)."""
 
-import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gpu

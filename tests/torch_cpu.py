@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 
-import torch
 
 import gemmlab.torch as gt
 from gemmlab.torch import ops, routing
