@@ -53,7 +53,7 @@ def need_cuda(script: str) -> None:
 
 def timed(fn, reps: int) -> float:
     """Median ms of ``reps`` calls, every GPU starting together (a barrier before each)."""
-    fn()                                          # warm: compiles, plans, allocator
+    fn()  # warm: compiles, plans, allocator
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
@@ -64,7 +64,7 @@ def timed(fn, reps: int) -> float:
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e3)
     slowest = torch.tensor(sorted(times)[len(times) // 2], device="cuda")
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)   # a sharded step is as fast as its slowest GPU
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # a sharded step is as fast as its slowest GPU
     return float(slowest)
 
 
@@ -76,24 +76,37 @@ def big_product(mesh, size: int, dtype, precision: str, reps: int) -> list[dict]
     g = torch.Generator(device="cuda").manual_seed(0)
     a = (torch.rand(size, size, device="cuda", generator=g) * 2 - 1).to(dtype)
     b = (torch.rand(size, size, device="cuda", generator=g) * 2 - 1).to(dtype)
-    gemmlab_mm = lambda x, y: gt.mm(x, y, precision=precision or None)   # noqa: E731
+    gemmlab_mm = lambda x, y: gt.mm(x, y, precision=precision or None)  # noqa: E731
     ours = {"gemmlab": gemmlab_mm, "torch": torch.mm}
     one = {name: timed(lambda f=f: f(a, b), reps) for name, f in ours.items()}
     ref = gemmlab_mm(a, b)
     rows = []
-    for layout, (pa, pb) in {"rows of A sharded": (Shard(0), Replicate()),
-                             "K sharded, all-reduce": (Shard(1), Shard(0))}.items():
+    for layout, (pa, pb) in {
+        "rows of A sharded": (Shard(0), Replicate()),
+        "K sharded, all-reduce": (Shard(1), Shard(0)),
+    }.items():
         da, db = distribute_tensor(a, mesh, [pa]), distribute_tensor(b, mesh, [pb])
         for name, f in ours.items():
+
             def step(f=f):
                 c = f(da, db)
                 return c.redistribute(mesh, [Replicate()]) if c.placements[0] == Partial() else c
+
             ms = timed(step, reps)
             err = rel_error(step().full_tensor(), ref)
-            flops = 2 * size ** 3
-            rows.append(dict(workload=f"{size}^3 product, {layout}", impl=name, ms_1gpu=one[name], ms=ms,
-                             tflops=flops / ms / 1e9, speedup=one[name] / ms,
-                             efficiency=one[name] / (mesh.size() * ms), rel_error_vs_1gpu=err))
+            flops = 2 * size**3
+            rows.append(
+                dict(
+                    workload=f"{size}^3 product, {layout}",
+                    impl=name,
+                    ms_1gpu=one[name],
+                    ms=ms,
+                    tflops=flops / ms / 1e9,
+                    speedup=one[name] / ms,
+                    efficiency=one[name] / (mesh.size() * ms),
+                    rel_error_vs_1gpu=err,
+                )
+            )
     return rows
 
 
@@ -103,7 +116,7 @@ def mlp_step(mesh, tokens: int, hidden: int, ffn: int, dtype, precision: str, re
     base = base.to("cuda", dtype)
     x = (torch.rand(tokens, hidden, device="cuda") * 2 - 1).to(dtype)
     routing = (lambda: gt.fp32_tc()) if precision else (lambda: gt.use_gemmlab(dtype))
-    flops = 3 * 2 * 2 * tokens * hidden * ffn        # two layers, forward and two backward products each
+    flops = 3 * 2 * 2 * tokens * hidden * ffn  # two layers, forward and two backward products each
     rows = []
     single = {}
     for name in ("gemmlab", "torch"):
@@ -129,16 +142,29 @@ def mlp_step(mesh, tokens: int, hidden: int, ffn: int, dtype, precision: str, re
                 continue
             out = step()
             err = rel_error(out.full_tensor() if hasattr(out, "full_tensor") else out, single["gemmlab"][1])
-            rows.append(dict(workload=f"MLP step, {tokens} tokens, {hidden}->{ffn}->{hidden}", impl=name,
-                             ms_1gpu=single[name][0], ms=ms, tflops=flops / ms / 1e9, speedup=single[name][0] / ms,
-                             efficiency=single[name][0] / (mesh.size() * ms), rel_error_vs_1gpu=err))
+            rows.append(
+                dict(
+                    workload=f"MLP step, {tokens} tokens, {hidden}->{ffn}->{hidden}",
+                    impl=name,
+                    ms_1gpu=single[name][0],
+                    ms=ms,
+                    tflops=flops / ms / 1e9,
+                    speedup=single[name][0] / ms,
+                    efficiency=single[name][0] / (mesh.size() * ms),
+                    rel_error_vs_1gpu=err,
+                )
+            )
     return rows
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32_tc"),
-                   help="bf16/fp16 on gemmlab's own kernels; fp32_tc: float32 FP32-accurate on the tensor cores")
+    p.add_argument(
+        "--dtype",
+        default="bf16",
+        choices=("bf16", "fp16", "fp32_tc"),
+        help="bf16/fp16 on gemmlab's own kernels; fp32_tc: float32 FP32-accurate on the tensor cores",
+    )
     p.add_argument("--size", type=int, help="the large product's size (default 32768; 16384 for fp32_tc)")
     p.add_argument("--tokens", type=int, default=8192)
     p.add_argument("--hidden", type=int, default=8192)
@@ -155,7 +181,7 @@ def main():
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32_tc": torch.float32}[args.dtype]
     precision = "fp32_tc" if args.dtype == "fp32_tc" else ""
     if args.dtype == "fp32_tc":
-        torch.backends.cuda.matmul.allow_tf32 = False          # torch's side is IEEE SGEMM
+        torch.backends.cuda.matmul.allow_tf32 = False  # torch's side is IEEE SGEMM
     size = args.size or (16384 if precision else 32768)
 
     rows = big_product(mesh, size, dtype, precision, args.reps)
@@ -163,15 +189,28 @@ def main():
     if rank == 0:
         gpus = dist.get_world_size()
         print(f"{gpus} x {torch.cuda.get_device_name()}, {args.dtype}")
-        print(f"{'workload':58} {'impl':8} {'1 GPU ms':>9} {f'{gpus} GPUs ms':>10} {'TFLOPS':>8} {'speedup':>8} "
-              f"{'eff.':>6} {'rel.err':>8}")
+        print(
+            f"{'workload':58} {'impl':8} {'1 GPU ms':>9} {f'{gpus} GPUs ms':>10} {'TFLOPS':>8} {'speedup':>8} "
+            f"{'eff.':>6} {'rel.err':>8}"
+        )
         for r in rows:
-            print(f"{r['workload']:58} {r['impl']:8} {r['ms_1gpu']:9.2f} {r['ms']:10.2f} {r['tflops']:8.0f} "
-                  f"{r['speedup']:8.2f} {r['efficiency']:6.1%} {r['rel_error_vs_1gpu']:8.1e}")
+            print(
+                f"{r['workload']:58} {r['impl']:8} {r['ms_1gpu']:9.2f} {r['ms']:10.2f} {r['tflops']:8.0f} "
+                f"{r['speedup']:8.2f} {r['efficiency']:6.1%} {r['rel_error_vs_1gpu']:8.1e}"
+            )
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(dict(gpu=torch.cuda.get_device_name(), gpus=gpus, dtype=args.dtype,
-                               torch=torch.__version__, rows=rows), f, indent=1)
+                json.dump(
+                    dict(
+                        gpu=torch.cuda.get_device_name(),
+                        gpus=gpus,
+                        dtype=args.dtype,
+                        torch=torch.__version__,
+                        rows=rows,
+                    ),
+                    f,
+                    indent=1,
+                )
     dist.destroy_process_group()
 
 

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 def need_cuda(script: str) -> None:
     """Stop with one line (exit code 2) where PyTorch cannot reach a CUDA GPU."""
     import gemmlab.torch as gt
+
     why = gt.cuda_missing()
     if why:
         print(f"{script}: this example needs a CUDA GPU; {why}", file=sys.stderr)
@@ -103,6 +104,7 @@ def flat_params(model) -> torch.Tensor:
 
 def train(run: str, args, batches, init_state, reference=None) -> tuple[dict, dict]:
     import gemmlab.torch as gt
+
     torch.backends.cuda.matmul.allow_tf32 = run == "tf32"
     torch.backends.cudnn.allow_tf32 = run == "tf32"
     model = LM(args.vocab, args.d_model, args.layers, args.heads, args.seq).cuda()
@@ -137,8 +139,12 @@ def train(run: str, args, batches, init_state, reference=None) -> tuple[dict, di
         if (step + 1) % 50 == 0:
             print(f"  {run:14} step {step + 1:4d}  loss {losses[-1]:.4f}", flush=True)
     warm = min(10, len(times) // 2)
-    result = dict(run=run, loss=losses, ms_per_step=1e3 * sorted(times[warm:])[len(times[warm:]) // 2],
-                  drift_from_fp32={str(k): v for k, v in drift.items()})
+    result = dict(
+        run=run,
+        loss=losses,
+        ms_per_step=1e3 * sorted(times[warm:])[len(times[warm:]) // 2],
+        drift_from_fp32={str(k): v for k, v in drift.items()},
+    )
     return result, snapshots
 
 
@@ -150,14 +156,14 @@ def plot(results: dict, path: str) -> None:
         sys.exit(2)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(16, 4.5))
-    color = {run: f"C{i}" for i, run in enumerate(RUNS)}   # one color a run in every panel
+    color = {run: f"C{i}" for i, run in enumerate(RUNS)}  # one color a run in every panel
     for r in results["runs"]:
         ax1.plot(range(1, len(r["loss"]) + 1), r["loss"], label=r["run"], lw=1, color=color[r["run"]])
         if r["drift_from_fp32"]:
             steps = [int(s) for s in r["drift_from_fp32"]]
-            ax2.semilogy(steps, list(r["drift_from_fp32"].values()), "o-", label=r["run"], ms=3,
-                         color=color[r["run"]])
+            ax2.semilogy(steps, list(r["drift_from_fp32"].values()), "o-", label=r["run"], ms=3, color=color[r["run"]])
     ax1.set(xlabel="step", ylabel="training loss", title="Loss")
     ax1.legend()
     ax2.set(xlabel="step", ylabel="||W - W_fp32|| / ||W_fp32||", title="Weight drift from the IEEE float32 run")
@@ -202,8 +208,10 @@ def main():
     init_state = LM(args.vocab, args.d_model, args.layers, args.heads, args.seq).cuda().state_dict()
     init_state = {k: v.clone() for k, v in init_state.items()}
     batches = markov_batches(args.steps, args.batch, args.seq, args.vocab)
-    config = (f"{args.layers} layers, d_model {args.d_model}, {args.heads} heads, seq {args.seq}, batch {args.batch}, "
-              f"vocab {args.vocab}, AdamW lr {args.lr}, {args.steps} steps")
+    config = (
+        f"{args.layers} layers, d_model {args.d_model}, {args.heads} heads, seq {args.seq}, batch {args.batch}, "
+        f"vocab {args.vocab}, AdamW lr {args.lr}, {args.steps} steps"
+    )
     print(config)
     results = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, config=config, runs=[])
     reference = None
@@ -212,8 +220,11 @@ def main():
         if run == "fp32":
             reference = snapshots
         results["runs"].append(result)
-        print(f"{run:14} final loss {result['loss'][-1]:.4f}  {result['ms_per_step']:.1f} ms/step  "
-              f"drift {list(result['drift_from_fp32'].values())[-1:] or '-'}", flush=True)
+        print(
+            f"{run:14} final loss {result['loss'][-1]:.4f}  {result['ms_per_step']:.1f} ms/step  "
+            f"drift {list(result['drift_from_fp32'].values())[-1:] or '-'}",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -34,6 +34,7 @@ except ModuleNotFoundError:
 def train(cfg, init, dtype, steps: int, routed) -> tuple[list[float], list[float]]:
     """``steps`` AdamW steps from ``init`` inside ``routed()``; (ms per step, losses)."""
     from gemmlab.tools.bench.training import build, loss_of, make_batch
+
     with torch.device("cuda"):
         model = build(cfg).to(dtype)
     model.load_state_dict(init)
@@ -58,6 +59,7 @@ def train(cfg, init, dtype, steps: int, routed) -> tuple[list[float], list[float
 
 def main() -> int:
     from gemmlab.tools.bench.training import CONFIGS, build, configure
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="gpt2", choices=list(CONFIGS))
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp32_tc"))
@@ -66,11 +68,12 @@ def main() -> int:
     p.add_argument("--layers", type=int, help="default: the published count")
     args = p.parse_args()
     import gemmlab.torch as gt
+
     why = gt.cuda_missing()
     if why:
         print(f"train_models.py: this example needs a CUDA GPU; {why}", file=sys.stderr)
         return 2
-    torch.backends.cuda.matmul.allow_tf32 = False          # float32 on PyTorch's side is SGEMM
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 on PyTorch's side is SGEMM
     cfg = configure(CONFIGS[args.model], batch=args.batch, num_layers=args.layers)
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     torch.manual_seed(0)
@@ -81,8 +84,11 @@ def main() -> int:
     for name, routed in (("PyTorch", contextlib.nullcontext), ("gemmlab", gemmlab_mode)):
         times, losses = train(cfg, init, dtype, args.steps, routed)
         ms = statistics.median(times[2:] or times)
-        print(f"{name:8s} {ms:8.1f} ms per step, {cfg.items_per_step() / ms * 1e3:12,.0f} {cfg.items}/s, "
-              f"loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+        print(
+            f"{name:8s} {ms:8.1f} ms per step, {cfg.items_per_step() / ms * 1e3:12,.0f} {cfg.items}/s, "
+            f"loss {losses[0]:.4f} -> {losses[-1]:.4f}",
+            flush=True,
+        )
     return 0
 
 

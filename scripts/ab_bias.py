@@ -6,6 +6,7 @@ run, beside PyTorch.
 
     python3 scripts/ab_bias.py OUT.json [MODELS]      # MODELS: comma list, default bert-base,vit-b16,gpt2
 """
+
 import contextlib
 import json
 import statistics
@@ -18,6 +19,7 @@ ROUNDS, STEPS, WARMUP = 5, 6, 3
 def bias_after_the_product():
     """Routed products get their bias added after the kernel, as before the epilogue took it."""
     from gemmlab.torch import routing
+
     product = routing.PRODUCT["fn"]
 
     def unfused(a, b, *, bias=None, **kw):
@@ -25,6 +27,7 @@ def bias_after_the_product():
         if bias is not None:
             out.add_(bias)
         return out
+
     routing.PRODUCT["fn"] = unfused
     try:
         yield
@@ -36,6 +39,7 @@ def main(out_path: str, names: list[str]) -> None:
     import torch
     from gemmlab.runtime.device import gpu_info
     from gemmlab.tools.bench import training as T
+
     records = []
     for name in names:
         cfg = T.CONFIGS[name]
@@ -46,9 +50,11 @@ def main(out_path: str, names: list[str]) -> None:
         gen = torch.Generator(device="cuda").manual_seed(0)
         inputs, targets = T.make_batch(cfg, cfg.batch, cfg.seq, "cuda", gen)
         x = inputs.to(torch.bfloat16) if cfg.kind == "vision" else inputs
-        ways = {"torch": (T._Instance(cfg, "bf16", "eager", init), contextlib.nullcontext),
-                "epilogue": (T._Instance(cfg, "bf16_gemmlab", "eager", init), contextlib.nullcontext),
-                "after": (T._Instance(cfg, "bf16_gemmlab", "eager", init), bias_after_the_product)}
+        ways = {
+            "torch": (T._Instance(cfg, "bf16", "eager", init), contextlib.nullcontext),
+            "epilogue": (T._Instance(cfg, "bf16_gemmlab", "eager", init), contextlib.nullcontext),
+            "after": (T._Instance(cfg, "bf16_gemmlab", "eager", init), bias_after_the_product),
+        }
         times = {w: [] for w in ways}
         for w, (inst, ctx) in ways.items():
             with ctx():
@@ -61,13 +67,21 @@ def main(out_path: str, names: list[str]) -> None:
                     seconds, _ = T._sync_time(lambda: [inst.step(x, targets) for _ in range(STEPS)])
                 times[w].append(seconds * 1e3 / STEPS)
         ms = {w: statistics.median(v) for w, v in times.items()}
-        rec = {"gpu": gpu_info(0).name, "model": name, "mode": "eager", "ms": ms,
-               "pct_torch": {w: 100 * ms["torch"] / ms[w] for w in ("epilogue", "after")},
-               "rounds": ROUNDS, "steps": STEPS}
+        rec = {
+            "gpu": gpu_info(0).name,
+            "model": name,
+            "mode": "eager",
+            "ms": ms,
+            "pct_torch": {w: 100 * ms["torch"] / ms[w] for w in ("epilogue", "after")},
+            "rounds": ROUNDS,
+            "steps": STEPS,
+        }
         records.append(rec)
-        print(f"{name:10s} torch {ms['torch']:6.2f} ms  epilogue {ms['epilogue']:6.2f} ms "
-              f"({rec['pct_torch']['epilogue']:5.1f}%)  after {ms['after']:6.2f} ms ({rec['pct_torch']['after']:5.1f}%)",
-              flush=True)
+        print(
+            f"{name:10s} torch {ms['torch']:6.2f} ms  epilogue {ms['epilogue']:6.2f} ms "
+            f"({rec['pct_torch']['epilogue']:5.1f}%)  after {ms['after']:6.2f} ms ({rec['pct_torch']['after']:5.1f}%)",
+            flush=True,
+        )
         del ways
         torch.cuda.empty_cache()
     with open(out_path, "w") as f:

@@ -41,8 +41,8 @@ TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp32_t
 @dataclass(frozen=True)
 class Product:
     kind: str
-    expr: str            # x @ W.t(), dY @ W, dY.t() @ x, Q @ K^T, P @ V, P^T @ dO, a @ b
-    stored: tuple        # the contiguous tensors the expression takes views of
+    expr: str  # x @ W.t(), dY @ W, dY.t() @ x, Q @ K^T, P @ V, P^T @ dO, a @ b
+    stored: tuple  # the contiguous tensors the expression takes views of
     dtypes: tuple
 
     def views(self, first, second):
@@ -57,7 +57,7 @@ class Product:
         return self.stored[0][0] if len(self.stored[0]) == 3 else 1
 
     def mnk(self) -> tuple[int, int, int]:
-        a, b = self.views(*(np.broadcast_to(np.int8(0), s) for s in self.stored))   # shapes only
+        a, b = self.views(*(np.broadcast_to(np.int8(0), s) for s in self.stored))  # shapes only
         return a.shape[-2], b.shape[-1], a.shape[-1]
 
     def label(self) -> str:
@@ -88,7 +88,7 @@ def old_choice(p, product: Product, dtype: str, sm_count: int) -> tuple[str, dic
     plan ``p`` (None: the same choice)."""
     pr = p.problem
     big = 2 * -(-pr.M // 128) * -(-pr.N // 256) * product.batch >= sm_count
-    if pr.stage:   # wgmma on staging copies; before: its fallback on the operands as they are
+    if pr.stage:  # wgmma on staging copies; before: its fallback on the operands as they are
         return "mma_pipelined", mma_pipelined.SPEC.defaults() if big else dict(mma_pipelined.SMALL_TILE)
     if "cost model over" not in p.reason:
         return None
@@ -96,24 +96,29 @@ def old_choice(p, product: Product, dtype: str, sm_count: int) -> tuple[str, dic
         return "wgmma", wgmma.wgmma_rule_params(pr.M, pr.N, sm_count, product.batch, pr.K, dtype)
     if p.spec.name == "mma_pipelined":
         return "mma_pipelined", mma_pipelined.SPEC.defaults() if big else dict(mma_pipelined.SMALL_TILE)
-    if p.spec.name == "pipelined":   # FP32's old and new choice: scripts/ab_fp32_choice.py times those
+    if p.spec.name == "pipelined":  # FP32's old and new choice: scripts/ab_fp32_choice.py times those
         return None
     raise AssertionError(f"no earlier rule known for {p.spec.name}")
 
 
 def _short(p) -> str:
     keys = ("BM", "BN", "STAGES", "SPLITK", "MT")
-    return f"{p.spec.name}{'+copy' if p.problem.stage else ''} " + "x".join(str(p.params[k]) for k in keys[:2] if k in p.params) + "".join(
-        f" {k}={p.params[k]}" for k in keys[2:] if k in p.params and (k != "SPLITK" or p.params[k] > 1))
+    return (
+        f"{p.spec.name}{'+copy' if p.problem.stage else ''} "
+        + "x".join(str(p.params[k]) for k in keys[:2] if k in p.params)
+        + "".join(f" {k}={p.params[k]}" for k in keys[2:] if k in p.params and (k != "SPLITK" or p.params[k] > 1))
+    )
 
 
 # -- without a GPU: the plans ----------------------------------------------------------------------
 
+
 def plans_on_cpu() -> None:
     from gemmlab.runtime.device import GPUInfo
+
     gpu = GPUInfo(0, "NVIDIA H200", (9, 0), "sm_90a", 132, 1980.0, 60 << 20, 227 * 1024)
 
-    stored = models.planning_view   # shapes and strides only, no memory
+    stored = models.planning_view  # shapes and strides only, no memory
 
     for product in PRODUCTS:
         for dtype in product.dtypes:
@@ -124,12 +129,15 @@ def plans_on_cpu() -> None:
             call = planner.validate(a, b, None, 1.0, 0.0, False, False, None, None)
             if dtype == "bf16":
                 call = dataclasses.replace(call, dtypes={"dtype": "bfloat16", "out_dtype": "bfloat16"})
-            kv = planner.kernel_view(call, planner.result_side(call),
-                                     {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": 0})
+            kv = planner.kernel_view(
+                call, planner.result_side(call), {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": 0}
+            )
             p = planner.plan_call(call, kv, planner.batching(kv), gpu, "auto", {})
             old = old_choice(p, product, TORCH_DTYPE[dtype], gpu.sm_count)
-            print(f"{product.label():32s} {dtype:5s} {kv.A.layout}{kv.B.layout} tma={p.problem.tma_aligned!s:5s} "
-                  f"auto: {_short(p)}" + (f"   (was {old[0]} {old[1]['BM']}x{old[1]['BN']})" if old else ""))
+            print(
+                f"{product.label():32s} {dtype:5s} {kv.A.layout}{kv.B.layout} tma={p.problem.tma_aligned!s:5s} "
+                f"auto: {_short(p)}" + (f"   (was {old[0]} {old[1]['BM']}x{old[1]['BN']})" if old else "")
+            )
             if p.fallback_reason:
                 print(f"    fallback: {p.fallback_reason.split(':')[0]}")
             if p.reason:
@@ -137,6 +145,7 @@ def plans_on_cpu() -> None:
 
 
 # -- on the GPU -----------------------------------------------------------------------------------
+
 
 def run_gpu(args) -> list[dict]:
     import torch
@@ -156,11 +165,10 @@ def run_gpu(args) -> list[dict]:
             first, second = (torch.randn(s, device="cuda", dtype=tdt, generator=g) for s in product.stored)
             a, b = product.views(first, second)
             precision = "fp32_tc" if dtype == "fp32_tc" else None
-            err = models._Sample(a, b).error   # FP64 on sampled rows and columns; inf where not finite
+            err = models._Sample(a, b).error  # FP64 on sampled rows and columns; inf where not finite
 
             with torch_tf32(False):
-                calls = {"torch": lambda: torch.matmul(a, b),
-                         "new": lambda: gemmlab.matmul(a, b, precision=precision)}
+                calls = {"torch": lambda: torch.matmul(a, b), "new": lambda: gemmlab.matmul(a, b, precision=precision)}
                 out = gemmlab.matmul(a, b, precision=precision)
                 torch.cuda.synchronize()
                 p = gemmlab.last_plan()
@@ -173,19 +181,36 @@ def run_gpu(args) -> list[dict]:
                 del out
                 timed = time_rounds(calls, l2_bytes=gpu.l2_bytes, rounds=args.rounds, reps=3, budget_s=0.1)
             t_ms = timed["torch"].ms
-            rec = {"kind": product.kind, "product": product.label(), "dtype": dtype, "batch": product.batch,
-                   "shape": list(product.mnk()), "torch_ms": t_ms, "errors": errs,
-                   "new": {"plan": p.describe(), "reason": p.reason, "ms": timed["new"].ms,
-                           "pct_of_torch": 100 * t_ms / timed["new"].ms}}
+            rec = {
+                "kind": product.kind,
+                "product": product.label(),
+                "dtype": dtype,
+                "batch": product.batch,
+                "shape": list(product.mnk()),
+                "torch_ms": t_ms,
+                "errors": errs,
+                "new": {
+                    "plan": p.describe(),
+                    "reason": p.reason,
+                    "ms": timed["new"].ms,
+                    "pct_of_torch": 100 * t_ms / timed["new"].ms,
+                },
+            }
             if old is not None:
-                rec["old"] = {"plan": old_plan.describe(), "ms": timed["old"].ms,
-                              "pct_of_torch": 100 * t_ms / timed["old"].ms}
+                rec["old"] = {
+                    "plan": old_plan.describe(),
+                    "ms": timed["old"].ms,
+                    "pct_of_torch": 100 * t_ms / timed["old"].ms,
+                }
             records.append(rec)
-            print(f"{product.label():34s} {dtype:7s} torch {t_ms * 1e3:8.1f} us | new {_short(p):28s} "
-                  f"{rec['new']['pct_of_torch']:6.1f}%" + (f" | old {_short(old_plan):24s} "
-                                                            f"{rec['old']['pct_of_torch']:6.1f}%" if old else "")
-                  + f" | err {errs['new']:.1e}", flush=True)
-            first = second = a = b = err = calls = None   # free before the next product
+            print(
+                f"{product.label():34s} {dtype:7s} torch {t_ms * 1e3:8.1f} us | new {_short(p):28s} "
+                f"{rec['new']['pct_of_torch']:6.1f}%"
+                + (f" | old {_short(old_plan):24s} {rec['old']['pct_of_torch']:6.1f}%" if old else "")
+                + f" | err {errs['new']:.1e}",
+                flush=True,
+            )
+            first = second = a = b = err = calls = None  # free before the next product
             torch.cuda.empty_cache()
     print(f"({time.perf_counter() - started:.0f} s)")
     for dtype in args.dtypes:
@@ -193,8 +218,10 @@ def run_gpu(args) -> list[dict]:
         olds = [r.get("old", r["new"])["pct_of_torch"] for r in records if r["dtype"] == dtype]
         if pcts:
             gm = statistics.geometric_mean
-            print(f"{dtype}: geometric mean {gm(pcts):.1f}% of torch (the earlier choices: {gm(olds):.1f}%) "
-                  f"over {len(pcts)} products")
+            print(
+                f"{dtype}: geometric mean {gm(pcts):.1f}% of torch (the earlier choices: {gm(olds):.1f}%) "
+                f"over {len(pcts)} products"
+            )
     return records
 
 
@@ -216,8 +243,16 @@ def main(argv=None) -> int:
     if args.json:
         from gemmlab.tools.bench import report
         from gemmlab.runtime.device import gpu_info
-        report.write_json({"gpu": gpu_info(0).name, "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
-                           "records": records}, args.json)
+
+        report.write_json(
+            {
+                "gpu": gpu_info(0).name,
+                "date": time.strftime("%Y-%m-%d"),
+                "command": " ".join(sys.argv),
+                "records": records,
+            },
+            args.json,
+        )
     return 0
 
 

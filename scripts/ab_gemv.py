@@ -15,6 +15,7 @@ same for today's rules; "auto" the public call gemmlab.matmul (new plus the sign
 lookup); for 16-bit products of a few K, which auto leaves to wgmma, "outer" forces the
 new rung by name.  Each arm's output is checked against FP64 on a sample first.
 """
+
 import argparse
 import contextlib
 import statistics
@@ -22,7 +23,7 @@ import sys
 import time
 
 
-V, D = 51865, 768      # whisper-small's vocabulary and width
+V, D = 51865, 768  # whisper-small's vocabulary and width
 
 # (label, M, N, K, ops, dtype): ops as the layouts of op(A), op(B) the arrays below give
 # ("N": stored as read, "T": a transposed view of a row-major array; a single row or
@@ -68,15 +69,21 @@ PRODUCTS = [
     ("vit-b16 head dY.t() @ x", 1000, 768, 1, "TN", "fp32"),
     ("llama-3.2-1b q dY.t() @ x", 2048, 2048, 1, "TN", "fp32"),
     ("phi-3-mini lm_head dY.t() @ x 4 tokens", 32064, 3072, 4, "TN", "fp32"),
-    ("llama-3-8b up dY.t() @ x 16 tokens", 14336, 4096, 16, "TN", "fp32"),   # K = 16: pipelined both
+    ("llama-3-8b up dY.t() @ x 16 tokens", 14336, 4096, 16, "TN", "fp32"),  # K = 16: pipelined both
 ]
 # 16-bit products of a few K, where auto runs wgmma: the "outer" arm says up to which K
 # outer would win (--only "16-bit K").
-PRODUCTS += [(f"16-bit K sweep {name}", M, N, K, "TN", dt)
-             for name, M, N in (("whisper lm_head", V, D), ("llama-3.2-1b q", 2048, 2048),
-                                ("llama-3-8b up", 14336, 4096), ("vit-b16 head", 1000, 768))
-             for K in (1, 2, 4, 8, 16) for dt in ("bf16",)] + [
-    ("16-bit K sweep whisper lm_head", V, D, K, "TN", "fp16") for K in (1, 4, 8)]
+PRODUCTS += [
+    (f"16-bit K sweep {name}", M, N, K, "TN", dt)
+    for name, M, N in (
+        ("whisper lm_head", V, D),
+        ("llama-3.2-1b q", 2048, 2048),
+        ("llama-3-8b up", 14336, 4096),
+        ("vit-b16 head", 1000, 768),
+    )
+    for K in (1, 2, 4, 8, 16)
+    for dt in ("bf16",)
+] + [("16-bit K sweep whisper lm_head", V, D, K, "TN", "fp16") for K in (1, 4, 8)]
 TORCH_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 ERROR_KEY = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 
@@ -97,6 +104,7 @@ def _old_gemv_auto_params(M, N, K, sm_count, batch=1, *, dtype="float32", op_b="
     from gemmlab.kernels.gemv import gemv as g
     from gemmlab.kernels.simt.pipelined import SPLITK_VALUES, fill_split
     from gemmlab.kernels.spec import Problem, cdiv
+
     mt = g._mt(M)
     params = {"MT": mt, "SPLITK": 1, "LANES": 32}
     if op_b != "N":
@@ -111,8 +119,13 @@ def _old_gemv_auto_params(M, N, K, sm_count, batch=1, *, dtype="float32", op_b="
     lanes = filled[0] if filled else usable[-1]
     params["LANES"] = lanes
     if not filled:
-        params["SPLITK"] = fill_split(blocks[lanes], cdiv(max(K, 1), g.gemv_row_chunk(prob, mt, lanes)), sm_count,
-                                      most=max(SPLITK_VALUES), min_steps=4)
+        params["SPLITK"] = fill_split(
+            blocks[lanes],
+            cdiv(max(K, 1), g.gemv_row_chunk(prob, mt, lanes)),
+            sm_count,
+            most=max(SPLITK_VALUES),
+            min_steps=4,
+        )
     return params
 
 
@@ -123,6 +136,7 @@ def old_rules():
     and no outer among float32's auto rungs."""
     from gemmlab.core import choose, planner
     from gemmlab.kernels.gemv import gemv
+
     saved = (planner.KernelView.rows_aligned16, choose.AUTO_RUNGS["float32"], gemv.auto_params)
     planner.KernelView.rows_aligned16 = lambda self: "ABC" if self.aligned16() else ""
     choose.AUTO_RUNGS["float32"] = tuple(r for r in saved[1] if r != "outer")
@@ -135,9 +149,9 @@ def old_rules():
 
 def plan_of(a, b, out, gpu, kernel="auto"):
     from gemmlab.core import planner
+
     call = planner.validate(a, b, out, 1.0, 0.0, False, False, None, None)
-    kv = planner.kernel_view(call, call.C, {"A": call.A.operand.ptr, "B": call.B.operand.ptr,
-                                            "C": call.C.operand.ptr})
+    kv = planner.kernel_view(call, call.C, {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": call.C.operand.ptr})
     return planner.plan_call(call, kv, planner.batching(kv), gpu, kernel, {}, None)
 
 
@@ -146,6 +160,7 @@ def cpu_plans(gpu):
     bytes at the addresses fresh allocations have (NumPy has no bfloat16: float16 plans the
     same, two bytes an element)."""
     from gemmlab.tools.bench.models import planning_view
+
     out = []
     for pr in PRODUCTS:
         label, M, N, K, ops, dt = pr
@@ -160,21 +175,28 @@ def cpu_plans(gpu):
 
 def plans_on_cpu() -> None:
     from gemmlab.runtime.device import GPUInfo
+
     gpu = GPUInfo(0, "NVIDIA H200", (9, 0), "sm_90a", 132, 1980.0, 60 << 20, 227 * 1024)
     for (label, M, N, K, ops, dt), old, new, _ in cpu_plans(gpu):
         mark = "  " if old.name_expression == new.name_expression and old.params == new.params else "* "
-        print(f"{mark}{dt:4s} {label:44s} {M}x{N}x{K} {ops}\n      old {old.describe()}  {old.name_expression}\n"
-              f"      new {new.describe()}  {new.name_expression}")
+        print(
+            f"{mark}{dt:4s} {label:44s} {M}x{N}x{K} {ops}\n      old {old.describe()}  {old.name_expression}\n"
+            f"      new {new.describe()}  {new.name_expression}"
+        )
 
 
 def precompile(gpu) -> str:
     """The CUDA-core kernels every arm runs, compiled in parallel processes first."""
     from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_KERNELS, SPLITK_REDUCE_SOURCE
     from gemmlab.runtime import compile as rt_compile
+
     items = {(str(SPLITK_REDUCE_SOURCE), k) for k in SPLITK_REDUCE_KERNELS}
     for _, *plans in cpu_plans(gpu):
-        items |= {(str(p.spec.source_path), p.name_expression) for p in plans
-                  if p is not None and p.spec.family in ("simt", "gemv")}
+        items |= {
+            (str(p.spec.source_path), p.name_expression)
+            for p in plans
+            if p is not None and p.spec.family in ("simt", "gemv")
+        }
     return f"compiled {rt_compile.precompile(sorted(items), gpu.arch)} of {len(items)} kernels"
 
 
@@ -199,18 +221,26 @@ def run_gpu(out_path: str | None, budget_s: float, only: str | None = None) -> N
             print(f"budget spent: {label} {M}x{N}x{K} {ops} {dt} and after not timed")
             break
         tdt = getattr(torch, TORCH_DTYPE[dt])
-        a, b, c = arrays(label, M, N, K, ops, lambda s: torch.rand(s, device="cuda", generator=gen,
-                                                                   dtype=torch.float32).mul_(2).sub_(1).to(tdt))
-        ct = torch.empty(M, N, device="cuda", dtype=tdt)     # torch's own (row-major) output
+        a, b, c = arrays(
+            label,
+            M,
+            N,
+            K,
+            ops,
+            lambda s: torch.rand(s, device="cuda", generator=gen, dtype=torch.float32).mul_(2).sub_(1).to(tdt),
+        )
+        ct = torch.empty(M, N, device="cuda", dtype=tdt)  # torch's own (row-major) output
         call = planner.validate(a, b, c, 1.0, 0.0, False, False, None, None)
         with old_rules():
             old = executor.PreparedCall(call, gpu, "auto", {}, None)
         new = executor.PreparedCall(call, gpu, "auto", {}, None)
         pa, pb, pc = call.A.operand.ptr, call.B.operand.ptr, call.C.operand.ptr
-        calls = {"torch": lambda: torch.matmul(a, b, out=ct),
-                 "old": lambda: api._run_prepared(old, pa, pb, c, pc, 1.0, 0.0),
-                 "new": lambda: api._run_prepared(new, pa, pb, c, pc, 1.0, 0.0),
-                 "auto": lambda: gemmlab.matmul(a, b, out=c)}
+        calls = {
+            "torch": lambda: torch.matmul(a, b, out=ct),
+            "old": lambda: api._run_prepared(old, pa, pb, c, pc, 1.0, 0.0),
+            "new": lambda: api._run_prepared(new, pa, pb, c, pc, 1.0, 0.0),
+            "auto": lambda: gemmlab.matmul(a, b, out=c),
+        }
         plans = {"old": old.plan.describe(), "new": new.plan.describe()}
         if dt != "fp32" and K <= 16:
             forced = executor.PreparedCall(call, gpu, "outer", {}, None)
@@ -225,18 +255,29 @@ def run_gpu(out_path: str | None, budget_s: float, only: str | None = None) -> N
             errors[name] = sample.error(o)
         ok = all(models.error_ok(ERROR_KEY[dt], errors[k], errors["torch"]) for k in calls if k != "torch")
         t = time_rounds(calls, l2_bytes=gpu.l2_bytes, rounds=5, reps=3, budget_s=0.05) if ok else {}
-        r = {"product": label, "dtype": dt, "shape": [M, N, K], "ops": ops, "plans": plans,
-             "names": {"old": old.plan.name_expression, "new": new.plan.name_expression},
-             "changed": old.plan.name_expression != new.plan.name_expression or old.plan.params != new.plan.params,
-             "errors": errors, "ok": ok, **{f"{k}_ms": v.ms for k, v in t.items()}}
+        r = {
+            "product": label,
+            "dtype": dt,
+            "shape": [M, N, K],
+            "ops": ops,
+            "plans": plans,
+            "names": {"old": old.plan.name_expression, "new": new.plan.name_expression},
+            "changed": old.plan.name_expression != new.plan.name_expression or old.plan.params != new.plan.params,
+            "errors": errors,
+            "ok": ok,
+            **{f"{k}_ms": v.ms for k, v in t.items()},
+        }
         if ok:
             r.update({f"pct_{k}": 100 * r["torch_ms"] / r[f"{k}_ms"] for k in calls if k != "torch"})
         recs.append(r)
         if ok:
             extra = f"  outer {r['pct_outer']:6.1f}%" if "outer" in calls else ""
-            print(f"{'*' if r['changed'] else ' '} {dt:4s} {label:42s} {M}x{N}x{K} {ops}  torch "
-                  f"{r['torch_ms'] * 1e3:7.1f} us  old {r['pct_old']:6.1f}%  new {r['pct_new']:6.1f}%  auto "
-                  f"{r['pct_auto']:6.1f}%{extra}\n      old {plans['old']}\n      new {plans['new']}", flush=True)
+            print(
+                f"{'*' if r['changed'] else ' '} {dt:4s} {label:42s} {M}x{N}x{K} {ops}  torch "
+                f"{r['torch_ms'] * 1e3:7.1f} us  old {r['pct_old']:6.1f}%  new {r['pct_new']:6.1f}%  auto "
+                f"{r['pct_auto']:6.1f}%{extra}\n      old {plans['old']}\n      new {plans['new']}",
+                flush=True,
+            )
         else:
             print(f"WRONG {dt} {label} {M}x{N}x{K} {ops}: {errors}", flush=True)
         a = b = c = ct = sample = calls = old = new = None
@@ -244,16 +285,30 @@ def run_gpu(out_path: str | None, budget_s: float, only: str | None = None) -> N
     changed = [r for r in recs if r["ok"] and r["changed"]]
     summary = {}
     if changed:
-        summary = {"changed": len(changed), "old": gm([r["pct_old"] for r in changed]),
-                   "new": gm([r["pct_new"] for r in changed]), "auto": gm([r["pct_auto"] for r in changed])}
-        print(f"{len(changed)} changed plans: geometric mean % of torch.matmul old {summary['old']:.1f}, "
-              f"new {summary['new']:.1f}, public call {summary['auto']:.1f}")
+        summary = {
+            "changed": len(changed),
+            "old": gm([r["pct_old"] for r in changed]),
+            "new": gm([r["pct_new"] for r in changed]),
+            "auto": gm([r["pct_auto"] for r in changed]),
+        }
+        print(
+            f"{len(changed)} changed plans: geometric mean % of torch.matmul old {summary['old']:.1f}, "
+            f"new {summary['new']:.1f}, public call {summary['auto']:.1f}"
+        )
     bad = [r["product"] for r in recs if not r["ok"]]
     if bad:
         print(f"{len(bad)} WRONG against FP64: {bad}")
     if out_path:
-        report.write_json({"gpu": gpu.name, "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
-                           "summary": summary, "records": recs}, out_path)
+        report.write_json(
+            {
+                "gpu": gpu.name,
+                "date": time.strftime("%Y-%m-%d"),
+                "command": " ".join(sys.argv),
+                "summary": summary,
+                "records": recs,
+            },
+            out_path,
+        )
 
 
 def main() -> int:

@@ -10,6 +10,7 @@ The staged path is a prepared call built with the fallback's estimate made prohi
 the public call's fast path runs one (api._run_prepared), so that the auto and fallback calls
 keep their own plans.
 """
+
 import statistics
 import sys
 import time
@@ -22,6 +23,7 @@ def staged_call(a, b, c, gpu):
     not stage even when staging costs nothing), and the plan."""
     from gemmlab.core import api, executor, planner
     from gemmlab.kernels.tensor import wgmma
+
     saved = wgmma.UNALIGNED_FALLBACK_SLOWDOWN
     wgmma.UNALIGNED_FALLBACK_SLOWDOWN = 1e9
     try:
@@ -37,9 +39,11 @@ def staged_call(a, b, c, gpu):
 
 def stage_bytes_of(a, b, c):
     from gemmlab.core import planner
+
     call = planner.validate(a, b, c, 1.0, 0.0, False, False, None, None)
-    kv = planner.kernel_view(call, planner.result_side(call),
-                             {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": call.C.operand.ptr})
+    kv = planner.kernel_view(
+        call, planner.result_side(call), {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": call.C.operand.ptr}
+    )
     return planner.tma_reading(call, kv, planner.batching(kv))[1]
 
 
@@ -61,7 +65,7 @@ def run(out_path: str, budget_s: float) -> None:
         make = lambda s: torch.rand(s, device="cuda", dtype=torch.bfloat16, generator=gen).mul_(2).sub_(1)  # noqa: E731
         a, b = pr.operands(make)
         c = torch.empty(pr.out_shape, device="cuda", dtype=torch.bfloat16)
-        sample = models._Sample(a, b)   # FP64 on a sample of rows and columns; inf where not finite
+        sample = models._Sample(a, b)  # FP64 on a sample of rows and columns; inf where not finite
         c.fill_(float("nan"))
         gemmlab.matmul(a, b, out=c)
         p = gemmlab.last_plan()
@@ -71,8 +75,11 @@ def run(out_path: str, budget_s: float) -> None:
         gemmlab.matmul(a, b, out=c, kernel="mma_pipelined", **fb)
         pf = gemmlab.last_plan()
         err["fallback"] = sample.error(c)
-        calls = {"torch": lambda: torch.matmul(a, b, out=c), "auto": lambda: gemmlab.matmul(a, b, out=c),
-                 "fallback": lambda: gemmlab.matmul(a, b, out=c, kernel="mma_pipelined", **fb)}
+        calls = {
+            "torch": lambda: torch.matmul(a, b, out=c),
+            "auto": lambda: gemmlab.matmul(a, b, out=c),
+            "fallback": lambda: gemmlab.matmul(a, b, out=c, kernel="mma_pipelined", **fb),
+        }
         staged, ps = staged_call(a, b, c, gpu)
         if staged is not None:
             c.fill_(float("nan"))
@@ -80,22 +87,36 @@ def run(out_path: str, budget_s: float) -> None:
             err["staged"] = sample.error(c)
             calls["staged"] = staged
         t = time_rounds(calls, l2_bytes=gpu.l2_bytes, rounds=3, reps=3, budget_s=0.05)
-        r = {"product": pr.label, "kind": pr.kind, "shape": [pr.batch, pr.M, pr.N, pr.K], "ops": pr.ops,
-             "stage_bytes": stage_bytes_of(a, b, c), "sm_count": gpu.sm_count,
-             "auto_plan": p.describe(), "fallback_plan": pf.describe(), "staged_plan": ps.describe(),
-             "errors": err, **{k: v.ms for k, v in t.items()}}
+        r = {
+            "product": pr.label,
+            "kind": pr.kind,
+            "shape": [pr.batch, pr.M, pr.N, pr.K],
+            "ops": pr.ops,
+            "stage_bytes": stage_bytes_of(a, b, c),
+            "sm_count": gpu.sm_count,
+            "auto_plan": p.describe(),
+            "fallback_plan": pf.describe(),
+            "staged_plan": ps.describe(),
+            "errors": err,
+            **{k: v.ms for k, v in t.items()},
+        }
         recs.append(r)
         st = f"staged {100 * r['torch'] / r['staged']:6.1f}%" if "staged" in r else "staged     -"
-        print(f"{pr.label:48s} {pr.kind:11s} torch {r['torch'] * 1e3:8.1f} us  auto {100 * r['torch'] / r['auto']:6.1f}% "
-              f"[{p.spec.name}{'+copy' if p.problem.stage else ''}]  fallback "
-              f"{100 * r['torch'] / r['fallback']:6.1f}%  {st}", flush=True)
+        print(
+            f"{pr.label:48s} {pr.kind:11s} torch {r['torch'] * 1e3:8.1f} us  auto {100 * r['torch'] / r['auto']:6.1f}% "
+            f"[{p.spec.name}{'+copy' if p.problem.stage else ''}]  fallback "
+            f"{100 * r['torch'] / r['fallback']:6.1f}%  {st}",
+            flush=True,
+        )
     for kind in ("odd_align", "batched_odd"):
         rs = [r for r in recs if r["kind"] == kind]
         if rs:
             oracle = gm([100 * r["torch"] / min(r["fallback"], r.get("staged", r["fallback"])) for r in rs])
-            print(f"{kind}: auto {gm([100 * r['torch'] / r['auto'] for r in rs]):.1f}%  fallback "
-                  f"{gm([100 * r['torch'] / r['fallback'] for r in rs]):.1f}%  oracle {oracle:.1f}% of torch over "
-                  f"{len(rs)}")
+            print(
+                f"{kind}: auto {gm([100 * r['torch'] / r['auto'] for r in rs]):.1f}%  fallback "
+                f"{gm([100 * r['torch'] / r['fallback'] for r in rs]):.1f}%  oracle {oracle:.1f}% of torch over "
+                f"{len(rs)}"
+            )
     report.write_json(recs, out_path)
 
 
@@ -105,6 +126,7 @@ def fit(path: str) -> None:
     stage, and the geometric mean of % of torch.matmul that choice gives."""
     import json
     from gemmlab.kernels.tensor import wgmma
+
     recs = [r for r in json.load(open(path)) if "staged" in r]
 
     def score(slowdown):
@@ -120,8 +142,10 @@ def fit(path: str) -> None:
             wgmma.UNALIGNED_FALLBACK_SLOWDOWN = saved
 
     oracle = gm([100 * r["torch"] / min(r["fallback"], r["staged"]) for r in recs])
-    print(f"{len(recs)} products wgmma can take staged: oracle {oracle:.1f}% of torch.matmul, the current "
-          f"slowdown ({wgmma.UNALIGNED_FALLBACK_SLOWDOWN:g}) {score(wgmma.UNALIGNED_FALLBACK_SLOWDOWN):.1f}%")
+    print(
+        f"{len(recs)} products wgmma can take staged: oracle {oracle:.1f}% of torch.matmul, the current "
+        f"slowdown ({wgmma.UNALIGNED_FALLBACK_SLOWDOWN:g}) {score(wgmma.UNALIGNED_FALLBACK_SLOWDOWN):.1f}%"
+    )
     for slowdown in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8):
         print(f"  slowdown {slowdown:4g}: {score(slowdown):.1f}%")
 

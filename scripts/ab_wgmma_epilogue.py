@@ -14,6 +14,7 @@ arm with it (torch.addmm for torch), and "nobias" is auto without it: the bias's
 Each arm's output is checked against FP64 on a sample first (models._Sample, the bias
 taken out in FP64).
 """
+
 import argparse
 import statistics
 import sys
@@ -39,8 +40,11 @@ PRODUCTS = [
     ("square 4096", 4096, 4096, 4096, "NN", False),
     ("square 8192", 8192, 8192, 8192, "NN", False),
 ]
-TILES = {"r4": {"BM": 128, "BN": 256, "STAGES": 4}, "r3": {"BM": 128, "BN": 256, "STAGES": 3},
-         "t128": {"BM": 128, "BN": 128, "STAGES": 4}}
+TILES = {
+    "r4": {"BM": 128, "BN": 256, "STAGES": 4},
+    "r3": {"BM": 128, "BN": 256, "STAGES": 3},
+    "t128": {"BM": 128, "BN": 128, "STAGES": 4},
+}
 
 
 def arrays(M, N, K, ops, gen, dtype):
@@ -48,6 +52,7 @@ def arrays(M, N, K, ops, gen, dtype):
 
     def make(shape):
         return torch.rand(shape, device="cuda", generator=gen, dtype=torch.float32).mul_(2).sub_(1).to(dtype)
+
     a = make((M, K)) if ops[0] == "N" else make((K, M)).t()
     b = make((K, N)) if ops[1] == "N" else make((N, K)).t()
     return a, b
@@ -70,10 +75,16 @@ def main() -> int:
     t0 = time.time()
     gpu = gpu_info(0)
     spec = registry.get("wgmma")
-    names = {f"gemmlab::wgmma_gemm<1, 1, {p['BM']}, {p['BN']}, {p['STAGES']}, 1, false, '{ops[0]}', '{ops[1]}'>"
-             for *_, ops, _ in PRODUCTS for p in TILES.values()}
-    print(f"compiled {rt_compile.precompile(sorted((str(spec.source_path), n) for n in names), gpu.arch)} "
-          f"of {len(names)} instantiations ({time.time() - t0:.0f} s)", flush=True)
+    names = {
+        f"gemmlab::wgmma_gemm<1, 1, {p['BM']}, {p['BN']}, {p['STAGES']}, 1, false, '{ops[0]}', '{ops[1]}'>"
+        for *_, ops, _ in PRODUCTS
+        for p in TILES.values()
+    }
+    print(
+        f"compiled {rt_compile.precompile(sorted((str(spec.source_path), n) for n in names), gpu.arch)} "
+        f"of {len(names)} instantiations ({time.time() - t0:.0f} s)",
+        flush=True,
+    )
     gen = torch.Generator(device="cuda").manual_seed(0)
     bf16 = torch.bfloat16
     recs = []
@@ -85,15 +96,15 @@ def main() -> int:
         bias = (torch.rand(N, device="cuda", generator=gen) - 0.5).to(bf16) if with_bias else None
         c = torch.empty(M, N, device="cuda", dtype=bf16)
         ct = torch.empty(M, N, device="cuda", dtype=bf16)
-        calls = {"torch": (lambda: torch.addmm(bias, a, b, out=ct)) if with_bias else
-                 (lambda: torch.matmul(a, b, out=ct))}
+        calls = {
+            "torch": (lambda: torch.addmm(bias, a, b, out=ct)) if with_bias else (lambda: torch.matmul(a, b, out=ct))
+        }
         for arm, p in TILES.items():
-            calls[arm] = (lambda p=p: gemmlab.matmul(a, b, out=c, bias=bias, kernel="wgmma", CLUSTER=1, SPLITK=1,
-                                                     **p))
+            calls[arm] = lambda p=p: gemmlab.matmul(a, b, out=c, bias=bias, kernel="wgmma", CLUSTER=1, SPLITK=1, **p)
         calls["auto"] = lambda: gemmlab.matmul(a, b, out=c, bias=bias)
         if with_bias:
             calls["nobias"] = lambda: gemmlab.matmul(a, b, out=c)
-        sample = models._Sample(a, b)   # FP64 of op(a) @ op(b) on sampled rows and columns
+        sample = models._Sample(a, b)  # FP64 of op(a) @ op(b) on sampled rows and columns
         errors = {}
         for name, fn in calls.items():
             o = ct if name == "torch" else c
@@ -105,15 +116,25 @@ def main() -> int:
         ok = all(e <= max(4 * errors["torch"], 1e-2) for e in errors.values())
         t = time_rounds(calls, l2_bytes=gpu.l2_bytes, rounds=5, reps=3, budget_s=0.05) if ok else {}
         flops = 2.0 * M * N * K
-        r = {"product": label, "shape": [M, N, K], "ops": ops, "bias": with_bias, "auto_plan": auto_plan,
-             "errors": errors, "ok": ok, **{f"{k}_ms": v.ms for k, v in t.items()}}
+        r = {
+            "product": label,
+            "shape": [M, N, K],
+            "ops": ops,
+            "bias": with_bias,
+            "auto_plan": auto_plan,
+            "errors": errors,
+            "ok": ok,
+            **{f"{k}_ms": v.ms for k, v in t.items()},
+        }
         if ok:
             r.update({f"pct_{k}": 100 * r["torch_ms"] / r[f"{k}_ms"] for k in calls if k != "torch"})
             r["torch_tflops"] = flops / r["torch_ms"] / 1e9
             cells = "  ".join(f"{k} {r[f'pct_{k}']:6.1f}%" for k in calls if k != "torch")
-            print(f"{label:44s} {M}x{N}x{K} {ops}{' +bias' if with_bias else '      '} torch "
-                  f"{r['torch_ms'] * 1e3:7.1f} us ({r['torch_tflops']:5.0f} TFLOPS)  {cells}\n      auto {auto_plan}",
-                  flush=True)
+            print(
+                f"{label:44s} {M}x{N}x{K} {ops}{' +bias' if with_bias else '      '} torch "
+                f"{r['torch_ms'] * 1e3:7.1f} us ({r['torch_tflops']:5.0f} TFLOPS)  {cells}\n      auto {auto_plan}",
+                flush=True,
+            )
         else:
             print(f"WRONG {label}: {errors}", flush=True)
         recs.append(r)
@@ -123,8 +144,16 @@ def main() -> int:
     summary = {k: gm([r[f"pct_{k}"] for r in good]) for k in ("r4", "r3", "t128", "auto")} if good else {}
     print("geometric means, % of torch: " + ", ".join(f"{k} {v:.1f}" for k, v in summary.items()))
     if args.json:
-        report.write_json({"gpu": gpu.name, "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
-                           "summary": summary, "records": recs}, args.json)
+        report.write_json(
+            {
+                "gpu": gpu.name,
+                "date": time.strftime("%Y-%m-%d"),
+                "command": " ".join(sys.argv),
+                "summary": summary,
+                "records": recs,
+            },
+            args.json,
+        )
     return 0
 
 

@@ -12,6 +12,7 @@ wgmma on them in place) (wgmma unsplit, no cluster); "auto": gemmlab.matmul as s
 (torch.addmm for torch).  Each arm's output is checked against FP64 on a sample first
 (models._Sample, the bias taken out in FP64).
 """
+
 import argparse
 import statistics
 import sys
@@ -50,18 +51,23 @@ PRODUCTS = [
 
 # --set qk: attention's Q @ K^T over sequence lengths (head dims 64 and 128), a few
 # million outputs each: which tile a batch of small odd matrices wants.
-QK_SWEEP = [(f"q @ k^T, S = {S}, head dim {d}", S, S, d, "NT", False, max(1, (1 << 25) // (S * S)))
-            for d in (64, 128) for S in (77, 100, 128, 197, 257, 320, 577, 1025)]
+QK_SWEEP = [
+    (f"q @ k^T, S = {S}, head dim {d}", S, S, d, "NT", False, max(1, (1 << 25) // (S * S)))
+    for d in (64, 128)
+    for S in (77, 100, 128, 197, 257, 320, 577, 1025)
+]
 
 
 def arrays(M, N, K, ops, gen, dtype, batch=None):
     import torch
+
     lead = () if batch is None else (batch,)
 
-    def make(shape):   # rows padded to a multiple of 8 elements (16 bytes)
+    def make(shape):  # rows padded to a multiple of 8 elements (16 bytes)
         padded = shape[:-1] + (-(-shape[-1] // 8) * 8,)
         x = torch.rand(lead + padded, device="cuda", generator=gen, dtype=torch.float32).mul_(2).sub_(1).to(dtype)
-        return x[..., :shape[-1]]
+        return x[..., : shape[-1]]
+
     a = make((M, K)) if ops[0] == "N" else make((K, M)).transpose(-1, -2)
     b = make((K, N)) if ops[1] == "N" else make((N, K)).transpose(-1, -2)
     return a, b
@@ -81,8 +87,12 @@ def main() -> int:
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--arms", default="t256=128x256x4,t192=128x192x4", help="name=BMxBNxSTAGES,...")
     ap.add_argument("--batched-arms", default="t128=128x128x4,t64=128x64x4,s64=64x64x8", help="name=BMxBNxSTAGES,...")
-    ap.add_argument("--set", choices=("models", "qk"), default="models",
-                    help="models: the products above; qk: Q @ K^T over sequence lengths")
+    ap.add_argument(
+        "--set",
+        choices=("models", "qk"),
+        default="models",
+        help="models: the products above; qk: Q @ K^T over sequence lengths",
+    )
     ap.add_argument("--budget-s", type=float, default=300.0, help="no product starts after this many seconds")
     args = ap.parse_args()
     tiles, batched_tiles = parse_arms(args.arms), parse_arms(args.batched_arms)
@@ -99,10 +109,16 @@ def main() -> int:
     t0 = time.time()
     gpu = gpu_info(0)
     spec = registry.get("wgmma")
-    names = {f"gemmlab::wgmma_gemm<1, 1, {p['BM']}, {p['BN']}, {p['STAGES']}, 1, false, '{ops[0]}', '{ops[1]}'>"
-             for _, _, _, _, ops, *rest in products for p in (batched_tiles if rest[1:] else tiles).values()}
-    print(f"compiled {rt_compile.precompile(sorted((str(spec.source_path), n) for n in names), gpu.arch)} "
-          f"of {len(names)} instantiations ({time.time() - t0:.0f} s)", flush=True)
+    names = {
+        f"gemmlab::wgmma_gemm<1, 1, {p['BM']}, {p['BN']}, {p['STAGES']}, 1, false, '{ops[0]}', '{ops[1]}'>"
+        for _, _, _, _, ops, *rest in products
+        for p in (batched_tiles if rest[1:] else tiles).values()
+    }
+    print(
+        f"compiled {rt_compile.precompile(sorted((str(spec.source_path), n) for n in names), gpu.arch)} "
+        f"of {len(names)} instantiations ({time.time() - t0:.0f} s)",
+        flush=True,
+    )
     gen = torch.Generator(device="cuda").manual_seed(0)
     bf16 = torch.bfloat16
     recs = []
@@ -117,13 +133,15 @@ def main() -> int:
         shape = (M, N) if batch is None else (batch, M, N)
         c = torch.empty(shape, device="cuda", dtype=bf16)
         ct = torch.empty(shape, device="cuda", dtype=bf16)
-        calls = {"torch": (lambda: torch.addmm(bias, a, b, out=ct)) if with_bias else
-                 (lambda: torch.matmul(a, b, out=ct))}
+        calls = {
+            "torch": (lambda: torch.addmm(bias, a, b, out=ct)) if with_bias else (lambda: torch.matmul(a, b, out=ct))
+        }
         for arm, p in arms.items():
-            calls[arm] = (lambda p=p: gemmlab.matmul(a, b, out=c, bias=bias, kernel="wgmma", CLUSTER=1, SPLITK=1,
-                                                     **p))
+            calls[arm] = lambda p=p: gemmlab.matmul(a, b, out=c, bias=bias, kernel="wgmma", CLUSTER=1, SPLITK=1, **p)
         calls["auto"] = lambda: gemmlab.matmul(a, b, out=c, bias=bias)
-        sample = models._Sample(a, b) if batch is None else models._Sample(a[0], b[0])   # FP64 of op(a) @ op(b) on sampled rows and columns
+        sample = (
+            models._Sample(a, b) if batch is None else models._Sample(a[0], b[0])
+        )  # FP64 of op(a) @ op(b) on sampled rows and columns
         errors = {}
         for name, fn in calls.items():
             o = ct if name == "torch" else c
@@ -135,27 +153,51 @@ def main() -> int:
         ok = all(e <= max(4 * errors["torch"], 1e-2) for e in errors.values())
         t = time_rounds(calls, l2_bytes=gpu.l2_bytes, rounds=5, reps=3, budget_s=0.05) if ok else {}
         flops = 2.0 * M * N * K * (batch or 1)
-        r = {"product": label, "shape": [M, N, K], "batch": batch or 1, "ops": ops, "bias": with_bias, "auto_plan": auto_plan,
-             "errors": errors, "ok": ok, **{f"{k}_ms": v.ms for k, v in t.items()}}
+        r = {
+            "product": label,
+            "shape": [M, N, K],
+            "batch": batch or 1,
+            "ops": ops,
+            "bias": with_bias,
+            "auto_plan": auto_plan,
+            "errors": errors,
+            "ok": ok,
+            **{f"{k}_ms": v.ms for k, v in t.items()},
+        }
         if ok:
             r.update({f"pct_{k}": 100 * r["torch_ms"] / r[f"{k}_ms"] for k in calls if k != "torch"})
             r["torch_tflops"] = flops / r["torch_ms"] / 1e9
             cells = "  ".join(f"{k} {r[f'pct_{k}']:6.1f}%" for k in calls if k != "torch")
-            print(f"{label:44s} {f'{batch} x ' if batch else ''}{M}x{N}x{K} {ops}{' +bias' if with_bias else '      '} torch "
-                  f"{r['torch_ms'] * 1e3:7.1f} us ({r['torch_tflops']:5.0f} TFLOPS)  {cells}\n      auto {auto_plan}",
-                  flush=True)
+            print(
+                f"{label:44s} {f'{batch} x ' if batch else ''}{M}x{N}x{K} {ops}{' +bias' if with_bias else '      '} torch "
+                f"{r['torch_ms'] * 1e3:7.1f} us ({r['torch_tflops']:5.0f} TFLOPS)  {cells}\n      auto {auto_plan}",
+                flush=True,
+            )
         else:
             print(f"WRONG {label}: {errors}", flush=True)
         recs.append(r)
         a = b = c = ct = bias = calls = sample = None
     gm = statistics.geometric_mean
     good = [r for r in recs if r["ok"]]
-    summary = {k: gm(pcts) for k in (*tiles, *batched_tiles, "auto")
-               if (pcts := [r[f"pct_{k}"] for r in good if f"pct_{k}" in r])}
+    summary = {
+        k: gm(pcts)
+        for k in (*tiles, *batched_tiles, "auto")
+        if (pcts := [r[f"pct_{k}"] for r in good if f"pct_{k}" in r])
+    }
     print("geometric means, % of torch: " + ", ".join(f"{k} {v:.1f}" for k, v in summary.items()))
     if args.json:
-        report.write_json({"gpu": gpu.name, "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv),
-                           "arms": tiles, "batched_arms": batched_tiles, "summary": summary, "records": recs}, args.json)
+        report.write_json(
+            {
+                "gpu": gpu.name,
+                "date": time.strftime("%Y-%m-%d"),
+                "command": " ".join(sys.argv),
+                "arms": tiles,
+                "batched_arms": batched_tiles,
+                "summary": summary,
+                "records": recs,
+            },
+            args.json,
+        )
     return 0
 
 

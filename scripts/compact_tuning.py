@@ -11,12 +11,25 @@ import sys
 
 src, run, dst = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 d = json.load(open(src))
-out = {"gpu": d["gpu"], "sources": d["sources"], "run": run,
-       "columns": ["candidate", "status", "screen_ms", "final_ms", "rel_error"], "shapes": {}}
+out = {
+    "gpu": d["gpu"],
+    "sources": d["sources"],
+    "run": run,
+    "columns": ["candidate", "status", "screen_ms", "final_ms", "rel_error"],
+    "shapes": {},
+}
 for shape, r in d["results"].items():
-    rows = [[k, v.get("status"), v.get("ms") and round(v["ms"], 5), v.get("final_ms") and round(v["final_ms"], 5),
-             v.get("rel_error") and float(f"{v['rel_error']:.3g}")] for k, v in r["candidates"].items()]
-    rows.sort(key=lambda x: (x[3] or x[2] or 1e9))
+    rows = [
+        [
+            k,
+            v.get("status"),
+            v.get("ms") and round(v["ms"], 5),
+            v.get("final_ms") and round(v["final_ms"], 5),
+            v.get("rel_error") and float(f"{v['rel_error']:.3g}"),
+        ]
+        for k, v in r["candidates"].items()
+    ]
+    rows.sort(key=lambda x: x[3] or x[2] or 1e9)
     out["shapes"][shape] = {"cublas_ms": r.get("cublas_ms"), "candidates": rows}
 text = json.dumps(out, separators=(",", ":")).replace('],["', '],\n["')
 open(dst, "w").write(text + "\n")

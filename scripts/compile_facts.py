@@ -6,6 +6,7 @@ gemmlab.tools.inspect_kernels.portable_configs), written to benchmarks/results/c
 
     PYTHONPATH=src python3 scripts/compile_facts.py [sm_86 ...]   # default: every known target
 """
+
 import json
 import sys
 import time
@@ -17,8 +18,10 @@ from cuda.bindings import nvrtc
 
 KEEP = ("HMMA", "LDSM", "LDGSTS", "HGMMA", "LDL/STL (local)", "instructions")
 PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "compile-facts.json"
-WHAT = ("compile-only (NVRTC + ptxas, no GPU): each rung's defaults and every configuration kernel='auto' "
-        "picks on this target, row-major layouts")
+WHAT = (
+    "compile-only (NVRTC + ptxas, no GPU): each rung's defaults and every configuration kernel='auto' "
+    "picks on this target, row-major layouts"
+)
 
 
 def main(arches):
@@ -29,10 +32,19 @@ def main(arches):
         reports = portable_reports(arch)
         doc["targets"][arch] = {
             "nvrtc": "%d.%d" % nvrtc.nvrtcVersion()[1:],
-            "kernels": [{"kernel": r.kernel, "name_expression": r.name_expression, "registers": r.registers,
-                         "static_smem_bytes": r.smem_bytes, "stack_bytes": r.stack_bytes,
-                         "spill_bytes": r.spill_bytes, "sass": {k: r.sass.get(k, 0) for k in KEEP}}
-                        for r in reports]}
+            "kernels": [
+                {
+                    "kernel": r.kernel,
+                    "name_expression": r.name_expression,
+                    "registers": r.registers,
+                    "static_smem_bytes": r.smem_bytes,
+                    "stack_bytes": r.stack_bytes,
+                    "spill_bytes": r.spill_bytes,
+                    "sass": {k: r.sass.get(k, 0) for k in KEEP},
+                }
+                for r in reports
+            ],
+        }
         PATH.write_text(json.dumps(doc, indent=1) + "\n")
         spills = sum(1 for r in reports if r.spill_bytes)
         print(f"{arch}: {len(reports)} instantiations, {spills} with spills, {time.time() - t:.1f} s -> {PATH.name}")

@@ -1,6 +1,6 @@
 """Markdown table of a `gemmlab bench --json` file: one row per kernel, one column per size.
 
-    python3 scripts/ladder_table.py benchmarks/results/nvidia-h200/ladder.json
+python3 scripts/ladder_table.py benchmarks/results/nvidia-h200/ladder.json
 """
 
 import json

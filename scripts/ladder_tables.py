@@ -32,25 +32,33 @@ SOURCES = {
     f"{H200}/ladder-fp32-2026-11-29.json": ("2026-11-29", "gemmlab bench --sizes 1024,2048,4096"),
     f"{H200}/ladder-bf16-2026-11-29.json": ("2026-11-29", "gemmlab bench --dtype bf16 --sizes 2048,4096,8192"),
     f"{H100}/bench-public-fp32-run68.json": (
-        "2026-11-24", "gemmlab bench --kernel-only --budget-s 1 --sizes 1024,2048,4096,8192,16384x4096x4096"),
+        "2026-11-24",
+        "gemmlab bench --kernel-only --budget-s 1 --sizes 1024,2048,4096,8192,16384x4096x4096",
+    ),
     f"{H100}/bench-public-bf16-run69.json": (
-        "2026-11-24", "gemmlab bench --dtype bf16 --kernel-only --budget-s 1 --sizes 1024,2048,4096,8192,16384x4096x4096"),
+        "2026-11-24",
+        "gemmlab bench --dtype bf16 --kernel-only --budget-s 1 --sizes 1024,2048,4096,8192,16384x4096x4096",
+    ),
     f"{H100}/ec-run95f.json": ("2026-11-26", "gemmlab bench --suite ec"),
     f"{H100}/models-run90e.json": (
-        "2026-11-26", "gemmlab bench --suite models --dtype bf16,fp16,fp32 --time-budget-s 30"),
+        "2026-11-26",
+        "gemmlab bench --suite models --dtype bf16,fp16,fp32 --time-budget-s 30",
+    ),
     f"{H200}/shapes-2026-11-29-4.json": (
-        "2026-11-29", "gemmlab bench --suite shapes --dtype bf16,fp16,fp32,fp32_tc --time-budget-s 45"),
+        "2026-11-29",
+        "gemmlab bench --suite shapes --dtype bf16,fp16,fp32,fp32_tc --time-budget-s 45",
+    ),
     f"{H200}/training-2026-11-29-5.json": ("2026-11-29", "gemmlab bench --suite training --quick"),
 }
-FP32_LADDER = f"{H200}/ladder-fp32-2026-11-29.json"     # the CUDA-core rungs' pages
-TENSOR_LADDER = f"{H200}/ladder-bf16-2026-11-29.json"   # the tensor-core rungs' pages
+FP32_LADDER = f"{H200}/ladder-fp32-2026-11-29.json"  # the CUDA-core rungs' pages
+TENSOR_LADDER = f"{H200}/ladder-bf16-2026-11-29.json"  # the tensor-core rungs' pages
 EC_RUN = f"{H100}/ec-run95f.json"
 MODELS_RUN = f"{H100}/models-run90e.json"
-SHAPES_RUN = f"{H200}/shapes-2026-11-29-4.json"       # other models' products, by kind
-TRAINING_RUN = f"{H200}/training-2026-11-29-5.json"   # whole training steps
+SHAPES_RUN = f"{H200}/shapes-2026-11-29-4.json"  # other models' products, by kind
+TRAINING_RUN = f"{H200}/training-2026-11-29-5.json"  # whole training steps
 
-PAGE_SIZE = (4096, 4096, 4096)   # the one size each rung page compares at
-PAGES = {   # page -> (ladder file, its rung's kernel, the rung below's kernel or None)
+PAGE_SIZE = (4096, 4096, 4096)  # the one size each rung page compares at
+PAGES = {  # page -> (ladder file, its rung's kernel, the rung below's kernel or None)
     "docs/simt/01-naive.md": (FP32_LADDER, "naive", None),
     "docs/simt/02-coalesced.md": (FP32_LADDER, "coalesced", "naive"),
     "docs/simt/03-smem-tiled.md": (FP32_LADDER, "smem_tiled", "coalesced"),
@@ -89,8 +97,11 @@ def public(records: list[dict]) -> list[dict]:
 
 def find(records: list[dict], kernel: str, size: tuple, precision: str | None = None) -> dict:
     for r in public(records):
-        if (r["kernel"], (r["M"], r["N"], r["K"])) == (kernel, size) and not r.get("skipped") and (
-                precision is None or r["params"].get("precision") == precision):
+        if (
+            (r["kernel"], (r["M"], r["N"], r["K"])) == (kernel, size)
+            and not r.get("skipped")
+            and (precision is None or r["params"].get("precision") == precision)
+        ):
             return r
     raise LookupError(f"no public record of {kernel} {precision or ''} at {size_name(*size)}")
 
@@ -100,8 +111,11 @@ def rung_table(rel: str) -> str:
     records = load(rel)
     sizes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in public(records)))
     kernels = list(dict.fromkeys(r["kernel"] for r in public(records) if r["kernel"] != "cublas"))
-    lines = ["| kernel | " + " | ".join(size_name(*s) for s in sizes) + " |", "|---" * (len(sizes) + 1) + "|",
-             "| cuBLAS (TFLOPS) | " + " | ".join(f"{find(records, 'cublas', s)['tflops']:.1f}" for s in sizes) + " |"]
+    lines = [
+        "| kernel | " + " | ".join(size_name(*s) for s in sizes) + " |",
+        "|---" * (len(sizes) + 1) + "|",
+        "| cuBLAS (TFLOPS) | " + " | ".join(f"{find(records, 'cublas', s)['tflops']:.1f}" for s in sizes) + " |",
+    ]
     for k in kernels:
         name = f"**{k}**" if k == "auto" else f"`{k}`"
         lines.append(f"| {name} | " + " | ".join(f"{find(records, k, s)['pct_cublas']:.1f}" for s in sizes) + " |")
@@ -116,21 +130,30 @@ def ec_table(rel: str) -> str:
     for p in EC_PRECISIONS:
         cells = [f"{find(records, 'ec_wgmma', s, p)['pct_cublas']:.0f}" for s in sizes]
         lines.append(f'| `precision="{p}"` | ' + " | ".join(cells) + " |")
-    return ("\n".join(lines) + "\n\n% of cuBLAS SGEMM in the same run, through `gemmlab.matmul` on `ec_wgmma`. "
-            + source_line(rel, records))
+    return (
+        "\n".join(lines)
+        + "\n\n% of cuBLAS SGEMM in the same run, through `gemmlab.matmul` on `ec_wgmma`. "
+        + source_line(rel, records)
+    )
 
 
 def gemv_table(rel: str) -> str:
     """One token's products of a Llama-3-8B-sized model's layers, % of torch.matmul."""
     records = load(rel)
     columns = [("fwd", "bf16"), ("fwd", "fp32"), ("dgrad", "bf16"), ("dgrad", "fp32")]
-    lines = ["| layer (K -> N) | `x @ W.t()` bf16 | `x @ W.t()` fp32 | `dY @ W` bf16 | `dY @ W` fp32 |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| layer (K -> N) | `x @ W.t()` bf16 | `x @ W.t()` fp32 | `dY @ W` bf16 | `dY @ W` fp32 |",
+        "|---|---|---|---|---|",
+    ]
     for layer in GEMV_LAYERS:
         cells, shape = [], None
         for product, dtype in columns:
-            hit = [r for r in records if (r["layer"], r["product"], r["dtype"], r["tokens"]) == (layer, product, dtype, 1)
-                   and not r.get("skipped")]
+            hit = [
+                r
+                for r in records
+                if (r["layer"], r["product"], r["dtype"], r["tokens"]) == (layer, product, dtype, 1)
+                and not r.get("skipped")
+            ]
             if not hit:
                 cells.append("")
                 continue
@@ -140,8 +163,10 @@ def gemv_table(rel: str) -> str:
             cells.append(f"{r['pct_torch']:.0f}" + ("" if r["rung"] == "gemv" else f" ({r['rung']})"))
         head = f"{layer} {shape[0]} -> {shape[1]}" if shape else layer
         lines.append(f"| {head} | " + " | ".join(cells) + " |")
-    return ("\n".join(lines) + "\n\nOne token, % of `torch.matmul` on the same tensors (in brackets the rung "
-            "`auto` took where it was not gemv), `gemmlab bench --suite models`. " + source_line(rel, records))
+    return (
+        "\n".join(lines) + "\n\nOne token, % of `torch.matmul` on the same tensors (in brackets the rung "
+        "`auto` took where it was not gemv), `gemmlab bench --suite models`. " + source_line(rel, records)
+    )
 
 
 def gain(rel: str, kernel: str, below: str, size: tuple = PAGE_SIZE) -> float:
@@ -156,10 +181,12 @@ def page_table(page: str) -> str:
     rows = [(below, find(records, below, PAGE_SIZE))] if below else []
     rows.append((kernel, find(records, kernel, PAGE_SIZE)))
     dtype = rows[-1][1]["dtype"]
-    lines = [f"| {size_name(*PAGE_SIZE)}, {dtype} | " + " | ".join(f"`{k}`" for k, _ in rows) + " |",
-             "|---" * (len(rows) + 1) + "|",
-             "| % of cuBLAS | " + " | ".join(f"{r['pct_cublas']:.1f}" for _, r in rows) + " |",
-             "| TFLOPS | " + " | ".join(f"{r['tflops']:.1f}" for _, r in rows) + " |"]
+    lines = [
+        f"| {size_name(*PAGE_SIZE)}, {dtype} | " + " | ".join(f"`{k}`" for k, _ in rows) + " |",
+        "|---" * (len(rows) + 1) + "|",
+        "| % of cuBLAS | " + " | ".join(f"{r['pct_cublas']:.1f}" for _, r in rows) + " |",
+        "| TFLOPS | " + " | ".join(f"{r['tflops']:.1f}" for _, r in rows) + " |",
+    ]
     text = "\n".join(lines) + "\n\n"
     if below:
         text += f"`{kernel}` runs {gain(rel, kernel, below):.2f}x as fast as `{below}` here. "
@@ -173,12 +200,20 @@ def shapes_table(rel: str) -> str:
     lines = ["| dtype | products | geometric mean, % of torch.matmul | below 90% | slowest |", "|---|---|---|---|---|"]
     for dtype, summary in data["summary"].items():
         a = summary["all"]
-        lines.append(f"| {dtype} | {a['products']} | {a['geomean_pct']:.1f}% | {a['below_90']} | "
-                     f"{a['worst_pct']:.0f}% ({a['worst']}) |")
+        lines.append(
+            f"| {dtype} | {a['products']} | {a['geomean_pct']:.1f}% | {a['below_90']} | "
+            f"{a['worst_pct']:.0f}% ({a['worst']}) |"
+        )
     records = data["records"]
-    return "\n".join(lines) + ("\n\nEach product as a model hands it over (forward, input- and weight-gradient views, "
-                               "13 public models' sizes and random odd ones), `gemmlab.matmul` beside `torch.matmul` "
-                               "on the same views (fp32 and fp32_tc: beside SGEMM). ") + source_line(rel, records)
+    return (
+        "\n".join(lines)
+        + (
+            "\n\nEach product as a model hands it over (forward, input- and weight-gradient views, "
+            "13 public models' sizes and random odd ones), `gemmlab.matmul` beside `torch.matmul` "
+            "on the same views (fp32 and fp32_tc: beside SGEMM). "
+        )
+        + source_line(rel, records)
+    )
 
 
 def training_table(rel: str) -> str:
@@ -188,8 +223,10 @@ def training_table(rel: str) -> str:
     rows: dict = {}
     for r in data["records"]:
         rows.setdefault((r["model"], r["mode"]), {})[r["setup"]] = r
-    lines = ["| model | mode | bf16 `use_gemmlab()`, % of PyTorch | `fp32_tc()` step vs SGEMM | vs TF32 (time) |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| model | mode | bf16 `use_gemmlab()`, % of PyTorch | `fp32_tc()` step vs SGEMM | vs TF32 (time) |",
+        "|---|---|---|---|---|",
+    ]
     for (model, mode), by in rows.items():
         bf = by.get("bf16_gemmlab", {}).get("vs_baseline")
         tc = by.get("fp32_tc", {})
@@ -197,15 +234,28 @@ def training_table(rel: str) -> str:
         cells = (f"{100 * bf:.1f}%" if bf else "-", f"{sgemm:.2f}x" if sgemm else "-", f"{tf32:.2f}x" if tf32 else "-")
         lines.append(f"| {model} | {mode} | " + " | ".join(cells) + " |")
     records = [dict(r, gpu=data["gpu"]) for r in data["records"]]
-    return "\n".join(lines) + ("\n\nms per AdamW step, setups of one dtype alternating in rounds, each beside plain "
-                               "PyTorch in the same run. ") + source_line(rel, records)
+    return (
+        "\n".join(lines)
+        + (
+            "\n\nms per AdamW step, setups of one dtype alternating in rounds, each beside plain "
+            "PyTorch in the same run. "
+        )
+        + source_line(rel, records)
+    )
 
 
 def blocks() -> dict[str, dict[str, str]]:
     """file -> {block name: its generated text}."""
-    out = {"README.md": {"fp32-ladder": rung_table(FP32_LADDER), "tensor-ladder": rung_table(TENSOR_LADDER),
-                         "ec-ladder": ec_table(EC_RUN), "gemv": gemv_table(MODELS_RUN),
-                         "shapes": shapes_table(SHAPES_RUN), "training": training_table(TRAINING_RUN)}}
+    out = {
+        "README.md": {
+            "fp32-ladder": rung_table(FP32_LADDER),
+            "tensor-ladder": rung_table(TENSOR_LADDER),
+            "ec-ladder": ec_table(EC_RUN),
+            "gemv": gemv_table(MODELS_RUN),
+            "shapes": shapes_table(SHAPES_RUN),
+            "training": training_table(TRAINING_RUN),
+        }
+    }
     out["docs/simt/README.md"] = {"fp32-ladder": out["README.md"]["fp32-ladder"]}
     out["docs/tensor/README.md"] = {"tensor-ladder": out["README.md"]["tensor-ladder"]}
     for page in PAGES:
@@ -241,8 +291,10 @@ def main(argv: list[str] | None = None) -> int:
             if not args.check:
                 path.write_text(new)
     if args.check and stale:
-        print("generated tables out of date in " + ", ".join(stale) + ": run python3 scripts/ladder_tables.py",
-              file=sys.stderr)
+        print(
+            "generated tables out of date in " + ", ".join(stale) + ": run python3 scripts/ladder_tables.py",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

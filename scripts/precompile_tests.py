@@ -18,8 +18,12 @@ import test_gpu_correctness  # noqa: E402
 
 from gemmlab.core import api, tables  # noqa: E402
 from gemmlab.kernels import registry  # noqa: E402
-from gemmlab.kernels.ec.ec_wgmma import (EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE, EC_SPLIT_SCALED_KERNELS,  # noqa: E402
-                                         EC_SPLIT_SCALED_SOURCE)
+from gemmlab.kernels.ec.ec_wgmma import (
+    EC_SPLIT_PACK_KERNELS,
+    EC_SPLIT_PACK_SOURCE,
+    EC_SPLIT_SCALED_KERNELS,  # noqa: E402
+    EC_SPLIT_SCALED_SOURCE,
+)
 from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE  # noqa: E402
 from gemmlab.runtime import compile as rt_compile  # noqa: E402
 from gemmlab.runtime.device import gpu_info  # noqa: E402
@@ -41,7 +45,7 @@ def main() -> int:
         for aligned in (True, False):
             p = api.plan(kernel, 64, 64, 64, aligned16=aligned, **params)
             items.add((str(p.spec.source_path), p.name_expression))
-    for kernel, params in test_gpu_correctness.PIPELINED_CASES:   # with a column-major op(B)
+    for kernel, params in test_gpu_correctness.PIPELINED_CASES:  # with a column-major op(B)
         for op_a in ("N", "T"):
             for aligned in (True, False):
                 p = api.plan(kernel, 64, 64, 64, aligned16=aligned, op_a=op_a, op_b="T", **params)
@@ -51,23 +55,27 @@ def main() -> int:
             continue
         for params, prob in spec.instantiations([spec.defaults()], layouts=[("N", "N")]):
             items.add((str(spec.source_path), spec.name_expression(params, prob)))
-    for spec in registry.ladder("ec"):   # tests/test_ec*.py, test_graphs.py: defaults in every layout
+    for spec in registry.ladder("ec"):  # tests/test_ec*.py, test_graphs.py: defaults in every layout
         if spec.builds_for(gpu.arch):
             configs = spec.configurations() if spec.name == "ec_wgmma" else [spec.defaults()]
-            items |= {(str(spec.source_path), spec.name_expression(params, prob))
-                      for params, prob in spec.instantiations(configs)}
+            items |= {
+                (str(spec.source_path), spec.name_expression(params, prob))
+                for params, prob in spec.instantiations(configs)
+            }
             items |= {(str(EC_SPLIT_PACK_SOURCE), n) for n in EC_SPLIT_PACK_KERNELS}
             if spec.name == "ec_wgmma":
                 items |= {(str(EC_SPLIT_SCALED_SOURCE), n) for n in EC_SPLIT_SCALED_KERNELS}
     from gemmlab.kernels.ec.choose_method import CHOOSE_KERNEL, CHOOSE_SOURCE
-    items |= {(str(EXPONENT_HISTOGRAM_SOURCE), EXPONENT_HISTOGRAM_KERNEL),
-              (str(CHOOSE_SOURCE), CHOOSE_KERNEL)}
-    if registry.get("wgmma").builds_for(gpu.arch):   # tests/test_wgmma.py: every configuration, every layout
+
+    items |= {(str(EXPONENT_HISTOGRAM_SOURCE), EXPONENT_HISTOGRAM_KERNEL), (str(CHOOSE_SOURCE), CHOOSE_KERNEL)}
+    if registry.get("wgmma").builds_for(gpu.arch):  # tests/test_wgmma.py: every configuration, every layout
         wg = registry.get("wgmma")
         # Split over K (one instantiation for every SPLITK > 1): the tiles at 4 stages, as the tests split them.
         # (128 x 192 included: test_wgmma.py's and test_bias.py's BN = 192 tests, unsplit and split.)
         configs = [c for c in wg.configurations() if c["SPLITK"] == 1 or c["SPLITK"] == 2 and c["STAGES"] == 4]
-        items |= {(str(wg.source_path), wg.name_expression(params, prob)) for params, prob in wg.instantiations(configs)}
+        items |= {
+            (str(wg.source_path), wg.name_expression(params, prob)) for params, prob in wg.instantiations(configs)
+        }
     n = rt_compile.precompile(sorted(items), gpu.arch)
     print(f"precompiled {n} of {len(items)} instantiations for {gpu.arch} in {time.time() - t0:.0f} s")
     return 0

@@ -26,6 +26,7 @@ if args[:1] == ["--tensor"] or args == ["--ec"]:
     # The tensor-core ladder in one dtype (PyTorch tensors: CuPy has no bfloat16), or
     # the error-corrected rungs on float32 inputs; each kernel once, at its defaults.
     import torch
+
     ec = args == ["--ec"]
     dtype = "float32" if ec else {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32"}[args[1]]
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -35,6 +36,7 @@ if args[:1] == ["--tensor"] or args == ["--ec"]:
     precision = "fp16_ec" if ec else ("tf32" if args[1:] == ["tf32"] else None)
     for spec in registry.ladder(family):
         from gemmlab.runtime.device import gpu_info
+
         if not spec.builds_for(gpu_info(0).arch):
             continue
         gemmlab.matmul(a, b, kernel=spec.name, precision=precision)

@@ -20,8 +20,7 @@ from gemmlab.tools.verify import compare, random_matrix, reference
 SHAPES = [(1, 1, 1), (7, 13, 5), (33, 65, 17), (129, 67, 33), (5, 300, 260)]
 CASES = [(s.name, {}) for s in registry.ladder("simt")] + [
     ("pipelined", {"BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, "WNITER": 4, "TM": 8, "STAGES": 4}),
-    ("pipelined", {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3,
-                   "SPLITK": 4}),
+    ("pipelined", {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3, "SPLITK": 4}),
 ]
 
 rng = np.random.default_rng(0)
@@ -29,7 +28,7 @@ bad = 0
 for M, N, K in SHAPES:
     for misalign in (False, True):
         a = cp.asarray(random_matrix(M, K, "uniform", rng))
-        if misalign:   # a view 4 bytes into its buffer: the scalar variants run
+        if misalign:  # a view 4 bytes into its buffer: the scalar variants run
             a = cp.asarray(random_matrix(1, M * K + 1, "uniform", rng)).ravel()[1:].reshape(M, K)
         b = cp.asarray(random_matrix(K, N, "uniform", rng))
         c0 = cp.asarray(random_matrix(M, N, "uniform", rng))
@@ -45,7 +44,7 @@ for M, N, K in SHAPES:
 # inputs, as in tests/test_tensor.py).
 MMA_SMALL = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
 TENSOR = [(s.name, {}) for s in registry.ladder("tensor")] + [("mma_pipelined", MMA_SMALL)]
-if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):   # the deep rings of few rows
+if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):  # the deep rings of few rows
     TENSOR += [("wgmma", {"BM": 64, "BN": 64, "STAGES": 12}), ("wgmma", {"BM": 64, "BN": 128, "STAGES": 8})]
 TC_DTYPES = [(np.float16, "float32", None), (np.float16, "float16", None), (np.float32, "float32", "tf32")]
 # 130 x 264 x 200: rows a multiple of 16 bytes, so mma_pipelined's 16-byte cp.async
@@ -95,7 +94,7 @@ if registry.get("ec_wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
         nb, M, N, K = 2, 70, 40, 300
         a = random_matrix(nb * M, K, "uniform", rng).reshape(nb, M, K)
         b = random_matrix(nb * K, N, "uniform", rng).reshape(nb, K, N)
-        b[:, :, :4] = np.round(b[:, :, :4] * 64) / 64   # exact in FP16: lo = 0, so Inf * 0 in the parts
+        b[:, :, :4] = np.round(b[:, :, :4] * 64) / 64  # exact in FP16: lo = 0, so Inf * 0 in the parts
         a[1, 5, 7] = np.inf
         ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
         da = cp.asarray(np.ascontiguousarray(a.transpose(0, 2, 1))).transpose(0, 2, 1) if ta else cp.asarray(a)
@@ -117,8 +116,12 @@ gemv_calls = 0
 for M, N, K in GEMV_SHAPES:
     for dt, tol in GEMV_DTYPES:
         for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
-            a = cp.asarray(random_matrix(K, M, "uniform", rng) if ta else random_matrix(M, K, "uniform", rng)).astype(dt)
-            b = cp.asarray(random_matrix(N, K, "uniform", rng) if tb else random_matrix(K, N, "uniform", rng)).astype(dt)
+            a = cp.asarray(random_matrix(K, M, "uniform", rng) if ta else random_matrix(M, K, "uniform", rng)).astype(
+                dt
+            )
+            b = cp.asarray(random_matrix(N, K, "uniform", rng) if tb else random_matrix(K, N, "uniform", rng)).astype(
+                dt
+            )
             a_op, b_op = (a.T if ta else a), (b.T if tb else b)
             c0 = cp.asarray(random_matrix(M, N, "uniform", rng)).astype(dt)
             ref = reference(a_op.astype(np.float64), b_op.astype(np.float64), 0.5, 2.0, c0.astype(np.float64))
@@ -135,14 +138,26 @@ for M, N, K in GEMV_SHAPES:
             for lanes in (8, 4):
                 for split in (1, 3):
                     out = c0.copy()
-                    gemmlab.matmul(a_op, b_op, out=out, alpha=0.5, beta=2.0, kernel="gemv",
-                                   MT=1 << (M - 1).bit_length(), LANES=lanes, SPLITK=split)
+                    gemmlab.matmul(
+                        a_op,
+                        b_op,
+                        out=out,
+                        alpha=0.5,
+                        beta=2.0,
+                        kernel="gemv",
+                        MT=1 << (M - 1).bit_length(),
+                        LANES=lanes,
+                        SPLITK=split,
+                    )
                     gemv_calls += 1
                     err = compare(out.astype(np.float64), ref)
                     if not err.ok(tol):
                         bad += 1
-                        print(f"WRONG gemv LANES={lanes} SPLITK={split} {np.dtype(dt).name} {M}x{N}x{K} "
-                              f"T{int(ta)}0: {err}", flush=True)
+                        print(
+                            f"WRONG gemv LANES={lanes} SPLITK={split} {np.dtype(dt).name} {M}x{N}x{K} "
+                            f"T{int(ta)}0: {err}",
+                            flush=True,
+                        )
 # wgmma with a batch in one launch (sm_90a only): a dense batch (TMA-store epilogue)
 # and one whose C has gaps between its matrices (stores from registers).
 wgmma_calls = 0
@@ -160,6 +175,8 @@ if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
             if not err.ok(2e-3) or (gap and not bool(cp.isnan(buf[:, M:, :]).all())):
                 bad += 1
                 print(f"WRONG wgmma batch of {nb} {M}x{N}x{K} gap={gap}: {err}", flush=True)
+
+
 # mma_pipelined in the column-major layouts (ldmatrix / .trans on tiles copied as
 # stored), 16-byte rows and misaligned views (narrow copies); wgmma split over K,
 # with a slice that ends inside a K-step and 16-bit outputs through the reduction.
@@ -192,13 +209,20 @@ if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
         ref = reference(a.astype(np.float64), b.astype(np.float64), 0.5, 2.0, c0.astype(np.float64))
         out = c0.copy()
         gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel="wgmma", BM=64, BN=128, SPLITK=splits)
-        layout_calls += 2   # the GEMM and the reduction
+        layout_calls += 2  # the GEMM and the reduction
         err = compare(out.astype(np.float64), ref)
         if not err.ok(2e-3):
             bad += 1
             print(f"WRONG wgmma SPLITK={splits} {M}x{N}x{K}: {err}", flush=True)
 cp.cuda.runtime.deviceSynchronize()
-launches = len(SHAPES) * 2 * len(CASES) + len(TC_SHAPES) * len(TC_DTYPES) * len(TENSOR) \
-    + len(SHAPES) * 2 * len(EC) * len(EC_PRECISIONS) + gemv_calls + wgmma_calls + layout_calls + fold_calls
+launches = (
+    len(SHAPES) * 2 * len(CASES)
+    + len(TC_SHAPES) * len(TC_DTYPES) * len(TENSOR)
+    + len(SHAPES) * 2 * len(EC) * len(EC_PRECISIONS)
+    + gemv_calls
+    + wgmma_calls
+    + layout_calls
+    + fold_calls
+)
 print(f"{launches} launches, {bad} wrong", flush=True)
 sys.exit(1 if bad else 0)

@@ -55,11 +55,16 @@ LAB = ("fragment_dump", "wmma_ext_check", "wmma_ext_bench")
 
 # -- worker side: runs with PYTHONPATH=<tree>/src:<tree>/tests ---------------------------
 
+
 def _list_jobs(arch: str, kernels: set[str] | None) -> list[tuple[str, str, str]]:
     """(group, source relative to the kernel folder, name expression) of everything to compile."""
     import test_compile as tc
-    from gemmlab.kernels.ec.ec_wgmma import (EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE, EC_SPLIT_SCALED_KERNELS,
-                                             EC_SPLIT_SCALED_SOURCE)
+    from gemmlab.kernels.ec.ec_wgmma import (
+        EC_SPLIT_PACK_KERNELS,
+        EC_SPLIT_PACK_SOURCE,
+        EC_SPLIT_SCALED_KERNELS,
+        EC_SPLIT_SCALED_SOURCE,
+    )
     from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE
     from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_KERNELS, SPLITK_REDUCE_SOURCE
     from gemmlab.kernels.spec import KERNEL_DIR
@@ -76,7 +81,7 @@ def _list_jobs(arch: str, kernels: set[str] | None) -> list[tuple[str, str, str]
         if spec.builds_for(arch) and want(spec.name):
             jobs += [(spec.name, rel(spec.source_path), n) for n in tc.instantiations(spec, arch)]
     if want("splitk_reduce"):
-        jobs += [("splitk_reduce", rel(SPLITK_REDUCE_SOURCE), n) for n in SPLITK_REDUCE_KERNELS]   # one per output dtype
+        jobs += [("splitk_reduce", rel(SPLITK_REDUCE_SOURCE), n) for n in SPLITK_REDUCE_KERNELS]  # one per output dtype
     if want("exponent_histogram"):
         jobs.append(("exponent_histogram", rel(EXPONENT_HISTOGRAM_SOURCE), EXPONENT_HISTOGRAM_KERNEL))
     if arch == "sm_90a":
@@ -86,14 +91,21 @@ def _list_jobs(arch: str, kernels: set[str] | None) -> list[tuple[str, str, str]
             jobs += [("ec_split_pack", rel(EC_SPLIT_PACK_SOURCE), n) for n in EC_SPLIT_PACK_KERNELS]
         if want("ec_split_scaled"):
             jobs += [("ec_split_scaled", rel(EC_SPLIT_SCALED_SOURCE), n) for n in EC_SPLIT_SCALED_KERNELS]
-    if arch in ("sm_80", "sm_90a"):   # wmma_ext.cuh exists for these only
+    if arch in ("sm_80", "sm_90a"):  # wmma_ext.cuh exists for these only
         from gemmlab.lab import fragments as fr
         from gemmlab.tools.bench import wmma_ext as bench
+
         if want("fragment_dump"):
             jobs += [("fragment_dump", rel(fr.SOURCE), kd.name_expression()) for kd in fr.KINDS]
         if want("wmma_ext_check"):
-            jobs += [("wmma_ext_check", rel(fr.SOURCE.parent / "wmma_ext_check.cu"),
-                      kd.name_expression("gemmlab::lab::wmma_ext_check")) for kd in fr.KINDS]
+            jobs += [
+                (
+                    "wmma_ext_check",
+                    rel(fr.SOURCE.parent / "wmma_ext_check.cu"),
+                    kd.name_expression("gemmlab::lab::wmma_ext_check"),
+                )
+                for kd in fr.KINDS
+            ]
         if want("wmma_ext_bench"):
             jobs += [("wmma_ext_bench", rel(bench.SOURCE), n) for n in bench.kernel_names()]
     return jobs
@@ -102,7 +114,7 @@ def _list_jobs(arch: str, kernels: set[str] | None) -> list[tuple[str, str, str]
 SECTION = re.compile(r"^\s*\.section\s+([^,\s]+)", re.M)
 # Line information (file paths, line numbers) and the toolkit's notes are expected to differ.
 NOT_COMPARED = (".debug_", ".nv_debug_", ".note.nv.tkinfo")
-INTERNAL = re.compile(r"_INTERNAL_\w+?_cu_[0-9a-f]{8}_\d+")   # file-local names: a hash of the path
+INTERNAL = re.compile(r"_INTERNAL_\w+?_cu_[0-9a-f]{8}_\d+")  # file-local names: a hash of the path
 LABEL = re.compile(r"\.L_(x_)?\d+\b")
 
 
@@ -115,7 +127,8 @@ def _renumber(text: str) -> str:
 
 def _sections(cubin: bytes) -> dict[str, str]:
     """nvdisasm's text of the cubin, per section (.text.<kernel>, .nv.shared.<kernel>, ...)."""
-    from gemmlab.runtime.compile import find_nvdisasm    # in both trees' runtime, whatever else moved
+    from gemmlab.runtime.compile import find_nvdisasm  # in both trees' runtime, whatever else moved
+
     tool = find_nvdisasm()
     if tool is None:
         raise SystemExit("nvdisasm not found (pip install 'gemmlab[inspect]')")
@@ -123,7 +136,7 @@ def _sections(cubin: bytes) -> dict[str, str]:
         path = Path(tmp) / "k.cubin"
         path.write_bytes(cubin)
         text = subprocess.run([tool, str(path)], capture_output=True, text=True, check=True).stdout
-    text = re.sub(r"^\s*//-+ .*$\n?", "", text, flags=re.M)   # banners naming the next section
+    text = re.sub(r"^\s*//-+ .*$\n?", "", text, flags=re.M)  # banners naming the next section
     parts = SECTION.split(text)
     return {name: body for name, body in zip(parts[1::2], parts[2::2])}
 
@@ -131,7 +144,7 @@ def _sections(cubin: bytes) -> dict[str, str]:
 def _code_only(sass: str, mangled: str) -> str:
     """A kernel's code section alone, its own name and binding (global, weak) normalised
     and the labels numbered within it."""
-    text = sass[sass.index(f".text.{mangled}"):]
+    text = sass[sass.index(f".text.{mangled}") :]
     text = re.sub(r"\.(global|weak)\s+" + re.escape(mangled), ".SYMBOL KERNEL", text)
     return _renumber(text.replace(mangled, "KERNEL"))
 
@@ -141,14 +154,18 @@ def _compile_chunk(source: str, names: list[str], arch: str) -> dict[str, dict]:
     (code, static shared memory, parameter bank), its ptxas report, and the module's
     other sections (global data such as namespace-scope constants), file-local
     names normalised."""
-    from gemmlab.kernels.spec import KERNEL_DIR    # kernels/spec.py and runtime/compile.py: in both trees
+    from gemmlab.kernels.spec import KERNEL_DIR  # kernels/spec.py and runtime/compile.py: in both trees
     from gemmlab.runtime.compile import compile_module, parse_ptxas_log
+
     module = compile_module(KERNEL_DIR / source, names, arch, use_cache=False)
     sections = _sections(module.cubin)
     report = parse_ptxas_log(module.log)
     mangled_all = set(module.symbols.values())
-    other = {k: INTERNAL.sub("_INTERNAL_", v) for k, v in sections.items()
-             if not any(k.endswith("." + m) for m in mangled_all) and not k.startswith(NOT_COMPARED)}
+    other = {
+        k: INTERNAL.sub("_INTERNAL_", v)
+        for k, v in sections.items()
+        if not any(k.endswith("." + m) for m in mangled_all) and not k.startswith(NOT_COMPARED)
+    }
     out = {}
     for n in names:
         m = module.symbols[n]
@@ -156,10 +173,12 @@ def _compile_chunk(source: str, names: list[str], arch: str) -> dict[str, dict]:
         if f".text.{m}" not in own:
             raise RuntimeError(f"no SASS for {n} ({m})")
         res = report.get(m)
-        out[n] = {"mangled": m, "sass": _renumber("".join(f"{k}\n{own[k]}" for k in sorted(own))),
-                  "ptxas": None if res is None else [res.registers, res.smem_bytes, res.stack_bytes,
-                                                      res.spill_bytes],
-                  "module_data": _renumber("".join(f"{k}\n{other[k]}" for k in sorted(other)))}
+        out[n] = {
+            "mangled": m,
+            "sass": _renumber("".join(f"{k}\n{own[k]}" for k in sorted(own))),
+            "ptxas": None if res is None else [res.registers, res.smem_bytes, res.stack_bytes, res.spill_bytes],
+            "module_data": _renumber("".join(f"{k}\n{other[k]}" for k in sorted(other))),
+        }
     return out
 
 
@@ -170,6 +189,7 @@ def _worker(args) -> int:
         return 0
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+
     chunks = json.loads(Path(args.jobs_file).read_text())
     result = {}
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -182,6 +202,7 @@ def _worker(args) -> int:
 
 
 # -- driver side ----------------------------------------------------------------------------
+
 
 def _run_worker(tree: Path, argv: list[str]) -> None:
     env = dict(os.environ, PYTHONPATH=f"{tree / 'src'}{os.pathsep}{tree / 'tests'}")
@@ -205,10 +226,18 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--diff-dir", type=Path, help="write the two SASS texts of each differing kernel here")
     ap.add_argument("--select", help="keep the instantiations whose name matches this regular expression")
-    ap.add_argument("--base-sub", action="append", default=[], metavar="PATTERN=>REPL",
-                    help="the base tree's name of an instantiation: re.sub(PATTERN, REPL, new name); repeatable")
-    ap.add_argument("--code-only", action="store_true",
-                    help="compare the code and ptxas's report only (not the mangled name or parameter bank)")
+    ap.add_argument(
+        "--base-sub",
+        action="append",
+        default=[],
+        metavar="PATTERN=>REPL",
+        help="the base tree's name of an instantiation: re.sub(PATTERN, REPL, new name); repeatable",
+    )
+    ap.add_argument(
+        "--code-only",
+        action="store_true",
+        help="compare the code and ptxas's report only (not the mangled name or parameter bank)",
+    )
     ap.add_argument("--worker", choices=("list", "compile"), help=argparse.SUPPRESS)
     ap.add_argument("--jobs-file", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -237,7 +266,7 @@ def main() -> int:
             counts[group] = len(items)
             for src in dict.fromkeys(s for s, _ in items):
                 names = [n for s, n in items if s == src]
-                chunks += [[src, names[i:i + args.chunk]] for i in range(0, len(names), args.chunk)]
+                chunks += [[src, names[i : i + args.chunk]] for i in range(0, len(names), args.chunk)]
         chunks.sort(key=lambda c: -len(c[1]))
         (tmp / "chunks.json").write_text(json.dumps(chunks))
         subs = [tuple(x.split("=>", 1)) for x in args.base_sub]
@@ -246,18 +275,36 @@ def main() -> int:
             for pattern, repl in subs:
                 name = re.sub(pattern, repl, name)
             return name
+
         renamed = {f"{src}|{base_name(n)}": f"{src}|{n}" for src, names in chunks for n in names}
-        (tmp / "chunks.base.json").write_text(json.dumps([[src, [base_name(n) for n in names]]
-                                                          for src, names in chunks]))
+        (tmp / "chunks.base.json").write_text(
+            json.dumps([[src, [base_name(n) for n in names]] for src, names in chunks])
+        )
         total = sum(counts.values())
-        print(f"{args.arch}: {total} instantiations in {len(chunks)} modules: "
-              + ", ".join(f"{g} {n}" for g, n in counts.items()), flush=True)
+        print(
+            f"{args.arch}: {total} instantiations in {len(chunks)} modules: "
+            + ", ".join(f"{g} {n}" for g, n in counts.items()),
+            flush=True,
+        )
         results = {}
         for label, tree in (("base", args.base.resolve()), ("new", args.new.resolve())):
             t1 = time.time()
             jobs_file = tmp / ("chunks.base.json" if label == "base" else "chunks.json")
-            _run_worker(tree, ["--worker", "compile", "--arch", args.arch, "--jobs", str(args.jobs),
-                               "--jobs-file", str(jobs_file), "--out", str(tmp / f"{label}.json")])
+            _run_worker(
+                tree,
+                [
+                    "--worker",
+                    "compile",
+                    "--arch",
+                    args.arch,
+                    "--jobs",
+                    str(args.jobs),
+                    "--jobs-file",
+                    str(jobs_file),
+                    "--out",
+                    str(tmp / f"{label}.json"),
+                ],
+            )
             results[label] = json.loads((tmp / f"{label}.json").read_text())
             if label == "base":
                 results[label] = {renamed[k]: v for k, v in results[label].items()}
@@ -270,8 +317,17 @@ def main() -> int:
     differing, data_only = [], []
     for key in sorted(base):
         b, n = base[key], new.get(key)
-        what = ("missing" if n is None else "mangled name" if b["mangled"] != n["mangled"]
-                else "SASS" if b["sass"] != n["sass"] else "ptxas report" if b["ptxas"] != n["ptxas"] else None)
+        what = (
+            "missing"
+            if n is None
+            else "mangled name"
+            if b["mangled"] != n["mangled"]
+            else "SASS"
+            if b["sass"] != n["sass"]
+            else "ptxas report"
+            if b["ptxas"] != n["ptxas"]
+            else None
+        )
         if what is None:
             if b["module_data"] != n["module_data"]:
                 data_only.append(key)
@@ -285,16 +341,20 @@ def main() -> int:
             (args.diff_dir / f"{stem}.new.sass").write_text(n["sass"])
             print(f"    {args.diff_dir / stem}.{{base,new}}.sass")
     if data_only:
-        print(f"  {len(data_only)} kernels identical whose modules' global data differ "
-              "(namespace-scope constants added or removed), e.g. " + data_only[0])
+        print(
+            f"  {len(data_only)} kernels identical whose modules' global data differ "
+            "(namespace-scope constants added or removed), e.g. " + data_only[0]
+        )
         if args.diff_dir:
             args.diff_dir.mkdir(parents=True, exist_ok=True)
             for label, r in (("base", base), ("new", new)):
                 (args.diff_dir / f"module_data.{label}.txt").write_text(r[data_only[0]]["module_data"])
     same = len(base) - len(differing)
     compared = "code and ptxas report" if args.code_only else "SASS and mangled name"
-    print(f"{args.arch}: {same} of {len(base)} kernels identical ({compared}), "
-          f"{len(differing)} differ; {time.time() - t0:.0f} s")
+    print(
+        f"{args.arch}: {same} of {len(base)} kernels identical ({compared}), "
+        f"{len(differing)} differ; {time.time() - t0:.0f} s"
+    )
     return 1 if differing else 0
 
 

@@ -9,7 +9,7 @@ print("NVRTC", nvrtc.nvrtcVersion()[1:])
 bad = 0
 for arch in ("sm_80", "sm_90a"):
     for spec in registry.ladder():
-        if not spec.builds_for(arch):   # wgmma: sm_90a only
+        if not spec.builds_for(arch):  # wgmma: sm_90a only
             continue
         m = compile_module(spec.source_path, spec.all_name_expressions(), arch, use_cache=False)
         res = parse_ptxas_log(m.log)

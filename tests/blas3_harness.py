@@ -18,7 +18,7 @@ from gemmlab.kernels.spec import EC_METHODS, LAYOUTS
 DIMS = (0, 1, 7, 33)
 SCALARS = (0.0, 1.0, 0.7, -1.3)
 OPS = list(itertools.product((False, True), repeat=2))
-U32 = 2.0 ** -24
+U32 = 2.0**-24
 SENTINEL = {"float32": (np.uint32, 0x7FC1DEAD), "float16": (np.uint16, 0x7E5A)}
 
 
@@ -47,48 +47,101 @@ def family(name, dtype, **params):
         return (f"{name}-tf32", name, full, "float32", "tf32", "float32")
     if dtype == "float16":
         return (f"{name}-fp16", name, full, "float16", None, "float16")
-    if dtype in EC_METHODS:   # FP32 in and out, split into two tensor-core parts
+    if dtype in EC_METHODS:  # FP32 in and out, split into two tensor-core parts
         return (f"{name}-{dtype}", name, full, "float32", dtype, "float32")
     return (name + "".join(f"-{k}{v}" for k, v in params.items()), name, full, "float32", None, "float32")
 
 
 FAMILIES = [family(s.name, "float32") for s in registry.ladder("simt")] + [
     family("pipelined", "float32", SPLITK=3),
-    family("wmma", "float16"), family("wmma", "tf32"),
-    family("wmma_warptile", "float16"), family("wmma_warptile", "tf32"),
+    family("wmma", "float16"),
+    family("wmma", "tf32"),
+    family("wmma_warptile", "float16"),
+    family("wmma_warptile", "tf32"),
     family("mma_pipelined", "float16"),
-    ("mma_pipelined-fp16-64x64", "mma_pipelined", {**registry.get("mma_pipelined").defaults(), "BM": 64, "BN": 64,
-                                                   "BK": 32, "WM": 32, "WN": 32, "STAGES": 4},
-     "float16", None, "float16"),
-    family("ec_wmma", "fp16_ec"), family("ec_wgmma", "tf32_ec"),
+    (
+        "mma_pipelined-fp16-64x64",
+        "mma_pipelined",
+        {**registry.get("mma_pipelined").defaults(), "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4},
+        "float16",
+        None,
+        "float16",
+    ),
+    family("ec_wmma", "fp16_ec"),
+    family("ec_wgmma", "tf32_ec"),
     # fp16_ec (parts as they are) on ec_wgmma's four-set kernel, as precision="fp16_ec" runs it;
     # FOLD (the default) with FP16 parts under the scale chosen on the GPU (fp16_ec_scaled).
     family("ec_wgmma", "fp16_ec", **EC_WGMMA_UNSCALED_PARAMS),
-    ("ec_wgmma-fp16_ec_scaled", "ec_wgmma", registry.get("ec_wgmma").defaults(), "float32", "fp16_ec_scaled",
-     "float32"),
+    (
+        "ec_wgmma-fp16_ec_scaled",
+        "ec_wgmma",
+        registry.get("ec_wgmma").defaults(),
+        "float32",
+        "fp16_ec_scaled",
+        "float32",
+    ),
     # Split over K: with K <= 33 (one K-step) every slice past the first is empty.
-    ("ec_wgmma-fp16_ec-SPLITK3", "ec_wgmma",
-     {**registry.get("ec_wgmma").defaults(), **EC_WGMMA_UNSCALED_PARAMS, "SPLITK": 3},
-     "float32", "fp16_ec", "float32"),
-    ("ec_wgmma-fp16_ec_scaled-SPLITK3", "ec_wgmma", {**registry.get("ec_wgmma").defaults(), "SPLITK": 3},
-     "float32", "fp16_ec_scaled", "float32"),
-    ("ec_wgmma-tf32_ec-SPLITK2", "ec_wgmma", {**registry.get("ec_wgmma").defaults(), "SPLITK": 2},
-     "float32", "tf32_ec", "float32"),
+    (
+        "ec_wgmma-fp16_ec-SPLITK3",
+        "ec_wgmma",
+        {**registry.get("ec_wgmma").defaults(), **EC_WGMMA_UNSCALED_PARAMS, "SPLITK": 3},
+        "float32",
+        "fp16_ec",
+        "float32",
+    ),
+    (
+        "ec_wgmma-fp16_ec_scaled-SPLITK3",
+        "ec_wgmma",
+        {**registry.get("ec_wgmma").defaults(), "SPLITK": 3},
+        "float32",
+        "fp16_ec_scaled",
+        "float32",
+    ),
+    (
+        "ec_wgmma-tf32_ec-SPLITK2",
+        "ec_wgmma",
+        {**registry.get("ec_wgmma").defaults(), "SPLITK": 2},
+        "float32",
+        "tf32_ec",
+        "float32",
+    ),
     family("wgmma", "float16"),
-    ("wgmma-fp16-SPLITK3", "wgmma", {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128, "SPLITK": 3},
-     "float16", None, "float16"),
-    family("gemv", "float32"), family("gemv", "float16"),
-    family("outer", "float32"), family("outer", "float16"),
+    (
+        "wgmma-fp16-SPLITK3",
+        "wgmma",
+        {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128, "SPLITK": 3},
+        "float16",
+        None,
+        "float16",
+    ),
+    family("gemv", "float32"),
+    family("gemv", "float16"),
+    family("outer", "float32"),
+    family("outer", "float16"),
 ]
 # The TMA rung on operands TMA reads (level3 with TMA_DIMS, TMA_PAD, TMA_GUARD): every
 # stored row a multiple of 16 bytes and every base 16-byte aligned, so that wgmma itself
 # runs in each layout (the rung that ran is asserted); its 128 x 256 default and a
 # cluster of two 64 x 128 blocks (B multicast).  264 > 256: several tiles of M, N, K.
-TMA_FAMILIES = [family("wgmma", "float16"),
-                ("wgmma-fp16-cluster2", "wgmma", {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128,
-                                                  "CLUSTER": 2}, "float16", None, "float16"),
-                ("wgmma-fp16-SPLITK3", "wgmma", {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128,
-                                                 "SPLITK": 3}, "float16", None, "float16")]
+TMA_FAMILIES = [
+    family("wgmma", "float16"),
+    (
+        "wgmma-fp16-cluster2",
+        "wgmma",
+        {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128, "CLUSTER": 2},
+        "float16",
+        None,
+        "float16",
+    ),
+    (
+        "wgmma-fp16-SPLITK3",
+        "wgmma",
+        {**registry.get("wgmma").defaults(), "BM": 64, "BN": 128, "SPLITK": 3},
+        "float16",
+        None,
+        "float16",
+    ),
+]
 TMA_DIMS, TMA_PAD, TMA_GUARD = (0, 8, 40, 264), 8, 8
 
 
@@ -107,7 +160,7 @@ def kernel_family(fam) -> str:
 
 def kernel_dtype(fam) -> str:
     _, _, _, in_dt, precision, _ = fam
-    if precision == "fp16_ec_scaled":   # FP16 parts, scaled by the choice made on the GPU
+    if precision == "fp16_ec_scaled":  # FP16 parts, scaled by the choice made on the GPU
         return "fp16_ec"
     return precision if precision in ("tf32", *EC_METHODS) else in_dt
 
@@ -122,8 +175,20 @@ def instantiations(families, arch: str | None = None) -> set[tuple[str, str]]:
             continue
         _, kernel, params, _, _, out_dt = fam
         for (op_a, op_b), aligned in itertools.product(LAYOUTS, (True, False)):
-            p = api.plan(kernel, 64, 64, 64, aligned16=aligned, dtype=kernel_dtype(fam), out_dtype=out_dt,
-                         op_a=op_a, op_b=op_b, tma_aligned=aligned, arch=arch, **params)
+            p = api.plan(
+                kernel,
+                64,
+                64,
+                64,
+                aligned16=aligned,
+                dtype=kernel_dtype(fam),
+                out_dtype=out_dt,
+                op_a=op_a,
+                op_b=op_b,
+                tma_aligned=aligned,
+                arch=arch,
+                **params,
+            )
             items.add((str(p.spec.source_path), p.name_expression))
     return items
 
@@ -161,10 +226,10 @@ class Embedded:
         stored = vals.T if colmajor else vals
         r, c = stored.shape
         host = sentinel_buffer((r + 2 * guard, c + pad + 2 * guard), str(vals.dtype))
-        host[guard:guard + r, guard:guard + c] = stored
+        host[guard : guard + r, guard : guard + c] = stored
         self.be, self.host = be, host
         self.buf = be.asarray(host)
-        view = self.buf[guard:guard + r, guard:guard + c]
+        view = self.buf[guard : guard + r, guard : guard + c]
         self.view = view.T if colmajor else view
 
     def unchanged(self) -> bool:
@@ -182,7 +247,7 @@ def bound(K, out_dtype, kernel_family, mag, ref):
     terms = {"tensor": 2 * K + 20, "ec": 14 * K + 20}.get(kernel_family, K + 20)
     b = terms * U32 * mag
     if out_dtype == "float16":
-        b = b + 2.0 ** -11 * (np.abs(ref) + b) + 2.0 ** -25
+        b = b + 2.0**-11 * (np.abs(ref) + b) + 2.0**-25
     return b
 
 
@@ -208,26 +273,36 @@ def level3(be: Backend, fam, trans_a, trans_b, dims=DIMS, scalars=SCALARS, pad=3
     pairs = list(itertools.product(scalars, scalars))
     failures = []
     for M, N, K in itertools.product(dims, repeat=3):
-        colmajor_out = dims.index(K) % 2 == 1                 # out^T = b^T a^T for every other K
+        colmajor_out = dims.index(K) % 2 == 1  # out^T = b^T a^T for every other K
         va, vb = values((M, K), in_dt, precision, rng), values((K, N), in_dt, precision, rng)
-        A = Embedded(be, va, trans_a, pad, guard)             # op(a) = a^T: a is stored K x M
+        A = Embedded(be, va, trans_a, pad, guard)  # op(a) = a^T: a is stored K x M
         B = Embedded(be, vb, trans_b, pad, guard)
-        a_arg = A.view.T if trans_a else A.view               # the array passed; trans_a makes it op(a)
+        a_arg = A.view.T if trans_a else A.view  # the array passed; trans_a makes it op(a)
         b_arg = B.view.T if trans_b else B.view
         c0 = values((M, N), out_dt, None, rng)
-        sr, sc = (N, M) if colmajor_out else (M, N)           # out as stored
+        sr, sc = (N, M) if colmajor_out else (M, N)  # out as stored
         slots = sentinel_buffer((len(pairs), sr + 2 * guard, sc + pad + 2 * guard), out_dt)
         inside = np.zeros(slots.shape[1:], bool)
-        inside[guard:guard + sr, guard:guard + sc] = True
+        inside[guard : guard + sr, guard : guard + sc] = True
         for i, (alpha, beta) in enumerate(pairs):
-            if beta:        # beta == 0: out keeps its NaN sentinel (never read, every element written)
-                slots[i][guard:guard + sr, guard:guard + sc] = c0.T if colmajor_out else c0
+            if beta:  # beta == 0: out keeps its NaN sentinel (never read, every element written)
+                slots[i][guard : guard + sr, guard : guard + sc] = c0.T if colmajor_out else c0
         dev = be.asarray(slots)
         for i, (alpha, beta) in enumerate(pairs):
-            o = dev[i, guard:guard + sr, guard:guard + sc]
+            o = dev[i, guard : guard + sr, guard : guard + sc]
             out = o.T if colmajor_out else o
-            ret = gemmlab.matmul(a_arg, b_arg, out=out, alpha=alpha, beta=beta, trans_a=trans_a,
-                                 trans_b=trans_b, kernel=kernel, precision=precision, **params)
+            ret = gemmlab.matmul(
+                a_arg,
+                b_arg,
+                out=out,
+                alpha=alpha,
+                beta=beta,
+                trans_a=trans_a,
+                trans_b=trans_b,
+                kernel=kernel,
+                precision=precision,
+                **params,
+            )
             assert ret is out
             ran = gemmlab.last_plan()
             if expect and M and N and K and (ran is None or ran.spec.name != expect):
@@ -239,7 +314,7 @@ def level3(be: Backend, fam, trans_a, trans_b, dims=DIMS, scalars=SCALARS, pad=3
             a32, b32 = float(np.float32(alpha)), float(np.float32(beta))
             ref = a32 * prod + (b32 * c0.astype(np.float64) if beta else 0.0)
             mag = abs(a32) * absprod + (abs(b32) * np.abs(c0.astype(np.float64)) if beta else 0.0)
-            got = got_all[i][guard:guard + sr, guard:guard + sc].astype(np.float64)
+            got = got_all[i][guard : guard + sr, guard : guard + sc].astype(np.float64)
             case = (M, N, K, alpha, beta, "F" if colmajor_out else "C")
             check(got.T if colmajor_out else got, ref, mag, K, out_dt, kfam, case, failures)
             guards = got_all[i].view(utype)[~inside]
@@ -251,6 +326,7 @@ def level3(be: Backend, fam, trans_a, trans_b, dims=DIMS, scalars=SCALARS, pad=3
 
 
 # -- batches ----------------------------------------------------------------------
+
 
 def stacked(be: Backend, vals, gap, colmajor):
     """A batch of matrices (vals: (..., r, c)) in one flat device buffer, each matrix
@@ -265,9 +341,9 @@ def stacked(be: Backend, vals, gap, colmajor):
     flat = vals.reshape((nb, r, c))
     for i in range(nb):
         m = flat[i].T if colmajor else flat[i]
-        host[i * per:i * per + sr * ld].reshape(sr, ld)[:, :sc] = m
+        host[i * per : i * per + sr * ld].reshape(sr, ld)[:, :sc] = m
     buf = be.asarray(host)
-    bstrides = tuple(int(np.prod(bshape[j + 1:])) * per for j in range(len(bshape)))
+    bstrides = tuple(int(np.prod(bshape[j + 1 :])) * per for j in range(len(bshape)))
     if colmajor:
         view = be.as_strided(buf, tuple(bshape) + (r, c), bstrides + (1, ld))
     else:
@@ -275,8 +351,21 @@ def stacked(be: Backend, vals, gap, colmajor):
     return view, buf, host
 
 
-def batched(be: Backend, fam, a_shape, b_shape, *, trans_a=False, trans_b=False, colmajor_in=(False, False),
-            out="C", alpha=0.7, beta=-1.3, seed=0, gap=5):
+def batched(
+    be: Backend,
+    fam,
+    a_shape,
+    b_shape,
+    *,
+    trans_a=False,
+    trans_b=False,
+    colmajor_in=(False, False),
+    out="C",
+    alpha=0.7,
+    beta=-1.3,
+    seed=0,
+    gap=5,
+):
     """op(a) @ op(b) for batched a and b (numpy.matmul broadcasting) stored with gaps
     between matrices; out new ("new"), or C- or F-ordered matrices with gaps
     ("C", "F"); checked against FP64 numpy.matmul, the gaps unchanged."""
@@ -293,8 +382,9 @@ def batched(be: Backend, fam, a_shape, b_shape, *, trans_a=False, trans_b=False,
     K = oa.shape[-1]
     failures = []
     if out == "new":
-        res = gemmlab.matmul(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, kernel=kernel,
-                             precision=precision, **params)
+        res = gemmlab.matmul(
+            a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, kernel=kernel, precision=precision, **params
+        )
         got = be.get(res).astype(np.float64)
         a32 = float(np.float32(alpha))
         check(got, a32 * prod, abs(a32) * absprod, K, out_dt, kernel_family(fam), "new", failures)
@@ -302,8 +392,18 @@ def batched(be: Backend, fam, a_shape, b_shape, *, trans_a=False, trans_b=False,
     else:
         c0 = values(prod.shape, out_dt, None, rng)
         o, obuf, ohost = stacked(be, c0, gap, out == "F")
-        ret = gemmlab.matmul(a, b, out=o, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
-                             kernel=kernel, precision=precision, **params)
+        ret = gemmlab.matmul(
+            a,
+            b,
+            out=o,
+            trans_a=trans_a,
+            trans_b=trans_b,
+            alpha=alpha,
+            beta=beta,
+            kernel=kernel,
+            precision=precision,
+            **params,
+        )
         assert ret is o
         got = be.get(o).astype(np.float64)
         a32, b32 = float(np.float32(alpha)), float(np.float32(beta))

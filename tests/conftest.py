@@ -16,6 +16,7 @@ def pytest_collection_modifyitems(config, items):
 def _private_kernel_cache(tmp_path_factory):
     """Tests compile into a fresh cache folder, never the user's."""
     import os
+
     folder = os.environ.get("GEMMLAB_TEST_CACHE_DIR") or str(tmp_path_factory.mktemp("kernel-cache"))
     old = os.environ.get("GEMMLAB_CACHE_DIR")
     os.environ["GEMMLAB_CACHE_DIR"] = folder

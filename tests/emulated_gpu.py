@@ -38,7 +38,7 @@ _byte_bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")
 class FakeGPU:
     ordinal: int = 0
     name: str = "emulated GPU"
-    slug: str = "nvidia-h200"     # the shipped H200 table answers kernel="auto"
+    slug: str = "nvidia-h200"  # the shipped H200 table answers kernel="auto"
     arch: str = "sm_90a"
     sm_count: int = 132
     max_smem_per_block_optin: int = 227 * 1024
@@ -46,8 +46,8 @@ class FakeGPU:
 
 class Emulator:
     def __init__(self):
-        self.arrays: list[np.ndarray] = []   # memory the emulated kernels may touch
-        self.launches: list[tuple] = []      # (name, grid) of every launch
+        self.arrays: list[np.ndarray] = []  # memory the emulated kernels may touch
+        self.launches: list[tuple] = []  # (name, grid) of every launch
 
     # -- memory --------------------------------------------------------------
     def keep(self, x: np.ndarray) -> np.ndarray:
@@ -104,13 +104,40 @@ class Emulator:
         assert m.batch == 1 or (m.bstride % 16 == 0 and m.bstride > 0), m
         return self.mem(m.ptr + z * m.bstride, dtype, (m.rows, m.cols), (m.ld, 1))
 
-    def _wgmma(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc, batch, map_a, map_b, map_c,
-               tma_store, splits, bias=0, bias_rs=0, bias_cs=0, bias_zs=0):
+    def _wgmma(
+        self,
+        p,
+        grid,
+        M,
+        N,
+        K,
+        alpha,
+        A,
+        lda,
+        B,
+        ldb,
+        beta,
+        C,
+        ldc,
+        sa,
+        sb,
+        sc,
+        batch,
+        map_a,
+        map_b,
+        map_c,
+        tma_store,
+        splits,
+        bias=0,
+        bias_rs=0,
+        bias_cs=0,
+        bias_zs=0,
+    ):
         pr = p.problem
         splits, M, N, C, bias = int(splits), int(M), int(N), int(C), int(bias)
         assert splits == p.params["SPLITK"], (splits, p.params)
         assert not bias or (splits == 1 and pr.dtype != "tf32"), "the epilogue adds a bias unsplit, 16-bit only"
-        if splits > 1:   # FP32 partial products into the workspace: M x N floats each, (matrix, slice)
+        if splits > 1:  # FP32 partial products into the workspace: M x N floats each, (matrix, slice)
             assert (float(alpha), float(beta), int(tma_store), int(ldc), int(sc)) == (1.0, 0.0, 0, N, M * N)
             steps = -(-int(K) // 64)
             per = -(-steps // splits)
@@ -124,16 +151,16 @@ class Emulator:
                     c[...] = a[:, k0:k1].astype(np.float64) @ b[k0:k1, :].astype(np.float64)
             return
         assert pr.dtype in ("float16", "bfloat16", "tf32") and grid[1] == grid[2] == 1, (pr.dtype, grid)
-        assert grid[0] <= 132, grid   # persistent: no more blocks than SMs
+        assert grid[0] <= 132, grid  # persistent: no more blocks than SMs
         M, N, K, ldc, batch = int(M), int(N), int(K), int(ldc), int(batch)
         alpha, beta = float(alpha), float(beta)
-        dt = "float32" if pr.dtype == "tf32" else "float16"   # NumPy has no bfloat16: the tests use float16
+        dt = "float32" if pr.dtype == "tf32" else "float16"  # NumPy has no bfloat16: the tests use float16
         assert (map_a.rows, map_a.cols) == ((M, K) if pr.op_a == "N" else (K, M)), map_a
         assert (map_b.rows, map_b.cols) == ((K, N) if pr.op_b == "N" else (N, K)), map_b
         for z in range(batch):
             a = self._through(map_a, z if int(sa) else 0, dt)
             b = self._through(map_b, z if int(sb) else 0, dt)
-            if dt == "float32":   # TFLOAT32 maps round as the copy engine moves the values
+            if dt == "float32":  # TFLOAT32 maps round as the copy engine moves the values
                 a, b = round_tf32(a), round_tf32(b)
             a, b = (a if pr.op_a == "N" else a.T), (b if pr.op_b == "N" else b.T)
             if int(tma_store):
@@ -143,10 +170,11 @@ class Emulator:
                 c = self.operand(C + z * int(sc) * ITEMSIZE[pr.out_dtype], pr.out_dtype, "N", M, N, ldc)
             acc = np.zeros((M, N)) if alpha == 0 else a.astype(np.float64) @ b.astype(np.float64)
             r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
-            if bias:   # element (z, m, n) at z * bias_zs + m * bias_rs + n * bias_cs
+            if bias:  # element (z, m, n) at z * bias_zs + m * bias_rs + n * bias_cs
                 assert bias_rs == 0 or bias_cs == 0, "the epilogue reads a row or a column, one stride 0"
-                r = r + self.mem(bias + z * int(bias_zs) * ITEMSIZE[pr.out_dtype], pr.out_dtype, (M, N),
-                                 (int(bias_rs), int(bias_cs))).astype(np.float64)
+                r = r + self.mem(
+                    bias + z * int(bias_zs) * ITEMSIZE[pr.out_dtype], pr.out_dtype, (M, N), (int(bias_rs), int(bias_cs))
+                ).astype(np.float64)
             c[...] = r.astype(c.dtype)
 
     def _gemm(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc):
@@ -162,17 +190,23 @@ class Emulator:
         for z in range(nz):
             a_ptr, b_ptr = A + z * int(sa) * item_in, B + z * int(sb) * item_in
             c_ptr = C + z * int(sc) * (4 if splits > 1 else item_out)
-            if pr.aligned16 and p.spec.family == "simt":   # what the VEC variants assume
-                for ptr, ld, width, item in ((a_ptr, lda, K if pr.op_a == "N" else M, item_in),
-                                             (b_ptr, ldb, N if pr.op_b == "N" else K, item_in),
-                                             (c_ptr, ldc, N, item_out)):
-                    assert ptr % 16 == 0 and ld * item % 16 == 0 and width * item % 16 == 0, \
+            if pr.aligned16 and p.spec.family == "simt":  # what the VEC variants assume
+                for ptr, ld, width, item in (
+                    (a_ptr, lda, K if pr.op_a == "N" else M, item_in),
+                    (b_ptr, ldb, N if pr.op_b == "N" else K, item_in),
+                    (c_ptr, ldc, N, item_out),
+                ):
+                    assert ptr % 16 == 0 and ld * item % 16 == 0 and width * item % 16 == 0, (
                         f"{p.name_expression} launched on an operand its 16-byte accesses cannot read"
+                    )
             # gemv and outer: the stored rows their 16-byte accesses start at (a row's end goes
             # element by element): op(B)'s, and op(A)'s where the column path stages it (gemv);
             # C's (outer)
-            rows = {"A": (a_ptr, lda, M if pr.op_a == "N" else K, item_in),
-                    "B": (b_ptr, ldb, K if pr.op_b == "N" else N, item_in), "C": (c_ptr, ldc, M, item_out)}
+            rows = {
+                "A": (a_ptr, lda, M if pr.op_a == "N" else K, item_in),
+                "B": (b_ptr, ldb, K if pr.op_b == "N" else N, item_in),
+                "C": (c_ptr, ldc, M, item_out),
+            }
             wide = []
             if p.spec.name == "gemv" and ", true, " in p.name_expression:
                 wide = ["B", "A"] if (pr.op_a, pr.op_b) == ("N", "T") else ["B"]
@@ -180,8 +214,9 @@ class Emulator:
                 wide = ["C"]
             for side in wide:
                 ptr, ld, stored_rows, item = rows[side]
-                assert ptr % 16 == 0 and (stored_rows <= 1 or ld * item % 16 == 0), \
+                assert ptr % 16 == 0 and (stored_rows <= 1 or ld * item % 16 == 0), (
                     f"{p.name_expression} launched on rows of {side} its 16-byte accesses cannot read"
+                )
             a = self.operand(a_ptr, in_dt, pr.op_a, M, K, lda)
             b = self.operand(b_ptr, in_dt, pr.op_b, K, N, ldb)
             for y in range(splits):
@@ -189,7 +224,7 @@ class Emulator:
                 # split over K: FP32 partial products in the workspace, whatever C's type
                 ws_dt, ws_item = ("float32", 4) if splits > 1 else (pr.out_dtype, item_out)
                 c = self.operand(c_ptr + y * M * ldc * ws_item, ws_dt, "N", M, N, ldc)
-                if alpha == 0:   # the kernels read neither A nor B then
+                if alpha == 0:  # the kernels read neither A nor B then
                     acc = np.zeros((M, N))
                 else:
                     acc = a[:, k0:k1].astype(np.float64) @ b[k0:k1, :].astype(np.float64)
@@ -245,6 +280,7 @@ def round_tf32(x: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class FakeMap:
     """What runtime.tma was asked to encode (bstride in bytes; batch None: a 2-D map)."""
+
     ptr: int
     rows: int
     cols: int
@@ -257,7 +293,7 @@ class FakeMap:
 
 
 class _Workspace:
-    kept = repeats = False   # a new buffer each call: nothing built on it is kept
+    kept = repeats = False  # a new buffer each call: nothing built on it is kept
 
     def __init__(self, emu, nbytes, zero_new=False):
         self.buf = emu.keep((np.zeros if zero_new else np.empty)(max(nbytes, 4), np.uint8))
@@ -272,6 +308,7 @@ def install(monkeypatch) -> Emulator:
     from gemmlab.core import executor, planner
     from gemmlab.runtime import compile as rt_compile
     from gemmlab.runtime import device as rt_device
+
     emu = Emulator()
     gpu = FakeGPU()
     # A cache of its own for the emulated calls (they hold emulated allocators and streams).
@@ -281,33 +318,47 @@ def install(monkeypatch) -> Emulator:
     monkeypatch.setattr(rt_device, "gpu_info", lambda device=0: gpu)
     monkeypatch.setattr(api, "make_current", lambda device: None)
     monkeypatch.setattr(executor, "make_current", lambda device: None)
-    monkeypatch.setattr(executor, "stream_getter", lambda kind: (lambda device: 0))
+    monkeypatch.setattr(executor, "stream_getter", lambda kind: lambda device: 0)
 
     def allocator(kind, shape, device, dtype):
         def alloc():
             x = emu.keep(np.empty(shape, np.dtype(dtype)))
             return x, x.ctypes.data
+
         return alloc
+
     monkeypatch.setattr(executor, "allocator", allocator)
     monkeypatch.setattr(executor, "allow_dynamic_smem", lambda *a: None)
     # The closures of Launcher.direct call cuda.core's launch itself: emulated calls take
     # Launcher.run, which makes the same launch through launch_shaped (patched below).
     monkeypatch.setattr(executor.Launcher, "direct", lambda self: None)
     monkeypatch.setattr(executor, "launch", emu.launch)
-    monkeypatch.setattr(executor, "launch_shaped", lambda kernel, shape, stream, args:
-                        emu.launch(kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args))
-    monkeypatch.setattr(executor, "stream_workspace", lambda gpu, stream, nbytes, what, hint="", slot="scratch",
-                        zero_new=False, capturing=None:
-                        _Workspace(emu, nbytes, zero_new))
+    monkeypatch.setattr(
+        executor,
+        "launch_shaped",
+        lambda kernel, shape, stream, args: emu.launch(
+            kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args
+        ),
+    )
+    monkeypatch.setattr(
+        executor,
+        "stream_workspace",
+        lambda gpu, stream, nbytes, what, hint="", slot="scratch", zero_new=False, capturing=None: _Workspace(
+            emu, nbytes, zero_new
+        ),
+    )
     monkeypatch.setattr(executor, "stream_is_capturing", lambda stream: False)
 
     from gemmlab.runtime import tma
+
     monkeypatch.setattr(tma, "_encode", lambda *a, backend=None: FakeMap(*a))
     # What a rung's own arguments launch and allocate (wgmma's staging copy), on the emulator too.
     from gemmlab.runtime import launch as rt_launch
+
     monkeypatch.setattr(rt_launch, "launch", emu.launch)
-    monkeypatch.setattr(rt_launch, "device_workspace", lambda gpu, stream, nbytes, what, hint="":
-                        _Workspace(emu, nbytes))
+    monkeypatch.setattr(
+        rt_launch, "device_workspace", lambda gpu, stream, nbytes, what, hint="": _Workspace(emu, nbytes)
+    )
     monkeypatch.setattr(rt_launch, "stream_is_capturing", lambda stream: False)
 
     def load_kernel(source, name, arch):
@@ -319,25 +370,40 @@ def install(monkeypatch) -> Emulator:
             if name == splitk_reduce_kernel(d):
                 return ReduceKernel(d)
         return _PLANS[name]
+
     monkeypatch.setattr(rt_compile, "load_kernel", load_kernel)
     real_plan = planner.plan
 
-    def plan(*args, **kwargs):   # remember which plan a name expression belongs to
+    def plan(*args, **kwargs):  # remember which plan a name expression belongs to
         p = real_plan(*args, **kwargs)
         _PLANS[p.name_expression] = p
         return p
+
     monkeypatch.setattr(planner, "plan", plan)
-    monkeypatch.setattr(api, "empty_like_kind", lambda op, shape, device, dtype="float32":
-                        emu.keep(np.empty(shape, np.dtype(dtype))))
-    monkeypatch.setattr(api, "contiguous_copy", lambda op, device, dtype=None:
-                        emu.keep(np.array(op.obj, dtype=dtype, order="C", copy=True)))
+    monkeypatch.setattr(
+        api, "empty_like_kind", lambda op, shape, device, dtype="float32": emu.keep(np.empty(shape, np.dtype(dtype)))
+    )
+    monkeypatch.setattr(
+        api,
+        "contiguous_copy",
+        lambda op, device, dtype=None: emu.keep(np.array(op.obj, dtype=dtype, order="C", copy=True)),
+    )
     # NumPy operands are "device" arrays here: no staging through CuPy.
-    monkeypatch.setattr(api, "_matmul_host", lambda call, a, b, out, ta, tb, kernel, precision, tp, key=None, bv=None:
-                        api._matmul_gpu(call, gpu, kernel, tp, precision, out, key, bv))
+    monkeypatch.setattr(
+        api,
+        "_matmul_host",
+        lambda call, a, b, out, ta, tb, kernel, precision, tp, key=None, bv=None: api._matmul_gpu(
+            call, gpu, kernel, tp, precision, out, key, bv
+        ),
+    )
     # ... and take the prepared-call fast path as CuPy arrays do.
     from gemmlab.core import arrays
-    monkeypatch.setitem(arrays.SIGNATURES, np.ndarray, lambda x: (
-        x.ctypes.data, ("numpy", x.shape, x.strides, x.dtype, -1, not x.ctypes.data & 15)))
+
+    monkeypatch.setitem(
+        arrays.SIGNATURES,
+        np.ndarray,
+        lambda x: (x.ctypes.data, ("numpy", x.shape, x.strides, x.dtype, -1, not x.ctypes.data & 15)),
+    )
     return emu
 
 

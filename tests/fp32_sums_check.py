@@ -5,8 +5,8 @@ import pytest
 
 # The output type's relative rounding, and the spacing of its subnormals: where a result
 # rounds into them, its error is bounded by that spacing, not by a fraction of its size.
-OUT_EPS = {"float32": 0.0, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
-OUT_TINY = {"float32": 2.0 ** -149, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -133}
+OUT_EPS = {"float32": 0.0, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+OUT_TINY = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 
 
 def check_fp32_sums(out, a64, b64, c0, alpha, beta, K, out_dtype, plan):
@@ -14,10 +14,12 @@ def check_fp32_sums(out, a64, b64, c0, alpha, beta, K, out_dtype, plan):
     alpha * a64 @ b64 + beta * c0 in FP64; a NaN left in ``out`` (never written) is wrong."""
     ref = alpha * (a64 @ b64) + (beta * c0.double() if beta else 0)
     scale = abs(alpha) * (a64.abs() @ b64.abs()) + (abs(beta) * c0.double().abs() if beta else 0)
-    tol = 4 * (K + 8) * 2.0 ** -24 * scale + OUT_EPS[out_dtype] * ref.abs() + OUT_TINY[out_dtype]
+    tol = 4 * (K + 8) * 2.0**-24 * scale + OUT_EPS[out_dtype] * ref.abs() + OUT_TINY[out_dtype]
     bad = out.isnan() | ((out.double() - ref).abs() > tol)
     if bad.any():
         idx = [int(i) for i in bad.nonzero()[0]]
         M, N = out.shape[-2:]
-        pytest.fail(f"{plan.name_expression} {M}x{N}x{K}: {int(bad.sum())} of {bad.numel()} wrong; first at {idx}: "
-                    f"{float(out[tuple(idx)])} vs {float(ref[tuple(idx)])}")
+        pytest.fail(
+            f"{plan.name_expression} {M}x{N}x{K}: {int(bad.sum())} of {bad.numel()} wrong; first at {idx}: "
+            f"{float(out[tuple(idx)])} vs {float(ref[tuple(idx)])}"
+        )

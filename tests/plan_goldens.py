@@ -34,11 +34,32 @@ GOLDENS = Path(__file__).resolve().parent / "data" / "plan_goldens.json"
 
 # Sizes (M, N, K): odd, small, few tiles, vocabulary-sized, the models' and issue 32's kinds.
 SIZES = [
-    (1, 4096, 4096), (4, 14336, 4096), (2, 3000, 5), (16, 8192, 8192), (37, 5120, 13824),
-    (77, 3072, 768), (128, 8192, 8192), (197, 197, 64), (197, 64, 197), (64, 8192, 8192),
-    (8192, 64, 8192), (256, 4096, 4096), (1024, 768, 50257), (50257, 768, 1024), (1024, 50257, 768),
-    (2048, 1024, 3584), (1024, 1024, 1024), (4096, 4096, 4096), (4000, 3000, 1001), (3, 5, 7),
-    (100, 100, 100), (1, 1, 1), (8, 64, 8), (0, 64, 64), (64, 64, 0), (16, 16, 65536),
+    (1, 4096, 4096),
+    (4, 14336, 4096),
+    (2, 3000, 5),
+    (16, 8192, 8192),
+    (37, 5120, 13824),
+    (77, 3072, 768),
+    (128, 8192, 8192),
+    (197, 197, 64),
+    (197, 64, 197),
+    (64, 8192, 8192),
+    (8192, 64, 8192),
+    (256, 4096, 4096),
+    (1024, 768, 50257),
+    (50257, 768, 1024),
+    (1024, 50257, 768),
+    (2048, 1024, 3584),
+    (1024, 1024, 1024),
+    (4096, 4096, 4096),
+    (4000, 3000, 1001),
+    (3, 5, 7),
+    (100, 100, 100),
+    (1, 1, 1),
+    (8, 64, 8),
+    (0, 64, 64),
+    (64, 64, 0),
+    (16, 16, 65536),
 ]
 LAYOUTS = [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")]
 DTYPES = ["float32", "tf32", "float16", "bfloat16", "fp16_ec", "tf32_ec"]
@@ -68,14 +89,32 @@ def plan_cases() -> list[dict]:
     cases = []
     for (M, N, K), (oa, ob), dt, (arch, slug, sms, name) in itertools.product(SIZES, LAYOUTS, DTYPES, GPUS):
         al = _rows_aligned(M, N, K, oa, ob, ITEM[dt])
-        cases.append(dict(kernel="auto", M=M, N=N, K=K, dtype=dt, op_a=oa, op_b=ob, batch=1, aligned16=al,
-                          tma_aligned=al, arch=arch, gpu_slug=slug, sm_count=sms, gpu_name=name))
+        cases.append(
+            dict(
+                kernel="auto",
+                M=M,
+                N=N,
+                K=K,
+                dtype=dt,
+                op_a=oa,
+                op_b=ob,
+                batch=1,
+                aligned16=al,
+                tma_aligned=al,
+                arch=arch,
+                gpu_slug=slug,
+                sm_count=sms,
+                gpu_name=name,
+            )
+        )
     rng = random.Random(32)
     for _ in range(2200):
         M, N, K = rng.choice(SIZES)
-        if rng.random() < 0.3:   # sizes off every grid
-            M, N, K = (rng.choice([1, 2, 3, 5, 9, 17, 33, 63, 65, 127, 129, 197, 255, 300, 511, 777, 1001, 2049,
-                                   3001, 5000]) for _ in range(3))
+        if rng.random() < 0.3:  # sizes off every grid
+            M, N, K = (
+                rng.choice([1, 2, 3, 5, 9, 17, 33, 63, 65, 127, 129, 197, 255, 300, 511, 777, 1001, 2049, 3001, 5000])
+                for _ in range(3)
+            )
         oa, ob = rng.choice(LAYOUTS)
         dt = rng.choice(DTYPES)
         arch, slug, sms, name = rng.choice(GPUS)
@@ -83,8 +122,22 @@ def plan_cases() -> list[dict]:
         batch = rng.choice([1, 1, 2, 12, 384])
         al = rng.random() < 0.6
         tma = rng.random() < 0.6
-        case = dict(kernel=kernel, M=M, N=N, K=K, dtype=dt, op_a=oa, op_b=ob, batch=batch, aligned16=al,
-                    tma_aligned=tma, arch=arch, gpu_slug=slug, sm_count=sms, gpu_name=name)
+        case = dict(
+            kernel=kernel,
+            M=M,
+            N=N,
+            K=K,
+            dtype=dt,
+            op_a=oa,
+            op_b=ob,
+            batch=batch,
+            aligned16=al,
+            tma_aligned=tma,
+            arch=arch,
+            gpu_slug=slug,
+            sm_count=sms,
+            gpu_name=name,
+        )
         if rng.random() < 0.3:
             case["stage_bytes"] = rng.choice([0, 4096, (M * K + K * N) * ITEM[dt] // 2])
         if rng.random() < 0.1 and arch is not None:
@@ -110,12 +163,20 @@ def record(fn) -> dict:
     if isinstance(p, tuple):
         p, candidates = p
         return {**record(lambda: p), "candidates": candidates}
-    return {"describe": p.describe(), "params": dict(p.params), "fallback_reason": p.fallback_reason,
-            "reason": p.reason, "limit_reason": p.limit_reason, "method": p.method, "stage": p.problem.stage}
+    return {
+        "describe": p.describe(),
+        "params": dict(p.params),
+        "fallback_reason": p.fallback_reason,
+        "reason": p.reason,
+        "limit_reason": p.limit_reason,
+        "method": p.method,
+        "stage": p.problem.stage,
+    }
 
 
 def record_plan(case: dict) -> dict:
     from gemmlab.core import planner
+
     kernel, M, N, K, kw = plan_kwargs(case)
     return record(lambda: planner.plan(kernel, M, N, K, **kw))
 
@@ -123,21 +184,47 @@ def record_plan(case: dict) -> dict:
 # -- the full call path on NumPy arrays, an emulated H200 -------------------------------------
 
 # (batch shape, M, N, K): products whose arrays stay small (the call path allocates them).
-CALL_SIZES = [((), 1, 512, 256), ((), 4, 1024, 512), ((), 16, 64, 2048), ((), 12, 40, 17),
-              ((), 77, 384, 256), ((), 197, 197, 64), ((12,), 197, 64, 197), ((3, 4), 65, 33, 129),
-              ((), 300, 257, 1001), ((), 256, 256, 256), ((), 1024, 96, 640), ((8,), 128, 128, 64),
-              ((), 3, 2000, 7), ((), 2000, 3, 9), ((2,), 5, 7, 3)]
-CALL_DTYPES = [("float32", None), ("float32", "tf32"), ("float32", "fp32_tc"), ("float32", "fp16_ec"),
-               ("float32", "tf32_ec"), ("float32", "fp16_ec_scaled"), ("float16", None)]
+CALL_SIZES = [
+    ((), 1, 512, 256),
+    ((), 4, 1024, 512),
+    ((), 16, 64, 2048),
+    ((), 12, 40, 17),
+    ((), 77, 384, 256),
+    ((), 197, 197, 64),
+    ((12,), 197, 64, 197),
+    ((3, 4), 65, 33, 129),
+    ((), 300, 257, 1001),
+    ((), 256, 256, 256),
+    ((), 1024, 96, 640),
+    ((8,), 128, 128, 64),
+    ((), 3, 2000, 7),
+    ((), 2000, 3, 9),
+    ((2,), 5, 7, 3),
+]
+CALL_DTYPES = [
+    ("float32", None),
+    ("float32", "tf32"),
+    ("float32", "fp32_tc"),
+    ("float32", "fp16_ec"),
+    ("float32", "tf32_ec"),
+    ("float32", "fp16_ec_scaled"),
+    ("float16", None),
+]
 
 
 def call_cases() -> list[dict]:
     cases = []
     for (bs, M, N, K), (dt, prec) in itertools.product(CALL_SIZES, CALL_DTYPES):
-        for ta, tb, view in [(False, False, "contiguous"), (True, False, "transposed"),
-                             (False, True, "transposed"), (False, False, "offset"), (False, False, "out_T")]:
-            cases.append(dict(batch=list(bs), M=M, N=N, K=K, dtype=dt, precision=prec, trans_a=ta, trans_b=tb,
-                              view=view))
+        for ta, tb, view in [
+            (False, False, "contiguous"),
+            (True, False, "transposed"),
+            (False, True, "transposed"),
+            (False, False, "offset"),
+            (False, False, "out_T"),
+        ]:
+            cases.append(
+                dict(batch=list(bs), M=M, N=N, K=K, dtype=dt, precision=prec, trans_a=ta, trans_b=tb, view=view)
+            )
     return cases
 
 
@@ -157,6 +244,7 @@ def call_plan(case: dict, gpu):
     executor's prepared call (its fp32_tc thin switch and method set)."""
     import numpy as np
     from gemmlab.core import executor, planner
+
     rng = np.random.default_rng(0)
     bs, M, N, K = case["batch"], case["M"], case["N"], case["K"]
     off = case["view"] == "offset"
@@ -175,8 +263,10 @@ def record_calls(cases: list[dict]) -> list[dict]:
     """Every call case's plan on the emulated H200 (tests/emulated_gpu.py)."""
     import pytest
     from gemmlab.core import executor
+
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import emulated_gpu
+
     with pytest.MonkeyPatch.context() as mp:
         emulated_gpu.install(mp)
         # The method chosen on the GPU is not chosen here: its candidates' plans are recorded.
@@ -187,8 +277,24 @@ def record_calls(cases: list[dict]) -> list[dict]:
 
 # How an entry is stored: a case as the values of its keys in this order (null: not given),
 # a result as the indices of its strings (and of its parameters' JSON) in one table.
-PLAN_KEYS = ("kernel", "M", "N", "K", "dtype", "op_a", "op_b", "batch", "aligned16", "tma_aligned", "arch",
-             "gpu_slug", "sm_count", "gpu_name", "stage_bytes", "smem_limit")
+PLAN_KEYS = (
+    "kernel",
+    "M",
+    "N",
+    "K",
+    "dtype",
+    "op_a",
+    "op_b",
+    "batch",
+    "aligned16",
+    "tma_aligned",
+    "arch",
+    "gpu_slug",
+    "sm_count",
+    "gpu_name",
+    "stage_bytes",
+    "smem_limit",
+)
 CALL_KEYS = ("batch", "M", "N", "K", "dtype", "precision", "trans_a", "trans_b", "view")
 RESULT_KEYS = ("describe", "params", "fallback_reason", "reason", "limit_reason", "method", "stage", "candidates")
 
@@ -208,13 +314,15 @@ def _unpack_case(values: list, keys) -> dict:
 def _pack_result(result: dict, table: dict) -> list | int:
     def idx(text):
         return table.setdefault(text, len(table))
+
     if "error" in result:
         return idx(result["error"])
     out = []
     for k in RESULT_KEYS:
         v = result.get(k)
-        out.append(idx(json.dumps(v, sort_keys=True)) if k in ("params", "candidates") else
-                   idx(v) if isinstance(v, str) else v)
+        out.append(
+            idx(json.dumps(v, sort_keys=True)) if k in ("params", "candidates") else idx(v) if isinstance(v, str) else v
+        )
     return out
 
 
@@ -236,8 +344,10 @@ def load() -> dict:
     """{"plan": [(case, result)], "call": [(case, result)]} as recorded."""
     data = json.loads(GOLDENS.read_text())
     s = data["strings"]
-    return {"plan": [(_unpack_case(c, PLAN_KEYS), _unpack_result(r, s)) for c, r in data["plan"]],
-            "call": [(_unpack_case(c, CALL_KEYS), _unpack_result(r, s)) for c, r in data["call"]]}
+    return {
+        "plan": [(_unpack_case(c, PLAN_KEYS), _unpack_result(r, s)) for c, r in data["plan"]],
+        "call": [(_unpack_case(c, CALL_KEYS), _unpack_result(r, s)) for c, r in data["call"]],
+    }
 
 
 def generate() -> dict:
@@ -247,15 +357,21 @@ def generate() -> dict:
     table: dict[str, int] = {}
     packed_plans = [[_pack_case(c, PLAN_KEYS), _pack_result(r, table)] for c, r in zip(pc, plans)]
     packed_calls = [[_pack_case(c, CALL_KEYS), _pack_result(r, table)] for c, r in zip(cc, calls)]
-    return {"about": "tests/plan_goldens.py: what the planner chose; compared by tests/test_choose.py",
-            "strings": list(table), "plan": packed_plans, "call": packed_calls}
+    return {
+        "about": "tests/plan_goldens.py: what the planner chose; compared by tests/test_choose.py",
+        "strings": list(table),
+        "plan": packed_plans,
+        "call": packed_calls,
+    }
 
 
 if __name__ == "__main__":
-    os.environ["GEMMLAB_CACHE_DIR"] = tempfile.mkdtemp()   # the shipped tables only, no user table
+    os.environ["GEMMLAB_CACHE_DIR"] = tempfile.mkdtemp()  # the shipped tables only, no user table
     os.environ.pop("GEMMLAB_TUNED", None)
     data = generate()
     GOLDENS.parent.mkdir(exist_ok=True)
     GOLDENS.write_text(json.dumps(data, separators=(",", ":")))
-    print(f"{GOLDENS}: {len(data['plan'])} plan and {len(data['call'])} call entries, "
-          f"{GOLDENS.stat().st_size / 1e6:.2f} MB")
+    print(
+        f"{GOLDENS}: {len(data['plan'])} plan and {len(data['call'])} call entries, "
+        f"{GOLDENS.stat().st_size / 1e6:.2f} MB"
+    )

@@ -9,6 +9,7 @@ NotImplementedError, so a compiler that emits something new makes the test
 fail loudly rather than pass.  This reads what the compiler generated; it is
 not a measurement on a GPU.
 """
+
 import re
 import struct
 
@@ -148,7 +149,7 @@ class Warp:
             self.wr(lane, ops[0], lane)
         elif base in ("MOV", "UMOV"):
             self.wr(lane, ops[0], rd(ops[1]))
-        elif base in ("LDC", "ULDC", "LDCU"):   # LDCU: sm_100/sm_120's ULDC
+        elif base in ("LDC", "ULDC", "LDCU"):  # LDCU: sm_100/sm_120's ULDC
             v = rd(ops[1])
             self.wr(lane, ops[0], v)
             if ".64" in opc:
@@ -199,13 +200,13 @@ class Warp:
                 self.wr(lane, ops[0], rd(ops[1]) * rd(ops[2]) + rd(ops[3]) + carry)
             else:
                 self.wr(lane, ops[0], rd(ops[1]) * rd(ops[2]) + rd(ops[3]))
-        elif base == "IADD" and ".64" in opc:     # sm_120: 64-bit add of register pairs
+        elif base == "IADD" and ".64" in opc:  # sm_120: 64-bit add of register pairs
             a = rd(ops[1]) | rd(self.reg_plus(ops[1], 1)) << 32
             b = rd(ops[2]) | (rd(self.reg_plus(ops[2], 1)) << 32 if ops[2].startswith("R") and ops[2] != "RZ" else 0)
             v = (a + b) & ((1 << 64) - 1)
             self.wr(lane, ops[0], v)
             self.wr(lane, self.reg_plus(ops[0], 1), v >> 32)
-        elif base == "IADD":                     # sm_120: two-operand add
+        elif base == "IADD":  # sm_120: two-operand add
             self.wr(lane, ops[0], rd(ops[1]) + rd(ops[2]))
         elif base in ("IADD3", "UIADD3"):
             dst = ops[0]

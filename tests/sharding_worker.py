@@ -32,8 +32,9 @@ def run(rank: int, world: int, init_file: str, device: str, dtype_name: str, pre
         kernels, Routing = contextlib.nullcontext({"mm": None, "bmm": None}), gt.Routing
     else:
         kernels, Routing = cpu_kernels(), CPURouting
-    dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "nccl" if device == "cuda" else "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
+    )
 
     def close(x, ref, what):
         err = float(torch.linalg.norm(x.double() - ref) / torch.linalg.norm(ref))
@@ -79,7 +80,7 @@ def run(rank: int, world: int, init_file: str, device: str, dtype_name: str, pre
             close(y, ref.detach(), f"MLP {dtype_name}")
             for (name, p), (_, r) in zip(mlp.named_parameters(), ref_mlp.named_parameters()):
                 close(p.grad.full_tensor(), r.grad, f"MLP {dtype_name} grad {name}")
-        dist.barrier()   # both done before either tears the group down
+        dist.barrier()  # both done before either tears the group down
     finally:
         dist.destroy_process_group()
     # Every check passed (a failure raised above, and the process exits non-zero).  Leave

@@ -67,11 +67,15 @@ def test_auto_on_turing():
         p = planner.plan("auto", 4096, 4096, 4096, dtype="float16", out_dtype=out, arch="sm_75", sm_count=40)
         assert p.spec.name == "wmma_warptile"
     for dtype, out in (("bfloat16", "bfloat16"), ("tf32", "float32")):
-        runs = "gemv, outer" if dtype == "bfloat16" else "none"   # products with a thin side only
-        with pytest.raises(ValueError, match=rf"Tesla T4 \(sm_75\): it needs sm_80 or later for {dtype}.*"
-                                             rf"run there for {dtype}: {runs}$"):
-            planner.plan("auto", 256, 256, 256, dtype=dtype, out_dtype=out, arch="sm_75", sm_count=40,
-                         gpu_name="Tesla T4")
+        runs = "gemv, outer" if dtype == "bfloat16" else "none"  # products with a thin side only
+        with pytest.raises(
+            ValueError,
+            match=rf"Tesla T4 \(sm_75\): it needs sm_80 or later for {dtype}.*"
+            rf"run there for {dtype}: {runs}$",
+        ):
+            planner.plan(
+                "auto", 256, 256, 256, dtype=dtype, out_dtype=out, arch="sm_75", sm_count=40, gpu_name="Tesla T4"
+            )
 
 
 def test_named_rung_outside_its_range():
@@ -102,8 +106,14 @@ import logging  # noqa: E402
 from gemmlab.runtime.device import ARCH_LIMITS, GPUInfo, arch_limits, cc_of  # noqa: E402
 
 SHAPES = [(m, n, k, b) for m in (64, 1000, 4096) for n in (64, 2048, 8192) for k in (64, 4096) for b in (1, 8)]
-DTYPES = [("float32", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("tf32", "float32"),
-          ("fp16_ec", "float32"), ("tf32_ec", "float32")]
+DTYPES = [
+    ("float32", "float32"),
+    ("float16", "float16"),
+    ("bfloat16", "float32"),
+    ("tf32", "float32"),
+    ("fp16_ec", "float32"),
+    ("tf32_ec", "float32"),
+]
 
 
 def auto_plans(arch, sm_count):
@@ -132,12 +142,22 @@ def test_every_auto_choice_fits_the_arch(arch):
 
 
 def test_defaults_that_do_not_fit_are_replaced_with_the_reason():
-    p = planner.plan("mma_pipelined", 4096, 4096, 4096, dtype="float16", out_dtype="float16", arch="sm_86",
-                     gpu_name="NVIDIA GeForce RTX 3060")
+    p = planner.plan(
+        "mma_pipelined",
+        4096,
+        4096,
+        4096,
+        dtype="float16",
+        out_dtype="float16",
+        arch="sm_86",
+        gpu_name="NVIDIA GeForce RTX 3060",
+    )
     assert p.spec.launch(p.params, p.problem).smem_bytes <= 99 * 1024
     assert "147456 bytes" in p.limit_reason and "RTX 3060 allows 101376" in p.describe()
-    assert planner.plan("mma_pipelined", 4096, 4096, 4096, dtype="float16", out_dtype="float16",
-                        arch="sm_80").limit_reason == ""
+    assert (
+        planner.plan("mma_pipelined", 4096, 4096, 4096, dtype="float16", out_dtype="float16", arch="sm_80").limit_reason
+        == ""
+    )
     with pytest.raises(ValueError, match=r"needs 147456 bytes .* \(sm_89\) allows 101376"):
         planner.plan("mma_pipelined", 64, 64, 64, dtype="float16", out_dtype="float16", arch="sm_89", STAGES=3)
     # a GPU's own figure takes precedence over the table's

@@ -41,11 +41,15 @@ def modules():
 
     def get(arch):
         if arch not in memo:
-            jobs = [(spec, [spec.name_expression(p, prob) for p, prob in default_instantiations(spec, arch)])
-                    for spec in registry.ladder() if spec.builds_for(arch)]
+            jobs = [
+                (spec, [spec.name_expression(p, prob) for p, prob in default_instantiations(spec, arch)])
+                for spec in registry.ladder()
+                if spec.builds_for(arch)
+            ]
             compile_in_processes([(spec.source_path, names, arch) for spec, names in jobs])
             memo[arch] = {spec.name: compile_module(spec.source_path, names, arch) for spec, names in jobs}
         return memo[arch]
+
     return get
 
 
@@ -76,7 +80,7 @@ def test_defaults_have_the_instructions_of_their_rung(arch, modules):
             continue
         module = built[spec.name]
         sass = disassemble(module.cubin)
-        hopper = "HGMMA" in EXPECTED_SASS.get(spec.name, ())   # the rungs that exist on sm_90a only
+        hopper = "HGMMA" in EXPECTED_SASS.get(spec.name, ())  # the rungs that exist on sm_90a only
         for p, prob in default_instantiations(spec, arch):
             facts = sass_facts(sass[module.symbols[spec.name_expression(p, prob)]])
             assert (facts["HGMMA"] > 0) == hopper, (spec.name, arch, facts)

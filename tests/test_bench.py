@@ -13,16 +13,19 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _rec(kernel, path, ms, pct=None, M=256, dtype="float32", **kw):
-    return suites.Record("GPU", kernel, {}, M, M, M, dtype, ms, 1.0, 0.1, 1.0, pct, None, 1e-7, 3, path=path,
-                         **kw).as_dict()
+    return suites.Record(
+        "GPU", kernel, {}, M, M, M, dtype, ms, 1.0, 0.1, 1.0, pct, None, 1e-7, 3, path=path, **kw
+    ).as_dict()
 
 
 def _records():
     out = []
     for path, scale in (("public", 2.0), ("kernel", 1.0)):
         for M in (64, 256):
-            out += [_rec("cublas", path, 0.1 * scale, 100.0, M), _rec("auto", path, 0.2 * scale, 50.0, M,
-                                                                      note="auto chose wgmma(BM=128)")]
+            out += [
+                _rec("cublas", path, 0.1 * scale, 100.0, M),
+                _rec("auto", path, 0.2 * scale, 50.0, M, note="auto chose wgmma(BM=128)"),
+            ]
     return out
 
 
@@ -31,7 +34,7 @@ def test_table_has_a_titled_group_per_path():
     assert "gemmlab.matmul (public)" in lines[0] and "kernel only (run_plan)" in lines[0]
     assert lines[1].split()[:4] == ["kernel", "M", "N", "K"] and lines[1].count("%cuBLAS") == 2
     rows = [ln for ln in lines if ln.startswith(("cublas", "auto:wgmma"))]
-    assert len(rows) == 4                       # one row per kernel and size, both paths in it
+    assert len(rows) == 4  # one row per kernel and size, both paths in it
     assert rows[1].split()[4:] == ["0.400", "1.00", "50.0%", "|", "0.200", "1.00", "50.0%", "1.0e-07"]
     assert lines[-2].startswith("public: gemmlab.matmul(a, b, out=c") and lines[-1].startswith("kernel only:")
 
@@ -62,12 +65,27 @@ def test_bench_writes_json_and_plot(tmp_path, monkeypatch, capsys):
 
 def _host_rows():
     def row(call, library, arrays, us, torch_us, dtype="bfloat16", out=True):
-        return overhead.HostRecord("GPU", call, library, arrays, dtype, out, "64x64x64", us, [us], 300, torch_us,
-                                   library == "gemmlab" and torch_us is not None and us > torch_us).as_dict()
-    return [row("torch.matmul(a, b, out=c)", "torch", "torch", 6.0, 6.0),
-            row("gemmlab.matmul(a, b, out=c)", "gemmlab", "torch", 9.0, 6.0),
-            row("run_plan(last_plan(), raw pointers)", "gemmlab", "torch", 4.0, 6.0),
-            row("cupy.matmul(a, b, out=c)", "cupy", "cupy", 7.0, 6.0, dtype="float16")]
+        return overhead.HostRecord(
+            "GPU",
+            call,
+            library,
+            arrays,
+            dtype,
+            out,
+            "64x64x64",
+            us,
+            [us],
+            300,
+            torch_us,
+            library == "gemmlab" and torch_us is not None and us > torch_us,
+        ).as_dict()
+
+    return [
+        row("torch.matmul(a, b, out=c)", "torch", "torch", 6.0, 6.0),
+        row("gemmlab.matmul(a, b, out=c)", "gemmlab", "torch", 9.0, 6.0),
+        row("run_plan(last_plan(), raw pointers)", "gemmlab", "torch", 4.0, 6.0),
+        row("cupy.matmul(a, b, out=c)", "cupy", "cupy", 7.0, 6.0, dtype="float16"),
+    ]
 
 
 def _overhead_data():
@@ -91,10 +109,29 @@ def test_overhead_suite_writes_table_json_and_plot(tmp_path, monkeypatch, capsys
     def fake_run(**kw):
         seen.update(kw)
         return _overhead_data()
+
     monkeypatch.setattr(overhead, "run", fake_run)
     js, png = tmp_path / "o.json", tmp_path / "o.png"
-    assert main(["bench", "--suite", "overhead", "--host-shape", "128", "--calls", "20", "--sizes", "64,256",
-                 "--json", str(js), "--plot", str(png)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--suite",
+                "overhead",
+                "--host-shape",
+                "128",
+                "--calls",
+                "20",
+                "--sizes",
+                "64,256",
+                "--json",
+                str(js),
+                "--plot",
+                str(png),
+            ]
+        )
+        == 0
+    )
     assert seen["shape"] == (128, 128, 128) and seen["calls"] == 20 and seen["sizes"] == [(64,) * 3, (256,) * 3]
     assert seen["kernel_only"] is False
     assert "over torch.matmul's host time" in capsys.readouterr().out
@@ -144,25 +181,33 @@ def test_time_size_records_each_path_with_the_plan_the_call_ran(monkeypatch):
     gpu = type("GPU", (), {"name": "GPU"})
     calls = [("auto", lambda: None, lambda p: ("auto", dict(p.params), f"auto chose {p.describe()}"))]
     recs = suites.time_size(ops_, calls, paths=("public", "kernel"), timer=timer, gpu=gpu, say=lambda m: None)
-    assert [(r.kernel, r.path) for r in recs] == [("cublas", "public"), ("auto", "public"), ("cublas", "kernel"),
-                                                  ("auto", "kernel")]
+    assert [(r.kernel, r.path) for r in recs] == [
+        ("cublas", "public"),
+        ("auto", "public"),
+        ("cublas", "kernel"),
+        ("auto", "kernel"),
+    ]
     assert asked.count(("cublas", "public")) == 2 and asked.count(("cublas", "kernel")) == 2
     pub, ker = recs[1], recs[3]
     assert pub.note == "auto chose vectorized(BM=64)" and pub.params == {"BM": 64}
     assert pub.pct_cublas == pytest.approx(50.0) and ker.pct_cublas == pytest.approx(100.0)
     assert recs[0].reps == 6 and pub.rel_error == 2e-7 and len(ops_.checked_calls) == 2
-    kernel_run = ops_.checked_calls[1]          # run_plan on the plan the public call ran, raw pointers
+    kernel_run = ops_.checked_calls[1]  # run_plan on the plan the public call ran, raw pointers
     assert isinstance(kernel_run.args[0], _FakePlan) and kernel_run.args[2:] == ops_.raw
 
 
 # -- on a GPU: the harness runs end to end (timings are not asserted) ----------
 
+
 @pytest.mark.gpu
 def test_run_suite_times_both_paths_on_the_gpu():
-    recs = suites.run_suite([("auto", {})], [(256, 256, 256)], reps=3, budget_s=0.2, quiet=True,
-                            kernel_only=True)
-    assert [(r.kernel, r.path) for r in recs] == [("cublas", "public"), ("auto", "public"), ("cublas", "kernel"),
-                                                  ("auto", "kernel")]
+    recs = suites.run_suite([("auto", {})], [(256, 256, 256)], reps=3, budget_s=0.2, quiet=True, kernel_only=True)
+    assert [(r.kernel, r.path) for r in recs] == [
+        ("cublas", "public"),
+        ("auto", "public"),
+        ("cublas", "kernel"),
+        ("auto", "kernel"),
+    ]
     assert all(r.ms and r.ms > 0 and r.rel_error < 1e-5 for r in recs)
 
 
@@ -179,16 +224,18 @@ def test_time_rounds_rotates_the_order_and_pools_each_calls_runs(monkeypatch):
     """timing.time_rounds: every call once a round through time_gpu (host time included by
     default), the first call of round r being the r-th, each call's runs pooled into one median."""
     from gemmlab.tools.bench import timing
+
     order, seen = [], []
 
     def fake(fn, **kw):
         seen.append(kw)
         fn()
         return Timing(None, [float(len(order))])
+
     monkeypatch.setattr(timing, "time_gpu", fake)
     calls = {name: (lambda name=name: order.append(name)) for name in ("a", "b", "c")}
     out = timing.time_rounds(calls, l2_bytes=1 << 20, rounds=4)
-    assert order == list("abc" "bca" "cab" "abc")
+    assert order == list("abcbcacababc")
     assert all(kw["host"] and kw["l2_bytes"] == 1 << 20 and kw["reps"] == 3 for kw in seen)
-    assert out["a"].ms_all == [1.0, 6.0, 8.0, 10.0] and out["a"].ms == 7.0   # a ran 1st, 6th, 8th, 10th
+    assert out["a"].ms_all == [1.0, 6.0, 8.0, 10.0] and out["a"].ms == 7.0  # a ran 1st, 6th, 8th, 10th
     assert list(out) == ["a", "b", "c"] and all(len(t.ms_all) == 4 for t in out.values())

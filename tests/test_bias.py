@@ -17,6 +17,7 @@ from gemmlab.runtime import device as rt_device
 
 # -- CPU ------------------------------------------------------------------------------------
 
+
 def _call(a_shape, b_shape):
     rng = np.random.default_rng(0)
     a = rng.standard_normal(a_shape).astype(np.float32)
@@ -24,16 +25,19 @@ def _call(a_shape, b_shape):
     return planner.validate(a, b, None, 1.0, 0.0, False, False, None, None)
 
 
-@pytest.mark.parametrize("a_shape, b_shape, bias_shape, strides", [
-    ((5, 3), (3, 7), (7,), (0, 1, 0)),            # nn.Linear's: one row added to every row
-    ((5, 3), (3, 7), (1, 7), (0, 1, 0)),
-    ((5, 3), (3, 7), (5, 1), (1, 0, 0)),          # a column
-    ((5, 3), (3, 7), (5, 7), (7, 1, 0)),          # a whole matrix
-    ((5, 3), (3, 7), (1,), (0, 0, 0)),            # one value
-    ((4, 5, 3), (3, 7), (7,), (0, 1, 0)),         # a batch shares it
-    ((4, 5, 3), (4, 3, 7), (4, 1, 7), (0, 1, 7)),  # one per matrix
-    ((2, 4, 5, 3), (3, 7), (2, 4, 5, 7), (7, 1, 35)),   # the batch flattened: one stride
-])
+@pytest.mark.parametrize(
+    "a_shape, b_shape, bias_shape, strides",
+    [
+        ((5, 3), (3, 7), (7,), (0, 1, 0)),  # nn.Linear's: one row added to every row
+        ((5, 3), (3, 7), (1, 7), (0, 1, 0)),
+        ((5, 3), (3, 7), (5, 1), (1, 0, 0)),  # a column
+        ((5, 3), (3, 7), (5, 7), (7, 1, 0)),  # a whole matrix
+        ((5, 3), (3, 7), (1,), (0, 0, 0)),  # one value
+        ((4, 5, 3), (3, 7), (7,), (0, 1, 0)),  # a batch shares it
+        ((4, 5, 3), (4, 3, 7), (4, 1, 7), (0, 1, 7)),  # one per matrix
+        ((2, 4, 5, 3), (3, 7), (2, 4, 5, 7), (7, 1, 35)),  # the batch flattened: one stride
+    ],
+)
 def test_epilogue_strides(a_shape, b_shape, bias_shape, strides):
     call = _call(a_shape, b_shape)
     bias = np.ones(bias_shape, np.float32)
@@ -42,9 +46,9 @@ def test_epilogue_strides(a_shape, b_shape, bias_shape, strides):
 
 def test_epilogue_strides_none_where_three_cannot_say_it():
     call = _call((2, 4, 5, 3), (3, 7))
-    bias = np.ones((4, 2, 5, 7), np.float32).transpose(1, 0, 2, 3)   # batch dimensions swapped
+    bias = np.ones((4, 2, 5, 7), np.float32).transpose(1, 0, 2, 3)  # batch dimensions swapped
     assert bias_mod.bias_view(bias, call, None).strides is None
-    call = _call((3,), (3, 7))                          # a vector's 1 left the result
+    call = _call((3,), (3, 7))  # a vector's 1 left the result
     assert bias_mod.bias_view(np.ones(7, np.float32), call, None).strides is None
 
 
@@ -63,7 +67,7 @@ def test_bad_biases_are_refused_before_anything_runs():
     _refused(TypeError, "bias must be a CuPy array", a, b, [1.0] * 7)
     out = np.full((5, 7), np.nan, np.float32)
     _refused(ValueError, "shares memory with out", a, b, out[0], out=out)
-    assert np.isnan(out).all()   # nothing written
+    assert np.isnan(out).all()  # nothing written
 
 
 def test_add_after_the_product_numpy():
@@ -82,15 +86,18 @@ def adds(monkeypatch):
     def counted(result, bias):
         seen["n"] += 1
         return add(result, bias)
+
     monkeypatch.setattr(api, "add_bias", counted)
     return seen
 
 
 # -- the emulated GPU (emulated_gpu.py: the kernels emulated from their contract) ------------
 
+
 @pytest.fixture
 def emu(monkeypatch):
     import emulated_gpu
+
     return emulated_gpu.install(monkeypatch)
 
 
@@ -98,10 +105,17 @@ def _emulated(emu, shape, seed, dtype="float16"):
     return emu.keep(np.random.default_rng(seed).uniform(-1, 1, shape).astype(dtype))
 
 
-@pytest.mark.parametrize("a_shape, b_shape, bias_shape", [
-    ((37, 72), (72, 136), (136,)), ((37, 72), (72, 136), (37, 1)), ((37, 72), (72, 136), (37, 136)),
-    ((5, 37, 72), (72, 136), (136,)), ((5, 37, 72), (5, 72, 136), (5, 1, 136)), ((1, 8), (8, 8), ()),
-])
+@pytest.mark.parametrize(
+    "a_shape, b_shape, bias_shape",
+    [
+        ((37, 72), (72, 136), (136,)),
+        ((37, 72), (72, 136), (37, 1)),
+        ((37, 72), (72, 136), (37, 136)),
+        ((5, 37, 72), (72, 136), (136,)),
+        ((5, 37, 72), (5, 72, 136), (5, 1, 136)),
+        ((1, 8), (8, 8), ()),
+    ],
+)
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
 def test_emulated_wgmma_adds_the_bias_in_its_epilogue(emu, adds, a_shape, b_shape, bias_shape, alpha, beta):
     """A row or a column (or one value) in the epilogue; a whole matrix (which varies along
@@ -109,7 +123,7 @@ def test_emulated_wgmma_adds_the_bias_in_its_epilogue(emu, adds, a_shape, b_shap
     a, b = _emulated(emu, a_shape, 1), _emulated(emu, b_shape, 2)
     bias = _emulated(emu, bias_shape, 3)
     c0 = _emulated(emu, np.matmul(a, b).shape, 4)
-    for _ in range(2):   # the first call and the prepared call's kept launch
+    for _ in range(2):  # the first call and the prepared call's kept launch
         out = emu.keep(c0.copy() if beta else np.full(c0.shape, np.nan, c0.dtype))
         assert gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, bias=bias, kernel="wgmma") is out
         ref = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + bias + beta * c0.astype(np.float64)
@@ -121,7 +135,7 @@ def test_emulated_wgmma_adds_the_bias_in_its_epilogue(emu, adds, a_shape, b_shap
 def test_emulated_transposed_out_swaps_the_bias_strides(emu, adds):
     a, b = _emulated(emu, (37, 72), 1), _emulated(emu, (72, 136), 2)
     bias = _emulated(emu, (136,), 3)
-    out = emu.keep(np.full((136, 37), np.nan, np.float16)).T    # column-major: out^T = b^T a^T
+    out = emu.keep(np.full((136, 37), np.nan, np.float16)).T  # column-major: out^T = b^T a^T
     gemmlab.matmul(a, b, out=out, bias=bias, kernel="wgmma")
     ref = a.astype(np.float64) @ b.astype(np.float64) + bias
     np.testing.assert_allclose(out.astype(np.float64), ref, rtol=0, atol=2e-2)
@@ -133,9 +147,9 @@ def test_emulated_repeated_call_refuses_a_bias_inside_out(emu, dtype, kernel):
     """The fast path of a kept signature checks the bias against out at every call, fused or not."""
     a, b = _emulated(emu, (37, 72), 1, dtype), _emulated(emu, (72, 136), 2, dtype)
     buf = emu.keep(np.zeros((2, 37, 136), dtype))
-    gemmlab.matmul(a, b, out=buf[0], bias=buf[1, 0], kernel=kernel)       # apart: runs
+    gemmlab.matmul(a, b, out=buf[0], bias=buf[1, 0], kernel=kernel)  # apart: runs
     poisoned = emu.keep(np.full((37, 136), np.nan, dtype))
-    with pytest.raises(ValueError, match="shares memory with out"):     # same signature, bias inside out
+    with pytest.raises(ValueError, match="shares memory with out"):  # same signature, bias inside out
         gemmlab.matmul(a, b, out=poisoned, bias=poisoned[5], kernel=kernel)
     assert np.isnan(poisoned).all()
 
@@ -153,8 +167,9 @@ def test_emulated_split_k_and_fp32_add_after_the_product(emu, adds):
 # -- GPU ------------------------------------------------------------------------------------
 
 gpu = pytest.mark.skipif(not rt_device.gpu_available(), reason="needs a GPU")
-hopper = pytest.mark.skipif(not rt_device.gpu_available() or rt_device.gpu_info(0).arch != "sm_90a",
-                            reason="needs a Hopper GPU (sm_90a)")
+hopper = pytest.mark.skipif(
+    not rt_device.gpu_available() or rt_device.gpu_info(0).arch != "sm_90a", reason="needs a Hopper GPU (sm_90a)"
+)
 BOUND = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 
@@ -169,24 +184,37 @@ def _operands(shape, ops, dtype, seed):
         x = torch.rand(*batch, *((rows, cols) if layout == "N" else (cols, rows)), device="cuda", generator=g) * 2 - 1
         x = x.to(t)
         return x if layout == "N" else x.transpose(-1, -2)
+
     return make(M, K, ops[0]), make(K, N, ops[1]), g
 
 
-def _check(shape, ops, dtype, out_dtype, bias_shape, *, alpha=1.0, beta=0.0, out_layout="N", kernel="auto",
-           precision=None, seed=0, **params):
+def _check(
+    shape,
+    ops,
+    dtype,
+    out_dtype,
+    bias_shape,
+    *,
+    alpha=1.0,
+    beta=0.0,
+    out_layout="N",
+    kernel="auto",
+    precision=None,
+    seed=0,
+    **params,
+):
     torch = pytest.importorskip("torch")
     a, b, g = _operands(shape, ops, dtype, seed)
     ot = getattr(torch, out_dtype)
-    bias = ((torch.rand(*bias_shape, device="cuda", generator=g) * 2 - 1)).to(ot)
+    bias = (torch.rand(*bias_shape, device="cuda", generator=g) * 2 - 1).to(ot)
     rshape = tuple(torch.broadcast_shapes(a.shape[:-1], b.shape[:-2] + (1,))) + (b.shape[-1],)
     c0 = (torch.rand(*rshape, device="cuda", generator=g) * 2 - 1).to(ot)
-    if out_layout == "T":     # a column-major out: the kernel computes out^T
+    if out_layout == "T":  # a column-major out: the kernel computes out^T
         out = torch.empty(*rshape[:-2], rshape[-1], rshape[-2], device="cuda", dtype=ot).transpose(-1, -2)
     else:
         out = torch.empty(rshape, device="cuda", dtype=ot)
     out.copy_(c0) if beta else out.fill_(float("nan"))
-    got = gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, bias=bias, kernel=kernel, precision=precision,
-                         **params)
+    got = gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, bias=bias, kernel=kernel, precision=precision, **params)
     assert got is out
     ref = alpha * (a.double() @ b.double()) + bias.double() + (beta * c0.double() if beta else 0)
     assert not torch.isnan(out).any()
@@ -198,11 +226,13 @@ def _check(shape, ops, dtype, out_dtype, bias_shape, *, alpha=1.0, beta=0.0, out
 @hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
-@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float16"),
-                                              ("float16", "float32")])
+@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float16"), ("float16", "float32")])
 # Rows of 16-byte multiples, so that TMA reads every layout in place; no tile divides them.
-@pytest.mark.parametrize("shape", [(8, 8, 8), (8, 24, 8), (136, 264, 72), (304, 8, 64), (1000, 1000, 264)],
-                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "shape",
+    [(8, 8, 8), (8, 24, 8), (136, 264, 72), (304, 8, 64), (1000, 1000, 264)],
+    ids=lambda s: "x".join(map(str, s)),
+)
 @pytest.mark.parametrize("bias_shape", ["row", "column", "matrix"])
 def test_wgmma_adds_the_bias_in_its_epilogue(ops, dtype, out_dtype, shape, bias_shape, adds):
     M, N, _ = shape
@@ -217,9 +247,18 @@ def test_wgmma_adds_the_bias_in_its_epilogue(ops, dtype, out_dtype, shape, bias_
 @pytest.mark.parametrize("alpha, beta", [(0.5, 0.0), (0.5, 2.0), (0.0, 1.0)])
 @pytest.mark.parametrize("out_layout", ["N", "T"])
 def test_wgmma_bias_with_alpha_beta_and_a_transposed_out(alpha, beta, out_layout, adds):
-    _check((136, 260, 72), "NT", "bfloat16", "bfloat16", (260,), alpha=alpha, beta=beta, out_layout=out_layout,
-           kernel="wgmma")
-    assert adds["n"] == (1 if alpha == 0 else 0)   # alpha == 0: run() and an add
+    _check(
+        (136, 260, 72),
+        "NT",
+        "bfloat16",
+        "bfloat16",
+        (260,),
+        alpha=alpha,
+        beta=beta,
+        out_layout=out_layout,
+        kernel="wgmma",
+    )
+    assert adds["n"] == (1 if alpha == 0 else 0)  # alpha == 0: run() and an add
 
 
 @hopper
@@ -235,8 +274,9 @@ def test_wgmma_batch_bias_in_one_launch(bias_shape, adds):
 @pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
 @pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float32")])
 # Rows of 16-byte multiples; no tile divides the first and last; 4096 x 768 is what 128 x 192 is for.
-@pytest.mark.parametrize("shape", [(520, 392, 264), (4096, 768, 768), (136, 776, 72)],
-                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "shape", [(520, 392, 264), (4096, 768, 768), (136, 776, 72)], ids=lambda s: "x".join(map(str, s))
+)
 @pytest.mark.parametrize("bias_shape", ["row", "column"])
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
 def test_wgmma_128x192_adds_the_bias_in_its_epilogue(ops, dtype, out_dtype, shape, bias_shape, alpha, beta, adds):
@@ -263,7 +303,7 @@ def test_wgmma_128x192_batch_bias_in_one_launch(bias_shape, adds):
 def test_a_repeated_call_reads_each_new_bias(adds):
     torch = pytest.importorskip("torch")
     a, b, _ = _operands((96, 200, 64), "NT", "bfloat16", 3)
-    for i in range(3):   # the same signature, a new bias (and result) each time: the kept launch
+    for i in range(3):  # the same signature, a new bias (and result) each time: the kept launch
         bias = torch.full((200,), float(i + 1), device="cuda", dtype=torch.bfloat16)
         got = gemmlab.matmul(a, b, bias=bias)
         ref = a.double() @ b.double() + (i + 1)
@@ -273,13 +313,16 @@ def test_a_repeated_call_reads_each_new_bias(adds):
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype, kernel, precision, shape, params", [
-    ("float32", "auto", None, (136, 70, 50), {}),
-    ("float32", "auto", "fp32_tc", (257, 300, 129), {}),
-    ("bfloat16", "mma_pipelined", None, (136, 70, 56), {}),
-    ("bfloat16", "wgmma", None, (40, 1000, 4096), {"SPLITK": 4}),   # split-K: the bias after the product
-    ("bfloat16", "gemv", None, (4, 64, 56), {}),
-])
+@pytest.mark.parametrize(
+    "dtype, kernel, precision, shape, params",
+    [
+        ("float32", "auto", None, (136, 70, 50), {}),
+        ("float32", "auto", "fp32_tc", (257, 300, 129), {}),
+        ("bfloat16", "mma_pipelined", None, (136, 70, 56), {}),
+        ("bfloat16", "wgmma", None, (40, 1000, 4096), {"SPLITK": 4}),  # split-K: the bias after the product
+        ("bfloat16", "gemv", None, (4, 64, 56), {}),
+    ],
+)
 def test_every_other_rung_adds_the_bias_after_the_product(dtype, kernel, precision, shape, params, adds):
     if kernel == "wgmma" and rt_device.gpu_info(0).arch != "sm_90a":
         pytest.skip("needs a Hopper GPU (sm_90a)")
@@ -308,6 +351,7 @@ def test_a_vector_operand_takes_the_bias_after_the_product(adds):
 def test_nn_linear_routed_adds_its_bias_in_the_epilogue(adds):
     torch = pytest.importorskip("torch")
     import gemmlab.torch as gt
+
     torch.manual_seed(0)
     lin = torch.nn.Linear(200, 300, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(4, 33, 200, device="cuda", dtype=torch.bfloat16, requires_grad=True)

@@ -39,7 +39,7 @@ cp = pytest.importorskip("cupy")
 
 GPU = h.Backend(cp, lambda x: x.get(), "cupy")
 FAMS = {f[0]: f for f in h.FAMILIES}
-OPS_IDS = lambda t: "T" if t else "N"   # noqa: E731
+OPS_IDS = lambda t: "T" if t else "N"  # noqa: E731
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,12 +47,14 @@ def _precompiled():
     """Every instantiation launched below, compiled first in parallel processes."""
     from gemmlab.runtime import compile as rt_compile
     from gemmlab.runtime.device import gpu_info
+
     arch = gpu_info(0).arch
     rt_compile.precompile(sorted(h.instantiations(h.FAMILIES + h.TMA_FAMILIES, arch)), arch)
 
 
 def _skip_unless_runs(fam):
     from gemmlab.runtime.device import gpu_info
+
     if not h.runs_on(fam, gpu_info(0).arch):
         pytest.skip(f"{fam[1]} does not exist for {gpu_info(0).arch}")
 
@@ -74,8 +76,17 @@ def test_level3_tma(fam, trans_a, trans_b):
     memory; out column-major for every other K, so each layout also runs as out^T = b^T a^T):
     the rung that ran is asserted, no fallback."""
     _skip_unless_runs(fam)
-    failures = h.level3(GPU, fam, trans_a, trans_b, h.TMA_DIMS, pad=h.TMA_PAD, guard=h.TMA_GUARD,
-                        seed=7 + 2 * trans_a + trans_b, expect=fam[1])
+    failures = h.level3(
+        GPU,
+        fam,
+        trans_a,
+        trans_b,
+        h.TMA_DIMS,
+        pad=h.TMA_PAD,
+        guard=h.TMA_GUARD,
+        seed=7 + 2 * trans_a + trans_b,
+        expect=fam[1],
+    )
     assert not failures, f"{len(failures)} failures, e.g. {failures[:8]}"
 
 
@@ -93,13 +104,13 @@ def test_level3_aligned(fam, trans_a, trans_b):
 
 BATCH_CASES = [
     # a shape, b shape, trans_a, trans_b, column-major inputs, out
-    ((3, 33, 7), (7, 9), False, False, (False, False), "C"),        # 2-D b broadcast over a's batch
-    ((9, 7), (3, 7, 33), False, False, (True, False), "F"),         # 2-D a; column-major a and out
-    ((2, 1, 7, 33), (3, 7, 9), True, False, (False, True), "C"),    # (2, 1) x (3): one group looped
+    ((3, 33, 7), (7, 9), False, False, (False, False), "C"),  # 2-D b broadcast over a's batch
+    ((9, 7), (3, 7, 33), False, False, (True, False), "F"),  # 2-D a; column-major a and out
+    ((2, 1, 7, 33), (3, 7, 9), True, False, (False, True), "C"),  # (2, 1) x (3): one group looped
     ((2, 3, 9, 33), (2, 3, 7, 9), True, True, (True, False), "F"),
     ((1, 33, 40), (5, 40, 36), False, False, (False, False), "new"),
-    ((0, 5, 4), (1, 4, 6), False, False, (False, False), "C"),      # an empty batch
-    ((3, 5, 0), (3, 0, 6), False, False, (False, False), "F"),      # K = 0: out = beta * out
+    ((0, 5, 4), (1, 4, 6), False, False, (False, False), "C"),  # an empty batch
+    ((3, 5, 0), (3, 0, 6), False, False, (False, False), "F"),  # K = 0: out = beta * out
 ]
 
 
@@ -117,6 +128,7 @@ def test_batches_in_chunks_and_split_k_workspace_per_chunk(monkeypatch):
     workspace limited to two batches' worth: the pointer offsets of every chunk.
     (Prepared calls are built with the limits of their time: the cache starts empty.)"""
     from gemmlab.core import executor
+
     executor.CACHE.clear()
     monkeypatch.setattr(executor, "GRID_Z_MAX", 3)
     assert not h.batched(GPU, FAMS["naive"], (7, 5, 33), (33, 6), out="C")
@@ -124,7 +136,7 @@ def test_batches_in_chunks_and_split_k_workspace_per_chunk(monkeypatch):
     monkeypatch.setattr(executor, "SPLITK_WORKSPACE_LIMIT", 2 * 3 * 33 * 20 * 4)
     executor.CACHE.clear()
     assert not h.batched(GPU, FAMS["pipelined-SPLITK3"], (5, 33, 40), (5, 40, 20), out="F")
-    executor.CACHE.clear()   # the next tests get prepared calls with the usual limits
+    executor.CACHE.clear()  # the next tests get prepared calls with the usual limits
 
 
 def test_more_than_65535_batches():
@@ -139,20 +151,21 @@ def test_matmul_strided_batched_on_cupy():
     rng = np.random.default_rng(1)
     M, N, K, batch = 33, 7, 20, 4
     flat = cp.asarray(h.values((batch * 800,), "float32", None, rng))
-    a0 = flat[:M * 21].reshape(M, 21)[:, :K]                        # ld 21, matrices 800 apart
-    b0 = cp.asarray(h.values((N, K), "float32", None, rng))         # one b^T for all: stride 0
+    a0 = flat[: M * 21].reshape(M, 21)[:, :K]  # ld 21, matrices 800 apart
+    b0 = cp.asarray(h.values((N, K), "float32", None, rng))  # one b^T for all: stride 0
     out_flat = cp.full(batch * 300, 5.0, cp.float32)
-    o0 = out_flat[:N * M].reshape(N, M).T                           # column-major out, 300 apart
-    res = gemmlab.matmul_strided_batched(a0, b0, batch, 800, 0, out=o0, stride_out=300, trans_b=True,
-                                         alpha=-1.3, kernel="pipelined")
+    o0 = out_flat[: N * M].reshape(N, M).T  # column-major out, 300 apart
+    res = gemmlab.matmul_strided_batched(
+        a0, b0, batch, 800, 0, out=o0, stride_out=300, trans_b=True, alpha=-1.3, kernel="pipelined"
+    )
     assert res.shape == (batch, M, N)
     host, oh = flat.get(), out_flat.get()
     for i in range(batch):
-        ai = host[800 * i:800 * i + M * 21].reshape(M, 21)[:, :K].astype(np.float64)
+        ai = host[800 * i : 800 * i + M * 21].reshape(M, 21)[:, :K].astype(np.float64)
         ref = np.float32(-1.3) * (ai @ b0.get().T.astype(np.float64))
-        got = oh[300 * i:300 * i + N * M].reshape(N, M).T
+        got = oh[300 * i : 300 * i + N * M].reshape(N, M).T
         assert np.abs(got - ref).max() <= 40 * h.U32 * (np.abs(ai) @ np.abs(b0.get().T)).max() * 1.3
-        assert (oh[300 * i + N * M:300 * (i + 1)] == 5.0).all()
+        assert (oh[300 * i + N * M : 300 * (i + 1)] == 5.0).all()
 
 
 def test_numpy_inputs_keep_their_layout():
@@ -172,11 +185,12 @@ def test_torch_transposed_views_run_without_copies():
     allocation is the result (PyTorch's allocator counts every tensor it hands out)."""
     torch = pytest.importorskip("torch")
     import gemmlab.torch as gt
+
     g = torch.Generator(device="cuda").manual_seed(3)
     a = torch.rand((70, 129), device="cuda", generator=g) * 2 - 1
     b = torch.rand((33, 70), device="cuda", generator=g) * 2 - 1
     for kernel in ("pipelined", "vectorized", "auto"):
-        gt.mm(a.t(), b.t(), kernel)      # compile and warm up outside the count
+        gt.mm(a.t(), b.t(), kernel)  # compile and warm up outside the count
         torch.cuda.synchronize()
         before = torch.cuda.memory_stats()["allocation.all.allocated"]
         c = gt.mm(a.t(), b.t(), kernel)
@@ -201,6 +215,7 @@ def test_torch_gradients_through_transposed_views():
     """The backward pass multiplies by b^T and a^T: views, read without copies."""
     torch = pytest.importorskip("torch")
     import gemmlab.torch as gt
+
     a = (torch.rand((65, 130), device="cuda") - 0.5).requires_grad_()
     b = (torch.rand((47, 130), device="cuda") - 0.5).requires_grad_()
     w = torch.rand((65, 47), device="cuda")

@@ -45,8 +45,7 @@ def test_goldens_hold_the_generators_grid():
 @pytest.mark.parametrize("chunk", range(8))
 def test_plan_goldens(chunk):
     entries = GOLDENS["plan"][chunk::8]
-    wrong = [(case, want, got) for case, want in entries
-             if (got := plan_goldens.record_plan(case)) != want]
+    wrong = [(case, want, got) for case, want in entries if (got := plan_goldens.record_plan(case)) != want]
     assert not wrong, f"{len(wrong)} of {len(entries)} differ; first: {wrong[0]}"
 
 
@@ -128,14 +127,14 @@ def test_mma_pipelined_hook_sizes_tiles_by_the_cost_model():
 def test_pipelined_hook_takes_skinny_tiles_and_splits_few_tiles():
     hook = registry.get("pipelined").auto_hook
     assert hook(Ask(8192, 64, 8192)).params["BN"] == 64
-    assert hook(Ask(1024, 1024, 1024)).params["SPLITK"] > 1      # 32 tiles of 128 x 256 on 132 SMs
+    assert hook(Ask(1024, 1024, 1024)).params["SPLITK"] > 1  # 32 tiles of 128 x 256 on 132 SMs
     assert hook(Ask(4096, 4096, 4096)).params["SPLITK"] == 1
 
 
 def test_ec_hooks():
     wg, wm = registry.get("ec_wgmma").auto_hook, registry.get("ec_wmma").auto_hook
     assert wg(Ask(4096, 4096, 4096, dtype="fp16_ec", arch="sm_90a")).params == {"SPLITK": 1}
-    assert wg(Ask(128, 8192, 8192, dtype="fp16_ec", arch="sm_90a")).params["SPLITK"] > 1   # long K, few tiles
+    assert wg(Ask(128, 8192, 8192, dtype="fp16_ec", arch="sm_90a")).params["SPLITK"] > 1  # long K, few tiles
     small = wg(Ask(256, 256, 256, dtype="tf32_ec", arch="sm_90a"))
     assert not small.takes and "does not pay" in small.reason
     assert not wg(Ask(4096, 4096, 4096, dtype="fp16_ec", arch="sm_80")).takes
@@ -147,8 +146,9 @@ def test_decode_runs_on_gemv_with_nothing_passed_over():
     assert (c.rung, c.params["MT"], c.passed_over, c.fallbacks) == ("gemv", 4, (), ())
 
 
-@pytest.mark.parametrize("batch, M, N, K", [(64, 4, 4096, 128), (128, 1, 2049, 96), (32, 2, 513, 256),
-                                            (1, 1, 4096, 64)])
+@pytest.mark.parametrize(
+    "batch, M, N, K", [(64, 4, 4096, 128), (128, 1, 2049, 96), (32, 2, 513, 256), (1, 1, 4096, 64)]
+)
 def test_decode_attention_q_at_k_runs_on_wgmma_on_hopper(batch, M, N, K):
     """Q @ K^T of a decode step: columns of op(B) of a head (<= 512 bytes) leave gemv's warps
     idle; on Hopper wgmma takes them, elsewhere gemv still does, and float32 and long
@@ -158,13 +158,15 @@ def test_decode_attention_q_at_k_runs_on_wgmma_on_hopper(batch, M, N, K):
     assert choose(bf16(M, N, K, op_b="T", batch=batch), A100).rung == "gemv"
     fp32 = Product(M, N, K, batch, "float32", "float32", op_b="T")
     assert choose(fp32, H200).rung == "gemv"
-    assert choose(bf16(M, N, 768, op_b="T", batch=batch), H200).rung == "gemv"    # 1536-byte columns
+    assert choose(bf16(M, N, 768, op_b="T", batch=batch), H200).rung == "gemv"  # 1536-byte columns
 
 
 def test_small_m_on_hopper_says_why_gemv_was_passed_over():
     c = choose(bf16(77, 3072, 768, op_b="T"), H200)
-    assert c.rung == "wgmma" and c.passed_over == ("gemv takes 1..4 rows of bfloat16 with op(B) column-major, "
-                                                   "not M = 77", "outer takes K = 1..8 of bfloat16, not K = 768")
+    assert c.rung == "wgmma" and c.passed_over == (
+        "gemv takes 1..4 rows of bfloat16 with op(B) column-major, not M = 77",
+        "outer takes K = 1..8 of bfloat16, not K = 768",
+    )
     assert "cost model" in c.reason
 
 
@@ -189,8 +191,9 @@ def test_operands_tma_cannot_read_stage_or_fall_back():
     # A small product whose copy costs as much as the fallback's whole run: no copy.
     c = choose(bf16(361, 445, 57, aligned16=False, tma_aligned=False), H200)
     assert c.rung == "mma_pipelined" and not c.problem.stage
-    assert c.fallbacks[0].startswith("staging for wgmma would take") and \
-        c.fallbacks[1].startswith("wgmma cannot take these operands: TMA needs")
+    assert c.fallbacks[0].startswith("staging for wgmma would take") and c.fallbacks[1].startswith(
+        "wgmma cannot take these operands: TMA needs"
+    )
 
 
 def test_named_kernels_hand_over_to_their_fallbacks():
@@ -240,20 +243,22 @@ def test_fp32_tc_runs_fp32_where_hopper_would_run_ec_wmma():
     assert (big.rung, big.method) == ("ec_wgmma", "")
     named = choose(dataclasses.replace(small, kernel="ec_wmma"), H200)
     assert (named.rung, named.method) == ("ec_wmma", "")
-    plain = choose(dataclasses.replace(small, precision="fp16_ec"), H200)   # a method named: no switch
+    plain = choose(dataclasses.replace(small, precision="fp16_ec"), H200)  # a method named: no switch
     assert (plain.rung, plain.method) == ("ec_wmma", "")
 
 
 def test_plan_carries_the_rungs_passed_over():
-    p = planner.plan("auto", 77, 3072, 768, dtype="bfloat16", out_dtype="bfloat16", op_b="T", arch="sm_80",
-                     sm_count=108)
+    p = planner.plan(
+        "auto", 77, 3072, 768, dtype="bfloat16", out_dtype="bfloat16", op_b="T", arch="sm_80", sm_count=108
+    )
     assert p.spec.name == "mma_pipelined" and len(p.passed_over) == 3 and "wgmma" in p.passed_over[2]
-    assert "passed" not in p.describe() and "gemv" not in p.describe()    # describe() is as it was
+    assert "passed" not in p.describe() and "gemv" not in p.describe()  # describe() is as it was
 
 
 def test_explain_adds_the_reason_and_the_rungs_passed_over():
-    p = planner.plan("auto", 77, 3072, 768, dtype="bfloat16", out_dtype="bfloat16", op_b="T", arch="sm_80",
-                     sm_count=108)
+    p = planner.plan(
+        "auto", 77, 3072, 768, dtype="bfloat16", out_dtype="bfloat16", op_b="T", arch="sm_80", sm_count=108
+    )
     lines = p.explain().splitlines()
     assert lines[0] == p.describe() and lines[1] == f"why: {p.reason}"
     assert lines[2:] == [f"passed over: {w}" for w in p.passed_over]

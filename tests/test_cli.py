@@ -11,9 +11,24 @@ from gemmlab.tools.inspect_kernels import find_disassembler
 from gemmlab.kernels import registry
 from gemmlab.runtime import device as rt_device
 
-KERNELS = ["naive", "coalesced", "smem_tiled", "blocktile_1d", "blocktile_2d", "vectorized", "warptile",
-           "pipelined", "wmma", "wmma_warptile", "mma_pipelined", "wgmma", "ec_wmma", "ec_wgmma", "gemv",
-           "outer"]
+KERNELS = [
+    "naive",
+    "coalesced",
+    "smem_tiled",
+    "blocktile_1d",
+    "blocktile_2d",
+    "vectorized",
+    "warptile",
+    "pipelined",
+    "wmma",
+    "wmma_warptile",
+    "mma_pipelined",
+    "wgmma",
+    "ec_wmma",
+    "ec_wgmma",
+    "gemv",
+    "outer",
+]
 
 
 def test_list_prints_every_kernel(capsys):
@@ -27,7 +42,7 @@ def test_list_prints_every_kernel(capsys):
         assert entry["description"] in out
     assert "tile  in [2, 4, 8, 16, 32] (default 32)" in out
     assert "rule: shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB" in out
-    assert out.count("runs on: sm_90a only") == 2          # wgmma, ec_wgmma
+    assert out.count("runs on: sm_90a only") == 2  # wgmma, ec_wgmma
     assert out.count("runs on: ") == len(KERNELS)
     assert err == ""
 
@@ -61,8 +76,10 @@ def test_inspect_vectorized(capsys):
     d = registry.get("vectorized").defaults()
     args = f"{d['BM']}, {d['BN']}, {d['BK']}, {d['TM']}, {d['TN']}"
     rows = _table_rows(out)
-    assert list(rows) == [f"gemmlab::vectorized<{args}, true, 'N', 'N'>",
-                          f"gemmlab::vectorized<{args}, false, 'N', 'N'>"]
+    assert list(rows) == [
+        f"gemmlab::vectorized<{args}, true, 'N', 'N'>",
+        f"gemmlab::vectorized<{args}, false, 'N', 'N'>",
+    ]
     assert f"vectorized<{args}, true, 'N', 'N'>" in out
     for regs, smem, spill, ffma in rows.values():
         assert 0 < regs <= 255 and smem == 4 * d["BK"] * (d["BM"] + d["BN"]) and spill == 0
@@ -89,8 +106,10 @@ def test_inspect_json(capsys):
 def test_inspect_layouts(capsys):
     assert main(["inspect", "--kernel", "smem_tiled", "--ops", "TN,NT", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [r["name_expression"] for r in data] == ["gemmlab::smem_tiled<32, 'T', 'N'>",
-                                                    "gemmlab::smem_tiled<32, 'N', 'T'>"]
+    assert [r["name_expression"] for r in data] == [
+        "gemmlab::smem_tiled<32, 'T', 'N'>",
+        "gemmlab::smem_tiled<32, 'N', 'T'>",
+    ]
     assert all(r["spill_bytes"] == 0 for r in data)
     assert data[0]["arch"] == "sm_90a" and data[0]["spill_bytes"] == 0
 
@@ -104,70 +123,101 @@ def test_inspect_unknown_kernel(capsys):
 @pytest.fixture
 def no_gpu_allowed(monkeypatch):
     """Make any attempt to reach the GPU or run the suite fail the test."""
+
     def forbidden(*args, **kwargs):
         raise AssertionError("the GPU was touched")
+
     monkeypatch.setattr(suites, "run_suite", forbidden)
     monkeypatch.setattr(overhead, "run", forbidden)
     monkeypatch.setattr(models, "run", forbidden)
     monkeypatch.setattr(rt_device, "gpu_info", forbidden)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["bench", "--kernels", "nosuch"],
-     "gemmlab bench: unknown kernel 'nosuch'; known kernels: auto, naive, coalesced, smem_tiled, "
-     "blocktile_1d, blocktile_2d, vectorized, warptile, pipelined"),
-    (["bench", "--kernels", "naive", "smem_tiled:tile=3"],
-     "gemmlab bench: tile parameter tile=3 is not legal for kernel 'smem_tiled'"),
-    (["bench", "--kernels", "vectorized:BM=64,BN=64,BK=8,TM=4,TN=4"],
-     "in float4s, must split evenly over the threads"),
-    (["bench", "--kernels", "naive", "--sizes", "abc"],
-     "gemmlab bench: size 'abc' is not N or MxNxK"),
-    (["bench", "--dtype", "fp16", "--kernels", "vectorized"],
-     "gemmlab bench: kernel 'vectorized' computes float32, not float16; for float16 use one of: wmma"),
-    (["bench", "--dtype", "bf16", "--kernels", "wmma_warptile:WM=64"],
-     "gemmlab bench: tile parameter WM=64 is not legal for kernel 'wmma_warptile'"),
-    (["bench", "--kernels", "smem_tiled:tile=big"],
-     "gemmlab bench: tile parameter 'tile=big' of 'smem_tiled' must be NAME=INTEGER"),
-    (["bench", "--kernels", "pipelined", "--ops", "NN,TX"],
-     "gemmlab bench: --ops 'NN,TX': give layouts of op(A) and op(B) as NN, TN, NT or TT"),
-    # options a suite does not take are refused, not ignored
-    (["bench", "--suite", "overhead", "--kernels", "wgmma"], "gemmlab bench: --kernels is for --suite ladder, "
-     "not --suite overhead"),
-    (["bench", "--suite", "overhead", "--dtype", "bf16"],
-     "--dtype is for --suite ladder or models or shapes, not --suite overhead"),
-    (["bench", "--suite", "overhead", "--ops", "TN"], "--ops is for --suite ladder, not --suite overhead"),
-    (["bench", "--suite", "ec", "--all-configs"], "--all-configs is for --suite ladder, not --suite ec"),
-    (["bench", "--suite", "wmma_ext", "--kernel-only"],
-     "--kernel-only is for --suite ladder or ec or overhead, not --suite wmma_ext"),
-    (["bench", "--suite", "wmma_ext", "--plot", "x.png"], "--plot is for --suite ladder or ec or overhead"),
-    (["bench", "--calls", "10"], "--calls is for --suite overhead, not --suite ladder"),
-    (["bench", "--suite", "ec", "--host-shape", "64"], "--host-shape is for --suite overhead, not --suite ec"),
-    (["bench", "--suite", "overhead", "--calls", "0"], "--calls 0: give at least 1 call per round"),
-    (["bench", "--suite", "overhead", "--host-shape", "64x64"], "size '64x64' must be N or MxNxK"),
-    (["bench", "--suite", "overhead", "--sizes", "big"], "size 'big' is not N or MxNxK"),
-    # the models suite's options
-    (["bench", "--suite", "models", "--dtype", "tf32"], "--dtype 'tf32': give a comma list of bf16, fp16, fp32, "
-     "fp32_tc"),
-    (["bench", "--suite", "models", "--tokens", "0"], "--tokens '0': give a comma list of positive token counts"),
-    (["bench", "--suite", "models", "--layers", "mlp"], "--layers 'mlp': give a comma list of qkv, o, gate_up"),
-    (["bench", "--suite", "models", "--products", "bwd"], "--products 'bwd': give a comma list of fwd, dgrad, wgrad"),
-    (["bench", "--suite", "models", "--layers", "qkv", "--only", "linear"], "give --layers or --only, not both"),
-    (["bench", "--suite", "models", "--only", "attention", "--tokens", "16"], "the selection has none"),
-    (["bench", "--suite", "models", "--time-budget-s", "-1"], "--time-budget-s -1.0: give a number of seconds"),
-    (["bench", "--suite", "models", "--sizes", "64"], "--sizes is for --suite ladder or ec or overhead, not "
-     "--suite models"),
-    (["bench", "--suite", "models", "--kernel-only"], "--kernel-only is for --suite ladder or ec or overhead"),
-    (["bench", "--suite", "models", "--ops", "TN"], "--ops is for --suite ladder, not --suite models"),
-    (["bench", "--tokens", "16"], "--tokens is for --suite models, not --suite ladder"),
-    (["bench", "--suite", "ec", "--only", "linear"], "--only is for --suite models, not --suite ec"),
-    (["bench", "--time-budget-s", "10"], "--time-budget-s is for --suite models"),
-    (["bench", "--dtype", "fp32_tc"], "--dtype 'fp32_tc': the ladder takes one of fp32, tf32, fp16, bf16"),
-    (["tune", "--suite", "models", "--sizes", "64"], "--sizes and --ops are not for --suite models"),
-    (["tune", "--tokens", "16"], "--tokens: for --suite models"),
-    (["tune", "--suite", "models", "--layers", "mlp"], "--layers 'mlp'"),
-    (["tune", "--suite", "models", "--ops", "NT"], "--sizes and --ops are not for --suite models"),
-    (["tune", "--ops", "NX"], "--ops 'NX': give layouts of op(A) and op(B)"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["bench", "--kernels", "nosuch"],
+            "gemmlab bench: unknown kernel 'nosuch'; known kernels: auto, naive, coalesced, smem_tiled, "
+            "blocktile_1d, blocktile_2d, vectorized, warptile, pipelined",
+        ),
+        (
+            ["bench", "--kernels", "naive", "smem_tiled:tile=3"],
+            "gemmlab bench: tile parameter tile=3 is not legal for kernel 'smem_tiled'",
+        ),
+        (
+            ["bench", "--kernels", "vectorized:BM=64,BN=64,BK=8,TM=4,TN=4"],
+            "in float4s, must split evenly over the threads",
+        ),
+        (["bench", "--kernels", "naive", "--sizes", "abc"], "gemmlab bench: size 'abc' is not N or MxNxK"),
+        (
+            ["bench", "--dtype", "fp16", "--kernels", "vectorized"],
+            "gemmlab bench: kernel 'vectorized' computes float32, not float16; for float16 use one of: wmma",
+        ),
+        (
+            ["bench", "--dtype", "bf16", "--kernels", "wmma_warptile:WM=64"],
+            "gemmlab bench: tile parameter WM=64 is not legal for kernel 'wmma_warptile'",
+        ),
+        (
+            ["bench", "--kernels", "smem_tiled:tile=big"],
+            "gemmlab bench: tile parameter 'tile=big' of 'smem_tiled' must be NAME=INTEGER",
+        ),
+        (
+            ["bench", "--kernels", "pipelined", "--ops", "NN,TX"],
+            "gemmlab bench: --ops 'NN,TX': give layouts of op(A) and op(B) as NN, TN, NT or TT",
+        ),
+        # options a suite does not take are refused, not ignored
+        (
+            ["bench", "--suite", "overhead", "--kernels", "wgmma"],
+            "gemmlab bench: --kernels is for --suite ladder, not --suite overhead",
+        ),
+        (
+            ["bench", "--suite", "overhead", "--dtype", "bf16"],
+            "--dtype is for --suite ladder or models or shapes, not --suite overhead",
+        ),
+        (["bench", "--suite", "overhead", "--ops", "TN"], "--ops is for --suite ladder, not --suite overhead"),
+        (["bench", "--suite", "ec", "--all-configs"], "--all-configs is for --suite ladder, not --suite ec"),
+        (
+            ["bench", "--suite", "wmma_ext", "--kernel-only"],
+            "--kernel-only is for --suite ladder or ec or overhead, not --suite wmma_ext",
+        ),
+        (["bench", "--suite", "wmma_ext", "--plot", "x.png"], "--plot is for --suite ladder or ec or overhead"),
+        (["bench", "--calls", "10"], "--calls is for --suite overhead, not --suite ladder"),
+        (["bench", "--suite", "ec", "--host-shape", "64"], "--host-shape is for --suite overhead, not --suite ec"),
+        (["bench", "--suite", "overhead", "--calls", "0"], "--calls 0: give at least 1 call per round"),
+        (["bench", "--suite", "overhead", "--host-shape", "64x64"], "size '64x64' must be N or MxNxK"),
+        (["bench", "--suite", "overhead", "--sizes", "big"], "size 'big' is not N or MxNxK"),
+        # the models suite's options
+        (
+            ["bench", "--suite", "models", "--dtype", "tf32"],
+            "--dtype 'tf32': give a comma list of bf16, fp16, fp32, fp32_tc",
+        ),
+        (["bench", "--suite", "models", "--tokens", "0"], "--tokens '0': give a comma list of positive token counts"),
+        (["bench", "--suite", "models", "--layers", "mlp"], "--layers 'mlp': give a comma list of qkv, o, gate_up"),
+        (
+            ["bench", "--suite", "models", "--products", "bwd"],
+            "--products 'bwd': give a comma list of fwd, dgrad, wgrad",
+        ),
+        (["bench", "--suite", "models", "--layers", "qkv", "--only", "linear"], "give --layers or --only, not both"),
+        (["bench", "--suite", "models", "--only", "attention", "--tokens", "16"], "the selection has none"),
+        (["bench", "--suite", "models", "--time-budget-s", "-1"], "--time-budget-s -1.0: give a number of seconds"),
+        (
+            ["bench", "--suite", "models", "--sizes", "64"],
+            "--sizes is for --suite ladder or ec or overhead, not --suite models",
+        ),
+        (["bench", "--suite", "models", "--kernel-only"], "--kernel-only is for --suite ladder or ec or overhead"),
+        (["bench", "--suite", "models", "--ops", "TN"], "--ops is for --suite ladder, not --suite models"),
+        (["bench", "--tokens", "16"], "--tokens is for --suite models, not --suite ladder"),
+        (["bench", "--suite", "ec", "--only", "linear"], "--only is for --suite models, not --suite ec"),
+        (["bench", "--time-budget-s", "10"], "--time-budget-s is for --suite models"),
+        (["bench", "--dtype", "fp32_tc"], "--dtype 'fp32_tc': the ladder takes one of fp32, tf32, fp16, bf16"),
+        (["tune", "--suite", "models", "--sizes", "64"], "--sizes and --ops are not for --suite models"),
+        (["tune", "--tokens", "16"], "--tokens: for --suite models"),
+        (["tune", "--suite", "models", "--layers", "mlp"], "--layers 'mlp'"),
+        (["tune", "--suite", "models", "--ops", "NT"], "--sizes and --ops are not for --suite models"),
+        (["tune", "--ops", "NX"], "--ops 'NX': give layouts of op(A) and op(B)"),
+    ],
+)
 def test_bench_refuses_bad_arguments_before_the_gpu(capsys, no_gpu_allowed, argv, message):
     assert main(argv) == 2
     out, err = capsys.readouterr()
@@ -176,8 +226,14 @@ def test_bench_refuses_bad_arguments_before_the_gpu(capsys, no_gpu_allowed, argv
 
 
 @pytest.mark.skipif(rt_device.gpu_available(), reason="checks the message on a machine without a GPU")
-@pytest.mark.parametrize("argv", [["bench", "--kernels", "naive", "--sizes", "64"], ["sweep", "--sizes", "64"],
-                                  ["tune", "--kernels", "vectorized", "--sizes", "64"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--kernels", "naive", "--sizes", "64"],
+        ["sweep", "--sizes", "64"],
+        ["tune", "--kernels", "vectorized", "--sizes", "64"],
+    ],
+)
 def test_gpu_commands_without_a_gpu_say_so(capsys, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -194,6 +250,7 @@ def test_unknown_command_is_a_usage_error(capsys):
 def test_tune_ops_time_each_shape_in_every_layout_given():
     """`gemmlab tune --ops NN,NT`: each shape's uses are the layouts, one matrix each."""
     from gemmlab.tools.cli import build_parser, tune_shapes
+
     args = build_parser().parse_args(["tune", "--sizes", "64,128x256x512", "--ops", "NN,nt,NN"])
     sizes, uses = tune_shapes(args)
     assert sizes == [(64, 64, 64), (128, 256, 512)]
@@ -203,6 +260,7 @@ def test_tune_ops_time_each_shape_in_every_layout_given():
 
 def test_ops_parse_layout_pairs():
     from gemmlab.tools.cli import _ops
+
     assert _ops("NN,tn, NT,TT") == ["NN", "TN", "NT", "TT"]
 
 
@@ -212,8 +270,11 @@ def test_bench_passes_the_layouts_on(monkeypatch, capsys):
 
     def fake_run_suite(entries, sizes, **kw):
         seen.update(kw)
-        return [suites.Record("GPU", "pipelined", {}, 64, 64, 64, "float32", 1.0, 1.0, 1.0, 1.0, 100.0, None,
-                              0.0, 1, ops=o) for o in kw["ops"]]
+        return [
+            suites.Record("GPU", "pipelined", {}, 64, 64, 64, "float32", 1.0, 1.0, 1.0, 1.0, 100.0, None, 0.0, 1, ops=o)
+            for o in kw["ops"]
+        ]
+
     monkeypatch.setattr(suites, "run_suite", fake_run_suite)
     assert main(["bench", "--kernels", "pipelined", "--sizes", "64", "--ops", "NN,TN"]) == 0
     assert seen["ops"] == ["NN", "TN"] and seen["kernel_only"] is False
@@ -223,16 +284,33 @@ def test_bench_passes_the_layouts_on(monkeypatch, capsys):
 
 def test_bench_switches_parse():
     from gemmlab.tools.cli import build_parser
-    args = build_parser().parse_args(["bench", "--suite", "overhead", "--kernel-only", "--calls", "50",
-                                      "--host-shape", "128x64x32", "--json", "o.json", "--plot", "o.png"])
+
+    args = build_parser().parse_args(
+        [
+            "bench",
+            "--suite",
+            "overhead",
+            "--kernel-only",
+            "--calls",
+            "50",
+            "--host-shape",
+            "128x64x32",
+            "--json",
+            "o.json",
+            "--plot",
+            "o.png",
+        ]
+    )
     assert (args.suite, args.kernel_only, args.calls, args.host_shape) == ("overhead", True, 50, "128x64x32")
     args = build_parser().parse_args(["bench"])
     assert (args.suite, args.kernel_only, args.dtype, args.ops, args.calls) == ("ladder", False, None, None, None)
     assert build_parser().parse_args(["sweep", "--kernel-only"]).kernel_only
 
 
-@pytest.mark.parametrize("argv", [["bench", "--kernels", "auto", "--sizes", "64", "--kernel-only"],
-                                  ["sweep", "--sizes", "64", "--kernel-only"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["bench", "--kernels", "auto", "--sizes", "64", "--kernel-only"], ["sweep", "--sizes", "64", "--kernel-only"]],
+)
 def test_kernel_only_reaches_the_suite(monkeypatch, capsys, argv):
     """--kernel-only adds the kernel's own figure: run_suite is asked for both paths,
     and the table has a group of columns for each, titled with what was timed."""
@@ -240,9 +318,29 @@ def test_kernel_only_reaches_the_suite(monkeypatch, capsys, argv):
 
     def fake_run_suite(entries, sizes, **got):
         seen.update(got)
-        return [suites.Record("GPU", "auto", {}, 64, 64, 64, "float32", ms, 1.0, 1.0, 1.0, 100.0 / ms, None, 0.0,
-                              3, note="auto chose vectorized", path=path)
-                for path, ms in (("public", 2.0), ("kernel", 1.0))]
+        return [
+            suites.Record(
+                "GPU",
+                "auto",
+                {},
+                64,
+                64,
+                64,
+                "float32",
+                ms,
+                1.0,
+                1.0,
+                1.0,
+                100.0 / ms,
+                None,
+                0.0,
+                3,
+                note="auto chose vectorized",
+                path=path,
+            )
+            for path, ms in (("public", 2.0), ("kernel", 1.0))
+        ]
+
     monkeypatch.setattr(suites, "run_suite", fake_run_suite)
     assert main(argv) == 0
     assert seen["kernel_only"] is True
@@ -254,24 +352,34 @@ def test_kernel_only_reaches_the_suite(monkeypatch, capsys, argv):
 
 def test_kernel_entries_parse_names_and_parameters():
     from gemmlab.tools.cli import _kernel_entries
+
     assert _kernel_entries(["vectorized:BM=64,BN=128", "smem_tiled:tile=16", "naive"], list) == [
-        ("vectorized", {"BM": 64, "BN": 128}), ("smem_tiled", {"tile": 16}), ("naive", {})]
+        ("vectorized", {"BM": 64, "BN": 128}),
+        ("smem_tiled", {"tile": 16}),
+        ("naive", {}),
+    ]
     assert _kernel_entries(None, lambda: [("x", {})]) == [("x", {})]
 
 
-@pytest.mark.parametrize("methods, message", [
-    ("sgemm_cublas,fp64", "unknown method 'fp64'"),
-    ("fp32_tc:pipelined", "unknown method 'fp32_tc:pipelined'"),   # not an error-corrected kernel
-    ("tf32:ec_wgmma", "unknown method 'tf32:ec_wgmma'"),           # not an error-corrected precision
-])
+@pytest.mark.parametrize(
+    "methods, message",
+    [
+        ("sgemm_cublas,fp64", "unknown method 'fp64'"),
+        ("fp32_tc:pipelined", "unknown method 'fp32_tc:pipelined'"),  # not an error-corrected kernel
+        ("tf32:ec_wgmma", "unknown method 'tf32:ec_wgmma'"),  # not an error-corrected precision
+    ],
+)
 def test_accuracy_rejects_unknown_methods_before_any_gpu_work(capsys, methods, message):
     assert main(["accuracy", "--methods", methods, "--ks", "64"]) == 2
     err = capsys.readouterr().err
     assert message in err and "precision:kernel" in err and "ec_wmma, ec_wgmma" in err
 
 
-@pytest.mark.parametrize("command", [[], ["list"], ["bench"], ["accuracy"], ["fragments"], ["sweep"], ["tune"],
-                                     ["verify"], ["inspect"]], ids=lambda c: c[0] if c else "gemmlab")
+@pytest.mark.parametrize(
+    "command",
+    [[], ["list"], ["bench"], ["accuracy"], ["fragments"], ["sweep"], ["tune"], ["verify"], ["inspect"]],
+    ids=lambda c: c[0] if c else "gemmlab",
+)
 def test_every_help_text_prints(command, capsys):
     """argparse formats help strings with %: a bare '%' in one broke `gemmlab bench -h`."""
     with pytest.raises(SystemExit) as done:
@@ -279,26 +387,38 @@ def test_every_help_text_prints(command, capsys):
     assert done.value.code == 0 and "usage: gemmlab" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, names", [
-    (["naive,coalesced"], ["naive", "coalesced"]),
-    (["naive", "coalesced"], ["naive", "coalesced"]),
-    (["naive, vectorized:BM=64,BN=64", "smem_tiled:tile=16,wmma"], ["naive", "vectorized:BM=64,BN=64",
-                                                                    "smem_tiled:tile=16", "wmma"]),
-])
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["naive,coalesced"], ["naive", "coalesced"]),
+        (["naive", "coalesced"], ["naive", "coalesced"]),
+        (
+            ["naive, vectorized:BM=64,BN=64", "smem_tiled:tile=16,wmma"],
+            ["naive", "vectorized:BM=64,BN=64", "smem_tiled:tile=16", "wmma"],
+        ),
+    ],
+)
 def test_kernel_lists_take_commas_and_spaces(argv, names):
     from gemmlab.tools.cli import _kernel_items
+
     assert _kernel_items(argv) == names
     assert _kernel_items(["naive,coalesced", "wmma"]) == ["naive", "coalesced", "wmma"]
 
 
-@pytest.mark.parametrize("argv", [["bench", "--kernels", "naive,coalesced", "--sizes", "64"],
-                                  ["bench", "--kernels", "naive", "coalesced", "--sizes", "64"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--kernels", "naive,coalesced", "--sizes", "64"],
+        ["bench", "--kernels", "naive", "coalesced", "--sizes", "64"],
+    ],
+)
 def test_bench_takes_commas_and_spaces(monkeypatch, capsys, argv):
     seen = {}
 
     def fake_run_suite(entries, sizes, **kw):
         seen["entries"] = entries
         return []
+
     monkeypatch.setattr(suites, "run_suite", fake_run_suite)
     assert main(argv) == 0
     assert seen["entries"] == [("naive", {}), ("coalesced", {})]
@@ -328,6 +448,7 @@ def test_verify_default_covers_every_rung_the_gpu_runs(capsys):
     """`gemmlab verify` with no --kernels: every rung of this GPU's target, each in its
     dtype, against FP64 on fresh inputs (output poisoned with NaN), odd shapes."""
     from gemmlab.tools.verify import verify_dtype
+
     arch = rt_device.gpu_info(0).arch
     assert main(["verify", "--shapes", "33x65x17,127x129x255,7x13x4099"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -341,6 +462,7 @@ def test_verify_default_covers_every_rung_the_gpu_runs(capsys):
 def test_verify_fails_a_kernel_that_writes_nothing(capsys, monkeypatch):
     """The negative control: a matmul that leaves the NaN-poisoned output as it is fails."""
     import gemmlab.core.api
+
     monkeypatch.setattr(gemmlab.core.api, "matmul", lambda *args, **kwargs: None)
     assert main(["verify", "--kernels", "naive,wmma", "--shapes", "33x65x17"]) == 1
     out = capsys.readouterr().out
@@ -354,11 +476,15 @@ def test_inspect_from_a_script_read_on_stdin(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
-    script = ("from gemmlab.tools.inspect_kernels import inspect_kernels\n"
-              "print(len(inspect_kernels('sm_80', ['naive', 'coalesced'], with_sass=False)))\n")
+
+    script = (
+        "from gemmlab.tools.inspect_kernels import inspect_kernels\n"
+        "print(len(inspect_kernels('sm_80', ['naive', 'coalesced'], with_sass=False)))\n"
+    )
     src = str(Path(__file__).resolve().parents[1] / "src")
-    env = dict(os.environ, GEMMLAB_CACHE_DIR=str(tmp_path),
-               PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ, GEMMLAB_CACHE_DIR=str(tmp_path), PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
     done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr
     assert "Traceback" not in done.stderr

@@ -32,8 +32,13 @@ import pytest
 from gemmlab.core.errors import CompileError, HeaderNotFoundError
 from gemmlab.tools.inspect_kernels import disassemble, find_disassembler, sass_facts
 from gemmlab.kernels import registry
-from gemmlab.kernels.ec.ec_wgmma import (EC_SCALED_SHORT_CHUNK, EC_SPLIT_PACK_KERNELS, EC_SPLIT_PACK_SOURCE,
-                                         EC_SPLIT_SCALED_KERNELS, EC_SPLIT_SCALED_SOURCE)
+from gemmlab.kernels.ec.ec_wgmma import (
+    EC_SCALED_SHORT_CHUNK,
+    EC_SPLIT_PACK_KERNELS,
+    EC_SPLIT_PACK_SOURCE,
+    EC_SPLIT_SCALED_KERNELS,
+    EC_SPLIT_SCALED_SOURCE,
+)
 from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE
 from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_KERNELS, SPLITK_REDUCE_SOURCE
 from gemmlab.kernels.spec import LAYOUTS, Problem
@@ -67,8 +72,11 @@ def layout_configs(spec) -> list[dict]:
     store) on the tiles its auto rule splits; every tile split is compiled in 'N', 'N'."""
     if spec.name == "wgmma":
         unsplit = [c for c in spec.configurations() if c["SPLITK"] == 1]
-        return unsplit + [{**c, "SPLITK": 2} for c in unsplit if c["STAGES"] == 4 and c["CLUSTER"] == 1
-                          and (c["BM"], c["BN"]) in ((64, 128), (128, 192), (128, 256))]
+        return unsplit + [
+            {**c, "SPLITK": 2}
+            for c in unsplit
+            if c["STAGES"] == 4 and c["CLUSTER"] == 1 and (c["BM"], c["BN"]) in ((64, 128), (128, 192), (128, 256))
+        ]
     if spec.name in ALL_LAYOUTS_FOR_EVERY_CONFIG:
         return spec.configurations()
     both_transposes = [{**spec.defaults(), "REG_TRANSPOSE": t} for t in (0, 1)] if spec.name == "pipelined" else []
@@ -84,12 +92,14 @@ def instantiations(spec, arch: str = "sm_90a") -> dict[str, tuple[dict, Problem]
         out.setdefault(spec.name_expression(params, prob), (params, prob))
     return out
 
+
 # The exhaustive set (every instantiation below): `pytest -m compile_matrix`, which CI runs
 # after the default `pytest`; test_arch_compile.py compiles every rung's defaults by default.
 compile_matrix = pytest.mark.compile_matrix
 
-needs_nvdisasm = pytest.mark.skipif(find_disassembler() is None,
-                                    reason="nvdisasm not found (pip install 'gemmlab[inspect]')")
+needs_nvdisasm = pytest.mark.skipif(
+    find_disassembler() is None, reason="nvdisasm not found (pip install 'gemmlab[inspect]')"
+)
 
 
 @pytest.fixture(scope="module")
@@ -98,14 +108,22 @@ def ladder_module():
     All of them are compiled first in parallel processes into the (test) kernel cache
     (each kernel for the targets it exists for: wgmma for sm_90a only)."""
     from gemmlab.runtime.compile import compile_in_processes
-    compile_in_processes([(spec.source_path, list(instantiations(spec, arch)), arch)
-                          for arch in ARCHES for spec in SPECS if spec.builds_for(arch)])
+
+    compile_in_processes(
+        [
+            (spec.source_path, list(instantiations(spec, arch)), arch)
+            for arch in ARCHES
+            for spec in SPECS
+            if spec.builds_for(arch)
+        ]
+    )
     memo = {}
 
     def get(arch, spec):
         if (arch, spec.name) not in memo:
             memo[arch, spec.name] = compile_module(spec.source_path, list(instantiations(spec, arch)), arch)
         return memo[arch, spec.name]
+
     return get
 
 
@@ -118,6 +136,7 @@ def ladder_sass(ladder_module):
         if (arch, spec.name) not in memo:
             memo[arch, spec.name] = disassemble(ladder_module(arch, spec).cubin)
         return memo[arch, spec.name]
+
     return get
 
 
@@ -129,30 +148,32 @@ ELEM_BYTES = {"float16": 2, "bfloat16": 2, "tf32": 4}
 
 def static_smem(spec, p, prob=None):
     """Bytes of __shared__ arrays each kernel declares (see the .cu files)."""
-    if spec.name == "wmma_warptile":   # A and B tiles of the input type, rows padded by 16 bytes
+    if spec.name == "wmma_warptile":  # A and B tiles of the input type, rows padded by 16 bytes
         e = ELEM_BYTES[prob.dtype]
         return e * (p["BM"] * (p["BK"] + 16 // e) + p["BK"] * (p["BN"] + 16 // e))
     if spec.name in ("naive", "coalesced"):
         return 0
     if spec.name == "smem_tiled":
         return 2 * 4 * p["tile"] ** 2
-    if spec.name in ("pipelined", "mma_pipelined", "ec_wmma", "ec_wgmma"):   # stages in dynamic shared memory
+    if spec.name in ("pipelined", "mma_pipelined", "ec_wmma", "ec_wgmma"):  # stages in dynamic shared memory
         return 0
-    if spec.family == "tensor":    # rung 1 fills its fragments from global memory
+    if spec.family == "tensor":  # rung 1 fills its fragments from global memory
         return 0
-    if spec.name == "gemv":        # a chunk of op(A) staged; row-major also the warps' sums, 4 rows of C at a time
+    if spec.name == "gemv":  # a chunk of op(A) staged; row-major also the warps' sums, 4 rows of C at a time
         if prob.op_b == "T":
             return 4 * p["MT"] * gemv_staged_k(prob, p["MT"])
         # (once whatever the output type: a split launch is the float32-output instantiation's)
         lanes = p["LANES"]
-        return (4 * p["MT"] * gemv_row_chunk(prob, p["MT"], lanes)
-                + 4 * GEMV_WARPS * min(p["MT"], 4) * gemv_row_columns(prob, p["MT"], lanes))
-    if spec.name == "outer":       # a chunk of K of the tile's rows of op(A) and columns of op(B), in FP32
+        return 4 * p["MT"] * gemv_row_chunk(prob, p["MT"], lanes) + 4 * GEMV_WARPS * min(p["MT"], 4) * gemv_row_columns(
+            prob, p["MT"], lanes
+        )
+    if spec.name == "outer":  # a chunk of K of the tile's rows of op(A) and columns of op(B), in FP32
         return 4 * OUTER_KC * (OUTER_ROWS + outer_columns(prob))
     return 4 * p["BK"] * (p["BM"] + p["BN"])
 
 
 # -- every instantiation ----------------------------------------------------------------
+
 
 @compile_matrix
 @pytest.mark.parametrize("arch", ARCHES)
@@ -188,11 +209,11 @@ def test_defaults_and_tuned_configurations_compile_in_every_layout(spec):
     for p in configs:
         for prob in spec.variants:
             if not all(c.holds(p) for c in spec.constraints if c.binds(prob.dtype)):
-                continue   # a rule of the type refuses them (wgmma: BN = 192 is not for TF32)
-            for op_a, op_b in spec.layouts:   # the layouts the kernel reads
-                if not spec.why_unusable(prob.with_layout(op_a, op_b)):   # (wgmma: TF32 NN only)
+                continue  # a rule of the type refuses them (wgmma: BN = 192 is not for TF32)
+            for op_a, op_b in spec.layouts:  # the layouts the kernel reads
+                if not spec.why_unusable(prob.with_layout(op_a, op_b)):  # (wgmma: TF32 NN only)
                     assert spec.name_expression(p, prob.with_layout(op_a, op_b)) in insts
-    if spec.name == "pipelined":   # both tables' winners, each in 4 layouts x 2 variants
+    if spec.name == "pipelined":  # both tables' winners, each in 4 layouts x 2 variants
         assert len(configs) > 3
 
 
@@ -210,6 +231,7 @@ def test_choose_method_compiles_without_spills(arch):
     """fp32_tc's choice on the GPU: one block, shared memory for its sums (8 warps x 6
     counts) and the two largest exponents only."""
     from gemmlab.kernels.ec.choose_method import CHOOSE_KERNEL, CHOOSE_SOURCE
+
     module = compile_module(CHOOSE_SOURCE, (CHOOSE_KERNEL,), arch)
     r = parse_ptxas_log(module.log)[module.symbols[CHOOSE_KERNEL]]
     assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.smem_bytes <= 8 * 8 * (2 + 6) + 8, r
@@ -226,6 +248,7 @@ def test_splitk_reduce_compiles_without_spills(arch):
 
 
 # -- SASS facts ----------------------------------------------------------------------------
+
 
 def _default_sass(arch, spec, aligned, ladder_module, ladder_sass, op_a="N", op_b="N"):
     name = spec.name_expression(spec.defaults(), Problem(1024, 1024, 1024, aligned, op_a=op_a, op_b=op_b))
@@ -258,7 +281,7 @@ def test_vectorized_scalar_variant_has_no_128_bit_global_loads(arch, ladder_modu
     assert facts["LDG.128"] == 0, facts
     assert facts["STG.128"] == 0, facts
     assert facts["LDG.32"] > 0, facts
-    assert facts["LDS.128"] > 0, facts     # shared fragments stay 128-bit
+    assert facts["LDS.128"] > 0, facts  # shared fragments stay 128-bit
 
 
 @compile_matrix
@@ -305,17 +328,18 @@ def test_pipelined_transposes_rows_along_k_as_configured(arch, reg_transpose, la
         name = spec.name_expression(params, Problem(1024, 1024, 1024, True, op_a=op_a, op_b=op_b))
         code = sass[module.symbols[name]]
         return _cp_async_widths(code) + (_global_loads_128(code),)
+
     nn, tn, nt, tt = widths("N", "N"), widths("T", "N"), widths("N", "T"), widths("T", "T")
-    assert tn[0] > 0 and tn[1] == 0 and tn[2] == 0, tn     # both 16-byte copies
+    assert tn[0] > 0 and tn[1] == 0 and tn[2] == 0, tn  # both 16-byte copies
     if reg_transpose == 0:
-        assert nn[0] > 0 and nn[1] > 0, nn      # B 16-byte, A 4-byte
-        assert nt[0] == 0 and nt[1] > 0, nt     # both 4-byte
-        assert tt[0] > 0 and tt[1] > 0, tt      # A 16-byte, B 4-byte
+        assert nn[0] > 0 and nn[1] > 0, nn  # B 16-byte, A 4-byte
+        assert nt[0] == 0 and nt[1] > 0, nt  # both 4-byte
+        assert tt[0] > 0 and tt[1] > 0, tt  # A 16-byte, B 4-byte
         assert nn[2] == nt[2] == tt[2] == 0
     else:
-        assert nn[0] > 0 and nn[1] == 0 and nn[2] > 0, nn     # B copied, A through registers
-        assert nt[0] == nt[1] == 0 and nt[2] > 0, nt          # both through registers
-        assert tt[0] > 0 and tt[1] == 0 and tt[2] > 0, tt     # A copied, B through registers
+        assert nn[0] > 0 and nn[1] == 0 and nn[2] > 0, nn  # B copied, A through registers
+        assert nt[0] == nt[1] == 0 and nt[2] > 0, nt  # both through registers
+        assert tt[0] > 0 and tt[1] == 0 and tt[2] > 0, tt  # A copied, B through registers
 
 
 @compile_matrix
@@ -384,8 +408,7 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
         split = ", true, " in name
         seen.add((dt, op_a + op_b))
         splits.add((dt, op_a + op_b, split))
-        expect = {0: r"HGMMA\.64x\d+x16\.F32", 1: r"HGMMA\.64x\d+x16\.F32\.BF16",
-                  2: r"HGMMA\.64x\d+x8\.F32\.TF32"}[dt]
+        expect = {0: r"HGMMA\.64x\d+x16\.F32", 1: r"HGMMA\.64x\d+x16\.F32\.BF16", 2: r"HGMMA\.64x\d+x8\.F32\.TF32"}[dt]
         assert re.search(expect + r"[ .]", text), f"{name}: no {expect}"
         assert facts["HGMMA"] == 4, f"{name}: {facts}"
         # A batch is one launch: every copy names its matrix (3-D maps, the batch outermost).
@@ -426,13 +449,14 @@ def test_wgmma_128x192_compiles_without_spills(every):
     spec = registry.get("wgmma")
     names = wgmma_128x192_instantiations(every)
     assert len(names) == (24 if every else 8) and len(set(names)) == len(names)
-    groups = [names[0::2], names[1::2]]   # two modules, compiled side by side
+    groups = [names[0::2], names[1::2]]  # two modules, compiled side by side
     from gemmlab.runtime.compile import compile_in_processes
+
     compile_in_processes([(spec.source_path, g, "sm_90a") for g in groups])
     disassembler = find_disassembler()
     for group in groups:
         module = compile_module(spec.source_path, group, "sm_90a")
-        assert "C7508" not in module.log, module.log   # setmaxnreg honoured
+        assert "C7508" not in module.log, module.log  # setmaxnreg honoured
         res = parse_ptxas_log(module.log)
         sass = disassemble(module.cubin) if disassembler else {}
         for name in group:
@@ -462,8 +486,8 @@ def test_ec_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module
     for name, text, facts in hopper_path_sass("ec_wgmma", ladder_module, ladder_sass):
         assert facts["HGMMA"] == 12, f"{name}: {facts}"
         method, _, bn = (int(x) for x in name.split("<")[1].split(",")[:3])
-        k = "16" if method == 0 else "8\\.F32\\.TF32"   # FP16 or TF32 parts
-        assert re.search(rf"HGMMA\.64x{bn}x{k}", text) and ".tnspB" not in text, name   # both K-major
+        k = "16" if method == 0 else "8\\.F32\\.TF32"  # FP16 or TF32 parts
+        assert re.search(rf"HGMMA\.64x{bn}x{k}", text) and ".tnspB" not in text, name  # both K-major
         assert "UTMALDG.3D" in text and "UTMALDG.2D" not in text, name
 
 
@@ -471,11 +495,11 @@ def test_ec_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module
 def test_ec_split_pack_compiles_without_spills(arch):
     module = compile_module(EC_SPLIT_PACK_SOURCE, EC_SPLIT_PACK_KERNELS, arch)
     res = parse_ptxas_log(module.log)
-    assert len(EC_SPLIT_PACK_KERNELS) == 16   # 2 methods x FOLD 0, 1 x 4 layouts
+    assert len(EC_SPLIT_PACK_KERNELS) == 16  # 2 methods x FOLD 0, 1 x 4 layouts
     for name in EC_SPLIT_PACK_KERNELS:
         r = res[module.symbols[name]]
         assert r.spill_bytes == 0 and r.stack_bytes == 0, name
-        assert r.smem_bytes == 4 * 2 * 32 * 33, name   # two 32 x 33 float tiles in flight
+        assert r.smem_bytes == 4 * 2 * 32 * 33, name  # two 32 x 33 float tiles in flight
 
 
 def test_ec_split_scaled_compiles_for_two_blocks_an_sm():
@@ -495,7 +519,7 @@ def test_ec_split_scaled_compiles_for_two_blocks_an_sm():
         short = name.endswith(f", {EC_SCALED_SHORT_CHUNK}>")
         assert r.registers <= (64 if short else 128), (name, r)
         assert r.spill_store_bytes <= 32 and r.stack_bytes <= 32, (name, r)
-        assert r.smem_bytes < 48 * 1024, (name, r)   # static: the staged tiles and the maxima
+        assert r.smem_bytes < 48 * 1024, (name, r)  # static: the staged tiles and the maxima
 
 
 @pytest.mark.parametrize("arch", [a for a in ARCHES if a != "sm_90a"])
@@ -530,7 +554,7 @@ def test_mma_pipelined_sass(arch, ladder_module, ladder_sass):
     spec = registry.get("mma_pipelined")
     sass = ladder_sass(arch, spec)
     symbols = ladder_module(arch, spec).symbols
-    for name, (p, prob) in instantiations(spec, arch).items():   # what was compiled for this target
+    for name, (p, prob) in instantiations(spec, arch).items():  # what was compiled for this target
         f = sass_facts(sass[symbols[name]])
         per_stage = (p["BK"] // 16) * (p["WM"] // 16) * (p["WN"] // 8)
         assert f["HMMA"] >= per_stage and f["HMMA"] % per_stage == 0, (name, f)
@@ -578,7 +602,7 @@ def test_no_local_memory_anywhere(arch, ladder_module, ladder_sass):
 
 NAIVE = registry.get("naive")
 NAIVE_NAMES = ["gemmlab::naive<32, 'N', 'N'>"]
-NAIVE_MANGLED = "_ZN7gemmlab5naiveILi32ELc78ELc78EEEviiifPKfiS2_ifPfixxx"   # 'N' is char 78; xxx: the batch strides
+NAIVE_MANGLED = "_ZN7gemmlab5naiveILi32ELc78ELc78EEEviiifPKfiS2_ifPfixxx"  # 'N' is char 78; xxx: the batch strides
 ARCH = "sm_90a"
 
 
@@ -610,7 +634,7 @@ def test_second_compile_comes_from_cache(fresh_cache):
     first = compile_quietly()
     assert not first.from_cache
     assert first.cache_key is not None
-    assert len(entry_files(fresh_cache)) == 3      # cubin, symbol map, log
+    assert len(entry_files(fresh_cache)) == 3  # cubin, symbol map, log
     second = compile_quietly()
     assert second.from_cache
     assert second.cubin == first.cubin
@@ -661,14 +685,17 @@ def _find_entry(folder: Path, content: bytes) -> Path:
     return matches[0]
 
 
-@pytest.mark.parametrize("piece, new_content", [
-    ("symbols", b""),
-    ("symbols", b"\xff\xfe\xfd"),
-    ("symbols", b"{not json"),
-    ("symbols", json.dumps({"gemmlab::naive<16, 'N', 'N'>": "_Z1x"}).encode()),   # a different instantiation
-    ("cubin", b""),
-    ("cubin", b"not an ELF file, but not empty either"),
-])
+@pytest.mark.parametrize(
+    "piece, new_content",
+    [
+        ("symbols", b""),
+        ("symbols", b"\xff\xfe\xfd"),
+        ("symbols", b"{not json"),
+        ("symbols", json.dumps({"gemmlab::naive<16, 'N', 'N'>": "_Z1x"}).encode()),  # a different instantiation
+        ("cubin", b""),
+        ("cubin", b"not an ELF file, but not empty either"),
+    ],
+)
 def test_damaged_piece_triggers_recompile(fresh_cache, piece, new_content):
     first = compile_quietly()
     content = first.cubin if piece == "cubin" else json.dumps(first.symbols).encode()
@@ -686,7 +713,7 @@ def test_missing_piece_is_a_plain_miss(fresh_cache):
     _find_entry(fresh_cache, first.log.encode()).unlink()
     rebuilt = compile_quietly()
     assert not rebuilt.from_cache and rebuilt.cubin == first.cubin
-    assert parse_ptxas_log(rebuilt.log) == parse_ptxas_log(first.log)   # the log also carries timings
+    assert parse_ptxas_log(rebuilt.log) == parse_ptxas_log(first.log)  # the log also carries timings
     assert compile_quietly().from_cache
 
 
@@ -721,7 +748,7 @@ def test_cache_path_that_is_a_file_degrades_to_compiling(tmp_path, monkeypatch):
     assert module.symbols == {NAIVE_NAMES[0]: NAIVE_MANGLED}
     assert not_a_folder.read_bytes() == b"not a folder"
     with warnings.catch_warnings():
-        warnings.simplefilter("error")           # warned once per folder, not per compile
+        warnings.simplefilter("error")  # warned once per folder, not per compile
         assert not compile_naive().from_cache
 
 
@@ -745,11 +772,15 @@ def test_cache_that_breaks_after_opening_still_compiles(fresh_cache):
 
 # -- compiler errors -------------------------------------------------------------------------
 
+
 def test_missing_header_is_header_not_found(tmp_path):
     src = tmp_path / "needs_header.cu"
     src.write_text('#include <gemmlab_no_such_header.h>\nextern "C" __global__ void k() {}\n')
-    with pytest.raises(HeaderNotFoundError, match=r"(?s)needs_header\.cu for sm_90a: a header was not found"
-                                                   r".*CUDA headers: .*gemmlab_no_such_header\.h"):
+    with pytest.raises(
+        HeaderNotFoundError,
+        match=r"(?s)needs_header\.cu for sm_90a: a header was not found"
+        r".*CUDA headers: .*gemmlab_no_such_header\.h",
+    ):
         compile_module(src, (), "sm_90a", use_cache=False)
 
 
@@ -761,6 +792,7 @@ def test_syntax_error_is_compile_error(tmp_path):
 
 
 # -- CUDA header discovery ---------------------------------------------------------------------
+
 
 @pytest.fixture
 def fresh_header_search():
@@ -804,10 +836,14 @@ def test_source_using_mma_and_pipeline_headers_compiles(tmp_path):
     assert mangled in res and res[mangled].smem_bytes == 4 * 32
 
 
-@pytest.mark.parametrize("present, lacking", [
-    (("mma.h", "cuda_pipeline.h"), "cuda_runtime.h, crt/mma.h, cuda_fp16.h"),
-    (("mma.h", "cuda_pipeline.h", "cuda_runtime.h", "cuda_fp16.h"), "crt/mma.h"),   # like CuPy's folder
-], ids=["only-mma-and-pipeline", "all-but-crt"])
+@pytest.mark.parametrize(
+    "present, lacking",
+    [
+        (("mma.h", "cuda_pipeline.h"), "cuda_runtime.h, crt/mma.h, cuda_fp16.h"),
+        (("mma.h", "cuda_pipeline.h", "cuda_runtime.h", "cuda_fp16.h"), "crt/mma.h"),  # like CuPy's folder
+    ],
+    ids=["only-mma-and-pipeline", "all-but-crt"],
+)
 def test_folder_without_crt_mma_is_passed_over(tmp_path, monkeypatch, fresh_header_search, present, lacking):
     real = find_cuda_headers().include_dir
     assert real is not None

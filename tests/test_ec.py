@@ -21,7 +21,7 @@ SUPPORTED = {
     "tf32_ec": set(SETS),
     "fp32_tc": set(SETS),
 }
-SHAPE = (129, 67, 4099)   # no multiple of any tile; K long enough for accumulation error to show
+SHAPE = (129, 67, 4099)  # no multiple of any tile; K long enough for accumulation error to show
 # The implementations: WMMA everywhere, wgmma on Hopper ("auto" picks the latter there), in
 # its default form (FOLD: three accumulator sets, 128 x 128) and with four sets (128 x 96).
 KERNELS = ["ec_wmma", "ec_wgmma", "ec_wgmma:BN=96,FOLD=0,STAGES=4"]
@@ -30,6 +30,7 @@ KERNELS = ["ec_wmma", "ec_wgmma", "ec_wgmma:BN=96,FOLD=0,STAGES=4"]
 def kw(kernel):
     """matmul's kernel arguments for an entry of KERNELS, "name:NAME=value,...", read as the CLI reads it."""
     from gemmlab.tools.cli import _kernel_entries
+
     ((name, params),) = _kernel_entries([kernel], list)
     return dict(kernel=name, **params)
 
@@ -38,6 +39,7 @@ def needs(kernel):
     """Skip a kernel this GPU cannot run (ec_wgmma needs sm_90a)."""
     from gemmlab.kernels import registry
     from gemmlab.runtime.device import gpu_info
+
     arch = gpu_info(0).arch
     spec = registry.get(kernel.partition(":")[0])
     if not spec.builds_for(arch):
@@ -71,7 +73,9 @@ def test_method_within_1_5x_of_sgemm(cases, precision, inputs, kernel):
     assert gemmlab.last_plan().spec.name == kw(kernel)["kernel"]
     err = compare(out, ref)
     assert err.nonfinite == 0
-    assert err.rel_fro <= 1.5 * sgemm_err, f"{err.rel_fro:.2e} vs SGEMM {sgemm_err:.2e} ({gemmlab.last_plan().describe()})"
+    assert err.rel_fro <= 1.5 * sgemm_err, (
+        f"{err.rel_fro:.2e} vs SGEMM {sgemm_err:.2e} ({gemmlab.last_plan().describe()})"
+    )
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -81,7 +85,7 @@ def test_fp16_ec_needs_scaling_for_small_values(kernel):
     (U(-1,1) * 2^-12 is still fine unscaled: the 2^11 in lo catches what hi loses.)"""
     needs(kernel)
     rng = np.random.default_rng(13)
-    a = cp.asarray(make_inputs("uniform", 65, 1000, rng) * np.float32(2.0 ** -24))
+    a = cp.asarray(make_inputs("uniform", 65, 1000, rng) * np.float32(2.0**-24))
     b = cp.asarray(make_inputs("uniform", 1000, 33, rng))
     ref = reference(a, b, keep_on_gpu=True)
     sgemm_err = compare(a @ b, ref).rel_fro
@@ -92,14 +96,16 @@ def test_fp16_ec_needs_scaling_for_small_values(kernel):
     assert plain > 100 * sgemm_err and scaled <= 1.5 * sgemm_err and auto == scaled
 
 
-@pytest.mark.parametrize("inputs, method", [("uniform", "fp16_ec"), ("uniform_small", "fp16_ec_scaled"),
-                                            ("log_uniform", "tf32_ec")])
+@pytest.mark.parametrize(
+    "inputs, method", [("uniform", "fp16_ec"), ("uniform_small", "fp16_ec_scaled"), ("log_uniform", "tf32_ec")]
+)
 def test_fp32_tc_reports_its_choice(cases, inputs, method):
     """The method chosen from the data is reported (ec_wmma named); with kernel="auto" this
     shape (two tiles) runs ec_wmma where ec_wgmma does not exist, and IEEE FP32 on the CUDA
     cores where it does but does not pay (choose.FP32_OVER_EC_WMMA)."""
     from gemmlab.kernels import registry
     from gemmlab.runtime.device import gpu_info
+
     a, b, ref, sgemm = cases[inputs]
     gemmlab.matmul(a, b, precision="fp32_tc", kernel="ec_wmma")
     p = gemmlab.last_plan()
@@ -129,8 +135,9 @@ def test_hi_hi_outside_the_tensor_core_matters(kernel):
         assert err <= 1.5 * sgemm, (precision, err, sgemm)
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 13, 5), (33, 65, 17), (127, 129, 255), (200, 300, 16)],
-                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "shape", [(1, 1, 1), (7, 13, 5), (33, 65, 17), (127, 129, 255), (200, 300, 16)], ids=lambda s: "x".join(map(str, s))
+)
 @pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec", "fp32_tc"])
 @pytest.mark.parametrize("misaligned", [False, True])
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -139,7 +146,7 @@ def test_odd_shapes_alpha_beta(shape, precision, misaligned, kernel):
     M, N, K = shape
     rng = np.random.default_rng(M + N + K)
     a = cp.asarray(make_inputs("normal", M, K, rng))
-    if misaligned:   # 4 bytes into its buffer: the 4-byte-copy variant runs
+    if misaligned:  # 4 bytes into its buffer: the 4-byte-copy variant runs
         a = cp.asarray(make_inputs("normal", 1, M * K + 1, rng)).ravel()[1:].reshape(M, K)
     b = cp.asarray(make_inputs("normal", K, N, rng))
     c0 = cp.asarray(make_inputs("normal", M, N, rng))
@@ -181,7 +188,7 @@ def test_nan_and_inf_propagate(precision, kernel):
     a[11, 4] = np.inf
     b[4, 13] = -1.0
     out = gemmlab.matmul(a, b, precision=precision, **kw(kernel)).get()
-    ref = a.get().astype(np.float64) @ b.get().astype(np.float64)   # IEEE: Inf * 0 = NaN, etc.
+    ref = a.get().astype(np.float64) @ b.get().astype(np.float64)  # IEEE: Inf * 0 = NaN, etc.
     assert np.isnan(ref[3]).all() and np.isnan(ref[7, 9]) and ref[11, 13] == -np.inf
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
     fin = ~np.isnan(ref)
@@ -200,7 +207,7 @@ def test_fold_sums_non_finite_elements_again(trans_a, trans_b, precision, splits
     nb, M, N, K = 2, 150, 140, 1200
     a = rng.uniform(-1, 1, (nb, M, K)).astype(np.float32)
     b = rng.uniform(-1, 1, (nb, K, N)).astype(np.float32)
-    b[:, :, :8] = np.round(b[:, :, :8] * 64) / 64      # exact in FP16 and TF32: lo = 0
+    b[:, :, :8] = np.round(b[:, :, :8] * 64) / 64  # exact in FP16 and TF32: lo = 0
     a[0, 3, 5] = np.inf
     a[1, 7, 1100] = -np.inf
     a[1, 9, 9] = np.nan
@@ -234,38 +241,59 @@ def test_exponent_histogram_matches_numpy():
     Inf and NaN, against NumPy's count."""
     from gemmlab.core import methods
     from gemmlab.runtime.device import gpu_info
+
     rng = np.random.default_rng(7)
     base = cp.asarray(make_inputs("log_uniform", 300, 700, rng))
     base[5, :40] = 0.0
     base[6, 3] = np.float32(1e-42)
     base[7, 7], base[8, 8] = np.inf, np.nan
-    view = base[:, 13:613]          # leading dimension 700, 600 columns
-    stats = methods.exponent_stats(gpu_info(0), cp.cuda.get_current_stream().ptr,
-                                   [(view.data.ptr, 300, 600, 700), (view.data.ptr, 0, 600, 700)])
+    view = base[:, 13:613]  # leading dimension 700, 600 columns
+    stats = methods.exponent_stats(
+        gpu_info(0), cp.cuda.get_current_stream().ptr, [(view.data.ptr, 300, 600, 700), (view.data.ptr, 0, 600, 700)]
+    )
     np.testing.assert_array_equal(stats[0].counts, methods.ExponentStats.of(view.get()).counts)
     assert stats[1].counts.sum() == 0
 
 
-@pytest.mark.parametrize("rows, cols, ld, offset", [(37, 1, 1, 0), (5, 3, 7, 1), (64, 5, 5, 2), (9, 130, 133, 3),
-                                                    (3, 4099, 4100, 0), (2, 1030, 1031, 1), (1, 17, 17, 3)])
+@pytest.mark.parametrize(
+    "rows, cols, ld, offset",
+    [
+        (37, 1, 1, 0),
+        (5, 3, 7, 1),
+        (64, 5, 5, 2),
+        (9, 130, 133, 3),
+        (3, 4099, 4100, 0),
+        (2, 1030, 1031, 1),
+        (1, 17, 17, 3),
+    ],
+)
 def test_exponent_histogram_every_row_alignment(rows, cols, ld, offset):
     """Rows that start at each 4-byte offset from a 16-byte boundary and end anywhere:
     the elements before the first boundary and after the last are counted one by one,
     the rest four at a time."""
     from gemmlab.core import methods
     from gemmlab.runtime.device import gpu_info
+
     rng = np.random.default_rng(rows * cols + offset)
     base = cp.asarray(make_inputs("log_uniform", rows * ld + offset + 8, 1, rng).ravel())
-    view = base[offset:offset + rows * ld].reshape(rows, ld)[:, :cols]
+    view = base[offset : offset + rows * ld].reshape(rows, ld)[:, :cols]
     stats = methods.exponent_stats(gpu_info(0), cp.cuda.get_current_stream().ptr, [(view.data.ptr, rows, cols, ld)])
     np.testing.assert_array_equal(stats[0].counts, methods.ExponentStats.of(view.get()).counts)
     assert stats[0].counts.sum() == rows * cols
 
 
-@pytest.mark.parametrize("kernel, params", [("ec_wmma", {}), ("ec_wgmma", {"STAGES": 2}), ("ec_wgmma", {"STAGES": 3}),
-                                            ("ec_wgmma", {"STAGES": 4, "BN": 96}),
-                                            ("ec_wgmma", {"STAGES": 2, "BN": 96, "FOLD": 0}),
-                                            ("ec_wgmma", {"STAGES": 4, "BN": 96, "FOLD": 0})], ids=str)
+@pytest.mark.parametrize(
+    "kernel, params",
+    [
+        ("ec_wmma", {}),
+        ("ec_wgmma", {"STAGES": 2}),
+        ("ec_wgmma", {"STAGES": 3}),
+        ("ec_wgmma", {"STAGES": 4, "BN": 96}),
+        ("ec_wgmma", {"STAGES": 2, "BN": 96, "FOLD": 0}),
+        ("ec_wgmma", {"STAGES": 4, "BN": 96, "FOLD": 0}),
+    ],
+    ids=str,
+)
 @pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec"])
 def test_many_tiles_per_block(kernel, params, precision):
     """More output tiles than SMs (ec_wgmma's persistent blocks take several each, and
@@ -296,7 +324,7 @@ def test_fp32_tc_runs_thin_products_as_fp32(shape):
     ref = reference(a, b, keep_on_gpu=True)
     assert compare(out, ref).rel_fro <= 1.5 * compare(a @ b, ref).rel_fro + 1e-7
     gemmlab.matmul(a, b, out=out, precision="fp32_tc", kernel="ec_wmma")
-    named = gemmlab.last_plan()   # the method chosen from the data: fp16_ec, fp16_ec_scaled or tf32_ec
+    named = gemmlab.last_plan()  # the method chosen from the data: fp16_ec, fp16_ec_scaled or tf32_ec
     assert named.spec.name == "ec_wmma" and named.method in ("fp16_ec", "fp16_ec_scaled", "tf32_ec"), named.describe()
 
 
@@ -321,6 +349,7 @@ def test_fp32_tc_decode_products_keep_sgemm_accuracy(op_b):
 
 # -- ec_wgmma's batches: one launch of each pass for the whole batch --------------------------
 
+
 def _stored(nb, rows, cols, rng, gap, trans=False):
     """nb matrices (None: one 2-D matrix) of op(x), rows x cols, fresh N(0, 1) values stored
     row-major (or transposed: a column-major view) in one flat buffer, rows padded by one
@@ -332,7 +361,7 @@ def _stored(nb, rows, cols, rng, gap, trans=False):
     vals = make_inputs("normal", n * sr, sc, rng).reshape(n, sr, sc)
     host = np.full(n * per + 3, np.nan, np.float32)
     for i in range(n):
-        host[i * per:i * per + sr * ld].reshape(sr, ld)[:, :sc] = vals[i]
+        host[i * per : i * per + sr * ld].reshape(sr, ld)[:, :sc] = vals[i]
     buf = cp.asarray(host)
     view = cp.lib.stride_tricks.as_strided(buf, (n, sr, sc), (per * 4, ld * 4, 4))
     if trans:
@@ -353,12 +382,15 @@ class _SplitAndGemmLaunches:
         from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE
         from gemmlab.runtime import compile as rt_compile
         from gemmlab.runtime.device import gpu_info
+
         arch = gpu_info(0).arch
-        choice = [rt_compile.load_kernel(src, name, arch) for src, name in ((CHOOSE_SOURCE, CHOOSE_KERNEL), (
-            EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL))]
+        choice = [
+            rt_compile.load_kernel(src, name, arch)
+            for src, name in ((CHOOSE_SOURCE, CHOOSE_KERNEL), (EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL))
+        ]
         reduce = rt_compile.load_kernel(SPLITK_REDUCE_SOURCE, splitk_reduce_kernel("float32"), arch)
         self.split_grids, self.split_matrices, self.gemms, self.reductions = [], [], 0, 0
-        executor.CACHE.clear()   # a fresh prepared call with the limits of this test
+        executor.CACHE.clear()  # a fresh prepared call with the limits of this test
         real_gemm, real_shaped = executor.launch, executor.launch_shaped
 
         def shaped(kernel, shape, stream, args):
@@ -366,7 +398,7 @@ class _SplitAndGemmLaunches:
             if split is not None:
                 self.split_grids.append(tuple(shape.grid))
                 # matrices_a, matrices_b: split_scaled.cu's B has no scale argument before them
-                scaled = split[0].startswith("gemmlab::ec_split_scaled")   # the key begins with the kernel's name
+                scaled = split[0].startswith("gemmlab::ec_split_scaled")  # the key begins with the kernel's name
                 self.split_matrices.append((int(args[6]), int(args[10 if scaled else 11])))
             elif kernel is reduce:
                 self.reductions += 1
@@ -377,7 +409,8 @@ class _SplitAndGemmLaunches:
         def gemm(*a, **kw):
             self.gemms += 1
             return real_gemm(*a, **kw)
-        monkeypatch.setattr(executor, "launch", gemm)             # driver-built tensor maps (graph capture)
+
+        monkeypatch.setattr(executor, "launch", gemm)  # driver-built tensor maps (graph capture)
         monkeypatch.setattr(executor, "launch_shaped", shaped)
 
 
@@ -390,6 +423,7 @@ def _ec_batch(monkeypatch, precision, nb_a, nb_b, M, N, K, *, trans_b=False, bet
     from gemmlab.core import executor
     from gemmlab.kernels.ec.ec_wgmma import ec_parts_bytes
     from gemmlab.kernels.spec import Problem
+
     needs("ec_wgmma")
     rng = np.random.default_rng(M + 3 * N + 7 * K + 11 * (nb_a or 0) + 13 * (nb_b or 0))
     a, a64 = _stored(nb_a, M, K, rng, gap=3)
@@ -402,8 +436,9 @@ def _ec_batch(monkeypatch, precision, nb_a, nb_b, M, N, K, *, trans_b=False, bet
     if beta:
         out[...] = cp.asarray(c0)
     if per_launch:
-        monkeypatch.setattr(executor, "BATCH_WORKSPACE_LIMIT",
-                            per_launch * ec_parts_bytes(Problem(M, N, K, True, "fp16_ec")))
+        monkeypatch.setattr(
+            executor, "BATCH_WORKSPACE_LIMIT", per_launch * ec_parts_bytes(Problem(M, N, K, True, "fp16_ec"))
+        )
     launches = _SplitAndGemmLaunches(monkeypatch)
     alpha = 0.7
     gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, precision=precision, kernel="ec_wgmma", **params)
@@ -419,8 +454,9 @@ def _ec_batch(monkeypatch, precision, nb_a, nb_b, M, N, K, *, trans_b=False, bet
     sgemm_err = np.linalg.norm(sgemm - ref) / np.linalg.norm(ref)
     assert err <= 1.5 * sgemm_err + 1e-8, f"{err:.2e} vs SGEMM {sgemm_err:.2e} ({p.describe()})"
     written = np.zeros(out_buf.size, bool)
-    written_idx = cp.lib.stride_tricks.as_strided(cp.arange(out_buf.size), out.shape,
-                                                  tuple(s * 2 for s in out.strides)).get()   # int64 strides
+    written_idx = cp.lib.stride_tricks.as_strided(
+        cp.arange(out_buf.size), out.shape, tuple(s * 2 for s in out.strides)
+    ).get()  # int64 strides
     written[written_idx.ravel()] = True
     assert np.isnan(out_buf.get()[~written]).all(), "out's gaps or padding were written"
     return launches
@@ -432,10 +468,15 @@ EC_CANDIDATES = {"fp16_ec": 1, "tf32_ec": 1, "fp32_tc": 2}
 
 
 @pytest.mark.parametrize("precision", ["fp16_ec", "tf32_ec", "fp32_tc"])
-@pytest.mark.parametrize("shape, nb, beta, trans_b", [((133, 101, 77), 5, 0.0, False),
-                                                       ((133, 101, 77), 40, -1.3, True),   # 160 tiles: several a block
-                                                       ((70, 300, 129), 3, -1.3, False)],
-                         ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+@pytest.mark.parametrize(
+    "shape, nb, beta, trans_b",
+    [
+        ((133, 101, 77), 5, 0.0, False),
+        ((133, 101, 77), 40, -1.3, True),  # 160 tiles: several a block
+        ((70, 300, 129), 3, -1.3, False),
+    ],
+    ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x),
+)
 def test_ec_wgmma_batch_is_one_launch_of_each_pass(monkeypatch, precision, shape, nb, beta, trans_b):
     """A batch with gaps between the matrices of a, b and out, sizes that are multiples of no
     tile, rows of no 16-byte multiple: one split launch for both operands (gridDim.y: the
@@ -445,8 +486,7 @@ def test_ec_wgmma_batch_is_one_launch_of_each_pass(monkeypatch, precision, shape
     launches = _ec_batch(monkeypatch, precision, nb, nb, M, N, K, trans_b=trans_b, beta=beta)
     n = EC_CANDIDATES[precision]
     assert launches.gemms == n, launches.gemms
-    assert len(launches.split_grids) == n and all(g[1:] == (nb, 2) for g in launches.split_grids), \
-        launches.split_grids
+    assert len(launches.split_grids) == n and all(g[1:] == (nb, 2) for g in launches.split_grids), launches.split_grids
 
 
 @pytest.mark.parametrize("precision", ["fp16_ec", "fp32_tc"])
@@ -455,8 +495,9 @@ def test_ec_wgmma_splits_a_shared_operand_once(monkeypatch, precision, shared):
     """numpy.matmul broadcasting: a 2-D operand every matrix shares (stride 0) is split once
     (one matrix; the split's grid is the batch's, whose other blocks return for it) and read
     at batch coordinate 0 by every work item."""
-    launches = _ec_batch(monkeypatch, precision, None if shared == "a" else 6, None if shared == "b" else 6,
-                         150, 200, 72, beta=0.5)
+    launches = _ec_batch(
+        monkeypatch, precision, None if shared == "a" else 6, None if shared == "b" else 6, 150, 200, 72, beta=0.5
+    )
     n = EC_CANDIDATES[precision]
     grids = [g[1:] for g in launches.split_grids]
     assert launches.gemms == n and grids == [(6, 2)] * n, grids
@@ -476,6 +517,7 @@ def test_ec_wgmma_batch_in_chunks_of_the_workspace_limit(monkeypatch, precision)
 def _needs_ec_wgmma_on_132_sms():
     """Skip where ec_wgmma cannot run or the GPU has other than the 132 SMs the tail sizes are chosen for."""
     from gemmlab.runtime.device import gpu_info
+
     needs("ec_wgmma")
     if gpu_info(0).sm_count != 132:
         pytest.skip("the tail sizes are chosen for 132 SMs")
@@ -484,13 +526,18 @@ def _needs_ec_wgmma_on_132_sms():
 def _tail_of_last_call(nb):
     """(tiles of the stream-K tail, slices) of the GEMM the last fp32_tc call chose (ec_wgmma_tail)."""
     from gemmlab.kernels.ec.ec_wgmma import ec_wgmma_tail
+
     return ec_wgmma_tail(gemmlab.last_plan(), nb, 1)
 
 
-@pytest.mark.parametrize("M, N, K, trans_b, beta, tail", [
-    (1606, 1586, 1000, False, 0.6, (37, 3)),   # 169 tiles on 132 SMs: the last 37 cut in 3 slices of K
-    (1700, 1500, 2100, True, 0.0, (36, 3))],   # 168 tiles, a @ w.t(): the last 36 in 3
-    ids=["169tiles", "168tiles-wT"])
+@pytest.mark.parametrize(
+    "M, N, K, trans_b, beta, tail",
+    [
+        (1606, 1586, 1000, False, 0.6, (37, 3)),  # 169 tiles on 132 SMs: the last 37 cut in 3 slices of K
+        (1700, 1500, 2100, True, 0.0, (36, 3)),
+    ],  # 168 tiles, a @ w.t(): the last 36 in 3
+    ids=["169tiles", "168tiles-wT"],
+)
 def test_ec_wgmma_stream_k_tail(M, N, K, trans_b, beta, tail):
     """fp32_tc where the tiles would leave the persistent grid's last round part empty: the last
     round's tiles cut into slices of K, the last slice of each to finish adding them all up.
@@ -603,8 +650,9 @@ def test_ec_wgmma_split_k_on_odd_shapes(splits, shape, precision, alpha, beta):
     assert err.ok(max(1.5 * sgemm, 1e-6)), f"{err.rel_fro:.2e} vs SGEMM {sgemm:.2e} ({p.describe()})"
 
 
-@pytest.mark.parametrize("inputs, method", [("uniform", "fp16_ec"), ("uniform_small", "fp16_ec_scaled"),
-                                            ("log_uniform", "tf32_ec")])
+@pytest.mark.parametrize(
+    "inputs, method", [("uniform", "fp16_ec"), ("uniform_small", "fp16_ec_scaled"), ("log_uniform", "tf32_ec")]
+)
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.7, -1.3)])
 def test_ec_wgmma_split_k_under_a_choice_on_the_gpu(inputs, method, alpha, beta):
     """fp32_tc split 3 ways: both candidates' GEMMs and reductions are launched, and only the
@@ -641,7 +689,7 @@ def test_ec_wgmma_split_k_batch(monkeypatch, precision, shared):
     launches = _ec_batch(monkeypatch, precision, nb_a, nb_b, 133, 101, 1000, beta=-1.3, SPLITK=3)
     n = EC_CANDIDATES[precision]
     assert (launches.gemms, launches.reductions, len(launches.split_grids)) == (n, n, n), launches.__dict__
-    _ec_batch(monkeypatch, precision, nb_a, nb_b, 70, 300, 129, SPLITK=7)   # beta = 0: out poisoned
+    _ec_batch(monkeypatch, precision, nb_a, nb_b, 70, 300, 129, SPLITK=7)  # beta = 0: out poisoned
 
 
 def test_auto_splits_a_128_token_product_on_ec_wgmma(monkeypatch):
@@ -651,6 +699,7 @@ def test_auto_splits_a_128_token_product_on_ec_wgmma(monkeypatch):
     launches), out poisoned before each."""
     needs("ec_wgmma")
     from gemmlab.runtime.device import gpu_info
+
     M, N, K = 128, 4096, 4096
     rng = np.random.default_rng(19)
     a = cp.asarray(make_inputs("uniform", M, K, rng))

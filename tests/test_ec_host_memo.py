@@ -47,11 +47,11 @@ class Recorder:
     """Launches recorded, not run; workspaces at chosen addresses (per slot), kept or not."""
 
     def __init__(self):
-        self.log = []                 # every launch, memset, workspace taken and given back, in order
+        self.log = []  # every launch, memset, workspace taken and given back, in order
         self.address = {"choice": 0x10000, "splitk": 0x4000000, "scratch": 0x200000}
         self.kept = True
-        self.repeats = True           # the address comes back at the next call (kept, or from the pool again)
-        self.builds = 0               # ec_wgmma argument sets built
+        self.repeats = True  # the address comes back at the next call (kept, or from the pool again)
+        self.builds = 0  # ec_wgmma argument sets built
 
     def workspace(self, gpu, stream, nbytes, what, hint="", slot="scratch", zero_new=False, capturing=None):
         self.log.append(("take", slot))
@@ -75,26 +75,31 @@ class Recorder:
 def rec(monkeypatch):
     emulated_gpu.install(monkeypatch)
     r = Recorder()
-    monkeypatch.setattr(rt_compile, "load_kernel", lambda source, name, arch: name)   # a kernel is its name here
+    monkeypatch.setattr(rt_compile, "load_kernel", lambda source, name, arch: name)  # a kernel is its name here
     # Tables of their own: in a process that ran GPU tests before, the real ones hold real
     # kernels and tensor maps under the same keys (the emulated GPU is an sm_90a of 132 SMs).
     monkeypatch.setattr(ec_wgmma, "_split_launches", {})
     monkeypatch.setattr(tma, "_cache", OrderedDict())
     monkeypatch.setattr(executor, "stream_workspace", r.workspace)
-    monkeypatch.setattr(executor, "launch_shaped", lambda kernel, shape, stream, args:
-                        r.log.append((kernel, shape.grid, args)))
-    monkeypatch.setattr(executor, "launch", lambda kernel, grid, block, smem, stream, *args, cluster=(1, 1, 1):
-                        r.log.append((kernel, tuple(grid), args)))
+    monkeypatch.setattr(
+        executor, "launch_shaped", lambda kernel, shape, stream, args: r.log.append((kernel, shape.grid, args))
+    )
+    monkeypatch.setattr(
+        executor,
+        "launch",
+        lambda kernel, grid, block, smem, stream, *args, cluster=(1, 1, 1): r.log.append((kernel, tuple(grid), args)),
+    )
     monkeypatch.setattr(executor, "maps_backend", lambda stream: None)
 
     class Report:
         def __init__(self, gpu, stream):
             self.ptr = 0x30000
+
     monkeypatch.setattr(executor, "Report", Report)
     monkeypatch.setattr(executor, "zero_workspace", lambda stream, ws: r.log.append(("zero", ws, ())))
     real_init = executor.Launcher.__init__
 
-    def init(self, *a, **kw):   # count the argument sets each launcher builds
+    def init(self, *a, **kw):  # count the argument sets each launcher builds
         real_init(self, *a, **kw)
         if self.prepass is not None:
             build = self.prepass.build
@@ -102,7 +107,9 @@ def rec(monkeypatch):
             def counted(*args):
                 r.builds += 1
                 return build(*args)
+
             self.prepass = dataclasses.replace(self.prepass, build=counted)
+
     monkeypatch.setattr(executor.Launcher, "__init__", init)
     return r
 
@@ -135,10 +142,10 @@ def test_a_repeated_call_launches_what_the_first_built(rec):
     # choose, no copy.
     kernels = [k for k, _, _ in first]
     assert kernels[0] == ec_split_scaled_kernel("N", "N", 1, ec_wgmma.ec_scaled_chunk(90))
-    assert first[0][2][-1] == 0x30000   # the report's address
+    assert first[0][2][-1] == 0x30000  # the report's address
     assert len(kernels) == 4 and "zero" not in kernels and choose_method.CHOOSE_KERNEL not in kernels
     gemms = [k for k in kernels if k.startswith("gemmlab::ec_wgmma")]
-    assert len(gemms) == 2 and built == 2   # the FP16 and the TF32 candidate, each built once
+    assert len(gemms) == 2 and built == 2  # the FP16 and the TF32 candidate, each built once
     for _ in range(3):
         _call(a, b, out)
         again = rec.launches()
@@ -154,42 +161,45 @@ def test_anything_new_builds_again_with_its_values(rec):
     _call(a, b, out)
     rec.launches()
     built = rec.builds
-    a2 = a.copy()                       # the operand moved
+    a2 = a.copy()  # the operand moved
     _call(a2, b, out)
     moved = rec.launches()
     assert rec.builds == built + 2
     pointers = {x for k, _, args in moved for x in args if isinstance(x, int)}
     assert a2.ctypes.data in pointers and a.ctypes.data not in pointers
-    _call(a2, b, out, alpha=0.5)        # a new alpha: the GEMMs take it
+    _call(a2, b, out, alpha=0.5)  # a new alpha: the GEMMs take it
     scaled = rec.launches()
     assert rec.builds == built + 4
     gemm_alphas = {args[3] for k, _, args in scaled if k.startswith("gemmlab::ec_wgmma")}
     assert gemm_alphas == {np.float32(0.5)}
-    rec.address["scratch"] += 1 << 20   # the stream's workspace grew elsewhere: new maps
+    rec.address["scratch"] += 1 << 20  # the stream's workspace grew elsewhere: new maps
     _call(a2, b, out, alpha=0.5)
     grown = rec.launches()
     assert rec.builds == built + 6
     maps = {x.ptr for k, _, args in grown for x in args if isinstance(x, emulated_gpu.FakeMap)}
     assert min(maps) == rec.address["scratch"]
-    rec.address["choice"] += 4096       # a new record: every launch that reads it changes
+    rec.address["choice"] += 4096  # a new record: every launch that reads it changes
     _call(a2, b, out, alpha=0.5)
     assert rec.builds == built + 8
     record = rec.address["choice"] + choose_method.RECORD_OFFSET
     # split_pack.cu takes the record last, split_scaled.cu before the report, the GEMM before
     # its SPLITK, the layouts, the inverse scales and the stream-K tail's three.
     at = {"gemmlab::ec_wgmma": -8, "gemmlab::ec_split_scaled": -2, "gemmlab::ec_split_pack": -1}
-    assert all(args[next(i for name, i in at.items() if k.startswith(name))] == record
-               for k, _, args in rec.launches() if k.startswith(tuple(at)))
+    assert all(
+        args[next(i for name, i in at.items() if k.startswith(name))] == record
+        for k, _, args in rec.launches()
+        if k.startswith(tuple(at))
+    )
 
 
 def test_a_graphs_own_workspace_is_never_remembered(rec):
-    rec.kept = rec.repeats = False      # a graph's own allocation
+    rec.kept = rec.repeats = False  # a graph's own allocation
     a, b = _operands()
     out = np.empty((70, 50), np.float32)
     _call(a, b, out)
     first = rec.launches()
     _call(a, b, out)
-    _same(first, rec.launches())        # built again, to the same values
+    _same(first, rec.launches())  # built again, to the same values
     assert rec.builds == 4
     prepared = next(iter(executor.CACHE._d.values()))
     assert not prepared.chooser._kept
@@ -202,7 +212,7 @@ def test_a_workspace_too_large_to_keep_is_remembered_by_address(rec):
     found (no tensor maps encoded again); the choice's own workspace is kept as always."""
     a, b = _operands()
     out = np.empty((70, 50), np.float32)
-    rec.kept = False                    # the scratch workspace: from the pool, address repeating
+    rec.kept = False  # the scratch workspace: from the pool, address repeating
     _call(a, b, out)
     first, built = rec.launches(), rec.builds
     _call(a, b, out)
@@ -210,7 +220,7 @@ def test_a_workspace_too_large_to_keep_is_remembered_by_address(rec):
     _same(first, again)
     assert rec.builds == built == 2
     assert all(x[2] is y[2] for x, y in zip(first, again))
-    rec.address["scratch"] += 1 << 20   # another block this time: built again for it
+    rec.address["scratch"] += 1 << 20  # another block this time: built again for it
     _call(a, b, out)
     assert rec.builds == built + 2
 
@@ -222,13 +232,13 @@ HISTOGRAMS = {"BN": 96, "FOLD": 0}
 
 @pytest.mark.parametrize("tile", [HISTOGRAMS, {}], ids=["histograms", "per-row"])
 def test_the_memos_are_bounded(rec, tile, monkeypatch):
-    monkeypatch.setattr(executor, "ARGS_KEPT", 16)   # the bound, small enough to reach here
+    monkeypatch.setattr(executor, "ARGS_KEPT", 16)  # the bound, small enough to reach here
     b = _operands()[1]
     out = np.empty((70, 50), np.float32)
     keep = []
     for seed in range(executor.ARGS_KEPT + 5):
         a = _operands(seed)[0]
-        keep.append(a)                  # each at its own address
+        keep.append(a)  # each at its own address
         _call(a, b, out, **tile)
         rec.launches()
     prepared = next(iter(executor.CACHE._d.values()))
@@ -250,6 +260,7 @@ def test_one_histogram_launch_counts_both_operands(rec):
     """The choice's histograms: one launch, blockIdx.z the operand (A into the first
     histogram, B into the second), its grid the larger operand's."""
     from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, HISTOGRAM_WARPS
+
     a, b = _operands(M=300, K=40, N=20)
     out = np.empty((300, 20), np.float32)
     _call(a, b, out, **HISTOGRAMS)
@@ -267,6 +278,7 @@ def test_histogram_launches_pair_the_operands_chunks():
     """A batch of more than 65535 matrices is counted in chunks; the other operand's one
     launch goes with the first chunk, the later chunks count nothing of it."""
     from gemmlab.kernels.ec.exponent_histogram import GRID_Y_MAX, histogram_launches
+
     gpu = emulated_gpu.FakeGPU()
     batch = GRID_Y_MAX + 10
     launches = histogram_launches(gpu, [(0, 8, 16, 16, batch, 128)], [(64, 16, 4, 4, 1, 0)])
@@ -275,7 +287,7 @@ def test_histogram_launches_pair_the_operands_chunks():
     assert (off_a, off_b, grid[1:], rest_a[2], rest_b[2]) == (0, 64, (GRID_Y_MAX, 2), GRID_Y_MAX, 1)
     off_a, _, grid, _, rest_a, shape_b, rest_b = second
     assert (off_a, grid[1:], rest_a[2]) == (GRID_Y_MAX * 128 * 4, (10, 2), 10)
-    assert tuple(shape_b) == (0, 0) and rest_b[2] == 0   # nothing of B: its blocks return at once
+    assert tuple(shape_b) == (0, 0) and rest_b[2] == 0  # nothing of B: its blocks return at once
 
 
 def test_one_split_launch_takes_both_operands(rec):
@@ -287,19 +299,22 @@ def test_one_split_launch_takes_both_operands(rec):
     a, b = _operands(M=300, K=40, N=20)
     out = np.empty((300, 20), np.float32)
     _call(a, b, out)
-    (k16, g16, a16), (k32, g32, a32) = [(k, g, args) for k, g, args in rec.launches()
-                                        if k.startswith("gemmlab::ec_split")]
-    assert (k16, k32) == (ec_split_scaled_kernel("N", "N", 1, EC_SCALED_SHORT_CHUNK),
-                          "gemmlab::ec_split_pack<1, 1, 'N', 'N'>")   # K = 40: the short chunk
-    ws, kp = rec.address["scratch"], 40   # K padded to 8 elements
+    (k16, g16, a16), (k32, g32, a32) = [
+        (k, g, args) for k, g, args in rec.launches() if k.startswith("gemmlab::ec_split")
+    ]
+    assert (k16, k32) == (
+        ec_split_scaled_kernel("N", "N", 1, EC_SCALED_SHORT_CHUNK),
+        "gemmlab::ec_split_pack<1, 1, 'N', 'N'>",
+    )  # K = 40: the short chunk
+    ws, kp = rec.address["scratch"], 40  # K padded to 8 elements
     a_part, b_part = 300 * kp * 4, 20 * kp * 4
     parts = (ws, ws + a_part, ws + 2 * a_part, ws + 2 * a_part + b_part)
     record = rec.address["choice"] + choose_method.RECORD_OFFSET
-    assert g16 == (-(-300 // 32), 1, 2)   # one block (K = 40 fits its registers) per 32 rows of A, more than B's
+    assert g16 == (-(-300 // 32), 1, 2)  # one block (K = 40 fits its registers) per 32 rows of A, more than B's
     assert a16[:11] == (300, 20, 40, a.ctypes.data, 40, 0, 1, b.ctypes.data, 20, 0, 1)
     scales = parts[3] + b_part
     assert a16[11:] == parts + (kp, scales, scales + 4 * 300, -(-300 // 32) + 1, record, 0x30000)
-    assert g32 == (-(-300 // 32) * -(-40 // 32), 1, 2)   # A's tiles, more than B's
+    assert g32 == (-(-300 // 32) * -(-40 // 32), 1, 2)  # A's tiles, more than B's
     assert a32[:7] == (300, 20, 40, a.ctypes.data, 40, 0, 1) and a32[8:12] == (b.ctypes.data, 20, 0, 1)
     assert a32[13:18] == parts + (kp,) and a32[-1] == record
 
@@ -312,10 +327,10 @@ def test_split_scaled_grid_bounds_the_blocks():
     sms = 132
     grid, blocks = ec_wgmma.ec_scaled_grid(4096, 4096, 4096, 1, 1, sms)
     assert grid == (8 * 128, 1, 2) and blocks == 2 * 8 * 128
-    grid, blocks = ec_wgmma.ec_scaled_grid(2048, 2048, 128, 128, 128, sms)   # Q @ K^T, 128 heads
+    grid, blocks = ec_wgmma.ec_scaled_grid(2048, 2048, 128, 128, 128, sms)  # Q @ K^T, 128 heads
     per_matrix = -(-ec_wgmma.EC_SCALED_BLOCKS_PER_SM * sms // (2 * 128))
     assert grid == (per_matrix, 128, 2) and per_matrix < 2048 // 32 and blocks == 2 * per_matrix * 128
-    grid, blocks = ec_wgmma.ec_scaled_grid(128, 4096, 4096, 1, 1, sms)        # 128 tokens: A has 4 groups
+    grid, blocks = ec_wgmma.ec_scaled_grid(128, 4096, 4096, 1, 1, sms)  # 128 tokens: A has 4 groups
     assert grid == (8 * 128, 1, 2) and blocks == 8 * (4 + 128)
 
 
@@ -323,16 +338,22 @@ def test_split_scaled_chunk_follows_k():
     """A K of EC_SCALED_SHORT_CHUNK or less takes the short chunk (a quarter of the
     registers); longer, the full one."""
     short = ec_wgmma.EC_SCALED_SHORT_CHUNK
-    assert [ec_wgmma.ec_scaled_chunk(k) for k in (1, short, short + 1, 4096)] == \
-        [short, short, ec_wgmma.EC_SCALED_CHUNK, ec_wgmma.EC_SCALED_CHUNK]
+    assert [ec_wgmma.ec_scaled_chunk(k) for k in (1, short, short + 1, 4096)] == [
+        short,
+        short,
+        ec_wgmma.EC_SCALED_CHUNK,
+        ec_wgmma.EC_SCALED_CHUNK,
+    ]
 
 
 def test_split_scaled_clusters_follow_k():
     """split_scaled.cu's cluster: the fewest blocks (1, 2, 4, 8) whose share of K fits a
     block's registers, 8 beyond (each block then reads its share twice)."""
     chunk = ec_wgmma.EC_SCALED_CHUNK
-    assert [ec_wgmma.ec_scaled_cluster(k) for k in (1, chunk, chunk + 1, 2 * chunk, 4 * chunk + 1, 8 * chunk,
-                                                    8 * chunk + 1, 100 * chunk)] == [1, 1, 2, 2, 8, 8, 8, 8]
+    assert [
+        ec_wgmma.ec_scaled_cluster(k)
+        for k in (1, chunk, chunk + 1, 2 * chunk, 4 * chunk + 1, 8 * chunk, 8 * chunk + 1, 100 * chunk)
+    ] == [1, 1, 2, 2, 8, 8, 8, 8]
 
 
 # -- split-K: each candidate's partial products into split-K's workspace, then its reduction ------
@@ -360,13 +381,17 @@ def test_split_k_gemms_write_the_workspace_and_reductions_read_the_record(rec):
     ws = rec.address["splitk"]
     reduce = splitk_reduce_kernel("float32")
     ran = _split_launches(first)
-    assert [k for k, _ in ran] == ["gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>", reduce,
-                                   "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>", reduce], [k for k, _ in ran]
+    assert [k for k, _ in ran] == [
+        "gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>",
+        reduce,
+        "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>",
+        reduce,
+    ], [k for k, _ in ran]
     for (gemm, g), (_, r), method in zip(ran[::2], ran[1::2], (0, 1)):
         assert (g[3], g[8], g[9], g[10], g[13], g[14]) == (1.0, 0.0, ws, N, M * N, 1), gemm
         assert g[-8] == record and type(g[-7]) is np.int32 and g[-7] == 3 and g[-6] == 0, gemm
-        assert (g[-5] != 0 and g[-4] != 0) == (method == 0), gemm   # split_scaled.cu's inverse scales: FP16 only
-        assert tuple(g[-3:]) == (0, 1, 0), gemm   # no stream-K tail with split-K
+        assert (g[-5] != 0 and g[-4] != 0) == (method == 0), gemm  # split_scaled.cu's inverse scales: FP16 only
+        assert tuple(g[-3:]) == (0, 1, 0), gemm  # no stream-K tail with split-K
         assert r == (M, N, 3, ws, np.float32(0.5), np.float32(2.0), out.ctypes.data, N, 0, record, method), r
         assert type(r[-1]) is np.int32
     assert EC_METHODS == {"fp16_ec": 0, "tf32_ec": 1}
@@ -409,7 +434,7 @@ def test_split_k_without_a_choice_reduces_unconditionally(rec):
     # fp16_ec (parts as they are): the four-set kernel (registry.EC_WGMMA_UNSCALED_PARAMS)
     assert gemm == "gemmlab::ec_wgmma<0, 4, 96, 0, 'N', 'N'>" and reduce == splitk_reduce_kernel("float32")
     assert (g[9], g[13], g[-8], g[-7], g[-5], g[-4]) == (rec.address["splitk"], M * N, 0, 2, 0, 0)
-    assert tuple(g[-3:]) == (0, 1, 0)   # no stream-K tail without a record
+    assert tuple(g[-3:]) == (0, 1, 0)  # no stream-K tail without a record
     assert r[:4] == (M, N, 2, rec.address["splitk"]) and r[-2:] == (0, 0) and type(r[-1]) is np.int32
 
 
@@ -418,7 +443,10 @@ def test_unsplit_gemm_passes_one_split_and_its_own_c(rec):
     out = np.empty((70, 50), np.float32)
     _call(a, b, out)
     ran = _split_launches(rec.launches())
-    assert [k for k, _ in ran] == ["gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>", "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>"]
+    assert [k for k, _ in ran] == [
+        "gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>",
+        "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>",
+    ]
     for _, g in ran:
         assert (g[9], g[10], g[13], g[-7]) == (out.ctypes.data, 50, 0, 1) and type(g[-7]) is np.int32
 
@@ -442,16 +470,22 @@ def test_auto_splits_both_candidates_alike(rec):
 
 
 # What each host argument type is in a kernel's C++ signature.
-_CXX_TYPES = {np.int32: "int", np.float32: "float", np.int64: "long long", int: "*",
-              emulated_gpu.FakeMap: "gemmlab::hopper::TensorMap"}
+_CXX_TYPES = {
+    np.int32: "int",
+    np.float32: "float",
+    np.int64: "long long",
+    int: "*",
+    emulated_gpu.FakeMap: "gemmlab::hopper::TensorMap",
+}
 
 
 def _parameters(source, name: str) -> list[str]:
     """The parameter types of a compiled kernel, from its demangled name."""
     from gemmlab.runtime.compile import compile_module
+
     mangled = compile_module(source, [name], "sm_90a").symbols[name]
     text = subprocess.run(["c++filt", mangled], capture_output=True, text=True, check=True).stdout.strip()
-    return text[text.index(">(") + 2:-1].split(", ")   # after the template arguments
+    return text[text.index(">(") + 2 : -1].split(", ")  # after the template arguments
 
 
 @pytest.mark.skipif(shutil.which("c++filt") is None, reason="c++filt (binutils) demangles the kernels' names")
@@ -487,7 +521,7 @@ def test_fp16_ec_as_they_are_runs_the_four_set_kernel(rec):
     assert (p.spec.name, p.params) == ("ec_wgmma", {"STAGES": 4, "BN": 96, "FOLD": 0, "SPLITK": 3}), p.describe()
     assert ec_wgmma_auto_split(M, N, K, 132, bn=96) == 3
     splits = [k for k, _, _ in rec.launches() if k.startswith("gemmlab::ec_split_pack")]
-    assert splits == ["gemmlab::ec_split_pack<0, 0, 'N', 'N'>"]   # lo scaled by 2^11
+    assert splits == ["gemmlab::ec_split_pack<0, 0, 'N', 'N'>"]  # lo scaled by 2^11
     gemmlab.matmul(a, b, out=out, precision="fp16_ec", kernel="ec_wgmma", FOLD=1)
     assert gemmlab.last_plan().params["FOLD"] == 1 and gemmlab.last_plan().params["BN"] == 128
     gemmlab.matmul(a, b, out=out, precision="fp32_tc")
@@ -495,23 +529,29 @@ def test_fp16_ec_as_they_are_runs_the_four_set_kernel(rec):
     assert gemms == {"gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>", "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>"}
 
 
-@pytest.mark.parametrize("M, N, K, splitk, choice, want", [
-    (1536, 1536, 4096, 1, 1, (12, 8)),        # 144 tiles: the last 12 in 8 slices, one round of an eighth of a tile
-    (1536, 1536, 4096, 2, 1, (0, 1)),         # split-K: none
-    (1536, 1536, 4096, 1, 0, (0, 1)),         # no record to keep the counters after: none
-    (1664, 1664, 4096, 1, 1, (37, 3)),        # 169 tiles: 37 x 3 slices still fit one round of 132
-    (1536, 1536, 512, 1, 1, (12, 2)),         # eight K-steps: two slices of four
-    (1536, 2816, 4096, 1, 1, (0, 1)),         # 264 tiles: two whole rounds
-    (1606, 1586, 256, 1, 1, (0, 1)),          # four K-steps: too few to cut
-    (4096, 4096, 4096, 1, 1, (0, 1)),         # 1024 tiles, 100 in the last round: two slices need two rounds
-])
+@pytest.mark.parametrize(
+    "M, N, K, splitk, choice, want",
+    [
+        (1536, 1536, 4096, 1, 1, (12, 8)),  # 144 tiles: the last 12 in 8 slices, one round of an eighth of a tile
+        (1536, 1536, 4096, 2, 1, (0, 1)),  # split-K: none
+        (1536, 1536, 4096, 1, 0, (0, 1)),  # no record to keep the counters after: none
+        (1664, 1664, 4096, 1, 1, (37, 3)),  # 169 tiles: 37 x 3 slices still fit one round of 132
+        (1536, 1536, 512, 1, 1, (12, 2)),  # eight K-steps: two slices of four
+        (1536, 2816, 4096, 1, 1, (0, 1)),  # 264 tiles: two whole rounds
+        (1606, 1586, 256, 1, 1, (0, 1)),  # four K-steps: too few to cut
+        (4096, 4096, 4096, 1, 1, (0, 1)),  # 1024 tiles, 100 in the last round: two slices need two rounds
+    ],
+)
 def test_the_stream_k_tails_rule(M, N, K, splitk, choice, want):
     """ec_wgmma_tail: the tiles of a last round that would leave SMs idle, cut into as many
     slices of K as still run in one round, where that is two or more."""
     from types import SimpleNamespace
     from gemmlab.kernels.spec import Problem
-    plan = SimpleNamespace(problem=Problem(M, N, K, True, "fp16_ec", sm_count=132),
-                           params={"BN": 128, "FOLD": 1, "STAGES": 3, "SPLITK": splitk})
+
+    plan = SimpleNamespace(
+        problem=Problem(M, N, K, True, "fp16_ec", sm_count=132),
+        params={"BN": 128, "FOLD": 1, "STAGES": 3, "SPLITK": splitk},
+    )
     assert ec_wgmma.ec_wgmma_tail(plan, 1, choice) == want
 
 
@@ -524,7 +564,7 @@ def test_both_candidates_take_the_tail_after_the_shared_parts(rec):
     out = np.empty((M, N), np.float32)
     _call(a, b, out)
     gemms = [args for k, _, args in rec.launches() if k.startswith("gemmlab::ec_wgmma")]
-    parts = 2 * (M + N) * K * 4 + 4 * (M + N)   # hi and lo, either part type's room; the inverse scales
+    parts = 2 * (M + N) * K * 4 + 4 * (M + N)  # hi and lo, either part type's room; the inverse scales
     offset = -(-parts // 256) * 256
     assert len(gemms) == 2
     for g in gemms:
@@ -534,20 +574,23 @@ def test_both_candidates_take_the_tail_after_the_shared_parts(rec):
     assert prepared.chooser.shared_bytes == offset + 37 * 3 * 128 * 128 * 4
 
 
-@pytest.mark.parametrize("op_a, op_b, K, lda, ldb, a_off, nz_a, sa, want", [
-    ("N", "T", 4096, 4096, 4096, 0, 1, 0, 4),     # a @ w.t(): 4 float4 of each row a thread, 4 rows a block
-    ("N", "T", 512, 512, 512, 0, 1, 0, 0),        # one block's share already: the clustered kernel has no cluster
-    ("N", "T", 513, 516, 516, 0, 1, 0, 1),
-    ("N", "T", 16384, 16384, 16384, 0, 1, 0, 16),
-    ("N", "T", 16385, 16388, 16388, 0, 1, 0, 0),  # more than 64 values a thread
-    ("N", "N", 4096, 4096, 4096, 0, 1, 0, 0),     # B's segments are columns
-    ("T", "T", 4096, 4096, 4096, 0, 1, 0, 0),
-    ("N", "T", 4096, 4097, 4096, 0, 1, 0, 0),     # rows not 16-byte aligned
-    ("N", "T", 4096, 4096, 4096, 4, 1, 0, 0),     # A's first row not 16-byte aligned
-    ("N", "T", 4096, 4096, 4096, 0, 3, 4096 * 70 + 2, 0),   # a batch's matrices not 16-byte apart
-    ("N", "T", 4096, 4096, 4096, 0, 3, 4096 * 70, 4),
-    ("N", "T", 4096, 4096, 4096, 0, 4800, 4096 * 70, 0),   # more outputs than the whole-rows split is taken for
-])
+@pytest.mark.parametrize(
+    "op_a, op_b, K, lda, ldb, a_off, nz_a, sa, want",
+    [
+        ("N", "T", 4096, 4096, 4096, 0, 1, 0, 4),  # a @ w.t(): 4 float4 of each row a thread, 4 rows a block
+        ("N", "T", 512, 512, 512, 0, 1, 0, 0),  # one block's share already: the clustered kernel has no cluster
+        ("N", "T", 513, 516, 516, 0, 1, 0, 1),
+        ("N", "T", 16384, 16384, 16384, 0, 1, 0, 16),
+        ("N", "T", 16385, 16388, 16388, 0, 1, 0, 0),  # more than 64 values a thread
+        ("N", "N", 4096, 4096, 4096, 0, 1, 0, 0),  # B's segments are columns
+        ("T", "T", 4096, 4096, 4096, 0, 1, 0, 0),
+        ("N", "T", 4096, 4097, 4096, 0, 1, 0, 0),  # rows not 16-byte aligned
+        ("N", "T", 4096, 4096, 4096, 4, 1, 0, 0),  # A's first row not 16-byte aligned
+        ("N", "T", 4096, 4096, 4096, 0, 3, 4096 * 70 + 2, 0),  # a batch's matrices not 16-byte apart
+        ("N", "T", 4096, 4096, 4096, 0, 3, 4096 * 70, 4),
+        ("N", "T", 4096, 4096, 4096, 0, 4800, 4096 * 70, 0),  # more outputs than the whole-rows split is taken for
+    ],
+)
 def test_whole_rows_split_where_segments_lie_along_k(op_a, op_b, K, lda, ldb, a_off, nz_a, sa, want):
     """ec_scaled_rows_chunks: split_scaled.cu's whole-rows kernel (no clusters) where both operands'
     segments lie along K, K is longer than a block's share and fits 64 values a thread, every
@@ -555,10 +598,11 @@ def test_whole_rows_split_where_segments_lie_along_k(op_a, op_b, K, lda, ldb, a_
     kernel."""
     from gemmlab.kernels.spec import Problem
     from gemmlab.runtime.tma import Operands
+
     pr = Problem(70, 50, K, True, "fp16_ec", op_a=op_a, op_b=op_b)
     ops = Operands(0x10000 + a_off, lda, 0x20000, ldb, 0, 50, nz_a, sa, 0)
     assert ec_wgmma.ec_scaled_rows_chunks(pr, ops, nz_a, 1) == want
-    big = Problem(8192, 8192, K, True, "fp16_ec", op_a=op_a, op_b=op_b)   # 8192^2 outputs: never
+    big = Problem(8192, 8192, K, True, "fp16_ec", op_a=op_a, op_b=op_b)  # 8192^2 outputs: never
     assert ec_wgmma.ec_scaled_rows_chunks(big, ops, nz_a, 1) == 0
 
 
@@ -567,34 +611,38 @@ def test_whole_rows_grid():
     over the launch, and the blocks that split something counted per operand."""
     grid, blocks = ec_wgmma.ec_scaled_rows_grid(4096, 4096, 4, 1, 1, 132)
     assert grid == (1024, 1, 2) and blocks == 2048
-    grid, blocks = ec_wgmma.ec_scaled_rows_grid(70, 45, 4, 3, 1, 132)   # A: 18 groups in 3 matrices, B: 12
+    grid, blocks = ec_wgmma.ec_scaled_rows_grid(70, 45, 4, 3, 1, 132)  # A: 18 groups in 3 matrices, B: 12
     assert grid == (18, 3, 2) and blocks == 18 * 3 + 12
-    grid, blocks = ec_wgmma.ec_scaled_rows_grid(16384, 16384, 1, 8, 8, 132)   # capped: groups in turn
+    grid, blocks = ec_wgmma.ec_scaled_rows_grid(16384, 16384, 1, 8, 8, 132)  # capped: groups in turn
     assert grid == (132, 8, 2) and blocks == 132 * 16
 
 
-@pytest.mark.parametrize("op_a, op_b, K, lda, ldb, a_off, b_off, nz_a, sa, want", [
-    ("N", "N", 4096, 4096, 50, 0, 0, 1, 0, 4),      # a @ b: A by whole rows (B's rows need not be aligned)
-    ("T", "T", 4096, 70, 4096, 4, 0, 1, 0, 4),      # a.t() @ w.t(): B by whole rows
-    ("N", "N", 700, 700, 50, 0, 0, 1, 0, 1),
-    ("N", "N", 16384, 16384, 50, 0, 0, 1, 0, 16),
-    ("N", "N", 512, 512, 50, 0, 0, 1, 0, 0),        # one block's share: no cluster to spare
-    ("N", "N", 16385, 16388, 50, 0, 0, 1, 0, 0),    # more than 64 values a thread
-    ("N", "N", 4096, 4097, 52, 0, 0, 1, 0, 0),      # A's rows not 16-byte aligned
-    ("N", "N", 4096, 4096, 52, 8, 0, 1, 0, 0),      # A's first row not 16-byte aligned
-    ("T", "T", 4096, 72, 4096, 0, 8, 1, 0, 0),      # B's first row not
-    ("N", "N", 4096, 4096, 52, 0, 0, 3, 4096 * 70 + 2, 0),   # a batch's matrices not 16-byte apart
-    ("N", "N", 4096, 4096, 52, 0, 0, 3, 4096 * 70, 4),
-    ("N", "N", 4096, 4096, 52, 0, 0, 4800, 4096 * 70, 0),   # more outputs than it is taken for
-    ("N", "T", 4096, 4096, 4096, 0, 0, 1, 0, 0),    # a @ w.t(): the whole-rows kernel's
-    ("T", "N", 4096, 72, 52, 0, 0, 1, 0, 0),        # both across K: clusters both
-])
+@pytest.mark.parametrize(
+    "op_a, op_b, K, lda, ldb, a_off, b_off, nz_a, sa, want",
+    [
+        ("N", "N", 4096, 4096, 50, 0, 0, 1, 0, 4),  # a @ b: A by whole rows (B's rows need not be aligned)
+        ("T", "T", 4096, 70, 4096, 4, 0, 1, 0, 4),  # a.t() @ w.t(): B by whole rows
+        ("N", "N", 700, 700, 50, 0, 0, 1, 0, 1),
+        ("N", "N", 16384, 16384, 50, 0, 0, 1, 0, 16),
+        ("N", "N", 512, 512, 50, 0, 0, 1, 0, 0),  # one block's share: no cluster to spare
+        ("N", "N", 16385, 16388, 50, 0, 0, 1, 0, 0),  # more than 64 values a thread
+        ("N", "N", 4096, 4097, 52, 0, 0, 1, 0, 0),  # A's rows not 16-byte aligned
+        ("N", "N", 4096, 4096, 52, 8, 0, 1, 0, 0),  # A's first row not 16-byte aligned
+        ("T", "T", 4096, 72, 4096, 0, 8, 1, 0, 0),  # B's first row not
+        ("N", "N", 4096, 4096, 52, 0, 0, 3, 4096 * 70 + 2, 0),  # a batch's matrices not 16-byte apart
+        ("N", "N", 4096, 4096, 52, 0, 0, 3, 4096 * 70, 4),
+        ("N", "N", 4096, 4096, 52, 0, 0, 4800, 4096 * 70, 0),  # more outputs than it is taken for
+        ("N", "T", 4096, 4096, 4096, 0, 0, 1, 0, 0),  # a @ w.t(): the whole-rows kernel's
+        ("T", "N", 4096, 72, 52, 0, 0, 1, 0, 0),  # both across K: clusters both
+    ],
+)
 def test_half_rows_split_where_one_operand_lies_along_k(op_a, op_b, K, lda, ldb, a_off, b_off, nz_a, sa, want):
     """ec_scaled_half_rows: in NN and TT the operand stored along K by whole rows inside the
     clustered kernel, where its rows are 16-byte aligned, 512 < K <= 16384 and the product has at
     most 4096^2 outputs; else 0."""
     from gemmlab.kernels.spec import Problem
     from gemmlab.runtime.tma import Operands
+
     pr = Problem(70, 50, K, True, "fp16_ec", op_a=op_a, op_b=op_b)
     ops = Operands(0x10000 + a_off, lda, 0x20000 + b_off, ldb, 0, 50, nz_a, sa, 0)
     assert ec_wgmma.ec_scaled_half_rows(pr, ops, nz_a, 1) == want
@@ -607,13 +655,14 @@ def test_half_rows_grid():
     of ec_scaled_cluster(K) blocks a group of 32 segments of the other, as many as the larger
     needs (a multiple of the cluster), at most 16 blocks an SM over the launch."""
     from gemmlab.kernels.spec import Problem
-    nn = Problem(4096, 4096, 4096, True, "fp16_ec", op_a="N", op_b="N")   # 1024 groups of 4 rows; 128 clusters of 8
+
+    nn = Problem(4096, 4096, 4096, True, "fp16_ec", op_a="N", op_b="N")  # 1024 groups of 4 rows; 128 clusters of 8
     assert ec_wgmma.ec_scaled_half_rows_grid(nn, 4, 1, 1, 132) == ((1024, 1, 2), 1024 + 1024)
-    small = Problem(70, 45, 3000, True, "fp16_ec", op_a="N", op_b="N")    # A: 18 groups x 3 matrices; B: 2 clusters
+    small = Problem(70, 45, 3000, True, "fp16_ec", op_a="N", op_b="N")  # A: 18 groups x 3 matrices; B: 2 clusters
     assert ec_wgmma.ec_scaled_half_rows_grid(small, 4, 3, 1, 132) == ((24, 3, 2), 18 * 3 + 16)
-    tt = Problem(70, 45, 700, True, "fp16_ec", op_a="T", op_b="T")        # B: 3 groups of 16 rows; A: 3 clusters of 2
+    tt = Problem(70, 45, 700, True, "fp16_ec", op_a="T", op_b="T")  # B: 3 groups of 16 rows; A: 3 clusters of 2
     assert ec_wgmma.ec_scaled_half_rows_grid(tt, 1, 1, 1, 132) == ((6, 1, 2), 3 + 6)
-    tall = Problem(8192, 2048, 4096, True, "fp16_ec", op_a="N", op_b="N")   # A's 2048 groups capped at 1056
+    tall = Problem(8192, 2048, 4096, True, "fp16_ec", op_a="N", op_b="N")  # A's 2048 groups capped at 1056
     assert ec_wgmma.ec_scaled_half_rows_grid(tall, 4, 1, 1, 132) == ((1056, 1, 2), 1056 + 512)
 
 
@@ -623,7 +672,7 @@ def test_a_repeated_staged_wgmma_call_launches_what_the_first_built(rec):
     once per set of addresses and workspace, as ec_wgmma's split is; a moved operand builds
     again, a graph's own workspace (not kept) every time."""
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((64, 30001)).astype(np.float16)      # rows of 60002 bytes: off the grid
+    a = rng.standard_normal((64, 30001)).astype(np.float16)  # rows of 60002 bytes: off the grid
     b = rng.standard_normal((30001, 256)).astype(np.float16)
     out = np.empty((64, 256), np.float16)
     gemmlab.matmul(a, b, out=out)
@@ -641,7 +690,7 @@ def test_a_repeated_staged_wgmma_call_launches_what_the_first_built(rec):
     moved = a.copy()
     gemmlab.matmul(moved, b, out=out)
     again = rec.launches()
-    assert rec.builds == 2 and again[0][2][2] == moved.ctypes.data   # the copy reads the new address
+    assert rec.builds == 2 and again[0][2][2] == moved.ctypes.data  # the copy reads the new address
     rec.repeats = False
     gemmlab.matmul(a, b, out=out)
     gemmlab.matmul(a, b, out=out)

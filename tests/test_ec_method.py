@@ -28,14 +28,14 @@ def test_fp16_split_reproduces_x_to_2_pow_minus_22():
     # FP16's normal range with room for the low part: |x| in [2^-14, 2^15).
     x = (np.exp2(rng.uniform(-14, 15, 100000)) * rng.choice([-1, 1], 100000)).astype(np.float32)
     hi, lo = fp16_split(x)
-    back = hi.astype(np.float64) + lo.astype(np.float64) * 2.0 ** -11
+    back = hi.astype(np.float64) + lo.astype(np.float64) * 2.0**-11
     rel = np.abs(back - x) / np.abs(x)
-    assert rel.max() <= 2.0 ** -22
+    assert rel.max() <= 2.0**-22
     # Without the 2^11 the low part of small values falls into FP16's subnormals.
-    small = x[np.abs(x) < 2 ** -8]
+    small = x[np.abs(x) < 2**-8]
     hi_s = small.astype(np.float16)
     unscaled = hi_s.astype(np.float64) + (small - hi_s.astype(np.float32)).astype(np.float16).astype(np.float64)
-    assert (np.abs(unscaled - small) / np.abs(small)).max() > 2.0 ** -18
+    assert (np.abs(unscaled - small) / np.abs(small)).max() > 2.0**-18
 
 
 def test_tf32_split_reproduces_x_to_2_pow_minus_21():
@@ -44,32 +44,39 @@ def test_tf32_split_reproduces_x_to_2_pow_minus_21():
     big = tf32_round(x)
     small = tf32_round(x - big)
     rel = np.abs(big.astype(np.float64) + small - x) / np.abs(x)
-    assert rel.max() <= 2.0 ** -21
-    assert np.abs(big.astype(np.float64) - x).max() > 0      # one TF32 part alone is not enough
+    assert rel.max() <= 2.0**-21
+    assert np.abs(big.astype(np.float64) - x).max() > 0  # one TF32 part alone is not enough
 
 
 def test_exponent_stats_counts_by_exponent():
     x = np.array([0.0, 1.0, 1.5, -2.0, 0.25, np.inf, np.nan, 1e-45], dtype=np.float32)
     s = methods.ExponentStats.of(x)
     assert s.counts.sum() == 8
-    assert s.counts[0] == 2            # zero and a subnormal
-    assert s.counts[255] == 2          # Inf and NaN
+    assert s.counts[0] == 2  # zero and a subnormal
+    assert s.counts[255] == 2  # Inf and NaN
     assert s.counts[127] == 2 and s.counts[128] == 1 and s.counts[125] == 1
     assert s.nonzero == 4 and s.max_exponent == 1
     assert s.fraction_below(0) == 0.25
 
 
-@pytest.mark.parametrize("name, method", [("uniform", "fp16_ec"), ("normal", "fp16_ec"),
-                                          ("uniform_large", "fp16_ec"), ("uniform_small", "fp16_ec_scaled"),
-                                          ("log_uniform", "tf32_ec")])
+@pytest.mark.parametrize(
+    "name, method",
+    [
+        ("uniform", "fp16_ec"),
+        ("normal", "fp16_ec"),
+        ("uniform_large", "fp16_ec"),
+        ("uniform_small", "fp16_ec_scaled"),
+        ("log_uniform", "tf32_ec"),
+    ],
+)
 def test_choice_per_input_set(name, method):
     rng = np.random.default_rng(3)
     a, b = make_inputs(name, 200, 300, rng), make_inputs(name, 300, 100, rng)
     choice = methods.choose(methods.ExponentStats.of(a), methods.ExponentStats.of(b))
     assert choice.method == method, choice.reason
-    if method == "fp16_ec_scaled":    # the largest magnitude lands just below 2^15
-        assert np.abs(a).max() * 2.0 ** choice.scale_a_exp < 2 ** 15
-        assert np.abs(a).max() * 2.0 ** choice.scale_a_exp >= 2 ** 14
+    if method == "fp16_ec_scaled":  # the largest magnitude lands just below 2^15
+        assert np.abs(a).max() * 2.0**choice.scale_a_exp < 2**15
+        assert np.abs(a).max() * 2.0**choice.scale_a_exp >= 2**14
     assert choice.kernel_dtype == ("tf32_ec" if method == "tf32_ec" else "fp16_ec")
 
 
@@ -79,6 +86,7 @@ def test_choice_on_crafted_statistics():
         for exponent, n in bins.items():
             counts[exponent + 127] = n
         return methods.ExponentStats(counts)
+
     ok = stats({0: 1000, -5: 1000})
     assert methods.choose(ok, ok).method == "fp16_ec"
     # Largest value 2^20: too large for FP16 as it is, fine after scaling by 2^-6.
@@ -103,8 +111,12 @@ def test_choice_on_crafted_statistics():
 
 
 def test_precision_names_and_their_dtypes():
-    for precision, dtype in [("fp16_ec", "fp16_ec"), ("fp16_ec_scaled", "fp16_ec"), ("fp32_tc", "fp16_ec"),
-                             ("tf32_ec", "tf32_ec")]:
+    for precision, dtype in [
+        ("fp16_ec", "fp16_ec"),
+        ("fp16_ec_scaled", "fp16_ec"),
+        ("fp32_tc", "fp16_ec"),
+        ("tf32_ec", "tf32_ec"),
+    ]:
         p = gemmlab.plan("auto", 100, 100, 100, dtype=dtype)
         assert p.spec.name == "ec_wmma" and p.problem.out_dtype == "float32", precision
         # On Hopper, auto runs the wgmma implementation where its tiles fill at least half the
@@ -112,8 +124,9 @@ def test_precision_names_and_their_dtypes():
         assert gemmlab.plan("auto", 2048, 2048, 100, dtype=dtype, arch="sm_90a").spec.name == "ec_wgmma"
         assert gemmlab.plan("auto", 100, 100, 100, dtype=dtype, arch="sm_90a").spec.name == "ec_wmma"
         assert gemmlab.plan("auto", 100, 100, 100, dtype=dtype, arch="sm_80").spec.name == "ec_wmma"
-    with pytest.raises(TypeError, match="kernel 'pipelined' computes float32, not fp16_ec; for fp16_ec use one of: "
-                                        "ec_wmma, ec_wgmma"):
+    with pytest.raises(
+        TypeError, match="kernel 'pipelined' computes float32, not fp16_ec; for fp16_ec use one of: ec_wmma, ec_wgmma"
+    ):
         gemmlab.plan("pipelined", 64, 64, 64, dtype="fp16_ec")
 
 
@@ -128,9 +141,9 @@ def test_ec_precisions_need_float32_inputs():
 def test_input_sets_are_what_they_say():
     rng = np.random.default_rng(4)
     assert set(INPUT_SETS) == {"uniform", "uniform_small", "uniform_large", "normal", "log_uniform"}
-    assert np.abs(make_inputs("uniform_small", 100, 100, rng)).max() <= 2.0 ** -12
+    assert np.abs(make_inputs("uniform_small", 100, 100, rng)).max() <= 2.0**-12
     x = np.abs(make_inputs("log_uniform", 100, 100, rng))
-    assert x.min() >= 2.0 ** -20 and x.max() <= 2.0 ** 20 and x.max() / x.min() > 2.0 ** 30
+    assert x.min() >= 2.0**-20 and x.max() <= 2.0**20 and x.max() / x.min() > 2.0**30
 
 
 @pytest.mark.parametrize("precision", ["fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc"])
@@ -139,6 +152,7 @@ def test_ec_precisions_are_planned_without_a_gpu(precision, monkeypatch):
     included); the first thing that needs the GPU is what fails without one."""
     from gemmlab.core.errors import NoGPUError
     from gemmlab.runtime import device as rt_device
+
     if rt_device.gpu_available():
         pytest.skip("checks the path up to the GPU on a machine without one")
     a = np.ones((2, 5, 4), np.float32)
@@ -150,12 +164,13 @@ def test_fp32_tc_runs_thin_products_on_the_cuda_cores():
     """A side of at most 16 makes fp32_tc (with kernel="auto") plain FP32: the reason names the
     side; anything wider keeps the tensor cores."""
     from gemmlab.core.choose import FP32_TC_CUDA_CORE_SIDE, fp32_tc_on_cuda_cores
+
     assert FP32_TC_CUDA_CORE_SIDE == 16
     assert fp32_tc_on_cuda_cores(1, 4096, 4096).startswith("M = 1 (at most 16)")
     assert fp32_tc_on_cuda_cores(4096, 16, 4096).startswith("N = 16 ")
     assert fp32_tc_on_cuda_cores(6144, 4096, 7).startswith("K = 7 ")
     assert fp32_tc_on_cuda_cores(17, 4096, 4096) == ""
-    assert fp32_tc_on_cuda_cores(0, 4096, 4096) == ""   # an empty result: nothing to run either way
+    assert fp32_tc_on_cuda_cores(0, 4096, 4096) == ""  # an empty result: nothing to run either way
 
 
 def test_ec_batches_go_to_ec_wgmma_where_it_measured_faster():
@@ -165,18 +180,20 @@ def test_ec_batches_go_to_ec_wgmma_where_it_measured_faster():
     not its P @ V (S x S times S x 128: the pre-pass would move P twice more) nor small batches,
     which ec_wmma ran faster (NOTES, run 85b).  A single product keeps the tile rule alone."""
     from gemmlab.kernels.ec.ec_wgmma import EC_WGMMA_BATCH_MIN_INTENSITY, EC_WGMMA_BATCH_MIN_MACS, ec_wgmma_pays
+
     assert (EC_WGMMA_BATCH_MIN_MACS, EC_WGMMA_BATCH_MIN_INTENSITY) == (2**31, 192)
     kw = dict(dtype="fp16_ec", arch="sm_90a", sm_count=132)
 
     def auto(M, N, K, batch):
         return gemmlab.plan("auto", M, N, K, batch=batch, **kw).spec.name
+
     for bh in (32, 128):
         for s in (2048, 4096):
             assert auto(s, s, 128, bh) == "ec_wgmma" and auto(s, 128, s, bh) == "ec_wmma", (bh, s)
-    assert auto(512, 512, 128, 128) == "ec_wgmma" and auto(512, 512, 128, 32) == "ec_wmma"   # 2^33 / 2^30 MACs
+    assert auto(512, 512, 128, 128) == "ec_wgmma" and auto(512, 512, 128, 32) == "ec_wmma"  # 2^33 / 2^30 MACs
     assert auto(512, 128, 512, 128) == "ec_wmma"
     assert auto(1024, 1024, 1024, 8) == "ec_wgmma" and auto(512, 512, 512, 4) == "ec_wmma"
-    assert auto(1024, 1024, 128, 16) == "ec_wgmma"   # 2^31 MACs exactly (tests/test_ec.py's auto case)
+    assert auto(1024, 1024, 128, 16) == "ec_wgmma"  # 2^31 MACs exactly (tests/test_ec.py's auto case)
     assert auto(64, 64, 64, 1024) == "ec_wmma" and auto(128, 96, 128, 200) == "ec_wmma"
     # The thresholds: M N / (M + N) = 192 at M = N = 384; 2^31 MACs; half the SMs' worth of tiles.
     assert ec_wgmma_pays(384, 384, 128, 200, 132) and not ec_wgmma_pays(383, 384, 128, 200, 132)
@@ -185,7 +202,7 @@ def test_ec_batches_go_to_ec_wgmma_where_it_measured_faster():
     assert auto(2048, 2048, 128, 1) == "ec_wgmma" and auto(8192, 128, 8192, 1) == "ec_wgmma"
     # ... down to a quarter of them with K >= 4096: the 128-token products (one row of 43 tiles).
     assert auto(128, 4096, 4096, 1) == "ec_wgmma" and auto(128, 4096, 4095, 1) == "ec_wmma"
-    assert auto(128, 3073, 4096, 1) == "ec_wgmma" and auto(128, 3072, 4096, 1) == "ec_wmma"   # 33 / 32 tiles
+    assert auto(128, 3073, 4096, 1) == "ec_wgmma" and auto(128, 3072, 4096, 1) == "ec_wmma"  # 33 / 32 tiles
     assert auto(1024, 96 * 9, 64, 1) == "ec_wgmma" and auto(1024, 96 * 8, 64, 1) == "ec_wmma"
     # Elsewhere ec_wmma, batch or not.
     assert gemmlab.plan("auto", 2048, 2048, 128, batch=32, dtype="fp16_ec", arch="sm_80").spec.name == "ec_wmma"
@@ -199,8 +216,13 @@ def test_auto_splits_ec_wgmma_where_its_tiles_leave_most_sms_idle():
     rule is not yet measured (planner; ec_wgmma_auto_split)."""
     from gemmlab.kernels.ec.ec_wgmma import EC_WGMMA_DEFAULT_BN
     from gemmlab.kernels.spec import EC_METHODS
-    from gemmlab.kernels.ec.ec_wgmma import (EC_WGMMA_MAX_SPLIT, EC_WGMMA_MIN_K_STEPS_PER_SLICE,
-                                             EC_WGMMA_SPLIT_STEP, ec_wgmma_auto_split)
+    from gemmlab.kernels.ec.ec_wgmma import (
+        EC_WGMMA_MAX_SPLIT,
+        EC_WGMMA_MIN_K_STEPS_PER_SLICE,
+        EC_WGMMA_SPLIT_STEP,
+        ec_wgmma_auto_split,
+    )
+
     assert (EC_WGMMA_MAX_SPLIT, EC_WGMMA_MIN_K_STEPS_PER_SLICE, EC_WGMMA_SPLIT_STEP) == (8, 8, 64)
 
     def split(M, N, K):
@@ -210,12 +232,13 @@ def test_auto_splits_ec_wgmma_where_its_tiles_leave_most_sms_idle():
             assert p.spec.name == "ec_wgmma", p.describe()
             assert p.name_expression == f"gemmlab::ec_wgmma<{EC_METHODS[dtype]}, 3, 128, 1, 'N', 'N'>"
             splits.add(p.params["SPLITK"])
-        assert len(splits) == 1, splits   # alike for either part type
+        assert len(splits) == 1, splits  # alike for either part type
         return splits.pop()
+
     assert EC_WGMMA_DEFAULT_BN == 128
     # The 128-token products of a Llama-3-8B-sized layer: one row of 32 or 48 tiles.
     assert split(128, 4096, 4096) == 4 and split(128, 6144, 4096) == 2 and split(128, 4096, 14336) == 4
-    assert split(128, 14336, 4096) == 1 and split(4096, 4096, 4096) == 1   # 112 / 1024 tiles: no split
+    assert split(128, 14336, 4096) == 1 and split(4096, 4096, 4096) == 1  # 112 / 1024 tiles: no split
     # The boundary: 65 tiles split (130 of 132 SMs idle otherwise half), 66 do not.
     assert split(128, 128 * 65, 4096) == 2 and split(128, 128 * 66, 4096) == 1
     # A batch counts all its matrices' tiles (one launch takes them all).  (auto gives ec_wgmma
@@ -227,7 +250,7 @@ def test_auto_splits_ec_wgmma_where_its_tiles_leave_most_sms_idle():
         assert 1 < s <= 8 and tiles * s <= 132 and -(-K // 64) >= 8 * s, (M, N, K, s)
     # Slices of at least 8 steps: K = 1000 (16 steps) splits 2 ways, K = 500 (8 steps) not.
     assert ec_wgmma_auto_split(128, 4096, 1000, 132) == 2 and ec_wgmma_auto_split(128, 4096, 500, 132) == 1
-    assert ec_wgmma_auto_split(128, 4096, 4096, 114) == 3   # fewer SMs (H100 PCIe): 32 x 3 of 114
+    assert ec_wgmma_auto_split(128, 4096, 4096, 114) == 3  # fewer SMs (H100 PCIe): 32 x 3 of 114
     # A named kernel keeps its defaults (no split), and a caller's SPLITK is kept.
     assert gemmlab.plan("ec_wgmma", 128, 4096, 4096, dtype="fp16_ec", arch="sm_90a").params["SPLITK"] == 1
     assert gemmlab.plan("ec_wgmma", 128, 4096, 4096, dtype="fp16_ec", arch="sm_90a", SPLITK=7).params["SPLITK"] == 7
@@ -238,6 +261,7 @@ def test_accuracy_defaults_add_ec_wgmma_where_it_builds():
     ec_wgmma (sm_90a) fp32_tc on it too -- at the default 256 x 256 auto runs ec_wmma there,
     while the products that fill a Hopper GPU get ec_wgmma."""
     from gemmlab.tools.accuracy import METHODS, default_methods
+
     assert default_methods("sm_90a") == list(METHODS) + ["fp32_tc:ec_wgmma"]
     assert default_methods("sm_80") == default_methods("sm_89") == list(METHODS)
     assert gemmlab.plan("auto", 256, 256, 1024, dtype="fp16_ec", arch="sm_90a").spec.name == "ec_wmma"

@@ -20,9 +20,10 @@ cp = pytest.importorskip("cupy")
 
 def _gpu():
     from gemmlab.runtime.device import gpu_info
+
     try:
         return gpu_info(0)
-    except Exception as exc:   # no GPU here
+    except Exception as exc:  # no GPU here
         pytest.skip(f"needs a GPU ({exc})")
 
 
@@ -63,6 +64,7 @@ def _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel=None):
     from gemmlab.kernels.ec.ec_wgmma import ec_split_workspace
     from gemmlab.kernels.spec import Problem
     from gemmlab.runtime.tma import Operands
+
     batch = op_a.shape[0] if op_a.ndim == 3 else 1
     M, K = op_a.shape[-2:]
     N = op_b.shape[-1]
@@ -78,9 +80,15 @@ def _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel=None):
     with ec_split_workspace(pr, gpu, stream.ptr, ops, choice=record.data.ptr, fold=1, per_row=True) as parts:
         a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b, ua, ub = parts
         assert (nz_a, nz_b) == (batch, 1) and ua and ub
-        got = {name: _device_view(ptr, (rows, kp), np.float16).get()[:, :K]
-               for name, ptr, rows in (("a_hi", a_hi, nz_a * M), ("a_lo", a_lo, nz_a * M),
-                                       ("b_hi", b_hi, N), ("b_lo", b_lo, N))}
+        got = {
+            name: _device_view(ptr, (rows, kp), np.float16).get()[:, :K]
+            for name, ptr, rows in (
+                ("a_hi", a_hi, nz_a * M),
+                ("a_lo", a_lo, nz_a * M),
+                ("b_hi", b_hi, N),
+                ("b_lo", b_lo, N),
+            )
+        }
         got["unscale_a"] = _device_view(ua, (nz_a * M,), np.float32).get()
         got["unscale_b"] = _device_view(ub, (N,), np.float32).get()
         stream.synchronize()
@@ -89,11 +97,12 @@ def _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel=None):
 
 def _check(gpu, op_a, op_b, layout_a, layout_b, kernel=None):
     from gemmlab.kernels.ec.choose_method import CHOICE_FIELDS
+
     record = cp.zeros(CHOICE_FIELDS, cp.int64)
     want = methods.choose_per_row(op_a, op_b)
     rows_a = op_a.reshape(-1, op_a.shape[-1])
     rows_b = np.ascontiguousarray(op_b.T)
-    for launch in range(2):   # the second on the record the first left (its sums zeroed again)
+    for launch in range(2):  # the second on the record the first left (its sums zeroed again)
         got = _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel)
         r = record.get()
         choice = methods.choice_of_record(r, False)
@@ -119,7 +128,7 @@ def test_split_scaled_matches_its_model(hopper, layouts, K):
     rng = np.random.default_rng(K)
     M, N = 70, 45
     a = make_inputs("uniform", M, K, rng)
-    a *= np.exp2(rng.integers(-30, 30, M)).astype(np.float32)[:, None]   # rows far apart
+    a *= np.exp2(rng.integers(-30, 30, M)).astype(np.float32)[:, None]  # rows far apart
     b = make_inputs("normal", K, N, rng)
     _check(hopper, a, b, layouts[0], layouts[1])
 
@@ -130,15 +139,21 @@ def test_half_rows_split_matches_its_model(hopper, layouts, K, nb):
     one by whole rows (its ROWS; a batch of A in NN, whose matrices are split as rows too) and
     only the other in clusters; every part, scale and the record's counts as its model."""
     from gemmlab.kernels.ec.ec_wgmma import ec_scaled_half_rows, ec_scaled_rows_chunks
+
     rng = np.random.default_rng(K + nb)
     M, N = 70, 45
-    a = np.stack([make_inputs("uniform", M, K, rng) for _ in range(nb)]) if nb > 1 else make_inputs("uniform", M, K, rng)
-    a *= np.exp2(rng.integers(-30, 30, a.shape[:-1])).astype(np.float32)[..., None]   # rows far apart
-    b = make_inputs("normal", K, N, rng) * np.exp2(rng.integers(-30, 30, N)).astype(np.float32)   # and columns
+    a = (
+        np.stack([make_inputs("uniform", M, K, rng) for _ in range(nb)])
+        if nb > 1
+        else make_inputs("uniform", M, K, rng)
+    )
+    a *= np.exp2(rng.integers(-30, 30, a.shape[:-1])).astype(np.float32)[..., None]  # rows far apart
+    b = make_inputs("normal", K, N, rng) * np.exp2(rng.integers(-30, 30, N)).astype(np.float32)  # and columns
 
     def half_rows(pr, ops, batch):
         assert ec_scaled_rows_chunks(pr, ops, batch, 1) == 0
         assert ec_scaled_half_rows(pr, ops, batch, 1) == next(c for c in (1, 2, 4, 8, 16) if K <= 1024 * c)
+
     _check(hopper, a, b, layouts[0], layouts[1], half_rows)
 
 
@@ -150,9 +165,9 @@ def test_split_scaled_batch_and_edge_rows(hopper):
     a = np.stack([make_inputs("uniform", M, K, rng) for _ in range(nb)])
     a[0, 1] = 0
     a[0, 2, 5], a[0, 2, 9] = np.inf, np.nan
-    a[1, 3] *= np.float32(2.0 ** -130)          # subnormals only
-    a[1, 4] *= np.float32(2.0 ** 70)
-    a[2, ::2] *= np.float32(2.0 ** 60)
+    a[1, 3] *= np.float32(2.0**-130)  # subnormals only
+    a[1, 4] *= np.float32(2.0**70)
+    a[2, ::2] *= np.float32(2.0**60)
     b = make_inputs("uniform", K, N, rng)
     b[:, 7] = -np.inf
     assert methods.choose_per_row(a, b).choice.method == "fp16_ec_scaled"
@@ -167,10 +182,11 @@ def test_split_scaled_clusters_take_several_groups(hopper):
     2): fewer clusters than groups (ec_scaled_grid), each taking several in turn; every
     part, scale and the record's counts as before."""
     from gemmlab.kernels.ec.ec_wgmma import ec_scaled_grid
+
     rng = np.random.default_rng(21)
     nb, M, K, N = 40, 700, 700, 50
     grid, _ = ec_scaled_grid(M, N, K, nb, 1, hopper.sm_count)
-    assert grid[0] // 2 < -(-M // 32), grid   # clusters loop
+    assert grid[0] // 2 < -(-M // 32), grid  # clusters loop
     rows = np.exp2(rng.integers(-20, 20, (nb, M, 1))).astype(np.float32)
     a = rng.uniform(-1, 1, (nb, M, K)).astype(np.float32) * rows
     b = make_inputs("normal", K, N, rng)

@@ -39,28 +39,30 @@ def _plan(a, b, dtype=None):
     call = planner.validate(a, b, None, 1.0, 0.0, False, False, None, None)
     if dtype is not None:
         call = dataclasses.replace(call, dtypes={"dtype": dtype, "out_dtype": dtype})
-    kv = planner.kernel_view(call, planner.result_side(call),
-                             {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": 0})
+    kv = planner.kernel_view(
+        call, planner.result_side(call), {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": 0}
+    )
     return planner.plan_call(call, kv, planner.batching(kv), GPU, "auto", {})
 
 
-S, D, BH = 197, 64, 384    # ViT-B/16 at 224^2: 1 + 14^2 tokens, head dimension 64, batch 32 x 12 heads
+S, D, BH = 197, 64, 384  # ViT-B/16 at 224^2: 1 + 14^2 tokens, head dimension 64, batch 32 x 12 heads
 
 
 # -- the cost model ---------------------------------------------------------------------------------
 
+
 def test_tile_use_counts_the_padded_area():
     assert cost.tile_use(128, 256, 128, 256) == 1.0
-    assert cost.tile_use(197, 64, 128, 256) == pytest.approx(197 * 64 / (256 * 256))    # 19%
-    assert cost.tile_use(197, 64, 64, 64) == pytest.approx(197 * 64 / (256 * 64))       # 77%
+    assert cost.tile_use(197, 64, 128, 256) == pytest.approx(197 * 64 / (256 * 256))  # 19%
+    assert cost.tile_use(197, 64, 64, 64) == pytest.approx(197 * 64 / (256 * 64))  # 77%
     assert cost.tile_use(0, 5, 64, 64) == 1.0
 
 
 def test_predict_grows_with_waste_waves_and_splits():
     m = cost.Machine(132)
     t = cost.Tile(128, 128, 64, 0.7)
-    one_wave = cost.predict(128 * 11, 128 * 12, 4096, t, m)          # 132 tiles: one wave
-    two_waves = cost.predict(128 * 11, 128 * 12 + 1, 4096, t, m)     # 143 tiles: a second, mostly empty
+    one_wave = cost.predict(128 * 11, 128 * 12, 4096, t, m)  # 132 tiles: one wave
+    two_waves = cost.predict(128 * 11, 128 * 12 + 1, 4096, t, m)  # 143 tiles: a second, mostly empty
     assert two_waves.seconds > 1.5 * one_wave.seconds
     assert "1.00 waves" in one_wave.reason and "1.08 waves" in two_waves.reason
     assert "compute-bound" in one_wave.reason
@@ -77,7 +79,7 @@ def test_predict_grows_with_waste_waves_and_splits():
 def test_best_keeps_the_incumbent_within_the_margin():
     a, b = cost.Estimate(10e-6, "a"), cost.Estimate(9e-6, "b")
     assert cost.best([a, b]) is b
-    assert cost.best([a, b], incumbent=a) is a              # 10% faster: within the 15% margin
+    assert cost.best([a, b], incumbent=a) is a  # 10% faster: within the 15% margin
     c = cost.Estimate(8e-6, "c")
     assert cost.best([a, b, c], incumbent=a) is c
     assert cost.copy_time(10**9, cost.Machine(132)) == pytest.approx(2e9 / 3.6e12 + 4e-6)
@@ -115,6 +117,7 @@ def test_mma_pipelined_estimates_rank_as_measured():
 
 # -- the issue's products, as PyTorch hands them over ---------------------------------------------------
 
+
 def test_attention_p_at_v_of_odd_size_stages_for_wgmma():
     """P @ V, (B*H, 197, 197) @ (B*H, 197, 64): P's rows (394 bytes) are off TMA's 16-byte grid; a
     copy of P to the grid, then wgmma, beats mma_pipelined reading P with 2-byte copies (H200,
@@ -122,11 +125,21 @@ def test_attention_p_at_v_of_odd_size_stages_for_wgmma():
     p = _plan(_stored((BH, S, S)), _stored((BH, S, D)), "bfloat16")
     assert p.spec.name == "wgmma" and p.problem.stage, p.describe()
     assert p.reason.startswith("cost model: ") and "than mma_pipelined" not in p.reason
-    p_t = _plan(_stored((BH, S, S)).transpose(0, 2, 1), _stored((BH, S, D)), "bfloat16")   # dV = P^T @ dO
+    p_t = _plan(_stored((BH, S, S)).transpose(0, 2, 1), _stored((BH, S, D)), "bfloat16")  # dV = P^T @ dO
     assert p_t.spec.name == "wgmma" and p_t.problem.stage and p_t.problem.op_a == "T"
     # Off Hopper the fallback's tiles are sized by the model: 64 x 64, 77% of the tile area useful.
-    p = gemmlab.plan("auto", S, D, S, batch=BH, aligned16=False, dtype="bfloat16", out_dtype="bfloat16",
-                     arch="sm_80", tma_aligned=False)
+    p = gemmlab.plan(
+        "auto",
+        S,
+        D,
+        S,
+        batch=BH,
+        aligned16=False,
+        dtype="bfloat16",
+        out_dtype="bfloat16",
+        arch="sm_80",
+        tma_aligned=False,
+    )
     assert p.spec.name == "mma_pipelined" and p.params == mma_pipelined.SPEC.resolve(SMALL), p.describe()
     assert p.reason.startswith("cost model over the tile-count rule: ") and "77% of the tile area" in p.reason
 
@@ -156,10 +169,13 @@ def test_small_m_with_a_short_k_takes_the_deep_ring():
     assert "cost model" in p.reason
 
 
-@pytest.mark.parametrize("M, N, K, expect", [
-    (16, 8192, 8192, ("wgmma", {"BM": 64, "BN": 64, "STAGES": 12})),        # the narrow rule's, kept
-    (4, 14336, 4096, ("gemv", {"MT": 4})),                                   # gemv takes M <= 4 (16-bit)
-])
+@pytest.mark.parametrize(
+    "M, N, K, expect",
+    [
+        (16, 8192, 8192, ("wgmma", {"BM": 64, "BN": 64, "STAGES": 12})),  # the narrow rule's, kept
+        (4, 14336, 4096, ("gemv", {"MT": 4})),  # gemv takes M <= 4 (16-bit)
+    ],
+)
 def test_small_m_keeps_its_rule(M, N, K, expect):
     p = _plan(_stored((M, K)), _stored((N, K)).T, "bfloat16")
     assert p.spec.name == expect[0] and {k: p.params[k] for k in expect[1]} == expect[1], p.describe()
@@ -190,18 +206,20 @@ def test_odd_vocabulary_weight_gradient_stages_and_a_small_product_does_not():
 
 
 def test_staging_is_for_auto_and_16_bit_only():
-    named = gemmlab.plan("wgmma", 1024, 768, 50257, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a",
-                         tma_aligned=False)
-    assert named.spec.name == "mma_pipelined" and not named.problem.stage     # a named wgmma falls back
-    tf32 = gemmlab.plan("auto", 1024, 768, 50257, dtype="tf32", out_dtype="float32", arch="sm_90a",
-                        tma_aligned=False)
-    assert not tf32.problem.stage   # TF32 packs in its own argument builder (tf32_pack)
-    auto = gemmlab.plan("auto", 1024, 768, 50257, dtype="float16", out_dtype="float16", arch="sm_90a",
-                        tma_aligned=False)
+    named = gemmlab.plan(
+        "wgmma", 1024, 768, 50257, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", tma_aligned=False
+    )
+    assert named.spec.name == "mma_pipelined" and not named.problem.stage  # a named wgmma falls back
+    tf32 = gemmlab.plan("auto", 1024, 768, 50257, dtype="tf32", out_dtype="float32", arch="sm_90a", tma_aligned=False)
+    assert not tf32.problem.stage  # TF32 packs in its own argument builder (tf32_pack)
+    auto = gemmlab.plan(
+        "auto", 1024, 768, 50257, dtype="float16", out_dtype="float16", arch="sm_90a", tma_aligned=False
+    )
     assert auto.spec.name == "wgmma" and auto.problem.stage
 
 
 # -- what the model changes, and what it keeps --------------------------------------------------------
+
 
 def _old_mma_rule(M, N, batch):
     return {} if 2 * -(-M // 128) * -(-N // 256) * batch >= 132 else SMALL
@@ -214,12 +232,18 @@ def test_models_suite_plans_are_unchanged():
         for dtype in ("bfloat16", "float16"):
             new, why = wgmma.wgmma_auto_choice(case.M, case.N, 132, case.batch, case.K, dtype)
             assert new == wgmma.wgmma_rule_params(case.M, case.N, 132, case.batch, case.K, dtype), (case.label, why)
-        assert mma_pipelined.sized_params(case.M, case.N, case.K, 132, case.batch) == \
-            _old_mma_rule(case.M, case.N, case.batch), case.label
+        assert mma_pipelined.sized_params(case.M, case.N, case.K, 132, case.batch) == _old_mma_rule(
+            case.M, case.N, case.batch
+        ), case.label
 
 
-GRID = [(m, n, k, b) for m in (1, 5, 17, 77, 128, 197, 1000, 2048, 4096) for n in (1, 64, 197, 1024, 3072, 8192)
-        for k in (1, 64, 197, 768, 4096, 50257) for b in (1, 12, 384)]
+GRID = [
+    (m, n, k, b)
+    for m in (1, 5, 17, 77, 128, 197, 1000, 2048, 4096)
+    for n in (1, 64, 197, 1024, 3072, 8192)
+    for k in (1, 64, 197, 768, 4096, 50257)
+    for b in (1, 12, 384)
+]
 
 
 def test_every_choice_is_a_legal_configuration_that_fits():
@@ -243,12 +267,22 @@ def test_every_choice_is_a_legal_configuration_that_fits():
                     assert (rule["BM"], rule["BN"], rule["SPLITK"]) == (128, 256, 1) and p == wgmma.WGMMA_WAVE_TILE
                     waves.append((M, N, K))
         mp.resolve(mma_pipelined.sized_params(M, N, K, 132, b))
-    assert moved and waves   # the model does move some (the issue's kinds of product; N = 3072 on 2048 rows)
+    assert moved and waves  # the model does move some (the issue's kinds of product; N = 3072 on 2048 rows)
 
 
 def test_auto_plan_carries_the_reason_of_the_tile_choice():
-    p = gemmlab.plan("auto", 197, 64, 197, batch=384, aligned16=False, dtype="bfloat16", out_dtype="bfloat16",
-                     arch="sm_90a", tma_aligned=False)
+    p = gemmlab.plan(
+        "auto",
+        197,
+        64,
+        197,
+        batch=384,
+        aligned16=False,
+        dtype="bfloat16",
+        out_dtype="bfloat16",
+        arch="sm_90a",
+        tma_aligned=False,
+    )
     assert p.spec.name == "wgmma" and p.problem.stage and "cost model" in p.reason
     p = gemmlab.plan("auto", 2048, 1024, 3584, op_b="T", dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a")
     assert p.params["BM"] == 128 and p.params["BN"] == 128 and "cost model" in p.reason
@@ -258,6 +292,7 @@ def test_auto_plan_carries_the_reason_of_the_tile_choice():
 
 
 # -- end to end on the emulated GPU ----------------------------------------------------------------------
+
 
 def test_batched_odd_product_end_to_end_on_the_emulated_gpu(monkeypatch):
     """P @ V of ViT-B/16's attention, (384, 197, 197) @ (384, 197, 64): P's rows are off the
@@ -275,15 +310,18 @@ def test_batched_odd_product_end_to_end_on_the_emulated_gpu(monkeypatch):
     assert np.abs(out - ref).max() <= 2e-2 * np.abs(ref).max()
     kernels = [k if isinstance(k, str) else k.spec.name for k, _ in emu.launches]
     assert kernels == ["pack16", "wgmma"], kernels
-    assert emu.launches[0][1][2] == BH      # one copy launch over the batch
+    assert emu.launches[0][1][2] == BH  # one copy launch over the batch
 
 
-@pytest.mark.parametrize("shape, ops, batch", [
-    ((128, 384, 20001), "NN", 1),       # dY @ W, K odd: A's rows off the grid; split 16 over K
-    ((257, 384, 20000), "TN", 1),       # dY.t() @ x with an odd row: A^T's rows off the grid
-    ((100, 200, 20001), "NT", 2),       # x @ W.t(), K odd: both operands, a batch with odd strides
-    ((64, 256, 30001), "NN", 2),        # a batch sharing B (stride 0): A copied per matrix, B once
-])
+@pytest.mark.parametrize(
+    "shape, ops, batch",
+    [
+        ((128, 384, 20001), "NN", 1),  # dY @ W, K odd: A's rows off the grid; split 16 over K
+        ((257, 384, 20000), "TN", 1),  # dY.t() @ x with an odd row: A^T's rows off the grid
+        ((100, 200, 20001), "NT", 2),  # x @ W.t(), K odd: both operands, a batch with odd strides
+        ((64, 256, 30001), "NN", 2),  # a batch sharing B (stride 0): A copied per matrix, B once
+    ],
+)
 def test_staging_copy_end_to_end_on_the_emulated_gpu(monkeypatch, shape, ops, batch):
     """The staging copy as launched: pack16 copies each operand TMA cannot read (every matrix of a
     batch) into a workspace with rows padded to 16 bytes, then wgmma reads it through tensor maps
@@ -301,8 +339,8 @@ def test_staging_copy_end_to_end_on_the_emulated_gpu(monkeypatch, shape, ops, ba
     p = gemmlab.last_plan()
     assert p.spec.name == "wgmma" and p.problem.stage and p.params["SPLITK"] > 1, p.describe()
     packs = [grid for kernel, grid in emu.launches if kernel == "pack16"]
-    a_off = ops[0] == "N"     # K odd: A's stored rows are K long (or M = 257 long in TN)
-    b_off = ops[1] == "T"     # x @ W.t(): W stored N x K, rows K long
+    a_off = ops[0] == "N"  # K odd: A's stored rows are K long (or M = 257 long in TN)
+    b_off = ops[1] == "T"  # x @ W.t(): W stored N x K, rows K long
     assert len(packs) == a_off + b_off or (ops == "TN" and len(packs) == 1), packs
     assert all(g[2] == batch for g in packs[:1]) if a_off else True
     ref = a_op.astype(np.float64) @ b_op.astype(np.float64)
@@ -333,8 +371,9 @@ def test_tf32_packs_what_tma_cannot_read_on_the_emulated_gpu(monkeypatch, view):
 # -- on a GPU: every configuration the model picks, against FP64 -----------------------------------------
 
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
-hopper = pytest.mark.skipif(not rt_device.gpu_available() or rt_device.gpu_info(0).arch != "sm_90a",
-                            reason="needs a Hopper GPU (sm_90a)")
+hopper = pytest.mark.skipif(
+    not rt_device.gpu_available() or rt_device.gpu_info(0).arch != "sm_90a", reason="needs a Hopper GPU (sm_90a)"
+)
 BOUND = {"float16": 2e-3, "bfloat16": 1.2e-2}
 
 
@@ -360,8 +399,10 @@ def _rand(*shape, dtype):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("bh, s, d, staged", [(384, 197, 64, True), (96, 77, 80, True), (200, 131, 96, True),
-                                              (64, 257, 64, True), (12, 133, 96, False)])
+@pytest.mark.parametrize(
+    "bh, s, d, staged",
+    [(384, 197, 64, True), (96, 77, 80, True), (200, 131, 96, True), (64, 257, 64, True), (12, 133, 96, False)],
+)
 def test_gpu_attention_of_odd_size(dtype, bh, s, d, staged):
     """The attention products at odd S and head dimensions 64/80/96, forward and backward views:
     P @ V and dS @ K (P, dS rows off the 16-byte grid: wgmma on a staging copy of P, or for a
@@ -370,9 +411,9 @@ def test_gpu_attention_of_odd_size(dtype, bh, s, d, staged):
     q, k, v = (_rand(bh, s, d, dtype=dtype) for _ in range(3))
     pm = torch.softmax(_rand(bh, s, s, dtype=dtype).float(), -1).to(q.dtype)
     kernel, tiles = ("wgmma", {}) if staged else ("mma_pipelined", {"BM": 64, "BN": 64})
-    assert _check(pm, v, kernel, tiles, dtype).problem.stage == staged                 # P @ V
-    assert _check(pm.transpose(-1, -2), v, kernel, tiles, dtype).problem.stage == staged   # P^T @ dO
-    _check(q, k.transpose(-1, -2), "wgmma", {}, dtype)                          # Q @ K^T (rows of d: on the grid)
+    assert _check(pm, v, kernel, tiles, dtype).problem.stage == staged  # P @ V
+    assert _check(pm.transpose(-1, -2), v, kernel, tiles, dtype).problem.stage == staged  # P^T @ dO
+    _check(q, k.transpose(-1, -2), "wgmma", {}, dtype)  # Q @ K^T (rows of d: on the grid)
 
 
 @pytest.mark.gpu
@@ -404,8 +445,13 @@ def test_gpu_small_m(dtype, M):
     _check(dy, w2, "wgmma", {k: p[k] for k in ("BM", "BN", "STAGES", "SPLITK")}, dtype)
 
 
-STAGED = [((128, 384, 20001), "NN", 1), ((257, 384, 20000), "TN", 1), ((100, 200, 20001), "NT", 2),
-          ((65, 130, 30001), "TT", 3), ((1024, 768, 50257), "NN", 1)]
+STAGED = [
+    ((128, 384, 20001), "NN", 1),
+    ((257, 384, 20000), "TN", 1),
+    ((100, 200, 20001), "NT", 2),
+    ((65, 130, 30001), "TT", 3),
+    ((1024, 768, 50257), "NN", 1),
+]
 
 
 def _operands(shape, ops, batch, dtype, offset=0):
@@ -417,6 +463,7 @@ def _operands(shape, ops, batch, dtype, offset=0):
     def make(rows, cols):
         n = batch * rows * cols
         return _rand(n + offset, dtype=dtype)[offset:].view(lead + (rows, cols))
+
     a = make(M, K) if ops[0] == "N" else make(K, M).transpose(-1, -2)
     b = make(K, N) if ops[1] == "N" else make(N, K).transpose(-1, -2)
     return a, b
@@ -425,7 +472,9 @@ def _operands(shape, ops, batch, dtype, offset=0):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("shape, ops, batch", STAGED, ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
+@pytest.mark.parametrize(
+    "shape, ops, batch", STAGED, ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x)
+)
 def test_gpu_staging_copy(dtype, shape, ops, batch):
     """Operands TMA cannot read (rows of an odd length) copied to the 16-byte grid, then wgmma split
     over K, in every layout and in batches, against FP64 into a NaN-poisoned out."""
@@ -452,7 +501,7 @@ def test_gpu_staging_copy_of_an_offset_base_with_alpha_and_beta():
     assert p.spec.name == "wgmma" and p.problem.stage, p.describe()
     ref = 0.5 * (a.double() @ b.double()) + 2.0 * before
     assert ((out.double() - ref).norm() / ref.norm()).item() < BOUND["bfloat16"]
-    assert torch.equal(base[:, N:], padding)   # the row padding of out untouched
+    assert torch.equal(base[:, N:], padding)  # the row padding of out untouched
 
 
 @pytest.mark.gpu
@@ -463,7 +512,7 @@ def test_gpu_staging_copy_in_a_cuda_graph():
     torch.manual_seed(11)
     a, b = _operands((128, 384, 20001), "NN", 1, "float16")
     out = torch.empty(128, 384, device="cuda", dtype=torch.float16)
-    gemmlab.matmul(a, b, out=out)          # compile and prepare outside the capture
+    gemmlab.matmul(a, b, out=out)  # compile and prepare outside the capture
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
@@ -494,6 +543,7 @@ def test_the_gpu_staging_shapes_are_staged(shape, ops, batch):
 
 def test_pack16_compiles_for_hopper_without_spills():
     from gemmlab.runtime.compile import compile_module, parse_ptxas_log
+
     module = compile_module(TF32_PACK_SOURCE, [PACK16_KERNEL], "sm_90a")
     found = parse_ptxas_log(module.log)[module.symbols[PACK16_KERNEL]]
     assert found.spill_store_bytes == 0 and found.spill_load_bytes == 0

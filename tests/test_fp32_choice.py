@@ -37,8 +37,9 @@ def _stored(shape, dtype="float32", offset=0):
 def _plan(a, b, precision=None):
     """What matmul(a, b, precision=precision) would run on the emulated H200."""
     call = planner.validate(a, b, None, 1.0, 0.0, False, False, precision, None)
-    kv = planner.kernel_view(call, planner.result_side(call),
-                             {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": 0})
+    kv = planner.kernel_view(
+        call, planner.result_side(call), {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": 0}
+    )
     return planner.plan_call(call, kv, planner.batching(kv), GPU, "auto", {}, precision)
 
 
@@ -48,15 +49,16 @@ def _tile(p) -> tuple[int, int, int]:
 
 # -- the model -----------------------------------------------------------------------------------
 
+
 def _est(M, N, K, bm, bn, splits=1, **shape):
-    bk = 8 if bm * bn >= 128 * 128 else 16     # the candidates' K-steps (pipelined.SIZED_TILES)
+    bk = 8 if bm * bn >= 128 * 128 else 16  # the candidates' K-steps (pipelined.SIZED_TILES)
     return cost.estimate(M, N, K, bm, bn, bk, splits, 132, cost.Shape(**shape)).seconds
 
 
 def test_estimates_grow_with_waves_waste_splits_and_alignment():
-    one_wave = _est(128 * 12, 256 * 11, 4096, 128, 256)          # 132 tiles
-    assert _est(128 * 12 + 1, 256 * 11, 4096, 128, 256) > 1.9 * one_wave   # 143: a second round
-    assert _est(100, 100, 4096, 128, 256) == pytest.approx(_est(128, 256, 4096, 128, 256))   # padded
+    one_wave = _est(128 * 12, 256 * 11, 4096, 128, 256)  # 132 tiles
+    assert _est(128 * 12 + 1, 256 * 11, 4096, 128, 256) > 1.9 * one_wave  # 143: a second round
+    assert _est(100, 100, 4096, 128, 256) == pytest.approx(_est(128, 256, 4096, 128, 256))  # padded
     # A split shortens each item but adds the partial sums and the reduction's launch.
     assert _est(128, 256, 8192, 128, 256, 4) < _est(128, 256, 8192, 128, 256)
     assert _est(4096, 4096, 64, 128, 256, 2) > _est(4096, 4096, 64, 128, 256)
@@ -69,7 +71,7 @@ def test_estimates_grow_with_waves_waste_splits_and_alignment():
 
 def test_a_small_block_alone_on_an_sm_runs_below_its_share():
     lone = cost.estimate(64, 64, 4096, 64, 64, 16, 1, 132)
-    two = cost.estimate(64, 128, 4096, 64, 64, 16, 1, 132)     # two items, one each on two SMs
+    two = cost.estimate(64, 128, 4096, 64, 64, 16, 1, 132)  # two items, one each on two SMs
     assert lone.seconds == pytest.approx(two.seconds)
     assert "0.00 waves of 4 blocks an SM" in lone.reason and "compute-bound" in lone.reason
 
@@ -77,11 +79,11 @@ def test_a_small_block_alone_on_an_sm_runs_below_its_share():
 # tune-run32.json (H200, kernel-only, NN, the tuner's fastest variant of each tile), ms: the model
 # must rank these as measured, fastest first.
 RANKINGS = [
-    ((512, 512, 512), [(64, 128, 8), (64, 64, 4), (128, 128, 6), (128, 256, 12)]),   # 16.8, 17.8, 20.0, 31.2 us
+    ((512, 512, 512), [(64, 128, 8), (64, 64, 4), (128, 128, 6), (128, 256, 12)]),  # 16.8, 17.8, 20.0, 31.2 us
     ((1024, 1024, 1024), [(128, 256, 4), (64, 128, 2), (128, 128, 4), (128, 64, 1)]),  # 62.7, 67.9, 73.5, 77.1
-    ((256, 4096, 4096), [(128, 256, 4), (64, 128, 3), (128, 128, 2), (64, 64, 1)]),   # 207, 230, 243, 274
-    ((8192, 64, 8192), [(128, 64, 4), (64, 64, 3), (64, 128, 2), (128, 64, 1)]),      # 256, 281, 446, 578
-    ((64, 8192, 8192), [(64, 128, 4), (64, 64, 2), (128, 256, 8), (128, 128, 4)]),    # 229, 276, 391, 467
+    ((256, 4096, 4096), [(128, 256, 4), (64, 128, 3), (128, 128, 2), (64, 64, 1)]),  # 207, 230, 243, 274
+    ((8192, 64, 8192), [(128, 64, 4), (64, 64, 3), (64, 128, 2), (128, 64, 1)]),  # 256, 281, 446, 578
+    ((64, 8192, 8192), [(64, 128, 4), (64, 64, 2), (128, 256, 8), (128, 128, 4)]),  # 229, 276, 391, 467
     ((4096, 4096, 4096), [(128, 256, 1), (64, 128, 1), (128, 128, 1), (64, 64, 1)]),  # 3.10, 3.38, 3.72, 4.00 ms
 ]
 
@@ -95,9 +97,9 @@ def test_estimates_rank_as_measured(shape, fastest_first):
 def _views(product):
     """The shapes suite's product as PyTorch hands it over, as NumPy views."""
     first, second = (_stored(shape) for shape in product.stored)
-    if product.product in ("fwd", "qk"):           # x @ W.t(), Q @ K.transpose(-1, -2)
+    if product.product in ("fwd", "qk"):  # x @ W.t(), Q @ K.transpose(-1, -2)
         return first, second.swapaxes(-1, -2)
-    if product.product == "wgrad":                 # dY.t() @ x
+    if product.product == "wgrad":  # dY.t() @ x
         return first.swapaxes(-1, -2), second
     return first, second
 
@@ -114,11 +116,24 @@ def test_the_fit_holds_over_the_shapes_suites_records():
                 continue
             a, b = _views(products[(r["case"], r["batch"], r["M"], r["N"], r["K"], r["ops"])])
             call = planner.validate(a, b, None, 1.0, 0.0, False, False, None, None)
-            kv = planner.kernel_view(call, planner.result_side(call),
-                                     {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": 0})
+            kv = planner.kernel_view(
+                call, planner.result_side(call), {"A": call.A.operand.ptr, "B": call.B.operand.ptr, "C": 0}
+            )
             p = r["params"]
-            e = cost.estimate(kv.M, kv.N, r["K"], p["BM"], p["BN"], p["BK"], p["SPLITK"], 132,
-                              cost.Shape(r["batch"], kv.aligned16(), kv.B.layout == "T")).seconds + 13.5e-6
+            e = (
+                cost.estimate(
+                    kv.M,
+                    kv.N,
+                    r["K"],
+                    p["BM"],
+                    p["BN"],
+                    p["BK"],
+                    p["SPLITK"],
+                    132,
+                    cost.Shape(r["batch"], kv.aligned16(), kv.B.layout == "T"),
+                ).seconds
+                + 13.5e-6
+            )
             errors.append(math.log(e / (r["ms"] * 1e-3)))
     assert len(errors) > 500
     assert abs(statistics.mean(errors)) < 0.05
@@ -126,6 +141,7 @@ def test_the_fit_holds_over_the_shapes_suites_records():
 
 
 # -- the choice, by kind of product -----------------------------------------------------------------
+
 
 def test_few_tiles_and_a_long_k_take_a_smaller_tile_and_a_larger_split():
     """BERT's MLM decoder's input gradient, dY @ W (128 x 768 x 30522): dY's rows (30522
@@ -146,7 +162,7 @@ def test_few_tiles_and_a_long_k_take_a_smaller_tile_and_a_larger_split():
 def test_large_square_products_keep_128x256_unsplit(M, N, K):
     p = _plan(_stored((M, K)), _stored((K, N)))
     assert _tile(p) == (128, 256, 1) and p.reason.startswith("the tuned table's winner at this shape")
-    rules = planner.plan("auto", M, N, K, arch="sm_90a", sm_count=132)     # no table: the rule, kept
+    rules = planner.plan("auto", M, N, K, arch="sm_90a", sm_count=132)  # no table: the rule, kept
     assert _tile(rules) == (128, 256, 1) and rules.reason.startswith("the tile-count rule, kept by the cost model")
 
 
@@ -154,7 +170,7 @@ def test_a_shape_near_a_tuned_one_takes_its_answer_unweighed():
     p = _plan(_stored((4096, 2048)), _stored((2048, 4096)))
     assert _tile(p) == (128, 256, 1)
     assert p.reason == "the tuned table's nearest entry (4096x4096x4096, 1.0 doublings away)"
-    far = _plan(_stored((6144, 6144)), _stored((6144, 6144)))      # 1.2 doublings: weighed, kept
+    far = _plan(_stored((6144, 6144)), _stored((6144, 6144)))  # 1.2 doublings: weighed, kept
     assert _tile(far) == (128, 256, 1) and "kept by the cost model" in far.reason
 
 
@@ -177,7 +193,7 @@ def test_odd_alignment_weighs_the_unaligned_variant():
     assert float(why_odd.split(": ")[1].split(" us")[0]) > float(why_al.split(": ")[1].split(" us")[0])
     for p in (p_al, p_odd):
         assert registry.get("pipelined").resolve(p) in registry.get("pipelined").configurations()
-    p = _plan(_stored((139, 3897)), _stored((3897, 459)))       # random:linear10.dgrad, 29% of SGEMM
+    p = _plan(_stored((139, 3897)), _stored((3897, 459)))  # random:linear10.dgrad, 29% of SGEMM
     assert not p.problem.aligned16 and _tile(p)[0] * _tile(p)[1] < 128 * 256
 
 
@@ -195,7 +211,7 @@ def test_auto_choice_keeps_the_incumbent_within_the_margin():
     params, why = pipelined.auto_choice(ask, {**registry.get("pipelined").defaults(), "SPLITK": 1}, "the test's")
     assert params["SPLITK"] == 1 and why.startswith("the test's, kept by the cost model: ")
     params, why = pipelined.auto_choice(choose.ask(choose.Product(64, 64, 8192), H200))
-    assert (params["BM"], params["BN"], params["SPLITK"]) == (64, 64, 16)      # one tile, 512 K-steps
+    assert (params["BM"], params["BN"], params["SPLITK"]) == (64, 64, 16)  # one tile, 512 K-steps
     assert why.startswith("cost model over the tile-count rule: ")
     assert pipelined.auto_choice(choose.ask(choose.Product(0, 64, 64), H200))[1] == ""
 
@@ -203,8 +219,15 @@ def test_auto_choice_keeps_the_incumbent_within_the_margin():
 def test_every_choice_is_a_legal_configuration_that_fits():
     spec = registry.get("pipelined")
     legal = spec.configurations()
-    for M, N, K, batch in [(128, 768, 30522, 1), (1, 1, 1, 1), (3, 5, 7, 2), (197, 64, 197, 384), (100, 100, 100000, 1),
-                           (3072, 3072, 3072, 1), (96, 96, 4096, 34)]:
+    for M, N, K, batch in [
+        (128, 768, 30522, 1),
+        (1, 1, 1, 1),
+        (3, 5, 7, 2),
+        (197, 64, 197, 384),
+        (100, 100, 100000, 1),
+        (3072, 3072, 3072, 1),
+        (96, 96, 4096, 34),
+    ]:
         for aligned in (True, False):
             p = gemmlab.plan("auto", M, N, K, batch=batch, aligned16=aligned, arch="sm_90a", sm_count=132)
             if p.spec.name == "pipelined":

@@ -21,7 +21,15 @@ from gemmlab.tools.inspect_kernels import find_disassembler
 from gemmlab.runtime.compile import compile_module, parse_ptxas_log
 
 # Kernel parameters' offset in constant bank 0, per target.
-PARAM_BASE = {"sm_75": 0x160, "sm_80": 0x160, "sm_86": 0x160, "sm_89": 0x160, "sm_90a": 0x210, "sm_100a": 0x380, "sm_120": 0x380}
+PARAM_BASE = {
+    "sm_75": 0x160,
+    "sm_80": 0x160,
+    "sm_86": 0x160,
+    "sm_89": 0x160,
+    "sm_90a": 0x210,
+    "sm_100a": 0x380,
+    "sm_120": 0x380,
+}
 ARCHES = tuple(PARAM_BASE)
 KIND_IDS = [kd.name for kd in fr.KINDS]
 
@@ -34,6 +42,7 @@ def dump_module():
         if arch not in memo:
             memo[arch] = compile_module(fr.SOURCE, [kd.name_expression() for kd in fr.kinds_for(arch)], arch)
         return memo[arch]
+
     return get
 
 
@@ -58,9 +67,9 @@ def test_analytic_map_holds_every_element_once(name):
     fmap = fr.analytic_map(kd, "sm_80")
     assert fmap.shape == (32, kd.num_elements, 2)
     assert fr.check_map(kd, fmap) == []
-    unique = fmap[:, :kd.unique].reshape(-1, 2)
-    assert len({tuple(x) for x in unique}) == kd.rows * kd.cols == 32 * kd.unique   # one lane, one slot each
-    for k in range(kd.unique, kd.num_elements):                                       # padding slots repeat
+    unique = fmap[:, : kd.unique].reshape(-1, 2)
+    assert len({tuple(x) for x in unique}) == kd.rows * kd.cols == 32 * kd.unique  # one lane, one slot each
+    for k in range(kd.unique, kd.num_elements):  # padding slots repeat
         assert (fmap[:, k] == fmap[:, k % kd.unique]).all()
     assert (fr.analytic_map(kd, "sm_90a") == fmap).all()
 
@@ -97,8 +106,15 @@ def test_unsupported_arch_is_refused():
     assert fr.provenance("sm_90a").startswith("measured") and fr.provenance("sm_86").startswith("derived")
 
 
-@pytest.mark.parametrize("name", ["matrix_a.m32n8k16.bf16.col", "matrix_b.m16n16k8.tf32.row",
-                                  "accumulator.m8n32k16.f16.col", "matrix_a.m16n16k16.f16.row"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "matrix_a.m32n8k16.bf16.col",
+        "matrix_b.m16n16k8.tf32.row",
+        "accumulator.m8n32k16.f16.col",
+        "matrix_a.m16n16k16.f16.row",
+    ],
+)
 def test_decode_reads_back_what_a_load_would_give(name):
     """tile_codes -> slots filled by the analytic map -> decode: the map again,
     through the same encodings the GPU dump uses (raw 16-bit codes, float codes)."""
@@ -112,7 +128,7 @@ def test_decode_reads_back_what_a_load_would_give(name):
             v = tile[c, r] if kd.layout == "col" else tile[r, c]
             raw[lane, k] = struct.unpack("<I", struct.pack("<f", float(v)))[0] if kd.elem_bytes == 4 else int(v)
     assert (fr.decode(kd, raw.ravel()) == fmap).all()
-    raw[3, 1] = 0xFFFFFFFF                                   # a poisoned slot decodes as -1
+    raw[3, 1] = 0xFFFFFFFF  # a poisoned slot decodes as -1
     assert (fr.decode(kd, raw.ravel())[3, 1] == -1).all()
 
 
@@ -147,6 +163,7 @@ def test_analytic_maps_match_the_compilers_sass(arch, dump_module):
     analytic map for every kind: what ptxas does with wmma.load on this arch."""
     import sass_warp
     from gemmlab.tools.inspect_kernels import disassemble
+
     module = dump_module(arch)
     sass = disassemble(module.cubin)
     pbase = PARAM_BASE[arch]
@@ -159,8 +176,10 @@ def test_analytic_maps_match_the_compilers_sass(arch, dump_module):
         params = {pbase: tile_at, pbase + 8: ld, pbase + 0x10: out_at}
         warp = sass_warp.Warp(lambda off: params.get(off, 0), mem)
         warp.run(sass_warp.instructions(sass[module.symbols[kd.name_expression()]]))
-        raw = np.array([sum(mem.get(out_at + 4 * i + b, 0xFF) << (8 * b) for b in range(4))
-                        for i in range(32 * kd.num_elements)], dtype=np.uint32)
+        raw = np.array(
+            [sum(mem.get(out_at + 4 * i + b, 0xFF) << (8 * b) for b in range(4)) for i in range(32 * kd.num_elements)],
+            dtype=np.uint32,
+        )
         got = fr.decode(kd, raw)
         assert fr.compare(kd, got, fr.analytic_map(kd, arch)) == []
 
@@ -178,8 +197,10 @@ def _check_stored_maps(files):
 def test_stored_measured_maps_match_analytic():
     files = fr.measured_files()
     if not files:
-        pytest.skip(f"measured maps missing: no fragment_maps_*.json in {fr.DATA_DIR} yet "
-                    "(run scripts/gpu_fragments.sh on a GPU and copy $OUT/fragments/fragment_maps_<gpu>.json there)")
+        pytest.skip(
+            f"measured maps missing: no fragment_maps_*.json in {fr.DATA_DIR} yet "
+            "(run scripts/gpu_fragments.sh on a GPU and copy $OUT/fragments/fragment_maps_<gpu>.json there)"
+        )
     _check_stored_maps(files)
 
 
@@ -195,7 +216,7 @@ def test_written_maps_file_is_what_the_stored_maps_test_reads(tmp_path):
     (data / path.name).write_bytes(path.read_bytes())
     assert fr.measured_files(data) == [data / path.name]
     _check_stored_maps(fr.measured_files(data))
-    maps["matrix_b.m8n32k16.bf16.col"] = maps["matrix_b.m8n32k16.bf16.col"][::-1].copy()    # lanes swapped
+    maps["matrix_b.m8n32k16.bf16.col"] = maps["matrix_b.m8n32k16.bf16.col"][::-1].copy()  # lanes swapped
     fr.write_outputs(maps, data, gpu="NVIDIA H200", arch="sm_90a", plots=False)
     with pytest.raises(AssertionError, match="matrix_b.m8n32k16.bf16.col"):
         _check_stored_maps(fr.measured_files(data))
@@ -205,6 +226,7 @@ def test_written_maps_file_is_what_the_stored_maps_test_reads(tmp_path):
 def test_fresh_dump_matches_analytic():
     maps = fr.dump()
     from gemmlab.runtime.device import gpu_info
+
     arch = gpu_info().arch
     problems = []
     for kd in fr.KINDS:

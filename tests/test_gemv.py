@@ -16,8 +16,13 @@ from fp32_sums_check import check_fp32_sums
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
 pytestmark = pytest.mark.gpu
 
-DTYPES = [("float32", "float32"), ("float16", "float16"), ("float16", "float32"), ("bfloat16", "bfloat16"),
-          ("bfloat16", "float32")]
+DTYPES = [
+    ("float32", "float32"),
+    ("float16", "float16"),
+    ("float16", "float32"),
+    ("bfloat16", "bfloat16"),
+    ("bfloat16", "float32"),
+]
 # Rounding of the output type (the FP32 accumulation has its own term below).
 # (K, N): odd widths (every load one element, K ends inside a chunk), a K of
 # 16-byte rows that is no multiple of any chunk, K shorter than a warp's step.
@@ -32,14 +37,32 @@ def _matrix(rows, cols, dtype, gen, offset=0):
     return view, view.double()
 
 
-def _check(M, N, K, dtype, out_dtype, alpha, beta, *, a_offset=0, w_offset=0, x_transposed=False, batch=None,
-           shared_w=True, mt=None, seed=0, w_rows=False, params=None, kernel="gemv"):
+def _check(
+    M,
+    N,
+    K,
+    dtype,
+    out_dtype,
+    alpha,
+    beta,
+    *,
+    a_offset=0,
+    w_offset=0,
+    x_transposed=False,
+    batch=None,
+    shared_w=True,
+    mt=None,
+    seed=0,
+    w_rows=False,
+    params=None,
+    kernel="gemv",
+):
     """C = alpha x @ op(W) + beta C through gemmlab.matmul: op(W) = W.t() of an N x K W
     (op(B) column-major), or with ``w_rows`` a K x N W itself (row-major, dY @ W).
     ``params``: tile parameters besides MT."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     lead = () if batch is None else (batch,)
-    if x_transposed:   # op(A) column-major: a K x M array read through its transpose
+    if x_transposed:  # op(A) column-major: a K x M array read through its transpose
         xt, xt64 = _matrix(K * (batch or 1), M, dtype, gen, a_offset)
         x, x64 = xt.view(*lead, K, M).transpose(-1, -2), xt64.view(*lead, K, M).transpose(-1, -2)
     else:
@@ -50,7 +73,7 @@ def _check(M, N, K, dtype, out_dtype, alpha, beta, *, a_offset=0, w_offset=0, x_
     w, w64 = _matrix(rows * wb, cols, dtype, gen, w_offset)
     if wb > 1:
         w, w64 = w.view(wb, rows, cols), w64.view(wb, rows, cols)
-    if w_rows:   # the operand as given, and op(W) as the reference reads it
+    if w_rows:  # the operand as given, and op(W) as the reference reads it
         b, b64 = w, w64
     else:
         b, b64 = w.transpose(-1, -2), w64.transpose(-1, -2)
@@ -93,8 +116,17 @@ def test_more_rows_than_a_pass_holds(M, mt, dtype, out_dtype):
 @pytest.mark.parametrize("where", ["x", "W"])
 def test_operands_off_the_16_byte_grid(M, dtype, out_dtype, where):
     """A row-major x or W one element into its buffer: the one-element variant."""
-    plan = _check(M, 264, 4104, dtype, out_dtype, 0.5, 2.0, mt=16 if M > 8 else 2,
-                  **({"a_offset": 1} if where == "x" else {"w_offset": 1}))
+    plan = _check(
+        M,
+        264,
+        4104,
+        dtype,
+        out_dtype,
+        0.5,
+        2.0,
+        mt=16 if M > 8 else 2,
+        **({"a_offset": 1} if where == "x" else {"w_offset": 1}),
+    )
     assert ", false, " in plan.name_expression
 
 
@@ -138,8 +170,9 @@ ROW_SHAPES = [(1037, 331), (4104, 200), (8, 33), (1037, 264)]
 
 
 def _rows(M, N, K, dtype, out_dtype, alpha, beta, split, params_extra=None, **kw):
-    plan = _check(M, N, K, dtype, out_dtype, alpha, beta, w_rows=True, params={"SPLITK": split, **(params_extra or {})},
-                  **kw)
+    plan = _check(
+        M, N, K, dtype, out_dtype, alpha, beta, w_rows=True, params={"SPLITK": split, **(params_extra or {})}, **kw
+    )
     assert plan.params["SPLITK"] == split and plan.name_expression.endswith("'N'>")
     return plan
 
@@ -175,8 +208,13 @@ def test_row_major_w_narrow_blocks(M, lanes, dtype, out_dtype, K, N, alpha, beta
 @pytest.mark.parametrize("dtype, out_dtype", [("float32", "float32"), ("bfloat16", "bfloat16"), ("float16", "float32")])
 @pytest.mark.parametrize("case", ["x_transposed", "x_off_grid", "w_off_grid", "batch_shared_w", "batch"])
 def test_row_major_w_narrow_blocks_layouts_and_batches(lanes, dtype, out_dtype, case):
-    kw = {"x_transposed": {"x_transposed": True}, "x_off_grid": {"a_offset": 1}, "w_off_grid": {"w_offset": 1},
-          "batch_shared_w": {"batch": 3, "shared_w": True}, "batch": {"batch": 3, "shared_w": False}}[case]
+    kw = {
+        "x_transposed": {"x_transposed": True},
+        "x_off_grid": {"a_offset": 1},
+        "w_off_grid": {"w_offset": 1},
+        "batch_shared_w": {"batch": 3, "shared_w": True},
+        "batch": {"batch": 3, "shared_w": False},
+    }[case]
     for split in (1, 4):
         _rows(3, 331, 1037, dtype, out_dtype, 0.5, 2.0, split, mt=4, params_extra={"LANES": lanes}, **kw)
         _rows(2, 264, 4104, dtype, out_dtype, 1.0, 0.0, split, mt=2, params_extra={"LANES": lanes}, **kw)
@@ -196,8 +234,18 @@ def test_row_major_w_more_rows_than_a_pass_holds(M, mt, dtype, out_dtype):
 def test_row_major_w_off_the_16_byte_grid(M, dtype, out_dtype, where, split):
     """W off the grid: one element a load.  x off it: W still 16 bytes a load, x (checked
     in the kernel) element by element."""
-    plan = _rows(M, 264, 4104, dtype, out_dtype, 0.5, 2.0, split, mt=16 if M > 8 else 2,
-                 **({"a_offset": 1} if where == "x" else {"w_offset": 1}))
+    plan = _rows(
+        M,
+        264,
+        4104,
+        dtype,
+        out_dtype,
+        0.5,
+        2.0,
+        split,
+        mt=16 if M > 8 else 2,
+        **({"a_offset": 1} if where == "x" else {"w_offset": 1}),
+    )
     assert (", true, " if where == "x" else ", false, ") in plan.name_expression
 
 
@@ -237,10 +285,11 @@ def test_row_major_w_alpha_zero_reads_neither_operand(dtype, split):
 def test_auto_runs_row_major_w_on_gemv_split(M, K, N):
     """kernel="auto" on float32 dY @ W with at most 16 rows: gemv with auto_params' MT, LANES and split."""
     plan = _check(M, N, K, "float32", "float32", 1.0, 0.0, w_rows=True, kernel="auto", seed=M)
-    p = gemv_auto_params(M, N, K, rt_device.gpu_info().sm_count, dtype="float32", op_b="N",
-                         aligned16=gemv_aligned(plan.problem))
+    p = gemv_auto_params(
+        M, N, K, rt_device.gpu_info().sm_count, dtype="float32", op_b="N", aligned16=gemv_aligned(plan.problem)
+    )
     assert plan.params == p
-    if N == 4096:   # 32 column blocks of 128 columns: narrower blocks (at most 4 rows), else split
+    if N == 4096:  # 32 column blocks of 128 columns: narrower blocks (at most 4 rows), else split
         assert p["LANES"] < 32 if M <= 4 else p["SPLITK"] > 1
 
 
@@ -254,7 +303,7 @@ def test_auto_on_a_vocabulary_of_odd_length(dtype, product, M):
     V, D = 51865, 768
     if product == "x @ W.t()":
         plan = _check(M, V, D, dtype, dtype, 1.0, 0.0, kernel="auto", seed=M)
-    elif dtype == "float32":   # (16-bit dY @ W of this size runs on wgmma)
+    elif dtype == "float32":  # (16-bit dY @ W of this size runs on wgmma)
         plan = _check(M, D, V, dtype, dtype, 1.0, 0.0, w_rows=True, kernel="auto", seed=M)
     else:
         pytest.skip("16-bit dY @ W over GEMV_ROWS_16BIT_MAX_BYTES runs on wgmma")

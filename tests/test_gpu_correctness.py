@@ -9,8 +9,7 @@ from gemmlab.tools.verify import compare, magnitude, random_matrix, reference
 
 pytestmark = pytest.mark.gpu
 
-SHAPES = [(1, 1, 1), (7, 13, 5), (33, 65, 17), (127, 129, 255), (1000, 1000, 1000),
-          (4097, 31, 129), (16, 16, 4096)]
+SHAPES = [(1, 1, 1), (7, 13, 5), (33, 65, 17), (127, 129, 255), (1000, 1000, 1000), (4097, 31, 129), (16, 16, 4096)]
 ALPHA_BETA = [(1.0, 0.0), (0.5, 2.0)]
 TOL = 1e-5
 OTHER_TRANSPOSE = 1 - registry.get("pipelined").defaults()["REG_TRANSPOSE"]
@@ -20,31 +19,40 @@ def _cases():
     """Each kernel at its defaults, plus every smem_tiled tile and a few other tile shapes."""
     cases = [(s.name, {}) for s in registry.ladder("simt")]
     cases += [("smem_tiled", {"tile": t}) for t in (2, 4, 8, 16)]
-    cases += [("blocktile_1d", {"BM": 128, "BN": 32, "BK": 16, "TM": 8}),
-              ("blocktile_2d", {"BM": 64, "BN": 128, "BK": 16, "TM": 4, "TN": 8}),
-              ("vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}),
-              ("vectorized", {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4}),
-              ("warptile", {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4}),
-              ("warptile", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 8}),
-              ("pipelined", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 2}),
-              ("pipelined", {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 4}),
-              # 4 stages of 128x128x16 tiles: 72 KB of dynamic shared memory, above the 48 KB default
-              ("pipelined", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 4}),
-              # 256-wide tiles: 8 warps of 64 x 64, 128 accumulators per thread
-              ("pipelined", {"BM": 256, "BN": 128, "BK": 8, "WM": 64, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 3}),
-              ("pipelined", {"BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 2}),
-              # split-K: partial products in a workspace, added by splitk_reduce (16: most splits
-              # of the small shapes are empty and must contribute zeros)
-              ("pipelined", {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3,
-                             "SPLITK": 3}),
-              ("pipelined", {"SPLITK": 16}),
-              ("auto", {})]
+    cases += [
+        ("blocktile_1d", {"BM": 128, "BN": 32, "BK": 16, "TM": 8}),
+        ("blocktile_2d", {"BM": 64, "BN": 128, "BK": 16, "TM": 4, "TN": 8}),
+        ("vectorized", {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}),
+        ("vectorized", {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4}),
+        ("warptile", {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4}),
+        ("warptile", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 8}),
+        ("pipelined", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 2}),
+        ("pipelined", {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 4}),
+        # 4 stages of 128x128x16 tiles: 72 KB of dynamic shared memory, above the 48 KB default
+        ("pipelined", {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 4}),
+        # 256-wide tiles: 8 warps of 64 x 64, 128 accumulators per thread
+        ("pipelined", {"BM": 256, "BN": 128, "BK": 8, "WM": 64, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 3}),
+        ("pipelined", {"BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 2}),
+        # split-K: partial products in a workspace, added by splitk_reduce (16: most splits
+        # of the small shapes are empty and must contribute zeros)
+        (
+            "pipelined",
+            {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3, "SPLITK": 3},
+        ),
+        ("pipelined", {"SPLITK": 16}),
+        ("auto", {}),
+    ]
     # The transpose of rows along K (row-major A here) the defaults do not take, on a
     # 256-wide tile, a BK = 16 tile, a 128-thread tile and split-K.
-    cases += [("pipelined", {**p, "REG_TRANSPOSE": OTHER_TRANSPOSE}) for p in (
-        {}, {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3},
-        {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 4},
-        {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 2, "SPLITK": 3})]
+    cases += [
+        ("pipelined", {**p, "REG_TRANSPOSE": OTHER_TRANSPOSE})
+        for p in (
+            {},
+            {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 3},
+            {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 4, "TM": 4, "STAGES": 4},
+            {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 2, "SPLITK": 3},
+        )
+    ]
     return cases
 
 
@@ -94,10 +102,17 @@ def test_kernel_matches_fp64(case, shape, alpha, beta):
 # configurations the planner takes for small M and narrow N.
 PIPELINED_CASES = [c for c in _cases() if c[0] == "pipelined"] + [
     ("pipelined", {"BM": 128, "BN": 64, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 3}),
-    ("pipelined", {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 3,
-                   "SPLITK": 4})]
-COLUMN_MAJOR_B_SHAPES = [(7, 13, 5), (33, 65, 17), (127, 129, 255), (260, 516, 132), (1000, 1000, 1000),
-                         (4097, 31, 129), (16, 16, 4096)]
+    ("pipelined", {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 3, "SPLITK": 4}),
+]
+COLUMN_MAJOR_B_SHAPES = [
+    (7, 13, 5),
+    (33, 65, 17),
+    (127, 129, 255),
+    (260, 516, 132),
+    (1000, 1000, 1000),
+    (4097, 31, 129),
+    (16, 16, 4096),
+]
 
 
 @pytest.mark.parametrize("case", PIPELINED_CASES, ids=_id)
@@ -112,8 +127,9 @@ def test_pipelined_column_major_b(case, shape, trans_a):
 
 @pytest.mark.parametrize("trans_a", [False, True], ids=["NT", "TT"])
 def test_pipelined_column_major_b_misaligned(trans_a):
-    _check("pipelined", {}, 260, 516, 132, 1.0, 0.0, np.random.default_rng(), misalign=True, trans_a=trans_a,
-           trans_b=True)
+    _check(
+        "pipelined", {}, 260, 516, 132, 1.0, 0.0, np.random.default_rng(), misalign=True, trans_a=trans_a, trans_b=True
+    )
 
 
 @pytest.mark.parametrize("kernel", ["vectorized", "warptile", "pipelined"])
@@ -124,6 +140,7 @@ def test_misaligned_input_uses_scalar_path(kernel, shape):
 
 def test_beta_zero_never_reads_out():
     import cupy as cp
+
     rng = np.random.default_rng()
     a = cp.asarray(random_matrix(70, 50, "uniform", rng))
     b = cp.asarray(random_matrix(50, 90, "uniform", rng))
@@ -138,6 +155,7 @@ def test_empty_product_reads_neither_a_nor_b(beta):
     """alpha = 0 or K = 0 is BLAS's quick return: out = beta * out, and NaN in a or b
     (alpha = 0) never reaches it; with beta = 0, NaN already in out does not either."""
     import cupy as cp
+
     rng = np.random.default_rng()
     for kernel in ["auto"] + [s.name for s in registry.ladder("simt")]:
         for M, N, K, alpha in [(70, 90, 50, 0.0), (33, 65, 0, 1.5)]:
@@ -170,7 +188,7 @@ def test_torch_tensors_in_place_and_on_current_stream():
         c = gemmlab.matmul(a, b)
     s.synchronize()
     assert isinstance(c, torch.Tensor) and c.is_cuda and c.shape == (300, 100)
-    ref = (a.double() @ b.double())
+    ref = a.double() @ b.double()
     assert float((c.double() - ref).norm() / ref.norm()) <= TOL
     out = torch.full((300, 100), float("nan"), device="cuda")
     assert gemmlab.matmul(a, b, out=out, kernel="smem_tiled", tile=16) is out
@@ -182,6 +200,7 @@ def test_torch_tensors_in_place_and_on_current_stream():
 
 def test_cupy_result_on_nondefault_stream():
     import cupy as cp
+
     rng = np.random.default_rng()
     a = cp.asarray(random_matrix(512, 384, "uniform", rng))
     b = cp.asarray(random_matrix(384, 256, "uniform", rng))
@@ -195,9 +214,10 @@ def test_cupy_result_on_nondefault_stream():
 
 def test_padded_rows_are_read_through_leading_dimension():
     import cupy as cp
+
     rng = np.random.default_rng()
     big = cp.asarray(random_matrix(100, 80, "uniform", rng))
-    a = big[:, :37]            # row stride 80, 37 columns
+    a = big[:, :37]  # row stride 80, 37 columns
     b = cp.asarray(random_matrix(37, 45, "uniform", rng))
     for kernel in ("naive", "smem_tiled", "vectorized", "warptile", "pipelined"):
         c = gemmlab.matmul(a, b, kernel=kernel)
@@ -206,6 +226,7 @@ def test_padded_rows_are_read_through_leading_dimension():
 
 def test_error_leaves_out_untouched():
     import cupy as cp
+
     a = cp.ones((10, 20), cp.float32)
     b = cp.ones((21, 5), cp.float32)
     out = cp.full((10, 5), 7.0, cp.float32)

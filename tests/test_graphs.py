@@ -55,7 +55,7 @@ LAYOUTS = ["NN", "TN", "NT"]
 
 def _bound(dtype, precision):
     if precision == "tf32":
-        return 3e-3          # inputs rounded to TF32 by the kernel
+        return 3e-3  # inputs rounded to TF32 by the kernel
     return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
 
 
@@ -114,7 +114,7 @@ def test_the_cached_path_matches_fp64(fam, layout):
         ran = gemmlab.last_plan()
         if call == 0 and fam[1] != "auto" and layout == "NN":
             assert ran.spec.name == fam[1], ran.describe()
-    r = gemmlab.matmul(a, b, **kw)   # a new result: another signature, prepared and run
+    r = gemmlab.matmul(a, b, **kw)  # a new result: another signature, prepared and run
     torch.cuda.synchronize()
     _check(r, a, b, bound)
 
@@ -128,7 +128,7 @@ def _replay_checks(fam, layout, capture):
     b = _operand(K, N, fam[2], layout[1], gen)
     out = torch.empty((M, N), device="cuda", dtype=a.dtype)
     kw = _kw(fam)
-    gemmlab.matmul(a, b, out=out, **kw)        # warm: compiled, loaded, prepared
+    gemmlab.matmul(a, b, out=out, **kw)  # warm: compiled, loaded, prepared
     torch.cuda.synchronize()
     replay = capture(lambda: gemmlab.matmul(a, b, out=out, **kw))
     for _ in range(2):
@@ -154,10 +154,24 @@ def test_torch_cuda_graph_capture_and_replay(fam, layout):
     _replay_checks(fam, layout, _torch_graph)
 
 
-@pytest.mark.parametrize("fam", [f for f in FAMILIES if f[0] in ("pipelined-splitk", "wgmma-bf16", "auto-fp32",
-                                                                 "ec_wgmma-fp16_ec", "mma_pipelined-tf32",
-                                                                 "wgmma-fp16-splitk", "ec_wgmma-fp16_ec-splitk")],
-                         ids=lambda f: f[0])
+@pytest.mark.parametrize(
+    "fam",
+    [
+        f
+        for f in FAMILIES
+        if f[0]
+        in (
+            "pipelined-splitk",
+            "wgmma-bf16",
+            "auto-fp32",
+            "ec_wgmma-fp16_ec",
+            "mma_pipelined-tf32",
+            "wgmma-fp16-splitk",
+            "ec_wgmma-fp16_ec-splitk",
+        )
+    ],
+    ids=lambda f: f[0],
+)
 def test_cupy_stream_capture_and_replay(fam):
     _skip_off_hopper(fam)
     cp = pytest.importorskip("cupy")
@@ -169,12 +183,13 @@ def test_cupy_stream_capture_and_replay(fam):
 
     def fresh(r, c):
         return cp.asarray(rng.uniform(-1, 1, (r, c)).astype(host_dt))
+
     a, b = fresh(M, K), fresh(K, N)
     out = cp.empty((M, N), host_dt)
     kw = _kw(fam)
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
-        gemmlab.matmul(a, b, out=out, **kw)      # warm
+        gemmlab.matmul(a, b, out=out, **kw)  # warm
         stream.synchronize()
         stream.begin_capture()
         gemmlab.matmul(a, b, out=out, **kw)
@@ -226,8 +241,9 @@ def test_a_workspace_first_needed_inside_a_capture():
     created during capture): its workspace comes from the device's own pool, and
     the graph replays right on new data."""
     from gemmlab.runtime import launch
+
     M, N, K, a, b, out, kw, gen = _split_k_case(12)
-    gemmlab.matmul(a, b, out=out, **kw)                  # prepared (and the pool made)
+    gemmlab.matmul(a, b, out=out, **kw)  # prepared (and the pool made)
     torch.cuda.synchronize()
     ordinal = torch.cuda.current_device()
     pool = launch._pools.pop(ordinal)
@@ -291,7 +307,7 @@ def test_methods_chosen_from_the_data_in_a_graph(capture, precision, kernel):
     a, b = _data("uniform", (M, K), gen), _data("uniform", (K, N), gen)
     out = torch.empty((M, N), device="cuda")
     kw = dict(precision=precision, kernel=kernel)
-    gemmlab.matmul(a, b, out=out, **kw)       # warm: compiled, loaded, prepared
+    gemmlab.matmul(a, b, out=out, **kw)  # warm: compiled, loaded, prepared
     torch.cuda.synchronize()
     if capture == "torch":
         replay = _torch_graph(lambda: gemmlab.matmul(a, b, out=out, **kw))
@@ -299,9 +315,9 @@ def test_methods_chosen_from_the_data_in_a_graph(capture, precision, kernel):
     else:
         cp = pytest.importorskip("cupy")
         stream = cp.cuda.Stream(non_blocking=True)
-        ca, cb, co = cp.asarray(a), cp.asarray(b), cp.asarray(out)   # the same memory
+        ca, cb, co = cp.asarray(a), cp.asarray(b), cp.asarray(out)  # the same memory
         with stream:
-            gemmlab.matmul(ca, cb, out=co, **kw)   # warm for CuPy arrays on this stream
+            gemmlab.matmul(ca, cb, out=co, **kw)  # warm for CuPy arrays on this stream
             stream.synchronize()
             stream.begin_capture()
             gemmlab.matmul(ca, cb, out=co, **kw)
@@ -313,6 +329,7 @@ def test_methods_chosen_from_the_data_in_a_graph(capture, precision, kernel):
             torch.cuda.current_stream().synchronize()
             graph.launch(stream)
             stream.synchronize()
+
     scales = set()
     for kind, method, err, sgemm, p in _replays_on_new_data(replay, a, b, out, gen):
         assert p.reason.startswith("chosen on the GPU"), p.reason
@@ -322,7 +339,7 @@ def test_methods_chosen_from_the_data_in_a_graph(capture, precision, kernel):
             assert err <= 1.5 * sgemm + 1e-7, (kind, err, sgemm, p.describe())
         else:
             assert p.method == "fp16_ec_scaled"
-            if kind != "wide":    # beyond 28 binades the scaled method is not meant to be exact
+            if kind != "wide":  # beyond 28 binades the scaled method is not meant to be exact
                 assert err <= 1.5 * sgemm + 1e-7, (kind, err, sgemm, p.describe())
     assert len(scales) > 1 if precision == "fp16_ec_scaled" else True
 
@@ -352,6 +369,7 @@ def test_ec_wgmma_stream_k_tail_in_a_graph():
     right, and two replays on the same data bitwise equal."""
     from gemmlab.kernels.ec.ec_wgmma import ec_wgmma_tail
     from gemmlab.runtime.device import gpu_info
+
     if gpu_info(0).sm_count != 132:
         pytest.skip("the tail's size is chosen for 132 SMs")
     M, N, K = 1606, 1586, 1000
@@ -389,18 +407,21 @@ def test_ec_wgmma_split_k_chosen_from_the_data_in_a_graph():
     def call():
         out.copy_(c0)
         gemmlab.matmul(a, b, out=out, **kw)
-    call()   # warm: compiled, loaded, prepared
+
+    call()  # warm: compiled, loaded, prepared
     torch.cuda.synchronize()
     replay = _torch_graph(call)
     for kind, method in REPLAYS:
         a.copy_(_data(kind, (M, K), gen))
         b.copy_(_data(kind if kind != "large" else "uniform", (K, N), gen))
-        c0.copy_(torch.rand((M, N), device="cuda", generator=gen) * 2 - 1)   # the graph copies it into out
+        c0.copy_(torch.rand((M, N), device="cuda", generator=gen) * 2 - 1)  # the graph copies it into out
         replay()
         torch.cuda.synchronize()
         p = gemmlab.last_plan()
-        assert p.spec.name == "ec_wgmma" and p.params["SPLITK"] == 3 and p.method == fp32_tc_method(p, method), \
-            (kind, p.reason)
+        assert p.spec.name == "ec_wgmma" and p.params["SPLITK"] == 3 and p.method == fp32_tc_method(p, method), (
+            kind,
+            p.reason,
+        )
         ref = alpha * (a.double() @ b.double()) + beta * c0.double()
         err = float((out.double() - ref).norm() / ref.norm())
         sgemm = float(((alpha * (a @ b) + beta * c0).double() - ref).norm() / ref.norm())
@@ -409,6 +430,7 @@ def test_ec_wgmma_split_k_chosen_from_the_data_in_a_graph():
 
 def test_the_pytorch_operator_in_a_graph():
     import gemmlab.torch as gt
+
     gen = torch.Generator(device="cuda").manual_seed(9)
     a, b = _operand(96, 64, "bfloat16", "N", gen), _operand(64, 80, "bfloat16", "N", gen)
     gt.mm(a, b)
@@ -493,18 +515,20 @@ def test_eager_fp32_tc_calls_around_a_capture_on_their_stream(kernel):
         gemmlab.matmul(a, b, out=out, **kw)
         graph = stream.end_capture()
         for kind in ("large", "wide", "uniform"):
-            a[...], b[...] = cp.asarray(data(kind, (M, K))), cp.asarray(data("uniform" if kind == "large" else kind,
-                                                                              (K, N)))
+            a[...], b[...] = (
+                cp.asarray(data(kind, (M, K))),
+                cp.asarray(data("uniform" if kind == "large" else kind, (K, N))),
+            )
             out.fill(np.nan)
             graph.launch(stream)
             stream.synchronize()
             check(a, b)
             out.fill(np.nan)
-            gemmlab.matmul(a, b, out=out, **kw)        # eager, on the launches kept before the capture
+            gemmlab.matmul(a, b, out=out, **kw)  # eager, on the launches kept before the capture
             stream.synchronize()
             check(a, b)
             a2, b2 = cp.asarray(data(kind, (M, K))), cp.asarray(data("uniform" if kind == "large" else kind, (K, N)))
             out.fill(np.nan)
-            gemmlab.matmul(a2, b2, out=out, **kw)      # eager, on other arrays
+            gemmlab.matmul(a2, b2, out=out, **kw)  # eager, on other arrays
             stream.synchronize()
             check(a2, b2)

@@ -25,12 +25,13 @@ def test_sizes_beyond_32_bit_ints_are_refused():
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_nan_and_inf_propagate(kernel):
     import cupy as cp
+
     rng = np.random.default_rng(3)
     M, N, K = 45, 70, 33
     a = random_matrix(M, K, "uniform", rng)
     b = random_matrix(K, N, "uniform", rng)
-    a[7, 5] = np.nan          # row 7 of C: all NaN
-    b[11, 20] = np.inf        # column 20 of C: +-Inf, or NaN where row 7 meets it
+    a[7, 5] = np.nan  # row 7 of C: all NaN
+    b[11, 20] = np.inf  # column 20 of C: +-Inf, or NaN where row 7 meets it
     c = cp.asnumpy(gemmlab.matmul(cp.asarray(a), cp.asarray(b), kernel=kernel))
     assert np.isnan(c[7]).all()
     col = np.delete(c[:, 20], 7)
@@ -42,7 +43,8 @@ def test_nan_and_inf_propagate(kernel):
 @pytest.mark.gpu
 def test_result_too_big_for_the_gpu_is_a_clear_error():
     import cupy as cp
-    n = 400_000                                   # the result would need 596 GiB
+
+    n = 400_000  # the result would need 596 GiB
     a, b = cp.ones((n, 1), np.float32), cp.ones((1, n), np.float32)
     with pytest.raises(MemoryError, match=r"the result \(400000 x 400000 float32\) needs 596\.05 GiB"):
         gemmlab.matmul(a, b)
@@ -51,6 +53,7 @@ def test_result_too_big_for_the_gpu_is_a_clear_error():
 @pytest.mark.gpu
 def test_threads_on_their_own_streams_get_correct_results():
     import cupy as cp
+
     results = {}
 
     def work(i):

@@ -49,5 +49,5 @@ def test_every_gemmlab_import_resolves():
                 importlib.import_module(f"{module}.{name}")
             except ImportError:
                 unresolved.append(f"{where}:{line}: {module} has no {name}")
-    assert seen > 100, seen    # the walk found the package's imports
+    assert seen > 100, seen  # the walk found the package's imports
     assert not unresolved, "\n".join(unresolved)

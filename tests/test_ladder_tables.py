@@ -51,11 +51,13 @@ def test_rewrite_replaces_only_the_block():
 
 # -- on a GPU -------------------------------------------------------------------------------
 
+
 def _operands(dtype: str):
     """Fresh random operands at the pages' size, and out poisoned with NaN."""
     M, N, K = tables.PAGE_SIZE
     if dtype == "float32":
         import cupy as cp
+
         rng = cp.random.default_rng(7)
         a = rng.uniform(-1, 1, (M, K), dtype=cp.float32)
         b = rng.uniform(-1, 1, (K, N), dtype=cp.float32)
@@ -70,6 +72,7 @@ def _operands(dtype: str):
 def _relative_error(a, b, out) -> float:
     """max |out - a@b| / max |a@b|, the product taken in FP64 on the GPU."""
     import cupy as cp
+
     a64, b64, o64 = (cp.asarray(x.float() if hasattr(x, "float") else x).astype(cp.float64) for x in (a, b, out))
     ref = a64 @ b64
     return float(cp.abs(o64 - ref).max() / cp.abs(ref).max())
@@ -78,6 +81,7 @@ def _relative_error(a, b, out) -> float:
 def _call(kernel: str, dtype: str):
     """A public call of ``kernel`` at the pages' size on fresh operands, checked against FP64 first."""
     import gemmlab
+
     a, b, out = _operands(dtype)
     gemmlab.matmul(a, b, out=out, kernel=kernel)
     err = _relative_error(a, b, out)
@@ -91,8 +95,14 @@ def _gain(kernel: str, below: str, dtype: str) -> float:
     same share of it)."""
     from gemmlab.runtime.device import gpu_info
     from gemmlab.tools.bench.timing import time_rounds
-    t = time_rounds({"below": _call(below, dtype), "rung": _call(kernel, dtype)}, l2_bytes=gpu_info().l2_bytes,
-                    rounds=4, reps=3, budget_s=0.5)
+
+    t = time_rounds(
+        {"below": _call(below, dtype), "rung": _call(kernel, dtype)},
+        l2_bytes=gpu_info().l2_bytes,
+        rounds=4,
+        reps=3,
+        budget_s=0.5,
+    )
     assert t["below"].ms is not None and t["rung"].ms is not None, (kernel, below)
     return t["below"].ms / t["rung"].ms
 
@@ -103,14 +113,23 @@ def compiled():
     from gemmlab.core import planner
     from gemmlab.runtime import compile as rt_compile
     from gemmlab.runtime.device import gpu_info
+
     gpu = gpu_info()
     items = set()
     for rel, kernel, below in tables.PAGES.values():
         dtype = tables.load(rel)[0]["dtype"]
         for k in (kernel, below):
             if k:
-                p = planner.plan(k, *tables.PAGE_SIZE, dtype=dtype, out_dtype=dtype, gpu_slug=gpu.slug,
-                                 sm_count=gpu.sm_count, arch=gpu.arch, gpu_name=gpu.name)
+                p = planner.plan(
+                    k,
+                    *tables.PAGE_SIZE,
+                    dtype=dtype,
+                    out_dtype=dtype,
+                    gpu_slug=gpu.slug,
+                    sm_count=gpu.sm_count,
+                    arch=gpu.arch,
+                    gpu_name=gpu.name,
+                )
                 items.add((str(p.spec.source_path), p.name_expression))
     rt_compile.precompile(sorted(items), gpu.arch)
     return gpu
@@ -122,11 +141,14 @@ def test_each_rung_gains_what_its_page_says(page, compiled):
     rel, kernel, below = tables.PAGES[page]
     record_gpu = tables.load(rel)[0]["gpu"]
     if compiled.name != record_gpu:
-        pytest.skip(f"{page}'s table was measured on {record_gpu}, this is {compiled.name}: "
-                    "regenerate the tables from this GPU's ladder bench (scripts/ladder_tables.py)")
+        pytest.skip(
+            f"{page}'s table was measured on {record_gpu}, this is {compiled.name}: "
+            "regenerate the tables from this GPU's ladder bench (scripts/ladder_tables.py)"
+        )
     dtype = tables.load(rel)[0]["dtype"]
     documented = tables.gain(rel, kernel, below)
     measured = _gain(kernel, below, dtype)
     assert documented / GAIN_TOLERANCE <= measured <= documented * GAIN_TOLERANCE, (
         f"{kernel} runs {measured:.2f}x as fast as {below} at {tables.size_name(*tables.PAGE_SIZE)}; "
-        f"{page} says {documented:.2f}x ({rel})")
+        f"{page} says {documented:.2f}x ({rel})"
+    )

@@ -21,7 +21,7 @@ class _Driver:
     def __init__(self, status=None):
         self.real = L.driver()
         self.calls = []
-        self.kinds = ()   # the launched kernel's parameter types, to read the arguments back by
+        self.kinds = ()  # the launched kernel's parameter types, to read the arguments back by
         self.status = status if status is not None else self.real.CUresult.CUDA_SUCCESS
 
     def __getattr__(self, name):
@@ -58,12 +58,14 @@ def test_a_launch_takes_the_shapes_configuration_for_its_stream(drv):
     L.launch_shaped(_Kernel(0xABC0), shape, 9, (np.int32(1), 0, np.float32(0), np.int64(0)))
     (c7, f7, _, x7, v7), (c9, *_) = drv.calls
     assert f7 == 0xABC0 and x7 == 0
-    assert (c7.gridDimX, c7.gridDimY, c7.gridDimZ) == (16, 3, 2)   # blocks, with clusters or not
+    assert (c7.gridDimX, c7.gridDimY, c7.gridDimZ) == (16, 3, 2)  # blocks, with clusters or not
     assert (c7.blockDimX, c7.blockDimY, c7.blockDimZ, c7.sharedMemBytes) == (256, 1, 1, 5000)
     assert int(c7.hStream) == 7 and int(c9.hStream) == 9
     ids = [a.id for a in c7.attrs]
-    assert ids == [drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-                   drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION]
+    assert ids == [
+        drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+    ]
     assert c7.numAttrs == 2
     cl = c7.attrs[0].value.clusterDim
     assert (cl.x, cl.y, cl.z) == (8, 1, 1)
@@ -86,17 +88,18 @@ def test_packed_arguments_are_packed_once(drv, monkeypatch):
     def counting(args):
         packed.append(tuple(args))
         return real(args)
+
     monkeypatch.setattr(L, "_holder_class", counting)
     shape = L.LaunchShape((4, 1, 1), (32, 1, 1))
     drv.kinds = (ctypes.c_int32, ctypes.c_uint64)
     args = L.PackedArgs((np.int32(11), 0xBEEF))
     for _ in range(3):
         L.launch_shaped(_Kernel(2), shape, 0, args)
-    L.launch_shaped(_Kernel(2), shape, 0, (np.int32(12), 0xF00D))   # a plain tuple: packed per launch
+    L.launch_shaped(_Kernel(2), shape, 0, (np.int32(12), 0xF00D))  # a plain tuple: packed per launch
     L.launch_shaped(_Kernel(2), shape, 0, (np.int32(13), 0xF00E))
     assert packed == [(11, 0xBEEF), (12, 0xF00D), (13, 0xF00E)]
     params = [call[2] for call in drv.calls]
-    assert params[0] == params[1] == params[2]   # the same packed arguments each time
+    assert params[0] == params[1] == params[2]  # the same packed arguments each time
     assert [call[4] for call in drv.calls] == [[11, 0xBEEF]] * 3 + [[12, 0xF00D], [13, 0xF00E]]
 
 
@@ -131,10 +134,11 @@ def test_a_stream_keeps_its_workspace_up_to_the_limit(monkeypatch):
     def device_workspace(gpu, stream, nbytes, what, hint=""):
         taken.append(nbytes)
         return L.Workspace(0x1000 * len(taken), nbytes)
+
     monkeypatch.setattr(L, "device_workspace", device_workspace)
     monkeypatch.setattr(L, "_scratch", {})
     gpu = SimpleNamespace(ordinal=0)
-    big = 256 * 2**20 + 32 * 1024   # fp32_tc's parts workspace of a 4096^3 product
+    big = 256 * 2**20 + 32 * 1024  # fp32_tc's parts workspace of a 4096^3 product
     assert big <= L.SCRATCH_KEPT_BYTES
     handles = []
     for _ in range(3):

@@ -39,7 +39,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = SRC / "gemmlab"
 
 FOLDERS = ("core", "runtime", "kernels", "torch", "tools", "lab")
-TOP = ("tools", "lab")          # may import anything; imported only by each other and the package
+TOP = ("tools", "lab")  # may import anything; imported only by each other and the package
 
 # What each layer may import (besides itself); the top layers and the package may import anything.
 BELOW = {
@@ -53,8 +53,18 @@ BELOW = {
     "executor": {"planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
     "bias": {"errors", "arrays"},
     "api": {"executor", "planner", "bias", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
-    "torch": {"api", "executor", "planner", "bias", "choose", "methods/tables", "kernels", "runtime", "errors",
-              "arrays"},
+    "torch": {
+        "api",
+        "executor",
+        "planner",
+        "bias",
+        "choose",
+        "methods/tables",
+        "kernels",
+        "runtime",
+        "errors",
+        "arrays",
+    },
 }
 
 
@@ -66,7 +76,7 @@ def layer(module: str) -> str:
     if parts[1] in TOP or parts[1] in ("runtime", "kernels", "torch"):
         return parts[1]
     if parts[1] == "core":
-        if len(parts) == 2:             # core/__init__.py: a docstring, no imports
+        if len(parts) == 2:  # core/__init__.py: a docstring, no imports
             return "errors"
         if parts[2] in ("methods", "tables"):
             return "methods/tables"
@@ -86,8 +96,8 @@ def may_import(importer: str, imported: str) -> bool:
 class Edge:
     importer: str
     imported: str
-    where: str          # file:line
-    lazy: bool          # inside a function
+    where: str  # file:line
+    lazy: bool  # inside a function
 
     def __str__(self) -> str:
         return f"{self.importer} -> {self.imported}  ({self.where}{', inside a function' if self.lazy else ''})"
@@ -138,8 +148,13 @@ def import_edges() -> list[Edge]:
     edges = []
     for module, path in mods.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        lazy_lines = {n.lineno for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                      for n in ast.walk(f) if hasattr(n, "lineno")}
+        lazy_lines = {
+            n.lineno
+            for f in ast.walk(tree)
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(f)
+            if hasattr(n, "lineno")
+        }
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 targets = _targets(mods, module, path, node)
@@ -170,18 +185,19 @@ def test_every_module_sits_in_a_layer_folder():
 def test_the_parser_sees_module_level_and_lazy_imports():
     """Guards the other tests against passing on an empty graph."""
     pairs = {(e.importer, e.imported): e for e in EDGES}
-    assert ("gemmlab.core.executor", "gemmlab.core.planner") in pairs            # from .planner import ...
-    assert ("gemmlab.core.api", "gemmlab.kernels.registry") in pairs             # from ..kernels import registry
-    assert pairs[("gemmlab.tools.verify", "gemmlab.core.api")].lazy               # inside a function
+    assert ("gemmlab.core.executor", "gemmlab.core.planner") in pairs  # from .planner import ...
+    assert ("gemmlab.core.api", "gemmlab.kernels.registry") in pairs  # from ..kernels import registry
+    assert pairs[("gemmlab.tools.verify", "gemmlab.core.api")].lazy  # inside a function
     assert ("gemmlab.kernels.registry", "gemmlab.kernels.simt.naive") in pairs  # from .simt import (..., naive, ...)
-    assert ("gemmlab.kernels.tensor.wgmma", "gemmlab.runtime.tma") in pairs     # from ...runtime.tma import ...
-    assert ("gemmlab.runtime.compile", "gemmlab.core.errors") in pairs          # from ..core.errors import ...
+    assert ("gemmlab.kernels.tensor.wgmma", "gemmlab.runtime.tma") in pairs  # from ...runtime.tma import ...
+    assert ("gemmlab.runtime.compile", "gemmlab.core.errors") in pairs  # from ..core.errors import ...
 
 
 def test_layers_import_only_downward():
     wrong = [e for e in EDGES if not may_import(e.importer, e.imported)]
     assert not wrong, "imports against the layering (layer of importer -> layer of imported):\n" + "\n".join(
-        f"  [{layer(e.importer)} -> {layer(e.imported)}] {e}" for e in wrong)
+        f"  [{layer(e.importer)} -> {layer(e.imported)}] {e}" for e in wrong
+    )
 
 
 def test_tools_and_lab_are_imported_only_by_each_other_and_the_package():
@@ -191,8 +207,7 @@ def test_tools_and_lab_are_imported_only_by_each_other_and_the_package():
 
 def test_no_kernel_module_imports_the_registry():
     wrong = [e for e in EDGES if e.imported == "gemmlab.kernels.registry" and layer(e.importer) == "kernels"]
-    assert not wrong, "the registry indexes the rungs, not the other way round:\n" + "\n".join(
-        f"  {e}" for e in wrong)
+    assert not wrong, "the registry indexes the rungs, not the other way round:\n" + "\n".join(f"  {e}" for e in wrong)
 
 
 def _registry_reads(path: Path) -> list[tuple[int, str]]:
@@ -216,17 +231,22 @@ def test_the_registry_is_read_only_for_its_own_names():
     """The registry is the ladder and its lookup (its __all__); what a rung or spec.py
     defines is imported from there, not through the registry."""
     from gemmlab.kernels import registry
+
     files = [p for d in ("src", "tests", "scripts", "examples") for p in sorted((SRC.parent / d).rglob("*.py"))]
-    wrong = [f"  {p.relative_to(SRC.parent)}:{line}: registry.{name}" for p in files
-             for line, name in _registry_reads(p) if name not in registry.__all__ and not name.startswith("__")]
+    wrong = [
+        f"  {p.relative_to(SRC.parent)}:{line}: registry.{name}"
+        for p in files
+        for line, name in _registry_reads(p)
+        if name not in registry.__all__ and not name.startswith("__")
+    ]
     assert not wrong, "names read through the registry that it does not define:\n" + "\n".join(wrong)
 
 
 def test_rungs_import_only_earlier_rungs():
     from gemmlab.kernels import registry
+
     order = {r.__name__: i for i, r in enumerate(registry.RUNGS)}
-    wrong = [e for e in EDGES if e.importer in order and e.imported in order
-             and order[e.imported] >= order[e.importer]]
+    wrong = [e for e in EDGES if e.importer in order and e.imported in order and order[e.imported] >= order[e.importer]]
     assert not wrong, "a rung importing a later rung of the ladder:\n" + "\n".join(f"  {e}" for e in wrong)
 
 
@@ -289,16 +309,22 @@ def test_no_cycles():
     cycles = _cycles(EDGES)
     where = {(e.importer, e.imported): e.where for e in EDGES}
     assert not cycles, "import cycles:\n" + "\n".join(
-        "  " + " -> ".join(c) + "\n" + "\n".join(f"      {a} -> {b}  ({where.get((a, b), '?')})"
-                                                 for a, b in zip(c, c[1:]))
-        for c in cycles)
+        "  "
+        + " -> ".join(c)
+        + "\n"
+        + "\n".join(f"      {a} -> {b}  ({where.get((a, b), '?')})" for a, b in zip(c, c[1:]))
+        for c in cycles
+    )
 
 
-@pytest.mark.parametrize("edges, cycle", [
-    ([("a", "b"), ("b", "c"), ("c", "a")], ["a", "b", "c", "a"]),
-    ([("a", "b"), ("b", "a"), ("b", "c")], ["a", "b", "a"]),
-    ([("a", "b"), ("b", "c")], None),
-])
+@pytest.mark.parametrize(
+    "edges, cycle",
+    [
+        ([("a", "b"), ("b", "c"), ("c", "a")], ["a", "b", "c", "a"]),
+        ([("a", "b"), ("b", "a"), ("b", "c")], ["a", "b", "a"]),
+        ([("a", "b"), ("b", "c")], None),
+    ],
+)
 def test_cycle_finder(edges, cycle):
     found = _cycles([Edge(a, b, "", False) for a, b in edges])
     assert found == ([cycle] if cycle else [])
@@ -310,6 +336,7 @@ def test_the_executor_names_no_rung():
     import re
 
     from gemmlab.kernels import registry
+
     text = (ROOT / "core" / "executor.py").read_text()
     named = [s.name for s in registry.ladder() if re.search(rf"\b{re.escape(s.name)}\b", text)]
     assert not named, f"core/executor.py names {named}: describe it through the spec instead"

@@ -23,6 +23,7 @@ def _meta(shape):
 
 # -- the cases --------------------------------------------------------------------
 
+
 def test_the_default_suite_counts():
     cases = models.select()
     linear = [c for c in cases if c.layer != "attention"]
@@ -34,9 +35,16 @@ def test_the_default_suite_counts():
     assert len({(c.name, c.tokens, c.batch) for c in cases}) == len(cases)
 
 
-@pytest.mark.parametrize("layer, fan_in, fan_out", [("qkv", 4096, 6144), ("o", 4096, 4096),
-                                                    ("gate_up", 4096, 28672), ("down", 14336, 4096),
-                                                    ("lm_head", 4096, 128256)])
+@pytest.mark.parametrize(
+    "layer, fan_in, fan_out",
+    [
+        ("qkv", 4096, 6144),
+        ("o", 4096, 4096),
+        ("gate_up", 4096, 28672),
+        ("down", 14336, 4096),
+        ("lm_head", 4096, 128256),
+    ],
+)
 def test_linear_products_are_the_views_a_model_makes(layer, fan_in, fan_out):
     M = 128
     by = {c.product: c for c in models.select(layers=[layer], tokens=[M])}
@@ -45,7 +53,7 @@ def test_linear_products_are_the_views_a_model_makes(layer, fan_in, fan_out):
     assert (fwd.M, fwd.N, fwd.K, fwd.ops, fwd.expression) == (M, fan_out, fan_in, "NT", "x @ W.t()")
     a, b = fwd.operands(_meta)
     assert a.shape == (M, fan_in) and a.stride() == (fan_in, 1)
-    assert b.shape == (fan_in, fan_out) and b.stride() == (1, fan_in)      # W.t(): a view, no copy
+    assert b.shape == (fan_in, fan_out) and b.stride() == (1, fan_in)  # W.t(): a view, no copy
     # input gradient dY @ W: both row-major
     assert (dgrad.M, dgrad.N, dgrad.K, dgrad.ops) == (M, fan_in, fan_out, "NN")
     a, b = dgrad.operands(_meta)
@@ -64,7 +72,7 @@ def test_attention_products_are_batched_views():
     assert (qk.M, qk.N, qk.K, qk.ops, qk.expression) == (2048, 2048, 128, "NT", "Q @ K.transpose(-1, -2)")
     a, b = qk.operands(_meta)
     assert a.shape == (32, 2048, 128) and a.stride() == (2048 * 128, 128, 1)
-    assert b.shape == (32, 128, 2048) and b.stride() == (2048 * 128, 1, 128)   # K.transpose(-1, -2)
+    assert b.shape == (32, 128, 2048) and b.stride() == (2048 * 128, 1, 128)  # K.transpose(-1, -2)
     assert (pv.M, pv.N, pv.K, pv.ops) == (2048, 128, 2048, "NN")
     a, b = pv.operands(_meta)
     assert a.stride() == (2048 * 2048, 2048, 1) and b.stride() == (2048 * 128, 128, 1)
@@ -79,12 +87,15 @@ def test_selection_narrows_the_suite():
     assert [c.layer for c in models.select(layers=["attention"])] == ["attention"] * 12
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"layers": ["qkv"], "only": "linear"}, "give --layers or --only, not both"),
-    ({"only": "mlp"}, "--only 'mlp': choose linear or attention"),
-    ({"only": "attention", "tokens": [16]}, "the selection has none"),
-    ({"layers": ["attention"], "products": ["fwd"]}, "the selection has none"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"layers": ["qkv"], "only": "linear"}, "give --layers or --only, not both"),
+        ({"only": "mlp"}, "--only 'mlp': choose linear or attention"),
+        ({"only": "attention", "tokens": [16]}, "the selection has none"),
+        ({"layers": ["attention"], "products": ["fwd"]}, "the selection has none"),
+    ],
+)
 def test_selection_refuses_what_it_cannot_mean(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         models.select(**kwargs)
@@ -95,8 +106,14 @@ def test_option_lists_parse():
     assert models.parse_tokens("1,16, 8192") == [1, 16, 8192]
     assert models.parse_layers("qkv,attention") == ["qkv", "attention"]
     assert models.parse_products("wgrad") == ["wgrad"]
-    for parse, text in ((models.parse_dtypes, "tf32"), (models.parse_tokens, "0"), (models.parse_tokens, "x"),
-                        (models.parse_layers, "mlp"), (models.parse_products, "qk"), (models.parse_dtypes, "")):
+    for parse, text in (
+        (models.parse_dtypes, "tf32"),
+        (models.parse_tokens, "0"),
+        (models.parse_tokens, "x"),
+        (models.parse_layers, "mlp"),
+        (models.parse_products, "qk"),
+        (models.parse_dtypes, ""),
+    ):
         with pytest.raises(ValueError):
             parse(text)
 
@@ -105,21 +122,22 @@ def test_tune_shapes_keep_each_use_of_a_shape():
     shapes = models.tune_shapes(models.select())
     # o's forward and input gradient are one shape in two layouts
     assert shapes[(2048, 4096, 4096)] == [("NT", 1), ("NN", 1)]
-    assert shapes[(128256, 4096, 8192)] == [("TN", 1)]                   # lm_head's weight gradient at M=8192
+    assert shapes[(128256, 4096, 8192)] == [("TN", 1)]  # lm_head's weight gradient at M=8192
     # o's weight gradient at M=128 is Q @ K^T's shape at S=4096: one entry serves both
     assert shapes[(4096, 4096, 128)] == [("TN", 1), ("NT", 32), ("NT", 128)]
-    assert shapes[(512, 128, 512)] == [("NN", 32), ("NN", 128)]          # P @ V at S=512
+    assert shapes[(512, 128, 512)] == [("NN", 32), ("NN", 128)]  # P @ V at S=512
     assert len(shapes) == 75
 
 
 # -- memory -----------------------------------------------------------------------
+
 
 def test_memory_estimate_and_skip_note():
     lm = models.linear_case("lm_head", "fwd", 8192)
     out = 8192 * 128256 * 4
     inputs = (8192 * 4096 + 128256 * 4096) * 4
     assert models.memory_needed(lm, "fp32") == inputs + out + models.SMALL_WORKSPACE
-    assert models.memory_needed(lm, "fp32_tc") == 3 * inputs + out     # the split parts of A and B
+    assert models.memory_needed(lm, "fp32_tc") == 3 * inputs + out  # the split parts of A and B
     assert models.memory_needed(lm, "bf16") == (inputs + out) // 2 + models.SMALL_WORKSPACE
     assert models.too_big(lm, "fp32", 80 << 30) is None
     assert models.too_big(lm, "fp32", 4 << 30) == "needs about 6.1 GiB of GPU memory, 4.0 GiB free"
@@ -127,15 +145,44 @@ def test_memory_estimate_and_skip_note():
 
 # -- summary, table, JSON, plot ---------------------------------------------------
 
+
 def _fake_records():
     recs = []
-    for case, pct in ((models.linear_case("qkv", "fwd", 16), 50.0), (models.linear_case("qkv", "dgrad", 16), 200.0),
-                      (models.attention_case("qk", 32, 512), 100.0)):
+    for case, pct in (
+        (models.linear_case("qkv", "fwd", 16), 50.0),
+        (models.linear_case("qkv", "dgrad", 16), 200.0),
+        (models.attention_case("qk", 32, 512), 100.0),
+    ):
         for dtype, scale in (("bf16", 1.0), ("fp32", 0.5)):
-            r = models.ModelRecord("GPU", case.name, case.layer, case.product, case.expression, case.tokens,
-                                   case.batch, case.M, case.N, case.K, case.ops, dtype, "wgmma", "wgmma(BM=128)",
-                                   {"BM": 128}, None, "", 100.0 / (pct * scale), 1.0, pct * scale, 1.0, 1.0,
-                                   1e-3, 1e-3, True, 5, 10)
+            r = models.ModelRecord(
+                "GPU",
+                case.name,
+                case.layer,
+                case.product,
+                case.expression,
+                case.tokens,
+                case.batch,
+                case.M,
+                case.N,
+                case.K,
+                case.ops,
+                dtype,
+                "wgmma",
+                "wgmma(BM=128)",
+                {"BM": 128},
+                None,
+                "",
+                100.0 / (pct * scale),
+                1.0,
+                pct * scale,
+                1.0,
+                1.0,
+                1e-3,
+                1e-3,
+                True,
+                5,
+                10,
+            )
             recs.append(r.as_dict())
     skipped = models.skipped_record("GPU", models.linear_case("lm_head", "fwd", 8192), "fp32", "needs about 9 GiB")
     return recs + [skipped.as_dict()]
@@ -143,7 +190,7 @@ def _fake_records():
 
 def test_summary_geomean_and_worst():
     s = models.summary(_fake_records())
-    assert s["bf16"]["geomean_pct"] == pytest.approx(100.0)      # (50 * 200 * 100) ** (1/3)
+    assert s["bf16"]["geomean_pct"] == pytest.approx(100.0)  # (50 * 200 * 100) ** (1/3)
     assert s["bf16"]["worst_pct"] == 50.0 and s["bf16"]["worst_case"] == "qkv.fwd M=16"
     assert s["fp32"]["geomean_pct"] == pytest.approx(50.0) and s["fp32"]["worst_pct"] == 25.0
     assert (s["fp32"]["cases"], s["fp32"]["skipped"], s["fp32"]["failed"]) == (3, 1, 0)
@@ -152,7 +199,7 @@ def test_summary_geomean_and_worst():
 
 def test_error_bound():
     assert models.error_ok("bf16", 5e-3, 1e-3) and not models.error_ok("bf16", 2e-2, 1e-3)
-    assert models.error_ok("fp32", 3e-5, 1e-5)                    # within 4x torch's own error
+    assert models.error_ok("fp32", 3e-5, 1e-5)  # within 4x torch's own error
     assert not models.error_ok("fp32", float("inf"), 1e-6) and not models.error_ok("fp32", None, 1e-6)
 
 
@@ -177,6 +224,7 @@ def test_table_and_plot(tmp_path):
 
 
 # -- the timing loop on the CPU: a fake gemmlab.matmul, fake timers -------------------
+
 
 class _FakePlan:
     def __init__(self, name="wgmma", method=None):
@@ -212,9 +260,10 @@ def _time_fake(monkeypatch, cases, dtypes, matmul, free=1 << 40):
     def fake_matmul(a, b, *, out, precision):
         seen["calls"].append((a.stride(), b.stride(), precision))
         matmul(a, b, out)
+
     monkeypatch.setattr(models, "matmul", fake_matmul)
     monkeypatch.setattr(models, "last_plan", lambda: _FakePlan())
-    monkeypatch.setattr(suites, "last_plan", lambda: _FakePlan())       # what time_size asks
+    monkeypatch.setattr(suites, "last_plan", lambda: _FakePlan())  # what time_size asks
 
     def timer_for(share):
         seen["budgets"].append(share)
@@ -223,20 +272,26 @@ def _time_fake(monkeypatch, cases, dtypes, matmul, free=1 << 40):
             fn()
             ms = 2.0 if fn.func is fake_matmul else 1.0
             return Timing(ms, [ms] * 3)
+
         return timer
+
     gpu = type("GPU", (), {"name": "CPU"})
     clock = _FakeClock()
-    recs = models.time_cases(cases, dtypes, gpu, clock, maker=_cpu_maker, timer_for=timer_for,
-                             free_bytes=lambda: free)
+    recs = models.time_cases(cases, dtypes, gpu, clock, maker=_cpu_maker, timer_for=timer_for, free_bytes=lambda: free)
     return [r.as_dict() for r in recs], seen, clock
 
 
 def test_time_cases_checks_every_result_on_the_views(monkeypatch):
     cases = [models.linear_case("qkv", "fwd", 16), models.linear_case("qkv", "wgrad", 16)]
-    recs, seen, clock = _time_fake(monkeypatch, cases, ["fp32", "fp32_tc"],
-                                   lambda a, b, out: torch.matmul(a, b, out=out))
-    assert [(r["case"], r["dtype"]) for r in recs] == [("qkv.fwd", "fp32"), ("qkv.fwd", "fp32_tc"),
-                                                       ("qkv.wgrad", "fp32"), ("qkv.wgrad", "fp32_tc")]
+    recs, seen, clock = _time_fake(
+        monkeypatch, cases, ["fp32", "fp32_tc"], lambda a, b, out: torch.matmul(a, b, out=out)
+    )
+    assert [(r["case"], r["dtype"]) for r in recs] == [
+        ("qkv.fwd", "fp32"),
+        ("qkv.fwd", "fp32_tc"),
+        ("qkv.wgrad", "fp32"),
+        ("qkv.wgrad", "fp32_tc"),
+    ]
     # gemmlab.matmul got the model's views: W.t() for the forward, dY.t() for the weight gradient
     assert seen["calls"][0][:2] == ((4096, 1), (1, 4096)) and seen["calls"][0][2] is None
     assert ((1, 6144), (4096, 1), "fp32_tc") in seen["calls"]
@@ -260,13 +315,16 @@ def test_time_cases_times_the_mode_beside_torch_without_out(monkeypatch):
             seen.append(fn.__name__)
             ms = 2.0 if fn.__name__ == "inside_mode" else 1.0
             return Timing(ms, [ms] * 3)
+
         return timer
+
     monkeypatch.setattr(models, "last_plan", lambda: _FakePlan("ec_wgmma", "fp16_ec"))
     monkeypatch.setattr(suites, "last_plan", lambda: _FakePlan("ec_wgmma", "fp16_ec"))
     monkeypatch.setattr(models, "matmul", lambda *a, **k: pytest.fail("the mode's case called gemmlab.matmul"))
     gpu = type("GPU", (), {"name": "CPU"})
-    recs = models.time_cases([case], ["fp32_tc_mode"], gpu, _FakeClock(), maker=_cpu_maker,
-                             timer_for=timer_for, free_bytes=lambda: 1 << 40)
+    recs = models.time_cases(
+        [case], ["fp32_tc_mode"], gpu, _FakeClock(), maker=_cpu_maker, timer_for=timer_for, free_bytes=lambda: 1 << 40
+    )
     r = recs[0].as_dict()
     assert seen == ["outside_mode", "inside_mode", "outside_mode"]
     assert r["dtype"] == "fp32_tc_mode" and r["pct_torch"] == pytest.approx(50.0) and r["method"] == "fp16_ec"
@@ -283,6 +341,7 @@ def test_time_cases_flags_a_wrong_result(monkeypatch):
     def wrong(a, b, out):
         torch.matmul(a, b, out=out)
         out[0, 0] += 1e3
+
     recs, _, _ = _time_fake(monkeypatch, [models.linear_case("o", "dgrad", 16)], ["bf16"], wrong)
     assert recs[0]["ok"] is False and recs[0]["rel_error"] > 1e-2
 
@@ -294,9 +353,10 @@ def test_time_cases_catches_unwritten_output(monkeypatch):
 
 def test_time_cases_skips_what_does_not_fit(monkeypatch):
     qkv = models.linear_case("qkv", "fwd", 16)
-    free = models.memory_needed(qkv, "fp32") + models.MEMORY_HEADROOM   # fp32 fits, fp32_tc's parts do not
-    recs, seen, clock = _time_fake(monkeypatch, [qkv], ["fp32", "fp32_tc"],
-                                   lambda a, b, out: torch.matmul(a, b, out=out), free=free)
+    free = models.memory_needed(qkv, "fp32") + models.MEMORY_HEADROOM  # fp32 fits, fp32_tc's parts do not
+    recs, seen, clock = _time_fake(
+        monkeypatch, [qkv], ["fp32", "fp32_tc"], lambda a, b, out: torch.matmul(a, b, out=out), free=free
+    )
     assert recs[0]["dtype"] == "fp32_tc" and recs[0]["skipped"].startswith("needs about")
     assert recs[1]["dtype"] == "fp32" and recs[1]["ms"] == 2.0 and clock.done == 2
     assert any("skipped" in line for line in clock.lines)
@@ -309,13 +369,14 @@ def test_clock_shares_the_budget_and_estimates_what_is_left(monkeypatch):
     assert big > small > 0
     assert clock.session_budget_s() == pytest.approx(100.0 * small / (small + big) / 3, rel=1e-3)
     clock.next()
-    monkeypatch.setattr(clock, "elapsed", lambda: 2 * small)      # twice the estimate: the rest scales too
+    monkeypatch.setattr(clock, "elapsed", lambda: 2 * small)  # twice the estimate: the rest scales too
     assert clock.left_s() == pytest.approx(2 * big)
-    monkeypatch.setattr(clock, "elapsed", lambda: 1000.0)         # over budget: the fewest runs
+    monkeypatch.setattr(clock, "elapsed", lambda: 1000.0)  # over budget: the fewest runs
     assert clock.session_budget_s() == 0.0
 
 
 # -- the command line -------------------------------------------------------------
+
 
 def _fake_data():
     recs = _fake_records()
@@ -328,11 +389,36 @@ def test_bench_models_writes_table_json_and_plot(tmp_path, monkeypatch, capsys):
     def fake_run(cases, dtypes, **kw):
         seen.update(cases=cases, dtypes=dtypes, **kw)
         return _fake_data()
+
     monkeypatch.setattr(models, "run", fake_run)
     js, png = tmp_path / "m.json", tmp_path / "m.png"
-    assert main(["bench", "--suite", "models", "--tokens", "16", "--layers", "qkv", "--dtype", "bf16",
-                 "--products", "fwd", "--time-budget-s", "60", "--reps", "5", "--no-flush",
-                 "--json", str(js), "--plot", str(png)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--suite",
+                "models",
+                "--tokens",
+                "16",
+                "--layers",
+                "qkv",
+                "--dtype",
+                "bf16",
+                "--products",
+                "fwd",
+                "--time-budget-s",
+                "60",
+                "--reps",
+                "5",
+                "--no-flush",
+                "--json",
+                str(js),
+                "--plot",
+                str(png),
+            ]
+        )
+        == 0
+    )
     assert [(c.name, c.tokens) for c in seen["cases"]] == [("qkv.fwd", 16)] and seen["dtypes"] == ["bf16"]
     assert (seen["time_budget_s"], seen["reps"], seen["flush"]) == (60.0, 5, False)
     assert "geomean" in capsys.readouterr().out
@@ -342,8 +428,9 @@ def test_bench_models_writes_table_json_and_plot(tmp_path, monkeypatch, capsys):
 
 def test_bench_models_defaults(monkeypatch, capsys):
     seen = {}
-    monkeypatch.setattr(models, "run", lambda cases, dtypes, **kw: seen.update(cases=cases, dtypes=dtypes, **kw)
-                        or _fake_data())
+    monkeypatch.setattr(
+        models, "run", lambda cases, dtypes, **kw: seen.update(cases=cases, dtypes=dtypes, **kw) or _fake_data()
+    )
     assert main(["bench", "--suite", "models", "--only", "attention"]) == 0
     assert seen["dtypes"] == ["bf16", "fp16", "fp32", "fp32_tc", "fp32_tc_mode"] and len(seen["cases"]) == 12
     assert seen["time_budget_s"] == models.TIME_BUDGET_S
@@ -360,11 +447,13 @@ def test_bench_models_fails_when_a_result_is_wrong(monkeypatch, capsys):
 def test_tune_suite_models_hands_the_suite_shapes_to_the_tuner(monkeypatch, capsys):
     from gemmlab.tools import tune
     from gemmlab.core.tables import TunedTable
+
     seen = {}
 
     def fake_tune(kernels, sizes, **kw):
         seen.update(kernels=kernels, sizes=sizes, **kw)
         return TunedTable("GPU", {})
+
     monkeypatch.setattr(tune, "tune", fake_tune)
     assert main(["tune", "--suite", "models", "--layers", "o", "--tokens", "16,2048"]) == 0
     o = models.select(layers=["o"], tokens=[16, 2048])
@@ -378,6 +467,7 @@ def test_tune_suite_models_hands_the_suite_shapes_to_the_tuner(monkeypatch, caps
 
 def test_tuner_progress_keys_name_the_uses():
     from gemmlab.tools import tune
+
     assert tune.progress_key(64, 64, 64) == "64x64x64"
     assert tune.progress_key(16, 4096, 4096, [("NT", 1), ("NN", 1)]) == "16x4096x4096 NT,NN"
     assert tune.progress_key(512, 512, 128, [("NT", 32), ("NT", 128)]) == "512x512x128 NTx32,NTx128"
@@ -386,12 +476,14 @@ def test_tuner_progress_keys_name_the_uses():
 def test_tuner_split_candidates_count_the_batch():
     from gemmlab.tools import tune
     from gemmlab.kernels import registry
+
     pipe = registry.get("pipelined")
     assert any(c["SPLITK"] > 1 for c in tune.candidates(pipe, 512, 512, 128, 132))
     assert all(c["SPLITK"] == 1 for c in tune.candidates(pipe, 512, 512, 128, 132, batch=32))
 
 
 # -- on a GPU: a tiny models suite end to end (timings are not asserted) -------------
+
 
 @pytest.mark.gpu
 def test_models_suite_runs_on_the_gpu():
@@ -410,14 +502,37 @@ def test_models_suite_runs_the_mode_on_the_gpu():
     data = models.run(cases, ["fp32_tc_mode"], reps=3, budget_s=0.1, time_budget_s=5, quiet=True)
     recs = data["records"]
     assert all(r["ms"] > 0 and r["torch_ms"] > 0 and r["ok"] and r["rung"] for r in recs) and len(recs) == 2
-    assert all(r["method"] for r in recs if r["rung"].startswith("ec_"))   # not the FP32 rungs of thin products
+    assert all(r["method"] for r in recs if r["rung"].startswith("ec_"))  # not the FP32 rungs of thin products
 
 
 @pytest.mark.gpu
 def test_models_suite_command_on_the_gpu(tmp_path, capsys):
     js, png = tmp_path / "m.json", tmp_path / "m.png"
-    assert main(["bench", "--suite", "models", "--tokens", "16", "--layers", "qkv", "--dtype", "bf16",
-                 "--reps", "3", "--time-budget-s", "5", "--quiet", "--json", str(js), "--plot", str(png)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--suite",
+                "models",
+                "--tokens",
+                "16",
+                "--layers",
+                "qkv",
+                "--dtype",
+                "bf16",
+                "--reps",
+                "3",
+                "--time-budget-s",
+                "5",
+                "--quiet",
+                "--json",
+                str(js),
+                "--plot",
+                str(png),
+            ]
+        )
+        == 0
+    )
     data = json.loads(js.read_text())
     assert len(data["records"]) == 3 and data["summary"]["bf16"]["cases"] == 3
     assert png.read_bytes()[:8] == PNG
@@ -430,10 +545,17 @@ def test_tuner_verifies_each_use_of_a_shape(monkeypatch):
     from gemmlab.core import tables
     from gemmlab.tools import tune
     from gemmlab.runtime.device import gpu_info
+
     monkeypatch.setattr(tune, "FINALISTS", 1)
     uses = {(96, 64, 32): [("NT", 1), ("TN", 1)], (64, 32, 96): [("NN", 4)]}
-    table = tune.tune(["vectorized"], list(uses), uses=uses, fresh=True, quiet=True,
-                      output=tables.cache_dir() / "models-uses-test.json")
+    table = tune.tune(
+        ["vectorized"],
+        list(uses),
+        uses=uses,
+        fresh=True,
+        quiet=True,
+        output=tables.cache_dir() / "models-uses-test.json",
+    )
     assert table.shapes["96x64x32"]["uses"] == [{"ops": "NT", "batch": 1}, {"ops": "TN", "batch": 1}]
     assert table.shapes["64x32x96"]["best"]["ms"] > 0
     results = json.loads(tables.progress_path(gpu_info(0).slug).read_text())["results"]

@@ -26,32 +26,46 @@ no_gpu_here = pytest.mark.skipif(rt_device.gpu_available(), reason="checks the p
 
 # Every subcommand, and the options that lead somewhere else, small enough to stop early.
 COMMANDS = [
-    ["list"], ["list", "--json"],
+    ["list"],
+    ["list", "--json"],
     ["bench", "--kernels", "naive,coalesced", "--sizes", "64"],
     ["bench", "--kernels", "naive", "vectorized:BM=64,BN=64", "--sizes", "64", "--all-configs"],
-    ["bench", "--dtype", "bf16", "--sizes", "64"], ["bench", "--suite", "ec", "--sizes", "64"],
-    ["bench", "--suite", "overhead", "--sizes", "64"], ["bench", "--suite", "wmma_ext"],
+    ["bench", "--dtype", "bf16", "--sizes", "64"],
+    ["bench", "--suite", "ec", "--sizes", "64"],
+    ["bench", "--suite", "overhead", "--sizes", "64"],
+    ["bench", "--suite", "wmma_ext"],
     ["bench", "--suite", "models", "--tokens", "16", "--layers", "qkv"],
-    ["accuracy", "--ks", "64"], ["accuracy", "--ks", "64", "--methods", "fp32,tf32"],
-    ["fragments"], ["fragments", "matrix_a.m16n16k16.f16.row"],
+    ["accuracy", "--ks", "64"],
+    ["accuracy", "--ks", "64", "--methods", "fp32,tf32"],
+    ["fragments"],
+    ["fragments", "matrix_a.m16n16k16.f16.row"],
     ["fragments", "--analytic", "--arch", "sm_75", "matrix_a.m16n16k16.f16.row"],
-    ["sweep", "--sizes", "64"], ["tune", "--kernels", "vectorized", "--sizes", "64"],
+    ["sweep", "--sizes", "64"],
+    ["tune", "--kernels", "vectorized", "--sizes", "64"],
     ["tune", "--suite", "models", "--tokens", "16", "--layers", "o"],
-    ["verify"], ["verify", "--kernels", "naive", "wmma", "--shapes", "8"], ["verify", "--kernels", "nope"],
+    ["verify"],
+    ["verify", "--kernels", "naive", "wmma", "--shapes", "8"],
+    ["verify", "--kernels", "nope"],
     ["verify", "--kernels", "auto", "--dtype", "tf32", "--shapes", "8"],
-    ["inspect", "--arch", "sm_86", "--kernel", "naive"], ["inspect", "--arch", "sm_70"],
-    ["inspect", "--kernel", "auto"], ["inspect", "--arch", "sm_75", "--kernel", "naive", "mma_pipelined"],
+    ["inspect", "--arch", "sm_86", "--kernel", "naive"],
+    ["inspect", "--arch", "sm_70"],
+    ["inspect", "--kernel", "auto"],
+    ["inspect", "--arch", "sm_75", "--kernel", "naive", "mma_pipelined"],
 ]
 GPU_COMMANDS = ("bench", "accuracy", "sweep", "tune", "verify")
-WORK_WITHOUT_A_GPU = [["list"], ["list", "--json"],
-                      ["fragments", "--analytic", "--arch", "sm_75", "matrix_a.m16n16k16.f16.row"],
-                      ["inspect", "--arch", "sm_86", "--kernel", "naive"],
-                      ["inspect", "--arch", "sm_75", "--kernel", "naive", "mma_pipelined"]]
+WORK_WITHOUT_A_GPU = [
+    ["list"],
+    ["list", "--json"],
+    ["fragments", "--analytic", "--arch", "sm_75", "matrix_a.m16n16k16.f16.row"],
+    ["inspect", "--arch", "sm_86", "--kernel", "naive"],
+    ["inspect", "--arch", "sm_75", "--kernel", "naive", "mma_pipelined"],
+]
 
 
 def fake_h200(ordinal=0):
-    return rt_device.GPUInfo(ordinal, "NVIDIA H200", (9, 0), "sm_90a", 132, 1980.0, 60 * 2 ** 20, 227 * 1024,
-                             228 * 1024, 65536, 65536, 2048)
+    return rt_device.GPUInfo(
+        ordinal, "NVIDIA H200", (9, 0), "sm_90a", 132, 1980.0, 60 * 2**20, 227 * 1024, 228 * 1024, 65536, 65536, 2048
+    )
 
 
 def run_cli(argv, capsys):
@@ -83,6 +97,7 @@ def test_every_command_without_a_gpu(argv, capsys, tmp_path, monkeypatch):
 
 def test_help_of_every_command_says_whether_it_needs_a_gpu(capsys):
     from gemmlab.tools.cli import build_parser
+
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for name, parser in sub.choices.items():
         text = parser.format_help()
@@ -99,6 +114,7 @@ def test_every_option_has_help_and_shows_its_default():
     help shows a default wherever the option has one."""
     import argparse
     from gemmlab.tools.cli import build_parser
+
     missing = []
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for name, parser in sub.choices.items():
@@ -118,8 +134,8 @@ def test_every_option_has_help_and_shows_its_default():
 
 def test_version_and_python_dash_m():
     import gemmlab
-    done = subprocess.run([sys.executable, "-m", "gemmlab", "--version"], capture_output=True, text=True,
-                          env=_env())
+
+    done = subprocess.run([sys.executable, "-m", "gemmlab", "--version"], capture_output=True, text=True, env=_env())
     assert done.returncode == 0 and done.stdout.strip() == f"gemmlab {gemmlab.__version__}"
     done = subprocess.run([sys.executable, "-m", "gemmlab"], capture_output=True, text=True, env=_env())
     assert done.returncode == 2 and "usage: gemmlab" in done.stderr and "Traceback" not in done.stderr
@@ -127,10 +143,12 @@ def test_version_and_python_dash_m():
 
 def _env():
     import os
+
     return dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 # -- each extra missing in turn ------------------------------------------------------------------
+
 
 def block(monkeypatch, *modules):
     """Make ``import m`` fail as it does where the package is not installed."""
@@ -143,9 +161,16 @@ def block(monkeypatch, *modules):
 CU13 = "pip install 'gemmlab[cu13]'"
 
 
-@pytest.mark.parametrize("argv", [["verify", "--kernels", "naive", "--shapes", "8"],
-                                  ["bench", "--kernels", "naive", "--sizes", "64"],
-                                  ["sweep", "--sizes", "64"], ["fragments"]], ids=" ".join)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["verify", "--kernels", "naive", "--shapes", "8"],
+        ["bench", "--kernels", "naive", "--sizes", "64"],
+        ["sweep", "--sizes", "64"],
+        ["fragments"],
+    ],
+    ids=" ".join,
+)
 def test_without_cupy(argv, capsys, monkeypatch):
     monkeypatch.setattr(rt_device, "gpu_info", fake_h200)
     block(monkeypatch, "cupy", "cupy_backends")
@@ -167,8 +192,9 @@ def test_with_cupy_but_no_usable_gpu(capsys, monkeypatch):
 
 def test_without_matplotlib(capsys, monkeypatch, tmp_path):
     block(monkeypatch, "matplotlib")
-    code, out, err = run_cli(["fragments", "--analytic", "--arch", "sm_80", "--out", str(tmp_path),
-                              "matrix_a.m16n16k16.f16.row"], capsys)
+    code, out, err = run_cli(
+        ["fragments", "--analytic", "--arch", "sm_80", "--out", str(tmp_path), "matrix_a.m16n16k16.f16.row"], capsys
+    )
     assert_one_line_refusal("fragments", code, out, err)
     assert "pip install 'gemmlab[plot]'" in err
 
@@ -193,9 +219,14 @@ sys.exit(main(sys.argv[1:]))
 def test_without_nvrtc(tmp_path):
     """NVRTC missing (cuda.pathfinder finds no libnvrtc; a fresh process, so that
     nothing loaded it before): inspect names the extra."""
-    env = dict(_env(), GEMMLAB_CACHE_DIR=str(tmp_path / "cache"))      # nothing compiled yet
-    done = subprocess.run([sys.executable, "-c", HIDE_NVRTC, "inspect", "--arch", "sm_86", "--kernel", "naive"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    env = dict(_env(), GEMMLAB_CACHE_DIR=str(tmp_path / "cache"))  # nothing compiled yet
+    done = subprocess.run(
+        [sys.executable, "-c", HIDE_NVRTC, "inspect", "--arch", "sm_86", "--kernel", "naive"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert_one_line_refusal("inspect", done.returncode, done.stdout, done.stderr)
     assert "libnvrtc" in done.stderr and CU13 in done.stderr
 
@@ -211,13 +242,20 @@ def test_without_nvdisasm(capsys, monkeypatch):
 
 # -- the examples ----------------------------------------------------------------------------------
 
-BLOCK_AND_RUN = ("import runpy, sys; [sys.modules.__setitem__(m, None) for m in sys.argv[1].split(',') if m]; "
-                 "path = sys.argv[2]; sys.argv = sys.argv[2:]; runpy.run_path(path, run_name='__main__')")
+BLOCK_AND_RUN = (
+    "import runpy, sys; [sys.modules.__setitem__(m, None) for m in sys.argv[1].split(',') if m]; "
+    "path = sys.argv[2]; sys.argv = sys.argv[2:]; runpy.run_path(path, run_name='__main__')"
+)
 
 
 def run_example(path, *args, blocked=()):
-    return subprocess.run([sys.executable, "-c", BLOCK_AND_RUN, ",".join(blocked), str(path), *args],
-                          capture_output=True, text=True, env=_env(), timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK_AND_RUN, ",".join(blocked), str(path), *args],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -247,22 +285,33 @@ def test_training_replot_without_matplotlib(tmp_path):
     pytest.importorskip("torch")
     results = tmp_path / "r.json"
     results.write_text('{"gpu": "x", "torch": "x", "config": "x", "runs": []}')
-    done = run_example(ROOT / "examples" / "train_fp32_tc.py", "--replot", str(results), "--plot", str(tmp_path / "p.png"),
-                       blocked=("matplotlib",))
+    done = run_example(
+        ROOT / "examples" / "train_fp32_tc.py",
+        "--replot",
+        str(results),
+        "--plot",
+        str(tmp_path / "p.png"),
+        blocked=("matplotlib",),
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "pip install 'gemmlab[plot]'" in done.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["verify", "--kernels", "naive", "--dtype", "float16"], "kernel 'naive' computes float32, not float16"),
-    (["verify", "--kernels", "wgmma"], "kernel 'wgmma' does not run on"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["verify", "--kernels", "naive", "--dtype", "float16"], "kernel 'naive' computes float32, not float16"),
+        (["verify", "--kernels", "wgmma"], "kernel 'wgmma' does not run on"),
+    ],
+)
 def test_verify_refuses_a_kernel_the_gpu_or_dtype_cannot_take(argv, message, capsys, monkeypatch):
     """Past the GPU check (a stand-in Ampere GPU), before any array is made."""
+
     def ampere(ordinal=0):
-        return rt_device.GPUInfo(ordinal, "NVIDIA A10", (8, 6), "sm_86", 72, 1695.0, 6 * 2 ** 20, 99 * 1024)
+        return rt_device.GPUInfo(ordinal, "NVIDIA A10", (8, 6), "sm_86", 72, 1695.0, 6 * 2**20, 99 * 1024)
+
     monkeypatch.setattr(rt_device, "gpu_info", ampere)
-    block(monkeypatch, "cupy", "cupy_backends")        # any array work would show as a CuPy message
+    block(monkeypatch, "cupy", "cupy_backends")  # any array work would show as a CuPy message
     code, out, err = run_cli(argv, capsys)
     assert_one_line_refusal("verify", code, out, err)
     assert message in err and "CuPy" not in err
@@ -270,8 +319,11 @@ def test_verify_refuses_a_kernel_the_gpu_or_dtype_cannot_take(argv, message, cap
 
 def test_gemmlab_torch_without_torch_names_the_extra():
     """`import gemmlab.torch` where PyTorch is missing: gemmlab's ImportError with the install line."""
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "try:\n    import gemmlab.torch\nexcept ImportError as e:\n    print(type(e).__name__, e)\n")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "try:\n    import gemmlab.torch\nexcept ImportError as e:\n    print(type(e).__name__, e)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)
-    assert done.stdout.strip() == "MissingExtraError gemmlab.torch needs PyTorch: pip install 'gemmlab[torch]'", \
+    assert done.stdout.strip() == "MissingExtraError gemmlab.torch needs PyTorch: pip install 'gemmlab[torch]'", (
         done.stdout + done.stderr
+    )

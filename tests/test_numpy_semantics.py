@@ -28,40 +28,96 @@ from gemmlab.core import api, planner
 # (a shape, b shape): numpy.matmul accepts each.
 SHAPE_PAIRS = [
     # matrices, and the empty ones (M, N or K = 0)
-    ((3, 2), (2, 4)), ((3, 0), (0, 4)), ((0, 2), (2, 4)), ((3, 2), (2, 0)), ((0, 0), (0, 0)),
-    ((0, 3), (3, 0)), ((1, 1), (1, 1)), ((1, 2), (2, 1)), ((2, 1), (1, 3)), ((1, 7), (7, 1)),
-    ((3, 1), (1, 1)), ((1, 1), (1, 3)), ((1, 2), (2, 3)), ((2, 3), (3, 1)),
+    ((3, 2), (2, 4)),
+    ((3, 0), (0, 4)),
+    ((0, 2), (2, 4)),
+    ((3, 2), (2, 0)),
+    ((0, 0), (0, 0)),
+    ((0, 3), (3, 0)),
+    ((1, 1), (1, 1)),
+    ((1, 2), (2, 1)),
+    ((2, 1), (1, 3)),
+    ((1, 7), (7, 1)),
+    ((3, 1), (1, 1)),
+    ((1, 1), (1, 3)),
+    ((1, 2), (2, 3)),
+    ((2, 3), (3, 1)),
     # vectors: a 1 is prepended to a, appended to b, and removed from the result
-    ((2,), (2, 4)), ((0,), (0, 4)), ((3, 2), (2,)), ((3, 0), (0,)), ((2,), (2,)), ((0,), (0,)),
-    ((2,), (2, 1)), ((1, 2), (2,)), ((1,), (1,)), ((3,), (3,)), ((40,), (40, 33)), ((33, 40), (40,)),
-    ((5, 3, 2), (2,)), ((5, 3, 0), (0,)), ((2,), (5, 2, 4)), ((0,), (5, 0, 4)),
-    ((6, 5, 3, 2), (2,)), ((6, 5, 3, 0), (0,)), ((2,), (6, 5, 2, 4)), ((0,), (6, 5, 0, 4)),
+    ((2,), (2, 4)),
+    ((0,), (0, 4)),
+    ((3, 2), (2,)),
+    ((3, 0), (0,)),
+    ((2,), (2,)),
+    ((0,), (0,)),
+    ((2,), (2, 1)),
+    ((1, 2), (2,)),
+    ((1,), (1,)),
+    ((3,), (3,)),
+    ((40,), (40, 33)),
+    ((33, 40), (40,)),
+    ((5, 3, 2), (2,)),
+    ((5, 3, 0), (0,)),
+    ((2,), (5, 2, 4)),
+    ((0,), (5, 0, 4)),
+    ((6, 5, 3, 2), (2,)),
+    ((6, 5, 3, 0), (0,)),
+    ((2,), (6, 5, 2, 4)),
+    ((0,), (6, 5, 0, 4)),
     # batches, broadcast by numpy's rule, batches of 0 included
-    ((5, 3, 2), (5, 2, 4)), ((0, 3, 2), (0, 2, 4)), ((5, 3, 2), (2, 4)), ((0, 3, 2), (2, 4)),
-    ((3, 2), (5, 2, 4)), ((3, 2), (0, 2, 4)), ((5, 3, 2), (1, 2, 4)), ((0, 3, 2), (1, 2, 4)),
-    ((1, 3, 2), (5, 2, 4)), ((1, 3, 2), (0, 2, 4)), ((2, 2, 3, 2), (2, 2, 2, 4)),
-    ((5, 0, 3, 2), (5, 0, 2, 4)), ((6, 5, 3, 2), (2, 4)), ((5, 0, 3, 2), (2, 4)),
-    ((3, 2), (6, 5, 2, 4)), ((3, 2), (5, 0, 2, 4)), ((1, 5, 3, 2), (6, 1, 2, 4)),
-    ((1, 0, 3, 2), (6, 1, 2, 4)), ((6, 1, 3, 2), (1, 5, 2, 4)), ((6, 1, 3, 2), (1, 0, 2, 4)),
-    ((1, 3, 3), (10, 1, 3, 1)), ((2, 3, 0), (2, 0, 2)),
-    ((6, 5, 3, 2), (6, 5, 2, 4)), ((6, 5, 3, 2), (6, 1, 2, 4)), ((6, 5, 3, 2), (1, 5, 2, 4)),
-    ((6, 5, 3, 2), (1, 1, 2, 4)), ((6, 1, 3, 2), (6, 5, 2, 4)), ((1, 5, 3, 2), (6, 5, 2, 4)),
+    ((5, 3, 2), (5, 2, 4)),
+    ((0, 3, 2), (0, 2, 4)),
+    ((5, 3, 2), (2, 4)),
+    ((0, 3, 2), (2, 4)),
+    ((3, 2), (5, 2, 4)),
+    ((3, 2), (0, 2, 4)),
+    ((5, 3, 2), (1, 2, 4)),
+    ((0, 3, 2), (1, 2, 4)),
+    ((1, 3, 2), (5, 2, 4)),
+    ((1, 3, 2), (0, 2, 4)),
+    ((2, 2, 3, 2), (2, 2, 2, 4)),
+    ((5, 0, 3, 2), (5, 0, 2, 4)),
+    ((6, 5, 3, 2), (2, 4)),
+    ((5, 0, 3, 2), (2, 4)),
+    ((3, 2), (6, 5, 2, 4)),
+    ((3, 2), (5, 0, 2, 4)),
+    ((1, 5, 3, 2), (6, 1, 2, 4)),
+    ((1, 0, 3, 2), (6, 1, 2, 4)),
+    ((6, 1, 3, 2), (1, 5, 2, 4)),
+    ((6, 1, 3, 2), (1, 0, 2, 4)),
+    ((1, 3, 3), (10, 1, 3, 1)),
+    ((2, 3, 0), (2, 0, 2)),
+    ((6, 5, 3, 2), (6, 5, 2, 4)),
+    ((6, 5, 3, 2), (6, 1, 2, 4)),
+    ((6, 5, 3, 2), (1, 5, 2, 4)),
+    ((6, 5, 3, 2), (1, 1, 2, 4)),
+    ((6, 1, 3, 2), (6, 5, 2, 4)),
+    ((1, 5, 3, 2), (6, 5, 2, 4)),
     ((1, 1, 3, 2), (6, 5, 2, 4)),
     # larger than a tile, odd sizes
-    ((37, 70), (70, 29)), ((3, 33, 65), (65, 17)),
+    ((37, 70), (70, 29)),
+    ((3, 33, 65), (65, 17)),
 ]
 
 # numpy.matmul raises ValueError for each (K differs, batches do not broadcast, a scalar).
 INVALID_PAIRS = [
-    ((5, 3, 1), (3, 1, 4)), ((3, 2, 3), (3, 2, 4)), ((3, 2), ()), ((), (3, 2)), ((), ()),
-    ((3, 2), (1,)), ((0, 2), (3, 0)), ((0, 1, 1), (2, 1, 1)), ((4,), (3,)), ((2, 3), (2,)),
-    ((4,), (2, 3, 4)), ((2, 3, 0), (3, 0, 2)),
+    ((5, 3, 1), (3, 1, 4)),
+    ((3, 2, 3), (3, 2, 4)),
+    ((3, 2), ()),
+    ((), (3, 2)),
+    ((), ()),
+    ((3, 2), (1,)),
+    ((0, 2), (3, 0)),
+    ((0, 1, 1), (2, 1, 1)),
+    ((4,), (3,)),
+    ((2, 3), (2,)),
+    ((4,), (2, 3, 4)),
+    ((2, 3, 0), (3, 0, 2)),
 ]
 
 DTYPE_PAIRS = [("float32", "float32"), ("float16", "float16"), ("float16", "float32"), ("float32", "float16")]
 TOL = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}
 # The spacing of the smallest (subnormal) values: the rounding of a tiny result is that large.
-TINY = {"float32": 2.0 ** -149, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -133}
+TINY = {"float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 
 
 def _id(pair):
@@ -88,13 +144,14 @@ def assert_close(got, ref, mag, dtype: str, k: int = 1):
     assert got.shape == ref.shape, (got.shape, ref.shape)
     assert np.isfinite(got).all(), "unwritten (NaN) or non-finite elements"
     # The result's rounding, and the products' (float32 accumulation in the kernels).
-    bound = TOL[dtype] * mag + 4 * 2.0 ** -24 * max(k, 1) * mag + TINY[dtype]
+    bound = TOL[dtype] * mag + 4 * 2.0**-24 * max(k, 1) * mag + TINY[dtype]
     err = np.abs(got - ref)
     bad = err > bound
     assert not bad.any(), f"{bad.sum()} elements off, e.g. {got[bad][:3]} for {ref[bad][:3]} (bound {bound[bad][:3]})"
 
 
 # -- on the emulated GPU -----------------------------------------------------------------------
+
 
 @pytest.fixture
 def emu(monkeypatch):
@@ -128,8 +185,9 @@ def test_shape_pairs(emu, pair, dtype):
     assert_close(out, ref, mag, dtype, _k(a, b))
 
 
-@pytest.mark.parametrize("pair", [p for p in SHAPE_PAIRS if 0 in np.matmul(np.empty(p[0]), np.empty(p[1])).shape],
-                         ids=_id)
+@pytest.mark.parametrize(
+    "pair", [p for p in SHAPE_PAIRS if 0 in np.matmul(np.empty(p[0]), np.empty(p[1])).shape], ids=_id
+)
 def test_an_empty_result_launches_nothing(emu, pair):
     a, b = _rand(emu, pair[0], seed=1), _rand(emu, pair[1], seed=2)
     out = emu.keep(np.full(np.matmul(a, b).shape, 7.0, np.float32))
@@ -139,8 +197,7 @@ def test_an_empty_result_launches_nothing(emu, pair):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("pair", [((3, 0), (0, 4)), ((2, 3, 0), (2, 0, 2)), ((5, 3, 0), (0,)), ((0,), (0,))],
-                         ids=_id)
+@pytest.mark.parametrize("pair", [((3, 0), (0, 4)), ((2, 3, 0), (2, 0, 2)), ((5, 3, 0), (0,)), ((0,), (0,))], ids=_id)
 def test_k_zero_gives_beta_times_out_without_a_gemm(emu, pair, dtype):
     """K = 0: zeros, or beta * out; the product's kernel is never launched (nothing to read)."""
     a, b = _rand(emu, pair[0], dtype), _rand(emu, pair[1], dtype)
@@ -167,21 +224,35 @@ def test_vector_dot_vector_is_a_0d_result(emu):
 
 @pytest.mark.parametrize("trans_a", [False, True])
 @pytest.mark.parametrize("trans_b", [False, True])
-@pytest.mark.parametrize("pair", [((2, 3, 4), (4, 2)), ((1, 2), (2, 3)), ((2, 3), (3, 1)), ((0, 3), (3, 4)),
-                                  ((2, 3), (3, 0)), ((3, 0), (0, 4)), ((2, 3, 0), (2, 0, 2)), ((2,), (2, 4)),
-                                  ((4, 2), (2,))], ids=_id)
+@pytest.mark.parametrize(
+    "pair",
+    [
+        ((2, 3, 4), (4, 2)),
+        ((1, 2), (2, 3)),
+        ((2, 3), (3, 1)),
+        ((0, 3), (3, 4)),
+        ((2, 3), (3, 0)),
+        ((3, 0), (0, 4)),
+        ((2, 3, 0), (2, 0, 2)),
+        ((2,), (2, 4)),
+        ((4, 2), (2,)),
+    ],
+    ids=_id,
+)
 def test_transposed_views_and_trans_flags(emu, pair, trans_a, trans_b):
     """Operands given as transposed views of stored arrays (as CuPy's dot tests do), and
     the same through trans_a / trans_b on the stored arrays."""
+
     def stored(shape, trans, seed):
         if trans and len(shape) >= 2:
             return np.swapaxes(_rand(emu, shape[:-2] + shape[:-3:-1], seed=seed), -1, -2)
         return _rand(emu, shape, seed=seed)
+
     a, b = stored(pair[0], trans_a, 1), stored(pair[1], trans_b, 2)
     ref, mag = reference(a, b)
     assert_close(gemmlab.matmul(a, b), ref, mag, "float32", _k(a, b))
     ta, tb = trans_a and a.ndim >= 2, trans_b and b.ndim >= 2
-    sa = np.swapaxes(a, -1, -2) if ta else a      # the stored arrays, with the flags
+    sa = np.swapaxes(a, -1, -2) if ta else a  # the stored arrays, with the flags
     sb = np.swapaxes(b, -1, -2) if tb else b
     assert_close(gemmlab.matmul(sa, sb, trans_a=ta, trans_b=tb), ref, mag, "float32", _k(a, b))
 
@@ -193,7 +264,7 @@ def test_a_negative_batch_stride_is_read_in_place_without_tma(emu):
     b = _rand(emu, (24, 72), "float16", 2)
     kept = len(emu.arrays)
     got = gemmlab.matmul(a, b)
-    assert len(emu.arrays) == kept + 1          # the result only: no copy of a
+    assert len(emu.arrays) == kept + 1  # the result only: no copy of a
     ref, mag = reference(a, b)
     assert_close(got, ref, mag, "float16", 24)
     assert gemmlab.last_plan().spec.name != "wgmma", gemmlab.last_plan().describe()
@@ -221,9 +292,20 @@ def _outs(emu, shape, dtype):
     return outs
 
 
-@pytest.mark.parametrize("pair", [((2, 3), (3, 4)), ((5, 3, 2), (5, 2, 4)), ((0, 3, 2), (0, 2, 4)), ((2,), (2, 4)),
-                                  ((5, 3, 2), (2,)), ((2,), (2,)), ((2, 3, 4), (2, 4, 1)),
-                                  ((2, 33, 20), (20, 17))], ids=_id)
+@pytest.mark.parametrize(
+    "pair",
+    [
+        ((2, 3), (3, 4)),
+        ((5, 3, 2), (5, 2, 4)),
+        ((0, 3, 2), (0, 2, 4)),
+        ((2,), (2, 4)),
+        ((5, 3, 2), (2,)),
+        ((2,), (2,)),
+        ((2, 3, 4), (2, 4, 1)),
+        ((2, 33, 20), (20, 17)),
+    ],
+    ids=_id,
+)
 @pytest.mark.parametrize("beta", [0.0, 0.75])
 def test_out_with_any_strides(emu, pair, beta):
     """out reversed (CuPy's zeros(shape)[::-1]), column-major, every other column: the
@@ -270,7 +352,7 @@ def test_out_overlapping_an_input_partly(emu):
     assert_close(out, ref, mag, "float32", 8)
     big = _rand(emu, (2, 8, 8), seed=9)
     a, out = _rand(emu, (2, 8, 8), seed=10), big
-    b = big[:, ::-1, :]                               # reversed rows of out, read as b
+    b = big[:, ::-1, :]  # reversed rows of out, read as b
     ref, mag = reference(a, b.copy())
     assert gemmlab.matmul(a, b, out=out) is out
     assert_close(out, ref, mag, "float32", 8)
@@ -289,8 +371,9 @@ def test_out_overlap_on_a_warm_cache(emu):
 
 
 @pytest.mark.parametrize("da, db", DTYPE_PAIRS)
-@pytest.mark.parametrize("pair", [((3, 2), (2, 4)), ((5, 3, 2), (2,)), ((2, 33, 20), (1, 20, 17)),
-                                  ((0, 3, 2), (2, 4))], ids=_id)
+@pytest.mark.parametrize(
+    "pair", [((3, 2), (2, 4)), ((5, 3, 2), (2,)), ((2, 33, 20), (1, 20, 17)), ((0, 3, 2), (2, 4))], ids=_id
+)
 def test_mixed_dtypes_promote(emu, pair, da, db):
     """float16 with float32: float32, as numpy.matmul (and torch.matmul's type promotion)."""
     a, b = _rand(emu, pair[0], da, 1), _rand(emu, pair[1], db, 2)
@@ -301,8 +384,9 @@ def test_mixed_dtypes_promote(emu, pair, da, db):
     assert_close(got, ref, mag, rt, _k(a, b))
 
 
-@pytest.mark.parametrize("inputs, out_dtype", [("float32", "float16"), ("float16", "float32"),
-                                               (("float16", "float32"), "float16")], ids=str)
+@pytest.mark.parametrize(
+    "inputs, out_dtype", [("float32", "float16"), ("float16", "float32"), (("float16", "float32"), "float16")], ids=str
+)
 def test_out_of_another_float_dtype_is_cast_into(emu, inputs, out_dtype):
     """out of another float dtype than the result: numpy's casting="same_kind"."""
     da, db = (inputs, inputs) if isinstance(inputs, str) else inputs
@@ -318,6 +402,7 @@ def test_out_of_another_float_dtype_is_cast_into(emu, inputs, out_dtype):
 def test_invalid_shapes_are_value_errors(emu, pair):
     def arr(s):
         return emu.keep(np.float32(1.5) * np.ones(s, np.float32)) if s else emu.keep(np.array(1.5, np.float32))
+
     a, b = arr(pair[0]), arr(pair[1])
     with pytest.raises(ValueError):
         np.matmul(a, b)
@@ -359,11 +444,18 @@ def test_an_out_whose_elements_overlap_stays_an_error(emu):
 
 # -- the fast path ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("pair, dtypes", [(((5, 3, 2), (2,)), ("float32", "float32")),
-                                          (((2,), (2,)), ("float32", "float32")),
-                                          (((0, 3, 2), (2, 4)), ("float32", "float32")),
-                                          (((3, 0), (0, 4)), ("float16", "float16")),
-                                          (((6, 1, 3, 2), (1, 5, 2, 4)), ("float16", "float16"))], ids=str)
+
+@pytest.mark.parametrize(
+    "pair, dtypes",
+    [
+        (((5, 3, 2), (2,)), ("float32", "float32")),
+        (((2,), (2,)), ("float32", "float32")),
+        (((0, 3, 2), (2, 4)), ("float32", "float32")),
+        (((3, 0), (0, 4)), ("float16", "float16")),
+        (((6, 1, 3, 2), (1, 5, 2, 4)), ("float16", "float16")),
+    ],
+    ids=str,
+)
 def test_a_repeated_call_takes_the_prepared_path(emu, monkeypatch, pair, dtypes):
     """Vectors, empty batches, K = 0, broadcasting: the second call of a signature goes
     from its signature to the prepared call, with no validation or planning."""
@@ -399,7 +491,7 @@ def _view(buf_maker, shape, view, rng, xp=np):
         x = buf_maker(shape)[::-1]
     elif view == "strided" and len(shape) >= 1:
         x = buf_maker(shape[:-1] + (2 * shape[-1],))[..., ::2]
-    elif view == "broadcast" and len(shape) >= 3:   # every batch the same stored matrix (stride 0)
+    elif view == "broadcast" and len(shape) >= 3:  # every batch the same stored matrix (stride 0)
         buf = buf_maker((1,) + shape[1:])
         buf[...] = xp.asarray(rng.uniform(-1, 1, buf.shape))
         return xp.broadcast_to(buf, shape)
@@ -422,31 +514,42 @@ def problems(draw):
     batch = tuple(draw(st.sampled_from([2, 1, 3, 1, 2, 4, 1, 2, 3, 0])) for _ in range(nb))
     vec_a, vec_b = draw(st.booleans()) and draw(st.booleans()), draw(st.booleans()) and draw(st.booleans())
     out_kind = draw(st.sampled_from(OUTS))
-    if out_kind == "is_a":   # a has the result's shape: K = N, a's batch the full one
+    if out_kind == "is_a":  # a has the result's shape: K = N, a's batch the full one
         vec_a, N = False, K
     if out_kind == "is_b":
         vec_b, M = False, K
 
-    def cut(s):   # a batch operand's own dimensions: some dropped from the left, some set to 1
-        s = s[draw(st.integers(0, len(s))):]
+    def cut(s):  # a batch operand's own dimensions: some dropped from the left, some set to 1
+        s = s[draw(st.integers(0, len(s))) :]
         return tuple(1 if draw(st.integers(0, 3)) == 0 else n for n in s)
+
     ba = batch if out_kind == "is_a" else cut(batch)
     bb = batch if out_kind == "is_b" else cut(batch)
     sa = (K,) if vec_a else ba + (M, K)
     sb = (K,) if vec_b else bb + (K, N)
-    bad_k = draw(st.sampled_from([False] * 15 + [True]))   # a mismatch now and then: both must refuse
+    bad_k = draw(st.sampled_from([False] * 15 + [True]))  # a mismatch now and then: both must refuse
     if bad_k:
-        sb = ((K + 1,) if vec_b else bb + (K + 1, N))
+        sb = (K + 1,) if vec_b else bb + (K + 1, N)
     da = draw(st.sampled_from(["float32", "float16"]))
     db = da if draw(st.booleans()) else draw(st.sampled_from(["float32", "float16"]))
     if out_kind == "is_a":
         db = da if draw(st.booleans()) else db
-    return dict(sa=sa, sb=sb, da=da, db=db, va=draw(st.sampled_from(VIEWS)), vb=draw(st.sampled_from(VIEWS)),
-                trans_a=draw(st.booleans()) and not vec_a, trans_b=draw(st.booleans()) and not vec_b,
-                out=out_kind, out_view=draw(st.sampled_from(VIEWS[:4])),
-                cast_to=draw(st.sampled_from(["float32", "float16"])),
-                alpha=draw(st.sampled_from([1.0, -0.5, 0.0])), beta=draw(st.sampled_from([0.0, 0.0, 0.5])),
-                seed=draw(st.integers(0, 2**16)))
+    return dict(
+        sa=sa,
+        sb=sb,
+        da=da,
+        db=db,
+        va=draw(st.sampled_from(VIEWS)),
+        vb=draw(st.sampled_from(VIEWS)),
+        trans_a=draw(st.booleans()) and not vec_a,
+        trans_b=draw(st.booleans()) and not vec_b,
+        out=out_kind,
+        out_view=draw(st.sampled_from(VIEWS[:4])),
+        cast_to=draw(st.sampled_from(["float32", "float16"])),
+        alpha=draw(st.sampled_from([1.0, -0.5, 0.0])),
+        beta=draw(st.sampled_from([0.0, 0.0, 0.5])),
+        seed=draw(st.integers(0, 2**16)),
+    )
 
 
 def _run_problem(p, seed, alloc, xp=np, host=lambda x: x):
@@ -454,7 +557,7 @@ def _run_problem(p, seed, alloc, xp=np, host=lambda x: x):
     a NumPy copy of one), against numpy.matmul on the same values."""
     rng = np.random.default_rng(seed)
     sa, sb = p["sa"], p["sb"]
-    if p["trans_a"]:   # stored transposed, passed with trans_a
+    if p["trans_a"]:  # stored transposed, passed with trans_a
         sa = sa[:-2] + sa[:-3:-1]
     if p["trans_b"]:
         sb = sb[:-2] + sb[:-3:-1]
@@ -481,8 +584,15 @@ def _run_problem(p, seed, alloc, xp=np, host=lambda x: x):
         dt = p["cast_to"] if p["out"] == "cast" else rt
         view = p["out_view"] if p["out"] != "cast" else "C"
         out = _view(lambda s: alloc(s, dt), expected.shape, view, rng, xp)
-    event("out is a" if out is a and a is not None else "out is b" if out is b and b is not None else
-          "no out" if out is None else f"out {p['out']}")
+    event(
+        "out is a"
+        if out is a and a is not None
+        else "out is b"
+        if out is b and b is not None
+        else "no out"
+        if out is None
+        else f"out {p['out']}"
+    )
     if expected.size == 0:
         event("empty result")
     if out is not None:
@@ -502,8 +612,13 @@ def _run_problem(p, seed, alloc, xp=np, host=lambda x: x):
     assert_close(host(got), ref, mag, tol_dtype, oa.shape[-1] if oa.ndim else 0)
 
 
-@settings(max_examples=EXAMPLES or 40, deadline=None, derandomize=not EXAMPLES, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=EXAMPLES or 40,
+    deadline=None,
+    derandomize=not EXAMPLES,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(p=problems())
 def test_property_against_numpy(p):
     """Any call numpy.matmul takes gives numpy's shape, dtype and values (float64 reference,
@@ -518,8 +633,7 @@ def test_property_against_numpy(p):
 
 # -- on the GPU: the same classes through the real kernels, CuPy arrays and PyTorch tensors ----------
 
-BACKENDS = [("cupy", "float32"), ("cupy", "float16"), ("torch", "float32"), ("torch", "float16"),
-            ("torch", "bfloat16")]
+BACKENDS = [("cupy", "float32"), ("cupy", "float16"), ("torch", "float32"), ("torch", "float16"), ("torch", "bfloat16")]
 
 
 class _Dev:
@@ -584,7 +698,7 @@ def test_gpu_shape_pairs(pair, kind, dtype):
     out = dev.full(shape, np.nan, dtype)
     assert gemmlab.matmul(a, b, out=out) is out
     _gpu_check(dev, out, a, b, dtype)
-    if kind == "cupy" and len(shape) >= 1:     # CuPy's reversed out: zeros(shape)[::-1]
+    if kind == "cupy" and len(shape) >= 1:  # CuPy's reversed out: zeros(shape)[::-1]
         rev = dev.full(shape, np.nan, dtype)[::-1]
         assert gemmlab.matmul(a, b, out=rev) is rev
         _gpu_check(dev, rev, a, b, dtype)
@@ -592,8 +706,9 @@ def test_gpu_shape_pairs(pair, kind, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind, dtype", BACKENDS, ids=lambda x: x)
-@pytest.mark.parametrize("pair", [((3, 0), (0, 4)), ((2, 3, 0), (2, 0, 2)), ((5, 3, 0), (0,)), ((0,), (0,)),
-                                  ((70, 0), (0, 130))], ids=_id)
+@pytest.mark.parametrize(
+    "pair", [((3, 0), (0, 4)), ((2, 3, 0), (2, 0, 2)), ((5, 3, 0), (0,)), ((0,), (0,)), ((70, 0), (0, 130))], ids=_id
+)
 def test_gpu_k_zero(pair, kind, dtype):
     """K = 0: zeros, and beta * out, for every dtype (the reduction's quick return)."""
     dev = _Dev(kind)
@@ -610,15 +725,30 @@ def test_gpu_k_zero(pair, kind, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind, dtype", BACKENDS, ids=lambda x: x)
-@pytest.mark.parametrize("pair", [((2, 3, 4), (4, 2)), ((1, 2), (2, 3)), ((2, 3), (3, 1)), ((0, 3), (3, 4)),
-                                  ((33, 70), (70, 40)), ((2, 3, 0), (2, 0, 2))], ids=_id)
+@pytest.mark.parametrize(
+    "pair",
+    [
+        ((2, 3, 4), (4, 2)),
+        ((1, 2), (2, 3)),
+        ((2, 3), (3, 1)),
+        ((0, 3), (3, 4)),
+        ((33, 70), (70, 40)),
+        ((2, 3, 0), (2, 0, 2)),
+    ],
+    ids=_id,
+)
 def test_gpu_transposed_views(pair, kind, dtype):
     dev = _Dev(kind)
     for ta in (False, True):
         for tb in (False, True):
+
             def stored(shape, t, seed):
-                return dev.transposed(dev.rand(shape[:-2] + shape[:-3:-1], dtype, seed)) if t \
+                return (
+                    dev.transposed(dev.rand(shape[:-2] + shape[:-3:-1], dtype, seed))
+                    if t
                     else dev.rand(shape, dtype, seed)
+                )
+
             a, b = stored(pair[0], ta, 1), stored(pair[1], tb, 2)
             _gpu_check(dev, gemmlab.matmul(a, b), a, b, dtype)
 
@@ -645,8 +775,9 @@ def test_gpu_out_is_an_input(shape, kind, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["cupy", "torch"])
-@pytest.mark.parametrize("da, db", DTYPE_PAIRS + [("bfloat16", "float16"), ("bfloat16", "float32"),
-                                                  ("float32", "bfloat16")], ids=str)
+@pytest.mark.parametrize(
+    "da, db", DTYPE_PAIRS + [("bfloat16", "float16"), ("bfloat16", "float32"), ("float32", "bfloat16")], ids=str
+)
 def test_gpu_mixed_dtypes_and_out_casts(kind, da, db):
     if kind == "cupy" and "bfloat16" in (da, db):
         pytest.skip("CuPy has no bfloat16")
@@ -664,8 +795,18 @@ def test_gpu_mixed_dtypes_and_out_casts(kind, da, db):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind, dtype", BACKENDS, ids=lambda x: x)
-@pytest.mark.parametrize("pair", [((5, 3, 2), (2,)), ((2,), (2,)), ((0, 3, 2), (2, 4)), ((3, 0), (0, 4)),
-                                  ((6, 1, 33, 20), (1, 5, 20, 40)), ((300,), (300, 129))], ids=_id)
+@pytest.mark.parametrize(
+    "pair",
+    [
+        ((5, 3, 2), (2,)),
+        ((2,), (2,)),
+        ((0, 3, 2), (2, 4)),
+        ((3, 0), (0, 4)),
+        ((6, 1, 33, 20), (1, 5, 20, 40)),
+        ((300,), (300, 129)),
+    ],
+    ids=_id,
+)
 def test_gpu_a_repeated_call_takes_the_prepared_path(monkeypatch, pair, kind, dtype):
     dev = _Dev(kind)
     a, b = dev.rand(pair[0], dtype, 1), dev.rand(pair[1], dtype, 2)
@@ -698,13 +839,17 @@ def test_gpu_numpy_inputs(dtype):
 
 
 @pytest.mark.gpu
-@settings(max_examples=EXAMPLES or 150, deadline=None, derandomize=not EXAMPLES, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=EXAMPLES or 150,
+    deadline=None,
+    derandomize=not EXAMPLES,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(p=problems())
 def test_gpu_property_against_numpy(p):
     """The property test on CuPy arrays through the real kernels (each problem twice: the
     second call takes the prepared path)."""
     cp = pytest.importorskip("cupy")
     for seed in (p["seed"], p["seed"] + 1):
-        _run_problem(p, seed, lambda shape, dtype: cp.full(shape, np.nan, dtype), cp,
-                     lambda x: cp.asnumpy(x))
+        _run_problem(p, seed, lambda shape, dtype: cp.full(shape, np.nan, dtype), cp, lambda x: cp.asnumpy(x))

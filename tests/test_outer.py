@@ -14,8 +14,13 @@ from fp32_sums_check import check_fp32_sums
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
 pytestmark = pytest.mark.gpu
 
-DTYPES = [("float32", "float32"), ("float16", "float16"), ("float16", "float32"), ("bfloat16", "bfloat16"),
-          ("bfloat16", "float32")]
+DTYPES = [
+    ("float32", "float32"),
+    ("float16", "float16"),
+    ("float16", "float32"),
+    ("bfloat16", "bfloat16"),
+    ("bfloat16", "float32"),
+]
 LAYOUTS = [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")]
 # (M, N, K): a vocabulary-sized dY of one token (K = 1) scaled down, odd everything,
 # one staged chunk of K exactly, past it (17: three chunks), a single column of C.
@@ -34,8 +39,22 @@ def _operand(rows, cols, dtype, stored, gen, batch=None, offset=0):
     return (x, x64) if stored == "N" else (x.transpose(-1, -2), x64.transpose(-1, -2))
 
 
-def _check(M, N, K, dtype, out_dtype, alpha, beta, *, layout=("N", "N"), c_offset=0, batch=None, shared_b=False,
-           seed=0, kernel="outer"):
+def _check(
+    M,
+    N,
+    K,
+    dtype,
+    out_dtype,
+    alpha,
+    beta,
+    *,
+    layout=("N", "N"),
+    c_offset=0,
+    batch=None,
+    shared_b=False,
+    seed=0,
+    kernel="outer",
+):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     a, a64 = _operand(M, K, dtype, layout[0], gen, batch)
     b, b64 = _operand(K, N, dtype, layout[1], gen, None if shared_b else batch)
@@ -67,8 +86,10 @@ def test_outer(M, N, K, dtype, out_dtype, layout, alpha, beta):
     assert (", true, " in plan.name_expression) == (N * eo % 16 == 0 or M == 1)
     # each operand in the layout it is stored in; a single row or column in the one that
     # reads it along its length, whatever view of it arrived
-    read = [matrix_layout(shape, _strides(shape, stored), unit_column_major=True)[0]
-            for shape, stored in (((M, K), layout[0]), ((K, N), layout[1]))]
+    read = [
+        matrix_layout(shape, _strides(shape, stored), unit_column_major=True)[0]
+        for shape, stored in (((M, K), layout[0]), ((K, N), layout[1]))
+    ]
     assert plan.name_expression.endswith(f"'{read[0]}', '{read[1]}'>")
     if min(M, N, K) > 1:
         assert read == list(layout)
@@ -120,4 +141,4 @@ def test_auto_runs_a_one_token_weight_gradient_of_odd_length_on_outer():
     plan = gemmlab.last_plan()
     assert plan.spec.name == "outer" and ", true, 'T', 'N'>" in plan.name_expression, plan.describe()
     ref = dy.float().double().t() @ x.float().double()
-    assert torch.equal(got.double(), ref.float().double())   # one product each: exact in FP32
+    assert torch.equal(got.double(), ref.float().double())  # one product each: exact in FP32

@@ -47,36 +47,41 @@ def test_a_repeated_call_reuses_its_prepared_call_on_new_data(emu):
     _check(gemmlab.matmul(a, b, kernel="vectorized"), _ref(a, b))
     assert len(executor.CACHE) == 1
     launches = len(emu.launches)
-    for seed in range(3):   # new arrays at new addresses, same signature
+    for seed in range(3):  # new arrays at new addresses, same signature
         a2, b2 = _rand((37, 21), seed=10 + seed), _rand((21, 19), seed=20 + seed)
         out = _dev(np.full((37, 19), np.nan, np.float32))
         assert gemmlab.matmul(a2, b2, out=out, kernel="vectorized") is out
         _check(out, _ref(a2, b2))
-    assert len(executor.CACHE) == 2   # out= is another signature than a new result
+    assert len(executor.CACHE) == 2  # out= is another signature than a new result
     assert len(emu.launches) == launches + 3
     assert gemmlab.last_plan().spec.name == "vectorized"
 
 
 def _variants():
     """(name, kwargs-maker): calls that differ from the base call in one element of the signature."""
+
     def base():
         return dict(a=_rand((33, 20)), b=_rand((20, 24), seed=1), kw={"kernel": "vectorized"})
 
     def stride():
         d = base()
-        d["a"] = _dev(np.asfortranarray(d["a"]))           # same shape, column-major
+        d["a"] = _dev(np.asfortranarray(d["a"]))  # same shape, column-major
         return d
 
     def alignment():
         d = base()
-        buf = _dev(np.empty(33 * 20 + 1, np.float32))[1:]   # 4 bytes off the 16-byte grid
+        buf = _dev(np.empty(33 * 20 + 1, np.float32))[1:]  # 4 bytes off the 16-byte grid
         d["a"] = buf.reshape(33, 20)
         d["a"][...] = _rand((33, 20))
         return d
 
     def dtype():
         d = base()
-        d["a"], d["b"], d["kw"] = _dev(d["a"].astype(np.float16)), _dev(d["b"].astype(np.float16)), {"kernel": "wmma_warptile"}
+        d["a"], d["b"], d["kw"] = (
+            _dev(d["a"].astype(np.float16)),
+            _dev(d["b"].astype(np.float16)),
+            {"kernel": "wmma_warptile"},
+        )
         return d
 
     def out_given():
@@ -119,7 +124,7 @@ def test_calls_differing_in_one_element_of_the_signature_never_share_a_prepared_
         d = make()
         kw = dict(d["kw"])
         out = kw.get("out")
-        c0 = None if out is None or kw.get("beta", 0.0) == 0 else out.astype(np.float64)   # beta = 0: out unread
+        c0 = None if out is None or kw.get("beta", 0.0) == 0 else out.astype(np.float64)  # beta = 0: out unread
         result = gemmlab.matmul(d["a"], d["b"], **kw)
         assert len(executor.CACHE) == len(seen) + 1, f"{make.__name__} shared a prepared call"
         p = gemmlab.last_plan()
@@ -130,7 +135,7 @@ def test_calls_differing_in_one_element_of_the_signature_never_share_a_prepared_
             assert (result == 0).all()
         else:
             _check(result, ref, 1e-2 if d["a"].dtype == np.float16 or kw.get("precision") else 1e-5)
-    assert len({d for _, d in seen}) >= 5   # several of them also instantiate other kernels
+    assert len({d for _, d in seen}) >= 5  # several of them also instantiate other kernels
 
 
 def test_a_new_tuned_table_plans_the_call_again(emu):
@@ -142,6 +147,7 @@ def test_a_new_tuned_table_plans_the_call_again(emu):
 
 
 # -- a warm cache skips no check whose outcome could differ ------------------------------------
+
 
 def _warm(shape_a=(16, 12), shape_b=(12, 8)):
     a, b = _rand(shape_a), _rand(shape_b, seed=1)
@@ -169,7 +175,7 @@ def test_out_overlapping_an_input_is_computed_in_a_copy_on_a_warm_cache(emu):
         if cold:
             executor.CACHE.clear()
         buf = _rand((32, 16), seed=3)
-        a, out = buf[:16], buf[8:24]             # same shapes and strides as the warm call
+        a, out = buf[:16], buf[8:24]  # same shapes and strides as the warm call
         b = _rand((16, 16), seed=4)
         ref = _ref(a.copy(), b)
         assert gemmlab.matmul(a, b, out=out, kernel="vectorized") is out
@@ -184,11 +190,23 @@ def test_out_that_is_b_is_computed_in_a_copy_on_a_warm_cache(emu):
     _check(b2, ref)
 
 
-@pytest.mark.parametrize("change", [
-    {"alpha": True}, {"alpha": "2"}, {"beta": None},
-    {"trans_a": 1}, {"trans_b": 0}, {"BM": 64.0}, {"BM": 7}, {"kernel": "nope"}, {"precision": "fp64"},
-    {"out_dtype": "float16"}, {"kernel": 3},
-], ids=str)
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"alpha": True},
+        {"alpha": "2"},
+        {"beta": None},
+        {"trans_a": 1},
+        {"trans_b": 0},
+        {"BM": 64.0},
+        {"BM": 7},
+        {"kernel": "nope"},
+        {"precision": "fp64"},
+        {"out_dtype": "float16"},
+        {"kernel": 3},
+    ],
+    ids=str,
+)
 def test_arguments_a_warm_signature_cannot_vouch_for_are_checked(emu, change):
     a, b, out = _warm()
     kw = {"out": out, "kernel": "vectorized"}
@@ -215,11 +233,12 @@ def test_the_cache_is_bounded(emu, monkeypatch):
 
 def test_split_k_and_batches_through_the_prepared_path(emu):
     rng = np.random.default_rng(7)
-    for _ in range(2):   # cold, then warm
+    for _ in range(2):  # cold, then warm
         a = _dev(rng.uniform(-1, 1, (3, 2, 17, 300)).astype(np.float32))
         b = _dev(rng.uniform(-1, 1, (2, 300, 9)).astype(np.float32))
-        out = gemmlab.matmul(a, b, kernel="pipelined", BM=64, BN=64, BK=16, WM=32, WN=32, WNITER=2, TM=4,
-                             STAGES=3, SPLITK=3)
+        out = gemmlab.matmul(
+            a, b, kernel="pipelined", BM=64, BN=64, BK=16, WM=32, WN=32, WNITER=2, TM=4, STAGES=3, SPLITK=3
+        )
         _check(out, np.matmul(a.astype(np.float64), b.astype(np.float64)))
     assert len(executor.CACHE) == 1
 
@@ -228,10 +247,11 @@ def test_a_tuned_split_k_is_lowered_for_a_short_k():
     """The shipped H100 table answers 64^3 from its nearest tuned shape; its split-K
     would leave slices of one K-step, so it is dropped (the tuner's own rule)."""
     from gemmlab.core import planner
+
     p = planner.plan("auto", 64, 64, 64, gpu_slug="nvidia-h100-80gb-hbm3", sm_count=132)
     assert p.spec.splits(p.params) == 1 or -(-64 // p.params["BK"]) >= 4 * p.spec.splits(p.params)
     long_k = planner.plan("pipelined", 64, 64, 8192, SPLITK=4)
-    assert long_k.spec.splits(long_k.params) == 4     # asked for explicitly: kept
+    assert long_k.spec.splits(long_k.params) == 4  # asked for explicitly: kept
 
 
 def test_an_unhashable_tile_parameter_gets_the_full_paths_message(monkeypatch):
@@ -241,8 +261,9 @@ def test_an_unhashable_tile_parameter_gets_the_full_paths_message(monkeypatch):
 
     from gemmlab.core import api
 
-    class Fake(np.ndarray):   # an array type the signature readers know
+    class Fake(np.ndarray):  # an array type the signature readers know
         pass
+
     monkeypatch.setitem(api.SIGNATURES, Fake, lambda x: (x.ctypes.data, ("fake", x.shape)))
     a = np.ones((8, 8), np.float32).view(Fake)
     with pytest.raises(TypeError, match="tile parameter BM"):

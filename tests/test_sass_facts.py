@@ -25,17 +25,19 @@ EXPECTED = {
     "memory_ops": {"LDG.32": 2, "LDG.128": 1, "STS": 2, "BAR": 1, "LDS.32": 1, "LDS.128": 1, "STG.128": 1},
     "fma_chain": {"LDG.32": 3, "FFMA": 16},
     "tensor_ops": {"LDG.32": 4, "STS": 1, "BAR": 1, "LDSM": 2, "LDSM.T": 1, "HMMA": 1},
-    "async_copy": {"LDGSTS": 1, "BAR": 1, "LDS.32": 1},          # cp.async: sm_80 and later
-    "warpgroup_mma": {"HGMMA": 1},                               # wgmma: sm_90a only
+    "async_copy": {"LDGSTS": 1, "BAR": 1, "LDS.32": 1},  # cp.async: sm_80 and later
+    "warpgroup_mma": {"HGMMA": 1},  # wgmma: sm_90a only
 }
 
-needs_nvdisasm = pytest.mark.skipif(find_disassembler() is None,
-                                    reason="nvdisasm not found (pip install 'gemmlab[inspect]')")
+needs_nvdisasm = pytest.mark.skipif(
+    find_disassembler() is None, reason="nvdisasm not found (pip install 'gemmlab[inspect]')"
+)
 
 
 def kernels_for(arch):
-    return [k for k in EXPECTED if (k != "async_copy" or arch_cc(arch) >= 80)
-            and (k != "warpgroup_mma" or arch == "sm_90a")]
+    return [
+        k for k in EXPECTED if (k != "async_copy" or arch_cc(arch) >= 80) and (k != "warpgroup_mma" or arch == "sm_90a")
+    ]
 
 
 @needs_nvdisasm
@@ -56,6 +58,7 @@ def test_golden_kernels_count_exactly(arch):
 def test_sass_is_cached_beside_the_cubin(monkeypatch):
     """A second module_sass of the same module reads the cache: nvdisasm does not run."""
     from gemmlab.runtime import compile as rt_compile
+
     module = compile_module(GOLDEN, ["fma_chain"], "sm_86")
     first = module_sass(module)
     monkeypatch.setattr(rt_compile, "_nvdisasm", lambda cubin: pytest.fail("nvdisasm ran on a warm cache"))
@@ -79,8 +82,10 @@ def test_opcodes_skip_never_executed_padding_and_keep_guards():
 
 
 def test_narrow_and_wide_accesses_are_not_32_bit():
-    text = "\n".join(f"        /*{i:04x}*/                   {op} R2, [R4] ;" for i, op in
-                     enumerate(["LDS.U16", "LDG.E.64", "LDG.E.U8.CONSTANT", "LDS.64", "STS.U16", "STG.E.64"]))
+    text = "\n".join(
+        f"        /*{i:04x}*/                   {op} R2, [R4] ;"
+        for i, op in enumerate(["LDS.U16", "LDG.E.64", "LDG.E.U8.CONSTANT", "LDS.64", "STS.U16", "STG.E.64"])
+    )
     facts = sass_facts(text)
     assert facts["LDS.32"] == facts["LDG.32"] == facts["LDG.128"] == facts["STG.128"] == 0
     assert facts["STS"] == 1 and facts["instructions"] == 6

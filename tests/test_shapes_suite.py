@@ -24,13 +24,15 @@ def _meta(shape):
 
 def _find(products, model, layer, view, tokens, batch=1):
     """The product of ``view`` of ``model``'s ``layer`` at ``tokens`` (attention: S)."""
-    hits = [p for p in products if (p.model, p.layer, p.product, p.tokens, p.batch) == (model, layer, view, tokens,
-                                                                                         batch)]
+    hits = [
+        p for p in products if (p.model, p.layer, p.product, p.tokens, p.batch) == (model, layer, view, tokens, batch)
+    ]
     assert len(hits) == 1, hits
     return hits[0]
 
 
 # -- the generator -----------------------------------------------------------------
+
 
 def test_at_least_300_products_from_at_least_10_models():
     products = shapes.generate()
@@ -49,8 +51,9 @@ def test_each_linear_layer_comes_in_three_views():
     and attention (a decoding step's too) its Q @ K^T and P @ V."""
     for m in shapes.MODELS.values():
         mine = shapes._model_products(m)
-        linear = Counter((p.layer, p.tokens) for p in mine
-                         if p.layer not in (models.ATTENTION, models.DECODE, models.DECODE_CACHE))
+        linear = Counter(
+            (p.layer, p.tokens) for p in mine if p.layer not in (models.ATTENTION, models.DECODE, models.DECODE_CACHE)
+        )
         assert set(linear.values()) == {3}
         for layer, tokens in linear:
             views = {p.product: p for p in mine if (p.layer, p.tokens) == (layer, tokens)}
@@ -62,8 +65,7 @@ def test_each_linear_layer_comes_in_three_views():
         assert len(attention) == len(m.attention) and set(attention.values()) == {2}
         decode = Counter((p.batch, p.tokens) for p in mine if p.layer == models.DECODE)
         assert len(decode) == len(m.decode) and set(decode.values()) <= {2}
-        cache = Counter((p.batch, p.M, p.tokens, p.capacity) for p in mine
-                        if p.layer == models.DECODE_CACHE)
+        cache = Counter((p.batch, p.M, p.tokens, p.capacity) for p in mine if p.layer == models.DECODE_CACHE)
         assert sorted(cache) == sorted(m.decode_cache) and set(cache.values()) <= {2}
         for bkv, rows, ctx in m.decode:
             qk, pv = (p for p in mine if p.layer == models.DECODE and (p.batch, p.tokens) == (bkv, ctx))
@@ -73,16 +75,16 @@ def test_each_linear_layer_comes_in_three_views():
 
 def test_views_are_the_ones_pytorch_hands_over():
     products = shapes.generate()
-    head = _find(products, "gpt2", "lm_head", "dgrad", 1024)       # dY @ W, W of 50257 x 768
+    head = _find(products, "gpt2", "lm_head", "dgrad", 1024)  # dY @ W, W of 50257 x 768
     assert (head.M, head.N, head.K) == (1024, 768, 50257)
     a, b = head.operands(_meta)
     assert a.stride() == (50257, 1) and b.shape == (50257, 768) and b.stride() == (768, 1)
-    fwd = _find(products, "gpt2", "lm_head", "fwd", 1024)          # x @ W.t()
+    fwd = _find(products, "gpt2", "lm_head", "fwd", 1024)  # x @ W.t()
     a, b = fwd.operands(_meta)
     assert b.shape == (768, 50257) and b.stride() == (1, 768)
     wgrad = _find(products, "gpt2", "lm_head", "wgrad", 1024)
     a, b = wgrad.operands(_meta)
-    assert a.shape == (50257, 1024) and a.stride() == (1, 50257)      # dY.t()
+    assert a.shape == (50257, 1024) and a.stride() == (1, 50257)  # dY.t()
     qk = _find(products, "vit-b16", "attention", "qk", 197, batch=384)
     a, b = qk.operands(_meta)
     assert (qk.M, qk.N, qk.K) == (197, 197, 64) and b.shape == (384, 64, 197) and b.stride() == (197 * 64, 1, 64)
@@ -110,24 +112,32 @@ def test_generation_is_deterministic_by_seed():
     assert all(p.tokens % 2 and p.K % 2 if p.product == "wgrad" else p.tokens % 2 for p in linear)
 
 
-@pytest.mark.parametrize("model, layer, view, tokens, kind", [
-    ("gpt2", "lm_head", "dgrad", 1024, "odd_align"),         # K = 50257: dY's rows off the 16-byte grid
-    ("bert-base", "mlm_decoder", "fwd", 128, "odd_align"),   # N = 30522
-    ("whisper-small", "lm_head", "wgrad", 448, "odd_align"),  # M = 51865
-    ("vit-b16", "attention", "pv", 197, "batched_odd"),
-    ("llama-3-8b", "up", "fwd", 16, "small_m"),              # 16 x 14336 x 4096, decode
-    ("mixtral-8x7b", "expert_up", "dgrad", 37, "small_m"),   # 37 rows for one expert
-    ("mixtral-8x7b", "expert_down", "wgrad", 3, "small_k"),
-    ("qwen2.5-7b", "kv", "fwd", 2048, "few_tiles"),          # 2048 x 512 x 3584: 64 tiles of 128 x 128
-    ("llama-3.2-1b", "q", "fwd", 2048, "nt"),
-    ("llama-3.2-1b", "q", "wgrad", 2048, "tn"),
-    ("llama-3.2-1b", "q", "dgrad", 2048, "nn"),
-    ("llama-3-8b", "decode", "qk", 8193, "decode"),           # 8 x 4 x 8193 x 128: a GQA group per KV head
-    ("gpt2", "decode", "pv", 1025, "decode"),                 # 96 x 1 x 64 x 1025: one query row per head
-])
+@pytest.mark.parametrize(
+    "model, layer, view, tokens, kind",
+    [
+        ("gpt2", "lm_head", "dgrad", 1024, "odd_align"),  # K = 50257: dY's rows off the 16-byte grid
+        ("bert-base", "mlm_decoder", "fwd", 128, "odd_align"),  # N = 30522
+        ("whisper-small", "lm_head", "wgrad", 448, "odd_align"),  # M = 51865
+        ("vit-b16", "attention", "pv", 197, "batched_odd"),
+        ("llama-3-8b", "up", "fwd", 16, "small_m"),  # 16 x 14336 x 4096, decode
+        ("mixtral-8x7b", "expert_up", "dgrad", 37, "small_m"),  # 37 rows for one expert
+        ("mixtral-8x7b", "expert_down", "wgrad", 3, "small_k"),
+        ("qwen2.5-7b", "kv", "fwd", 2048, "few_tiles"),  # 2048 x 512 x 3584: 64 tiles of 128 x 128
+        ("llama-3.2-1b", "q", "fwd", 2048, "nt"),
+        ("llama-3.2-1b", "q", "wgrad", 2048, "tn"),
+        ("llama-3.2-1b", "q", "dgrad", 2048, "nn"),
+        ("llama-3-8b", "decode", "qk", 8193, "decode"),  # 8 x 4 x 8193 x 128: a GQA group per KV head
+        ("gpt2", "decode", "pv", 1025, "decode"),  # 96 x 1 x 64 x 1025: one query row per head
+    ],
+)
 def test_kinds_on_known_products(model, layer, view, tokens, kind):
-    batch = {"vit-b16": 384}.get(model, 1) if layer == "attention" else \
-        {"llama-3-8b": 8, "gpt2": 96}[model] if layer == "decode" else 1
+    batch = (
+        {"vit-b16": 384}.get(model, 1)
+        if layer == "attention"
+        else {"llama-3-8b": 8, "gpt2": 96}[model]
+        if layer == "decode"
+        else 1
+    )
     assert _find(shapes.generate(), model, layer, view, tokens, batch).kind == kind
 
 
@@ -145,6 +155,7 @@ def test_kinds_of_by_hand():
 
 # -- selection -----------------------------------------------------------------------
 
+
 def test_selection_by_model_kind_limit_and_sample():
     every = shapes.select()
     assert every == shapes.generate()
@@ -152,7 +163,7 @@ def test_selection_by_model_kind_limit_and_sample():
     assert gpt2 and {p.model for p in gpt2} == {"gpt2"}
     odd = shapes.select(kinds=["odd_align"])
     assert odd and all("odd_align" in p.kinds for p in odd)
-    assert any(p.kind != "odd_align" for p in odd)           # any of its kinds, not only the first
+    assert any(p.kind != "odd_align" for p in odd)  # any of its kinds, not only the first
     assert shapes.select(limit=7) == every[:7]
     sample = shapes.select(sample=50, seed=3)
     assert len(sample) == 50 and sample == shapes.select(sample=50, seed=3) != shapes.select(sample=50, seed=4)
@@ -161,12 +172,15 @@ def test_selection_by_model_kind_limit_and_sample():
     assert shapes.parse_kinds("small_m") == ["small_m"]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"limit": 3, "sample": 3}, "give --limit or --sample, not both"),
-    ({"limit": 0}, "--limit 0"),
-    ({"sample": -1}, "--sample -1"),
-    ({"model_names": ["gpt2"], "kinds": ["small_m"]}, "has no products"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"limit": 3, "sample": 3}, "give --limit or --sample, not both"),
+        ({"limit": 0}, "--limit 0"),
+        ({"sample": -1}, "--sample -1"),
+        ({"model_names": ["gpt2"], "kinds": ["small_m"]}, "has no products"),
+    ],
+)
 def test_selection_refuses(kwargs, message):
     with pytest.raises(ValueError, match=message):
         shapes.select(**kwargs)
@@ -180,9 +194,12 @@ def test_option_lists_refuse_unknown_names():
 
 # -- the timing loop on the CPU: records carry the tags ------------------------------
 
+
 def test_records_carry_model_kind_and_view(monkeypatch):
-    products = shapes.select(model_names=["gpt2"])[:3] + [p for p in shapes.generate()
-                                                           if p.model == "vit-b16" and p.batch > 1][:1]
+    products = (
+        shapes.select(model_names=["gpt2"])[:3]
+        + [p for p in shapes.generate() if p.model == "vit-b16" and p.batch > 1][:1]
+    )
     calls = []
 
     def fake_matmul(a, b, *, out, precision):
@@ -195,6 +212,7 @@ def test_records_carry_model_kind_and_view(monkeypatch):
 
         def describe(self):
             return "wgmma()"
+
     monkeypatch.setattr(models, "matmul", fake_matmul)
     monkeypatch.setattr(models, "last_plan", Plan)
     monkeypatch.setattr(suites, "last_plan", Plan)
@@ -214,21 +232,35 @@ def test_records_carry_model_kind_and_view(monkeypatch):
             fn()
             ms = 2.0 if getattr(fn, "func", None) is fake_matmul else 1.0
             return Timing(ms, [ms] * 3)
+
         return timer
+
     gen = torch.Generator().manual_seed(0)
 
     def maker(storage):
         return lambda shape: torch.rand(shape, dtype=getattr(torch, storage), generator=gen).mul_(2).sub_(1)
-    recs = [r.as_dict() for r in models.time_cases(products, ["fp32"], type("GPU", (), {"name": "CPU"}), Clock(),
-                                                     maker=maker, timer_for=timer_for, free_bytes=lambda: 1 << 40)]
+
+    recs = [
+        r.as_dict()
+        for r in models.time_cases(
+            products,
+            ["fp32"],
+            type("GPU", (), {"name": "CPU"}),
+            Clock(),
+            maker=maker,
+            timer_for=timer_for,
+            free_bytes=lambda: 1 << 40,
+        )
+    ]
     assert len(recs) == 4 and all(r["ok"] and r["pct_torch"] == pytest.approx(50.0) for r in recs)
     for p, r in zip(products, recs):
         assert r["tags"] == {"model": p.model, "kind": p.kind, "kinds": list(p.kinds), "view": p.product}
         assert r["case"] == p.name and (r["M"], r["N"], r["K"], r["batch"]) == (p.M, p.N, p.K, p.batch)
-    assert calls[0] == ((768, 1), (1, 768))                  # x @ W.t(): W's transposed view, no copy
+    assert calls[0] == ((768, 1), (1, 768))  # x @ W.t(): W's transposed view, no copy
 
 
 # -- summary, table, JSON, plot ------------------------------------------------------
+
 
 def _fake_data():
     recs = []
@@ -236,12 +268,27 @@ def _fake_data():
     for i, p in enumerate(picks):
         for dtype, scale in (("bf16", 1.0), ("fp32_tc", 2.0)):
             pct = (60.0 + 10 * i) * scale
-            r = models._record(p, dtype, "GPU", type("T", (), {"ms": 1.0, "rel_error": 1e-3, "reps": 6,
-                                                             "note": "torch"}),
-                               type("O", (), {"kernel": "wgmma", "note": "wgmma()", "params": {}, "ms": 100 / pct,
-                                              "pct_cublas": pct, "rel_error": 1e-3, "reps": 3, "skipped": None}),
-                               type("P", (), {"method": "fp16_ec" if dtype == "fp32_tc" else None,
-                                              "fallback_reason": ""}))
+            r = models._record(
+                p,
+                dtype,
+                "GPU",
+                type("T", (), {"ms": 1.0, "rel_error": 1e-3, "reps": 6, "note": "torch"}),
+                type(
+                    "O",
+                    (),
+                    {
+                        "kernel": "wgmma",
+                        "note": "wgmma()",
+                        "params": {},
+                        "ms": 100 / pct,
+                        "pct_cublas": pct,
+                        "rel_error": 1e-3,
+                        "reps": 3,
+                        "skipped": None,
+                    },
+                ),
+                type("P", (), {"method": "fp16_ec" if dtype == "fp32_tc" else None, "fallback_reason": ""}),
+            )
             recs.append(r.as_dict())
     recs.append(models.skipped_record("GPU", picks[0], "bf16", "failed: GemmlabError: boom", ok=False).as_dict())
     return {"records": recs, "summary": shapes.summary(recs), "models": shapes.sources()}
@@ -253,8 +300,7 @@ def test_summary_counts_kinds_and_the_slow():
     bf16 = [r for r in data["records"] if r["dtype"] == "bf16" and r.get("pct_torch")]
     assert s["bf16"]["all"]["products"] == 10 and s["bf16"]["all"]["failed"] == 1
     assert s["bf16"]["all"]["below_90"] == sum(r["pct_torch"] < 90 for r in bf16) == 3
-    assert s["bf16"]["all"]["geomean_pct"] == pytest.approx(math.exp(sum(math.log(r["pct_torch"]) for r in bf16)
-                                                                     / 10))
+    assert s["bf16"]["all"]["geomean_pct"] == pytest.approx(math.exp(sum(math.log(r["pct_torch"]) for r in bf16) / 10))
     assert s["bf16"]["all"]["worst_pct"] == 60.0
     assert sum(k["products"] for k in s["bf16"]["kinds"].values()) == 10
     assert "big" in s["fp32_tc"] and "big" not in s["bf16"]
@@ -268,14 +314,39 @@ def test_table_json_and_plot_through_the_command(tmp_path, monkeypatch, capsys):
     def fake_run(products, dtypes, **kw):
         seen.update(products=products, dtypes=dtypes, **kw)
         return _fake_data()
+
     monkeypatch.setattr(shapes, "run", fake_run)
     js, png = tmp_path / "s.json", tmp_path / "s.png"
-    assert main(["bench", "--suite", "shapes", "--models", "gpt2,vit-b16", "--kinds", "odd_align,batched_odd",
-                 "--dtype", "bf16,fp32_tc", "--sample", "5", "--seed", "2", "--time-budget-s", "30",
-                 "--json", str(js), "--plot", str(png)]) == 1        # the fake data holds a failure
+    assert (
+        main(
+            [
+                "bench",
+                "--suite",
+                "shapes",
+                "--models",
+                "gpt2,vit-b16",
+                "--kinds",
+                "odd_align,batched_odd",
+                "--dtype",
+                "bf16,fp32_tc",
+                "--sample",
+                "5",
+                "--seed",
+                "2",
+                "--time-budget-s",
+                "30",
+                "--json",
+                str(js),
+                "--plot",
+                str(png),
+            ]
+        )
+        == 1
+    )  # the fake data holds a failure
     assert len(seen["products"]) == 5 and seen["dtypes"] == ["bf16", "fp32_tc"]
-    assert seen["products"] == shapes.select(seed=2, sample=5, model_names=["gpt2", "vit-b16"],
-                                             kinds=["odd_align", "batched_odd"])
+    assert seen["products"] == shapes.select(
+        seed=2, sample=5, model_names=["gpt2", "vit-b16"], kinds=["odd_align", "batched_odd"]
+    )
     assert seen["time_budget_s"] == 30.0 and seen["seed"] == 2
     out = capsys.readouterr().out
     assert out.splitlines()[1].split()[:2] == ["kind", "bf16"]
@@ -287,20 +358,24 @@ def test_table_json_and_plot_through_the_command(tmp_path, monkeypatch, capsys):
 
 def test_command_defaults(monkeypatch, capsys):
     seen = {}
-    monkeypatch.setattr(shapes, "run", lambda products, dtypes, **kw: seen.update(n=len(products), dtypes=dtypes,
-                                                                                  **kw) or _fake_data())
+    monkeypatch.setattr(
+        shapes, "run", lambda products, dtypes, **kw: seen.update(n=len(products), dtypes=dtypes, **kw) or _fake_data()
+    )
     main(["bench", "--suite", "shapes"])
     assert seen["n"] == len(shapes.generate()) and seen["dtypes"] == list(shapes.DTYPES)
     assert seen["time_budget_s"] == shapes.TIME_BUDGET_S
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--limit", "3", "--sample", "3"], "give --limit or --sample, not both"),
-    (["--tokens", "16"], "--tokens is for --suite models"),
-    (["--quick"], "--quick is for --suite training"),
-    (["--dtype", "tf32"], "--dtype 'tf32'"),
-    (["--time-budget-s", "-1"], "--time-budget-s -1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--limit", "3", "--sample", "3"], "give --limit or --sample, not both"),
+        (["--tokens", "16"], "--tokens is for --suite models"),
+        (["--quick"], "--quick is for --suite training"),
+        (["--dtype", "tf32"], "--dtype 'tf32'"),
+        (["--time-budget-s", "-1"], "--time-budget-s -1"),
+    ],
+)
 def test_command_refuses(argv, message, capsys):
     assert main(["bench", "--suite", "shapes", *argv]) == 2
     assert message in capsys.readouterr().err
@@ -314,6 +389,7 @@ def test_without_a_gpu_one_line_and_status_2(capsys):
 
 
 # -- on a GPU: a sample of the suite end to end (timings are not asserted) -------------
+
 
 @pytest.mark.gpu
 def test_shapes_suite_runs_on_the_gpu(tmp_path):

@@ -40,9 +40,16 @@ def _tf32_round(x):
 
 
 @pytest.mark.parametrize("kernel", TENSOR)
-@pytest.mark.parametrize("dtype, out_dtype", [("float16", "float32"), ("float16", "float16"),
-                                              ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
-                                              ("tf32", "float32")])
+@pytest.mark.parametrize(
+    "dtype, out_dtype",
+    [
+        ("float16", "float32"),
+        ("float16", "float16"),
+        ("bfloat16", "float32"),
+        ("bfloat16", "bfloat16"),
+        ("tf32", "float32"),
+    ],
+)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
 def test_tensor_kernel_matches_fp64(kernel, dtype, out_dtype, shape, alpha, beta):
@@ -52,8 +59,11 @@ def test_tensor_kernel_matches_fp64(kernel, dtype, out_dtype, shape, alpha, beta
     if dtype == "tf32":
         a64, b64 = _tf32_round(a), _tf32_round(b)
     ot = getattr(torch, out_dtype)
-    c0 = torch.from_numpy(random_matrix(M, N, "uniform", rng)).cuda().to(ot) if beta else \
-        torch.full((M, N), float("nan"), device="cuda", dtype=ot)
+    c0 = (
+        torch.from_numpy(random_matrix(M, N, "uniform", rng)).cuda().to(ot)
+        if beta
+        else torch.full((M, N), float("nan"), device="cuda", dtype=ot)
+    )
     out = c0.clone()
     kw = {"precision": "tf32"} if dtype == "tf32" else {}
     gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel, **kw)
@@ -84,8 +94,13 @@ def test_alpha_zero_reads_neither_a_nor_b_in_16_bit():
 
 # -- mma_pipelined: every configuration, both copy variants, padded and misaligned operands --------
 
-PAIRS = [("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
-         ("tf32", "float32")]
+PAIRS = [
+    ("float16", "float32"),
+    ("float16", "float16"),
+    ("bfloat16", "float32"),
+    ("bfloat16", "bfloat16"),
+    ("tf32", "float32"),
+]
 MMA = registry.get("mma_pipelined")
 
 
@@ -96,7 +111,7 @@ def _operand(rows, cols, dtype, rng, ld=None, offset=0):
     ld = ld or cols
     t = torch.float32 if dtype == "tf32" else getattr(torch, dtype)
     buf = torch.full((offset + rows * ld + 8,), float("nan"), device="cuda", dtype=t)
-    view = buf[offset:offset + rows * ld].view(rows, ld)[:, :cols]
+    view = buf[offset : offset + rows * ld].view(rows, ld)[:, :cols]
     view.copy_(torch.from_numpy(random_matrix(rows, cols, "uniform", rng)).cuda().to(t))
     ref = _tf32_round(view) if dtype == "tf32" else view.double()
     return view, ref, buf
@@ -116,15 +131,39 @@ def _launch_forced_aligned(a, b, out, alpha, beta, dtype, out_dtype, **params):
     width is ragged but whose starts are 16 bytes apart, clipping the last chunk."""
     from gemmlab.core import executor
     from gemmlab.runtime.device import gpu_info
+
     M, K = a.shape
     N = b.shape[1]
     p = gemmlab.plan("mma_pipelined", M, N, K, aligned16=True, dtype=dtype, out_dtype=out_dtype, **params)
-    executor.run_plan(p, gpu_info(0), torch.cuda.current_stream().cuda_stream, a.data_ptr(), a.stride(0),
-                      b.data_ptr(), b.stride(0), out.data_ptr(), out.stride(0), alpha, beta)
+    executor.run_plan(
+        p,
+        gpu_info(0),
+        torch.cuda.current_stream().cuda_stream,
+        a.data_ptr(),
+        a.stride(0),
+        b.data_ptr(),
+        b.stride(0),
+        out.data_ptr(),
+        out.stride(0),
+        alpha,
+        beta,
+    )
 
 
-def _run_mma(M, N, K, dtype, out_dtype, rng, lds=(None, None, None), offsets=(0, 0, 0), alpha=0.5, beta=2.0,
-             force_aligned=False, **params):
+def _run_mma(
+    M,
+    N,
+    K,
+    dtype,
+    out_dtype,
+    rng,
+    lds=(None, None, None),
+    offsets=(0, 0, 0),
+    alpha=0.5,
+    beta=2.0,
+    force_aligned=False,
+    **params,
+):
     a, a64, _ = _operand(M, K, dtype, rng, lds[0], offsets[0])
     b, b64, _ = _operand(K, N, dtype, rng, lds[1], offsets[1])
     out, c64, obuf = _operand(M, N, out_dtype, rng, lds[2], offsets[2])
@@ -139,13 +178,12 @@ def _run_mma(M, N, K, dtype, out_dtype, rng, lds=(None, None, None), offsets=(0,
     err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
     assert err <= BOUND[out_dtype], f"relative error {err:.2e}"
     ld = out.stride(0)
-    pad = obuf[offsets[2]:offsets[2] + M * ld].view(M, ld)[:, N:]
+    pad = obuf[offsets[2] : offsets[2] + M * ld].view(M, ld)[:, N:]
     assert torch.isnan(pad).all(), "the padding of out's rows was written"
     return a, b, out
 
 
-@pytest.mark.parametrize("params", MMA.configurations(),
-                         ids=lambda p: f"{p['BM']}x{p['BN']}-s{p['STAGES']}")
+@pytest.mark.parametrize("params", MMA.configurations(), ids=lambda p: f"{p['BM']}x{p['BN']}-s{p['STAGES']}")
 @pytest.mark.parametrize("dtype, out_dtype", PAIRS)
 @pytest.mark.parametrize("shape", [(200, 264, 328), (127, 129, 255)], ids=lambda s: "x".join(map(str, s)))
 def test_mma_pipelined_every_configuration(params, dtype, out_dtype, shape):
@@ -170,8 +208,11 @@ def test_mma_pipelined_misaligned_views(dtype, out_dtype, shape, small):
 
 @pytest.mark.parametrize("ops", ["TN", "NT", "TT"])
 @pytest.mark.parametrize("dtype, out_dtype", PAIRS[:4])
-@pytest.mark.parametrize("shape, offset", [((200, 264, 328), 0), ((127, 129, 255), 0), ((130, 260, 96), 1)],
-                         ids=["16-byte rows", "ragged rows", "misaligned"])
+@pytest.mark.parametrize(
+    "shape, offset",
+    [((200, 264, 328), 0), ((127, 129, 255), 0), ((130, 260, 96), 1)],
+    ids=["16-byte rows", "ragged rows", "misaligned"],
+)
 @pytest.mark.parametrize("small", [False, True], ids=["default", "64x64"])
 def test_mma_pipelined_reads_16bit_operands_in_every_layout(ops, dtype, out_dtype, shape, offset, small):
     """op(A) and op(B) as transposed views (A stored K x M: ldmatrix.trans; B stored N x K:
@@ -197,7 +238,7 @@ def test_mma_pipelined_reads_16bit_operands_in_every_layout(ops, dtype, out_dtyp
     assert not torch.isnan(out).any(), "elements unwritten or NaN"
     err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
     assert err <= BOUND[out_dtype], f"relative error {err:.2e}"
-    assert torch.isnan(obuf[:M * (N + 8)].view(M, N + 8)[:, N:]).all(), "the padding of out's rows was written"
+    assert torch.isnan(obuf[: M * (N + 8)].view(M, N + 8)[:, N:]).all(), "the padding of out's rows was written"
 
 
 @pytest.mark.parametrize("dtype, out_dtype", PAIRS)
@@ -211,9 +252,9 @@ def test_mma_pipelined_padded_rows_clip_ragged_chunks(dtype, out_dtype, shape):
     M, N, K = shape
     rng = np.random.default_rng(M + N + K)
     e, eo = (4 if dtype == "tf32" else 2), (4 if out_dtype in ("float32",) else 2)
-    up = lambda n, el: -(-n // (16 // el)) * (16 // el)   # noqa: E731
+    up = lambda n, el: -(-n // (16 // el)) * (16 // el)  # noqa: E731
     a, b, out = _run_mma(M, N, K, dtype, out_dtype, rng, lds=(up(K, e), up(N, e), up(N, eo)), force_aligned=True)
-    assert _aligned(a, b, out) is False   # matmul itself would take the narrow copies (ragged widths)
+    assert _aligned(a, b, out) is False  # matmul itself would take the narrow copies (ragged widths)
 
 
 @pytest.mark.parametrize("small", [False, True], ids=["default", "64x64"])
@@ -224,8 +265,8 @@ def test_mma_pipelined_tf32_rounds_to_nearest_and_keeps_non_finite(small, offset
     gives 8).  The rounding must leave non-finite values alone: a NaN whose bits are 0x7fffffff
     (adding half an ulp to its bits would wrap to -0) and an infinity reach the output."""
     M, N, K = 70, 40, 8
-    abuf = torch.full((offset + M * K,), 1 + 3 * 2.0 ** -12, device="cuda", dtype=torch.float32)
-    bbuf = torch.full((offset + K * N,), 1 + 2.0 ** -11, device="cuda", dtype=torch.float32)
+    abuf = torch.full((offset + M * K,), 1 + 3 * 2.0**-12, device="cuda", dtype=torch.float32)
+    bbuf = torch.full((offset + K * N,), 1 + 2.0**-11, device="cuda", dtype=torch.float32)
     a, b = abuf[offset:].view(M, K), bbuf[offset:].view(K, N)
     a.view(torch.int32)[3, 5] = 0x7FFFFFFF
     a[66, 2] = float("inf")
@@ -233,7 +274,7 @@ def test_mma_pipelined_tf32_rounds_to_nearest_and_keeps_non_finite(small, offset
     params = {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "STAGES": 4} if small else {}
     gemmlab.matmul(a, b, out=out, precision="tf32", kernel="mma_pipelined", **params)
     torch.cuda.synchronize()
-    want = 8 * (1 + 2.0 ** -10) ** 2
+    want = 8 * (1 + 2.0**-10) ** 2
     rows = [r for r in range(M) if r not in (3, 66)]
     assert torch.equal(out[rows], torch.full_like(out[rows], want)), out[rows].unique()
     assert torch.isnan(out[3]).all() and torch.isposinf(out[66]).all()

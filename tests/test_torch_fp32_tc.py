@@ -17,6 +17,7 @@ from gemmlab.torch import routing  # noqa: E402
 @pytest.fixture(scope="module")
 def gt():
     import gemmlab.torch as gt
+
     return gt
 
 
@@ -30,6 +31,7 @@ class Seen(contextlib.ContextDecorator):
         def counted(a, b, **kwargs):
             self.products.append((a.dim(), b.dim()))
             return self._product(a, b, **kwargs)
+
         routing.PRODUCT["fn"] = counted
         return self
 
@@ -86,9 +88,9 @@ def test_routed_forward_and_backward_within_sgemm_error(gt, name, fn, shapes):
         out = fn(*args)
         w = torch.rand(out.shape, device="cuda", generator=g)
         (out * w).sum().backward()
-    assert seen.count == 3, seen.products   # the forward product, and one for each operand's gradient
-    plan = gemmlab.last_plan()   # the last gradient's product
-    if plan.method == "fp32":   # IEEE FP32 on CUDA cores: a 1-D operand, or where ec_wgmma does not pay on Hopper
+    assert seen.count == 3, seen.products  # the forward product, and one for each operand's gradient
+    plan = gemmlab.last_plan()  # the last gradient's product
+    if plan.method == "fp32":  # IEEE FP32 on CUDA cores: a 1-D operand, or where ec_wgmma does not pay on Hopper
         assert plan.spec.family in ("simt", "gemv"), plan.describe()
         assert min(plan.problem.M, plan.problem.N, plan.problem.K) <= 16 or "ec_wgmma does not pay" in plan.reason
     else:
@@ -100,11 +102,13 @@ def test_routed_forward_and_backward_within_sgemm_error(gt, name, fn, shapes):
     sgemm_args = [x.detach().clone().requires_grad_() for x in args]
     sgemm = fn(*sgemm_args)
     (sgemm * w).sum().backward()
+
     # 1.5x SGEMM's error, or the split's own floor: its two parts hold about 22 of
     # an FP32 value's 24 bits (docs/ec/01-ec-wmma.md), which short sums (K = 33 in
     # the gradient of a 1-D operand) can bring SGEMM's error below.
     def bound(sgemm_err):
-        return max(1.5 * sgemm_err, 2.0 ** -22)
+        return max(1.5 * sgemm_err, 2.0**-22)
+
     assert rel(out, ref) <= bound(rel(sgemm, ref)), (rel(out, ref), rel(sgemm, ref))
     for x, r, s in zip(args, ref_args, sgemm_args):
         assert rel(x.grad, r.grad) <= bound(rel(s.grad, r.grad)), (rel(x.grad, r.grad), rel(s.grad, r.grad))
@@ -116,7 +120,7 @@ def test_nn_linear_model_routes_every_product(gt):
     seen = Seen()
     with gt.fp32_tc(), seen:
         model(x).square().mean().backward()
-    assert seen.count == 2 + 3, seen.products    # two forward; dW twice, dX once (the first layer's input needs none)
+    assert seen.count == 2 + 3, seen.products  # two forward; dW twice, dX once (the first layer's input needs none)
 
 
 def test_other_dtypes_and_cpu_tensors_pass_through(gt):
@@ -158,7 +162,7 @@ def test_torch_compile_inductor_calls_gemmlab(gt):
         loss = compiled(x)
         forward = seen.count
         loss.backward()
-    assert forward == 2 and seen.count == 2 + 4, seen.products   # the compiled code's products, routed
+    assert forward == 2 and seen.count == 2 + 4, seen.products  # the compiled code's products, routed
     xr = x.detach().double().requires_grad_()
     model64 = model.double()
     ref = model64(xr).square().mean()

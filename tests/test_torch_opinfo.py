@@ -52,7 +52,7 @@ MODES = [
 #   Below the dtype's smallest normal value a rounding's error is absolute, at
 #   most a subnormal's spacing (smallest_normal * eps): four of them are added.
 #   (PyTorch's own samples for bmm hold float16 products that small.)
-RTOL = {torch.float32: 2.0 ** -18, torch.bfloat16: 4 * 2.0 ** -8, torch.float16: 4 * 2.0 ** -11}
+RTOL = {torch.float32: 2.0**-18, torch.bfloat16: 4 * 2.0**-8, torch.float16: 4 * 2.0**-11}
 ATOL = {dtype: 4 * torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps for dtype in RTOL}
 
 
@@ -69,7 +69,8 @@ def _load_op_db():
         sys.modules["expecttest"] = stub
     was_frozen = torch.backends.flags_frozen()
     from torch.testing._internal.common_methods_invocations import op_db
-    if not was_frozen:   # the flag disable_global_flags() cleared, in torch.backends' own namespace
+
+    if not was_frozen:  # the flag disable_global_flags() cleared, in torch.backends' own namespace
         torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
         assert not torch.backends.flags_frozen()
     return op_db
@@ -92,6 +93,7 @@ def counting_products():
     def counted(*args, **kwargs):
         seen.count += 1
         return product(*args, **kwargs)
+
     routing_module.PRODUCT["fn"] = counted
     try:
         yield seen
@@ -110,9 +112,11 @@ def _abs_numbers(kwargs):
 def _float64(sample, absolute=False):
     """(input, args, kwargs) of a sample as float64 leaves (their absolute
     values), needing gradients where the sample's do."""
+
     def conv(t):
         x = t.detach().double()
         return (x.abs() if absolute else x).requires_grad_(t.requires_grad)
+
     inp, args, kwargs = _tensors((sample.input, sample.args, sample.kwargs), conv)
     return inp, args, _abs_numbers(kwargs) if absolute else kwargs
 
@@ -139,20 +143,30 @@ def _within(name, got, ref, magnitude, dtype):
     assert got.shape == ref.shape, (name, got.shape, ref.shape)
     err = (got.detach().double() - ref.detach()).abs()
     ok = err <= RTOL[dtype] * magnitude.detach() + ATOL[dtype]
-    assert bool(ok.all()), (name, "worst error", float(err[~ok].max()), "at magnitude",
-                            float(magnitude.detach()[~ok][err[~ok].argmax()]), "rtol", RTOL[dtype])
+    assert bool(ok.all()), (
+        name,
+        "worst error",
+        float(err[~ok].max()),
+        "at magnitude",
+        float(magnitude.detach()[~ok][err[~ok].argmax()]),
+        "rtol",
+        RTOL[dtype],
+    )
 
 
 def _describe(sample):
-    shape = lambda x: tuple(x.shape) if isinstance(x, torch.Tensor) else x   # noqa: E731
+    shape = lambda x: tuple(x.shape) if isinstance(x, torch.Tensor) else x  # noqa: E731
     return f"{shape(sample.input)}, {[shape(a) for a in sample.args]}, {sample.kwargs}"
 
 
 def _expect_routed(op_name, sample):
     """Every sample but 1-D @ 1-D (a dot product) and those with an operand of
     no elements (nothing to multiply), which the contexts leave to PyTorch."""
-    a, b = (sample.args[0], sample.args[1]) if op_name in ("addmm", "baddbmm", "addbmm") else \
-        (sample.input, sample.args[0])
+    a, b = (
+        (sample.args[0], sample.args[1])
+        if op_name in ("addmm", "baddbmm", "addbmm")
+        else (sample.input, sample.args[0])
+    )
     if op_name == "__rmatmul__":
         a, b = b, a
     if op_name in ("matmul", "__rmatmul__") and a.dim() == 1 and b.dim() == 1:
@@ -207,7 +221,7 @@ def test_opinfo_samples_cpu(op_db, op_name, mode, dtype, precision):
     with cpu_kernels() as calls:
         calls.update(mm=0, bmm=0)
         check_samples(op_db, op_name, "cpu", dtype, CPURouting((dtype,), precision))
-    assert calls["mm"] + calls["bmm"] > 0      # the stand-in kernels ran
+    assert calls["mm"] + calls["bmm"] > 0  # the stand-in kernels ran
 
 
 @pytest.mark.gpu
@@ -226,10 +240,16 @@ def test_every_op_has_samples_of_every_kind(op_db):
     for op in op_db:
         if op.name in OP_NAMES:
             for s in op.sample_inputs("cpu", torch.float32):
-                shapes.append((op.name, tuple(s.input.shape), tuple(tuple(a.shape) for a in s.args
-                                                                    if isinstance(a, torch.Tensor))))
+                shapes.append(
+                    (
+                        op.name,
+                        tuple(s.input.shape),
+                        tuple(tuple(a.shape) for a in s.args if isinstance(a, torch.Tensor)),
+                    )
+                )
     assert {name for name, _, _ in shapes} == set(OP_NAMES)
-    assert any(0 in i or any(0 in a for a in args) for _, i, args in shapes)          # zero-element
+    assert any(0 in i or any(0 in a for a in args) for _, i, args in shapes)  # zero-element
     assert any(name == "matmul" and (len(i) == 1) != (len(args[0]) == 1) for name, i, args in shapes)  # 1-D
-    assert any(name == "matmul" and len(i) >= 3 and len(args[0]) >= 3 and i[:-2] != args[0][:-2]
-               for name, i, args in shapes)                                             # broadcast batch
+    assert any(
+        name == "matmul" and len(i) >= 3 and len(args[0]) >= 3 and i[:-2] != args[0][:-2] for name, i, args in shapes
+    )  # broadcast batch

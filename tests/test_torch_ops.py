@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 @pytest.fixture(scope="module")
 def gt():
     import gemmlab.torch as gt
+
     return gt
 
 
@@ -93,7 +94,7 @@ def test_16_bit_inputs_run_on_the_tensor_cores_with_gradients(gt, dtype):
     b = (torch.rand((48, 33), device="cuda") - 0.5).to(t).requires_grad_()
     c = gt.mm(a, b)
     assert c.dtype == t
-    bound = 1e-3 if dtype == "float16" else 8e-3    # the 16-bit output's rounding (tests/test_tensor.py)
+    bound = 1e-3 if dtype == "float16" else 8e-3  # the 16-bit output's rounding (tests/test_tensor.py)
     assert _rel(c, a.double() @ b.double()) <= bound
     c.float().sum().backward()
     ones = torch.ones((70, 33), device="cuda", dtype=torch.float64)

@@ -33,7 +33,7 @@ CASES = [
     ("2-D @ 1-D (mv)", torch.matmul, [(5, 7), (7,)], "mm"),
     ("3-D @ 2-D folds into rows", torch.matmul, [(4, 5, 7), (7, 3)], "mm"),
     ("3-D @ 1-D", torch.matmul, [(4, 5, 7), (7,)], "mm"),
-    ("2-D @ 3-D broadcasts", torch.matmul, [(5, 7), (4, 7, 3)], "mm"),   # PyTorch folds it into one mm
+    ("2-D @ 3-D broadcasts", torch.matmul, [(5, 7), (4, 7, 3)], "mm"),  # PyTorch folds it into one mm
     ("4-D @ 3-D broadcasts", torch.matmul, [(2, 1, 5, 7), (3, 7, 3)], "bmm"),
     ("1-D @ 3-D", torch.matmul, [(7,), (4, 7, 3)], "mm"),
     ("rmatmul", lambda a, b: b.__rmatmul__(a), [(5, 7), (7, 3)], "mm"),
@@ -42,8 +42,7 @@ CASES = [
     ("torch.bmm", torch.bmm, [(4, 5, 7), (4, 7, 3)], "bmm"),
     ("Tensor.bmm", lambda a, b: a.bmm(mat2=b), [(4, 5, 7), (4, 7, 3)], "bmm"),
     ("addmm", lambda c, a, b: torch.addmm(c, a, b), [(3,), (5, 7), (7, 3)], "mm"),
-    ("addmm alpha beta", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=-2.0), [(5, 3), (5, 7), (7, 3)],
-     "mm"),
+    ("addmm alpha beta", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=-2.0), [(5, 3), (5, 7), (7, 3)], "mm"),
     ("Tensor.addmm", lambda c, a, b: c.addmm(a, b, alpha=3), [(5, 3), (5, 7), (7, 3)], "mm"),
     ("baddbmm", lambda c, a, b: torch.baddbmm(c, a, b, beta=2.0), [(4, 5, 3), (4, 5, 7), (4, 7, 3)], "bmm"),
     ("linear", lambda x, w: F.linear(x, w), [(5, 7), (3, 7)], "mm"),
@@ -73,7 +72,7 @@ def test_routed_forward_and_backward(calls, name, fn, shapes, op):
     with CPURouting():
         out = fn(*args)
         assert calls[op] == 1 and calls["mm"] + calls["bmm"] == 1, calls
-        (out.double() * w).sum().backward()      # the gradients' products: gemmlab's again
+        (out.double() * w).sum().backward()  # the gradients' products: gemmlab's again
     _like_float64(fn, args, out, w, 1e-5)
     assert calls[op] > 1
 
@@ -93,7 +92,7 @@ def test_addmm_beta_zero_does_not_read_the_bias(calls):
         out = torch.addmm(bias, rand(5, 7), rand(7, 3), beta=0)
     assert calls["mm"] == 1 and not out.isnan().any()
     out.sum().backward()
-    assert torch.equal(bias.grad, torch.zeros(5, 3))     # zeros, as PyTorch gives, not None
+    assert torch.equal(bias.grad, torch.zeros(5, 3))  # zeros, as PyTorch gives, not None
     # Without a gradient to give, the bias is not touched at all (attention's baddbmm(empty, q, k, beta=0)).
     with CPURouting():
         out = torch.baddbmm(torch.full((1, 5, 3), float("nan")), rand(2, 5, 7), rand(2, 7, 3), beta=0)
@@ -162,15 +161,17 @@ def test_zero_element_products(calls, name, fn, shapes):
 
 def test_operands_pytorch_refuses_raise_pytorchs_error(calls):
     with CPURouting():
-        for fn in (lambda: rand(5, 3, 4) @ rand(5, 2),                        # inner dimensions differ
-                   lambda: torch.addmm(rand(4, 3), rand(1, 7), rand(7, 3)),    # bias does not broadcast
-                   lambda: torch.addmm(rand(4, 3), rand(1, 7), rand(7, 3), beta=0),
-                   lambda: torch.addbmm(rand(5, 4), rand(2, 5, 3), rand(3, 2, 4)),   # 2 * 3 == 3 * 2
-                   lambda: torch.bmm(rand(2, 5, 3), rand(3, 4)),
-                   lambda: F.linear(rand(5, 3), rand(4, 3), rand(2, 5, 4))):
+        for fn in (
+            lambda: rand(5, 3, 4) @ rand(5, 2),  # inner dimensions differ
+            lambda: torch.addmm(rand(4, 3), rand(1, 7), rand(7, 3)),  # bias does not broadcast
+            lambda: torch.addmm(rand(4, 3), rand(1, 7), rand(7, 3), beta=0),
+            lambda: torch.addbmm(rand(5, 4), rand(2, 5, 3), rand(3, 2, 4)),  # 2 * 3 == 3 * 2
+            lambda: torch.bmm(rand(2, 5, 3), rand(3, 4)),
+            lambda: F.linear(rand(5, 3), rand(4, 3), rand(2, 5, 4)),
+        ):
             with pytest.raises(RuntimeError):
                 fn()
-    assert calls == {"mm": 0, "bmm": 0}    # refused before any product
+    assert calls == {"mm": 0, "bmm": 0}  # refused before any product
 
 
 NOT_ROUTED = [
@@ -187,7 +188,7 @@ def test_what_stays_pytorchs(calls, name, fn):
     with CPURouting((torch.float32, torch.float16, torch.bfloat16)):
         try:
             fn()
-        except RuntimeError:      # PyTorch's own error (mixed dtypes): it was PyTorch that ran
+        except RuntimeError:  # PyTorch's own error (mixed dtypes): it was PyTorch that ran
             pass
     assert calls == {"mm": 0, "bmm": 0}
 
@@ -213,7 +214,7 @@ def test_kernels_registered_on_entry_and_given_back():
         with pytest.raises(RuntimeError, match="still on"):
             gt.unregister()
     assert routing.current() is None
-    assert "gemmlab/torch/routing.py" in where("mm")     # kept for the next context
+    assert "gemmlab/torch/routing.py" in where("mm")  # kept for the next context
     gt.unregister()
     assert not any("gemmlab" in where(name) for name in ("mm", "bmm", "addmm", "baddbmm", "mv"))
 
@@ -242,15 +243,15 @@ def test_precision_and_kernel_reach_the_product():
 
     def record(a, b, kernel="auto", precision=None, **kw):
         seen.append((kernel, precision))
-        return (a.double() @ b.double()).to(a.dtype)   # float64: not routed again
+        return (a.double() @ b.double()).to(a.dtype)  # float64: not routed again
 
     x = rand(5, 7, grad=True)
     with cpu_kernels(record), CPURouting(precision="fp16_ec", kernel="ec_wgmma"):
         y = x @ rand(7, 3)
-        with CPURouting(torch.bfloat16):     # nested: float32 still the outer context's
+        with CPURouting(torch.bfloat16):  # nested: float32 still the outer context's
             y = y @ rand(3, 3)
         y.sum().backward()
-    assert seen == [("ec_wgmma", "fp16_ec")] * 4    # two forward, two gradients' products
+    assert seen == [("ec_wgmma", "fp16_ec")] * 4  # two forward, two gradients' products
 
 
 def test_decorator_and_global_switch(calls):
@@ -263,10 +264,11 @@ def test_decorator_and_global_switch(calls):
     rand(5, 7) @ rand(7, 3)
     assert calls["mm"] == 1
     from gemmlab.torch import routing
+
     gt.enable_fp32_tc()
     try:
         state = routing.current()
-        gt.enable_fp32_tc()   # twice: still one context
+        gt.enable_fp32_tc()  # twice: still one context
         assert routing.current() is state and state.routes == {("CUDA", torch.float32): ("auto", "fp32_tc")}
         with gt.use_gemmlab(torch.bfloat16):
             with pytest.raises(RuntimeError, match="leave it first"):
@@ -274,7 +276,7 @@ def test_decorator_and_global_switch(calls):
     finally:
         gt.disable_fp32_tc()
     assert routing.current() is None
-    gt.disable_fp32_tc()      # when off: nothing to do
+    gt.disable_fp32_tc()  # when off: nothing to do
 
 
 def test_coverage_lists_are_documented():
@@ -309,6 +311,7 @@ def test_compiled_code_is_routed_when_it_runs(calls):
 
 def test_fake_implementations_give_shapes():
     from torch._subclasses.fake_tensor import FakeTensorMode
+
     with FakeTensorMode():
         a, b = torch.empty(5, 7), torch.empty(7, 3)
         assert torch.ops.gemmlab.mm(a, b).shape == (5, 3)

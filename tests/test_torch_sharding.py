@@ -44,5 +44,7 @@ def test_every_rule_over_two_processes(tmp_path):
     import torch.multiprocessing as mp
 
     from sharding_worker import run
-    mp.start_processes(run, args=(WORLD, str(tmp_path / "init"), "cpu", "float32", "fp32_tc", 1e-6), nprocs=WORLD,
-                       start_method="spawn")
+
+    mp.start_processes(
+        run, args=(WORLD, str(tmp_path / "init"), "cpu", "float32", "fp32_tc", 1e-6), nprocs=WORLD, start_method="spawn"
+    )

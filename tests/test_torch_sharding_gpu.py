@@ -20,5 +20,7 @@ def test_every_rule_over_two_gpus(tmp_path, dtype, precision, rtol):
     import torch.multiprocessing as mp
 
     from sharding_worker import run
-    mp.start_processes(run, args=(WORLD, str(tmp_path / "init"), "cuda", dtype, precision, rtol), nprocs=WORLD,
-                       start_method="spawn")
+
+    mp.start_processes(
+        run, args=(WORLD, str(tmp_path / "init"), "cuda", dtype, precision, rtol), nprocs=WORLD, start_method="spawn"
+    )

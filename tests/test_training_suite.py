@@ -22,23 +22,43 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_models.py"
 
 def _tiny(cfg):
     """The same architecture at a few thousand parameters (GQA kept where the model has it)."""
-    return training.replace(cfg, d=64, layers=2, heads=4, kv_heads=2 if cfg.kv_heads != cfg.heads else 4, ffn=96,
-                            vocab=101 if cfg.vocab else 0, seq=17, image=32 if cfg.image else 0,
-                            patch=8 if cfg.patch else 0, classes=10 if cfg.classes else 0, batch=2, drift_batch=2,
-                            drift_seq=9)
+    return training.replace(
+        cfg,
+        d=64,
+        layers=2,
+        heads=4,
+        kv_heads=2 if cfg.kv_heads != cfg.heads else 4,
+        ffn=96,
+        vocab=101 if cfg.vocab else 0,
+        seq=17,
+        image=32 if cfg.image else 0,
+        patch=8 if cfg.patch else 0,
+        classes=10 if cfg.classes else 0,
+        batch=2,
+        drift_batch=2,
+        drift_seq=9,
+    )
 
 
 # -- the models ----------------------------------------------------------------------
+
 
 def test_published_parameter_counts():
     for name, cfg in training.CONFIGS.items():
         assert training.parameter_count(cfg) == training.PUBLISHED_PARAMS[name], name
     # about 1.24B, 124M, 110M and 86M: the sizes the suite's models are known by
-    assert [round(training.PUBLISHED_PARAMS[n] / 1e6) for n in ("llama-1b", "qwen2-0.5b", "gpt2", "bert-base",
-                                                                 "vit-b16")] == [1236, 494, 124, 110, 87]
+    assert [
+        round(training.PUBLISHED_PARAMS[n] / 1e6) for n in ("llama-1b", "qwen2-0.5b", "gpt2", "bert-base", "vit-b16")
+    ] == [1236, 494, 124, 110, 87]
     llama = training.CONFIGS["llama-1b"]
-    assert (llama.d, llama.layers, llama.heads, llama.kv_heads, llama.ffn, llama.vocab) == \
-        (2048, 16, 32, 8, 8192, 128256)
+    assert (llama.d, llama.layers, llama.heads, llama.kv_heads, llama.ffn, llama.vocab) == (
+        2048,
+        16,
+        32,
+        8,
+        8192,
+        128256,
+    )
     assert training.CONFIGS["vit-b16"].seq == 1 + (224 // 16) ** 2
 
 
@@ -52,10 +72,10 @@ def test_tiny_models_train_on_the_cpu(name):
     loss = training.loss_of(model, inputs, targets)
     assert loss.shape == () and torch.isfinite(loss)
     expected = torch.log(torch.tensor(float(cfg.classes or cfg.vocab)))
-    assert abs(float(loss.detach()) - float(expected)) < 0.5          # small initial weights: about uniform
+    assert abs(float(loss.detach()) - float(expected)) < 0.5  # small initial weights: about uniform
     loss.backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
-    if cfg.vocab:                                             # the head is the embedding
+    if cfg.vocab:  # the head is the embedding
         assert model.head.weight is model.embed.weight
 
 
@@ -63,12 +83,14 @@ def test_attention_products_are_matmuls_the_routing_sees():
     """q @ k^T and softmax @ v reach torch.matmul's overridable entry points (as
     Tensor.matmul / __matmul__), the linear layers F.linear: what gemmlab.torch routes."""
     from torch.overrides import TorchFunctionMode
+
     seen = []
 
     class Count(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             seen.append(getattr(func, "__name__", str(func)))
             return func(*args, **(kwargs or {}))
+
     cfg = _tiny(training.CONFIGS["llama-1b"])
     model = training.build(cfg)
     inputs, _ = training.make_batch(cfg, 2, cfg.seq, "cpu", torch.Generator().manual_seed(0))
@@ -84,11 +106,11 @@ def test_matmul_shapes_of_a_step():
     cfg = training.CONFIGS["gpt2"]
     shapes = training.matmul_shapes(cfg)
     rows = 4 * 1024
-    assert (rows, 50257, 768, "NT", 1) in shapes           # x @ W.t() of the head
-    assert (rows, 768, 50257, "NN", 1) in shapes           # grad @ W
-    assert (768, 50257, rows, "TN", 1) in shapes           # x.t() @ grad
-    assert (1024, 1024, 64, "NT", 48) in shapes and (1024, 64, 1024, "NN", 48) in shapes   # q @ k^T, p @ v
-    assert (1024, 64, 1024, "NN", 48) in shapes and (64, 1024, 1024, "TN", 48) in shapes   # their gradients
+    assert (rows, 50257, 768, "NT", 1) in shapes  # x @ W.t() of the head
+    assert (rows, 768, 50257, "NN", 1) in shapes  # grad @ W
+    assert (768, 50257, rows, "TN", 1) in shapes  # x.t() @ grad
+    assert (1024, 1024, 64, "NT", 48) in shapes and (1024, 64, 1024, "NN", 48) in shapes  # q @ k^T, p @ v
+    assert (1024, 64, 1024, "NN", 48) in shapes and (64, 1024, 1024, "TN", 48) in shapes  # their gradients
     assert len(shapes) == len(set(shapes)) == 19
     vit = training.matmul_shapes(training.CONFIGS["vit-b16"], batch=2)
     assert (2 * 196, 768, 768, "NT", 1) in vit and (2, 1000, 768, "NT", 1) in vit
@@ -98,11 +120,12 @@ def test_rotary_positions_rotate_pairs():
     x = torch.randn(1, 1, 5, 8, dtype=torch.float64)
     cos, sin = training._rope_tables(5, 8, x)
     y = training._rotate(x, cos, sin)
-    assert torch.allclose(y.norm(dim=-1), x.norm(dim=-1))   # a rotation
-    assert torch.equal(y[..., 0, :], x[..., 0, :])            # position 0 is not turned
+    assert torch.allclose(y.norm(dim=-1), x.norm(dim=-1))  # a rotation
+    assert torch.equal(y[..., 0, :], x[..., 0, :])  # position 0 is not turned
 
 
 # -- selection -------------------------------------------------------------------------
+
 
 def test_quick_is_the_headline():
     runs = training.select(quick=True)
@@ -115,9 +138,13 @@ def test_quick_is_the_headline():
 
 def test_selection_orders_eager_first_and_adds_baselines():
     runs = training.select(models="gpt2,bert-base", modes="reduce-overhead,eager", precisions="fp32_tc")
-    assert [(r.model, r.mode) for r in runs] == [("gpt2", "reduce-overhead"), ("bert-base", "reduce-overhead"),
-                                                ("gpt2", "eager"), ("bert-base", "eager")]
-    assert all(r.setups == ("fp32", "fp32_tc") for r in runs)            # SGEMM beside fp32_tc
+    assert [(r.model, r.mode) for r in runs] == [
+        ("gpt2", "reduce-overhead"),
+        ("bert-base", "reduce-overhead"),
+        ("gpt2", "eager"),
+        ("bert-base", "eager"),
+    ]
+    assert all(r.setups == ("fp32", "fp32_tc") for r in runs)  # SGEMM beside fp32_tc
     every = training.select()
     assert len(every) == len(training.CONFIGS) * 3 and every[0].setups == tuple(training.SETUPS)
 
@@ -127,12 +154,15 @@ def test_selection_order_is_eager_first_by_default():
     assert [r.mode for r in training.select()][:n] == ["eager"] * n
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"models": "gpt3"}, "--models 'gpt3'"),
-    ({"modes": "jit"}, "--modes 'jit'"),
-    ({"precisions": "fp64"}, "--precisions 'fp64'"),
-    ({"quick": True, "modes": "eager"}, "--quick chooses the modes and precisions"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"models": "gpt3"}, "--models 'gpt3'"),
+        ({"modes": "jit"}, "--modes 'jit'"),
+        ({"precisions": "fp64"}, "--precisions 'fp64'"),
+        ({"quick": True, "modes": "eager"}, "--quick chooses the modes and precisions"),
+    ],
+)
 def test_selection_refuses(kwargs, message):
     with pytest.raises(ValueError, match=message):
         training.select(**kwargs)
@@ -146,6 +176,7 @@ def test_configure_overrides_batch_and_layers():
 
 
 # -- the run's flow on the CPU (tiny models, eager; gemmlab.torch leaves CPU tensors to PyTorch)
+
 
 @pytest.fixture
 def on_cpu(monkeypatch):
@@ -177,6 +208,7 @@ def test_run_stops_at_the_time_budget_and_reports_a_failing_setup(on_cpu, monkey
         if setup == "bf16_gemmlab":
             raise RuntimeError("no kernel\nsecond line")
         return real(model, opt, inputs, targets, setup)
+
     monkeypatch.setattr(training, "train_step", step)
     runs = [training.Run("vit-b16", "eager", ("bf16", "bf16_gemmlab")), training.Run("bert-base", "eager", ("fp32",))]
     data = training.run(runs, steps=2, time_budget_s=0.0, quiet=True)
@@ -191,12 +223,12 @@ def test_run_stops_at_the_time_budget_and_reports_a_failing_setup(on_cpu, monkey
 def _fake_data():
     recs = []
     for mode in ("eager", "compile"):
-        for setup, ms in (("bf16", 30.0), ("bf16_gemmlab", 40.0), ("fp32", 100.0), ("tf32", 45.0),
-                          ("fp32_tc", 60.0)):
+        for setup, ms in (("bf16", 30.0), ("bf16_gemmlab", 40.0), ("fp32", 100.0), ("tf32", 45.0), ("fp32_tc", 60.0)):
             cfg = training.CONFIGS["vit-b16"]
             drift = dict(loss_drift=1e-6, weight_drift=1e-3, weight_rel=1e-7) if mode == "eager" else {}
-            r = training._record("GPU", cfg, mode, setup, ms=ms, ms_all=[ms] * 3, items_per_s=64e3 / ms,
-                                 warmup_s=1.0, loss=6.9, **drift)
+            r = training._record(
+                "GPU", cfg, mode, setup, ms=ms, ms_all=[ms] * 3, items_per_s=64e3 / ms, warmup_s=1.0, loss=6.9, **drift
+            )
             recs.append(r)
         base = {r.setup: r for r in recs if r.mode == mode}
         base["bf16_gemmlab"].vs_baseline = 30.0 / 40.0
@@ -221,13 +253,43 @@ def test_command_writes_table_json_and_plot(tmp_path, monkeypatch, capsys):
     def fake_run(runs, **kw):
         seen.update(runs=runs, **kw)
         return _fake_data()
+
     monkeypatch.setattr(training, "run", fake_run)
     js, png = tmp_path / "t.json", tmp_path / "t.png"
-    assert main(["bench", "--suite", "training", "--models", "gpt2", "--modes", "eager,compile", "--precisions",
-                 "bf16", "--steps", "5", "--batch", "2", "--num-layers", "3", "--seed", "7", "--time-budget-s", "60",
-                 "--json", str(js), "--plot", str(png)]) == 0
-    assert seen["runs"] == [training.Run("gpt2", "eager", ("bf16", "bf16_gemmlab")),
-                            training.Run("gpt2", "compile", ("bf16", "bf16_gemmlab"))]
+    assert (
+        main(
+            [
+                "bench",
+                "--suite",
+                "training",
+                "--models",
+                "gpt2",
+                "--modes",
+                "eager,compile",
+                "--precisions",
+                "bf16",
+                "--steps",
+                "5",
+                "--batch",
+                "2",
+                "--num-layers",
+                "3",
+                "--seed",
+                "7",
+                "--time-budget-s",
+                "60",
+                "--json",
+                str(js),
+                "--plot",
+                str(png),
+            ]
+        )
+        == 0
+    )
+    assert seen["runs"] == [
+        training.Run("gpt2", "eager", ("bf16", "bf16_gemmlab")),
+        training.Run("gpt2", "compile", ("bf16", "bf16_gemmlab")),
+    ]
     assert (seen["steps"], seen["batch"], seen["num_layers"], seen["seed"], seen["time_budget_s"]) == (5, 2, 3, 7, 60)
     assert "ms/step" in capsys.readouterr().out
     assert json.loads(js.read_text()) == _fake_data()
@@ -236,11 +298,14 @@ def test_command_writes_table_json_and_plot(tmp_path, monkeypatch, capsys):
     assert seen["runs"] == training.select(quick=True) and seen["time_budget_s"] == training.TIME_BUDGET_S
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--kinds", "small_m"], "--kinds is for --suite shapes"),
-    (["--dtype", "bf16"], "--dtype is for --suite ladder or models or shapes"),
-    (["--models", "gpt3"], "--models 'gpt3'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--kinds", "small_m"], "--kinds is for --suite shapes"),
+        (["--dtype", "bf16"], "--dtype is for --suite ladder or models or shapes"),
+        (["--models", "gpt3"], "--models 'gpt3'"),
+    ],
+)
 def test_command_refuses(argv, message, capsys):
     assert main(["bench", "--suite", "training", *argv]) == 2
     assert message in capsys.readouterr().err
@@ -257,6 +322,7 @@ def test_without_a_gpu_one_line_and_status_2(capsys):
 
 
 # -- on a GPU: small runs end to end (timings are not asserted) -------------------------
+
 
 @pytest.mark.gpu
 def test_training_suite_runs_eager_on_the_gpu():
@@ -282,7 +348,24 @@ def test_training_suite_runs_compiled_on_the_gpu():
 
 @pytest.mark.gpu
 def test_training_example_runs_on_the_gpu():
-    done = subprocess.run([sys.executable, str(EXAMPLE), "--model", "gpt2", "--layers", "1", "--batch", "1",
-                           "--steps", "3", "--precision", "fp32_tc"], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--model",
+            "gpt2",
+            "--layers",
+            "1",
+            "--batch",
+            "1",
+            "--steps",
+            "3",
+            "--precision",
+            "fp32_tc",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     lines = done.stdout.splitlines()
     assert lines[1].startswith("PyTorch") and lines[2].startswith("gemmlab") and "ms per step" in lines[2]

@@ -17,13 +17,19 @@ from gemmlab.kernels import registry
 from gemmlab.runtime import device as rt_device
 from gemmlab.tools.verify import random_matrix
 
-DTYPES = [("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
-          ("tf32", "float32")]
+DTYPES = [
+    ("float16", "float32"),
+    ("float16", "float16"),
+    ("bfloat16", "float32"),
+    ("bfloat16", "bfloat16"),
+    ("tf32", "float32"),
+]
 # As tests/test_tensor.py: relative Frobenius error against FP64 on the rounded inputs.
 BOUND = {"float32": 1e-4, "float16": 1e-3, "bfloat16": 8e-3}
 
 
 # -- without a GPU: other architectures ------------------------------------------------------
+
 
 def _fake_gpu(arch="sm_80", name="NVIDIA A100-SXM4-80GB"):
     return rt_device.GPUInfo(0, name, (8, 0), arch, 108, 1410.0, 40 << 20, 163 << 10)
@@ -32,22 +38,28 @@ def _fake_gpu(arch="sm_80", name="NVIDIA A100-SXM4-80GB"):
 def test_matmul_names_the_architecture_when_wgmma_cannot_run(monkeypatch):
     monkeypatch.setattr(rt_device, "gpu_info", lambda ordinal=0: _fake_gpu())
     a = np.ones((64, 64), np.float16)
-    with pytest.raises(ValueError, match=r"kernel 'wgmma' does not run on NVIDIA A100-SXM4-80GB \(sm_80\): it needs "
-                                         r"sm_90a.*Kernels that run there for float16: wmma, wmma_warptile, mma_pipelined"):
+    with pytest.raises(
+        ValueError,
+        match=r"kernel 'wgmma' does not run on NVIDIA A100-SXM4-80GB \(sm_80\): it needs "
+        r"sm_90a.*Kernels that run there for float16: wmma, wmma_warptile, mma_pipelined",
+    ):
         gemmlab.matmul(a, a, kernel="wgmma")
 
 
 def test_run_plan_refuses_a_wgmma_plan_on_another_gpu():
     p = gemmlab.plan("wgmma", 64, 64, 64, dtype="float16", out_dtype="float16")
-    with pytest.raises(ValueError, match=r"kernel 'wgmma' does not run on NVIDIA A100-SXM4-80GB \(sm_80\): it needs sm_90a"):
+    with pytest.raises(
+        ValueError, match=r"kernel 'wgmma' does not run on NVIDIA A100-SXM4-80GB \(sm_80\): it needs sm_90a"
+    ):
         executor.run_plan(p, _fake_gpu(), 0, 0, 64, 0, 64, 0, 64, 1.0, 0.0)
 
 
 # -- on a Hopper GPU ----------------------------------------------------------------------------
 
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
-hopper = pytest.mark.skipif(not rt_device.gpu_available() or rt_device.gpu_info(0).arch != "sm_90a",
-                            reason="needs a Hopper GPU (sm_90a)")
+hopper = pytest.mark.skipif(
+    not rt_device.gpu_available() or rt_device.gpu_info(0).arch != "sm_90a", reason="needs a Hopper GPU (sm_90a)"
+)
 
 
 def _padded(rows, cols, ld, dtype, rng, offset=0):
@@ -56,11 +68,11 @@ def _padded(rows, cols, ld, dtype, rng, offset=0):
     base = torch.from_numpy(random_matrix(1, rows * ld + offset + ld, "uniform", rng).ravel()).cuda()
     if dtype != "tf32":
         base = base.to(getattr(torch, dtype))
-    view = base[offset:offset + rows * ld].view(rows, ld)[:, :cols]
+    view = base[offset : offset + rows * ld].view(rows, ld)[:, :cols]
     ref = view.double()
     if dtype == "tf32":
         bits = view.float().contiguous().view(torch.int32)
-        ref = ((bits + 0x1000) & ~0x1FFF).view(torch.float32).double()   # round to nearest TF32
+        ref = ((bits + 0x1000) & ~0x1FFF).view(torch.float32).double()  # round to nearest TF32
     return view, ref
 
 
@@ -80,8 +92,7 @@ def _operand(rows, cols, layout, ld, dtype, rng, offset=0):
     return x.t(), x64.t()
 
 
-def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset=0, expect="wgmma", ops="NN",
-           **params):
+def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset=0, expect="wgmma", ops="NN", **params):
     ld = lambda n: -(-n // pad) * pad if pad else n
     a, a64 = _operand(M, K, ops[0], ld, dtype, rng, offset)
     b, b64 = _operand(K, N, ops[1], ld, dtype, rng)
@@ -90,12 +101,20 @@ def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset
     out = c0.clone() if beta else torch.full((M, N), float("nan"), device="cuda", dtype=ot)
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="gemmlab"):
-        gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel="wgmma", **params,
-                       **({"precision": "tf32"} if dtype == "tf32" else {}))
+        gemmlab.matmul(
+            a,
+            b,
+            out=out,
+            alpha=alpha,
+            beta=beta,
+            kernel="wgmma",
+            **params,
+            **({"precision": "tf32"} if dtype == "tf32" else {}),
+        )
         torch.cuda.synchronize()
     ran = _ran(caplog)
     assert len(ran) == 1 and (expect is None or ran[0].startswith(f"running {expect}(")), ran
-    if expect == "wgmma" and ops != "NN":   # the layout read: the operands as stored
+    if expect == "wgmma" and ops != "NN":  # the layout read: the operands as stored
         assert gemmlab.last_plan().name_expression.endswith(f"'{ops[0]}', '{ops[1]}'>")
     ref = alpha * (a64 @ b64) + (beta * c0.double() if beta else 0)
     bad = torch.isnan(out) | ((out.double() - ref).abs() > 0.05 * ref.abs().max())
@@ -103,9 +122,11 @@ def _check(M, N, K, dtype, out_dtype, alpha, beta, rng, caplog, *, pad=8, offset
         r, c = [int(x) for x in bad.nonzero()[0]]
         rows = bad.any(dim=1).nonzero().ravel()
         cols = bad.any(dim=0).nonzero().ravel()
-        pytest.fail(f"{M}x{N}x{K} {dtype}->{out_dtype}: {int(bad.sum())} wrong elements; first at ({r}, {c}): "
-                    f"{float(out[r, c])} vs {float(ref[r, c])}; wrong rows {rows[:8].tolist()}..{rows[-1:].tolist()}"
-                    f" ({len(rows)}), cols {cols[:8].tolist()}..{cols[-1:].tolist()} ({len(cols)})")
+        pytest.fail(
+            f"{M}x{N}x{K} {dtype}->{out_dtype}: {int(bad.sum())} wrong elements; first at ({r}, {c}): "
+            f"{float(out[r, c])} vs {float(ref[r, c])}; wrong rows {rows[:8].tolist()}..{rows[-1:].tolist()}"
+            f" ({len(rows)}), cols {cols[:8].tolist()}..{cols[-1:].tolist()} ({len(cols)})"
+        )
     err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
     assert err <= BOUND[out_dtype], f"relative error {err:.2e}"
 
@@ -118,8 +139,18 @@ def test_diagnostic_one_tile(dtype, out_dtype, caplog):
     _check(64, 256, 64, dtype, out_dtype, 1.0, 0.0, np.random.default_rng(1), caplog)
 
 
-SHAPES = [(1, 1, 1), (7, 13, 5), (64, 256, 64), (128, 256, 128), (129, 257, 65), (5, 300, 64), (300, 5, 64),
-          (63, 1000, 1), (100, 100, 3000), (4097, 4095, 513)]
+SHAPES = [
+    (1, 1, 1),
+    (7, 13, 5),
+    (64, 256, 64),
+    (128, 256, 128),
+    (129, 257, 65),
+    (5, 300, 64),
+    (300, 5, 64),
+    (63, 1000, 1),
+    (100, 100, 3000),
+    (4097, 4095, 513),
+]
 
 
 @hopper
@@ -137,9 +168,21 @@ def test_odd_shapes(dtype, out_dtype, shape, alpha, beta, caplog):
 @pytest.mark.gpu
 @pytest.mark.parametrize("ops", ["TN", "NT", "TT"])
 @pytest.mark.parametrize("dtype, out_dtype", [("float16", "float32"), ("bfloat16", "bfloat16")])
-@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 13, 5), (64, 256, 64), (129, 257, 65), (5, 300, 64),
-                                   (300, 5, 64), (63, 1000, 1), (100, 100, 3000), (4097, 4095, 513)],
-                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (1, 1, 1),
+        (7, 13, 5),
+        (64, 256, 64),
+        (129, 257, 65),
+        (5, 300, 64),
+        (300, 5, 64),
+        (63, 1000, 1),
+        (100, 100, 3000),
+        (4097, 4095, 513),
+    ],
+    ids=lambda s: "x".join(map(str, s)),
+)
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
 def test_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, caplog):
     """16-bit operands as stored, without a copy: A 'T' (K x M, M-major in shared memory,
@@ -150,18 +193,25 @@ def test_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, c
     # as the other layout, whose stride TMA may refuse (a 63 x 1 'T' view of a 1 x 63 row is
     # 63 rows of 2 bytes as 'N'), and fall back; the result is checked either way.
     expect = "wgmma" if min(shape) > 1 else None
-    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M * 5 + N + K), caplog, ops=ops,
-           expect=expect)
+    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M * 5 + N + K), caplog, ops=ops, expect=expect)
 
 
 @hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("bm", [64, 128])
-@pytest.mark.parametrize("dtype, out_dtype, ops", [("float16", "float32", "NN"), ("bfloat16", "bfloat16", "NT"),
-                                                   ("float16", "float16", "TN"), ("bfloat16", "float32", "TT"),
-                                                   ("tf32", "float32", "NN")])
-@pytest.mark.parametrize("shape", [(1, 4100, 520), (16, 130, 1000), (129, 257, 65), (300, 70, 3000)],
-                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "dtype, out_dtype, ops",
+    [
+        ("float16", "float32", "NN"),
+        ("bfloat16", "bfloat16", "NT"),
+        ("float16", "float16", "TN"),
+        ("bfloat16", "float32", "TT"),
+        ("tf32", "float32", "NN"),
+    ],
+)
+@pytest.mark.parametrize(
+    "shape", [(1, 4100, 520), (16, 130, 1000), (129, 257, 65), (300, 70, 3000)], ids=lambda s: "x".join(map(str, s))
+)
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
 def test_narrow_tile_in_every_layout(bm, dtype, out_dtype, ops, shape, alpha, beta, caplog):
     """BN = 64 (the tile of products with few rows: m64n64 wgmmas, one box of B a K-step) on
@@ -170,8 +220,21 @@ def test_narrow_tile_in_every_layout(bm, dtype, out_dtype, ops, shape, alpha, be
     M, N, K = shape
     # (a vector's layout is ambiguous: a 'T' view with a dimension of 1 may fall back)
     expect = "wgmma" if min(shape) > 1 or ops == "NN" else None
-    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M + N + K + bm), caplog, ops=ops,
-           expect=expect, BM=bm, BN=64)
+    _check(
+        M,
+        N,
+        K,
+        dtype,
+        out_dtype,
+        alpha,
+        beta,
+        np.random.default_rng(M + N + K + bm),
+        caplog,
+        ops=ops,
+        expect=expect,
+        BM=bm,
+        BN=64,
+    )
     if expect:
         assert gemmlab.last_plan().params["BN"] == 64
 
@@ -183,8 +246,15 @@ UNSPLIT_CONFIGS = [p for p in registry.get("wgmma").configurations() if p["SPLIT
 @hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("params", UNSPLIT_CONFIGS, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
-@pytest.mark.parametrize("dtype, out_dtype, ops", [("bfloat16", "bfloat16", "NN"), ("tf32", "float32", "NN"),
-                                                   ("bfloat16", "bfloat16", "NT"), ("float16", "float16", "TT")])
+@pytest.mark.parametrize(
+    "dtype, out_dtype, ops",
+    [
+        ("bfloat16", "bfloat16", "NN"),
+        ("tf32", "float32", "NN"),
+        ("bfloat16", "bfloat16", "NT"),
+        ("float16", "float16", "TT"),
+    ],
+)
 def test_every_configuration(params, dtype, out_dtype, ops, caplog):
     if params not in registry.get("wgmma").configurations(dtype):
         pytest.skip(f"not a {dtype} configuration (BN = 192 is 16-bit only)")
@@ -210,9 +280,9 @@ def test_fallback_when_tma_cannot_read(dtype, how, caplog):
     """Operands TMA cannot take still give the right result, through mma_pipelined (its
     narrow copies read any alignment), and the log says why."""
     rng = np.random.default_rng(3)
-    if how == "contiguous-odd-widths":   # rows of 1026 and 8190 bytes
+    if how == "contiguous-odd-widths":  # rows of 1026 and 8190 bytes
         _check(4097, 4095, 513, dtype, dtype, 1.0, 0.0, rng, caplog, pad=0, expect="mma_pipelined")
-    else:                                # 2 bytes off a 16-byte boundary
+    else:  # 2 bytes off a 16-byte boundary
         _check(300, 200, 64, dtype, "float32", 0.5, 2.0, rng, caplog, offset=1, expect="mma_pipelined")
     assert any("wgmma cannot take these operands: TMA needs" in r.getMessage() for r in caplog.records)
 
@@ -263,7 +333,7 @@ def test_many_tiles_per_block():
     a = torch.from_numpy(random_matrix(2048, 320, "uniform", rng)).cuda().bfloat16()
     b = torch.from_numpy(random_matrix(320, 4096, "uniform", rng)).cuda().bfloat16()
     out = torch.full((2048, 4096), float("nan"), device="cuda", dtype=torch.float32)
-    gemmlab.matmul(a, b, out=out, kernel="wgmma", BM=64, BN=128, STAGES=3)   # 512 tiles
+    gemmlab.matmul(a, b, out=out, kernel="wgmma", BM=64, BN=128, STAGES=3)  # 512 tiles
     ref = a.double() @ b.double()
     assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) <= 1e-4
 
@@ -271,8 +341,9 @@ def test_many_tiles_per_block():
 @hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float32"), ("tf32", "float32")])
-@pytest.mark.parametrize("shape", [(1, 1, 1), (129, 257, 65), (300, 5, 64), (4097, 4095, 513)],
-                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(
+    "shape", [(1, 1, 1), (129, 257, 65), (300, 5, 64), (4097, 4095, 513)], ids=lambda s: "x".join(map(str, s))
+)
 @pytest.mark.parametrize("bm", [64, 128])
 @pytest.mark.parametrize("ops", ["NN", "NT", "TT"])
 def test_clusters_on_odd_shapes(dtype, out_dtype, shape, bm, ops, caplog):
@@ -287,11 +358,12 @@ def test_clusters_on_odd_shapes(dtype, out_dtype, shape, bm, ops, caplog):
     b, b64 = _operand(K, N, ops[1], lambda n: -(-n // 8) * 8, dtype, rng)
     out = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, out_dtype))
     with caplog.at_level(logging.DEBUG, logger="gemmlab"):
-        gemmlab.matmul(a, b, out=out, kernel="wgmma", BM=bm, CLUSTER=2,
-                       **({"precision": "tf32"} if dtype == "tf32" else {}))
+        gemmlab.matmul(
+            a, b, out=out, kernel="wgmma", BM=bm, CLUSTER=2, **({"precision": "tf32"} if dtype == "tf32" else {})
+        )
         torch.cuda.synchronize()
     assert "CLUSTER=2" in _ran(caplog)[0]
-    if min(shape) > 1:   # (a vector's layout is ambiguous: 1 x 1 is read as NN)
+    if min(shape) > 1:  # (a vector's layout is ambiguous: 1 x 1 is read as NN)
         assert gemmlab.last_plan().name_expression.endswith(f"'{ops[0]}', '{ops[1]}'>")
     ref = a64 @ b64
     err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
@@ -321,6 +393,7 @@ def test_tf32_inputs_are_rounded_to_nearest(pad, which, caplog):
 
 
 # -- batches: one launch through 3-D tensor maps -----------------------------------------------
+
 
 def _stack(nb, rows, cols, layout, dtype, rng, gap=8):
     """op(x) for each of nb matrices (nb None: one 2-D matrix), rows x cols, stored 'N' or 'T'
@@ -353,11 +426,13 @@ class _Launches:
         from gemmlab.core import executor
         from gemmlab.kernels.tensor.wgmma import PACK16_KERNEL, TF32_PACK_KERNELS, TF32_PACK_SOURCE
         from gemmlab.runtime import compile as rt_compile
+
         arch = rt_device.gpu_info(0).arch
-        copy_kernels = [rt_compile.load_kernel(TF32_PACK_SOURCE, name, arch)
-                        for name in (PACK16_KERNEL, TF32_PACK_KERNELS[0])]
+        copy_kernels = [
+            rt_compile.load_kernel(TF32_PACK_SOURCE, name, arch) for name in (PACK16_KERNEL, TF32_PACK_KERNELS[0])
+        ]
         self.n = self.copies = 0
-        executor.CACHE.clear()   # a fresh prepared call: its first launch goes through run()
+        executor.CACHE.clear()  # a fresh prepared call: its first launch goes through run()
         for name in ("launch", "launch_shaped"):
             real = getattr(executor, name)
 
@@ -367,11 +442,28 @@ class _Launches:
                 else:
                     self.n += 1
                 return _real(kernel, *a, **kw)
+
             monkeypatch.setattr(executor, name, counted)
 
 
-def _batched(monkeypatch, nb_a, nb_b, M, N, K, ops, dtype, out_dtype, *, beta=0.0, gap=8, out_gap=8, expect=1,
-             kernel="wgmma", **params):
+def _batched(
+    monkeypatch,
+    nb_a,
+    nb_b,
+    M,
+    N,
+    K,
+    ops,
+    dtype,
+    out_dtype,
+    *,
+    beta=0.0,
+    gap=8,
+    out_gap=8,
+    expect=1,
+    kernel="wgmma",
+    **params,
+):
     rng = np.random.default_rng(M + 3 * N + 7 * K + (nb_a or 0) + 11 * (nb_b or 0))
     a, a64 = _stack(nb_a, M, K, ops[0], dtype, rng, gap)
     b, b64 = _stack(nb_b, K, N, ops[1], dtype, rng, gap)
@@ -384,8 +476,9 @@ def _batched(monkeypatch, nb_a, nb_b, M, N, K, ops, dtype, out_dtype, *, beta=0.
     if beta:
         out.copy_(c0)
     launches = _Launches(monkeypatch)
-    gemmlab.matmul(a, b, out=out, beta=beta, kernel=kernel, **params,
-                   **({"precision": "tf32"} if dtype == "tf32" else {}))
+    gemmlab.matmul(
+        a, b, out=out, beta=beta, kernel=kernel, **params, **({"precision": "tf32"} if dtype == "tf32" else {})
+    )
     torch.cuda.synchronize()
     p = gemmlab.last_plan()
     assert p.spec.name == "wgmma" and not p.fallback_reason, p.describe()
@@ -421,8 +514,17 @@ def test_batch_is_one_launch_in_every_layout(monkeypatch, ops, dtype, out_dtype,
 def test_broadcast_operand_is_a_batch_of_one(monkeypatch, shared, ops):
     """numpy.matmul broadcasting: a 2-D operand every matrix shares (stride 0, which a map
     cannot step by: its map holds one matrix, read at batch coordinate 0)."""
-    _batched(monkeypatch, None if shared == "a" else 6, None if shared == "b" else 6, 200, 300, 72, ops,
-             "bfloat16", "bfloat16")
+    _batched(
+        monkeypatch,
+        None if shared == "a" else 6,
+        None if shared == "b" else 6,
+        200,
+        300,
+        72,
+        ops,
+        "bfloat16",
+        "bfloat16",
+    )
 
 
 @hopper
@@ -460,7 +562,7 @@ def test_interleaved_heads_batch(monkeypatch):
     S, H, D = 300, 4, 64
     q = torch.randn(S, H, D, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(S, H, D, device="cuda", dtype=torch.bfloat16)
-    qh, kh = q.transpose(0, 1), k.transpose(0, 1)            # (H, S, D), strides (D, H * D, 1)
+    qh, kh = q.transpose(0, 1), k.transpose(0, 1)  # (H, S, D), strides (D, H * D, 1)
     _one_wgmma_launch(monkeypatch, qh, kh.transpose(-1, -2))
 
 
@@ -474,10 +576,11 @@ def test_auto_runs_a_batch_on_wgmma_in_one_launch(monkeypatch):
 
 # -- split-K: partial products in a workspace, added into C by splitk_reduce ----------------------
 
+
 def _split_ran(splits):
     p = gemmlab.last_plan()
     assert p.spec.name == "wgmma" and p.params["SPLITK"] == splits, p.describe()
-    assert ", true, '" in p.name_expression, p.name_expression   # the split instantiation (FP32 partials)
+    assert ", true, '" in p.name_expression, p.name_expression  # the split instantiation (FP32 partials)
 
 
 SPLIT_SHAPES = [(1, 300, 4000), (7, 13, 5), (16, 520, 3001), (129, 257, 1100), (1, 1, 1)]
@@ -496,27 +599,64 @@ def test_split_k_on_odd_shapes(dtype, out_dtype, ops, shape, alpha, beta, caplog
     if dtype == "tf32" and ops != "NN":
         pytest.skip("TF32 reads NN only")
     M, N, K = shape
-    expect = "wgmma" if min(shape) > 1 or ops == "NN" else None   # (a vector's layout is ambiguous)
-    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M + 3 * N + K), caplog, ops=ops,
-           expect=expect, BM=64, BN=128, SPLITK=3)
+    expect = "wgmma" if min(shape) > 1 or ops == "NN" else None  # (a vector's layout is ambiguous)
+    _check(
+        M,
+        N,
+        K,
+        dtype,
+        out_dtype,
+        alpha,
+        beta,
+        np.random.default_rng(M + 3 * N + K),
+        caplog,
+        ops=ops,
+        expect=expect,
+        BM=64,
+        BN=128,
+        SPLITK=3,
+    )
     if expect:
         _split_ran(3)
 
 
 @hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", [dict(BM=64, BN=64), dict(BM=128, BN=64), dict(BM=64, BN=128), dict(BM=128, BN=128),
-                                  dict(BM=64, BN=256),
-                                  dict(BM=128, BN=256), dict(BM=64, BN=128, CLUSTER=2),
-                                  dict(BM=128, BN=256, CLUSTER=2)], ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+@pytest.mark.parametrize(
+    "tile",
+    [
+        dict(BM=64, BN=64),
+        dict(BM=128, BN=64),
+        dict(BM=64, BN=128),
+        dict(BM=128, BN=128),
+        dict(BM=64, BN=256),
+        dict(BM=128, BN=256),
+        dict(BM=64, BN=128, CLUSTER=2),
+        dict(BM=128, BN=256, CLUSTER=2),
+    ],
+    ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()),
+)
 @pytest.mark.parametrize("splits", [2, 16])
-@pytest.mark.parametrize("dtype, out_dtype, ops", [("bfloat16", "bfloat16", "NN"), ("float16", "float32", "TT"),
-                                                   ("tf32", "float32", "NN")])
+@pytest.mark.parametrize(
+    "dtype, out_dtype, ops", [("bfloat16", "bfloat16", "NN"), ("float16", "float32", "TT"), ("tf32", "float32", "NN")]
+)
 def test_split_k_in_every_tile(tile, splits, dtype, out_dtype, ops, caplog):
     """Each tile shape and clusters (an odd number of tile-rows: the last cluster's second
     block computes rows past M) split 2 and 16 ways."""
-    _check(300, 333, 2100, dtype, out_dtype, 1.0, 0.0, np.random.default_rng(splits), caplog, ops=ops,
-           SPLITK=splits, **tile)
+    _check(
+        300,
+        333,
+        2100,
+        dtype,
+        out_dtype,
+        1.0,
+        0.0,
+        np.random.default_rng(splits),
+        caplog,
+        ops=ops,
+        SPLITK=splits,
+        **tile,
+    )
     _split_ran(splits)
 
 
@@ -538,6 +678,7 @@ def test_split_k_batch_with_a_shared_operand_and_chunks(monkeypatch):
     """A broadcast b (stride 0), and a workspace limit that cuts the batch into chunks of two:
     a GEMM launch and a reduction per chunk."""
     from gemmlab.core import executor
+
     _batched(monkeypatch, 6, None, 100, 200, 700, "NT", "bfloat16", "bfloat16", expect=2, BM=64, BN=128, SPLITK=4)
     monkeypatch.setattr(executor, "SPLITK_WORKSPACE_LIMIT", 2 * 4 * 100 * 200 * 4)
     _batched(monkeypatch, 5, 5, 100, 200, 700, "TN", "float16", "float16", expect=6, BM=64, BN=128, SPLITK=4)
@@ -558,8 +699,9 @@ def test_split_k_alpha_zero_reads_neither_a_nor_b(out_dtype):
 
 @hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("M, N, K, ops", [(2, 4096, 8192, "NN"), (16, 4096, 14336, "NN"), (128, 4096, 28672, "NN"),
-                                          (16, 2048, 4096, "NT")])
+@pytest.mark.parametrize(
+    "M, N, K, ops", [(2, 4096, 8192, "NN"), (16, 4096, 14336, "NN"), (128, 4096, 28672, "NN"), (16, 2048, 4096, "NT")]
+)
 def test_auto_splits_few_tiles_with_a_long_k(M, N, K, ops, caplog):
     """kernel="auto" on a product whose tiles leave most SMs idle (a decode step's dY @ W of a
     few rows; one row of a small W runs on gemv): wgmma split over K, the result right, twice
@@ -581,8 +723,15 @@ def test_auto_splits_few_tiles_with_a_long_k(M, N, K, ops, caplog):
 
 @hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("M, N, K, ops, tile", [(16, 4096, 4096, "NT", (64, 64, 12)), (100, 4096, 6144, "NN", (64, 64, 12)),
-                                                (128, 6144, 4096, "NT", (64, 128, 8)), (7, 4100, 4000, "TT", (64, 64, 12))])
+@pytest.mark.parametrize(
+    "M, N, K, ops, tile",
+    [
+        (16, 4096, 4096, "NT", (64, 64, 12)),
+        (100, 4096, 6144, "NN", (64, 64, 12)),
+        (128, 6144, 4096, "NT", (64, 128, 8)),
+        (7, 4100, 4000, "TT", (64, 64, 12)),
+    ],
+)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_auto_narrow_tile_for_a_few_rows(M, N, K, ops, tile, dtype):
     """kernel="auto" on products of a few rows that split-K served before: one unsplit launch of
@@ -613,9 +762,16 @@ def test_auto_attention_batches_on_128x128(product):
     rng = np.random.default_rng(7)
     q = torch.from_numpy(random_matrix(32 * 336, 128, "uniform", rng)).cuda().bfloat16().view(32, 336, 128)
     k = torch.from_numpy(random_matrix(32 * 336, 128, "uniform", rng)).cuda().bfloat16().view(32, 336, 128)
-    a, b = (q, k.transpose(-1, -2)) if product == "qk" else \
-        (torch.softmax(torch.from_numpy(random_matrix(32 * 336, 336, "uniform", rng)).cuda().view(32, 336, 336), -1)
-         .bfloat16(), k)
+    a, b = (
+        (q, k.transpose(-1, -2))
+        if product == "qk"
+        else (
+            torch.softmax(
+                torch.from_numpy(random_matrix(32 * 336, 336, "uniform", rng)).cuda().view(32, 336, 336), -1
+            ).bfloat16(),
+            k,
+        )
+    )
     out = torch.full((32, 336, b.shape[-1]), float("nan"), device="cuda", dtype=torch.bfloat16)
     gemmlab.matmul(a, b, out=out)
     torch.cuda.synchronize()
@@ -627,6 +783,7 @@ def test_auto_attention_batches_on_128x128(product):
 
 
 # -- the 128 x 192 tile (BN = 192: 16-bit only, CLUSTER = 1) ------------------------------------
+
 
 def _bn192_ran(split=False):
     p = gemmlab.last_plan()
@@ -640,11 +797,11 @@ def test_emulated_bn192_reads_b_in_three_boxes_or_one(monkeypatch):
     A's in 128-row (A 'N') or 64 x 64 boxes, and the result is right."""
     import emulated_gpu
     from gemmlab.runtime import tma
+
     emu = emulated_gpu.install(monkeypatch)
     maps = []
     encode = tma._encode
-    monkeypatch.setattr(tma, "_encode", lambda *a, backend=None: maps.append(encode(*a, backend=backend))
-                        or maps[-1])
+    monkeypatch.setattr(tma, "_encode", lambda *a, backend=None: maps.append(encode(*a, backend=backend)) or maps[-1])
     rng = np.random.default_rng(11)
     for ops in ("NN", "NT", "TN", "TT"):
         M, N, K = 136, 200, 72
@@ -670,8 +827,10 @@ BN192_SHAPES = [(517, 389, 263), (4096, 768, 768), (4001, 770, 776), (129, 193, 
 @hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
-@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float16"),
-                                              ("bfloat16", "float32"), ("float16", "float32")])
+@pytest.mark.parametrize(
+    "dtype, out_dtype",
+    [("bfloat16", "bfloat16"), ("float16", "float16"), ("bfloat16", "float32"), ("float16", "float32")],
+)
 @pytest.mark.parametrize("shape", BN192_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
 def test_bn192_on_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, caplog):
@@ -679,9 +838,22 @@ def test_bn192_on_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha
     of 192 rows; both epilogues (beta = 0: the TMA store, three 64-column chunks of a 16-bit
     tile or six 32-column ones of FP32; beta != 0: from the registers), output poisoned first."""
     M, N, K = shape
-    expect = "wgmma" if min(shape) > 1 or ops == "NN" else None   # (a vector's layout is ambiguous)
-    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M + 2 * N + K), caplog, ops=ops,
-           expect=expect, BM=128, BN=192)
+    expect = "wgmma" if min(shape) > 1 or ops == "NN" else None  # (a vector's layout is ambiguous)
+    _check(
+        M,
+        N,
+        K,
+        dtype,
+        out_dtype,
+        alpha,
+        beta,
+        np.random.default_rng(M + 2 * N + K),
+        caplog,
+        ops=ops,
+        expect=expect,
+        BM=128,
+        BN=192,
+    )
     if expect:
         _bn192_ran()
 
@@ -691,16 +863,29 @@ def test_bn192_on_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha
 @pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
 @pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float32")])
 @pytest.mark.parametrize("splits", [2, 3, 16])
-@pytest.mark.parametrize("shape", [(517, 389, 2100), (300, 768, 3001), (7, 13, 5)],
-                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", [(517, 389, 2100), (300, 768, 3001), (7, 13, 5)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
 def test_bn192_split_k(ops, dtype, out_dtype, splits, shape, alpha, beta, caplog):
     """BN = 192 split over K: FP32 partial 128 x 192 tiles from the registers into the workspace,
     added into C by the reduction; slices of unequal length, empty ones (7x13x5)."""
     M, N, K = shape
     expect = "wgmma" if min(shape) > 1 or ops == "NN" else None
-    _check(M, N, K, dtype, out_dtype, alpha, beta, np.random.default_rng(M + N + K + splits), caplog, ops=ops,
-           expect=expect, BM=128, BN=192, SPLITK=splits)
+    _check(
+        M,
+        N,
+        K,
+        dtype,
+        out_dtype,
+        alpha,
+        beta,
+        np.random.default_rng(M + N + K + splits),
+        caplog,
+        ops=ops,
+        expect=expect,
+        BM=128,
+        BN=192,
+        SPLITK=splits,
+    )
     if expect:
         _bn192_ran(split=True)
         _split_ran(splits)
@@ -717,8 +902,7 @@ def test_bn192_batch_is_one_launch(monkeypatch, ops, dtype, out_dtype, beta):
     ways, one GEMM launch and one reduction."""
     _batched(monkeypatch, 5, 5, 129, 389, 263, ops, dtype, out_dtype, beta=beta, BM=128, BN=192)
     _bn192_ran()
-    _batched(monkeypatch, 5, 5, 129, 389, 1100, ops, dtype, out_dtype, beta=beta, expect=2, BM=128, BN=192,
-             SPLITK=3)
+    _batched(monkeypatch, 5, 5, 129, 389, 1100, ops, dtype, out_dtype, beta=beta, expect=2, BM=128, BN=192, SPLITK=3)
     _bn192_ran(split=True)
 
 
@@ -737,6 +921,7 @@ def test_auto_takes_what_the_wave_choice_says(M, N, K, ops):
     the persistent grid part-empty: what wgmma_auto_choice says for this GPU's SMs (on 132:
     128 x 192), the result right."""
     from gemmlab.kernels.tensor.wgmma import wgmma_auto_choice
+
     sm = rt_device.gpu_info(0).sm_count
     rng = np.random.default_rng(M + N + K)
     a, a64 = _operand(M, K, ops[0], lambda n: n, "bfloat16", rng)

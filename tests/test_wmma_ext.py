@@ -40,6 +40,7 @@ def modules():
             else:
                 memo[which, arch] = compile_module(bench.SOURCE, bench.kernel_names(), arch)
         return memo[which, arch]
+
     return get
 
 
@@ -87,6 +88,7 @@ def test_architectures_with_maps_derived_from_sass_compile(arch):
 
 def test_public_entry_point_compiles_user_code(tmp_path):
     from gemmlab.lab.wmma_ext import header, include_dir
+
     assert header().is_file() and (include_dir() / "gemmlab" / "wmma_ext.cuh") == header()
     module = gemmlab.compile_with_headers(USER_KERNEL, ["scaled_identity_times"], arch="sm_90a")
     assert module.cubin[:4] == b"\x7fELF"
@@ -99,6 +101,7 @@ def test_public_entry_point_compiles_user_code(tmp_path):
 
 
 # -- GPU: every function, every kind -------------------------------------------------------
+
 
 def bf16_bits(x):
     """float -> bfloat16 bits, round to nearest even (as __float2bfloat16_rn)."""
@@ -126,7 +129,7 @@ def to_memory(kd, mat, ldm, fill):
     padding holds ``fill`` (junk a wrong ldm would pick up)."""
     body = mat.T if kd.layout == "col" else mat
     mem = np.full((body.shape[0], ldm), fill, dtype=mat.dtype)
-    mem[:, :body.shape[1]] = body
+    mem[:, : body.shape[1]] = body
     return mem.ravel()
 
 
@@ -136,6 +139,7 @@ def test_every_function_against_numpy(name):
     import cupy as cp
     from gemmlab.runtime.device import gpu_info
     from gemmlab.runtime.launch import launch
+
     kd = fr.kind(name)
     arch = gpu_info().arch
     module = compile_module(CHECK_SOURCE, [check_name(k) for k in fr.KINDS], arch)
@@ -179,24 +183,45 @@ def test_every_function_against_numpy(name):
     prod_dtype = np.float16 if (kd.use == "accumulator" and dt == "f16") else np.float32
 
     d_refs, d_src, d_vec, d_other = (cp.asarray(a) for a in (refs, src_mem, vec, other))
-    raw = cp.full(NTESTS * 2 * 32 * kd.num_elements, 0xFFFFFFFF, dtype=cp.uint32)       # poisoned
+    raw = cp.full(NTESTS * 2 * 32 * kd.num_elements, 0xFFFFFFFF, dtype=cp.uint32)  # poisoned
     prod = cp.full(NTESTS * kd.m * kd.n, np.nan, dtype=prod_dtype)
     vec_out = cp.asarray(np.full(line, to_storage(dt, [np.nan])[0]))
-    launch(module.kernel(check_name(kd)), (1, 1, 1), (32, 1, 1), 0, cp.cuda.get_current_stream().ptr,
-           d_refs.data.ptr, d_src.data.ptr, np.int32(ldm), d_vec.data.ptr, np.float32(alpha), d_other.data.ptr,
-           raw.data.ptr, prod.data.ptr, vec_out.data.ptr)
+    launch(
+        module.kernel(check_name(kd)),
+        (1, 1, 1),
+        (32, 1, 1),
+        0,
+        cp.cuda.get_current_stream().ptr,
+        d_refs.data.ptr,
+        d_src.data.ptr,
+        np.int32(ldm),
+        d_vec.data.ptr,
+        np.float32(alpha),
+        d_other.data.ptr,
+        raw.data.ptr,
+        prod.data.ptr,
+        vec_out.data.ptr,
+    )
     cp.cuda.get_current_stream().synchronize()
     raw = cp.asnumpy(raw).reshape(NTESTS, 2, 32, kd.num_elements)
     prod = cp.asnumpy(prod).astype(np.float64).reshape(NTESTS, kd.m, kd.n)
-    labels = ["load_vector_sync", "make_identity", "load_matrix_with_op_sync", "load_matrix_with_op_sync<skew>",
-              "foreach_ij", "foreach"]
+    labels = [
+        "load_vector_sync",
+        "make_identity",
+        "load_matrix_with_op_sync",
+        "load_matrix_with_op_sync<skew>",
+        "foreach_ij",
+        "foreach",
+    ]
     failures = []
     for t, label in enumerate(labels):
         ext, ref = raw[t, 0], raw[t, 1]
         if not (ext == ref).all():
             lane, k = np.argwhere(ext != ref)[0]
-            failures.append(f"{label}: fragment differs from load_matrix_sync, first at lane {lane} x[{k}] "
-                            f"({ext[lane, k]:#x} vs {ref[lane, k]:#x}), {int((ext != ref).sum())} slots")
+            failures.append(
+                f"{label}: fragment differs from load_matrix_sync, first at lane {lane} x[{k}] "
+                f"({ext[lane, k]:#x} vs {ref[lane, k]:#x}), {int((ext != ref).sum())} slots"
+            )
         e = expected[t]
         if kd.use == "accumulator":
             want, scale = e, np.abs(e) + 1e-30
@@ -224,5 +249,5 @@ def test_bench_suite_runs_and_checks():
     for r in recs:
         assert r["ms"] is not None and r["ms"] > 0, r
         assert r["ms_min"] <= r["ms"] <= r["ms_max"], r
-        limit = 1e-4 if r["experiment"] == "ec_gemm" else 1e-3     # plain FP16 would be ~3e-4
+        limit = 1e-4 if r["experiment"] == "ec_gemm" else 1e-3  # plain FP16 would be ~3e-4
         assert r["rel_error"] < limit, r

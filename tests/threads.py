@@ -11,7 +11,7 @@ def run_in_threads(work, n: int) -> list:
     def guarded(i):
         try:
             work(i)
-        except Exception as exc:   # reported to the caller, with the thread's number
+        except Exception as exc:  # reported to the caller, with the thread's number
             errors.append((i, exc))
 
     threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]

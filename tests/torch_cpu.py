@@ -21,6 +21,7 @@ def _reference(name):
         assert a.numel() and b.numel(), f"a zero-element product reached the kernel: {a.shape} @ {b.shape}"
         calls[name] += 1
         return (a.double() @ b.double()).to(a.dtype)
+
     return impl
 
 

@@ -76,10 +76,12 @@ def translation_unit() -> str:
         parts[name] = _strip(text)
     tc = (INC / "tensor" / "01_wmma.cuh").read_text()
     to_float = "\n".join(ln for ln in tc.split("\n") if ln.startswith("__device__ __forceinline__ float to_float"))
-    from_float = re.search(r"(template <class O> __device__ __forceinline__ O from_float.*?__float2bfloat16_rn\(v\);\n})",
-                           tc, re.S).group(1)
+    from_float = re.search(
+        r"(template <class O> __device__ __forceinline__ O from_float.*?__float2bfloat16_rn\(v\);\n})", tc, re.S
+    ).group(1)
     kernel = _strip(registry.get("mma_pipelined").source_path.read_text()).replace(
-        "extern __shared__ __align__(128) unsigned char smem[];", "unsigned char* smem = emu::smem_base();")
+        "extern __shared__ __align__(128) unsigned char smem[];", "unsigned char* smem = emu::smem_base();"
+    )
     return f"""#include "emu_rt.h"
 {parts["type_codes.cuh"]}
 namespace gemmlab {{ namespace wmma_types {{
@@ -113,15 +115,26 @@ def cases(full: bool) -> list[str]:
         shapes = [(33, 65, 17), (127, 129, 255), (130, 260, 200)] if full or small else [(33, 65, 17), (130, 260, 200)]
         for dt, odt in pairs if full or small else pairs[::2]:
             for vec in ("true", "false"):
-                for (M, N, K) in shapes:
+                for M, N, K in shapes:
                     for alpha, beta in ((1.0, 0.0), (0.5, 2.0)):
                         seed += 1
-                        if not full and seed % 2:   # the quick set alternates beta = 0 and beta != 0
+                        if not full and seed % 2:  # the quick set alternates beta = 0 and beta != 0
                             continue
-                        args = [TYPE_CODES[dt], TYPE_CODES[odt], p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["STAGES"]]
-                        out.append(f"fails += run_case<{', '.join(map(str, args))}, {vec}>"
-                                   f"({M}, {N}, {K}, {alpha}f, {beta}f, {seed});")
-    out.append("fails += run_case<0, 0, 64, 64, 32, 32, 32, 4, true>(33, 65, 17, 0.0f, 0.5f, 1);")   # alpha = 0
+                        args = [
+                            TYPE_CODES[dt],
+                            TYPE_CODES[odt],
+                            p["BM"],
+                            p["BN"],
+                            p["BK"],
+                            p["WM"],
+                            p["WN"],
+                            p["STAGES"],
+                        ]
+                        out.append(
+                            f"fails += run_case<{', '.join(map(str, args))}, {vec}>"
+                            f"({M}, {N}, {K}, {alpha}f, {beta}f, {seed});"
+                        )
+    out.append("fails += run_case<0, 0, 64, 64, 32, 32, 32, 4, true>(33, 65, 17, 0.0f, 0.5f, 1);")  # alpha = 0
     return out
 
 

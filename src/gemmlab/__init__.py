@@ -1,9 +1,9 @@
 """gemmlab: a readable ladder of CUDA GEMM kernels, from naive to cuBLAS-class.
 
-    import gemmlab
-    c = gemmlab.matmul(a, b)                          # kernel="auto"
-    c = gemmlab.matmul(a, b, kernel="smem_tiled", tile=16)
-    gemmlab.kernels()                                 # the registry
+import gemmlab
+c = gemmlab.matmul(a, b)                          # kernel="auto"
+c = gemmlab.matmul(a, b, kernel="smem_tiled", tile=16)
+gemmlab.kernels()                                 # the registry
 """
 
 from .core.api import kernels, last_plan, matmul, matmul_strided_batched, plan
@@ -15,5 +15,19 @@ from .lab.wmma_ext import compile_with_headers
 
 __version__ = "0.1.0"
 
-__all__ = ["matmul", "matmul_strided_batched", "kernels", "plan", "last_plan", "verify", "KernelSpec", "GemmlabError", "NoGPUError",
-           "CompileError", "HeaderNotFoundError", "__version__", "fragments", "compile_with_headers"]
+__all__ = [
+    "matmul",
+    "matmul_strided_batched",
+    "kernels",
+    "plan",
+    "last_plan",
+    "verify",
+    "KernelSpec",
+    "GemmlabError",
+    "NoGPUError",
+    "CompileError",
+    "HeaderNotFoundError",
+    "__version__",
+    "fragments",
+    "compile_with_headers",
+]

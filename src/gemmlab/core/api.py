@@ -17,8 +17,17 @@ import numpy as np
 
 from . import planner, tables
 from .bias import BiasView, add_bias, bias_view
-from .arrays import (ITEMSIZE, SIGNATURES, _is_out_of_memory, contiguous_copy, copy_into, read_operand,
-                     empty_like_kind, gpu_memory_error, need_cupy)
+from .arrays import (
+    ITEMSIZE,
+    SIGNATURES,
+    _is_out_of_memory,
+    contiguous_copy,
+    copy_into,
+    read_operand,
+    empty_like_kind,
+    gpu_memory_error,
+    need_cupy,
+)
 from .executor import CACHE, PreparedCall
 from ..kernels import registry
 from .planner import Plan, plan
@@ -44,8 +53,21 @@ def _plain(x) -> bool:
     return x is None or type(x) is str
 
 
-def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, bias=None, trans_a: bool = False, trans_b: bool = False,
-           kernel: str = "auto", precision: str | None = None, out_dtype=None, **tile_params):
+def matmul(
+    a,
+    b,
+    *,
+    out=None,
+    alpha=1.0,
+    beta=0.0,
+    bias=None,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    kernel: str = "auto",
+    precision: str | None = None,
+    out_dtype=None,
+    **tile_params,
+):
     """out = alpha * op(a) @ op(b) + bias + beta * out with one of gemmlab's kernels.
 
     op(a) is ``a``, or its transpose with ``trans_a=True`` (likewise ``b``);
@@ -124,7 +146,7 @@ def matmul(a, b, *, out=None, alpha=1.0, beta=0.0, bias=None, trans_a: bool = Fa
         key, pa, pb, pc, pbias = found
         try:
             prepared = CACHE.get(key)
-        except TypeError:   # an unhashable tile parameter: the full path says what is wrong with it
+        except TypeError:  # an unhashable tile parameter: the full path says what is wrong with it
             prepared = None
         if prepared is not None:
             result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta, bias, pbias)
@@ -138,10 +160,17 @@ def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_
     attributes (CuPy arrays, PyTorch tensors) and whose other arguments have exact
     types; None for anything else, which takes the full path every time."""
     sig_a, sig_b = SIGNATURES.get(type(a)), SIGNATURES.get(type(b))
-    if sig_a is None or sig_b is None or not (type(alpha) is float or type(alpha) is int) \
-            or not (type(beta) is float or type(beta) is int) or not (trans_a is False or trans_a is True) \
-            or not (trans_b is False or trans_b is True) or type(kernel) is not str or not _plain(precision) \
-            or not (_plain(out_dtype) or type(out_dtype).__name__ == "dtype"):
+    if (
+        sig_a is None
+        or sig_b is None
+        or not (type(alpha) is float or type(alpha) is int)
+        or not (type(beta) is float or type(beta) is int)
+        or not (trans_a is False or trans_a is True)
+        or not (trans_b is False or trans_b is True)
+        or type(kernel) is not str
+        or not _plain(precision)
+        or not (_plain(out_dtype) or type(out_dtype).__name__ == "dtype")
+    ):
         return None
     sig_o = None
     if out is not None:
@@ -152,8 +181,7 @@ def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_
     pa, ka = sig_a(a)
     pb, kb = sig_b(b)
     pc, kc = sig_o(out) if out is not None else (0, None)
-    key = (ka, kb, kc, alpha == 0, beta == 0, trans_a, trans_b, kernel, precision, out_dtype,
-           tp, tables.version)
+    key = (ka, kb, kc, alpha == 0, beta == 0, trans_a, trans_b, kernel, precision, out_dtype, tp, tables.version)
     if bias is None:
         return key, pa, pb, pc, 0
     sig_bias = SIGNATURES.get(type(bias))
@@ -172,10 +200,11 @@ def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha,
     make_current(dev)
     if out is None:
         out, pc = prepared.alloc()
-        if pc & 15:   # allocators align far beyond this; never seen, but the plan assumed it
+        if pc & 15:  # allocators align far beyond this; never seen, but the plan assumed it
             return None
-    elif prepared.spans is not None and (prepared.overlaps(pa, pb, pc) or
-                                         bias is not None and prepared.bias_overlaps(pbias, pc)):
+    elif prepared.spans is not None and (
+        prepared.overlaps(pa, pb, pc) or bias is not None and prepared.bias_overlaps(pbias, pc)
+    ):
         return None
     fused = bias is not None and prepared.fuses_bias and alpha != 0
     _tls.last_plan = prepared.run(pa, pb, pc, alpha, beta, prepared.stream(dev), pbias if fused else 0)
@@ -192,9 +221,19 @@ def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, ou
     key = found[0] if found is not None else None
     # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
     kv = planner.kernel_view(call)
-    plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), rows_aligned16=kv.rows_aligned16(),
-         op_a=kv.A.layout, op_b=kv.B.layout,
-         batch=kv.launch_batch(), **call.dtypes, **tile_params)
+    plan(
+        kernel,
+        kv.M,
+        kv.N,
+        call.K,
+        aligned16=kv.aligned16(),
+        rows_aligned16=kv.rows_aligned16(),
+        op_a=kv.A.layout,
+        op_b=kv.B.layout,
+        batch=kv.launch_batch(),
+        **call.dtypes,
+        **tile_params,
+    )
     gpu = rt_device.gpu_info(call.device)
     # Kernels that exist only for some GPUs (wgmma: sm_90a) are refused before any copy.
     if kernel != "auto":
@@ -204,8 +243,9 @@ def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, ou
     return _matmul_gpu(call, gpu, kernel, tile_params, precision, out, key, bv)
 
 
-def _matmul_gpu(call: planner.Call, gpu, kernel: str, tile_params: dict, precision, out, key,
-                bv: BiasView | None = None):
+def _matmul_gpu(
+    call: planner.Call, gpu, kernel: str, tile_params: dict, precision, out, key, bv: BiasView | None = None
+):
     """A validated call on GPU arrays: prepare it (and keep it under ``key``), run it."""
     if any(S is not None and S.copy for S in (call.A, call.B, call.C)):
         result = _matmul_copied(call, out, call.A.trans, call.B.trans, kernel, precision, tile_params)
@@ -217,11 +257,28 @@ def _matmul_gpu(call: planner.Call, gpu, kernel: str, tile_params: dict, precisi
     pc = call.C.operand.ptr if call.C is not None else 0
     bias, pbias = (bv.operand.obj, bv.operand.ptr) if bv is not None else (None, 0)
     result = _run_prepared(prepared, A.ptr, B.ptr, out, pc, call.alpha, call.beta, bias, pbias)
-    if result is None:   # a result allocated off the 16-byte grid: plan for it as it is
+    if result is None:  # a result allocated off the 16-byte grid: plan for it as it is
         result = empty_like_kind(A, call.result_shape, call.device, call.dtypes["out_dtype"])
-        return _matmul_gpu(planner.validate(A.obj, B.obj, result, call.alpha, call.beta, call.A.trans,
-                                            call.B.trans, precision, call.dtypes["out_dtype"]),
-                           gpu, kernel, tile_params, precision, result, None, bv)
+        return _matmul_gpu(
+            planner.validate(
+                A.obj,
+                B.obj,
+                result,
+                call.alpha,
+                call.beta,
+                call.A.trans,
+                call.B.trans,
+                precision,
+                call.dtypes["out_dtype"],
+            ),
+            gpu,
+            kernel,
+            tile_params,
+            precision,
+            result,
+            None,
+            bv,
+        )
     return result
 
 
@@ -237,18 +294,43 @@ def _matmul_copied(call: planner.Call, out, trans_a, trans_b, kernel, precision,
     out_dt = call.dtypes["out_dtype"]
     if call.C is not None and call.C.copy:
         C = call.C.operand
-        target = contiguous_copy(C, call.device, None if C.dtype_name == out_dt else out_dt) if call.beta != 0 \
+        target = (
+            contiguous_copy(C, call.device, None if C.dtype_name == out_dt else out_dt)
+            if call.beta != 0
             else empty_like_kind(C, call.result_shape, call.device, out_dt)
-    result = matmul(a, b, out=target, alpha=float(call.alpha), beta=float(call.beta), trans_a=trans_a,
-                    trans_b=trans_b, kernel=kernel, precision=precision, out_dtype=out_dt, **tile_params)
+        )
+    result = matmul(
+        a,
+        b,
+        out=target,
+        alpha=float(call.alpha),
+        beta=float(call.beta),
+        trans_a=trans_a,
+        trans_b=trans_b,
+        kernel=kernel,
+        precision=precision,
+        out_dtype=out_dt,
+        **tile_params,
+    )
     if target is not out:
         copy_into(call.C.operand, target)
         return out
     return result
 
 
-def _matmul_host(call: planner.Call, a, b, out, trans_a, trans_b, kernel, precision, tile_params, key=None,
-                 bv: BiasView | None = None):
+def _matmul_host(
+    call: planner.Call,
+    a,
+    b,
+    out,
+    trans_a,
+    trans_b,
+    kernel,
+    precision,
+    tile_params,
+    key=None,
+    bv: BiasView | None = None,
+):
     """NumPy in, NumPy out: stage through CuPy arrays on GPU 0 and run the GPU path
     (``key`` is unused: host arrays are not prepared, their copies are); a bias is added
     on the host after the product."""
@@ -259,33 +341,49 @@ def _matmul_host(call: planner.Call, a, b, out, trans_a, trans_b, kernel, precis
 def _host_product(call: planner.Call, a, b, out, trans_a, trans_b, kernel, precision, tile_params):
     cp = need_cupy("NumPy inputs")
 
-    def staged(x):   # C- and F-ordered arrays keep their layout; others become C-ordered on the host
+    def staged(x):  # C- and F-ordered arrays keep their layout; others become C-ordered on the host
         return cp.asarray(x if x.flags.c_contiguous or x.flags.f_contiguous else np.ascontiguousarray(x))
 
     with cp.cuda.Device(call.device):
         try:
             da, db = staged(a), staged(b)
-            dc = staged(out) if out is not None and call.beta != 0 else \
-                cp.empty(call.result_shape, np.dtype(call.dtypes["out_dtype"]))
+            dc = (
+                staged(out)
+                if out is not None and call.beta != 0
+                else cp.empty(call.result_shape, np.dtype(call.dtypes["out_dtype"]))
+            )
         except Exception as exc:
             if _is_out_of_memory(exc):
                 nbytes = sum(x.nbytes for x in (a, b)) + ITEMSIZE[call.dtypes["out_dtype"]] * int(
-                    np.prod(call.result_shape))
-                raise gpu_memory_error(f"copying a {a.shape}, b {b.shape} and the result {call.result_shape} "
-                                       "to the GPU", nbytes, call.device, exc) from exc
+                    np.prod(call.result_shape)
+                )
+                raise gpu_memory_error(
+                    f"copying a {a.shape}, b {b.shape} and the result {call.result_shape} to the GPU",
+                    nbytes,
+                    call.device,
+                    exc,
+                ) from exc
             raise
-        matmul(da, db, out=dc, alpha=float(call.alpha), beta=float(call.beta), trans_a=trans_a, trans_b=trans_b,
-               kernel=kernel, precision=precision, **tile_params)
+        matmul(
+            da,
+            db,
+            out=dc,
+            alpha=float(call.alpha),
+            beta=float(call.beta),
+            trans_a=trans_a,
+            trans_b=trans_b,
+            kernel=kernel,
+            precision=precision,
+            **tile_params,
+        )
         host = cp.asnumpy(dc)
     if out is not None:
         out[...] = host
         return out
-    return host[()] if host.ndim == 0 else host   # vector @ vector: a scalar, as numpy.matmul gives
+    return host[()] if host.ndim == 0 else host  # vector @ vector: a scalar, as numpy.matmul gives
 
 
-
-def matmul_strided_batched(a, b, batch: int, stride_a: int, stride_b: int, *, out=None, stride_out=None,
-                           **kwargs):
+def matmul_strided_batched(a, b, batch: int, stride_a: int, stride_b: int, *, out=None, stride_out=None, **kwargs):
     """cuBLAS's gemmStridedBatched: for i in range(batch),
     out_i = alpha * op(a_i) @ op(b_i) + beta * out_i, where a_i is the matrix
     ``a`` (2-D, the first of the batch, any layout matmul reads) moved
@@ -298,12 +396,15 @@ def matmul_strided_batched(a, b, batch: int, stride_a: int, stride_b: int, *, ou
     array.  The same call as ``matmul`` on 3-D strided views of the buffers.
     """
     for value, name in ((batch, "batch"), (stride_a, "stride_a"), (stride_b, "stride_b")) + (
-            ((stride_out, "stride_out"),) if stride_out is not None else ()):
+        ((stride_out, "stride_out"),) if stride_out is not None else ()
+    ):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"matmul_strided_batched: {name} must be an int >= 0; got {value!r}")
     if (out is None) != (stride_out is None):
-        raise ValueError("matmul_strided_batched: out= and stride_out= go together (stride_out is the "
-                         "element stride between consecutive matrices of out)")
+        raise ValueError(
+            "matmul_strided_batched: out= and stride_out= go together (stride_out is the "
+            "element stride between consecutive matrices of out)"
+        )
     views = [_batch_view(x, name, batch, st) for x, name, st in ((a, "a", stride_a), (b, "b", stride_b))]
     if out is not None:
         out = _batch_view(out, "out", batch, stride_out)
@@ -324,32 +425,38 @@ def _batch_view(x, name: str, batch: int, stride: int):
     lo, hi = view.span()
     if X.kind == "numpy":
         root, node = x, x
-        while getattr(node, "base", None) is not None:   # through as_strided's wrappers too
+        while getattr(node, "base", None) is not None:  # through as_strided's wrappers too
             node = node.base
             if isinstance(node, np.ndarray):
                 root = node
         start, end = _byte_bounds(root)
-        make = lambda: np.lib.stride_tricks.as_strided(   # noqa: E731
-            x, shape, tuple(s * x.itemsize for s in strides), writeable=name == "out")
+        make = lambda: np.lib.stride_tricks.as_strided(  # noqa: E731
+            x, shape, tuple(s * x.itemsize for s in strides), writeable=name == "out"
+        )
     elif X.kind == "cupy":
         start, end = x.data.mem.ptr, x.data.mem.ptr + x.data.mem.size
         import cupy
+
         make = lambda: cupy.lib.stride_tricks.as_strided(x, shape, tuple(s * x.itemsize for s in strides))  # noqa: E731
     elif X.kind == "torch":
         storage = x.untyped_storage()
         start, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
-        make = lambda: x.as_strided(shape, strides, x.storage_offset())   # noqa: E731
+        make = lambda: x.as_strided(shape, strides, x.storage_offset())  # noqa: E731
     else:
-        raise TypeError(f"matmul_strided_batched takes NumPy, CuPy or PyTorch arrays; {X.label()} is not one: "
-                        "pass a 3-D view to matmul instead")
+        raise TypeError(
+            f"matmul_strided_batched takes NumPy, CuPy or PyTorch arrays; {X.label()} is not one: "
+            "pass a 3-D view to matmul instead"
+        )
     if batch and not (start <= lo and hi <= end):
-        raise ValueError(f"matmul_strided_batched: {batch} matrices of {X.label()}, {stride} elements apart, "
-                         f"reach past its allocation ({hi - end} bytes beyond it)"
-                         if hi > end else f"matmul_strided_batched: {X.label()} lies outside its allocation")
+        raise ValueError(
+            f"matmul_strided_batched: {batch} matrices of {X.label()}, {stride} elements apart, "
+            f"reach past its allocation ({hi - end} bytes beyond it)"
+            if hi > end
+            else f"matmul_strided_batched: {X.label()} lies outside its allocation"
+        )
     return make()
 
 
 def kernels() -> list[dict]:
     """The registry: every kernel with its family, dtypes, tile parameters, rules and description."""
     return [s.as_record() for s in registry.ladder()]
-

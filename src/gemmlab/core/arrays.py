@@ -12,13 +12,13 @@ import numpy as np
 class Operand:
     """What gemmlab needs to know about one array argument."""
 
-    name: str                 # "a", "b" or "out", for error messages
+    name: str  # "a", "b" or "out", for error messages
     obj: object
-    kind: str                 # "numpy", "cupy", "torch" or "cuda" (another GPU array)
+    kind: str  # "numpy", "cupy", "torch" or "cuda" (another GPU array)
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements
-    dtype: np.dtype | str | None   # a NumPy dtype, or a name NumPy lacks (PyTorch's "bfloat16")
-    device: int               # -1 for host memory
+    dtype: np.dtype | str | None  # a NumPy dtype, or a name NumPy lacks (PyTorch's "bfloat16")
+    device: int  # -1 for host memory
     ptr: int
     # The caller's shape, where this describes a view of it with other dimensions (a
     # vector read as a 1 x n or n x 1 matrix): messages name what the caller passed.
@@ -85,20 +85,26 @@ def read_operand(obj, name: str) -> Operand:
     """An Operand for ``obj``, or TypeError if it is not an array gemmlab can read."""
     if isinstance(obj, np.ndarray):
         item = obj.dtype.itemsize
-        return Operand(name, obj, "numpy", tuple(obj.shape), tuple(s // item for s in obj.strides),
-                       obj.dtype, -1, obj.ctypes.data)
+        return Operand(
+            name, obj, "numpy", tuple(obj.shape), tuple(s // item for s in obj.strides), obj.dtype, -1, obj.ctypes.data
+        )
     source = obj
     if _is_torch(obj):
         if not obj.is_cuda:
-            raise TypeError(f"{name} is a PyTorch tensor on the {obj.device}; gemmlab reads PyTorch "
-                            f"tensors on a CUDA device (move it with {name}.cuda()) or NumPy arrays")
-        if obj.requires_grad:   # same memory; PyTorch refuses to export tensors that require grad
+            raise TypeError(
+                f"{name} is a PyTorch tensor on the {obj.device}; gemmlab reads PyTorch "
+                f"tensors on a CUDA device (move it with {name}.cuda()) or NumPy arrays"
+            )
+        if obj.requires_grad:  # same memory; PyTorch refuses to export tensors that require grad
             source = obj.detach()
     # Look the protocols up on the type: evaluating them can raise (PyTorch does).
     elif not (hasattr(type(obj), "__cuda_array_interface__") or hasattr(type(obj), "__dlpack__")):
-        raise TypeError(f"{name} must be a CuPy array, a PyTorch CUDA tensor, a NumPy array or "
-                        f"another DLPack / CUDA Array Interface array; got {type(obj).__name__}")
+        raise TypeError(
+            f"{name} must be a CuPy array, a PyTorch CUDA tensor, a NumPy array or "
+            f"another DLPack / CUDA Array Interface array; got {type(obj).__name__}"
+        )
     from cuda.core.utils import StridedMemoryView
+
     try:
         view = StridedMemoryView.from_any_interface(source, stream_ptr=-1)
     except Exception as exc:
@@ -111,7 +117,7 @@ def read_operand(obj, name: str) -> Operand:
         strides = tuple(s // obj.itemsize for s in obj.strides)
     elif _is_torch(obj):
         strides = tuple(obj.stride())
-    elif hasattr(type(obj), "__cuda_array_interface__"):   # another library's: the interface's byte strides
+    elif hasattr(type(obj), "__cuda_array_interface__"):  # another library's: the interface's byte strides
         strides = _cai_strides(obj, strides)
     try:
         dtype = np.dtype(view.dtype) if view.dtype is not None else None
@@ -125,8 +131,9 @@ def read_operand(obj, name: str) -> Operand:
         kind = "cuda"
     device = view.device_id if view.is_device_accessible else -1
     if kind != "numpy" and device < 0:
-        raise TypeError(f"{name} ({type(obj).__name__}) lives in host memory; pass a NumPy array "
-                        "or an array on a CUDA device")
+        raise TypeError(
+            f"{name} ({type(obj).__name__}) lives in host memory; pass a NumPy array or an array on a CUDA device"
+        )
     _learn_type(obj, kind)
     return Operand(name, obj, kind, shape, strides, dtype, device, view.ptr)
 
@@ -138,7 +145,7 @@ def _cai_strides(obj, fallback: tuple) -> tuple:
         item = np.dtype(cai["typestr"]).itemsize
         shape = tuple(cai["shape"])
         return tuple(s // item for s in cai["strides"]) if cai.get("strides") else _c_strides(shape)
-    except Exception:   # an interface we cannot read this way: the view's strides stand
+    except Exception:  # an interface we cannot read this way: the view's strides stand
         return fallback
 
 
@@ -160,6 +167,7 @@ def current_stream(op: Operand) -> int:
 # a StridedMemoryView.  Only exact types are listed (subclasses such as DTensor
 # may answer these attributes differently): everything else takes the full path.
 
+
 def _torch_signature(t):
     p = t.data_ptr()
     return p, ("torch", t.shape, t.stride(), t.dtype, t.get_device(), not p & 15)
@@ -170,7 +178,7 @@ def _cupy_signature(x):
     return p, ("cupy", x.shape, x.strides, x.dtype, x.device.id, not p & 15)
 
 
-SIGNATURES: dict = {}   # array type -> signature reader, filled as read_operand() meets the types
+SIGNATURES: dict = {}  # array type -> signature reader, filled as read_operand() meets the types
 
 
 def _learn_type(obj, kind: str) -> None:
@@ -179,10 +187,12 @@ def _learn_type(obj, kind: str) -> None:
         return
     if kind == "torch":
         import torch
+
         if t is torch.Tensor or t is torch.nn.Parameter:
             SIGNATURES[t] = _torch_signature
     elif kind == "cupy":
         import cupy
+
         if t is cupy.ndarray:
             SIGNATURES[t] = _cupy_signature
 
@@ -198,18 +208,21 @@ def stream_getter(kind: str):
         return found
     if kind == "torch":
         import torch
+
         # The raw handle without building a torch.cuda.Stream (5 us on an H100's host).
-        found = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
-            (lambda device: torch.cuda.current_stream(device).cuda_stream)
+        found = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda device: torch.cuda.current_stream(device).cuda_stream
+        )
     else:
         import cupy
 
         def found(device):
             with cupy.cuda.Device(device):
                 return cupy.cuda.get_current_stream().ptr
-        try:   # CuPy 13+ takes the device directly
+
+        try:  # CuPy 13+ takes the device directly
             cupy.cuda.get_current_stream(0)
-            found = lambda device: cupy.cuda.get_current_stream(device).ptr   # noqa: E731
+            found = lambda device: cupy.cuda.get_current_stream(device).ptr  # noqa: E731
         except TypeError:
             pass
     _stream_getters[kind] = found
@@ -221,6 +234,7 @@ def allocator(kind: str, shape, device: int, dtype: str):
     ``kind`` (PyTorch for tensors, CuPy otherwise), on the caller's current stream."""
     if kind == "torch":
         import torch
+
         # empty_strided with the C-order strides and the device as an int: the
         # fewest arguments for PyTorch to parse (about 2 us less than
         # empty(shape, device=torch.device) on an H100's host).
@@ -232,8 +246,10 @@ def allocator(kind: str, shape, device: int, dtype: str):
             except Exception as exc:
                 raise _result_error(exc, shape, device, dtype)
             return t, t.data_ptr()
+
         return alloc
     import cupy
+
     ndt = np.dtype(dtype)
 
     def alloc():
@@ -246,21 +262,27 @@ def allocator(kind: str, shape, device: int, dtype: str):
         except Exception as exc:
             raise _result_error(exc, shape, device, dtype)
         return x, x.data.ptr
+
     return alloc
 
 
 def _result_error(exc, shape, device, dtype):
     if _is_out_of_memory(exc):
-        return gpu_memory_error(f"the result ({' x '.join(map(str, shape))} {dtype})",
-                                ITEMSIZE[dtype] * int(np.prod(shape)), device, exc)
+        return gpu_memory_error(
+            f"the result ({' x '.join(map(str, shape))} {dtype})", ITEMSIZE[dtype] * int(np.prod(shape)), device, exc
+        )
     return exc
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
     """CuPy's OutOfMemoryError, PyTorch's torch.cuda.OutOfMemoryError, a driver's
     CUDA_ERROR_OUT_OF_MEMORY: whatever the array library raised when memory ran out."""
-    return isinstance(exc, MemoryError) or "OutOfMemory" in type(exc).__name__ \
-        or "out of memory" in str(exc).lower() or "OUT_OF_MEMORY" in str(exc)
+    return (
+        isinstance(exc, MemoryError)
+        or "OutOfMemory" in type(exc).__name__
+        or "out of memory" in str(exc).lower()
+        or "OUT_OF_MEMORY" in str(exc)
+    )
 
 
 def gpu_memory_error(what: str, nbytes: int, device: int, exc: BaseException) -> MemoryError:
@@ -268,13 +290,16 @@ def gpu_memory_error(what: str, nbytes: int, device: int, exc: BaseException) ->
     free = ""
     try:
         from cuda.bindings import runtime
+
         err, free_b, total_b = runtime.cudaMemGetInfo()
         if int(err) == 0:
             free = f" ({free_b / 2**30:.1f} GiB of {total_b / 2**30:.1f} GiB free)"
-    except Exception:   # the report is a courtesy; the error stands without it
+    except Exception:  # the report is a courtesy; the error stands without it
         pass
-    return MemoryError(f"{what} needs {nbytes / 2**30:.2f} GiB on GPU {device}, which does not have it"
-                       f"{free}: {type(exc).__name__}: {exc}")
+    return MemoryError(
+        f"{what} needs {nbytes / 2**30:.2f} GiB on GPU {device}, which does not have it"
+        f"{free}: {type(exc).__name__}: {exc}"
+    )
 
 
 def empty_like_kind(op: Operand, shape, device: int, dtype: str = "float32"):
@@ -282,14 +307,20 @@ def empty_like_kind(op: Operand, shape, device: int, dtype: str = "float32"):
     try:
         if op.kind == "torch":
             import torch
+
             return torch.empty(shape, dtype=getattr(torch, dtype), device=f"cuda:{device}")
         import cupy
+
         with cupy.cuda.Device(device):
             return cupy.empty(shape, dtype=np.dtype(dtype))
     except Exception as exc:
         if _is_out_of_memory(exc):
-            raise gpu_memory_error(f"the result ({' x '.join(map(str, shape))} {dtype})",
-                                   ITEMSIZE[dtype] * int(np.prod(shape)), device, exc) from exc
+            raise gpu_memory_error(
+                f"the result ({' x '.join(map(str, shape))} {dtype})",
+                ITEMSIZE[dtype] * int(np.prod(shape)),
+                device,
+                exc,
+            ) from exc
         raise
 
 
@@ -301,10 +332,15 @@ def contiguous_copy(op: Operand, device: int, dtype: str | None = None):
     try:
         if op.kind == "torch":
             import torch
+
             x = op.obj.detach()
-            return x.to(dtype=getattr(torch, dtype) if dtype is not None else x.dtype,
-                        memory_format=torch.contiguous_format, copy=True)
+            return x.to(
+                dtype=getattr(torch, dtype) if dtype is not None else x.dtype,
+                memory_format=torch.contiguous_format,
+                copy=True,
+            )
         import cupy
+
         with cupy.cuda.Device(device):
             return cupy.array(op.obj, dtype=np.dtype(dtype) if dtype is not None else None, order="C", copy=True)
     except Exception as exc:
@@ -325,7 +361,9 @@ def copy_into(dst: Operand, src) -> None:
 def need_cupy(what: str):
     try:
         import cupy
+
         return cupy
     except ImportError as exc:
         from .errors import EXTRAS, MissingExtraError
+
         raise MissingExtraError(f"{what} needs CuPy: {EXTRAS['cupy'][1]}") from exc

@@ -46,8 +46,10 @@ def bias_view(bias, call, out_operand: Operand | None) -> BiasView:
     if len(X.shape) > len(shape) or any(s != 1 and s != n for s, n in zip(reversed(X.shape), reversed(shape))):
         raise ValueError(f"{X.label()} does not broadcast to the result's shape {shape}")
     if out_operand is not None and X.on_gpu == out_operand.on_gpu and X.meets(out_operand):
-        raise ValueError(f"{X.label()} shares memory with {out_operand.label()}: the product would "
-                         "overwrite the bias while reading it; pass a copy")
+        raise ValueError(
+            f"{X.label()} shares memory with {out_operand.label()}: the product would "
+            "overwrite the bias while reading it; pass a copy"
+        )
     return BiasView(X, _epilogue_strides(X, call))
 
 
@@ -56,14 +58,14 @@ def _epilogue_strides(X: Operand, call) -> tuple[int, int, int] | None:
     broadcast dimensions 0; None where no such three describe it."""
     shape = call.product_shape
     if tuple(call.result_shape) != tuple(shape) or len(shape) < 2:
-        return None   # a vector operand's 1 left the result
+        return None  # a vector operand's 1 left the result
     pad = len(shape) - len(X.shape)
     full = (0,) * pad + tuple(0 if n == 1 else s for n, s in zip(X.shape, X.strides))
     dims = [(n, s) for n, s in zip(shape[:-2], full[:-2]) if n != 1]
     if all(s == 0 for _, s in dims):
         zs = 0
     elif all(dims[i][1] == dims[i + 1][1] * dims[i + 1][0] for i in range(len(dims) - 1)):
-        zs = dims[-1][1]   # the batch flattened in C order steps the bias by one stride
+        zs = dims[-1][1]  # the batch flattened in C order steps the bias by one stride
     else:
         return None
     return full[-2], full[-1], zs
@@ -74,7 +76,7 @@ def add_bias(result, bias):
     the result (a new value for NumPy's 0-d result of vector @ vector)."""
     if type(result).__module__ == "numpy" and getattr(result, "ndim", 0) == 0:
         return (result + bias).astype(result.dtype)[()]
-    if hasattr(result, "add_"):   # PyTorch
+    if hasattr(result, "add_"):  # PyTorch
         result.add_(bias)
         return result
     result += bias

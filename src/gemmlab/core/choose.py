@@ -133,8 +133,10 @@ FP32_TC_CUDA_CORE_SIDE = 16
 # Why fp32_tc runs FP32 on the CUDA cores where ec_wgmma's GPU would run ec_wmma: on an H200
 # the FP32 rungs were faster than ec_wmma on 106 of the 108 such products of the shapes suite,
 # at IEEE FP32's accuracy (benchmarks/NOTES.md, 2026-11-29).
-FP32_OVER_EC_WMMA = ("IEEE FP32 on the CUDA cores: on this GPU ec_wgmma does not pay for this product, and the "
-                     "FP32 rungs run faster than ec_wmma at SGEMM's accuracy")
+FP32_OVER_EC_WMMA = (
+    "IEEE FP32 on the CUDA cores: on this GPU ec_wgmma does not pay for this product, and the "
+    "FP32 rungs run faster than ec_wmma at SGEMM's accuracy"
+)
 
 
 def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
@@ -148,9 +150,11 @@ def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
     side = min(M, N, K)
     if 0 < side <= FP32_TC_CUDA_CORE_SIDE:
         name = "M" if side == M else "N" if side == N else "K"
-        return (f"{name} = {side} (at most {FP32_TC_CUDA_CORE_SIDE}): a memory-bound product, run as IEEE FP32 "
-                f"on the CUDA cores, where the error-corrected tensor-core path would read its operands "
-                f"three times")
+        return (
+            f"{name} = {side} (at most {FP32_TC_CUDA_CORE_SIDE}): a memory-bound product, run as IEEE FP32 "
+            f"on the CUDA cores, where the error-corrected tensor-core path would read its operands "
+            f"three times"
+        )
     return ""
 
 
@@ -174,8 +178,9 @@ def smem_limit_for(arch: str | None) -> int | None:
     return found.smem_per_block_optin if found else None
 
 
-def fit_smem(spec: KernelSpec, params: dict, problem: Problem, limit: int | None,
-             gpu_name: str = "this GPU") -> tuple[dict, str]:
+def fit_smem(
+    spec: KernelSpec, params: dict, problem: Problem, limit: int | None, gpu_name: str = "this GPU"
+) -> tuple[dict, str]:
     """``params``, or where their dynamic shared memory exceeds ``limit`` the legal
     configuration that fits and keeps the most of them (then the most shared memory,
     i.e. the deepest pipeline), with the reason; ValueError if none fits."""
@@ -184,19 +189,23 @@ def fit_smem(spec: KernelSpec, params: dict, problem: Problem, limit: int | None
         return params, ""
     fits = [c for c in spec.configurations(problem.dtype) if spec.launch(c, problem).smem_bytes <= limit]
     if not fits:
-        raise ValueError(f"kernel {spec.name!r} has no configuration within the {limit} bytes of shared memory "
-                         f"per block of {gpu_name}")
+        raise ValueError(
+            f"kernel {spec.name!r} has no configuration within the {limit} bytes of shared memory "
+            f"per block of {gpu_name}"
+        )
     best = max(fits, key=lambda c: (sum(c[k] == params[k] for k in c), spec.launch(c, problem).smem_bytes))
     if spec.split_k_param:
         best[spec.split_k_param] = params[spec.split_k_param]
     desc = ", ".join(f"{k}={v}" for k, v in params.items())
-    why = (f"{spec.name}({desc}) needs {need} bytes of shared memory per block, {gpu_name} allows {limit}: "
-           f"took the nearest configuration that fits")
+    why = (
+        f"{spec.name}({desc}) needs {need} bytes of shared memory per block, {gpu_name} allows {limit}: "
+        f"took the nearest configuration that fits"
+    )
     log.debug("%s", why)
     return best, why
 
 
-MAX_FILL_SPLIT = 8          # the largest split _fit_nearest takes (the most the run-82 sweep measured)
+MAX_FILL_SPLIT = 8  # the largest split _fit_nearest takes (the most the run-82 sweep measured)
 
 
 def _fit_nearest(spec: KernelSpec, params: dict, M: int, N: int, K: int, sm_count: int, batch: int) -> dict:
@@ -219,8 +228,7 @@ def _fit_nearest(spec: KernelSpec, params: dict, M: int, N: int, K: int, sm_coun
     steps = -(-max(K, 1) // params["BK"])
     params["SPLITK"] = 1
     if 2 * tiles < sm_count:
-        params["SPLITK"] = fill_split(tiles, steps, sm_count, most=MAX_FILL_SPLIT,
-                                      min_steps=MIN_K_STEPS_PER_SPLIT)
+        params["SPLITK"] = fill_split(tiles, steps, sm_count, most=MAX_FILL_SPLIT, min_steps=MIN_K_STEPS_PER_SPLIT)
     return params
 
 
@@ -250,10 +258,10 @@ class _Tuned(NamedTuple):
     """A tuned table's answer for a product."""
 
     name: str
-    params: dict      # fitted to the product where the entry is another shape's
-    shape: str        # the tuned shape that answered
-    distance: float   # how far that shape is, in doublings (tables.TunedTable.nearest)
-    measured: bool    # tuned at this very shape, batch and layout
+    params: dict  # fitted to the product where the entry is another shape's
+    shape: str  # the tuned shape that answered
+    distance: float  # how far that shape is, in doublings (tables.TunedTable.nearest)
+    measured: bool  # tuned at this very shape, batch and layout
 
 
 def _tuned(kernel: str, pr: Product, gpu: GPU) -> _Tuned | None:
@@ -287,8 +295,20 @@ def _from_table(found: _Tuned, q: Ask) -> tuple[str, dict, str]:
 
 def ask(pr: Product, gpu: GPU) -> Ask:
     """What the rungs' hooks are told of a product."""
-    return Ask(pr.M, pr.N, pr.K, pr.batch, pr.dtype, pr.op_a, pr.op_b, pr.aligned16, pr.tma_aligned, gpu.sm_count,
-               gpu.arch, pr.rows_aligned16)
+    return Ask(
+        pr.M,
+        pr.N,
+        pr.K,
+        pr.batch,
+        pr.dtype,
+        pr.op_a,
+        pr.op_b,
+        pr.aligned16,
+        pr.tma_aligned,
+        gpu.sm_count,
+        gpu.arch,
+        pr.rows_aligned16,
+    )
 
 
 def _auto(pr: Product, gpu: GPU) -> tuple[str, dict, str, tuple[str, ...]]:
@@ -322,14 +342,14 @@ def _staging(spec: KernelSpec, problem: Problem, pr: Product, gpu: GPU) -> tuple
         return None, ""
     stage_bytes = pr.stage_bytes
     if stage_bytes is None:
-        stage_bytes = (pr.M * pr.K + pr.K * pr.N) * ITEMSIZE.get(problem.dtype, 4) * max(pr.batch, 1)   # tf32: 4
+        stage_bytes = (pr.M * pr.K + pr.K * pr.N) * ITEMSIZE.get(problem.dtype, 4) * max(pr.batch, 1)  # tf32: 4
     return spec.staging_hook(ask(pr, gpu), stage_bytes)
 
 
 def _choose(pr: Product, gpu: GPU) -> Choice:
     M, N, K, batch, dtype = pr.M, pr.N, pr.K, pr.batch, pr.dtype
     kernel, tile_params = pr.kernel, dict(pr.tile_params)
-    explicit = bool(tile_params)      # the caller's own SPLITK is kept, batch or not
+    explicit = bool(tile_params)  # the caller's own SPLITK is kept, batch or not
     auto = kernel == "auto"
     smem_limit = gpu.smem_limit if gpu.smem_limit is not None else smem_limit_for(gpu.arch)
     auto_why, passed = "", ()
@@ -342,27 +362,47 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
         spec.check_arch(gpu.arch, gpu.name, dtype if dtype in spec.dtypes else None)
     params = spec.resolve(tile_params, dtype)
     # A batch that fills the GPU by itself needs no split of K (one the caller gave stands).
-    if batch > 1 and not explicit and spec.splits(params) > 1 and "BM" in params \
-            and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= gpu.sm_count:
+    if (
+        batch > 1
+        and not explicit
+        and spec.splits(params) > 1
+        and "BM" in params
+        and -(-M // params["BM"]) * -(-N // params["BN"]) * batch >= gpu.sm_count
+    ):
         params[spec.split_k_param] = 1
-    problem = Problem(M, N, K, pr.aligned16, dtype, pr.out_dtype, pr.op_a, pr.op_b, tma_aligned=pr.tma_aligned,
-                      sm_count=gpu.sm_count, rows_aligned16=pr.rows_aligned16)
+    problem = Problem(
+        M,
+        N,
+        K,
+        pr.aligned16,
+        dtype,
+        pr.out_dtype,
+        pr.op_a,
+        pr.op_b,
+        tma_aligned=pr.tma_aligned,
+        sm_count=gpu.sm_count,
+        rows_aligned16=pr.rows_aligned16,
+    )
     spec.check_dtypes(problem)
     # A kernel that cannot read these operands hands them to its fallback, which may
     # hand them on (wgmma -> mma_pipelined, which copies any alignment with narrow
     # copies -> wmma_warptile, which reads every layout).
     whys = []
     reason = spec.why_unusable(problem)
-    if reason and auto:   # wgmma on aligned copies of the operands, where the copy pays
+    if reason and auto:  # wgmma on aligned copies of the operands, where the copy pays
         staged, stage_why = _staging(spec, problem, pr, gpu)
         if staged is not None:
-            try:   # a GPU whose shared memory holds none of its configurations falls back instead
+            try:  # a GPU whose shared memory holds none of its configurations falls back instead
                 fit_smem(spec, spec.resolve(staged), dataclasses.replace(problem, stage=True), smem_limit, gpu.name)
             except ValueError as exc:
                 staged, stage_why = None, f"no staging for {spec.name}: {exc}"
         if staged is not None:
-            problem, params, auto_why, reason = dataclasses.replace(problem, stage=True), spec.resolve(staged), \
-                stage_why, None
+            problem, params, auto_why, reason = (
+                dataclasses.replace(problem, stage=True),
+                spec.resolve(staged),
+                stage_why,
+                None,
+            )
         elif stage_why:
             whys.append(stage_why)
     while reason:
@@ -374,9 +414,11 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
         spec.check_dtypes(problem)
         reason = spec.why_unusable(problem)
     if explicit and not whys and smem_limit is not None and spec.launch(params, problem).smem_bytes > smem_limit:
-        raise ValueError(f"kernel {spec.name!r} with these tile parameters needs "
-                         f"{spec.launch(params, problem).smem_bytes} bytes of shared memory per block; "
-                         f"{gpu.name} ({gpu.arch or 'this target'}) allows {smem_limit}")
+        raise ValueError(
+            f"kernel {spec.name!r} with these tile parameters needs "
+            f"{spec.launch(params, problem).smem_bytes} bytes of shared memory per block; "
+            f"{gpu.name} ({gpu.arch or 'this target'}) allows {smem_limit}"
+        )
     params, limit_why = fit_smem(spec, params, problem, smem_limit, gpu.name)
     return Choice(spec.name, params, auto_why, tuple(whys), problem, limit_why, passed)
 
@@ -390,15 +432,21 @@ def choose(pr: Product, gpu: GPU) -> Choice:
     fp32_tc_auto = pr.precision == "fp32_tc" and pr.kernel == "auto"
     why = fp32_tc_on_cuda_cores(pr.M, pr.N, pr.K) if fp32_tc_auto else ""
     c = None if why else _choose(pr, gpu)
-    if fp32_tc_auto and not why and c.rung == "ec_wmma" and gpu.arch is not None \
-            and registry.get("ec_wgmma").builds_for(gpu.arch):
+    if (
+        fp32_tc_auto
+        and not why
+        and c.rung == "ec_wmma"
+        and gpu.arch is not None
+        and registry.get("ec_wgmma").builds_for(gpu.arch)
+    ):
         why = FP32_OVER_EC_WMMA
     if why:
         # fp32_tc takes the fastest method at SGEMM's accuracy, the FP32 rungs included:
         # a product too thin for the tensor cores, or one Hopper would give to ec_wmma.
         c32 = _choose(dataclasses.replace(pr, dtype="float32", precision=None), gpu)
-        return dataclasses.replace(c32, method="fp32", reason=why,
-                                   passed_over=c.passed_over if c is not None else c32.passed_over)
+        return dataclasses.replace(
+            c32, method="fp32", reason=why, passed_over=c.passed_over if c is not None else c32.passed_over
+        )
     if pr.precision != "fp16_ec" or c.rung != "ec_wgmma" or {"BN", "FOLD"} & set(pr.tile_params):
         return c
     # fp16_ec (FP16 parts as they are, no scale): ec_wgmma's four-set kernel, whose lo keeps

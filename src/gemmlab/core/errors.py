@@ -32,8 +32,10 @@ EXTRAS = {
     "torch": ("PyTorch", "pip install 'gemmlab[torch]'"),
     "matplotlib": ("matplotlib (plots)", "pip install 'gemmlab[plot]'"),
 }
-NVRTC_HINT = (f"the NVRTC compiler library (libnvrtc) was not found: {_CU_INSTALL}, or put a CUDA toolkit's "
-              "lib64 on LD_LIBRARY_PATH")
+NVRTC_HINT = (
+    f"the NVRTC compiler library (libnvrtc) was not found: {_CU_INSTALL}, or put a CUDA toolkit's "
+    "lib64 on LD_LIBRARY_PATH"
+)
 
 
 def missing_module_message(name: str | None) -> str | None:

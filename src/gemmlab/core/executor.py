@@ -28,23 +28,48 @@ import numpy as np
 
 from .methods import EC_PRECISIONS, MethodChoice, choice_of_record
 from .arrays import ITEMSIZE, allocator, stream_getter
-from ..kernels.ec.choose_method import RECORD_OFFSET, WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES, ChoiceLaunches, \
-    Report, zero_workspace
+from ..kernels.ec.choose_method import (
+    RECORD_OFFSET,
+    WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES,
+    ChoiceLaunches,
+    Report,
+    zero_workspace,
+)
 from ..kernels.simt.splitk_reduce import SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_THREADS, splitk_reduce_kernel
 from ..kernels.spec import EC_METHODS
-from .planner import Batching, Call, KernelView, Plan, kernel_view, plan_call, plan_for_choice, \
-    result_side, storage_itemsize, batching
+from .planner import (
+    Batching,
+    Call,
+    KernelView,
+    Plan,
+    kernel_view,
+    plan_call,
+    plan_for_choice,
+    result_side,
+    storage_itemsize,
+    batching,
+)
 from ..runtime import compile as rt_compile
 from ..runtime.device import GPUInfo, make_current
-from ..runtime.launch import (DEFAULT_DYNAMIC_SMEM, LaunchShape, PackedArgs, allow_dynamic_smem, clusters_that_fit,
-                              is_driver_tensor_map, launch, launch_shaped, stream_is_capturing, stream_workspace)
+from ..runtime.launch import (
+    DEFAULT_DYNAMIC_SMEM,
+    LaunchShape,
+    PackedArgs,
+    allow_dynamic_smem,
+    clusters_that_fit,
+    is_driver_tensor_map,
+    launch,
+    launch_shaped,
+    stream_is_capturing,
+    stream_workspace,
+)
 from ..runtime.tma import Operands, maps_backend
 
 log = logging.getLogger("gemmlab")
 
-GRID_Z_MAX = 65535      # batches per launch (gridDim.z); more are launched in chunks
+GRID_Z_MAX = 65535  # batches per launch (gridDim.z); more are launched in chunks
 INT32_MAX = 2**31 - 1
-SPLITK_WORKSPACE_LIMIT = 256 * 2**20   # bytes of split-K workspace per launch (batches are chunked)
+SPLITK_WORKSPACE_LIMIT = 256 * 2**20  # bytes of split-K workspace per launch (batches are chunked)
 # Bytes of a batched kernel's own workspace per launch (a pre-pass's output: split parts,
 # staged copies; batches are chunked): larger than split-K's, so that a chunk of big
 # matrices (P @ V at S = 4096: 132 MiB each) still has enough tiles for every SM.
@@ -67,6 +92,8 @@ def _keep(memo: dict, key, value) -> None:
     if len(memo) >= ARGS_KEPT:
         memo.clear()
     memo[key] = value
+
+
 _f32_memo: dict = {}
 
 
@@ -90,8 +117,15 @@ class Launcher:
     tiles; a pre-pass's workspace at most BATCH_WORKSPACE_LIMIT bytes a launch), else
     one launch per matrix."""
 
-    def __init__(self, p: Plan, gpu: GPUInfo, lds: tuple[int, int, int], batch: int = 1,
-                 strides: tuple[int, int, int] = (0, 0, 0), bias_strides: tuple[int, int, int] | None = None):
+    def __init__(
+        self,
+        p: Plan,
+        gpu: GPUInfo,
+        lds: tuple[int, int, int],
+        batch: int = 1,
+        strides: tuple[int, int, int] = (0, 0, 0),
+        bias_strides: tuple[int, int, int] | None = None,
+    ):
         p.spec.check_arch(gpu.arch, gpu.name, p.problem.dtype)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("preparing %s on %s", p.describe(), gpu.name)
@@ -101,8 +135,10 @@ class Launcher:
         self.geo = geo = p.spec.launch(p.params, p.problem)
         if geo.smem_bytes > DEFAULT_DYNAMIC_SMEM:
             if geo.smem_bytes > gpu.max_smem_per_block_optin:
-                raise ValueError(f"{p.describe()} needs {geo.smem_bytes} bytes of shared memory per block; "
-                                 f"{gpu.name} allows {gpu.max_smem_per_block_optin}")
+                raise ValueError(
+                    f"{p.describe()} needs {geo.smem_bytes} bytes of shared memory per block; "
+                    f"{gpu.name} allows {gpu.max_smem_per_block_optin}"
+                )
             allow_dynamic_smem(self.kernel, geo.smem_bytes, gpu.ordinal)
         pr = p.problem
         self.item_in, self.item_out = storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
@@ -129,7 +165,7 @@ class Launcher:
         per_launch = GRID_Z_MAX
         if splits > 1:
             per_launch = max(1, min(per_launch, SPLITK_WORKSPACE_LIMIT // max(1, 4 * splits * M * N)))
-        if self.batched_args:   # the kernel's work index (matrix, tile) is a 32-bit int; its smallest tile is 64 x 64
+        if self.batched_args:  # the kernel's work index (matrix, tile) is a 32-bit int; its smallest tile is 64 x 64
             per_launch = max(1, min(per_launch, INT32_MAX // max(1, -(-M // 64) * -(-N // 64))))
         if self.batched_args and p.spec.batch_workspace is not None:
             per_launch = max(1, min(per_launch, BATCH_WORKSPACE_LIMIT // max(1, p.spec.batch_workspace(pr))))
@@ -137,36 +173,50 @@ class Launcher:
         self.chunks = []
         for z0 in range(0, batch, per_launch):
             nz = min(per_launch, batch - z0)
-            self.chunks.append((z0 * strides[0] * self.item_in, z0 * strides[1] * self.item_in,
-                                z0 * strides[2] * self.item_out, nz, LaunchShape(
-                                    (geo.grid[0], geo.grid[1], nz), geo.block, geo.smem_bytes, geo.cluster)))
+            self.chunks.append(
+                (
+                    z0 * strides[0] * self.item_in,
+                    z0 * strides[1] * self.item_in,
+                    z0 * strides[2] * self.item_out,
+                    nz,
+                    LaunchShape((geo.grid[0], geo.grid[1], nz), geo.block, geo.smem_bytes, geo.cluster),
+                )
+            )
         # A bias the kernel adds in its epilogue (spec.epilogue_bias): its element strides
         # (rows, columns, matrices), where this launcher can take one -- one launch of the
         # kernel's own arguments, no pre-pass, K unsplit and not 0 -- else None (run() and
         # direct() then take bias = 0 only).
         self.bias_strides = None
-        if bias_strides is not None and p.spec.epilogue_bias is not None and p.spec.epilogue_bias(p, bias_strides) \
-                and p.spec.kernel_args is not None and self.prepass is None and splits == 1 and pr.K != 0 \
-                and (batch == 1 or self.batched_args and len(self.chunks) == 1):
+        if (
+            bias_strides is not None
+            and p.spec.epilogue_bias is not None
+            and p.spec.epilogue_bias(p, bias_strides)
+            and p.spec.kernel_args is not None
+            and self.prepass is None
+            and splits == 1
+            and pr.K != 0
+            and (batch == 1 or self.batched_args and len(self.chunks) == 1)
+        ):
             self.bias_strides = tuple(bias_strides)
-        self._reduce = None     # split-K's reduction and BLAS's quick return, loaded when first needed
+        self._reduce = None  # split-K's reduction and BLAS's quick return, loaded when first needed
         self._cluster_grid = None
-        self._shape = None      # own-args kernels: the launch shape of the first launch, once the grid is known
+        self._shape = None  # own-args kernels: the launch shape of the first launch, once the grid is known
         # own-args kernels: launch shapes by matrices per launch (after a pre-pass: by (matrices,
         # whether a choice record is read), the latter a programmatic dependent launch)
         self._shapes = {}
         # kernel_args' arguments, kept per addresses (None: built per call, for driver-built maps).
         self._args_memo = {} if p.spec.kernel_args is not None and self.prepass is None else None
-        self._full_memo = {}    # (A, B, C, alpha, beta, bias) -> the whole argument tuple, for direct()
-        self._split_memo = {}   # split-K, own arguments: (A, B, workspace) -> the GEMM's arguments, for direct()
-        self._prepass_memo = {}   # a pre-pass kernel's launches, by addresses, scalars and workspace
+        self._full_memo = {}  # (A, B, C, alpha, beta, bias) -> the whole argument tuple, for direct()
+        self._split_memo = {}  # split-K, own arguments: (A, B, workspace) -> the GEMM's arguments, for direct()
+        self._prepass_memo = {}  # a pre-pass kernel's launches, by addresses, scalars and workspace
         self._prepass_bytes = {}  # ... and its workspace's size, by (matrices, strides, choice or not)
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
         self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
         # The reduction (split-K's second kernel, and BLAS's quick return): a thread per element of C.
         threads = SPLITK_REDUCE_THREADS
-        self._reduce_shapes = [LaunchShape((-(-M * N // threads), nz, 1), (threads, 1, 1))
-                               for _, _, _, nz, _ in self.chunks]
+        self._reduce_shapes = [
+            LaunchShape((-(-M * N // threads), nz, 1), (threads, 1, 1)) for _, _, _, nz, _ in self.chunks
+        ]
         # The reduction's last two arguments: a choice record's address and the method of
         # this launcher's GEMM, read only with a record (splitk_reduce.cu); none by default.
         self.method32 = np.int32(EC_METHODS.get(pr.dtype, 0))
@@ -176,8 +226,19 @@ class Launcher:
             self._ws_what = f"{p.describe()} (split-K)"
 
     # -- the per-call part ---------------------------------------------------------------
-    def run(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0, report: int = 0,
-            workspace=None, bias: int = 0) -> None:
+    def run(
+        self,
+        stream: int,
+        A: int,
+        B: int,
+        C: int,
+        alpha,
+        beta,
+        choice: int = 0,
+        report: int = 0,
+        workspace=None,
+        bias: int = 0,
+    ) -> None:
         """Enqueue the product on ``stream``: C = alpha * op(A) @ op(B) + beta * C for
         every matrix of the batch (A, B, C: device addresses of the first ones).
         ``choice``: the address of a method choice made on the GPU, for kernels
@@ -201,14 +262,23 @@ class Launcher:
             extra = self.extra[:-1] + (choice,) if choice else self.extra
             alpha32, beta32 = f32(alpha), f32(beta)
             for da, db, dc, _, shape in self.chunks:
-                launch_shaped(self.kernel, shape, stream, (M, N, K, alpha32, A + da, lda, B + db, ldb, beta32,
-                                                           C + dc, ldc, sa, sb, sc) + extra)
+                launch_shaped(
+                    self.kernel,
+                    shape,
+                    stream,
+                    (M, N, K, alpha32, A + da, lda, B + db, ldb, beta32, C + dc, ldc, sa, sb, sc) + extra,
+                )
             return
 
-        def partials(chunk, w):   # the split's slices of one batch chunk, alpha = 1 and beta = 0
+        def partials(chunk, w):  # the split's slices of one batch chunk, alpha = 1 and beta = 0
             da, db, _, _, shape = chunk
-            launch_shaped(self.kernel, shape, stream, (M, N, K, _ONE, A + da, lda, B + db, ldb, _ZERO, w, self.ldw,
-                                                       sa, sb, self.slice_ws64))
+            launch_shaped(
+                self.kernel,
+                shape,
+                stream,
+                (M, N, K, _ONE, A + da, lda, B + db, ldb, _ZERO, w, self.ldw, sa, sb, self.slice_ws64),
+            )
+
         self._split_k(stream, [(C + chunk[2], chunk[3], chunk) for chunk in self.chunks], alpha, beta, partials)
 
     def _split_k(self, stream: int, jobs, alpha, beta, partials, choice: int = 0) -> None:
@@ -219,23 +289,39 @@ class Launcher:
         then one more kernel adds them into C with alpha and beta, in C's dtype
         (``choice``: a method chosen on the GPU, which the reduction reads too)."""
         for (c, nz, job), reduce_shape in zip(jobs, self._reduce_shapes):
-            ws = stream_workspace(self.gpu, stream, 4 * self.slice_ws * nz, self._ws_what, "use a smaller SPLITK",
-                                  slot=SPLITK_SLOT)
+            ws = stream_workspace(
+                self.gpu, stream, 4 * self.slice_ws * nz, self._ws_what, "use a smaller SPLITK", slot=SPLITK_SLOT
+            )
             try:
                 w = int(ws.handle)
                 partials(job, w)
                 self._reduce_slices(stream, w, c, alpha, beta, reduce_shape, choice)
             finally:
-                ws.close(stream)   # given back in stream order, after the reduction
+                ws.close(stream)  # given back in stream order, after the reduction
 
     def _reduce_slices(self, stream: int, w: int, c: int, alpha, beta, shape, choice: int = 0) -> None:
         """C = alpha * (the sum of the split's slices at ``w``) + beta * C; with a choice
         record, only if it chose this launcher's method (the other candidate's GEMM
         wrote nothing to add)."""
         M, N, _ = self.args_mk
-        launch_shaped(self._reduce_kernel()[0], shape, stream,
-                      (M, N, self.splits32, w, f32(alpha), f32(beta), c, self.ldc, self.sc, choice,
-                       self.method32 if choice else _ZERO32))
+        launch_shaped(
+            self._reduce_kernel()[0],
+            shape,
+            stream,
+            (
+                M,
+                N,
+                self.splits32,
+                w,
+                f32(alpha),
+                f32(beta),
+                c,
+                self.ldc,
+                self.sc,
+                choice,
+                self.method32 if choice else _ZERO32,
+            ),
+        )
 
     def direct(self):
         """A function (stream, A, B, C, alpha, beta) -> None for the common case of
@@ -245,11 +331,20 @@ class Launcher:
         closure, so that a repeated call spends as little Python as possible.  None
         where run() is needed; run() also takes over for alpha == 0 (BLAS's quick return)."""
         memo = _f32_memo
-        if self.own_args and self._args_memo is not None and self.splits > 1 and self.batched_args \
-                and len(self.chunks) == 1:
+        if (
+            self.own_args
+            and self._args_memo is not None
+            and self.splits > 1
+            and self.batched_args
+            and len(self.chunks) == 1
+        ):
             return self._direct_split(memo)
-        if self.own_args and self._args_memo is not None and self.splits == 1 and \
-                (self.batch == 1 or self.batched_args and len(self.chunks) == 1):
+        if (
+            self.own_args
+            and self._args_memo is not None
+            and self.splits == 1
+            and (self.batch == 1 or self.batched_args and len(self.chunks) == 1)
+        ):
             # Tensor maps of the caller's arrays (a whole batch: one launch): the
             # argument tuple is kept per (addresses, alpha, beta) by _run_own_args; any other
             # call runs it.
@@ -261,6 +356,7 @@ class Launcher:
                     full(stream, A, B, C, alpha, beta, bias=bias)
                     return
                 launch_shaped(kernel, me._shape, stream, args)
+
             return direct_own
         if self.own_args or self.splits != 1 or len(self.chunks) != 1 or (self.quick_ok and self.k_zero):
             return None
@@ -275,6 +371,7 @@ class Launcher:
                 full(stream, A, B, C, alpha, beta)
                 return
             launch_shaped(kernel, shape, stream, (M, N, K, a32, A, lda, B, ldb, b32, C, ldc, sa, sb, sc) + extra)
+
         return direct
 
     def _direct_split(self, memo):
@@ -286,7 +383,13 @@ class Launcher:
         reduce = self._reduce_kernel()[0]
         reduce_shape = self._reduce_shapes[0]
         M, N, _ = self.args_mk
-        splits32, ldc, sc, nbytes, what = self.splits32, self.ldc, self.sc, 4 * self.slice_ws * self.batch, self._ws_what
+        splits32, ldc, sc, nbytes, what = (
+            self.splits32,
+            self.ldc,
+            self.sc,
+            4 * self.slice_ws * self.batch,
+            self._ws_what,
+        )
         k_zero = self.k_zero
 
         def direct_split(stream, A, B, C, alpha, beta):
@@ -298,7 +401,7 @@ class Launcher:
             try:
                 w = int(ws.handle)
                 args = split_memo.get((A, B, w))
-                if args is None:   # new addresses, or a graph's own workspace: build them
+                if args is None:  # new addresses, or a graph's own workspace: build them
                     me._own_partials(stream, A, B, me.batch, w)
                     me._reduce_slices(stream, w, C, alpha, beta, me._reduce_shapes[0])
                     return
@@ -306,13 +409,13 @@ class Launcher:
                 launch_shaped(reduce, reduce_shape, stream, (M, N, splits32, w, a32, b32, C, ldc, sc, 0, _ZERO32))
             finally:
                 ws.close(stream)
+
         return direct_split
 
     def _reduce_kernel(self):
         if self._reduce is None:
             name = splitk_reduce_kernel(self.plan.problem.out_dtype)
-            self._reduce = (rt_compile.load_kernel(SPLITK_REDUCE_SOURCE, name, self.gpu.arch),
-                            SPLITK_REDUCE_THREADS)
+            self._reduce = (rt_compile.load_kernel(SPLITK_REDUCE_SOURCE, name, self.gpu.arch), SPLITK_REDUCE_THREADS)
         return self._reduce
 
     def _quick_return(self, stream: int, C: int, beta) -> None:
@@ -322,11 +425,23 @@ class Launcher:
         reduce, _ = self._reduce_kernel()
         M, N, _ = self.args_mk
         for (_, _, dc, _, _), shape in zip(self.chunks, self._reduce_shapes):
-            launch_shaped(reduce, shape, stream, (M, N, _ZERO32, 0, _ZERO, f32(beta), C + dc, self.ldc, self.sc, 0,
-                                                  _ZERO32))
+            launch_shaped(
+                reduce, shape, stream, (M, N, _ZERO32, 0, _ZERO, f32(beta), C + dc, self.ldc, self.sc, 0, _ZERO32)
+            )
 
-    def _run_own_args(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int = 0,
-                      report: int = 0, workspace=None, bias: int = 0) -> None:
+    def _run_own_args(
+        self,
+        stream: int,
+        A: int,
+        B: int,
+        C: int,
+        alpha,
+        beta,
+        choice: int = 0,
+        report: int = 0,
+        workspace=None,
+        bias: int = 0,
+    ) -> None:
         """A kernel whose spec builds its arguments: one launch per batch chunk where it
         takes a whole batch (spec.batched_args: 3-D tensor maps), else one per matrix
         (``choice``, where the method is chosen on the GPU, the address of the record
@@ -334,23 +449,51 @@ class Launcher:
         if self.batched_args:
             jobs = [(A + da, B + db, C + dc, nz) for da, db, dc, nz, _ in self.chunks]
         else:
-            sa, sb, sc = (self.strides[0] * self.item_in, self.strides[1] * self.item_in,
-                          self.strides[2] * self.item_out)
+            sa, sb, sc = (
+                self.strides[0] * self.item_in,
+                self.strides[1] * self.item_in,
+                self.strides[2] * self.item_out,
+            )
             jobs = [(A + z * sa, B + z * sb, C + z * sc, 1) for z in range(self.batch)]
-        if self.splits > 1:   # the kernel's arguments built with the workspace as C, alpha = 1, beta = 0
-            self._split_k(stream, [(c, nz, (a, b, nz)) for a, b, c, nz in jobs], alpha, beta,
-                          lambda job, w: self._own_partials(stream, *job, w, choice, report), choice)
+        if self.splits > 1:  # the kernel's arguments built with the workspace as C, alpha = 1, beta = 0
+            self._split_k(
+                stream,
+                [(c, nz, (a, b, nz)) for a, b, c, nz in jobs],
+                alpha,
+                beta,
+                lambda job, w: self._own_partials(stream, *job, w, choice, report),
+                choice,
+            )
             return
         self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice, report, workspace, bias)
 
     def _own_partials(self, stream: int, a: int, b: int, nz: int, w: int, choice: int = 0, report: int = 0) -> None:
         """Split-K's partial products of a kernel that builds its arguments, into the workspace at
         ``w`` (``choice``: the record of a method chosen on the GPU, or 0)."""
-        self._launch_own_args(stream, [(a, b, w, nz)], self.args_mk[1], (self.strides[0], self.strides[1],
-                                                                          self.slice_ws), 1.0, 0.0, choice, report)
+        self._launch_own_args(
+            stream,
+            [(a, b, w, nz)],
+            self.args_mk[1],
+            (self.strides[0], self.strides[1], self.slice_ws),
+            1.0,
+            0.0,
+            choice,
+            report,
+        )
 
-    def _launch_own_args(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int = 0,
-                         report: int = 0, workspace=None, bias: int = 0) -> None:
+    def _launch_own_args(
+        self,
+        stream: int,
+        jobs,
+        ldc: int,
+        strides,
+        alpha,
+        beta,
+        choice: int = 0,
+        report: int = 0,
+        workspace=None,
+        bias: int = 0,
+    ) -> None:
         """Launch the kernel on each job (A, B, C, matrices) with ``ldc`` and the batch ``strides``
         (``bias``: see run())."""
         bias_ops = (bias,) + self.bias_strides if bias else ()
@@ -365,33 +508,36 @@ class Launcher:
                 # standard arguments 3 and 8) filled in per call.
                 args = memo.get((a, b, c, nz, beta == 0, bias))
                 if args is None:
-                    args = self._memo_args(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops), alpha,
-                                           beta)
-                    if args is None:   # driver-built tensor maps: launched already, by cuLaunchKernel
+                    args = self._memo_args(
+                        stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops), alpha, beta
+                    )
+                    if args is None:  # driver-built tensor maps: launched already, by cuLaunchKernel
                         continue
                 args = PackedArgs(args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:])
-                if len(jobs) == 1:   # what direct() launches for these addresses and scalars
+                if len(jobs) == 1:  # what direct() launches for these addresses and scalars
                     if self.splits == 1:
                         _keep(self._full_memo, (a, b, c, alpha, beta, bias), args)
-                    else:                # c: the workspace (alpha = 1, beta = 0)
+                    else:  # c: the workspace (alpha = 1, beta = 0)
                         _keep(self._split_memo, (a, b, c), args)
                 launch_shaped(self.kernel, self._shapes[nz], stream, args)
             return
         for a, b, c, nz in jobs:
             # Arguments built per call (driver-encoded tensor maps, which are not kept), but the
             # launch shape once.
-            args = p.spec.kernel_args(p, self.gpu, stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops),
-                                      alpha, beta)
+            args = p.spec.kernel_args(
+                p, self.gpu, stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops), alpha, beta
+            )
             shape = self._shapes.get(nz)
             if shape is None:
                 shape = self._shapes[nz] = LaunchShape(self._grid(nz, stream), geo.block, geo.smem_bytes, geo.cluster)
-            if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
+            if any(is_driver_tensor_map(a) for a in args):  # only cuLaunchKernel takes these
                 launch(self.kernel, shape.grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
             else:
                 launch_shaped(self.kernel, shape, stream, args)
 
-    def _launch_after_prepass(self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int,
-                              report: int = 0, workspace=None) -> None:
+    def _launch_after_prepass(
+        self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int, report: int = 0, workspace=None
+    ) -> None:
         """A kernel with a pre-pass (spec.PrePass): per job, a workspace
         from the caller's stream, the pre-pass's launches, then the kernel's.  What they
         launch is built once per set of everything it depends on -- the job's addresses,
@@ -406,45 +552,54 @@ class Launcher:
         pre-pass's last blocks.  ``workspace``: one the caller took for the one job (its
         bytes: shared_prepass_bytes), used and left to the caller to give back."""
         for a, b, c, nz in jobs:
-            ws = workspace if workspace is not None else \
-                stream_workspace(self.gpu, stream, self._prepass_workspace_bytes(a, b, nz, strides, choice),
-                                 self.prepass.what)
+            ws = (
+                workspace
+                if workspace is not None
+                else stream_workspace(
+                    self.gpu, stream, self._prepass_workspace_bytes(a, b, nz, strides, choice), self.prepass.what
+                )
+            )
             try:
-                launches, args, shape, driver_maps = self._after_prepass(stream, a, b, c, nz, ldc, strides, alpha,
-                                                                         beta, choice, report, ws)
+                launches, args, shape, driver_maps = self._after_prepass(
+                    stream, a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws
+                )
                 for kernel, pre_shape, pre_args in launches:
                     launch_shaped(kernel, pre_shape, stream, pre_args)
-                if driver_maps:   # only cuLaunchKernel takes these
+                if driver_maps:  # only cuLaunchKernel takes these
                     launch(self.kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args, cluster=shape.cluster)
                 else:
                     launch_shaped(self.kernel, shape, stream, args)
             finally:
                 if ws is not workspace:
-                    ws.close(stream)   # in stream order, after the kernel that reads it
+                    ws.close(stream)  # in stream order, after the kernel that reads it
 
-    def _after_prepass(self, stream: int, a: int, b: int, c: int, nz: int, ldc: int, strides, alpha, beta,
-                       choice: int, report: int, ws) -> tuple:
+    def _after_prepass(
+        self, stream: int, a: int, b: int, c: int, nz: int, ldc: int, strides, alpha, beta, choice: int, report: int, ws
+    ) -> tuple:
         """_build_after_prepass's launches of one job on the workspace ``ws``, from the memo where
         its address repeats."""
         key = (a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws.handle)
         built = self._prepass_memo.get(key) if ws.repeats else None
         if built is None:
             lda, ldb, _ = self.lds
-            built = self._build_after_prepass(stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha, beta,
-                                              choice, ws.handle, report)
+            built = self._build_after_prepass(
+                stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha, beta, choice, ws.handle, report
+            )
             if ws.repeats:
                 _keep(self._prepass_memo, key, built)
         return built
 
-    def call_launches(self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int, report: int,
-                      workspace) -> tuple | None:
+    def call_launches(
+        self, stream: int, A: int, B: int, C: int, alpha, beta, choice: int, report: int, workspace
+    ) -> tuple | None:
         """What run() launches for one call of a launcher whose pre-pass takes the caller's
         ``workspace`` (shared_prepass_bytes: one launch of the whole batch), as (kernel, shape,
         arguments) triples, without launching them: for a caller that keeps a whole call's
         launches.  None where run() must launch itself (the GEMM's tensor maps are
         driver-built: only cuLaunchKernel takes them)."""
         launches, args, shape, driver_maps = self._after_prepass(
-            stream, A, B, C, self.chunks[0][3], self.lds[2], self.strides, alpha, beta, choice, report, workspace)
+            stream, A, B, C, self.chunks[0][3], self.lds[2], self.strides, alpha, beta, choice, report, workspace
+        )
         return None if driver_maps else launches + ((self.kernel, shape, args),)
 
     def _prepass_workspace_bytes(self, a: int, b: int, nz: int, strides, choice: int) -> int:
@@ -456,7 +611,8 @@ class Launcher:
         if nbytes is None:
             lda, ldb, ldc = self.lds
             nbytes = self._prepass_bytes[key] = self.prepass.workspace_bytes(
-                self.plan, Operands(a, lda, b, ldb, 0, ldc, nz, *strides), choice)
+                self.plan, Operands(a, lda, b, ldb, 0, ldc, nz, *strides), choice
+            )
         return nbytes
 
     def shared_prepass_bytes(self) -> int:
@@ -464,26 +620,33 @@ class Launcher:
         record (a whole batch in one chunk, no split-K), which a caller may take once for
         several launchers of the same layout (_MethodChooser's candidates); 0 where its
         launches take their own (no pre-pass, split-K, several launches)."""
-        if self.prepass is None or self.splits != 1 or len(self.chunks) != 1 or \
-                (not self.batched_args and self.batch > 1):
+        if (
+            self.prepass is None
+            or self.splits != 1
+            or len(self.chunks) != 1
+            or (not self.batched_args and self.batch > 1)
+        ):
             return 0
         return self._prepass_workspace_bytes(0, 0, self.chunks[0][3], self.strides, 1)
 
-    def _build_after_prepass(self, stream: int, ops: Operands, alpha, beta, choice: int, workspace: int,
-                             report: int = 0) -> tuple:
+    def _build_after_prepass(
+        self, stream: int, ops: Operands, alpha, beta, choice: int, workspace: int, report: int = 0
+    ) -> tuple:
         """(the pre-pass's launches, the kernel's arguments, its launch shape, whether its
         tensor maps are driver-built) for _launch_after_prepass."""
         geo = self.geo
-        launches, args = self.prepass.build(self.plan, self.gpu, ops, alpha, beta, choice, workspace,
-                                            maps_backend(stream), report)
+        launches, args = self.prepass.build(
+            self.plan, self.gpu, ops, alpha, beta, choice, workspace, maps_backend(stream), report
+        )
         # Launched as often as the memo finds them: packed for the driver once.
         launches = tuple((kernel, shape, PackedArgs(a)) for kernel, shape, a in launches)
         driver_maps = any(is_driver_tensor_map(x) for x in args)
         key = (ops.batch, bool(choice))
         shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[key] = LaunchShape(self._grid(ops.batch, stream), geo.block, geo.smem_bytes,
-                                                    geo.cluster, pdl=bool(choice))
+            shape = self._shapes[key] = LaunchShape(
+                self._grid(ops.batch, stream), geo.block, geo.smem_bytes, geo.cluster, pdl=bool(choice)
+            )
         return launches, args if driver_maps else PackedArgs(args), shape, driver_maps
 
     def _grid(self, nz: int, stream: int) -> tuple[int, int, int]:
@@ -496,8 +659,9 @@ class Launcher:
             if self._cluster_grid is None:
                 fit = clusters_that_fit(self.kernel, grid, geo.block, geo.smem_bytes, geo.cluster, stream)
                 if fit < 1:
-                    raise RuntimeError(f"{self.plan.describe()}: no cluster of {geo.cluster} blocks fits on "
-                                       f"{self.gpu.name}")
+                    raise RuntimeError(
+                        f"{self.plan.describe()}: no cluster of {geo.cluster} blocks fits on {self.gpu.name}"
+                    )
                 self._cluster_grid = fit * geo.cluster[0]
             grid = (min(grid[0], self._cluster_grid), 1, 1)
         return grid
@@ -506,7 +670,7 @@ class Launcher:
         p, geo = self.plan, self.geo
         grid = self._grid(ops.batch, stream)
         args = p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta)
-        if any(is_driver_tensor_map(a) for a in args):   # only cuLaunchKernel takes these
+        if any(is_driver_tensor_map(a) for a in args):  # only cuLaunchKernel takes these
             self._args_memo = None
             launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
             return None
@@ -538,8 +702,22 @@ def launcher(p: Plan, gpu: GPUInfo, lds, batch: int = 1, strides=(0, 0, 0)) -> L
     return found
 
 
-def run_plan(p: Plan, gpu: GPUInfo, stream: int, A_ptr: int, lda: int, B_ptr: int, ldb: int,
-             C_ptr: int, ldc: int, alpha, beta, *, batch: int = 1, strides: tuple[int, int, int] = (0, 0, 0)) -> None:
+def run_plan(
+    p: Plan,
+    gpu: GPUInfo,
+    stream: int,
+    A_ptr: int,
+    lda: int,
+    B_ptr: int,
+    ldb: int,
+    C_ptr: int,
+    ldc: int,
+    alpha,
+    beta,
+    *,
+    batch: int = 1,
+    strides: tuple[int, int, int] = (0, 0, 0),
+) -> None:
     """Launch an already validated plan on raw device pointers: what the
     benchmark's kernel-only figure and the tuner time.  ``batch`` products, the
     i-th at A_ptr + i * strides[0] elements (B and C likewise)."""
@@ -547,6 +725,7 @@ def run_plan(p: Plan, gpu: GPUInfo, stream: int, A_ptr: int, lda: int, B_ptr: in
 
 
 # -- prepared calls ---------------------------------------------------------------------------
+
 
 class _MethodChooser:
     """precision="fp32_tc" / "fp16_ec_scaled": the method chosen on the GPU, in
@@ -561,8 +740,9 @@ class _MethodChooser:
     The choice also goes to a small buffer of this prepared call that
     gemmlab.last_plan() reads when asked (:meth:`plan`)."""
 
-    def __init__(self, base: Plan, precision: str, gpu: GPUInfo, kernel: str, tile_params: dict, lds, bt: Batching,
-                 ops_a, ops_b):
+    def __init__(
+        self, base: Plan, precision: str, gpu: GPUInfo, kernel: str, tile_params: dict, lds, bt: Batching, ops_a, ops_b
+    ):
         make_current(gpu.ordinal)
         self.base, self.precision, self.gpu = base, precision, gpu
         self.scaled_only = precision == "fp16_ec_scaled"
@@ -579,9 +759,9 @@ class _MethodChooser:
         sizes = [run.shared_prepass_bytes() for _, run in self.candidates]
         self.shared_bytes = max(sizes) if all(sizes) else 0
         self.shared_what = self.candidates[0][1].prepass.what if self.shared_bytes else ""
-        self.report = None      # allocated at the first call, on its stream
-        self._kept = {}         # (A, B, workspace) -> the choice's launches and record address
-        self._kept_calls = {}   # a call's addresses, scalars and workspaces -> every candidate's launches
+        self.report = None  # allocated at the first call, on its stream
+        self._kept = {}  # (A, B, workspace) -> the choice's launches and record address
+        self._kept_calls = {}  # a call's addresses, scalars and workspaces -> every candidate's launches
         self.pending = PlanChosenOnGPU(self)
 
     def run(self, stream: int, A: int, B: int, C: int, alpha, beta, offsets) -> "PlanChosenOnGPU":
@@ -595,11 +775,18 @@ class _MethodChooser:
         # every choice leaves the record's sums zero again (the choosing pre-pass's last block,
         # or the choose kernel writing every field), so that a candidate whose pre-pass chooses
         # (spec.PrePass.chooses) enqueues nothing before it.
-        ws = stream_workspace(self.gpu, stream, CHOICE_WORKSPACE_BYTES, "the fp32_tc method choice", slot="choice",
-                              zero_new=True, capturing=capturing)
+        ws = stream_workspace(
+            self.gpu,
+            stream,
+            CHOICE_WORKSPACE_BYTES,
+            "the fp32_tc method choice",
+            slot="choice",
+            zero_new=True,
+            capturing=capturing,
+        )
         parts = None
         try:
-            if self.per_row:   # the FP16 candidate's split fills the record's sums and chooses
+            if self.per_row:  # the FP16 candidate's split fills the record's sums and chooses
                 launches, record = (), ws.handle + RECORD_OFFSET
             else:
                 built = self._kept.get((A, B, ws.handle)) if ws.kept else None
@@ -608,7 +795,7 @@ class _MethodChooser:
                     if ws.kept:
                         _keep(self._kept, (A, B, ws.handle), built)
                 launches, record = built
-                zero_workspace(stream, ws.handle)   # the histograms, which the launches add into
+                zero_workspace(stream, ws.handle)  # the histograms, which the launches add into
             for kernel, shape, args in launches:
                 launch_shaped(kernel, shape, stream, args)
             # One launch a candidate: their pre-passes share one workspace (the "scratch" slot,
@@ -619,7 +806,7 @@ class _MethodChooser:
             report = self.report.ptr if self.per_row else 0
             calls = None
             if parts is not None:
-                (da, db, dc), = offsets
+                ((da, db, dc),) = offsets
                 calls = self._call_launches(stream, A + da, B + db, C + dc, alpha, beta, record, report, ws, parts)
             if calls is not None:
                 for kernel, shape, args in calls:
@@ -628,15 +815,16 @@ class _MethodChooser:
                 for _, run in self.candidates:
                     for da, db, dc in offsets:
                         run.run(stream, A + da, B + db, C + dc, alpha, beta, record, report, parts)
-                    report = 0   # the FP16 candidate's split chooses; the TF32 one's reads
+                    report = 0  # the FP16 candidate's split chooses; the TF32 one's reads
         finally:
             if parts is not None:
-                parts.close(stream)   # in stream order, after the kernels that read the parts
-            ws.close(stream)   # in stream order, after the launches that read the record
+                parts.close(stream)  # in stream order, after the kernels that read the parts
+            ws.close(stream)  # in stream order, after the launches that read the record
         return self.pending
 
-    def _call_launches(self, stream: int, A: int, B: int, C: int, alpha, beta, record: int, report: int, ws,
-                       parts) -> tuple | None:
+    def _call_launches(
+        self, stream: int, A: int, B: int, C: int, alpha, beta, record: int, report: int, ws, parts
+    ) -> tuple | None:
         """Every candidate's launches of this call on the shared parts workspace, in order (the
         candidates' Launcher.call_launches), kept per set of what they depend on where both
         workspaces' addresses repeat, so that a repeated call goes from its workspaces straight
@@ -651,7 +839,7 @@ class _MethodChooser:
                 if launches is None:
                     return None
                 calls += launches
-                report = 0   # the FP16 candidate's split chooses; the TF32 one's reads
+                report = 0  # the FP16 candidate's split chooses; the TF32 one's reads
             if kept:
                 _keep(self._kept_calls, key, calls)
         return calls
@@ -661,9 +849,12 @@ class _MethodChooser:
         the GPU's record is read back), with the method, the scales and why."""
         choice = choice_of_record(self.report.read(), self.scaled_only) if self.report is not None else None
         if choice is None:
-            return dataclasses.replace(self.base, method=self.precision,
-                                       reason="chosen on the GPU by each run of the call; none has run yet "
-                                              "(a call captured in a CUDA graph and not replayed)")
+            return dataclasses.replace(
+                self.base,
+                method=self.precision,
+                reason="chosen on the GPU by each run of the call; none has run yet "
+                "(a call captured in a CUDA graph and not replayed)",
+            )
         p = next(p for p, _ in self.candidates if p.problem.dtype == choice.kernel_dtype)
         return dataclasses.replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
 
@@ -686,10 +877,13 @@ class PreparedCall:
 
     def __init__(self, call: Call, gpu: GPUInfo, kernel: str, tile_params: dict, precision, bias=None):
         C = call.C if call.C is not None else result_side(call)
-        ptrs = {"A": call.A.operand.ptr, "B": call.B.operand.ptr,
-                "C": call.C.operand.ptr if call.C is not None else 0}   # a new result: aligned
+        ptrs = {
+            "A": call.A.operand.ptr,
+            "B": call.B.operand.ptr,
+            "C": call.C.operand.ptr if call.C is not None else 0,
+        }  # a new result: aligned
         kv: KernelView = kernel_view(call, C, ptrs)
-        self.swap = C.layout == "T"      # out^T = op(b)^T op(a)^T: the kernel's A is b
+        self.swap = C.layout == "T"  # out^T = op(b)^T op(a)^T: the kernel's A is b
         bt = batching(kv)
         p = plan_call(call, kv, bt, gpu, kernel, tile_params, precision)
         if p.method == "fp32":
@@ -702,20 +896,34 @@ class PreparedCall:
         # The caller's stream and, without out, the result: of a's kind (PyTorch or CuPy).
         kind = call.A.operand.kind
         self.stream = stream_getter(kind)
-        self.alloc = None if call.C is not None else \
-            allocator(kind, call.result_shape, call.device, call.dtypes["out_dtype"])
+        self.alloc = (
+            None if call.C is not None else allocator(kind, call.result_shape, call.device, call.dtypes["out_dtype"])
+        )
         ia, ic = kv.itemsize["A"], kv.itemsize["C"]
         self.offsets = tuple((oa * ia, ob * ia, oc * ic) for oa, ob, oc in bt.offsets)
         lds = (kv.A.ld, kv.B.ld, kv.C.ld)
         self.chooser = None
         if precision in ("fp32_tc", "fp16_ec_scaled") and call.alpha != 0 and call.K != 0 and not self.empty:
-            def stored(side, rows, cols, k):   # every matrix of A (B) as stored: byte offset, shape, batch
+
+            def stored(side, rows, cols, k):  # every matrix of A (B) as stored: byte offset, shape, batch
                 r, c = (rows, cols) if side.layout == "N" else (cols, rows)
                 return [(off[k], r, c, side.ld, bt.nz, bt.strides[k]) for off in self.offsets]
-            self.chooser = _MethodChooser(p, precision, gpu, kernel, tile_params, lds, bt,
-                                         stored(kv.A, kv.M, call.K, 0), stored(kv.B, call.K, kv.N, 1))
-        elif precision in ("fp32_tc", "fp16_ec_scaled"):   # nothing is read: no statistics needed
-            p = dataclasses.replace(p, method=precision, reason="alpha = 0, K = 0 or an empty result: A and B are not read")
+
+            self.chooser = _MethodChooser(
+                p,
+                precision,
+                gpu,
+                kernel,
+                tile_params,
+                lds,
+                bt,
+                stored(kv.A, kv.M, call.K, 0),
+                stored(kv.B, call.K, kv.N, 1),
+            )
+        elif precision in ("fp32_tc", "fp16_ec_scaled"):  # nothing is read: no statistics needed
+            p = dataclasses.replace(
+                p, method=precision, reason="alpha = 0, K = 0 or an empty result: A and B are not read"
+            )
         elif precision in EC_PRECISIONS:
             p = dataclasses.replace(p, method=precision)
         self.plan = p
@@ -725,8 +933,7 @@ class PreparedCall:
         if bias is not None and bias.strides is not None and bt.offsets == ((0, 0, 0),):
             rs, cs, zs = bias.strides
             bias_strides = (cs, rs, zs) if self.swap else (rs, cs, zs)
-        self.launcher = None if self.empty or self.chooser else \
-            Launcher(p, gpu, lds, bt.nz, bt.strides, bias_strides)
+        self.launcher = None if self.empty or self.chooser else Launcher(p, gpu, lds, bt.nz, bt.strides, bias_strides)
         # One launch with the standard arguments, no method to choose: the launcher's closure.
         self.direct = None
         one_launch = self.launcher is not None and self.chooser is None and self.offsets == ((0, 0, 0),)
@@ -739,8 +946,11 @@ class PreparedCall:
         # Where the operands sit relative to their data pointers, for the overlap check with out.
         self.spans = None
         if call.C is not None:
-            self.spans = tuple((lo - S.operand.ptr, hi - S.operand.ptr)
-                               for S in (call.A, call.B, call.C) for lo, hi in (S.operand.span(),))
+            self.spans = tuple(
+                (lo - S.operand.ptr, hi - S.operand.ptr)
+                for S in (call.A, call.B, call.C)
+                for lo, hi in (S.operand.span(),)
+            )
 
     def overlaps(self, A: int, B: int, C: int) -> bool:
         """Whether out's memory meets a's or b's at these addresses (then the full
@@ -761,7 +971,7 @@ class PreparedCall:
         alpha != 0), 0 for none."""
         if self.swap:
             A, B = B, A
-        if bias:   # one launch of the kernel's own arguments (fuses_bias)
+        if bias:  # one launch of the kernel's own arguments (fuses_bias)
             if self.direct is not None:
                 self.direct(stream, A, B, C, alpha, beta, bias)
             else:

@@ -30,6 +30,7 @@ import numpy as np
 
 # The GPU passes live beside their kernels.
 from ..kernels.ec.exponent_histogram import EXPONENT_BINS, exponent_histograms
+
 # The rules' constants are written once, in kernels/ec/choose_method.cu, which
 # applies the same rules on the GPU for matmul:
 #   FP16_TOP            largest exponent a (scaled) value may have: |x| < 2^15
@@ -39,10 +40,18 @@ from ..kernels.ec.exponent_histogram import EXPONENT_BINS, exponent_histograms
 #                       way to TF32 parts, compared exactly, in integers
 #   MAX_SCALE_EXPONENT  scale factors stay within 2^-64 .. 2^64 (exact)
 #   WIDE_BINADES        the range scaled FP16 covers below a matrix's largest value
-from ..kernels.ec.choose_method import (CHOICE, CHOICE_METHODS, FP16_NORMAL_MIN, FP16_TOP,  # noqa: F401
-                                        MAX_SCALE_EXPONENT, UNDERFLOW_DEN, UNDERFLOW_NUM, WIDE_BINADES)
+from ..kernels.ec.choose_method import (
+    CHOICE,
+    CHOICE_METHODS,
+    FP16_NORMAL_MIN,
+    FP16_TOP,  # noqa: F401
+    MAX_SCALE_EXPONENT,
+    UNDERFLOW_DEN,
+    UNDERFLOW_NUM,
+    WIDE_BINADES,
+)
 
-UNDERFLOW_LIMIT = UNDERFLOW_NUM / UNDERFLOW_DEN   # the same share as a number, for messages and tests
+UNDERFLOW_LIMIT = UNDERFLOW_NUM / UNDERFLOW_DEN  # the same share as a number, for messages and tests
 
 EC_PRECISIONS = ("fp32_tc", "fp16_ec", "fp16_ec_scaled", "tf32_ec")
 
@@ -74,7 +83,7 @@ class ExponentStats:
 
     def count_below(self, exponent: int) -> int:
         """Normal elements whose unbiased exponent is below ``exponent``."""
-        return int(self.counts[1:min(max(exponent + 127, 1), 255)].sum())
+        return int(self.counts[1 : min(max(exponent + 127, 1), 255)].sum())
 
     def fraction_below(self, exponent: int) -> float:
         """Share of the normal elements whose unbiased exponent is below ``exponent``."""
@@ -85,11 +94,11 @@ class ExponentStats:
 class MethodChoice:
     """The method for one product, the scale exponents of A and B, and why."""
 
-    method: str          # fp16_ec, fp16_ec_scaled or tf32_ec
+    method: str  # fp16_ec, fp16_ec_scaled or tf32_ec
     scale_a_exp: int = 0
     scale_b_exp: int = 0
     reason: str = ""
-    per_row: bool = False   # fp16_ec_scaled with a scale per row of op(A) and column of op(B) (then 0, 0 above)
+    per_row: bool = False  # fp16_ec_scaled with a scale per row of op(A) and column of op(B) (then 0, 0 above)
 
     @property
     def kernel_dtype(self) -> str:
@@ -99,7 +108,7 @@ class MethodChoice:
     @property
     def extra(self) -> dict:
         """The scalar scales a plan passes its kernel (1 where each row and column has its own)."""
-        return {"scale_a": 2.0 ** self.scale_a_exp, "scale_b": 2.0 ** self.scale_b_exp}
+        return {"scale_a": 2.0**self.scale_a_exp, "scale_b": 2.0**self.scale_b_exp}
 
 
 def _scale_exponent(top):
@@ -139,8 +148,11 @@ def _range(stats: ExponentStats) -> str:
     return _range_text(top, stats.fraction_below(top - WIDE_BINADES) if top is not None else 0.0)
 
 
-_WHY = {"fp16_ec": "both fit FP16 as they are", "fp16_ec_scaled": "FP16 after scaling by 2^{sa} and 2^{sb}",
-        "tf32_ec": "too wide for FP16 parts, so TF32 parts"}
+_WHY = {
+    "fp16_ec": "both fit FP16 as they are",
+    "fp16_ec_scaled": "FP16 after scaling by 2^{sa} and 2^{sb}",
+    "tf32_ec": "too wide for FP16 parts, so TF32 parts",
+}
 
 
 def choose(a: ExponentStats, b: ExponentStats) -> MethodChoice:
@@ -155,8 +167,9 @@ def choose(a: ExponentStats, b: ExponentStats) -> MethodChoice:
         return MethodChoice("fp16_ec", 0, 0, f"A: {_range(a)}; B: {_range(b)}; {_WHY['fp16_ec']}")
     sa, sb = fp16_scale_exponent(a), fp16_scale_exponent(b)
     if _fits(a, sa) and _fits(b, sb):
-        return MethodChoice("fp16_ec_scaled", sa, sb,
-                      f"A: {_range(a)}; B: {_range(b)}; {_WHY['fp16_ec_scaled'].format(sa=sa, sb=sb)}")
+        return MethodChoice(
+            "fp16_ec_scaled", sa, sb, f"A: {_range(a)}; B: {_range(b)}; {_WHY['fp16_ec_scaled'].format(sa=sa, sb=sb)}"
+        )
     return MethodChoice("tf32_ec", 0, 0, f"A: {_range(a)}; B: {_range(b)}; {_WHY['tf32_ec']}")
 
 
@@ -187,6 +200,7 @@ def choice_of_record(record, scaled_only: bool) -> MethodChoice | None:
     def rng(side):
         n = r[f"normal_{side}"]
         return _range_text(r[f"top_{side}"] if n else None, r[f"wide_{side}"] / n if n else 0.0)
+
     why = _WHY[method].format(sa=sa, sb=sb)
     return MethodChoice(method, sa, sb, f"{head}; A: {rng('a')}; B: {rng('b')}; {why}")
 
@@ -196,15 +210,20 @@ _PER_ROW_HEAD = "chosen on the GPU: {method}, scales per row of A and column of 
 
 def _per_row_choice(method: str, r: dict) -> MethodChoice:
     """A record that split_scaled.cu wrote (per_row): its method and counts, said so."""
+
     def rng(side):
         n = r[f"normal_{side}"]
         if not n:
             return "no nonzero finite values"
-        return (f"largest magnitude 2^{r[f'top_{side}']}, {100 * r[f'wide_{side}'] / n:.2g}% more than "
-                f"2^{WIDE_BINADES} below their row's (column's) largest")
+        return (
+            f"largest magnitude 2^{r[f'top_{side}']}, {100 * r[f'wide_{side}'] / n:.2g}% more than "
+            f"2^{WIDE_BINADES} below their row's (column's) largest"
+        )
+
     why = "FP16 after scaling each row and column" if method == "fp16_ec_scaled" else _WHY["tf32_ec"]
-    return MethodChoice(method, 0, 0, f"{_PER_ROW_HEAD.format(method=method)}; A: {rng('a')}; B: {rng('b')}; {why}",
-                  per_row=True)
+    return MethodChoice(
+        method, 0, 0, f"{_PER_ROW_HEAD.format(method=method)}; A: {rng('a')}; B: {rng('b')}; {why}", per_row=True
+    )
 
 
 @dataclass(frozen=True)
@@ -243,20 +262,27 @@ def choose_per_row(op_a: np.ndarray, op_b: np.ndarray) -> SegmentChoice:
     elements fall below FP16's normals once scaled; else TF32 parts."""
     a = np.asarray(op_a, np.float32)
     b = np.asarray(op_b, np.float32)
-    rows_a = a.reshape(-1, a.shape[-1])                                  # (batch * M, K)
-    rows_b = np.swapaxes(b, -1, -2).reshape(-1, b.shape[-2])             # (batch * N, K)
+    rows_a = a.reshape(-1, a.shape[-1])  # (batch * M, K)
+    rows_b = np.swapaxes(b, -1, -2).reshape(-1, b.shape[-2])  # (batch * N, K)
     sa, na, ba, ta, ca = _segment_stats(rows_a)
     sb, nb, bb, tb, cb = _segment_stats(rows_b)
     fits_a = not ca and _few_below(ba, na)
     fits_b = not cb and _few_below(bb, nb)
     method = "fp16_ec_scaled" if fits_a and fits_b else "tf32_ec"
-    counts = {"normal_a": na, "normal_b": nb, "wide_a": ba, "wide_b": bb,
-              "top_a": ta - 127 if na else 0, "top_b": tb - 127 if nb else 0}
+    counts = {
+        "normal_a": na,
+        "normal_b": nb,
+        "wide_a": ba,
+        "wide_b": bb,
+        "top_a": ta - 127 if na else 0,
+        "top_b": tb - 127 if nb else 0,
+    }
     return SegmentChoice(_per_row_choice(method, {**counts, "method": method}), sa, sb, counts)
 
 
 # -- the GPU side ---------------------------------------------------------------------------
 # The pass itself is kernels/ec/exponent_histogram.py, beside its kernel.
+
 
 def exponent_stats(gpu, stream: int, operands) -> list[ExponentStats]:
     """Exponent histograms of device matrices ``operands`` = [(ptr, rows, cols, ld), ...],

@@ -44,9 +44,9 @@ class Plan:
     params: dict
     problem: Problem
     name_expression: str
-    extra: dict = field(default_factory=dict)   # values of spec.extra_args (default 1.0)
-    method: str = ""                            # error-corrected FP32: the method used
-    reason: str = ""                            # why this kernel or method, where a choice was made
+    extra: dict = field(default_factory=dict)  # values of spec.extra_args (default 1.0)
+    method: str = ""  # error-corrected FP32: the method used
+    reason: str = ""  # why this kernel or method, where a choice was made
     # Why the kernel asked for is not the one that runs (see KernelSpec.why_unusable), or "".
     fallback_reason: str = ""
     # Why the configuration is not the default / tuned / auto one: it did not fit the GPU's limits.
@@ -76,8 +76,13 @@ class Plan:
     @property
     def key(self) -> tuple:
         """Everything that makes two plans launch differently (hashable; Plan holds dicts)."""
-        return (self.spec.name, self.name_expression, self.problem, tuple(sorted(self.params.items())),
-                tuple(sorted(self.extra.items())))
+        return (
+            self.spec.name,
+            self.name_expression,
+            self.problem,
+            tuple(sorted(self.params.items())),
+            tuple(sorted(self.extra.items())),
+        )
 
 
 def scalar(value, name: str) -> np.float32:
@@ -86,7 +91,7 @@ def scalar(value, name: str) -> np.float32:
     return np.float32(value)
 
 
-INT32_MAX = 2**31 - 1   # the kernels take sizes and leading dimensions as 32-bit ints
+INT32_MAX = 2**31 - 1  # the kernels take sizes and leading dimensions as 32-bit ints
 
 
 def storage_itemsize(dtype: str) -> int:
@@ -101,20 +106,25 @@ def contiguous_tma_aligned(M: int, N: int, K: int, elem_bytes: int) -> bool:
     return tma_aligned(0, M, max(K, 1), 0, K, max(N, 1), elem_bytes)
 
 
-def contiguous_rows_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N", dtype: str = "float32",
-                              out_dtype: str | None = None) -> str:
+def contiguous_rows_aligned16(
+    M: int, N: int, K: int, op_a: str = "N", op_b: str = "N", dtype: str = "float32", out_dtype: str | None = None
+) -> str:
     """The operands of fresh contiguous arrays (as contiguous_aligned16's) whose stored
     rows all start on the 16-byte grid (_Side.rows_aligned16): one stored row, or rows
     of a multiple of 16 bytes."""
     e = storage_itemsize(dtype)
     eo = ITEMSIZE[out_dtype or ("float32" if dtype in FLOAT32_RESULT else dtype)]
-    stored = {"A": (M if op_a == "N" else K, (K if op_a == "N" else M) * e),
-              "B": (K if op_b == "N" else N, (N if op_b == "N" else K) * e), "C": (M, N * eo)}
+    stored = {
+        "A": (M if op_a == "N" else K, (K if op_a == "N" else M) * e),
+        "B": (K if op_b == "N" else N, (N if op_b == "N" else K) * e),
+        "C": (M, N * eo),
+    }
     return "".join(k for k, (rows, width) in stored.items() if rows <= 1 or width % 16 == 0)
 
 
-def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N", dtype: str = "float32",
-                         out_dtype: str | None = None) -> bool:
+def contiguous_aligned16(
+    M: int, N: int, K: int, op_a: str = "N", op_b: str = "N", dtype: str = "float32", out_dtype: str | None = None
+) -> bool:
     """Whether fresh contiguous (256-byte aligned) arrays -- op(A) M x K and op(B)
     K x N stored with layouts op_a / op_b, C M x N row-major -- allow the
     kernels' 16-byte accesses: every stored row a multiple of 16 bytes, each
@@ -126,6 +136,7 @@ def contiguous_aligned16(M: int, N: int, K: int, op_a: str = "N", op_b: str = "N
 
 
 # -- operand layouts and batches ------------------------------------------------
+
 
 def matrix_layout(shape, strides, *, unit_column_major: bool = False) -> tuple[str, int] | None:
     """How the kernels read a rows x cols matrix with these element strides:
@@ -174,16 +185,16 @@ class _Side:
     trans_b), how that is stored, and its element strides over the batch."""
 
     operand: Operand
-    name: str              # "a", "b", "out"; "a^T" when trans_a
+    name: str  # "a", "b", "out"; "a^T" when trans_a
     rows: int
     cols: int
-    layout: str            # "N" row-major, "T" column-major
+    layout: str  # "N" row-major, "T" column-major
     ld: int
     batch: tuple[int, ...]  # element strides over the broadcast batch shape (0: broadcast)
-    copy: bool             # a contiguous copy is made first (strides the kernels cannot read, a dtype
-                           # to convert, an out that overlaps an input or has another dtype)
+    copy: bool  # a contiguous copy is made first (strides the kernels cannot read, a dtype
+    # to convert, an out that overlaps an input or has another dtype)
     trans: bool = False
-    cast: str | None = None   # the dtype that copy converts to (an input of a mixed-dtype product)
+    cast: str | None = None  # the dtype that copy converts to (an input of a mixed-dtype product)
 
     def flipped(self) -> "_Side":
         """The same memory read as the transposed matrix."""
@@ -195,8 +206,12 @@ class _Side:
         return self.cols if self.layout == "N" else self.rows
 
     def aligned16(self, itemsize: int, ptr: int) -> bool:
-        return (ptr % 16 == 0 and (self.ld * itemsize) % 16 == 0 and (self.width * itemsize) % 16 == 0
-                and all((s * itemsize) % 16 == 0 for s in self.batch))
+        return (
+            ptr % 16 == 0
+            and (self.ld * itemsize) % 16 == 0
+            and (self.width * itemsize) % 16 == 0
+            and all((s * itemsize) % 16 == 0 for s in self.batch)
+        )
 
     def rows_aligned16(self, itemsize: int, ptr: int) -> bool:
         """Whether every stored row starts on the 16-byte grid, whatever the rows' width:
@@ -204,12 +219,23 @@ class _Side:
         dimension (one row has no stride to check: a decode step's dY or logits of odd
         length)."""
         stored_rows = self.rows if self.layout == "N" else self.cols
-        return (ptr % 16 == 0 and (stored_rows <= 1 or (self.ld * itemsize) % 16 == 0)
-                and all((s * itemsize) % 16 == 0 for s in self.batch))
+        return (
+            ptr % 16 == 0
+            and (stored_rows <= 1 or (self.ld * itemsize) % 16 == 0)
+            and all((s * itemsize) % 16 == 0 for s in self.batch)
+        )
 
 
-def _side(op: Operand, trans: bool, batch_shape, *, is_input: bool = True, copy: bool = False,
-          cast: str | None = None, used: bool = True) -> _Side:
+def _side(
+    op: Operand,
+    trans: bool,
+    batch_shape,
+    *,
+    is_input: bool = True,
+    copy: bool = False,
+    cast: str | None = None,
+    used: bool = True,
+) -> _Side:
     """Resolve one operand: logical matrix, layout (or a copy), batch strides aligned to
     batch_shape.  ``copy``: a contiguous copy is wanted whatever the strides (``cast``:
     converted to that dtype).  An operand without elements, or not ``used`` (the
@@ -223,7 +249,7 @@ def _side(op: Operand, trans: bool, batch_shape, *, is_input: bool = True, copy:
     rows, cols = shape[-2:]
     found = None if copy else matrix_layout((rows, cols), strides[-2:], unit_column_major=is_input)
     copy = found is None
-    if copy:   # the contiguous copy's strides, read through the same op
+    if copy:  # the contiguous copy's strides, read through the same op
         cstr = list(_c_strides(op.shape))
         if trans:
             cstr[-2:] = cstr[-1:-3:-1]
@@ -246,7 +272,8 @@ def _broadcast_batch(A: Operand, B: Operand, oa: str, ob: str) -> tuple[int, ...
             raise ValueError(
                 f"matmul: the batch dimensions of {A.label()} and {B.label()} do not broadcast: "
                 f"{ba} against {bb} differ at dimension {i - n - 2} ({x} vs {y}); numpy.matmul's rule: "
-                f"aligned from the right, each pair of batch dimensions must be equal or one of them 1")
+                f"aligned from the right, each pair of batch dimensions must be equal or one of them 1"
+            )
         out.append(max(x, y) if x and y else 0)
     return tuple(out)
 
@@ -269,17 +296,23 @@ def batch_groups(shape, *strides) -> list[tuple[int, tuple[int, ...]]]:
 
 def _check_dtype(op: Operand) -> None:
     if op.dtype_name not in SUPPORTED_DTYPES:
-        raise TypeError(f"{op.label()}: dtype {op.dtype_name} is not supported; gemmlab's kernels take "
-                        f"{', '.join(SUPPORTED_DTYPES)} (convert with .astype(float32))")
+        raise TypeError(
+            f"{op.label()}: dtype {op.dtype_name} is not supported; gemmlab's kernels take "
+            f"{', '.join(SUPPORTED_DTYPES)} (convert with .astype(float32))"
+        )
     if op.kind == "numpy" and not op.obj.dtype.isnative:
-        raise TypeError(f"{op.label()} is stored in the other byte order ({op.obj.dtype.str}); gemmlab reads "
-                        f"the machine's own (convert with {op.name}.astype({op.dtype_name}))")
+        raise TypeError(
+            f"{op.label()} is stored in the other byte order ({op.obj.dtype.str}); gemmlab reads "
+            f"the machine's own (convert with {op.name}.astype({op.dtype_name}))"
+        )
 
 
 def _check_rank(op: Operand) -> None:
     if len(op.shape) < 1:
-        raise ValueError(f"{op.label()} is a scalar (0 dimensions); matmul takes vectors, matrices and stacks "
-                         f"of matrices (1 or more dimensions), as numpy.matmul does: multiply by a scalar instead")
+        raise ValueError(
+            f"{op.label()} is a scalar (0 dimensions); matmul takes vectors, matrices and stacks "
+            f"of matrices (1 or more dimensions), as numpy.matmul does: multiply by a scalar instead"
+        )
 
 
 def _as_matrix(op: Operand, axis: int) -> Operand:
@@ -287,18 +320,23 @@ def _as_matrix(op: Operand, axis: int) -> Operand:
     ``axis`` (-2: a vector a as a 1 x K matrix, or out's row of it; -1: b as K x 1),
     the same memory at the same address (a dimension of one element needs no stride)."""
     at = max(len(op.shape) + 1 + axis, 0)
-    return dataclasses.replace(op, shape=op.shape[:at] + (1,) + op.shape[at:],
-                               strides=op.strides[:at] + (0,) + op.strides[at:],
-                               shown=op.shape if op.shown is None else op.shown)
+    return dataclasses.replace(
+        op,
+        shape=op.shape[:at] + (1,) + op.shape[at:],
+        strides=op.strides[:at] + (0,) + op.strides[at:],
+        shown=op.shape if op.shown is None else op.shown,
+    )
 
 
 def _check_32bit(op: Operand) -> None:
     """The kernels take sizes and leading dimensions as 32-bit ints (batch strides are 64-bit)."""
     found = matrix_layout(op.shape[-2:], op.strides[-2:])
-    ld = found[1] if found else op.shape[-1]     # a copy is C-ordered
+    ld = found[1] if found else op.shape[-1]  # a copy is C-ordered
     if max(*op.shape[-2:], ld) > INT32_MAX:
-        raise ValueError(f"{op.label()} has shape {op.shape} and leading dimension {ld}: gemmlab's kernels "
-                         f"take each dimension and leading dimension as a 32-bit int (at most {INT32_MAX})")
+        raise ValueError(
+            f"{op.label()} has shape {op.shape} and leading dimension {ld}: gemmlab's kernels "
+            f"take each dimension and leading dimension as a 32-bit int (at most {INT32_MAX})"
+        )
 
 
 _UNTUNED_NOTED: set[str] = set()
@@ -310,15 +348,36 @@ def note_untuned(slug: str) -> None:
         return
     _UNTUNED_NOTED.add(slug)
     if tables.load_table(slug) is None:
-        log.info("no tuned table for %s: kernel='auto' uses rules written from its limits; "
-                 "`gemmlab tune` measures configurations fitted to it", slug)
+        log.info(
+            "no tuned table for %s: kernel='auto' uses rules written from its limits; "
+            "`gemmlab tune` measures configurations fitted to it",
+            slug,
+        )
 
 
-def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_count: int = 132,
-         gpu_slug: str | None = None, dtype: str = "float32", out_dtype: str = "float32",
-         op_a: str = "N", op_b: str = "N", batch: int = 1, arch: str | None = None, tma_aligned: bool = True,
-         gpu_name: str = "this GPU", smem_limit: int | None = None, stage_bytes: int | None = None,
-         precision: str | None = None, rows_aligned16: str | None = None, **tile_params) -> Plan:
+def plan(
+    kernel: str,
+    M: int,
+    N: int,
+    K: int,
+    *,
+    aligned16: bool = True,
+    sm_count: int = 132,
+    gpu_slug: str | None = None,
+    dtype: str = "float32",
+    out_dtype: str = "float32",
+    op_a: str = "N",
+    op_b: str = "N",
+    batch: int = 1,
+    arch: str | None = None,
+    tma_aligned: bool = True,
+    gpu_name: str = "this GPU",
+    smem_limit: int | None = None,
+    stage_bytes: int | None = None,
+    precision: str | None = None,
+    rows_aligned16: str | None = None,
+    **tile_params,
+) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
 
     The names are checked here; the choice itself is gemmlab.core.choose's (:func:`choose`),
@@ -371,17 +430,42 @@ def plan(kernel: str, M: int, N: int, K: int, *, aligned16: bool = True, sm_coun
     if kernel == "auto" and tile_params:
         raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
     if kernel != "auto":
-        registry.get(kernel)          # an unknown name fails here, tuned table or not
+        registry.get(kernel)  # an unknown name fails here, tuned table or not
     if gpu_slug:
         note_untuned(gpu_slug)
     if rows_aligned16 is None:
         rows_aligned16 = "ABC" if aligned16 else ""
-    c = choose(Product(M, N, K, batch, dtype, out_dtype, op_a, op_b, aligned16, tma_aligned, stage_bytes, kernel,
-                       tile_params, precision, rows_aligned16),
-               GPU(arch, sm_count, gpu_slug, gpu_name, smem_limit))
-    return Plan(c.spec, c.params, c.problem, c.spec.name_expression(c.params, c.problem), method=c.method,
-                reason=c.reason, fallback_reason="; ".join(c.fallbacks), limit_reason=c.limit_reason,
-                passed_over=c.passed_over)
+    c = choose(
+        Product(
+            M,
+            N,
+            K,
+            batch,
+            dtype,
+            out_dtype,
+            op_a,
+            op_b,
+            aligned16,
+            tma_aligned,
+            stage_bytes,
+            kernel,
+            tile_params,
+            precision,
+            rows_aligned16,
+        ),
+        GPU(arch, sm_count, gpu_slug, gpu_name, smem_limit),
+    )
+    return Plan(
+        c.spec,
+        c.params,
+        c.problem,
+        c.spec.name_expression(c.params, c.problem),
+        method=c.method,
+        reason=c.reason,
+        fallback_reason="; ".join(c.fallbacks),
+        limit_reason=c.limit_reason,
+        passed_over=c.passed_over,
+    )
 
 
 def _dtype_arg(value, name: str) -> str | None:
@@ -402,8 +486,9 @@ def promoted(da: str, db: str) -> str:
 def _resolve_dtypes(A: Operand, B: Operand, O: Operand | None, precision, out_dtype) -> tuple[str, str]:
     """(what the kernel multiplies, what it writes) from the operands and the options."""
     if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not one of "
-                         f"{', '.join(repr(p) for p in PRECISIONS if p)} (or None)")
+        raise ValueError(
+            f"precision={precision!r} is not one of {', '.join(repr(p) for p in PRECISIONS if p)} (or None)"
+        )
     dtype = promoted(A.dtype_name, B.dtype_name)
     if precision is not None and dtype != "float32":
         raise ValueError(f"precision={precision!r} is for float32 inputs; a and b are {dtype}")
@@ -419,11 +504,15 @@ def _resolve_dtypes(A: Operand, B: Operand, O: Operand | None, precision, out_dt
     if out_dt is None:
         # An out the kernels can write is written; any other float out gets the result
         # in float32, cast into it (numpy.matmul's casting="same_kind").
-        out_dt = O.dtype_name if O is not None and O.dtype_name in allowed else \
-            "float32" if O is not None or dtype in FLOAT32_RESULT else dtype
+        out_dt = (
+            O.dtype_name
+            if O is not None and O.dtype_name in allowed
+            else "float32"
+            if O is not None or dtype in FLOAT32_RESULT
+            else dtype
+        )
     if out_dt not in allowed:
-        inputs = dtype if A.dtype_name == B.dtype_name else \
-            f"{A.dtype_name} and {B.dtype_name} (promoted to {dtype})"
+        inputs = dtype if A.dtype_name == B.dtype_name else f"{A.dtype_name} and {B.dtype_name} (promoted to {dtype})"
         raise TypeError(f"{inputs} inputs give a {' or '.join(allowed)} result, not {out_dt}")
     return dtype, out_dt
 
@@ -434,10 +523,10 @@ class Call:
 
     A: _Side
     B: _Side
-    C: _Side | None        # None: a new result
+    C: _Side | None  # None: a new result
     K: int
     batch_shape: tuple[int, ...]
-    result_shape: tuple[int, ...]   # what the caller gets (numpy.matmul's: a vector's 1 removed)
+    result_shape: tuple[int, ...]  # what the caller gets (numpy.matmul's: a vector's 1 removed)
     alpha: np.float32
     beta: np.float32
     dtypes: dict
@@ -484,11 +573,14 @@ def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> 
     if K != K2:
         sa, sb = (A.shape if vec_a else la), (B.shape if vec_b else lb)
         rule = f"{oa}.shape[-1] == {ob}.shape[{0 if vec_b else -2}]"
-        raise ValueError(f"matmul: inner dimensions differ: {oa} has shape {sa} (K={K}) but {ob} has shape "
-                         f"{sb} (K={K2}); {oa} @ {ob} needs {rule}")
+        raise ValueError(
+            f"matmul: inner dimensions differ: {oa} has shape {sa} (K={K}) but {ob} has shape "
+            f"{sb} (K={K2}); {oa} @ {ob} needs {rule}"
+        )
     if A.on_gpu != B.on_gpu:
-        raise TypeError(f"{A.label()} and {B.label()} are not on the same side: pass both as "
-                        "NumPy arrays or both on the same GPU")
+        raise TypeError(
+            f"{A.label()} and {B.label()} are not on the same side: pass both as NumPy arrays or both on the same GPU"
+        )
     if A.on_gpu and A.device != B.device:
         raise ValueError(f"{A.label()} and {B.label()} are on different devices")
     batch_shape = _broadcast_batch(MA, MB, oa, ob)
@@ -499,15 +591,19 @@ def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> 
     if O is not None:
         if O.shape != result_shape:
             shapes = f"{oa} {A.shape if vec_a else la}, {ob} {B.shape if vec_b else lb}"
-            raise ValueError(f"{O.label()} has the wrong shape: {oa} @ {ob} is {result_shape} "
-                             f"({shapes}; out must have the full broadcast shape)")
+            raise ValueError(
+                f"{O.label()} has the wrong shape: {oa} @ {ob} is {result_shape} "
+                f"({shapes}; out must have the full broadcast shape)"
+            )
         if O.on_gpu != A.on_gpu or (O.on_gpu and O.device != A.device):
             raise ValueError(f"{O.label()} must be where a and b are ({A.where()})")
         if O.kind == "numpy" and not O.obj.flags.writeable:
             raise ValueError(f"{O.label()} is read-only")
         if overlaps_itself(O.shape, O.strides):
-            raise ValueError(f"{O.label()} has element strides {O.strides}: some of its elements share "
-                             "memory (a zero or too small stride), so results would overwrite each other")
+            raise ValueError(
+                f"{O.label()} has element strides {O.strides}: some of its elements share "
+                "memory (a zero or too small stride), so results would overwrite each other"
+            )
         MO = _as_matrix(O, -2) if vec_a else O
         MO = _as_matrix(MO, -1) if vec_b else MO
         _check_32bit(MO)
@@ -516,21 +612,41 @@ def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> 
         shared = O.meets(A) or O.meets(B)
         SC = _side(MO, False, batch_shape, is_input=False, copy=not empty and (shared or O.dtype_name != out_dt))
     elif beta != 0:
-        raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; "
-                         "pass out= or leave beta=0")
+        raise ValueError(f"beta={float(beta)} scales an existing output, so it needs out=; pass out= or leave beta=0")
     # A mixed-dtype product: the other operand converted once (never an empty one: not read).
     kernel_in = "float32" if dtype in FLOAT32_RESULT else dtype
-    SA, SB = (_side(X, t, batch_shape, copy=X.dtype_name != kernel_in,
-                    cast=kernel_in if X.dtype_name != kernel_in else None, used=not empty)
-              for X, t in ((MA, trans_a), (MB, trans_b)))
+    SA, SB = (
+        _side(
+            X,
+            t,
+            batch_shape,
+            copy=X.dtype_name != kernel_in,
+            cast=kernel_in if X.dtype_name != kernel_in else None,
+            used=not empty,
+        )
+        for X, t in ((MA, trans_a), (MB, trans_b))
+    )
     for S in (SA, SB, SC):
         if S is not None and S.copy and S.operand.kind == "cuda":
-            raise TypeError(f"{S.operand.label()} would have to be copied (element strides {S.operand.strides} "
-                            "that gemmlab's kernels cannot read: no unit stride in its matrices, or a negative "
-                            "one; or a dtype other than the product's; or memory shared with an input), and "
-                            "gemmlab copies only CuPy arrays and PyTorch tensors: pass a contiguous array")
-    return Call(SA, SB, SC, K, batch_shape, result_shape, alpha, beta, {"dtype": dtype, "out_dtype": out_dt},
-                A.device if A.on_gpu else 0, A.on_gpu)
+            raise TypeError(
+                f"{S.operand.label()} would have to be copied (element strides {S.operand.strides} "
+                "that gemmlab's kernels cannot read: no unit stride in its matrices, or a negative "
+                "one; or a dtype other than the product's; or memory shared with an input), and "
+                "gemmlab copies only CuPy arrays and PyTorch tensors: pass a contiguous array"
+            )
+    return Call(
+        SA,
+        SB,
+        SC,
+        K,
+        batch_shape,
+        result_shape,
+        alpha,
+        beta,
+        {"dtype": dtype, "out_dtype": out_dt},
+        A.device if A.on_gpu else 0,
+        A.on_gpu,
+    )
 
 
 @dataclass
@@ -543,7 +659,7 @@ class KernelView:
     A: _Side
     B: _Side
     C: _Side | None
-    ptrs: dict          # side name -> device pointer (0 where not known yet: a copy, a new result)
+    ptrs: dict  # side name -> device pointer (0 where not known yet: a copy, a new result)
     itemsize: dict
     batch_shape: tuple[int, ...]
 
@@ -553,8 +669,9 @@ class KernelView:
     def rows_aligned16(self) -> str:
         """The operands ("A", "B", "C": a new result's rows always) whose stored rows all
         start on the 16-byte grid (_Side.rows_aligned16)."""
-        return "".join(k for k, s in self._sides() if s.rows_aligned16(self.itemsize[k], self.ptrs.get(k, 0))) \
-            + ("C" if self.C is None else "")
+        return "".join(k for k, s in self._sides() if s.rows_aligned16(self.itemsize[k], self.ptrs.get(k, 0))) + (
+            "C" if self.C is None else ""
+        )
 
     def _sides(self) -> list:
         return [("A", self.A), ("B", self.B)] + ([("C", self.C)] if self.C is not None else [])
@@ -570,15 +687,13 @@ def kernel_view(call: Call, C: _Side | None = None, ptrs: dict | None = None) ->
     M, N = A.rows, B.cols
     item_in = storage_itemsize(call.dtypes["dtype"])
     itemsize = {"A": item_in, "B": item_in, "C": ITEMSIZE[call.dtypes["out_dtype"]]}
-    if ptrs is None:   # where the operands are now (a copy, not made yet, will be freshly allocated)
+    if ptrs is None:  # where the operands are now (a copy, not made yet, will be freshly allocated)
         ptrs = {k: 0 if S.copy else S.operand.ptr for k, S in (("A", A), ("B", B), ("C", C)) if S is not None}
     ptrs = dict(ptrs)
     if C is not None and C.layout == "T" and not C.copy:
         A, B, C, M, N = B.flipped(), A.flipped(), C.flipped(), N, M
         ptrs["A"], ptrs["B"] = ptrs.get("B", 0), ptrs.get("A", 0)
     return KernelView(M, N, A, B, C, ptrs, itemsize, call.batch_shape)
-
-
 
 
 def result_side(call: Call) -> _Side:
@@ -609,8 +724,10 @@ def batching(kv: KernelView) -> Batching:
     z = max(range(len(groups)), key=lambda i: groups[i][0], default=None)
     nz, zstr = groups[z] if z is not None else (1, (0, 0, 0))
     outer = [g for i, g in enumerate(groups) if i != z]
-    offsets = tuple(tuple(sum(i * st[k] for i, (_, st) in zip(idx, outer)) for k in range(3))
-                    for idx in itertools.product(*(range(n) for n, _ in outer)))
+    offsets = tuple(
+        tuple(sum(i * st[k] for i, (_, st) in zip(idx, outer)) for k in range(3))
+        for idx in itertools.product(*(range(n) for n, _ in outer))
+    )
     return Batching(nz, tuple(zstr), offsets)
 
 
@@ -621,17 +738,26 @@ def tma_reading(call: Call, kv: KernelView, bt: Batching) -> tuple[bool, int]:
     the batch shares, stride 0, once)."""
     ia = kv.itemsize["A"]
     batch_strides = [bt.strides[:2]] + [off[:2] for off in bt.offsets]
-    readable = [tma_readable(kv.ptrs[k], rows, side.ld, ia, [st[i] for st in batch_strides])
-                for i, (k, side, rows) in enumerate((("A", kv.A, kv.M if kv.A.layout == "N" else call.K),
-                                                     ("B", kv.B, call.K if kv.B.layout == "N" else kv.N)))]
-    stage_bytes = sum(rows * cols * ia * (bt.nz if stride else 1)
-                      for ok, rows, cols, stride in ((readable[0], kv.M, call.K, bt.strides[0]),
-                                                     (readable[1], call.K, kv.N, bt.strides[1])) if not ok)
+    readable = [
+        tma_readable(kv.ptrs[k], rows, side.ld, ia, [st[i] for st in batch_strides])
+        for i, (k, side, rows) in enumerate(
+            (("A", kv.A, kv.M if kv.A.layout == "N" else call.K), ("B", kv.B, call.K if kv.B.layout == "N" else kv.N))
+        )
+    ]
+    stage_bytes = sum(
+        rows * cols * ia * (bt.nz if stride else 1)
+        for ok, rows, cols, stride in (
+            (readable[0], kv.M, call.K, bt.strides[0]),
+            (readable[1], call.K, kv.N, bt.strides[1]),
+        )
+        if not ok
+    )
     return all(readable), stage_bytes
 
 
-def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_params: dict,
-              precision: str | None = None) -> Plan:
+def plan_call(
+    call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_params: dict, precision: str | None = None
+) -> Plan:
     """The plan for a validated call on ``gpu``, with every pointer of ``kv``
     known: 16-byte alignment and TMA's rules are checked on every matrix of the
     batch.  ``precision`` goes to the choice (gemmlab.core.choose): fp16_ec (FP16 parts
@@ -639,11 +765,27 @@ def plan_call(call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_p
     BN or FOLD, and fp32_tc with kernel="auto" on a product too thin for the tensor
     cores runs FP32 on the CUDA cores (the plan's ``method`` is then "fp32")."""
     tma_ok, stage_bytes = tma_reading(call, kv, bt)
-    return plan(kernel, kv.M, kv.N, call.K, aligned16=kv.aligned16(), rows_aligned16=kv.rows_aligned16(),
-                sm_count=gpu.sm_count, gpu_slug=gpu.slug,
-                op_a=kv.A.layout, op_b=kv.B.layout, batch=bt.nz, arch=gpu.arch, tma_aligned=tma_ok,
-                gpu_name=gpu.name, smem_limit=gpu.max_smem_per_block_optin, stage_bytes=stage_bytes,
-                precision=precision, **call.dtypes, **tile_params)
+    return plan(
+        kernel,
+        kv.M,
+        kv.N,
+        call.K,
+        aligned16=kv.aligned16(),
+        rows_aligned16=kv.rows_aligned16(),
+        sm_count=gpu.sm_count,
+        gpu_slug=gpu.slug,
+        op_a=kv.A.layout,
+        op_b=kv.B.layout,
+        batch=bt.nz,
+        arch=gpu.arch,
+        tma_aligned=tma_ok,
+        gpu_name=gpu.name,
+        smem_limit=gpu.max_smem_per_block_optin,
+        stage_bytes=stage_bytes,
+        precision=precision,
+        **call.dtypes,
+        **tile_params,
+    )
 
 
 def plan_for_choice(p: Plan, choice: "methods.MethodChoice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:
@@ -651,10 +793,25 @@ def plan_for_choice(p: Plan, choice: "methods.MethodChoice", gpu, kernel: str, t
     kernel instantiated for that method's parts, with its scales."""
     if choice.kernel_dtype != p.problem.dtype:
         pr = p.problem
-        p = plan(kernel, pr.M, pr.N, pr.K, aligned16=pr.aligned16, rows_aligned16=pr.rows_aligned16,
-                 sm_count=gpu.sm_count, gpu_slug=gpu.slug,
-                 dtype=choice.kernel_dtype, out_dtype=pr.out_dtype, op_a=pr.op_a, op_b=pr.op_b, batch=batch,
-                 arch=gpu.arch, tma_aligned=pr.tma_aligned, gpu_name=gpu.name,
-                 smem_limit=gpu.max_smem_per_block_optin, **tile_params)
+        p = plan(
+            kernel,
+            pr.M,
+            pr.N,
+            pr.K,
+            aligned16=pr.aligned16,
+            rows_aligned16=pr.rows_aligned16,
+            sm_count=gpu.sm_count,
+            gpu_slug=gpu.slug,
+            dtype=choice.kernel_dtype,
+            out_dtype=pr.out_dtype,
+            op_a=pr.op_a,
+            op_b=pr.op_b,
+            batch=batch,
+            arch=gpu.arch,
+            tma_aligned=pr.tma_aligned,
+            gpu_name=gpu.name,
+            smem_limit=gpu.max_smem_per_block_optin,
+            **tile_params,
+        )
     log.debug("error-corrected method: %s (%s)", choice.method, choice.reason)
     return replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)

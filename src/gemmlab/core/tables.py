@@ -24,7 +24,7 @@ from ..kernels.spec import KERNEL_DIR
 from ..runtime.compile import cache_dir
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "tuned"
-version = 0   # bumped by reload()
+version = 0  # bumped by reload()
 
 
 def shape_key(M: int, N: int, K: int) -> str:
@@ -34,7 +34,6 @@ def shape_key(M: int, N: int, K: int) -> str:
 def parse_shape_key(key: str) -> tuple[int, int, int]:
     M, N, K = (int(v) for v in key.split("x"))
     return M, N, K
-
 
 
 def sources_digest() -> str:
@@ -66,15 +65,15 @@ class TunedTable:
         found = self.nearest(kernel, M, N, K, ops)
         return (found[0], found[1]) if found else None
 
-    def nearest(self, kernel: str, M: int, N: int, K: int, ops: str = "NN", batch: int = 1) \
-            -> tuple[str, dict, str, float] | None:
+    def nearest(
+        self, kernel: str, M: int, N: int, K: int, ops: str = "NN", batch: int = 1
+    ) -> tuple[str, dict, str, float] | None:
         """lookup's answer with the tuned shape that gave it and how far that shape is:
         (kernel, params, shape key, distance), the distance in doublings (log2 of M, N,
         K and the batch, summed; the batch against the nearest the entry was tuned in)."""
         key = (kernel, M, N, K, ops)
         if key not in self._memo:
-            self._memo[key] = (self._nearest(kernel, M, N, K, ops)
-                               or self._nearest(kernel, M, N, K, None))
+            self._memo[key] = self._nearest(kernel, M, N, K, ops) or self._nearest(kernel, M, N, K, None)
         found = self._memo[key]
         if not found:
             return None
@@ -128,6 +127,7 @@ def _read_json(path: Path) -> dict | None:
         return None
     except (OSError, ValueError) as exc:
         import warnings
+
         warnings.warn(f"gemmlab: ignoring unreadable tuning file {path} ({exc})", RuntimeWarning, stacklevel=3)
         return None
 
@@ -171,8 +171,6 @@ def _write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
-
-
 
 
 def reload() -> None:

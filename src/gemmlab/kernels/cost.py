@@ -33,11 +33,11 @@ class Machine:
     """What the model knows of the GPU."""
 
     sm_count: int
-    sm_flops: float = 989e12 / 132    # dense 16-bit tensor FLOP/s of one SM (H100/H200 SXM)
-    dram_bw: float = 3.6e12           # bytes/s the whole GPU streams from DRAM, reachable
-    sm_bw: float = 100e9              # bytes/s one SM pulls from L2 into shared memory
-    launch_s: float = 4e-6            # a launch: its start, the pipeline's fill, the epilogue
-    latency_s: float = 1e-6           # a load's round trip: a ring of R bytes streams R / latency_s
+    sm_flops: float = 989e12 / 132  # dense 16-bit tensor FLOP/s of one SM (H100/H200 SXM)
+    dram_bw: float = 3.6e12  # bytes/s the whole GPU streams from DRAM, reachable
+    sm_bw: float = 100e9  # bytes/s one SM pulls from L2 into shared memory
+    launch_s: float = 4e-6  # a launch: its start, the pipeline's fill, the epilogue
+    latency_s: float = 1e-6  # a load's round trip: a ring of R bytes streams R / latency_s
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Tile:
     blocks_per_sm: int = 1
     splits: int = 1
     label: str = ""
-    ring_bytes: int = 0       # bytes of A and B tiles a block keeps in flight (0: not limiting)
+    ring_bytes: int = 0  # bytes of A and B tiles a block keeps in flight (0: not limiting)
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,9 @@ def tile_use(M: int, N: int, bm: int, bn: int) -> float:
     return (M * N) / (cdiv(M, bm) * bm * cdiv(N, bn) * bn)
 
 
-def predict(M: int, N: int, K: int, tile: Tile, machine: Machine, *, batch: int = 1, in_bytes: int = 2,
-            out_bytes: int = 2) -> Estimate:
+def predict(
+    M: int, N: int, K: int, tile: Tile, machine: Machine, *, batch: int = 1, in_bytes: int = 2, out_bytes: int = 2
+) -> Estimate:
     """Predicted time of ``batch`` products op(A) M x K times op(B) K x N with ``tile``."""
     K = max(K, 1)
     tiles = cdiv(M, tile.bm) * cdiv(N, tile.bn) * max(batch, 1)
@@ -90,7 +91,7 @@ def predict(M: int, N: int, K: int, tile: Tile, machine: Machine, *, batch: int 
     loads = per_sm * (tile.bm + tile.bn) * k_slice * in_bytes / sm_bw
     dram = (M * K + K * N) * in_bytes * max(batch, 1) + M * N * out_bytes * max(batch, 1)
     launches = 1
-    if tile.splits > 1:   # partial sums written, read back by the reduction
+    if tile.splits > 1:  # partial sums written, read back by the reduction
         dram += 2 * 4 * M * N * tile.splits * max(batch, 1)
         launches = 2
     memory = dram / machine.dram_bw
@@ -98,8 +99,10 @@ def predict(M: int, N: int, K: int, tile: Tile, machine: Machine, *, batch: int 
     bound = "compute" if body == compute else "L2 loads" if body == loads else "DRAM"
     waves = items / (machine.sm_count * tile.blocks_per_sm)
     split = f" split {tile.splits}" if tile.splits > 1 else ""
-    reason = (f"{tile.label or f'{tile.bm}x{tile.bn}'}{split}: {items} work items, {waves:.2f} waves, "
-              f"{100 * tile_use(M, N, tile.bm, tile.bn):.0f}% of the tile area useful, {bound}-bound")
+    reason = (
+        f"{tile.label or f'{tile.bm}x{tile.bn}'}{split}: {items} work items, {waves:.2f} waves, "
+        f"{100 * tile_use(M, N, tile.bm, tile.bn):.0f}% of the tile area useful, {bound}-bound"
+    )
     return Estimate(body + launches * machine.launch_s, reason, tile)
 
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 KERNEL_DIR = Path(__file__).resolve().parent
 
-_LINE = re.compile(r"^[ \t]*constexpr[ \t]+int[ \t]+([A-Za-z_]\w*)[ \t]*=[ \t]*(-?(?:0[xX][0-9a-fA-F]+|\d+))[ \t]*;",
-                   re.M)
+_LINE = re.compile(
+    r"^[ \t]*constexpr[ \t]+int[ \t]+([A-Za-z_]\w*)[ \t]*=[ \t]*(-?(?:0[xX][0-9a-fA-F]+|\d+))[ \t]*;", re.M
+)
 
 
 def read_constants(path: str | Path) -> dict[str, int]:

@@ -13,9 +13,9 @@ spec.py defines is imported from there.
 from __future__ import annotations
 
 from .spec import SPECS, KernelSpec, register
+
 # The rungs, in ladder order.
-from .simt import (naive, coalesced, smem_tiled, blocktile_1d, blocktile_2d, vectorized, warptile,
-                   pipelined)
+from .simt import naive, coalesced, smem_tiled, blocktile_1d, blocktile_2d, vectorized, warptile, pipelined
 from .tensor import wmma, wmma_warptile, mma_pipelined, wgmma
 from .ec import ec_wmma, ec_wgmma
 from .gemv import gemv, outer
@@ -28,10 +28,22 @@ FAMILIES = ("simt", "tensor", "ec", "gemv")
 
 # Every rung's module, in ladder order (each defines SPEC).
 RUNGS = (
-    naive, coalesced, smem_tiled, blocktile_1d, blocktile_2d, vectorized, warptile, pipelined,
-    wmma, wmma_warptile, mma_pipelined, wgmma,
-    ec_wmma, ec_wgmma,
-    gemv, outer,
+    naive,
+    coalesced,
+    smem_tiled,
+    blocktile_1d,
+    blocktile_2d,
+    vectorized,
+    warptile,
+    pipelined,
+    wmma,
+    wmma_warptile,
+    mma_pipelined,
+    wgmma,
+    ec_wmma,
+    ec_wgmma,
+    gemv,
+    outer,
 )
 for _rung in RUNGS:
     register(_rung.SPEC)
@@ -41,8 +53,7 @@ def get(name: str) -> KernelSpec:
     try:
         return SPECS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown kernel {name!r}; known kernels: {', '.join(['auto', *SPECS])}") from None
+        raise ValueError(f"unknown kernel {name!r}; known kernels: {', '.join(['auto', *SPECS])}") from None
 
 
 def ladder(family: str | None = None) -> list[KernelSpec]:

@@ -28,10 +28,15 @@ KNOWN_TARGETS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_12
 # fragments`, or derived from the SASS ptxas emits for the dump kernel, run on the CPU
 # by tests/sass_warp.py (test_fragments.py).  Any other target is refused: its maps
 # are unknown.
-FRAGMENT_MAPS = {75: "derived from SASS, not measured (FP16 only: sm_75 has no BF16/TF32 WMMA)",
-                 80: "derived from SASS, not measured", 86: "derived from SASS, not measured",
-                 89: "derived from SASS, not measured", 90: "measured (H100, H200)",
-                 100: "derived from SASS, not measured", 120: "derived from SASS, not measured"}
+FRAGMENT_MAPS = {
+    75: "derived from SASS, not measured (FP16 only: sm_75 has no BF16/TF32 WMMA)",
+    80: "derived from SASS, not measured",
+    86: "derived from SASS, not measured",
+    89: "derived from SASS, not measured",
+    90: "measured (H100, H200)",
+    100: "derived from SASS, not measured",
+    120: "derived from SASS, not measured",
+}
 
 
 def arch_cc(arch: str) -> int:
@@ -41,9 +46,12 @@ def arch_cc(arch: str) -> int:
         raise ValueError(f"{arch!r} is not an NVRTC target such as sm_80 or sm_90a")
     return int(m.group(1))
 
+
 # Every GEMM kernel's parameters; the last three are the batch strides (layout.cuh).
-_SIGNATURE = ("(int M, int N, int K, float alpha, const T* A, int lda, const T* B, int ldb, float beta, "
-              "O* C, int ldc, long long stride_a, long long stride_b, long long stride_c)")
+_SIGNATURE = (
+    "(int M, int N, int K, float alpha, const T* A, int lda, const T* B, int ldb, float beta, "
+    "O* C, int ldc, long long stride_a, long long stride_b, long long stride_c)"
+)
 
 # Operand layouts, BLAS's transa / transb: 'N' the logical matrix is stored
 # row-major, 'T' column-major (its transpose is row-major).  Every GEMM kernel
@@ -77,10 +85,10 @@ class Constraint:
 
 @dataclass(frozen=True)
 class Launch:
-    grid: tuple[int, int, int]          # in blocks
+    grid: tuple[int, int, int]  # in blocks
     block: tuple[int, int, int]
     smem_bytes: int = 0
-    cluster: tuple[int, int, int] = (1, 1, 1)   # blocks per thread-block cluster (Hopper)
+    cluster: tuple[int, int, int] = (1, 1, 1)  # blocks per thread-block cluster (Hopper)
     # The grid is an upper bound that any smaller grid also serves (a persistent
     # kernel walks the tiles): run_plan lowers it to the clusters that fit at once.
     persistent: bool = False
@@ -98,13 +106,13 @@ class Problem:
     # bfloat16, or float32 split into two tensor-core parts (fp16_ec, tf32_ec).
     dtype: str = "float32"
     out_dtype: str = "float32"  # what it writes: float32, or the input's 16-bit type
-    op_a: str = "N"             # how op(A) (M x K) is stored: "N" row-major, "T" column-major
-    op_b: str = "N"             # how op(B) (K x N) is stored
+    op_a: str = "N"  # how op(A) (M x K) is stored: "N" row-major, "T" column-major
+    op_b: str = "N"  # how op(B) (K x N) is stored
     # A and B can be read through TMA tensor maps: 16-byte aligned base addresses,
     # leading dimensions whose byte size is a multiple of 16 (a matrix of one row
     # has no stride to check).  Only the wgmma rung (16-bit inputs) needs it.
     tma_aligned: bool = True
-    sm_count: int = 132         # the GPU's multiprocessors, for persistent grids
+    sm_count: int = 132  # the GPU's multiprocessors, for persistent grids
     # Operands TMA cannot read in place are first copied into an aligned workspace
     # (wgmma, 16-bit: where the planner's cost model says the copy pays).
     stage: bool = False
@@ -139,7 +147,7 @@ class Ask:
     tma_aligned: bool = True
     sm_count: int = 132
     arch: str | None = None
-    rows_aligned16: str = ""    # as Problem's
+    rows_aligned16: str = ""  # as Problem's
 
     def rows_on_grid(self, operand: str) -> bool:
         """Whether every stored row of ``operand`` ("A", "B" or "C") starts on the 16-byte grid."""
@@ -161,8 +169,12 @@ class Offer:
 
 # Element-type codes of the tensor-core kernels' templates (wmma_types.cuh).
 _CODES = read_constants("include/gemmlab/type_codes.cuh")
-TYPE_CODES = {"float16": _CODES["TYPE_FLOAT16"], "bfloat16": _CODES["TYPE_BFLOAT16"], "tf32": _CODES["TYPE_TF32"],
-              "float32": _CODES["TYPE_FLOAT32"]}
+TYPE_CODES = {
+    "float16": _CODES["TYPE_FLOAT16"],
+    "bfloat16": _CODES["TYPE_BFLOAT16"],
+    "tf32": _CODES["TYPE_TF32"],
+    "float32": _CODES["TYPE_FLOAT32"],
+}
 # The error-corrected FP32 methods' codes (type_codes.cuh; ec/01_ec_wmma.cuh splits by them): which parts a value is split into.
 EC_METHODS = {"fp16_ec": _CODES["METHOD_FP16_EC"], "tf32_ec": _CODES["METHOD_TF32_EC"]}
 # Dtypes whose result is always float32: FP32 storage in, FP32 out.
@@ -189,7 +201,7 @@ class PrePass:
 
     workspace_bytes: Callable
     build: Callable
-    what: str           # what the workspace is for, for an out-of-memory message
+    what: str  # what the workspace is for, for an out-of-memory message
     chooses: Callable = lambda plan: False
 
 
@@ -199,8 +211,8 @@ class KernelSpec:
     rung: int
     family: str
     dtypes: tuple[str, ...]
-    source: str                     # path below kernels/
-    template: str                   # C++ name of the kernel template
+    source: str  # path below kernels/
+    template: str  # C++ name of the kernel template
     description: str
     params: tuple[TileParam, ...] = ()
     constraints: tuple[Constraint, ...] = ()
@@ -297,9 +309,11 @@ class KernelSpec:
         if cc < low:
             return f"it needs sm_{low} or later{' for ' + dtype if dtype else ''}: {self.needs}"
         if self.fragment_maps and cc not in FRAGMENT_MAPS:
-            return (f"its WMMA fragment maps (wmma_ext.cuh) are known for "
-                    f"{', '.join(f'sm_{c}' for c in FRAGMENT_MAPS)} only, neither measured nor derived "
-                    f"from SASS for sm_{cc}")
+            return (
+                f"its WMMA fragment maps (wmma_ext.cuh) are known for "
+                f"{', '.join(f'sm_{c}' for c in FRAGMENT_MAPS)} only, neither measured nor derived "
+                f"from SASS for sm_{cc}"
+            )
         return None
 
     def builds_for(self, arch: str, dtype: str | None = None) -> bool:
@@ -310,10 +324,14 @@ class KernelSpec:
         """Raise ValueError naming the GPU, its target, what the kernel needs and which kernels run there."""
         why = self.why_not_on(arch, dtype)
         if why:
-            runs = [s.name for s in SPECS.values() if s.builds_for(arch, dtype) and (dtype is None or dtype in s.dtypes)]
+            runs = [
+                s.name for s in SPECS.values() if s.builds_for(arch, dtype) and (dtype is None or dtype in s.dtypes)
+            ]
             what = f" for {dtype}" if dtype else ""
-            raise ValueError(f"kernel {self.name!r} does not run on {gpu_name} ({arch}): {why}. Kernels that run "
-                             f"there{what}: {', '.join(runs) or 'none'}")
+            raise ValueError(
+                f"kernel {self.name!r} does not run on {gpu_name} ({arch}): {why}. Kernels that run "
+                f"there{what}: {', '.join(runs) or 'none'}"
+            )
 
     def arch_range(self) -> str:
         """Where the kernel runs, in words: e.g. 'sm_80 and later (...)' or 'sm_90a only'."""
@@ -331,8 +349,10 @@ class KernelSpec:
     def why_unusable(self, problem: Problem) -> str | None:
         """Why this kernel cannot take the problem's operands, or None."""
         if (problem.op_a, problem.op_b) not in self.layouts:
-            return (f"it reads {' or '.join(a + b for a, b in self.layouts)} operand layouts only, "
-                    f"not {problem.op_a}{problem.op_b}")
+            return (
+                f"it reads {' or '.join(a + b for a, b in self.layouts)} operand layouts only, "
+                f"not {problem.op_a}{problem.op_b}"
+            )
         return self.unusable(problem) if self.unusable else None
 
     def splits(self, params: Mapping[str, int]) -> int:
@@ -356,7 +376,8 @@ class KernelSpec:
             legal = ", ".join(known) if known else "none"
             raise ValueError(
                 f"kernel {self.name!r} has no tile parameter {', '.join(map(repr, unknown))}; "
-                f"its tile parameters are: {legal}")
+                f"its tile parameters are: {legal}"
+            )
         resolved = self.defaults()
         for name, value in given.items():
             p = known[name]
@@ -366,7 +387,8 @@ class KernelSpec:
             if value not in p.values:
                 raise ValueError(
                     f"tile parameter {name}={value} is not legal for kernel {self.name!r}; "
-                    f"legal values: {', '.join(map(str, p.values))}")
+                    f"legal values: {', '.join(map(str, p.values))}"
+                )
             resolved[name] = value
         broken = [c for c in self.constraints if c.binds(dtype) and not c.holds(resolved)]
         if broken:
@@ -374,7 +396,9 @@ class KernelSpec:
             raise ValueError(
                 f"tile parameters {desc} are not a legal combination for kernel {self.name!r}"
                 + (f" with {dtype} inputs" if any(c.dtypes for c in broken) else "")
-                + ": " + "; ".join(c.rule for c in broken))
+                + ": "
+                + "; ".join(c.rule for c in broken)
+            )
         return resolved
 
     def configurations(self, dtype: str | None = None) -> list[dict[str, int]]:
@@ -392,8 +416,10 @@ class KernelSpec:
         """Raise TypeError if this kernel does not compute problem.dtype -> problem.out_dtype."""
         if problem.dtype not in self.dtypes:
             fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes]
-            raise TypeError(f"kernel {self.name!r} computes {', '.join(self.dtypes)}, not {problem.dtype}; "
-                            f"for {problem.dtype} use one of: {', '.join(fits) or 'none yet'}")
+            raise TypeError(
+                f"kernel {self.name!r} computes {', '.join(self.dtypes)}, not {problem.dtype}; "
+                f"for {problem.dtype} use one of: {', '.join(fits) or 'none yet'}"
+            )
         allowed = ("float32",) if problem.dtype in FLOAT32_RESULT else ("float32", problem.dtype)
         if problem.out_dtype not in allowed:
             raise TypeError(f"{problem.dtype} inputs give a {' or '.join(allowed)} result, not {problem.out_dtype}")
@@ -413,7 +439,7 @@ class KernelSpec:
         only the variants whose dtype runs there (sm_75: FP16 WMMA, not BF16/TF32)."""
         seen: dict[str, tuple[dict, Problem]] = {}
         variants = [v for v in self.variants if arch is None or self.builds_for(arch, v.dtype)]
-        for params in (self.configurations() if configs is None else configs):
+        for params in self.configurations() if configs is None else configs:
             for prob in variants:
                 # a rule of some types only (Constraint.dtypes) that these parameters break
                 if not all(c.holds(params) for c in self.constraints if c.dtypes and c.binds(prob.dtype)):
@@ -444,8 +470,7 @@ class KernelSpec:
             "dtypes": list(self.dtypes),
             "description": self.description,
             "source": self.source,
-            "params": {p.name: {"values": list(p.values), "default": p.default, "doc": p.doc}
-                       for p in self.params},
+            "params": {p.name: {"values": list(p.values), "default": p.default, "doc": p.doc} for p in self.params},
             "constraints": [c.rule for c in self.constraints],
             "arches": list(self.arches),
             "min_arch": dict(self.min_arch),

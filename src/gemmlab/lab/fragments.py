@@ -28,19 +28,19 @@ from ..kernels.spec import FRAGMENT_MAPS, arch_cc
 SOURCE = Path(__file__).resolve().parents[1] / "kernels" / "lab" / "fragment_dump.cu"
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 USES = ("matrix_a", "matrix_b", "accumulator")
-DTYPES = ("f16", "bf16", "tf32", "f32")          # template codes 0..3 in wmma_types.cuh
+DTYPES = ("f16", "bf16", "tf32", "f32")  # template codes 0..3 in wmma_types.cuh
 # Targets with known maps (kernels/spec.py FRAGMENT_MAPS says which were measured).
 SUPPORTED_ARCHES = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_120", "sm_120a")
 
 
 @dataclass(frozen=True)
 class FragmentKind:
-    use: str        # matrix_a, matrix_b, accumulator
+    use: str  # matrix_a, matrix_b, accumulator
     m: int
     n: int
     k: int
-    dtype: str      # f16, bf16, tf32 (matrix_a/b); f16, f32 (accumulator)
-    layout: str     # row or col: the fragment's layout, or the accumulator's load layout
+    dtype: str  # f16, bf16, tf32 (matrix_a/b); f16, f32 (accumulator)
+    layout: str  # row or col: the fragment's layout, or the accumulator's load layout
 
     @property
     def name(self) -> str:
@@ -72,8 +72,7 @@ class FragmentKind:
 
     @property
     def template_args(self) -> tuple[int, int, int, int, int, int]:
-        return (USES.index(self.use), self.m, self.n, self.k, DTYPES.index(self.dtype),
-                int(self.layout == "col"))
+        return (USES.index(self.use), self.m, self.n, self.k, DTYPES.index(self.dtype), int(self.layout == "col"))
 
     def name_expression(self, template: str = "gemmlab::lab::fragment_dump") -> str:
         return f"{template}<{', '.join(map(str, self.template_args))}>"
@@ -83,14 +82,14 @@ def _kinds() -> tuple[FragmentKind, ...]:
     out = []
     shapes16 = ((16, 16, 16), (32, 8, 16), (8, 32, 16))
     for use in ("matrix_a", "matrix_b"):
-        for (m, n, k) in shapes16:
+        for m, n, k in shapes16:
             for dt in ("f16", "bf16"):
                 for lay in ("row", "col"):
                     out.append(FragmentKind(use, m, n, k, dt, lay))
         for lay in ("row", "col"):
             out.append(FragmentKind(use, 16, 16, 8, "tf32", lay))
-    for (m, n, k) in shapes16 + ((16, 16, 8),):
-        for dt in (("f32", "f16") if k == 16 else ("f32",)):
+    for m, n, k in shapes16 + ((16, 16, 8),):
+        for dt in ("f32", "f16") if k == 16 else ("f32",):
             for lay in ("row", "col"):
                 out.append(FragmentKind("accumulator", m, n, k, dt, lay))
     return tuple(out)
@@ -118,21 +117,27 @@ def select(patterns: list[str] | None, among=None) -> list[FragmentKind]:
     def named(kd: FragmentKind, pattern: str) -> bool:
         parts = kd.name.split(".")
         return pattern == kd.name or all(p in parts for p in pattern.split("."))
+
     chosen = [kd for kd in among if any(named(kd, pat) for pat in patterns)]
     if not chosen:
-        raise ValueError(f"no fragment kind matches {' '.join(patterns)}; kinds are "
-                         "use.shape.dtype.layout, e.g. matrix_a.m16n16k16.f16.row (matrix_a, matrix_b or "
-                         "accumulator; m16n16k16, m32n8k16, m8n32k16, m16n16k8; f16, bf16, tf32, f32; row, col)")
+        raise ValueError(
+            f"no fragment kind matches {' '.join(patterns)}; kinds are "
+            "use.shape.dtype.layout, e.g. matrix_a.m16n16k16.f16.row (matrix_a, matrix_b or "
+            "accumulator; m16n16k16, m32n8k16, m8n32k16, m16n16k8; f16, bf16, tf32, f32; row, col)"
+        )
     return chosen
 
 
 # -- analytic maps ----------------------------------------------------------------------
 
+
 def arch_family(arch: str) -> str:
     """'sm80' for the architectures whose maps are the mma.sync-based ones."""
     if arch not in SUPPORTED_ARCHES:
-        raise ValueError(f"no fragment maps for {arch}: the analytic maps cover {', '.join(SUPPORTED_ARCHES)} "
-                         "(sm_70 uses other layouts; other targets are not derived yet)")
+        raise ValueError(
+            f"no fragment maps for {arch}: the analytic maps cover {', '.join(SUPPORTED_ARCHES)} "
+            "(sm_70 uses other layouts; other targets are not derived yet)"
+        )
     return "sm80"
 
 
@@ -154,7 +159,7 @@ def provenance(arch: str) -> str:
 def element(kd: FragmentKind, lane, k):
     """(row, col) of x[k] in ``lane`` (NumPy arrays or ints) for sm_80/sm_90."""
     lane = np.asarray(lane)
-    e = np.asarray(k) % kd.unique                  # slot k repeats slot k % unique
+    e = np.asarray(k) % kd.unique  # slot k repeats slot k % unique
     g, t = lane >> 2, lane & 3
     b0, b1, b2, b3 = e & 1, (e >> 1) & 1, (e >> 2) & 1, (e >> 3) & 1
     u, m, n = kd.use, kd.m, kd.n
@@ -165,7 +170,7 @@ def element(kd: FragmentKind, lane, k):
             return g + 8 * b1, 2 * t + b0 + 8 * b2
         if m == 32:
             return g + 8 * b1 + 16 * b3, 2 * t + b0 + 8 * b2
-        return g + 0 * e, 2 * t + b0 + 8 * b1                       # m == 8
+        return g + 0 * e, 2 * t + b0 + 8 * b1  # m == 8
     if u == "matrix_b":
         if kd.dtype == "tf32":
             return t + 4 * b0, g + 8 * b1
@@ -173,12 +178,12 @@ def element(kd: FragmentKind, lane, k):
             return 2 * t + b0 + 8 * b1, g + 8 * b2
         if n == 8:
             return 2 * t + b0 + 8 * b1, g + 0 * e
-        return 2 * t + b0 + 8 * b2, g + 8 * b1 + 16 * b3              # n == 32
+        return 2 * t + b0 + 8 * b2, g + 8 * b1 + 16 * b3  # n == 32
     if m == 32:
         return g + 8 * b1 + 16 * b2, 2 * t + b0
     if m == 8:
         return 2 * t + b0, g + 8 * b1 + 16 * b2
-    return g + 8 * b1, 2 * t + b0 + 8 * b2                          # 16 x 16
+    return g + 8 * b1, 2 * t + b0 + 8 * b2  # 16 x 16
 
 
 def analytic_map(kd: FragmentKind, arch: str = "sm_90a") -> np.ndarray:
@@ -219,6 +224,7 @@ def owners(kd: FragmentKind, fmap: np.ndarray) -> dict[tuple[int, int], list[tup
 
 # -- measuring on the GPU -----------------------------------------------------------------
 
+
 def tile_codes(kd: FragmentKind) -> tuple[np.ndarray, int]:
     """The tile the dump kernel loads, in memory order, and its leading dimension:
     element (i, j) holds i * cols + j + 1 (raw bits for 16-bit types, as a float
@@ -253,6 +259,7 @@ def dump(kinds=None, device: int = 0) -> dict[str, np.ndarray]:
     from ..runtime.compile import compile_module
     from ..runtime.device import gpu_info
     from ..runtime.launch import launch
+
     gpu = gpu_info(device)
     kinds = list(kinds or kinds_for(gpu.arch))
     names = [kd.name_expression() for kd in kinds]
@@ -263,9 +270,8 @@ def dump(kinds=None, device: int = 0) -> dict[str, np.ndarray]:
         for kd, name in zip(kinds, names):
             host, ld = tile_codes(kd)
             tile = cp.asarray(host)
-            raw = cp.full(32 * kd.num_elements, 0xFFFFFFFF, dtype=cp.uint32)     # poisoned
-            launch(module.kernel(name), (1, 1, 1), (32, 1, 1), 0, stream.ptr, tile.data.ptr, np.int32(ld),
-                   raw.data.ptr)
+            raw = cp.full(32 * kd.num_elements, 0xFFFFFFFF, dtype=cp.uint32)  # poisoned
+            launch(module.kernel(name), (1, 1, 1), (32, 1, 1), 0, stream.ptr, tile.data.ptr, np.int32(ld), raw.data.ptr)
             stream.synchronize()
             out[kd.name] = decode(kd, cp.asnumpy(raw))
     return out
@@ -273,10 +279,21 @@ def dump(kinds=None, device: int = 0) -> dict[str, np.ndarray]:
 
 # -- outputs --------------------------------------------------------------------------------
 
+
 def to_record(kd: FragmentKind, fmap: np.ndarray) -> dict:
-    return {"kind": kd.name, "use": kd.use, "m": kd.m, "n": kd.n, "k": kd.k, "dtype": kd.dtype,
-            "layout": kd.layout, "rows": kd.rows, "cols": kd.cols, "num_elements": kd.num_elements,
-            "map": fmap.tolist()}
+    return {
+        "kind": kd.name,
+        "use": kd.use,
+        "m": kd.m,
+        "n": kd.n,
+        "k": kd.k,
+        "dtype": kd.dtype,
+        "layout": kd.layout,
+        "rows": kd.rows,
+        "cols": kd.cols,
+        "num_elements": kd.num_elements,
+        "map": fmap.tolist(),
+    }
 
 
 def csv_text(kd: FragmentKind, fmap: np.ndarray) -> str:
@@ -291,6 +308,7 @@ def plot_map(kd: FragmentKind, fmap: np.ndarray, path, title: str | None = None)
     """The tile, each cell coloured by its owning lane and labelled 'lane:k'
     (cells held by several slots list them; several lanes are hatched)."""
     from ..tools.bench.report import _pyplot
+
     plt = _pyplot()
     held = owners(kd, fmap)
     fig, ax = plt.subplots(figsize=(max(4, 0.75 * kd.cols + 1), max(3, 0.5 * kd.rows + 1)))
@@ -298,8 +316,18 @@ def plot_map(kd: FragmentKind, fmap: np.ndarray, path, title: str | None = None)
     for (r, c), slots in held.items():
         lanes = sorted({lane for lane, _ in slots})
         colour = cmap(lanes[0] / 32.0)
-        ax.add_patch(plt.Rectangle((c, r), 1, 1, facecolor=colour, alpha=0.45, edgecolor="grey", lw=0.3,
-                                   hatch="//" if len(lanes) > 1 else None))
+        ax.add_patch(
+            plt.Rectangle(
+                (c, r),
+                1,
+                1,
+                facecolor=colour,
+                alpha=0.45,
+                edgecolor="grey",
+                lw=0.3,
+                hatch="//" if len(lanes) > 1 else None,
+            )
+        )
         ks = "/".join(str(k) for _, k in slots[:2]) + ("/..." if len(slots) > 2 else "")
         label = f"{lanes[0]}:{ks}" if len(lanes) == 1 else f"{len(lanes)} lanes"
         ax.text(c + 0.5, r + 0.5, label, ha="center", va="center", fontsize=5)
@@ -329,8 +357,12 @@ def write_outputs(maps: dict[str, np.ndarray], folder, *, gpu: str, arch: str, p
             plot_map(kd, fmap, folder / f"{name}.png", title=f"{name} on {gpu}")
     slug = "-".join(gpu.lower().replace("_", " ").split())
     path = folder / f"fragment_maps_{slug}.json"
-    doc = {"gpu": gpu, "arch": arch, "source": "measured by gemmlab fragments (kernels/lab/fragment_dump.cu)",
-           "kinds": [to_record(kind(n), m) for n, m in maps.items()]}
+    doc = {
+        "gpu": gpu,
+        "arch": arch,
+        "source": "measured by gemmlab fragments (kernels/lab/fragment_dump.cu)",
+        "kinds": [to_record(kind(n), m) for n, m in maps.items()],
+    }
     path.write_text(json.dumps(doc) + "\n")
     return path
 
@@ -351,8 +383,9 @@ def compare(kd: FragmentKind, got: np.ndarray, expected: np.ndarray, limit: int 
     if got.shape != expected.shape:
         return [f"{kd.name}: shape {got.shape} != {expected.shape}"]
     bad = np.argwhere((got != expected).any(axis=-1))
-    lines = [f"{kd.name}: lane {l} x[{k}] holds {tuple(got[l, k])}, analytic {tuple(expected[l, k])}"
-             for l, k in bad[:limit]]
+    lines = [
+        f"{kd.name}: lane {l} x[{k}] holds {tuple(got[l, k])}, analytic {tuple(expected[l, k])}" for l, k in bad[:limit]
+    ]
     if len(bad) > limit:
         lines.append(f"{kd.name}: ... {len(bad)} slots differ in all")
     return lines

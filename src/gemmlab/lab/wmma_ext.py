@@ -37,8 +37,10 @@ def compile_with_headers(source, name_expressions=(), arch: str | None = None):
     ``"sm_90a"``; default the GPU's.  Returns a CompiledModule (``.kernel(name)``,
     ``.resources(name)`` with registers and spills, ``.cubin``)."""
     from ..runtime.compile import cache_dir, compile_module
+
     if arch is None:
         from ..runtime.device import gpu_info
+
         arch = gpu_info().arch
     if isinstance(source, Path) or ("\n" not in str(source) and str(source).endswith((".cu", ".cuh"))):
         path = Path(source)

@@ -59,15 +59,20 @@ def _disk_cache():
     if key not in _cache_by_dir:
         try:
             from cuda.core.utils import FileStreamProgramCache
+
             cache = FileStreamProgramCache(folder)
             probe = folder / "tmp" / f".probe-{os.getpid()}"
-            probe.write_bytes(b"")   # a read-only folder fails here, not at the first store
+            probe.write_bytes(b"")  # a read-only folder fails here, not at the first store
             probe.unlink()
             _cache_by_dir[key] = cache
         except Exception as exc:
-            warnings.warn(f"gemmlab: kernel cache folder {folder} is not usable ({exc}); "
-                          "kernels will be compiled in every process. Set GEMMLAB_CACHE_DIR "
-                          "to a writable folder.", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"gemmlab: kernel cache folder {folder} is not usable ({exc}); "
+                "kernels will be compiled in every process. Set GEMMLAB_CACHE_DIR "
+                "to a writable folder.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             _cache_by_dir[key] = None
     return _cache_by_dir[key]
 
@@ -94,9 +99,11 @@ def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
     # Each kernel's report starts at "Compiling entry function '<name>'".
     parts = re.split(r"Compiling entry function '([^']+)'", log)
     for name, body in zip(parts[1::2], parts[2::2]):
+
         def num(pattern: str) -> int:
             m = re.search(pattern, body)
             return int(m.group(1)) if m else 0
+
         out[name] = KernelResources(
             mangled_name=name,
             registers=num(r"Used (\d+) registers"),
@@ -114,7 +121,7 @@ class CompiledModule:
     arch: str
     # repr=False: ObjectCode's repr can block on a machine without a driver,
     # and the cubin and log are long.
-    object_code: object = field(repr=False)     # cuda.core ObjectCode
+    object_code: object = field(repr=False)  # cuda.core ObjectCode
     symbols: dict[str, str] = field(repr=False)  # name expression -> mangled name
     log: str = field(repr=False)
     from_cache: bool = False
@@ -134,6 +141,7 @@ def _headers_digest() -> bytes:
     content) and the CUDA folder in use (by path, size and date of the headers
     the search requires)."""
     from .headers import REQUIRED
+
     h = hashlib.sha256()
     for path in sorted(INCLUDE_DIR.rglob("*")):
         if path.is_file():
@@ -152,15 +160,24 @@ def _headers_digest() -> bytes:
 
 def _options(source: Path, arch: str):
     from cuda.core import ProgramOptions
+
     include = [str(INCLUDE_DIR)] + [str(d) for d in find_cuda_headers().include_dirs]
     # no_cache: NVRTC 13's own compile cache returns hits with an empty log, which
     # would lose the ptxas report (registers, spills); gemmlab caches by itself.
-    return ProgramOptions(name=source.name, arch=arch, std="c++17", lineinfo=True, no_cache=True,
-                          include_path=include, ptxas_options=list(PTXAS_OPTIONS))
+    return ProgramOptions(
+        name=source.name,
+        arch=arch,
+        std="c++17",
+        lineinfo=True,
+        no_cache=True,
+        include_path=include,
+        ptxas_options=list(PTXAS_OPTIONS),
+    )
 
 
 def _nvrtc_compile(code: str, source: Path, arch: str, names: tuple[str, ...]):
     from cuda.core import Program
+
     log = io.StringIO()
     try:
         oc = Program(code, "c++", _options(source, arch)).compile("cubin", name_expressions=names, logs=log)
@@ -170,8 +187,8 @@ def _nvrtc_compile(code: str, source: Path, arch: str, names: tuple[str, ...]):
             raise MissingExtraError(NVRTC_HINT) from exc
         if "cannot open source file" in text:
             raise HeaderNotFoundError(
-                f"compiling {source.name} for {arch}: a header was not found.\n"
-                f"{find_cuda_headers().report()}\n{text}") from exc
+                f"compiling {source.name} for {arch}: a header was not found.\n{find_cuda_headers().report()}\n{text}"
+            ) from exc
         raise CompileError(f"NVRTC failed to compile {source.name} for {arch}:\n{text}") from exc
     symbols = {n: (m.decode() if isinstance(m, bytes) else str(m)) for n, m in oc.symbol_mapping.items()}
     return bytes(oc.code), symbols, log.getvalue().replace("\x00", "")
@@ -179,9 +196,15 @@ def _nvrtc_compile(code: str, source: Path, arch: str, names: tuple[str, ...]):
 
 def _cache_key(code: str, source: Path, arch: str, names: tuple[str, ...]) -> bytes:
     from cuda.core.utils import make_program_cache_key
-    return make_program_cache_key(code=code, code_type="c++", options=_options(source, arch),
-                                  target_type="cubin", name_expressions=names,
-                                  extra_digest=_headers_digest())
+
+    return make_program_cache_key(
+        code=code,
+        code_type="c++",
+        options=_options(source, arch),
+        target_type="cubin",
+        name_expressions=names,
+        extra_digest=_headers_digest(),
+    )
 
 
 def _evict(cache, key: bytes) -> None:
@@ -207,13 +230,15 @@ def is_cached(source: Path, name_expressions, arch: str, *, sass: bool = False) 
         return False
 
 
-def compile_module(source: Path, name_expressions, arch: str, *, use_cache: bool = True,
-                   refresh: bool = False) -> CompiledModule:
+def compile_module(
+    source: Path, name_expressions, arch: str, *, use_cache: bool = True, refresh: bool = False
+) -> CompiledModule:
     """Compile ``source`` for ``arch`` with the given template instantiations.
 
     ``refresh`` skips reading the cache (the result is still stored).
     """
     from cuda.core import ObjectCode
+
     source = Path(source)
     names = tuple(dict.fromkeys(name_expressions))
     code = source.read_text()
@@ -229,17 +254,25 @@ def compile_module(source: Path, name_expressions, arch: str, *, use_cache: bool
                     log = cache[key + b"/log"].decode()
                     if not cubin.startswith(b"\x7fELF") or set(symbols) != set(names):
                         raise ValueError("not a cubin, or symbols for other instantiations")
-                    oc = ObjectCode.from_cubin(cubin, name=source.name,
-                                               symbol_mapping={n: m.encode() for n, m in symbols.items()})
+                    oc = ObjectCode.from_cubin(
+                        cubin, name=source.name, symbol_mapping={n: m.encode() for n, m in symbols.items()}
+                    )
                     return CompiledModule(source, arch, oc, symbols, log, True, cubin, key)
                 except KeyError:
                     pass
-                except OSError as exc:   # the folder itself broke after it was opened
-                    warnings.warn(f"gemmlab: kernel cache {cache_dir()} cannot be read ({exc}); "
-                                  "recompiling", RuntimeWarning, stacklevel=2)
+                except OSError as exc:  # the folder itself broke after it was opened
+                    warnings.warn(
+                        f"gemmlab: kernel cache {cache_dir()} cannot be read ({exc}); recompiling",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
                 except Exception as exc:
-                    warnings.warn(f"gemmlab: dropping an unreadable cache entry for {source.name} "
-                                  f"({type(exc).__name__}: {exc}); recompiling", RuntimeWarning, stacklevel=2)
+                    warnings.warn(
+                        f"gemmlab: dropping an unreadable cache entry for {source.name} "
+                        f"({type(exc).__name__}: {exc}); recompiling",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
                     _evict(cache, key)
         cubin, symbols, log = _nvrtc_compile(code, source, arch, names)
         if cache is not None:
@@ -248,20 +281,24 @@ def compile_module(source: Path, name_expressions, arch: str, *, use_cache: bool
                 cache[key + b"/symbols"] = json.dumps(symbols).encode()
                 cache[key + b"/log"] = log.encode()
             except Exception as exc:
-                warnings.warn(f"gemmlab: could not write the kernel cache ({exc}); continuing without it",
-                              RuntimeWarning, stacklevel=2)
-        oc = ObjectCode.from_cubin(cubin, name=source.name,
-                                   symbol_mapping={n: m.encode() for n, m in symbols.items()})
+                warnings.warn(
+                    f"gemmlab: could not write the kernel cache ({exc}); continuing without it",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        oc = ObjectCode.from_cubin(cubin, name=source.name, symbol_mapping={n: m.encode() for n, m in symbols.items()})
         return CompiledModule(source, arch, oc, symbols, log, False, cubin, key)
 
 
 # -- SASS (nvdisasm) ---------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=None)
 def find_nvdisasm() -> str | None:
     """nvdisasm from NVIDIA's wheel (cuda.pathfinder; pip install 'gemmlab[inspect]') or the PATH."""
     try:
         import cuda.pathfinder as pf
+
         found = pf.find_nvidia_binary_utility("nvdisasm")
         if found:
             return str(found)
@@ -313,16 +350,23 @@ def module_sass(module: CompiledModule) -> dict[str, str]:
             return split_sass(cache[key].decode())
         except KeyError:
             pass
-        except Exception as exc:     # unreadable: disassemble again below, and overwrite it
-            warnings.warn(f"gemmlab: dropping an unreadable SASS cache entry for {module.source.name} "
-                          f"({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=2)
+        except Exception as exc:  # unreadable: disassemble again below, and overwrite it
+            warnings.warn(
+                f"gemmlab: dropping an unreadable SASS cache entry for {module.source.name} "
+                f"({type(exc).__name__}: {exc})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
     text = _nvdisasm(module.cubin)
     if cache is not None:
         try:
             cache[key] = text.encode()
         except Exception as exc:
-            warnings.warn(f"gemmlab: could not write the kernel cache ({exc}); continuing without it",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"gemmlab: could not write the kernel cache ({exc}); continuing without it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
     return split_sass(text)
 
 
@@ -349,8 +393,11 @@ def load_kernel(source: Path, name_expression: str, arch: str):
         except Exception as exc:
             if not module.from_cache:
                 raise
-            warnings.warn(f"gemmlab: cached cubin for {name_expression} could not be loaded "
-                          f"({exc}); recompiling", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"gemmlab: cached cubin for {name_expression} could not be loaded ({exc}); recompiling",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             module = compile_module(source, (name_expression,), arch, refresh=True)
             kernel = module.kernel(name_expression)
         _kernels[memo_key] = kernel
@@ -371,11 +418,12 @@ def compile_in_processes(modules, *, jobs: int | None = None, log=None, sass: bo
     instantiations were compiled.  compile_module and load_kernel then find them
     in the cache.  ``sass``: store each module's SASS beside it too (module_sass)."""
     modules = sorted(((str(src), tuple(names), arch) for src, names, arch in modules), key=lambda m: -len(m[1]))
-    if not modules or _disk_cache() is None:     # without the cache, what workers compile is lost
+    if not modules or _disk_cache() is None:  # without the cache, what workers compile is lost
         return 0
     import multiprocessing
     import sys
     from concurrent.futures import ProcessPoolExecutor
+
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(modules)))
     total, done = sum(len(m[1]) for m in modules), 0
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)

@@ -14,10 +14,16 @@ from ..core.errors import NoGPUError
 # FP32 lanes (CUDA cores) per SM by compute capability: the numbers NVIDIA's
 # architecture whitepapers give.  Used only for the "% of FP32 peak" column.
 _FP32_LANES_PER_SM = {
-    (7, 0): 64, (7, 5): 64,
-    (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128,
+    (7, 0): 64,
+    (7, 5): 64,
+    (8, 0): 64,
+    (8, 6): 128,
+    (8, 7): 128,
+    (8, 9): 128,
     (9, 0): 128,
-    (10, 0): 128, (10, 3): 128, (12, 0): 128,
+    (10, 0): 128,
+    (10, 3): 128,
+    (12, 0): 128,
 }
 
 
@@ -25,8 +31,8 @@ _FP32_LANES_PER_SM = {
 class ArchLimits:
     """What one block and one SM may use on a compute capability."""
 
-    smem_per_block_optin: int   # dynamic shared memory a block may opt in to, bytes
-    smem_per_sm: int            # shared memory of an SM (several blocks share it), bytes
+    smem_per_block_optin: int  # dynamic shared memory a block may opt in to, bytes
+    smem_per_sm: int  # shared memory of an SM (several blocks share it), bytes
     threads_per_sm: int
     regs_per_sm: int = 64 * 1024
     regs_per_block: int = 64 * 1024
@@ -41,15 +47,15 @@ _KB = 1024
 # no device is present (planning or `gemmlab inspect` for a target); a detected GPU's
 # own figures (GPUInfo) take precedence.
 ARCH_LIMITS = {
-    (7, 5): ArchLimits(64 * _KB, 64 * _KB, 1024),     # Turing: T4, RTX 20
-    (8, 0): ArchLimits(163 * _KB, 164 * _KB, 2048),   # A100
-    (8, 6): ArchLimits(99 * _KB, 100 * _KB, 1536),    # RTX 30, A10, A40
-    (8, 7): ArchLimits(163 * _KB, 164 * _KB, 1536),   # Jetson Orin
-    (8, 9): ArchLimits(99 * _KB, 100 * _KB, 1536),    # RTX 40, L4, L40S
-    (9, 0): ArchLimits(227 * _KB, 228 * _KB, 2048),   # H100, H200
+    (7, 5): ArchLimits(64 * _KB, 64 * _KB, 1024),  # Turing: T4, RTX 20
+    (8, 0): ArchLimits(163 * _KB, 164 * _KB, 2048),  # A100
+    (8, 6): ArchLimits(99 * _KB, 100 * _KB, 1536),  # RTX 30, A10, A40
+    (8, 7): ArchLimits(163 * _KB, 164 * _KB, 1536),  # Jetson Orin
+    (8, 9): ArchLimits(99 * _KB, 100 * _KB, 1536),  # RTX 40, L4, L40S
+    (9, 0): ArchLimits(227 * _KB, 228 * _KB, 2048),  # H100, H200
     (10, 0): ArchLimits(227 * _KB, 228 * _KB, 2048),  # B200
     (10, 3): ArchLimits(227 * _KB, 228 * _KB, 2048),  # B300
-    (12, 0): ArchLimits(99 * _KB, 100 * _KB, 1536),   # RTX 50, RTX PRO 6000
+    (12, 0): ArchLimits(99 * _KB, 100 * _KB, 1536),  # RTX 50, RTX PRO 6000
 }
 
 
@@ -86,7 +92,7 @@ class GPUInfo:
     compute_capability: tuple[int, int]
     arch: str
     sm_count: int
-    clock_mhz: float            # maximum SM clock
+    clock_mhz: float  # maximum SM clock
     l2_bytes: int
     max_smem_per_block_optin: int
     # Read from the device as well (0: not read, e.g. a GPUInfo made by hand; `limits`
@@ -99,11 +105,16 @@ class GPUInfo:
     @property
     def limits(self) -> ArchLimits:
         """This GPU's limits: the device's figures, the table's where one was not read."""
-        table = ARCH_LIMITS.get(self.compute_capability) or ArchLimits(self.max_smem_per_block_optin,
-                                                                       self.max_smem_per_block_optin, 1024)
-        return ArchLimits(self.max_smem_per_block_optin, self.max_smem_per_sm or table.smem_per_sm,
-                          self.max_threads_per_sm or table.threads_per_sm, self.regs_per_sm or table.regs_per_sm,
-                          self.regs_per_block or table.regs_per_block)
+        table = ARCH_LIMITS.get(self.compute_capability) or ArchLimits(
+            self.max_smem_per_block_optin, self.max_smem_per_block_optin, 1024
+        )
+        return ArchLimits(
+            self.max_smem_per_block_optin,
+            self.max_smem_per_sm or table.smem_per_sm,
+            self.max_threads_per_sm or table.threads_per_sm,
+            self.regs_per_sm or table.regs_per_sm,
+            self.regs_per_block or table.regs_per_block,
+        )
 
     @property
     def fp32_lanes_per_sm(self) -> int | None:
@@ -126,8 +137,10 @@ class GPUInfo:
 def _driver_problem(exc: BaseException) -> str:
     text = str(exc)
     if "driver library" in text or "libcuda" in text or "dlopen" in text:
-        return ("the NVIDIA driver (libcuda.so) was not found on this machine; "
-                "install the NVIDIA display driver on a machine with an NVIDIA GPU")
+        return (
+            "the NVIDIA driver (libcuda.so) was not found on this machine; "
+            "install the NVIDIA display driver on a machine with an NVIDIA GPU"
+        )
     return f"the CUDA driver could not be initialised ({type(exc).__name__}: {text})"
 
 
@@ -156,7 +169,7 @@ def _detect(ordinal: int) -> GPUInfo:
     except Exception as exc:  # pragma: no cover - cuda.core is a dependency
         raise NoGPUError(f"cuda.core could not be imported ({exc}); reinstall gemmlab") from exc
     try:
-        err, = driver.cuInit(0)
+        (err,) = driver.cuInit(0)
     except Exception as exc:
         raise NoGPUError(_driver_problem(exc)) from exc
     if err != driver.CUresult.CUDA_SUCCESS:
@@ -205,5 +218,6 @@ def make_current(ordinal: int) -> None:
     none yet).  Once per thread and device."""
     if getattr(_tls, "device", None) != ordinal:
         from cuda.core import Device
+
         Device(ordinal).set_current()
         _tls.device = ordinal

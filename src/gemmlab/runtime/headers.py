@@ -26,7 +26,7 @@ REQUIRED = ("cuda_runtime.h", "mma.h", "crt/mma.h", "cuda_pipeline.h", "cuda_fp1
 
 @dataclass(frozen=True)
 class HeaderSearch:
-    include_dirs: tuple[Path, ...]             # empty if nothing was found
+    include_dirs: tuple[Path, ...]  # empty if nothing was found
     found_via: str
     rejected: tuple[tuple[str, str], ...] = field(default=())  # (folder(s), why)
 
@@ -120,7 +120,7 @@ def require_cuda_headers() -> tuple[Path, ...]:
     if not found.include_dirs:
         raise HeaderNotFoundError(
             "the CUDA headers (" + ", ".join(REQUIRED) + ") were not found.  Install them with "
-            "`pip install \"cuda-toolkit[cudart,crt]==13.*\"` (or \"cuda-toolkit[cudart,nvcc]==12.*\" "
-            "for CUDA 12), or point GEMMLAB_CUDA_INCLUDE at a CUDA toolkit's include folder.\n"
-            + found.report())
+            '`pip install "cuda-toolkit[cudart,crt]==13.*"` (or "cuda-toolkit[cudart,nvcc]==12.*" '
+            "for CUDA 12), or point GEMMLAB_CUDA_INCLUDE at a CUDA toolkit's include folder.\n" + found.report()
+        )
     return found.include_dirs

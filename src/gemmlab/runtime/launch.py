@@ -12,8 +12,14 @@ def stream_from_handle(handle: int):
     s = _streams.get(handle)
     if s is None:
         from cuda.core import LEGACY_DEFAULT_STREAM, PER_THREAD_DEFAULT_STREAM, Stream
-        s = LEGACY_DEFAULT_STREAM if handle in (0, 1) else PER_THREAD_DEFAULT_STREAM if handle == 2 \
+
+        s = (
+            LEGACY_DEFAULT_STREAM
+            if handle in (0, 1)
+            else PER_THREAD_DEFAULT_STREAM
+            if handle == 2
             else Stream.from_handle(handle)
+        )
         s = _streams.setdefault(handle, s)
     return s
 
@@ -27,6 +33,7 @@ def driver():
     global _driver
     if _driver is None:
         from cuda.bindings import driver as d
+
         _driver = d
     return _driver
 
@@ -63,7 +70,7 @@ class Workspace:
     def close(self, stream_handle: int) -> None:
         if self.handle:
             d = driver()
-            err, = d.cuMemFreeAsync(self.handle, d.CUstream(stream_handle))
+            (err,) = d.cuMemFreeAsync(self.handle, d.CUstream(stream_handle))
             self.handle = 0
             if err != d.CUresult.CUDA_SUCCESS:
                 raise RuntimeError(f"cuMemFreeAsync failed: {err.name}")
@@ -81,6 +88,7 @@ def _pool(device: int):
     pool = _pools.get(device)
     if pool is None:
         from cuda.bindings import driver as d
+
         props = d.CUmemPoolProps()
         props.allocType = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         props.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
@@ -88,8 +96,9 @@ def _pool(device: int):
         err, pool = d.cuMemPoolCreate(props)
         if err != d.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cuMemPoolCreate failed on GPU {device}: {err.name}")
-        err, = d.cuMemPoolSetAttribute(pool, d.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                                       d.cuuint64_t(2**64 - 1))
+        (err,) = d.cuMemPoolSetAttribute(
+            pool, d.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, d.cuuint64_t(2**64 - 1)
+        )
         if err != d.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cuMemPoolSetAttribute failed on GPU {device}: {err.name}")
         pool = _pools.setdefault(device, pool)
@@ -112,8 +121,10 @@ def device_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str 
         err, ptr = d.cuMemAllocFromPoolAsync(nbytes, pool or _pool(gpu.ordinal), d.CUstream(stream_handle))
     if err != d.CUresult.CUDA_SUCCESS:
         exc = MemoryError if err == d.CUresult.CUDA_ERROR_OUT_OF_MEMORY else RuntimeError
-        raise exc(f"{what} needs a workspace of {nbytes / 2**20:.1f} MiB on {gpu.name} and could not get "
-                  f"it ({err.name}){'; ' + hint if hint else ''}")
+        raise exc(
+            f"{what} needs a workspace of {nbytes / 2**20:.1f} MiB on {gpu.name} and could not get "
+            f"it ({err.name}){'; ' + hint if hint else ''}"
+        )
     return Workspace(int(ptr), nbytes)
 
 
@@ -140,9 +151,9 @@ class _Borrowed:
         self._lock.release()
 
 
-_scratch: dict[tuple[int, int, str], list] = {}   # (device, stream, slot) -> [lock, workspace]
+_scratch: dict[tuple[int, int, str], list] = {}  # (device, stream, slot) -> [lock, workspace]
 _scratch_lock = threading.Lock()
-PER_THREAD_STREAM = 2   # CU_STREAM_PER_THREAD
+PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD
 # Workspaces up to this size are kept per stream (fp32_tc's parts workspace of a 4096^3 product,
 # laid out for either candidate's parts, is 256 MiB; taken from the pool at every call it held up
 # the call's first kernel: benchmarks/NOTES.md); larger ones belong to products whose kernels take far
@@ -165,8 +176,16 @@ def _zeroed(ws: Workspace, stream_handle: int) -> Workspace:
     return ws
 
 
-def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str = "", slot: str = "scratch",
-                     zero_new: bool = False, capturing: bool | None = None):
+def stream_workspace(
+    gpu,
+    stream_handle: int,
+    nbytes: int,
+    what: str,
+    hint: str = "",
+    slot: str = "scratch",
+    zero_new: bool = False,
+    capturing: bool | None = None,
+):
     """Like device_workspace, but outside graph capture one workspace per device,
     stream and ``slot`` is kept and reused (grown when a call needs more, up to
     SCRATCH_KEPT_BYTES): a small product's split-K or split pre-pass then costs no
@@ -208,7 +227,7 @@ def stream_workspace(gpu, stream_handle: int, nbytes: int, what: str, hint: str 
         ws = entry[1]
         if ws is None or ws.nbytes < nbytes:
             if ws is not None:
-                ws.close(stream_handle)   # after the work already enqueued on the stream
+                ws.close(stream_handle)  # after the work already enqueued on the stream
             entry[1] = ws = device_workspace(gpu, stream_handle, nbytes, what, hint)
             if zero_new:
                 _zeroed(ws, stream_handle)
@@ -225,8 +244,9 @@ def allow_dynamic_smem(kernel, nbytes: int, device: int) -> None:
     if nbytes <= DEFAULT_DYNAMIC_SMEM or _smem_raised.get(key, 0) >= nbytes:
         return
     from cuda.bindings import driver
+
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    err, = driver.cuKernelSetAttribute(attr, nbytes, kernel.handle, device)
+    (err,) = driver.cuKernelSetAttribute(attr, nbytes, kernel.handle, device)
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"could not allow {nbytes} bytes of dynamic shared memory: {err.name}")
     _smem_raised[key] = nbytes
@@ -236,13 +256,19 @@ def _config(grid, block, smem_bytes: int, cluster, pdl: bool = False):
     """cuda.core's LaunchConfig; with a cluster its grid counts clusters, ours counts blocks.
     ``pdl``: programmatic dependent launch (LaunchShape)."""
     from cuda.core import LaunchConfig
+
     extra = {"programmatic_stream_serialization": True} if pdl else {}
     if tuple(cluster) == (1, 1, 1):
         return LaunchConfig(grid=tuple(grid), block=tuple(block), shmem_size=smem_bytes, **extra)
     if any(g % c for g, c in zip(grid, cluster)):
         raise ValueError(f"a grid of {tuple(grid)} blocks is not a whole number of {tuple(cluster)} clusters")
-    return LaunchConfig(grid=tuple(g // c for g, c in zip(grid, cluster)), cluster=tuple(cluster),
-                        block=tuple(block), shmem_size=smem_bytes, **extra)
+    return LaunchConfig(
+        grid=tuple(g // c for g, c in zip(grid, cluster)),
+        cluster=tuple(cluster),
+        block=tuple(block),
+        shmem_size=smem_bytes,
+        **extra,
+    )
 
 
 class LaunchShape:
@@ -260,7 +286,7 @@ class LaunchShape:
         self.grid, self.block, self.smem_bytes, self.cluster = tuple(grid), tuple(block), smem_bytes, tuple(cluster)
         self.pdl = pdl
         self._config = None
-        self._driver = {}   # stream handle -> CUlaunchConfig
+        self._driver = {}  # stream handle -> CUlaunchConfig
 
     def config(self):
         if self._config is None:
@@ -274,7 +300,7 @@ class LaunchShape:
         if cfg is None:
             d = driver()
             cfg = d.CUlaunchConfig()
-            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid   # in blocks, clusters or not
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid  # in blocks, clusters or not
             cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block
             cfg.sharedMemBytes = self.smem_bytes
             cfg.hStream = d.CUstream(stream_handle)
@@ -316,6 +342,7 @@ def cuda_core_launch():
     global _cc_launch
     if _cc_launch is None:
         from cuda.core import launch as cc_launch
+
         _cc_launch = cc_launch
     return _cc_launch
 
@@ -337,12 +364,12 @@ def _param_holder():
     return _holder_class or None
 
 
-_functions: dict[int, tuple] = {}   # id(kernel) -> (kernel, its handle as a CUfunction)
+_functions: dict[int, tuple] = {}  # id(kernel) -> (kernel, its handle as a CUfunction)
 
 
 def _function(kernel):
     entry = _functions.get(id(kernel))
-    if entry is None:   # the kernel is kept with it, so that its id is not reused
+    if entry is None:  # the kernel is kept with it, so that its id is not reused
         entry = _functions.setdefault(id(kernel), (kernel, driver().CUfunction(int(kernel.handle))))
     return entry[1]
 
@@ -364,7 +391,7 @@ def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -
     if cfg is None:
         cfg = shape.driver_config(stream_handle)
     d = _driver or driver()
-    err, = d.cuLaunchKernelEx(cfg, _function(kernel), holder.ptr, 0)
+    (err,) = d.cuLaunchKernelEx(cfg, _function(kernel), holder.ptr, 0)
     if err != d.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
 
@@ -376,11 +403,13 @@ def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args, clus
     (runtime.tma's fallback), which only cuLaunchKernel takes."""
     if any(is_driver_tensor_map(a) for a in args):
         if tuple(cluster) != (1, 1, 1):
-            raise RuntimeError("cluster launches with driver-built tensor maps are not supported; "
-                               "unset GEMMLAB_TMA or use CLUSTER=1")
+            raise RuntimeError(
+                "cluster launches with driver-built tensor maps are not supported; unset GEMMLAB_TMA or use CLUSTER=1"
+            )
         _launch_driver(kernel, grid, block, smem_bytes, stream_handle, args)
         return
     from cuda.core import launch as cc_launch
+
     cc_launch(stream_from_handle(stream_handle), _config(grid, block, smem_bytes, cluster), kernel, *args)
 
 
@@ -406,6 +435,7 @@ def _launch_driver(kernel, grid, block, smem_bytes: int, stream_handle: int, arg
     a copy of its value (NumPy buffers, kept alive until the call returns)."""
     import numpy as np
     from cuda.bindings import driver
+
     keep, ptrs = [], []
     for a in args:
         if is_driver_tensor_map(a):
@@ -416,7 +446,8 @@ def _launch_driver(kernel, grid, block, smem_bytes: int, stream_handle: int, arg
         keep.append(buf)
         ptrs.append(buf.ctypes.data)
     params = np.array(ptrs, dtype=np.uint64)
-    err, = driver.cuLaunchKernel(kernel.handle, *grid, *block, smem_bytes, driver.CUstream(stream_handle),
-                                 params.ctypes.data, 0)
+    (err,) = driver.cuLaunchKernel(
+        kernel.handle, *grid, *block, smem_bytes, driver.CUstream(stream_handle), params.ctypes.data, 0
+    )
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuLaunchKernel failed: {err.name}")

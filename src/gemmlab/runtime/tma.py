@@ -38,11 +38,11 @@ log = logging.getLogger("gemmlab")
 # TF32 (to nearest) as it copies it into shared memory, which is what the wgmma
 # rung's TF32 path relies on; "float32" maps copy the bits unchanged (C's map).
 _ELEM = {"float16": (2, "<u2"), "bfloat16": (2, "<u2"), "tf32": (4, "<f4"), "float32": (4, "<f4")}
-SWIZZLE_BYTES = 128          # 04_wgmma.cu's shared-memory layout
-_CACHE_SIZE = 8192          # maps kept by address: every operand of a model's step (a few hundred each)
+SWIZZLE_BYTES = 128  # 04_wgmma.cu's shared-memory layout
+_CACHE_SIZE = 8192  # maps kept by address: every operand of a model's step (a few hundred each)
 _cache: OrderedDict = OrderedDict()
 _lock = threading.Lock()
-_backend: str | None = None   # "cuda.core" or "driver", once one has worked
+_backend: str | None = None  # "cuda.core" or "driver", once one has worked
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,10 @@ def element_bytes(dtype: str) -> int:
 def tma_aligned(a_ptr: int, a_rows: int, lda: int, b_ptr: int, b_rows: int, ldb: int, elem_bytes: int) -> bool:
     """Whether A and B can be read through tensor maps: 16-byte aligned bases and
     row strides that are multiples of 16 bytes (a one-row matrix has no stride)."""
+
     def ok(ptr, rows, ld):
         return ptr % 16 == 0 and (rows <= 1 or (ld * elem_bytes) % 16 == 0)
+
     return ok(a_ptr, a_rows, lda) and ok(b_ptr, b_rows, ldb)
 
 
@@ -86,8 +88,9 @@ def tma_readable(ptr: int, rows: int, ld: int, elem_bytes: int, batch_strides=()
     """Whether one operand can be read through a tensor map in place: its base and row
     stride on the 16-byte grid (tma_aligned) and each batch stride (elements) too, and
     not negative (the copy engine steps forward only)."""
-    return tma_aligned(ptr, rows, ld, 0, 0, 0, elem_bytes) and \
-        all(s >= 0 and (s * elem_bytes) % 16 == 0 for s in batch_strides)
+    return tma_aligned(ptr, rows, ld, 0, 0, 0, elem_bytes) and all(
+        s >= 0 and (s * elem_bytes) % 16 == 0 for s in batch_strides
+    )
 
 
 def padded_ld(cols: int, elem_bytes: int) -> int:
@@ -101,45 +104,76 @@ class _ArrayInterface:
     """__cuda_array_interface__ of a row-major rows x cols matrix at ``ptr``, or of
     ``batch`` of them ``bstride`` bytes apart (batch None: 2-D)."""
 
-    def __init__(self, ptr: int, rows: int, cols: int, ld: int, typestr: str, elem_bytes: int,
-                 batch: int | None = None, bstride: int = 0):
+    def __init__(
+        self,
+        ptr: int,
+        rows: int,
+        cols: int,
+        ld: int,
+        typestr: str,
+        elem_bytes: int,
+        batch: int | None = None,
+        bstride: int = 0,
+    ):
         shape, strides = (rows, cols), (ld * elem_bytes, elem_bytes)
         if batch is not None:
             shape, strides = (batch,) + shape, (bstride,) + strides
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, True),
-                                         "strides": strides, "version": 3, "stream": None}
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "data": (ptr, True),
+            "strides": strides,
+            "version": 3,
+            "stream": None,
+        }
 
 
 def _encode_cuda_core(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, bstride=0):
     from cuda.core.utils import StridedMemoryView
     from cuda.core._tensor_map import TensorMapL2Promotion, TensorMapSwizzle
+
     eb, typestr = _ELEM[dtype]
     view = StridedMemoryView.from_any_interface(
-        _ArrayInterface(ptr, rows, cols, ld, typestr, eb, batch, bstride), stream_ptr=-1)
+        _ArrayInterface(ptr, rows, cols, ld, typestr, eb, batch, bstride), stream_ptr=-1
+    )
     extra = {}
     if dtype == "tf32":
         from cuda.core._tensor_map import TensorMapDataType
+
         extra["data_type"] = TensorMapDataType.TFLOAT32
     box = (box_rows, box_cols) if batch is None else (1, box_rows, box_cols)
-    return view.as_tensor_map(box_dim=box, swizzle=TensorMapSwizzle.SWIZZLE_128B,
-                              l2_promotion=TensorMapL2Promotion.L2_256B, **extra)
+    return view.as_tensor_map(
+        box_dim=box, swizzle=TensorMapSwizzle.SWIZZLE_128B, l2_promotion=TensorMapL2Promotion.L2_256B, **extra
+    )
 
 
 def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, bstride=0):
     from cuda.bindings import driver as d
+
     eb, _ = _ELEM[dtype]
-    dt = (d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16 if eb == 2
-          else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 if dtype == "tf32"
-          else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32)
+    dt = (
+        d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16
+        if eb == 2
+        else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
+        if dtype == "tf32"
+        else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+    )
     dims, strides, box = [cols, rows], [ld * eb], [box_cols, box_rows]
-    if batch is not None:   # the batch: the outermost dimension
+    if batch is not None:  # the batch: the outermost dimension
         dims, strides, box = dims + [batch], strides + [bstride], box + [1]
     err, tmap = d.cuTensorMapEncodeTiled(
-        dt, len(dims), ptr, [d.cuuint64_t(x) for x in dims], [d.cuuint64_t(x) for x in strides],
-        [d.cuuint32_t(x) for x in box], [d.cuuint32_t(1)] * len(dims),
-        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        dt,
+        len(dims),
+        ptr,
+        [d.cuuint64_t(x) for x in dims],
+        [d.cuuint64_t(x) for x in strides],
+        [d.cuuint32_t(x) for x in box],
+        [d.cuuint32_t(1)] * len(dims),
+        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
     if err != d.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err.name}")
     return tmap
@@ -160,15 +194,26 @@ def _encode(*args, backend: str | None = None):
     try:
         result = _encode_cuda_core(*args)
         _backend = "cuda.core"
-    except (ImportError, AttributeError, TypeError) as exc:   # an API this cuda.core lacks
+    except (ImportError, AttributeError, TypeError) as exc:  # an API this cuda.core lacks
         log.debug("gemmlab: cuda.core cannot build tensor maps here (%s); using cuTensorMapEncodeTiled", exc)
         result = _encode_driver(*args)
         _backend = "driver"
     return result
 
 
-def tensor_map(ptr: int, rows: int, cols: int, ld: int, dtype: str, box_rows: int, box_cols: int,
-               backend: str | None = None, *, batch: int | None = None, batch_stride: int = 0):
+def tensor_map(
+    ptr: int,
+    rows: int,
+    cols: int,
+    ld: int,
+    dtype: str,
+    box_rows: int,
+    box_cols: int,
+    backend: str | None = None,
+    *,
+    batch: int | None = None,
+    batch_stride: int = 0,
+):
     """A tensor map of the row-major rows x cols matrix at ``ptr`` (leading
     dimension ``ld`` elements), copied in box_rows x box_cols boxes into
     128-byte-swizzled shared memory; elements outside the matrix read as zero.
@@ -184,14 +229,15 @@ def tensor_map(ptr: int, rows: int, cols: int, ld: int, dtype: str, box_rows: in
     eb, _ = _ELEM[dtype]
     if box_cols * eb != SWIZZLE_BYTES:
         raise ValueError(f"a box row must be {SWIZZLE_BYTES} bytes for the 128-byte swizzle, not {box_cols * eb}")
-    rows, cols = max(rows, 1), max(cols, 1)   # K = 0: nothing is copied, but a map needs sizes >= 1
-    if rows == 1:   # no second row: any stride the copy engine accepts will do
+    rows, cols = max(rows, 1), max(cols, 1)  # K = 0: nothing is copied, but a map needs sizes >= 1
+    if rows == 1:  # no second row: any stride the copy engine accepts will do
         ld = padded_ld(cols, eb)
     bstride = 0
     if batch is not None:
         if batch > 1 and (batch_stride <= 0 or (batch_stride * eb) % 16):
-            raise ValueError(f"a batch of tensor maps needs a positive stride of a multiple of 16 bytes, not "
-                             f"{batch_stride * eb}")
+            raise ValueError(
+                f"a batch of tensor maps needs a positive stride of a multiple of 16 bytes, not {batch_stride * eb}"
+            )
         # A batch of one has no second matrix: any stride the copy engine accepts will do.
         bstride = batch_stride * eb if batch > 1 else -(-rows * ld * eb // 16) * 16
     key = (ptr, rows, cols, ld, dtype if dtype == "tf32" else eb, box_rows, box_cols, backend, batch, bstride)
@@ -214,4 +260,5 @@ def maps_backend(stream: int) -> str | None:
     up, so every map of that launch comes from the driver (launched through
     cuLaunchKernel); otherwise the default."""
     from .launch import stream_is_capturing
+
     return "driver" if stream_is_capturing(stream) else None

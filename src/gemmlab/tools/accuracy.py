@@ -28,13 +28,13 @@ INPUT_SETS = {
 # default 256 x 256 is ec_wmma everywhere, ec_wgmma taking the products that fill a Hopper
 # GPU); fp32_tc:ec_wmma names the WMMA implementation, and on a GPU that builds ec_wgmma
 # the default list adds fp32_tc:ec_wgmma (default_methods), the kernel large products get.
-METHODS = ("sgemm_cublas", "fp32", "tf32", "fp16", "fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc",
-           "fp32_tc:ec_wmma")
+METHODS = ("sgemm_cublas", "fp32", "tf32", "fp16", "fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc", "fp32_tc:ec_wmma")
 
 
 def default_methods(arch: str) -> list[str]:
     """METHODS, and fp32_tc on ec_wgmma where the target ``arch`` builds it (sm_90a)."""
     from ..kernels import registry
+
     return list(METHODS) + (["fp32_tc:ec_wgmma"] if registry.get("ec_wgmma").builds_for(arch) else [])
 
 
@@ -42,9 +42,9 @@ def make_inputs(name: str, rows: int, cols: int, rng) -> np.ndarray:
     if name == "uniform":
         x = rng.uniform(-1, 1, (rows, cols))
     elif name == "uniform_small":
-        x = rng.uniform(-1, 1, (rows, cols)) * 2.0 ** -12
+        x = rng.uniform(-1, 1, (rows, cols)) * 2.0**-12
     elif name == "uniform_large":
-        x = rng.uniform(-1, 1, (rows, cols)) * 2.0 ** 12
+        x = rng.uniform(-1, 1, (rows, cols)) * 2.0**12
     elif name == "normal":
         x = rng.standard_normal((rows, cols))
     elif name == "log_uniform":
@@ -70,6 +70,7 @@ def _one(method: str, a, b):
     """The product by one method, and a note (fp32_tc: the method it chose)."""
     import cupy as cp
     from ..core import api
+
     if method == "sgemm_cublas":
         return a @ b, "CuPy matmul -> cuBLAS SGEMM, TF32 off"
     if method == "fp32":
@@ -77,19 +78,22 @@ def _one(method: str, a, b):
     if method == "tf32":
         return api.matmul(a, b, precision="tf32"), api.last_plan().describe()
     if method == "fp16":
-        return api.matmul(a.astype(cp.float16), b.astype(cp.float16), out_dtype="float32"), \
-            "inputs rounded to FP16, " + api.last_plan().describe()
+        return api.matmul(
+            a.astype(cp.float16), b.astype(cp.float16), out_dtype="float32"
+        ), "inputs rounded to FP16, " + api.last_plan().describe()
     precision, _, kernel = method.partition(":")
     out = api.matmul(a, b, precision=precision, kernel=kernel or "auto")
     p = api.last_plan()
     return out, (f"{p.method}: {p.reason} ({p.spec.name})" if precision == "fp32_tc" else p.describe())
 
 
-def run(ks=KS, inputs=tuple(INPUT_SETS), methods=METHODS, *, M: int = 256, N: int = 256, seed: int = 0,
-        quiet: bool = False) -> list[Point]:
+def run(
+    ks=KS, inputs=tuple(INPUT_SETS), methods=METHODS, *, M: int = 256, N: int = 256, seed: int = 0, quiet: bool = False
+) -> list[Point]:
     import cupy as cp
     from ..runtime.device import gpu_info
     from .verify import compare, reference
+
     gpu_info(0)
     gpu = gpu_info(cp.cuda.Device().id)
     rng = np.random.default_rng(seed)
@@ -105,9 +109,12 @@ def run(ks=KS, inputs=tuple(INPUT_SETS), methods=METHODS, *, M: int = 256, N: in
                 points.append(Point(gpu.name, name, M, N, K, method, compare(c, ref).rel_fro, note))
             done += 1
             if not quiet:
-                print(f"[{done}/{total}] {name} K={K}: "
-                      + ", ".join(f"{p.method} {p.rel_error:.1e}" for p in points[-len(methods):]),
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[{done}/{total}] {name} K={K}: "
+                    + ", ".join(f"{p.method} {p.rel_error:.1e}" for p in points[-len(methods) :]),
+                    file=sys.stderr,
+                    flush=True,
+                )
             del a, b, ref
             cp.get_default_memory_pool().free_all_blocks()
     return points
@@ -134,6 +141,7 @@ def table(points: list[dict]) -> str:
 
 def plot(points: list[dict], path) -> None:
     from .bench.report import _pyplot
+
     plt = _pyplot()
     names = list(dict.fromkeys(p["inputs"] for p in points))
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.2), sharey=True, squeeze=False)

@@ -27,10 +27,10 @@ SASS_FACTS = {
     "BAR": (("BAR",), None, ("SYNC",)),
     "LDL/STL (local)": (("LDL", "STL"), None, ()),
     "HMMA": (("HMMA",), None, ()),
-    "LDSM": (("LDSM",), None, ()),            # ldmatrix
-    "LDSM.T": (("LDSM",), None, ("MT88",)),   # ldmatrix .trans
-    "LDGSTS": (("LDGSTS",), None, ()),        # cp.async
-    "HGMMA": (("HGMMA",), None, ()),          # wgmma
+    "LDSM": (("LDSM",), None, ()),  # ldmatrix
+    "LDSM.T": (("LDSM",), None, ("MT88",)),  # ldmatrix .trans
+    "LDGSTS": (("LDGSTS",), None, ()),  # cp.async
+    "HGMMA": (("HGMMA",), None, ()),  # wgmma
 }
 # Width modifiers of loads and stores; an access without one moves 32 bits.
 _WIDTHS = {"U8": 8, "S8": 8, "8": 8, "U16": 16, "S16": 16, "16": 16, "64": 64, "128": 128}
@@ -41,12 +41,14 @@ _INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-
 def find_disassembler() -> str | None:
     """nvdisasm from NVIDIA's wheel (cuda.pathfinder) or the PATH."""
     from ..runtime.compile import find_nvdisasm
+
     return find_nvdisasm()
 
 
 def disassemble(cubin: bytes) -> dict[str, str]:
     """SASS text per mangled kernel name, or {} without nvdisasm."""
     from ..runtime.compile import disassemble_cubin
+
     return disassemble_cubin(cubin)
 
 
@@ -85,7 +87,7 @@ class KernelReport:
     stack_bytes: int
     spill_bytes: int
     sass: dict = field(default_factory=dict)
-    refused: str = ""     # why the kernel does not run on the target (nothing was compiled)
+    refused: str = ""  # why the kernel does not run on the target (nothing was compiled)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -100,25 +102,35 @@ def _specs(arch: str, kernels) -> list:
     """The specs to inspect: those named (ValueError for an unknown name, with the list)
     or every rung; ValueError where no rung runs on ``arch`` at all."""
     from ..kernels.spec import arch_cc
-    arch_cc(arch)        # ValueError for something that is not a target such as sm_86
+
+    arch_cc(arch)  # ValueError for something that is not a target such as sm_86
     runs = rungs_for(arch)
     if not runs:
         why = registry.ladder()[0].why_not_on(arch)
-        raise ValueError(f"no kernel runs on {arch}: {why}; the ladder targets sm_75 to sm_120 "
-                         f"(e.g. --arch sm_86, sm_90a)")
+        raise ValueError(
+            f"no kernel runs on {arch}: {why}; the ladder targets sm_75 to sm_120 (e.g. --arch sm_86, sm_90a)"
+        )
     if not kernels:
         return registry.ladder()
     names = [k.strip() for k in kernels if k.strip()]
     if "auto" in names:
-        raise ValueError("'auto' is not one kernel: matmul's kernel='auto' picks a rung per call; name "
-                         f"rungs ({', '.join(s.name for s in registry.ladder())}) or leave --kernel out "
-                         "for all of them")
+        raise ValueError(
+            "'auto' is not one kernel: matmul's kernel='auto' picks a rung per call; name "
+            f"rungs ({', '.join(s.name for s in registry.ladder())}) or leave --kernel out "
+            "for all of them"
+        )
     return [registry.get(k) for k in dict.fromkeys(names)]
 
 
-def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = False,
-                    with_sass: bool = True, ops=("NN",), jobs: int | None = None,
-                    progress=None) -> list[KernelReport]:
+def inspect_kernels(
+    arch: str = "sm_90a",
+    kernels=None,
+    all_configs: bool = False,
+    with_sass: bool = True,
+    ops=("NN",),
+    jobs: int | None = None,
+    progress=None,
+) -> list[KernelReport]:
     """Compile the chosen kernels (default: every rung; tile parameters the defaults,
     or every legal configuration) in the operand layouts ``ops`` ("NN", "TN", "NT",
     "TT") for ``arch`` and report their resources and SASS facts.  A kernel that does
@@ -127,23 +139,30 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
     Modules missing from the disk cache compile in ``jobs`` processes (default one per
     CPU), their SASS stored beside them; ``progress(message)`` hears how far it got."""
     from ..runtime.compile import compile_in_processes, is_cached, module_sass
+
     reports: list[KernelReport] = []
     specs = _specs(arch, kernels)
-    sets = []              # (spec, name expressions) of each module to compile
+    sets = []  # (spec, name expressions) of each module to compile
     for spec in specs:
         why = spec.why_not_on(arch)
         if why:
             continue
         configs = spec.configurations() if all_configs else [spec.defaults()]
-        names = [spec.name_expression(p, inst) for p, inst in spec.instantiations(configs, layouts=list(ops), arch=arch)]
+        names = [
+            spec.name_expression(p, inst) for p, inst in spec.instantiations(configs, layouts=list(ops), arch=arch)
+        ]
         sets.append((spec, list(dict.fromkeys(names))))
-    missing = [(spec.source_path, names, arch) for spec, names in sets
-               if not is_cached(spec.source_path, names, arch, sass=with_sass)]
+    missing = [
+        (spec.source_path, names, arch)
+        for spec, names in sets
+        if not is_cached(spec.source_path, names, arch, sass=with_sass)
+    ]
     count = sum(len(n) for _, n, _ in missing)
-    if progress and (len(missing) > 1 or count > 4):     # a few kernels take a second or two: no line
-        progress(f"compiling {count} kernel{'s' * (count > 1)} in {len(missing)} "
-                 f"module{'s' * (len(missing) > 1)} for {arch}")
-    if len(missing) > 1:        # one module compiles in this process, below
+    if progress and (len(missing) > 1 or count > 4):  # a few kernels take a second or two: no line
+        progress(
+            f"compiling {count} kernel{'s' * (count > 1)} in {len(missing)} module{'s' * (len(missing) > 1)} for {arch}"
+        )
+    if len(missing) > 1:  # one module compiles in this process, below
         compile_in_processes(missing, jobs=jobs, log=progress, sass=with_sass)
     by_name = {}
     for spec, names in sets:
@@ -154,10 +173,19 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
         for n in names:
             mangled = module.symbols[n]
             r = res[mangled]
-            by_name[spec.name].append(KernelReport(spec.name, n, arch, r.registers, r.smem_bytes, r.stack_bytes,
-                                                   r.spill_bytes, sass_facts(sass[mangled]) if mangled in sass
-                                                   else {}))
-    for spec in specs:     # ladder (or the caller's) order, refusals in place
+            by_name[spec.name].append(
+                KernelReport(
+                    spec.name,
+                    n,
+                    arch,
+                    r.registers,
+                    r.smem_bytes,
+                    r.stack_bytes,
+                    r.spill_bytes,
+                    sass_facts(sass[mangled]) if mangled in sass else {},
+                )
+            )
+    for spec in specs:  # ladder (or the caller's) order, refusals in place
         why = spec.why_not_on(arch)
         if why:
             reports.append(KernelReport(spec.name, "", arch, 0, 0, 0, 0, refused=why))
@@ -169,16 +197,31 @@ def inspect_kernels(arch: str = "sm_90a", kernels=None, all_configs: bool = Fals
 # -- the portable set: what runs on each target ------------------------------------------
 
 # Shapes (M, N, K, batch) over which portable_configs asks kernel="auto" for its choice.
-AUTO_SHAPES = tuple((m, n, k, b) for m in (64, 1000, 4096) for n in (64, 2048, 8192) for k in (64, 4096)
-                    for b in (1, 8))
-AUTO_DTYPES = (("float32", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("tf32", "float32"),
-               ("fp16_ec", "float32"), ("tf32_ec", "float32"))
+AUTO_SHAPES = tuple(
+    (m, n, k, b) for m in (64, 1000, 4096) for n in (64, 2048, 8192) for k in (64, 4096) for b in (1, 8)
+)
+AUTO_DTYPES = (
+    ("float32", "float32"),
+    ("float16", "float16"),
+    ("bfloat16", "float32"),
+    ("tf32", "float32"),
+    ("fp16_ec", "float32"),
+    ("tf32_ec", "float32"),
+)
 # The instruction family each rung is about, by SASS opcode (see SASS_FACTS), and
 # whether it appears only where the target has it: LDGSTS is cp.async (sm_80+),
 # HGMMA wgmma (sm_90a).
-EXPECTED_SASS = {"wmma": ("HMMA",), "wmma_warptile": ("HMMA",), "mma_pipelined": ("HMMA", "LDSM", "LDGSTS"),
-                 "wgmma": ("HGMMA",), "ec_wmma": ("HMMA", "LDGSTS"), "ec_wgmma": ("HGMMA",),
-                 "pipelined": ("LDGSTS",), "gemv": ("FFMA",), "outer": ("STG.128",)}
+EXPECTED_SASS = {
+    "wmma": ("HMMA",),
+    "wmma_warptile": ("HMMA",),
+    "mma_pipelined": ("HMMA", "LDSM", "LDGSTS"),
+    "wgmma": ("HGMMA",),
+    "ec_wmma": ("HMMA", "LDGSTS"),
+    "ec_wgmma": ("HGMMA",),
+    "pipelined": ("LDGSTS",),
+    "gemv": ("FFMA",),
+    "outer": ("STG.128",),
+}
 
 
 def portable_configs(arch: str, sm_count: int = 84) -> dict[str, list[dict]]:
@@ -187,6 +230,7 @@ def portable_configs(arch: str, sm_count: int = 84) -> dict[str, list[dict]]:
     target's shared memory by the planner), without split-K where it is a launch shape
     (rung 8); wgmma's split is an instantiation of its own, kept."""
     from ..core import planner
+
     out: dict[str, dict] = {s.name: {} for s in registry.ladder() if s.builds_for(arch)}
 
     def add(spec, params):
@@ -196,13 +240,14 @@ def portable_configs(arch: str, sm_count: int = 84) -> dict[str, list[dict]]:
         if spec.name_expression(plain, probe) != spec.name_expression(full, probe):
             plain = full
         out[spec.name].setdefault(spec.name_expression(plain, probe), plain)
+
     for name in out:
         add(registry.get(name), registry.get(name).defaults())
     for m, n, k, b in AUTO_SHAPES:
         for dt, odt in AUTO_DTYPES:
             try:
                 p = planner.plan("auto", m, n, k, dtype=dt, out_dtype=odt, arch=arch, sm_count=sm_count, batch=b)
-            except ValueError:      # no rung for this dtype here (e.g. 16-bit on sm_75)
+            except ValueError:  # no rung for this dtype here (e.g. 16-bit on sm_75)
                 continue
             add(p.spec, p.params)
     return {name: list(configs.values()) for name, configs in out.items()}
@@ -212,11 +257,16 @@ def portable_reports(arch: str, jobs: int | None = None) -> list[KernelReport]:
     """Compile the portable set of ``arch`` (row-major layouts, every dtype variant),
     the modules in parallel processes, and report each instantiation."""
     from ..runtime.compile import compile_in_processes, module_sass
+
     sets = []
     for name, configs in portable_configs(arch).items():
         spec = registry.get(name)
-        names = list(dict.fromkeys(spec.name_expression(p, inst)
-                                   for p, inst in spec.instantiations(configs, layouts=[("N", "N")], arch=arch)))
+        names = list(
+            dict.fromkeys(
+                spec.name_expression(p, inst)
+                for p, inst in spec.instantiations(configs, layouts=[("N", "N")], arch=arch)
+            )
+        )
         sets.append((spec, names))
     compile_in_processes([(spec.source_path, names, arch) for spec, names in sets], jobs=jobs, sass=True)
     reports = []
@@ -227,14 +277,17 @@ def portable_reports(arch: str, jobs: int | None = None) -> list[KernelReport]:
         for n in names:
             r = res[module.symbols[n]]
             facts = sass_facts(sass[module.symbols[n]]) if module.symbols[n] in sass else {}
-            reports.append(KernelReport(spec.name, n, arch, r.registers, r.smem_bytes, r.stack_bytes,
-                                        r.spill_bytes, facts))
+            reports.append(
+                KernelReport(spec.name, n, arch, r.registers, r.smem_bytes, r.stack_bytes, r.spill_bytes, facts)
+            )
     return reports
 
 
 def format_reports(reports: list[KernelReport]) -> str:
     cols = ["FFMA", "LDG.128", "LDG.32", "LDS.128", "LDS.32", "STG.128", "LDL/STL (local)"]
-    head = f"{'kernel instantiation':58s} {'regs':>4s} {'smem':>6s} {'spill':>5s} " + " ".join(f"{c[:7]:>7s}" for c in cols)
+    head = f"{'kernel instantiation':58s} {'regs':>4s} {'smem':>6s} {'spill':>5s} " + " ".join(
+        f"{c[:7]:>7s}" for c in cols
+    )
     lines = [head, "-" * len(head)]
     for r in reports:
         if r.refused:

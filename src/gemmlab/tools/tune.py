@@ -24,20 +24,37 @@ from pathlib import Path
 
 from ..kernels import registry
 from ..kernels.spec import KernelSpec
-from ..core.tables import (TunedTable, _read_json, _write_json_atomic, progress_path, reload, shape_key,
-                           sources_digest, user_table_path)
+from ..core.tables import (
+    TunedTable,
+    _read_json,
+    _write_json_atomic,
+    progress_path,
+    reload,
+    shape_key,
+    sources_digest,
+    user_table_path,
+)
 
 DEFAULT_KERNELS = ("vectorized", "warptile", "pipelined")
-DEFAULT_SIZES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
-                 (8192, 8192, 8192), (16384, 4096, 4096), (4096, 4096, 256), (256, 4096, 4096),
-                 (8192, 64, 8192), (64, 8192, 8192)]
-SCREEN_REPS = 3        # timed runs per candidate in the first pass
-FINAL_REPS = 4         # timed runs per round for the finalists
-FINAL_ROUNDS = 3       # interleaved rounds over all finalists of a shape
-CUBLAS_REPS = 10       # timed runs of cuBLAS per shape
-FINALISTS = 4          # per kernel and shape
-CUTOFF = 1.3           # a candidate this much slower than the best so far gets one timed run
-TOLERANCE = 1e-5       # relative Frobenius error vs FP64 a candidate must meet
+DEFAULT_SIZES = [
+    (512, 512, 512),
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (8192, 8192, 8192),
+    (16384, 4096, 4096),
+    (4096, 4096, 256),
+    (256, 4096, 4096),
+    (8192, 64, 8192),
+    (64, 8192, 8192),
+]
+SCREEN_REPS = 3  # timed runs per candidate in the first pass
+FINAL_REPS = 4  # timed runs per round for the finalists
+FINAL_ROUNDS = 3  # interleaved rounds over all finalists of a shape
+CUBLAS_REPS = 10  # timed runs of cuBLAS per shape
+FINALISTS = 4  # per kernel and shape
+CUTOFF = 1.3  # a candidate this much slower than the best so far gets one timed run
+TOLERANCE = 1e-5  # relative Frobenius error vs FP64 a candidate must meet
 
 
 def candidate_key(kernel: str, params: dict) -> str:
@@ -45,6 +62,7 @@ def candidate_key(kernel: str, params: dict) -> str:
 
 
 # -- the search space ---------------------------------------------------------
+
 
 def candidates(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch: int = 1) -> list[dict]:
     """The configurations of ``spec`` worth timing at M x N x K: every legal tile
@@ -79,6 +97,7 @@ def progress_key(M: int, N: int, K: int, uses=DEFAULT_USES) -> str:
 
 # -- the tuner ----------------------------------------------------------------
 
+
 class _Progress:
     """Measurements so far, saved at most once a second and on every exit."""
 
@@ -106,8 +125,7 @@ class _Progress:
 
 def _finalists(name: str, results: dict) -> list[str]:
     """The FINALISTS fastest correct candidates of kernel ``name`` by their first timing."""
-    mine = sorted((r["ms"], ck) for ck, r in results.items()
-                  if ck.split(":", 1)[0] == name and r.get("status") == "ok")
+    mine = sorted((r["ms"], ck) for ck, r in results.items() if ck.split(":", 1)[0] == name and r.get("status") == "ok")
     return [ck for _, ck in mine[:FINALISTS]]
 
 
@@ -134,12 +152,13 @@ class _Use:
     def __init__(self, M: int, N: int, K: int, ops: str, batch: int, rs):
         import cupy as cp
 
-        def stored(rows, cols, op):   # op(X) rows x cols; its layout in memory
+        def stored(rows, cols, op):  # op(X) rows x cols; its layout in memory
             shape = (batch, rows, cols) if op == "N" else (batch, cols, rows)
             x = rs.random_sample(shape, dtype=cp.float32)
             x *= 2
             x -= 1
             return x, (x if op == "N" else x.transpose(0, 2, 1)), shape[2]
+
         self.ops, self.batch = ops, batch
         self.a_mem, a, lda = stored(M, K, ops[0])
         self.b_mem, b, ldb = stored(K, N, ops[1])
@@ -155,21 +174,45 @@ class _Use:
 
     def run(self, p, gpu, stream) -> None:
         from ..core.executor import run_plan
+
         lda, ldb, ldc = self.lds
-        run_plan(p, gpu, stream, self.a_mem.data.ptr, lda, self.b_mem.data.ptr, ldb, self.c.data.ptr, ldc, 1.0, 0.0,
-                 batch=self.batch, strides=self.strides)
+        run_plan(
+            p,
+            gpu,
+            stream,
+            self.a_mem.data.ptr,
+            lda,
+            self.b_mem.data.ptr,
+            ldb,
+            self.c.data.ptr,
+            ldc,
+            1.0,
+            0.0,
+            batch=self.batch,
+            strides=self.strides,
+        )
 
     def cublas(self) -> None:
         import cupy as cp
+
         a, b = self.views
-        if self.batch == 1:   # a single product as users call it, 2-D views (3-D ones read slow: benchmarks/NOTES.md)
+        if self.batch == 1:  # a single product as users call it, 2-D views (3-D ones read slow: benchmarks/NOTES.md)
             cp.matmul(a[0], b[0], out=self.c[0])
         else:
             cp.matmul(a, b, out=self.c)
 
 
-def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = None, fresh: bool = False,
-         jobs: int | None = None, output: str | Path | None = None, quiet: bool = False, seed: int = 0) -> TunedTable:
+def tune(
+    kernels=DEFAULT_KERNELS,
+    sizes=DEFAULT_SIZES,
+    *,
+    uses: dict | None = None,
+    fresh: bool = False,
+    jobs: int | None = None,
+    output: str | Path | None = None,
+    quiet: bool = False,
+    seed: int = 0,
+) -> TunedTable:
     """Tune ``kernels`` at each of ``sizes`` on GPU 0 and write the winners.
 
     ``uses`` maps a shape (M, N, K) to the (ops, batch) pairs it is used in
@@ -189,21 +232,36 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
     from .verify import compare
 
     specs = [registry.get(k) for k in kernels]
-    gpu_info(0)   # without a GPU: gemmlab's NoGPUError, before CuPy touches the driver
+    gpu_info(0)  # without a GPU: gemmlab's NoGPUError, before CuPy touches the driver
     gpu = gpu_info(cp.cuda.Device().id)
     make_current(gpu.ordinal)
     log = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     prog = _Progress(progress_path(gpu.slug), gpu.name, fresh)
     if prog.resumed:
         log(f"resuming: {prog.resumed} measurements from {prog.path}")
-    uses = {tuple(s): tuple(uses.get(tuple(s), DEFAULT_USES)) for s in sizes} if uses else \
-        {tuple(s): DEFAULT_USES for s in sizes}
+    uses = (
+        {tuple(s): tuple(uses.get(tuple(s), DEFAULT_USES)) for s in sizes}
+        if uses
+        else {tuple(s): DEFAULT_USES for s in sizes}
+    )
 
     def plans_for(name: str, M: int, N: int, K: int, params: dict) -> tuple:
         """The candidate planned for each use of the shape (a batch that fills the GPU drops split-K)."""
-        return tuple(plan(name, M, N, K, aligned16=contiguous_aligned16(M, N, K, ops[0], ops[1]), op_a=ops[0],
-                          op_b=ops[1], batch=batch, sm_count=gpu.sm_count, **params)
-                     for ops, batch in uses[(M, N, K)])
+        return tuple(
+            plan(
+                name,
+                M,
+                N,
+                K,
+                aligned16=contiguous_aligned16(M, N, K, ops[0], ops[1]),
+                op_a=ops[0],
+                op_b=ops[1],
+                batch=batch,
+                sm_count=gpu.sm_count,
+                **params,
+            )
+            for ops, batch in uses[(M, N, K)]
+        )
 
     def same_launches(plans: tuple) -> tuple:
         """What a candidate runs: its code and launch shape in each use.  A parameter
@@ -217,7 +275,7 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
         return sum(plans[0].params.get(k) == v for k, v in d.items())
 
     plan_sets = {}
-    for (M, N, K) in sizes:
+    for M, N, K in sizes:
         fewest = min(batch for _, batch in uses[(M, N, K)])
         distinct = {}
         for s in specs:
@@ -228,8 +286,10 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
                     distinct[key] = plans
         plan_sets[(M, N, K)] = list(distinct.values())
     todo = {(p.spec.source_path, p.name_expression) for ps in plan_sets.values() for pl in ps for p in pl}
-    log(f"tuning {', '.join(kernels)} on {gpu.name}: {sum(map(len, plan_sets.values()))} candidates "
-        f"over {len(sizes)} shapes; compiling {len(todo)} instantiations")
+    log(
+        f"tuning {', '.join(kernels)} on {gpu.name}: {sum(map(len, plan_sets.values()))} candidates "
+        f"over {len(sizes)} shapes; compiling {len(todo)} instantiations"
+    )
     precompile(sorted(todo), gpu.arch, jobs=jobs, log=log)
 
     rs = cp.random.RandomState(seed)
@@ -256,41 +316,49 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
                     for p, u in zip(plans, on_gpu):
                         u.c.fill(np.nan)
                         u.run(p, gpu, stream)
-                        e = compare(u.c[u.checked], u.ref)   # and every matrix written, finite:
+                        e = compare(u.c[u.checked], u.ref)  # and every matrix written, finite:
                         unwritten = int(u.c.size - cp.count_nonzero(cp.isfinite(u.c)))
                         errs.append(dataclasses.replace(e, nonfinite=max(e.nonfinite, unwritten)))
                     err = max(errs, key=lambda e: (e.nonfinite, e.rel_fro))
-                except Exception as exc:   # a launch the GPU refuses: record it, go on
+                except Exception as exc:  # a launch the GPU refuses: record it, go on
                     results[ckey] = {"params": plans[0].params, "status": f"error: {type(exc).__name__}: {exc}"}
                     continue
                 if not err.ok(TOLERANCE):
-                    results[ckey] = {"params": plans[0].params, "status": "wrong", "rel_error": err.rel_fro,
-                                     "nonfinite": err.nonfinite}
+                    results[ckey] = {
+                        "params": plans[0].params,
+                        "status": "wrong",
+                        "rel_error": err.rel_fro,
+                        "nonfinite": err.nonfinite,
+                    }
                     log(f"  WRONG {ckey} at {key}: rel error {err.rel_fro:.2e}, {err.nonfinite} non-finite")
                     continue
                 best = min((r["ms"] for r in results.values() if r.get("ms")), default=None)
-                t = time_gpu(runner(plans), l2_bytes=gpu.l2_bytes, reps=SCREEN_REPS, warmup=1, budget_s=0.3,
-                             cutoff_ms=CUTOFF * best if best else None)
+                t = time_gpu(
+                    runner(plans),
+                    l2_bytes=gpu.l2_bytes,
+                    reps=SCREEN_REPS,
+                    warmup=1,
+                    budget_s=0.3,
+                    cutoff_ms=CUTOFF * best if best else None,
+                )
                 results[ckey] = {"params": plans[0].params, "status": "ok", "rel_error": err.rel_fro, "ms": t.ms}
                 prog.save()
                 if i % 25 == 0 or i == len(pending):
-                    log(f"[shape {si}/{len(sizes)}] {key}: {i}/{len(pending)} candidates "
-                        f"({time.time() - t0:.0f} s)")
+                    log(f"[shape {si}/{len(sizes)}] {key}: {i}/{len(pending)} candidates ({time.time() - t0:.0f} s)")
             # Finalists: the best few per kernel, timed again in interleaved rounds, so
             # that a slow spell of the GPU (clocks, a neighbour) hits them all alike --
             # cuBLAS too.  (Timed once before the candidates, on a GPU that had idled while
             # the operands were built, cuBLAS read slow on short products: benchmarks/NOTES.md.)
-            finalists = [ck for spec in specs for ck in _finalists(spec.name, results)
-                         if "final_ms" not in results[ck]]
+            finalists = [ck for spec in specs for ck in _finalists(spec.name, results) if "final_ms" not in results[ck]]
             samples = {ck: [] for ck in finalists}
             reference = []
             for _ in range(FINAL_ROUNDS):
-                reference += time_gpu(lambda: [u.cublas() for u in on_gpu], l2_bytes=gpu.l2_bytes,
-                                      reps=CUBLAS_REPS, budget_s=0.3).ms_all
+                reference += time_gpu(
+                    lambda: [u.cublas() for u in on_gpu], l2_bytes=gpu.l2_bytes, reps=CUBLAS_REPS, budget_s=0.3
+                ).ms_all
                 for ck in finalists:
                     plans = plans_for(ck.split(":", 1)[0], M, N, K, results[ck]["params"])
-                    samples[ck] += time_gpu(runner(plans), l2_bytes=gpu.l2_bytes, reps=FINAL_REPS,
-                                            budget_s=0.3).ms_all
+                    samples[ck] += time_gpu(runner(plans), l2_bytes=gpu.l2_bytes, reps=FINAL_REPS, budget_s=0.3).ms_all
             for ck in finalists:
                 results[ck]["final_ms"] = float(np.median(samples[ck]))
             shape["cublas_ms"] = float(np.median(reference))
@@ -299,8 +367,10 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
             prog.save(force=True)
             best = shape.get("best")
             if best:
-                log(f"[shape {si}/{len(sizes)}] {key}: best {candidate_key(best['kernel'], best['params'])} "
-                    f"{best['ms']:.3f} ms = {100 * shape['cublas_ms'] / best['ms']:.1f}% of cuBLAS")
+                log(
+                    f"[shape {si}/{len(sizes)}] {key}: best {candidate_key(best['kernel'], best['params'])} "
+                    f"{best['ms']:.3f} ms = {100 * shape['cublas_ms'] / best['ms']:.1f}% of cuBLAS"
+                )
             del on_gpu
             cp.get_default_memory_pool().free_all_blocks()
     except KeyboardInterrupt:
@@ -310,7 +380,7 @@ def tune(kernels=DEFAULT_KERNELS, sizes=DEFAULT_SIZES, *, uses: dict | None = No
     prog.save(force=True)
 
     shapes = {}
-    for (M, N, K) in sizes:
+    for M, N, K in sizes:
         s = prog.results[progress_key(M, N, K, uses[(M, N, K)])]
         entry = {"cublas_ms": s.get("cublas_ms"), **_winners(kernels, s)}
         flops = 2.0 * M * N * K * sum(batch for _, batch in uses[(M, N, K)])

@@ -13,7 +13,7 @@ import numpy as np
 
 DISTRIBUTIONS = ("uniform", "normal", "wide")
 # Host FP64 reference up to this many multiply-adds; beyond it, FP64 on the GPU.
-HOST_REFERENCE_LIMIT = 2 ** 31
+HOST_REFERENCE_LIMIT = 2**31
 
 
 def random_matrix(rows: int, cols: int, dist: str = "uniform", rng=None) -> np.ndarray:
@@ -41,6 +41,7 @@ def reference(a, b, alpha: float = 1.0, beta: float = 0.0, c=None, *, keep_on_gp
     on_gpu = not isinstance(a, np.ndarray)
     if on_gpu and (keep_on_gpu or M * N * K > HOST_REFERENCE_LIMIT):
         import cupy as cp
+
         r = alpha * (cp.asarray(a, dtype=cp.float64) @ cp.asarray(b, dtype=cp.float64))
         if beta != 0:
             r += beta * cp.asarray(c, dtype=cp.float64)
@@ -58,6 +59,7 @@ def magnitude(a, b, alpha: float = 1.0, beta: float = 0.0, c=None):
     M, K = a.shape
     if not isinstance(a, np.ndarray) and M * b.shape[1] * K > HOST_REFERENCE_LIMIT:
         import cupy as cp
+
         r = abs(alpha) * (cp.abs(cp.asarray(a, dtype=cp.float64)) @ cp.abs(cp.asarray(b, dtype=cp.float64)))
         if beta != 0:
             r += abs(beta) * cp.abs(cp.asarray(c, dtype=cp.float64))
@@ -71,18 +73,18 @@ def magnitude(a, b, alpha: float = 1.0, beta: float = 0.0, c=None):
 def _to_host(x) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
-    if hasattr(x, "get"):                       # CuPy
+    if hasattr(x, "get"):  # CuPy
         return x.get()
-    if hasattr(x, "detach"):                    # PyTorch
+    if hasattr(x, "detach"):  # PyTorch
         return x.detach().cpu().numpy()
     return np.asarray(x)
 
 
 @dataclass
 class ErrorReport:
-    rel_fro: float        # ||C - ref||_F / ||ref||_F
-    max_rel: float        # max |C - ref| / (|alpha| |A||B| + |beta| |C0|), elementwise
-    nonfinite: int        # NaN / Inf elements in the result (unwritten elements stay NaN)
+    rel_fro: float  # ||C - ref||_F / ||ref||_F
+    max_rel: float  # max |C - ref| / (|alpha| |A||B| + |beta| |C0|), elementwise
+    nonfinite: int  # NaN / Inf elements in the result (unwritten elements stay NaN)
 
     def ok(self, tol: float) -> bool:
         return self.nonfinite == 0 and self.rel_fro <= tol
@@ -95,6 +97,7 @@ def compare(result, ref, scale: np.ndarray | None = None) -> ErrorReport:
         xp, r = np, _to_host(result).astype(np.float64)
     else:
         import cupy as xp
+
         r = xp.asarray(result).astype(xp.float64)
     bad = int(xp.count_nonzero(~xp.isfinite(r)))
     diff = r - ref
@@ -159,9 +162,20 @@ class VerifyResult:
         return asdict(self)
 
 
-def verify(kernel: str = "auto", M: int = 1000, N: int = 1000, K: int = 1000, *, alpha: float = 1.0,
-           beta: float = 0.0, dist: str = "uniform", tol: float | None = None, seed=None, dtype: str = "float32",
-           **tile_params) -> VerifyResult:
+def verify(
+    kernel: str = "auto",
+    M: int = 1000,
+    N: int = 1000,
+    K: int = 1000,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    dist: str = "uniform",
+    tol: float | None = None,
+    seed=None,
+    dtype: str = "float32",
+    **tile_params,
+) -> VerifyResult:
     """Run one kernel on fresh random inputs and compare with FP64.
 
     ``dtype`` is one of VERIFY_DTYPES; ``tol`` defaults to TOLERANCE[dtype].  The
@@ -174,9 +188,10 @@ def verify(kernel: str = "auto", M: int = 1000, N: int = 1000, K: int = 1000, *,
     import cupy as cp
     from ..core.api import matmul, plan
     from ..runtime.device import gpu_info
+
     rng = np.random.default_rng(seed)
     ha, hb = random_matrix(M, K, dist, rng), random_matrix(K, N, dist, rng)
-    if dtype == "float16":          # the kernel reads float16: the reference takes the same values
+    if dtype == "float16":  # the kernel reads float16: the reference takes the same values
         ha, hb = ha.astype(np.float16), hb.astype(np.float16)
         ra, rb = ha.astype(np.float32), hb.astype(np.float32)
     elif dtype == "tf32":
@@ -187,14 +202,36 @@ def verify(kernel: str = "auto", M: int = 1000, N: int = 1000, K: int = 1000, *,
     if beta != 0:
         c0 = cp.asarray(random_matrix(M, N, dist, rng))
     else:
-        c0 = cp.full((M, N), np.nan, dtype=np.float32)   # poison: unwritten elements stay NaN
+        c0 = cp.full((M, N), np.nan, dtype=np.float32)  # poison: unwritten elements stay NaN
     out = c0.copy()
     precision = {"tf32": "tf32", "fp16_ec": "fp16_ec", "tf32_ec": "tf32_ec"}.get(dtype)
     matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel, precision=precision, **tile_params)
     cp.cuda.get_current_stream().synchronize()
     ref = reference(ref_a, ref_b, alpha, beta, c0)
     err = compare(out, ref, magnitude(ref_a, ref_b, alpha, beta, c0))
-    p = plan(kernel, M, N, K, sm_count=gpu_info(cp.cuda.Device().id).sm_count, dtype=dtype,
-             out_dtype="float32", **tile_params)
-    return VerifyResult(p.spec.name, p.params, M, N, K, float(alpha), float(beta), dist,
-                        err.rel_fro, err.max_rel, err.nonfinite, tol, err.ok(tol), dtype)
+    p = plan(
+        kernel,
+        M,
+        N,
+        K,
+        sm_count=gpu_info(cp.cuda.Device().id).sm_count,
+        dtype=dtype,
+        out_dtype="float32",
+        **tile_params,
+    )
+    return VerifyResult(
+        p.spec.name,
+        p.params,
+        M,
+        N,
+        K,
+        float(alpha),
+        float(beta),
+        dist,
+        err.rel_fro,
+        err.max_rel,
+        err.nonfinite,
+        tol,
+        err.ok(tol),
+        dtype,
+    )

@@ -13,15 +13,23 @@
 
 try:
     import torch  # noqa: F401
-except ModuleNotFoundError as exc:   # the [torch] extra: say how to get it, not only that it is missing
+except ModuleNotFoundError as exc:  # the [torch] extra: say how to get it, not only that it is missing
     from ..core.errors import EXTRAS, MissingExtraError
+
     raise MissingExtraError(f"gemmlab.torch needs PyTorch: {EXTRAS['torch'][1]}") from exc
 
 from .ops import bmm, mm  # noqa: E402
-from .routing import (NOT_ROUTED, ROUTED, Routing, disable_fp32_tc, enable_fp32_tc, fp32_tc,  # noqa: E402
-                      unregister, use_gemmlab)
+from .routing import (
+    NOT_ROUTED,
+    ROUTED,
+    Routing,
+    disable_fp32_tc,
+    enable_fp32_tc,
+    fp32_tc,  # noqa: E402
+    unregister,
+    use_gemmlab,
+)
 from . import sharding  # noqa: F401, E402  (registers the DTensor rules)
-
 
 
 def cuda_missing() -> str | None:
@@ -34,5 +42,16 @@ def cuda_missing() -> str | None:
     return "PyTorch sees no CUDA GPU or driver on this machine"
 
 
-__all__ = ["cuda_missing", "mm", "bmm", "fp32_tc", "use_gemmlab", "enable_fp32_tc", "disable_fp32_tc", "unregister", "Routing",
-           "ROUTED", "NOT_ROUTED"]
+__all__ = [
+    "cuda_missing",
+    "mm",
+    "bmm",
+    "fp32_tc",
+    "use_gemmlab",
+    "enable_fp32_tc",
+    "disable_fp32_tc",
+    "unregister",
+    "Routing",
+    "ROUTED",
+    "NOT_ROUTED",
+]

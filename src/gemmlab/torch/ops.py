@@ -74,14 +74,22 @@ def _impl_and_fake(name: str):
 
     def fake(a: torch.Tensor, b: torch.Tensor, kernel_name: str = "auto", precision: str = "") -> torch.Tensor:
         torch._check(a.dim() == ndim and b.dim() == ndim, lambda: f"gemmlab::{name} takes {ndim}-D tensors")
-        torch._check(a.shape[-1] == b.shape[-2],
-                     lambda: f"gemmlab::{name}: inner dimensions differ, {tuple(a.shape)} @ {tuple(b.shape)}")
+        torch._check(
+            a.shape[-1] == b.shape[-2],
+            lambda: f"gemmlab::{name}: inner dimensions differ, {tuple(a.shape)} @ {tuple(b.shape)}",
+        )
         if ndim == 3:
-            torch._check(a.shape[0] == b.shape[0],
-                         lambda: f"gemmlab::bmm: batch sizes differ, {tuple(a.shape)} @ {tuple(b.shape)}")
-        torch._check(a.dtype == b.dtype and a.dtype in _DTYPES,
-                     lambda: f"gemmlab::{name} takes two float32, float16 or bfloat16 tensors of one dtype, "
-                             f"not {a.dtype} and {b.dtype}")
+            torch._check(
+                a.shape[0] == b.shape[0],
+                lambda: f"gemmlab::bmm: batch sizes differ, {tuple(a.shape)} @ {tuple(b.shape)}",
+            )
+        torch._check(
+            a.dtype == b.dtype and a.dtype in _DTYPES,
+            lambda: (
+                f"gemmlab::{name} takes two float32, float16 or bfloat16 tensors of one dtype, "
+                f"not {a.dtype} and {b.dtype}"
+            ),
+        )
         return a.new_empty((*a.shape[:-1], b.shape[-1]))
 
     return impl, fake
@@ -94,8 +102,9 @@ def _empty_product(name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"gemmlab::{name}: inner dimensions differ, {tuple(a.shape)} @ {tuple(b.shape)}")
     if a.dtype != b.dtype or a.dtype not in _DTYPES:
-        raise TypeError(f"gemmlab::{name} takes two float32, float16 or bfloat16 tensors of one dtype, "
-                        f"not {a.dtype} and {b.dtype}")
+        raise TypeError(
+            f"gemmlab::{name} takes two float32, float16 or bfloat16 tensors of one dtype, not {a.dtype} and {b.dtype}"
+        )
     if a.device != b.device:
         raise ValueError(f"gemmlab::{name}: the operands are on different devices, {a.device} and {b.device}")
     return a.new_zeros((*a.shape[:-1], b.shape[-1]))
@@ -110,6 +119,7 @@ def _cpu_kernel(name: str):
         if not (a.numel() and b.numel()):
             return _IMPLS[name](a, b, kernel_name, precision)
         return CPU_KERNELS[name](a, b, kernel_name, precision)
+
     return kernel
 
 

@@ -54,8 +54,17 @@ import torch
 
 from ..core.api import matmul
 
-__all__ = ["ROUTED", "NOT_ROUTED", "OPERATORS", "Routing", "fp32_tc", "use_gemmlab", "enable_fp32_tc",
-           "disable_fp32_tc", "unregister"]
+__all__ = [
+    "ROUTED",
+    "NOT_ROUTED",
+    "OPERATORS",
+    "Routing",
+    "fp32_tc",
+    "use_gemmlab",
+    "enable_fp32_tc",
+    "disable_fp32_tc",
+    "unregister",
+]
 
 ROUTED = {
     "matmul": "torch.matmul, Tensor.matmul, a @ b, Tensor.__rmatmul__ (any dimensions but 1-D @ 1-D)",
@@ -78,13 +87,25 @@ NOT_ROUTED = {
     "zero-element products": "nothing to compute: PyTorch's answer, no kernel",
     "backward after the context": "gradients computed once the context has ended",
 }
-OPERATORS = ("mm", "mm.out", "bmm", "bmm.out", "addmm", "addmm.out", "addmm_", "baddbmm", "baddbmm.out",
-             "baddbmm_", "mv")
+OPERATORS = (
+    "mm",
+    "mm.out",
+    "bmm",
+    "bmm.out",
+    "addmm",
+    "addmm.out",
+    "addmm_",
+    "baddbmm",
+    "baddbmm.out",
+    "baddbmm_",
+    "mv",
+)
 PRECISIONS = ("fp32_tc", "fp16_ec", "fp16_ec_scaled", "tf32_ec", "tf32")
-KEY = "gemmlab.torch.routing"   # the thread-local slot (PyTorch's, copied into autograd's threads)
+KEY = "gemmlab.torch.routing"  # the thread-local slot (PyTorch's, copied into autograd's threads)
 
 
 # -- the routing state -------------------------------------------------------------------
+
 
 class RouteState:
     """What the innermost context routes: (dispatch key, dtype) -> (kernel,
@@ -115,7 +136,7 @@ _local = threading.local()
 def _slot() -> _Slot:
     slot = getattr(_local, "slot", None)
     if slot is None:
-        if torch._C._is_key_in_tls(KEY):   # a thread autograd runs for a routed thread: that one's
+        if torch._C._is_key_in_tls(KEY):  # a thread autograd runs for a routed thread: that one's
             return torch._C._get_obj_in_tls(KEY)
         slot = _local.slot = _Slot()
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(slot))
@@ -165,8 +186,7 @@ def _broadcasts(bias, shape) -> bool:
     """Whether ``bias`` broadcasts to ``shape`` (addmm's and baddbmm's input); read
     from the sizes, as torch.broadcast_shapes (a Python function) would cost a
     routed call several microseconds."""
-    return bias.dim() <= len(shape) and \
-        all(s == 1 or s == n for s, n in zip(reversed(bias.shape), reversed(shape)))
+    return bias.dim() <= len(shape) and all(s == 1 or s == n for s, n in zip(reversed(bias.shape), reversed(shape)))
 
 
 def _same_view(x, y) -> bool:
@@ -180,11 +200,15 @@ def _shares_storage(x, y) -> bool:
 def _kernels(ndim: int, key: str):
     """Makers (PyTorch's kernel -> gemmlab's) of mm's (ndim 2) or bmm's (ndim 3)
     functional, out=, addmm-like, addmm-like out= and in-place kernels."""
-    device_type = key.lower()   # "CUDA" -> "cuda": read once, not from each tensor
+    device_type = key.lower()  # "CUDA" -> "cuda": read once, not from each tensor
 
     def fits(a, b):
-        return a.dim() == ndim and b.dim() == ndim and a.shape[-1] == b.shape[-2] and \
-            (ndim == 2 or a.shape[0] == b.shape[0])
+        return (
+            a.dim() == ndim
+            and b.dim() == ndim
+            and a.shape[-1] == b.shape[-2]
+            and (ndim == 2 or a.shape[0] == b.shape[0])
+        )
 
     def plain(orig):
         def kernel(keyset, a, b):
@@ -192,6 +216,7 @@ def _kernels(ndim: int, key: str):
             if route is not None and fits(a, b):
                 return _product(a, b, route)
             return orig.call_boxed(keyset, a, b)
+
         return kernel
 
     def into(orig):
@@ -201,19 +226,21 @@ def _kernels(ndim: int, key: str):
                 _product(a, b, route, out=out)
                 return out
             return orig.call_boxed(keyset, a, b, out=out)
+
         return kernel
 
     def scaled(orig):
         def kernel(keyset, bias, a, b, *, beta=1, alpha=1):
             route = _route(key, device_type, a, b, bias)
             if route is not None and fits(a, b) and _broadcasts(bias, (*a.shape[:-1], b.shape[-1])):
-                if beta == 1:   # nn.Linear's: the bias goes into the product's epilogue where the rung can
+                if beta == 1:  # nn.Linear's: the bias goes into the product's epilogue where the rung can
                     return _product(a, b, route, alpha=alpha, bias=bias)
                 out = _product(a, b, route, alpha=alpha)
                 if beta != 0:
                     out.add_(bias, alpha=beta)
                 return out
             return orig.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha)
+
         return kernel
 
     def scaled_into(orig):
@@ -221,7 +248,7 @@ def _kernels(ndim: int, key: str):
             route = _route(key, device_type, a, b, bias, out)
             shape = (*a.shape[:-1], b.shape[-1])
             if route is not None and fits(a, b) and out.shape == shape and _broadcasts(bias, shape):
-                if _same_view(out, bias):         # beta * out, read by the kernel
+                if _same_view(out, bias):  # beta * out, read by the kernel
                     _product(a, b, route, out=out, alpha=alpha, beta=beta)
                     return out
                 if not _shares_storage(out, bias):
@@ -233,6 +260,7 @@ def _kernels(ndim: int, key: str):
                         out.add_(bias, alpha=beta)
                     return out
             return orig.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha, out=out)
+
         return kernel
 
     def in_place(orig):
@@ -242,6 +270,7 @@ def _kernels(ndim: int, key: str):
                 _product(a, b, route, out=acc, alpha=alpha, beta=beta)
                 return acc
             return orig.call_boxed(keyset, acc, a, b, beta=beta, alpha=alpha)
+
         return kernel
 
     return plain, into, scaled, scaled_into, in_place
@@ -255,21 +284,24 @@ def _mv(key: str, orig):
         if route is not None and a.dim() == 2 and v.dim() == 1 and a.shape[1] == v.shape[0]:
             return _product(a, v, route)
         return orig.call_boxed(keyset, a, v)
+
     return kernel
 
 
 def _makers(key: str) -> dict:
     """Operator name -> a maker (PyTorch's kernel -> gemmlab's) for dispatch key ``key``."""
-    return dict(zip(("mm", "mm.out", "addmm", "addmm.out", "addmm_"), _kernels(2, key))) | \
-        dict(zip(("bmm", "bmm.out", "baddbmm", "baddbmm.out", "baddbmm_"), _kernels(3, key))) | \
-        {"mv": functools.partial(_mv, key)}
+    return (
+        dict(zip(("mm", "mm.out", "addmm", "addmm.out", "addmm_"), _kernels(2, key)))
+        | dict(zip(("bmm", "bmm.out", "baddbmm", "baddbmm.out", "baddbmm_"), _kernels(3, key)))
+        | {"mv": functools.partial(_mv, key)}
+    )
 
 
 # -- registration --------------------------------------------------------------------------
 
-_libs: dict[str, torch.library.Library] = {}    # dispatch key -> the registered kernels
+_libs: dict[str, torch.library.Library] = {}  # dispatch key -> the registered kernels
 _lock = threading.Lock()
-_active = [0]                                   # contexts entered and not left, all threads
+_active = [0]  # contexts entered and not left, all threads
 
 
 def _register(dispatch_key: str) -> None:
@@ -277,12 +309,12 @@ def _register(dispatch_key: str) -> None:
         if dispatch_key in _libs:
             return
         lib, makers = torch.library.Library("aten", "IMPL"), _makers(dispatch_key)
-        with warnings.catch_warnings():   # "overriding a previously registered kernel": that is the point
+        with warnings.catch_warnings():  # "overriding a previously registered kernel": that is the point
             warnings.simplefilter("ignore")
             for name in OPERATORS:
                 try:
                     orig = torch.library.get_kernel(f"aten::{name}", dispatch_key)
-                except RuntimeError:   # none for this key (a PyTorch built without CUDA): nothing to replace
+                except RuntimeError:  # none for this key (a PyTorch built without CUDA): nothing to replace
                     continue
                 lib.impl(name, makers[name](orig), dispatch_key, with_keyset=True)
         _libs[dispatch_key] = lib
@@ -301,13 +333,14 @@ def unregister() -> None:
 
 # -- the contexts ------------------------------------------------------------------------
 
+
 class Routing:
     """Routes the matrix products of tensors of ``dtypes`` on CUDA devices to
     gemmlab with ``precision`` (None: each dtype's own) and ``kernel``.  A
     context manager and a decorator; contexts nest (the inner one's dtypes
     over the outer's)."""
 
-    dispatch_key = "CUDA"   # the devices whose kernels are replaced
+    dispatch_key = "CUDA"  # the devices whose kernels are replaced
 
     def __init__(self, dtypes=(torch.float32,), precision: str | None = None, kernel: str = "auto"):
         dtypes = (dtypes,) if isinstance(dtypes, torch.dtype) else tuple(dtypes)
@@ -318,8 +351,9 @@ class Routing:
             if precision not in PRECISIONS:
                 raise ValueError(f"precision must be one of {', '.join(PRECISIONS)} or None, not {precision!r}")
             if dtypes != (torch.float32,):
-                raise ValueError(f"precision={precision!r} is for float32 products; route other dtypes "
-                                 "with precision=None")
+                raise ValueError(
+                    f"precision={precision!r} is for float32 products; route other dtypes with precision=None"
+                )
         self.dtypes, self.precision, self.kernel = dtypes, precision, kernel
         self._saved = threading.local()
 
@@ -349,6 +383,7 @@ class Routing:
         def wrapped(*args, **kwargs):
             with self:
                 return fn(*args, **kwargs)
+
         return wrapped
 
 
@@ -376,6 +411,5 @@ def disable_fp32_tc() -> None:
     """Ends enable_fp32_tc() (a context entered after it must have ended first)."""
     if _global.entered():
         if current() is not _global._saved.stack[-1][1]:
-            raise RuntimeError("disable_fp32_tc: a context entered after enable_fp32_tc() is still on; "
-                               "leave it first")
+            raise RuntimeError("disable_fp32_tc: a context entered after enable_fp32_tc() is still on; leave it first")
         _global.__exit__(None, None, None)

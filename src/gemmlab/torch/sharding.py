@@ -40,8 +40,11 @@ def placements(op: str):
     from torch.distributed.tensor import Partial, Replicate, Shard
 
     batch = 1 if op == "bmm" else 0
-    dims = {"a": {"m": batch, "k": batch + 1, "b": 0}, "b": {"k": batch, "n": batch + 1, "b": 0},
-            "out": {"m": batch, "n": batch + 1, "b": 0}}
+    dims = {
+        "a": {"m": batch, "k": batch + 1, "b": 0},
+        "b": {"k": batch, "n": batch + 1, "b": 0},
+        "out": {"m": batch, "n": batch + 1, "b": 0},
+    }
 
     def place(side: str, name: str):
         if name == "R":

@@ -18,8 +18,13 @@ from ...runtime.launch import LaunchShape, driver, driver_call, launch_shaped, z
 from ..spec import KERNEL_DIR
 from ..cuda_constants import read_constants
 from .ec_wgmma import EC_WGMMA_TAIL_COUNTERS
-from .exponent_histogram import (EXPONENT_BINS, EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE,
-                                 HISTOGRAM_THREADS, histogram_launches)
+from .exponent_histogram import (
+    EXPONENT_BINS,
+    EXPONENT_HISTOGRAM_KERNEL,
+    EXPONENT_HISTOGRAM_SOURCE,
+    HISTOGRAM_THREADS,
+    histogram_launches,
+)
 
 CHOOSE_SOURCE = KERNEL_DIR / "ec" / "choose_method.cu"
 CHOOSE_KERNEL = "gemmlab::ec_choose_method"
@@ -30,17 +35,20 @@ FP16_TOP, FP16_NORMAL_MIN, MAX_SCALE_EXPONENT = _C["FP16_TOP"], _C["FP16_NORMAL_
 UNDERFLOW_NUM, UNDERFLOW_DEN, WIDE_BINADES = _C["UNDERFLOW_NUM"], _C["UNDERFLOW_DEN"], _C["WIDE_BINADES"]
 
 # The record's fields (index of each long long) and its method codes.
-CHOICE = {k[len("CHOICE_"):].lower(): v for k, v in read_constants("include/gemmlab/ec/choice.cuh").items()}
+CHOICE = {k[len("CHOICE_") :].lower(): v for k, v in read_constants("include/gemmlab/ec/choice.cuh").items()}
 CHOICE_FIELDS = CHOICE.pop("fields")
 _T = read_constants("include/gemmlab/type_codes.cuh")
-CHOICE_METHODS = {_T["METHOD_FP16_EC"]: "fp16_ec", _T["METHOD_FP16_EC_SCALED"]: "fp16_ec_scaled",
-                  _T["METHOD_TF32_EC"]: "tf32_ec"}
+CHOICE_METHODS = {
+    _T["METHOD_FP16_EC"]: "fp16_ec",
+    _T["METHOD_FP16_EC_SCALED"]: "fp16_ec_scaled",
+    _T["METHOD_TF32_EC"]: "tf32_ec",
+}
 
 HIST_BYTES = EXPONENT_BINS * 8
 RECORD_OFFSET = 2 * HIST_BYTES
 # After the record: ec_wgmma's stream-K tail counters (02_ec_wgmma.cu), which the workspace's
 # first zeroing and then each tail tile's last slice leave zero.
-WORKSPACE_BYTES = RECORD_OFFSET + CHOICE_FIELDS * 8 + 4 * EC_WGMMA_TAIL_COUNTERS   # histograms, record, counters
+WORKSPACE_BYTES = RECORD_OFFSET + CHOICE_FIELDS * 8 + 4 * EC_WGMMA_TAIL_COUNTERS  # histograms, record, counters
 
 
 class ChoiceLaunches:
@@ -51,13 +59,15 @@ class ChoiceLaunches:
 
     def __init__(self, gpu, ops_a, ops_b, scaled_only: bool):
         from ...runtime import compile as rt_compile
+
         self.gpu = gpu
         self.hist = rt_compile.load_kernel(EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL, gpu.arch)
         self.choose = rt_compile.load_kernel(CHOOSE_SOURCE, CHOOSE_KERNEL, gpu.arch)
         block = (HISTOGRAM_THREADS, 1, 1)
-        self.hist_launches = [(LaunchShape(grid, block), off_a, off_b, shape_a, rest_a, shape_b, rest_b)
-                              for off_a, off_b, grid, shape_a, rest_a, shape_b, rest_b
-                              in histogram_launches(gpu, ops_a, ops_b)]
+        self.hist_launches = [
+            (LaunchShape(grid, block), off_a, off_b, shape_a, rest_a, shape_b, rest_b)
+            for off_a, off_b, grid, shape_a, rest_a, shape_b, rest_b in histogram_launches(gpu, ops_a, ops_b)
+        ]
         self.choose_shape = LaunchShape((1, 1, 1), (CHOOSE_THREADS, 1, 1))
         self.scaled_only = np.int32(1 if scaled_only else 0)
 
@@ -66,8 +76,10 @@ class ChoiceLaunches:
         and choose, [(kernel, shape, args), ...], and the record's address; the record
         also goes to ``report`` (0: nowhere).  Built only, nothing launched: a prepared
         call keeps them per set of addresses."""
-        out = [(self.hist, shape, (*shape_a, A + off_a, *rest_a, ws, *shape_b, B + off_b, *rest_b, ws + HIST_BYTES))
-               for shape, off_a, off_b, shape_a, rest_a, shape_b, rest_b in self.hist_launches]
+        out = [
+            (self.hist, shape, (*shape_a, A + off_a, *rest_a, ws, *shape_b, B + off_b, *rest_b, ws + HIST_BYTES))
+            for shape, off_a, off_b, shape_a, rest_a, shape_b, rest_b in self.hist_launches
+        ]
         record = ws + RECORD_OFFSET
         out.append((self.choose, self.choose_shape, (ws, ws + HIST_BYTES, self.scaled_only, record, report)))
         return out, record
@@ -101,20 +113,22 @@ class Report:
         self.gpu = gpu
         # The buffer outlives any graph, so it is a plain allocation; one made while a
         # graph is captured is allowed in relaxed capture mode (as PyTorch's allocator does).
-        previous = driver_call(d.cuThreadExchangeStreamCaptureMode(
-            d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED), "cuThreadExchangeStreamCaptureMode")
+        previous = driver_call(
+            d.cuThreadExchangeStreamCaptureMode(d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
+            "cuThreadExchangeStreamCaptureMode",
+        )
         try:
             self.ptr = int(driver_call(d.cuMemAlloc(CHOICE_FIELDS * 8), "cuMemAlloc of the fp32_tc choice report"))
         finally:
             driver_call(d.cuThreadExchangeStreamCaptureMode(previous), "cuThreadExchangeStreamCaptureMode")
         # In stream order (a graph being captured records it), so no synchronisation here.
-        driver_call(d.cuMemsetD32Async(self.ptr, 0xFFFFFFFF, CHOICE_FIELDS * 2, d.CUstream(stream)),
-                    "cuMemsetD32Async")
+        driver_call(d.cuMemsetD32Async(self.ptr, 0xFFFFFFFF, CHOICE_FIELDS * 2, d.CUstream(stream)), "cuMemsetD32Async")
         weakref.finalize(self, _free, self.ptr)
 
     def read(self) -> np.ndarray:
         """The record last written (CHOICE_FIELDS int64): waits for the device."""
         from ...runtime.device import make_current
+
         d = driver()
         make_current(self.gpu.ordinal)
         host = np.zeros(CHOICE_FIELDS, np.int64)
@@ -126,5 +140,5 @@ class Report:
 def _free(ptr: int) -> None:
     try:
         driver().cuMemFree(ptr)
-    except Exception:   # at interpreter exit the driver may be gone already
+    except Exception:  # at interpreter exit the driver may be gone already
         pass

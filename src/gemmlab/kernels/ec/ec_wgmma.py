@@ -18,8 +18,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...runtime.tma import Operands, tensor_map
-from ..spec import (EC_METHODS, KERNEL_DIR, Ask, Constraint, KernelSpec, Launch, Offer, PrePass, Problem, TileParam,
-                    cdiv)
+from ..spec import EC_METHODS, KERNEL_DIR, Ask, Constraint, KernelSpec, Launch, Offer, PrePass, Problem, TileParam, cdiv
 from ..tensor.wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
@@ -50,8 +49,9 @@ def ec_split_pack_kernel(method: str, op_a: str, op_b: str, fold: int = 0) -> st
     return f"gemmlab::ec_split_pack<{EC_METHODS[method]}, {fold}, '{op_a}', '{op_b}'>"
 
 
-EC_SPLIT_PACK_KERNELS = tuple(ec_split_pack_kernel(m, op_a, op_b, fold) for m in EC_METHODS for fold in (0, 1)
-                              for op_a in "NT" for op_b in "NT")
+EC_SPLIT_PACK_KERNELS = tuple(
+    ec_split_pack_kernel(m, op_a, op_b, fold) for m in EC_METHODS for fold in (0, 1) for op_a in "NT" for op_b in "NT"
+)
 
 # fp32_tc's pre-pass on FOLD (split_scaled.cu): scales per row of op(A) and column of op(B),
 # the method chosen in the same pass.  (layouts, cluster size)
@@ -60,9 +60,9 @@ _S = read_constants("ec/split_scaled.cu")
 EC_SCALED_THREADS, EC_SCALED_SEGMENTS = _S["EC_SCALED_THREADS"], _S["EC_SCALED_SEGMENTS"]
 EC_SCALED_CHUNK, EC_SCALED_MAX_CLUSTER = _S["EC_SCALED_CHUNK"], _S["EC_SCALED_MAX_CLUSTER"]
 EC_SCALED_SHORT_CHUNK, EC_SCALED_ROWS_VALUES = _S["EC_SCALED_SHORT_CHUNK"], _S["EC_SCALED_ROWS_VALUES"]
-EC_SCALED_CLUSTERS = tuple(2 ** i for i in range(EC_SCALED_MAX_CLUSTER.bit_length()))   # 1, 2, 4, 8
+EC_SCALED_CLUSTERS = tuple(2**i for i in range(EC_SCALED_MAX_CLUSTER.bit_length()))  # 1, 2, 4, 8
 # ec_split_scaled_rows: float4 a thread holds of each row, 1 .. 16 (rows of K <= 1024 of them)
-EC_SCALED_ROWS_CHUNKS = tuple(2 ** i for i in range((EC_SCALED_ROWS_VALUES // 4).bit_length()))
+EC_SCALED_ROWS_CHUNKS = tuple(2**i for i in range((EC_SCALED_ROWS_VALUES // 4).bit_length()))
 
 
 # Layouts where one operand's segments lie along K in memory and the other's across: that one by
@@ -85,12 +85,20 @@ def ec_scaled_cluster(K: int) -> int:
 
 
 # Every cluster size with 512-value chunks; K of 128 or less: one block, 128-value chunks.
-EC_SPLIT_SCALED_KERNELS = tuple(ec_split_scaled_kernel(op_a, op_b, cl, chunk) for op_a in "NT" for op_b in "NT"
-                                for cl, chunk in [(c, EC_SCALED_CHUNK) for c in EC_SCALED_CLUSTERS]
-                                + [(1, EC_SCALED_SHORT_CHUNK)]) + \
-    tuple(ec_split_scaled_rows_kernel(c) for c in EC_SCALED_ROWS_CHUNKS) + \
-    tuple(ec_split_scaled_kernel(lay[0], lay[1], ec_scaled_cluster(1024 * rows), EC_SCALED_CHUNK, rows)
-          for lay in EC_SCALED_HALF_ROWS_LAYOUTS for rows in EC_SCALED_ROWS_CHUNKS)
+EC_SPLIT_SCALED_KERNELS = (
+    tuple(
+        ec_split_scaled_kernel(op_a, op_b, cl, chunk)
+        for op_a in "NT"
+        for op_b in "NT"
+        for cl, chunk in [(c, EC_SCALED_CHUNK) for c in EC_SCALED_CLUSTERS] + [(1, EC_SCALED_SHORT_CHUNK)]
+    )
+    + tuple(ec_split_scaled_rows_kernel(c) for c in EC_SCALED_ROWS_CHUNKS)
+    + tuple(
+        ec_split_scaled_kernel(lay[0], lay[1], ec_scaled_cluster(1024 * rows), EC_SCALED_CHUNK, rows)
+        for lay in EC_SCALED_HALF_ROWS_LAYOUTS
+        for rows in EC_SCALED_ROWS_CHUNKS
+    )
+)
 
 
 # The whole-rows splits are taken for products of at most this many outputs (all matrices):
@@ -107,8 +115,11 @@ def ec_scaled_rows_chunks(pr, ops: Operands, nz_a: int, nz_b: int) -> int:
     K longer than one block's share of the clustered kernel (where its clusters begin) and
     at most 16384 (64 values a thread), every row of every matrix 16-byte aligned, and a
     product of at most EC_SCALED_ROWS_MAX_OUTPUTS outputs."""
-    if pr.op_a != "N" or pr.op_b != "T" or not (_rows_aligned(ops.A, ops.lda, nz_a, ops.sa) and
-                                                 _rows_aligned(ops.B, ops.ldb, nz_b, ops.sb)):
+    if (
+        pr.op_a != "N"
+        or pr.op_b != "T"
+        or not (_rows_aligned(ops.A, ops.lda, nz_a, ops.sa) and _rows_aligned(ops.B, ops.ldb, nz_b, ops.sb))
+    ):
         return 0
     return _rows_chunks(pr, nz_a, nz_b)
 
@@ -122,8 +133,10 @@ def _rows_chunks(pr, nz_a: int, nz_b: int) -> int:
     """float4 of each row a thread of the whole-rows path holds, for K longer than one block's
     share of the clustered kernel and at most 16384; 0 outside that, or above
     EC_SCALED_ROWS_MAX_OUTPUTS outputs."""
-    if not EC_SCALED_CHUNK < pr.K <= EC_SCALED_ROWS_VALUES * EC_SCALED_THREADS or \
-            pr.M * pr.N * max(nz_a, nz_b, 1) > EC_SCALED_ROWS_MAX_OUTPUTS:
+    if (
+        not EC_SCALED_CHUNK < pr.K <= EC_SCALED_ROWS_VALUES * EC_SCALED_THREADS
+        or pr.M * pr.N * max(nz_a, nz_b, 1) > EC_SCALED_ROWS_MAX_OUTPUTS
+    ):
         return 0
     return next(c for c in EC_SCALED_ROWS_CHUNKS if pr.K <= 4 * EC_SCALED_THREADS * c)
 
@@ -169,8 +182,12 @@ def _geometry(p, prob: Problem, batch: int = 1) -> Launch:
     item: a tile of one of the ``batch`` matrices the launch takes, SPLITK times (a slice of K
     each)."""
     items = cdiv(prob.M, EC_WGMMA_BM) * cdiv(prob.N, p["BN"]) * batch * p["SPLITK"]
-    return Launch(grid=(max(1, min(items, prob.sm_count)), 1, 1), block=(EC_WGMMA_THREADS, 1, 1), smem_bytes=_smem(p),
-                  persistent=True)
+    return Launch(
+        grid=(max(1, min(items, prob.sm_count)), 1, 1),
+        block=(EC_WGMMA_THREADS, 1, 1),
+        smem_bytes=_smem(p),
+        persistent=True,
+    )
 
 
 # kernel="auto"'s split of K (ec_wgmma_auto_split): at most this many slices, each at least
@@ -195,8 +212,13 @@ def ec_wgmma_auto_split(M: int, N: int, K: int, sm_count: int, batch: int = 1, b
     tiles = cdiv(M, EC_WGMMA_BM) * cdiv(N, bn) * max(batch, 1)
     if 2 * tiles >= sm_count:
         return 1
-    return fill_split(tiles, cdiv(max(K, 1), EC_WGMMA_SPLIT_STEP), sm_count, most=EC_WGMMA_MAX_SPLIT,
-                      min_steps=EC_WGMMA_MIN_K_STEPS_PER_SLICE)
+    return fill_split(
+        tiles,
+        cdiv(max(K, 1), EC_WGMMA_SPLIT_STEP),
+        sm_count,
+        most=EC_WGMMA_MAX_SPLIT,
+        min_steps=EC_WGMMA_MIN_K_STEPS_PER_SLICE,
+    )
 
 
 # ec_wgmma on a batch (kernel="auto"): the multiply-adds the whole batch must hold to
@@ -243,8 +265,11 @@ def _auto_hook(ask: Ask) -> Offer:
     if ask.arch is None or not SPEC.builds_for(ask.arch):
         return Offer(None, f"ec_wgmma runs on {WGMMA_SM90} only ({'no GPU known' if ask.arch is None else ask.arch})")
     if not ec_wgmma_pays(ask.M, ask.N, ask.K, ask.batch, ask.sm_count):
-        return Offer(None, f"ec_wgmma does not pay here (ec_wgmma_pays): too few {EC_WGMMA_BM} x {EC_WGMMA_BN} "
-                           f"tiles for {ask.sm_count} SMs, or a batch too small or too thin for its pre-pass")
+        return Offer(
+            None,
+            f"ec_wgmma does not pay here (ec_wgmma_pays): too few {EC_WGMMA_BM} x {EC_WGMMA_BN} "
+            f"tiles for {ask.sm_count} SMs, or a batch too small or too thin for its pre-pass",
+        )
     return Offer({"SPLITK": ec_wgmma_auto_split(ask.M, ask.N, ask.K, ask.sm_count, ask.batch)})
 
 
@@ -269,8 +294,9 @@ def _split_launch(source, name: str, threads: int, gpu, grid: tuple[int, int, in
     if found is None:
         from ...runtime import compile as rt_compile
         from ...runtime.launch import LaunchShape
+
         kernel = rt_compile.load_kernel(source, name, gpu.arch)
-        if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:   # a program of many shapes: start again
+        if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:  # a program of many shapes: start again
             _split_launches.clear()
         found = _split_launches[key] = (kernel, LaunchShape(grid, (threads, 1, 1), pdl=pdl))
     return found
@@ -351,8 +377,18 @@ def ec_workspace_bytes(plan, ops: Operands, choice) -> int:
 SPLIT_WHAT = "ec_wgmma, for the split parts of a and b,"
 
 
-def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, choice: int, workspace: int,
-                      fold: int, per_row: bool = False, report: int = 0):
+def ec_split_launches(
+    pr,
+    gpu,
+    ops: Operands,
+    scale_a: float,
+    scale_b: float,
+    choice: int,
+    workspace: int,
+    fold: int,
+    per_row: bool = False,
+    report: int = 0,
+):
     """The launch that splits op(A) and op(B) of problem ``pr`` (dtype fp16_ec or tf32_ec)
     into their hi and lo parts with ec/split_pack.cu, into the workspace at ``workspace``
     (ec_split_bytes of it); built only, nothing launched.  Returns ([(kernel, shape,
@@ -378,24 +414,49 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
         raise TypeError(f"the split pre-pass is for {', '.join(EC_METHODS)}, not {pr.dtype}")
     room, kp = _part_layout(pr, choice)
     nz_a, nz_b = _matrices(ops, ops.sa), _matrices(ops, ops.sb)
-    a_part, b_part = nz_a * pr.M * kp * room, nz_b * pr.N * kp * room   # bytes of each part of A, of B^T
+    a_part, b_part = nz_a * pr.M * kp * room, nz_b * pr.N * kp * room  # bytes of each part of A, of B^T
     a_hi, a_lo = workspace, workspace + a_part
     b_hi, b_lo = workspace + 2 * a_part, workspace + 2 * a_part + b_part
 
     if per_row:
-        return _split_scaled_launch(pr, gpu, ops, choice, (a_hi, a_lo, b_hi, b_lo), kp, nz_a, nz_b,
-                                    workspace + 2 * (a_part + b_part), report)
+        return _split_scaled_launch(
+            pr, gpu, ops, choice, (a_hi, a_lo, b_hi, b_lo), kp, nz_a, nz_b, workspace + 2 * (a_part + b_part), report
+        )
 
-    def blocks(rows, cols, nz):   # a few blocks per SM over the whole batch; they loop over the tiles
+    def blocks(rows, cols, nz):  # a few blocks per SM over the whole batch; they loop over the tiles
         tiles = -(-rows // EC_SPLIT_PACK_TILE) * -(-cols // EC_SPLIT_PACK_TILE)
         return max(1, min(tiles, -(-EC_SPLIT_PACK_BLOCKS_PER_SM * gpu.sm_count // nz)))
+
     grid = (max(blocks(pr.M, pr.K, nz_a), blocks(pr.K, pr.N, nz_b)), max(nz_a, nz_b), 2)
-    kernel, shape = _split_launch(EC_SPLIT_PACK_SOURCE, ec_split_pack_kernel(pr.dtype, pr.op_a, pr.op_b, fold),
-                                  EC_SPLIT_PACK_THREADS, gpu, grid, pdl=bool(choice))
-    args = (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K),
-            ops.A, np.int32(ops.lda), np.int64(ops.sa if nz_a > 1 else 0), np.int32(nz_a), np.float32(scale_a),
-            ops.B, np.int32(ops.ldb), np.int64(ops.sb if nz_b > 1 else 0), np.int32(nz_b), np.float32(scale_b),
-            a_hi, a_lo, b_hi, b_lo, np.int32(kp), choice)
+    kernel, shape = _split_launch(
+        EC_SPLIT_PACK_SOURCE,
+        ec_split_pack_kernel(pr.dtype, pr.op_a, pr.op_b, fold),
+        EC_SPLIT_PACK_THREADS,
+        gpu,
+        grid,
+        pdl=bool(choice),
+    )
+    args = (
+        np.int32(pr.M),
+        np.int32(pr.N),
+        np.int32(pr.K),
+        ops.A,
+        np.int32(ops.lda),
+        np.int64(ops.sa if nz_a > 1 else 0),
+        np.int32(nz_a),
+        np.float32(scale_a),
+        ops.B,
+        np.int32(ops.ldb),
+        np.int64(ops.sb if nz_b > 1 else 0),
+        np.int32(nz_b),
+        np.float32(scale_b),
+        a_hi,
+        a_lo,
+        b_hi,
+        b_lo,
+        np.int32(kp),
+        choice,
+    )
     return [(kernel, shape, args)], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b, 0, 0)
 
 
@@ -406,8 +467,9 @@ def ec_split_launches(pr, gpu, ops: Operands, scale_a: float, scale_b: float, ch
 EC_SCALED_BLOCKS_PER_SM = 16
 
 
-def _grid_over_groups(groups_a: int, groups_b: int, cl_a: int, cl_b: int, nz_a: int, nz_b: int,
-                      sm_count: int) -> tuple[tuple[int, int, int], int]:
+def _grid_over_groups(
+    groups_a: int, groups_b: int, cl_a: int, cl_b: int, nz_a: int, nz_b: int, sm_count: int
+) -> tuple[tuple[int, int, int], int]:
     """A split_scaled.cu grid: (blocks a matrix along x, matrices, 2 operands), where ``cl_a``
     (``cl_b``) blocks take each group of op(A)'s (op(B)'s) rows together -- a cluster, or 1: a
     plain block -- and groups beyond what fits are taken in turn.  Each side has at most
@@ -416,8 +478,9 @@ def _grid_over_groups(groups_a: int, groups_b: int, cl_a: int, cl_b: int, nz_a: 
     one ticket of the record's count)."""
     nz = max(nz_a, nz_b)
 
-    def blocks_of(groups, cl):   # the blocks along x that one side fills
+    def blocks_of(groups, cl):  # the blocks along x that one side fills
         return cl * min(groups, max(1, cdiv(EC_SCALED_BLOCKS_PER_SM * sm_count, cl * 2 * nz)))
+
     cl = max(cl_a, cl_b)
     x = cdiv(max(blocks_of(groups_a, cl_a), blocks_of(groups_b, cl_b)), cl) * cl
     blocks = cl_a * min(groups_a, x // cl_a) * nz_a + cl_b * min(groups_b, x // cl_b) * nz_b
@@ -445,19 +508,20 @@ def ec_scaled_half_rows_grid(pr, chunks: int, nz_a: int, nz_b: int, sm_count: in
     return _grid_over_groups(cdiv(pr.M, EC_SCALED_SEGMENTS), cdiv(pr.N, rows), cl, 1, nz_a, nz_b, sm_count)
 
 
-def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz_a: int, nz_b: int, scales: int,
-                         report: int = 0):
+def _split_scaled_launch(
+    pr, gpu, ops: Operands, choice: int, parts, kp: int, nz_a: int, nz_b: int, scales: int, report: int = 0
+):
     """split_scaled.cu's launch (ec_split_launches with per_row): clusters of
     ec_scaled_cluster(K) blocks taking groups of 32 rows of op(A) (columns of op(B)) of each
     matrix (ec_scaled_grid), or where ec_scaled_rows_chunks allows, blocks of whole rows
     (ec_scaled_rows_grid); the inverse scales at ``scales`` (A's nz_a x M floats, then B's)."""
     chunks = ec_scaled_rows_chunks(pr, ops, nz_a, nz_b)
     half = 0 if chunks else ec_scaled_half_rows(pr, ops, nz_a, nz_b)
-    if chunks:   # whole rows a block, no clusters
+    if chunks:  # whole rows a block, no clusters
         rows = EC_SCALED_ROWS_VALUES // 4 // chunks
         grid, blocks = ec_scaled_rows_grid(pr.M, pr.N, rows, nz_a, nz_b, gpu.sm_count)
         name = ec_split_scaled_rows_kernel(chunks)
-    elif half:   # one operand by whole rows, the other's blocks in clusters
+    elif half:  # one operand by whole rows, the other's blocks in clusters
         grid, blocks = ec_scaled_half_rows_grid(pr, half, nz_a, nz_b, gpu.sm_count)
         name = ec_split_scaled_kernel(pr.op_a, pr.op_b, ec_scaled_cluster(pr.K), EC_SCALED_CHUNK, half)
     else:
@@ -466,16 +530,45 @@ def _split_scaled_launch(pr, gpu, ops: Operands, choice: int, parts, kp: int, nz
     kernel, shape = _split_launch(EC_SPLIT_SCALED_SOURCE, name, EC_SCALED_THREADS, gpu, grid)
     a_hi, a_lo, b_hi, b_lo = parts
     unscale_a, unscale_b = scales, scales + 4 * nz_a * pr.M
-    args = (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K),
-            ops.A, np.int32(ops.lda), np.int64(ops.sa if nz_a > 1 else 0), np.int32(nz_a),
-            ops.B, np.int32(ops.ldb), np.int64(ops.sb if nz_b > 1 else 0), np.int32(nz_b),
-            a_hi, a_lo, b_hi, b_lo, np.int32(kp), unscale_a, unscale_b, np.int32(blocks), choice, report)
+    args = (
+        np.int32(pr.M),
+        np.int32(pr.N),
+        np.int32(pr.K),
+        ops.A,
+        np.int32(ops.lda),
+        np.int64(ops.sa if nz_a > 1 else 0),
+        np.int32(nz_a),
+        ops.B,
+        np.int32(ops.ldb),
+        np.int64(ops.sb if nz_b > 1 else 0),
+        np.int32(nz_b),
+        a_hi,
+        a_lo,
+        b_hi,
+        b_lo,
+        np.int32(kp),
+        unscale_a,
+        unscale_b,
+        np.int32(blocks),
+        choice,
+        report,
+    )
     return [(kernel, shape, args)], (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b, unscale_a, unscale_b)
 
 
 @contextmanager
-def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0, scale_b: float = 1.0,
-                       choice: int = 0, fold: int = EC_WGMMA_DEFAULT_FOLD, per_row: bool = False, report: int = 0):
+def ec_split_workspace(
+    pr,
+    gpu,
+    stream: int,
+    ops: Operands,
+    scale_a: float = 1.0,
+    scale_b: float = 1.0,
+    choice: int = 0,
+    fold: int = EC_WGMMA_DEFAULT_FOLD,
+    per_row: bool = False,
+    report: int = 0,
+):
     """The split pre-pass alone (what the benchmark times): ec_split_launches into a
     stream-ordered workspace, launched on ``stream``; yields the parts as
     ec_split_launches returns them; freed in stream order on exit.  ``fold``: the parts
@@ -483,10 +576,12 @@ def ec_split_workspace(pr, gpu, stream: int, ops: Operands, scale_a: float = 1.0
     record at ``choice`` whose sums are zero): split_scaled.cu, fp32_tc's pre-pass, which
     copies the record to ``report`` where not 0."""
     from ...runtime.launch import launch_shaped, stream_workspace
+
     ws = stream_workspace(gpu, stream, ec_split_bytes(pr, ops, choice), SPLIT_WHAT)
     try:
-        launches, parts = ec_split_launches(pr, gpu, ops, scale_a, scale_b, choice, int(ws.handle), fold, per_row,
-                                            report)
+        launches, parts = ec_split_launches(
+            pr, gpu, ops, scale_a, scale_b, choice, int(ws.handle), fold, per_row, report
+        )
         for kernel, shape, args in launches:
             launch_shaped(kernel, shape, stream, args)
         yield parts
@@ -520,42 +615,85 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     strides = (0, 0, sc) if one else (ops.sa, ops.sb, sc)
     batch_args = tuple(np.int64(s) for s in strides) + (np.int32(max(ops.batch, 1)),)
     launches, (a_hi, a_lo, b_hi, b_lo, kp, nz_a, nz_b, unscale_a, unscale_b) = ec_split_launches(
-        pr, gpu, ops, scale_a, scale_b, choice, workspace, plan.params["FOLD"], splits_per_row(plan, choice), report)
+        pr, gpu, ops, scale_a, scale_b, choice, workspace, plan.params["FOLD"], splits_per_row(plan, choice), report
+    )
     box_k, bm, bn = 128 // eb, EC_WGMMA_BM, plan.params["BN"]
-    maps = tuple(tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, backend, batch=nz, batch_stride=rows * kp)
-                 for ptr, rows, box_rows, nz in ((a_hi, pr.M, bm, nz_a), (a_lo, pr.M, bm, nz_a),
-                                                 (b_hi, pr.N, bn, nz_b), (b_lo, pr.N, bn, nz_b)))
+    maps = tuple(
+        tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, backend, batch=nz, batch_stride=rows * kp)
+        for ptr, rows, box_rows, nz in (
+            (a_hi, pr.M, bm, nz_a),
+            (a_lo, pr.M, bm, nz_a),
+            (b_hi, pr.N, bn, nz_b),
+            (b_lo, pr.N, bn, nz_b),
+        )
+    )
     trans = (pr.op_a == "T") | (pr.op_b == "T") << 1
     tail, slices = ec_wgmma_tail(plan, ops.batch, choice)
     partials = workspace + _partials_offset(pr, ops, choice) if tail else 0
     return launches, standard_args(pr, ops, alpha, beta) + batch_args + maps + plan.extra_args() + (
-        choice, np.int32(splits), np.int32(trans), unscale_a, unscale_b, np.int32(tail), np.int32(slices), partials)
+        choice,
+        np.int32(splits),
+        np.int32(trans),
+        unscale_a,
+        unscale_b,
+        np.int32(tail),
+        np.int32(slices),
+        partials,
+    )
 
 
 SPEC = KernelSpec(
-    name="ec_wgmma", rung=2, family="ec", dtypes=tuple(EC_METHODS), source="ec/02_ec_wgmma.cu",
+    name="ec_wgmma",
+    rung=2,
+    family="ec",
+    dtypes=tuple(EC_METHODS),
+    source="ec/02_ec_wgmma.cu",
     template="gemmlab::ec_wgmma",
     description="Hopper: A and B split once into their two parts by a pre-pass, then wgmma from a TMA ring "
-                "of four tiles a stage; each stage's products added outside the tensor core into blocked "
-                "FP32 accumulators (FOLD: lo in hi's units, the stage's three products in one accumulator "
-                "set, 128 x 128 tiles)",
+    "of four tiles a stage; each stage's products added outside the tensor core into blocked "
+    "FP32 accumulators (FOLD: lo in hi's units, the stage's three products in one accumulator "
+    "set, 128 x 128 tiles)",
     params=(
-        TileParam("STAGES", (2, 3, 4), 3, "stages of the ring, each 56 KiB (64 with BN = 128): hi and lo tiles "
-                                          "of A (128 rows) and of B^T (BN rows), 128 bytes of K"),
-        TileParam("BN", (EC_WGMMA_BN, EC_WGMMA_FOLD_BN), EC_WGMMA_DEFAULT_BN,
-                  "columns of the block's tile (128 needs FOLD's three accumulator sets)"),
-        TileParam("FOLD", (0, 1), EC_WGMMA_DEFAULT_FOLD, "1: lo kept in hi's units, corrections and main product of a stage in one "
-                                     "accumulator set (the FP16 parts scaled to just below 2^15 by the method "
-                                     "chosen on the GPU)"),
-        TileParam("SPLITK", SPLITK_VALUES, 1, "slices of K (products with few tiles and a long K; >1 writes "
-                                              "FP32 partial tiles to a workspace of SPLITK*M*N floats per "
-                                              "matrix, which a reduction kernel adds into C)"),
+        TileParam(
+            "STAGES",
+            (2, 3, 4),
+            3,
+            "stages of the ring, each 56 KiB (64 with BN = 128): hi and lo tiles "
+            "of A (128 rows) and of B^T (BN rows), 128 bytes of K",
+        ),
+        TileParam(
+            "BN",
+            (EC_WGMMA_BN, EC_WGMMA_FOLD_BN),
+            EC_WGMMA_DEFAULT_BN,
+            "columns of the block's tile (128 needs FOLD's three accumulator sets)",
+        ),
+        TileParam(
+            "FOLD",
+            (0, 1),
+            EC_WGMMA_DEFAULT_FOLD,
+            "1: lo kept in hi's units, corrections and main product of a stage in one "
+            "accumulator set (the FP16 parts scaled to just below 2^15 by the method "
+            "chosen on the GPU)",
+        ),
+        TileParam(
+            "SPLITK",
+            SPLITK_VALUES,
+            1,
+            "slices of K (products with few tiles and a long K; >1 writes "
+            "FP32 partial tiles to a workspace of SPLITK*M*N floats per "
+            "matrix, which a reduction kernel adds into C)",
+        ),
     ),
     constraints=(
-        Constraint("dynamic shared memory, STAGES*(32 + BN/4) KiB + 16*STAGES + 16 + 8*BN*FOLD + 1024 bytes, must fit "
-                   "in the 227 KiB a Hopper block can have", lambda p: _smem(p) <= WGMMA_SMEM_LIMIT),
-        Constraint(f"BN = {EC_WGMMA_FOLD_BN} needs FOLD = 1 (four sets of 64 accumulators do not fit)",
-                   lambda p: p["BN"] == EC_WGMMA_BN or p["FOLD"] == 1),
+        Constraint(
+            "dynamic shared memory, STAGES*(32 + BN/4) KiB + 16*STAGES + 16 + 8*BN*FOLD + 1024 bytes, must fit "
+            "in the 227 KiB a Hopper block can have",
+            lambda p: _smem(p) <= WGMMA_SMEM_LIMIT,
+        ),
+        Constraint(
+            f"BN = {EC_WGMMA_FOLD_BN} needs FOLD = 1 (four sets of 64 accumulators do not fit)",
+            lambda p: p["BN"] == EC_WGMMA_BN or p["FOLD"] == 1,
+        ),
     ),
     template_args=lambda p, prob: (EC_METHODS[prob.dtype], p["STAGES"], p["BN"], p["FOLD"]),
     geometry=_geometry,
@@ -569,8 +707,9 @@ SPEC = KernelSpec(
     # serves split and unsplit (its output is FP32 either way).
     split_k_param="SPLITK",
     reads_choice=True,
-    prepass=PrePass(workspace_bytes=ec_workspace_bytes, build=ec_wgmma_launches, what=SPLIT_WHAT,
-                    chooses=chooses_in_split),
+    prepass=PrePass(
+        workspace_bytes=ec_workspace_bytes, build=ec_wgmma_launches, what=SPLIT_WHAT, chooses=chooses_in_split
+    ),
     # One launch per batch (chunk): the pre-pass splits every matrix, the persistent loop
     # walks every matrix's tiles.
     batched_args=True,

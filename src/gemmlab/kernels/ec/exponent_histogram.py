@@ -17,8 +17,8 @@ EXPONENT_HISTOGRAM_SOURCE = KERNEL_DIR / "ec" / "exponent_histogram.cu"
 EXPONENT_HISTOGRAM_KERNEL = "gemmlab::exponent_histogram"
 _K = read_constants("ec/exponent_histogram.cu")
 HISTOGRAM_THREADS = _K["HISTOGRAM_THREADS"]
-HISTOGRAM_WARPS = HISTOGRAM_THREADS // 32   # a warp per row
-EXPONENT_BINS = _K["EXPONENT_BINS"]   # one per value of the 8-bit exponent field
+HISTOGRAM_WARPS = HISTOGRAM_THREADS // 32  # a warp per row
+EXPONENT_BINS = _K["EXPONENT_BINS"]  # one per value of the 8-bit exponent field
 GRID_Y_MAX = 65535
 
 
@@ -34,8 +34,15 @@ def _operand_chunks(gpu, operands) -> list[tuple]:
             nz = min(GRID_Y_MAX, batch - z0)
             # A warp per row, at most 8 blocks per SM over the whole launch.
             blocks = max(1, min(-(-rows // HISTOGRAM_WARPS), 8 * gpu.sm_count // nz))
-            out.append((off + z0 * stride * 4, blocks, nz, (np.int32(rows), np.int32(cols)),
-                        (np.int32(ld), np.int64(stride), np.int32(nz))))
+            out.append(
+                (
+                    off + z0 * stride * 4,
+                    blocks,
+                    nz,
+                    (np.int32(rows), np.int32(cols)),
+                    (np.int32(ld), np.int64(stride), np.int32(nz)),
+                )
+            )
     return out
 
 
@@ -71,23 +78,38 @@ def exponent_histograms(gpu, stream: int, operands) -> list[np.ndarray]:
     from ...runtime.device import make_current
     from ...runtime.launch import device_workspace, driver_call, launch
 
-    make_current(gpu.ordinal)   # callable before any matmul on this thread
+    make_current(gpu.ordinal)  # callable before any matmul on this thread
     kernel = rt_compile.load_kernel(EXPONENT_HISTOGRAM_SOURCE, EXPONENT_HISTOGRAM_KERNEL, gpu.arch)
     n = len(operands)
     buf = device_workspace(gpu, stream, n * EXPONENT_BINS * 8, "the exponent statistics of fp32_tc")
     try:
         base = int(buf.handle)
         driver_call(driver.cuMemsetD32Async(base, 0, n * EXPONENT_BINS * 2, stream), "cuMemsetD32Async")
-        for i in range(0, n, 2):   # operands i and i + 1 in one launch (an odd last one alone)
-            sides = [([(0, rows, cols, ld, 1, 0)], ptr, base + (i + j) * EXPONENT_BINS * 8)
-                     for j, (ptr, rows, cols, ld) in enumerate(operands[i:i + 2])]
+        for i in range(0, n, 2):  # operands i and i + 1 in one launch (an odd last one alone)
+            sides = [
+                ([(0, rows, cols, ld, 1, 0)], ptr, base + (i + j) * EXPONENT_BINS * 8)
+                for j, (ptr, rows, cols, ld) in enumerate(operands[i : i + 2])
+            ]
             (ops_a, ptr_a, hist_a), (ops_b, ptr_b, hist_b) = (sides + [([], 0, 0)])[:2]
             for off_a, off_b, grid, shape_a, rest_a, shape_b, rest_b in histogram_launches(gpu, ops_a, ops_b):
-                launch(kernel, grid, (HISTOGRAM_THREADS, 1, 1), 0, stream, *shape_a, ptr_a + off_a, *rest_a, hist_a,
-                       *shape_b, ptr_b + off_b, *rest_b, hist_b)
+                launch(
+                    kernel,
+                    grid,
+                    (HISTOGRAM_THREADS, 1, 1),
+                    0,
+                    stream,
+                    *shape_a,
+                    ptr_a + off_a,
+                    *rest_a,
+                    hist_a,
+                    *shape_b,
+                    ptr_b + off_b,
+                    *rest_b,
+                    hist_b,
+                )
         host = np.zeros(n * EXPONENT_BINS, dtype=np.uint64)
         driver_call(driver.cuMemcpyDtoHAsync(host.ctypes.data, base, host.nbytes, stream), "cuMemcpyDtoHAsync")
         driver_call(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
     finally:
         buf.close(stream)
-    return [host[i * EXPONENT_BINS:(i + 1) * EXPONENT_BINS].astype(np.int64) for i in range(n)]
+    return [host[i * EXPONENT_BINS : (i + 1) * EXPONENT_BINS].astype(np.int64) for i in range(n)]

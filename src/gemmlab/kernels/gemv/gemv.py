@@ -47,10 +47,17 @@ GEMV_COLUMN_SHORT_BYTES = 512
 GEMV_DTYPES = ("float32", "float16", "bfloat16")
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # (input, output) dtypes: float32 in and out; 16-bit in, float32 or the same type out.
-GEMV_VARIANTS = tuple(Problem(1, 1, 1, aligned, dt, odt)
-                      for dt, odt in (("float32", "float32"), ("float16", "float32"), ("float16", "float16"),
-                                      ("bfloat16", "float32"), ("bfloat16", "bfloat16"))
-                      for aligned in (True, False))
+GEMV_VARIANTS = tuple(
+    Problem(1, 1, 1, aligned, dt, odt)
+    for dt, odt in (
+        ("float32", "float32"),
+        ("float16", "float32"),
+        ("float16", "float16"),
+        ("bfloat16", "float32"),
+        ("bfloat16", "bfloat16"),
+    )
+    for aligned in (True, False)
+)
 
 
 def gemv_aligned(prob: Problem) -> bool:
@@ -103,19 +110,22 @@ def _geometry(p, prob: Problem) -> Launch:
     if prob.op_b == "T":
         for name, alone in (("SPLITK", 1), ("LANES", 32)):
             if p[name] != alone:
-                raise ValueError(f"gemv's {name} applies where op(B) is row-major (dY @ W); {name}={p[name]} with "
-                                 f"op(B) column-major (x @ W.t()) needs {name}={alone}")
-        return Launch(grid=(max(1, cdiv(prob.N, GEMV_WARPS * GEMV_COLS_PER_WARP)), 1, 1),
-                      block=(GEMV_THREADS, 1, 1))
-    return Launch(grid=(max(1, cdiv(prob.N, gemv_row_columns(prob, p["MT"], p["LANES"]))), p["SPLITK"], 1),
-                  block=(GEMV_THREADS, 1, 1))
+                raise ValueError(
+                    f"gemv's {name} applies where op(B) is row-major (dY @ W); {name}={p[name]} with "
+                    f"op(B) column-major (x @ W.t()) needs {name}={alone}"
+                )
+        return Launch(grid=(max(1, cdiv(prob.N, GEMV_WARPS * GEMV_COLS_PER_WARP)), 1, 1), block=(GEMV_THREADS, 1, 1))
+    return Launch(
+        grid=(max(1, cdiv(prob.N, gemv_row_columns(prob, p["MT"], p["LANES"]))), p["SPLITK"], 1),
+        block=(GEMV_THREADS, 1, 1),
+    )
 
 
 def _template_args(p, prob: Problem) -> tuple:
     """Input and output type codes, MT and alignment; split over K, the kernel writes
     FP32 partial products whatever C's dtype (splitk_reduce converts), as wgmma's does."""
     out = "float32" if p["SPLITK"] > 1 else prob.out_dtype
-    lanes = p["LANES"] if prob.op_b == "N" else 32   # the column path has no LANES: one instantiation
+    lanes = p["LANES"] if prob.op_b == "N" else 32  # the column path has no LANES: one instantiation
     return (TYPE_CODES[prob.dtype], TYPE_CODES[out], p["MT"], gemv_aligned(prob), lanes)
 
 
@@ -146,8 +156,17 @@ def sized_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict:
     return {"MT": _mt(M)}
 
 
-def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1, *, dtype: str = "float32",
-                op_b: str = "T", aligned16: bool = True) -> dict:
+def auto_params(
+    M: int,
+    N: int,
+    K: int,
+    sm_count: int,
+    batch: int = 1,
+    *,
+    dtype: str = "float32",
+    op_b: str = "T",
+    aligned16: bool = True,
+) -> dict:
     """What kernel="auto" runs gemv with: sized_params' MT and, where op(B) is
     row-major, the block width and the split of K.  ``aligned16``: gemv_aligned, op(B)'s
     rows on the 16-byte grid.
@@ -179,8 +198,12 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1, *, dtype:
     if filled:
         params["LANES"] = filled[0]
         return params
-    splits = {w: fill_split(blocks[w], cdiv(max(K, 1), gemv_row_chunk(prob, mt, w)), sm_count,
-                            most=max(SPLITK_VALUES), min_steps=4) for w in usable}
+    splits = {
+        w: fill_split(
+            blocks[w], cdiv(max(K, 1), gemv_row_chunk(prob, mt, w)), sm_count, most=max(SPLITK_VALUES), min_steps=4
+        )
+        for w in usable
+    }
     lanes = max(reversed(usable), key=lambda w: (blocks[w] * splits[w], -splits[w]))
     params["LANES"], params["SPLITK"] = lanes, splits[lanes]
     return params
@@ -190,37 +213,76 @@ def _auto_hook(ask: Ask) -> Offer:
     """A few rows (a decode step): the time is one read of op(B), which gemv streams at
     memory bandwidth where a tiled rung would spend a whole tile on each row (op(B)
     row-major: blocks narrow enough to fill the SMs, else split over K).  See auto_takes."""
-    if ask.op_b == "T" and ask.dtype != "float32" and ask.arch == WGMMA_SM90 \
-            and 0 < ask.K * _ITEMSIZE.get(ask.dtype, 4) <= GEMV_COLUMN_SHORT_BYTES:
-        return Offer(None, f"gemv: columns of op(B) of {ask.K} {ask.dtype} values are too short for its warps "
-                           f"(at most {GEMV_COLUMN_SHORT_BYTES} bytes); wgmma reads op(B) in whole tiles")
+    if (
+        ask.op_b == "T"
+        and ask.dtype != "float32"
+        and ask.arch == WGMMA_SM90
+        and 0 < ask.K * _ITEMSIZE.get(ask.dtype, 4) <= GEMV_COLUMN_SHORT_BYTES
+    ):
+        return Offer(
+            None,
+            f"gemv: columns of op(B) of {ask.K} {ask.dtype} values are too short for its warps "
+            f"(at most {GEMV_COLUMN_SHORT_BYTES} bytes); wgmma reads op(B) in whole tiles",
+        )
     if auto_takes(ask.M, ask.dtype, ask.op_b, ask.N, ask.K):
-        return Offer(auto_params(ask.M, ask.N, ask.K, ask.sm_count, ask.batch, dtype=ask.dtype, op_b=ask.op_b,
-                                 aligned16=ask.rows_on_grid("B")))
+        return Offer(
+            auto_params(
+                ask.M,
+                ask.N,
+                ask.K,
+                ask.sm_count,
+                ask.batch,
+                dtype=ask.dtype,
+                op_b=ask.op_b,
+                aligned16=ask.rows_on_grid("B"),
+            )
+        )
     most = (GEMV_MAX_M if ask.op_b == "T" else GEMV_ROWS_MAX_M).get(ask.dtype, 0)
     stored = "column" if ask.op_b == "T" else "row"
     if not most:
         return Offer(None, f"gemv takes no {ask.dtype} product with op(B) {stored}-major")
     if 0 < ask.M <= most:
-        return Offer(None, f"gemv: op(B) of {ask.N} x {ask.K} {ask.dtype} is over the "
-                           f"{GEMV_ROWS_16BIT_MAX_BYTES >> 20} MiB it streams row-major")
+        return Offer(
+            None,
+            f"gemv: op(B) of {ask.N} x {ask.K} {ask.dtype} is over the "
+            f"{GEMV_ROWS_16BIT_MAX_BYTES >> 20} MiB it streams row-major",
+        )
     return Offer(None, f"gemv takes 1..{most} rows of {ask.dtype} with op(B) {stored}-major, not M = {ask.M}")
 
 
 SPEC = KernelSpec(
-    name="gemv", rung=1, family="gemv", dtypes=GEMV_DTYPES, source="gemv/01_gemv.cu", template="gemmlab::gemv",
+    name="gemv",
+    rung=1,
+    family="gemv",
+    dtypes=GEMV_DTYPES,
+    source="gemv/01_gemv.cu",
+    template="gemmlab::gemv",
     description="op(B) streamed once at memory bandwidth, the sums of MT rows of C in registers "
-                "(products of a few rows: decode steps)",
-    params=(TileParam("MT", (1, 2, 4, 8, 16), 8, "rows of C each pass over op(B) computes (more rows: more passes)"),
-            TileParam("SPLITK", SPLITK_VALUES, 1,
-                      "blocks along K where op(B) is row-major, each summing a slice of K (>1 adds a reduction "
-                      "kernel and a workspace of SPLITK*M*N floats; op(B) column-major: 1 only)"),
-            TileParam("LANES", (32, 8, 4), 32,
-                      "lanes along a row of op(B) where it is row-major (fewer: a warp reads 32/LANES rows at once "
-                      "and a block takes fewer columns, so there are more blocks; op(B) column-major: 32 only)")),
-    constraints=(Constraint("LANES < 32 (narrow blocks) is for at most 4 rows, MT <= 4: with more, the rows' sums "
-                            "and the staged chunk of op(A) outgrow the registers",
-                            lambda p: p["LANES"] == 32 or p["MT"] <= 4),),
+    "(products of a few rows: decode steps)",
+    params=(
+        TileParam("MT", (1, 2, 4, 8, 16), 8, "rows of C each pass over op(B) computes (more rows: more passes)"),
+        TileParam(
+            "SPLITK",
+            SPLITK_VALUES,
+            1,
+            "blocks along K where op(B) is row-major, each summing a slice of K (>1 adds a reduction "
+            "kernel and a workspace of SPLITK*M*N floats; op(B) column-major: 1 only)",
+        ),
+        TileParam(
+            "LANES",
+            (32, 8, 4),
+            32,
+            "lanes along a row of op(B) where it is row-major (fewer: a warp reads 32/LANES rows at once "
+            "and a block takes fewer columns, so there are more blocks; op(B) column-major: 32 only)",
+        ),
+    ),
+    constraints=(
+        Constraint(
+            "LANES < 32 (narrow blocks) is for at most 4 rows, MT <= 4: with more, the rows' sums "
+            "and the staged chunk of op(A) outgrow the registers",
+            lambda p: p["LANES"] == 32 or p["MT"] <= 4,
+        ),
+    ),
     template_args=_template_args,
     geometry=_geometry,
     variants=GEMV_VARIANTS,

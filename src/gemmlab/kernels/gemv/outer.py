@@ -14,9 +14,9 @@ from .gemv import GEMV_DTYPES, GEMV_VARIANTS
 
 _K = read_constants("include/gemmlab/gemv/02_outer.cuh")
 OUTER_THREADS, OUTER_WARPS = _K["OUTER_THREADS"], _K["OUTER_THREADS"] // 32
-OUTER_ROWS = OUTER_WARPS * _K["OUTER_ROWS_PER_WARP"]      # rows of C a block writes
+OUTER_ROWS = OUTER_WARPS * _K["OUTER_ROWS_PER_WARP"]  # rows of C a block writes
 OUTER_STORE_BYTES = _K["OUTER_STORE_BYTES"]
-OUTER_KC = _K["OUTER_KC"]                                  # elements of K staged at a time
+OUTER_KC = _K["OUTER_KC"]  # elements of K staged at a time
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # auto takes outer for products of at most this K, by input dtype.  At K products per
 # element of C, one lane's loads and FMAs of a 16-byte piece of a row stay well below
@@ -41,8 +41,9 @@ def outer_columns(prob: Problem) -> int:
 
 def _geometry(p, prob: Problem) -> Launch:
     """One block per OUTER_ROWS x outer_columns tile of C, along N first."""
-    return Launch(grid=(max(1, cdiv(prob.M, OUTER_ROWS) * cdiv(prob.N, outer_columns(prob))), 1, 1),
-                  block=(OUTER_THREADS, 1, 1))
+    return Launch(
+        grid=(max(1, cdiv(prob.M, OUTER_ROWS) * cdiv(prob.N, outer_columns(prob))), 1, 1), block=(OUTER_THREADS, 1, 1)
+    )
 
 
 def _template_args(p, prob: Problem) -> tuple:
@@ -66,9 +67,14 @@ def _auto_hook(ask: Ask) -> Offer:
 
 
 SPEC = KernelSpec(
-    name="outer", rung=2, family="gemv", dtypes=GEMV_DTYPES, source="gemv/02_outer.cu", template="gemmlab::outer",
+    name="outer",
+    rung=2,
+    family="gemv",
+    dtypes=GEMV_DTYPES,
+    source="gemv/02_outer.cu",
+    template="gemmlab::outer",
     description="C written once at memory bandwidth, 16-byte pieces of its rows from K products in registers "
-                "(products of a few K: weight gradients at a token)",
+    "(products of a few K: weight gradients at a token)",
     template_args=_template_args,
     geometry=_geometry,
     variants=GEMV_VARIANTS,

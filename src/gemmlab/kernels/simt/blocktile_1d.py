@@ -21,7 +21,11 @@ def _threads(p) -> int:
 
 
 SPEC = KernelSpec(
-    name="blocktile_1d", rung=4, family="simt", dtypes=("float32",), source="simt/04_blocktile_1d.cu",
+    name="blocktile_1d",
+    rung=4,
+    family="simt",
+    dtypes=("float32",),
+    source="simt/04_blocktile_1d.cu",
     template="gemmlab::blocktile_1d",
     description="each thread computes TM outputs of a column, reusing one shared B value TM times",
     params=(
@@ -32,11 +36,14 @@ SPEC = KernelSpec(
     ),
     constraints=(
         Constraint("TM must divide BM", lambda p: p["BM"] % p["TM"] == 0),
-        Constraint("threads per block, (BM/TM)*BN, must be between 32 and 512 (1024 caps registers at 64)",
-                   lambda p: 32 <= _threads(p) <= 512),
-        Constraint("the A tile BM*BK and the B tile BK*BN must split evenly over the threads",
-                   lambda p: (p["BM"] * p["BK"]) % _threads(p) == 0
-                   and (p["BK"] * p["BN"]) % _threads(p) == 0),
+        Constraint(
+            "threads per block, (BM/TM)*BN, must be between 32 and 512 (1024 caps registers at 64)",
+            lambda p: 32 <= _threads(p) <= 512,
+        ),
+        Constraint(
+            "the A tile BM*BK and the B tile BK*BN must split evenly over the threads",
+            lambda p: (p["BM"] * p["BK"]) % _threads(p) == 0 and (p["BK"] * p["BN"]) % _threads(p) == 0,
+        ),
         SMEM_RULE,
     ),
     template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["TM"]),

@@ -30,19 +30,29 @@ def constraints_2d(vec: bool) -> tuple[Constraint, ...]:
     """The 2-D rungs' rules; ``vec``: tiles are copied in float4s (rung 6)."""
     per = 4 if vec else 1
     return (
-        Constraint("TM must divide BM and TN must divide BN",
-                   lambda p: p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0),
-        Constraint("threads per block, (BM/TM)*(BN/TN), must be between 32 and 512 (1024 caps registers "
-                   "at 64, which the batch's pointers push into spills)",
-                   lambda p: 32 <= threads_2d(p) <= 512),
-        Constraint(("the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads"
-                    if vec else
-                    "the A tile BM*BK and the B tile BK*BN must split evenly over the threads"),
-                   lambda p: (p["BM"] * p["BK"] // per) % threads_2d(p) == 0
-                   and (p["BK"] * p["BN"] // per) % threads_2d(p) == 0),
-        Constraint("each thread may stage at most 16 elements of A and B per K step, "
-                   "(BM*BK + BK*BN)/threads <= 16 (more runs out of registers)",
-                   lambda p: p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads_2d(p)),
+        Constraint(
+            "TM must divide BM and TN must divide BN", lambda p: p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0
+        ),
+        Constraint(
+            "threads per block, (BM/TM)*(BN/TN), must be between 32 and 512 (1024 caps registers "
+            "at 64, which the batch's pointers push into spills)",
+            lambda p: 32 <= threads_2d(p) <= 512,
+        ),
+        Constraint(
+            (
+                "the A tile BM*BK and the B tile BK*BN, in float4s, must split evenly over the threads"
+                if vec
+                else "the A tile BM*BK and the B tile BK*BN must split evenly over the threads"
+            ),
+            lambda p: (
+                (p["BM"] * p["BK"] // per) % threads_2d(p) == 0 and (p["BK"] * p["BN"] // per) % threads_2d(p) == 0
+            ),
+        ),
+        Constraint(
+            "each thread may stage at most 16 elements of A and B per K step, "
+            "(BM*BK + BK*BN)/threads <= 16 (more runs out of registers)",
+            lambda p: p["BK"] * (p["BM"] + p["BN"]) <= 16 * threads_2d(p),
+        ),
         SMEM_RULE,
     )
 
@@ -52,7 +62,11 @@ def geometry_2d(p, prob):
 
 
 SPEC = KernelSpec(
-    name="blocktile_2d", rung=5, family="simt", dtypes=("float32",), source="simt/05_blocktile_2d.cu",
+    name="blocktile_2d",
+    rung=5,
+    family="simt",
+    dtypes=("float32",),
+    source="simt/05_blocktile_2d.cu",
     template="gemmlab::blocktile_2d",
     description="each thread computes a TM x TN register tile as outer products of shared-memory fragments",
     params=tile_2d_params(64, 64, 16, 8, 4),

@@ -14,11 +14,15 @@ BLOCK32 = 32  # 32 x 32 threads per block, one output each
 def untiled_spec(name: str, rung: int, description: str) -> KernelSpec:
     """Rungs 1 and 2: 32 x 32 threads per block, one output each, no tile parameters."""
     return KernelSpec(
-        name=name, rung=rung, family="simt", dtypes=("float32",), source=f"simt/0{rung}_{name}.cu",
-        template=f"gemmlab::{name}", description=description,
+        name=name,
+        rung=rung,
+        family="simt",
+        dtypes=("float32",),
+        source=f"simt/0{rung}_{name}.cu",
+        template=f"gemmlab::{name}",
+        description=description,
         template_args=lambda p, prob: (BLOCK32,),
-        geometry=lambda p, prob: Launch(grid=(tiles(prob, BLOCK32, BLOCK32), 1, 1),
-                                        block=(BLOCK32, BLOCK32, 1)),
+        geometry=lambda p, prob: Launch(grid=(tiles(prob, BLOCK32, BLOCK32), 1, 1), block=(BLOCK32, BLOCK32, 1)),
     )
 
 

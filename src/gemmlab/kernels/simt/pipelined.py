@@ -21,8 +21,8 @@ def fill_split(tiles: int, k_steps: int, sm_count: int, *, most: int, min_steps:
     tiles * split within ``sm_count`` and every slice at least ``min_steps`` K-steps
     long; 1 where none does.  The rules of rung 8 (planner) and of wgmma share it;
     when to split at all is theirs."""
-    return max(s for s in SPLITK_VALUES
-               if s == 1 or s <= most and tiles * s <= sm_count and k_steps >= min_steps * s)
+    return max(s for s in SPLITK_VALUES if s == 1 or s <= most and tiles * s <= sm_count and k_steps >= min_steps * s)
+
 
 # Dynamic shared memory a configuration may ask for: within every supported GPU's
 # opt-in limit (sm_80: 163 KB, sm_90: 227 KB), and small enough for two blocks per
@@ -51,13 +51,21 @@ def _params(d: dict) -> tuple[TileParam, ...]:
     accumulators each."""
     return warptile_params(d, edges=(64, 128, 256), wniter=(2, 4)) + (
         TileParam("STAGES", (2, 3, 4), d["STAGES"], "K-steps of tiles in shared memory (cp.async in flight)"),
-        TileParam("REG_TRANSPOSE", (0, 1), d["REG_TRANSPOSE"],
-                  "how a tile whose rows run along K (row-major A, column-major B) is transposed into "
-                  "shared memory: 0, a 4-byte cp.async per element; 1, 16-byte loads through registers, "
-                  "stored after the K-step's math (16-byte aligned operands; else as 0)"),
-        TileParam("SPLITK", SPLITK_VALUES, d["SPLITK"],
-                  "blocks per output tile, each summing a slice of K (split-K, for skinny outputs "
-                  "with long K; >1 adds a reduction kernel and a workspace of SPLITK*M*N floats)"),
+        TileParam(
+            "REG_TRANSPOSE",
+            (0, 1),
+            d["REG_TRANSPOSE"],
+            "how a tile whose rows run along K (row-major A, column-major B) is transposed into "
+            "shared memory: 0, a 4-byte cp.async per element; 1, 16-byte loads through registers, "
+            "stored after the K-step's math (16-byte aligned operands; else as 0)",
+        ),
+        TileParam(
+            "SPLITK",
+            SPLITK_VALUES,
+            d["SPLITK"],
+            "blocks per output tile, each summing a slice of K (split-K, for skinny outputs "
+            "with long K; >1 adds a reduction kernel and a workspace of SPLITK*M*N floats)",
+        ),
     )
 
 
@@ -65,7 +73,7 @@ def _params(d: dict) -> tuple[TileParam, ...]:
 # with rows along K transposed through registers (faster in NN and NT on an H100: benchmarks/NOTES.md).
 SKINNY_N = {"BM": 128, "BN": 64, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 3, "REG_TRANSPOSE": 1}
 SKINNY_M = {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 3, "REG_TRANSPOSE": 1}
-MIN_K_STEPS_PER_SPLIT = 4   # the tuner's rule: a split-K slice has at least 4 K-steps
+MIN_K_STEPS_PER_SPLIT = 4  # the tuner's rule: a split-K slice has at least 4 K-steps
 
 
 def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
@@ -83,7 +91,7 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
     ``batch`` products counts as that many times the tiles.
     """
     params = SPEC.defaults()
-    if min(M, N) <= 64:   # a skinny side: a tile 64 wide there (the tuned tables' choice for 8192x64x8192)
+    if min(M, N) <= 64:  # a skinny side: a tile 64 wide there (the tuned tables' choice for 8192x64x8192)
         params.update(SKINNY_N if N <= M else SKINNY_M)
     tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * batch
     steps = -(-max(K, 1) // params["BK"])
@@ -103,8 +111,17 @@ SIZED_TILES = ({}, TILE_128, SKINNY_N, SKINNY_M, TILE_64)
 
 
 def _estimate(ask: Ask, p: dict):
-    return estimate(ask.M, ask.N, ask.K, p["BM"], p["BN"], p["BK"], p["SPLITK"], ask.sm_count,
-                    Shape(ask.batch, ask.aligned16, ask.op_b == "T"))
+    return estimate(
+        ask.M,
+        ask.N,
+        ask.K,
+        p["BM"],
+        p["BN"],
+        p["BK"],
+        p["SPLITK"],
+        ask.sm_count,
+        Shape(ask.batch, ask.aligned16, ask.op_b == "T"),
+    )
 
 
 def _splits(ask: Ask, p: dict) -> list[int]:
@@ -123,8 +140,7 @@ def auto_choice(ask: Ask, incumbent: dict | None = None, what: str = "the tile-c
     (kernels/cost.best).  That happens where a few large tiles leave most SMs idle: 128 x
     768 x 30522 on 128 x 256 tiles is 3 tiles (24 blocks split 8) on 132 SMs, where 64 x 64
     tiles split 16 give 384 blocks."""
-    rule = dict(incumbent) if incumbent is not None else auto_params(ask.M, ask.N, ask.K, ask.sm_count,
-                                                                     ask.batch)[1]
+    rule = dict(incumbent) if incumbent is not None else auto_params(ask.M, ask.N, ask.K, ask.sm_count, ask.batch)[1]
     if not (ask.M and ask.N and ask.batch):
         return rule, ""
     full = SPEC.resolve(rule)
@@ -133,9 +149,8 @@ def auto_choice(ask: Ask, incumbent: dict | None = None, what: str = "the tile-c
     for tile in SIZED_TILES:
         base = {**SPEC.defaults(), **tile}
         if (base["BM"], base["BN"]) == (full["BM"], full["BN"]):
-            base = full           # the incumbent's own tile: its configuration, other splits
-        options += [(_estimate(ask, p), p) for p in ({**base, "SPLITK": s} for s in _splits(ask, base))
-                    if p != full]
+            base = full  # the incumbent's own tile: its configuration, other splits
+        options += [(_estimate(ask, p), p) for p in ({**base, "SPLITK": s} for s in _splits(ask, base)) if p != full]
     if not options:
         return rule, ""
     fastest, params = min(options, key=lambda o: o[0].seconds)
@@ -151,7 +166,11 @@ def _auto_hook(ask: Ask) -> Offer:
 
 
 SPEC = KernelSpec(
-    name="pipelined", rung=8, family="simt", dtypes=("float32",), source="simt/08_pipelined.cu",
+    name="pipelined",
+    rung=8,
+    family="simt",
+    dtypes=("float32",),
+    source="simt/08_pipelined.cu",
     template="gemmlab::pipelined",
     description="warptile with STAGES-deep cp.async global->shared copies overlapping the math",
     # Defaults (used where no tuned table applies): the tuner's winner at 4096^3,
@@ -159,24 +178,50 @@ SPEC = KernelSpec(
     # (benchmarks/NOTES.md).
     params=_params(dict(BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, STAGES=4, REG_TRANSPOSE=1, SPLITK=1)),
     constraints=warptile_constraints(
-        pipelined_smem, "dynamic shared memory, 4*STAGES*BK*(BM+4 + BN+4) bytes, must fit in 96 KiB",
-        PIPELINED_SMEM_LIMIT, staged_registers=False) + (
-        Constraint("at most 64 accumulators per thread, WM*WN/32 <= 64, except with 256 threads "
-                   "and 64 x 64 warp tiles (128: one such block fills the register file, and its 8 warps "
-                   "keep the SM busy)",
-                   lambda p: p["WM"] * p["WN"] <= 2048 or warptile_threads(p) == 256),
-        Constraint("at least 128 threads per block (with 64, a block's copies and fragments of "
-                   "4 stages outgrow the registers of its unaligned-input variant)",
-                   lambda p: warptile_threads(p) >= 128),
-        Constraint("a block tile with 256 rows or columns needs 256 threads (8 warps of 64 x 64; "
-                   "others fall short of the registers or the warps) and BK = 8 (at BK = 16 its variant "
-                   "for unaligned inputs, which copies 4 bytes at a time, runs out of registers)",
-                   lambda p: max(p["BM"], p["BN"]) < 256
-                   or (p["WM"] == p["WN"] == 64 and warptile_threads(p) == 256 and p["BK"] == 8)),),
-    template_args=lambda p, prob: (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["WNITER"], p["TM"],
-                                   p["STAGES"], _reg_transpose(p, prob), prob.aligned16),
-    geometry=lambda p, prob: Launch(grid=(tiles(prob, p["BM"], p["BN"]), p["SPLITK"], 1),
-                                    block=(warptile_threads(p), 1, 1), smem_bytes=pipelined_smem(p, prob)),
+        pipelined_smem,
+        "dynamic shared memory, 4*STAGES*BK*(BM+4 + BN+4) bytes, must fit in 96 KiB",
+        PIPELINED_SMEM_LIMIT,
+        staged_registers=False,
+    )
+    + (
+        Constraint(
+            "at most 64 accumulators per thread, WM*WN/32 <= 64, except with 256 threads "
+            "and 64 x 64 warp tiles (128: one such block fills the register file, and its 8 warps "
+            "keep the SM busy)",
+            lambda p: p["WM"] * p["WN"] <= 2048 or warptile_threads(p) == 256,
+        ),
+        Constraint(
+            "at least 128 threads per block (with 64, a block's copies and fragments of "
+            "4 stages outgrow the registers of its unaligned-input variant)",
+            lambda p: warptile_threads(p) >= 128,
+        ),
+        Constraint(
+            "a block tile with 256 rows or columns needs 256 threads (8 warps of 64 x 64; "
+            "others fall short of the registers or the warps) and BK = 8 (at BK = 16 its variant "
+            "for unaligned inputs, which copies 4 bytes at a time, runs out of registers)",
+            lambda p: (
+                max(p["BM"], p["BN"]) < 256
+                or (p["WM"] == p["WN"] == 64 and warptile_threads(p) == 256 and p["BK"] == 8)
+            ),
+        ),
+    ),
+    template_args=lambda p, prob: (
+        p["BM"],
+        p["BN"],
+        p["BK"],
+        p["WM"],
+        p["WN"],
+        p["WNITER"],
+        p["TM"],
+        p["STAGES"],
+        _reg_transpose(p, prob),
+        prob.aligned16,
+    ),
+    geometry=lambda p, prob: Launch(
+        grid=(tiles(prob, p["BM"], p["BN"]), p["SPLITK"], 1),
+        block=(warptile_threads(p), 1, 1),
+        smem_bytes=pipelined_smem(p, prob),
+    ),
     variants=ALIGNED_VARIANTS,
     split_k_param="SPLITK",
     auto_hook=_auto_hook,

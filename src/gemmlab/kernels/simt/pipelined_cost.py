@@ -36,23 +36,22 @@ from dataclasses import dataclass
 from ..cost import Estimate, Machine, tile_use
 from ..spec import cdiv
 
-SM_FLOPS = 2 * 128 * 1.98e9      # FP32 FLOP/s of one SM: 128 FMA a clock at 1980 MHz (H200)
-DRAM_BW = Machine.dram_bw        # bytes/s, and a launch's fixed cost: the tensor rungs' model's
+SM_FLOPS = 2 * 128 * 1.98e9  # FP32 FLOP/s of one SM: 128 FMA a clock at 1980 MHz (H200)
+DRAM_BW = Machine.dram_bw  # bytes/s, and a launch's fixed cost: the tensor rungs' model's
 LAUNCH_S = Machine.launch_s
-SPLIT_S = 5.4e-6                 # a split's reduction: one more launch and its host work (fitted)
+SPLIT_S = 5.4e-6  # a split's reduction: one more launch and its host work (fitted)
 
 # Each tile's share of the SM's FP32 peak with every SM busy, operands aligned, B row-major
 # (fitted: see the module's text), and the blocks an SM holds by the registers of the
 # aligned NN variant (sm_90a, NVRTC 13.0: 215 for 128 x 256 and 125 for 128 x 128 at 256
 # threads; 181 for 128 x 64, 155 for 64 x 128 and 107 for 64 x 64 at 128 threads).
-EFFICIENCY = {(128, 256): 0.70, (256, 128): 0.57, (128, 128): 0.58, (128, 64): 0.56, (64, 128): 0.61,
-              (64, 64): 0.51}
+EFFICIENCY = {(128, 256): 0.70, (256, 128): 0.57, (128, 128): 0.58, (128, 64): 0.56, (64, 128): 0.61, (64, 64): 0.51}
 BLOCKS_PER_SM = {(128, 256): 1, (256, 128): 1, (128, 128): 2, (128, 64): 2, (64, 128): 3, (64, 64): 4}
-B_T = 0.86                       # a column-major B (NT, TT): its tile transposed into shared memory
-UNALIGNED = 0.79                 # the 4-byte-copy variant's math, any layout
-UNALIGNED_ITEM_S = 9.8e-6 / (128 * 256)    # its epilogue, per element of a work item's tile
-UNALIGNED_WRITE = 0.20           # its C stores, as a share of DRAM bandwidth
-LONE_BLOCK = 1.2                 # a 4-warp block alone on an SM takes this many items' time
+B_T = 0.86  # a column-major B (NT, TT): its tile transposed into shared memory
+UNALIGNED = 0.79  # the 4-byte-copy variant's math, any layout
+UNALIGNED_ITEM_S = 9.8e-6 / (128 * 256)  # its epilogue, per element of a work item's tile
+UNALIGNED_WRITE = 0.20  # its C stores, as a share of DRAM bandwidth
+LONE_BLOCK = 1.2  # a 4-warp block alone on an SM takes this many items' time
 
 
 @dataclass(frozen=True)
@@ -65,8 +64,18 @@ class Shape:
     b_transposed: bool = False
 
 
-def estimate(M: int, N: int, K: int, bm: int, bn: int, bk: int, splits: int, sm_count: int,
-             shape: Shape = Shape(), label: str = "") -> Estimate:
+def estimate(
+    M: int,
+    N: int,
+    K: int,
+    bm: int,
+    bn: int,
+    bk: int,
+    splits: int,
+    sm_count: int,
+    shape: Shape = Shape(),
+    label: str = "",
+) -> Estimate:
     """Predicted time of ``shape.batch`` FP32 products M x N x K on rung 8 with ``bm`` x
     ``bn`` tiles, K-steps of ``bk`` and K split ``splits`` ways, with why."""
     K, batch = max(K, 1), max(shape.batch, 1)
@@ -79,13 +88,13 @@ def estimate(M: int, N: int, K: int, bm: int, bn: int, bk: int, splits: int, sm_
     if not shape.aligned16:
         item += UNALIGNED_ITEM_S * bm * bn
     per_sm = cdiv(items, sm_count)
-    four_warps = bm * bn <= 64 * 128     # the blocks of 128 threads the choice takes for these tiles
+    four_warps = bm * bn <= 64 * 128  # the blocks of 128 threads the choice takes for these tiles
     compute = item * max(per_sm, LONE_BLOCK if four_warps and items else 0)
     write_bw = DRAM_BW * (1.0 if shape.aligned16 else UNALIGNED_WRITE)
     c_bytes = 4.0 * M * N * batch
     memory = 4.0 * (M * K + K * N) * batch / DRAM_BW
     after = LAUNCH_S
-    if splits > 1:   # partial sums written; the reduction reads them and writes C, after the GEMM
+    if splits > 1:  # partial sums written; the reduction reads them and writes C, after the GEMM
         memory += splits * c_bytes / DRAM_BW
         after += SPLIT_S + splits * c_bytes / DRAM_BW + c_bytes / write_bw
     else:
@@ -94,7 +103,9 @@ def estimate(M: int, N: int, K: int, bm: int, bn: int, bk: int, splits: int, sm_
     bps = BLOCKS_PER_SM[(bm, bn)]
     waves = items / (sm_count * bps)
     split = f" split {splits}" if splits > 1 else ""
-    reason = (f"{label or f'{bm}x{bn}'}{split}: {items} work items, {waves:.2f} waves of {bps} "
-              f"block{'s' * (bps > 1)} an SM, {100 * tile_use(M, N, bm, bn):.0f}% of the tile area useful, "
-              f"{'compute' if body == compute else 'DRAM'}-bound")
+    reason = (
+        f"{label or f'{bm}x{bn}'}{split}: {items} work items, {waves:.2f} waves of {bps} "
+        f"block{'s' * (bps > 1)} an SM, {100 * tile_use(M, N, bm, bn):.0f}% of the tile area useful, "
+        f"{'compute' if body == compute else 'DRAM'}-bound"
+    )
     return Estimate(body + after, reason)

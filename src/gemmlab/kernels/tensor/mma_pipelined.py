@@ -42,8 +42,11 @@ def sized_choice(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple
     rule = large if 2 * cdiv(M, LARGE_COST.bm) * cdiv(N, LARGE_COST.bn) * batch >= sm_count else small
     chosen = best((large, small), incumbent=rule)
     why = f"{chosen} against {large if chosen is small else small}"
-    why = f"cost model over the tile-count rule: {why}" if chosen is not rule else \
-        f"the tile-count rule, kept by the cost model: {why}"
+    why = (
+        f"cost model over the tile-count rule: {why}"
+        if chosen is not rule
+        else f"the tile-count rule, kept by the cost model: {why}"
+    )
     return ({} if chosen is large else dict(SMALL_TILE)), why
 
 
@@ -61,8 +64,10 @@ def _auto_hook(ask: Ask) -> Offer:
 
 def _unusable(prob: Problem) -> str | None:
     if prob.dtype == "tf32" and (prob.op_a, prob.op_b) != ("N", "N"):
-        return (f"its TF32 path reads row-major a and b (NN) only, not {prob.op_a}{prob.op_b}: there is no "
-                f"32-bit ldmatrix.trans to hand out the fragments of a transposed operand")
+        return (
+            f"its TF32 path reads row-major a and b (NN) only, not {prob.op_a}{prob.op_b}: there is no "
+            f"32-bit ldmatrix.trans to hand out the fragments of a transposed operand"
+        )
     return None
 
 
@@ -73,42 +78,61 @@ def mma_smem(p) -> int:
 
 
 SPEC = KernelSpec(
-    name="mma_pipelined", rung=3, family="tensor", dtypes=TC_DTYPES,
-    source="tensor/03_mma_pipelined.cu", template="gemmlab::mma_pipelined",
+    name="mma_pipelined",
+    rung=3,
+    family="tensor",
+    dtypes=TC_DTYPES,
+    source="tensor/03_mma_pipelined.cu",
+    template="gemmlab::mma_pipelined",
     description="mma.sync m16n8k16/m16n8k8 as inline PTX, ldmatrix from XOR-swizzled shared memory, "
-                "STAGES-deep cp.async pipeline",
+    "STAGES-deep cp.async pipeline",
     params=(
         TileParam("BM", (64, 128, 256), 128, "rows of C per block"),
         TileParam("BN", (64, 128, 256), 256, "columns of C per block"),
-        TileParam("BK", (32, 64), 64, "depth of a stage in 16-bit elements (TF32: BK/2 floats, the same 2*BK "
-                                       "bytes per row of A)"),
+        TileParam(
+            "BK",
+            (32, 64),
+            64,
+            "depth of a stage in 16-bit elements (TF32: BK/2 floats, the same 2*BK bytes per row of A)",
+        ),
         TileParam("WM", (32, 64), 64, "rows of C per warp (WM/16 MMA tiles)"),
         TileParam("WN", (32, 64), 64, "columns of C per warp (WN/8 MMA tiles)"),
         TileParam("STAGES", (3, 4), 3, "K-steps of tiles in shared memory (cp.async in flight)"),
     ),
     constraints=(
-        Constraint("WM must divide BM and WN must divide BN",
-                   lambda p: p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0),
-        Constraint("square warp tiles, WM == WN: for a number of accumulators, the square tile loads the "
-                   "fewest fragments per MMA",
-                   lambda p: p["WM"] == p["WN"]),
-        Constraint("64 x 64 warp tiles in blocks of 8 warps, (BM/64)*(BN/64) == 8: with 4 warps each thread "
-                   "issues 8 copies per stage, whose addresses do not fit beside 128 accumulators and two "
-                   "K-steps of fragments (spills)",
-                   lambda p: p["WM"] != 64 or tc_threads(p) == 256),
-        Constraint("32 x 32 warp tiles only in a 64 x 64 block of 4 warps (they load twice the fragments per "
-                   "MMA of 64 x 64 ones; the small block is for problems with too few tiles to fill the GPU)",
-                   lambda p: p["WM"] != 32 or p["BM"] == p["BN"] == 64),
-        Constraint("dynamic shared memory, STAGES*2*BK*(BM+BN) bytes, must fit in 160 KiB (an A100 "
-                   "gives a block up to 163 KiB)",
-                   lambda p: mma_smem(p) <= MMA_SMEM_LIMIT),
+        Constraint(
+            "WM must divide BM and WN must divide BN", lambda p: p["BM"] % p["WM"] == 0 and p["BN"] % p["WN"] == 0
+        ),
+        Constraint(
+            "square warp tiles, WM == WN: for a number of accumulators, the square tile loads the "
+            "fewest fragments per MMA",
+            lambda p: p["WM"] == p["WN"],
+        ),
+        Constraint(
+            "64 x 64 warp tiles in blocks of 8 warps, (BM/64)*(BN/64) == 8: with 4 warps each thread "
+            "issues 8 copies per stage, whose addresses do not fit beside 128 accumulators and two "
+            "K-steps of fragments (spills)",
+            lambda p: p["WM"] != 64 or tc_threads(p) == 256,
+        ),
+        Constraint(
+            "32 x 32 warp tiles only in a 64 x 64 block of 4 warps (they load twice the fragments per "
+            "MMA of 64 x 64 ones; the small block is for problems with too few tiles to fill the GPU)",
+            lambda p: p["WM"] != 32 or p["BM"] == p["BN"] == 64,
+        ),
+        Constraint(
+            "dynamic shared memory, STAGES*2*BK*(BM+BN) bytes, must fit in 160 KiB (an A100 "
+            "gives a block up to 163 KiB)",
+            lambda p: mma_smem(p) <= MMA_SMEM_LIMIT,
+        ),
     ),
     # Defaults: the fastest at 4096^3 and beyond of the configurations measured on an H100
     # (benchmarks/NOTES.md); 256 x 128 x 64 came close.
-    template_args=lambda p, prob: tc_type_args(prob) + (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["STAGES"],
-                                                         prob.aligned16),
-    geometry=lambda p, prob: Launch(grid=(tiles(prob, p["BM"], p["BN"]), 1, 1), block=(tc_threads(p), 1, 1),
-                                    smem_bytes=mma_smem(p)),
+    template_args=lambda p, prob: (
+        tc_type_args(prob) + (p["BM"], p["BN"], p["BK"], p["WM"], p["WN"], p["STAGES"], prob.aligned16)
+    ),
+    geometry=lambda p, prob: Launch(
+        grid=(tiles(prob, p["BM"], p["BN"]), 1, 1), block=(tc_threads(p), 1, 1), smem_bytes=mma_smem(p)
+    ),
     variants=TC_VARIANTS_ALIGNED,
     # 16-bit: every layout, as stored (ldmatrix or ldmatrix.trans); TF32: NN only, which _unusable says.
     layouts=LAYOUTS,
@@ -117,6 +141,7 @@ SPEC = KernelSpec(
     sized_params=sized_params,
     sized_choice=sized_choice,
     auto_hook=_auto_hook,
-    min_arch=TC_MIN_ARCH, fragment_maps=True,
+    min_arch=TC_MIN_ARCH,
+    fragment_maps=True,
     needs="mma.sync m16n8k16 (FP16, BF16) and m16n8k8 (TF32), and cp.async: sm_80; ldmatrix: sm_75",
 )

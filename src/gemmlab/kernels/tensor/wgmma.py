@@ -15,8 +15,20 @@ import numpy as np
 
 from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, padded_ld, tensor_map, tma_readable
 from ..cost import Estimate, Machine, Tile, best, copy_time, predict
-from ..spec import (KERNEL_DIR, LAYOUTS, TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, PrePass, Problem,
-                    TileParam, cdiv)
+from ..spec import (
+    KERNEL_DIR,
+    LAYOUTS,
+    TYPE_CODES,
+    Ask,
+    Constraint,
+    KernelSpec,
+    Launch,
+    Offer,
+    PrePass,
+    Problem,
+    TileParam,
+    cdiv,
+)
 from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
 from .mma_pipelined import sized_estimates, sized_params
 from ..simt.pipelined import SPLITK_VALUES, fill_split
@@ -28,8 +40,10 @@ from ..cuda_constants import read_constants
 WGMMA_SMEM_LIMIT = 227 * 1024
 WGMMA_SM90 = "sm_90a"
 # What the Hopper rungs (wgmma, ec_wgmma) need; no other target has these instructions.
-HOPPER_NEEDS = ("wgmma.mma_async and setmaxnreg exist on sm_90a only (Hopper: H100, H200, GH200); TMA and "
-                "thread-block clusters from sm_90")
+HOPPER_NEEDS = (
+    "wgmma.mma_async and setmaxnreg exist on sm_90a only (Hopper: H100, H200, GH200); TMA and "
+    "thread-block clusters from sm_90"
+)
 # one staging buffer of the TMA-store epilogue; two per consumer warpgroup
 WGMMA_EPI_BYTES = read_constants("tensor/04_wgmma.cu")["WGMMA_EPI_BYTES"]
 
@@ -46,8 +60,7 @@ def wgmma_smem(p) -> int:
     """Dynamic shared memory of 04_wgmma.cu: STAGES x (A tile + B tile, (BM + BN) x 128 B),
     2 x 8 KiB of epilogue staging per consumer warpgroup, two 8-byte barriers per stage,
     1024 bytes of alignment slack."""
-    return (p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * WGMMA_EPI_BYTES
-            + 16 * p["STAGES"] + 1024)
+    return p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 2 * WGMMA_EPI_BYTES + 16 * p["STAGES"] + 1024
 
 
 def wgmma_tile(p, dtype: str) -> tuple[int, int]:
@@ -57,7 +70,7 @@ def wgmma_tile(p, dtype: str) -> tuple[int, int]:
 
 
 def _threads(p) -> int:
-    return 128 * (p["BM"] // 64 + 1)   # one producer warpgroup + BM/64 consumers
+    return 128 * (p["BM"] // 64 + 1)  # one producer warpgroup + BM/64 consumers
 
 
 def wgmma_cluster_tiles(p, prob: Problem) -> int:
@@ -84,18 +97,23 @@ def _geometry(p, prob: Problem, batch: int = 1) -> Launch:
     cl = p["CLUSTER"]
     cluster_tiles = wgmma_cluster_tiles(p, prob) * batch
     blocks = cl * max(1, min(cluster_tiles, prob.sm_count // cl))
-    return Launch(grid=(blocks, 1, 1), block=(_threads(p), 1, 1), smem_bytes=wgmma_smem(p),
-                  cluster=(cl, 1, 1), persistent=True)
+    return Launch(
+        grid=(blocks, 1, 1), block=(_threads(p), 1, 1), smem_bytes=wgmma_smem(p), cluster=(cl, 1, 1), persistent=True
+    )
 
 
 def _unusable(prob: Problem) -> str | None:
     if prob.dtype == "tf32" and (prob.op_a, prob.op_b) != ("N", "N"):
-        return (f"its TF32 path (C^T = B^T A^T, the TF32 wgmma has no transpose bit) reads row-major a and b "
-                f"(NN) only, not {prob.op_a}{prob.op_b}")
+        return (
+            f"its TF32 path (C^T = B^T A^T, the TF32 wgmma has no transpose bit) reads row-major a and b "
+            f"(NN) only, not {prob.op_a}{prob.op_b}"
+        )
     if prob.dtype in ("float16", "bfloat16") and not prob.tma_aligned and not prob.stage:
-        return ("TMA needs a and b at 16-byte aligned addresses with leading dimensions whose byte size "
-                "is a multiple of 16 (for 16-bit elements: a multiple of 8 elements), and in a batch strides "
-                "between matrices that are multiples of 16 bytes too (or 0: a shared matrix)")
+        return (
+            "TMA needs a and b at 16-byte aligned addresses with leading dimensions whose byte size "
+            "is a multiple of 16 (for 16-bit elements: a multiple of 8 elements), and in a batch strides "
+            "between matrices that are multiples of 16 bytes too (or 0: a shared matrix)"
+        )
     return None
 
 
@@ -114,9 +132,9 @@ def wgmma_auto_split(tiles: int, k_steps: int, sm_count: int) -> int:
 
 
 # The narrow tiles with deep rings that replace split-K on products of a few rows: 64 x BN, unsplit, the ring as deep as shared memory allows.
-WGMMA_NARROW_TILES = ((64, 12), (128, 8))   # (BN, STAGES), narrowest first
-WGMMA_NARROW_MIN_M = 5                      # fewer rows (a decode step's dY @ W) stay split
-WGMMA_NARROW_MAX_M = 128                    # the rows measured: 16 and 128
+WGMMA_NARROW_TILES = ((64, 12), (128, 8))  # (BN, STAGES), narrowest first
+WGMMA_NARROW_MIN_M = 5  # fewer rows (a decode step's dY @ W) stay split
+WGMMA_NARROW_MAX_M = 128  # the rows measured: 16 and 128
 
 
 def wgmma_narrow_tile(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict | None:
@@ -136,8 +154,9 @@ def wgmma_narrow_tile(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> 
     return None
 
 
-def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
-                      dtype: str = "bfloat16") -> dict:
+def wgmma_rule_params(
+    M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None, dtype: str = "bfloat16"
+) -> dict:
     """wgmma's tile by the rules written from measurements, where wgmma_auto_choice starts:
     128x256 (the fastest per tile) unless its tiles
     -- of every matrix of a batch, which one launch takes -- would fill fewer than half
@@ -170,8 +189,13 @@ def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
         # 128 columns where a 256-wide tile would compute as many past N as in it (P @ V's head
         # dim), and for batches with at most two K-steps (attention's Q @ K^T); 64 for batches of
         # at most 64 columns (P @ V and its gradients at a head dim of 64).
-        bn = 64 if sixteen and batch > 1 and N <= 64 else \
-            128 if sixteen and (N <= 128 or batch > 1 and K <= 128) else 256
+        bn = (
+            64
+            if sixteen and batch > 1 and N <= 64
+            else 128
+            if sixteen and (N <= 128 or batch > 1 and K <= 128)
+            else 256
+        )
         return {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
     bm = 128 if K is not None and dtype != "tf32" and 64 < M <= 128 else 64
     split = 1
@@ -192,8 +216,15 @@ def wgmma_rule_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
 # not measured yet: a little under 128 x 256's, whose K-step it shares (the same wgmma,
 # barrier and copy count) for three quarters of the multiply; to be checked on the GPU,
 # as is what wgmma_wave_choice decides with it.
-WGMMA_TILE_EFFICIENCY = {(128, 256): 0.80, (128, 192): 0.78, (128, 128): 0.72, (128, 64): 0.60, (64, 256): 0.62,
-                         (64, 128): 0.58, (64, 64): 0.45}
+WGMMA_TILE_EFFICIENCY = {
+    (128, 256): 0.80,
+    (128, 192): 0.78,
+    (128, 128): 0.72,
+    (128, 64): 0.60,
+    (64, 256): 0.62,
+    (64, 128): 0.58,
+    (64, 64): 0.45,
+}
 # The tile wgmma_wave_choice weighs against the rules' 128 x 256 (16-bit inputs only).
 WGMMA_WAVE_TILE = {"BM": 128, "BN": 192, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
 
@@ -202,9 +233,15 @@ def wgmma_estimate(M: int, N: int, K: int, p: dict, sm_count: int, batch: int = 
     """The cost model's estimate (kernels/cost.py) of wgmma with tile parameters ``p``
     (16-bit inputs: 64 elements of K a step, one persistent block an SM)."""
     eb = element_bytes(dtype)
-    tile = Tile(p["BM"], p["BN"], SWIZZLE_BYTES // eb, WGMMA_TILE_EFFICIENCY[(p["BM"], p["BN"])],
-                splits=p.get("SPLITK", 1), ring_bytes=p["STAGES"] * (p["BM"] + p["BN"]) * SWIZZLE_BYTES,
-                label=f"{p['BM']}x{p['BN']}x{p['STAGES']} stages")
+    tile = Tile(
+        p["BM"],
+        p["BN"],
+        SWIZZLE_BYTES // eb,
+        WGMMA_TILE_EFFICIENCY[(p["BM"], p["BN"])],
+        splits=p.get("SPLITK", 1),
+        ring_bytes=p["STAGES"] * (p["BM"] + p["BN"]) * SWIZZLE_BYTES,
+        label=f"{p['BM']}x{p['BN']}x{p['STAGES']} stages",
+    )
     return predict(M, N, K, tile, Machine(sm_count), batch=batch, in_bytes=eb, out_bytes=eb)
 
 
@@ -240,12 +277,15 @@ def wgmma_wave_choice(M: int, N: int, K: int, sm_count: int, rule: dict, dtype: 
     wave = wgmma_estimate(M, N, K, WGMMA_WAVE_TILE, sm_count, 1, dtype)
     if best([wave], incumbent=incumbent) is incumbent:
         return rule, f"wgmma's tile rules, kept by the cost model against 128x192: {incumbent} against {wave}"
-    return dict(WGMMA_WAVE_TILE), (f"cost model over wgmma's tile rules, 128x192 against their 128x256 "
-                                   f"(the last round of tiles fuller): {wave} against {incumbent}")
+    return dict(WGMMA_WAVE_TILE), (
+        f"cost model over wgmma's tile rules, 128x192 against their 128x256 "
+        f"(the last round of tiles fuller): {wave} against {incumbent}"
+    )
 
 
-def wgmma_auto_choice(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
-                      dtype: str = "bfloat16") -> tuple[dict, str]:
+def wgmma_auto_choice(
+    M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None, dtype: str = "bfloat16"
+) -> tuple[dict, str]:
     """wgmma's configuration for ``kernel="auto"`` and why.  The rules of
     wgmma_rule_params choose, except for 16-bit products (K known) whose 128 x 256
     tiles leave more than half of the SMs idle or that are batches: there every
@@ -260,13 +300,20 @@ def wgmma_auto_choice(M: int, N: int, sm_count: int, batch: int = 1, K: int | No
     if batch <= 1 and 2 * cdiv(M, 128) * cdiv(N, 256) >= sm_count:
         return wgmma_wave_choice(M, N, K, sm_count, rule, dtype)
     incumbent = wgmma_estimate(M, N, K, rule, sm_count, batch, dtype)
-    chosen = best([wgmma_estimate(M, N, K, p, sm_count, batch, dtype)
-                   for p in _wgmma_candidates(M, N, K, sm_count, batch)], incumbent=incumbent)
+    chosen = best(
+        [wgmma_estimate(M, N, K, p, sm_count, batch, dtype) for p in _wgmma_candidates(M, N, K, sm_count, batch)],
+        incumbent=incumbent,
+    )
     if chosen is incumbent:
         return rule, f"wgmma's tile rules, kept by the cost model: {incumbent}"
     t = chosen.tile
-    params = {"BM": t.bm, "BN": t.bn, "STAGES": t.ring_bytes // ((t.bm + t.bn) * SWIZZLE_BYTES), "CLUSTER": 1,
-              "SPLITK": t.splits}
+    params = {
+        "BM": t.bm,
+        "BN": t.bn,
+        "STAGES": t.ring_bytes // ((t.bm + t.bn) * SWIZZLE_BYTES),
+        "CLUSTER": 1,
+        "SPLITK": t.splits,
+    }
     return params, f"cost model over wgmma's tile rules: {chosen} against {incumbent}"
 
 
@@ -289,8 +336,9 @@ PACK16_EFFICIENCY = 0.6
 UNALIGNED_FALLBACK_SLOWDOWN = 8.0
 
 
-def wgmma_staging_choice(M: int, N: int, K: int, sm_count: int, batch: int, dtype: str,
-                         stage_bytes: int) -> tuple[dict | None, str]:
+def wgmma_staging_choice(
+    M: int, N: int, K: int, sm_count: int, batch: int, dtype: str, stage_bytes: int
+) -> tuple[dict | None, str]:
     """Whether a 16-bit product whose operands TMA cannot read in place runs on wgmma after a
     staging copy of ``stage_bytes`` (the staging pre-pass's pack16, rows padded to 16 bytes), rather than on
     its fallback, mma_pipelined, reading them as they are: (wgmma's parameters, why) where the
@@ -301,16 +349,20 @@ def wgmma_staging_choice(M: int, N: int, K: int, sm_count: int, batch: int, dtyp
     machine = Machine(sm_count)
     gemm = wgmma_estimate(M, N, K, params, sm_count, batch, dtype)
     copy = copy_time(stage_bytes, machine, PACK16_EFFICIENCY)
-    staged = Estimate(gemm.seconds + copy, f"a copy of {stage_bytes / 2**20:.1f} MiB to the 16-byte grid "
-                                            f"({copy * 1e6:.1f} us), then {gemm}")
+    staged = Estimate(
+        gemm.seconds + copy,
+        f"a copy of {stage_bytes / 2**20:.1f} MiB to the 16-byte grid ({copy * 1e6:.1f} us), then {gemm}",
+    )
     large, small = sized_estimates(M, N, K, sm_count, batch)
     aligned = small if sized_params(M, N, K, sm_count, batch) else large
     # The model's tiles are mma_pipelined's on the 16-byte grid; off it, its cp.async copies
     # narrow to 2-4 bytes and the kernel runs several times slower than that estimate.
     # (Its launch costs what an aligned one does: the slowdown is the kernel's body's.)
-    fallback = Estimate(machine.launch_s + (aligned.seconds - machine.launch_s) * UNALIGNED_FALLBACK_SLOWDOWN,
-                        f"{aligned.reason}, x{UNALIGNED_FALLBACK_SLOWDOWN:g} for copies narrower than 16 bytes",
-                        aligned.tile)
+    fallback = Estimate(
+        machine.launch_s + (aligned.seconds - machine.launch_s) * UNALIGNED_FALLBACK_SLOWDOWN,
+        f"{aligned.reason}, x{UNALIGNED_FALLBACK_SLOWDOWN:g} for copies narrower than 16 bytes",
+        aligned.tile,
+    )
     if best([staged], incumbent=fallback) is fallback:
         return None, f"staging for wgmma would take {staged}, no faster than mma_pipelined's {fallback}"
     return params, f"cost model: {staged} against mma_pipelined's {fallback} on the operands as they are"
@@ -324,18 +376,31 @@ def _staging_hook(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
     return wgmma_staging_choice(ask.M, ask.N, ask.K, ask.sm_count, ask.batch, ask.dtype, stage_bytes)
 
 
-def wgmma_auto_params(M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None,
-                      dtype: str = "bfloat16") -> dict:
+def wgmma_auto_params(
+    M: int, N: int, sm_count: int, batch: int = 1, K: int | None = None, dtype: str = "bfloat16"
+) -> dict:
     """wgmma's tile for ``kernel="auto"``: see wgmma_auto_choice."""
     return wgmma_auto_choice(M, N, sm_count, batch, K, dtype)[0]
 
 
 # -- launch arguments ------------------------------------------------------------------
 
+
 def standard_args(pr, ops: Operands, alpha, beta) -> tuple:
     """The eleven arguments every GEMM kernel starts with: M, N, K, alpha, A, lda, B, ldb, beta, C, ldc."""
-    return (np.int32(pr.M), np.int32(pr.N), np.int32(pr.K), np.float32(alpha), ops.A, np.int32(ops.lda), ops.B,
-            np.int32(ops.ldb), np.float32(beta), ops.C, np.int32(ops.ldc))
+    return (
+        np.int32(pr.M),
+        np.int32(pr.N),
+        np.int32(pr.K),
+        np.float32(alpha),
+        ops.A,
+        np.int32(ops.lda),
+        ops.B,
+        np.int32(ops.ldb),
+        np.float32(beta),
+        ops.C,
+        np.int32(ops.ldc),
+    )
 
 
 def _batch_of(ops: Operands, stride: int) -> tuple[int, int]:
@@ -358,8 +423,9 @@ def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
     # room (benchmarks/NOTES.md; cause not found).  Dense batches keep it.
     if nz > 1 and (ops.ldc != pr.N or sc != pr.M * ops.ldc):
         return None
-    return tensor_map(ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // eb, backend,
-                      batch=nz, batch_stride=sc)
+    return tensor_map(
+        ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // eb, backend, batch=nz, batch_stride=sc
+    )
 
 
 def _stored(pr, ops: Operands) -> tuple[tuple, tuple]:
@@ -402,30 +468,42 @@ def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, sto
     splits = p.get("SPLITK", 1)
     # Split: ops.C is the workspace, a partial product M * N floats after the other.
     sc = pr.M * pr.N if splits > 1 else 0 if one else ops.sc
-    args = standard_args(pr, ops, alpha, beta) + (np.int64(sa), np.int64(sb), np.int64(sc),
-                                                  np.int32(max(ops.batch, 1)))
+    args = standard_args(pr, ops, alpha, beta) + (np.int64(sa), np.int64(sb), np.int64(sc), np.int32(max(ops.batch, 1)))
     if pr.dtype not in ("float16", "bfloat16", "tf32"):
         raise TypeError(f"wgmma computes float16, bfloat16 and tf32, not {pr.dtype}")
     if stored is None:
         stored = _stored(pr, ops)
         if not all(_readable(x, element_bytes(pr.dtype)) for x in stored):
-            raise ValueError("wgmma: an operand TMA cannot read in place, and the plan did not ask for a "
-                             "staging copy (the planner stages or falls back instead)")
+            raise ValueError(
+                "wgmma: an operand TMA cannot read in place, and the plan did not ask for a "
+                "staging copy (the planner stages or falls back instead)"
+            )
     (pa, ra, ca, lda, (na, sta)), (pb, rb, cb, ldb, (nb, stb)) = stored
     if pr.dtype == "tf32":
         box_a, box_b, box_c = (wgmma_tile(p, "tf32")[0], 32), (32, 32), 32
     else:
-        box_a = (p["BM"], 64) if pr.op_a == "N" else (64, 64)     # K-major M x K, or M-major K x M
-        box_b = (64, 64) if pr.op_b == "N" else (p["BN"] // p["CLUSTER"], 64)   # N-major K x N, or K-major
+        box_a = (p["BM"], 64) if pr.op_a == "N" else (64, 64)  # K-major M x K, or M-major K x M
+        box_b = (64, 64) if pr.op_b == "N" else (p["BN"] // p["CLUSTER"], 64)  # N-major K x N, or K-major
         box_c = 64
     map_a = tensor_map(pa, ra, ca, lda, pr.dtype, *box_a, backend, batch=na, batch_stride=sta)
     map_b = tensor_map(pb, rb, cb, ldb, pr.dtype, *box_b, backend, batch=nb, batch_stride=stb)
     map_c = _c_map(pr, ops, beta, box_c, backend) if splits == 1 else None
     if ops.bias and not wgmma_epilogue_bias(plan, (ops.bias_rs, ops.bias_cs, ops.bias_zs)):
-        raise ValueError(f"{plan.describe()} cannot add this bias in its epilogue (TF32, split-K, or strides "
-                         f"{ops.bias_rs, ops.bias_cs} neither of which is 0)")
-    return args + (map_a, map_b, map_c if map_c is not None else map_a, np.int32(map_c is not None),
-                   np.int32(splits), ops.bias, np.int64(ops.bias_rs), np.int64(ops.bias_cs), np.int64(ops.bias_zs))
+        raise ValueError(
+            f"{plan.describe()} cannot add this bias in its epilogue (TF32, split-K, or strides "
+            f"{ops.bias_rs, ops.bias_cs} neither of which is 0)"
+        )
+    return args + (
+        map_a,
+        map_b,
+        map_c if map_c is not None else map_a,
+        np.int32(map_c is not None),
+        np.int32(splits),
+        ops.bias,
+        np.int64(ops.bias_rs),
+        np.int64(ops.bias_cs),
+        np.int64(ops.bias_zs),
+    )
 
 
 def wgmma_epilogue_bias(plan, strides) -> bool:
@@ -434,8 +512,7 @@ def wgmma_epilogue_bias(plan, strides) -> bool:
     along the rows or the columns of a matrix, not both (a row: nn.Linear's; a column):
     the epilogue reads such a bias once per tile's column or row, not once per element."""
     rs, cs, _ = strides
-    return plan.problem.dtype in ("float16", "bfloat16") and plan.params.get("SPLITK", 1) == 1 \
-        and (rs == 0 or cs == 0)
+    return plan.problem.dtype in ("float16", "bfloat16") and plan.params.get("SPLITK", 1) == 1 and (rs == 0 or cs == 0)
 
 
 def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta) -> tuple:
@@ -444,6 +521,7 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta) -> tup
 
 
 # -- the staging copy: operands TMA cannot read in place ---------------------------------------
+
 
 def _to_stage(plan, ops: Operands) -> list[tuple]:
     """The stored operands (see _stored) of a launch that TMA cannot read in place: a base,
@@ -477,8 +555,9 @@ def staged_workspace_bytes(plan, ops: Operands, choice: int = 0) -> int:
     return sum(_copy_bytes(x, eb) for x in _to_stage(plan, ops))
 
 
-def wgmma_staged_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, backend,
-                          report: int = 0) -> tuple[list, tuple]:
+def wgmma_staged_launches(
+    plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, backend, report: int = 0
+) -> tuple[list, tuple]:
     """PrePass.build of the staging copy: the launches that copy each operand TMA cannot
     read in place into the workspace at ``workspace`` (tf32_pack.cu, every matrix of the
     batch one after the other, rows padded to 16 bytes: 16-bit elements bit for bit by
@@ -487,6 +566,7 @@ def wgmma_staged_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, wo
     the kernel, on the caller's stream."""
     from ...runtime import compile as rt_compile
     from ...runtime.launch import LaunchShape
+
     eb = element_bytes(plan.problem.dtype)
     stored = list(_stored(plan.problem, ops))
     launches, at = [], int(workspace)
@@ -499,10 +579,25 @@ def wgmma_staged_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, wo
             shape = LaunchShape((pack16_blocks(rows, cols), 1, n), (PACK16_THREADS, 1, 1))
         else:
             kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, TF32_PACK_KERNELS[0], gpu.arch)
-            shape = LaunchShape((cdiv(rows, TF32_PACK_TILE) * cdiv(cols, TF32_PACK_TILE), 1, n),
-                                (TF32_PACK_THREADS, 1, 1))
-        launches.append((kernel, shape, (np.int32(rows), np.int32(cols), ptr, np.int32(ld), at, np.int32(ldd),
-                                         np.int64(stride), np.int64(rows * ldd))))
+            shape = LaunchShape(
+                (cdiv(rows, TF32_PACK_TILE) * cdiv(cols, TF32_PACK_TILE), 1, n), (TF32_PACK_THREADS, 1, 1)
+            )
+        launches.append(
+            (
+                kernel,
+                shape,
+                (
+                    np.int32(rows),
+                    np.int32(cols),
+                    ptr,
+                    np.int32(ld),
+                    at,
+                    np.int32(ldd),
+                    np.int64(stride),
+                    np.int64(rows * ldd),
+                ),
+            )
+        )
         at_next = at + _copy_bytes(stored[i], eb)
         stored[i] = (at, rows, cols, ldd, (n, rows * ldd if n > 1 else 0))
         at = at_next
@@ -513,33 +608,66 @@ STAGING_WHAT = "wgmma, for an aligned copy of an operand TMA cannot read in plac
 
 
 SPEC = KernelSpec(
-    name="wgmma", rung=4, family="tensor", dtypes=TC_DTYPES,
-    source="tensor/04_wgmma.cu", template="gemmlab::wgmma_gemm",
+    name="wgmma",
+    rung=4,
+    family="tensor",
+    dtypes=TC_DTYPES,
+    source="tensor/04_wgmma.cu",
+    template="gemmlab::wgmma_gemm",
     description="Hopper: TMA copies into a swizzled shared-memory ring (mbarriers), a producer warpgroup "
-                "and BM/64 consumer warpgroups issuing wgmma from shared memory, persistent grid",
+    "and BM/64 consumer warpgroups issuing wgmma from shared memory, persistent grid",
     params=(
-        TileParam("BM", (64, 128), 128, "rows of C per block: BM/64 consumer warpgroups of 64 rows "
-                                        "(TF32, which computes C^T: columns)"),
-        TileParam("BN", (64, 128, 192, 256), 256, "columns of C per block, the N of every wgmma (BN/2 "
-                                                  "accumulators per consumer thread; TF32: rows)"),
-        TileParam("STAGES", (3, 4, 5, 8, 12), 4, "K-steps of A and B tiles (128 bytes of K each) in the "
-                                          "shared-memory ring"),
-        TileParam("CLUSTER", (1, 2), 1, "blocks per cluster: 2 takes two vertically adjacent tiles "
-                                        "whose B tile is read once and multicast to both"),
-        TileParam("SPLITK", SPLITK_VALUES, 1, "slices of K (products with few tiles and a long K; >1 writes "
-                                              "FP32 partial tiles to a workspace of SPLITK*M*N floats per "
-                                              "matrix, which a reduction kernel adds into C)"),
+        TileParam(
+            "BM",
+            (64, 128),
+            128,
+            "rows of C per block: BM/64 consumer warpgroups of 64 rows (TF32, which computes C^T: columns)",
+        ),
+        TileParam(
+            "BN",
+            (64, 128, 192, 256),
+            256,
+            "columns of C per block, the N of every wgmma (BN/2 accumulators per consumer thread; TF32: rows)",
+        ),
+        TileParam(
+            "STAGES", (3, 4, 5, 8, 12), 4, "K-steps of A and B tiles (128 bytes of K each) in the shared-memory ring"
+        ),
+        TileParam(
+            "CLUSTER",
+            (1, 2),
+            1,
+            "blocks per cluster: 2 takes two vertically adjacent tiles whose B tile is read once and multicast to both",
+        ),
+        TileParam(
+            "SPLITK",
+            SPLITK_VALUES,
+            1,
+            "slices of K (products with few tiles and a long K; >1 writes "
+            "FP32 partial tiles to a workspace of SPLITK*M*N floats per "
+            "matrix, which a reduction kernel adds into C)",
+        ),
     ),
     constraints=(
-        Constraint("dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*16384 + 16*STAGES + 1024 bytes, must "
-                   "fit in the 227 KiB a Hopper block can have",
-                   lambda p: wgmma_smem(p) <= WGMMA_SMEM_LIMIT),
-        Constraint("BN = 64 runs without clusters (CLUSTER = 1): a cluster shares whole 64-column boxes of B "
-                   "between its blocks", lambda p: p["BN"] != 64 or p["CLUSTER"] == 1),
-        Constraint("BN = 192 runs without clusters (CLUSTER = 1): its three 64-column boxes of B do not split "
-                   "evenly between the two blocks of a cluster", lambda p: p["BN"] != 192 or p["CLUSTER"] == 1),
-        Constraint("BN = 192 is for 16-bit inputs: TF32 has BN = 64, 128 or 256 (no m64n192 TF32 wgmma is "
-                   "wrapped)", lambda p: p["BN"] != 192, dtypes=("tf32",)),
+        Constraint(
+            "dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*16384 + 16*STAGES + 1024 bytes, must "
+            "fit in the 227 KiB a Hopper block can have",
+            lambda p: wgmma_smem(p) <= WGMMA_SMEM_LIMIT,
+        ),
+        Constraint(
+            "BN = 64 runs without clusters (CLUSTER = 1): a cluster shares whole 64-column boxes of B "
+            "between its blocks",
+            lambda p: p["BN"] != 64 or p["CLUSTER"] == 1,
+        ),
+        Constraint(
+            "BN = 192 runs without clusters (CLUSTER = 1): its three 64-column boxes of B do not split "
+            "evenly between the two blocks of a cluster",
+            lambda p: p["BN"] != 192 or p["CLUSTER"] == 1,
+        ),
+        Constraint(
+            "BN = 192 is for 16-bit inputs: TF32 has BN = 64, 128 or 256 (no m64n192 TF32 wgmma is wrapped)",
+            lambda p: p["BN"] != 192,
+            dtypes=("tf32",),
+        ),
     ),
     template_args=_template_args,
     geometry=_geometry,

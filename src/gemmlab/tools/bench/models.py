@@ -37,22 +37,32 @@ from .suites import Timer, _progress, bench_gpu, time_size, torch_tf32
 
 HIDDEN = 4096
 # (in features, out features) of each linear layer of a Llama-3-8B-sized model.
-LINEAR_LAYERS = {"qkv": (HIDDEN, 6144), "o": (HIDDEN, HIDDEN), "gate_up": (HIDDEN, 28672),
-                 "down": (14336, HIDDEN), "lm_head": (HIDDEN, 128256)}
+LINEAR_LAYERS = {
+    "qkv": (HIDDEN, 6144),
+    "o": (HIDDEN, HIDDEN),
+    "gate_up": (HIDDEN, 28672),
+    "down": (14336, HIDDEN),
+    "lm_head": (HIDDEN, 128256),
+}
 ATTENTION = "attention"
-DECODE = "decode"          # attention at one decoding step, against a cache of keys and values
-DECODE_CACHE = "decode_cache"   # the same, against the first positions of a cache allocated for more
+DECODE = "decode"  # attention at one decoding step, against a cache of keys and values
+DECODE_CACHE = "decode_cache"  # the same, against the first positions of a cache allocated for more
 LAYERS = (*LINEAR_LAYERS, ATTENTION)
 TOKENS = (1, 16, 128, 2048, 8192)
 LINEAR_PRODUCTS = ("fwd", "dgrad", "wgrad")
 ATTENTION_PRODUCTS = ("qk", "pv")
-ATTENTION_BH = (32, 128)          # batch x heads
+ATTENTION_BH = (32, 128)  # batch x heads
 ATTENTION_SEQ = (512, 2048, 4096)
 HEAD_DIM = 128
 ONLY = ("linear", "attention")
 # The suite's dtype names: (storage dtype of the tensors, gemmlab's precision=).
-DTYPES = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "fp32": ("float32", None),
-          "fp32_tc": ("float32", "fp32_tc"), "fp32_tc_mode": ("float32", "fp32_tc")}
+DTYPES = {
+    "bf16": ("bfloat16", None),
+    "fp16": ("float16", None),
+    "fp32": ("float32", None),
+    "fp32_tc": ("float32", "fp32_tc"),
+    "fp32_tc_mode": ("float32", "fp32_tc"),
+}
 # Timed as a model runs under gemmlab.torch.fp32_tc(): torch.matmul(a, b) inside the
 # mode beside torch.matmul(a, b) outside it (no out=: the mode routes no out= form).
 THROUGH_MODE = {"fp32_tc_mode"}
@@ -61,33 +71,38 @@ THROUGH_MODE = {"fp32_tc_mode"}
 ERROR_FLOOR = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-5, "fp32_tc": 1e-5, "fp32_tc_mode": 1e-5}
 ERROR_VS_TORCH = 4.0
 SAMPLE_ROWS, SAMPLE_COLS, SAMPLE_BATCHES = 32, 256, 3
-TIME_BUDGET_S = 300.0             # the default run's target for all timed repeats
-SESSIONS_PER_PAIR = 3             # torch before, gemmlab, torch after (suites.time_size)
+TIME_BUDGET_S = 300.0  # the default run's target for all timed repeats
+SESSIONS_PER_PAIR = 3  # torch before, gemmlab, torch after (suites.time_size)
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
-MEMORY_HEADROOM = 512 << 20       # left free beyond the estimate (cuBLAS, gemmlab's pools)
-SMALL_WORKSPACE = 64 << 20        # split-K partial sums and similar, outside fp32_tc
+MEMORY_HEADROOM = 512 << 20  # left free beyond the estimate (cuBLAS, gemmlab's pools)
+SMALL_WORKSPACE = 64 << 20  # split-K partial sums and similar, outside fp32_tc
 # Rough throughput priors (TFLOPS of torch, of gemmlab) for the up-front
 # estimate; the remaining time is re-estimated from the pairs measured so far.
-PRIOR_TFLOPS = {"bf16": (500.0, 500.0), "fp16": (500.0, 500.0), "fp32": (45.0, 45.0),
-                "fp32_tc": (45.0, 130.0), "fp32_tc_mode": (45.0, 130.0)}
-RUNS_PER_SESSION = 6              # time_gpu's fewest: untimed, estimate, warm-up, 3 timed
-PAIR_OVERHEAD_S = 0.15            # data, reference sample, events, Python per pair
+PRIOR_TFLOPS = {
+    "bf16": (500.0, 500.0),
+    "fp16": (500.0, 500.0),
+    "fp32": (45.0, 45.0),
+    "fp32_tc": (45.0, 130.0),
+    "fp32_tc_mode": (45.0, 130.0),
+}
+RUNS_PER_SESSION = 6  # time_gpu's fewest: untimed, estimate, warm-up, 3 timed
+PAIR_OVERHEAD_S = 0.15  # data, reference sample, events, Python per pair
 
 
 @dataclass(frozen=True)
 class Case:
     """One product as a model makes it: ``batch`` products of op(A) M x K by op(B) K x N."""
 
-    layer: str          # a key of LINEAR_LAYERS, or "attention"
-    product: str        # fwd, dgrad, wgrad; qk, pv
-    tokens: int         # M tokens of a linear layer; the sequence length S of attention
-    batch: int          # batch x heads for attention; 1 for a linear layer
+    layer: str  # a key of LINEAR_LAYERS, or "attention"
+    product: str  # fwd, dgrad, wgrad; qk, pv
+    tokens: int  # M tokens of a linear layer; the sequence length S of attention
+    batch: int  # batch x heads for attention; 1 for a linear layer
     M: int
     N: int
     K: int
-    ops: str            # how op(A), op(B) are stored: N row-major, T a transposed view
-    expression: str     # the PyTorch expression that makes the operands
-    stored: tuple       # the shape of each tensor allocated (contiguous), in expression order
+    ops: str  # how op(A), op(B) are stored: N row-major, T a transposed view
+    expression: str  # the PyTorch expression that makes the operands
+    stored: tuple  # the shape of each tensor allocated (contiguous), in expression order
     # Attention: the second tensor holds this many positions and the product reads its
     # first ``tokens`` (a cache allocated for the longest context: each matrix's stride is
     # the capacity, not the length); 0: it holds exactly ``tokens``.
@@ -99,8 +114,11 @@ class Case:
 
     @property
     def label(self) -> str:
-        where = f"M={self.tokens}" if self.layer not in (ATTENTION, DECODE, DECODE_CACHE) else \
-            f"BH={self.batch} S={self.tokens}"
+        where = (
+            f"M={self.tokens}"
+            if self.layer not in (ATTENTION, DECODE, DECODE_CACHE)
+            else f"BH={self.batch} S={self.tokens}"
+        )
         return f"{self.name} {where}"
 
     @property
@@ -120,13 +138,13 @@ class Case:
         each stored array (PyTorch, CuPy or NumPy), the views are taken here (W.t(),
         dY.t(), K.transpose(-1, -2): swapaxes, which all three have)."""
         first, second = (make(s) for s in self.stored)
-        if self.capacity:                  # k_cache[:, :S], v_cache[:, :S]
-            second = second[:, :self.tokens]
+        if self.capacity:  # k_cache[:, :S], v_cache[:, :S]
+            second = second[:, : self.tokens]
         if self.product in ("fwd", "qk"):  # x @ W.t(), Q @ K.transpose(-1, -2)
             return first, second.swapaxes(-1, -2)
-        if self.product == "wgrad":        # dY.t() @ x
+        if self.product == "wgrad":  # dY.t() @ x
             return first.swapaxes(-1, -2), second
-        return first, second               # dY @ W, P @ V
+        return first, second  # dY @ W, P @ V
 
     def stored_elements(self) -> int:
         return sum(math.prod(s) for s in self.stored)
@@ -141,6 +159,7 @@ def planning_view(shape, dtype, offset: int = 0):
     product without a GPU (the planner reads shapes, strides and addresses only): a few
     bytes viewed with zero-copy strides, its base 256-byte aligned plus ``offset`` elements."""
     import numpy as np
+
     dt = np.dtype(dtype)
     buf = np.zeros(256 + 64, np.uint8)
     start = (-buf.ctypes.data) % 256 + offset * dt.itemsize
@@ -148,7 +167,7 @@ def planning_view(shape, dtype, offset: int = 0):
     for n in reversed(shape):
         strides.append(acc)
         acc *= n
-    return np.lib.stride_tricks.as_strided(buf[start:start + 16].view(dt), tuple(shape), tuple(reversed(strides)))
+    return np.lib.stride_tricks.as_strided(buf[start : start + 16].view(dt), tuple(shape), tuple(reversed(strides)))
 
 
 def linear_case(layer: str, product: str, tokens: int, dims: tuple[int, int] | None = None) -> Case:
@@ -156,29 +175,61 @@ def linear_case(layer: str, product: str, tokens: int, dims: tuple[int, int] | N
     default LINEAR_LAYERS[layer]) at ``tokens`` rows."""
     fan_in, fan_out = dims or LINEAR_LAYERS[layer]
     if product == "fwd":
-        return Case(layer, product, tokens, 1, tokens, fan_out, fan_in, "NT", "x @ W.t()",
-                    ((tokens, fan_in), (fan_out, fan_in)))
+        return Case(
+            layer, product, tokens, 1, tokens, fan_out, fan_in, "NT", "x @ W.t()", ((tokens, fan_in), (fan_out, fan_in))
+        )
     if product == "dgrad":
-        return Case(layer, product, tokens, 1, tokens, fan_in, fan_out, "NN", "dY @ W",
-                    ((tokens, fan_out), (fan_out, fan_in)))
+        return Case(
+            layer, product, tokens, 1, tokens, fan_in, fan_out, "NN", "dY @ W", ((tokens, fan_out), (fan_out, fan_in))
+        )
     if product == "wgrad":
-        return Case(layer, product, tokens, 1, fan_out, fan_in, tokens, "TN", "dY.t() @ x",
-                    ((tokens, fan_out), (tokens, fan_in)))
+        return Case(
+            layer,
+            product,
+            tokens,
+            1,
+            fan_out,
+            fan_in,
+            tokens,
+            "TN",
+            "dY.t() @ x",
+            ((tokens, fan_out), (tokens, fan_in)),
+        )
     raise ValueError(f"unknown linear product {product!r}; choose from {', '.join(LINEAR_PRODUCTS)}")
 
 
-def _attention_pair(layer: str, product: str, batch: int, rows: int, ctx: int, head_dim: int,
-                    expressions: tuple[str, str], capacity: int = 0) -> Case:
+def _attention_pair(
+    layer: str,
+    product: str,
+    batch: int,
+    rows: int,
+    ctx: int,
+    head_dim: int,
+    expressions: tuple[str, str],
+    capacity: int = 0,
+) -> Case:
     """Q @ K^T (``product`` "qk") or P @ V ("pv") over ``batch`` matrices: ``rows`` query
     rows against ``ctx`` keys and values of ``head_dim``, K and V stored (batch, ctx, head dim),
     or (batch, capacity, head dim) of which the first ctx positions are read."""
     kv = (batch, capacity or ctx, head_dim)
     if product == "qk":
-        return Case(layer, product, ctx, batch, rows, ctx, head_dim, "NT", expressions[0],
-                    ((batch, rows, head_dim), kv), capacity)
+        return Case(
+            layer,
+            product,
+            ctx,
+            batch,
+            rows,
+            ctx,
+            head_dim,
+            "NT",
+            expressions[0],
+            ((batch, rows, head_dim), kv),
+            capacity,
+        )
     if product == "pv":
-        return Case(layer, product, ctx, batch, rows, head_dim, ctx, "NN", expressions[1],
-                    ((batch, rows, ctx), kv), capacity)
+        return Case(
+            layer, product, ctx, batch, rows, head_dim, ctx, "NN", expressions[1], ((batch, rows, ctx), kv), capacity
+        )
     raise ValueError(f"unknown attention product {product!r}; choose from {', '.join(ATTENTION_PRODUCTS)}")
 
 
@@ -187,15 +238,22 @@ def decode_case(product: str, bkv: int, rows: int, ctx: int, head_dim: int = HEA
     ``rows`` query rows that share a key/value head (1 without grouped-query attention, heads /
     key/value heads with it, the query reshaped to (batch x kv heads, group, head dim)) against
     ``ctx`` cached positions."""
-    return _attention_pair(DECODE, product, bkv, rows, ctx, head_dim,
-                           ("q @ k_cache.transpose(-1, -2)", "p @ v_cache"))
+    return _attention_pair(DECODE, product, bkv, rows, ctx, head_dim, ("q @ k_cache.transpose(-1, -2)", "p @ v_cache"))
 
 
 def decode_cache_case(product: str, bkv: int, rows: int, ctx: int, capacity: int, head_dim: int = HEAD_DIM) -> Case:
     """decode_case against the first ``ctx`` positions of a cache allocated for ``capacity``
     (how generation loops keep it: one buffer for the longest context, sliced each step)."""
-    return _attention_pair(DECODE_CACHE, product, bkv, rows, ctx, head_dim,
-                           ("q @ k_cache[:, :S].transpose(-1, -2)", "p @ v_cache[:, :S]"), capacity)
+    return _attention_pair(
+        DECODE_CACHE,
+        product,
+        bkv,
+        rows,
+        ctx,
+        head_dim,
+        ("q @ k_cache[:, :S].transpose(-1, -2)", "p @ v_cache[:, :S]"),
+        capacity,
+    )
 
 
 def attention_case(product: str, bh: int, seq: int, head_dim: int = HEAD_DIM) -> Case:
@@ -204,6 +262,7 @@ def attention_case(product: str, bh: int, seq: int, head_dim: int = HEAD_DIM) ->
 
 
 # -- options ------------------------------------------------------------------
+
 
 def _names(text: str, known, option: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -248,11 +307,19 @@ def select(*, layers=None, only: str | None = None, tokens=None, products=None) 
     linear = [n for n in layers if n != ATTENTION]
     if not linear and (tokens is not None or products is not None):
         raise ValueError("--tokens and --products choose the linear layers' products; the selection has none")
-    cases = [linear_case(layer, product, m) for layer in linear for m in (tokens or TOKENS)
-             for product in (products or LINEAR_PRODUCTS)]
+    cases = [
+        linear_case(layer, product, m)
+        for layer in linear
+        for m in (tokens or TOKENS)
+        for product in (products or LINEAR_PRODUCTS)
+    ]
     if ATTENTION in layers:
-        cases += [attention_case(product, bh, seq) for bh in ATTENTION_BH for seq in ATTENTION_SEQ
-                  for product in ATTENTION_PRODUCTS]
+        cases += [
+            attention_case(product, bh, seq)
+            for bh in ATTENTION_BH
+            for seq in ATTENTION_SEQ
+            for product in ATTENTION_PRODUCTS
+        ]
     return cases
 
 
@@ -268,6 +335,7 @@ def tune_shapes(cases) -> dict[tuple[int, int, int], list[tuple[str, int]]]:
 
 
 # -- memory ---------------------------------------------------------------------
+
 
 def memory_needed(case: Case, dtype: str) -> int:
     """Bytes a pair allocates at once: the stored operands, one output, and
@@ -291,39 +359,40 @@ def too_big(case: Case, dtype: str, free_bytes: int) -> str | None:
 
 # -- records and their summary --------------------------------------------------
 
+
 @dataclass
 class ModelRecord:
     gpu: str
-    case: str                 # layer.product
+    case: str  # layer.product
     layer: str
     product: str
     expression: str
-    tokens: int               # M tokens (linear), S (attention)
+    tokens: int  # M tokens (linear), S (attention)
     batch: int
     M: int
     N: int
     K: int
     ops: str
-    dtype: str                # bf16, fp16, fp32, fp32_tc, fp32_tc_mode
-    rung: str | None          # the kernel gemmlab.last_plan() names
-    plan: str                 # its describe(): tile parameters, method, fallback
+    dtype: str  # bf16, fp16, fp32, fp32_tc, fp32_tc_mode
+    rung: str | None  # the kernel gemmlab.last_plan() names
+    plan: str  # its describe(): tile parameters, method, fallback
     params: dict
-    method: str | None        # fp32_tc's choice (fp16_ec, tf32_ec, ...)
-    fallback: str             # why the rung auto wanted could not take the operands, if so
+    method: str | None  # fp32_tc's choice (fp16_ec, tf32_ec, ...)
+    fallback: str  # why the rung auto wanted could not take the operands, if so
     ms: float | None
     torch_ms: float | None
-    pct_torch: float | None   # 100 * torch_ms / ms
+    pct_torch: float | None  # 100 * torch_ms / ms
     tflops: float | None
     torch_tflops: float | None
-    rel_error: float | None   # against FP64 on the sample
+    rel_error: float | None  # against FP64 on the sample
     torch_rel_error: float | None
-    ok: bool | None           # rel_error within the bound (ERROR_FLOOR, ERROR_VS_TORCH)
+    ok: bool | None  # rel_error within the bound (ERROR_FLOOR, ERROR_VS_TORCH)
     reps: int
     torch_reps: int
     skipped: str | None = None
     note: str = ""
     path: str = "public"
-    tags: dict = field(default_factory=dict)   # Case.tags(): what a suite adds (model, kind, view)
+    tags: dict = field(default_factory=dict)  # Case.tags(): what a suite adds (model, kind, view)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -341,9 +410,37 @@ def error_ok(dtype: str, rel_error: float | None, torch_error: float | None) -> 
 
 
 def skipped_record(gpu: str, case: Case, dtype: str, why: str, ok: bool | None = None) -> ModelRecord:
-    return ModelRecord(gpu, case.name, case.layer, case.product, case.expression, case.tokens, case.batch, case.M,
-                       case.N, case.K, case.ops, dtype, None, "", {}, None, "", None, None, None, None, None, None,
-                       None, ok, 0, 0, skipped=why, tags=case.tags())
+    return ModelRecord(
+        gpu,
+        case.name,
+        case.layer,
+        case.product,
+        case.expression,
+        case.tokens,
+        case.batch,
+        case.M,
+        case.N,
+        case.K,
+        case.ops,
+        dtype,
+        None,
+        "",
+        {},
+        None,
+        "",
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        ok,
+        0,
+        0,
+        skipped=why,
+        tags=case.tags(),
+    )
 
 
 def pct_stats(records: list[dict]) -> tuple[list[dict], float | None, dict | None]:
@@ -362,10 +459,14 @@ def summary(records: list[dict]) -> dict[str, dict]:
     for dtype in dict.fromkeys(r["dtype"] for r in records):
         mine = [r for r in records if r["dtype"] == dtype]
         timed, geomean, worst = pct_stats(mine)
-        out[dtype] = {"cases": len(timed), "skipped": sum(bool(r.get("skipped")) for r in mine),
-                      "failed": sum(r.get("ok") is False for r in mine), "geomean_pct": geomean,
-                      "worst_pct": worst["pct_torch"] if worst else None,
-                      "worst_case": label(worst) if worst else None}
+        out[dtype] = {
+            "cases": len(timed),
+            "skipped": sum(bool(r.get("skipped")) for r in mine),
+            "failed": sum(r.get("ok") is False for r in mine),
+            "geomean_pct": geomean,
+            "worst_pct": worst["pct_torch"] if worst else None,
+            "worst_case": label(worst) if worst else None,
+        }
     return out
 
 
@@ -373,8 +474,10 @@ def table(data: dict) -> str:
     records = data["records"]
     width = max([20] + [len(label(r)) for r in records])
     ran_w = max([12] + [len(ran(r)) for r in records])
-    head = (f"{'case':{width}s} {'dtype':7s} {'shape [BHx]MxNxK':>22s} {'ops':3s} {'gemmlab ran':{ran_w}s} "
-            f"{'gemmlab ms':>10s} {'torch ms':>9s} {'% torch':>8s} {'rel err':>8s}")
+    head = (
+        f"{'case':{width}s} {'dtype':7s} {'shape [BHx]MxNxK':>22s} {'ops':3s} {'gemmlab ran':{ran_w}s} "
+        f"{'gemmlab ms':>10s} {'torch ms':>9s} {'% torch':>8s} {'rel err':>8s}"
+    )
     lines = [head, "-" * len(head)]
     shape = {}
     for r in records:
@@ -385,20 +488,26 @@ def table(data: dict) -> str:
             lines.append(row + f"skipped: {r['skipped']}")
             continue
         flag = "" if r.get("ok") else f"  << WRONG: over {ERROR_VS_TORCH:g}x torch's error and the floor"
-        lines.append(row + f"{ran(r):{ran_w}s} {_fmt(r['ms'], '.3f'):>10s} {_fmt(r['torch_ms'], '.3f'):>9s} "
-                     f"{_fmt(r['pct_torch'], '.1f%'):>8s} {_fmt(r['rel_error'], '.1e'):>8s}{flag}")
+        lines.append(
+            row + f"{ran(r):{ran_w}s} {_fmt(r['ms'], '.3f'):>10s} {_fmt(r['torch_ms'], '.3f'):>9s} "
+            f"{_fmt(r['pct_torch'], '.1f%'):>8s} {_fmt(r['rel_error'], '.1e'):>8s}{flag}"
+        )
     lines.append("")
     for dtype, s in data["summary"].items():
-        lines.append(f"{dtype:7s} geomean {_fmt(s['geomean_pct'], '.1f%')} of torch.matmul over {s['cases']} "
-                     f"cases; worst {_fmt(s['worst_pct'], '.1f%')} ({s['worst_case'] or '-'})"
-                     + (f"; {s['skipped']} skipped" if s["skipped"] else "")
-                     + (f"; {s['failed']} WRONG" if s["failed"] else ""))
+        lines.append(
+            f"{dtype:7s} geomean {_fmt(s['geomean_pct'], '.1f%')} of torch.matmul over {s['cases']} "
+            f"cases; worst {_fmt(s['worst_pct'], '.1f%')} ({s['worst_case'] or '-'})"
+            + (f"; {s['skipped']} skipped" if s["skipped"] else "")
+            + (f"; {s['failed']} WRONG" if s["failed"] else "")
+        )
     if any(r.get("fallback") for r in records):
         lines.append("* the rung auto wanted could not take these operands (the record's fallback says why)")
-    lines.append("each figure: gemmlab.matmul(a, b, out=c) beside torch.matmul(a, b, out=c) on the same views, "
-                 "each run started on an idle GPU (host time included); fp32 and fp32_tc beside cuBLAS SGEMM "
-                 "(TF32 off); fp32_tc_mode: torch.matmul(a, b) inside gemmlab.torch.fp32_tc() beside "
-                 "torch.matmul(a, b); rel err against FP64 on a sample of the output")
+    lines.append(
+        "each figure: gemmlab.matmul(a, b, out=c) beside torch.matmul(a, b, out=c) on the same views, "
+        "each run started on an idle GPU (host time included); fp32 and fp32_tc beside cuBLAS SGEMM "
+        "(TF32 off); fp32_tc_mode: torch.matmul(a, b) inside gemmlab.torch.fp32_tc() beside "
+        "torch.matmul(a, b); rel err against FP64 on a sample of the output"
+    )
     return "\n".join(lines)
 
 
@@ -418,13 +527,25 @@ def plot(data: dict, path) -> None:
         bars = ax.bar(xs, [r["pct_torch"] for r in mine], width, label=dtype, color=f"C{j}")
         s = data["summary"].get(dtype, {})
         if s.get("geomean_pct"):
-            ax.axhline(s["geomean_pct"], color=bars.patches[0].get_facecolor() if mine else f"C{j}", ls="--",
-                       lw=1, label=f"{dtype} geomean {s['geomean_pct']:.1f}%")
+            ax.axhline(
+                s["geomean_pct"],
+                color=bars.patches[0].get_facecolor() if mine else f"C{j}",
+                ls="--",
+                lw=1,
+                label=f"{dtype} geomean {s['geomean_pct']:.1f}%",
+            )
         if s.get("worst_case"):
             w = next(r for r, x in zip(mine, xs) if label(r) == s["worst_case"])
             ax.plot([xs[mine.index(w)]], [w["pct_torch"]], "o", mfc="none", mec="red", ms=9)
-            ax.annotate(f"worst {dtype}: {w['pct_torch']:.0f}%", (xs[mine.index(w)], w["pct_torch"]),
-                        textcoords="offset points", xytext=(0, -14), ha="center", fontsize=7, color="red")
+            ax.annotate(
+                f"worst {dtype}: {w['pct_torch']:.0f}%",
+                (xs[mine.index(w)], w["pct_torch"]),
+                textcoords="offset points",
+                xytext=(0, -14),
+                ha="center",
+                fontsize=7,
+                color="red",
+            )
     ax.axhline(100, color="black", lw=1)
     ax.set_xticks(range(len(cases)))
     ax.set_xticklabels(cases, rotation=90, fontsize=7)
@@ -438,21 +559,22 @@ def plot(data: dict, path) -> None:
 
 # -- the run --------------------------------------------------------------------
 
+
 class _CaseOperands:
     """One case's tensors in one dtype, shaped for suites.time_size: ``cublas``
     is torch.matmul on the same views into the same ``out``; ``error`` compares
     a sample of ``out`` with FP64 on the inputs as stored."""
 
-    raw = ()                              # no kernel-only path: the public call only
+    raw = ()  # no kernel-only path: the public call only
 
     def __init__(self, case: Case, dtype: str, a, b, c, sample):
         import torch
+
         self.case, self.dtype, self.ops, self.shape = case, dtype, case.ops, (case.M, case.N, case.K)
         self.batch = case.batch
         self.a, self.b, self.c, self.sample = a, b, c, sample
         self.cublas = partial(torch.matmul, a, b, out=c)
-        self.note = f"torch.matmul -> cuBLAS in {DTYPES[dtype][0]}" + (", TF32 off" if dtype.startswith("fp32")
-                                                                      else "")
+        self.note = f"torch.matmul -> cuBLAS in {DTYPES[dtype][0]}" + (", TF32 off" if dtype.startswith("fp32") else "")
 
     def error(self) -> float:
         return self.sample.error(self.c)
@@ -471,6 +593,7 @@ class _ModeOperands(_CaseOperands):
 
     def __init__(self, case: Case, dtype: str, a, b, c, sample):
         import gemmlab.torch as gtorch
+
         super().__init__(case, dtype, a, b, c, sample)
         self.out, self.mode = c, gtorch.fp32_tc()
         self.cublas = self.outside_mode
@@ -478,10 +601,12 @@ class _ModeOperands(_CaseOperands):
 
     def outside_mode(self) -> None:
         import torch
+
         self.out = torch.matmul(self.a, self.b)
 
     def inside_mode(self) -> None:
         import torch
+
         with self.mode:
             self.out = torch.matmul(self.a, self.b)
 
@@ -492,6 +617,7 @@ class _ModeOperands(_CaseOperands):
         # The result is a new tensor: poison the block PyTorch's allocator hands
         # out next (the one this NaN tensor frees), so an unwritten result shows.
         import torch
+
         shape, self.out = self.out.shape, None
         torch.full(shape, float("nan"), device=self.a.device, dtype=self.a.dtype)
         fn()
@@ -504,18 +630,21 @@ class _Sample:
 
     def __init__(self, a, b):
         import torch
+
         a3, b3 = (x if x.dim() == 3 else x.unsqueeze(0) for x in (a, b))
 
         def spread(n, k):
             return torch.linspace(0, n - 1, min(n, k), device=a.device).round().long().unique()
+
         self.batches = spread(a3.shape[0], SAMPLE_BATCHES)[:, None]
         self.rows, self.cols = spread(a3.shape[1], SAMPLE_ROWS)[None, :], spread(b3.shape[2], SAMPLE_COLS)[None, :]
-        a_rows = a3[self.batches, self.rows].double()                          # nb x rows x K
-        b_cols = b3.transpose(1, 2)[self.batches, self.cols].double().transpose(1, 2)   # nb x K x cols
+        a_rows = a3[self.batches, self.rows].double()  # nb x rows x K
+        b_cols = b3.transpose(1, 2)[self.batches, self.cols].double().transpose(1, 2)  # nb x K x cols
         self.ref = a_rows @ b_cols
 
     def error(self, c) -> float:
         import torch
+
         c3 = c if c.dim() == 3 else c.unsqueeze(0)
         got = c3[self.batches, self.rows][:, :, self.cols[0]].double()
         if not torch.isfinite(got).all():
@@ -531,27 +660,33 @@ class _Clock:
         self.estimates = [estimate_s(case, dtype) for case, dtype in pairs]
         self.budget_s, self.quiet = budget_s, quiet
         self.start, self.done = time.time(), 0
-        _progress(f"{len(pairs)} products; estimated {sum(self.estimates):.0f} s of timing "
-                  f"(budget {budget_s:.0f} s, compilation not included)", quiet)
+        _progress(
+            f"{len(pairs)} products; estimated {sum(self.estimates):.0f} s of timing "
+            f"(budget {budget_s:.0f} s, compilation not included)",
+            quiet,
+        )
 
     def elapsed(self) -> float:
         return time.time() - self.start
 
     def left_s(self) -> float:
-        ahead = sum(self.estimates[self.done:])
-        spent = sum(self.estimates[:self.done])
+        ahead = sum(self.estimates[self.done :])
+        spent = sum(self.estimates[: self.done])
         return ahead * (self.elapsed() / spent if spent else 1.0)
 
     def session_budget_s(self) -> float:
         """time_gpu's budget for one session of the next pair: the budget left,
         shared over the pairs left in proportion to their estimates."""
-        ahead = sum(self.estimates[self.done:]) or 1.0
+        ahead = sum(self.estimates[self.done :]) or 1.0
         share = max(0.0, self.budget_s - self.elapsed()) * self.estimates[self.done] / ahead
         return share / SESSIONS_PER_PAIR
 
     def say(self, msg: str) -> None:
-        _progress(f"[{self.done + 1}/{len(self.estimates)}] {msg}  ({self.elapsed():.0f} s, about "
-                  f"{self.left_s():.0f} s left)", self.quiet)
+        _progress(
+            f"[{self.done + 1}/{len(self.estimates)}] {msg}  ({self.elapsed():.0f} s, about "
+            f"{self.left_s():.0f} s left)",
+            self.quiet,
+        )
 
     def next(self) -> None:
         self.done += 1
@@ -570,21 +705,32 @@ def _precompile(pairs, gpu, say) -> None:
     from ...core.planner import contiguous_aligned16, contiguous_rows_aligned16, contiguous_tma_aligned
     from ...kernels.spec import FLOAT32_RESULT
     from ...runtime.compile import precompile
+
     items = set()
     for case, dtype in pairs:
         storage, precision = DTYPES[dtype]
-        for kernel_dtype in (("fp16_ec", "tf32_ec") if precision else (storage,)):
+        for kernel_dtype in ("fp16_ec", "tf32_ec") if precision else (storage,):
             try:
-                p = plan("auto", case.M, case.N, case.K, dtype=kernel_dtype,
-                         out_dtype="float32" if kernel_dtype in FLOAT32_RESULT else kernel_dtype,
-                         op_a=case.ops[0], op_b=case.ops[1], batch=case.batch, arch=gpu.arch,
-                         sm_count=gpu.sm_count, gpu_slug=gpu.slug, gpu_name=gpu.name,
-                         smem_limit=gpu.max_smem_per_block_optin,
-                         aligned16=contiguous_aligned16(case.M, case.N, case.K, case.ops[0], case.ops[1], storage),
-                         rows_aligned16=contiguous_rows_aligned16(case.M, case.N, case.K, case.ops[0], case.ops[1],
-                                                                  storage),
-                         tma_aligned=contiguous_tma_aligned(case.M, case.N, case.K, ITEMSIZE[storage]))
-            except (GemmlabError, ValueError):   # the timed call reports it
+                p = plan(
+                    "auto",
+                    case.M,
+                    case.N,
+                    case.K,
+                    dtype=kernel_dtype,
+                    out_dtype="float32" if kernel_dtype in FLOAT32_RESULT else kernel_dtype,
+                    op_a=case.ops[0],
+                    op_b=case.ops[1],
+                    batch=case.batch,
+                    arch=gpu.arch,
+                    sm_count=gpu.sm_count,
+                    gpu_slug=gpu.slug,
+                    gpu_name=gpu.name,
+                    smem_limit=gpu.max_smem_per_block_optin,
+                    aligned16=contiguous_aligned16(case.M, case.N, case.K, case.ops[0], case.ops[1], storage),
+                    rows_aligned16=contiguous_rows_aligned16(case.M, case.N, case.K, case.ops[0], case.ops[1], storage),
+                    tma_aligned=contiguous_tma_aligned(case.M, case.N, case.K, ITEMSIZE[storage]),
+                )
+            except (GemmlabError, ValueError):  # the timed call reports it
                 continue
             items.add((str(p.spec.source_path), p.name_expression))
     n = precompile(sorted(items), gpu.arch, log=say)
@@ -598,17 +744,28 @@ def run(cases, dtypes, **timing) -> dict:
     return {"records": dicts, "summary": summary(dicts)}
 
 
-def measure(cases, dtypes, *, reps: int = 20, flush: bool = True, max_run_s: float = 3.0, budget_s: float = 2.0,
-            time_budget_s: float = TIME_BUDGET_S, quiet: bool = False, seed: int = 0) -> list[dict]:
+def measure(
+    cases,
+    dtypes,
+    *,
+    reps: int = 20,
+    flush: bool = True,
+    max_run_s: float = 3.0,
+    budget_s: float = 2.0,
+    time_budget_s: float = TIME_BUDGET_S,
+    quiet: bool = False,
+    seed: int = 0,
+) -> list[dict]:
     """Each case in each dtype timed on the GPU (:func:`time_cases`), the records
     as dicts.  ``budget_s`` caps one timing session, ``time_budget_s`` all of them."""
     import torch
+
     gpu = bench_gpu()
     pairs = [(case, dtype) for case in cases for dtype in dtypes]
     _precompile(pairs, gpu, lambda msg: _progress(msg, quiet))
     gen = torch.Generator(device="cuda").manual_seed(seed)
 
-    def maker(storage):   # U(-1, 1), drawn on the GPU in the storage dtype
+    def maker(storage):  # U(-1, 1), drawn on the GPU in the storage dtype
         t = getattr(torch, storage)
         return lambda shape: torch.rand(shape, device="cuda", dtype=t, generator=gen).mul_(2).sub_(1)
 
@@ -616,9 +773,15 @@ def measure(cases, dtypes, *, reps: int = 20, flush: bool = True, max_run_s: flo
         torch.cuda.empty_cache()
         return torch.cuda.mem_get_info()[0]
 
-    records = time_cases(cases, dtypes, gpu, _Clock(pairs, time_budget_s, quiet), maker=maker,
-                         timer_for=lambda share: Timer(gpu.l2_bytes, reps, flush, max_run_s, min(budget_s, share)),
-                         free_bytes=free_bytes)
+    records = time_cases(
+        cases,
+        dtypes,
+        gpu,
+        _Clock(pairs, time_budget_s, quiet),
+        maker=maker,
+        timer_for=lambda share: Timer(gpu.l2_bytes, reps, flush, max_run_s, min(budget_s, share)),
+        free_bytes=free_bytes,
+    )
     return [r.as_dict() for r in records]
 
 
@@ -627,6 +790,7 @@ def time_cases(cases, dtypes, gpu, clock, *, maker, timer_for, free_bytes) -> li
     else its operands from ``maker(storage)(shape)`` and suites.time_size with
     ``timer_for(share of the time budget)``."""
     import torch
+
     records: list[ModelRecord] = []
     for case in cases:
         # fp32 and fp32_tc share one set of float32 tensors.
@@ -654,16 +818,21 @@ def time_cases(cases, dtypes, gpu, clock, *, maker, timer_for, free_bytes) -> li
                     call = partial(matmul, a, b, out=c, precision=DTYPES[dtype][1])
                 try:
                     with torch_tf32(False):
-                        pub_torch, pub_ours = time_size(ops_, [(dtype, call, _row)], paths=("public",),
-                                                        timer=timer_for(clock.session_budget_s()), gpu=gpu,
-                                                        say=lambda m: clock.say(f"{case.label}: {m}"))
+                        pub_torch, pub_ours = time_size(
+                            ops_,
+                            [(dtype, call, _row)],
+                            paths=("public",),
+                            timer=timer_for(clock.session_budget_s()),
+                            gpu=gpu,
+                            say=lambda m: clock.say(f"{case.label}: {m}"),
+                        )
                     records.append(_record(case, dtype, gpu.name, pub_torch, pub_ours, last_plan()))
                 except (GemmlabError, MemoryError, torch.cuda.OutOfMemoryError) as exc:
                     why = f"failed: {type(exc).__name__}: {exc}"
                     clock.say(f"{case.label} {dtype}: {why}")
                     records.append(skipped_record(gpu.name, case, dtype, why, ok=False))
                 clock.next()
-            del a, b, c, sample, ops_, call    # before the next case's tensors are made
+            del a, b, c, sample, ops_, call  # before the next case's tensors are made
     return records
 
 
@@ -673,17 +842,48 @@ def _row(p):
 
 def ran(rec: dict) -> str:
     """The rung gemmlab ran, with the error-corrected method; "*" marks a fallback."""
-    return (rec["rung"] or "-") + (f" [{rec['method']}]" if rec.get("method") else "") + \
-        ("*" if rec.get("fallback") else "")
+    return (
+        (rec["rung"] or "-")
+        + (f" [{rec['method']}]" if rec.get("method") else "")
+        + ("*" if rec.get("fallback") else "")
+    )
 
 
 def _record(case: Case, dtype: str, gpu: str, torch_rec, ours, plan) -> ModelRecord:
     """One ModelRecord from time_size's torch and gemmlab records of a pair."""
+
     def tflops(ms):
         return case.flops / (ms * 1e-3) / 1e12 if ms else None
-    return ModelRecord(gpu, case.name, case.layer, case.product, case.expression, case.tokens, case.batch, case.M,
-                       case.N, case.K, case.ops, dtype, ours.kernel, ours.note, ours.params, plan.method,
-                       plan.fallback_reason, ours.ms, torch_rec.ms, ours.pct_cublas, tflops(ours.ms),
-                       tflops(torch_rec.ms), ours.rel_error, torch_rec.rel_error,
-                       None if ours.skipped else error_ok(dtype, ours.rel_error, torch_rec.rel_error), ours.reps,
-                       torch_rec.reps, ours.skipped, note=torch_rec.note, tags=case.tags())
+
+    return ModelRecord(
+        gpu,
+        case.name,
+        case.layer,
+        case.product,
+        case.expression,
+        case.tokens,
+        case.batch,
+        case.M,
+        case.N,
+        case.K,
+        case.ops,
+        dtype,
+        ours.kernel,
+        ours.note,
+        ours.params,
+        plan.method,
+        plan.fallback_reason,
+        ours.ms,
+        torch_rec.ms,
+        ours.pct_cublas,
+        tflops(ours.ms),
+        tflops(torch_rec.ms),
+        ours.rel_error,
+        torch_rec.rel_error,
+        None if ours.skipped else error_ok(dtype, ours.rel_error, torch_rec.rel_error),
+        ours.reps,
+        torch_rec.reps,
+        ours.skipped,
+        note=torch_rec.note,
+        tags=case.tags(),
+    )

@@ -39,24 +39,29 @@ SIZES = [(n, n, n) for n in (64, 128, 256, 512, 1024, 2048)]
 SIZE_DTYPES = ("float32", "bfloat16", "float16")
 CALLS, ROUNDS, WARMUP = 300, 15, 20
 # The host rows' dtypes: what the arrays hold, and the precision gemmlab is asked for.
-HOST_DTYPES = {"float32": ("float32", None), "tf32": ("float32", "tf32"), "fp32_tc": ("float32", "fp32_tc"),
-               "float16": ("float16", None), "bfloat16": ("bfloat16", None)}
+HOST_DTYPES = {
+    "float32": ("float32", None),
+    "tf32": ("float32", "tf32"),
+    "fp32_tc": ("float32", "fp32_tc"),
+    "float16": ("float16", None),
+    "bfloat16": ("bfloat16", None),
+}
 
 
 @dataclass
 class HostRecord:
     gpu: str
-    call: str                  # the expression timed
-    library: str               # gemmlab, torch or cupy
-    arrays: str                # torch or cupy
-    dtype: str                 # float32, tf32, fp32_tc, float16, bfloat16
-    out: bool                  # out= given
-    shape: str                 # MxNxK, BxMxNxK for a batch
-    host_us: float             # median over the rounds of (round's time / calls)
+    call: str  # the expression timed
+    library: str  # gemmlab, torch or cupy
+    arrays: str  # torch or cupy
+    dtype: str  # float32, tf32, fp32_tc, float16, bfloat16
+    out: bool  # out= given
+    shape: str  # MxNxK, BxMxNxK for a batch
+    host_us: float  # median over the rounds of (round's time / calls)
     us_all: list[float]
     calls: int
-    torch_us: float | None = None   # torch.matmul's (torch.mm's) host µs, same dtype, shape and out=
-    over_torch: bool = False        # a gemmlab row slower on the host than torch: the target missed
+    torch_us: float | None = None  # torch.matmul's (torch.mm's) host µs, same dtype, shape and out=
+    over_torch: bool = False  # a gemmlab row slower on the host than torch: the target missed
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -71,20 +76,28 @@ class _Case:
     out: bool
     shape: str
     fn: Callable
-    tf32: bool = False         # torch.matmul on float32 may use TF32 (the "tf32" rows)
-    key: tuple = field(default=())   # rows of one key are compared with torch's row of that key
+    tf32: bool = False  # torch.matmul on float32 may use TF32 (the "tf32" rows)
+    key: tuple = field(default=())  # rows of one key are compared with torch's row of that key
 
 
 def _operands(arrays: str, storage: str, a_shape, b_shape, c_shape):
     """Random a and b and an empty c on the GPU, as PyTorch tensors or CuPy arrays."""
     if arrays == "torch":
         import torch
+
         t = getattr(torch, storage)
-        return (torch.rand(a_shape, device="cuda", dtype=t), torch.rand(b_shape, device="cuda", dtype=t),
-                torch.empty(c_shape, device="cuda", dtype=t))
+        return (
+            torch.rand(a_shape, device="cuda", dtype=t),
+            torch.rand(b_shape, device="cuda", dtype=t),
+            torch.empty(c_shape, device="cuda", dtype=t),
+        )
     import cupy as cp
-    return (cp.random.random(a_shape).astype(storage), cp.random.random(b_shape).astype(storage),
-            cp.empty(c_shape, dtype=storage))
+
+    return (
+        cp.random.random(a_shape).astype(storage),
+        cp.random.random(b_shape).astype(storage),
+        cp.empty(c_shape, dtype=storage),
+    )
 
 
 def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
@@ -92,39 +105,63 @@ def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
     import cupy as cp
     import torch
     import gemmlab.torch as gtorch
+
     stream = cp.cuda.get_current_stream().ptr
     libs = {"torch": torch.matmul, "cupy": cp.matmul}
     cases = []
 
     def add(call, library, arrays, dtype, out, shape, fn, key):
-        cases.append(_Case(call, library, arrays, dtype, out, shape, fn, library == "torch" and dtype == "tf32",
-                           key))
+        cases.append(_Case(call, library, arrays, dtype, out, shape, fn, library == "torch" and dtype == "tf32", key))
 
     for batch in (None, BATCH):
         lead = (batch,) if batch else ()
         shape = "x".join(map(str, lead + (M, N, K)))
         for dtype, (storage, precision) in HOST_DTYPES.items():
-            if batch and dtype != "bfloat16":       # one batched row: bfloat16, as in training
+            if batch and dtype != "bfloat16":  # one batched row: bfloat16, as in training
                 continue
             prec = f", precision={precision!r}" if precision else ""
             for arrays in ("torch", "cupy"):
-                if arrays == "cupy" and storage == "bfloat16":   # CuPy has no bfloat16
+                if arrays == "cupy" and storage == "bfloat16":  # CuPy has no bfloat16
                     continue
                 a, b, c = _operands(arrays, storage, lead + (M, K), lead + (K, N), lead + (M, N))
                 for out in (False, True):
                     args = "a, b, out=c" if out else "a, b"
                     kw = {"out": c} if out else {}
                     key = ("matmul", dtype, out, shape)
-                    if arrays == "torch" or precision is None:   # cupy.matmul has no TF32 or fp32_tc switch
-                        add(f"{arrays}.matmul({args})", arrays, arrays, dtype, out, shape,
-                            partial(libs[arrays], a, b, **kw), key)
-                    add(f"gemmlab.matmul({args}{prec})", "gemmlab", arrays, dtype, out, shape,
-                        partial(matmul, a, b, precision=precision, **kw), key)
-                if arrays == "torch" and not batch:   # the prepared plan's launch alone: the floor
+                    if arrays == "torch" or precision is None:  # cupy.matmul has no TF32 or fp32_tc switch
+                        add(
+                            f"{arrays}.matmul({args})",
+                            arrays,
+                            arrays,
+                            dtype,
+                            out,
+                            shape,
+                            partial(libs[arrays], a, b, **kw),
+                            key,
+                        )
+                    add(
+                        f"gemmlab.matmul({args}{prec})",
+                        "gemmlab",
+                        arrays,
+                        dtype,
+                        out,
+                        shape,
+                        partial(matmul, a, b, precision=precision, **kw),
+                        key,
+                    )
+                if arrays == "torch" and not batch:  # the prepared plan's launch alone: the floor
                     matmul(a, b, out=c, precision=precision)
                     ptrs = (a.data_ptr(), K, b.data_ptr(), N, c.data_ptr(), N, 1.0, 0.0)
-                    add("run_plan(last_plan(), raw pointers)", "gemmlab", arrays, dtype, True, shape,
-                        partial(run_plan, last_plan(), gpu, stream, *ptrs), ("matmul", dtype, True, shape))
+                    add(
+                        "run_plan(last_plan(), raw pointers)",
+                        "gemmlab",
+                        arrays,
+                        dtype,
+                        True,
+                        shape,
+                        partial(run_plan, last_plan(), gpu, stream, *ptrs),
+                        ("matmul", dtype, True, shape),
+                    )
     shape = f"{M}x{N}x{K}"
     for dtype in ("float32", "bfloat16"):
         a, b, _ = _operands("torch", dtype, (M, K), (K, N), (M, N))
@@ -134,8 +171,16 @@ def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
     # The one-line PyTorch form, the mode entered around each call (a model enters
     # it once: this is the upper bound), beside torch.matmul on float32 (IEEE).
     a, b, _ = _operands("torch", "float32", (M, K), (K, N), (M, N))
-    add("with gemmlab.torch.fp32_tc(): torch.matmul(a, b)", "gemmlab", "torch", "fp32_tc", False, shape,
-        partial(_inside, gtorch.fp32_tc(), torch.matmul, a, b), ("matmul", "fp32_tc", False, shape))
+    add(
+        "with gemmlab.torch.fp32_tc(): torch.matmul(a, b)",
+        "gemmlab",
+        "torch",
+        "fp32_tc",
+        False,
+        shape,
+        partial(_inside, gtorch.fp32_tc(), torch.matmul, a, b),
+        ("matmul", "fp32_tc", False, shape),
+    )
     return cases
 
 
@@ -147,8 +192,9 @@ def _inside(mode, fn, *args):
 def _host_us(cases: list[_Case], calls: int, rounds: int) -> list[list[float]]:
     """Each case's host µs per call, one figure per round (see the module's docstring)."""
     import cupy as cp
+
     sync = cp.cuda.Device().synchronize
-    for case in cases:            # compilation, allocator pools, caches
+    for case in cases:  # compilation, allocator pools, caches
         with torch_tf32(case.tf32):
             for _ in range(WARMUP):
                 case.fn()
@@ -168,14 +214,17 @@ def _host_us(cases: list[_Case], calls: int, rounds: int) -> list[list[float]]:
 
 def host_records(shape=HOST_SHAPE, calls: int = CALLS, rounds: int = ROUNDS, quiet: bool = False) -> list[HostRecord]:
     import statistics
+
     try:
         import torch  # noqa: F401  (the rows' reference)
     except ImportError:
         raise ImportError("the overhead suite compares gemmlab with torch.matmul: install PyTorch") from None
     gpu = bench_gpu()
     cases = _cases(*shape, gpu)
-    _progress(f"host µs per call at {'x'.join(map(str, shape))}: {len(cases)} rows, {rounds} rounds of "
-              f"{calls} calls each", quiet)
+    _progress(
+        f"host µs per call at {'x'.join(map(str, shape))}: {len(cases)} rows, {rounds} rounds of {calls} calls each",
+        quiet,
+    )
     samples = _host_us(cases, calls, rounds)
     records, torch_us = [], {}
     for case, us in zip(cases, samples):
@@ -183,34 +232,54 @@ def host_records(shape=HOST_SHAPE, calls: int = CALLS, rounds: int = ROUNDS, qui
         if case.library == "torch":
             torch_us[case.key] = med
         base = torch_us.get(case.key)
-        records.append(HostRecord(gpu.name, case.call, case.library, case.arrays, case.dtype, case.out, case.shape,
-                                  med, us, calls, base, case.library == "gemmlab" and base is not None and med > base))
+        records.append(
+            HostRecord(
+                gpu.name,
+                case.call,
+                case.library,
+                case.arrays,
+                case.dtype,
+                case.out,
+                case.shape,
+                med,
+                us,
+                calls,
+                base,
+                case.library == "gemmlab" and base is not None and med > base,
+            )
+        )
     return records
 
 
-def run(*, shape=HOST_SHAPE, calls: int = CALLS, sizes=None, kernel_only: bool = False, quiet: bool = False,
-        **timing) -> dict:
+def run(
+    *, shape=HOST_SHAPE, calls: int = CALLS, sizes=None, kernel_only: bool = False, quiet: bool = False, **timing
+) -> dict:
     """{"host": host µs rows, "sizes": % of cuBLAS records} as dicts; ``timing``
     goes to run_suite (reps, budget_s, max_run_s, flush, dist)."""
     host = [r.as_dict() for r in host_records(shape, calls, quiet=quiet)]
-    sizes = [r.as_dict() for dtype in SIZE_DTYPES
-             for r in run_suite([("auto", {})], sizes or SIZES, dtype=dtype, kernel_only=kernel_only, quiet=quiet,
-                                **timing)]
+    sizes = [
+        r.as_dict()
+        for dtype in SIZE_DTYPES
+        for r in run_suite([("auto", {})], sizes or SIZES, dtype=dtype, kernel_only=kernel_only, quiet=quiet, **timing)
+    ]
     return {"host": host, "sizes": sizes}
 
 
 def host_table(rows: list[dict]) -> str:
     """The host rows, gemmlab's beside torch's; rows over torch.matmul's host time flagged."""
     width = max([24] + [len(r["call"]) for r in rows])
-    head = (f"{'call':{width}s} {'arrays':6s} {'dtype':8s} {'shape':>13s} {'host µs':>8s} {'torch µs':>9s} "
-            f"{'vs torch':>8s}")
+    head = (
+        f"{'call':{width}s} {'arrays':6s} {'dtype':8s} {'shape':>13s} {'host µs':>8s} {'torch µs':>9s} {'vs torch':>8s}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         ratio = r["host_us"] / r["torch_us"] if r["torch_us"] and r["library"] != "torch" else None
         flag = "  << over torch.matmul's host time" if r["over_torch"] else ""
-        lines.append(f"{r['call']:{width}s} {r['arrays']:6s} {r['dtype']:8s} {r['shape']:>13s} "
-                     f"{r['host_us']:8.2f} {_fmt(r['torch_us'] if ratio else None, '.2f'):>9s} "
-                     f"{_fmt(ratio, '.2f'):>7s}{'x' if ratio else ' '}{flag}")
+        lines.append(
+            f"{r['call']:{width}s} {r['arrays']:6s} {r['dtype']:8s} {r['shape']:>13s} "
+            f"{r['host_us']:8.2f} {_fmt(r['torch_us'] if ratio else None, '.2f'):>9s} "
+            f"{_fmt(ratio, '.2f'):>7s}{'x' if ratio else ' '}{flag}"
+        )
     ours = [r for r in rows if r["library"] == "gemmlab" and r["torch_us"]]
     over = sum(r["over_torch"] for r in ours)
     lines.append(f"{over} of {len(ours)} gemmlab rows over torch.matmul's host time (target: none)")
@@ -220,8 +289,12 @@ def host_table(rows: list[dict]) -> str:
 def table(data: dict) -> str:
     host = data["host"]
     calls = host[0]["calls"] if host else 0
-    return (f"Host µs per call (median of rounds of {calls} back-to-back calls, no synchronisation in the loop)\n"
-            + host_table(host) + "\n\n% of cuBLAS, kernel=\"auto\", by size\n" + size_table(data["sizes"]))
+    return (
+        f"Host µs per call (median of rounds of {calls} back-to-back calls, no synchronisation in the loop)\n"
+        + host_table(host)
+        + '\n\n% of cuBLAS, kernel="auto", by size\n'
+        + size_table(data["sizes"])
+    )
 
 
 def plot(data: dict, path) -> None:
@@ -229,12 +302,18 @@ def plot(data: dict, path) -> None:
     right: % of cuBLAS against size, a line per dtype and timed path."""
     plt = _pyplot()
     host, sizes = data["host"], data["sizes"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(16, max(6, 0.22 * len(host))),
-                                      gridspec_kw={"width_ratios": [3, 2]})
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(16, max(6, 0.22 * len(host))), gridspec_kw={"width_ratios": [3, 2]}
+    )
     colors = {"gemmlab": "C0", "torch": "C1", "cupy": "C2"}
     ys = range(len(host))
-    left.barh(ys, [r["host_us"] for r in host], color=[colors[r["library"]] for r in host],
-              edgecolor=["red" if r["over_torch"] else "none" for r in host], linewidth=1.5)
+    left.barh(
+        ys,
+        [r["host_us"] for r in host],
+        color=[colors[r["library"]] for r in host],
+        edgecolor=["red" if r["over_torch"] else "none" for r in host],
+        linewidth=1.5,
+    )
     for y, r in zip(ys, host):
         if r["over_torch"]:
             left.text(r["host_us"], y, " > torch", va="center", fontsize=6, color="red")
@@ -242,15 +321,24 @@ def plot(data: dict, path) -> None:
     left.set_yticklabels([f"{r['call']} [{r['arrays']}, {r['dtype']}, {r['shape']}]" for r in host], fontsize=6)
     left.invert_yaxis()
     from matplotlib.patches import Patch
+
     left.legend(handles=[Patch(color=c, label=name) for name, c in colors.items()], fontsize=8)
     left.set_xlabel("host µs per call (steady state)")
     left.set_title("host time per call; red edge: gemmlab over torch.matmul")
     left.grid(axis="x", alpha=0.3)
     for dtype, timed in dict.fromkeys((r["dtype"], path_of(r)) for r in sizes):
-        pts = sorted((r["M"], r["pct_cublas"]) for r in sizes if r["kernel"] != "cublas" and r["dtype"] == dtype
-                     and path_of(r) == timed and r["pct_cublas"])
-        right.plot([p[0] for p in pts], [p[1] for p in pts], "-" if timed == "public" else "--", marker="o",
-                   label=f"{dtype}, {timed}")
+        pts = sorted(
+            (r["M"], r["pct_cublas"])
+            for r in sizes
+            if r["kernel"] != "cublas" and r["dtype"] == dtype and path_of(r) == timed and r["pct_cublas"]
+        )
+        right.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            "-" if timed == "public" else "--",
+            marker="o",
+            label=f"{dtype}, {timed}",
+        )
     right.axhline(100, color="gray", lw=1)
     right.set_xscale("log", base=2)
     ticks = sorted({r["M"] for r in sizes})

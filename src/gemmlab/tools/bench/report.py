@@ -22,7 +22,7 @@ def label(rec: dict, with_params: bool = False) -> str:
 def _label(rec: dict, with_params: bool) -> str:
     p = rec.get("params") or {}
     if rec["kernel"] == "auto" and rec.get("note", "").startswith("auto chose "):
-        return "auto:" + rec["note"][len("auto chose "):].split("(")[0]
+        return "auto:" + rec["note"][len("auto chose ") :].split("(")[0]
     if rec["kernel"] == "smem_tiled" and "tile" in p:
         return f"smem_tiled[{p['tile']}]"
     if with_params and p:
@@ -32,12 +32,18 @@ def _label(rec: dict, with_params: bool) -> str:
 
 # What each path's figures are (records without a "path" predate the public
 # path and are kernel-only figures).
-PATHS = {"public": ("gemmlab.matmul (public)",
-                    "public: gemmlab.matmul(a, b, out=c, ...) beside cupy/torch.matmul(a, b, out=c), each run "
-                    "started on an idle GPU (host time of the call included)"),
-         "kernel": ("kernel only (run_plan)",
-                    "kernel only: the plan that call ran, launched alone on raw pointers, back to back beside "
-                    "cuBLAS back to back (host time hidden)")}
+PATHS = {
+    "public": (
+        "gemmlab.matmul (public)",
+        "public: gemmlab.matmul(a, b, out=c, ...) beside cupy/torch.matmul(a, b, out=c), each run "
+        "started on an idle GPU (host time of the call included)",
+    ),
+    "kernel": (
+        "kernel only (run_plan)",
+        "kernel only: the plan that call ran, launched alone on raw pointers, back to back beside "
+        "cuBLAS back to back (host time hidden)",
+    ),
+}
 
 
 def path_of(rec: dict) -> str:
@@ -79,21 +85,29 @@ def table(records: list[dict]) -> str:
             return [f"{'-':>{w}s}" for _, w in heads]
         if r.get("skipped"):
             return [f"{'skipped':>{group}s}"]
-        values = [_fmt(r["ms"], ".3f"), _fmt(r["tflops"], ".2f"), _fmt(r["pct_cublas"], ".1f%"),
-                  _fmt(r.get("pct_peak"), ".1f%")]
+        values = [
+            _fmt(r["ms"], ".3f"),
+            _fmt(r["tflops"], ".2f"),
+            _fmt(r["pct_cublas"], ".1f%"),
+            _fmt(r.get("pct_peak"), ".1f%"),
+        ]
         return [f"{v:>{w}s}" for v, (_, w) in zip(values, heads)]
 
     titles = " | ".join(f"{PATHS[p][0]:^{group}s}" for p in paths)
     cols = " | ".join(" ".join(f"{h:>{w}s}" for h, w in heads) for _ in paths)
-    lines = [f"{'':{width + len(where(0, 0, 0, '')) + 2}s}{titles}".rstrip(),
-             f"{'kernel':{width}s} {where('M', 'N', 'K', 'dtype')} {cols} {'rel err':>9s}"]
+    lines = [
+        f"{'':{width + len(where(0, 0, 0, '')) + 2}s}{titles}".rstrip(),
+        f"{'kernel':{width}s} {where('M', 'N', 'K', 'dtype')} {cols} {'rel err':>9s}",
+    ]
     lines.append("-" * len(lines[-1]))
     for (name, M, N, K, dtype), by_path in rows.items():
         errs = [r["rel_error"] for r in by_path.values() if r.get("rel_error") is not None]
         why = dict.fromkeys(r["skipped"] for r in by_path.values() if r.get("skipped"))
         groups = " | ".join(" ".join(cells(by_path.get(p))) for p in paths)
-        lines.append(f"{name:{width}s} {where(M, N, K, dtype)} {groups} {_fmt(max(errs, default=None), '.1e'):>9s}"
-                     + (f"  (skipped: {'; '.join(why)})" if why else ""))
+        lines.append(
+            f"{name:{width}s} {where(M, N, K, dtype)} {groups} {_fmt(max(errs, default=None), '.1e'):>9s}"
+            + (f"  (skipped: {'; '.join(why)})" if why else "")
+        )
     return "\n".join(lines + [PATHS[p][1] for p in paths])
 
 
@@ -108,8 +122,10 @@ def write_json(records: list[dict], path) -> None:
 def _pyplot():
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+
         return plt
     except ImportError as exc:
         raise ImportError("plots need matplotlib: pip install 'gemmlab[plot]'") from exc
@@ -153,11 +169,16 @@ def plot_sweep(records: list[dict], path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     sizes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in records))
     for s in sizes:
-        pts = sorted((r["params"]["tile"], r["tflops"]) for r in records
-                     if r["kernel"] == "smem_tiled" and (r["M"], r["N"], r["K"]) == s and r["tflops"])
+        pts = sorted(
+            (r["params"]["tile"], r["tflops"])
+            for r in records
+            if r["kernel"] == "smem_tiled" and (r["M"], r["N"], r["K"]) == s and r["tflops"]
+        )
         if pts:
-            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{s[0]}^3 tiled")
-            nv = [r["tflops"] for r in records if r["kernel"] == "naive" and (r["M"], r["N"], r["K"]) == s and r["tflops"]]
+            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{s[0]}^3 tiled")
+            nv = [
+                r["tflops"] for r in records if r["kernel"] == "naive" and (r["M"], r["N"], r["K"]) == s and r["tflops"]
+            ]
             if nv:
                 ax.axhline(nv[0], color=line.get_color(), ls="--", lw=1, label=f"{s[0]}^3 naive")
     ax.set_xscale("log", base=2)
@@ -181,6 +202,8 @@ def sweep_speedups(records: list[dict]) -> list[str]:
         tiled = [r for r in records if r["kernel"] == "smem_tiled" and (r["M"], r["N"], r["K"]) == s and r["ms"]]
         if nv and tiled:
             best = min(tiled, key=lambda r: r["ms"])
-            out.append(f"{'x'.join(map(str, s))}: naive {nv[0]['ms']:.3f} ms -> smem_tiled[{best['params']['tile']}] "
-                       f"{best['ms']:.3f} ms = {nv[0]['ms'] / best['ms']:.1f}x")
+            out.append(
+                f"{'x'.join(map(str, s))}: naive {nv[0]['ms']:.3f} ms -> smem_tiled[{best['params']['tile']}] "
+                f"{best['ms']:.3f} ms = {nv[0]['ms'] / best['ms']:.1f}x"
+            )
     return out

@@ -30,6 +30,7 @@ from dataclasses import dataclass, fields
 from . import models
 from .report import _fmt, _pyplot, savefig
 
+
 # One row per model: its published sizes, and the token counts and attention
 # shapes the suite takes from it.  ``layers``: (name, in features, out features)
 # or (name, in, out, token counts of its own); ``attention``: (batch x heads,
@@ -52,83 +53,247 @@ class ModelShapes:
     decode_cache: tuple = ()
 
 
-MODELS = {m.name: m for m in (
-    # Llama 3.2 1B: hidden 2048, 32 heads of 64, 8 KV heads, FFN 8192, vocab 128256.
-    ModelShapes("llama-3.2-1b", "decoder, GQA", "meta-llama/Llama-3.2-1B config.json", (1, 2048),
-                (("q", 2048, 2048), ("kv", 2048, 512), ("o", 2048, 2048), ("up", 2048, 8192),
-                 ("down", 8192, 2048), ("lm_head", 2048, 128256)), 64, ((32, 2048),),
-                decode=((64, 4, 4097),)),
-    # Llama 3.2 3B: hidden 3072, 24 heads of 128, 8 KV heads, FFN 8192.
-    ModelShapes("llama-3.2-3b", "decoder, GQA", "meta-llama/Llama-3.2-3B config.json", (4, 512),
-                (("q", 3072, 3072), ("kv", 3072, 1024), ("o", 3072, 3072), ("up", 3072, 8192),
-                 ("down", 8192, 3072), ("lm_head", 3072, 128256)), 128, ((96, 512),)),
-    # Llama 3 8B: hidden 4096, 32 heads of 128, 8 KV heads, FFN 14336.
-    ModelShapes("llama-3-8b", "decoder, GQA", "meta-llama/Meta-Llama-3-8B config.json", (16,),
-                (("q", 4096, 4096), ("kv", 4096, 1024), ("o", 4096, 4096), ("up", 4096, 14336),
-                 ("down", 14336, 4096), ("lm_head", 4096, 128256)), 128, ((32, 128),),
-                decode=((8, 4, 8193),), decode_cache=((8, 4, 3001, 8192),)),
-    # Qwen2.5 7B: hidden 3584, 28 heads of 128, 4 KV heads, FFN 18944, vocab 152064.
-    ModelShapes("qwen2.5-7b", "decoder, GQA", "Qwen/Qwen2.5-7B config.json", (77, 2048),
-                (("q", 3584, 3584), ("kv", 3584, 512), ("o", 3584, 3584), ("up", 3584, 18944),
-                 ("down", 18944, 3584), ("lm_head", 3584, 152064)), 128, ((28, 2048),),
-                decode=((64, 7, 2049),)),
-    # Mistral 7B v0.1: hidden 4096, 32 heads of 128, 8 KV heads, FFN 14336, vocab 32000.
-    ModelShapes("mistral-7b", "decoder, GQA", "mistralai/Mistral-7B-v0.1 config.json", (1000,),
-                (("q", 4096, 4096), ("kv", 4096, 1024), ("o", 4096, 4096), ("up", 4096, 14336),
-                 ("down", 14336, 4096), ("lm_head", 4096, 32000)), 128, ((128, 1000),),
-                decode=((32, 4, 1000),), decode_cache=((32, 4, 1500, 4096),)),
-    # Gemma 2 2B: hidden 2304, 8 heads of 256, 4 KV heads, FFN 9216, vocab 256000.
-    ModelShapes("gemma-2-2b", "decoder, GQA, head 256", "google/gemma-2-2b config.json", (1, 512),
-                (("q", 2304, 2048), ("kv", 2304, 1024), ("o", 2048, 2304), ("up", 2304, 9216),
-                 ("down", 9216, 2304), ("lm_head", 2304, 256000)), 256, ((8, 512),),
-                decode=((32, 2, 513),)),
-    # Phi-3 mini 4k: hidden 3072, 32 heads of 96, fused qkv and gate_up, FFN 8192, vocab 32064.
-    ModelShapes("phi-3-mini", "decoder, head 96", "microsoft/Phi-3-mini-4k-instruct config.json", (4, 2048),
-                (("qkv", 3072, 9216), ("o", 3072, 3072), ("gate_up", 3072, 16384), ("down", 8192, 3072),
-                 ("lm_head", 3072, 32064)), 96, ((128, 2048),),
-                decode=((128, 1, 2049),), decode_cache=((128, 1, 1000, 4096),)),
-    # GPT-2 small: hidden 768, 12 heads of 64, FFN 3072, vocab 50257 (odd), context 1024.
-    ModelShapes("gpt2", "decoder, vocab 50257", "openai-community/gpt2 config.json", (1024, 4096),
-                (("qkv", 768, 2304), ("o", 768, 768), ("up", 768, 3072), ("down", 3072, 768),
-                 ("lm_head", 768, 50257)), 64, ((48, 1024),),
-                decode=((96, 1, 1025),), decode_cache=((96, 1, 700, 1024),)),
-    # BERT base: hidden 768, 12 heads of 64, FFN 3072, vocab 30522, MLM head (transform, decoder).
-    ModelShapes("bert-base", "encoder, vocab 30522", "google-bert/bert-base-uncased config.json", (128, 4096),
-                (("q", 768, 768), ("o", 768, 768), ("up", 768, 3072), ("down", 3072, 768),
-                 ("mlm_transform", 768, 768), ("mlm_decoder", 768, 30522)), 64, ((12, 128), (96, 512))),
-    # ViT-B/16 at 224: 196 patches + a class token = 197 tokens, hidden 768, 12 heads of 64.
-    ModelShapes("vit-b16", "vision, 197 tokens", "Dosovitskiy et al. 2021, ViT-Base/16; google/vit-base-patch16-224",
-                (197, 12608),
-                (("patch", 768, 768, (196, 12544)), ("qkv", 768, 2304), ("o", 768, 768), ("up", 768, 3072),
-                 ("down", 3072, 768), ("head", 768, 1000, (1, 64))), 64, ((384, 197), (768, 197))),
-    # Whisper small: d_model 768, 12 heads of 64, FFN 3072, 1500 encoder frames, vocab 51865.
-    ModelShapes("whisper-small", "speech, 1500 frames", "openai/whisper-small config.json", (1500, 12000),
-                (("q", 768, 768), ("o", 768, 768), ("up", 768, 3072), ("down", 3072, 768),
-                 ("lm_head", 768, 51865, (1, 448))), 64, ((96, 1500),),
-                decode=((48, 1, 1500),)),
-    # Mixtral 8x7B: hidden 4096, 8 experts of FFN 14336, top 2; each expert gets a few rows.
-    ModelShapes("mixtral-8x7b", "MoE, few rows per expert", "mistralai/Mixtral-8x7B-v0.1 config.json", (512,),
-                (("q", 4096, 4096), ("kv", 4096, 1024), ("router", 4096, 8),
-                 ("expert_up", 4096, 14336, (3, 37, 509)), ("expert_gate", 4096, 14336, (131,)),
-                 ("expert_down", 14336, 4096, (3, 37, 509))), 128, ((32, 512),),
-                decode=((64, 4, 4096),)),
-    # CLIP ViT-L/14 at 224: 256 patches + a class token = 257 tokens, hidden 1024, 16 heads of 64;
-    # its text encoder: 77 tokens, 12 heads of 64.
-    ModelShapes("clip-vit-l14", "vision, 257 tokens", "openai/clip-vit-large-patch14 config.json", (257, 8224),
-                (("patch", 588, 1024, (256, 8192)), ("qkv", 1024, 3072), ("o", 1024, 1024),
-                 ("up", 1024, 4096), ("down", 4096, 1024), ("text_qkv", 768, 2304, (77, 4928))),
-                64, ((512, 257), (768, 77))),
-)}
+MODELS = {
+    m.name: m
+    for m in (
+        # Llama 3.2 1B: hidden 2048, 32 heads of 64, 8 KV heads, FFN 8192, vocab 128256.
+        ModelShapes(
+            "llama-3.2-1b",
+            "decoder, GQA",
+            "meta-llama/Llama-3.2-1B config.json",
+            (1, 2048),
+            (
+                ("q", 2048, 2048),
+                ("kv", 2048, 512),
+                ("o", 2048, 2048),
+                ("up", 2048, 8192),
+                ("down", 8192, 2048),
+                ("lm_head", 2048, 128256),
+            ),
+            64,
+            ((32, 2048),),
+            decode=((64, 4, 4097),),
+        ),
+        # Llama 3.2 3B: hidden 3072, 24 heads of 128, 8 KV heads, FFN 8192.
+        ModelShapes(
+            "llama-3.2-3b",
+            "decoder, GQA",
+            "meta-llama/Llama-3.2-3B config.json",
+            (4, 512),
+            (
+                ("q", 3072, 3072),
+                ("kv", 3072, 1024),
+                ("o", 3072, 3072),
+                ("up", 3072, 8192),
+                ("down", 8192, 3072),
+                ("lm_head", 3072, 128256),
+            ),
+            128,
+            ((96, 512),),
+        ),
+        # Llama 3 8B: hidden 4096, 32 heads of 128, 8 KV heads, FFN 14336.
+        ModelShapes(
+            "llama-3-8b",
+            "decoder, GQA",
+            "meta-llama/Meta-Llama-3-8B config.json",
+            (16,),
+            (
+                ("q", 4096, 4096),
+                ("kv", 4096, 1024),
+                ("o", 4096, 4096),
+                ("up", 4096, 14336),
+                ("down", 14336, 4096),
+                ("lm_head", 4096, 128256),
+            ),
+            128,
+            ((32, 128),),
+            decode=((8, 4, 8193),),
+            decode_cache=((8, 4, 3001, 8192),),
+        ),
+        # Qwen2.5 7B: hidden 3584, 28 heads of 128, 4 KV heads, FFN 18944, vocab 152064.
+        ModelShapes(
+            "qwen2.5-7b",
+            "decoder, GQA",
+            "Qwen/Qwen2.5-7B config.json",
+            (77, 2048),
+            (
+                ("q", 3584, 3584),
+                ("kv", 3584, 512),
+                ("o", 3584, 3584),
+                ("up", 3584, 18944),
+                ("down", 18944, 3584),
+                ("lm_head", 3584, 152064),
+            ),
+            128,
+            ((28, 2048),),
+            decode=((64, 7, 2049),),
+        ),
+        # Mistral 7B v0.1: hidden 4096, 32 heads of 128, 8 KV heads, FFN 14336, vocab 32000.
+        ModelShapes(
+            "mistral-7b",
+            "decoder, GQA",
+            "mistralai/Mistral-7B-v0.1 config.json",
+            (1000,),
+            (
+                ("q", 4096, 4096),
+                ("kv", 4096, 1024),
+                ("o", 4096, 4096),
+                ("up", 4096, 14336),
+                ("down", 14336, 4096),
+                ("lm_head", 4096, 32000),
+            ),
+            128,
+            ((128, 1000),),
+            decode=((32, 4, 1000),),
+            decode_cache=((32, 4, 1500, 4096),),
+        ),
+        # Gemma 2 2B: hidden 2304, 8 heads of 256, 4 KV heads, FFN 9216, vocab 256000.
+        ModelShapes(
+            "gemma-2-2b",
+            "decoder, GQA, head 256",
+            "google/gemma-2-2b config.json",
+            (1, 512),
+            (
+                ("q", 2304, 2048),
+                ("kv", 2304, 1024),
+                ("o", 2048, 2304),
+                ("up", 2304, 9216),
+                ("down", 9216, 2304),
+                ("lm_head", 2304, 256000),
+            ),
+            256,
+            ((8, 512),),
+            decode=((32, 2, 513),),
+        ),
+        # Phi-3 mini 4k: hidden 3072, 32 heads of 96, fused qkv and gate_up, FFN 8192, vocab 32064.
+        ModelShapes(
+            "phi-3-mini",
+            "decoder, head 96",
+            "microsoft/Phi-3-mini-4k-instruct config.json",
+            (4, 2048),
+            (
+                ("qkv", 3072, 9216),
+                ("o", 3072, 3072),
+                ("gate_up", 3072, 16384),
+                ("down", 8192, 3072),
+                ("lm_head", 3072, 32064),
+            ),
+            96,
+            ((128, 2048),),
+            decode=((128, 1, 2049),),
+            decode_cache=((128, 1, 1000, 4096),),
+        ),
+        # GPT-2 small: hidden 768, 12 heads of 64, FFN 3072, vocab 50257 (odd), context 1024.
+        ModelShapes(
+            "gpt2",
+            "decoder, vocab 50257",
+            "openai-community/gpt2 config.json",
+            (1024, 4096),
+            (("qkv", 768, 2304), ("o", 768, 768), ("up", 768, 3072), ("down", 3072, 768), ("lm_head", 768, 50257)),
+            64,
+            ((48, 1024),),
+            decode=((96, 1, 1025),),
+            decode_cache=((96, 1, 700, 1024),),
+        ),
+        # BERT base: hidden 768, 12 heads of 64, FFN 3072, vocab 30522, MLM head (transform, decoder).
+        ModelShapes(
+            "bert-base",
+            "encoder, vocab 30522",
+            "google-bert/bert-base-uncased config.json",
+            (128, 4096),
+            (
+                ("q", 768, 768),
+                ("o", 768, 768),
+                ("up", 768, 3072),
+                ("down", 3072, 768),
+                ("mlm_transform", 768, 768),
+                ("mlm_decoder", 768, 30522),
+            ),
+            64,
+            ((12, 128), (96, 512)),
+        ),
+        # ViT-B/16 at 224: 196 patches + a class token = 197 tokens, hidden 768, 12 heads of 64.
+        ModelShapes(
+            "vit-b16",
+            "vision, 197 tokens",
+            "Dosovitskiy et al. 2021, ViT-Base/16; google/vit-base-patch16-224",
+            (197, 12608),
+            (
+                ("patch", 768, 768, (196, 12544)),
+                ("qkv", 768, 2304),
+                ("o", 768, 768),
+                ("up", 768, 3072),
+                ("down", 3072, 768),
+                ("head", 768, 1000, (1, 64)),
+            ),
+            64,
+            ((384, 197), (768, 197)),
+        ),
+        # Whisper small: d_model 768, 12 heads of 64, FFN 3072, 1500 encoder frames, vocab 51865.
+        ModelShapes(
+            "whisper-small",
+            "speech, 1500 frames",
+            "openai/whisper-small config.json",
+            (1500, 12000),
+            (
+                ("q", 768, 768),
+                ("o", 768, 768),
+                ("up", 768, 3072),
+                ("down", 3072, 768),
+                ("lm_head", 768, 51865, (1, 448)),
+            ),
+            64,
+            ((96, 1500),),
+            decode=((48, 1, 1500),),
+        ),
+        # Mixtral 8x7B: hidden 4096, 8 experts of FFN 14336, top 2; each expert gets a few rows.
+        ModelShapes(
+            "mixtral-8x7b",
+            "MoE, few rows per expert",
+            "mistralai/Mixtral-8x7B-v0.1 config.json",
+            (512,),
+            (
+                ("q", 4096, 4096),
+                ("kv", 4096, 1024),
+                ("router", 4096, 8),
+                ("expert_up", 4096, 14336, (3, 37, 509)),
+                ("expert_gate", 4096, 14336, (131,)),
+                ("expert_down", 14336, 4096, (3, 37, 509)),
+            ),
+            128,
+            ((32, 512),),
+            decode=((64, 4, 4096),),
+        ),
+        # CLIP ViT-L/14 at 224: 256 patches + a class token = 257 tokens, hidden 1024, 16 heads of 64;
+        # its text encoder: 77 tokens, 12 heads of 64.
+        ModelShapes(
+            "clip-vit-l14",
+            "vision, 257 tokens",
+            "openai/clip-vit-large-patch14 config.json",
+            (257, 8224),
+            (
+                ("patch", 588, 1024, (256, 8192)),
+                ("qkv", 1024, 3072),
+                ("o", 1024, 1024),
+                ("up", 1024, 4096),
+                ("down", 4096, 1024),
+                ("text_qkv", 768, 2304, (77, 4928)),
+            ),
+            64,
+            ((512, 257), (768, 77)),
+        ),
+    )
+}
 RANDOM = "random"
-RANDOM_LAYERS = 20                 # linear layers of random odd sizes (three products each)
-RANDOM_ATTENTION = 6               # attention shapes of random odd sequence length (two products each)
-RANDOM_SIZES = (33, 8191)          # drawn log-uniform, odd
+RANDOM_LAYERS = 20  # linear layers of random odd sizes (three products each)
+RANDOM_ATTENTION = 6  # attention shapes of random odd sequence length (two products each)
+RANDOM_SIZES = (33, 8191)  # drawn log-uniform, odd
 RANDOM_HEAD_DIMS = (64, 80, 96, 128)
 
 # The kinds of product, in the order the first that applies names its kind.
 KINDS = {
     "decode": "batched products of at most 16 rows each (attention at one decoding step: a query row, "
-              "or a grouped-query group of rows, per key/value head)",
+    "or a grouped-query group of rows, per key/value head)",
     "batched_odd": "batched products with M, N or K not a multiple of 64 (attention at odd S)",
     "batched": "batched products (attention)",
     "odd_align": "N, or a stored operand's row stride, not a multiple of 8 elements (16 bytes in 16-bit)",
@@ -142,10 +307,10 @@ KINDS = {
 SMALL = 256
 DECODE_ROWS = 16
 TILE, SMS = 128, 132
-DTYPES = ("bf16", "fp16", "fp32", "fp32_tc")   # the default; models.DTYPES names the choices
-TIME_BUDGET_S = 150.0              # timed repeats beyond each product's fewest runs
-SLOW_PCT = 90.0                    # the target: every product at >= 90% of torch.matmul
-BIG_GFLOP = 1.0                    # fp32_tc's target is over products of >= 1 GFLOP
+DTYPES = ("bf16", "fp16", "fp32", "fp32_tc")  # the default; models.DTYPES names the choices
+TIME_BUDGET_S = 150.0  # timed repeats beyond each product's fewest runs
+SLOW_PCT = 90.0  # the target: every product at >= 90% of torch.matmul
+BIG_GFLOP = 1.0  # fp32_tc's target is over products of >= 1 GFLOP
 
 
 def kinds_of(M: int, N: int, K: int, batch: int, ops: str, stored) -> tuple[str, ...]:
@@ -203,22 +368,41 @@ def _views(model: str, linear, attention, decode=(), decode_cache=()) -> list[Pr
     shapes [(batch x heads, sequence, head dim)] and decoding steps [(batch x key/value heads,
     query rows per key/value head, cached positions, head dim)], also against a larger cache
     [(..., cached positions, capacity, head dim)]."""
-    out = [_product(models.linear_case(name, view, tokens, dims), model)
-           for name, tokens, dims in linear for view in models.LINEAR_PRODUCTS]
-    out += [_product(models.attention_case(view, bh, seq, hd), model)
-            for bh, seq, hd in attention for view in models.ATTENTION_PRODUCTS]
-    out += [_product(models.decode_case(view, bkv, rows, ctx, hd), model)
-            for bkv, rows, ctx, hd in decode for view in models.ATTENTION_PRODUCTS]
-    return out + [_product(models.decode_cache_case(view, bkv, rows, ctx, cap, hd), model)
-                  for bkv, rows, ctx, cap, hd in decode_cache for view in models.ATTENTION_PRODUCTS]
+    out = [
+        _product(models.linear_case(name, view, tokens, dims), model)
+        for name, tokens, dims in linear
+        for view in models.LINEAR_PRODUCTS
+    ]
+    out += [
+        _product(models.attention_case(view, bh, seq, hd), model)
+        for bh, seq, hd in attention
+        for view in models.ATTENTION_PRODUCTS
+    ]
+    out += [
+        _product(models.decode_case(view, bkv, rows, ctx, hd), model)
+        for bkv, rows, ctx, hd in decode
+        for view in models.ATTENTION_PRODUCTS
+    ]
+    return out + [
+        _product(models.decode_cache_case(view, bkv, rows, ctx, cap, hd), model)
+        for bkv, rows, ctx, cap, hd in decode_cache
+        for view in models.ATTENTION_PRODUCTS
+    ]
 
 
 def _model_products(m: ModelShapes) -> list[Product]:
-    linear = [(layer[0], tokens, (layer[1], layer[2])) for layer in m.layers
-              for tokens in (layer[3] if len(layer) > 3 else m.tokens)]
-    return _views(m.name, linear, [(bh, seq, m.head_dim) for bh, seq in m.attention],
-                  [(bkv, rows, ctx, m.head_dim) for bkv, rows, ctx in m.decode],
-                  [(bkv, rows, ctx, cap, m.head_dim) for bkv, rows, ctx, cap in m.decode_cache])
+    linear = [
+        (layer[0], tokens, (layer[1], layer[2]))
+        for layer in m.layers
+        for tokens in (layer[3] if len(layer) > 3 else m.tokens)
+    ]
+    return _views(
+        m.name,
+        linear,
+        [(bh, seq, m.head_dim) for bh, seq in m.attention],
+        [(bkv, rows, ctx, m.head_dim) for bkv, rows, ctx in m.decode],
+        [(bkv, rows, ctx, cap, m.head_dim) for bkv, rows, ctx, cap in m.decode_cache],
+    )
 
 
 def _random_products(seed: int) -> list[Product]:
@@ -228,12 +412,15 @@ def _random_products(seed: int) -> list[Product]:
 
     def odd():
         return int(math.exp(rng.uniform(math.log(lo), math.log(hi)))) | 1
+
     linear = []
     for i in range(RANDOM_LAYERS):
         dims, tokens = (odd(), odd()), odd()
         linear.append((f"linear{i}", tokens, dims))
-    attention = [(rng.choice((8, 12, 32, 48, 96)), rng.randrange(65, 2049) | 1, rng.choice(RANDOM_HEAD_DIMS))
-                 for _ in range(RANDOM_ATTENTION)]
+    attention = [
+        (rng.choice((8, 12, 32, 48, 96)), rng.randrange(65, 2049) | 1, rng.choice(RANDOM_HEAD_DIMS))
+        for _ in range(RANDOM_ATTENTION)
+    ]
     return _views(RANDOM, linear, attention)
 
 
@@ -251,6 +438,7 @@ def generate(seed: int = 0) -> list[Product]:
 
 # -- options ----------------------------------------------------------------------
 
+
 def parse_models(text: str) -> list[str]:
     return models._names(text, [*MODELS, RANDOM], "--models")
 
@@ -259,8 +447,9 @@ def parse_kinds(text: str) -> list[str]:
     return models._names(text, KINDS, "--kinds")
 
 
-def select(*, seed: int = 0, model_names=None, kinds=None, limit: int | None = None,
-           sample: int | None = None) -> list[Product]:
+def select(
+    *, seed: int = 0, model_names=None, kinds=None, limit: int | None = None, sample: int | None = None
+) -> list[Product]:
     """The suite's products: those of ``model_names`` having any of ``kinds``;
     then the first ``limit`` of them, or ``sample`` of them drawn with ``seed``
     (in generator order)."""
@@ -269,8 +458,11 @@ def select(*, seed: int = 0, model_names=None, kinds=None, limit: int | None = N
     for option, n in (("--limit", limit), ("--sample", sample)):
         if n is not None and n < 1:
             raise ValueError(f"{option} {n}: give a number of products, 1 or more")
-    products = [p for p in generate(seed) if (model_names is None or p.model in model_names)
-                and (kinds is None or set(kinds) & set(p.kinds))]
+    products = [
+        p
+        for p in generate(seed)
+        if (model_names is None or p.model in model_names) and (kinds is None or set(kinds) & set(p.kinds))
+    ]
     if not products:
         raise ValueError("the selection (--models, --kinds) has no products")
     if limit is not None:
@@ -282,6 +474,7 @@ def select(*, seed: int = 0, model_names=None, kinds=None, limit: int | None = N
 
 
 # -- the run, the summary, the table, the plot --------------------------------------
+
 
 def run(products, dtypes, *, time_budget_s: float = TIME_BUDGET_S, **timing) -> dict:
     """Time each product in each dtype (models.measure: the time budget is shared
@@ -302,11 +495,15 @@ def gflop(rec: dict) -> float:
 
 def _stats(recs: list[dict]) -> dict:
     timed, geomean, worst = models.pct_stats(recs)
-    return {"products": len(timed), "below_90": sum(r["pct_torch"] < SLOW_PCT for r in timed),
-            "geomean_pct": geomean, "worst_pct": worst["pct_torch"] if worst else None,
-            "worst": _name(worst) if worst else None,
-            "skipped": sum(bool(r.get("skipped")) and r.get("ok") is not False for r in recs),
-            "failed": sum(r.get("ok") is False for r in recs)}
+    return {
+        "products": len(timed),
+        "below_90": sum(r["pct_torch"] < SLOW_PCT for r in timed),
+        "geomean_pct": geomean,
+        "worst_pct": worst["pct_torch"] if worst else None,
+        "worst": _name(worst) if worst else None,
+        "skipped": sum(bool(r.get("skipped")) and r.get("ok") is not False for r in recs),
+        "failed": sum(r.get("ok") is False for r in recs),
+    }
 
 
 def _name(rec: dict) -> str:
@@ -319,9 +516,14 @@ def summary(records: list[dict]) -> dict:
     out = {}
     for dtype in dict.fromkeys(r["dtype"] for r in records):
         mine = [r for r in records if r["dtype"] == dtype]
-        entry = {"all": _stats(mine),
-                 "kinds": {k: _stats([r for r in mine if r["tags"]["kind"] == k]) for k in KINDS
-                           if any(r["tags"]["kind"] == k for r in mine)}}
+        entry = {
+            "all": _stats(mine),
+            "kinds": {
+                k: _stats([r for r in mine if r["tags"]["kind"] == k])
+                for k in KINDS
+                if any(r["tags"]["kind"] == k for r in mine)
+            },
+        }
         if dtype.startswith("fp32_tc"):
             entry["big"] = _stats([r for r in mine if gflop(r) >= BIG_GFLOP])
         out[dtype] = entry
@@ -336,40 +538,60 @@ def table(data: dict, worst: int = 8) -> str:
     dtypes = list(s)
     kinds = [k for k in KINDS if any(k in s[d]["kinds"] for d in dtypes)]
     head = f"{'kind':12s} " + " ".join(f"{d + ' (<90%/n)':>22s}" for d in dtypes)
-    lines = ["geometric mean of % of torch.matmul (fp32, fp32_tc: of cuBLAS SGEMM, TF32 off), and how many "
-             "products are below 90%", head, "-" * len(head)]
+    lines = [
+        "geometric mean of % of torch.matmul (fp32, fp32_tc: of cuBLAS SGEMM, TF32 off), and how many "
+        "products are below 90%",
+        head,
+        "-" * len(head),
+    ]
 
     def cell(e):
         if not e or not e["products"]:
             return f"{'-':>22s}"
         return f"{_fmt(e['geomean_pct'], '.1f%')} ({e['below_90']}/{e['products']})".rjust(22)
+
     for k in kinds:
         lines.append(f"{k:12s} " + " ".join(cell(s[d]["kinds"].get(k)) for d in dtypes))
     lines.append(f"{'all':12s} " + " ".join(cell(s[d]["all"]) for d in dtypes))
     lines.append("")
     for d in dtypes:
         a = s[d]["all"]
-        lines.append(f"{d:8s} geomean {_fmt(a['geomean_pct'], '.1f%')} over {a['products']} products, "
-                     f"{a['below_90']} below 90%; worst {_fmt(a['worst_pct'], '.1f%')} ({a['worst'] or '-'})"
-                     + (f"; {a['skipped']} skipped" if a["skipped"] else "")
-                     + (f"; {a['failed']} WRONG or failed" if a["failed"] else ""))
+        lines.append(
+            f"{d:8s} geomean {_fmt(a['geomean_pct'], '.1f%')} over {a['products']} products, "
+            f"{a['below_90']} below 90%; worst {_fmt(a['worst_pct'], '.1f%')} ({a['worst'] or '-'})"
+            + (f"; {a['skipped']} skipped" if a["skipped"] else "")
+            + (f"; {a['failed']} WRONG or failed" if a["failed"] else "")
+        )
         if "big" in s[d]:
             b = s[d]["big"]
-            lines.append(f"{'':8s} over the {b['products']} products of >= {BIG_GFLOP:g} GFLOP: geomean "
-                         f"{_fmt(b['geomean_pct'], '.1f%')} of SGEMM")
+            lines.append(
+                f"{'':8s} over the {b['products']} products of >= {BIG_GFLOP:g} GFLOP: geomean "
+                f"{_fmt(b['geomean_pct'], '.1f%')} of SGEMM"
+            )
     for d in dtypes:
         timed = sorted((r for r in records if r["dtype"] == d and r.get("pct_torch")), key=lambda r: r["pct_torch"])
         if timed:
             lines += ["", f"{d}: the {min(worst, len(timed))} slowest products"]
-            lines += [f"  {_fmt(r['pct_torch'], '.1f%'):>7s}  {_name(r):52s} {r['tags']['kind']:11s} "
-                      f"{gflop(r):9.2f} GFLOP  {models.ran(r)}" for r in timed[:worst]]
+            lines += [
+                f"  {_fmt(r['pct_torch'], '.1f%'):>7s}  {_name(r):52s} {r['tags']['kind']:11s} "
+                f"{gflop(r):9.2f} GFLOP  {models.ran(r)}"
+                for r in timed[:worst]
+            ]
     bad = [r for r in records if r.get("ok") is False]
     if bad:
         lines += ["", f"{len(bad)} WRONG or failed (error over {models.ERROR_VS_TORCH:g}x torch's and the floor):"]
-        lines += [f"  {r['dtype']:8s} {_name(r)}: " + (r.get("skipped") or f"rel err {r['rel_error']:.1e}, "
-                  f"torch {_fmt(r['torch_rel_error'], '.1e')}, {models.ran(r)}") for r in bad]
-    lines.append("each figure: gemmlab.matmul(a, b, out=c) beside torch.matmul(a, b, out=c) on the same views, "
-                 "each run started on an idle GPU (host time included); kinds: " + ", ".join(kinds))
+        lines += [
+            f"  {r['dtype']:8s} {_name(r)}: "
+            + (
+                r.get("skipped")
+                or f"rel err {r['rel_error']:.1e}, torch {_fmt(r['torch_rel_error'], '.1e')}, {models.ran(r)}"
+            )
+            for r in bad
+        ]
+    lines.append(
+        "each figure: gemmlab.matmul(a, b, out=c) beside torch.matmul(a, b, out=c) on the same views, "
+        "each run started on an idle GPU (host time included); kinds: " + ", ".join(kinds)
+    )
     return "\n".join(lines)
 
 
@@ -377,6 +599,7 @@ def plot(data: dict, path) -> None:
     """% of torch.matmul against GFLOP, a panel per dtype, a marker per kind."""
     plt = _pyplot()
     from matplotlib.ticker import FuncFormatter
+
     records = [r for r in data["records"] if r.get("pct_torch")]
     dtypes = list(data["summary"]) or ["-"]
     fig, axes = plt.subplots(1, len(dtypes), figsize=(5.5 * len(dtypes), 5), squeeze=False, sharey=False)
@@ -386,8 +609,15 @@ def plot(data: dict, path) -> None:
         for i, kind in enumerate(KINDS):
             pts = [r for r in mine if r["tags"]["kind"] == kind]
             if pts:
-                ax.scatter([gflop(r) for r in pts], [r["pct_torch"] for r in pts], s=16, marker=markers[kind],
-                           color=f"C{i}", label=kind, alpha=0.8)
+                ax.scatter(
+                    [gflop(r) for r in pts],
+                    [r["pct_torch"] for r in pts],
+                    s=16,
+                    marker=markers[kind],
+                    color=f"C{i}",
+                    label=kind,
+                    alpha=0.8,
+                )
         ax.axhline(100, color="black", lw=1)
         ax.axhline(SLOW_PCT, color="red", lw=0.8, ls="--")
         ax.set_xscale("log")
@@ -396,14 +626,19 @@ def plot(data: dict, path) -> None:
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}%" if v in (20, 50, 70, 200, 300, 500) else ""))
         g = data["summary"].get(dtype, {}).get("all", {})
         base = "SGEMM" if dtype.startswith("fp32") else "torch.matmul"
-        ax.set_title(f"{dtype}: geomean {_fmt(g.get('geomean_pct'), '.1f%')} of {base}, "
-                     f"{g.get('below_90', 0)}/{g.get('products', 0)} below 90%", fontsize=9)
+        ax.set_title(
+            f"{dtype}: geomean {_fmt(g.get('geomean_pct'), '.1f%')} of {base}, "
+            f"{g.get('below_90', 0)}/{g.get('products', 0)} below 90%",
+            fontsize=9,
+        )
         ax.set_xlabel("GFLOP per call")
         ax.set_ylabel(f"% of {base} (same views)")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     gpu = data["records"][0]["gpu"] if data["records"] else "GPU"
     products = len({(r["case"], r["batch"], r["M"], r["N"], r["K"]) for r in records})
-    fig.suptitle(f"gemmlab.matmul beside torch.matmul on {products} products of public models and random "
-                 f"odd sizes, {gpu}", fontsize=10)
+    fig.suptitle(
+        f"gemmlab.matmul beside torch.matmul on {products} products of public models and random odd sizes, {gpu}",
+        fontsize=10,
+    )
     savefig(fig, path)

@@ -29,9 +29,17 @@ from ..verify import compare, random_matrix, reference
 from .timing import time_gpu
 
 # Square sizes, a tall one, and skinny ones (short K; few output tiles with a long K).
-DEFAULT_SIZES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
-                 (16384, 4096, 4096), (4096, 4096, 256), (256, 4096, 4096), (8192, 64, 8192),
-                 (64, 8192, 8192)]
+DEFAULT_SIZES = [
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (8192, 8192, 8192),
+    (16384, 4096, 4096),
+    (4096, 4096, 256),
+    (256, 4096, 4096),
+    (8192, 64, 8192),
+    (64, 8192, 8192),
+]
 SWEEP_SIZES = [(256, 256, 256), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096)]
 SWEEP_TILES = (2, 4, 8, 16, 32)
 
@@ -55,7 +63,7 @@ class Record:
     reps: int
     skipped: str | None = None
     note: str = ""
-    ops: str = "NN"       # how op(A) and op(B) were stored: N row-major, T column-major (a transposed view)
+    ops: str = "NN"  # how op(A) and op(B) were stored: N row-major, T column-major (a transposed view)
     path: str = "public"  # what was timed: "public" the gemmlab.matmul call, "kernel" its plan alone
 
     def as_dict(self) -> dict:
@@ -94,9 +102,17 @@ def _tflops(M, N, K, ms):
 
 
 # The bench's --dtype names; "tf32" is float32 storage on TF32 tensor cores.
-DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "tf32": "tf32", "fp16": "float16",
-                 "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16",
-                 "fp16_ec": "fp16_ec", "tf32_ec": "tf32_ec"}
+DTYPE_ALIASES = {
+    "fp32": "float32",
+    "float32": "float32",
+    "tf32": "tf32",
+    "fp16": "float16",
+    "float16": "float16",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16_ec": "fp16_ec",
+    "tf32_ec": "tf32_ec",
+}
 
 
 # What gemmlab.matmul is asked for: TF32 and the error-corrected methods are
@@ -123,20 +139,23 @@ class _Operands:
     transposed views of contiguous K x M / N x K arrays (column-major operands),
     for gemmlab and cuBLAS alike."""
 
-    batch = 1   # products per call (time_size counts their FLOPs)
+    batch = 1  # products per call (time_size counts their FLOPs)
 
     def __init__(self, M, N, K, dtype, dist, rng, ops: str = "NN"):
         import cupy as cp
+
         self.dtype, self.ops, self.shape = dtype, ops, (M, N, K)
         a = random_matrix(M, K, dist, rng)
         b = random_matrix(K, N, dist, rng)
-        a = a.T.copy().T if ops[0] == "T" else a      # column-major: stored K x M
+        a = a.T.copy().T if ops[0] == "T" else a  # column-major: stored K x M
         b = b.T.copy().T if ops[1] == "T" else b
         lda = M if ops[0] == "T" else K
         ldb = K if ops[1] == "T" else N
         if _fp32_storage(dtype):
-            def dev(x):   # a Fortran-ordered array stays column-major on the GPU
+
+            def dev(x):  # a Fortran-ordered array stays column-major on the GPU
                 return cp.asarray(np.ascontiguousarray(x.T)).T if not x.flags.c_contiguous else cp.asarray(x)
+
             self.a, self.b = dev(a), dev(b)
             self.c = cp.full((M, N), np.nan, dtype=np.float32)
             ptrs = (self.a.data.ptr, self.b.data.ptr, self.c.data.ptr)
@@ -145,18 +164,26 @@ class _Operands:
             self.note = "CuPy matmul -> cuBLAS SGEMM, TF32 off" + ("" if ops == "NN" else f", {ops}")
         else:
             import torch
+
             t = torch.float32 if dtype == "tf32" else getattr(torch, dtype)
 
-            def dev(x):   # a Fortran-ordered array stays column-major on the GPU
-                return torch.from_numpy(x.T.copy()).cuda().to(t).t() if not x.flags.c_contiguous \
+            def dev(x):  # a Fortran-ordered array stays column-major on the GPU
+                return (
+                    torch.from_numpy(x.T.copy()).cuda().to(t).t()
+                    if not x.flags.c_contiguous
                     else torch.from_numpy(x).cuda().to(t)
+                )
+
             self.a, self.b = dev(a), dev(b)
             self.c = torch.full((M, N), float("nan"), device="cuda", dtype=t)
             ptrs = (self.a.data_ptr(), self.b.data_ptr(), self.c.data_ptr())
-            self.ref = self.a.double() @ self.b.double()      # FP64 on the inputs as stored
+            self.ref = self.a.double() @ self.b.double()  # FP64 on the inputs as stored
             self.cublas = partial(torch.matmul, self.a, self.b, out=self.c)
-            self.note = f"torch.matmul -> cuBLAS in {dtype}" + (" (TF32 allowed)" if dtype == "tf32" else "") \
+            self.note = (
+                f"torch.matmul -> cuBLAS in {dtype}"
+                + (" (TF32 allowed)" if dtype == "tf32" else "")
                 + ("" if ops == "NN" else f", {ops}")
+            )
         # run_plan's arguments after the plan and GPU: the stream, and the operands as raw pointers.
         self.raw = (cp.cuda.get_current_stream().ptr, ptrs[0], lda, ptrs[1], ldb, ptrs[2], N, 1.0, 0.0)
 
@@ -174,6 +201,7 @@ class _Operands:
         if _fp32_storage(self.dtype):
             return compare(self.c, self.ref).rel_fro
         import torch
+
         if torch.isnan(self.c).any():
             return float("inf")
         return float(torch.linalg.norm(self.c.double() - self.ref) / torch.linalg.norm(self.ref))
@@ -213,8 +241,15 @@ class Timer:
     budget_s: float = 2.0
 
     def __call__(self, fn, path: str = "kernel"):
-        return time_gpu(fn, l2_bytes=self.l2_bytes, reps=self.reps, flush=self.flush, max_run_s=self.max_run_s,
-                        budget_s=self.budget_s, host=path == "public")
+        return time_gpu(
+            fn,
+            l2_bytes=self.l2_bytes,
+            reps=self.reps,
+            flush=self.flush,
+            max_run_s=self.max_run_s,
+            budget_s=self.budget_s,
+            host=path == "public",
+        )
 
 
 def _pct(cb_ms, ms):
@@ -232,37 +267,84 @@ def time_size(ops_: _Operands, calls, *, paths, timer: Timer, gpu, say, peak=Non
     during the size's runs favours neither side.
     """
     M, N, K = ops_.shape
-    tflops = partial(_tflops, M * ops_.batch, N, K)   # every product of a batched call
+    tflops = partial(_tflops, M * ops_.batch, N, K)  # every product of a batched call
     cb_first = {path: timer(ops_.cublas, path) for path in paths}
     cb_err = ops_.error()
-    say(f"cuBLAS ({ops_.dtype}) {M}x{N}x{K}: " + ", ".join(
-        f"{path} {t.ms:.3f} ms, {tflops(t.ms):.1f} TFLOPS" for path, t in cb_first.items()))
+    say(
+        f"cuBLAS ({ops_.dtype}) {M}x{N}x{K}: "
+        + ", ".join(f"{path} {t.ms:.3f} ms, {tflops(t.ms):.1f} TFLOPS" for path, t in cb_first.items())
+    )
     rows = []
     for name, public, row in calls:
         t = timer(public, "public")
-        p = last_plan()       # what the timed calls ran
+        p = last_plan()  # what the timed calls ran
         runs = {"public": public, "kernel": partial(run_plan, p, gpu, *ops_.raw)}
         timed = {"public": t} | {path: timer(runs[path], path) for path in paths if path != "public"}
         errs = {path: None if t.skipped else ops_.checked(runs[path]) for path, t in timed.items()}
         rows.append((row(p), timed, errs))
-        say(f"{name} -> {p.describe()} {M}x{N}x{K}: " + "; ".join(
-            f"{path} skipped, {t.skipped}" if t.skipped else
-            f"{path} {t.ms:.3f} ms, {tflops(t.ms):.1f} TFLOPS, "
-            f"{_pct(cb_first[path].ms, t.ms):.0f}% of cuBLAS, err {errs[path]:.1e}" for path, t in timed.items()))
+        say(
+            f"{name} -> {p.describe()} {M}x{N}x{K}: "
+            + "; ".join(
+                f"{path} skipped, {t.skipped}"
+                if t.skipped
+                else f"{path} {t.ms:.3f} ms, {tflops(t.ms):.1f} TFLOPS, "
+                f"{_pct(cb_first[path].ms, t.ms):.0f}% of cuBLAS, err {errs[path]:.1e}"
+                for path, t in timed.items()
+            )
+        )
     records = []
     for path in paths:
         cb_all = cb_first[path].ms_all + timer(ops_.cublas, path).ms_all
         cb_ms = float(np.median(cb_all))
         cb_tf = tflops(cb_ms)
-        records.append(Record(gpu.name, "cublas", {}, M, N, K, ops_.dtype, cb_ms, cb_tf, cb_ms, cb_tf, 100.0,
-                              100.0 * cb_tf / peak if peak else None, cb_err, len(cb_all),
-                              note=ops_.note, ops=ops_.ops, path=path))
+        records.append(
+            Record(
+                gpu.name,
+                "cublas",
+                {},
+                M,
+                N,
+                K,
+                ops_.dtype,
+                cb_ms,
+                cb_tf,
+                cb_ms,
+                cb_tf,
+                100.0,
+                100.0 * cb_tf / peak if peak else None,
+                cb_err,
+                len(cb_all),
+                note=ops_.note,
+                ops=ops_.ops,
+                path=path,
+            )
+        )
         for (kernel, params, note), timed, errs in rows:
             t = timed[path]
             tf = tflops(t.ms)
-            records.append(Record(gpu.name, kernel, params, M, N, K, ops_.dtype, t.ms, tf, cb_ms, cb_tf,
-                                  _pct(cb_ms, t.ms), 100.0 * tf / peak if (peak and tf) else None, errs[path],
-                                  len(t.ms_all), t.skipped, note=note, ops=ops_.ops, path=path))
+            records.append(
+                Record(
+                    gpu.name,
+                    kernel,
+                    params,
+                    M,
+                    N,
+                    K,
+                    ops_.dtype,
+                    t.ms,
+                    tf,
+                    cb_ms,
+                    cb_tf,
+                    _pct(cb_ms, t.ms),
+                    100.0 * tf / peak if (peak and tf) else None,
+                    errs[path],
+                    len(t.ms_all),
+                    t.skipped,
+                    note=note,
+                    ops=ops_.ops,
+                    path=path,
+                )
+            )
     return records
 
 
@@ -270,23 +352,37 @@ def bench_gpu():
     """GPU 0's facts, refusing a cuBLAS that would use TF32 for SGEMM."""
     import cupy as cp
     from ...runtime.device import gpu_info
+
     if os.environ.get("CUPY_TF32", "0") != "0":
         raise RuntimeError("CUPY_TF32 is set: cuBLAS would use TF32 tensor cores, not FP32. Unset it.")
-    gpu_info(0)   # without a GPU: gemmlab's NoGPUError, before CuPy touches the driver
+    gpu_info(0)  # without a GPU: gemmlab's NoGPUError, before CuPy touches the driver
     return gpu_info(cp.cuda.Device().id)
 
 
-def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: bool = True,
-              max_run_s: float = 3.0, budget_s: float = 2.0, quiet: bool = False, seed: int = 0,
-              dtype: str = "float32", ops=("NN",), kernel_only: bool = False) -> list[Record]:
+def run_suite(
+    entries,
+    sizes,
+    *,
+    dist: str = "uniform",
+    reps: int = 20,
+    flush: bool = True,
+    max_run_s: float = 3.0,
+    budget_s: float = 2.0,
+    quiet: bool = False,
+    seed: int = 0,
+    dtype: str = "float32",
+    ops=("NN",),
+    kernel_only: bool = False,
+) -> list[Record]:
     """Time each (kernel, tile params) at each size through gemmlab.matmul beside
     cuBLAS in the same dtype (SGEMM for float32), and with ``kernel_only`` each
     kernel alone too (see :func:`time_size`).  ``ops``: the operand layouts to
     time at each size ("NN", "TN", "NT", "TT": T is a transposed view, a
     column-major operand)."""
     import cupy as cp
+
     gpu = bench_gpu()
-    peak = gpu.fp32_peak_tflops if dtype == "float32" else None   # no tensor-core peak table yet
+    peak = gpu.fp32_peak_tflops if dtype == "float32" else None  # no tensor-core peak table yet
     timer = Timer(gpu.l2_bytes, reps, flush, max_run_s, budget_s)
     rng = np.random.default_rng(seed)
     total = len(sizes) * len(ops) * (len(entries) + 1)
@@ -304,8 +400,9 @@ def run_suite(entries, sizes, *, dist: str = "uniform", reps: int = 20, flush: b
     with torch_tf32(dtype == "tf32"):
         for (M, N, K), layout in ((s, o) for s in sizes for o in ops):
             ops_ = _Operands(M, N, K, dtype, dist, rng, layout)
-            calls = [(name, ops_.public(name, params, PRECISION.get(dtype)), partial(row, name))
-                     for name, params in entries]
+            calls = [
+                (name, ops_.public(name, params, PRECISION.get(dtype)), partial(row, name)) for name, params in entries
+            ]
             records += time_size(ops_, calls, paths=timed_paths(kernel_only), timer=timer, gpu=gpu, say=say, peak=peak)
             del ops_, calls
             cp.get_default_memory_pool().free_all_blocks()

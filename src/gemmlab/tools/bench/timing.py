@@ -12,6 +12,7 @@ _flush = {}
 def _flush_buffer(l2_bytes: int):
     """A buffer of twice the L2 (at least 256 MiB); filling it evicts what a run left in L2."""
     import cupy as cp
+
     dev = cp.cuda.Device().id
     if dev not in _flush:
         n = max(2 * l2_bytes, 256 << 20) // 4
@@ -21,18 +22,27 @@ def _flush_buffer(l2_bytes: int):
 
 @dataclass
 class Timing:
-    ms: float | None               # median of the timed runs
+    ms: float | None  # median of the timed runs
     ms_all: list[float] = field(default_factory=list)
-    skipped: str | None = None     # why it was not timed
+    skipped: str | None = None  # why it was not timed
 
     @property
     def ms_min(self) -> float | None:
         return min(self.ms_all) if self.ms_all else None
 
 
-def time_gpu(fn, *, l2_bytes: int, reps: int = 20, warmup: int = 2, flush: bool = True,
-             max_run_s: float = 3.0, budget_s: float = 3.0, cutoff_ms: float | None = None,
-             host: bool = False) -> Timing:
+def time_gpu(
+    fn,
+    *,
+    l2_bytes: int,
+    reps: int = 20,
+    warmup: int = 2,
+    flush: bool = True,
+    max_run_s: float = 3.0,
+    budget_s: float = 3.0,
+    cutoff_ms: float | None = None,
+    host: bool = False,
+) -> Timing:
     """Time ``fn`` (which enqueues GPU work on the current stream) with CUDA events.
 
     One untimed call first (compilation, module load), then one timed call to
@@ -52,6 +62,7 @@ def time_gpu(fn, *, l2_bytes: int, reps: int = 20, warmup: int = 2, flush: bool 
     same legacy default stream, so this holds for calls on either's arrays.
     """
     import cupy as cp
+
     stream = cp.cuda.get_current_stream()
     buf = _flush_buffer(l2_bytes) if flush else None
 
@@ -84,8 +95,9 @@ def time_gpu(fn, *, l2_bytes: int, reps: int = 20, warmup: int = 2, flush: bool 
     return Timing(statistics.median(times), times)
 
 
-def time_rounds(calls: dict, *, l2_bytes: int, rounds: int, reps: int = 3, budget_s: float = 0.3,
-                host: bool = True) -> dict:
+def time_rounds(
+    calls: dict, *, l2_bytes: int, rounds: int, reps: int = 3, budget_s: float = 0.3, host: bool = True
+) -> dict:
     """Several calls (name -> fn) timed by time_gpu in turn, round after round, the order
     rotating from round to round, each call's runs pooled into one median: at a GPU's
     power limit a call timed in one block runs on whatever state the calls before it
@@ -94,7 +106,8 @@ def time_rounds(calls: dict, *, l2_bytes: int, rounds: int, reps: int = 3, budge
     names = list(calls)
     pooled = {name: [] for name in names}
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            pooled[name] += time_gpu(calls[name], l2_bytes=l2_bytes, reps=reps, warmup=1, budget_s=budget_s,
-                                     host=host).ms_all
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            pooled[name] += time_gpu(
+                calls[name], l2_bytes=l2_bytes, reps=reps, warmup=1, budget_s=budget_s, host=host
+            ).ms_all
     return {name: Timing(statistics.median(ms), ms) for name, ms in pooled.items()}

@@ -58,19 +58,19 @@ class Config:
     heads: int
     kv_heads: int
     ffn: int
-    vocab: int = 0                # decoder, encoder
-    seq: int = 0                  # tokens per sequence (vision: patches + the class token)
-    batch: int = 1                # the timed runs' batch
-    gated: bool = False           # SwiGLU MLP (gate and up projections, SiLU) instead of GELU
-    rms: bool = False             # RMSNorm without bias instead of LayerNorm
-    bias: bool = True             # biases on the linear layers
-    qkv_bias: bool = False        # biases on the query, key and value projections only (Qwen2)
-    rope: bool = False            # rotary positions instead of learned ones
-    pre_norm: bool = True         # BERT normalises after each residual sum
-    image: int = 0                # vision: image side, patch side, classes
+    vocab: int = 0  # decoder, encoder
+    seq: int = 0  # tokens per sequence (vision: patches + the class token)
+    batch: int = 1  # the timed runs' batch
+    gated: bool = False  # SwiGLU MLP (gate and up projections, SiLU) instead of GELU
+    rms: bool = False  # RMSNorm without bias instead of LayerNorm
+    bias: bool = True  # biases on the linear layers
+    qkv_bias: bool = False  # biases on the query, key and value projections only (Qwen2)
+    rope: bool = False  # rotary positions instead of learned ones
+    pre_norm: bool = True  # BERT normalises after each residual sum
+    image: int = 0  # vision: image side, patch side, classes
     patch: int = 0
     classes: int = 0
-    drift_batch: int = 2          # the float64 comparison's schedule
+    drift_batch: int = 2  # the float64 comparison's schedule
     drift_seq: int = 128
 
     @property
@@ -86,49 +86,130 @@ class Config:
         return batch if self.kind == "vision" else batch * self.seq
 
 
-CONFIGS = {c.name: c for c in (
-    Config("llama-1b", "decoder", "meta-llama/Llama-3.2-1B config.json", d=2048, layers=16, heads=32, kv_heads=8,
-           ffn=8192, vocab=128256, seq=1024, batch=2, gated=True, rms=True, bias=False, rope=True,
-           drift_batch=1),
-    Config("qwen2-0.5b", "decoder", "Qwen/Qwen2-0.5B config.json", d=896, layers=24, heads=14, kv_heads=2,
-           ffn=4864, vocab=151936, seq=1024, batch=4, gated=True, rms=True, bias=False, qkv_bias=True, rope=True,
-           drift_batch=1),
-    Config("gpt2", "decoder", "openai-community/gpt2 config.json (GPT-2 small)", d=768, layers=12, heads=12,
-           kv_heads=12, ffn=3072, vocab=50257, seq=1024, batch=4),
-    Config("bert-base", "encoder", "google-bert/bert-base-uncased config.json", d=768, layers=12, heads=12,
-           kv_heads=12, ffn=3072, vocab=30522, seq=512, batch=8, pre_norm=False),
-    Config("vit-b16", "vision", "google/vit-base-patch16-224 (ViT-B/16, Dosovitskiy et al. 2021)", d=768,
-           layers=12, heads=12, kv_heads=12, ffn=3072, seq=197, batch=64, image=224, patch=16, classes=1000,
-           drift_batch=4),
-)}
+CONFIGS = {
+    c.name: c
+    for c in (
+        Config(
+            "llama-1b",
+            "decoder",
+            "meta-llama/Llama-3.2-1B config.json",
+            d=2048,
+            layers=16,
+            heads=32,
+            kv_heads=8,
+            ffn=8192,
+            vocab=128256,
+            seq=1024,
+            batch=2,
+            gated=True,
+            rms=True,
+            bias=False,
+            rope=True,
+            drift_batch=1,
+        ),
+        Config(
+            "qwen2-0.5b",
+            "decoder",
+            "Qwen/Qwen2-0.5B config.json",
+            d=896,
+            layers=24,
+            heads=14,
+            kv_heads=2,
+            ffn=4864,
+            vocab=151936,
+            seq=1024,
+            batch=4,
+            gated=True,
+            rms=True,
+            bias=False,
+            qkv_bias=True,
+            rope=True,
+            drift_batch=1,
+        ),
+        Config(
+            "gpt2",
+            "decoder",
+            "openai-community/gpt2 config.json (GPT-2 small)",
+            d=768,
+            layers=12,
+            heads=12,
+            kv_heads=12,
+            ffn=3072,
+            vocab=50257,
+            seq=1024,
+            batch=4,
+        ),
+        Config(
+            "bert-base",
+            "encoder",
+            "google-bert/bert-base-uncased config.json",
+            d=768,
+            layers=12,
+            heads=12,
+            kv_heads=12,
+            ffn=3072,
+            vocab=30522,
+            seq=512,
+            batch=8,
+            pre_norm=False,
+        ),
+        Config(
+            "vit-b16",
+            "vision",
+            "google/vit-base-patch16-224 (ViT-B/16, Dosovitskiy et al. 2021)",
+            d=768,
+            layers=12,
+            heads=12,
+            kv_heads=12,
+            ffn=3072,
+            seq=197,
+            batch=64,
+            image=224,
+            patch=16,
+            classes=1000,
+            drift_batch=4,
+        ),
+    )
+}
 # The published parameter counts of these configurations (tied heads counted once;
 # BERT with its masked-LM head and no pooler, ViT with its 1000-class head).
-PUBLISHED_PARAMS = {"llama-1b": 1_235_814_400, "qwen2-0.5b": 494_032_768, "gpt2": 124_439_808,
-                    "bert-base": 109_514_298, "vit-b16": 86_567_656}
+PUBLISHED_PARAMS = {
+    "llama-1b": 1_235_814_400,
+    "qwen2-0.5b": 494_032_768,
+    "gpt2": 124_439_808,
+    "bert-base": 109_514_298,
+    "vit-b16": 86_567_656,
+}
 BERT_POSITIONS, BERT_TYPES = 512, 2
 MODES = ("eager", "compile", "reduce-overhead")
 # setup: (storage dtype, routing, TF32 allowed); routing None is plain PyTorch.
-SETUPS = {"bf16": ("bfloat16", None, False), "bf16_gemmlab": ("bfloat16", "use_gemmlab", False),
-          "fp32": ("float32", None, False), "tf32": ("float32", None, True),
-          "fp32_tc": ("float32", "fp32_tc", False)}
+SETUPS = {
+    "bf16": ("bfloat16", None, False),
+    "bf16_gemmlab": ("bfloat16", "use_gemmlab", False),
+    "fp32": ("float32", None, False),
+    "tf32": ("float32", None, True),
+    "fp32_tc": ("float32", "fp32_tc", False),
+}
 PRECISIONS = {"bf16": ("bf16", "bf16_gemmlab"), "fp32": ("fp32",), "tf32": ("tf32",), "fp32_tc": ("fp32_tc",)}
 # Each setup beside the PyTorch setup it replaces (fp32_tc beside SGEMM; TF32 shown beside it too).
 BASELINE = {"bf16_gemmlab": "bf16", "fp32_tc": "fp32", "tf32": "fp32"}
 QUICK_SETUPS = ("bf16", "bf16_gemmlab", "fp32", "tf32", "fp32_tc")
 QUICK_COMPILED = ("vit-b16", "compile", ("bf16", "bf16_gemmlab"))
-WARMUP_STEPS = 3          # untimed (compilation, CUDA graph warm-up and capture, cuBLAS and gemmlab set-up)
-STEPS = 9                 # timed steps per run, in ROUNDS rounds
+WARMUP_STEPS = 3  # untimed (compilation, CUDA graph warm-up and capture, cuBLAS and gemmlab set-up)
+STEPS = 9  # timed steps per run, in ROUNDS rounds
 ROUNDS = 3
 DRIFT_STEPS = 4
 LR = 1e-4
 TIME_BUDGET_S = 900.0
-DEVICE = "cuda"           # where the models run (the CPU tests set "cpu")
+DEVICE = "cuda"  # where the models run (the CPU tests set "cpu")
 
 
 # -- the models --------------------------------------------------------------------
 
+
 def _torch():
     import torch
+
     return torch
 
 
@@ -160,9 +241,9 @@ def _modules():
             q, k, v = self.qkv(x).view(B, S, h + 2 * kv, hd).transpose(1, 2).split((h, kv, kv), dim=1)
             if rope is not None:
                 q, k = _rotate(q, *rope), _rotate(k, *rope)
-            if kv != h:                                   # each key/value head serves h / kv query heads
+            if kv != h:  # each key/value head serves h / kv query heads
                 k, v = k.repeat_interleave(h // kv, dim=1), v.repeat_interleave(h // kv, dim=1)
-            scores = (q @ k.transpose(-1, -2)) * hd ** -0.5
+            scores = (q @ k.transpose(-1, -2)) * hd**-0.5
             if self.causal:
                 mask = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(1)
                 scores = scores.masked_fill(mask, float("-inf"))
@@ -173,7 +254,7 @@ def _modules():
         def __init__(self, cfg: Config):
             super().__init__()
             self.gated = cfg.gated
-            self.up = nn.Linear(cfg.d, (2 if cfg.gated else 1) * cfg.ffn, bias=cfg.bias)   # gate and up together
+            self.up = nn.Linear(cfg.d, (2 if cfg.gated else 1) * cfg.ffn, bias=cfg.bias)  # gate and up together
             self.down = nn.Linear(cfg.ffn, cfg.d, bias=cfg.bias)
 
         def forward(self, x):
@@ -250,7 +331,7 @@ def _modules():
         def __init__(self, cfg: Config):
             super().__init__()
             self.cfg = cfg
-            self.patch = nn.Linear(3 * cfg.patch ** 2, cfg.d)
+            self.patch = nn.Linear(3 * cfg.patch**2, cfg.d)
             self.cls = nn.Parameter(torch.zeros(1, 1, cfg.d))
             self.pos = nn.Parameter(torch.zeros(1, (cfg.image // cfg.patch) ** 2 + 1, cfg.d))
             self.blocks = nn.ModuleList(Block(cfg, causal=False) for _ in range(cfg.layers))
@@ -319,7 +400,7 @@ def parameter_count(cfg: Config) -> int:
         embed = (cfg.vocab + BERT_POSITIONS + BERT_TYPES) * d + 2 * d
         return embed + blocks + (d * d + d) + 2 * d + cfg.vocab
     patches = (cfg.image // cfg.patch) ** 2
-    return 3 * cfg.patch ** 2 * d + d + d + (patches + 1) * d + blocks + norm + d * cfg.classes + cfg.classes
+    return 3 * cfg.patch**2 * d + d + d + (patches + 1) * d + blocks + norm + d * cfg.classes + cfg.classes
 
 
 def configure(cfg: Config, *, batch: int | None = None, num_layers: int | None = None) -> Config:
@@ -356,11 +437,13 @@ def routing(setup: str):
     """The context a setup's steps run in: gemmlab.torch's mode (or none) and
     PyTorch's TF32 flag for float32 matmuls."""
     from .suites import torch_tf32
+
     _, route, tf32 = SETUPS[setup]
     stack = contextlib.ExitStack()
     stack.enter_context(torch_tf32(tf32))
     if route is not None:
         import gemmlab.torch as gt
+
         torch = _torch()
         stack.enter_context(gt.fp32_tc() if route == "fp32_tc" else gt.use_gemmlab((torch.bfloat16,)))
     return stack
@@ -377,6 +460,7 @@ def train_step(model, opt, inputs, targets, setup: str):
 
 
 # -- selection ---------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Run:
@@ -402,7 +486,7 @@ def select(*, quick: bool = False, models=None, modes=None, precisions=None) -> 
         model, mode, setups = QUICK_COMPILED
         return runs + ([Run(model, mode, setups)] if model in names else [])
     chosen = [s for p in _names(precisions, PRECISIONS, "--precisions") for s in PRECISIONS[p]]
-    for setup, base in BASELINE.items():   # a setup is shown beside its PyTorch baseline
+    for setup, base in BASELINE.items():  # a setup is shown beside its PyTorch baseline
         if setup in chosen and base not in chosen:
             chosen.append(base)
     setups = tuple(s for s in SETUPS if s in chosen)
@@ -410,6 +494,7 @@ def select(*, quick: bool = False, models=None, modes=None, precisions=None) -> 
 
 
 # -- the run -----------------------------------------------------------------------
+
 
 @dataclass
 class TrainRecord:
@@ -424,18 +509,18 @@ class TrainRecord:
     batch: int
     seq: int
     params: int
-    items: str                       # tokens or images
-    ms: float | None                 # median ms per step
+    items: str  # tokens or images
+    ms: float | None  # median ms per step
     ms_all: list
     items_per_s: float | None
-    baseline: str | None             # the setup it replaces (BASELINE)
-    vs_baseline: float | None        # the baseline's ms / this setup's ms
-    vs_tf32: float | None            # fp32_tc: its ms / TF32's ms
-    warmup_s: float | None           # the untimed steps (compilation, capture)
-    loss: float | None               # the last timed step's loss
+    baseline: str | None  # the setup it replaces (BASELINE)
+    vs_baseline: float | None  # the baseline's ms / this setup's ms
+    vs_tf32: float | None  # fp32_tc: its ms / TF32's ms
+    warmup_s: float | None  # the untimed steps (compilation, capture)
+    loss: float | None  # the last timed step's loss
     loss_drift: float | None = None  # eager: max over the schedule of |loss - loss64| / |loss64|
-    weight_drift: float | None = None   # ||W - W64|| / ||W64 - W0|| at the schedule's end
-    weight_rel: float | None = None     # ||W - W64|| / ||W64||
+    weight_drift: float | None = None  # ||W - W64|| / ||W64 - W0|| at the schedule's end
+    weight_rel: float | None = None  # ||W - W64|| / ||W64||
     failed: str | None = None
     skipped: str | None = None
 
@@ -465,12 +550,15 @@ class _Instance:
             self.model = build(cfg).to(dtype)
         self.model.load_state_dict(init_state)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=LR, weight_decay=0.0)
-        self.forward = self.model if mode == "eager" else \
-            torch.compile(self.model, mode="reduce-overhead" if mode == "reduce-overhead" else None)
+        self.forward = (
+            self.model
+            if mode == "eager"
+            else torch.compile(self.model, mode="reduce-overhead" if mode == "reduce-overhead" else None)
+        )
 
     def step(self, inputs, targets):
         torch = _torch()
-        if self.mode == "reduce-overhead":   # a new step: the last replay's outputs are done with
+        if self.mode == "reduce-overhead":  # a new step: the last replay's outputs are done with
             torch.compiler.cudagraph_mark_step_begin()
         return train_step(self.forward, self.opt, inputs, targets, self.setup)
 
@@ -483,14 +571,18 @@ def matmul_shapes(cfg: Config, batch: int | None = None) -> list[tuple[int, int,
     batch = batch or cfg.batch
     hd, h, kv = cfg.head_dim, cfg.heads, cfg.kv_heads
     rows = batch * cfg.seq
-    linear = [(rows, cfg.d, (h + 2 * kv) * hd), (rows, h * hd, cfg.d), (rows, cfg.d, (2 if cfg.gated else 1) * cfg.ffn),
-              (rows, cfg.ffn, cfg.d)]
+    linear = [
+        (rows, cfg.d, (h + 2 * kv) * hd),
+        (rows, h * hd, cfg.d),
+        (rows, cfg.d, (2 if cfg.gated else 1) * cfg.ffn),
+        (rows, cfg.ffn, cfg.d),
+    ]
     if cfg.kind == "decoder":
         linear.append((rows, cfg.d, cfg.vocab))
     elif cfg.kind == "encoder":
         linear += [(rows, cfg.d, cfg.d), (rows, cfg.d, cfg.vocab)]
     else:
-        linear += [(batch * (cfg.seq - 1), 3 * cfg.patch ** 2, cfg.d), (batch, cfg.d, cfg.classes)]
+        linear += [(batch * (cfg.seq - 1), 3 * cfg.patch**2, cfg.d), (batch, cfg.d, cfg.classes)]
     forward = [(m, fan_out, fan_in, "NT", 1) for m, fan_in, fan_out in linear]
     forward += [(cfg.seq, cfg.seq, hd, "NT", batch * h), (cfg.seq, hd, cfg.seq, "NN", batch * h)]
     flip = {"N": "T", "T": "N"}
@@ -507,13 +599,14 @@ def _precompile(cfg: Config, setups, say) -> None:
     plan (else each compiles on first use, one at a time, inside the warm-up)."""
     from . import models
     from ...runtime.device import gpu_info
+
     dtypes = [{"bf16_gemmlab": "bf16", "fp32_tc": "fp32_tc"}[s] for s in setups if SETUPS[s][1]]
     if not dtypes:
         return
     cases = [models.Case("matmul", "", M, b, M, N, K, ops, "", ()) for M, N, K, ops, b in matmul_shapes(cfg)]
     try:
         models._precompile([(c, d) for c in cases for d in dtypes], gpu_info(0), say)
-    except Exception as exc:   # noqa: BLE001 - only a head start: the steps compile what they need
+    except Exception as exc:  # noqa: BLE001 - only a head start: the steps compile what they need
         say(f"  precompiling: {type(exc).__name__}: {exc}".splitlines()[0])
 
 
@@ -524,11 +617,20 @@ def _empty_cache() -> None:
 
 def _gpu_name() -> str:
     from ...runtime.device import gpu_info
-    return gpu_info(0).name       # without a GPU: gemmlab's NoGPUError, one line
+
+    return gpu_info(0).name  # without a GPU: gemmlab's NoGPUError, one line
 
 
-def run(runs: list[Run], *, steps: int | None = None, batch: int | None = None, num_layers: int | None = None,
-        seed: int = 0, time_budget_s: float = TIME_BUDGET_S, quiet: bool = False) -> dict:
+def run(
+    runs: list[Run],
+    *,
+    steps: int | None = None,
+    batch: int | None = None,
+    num_layers: int | None = None,
+    seed: int = 0,
+    time_budget_s: float = TIME_BUDGET_S,
+    quiet: bool = False,
+) -> dict:
     """Each run's setups timed in alternating rounds, then (eager runs) the
     float64 comparison; {"gpu", "records", "configs"}."""
     gpu = _gpu_name()
@@ -541,15 +643,18 @@ def run(runs: list[Run], *, steps: int | None = None, batch: int | None = None, 
 
     def say(msg):
         _progress(f"[{time.time() - start:5.0f} s] {msg}", quiet)
+
     say(f"{len(runs)} runs: " + "; ".join(f"{r.model} {r.mode} ({', '.join(r.setups)})" for r in runs))
     for i, r in enumerate(runs):
         cfg = cfgs[r.model]
-        if i and time.time() - start > time_budget_s:     # the first run always runs
+        if i and time.time() - start > time_budget_s:  # the first run always runs
             say(f"{r.model} {r.mode}: skipped, the time budget ({time_budget_s:.0f} s) is spent")
             records += [_record(gpu, cfg, r.mode, s, skipped="time budget spent") for s in r.setups]
             continue
-        say(f"run {i + 1}/{len(runs)}: {r.model} ({parameter_count(cfg) / 1e6:.0f}M parameters, batch "
-            f"{cfg.batch}), {r.mode}: {', '.join(r.setups)}")
+        say(
+            f"run {i + 1}/{len(runs)}: {r.model} ({parameter_count(cfg) / 1e6:.0f}M parameters, batch "
+            f"{cfg.batch}), {r.mode}: {', '.join(r.setups)}"
+        )
         if DEVICE == "cuda":
             _precompile(cfg, r.setups, lambda msg: say(f"  {msg}"))
         torch.manual_seed(seed)
@@ -558,22 +663,50 @@ def run(runs: list[Run], *, steps: int | None = None, batch: int | None = None, 
         mine = _time_run(cfg, r, init, steps, seed, gpu, say)
         if r.mode == "eager":
             _drift(cfg, r.setups, init, seed, mine, say)
-        else:                     # free the compiled graphs (and CUDA graph pools) before the next run
+        else:  # free the compiled graphs (and CUDA graph pools) before the next run
             torch._dynamo.reset()
         records += [mine[s] for s in r.setups]
         del init
         _empty_cache()
     dicts = [rec.as_dict() for rec in records]
-    return {"gpu": gpu, "torch": torch.__version__, "records": dicts,
-            "configs": {name: asdict(cfg) | {"params": parameter_count(cfg)} for name, cfg in cfgs.items()}}
+    return {
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "records": dicts,
+        "configs": {name: asdict(cfg) | {"params": parameter_count(cfg)} for name, cfg in cfgs.items()},
+    }
 
 
 def _record(gpu, cfg, mode, setup, **kw) -> TrainRecord:
     storage, route, tf32 = SETUPS[setup]
-    fields = dict(ms=None, ms_all=[], items_per_s=None, baseline=BASELINE.get(setup), vs_baseline=None,
-                  vs_tf32=None, warmup_s=None, loss=None) | kw
-    return TrainRecord(gpu, cfg.name, mode, setup, storage, route, tf32, cfg.layers, cfg.batch, cfg.seq,
-                       parameter_count(cfg), cfg.items, **fields)
+    fields = (
+        dict(
+            ms=None,
+            ms_all=[],
+            items_per_s=None,
+            baseline=BASELINE.get(setup),
+            vs_baseline=None,
+            vs_tf32=None,
+            warmup_s=None,
+            loss=None,
+        )
+        | kw
+    )
+    return TrainRecord(
+        gpu,
+        cfg.name,
+        mode,
+        setup,
+        storage,
+        route,
+        tf32,
+        cfg.layers,
+        cfg.batch,
+        cfg.seq,
+        parameter_count(cfg),
+        cfg.items,
+        **fields,
+    )
 
 
 def _time_run(cfg: Config, r: Run, init, steps: int, seed: int, gpu: str, say) -> dict:
@@ -595,7 +728,7 @@ def _time_run(cfg: Config, r: Run, init, steps: int, seed: int, gpu: str, say) -
                 try:
                     warm[s], _ = _sync_time(lambda: [live[s].step(x, targets) for _ in range(WARMUP_STEPS)])
                     say(f"  {cfg.name} {r.mode} {s}: {WARMUP_STEPS} warm-up steps in {warm[s]:.1f} s")
-                except Exception as exc:   # noqa: BLE001 - a setup that cannot run is reported, the rest go on
+                except Exception as exc:  # noqa: BLE001 - a setup that cannot run is reported, the rest go on
                     out[s] = _record(gpu, cfg, r.mode, s, failed=f"{type(exc).__name__}: {exc}".splitlines()[0])
                     say(f"  {cfg.name} {r.mode} {s}: FAILED, {out[s].failed}")
                     del live[s]
@@ -603,12 +736,12 @@ def _time_run(cfg: Config, r: Run, init, steps: int, seed: int, gpu: str, say) -
             order, rounds = list(live), min(ROUNDS, steps)
             per_round = math.ceil(steps / rounds)
             for k in range(rounds):
-                for s in order[k % len(order):] + order[:k % len(order)] if order else []:
+                for s in order[k % len(order) :] + order[: k % len(order)] if order else []:
                     for _ in range(per_round):
                         t, loss = _sync_time(lambda: live[s].step(x, targets))
                         times[s].append(1e3 * t)
                         losses[s] = loss
-        except Exception as exc:   # noqa: BLE001 - e.g. out of memory: this dtype's setups fail, the rest go on
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory: this dtype's setups fail, the rest go on
             why = f"{type(exc).__name__}: {exc}".splitlines()[0]
             for s in group:
                 out.setdefault(s, _record(gpu, cfg, r.mode, s, failed=why))
@@ -617,9 +750,17 @@ def _time_run(cfg: Config, r: Run, init, steps: int, seed: int, gpu: str, say) -
             if s in out:
                 continue
             ms = statistics.median(times[s])
-            out[s] = _record(gpu, cfg, r.mode, s, ms=ms, ms_all=times[s],
-                             items_per_s=cfg.items_per_step() / (ms * 1e-3), warmup_s=warm[s],
-                             loss=float(losses[s]))
+            out[s] = _record(
+                gpu,
+                cfg,
+                r.mode,
+                s,
+                ms=ms,
+                ms_all=times[s],
+                items_per_s=cfg.items_per_step() / (ms * 1e-3),
+                warmup_s=warm[s],
+                loss=float(losses[s]),
+            )
             say(f"  {cfg.name} {r.mode} {s}: {ms:.1f} ms per step, {out[s].items_per_s:,.0f} {cfg.items}/s")
         live.clear()
         _empty_cache()
@@ -639,8 +780,7 @@ def schedule(cfg: Config, setup: str | None, init, seed: int, dtype=None) -> tup
     torch = _torch()
     storage = dtype or getattr(torch, SETUPS[setup][0])
     gen = torch.Generator(device=DEVICE).manual_seed(seed + 1)
-    batches = [make_batch(cfg, cfg.drift_batch, min(cfg.drift_seq, cfg.seq), DEVICE, gen)
-               for _ in range(DRIFT_STEPS)]
+    batches = [make_batch(cfg, cfg.drift_batch, min(cfg.drift_seq, cfg.seq), DEVICE, gen) for _ in range(DRIFT_STEPS)]
     inst = _Instance(cfg, setup or "fp32", "eager", {k: v.to(storage) for k, v in init.items()}, dtype=storage)
     losses = []
     for inputs, targets in batches:
@@ -662,16 +802,19 @@ def _drift(cfg: Config, setups, init, seed: int, records: dict, say) -> None:
             continue
         try:
             losses, model = schedule(cfg, s, init, seed)
-        except Exception as exc:   # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
             say(f"  {cfg.name} {s}: the float64 comparison failed, {type(exc).__name__}: {exc}".splitlines()[0])
             continue
-        diff = math.sqrt(sum(float((p.detach().double() - ref_params[k]).square().sum())
-                             for k, p in model.named_parameters()))
+        diff = math.sqrt(
+            sum(float((p.detach().double() - ref_params[k]).square().sum()) for k, p in model.named_parameters())
+        )
         rec.loss_drift = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
         rec.weight_drift = diff / moved if moved else None
         rec.weight_rel = diff / size
-        say(f"  {cfg.name} {s}: against float64 over {DRIFT_STEPS} steps: loss {rec.loss_drift:.1e}, "
-            f"weights {_fmt(rec.weight_drift, '.1e')} of their move")
+        say(
+            f"  {cfg.name} {s}: against float64 over {DRIFT_STEPS} steps: loss {rec.loss_drift:.1e}, "
+            f"weights {_fmt(rec.weight_drift, '.1e')} of their move"
+        )
         del model
     del ref, ref_params
     _empty_cache()
@@ -679,10 +822,13 @@ def _drift(cfg: Config, setups, init, seed: int, records: dict, say) -> None:
 
 # -- output ------------------------------------------------------------------------
 
+
 def table(data: dict) -> str:
     recs = data["records"]
-    head = (f"{'model':10s} {'mode':15s} {'setup':13s} {'ms/step':>9s} {'items/s':>12s} {'vs PyTorch':>18s} "
-            f"{'loss drift':>10s} {'W drift':>8s} {'W rel':>8s}")
+    head = (
+        f"{'model':10s} {'mode':15s} {'setup':13s} {'ms/step':>9s} {'items/s':>12s} {'vs PyTorch':>18s} "
+        f"{'loss drift':>10s} {'W drift':>8s} {'W rel':>8s}"
+    )
     lines = [head, "-" * len(head)]
     for r in recs:
         row = f"{r['model']:10s} {r['mode']:15s} {r['setup']:13s} "
@@ -694,21 +840,29 @@ def table(data: dict) -> str:
             vs = f"{r['vs_baseline']:.2f}x {r['baseline']}"
             if r["setup"] == "bf16_gemmlab":
                 vs = f"{100 * r['vs_baseline']:.1f}% of {r['baseline']}"
-        lines.append(row + f"{_fmt(r['ms'], '.1f'):>9s} {_fmt(r['items_per_s'], ',.0f'):>12s} {vs:>18s} "
-                     f"{_fmt(r.get('loss_drift'), '.1e'):>10s} {_fmt(r.get('weight_drift'), '.1e'):>8s} "
-                     f"{_fmt(r.get('weight_rel'), '.1e'):>8s}")
+        lines.append(
+            row + f"{_fmt(r['ms'], '.1f'):>9s} {_fmt(r['items_per_s'], ',.0f'):>12s} {vs:>18s} "
+            f"{_fmt(r.get('loss_drift'), '.1e'):>10s} {_fmt(r.get('weight_drift'), '.1e'):>8s} "
+            f"{_fmt(r.get('weight_rel'), '.1e'):>8s}"
+        )
     lines.append("")
     for r in recs:
         if r["setup"] == "fp32_tc" and r.get("vs_baseline"):
-            lines.append(f"{r['model']} {r['mode']}: fp32_tc {r['vs_baseline']:.2f}x as fast as the SGEMM step"
-                         + (f", its time {r['vs_tf32']:.2f}x TF32's" if r.get("vs_tf32") else ""))
+            lines.append(
+                f"{r['model']} {r['mode']}: fp32_tc {r['vs_baseline']:.2f}x as fast as the SGEMM step"
+                + (f", its time {r['vs_tf32']:.2f}x TF32's" if r.get("vs_tf32") else "")
+            )
         if r["setup"] == "bf16_gemmlab" and r.get("vs_baseline"):
-            lines.append(f"{r['model']} {r['mode']}: bf16 through gemmlab at {100 * r['vs_baseline']:.1f}% of "
-                         "PyTorch's step speed")
-    lines.append(f"ms/step: median of the timed steps (setups of one dtype alternating in rounds); items: tokens "
-                 f"(images for vit-b16); drifts (eager): {DRIFT_STEPS} AdamW steps of a small batch beside float64 "
-                 "from the same weights: the loss's largest relative difference, the weights' difference relative "
-                 "to float64's move (W drift) and to their norm (W rel)")
+            lines.append(
+                f"{r['model']} {r['mode']}: bf16 through gemmlab at {100 * r['vs_baseline']:.1f}% of "
+                "PyTorch's step speed"
+            )
+    lines.append(
+        f"ms/step: median of the timed steps (setups of one dtype alternating in rounds); items: tokens "
+        f"(images for vit-b16); drifts (eager): {DRIFT_STEPS} AdamW steps of a small batch beside float64 "
+        "from the same weights: the loss's largest relative difference, the weights' difference relative "
+        "to float64's move (W drift) and to their norm (W rel)"
+    )
     return "\n".join(lines)
 
 
@@ -719,8 +873,9 @@ def plot(data: dict, path) -> None:
     groups = list(dict.fromkeys((r["model"], r["mode"]) for r in data["records"]))
     setups = [s for s in SETUPS if any(r["setup"] == s for r in data["records"])]
     color = {s: f"C{i}" for i, s in enumerate(SETUPS)}
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(10.0, 1.3 * len(groups) + 6), 5),
-                                   gridspec_kw={"width_ratios": [max(2, len(groups)), 2]})
+    fig, (ax1, ax2) = plt.subplots(
+        1, 2, figsize=(max(10.0, 1.3 * len(groups) + 6), 5), gridspec_kw={"width_ratios": [max(2, len(groups)), 2]}
+    )
     width = 0.8 / max(1, len(setups))
     for j, s in enumerate(setups):
         xs, ys = [], []
@@ -739,8 +894,11 @@ def plot(data: dict, path) -> None:
     drifted = [r for r in recs if r.get("weight_drift")]
     models = list(dict.fromkeys(r["model"] for r in drifted))
     for j, s in enumerate(setups):
-        pts = [(models.index(r["model"]) + (j - (len(setups) - 1) / 2) * width, r["weight_drift"])
-               for r in drifted if r["setup"] == s]
+        pts = [
+            (models.index(r["model"]) + (j - (len(setups) - 1) / 2) * width, r["weight_drift"])
+            for r in drifted
+            if r["setup"] == s
+        ]
         if pts:
             ax2.bar([p[0] for p in pts], [p[1] for p in pts], width, label=s, color=color[s])
     ax2.set_xticks(range(len(models)))
