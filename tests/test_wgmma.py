@@ -216,7 +216,8 @@ def test_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, c
 def test_narrow_tile_in_every_layout(bm, dtype, out_dtype, ops, shape, alpha, beta, caplog):
     """BN = 64 (the tile of products with few rows: m64n64 wgmmas, one box of B a K-step) on
     shapes that are multiples of no tile, each layout read as stored, both epilogues (the
-    TMA store with beta = 0, the registers' stores with beta != 0)."""
+    TMA store with beta = 0; with beta != 0 16-bit inputs staged a warp's rows at a time, TF32
+    from the registers)."""
     M, N, K = shape
     # (a vector's layout is ambiguous: a 'T' view with a dimension of 1 may fall back)
     expect = "wgmma" if min(shape) > 1 or ops == "NN" else None
@@ -502,7 +503,7 @@ def _batched(
 def test_batch_is_one_launch_in_every_layout(monkeypatch, ops, dtype, out_dtype, shape, beta):
     """A batch of 5 with gaps between the matrices (a, b and out), shapes that are multiples of
     no tile: one launch, every matrix right, C's gaps untouched; beta = 0 stores through C's
-    3-D map, beta != 0 from registers at stride_c."""
+    3-D map, beta != 0 without TMA at stride_c."""
     M, N, K = shape
     _batched(monkeypatch, 5, 5, M, N, K, ops, dtype, out_dtype, beta=beta)
 
@@ -836,7 +837,8 @@ BN192_SHAPES = [(517, 389, 263), (4096, 768, 768), (4001, 770, 776), (129, 193, 
 def test_bn192_on_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, caplog):
     """BN = 192 by name: m64n192 wgmmas, B 'N' in three 64-column boxes a K-step, B 'T' in one
     of 192 rows; both epilogues (beta = 0: the TMA store, three 64-column chunks of a 16-bit
-    tile or six 32-column ones of FP32; beta != 0: from the registers), output poisoned first."""
+    tile or six 32-column ones of FP32; beta != 0: staged a warp's rows at a time), output
+    poisoned first."""
     M, N, K = shape
     expect = "wgmma" if min(shape) > 1 or ops == "NN" else None  # (a vector's layout is ambiguous)
     _check(
