@@ -1088,7 +1088,10 @@ def _np_stack(emu, nb, rows, cols, layout, rng):
 @pytest.mark.parametrize("beta", [0.0, 2.0])
 @pytest.mark.parametrize("bias_kind", ["none", "row", "column"])
 @pytest.mark.parametrize("view", ["contiguous", "odd-ld", "even-ld"])
-def test_emulated_c_off_the_grid_is_stored_without_tma(monkeypatch, shape, beta, bias_kind, view, c_through_tma):
+@pytest.mark.parametrize("out_dtype", ["float16", "float32"])
+def test_emulated_c_off_the_grid_is_stored_without_tma(
+    monkeypatch, shape, beta, bias_kind, view, out_dtype, c_through_tma
+):
     """Without a GPU (tests/emulated_gpu.py): the GPU tests' results off the 16-byte grid reach
     wgmma, unsplit, without a map of C (so the kernel stages them), with the leading dimension,
     batch stride and bias strides that give the right result; nothing outside out written."""
@@ -1104,14 +1107,14 @@ def test_emulated_c_off_the_grid_is_stored_without_tma(monkeypatch, shape, beta,
     elif view == "even-ld":
         ld, first = (N + 3 if N % 2 else N + 2), 2
     batch = () if nb is None else (nb,)
-    buf = emu.keep(np.full((*batch, M, ld), np.nan, np.float16))
+    buf = emu.keep(np.full((*batch, M, ld), np.nan, out_dtype))
     out = buf[..., first : first + N]
-    c0 = rng.uniform(-1, 1, (*batch, M, N)).astype(np.float16)
+    c0 = rng.uniform(-1, 1, (*batch, M, N)).astype(out_dtype)
     if beta:
         out[...] = c0
     bias = None
     if bias_kind != "none":
-        bias = emu.keep(rng.uniform(-1, 1, (N,) if bias_kind == "row" else (M, 1)).astype(np.float16))
+        bias = emu.keep(rng.uniform(-1, 1, (N,) if bias_kind == "row" else (M, 1)).astype(out_dtype))
     assert gemmlab.matmul(a, b, out=out, alpha=0.5, beta=beta, bias=bias, kernel="wgmma") is out
     p = gemmlab.last_plan()
     assert p.spec.name == "wgmma" and not p.fallback_reason and p.params["SPLITK"] == 1, p.describe()
