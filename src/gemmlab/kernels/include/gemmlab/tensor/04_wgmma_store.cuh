@@ -30,6 +30,16 @@ __device__ __forceinline__ void store_two(O* p, float v0, float v1) {
     *reinterpret_cast<Pair<O>*>(p) = Pair<O>{from_float<O>(v0), from_float<O>(v1)};
 }
 
+// Asks L2 for the line that holds p: nothing waits for it and no register holds it.  (Off
+// the GPU -- tests/wgmma_store_check.cpp -- nothing.)
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
 // One chunk of a warp's rows as staged in shared memory (T: the staged type, C's own with
 // beta == 0, FP32 with beta != 0 so that beta * C is added before the one rounding).  A
 // warp owns 16 rows of its warpgroup's 64 (wgmma's accumulator layout: hopper.cuh), so it
@@ -52,22 +62,23 @@ struct StagedChunk {
 // consecutive elements a lane: lane l's i-th run is u = l + 32 i, row u / (COLS / V),
 // column V * (u % (COLS / V)), so one instruction covers 32 V consecutive elements of a
 // row (or two rows of 16 V).  Rows past M and columns past N are not touched.  T wider
-// than O, or FP32 output with beta != 0: out = staged + beta * C, rounded once; the
-// values of C of AHEAD runs are loaded before the first of them is used, so that their
-// latencies overlap.  V = 2 needs pairs aligned in C (even ldc, base on 2 elements).
-template <int V, int AHEAD, class T, class O>
+// than O, or FP32 output with beta != 0 (READ_C): out = staged + beta * C, rounded once.
+// The runs go GROUP at a time, in a loop that is not unrolled: every load of a group
+// (C's values, the staged ones) is issued before the first is used, and only a group's
+// addresses and values take registers beside the accumulators (more made ptxas spill).
+// V = 2 needs pairs aligned in C (even ldc, base on 2 elements).
+template <int V, int GROUP_MAX, bool READ_C, class T, class O>
 __device__ __forceinline__ void staged_write_out(const unsigned char* buf, O* __restrict__ C, int ldc, int M, int N,
                                                  int m0, int n0, float beta, int lane) {
     using K = StagedChunk<T>;
     constexpr int PER_ROW = K::COLS / V, RUNS = K::ROWS * PER_ROW / 32;
-    constexpr int GROUP = RUNS < AHEAD ? RUNS : AHEAD;
+    constexpr int GROUP = RUNS < GROUP_MAX ? RUNS : GROUP_MAX;
     static_assert(RUNS % GROUP == 0, "whole groups of runs");
-    // Staged in C's own type means beta == 0 (wgmma_staged_epilogue); C is read only then.
-    const bool read_c = sizeof(T) != sizeof(O) || (sizeof(O) == 4 && beta != 0.0f);
-#pragma unroll
+    static_assert(!READ_C || sizeof(T) == 4, "beta * C is added to FP32 values");
+#pragma unroll 1
     for (int i0 = 0; i0 < RUNS; i0 += GROUP) {
         [[maybe_unused]] Pair<O> old[GROUP];   // as stored: a 16-bit pair takes one register
-        if (read_c) {
+        if constexpr (READ_C) {
 #pragma unroll
             for (int i = 0; i < GROUP; ++i) {
                 const int u = lane + 32 * (i0 + i), m = m0 + u / PER_ROW, n = n0 + V * (u % PER_ROW);
@@ -103,7 +114,7 @@ __device__ __forceinline__ void staged_write_out(const unsigned char* buf, O* __
                 } else {
                     v0 = s[0];
                 }
-                if (read_c) {
+                if constexpr (READ_C) {
                     v0 += beta * to_float(old[i].x);
                     v1 += beta * to_float(old[i].y);
                 }
@@ -135,11 +146,25 @@ __device__ __forceinline__ void wgmma_staged_epilogue(const float (&acc)[TN / 2]
                                                       long long bias_cs, int lane) {
     using K = StagedChunk<T>;
     constexpr int COLS = K::COLS, CHUNKS = TN / COLS;
-    // Loads of C in flight a lane (beta != 0): 16 registers beside the 128 accumulators of a
-    // 256-column tile spill, 8 do not.
-    constexpr int AHEAD = TN >= 256 ? 8 : 16;
+    // The write-out's runs at a time (staged_write_out), reading C or not: beside the 128
+    // accumulators of a 256-column tile, 4 runs reading C made ptxas spill in some
+    // instantiations, 2 do not.
+    constexpr int GROUP_C = TN >= 256 ? 2 : 4, GROUP = TN >= 256 ? 4 : 8;
     static_assert(TN % COLS == 0, "whole chunks");
     const int g = lane / 4, tq = lane % 4;
+    // Staged in C's own type means beta == 0: C is read otherwise only.  Then every line of
+    // the warp's rows of C is asked of L2 first, so that the write-out's loads, a few in
+    // flight a lane, wait for L2 rather than for DRAM.
+    const bool read_c = sizeof(T) != sizeof(O) || (sizeof(O) == 4 && beta != 0.0f);
+    if (read_c) {
+        constexpr int PER_LINE = 128 / int(sizeof(O)), LINES = TN / PER_LINE + 1;   // a row's, at most
+        const int last = (N < n_tile + TN ? N : n_tile + TN) - 1;
+#pragma unroll 1
+        for (int i = lane; i < K::ROWS * LINES; i += 32) {
+            const int m = m0 + i / LINES, n = n_tile + (i % LINES) * PER_LINE;
+            if (m < M) prefetch_l2(C + (long long)m * ldc + (n < last ? n : last));
+        }
+    }
     [[maybe_unused]] float bc[2];
     if (bias_kind == WGMMA_BIAS_COLUMN) {
 #pragma unroll
@@ -184,10 +209,17 @@ __device__ __forceinline__ void wgmma_staged_epilogue(const float (&acc)[TN / 2]
             }
         }
         __syncwarp();
-        if (pairs)
-            staged_write_out<2, AHEAD, T>(buf, C, ldc, M, N, m0, n0, beta, lane);
-        else
-            staged_write_out<1, AHEAD, T>(buf, C, ldc, M, N, m0, n0, beta, lane);
+        if (read_c) {
+            if (pairs)
+                staged_write_out<2, GROUP_C, sizeof(T) == 4, T>(buf, C, ldc, M, N, m0, n0, beta, lane);
+            else
+                staged_write_out<1, GROUP_C, sizeof(T) == 4, T>(buf, C, ldc, M, N, m0, n0, beta, lane);
+        } else {
+            if (pairs)
+                staged_write_out<2, GROUP, false, T>(buf, C, ldc, M, N, m0, n0, beta, lane);
+            else
+                staged_write_out<1, GROUP, false, T>(buf, C, ldc, M, N, m0, n0, beta, lane);
+        }
         __syncwarp();
     }
 }
