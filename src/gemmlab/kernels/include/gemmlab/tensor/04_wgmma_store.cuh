@@ -58,30 +58,45 @@ struct StagedChunk {
     static constexpr int BYTES = ROWS * PITCH;
 };
 
+// What a lane moves at a time: one value, or a pair (V = 2).
+template <int V, class T>
+struct RunOf {
+    using type = T;
+};
+template <class T>
+struct RunOf<2, T> {
+    using type = Pair<T>;
+};
+
 // The warp writes a staged chunk -- rows m0.., columns n0.. of C -- to C, V = 1 or 2
 // consecutive elements a lane: lane l's i-th run is u = l + 32 i, row u / (COLS / V),
 // column V * (u % (COLS / V)), so one instruction covers 32 V consecutive elements of a
 // row (or two rows of 16 V).  Rows past M and columns past N are not touched.  T wider
 // than O, or FP32 output with beta != 0 (READ_C): out = staged + beta * C, rounded once.
-// The runs go GROUP at a time, in a loop that is not unrolled: every load of a group
-// (C's values, the staged ones) is issued before the first is used, and only a group's
-// addresses and values take registers beside the accumulators (more made ptxas spill).
-// V = 2 needs pairs aligned in C (even ldc, base on 2 elements).
+// The runs go GROUP at a time, in a loop that is not unrolled: the loads of a group
+// (the staged values, unconditional: the buffer holds every run; C's, where inside) are
+// issued before the first value is used, and only a group's addresses and values take
+// registers beside the accumulators (more made ptxas spill).  V = 2 needs pairs aligned
+// in C (even ldc, base on 2 elements).
 template <int V, int GROUP_MAX, bool READ_C, class T, class O>
 __device__ __forceinline__ void staged_write_out(const unsigned char* buf, O* __restrict__ C, int ldc, int M, int N,
                                                  int m0, int n0, float beta, int lane) {
     using K = StagedChunk<T>;
+    using R = typename RunOf<V, T>::type;
     constexpr int PER_ROW = K::COLS / V, RUNS = K::ROWS * PER_ROW / 32;
     constexpr int GROUP = RUNS < GROUP_MAX ? RUNS : GROUP_MAX;
     static_assert(RUNS % GROUP == 0, "whole groups of runs");
     static_assert(!READ_C || sizeof(T) == 4, "beta * C is added to FP32 values");
 #pragma unroll 1
     for (int i0 = 0; i0 < RUNS; i0 += GROUP) {
+        R staged[GROUP];
         [[maybe_unused]] Pair<O> old[GROUP];   // as stored: a 16-bit pair takes one register
-        if constexpr (READ_C) {
 #pragma unroll
-            for (int i = 0; i < GROUP; ++i) {
-                const int u = lane + 32 * (i0 + i), m = m0 + u / PER_ROW, n = n0 + V * (u % PER_ROW);
+        for (int i = 0; i < GROUP; ++i) {
+            const int u = lane + 32 * (i0 + i), r = u / PER_ROW, col = V * (u % PER_ROW);
+            staged[i] = *reinterpret_cast<const R*>(buf + r * K::PITCH + col * int(sizeof(T)));
+            if constexpr (READ_C) {
+                const int m = m0 + r, n = n0 + col;
                 const O* p = C + (long long)m * ldc + n;
                 old[i] = Pair<O>{from_float<O>(0.0f), from_float<O>(0.0f)};
                 if (m < M && n < N) {
@@ -94,25 +109,26 @@ __device__ __forceinline__ void staged_write_out(const unsigned char* buf, O* __
         }
 #pragma unroll
         for (int i = 0; i < GROUP; ++i) {
-            const int u = lane + 32 * (i0 + i), r = u / PER_ROW, col = V * (u % PER_ROW);
-            const int m = m0 + r, n = n0 + col;
+            const int u = lane + 32 * (i0 + i), m = m0 + u / PER_ROW, n = n0 + V * (u % PER_ROW);
             if (m >= M || n >= N) continue;
-            const T* s = reinterpret_cast<const T*>(buf + r * K::PITCH) + col;
             O* p = C + (long long)m * ldc + n;
             const bool two = V == 2 && n + 1 < N;
             if constexpr (sizeof(T) == 2) {   // C's own 16-bit values (beta == 0): copied as they are
-                if (two)
-                    *reinterpret_cast<unsigned*>(p) = *reinterpret_cast<const unsigned*>(s);
-                else
-                    p[0] = s[0];
+                if constexpr (V == 2) {
+                    if (two)
+                        *reinterpret_cast<Pair<O>*>(p) = staged[i];
+                    else
+                        p[0] = staged[i].x;
+                } else {
+                    p[0] = staged[i];
+                }
             } else {
                 float v0, v1 = 0.0f;
-                if (V == 2) {
-                    const Pair<T> t = *reinterpret_cast<const Pair<T>*>(s);
-                    v0 = t.x;
-                    v1 = t.y;
+                if constexpr (V == 2) {
+                    v0 = staged[i].x;
+                    v1 = staged[i].y;
                 } else {
-                    v0 = s[0];
+                    v0 = staged[i];
                 }
                 if constexpr (READ_C) {
                     v0 += beta * to_float(old[i].x);
