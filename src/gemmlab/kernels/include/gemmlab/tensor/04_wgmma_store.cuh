@@ -168,9 +168,9 @@ __device__ __forceinline__ void wgmma_staged_epilogue(const float (&acc)[TN / 2]
     constexpr int GROUP_C = TN >= 256 ? 2 : 4, GROUP = TN >= 256 ? 4 : 8;
     static_assert(TN % COLS == 0, "whole chunks");
     const int g = lane / 4, tq = lane % 4;
-    // Staged in C's own type means beta == 0: C is read otherwise only.  Then every line of
-    // the warp's rows of C is asked of L2 first, so that the write-out's loads, a few in
-    // flight a lane, wait for L2 rather than for DRAM.
+    // Staged in C's own type means beta == 0; C is read only otherwise (so T is FP32 where it
+    // is read).  Then every line of the warp's rows of C is asked of L2 first, so that the
+    // write-out's loads, a few in flight a lane, wait for L2 rather than for DRAM.
     const bool read_c = sizeof(T) != sizeof(O) || (sizeof(O) == 4 && beta != 0.0f);
     if (read_c) {
         constexpr int PER_LINE = 128 / int(sizeof(O)), LINES = TN / PER_LINE + 1;   // a row's, at most
