@@ -966,8 +966,8 @@ def _c_off_the_grid(nb, M, N, ot, view, beta, rng):
     """(out, its buffer, what out holds before the call) for a result of nb matrices (None: one)
     of M x N in dtype ``ot`` off the 16-byte grid: ``contiguous`` (rows of N elements, N odd);
     ``odd-ld``: a column slice one element into rows of an odd length, so that the base is off
-    too (no paired stores); ``even-ld``: two elements into rows of an even length that is no
-    multiple of 16 bytes (paired stores, no TMA).  The buffer is NaN everywhere, out holds fresh
+    too (no paired stores); ``even-ld``: two elements into rows of an even length, the base off
+    the 16-byte grid (paired stores, no TMA).  The buffer is NaN everywhere, out holds fresh
     values where beta != 0."""
     batch = () if nb is None else (nb,)
     if view == "contiguous":
