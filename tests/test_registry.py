@@ -1,7 +1,9 @@
 """The kernel registry: listing, tile-parameter rules, name expressions, the
 auto choice and launch geometry (pure Python, no GPU, no compiler)."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -1202,6 +1204,29 @@ def test_wgmma_auto_128x192_where_the_last_round_is_part_empty(M, N, K, ops, til
         assert (
             p.name_expression.startswith("gemmlab::wgmma_gemm<") and ", 128, 192, 4, 1, false, '" in p.name_expression
         )
+
+
+AB_TILES = Path(__file__).resolve().parents[1] / "benchmarks/results/nvidia-h200/ab-wgmma-tiles-2026-11-29.json"
+
+
+def _measured_tile_pairs():
+    """(product, M, N, K, % of torch with 128 x 256, with 128 x 192) of the single products
+    scripts/ab_wgmma_tiles.py timed with both tiles forced on an H200."""
+    runs = json.loads(AB_TILES.read_text())["runs"]["models"]["records"]
+    return [
+        (r["product"], *r["shape"], r["pct_t256"], r["pct_t192"]) for r in runs if r.get("batch", 1) == 1 and r["ok"]
+    ]
+
+
+@pytest.mark.parametrize("product, M, N, K, t256, t192", _measured_tile_pairs())
+def test_wgmma_auto_ranks_its_wide_tiles_as_measured(product, M, N, K, t256, t192):
+    """The cost model against the recorded measurement: where one of 128 x 256 and 128 x 192
+    ran more than 5% faster than the other on the H200, auto (132 SMs) takes that one; closer
+    than that, either may be taken."""
+    p = gemmlab.plan("auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=132)
+    faster = 192 if t192 > t256 else 256
+    if max(t192, t256) > 1.05 * min(t192, t256):
+        assert p.params["BN"] == faster, f"{product}: {p.describe()} ({t256:.1f}% with 256, {t192:.1f}% with 192)"
 
 
 @pytest.mark.parametrize(
