@@ -2,7 +2,7 @@
 # One call on the GPU machine does it all: install gemmlab, run the whole test
 # suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
 # $OUT (default ./.out).  Usage:
-#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|training|train|tp|sweep|profile|extra|all]...
+#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|tiles|training|train|tp|sweep|profile|extra|all]...
 # "bench" times gemmlab.matmul beside cupy/torch.matmul, host time included (the
 # public call; BENCH_ARGS=--kernel-only adds each kernel alone, back to back).
 # "overhead" measures host µs per call (gemmlab vs torch.matmul vs cupy.matmul) and
@@ -13,6 +13,8 @@
 # "shapes" times 400+ products of 13 public models and random odd sizes (forward, input and
 # weight gradient views) in bf16, fp16, fp32 and fp32_tc beside torch.matmul, by kind of
 # product (SHAPES_ARGS, e.g. "--dtype bf16 --kinds odd_align" or "--sample 100").
+# "tiles" forces wgmma's tiles side by side on models' products and on Q @ K^T over lengths
+# (scripts/ab_wgmma_tiles.py: $OUT/ab-tiles.json, ab-qk.json).
 # "training" times whole models' training steps through gemmlab.torch beside PyTorch, with
 # their drift from float64 (TRAINING_ARGS, default --quick: the headline in about 5 minutes;
 # "" runs every model, mode and precision).
@@ -81,6 +83,13 @@ if has shapes; then
     | tee -a "$log"
   timeout 900 gemmlab bench --suite shapes ${SHAPES_ARGS:-} --json "$OUT/shapes.json" --plot "$OUT/shapes.png" \
     2>&1 | tee "$OUT/shapes.log" | tee -a "$log"
+fi
+if [[ " $steps " == *" tiles "* ]]; then   # not part of "all": an A/B, asked for by name
+  echo "== tiles: wgmma's tiles forced side by side, beside torch (models' products, then Q @ K^T by length)" \
+    | tee -a "$log"
+  timeout 300 python3 scripts/ab_wgmma_tiles.py --json "$OUT/ab-tiles.json" 2>&1 | tee "$OUT/ab-tiles.log" | tee -a "$log"
+  timeout 300 python3 scripts/ab_wgmma_tiles.py --set qk --batched-arms t128=128x128x4,t64=128x64x4,s64=64x64x8,n128=64x128x4 \
+    --json "$OUT/ab-qk.json" 2>&1 | tee "$OUT/ab-qk.log" | tee -a "$log"
 fi
 if has training; then
   echo "== training: whole models' steps through gemmlab.torch beside PyTorch, drift from float64" | tee -a "$log"

@@ -1,7 +1,9 @@
 """The kernel registry: listing, tile-parameter rules, name expressions, the
 auto choice and launch geometry (pure Python, no GPU, no compiler)."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -1204,6 +1206,46 @@ def test_wgmma_auto_128x192_where_the_last_round_is_part_empty(M, N, K, ops, til
         )
 
 
+def _hopper_plan(M, N, K, dtype="bfloat16", ops="NN", batch=1):
+    """kernel="auto"'s plan for a product on an sm_90a GPU of 132 SMs (an H100 / H200)."""
+    return gemmlab.plan(
+        "auto",
+        M,
+        N,
+        K,
+        dtype=dtype,
+        out_dtype=dtype,
+        arch="sm_90a",
+        sm_count=132,
+        op_a=ops[0],
+        op_b=ops[1],
+        batch=batch,
+    )
+
+
+AB_TILES = Path(__file__).resolve().parents[1] / "benchmarks/results/nvidia-h200/ab-wgmma-tiles-2026-11-29.json"
+
+
+def _measured_tile_pairs():
+    """(product, M, N, K, % of torch with 128 x 256, with 128 x 192) of the single products
+    scripts/ab_wgmma_tiles.py timed with both tiles forced on an H200."""
+    runs = json.loads(AB_TILES.read_text())["runs"]["models"]["records"]
+    return [
+        (r["product"], *r["shape"], r["pct_t256"], r["pct_t192"]) for r in runs if r.get("batch", 1) == 1 and r["ok"]
+    ]
+
+
+@pytest.mark.parametrize("product, M, N, K, t256, t192", _measured_tile_pairs())
+def test_wgmma_auto_ranks_its_wide_tiles_as_measured(product, M, N, K, t256, t192):
+    """The cost model against the recorded measurement: where one of 128 x 256 and 128 x 192
+    ran more than 5% faster than the other on the H200, auto (132 SMs) takes that one; closer
+    than that, either may be taken."""
+    p = _hopper_plan(M, N, K)
+    faster = 192 if t192 > t256 else 256
+    if max(t192, t256) > 1.05 * min(t192, t256):
+        assert p.params["BN"] == faster, f"{product}: {p.describe()} ({t256:.1f}% with 256, {t192:.1f}% with 192)"
+
+
 @pytest.mark.parametrize(
     "M, N, K, ops, batch, bn",
     [
@@ -1218,19 +1260,7 @@ def test_wgmma_auto_128x192_where_the_last_round_is_part_empty(M, N, K, ops, til
 def test_wgmma_auto_batches_of_64_columns_take_128x64(M, N, K, ops, batch, bn):
     """16-bit batches of at most 64 columns (P @ V at a head dim of 64) take 128 x 64, which
     computes nothing past N, where 128 x 128 computes as much past it as in it."""
-    p = gemmlab.plan(
-        "auto",
-        M,
-        N,
-        K,
-        dtype="bfloat16",
-        out_dtype="bfloat16",
-        arch="sm_90a",
-        sm_count=132,
-        op_a=ops[0],
-        op_b=ops[1],
-        batch=batch,
-    )
+    p = _hopper_plan(M, N, K, ops=ops, batch=batch)
     assert p.spec.name == "wgmma" and p.params["BN"] == bn and p.params["SPLITK"] == 1, p.describe()
     assert p.params in WGMMA.configurations("bfloat16")
 
