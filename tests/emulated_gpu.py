@@ -13,7 +13,7 @@ every batch's pointers.  The wgmma rung's launch is emulated from its tensor map
 (runtime.tma's encoder replaced by a record of what it was asked for): one
 launch per batch, each operand read through its 3-D map at the batch
 coordinate the kernel would give it (0 for a shared operand, whose map holds
-one matrix), C written through its map or from registers with stride_c.  It says nothing about the kernels themselves: that is
+one matrix), C written through its map or by the threads with stride_c.  It says nothing about the kernels themselves: that is
 tests/test_blas3.py's job on the GPU.
 """
 

@@ -216,7 +216,8 @@ def test_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, c
 def test_narrow_tile_in_every_layout(bm, dtype, out_dtype, ops, shape, alpha, beta, caplog):
     """BN = 64 (the tile of products with few rows: m64n64 wgmmas, one box of B a K-step) on
     shapes that are multiples of no tile, each layout read as stored, both epilogues (the
-    TMA store with beta = 0, the registers' stores with beta != 0)."""
+    TMA store with beta = 0; with beta != 0 16-bit inputs staged a warp's rows at a time, TF32
+    from the registers)."""
     M, N, K = shape
     # (a vector's layout is ambiguous: a 'T' view with a dimension of 1 may fall back)
     expect = "wgmma" if min(shape) > 1 or ops == "NN" else None
@@ -502,7 +503,7 @@ def _batched(
 def test_batch_is_one_launch_in_every_layout(monkeypatch, ops, dtype, out_dtype, shape, beta):
     """A batch of 5 with gaps between the matrices (a, b and out), shapes that are multiples of
     no tile: one launch, every matrix right, C's gaps untouched; beta = 0 stores through C's
-    3-D map, beta != 0 from registers at stride_c."""
+    3-D map, beta != 0 without TMA at stride_c."""
     M, N, K = shape
     _batched(monkeypatch, 5, 5, M, N, K, ops, dtype, out_dtype, beta=beta)
 
@@ -836,7 +837,8 @@ BN192_SHAPES = [(517, 389, 263), (4096, 768, 768), (4001, 770, 776), (129, 193, 
 def test_bn192_on_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha, beta, caplog):
     """BN = 192 by name: m64n192 wgmmas, B 'N' in three 64-column boxes a K-step, B 'T' in one
     of 192 rows; both epilogues (beta = 0: the TMA store, three 64-column chunks of a 16-bit
-    tile or six 32-column ones of FP32; beta != 0: from the registers), output poisoned first."""
+    tile or six 32-column ones of FP32; beta != 0: staged a warp's rows at a time), output
+    poisoned first."""
     M, N, K = shape
     expect = "wgmma" if min(shape) > 1 or ops == "NN" else None  # (a vector's layout is ambiguous)
     _check(
@@ -936,3 +938,190 @@ def test_auto_takes_what_the_wave_choice_says(M, N, K, ops):
     ref = a64 @ b64
     assert not torch.isnan(out).any()
     assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) <= BOUND["bfloat16"]
+
+
+# -- C that TMA does not store: the staged epilogue (tensor/04_wgmma_store.cuh) -----------------
+
+
+@pytest.fixture
+def c_through_tma(monkeypatch):
+    """Whether each wgmma launch built during the test stores C through TMA (_c_map's answer),
+    in order; the prepared calls are dropped first, so that every call builds its launch."""
+    from gemmlab.kernels.tensor import wgmma as wg
+
+    seen = []
+    real = wg._c_map
+
+    def spy(*a, **kw):
+        m = real(*a, **kw)
+        seen.append(m is not None)
+        return m
+
+    monkeypatch.setattr(wg, "_c_map", spy)
+    executor.CACHE.clear()
+    return seen
+
+
+def _c_off_the_grid(nb, M, N, ot, view, beta, rng):
+    """(out, its buffer, what out holds before the call) for a result of nb matrices (None: one)
+    of M x N in dtype ``ot`` off the 16-byte grid: ``contiguous`` (rows of N elements, N odd);
+    ``odd-ld``: a column slice one element into rows of an odd length, so that the base is off
+    too (no paired stores); ``even-ld``: two elements into rows of an even length, the base off
+    the 16-byte grid (paired stores, no TMA).  The buffer is NaN everywhere, out holds fresh
+    values where beta != 0."""
+    batch = () if nb is None else (nb,)
+    if view == "contiguous":
+        ld, first = N, 0
+    elif view == "odd-ld":
+        ld, first = (N + 2 if N % 2 else N + 1), 1
+    else:
+        ld, first = (N + 3 if N % 2 else N + 2), 2
+    eb = torch.finfo(ot).bits // 8
+    assert (ld * eb) % 16 or (first * eb) % 16, "TMA would store it"
+    buf = torch.full((*batch, M, ld), float("nan"), device="cuda", dtype=ot)
+    out = buf[..., first : first + N]
+    c0 = torch.from_numpy(random_matrix((nb or 1) * M, N, "uniform", rng).reshape(*batch, M, N)).cuda().to(ot)
+    if beta:
+        out.copy_(c0)
+    return out, buf, c0
+
+
+def _staged_check(nb, M, N, K, ops, dtype, out_dtype, alpha, beta, bias_kind, view, c_through_tma, **params):
+    """alpha * op(a) @ op(b) (+ a row or a column bias) (+ beta * out) on wgmma with C off the
+    16-byte grid: every element within bf16's, fp16's or fp32's rounding of the FP64 value,
+    nothing outside out written, wgmma unsplit without a TMA store of C, in one launch."""
+    rng = np.random.default_rng(M + 3 * N + 7 * K + (nb or 0))
+    a, a64 = _stack(nb, M, K, ops[0], dtype, rng)
+    b, b64 = _stack(nb, K, N, ops[1], dtype, rng)
+    ot = getattr(torch, out_dtype)
+    out, buf, c0 = _c_off_the_grid(nb, M, N, ot, view, beta, rng)
+    bias = None
+    if bias_kind != "none":
+        shape = (N,) if bias_kind == "row" else (M, 1)
+        bias = torch.from_numpy(random_matrix(1, shape[0], "uniform", rng).reshape(shape)).cuda().to(ot)
+    got = gemmlab.matmul(a, b, out=out, alpha=alpha, beta=beta, bias=bias, kernel="wgmma", **params)
+    torch.cuda.synchronize()
+    assert got is out
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and not p.fallback_reason and p.params["SPLITK"] == 1, p.describe()
+    assert c_through_tma == [False], c_through_tma
+    prod = a64 @ b64
+    ref = alpha * prod + (beta * c0.double() if beta else 0)
+    size = abs(alpha) * (a64.abs() @ b64.abs()) + (abs(beta) * c0.double().abs() if beta else 0)
+    if bias is not None:
+        ref, size = ref + bias.double(), size + bias.double().abs()
+    got64 = out.double()
+    # One rounding to C's type on top of the FP32 sums, relative to the sizes of the terms (a
+    # bias or beta * C left out, or a value in the wrong place, is of the order of the terms).
+    tol = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}[out_dtype] * size + 1e-6
+    bad = torch.isnan(got64) | ((got64 - ref).abs() > tol)
+    if bad.any():
+        idx = [int(x) for x in bad.nonzero()[0]]
+        pytest.fail(
+            f"{p.describe()}: {int(bad.sum())} of {bad.numel()} wrong; first at {idx}: "
+            f"{float(got64[tuple(idx)])} vs {float(ref[tuple(idx)])}"
+        )
+    err = float(torch.linalg.norm(got64 - ref) / torch.linalg.norm(ref))
+    assert err <= BOUND[out_dtype], f"relative error {err:.2e}"
+    outside = torch.ones(buf.shape, dtype=torch.bool, device="cuda")
+    outside[..., out.storage_offset() - buf.storage_offset() :][..., :N] = False
+    assert torch.isnan(buf[outside]).all(), "written outside out"
+
+
+# (nb, M, N, K, ops): attention's Q @ K^T at 197 tokens (a batch of 3), 77 tokens with a head
+# dim of 128, a vocabulary's 50257 columns, and a product no tile divides.
+STAGED_SHAPES = [
+    (3, 197, 197, 64, "NT"),
+    (None, 77, 77, 128, "NN"),
+    (None, 1000, 50257, 64, "NN"),
+    (None, 517, 389, 263, "TN"),
+]
+STAGED_DTYPES = [("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float16", "float16"), ("float16", "float32")]
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", STAGED_SHAPES, ids=lambda s: f"{s[0] or 1}x{s[1]}x{s[2]}x{s[3]}-{s[4]}")
+@pytest.mark.parametrize("dtype, out_dtype", STAGED_DTYPES)
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
+@pytest.mark.parametrize("bias_kind", ["none", "row", "column"])
+@pytest.mark.parametrize("view", ["contiguous", "odd-ld", "even-ld"])
+def test_c_off_the_grid_is_staged(shape, dtype, out_dtype, alpha, beta, bias_kind, view, c_through_tma):
+    """C whose rows (and, in a view, base) are off the 16-byte grid: written by the staged
+    epilogue, one element a lane (odd rows or base) or two (even-ld), C's type staged with
+    beta = 0 (out poisoned first), FP32 with beta != 0 (out fresh values, in the reference)."""
+    nb, M, N, K, ops = shape
+    _staged_check(nb, M, N, K, ops, dtype, out_dtype, alpha, beta, bias_kind, view, c_through_tma)
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", UNSPLIT_CONFIGS, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+@pytest.mark.parametrize(
+    "dtype, out_dtype, alpha, beta, bias_kind, view",
+    [
+        ("bfloat16", "bfloat16", 1.0, 0.0, "row", "odd-ld"),
+        ("float16", "float32", 0.5, 2.0, "column", "odd-ld"),
+        ("float16", "float16", 0.5, 2.0, "none", "even-ld"),
+        ("bfloat16", "float32", -1.0, 0.0, "none", "even-ld"),
+    ],
+)
+def test_c_off_the_grid_in_every_tile(params, dtype, out_dtype, alpha, beta, bias_kind, view, c_through_tma):
+    """Every unsplit configuration (the 16-bit ones: BN = 64 to 256, BM = 64 and 128, clusters)
+    with the staged epilogue on 517 x 389 x 263: chunks of 64 (16-bit) or 32 (FP32) columns
+    ending inside and past N, warps whose rows start past M."""
+    if params not in registry.get("wgmma").configurations(dtype):
+        pytest.skip(f"not a {dtype} configuration")
+    _staged_check(None, 517, 389, 263, "NT", dtype, out_dtype, alpha, beta, bias_kind, view, c_through_tma, **params)
+    assert gemmlab.last_plan().params == params
+
+
+def _np_stack(emu, nb, rows, cols, layout, rng):
+    """_stack for the emulated GPU: float16 (NumPy has no bfloat16), rows padded to 8 elements."""
+    sr, sc = (rows, cols) if layout == "N" else (cols, rows)
+    ld = -(-sc // 8) * 8
+    x = emu.keep(rng.uniform(-1, 1, (nb or 1, sr, ld)).astype(np.float16))[..., :sc]
+    x = x if layout == "N" else x.transpose(0, 2, 1)
+    return x if nb else x[0]
+
+
+@pytest.mark.parametrize("shape", STAGED_SHAPES[:2] + STAGED_SHAPES[3:], ids=lambda s: f"{s[0] or 1}x{s[1]}x{s[2]}")
+@pytest.mark.parametrize("beta", [0.0, 2.0])
+@pytest.mark.parametrize("bias_kind", ["none", "row", "column"])
+@pytest.mark.parametrize("view", ["contiguous", "odd-ld", "even-ld"])
+@pytest.mark.parametrize("out_dtype", ["float16", "float32"])
+def test_emulated_c_off_the_grid_is_stored_without_tma(
+    monkeypatch, shape, beta, bias_kind, view, out_dtype, c_through_tma
+):
+    """Without a GPU (tests/emulated_gpu.py): the GPU tests' results off the 16-byte grid reach
+    wgmma, unsplit, without a map of C (so the kernel stages them), with the leading dimension,
+    batch stride and bias strides that give the right result; nothing outside out written."""
+    import emulated_gpu
+
+    emu = emulated_gpu.install(monkeypatch)
+    nb, M, N, K, ops = shape
+    rng = np.random.default_rng(M + N + K)
+    a, b = _np_stack(emu, nb, M, K, ops[0], rng), _np_stack(emu, nb, K, N, ops[1], rng)
+    ld, first = (N, 0)  # as _c_off_the_grid's views
+    if view == "odd-ld":
+        ld, first = (N + 2 if N % 2 else N + 1), 1
+    elif view == "even-ld":
+        ld, first = (N + 3 if N % 2 else N + 2), 2
+    batch = () if nb is None else (nb,)
+    buf = emu.keep(np.full((*batch, M, ld), np.nan, out_dtype))
+    out = buf[..., first : first + N]
+    c0 = rng.uniform(-1, 1, (*batch, M, N)).astype(out_dtype)
+    if beta:
+        out[...] = c0
+    bias = None
+    if bias_kind != "none":
+        bias = emu.keep(rng.uniform(-1, 1, (N,) if bias_kind == "row" else (M, 1)).astype(out_dtype))
+    assert gemmlab.matmul(a, b, out=out, alpha=0.5, beta=beta, bias=bias, kernel="wgmma") is out
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and not p.fallback_reason and p.params["SPLITK"] == 1, p.describe()
+    assert c_through_tma == [False], c_through_tma
+    ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c0 + (0 if bias is None else bias)
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=0, atol=2e-2)
+    outside = np.ones(buf.shape, bool)
+    outside[..., first : first + N] = False
+    assert np.isnan(buf[outside]).all()

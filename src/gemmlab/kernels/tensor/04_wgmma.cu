@@ -15,13 +15,13 @@ namespace gemmlab {
 constexpr int WGMMA_PRODUCER_REGS = 40;   // setmaxnreg: producer warpgroup
 constexpr int WGMMA_CONSUMER_REGS = 232;  // setmaxnreg: each consumer warpgroup
 constexpr int WGMMA_EPI_BYTES = 8192;     // one staging buffer of the TMA-store epilogue (two per consumer)
+// A warp's share of its consumer's two buffers in the staged epilogue (04_wgmma_store.cuh).
+constexpr int WGMMA_WARP_STAGE = 2 * WGMMA_EPI_BYTES / 4;
+static_assert(StagedChunk<float>::BYTES <= WGMMA_WARP_STAGE && StagedChunk<__half>::BYTES <= WGMMA_WARP_STAGE,
+              "a warp's staged chunk fits in its share of the staging buffers");
 
-// The epilogue's bias, as compiled: none; a row of values by column (bias_rs = 0:
-// nn.Linear's, added to every row); a column of values by row (bias_cs = 0).  The host
-// adds any other bias after the product (wgmma_epilogue_bias in kernels/tensor/wgmma.py).
-constexpr int WGMMA_BIAS_NONE = 0;
-constexpr int WGMMA_BIAS_ROW = 1;
-constexpr int WGMMA_BIAS_COLUMN = 2;
+// The epilogue's bias is compiled per kind (WGMMA_BIAS_NONE, _ROW, _COLUMN:
+// tensor/04_wgmma_store.cuh).
 
 // OPA, OPB: the operand layouts every rung's template ends with (layout.cuh):
 // 'N' op(A) = A stored M x K row-major, 'T' A stored K x M (op(A) = A^T); likewise
@@ -49,6 +49,13 @@ constexpr int WGMMA_BIAS_COLUMN = 2;
 // before the one rounding to C's type.  Its strides broadcast it, one of bias_rs and
 // bias_cs 0: (0, 1) is a row vector added to every row (nn.Linear's bias), (1, 0) a
 // column; the bias never costs C a second pass through memory.
+// A C that TMA does not write (16-bit inputs, unsplit: beta != 0, rows or base off the
+// 16-byte grid -- attention's scores at 197 tokens, a vocabulary of 50257 columns -- or a
+// batch with gaps) goes through shared memory too: from the accumulator layout a warp's
+// store instruction reaches 8 rows (with rows of odd length one 2-byte element each, so
+// 8 sectors for 64 bytes); staged, each warp writes its rows whole, lanes on consecutive
+// columns (tensor/04_wgmma_store.cuh).  TF32 and split-K's FP32 workspace store from the
+// registers.
 template <int DT, int ODT, int BM, int BN, int STAGES, int CLUSTER, bool SPLIT, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A, int lda,
@@ -270,7 +277,6 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
             // (row) or per tile (column), not once per element.
             const O* bz = bias != nullptr ? bias + zs * bias_zs : nullptr;
             auto epilogue = [&](const int bias_kind) {
-                const bool with_bias = bias_kind != WGMMA_BIAS_NONE;
                 [[maybe_unused]] auto bias_of = [&](int m, int n) -> float {
                     if (bias_kind == WGMMA_BIAS_ROW)
                         return n < N ? to_float(bz[n * bias_cs]) : 0.0f;
@@ -380,8 +386,9 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                             store_pair(Cz, ldc, m0 + 8 * j + e, n0, M, N, acc[4 * j + e], acc[4 * j + 2 + e], alpha,
                                        beta, pairs);
                     }
-                } else {
-                    // Epilogue straight from the accumulator registers (layout: hopper.cuh).
+                } else if constexpr (SPLIT) {
+                    // FP32 partial products into the workspace (no bias), straight from the
+                    // accumulator registers (layout: hopper.cuh), in pairs where N is even.
                     O* Cz = C + zs * stride_c;
                     const int row0 = tm * TM + c * 64 + wq * 16 + g;
                     const int col0 = tn * TN + 2 * tq;
@@ -389,15 +396,21 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                     for (int j = 0; j < TN / 8; ++j) {
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
-                            const int m = row0 + 8 * h, n = col0 + 8 * j;
-                            if (with_bias)
-                                store_pair(Cz, ldc, m, n, M, N, alpha * acc[4 * j + 2 * h] + bias_of(m, n),
-                                           alpha * acc[4 * j + 2 * h + 1] + bias_of(m, n + 1), 1.0f, beta, pairs);
-                            else
-                                store_pair(Cz, ldc, m, n, M, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], alpha,
-                                           beta, pairs);
+                            store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, acc[4 * j + 2 * h],
+                                       acc[4 * j + 2 * h + 1], alpha, beta, pairs);
                         }
                     }
+                } else {
+                    // 16-bit inputs, C not written by TMA (beta != 0, rows or base off the 16-byte
+                    // grid, a batch with gaps): through shared memory too, each warp its own 16 rows
+                    // in its quarter of the two staging buffers, written out a row at a time
+                    // (tensor/04_wgmma_store.cuh), so that a store instruction covers consecutive
+                    // elements of one row instead of a few of each of 8 rows.
+                    const int m0 = tm * TM + 64 * c + 16 * wq;
+                    if (m0 < M)
+                        wgmma_store_staged<TN>(acc, stage_c + wq * WGMMA_WARP_STAGE, C + zs * stride_c, ldc, M, N,
+                                               m0, tn * TN, alpha, beta, pairs, bias_kind, bz, bias_rs, bias_cs,
+                                               lane);
                 }
             };
             if constexpr (!SPLIT && !TF32) {

@@ -412,14 +412,15 @@ def _batch_of(ops: Operands, stride: int) -> tuple[int, int]:
 def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
     """The map of C for the TMA-store epilogue, and whether to use it: beta == 0 (C is only
     written) and C readable by TMA, each matrix of the batch too; else the kernel stores
-    from registers (the map passed then is a placeholder it never reads)."""
+    without TMA, 16-bit inputs through shared memory a warp's rows at a time, TF32 from the
+    registers (the map passed then is a placeholder it never reads)."""
     dtype = "float32" if pr.out_dtype in ("float32", "tf32") else pr.out_dtype
     eb = element_bytes(dtype)
     nz, sc = _batch_of(ops, ops.sc)
     if beta != 0 or not tma_readable(ops.C, pr.M, ops.ldc, eb, (sc,)):
         return None
     # A batch whose C has room between its matrices or rows (padded rows, gaps) is
-    # stored from registers: on an H100 the 3-D TMA store wrote zeros into that
+    # stored without TMA: on an H100 the 3-D TMA store wrote zeros into that
     # room (benchmarks/NOTES.md; cause not found).  Dense batches keep it.
     if nz > 1 and (ops.ldc != pr.N or sc != pr.M * ops.ldc):
         return None

@@ -9,6 +9,7 @@
 
 #include <gemmlab/hopper.cuh>
 #include <gemmlab/tensor/03_mma_pipelined.cuh>
+#include <gemmlab/tensor/04_wgmma_store.cuh>
 
 namespace gemmlab {
 
@@ -46,17 +47,6 @@ struct KSlice {
 __device__ __forceinline__ KSlice k_slice(int zs, int slices, int per_slice, int k_steps) {
     const int ks0 = (zs % slices) * per_slice;
     return {zs / slices, ks0, min(ks0 + per_slice, k_steps)};
-}
-
-// Two adjacent outputs in one 8-byte (FP32) or 4-byte (16-bit) store; p must be aligned to it.
-template <class O>
-__device__ __forceinline__ void store_two(O* p, float v0, float v1) {
-    if constexpr (sizeof(O) == 4) {
-        *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-    } else {
-        struct alignas(4) Two { O x, y; };
-        *reinterpret_cast<Two*>(p) = Two{from_float<O>(v0), from_float<O>(v1)};
-    }
 }
 
 // C[row][col], C[row][col + 1] = alpha * (v0, v1) + beta * old, whichever lie inside.
