@@ -49,6 +49,26 @@ PRODUCTS = [
     ("square 8192", 8192, 8192, 8192, "NN", False),
 ]
 
+# --set few: single products whose 128 x 256 tiles leave most SMs idle (a few hundred to
+# two thousand tokens, narrow projections, weight gradients), from models the suites name
+# and others.
+FEW_TILES = [
+    ("llama-3.2-3b q x @ W.t(), 512 tokens", 512, 3072, 3072, "NT", False),
+    ("llama-3.2-1b o x @ W.t(), 512 tokens", 512, 2048, 2048, "NT", False),
+    ("mixtral kv x @ W.t(), 512 tokens", 512, 1024, 4096, "NT", False),
+    ("mistral-7b kv x @ W.t(), 1024 tokens", 1024, 1024, 4096, "NT", False),
+    ("qwen2.5-7b kv x @ W.t(), 2048 tokens", 2048, 512, 3584, "NT", True),
+    ("gemma-2-2b down x @ W.t(), 512 tokens", 512, 2304, 9216, "NT", False),
+    ("phi-3-mini down x @ W.t(), 1024 tokens", 1024, 3072, 8192, "NT", False),
+    ("llama-3-8b q x @ W.t(), 256 tokens", 256, 4096, 4096, "NT", False),
+    ("bert-base o x @ W.t(), 512 tokens", 512, 768, 768, "NT", True),
+    ("gpt2 fc2 x @ W.t(), 1024 tokens", 1024, 768, 3072, "NT", True),
+    ("whisper-small fc1 dY @ W, 1500 frames", 1500, 768, 3072, "NN", False),
+    ("vit-b16 fc1 dY @ W, 197 tokens", 197, 768, 3072, "NN", False),
+    ("gpt2 o dY^T @ x, 4 x 1024 tokens", 768, 768, 4096, "TN", False),
+    ("clip-vit-l14 o dY^T @ x, 32 x 257 tokens", 1024, 1024, 8224, "TN", False),
+]
+
 # --set qk: attention's Q @ K^T over sequence lengths (head dims 64 and 128), a few
 # million outputs each: which tile a batch of small odd matrices wants.
 QK_SWEEP = [
@@ -74,29 +94,34 @@ def arrays(M, N, K, ops, gen, dtype, batch=None):
 
 
 def parse_arms(text: str) -> dict:
+    """name=BMxBNxSTAGES[xCLUSTER[xSPLITK]],...: CLUSTER and SPLITK default to 1."""
     arms = {}
     for item in text.split(","):
         name, tile = item.split("=")
-        bm, bn, stages = (int(v) for v in tile.split("x"))
-        arms[name] = {"BM": bm, "BN": bn, "STAGES": stages}
+        bm, bn, stages, cluster, splitk = ([int(v) for v in tile.split("x")] + [1, 1])[:5]
+        arms[name] = {"BM": bm, "BN": bn, "STAGES": stages, "CLUSTER": cluster, "SPLITK": splitk}
     return arms
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the records here")
-    ap.add_argument("--arms", default="t256=128x256x4,t192=128x192x4", help="name=BMxBNxSTAGES,...")
-    ap.add_argument("--batched-arms", default="t128=128x128x4,t64=128x64x4,s64=64x64x8", help="name=BMxBNxSTAGES,...")
+    ap.add_argument("--arms", default="t256=128x256x4,t192=128x192x4", help="name=BMxBNxSTAGES[xCLUSTER[xSPLITK]],...")
+    ap.add_argument(
+        "--batched-arms",
+        default="t128=128x128x4,t64=128x64x4,s64=64x64x8",
+        help="name=BMxBNxSTAGES[xCLUSTER[xSPLITK]],...",
+    )
     ap.add_argument(
         "--set",
-        choices=("models", "qk"),
+        choices=("models", "qk", "few"),
         default="models",
-        help="models: the products above; qk: Q @ K^T over sequence lengths",
+        help="models: the products above; qk: Q @ K^T over sequence lengths; few: products of few tiles",
     )
     ap.add_argument("--budget-s", type=float, default=300.0, help="no product starts after this many seconds")
     args = ap.parse_args()
     tiles, batched_tiles = parse_arms(args.arms), parse_arms(args.batched_arms)
-    products = QK_SWEEP if args.set == "qk" else PRODUCTS
+    products = {"qk": QK_SWEEP, "few": FEW_TILES, "models": PRODUCTS}[args.set]
 
     import torch
     import gemmlab
@@ -110,7 +135,8 @@ def main() -> int:
     gpu = gpu_info(0)
     spec = registry.get("wgmma")
     names = {
-        f"gemmlab::wgmma_gemm<1, 1, {p['BM']}, {p['BN']}, {p['STAGES']}, 1, false, '{ops[0]}', '{ops[1]}'>"
+        f"gemmlab::wgmma_gemm<1, {3 if p['SPLITK'] > 1 else 1}, {p['BM']}, {p['BN']}, {p['STAGES']}, "
+        f"{p['CLUSTER']}, {'true' if p['SPLITK'] > 1 else 'false'}, '{ops[0]}', '{ops[1]}'>"
         for _, _, _, _, ops, *rest in products
         for p in (batched_tiles if rest[1:] else tiles).values()
     }
@@ -137,7 +163,7 @@ def main() -> int:
             "torch": (lambda: torch.addmm(bias, a, b, out=ct)) if with_bias else (lambda: torch.matmul(a, b, out=ct))
         }
         for arm, p in arms.items():
-            calls[arm] = lambda p=p: gemmlab.matmul(a, b, out=c, bias=bias, kernel="wgmma", CLUSTER=1, SPLITK=1, **p)
+            calls[arm] = lambda p=p: gemmlab.matmul(a, b, out=c, bias=bias, kernel="wgmma", **p)
         calls["auto"] = lambda: gemmlab.matmul(a, b, out=c, bias=bias)
         sample = (
             models._Sample(a, b) if batch is None else models._Sample(a[0], b[0])
