@@ -48,14 +48,14 @@ SOURCES = {
         "2026-11-29",
         "gemmlab bench --suite shapes --dtype bf16,fp16,fp32,fp32_tc --time-budget-s 45",
     ),
-    f"{H200}/training-2026-11-29-5.json": ("2026-11-29", "gemmlab bench --suite training --quick"),
+    f"{H200}/training-2026-11-29-6.json": ("2026-11-29", "gemmlab bench --suite training --quick"),
 }
 FP32_LADDER = f"{H200}/ladder-fp32-2026-11-29.json"  # the CUDA-core rungs' pages
 TENSOR_LADDER = f"{H200}/ladder-bf16-2026-11-29.json"  # the tensor-core rungs' pages
 EC_RUN = f"{H100}/ec-run95f.json"
 MODELS_RUN = f"{H100}/models-run90e.json"
 SHAPES_RUN = f"{H200}/shapes-2026-11-29-4.json"  # other models' products, by kind
-TRAINING_RUN = f"{H200}/training-2026-11-29-5.json"  # whole training steps
+TRAINING_RUN = f"{H200}/training-2026-11-29-6.json"  # whole training steps
 
 PAGE_SIZE = (4096, 4096, 4096)  # the one size each rung page compares at
 PAGES = {  # page -> (ladder file, its rung's kernel, the rung below's kernel or None)
