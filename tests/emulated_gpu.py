@@ -128,6 +128,8 @@ class Emulator:
         map_c,
         tma_store,
         splits,
+        partials=0,
+        counters=0,
         bias=0,
         bias_rs=0,
         bias_cs=0,
@@ -136,20 +138,15 @@ class Emulator:
         pr = p.problem
         splits, M, N, C, bias = int(splits), int(M), int(N), int(C), int(bias)
         assert splits == p.params["SPLITK"], (splits, p.params)
-        assert not bias or (splits == 1 and pr.dtype != "tf32"), "the epilogue adds a bias unsplit, 16-bit only"
-        if splits > 1:  # FP32 partial products into the workspace: M x N floats each, (matrix, slice)
-            assert (float(alpha), float(beta), int(tma_store), int(ldc), int(sc)) == (1.0, 0.0, 0, N, M * N)
-            steps = -(-int(K) // 64)
-            per = -(-steps // splits)
-            for z in range(int(batch)):
-                a = self._through(map_a, z if int(sa) else 0, "float16")
-                b = self._through(map_b, z if int(sb) else 0, "float16")
-                a, b = (a if pr.op_a == "N" else a.T), (b if pr.op_b == "N" else b.T)
-                for s in range(splits):
-                    k0, k1 = min(int(K), 64 * s * per), min(int(K), 64 * (s + 1) * per)
-                    c = self.operand(C + 4 * (z * splits + s) * M * N, "float32", "N", M, N, N)
-                    c[...] = a[:, k0:k1].astype(np.float64) @ b[k0:k1, :].astype(np.float64)
-            return
+        assert not bias or pr.dtype != "tf32", "the epilogue adds a bias to 16-bit products only"
+        if splits > 1:
+            # The kernel adds its slices itself (04_wgmma_splitk.cuh) and writes C as unsplit: its
+            # workspaces must be as large as the host sized them, the counters zero (each launch
+            # leaves them so: nothing to emulate).
+            part_bytes, counter_bytes = p.spec.split_fixup(p.params, pr)
+            self.mem(int(partials), "uint8", (part_bytes * int(batch),), (1,))
+            n = counter_bytes * int(batch) // 4
+            assert not self.mem(int(counters), "uint32", (n,), (1,)).any(), "split-K's counters not zero"
         assert pr.dtype in ("float16", "bfloat16", "tf32") and grid[1] == grid[2] == 1, (pr.dtype, grid)
         assert grid[0] <= 132, grid  # persistent: no more blocks than SMs
         M, N, K, ldc, batch = int(M), int(N), int(K), int(ldc), int(batch)

@@ -154,14 +154,18 @@ def test_emulated_repeated_call_refuses_a_bias_inside_out(emu, dtype, kernel):
     assert np.isnan(poisoned).all()
 
 
-def test_emulated_split_k_and_fp32_add_after_the_product(emu, adds):
+def test_emulated_split_k_fuses_the_bias_and_fp32_adds_it_after(emu, adds):
+    """wgmma split over K adds its slices in the kernel, so its epilogue takes the bias as
+    unsplit; FP32 (not on wgmma) adds it after the product."""
     a, b, bias = _emulated(emu, (40, 1024), 1), _emulated(emu, (1024, 72), 2), _emulated(emu, (72,), 3)
     got = gemmlab.matmul(a, b, bias=bias, kernel="wgmma", SPLITK=4)
+    assert gemmlab.last_plan().params["SPLITK"] == 4
     np.testing.assert_allclose(got.astype(np.float64), a.astype(np.float64) @ b + bias, rtol=0, atol=0.1)
+    assert adds["n"] == 0
     a32, b32, bias32 = (x.astype(np.float32) for x in (a, b, bias))
     got = gemmlab.matmul(emu.keep(a32), emu.keep(b32), bias=emu.keep(bias32))
     np.testing.assert_allclose(got, a32.astype(np.float64) @ b32 + bias32, rtol=1e-5, atol=1e-4)
-    assert adds["n"] == 2
+    assert adds["n"] == 1
 
 
 # -- GPU ------------------------------------------------------------------------------------
@@ -292,6 +296,36 @@ def test_wgmma_128x192_adds_the_bias_in_its_epilogue(ops, dtype, out_dtype, shap
 
 @hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float16"), ("float16", "float32")])
+# Rows of 16-byte multiples; no tile divides them; K of 2 to 70 K-steps.
+@pytest.mark.parametrize(
+    "shape", [(40, 1000, 4096), (136, 264, 72), (8, 520, 2104)], ids=lambda s: "x".join(map(str, s))
+)
+@pytest.mark.parametrize("bias_shape", ["row", "column"])
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
+def test_wgmma_split_k_adds_the_bias_in_its_epilogue(ops, dtype, out_dtype, shape, bias_shape, alpha, beta, adds):
+    """Split over K, the tile's last slice adds the others' partial tiles in the kernel and
+    runs the epilogue once: the bias added once, nothing after the product."""
+    M, N, _ = shape
+    bs = {"row": (N,), "column": (M, 1)}[bias_shape]
+    _check(
+        shape, ops, dtype, out_dtype, bs, alpha=alpha, beta=beta, kernel="wgmma", seed=M + N, BM=64, BN=128, SPLITK=4
+    )
+    p = gemmlab.last_plan()
+    assert p.spec.name == "wgmma" and p.params["SPLITK"] == 4 and adds["n"] == 0
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("bias_shape", [(200,), (5, 1, 200), (5, 40, 1)])
+def test_wgmma_split_k_batch_bias_in_one_launch(bias_shape, adds):
+    _check((5, 40, 200, 2048), "NT", "bfloat16", "bfloat16", bias_shape, kernel="wgmma", BM=64, BN=128, SPLITK=3)
+    assert gemmlab.last_plan().params["SPLITK"] == 3 and adds["n"] == 0
+
+
+@hopper
+@pytest.mark.gpu
 @pytest.mark.parametrize("bias_shape", [(392,), (6, 1, 392), (6, 50, 1)])
 def test_wgmma_128x192_batch_bias_in_one_launch(bias_shape, adds):
     _check((6, 50, 392, 64), "NT", "float16", "float16", bias_shape, kernel="wgmma", BM=128, BN=192)
@@ -319,15 +353,11 @@ def test_a_repeated_call_reads_each_new_bias(adds):
         ("float32", "auto", None, (136, 70, 50), {}),
         ("float32", "auto", "fp32_tc", (257, 300, 129), {}),
         ("bfloat16", "mma_pipelined", None, (136, 70, 56), {}),
-        ("bfloat16", "wgmma", None, (40, 1000, 4096), {"SPLITK": 4}),  # split-K: the bias after the product
         ("bfloat16", "gemv", None, (4, 64, 56), {}),
     ],
 )
 def test_every_other_rung_adds_the_bias_after_the_product(dtype, kernel, precision, shape, params, adds):
-    if kernel == "wgmma" and rt_device.gpu_info(0).arch != "sm_90a":
-        pytest.skip("needs a Hopper GPU (sm_90a)")
     _check(shape, "NN", dtype, dtype, (shape[1],), kernel=kernel, precision=precision, **params)
-    assert gemmlab.last_plan().spec.name != "wgmma" or gemmlab.last_plan().params["SPLITK"] == 4
     assert adds["n"] == 1
 
 

@@ -68,8 +68,9 @@ def _tuned_configs(spec) -> list[dict]:
 
 def layout_configs(spec) -> list[dict]:
     """The configurations compiled in all four layouts (see the module docstring).  wgmma:
-    every tile unsplit, and split-K (another instantiation: FP32 partial products, no TMA
-    store) on the tiles its auto rule splits; every tile split is compiled in 'N', 'N'."""
+    every tile unsplit, and split-K (another instantiation: the fixup that adds the slices
+    before the epilogue) on the tiles its auto rule splits; every tile split is compiled in
+    'N', 'N'."""
     if spec.name == "wgmma":
         unsplit = [c for c in spec.configurations() if c["SPLITK"] == 1]
         return unsplit + [
@@ -399,7 +400,8 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
     BK / MMA_K = 4 HGMMA per stage unrolled, of the instantiation's type, in every layout
     it reads (16-bit: all four; TF32: NN).  A 16-bit operand stored MN-major (A 'T': K x M;
     B 'N': K x N) is read through the transpose bit, a K-major one (A 'N', B 'T') without.
-    Split over K (SPLIT true), the partial tiles leave from the registers (no TMA store)."""
+    Split over K (SPLIT true) or not, C leaves through the TMA store (or the threads' stores);
+    split, the fixup's signals are there (split_fixup_sass), unsplit none of them."""
     seen, splits = set(), set()
     for name, text, facts in hopper_path_sass("wgmma", ladder_module, ladder_sass):
         # nvdisasm writes FP16 as the default (no type suffix): HGMMA.64x256x16.F32
@@ -412,7 +414,8 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
         assert re.search(expect + r"[ .]", text), f"{name}: no {expect}"
         assert facts["HGMMA"] == 4, f"{name}: {facts}"
         # A batch is one launch: every copy names its matrix (3-D maps, the batch outermost).
-        assert "UTMALDG.3D" in text and "UTMALDG.2D" not in text and ("UTMASTG" in text) != split, name
+        assert "UTMALDG.3D" in text and "UTMALDG.2D" not in text and "UTMASTG.3D" in text, name
+        split_fixup_sass(name, text, split)
         if dt != 2:
             assert (".tnspA" in text) == (op_a == "T"), name
             assert (".tnspB" in text) == (op_b == "N"), name
@@ -422,17 +425,32 @@ def test_wgmma_uses_warpgroup_mma_tma_and_register_reallocation(ladder_module, l
     assert splits == {(dt, ops, s) for dt, ops in seen for s in (False, True)}, splits
 
 
+def split_fixup_sass(name: str, text: str, split: bool) -> None:
+    """Split-K's fixup in the SASS of a split wgmma instantiation (tensor/04_wgmma_work.cuh), and
+    none of it unsplit: the release add on the counter (REDG, GPU scope), the owner's sleeping
+    wait, the partials as 16-byte stores and loads at GPU scope (st/ld.global.cg), the fence."""
+    facts = {
+        "REDG.E.ADD.STRONG.GPU": "REDG.E.ADD.STRONG.GPU" in text,
+        "NANOSLEEP": "NANOSLEEP" in text,
+        "STG.E.128.STRONG.GPU": "STG.E.128.STRONG.GPU" in text,
+        "LDG.E.128.STRONG.GPU": "LDG.E.128.STRONG.GPU" in text,
+        "MEMBAR.SC.GPU": "MEMBAR.SC.GPU" in text,
+    }
+    assert all(facts.values()) if split else not any(facts.values()), (name, facts)
+
+
 def wgmma_128x192_instantiations(every: bool) -> list[str]:
     """The 128 x 192 tile's instantiations (16-bit only, CLUSTER = 1, 4 stages: what auto
-    picks).  ``every``: both types in every layout, unsplit with a 16-bit and an FP32 result
-    and split; else a sample in which each type appears once in each layout, split in one
-    type and unsplit in the other, the result 16-bit in two layouts and FP32 in the others."""
+    picks).  ``every``: both types in every layout, unsplit and split, each with a 16-bit
+    and an FP32 result; else a sample in which each type appears once in each layout, split
+    in one type and unsplit in the other, the result 16-bit in two layouts and FP32 in the
+    others."""
     wg = registry.get("wgmma")
     out = []
     for i, (op_a, op_b) in enumerate(LAYOUTS):
         for j, dtype in enumerate(("bfloat16", "float16")):
-            for splits, out_dtype in ((1, dtype), (1, "float32"), (2, "float32")):
-                if every or (splits > 1) == bool((i + j) % 2) and (splits > 1 or (out_dtype == dtype) == (i < 2)):
+            for splits, out_dtype in ((1, dtype), (1, "float32"), (2, dtype), (2, "float32")):
+                if every or (splits > 1) == bool((i + j) % 2) and (out_dtype == dtype) == (i < 2):
                     prob = Problem(1, 1, 1, True, dtype, out_dtype, op_a, op_b)
                     params = wg.resolve({"BM": 128, "BN": 192, "STAGES": 4, "SPLITK": splits}, dtype)
                     out.append(wg.name_expression(params, prob))
@@ -443,12 +461,12 @@ def wgmma_128x192_instantiations(every: bool) -> list[str]:
 def test_wgmma_128x192_compiles_without_spills(every):
     """The m64n192 instantiations compile for sm_90a with no local memory (ptxas: no spills, no
     stack; SASS: no LDL / STL), within the registers of 384 threads, on the Hopper path: 4
-    HGMMA.64x192x16 a K-step of the right type, the transpose bits of the layout, the TMA store
-    unsplit only.  The sample by default, every one in the compile matrix (which also
+    HGMMA.64x192x16 a K-step of the right type, the transpose bits of the layout, the TMA store,
+    split-K's fixup where split.  The sample by default, every one in the compile matrix (which also
     compiles every BN = 192 configuration: test_every_instantiation_compiles_without_spills)."""
     spec = registry.get("wgmma")
     names = wgmma_128x192_instantiations(every)
-    assert len(names) == (24 if every else 8) and len(set(names)) == len(names)
+    assert len(names) == (32 if every else 8) and len(set(names)) == len(names)
     groups = [names[0::2], names[1::2]]  # two modules, compiled side by side
     from gemmlab.runtime.compile import compile_in_processes
 
@@ -473,7 +491,8 @@ def test_wgmma_128x192_compiles_without_spills(every):
             assert facts["HGMMA"] == 4 and facts["HMMA"] == 0, (name, facts)
             op_a, op_b = re.findall(r"'([NT])'", name)
             assert (".tnspA" in text) == (op_a == "T") and (".tnspB" in text) == (op_b == "N"), name
-            assert ("UTMASTG" in text) == (", false, '" in name) and "UTMALDG.3D" in text, name
+            assert "UTMASTG" in text and "UTMALDG.3D" in text, name
+            split_fixup_sass(name, text, ", true, '" in name)
 
 
 @compile_matrix

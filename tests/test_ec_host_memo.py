@@ -48,7 +48,7 @@ class Recorder:
 
     def __init__(self):
         self.log = []  # every launch, memset, workspace taken and given back, in order
-        self.address = {"choice": 0x10000, "splitk": 0x4000000, "scratch": 0x200000}
+        self.address = {"choice": 0x10000, "splitk": 0x4000000, "splitk_counters": 0x80000, "scratch": 0x200000}
         self.kept = True
         self.repeats = True  # the address comes back at the next call (kept, or from the pool again)
         self.builds = 0  # ec_wgmma argument sets built
@@ -669,8 +669,10 @@ def test_half_rows_grid():
 def test_a_repeated_staged_wgmma_call_launches_what_the_first_built(rec):
     """wgmma on 16-bit operands TMA cannot read in place (a vocabulary's dY @ W: K odd): the
     staging pre-pass's copy and wgmma's arguments on the copy (tensor maps included) are built
-    once per set of addresses and workspace, as ec_wgmma's split is; a moved operand builds
-    again, a graph's own workspace (not kept) every time."""
+    once per set of addresses and workspaces, as ec_wgmma's split is; a moved operand builds
+    again, a graph's own workspace (not kept) every time.  Split over K in the kernel, its two
+    workspaces (partials, counters) are taken before the staging copy's, in the slots' order,
+    and given back after the kernel; no reduction runs."""
     rng = np.random.default_rng(3)
     a = rng.standard_normal((64, 30001)).astype(np.float16)  # rows of 60002 bytes: off the grid
     b = rng.standard_normal((30001, 256)).astype(np.float16)
@@ -678,10 +680,21 @@ def test_a_repeated_staged_wgmma_call_launches_what_the_first_built(rec):
     gemmlab.matmul(a, b, out=out)
     p = gemmlab.last_plan()
     assert p.spec.name == "wgmma" and p.problem.stage, p.describe()
+    assert p.params["SPLITK"] > 1, p.describe()
+    taken = [e for e in rec.log if e[0] in ("take", "close")]
+    a_slot = {v: k for k, v in rec.address.items()}
+    assert [(e[0], e[1] if e[0] == "take" else a_slot[e[1]]) for e in taken] == [
+        ("take", "splitk"),
+        ("take", "splitk_counters"),
+        ("take", "scratch"),
+        ("close", "scratch"),
+        ("close", "splitk_counters"),
+        ("close", "splitk"),
+    ], taken
     first = rec.launches()
     kernels = [k for k, _, _ in first]
     assert kernels[0] == PACK16_KERNEL and kernels.count(PACK16_KERNEL) == 1, kernels
-    assert any(k.startswith("gemmlab::wgmma_gemm") for k in kernels), kernels
+    assert [k for k in kernels if k != PACK16_KERNEL] == [p.name_expression], kernels
     assert rec.builds == 1
     for _ in range(3):
         gemmlab.matmul(a, b, out=out)

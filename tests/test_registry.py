@@ -1527,16 +1527,16 @@ def test_wgmma_name_expressions():
         )
         == "gemmlab::wgmma_gemm<2, 3, 64, 128, 3, 2, false, 'N', 'N'>"
     )
-    # Split over K: one instantiation for every SPLITK > 1, writing FP32 partial products
-    # whatever C's dtype (the reduction converts).
+    # Split over K: one instantiation for every SPLITK > 1, writing C in its own dtype (the
+    # kernel adds its slices itself before the epilogue).
     for splits in (2, 16):
         assert (
             WGMMA.name_expression({**d, "SPLITK": splits}, prob)
-            == f"gemmlab::wgmma_gemm<1, 3, 128, 256, 4, {d['CLUSTER']}, true, 'N', 'N'>"
+            == f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, true, 'N', 'N'>"
         )
-    # Unsplit: 16-bit (4 type pairs) in every layout, TF32 in NN only; split: 2 16-bit types
-    # in every layout, TF32 in NN.  38 tiles, of which TF32 has 33 (no BN = 192).
-    assert len(WGMMA.all_name_expressions()) == 38 * 4 * 4 + 33 + 38 * 2 * 4 + 33
+    # Unsplit and split alike: 16-bit (4 type pairs) in every layout, TF32 in NN only.  38
+    # tiles, of which TF32 has 33 (no BN = 192).
+    assert len(WGMMA.all_name_expressions()) == 2 * (38 * 4 * 4 + 33)
     assert (
         WGMMA.name_expression(d, prob.with_layout("N", "T"))
         == f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, false, 'N', 'T'>"

@@ -14,6 +14,8 @@ import pytest
 import gemmlab
 from gemmlab.core import executor
 from gemmlab.kernels import registry
+from gemmlab.kernels.simt.pipelined import SPLITK_VALUES
+from gemmlab.kernels.spec import TYPE_CODES
 from gemmlab.runtime import device as rt_device
 from gemmlab.tools.verify import random_matrix
 
@@ -575,13 +577,15 @@ def test_auto_runs_a_batch_on_wgmma_in_one_launch(monkeypatch):
     _one_wgmma_launch(monkeypatch, q, k.transpose(-1, -2))
 
 
-# -- split-K: partial products in a workspace, added into C by splitk_reduce ----------------------
+# -- split-K: each tile's last slice adds the others' partial tiles in the kernel -----------------
 
 
 def _split_ran(splits):
     p = gemmlab.last_plan()
     assert p.spec.name == "wgmma" and p.params["SPLITK"] == splits, p.describe()
-    assert ", true, '" in p.name_expression, p.name_expression  # the split instantiation (FP32 partials)
+    assert ", true, '" in p.name_expression, p.name_expression  # the split instantiation (the fixup)
+    odt = p.name_expression.split("<")[1].split(", ")[1]
+    assert odt == str(TYPE_CODES[p.problem.out_dtype]), p.name_expression  # C's own type: no reduction converts
 
 
 SPLIT_SHAPES = [(1, 300, 4000), (7, 13, 5), (16, 520, 3001), (129, 257, 1100), (1, 1, 1)]
@@ -596,7 +600,8 @@ SPLIT_SHAPES = [(1, 300, 4000), (7, 13, 5), (16, 520, 3001), (129, 257, 1100), (
 def test_split_k_on_odd_shapes(dtype, out_dtype, ops, shape, alpha, beta, caplog):
     """SPLITK=3 on shapes that are multiples of no tile, in every layout and output type:
     slices of unequal length, empty ones where K has fewer than 3 K-steps (7x13x5), the
-    reduction writing alpha * sum + beta * C in C's dtype."""
+    owner's epilogue writing alpha * sum + beta * C in C's dtype (through TMA with beta = 0,
+    staged or from TF32's registers with beta != 0)."""
     if dtype == "tf32" and ops != "NN":
         pytest.skip("TF32 reads NN only")
     M, N, K = shape
@@ -641,17 +646,19 @@ def test_split_k_on_odd_shapes(dtype, out_dtype, ops, shape, alpha, beta, caplog
 @pytest.mark.parametrize(
     "dtype, out_dtype, ops", [("bfloat16", "bfloat16", "NN"), ("float16", "float32", "TT"), ("tf32", "float32", "NN")]
 )
-def test_split_k_in_every_tile(tile, splits, dtype, out_dtype, ops, caplog):
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (-0.5, 2.0)])
+def test_split_k_in_every_tile(tile, splits, dtype, out_dtype, ops, alpha, beta, caplog):
     """Each tile shape and clusters (an odd number of tile-rows: the last cluster's second
-    block computes rows past M) split 2 and 16 ways."""
+    block computes rows past M, its consumers outside C neither write nor wait) split 2 and
+    16 ways, with alpha and beta."""
     _check(
         300,
         333,
         2100,
         dtype,
         out_dtype,
-        1.0,
-        0.0,
+        alpha,
+        beta,
         np.random.default_rng(splits),
         caplog,
         ops=ops,
@@ -663,13 +670,106 @@ def test_split_k_in_every_tile(tile, splits, dtype, out_dtype, ops, caplog):
 
 @hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("splits", [s for s in SPLITK_VALUES if s > 1])
+@pytest.mark.parametrize("dtype, out_dtype, ops", [("bfloat16", "bfloat16", "TN"), ("tf32", "float32", "NN")])
+def test_split_k_every_split(splits, dtype, out_dtype, ops, caplog):
+    """Every SPLITK the spec offers on a product no tile divides (65 K-steps, or 130 of TF32:
+    slices of unequal length, and for 16 slices of 16-bit three without K-steps), two
+    consumer warpgroups."""
+    _check(
+        301,
+        333,
+        4153,
+        dtype,
+        out_dtype,
+        0.75,
+        0.5,
+        np.random.default_rng(splits),
+        caplog,
+        ops=ops,
+        BM=128,
+        BN=128,
+        SPLITK=splits,
+    )
+    _split_ran(splits)
+
+
+def _split_call(M, N, K, dtype, rng, **params):
+    """A split product on fresh operands, out poisoned: (out, its FP64 reference, the call)."""
+    a, a64 = _operand(M, K, "N", lambda n: -(-n // 8) * 8, dtype, rng)
+    b, b64 = _operand(K, N, "T", lambda n: -(-n // 8) * 8, dtype, rng)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, dtype))
+
+    def call():
+        return gemmlab.matmul(a, b, out=out, kernel="wgmma", **params)
+
+    return out, a64 @ b64, call
+
+
+def _close(out, ref, dtype):
+    assert not torch.isnan(out).any(), "unwritten or NaN outputs"
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert err <= BOUND[dtype], f"relative error {err:.2e}"
+
+
+@hopper
+@pytest.mark.gpu
+def test_split_k_counters_are_zero_again_after_every_launch():
+    """The counters are zeroed once, when the stream's workspace is allocated: each launch must
+    leave them zero for the next.  The same call many times (the prepared call's kept launch),
+    interleaved with products of other tile counts and splits on the same stream (the same
+    counters, a larger one growing them), each result right, out poisoned before every call."""
+    rng = np.random.default_rng(7)
+    calls = [
+        _split_call(64, 1000, 4096, "bfloat16", rng, BM=64, BN=128, SPLITK=4),
+        _split_call(300, 333, 2100, "bfloat16", rng, BM=128, BN=256, SPLITK=3, CLUSTER=2),
+        _split_call(1000, 2000, 3000, "bfloat16", rng, BM=64, BN=128, SPLITK=2),  # more counters
+        _split_call(7, 13, 5, "bfloat16", rng, BM=64, BN=128, SPLITK=16),  # empty slices
+    ]
+    for _ in range(3):
+        for out, ref, call in calls + calls[:1] * 3:
+            out.fill_(float("nan"))
+            call()
+            torch.cuda.synchronize()
+            _close(out, ref, "bfloat16")
+
+
+@hopper
+@pytest.mark.gpu
+def test_split_k_on_other_streams():
+    """Split products on a second and a third stream (each stream's own workspaces and
+    counters), the two running at the same time (few tiles: both grids resident together),
+    then again on the default stream."""
+    rng = np.random.default_rng(8)
+    first = _split_call(64, 1000, 4096, "bfloat16", rng, BM=64, BN=128, SPLITK=2)
+    second = _split_call(130, 500, 3000, "float16", rng, BM=128, BN=128, SPLITK=3)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for _ in range(3):
+        for (out, _, call), stream in zip((first, second), streams):
+            out.fill_(float("nan"))
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                call()
+        torch.cuda.synchronize()
+        _close(first[0], first[1], "bfloat16")
+        _close(second[0], second[1], "float16")
+    for out, ref, call in (first, second):
+        out.fill_(float("nan"))
+        call()
+    torch.cuda.synchronize()
+    _close(first[0], first[1], "bfloat16")
+    _close(second[0], second[1], "float16")
+
+
+@hopper
+@pytest.mark.gpu
 @pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
 @pytest.mark.parametrize("dtype, out_dtype", [("bfloat16", "bfloat16"), ("float16", "float32")])
 @pytest.mark.parametrize("beta", [0.0, 0.5])
 def test_split_k_batch(monkeypatch, ops, dtype, out_dtype, beta):
-    """A batch of 5 with gaps between the matrices, split 3 ways: one GEMM launch (its work
-    items every (matrix, slice, tile)) and one reduction; C's gaps untouched."""
-    _batched(monkeypatch, 5, 5, 129, 257, 520, ops, dtype, out_dtype, beta=beta, expect=2, BM=64, BN=128, SPLITK=3)
+    """A batch of 5 with gaps between the matrices, split 3 ways: one launch (its work items
+    every (matrix, slice, tile)), no reduction; C's gaps untouched."""
+    _batched(monkeypatch, 5, 5, 129, 257, 520, ops, dtype, out_dtype, beta=beta, expect=1, BM=64, BN=128, SPLITK=3)
     _split_ran(3)
 
 
@@ -677,12 +777,16 @@ def test_split_k_batch(monkeypatch, ops, dtype, out_dtype, beta):
 @pytest.mark.gpu
 def test_split_k_batch_with_a_shared_operand_and_chunks(monkeypatch):
     """A broadcast b (stride 0), and a workspace limit that cuts the batch into chunks of two:
-    a GEMM launch and a reduction per chunk."""
+    a launch per chunk, each on its matrices' partials and counters."""
     from gemmlab.core import executor
+    from gemmlab.kernels.spec import Problem
+    from gemmlab.kernels.tensor.wgmma import wgmma_split_workspace
 
-    _batched(monkeypatch, 6, None, 100, 200, 700, "NT", "bfloat16", "bfloat16", expect=2, BM=64, BN=128, SPLITK=4)
-    monkeypatch.setattr(executor, "SPLITK_WORKSPACE_LIMIT", 2 * 4 * 100 * 200 * 4)
-    _batched(monkeypatch, 5, 5, 100, 200, 700, "TN", "float16", "float16", expect=6, BM=64, BN=128, SPLITK=4)
+    _batched(monkeypatch, 6, None, 100, 200, 700, "NT", "bfloat16", "bfloat16", expect=1, BM=64, BN=128, SPLITK=4)
+    params = registry.get("wgmma").resolve({"BM": 64, "BN": 128, "SPLITK": 4}, "float16")
+    per_matrix = wgmma_split_workspace(params, Problem(100, 200, 700, True, "float16", "float16"))[0]
+    monkeypatch.setattr(executor, "SPLITK_WORKSPACE_LIMIT", 2 * per_matrix)
+    _batched(monkeypatch, 5, 5, 100, 200, 700, "TN", "float16", "float16", expect=3, BM=64, BN=128, SPLITK=4)
 
 
 @hopper
@@ -869,7 +973,8 @@ def test_bn192_on_odd_shapes_in_every_layout(ops, dtype, out_dtype, shape, alpha
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
 def test_bn192_split_k(ops, dtype, out_dtype, splits, shape, alpha, beta, caplog):
     """BN = 192 split over K: FP32 partial 128 x 192 tiles from the registers into the workspace,
-    added into C by the reduction; slices of unequal length, empty ones (7x13x5)."""
+    added by each tile's last slice before its epilogue; slices of unequal length, empty ones
+    (7x13x5)."""
     M, N, K = shape
     expect = "wgmma" if min(shape) > 1 or ops == "NN" else None
     _check(
@@ -901,10 +1006,10 @@ def test_bn192_split_k(ops, dtype, out_dtype, splits, shape, alpha, beta, caplog
 def test_bn192_batch_is_one_launch(monkeypatch, ops, dtype, out_dtype, beta):
     """A batch of 5 with gaps between the matrices on 128 x 192 tiles: one launch (3-D maps,
     C stored through its map with beta = 0), every matrix right, C's gaps untouched; split 3
-    ways, one GEMM launch and one reduction."""
+    ways, one launch too."""
     _batched(monkeypatch, 5, 5, 129, 389, 263, ops, dtype, out_dtype, beta=beta, BM=128, BN=192)
     _bn192_ran()
-    _batched(monkeypatch, 5, 5, 129, 389, 1100, ops, dtype, out_dtype, beta=beta, expect=2, BM=128, BN=192, SPLITK=3)
+    _batched(monkeypatch, 5, 5, 129, 389, 1100, ops, dtype, out_dtype, beta=beta, expect=1, BM=128, BN=192, SPLITK=3)
     _bn192_ran(split=True)
 
 
@@ -989,7 +1094,8 @@ def _c_off_the_grid(nb, M, N, ot, view, beta, rng):
 def _staged_check(nb, M, N, K, ops, dtype, out_dtype, alpha, beta, bias_kind, view, c_through_tma, **params):
     """alpha * op(a) @ op(b) (+ a row or a column bias) (+ beta * out) on wgmma with C off the
     16-byte grid: every element within bf16's, fp16's or fp32's rounding of the FP64 value,
-    nothing outside out written, wgmma unsplit without a TMA store of C, in one launch."""
+    nothing outside out written, wgmma (split as ``params`` say) without a TMA store of C, in
+    one launch."""
     rng = np.random.default_rng(M + 3 * N + 7 * K + (nb or 0))
     a, a64 = _stack(nb, M, K, ops[0], dtype, rng)
     b, b64 = _stack(nb, K, N, ops[1], dtype, rng)
@@ -1003,7 +1109,8 @@ def _staged_check(nb, M, N, K, ops, dtype, out_dtype, alpha, beta, bias_kind, vi
     torch.cuda.synchronize()
     assert got is out
     p = gemmlab.last_plan()
-    assert p.spec.name == "wgmma" and not p.fallback_reason and p.params["SPLITK"] == 1, p.describe()
+    assert p.spec.name == "wgmma" and not p.fallback_reason, p.describe()
+    assert p.params["SPLITK"] == params.get("SPLITK", 1), p.describe()
     assert c_through_tma == [False], c_through_tma
     prod = a64 @ b64
     ref = alpha * prod + (beta * c0.double() if beta else 0)
@@ -1076,6 +1183,27 @@ def test_c_off_the_grid_in_every_tile(params, dtype, out_dtype, alpha, beta, bia
     assert gemmlab.last_plan().params == params
 
 
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape",
+    STAGED_SHAPES[:2] + STAGED_SHAPES[3:] + [(None, 301, 389, 4000, "NN")],
+    ids=lambda s: f"{s[0] or 1}x{s[1]}x{s[2]}x{s[3]}-{s[4]}",
+)
+@pytest.mark.parametrize("dtype, out_dtype", STAGED_DTYPES)
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
+@pytest.mark.parametrize("bias_kind", ["none", "row", "column"])
+@pytest.mark.parametrize("view", ["odd-ld", "even-ld"])
+@pytest.mark.parametrize(
+    "tile", [dict(BM=64, BN=128, SPLITK=3), dict(BM=128, BN=256, SPLITK=4)], ids=["64x128", "128x256"]
+)
+def test_c_off_the_grid_split_k(shape, dtype, out_dtype, alpha, beta, bias_kind, view, tile, c_through_tma):
+    """Split over K with C off the 16-byte grid: the tile's last slice adds the others' partials
+    and runs the staged epilogue, bias and beta * C included (short K: slices without K-steps)."""
+    nb, M, N, K, ops = shape
+    _staged_check(nb, M, N, K, ops, dtype, out_dtype, alpha, beta, bias_kind, view, c_through_tma, **tile)
+
+
 def _np_stack(emu, nb, rows, cols, layout, rng):
     """_stack for the emulated GPU: float16 (NumPy has no bfloat16), rows padded to 8 elements."""
     sr, sc = (rows, cols) if layout == "N" else (cols, rows)
@@ -1090,12 +1218,14 @@ def _np_stack(emu, nb, rows, cols, layout, rng):
 @pytest.mark.parametrize("bias_kind", ["none", "row", "column"])
 @pytest.mark.parametrize("view", ["contiguous", "odd-ld", "even-ld"])
 @pytest.mark.parametrize("out_dtype", ["float16", "float32"])
+@pytest.mark.parametrize("splits", [1, 3])
 def test_emulated_c_off_the_grid_is_stored_without_tma(
-    monkeypatch, shape, beta, bias_kind, view, out_dtype, c_through_tma
+    monkeypatch, shape, beta, bias_kind, view, out_dtype, splits, c_through_tma
 ):
     """Without a GPU (tests/emulated_gpu.py): the GPU tests' results off the 16-byte grid reach
-    wgmma, unsplit, without a map of C (so the kernel stages them), with the leading dimension,
-    batch stride and bias strides that give the right result; nothing outside out written."""
+    wgmma, unsplit or split (which adds its slices in the kernel: the same epilogue), without a
+    map of C (so the kernel stages them), with the leading dimension, batch stride and bias
+    strides that give the right result; nothing outside out written."""
     import emulated_gpu
 
     emu = emulated_gpu.install(monkeypatch)
@@ -1116,9 +1246,9 @@ def test_emulated_c_off_the_grid_is_stored_without_tma(
     bias = None
     if bias_kind != "none":
         bias = emu.keep(rng.uniform(-1, 1, (N,) if bias_kind == "row" else (M, 1)).astype(out_dtype))
-    assert gemmlab.matmul(a, b, out=out, alpha=0.5, beta=beta, bias=bias, kernel="wgmma") is out
+    assert gemmlab.matmul(a, b, out=out, alpha=0.5, beta=beta, bias=bias, kernel="wgmma", SPLITK=splits) is out
     p = gemmlab.last_plan()
-    assert p.spec.name == "wgmma" and not p.fallback_reason and p.params["SPLITK"] == 1, p.describe()
+    assert p.spec.name == "wgmma" and not p.fallback_reason and p.params["SPLITK"] == splits, p.describe()
     assert c_through_tma == [False], c_through_tma
     ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c0 + (0 if bias is None else bias)
     np.testing.assert_allclose(out.astype(np.float64), ref, rtol=0, atol=2e-2)

@@ -82,6 +82,9 @@ ARGS_KEPT = 1024
 # The stream workspace slot of split-K's partial products: a pre-pass takes the "scratch"
 # slot while they are held (runtime.launch.stream_workspace: the slots' order).
 SPLITK_SLOT = "splitk"
+# ... and of the counters of a split the kernel adds up itself (spec.split_fixup), taken after
+# SPLITK_SLOT: zeroed when allocated, and zero again after every launch, so kept per stream.
+SPLITK_COUNTERS_SLOT = "splitk_counters"
 
 _ONE, _ZERO, _ZERO32 = np.float32(1.0), np.float32(0.0), np.int32(0)
 
@@ -144,11 +147,14 @@ class Launcher:
         self.item_in, self.item_out = storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
         self.strides = tuple(strides)
         self.splits = splits = p.spec.splits(p.params)
-        # 16-bit outputs: the kernels handle alpha == 0, except split over K, where the
-        # partial products would read A and B; the reduction in C's dtype does it then.
-        # K == 0 always takes the reduction: empty operands may have no memory at all
-        # (a null address no tensor map can describe).
-        self.quick_ok = pr.out_dtype == "float32" or splits > 1 or pr.K == 0
+        # A split the kernel adds up itself (spec.split_fixup): its workspaces' bytes per
+        # matrix, (partial tiles, counters); None where a reduction kernel adds the slices.
+        self.fixup_bytes = p.spec.split_fixup(p.params, pr) if splits > 1 and p.spec.split_fixup else None
+        # 16-bit outputs: the kernels handle alpha == 0, except split over K with a reduction
+        # kernel, where the partial products would read A and B; the reduction in C's dtype
+        # does it then.  K == 0 always takes the reduction: empty operands may have no memory
+        # at all (a null address no tensor map can describe).
+        self.quick_ok = pr.out_dtype == "float32" or (splits > 1 and self.fixup_bytes is None) or pr.K == 0
         self.k_zero = pr.K == 0
         # A pre-pass: the rung's own (spec.prepass), or aligned copies of operands it cannot
         # read in place (spec.staging).
@@ -164,7 +170,8 @@ class Launcher:
         self.extra = p.extra_args() + ((0,) if self.reads_choice else ())
         per_launch = GRID_Z_MAX
         if splits > 1:
-            per_launch = max(1, min(per_launch, SPLITK_WORKSPACE_LIMIT // max(1, 4 * splits * M * N)))
+            per_matrix = self.fixup_bytes[0] if self.fixup_bytes else 4 * splits * M * N
+            per_launch = max(1, min(per_launch, SPLITK_WORKSPACE_LIMIT // max(1, per_matrix)))
         if self.batched_args:  # the kernel's work index (matrix, tile) is a 32-bit int; its smallest tile is 64 x 64
             per_launch = max(1, min(per_launch, INT32_MAX // max(1, -(-M // 64) * -(-N // 64))))
         if self.batched_args and p.spec.batch_workspace is not None:
@@ -184,8 +191,8 @@ class Launcher:
             )
         # A bias the kernel adds in its epilogue (spec.epilogue_bias): its element strides
         # (rows, columns, matrices), where this launcher can take one -- one launch of the
-        # kernel's own arguments, no pre-pass, K unsplit and not 0 -- else None (run() and
-        # direct() then take bias = 0 only).
+        # kernel's own arguments, no pre-pass, K unsplit or split in the kernel, K not 0 --
+        # else None (run() and direct() then take bias = 0 only).
         self.bias_strides = None
         if (
             bias_strides is not None
@@ -193,7 +200,7 @@ class Launcher:
             and p.spec.epilogue_bias(p, bias_strides)
             and p.spec.kernel_args is not None
             and self.prepass is None
-            and splits == 1
+            and (splits == 1 or self.fixup_bytes is not None)
             and pr.K != 0
             and (batch == 1 or self.batched_args and len(self.chunks) == 1)
         ):
@@ -206,8 +213,8 @@ class Launcher:
         self._shapes = {}
         # kernel_args' arguments, kept per addresses (None: built per call, for driver-built maps).
         self._args_memo = {} if p.spec.kernel_args is not None and self.prepass is None else None
-        self._full_memo = {}  # (A, B, C, alpha, beta, bias) -> the whole argument tuple, for direct()
-        self._split_memo = {}  # split-K, own arguments: (A, B, workspace) -> the GEMM's arguments, for direct()
+        # (A, B, C, alpha, beta, bias[, the split's workspaces]) -> the whole argument tuple, for direct()
+        self._full_memo = {}
         self._prepass_memo = {}  # a pre-pass kernel's launches, by addresses, scalars and workspace
         self._prepass_bytes = {}  # ... and its workspace's size, by (matrices, strides, choice or not)
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
@@ -221,9 +228,10 @@ class Launcher:
         # this launcher's GEMM, read only with a record (splitk_reduce.cu); none by default.
         self.method32 = np.int32(EC_METHODS.get(pr.dtype, 0))
         if splits > 1:
+            self._ws_what = f"{p.describe()} (split-K)"
+        if splits > 1 and self.fixup_bytes is None:
             self.slice_ws = splits * M * N
             self.ldw, self.splits32, self.slice_ws64 = np.int32(N), np.int32(splits), np.int64(splits * M * N)
-            self._ws_what = f"{p.describe()} (split-K)"
 
     # -- the per-call part ---------------------------------------------------------------
     def run(
@@ -238,6 +246,7 @@ class Launcher:
         report: int = 0,
         workspace=None,
         bias: int = 0,
+        fixup=None,
     ) -> None:
         """Enqueue the product on ``stream``: C = alpha * op(A) @ op(B) + beta * C for
         every matrix of the batch (A, B, C: device addresses of the first ones).
@@ -247,14 +256,15 @@ class Launcher:
         ``workspace``: the pre-pass's workspace, taken by the caller (one launch, no
         split-K: shared_prepass_bytes), else taken here from the stream.
         ``bias``: the address of a bias the kernel adds in its epilogue (bias_strides is
-        set; alpha != 0), 0 for none."""
+        set; alpha != 0), 0 for none.  ``fixup``: the workspaces of a split the kernel adds
+        up itself (_take_fixup), taken by the caller for the one launch, else taken here."""
         if bias and (self.bias_strides is None or alpha == 0):
             raise ValueError(f"{self.plan.describe()}: this launch cannot add a bias in its epilogue")
         if self.quick_ok and (alpha == 0 or self.k_zero):
             self._quick_return(stream, C, beta)
             return
         if self.own_args:
-            self._run_own_args(stream, A, B, C, alpha, beta, choice, report, workspace, bias)
+            self._run_own_args(stream, A, B, C, alpha, beta, choice, report, workspace, bias, fixup)
             return
         M, N, K = self.args_mk
         lda, ldb, ldc, sa, sb, sc = self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc
@@ -326,25 +336,15 @@ class Launcher:
     def direct(self):
         """A function (stream, A, B, C, alpha, beta) -> None for the common case of
         one launch with the standard arguments (one batch chunk, no split-K), or of a
-        kernel that builds its own (one batch chunk; split-K's GEMM and
-        reduction): the same launches as run(), with every constant bound in the
-        closure, so that a repeated call spends as little Python as possible.  None
-        where run() is needed; run() also takes over for alpha == 0 (BLAS's quick return)."""
+        kernel that builds its own (one batch chunk, unsplit or split in the kernel):
+        the same launches as run(), with every constant bound in the closure, so that a
+        repeated call spends as little Python as possible.  None where run() is needed;
+        run() also takes over for alpha == 0 (BLAS's quick return)."""
         memo = _f32_memo
-        if (
-            self.own_args
-            and self._args_memo is not None
-            and self.splits > 1
-            and self.batched_args
-            and len(self.chunks) == 1
-        ):
-            return self._direct_split(memo)
-        if (
-            self.own_args
-            and self._args_memo is not None
-            and self.splits == 1
-            and (self.batch == 1 or self.batched_args and len(self.chunks) == 1)
-        ):
+        one_launch = self.batch == 1 or self.batched_args and len(self.chunks) == 1
+        if self.own_args and self._args_memo is not None and self.fixup_bytes is not None and one_launch:
+            return self._direct_fixup()
+        if self.own_args and self._args_memo is not None and self.splits == 1 and one_launch:
             # Tensor maps of the caller's arrays (a whole batch: one launch): the
             # argument tuple is kept per (addresses, alpha, beta) by _run_own_args; any other
             # call runs it.
@@ -374,43 +374,57 @@ class Launcher:
 
         return direct
 
-    def _direct_split(self, memo):
-        """direct() for split-K with the kernel's own arguments (one batch chunk): the
-        stream's workspace, then the GEMM (its arguments kept per (A, B, workspace) by
-        _launch_own_args) and the reduction, launched as run() launches them; run() takes
-        any call it has not prepared (a new address or workspace, alpha == 0)."""
-        split_memo, full, me, kernel, gpu = self._split_memo, self.run, self, self.kernel, self.gpu
-        reduce = self._reduce_kernel()[0]
-        reduce_shape = self._reduce_shapes[0]
-        M, N, _ = self.args_mk
-        splits32, ldc, sc, nbytes, what = (
-            self.splits32,
-            self.ldc,
-            self.sc,
-            4 * self.slice_ws * self.batch,
-            self._ws_what,
-        )
-        k_zero = self.k_zero
+    def _direct_fixup(self):
+        """direct() for a split the kernel adds up itself: the stream's two split-K
+        workspaces (_take_fixup), then the kernel, its arguments kept per (addresses,
+        alpha, beta, bias, workspaces) by _launch_own_args; run() takes any call it has not
+        prepared (given the workspaces), and alpha == 0 where the quick return applies."""
+        full_memo, full, me, kernel = self._full_memo, self.run, self, self.kernel
+        quick_ok, k_zero, nz = self.quick_ok, self.k_zero, self.chunks[0][3]
 
-        def direct_split(stream, A, B, C, alpha, beta):
-            a32, b32 = memo.get(alpha), memo.get(beta)
-            if a32 is None or b32 is None or alpha == 0 or k_zero:
-                full(stream, A, B, C, alpha, beta)
+        def direct_fixup(stream, A, B, C, alpha, beta, bias=0):
+            if quick_ok and (alpha == 0 or k_zero):
+                full(stream, A, B, C, alpha, beta, bias=bias)
                 return
-            ws = stream_workspace(gpu, stream, nbytes, what, "use a smaller SPLITK", slot=SPLITK_SLOT)
+            ws, counters = me._take_fixup(stream, nz)
             try:
-                w = int(ws.handle)
-                args = split_memo.get((A, B, w))
-                if args is None:  # new addresses, or a graph's own workspace: build them
-                    me._own_partials(stream, A, B, me.batch, w)
-                    me._reduce_slices(stream, w, C, alpha, beta, me._reduce_shapes[0])
+                args = full_memo.get((A, B, C, alpha, beta, bias, ws.handle, counters.handle))
+                if args is None:
+                    full(stream, A, B, C, alpha, beta, bias=bias, fixup=(ws, counters))
                     return
                 launch_shaped(kernel, me._shape, stream, args)
-                launch_shaped(reduce, reduce_shape, stream, (M, N, splits32, w, a32, b32, C, ldc, sc, 0, _ZERO32))
             finally:
+                counters.close(stream)  # in stream order, after the kernel
                 ws.close(stream)
 
-        return direct_split
+        return direct_fixup
+
+    def _take_fixup(self, stream: int, nz: int) -> tuple:
+        """The workspaces of a split the kernel adds up itself, for ``nz`` matrices: the
+        partial tiles (SPLITK_SLOT; nothing in them is read before it is written) and the
+        counters (SPLITK_COUNTERS_SLOT, zeroed when allocated: every launch leaves them
+        zero).  Both are given back with .close(stream), the counters first."""
+        partials, counters = self.fixup_bytes
+        capturing = stream_is_capturing(stream)
+        hint = "use a smaller SPLITK"
+        ws = stream_workspace(
+            self.gpu, stream, partials * nz, self._ws_what, hint, slot=SPLITK_SLOT, capturing=capturing
+        )
+        try:
+            cnt = stream_workspace(
+                self.gpu,
+                stream,
+                counters * nz,
+                self._ws_what,
+                hint,
+                slot=SPLITK_COUNTERS_SLOT,
+                zero_new=True,
+                capturing=capturing,
+            )
+        except BaseException:
+            ws.close(stream)
+            raise
+        return ws, cnt
 
     def _reduce_kernel(self):
         if self._reduce is None:
@@ -441,11 +455,12 @@ class Launcher:
         report: int = 0,
         workspace=None,
         bias: int = 0,
+        fixup=None,
     ) -> None:
         """A kernel whose spec builds its arguments: one launch per batch chunk where it
         takes a whole batch (spec.batched_args: 3-D tensor maps), else one per matrix
         (``choice``, where the method is chosen on the GPU, the address of the record
-        the kernels read)."""
+        the kernels read; ``fixup``: see run())."""
         if self.batched_args:
             jobs = [(A + da, B + db, C + dc, nz) for da, db, dc, nz, _ in self.chunks]
         else:
@@ -455,7 +470,7 @@ class Launcher:
                 self.strides[2] * self.item_out,
             )
             jobs = [(A + z * sa, B + z * sb, C + z * sc, 1) for z in range(self.batch)]
-        if self.splits > 1:  # the kernel's arguments built with the workspace as C, alpha = 1, beta = 0
+        if self.splits > 1 and self.fixup_bytes is None:  # the workspace as C, alpha = 1, beta = 0
             self._split_k(
                 stream,
                 [(c, nz, (a, b, nz)) for a, b, c, nz in jobs],
@@ -465,7 +480,9 @@ class Launcher:
                 choice,
             )
             return
-        self._launch_own_args(stream, jobs, self.lds[2], self.strides, alpha, beta, choice, report, workspace, bias)
+        self._launch_own_args(
+            stream, jobs, self.lds[2], self.strides, alpha, beta, choice, report, workspace, bias, fixup
+        )
 
     def _own_partials(self, stream: int, a: int, b: int, nz: int, w: int, choice: int = 0, report: int = 0) -> None:
         """Split-K's partial products of a kernel that builds its arguments, into the workspace at
@@ -493,39 +510,70 @@ class Launcher:
         report: int = 0,
         workspace=None,
         bias: int = 0,
+        fixup=None,
     ) -> None:
         """Launch the kernel on each job (A, B, C, matrices) with ``ldc`` and the batch ``strides``
-        (``bias``: see run())."""
+        (``bias``, ``fixup``: see run()).  A split the kernel adds up itself takes its two
+        workspaces per job (_take_fixup), unless the caller gave them for the one job."""
+        if self.fixup_bytes is None:
+            self._launch_jobs(stream, jobs, ldc, strides, alpha, beta, choice, report, workspace, bias)
+            return
+        for job in jobs:
+            taken = self._take_fixup(stream, job[3]) if fixup is None else None
+            try:
+                self._launch_jobs(
+                    stream, [job], ldc, strides, alpha, beta, choice, report, workspace, bias, fixup or taken
+                )
+            finally:
+                if taken is not None:
+                    taken[1].close(stream)  # in stream order, after the kernel
+                    taken[0].close(stream)
+
+    def _launch_jobs(
+        self,
+        stream: int,
+        jobs,
+        ldc: int,
+        strides,
+        alpha,
+        beta,
+        choice: int = 0,
+        report: int = 0,
+        workspace=None,
+        bias: int = 0,
+        fixup=None,
+    ) -> None:
+        """_launch_own_args's launches, ``fixup`` the split's workspaces (for one job) or None."""
         bias_ops = (bias,) + self.bias_strides if bias else ()
         if self.prepass is not None:
-            self._launch_after_prepass(stream, jobs, ldc, strides, alpha, beta, choice, report, workspace)
+            self._launch_after_prepass(stream, jobs, ldc, strides, alpha, beta, choice, report, workspace, fixup)
             return
         p, geo, (lda, ldb, _) = self.plan, self.geo, self.lds
+        split = (int(fixup[0].handle), int(fixup[1].handle)) if fixup is not None else ()
+        parts = dict(zip(("partials", "counters"), split))
         if self._args_memo is not None:
             alpha32, beta32, memo = f32(alpha), f32(beta), self._args_memo
             for a, b, c, nz in jobs:
                 # The arguments of these addresses, built once; alpha and beta (the
                 # standard arguments 3 and 8) filled in per call.
-                args = memo.get((a, b, c, nz, beta == 0, bias))
+                args = memo.get((a, b, c, nz, beta == 0, bias) + split)
                 if args is None:
                     args = self._memo_args(
-                        stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops), alpha, beta
+                        stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops, **parts), alpha, beta
                     )
                     if args is None:  # driver-built tensor maps: launched already, by cuLaunchKernel
                         continue
                 args = PackedArgs(args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:])
-                if len(jobs) == 1:  # what direct() launches for these addresses and scalars
-                    if self.splits == 1:
-                        _keep(self._full_memo, (a, b, c, alpha, beta, bias), args)
-                    else:  # c: the workspace (alpha = 1, beta = 0)
-                        _keep(self._split_memo, (a, b, c), args)
+                if len(jobs) == 1 and (self.splits == 1 or fixup is not None):
+                    # what direct() launches for these addresses, scalars (and workspaces)
+                    _keep(self._full_memo, (a, b, c, alpha, beta, bias) + split, args)
                 launch_shaped(self.kernel, self._shapes[nz], stream, args)
             return
         for a, b, c, nz in jobs:
             # Arguments built per call (driver-encoded tensor maps, which are not kept), but the
             # launch shape once.
             args = p.spec.kernel_args(
-                p, self.gpu, stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops), alpha, beta
+                p, self.gpu, stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops, **parts), alpha, beta
             )
             shape = self._shapes.get(nz)
             if shape is None:
@@ -536,7 +584,17 @@ class Launcher:
                 launch_shaped(self.kernel, shape, stream, args)
 
     def _launch_after_prepass(
-        self, stream: int, jobs, ldc: int, strides, alpha, beta, choice: int, report: int = 0, workspace=None
+        self,
+        stream: int,
+        jobs,
+        ldc: int,
+        strides,
+        alpha,
+        beta,
+        choice: int,
+        report: int = 0,
+        workspace=None,
+        fixup=None,
     ) -> None:
         """A kernel with a pre-pass (spec.PrePass): per job, a workspace
         from the caller's stream, the pre-pass's launches, then the kernel's.  What they
@@ -550,7 +608,9 @@ class Launcher:
         With a choice record the kernel is a programmatic dependent launch (it waits for the
         pre-pass itself: LaunchShape's pdl), so that its launch and set-up overlap the
         pre-pass's last blocks.  ``workspace``: one the caller took for the one job (its
-        bytes: shared_prepass_bytes), used and left to the caller to give back."""
+        bytes: shared_prepass_bytes), used and left to the caller to give back; ``fixup``:
+        the workspaces of a split the kernel adds up itself (one job), taken before this one
+        (runtime.launch.stream_workspace: the slots' order)."""
         for a, b, c, nz in jobs:
             ws = (
                 workspace
@@ -561,7 +621,7 @@ class Launcher:
             )
             try:
                 launches, args, shape, driver_maps = self._after_prepass(
-                    stream, a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws
+                    stream, a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws, fixup
                 )
                 for kernel, pre_shape, pre_args in launches:
                     launch_shaped(kernel, pre_shape, stream, pre_args)
@@ -574,18 +634,32 @@ class Launcher:
                     ws.close(stream)  # in stream order, after the kernel that reads it
 
     def _after_prepass(
-        self, stream: int, a: int, b: int, c: int, nz: int, ldc: int, strides, alpha, beta, choice: int, report: int, ws
+        self,
+        stream: int,
+        a: int,
+        b: int,
+        c: int,
+        nz: int,
+        ldc: int,
+        strides,
+        alpha,
+        beta,
+        choice: int,
+        report: int,
+        ws,
+        fixup=None,
     ) -> tuple:
-        """_build_after_prepass's launches of one job on the workspace ``ws``, from the memo where
-        its address repeats."""
-        key = (a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws.handle)
-        built = self._prepass_memo.get(key) if ws.repeats else None
+        """_build_after_prepass's launches of one job on the workspace ``ws`` (and a split's
+        ``fixup`` workspaces), from the memo where their addresses repeat."""
+        split = (int(fixup[0].handle), int(fixup[1].handle)) if fixup is not None else ()
+        key = (a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws.handle) + split
+        repeats = ws.repeats and (fixup is None or fixup[0].repeats and fixup[1].repeats)
+        built = self._prepass_memo.get(key) if repeats else None
         if built is None:
             lda, ldb, _ = self.lds
-            built = self._build_after_prepass(
-                stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides), alpha, beta, choice, ws.handle, report
-            )
-            if ws.repeats:
+            ops = Operands(a, lda, b, ldb, c, ldc, nz, *strides, **dict(zip(("partials", "counters"), split)))
+            built = self._build_after_prepass(stream, ops, alpha, beta, choice, ws.handle, report)
+            if repeats:
                 _keep(self._prepass_memo, key, built)
         return built
 
@@ -652,7 +726,7 @@ class Launcher:
     def _grid(self, nz: int, stream: int) -> tuple[int, int, int]:
         """The grid of a launch of ``nz`` matrices: the spec's, and for a persistent grid of
         clusters only as many as can run at once (a GPC whose free SMs do not divide by the
-        cluster size leaves some unused)."""
+        cluster size leaves some unused), split in the kernel no more blocks than SMs."""
         geo = self.plan.spec.launch(self.plan.params, self.plan.problem, nz) if self.batched_args else self.geo
         grid = geo.grid
         if geo.persistent and geo.cluster != (1, 1, 1):
@@ -664,6 +738,12 @@ class Launcher:
                     )
                 self._cluster_grid = fit * geo.cluster[0]
             grid = (min(grid[0], self._cluster_grid), 1, 1)
+        if self.fixup_bytes is not None and geo.persistent:
+            # A split the kernel adds up itself waits on other blocks' work items, so every
+            # block must be resident at once: no more blocks than this GPU's SMs, whatever
+            # count the plan was made for.
+            cl = geo.cluster[0]
+            grid = (min(grid[0], max(cl, self.gpu.sm_count // cl * cl)), 1, 1)
         return grid
 
     def _memo_args(self, stream, ops: Operands, alpha, beta):
@@ -674,7 +754,8 @@ class Launcher:
             self._args_memo = None
             launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
             return None
-        _keep(self._args_memo, (ops.A, ops.B, ops.C, ops.batch, beta == 0, ops.bias), args)
+        split = (ops.partials, ops.counters) if ops.partials else ()
+        _keep(self._args_memo, (ops.A, ops.B, ops.C, ops.batch, beta == 0, ops.bias) + split, args)
         if ops.batch not in self._shapes:
             self._shapes[ops.batch] = LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster)
         if self._shape is None:

@@ -222,9 +222,15 @@ class KernelSpec:
     # Template-argument sets a problem can select beyond the parameters (e.g. VEC).
     variants: tuple[Problem, ...] = (Problem(1, 1, 1, True),)
     # The tile parameter that splits K (rung 8: over gridDim.y blocks; wgmma: over the
-    # persistent loop's work items; partial products go to a workspace that
-    # splitk_reduce adds into C), if the kernel has one.
+    # persistent loop's work items), if the kernel has one.  The partial products go to a
+    # workspace that splitk_reduce adds into C, unless split_fixup is set.
     split_k_param: str | None = None
+    # The kernel adds its slices of K itself and writes C as unsplit (wgmma: each tile's
+    # last slice waits for the others' partial tiles): split_fixup(params, problem) ->
+    # (bytes of partial tiles, bytes of counters) per matrix, which the executor passes
+    # as Operands.partials and .counters, the counters zeroed when first allocated (the
+    # kernel leaves them zero).  No reduction kernel runs.
+    split_fixup: Callable[[Mapping[str, int], Problem], tuple[int, int]] | None = None
     # Float arguments after (..., C, ldc, stride_a, stride_b, stride_c) that the plan supplies (e.g. the error-corrected
     # kernels' scale_a, scale_b); each defaults to 1.0.
     extra_args: tuple[str, ...] = ()

@@ -194,8 +194,9 @@ def stream_workspace(
     lock held from here to ``close()`` keeps two threads that share a stream from
     interleaving their use of it.  A call that needs more than one at once takes them
     from as many slots, always in the same order: "choice" (fp32_tc's method choice),
-    then "splitk" (split-K's partial products), then "scratch" (ec_wgmma's split
-    parts), so that two threads on one stream cannot each hold one the other waits
+    then "splitk" (split-K's partial products), then "splitk_counters" (wgmma's
+    split-K counters), then "scratch" (ec_wgmma's split parts, wgmma's staging
+    copies), so that two threads on one stream cannot each hold one the other waits
     for; a slot's lock is not re-entrant, so no call takes one slot twice.  Under capture
     the graph gets its own allocation, and so does a call on the per-thread default
     stream: its handle names another stream in each thread, which a kept workspace
@@ -204,7 +205,8 @@ def stream_workspace(
     ``.repeats`` is true (what is built on it is worth remembering by address).
     ``zero_new``: a workspace allocated by this call starts zeroed (in stream order),
     for a user that leaves it zeroed when done (fp32_tc's choice record, whose sums
-    split_scaled.cu zeroes again), so that a kept one needs no zeroing per call.
+    split_scaled.cu zeroes again; wgmma's split-K counters, which each tile's owner
+    zeroes again), so that a kept one needs no zeroing per call.
     ``capturing``: whether the stream is being captured, where the caller has asked
     already in this call (each question is a driver call, about 2 µs); None: ask."""
     if capturing is None:

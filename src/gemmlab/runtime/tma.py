@@ -51,7 +51,9 @@ class Operands:
     first matrices of a batch of ``batch``, the next ones ``sa``, ``sb``, ``sc``
     elements further (0: every matrix of the batch is the same one).  ``bias``: the
     address of a bias the epilogue adds (0: none), element (z, m, n) at bias_zs * z +
-    bias_rs * m + bias_cs * n (KernelSpec.epilogue_bias)."""
+    bias_rs * m + bias_cs * n (KernelSpec.epilogue_bias).  ``partials``, ``counters``: the
+    workspaces of a split of K that the kernel adds up itself (KernelSpec.split_fixup; 0:
+    none)."""
 
     A: int
     lda: int
@@ -67,6 +69,8 @@ class Operands:
     bias_rs: int = 0
     bias_cs: int = 0
     bias_zs: int = 0
+    partials: int = 0
+    counters: int = 0
 
 
 def element_bytes(dtype: str) -> int:

@@ -6,9 +6,10 @@ maps of the four parts), built for a workspace the executor takes from the calle
 stream (spec.PrePass), so that a prepared call keeps them per set of addresses.  A
 batch is one launch of each: the pre-pass splits every matrix (gridDim.y), the maps
 are 3-D over the parts of the whole batch and the GEMM's persistent loop walks every
-matrix's tiles (as the wgmma rung's).  SPLITK splits K as the wgmma rung does: FP32
-partial tiles in a workspace, added into C by simt/splitk_reduce.cu (executor.Launcher
-runs both); ec_wgmma_auto_split is kernel="auto"'s rule for it.
+matrix's tiles (as the wgmma rung's).  SPLITK splits K over the work items as the wgmma
+rung does, but the FP32 partial tiles go to a workspace that simt/splitk_reduce.cu adds
+into C (executor.Launcher runs both; wgmma adds its slices in the kernel);
+ec_wgmma_auto_split is kernel="auto"'s rule for it.
 """
 
 from __future__ import annotations

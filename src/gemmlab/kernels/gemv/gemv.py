@@ -123,7 +123,7 @@ def _geometry(p, prob: Problem) -> Launch:
 
 def _template_args(p, prob: Problem) -> tuple:
     """Input and output type codes, MT and alignment; split over K, the kernel writes
-    FP32 partial products whatever C's dtype (splitk_reduce converts), as wgmma's does."""
+    FP32 partial products whatever C's dtype (splitk_reduce converts), as ec_wgmma's does."""
     out = "float32" if p["SPLITK"] > 1 else prob.out_dtype
     lanes = p["LANES"] if prob.op_b == "N" else 32  # the column path has no LANES: one instantiation
     return (TYPE_CODES[prob.dtype], TYPE_CODES[out], p["MT"], gemv_aligned(prob), lanes)

@@ -6,7 +6,8 @@
 // the registers) and persistent over the tiles of every matrix of a batch
 // (tensor/04_wgmma.cuh: one launch per batch); CLUSTER = 2 multicasts
 // each B tile to two blocks, and the epilogue hands C to TMA as well.  SPLIT
-// splits K, so that few tiles with a long K still give every SM work (below).
+// splits K, so that few tiles with a long K still give every SM work, and adds
+// the slices inside the kernel (below).
 // Details: docs/tensor/04-wgmma.md.
 #include <gemmlab/tensor/04_wgmma.cuh>
 
@@ -37,33 +38,34 @@ static_assert(StagedChunk<float>::BYTES <= WGMMA_WARP_STAGE && StagedChunk<__hal
 // maps, and of their strides only whether they are 0 (every matrix reads the same
 // one: its map has a batch of one).  beta == 0 never reads C; alpha == 0 reads
 // neither A nor B.
-// SPLIT (split-K): the last argument, splits, cuts K into that many slices of
-// whole K-steps, and the persistent loop's work items become (matrix, slice,
-// tile).  Each item writes its FP32 partial tile from the registers to C, which
-// is then a workspace of splits partial products per matrix: item (z, s) at
-// C + (z * splits + s) * stride_c, with stride_c = M * N and ldc = N.  The host
-// passes alpha = 1, beta = 0, tma_store = 0 and adds the slices into the real C
-// with simt/splitk_reduce.cu.  Unsplit, splits is not read.
-// bias (16-bit inputs, unsplit; nullptr: none): the epilogue writes alpha * acc +
+// SPLIT (split-K): `splits` cuts K into that many slices of whole K-steps, and the
+// persistent loop's work items become (matrix, slice, tile).  The last slice of a
+// tile owns it: the others leave their FP32 accumulators in `partials` and count
+// themselves in on `counters` (zero before the launch, zero again after it); the
+// owner adds them into its registers and runs the same epilogue as unsplit
+// (tensor/04_wgmma_work.cuh), so no second kernel reduces.  The host sizes
+// partials at (splits - 1) * BM * BN floats per tile and counters at BM / 64 per
+// tile, the tiles of every matrix, cluster padding included.  Unsplit, splits,
+// partials and counters are not read.
+// bias (16-bit inputs; nullptr: none): the epilogue writes alpha * acc +
 // bias[z * bias_zs + m * bias_rs + n * bias_cs] (+ beta * C), the bias added in FP32
 // before the one rounding to C's type.  Its strides broadcast it, one of bias_rs and
 // bias_cs 0: (0, 1) is a row vector added to every row (nn.Linear's bias), (1, 0) a
 // column; the bias never costs C a second pass through memory.
-// A C that TMA does not write (16-bit inputs, unsplit: beta != 0, rows or base off the
+// A C that TMA does not write (16-bit inputs: beta != 0, rows or base off the
 // 16-byte grid -- attention's scores at 197 tokens, a vocabulary of 50257 columns -- or a
 // batch with gaps) goes through shared memory too: from the accumulator layout a warp's
 // store instruction reaches 8 rows (with rows of odd length one 2-byte element each, so
 // 8 sectors for 64 bytes); staged, each warp writes its rows whole, lanes on consecutive
-// columns (tensor/04_wgmma_store.cuh).  TF32 and split-K's FP32 workspace store from the
-// registers.
+// columns (tensor/04_wgmma_store.cuh).  TF32 stores from the registers.
 template <int DT, int ODT, int BM, int BN, int STAGES, int CLUSTER, bool SPLIT, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / 64 + 1) * 128, 1)
 wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<DT>::type* __restrict__ A, int lda,
            const typename wmma_types::Storage<DT>::type* __restrict__ B, int ldb, float beta,
            typename wmma_types::Storage<ODT>::type* __restrict__ C, int ldc, long long stride_a,
            long long stride_b, long long stride_c, int batch, const __grid_constant__ hopper::TensorMap map_a, const __grid_constant__ hopper::TensorMap map_b,
-           const __grid_constant__ hopper::TensorMap map_c, int tma_store, int splits,
-           const typename wmma_types::Storage<ODT>::type* __restrict__ bias, long long bias_rs, long long bias_cs,
+           const __grid_constant__ hopper::TensorMap map_c, int tma_store, int splits, float* __restrict__ partials,
+           unsigned* __restrict__ counters, const typename wmma_types::Storage<ODT>::type* __restrict__ bias, long long bias_rs, long long bias_cs,
            long long bias_zs) {
     using namespace hopper;
     using S = typename wmma_types::Storage<DT>::type;
@@ -102,7 +104,9 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     // 64-column boxes (B 'N') cannot be shared evenly by a cluster of two.
     static_assert(BN != 192 || (!TF32 && CLUSTER == 1), "BN = 192: 16-bit inputs, CLUSTER = 1");
     static_assert((TN / B_BOX) % CLUSTER == 0, "every block of a cluster copies whole boxes of B");
-    static_assert(!SPLIT || ODT == TYPE_FLOAT32, "split-K's partial products are FP32");
+    // Named barriers: 1 + c the TMA-store epilogue's, FIXUP_BAR + c split-K's (0 is __syncthreads).
+    constexpr int FIXUP_BAR = 1 + CONSUMERS;
+    static_assert(FIXUP_BAR + CONSUMERS <= 16, "hardware barriers");
     (void)A; (void)lda; (void)B; (void)ldb;
 
     // Dynamic shared memory, aligned to 1024 bytes (the swizzle atom): STAGES
@@ -126,7 +130,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
         mbar_fence_init();
         tma_prefetch_map(&map_a);
         tma_prefetch_map(&map_b);
-        if (!SPLIT && tma_store) tma_prefetch_map(&map_c);
+        if (tma_store) tma_prefetch_map(&map_c);
     }
     // The peer's barriers must be initialised before our copies or arrivals reach them.
     if constexpr (CLUSTER > 1) cluster_sync(); else __syncthreads();
@@ -138,7 +142,8 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
     const int tiles_mc = (tiles_m + CLUSTER - 1) / CLUSTER;
     const int cluster_tiles = tiles_mc * tiles_n;
     // Split-K: batch_tile's "matrix" is the pair (matrix z, slice s), zs = z * slices + s,
-    // so the blocks of one round take the same slice of neighbouring tiles.
+    // so the blocks of one round take the same slice of neighbouring tiles, and a tile's
+    // last slice has its highest item index (the owner: 04_wgmma_work.cuh).
     const int slices = SPLIT ? splits : 1;
     const int work = cluster_tiles * batch * slices;   // (matrix, slice, tile) triples: batch_tile
     const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
@@ -196,11 +201,17 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
         const int off_lo = box * (BK * 128) + tq * 128 + ((q ^ tq) * 16) + half * 8;
         const int off_hi = box * (BK * 128) + (tq + 4) * 128 + ((q ^ (tq + 4)) * 16) + half * 8;
 
-        float acc[(TF32 ? TM : TN) / 2];
+        constexpr int NACC = (TF32 ? TM : TN) / 2;   // accumulators a thread
+        float acc[NACC];
+        // Split-K: this thread's index in its warpgroup, and the launch's fixup.
+        [[maybe_unused]] const int t128 = threadIdx.x % 128;
+        [[maybe_unused]] const int writers = SPLIT ? splitk_writers(slices, per_slice, k_steps) : 0;
+        [[maybe_unused]] const SplitK split{partials, counters, slices, writers, CONSUMERS, cluster_tiles, CLUSTER,
+                                            int(rank)};
         int it = 0;
         for (int t = first; t < work; t += step) {
             int tmc, tn;
-            // zs: the matrix unsplit; split, the partial product (z, s) of the workspace.
+            // zs: the matrix unsplit; split, the pair (matrix z, slice zs - z * slices).
             const int zs = batch_tile(t, tiles_mc, tiles_n, tmc, tn);
             const KSlice item = k_slice(zs, slices, per_slice, k_steps);
             const int z = item.z, ks0 = item.ks0, ks1 = item.ks1;
@@ -270,12 +281,19 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                 if (ks1 > ks0) release_stage<CLUSTER>(&empty[prev], lane);
             }
 
+            if constexpr (SPLIT) {
+                // Split-K's fixup (04_wgmma_work.cuh): a slice before the last leaves its partial
+                // and goes on to its next item; the last adds the others' and stores C.
+                const bool inside = TF32 ? tm * TM < M && tn * TN + 64 * c < N : tm * TM + 64 * c < M;
+                if (!split.fixup(acc, t, zs, z, c, inside, FIXUP_BAR + c, t128)) continue;
+            }
+
             // The epilogue, inlined for each kind of bias (WGMMA_BIAS_*): without one,
-            // nothing of it is in the code; with one (16-bit, unsplit: the only products the
-            // host hands a bias), bias[m][n] = bz[m * bias_rs + n * bias_cs], one of the
+            // nothing of it is in the code; with one (16-bit: the only products the host
+            // hands a bias), bias[m][n] = bz[m * bias_rs + n * bias_cs], one of the
             // strides 0, is added to alpha * acc in FP32, each value read once per chunk
             // (row) or per tile (column), not once per element.
-            const O* bz = bias != nullptr ? bias + zs * bias_zs : nullptr;
+            const O* bz = bias != nullptr ? bias + z * bias_zs : nullptr;
             auto epilogue = [&](const int bias_kind) {
                 [[maybe_unused]] auto bias_of = [&](int m, int n) -> float {
                     if (bias_kind == WGMMA_BIAS_ROW)
@@ -283,7 +301,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                     else
                         return m < M ? to_float(bz[m * bias_rs]) : 0.0f;
                 };
-                if (!SPLIT && tma_store) {
+                if (tma_store) {
                     // Epilogue through shared memory (beta == 0 and a C that TMA can write): the
                     // consumer writes alpha * acc, converted, into one of its two 8 KB staging
                     // buffers (laid out as a TMA box: 128-byte rows, 128-byte swizzle) and one
@@ -377,7 +395,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                     }
                 } else if constexpr (TF32) {
                     // Straight from the registers (beta != 0, or C not TMA-aligned): pairs along a row.
-                    O* Cz = C + zs * stride_c;
+                    O* Cz = C + z * stride_c;
                     const int m0 = tm * TM + 2 * tq, n0 = tn * TN + n_local;
 #pragma unroll
                     for (int j = 0; j < TM / 8; ++j) {
@@ -385,20 +403,6 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                         for (int e = 0; e < 2; ++e)
                             store_pair(Cz, ldc, m0 + 8 * j + e, n0, M, N, acc[4 * j + e], acc[4 * j + 2 + e], alpha,
                                        beta, pairs);
-                    }
-                } else if constexpr (SPLIT) {
-                    // FP32 partial products into the workspace (no bias), straight from the
-                    // accumulator registers (layout: hopper.cuh), in pairs where N is even.
-                    O* Cz = C + zs * stride_c;
-                    const int row0 = tm * TM + c * 64 + wq * 16 + g;
-                    const int col0 = tn * TN + 2 * tq;
-#pragma unroll
-                    for (int j = 0; j < TN / 8; ++j) {
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, acc[4 * j + 2 * h],
-                                       acc[4 * j + 2 * h + 1], alpha, beta, pairs);
-                        }
                     }
                 } else {
                     // 16-bit inputs, C not written by TMA (beta != 0, rows or base off the 16-byte
@@ -408,12 +412,12 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
                     // elements of one row instead of a few of each of 8 rows.
                     const int m0 = tm * TM + 64 * c + 16 * wq;
                     if (m0 < M)
-                        wgmma_store_staged<TN>(acc, stage_c + wq * WGMMA_WARP_STAGE, C + zs * stride_c, ldc, M, N,
+                        wgmma_store_staged<TN>(acc, stage_c + wq * WGMMA_WARP_STAGE, C + z * stride_c, ldc, M, N,
                                                m0, tn * TN, alpha, beta, pairs, bias_kind, bz, bias_rs, bias_cs,
                                                lane);
                 }
             };
-            if constexpr (!SPLIT && !TF32) {
+            if constexpr (!TF32) {
                 // Called with a constant at each site, so that each is compiled for its kind.
                 if (bz == nullptr)
                     epilogue(WGMMA_BIAS_NONE);
@@ -426,7 +430,7 @@ wgmma_gemm(int M, int N, int K, float alpha, const typename wmma_types::Storage<
             }
         }
         // The staging buffers must stay until the copy engine has read them.
-        if (!SPLIT && tma_store && wq == 0 && lane == 0) bulk_wait<0>();
+        if (tma_store && wq == 0 && lane == 0) bulk_wait<0>();
     }
     // No block may leave while a peer can still arrive on its barriers.
     if constexpr (CLUSTER > 1) cluster_sync();

@@ -1,7 +1,8 @@
 """Tensor rung 4, 04_wgmma.cu (Hopper): TMA into a swizzled shared-memory ring, a
 producer warpgroup and BM/64 consumer warpgroups issuing wgmma, persistent grid,
-optionally split over K (SPLITK: FP32 partial products in a workspace, added into
-C by simt/splitk_reduce.cu; executor.Launcher runs both).
+optionally split over K (SPLITK: the last slice of each tile adds the others' FP32
+partial tiles inside the kernel, wgmma_split_workspace's workspace, before C's own
+epilogue).
 
 Beside the spec: the launch arguments (3-D tensor maps of A, B and C over a
 whole batch, built by runtime.tma) and the staging pre-pass (tf32_pack.cu) that
@@ -18,7 +19,6 @@ from ..cost import Estimate, Machine, Tile, best, copy_time, predict
 from ..spec import (
     KERNEL_DIR,
     LAYOUTS,
-    TYPE_CODES,
     Ask,
     Constraint,
     KernelSpec,
@@ -81,13 +81,19 @@ def wgmma_cluster_tiles(p, prob: Problem) -> int:
 
 
 def _template_args(p, prob: Problem) -> tuple:
-    """Input and output type codes, the tile, and whether K is split; split, the kernel
-    writes FP32 partial products whatever C's dtype (the reduction converts)."""
+    """Input and output type codes, the tile, and whether K is split (the split kernel
+    reduces its slices itself and writes C in its own type)."""
     dt, odt = tc_type_args(prob)
-    split = p["SPLITK"] > 1
-    if split:
-        odt = TYPE_CODES["float32"]
-    return (dt, odt, p["BM"], p["BN"], p["STAGES"], p["CLUSTER"], split)
+    return (dt, odt, p["BM"], p["BN"], p["STAGES"], p["CLUSTER"], p["SPLITK"] > 1)
+
+
+def wgmma_split_workspace(p, prob: Problem) -> tuple[int, int]:
+    """KernelSpec.split_fixup: bytes of split-K's workspaces per matrix, (partial tiles,
+    counters).  Every tile (a cluster's rows past M included) has SPLITK - 1 partial
+    tiles of BM x BN floats, the slices before its last, and a 4-byte counter per consumer
+    warpgroup (BM / 64)."""
+    tiles = wgmma_cluster_tiles({**p, "SPLITK": 1}, prob) * p["CLUSTER"]
+    return tiles * (p["SPLITK"] - 1) * p["BM"] * p["BN"] * 4, tiles * (p["BM"] // 64) * 4
 
 
 def _geometry(p, prob: Problem, batch: int = 1) -> Launch:
@@ -142,8 +148,8 @@ def wgmma_narrow_tile(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> 
     serve: 64 x 64 with a ring of 12 K-steps where its tiles (of every matrix) fit in one
     round, else 64 x 128 with 8; taken where those tiles fill a quarter of the SMs and K
     has at most 128 K-steps, or three quarters with up to 256 (a memory-bound tile
-    streams faster with more of its K in flight than split into slices that a second
-    kernel adds).  None where neither holds: split-K stays."""
+    streams faster with more of its K in flight than split into slices).  None where
+    neither holds: split-K stays."""
     k_steps = cdiv(max(K, 1), SWIZZLE_BYTES // 2)
     for bn, stages in WGMMA_NARROW_TILES:
         tiles = cdiv(M, 64) * cdiv(N, bn) * batch
@@ -449,7 +455,8 @@ def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, sto
     """The wgmma rung's arguments: the standard eleven, the batch strides (layout.cuh;
     of A and B the kernel asks only whether they are 0), the number of matrices, the
     tensor maps of A, B and C, whether the epilogue stores through C's map (beta ==
-    0 and C aligned for TMA), and SPLITK.  The whole batch of ``ops`` is one launch:
+    0 and C aligned for TMA), SPLITK and its workspaces (ops.partials, ops.counters:
+    wgmma_split_workspace), and the bias.  The whole batch of ``ops`` is one launch:
     each map is 3-D, the batch outermost, its stride the bytes between matrices
     (runtime.tma); an operand the matrices share (stride 0) is a batch of one.
     ``stored``: A and B as _stored gives them, where they are aligned copies
@@ -467,8 +474,9 @@ def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, sto
     one = ops.batch <= 1
     sa, sb = (0, 0) if one else (ops.sa, ops.sb)
     splits = p.get("SPLITK", 1)
-    # Split: ops.C is the workspace, a partial product M * N floats after the other.
-    sc = pr.M * pr.N if splits > 1 else 0 if one else ops.sc
+    if splits > 1 and not (ops.partials and ops.counters):
+        raise ValueError(f"{plan.describe()}: split over K, the kernel needs its partials and counters workspaces")
+    sc = 0 if one else ops.sc
     args = standard_args(pr, ops, alpha, beta) + (np.int64(sa), np.int64(sb), np.int64(sc), np.int32(max(ops.batch, 1)))
     if pr.dtype not in ("float16", "bfloat16", "tf32"):
         raise TypeError(f"wgmma computes float16, bfloat16 and tf32, not {pr.dtype}")
@@ -488,10 +496,10 @@ def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, sto
         box_c = 64
     map_a = tensor_map(pa, ra, ca, lda, pr.dtype, *box_a, backend, batch=na, batch_stride=sta)
     map_b = tensor_map(pb, rb, cb, ldb, pr.dtype, *box_b, backend, batch=nb, batch_stride=stb)
-    map_c = _c_map(pr, ops, beta, box_c, backend) if splits == 1 else None
+    map_c = _c_map(pr, ops, beta, box_c, backend)
     if ops.bias and not wgmma_epilogue_bias(plan, (ops.bias_rs, ops.bias_cs, ops.bias_zs)):
         raise ValueError(
-            f"{plan.describe()} cannot add this bias in its epilogue (TF32, split-K, or strides "
+            f"{plan.describe()} cannot add this bias in its epilogue (TF32, or strides "
             f"{ops.bias_rs, ops.bias_cs} neither of which is 0)"
         )
     return args + (
@@ -500,6 +508,8 @@ def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, sto
         map_c if map_c is not None else map_a,
         np.int32(map_c is not None),
         np.int32(splits),
+        ops.partials,
+        ops.counters,
         ops.bias,
         np.int64(ops.bias_rs),
         np.int64(ops.bias_cs),
@@ -508,12 +518,13 @@ def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, sto
 
 
 def wgmma_epilogue_bias(plan, strides) -> bool:
-    """KernelSpec.epilogue_bias: 16-bit inputs, K unsplit (split-K's partial products
-    would each add it; TF32's epilogue writes C transposed), and a bias whose values vary
-    along the rows or the columns of a matrix, not both (a row: nn.Linear's; a column):
-    the epilogue reads such a bias once per tile's column or row, not once per element."""
+    """KernelSpec.epilogue_bias: 16-bit inputs (TF32's epilogue writes C transposed), split
+    or not (split, the tile's last slice runs the epilogue once, on the whole sum), and a
+    bias whose values vary along the rows or the columns of a matrix, not both (a row:
+    nn.Linear's; a column): the epilogue reads such a bias once per tile's column or row,
+    not once per element."""
     rs, cs, _ = strides
-    return plan.problem.dtype in ("float16", "bfloat16") and plan.params.get("SPLITK", 1) == 1 and (rs == 0 or cs == 0)
+    return plan.problem.dtype in ("float16", "bfloat16") and (rs == 0 or cs == 0)
 
 
 def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta) -> tuple:
@@ -643,9 +654,9 @@ SPEC = KernelSpec(
             "SPLITK",
             SPLITK_VALUES,
             1,
-            "slices of K (products with few tiles and a long K; >1 writes "
-            "FP32 partial tiles to a workspace of SPLITK*M*N floats per "
-            "matrix, which a reduction kernel adds into C)",
+            "slices of K (products with few tiles and a long K; >1: each tile's last slice "
+            "adds the other slices' FP32 partial tiles, (SPLITK-1)*BM*BN floats per tile in "
+            "a workspace, in the kernel, then stores C as unsplit)",
         ),
     ),
     constraints=(
@@ -682,8 +693,10 @@ SPEC = KernelSpec(
     fallback="mma_pipelined",
     auto_hook=_auto_hook,
     staging_hook=_staging_hook,
-    # The persistent loop's work items are (matrix, slice of K, tile).
+    # The persistent loop's work items are (matrix, slice of K, tile); the kernel adds the
+    # slices up itself.
     split_k_param="SPLITK",
+    split_fixup=wgmma_split_workspace,
     kernel_args=wgmma_kernel_args,
     epilogue_bias=wgmma_epilogue_bias,
     # Operands TMA cannot read in place: copied to the 16-byte grid first (16-bit where the
