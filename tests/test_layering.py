@@ -340,3 +340,22 @@ def test_the_executor_names_no_rung():
     text = (ROOT / "core" / "executor.py").read_text()
     named = [s.name for s in registry.ladder() if re.search(rf"\b{re.escape(s.name)}\b", text)]
     assert not named, f"core/executor.py names {named}: describe it through the spec instead"
+
+
+KERNEL_HEADER_LINES = 12  # comment lines a CUDA source may open with before its code
+
+
+def test_kernel_sources_open_with_a_short_header():
+    """Every .cu and .cuh file opens with at most KERNEL_HEADER_LINES comment lines: what
+    the file is and why; history and figures live in benchmarks/NOTES.md."""
+    long = {}
+    for path in sorted((ROOT / "kernels").rglob("*.cu*")):
+        lines = 0
+        for line in path.read_text().splitlines():
+            if line.strip().startswith("//"):
+                lines += 1
+            elif line.strip():
+                break
+        if lines > KERNEL_HEADER_LINES:
+            long[str(path.relative_to(ROOT))] = lines
+    assert not long, f"comment lines before the code (at most {KERNEL_HEADER_LINES}): {long}"

@@ -1,22 +1,12 @@
 // gemmlab/tensor/04_wgmma_work.cuh: the work items of the wgmma rung's persistent loop
-// (shared with ec_wgmma), and split-K's reduction inside the kernel (a "serial fixup", as
-// stream-K kernels do it).
-//
-// A launch's work items are (matrix, slice of K, tile), numbered slice-major: batch_tile's
-// "matrix" is zs = z * slices + s.  So the last slice of a tile has its highest item index,
-// and that item owns the tile.  Every other slice with K-steps writes its FP32 accumulators
-// to a region of the partials workspace and counts itself in on the tile's counter; the
-// owner waits for those counts, adds the regions into its registers and runs C's normal
-// epilogue.  Each consumer warpgroup owns its own rows (TF32: columns) of the tile, so each
-// has its own regions, counter and named barrier and syncs alone.
-//
-// No deadlock: an item waits only on items with lower indices, and a block walks its items
-// in increasing order.  With every block of the grid resident at once (a persistent grid of
-// at most one block per SM), the lowest unfinished item never waits on anything unfinished,
-// so it always progresses.
-//
-// Needs nothing but CUDA's built-ins: tests/wgmma_work_check.cpp runs it on the CPU, the
-// primitives below replaced by C++ atomics and barriers.
+// (shared with ec_wgmma), and split-K's reduction inside the kernel (a "serial fixup").
+// Items are (matrix, slice of K, tile), slice-major, so a tile's last slice has its highest
+// index and owns the tile: the other slices leave FP32 partials and count themselves in;
+// the owner waits, adds them in its registers and runs C's epilogue.  Each consumer
+// warpgroup syncs alone on its own rows (TF32: columns).
+// No deadlock: an item waits only on lower indices, a block walks its items in increasing
+// order, and a persistent grid has every block resident, so the lowest unfinished item
+// always progresses.  tests/wgmma_work_check.cpp runs this file on the CPU.
 #pragma once
 
 namespace gemmlab {
