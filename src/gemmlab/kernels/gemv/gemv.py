@@ -13,7 +13,7 @@ from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..spec import TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, cdiv
 from ..tensor.wgmma import WGMMA_SM90
 
-_K = read_constants("include/gemmlab/gemv/01_gemv.cuh")
+_K = read_constants("gemv/01_gemv.cu")
 GEMV_THREADS, GEMV_WARPS = _K["GEMV_THREADS"], _K["GEMV_THREADS"] // 32
 GEMV_COLS_PER_WARP = _K["GEMV_COLS_PER_WARP"]
 GEMV_LOAD_BYTES_K, GEMV_ROW_VEC = _K["GEMV_LOAD_BYTES_K"], _K["GEMV_ROW_VEC"]
@@ -65,7 +65,7 @@ def gemv_aligned(prob: Problem) -> bool:
     their width (a row's end is loaded element by element) and whatever C's do (it is
     stored element by element); where op(B) is column-major also op(A)'s, if it is
     row-major (the column path stages it 16 bytes at a time; the row path checks
-    op(A)'s rows itself, 01_gemv.cuh's rows_on_grid)."""
+    op(A)'s rows itself, 01_gemv.cu's rows_on_grid)."""
     a_read_wide = prob.op_b == "T" and prob.op_a == "N"
     return prob.rows_on_grid("B") and (not a_read_wide or prob.rows_on_grid("A"))
 

@@ -5,7 +5,8 @@
 // into shared memory.
 #pragma once
 
-#include <gemmlab/gemv/01_gemv.cuh>
+#include <gemmlab/layout.cuh>
+#include <gemmlab/gemv/elements.cuh>
 
 namespace gemmlab {
 
@@ -18,7 +19,7 @@ constexpr int OUTER_STORE_BYTES = 16;
 constexpr int OUTER_KC = 8;                        // elements of K staged at a time
 
 // The bits of v rounded to the output type O, in the low sizeof(O) bytes (the inverse
-// of 01_gemv.cuh's elem_from_bits).
+// of elements.cuh's elem_from_bits).
 template <class O> __device__ __forceinline__ unsigned bits_of_output(float v);
 template <> __device__ __forceinline__ unsigned bits_of_output<float>(float v) { return __float_as_uint(v); }
 template <> __device__ __forceinline__ unsigned bits_of_output<__half>(float v) {
