@@ -13,13 +13,16 @@
 # "shapes" times 400+ products of 13 public models and random odd sizes (forward, input and
 # weight gradient views) in bf16, fp16, fp32 and fp32_tc beside torch.matmul, by kind of
 # product (SHAPES_ARGS, e.g. "--dtype bf16 --kinds odd_align" or "--sample 100").
-# "tiles" forces wgmma's tiles side by side on models' products and on Q @ K^T over lengths
-# (scripts/ab_wgmma_tiles.py: $OUT/ab-tiles.json, ab-qk.json).
+# "tiles" forces wgmma's tiles side by side on models' products, on Q @ K^T over lengths and on
+# few-tile products (scripts/ab_wgmma_tiles.py: $OUT/ab-tiles.json, ab-qk.json, ab-few.json),
+# then lists each kernel's time in those few-tile products beside cuBLAS's
+# (scripts/kernel_times.py: $OUT/kernel-times.json).
 # "training" times whole models' training steps through gemmlab.torch beside PyTorch, with
 # their drift from float64 (TRAINING_ARGS, default --quick: the headline in about 5 minutes;
 # "" runs every model, mode and precision).
 # "ec" times the error-corrected methods beside cuBLAS SGEMM and tabulates their accuracy
-# (EC_BENCH_ARGS, EC_ACCURACY_ARGS).
+# (EC_BENCH_ARGS, EC_ACCURACY_ARGS), then fp32_tc's batched attention products on each
+# error-corrected rung (scripts/ab_fp32_tc_attention.py: $OUT/ab-fp32-tc-attention.json).
 # "train" trains examples/train_fp32_tc.py's small transformer four ways (fp32, TF32,
 # bf16 autocast, gemmlab.torch.fp32_tc()): $OUT/train.json and train.png (TRAIN_ARGS).
 # "tp" runs examples/tensor_parallel.py with torchrun over every GPU of the machine,
@@ -90,6 +93,9 @@ if [[ " $steps " == *" tiles "* ]]; then   # not part of "all": an A/B, asked fo
   timeout 300 python3 scripts/ab_wgmma_tiles.py --json "$OUT/ab-tiles.json" 2>&1 | tee "$OUT/ab-tiles.log" | tee -a "$log"
   timeout 300 python3 scripts/ab_wgmma_tiles.py --set qk --batched-arms t128=128x128x4,t64=128x64x4,s64=64x64x8,n128=64x128x4 \
     --json "$OUT/ab-qk.json" 2>&1 | tee "$OUT/ab-qk.log" | tee -a "$log"
+  timeout 300 python3 scripts/ab_wgmma_tiles.py --set few --arms t64=64x128x4,t128=128x128x4,s128=128x128x4x1x2,t192=128x192x4 \
+    --json "$OUT/ab-few.json" 2>&1 | tee "$OUT/ab-few.log" | tee -a "$log"
+  timeout 120 python3 scripts/kernel_times.py --json "$OUT/kernel-times.json" 2>&1 | tee -a "$log"
 fi
 if has training; then
   echo "== training: whole models' steps through gemmlab.torch beside PyTorch, drift from float64" | tee -a "$log"
@@ -101,6 +107,7 @@ if has ec; then
   timeout 600 gemmlab bench --suite ec ${EC_BENCH_ARGS:-} --json "$OUT/ec-bench.json" 2>&1 | tee -a "$log"
   timeout 600 gemmlab accuracy ${EC_ACCURACY_ARGS:-} --json "$OUT/ec-accuracy.json" --plot "$OUT/ec-accuracy.png" \
     2>&1 | tee -a "$log"
+  timeout 300 python3 scripts/ab_fp32_tc_attention.py --json "$OUT/ab-fp32-tc-attention.json" 2>&1 | tee -a "$log"
 fi
 if has sweep; then
   echo "== sweep" | tee -a "$log"
