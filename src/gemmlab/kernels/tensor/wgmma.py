@@ -218,10 +218,10 @@ def wgmma_rule_params(
 
 # Each wgmma tile's share of the SM's 16-bit tensor peak at full occupancy, as the cost
 # model takes it: rounded from H100 sweeps (benchmarks/NOTES.md);
-# 64-row tiles have one consumer warpgroup, so less of the peak.  128 x 192's is a guess,
-# not measured yet: a little under 128 x 256's, whose K-step it shares (the same wgmma,
-# barrier and copy count) for three quarters of the multiply; to be checked on the GPU,
-# as is what wgmma_wave_choice decides with it.
+# 64-row tiles have one consumer warpgroup, so less of the peak.  128 x 192's is set a
+# little under 128 x 256's, whose K-step it shares for three quarters of the multiply; with
+# it wgmma_wave_choice ranks the two tiles as the H200 A/B measured them (a CPU test,
+# test_wgmma_auto_ranks_its_wide_tiles_as_measured, holds it to that record).
 WGMMA_TILE_EFFICIENCY = {
     (128, 256): 0.80,
     (128, 192): 0.78,
