@@ -10,7 +10,6 @@ import pytest
 
 import gemmlab
 from gemmlab.core import choose, tables
-from gemmlab.tools.bench.suites import parse_size
 from gemmlab.kernels import registry
 from gemmlab.kernels.gemv.gemv import GEMV_MAX_M, GEMV_ROWS_MAX_M, auto_takes as gemv_auto_takes
 from gemmlab.kernels.simt.pipelined import PIPELINED_SMEM_LIMIT, SPLITK_VALUES, fill_split, pipelined_smem
@@ -813,32 +812,6 @@ def test_launch_geometry_examples():
     n = registry.get("naive")
     geo = n.launch({}, Problem(33, 65, 1, True))
     assert geo.grid == (2 * 3, 1, 1) and geo.block == (32, 32, 1)
-
-
-# -- bench size parsing ----------------------------------------------------------------------
-
-
-def test_parse_size():
-    assert parse_size("4096") == (4096, 4096, 4096)
-    assert parse_size("16384x4096x4096") == (16384, 4096, 4096)
-    assert parse_size("2X3x4") == (2, 3, 4)
-
-
-@pytest.mark.parametrize(
-    "text, msg",
-    [
-        ("abc", "is not N or MxNxK"),
-        ("0", "must be N or MxNxK with positive integers"),
-        ("4x0x4", "positive integers"),
-        ("-8", "positive integers"),
-        ("4x4", "must be N or MxNxK"),
-        ("1x2x3x4", "must be N or MxNxK"),
-        ("", "is not N or MxNxK"),
-    ],
-)
-def test_parse_size_rejects(text, msg):
-    with pytest.raises(ValueError, match=msg):
-        parse_size(text)
 
 
 def test_pipelined_asks_for_its_dynamic_shared_memory():
