@@ -1,11 +1,12 @@
-"""The benchmark harness: what it records and writes (no GPU: synthetic records
-and fake timers), and on a GPU that it runs end to end (never its timings)."""
+"""The benchmark harness: what it records and writes and how it reads sizes (no GPU:
+synthetic records and fake timers), and on a GPU that it runs end to end (never its timings)."""
 
 import json
 
 import pytest
 
 from gemmlab.tools.bench import overhead, report, suites
+from gemmlab.tools.bench.suites import parse_size
 from gemmlab.tools.bench.timing import Timing
 from gemmlab.tools.cli import main
 
@@ -194,6 +195,32 @@ def test_time_size_records_each_path_with_the_plan_the_call_ran(monkeypatch):
     assert recs[0].reps == 6 and pub.rel_error == 2e-7 and len(ops_.checked_calls) == 2
     kernel_run = ops_.checked_calls[1]  # run_plan on the plan the public call ran, raw pointers
     assert isinstance(kernel_run.args[0], _FakePlan) and kernel_run.args[2:] == ops_.raw
+
+
+# -- size arguments ----------------------------------------------------------
+
+
+def test_parse_size():
+    assert parse_size("4096") == (4096, 4096, 4096)
+    assert parse_size("16384x4096x4096") == (16384, 4096, 4096)
+    assert parse_size("2X3x4") == (2, 3, 4)
+
+
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ("abc", "is not N or MxNxK"),
+        ("0", "must be N or MxNxK with positive integers"),
+        ("4x0x4", "positive integers"),
+        ("-8", "positive integers"),
+        ("4x4", "must be N or MxNxK"),
+        ("1x2x3x4", "must be N or MxNxK"),
+        ("", "is not N or MxNxK"),
+    ],
+)
+def test_parse_size_rejects(text, msg):
+    with pytest.raises(ValueError, match=msg):
+        parse_size(text)
 
 
 # -- on a GPU: the harness runs end to end (timings are not asserted) ----------
