@@ -89,4 +89,12 @@ def main(out_path: str, names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "bert-base,vit-b16,gpt2").split(","))
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="write the records here (JSON)")
+    ap.add_argument(
+        "models", nargs="?", default="bert-base,vit-b16,gpt2", help="comma list of the training suite's models"
+    )
+    args = ap.parse_args()
+    main(args.out, args.models.split(","))

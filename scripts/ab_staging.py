@@ -12,7 +12,6 @@ keep their own plans.
 """
 
 import statistics
-import sys
 import time
 
 gm = statistics.geometric_mean
@@ -151,7 +150,16 @@ def fit(path: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--fit":
-        fit(sys.argv[2])
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fit", metavar="OUT.json", help="refit the fallback's slowdown from these records (no GPU)")
+    ap.add_argument("out", nargs="?", help="on the GPU: write the records here")
+    ap.add_argument("budget_s", nargs="?", type=float, help="on the GPU: seconds for the timed rounds")
+    args = ap.parse_args()
+    if args.fit:
+        fit(args.fit)
+    elif args.out is None or args.budget_s is None:
+        ap.error("give OUT.json BUDGET_S (on a GPU) or --fit OUT.json")
     else:
-        run(sys.argv[1], float(sys.argv[2]))
+        run(args.out, args.budget_s)

@@ -6,10 +6,15 @@ One row per candidate and shape: [candidate, status, first timing ms, finalist
 timing ms, relative error vs FP64], fastest first.
 """
 
+import argparse
 import json
-import sys
 
-src, run, dst = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+ap.add_argument("src", help="the tuner's <gpu>.progress.json")
+ap.add_argument("run", type=int, help="the run's number, kept in the record")
+ap.add_argument("out", help="write the compact record here")
+args = ap.parse_args()
+src, run, dst = args.src, args.run, args.out
 d = json.load(open(src))
 out = {
     "gpu": d["gpu"],

@@ -8,7 +8,6 @@ gemmlab.tools.inspect_kernels.portable_configs), written to benchmarks/results/c
 """
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -51,4 +50,8 @@ def main(arches):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or KNOWN_TARGETS)
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("arches", nargs="*", metavar="ARCH", help="targets such as sm_86 (default: every known target)")
+    main(ap.parse_args().arches or KNOWN_TARGETS)

@@ -30,6 +30,9 @@ from gemmlab.runtime.device import gpu_info  # noqa: E402
 
 
 def main() -> int:
+    if sys.argv[1:2] in (["-h"], ["--help"]):  # no arguments: everything the GPU tests launch
+        print(__doc__)
+        return 0
     t0 = time.time()
     gpu = gpu_info(0)
     items = set(blas3_harness.instantiations(blas3_harness.FAMILIES + blas3_harness.TMA_FAMILIES, gpu.arch))

@@ -20,6 +20,9 @@ from gemmlab.tools.cli import _kernel_entries
 from gemmlab.kernels import registry
 from gemmlab.tools.verify import random_matrix
 
+if sys.argv[1:2] in (["-h"], ["--help"]):
+    print(__doc__)
+    sys.exit(0)
 M, N, K = parse_size(sys.argv[1] if len(sys.argv) > 1 else "4096")
 args = sys.argv[2:]
 if args[:1] == ["--tensor"] or args == ["--ec"]:

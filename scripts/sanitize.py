@@ -9,7 +9,11 @@ the sanitizer passes but that computes wrongly still fails.
 
 import sys
 
-import cupy as cp
+if sys.argv[1:2] in (["-h"], ["--help"]):  # no arguments: the whole workload runs
+    print(__doc__)
+    sys.exit(0)
+
+import cupy as cp  # noqa: E402
 import numpy as np
 
 import gemmlab

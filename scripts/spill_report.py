@@ -1,9 +1,15 @@
 """Every legal configuration of every rung, compiled for sm_80 and sm_90a with the
 NVRTC installed here: prints the instantiations that spill or use a stack frame."""
 
-from gemmlab.kernels import registry
-from gemmlab.runtime.compile import compile_module, parse_ptxas_log
-import cuda.bindings.nvrtc as nvrtc
+import sys
+
+if sys.argv[1:2] in (["-h"], ["--help"]):  # no arguments: every rung, both targets
+    print(__doc__)
+    sys.exit(0)
+
+from gemmlab.kernels import registry  # noqa: E402
+from gemmlab.runtime.compile import compile_module, parse_ptxas_log  # noqa: E402
+import cuda.bindings.nvrtc as nvrtc  # noqa: E402
 
 print("NVRTC", nvrtc.nvrtcVersion()[1:])
 bad = 0
