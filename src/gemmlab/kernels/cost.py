@@ -16,11 +16,12 @@ The model, per launch:
     SM's tensor peak (compute) or at the SM's share of L2 bandwidth for the tile's
     loads, whichever is slower (waves of tiles);
   * the whole launch moves at least its operands and result once through DRAM;
-  * a split of K is added up inside the kernel (wgmma's fixup): each tile's last
-    slice reads the other slices' FP32 partial tiles through L2 after they are
-    written, at the SM's share of L2 bandwidth, before its epilogue -- time on the
-    busiest SM's path, no second launch; every launch adds a fixed cost (launch,
-    pipeline fill, epilogue).
+  * a split of K adds its reduction: by a second kernel (the FP32 partial sums
+    written and read once more through DRAM, one more launch), or, for a kernel that
+    adds its slices itself (Tile.fixup: wgmma), each tile's last slice reading the
+    other slices' partial tiles through L2 at the SM's share of L2 bandwidth before
+    its epilogue -- time on the busiest SM's path, no second launch; every launch
+    adds a fixed cost (launch, pipeline fill, epilogue).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Tile:
     splits: int = 1
     label: str = ""
     ring_bytes: int = 0  # bytes of A and B tiles a block keeps in flight (0: not limiting)
+    fixup: bool = False  # split: the kernel adds its slices itself, no reduction kernel
 
 
 @dataclass(frozen=True)
@@ -92,10 +94,13 @@ def predict(
         sm_bw = min(sm_bw, tile.blocks_per_sm * tile.ring_bytes / machine.latency_s)
     loads = per_sm * (tile.bm + tile.bn) * k_slice * in_bytes / sm_bw
     dram = (M * K + K * N) * in_bytes * max(batch, 1) + M * N * out_bytes * max(batch, 1)
+    launches, fixup = 1, 0.0
+    if tile.splits > 1 and not tile.fixup:  # partial sums written, read back by the reduction
+        dram += 2 * 4 * M * N * tile.splits * max(batch, 1)
+        launches = 2
     memory = dram / machine.dram_bw
     body = max(compute, loads, memory)
-    fixup = 0.0
-    if tile.splits > 1:
+    if tile.splits > 1 and tile.fixup:
         # The busiest SM's owned tiles each read splits - 1 FP32 partial tiles, after the
         # last of them was written: (owned tiles x (splits - 1) + 1) tiles through L2.
         owned = cdiv(tiles, machine.sm_count)
@@ -107,7 +112,7 @@ def predict(
         f"{tile.label or f'{tile.bm}x{tile.bn}'}{split}: {items} work items, {waves:.2f} waves, "
         f"{100 * tile_use(M, N, tile.bm, tile.bn):.0f}% of the tile area useful, {bound}-bound"
     )
-    return Estimate(body + fixup + machine.launch_s, reason, tile)
+    return Estimate(body + fixup + launches * machine.launch_s, reason, tile)
 
 
 def copy_time(nbytes: int, machine: Machine, efficiency: float = 1.0) -> float:

@@ -246,6 +246,7 @@ def wgmma_estimate(M: int, N: int, K: int, p: dict, sm_count: int, batch: int = 
         WGMMA_TILE_EFFICIENCY[(p["BM"], p["BN"])],
         splits=p.get("SPLITK", 1),
         ring_bytes=p["STAGES"] * (p["BM"] + p["BN"]) * SWIZZLE_BYTES,
+        fixup=True,  # split-K's slices are added in the kernel (SPEC.split_fixup)
         label=f"{p['BM']}x{p['BN']}x{p['STAGES']} stages",
     )
     return predict(M, N, K, tile, Machine(sm_count), batch=batch, in_bytes=eb, out_bytes=eb)
