@@ -244,15 +244,7 @@ def main(argv=None) -> int:
         from gemmlab.tools.bench import report
         from gemmlab.runtime.device import gpu_info
 
-        report.write_json(
-            {
-                "gpu": gpu_info(0).name,
-                "date": time.strftime("%Y-%m-%d"),
-                "command": " ".join(sys.argv),
-                "records": records,
-            },
-            args.json,
-        )
+        report.write_run(args.json, gpu_info(0).name, records)
     return 0
 
 

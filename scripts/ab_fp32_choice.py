@@ -199,16 +199,7 @@ def run_gpu(out_path: str, budget_s: float, dtypes) -> None:
     bad = [r["product"] for r in recs if not r["ok"]]
     if bad:
         print(f"{len(bad)} WRONG against FP64: {bad}")
-    report.write_json(
-        {
-            "gpu": gpu.name,
-            "date": time.strftime("%Y-%m-%d"),
-            "command": " ".join(sys.argv),
-            "summary": summary,
-            "records": recs,
-        },
-        out_path,
-    )
+    report.write_run(out_path, gpu.name, recs, summary=summary)
 
 
 def main() -> int:

@@ -116,16 +116,7 @@ def main() -> int:
     }
     print("geometric means, x SGEMM: " + ", ".join(f"{k} {v:.2f}" for k, v in summary.items()))
     if args.json:
-        report.write_json(
-            {
-                "gpu": gpu.name,
-                "date": time.strftime("%Y-%m-%d"),
-                "command": " ".join(sys.argv),
-                "summary": summary,
-                "records": recs,
-            },
-            args.json,
-        )
+        report.write_run(args.json, gpu.name, recs, summary=summary)
     return 0
 
 

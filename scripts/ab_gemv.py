@@ -299,16 +299,7 @@ def run_gpu(out_path: str | None, budget_s: float, only: str | None = None) -> N
     if bad:
         print(f"{len(bad)} WRONG against FP64: {bad}")
     if out_path:
-        report.write_json(
-            {
-                "gpu": gpu.name,
-                "date": time.strftime("%Y-%m-%d"),
-                "command": " ".join(sys.argv),
-                "summary": summary,
-                "records": recs,
-            },
-            out_path,
-        )
+        report.write_run(out_path, gpu.name, recs, summary=summary)
 
 
 def main() -> int:

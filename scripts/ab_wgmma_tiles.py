@@ -212,18 +212,7 @@ def main() -> int:
     }
     print("geometric means, % of torch: " + ", ".join(f"{k} {v:.1f}" for k, v in summary.items()))
     if args.json:
-        report.write_json(
-            {
-                "gpu": gpu.name,
-                "date": time.strftime("%Y-%m-%d"),
-                "command": " ".join(sys.argv),
-                "arms": tiles,
-                "batched_arms": batched_tiles,
-                "summary": summary,
-                "records": recs,
-            },
-            args.json,
-        )
+        report.write_run(args.json, gpu.name, recs, arms=tiles, batched_arms=batched_tiles, summary=summary)
     return 0
 
 

@@ -266,3 +266,17 @@ def test_time_rounds_rotates_the_order_and_pools_each_calls_runs(monkeypatch):
     assert all(kw["host"] and kw["l2_bytes"] == 1 << 20 and kw["reps"] == 3 for kw in seen)
     assert out["a"].ms_all == [1.0, 6.0, 8.0, 10.0] and out["a"].ms == 7.0  # a ran 1st, 6th, 8th, 10th
     assert list(out) == ["a", "b", "c"] and all(len(t.ms_all) == 4 for t in out.values())
+
+
+def test_write_run_keeps_the_fields_and_the_command(tmp_path):
+    import json
+    import sys
+
+    from gemmlab.tools.bench import report
+
+    path = tmp_path / "ab.json"
+    report.write_run(path, "NVIDIA H200", [{"product": "p", "pct_auto": 101.0}], summary={"auto": 101.0})
+    doc = json.loads(path.read_text())
+    assert doc["gpu"] == "NVIDIA H200" and doc["summary"] == {"auto": 101.0}
+    assert doc["records"] == [{"product": "p", "pct_auto": 101.0}]
+    assert doc["command"] == " ".join(sys.argv) and len(doc["date"]) == 10

@@ -119,6 +119,18 @@ def write_json(records: list[dict], path) -> None:
     os.replace(tmp, path)
 
 
+def write_run(path, gpu: str, records: list[dict], **fields) -> None:
+    """An A/B script's record (scripts/ab_*.py): the GPU, the date, the command that ran,
+    the script's own ``fields`` (arms, summary, ...), then the records."""
+    import sys
+    import time
+
+    write_json(
+        {"gpu": gpu, "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), **fields, "records": records},
+        path,
+    )
+
+
 def _pyplot():
     try:
         import matplotlib
