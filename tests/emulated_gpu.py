@@ -329,7 +329,6 @@ def install(monkeypatch) -> Emulator:
     # The closures of Launcher.direct call cuda.core's launch itself: emulated calls take
     # Launcher.run, which makes the same launch through launch_shaped (patched below).
     monkeypatch.setattr(executor.Launcher, "direct", lambda self: None)
-    monkeypatch.setattr(executor, "launch", emu.launch)
     monkeypatch.setattr(
         executor,
         "launch_shaped",
@@ -348,7 +347,7 @@ def install(monkeypatch) -> Emulator:
 
     from gemmlab.runtime import tma
 
-    monkeypatch.setattr(tma, "_encode", lambda *a, backend=None: FakeMap(*a))
+    monkeypatch.setattr(tma, "_encode", lambda *a: FakeMap(*a))
     # What a rung's own arguments launch and allocate (wgmma's staging copy), on the emulator too.
     from gemmlab.runtime import launch as rt_launch
 

@@ -84,12 +84,6 @@ def rec(monkeypatch):
     monkeypatch.setattr(
         executor, "launch_shaped", lambda kernel, shape, stream, args: r.log.append((kernel, shape.grid, args))
     )
-    monkeypatch.setattr(
-        executor,
-        "launch",
-        lambda kernel, grid, block, smem, stream, *args, cluster=(1, 1, 1): r.log.append((kernel, tuple(grid), args)),
-    )
-    monkeypatch.setattr(executor, "maps_backend", lambda stream: None)
 
     class Report:
         def __init__(self, gpu, stream):

@@ -154,3 +154,42 @@ def test_a_stream_keeps_its_workspace_up_to_the_limit(monkeypatch):
         assert ws.repeats
         ws.close(5)
     assert taken == [big] + [L.SCRATCH_KEPT_BYTES + 1] * 2 and freed == [L.SCRATCH_KEPT_BYTES + 1] * 2
+
+
+def _read_params(ptr: int, kinds) -> list:
+    """The arguments a kernel would read through the kernelParams array at ``ptr``: each
+    scalar by its C type, each tensor map as its 128 bytes (and whether it is 64-byte aligned)."""
+    ctype = {np.int32: ctypes.c_int32, np.float32: ctypes.c_float, np.int64: ctypes.c_int64, int: ctypes.c_uint64}
+    out = []
+    for i, kind in enumerate(kinds):
+        at = ctypes.c_uint64.from_address(ptr + 8 * i).value
+        out.append((ctypes.string_at(at, 128), at % 64) if kind == "map" else ctype[kind].from_address(at).value)
+    return out
+
+
+def test_map_params_pack_scalars_and_maps_and_rebind_them():
+    """MapParams (launches with tensor maps): every argument reads back as given, maps
+    64-byte aligned copies of the objects' bytes; rebound() changes exactly the values and
+    maps' addresses it is given, and leaves the launch it was made from as it was."""
+    driver = L.driver()
+    maps = [driver.CUtensorMap(), driver.CUtensorMap()]
+    for m, fill in zip(maps, (0x11, 0x22)):
+        ctypes.memset(m.getPtr(), fill, 128)
+    args = (np.int32(5), np.float32(1.5), 123456789012, np.int32(-7), maps[0], np.int64(-3), np.int32(9), maps[1])
+    kinds = [np.int32, np.float32, int, np.int32, "map", np.int64, np.int32, "map"]
+    packed = L.PackedArgs(args).packed()
+    assert isinstance(packed, L.MapParams)
+    want = [5, 1.5, 123456789012, -7, (b"\x11" * 128, 0), -3, 9, (b"\x22" * 128, 0)]
+    assert _read_params(packed.ptr, kinds) == want
+
+    def replace(map_address, address):  # stands in for cuTensorMapReplaceAddress
+        ctypes.c_uint64.from_address(map_address).value = address
+
+    moved = packed.rebound(((1, 2.5), (2, 99), (5, 4)), ((7, 0xABC0),), replace)
+    got = _read_params(moved.ptr, kinds)
+    assert got[:4] == [5, 2.5, 99, -7] and got[4] == want[4] and got[5:7] == [4, 9]
+    assert got[7] == ((0xABC0).to_bytes(8, "little") + b"\x22" * 120, 0)
+    assert _read_params(packed.ptr, kinds) == want  # the original is untouched
+    assert L.PackedArgs.of(moved).packed() is moved
+    with pytest.raises(TypeError, match="cannot be packed with tensor maps"):
+        L.MapParams((np.int16(1), maps[0]))

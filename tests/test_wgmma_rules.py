@@ -540,3 +540,94 @@ def test_wgmma_name_expressions():
         WGMMA.name_expression(d, prob.with_layout("N", "T"))
         == f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, false, 'N', 'T'>"
     )
+
+
+def _rebind_cases():
+    """(problem, params, first operands, second operands, alpha, beta): pairs of calls of
+    one kind (same strides, batch, bias and split; other, random 16-byte aligned addresses)."""
+    import random
+
+    from gemmlab.runtime.tma import Operands
+
+    rng = random.Random(7)
+
+    def addr():
+        return rng.randrange(1 << 20, 1 << 40) * 16
+
+    base = dict(M=200, N=136, K=72, aligned16=True, op_a="N", op_b="N", tma_aligned=True, sm_count=132)
+    cases = []
+    for dtype, out_dtype, ops, batch, beta, bias, split in [
+        ("bfloat16", "bfloat16", "NN", 1, 0.0, False, 1),
+        ("float16", "float16", "TN", 1, 0.5, False, 1),
+        ("bfloat16", "float32", "NT", 4, 0.0, True, 1),
+        ("bfloat16", "bfloat16", "TT", 3, 1.0, True, 2),
+        ("tf32", "float32", "NN", 1, 0.0, False, 1),
+    ]:
+        pr = (
+            Problem(**base, dtype=dtype, out_dtype=out_dtype)
+            if ops == "NN"
+            else Problem(**(base | dict(op_a=ops[0], op_b=ops[1])), dtype=dtype, out_dtype=out_dtype)
+        )
+        params = dict(BM=128, BN=128, STAGES=4, CLUSTER=1, SPLITK=split)
+        lda, ldb, ldc = (72 if ops[0] == "N" else 200), (136 if ops[1] == "N" else 72), 136
+        strides = (200 * 72, 72 * 136, 200 * 136) if batch > 1 else (0, 0, 0)
+
+        def operands():
+            extra = dict(bias=addr(), bias_cs=1) if bias else {}
+            if split > 1:
+                extra |= dict(partials=addr(), counters=addr())
+            return Operands(addr(), lda, addr(), ldb, addr(), ldc, batch, *strides, **extra)
+
+        cases.append((pr, params, operands(), operands(), 1.5, beta))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_wgmma_rebind_gives_what_building_gives(monkeypatch, case):
+    """A launch made from an earlier one of the same kind (wgmma_rebind: values and maps'
+    addresses replaced) holds exactly the arguments wgmma_args builds for the new call, in
+    every layout, batched or not, with beta, bias and split; its kind equals the first's."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import emulated_gpu
+    from gemmlab.kernels.tensor import wgmma
+    from gemmlab.runtime import tma
+
+    monkeypatch.setattr(tma, "_encode", lambda *a: emulated_gpu.FakeMap(*a))
+    pr, params, first, second, alpha, beta = _rebind_cases()[case]
+    plan = SimpleNamespace(problem=pr, params=params, describe=lambda: "wgmma")
+    built = wgmma.wgmma_args(plan, first, 0.25, beta)
+    assert len(built) == len(wgmma.WGMMA_ARGS)
+    kind1, _, _ = wgmma.wgmma_rebind(plan, first, 0.25, beta)
+    kind2, values, maps = wgmma.wgmma_rebind(plan, second, alpha, beta)
+    assert kind1 == kind2
+    rebound = list(built)
+    for i, v in values:
+        rebound[i] = v
+    for i, address in maps:
+        rebound[i] = dataclasses.replace(rebound[i], ptr=address)
+    want = wgmma.wgmma_args(plan, second, alpha, beta)
+    assert [type(x) for x in want] == [type(x) for x in built]
+    assert [float(x) if not isinstance(x, emulated_gpu.FakeMap) else x for x in rebound] == [
+        float(x) if not isinstance(x, emulated_gpu.FakeMap) else x for x in want
+    ]
+
+
+def test_wgmma_rebind_declines_operands_off_the_grid():
+    from types import SimpleNamespace
+
+    from gemmlab.kernels.tensor import wgmma
+
+    pr, params, first, _, _, _ = _rebind_cases()[0]
+    plan = SimpleNamespace(problem=pr, params=params)
+    assert wgmma.wgmma_rebind(plan, dataclasses_replace(first, A=first.A + 2), 1.0, 0.0) is None
+    # C off the grid: stored without its map, a kind of its own
+    kind = wgmma.wgmma_rebind(plan, first, 1.0, 0.0)[0]
+    assert wgmma.wgmma_rebind(plan, dataclasses_replace(first, C=first.C + 2), 1.0, 0.0)[0] != kind
+
+
+def dataclasses_replace(x, **kw):
+    import dataclasses
+
+    return dataclasses.replace(x, **kw)

@@ -54,16 +54,16 @@ from ..runtime.device import GPUInfo, make_current
 from ..runtime.launch import (
     DEFAULT_DYNAMIC_SMEM,
     LaunchShape,
+    MapParams,
     PackedArgs,
     allow_dynamic_smem,
     clusters_that_fit,
-    is_driver_tensor_map,
-    launch,
+    is_tensor_map,
     launch_shaped,
     stream_is_capturing,
     stream_workspace,
 )
-from ..runtime.tma import Operands, maps_backend
+from ..runtime.tma import Operands, replace_address
 
 log = logging.getLogger("gemmlab")
 
@@ -211,10 +211,14 @@ class Launcher:
         # own-args kernels: launch shapes by matrices per launch (after a pre-pass: by (matrices,
         # whether a choice record is read), the latter a programmatic dependent launch)
         self._shapes = {}
-        # kernel_args' arguments, kept per addresses (None: built per call, for driver-built maps).
+        # kernel_args' arguments, kept per addresses (None: a kernel with a pre-pass, kept apart).
         self._args_memo = {} if p.spec.kernel_args is not None and self.prepass is None else None
         # (A, B, C, alpha, beta, bias[, the split's workspaces]) -> the whole argument tuple, for direct()
         self._full_memo = {}
+        # spec.rebind's kinds of call -> a packed launch of that kind (MapParams), which
+        # calls of the same kind on other addresses copy (_new_args)
+        self._rebind = p.spec.rebind if self._args_memo is not None else None
+        self._launches_by_kind = {}
         self._prepass_memo = {}  # a pre-pass kernel's launches, by addresses, scalars and workspace
         self._prepass_bytes = {}  # ... and its workspace's size, by (matrices, strides, choice or not)
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
@@ -548,40 +552,23 @@ class Launcher:
         if self.prepass is not None:
             self._launch_after_prepass(stream, jobs, ldc, strides, alpha, beta, choice, report, workspace, fixup)
             return
-        p, geo, (lda, ldb, _) = self.plan, self.geo, self.lds
+        lda, ldb, _ = self.lds
         split = (int(fixup[0].handle), int(fixup[1].handle)) if fixup is not None else ()
         parts = dict(zip(("partials", "counters"), split))
-        if self._args_memo is not None:
-            alpha32, beta32, memo = f32(alpha), f32(beta), self._args_memo
-            for a, b, c, nz in jobs:
-                # The arguments of these addresses, built once; alpha and beta (the
-                # standard arguments 3 and 8) filled in per call.
-                args = memo.get((a, b, c, nz, beta == 0, bias) + split)
-                if args is None:
-                    args = self._memo_args(
-                        stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops, **parts), alpha, beta
-                    )
-                    if args is None:  # driver-built tensor maps: launched already, by cuLaunchKernel
-                        continue
-                args = PackedArgs(args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:])
-                if len(jobs) == 1 and (self.splits == 1 or fixup is not None):
-                    # what direct() launches for these addresses, scalars (and workspaces)
-                    _keep(self._full_memo, (a, b, c, alpha, beta, bias) + split, args)
-                launch_shaped(self.kernel, self._shapes[nz], stream, args)
-            return
+        alpha32, beta32, memo = f32(alpha), f32(beta), self._args_memo
         for a, b, c, nz in jobs:
-            # Arguments built per call (driver-encoded tensor maps, which are not kept), but the
-            # launch shape once.
-            args = p.spec.kernel_args(
-                p, self.gpu, stream, Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops, **parts), alpha, beta
-            )
-            shape = self._shapes.get(nz)
-            if shape is None:
-                shape = self._shapes[nz] = LaunchShape(self._grid(nz, stream), geo.block, geo.smem_bytes, geo.cluster)
-            if any(is_driver_tensor_map(a) for a in args):  # only cuLaunchKernel takes these
-                launch(self.kernel, shape.grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
+            # The arguments of these addresses, built once; alpha and beta (the
+            # standard arguments 3 and 8) filled in per call.
+            args = memo.get((a, b, c, nz, beta == 0, bias) + split)
+            if args is not None:
+                args = PackedArgs(args[:3] + (alpha32,) + args[4:8] + (beta32,) + args[9:])
             else:
-                launch_shaped(self.kernel, shape, stream, args)
+                ops = Operands(a, lda, b, ldb, c, ldc, nz, *strides, *bias_ops, **parts)
+                args = self._new_args(stream, ops, alpha, beta)
+            if len(jobs) == 1 and (self.splits == 1 or fixup is not None):
+                # what direct() launches for these addresses, scalars (and workspaces)
+                _keep(self._full_memo, (a, b, c, alpha, beta, bias) + split, args)
+            launch_shaped(self.kernel, self._shapes[nz], stream, args)
 
     def _launch_after_prepass(
         self,
@@ -604,7 +591,7 @@ class Launcher:
         keep, which the pool hands the stream again at the next call (building them, four
         tensor maps and the pre-pass's arguments, cost about 60 µs of host time before the
         first kernel of a large fp32_tc call: benchmarks/NOTES.md); a graph's own
-        workspace gets them built for its call only (under capture with driver-encoded maps).
+        workspace gets them built for its call only.
         With a choice record the kernel is a programmatic dependent launch (it waits for the
         pre-pass itself: LaunchShape's pdl), so that its launch and set-up overlap the
         pre-pass's last blocks.  ``workspace``: one the caller took for the one job (its
@@ -620,15 +607,12 @@ class Launcher:
                 )
             )
             try:
-                launches, args, shape, driver_maps = self._after_prepass(
+                launches, args, shape = self._after_prepass(
                     stream, a, b, c, nz, ldc, strides, alpha, beta, choice, report, ws, fixup
                 )
                 for kernel, pre_shape, pre_args in launches:
                     launch_shaped(kernel, pre_shape, stream, pre_args)
-                if driver_maps:  # only cuLaunchKernel takes these
-                    launch(self.kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args, cluster=shape.cluster)
-                else:
-                    launch_shaped(self.kernel, shape, stream, args)
+                launch_shaped(self.kernel, shape, stream, args)
             finally:
                 if ws is not workspace:
                     ws.close(stream)  # in stream order, after the kernel that reads it
@@ -669,12 +653,11 @@ class Launcher:
         """What run() launches for one call of a launcher whose pre-pass takes the caller's
         ``workspace`` (shared_prepass_bytes: one launch of the whole batch), as (kernel, shape,
         arguments) triples, without launching them: for a caller that keeps a whole call's
-        launches.  None where run() must launch itself (the GEMM's tensor maps are
-        driver-built: only cuLaunchKernel takes them)."""
-        launches, args, shape, driver_maps = self._after_prepass(
+        launches."""
+        launches, args, shape = self._after_prepass(
             stream, A, B, C, self.chunks[0][3], self.lds[2], self.strides, alpha, beta, choice, report, workspace
         )
-        return None if driver_maps else launches + ((self.kernel, shape, args),)
+        return launches + ((self.kernel, shape, args),)
 
     def _prepass_workspace_bytes(self, a: int, b: int, nz: int, strides, choice: int) -> int:
         """The bytes of the pre-pass workspace of a launch of ``nz`` matrices at A = ``a``, B =
@@ -706,22 +689,19 @@ class Launcher:
     def _build_after_prepass(
         self, stream: int, ops: Operands, alpha, beta, choice: int, workspace: int, report: int = 0
     ) -> tuple:
-        """(the pre-pass's launches, the kernel's arguments, its launch shape, whether its
-        tensor maps are driver-built) for _launch_after_prepass."""
+        """(the pre-pass's launches, the kernel's arguments, its launch shape) for
+        _launch_after_prepass."""
         geo = self.geo
-        launches, args = self.prepass.build(
-            self.plan, self.gpu, ops, alpha, beta, choice, workspace, maps_backend(stream), report
-        )
+        launches, args = self.prepass.build(self.plan, self.gpu, ops, alpha, beta, choice, workspace, report)
         # Launched as often as the memo finds them: packed for the driver once.
         launches = tuple((kernel, shape, PackedArgs(a)) for kernel, shape, a in launches)
-        driver_maps = any(is_driver_tensor_map(x) for x in args)
         key = (ops.batch, bool(choice))
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = LaunchShape(
                 self._grid(ops.batch, stream), geo.block, geo.smem_bytes, geo.cluster, pdl=bool(choice)
             )
-        return launches, args if driver_maps else PackedArgs(args), shape, driver_maps
+        return launches, PackedArgs(args), shape
 
     def _grid(self, nz: int, stream: int) -> tuple[int, int, int]:
         """The grid of a launch of ``nz`` matrices: the spec's, and for a persistent grid of
@@ -746,18 +726,31 @@ class Launcher:
             grid = (min(grid[0], max(cl, self.gpu.sm_count // cl * cl)), 1, 1)
         return grid
 
+    def _new_args(self, stream, ops: Operands, alpha, beta) -> PackedArgs:
+        """The packed arguments of a launch on addresses this launcher has not seen: a copy of
+        an earlier launch of the same kind with the addresses replaced (spec.rebind) where
+        there is one -- a few microseconds, so that a model whose activations move between
+        steps pays no more -- else built by spec.kernel_args and kept for both uses."""
+        how = self._rebind(self.plan, ops, alpha, beta) if self._rebind is not None else None
+        if how is not None:
+            earlier = self._launches_by_kind.get(how[0])
+            if earlier is not None:
+                return PackedArgs.of(earlier.rebound(how[1], how[2], replace_address))
+        args = self._memo_args(stream, ops, alpha, beta)
+        args = PackedArgs(args[:3] + (f32(alpha),) + args[4:8] + (f32(beta),) + args[9:])
+        if how is not None and any(is_tensor_map(x) for x in args):
+            holder = args.packed()
+            if isinstance(holder, MapParams):
+                _keep(self._launches_by_kind, how[0], holder)
+        return args
+
     def _memo_args(self, stream, ops: Operands, alpha, beta):
         p, geo = self.plan, self.geo
-        grid = self._grid(ops.batch, stream)
         args = p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta)
-        if any(is_driver_tensor_map(a) for a in args):  # only cuLaunchKernel takes these
-            self._args_memo = None
-            launch(self.kernel, grid, geo.block, geo.smem_bytes, stream, *args, cluster=geo.cluster)
-            return None
         split = (ops.partials, ops.counters) if ops.partials else ()
         _keep(self._args_memo, (ops.A, ops.B, ops.C, ops.batch, beta == 0, ops.bias) + split, args)
         if ops.batch not in self._shapes:
-            self._shapes[ops.batch] = LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster)
+            self._shapes[ops.batch] = LaunchShape(self._grid(ops.batch, stream), geo.block, geo.smem_bytes, geo.cluster)
         if self._shape is None:
             self._shape = self._shapes[ops.batch]
         return args
@@ -909,17 +902,14 @@ class _MethodChooser:
         """Every candidate's launches of this call on the shared parts workspace, in order (the
         candidates' Launcher.call_launches), kept per set of what they depend on where both
         workspaces' addresses repeat, so that a repeated call goes from its workspaces straight
-        to its first launch; None where a candidate launches itself."""
+        to its first launch."""
         key = (A, B, C, alpha, beta, record, report, parts.handle)
         kept = ws.kept and parts.repeats
         calls = self._kept_calls.get(key) if kept else None
         if calls is None:
             calls = ()
             for _, run in self.candidates:
-                launches = run.call_launches(stream, A, B, C, alpha, beta, record, report, parts)
-                if launches is None:
-                    return None
-                calls += launches
+                calls += run.call_launches(stream, A, B, C, alpha, beta, record, report, parts)
                 report = 0  # the FP16 candidate's split chooses; the TF32 one's reads
             if kept:
                 _keep(self._kept_calls, key, calls)

@@ -190,10 +190,10 @@ class PrePass:
 
     ``workspace_bytes(plan, operands, choice)``: the bytes of workspace the launch
     needs (``choice``: whether a method chosen on the GPU is read);
-    ``build(plan, gpu, operands, alpha, beta, choice, workspace, maps_backend)``: the
+    ``build(plan, gpu, operands, alpha, beta, choice, workspace, report)``: the
     pre-pass's launches [(kernel, LaunchShape, args), ...] and the kernel's argument
     tuple, for the workspace at address ``workspace`` (``choice``: the record's address
-    or 0; ``maps_backend``: runtime.tma's encoder for maps of the workspace);
+    or 0; ``report``: where a choice record is copied, or 0);
     ``chooses(plan)``: whether, given a choice record, the pre-pass makes the method
     choice from the data itself (ec_wgmma's FOLD: split_scaled.cu), so that the
     executor launches no separate statistics for it.
@@ -272,6 +272,12 @@ class KernelSpec:
     # TMA tensor maps), once per matrix of a batch (or once per launch: batched_args).  It may
     # depend only on the addresses, alpha and beta: a prepared call keeps it per set of them.
     kernel_args: Callable | None = None
+    # rebind(plan, operands, alpha, beta) -> (kind, values, maps) or None: how kernel_args'
+    # launch for one call is made from that of an earlier call of the same kind (hashable),
+    # without building it again: the arguments at positions ``values`` ((position, value),
+    # ...) replaced and the tensor maps at positions ``maps`` ((position, address), ...)
+    # pointed at other addresses.  None (the hook or its answer): built every time.
+    rebind: Callable | None = None
     # Instead of kernel_args, a kernel with a pre-pass (above): its arguments built on a
     # workspace the executor takes from the caller's stream.
     prepass: PrePass | None = None

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import operator
+import struct
 import threading
+
+_pack_into = struct.pack_into
 
 _streams: dict[int, object] = {}
 
@@ -329,11 +334,110 @@ class PackedArgs(tuple):
     """A launch's arguments that are launched again and again (a prepared call's kept
     launches): packed for the driver once, at the first launch, and kept packed."""
 
+    @classmethod
+    def of(cls, holder) -> PackedArgs:
+        """Arguments that are already packed (MapParams.rebound): launched as they are."""
+        args = cls()
+        args.__dict__["holder"] = holder
+        return args
+
     def packed(self):
+        """The packed arguments (an object whose ``ptr`` is the kernelParams array), or
+        None where only cuda.core.launch can take them."""
         holder = self.__dict__.get("holder")
         if holder is None:
-            holder = self.__dict__["holder"] = _param_holder()(self)
-        return holder
+            if any(is_tensor_map(a) for a in self):
+                holder = MapParams(self)
+            else:
+                holder_class = _param_holder()
+                holder = holder_class(self) if holder_class else False
+            self.__dict__["holder"] = holder
+        return holder or None
+
+
+# struct's codes (native size and alignment, as a kernel's parameters are laid out) of
+# the scalar arguments MapParams takes; a Python int is a device pointer.
+_CODES = {"int32": "i", "uint32": "I", "int64": "q", "uint64": "Q", "float32": "f", "float64": "d", "int": "Q"}
+MAP_BYTES = 128  # a CUtensorMap, 64-byte aligned
+_layouts: dict[tuple, _Layout] = {}
+
+
+class _Layout:
+    """Where MapParams puts arguments of one tuple of types, from a 64-byte aligned base:
+    the maps' 128 bytes each, then the array of pointers (one per argument, to its value),
+    then the scalars, aligned as a C struct would align them."""
+
+    __slots__ = ("n", "maps", "table", "fmt", "nbytes", "at", "codes", "scalars")
+
+    def __init__(self, kinds: tuple):
+        self.n = n = len(kinds)
+        self.maps = tuple(i for i, kind in enumerate(kinds) if kind.__name__ == "CUtensorMap")
+        self.table = MAP_BYTES * len(self.maps)  # the pointer array's offset
+        fmt, at, codes, scalars = "@", [0] * n, [""] * n, []
+        for j, i in enumerate(self.maps):
+            at[i] = MAP_BYTES * j
+        for i, kind in enumerate(kinds):
+            if i in self.maps:
+                continue
+            code = _CODES.get(kind.__name__)
+            if code is None:
+                raise TypeError(f"a kernel argument of type {kind.__name__} cannot be packed with tensor maps")
+            fmt += code
+            at[i] = self.table + 8 * n + struct.calcsize(fmt) - struct.calcsize("@" + code)
+            codes[i] = "@" + code
+            scalars.append(i)
+        self.fmt = f"@{n}Q" + fmt[1:]  # the pointer array, then the scalars
+        self.nbytes = self.table + struct.calcsize(self.fmt)
+        self.at, self.codes = tuple(at), tuple(codes)
+        self.scalars = (
+            operator.itemgetter(*scalars) if len(scalars) > 1 else lambda args: tuple(args[i] for i in scalars)
+        )
+
+
+def _aligned_buffer(nbytes: int):
+    """(a zeroed buffer, the offset of its first 64-byte aligned byte, that byte's address)."""
+    raw = (ctypes.c_uint64 * (-(-nbytes // 8) + 8))()
+    address = ctypes.addressof(raw)
+    shift = -address % 64
+    return raw, shift, address + shift
+
+
+class MapParams:
+    """The kernelParams of a launch that passes tensor maps (driver CUtensorMaps, which
+    cuda.core's ParamHolder does not take), in one buffer (_Layout): a copy of each map,
+    the array of pointers to each argument's value, the scalars.  ``rebound`` makes the
+    same launch on other addresses from it: a copy of the buffer with some values and the
+    maps' addresses replaced, without building the arguments again."""
+
+    __slots__ = ("ptr", "_buffer", "_layout")
+
+    def __init__(self, args=None, *, layout: _Layout | None = None):
+        if args is None:  # rebound's: filled in there
+            self._layout = layout
+            return
+        kinds = tuple(map(type, args))
+        self._layout = lay = _layouts.get(kinds) or _layouts.setdefault(kinds, _Layout(kinds))
+        self._buffer, shift, base = _aligned_buffer(lay.nbytes)
+        _pack_into(lay.fmt, self._buffer, shift + lay.table, *[base + at for at in lay.at], *lay.scalars(args))
+        for i in lay.maps:
+            ctypes.memmove(base + lay.at[i], args[i].getPtr(), MAP_BYTES)
+        self.ptr = base + lay.table
+
+    def rebound(self, values, maps, replace_address) -> MapParams:
+        """A copy with the arguments at positions ``values`` = ((position, value), ...)
+        replaced, and the maps at positions ``maps`` = ((position, address), ...) pointed at
+        other addresses by ``replace_address(map address, address)`` (runtime.tma)."""
+        lay = self._layout
+        new = MapParams(layout=lay)
+        new._buffer, shift, base = _aligned_buffer(lay.nbytes)
+        ctypes.memmove(base, self.ptr - lay.table, lay.nbytes)
+        _pack_into(f"@{lay.n}Q", new._buffer, shift + lay.table, *[base + at for at in lay.at])
+        for i, value in values:
+            _pack_into(lay.codes[i], new._buffer, shift + lay.at[i], value)
+        for i, address in maps:
+            replace_address(base + lay.at[i], address)
+        new.ptr = base + lay.table
+        return new
 
 
 _cc_launch = None
@@ -378,17 +482,20 @@ def _function(kernel):
 
 def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -> None:
     """Enqueue ``kernel`` with a prepared shape: the per-call path of a prepared
-    call (arguments: NumPy scalars, ints for pointers, cuda.core tensor maps; a
-    PackedArgs is packed once).  Straight to the driver's cuLaunchKernelEx with the
+    call (arguments: NumPy scalars, ints for pointers; a PackedArgs, packed once, may
+    also hold tensor maps).  Straight to the driver's cuLaunchKernelEx with the
     shape's configuration for the stream, which takes less host time than
     cuda.core.launch (benchmarks/NOTES.md); through cuda.core.launch where this
     cuda.core has no argument packer gemmlab knows."""
-    holder_class = _holder_class if _holder_class is not None else _param_holder()
-    if not holder_class:
+    if type(args) is PackedArgs:
+        holder = args.packed()
+    else:
+        holder_class = _holder_class if _holder_class is not None else _param_holder()
+        holder = holder_class(args) if holder_class else None
+    if holder is None:
         config = shape._config if shape._config is not None else shape.config()
         (_cc_launch or cuda_core_launch())(stream_from_handle(stream_handle), config, kernel, *args)
         return
-    holder = args.packed() if type(args) is PackedArgs else holder_class(args)
     cfg = shape._driver.get(stream_handle)
     if cfg is None:
         cfg = shape.driver_config(stream_handle)
@@ -400,15 +507,11 @@ def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -
 
 def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args, cluster=(1, 1, 1)) -> None:
     """Enqueue ``kernel`` on the stream (``grid`` in blocks, ``cluster`` blocks per
-    cluster).  Arguments: NumPy scalars, ints (device pointers), cuda.core
-    TensorMapDescriptors -- through cuda.core.launch -- or driver CUtensorMaps
-    (runtime.tma's fallback), which only cuLaunchKernel takes."""
-    if any(is_driver_tensor_map(a) for a in args):
-        if tuple(cluster) != (1, 1, 1):
-            raise RuntimeError(
-                "cluster launches with driver-built tensor maps are not supported; unset GEMMLAB_TMA or use CLUSTER=1"
-            )
-        _launch_driver(kernel, grid, block, smem_bytes, stream_handle, args)
+    cluster).  Arguments: NumPy scalars, ints (device pointers) -- through
+    cuda.core.launch -- or with tensor maps among them, through cuLaunchKernelEx
+    (launch_shaped)."""
+    if any(is_tensor_map(a) for a in args):
+        launch_shaped(kernel, LaunchShape(grid, block, smem_bytes, cluster), stream_handle, PackedArgs(args))
         return
     from cuda.core import launch as cc_launch
 
@@ -428,28 +531,6 @@ def clusters_that_fit(kernel, grid, block, smem_bytes: int, cluster, stream_hand
     return _cluster_fit[key]
 
 
-def is_driver_tensor_map(arg) -> bool:
+def is_tensor_map(arg) -> bool:
+    """Whether ``arg`` is a tensor map (runtime.tma: a cuda.bindings CUtensorMap)."""
     return type(arg).__name__ == "CUtensorMap" and hasattr(arg, "getPtr")
-
-
-def _launch_driver(kernel, grid, block, smem_bytes: int, stream_handle: int, args) -> None:
-    """cuLaunchKernel with kernelParams: an array of pointers, one per argument, to
-    a copy of its value (NumPy buffers, kept alive until the call returns)."""
-    import numpy as np
-    from cuda.bindings import driver
-
-    keep, ptrs = [], []
-    for a in args:
-        if is_driver_tensor_map(a):
-            keep.append(a)
-            ptrs.append(int(a.getPtr()))
-            continue
-        buf = np.array([a]) if isinstance(a, np.generic) else np.array([int(a)], dtype=np.uint64)
-        keep.append(buf)
-        ptrs.append(buf.ctypes.data)
-    params = np.array(ptrs, dtype=np.uint64)
-    (err,) = driver.cuLaunchKernel(
-        kernel.handle, *grid, *block, smem_bytes, driver.CUstream(stream_handle), params.ctypes.data, 0
-    )
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuLaunchKernel failed: {err.name}")

@@ -3,19 +3,18 @@
 A tensor map (CUtensorMap, 128 opaque bytes) tells the copy engine where a
 matrix is (base address, sizes, row stride) and which box one copy moves, with
 which shared-memory swizzle.  A batch of matrices is one 3-D map: the batch is
-the outermost dimension, its stride the bytes from one matrix to the next.  It is built on the host and passed to the kernel
-by value (``const __grid_constant__``).
+the outermost dimension, its stride the bytes from one matrix to the next.  It is
+built on the host by the driver's ``cuTensorMapEncodeTiled`` (through
+cuda.bindings) and passed to the kernel by value (``const __grid_constant__``);
+runtime.launch packs it into the launch's arguments.
 
-Two ways to build one, the first that works is kept for the process:
-  * cuda.core: ``StridedMemoryView.as_tensor_map`` gives a
-    ``TensorMapDescriptor``, which cuda.core's argument packer passes as an argument
-    (runtime.launch.launch_shaped);
-  * the driver: ``cuTensorMapEncodeTiled`` gives a ``CUtensorMap``, which
-    runtime.launch passes through ``cuLaunchKernel`` (cuda.core's launch takes
-    no raw structs).
-``GEMMLAB_TMA=driver`` (or ``cuda.core``) forces one.  Maps are cached by
-everything they encode (address, sizes, stride, box), so repeated calls on the
-same arrays skip the encoding.
+A model's step brings new addresses whenever the allocator hands out other
+blocks, so a map is encoded per new address and that must stay cheap: the
+driver's call takes a few microseconds, where cuda.core's ``as_tensor_map``
+(which looks the address up first, and cannot see memory a CUDA graph being
+captured allocated) took many times that (benchmarks/NOTES.md).  Maps are also
+cached by everything they encode (address, sizes, stride, box), so repeated
+calls on the same arrays skip even that.
 
 What a kernel passes in which maps (its launch arguments) is the kernel's own
 host code, beside its .cu file: kernels/tensor/wgmma.py, kernels/ec/ec_wgmma.py.
@@ -23,26 +22,22 @@ host code, beside its .cu file: kernels/tensor/wgmma.py, kernels/ec/ec_wgmma.py.
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-log = logging.getLogger("gemmlab")
 
-# Element bytes and the array-interface type each input dtype is described as.
+# Element bytes of each input dtype as the copy engine sees it.
 # 16-bit types are described as uint16: the copy engine only moves bits, and its
 # zero fill of out-of-range elements is +0.0 in FP16 and BF16 alike.  "tf32" is
 # FP32 storage described to the copy engine as TFLOAT32: it rounds every value to
 # TF32 (to nearest) as it copies it into shared memory, which is what the wgmma
 # rung's TF32 path relies on; "float32" maps copy the bits unchanged (C's map).
-_ELEM = {"float16": (2, "<u2"), "bfloat16": (2, "<u2"), "tf32": (4, "<f4"), "float32": (4, "<f4")}
+_ELEM = {"float16": 2, "bfloat16": 2, "tf32": 4, "float32": 4}
 SWIZZLE_BYTES = 128  # 04_wgmma.cu's shared-memory layout
 _CACHE_SIZE = 8192  # maps kept by address: every operand of a model's step (a few hundred each)
 _cache: OrderedDict = OrderedDict()
 _lock = threading.Lock()
-_backend: str | None = None  # "cuda.core" or "driver", once one has worked
 
 
 @dataclass(frozen=True)
@@ -75,7 +70,7 @@ class Operands:
 
 def element_bytes(dtype: str) -> int:
     """Bytes of one element of ``dtype`` as a tensor map moves it."""
-    return _ELEM[dtype][0]
+    return _ELEM[dtype]
 
 
 def tma_aligned(a_ptr: int, a_rows: int, lda: int, b_ptr: int, b_rows: int, ldb: int, elem_bytes: int) -> bool:
@@ -104,57 +99,10 @@ def padded_ld(cols: int, elem_bytes: int) -> int:
     return -(-max(cols, 1) // per) * per
 
 
-class _ArrayInterface:
-    """__cuda_array_interface__ of a row-major rows x cols matrix at ``ptr``, or of
-    ``batch`` of them ``bstride`` bytes apart (batch None: 2-D)."""
-
-    def __init__(
-        self,
-        ptr: int,
-        rows: int,
-        cols: int,
-        ld: int,
-        typestr: str,
-        elem_bytes: int,
-        batch: int | None = None,
-        bstride: int = 0,
-    ):
-        shape, strides = (rows, cols), (ld * elem_bytes, elem_bytes)
-        if batch is not None:
-            shape, strides = (batch,) + shape, (bstride,) + strides
-        self.__cuda_array_interface__ = {
-            "shape": shape,
-            "typestr": typestr,
-            "data": (ptr, True),
-            "strides": strides,
-            "version": 3,
-            "stream": None,
-        }
-
-
-def _encode_cuda_core(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, bstride=0):
-    from cuda.core.utils import StridedMemoryView
-    from cuda.core._tensor_map import TensorMapL2Promotion, TensorMapSwizzle
-
-    eb, typestr = _ELEM[dtype]
-    view = StridedMemoryView.from_any_interface(
-        _ArrayInterface(ptr, rows, cols, ld, typestr, eb, batch, bstride), stream_ptr=-1
-    )
-    extra = {}
-    if dtype == "tf32":
-        from cuda.core._tensor_map import TensorMapDataType
-
-        extra["data_type"] = TensorMapDataType.TFLOAT32
-    box = (box_rows, box_cols) if batch is None else (1, box_rows, box_cols)
-    return view.as_tensor_map(
-        box_dim=box, swizzle=TensorMapSwizzle.SWIZZLE_128B, l2_promotion=TensorMapL2Promotion.L2_256B, **extra
-    )
-
-
 def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, bstride=0):
     from cuda.bindings import driver as d
 
-    eb, _ = _ELEM[dtype]
+    eb = _ELEM[dtype]
     dt = (
         d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16
         if eb == 2
@@ -183,26 +131,20 @@ def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, b
     return tmap
 
 
-_ENCODERS = {"cuda.core": _encode_cuda_core, "driver": _encode_driver}
+_encode = _encode_driver  # the one encoder (tests stand fakes in)
 
 
-def _encode(*args, backend: str | None = None):
-    global _backend
-    forced = backend or os.environ.get("GEMMLAB_TMA")
-    if forced:
-        if forced not in _ENCODERS:
-            raise ValueError(f"GEMMLAB_TMA={forced!r} is not one of {', '.join(_ENCODERS)}")
-        return _ENCODERS[forced](*args)
-    if _backend is not None:
-        return _ENCODERS[_backend](*args)
-    try:
-        result = _encode_cuda_core(*args)
-        _backend = "cuda.core"
-    except (ImportError, AttributeError, TypeError) as exc:  # an API this cuda.core lacks
-        log.debug("gemmlab: cuda.core cannot build tensor maps here (%s); using cuTensorMapEncodeTiled", exc)
-        result = _encode_driver(*args)
-        _backend = "driver"
-    return result
+def replace_address(map_address: int, address: int) -> None:
+    """Point the tensor map stored at host address ``map_address`` at the global address
+    ``address`` (cuTensorMapReplaceAddress: the sizes, strides and box stay): how a launch
+    prepared for one set of arrays is made for another of the same shapes
+    (launch.MapParams.rebound), without encoding the maps again.  ``address`` must be
+    16-byte aligned, as the map's first one was."""
+    from cuda.bindings import driver as d
+
+    (err,) = d.cuTensorMapReplaceAddress(d.CUtensorMap(_ptr=map_address), address)
+    if err != d.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapReplaceAddress failed: {err.name}")
 
 
 def tensor_map(
@@ -213,7 +155,6 @@ def tensor_map(
     dtype: str,
     box_rows: int,
     box_cols: int,
-    backend: str | None = None,
     *,
     batch: int | None = None,
     batch_stride: int = 0,
@@ -226,11 +167,8 @@ def tensor_map(
     matrix's rows read zero, never the next matrix).  cuTensorMapEncodeTiled
     documents strides as multiples of 16 bytes, each including the one before;
     a stride of 0 is outside that contract, so a matrix every member of a batch
-    shares (numpy.matmul broadcasting) is a batch of one, read at coordinate 0.
-    ``backend="driver"`` asks for cuTensorMapEncodeTiled, which does not look the
-    address up: the only encoder that takes memory a CUDA graph being captured
-    allocated (see maps_backend)."""
-    eb, _ = _ELEM[dtype]
+    shares (numpy.matmul broadcasting) is a batch of one, read at coordinate 0."""
+    eb = _ELEM[dtype]
     if box_cols * eb != SWIZZLE_BYTES:
         raise ValueError(f"a box row must be {SWIZZLE_BYTES} bytes for the 128-byte swizzle, not {box_cols * eb}")
     rows, cols = max(rows, 1), max(cols, 1)  # K = 0: nothing is copied, but a map needs sizes >= 1
@@ -244,25 +182,15 @@ def tensor_map(
             )
         # A batch of one has no second matrix: any stride the copy engine accepts will do.
         bstride = batch_stride * eb if batch > 1 else -(-rows * ld * eb // 16) * 16
-    key = (ptr, rows, cols, ld, dtype if dtype == "tf32" else eb, box_rows, box_cols, backend, batch, bstride)
+    key = (ptr, rows, cols, ld, dtype if dtype == "tf32" else eb, box_rows, box_cols, batch, bstride)
     with _lock:
         found = _cache.get(key)
         if found is not None:
             _cache.move_to_end(key)
             return found
-    found = _encode(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch, bstride, backend=backend)
+    found = _encode(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch, bstride)
     with _lock:
         _cache[key] = found
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return found
-
-
-def maps_backend(stream: int) -> str | None:
-    """The encoder for maps of memory allocated during this call: under CUDA-graph
-    capture such memory is the graph's own, which cuda.core's encoder cannot look
-    up, so every map of that launch comes from the driver (launched through
-    cuLaunchKernel); otherwise the default."""
-    from .launch import stream_is_capturing
-
-    return "driver" if stream_is_capturing(stream) else None

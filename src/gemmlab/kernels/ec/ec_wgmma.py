@@ -590,7 +590,7 @@ def ec_split_workspace(
         ws.close(stream)
 
 
-def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, backend, report: int = 0):
+def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, report: int = 0):
     """ec_wgmma's launches on the split workspace at ``workspace`` (PrePass.build): the
     split pre-pass's (ec_split_launches) and the GEMM's arguments: the standard eleven,
     the batch strides and the number of matrices (as the wgmma rung's: of A's and B's
@@ -605,7 +605,7 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     are K-major, the layout TF32 wgmma needs and FP16 wgmma reads without its transpose
     bit; A's parts in 128-row boxes, B^T's in BN-row boxes, 128 bytes of K each.  Each
     map is 3-D over the parts of every matrix split (one for an operand the batch
-    shares); ``backend``: their encoder (runtime.tma.maps_backend); ``report``: where
+    shares); ``report``: where
     split_scaled.cu copies the record it writes (0: nowhere)."""
     pr = plan.problem
     scale_a, scale_b = (float(x) for x in plan.extra_args())
@@ -620,7 +620,7 @@ def ec_wgmma_launches(plan, gpu, ops: Operands, alpha, beta, choice: int, worksp
     )
     box_k, bm, bn = 128 // eb, EC_WGMMA_BM, plan.params["BN"]
     maps = tuple(
-        tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, backend, batch=nz, batch_stride=rows * kp)
+        tensor_map(ptr, rows, pr.K, kp, part, box_rows, box_k, batch=nz, batch_stride=rows * kp)
         for ptr, rows, box_rows, nz in (
             (a_hi, pr.M, bm, nz_a),
             (a_lo, pr.M, bm, nz_a),

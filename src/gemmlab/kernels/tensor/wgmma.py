@@ -416,23 +416,30 @@ def _batch_of(ops: Operands, stride: int) -> tuple[int, int]:
     return (ops.batch, stride) if ops.batch > 1 and stride != 0 else (1, 0)
 
 
-def _c_map(pr, ops: Operands, beta, box_rows: int, backend: str | None = None):
-    """The map of C for the TMA-store epilogue, and whether to use it: beta == 0 (C is only
-    written) and C readable by TMA, each matrix of the batch too; else the kernel stores
-    without TMA, 16-bit inputs through shared memory a warp's rows at a time, TF32 from the
-    registers (the map passed then is a placeholder it never reads)."""
-    dtype = "float32" if pr.out_dtype in ("float32", "tf32") else pr.out_dtype
-    eb = element_bytes(dtype)
+def _c_stored_by_tma(pr, ops: Operands, beta) -> bool:
+    """Whether the epilogue stores C through its tensor map: beta == 0 (C is only written)
+    and C readable by TMA, each matrix of the batch too; else the kernel stores without
+    TMA, 16-bit inputs through shared memory a warp's rows at a time, TF32 from the
+    registers."""
+    eb = element_bytes("float32" if pr.out_dtype in ("float32", "tf32") else pr.out_dtype)
     nz, sc = _batch_of(ops, ops.sc)
     if beta != 0 or not tma_readable(ops.C, pr.M, ops.ldc, eb, (sc,)):
-        return None
+        return False
     # A batch whose C has room between its matrices or rows (padded rows, gaps) is
     # stored without TMA: on an H100 the 3-D TMA store wrote zeros into that
     # room (benchmarks/NOTES.md; cause not found).  Dense batches keep it.
-    if nz > 1 and (ops.ldc != pr.N or sc != pr.M * ops.ldc):
+    return nz <= 1 or (ops.ldc == pr.N and sc == pr.M * ops.ldc)
+
+
+def _c_map(pr, ops: Operands, beta, box_rows: int):
+    """The map of C for the TMA-store epilogue, or None where the epilogue stores without
+    it (_c_stored_by_tma; the map passed then is a placeholder it never reads)."""
+    if not _c_stored_by_tma(pr, ops, beta):
         return None
+    dtype = "float32" if pr.out_dtype in ("float32", "tf32") else pr.out_dtype
+    nz, sc = _batch_of(ops, ops.sc)
     return tensor_map(
-        ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // eb, backend, batch=nz, batch_stride=sc
+        ops.C, pr.M, pr.N, ops.ldc, dtype, box_rows, SWIZZLE_BYTES // element_bytes(dtype), batch=nz, batch_stride=sc
     )
 
 
@@ -452,7 +459,7 @@ def _readable(x: tuple, eb: int) -> bool:
     return tma_readable(ptr, rows, ld, eb, (stride,))
 
 
-def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, stored=None) -> tuple:
+def wgmma_args(plan, ops: Operands, alpha, beta, stored=None) -> tuple:
     """The wgmma rung's arguments: the standard eleven, the batch strides (layout.cuh;
     of A and B the kernel asks only whether they are 0), the number of matrices, the
     tensor maps of A, B and C, whether the epilogue stores through C's map (beta ==
@@ -495,9 +502,9 @@ def wgmma_args(plan, ops: Operands, alpha, beta, backend: str | None = None, sto
         box_a = (p["BM"], 64) if pr.op_a == "N" else (64, 64)  # K-major M x K, or M-major K x M
         box_b = (64, 64) if pr.op_b == "N" else (p["BN"] // p["CLUSTER"], 64)  # N-major K x N, or K-major
         box_c = 64
-    map_a = tensor_map(pa, ra, ca, lda, pr.dtype, *box_a, backend, batch=na, batch_stride=sta)
-    map_b = tensor_map(pb, rb, cb, ldb, pr.dtype, *box_b, backend, batch=nb, batch_stride=stb)
-    map_c = _c_map(pr, ops, beta, box_c, backend)
+    map_a = tensor_map(pa, ra, ca, lda, pr.dtype, *box_a, batch=na, batch_stride=sta)
+    map_b = tensor_map(pb, rb, cb, ldb, pr.dtype, *box_b, batch=nb, batch_stride=stb)
+    map_c = _c_map(pr, ops, beta, box_c)
     if ops.bias and not wgmma_epilogue_bias(plan, (ops.bias_rs, ops.bias_cs, ops.bias_zs)):
         raise ValueError(
             f"{plan.describe()} cannot add this bias in its epilogue (TF32, or strides "
@@ -531,6 +538,43 @@ def wgmma_epilogue_bias(plan, strides) -> bool:
 def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta) -> tuple:
     """KernelSpec.kernel_args: wgmma_args on the caller's operands, which TMA reads in place."""
     return wgmma_args(plan, ops, alpha, beta)
+
+
+# wgmma_args' arguments in order (04_wgmma.cu's parameters), for wgmma_rebind.
+WGMMA_ARGS = (
+    *("M", "N", "K", "alpha", "A", "lda", "B", "ldb", "beta", "C", "ldc"),
+    *("stride_a", "stride_b", "stride_c", "batch", "map_a", "map_b", "map_c", "tma_store", "splits"),
+    *("partials", "counters", "bias", "bias_rs", "bias_cs", "bias_zs"),
+)
+_AT = {name: i for i, name in enumerate(WGMMA_ARGS)}
+
+
+def wgmma_rebind(plan, ops: Operands, alpha, beta):
+    """KernelSpec.rebind: two calls of a prepared call differ in their addresses, alpha and
+    beta; the rest of wgmma_kernel_args' launch -- sizes, strides, and every tensor map but
+    its address -- is fixed by what the kind below names: the batch, the strides, whether C
+    is stored through its map, whether there is a bias or a split.  So a new set of
+    addresses costs a copy of an earlier launch's arguments with these replaced, not
+    three encoded maps.  None where an operand is off TMA's grid (wgmma_args says why)."""
+    pr = plan.problem
+    eb = element_bytes(pr.dtype)
+    if not all(_readable(x, eb) for x in _stored(pr, ops)):
+        return None
+    c_map = _c_stored_by_tma(pr, ops, beta)
+    kind = (ops.lda, ops.ldb, ops.ldc, ops.batch, ops.sa, ops.sb, ops.sc, c_map, bool(ops.bias), bool(ops.partials))
+    at = _AT
+    values = (
+        (at["alpha"], float(alpha)),
+        (at["A"], ops.A),
+        (at["B"], ops.B),
+        (at["beta"], float(beta)),
+        (at["C"], ops.C),
+        (at["partials"], ops.partials),
+        (at["counters"], ops.counters),
+        (at["bias"], ops.bias),
+    )
+    maps = ((at["map_a"], ops.A), (at["map_b"], ops.B), (at["map_c"], ops.C if c_map else ops.A))
+    return kind, values, maps
 
 
 # -- the staging copy: operands TMA cannot read in place ---------------------------------------
@@ -569,7 +613,7 @@ def staged_workspace_bytes(plan, ops: Operands, choice: int = 0) -> int:
 
 
 def wgmma_staged_launches(
-    plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, backend, report: int = 0
+    plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, report: int = 0
 ) -> tuple[list, tuple]:
     """PrePass.build of the staging copy: the launches that copy each operand TMA cannot
     read in place into the workspace at ``workspace`` (tf32_pack.cu, every matrix of the
@@ -614,7 +658,7 @@ def wgmma_staged_launches(
         at_next = at + _copy_bytes(stored[i], eb)
         stored[i] = (at, rows, cols, ldd, (n, rows * ldd if n > 1 else 0))
         at = at_next
-    return launches, wgmma_args(plan, ops, alpha, beta, backend, tuple(stored))
+    return launches, wgmma_args(plan, ops, alpha, beta, tuple(stored))
 
 
 STAGING_WHAT = "wgmma, for an aligned copy of an operand TMA cannot read in place,"
@@ -699,6 +743,7 @@ SPEC = KernelSpec(
     split_k_param="SPLITK",
     split_fixup=wgmma_split_workspace,
     kernel_args=wgmma_kernel_args,
+    rebind=wgmma_rebind,
     epilogue_bias=wgmma_epilogue_bias,
     # Operands TMA cannot read in place: copied to the 16-byte grid first (16-bit where the
     # plan stages them, TF32 always), on a workspace of the caller's stream.
