@@ -671,9 +671,9 @@ def test_half_rows_grid():
 def test_a_repeated_staged_wgmma_call_launches_what_the_first_built(rec):
     """wgmma on 16-bit operands TMA cannot read in place (a vocabulary's dY @ W: K odd): the
     staging pre-pass's copy and wgmma's arguments on the copy (tensor maps included) are built
-    once per set of addresses and workspaces, as ec_wgmma's split is; a moved operand builds
-    again (the map of B, read in place, moves with it), a graph's own workspace (not kept)
-    every time.  Split over K in the kernel, its two
+    once per set of addresses and workspaces, as ec_wgmma's split is; moved operands copy
+    them (the maps of B and C, read and written in place, pointed at the new ones), a graph's
+    own workspace (not kept) builds every time.  Split over K in the kernel, its two
     workspaces (partials, counters) are taken before the staging copy's, in the slots' order,
     and given back after the kernel; no reduction runs."""
     rng = np.random.default_rng(3)
@@ -698,21 +698,28 @@ def test_a_repeated_staged_wgmma_call_launches_what_the_first_built(rec):
     kernels = [k for k, _, _ in first]
     assert kernels[0] == PACK16_KERNEL and kernels.count(PACK16_KERNEL) == 1, kernels
     assert [k for k in kernels if k != PACK16_KERNEL] == [p.name_expression], kernels
-    # Built, and built again with the addresses moved: B's tensor map is over B itself, which
-    # a copy of the launches cannot follow (executor._address_moves), so none is kept.
+    # Built, and built again with the addresses moved (executor._address_moves: where A, B and
+    # C sit, B's and C's tensor maps, read and written in place, included).
     assert rec.builds == 2
     for _ in range(3):
         gemmlab.matmul(a, b, out=out)
         _same(first, rec.launches())
     assert rec.builds == 2
-    moved = a.copy()
+    moved = a.copy()  # a copy of the first launches, nothing built
     gemmlab.matmul(moved, b, out=out)
     again = rec.launches()
-    assert rec.builds == 3 and again[0][2][2] == moved.ctypes.data  # the copy reads the new address
+    assert rec.builds == 2 and again[0][2][2] == moved.ctypes.data  # the copy reads the new address
+    b2, out2 = b.copy(), np.empty_like(out)  # B's and C's maps follow them
+    gemmlab.matmul(moved, b2, out=out2)
+    copied = rec.launches()
+    assert rec.builds == 2
+    executor.CACHE.clear()  # what a prepared call that builds everything launches there
+    gemmlab.matmul(moved, b2, out=out2)
+    _same(rec.launches(), copied)
     rec.repeats = False
     gemmlab.matmul(a, b, out=out)
     gemmlab.matmul(a, b, out=out)
-    assert rec.builds == 5
+    assert rec.builds == 6
 
 
 def test_address_moves_finds_the_addresses_or_refuses():
@@ -720,9 +727,9 @@ def test_address_moves_finds_the_addresses_or_refuses():
     them moved by PROBE_SHIFTS), aliased operands told apart by their shifts; None where an
     argument differs otherwise (an address plus an offset, another value).  _moved then gives
     what a build on new addresses gives."""
-    from gemmlab.runtime.launch import PackedArgs
+    from gemmlab.runtime.launch import LaunchShape, PackedArgs
 
-    shape, shifts = object(), executor.PROBE_SHIFTS
+    shape, shifts = LaunchShape((4, 1, 1), (128, 1, 1)), executor.PROBE_SHIFTS
 
     def built(a, b, c, offset=0, n=5):
         pre = (("split", shape, PackedArgs((np.int32(n), a, b, np.float32(1.0)))),)

@@ -66,7 +66,7 @@ from ..runtime.launch import (
     stream_is_capturing,
     stream_workspace,
 )
-from ..runtime.tma import Operands, replace_address
+from ..runtime.tma import Operands, moved_map, replace_address
 
 log = logging.getLogger("gemmlab")
 
@@ -791,10 +791,15 @@ def _address_moves(first, second, addresses):
     """Where two builds of the same pre-pass launches (Launcher._build_after_prepass), the
     second with A, B and C (``addresses``) moved by PROBE_SHIFTS, hold those addresses:
     ((launch, argument, which of A/B/C), ...) -- the GEMM's arguments counted as the last
-    launch -- or None where they differ in anything else (a tensor map over A or B, a
-    value derived from an address), which no copy can reproduce."""
+    launch -- for pointers and for tensor maps over A, B or C (a map read in place); None
+    where they differ in anything else (a value derived from an address), which no copy
+    can reproduce."""
     (pre1, args1, shape1), (pre2, args2, shape2) = first, second
-    if shape1 is not shape2 or [(k, s) for k, s, _ in pre1] != [(k, s) for k, s, _ in pre2]:
+
+    def shapes(pre, shape):  # kernels and launch shapes, by value (a build may make new LaunchShapes)
+        return [(k, s.grid, s.block, s.smem_bytes, s.cluster, s.pdl) for k, s, _ in pre + ((None, shape, None),)]
+
+    if shapes(tuple(pre1), shape1) != shapes(tuple(pre2), shape2):
         return None
     at = []
     for j, (t1, t2) in enumerate(zip([x[2] for x in pre1] + [args1], [x[2] for x in pre2] + [args2])):
@@ -803,32 +808,49 @@ def _address_moves(first, second, addresses):
         for i, (x, y) in enumerate(zip(t1, t2)):
             if type(x) is not type(y):
                 return None
-            if type(x) is int and x != y:
-                which = [w for w in range(3) if x == addresses[w] and y == addresses[w] + PROBE_SHIFTS[w]]
+            if type(x) is int:
+                if x != y:
+                    which = [w for w in range(3) if x == addresses[w] and y == addresses[w] + PROBE_SHIFTS[w]]
+                    if not which:
+                        return None
+                    at.append((j, i, which[0]))
+            elif isinstance(x, np.generic):
+                if not x == y:
+                    return None
+            elif not _same_map(x, y):  # a tensor map: over A, B or C, or nothing a copy can follow
+                which = [w for w in range(3) if _same_map(moved_map(x, addresses[w] + PROBE_SHIFTS[w]), y)]
                 if not which:
                     return None
                 at.append((j, i, which[0]))
-            elif is_tensor_map(x):
-                if ctypes.string_at(x.getPtr(), MAP_BYTES) != ctypes.string_at(y.getPtr(), MAP_BYTES):
-                    return None
-            elif not x == y:
-                return None
     return tuple(at)
+
+
+def _same_map(x, y) -> bool:
+    """Whether two tensor maps encode the same (their bytes; objects that stand for maps in
+    tests compare as they define)."""
+    if is_tensor_map(x):
+        return ctypes.string_at(x.getPtr(), MAP_BYTES) == ctypes.string_at(y.getPtr(), MAP_BYTES)
+    return x == y
 
 
 def _moved(built, at, addresses):
     """The launches ``built`` with the addresses at ``at`` (_address_moves) replaced by
-    ``addresses`` (A, B, C): the pre-pass's argument tuples copied, the GEMM's packed launch
-    rebound (MapParams) where it has tensor maps."""
+    ``addresses`` (A, B, C): the argument tuples copied (a tensor map among them copied and
+    pointed at its new address), or the GEMM's packed launch rebound (MapParams) where it
+    has tensor maps."""
     launches, args, shape = built
-    tuples = [list(x[2]) for x in launches] + [list(args)]
+    gemm, packed = len(launches), any(is_tensor_map(x) for x in args)
+    tuples = [list(x[2]) for x in launches] + [None if packed else list(args)]
     for j, i, which in at:
-        tuples[j][i] = addresses[which]
+        if tuples[j] is not None:
+            x = tuples[j][i]
+            tuples[j][i] = addresses[which] if type(x) is int else moved_map(x, addresses[which])
     moved = tuple((k, s, PackedArgs(t)) for (k, s, _), t in zip(launches, tuples))
-    if any(is_tensor_map(x) for x in args):
-        values = tuple((i, addresses[which]) for j, i, which in at if j == len(launches))
-        return moved, PackedArgs.of(args.packed().rebound(values, (), replace_address)), shape
-    return moved, PackedArgs(tuples[-1]), shape
+    if not packed:
+        return moved, PackedArgs(tuples[-1]), shape
+    values = tuple((i, addresses[w]) for j, i, w in at if j == gemm and type(args[i]) is int)
+    maps = tuple((i, addresses[w]) for j, i, w in at if j == gemm and type(args[i]) is not int)
+    return moved, PackedArgs.of(args.packed().rebound(values, maps, replace_address)), shape
 
 
 # -- launching a plan on raw pointers (the harness's kernel-only path) -----------------------

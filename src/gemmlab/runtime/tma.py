@@ -147,6 +147,18 @@ def replace_address(map_address: int, address: int) -> None:
         raise RuntimeError(f"cuTensorMapReplaceAddress failed: {err.name}")
 
 
+def moved_map(tmap, address: int):
+    """A copy of the tensor map ``tmap`` pointed at ``address`` (replace_address on a copy)."""
+    import ctypes
+
+    from cuda.bindings import driver as d
+
+    moved = d.CUtensorMap()
+    ctypes.memmove(moved.getPtr(), tmap.getPtr(), 128)
+    replace_address(moved.getPtr(), address)
+    return moved
+
+
 def tensor_map(
     ptr: int,
     rows: int,
