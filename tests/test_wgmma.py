@@ -1254,3 +1254,26 @@ def test_emulated_c_off_the_grid_is_stored_without_tma(
     outside = np.ones(buf.shape, bool)
     outside[..., first : first + N] = False
     assert np.isnan(buf[outside]).all()
+
+
+@hopper
+@pytest.mark.parametrize("dtype, batch", [("bfloat16", None), ("tf32", None), ("float16", 5)])
+def test_a_map_pointed_elsewhere_equals_one_encoded_there(dtype, batch):
+    """runtime.tma.moved_map (a copy of a tensor map with cuTensorMapReplaceAddress) gives
+    the very bytes the driver encodes for the new address: what lets a call on new
+    addresses copy an earlier launch (executor._address_moves compares maps by bytes)."""
+    import ctypes
+
+    from gemmlab.runtime import tma
+
+    eb = tma.element_bytes(dtype)
+    box_cols = tma.SWIZZLE_BYTES // eb
+    rows, cols, ld = 200, 136, 144
+    memory = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")  # never read: maps only point
+    base = memory.data_ptr()
+    batched = (batch, rows * ld * eb) if batch else ()
+    first = tma._encode(base, rows, cols, ld, dtype, 64, box_cols, *batched)
+    for shift in (16, 4096, 1 << 20):
+        there = tma._encode(base + shift, rows, cols, ld, dtype, 64, box_cols, *batched)
+        moved = tma.moved_map(first, base + shift)
+        assert ctypes.string_at(moved.getPtr(), 128) == ctypes.string_at(there.getPtr(), 128), shift
