@@ -288,4 +288,6 @@ def test_overhead_new_address_rows_take_the_next_operands_each_call():
     for _ in range(3):
         call()
     assert seen == [(1, 2, 3), (4, 5, 6), (1, 2, 3)]
-    assert overhead.NEW_ARRAYS > __import__("gemmlab.core.executor", fromlist=["x"]).ARGS_KEPT
+    from gemmlab.core import executor
+
+    assert overhead.NEW_ARRAYS > executor.ARGS_KEPT and overhead.NEW_ROWS > executor.CACHE.size

@@ -12,9 +12,12 @@ host's alone.  Rows: torch.matmul, cupy.matmul and gemmlab.matmul on PyTorch
 and CuPy arrays for each dtype (float32, TF32, fp32_tc, float16, bfloat16),
 with and without ``out=``, a batch, ``gemmlab.torch.mm`` beside ``torch.mm``,
 ``torch.matmul`` inside ``gemmlab.torch.fp32_tc()`` beside it outside, the
-bare launch of a prepared plan (``run_plan``), and calls on arrays at new
+bare launch of a prepared plan (``run_plan``), calls on arrays at new
 addresses (each call takes the next of NEW_ARRAYS operand sets, more than a
-prepared call keeps launches for: what a model pays when its activations move).  Each gemmlab row is
+prepared call keeps launches for: what a model pays when its activations move),
+and calls of a new number of rows each time (the next of NEW_ROWS sizes, more
+signatures than the prepared-call cache keeps: a mixture of experts' products,
+whose rows follow the router).  Each gemmlab row is
 compared with torch.matmul's (torch.mm's) row of the same dtype, shape and
 ``out=``: the project's target is a host time no larger; rows above it are
 flagged.
@@ -42,6 +45,7 @@ SIZES = [(n, n, n) for n in (64, 128, 256, 512, 1024, 2048)]
 SIZE_DTYPES = ("float32", "bfloat16", "float16")
 CALLS, ROUNDS, WARMUP = 300, 15, 20
 NEW_ARRAYS = 2048  # operand sets the "new addresses" rows cycle through (> executor.ARGS_KEPT)
+NEW_ROWS = 640  # row counts the "new rows" rows cycle through (> executor.CACHE's size)
 # The host rows' dtypes: what the arrays hold, and the precision gemmlab is asked for.
 HOST_DTYPES = {
     "float32": ("float32", None),
@@ -189,6 +193,29 @@ def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
             dtype,
             True,
             shape,
+            _cycling(partial(matmul, precision=precision), sets),
+            key,
+        )
+        sets = [_operands("torch", storage, (M + i, K), (K, N), (M + i, N)) for i in range(NEW_ROWS)]
+        rows = f"{M}..{M + NEW_ROWS - 1}x{N}x{K}"
+        key = ("matmul, new rows", dtype, True, rows)
+        add(
+            "torch.matmul(a, b, out=c), new rows",
+            "torch",
+            "torch",
+            dtype,
+            True,
+            rows,
+            _cycling(torch.matmul, sets),
+            key,
+        )
+        add(
+            f"gemmlab.matmul(a, b, out=c{prec}), new rows",
+            "gemmlab",
+            "torch",
+            dtype,
+            True,
+            rows,
             _cycling(partial(matmul, precision=precision), sets),
             key,
         )
