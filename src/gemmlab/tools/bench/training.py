@@ -4,10 +4,11 @@
 Six models written with ``torch.nn`` at published sizes (CONFIGS, :func:`build`):
 a Llama-3.2-1B-sized decoder (GQA, tied 128256-word head), a Qwen2-0.5B-sized one
 (GQA of 7 query heads per key/value head, biases on q, k and v only, tied
-151936-word head), a Granite-3.0-1B-A400M-sized mixture of experts (32 experts of
-which each token takes 8, a loop of products whose rows change with every batch,
-tied 49155-word head), GPT-2 small (tied 50257-word head), BERT-base with a
-masked-LM head and ViT-B/16 at 224 x 224.
+151936-word head), GPT-2 small (tied 50257-word head), BERT-base with a
+masked-LM head, ViT-B/16 at 224 x 224, and a Granite-3.0-1B-A400M-sized mixture
+of experts (32 experts of which each token takes 8, a loop of products whose rows
+change with every batch, tied 49155-word head), last so that a spent time budget
+drops it first.
 Attention is written as ``q @ k.transpose(-1, -2)``, softmax, ``@ v``, and the
 patch embedding as a linear layer, so that every product is a matmul the
 routing contexts see.  Training is AdamW on random data (cross entropy).
@@ -133,26 +134,6 @@ CONFIGS = {
             drift_batch=1,
         ),
         Config(
-            "granite-moe-1b",
-            "decoder",
-            "ibm-granite/granite-3.0-1b-a400m-base config.json",
-            d=1024,
-            layers=24,
-            heads=16,
-            kv_heads=8,
-            ffn=512,
-            vocab=49155,
-            seq=1024,
-            batch=4,
-            gated=True,
-            rms=True,
-            bias=False,
-            rope=True,
-            experts=32,
-            top_k=8,
-            drift_batch=1,
-        ),
-        Config(
             "gpt2",
             "decoder",
             "openai-community/gpt2 config.json (GPT-2 small)",
@@ -194,6 +175,26 @@ CONFIGS = {
             patch=16,
             classes=1000,
             drift_batch=4,
+        ),
+        Config(
+            "granite-moe-1b",
+            "decoder",
+            "ibm-granite/granite-3.0-1b-a400m-base config.json",
+            d=1024,
+            layers=24,
+            heads=16,
+            kv_heads=8,
+            ffn=512,
+            vocab=49155,
+            seq=1024,
+            batch=4,
+            gated=True,
+            rms=True,
+            bias=False,
+            rope=True,
+            experts=32,
+            top_k=8,
+            drift_batch=1,
         ),
     )
 }
