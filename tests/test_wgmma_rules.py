@@ -62,6 +62,23 @@ def test_wgmma_auto_tile(M, N, sm_count, tile):
     assert p.params in WGMMA.configurations()
 
 
+def _hopper_plan(M, N, K, dtype="bfloat16", ops="NN", batch=1):
+    """kernel="auto"'s plan for a product on an sm_90a GPU of 132 SMs (an H100 / H200)."""
+    return gemmlab.plan(
+        "auto",
+        M,
+        N,
+        K,
+        dtype=dtype,
+        out_dtype=dtype,
+        arch="sm_90a",
+        sm_count=132,
+        op_a=ops[0],
+        op_b=ops[1],
+        batch=batch,
+    )
+
+
 @pytest.mark.parametrize(
     "M, N, K, ops, batch, tile, splits",
     [
@@ -84,19 +101,7 @@ def test_wgmma_auto_tile(M, N, sm_count, tile):
 def test_wgmma_auto_splits_k_where_tiles_leave_sms_idle(M, N, K, ops, batch, tile, splits):
     """kernel="auto" on Hopper (16-bit): SPLITK fills the SMs the tiles leave idle, each slice
     WGMMA_MIN_K_STEPS_PER_SLICE K-steps or more, one round of work items at most."""
-    p = gemmlab.plan(
-        "auto",
-        M,
-        N,
-        K,
-        dtype="bfloat16",
-        out_dtype="bfloat16",
-        arch="sm_90a",
-        sm_count=132,
-        op_a=ops[0],
-        op_b=ops[1],
-        batch=batch,
-    )
+    p = _hopper_plan(M, N, K, ops=ops, batch=batch)
     assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == tile, p.describe()
     assert p.params["SPLITK"] == splits, p.describe()
     tiles = -(-M // p.params["BM"]) * -(-N // p.params["BN"]) * batch
@@ -122,19 +127,7 @@ def test_wgmma_auto_splits_k_where_tiles_leave_sms_idle(M, N, K, ops, batch, til
 def test_wgmma_auto_narrow_tile_replaces_split_k(M, N, K, ops, batch, tile):
     """Products of 5 to 128 rows (16-bit) that split-K would serve run unsplit on 64 x 64
     (or 64 x 128) tiles with the deepest ring that fits (wgmma_narrow_tile, run 88c)."""
-    p = gemmlab.plan(
-        "auto",
-        M,
-        N,
-        K,
-        dtype="bfloat16",
-        out_dtype="bfloat16",
-        arch="sm_90a",
-        sm_count=132,
-        op_a=ops[0],
-        op_b=ops[1],
-        batch=batch,
-    )
+    p = _hopper_plan(M, N, K, ops=ops, batch=batch)
     assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"], p.params["STAGES"]) == tile, p.describe()
     assert p.params["SPLITK"] == 1 and p.params in WGMMA.configurations()
     assert wgmma_narrow_tile(M, N, K, 132, batch) == {**p.params, "CLUSTER": 1}
@@ -152,19 +145,7 @@ def test_wgmma_auto_narrow_tile_replaces_split_k(M, N, K, ops, batch, tile):
     ],
 )
 def test_wgmma_auto_128_columns_for_short_k_batches_and_narrow_n(M, N, K, ops, batch, tile):
-    p = gemmlab.plan(
-        "auto",
-        M,
-        N,
-        K,
-        dtype="bfloat16",
-        out_dtype="bfloat16",
-        arch="sm_90a",
-        sm_count=132,
-        op_a=ops[0],
-        op_b=ops[1],
-        batch=batch,
-    )
+    p = _hopper_plan(M, N, K, ops=ops, batch=batch)
     assert (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == tile + (1,), p.describe()
 
 
@@ -186,9 +167,7 @@ def test_wgmma_auto_128x192_where_the_last_round_is_part_empty(M, N, K, ops, til
     """A 16-bit matrix whose 128 x 256 tiles fill the 132 SMs: 128 x 192 where the cost model
     predicts it faster (wgmma_wave_choice: as many rounds or nearly, each a quarter shorter),
     else 128 x 256; the reason names the comparison either way."""
-    p = gemmlab.plan(
-        "auto", M, N, K, dtype=dtype, out_dtype=dtype, arch="sm_90a", sm_count=132, op_a=ops[0], op_b=ops[1]
-    )
+    p = _hopper_plan(M, N, K, dtype, ops)
     assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == tile + (1,), p.describe()
     assert p.params in WGMMA.configurations(dtype) and p.params["STAGES"] == 4 and p.params["CLUSTER"] == 1
     took = tile == (128, 192)
@@ -203,23 +182,6 @@ def test_wgmma_auto_128x192_where_the_last_round_is_part_empty(M, N, K, ops, til
         assert (
             p.name_expression.startswith("gemmlab::wgmma_gemm<") and ", 128, 192, 4, 1, false, '" in p.name_expression
         )
-
-
-def _hopper_plan(M, N, K, dtype="bfloat16", ops="NN", batch=1):
-    """kernel="auto"'s plan for a product on an sm_90a GPU of 132 SMs (an H100 / H200)."""
-    return gemmlab.plan(
-        "auto",
-        M,
-        N,
-        K,
-        dtype=dtype,
-        out_dtype=dtype,
-        arch="sm_90a",
-        sm_count=132,
-        op_a=ops[0],
-        op_b=ops[1],
-        batch=batch,
-    )
 
 
 AB_TILES = Path(__file__).resolve().parents[1] / "benchmarks/results/nvidia-h200/ab-wgmma-tiles-2026-11-29.json"
