@@ -751,3 +751,54 @@ def test_address_moves_finds_the_addresses_or_refuses():
     # C plus an offset is not C: no copy can follow it
     assert executor._address_moves(built(A, B, C, 16), moved_by_shifts(A, B, C, offset=16), (A, B, C)) is None
     assert executor._address_moves(built(A, B, C), moved_by_shifts(A, B, C, n=6), (A, B, C)) is None
+
+
+@pytest.mark.parametrize(
+    "ops, batch, beta, bias, split",
+    [
+        ("NN", 1, 0.0, False, 1),
+        ("TN", 1, 0.5, False, 1),
+        ("NT", 3, 0.0, True, 1),
+        ("TT", 1, 0.0, True, 2),
+        ("NN", 1, 1.0, False, 3),
+    ],
+)
+def test_wgmma_on_moved_operands_copies_its_first_launch(rec, monkeypatch, ops, batch, beta, bias, split):
+    """wgmma building its own arguments (tensor maps of A, B and C): the first call of a kind
+    builds them and builds them again with every address moved (executor._address_moves);
+    calls on other operands, out, bias (and split workspaces) build nothing and launch exactly
+    what a prepared call that builds everything launches there, in every layout, batched,
+    with beta, a bias and a split over K."""
+    from gemmlab.kernels.tensor import wgmma
+
+    built = []
+    real = wgmma.wgmma_args
+    monkeypatch.setattr(wgmma, "wgmma_args", lambda *a, **k: built.append(1) or real(*a, **k))
+    rng = np.random.default_rng(5)
+    M, N, K = 136, 200, 72 * split
+    lead = (batch,) if batch > 1 else ()
+
+    def operands():
+        a = rng.uniform(-1, 1, lead + ((M, K) if ops[0] == "N" else (K, M))).astype(np.float16)
+        b = rng.uniform(-1, 1, lead + ((K, N) if ops[1] == "N" else (N, K))).astype(np.float16)
+        a_op = a if ops[0] == "N" else np.swapaxes(a, -1, -2)
+        b_op = b if ops[1] == "N" else np.swapaxes(b, -1, -2)
+        out = rng.uniform(-1, 1, lead + (M, N)).astype(np.float16)
+        v = rng.uniform(-1, 1, N).astype(np.float16) if bias else None
+        return a_op, b_op, out, v
+
+    def call(a, b, out, v):
+        gemmlab.matmul(a, b, out=out, beta=beta, bias=v, kernel="wgmma", BM=128, BN=128, SPLITK=split)
+
+    first = operands()  # kept, so that the next operands lie elsewhere
+    call(*first)
+    assert len(built) == 2 and rec.launches()
+    moved = operands()
+    call(*moved)
+    copied = rec.launches()
+    assert len(built) == 2  # nothing built: the first launch copied
+    pointers = {x for _, _, args in copied for x in args if isinstance(x, int)}
+    assert moved[0].ctypes.data in pointers and first[0].ctypes.data not in pointers
+    executor.CACHE.clear()  # what a prepared call that builds everything launches on them
+    call(*moved)
+    _same(rec.launches(), copied)

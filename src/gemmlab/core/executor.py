@@ -57,7 +57,6 @@ from ..runtime.launch import (
     DEFAULT_DYNAMIC_SMEM,
     LaunchShape,
     MAP_BYTES,
-    MapParams,
     PackedArgs,
     allow_dynamic_smem,
     clusters_that_fit,
@@ -218,10 +217,9 @@ class Launcher:
         self._args_memo = {} if p.spec.kernel_args is not None and self.prepass is None else None
         # (A, B, C, alpha, beta, bias[, the split's workspaces]) -> the whole argument tuple, for direct()
         self._full_memo = {}
-        # spec.rebind's kinds of call -> a packed launch of that kind (MapParams), which
-        # calls of the same kind on other addresses copy (_new_args)
-        self._rebind = p.spec.rebind if self._args_memo is not None else None
-        self._launches_by_kind = {}
+        # kernel_args' launches by kind of call (everything but the addresses): the first one
+        # built and where it holds the addresses (_address_moves), or False (_new_args)
+        self._args_moves = {}
         self._prepass_memo = {}  # a pre-pass kernel's launches, by addresses, scalars and workspace
         # ... and by the same without the addresses: an earlier build and where it holds them
         # (_address_moves), or False where it cannot be moved to other addresses
@@ -662,10 +660,7 @@ class Launcher:
             else:
                 built = build(ops)
                 if moves is None:
-                    shifted = dataclasses.replace(
-                        ops, A=a + PROBE_SHIFTS[0], B=b + PROBE_SHIFTS[1], C=c + PROBE_SHIFTS[2]
-                    )
-                    at = _address_moves(built, build(shifted), (a, b, c))
+                    at = _address_moves(built, build(_shifted(ops, (a, b, c, 0, 0, 0))), (a, b, c))
                     _keep(self._prepass_moves, kind, (built, at) if at is not None else False)
             _keep(self._prepass_memo, key, built)
         return built
@@ -751,20 +746,24 @@ class Launcher:
 
     def _new_args(self, stream, ops: Operands, alpha, beta) -> PackedArgs:
         """The packed arguments of a launch on addresses this launcher has not seen: a copy of
-        an earlier launch of the same kind with the addresses replaced (spec.rebind) where
-        there is one -- a few microseconds, so that a model whose activations move between
-        steps pays no more -- else built by spec.kernel_args and kept for both uses."""
-        how = self._rebind(self.plan, ops, alpha, beta) if self._rebind is not None else None
-        if how is not None:
-            earlier = self._launches_by_kind.get(how[0])
-            if earlier is not None:
-                return PackedArgs.of(earlier.rebound(how[1], how[2], replace_address))
+        the first launch of the same kind with the addresses replaced (_moved) -- a few
+        microseconds, so that a model whose activations move between steps pays no more --
+        else built by spec.kernel_args, and for a new kind built once more with the
+        addresses moved, to learn where they sit (_address_moves, as after a pre-pass)."""
+        addresses = (ops.A, ops.B, ops.C, ops.bias, ops.partials, ops.counters)
+        kind = tuple(x % PROBE_ALIGN for x in addresses) + (ops.batch, alpha, beta) + tuple(map(bool, addresses))
+        moves = self._args_moves.get(kind)
+        if moves:
+            return _moved(*moves, addresses)[1]
         args = self._memo_args(stream, ops, alpha, beta)
         args = PackedArgs(args[:3] + (f32(alpha),) + args[4:8] + (f32(beta),) + args[9:])
-        if how is not None and any(is_tensor_map(x) for x in args):
-            holder = args.packed()
-            if isinstance(holder, MapParams):
-                _keep(self._launches_by_kind, how[0], holder)
+        if moves is None:
+            p = self.plan
+            moved = p.spec.kernel_args(p, self.gpu, stream, _shifted(ops, addresses), alpha, beta)
+            moved = PackedArgs(moved[:3] + (f32(alpha),) + moved[4:8] + (f32(beta),) + moved[9:])
+            shape = self._shapes[ops.batch]
+            at = _address_moves(((), args, shape), ((), moved, shape), addresses)
+            _keep(self._args_moves, kind, (((), args, shape), at) if at is not None else False)
         return args
 
     def _memo_args(self, stream, ops: Operands, alpha, beta):
@@ -779,19 +778,29 @@ class Launcher:
         return args
 
 
-# A pre-pass launch is built a second time with A, B and C moved by PROBE_SHIFTS bytes, to
-# learn which of its arguments hold them (_address_moves); calls whose addresses agree modulo
-# PROBE_ALIGN (every alignment a build looks at: 16 bytes for TMA, less for vector loads) copy
-# those launches.  The shifts keep every such alignment.
+# A launch a kernel builds itself (kernel_args, or after a pre-pass) is built a second time
+# with its addresses -- A, B, C, then the bias and a split's two workspaces where it has them
+# -- moved by PROBE_SHIFTS bytes, to learn which of its arguments hold them
+# (_address_moves); calls whose addresses agree modulo PROBE_ALIGN (every alignment a build
+# looks at: 16 bytes for TMA, less for vector loads) copy those launches.  The shifts keep
+# every such alignment.
 PROBE_ALIGN = 16
-PROBE_SHIFTS = (1 << 12, 2 << 12, 3 << 12)
+PROBE_SHIFTS = tuple(k << 12 for k in range(1, 7))
+
+
+def _shifted(ops: Operands, addresses) -> Operands:
+    """``ops`` with each of ``addresses`` (A, B, C, bias, partials, counters, in that order)
+    that is not 0 moved by its PROBE_SHIFTS; the others as they are."""
+    names = ("A", "B", "C", "bias", "partials", "counters")
+    return dataclasses.replace(ops, **{n: x + d for n, x, d in zip(names, addresses, PROBE_SHIFTS) if x})
 
 
 def _address_moves(first, second, addresses):
-    """Where two builds of the same pre-pass launches (Launcher._build_after_prepass), the
-    second with A, B and C (``addresses``) moved by PROBE_SHIFTS, hold those addresses:
-    ((launch, argument, which of A/B/C), ...) -- the GEMM's arguments counted as the last
-    launch -- for pointers and for tensor maps over A, B or C (a map read in place); None
+    """Where two builds of the same launches ((pre-pass launches, the kernel's arguments,
+    its shape): Launcher._build_after_prepass, or no pre-pass), the second with
+    ``addresses`` moved by PROBE_SHIFTS (_shifted), hold those addresses: ((launch,
+    argument, which address), ...) -- the kernel's arguments counted as the last launch --
+    for pointers and for tensor maps over an operand (one read or written in place); None
     where they differ in anything else (a value derived from an address), which no copy
     can reproduce."""
     (pre1, args1, shape1), (pre2, args2, shape2) = first, second
@@ -810,7 +819,7 @@ def _address_moves(first, second, addresses):
                 return None
             if type(x) is int:
                 if x != y:
-                    which = [w for w in range(3) if x == addresses[w] and y == addresses[w] + PROBE_SHIFTS[w]]
+                    which = [w for w, a in enumerate(addresses) if a and x == a and y == a + PROBE_SHIFTS[w]]
                     if not which:
                         return None
                     at.append((j, i, which[0]))
@@ -818,7 +827,7 @@ def _address_moves(first, second, addresses):
                 if not x == y:
                     return None
             elif not _same_map(x, y):  # a tensor map: over A, B or C, or nothing a copy can follow
-                which = [w for w in range(3) if _same_map(moved_map(x, addresses[w] + PROBE_SHIFTS[w]), y)]
+                which = [w for w, a in enumerate(addresses) if a and _same_map(moved_map(x, a + PROBE_SHIFTS[w]), y)]
                 if not which:
                     return None
                 at.append((j, i, which[0]))
@@ -835,7 +844,7 @@ def _same_map(x, y) -> bool:
 
 def _moved(built, at, addresses):
     """The launches ``built`` with the addresses at ``at`` (_address_moves) replaced by
-    ``addresses`` (A, B, C): the argument tuples copied (a tensor map among them copied and
+    ``addresses`` (in _address_moves' order): the argument tuples copied (a tensor map among them copied and
     pointed at its new address), or the GEMM's packed launch rebound (MapParams) where it
     has tensor maps."""
     launches, args, shape = built
