@@ -219,21 +219,23 @@ def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, ou
     # first call of a signature is kept too.
     found = _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias)
     key = found[0] if found is not None else None
-    # Resolve the kernel before touching the GPU, so that naming errors need no GPU.
-    kv = planner.kernel_view(call)
-    plan(
-        kernel,
-        kv.M,
-        kv.N,
-        call.K,
-        aligned16=kv.aligned16(),
-        rows_aligned16=kv.rows_aligned16(),
-        op_a=kv.A.layout,
-        op_b=kv.B.layout,
-        batch=kv.launch_batch(),
-        **call.dtypes,
-        **tile_params,
-    )
+    # Resolve a named kernel and its parameters before touching the GPU, so that naming
+    # errors need no GPU.  "auto" names nothing: its plan is made once, with the GPU's facts.
+    if kernel != "auto" or tile_params or not call.on_gpu:
+        kv = planner.kernel_view(call)
+        plan(
+            kernel,
+            kv.M,
+            kv.N,
+            call.K,
+            aligned16=kv.aligned16(),
+            rows_aligned16=kv.rows_aligned16(),
+            op_a=kv.A.layout,
+            op_b=kv.B.layout,
+            batch=kv.launch_batch(),
+            **call.dtypes,
+            **tile_params,
+        )
     gpu = rt_device.gpu_info(call.device)
     # Kernels that exist only for some GPUs (wgmma: sm_90a) are refused before any copy.
     if kernel != "auto":

@@ -659,7 +659,9 @@ class Launcher:
                 built = _moved(*moves, (a, b, c))
             else:
                 built = build(ops)
-                if moves is None:
+                if moves is None:  # a kind's first call: not probed (SEEN_ONCE)
+                    _keep(self._prepass_moves, kind, SEEN_ONCE)
+                elif moves == SEEN_ONCE:
                     at = _address_moves(built, build(_shifted(ops, (a, b, c, 0, 0, 0))), (a, b, c))
                     _keep(self._prepass_moves, kind, (built, at) if at is not None else False)
             _keep(self._prepass_memo, key, built)
@@ -748,8 +750,9 @@ class Launcher:
         """The packed arguments of a launch on addresses this launcher has not seen: a copy of
         the first launch of the same kind with the addresses replaced (_moved) -- a few
         microseconds, so that a model whose activations move between steps pays no more --
-        else built by spec.kernel_args, and for a new kind built once more with the
-        addresses moved, to learn where they sit (_address_moves, as after a pre-pass)."""
+        else built by spec.kernel_args, and at a kind's second set of addresses built once
+        more with the addresses moved, to learn where they sit (_address_moves, as after a
+        pre-pass)."""
         addresses = (ops.A, ops.B, ops.C, ops.bias, ops.partials, ops.counters)
         kind = tuple(x % PROBE_ALIGN for x in addresses) + (ops.batch, alpha, beta) + tuple(map(bool, addresses))
         moves = self._args_moves.get(kind)
@@ -757,7 +760,9 @@ class Launcher:
             return _moved(*moves, addresses)[1]
         args = self._memo_args(stream, ops, alpha, beta)
         args = PackedArgs(args[:3] + (f32(alpha),) + args[4:8] + (f32(beta),) + args[9:])
-        if moves is None:
+        if moves is None:  # a kind's first call: not probed (SEEN_ONCE)
+            _keep(self._args_moves, kind, SEEN_ONCE)
+        elif moves == SEEN_ONCE:
             p = self.plan
             moved = p.spec.kernel_args(p, self.gpu, stream, _shifted(ops, addresses), alpha, beta)
             moved = PackedArgs(moved[:3] + (f32(alpha),) + moved[4:8] + (f32(beta),) + moved[9:])
@@ -783,9 +788,12 @@ class Launcher:
 # -- moved by PROBE_SHIFTS bytes, to learn which of its arguments hold them
 # (_address_moves); calls whose addresses agree modulo PROBE_ALIGN (every alignment a build
 # looks at: 16 bytes for TMA, less for vector loads) copy those launches.  The shifts keep
-# every such alignment.
+# every such alignment.  The probe waits for a kind's second set of addresses (SEEN_ONCE
+# marks the first): a call made once -- a size a model meets once, as an expert's share of
+# the tokens -- pays one build, not two.
 PROBE_ALIGN = 16
 PROBE_SHIFTS = tuple(k << 12 for k in range(1, 7))
+SEEN_ONCE = ()
 
 
 def _shifted(ops: Operands, addresses) -> Operands:
@@ -1170,7 +1178,7 @@ class PreparedCache:
     """Prepared calls by signature: bounded (the oldest goes first), shared by
     every thread (a lock guards changes; reads are single dict operations)."""
 
-    def __init__(self, size: int = 512):
+    def __init__(self, size: int = 4096):
         self.size = size
         self._d: OrderedDict = OrderedDict()
         self._lock = threading.Lock()

@@ -26,6 +26,7 @@ The model, per launch:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .spec import cdiv
@@ -62,9 +63,16 @@ class Tile:
 
 @dataclass(frozen=True)
 class Estimate:
+    """A predicted time and why: ``why`` is the reason, or a function that writes it when
+    asked (a choice weighs a dozen estimates and reports one)."""
+
     seconds: float
-    reason: str
+    why: str | Callable[[], str]
     tile: Tile | None = None
+
+    @property
+    def reason(self) -> str:
+        return self.why if isinstance(self.why, str) else self.why()
 
     def __str__(self) -> str:
         return f"{self.seconds * 1e6:.1f} us ({self.reason})"
@@ -106,12 +114,15 @@ def predict(
         owned = cdiv(tiles, machine.sm_count)
         fixup = (owned * (tile.splits - 1) + 1) * tile.bm * tile.bn * 4 / machine.sm_bw
     bound = "compute" if body == compute else "L2 loads" if body == loads else "DRAM"
-    waves = items / (machine.sm_count * tile.blocks_per_sm)
-    split = f" split {tile.splits}" if tile.splits > 1 else ""
-    reason = (
-        f"{tile.label or f'{tile.bm}x{tile.bn}'}{split}: {items} work items, {waves:.2f} waves, "
-        f"{100 * tile_use(M, N, tile.bm, tile.bn):.0f}% of the tile area useful, {bound}-bound"
-    )
+
+    def reason() -> str:
+        waves = items / (machine.sm_count * tile.blocks_per_sm)
+        split = f" split {tile.splits}" if tile.splits > 1 else ""
+        return (
+            f"{tile.label or f'{tile.bm}x{tile.bn}'}{split}: {items} work items, {waves:.2f} waves, "
+            f"{100 * tile_use(M, N, tile.bm, tile.bn):.0f}% of the tile area useful, {bound}-bound"
+        )
+
     return Estimate(body + fixup + launches * machine.launch_s, reason, tile)
 
 

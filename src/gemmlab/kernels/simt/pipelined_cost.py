@@ -100,12 +100,16 @@ def estimate(
     else:
         memory += c_bytes / write_bw
     body = max(compute, memory)
-    bps = BLOCKS_PER_SM[(bm, bn)]
-    waves = items / (sm_count * bps)
-    split = f" split {splits}" if splits > 1 else ""
-    reason = (
-        f"{label or f'{bm}x{bn}'}{split}: {items} work items, {waves:.2f} waves of {bps} "
-        f"block{'s' * (bps > 1)} an SM, {100 * tile_use(M, N, bm, bn):.0f}% of the tile area useful, "
-        f"{'compute' if body == compute else 'DRAM'}-bound"
-    )
+    bound = "compute" if body == compute else "DRAM"
+
+    def reason() -> str:
+        bps = BLOCKS_PER_SM[(bm, bn)]
+        waves = items / (sm_count * bps)
+        split = f" split {splits}" if splits > 1 else ""
+        return (
+            f"{label or f'{bm}x{bn}'}{split}: {items} work items, {waves:.2f} waves of {bps} "
+            f"block{'s' * (bps > 1)} an SM, {100 * tile_use(M, N, bm, bn):.0f}% of the tile area useful, "
+            f"{bound}-bound"
+        )
+
     return Estimate(body + after, reason)

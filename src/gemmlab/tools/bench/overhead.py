@@ -45,7 +45,7 @@ SIZES = [(n, n, n) for n in (64, 128, 256, 512, 1024, 2048)]
 SIZE_DTYPES = ("float32", "bfloat16", "float16")
 CALLS, ROUNDS, WARMUP = 300, 15, 20
 NEW_ARRAYS = 2048  # operand sets the "new addresses" rows cycle through (> executor.ARGS_KEPT)
-NEW_ROWS = 640  # row counts the "new rows" rows cycle through (> executor.CACHE's size)
+NEW_ROWS = 4608  # row counts the "new rows" rows cycle through (> executor.CACHE's size)
 # The host rows' dtypes: what the arrays hold, and the precision gemmlab is asked for.
 HOST_DTYPES = {
     "float32": ("float32", None),
@@ -196,7 +196,9 @@ def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
             _cycling(partial(matmul, precision=precision), sets),
             key,
         )
-        sets = [_operands("torch", storage, (M + i, K), (K, N), (M + i, N)) for i in range(NEW_ROWS)]
+        # Row slices of one operand pair: a new size at each call, not a new allocation.
+        big_a, b, big_c = _operands("torch", storage, (M + NEW_ROWS, K), (K, N), (M + NEW_ROWS, N))
+        sets = [(big_a[: M + i], b, big_c[: M + i]) for i in range(NEW_ROWS)]
         rows = f"{M}..{M + NEW_ROWS - 1}x{N}x{K}"
         key = ("matmul, new rows", dtype, True, rows)
         add(
