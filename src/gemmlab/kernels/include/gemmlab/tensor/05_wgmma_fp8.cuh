@@ -1,16 +1,14 @@
 // gemmlab/tensor/05_wgmma_fp8.cuh: what the FP8 rung adds to the wgmma rung's persistent
-// GEMM (tensor/04_wgmma.cuh): the FP8 wgmma itself, the scales, and the promotion of the
-// accumulators into a second set of FP32 registers.
-//   wgmma      m64nNk32 .e4m3 / .e5m2: 32 FP8 values of K per instruction (32 bytes, as a
-//              16-bit wgmma's 16), both operands K-major -- the FP8 forms have no transpose
-//              immediates (PTX ISA, wgmma.mma_async: imm-trans-a / imm-trans-b exist for
-//              .f16 / .bf16 only)
+// GEMM (tensor/04_wgmma.cuh):
+//   wgmma      m64nNk32 .e4m3 / .e5m2: 32 FP8 values of K (32 bytes, as a 16-bit wgmma's
+//              16), both operands K-major: the FP8 forms have no transpose immediates (PTX
+//              ISA, wgmma.mma_async: imm-trans-a / imm-trans-b are for .f16 / .bf16 only)
 //   scales     C = alpha * sum_k sa(m, k) sb(n, k) A[m][k] B[k][n] (+ beta C): outer scales
-//              (one per tensor, row of A, column of B) multiply the finished tile; block
-//              scales (1 x 128 of A, 128 x 128 of B) each 128-wide K-block's partial sum
-//   promotion  the tensor cores' FP8 products are added with fewer bits than FP32 (DeepGEMM
-//              reports it, and adds each K-block's wgmma sums into FP32 registers with
-//              ordinary instructions); here every PROMOTE K-steps (a template argument)
+//              (per tensor, row of A, column of B) multiply the finished tile; block scales
+//              (1 x 128 of A, 128 x 128 of B) each 128-wide K-block's partial sum
+//   promotion  FP8 products are summed in the tensor cores with fewer bits than FP32
+//              (DeepGEMM's finding), so the wgmma sums go into a second set of FP32
+//              registers every PROMOTE K-steps (a template argument)
 #pragma once
 
 #include <gemmlab/tensor/04_wgmma.cuh>
