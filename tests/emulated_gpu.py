@@ -94,6 +94,8 @@ class Emulator:
             self._reduce(kernel.out_dtype, grid, *args)
         elif kernel.spec.name == "wgmma":
             self._wgmma(kernel, grid, *args)
+        elif kernel.spec.name == "wgmma_fp8":
+            self._wgmma_fp8(kernel, grid, block, smem, cluster, *args)
         else:
             self._gemm(kernel, grid, *args)
 
@@ -173,6 +175,81 @@ class Emulator:
                     bias + z * int(bias_zs) * ITEMSIZE[pr.out_dtype], pr.out_dtype, (M, N), (int(bias_rs), int(bias_cs))
                 ).astype(np.float64)
             c[...] = r.astype(c.dtype)
+
+    def _wgmma_fp8(
+        self,
+        p,
+        grid,
+        block,
+        smem,
+        cluster,
+        M,
+        N,
+        K,
+        alpha,
+        A,
+        lda,
+        B,
+        ldb,
+        beta,
+        C,
+        ldc,
+        sa,
+        sb,
+        sc,
+        map_a,
+        map_b,
+        scale_a,
+        sa_m,
+        sa_k,
+        scale_b,
+        sb_n,
+        sb_k,
+    ):
+        """05_wgmma_fp8.cu's contract: A (M x K) and B (N x K) read through their maps as bytes of
+        FP8 (boxes of 128 of them along K; BM rows of A, BN / CLUSTER of B), the scales by their
+        strides (outer: sa(m) sb(n); block: sa(m, kb) sb(nb, kb) per 128-wide K-block), C written by
+        the threads with ldc (bfloat16 as float16: NumPy has none)."""
+        import torch
+
+        pr, prm = p.problem, p.params
+        M, N, K, ldc = int(M), int(N), int(K), int(ldc)
+        alpha, beta = float(alpha), float(beta)
+        assert (pr.op_a, pr.op_b) == ("N", "T") and int(sa) == int(sb) == int(sc) == 0
+        assert grid[1] == grid[2] == 1 and grid[0] <= 132 and grid[0] % prm["CLUSTER"] == 0, grid
+        assert block[0] == 128 * (prm["BM"] // 64 + 1) and smem == p.spec.launch(prm, pr).smem_bytes
+        for m, rows, dtype, box in (
+            (map_a, M, pr.dtype, prm["BM"]),
+            (map_b, N, pr.dtype_b, prm["BN"] // prm["CLUSTER"]),
+        ):
+            assert (m.rows, m.cols, m.dtype, m.box_rows, m.box_cols, m.batch) == (rows, K, dtype, box, 128, 1), m
+        kb_count = -(-K // 128)
+
+        def fp8(m, dtype):
+            raw = np.ascontiguousarray(self._through(m, 0, "uint8"))
+            return torch.from_numpy(raw).view(getattr(torch, dtype)).double().numpy()
+
+        a, b = fp8(map_a, pr.dtype), fp8(map_b, pr.dtype_b)
+        if pr.scaling == "block":
+            s_a = self.mem(int(scale_a), "float32", (M, kb_count), (int(sa_m), int(sa_k))).astype(np.float64)
+            nb = -(-N // 128)
+            s_b = self.mem(int(scale_b), "float32", (nb, kb_count), (int(sb_n), int(sb_k))).astype(np.float64)
+            acc = np.zeros((M, N))
+            for kb in range(kb_count):
+                ks = slice(128 * kb, 128 * (kb + 1))
+                part = a[:, ks] @ b[:, ks].T
+                acc += part * s_a[:, kb : kb + 1] * np.repeat(s_b[:, kb], 128)[:N][None, :]
+        else:
+            assert int(sa_k) == int(sb_k) == 0, "outer scales have no K stride"
+            s_a = self.mem(int(scale_a), "float32", (M,), (int(sa_m),)).astype(np.float64)
+            s_b = self.mem(int(scale_b), "float32", (N,), (int(sb_n),)).astype(np.float64)
+            acc = (a @ b.T) * s_a[:, None] * s_b[None, :]
+        if alpha == 0:
+            acc = np.zeros((M, N))
+        dt = "float32" if pr.out_dtype == "float32" else "float16"
+        c = self.operand(int(C), dt, "N", M, N, ldc)
+        r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
+        c[...] = r.astype(c.dtype)
 
     def _gemm(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc):
         pr = p.problem

@@ -100,7 +100,13 @@ def test_kernel_params_per_rung():
 
 def test_ladder_family_filter():
     assert [s.name for s in registry.ladder("simt")] == LADDER[:8]
-    assert [s.name for s in registry.ladder("tensor")] == ["wmma", "wmma_warptile", "mma_pipelined", "wgmma", "wgmma_fp8"]
+    assert [s.name for s in registry.ladder("tensor")] == [
+        "wmma",
+        "wmma_warptile",
+        "mma_pipelined",
+        "wgmma",
+        "wgmma_fp8",
+    ]
     assert registry.ladder("no-such-family") == []
 
 

@@ -128,8 +128,9 @@ def _dtype_name(x) -> str | None:
 
 
 def validate_scaled(a, b, scale_a, scale_b, out=None, out_dtype=None, trans_a=False, trans_b=False) -> ScaledCall:
-    """Every check of an FP8 call, in the order a caller wants to hear of problems; TypeError or
-    ValueError naming the operand and the rule.  Nothing here touches the GPU."""
+    """Every check of an FP8 call but where its arrays are (check_devices), in the order a caller
+    wants to hear of problems; TypeError or ValueError naming the operand and the rule.
+    Nothing here touches the GPU."""
     for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
         if x is None:
             raise ValueError(
@@ -156,12 +157,6 @@ def validate_scaled(a, b, scale_a, scale_b, out=None, out_dtype=None, trans_a=Fa
     for name, x in (("scale_a", scale_a), ("scale_b", scale_b)):
         if _torch_name(x) != "float32":
             raise TypeError(f"{name} has dtype {_torch_name(x)}; scales are float32")
-    for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("out", out)):
-        if x is not None and not x.is_cuda:
-            raise ValueError(f"{name} is on the {x.device}; an FP8 product runs on a CUDA device")
-    devices = {x.device.index for x in (a, b, scale_a, scale_b, out) if x is not None}
-    if len(devices) > 1:
-        raise ValueError(f"a, b, the scales and out are on different devices ({sorted(devices)})")
     # Layouts: K contiguous in both (A stored M x K, B stored N x K).
     sa, sb = tuple(a.stride()), tuple(b.stride())
     a_ok = (K <= 1 or sa[1] == 1) and (M <= 1 or sa[0] >= max(K, 1))
@@ -204,6 +199,17 @@ def validate_scaled(a, b, scale_a, scale_b, out=None, out_dtype=None, trans_a=Fa
     return ScaledCall(M, N, K, _torch_name(a), _torch_name(b), want, scaling, strides, lda, ldb, a.device.index or 0)
 
 
+def check_devices(a, b, scale_a, scale_b, out=None) -> None:
+    """Every array of an FP8 call on one CUDA device (checked after validate_scaled, which
+    reads only shapes, strides, dtypes and addresses)."""
+    for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("out", out)):
+        if x is not None and not x.is_cuda:
+            raise ValueError(f"{name} is on the {x.device}; an FP8 product runs on a CUDA device")
+    devices = {x.device.index for x in (a, b, scale_a, scale_b, out) if x is not None}
+    if len(devices) > 1:
+        raise ValueError(f"a, b, the scales and out are on different devices ({sorted(devices)})")
+
+
 # -- the call ----------------------------------------------------------------------------------
 
 
@@ -230,9 +236,7 @@ def matmul_scaled(
     caller's current PyTorch stream, on Hopper (sm_90a) only."""
     import torch
 
-    from ..runtime import compile as rt_compile
     from ..runtime import device as rt_device
-    from ..runtime.launch import LaunchShape, allow_dynamic_smem, clusters_that_fit, launch_shaped
 
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
         raise TypeError(f"alpha must be a real number; got {type(alpha).__name__}")
@@ -241,6 +245,7 @@ def matmul_scaled(
     if beta != 0 and out is None:
         raise ValueError("beta != 0 needs out (the C it scales)")
     call = validate_scaled(a, b, scale_a, scale_b, out, out_dtype, trans_a, trans_b)
+    check_devices(a, b, scale_a, scale_b, out)
     gpu = rt_device.gpu_info(call.device)
     p = plan_scaled(
         call.M,
@@ -265,22 +270,56 @@ def matmul_scaled(
     if call.K == 0:  # nothing to multiply: beta * out, as BLAS
         return out.zero_() if beta == 0 else out.mul_(beta)
     rt_device.make_current(gpu.ordinal)
-    spec = p.spec
-    kernel_fn = rt_compile.load_kernel(spec.source_path, p.name_expression, gpu.arch)
-    geo = spec.launch(p.params, p.problem)
-    allow_dynamic_smem(kernel_fn, geo.smem_bytes, gpu.ordinal)
     stream = torch.cuda.current_stream(a.device).cuda_stream
+    launch_scaled(
+        p,
+        call,
+        gpu,
+        stream,
+        a.data_ptr(),
+        b.data_ptr(),
+        out.data_ptr(),
+        out.stride(0) if call.M > 1 else call.N,
+        scale_a.data_ptr(),
+        scale_b.data_ptr(),
+        alpha,
+        beta,
+    )
+    return out
+
+
+def launch_scaled(
+    p: Plan,
+    call: ScaledCall,
+    gpu,
+    stream: int,
+    A: int,
+    B: int,
+    C: int,
+    ldc: int,
+    scale_a: int,
+    scale_b: int,
+    alpha,
+    beta,
+) -> None:
+    """Enqueue plan ``p`` of a checked call on ``stream``: the kernel (compiled for the GPU's
+    target), its shared memory raised, a persistent grid of the clusters that fit at once,
+    and its arguments (the tensor maps of A and B, the scales' addresses and strides)."""
+    from ..runtime import compile as rt_compile
+    from ..runtime.launch import LaunchShape, allow_dynamic_smem, clusters_that_fit, launch_shaped
+
+    spec = p.spec
+    kernel = rt_compile.load_kernel(spec.source_path, p.name_expression, gpu.arch)
+    geo = spec.launch(p.params, p.problem)
+    allow_dynamic_smem(kernel, geo.smem_bytes, gpu.ordinal)
     grid = geo.grid
     if geo.cluster != (1, 1, 1):
-        fit = clusters_that_fit(kernel_fn, grid, geo.block, geo.smem_bytes, geo.cluster, stream)
+        fit = clusters_that_fit(kernel, grid, geo.block, geo.smem_bytes, geo.cluster, stream)
         if fit < 1:
             raise RuntimeError(f"{p.describe()}: no cluster of {geo.cluster} blocks fits on {gpu.name}")
         grid = (min(grid[0], fit * geo.cluster[0]), 1, 1)
-    ops = Operands(
-        a.data_ptr(), call.lda, b.data_ptr(), call.ldb, out.data_ptr(), out.stride(0) if call.M > 1 else call.N
-    )
     am, ak, bn, bk = call.scale_strides
-    scales = Fp8Scales(scale_a.data_ptr(), am, ak, scale_b.data_ptr(), bn, bk)
-    args = wgmma_fp8_args(p, ops, alpha, beta, scales)
-    launch_shaped(kernel_fn, LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster), stream, args)
-    return out
+    args = wgmma_fp8_args(
+        p, Operands(A, call.lda, B, call.ldb, C, ldc), alpha, beta, Fp8Scales(scale_a, am, ak, scale_b, bn, bk)
+    )
+    launch_shaped(kernel, LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster), stream, args)

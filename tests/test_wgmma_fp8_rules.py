@@ -1,0 +1,380 @@
+"""The FP8 rung (wgmma_fp8, Hopper) without a GPU: where it runs, its parameters and rules, the
+scales' shapes and what they say, the tensor maps of FP8 operands, the checks of an FP8 call
+(each error naming what is wrong), the plan, and one launch's arguments run through an
+emulation of the kernel's contract (tests/emulated_gpu.py).  On a GPU: test_wgmma_fp8.py."""
+
+import numpy as np
+import pytest
+
+import gemmlab
+from gemmlab.core import scaled
+from gemmlab.kernels import registry
+from gemmlab.kernels.spec import Problem
+from gemmlab.kernels.tensor import wgmma_fp8 as fp8
+from gemmlab.runtime import tma
+
+import emulated_gpu
+
+torch = pytest.importorskip("torch")
+
+SPEC = registry.get("wgmma_fp8")
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+# -- the rung ---------------------------------------------------------------------------------
+
+
+def test_rung_follows_wgmma_on_hopper_only():
+    names = [s.name for s in registry.ladder("tensor")]
+    assert names.index("wgmma_fp8") == names.index("wgmma") + 1
+    assert SPEC.arches == ("sm_90a",) and SPEC.layouts == (("N", "T"),)
+    assert SPEC.dtypes == ("float8_e4m3fn", "float8_e5m2") and SPEC.out_dtypes == ("bfloat16", "float32")
+    with pytest.raises(ValueError, match=r"kernel 'wgmma_fp8' does not run on NVIDIA A100 \(sm_80\): it needs sm_90a"):
+        SPEC.check_arch("sm_80", "NVIDIA A100")
+
+
+def test_every_configuration_fits_shared_memory_and_the_default_is_one():
+    configs = SPEC.configurations()
+    assert SPEC.defaults() in configs
+    assert SPEC.defaults() == {"BM": 128, "BN": 128, "STAGES": 6, "CLUSTER": 1, "PROMOTE": 4}
+    for p in configs:
+        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 4 * 2560 + 16 * p["STAGES"] + 1024
+        assert fp8.wgmma_fp8_smem(p) == smem <= 227 * 1024
+
+
+def test_template_arguments():
+    prob = Problem(1, 1, 1, True, "float8_e4m3fn", "bfloat16", "N", "T", dtype_b="float8_e5m2", scaling="row")
+    p = SPEC.defaults()
+    assert SPEC.name_expression(p, prob) == "gemmlab::wgmma_fp8_gemm<4, 5, 1, 128, 128, 6, 1, 0, 4, 'N', 'T'>"
+    # Block scales promote at every K-step, whatever PROMOTE says; float32 out is type code 3.
+    block = Problem(1, 1, 1, True, "float8_e5m2", "float32", "N", "T", dtype_b="float8_e5m2", scaling="block")
+    assert SPEC.name_expression({**p, "PROMOTE": 0}, block) == (
+        "gemmlab::wgmma_fp8_gemm<5, 5, 3, 128, 128, 6, 1, 1, 1, 'N', 'T'>"
+    )
+    # "tensor" is "row"'s instantiation: outer scales whose strides are 0.
+    tensor = Problem(1, 1, 1, True, "float8_e4m3fn", "bfloat16", "N", "T", dtype_b="float8_e5m2", scaling="tensor")
+    assert SPEC.name_expression(p, tensor) == SPEC.name_expression(p, prob)
+
+
+def test_every_variant_is_built():
+    assert len(SPEC.variants) == 2 * 2 * 2 * 2
+    assert {(v.dtype, v.dtype_b, v.out_dtype, v.scaling) for v in SPEC.variants} == {
+        (a, b, o, s)
+        for a in fp8.FP8_DTYPES
+        for b in fp8.FP8_DTYPES
+        for o in fp8.FP8_OUT_DTYPES
+        for s in ("row", "block")
+    }
+
+
+@pytest.mark.parametrize(
+    "M, N, cluster, sm_count, blocks",
+    [
+        (4096, 4096, 1, 132, 132),
+        (100, 300, 1, 132, 3),
+        (300, 100, 2, 132, 4),  # 3 tile-rows: 2 clusters of 2 blocks
+        (8192, 8192, 2, 132, 132),
+        (1, 1, 1, 8, 1),
+    ],
+)
+def test_geometry_is_a_persistent_grid(M, N, cluster, sm_count, blocks):
+    p = {**SPEC.defaults(), "CLUSTER": cluster}
+    prob = Problem(M, N, 256, True, "float8_e4m3fn", "bfloat16", "N", "T", sm_count=sm_count)
+    geo = SPEC.launch(p, prob)
+    assert geo.persistent and geo.grid == (blocks, 1, 1) and geo.cluster == (cluster, 1, 1)
+    assert geo.block == (384, 1, 1) and geo.smem_bytes == fp8.wgmma_fp8_smem(p)
+
+
+# -- scales -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, kind",
+    [
+        ((), (), "tensor"),
+        ((1,), (1, 1), "tensor"),
+        ((300, 1), (1, 500), "row"),
+        ((300,), (500,), "row"),
+        ((1,), (1, 500), "row"),  # per tensor on one side, per column on the other
+        ((300, 1), (), "row"),
+        ((300, 8), (4, 8), "block"),  # K = 1000: 8 blocks; N = 500: 4
+    ],
+)
+def test_scale_shapes_say_the_scaling(a_shape, b_shape, kind):
+    a, b = torch.ones(a_shape), torch.ones(b_shape)
+    got, strides = fp8.fp8_scale_layout(300, 500, 1000, a.shape, a.stride(), b.shape, b.stride())
+    assert got == kind
+    if kind == "block":
+        assert strides == (8, 1, 8, 1)
+    else:
+        assert strides[1] == strides[3] == 0  # outer scales have no K stride
+        assert strides[0] == (0 if a.numel() == 1 else 1) and strides[2] == (0 if b.numel() == 1 else 1)
+
+
+def test_block_scales_of_any_strides():
+    a = torch.ones(8, 300).t()  # (300, 8), column-major
+    b = torch.ones(8, 4).t()
+    assert fp8.fp8_scale_layout(300, 500, 1000, a.shape, a.stride(), b.shape, b.stride()) == (
+        "block",
+        (1, 300, 1, 4),
+    )
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, bad",
+    [
+        ((300, 2), (1, 500), "scale_a has shape \\(300, 2\\)"),
+        ((300, 1), (500, 1), "scale_b has shape \\(500, 1\\)"),
+        ((300, 8), (8, 4), "scale_b has shape \\(8, 4\\)"),  # B's blocks as (K-block, N-block)
+        ((299,), (500,), "scale_a has shape \\(299,\\)"),
+    ],
+)
+def test_scale_shapes_that_fit_nothing_are_named(a_shape, b_shape, bad):
+    a, b = torch.ones(a_shape), torch.ones(b_shape)
+    with pytest.raises(
+        ValueError, match=bad + r".*300 x 500 x 1000.*scale_a \(300, 8\) \(row, K-block\) and scale_b \(4, 8\)"
+    ):
+        fp8.fp8_scale_layout(300, 500, 1000, a.shape, a.stride(), b.shape, b.stride())
+
+
+def test_one_k_block_reads_alike_either_way():
+    """K <= 128 and N <= 128: (M, 1) and (1, 1) are per row and per tensor, or one block each; the
+    outer reading is taken, and it computes the same product."""
+    assert fp8.fp8_scale_layout(300, 100, 128, (300, 1), (1, 1), (1, 1), (1, 1))[0] == "row"
+
+
+# -- tensor maps ----------------------------------------------------------------------------------
+
+
+def test_fp8_elements_are_bytes_to_the_copy_engine():
+    assert tma.element_bytes("float8_e4m3fn") == tma.element_bytes("float8_e5m2") == 1
+    assert tma.padded_ld(100, 1) == 112
+
+
+def _plan(M, N, K, **kw):
+    scaling = kw.pop("scaling", "tensor")
+    return scaled.plan_scaled(
+        M,
+        N,
+        K,
+        kw.pop("dtype", "float8_e4m3fn"),
+        kw.pop("dtype_b", None),
+        kw.pop("out_dtype", "bfloat16"),
+        scaling,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("cluster", [1, 2])
+@pytest.mark.parametrize("bm, bn", [(128, 128), (64, 64)])
+def test_tensor_maps_box_128_values_of_k(monkeypatch, bm, bn, cluster):
+    monkeypatch.setattr(tma, "_encode", lambda *a: emulated_gpu.FakeMap(*a))
+    p = _plan(300, 500, 1000, dtype_b="float8_e5m2", kernel="wgmma_fp8", BM=bm, BN=bn, CLUSTER=cluster)
+    ops = tma.Operands(0x10000, 1008, 0x40000, 1024, 0x80000, 500)
+    args = fp8.wgmma_fp8_args(p, ops, 1.0, 0.0, fp8.Fp8Scales(0x90000, 1, 0, 0x98000, 1, 0))
+    map_a, map_b = args[14], args[15]
+    assert map_a == emulated_gpu.FakeMap(0x10000, 300, 1000, 1008, "float8_e4m3fn", bm, 128, 1, map_a.bstride)
+    assert map_b == emulated_gpu.FakeMap(0x40000, 500, 1000, 1024, "float8_e5m2", bn // cluster, 128, 1, map_b.bstride)
+    assert args[16:] == (0x90000, 1, 0, 0x98000, 1, 0)
+    assert len(args) == 22  # 05_wgmma_fp8.cu's parameters
+
+
+def test_tensor_maps_refuse_operands_off_the_grid(monkeypatch):
+    monkeypatch.setattr(tma, "_encode", lambda *a: emulated_gpu.FakeMap(*a))
+    p = _plan(300, 500, 1000)
+    scales = fp8.Fp8Scales(0, 0, 0, 0, 0, 0)
+    with pytest.raises(ValueError, match="TMA cannot read b in place .*1001 bytes apart"):
+        fp8.wgmma_fp8_args(p, tma.Operands(0x10000, 1008, 0x40000, 1001, 0x80000, 500), 1.0, 0.0, scales)
+    with pytest.raises(ValueError, match="TMA cannot read a in place .*address 0x10008"):
+        fp8.wgmma_fp8_args(p, tma.Operands(0x10008, 1008, 0x40000, 1008, 0x80000, 500), 1.0, 0.0, scales)
+
+
+# -- the plan -----------------------------------------------------------------------------------
+
+
+def test_plan_takes_the_rung_and_says_why():
+    p = _plan(4096, 4096, 4096, arch="sm_90a")
+    assert p.spec.name == "wgmma_fp8" and p.params == SPEC.defaults()
+    assert "FP8 inputs" in p.reason and p.problem.scaling == "tensor" and p.problem.dtype_b == "float8_e4m3fn"
+
+
+def test_plan_refuses_other_gpus_and_other_kernels():
+    with pytest.raises(ValueError, match=r"does not run on NVIDIA A100 \(sm_80\): it needs sm_90a: wgmma.mma_async"):
+        _plan(256, 256, 256, arch="sm_80", gpu_name="NVIDIA A100")
+    with pytest.raises(ValueError, match="FP8 inputs run on 'wgmma_fp8' only"):
+        _plan(256, 256, 256, kernel="wgmma")
+    with pytest.raises(TypeError, match="FP8 products write bfloat16 or float32, not float16"):
+        _plan(256, 256, 256, out_dtype="float16")
+    with pytest.raises(ValueError, match="tile parameters .* need a named kernel"):
+        _plan(256, 256, 256, BM=64)
+    with pytest.raises(ValueError, match="tile parameter BN=256 is not legal"):
+        _plan(256, 256, 256, kernel="wgmma_fp8", BN=256)
+
+
+def test_plan_refuses_a_tile_beyond_the_gpus_shared_memory():
+    with pytest.raises(ValueError, match="needs 218208 bytes of shared memory per block; a small GPU allows 100000"):
+        _plan(256, 256, 256, smem_limit=100000, gpu_name="a small GPU")
+
+
+# -- the checks of a call (CPU tensors: the device is checked last) ------------------------------
+
+
+def _operands(M, N, K, da=E4M3, db=E4M3):
+    a = torch.randn(M, K).to(da)
+    b = torch.randn(N, K).to(db).t()  # column-major K x N
+    return a, b
+
+
+def test_checks_accept_the_layout_and_name_the_device_last():
+    a, b = _operands(64, 32, 128)
+    assert scaled.validate_scaled(a, b, torch.ones(()), torch.ones(())).scaling == "tensor"
+    with pytest.raises(ValueError, match="a is on the cpu; an FP8 product runs on a CUDA device"):
+        scaled.matmul_scaled(a, b, torch.ones(()), torch.ones(()))
+
+
+def test_checks_name_each_problem():
+    a, b = _operands(64, 32, 128)
+    one = torch.ones(())
+    with pytest.raises(ValueError, match="needs both scale_a and scale_b"):
+        scaled.validate_scaled(a, b, None, one)
+    with pytest.raises(TypeError, match="scale_a must be a PyTorch tensor.*got ndarray"):
+        scaled.validate_scaled(a, b, np.ones(()), one)
+    with pytest.raises(TypeError, match="b has dtype bfloat16; with scale_a / scale_b both operands are FP8"):
+        scaled.validate_scaled(a, b.to(torch.bfloat16), one, one)
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        scaled.validate_scaled(a, _operands(64, 32, 96)[1], one, one)
+    with pytest.raises(TypeError, match="scale_b has dtype float64; scales are float32"):
+        scaled.validate_scaled(a, b, one, one.double())
+    with pytest.raises(ValueError, match=r"b \(128 x 32, strides \(32, 1\)\) is not column-major.*layout 'N'"):
+        scaled.validate_scaled(a, b.contiguous(), one, one)
+    with pytest.raises(ValueError, match=r"a \(64 x 128, strides \(1, 64\)\) is not row-major.*a.contiguous\(\)"):
+        scaled.validate_scaled(a.t().contiguous().t(), b, one, one)
+    with pytest.raises(ValueError, match="scale_b has shape \\(33,\\)"):
+        scaled.validate_scaled(a, b, one, torch.ones(33))
+    with pytest.raises(TypeError, match="FP8 products write bfloat16 or float32, not float16"):
+        scaled.validate_scaled(a, b, one, one, out_dtype=torch.float16)
+    with pytest.raises(ValueError, match="trans_a=False"):
+        scaled.validate_scaled(a, b, one, one, trans_a=True)
+    a3 = torch.randn(2, 64, 128).to(E4M3)
+    with pytest.raises(ValueError, match="a has 3 dimensions"):
+        scaled.validate_scaled(a3, b, one, one)
+
+
+def test_checks_refuse_rows_off_the_16_byte_grid():
+    a, b = _operands(64, 32, 120)  # K = 120 bytes a row
+    one = torch.ones(())
+    with pytest.raises(ValueError, match="a: TMA reads FP8 operands .*rows 120 bytes apart"):
+        scaled.validate_scaled(a, b, one, one)
+
+
+def test_checks_of_out():
+    a, b = _operands(64, 32, 128)
+    one = torch.ones(())
+    with pytest.raises(TypeError, match="out_dtype float32 differs from out's dtype bfloat16"):
+        scaled.validate_scaled(a, b, one, one, out=torch.empty(64, 32, dtype=torch.bfloat16), out_dtype="float32")
+    with pytest.raises(ValueError, match=r"out has shape \(32, 64\)"):
+        scaled.validate_scaled(a, b, one, one, out=torch.empty(32, 64, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="must be row-major with unit column stride"):
+        scaled.validate_scaled(a, b, one, one, out=torch.empty(32, 64, dtype=torch.float32).t())
+
+
+def test_matmul_routes_fp8_and_names_what_is_missing():
+    a, b = _operands(64, 32, 128)
+    with pytest.raises(ValueError, match="needs both scale_a and scale_b"):
+        gemmlab.matmul(a, b)
+    with pytest.raises(ValueError, match="take no bias yet"):
+        gemmlab.matmul(a, b, scale_a=torch.ones(()), scale_b=torch.ones(()), bias=torch.ones(32))
+    with pytest.raises(ValueError, match="a is on the cpu"):
+        gemmlab.matmul(a, b, scale_a=torch.ones(()), scale_b=torch.ones(()))
+
+
+# -- one launch, emulated -------------------------------------------------------------------------
+
+
+class _Gpu:
+    ordinal, name, arch, sm_count, max_smem_per_block_optin = 0, "emulated H200", "sm_90a", 132, 227 * 1024
+
+
+def _emulated_call(monkeypatch, M, N, K, da, db, out_dtype, sa, sb, alpha=1.0, beta=0.0, **tile):
+    """scaled.launch_scaled on NumPy buffers standing for device memory, the kernel replaced by
+    emulated_gpu's contract of 05_wgmma_fp8.cu: checks the arguments the host builds -- maps,
+    scales' addresses and strides, launch shape -- against the FP64 product of the dequantised
+    operands."""
+    from gemmlab.runtime import compile as rt_compile
+    from gemmlab.runtime import launch as rt_launch
+
+    emu = emulated_gpu.Emulator()
+    monkeypatch.setattr(tma, "_encode", lambda *a: emulated_gpu.FakeMap(*a))
+    monkeypatch.setattr(rt_launch, "allow_dynamic_smem", lambda *a: None)
+    monkeypatch.setattr(rt_launch, "clusters_that_fit", lambda kernel, grid, *a: grid[0] // 2)
+    monkeypatch.setattr(
+        rt_launch,
+        "launch_shaped",
+        lambda kernel, shape, stream, args: emu.launch(
+            kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args, cluster=shape.cluster
+        ),
+    )
+    a, b = _operands(M, N, K, da, db)
+
+    # The buffers, 16-byte aligned as device allocations are.
+    def device(t):
+        t = t.contiguous().reshape(-1)
+        raw = t.view(torch.uint8).numpy() if t.element_size() == 1 else t.numpy()
+        buf = emu.keep(np.empty(raw.nbytes + 16, np.uint8))
+        off = (-buf.ctypes.data) % 16
+        buf[off : off + raw.nbytes] = raw.view(np.uint8).ravel()
+        return buf.ctypes.data + off
+
+    A, B = device(a), device(b.t())  # B stored N x K
+    SA, SB = device(sa.float()), device(sb.float())
+    call = scaled.validate_scaled(a, b, sa.contiguous(), sb.contiguous(), out_dtype=out_dtype)
+    p = scaled.plan_scaled(
+        M, N, K, call.dtype, call.dtype_b, call.out_dtype, call.scaling, kernel="wgmma_fp8" if tile else "auto", **tile
+    )
+    monkeypatch.setattr(rt_compile, "load_kernel", lambda source, name, arch: p)
+    odt = np.float32 if out_dtype == "float32" else np.float16
+    c0 = np.random.default_rng(1).standard_normal((M, N)).astype(odt)
+    C = emu.keep(c0.copy())
+    scaled.launch_scaled(p, call, _Gpu(), 0, A, B, C.ctypes.data, N, SA, SB, alpha, beta)
+    # The reference: FP64 products of the dequantised operands.
+    a64, b64 = a.double(), b.double()
+    if call.scaling == "block":
+        ref = torch.zeros(M, N, dtype=torch.float64)
+        for kb in range(-(-K // 128)):
+            ks = slice(128 * kb, 128 * kb + 128)
+            ref += (
+                (a64[:, ks] @ b64[ks, :])
+                * sa[:, kb : kb + 1].double()
+                * sb[:, kb].double().repeat_interleave(128)[:N][None, :]
+            )
+    else:
+        ref = (sa.double().reshape(-1, 1) * a64) @ (b64 * sb.double().reshape(1, -1))
+    ref = alpha * ref.numpy() + beta * c0.astype(np.float64)
+    return C, ref, p
+
+
+@pytest.mark.parametrize(
+    "M, N, K, da, db, out_dtype, scaling",
+    [
+        (300, 200, 384, E4M3, E4M3, "bfloat16", "tensor"),
+        (1, 130, 256, E4M3, E5M2, "float32", "row"),
+        (257, 129, 1000 - 1000 % 16, E5M2, E4M3, "float32", "block"),
+        (64, 64, 16, E5M2, E5M2, "bfloat16", "row"),
+    ],
+)
+def test_emulated_launch_computes_the_scaled_product(monkeypatch, M, N, K, da, db, out_dtype, scaling):
+    kb, nb = -(-K // 128), -(-N // 128)
+    rng = torch.Generator().manual_seed(0)
+    shapes = {"tensor": ((), ()), "row": ((M, 1), (1, N)), "block": ((M, kb), (nb, kb))}[scaling]
+    sa = torch.exp2(torch.randint(-6, 7, shapes[0], generator=rng).float())
+    sb = torch.exp2(torch.randint(-6, 7, shapes[1], generator=rng).float())
+    C, ref, p = _emulated_call(monkeypatch, M, N, K, da, db, out_dtype, sa, sb, alpha=0.5)
+    assert p.problem.scaling == scaling
+    np.testing.assert_allclose(C.astype(np.float64), ref, rtol=2e-3 if out_dtype == "bfloat16" else 1e-6, atol=1e-3)
+
+
+def test_emulated_launch_with_beta_and_a_cluster(monkeypatch):
+    sa, sb = torch.full((), 0.25), torch.full((), 4.0)
+    C, ref, p = _emulated_call(monkeypatch, 200, 300, 256, E4M3, E4M3, "float32", sa, sb, 2.0, -1.0, CLUSTER=2)
+    assert p.params["CLUSTER"] == 2
+    np.testing.assert_allclose(C, ref, rtol=1e-6, atol=1e-4)
