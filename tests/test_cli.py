@@ -24,6 +24,7 @@ KERNELS = [
     "wmma_warptile",
     "mma_pipelined",
     "wgmma",
+    "wgmma_fp8",
     "ec_wmma",
     "ec_wgmma",
     "gemv",
@@ -42,7 +43,7 @@ def test_list_prints_every_kernel(capsys):
         assert entry["description"] in out
     assert "tile  in [2, 4, 8, 16, 32] (default 32)" in out
     assert "rule: shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB" in out
-    assert out.count("runs on: sm_90a only") == 2  # wgmma, ec_wgmma
+    assert out.count("runs on: sm_90a only") == 3  # wgmma, wgmma_fp8, ec_wgmma
     assert out.count("runs on: ") == len(KERNELS)
     assert err == ""
 

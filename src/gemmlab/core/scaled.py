@@ -173,7 +173,7 @@ def validate_scaled(a, b, scale_a, scale_b, out=None, out_dtype=None, trans_a=Fa
         )
     lda = sa[0] if M > 1 else max(K, 1)
     ldb = sb[1] if N > 1 else max(K, 1)
-    for name, x, ld, rows in (("a", a, lda, M), ("b", b, ldb, N)):
+    for name, x, ld, rows in (("a", a, lda, M), ("b", b, ldb, N)) if M and N and K else ():  # empty: nothing read
         if x.data_ptr() % 16 or (rows > 1 and ld % 16):
             raise ValueError(
                 f"{name}: TMA reads FP8 operands at 16-byte aligned addresses with rows a multiple of 16 "
