@@ -267,7 +267,7 @@ def matmul_scaled(
         out = torch.empty((call.M, call.N), device=a.device, dtype=getattr(torch, call.out_dtype))
     if call.M == 0 or call.N == 0:
         return out
-    if call.K == 0:  # nothing to multiply: beta * out, as BLAS
+    if call.K == 0 or alpha == 0:  # nothing to multiply (or scales to read): beta * out, as BLAS
         return out.zero_() if beta == 0 else out.mul_(beta)
     rt_device.make_current(gpu.ordinal)
     stream = torch.cuda.current_stream(a.device).cuda_stream

@@ -48,6 +48,7 @@ wgmma_fp8_gemm(int M, int N, int K, float alpha, const unsigned char* __restrict
                   "a tile's columns lie in one 128-wide block of B's scales");
     constexpr int BK = 128;                    // values of K per K-step: one 128-byte swizzle row
     constexpr int MMA_K = 32;                  // K of one FP8 wgmma
+    static_assert(BK == FP8_SCALE_BLOCK_K, "a K-step is one block of the block scales");
     constexpr int A_BYTES = BM * 128, B_BYTES = BN * 128;
     constexpr int CONSUMERS = BM / 64;
     constexpr bool PROMOTING = PROMOTE > 0;
