@@ -378,3 +378,44 @@ def test_emulated_launch_with_beta_and_a_cluster(monkeypatch):
     C, ref, p = _emulated_call(monkeypatch, 200, 300, 256, E4M3, E4M3, "float32", sa, sb, 2.0, -1.0, CLUSTER=2)
     assert p.params["CLUSTER"] == 2
     np.testing.assert_allclose(C, ref, rtol=1e-6, atol=1e-4)
+
+
+# -- torch.ops.gemmlab.scaled_mm: torch._scaled_mm's schema -------------------------------------
+
+
+def test_scaled_mm_has_torch_scaled_mms_schema():
+    import gemmlab.torch  # noqa: F401  (registers the operators)
+
+    ours = torch.ops.gemmlab.scaled_mm.default._schema
+    theirs = torch.ops.aten._scaled_mm.default._schema
+    assert [(a.name, str(a.type), a.default_value) for a in ours.arguments] == [
+        (a.name, str(a.type), a.default_value) for a in theirs.arguments
+    ]
+    assert [str(r.type) for r in ours.returns] == [str(r.type) for r in theirs.returns]
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_scaled_mm_fake_gives_the_result_shape(out_dtype):
+    import gemmlab.torch as gt
+
+    a = torch.empty(300, 128, dtype=E4M3, device="meta")
+    b = torch.empty(200, 128, dtype=E5M2, device="meta").t()
+    s = torch.empty((), device="meta")
+    out = gt.scaled_mm(a, b, s, s, out_dtype=out_dtype)
+    assert out.shape == (300, 200) and out.dtype == out_dtype and out.device.type == "meta"
+
+
+def test_scaled_mm_refuses_what_it_does_not_build():
+    import gemmlab.torch as gt
+
+    a = torch.empty(64, 128, dtype=E4M3, device="meta")
+    b = torch.empty(32, 128, dtype=E4M3, device="meta").t()
+    s = torch.empty((), device="meta")
+    with pytest.raises(TypeError, match="torch._scaled_mm's default, an FP8 result, is not built"):
+        gt.scaled_mm(a, b, s, s)
+    with pytest.raises(ValueError, match="adds no bias yet"):
+        gt.scaled_mm(a, b, s, s, bias=torch.empty(32, device="meta"), out_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="takes no scale_result"):
+        gt.scaled_mm(a, b, s, s, scale_result=s, out_dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="takes float8_e4m3fn / float8_e5m2 tensors"):
+        gt.scaled_mm(a.to(torch.bfloat16), b, s, s, out_dtype=torch.bfloat16)
