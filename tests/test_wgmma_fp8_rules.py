@@ -419,3 +419,28 @@ def test_scaled_mm_refuses_what_it_does_not_build():
         gt.scaled_mm(a, b, s, s, scale_result=s, out_dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="takes float8_e4m3fn / float8_e5m2 tensors"):
         gt.scaled_mm(a.to(torch.bfloat16), b, s, s, out_dtype=torch.bfloat16)
+
+
+def test_gemmlab_plan_takes_fp8_dtypes():
+    p = gemmlab.plan("auto", 300, 500, 1024, dtype="float8_e4m3fn", out_dtype="float32", op_b="T", arch="sm_90a")
+    assert p.spec.name == "wgmma_fp8" and p.problem.scaling == "tensor"
+    p = gemmlab.plan(
+        "wgmma_fp8",
+        300,
+        500,
+        1024,
+        dtype="float8_e5m2",
+        dtype_b="float8_e4m3fn",
+        out_dtype="bfloat16",
+        op_b="T",
+        scaling="block",
+        BM=64,
+        BN=64,
+    )
+    assert p.name_expression == "gemmlab::wgmma_fp8_gemm<5, 4, 1, 64, 64, 6, 1, 1, 1, 'N', 'T'>"
+    with pytest.raises(ValueError, match="FP8 operands in layout NN: FP8 wgmma reads both operands K-major"):
+        gemmlab.plan("auto", 300, 500, 1024, dtype="float8_e4m3fn", out_dtype="float32")
+    with pytest.raises(ValueError, match="one matrix so far"):
+        gemmlab.plan("auto", 300, 500, 1024, dtype="float8_e4m3fn", out_dtype="float32", op_b="T", batch=2)
+    with pytest.raises(TypeError, match="kernel 'wgmma_fp8' computes float8_e4m3fn, float8_e5m2, not bfloat16"):
+        gemmlab.plan("wgmma_fp8", 300, 500, 1024, dtype="bfloat16", out_dtype="bfloat16")

@@ -2,9 +2,9 @@
 on PyTorch float8 tensors, run by the wgmma_fp8 rung (Hopper).
 
 Its own small path beside planner/executor: the checks (validate_scaled, each error naming
-the operand and the rule, before anything touches the GPU), the plan (plan_scaled: the rung
-on sm_90a, or an error saying why not), and one launch on the caller's current stream
-(matmul_scaled).  Not yet here: prepared calls kept per signature (every call plans and
+the operand and the rule, before anything touches the GPU), the plan (planner.plan_scaled:
+the rung on sm_90a, or an error saying why not), and one launch on the caller's current
+stream (matmul_scaled).  Not yet here: prepared calls kept per signature (every call plans and
 builds its two tensor maps; the maps are cached by address in runtime.tma), batches, a
 bias, operands TMA cannot read in place (refused, not staged), CuPy and NumPy (neither has
 FP8 types).
@@ -17,9 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .planner import Plan
-from ..kernels import registry
-from ..kernels.spec import Problem
+from .planner import Plan, plan_scaled
 from ..kernels.tensor.wgmma_fp8 import (
     FP8_DTYPES,
     FP8_LAYOUT_WHY,
@@ -27,66 +25,15 @@ from ..kernels.tensor.wgmma_fp8 import (
     Fp8Scales,
     fp8_scale_layout,
     wgmma_fp8_args,
-    wgmma_fp8_smem,
 )
 from ..runtime.tma import Operands
 
-FP8_KERNEL = "wgmma_fp8"
 _tls = threading.local()
 
 
 def last_scaled_plan() -> Plan | None:
     """The plan of this thread's last FP8 call (gemmlab.last_plan() returns it too)."""
     return getattr(_tls, "last_plan", None)
-
-
-def plan_scaled(
-    M: int,
-    N: int,
-    K: int,
-    dtype: str,
-    dtype_b: str | None = None,
-    out_dtype: str = "bfloat16",
-    scaling: str = "tensor",
-    *,
-    arch: str | None = None,
-    sm_count: int = 132,
-    gpu_name: str = "this GPU",
-    smem_limit: int | None = None,
-    kernel: str = "auto",
-    **tile_params,
-) -> Plan:
-    """The plan of an M x N x K FP8 product (A ``dtype``, B ``dtype_b``, default the same) with
-    scales of the kind ``scaling`` ("tensor", "row", "block"), writing ``out_dtype``.  Only the
-    wgmma_fp8 rung computes FP8: ``kernel`` is "auto" or "wgmma_fp8"; on another
-    architecture than sm_90a (``arch``; None: not known yet) it is a ValueError naming the
-    GPU and what the rung needs."""
-    dtype_b = dtype_b or dtype
-    for name, d in (("a", dtype), ("b", dtype_b)):
-        if d not in FP8_DTYPES:
-            raise TypeError(f"{name}: FP8 products take {' or '.join(FP8_DTYPES)}, not {d}")
-    if out_dtype not in FP8_OUT_DTYPES:
-        raise TypeError(f"FP8 products write {' or '.join(FP8_OUT_DTYPES)}, not {out_dtype}")
-    if scaling not in ("tensor", "row", "block"):
-        raise ValueError(f"scaling is 'tensor', 'row' or 'block', not {scaling!r}")
-    if kernel not in ("auto", FP8_KERNEL):
-        raise ValueError(f"FP8 inputs run on {FP8_KERNEL!r} only (or 'auto'), not {kernel!r}")
-    if kernel == "auto" and tile_params:
-        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
-    spec = registry.get(FP8_KERNEL)
-    if arch is not None:
-        spec.check_arch(arch, gpu_name, dtype)
-    params = spec.resolve(tile_params, dtype)
-    if smem_limit is not None and wgmma_fp8_smem(params) > smem_limit:
-        raise ValueError(
-            f"{FP8_KERNEL} with {params} needs {wgmma_fp8_smem(params)} bytes of shared memory per block; "
-            f"{gpu_name} allows {smem_limit}"
-        )
-    problem = Problem(M, N, K, True, dtype, out_dtype, "N", "T", sm_count=sm_count, dtype_b=dtype_b, scaling=scaling)
-    why = "FP8 inputs: the only rung that multiplies them" if kernel == "auto" else ""
-    if not tile_params:
-        why += ("; " if why else "") + "its default tile (no tuned table or cost model for FP8 yet)"
-    return Plan(spec, params, problem, spec.name_expression(params, problem), reason=why)
 
 
 # -- the checks ------------------------------------------------------------------------------
