@@ -26,8 +26,8 @@ any_gpu = pytest.mark.skipif(not rt_device.gpu_available(), reason="needs a CUDA
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 # Relative Frobenius error against FP64 on the dequantised operands: the result's rounding
 # (bfloat16: 8 bits), or for float32 results the sums: the products of FP8 values are exact
-# in FP32, but the tensor cores add them with fewer bits than FP32 (DeepGEMM's finding,
-# which PROMOTE answers), so the bound is loose; test_promotion_error_is_measured measures.
+# in FP32, but the tensor cores add them with about 14 bits (DeepSeek-V3 report, 3.3.2;
+# PROMOTE answers it), so the bound is loose; test_promotion_error_is_measured measures.
 BOUND = {torch.bfloat16: 8e-3, torch.float32: 2e-3}
 
 
@@ -212,10 +212,10 @@ def test_a_row_major_b_is_refused_by_name():
 @hopper
 @pytest.mark.gpu
 def test_promotion_error_is_measured():
-    """Whether promoting the wgmma sums into FP32 registers matters (DeepGEMM reports that
-    Hopper's FP8 MMA adds with fewer bits than FP32): the FP32 result's error against FP64 with
-    PROMOTE = 0 (the tensor cores' sums over the whole K) and 4, over a long K.  Printed (run
-    with -s) for the docs page; both must stay within a loose bound."""
+    """Whether promoting the wgmma sums into FP32 registers matters (the DeepSeek-V3 report
+    found Hopper's FP8 MMA accumulates with about 14 bits): the FP32 result's error against
+    FP64 with PROMOTE = 0 (the tensor cores' sums over the whole K), 1 and 4, over a long K.
+    Printed (run with -s) for the docs page; each must stay within a loose bound."""
     errs = {}
     for promote in (1, 4):
         errs[promote] = _check(

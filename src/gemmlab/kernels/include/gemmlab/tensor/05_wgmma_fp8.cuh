@@ -6,9 +6,9 @@
 //   scales     C = alpha * sum_k sa(m, k) sb(n, k) A[m][k] B[k][n] (+ beta C): outer scales
 //              (per tensor, row of A, column of B) multiply the finished tile; block scales
 //              (1 x 128 of A, 128 x 128 of B) each 128-wide K-block's partial sum
-//   promotion  FP8 products are summed in the tensor cores with fewer bits than FP32
-//              (DeepGEMM's finding), so the wgmma sums go into a second set of FP32
-//              registers every PROMOTE K-steps (a template argument)
+//   promotion  the tensor cores sum FP8 products with about 14 bits (DeepSeek-V3 report,
+//              3.3.2), so the wgmma sums go into a second set of FP32 registers every
+//              PROMOTE K-steps (a template argument)
 #pragma once
 
 #include <gemmlab/tensor/04_wgmma.cuh>
