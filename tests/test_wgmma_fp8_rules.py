@@ -444,3 +444,20 @@ def test_gemmlab_plan_takes_fp8_dtypes():
         gemmlab.plan("auto", 300, 500, 1024, dtype="float8_e4m3fn", out_dtype="float32", op_b="T", batch=2)
     with pytest.raises(TypeError, match="kernel 'wgmma_fp8' computes float8_e4m3fn, float8_e5m2, not bfloat16"):
         gemmlab.plan("wgmma_fp8", 300, 500, 1024, dtype="bfloat16", out_dtype="bfloat16")
+
+
+def test_launch_arguments_pack_with_their_tensor_maps(monkeypatch):
+    """The arguments launch_scaled hands the driver pack as MapParams (cuda.core's packer takes no
+    tensor maps), in 05_wgmma_fp8.cu's parameter order: ints, alpha, A, lda, B, ldb, beta, C,
+    ldc, three batch strides, the two maps, then each scale's address and two strides."""
+    driver = pytest.importorskip("cuda.bindings.driver")
+    from gemmlab.runtime.launch import MapParams, PackedArgs
+
+    monkeypatch.setattr(tma, "_encode", lambda *a: driver.CUtensorMap())
+    p = _plan(300, 500, 1024)
+    ops = tma.Operands(0x10000, 1024, 0x40000, 1024, 0x80000, 500)
+    args = fp8.wgmma_fp8_args(p, ops, 1.0, 0.0, fp8.Fp8Scales(0x90000, 1, 0, 0x98000, 1, 0))
+    holder = PackedArgs(args).packed()
+    assert isinstance(holder, MapParams)
+    assert holder._layout.maps == (14, 15)
+    assert holder._layout.fmt == "@22Q" + "iiif" + "Qi" + "Qi" + "f" + "Qi" + "qqq" + "Qqq" + "Qqq"

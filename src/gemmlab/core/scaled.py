@@ -253,7 +253,7 @@ def launch_scaled(
     target), its shared memory raised, a persistent grid of the clusters that fit at once,
     and its arguments (the tensor maps of A and B, the scales' addresses and strides)."""
     from ..runtime import compile as rt_compile
-    from ..runtime.launch import LaunchShape, allow_dynamic_smem, clusters_that_fit, launch_shaped
+    from ..runtime.launch import LaunchShape, PackedArgs, allow_dynamic_smem, clusters_that_fit, launch_shaped
 
     spec = p.spec
     kernel = rt_compile.load_kernel(spec.source_path, p.name_expression, gpu.arch)
@@ -269,4 +269,5 @@ def launch_scaled(
     args = wgmma_fp8_args(
         p, Operands(A, call.lda, B, call.ldb, C, ldc), alpha, beta, Fp8Scales(scale_a, am, ak, scale_b, bn, bk)
     )
-    launch_shaped(kernel, LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster), stream, args)
+    # PackedArgs: tensor maps are packed by runtime.launch.MapParams (cuda.core's packer takes none).
+    launch_shaped(kernel, LaunchShape(grid, geo.block, geo.smem_bytes, geo.cluster), stream, PackedArgs(args))
