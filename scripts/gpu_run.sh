@@ -18,8 +18,8 @@
 # then lists each kernel's time in those few-tile products beside cuBLAS's
 # (scripts/kernel_times.py: $OUT/kernel-times.json).
 # "training" times whole models' training steps through gemmlab.torch beside PyTorch, with
-# their drift from float64 (TRAINING_ARGS, default --quick: the headline in about 5 minutes;
-# "" runs every model, mode and precision).
+# their drift from float64 (TRAINING_ARGS, default "--quick --time-budget-s 400": the headline
+# within one device command; "" runs every model, mode and precision).
 # "ec" times the error-corrected methods beside cuBLAS SGEMM and tabulates their accuracy
 # (EC_BENCH_ARGS, EC_ACCURACY_ARGS), then fp32_tc's batched attention products on each
 # error-corrected rung (scripts/ab_fp32_tc_attention.py: $OUT/ab-fp32-tc-attention.json).
@@ -99,7 +99,8 @@ if [[ " $steps " == *" tiles "* ]]; then   # not part of "all": an A/B, asked fo
 fi
 if has training; then
   echo "== training: whole models' steps through gemmlab.torch beside PyTorch, drift from float64" | tee -a "$log"
-  timeout 900 gemmlab bench --suite training ${TRAINING_ARGS---quick} --json "$OUT/training.json" \
+  # One device command runs at most 600 s: the budget leaves the last runs out, the JSON is written.
+  timeout 580 gemmlab bench --suite training ${TRAINING_ARGS---quick --time-budget-s 400} --json "$OUT/training.json" \
     --plot "$OUT/training.png" 2>&1 | tee "$OUT/training.log" | tee -a "$log"
 fi
 if has ec; then

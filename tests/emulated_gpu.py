@@ -20,6 +20,7 @@ tests/test_blas3.py's job on the GPU.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -425,6 +426,8 @@ def install(monkeypatch) -> Emulator:
     from gemmlab.runtime import tma
 
     monkeypatch.setattr(tma, "_encode", lambda *a: FakeMap(*a))
+    # a map copied and pointed elsewhere (executor._moved): the same record at the new address
+    monkeypatch.setattr(executor, "moved_map", lambda m, address: dataclasses.replace(m, ptr=address))
     # What a rung's own arguments launch and allocate (wgmma's staging copy), on the emulator too.
     from gemmlab.runtime import launch as rt_launch
 

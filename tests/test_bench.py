@@ -280,3 +280,14 @@ def test_write_run_keeps_the_fields_and_the_command(tmp_path):
     assert doc["gpu"] == "NVIDIA H200" and doc["summary"] == {"auto": 101.0}
     assert doc["records"] == [{"product": "p", "pct_auto": 101.0}]
     assert doc["command"] == " ".join(sys.argv) and len(doc["date"]) == 10
+
+
+def test_overhead_new_address_rows_take_the_next_operands_each_call():
+    seen = []
+    call = overhead._cycling(lambda a, b, out: seen.append((a, b, out)), [(1, 2, 3), (4, 5, 6)])
+    for _ in range(3):
+        call()
+    assert seen == [(1, 2, 3), (4, 5, 6), (1, 2, 3)]
+    from gemmlab.core import executor
+
+    assert overhead.NEW_ARRAYS > executor.ARGS_KEPT and overhead.NEW_ROWS > executor.CACHE.size

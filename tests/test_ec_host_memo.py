@@ -4,9 +4,11 @@ every launch recorded instead of run (NumPy arrays play device arrays, as in
 emulated_gpu), workspaces at addresses the test chooses.
 
 A call that finds what an earlier one built launches exactly what that one
-launched (same kernels, shapes and argument values) and builds nothing; a call
-with anything new -- an operand's address, alpha, the workspace's address -- builds
-again; a workspace that is not kept (a graph's own, one too large to keep) is
+launched (same kernels, shapes and argument values) and builds nothing; a call on
+operands at new addresses copies an earlier call's launches with the addresses
+replaced (executor._address_moves learns where they are from a second build with
+the addresses moved), and launches what a build would; a call with anything else
+new -- alpha, the workspace's address -- builds again; a workspace that is not kept (a graph's own, one too large to keep) is
 never remembered; the memos stay bounded.  And the launches themselves: one histogram
 launch and one split launch (per candidate) for both operands; split over K, each
 candidate's GEMM into split-K's workspace and its reduction, which reads the record too,
@@ -139,7 +141,9 @@ def test_a_repeated_call_launches_what_the_first_built(rec):
     assert first[0][2][-1] == 0x30000  # the report's address
     assert len(kernels) == 4 and "zero" not in kernels and choose_method.CHOOSE_KERNEL not in kernels
     gemms = [k for k in kernels if k.startswith("gemmlab::ec_wgmma")]
-    assert len(gemms) == 2 and built == 2  # the FP16 and the TF32 candidate, each built once
+    # The FP16 and the TF32 candidate, each built once, and once more with the addresses
+    # moved (to learn where they are: executor._address_moves).
+    assert len(gemms) == 2 and built == 4
     for _ in range(3):
         _call(a, b, out)
         again = rec.launches()
@@ -155,12 +159,16 @@ def test_anything_new_builds_again_with_its_values(rec):
     _call(a, b, out)
     rec.launches()
     built = rec.builds
-    a2 = a.copy()  # the operand moved
+    a2 = a.copy()  # the operand moved: the first call's launches copied, nothing built
     _call(a2, b, out)
     moved = rec.launches()
-    assert rec.builds == built + 2
+    assert rec.builds == built
     pointers = {x for k, _, args in moved for x in args if isinstance(x, int)}
     assert a2.ctypes.data in pointers and a.ctypes.data not in pointers
+    executor.CACHE.clear()  # what a call that builds everything launches on these addresses
+    _call(a2, b, out)
+    _same(rec.launches(), moved)
+    built = rec.builds
     _call(a2, b, out, alpha=0.5)  # a new alpha: the GEMMs take it
     scaled = rec.launches()
     assert rec.builds == built + 4
@@ -169,12 +177,12 @@ def test_anything_new_builds_again_with_its_values(rec):
     rec.address["scratch"] += 1 << 20  # the stream's workspace grew elsewhere: new maps
     _call(a2, b, out, alpha=0.5)
     grown = rec.launches()
-    assert rec.builds == built + 6
+    assert rec.builds == built + 8
     maps = {x.ptr for k, _, args in grown for x in args if isinstance(x, emulated_gpu.FakeMap)}
     assert min(maps) == rec.address["scratch"]
     rec.address["choice"] += 4096  # a new record: every launch that reads it changes
     _call(a2, b, out, alpha=0.5)
-    assert rec.builds == built + 8
+    assert rec.builds == built + 12
     record = rec.address["choice"] + choose_method.RECORD_OFFSET
     # split_pack.cu takes the record last, split_scaled.cu before the report, the GEMM before
     # its SPLITK, the layouts, the inverse scales and the stream-K tail's three.
@@ -212,11 +220,11 @@ def test_a_workspace_too_large_to_keep_is_remembered_by_address(rec):
     _call(a, b, out)
     again = rec.launches()
     _same(first, again)
-    assert rec.builds == built == 2
+    assert rec.builds == built == 4  # each candidate built, and built again with the addresses moved
     assert all(x[2] is y[2] for x, y in zip(first, again))
     rec.address["scratch"] += 1 << 20  # another block this time: built again for it
     _call(a, b, out)
-    assert rec.builds == built + 2
+    assert rec.builds == built + 4
 
 
 # fp32_tc on the four-set kernel: the choice by histograms and choose_method.cu, whose
@@ -391,7 +399,7 @@ def test_split_k_gemms_write_the_workspace_and_reductions_read_the_record(rec):
     assert EC_METHODS == {"fp16_ec": 0, "tf32_ec": 1}
     _call(a, b, out, alpha=0.5, beta=2.0, SPLITK=3)
     _same(first, rec.launches())
-    assert rec.builds == built == 2
+    assert rec.builds == built == 4  # each candidate built, and built again with the addresses moved
 
 
 def test_the_candidates_share_one_parts_workspace(rec):
@@ -663,8 +671,9 @@ def test_half_rows_grid():
 def test_a_repeated_staged_wgmma_call_launches_what_the_first_built(rec):
     """wgmma on 16-bit operands TMA cannot read in place (a vocabulary's dY @ W: K odd): the
     staging pre-pass's copy and wgmma's arguments on the copy (tensor maps included) are built
-    once per set of addresses and workspaces, as ec_wgmma's split is; a moved operand builds
-    again, a graph's own workspace (not kept) every time.  Split over K in the kernel, its two
+    once per set of addresses and workspaces, as ec_wgmma's split is; moved operands copy
+    them (the maps of B and C, read and written in place, pointed at the new ones), a graph's
+    own workspace (not kept) builds every time.  Split over K in the kernel, its two
     workspaces (partials, counters) are taken before the staging copy's, in the slots' order,
     and given back after the kernel; no reduction runs."""
     rng = np.random.default_rng(3)
@@ -689,16 +698,107 @@ def test_a_repeated_staged_wgmma_call_launches_what_the_first_built(rec):
     kernels = [k for k, _, _ in first]
     assert kernels[0] == PACK16_KERNEL and kernels.count(PACK16_KERNEL) == 1, kernels
     assert [k for k in kernels if k != PACK16_KERNEL] == [p.name_expression], kernels
-    assert rec.builds == 1
+    # Built, and built again with the addresses moved (executor._address_moves: where A, B and
+    # C sit, B's and C's tensor maps, read and written in place, included).
+    assert rec.builds == 2
     for _ in range(3):
         gemmlab.matmul(a, b, out=out)
         _same(first, rec.launches())
-    assert rec.builds == 1
-    moved = a.copy()
+    assert rec.builds == 2
+    moved = a.copy()  # a copy of the first launches, nothing built
     gemmlab.matmul(moved, b, out=out)
     again = rec.launches()
     assert rec.builds == 2 and again[0][2][2] == moved.ctypes.data  # the copy reads the new address
+    b2, out2 = b.copy(), np.empty_like(out)  # B's and C's maps follow them
+    gemmlab.matmul(moved, b2, out=out2)
+    copied = rec.launches()
+    assert rec.builds == 2
+    executor.CACHE.clear()  # what a prepared call that builds everything launches there
+    gemmlab.matmul(moved, b2, out=out2)
+    _same(rec.launches(), copied)
     rec.repeats = False
     gemmlab.matmul(a, b, out=out)
     gemmlab.matmul(a, b, out=out)
-    assert rec.builds == 4
+    assert rec.builds == 6
+
+
+def test_address_moves_finds_the_addresses_or_refuses():
+    """executor._address_moves: the positions of A, B and C in two builds (the second with
+    them moved by PROBE_SHIFTS), aliased operands told apart by their shifts; None where an
+    argument differs otherwise (an address plus an offset, another value).  _moved then gives
+    what a build on new addresses gives."""
+    from gemmlab.runtime.launch import LaunchShape, PackedArgs
+
+    shape, shifts = LaunchShape((4, 1, 1), (128, 1, 1)), executor.PROBE_SHIFTS
+
+    def built(a, b, c, offset=0, n=5):
+        pre = (("split", shape, PackedArgs((np.int32(n), a, b, np.float32(1.0)))),)
+        return pre, PackedArgs((a, b, c, np.int32(7), c + offset)), shape
+
+    def moved_by_shifts(a, b, c, **kw):
+        return built(a + shifts[0], b + shifts[1], c + shifts[2], **kw)
+
+    A, B, C = 0x10000, 0x20000, 0x30000
+    at = executor._address_moves(built(A, B, C), moved_by_shifts(A, B, C), (A, B, C))
+    assert at == ((0, 1, 0), (0, 2, 1), (1, 0, 0), (1, 1, 1), (1, 2, 2), (1, 4, 2))
+    new = (0x7000, 0x9000, 0xB000)
+    pre, args, same_shape = executor._moved(built(A, B, C), at, new)
+    want = built(*new)
+    assert same_shape is shape and tuple(args) == tuple(want[1])
+    assert [(k, s, tuple(x)) for k, s, x in pre] == [(k, s, tuple(x)) for k, s, x in want[0]]
+    # a @ a: the same address twice, told apart by how each moved
+    assert executor._address_moves(built(A, A, C), moved_by_shifts(A, A, C), (A, A, C))[:2] == ((0, 1, 0), (0, 2, 1))
+    # C plus an offset is not C: no copy can follow it
+    assert executor._address_moves(built(A, B, C, 16), moved_by_shifts(A, B, C, offset=16), (A, B, C)) is None
+    assert executor._address_moves(built(A, B, C), moved_by_shifts(A, B, C, n=6), (A, B, C)) is None
+
+
+@pytest.mark.parametrize(
+    "ops, batch, beta, bias, split",
+    [
+        ("NN", 1, 0.0, False, 1),
+        ("TN", 1, 0.5, False, 1),
+        ("NT", 3, 0.0, True, 1),
+        ("TT", 1, 0.0, True, 2),
+        ("NN", 1, 1.0, False, 3),
+    ],
+)
+def test_wgmma_on_moved_operands_copies_its_first_launch(rec, monkeypatch, ops, batch, beta, bias, split):
+    """wgmma building its own arguments (tensor maps of A, B and C): the first call of a kind
+    builds them and builds them again with every address moved (executor._address_moves);
+    calls on other operands, out, bias (and split workspaces) build nothing and launch exactly
+    what a prepared call that builds everything launches there, in every layout, batched,
+    with beta, a bias and a split over K."""
+    from gemmlab.kernels.tensor import wgmma
+
+    built = []
+    real = wgmma.wgmma_args
+    monkeypatch.setattr(wgmma, "wgmma_args", lambda *a, **k: built.append(1) or real(*a, **k))
+    rng = np.random.default_rng(5)
+    M, N, K = 136, 200, 72 * split
+    lead = (batch,) if batch > 1 else ()
+
+    def operands():
+        a = rng.uniform(-1, 1, lead + ((M, K) if ops[0] == "N" else (K, M))).astype(np.float16)
+        b = rng.uniform(-1, 1, lead + ((K, N) if ops[1] == "N" else (N, K))).astype(np.float16)
+        a_op = a if ops[0] == "N" else np.swapaxes(a, -1, -2)
+        b_op = b if ops[1] == "N" else np.swapaxes(b, -1, -2)
+        out = rng.uniform(-1, 1, lead + (M, N)).astype(np.float16)
+        v = rng.uniform(-1, 1, N).astype(np.float16) if bias else None
+        return a_op, b_op, out, v
+
+    def call(a, b, out, v):
+        gemmlab.matmul(a, b, out=out, beta=beta, bias=v, kernel="wgmma", BM=128, BN=128, SPLITK=split)
+
+    first = operands()  # kept, so that the next operands lie elsewhere
+    call(*first)
+    assert len(built) == 2 and rec.launches()
+    moved = operands()
+    call(*moved)
+    copied = rec.launches()
+    assert len(built) == 2  # nothing built: the first launch copied
+    pointers = {x for _, _, args in copied for x in args if isinstance(x, int)}
+    assert moved[0].ctypes.data in pointers and first[0].ctypes.data not in pointers
+    executor.CACHE.clear()  # what a prepared call that builds everything launches on them
+    call(*moved)
+    _same(rec.launches(), copied)

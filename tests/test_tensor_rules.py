@@ -8,6 +8,16 @@ import gemmlab
 from gemmlab.kernels import registry
 from gemmlab.kernels.spec import Problem
 
+# The (input, output) dtype pairs every tensor-core rung computes, written out here (not read
+# from the specs) so that the tests state what the rungs must take.
+TC_PAIRS = [
+    ("float16", "float32"),
+    ("float16", "float16"),
+    ("bfloat16", "float32"),
+    ("bfloat16", "bfloat16"),
+    ("tf32", "float32"),
+]
+
 
 # -- wmma -----------------------------------------------------------------------------------
 
@@ -15,13 +25,7 @@ from gemmlab.kernels.spec import Problem
 def test_wmma_name_expressions_follow_the_dtypes():
     spec = registry.get("wmma")
     codes = {"float16": 0, "bfloat16": 1, "tf32": 2, "float32": 3}
-    for dt, odt in [
-        ("float16", "float32"),
-        ("float16", "float16"),
-        ("bfloat16", "float32"),
-        ("bfloat16", "bfloat16"),
-        ("tf32", "float32"),
-    ]:
+    for dt, odt in TC_PAIRS:
         prob = Problem(10, 10, 10, True, dt, odt)
         spec.check_dtypes(prob)
         assert spec.name_expression({}, prob) == f"gemmlab::wmma_tile<{codes[dt]}, {codes[odt]}, 'N', 'N'>"
@@ -101,15 +105,7 @@ def test_mma_pipelined_name_expressions():
     )
     assert len(spec.variants) == 10
     assert {(v.dtype, v.out_dtype, v.aligned16) for v in spec.variants} == {
-        (dt, odt, al)
-        for dt, odt in [
-            ("float16", "float32"),
-            ("float16", "float16"),
-            ("bfloat16", "float32"),
-            ("bfloat16", "bfloat16"),
-            ("tf32", "float32"),
-        ]
-        for al in (True, False)
+        (dt, odt, al) for dt, odt in TC_PAIRS for al in (True, False)
     }
 
 

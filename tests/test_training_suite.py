@@ -37,6 +37,8 @@ def _tiny(cfg):
         batch=2,
         drift_batch=2,
         drift_seq=9,
+        experts=min(cfg.experts, 5),
+        top_k=min(cfg.top_k, 2),
     )
 
 
@@ -45,7 +47,10 @@ def _tiny(cfg):
 
 def test_published_parameter_counts():
     for name, cfg in training.CONFIGS.items():
-        assert training.parameter_count(cfg) == training.PUBLISHED_PARAMS[name], name
+        if name in training.PUBLISHED_BILLIONS:
+            assert round(training.parameter_count(cfg) / 1e9, 2) == training.PUBLISHED_BILLIONS[name], name
+        else:
+            assert training.parameter_count(cfg) == training.PUBLISHED_PARAMS[name], name
     # about 1.24B, 124M, 110M and 86M: the sizes the suite's models are known by
     assert [
         round(training.PUBLISHED_PARAMS[n] / 1e6) for n in ("llama-1b", "qwen2-0.5b", "gpt2", "bert-base", "vit-b16")
@@ -60,6 +65,16 @@ def test_published_parameter_counts():
         128256,
     )
     assert training.CONFIGS["vit-b16"].seq == 1 + (224 // 16) ** 2
+    granite = training.CONFIGS["granite-moe-1b"]
+    assert (granite.d, granite.layers, granite.heads, granite.kv_heads, granite.ffn, granite.vocab) == (
+        1024,
+        24,
+        16,
+        8,
+        512,
+        49155,
+    )
+    assert (granite.experts, granite.top_k) == (32, 8)
 
 
 @pytest.mark.parametrize("name", list(training.CONFIGS))
@@ -146,7 +161,8 @@ def test_selection_orders_eager_first_and_adds_baselines():
     ]
     assert all(r.setups == ("fp32", "fp32_tc") for r in runs)  # SGEMM beside fp32_tc
     every = training.select()
-    assert len(every) == len(training.CONFIGS) * 3 and every[0].setups == tuple(training.SETUPS)
+    moe = sum(1 for c in training.CONFIGS.values() if c.experts)  # eager only
+    assert len(every) == len(training.CONFIGS) * 3 - 2 * moe and every[0].setups == tuple(training.SETUPS)
 
 
 def test_selection_order_is_eager_first_by_default():
@@ -369,3 +385,44 @@ def test_training_example_runs_on_the_gpu():
     )
     lines = done.stdout.splitlines()
     assert lines[1].startswith("PyTorch") and lines[2].startswith("gemmlab") and "ms per step" in lines[2]
+
+
+def test_experts_run_each_token_through_its_top_k():
+    """The mixture of experts: every token's output is the router-weighted sum of its top_k
+    experts' SwiGLU MLPs (checked against a loop over tokens), each expert a matrix of as many
+    rows as tokens chose it, through F.linear (what gemmlab.torch routes)."""
+    from torch.overrides import TorchFunctionMode
+
+    cfg = _tiny(training.CONFIGS["granite-moe-1b"])
+    torch.manual_seed(0)
+    experts = training.build(cfg).blocks[0].mlp
+    x = torch.randn(2, 7, cfg.d, dtype=torch.float64)
+    experts = experts.double()
+    rows = []
+
+    class Rows(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") == "linear" and args[1].shape[0] == 2 * cfg.ffn:
+                rows.append(args[0].shape[0])
+            return func(*args, **(kwargs or {}))
+
+    with Rows():
+        y = experts(x)
+    flat = x.reshape(-1, cfg.d)
+    logits = flat @ experts.router.weight.t()
+    want = torch.zeros_like(flat)
+    for t in range(flat.shape[0]):
+        top, which = logits[t].topk(cfg.top_k)
+        for w, e in zip(top.softmax(-1), which):
+            gate, up = (flat[t] @ experts.up[e].t()).chunk(2)
+            want[t] += w * ((torch.nn.functional.silu(gate) * up) @ experts.down[e].t())
+    assert torch.allclose(y.reshape(-1, cfg.d), want, atol=1e-12)
+    assert sum(rows) == flat.shape[0] * cfg.top_k and len(rows) <= cfg.experts
+
+
+def test_experts_run_eager_only():
+    runs = training.select(models="granite-moe-1b,gpt2", modes="eager,compile")
+    assert [(r.model, r.mode) for r in runs] == [("granite-moe-1b", "eager"), ("gpt2", "eager"), ("gpt2", "compile")]
+    shapes = training.matmul_shapes(training.CONFIGS["granite-moe-1b"], batch=1)
+    assert (1024 * 8 // 32, 2 * 512, 1024, "NT", 1) in shapes  # an expert's up projection, on average
+    assert (1024, 32, 1024, "NT", 1) in shapes  # the router

@@ -1050,7 +1050,9 @@ def test_auto_takes_what_the_wave_choice_says(M, N, K, ops):
 @pytest.fixture
 def c_through_tma(monkeypatch):
     """Whether each wgmma launch built during the test stores C through TMA (_c_map's answer),
-    in order; the prepared calls are dropped first, so that every call builds its launch."""
+    in order -- the second build of a new kind of launch, with its addresses moved
+    (executor._address_moves), included; the prepared calls are dropped first, so that every
+    call builds its launch."""
     from gemmlab.kernels.tensor import wgmma as wg
 
     seen = []
@@ -1110,7 +1112,7 @@ def _staged_check(nb, M, N, K, ops, dtype, out_dtype, alpha, beta, bias_kind, vi
     p = gemmlab.last_plan()
     assert p.spec.name == "wgmma" and not p.fallback_reason, p.describe()
     assert p.params["SPLITK"] == params.get("SPLITK", 1), p.describe()
-    assert c_through_tma == [False], c_through_tma
+    assert c_through_tma and not any(c_through_tma), c_through_tma  # C stored without its map
     prod = a64 @ b64
     ref = alpha * prod + (beta * c0.double() if beta else 0)
     size = abs(alpha) * (a64.abs() @ b64.abs()) + (abs(beta) * c0.double().abs() if beta else 0)
@@ -1248,9 +1250,32 @@ def test_emulated_c_off_the_grid_is_stored_without_tma(
     assert gemmlab.matmul(a, b, out=out, alpha=0.5, beta=beta, bias=bias, kernel="wgmma", SPLITK=splits) is out
     p = gemmlab.last_plan()
     assert p.spec.name == "wgmma" and not p.fallback_reason and p.params["SPLITK"] == splits, p.describe()
-    assert c_through_tma == [False], c_through_tma
+    assert c_through_tma and not any(c_through_tma), c_through_tma  # C stored without its map
     ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64)) + beta * c0 + (0 if bias is None else bias)
     np.testing.assert_allclose(out.astype(np.float64), ref, rtol=0, atol=2e-2)
     outside = np.ones(buf.shape, bool)
     outside[..., first : first + N] = False
     assert np.isnan(buf[outside]).all()
+
+
+@hopper
+@pytest.mark.parametrize("dtype, batch", [("bfloat16", None), ("tf32", None), ("float16", 5)])
+def test_a_map_pointed_elsewhere_equals_one_encoded_there(dtype, batch):
+    """runtime.tma.moved_map (a copy of a tensor map with cuTensorMapReplaceAddress) gives
+    the very bytes the driver encodes for the new address: what lets a call on new
+    addresses copy an earlier launch (executor._address_moves compares maps by bytes)."""
+    import ctypes
+
+    from gemmlab.runtime import tma
+
+    eb = tma.element_bytes(dtype)
+    box_cols = tma.SWIZZLE_BYTES // eb
+    rows, cols, ld = 200, 136, 144
+    memory = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")  # never read: maps only point
+    base = memory.data_ptr()
+    batched = (batch, rows * ld * eb) if batch else ()
+    first = tma._encode(base, rows, cols, ld, dtype, 64, box_cols, *batched)
+    for shift in (16, 4096, 1 << 20):
+        there = tma._encode(base + shift, rows, cols, ld, dtype, 64, box_cols, *batched)
+        moved = tma.moved_map(first, base + shift)
+        assert ctypes.string_at(moved.getPtr(), 128) == ctypes.string_at(there.getPtr(), 128), shift

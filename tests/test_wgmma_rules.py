@@ -62,6 +62,23 @@ def test_wgmma_auto_tile(M, N, sm_count, tile):
     assert p.params in WGMMA.configurations()
 
 
+def _hopper_plan(M, N, K, dtype="bfloat16", ops="NN", batch=1):
+    """kernel="auto"'s plan for a product on an sm_90a GPU of 132 SMs (an H100 / H200)."""
+    return gemmlab.plan(
+        "auto",
+        M,
+        N,
+        K,
+        dtype=dtype,
+        out_dtype=dtype,
+        arch="sm_90a",
+        sm_count=132,
+        op_a=ops[0],
+        op_b=ops[1],
+        batch=batch,
+    )
+
+
 @pytest.mark.parametrize(
     "M, N, K, ops, batch, tile, splits",
     [
@@ -84,19 +101,7 @@ def test_wgmma_auto_tile(M, N, sm_count, tile):
 def test_wgmma_auto_splits_k_where_tiles_leave_sms_idle(M, N, K, ops, batch, tile, splits):
     """kernel="auto" on Hopper (16-bit): SPLITK fills the SMs the tiles leave idle, each slice
     WGMMA_MIN_K_STEPS_PER_SLICE K-steps or more, one round of work items at most."""
-    p = gemmlab.plan(
-        "auto",
-        M,
-        N,
-        K,
-        dtype="bfloat16",
-        out_dtype="bfloat16",
-        arch="sm_90a",
-        sm_count=132,
-        op_a=ops[0],
-        op_b=ops[1],
-        batch=batch,
-    )
+    p = _hopper_plan(M, N, K, ops=ops, batch=batch)
     assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"]) == tile, p.describe()
     assert p.params["SPLITK"] == splits, p.describe()
     tiles = -(-M // p.params["BM"]) * -(-N // p.params["BN"]) * batch
@@ -122,19 +127,7 @@ def test_wgmma_auto_splits_k_where_tiles_leave_sms_idle(M, N, K, ops, batch, til
 def test_wgmma_auto_narrow_tile_replaces_split_k(M, N, K, ops, batch, tile):
     """Products of 5 to 128 rows (16-bit) that split-K would serve run unsplit on 64 x 64
     (or 64 x 128) tiles with the deepest ring that fits (wgmma_narrow_tile, run 88c)."""
-    p = gemmlab.plan(
-        "auto",
-        M,
-        N,
-        K,
-        dtype="bfloat16",
-        out_dtype="bfloat16",
-        arch="sm_90a",
-        sm_count=132,
-        op_a=ops[0],
-        op_b=ops[1],
-        batch=batch,
-    )
+    p = _hopper_plan(M, N, K, ops=ops, batch=batch)
     assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"], p.params["STAGES"]) == tile, p.describe()
     assert p.params["SPLITK"] == 1 and p.params in WGMMA.configurations()
     assert wgmma_narrow_tile(M, N, K, 132, batch) == {**p.params, "CLUSTER": 1}
@@ -152,19 +145,7 @@ def test_wgmma_auto_narrow_tile_replaces_split_k(M, N, K, ops, batch, tile):
     ],
 )
 def test_wgmma_auto_128_columns_for_short_k_batches_and_narrow_n(M, N, K, ops, batch, tile):
-    p = gemmlab.plan(
-        "auto",
-        M,
-        N,
-        K,
-        dtype="bfloat16",
-        out_dtype="bfloat16",
-        arch="sm_90a",
-        sm_count=132,
-        op_a=ops[0],
-        op_b=ops[1],
-        batch=batch,
-    )
+    p = _hopper_plan(M, N, K, ops=ops, batch=batch)
     assert (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == tile + (1,), p.describe()
 
 
@@ -186,9 +167,7 @@ def test_wgmma_auto_128x192_where_the_last_round_is_part_empty(M, N, K, ops, til
     """A 16-bit matrix whose 128 x 256 tiles fill the 132 SMs: 128 x 192 where the cost model
     predicts it faster (wgmma_wave_choice: as many rounds or nearly, each a quarter shorter),
     else 128 x 256; the reason names the comparison either way."""
-    p = gemmlab.plan(
-        "auto", M, N, K, dtype=dtype, out_dtype=dtype, arch="sm_90a", sm_count=132, op_a=ops[0], op_b=ops[1]
-    )
+    p = _hopper_plan(M, N, K, dtype, ops)
     assert p.spec.name == "wgmma" and (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == tile + (1,), p.describe()
     assert p.params in WGMMA.configurations(dtype) and p.params["STAGES"] == 4 and p.params["CLUSTER"] == 1
     took = tile == (128, 192)
@@ -203,23 +182,6 @@ def test_wgmma_auto_128x192_where_the_last_round_is_part_empty(M, N, K, ops, til
         assert (
             p.name_expression.startswith("gemmlab::wgmma_gemm<") and ", 128, 192, 4, 1, false, '" in p.name_expression
         )
-
-
-def _hopper_plan(M, N, K, dtype="bfloat16", ops="NN", batch=1):
-    """kernel="auto"'s plan for a product on an sm_90a GPU of 132 SMs (an H100 / H200)."""
-    return gemmlab.plan(
-        "auto",
-        M,
-        N,
-        K,
-        dtype=dtype,
-        out_dtype=dtype,
-        arch="sm_90a",
-        sm_count=132,
-        op_a=ops[0],
-        op_b=ops[1],
-        batch=batch,
-    )
 
 
 AB_TILES = Path(__file__).resolve().parents[1] / "benchmarks/results/nvidia-h200/ab-wgmma-tiles-2026-11-29.json"
@@ -540,94 +502,3 @@ def test_wgmma_name_expressions():
         WGMMA.name_expression(d, prob.with_layout("N", "T"))
         == f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, false, 'N', 'T'>"
     )
-
-
-def _rebind_cases():
-    """(problem, params, first operands, second operands, alpha, beta): pairs of calls of
-    one kind (same strides, batch, bias and split; other, random 16-byte aligned addresses)."""
-    import random
-
-    from gemmlab.runtime.tma import Operands
-
-    rng = random.Random(7)
-
-    def addr():
-        return rng.randrange(1 << 20, 1 << 40) * 16
-
-    base = dict(M=200, N=136, K=72, aligned16=True, op_a="N", op_b="N", tma_aligned=True, sm_count=132)
-    cases = []
-    for dtype, out_dtype, ops, batch, beta, bias, split in [
-        ("bfloat16", "bfloat16", "NN", 1, 0.0, False, 1),
-        ("float16", "float16", "TN", 1, 0.5, False, 1),
-        ("bfloat16", "float32", "NT", 4, 0.0, True, 1),
-        ("bfloat16", "bfloat16", "TT", 3, 1.0, True, 2),
-        ("tf32", "float32", "NN", 1, 0.0, False, 1),
-    ]:
-        pr = (
-            Problem(**base, dtype=dtype, out_dtype=out_dtype)
-            if ops == "NN"
-            else Problem(**(base | dict(op_a=ops[0], op_b=ops[1])), dtype=dtype, out_dtype=out_dtype)
-        )
-        params = dict(BM=128, BN=128, STAGES=4, CLUSTER=1, SPLITK=split)
-        lda, ldb, ldc = (72 if ops[0] == "N" else 200), (136 if ops[1] == "N" else 72), 136
-        strides = (200 * 72, 72 * 136, 200 * 136) if batch > 1 else (0, 0, 0)
-
-        def operands():
-            extra = dict(bias=addr(), bias_cs=1) if bias else {}
-            if split > 1:
-                extra |= dict(partials=addr(), counters=addr())
-            return Operands(addr(), lda, addr(), ldb, addr(), ldc, batch, *strides, **extra)
-
-        cases.append((pr, params, operands(), operands(), 1.5, beta))
-    return cases
-
-
-@pytest.mark.parametrize("case", range(5))
-def test_wgmma_rebind_gives_what_building_gives(monkeypatch, case):
-    """A launch made from an earlier one of the same kind (wgmma_rebind: values and maps'
-    addresses replaced) holds exactly the arguments wgmma_args builds for the new call, in
-    every layout, batched or not, with beta, bias and split; its kind equals the first's."""
-    import dataclasses
-    from types import SimpleNamespace
-
-    import emulated_gpu
-    from gemmlab.kernels.tensor import wgmma
-    from gemmlab.runtime import tma
-
-    monkeypatch.setattr(tma, "_encode", lambda *a: emulated_gpu.FakeMap(*a))
-    pr, params, first, second, alpha, beta = _rebind_cases()[case]
-    plan = SimpleNamespace(problem=pr, params=params, describe=lambda: "wgmma")
-    built = wgmma.wgmma_args(plan, first, 0.25, beta)
-    assert len(built) == len(wgmma.WGMMA_ARGS)
-    kind1, _, _ = wgmma.wgmma_rebind(plan, first, 0.25, beta)
-    kind2, values, maps = wgmma.wgmma_rebind(plan, second, alpha, beta)
-    assert kind1 == kind2
-    rebound = list(built)
-    for i, v in values:
-        rebound[i] = v
-    for i, address in maps:
-        rebound[i] = dataclasses.replace(rebound[i], ptr=address)
-    want = wgmma.wgmma_args(plan, second, alpha, beta)
-    assert [type(x) for x in want] == [type(x) for x in built]
-    assert [float(x) if not isinstance(x, emulated_gpu.FakeMap) else x for x in rebound] == [
-        float(x) if not isinstance(x, emulated_gpu.FakeMap) else x for x in want
-    ]
-
-
-def test_wgmma_rebind_declines_operands_off_the_grid():
-    from types import SimpleNamespace
-
-    from gemmlab.kernels.tensor import wgmma
-
-    pr, params, first, _, _, _ = _rebind_cases()[0]
-    plan = SimpleNamespace(problem=pr, params=params)
-    assert wgmma.wgmma_rebind(plan, dataclasses_replace(first, A=first.A + 2), 1.0, 0.0) is None
-    # C off the grid: stored without its map, a kind of its own
-    kind = wgmma.wgmma_rebind(plan, first, 1.0, 0.0)[0]
-    assert wgmma.wgmma_rebind(plan, dataclasses_replace(first, C=first.C + 2), 1.0, 0.0)[0] != kind
-
-
-def dataclasses_replace(x, **kw):
-    import dataclasses
-
-    return dataclasses.replace(x, **kw)

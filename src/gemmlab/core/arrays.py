@@ -29,7 +29,12 @@ class Operand:
         """float32, float16, bfloat16, ...: one spelling for NumPy, CuPy and PyTorch dtypes."""
         if self.dtype is None:
             return None
-        return self.dtype if isinstance(self.dtype, str) else np.dtype(self.dtype).name
+        if isinstance(self.dtype, str):
+            return self.dtype
+        name = _DTYPE_NAMES.get(self.dtype)
+        if name is None:  # NumPy's name lookup takes microseconds: once per dtype
+            name = _DTYPE_NAMES[self.dtype] = np.dtype(self.dtype).name
+        return name
 
     @property
     def on_gpu(self) -> bool:
@@ -62,6 +67,7 @@ class Operand:
 
 
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+_DTYPE_NAMES: dict = {}  # NumPy dtype -> its name (Operand.dtype_name)
 
 
 def _c_strides(shape) -> tuple[int, ...]:

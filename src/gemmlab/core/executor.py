@@ -19,7 +19,9 @@ is read back during the call.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import functools
 import logging
 import threading
 from collections import OrderedDict
@@ -54,7 +56,7 @@ from ..runtime.device import GPUInfo, make_current
 from ..runtime.launch import (
     DEFAULT_DYNAMIC_SMEM,
     LaunchShape,
-    MapParams,
+    MAP_BYTES,
     PackedArgs,
     allow_dynamic_smem,
     clusters_that_fit,
@@ -63,7 +65,7 @@ from ..runtime.launch import (
     stream_is_capturing,
     stream_workspace,
 )
-from ..runtime.tma import Operands, replace_address
+from ..runtime.tma import Operands, moved_map, replace_address
 
 log = logging.getLogger("gemmlab")
 
@@ -215,11 +217,13 @@ class Launcher:
         self._args_memo = {} if p.spec.kernel_args is not None and self.prepass is None else None
         # (A, B, C, alpha, beta, bias[, the split's workspaces]) -> the whole argument tuple, for direct()
         self._full_memo = {}
-        # spec.rebind's kinds of call -> a packed launch of that kind (MapParams), which
-        # calls of the same kind on other addresses copy (_new_args)
-        self._rebind = p.spec.rebind if self._args_memo is not None else None
-        self._launches_by_kind = {}
+        # kernel_args' launches by kind of call (everything but the addresses): the first one
+        # built and where it holds the addresses (_address_moves), or False (_new_args)
+        self._args_moves = {}
         self._prepass_memo = {}  # a pre-pass kernel's launches, by addresses, scalars and workspace
+        # ... and by the same without the addresses: an earlier build and where it holds them
+        # (_address_moves), or False where it cannot be moved to other addresses
+        self._prepass_moves = {}
         self._prepass_bytes = {}  # ... and its workspace's size, by (matrices, strides, choice or not)
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
         self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
@@ -642,9 +646,23 @@ class Launcher:
         if built is None:
             lda, ldb, _ = self.lds
             ops = Operands(a, lda, b, ldb, c, ldc, nz, *strides, **dict(zip(("partials", "counters"), split)))
-            built = self._build_after_prepass(stream, ops, alpha, beta, choice, ws.handle, report)
-            if repeats:
-                _keep(self._prepass_memo, key, built)
+            build = functools.partial(self._build_after_prepass, stream, alpha=alpha, beta=beta, choice=choice)
+            build = functools.partial(build, workspace=ws.handle, report=report)
+            if not repeats:
+                return build(ops)
+            # Calls that differ only in A, B and C (not in their alignment) build the same
+            # launches with those addresses in the same places: the first build is kept, with
+            # where they are, and copied for the others.
+            kind = (a % PROBE_ALIGN, b % PROBE_ALIGN, c % PROBE_ALIGN) + key[3:]
+            moves = self._prepass_moves.get(kind)
+            if moves:
+                built = _moved(*moves, (a, b, c))
+            else:
+                built = build(ops)
+                if moves is None:
+                    at = _address_moves(built, build(_shifted(ops, (a, b, c, 0, 0, 0))), (a, b, c))
+                    _keep(self._prepass_moves, kind, (built, at) if at is not None else False)
+            _keep(self._prepass_memo, key, built)
         return built
 
     def call_launches(
@@ -728,20 +746,24 @@ class Launcher:
 
     def _new_args(self, stream, ops: Operands, alpha, beta) -> PackedArgs:
         """The packed arguments of a launch on addresses this launcher has not seen: a copy of
-        an earlier launch of the same kind with the addresses replaced (spec.rebind) where
-        there is one -- a few microseconds, so that a model whose activations move between
-        steps pays no more -- else built by spec.kernel_args and kept for both uses."""
-        how = self._rebind(self.plan, ops, alpha, beta) if self._rebind is not None else None
-        if how is not None:
-            earlier = self._launches_by_kind.get(how[0])
-            if earlier is not None:
-                return PackedArgs.of(earlier.rebound(how[1], how[2], replace_address))
+        the first launch of the same kind with the addresses replaced (_moved) -- a few
+        microseconds, so that a model whose activations move between steps pays no more --
+        else built by spec.kernel_args, and for a new kind built once more with the
+        addresses moved, to learn where they sit (_address_moves, as after a pre-pass)."""
+        addresses = (ops.A, ops.B, ops.C, ops.bias, ops.partials, ops.counters)
+        kind = tuple(x % PROBE_ALIGN for x in addresses) + (ops.batch, alpha, beta) + tuple(map(bool, addresses))
+        moves = self._args_moves.get(kind)
+        if moves:
+            return _moved(*moves, addresses)[1]
         args = self._memo_args(stream, ops, alpha, beta)
         args = PackedArgs(args[:3] + (f32(alpha),) + args[4:8] + (f32(beta),) + args[9:])
-        if how is not None and any(is_tensor_map(x) for x in args):
-            holder = args.packed()
-            if isinstance(holder, MapParams):
-                _keep(self._launches_by_kind, how[0], holder)
+        if moves is None:
+            p = self.plan
+            moved = p.spec.kernel_args(p, self.gpu, stream, _shifted(ops, addresses), alpha, beta)
+            moved = PackedArgs(moved[:3] + (f32(alpha),) + moved[4:8] + (f32(beta),) + moved[9:])
+            shape = self._shapes[ops.batch]
+            at = _address_moves(((), args, shape), ((), moved, shape), addresses)
+            _keep(self._args_moves, kind, (((), args, shape), at) if at is not None else False)
         return args
 
     def _memo_args(self, stream, ops: Operands, alpha, beta):
@@ -754,6 +776,90 @@ class Launcher:
         if self._shape is None:
             self._shape = self._shapes[ops.batch]
         return args
+
+
+# A launch a kernel builds itself (kernel_args, or after a pre-pass) is built a second time
+# with its addresses -- A, B, C, then the bias and a split's two workspaces where it has them
+# -- moved by PROBE_SHIFTS bytes, to learn which of its arguments hold them
+# (_address_moves); calls whose addresses agree modulo PROBE_ALIGN (every alignment a build
+# looks at: 16 bytes for TMA, less for vector loads) copy those launches.  The shifts keep
+# every such alignment.
+PROBE_ALIGN = 16
+PROBE_SHIFTS = tuple(k << 12 for k in range(1, 7))
+
+
+def _shifted(ops: Operands, addresses) -> Operands:
+    """``ops`` with each of ``addresses`` (A, B, C, bias, partials, counters, in that order)
+    that is not 0 moved by its PROBE_SHIFTS; the others as they are."""
+    names = ("A", "B", "C", "bias", "partials", "counters")
+    return dataclasses.replace(ops, **{n: x + d for n, x, d in zip(names, addresses, PROBE_SHIFTS) if x})
+
+
+def _address_moves(first, second, addresses):
+    """Where two builds of the same launches ((pre-pass launches, the kernel's arguments,
+    its shape): Launcher._build_after_prepass, or no pre-pass), the second with
+    ``addresses`` moved by PROBE_SHIFTS (_shifted), hold those addresses: ((launch,
+    argument, which address), ...) -- the kernel's arguments counted as the last launch --
+    for pointers and for tensor maps over an operand (one read or written in place); None
+    where they differ in anything else (a value derived from an address), which no copy
+    can reproduce."""
+    (pre1, args1, shape1), (pre2, args2, shape2) = first, second
+
+    def shapes(pre, shape):  # kernels and launch shapes, by value (a build may make new LaunchShapes)
+        return [(k, s.grid, s.block, s.smem_bytes, s.cluster, s.pdl) for k, s, _ in pre + ((None, shape, None),)]
+
+    if shapes(tuple(pre1), shape1) != shapes(tuple(pre2), shape2):
+        return None
+    at = []
+    for j, (t1, t2) in enumerate(zip([x[2] for x in pre1] + [args1], [x[2] for x in pre2] + [args2])):
+        if len(t1) != len(t2):
+            return None
+        for i, (x, y) in enumerate(zip(t1, t2)):
+            if type(x) is not type(y):
+                return None
+            if type(x) is int:
+                if x != y:
+                    which = [w for w, a in enumerate(addresses) if a and x == a and y == a + PROBE_SHIFTS[w]]
+                    if not which:
+                        return None
+                    at.append((j, i, which[0]))
+            elif isinstance(x, np.generic):
+                if not x == y:
+                    return None
+            elif not _same_map(x, y):  # a tensor map: over A, B or C, or nothing a copy can follow
+                which = [w for w, a in enumerate(addresses) if a and _same_map(moved_map(x, a + PROBE_SHIFTS[w]), y)]
+                if not which:
+                    return None
+                at.append((j, i, which[0]))
+    return tuple(at)
+
+
+def _same_map(x, y) -> bool:
+    """Whether two tensor maps encode the same (their bytes; objects that stand for maps in
+    tests compare as they define)."""
+    if is_tensor_map(x):
+        return ctypes.string_at(x.getPtr(), MAP_BYTES) == ctypes.string_at(y.getPtr(), MAP_BYTES)
+    return x == y
+
+
+def _moved(built, at, addresses):
+    """The launches ``built`` with the addresses at ``at`` (_address_moves) replaced by
+    ``addresses`` (in _address_moves' order): the argument tuples copied (a tensor map among them copied and
+    pointed at its new address), or the GEMM's packed launch rebound (MapParams) where it
+    has tensor maps."""
+    launches, args, shape = built
+    gemm, packed = len(launches), any(is_tensor_map(x) for x in args)
+    tuples = [list(x[2]) for x in launches] + [None if packed else list(args)]
+    for j, i, which in at:
+        if tuples[j] is not None:
+            x = tuples[j][i]
+            tuples[j][i] = addresses[which] if type(x) is int else moved_map(x, addresses[which])
+    moved = tuple((k, s, PackedArgs(t)) for (k, s, _), t in zip(launches, tuples))
+    if not packed:
+        return moved, PackedArgs(tuples[-1]), shape
+    values = tuple((i, addresses[w]) for j, i, w in at if j == gemm and type(args[i]) is int)
+    maps = tuple((i, addresses[w]) for j, i, w in at if j == gemm and type(args[i]) is not int)
+    return moved, PackedArgs.of(args.packed().rebound(values, maps, replace_address)), shape
 
 
 # -- launching a plan on raw pointers (the harness's kernel-only path) -----------------------

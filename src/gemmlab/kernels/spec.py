@@ -277,12 +277,6 @@ class KernelSpec:
     # TMA tensor maps), once per matrix of a batch (or once per launch: batched_args).  It may
     # depend only on the addresses, alpha and beta: a prepared call keeps it per set of them.
     kernel_args: Callable | None = None
-    # rebind(plan, operands, alpha, beta) -> (kind, values, maps) or None: how kernel_args'
-    # launch for one call is made from that of an earlier call of the same kind (hashable),
-    # without building it again: the arguments at positions ``values`` ((position, value),
-    # ...) replaced and the tensor maps at positions ``maps`` ((position, address), ...)
-    # pointed at other addresses.  None (the hook or its answer): built every time.
-    rebind: Callable | None = None
     # Instead of kernel_args, a kernel with a pre-pass (above): its arguments built on a
     # workspace the executor takes from the caller's stream.
     prepass: PrePass | None = None

@@ -22,9 +22,12 @@ host code, beside its .cu file: kernels/tensor/wgmma.py, kernels/ec/ec_wgmma.py.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+
+from .launch import driver
 
 
 # Element bytes of each input dtype as the copy engine sees it.
@@ -101,8 +104,7 @@ def padded_ld(cols: int, elem_bytes: int) -> int:
 
 
 def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, bstride=0):
-    from cuda.bindings import driver as d
-
+    d = driver()
     eb = _ELEM[dtype]
     dt = (
         d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8
@@ -143,11 +145,18 @@ def replace_address(map_address: int, address: int) -> None:
     prepared for one set of arrays is made for another of the same shapes
     (launch.MapParams.rebound), without encoding the maps again.  ``address`` must be
     16-byte aligned, as the map's first one was."""
-    from cuda.bindings import driver as d
-
+    d = driver()
     (err,) = d.cuTensorMapReplaceAddress(d.CUtensorMap(_ptr=map_address), address)
     if err != d.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuTensorMapReplaceAddress failed: {err.name}")
+
+
+def moved_map(tmap, address: int):
+    """A copy of the tensor map ``tmap`` pointed at ``address`` (replace_address on a copy)."""
+    moved = driver().CUtensorMap()
+    ctypes.memmove(moved.getPtr(), tmap.getPtr(), 128)
+    replace_address(moved.getPtr(), address)
+    return moved
 
 
 def tensor_map(

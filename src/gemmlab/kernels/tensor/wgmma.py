@@ -540,43 +540,6 @@ def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta) -> tup
     return wgmma_args(plan, ops, alpha, beta)
 
 
-# wgmma_args' arguments in order (04_wgmma.cu's parameters), for wgmma_rebind.
-WGMMA_ARGS = (
-    *("M", "N", "K", "alpha", "A", "lda", "B", "ldb", "beta", "C", "ldc"),
-    *("stride_a", "stride_b", "stride_c", "batch", "map_a", "map_b", "map_c", "tma_store", "splits"),
-    *("partials", "counters", "bias", "bias_rs", "bias_cs", "bias_zs"),
-)
-_AT = {name: i for i, name in enumerate(WGMMA_ARGS)}
-
-
-def wgmma_rebind(plan, ops: Operands, alpha, beta):
-    """KernelSpec.rebind: two calls of a prepared call differ in their addresses, alpha and
-    beta; the rest of wgmma_kernel_args' launch -- sizes, strides, and every tensor map but
-    its address -- is fixed by what the kind below names: the batch, the strides, whether C
-    is stored through its map, whether there is a bias or a split.  So a new set of
-    addresses costs a copy of an earlier launch's arguments with these replaced, not
-    three encoded maps.  None where an operand is off TMA's grid (wgmma_args says why)."""
-    pr = plan.problem
-    eb = element_bytes(pr.dtype)
-    if not all(_readable(x, eb) for x in _stored(pr, ops)):
-        return None
-    c_map = _c_stored_by_tma(pr, ops, beta)
-    kind = (ops.lda, ops.ldb, ops.ldc, ops.batch, ops.sa, ops.sb, ops.sc, c_map, bool(ops.bias), bool(ops.partials))
-    at = _AT
-    values = (
-        (at["alpha"], float(alpha)),
-        (at["A"], ops.A),
-        (at["B"], ops.B),
-        (at["beta"], float(beta)),
-        (at["C"], ops.C),
-        (at["partials"], ops.partials),
-        (at["counters"], ops.counters),
-        (at["bias"], ops.bias),
-    )
-    maps = ((at["map_a"], ops.A), (at["map_b"], ops.B), (at["map_c"], ops.C if c_map else ops.A))
-    return kind, values, maps
-
-
 # -- the staging copy: operands TMA cannot read in place ---------------------------------------
 
 
@@ -743,7 +706,6 @@ SPEC = KernelSpec(
     split_k_param="SPLITK",
     split_fixup=wgmma_split_workspace,
     kernel_args=wgmma_kernel_args,
-    rebind=wgmma_rebind,
     epilogue_bias=wgmma_epilogue_bias,
     # Operands TMA cannot read in place: copied to the 16-byte grid first (16-bit where the
     # plan stages them, TF32 always), on a workspace of the caller's stream.

@@ -11,8 +11,13 @@ launch queue, so the host is never held up by the GPU and the figure is the
 host's alone.  Rows: torch.matmul, cupy.matmul and gemmlab.matmul on PyTorch
 and CuPy arrays for each dtype (float32, TF32, fp32_tc, float16, bfloat16),
 with and without ``out=``, a batch, ``gemmlab.torch.mm`` beside ``torch.mm``,
-``torch.matmul`` inside ``gemmlab.torch.fp32_tc()`` beside it outside, and the
-bare launch of a prepared plan (``run_plan``).  Each gemmlab row is
+``torch.matmul`` inside ``gemmlab.torch.fp32_tc()`` beside it outside, the
+bare launch of a prepared plan (``run_plan``), calls on arrays at new
+addresses (each call takes the next of NEW_ARRAYS operand sets, more than a
+prepared call keeps launches for: what a model pays when its activations move),
+and calls of a new number of rows each time (the next of NEW_ROWS sizes, more
+signatures than the prepared-call cache keeps: a mixture of experts' products,
+whose rows follow the router).  Each gemmlab row is
 compared with torch.matmul's (torch.mm's) row of the same dtype, shape and
 ``out=``: the project's target is a host time no larger; rows above it are
 flagged.
@@ -23,6 +28,7 @@ flagged.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -38,6 +44,8 @@ BATCH = 16
 SIZES = [(n, n, n) for n in (64, 128, 256, 512, 1024, 2048)]
 SIZE_DTYPES = ("float32", "bfloat16", "float16")
 CALLS, ROUNDS, WARMUP = 300, 15, 20
+NEW_ARRAYS = 2048  # operand sets the "new addresses" rows cycle through (> executor.ARGS_KEPT)
+NEW_ROWS = 640  # row counts the "new rows" rows cycle through (> executor.CACHE's size)
 # The host rows' dtypes: what the arrays hold, and the precision gemmlab is asked for.
 HOST_DTYPES = {
     "float32": ("float32", None),
@@ -163,6 +171,54 @@ def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
                         ("matmul", dtype, True, shape),
                     )
     shape = f"{M}x{N}x{K}"
+    for dtype in ("float32", "fp32_tc", "bfloat16"):
+        storage, precision = HOST_DTYPES[dtype]
+        sets = [_operands("torch", storage, (M, K), (K, N), (M, N)) for _ in range(NEW_ARRAYS)]
+        key = ("matmul, new addresses", dtype, True, shape)
+        prec = f", precision={precision!r}" if precision else ""
+        add(
+            "torch.matmul(a, b, out=c), new addresses",
+            "torch",
+            "torch",
+            dtype,
+            True,
+            shape,
+            _cycling(torch.matmul, sets),
+            key,
+        )
+        add(
+            f"gemmlab.matmul(a, b, out=c{prec}), new addresses",
+            "gemmlab",
+            "torch",
+            dtype,
+            True,
+            shape,
+            _cycling(partial(matmul, precision=precision), sets),
+            key,
+        )
+        sets = [_operands("torch", storage, (M + i, K), (K, N), (M + i, N)) for i in range(NEW_ROWS)]
+        rows = f"{M}..{M + NEW_ROWS - 1}x{N}x{K}"
+        key = ("matmul, new rows", dtype, True, rows)
+        add(
+            "torch.matmul(a, b, out=c), new rows",
+            "torch",
+            "torch",
+            dtype,
+            True,
+            rows,
+            _cycling(torch.matmul, sets),
+            key,
+        )
+        add(
+            f"gemmlab.matmul(a, b, out=c{prec}), new rows",
+            "gemmlab",
+            "torch",
+            dtype,
+            True,
+            rows,
+            _cycling(partial(matmul, precision=precision), sets),
+            key,
+        )
     for dtype in ("float32", "bfloat16"):
         a, b, _ = _operands("torch", dtype, (M, K), (K, N), (M, N))
         key = ("mm", dtype, False, shape)
@@ -182,6 +238,17 @@ def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
         ("matmul", "fp32_tc", False, shape),
     )
     return cases
+
+
+def _cycling(fn, sets):
+    """A call of ``fn(a, b, out=c)`` on the next operand set of ``sets`` each time."""
+    following = itertools.cycle(sets).__next__
+
+    def call():
+        a, b, c = following()
+        return fn(a, b, out=c)
+
+    return call
 
 
 def _inside(mode, fn, *args):

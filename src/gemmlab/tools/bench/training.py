@@ -1,17 +1,22 @@
 """`gemmlab bench --suite training`: whole models' training steps through
 ``gemmlab.torch`` beside plain PyTorch, in the same run.
 
-Five models written with ``torch.nn`` at published sizes (CONFIGS, :func:`build`):
+Six models written with ``torch.nn`` at published sizes (CONFIGS, :func:`build`):
 a Llama-3.2-1B-sized decoder (GQA, tied 128256-word head), a Qwen2-0.5B-sized one
 (GQA of 7 query heads per key/value head, biases on q, k and v only, tied
-151936-word head), GPT-2 small (tied 50257-word head), BERT-base with a masked-LM
-head and ViT-B/16 at 224 x 224.
+151936-word head), GPT-2 small (tied 50257-word head), BERT-base with a
+masked-LM head, ViT-B/16 at 224 x 224, and a Granite-3.0-1B-A400M-sized mixture
+of experts (32 experts of which each token takes 8, a loop of products whose rows
+change with every batch, tied 49155-word head), last so that a spent time budget
+drops it first.
 Attention is written as ``q @ k.transpose(-1, -2)``, softmax, ``@ v``, and the
 patch embedding as a linear layer, so that every product is a matmul the
 routing contexts see.  Training is AdamW on random data (cross entropy).
 
 Each model runs in each mode of MODES (eager, torch.compile, and
-torch.compile(mode="reduce-overhead"), CUDA graphs) in each setup of SETUPS:
+torch.compile(mode="reduce-overhead"), CUDA graphs) in each setup of SETUPS
+(the mixture of experts eager only: its experts' sizes change at every step, which
+torch.compile would compile again for):
 
 - bf16 (weights, gradients and optimizer state in bfloat16), PyTorch's matmul
   and inside ``gemmlab.torch.use_gemmlab(torch.bfloat16)``;
@@ -72,6 +77,8 @@ class Config:
     classes: int = 0
     drift_batch: int = 2  # the float64 comparison's schedule
     drift_seq: int = 128
+    experts: int = 0  # a mixture of this many SwiGLU experts of ffn each instead of the MLP
+    top_k: int = 0  # experts per token
 
     @property
     def head_dim(self) -> int:
@@ -169,6 +176,26 @@ CONFIGS = {
             classes=1000,
             drift_batch=4,
         ),
+        Config(
+            "granite-moe-1b",
+            "decoder",
+            "ibm-granite/granite-3.0-1b-a400m-base config.json",
+            d=1024,
+            layers=24,
+            heads=16,
+            kv_heads=8,
+            ffn=512,
+            vocab=49155,
+            seq=1024,
+            batch=4,
+            gated=True,
+            rms=True,
+            bias=False,
+            rope=True,
+            experts=32,
+            top_k=8,
+            drift_batch=1,
+        ),
     )
 }
 # The published parameter counts of these configurations (tied heads counted once;
@@ -180,6 +207,8 @@ PUBLISHED_PARAMS = {
     "bert-base": 109_514_298,
     "vit-b16": 86_567_656,
 }
+# Published only rounded (the model card's and the Hub's count, in billions).
+PUBLISHED_BILLIONS = {"granite-moe-1b": 1.33}
 BERT_POSITIONS, BERT_TYPES = 512, 2
 MODES = ("eager", "compile", "reduce-overhead")
 # setup: (storage dtype, routing, TF32 allowed); routing None is plain PyTorch.
@@ -263,11 +292,43 @@ def _modules():
                 return self.down(F.silu(gate) * up)
             return self.down(F.gelu(self.up(x)))
 
+    class Experts(nn.Module):
+        """A mixture of experts (Granite-3.0-MoE's): a router picks each token's top_k of
+        the experts, weighted by the softmax of those experts' router logits; each expert, a
+        SwiGLU MLP, runs on the tokens that chose it -- as many rows as that is, which
+        changes with every batch -- in a loop of F.linear, as many MoE layers are written."""
+
+        def __init__(self, cfg: Config):
+            super().__init__()
+            self.top_k = cfg.top_k
+            self.router = nn.Linear(cfg.d, cfg.experts, bias=False)
+            self.up = nn.Parameter(torch.empty(cfg.experts, 2 * cfg.ffn, cfg.d))  # gate and up together
+            self.down = nn.Parameter(torch.empty(cfg.experts, cfg.d, cfg.ffn))
+
+        def forward(self, x):
+            flat = x.reshape(-1, x.shape[-1])
+            weights, chosen = self.router(flat).topk(self.top_k, dim=-1)
+            weights, chosen = weights.softmax(-1).flatten(), chosen.flatten()
+            order = chosen.argsort()  # the (token, choice) pairs, expert by expert
+            counts = torch.bincount(chosen, minlength=self.up.shape[0]).tolist()
+            out, start = torch.zeros_like(flat), 0
+            for e, n in enumerate(counts):
+                pairs = order[start : start + n]
+                start += n
+                if n == 0:
+                    continue
+                tokens = pairs // self.top_k
+                gate, up = F.linear(flat[tokens], self.up[e]).chunk(2, dim=-1)
+                y = F.linear(F.silu(gate) * up, self.down[e])
+                out.index_add_(0, tokens, y * weights[pairs, None].to(y.dtype))
+            return out.view(x.shape)
+
     class Block(nn.Module):
         def __init__(self, cfg: Config, causal: bool):
             super().__init__()
             self.pre = cfg.pre_norm
-            self.norm1, self.attn, self.norm2, self.mlp = norm(cfg), Attention(cfg, causal), norm(cfg), MLP(cfg)
+            mlp = Experts(cfg) if cfg.experts else MLP(cfg)
+            self.norm1, self.attn, self.norm2, self.mlp = norm(cfg), Attention(cfg, causal), norm(cfg), mlp
 
         def forward(self, x, rope=None):
             if self.pre:
@@ -393,6 +454,8 @@ def parameter_count(cfg: Config) -> int:
     attn = qkv + cfg.heads * hd * d + b * d
     up = (2 if cfg.gated else 1) * cfg.ffn
     mlp = d * up + b * up + cfg.ffn * d + b * d
+    if cfg.experts:  # the router, and each expert's MLP (no biases)
+        mlp = d * cfg.experts + cfg.experts * (d * up + cfg.ffn * d)
     blocks = cfg.layers * (attn + mlp + 2 * norm)
     if cfg.kind == "decoder":
         return cfg.vocab * d + (0 if cfg.rope else cfg.seq * d) + blocks + norm
@@ -490,7 +553,12 @@ def select(*, quick: bool = False, models=None, modes=None, precisions=None) -> 
         if setup in chosen and base not in chosen:
             chosen.append(base)
     setups = tuple(s for s in SETUPS if s in chosen)
-    return [Run(m, mode, setups) for mode in _names(modes, MODES, "--modes") for m in names]
+    return [
+        Run(m, mode, setups)
+        for mode in _names(modes, MODES, "--modes")
+        for m in names
+        if mode == "eager" or not CONFIGS[m].experts  # experts' sizes change every step: eager only
+    ]
 
 
 # -- the run -----------------------------------------------------------------------
@@ -571,12 +639,14 @@ def matmul_shapes(cfg: Config, batch: int | None = None) -> list[tuple[int, int,
     batch = batch or cfg.batch
     hd, h, kv = cfg.head_dim, cfg.heads, cfg.kv_heads
     rows = batch * cfg.seq
+    # a mixture of experts: the router, and each expert on its share of the tokens (on average)
+    mlp_rows = rows * cfg.top_k // cfg.experts if cfg.experts else rows
     linear = [
         (rows, cfg.d, (h + 2 * kv) * hd),
         (rows, h * hd, cfg.d),
-        (rows, cfg.d, (2 if cfg.gated else 1) * cfg.ffn),
-        (rows, cfg.ffn, cfg.d),
-    ]
+        (mlp_rows, cfg.d, (2 if cfg.gated else 1) * cfg.ffn),
+        (mlp_rows, cfg.ffn, cfg.d),
+    ] + ([(rows, cfg.d, cfg.experts)] if cfg.experts else [])
     if cfg.kind == "decoder":
         linear.append((rows, cfg.d, cfg.vocab))
     elif cfg.kind == "encoder":
