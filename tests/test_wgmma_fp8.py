@@ -277,12 +277,51 @@ def test_scaled_mm_matches_torch_scaled_mm(kind, fast):
         assert err <= BOUND[torch.bfloat16], err
 
 
+# opcheck's test_schema is left out: it runs the op under a mode that compares its inputs
+# before and after with arithmetic, which PyTorch does not define for float8 tensors ("mul_cuda"
+# not implemented for 'Float8_e4m3fn').  The schema's promises (no argument mutated, none
+# aliased by the result) are checked here without arithmetic instead.
+OPCHECK_FP8_UTILS = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
 @hopper
 @pytest.mark.gpu
-def test_scaled_mm_opcheck():
+@pytest.mark.parametrize("kind", ["tensor", "row", "block"])
+def test_scaled_mm_opcheck(kind):
     import gemmlab.torch  # noqa: F401
 
     gen = torch.Generator().manual_seed(8)
-    a, _, b, _ = _operands(128, 64, 256, E4M3, E4M3, gen)
-    one = torch.ones((), device="cuda")
-    torch.library.opcheck(torch.ops.gemmlab.scaled_mm.default, (a, b, one, one), {"out_dtype": torch.bfloat16})
+    a, _, b, _ = _operands(128, 256, 384, E4M3, E5M2, gen)
+    sa, sb = _scales(kind, 128, 256, 384, gen)
+    op = torch.ops.gemmlab.scaled_mm.default
+    for out_dtype in (torch.bfloat16, torch.float32):
+        result = torch.library.opcheck(op, (a, b, sa, sb), {"out_dtype": out_dtype}, test_utils=OPCHECK_FP8_UTILS)
+        assert set(result) == set(OPCHECK_FP8_UTILS) and set(result.values()) == {"SUCCESS"}, result
+
+
+@hopper
+@pytest.mark.gpu
+def test_scaled_mm_schema_holds_without_arithmetic():
+    """What test_schema would check, byte for byte: the schema mutates and aliases nothing, and a
+    call leaves every input as it was and returns a new tensor sharing memory with none."""
+    import gemmlab.torch  # noqa: F401
+
+    schema = torch.ops.gemmlab.scaled_mm.default._schema
+    assert not schema.is_mutable
+    for arg in list(schema.arguments) + list(schema.returns):
+        assert arg.alias_info is None, (arg.name, arg.alias_info)
+    gen = torch.Generator().manual_seed(9)
+    a, _, b, _ = _operands(200, 300, 512, E4M3, E4M3, gen)
+    for kind in ("tensor", "row", "block"):
+        sa, sb = _scales(kind, 200, 300, 512, gen)
+        inputs = (a, b, sa, sb)
+        before = [x.detach().clone().view(torch.uint8) for x in inputs]
+        for fast in (False, True):
+            out = torch.ops.gemmlab.scaled_mm.default(a, b, sa, sb, None, None, torch.bfloat16, fast)
+            torch.cuda.synchronize()
+            for x, was in zip(inputs, before):
+                assert torch.equal(x.view(torch.uint8), was)
+                storage = x.untyped_storage()
+                lo, hi = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+                assert not lo <= out.data_ptr() < hi
+            assert out.shape == (200, 300) and out.dtype == torch.bfloat16 and out.is_contiguous()

@@ -461,3 +461,13 @@ def test_launch_arguments_pack_with_their_tensor_maps(monkeypatch):
     assert isinstance(holder, MapParams)
     assert holder._layout.maps == (14, 15)
     assert holder._layout.fmt == "@22Q" + "iiif" + "Qi" + "Qi" + "f" + "Qi" + "qqq" + "Qqq" + "Qqq"
+
+
+def test_scaled_mm_schema_mutates_and_aliases_nothing():
+    """The schema's half of what opcheck's test_schema checks (which needs float8 arithmetic that
+    PyTorch does not define; test_wgmma_fp8.py checks the inputs stay unchanged byte for byte)."""
+    import gemmlab.torch  # noqa: F401
+
+    schema = torch.ops.gemmlab.scaled_mm.default._schema
+    assert not schema.is_mutable
+    assert all(x.alias_info is None for x in list(schema.arguments) + list(schema.returns))
