@@ -49,6 +49,7 @@ class Emulator:
     def __init__(self):
         self.arrays: list[np.ndarray] = []  # memory the emulated kernels may touch
         self.launches: list[tuple] = []  # (name, grid) of every launch
+        self.calls: list[tuple] = []  # (kernel, launch shape, arguments) of every launch
 
     # -- memory --------------------------------------------------------------
     def keep(self, x: np.ndarray) -> np.ndarray:
@@ -86,6 +87,7 @@ class Emulator:
     # -- kernels ---------------------------------------------------------------
     def launch(self, kernel, grid, block, smem, stream, *args, cluster=None):
         self.launches.append((kernel, tuple(grid)))
+        self.calls.append((kernel, (tuple(grid), tuple(block), smem, cluster), args))
         assert all(0 < g for g in grid) and grid[1] <= 65535 and grid[2] <= 65535, grid
         if kernel == "pack16":
             self._pack16(grid, *args)
@@ -472,6 +474,7 @@ def install(monkeypatch) -> Emulator:
             call, gpu, kernel, tp, precision, out, key, bv
         ),
     )
+    _install_fp8(monkeypatch, emu)
     # ... and take the prepared-call fast path as CuPy arrays do.
     from gemmlab.core import arrays
 
@@ -484,3 +487,66 @@ def install(monkeypatch) -> Emulator:
 
 
 _PLANS: dict[str, object] = {}
+
+
+def _install_fp8(monkeypatch, emu: Emulator) -> None:
+    """FP8 calls (gemmlab.core.scaled) on the emulator: PyTorch CPU tensors over memory the
+    emulator keeps (fp8_tensor, emulated_tensor) play device tensors, a bfloat16 result is
+    float16 (NumPy has none), launches go to Emulator._wgmma_fp8, prepared calls to a cache of
+    their own."""
+    from gemmlab.core import executor, scaled
+    from gemmlab.runtime import device as rt_device
+    from gemmlab.runtime import launch as rt_launch
+
+    monkeypatch.setattr(scaled, "PREPARED", executor.PreparedCache())
+    monkeypatch.setattr(scaled, "check_devices", lambda *a, **k: None)  # CPU tensors play device ones
+    monkeypatch.setattr(scaled, "stream_getter", lambda kind: lambda device: 0)
+    monkeypatch.setattr(rt_device, "make_current", lambda device: None)
+    monkeypatch.setattr(rt_launch, "allow_dynamic_smem", lambda *a: None)
+    monkeypatch.setattr(rt_launch, "clusters_that_fit", lambda kernel, grid, *a: grid[0] // 2)
+    monkeypatch.setattr(
+        rt_launch,
+        "launch_shaped",
+        lambda kernel, shape, stream, args: emu.launch(
+            kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args, cluster=shape.cluster
+        ),
+    )
+
+    def allocator(kind, shape, device, dtype):
+        def alloc():
+            t = emulated_tensor(emu, np.empty(shape, np.float32 if dtype == "float32" else np.float16))
+            return t, t.data_ptr()
+
+        return alloc
+
+    monkeypatch.setattr(scaled, "allocator", allocator)
+    real_plan = scaled.plan_scaled
+
+    def plan_scaled(*args, **kwargs):
+        p = real_plan(*args, **kwargs)
+        _PLANS[p.name_expression] = p
+        return p
+
+    monkeypatch.setattr(scaled, "plan_scaled", plan_scaled)
+
+
+def emulated_tensor(emu: Emulator, x: np.ndarray):
+    """A PyTorch CPU tensor over a copy of ``x`` in memory the emulator keeps (64-byte aligned)."""
+    import torch
+
+    buf = emu.keep(np.empty(x.nbytes + 64, np.uint8))
+    off = -buf.ctypes.data % 64
+    view = buf[off : off + x.nbytes].view(x.dtype).reshape(x.shape)
+    view[...] = x
+    return torch.from_numpy(view)
+
+
+def fp8_tensor(emu: Emulator, t):
+    """A copy of the FP8 CPU tensor ``t`` (2-D) in emulated device memory, with t's layout:
+    row-major, or column-major (a transposed row-major tensor)."""
+    import torch
+
+    col = t.dim() == 2 and t.stride(0) == 1 and t.shape[0] > 1
+    src = t.t() if col else t
+    raw = emulated_tensor(emu, src.contiguous().view(torch.uint8).numpy()).view(t.dtype)
+    return raw.t() if col else raw

@@ -471,3 +471,186 @@ def test_scaled_mm_schema_mutates_and_aliases_nothing():
     schema = torch.ops.gemmlab.scaled_mm.default._schema
     assert not schema.is_mutable
     assert all(x.alias_info is None for x in list(schema.arguments) + list(schema.returns))
+
+
+# -- prepared FP8 calls, emulated: what a repeated call builds and launches -----------------------
+
+
+def _counted(monkeypatch):
+    """Counts of what an FP8 call checks, plans and builds: calls of validate_scaled, plan_scaled,
+    wgmma_fp8_args and tensor maps encoded."""
+    counts = {"validate": 0, "plan": 0, "args": 0, "maps": 0}
+
+    def counting(name, f):
+        def wrapped(*a, **k):
+            counts[name] += 1
+            return f(*a, **k)
+
+        return wrapped
+
+    monkeypatch.setattr(scaled, "validate_scaled", counting("validate", scaled.validate_scaled))
+    monkeypatch.setattr(scaled, "plan_scaled", counting("plan", scaled.plan_scaled))
+    monkeypatch.setattr(scaled, "wgmma_fp8_args", counting("args", scaled.wgmma_fp8_args))
+    monkeypatch.setattr(tma, "_encode", counting("maps", tma._encode))
+    return counts
+
+
+def _fp8_call(emu, M, N, K, da=E4M3, db=E4M3, kind="tensor", seed=0):
+    """a, b, scale_a, scale_b in emulated device memory, and the FP64 reference of their product."""
+    g = torch.Generator().manual_seed(seed)
+    a = (torch.randn(M, K, generator=g) * 4).to(da)
+    bt = (torch.randn(N, K, generator=g) * 4).to(db)
+    kb, nb = -(-K // 128), -(-N // 128)
+    shapes = {"tensor": ((), ()), "row": ((M, 1), (1, N)), "block": ((M, kb), (nb, kb))}[kind]
+    sa, sb = (torch.exp2(torch.randint(-3, 4, s, generator=g).float()) for s in shapes)
+    if kind == "block":
+        ref = torch.zeros(M, N, dtype=torch.float64)
+        for k in range(kb):
+            ks = slice(128 * k, 128 * k + 128)
+            part = a[:, ks].double() @ bt[:, ks].double().t()
+            ref += part * sa[:, k : k + 1].double() * sb[:, k].double().repeat_interleave(128)[:N][None, :]
+    else:
+        ref = (sa.double().reshape(-1, 1) * a.double()) @ (bt.double().t() * sb.double().reshape(1, -1))
+    dev = lambda t: emulated_gpu.emulated_tensor(emu, t.numpy())  # noqa: E731
+    return emulated_gpu.fp8_tensor(emu, a), emulated_gpu.fp8_tensor(emu, bt.t()), dev(sa), dev(sb), ref
+
+
+def test_a_repeated_fp8_call_builds_nothing_and_launches_what_a_fresh_one_would(monkeypatch):
+    emu = emulated_gpu.install(monkeypatch)
+    counts = _counted(monkeypatch)
+    M, N, K = 200, 300, 512
+    a, b, sa, sb, ref = _fp8_call(emu, M, N, K)
+    out = emulated_gpu.emulated_tensor(emu, np.zeros((M, N), np.float32))
+    r = gemmlab.matmul(a, b, scale_a=sa, scale_b=sb, out=out)
+    assert r is out
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6, atol=1e-3)
+    # The first call: checked and planned once, its arguments built twice (the second with the
+    # addresses moved, to learn where they sit), its two maps encoded for each.
+    assert counts == {"validate": 1, "plan": 1, "args": 2, "maps": 4}
+    assert len(scaled.PREPARED) == 1
+    first = emu.calls[-1]
+    out.zero_()
+    gemmlab.matmul(a, b, scale_a=sa, scale_b=sb, out=out)
+    assert counts == {"validate": 1, "plan": 1, "args": 2, "maps": 4}  # nothing new
+    assert emu.calls[-1][1:] == first[1:] and emu.calls[-1][2] == first[2]
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6, atol=1e-3)
+    assert gemmlab.last_plan() is scaled.last_scaled_plan() and gemmlab.last_plan().spec.name == "wgmma_fp8"
+    # New addresses of every tensor, the same signature: nothing checked, planned or encoded,
+    # the arguments moved; exactly what a fresh call launches on them.
+    a2, b2, sa2, sb2, ref2 = _fp8_call(emu, M, N, K, seed=1)
+    out2 = emulated_gpu.emulated_tensor(emu, np.zeros((M, N), np.float32))
+    gemmlab.matmul(a2, b2, scale_a=sa2, scale_b=sb2, out=out2, alpha=2.0)
+    assert counts == {"validate": 1, "plan": 1, "args": 2, "maps": 4}
+    np.testing.assert_allclose(out2.numpy(), 2 * ref2.numpy(), rtol=1e-6, atol=1e-3)
+    moved = emu.calls[-1]
+    assert {int(moved[2][i]) for i in (4, 6, 9, 16, 19)} == {
+        x.data_ptr() for x in (a2, b2, out2, sa2, sb2)
+    }  # A, B, C and the scales' addresses
+    scaled.PREPARED.clear()
+    gemmlab.matmul(a2, b2, scale_a=sa2, scale_b=sb2, out=out2, alpha=2.0)
+    assert counts["validate"] == 2 and counts["plan"] == 2
+    assert emu.calls[-1][1:] == moved[1:]
+    # Without out: a new result each call, nothing else new.
+    seen = dict(counts)
+    r1 = gemmlab.matmul(a, b, scale_a=sa, scale_b=sb, out_dtype="float32")
+    r2 = gemmlab.matmul(a2, b2, scale_a=sa2, scale_b=sb2, out_dtype="float32")
+    assert counts["plan"] == seen["plan"] + 1 and counts["validate"] == seen["validate"] + 1
+    assert r1.data_ptr() != r2.data_ptr()
+    np.testing.assert_allclose(r1.numpy(), ref.numpy(), rtol=1e-6, atol=1e-3)
+    np.testing.assert_allclose(r2.numpy(), ref2.numpy(), rtol=1e-6, atol=1e-3)
+
+
+def test_each_scaling_dtype_and_result_type_is_its_own_fp8_entry(monkeypatch):
+    emu = emulated_gpu.install(monkeypatch)
+    counts = _counted(monkeypatch)
+    M, N, K = 130, 260, 384
+    calls = [
+        _fp8_call(emu, M, N, K, kind="tensor"),
+        _fp8_call(emu, M, N, K, kind="row"),
+        _fp8_call(emu, M, N, K, kind="block"),
+        _fp8_call(emu, M, N, K, db=E5M2, kind="tensor"),
+    ]
+    for twice in range(2):
+        for i, (a, b, sa, sb, ref) in enumerate(calls):
+            for out_dtype in ("float32", "bfloat16"):
+                r = gemmlab.matmul(a, b, scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+                tol = 1e-6 if out_dtype == "float32" else 4e-3
+                np.testing.assert_allclose(r.numpy().astype(np.float64), ref.numpy(), rtol=tol, atol=1e-2)
+                assert gemmlab.last_plan().problem.scaling == ("tensor", "row", "block", "tensor")[i]
+        assert len(scaled.PREPARED) == 8 and counts["plan"] == 8
+
+
+def test_fp8_errors_still_come_before_anything_is_written(monkeypatch):
+    emu = emulated_gpu.install(monkeypatch)
+    M, N, K = 64, 64, 256
+    a, b, sa, sb, _ = _fp8_call(emu, M, N, K)
+    out = emulated_gpu.emulated_tensor(emu, np.full((M, N), 7.0, np.float32))
+    gemmlab.matmul(a, b, scale_a=sa, scale_b=sb, out=out)
+    launched = len(emu.calls)
+    out.fill_(7.0)
+    # The same shapes and strides, a at an address TMA cannot read: the full path refuses it.
+    raw = emulated_gpu.emulated_tensor(emu, np.zeros(M * K + 16, np.uint8)).view(E4M3)
+    odd = raw[1:].as_strided((M, K), (K, 1))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        gemmlab.matmul(odd, b, scale_a=sa, scale_b=sb, out=out)
+    with pytest.raises(TypeError, match="alpha must be a real number"):
+        gemmlab.matmul(a, b, scale_a=sa, scale_b=sb, out=out, alpha=np.float32(1) + 1j)
+    with pytest.raises(ValueError, match="beta != 0 needs out"):
+        gemmlab.matmul(a, b, scale_a=sa, scale_b=sb, beta=1.0)
+    assert len(emu.calls) == launched and (out.numpy() == 7.0).all()
+
+
+def test_moved_fp8_arguments_pack_as_a_fresh_build_would(monkeypatch):
+    """With real tensor maps (cuda.bindings' CUtensorMap, packed by MapParams): the arguments a
+    prepared FP8 call makes for new addresses, alpha and beta by MapParams.rebound are, byte
+    for byte, the packed arguments built for them from nothing (maps here hold their address
+    in their first 8 bytes, as the encoder and cuTensorMapReplaceAddress stand-ins write it)."""
+    import ctypes
+    import struct
+
+    driver = pytest.importorskip("cuda.bindings.driver")
+    from gemmlab.runtime import compile as rt_compile
+    from gemmlab.runtime import launch as rt_launch
+    from gemmlab.runtime.launch import MapParams
+
+    def encode(ptr, *rest):
+        m = driver.CUtensorMap()
+        ctypes.memmove(m.getPtr(), struct.pack("Q", ptr), 8)
+        return m
+
+    def replace(map_address, address):
+        ctypes.memmove(map_address, struct.pack("Q", address), 8)
+
+    monkeypatch.setattr(tma, "_encode", encode)
+    monkeypatch.setattr(tma, "replace_address", replace)
+    monkeypatch.setattr(scaled, "replace_address", replace)
+    monkeypatch.setattr(rt_compile, "load_kernel", lambda *a: "kernel")
+    monkeypatch.setattr(rt_launch, "allow_dynamic_smem", lambda *a: None)
+    launched = []
+    monkeypatch.setattr(rt_launch, "launch_shaped", lambda kernel, shape, stream, args: launched.append(args))
+    a, b = _operands(300, 500, 1024)
+    sa, sb = torch.ones(300, 1), torch.ones(1, 500)
+    call = scaled.validate_scaled(a, b, sa, sb, out_dtype="float32")
+    p = scaled.plan_scaled(300, 500, 1024, call.dtype, call.dtype_b, "float32", call.scaling)
+    prepared = scaled.ScaledPrepared(p, call, _Gpu(), 500, 0)
+
+    def packed_bytes(args):
+        holder = args.packed()
+        assert isinstance(holder, MapParams)
+        lay = holder._layout
+        raw = ctypes.string_at(holder.ptr - lay.table, lay.nbytes)
+        return raw[: lay.table] + raw[lay.table + 8 * lay.n :]  # the maps and the values, not the pointers
+
+    prepared.launch(0, 0x100000, 0x200000, 0x300000, 0x400000, 0x500000, 1.0, 0.0)
+    # A, B, C, the maps of A and B and the scales: where the first build holds the addresses
+    assert sorted(i for _, i, _ in prepared._at) == [4, 6, 9, 14, 15, 16, 19]
+    monkeypatch.setattr(scaled, "wgmma_fp8_args", None)  # nothing is built from here on
+    for addresses, alpha, beta in (
+        ((0x1100000, 0x1200000, 0x1300000, 0x1400000, 0x1500000), 1.0, 0.0),
+        ((0x2100000, 0x200000, 0x2300000, 0x2400000, 0x2400000), -2.5, 0.0),
+    ):
+        prepared.launch(0, *addresses, alpha, beta)
+        with monkeypatch.context() as m:
+            m.setattr(scaled, "wgmma_fp8_args", fp8.wgmma_fp8_args)
+            fresh = prepared.build(*addresses, alpha, beta)
+        assert packed_bytes(launched[-1]) == packed_bytes(fresh)
