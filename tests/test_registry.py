@@ -242,18 +242,26 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
         )
     if name == "wgmma_fp8":
         # 05_wgmma_fp8.cu: a ring of STAGES x (BM + BN) rows of 128 bytes (128 FP8 values of K), a
-        # 2560-byte staging buffer per consumer warp (4 a warpgroup), two 8-byte barriers a stage
-        # and 1 KiB of alignment slack within 227 KiB; BM in 64-row warpgroups, BN one wgmma N of
-        # at most 128 (twice BN / 2 registers a thread while promoting); clusters of 1 or 2
-        # blocks, B K-major whatever BN; PROMOTE any of 0, 1, 2, 4 K-steps.
-        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 4 * 2560 + 16 * p["STAGES"] + 1024
+        # 2560-byte staging buffer per consumer warp (4 a warpgroup), two 8-byte barriers a stage,
+        # a stage's block scales (BM + 4 floats) and 1 KiB of alignment slack within 227 KiB; BM
+        # in 64-row warpgroups, BN one wgmma N of at most 128 (twice BN / 2 registers a thread
+        # while promoting) or 256 promoting every K-step or never; clusters of 1 or 2 blocks, B
+        # K-major whatever BN; PROMOTE any of 0, 1, 2, 4 K-steps.
+        smem = (
+            p["STAGES"] * (p["BM"] + p["BN"]) * 128
+            + (p["BM"] // 64) * 4 * 2560
+            + 16 * p["STAGES"]
+            + 4 * p["STAGES"] * (p["BM"] + 4)
+            + 1024
+        )
         return (
             p["BM"] in (64, 128)
-            and p["BN"] in (64, 128)
+            and p["BN"] in (64, 128, 256)
             and p["STAGES"] >= 4
             and smem <= 227 * 1024
             and p["CLUSTER"] in (1, 2)
             and p["PROMOTE"] in (0, 1, 2, 4)
+            and (p["BN"] != 256 or p["PROMOTE"] in (0, 1))
         )
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,

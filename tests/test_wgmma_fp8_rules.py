@@ -38,7 +38,13 @@ def test_every_configuration_fits_shared_memory_and_the_default_is_one():
     assert SPEC.defaults() in configs
     assert SPEC.defaults() == {"BM": 128, "BN": 128, "STAGES": 6, "CLUSTER": 1, "PROMOTE": 4}
     for p in configs:
-        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 4 * 2560 + 16 * p["STAGES"] + 1024
+        smem = (
+            p["STAGES"] * (p["BM"] + p["BN"]) * 128
+            + (p["BM"] // 64) * 4 * 2560
+            + 16 * p["STAGES"]
+            + 4 * p["STAGES"] * (p["BM"] + 4)
+            + 1024
+        )
         assert fp8.wgmma_fp8_smem(p) == smem <= 227 * 1024
 
 
@@ -207,12 +213,18 @@ def test_plan_refuses_other_gpus_and_other_kernels():
         _plan(256, 256, 256, out_dtype="float16")
     with pytest.raises(ValueError, match="tile parameters .* need a named kernel"):
         _plan(256, 256, 256, BM=64)
-    with pytest.raises(ValueError, match="tile parameter BN=256 is not legal"):
+    with pytest.raises(ValueError, match="tile parameter BN=512 is not legal"):
+        _plan(256, 256, 256, kernel="wgmma_fp8", BN=512)
+    # BN = 256 with the other defaults: too much shared memory, and PROMOTE 4, named both.
+    with pytest.raises(ValueError, match=r"must fit in the 227 KiB.*; BN = 256 promotes every K-step or never"):
         _plan(256, 256, 256, kernel="wgmma_fp8", BN=256)
+    for promote in (0, 1):
+        p = _plan(256, 256, 256, kernel="wgmma_fp8", BM=128, BN=256, STAGES=4, PROMOTE=promote)
+        assert p.params == {"BM": 128, "BN": 256, "STAGES": 4, "CLUSTER": 1, "PROMOTE": promote}
 
 
 def test_plan_refuses_a_tile_beyond_the_gpus_shared_memory():
-    with pytest.raises(ValueError, match="needs 218208 bytes of shared memory per block; a small GPU allows 100000"):
+    with pytest.raises(ValueError, match="needs 221376 bytes of shared memory per block; a small GPU allows 100000"):
         _plan(256, 256, 256, smem_limit=100000, gpu_name="a small GPU")
 
 
@@ -654,3 +666,18 @@ def test_moved_fp8_arguments_pack_as_a_fresh_build_would(monkeypatch):
             m.setattr(scaled, "wgmma_fp8_args", fp8.wgmma_fp8_args)
             fresh = prepared.build(*addresses, alpha, beta)
         assert packed_bytes(launched[-1]) == packed_bytes(fresh)
+
+
+@pytest.mark.parametrize("kind", ["tensor", "row", "block"])
+@pytest.mark.parametrize("promote", [0, 1])
+def test_emulated_256_wide_tiles_can_be_forced(monkeypatch, kind, promote):
+    """kernel="wgmma_fp8", BM=128, BN=256 (two consumer warpgroups of 64 x 256), STAGES=4: the
+    host's launch of it (B's map in boxes of 256 rows, or 128 a block of a cluster)."""
+    emu = emulated_gpu.install(monkeypatch)
+    a, b, sa, sb, ref = _fp8_call(emu, 300, 600, 384, kind=kind)
+    for cluster in (1, 2):
+        tile = dict(BM=128, BN=256, STAGES=4, CLUSTER=cluster, PROMOTE=promote)
+        r = gemmlab.matmul(a, b, scale_a=sa, scale_b=sb, out_dtype="float32", kernel="wgmma_fp8", **tile)
+        np.testing.assert_allclose(r.numpy(), ref.numpy(), rtol=1e-6, atol=1e-3)
+        p = gemmlab.last_plan()
+        assert p.params == tile and p.spec.launch(p.params, p.problem).block == (384, 1, 1)

@@ -40,14 +40,21 @@ FP8_LAYOUT_WHY = (
 )
 
 
+# Block scales a stage holds: BM of A's rows, FP8_SB_SLOTS of B's blocks (one per 128
+# columns of the tile, padded), 4 bytes each.
+FP8_SB_SLOTS = 4
+
+
 def wgmma_fp8_smem(p) -> int:
     """Dynamic shared memory of 05_wgmma_fp8.cu: STAGES x (A tile + B tile, (BM + BN) x 128
-    bytes), a staging buffer per consumer warp for C, two 8-byte barriers per stage, 1024
-    bytes to align the tiles to the swizzle atom."""
+    bytes), a staging buffer per consumer warp for C, two 8-byte barriers per stage, the
+    block scales of a stage (BM + 4 floats), 1024 bytes to align the tiles to the swizzle
+    atom."""
     return (
         p["STAGES"] * (p["BM"] + p["BN"]) * SWIZZLE_BYTES
         + (p["BM"] // 64) * 4 * WGMMA_FP8_WARP_STAGE
         + 16 * p["STAGES"]
+        + 4 * p["STAGES"] * (p["BM"] + FP8_SB_SLOTS)
         + 1024
     )
 
@@ -239,10 +246,11 @@ SPEC = KernelSpec(
         TileParam("BM", (64, 128), 128, "rows of C per block: BM/64 consumer warpgroups of 64 rows"),
         TileParam(
             "BN",
-            (64, 128),
+            (64, 128, 256),
             128,
             "columns of C per block, the N of every wgmma (BN/2 accumulators per consumer thread, twice "
-            "that while promoting)",
+            "that while promoting; 256 promoting: two wgmma groups of N = 128 a K-step, each promoted, "
+            "64 + 128 accumulators)",
         ),
         TileParam("STAGES", (4, 6), 6, "K-steps (128 FP8 values of K each) of A and B tiles in the ring"),
         TileParam(
@@ -261,9 +269,14 @@ SPEC = KernelSpec(
     ),
     constraints=(
         Constraint(
-            "dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*4*2560 + 16*STAGES + 1024 bytes, must "
-            "fit in the 227 KiB a Hopper block can have",
+            "dynamic shared memory, STAGES*(BM+BN)*128 + (BM/64)*4*2560 + 16*STAGES + 4*STAGES*(BM+4) + 1024 "
+            "bytes, must fit in the 227 KiB a Hopper block can have",
             lambda p: wgmma_fp8_smem(p) <= WGMMA_SMEM_LIMIT,
+        ),
+        Constraint(
+            "BN = 256 promotes every K-step or never (PROMOTE 1 or 0): the sums of a 256-wide tile and its "
+            "promoted sums would not fit in a thread's registers together",
+            lambda p: p["BN"] != 256 or p["PROMOTE"] in (0, 1),
         ),
     ),
     template_args=_template_args,

@@ -44,19 +44,32 @@ template <int N, int AT, int BT> struct WgmmaFp8;
     GEMMLAB_WGMMA_SS_FP8(N, TYPE_FLOAT8_E5M2, TYPE_FLOAT8_E5M2, "e5m2", "e5m2", R, DB, SC)
 GEMMLAB_WGMMA_SS_FP8_PAIRS(64, 32, 33, 34)
 GEMMLAB_WGMMA_SS_FP8_PAIRS(128, 64, 65, 66)
+GEMMLAB_WGMMA_SS_FP8_PAIRS(256, 128, 129, 130)
+
+// One FP32 value from global into shared memory without passing through registers (the
+// producer's copies of the block scales), and an arrival on `bar` once every such copy the
+// thread issued has landed (.noinc: the barrier's count includes these arrivals).
+__device__ __forceinline__ void cp_async_f32(float* dst, const float* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_arrive_noinc(u64* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
 
 }  // namespace hopper
 
 // Where a thread's accumulators lie (hopper.cuh): acc[4j + 2h + e] is row 8h of the two
 // rows the thread holds, column 8j + 2 (lane % 4) + e of the tile.
 
-// total += acc * f_h, f_h the factor of the thread's row h (1 with outer scales: they come
-// at the end).  acc was just completed (wgmma_wait<0>); the next K-step's first wgmma
-// starts it again from zero (scale-d = 0).
-template <int NACC>
-__device__ __forceinline__ void fp8_promote(float (&total)[NACC], const float (&acc)[NACC], float f0, float f1) {
+// total[AT + i] += acc[i] * f_h, f_h the factor of the thread's row h (1 with outer scales:
+// they come at the end); AT: where acc's columns start in total (a half of a 256-wide
+// tile promoted on its own: 64).  acc was just completed (wgmma_wait<0>); the next
+// wgmma on it starts it again from zero (scale-d = 0).
+template <int AT, int NTOTAL, int NACC>
+__device__ __forceinline__ void fp8_promote(float (&total)[NTOTAL], const float (&acc)[NACC], float f0, float f1) {
+    static_assert(AT + NACC <= NTOTAL, "acc lies inside total");
 #pragma unroll
-    for (int i = 0; i < NACC; ++i) total[i] += acc[i] * ((i & 2) ? f1 : f0);
+    for (int i = 0; i < NACC; ++i) total[AT + i] += acc[i] * ((i & 2) ? f1 : f0);
 }
 
 // Outer scales on a finished tile: acc[4j + 2h + e] *= sa_h * sb(n_tile + 8j + 2 tq + e),
