@@ -3,11 +3,12 @@ on PyTorch float8 tensors, run by the wgmma_fp8 rung (Hopper).
 
 Its own small path beside planner/executor: the checks (validate_scaled, each error naming
 the operand and the rule, before anything touches the GPU), the plan (planner.plan_scaled:
-the rung on sm_90a, or an error saying why not), and one launch on the caller's current
-stream (matmul_scaled).  Not yet here: prepared calls kept per signature (every call plans and
-builds its two tensor maps; the maps are cached by address in runtime.tma), batches, a
-bias, operands TMA cannot read in place (refused, not staged), CuPy and NumPy (neither has
-FP8 types).
+the rung on sm_90a, or an error saying why not), and the launch on the caller's current
+stream, prepared once per signature (_signature, ScaledPrepared, kept in PREPARED): a
+repeated call fills in its addresses, alpha and beta by executor's mechanisms
+(_address_moves, MapParams.rebound: the tensor maps pointed elsewhere, not encoded again)
+and launches.  Not here: batches, a bias, operands TMA cannot read in place (refused, not
+staged), CuPy and NumPy (neither has FP8 types).
 """
 
 from __future__ import annotations
