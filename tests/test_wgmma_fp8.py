@@ -315,12 +315,13 @@ def test_scaled_mm_schema_holds_without_arithmetic():
     for kind in ("tensor", "row", "block"):
         sa, sb = _scales(kind, 200, 300, 512, gen)
         inputs = (a, b, sa, sb)
-        before = [x.detach().clone().view(torch.uint8) for x in inputs]
+        # Bytes of each input's elements (a 0-d float scale cannot be viewed as bytes itself).
+        before = [x.detach().reshape(-1).clone().view(torch.uint8) for x in inputs]
         for fast in (False, True):
             out = torch.ops.gemmlab.scaled_mm.default(a, b, sa, sb, None, None, torch.bfloat16, fast)
             torch.cuda.synchronize()
             for x, was in zip(inputs, before):
-                assert torch.equal(x.view(torch.uint8), was)
+                assert torch.equal(x.detach().reshape(-1).view(torch.uint8), was)
                 storage = x.untyped_storage()
                 lo, hi = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
                 assert not lo <= out.data_ptr() < hi
