@@ -79,6 +79,9 @@ def main() -> int:
         items |= {
             (str(wg.source_path), wg.name_expression(params, prob)) for params, prob in wg.instantiations(configs)
         }
+    fp8 = registry.get("wgmma_fp8")
+    if fp8.builds_for(gpu.arch):  # tests/test_wgmma_fp8.py: every configuration and variant (fast to build)
+        items |= {(str(fp8.source_path), fp8.name_expression(params, prob)) for params, prob in fp8.instantiations()}
     n = rt_compile.precompile(sorted(items), gpu.arch)
     print(f"precompiled {n} of {len(items)} instantiations for {gpu.arch} in {time.time() - t0:.0f} s")
     return 0

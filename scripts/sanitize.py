@@ -47,7 +47,7 @@ for M, N, K in SHAPES:
 # The tensor-core rungs, on 16-bit and TF32 inputs (bound: FP64 on the rounded
 # inputs, as in tests/test_tensor.py).
 MMA_SMALL = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
-TENSOR = [(s.name, {}) for s in registry.ladder("tensor")] + [("mma_pipelined", MMA_SMALL)]
+TENSOR = [(s.name, {}) for s in registry.ladder("tensor") if "float16" in s.dtypes] + [("mma_pipelined", MMA_SMALL)]
 if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):  # the deep rings of few rows
     TENSOR += [("wgmma", {"BM": 64, "BN": 64, "STAGES": 12}), ("wgmma", {"BM": 64, "BN": 128, "STAGES": 8})]
 TC_DTYPES = [(np.float16, "float32", None), (np.float16, "float16", None), (np.float32, "float32", "tf32")]

@@ -49,6 +49,7 @@ class Emulator:
     def __init__(self):
         self.arrays: list[np.ndarray] = []  # memory the emulated kernels may touch
         self.launches: list[tuple] = []  # (name, grid) of every launch
+        self.calls: list[tuple] = []  # (kernel, launch shape, arguments) of every launch
 
     # -- memory --------------------------------------------------------------
     def keep(self, x: np.ndarray) -> np.ndarray:
@@ -86,6 +87,7 @@ class Emulator:
     # -- kernels ---------------------------------------------------------------
     def launch(self, kernel, grid, block, smem, stream, *args, cluster=None):
         self.launches.append((kernel, tuple(grid)))
+        self.calls.append((kernel, (tuple(grid), tuple(block), smem, cluster), args))
         assert all(0 < g for g in grid) and grid[1] <= 65535 and grid[2] <= 65535, grid
         if kernel == "pack16":
             self._pack16(grid, *args)
@@ -95,6 +97,8 @@ class Emulator:
             self._reduce(kernel.out_dtype, grid, *args)
         elif kernel.spec.name == "wgmma":
             self._wgmma(kernel, grid, *args)
+        elif kernel.spec.name == "wgmma_fp8":
+            self._wgmma_fp8(kernel, grid, block, smem, cluster, *args)
         else:
             self._gemm(kernel, grid, *args)
 
@@ -174,6 +178,81 @@ class Emulator:
                     bias + z * int(bias_zs) * ITEMSIZE[pr.out_dtype], pr.out_dtype, (M, N), (int(bias_rs), int(bias_cs))
                 ).astype(np.float64)
             c[...] = r.astype(c.dtype)
+
+    def _wgmma_fp8(
+        self,
+        p,
+        grid,
+        block,
+        smem,
+        cluster,
+        M,
+        N,
+        K,
+        alpha,
+        A,
+        lda,
+        B,
+        ldb,
+        beta,
+        C,
+        ldc,
+        sa,
+        sb,
+        sc,
+        map_a,
+        map_b,
+        scale_a,
+        sa_m,
+        sa_k,
+        scale_b,
+        sb_n,
+        sb_k,
+    ):
+        """05_wgmma_fp8.cu's contract: A (M x K) and B (N x K) read through their maps as bytes of
+        FP8 (boxes of 128 of them along K; BM rows of A, BN / CLUSTER of B), the scales by their
+        strides (outer: sa(m) sb(n); block: sa(m, kb) sb(nb, kb) per 128-wide K-block), C written by
+        the threads with ldc (bfloat16 as float16: NumPy has none)."""
+        import torch
+
+        pr, prm = p.problem, p.params
+        M, N, K, ldc = int(M), int(N), int(K), int(ldc)
+        alpha, beta = float(alpha), float(beta)
+        assert (pr.op_a, pr.op_b) == ("N", "T") and int(sa) == int(sb) == int(sc) == 0
+        assert grid[1] == grid[2] == 1 and grid[0] <= 132 and grid[0] % prm["CLUSTER"] == 0, grid
+        assert block[0] == 128 * (prm["BM"] // 64 + 1) and smem == p.spec.launch(prm, pr).smem_bytes
+        for m, rows, dtype, box in (
+            (map_a, M, pr.dtype, prm["BM"]),
+            (map_b, N, pr.dtype_b, prm["BN"] // prm["CLUSTER"]),
+        ):
+            assert (m.rows, m.cols, m.dtype, m.box_rows, m.box_cols, m.batch) == (rows, K, dtype, box, 128, 1), m
+        kb_count = -(-K // 128)
+
+        def fp8(m, dtype):
+            raw = np.ascontiguousarray(self._through(m, 0, "uint8"))
+            return torch.from_numpy(raw).view(getattr(torch, dtype)).double().numpy()
+
+        a, b = fp8(map_a, pr.dtype), fp8(map_b, pr.dtype_b)
+        if pr.scaling == "block":
+            s_a = self.mem(int(scale_a), "float32", (M, kb_count), (int(sa_m), int(sa_k))).astype(np.float64)
+            nb = -(-N // 128)
+            s_b = self.mem(int(scale_b), "float32", (nb, kb_count), (int(sb_n), int(sb_k))).astype(np.float64)
+            acc = np.zeros((M, N))
+            for kb in range(kb_count):
+                ks = slice(128 * kb, 128 * (kb + 1))
+                part = a[:, ks] @ b[:, ks].T
+                acc += part * s_a[:, kb : kb + 1] * np.repeat(s_b[:, kb], 128)[:N][None, :]
+        else:
+            assert int(sa_k) == int(sb_k) == 0, "outer scales have no K stride"
+            s_a = self.mem(int(scale_a), "float32", (M,), (int(sa_m),)).astype(np.float64)
+            s_b = self.mem(int(scale_b), "float32", (N,), (int(sb_n),)).astype(np.float64)
+            acc = (a @ b.T) * s_a[:, None] * s_b[None, :]
+        if alpha == 0:
+            acc = np.zeros((M, N))
+        dt = "float32" if pr.out_dtype == "float32" else "float16"
+        c = self.operand(int(C), dt, "N", M, N, ldc)
+        r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
+        c[...] = r.astype(c.dtype)
 
     def _gemm(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc):
         pr = p.problem
@@ -395,6 +474,7 @@ def install(monkeypatch) -> Emulator:
             call, gpu, kernel, tp, precision, out, key, bv
         ),
     )
+    _install_fp8(monkeypatch, emu)
     # ... and take the prepared-call fast path as CuPy arrays do.
     from gemmlab.core import arrays
 
@@ -407,3 +487,66 @@ def install(monkeypatch) -> Emulator:
 
 
 _PLANS: dict[str, object] = {}
+
+
+def _install_fp8(monkeypatch, emu: Emulator) -> None:
+    """FP8 calls (gemmlab.core.scaled) on the emulator: PyTorch CPU tensors over memory the
+    emulator keeps (fp8_tensor, emulated_tensor) play device tensors, a bfloat16 result is
+    float16 (NumPy has none), launches go to Emulator._wgmma_fp8, prepared calls to a cache of
+    their own."""
+    from gemmlab.core import executor, scaled
+    from gemmlab.runtime import device as rt_device
+    from gemmlab.runtime import launch as rt_launch
+
+    monkeypatch.setattr(scaled, "PREPARED", executor.PreparedCache())
+    monkeypatch.setattr(scaled, "check_devices", lambda *a, **k: None)  # CPU tensors play device ones
+    monkeypatch.setattr(scaled, "stream_getter", lambda kind: lambda device: 0)
+    monkeypatch.setattr(rt_device, "make_current", lambda device: None)
+    monkeypatch.setattr(rt_launch, "allow_dynamic_smem", lambda *a: None)
+    monkeypatch.setattr(rt_launch, "clusters_that_fit", lambda kernel, grid, *a: grid[0] // 2)
+    monkeypatch.setattr(
+        rt_launch,
+        "launch_shaped",
+        lambda kernel, shape, stream, args: emu.launch(
+            kernel, shape.grid, shape.block, shape.smem_bytes, stream, *args, cluster=shape.cluster
+        ),
+    )
+
+    def allocator(kind, shape, device, dtype):
+        def alloc():
+            t = emulated_tensor(emu, np.empty(shape, np.float32 if dtype == "float32" else np.float16))
+            return t, t.data_ptr()
+
+        return alloc
+
+    monkeypatch.setattr(scaled, "allocator", allocator)
+    real_plan = scaled.plan_scaled
+
+    def plan_scaled(*args, **kwargs):
+        p = real_plan(*args, **kwargs)
+        _PLANS[p.name_expression] = p
+        return p
+
+    monkeypatch.setattr(scaled, "plan_scaled", plan_scaled)
+
+
+def emulated_tensor(emu: Emulator, x: np.ndarray):
+    """A PyTorch CPU tensor over a copy of ``x`` in memory the emulator keeps (64-byte aligned)."""
+    import torch
+
+    buf = emu.keep(np.empty(x.nbytes + 64, np.uint8))
+    off = -buf.ctypes.data % 64
+    view = buf[off : off + x.nbytes].view(x.dtype).reshape(x.shape)
+    view[...] = x
+    return torch.from_numpy(view)
+
+
+def fp8_tensor(emu: Emulator, t):
+    """A copy of the FP8 CPU tensor ``t`` (2-D) in emulated device memory, with t's layout:
+    row-major, or column-major (a transposed row-major tensor)."""
+    import torch
+
+    col = t.dim() == 2 and t.stride(0) == 1 and t.shape[0] > 1
+    src = t.t() if col else t
+    raw = emulated_tensor(emu, src.contiguous().view(torch.uint8).numpy()).view(t.dtype)
+    return raw.t() if col else raw

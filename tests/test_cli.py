@@ -24,6 +24,7 @@ KERNELS = [
     "wmma_warptile",
     "mma_pipelined",
     "wgmma",
+    "wgmma_fp8",
     "ec_wmma",
     "ec_wgmma",
     "gemv",
@@ -42,7 +43,7 @@ def test_list_prints_every_kernel(capsys):
         assert entry["description"] in out
     assert "tile  in [2, 4, 8, 16, 32] (default 32)" in out
     assert "rule: shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB" in out
-    assert out.count("runs on: sm_90a only") == 2  # wgmma, ec_wgmma
+    assert out.count("runs on: sm_90a only") == 3  # wgmma, wgmma_fp8, ec_wgmma
     assert out.count("runs on: ") == len(KERNELS)
     assert err == ""
 
@@ -169,7 +170,7 @@ def no_gpu_allowed(monkeypatch):
         # options a suite does not take are refused, not ignored
         (
             ["bench", "--suite", "overhead", "--kernels", "wgmma"],
-            "gemmlab bench: --kernels is for --suite ladder, not --suite overhead",
+            "gemmlab bench: --kernels is for --suite ladder or fp8, not --suite overhead",
         ),
         (
             ["bench", "--suite", "overhead", "--dtype", "bf16"],
@@ -179,7 +180,7 @@ def no_gpu_allowed(monkeypatch):
         (["bench", "--suite", "ec", "--all-configs"], "--all-configs is for --suite ladder, not --suite ec"),
         (
             ["bench", "--suite", "wmma_ext", "--kernel-only"],
-            "--kernel-only is for --suite ladder or ec or overhead, not --suite wmma_ext",
+            "--kernel-only is for --suite ladder or ec or overhead or fp8, not --suite wmma_ext",
         ),
         (["bench", "--suite", "wmma_ext", "--plot", "x.png"], "--plot is for --suite ladder or ec or overhead"),
         (["bench", "--calls", "10"], "--calls is for --suite overhead, not --suite ladder"),
@@ -203,7 +204,7 @@ def no_gpu_allowed(monkeypatch):
         (["bench", "--suite", "models", "--time-budget-s", "-1"], "--time-budget-s -1.0: give a number of seconds"),
         (
             ["bench", "--suite", "models", "--sizes", "64"],
-            "--sizes is for --suite ladder or ec or overhead, not --suite models",
+            "--sizes is for --suite ladder or ec or overhead or fp8, not --suite models",
         ),
         (["bench", "--suite", "models", "--kernel-only"], "--kernel-only is for --suite ladder or ec or overhead"),
         (["bench", "--suite", "models", "--ops", "TN"], "--ops is for --suite ladder, not --suite models"),
@@ -452,7 +453,8 @@ def test_verify_default_covers_every_rung_the_gpu_runs(capsys):
     arch = rt_device.gpu_info(0).arch
     assert main(["verify", "--shapes", "33x65x17,127x129x255,7x13x4099"]) == 0
     out = capsys.readouterr().out.splitlines()
-    rungs = [s for s in registry.ladder() if s.builds_for(arch)]
+    # (FP8's rung has its own tests: tests/test_wgmma_fp8.py.)
+    rungs = [s for s in registry.ladder() if s.builds_for(arch) and s.name != "wgmma_fp8"]
     rows = [ln.split() for ln in out if ln.startswith(("ok", "FAIL"))]
     assert [(r[1], r[2]) for r in rows] == [(s.name, verify_dtype(s, arch)) for s in rungs for _ in range(3)]
     assert all(r[0] == "ok" for r in rows) and out[-1] == f"{len(rows)} passed, 0 failed"
@@ -488,3 +490,51 @@ def test_inspect_from_a_script_read_on_stdin(tmp_path):
     done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr
     assert "Traceback" not in done.stderr
+
+
+# -- the fp8 suite: its shapes, and its refusals before any GPU work ------------------------------
+
+
+def test_fp8_suite_shapes():
+    from gemmlab.tools.bench import fp8
+
+    shapes = fp8.fp8_shapes()
+    got = {(M, N, K) for M, N, K, _ in shapes}
+    assert {(4096, 4096, 4096), (8192, 8192, 4096), (8192, 8192, 8192), (4096, 14336, 4096)} <= got
+    assert {(2048, 28672, 8192), (8192, 28672, 8192), (8192, 8192, 28672), (2048, 6144, 4096)} <= got
+    assert len(got) == len(shapes)  # no product twice
+    for M, N, K, origin in shapes:
+        assert K % 128 == 0 and N % 128 == 0 and origin  # TMA rows and whole 128-wide scale blocks
+    assert fp8.scale_shapes("block", 4096, 14336, 4096) == ((4096, 32), (112, 32))
+    assert fp8.scale_shapes("row", 8, 16, 128) == ((8, 1), (1, 16))
+
+
+def test_fp8_suite_refuses_without_hopper(monkeypatch, capsys):
+    from gemmlab.tools.bench import fp8
+
+    class Ampere:
+        ordinal, name, arch, l2_bytes = 0, "NVIDIA A100", "sm_80", 40 << 20
+
+    monkeypatch.setattr(fp8, "bench_gpu", lambda: Ampere())
+    assert main(["bench", "--suite", "fp8"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "gemmlab bench: --suite fp8 needs a Hopper GPU (sm_90a): gemmlab's FP8 rung (wgmma_fp8) runs there "
+        "only; GPU 0 is NVIDIA A100 (sm_80)"
+    )
+
+
+@pytest.mark.skipif(rt_device.gpu_available(), reason="a GPU is present")
+def test_fp8_suite_refuses_without_a_gpu(capsys):
+    assert main(["bench", "--suite", "fp8", "--sizes", "4096"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gemmlab bench: ") and len(err.strip().splitlines()) == 1
+
+
+def test_fp8_suite_checks_its_kernels_before_the_gpu(capsys):
+    assert main(["bench", "--suite", "fp8", "--kernels", "wgmma"]) == 2
+    assert "FP8 inputs run on 'wgmma_fp8' only" in capsys.readouterr().err
+    assert main(["bench", "--suite", "fp8", "--kernels", "wgmma_fp8:BN=256"]) == 2
+    assert "BN = 256 promotes every K-step or never" in capsys.readouterr().err
+    assert main(["bench", "--suite", "fp8", "--dtype", "bf16"]) == 2
+    assert "--dtype is for --suite" in capsys.readouterr().err

@@ -13,6 +13,7 @@ layer of its own.  The layers, bottom to top:
     core/methods, core/tables            the fp32_tc method choice, tuned tables
     core/choose                          the choice of kernel (asks the rungs' hooks)
     core/planner -> core/executor        validation and plan, launches,
+      -> core/scaled -> core/api         FP8 products with scales (their own checks, plan, launch)
       -> core/api -> torch/*             the public call, PyTorch's operators
     core/bias (arrays only) -> core/api  matmul's bias: its checks, the add after a product
     tools/*, lab/*                       cli, bench/*, tune, verify, accuracy,
@@ -52,9 +53,22 @@ BELOW = {
     "planner": {"choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
     "executor": {"planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
     "bias": {"errors", "arrays"},
-    "api": {"executor", "planner", "bias", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
+    "scaled": {"executor", "planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
+    "api": {
+        "scaled",
+        "executor",
+        "planner",
+        "bias",
+        "choose",
+        "methods/tables",
+        "kernels",
+        "runtime",
+        "errors",
+        "arrays",
+    },
     "torch": {
         "api",
+        "scaled",
         "executor",
         "planner",
         "bias",

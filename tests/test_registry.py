@@ -22,6 +22,7 @@ LADDER = [
     "wmma_warptile",
     "mma_pipelined",
     "wgmma",
+    "wgmma_fp8",
     "ec_wmma",
     "ec_wgmma",
     "gemv",
@@ -43,7 +44,7 @@ def test_kernels_lists_the_ladder_in_rung_order():
     assert [k["name"] for k in ks] == LADDER
     assert [(k["family"], k["rung"]) for k in ks] == (
         [("simt", r) for r in range(1, 9)]
-        + [("tensor", r) for r in range(1, 5)]
+        + [("tensor", r) for r in range(1, 6)]
         + [("ec", 1), ("ec", 2)]
         + [("gemv", 1), ("gemv", 2)]
     )
@@ -61,7 +62,8 @@ def test_kernel_entry_fields(entry):
             "tensor": ["float16", "bfloat16", "tf32"],
             "ec": ["fp16_ec", "tf32_ec"],
             "gemv": ["float32", "float16", "bfloat16"],
-        }[entry["family"]]
+            "fp8": ["float8_e4m3fn", "float8_e5m2"],
+        }["fp8" if entry["name"] == "wgmma_fp8" else entry["family"]]
     )
     assert isinstance(entry["description"], str) and entry["description"].strip()
     assert isinstance(entry["constraints"], list)
@@ -89,6 +91,7 @@ def test_kernel_params_per_rung():
         "mma_pipelined": ["BM", "BN", "BK", "WM", "WN", "STAGES"],
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
         "wgmma": ["BM", "BN", "STAGES", "CLUSTER", "SPLITK"],
+        "wgmma_fp8": ["BM", "BN", "STAGES", "CLUSTER", "PROMOTE"],
         "ec_wgmma": ["STAGES", "BN", "FOLD", "SPLITK"],
         "gemv": ["MT", "SPLITK", "LANES"],
         "outer": [],
@@ -97,7 +100,13 @@ def test_kernel_params_per_rung():
 
 def test_ladder_family_filter():
     assert [s.name for s in registry.ladder("simt")] == LADDER[:8]
-    assert [s.name for s in registry.ladder("tensor")] == ["wmma", "wmma_warptile", "mma_pipelined", "wgmma"]
+    assert [s.name for s in registry.ladder("tensor")] == [
+        "wmma",
+        "wmma_warptile",
+        "mma_pipelined",
+        "wgmma",
+        "wgmma_fp8",
+    ]
     assert registry.ladder("no-such-family") == []
 
 
@@ -230,6 +239,29 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
             and smem <= 227 * 1024
             and p["CLUSTER"] in (1, 2)
             and ((p["BN"] // 64) % 2 == 0 or p["CLUSTER"] == 1)
+        )
+    if name == "wgmma_fp8":
+        # 05_wgmma_fp8.cu: a ring of STAGES x (BM + BN) rows of 128 bytes (128 FP8 values of K), a
+        # 2560-byte staging buffer per consumer warp (4 a warpgroup), two 8-byte barriers a stage,
+        # a stage's block scales (BM + 4 floats) and 1 KiB of alignment slack within 227 KiB; BM
+        # in 64-row warpgroups, BN one wgmma N of at most 128 (twice BN / 2 registers a thread
+        # while promoting) or 256 promoting every K-step or never; clusters of 1 or 2 blocks, B
+        # K-major whatever BN; PROMOTE any of 0, 1, 2, 4 K-steps.
+        smem = (
+            p["STAGES"] * (p["BM"] + p["BN"]) * 128
+            + (p["BM"] // 64) * 4 * 2560
+            + 16 * p["STAGES"]
+            + 4 * p["STAGES"] * (p["BM"] + 4)
+            + 1024
+        )
+        return (
+            p["BM"] in (64, 128)
+            and p["BN"] in (64, 128, 256)
+            and p["STAGES"] >= 4
+            and smem <= 227 * 1024
+            and p["CLUSTER"] in (1, 2)
+            and p["PROMOTE"] in (0, 1, 2, 4)
+            and (p["BN"] != 256 or p["PROMOTE"] in (0, 1))
         )
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
@@ -461,9 +493,16 @@ def test_all_name_expressions(spec):
     # TF32 NN only), and those whose launch packs the operands row-major first (ec_wgmma:
     # one instantiation, NN, serves every layout).
     layouts = [("N", "N")] if spec.packed else spec.layouts
-    assert set(layouts) <= set(LAYOUTS) and ("N", "N") in layouts
+    # Every type reads NN, except FP8's (wgmma_fp8): its wgmma reads K-major operands only, NT.
+    home = ("N", "T") if spec.name == "wgmma_fp8" else ("N", "N")
+    assert set(layouts) <= set(LAYOUTS) and home in layouts
     read = {la: sum(not spec.why_unusable(v.with_layout(*la)) for v in spec.variants) for la in layouts}
-    assert read[("N", "N")] == len(spec.variants)  # every type reads NN
+    assert read[home] == len(spec.variants)
+    if spec.name == "wgmma_fp8":  # NT only; block scales promote every K-step whatever PROMOTE says
+        assert nn_names == [] and len(names) == len(compiled) * len(spec.variants) - sum(
+            c["PROMOTE"] != 1 for c in configs
+        ) * sum(v.scaling == "block" for v in spec.variants)
+        return
     # pipelined's REG_TRANSPOSE is a template argument only where it changes the code: in
     # the aligned variant of a layout with rows along K (op(A) row-major or op(B)
     # column-major); elsewhere both values share one instantiation.

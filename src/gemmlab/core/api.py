@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from . import planner, tables
+from . import planner, scaled, tables
 from .bias import BiasView, add_bias, bias_view
 from .arrays import (
     ITEMSIZE,
@@ -66,6 +66,8 @@ def matmul(
     kernel: str = "auto",
     precision: str | None = None,
     out_dtype=None,
+    scale_a=None,
+    scale_b=None,
     **tile_params,
 ):
     """out = alpha * op(a) @ op(b) + bias + beta * out with one of gemmlab's kernels.
@@ -139,7 +141,20 @@ def matmul(
     captured in CUDA graphs (CuPy stream capture, ``torch.cuda.graph``),
     ``precision="fp32_tc"`` and ``"fp16_ec_scaled"`` included: they choose their
     method (and scales) from the data on the GPU, at every run of the call.
+
+    FP8 (Hopper only): ``a`` and ``b`` PyTorch tensors of torch.float8_e4m3fn or
+    torch.float8_e5m2 (each its own), ``a`` row-major M x K and ``b`` column-major K x N
+    (``w.t()`` of a row-major N x K weight, as torch._scaled_mm takes it), with float32
+    ``scale_a`` and ``scale_b``: out = alpha * (scale_a a) @ (scale_b b) + beta * out,
+    the result bfloat16 (default) or float32.  The scales' shapes say how they apply: one
+    value each (per tensor); (M, 1) and (1, N) (per row of a, per column of b); (M,
+    ceil(K/128)) and (ceil(N/128), ceil(K/128)) (1 x 128 and 128 x 128 blocks).  See
+    gemmlab.core.scaled and docs/tensor/05-wgmma-fp8.md; no bias, batch or precision yet.
     """
+    if scale_a is not None or scale_b is not None:
+        return _matmul_fp8(
+            a, b, out, alpha, beta, bias, trans_a, trans_b, kernel, precision, out_dtype, scale_a, scale_b, tile_params
+        )
     # The fast path: a signature from attribute reads, and a prepared call for it.
     found = _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias)
     if found is not None:
@@ -153,6 +168,36 @@ def matmul(
             if result is not None:
                 return result
     return _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias)
+
+
+def _is_fp8(x) -> bool:
+    return "float8" in str(getattr(x, "dtype", ""))
+
+
+def _matmul_fp8(
+    a, b, out, alpha, beta, bias, trans_a, trans_b, kernel, precision, out_dtype, scale_a, scale_b, tile_params
+):
+    """An FP8 call (gemmlab.core.scaled): what it does not take yet is refused by name."""
+    if bias is not None:
+        raise ValueError("FP8 products take no bias yet: add it to the result")
+    if precision is not None:
+        raise ValueError(f"precision={precision!r} is for float32 inputs; FP8 products have none")
+    result = scaled.matmul_scaled(
+        a,
+        b,
+        scale_a,
+        scale_b,
+        out=out,
+        alpha=alpha,
+        beta=beta,
+        out_dtype=out_dtype,
+        trans_a=trans_a,
+        trans_b=trans_b,
+        kernel=kernel,
+        **tile_params,
+    )
+    _tls.last_plan = scaled.last_scaled_plan()
+    return result
 
 
 def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias=None):
@@ -213,6 +258,10 @@ def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha,
 
 def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias=None):
     """Validate, plan and prepare (the first call of a signature), then run."""
+    if _is_fp8(a) or _is_fp8(b):  # FP8 without scales: the FP8 path says what is missing
+        return _matmul_fp8(
+            a, b, out, alpha, beta, bias, trans_a, trans_b, kernel, precision, out_dtype, None, None, tile_params
+        )
     call = planner.validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype)
     bv = bias_view(bias, call, call.C.operand if call.C is not None else None) if bias is not None else None
     # After validation every array type gemmlab reads by attributes is known, so the

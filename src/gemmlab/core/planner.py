@@ -24,6 +24,7 @@ from .arrays import ITEMSIZE, Operand, _c_strides, read_operand
 from .choose import GPU, Product, choose
 from ..kernels import registry
 from ..kernels.spec import FLOAT32_RESULT, KernelSpec, Problem
+from ..kernels.tensor.wgmma_fp8 import FP8_DTYPES, FP8_LAYOUT, FP8_LAYOUT_WHY, FP8_OUT_DTYPES, wgmma_fp8_smem
 from ..runtime.tma import tma_aligned, tma_readable
 
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
@@ -376,6 +377,8 @@ def plan(
     stage_bytes: int | None = None,
     precision: str | None = None,
     rows_aligned16: str | None = None,
+    dtype_b: str | None = None,
+    scaling: str | None = None,
     **tile_params,
 ) -> Plan:
     """Resolve a kernel name and tile parameters for a problem, raising on anything illegal.
@@ -424,7 +427,31 @@ def plan(
     tile parameters given by the caller that exceed it are an error.
 
     ``precision``: the caller's, where it changes the choice (see :func:`plan_call`).
+
+    FP8 ``dtype`` (float8_e4m3fn, float8_e5m2; B's type ``dtype_b``, default the same) with
+    scales of the kind ``scaling`` ("tensor" by default, "row", "block"): :func:`plan_scaled`,
+    op(A) 'N' and op(B) 'T' only, one matrix.
     """
+    if dtype in FP8_DTYPES or dtype_b in FP8_DTYPES:
+        if (op_a, op_b) != FP8_LAYOUT:
+            raise ValueError(f"FP8 operands in layout {op_a}{op_b}: {FP8_LAYOUT_WHY}")
+        if batch != 1:
+            raise ValueError("FP8 products take one matrix so far, not a batch")
+        return plan_scaled(
+            M,
+            N,
+            K,
+            dtype,
+            dtype_b,
+            out_dtype,
+            scaling or "tensor",
+            arch=arch,
+            sm_count=sm_count,
+            gpu_name=gpu_name,
+            smem_limit=smem_limit,
+            kernel=kernel,
+            **tile_params,
+        )
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a kernel name (str); got {type(kernel).__name__}")
     if kernel == "auto" and tile_params:
@@ -466,6 +493,59 @@ def plan(
         limit_reason=c.limit_reason,
         passed_over=c.passed_over,
     )
+
+
+# FP8 products (core/scaled.py): one rung computes them.
+FP8_KERNEL = "wgmma_fp8"
+
+
+def plan_scaled(
+    M: int,
+    N: int,
+    K: int,
+    dtype: str,
+    dtype_b: str | None = None,
+    out_dtype: str = "bfloat16",
+    scaling: str = "tensor",
+    *,
+    arch: str | None = None,
+    sm_count: int = 132,
+    gpu_name: str = "this GPU",
+    smem_limit: int | None = None,
+    kernel: str = "auto",
+    **tile_params,
+) -> Plan:
+    """The plan of an M x N x K FP8 product (A ``dtype``, B ``dtype_b``, default the same) with
+    scales of the kind ``scaling`` ("tensor", "row", "block"), writing ``out_dtype``.  Only the
+    wgmma_fp8 rung computes FP8: ``kernel`` is "auto" or "wgmma_fp8"; on another
+    architecture than sm_90a (``arch``; None: not known yet) it is a ValueError naming the
+    GPU and what the rung needs."""
+    dtype_b = dtype_b or dtype
+    for name, d in (("a", dtype), ("b", dtype_b)):
+        if d not in FP8_DTYPES:
+            raise TypeError(f"{name}: FP8 products take {' or '.join(FP8_DTYPES)}, not {d}")
+    if out_dtype not in FP8_OUT_DTYPES:
+        raise TypeError(f"FP8 products write {' or '.join(FP8_OUT_DTYPES)}, not {out_dtype}")
+    if scaling not in ("tensor", "row", "block"):
+        raise ValueError(f"scaling is 'tensor', 'row' or 'block', not {scaling!r}")
+    if kernel not in ("auto", FP8_KERNEL):
+        raise ValueError(f"FP8 inputs run on {FP8_KERNEL!r} only (or 'auto'), not {kernel!r}")
+    if kernel == "auto" and tile_params:
+        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
+    spec = registry.get(FP8_KERNEL)
+    if arch is not None:
+        spec.check_arch(arch, gpu_name, dtype)
+    params = spec.resolve(tile_params, dtype)
+    if smem_limit is not None and wgmma_fp8_smem(params) > smem_limit:
+        raise ValueError(
+            f"{FP8_KERNEL} with {params} needs {wgmma_fp8_smem(params)} bytes of shared memory per block; "
+            f"{gpu_name} allows {smem_limit}"
+        )
+    problem = Problem(M, N, K, True, dtype, out_dtype, "N", "T", sm_count=sm_count, dtype_b=dtype_b, scaling=scaling)
+    why = "FP8 inputs: the only rung that multiplies them" if kernel == "auto" else ""
+    if not tile_params:
+        why += ("; " if why else "") + "its default tile (no tuned table or cost model for FP8 yet)"
+    return Plan(spec, params, problem, spec.name_expression(params, problem), reason=why)
 
 
 def _dtype_arg(value, name: str) -> str | None:

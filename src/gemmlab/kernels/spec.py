@@ -121,6 +121,11 @@ class Problem:
     # whatever the rows' widths: what a kernel needs that takes a row's last partial
     # 16 bytes element by element (gemv, outer).  aligned16 implies every operand.
     rows_aligned16: str = ""
+    # FP8 products (wgmma_fp8): B's element type where it differs from A's ("": dtype), and
+    # how the scales apply: "tensor", "row" (per row of A / column of B) or "block" (1 x 128
+    # of A, 128 x 128 of B); "" for products without scales.
+    dtype_b: str = ""
+    scaling: str = ""
 
     def with_layout(self, op_a: str, op_b: str) -> "Problem":
         return dataclasses.replace(self, op_a=op_a, op_b=op_b)
@@ -302,6 +307,9 @@ class KernelSpec:
     needs: str = ""
     # Reads WMMA fragments element by element (wmma_ext.cuh): only targets in FRAGMENT_MAPS.
     fragment_maps: bool = False
+    # The result types the kernel writes whatever its inputs (wgmma_fp8: bfloat16, float32);
+    # empty: float32, or the input's own type (FLOAT32_RESULT: float32 only).
+    out_dtypes: tuple[str, ...] = ()
 
     def why_not_on(self, arch: str, dtype: str | None = None) -> str | None:
         """Why this kernel cannot run on the NVRTC target ``arch`` (for ``dtype``, or for
@@ -426,7 +434,7 @@ class KernelSpec:
                 f"kernel {self.name!r} computes {', '.join(self.dtypes)}, not {problem.dtype}; "
                 f"for {problem.dtype} use one of: {', '.join(fits) or 'none yet'}"
             )
-        allowed = ("float32",) if problem.dtype in FLOAT32_RESULT else ("float32", problem.dtype)
+        allowed = self.out_dtypes or (("float32",) if problem.dtype in FLOAT32_RESULT else ("float32", problem.dtype))
         if problem.out_dtype not in allowed:
             raise TypeError(f"{problem.dtype} inputs give a {' or '.join(allowed)} result, not {problem.out_dtype}")
 

@@ -36,7 +36,8 @@ from .launch import driver
 # FP32 storage described to the copy engine as TFLOAT32: it rounds every value to
 # TF32 (to nearest) as it copies it into shared memory, which is what the wgmma
 # rung's TF32 path relies on; "float32" maps copy the bits unchanged (C's map).
-_ELEM = {"float16": 2, "bfloat16": 2, "tf32": 4, "float32": 4}
+# FP8 types (wgmma_fp8) are bytes to it (UINT8): a 128-byte box row is 128 values of K.
+_ELEM = {"float16": 2, "bfloat16": 2, "tf32": 4, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1}
 SWIZZLE_BYTES = 128  # 04_wgmma.cu's shared-memory layout
 _CACHE_SIZE = 8192  # maps kept by address: every operand of a model's step (a few hundred each)
 _cache: OrderedDict = OrderedDict()
@@ -106,7 +107,9 @@ def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, b
     d = driver()
     eb = _ELEM[dtype]
     dt = (
-        d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16
+        d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8
+        if eb == 1
+        else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16
         if eb == 2
         else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
         if dtype == "tf32"

@@ -107,13 +107,13 @@ def _save(dicts, args, plot) -> None:
 # Options of `gemmlab bench` that only some suites take: elsewhere they are
 # refused, not silently ignored.
 SUITE_OPTIONS = {
-    "kernels": ("ladder",),
+    "kernels": ("ladder", "fp8"),
     "dtype": ("ladder", "models", "shapes"),
     "ops": ("ladder",),
     "all_configs": ("ladder",),
-    "sizes": ("ladder", "ec", "overhead"),
-    "kernel_only": ("ladder", "ec", "overhead"),
-    "plot": ("ladder", "ec", "overhead", "models", "shapes", "training"),
+    "sizes": ("ladder", "ec", "overhead", "fp8"),
+    "kernel_only": ("ladder", "ec", "overhead", "fp8"),
+    "plot": ("ladder", "ec", "overhead", "models", "shapes", "training", "fp8"),
     "calls": ("overhead",),
     "host_shape": ("overhead",),
     "tokens": ("models",),
@@ -171,6 +171,8 @@ def cmd_bench(args) -> int:
         return cmd_bench_shapes(args)
     if args.suite == "training":  # whole models' training steps, gemmlab.torch beside PyTorch
         return cmd_bench_training(args)
+    if args.suite == "fp8":  # the FP8 rung beside torch._scaled_mm (Hopper)
+        return cmd_bench_fp8(args)
     if args.dtype is not None and args.dtype not in LADDER_DTYPES:
         raise ValueError(f"--dtype {args.dtype!r}: the ladder takes one of {', '.join(LADDER_DTYPES)}")
     from ..core.api import plan
@@ -194,6 +196,21 @@ def cmd_bench(args) -> int:
         ]
     sizes = _sizes(args.sizes) if args.sizes else DEFAULT_SIZES
     records = run_suite(entries, sizes, dist=args.dist, flush=not args.no_flush, dtype=dtype, ops=ops, **_timing(args))
+    _finish(records, args, plot_ladder)
+    return 0
+
+
+def cmd_bench_fp8(args) -> int:
+    from .bench import fp8
+    from .bench.report import plot_ladder
+    from ..core.planner import plan_scaled
+
+    entries = _kernel_entries(args.kernels, lambda: list(fp8.DEFAULT_ENTRIES))
+    for name, params in entries:  # refuse bad names and tiles before any GPU time is spent
+        for kind in fp8.SCALINGS:
+            plan_scaled(128, 128, 128, "float8_e4m3fn", scaling=kind, kernel=name, **params)
+    sizes = _sizes(args.sizes) if args.sizes else None
+    records = fp8.run(sizes, entries=entries, flush=not args.no_flush, **_timing(args))
     _finish(records, args, plot_ladder)
     return 0
 
@@ -486,8 +503,10 @@ def cmd_verify(args) -> int:
     from ..runtime.device import gpu_info
 
     gpu = gpu_info(0)  # no GPU: one line, before any array library is touched
-    if everything:  # every rung this GPU runs, each in its own dtype
-        specs = {s.name: s for s in registry.ladder() if s.builds_for(gpu.arch)}
+    if everything:  # every rung this GPU runs, each in its own dtype (FP8's: tests/test_wgmma_fp8.py)
+        specs = {
+            s.name: s for s in registry.ladder() if s.builds_for(gpu.arch) and any(d in VERIFY_DTYPES for d in s.dtypes)
+        }
     runs = []
     for name, spec in specs.items():
         if spec:  # a rung this GPU cannot run: why, and which run here
@@ -710,7 +729,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--suite",
         default="ladder",
-        choices=("ladder", "wmma_ext", "ec", "overhead", "models", "shapes", "training"),
+        choices=("ladder", "wmma_ext", "ec", "overhead", "models", "shapes", "training", "fp8"),
         help="ladder: kernels beside cuBLAS (default); wmma_ext: the WMMA fragment lab's experiments; "
         "ec: the FP32-accurate tensor-core methods (precision=fp16_ec, fp16_ec_scaled, tf32_ec, "
         "fp32_tc) beside cuBLAS SGEMM (default sizes 4096, 8192, 16384x4096x4096); overhead: host "
@@ -720,7 +739,10 @@ def build_parser() -> argparse.ArgumentParser:
         "products, gemmlab.matmul beside torch.matmul on the same views; shapes: 400+ products of "
         "13 public models and random odd sizes (forward, input and weight gradient views), by kind; "
         "training: whole models' training steps (Llama-3.2-1B, GPT-2, BERT-base, ViT-B/16 sizes) "
-        "through gemmlab.torch beside plain PyTorch, eager and compiled",
+        "through gemmlab.torch beside plain PyTorch, eager and compiled; fp8 (Hopper): the FP8 rung "
+        "(per-tensor, per-row and block scales; --kernels adds tile configurations of wgmma_fp8) beside "
+        "torch._scaled_mm (fast accumulation off and on), torch.matmul and gemmlab in bfloat16, on square "
+        "and Llama-3-8B / 70B shapes",
     )
     p.add_argument(
         "--calls",

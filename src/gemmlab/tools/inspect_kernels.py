@@ -31,6 +31,7 @@ SASS_FACTS = {
     "LDSM.T": (("LDSM",), None, ("MT88",)),  # ldmatrix .trans
     "LDGSTS": (("LDGSTS",), None, ()),  # cp.async
     "HGMMA": (("HGMMA",), None, ()),  # wgmma
+    "QGMMA": (("QGMMA",), None, ()),  # wgmma with FP8 operands
 }
 # Width modifiers of loads and stores; an access without one moves 32 bits.
 _WIDTHS = {"U8": 8, "S8": 8, "8": 8, "U16": 16, "S16": 16, "16": 16, "64": 64, "128": 128}
@@ -210,12 +211,13 @@ AUTO_DTYPES = (
 )
 # The instruction family each rung is about, by SASS opcode (see SASS_FACTS), and
 # whether it appears only where the target has it: LDGSTS is cp.async (sm_80+),
-# HGMMA wgmma (sm_90a).
+# HGMMA wgmma (sm_90a), QGMMA its FP8 form.
 EXPECTED_SASS = {
     "wmma": ("HMMA",),
     "wmma_warptile": ("HMMA",),
     "mma_pipelined": ("HMMA", "LDSM", "LDGSTS"),
     "wgmma": ("HGMMA",),
+    "wgmma_fp8": ("QGMMA",),
     "ec_wmma": ("HMMA", "LDGSTS"),
     "ec_wgmma": ("HGMMA",),
     "pipelined": ("LDGSTS",),

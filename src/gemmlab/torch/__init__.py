@@ -2,6 +2,8 @@
 
 - ``gemmlab.torch.mm`` / ``bmm``: the operators torch.ops.gemmlab.mm / bmm, with
   autograd, torch.compile and the current stream (gemmlab.torch.ops).
+- ``gemmlab.torch.scaled_mm``: torch.ops.gemmlab.scaled_mm, FP8 with scales on Hopper,
+  torch._scaled_mm's schema (no autograd; compiled and inspected only so far).
 - ``gemmlab.torch.fp32_tc()``: float32 products of a model, forward and
   backward, FP32-accurate on the tensor cores in one line; ``use_gemmlab()``
   for gemmlab's kernels at each dtype's own precision; PyTorch's own mm, bmm,
@@ -18,7 +20,7 @@ except ModuleNotFoundError as exc:  # the [torch] extra: say how to get it, not 
 
     raise MissingExtraError(f"gemmlab.torch needs PyTorch: {EXTRAS['torch'][1]}") from exc
 
-from .ops import bmm, mm  # noqa: E402
+from .ops import bmm, mm, scaled_mm  # noqa: E402
 from .routing import (
     NOT_ROUTED,
     ROUTED,
@@ -46,6 +48,7 @@ __all__ = [
     "cuda_missing",
     "mm",
     "bmm",
+    "scaled_mm",
     "fp32_tc",
     "use_gemmlab",
     "enable_fp32_tc",

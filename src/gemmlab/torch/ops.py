@@ -30,7 +30,7 @@ import torch
 
 from ..core.api import matmul
 
-__all__ = ["mm", "bmm"]
+__all__ = ["mm", "bmm", "scaled_mm"]
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -185,3 +185,72 @@ def _autograd_kernel(name: str):
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 for _name in _NDIM:
     _lib.impl(_name, _autograd_kernel(_name), "Autograd")
+
+
+# -- FP8 with scales: torch._scaled_mm's contract where gemmlab's FP8 rung meets it ---------------
+
+_lib.define(
+    "scaled_mm(Tensor self, Tensor mat2, Tensor scale_a, Tensor scale_b, Tensor? bias=None, "
+    "Tensor? scale_result=None, ScalarType? out_dtype=None, bool use_fast_accum=False) -> Tensor"
+)
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+_FP8_OUT = (torch.bfloat16, torch.float32)
+
+
+def scaled_mm(
+    self: torch.Tensor,
+    mat2: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale_result: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    use_fast_accum: bool = False,
+) -> torch.Tensor:
+    """torch._scaled_mm's call on gemmlab's FP8 rung (wgmma_fp8, Hopper): ``self`` (M x K,
+    row-major) and ``mat2`` (K x N, column-major) of float8_e4m3fn / float8_e5m2, float32
+    scales per tensor, per row of ``self`` / column of ``mat2`` ((M, 1), (1, N)), or 1 x 128 /
+    128 x 128 blocks; ``out_dtype`` bfloat16 or float32.  Where the contracts part:
+    ``out_dtype`` must be given (torch's default, an FP8 result, is not built), and ``bias``
+    and ``scale_result`` must be None.  ``use_fast_accum=True`` leaves the whole K to the
+    tensor cores' sums (PROMOTE = 0); False promotes them into FP32 registers every few
+    K-steps (the rung's default).  No autograd: FP8 products here are inference's."""
+    return torch.ops.gemmlab.scaled_mm.default(
+        self, mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum
+    )
+
+
+def _scaled_mm_refusals(bias, scale_result, out_dtype) -> None:
+    if bias is not None:
+        raise ValueError("gemmlab::scaled_mm adds no bias yet: pass bias=None and add it to the result")
+    if scale_result is not None:
+        raise ValueError("gemmlab::scaled_mm writes bfloat16 or float32, so it takes no scale_result (an FP8 result's)")
+    if out_dtype not in _FP8_OUT:
+        raise TypeError(
+            f"gemmlab::scaled_mm writes torch.bfloat16 or torch.float32 (out_dtype), not {out_dtype}"
+            + (" (torch._scaled_mm's default, an FP8 result, is not built)" if out_dtype is None else "")
+        )
+
+
+def _scaled_mm_impl(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
+    _scaled_mm_refusals(bias, scale_result, out_dtype)
+    tile = {"kernel": "wgmma_fp8", "PROMOTE": 0} if use_fast_accum else {}
+    return matmul(self, mat2, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, **tile)
+
+
+def _scaled_mm_fake(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
+    torch._check(self.dim() == 2 and mat2.dim() == 2, lambda: "gemmlab::scaled_mm takes 2-D tensors")
+    torch._check(
+        self.shape[1] == mat2.shape[0],
+        lambda: f"gemmlab::scaled_mm: inner dimensions differ, {tuple(self.shape)} @ {tuple(mat2.shape)}",
+    )
+    torch._check(
+        self.dtype in _FP8 and mat2.dtype in _FP8,
+        lambda: f"gemmlab::scaled_mm takes float8_e4m3fn / float8_e5m2 tensors, not {self.dtype} and {mat2.dtype}",
+    )
+    _scaled_mm_refusals(bias, scale_result, out_dtype)
+    return self.new_empty((self.shape[0], mat2.shape[1]), dtype=out_dtype)
+
+
+_lib.impl("scaled_mm", _scaled_mm_impl, "CUDA")
+torch.library.register_fake("gemmlab::scaled_mm", _scaled_mm_fake, lib=_lib)

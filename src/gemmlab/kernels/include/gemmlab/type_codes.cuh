@@ -12,6 +12,9 @@ constexpr int TYPE_FLOAT16 = 0;
 constexpr int TYPE_BFLOAT16 = 1;
 constexpr int TYPE_TF32 = 2;   // float storage, rounded to TF32 for the MMA
 constexpr int TYPE_FLOAT32 = 3;
+// FP8 operands of the wgmma_fp8 rung (1-byte storage; the wgmma's .e4m3 / .e5m2).
+constexpr int TYPE_FLOAT8_E4M3 = 4;
+constexpr int TYPE_FLOAT8_E5M2 = 5;
 
 // Error-corrected FP32 methods (METHOD): which two parts a value is split into.
 constexpr int METHOD_FP16_EC = 0;
