@@ -12,6 +12,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_call_plans():
+    """Each test plans its calls afresh: a test may patch what a choice reads."""
+    from gemmlab.core import planner
+
+    planner.CALL_PLANS.clear()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_kernel_cache(tmp_path_factory):
     """Tests compile into a fresh cache folder, never the user's."""

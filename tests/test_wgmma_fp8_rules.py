@@ -199,9 +199,25 @@ def test_tensor_maps_refuse_operands_off_the_grid(monkeypatch):
 
 
 def test_plan_takes_the_rung_and_says_why():
-    p = _plan(4096, 4096, 4096, arch="sm_90a")
+    p = _plan(1024, 2048, 4096, arch="sm_90a")  # 8 x 8 tiles of 128 x 256: too few for them
     assert p.spec.name == "wgmma_fp8" and p.params == SPEC.defaults()
     assert "FP8 inputs" in p.reason and p.problem.scaling == "tensor" and p.problem.dtype_b == "float8_e4m3fn"
+    assert "too few tiles" in p.reason
+
+
+def test_large_products_take_the_wide_tile():
+    """128 x 256 tiles (promoting every K-step) where they fill two waves of the SMs: from 264
+    tiles on 132 SMs, whatever the scaling; fewer tiles keep the defaults."""
+    from gemmlab.kernels.tensor.wgmma_fp8 import WIDE_TILE, fp8_auto_tile
+
+    assert fp8_auto_tile(4096, 4096, 132) == WIDE_TILE  # 32 x 16 = 512 tiles
+    assert fp8_auto_tile(128 * 12, 256 * 22, 132) == WIDE_TILE  # 264
+    assert fp8_auto_tile(128 * 12, 256 * 22 - 1, 132) == WIDE_TILE  # the last column of tiles is partial
+    assert fp8_auto_tile(128 * 12, 256 * 21, 132) == {}  # 252
+    for scaling in ("tensor", "row", "block"):
+        p = _plan(8192, 8192, 4096, scaling=scaling, arch="sm_90a")
+        assert p.params == {**SPEC.defaults(), **WIDE_TILE} and "128 x 256" in p.reason, p.describe()
+    assert _plan(8192, 8192, 4096, arch="sm_90a", sm_count=1025).params == SPEC.defaults()  # 2048 tiles
 
 
 def test_plan_refuses_other_gpus_and_other_kernels():

@@ -77,10 +77,10 @@ SPLITK_WORKSPACE_LIMIT = 256 * 2**20  # bytes of split-K workspace per launch (b
 # matrices (P @ V at S = 4096: 132 MiB each) still has enough tiles for every SM.
 BATCH_WORKSPACE_LIMIT = 2**30
 
-# Own-args kernels: argument sets kept per launcher (by addresses).  A training step
-# recombines its activations' addresses from step to step and a model of many layers
-# brings many sets per signature: with 64, two models alternating rebuilt most of them (NOTES.md).
-ARGS_KEPT = 1024
+# Own-args kernels: argument sets kept per launcher (by addresses).  A set not kept costs a
+# copy of an earlier one with the addresses replaced (_new_args), a few microseconds; the
+# bound keeps CACHE's signatures at about 1 KB a set, 256 KB each at most.
+ARGS_KEPT = 256
 # The stream workspace slot of split-K's partial products: a pre-pass takes the "scratch"
 # slot while they are held (runtime.launch.stream_workspace: the slots' order).
 SPLITK_SLOT = "splitk"

@@ -24,7 +24,15 @@ from .arrays import ITEMSIZE, Operand, _c_strides, read_operand
 from .choose import GPU, Product, choose
 from ..kernels import registry
 from ..kernels.spec import FLOAT32_RESULT, KernelSpec, Problem
-from ..kernels.tensor.wgmma_fp8 import FP8_DTYPES, FP8_LAYOUT, FP8_LAYOUT_WHY, FP8_OUT_DTYPES, wgmma_fp8_smem
+from ..kernels.tensor.wgmma_fp8 import (
+    FP8_DTYPES,
+    FP8_LAYOUT,
+    FP8_LAYOUT_WHY,
+    FP8_OUT_DTYPES,
+    WIDE_TILE_WAVES,
+    fp8_auto_tile,
+    wgmma_fp8_smem,
+)
 from ..runtime.tma import tma_aligned, tma_readable
 
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
@@ -535,7 +543,8 @@ def plan_scaled(
     spec = registry.get(FP8_KERNEL)
     if arch is not None:
         spec.check_arch(arch, gpu_name, dtype)
-    params = spec.resolve(tile_params, dtype)
+    wide = fp8_auto_tile(M, N, sm_count) if kernel == "auto" else {}
+    params = spec.resolve(tile_params or wide, dtype)
     if smem_limit is not None and wgmma_fp8_smem(params) > smem_limit:
         raise ValueError(
             f"{FP8_KERNEL} with {params} needs {wgmma_fp8_smem(params)} bytes of shared memory per block; "
@@ -543,8 +552,10 @@ def plan_scaled(
         )
     problem = Problem(M, N, K, True, dtype, out_dtype, "N", "T", sm_count=sm_count, dtype_b=dtype_b, scaling=scaling)
     why = "FP8 inputs: the only rung that multiplies them" if kernel == "auto" else ""
-    if not tile_params:
-        why += ("; " if why else "") + "its default tile (no tuned table or cost model for FP8 yet)"
+    if wide:
+        why += f"; 128 x 256 tiles, promoting every K-step: they fill {WIDE_TILE_WAVES} waves of the SMs or more"
+    elif not tile_params:
+        why += ("; " if why else "") + "its default tile (too few tiles for 128 x 256; no tuned table for FP8 yet)"
     return Plan(spec, params, problem, spec.name_expression(params, problem), reason=why)
 
 
@@ -845,7 +856,35 @@ def plan_call(
     BN or FOLD, and fp32_tc with kernel="auto" on a product too thin for the tensor
     cores runs FP32 on the CUDA cores (the plan's ``method`` is then "fp32")."""
     tma_ok, stage_bytes = tma_reading(call, kv, bt)
-    return plan(
+    try:
+        key = (
+            kernel,
+            kv.M,
+            kv.N,
+            call.K,
+            kv.aligned16(),
+            kv.rows_aligned16(),
+            kv.A.layout,
+            kv.B.layout,
+            bt.nz,
+            tma_ok,
+            stage_bytes,
+            precision,
+            tuple(call.dtypes.items()),
+            tuple((k, v, type(v)) for k, v in tile_params.items()),
+            gpu.sm_count,
+            gpu.slug,
+            gpu.arch,
+            gpu.name,
+            gpu.max_smem_per_block_optin,
+            tables.version,
+        )
+        found = CALL_PLANS.get(key)
+    except TypeError:  # a tile parameter that cannot be hashed: planned, not kept
+        key = found = None
+    if found is not None:
+        return found
+    p = plan(
         kernel,
         kv.M,
         kv.N,
@@ -866,6 +905,18 @@ def plan_call(
         **call.dtypes,
         **tile_params,
     )
+    if key is not None:
+        if len(CALL_PLANS) >= CALL_PLANS_KEPT:
+            CALL_PLANS.clear()
+        CALL_PLANS[key] = p
+    return p
+
+
+# Plans of calls by everything plan() decides from: a signature that left executor.CACHE (a
+# mixture of experts meets more sizes than it keeps) or another signature of the same problem
+# (other strides of the same layouts, out given or not) is planned without a choice.
+CALL_PLANS: dict = {}
+CALL_PLANS_KEPT = 8192
 
 
 def plan_for_choice(p: Plan, choice: "methods.MethodChoice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:

@@ -59,6 +59,19 @@ def wgmma_fp8_smem(p) -> int:
     )
 
 
+# 128 x 256 tiles where they fill this many waves of the SMs (NOTES.md, "The FP8 rung on an
+# H200"): as fast as 128 x 128 or faster on large products, and promoting at every K-step.
+WIDE_TILE_WAVES = 2
+WIDE_TILE = {"BM": 128, "BN": 256, "STAGES": 4, "PROMOTE": 1}
+
+
+def fp8_auto_tile(M: int, N: int, sm_count: int) -> dict:
+    """auto's tile for an M x N FP8 product: WIDE_TILE where its tiles fill WIDE_TILE_WAVES
+    waves of ``sm_count`` SMs, else {} (the defaults: 128 x 128, six stages, PROMOTE 4)."""
+    tiles = cdiv(M, WIDE_TILE["BM"]) * cdiv(N, WIDE_TILE["BN"])
+    return dict(WIDE_TILE) if tiles >= WIDE_TILE_WAVES * sm_count else {}
+
+
 def _threads(p) -> int:
     return 128 * (p["BM"] // 64 + 1)  # one producer warpgroup + BM/64 consumers
 
