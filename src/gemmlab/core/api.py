@@ -28,7 +28,7 @@ from .arrays import (
     gpu_memory_error,
     need_cupy,
 )
-from .executor import CACHE, PreparedCall
+from .executor import CACHE, Family, PreparedCall
 from ..kernels import registry
 from .planner import Plan, plan
 from ..runtime import device as rt_device
@@ -163,6 +163,8 @@ def matmul(
             prepared = CACHE.get(key)
         except TypeError:  # an unhashable tile parameter: the full path says what is wrong with it
             prepared = None
+        if prepared is None:
+            prepared = _family_member(key, a, pa, out, pc)
         if prepared is not None:
             result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta, bias, pbias)
             if result is not None:
@@ -236,6 +238,44 @@ def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_
     return key + (kbias,), pa, pb, pc, pbias
 
 
+def _family_key(key) -> tuple[tuple | None, int]:
+    """(the family key of a signature ``key``, op(a)'s rows): the key with the rows of op(a)
+    and of out replaced by their band's top (planner.size_band), where a and b are 2-D, op(a)
+    has at least planner.BAND_MIN rows and out (if given) as many; (None, rows) otherwise.
+    Two calls of one family differ only in those rows (a signature holds every other fact
+    of a, b and out, their strides included)."""
+    ka, kb, kc = key[0], key[1], key[2]
+    sa = ka[1]
+    if len(sa) != 2 or len(kb[1]) != 2:
+        return None, 0
+    trans_a = key[5]
+    m = sa[1] if trans_a else sa[0]
+    if m < planner.BAND_MIN:
+        return None, m
+    hi = planner.size_band(m)[1]
+    if kc is not None:
+        so = kc[1]
+        if len(so) != 2 or so[0] != m:
+            return None, m
+        kc = (kc[0], (hi, so[1])) + kc[2:]
+    ka = (ka[0], (sa[0], hi) if trans_a else (hi, sa[1])) + ka[2:]
+    return (ka, kb, kc) + key[3:], m
+
+
+def _family_member(key, a, pa: int, out, pc: int) -> PreparedCall | None:
+    """A signature not in the cache whose family is (executor.Family): its prepared call,
+    made from the family's without validation or a choice, and kept under its own key too;
+    None where there is no family, or the exact size needs the full path."""
+    fkey, m = _family_key(key)
+    family = CACHE.family(fkey) if fkey is not None else None
+    if family is None:
+        return None
+    prepared = family.member(m, a, pa, out, pc)
+    if prepared is not None:
+        CACHE.put(key, prepared)
+    return prepared
+
+
 def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha, beta, bias=None, pbias: int = 0):
     """Launch a prepared call on these arrays, with ``bias`` (at ``pbias``) added in the
     kernel's epilogue where the prepared call can (PreparedCall.fuses_bias), else after the
@@ -304,6 +344,10 @@ def _matmul_gpu(
     prepared = PreparedCall(call, gpu, kernel, tile_params, precision, bv)
     if key is not None:
         CACHE.put(key, prepared)
+        fkey = _family_key(key)[0]
+        family = Family.of(call, gpu, kernel, tile_params, precision, bv) if fkey is not None else None
+        if family is not None:
+            CACHE.put_family(fkey, family)
     A, B = call.A.operand, call.B.operand
     pc = call.C.operand.ptr if call.C is not None else 0
     bias, pbias = (bv.operand.obj, bv.operand.ptr) if bv is not None else (None, 0)

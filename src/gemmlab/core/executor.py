@@ -25,6 +25,7 @@ import functools
 import logging
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,6 +51,11 @@ from .planner import (
     result_side,
     storage_itemsize,
     batching,
+    bands_of,
+    family_call,
+    with_bands,
+    with_rows,
+    without_objects,
 )
 from ..runtime import compile as rt_compile
 from ..runtime.device import GPUInfo, make_current
@@ -1041,7 +1047,8 @@ class _MethodChooser:
                 "(a call captured in a CUDA graph and not replayed)",
             )
         p = next(p for p, _ in self.candidates if p.problem.dtype == choice.kernel_dtype)
-        return dataclasses.replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
+        reason = with_bands(choice.reason, bands_of(p.problem))
+        return dataclasses.replace(p, extra=choice.extra, method=choice.method, reason=reason)
 
 
 class PlanChosenOnGPU:
@@ -1174,14 +1181,61 @@ class PreparedCall:
         return self.plan
 
 
+@dataclass(frozen=True)
+class Family:
+    """What every row count of a band shares with a prepared call (gemmlab.core.api's family
+    key: the signature with the rows of op(a) and out replaced by their band's top,
+    planner.size_band): the validated call, its operands' objects left out (a family must
+    not keep the caller's arrays alive), and what PreparedCall was given.  :meth:`member`
+    prepares another row count of the band without validating or choosing again: the
+    signature vouches for everything but the rows, :func:`planner.with_rows` redoes what
+    depends on them, and plan_call finds the band's plan (CALL_PLANS)."""
+
+    call: Call
+    gpu: GPUInfo
+    kernel: str
+    tile_params: dict
+    precision: str | None
+    bias: object = None  # core.bias.BiasView, its operand's object left out
+
+    @classmethod
+    def of(cls, call: Call, gpu: GPUInfo, kernel: str, tile_params: dict, precision, bias=None) -> "Family | None":
+        """The family of a prepared call of one matrix each, a and b 2-D and op(a) at least
+        planner.BAND_MIN rows; None for any other."""
+        if not family_call(call):
+            return None
+        if bias is not None:
+            bias = dataclasses.replace(bias, operand=dataclasses.replace(bias.operand, obj=None))
+        return cls(without_objects(call), gpu, kernel, dict(tile_params), precision, bias)
+
+    def member(self, M: int, a, pa: int, out, pc: int) -> "PreparedCall | None":
+        """The prepared call of this family's call with op(a) of M rows (a at ``pa``; out at
+        ``pc``, or None); None where the exact size needs the full path (a copy)."""
+        call = with_rows(self.call, M, a, pa, out, pc)
+        if call is None:
+            return None
+        return PreparedCall(call, self.gpu, self.kernel, self.tile_params, self.precision, self.bias)
+
+
 class PreparedCache:
     """Prepared calls by signature: bounded (the oldest goes first), shared by
-    every thread (a lock guards changes; reads are single dict operations)."""
+    every thread (a lock guards changes; reads are single dict operations).  Beside
+    them, as many families (:class:`Family`) by family key."""
 
     def __init__(self, size: int = 4096):
         self.size = size
         self._d: OrderedDict = OrderedDict()
+        self._families: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
+
+    def family(self, key) -> Family | None:
+        return self._families.get(key)
+
+    def put_family(self, key, family: Family) -> None:
+        with self._lock:
+            self._families[key] = family
+            while len(self._families) > self.size:
+                self._families.popitem(last=False)
 
     def get(self, key) -> PreparedCall | None:
         # No reordering on a hit: hashing the key once more would cost a repeated call
@@ -1200,6 +1254,7 @@ class PreparedCache:
     def clear(self) -> None:
         with self._lock:
             self._d.clear()
+            self._families.clear()
 
     def __len__(self) -> int:
         return len(self._d)

@@ -740,6 +740,51 @@ def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> 
     )
 
 
+def family_call(call: Call) -> bool:
+    """Whether other row counts of ``call`` can be prepared from it (with_rows): one matrix
+    each (a and b 2-D), op(a) of at least BAND_MIN rows, nothing copied, a non-empty result
+    written in place, in row-major order."""
+    return (
+        call.batch_shape == ()
+        and len(call.A.operand.shape) == 2
+        and len(call.B.operand.shape) == 2
+        and call.A.rows >= BAND_MIN
+        and call.B.cols > 0
+        and not (call.A.copy or call.B.copy)
+        and (call.C is None or not call.C.copy and call.C.layout == "N")
+    )
+
+
+def without_objects(call: Call) -> Call:
+    """``call`` with its operands' objects left out (what a family keeps: no array of the caller's)."""
+
+    def bare(S):
+        return None if S is None else dataclasses.replace(S, operand=dataclasses.replace(S.operand, obj=None))
+
+    return dataclasses.replace(call, A=bare(call.A), B=bare(call.B), C=bare(call.C))
+
+
+def with_rows(call: Call, M: int, a, pa: int, out, pc: int) -> Call | None:
+    """A call of the family of ``call`` (family_call) with op(a) of M rows: ``a`` at ``pa``,
+    ``out`` at ``pc`` (or None: a new result), every other argument's signature equal to
+    ``call``'s but for the rows of a and out (gemmlab.core.api's family key).  What validate
+    decides from the rows is decided again -- a's and out's layouts and leading dimensions
+    (_side) -- and the rest is what the signature already vouched for: dtypes, devices,
+    strides, b, out's shape (its rows are a's, checked by the key); out's overlap with a or
+    b is checked at every call (PreparedCall.overlaps).  None where the exact size would
+    need a copy (the full path makes it)."""
+    A = call.A
+    shape = (A.operand.shape[0], M) if A.trans else (M, A.operand.shape[1])
+    SA = _side(dataclasses.replace(A.operand, obj=a, shape=shape, ptr=pa), A.trans, ())
+    SC = None
+    if call.C is not None:
+        C = call.C
+        SC = _side(dataclasses.replace(C.operand, obj=out, shape=(M, C.cols), ptr=pc), False, (), is_input=False)
+    if SA.copy or SC is not None and (SC.copy or SC.layout != "N"):
+        return None
+    return dataclasses.replace(call, A=SA, C=SC, result_shape=(M, call.result_shape[-1]))
+
+
 @dataclass
 class KernelView:
     """The product as launched: C row-major.  A column-major out is computed as
@@ -846,6 +891,65 @@ def tma_reading(call: Call, kv: KernelView, bt: Batching) -> tuple[bool, int]:
     return all(readable), stage_bytes
 
 
+# -- rows in bands -----------------------------------------------------------------------------
+#
+# A mixture of experts multiplies each expert's share of the tokens: a new row count M at
+# almost every call.  From BAND_MIN rows up, the choice is made once per band of row counts --
+# each octave [2^p, 2^(p+1)) split into 8, M rounded up to a multiple of 2^(p-3) -- for the
+# band's largest M, and applied to each exact M: the problem, the grid, the tensor maps and
+# the arguments are the exact size's.  A tile or split chosen for the band's top is legal for
+# any M below it (tiles cover any M; a split is of K, which the band leaves alone; the kernels
+# take M at run time), and no rung decides by an exact M this large (gemv, outer, wgmma's
+# narrow tiles and fp32_tc's thin products all decide below 256).  The band depends on M
+# only: the plan a call gets does not depend on which sizes came before.  (K, which the
+# weight gradient dY^T @ x takes from the tokens, is not banded: it is chosen exactly.)
+BAND_MIN = 256
+
+
+def size_band(n: int) -> tuple[int, int]:
+    """(the smallest, the largest) size of ``n``'s band: (n, n) below BAND_MIN; else ``n``
+    rounded up to a multiple of 2^(bit_length(n) - 4) is the top, and the band holds every
+    size that rounds up to it (a power of two also takes the top of the octave below)."""
+    if n < BAND_MIN:
+        return n, n
+    step = 1 << (n.bit_length() - 4)
+    hi = -(-n // step) * step
+    return max(BAND_MIN, hi - (1 << ((hi - 1).bit_length() - 4)) + 1), hi
+
+
+def for_rows(p: Plan, M: int, bands: str) -> Plan:
+    """``p``, chosen for its problem's rows (a band's top), applied to a product of M rows
+    (the problem and the instantiation are the exact size's); ``bands`` says which band the
+    choice was made for, appended to the reason."""
+    if M == p.problem.M:
+        return p
+    problem = replace(p.problem, M=M)
+    return replace(
+        p,
+        problem=problem,
+        name_expression=p.spec.name_expression(p.params, problem),
+        reason=with_bands(p.reason, bands),
+    )
+
+
+def with_bands(reason: str, bands: str) -> str:
+    """A plan's reason with the band its choice was made for (``bands``: _bands_of's words)."""
+    if not bands:
+        return reason
+    return f"{reason}; chosen for {bands}" if reason else f"chosen for {bands}"
+
+
+def bands_of(problem: Problem) -> str:
+    """The band a plan of ``problem`` was chosen for, in words ("" where for its own rows)."""
+    return _bands_of(problem.M)[1]
+
+
+def _bands_of(M: int) -> tuple[int, str]:
+    """(M's band top, the band in words where it differs from M)."""
+    lo, hi = size_band(M)
+    return hi, f"rows {lo}..{hi}" if hi != M else ""
+
+
 def plan_call(
     call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_params: dict, precision: str | None = None
 ) -> Plan:
@@ -854,12 +958,15 @@ def plan_call(
     batch.  ``precision`` goes to the choice (gemmlab.core.choose): fp16_ec (FP16 parts
     as they are, no scale) runs ec_wgmma's four-set kernel unless the caller named
     BN or FOLD, and fp32_tc with kernel="auto" on a product too thin for the tensor
-    cores runs FP32 on the CUDA cores (the plan's ``method`` is then "fp32")."""
+    cores runs FP32 on the CUDA cores (the plan's ``method`` is then "fp32").
+    Rows from BAND_MIN up are chosen for their band's top (size_band) and the plan
+    applied to the exact rows (for_rows)."""
     tma_ok, stage_bytes = tma_reading(call, kv, bt)
+    M, bands = _bands_of(kv.M)
     try:
         key = (
             kernel,
-            kv.M,
+            M,
             kv.N,
             call.K,
             kv.aligned16(),
@@ -882,67 +989,104 @@ def plan_call(
         found = CALL_PLANS.get(key)
     except TypeError:  # a tile parameter that cannot be hashed: planned, not kept
         key = found = None
-    if found is not None:
-        return found
-    p = plan(
-        kernel,
-        kv.M,
-        kv.N,
-        call.K,
-        aligned16=kv.aligned16(),
-        rows_aligned16=kv.rows_aligned16(),
-        sm_count=gpu.sm_count,
-        gpu_slug=gpu.slug,
-        op_a=kv.A.layout,
-        op_b=kv.B.layout,
-        batch=bt.nz,
-        arch=gpu.arch,
-        tma_aligned=tma_ok,
-        gpu_name=gpu.name,
-        smem_limit=gpu.max_smem_per_block_optin,
-        stage_bytes=stage_bytes,
-        precision=precision,
-        **call.dtypes,
-        **tile_params,
-    )
-    if key is not None:
-        if len(CALL_PLANS) >= CALL_PLANS_KEPT:
-            CALL_PLANS.clear()
-        CALL_PLANS[key] = p
-    return p
+    if found is None:
+        found = plan(
+            kernel,
+            M,
+            kv.N,
+            call.K,
+            aligned16=kv.aligned16(),
+            rows_aligned16=kv.rows_aligned16(),
+            sm_count=gpu.sm_count,
+            gpu_slug=gpu.slug,
+            op_a=kv.A.layout,
+            op_b=kv.B.layout,
+            batch=bt.nz,
+            arch=gpu.arch,
+            tma_aligned=tma_ok,
+            gpu_name=gpu.name,
+            smem_limit=gpu.max_smem_per_block_optin,
+            stage_bytes=stage_bytes,
+            precision=precision,
+            **call.dtypes,
+            **tile_params,
+        )
+        if key is not None:
+            if len(CALL_PLANS) >= CALL_PLANS_KEPT:
+                CALL_PLANS.clear()
+            CALL_PLANS[key] = found
+    return for_rows(found, kv.M, bands)
 
 
-# Plans of calls by everything plan() decides from: a signature that left executor.CACHE (a
-# mixture of experts meets more sizes than it keeps) or another signature of the same problem
-# (other strides of the same layouts, out given or not) is planned without a choice.
+# Plans of calls by everything plan() decides from, sizes by band (size_band): a signature that
+# left executor.CACHE (a mixture of experts meets more sizes than it keeps), another signature
+# of the same problem (other strides of the same layouts, out given or not) or another size of
+# the same bands is planned without a choice.
 CALL_PLANS: dict = {}
 CALL_PLANS_KEPT = 8192
 
 
 def plan_for_choice(p: Plan, choice: "methods.MethodChoice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:
     """``p`` (an error-corrected plan) for the method the data asked for: the
-    kernel instantiated for that method's parts, with its scales."""
+    kernel instantiated for that method's parts, with its scales (the other method's
+    kernel chosen, as ``p`` was, for the band of its rows: plan_call)."""
     if choice.kernel_dtype != p.problem.dtype:
         pr = p.problem
-        p = plan(
-            kernel,
-            pr.M,
-            pr.N,
-            pr.K,
-            aligned16=pr.aligned16,
-            rows_aligned16=pr.rows_aligned16,
-            sm_count=gpu.sm_count,
-            gpu_slug=gpu.slug,
-            dtype=choice.kernel_dtype,
-            out_dtype=pr.out_dtype,
-            op_a=pr.op_a,
-            op_b=pr.op_b,
-            batch=batch,
-            arch=gpu.arch,
-            tma_aligned=pr.tma_aligned,
-            gpu_name=gpu.name,
-            smem_limit=gpu.max_smem_per_block_optin,
-            **tile_params,
-        )
+        M, bands = _bands_of(pr.M)
+        try:
+            key = (
+                kernel,
+                M,
+                pr.N,
+                pr.K,
+                pr.aligned16,
+                pr.rows_aligned16,
+                choice.kernel_dtype,
+                pr.out_dtype,
+                pr.op_a,
+                pr.op_b,
+                batch,
+                pr.tma_aligned,
+                tuple((k, v, type(v)) for k, v in tile_params.items()),
+                gpu.sm_count,
+                gpu.slug,
+                gpu.arch,
+                gpu.name,
+                gpu.max_smem_per_block_optin,
+                tables.version,
+            )
+            found = CHOICE_PLANS.get(key)
+        except TypeError:  # a tile parameter that cannot be hashed: planned, not kept
+            key = found = None
+        if found is None:
+            found = plan(
+                kernel,
+                M,
+                pr.N,
+                pr.K,
+                aligned16=pr.aligned16,
+                rows_aligned16=pr.rows_aligned16,
+                sm_count=gpu.sm_count,
+                gpu_slug=gpu.slug,
+                dtype=choice.kernel_dtype,
+                out_dtype=pr.out_dtype,
+                op_a=pr.op_a,
+                op_b=pr.op_b,
+                batch=batch,
+                arch=gpu.arch,
+                tma_aligned=pr.tma_aligned,
+                gpu_name=gpu.name,
+                smem_limit=gpu.max_smem_per_block_optin,
+                **tile_params,
+            )
+            if key is not None:
+                if len(CHOICE_PLANS) >= CALL_PLANS_KEPT:
+                    CHOICE_PLANS.clear()
+                CHOICE_PLANS[key] = found
+        p = for_rows(found, pr.M, bands)
     log.debug("error-corrected method: %s (%s)", choice.method, choice.reason)
-    return replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
+    return replace(p, extra=choice.extra, method=choice.method, reason=with_bands(choice.reason, bands_of(p.problem)))
+
+
+# The other method's plans of error-corrected calls (plan_for_choice), as CALL_PLANS.
+CHOICE_PLANS: dict = {}
