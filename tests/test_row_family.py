@@ -20,6 +20,7 @@ import pytest
 import emulated_gpu
 import gemmlab
 from gemmlab.core import api, executor, planner
+from gemmlab.runtime import device as rt_device
 from test_ec_host_memo import _same as same_launches, rec  # noqa: F401 (rec: a fixture)
 
 # Row counts across bands: band edges (257 and 288 are one band's ends, 1025..1152 another's),
@@ -279,3 +280,42 @@ def test_an_fp32_tc_family_member_launches_what_a_fresh_call_does(rec, monkeypat
         gemmlab.matmul(x[:1152], w.T, out=np.empty((1152, 1024), np.float32), precision="fp32_tc")  # the family
         rec.launches()
         chosen.clear()
+
+
+gpu = pytest.mark.skipif(not rt_device.gpu_available(), reason="needs a GPU")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", [None, "fp32_tc"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("layout", ["x @ W.t()", "dY @ W"])
+def test_on_the_gpu_a_family_member_computes_what_a_fresh_call_does(layout, dtype, precision):
+    """PyTorch tensors on the GPU: a family member's result is bitwise a fresh call's (the
+    cache emptied), for sizes across bands, with a bias where nn.Linear has one."""
+    torch = pytest.importorskip("torch")
+    if precision == "fp32_tc" and dtype != "float32":
+        pytest.skip("fp32_tc is for float32 inputs")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    dt = getattr(torch, dtype)
+    K, N = 1024, 512
+    big = torch.rand(ROWS_MAX, K if layout == "x @ W.t()" else N, device="cuda", generator=g).to(dt) - 0.5
+    w = torch.rand(N, K, device="cuda", generator=g).to(dt) - 0.5
+    b = w.t() if layout == "x @ W.t()" else w
+    bias = torch.rand(b.shape[1], device="cuda", generator=g).to(dt) if layout == "x @ W.t()" else None
+    for m in ROWS:
+        lo, hi = planner.size_band(m)
+        other = hi if m != hi else lo
+        executor.CACHE.clear()
+        gemmlab.matmul(big[:other], b, bias=bias, precision=precision)  # the family
+        got = gemmlab.matmul(big[:m], b, bias=bias, precision=precision)
+        p = gemmlab.last_plan()
+        assert p.problem.M == m and (f"chosen for rows {lo}..{hi}" in p.reason) == (m != hi), p.reason
+        executor.CACHE.clear()
+        planner.CALL_PLANS.clear()
+        fresh = gemmlab.matmul(big[:m], b, bias=bias, precision=precision)
+        torch.cuda.synchronize()
+        assert torch.equal(got, fresh), m
+        ref = big[:m].double() @ b.double() + (bias.double() if bias is not None else 0)
+        tol = 2e-2 if dtype == "bfloat16" else 1e-5
+        assert float((got.double() - ref).abs().max() / ref.abs().max()) < tol, m
