@@ -215,18 +215,150 @@ def test_an_out_that_meets_a_takes_the_full_path(emu):
     np.testing.assert_allclose(buf[8:1108], ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
 
-def test_the_weight_gradient_keeps_its_exact_k(emu):
-    """dY^T @ x: the tokens are K, which is not banded -- each new K is validated and planned
-    for itself, and computes what it should."""
-    rng = np.random.default_rng(2)
-    dy = emu.keep(rng.uniform(-1, 1, (ROWS_MAX, 384)).astype(np.float16))
-    x = emu.keep(rng.uniform(-1, 1, (ROWS_MAX, 512)).astype(np.float16))
-    for k in (1025, 1100):
-        got = gemmlab.matmul(dy[:k].T, x[:k])
+# The weight gradients of a backward pass, the tokens their K (planner.k_banded): nn.Linear's
+# dW = dY^T @ x (N_out x K_in) as torch computes it (dY.t() @ x) or with trans_a, and x @ W's
+# dW = x^T @ dY (K_in x N_out).
+WGRAD = ["dY.t() @ x", "dY^T @ x (trans_a)", "x.t() @ dY"]
+
+
+def _wgrad_operands(emu, layout: str, dtype, N_out: int = 384, K_in: int = 512, seed: int = 2):
+    """Buffers of ROWS_MAX tokens and a function tokens -> (a, b, kwargs) of ``layout``."""
+    rng = np.random.default_rng(seed)
+    dy = emu.keep(rng.uniform(-1, 1, (ROWS_MAX, N_out)).astype(dtype))
+    x = emu.keep(rng.uniform(-1, 1, (ROWS_MAX, K_in)).astype(dtype))
+    if layout == "dY.t() @ x":
+        return lambda k: (dy[:k].T, x[:k], {})
+    if layout == "dY^T @ x (trans_a)":
+        return lambda k: (dy[:k], x[:k], {"trans_a": True})
+    if layout == "x.t() @ dY":
+        return lambda k: (x[:k].T, dy[:k], {})
+    raise AssertionError(layout)
+
+
+def _rows_of(a, kw) -> int:
+    return a.shape[1] if kw.get("trans_a") else a.shape[0]
+
+
+@pytest.mark.parametrize("layout", WGRAD)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_a_weight_gradient_of_a_new_k_is_a_family_member(emu, layout, dtype):
+    """dY^T @ x with the tokens as K: K is banded, and a new K of a known band computes,
+    plans and launches what a fresh call does, without validation or a choice."""
+    make = _wgrad_operands(emu, layout, dtype)
+    tol = 2e-2 if dtype == np.float16 else 1e-4
+    for k in ROWS:
+        executor.CACHE.clear()
+        planner.CALL_PLANS.clear()
+        lo, hi = planner.size_band(k)
+        other = hi if k != hi else lo  # another K of the band prepares the family
+        a, b, kw = make(other)
+        gemmlab.matmul(a, b, out=emu.keep(np.empty((_rows_of(a, kw), b.shape[1]), dtype)), **kw)
+        a, b, kw = make(k)
+        out = emu.keep(np.empty((_rows_of(a, kw), b.shape[1]), dtype))
+        got, launches, p, chose, validated = _call(emu, a, b, out, **kw)
+        assert (validated, chose) == (0, 0), k
+        assert p.problem.K == k and ("chosen for K" in p.reason) == (k != hi), p.reason
+        if k != hi:
+            assert f"chosen for K {lo}..{hi}" in p.reason
+        ref = _reference(a, b, **kw)
+        assert not np.isnan(got).any()
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max())
+        executor.CACHE.clear()
+        planner.CALL_PLANS.clear()
+        again, fresh_launches, fresh_plan, chose, validated = _call(emu, a, b, out, **kw)
+        assert chose >= 1 and validated == 1
+        assert fresh_plan == p
+        _same_launches(launches, fresh_launches)
+        np.testing.assert_array_equal(again, got)
+        named = emu.keep(np.empty_like(out))
+        gemmlab.matmul(a, b, out=named, kernel=p.spec.name, **kw, **p.params)
+        np.testing.assert_array_equal(named, got)
+
+
+def test_the_plan_of_a_k_does_not_depend_on_the_ks_before_it(emu):
+    make = _wgrad_operands(emu, "dY.t() @ x", np.float16)
+    plans = []
+    for order in (ROWS, ROWS[::-1], sorted(ROWS, key=lambda k: k % 7)):
+        executor.CACHE.clear()
+        planner.CALL_PLANS.clear()
+        found = {}
+        for k in order:
+            a, b, _ = make(k)
+            gemmlab.matmul(a, b)
+            found[k] = gemmlab.last_plan()
+        plans.append(found)
+    assert plans[0] == plans[1] == plans[2]
+    for k, p in plans[0].items():  # the band top's plan, applied to the exact K
+        top = plans[0].get(planner.size_band(k)[1])
+        if top is not None:
+            assert (p.spec, p.params, p.problem) == (top.spec, top.params, dataclasses.replace(top.problem, K=k))
+
+
+def test_rows_and_k_banded_together(emu):
+    """op(a) of many rows and a weight gradient's K: both banded, one family for both."""
+    rng = np.random.default_rng(5)
+    dy = emu.keep(rng.uniform(-1, 1, (ROWS_MAX, ROWS_MAX)).astype(np.float16))
+    x = emu.keep(rng.uniform(-1, 1, (ROWS_MAX, 320)).astype(np.float16))
+    gemmlab.matmul(dy[:1152, :1152].T, x[:1152])
+    for m, k in ((1104, 1030), (1032, 1152), (1152, 1101)):  # op(a)'s stored rows (M) on the 16-byte grid
+        a, b = dy[:k, :m].T, x[:k]
+        counts = dict(emu.counts)
+        got = gemmlab.matmul(a, b)
         p = gemmlab.last_plan()
-        assert p.problem.K == k and "chosen for" not in p.reason
-        ref = _reference(dy[:k].T, x[:k])
-        np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2 * np.abs(ref).max())
+        assert emu.counts == counts, (m, k)
+        assert (p.problem.M, p.problem.K) == (m, k)
+        executor.CACHE.clear()
+        planner.CALL_PLANS.clear()
+        np.testing.assert_array_equal(gemmlab.matmul(a, b), got)
+        assert gemmlab.last_plan() == p
+
+
+def test_k_is_banded_only_for_a_weight_gradient(emu):
+    """K stays exact where it is not the outer stored axis of both operands (x @ W.t(): K is
+    a hidden size), for thin products and below BAND_MIN."""
+    rng = np.random.default_rng(6)
+    x = emu.keep(rng.uniform(-1, 1, (300, 1100)).astype(np.float16))
+    w = emu.keep(rng.uniform(-1, 1, (300, 1100)).astype(np.float16))
+    gemmlab.matmul(x, w.T)
+    assert gemmlab.last_plan().problem.K == 1100 and "K 1025" not in gemmlab.last_plan().reason
+    assert not planner.k_banded(16, 512, 1100, "T", "N") and not planner.k_banded(384, 512, 255, "T", "N")
+    assert not planner.k_banded(384, 512, 1100, "N", "N") and planner.k_banded(384, 512, 1100, "T", "N")
+    dy = emu.keep(rng.uniform(-1, 1, (1100, 16)).astype(np.float16))
+    gemmlab.matmul(dy.T, emu.keep(rng.uniform(-1, 1, (1100, 64)).astype(np.float16)))
+    assert "chosen for" not in gemmlab.last_plan().reason  # 16 rows: a thin product, K exact
+
+
+def test_a_shape_a_tuned_table_measured_keeps_its_own_plan(emu, monkeypatch):
+    """A tuned table's entry measured at the exact shape is honoured (banding stops there),
+    the family's other sizes are chosen for the band."""
+    from gemmlab.core import tables
+
+    params = {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 3}
+    params |= {"REG_TRANSPOSE": 1, "SPLITK": 2}
+    win = {"kernel": "pipelined", "params": params, "ms": 1.0, "tflops": 1.0}
+    shapes = {"384x512x1100": {"best": win, "kernels": {"pipelined": win}, "uses": [{"ops": "TN", "batch": 1}]}}
+    table = tables.TunedTable("nvidia-h200", shapes)
+    monkeypatch.setattr(tables, "load_table", lambda slug: table)
+    make = _wgrad_operands(emu, "dY.t() @ x", np.float32)
+    for first in (1100, 1152, 1030):
+        executor.CACHE.clear()
+        planner.CALL_PLANS.clear()
+        gemmlab.matmul(*make(first)[:2])
+        for k in (1100, 1030, 1152, 1101):
+            a, b, _ = make(k)
+            got = gemmlab.matmul(a, b)
+            p = gemmlab.last_plan()
+            assert p.problem.K == k
+            if k == 1100:
+                assert "winner at this shape" in p.reason and "chosen for" not in p.reason
+                assert p.params == params
+            else:
+                assert ("chosen for K 1025..1152" in p.reason) == (k != 1152)
+            executor.CACHE.clear()
+            planner.CALL_PLANS.clear()
+            np.testing.assert_array_equal(gemmlab.matmul(a, b), got)
+            assert gemmlab.last_plan() == p
+            gemmlab.matmul(*make(first)[:2])  # the family again
 
 
 def test_small_rows_and_batches_keep_the_exact_path(emu):
