@@ -1,14 +1,16 @@
-"""Prepared calls for a band of row counts (planner.size_band, executor.Family), on the CPU:
+"""Prepared calls for a band of sizes -- row counts, and a weight gradient's K
+(planner.size_band, planner.k_banded, executor.Family) -- on the CPU:
 gemmlab.matmul on NumPy arrays playing device arrays (tests/emulated_gpu.py), the launches
 run by the emulator or recorded.
 
 A call whose signature is new but whose family is known -- the same signature but for the
-rows of op(a) and out, in the same band -- is prepared from the family without validation
-or a choice; it computes what a fresh call computes (bit for bit, and the FP64 reference
-within rounding) and launches what a fresh prepared call of the same plan launches.  The
-plan a row count gets is its band's, whichever sizes came before.  The GPU side of the
-same: tests/test_blas3.py (every rung at odd sizes) and the overhead suite's "new rows"
-rows (gemmlab bench --suite overhead)."""
+rows of op(a) and out, or the K of a weight gradient dY^T @ x, in the same bands -- is
+prepared from the family without validation or a choice; it computes what a fresh call
+computes (bit for bit, and the FP64 reference within rounding) and launches what a fresh
+prepared call of the same plan launches.  The plan a size gets is its bands', whichever sizes
+came before.  The GPU side of the same: the gpu-marked tests below, tests/test_blas3.py
+(every rung at odd sizes) and the overhead suite's "new rows" and "new K" rows (gemmlab
+bench --suite overhead)."""
 
 from __future__ import annotations
 
@@ -414,6 +416,33 @@ def test_an_fp32_tc_family_member_launches_what_a_fresh_call_does(rec, monkeypat
         chosen.clear()
 
 
+def test_an_fp32_tc_weight_gradient_of_a_new_k_launches_what_a_fresh_call_does(rec, monkeypatch):  # noqa: F811
+    """precision="fp32_tc" with the tokens as K: both candidates planned for the band of K, a
+    member (prepared from the family, no choice) launches what a fresh call launches."""
+    chosen = []
+    real_choose = planner.choose
+    monkeypatch.setattr(planner, "choose", lambda *a, **k: chosen.append(1) or real_choose(*a, **k))
+    rng = np.random.default_rng(7)
+    dy = rng.uniform(-1, 1, (ROWS_MAX, 1024)).astype(np.float32)
+    x = rng.uniform(-1, 1, (ROWS_MAX, 1024)).astype(np.float32)
+    out = np.empty((1024, 1024), np.float32)
+    for k in (1152, 1025, 1100, 1151):
+        gemmlab.matmul(dy[:k].T, x[:k], out=out, precision="fp32_tc")
+        member = rec.launches()
+        assert any(n.startswith("gemmlab::ec_wgmma") for n, _, _ in member)
+        if k != 1152:
+            assert not chosen, k
+        executor.CACHE.clear()
+        planner.CALL_PLANS.clear()
+        planner.CHOICE_PLANS.clear()
+        gemmlab.matmul(dy[:k].T, x[:k], out=out, precision="fp32_tc")
+        same_launches(member, rec.launches())
+        executor.CACHE.clear()
+        gemmlab.matmul(dy[:1152].T, x[:1152], out=out, precision="fp32_tc")  # the family
+        rec.launches()
+        chosen.clear()
+
+
 gpu = pytest.mark.skipif(not rt_device.gpu_available(), reason="needs a GPU")
 
 
@@ -451,3 +480,42 @@ def test_on_the_gpu_a_family_member_computes_what_a_fresh_call_does(layout, dtyp
         ref = big[:m].double() @ b.double() + (bias.double() if bias is not None else 0)
         tol = 2e-2 if dtype == "bfloat16" else 1e-5
         assert float((got.double() - ref).abs().max() / ref.abs().max()) < tol, m
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", [None, "fp32_tc"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("layout", ["dY.t() @ x", "x.t() @ dY"])
+def test_on_the_gpu_a_weight_gradient_of_a_new_k_computes_what_a_fresh_call_does(layout, dtype, precision):
+    """PyTorch tensors on the GPU, the tokens as K (planner.k_banded): a family member's
+    result is bitwise a fresh call's, for K across bands."""
+    torch = pytest.importorskip("torch")
+    if precision == "fp32_tc" and dtype != "float32":
+        pytest.skip("fp32_tc is for float32 inputs")
+    g = torch.Generator(device="cuda").manual_seed(1)
+    dt = getattr(torch, dtype)
+    N_out, K_in = 512, 1024
+    dy = torch.rand(ROWS_MAX, N_out, device="cuda", generator=g).to(dt) - 0.5
+    x = torch.rand(ROWS_MAX, K_in, device="cuda", generator=g).to(dt) - 0.5
+
+    def operands(k):
+        return (dy[:k].t(), x[:k]) if layout == "dY.t() @ x" else (x[:k].t(), dy[:k])
+
+    for k in ROWS:
+        lo, hi = planner.size_band(k)
+        other = hi if k != hi else lo
+        executor.CACHE.clear()
+        gemmlab.matmul(*operands(other), precision=precision)  # the family
+        got = gemmlab.matmul(*operands(k), precision=precision)
+        p = gemmlab.last_plan()
+        assert p.problem.K == k and (f"chosen for K {lo}..{hi}" in p.reason) == (k != hi), p.reason
+        executor.CACHE.clear()
+        planner.CALL_PLANS.clear()
+        fresh = gemmlab.matmul(*operands(k), precision=precision)
+        torch.cuda.synchronize()
+        assert torch.equal(got, fresh), k
+        a, b = operands(k)
+        ref = a.double() @ b.double()
+        tol = 2e-2 if dtype != "float32" else 1e-5
+        assert float((got.double() - ref).abs().max() / ref.abs().max()) < tol, k
