@@ -256,13 +256,12 @@ def _family_key(key) -> tuple[tuple | None, int, int, bool]:
     n = sb[0] if trans_b else sb[1]
     # K banded: op(a) column-major, op(b) row-major -- the unit stride along M and N (the
     # planner checks the layouts it finds against this: Family.of)
-    st_a, st_b = ka[2], kb[2]
     kband = (
         k >= planner.BAND_MIN
         and m >= planner.K_BAND_MIN_SIDE
         and n >= planner.K_BAND_MIN_SIDE
-        and st_a[trans_a] < st_a[not trans_a]
-        and st_b[not trans_b] < st_b[trans_b]
+        and ka[2][trans_a] < ka[2][not trans_a]
+        and kb[2][not trans_b] < kb[2][trans_b]
     )
     mband = m >= planner.BAND_MIN
     if not (mband or kband):
@@ -284,7 +283,10 @@ def _family_member(key, a, pa: int, b, pb: int, out, pc: int) -> PreparedCall | 
     made from the family's without validation or a choice, and kept under its own key too;
     None where there is no family, or the exact size needs the full path."""
     fkey, m, k, _ = _family_key(key)
-    family = CACHE.family(fkey) if fkey is not None else None
+    try:
+        family = CACHE.family(fkey) if fkey is not None else None
+    except TypeError:  # an unhashable tile parameter: the full path says what is wrong with it
+        return None
     if family is None:
         return None
     prepared = family.member(m, k, a, pa, b, pb, out, pc)
