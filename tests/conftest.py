@@ -18,6 +18,7 @@ def _fresh_call_plans():
     from gemmlab.core import planner
 
     planner.CALL_PLANS.clear()
+    planner.CHOICE_PLANS.clear()
 
 
 @pytest.fixture(autouse=True, scope="session")

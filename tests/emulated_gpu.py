@@ -140,7 +140,9 @@ class Emulator:
         bias_cs=0,
         bias_zs=0,
     ):
-        pr = p.problem
+        # The plan of the name expression, at this launch's sizes (a plan chosen for a band of
+        # sizes, planner.size_band, launches each exact size under the same name).
+        pr = dataclasses.replace(p.problem, M=int(M), N=int(N), K=int(K))
         splits, M, N, C, bias = int(splits), int(M), int(N), int(C), int(bias)
         assert splits == p.params["SPLITK"], (splits, p.params)
         assert not bias or pr.dtype != "tf32", "the epilogue adds a bias to 16-bit products only"

@@ -28,7 +28,7 @@ from .arrays import (
     gpu_memory_error,
     need_cupy,
 )
-from .executor import CACHE, PreparedCall
+from .executor import CACHE, Family, PreparedCall
 from ..kernels import registry
 from .planner import Plan, plan
 from ..runtime import device as rt_device
@@ -163,6 +163,8 @@ def matmul(
             prepared = CACHE.get(key)
         except TypeError:  # an unhashable tile parameter: the full path says what is wrong with it
             prepared = None
+        if prepared is None:
+            prepared = _family_member(key, a, pa, b, pb, out, pc)
         if prepared is not None:
             result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta, bias, pbias)
             if result is not None:
@@ -236,6 +238,63 @@ def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_
     return key + (kbias,), pa, pb, pc, pbias
 
 
+def _family_key(key) -> tuple[tuple | None, int, int, bool]:
+    """(the family key of a signature ``key``, op(a)'s rows M, op(a)'s columns K, whether K
+    is banded): the key with the rows of op(a) and of out replaced by their band's top
+    (planner.size_band) where op(a) has at least planner.BAND_MIN rows, and K in a and b
+    where K is a weight gradient's (planner.k_banded: K the outer stored axis of a and b, at
+    least BAND_MIN, M and N at least K_BAND_MIN_SIDE), for 2-D a and b and an out (if given)
+    of M rows; (None, M, K, False) where neither is banded.  Two calls of one family differ
+    only in those sizes (a signature holds every other fact of a, b and out, their strides
+    included)."""
+    ka, kb, kc = key[0], key[1], key[2]
+    sa, sb = ka[1], kb[1]
+    if len(sa) != 2 or len(sb) != 2:
+        return None, 0, 0, False
+    trans_a, trans_b = key[5], key[6]
+    m, k = (sa[1], sa[0]) if trans_a else sa
+    n = sb[0] if trans_b else sb[1]
+    # K banded: op(a) column-major, op(b) row-major -- the unit stride along M and N (the
+    # planner checks the layouts it finds against this: Family.of)
+    kband = (
+        k >= planner.BAND_MIN
+        and m >= planner.K_BAND_MIN_SIDE
+        and n >= planner.K_BAND_MIN_SIDE
+        and ka[2][trans_a] < ka[2][not trans_a]
+        and kb[2][not trans_b] < kb[2][trans_b]
+    )
+    mband = m >= planner.BAND_MIN
+    if not (mband or kband):
+        return None, m, k, False
+    if kc is not None and (len(kc[1]) != 2 or kc[1][0] != m):
+        return None, m, k, False
+    mt = planner.size_band(m)[1] if mband else m
+    kt = planner.size_band(k)[1] if kband else k
+    if kc is not None:
+        kc = (kc[0], (mt, kc[1][1])) + kc[2:]
+    ka = (ka[0], (kt, mt) if trans_a else (mt, kt)) + ka[2:]
+    if kband:
+        kb = (kb[0], (n, kt) if trans_b else (kt, n)) + kb[2:]
+    return (ka, kb, kc) + key[3:], m, k, kband
+
+
+def _family_member(key, a, pa: int, b, pb: int, out, pc: int) -> PreparedCall | None:
+    """A signature not in the cache whose family is (executor.Family): its prepared call,
+    made from the family's without validation or a choice, and kept under its own key too;
+    None where there is no family, or the exact size needs the full path."""
+    fkey, m, k, _ = _family_key(key)
+    try:
+        family = CACHE.family(fkey) if fkey is not None else None
+    except TypeError:  # an unhashable tile parameter: the full path says what is wrong with it
+        return None
+    if family is None:
+        return None
+    prepared = family.member(m, k, a, pa, b, pb, out, pc)
+    if prepared is not None:
+        CACHE.put(key, prepared)
+    return prepared
+
+
 def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha, beta, bias=None, pbias: int = 0):
     """Launch a prepared call on these arrays, with ``bias`` (at ``pbias``) added in the
     kernel's epilogue where the prepared call can (PreparedCall.fuses_bias), else after the
@@ -304,6 +363,12 @@ def _matmul_gpu(
     prepared = PreparedCall(call, gpu, kernel, tile_params, precision, bv)
     if key is not None:
         CACHE.put(key, prepared)
+        fkey, _, _, kband = _family_key(key)
+        family = Family.of(call, gpu, kernel, tile_params, precision, bv, prepared) if fkey is not None else None
+        if family is not None and kband == planner.k_banded(
+            call.A.rows, call.B.cols, call.K, call.A.layout, call.B.layout
+        ):
+            CACHE.put_family(fkey, family)
     A, B = call.A.operand, call.B.operand
     pc = call.C.operand.ptr if call.C is not None else 0
     bias, pbias = (bv.operand.obj, bv.operand.ptr) if bv is not None else (None, 0)

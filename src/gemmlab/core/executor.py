@@ -50,6 +50,13 @@ from .planner import (
     result_side,
     storage_itemsize,
     batching,
+    bands_of,
+    family_call,
+    measured_shape,
+    _bands,
+    with_bands,
+    with_size,
+    without_objects,
 )
 from ..runtime import compile as rt_compile
 from ..runtime.device import GPUInfo, make_current
@@ -149,6 +156,61 @@ class Launcher:
         self.item_in, self.item_out = storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
         self.strides = tuple(strides)
         self.splits = splits = p.spec.splits(p.params)
+        # A pre-pass: the rung's own (spec.prepass), or aligned copies of operands it cannot
+        # read in place (spec.staging).
+        self.prepass = p.spec.prepass or (p.spec.staging if not p.problem.tma_aligned else None)
+        self.own_args = p.spec.kernel_args is not None or self.prepass is not None
+        self.batched_args = self.own_args and p.spec.batched_args
+        lda, ldb, ldc = (np.int32(x) for x in lds)
+        sa, sb, sc = (np.int64(s) for s in strides)
+        self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
+        # Kernels that can read a method chosen on the GPU take its record's address
+        # last: none (0) unless run() is given one.
+        self.reads_choice = p.spec.reads_choice
+        self.extra = p.extra_args() + ((0,) if self.reads_choice else ())
+        # The reduction's last two arguments: a choice record's address and the method of
+        # this launcher's GEMM, read only with a record (splitk_reduce.cu); none by default.
+        self.method32 = np.int32(EC_METHODS.get(pr.dtype, 0))
+        if splits > 1:
+            self._ws_what = f"{p.describe()} (split-K)"
+        self._reduce = None  # split-K's reduction and BLAS's quick return, loaded when first needed
+        self._cluster_grid = None
+        self._sized(geo)
+        # A bias the kernel adds in its epilogue (spec.epilogue_bias): its element strides
+        # (rows, columns, matrices), where this launcher can take one -- one launch of the
+        # kernel's own arguments, no pre-pass, K unsplit or split in the kernel, K not 0 --
+        # else None (run() and direct() then take bias = 0 only).
+        self.bias_strides = None
+        if (
+            bias_strides is not None
+            and p.spec.epilogue_bias is not None
+            and p.spec.epilogue_bias(p, bias_strides)
+            and p.spec.kernel_args is not None
+            and self.prepass is None
+            and (splits == 1 or self.fixup_bytes is not None)
+            and pr.K != 0
+            and (batch == 1 or self.batched_args and len(self.chunks) == 1)
+        ):
+            self.bias_strides = tuple(bias_strides)
+
+    def resized(self, p: Plan) -> "Launcher":
+        """This launcher for ``p``: the same kernel and parameters on a problem of other
+        sizes (a family's member, executor.Family), one matrix, K not 0 where this
+        launcher's was not.  What depends on the sizes -- the launch shapes, the split's
+        workspaces, the scalars -- is made again, and nothing kept per call is shared: its
+        arguments are built for the new sizes."""
+        new = object.__new__(Launcher)
+        new.__dict__.update(self.__dict__)
+        new.plan = p
+        new._sized(p.spec.launch(p.params, p.problem))
+        return new
+
+    def _sized(self, geo) -> None:
+        """What depends on the plan's sizes (M, N, K), given its launch shape ``geo``."""
+        p, batch, strides, splits = self.plan, self.batch, self.strides, self.splits
+        pr = p.problem
+        self.geo = geo
+        M, N, K = pr.M, pr.N, pr.K
         # A split the kernel adds up itself (spec.split_fixup): its workspaces' bytes per
         # matrix, (partial tiles, counters); None where a reduction kernel adds the slices.
         self.fixup_bytes = p.spec.split_fixup(p.params, pr) if splits > 1 and p.spec.split_fixup else None
@@ -158,18 +220,6 @@ class Launcher:
         # at all (a null address no tensor map can describe).
         self.quick_ok = pr.out_dtype == "float32" or (splits > 1 and self.fixup_bytes is None) or pr.K == 0
         self.k_zero = pr.K == 0
-        # A pre-pass: the rung's own (spec.prepass), or aligned copies of operands it cannot
-        # read in place (spec.staging).
-        self.prepass = p.spec.prepass or (p.spec.staging if not p.problem.tma_aligned else None)
-        self.own_args = p.spec.kernel_args is not None or self.prepass is not None
-        self.batched_args = self.own_args and p.spec.batched_args
-        M, N, K = pr.M, pr.N, pr.K
-        lda, ldb, ldc = (np.int32(x) for x in lds)
-        sa, sb, sc = (np.int64(s) for s in strides)
-        # Kernels that can read a method chosen on the GPU take its record's address
-        # last: none (0) unless run() is given one.
-        self.reads_choice = p.spec.reads_choice
-        self.extra = p.extra_args() + ((0,) if self.reads_choice else ())
         per_launch = GRID_Z_MAX
         if splits > 1:
             per_matrix = self.fixup_bytes[0] if self.fixup_bytes else 4 * splits * M * N
@@ -191,24 +241,6 @@ class Launcher:
                     LaunchShape((geo.grid[0], geo.grid[1], nz), geo.block, geo.smem_bytes, geo.cluster),
                 )
             )
-        # A bias the kernel adds in its epilogue (spec.epilogue_bias): its element strides
-        # (rows, columns, matrices), where this launcher can take one -- one launch of the
-        # kernel's own arguments, no pre-pass, K unsplit or split in the kernel, K not 0 --
-        # else None (run() and direct() then take bias = 0 only).
-        self.bias_strides = None
-        if (
-            bias_strides is not None
-            and p.spec.epilogue_bias is not None
-            and p.spec.epilogue_bias(p, bias_strides)
-            and p.spec.kernel_args is not None
-            and self.prepass is None
-            and (splits == 1 or self.fixup_bytes is not None)
-            and pr.K != 0
-            and (batch == 1 or self.batched_args and len(self.chunks) == 1)
-        ):
-            self.bias_strides = tuple(bias_strides)
-        self._reduce = None  # split-K's reduction and BLAS's quick return, loaded when first needed
-        self._cluster_grid = None
         self._shape = None  # own-args kernels: the launch shape of the first launch, once the grid is known
         # own-args kernels: launch shapes by matrices per launch (after a pre-pass: by (matrices,
         # whether a choice record is read), the latter a programmatic dependent launch)
@@ -226,17 +258,11 @@ class Launcher:
         self._prepass_moves = {}
         self._prepass_bytes = {}  # ... and its workspace's size, by (matrices, strides, choice or not)
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
-        self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
         # The reduction (split-K's second kernel, and BLAS's quick return): a thread per element of C.
         threads = SPLITK_REDUCE_THREADS
         self._reduce_shapes = [
             LaunchShape((-(-M * N // threads), nz, 1), (threads, 1, 1)) for _, _, _, nz, _ in self.chunks
         ]
-        # The reduction's last two arguments: a choice record's address and the method of
-        # this launcher's GEMM, read only with a record (splitk_reduce.cu); none by default.
-        self.method32 = np.int32(EC_METHODS.get(pr.dtype, 0))
-        if splits > 1:
-            self._ws_what = f"{p.describe()} (split-K)"
         if splits > 1 and self.fixup_bytes is None:
             self.slice_ws = splits * M * N
             self.ldw, self.splits32, self.slice_ws64 = np.int32(N), np.int32(splits), np.int64(splits * M * N)
@@ -933,6 +959,7 @@ class _MethodChooser:
     ):
         make_current(gpu.ordinal)
         self.base, self.precision, self.gpu = base, precision, gpu
+        self.single = bt.nz == 1
         self.scaled_only = precision == "fp16_ec_scaled"
         methods = ("fp16_ec_scaled",) if self.scaled_only else ("fp16_ec", "tf32_ec")
         plans = [plan_for_choice(base, MethodChoice(m), gpu, kernel, tile_params, bt.nz) for m in methods]
@@ -1041,7 +1068,8 @@ class _MethodChooser:
                 "(a call captured in a CUDA graph and not replayed)",
             )
         p = next(p for p, _ in self.candidates if p.problem.dtype == choice.kernel_dtype)
-        return dataclasses.replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
+        reason = with_bands(choice.reason, bands_of(p.problem, self.single))
+        return dataclasses.replace(p, extra=choice.extra, method=choice.method, reason=reason)
 
 
 class PlanChosenOnGPU:
@@ -1174,14 +1202,149 @@ class PreparedCall:
         return self.plan
 
 
+class Family:
+    """What every size of a family shares with a prepared call (gemmlab.core.api's family
+    key: the signature with the rows of op(a) and out, and a weight gradient's K in a and b,
+    replaced by their band's top, planner.size_band and planner.k_banded): the validated
+    call, its operands' objects left out (a family must not keep the caller's arrays alive),
+    what PreparedCall was given, and the first prepared call.  :meth:`member` prepares
+    another size of the bands without validating or choosing again: the signature vouches for
+    everything but the sizes.  Where the first prepared call is one launch of one plan (no
+    method chosen on the GPU) it is derived from that one (_derived: the plan, the launcher's
+    shapes and scalars and the overlap spans made for the new sizes, its arguments built at
+    the first launch); else :func:`planner.with_size` redoes what depends on the sizes and
+    plan_call finds the band's plan (CALL_PLANS)."""
+
+    def __init__(self, call: Call, gpu: GPUInfo, kernel: str, tile_params: dict, precision, bias, first):
+        self.call, self.gpu, self.kernel, self.tile_params = call, gpu, kernel, tile_params
+        self.precision, self.bias = precision, bias
+        self.template = None
+        if (
+            first is not None
+            and first.launcher is not None
+            and first.chooser is None
+            and first.offsets == ((0, 0, 0),)
+            and not first.swap
+            and first.plan.problem.tma_aligned
+        ):
+            self._derivable(first)
+
+    @classmethod
+    def of(
+        cls, call: Call, gpu: GPUInfo, kernel: str, tile_params: dict, precision, bias=None, first=None
+    ) -> "Family | None":
+        """The family of a prepared call (``first``, of ``call``) of one matrix each, a and b
+        2-D, op(a) at least planner.BAND_MIN rows or K banded (planner.family_call); None for
+        any other."""
+        if not family_call(call):
+            return None
+        if bias is not None:
+            bias = dataclasses.replace(bias, operand=dataclasses.replace(bias.operand, obj=None))
+        return cls(without_objects(call), gpu, kernel, dict(tile_params), precision, bias, first)
+
+    def _derivable(self, first: "PreparedCall") -> None:
+        """Keep what _derived needs of ``first`` where its plan is its bands' (the plan of
+        the band's top applied to its size) and TMA reads it in place (no staging: its bytes
+        would enter the choice)."""
+        call, p = self.call, first.plan
+        A, B = call.A, call.B
+        M, N, K = A.rows, B.cols, call.K
+        measured = measured_shape(self.gpu, self.kernel, call.dtypes["dtype"], A.layout + B.layout, 1)
+        Mt, Kt, bands = _bands(M, N, K, A.layout, B.layout, True)
+        if measured is not None and (Mt, Kt) != _bands(M, N, K, A.layout, B.layout, True, measured)[:2]:
+            return  # a shape the tuned table measured: its own plan, not the bands'
+        # The reason of the bands' plan (for_size appended the bands to it)
+        reason, suffix = p.reason, f"chosen for {bands}"
+        if bands and reason == suffix:
+            reason = ""
+        elif bands and reason.endswith("; " + suffix):
+            reason = reason[: -len(suffix) - 2]
+        self.measured, self.tops, self.reason = measured, (Mt, Kt), reason
+        self.ia = ITEMSIZE.get(A.operand.dtype_name, 4)
+        # op(a) column-major: its stored rows are M long, 16-byte multiples or not (aligned16)
+        self.m_width = A.layout == "T"
+        self.m_aligned = M * self.ia % 16 == 0
+        self.first_plan = p
+        self.template = first
+
+    def member(self, M: int, K: int, a, pa: int, b, pb: int, out, pc: int) -> "PreparedCall | None":
+        """The prepared call of this family's call with op(a) of M rows and K columns (a at
+        ``pa``, b at ``pb``; out at ``pc``, or None); None where the exact size needs the full
+        path (a copy)."""
+        if self.template is not None:
+            found = self._derived(M, K)
+            if found is not None:
+                return found
+        call = with_size(self.call, M, K, a, pa, b, pb, out, pc)
+        if call is None:
+            return None
+        return PreparedCall(call, self.gpu, self.kernel, self.tile_params, self.precision, self.bias)
+
+    def _derived(self, M: int, K: int) -> "PreparedCall | None":
+        """The member of M rows and K columns derived from the family's first prepared call, or
+        None where its plan could differ from the first's but for the sizes: other bands'
+        tops (a measured shape), or op(a)'s stored rows on the 16-byte grid where the first's
+        were not (or the other way round).  The plan's instantiation is the first's: every
+        rung's template arguments depend on the parameters, dtypes, layouts and alignments,
+        never on the sizes."""
+        call = self.call
+        N = call.B.cols
+        if self.m_width and (M * self.ia % 16 == 0) != self.m_aligned:
+            return None
+        Mt, Kt, bands = _bands(M, N, K, call.A.layout, call.B.layout, True, self.measured)
+        if (Mt, Kt) != self.tops:
+            return None
+        t, p = self.template, self.first_plan
+        # The plan: the first's, at these sizes (planner.for_size without the re-validation).
+        problem = object.__new__(type(p.problem))
+        problem.__dict__.update(p.problem.__dict__)
+        problem.__dict__["M"], problem.__dict__["K"] = M, K
+        plan = object.__new__(type(p))
+        plan.__dict__.update(p.__dict__)
+        plan.__dict__["problem"] = problem
+        plan.__dict__["reason"] = with_bands(self.reason, bands)
+        new = object.__new__(PreparedCall)
+        new.__dict__.update(t.__dict__)
+        new.plan = plan
+        new.launcher = launcher = t.launcher.resized(plan)
+        new.direct = launcher.direct() if t.direct is not None else None
+        if t.alloc is not None:
+            new.alloc = allocator(call.A.operand.kind, (M, N), call.device, call.dtypes["out_dtype"])
+        if t.spans is not None:
+            (_, sa), (_, sb), (_, sc) = t.spans
+            A, B, C = call.A.operand, call.B.operand, call.C.operand
+            a_shape = (K, M) if call.A.trans else (M, K)
+            b_shape = (N, K) if call.B.trans else (K, N)
+            new.spans = ((0, _extent(a_shape, A)), (0, _extent(b_shape, B)), (0, _extent((M, N), C)))
+        return new
+
+
+def _extent(shape, op) -> int:
+    """The bytes from a 2-D operand's address to the end of what it can touch (strides >= 0,
+    as a family's operands have: no copy)."""
+    (r, c), (s0, s1) = shape, op.strides
+    return ((r - 1) * s0 + (c - 1) * s1 + 1) * op.itemsize
+
+
 class PreparedCache:
     """Prepared calls by signature: bounded (the oldest goes first), shared by
-    every thread (a lock guards changes; reads are single dict operations)."""
+    every thread (a lock guards changes; reads are single dict operations).  Beside
+    them, as many families (:class:`Family`) by family key."""
 
     def __init__(self, size: int = 4096):
         self.size = size
         self._d: OrderedDict = OrderedDict()
+        self._families: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
+
+    def family(self, key) -> Family | None:
+        return self._families.get(key)
+
+    def put_family(self, key, family: Family) -> None:
+        with self._lock:
+            self._families[key] = family
+            while len(self._families) > self.size:
+                self._families.popitem(last=False)
 
     def get(self, key) -> PreparedCall | None:
         # No reordering on a hit: hashing the key once more would cost a repeated call
@@ -1200,6 +1363,7 @@ class PreparedCache:
     def clear(self) -> None:
         with self._lock:
             self._d.clear()
+            self._families.clear()
 
     def __len__(self) -> int:
         return len(self._d)

@@ -740,6 +740,58 @@ def validate(a, b, out, alpha, beta, trans_a, trans_b, precision, out_dtype) -> 
     )
 
 
+def family_call(call: Call) -> bool:
+    """Whether other sizes of ``call`` can be prepared from it (with_size): one matrix each
+    (a and b 2-D), op(a) of at least BAND_MIN rows or K banded (k_banded), nothing copied, a
+    non-empty result written in place, in row-major order."""
+    return (
+        call.batch_shape == ()
+        and len(call.A.operand.shape) == 2
+        and len(call.B.operand.shape) == 2
+        and (call.A.rows >= BAND_MIN or k_banded(call.A.rows, call.B.cols, call.K, call.A.layout, call.B.layout))
+        and call.B.cols > 0
+        and not (call.A.copy or call.B.copy)
+        and (call.C is None or not call.C.copy and call.C.layout == "N")
+    )
+
+
+def without_objects(call: Call) -> Call:
+    """``call`` with its operands' objects left out (what a family keeps: no array of the caller's)."""
+
+    def bare(S):
+        return None if S is None else dataclasses.replace(S, operand=dataclasses.replace(S.operand, obj=None))
+
+    return dataclasses.replace(call, A=bare(call.A), B=bare(call.B), C=bare(call.C))
+
+
+def with_size(call: Call, M: int, K: int, a, pa: int, b, pb: int, out, pc: int) -> Call | None:
+    """A call of the family of ``call`` (family_call) with op(a) of M rows and K columns:
+    ``a`` at ``pa``, ``b`` at ``pb``, ``out`` at ``pc`` (or None: a new result), every other
+    argument's signature equal to ``call``'s but for those sizes (gemmlab.core.api's family
+    key).  What validate decides from the sizes is decided again -- the layouts and leading
+    dimensions of a, of b where K changes and of out (_side) -- and the rest is what the
+    signature already vouched for: dtypes, devices, strides, out's shape (its rows are a's,
+    checked by the key); out's overlap with a or b is checked at every call
+    (PreparedCall.overlaps).  None where the exact size would need a copy (the full path
+    makes it)."""
+    A, B = call.A, call.B
+    shape = (K, M) if A.trans else (M, K)
+    SA = _side(dataclasses.replace(A.operand, obj=a, shape=shape, ptr=pa), A.trans, ())
+    SB = B
+    if K != call.K:
+        shape = (B.operand.shape[0], K) if B.trans else (K, B.operand.shape[1])
+        SB = _side(dataclasses.replace(B.operand, obj=b, shape=shape, ptr=pb), B.trans, ())
+    else:
+        SB = dataclasses.replace(B, operand=dataclasses.replace(B.operand, obj=b, ptr=pb))
+    SC = None
+    if call.C is not None:
+        C = call.C
+        SC = _side(dataclasses.replace(C.operand, obj=out, shape=(M, C.cols), ptr=pc), False, (), is_input=False)
+    if SA.copy or SB.copy or SC is not None and (SC.copy or SC.layout != "N"):
+        return None
+    return dataclasses.replace(call, A=SA, B=SB, C=SC, K=K, result_shape=(M, call.result_shape[-1]))
+
+
 @dataclass
 class KernelView:
     """The product as launched: C row-major.  A column-major out is computed as
@@ -846,6 +898,110 @@ def tma_reading(call: Call, kv: KernelView, bt: Batching) -> tuple[bool, int]:
     return all(readable), stage_bytes
 
 
+# -- sizes in bands ----------------------------------------------------------------------------
+#
+# A mixture of experts multiplies each expert's share of the tokens: a new row count M at
+# almost every call of the forward pass and of dX = dY @ W, a new K at every weight gradient
+# dW = dY^T @ x.  From BAND_MIN up, the choice is made once per band of sizes -- each octave
+# [2^p, 2^(p+1)) split into 8, a size rounded up to a multiple of 2^(p-3) -- for the band's
+# largest size, and applied to each exact size: the problem, the grid, the tensor maps and the
+# arguments are the exact size's.
+#
+# M is banded in every call.  A tile or split chosen for the band's top is legal for any M
+# below it (tiles cover any M; a split is of K; the kernels take M at run time), and no rung
+# decides by an exact M this large (gemv, outer, wgmma's narrow tiles and fp32_tc's thin
+# products all decide below 256).
+#
+# K is banded where it is the tokens of a weight gradient (k_banded): op(a) column-major and
+# op(b) row-major (K the outer stored axis of both, a token slice of dY and of x), one matrix,
+# M and N above K_BAND_MIN_SIDE.  Every rung takes K at run time and cuts any K into its
+# split's slices (wgmma, ec_wgmma: slices of whole K-steps, the last ones shorter or empty;
+# pipelined and gemv: the same, an empty slice writing zeros for the reduction), so a split
+# chosen for the top is legal for any K of the band; the workspaces' sizes depend on M and N
+# only.  What decides by K -- split counts, the cost models, ec_wgmma's tail, the tuned
+# tables' nearest entries -- is then the top's decision; the rules that decide by a small K
+# (outer, gemv's short columns, fp32_tc's thin products) never see K >= 256, and those that
+# decide by a small M or N (gemv's rows, fp32_tc's thin side, wgmma's narrow tiles below
+# WGMMA_NARROW_MIN_M) are left out by K_BAND_MIN_SIDE or do not change legality.
+#
+# A shape a tuned table measured (tables.TunedTable.measured_at) keeps its own entry: banding
+# stops there (an H100's 128 x 4096 x 128256 would otherwise be chosen for K = 131072).  The
+# bands depend on the sizes only: the plan a call gets does not depend on which came before.
+BAND_MIN = 256
+K_BAND_MIN_SIDE = 17  # M and N above every rule on a thin side (gemv's rows, fp32_tc's 16)
+
+
+def size_band(n: int) -> tuple[int, int]:
+    """(the smallest, the largest) size of ``n``'s band: (n, n) below BAND_MIN; else ``n``
+    rounded up to a multiple of 2^(bit_length(n) - 4) is the top, and the band holds every
+    size that rounds up to it (a power of two also takes the top of the octave below)."""
+    if n < BAND_MIN:
+        return n, n
+    step = 1 << (n.bit_length() - 4)
+    hi = -(-n // step) * step
+    return max(BAND_MIN, hi - (1 << ((hi - 1).bit_length() - 4)) + 1), hi
+
+
+def k_banded(M: int, N: int, K: int, op_a: str, op_b: str, single: bool = True) -> bool:
+    """Whether K is chosen by band (see above): a weight gradient's layout (op(a) column-major,
+    op(b) row-major), one matrix, K >= BAND_MIN, M and N >= K_BAND_MIN_SIDE."""
+    return single and op_a == "T" and op_b == "N" and K >= BAND_MIN and M >= K_BAND_MIN_SIDE and N >= K_BAND_MIN_SIDE
+
+
+def for_size(p: Plan, M: int, K: int, bands: str) -> Plan:
+    """``p``, chosen for its problem's sizes (a band's top), applied to a product of M rows
+    and K columns of op(a) (the problem and the instantiation are the exact size's);
+    ``bands`` says which bands the choice was made for, appended to the reason."""
+    if M == p.problem.M and K == p.problem.K:
+        return p
+    problem = replace(p.problem, M=M, K=K)
+    return replace(
+        p,
+        problem=problem,
+        name_expression=p.spec.name_expression(p.params, problem),
+        reason=with_bands(p.reason, bands),
+    )
+
+
+def with_bands(reason: str, bands: str) -> str:
+    """A plan's reason with the bands its choice was made for (``bands``: _bands' words)."""
+    if not bands:
+        return reason
+    return f"{reason}; chosen for {bands}" if reason else f"chosen for {bands}"
+
+
+def bands_of(problem: Problem, single: bool = True) -> str:
+    """The bands a plan of ``problem`` was chosen for, in words ("" where for its own sizes)."""
+    return _bands(problem.M, problem.N, problem.K, problem.op_a, problem.op_b, single)[2]
+
+
+def _bands(M: int, N: int, K: int, op_a: str, op_b: str, single: bool, measured=None) -> tuple[int, int, str]:
+    """(M's band top, K's band top where K is banded, else K, the bands in words where they
+    differ from the sizes); the sizes themselves where ``measured(M, N, K)`` says a tuned table
+    measured this shape."""
+    lo, hi = size_band(M)
+    kt, words = K, [f"rows {lo}..{hi}"] if hi != M else []
+    if k_banded(M, N, K, op_a, op_b, single):
+        klo, kt = size_band(K)
+        if kt != K:
+            words.append(f"K {klo}..{kt}")
+    if words and measured is not None and measured(M, N, K):
+        return M, K, ""
+    return hi, kt, ", ".join(words)
+
+
+def measured_shape(gpu, kernel: str, dtype: str, ops: str, batch: int):
+    """A function (M, N, K) -> whether the tuned table of ``gpu`` measured that shape for
+    ``kernel`` (float32: the only tables so far) in this layout and batch; None where no table
+    can answer."""
+    if dtype != "float32" or not gpu.slug:
+        return None
+    table = tables.load_table(gpu.slug)
+    if table is None:
+        return None
+    return lambda M, N, K: table.measured_at(kernel, M, N, K, batch, ops)
+
+
 def plan_call(
     call: Call, kv: KernelView, bt: Batching, gpu, kernel: str, tile_params: dict, precision: str | None = None
 ) -> Plan:
@@ -854,14 +1010,19 @@ def plan_call(
     batch.  ``precision`` goes to the choice (gemmlab.core.choose): fp16_ec (FP16 parts
     as they are, no scale) runs ec_wgmma's four-set kernel unless the caller named
     BN or FOLD, and fp32_tc with kernel="auto" on a product too thin for the tensor
-    cores runs FP32 on the CUDA cores (the plan's ``method`` is then "fp32")."""
+    cores runs FP32 on the CUDA cores (the plan's ``method`` is then "fp32").
+    Rows from BAND_MIN up, and a weight gradient's K (k_banded), are chosen for their
+    band's top (size_band) and the plan applied to the exact sizes (for_size)."""
     tma_ok, stage_bytes = tma_reading(call, kv, bt)
+    single = bt.nz == 1 and len(bt.offsets) == 1
+    measured = measured_shape(gpu, kernel, call.dtypes["dtype"], kv.A.layout + kv.B.layout, bt.nz)
+    M, K, bands = _bands(kv.M, kv.N, call.K, kv.A.layout, kv.B.layout, single, measured)
     try:
         key = (
             kernel,
-            kv.M,
+            M,
             kv.N,
-            call.K,
+            K,
             kv.aligned16(),
             kv.rows_aligned16(),
             kv.A.layout,
@@ -882,67 +1043,107 @@ def plan_call(
         found = CALL_PLANS.get(key)
     except TypeError:  # a tile parameter that cannot be hashed: planned, not kept
         key = found = None
-    if found is not None:
-        return found
-    p = plan(
-        kernel,
-        kv.M,
-        kv.N,
-        call.K,
-        aligned16=kv.aligned16(),
-        rows_aligned16=kv.rows_aligned16(),
-        sm_count=gpu.sm_count,
-        gpu_slug=gpu.slug,
-        op_a=kv.A.layout,
-        op_b=kv.B.layout,
-        batch=bt.nz,
-        arch=gpu.arch,
-        tma_aligned=tma_ok,
-        gpu_name=gpu.name,
-        smem_limit=gpu.max_smem_per_block_optin,
-        stage_bytes=stage_bytes,
-        precision=precision,
-        **call.dtypes,
-        **tile_params,
-    )
-    if key is not None:
-        if len(CALL_PLANS) >= CALL_PLANS_KEPT:
-            CALL_PLANS.clear()
-        CALL_PLANS[key] = p
-    return p
+    if found is None:
+        found = plan(
+            kernel,
+            M,
+            kv.N,
+            K,
+            aligned16=kv.aligned16(),
+            rows_aligned16=kv.rows_aligned16(),
+            sm_count=gpu.sm_count,
+            gpu_slug=gpu.slug,
+            op_a=kv.A.layout,
+            op_b=kv.B.layout,
+            batch=bt.nz,
+            arch=gpu.arch,
+            tma_aligned=tma_ok,
+            gpu_name=gpu.name,
+            smem_limit=gpu.max_smem_per_block_optin,
+            stage_bytes=stage_bytes,
+            precision=precision,
+            **call.dtypes,
+            **tile_params,
+        )
+        if key is not None:
+            if len(CALL_PLANS) >= CALL_PLANS_KEPT:
+                CALL_PLANS.clear()
+            CALL_PLANS[key] = found
+    return for_size(found, kv.M, call.K, bands)
 
 
-# Plans of calls by everything plan() decides from: a signature that left executor.CACHE (a
-# mixture of experts meets more sizes than it keeps) or another signature of the same problem
-# (other strides of the same layouts, out given or not) is planned without a choice.
+# Plans of calls by everything plan() decides from, sizes by band (size_band, k_banded): a signature that
+# left executor.CACHE (a mixture of experts meets more sizes than it keeps), another signature
+# of the same problem (other strides of the same layouts, out given or not) or another size of
+# the same bands is planned without a choice.
 CALL_PLANS: dict = {}
 CALL_PLANS_KEPT = 8192
 
 
 def plan_for_choice(p: Plan, choice: "methods.MethodChoice", gpu, kernel: str, tile_params: dict, batch: int) -> Plan:
     """``p`` (an error-corrected plan) for the method the data asked for: the
-    kernel instantiated for that method's parts, with its scales."""
+    kernel instantiated for that method's parts, with its scales (the other method's
+    kernel chosen, as ``p`` was, for the band of its rows: plan_call)."""
     if choice.kernel_dtype != p.problem.dtype:
         pr = p.problem
-        p = plan(
-            kernel,
-            pr.M,
-            pr.N,
-            pr.K,
-            aligned16=pr.aligned16,
-            rows_aligned16=pr.rows_aligned16,
-            sm_count=gpu.sm_count,
-            gpu_slug=gpu.slug,
-            dtype=choice.kernel_dtype,
-            out_dtype=pr.out_dtype,
-            op_a=pr.op_a,
-            op_b=pr.op_b,
-            batch=batch,
-            arch=gpu.arch,
-            tma_aligned=pr.tma_aligned,
-            gpu_name=gpu.name,
-            smem_limit=gpu.max_smem_per_block_optin,
-            **tile_params,
-        )
+        measured = measured_shape(gpu, kernel, "float32", pr.op_a + pr.op_b, batch)
+        M, K, bands = _bands(pr.M, pr.N, pr.K, pr.op_a, pr.op_b, batch == 1, measured)
+        try:
+            key = (
+                kernel,
+                M,
+                pr.N,
+                K,
+                pr.aligned16,
+                pr.rows_aligned16,
+                choice.kernel_dtype,
+                pr.out_dtype,
+                pr.op_a,
+                pr.op_b,
+                batch,
+                pr.tma_aligned,
+                tuple((k, v, type(v)) for k, v in tile_params.items()),
+                gpu.sm_count,
+                gpu.slug,
+                gpu.arch,
+                gpu.name,
+                gpu.max_smem_per_block_optin,
+                tables.version,
+            )
+            found = CHOICE_PLANS.get(key)
+        except TypeError:  # a tile parameter that cannot be hashed: planned, not kept
+            key = found = None
+        if found is None:
+            found = plan(
+                kernel,
+                M,
+                pr.N,
+                K,
+                aligned16=pr.aligned16,
+                rows_aligned16=pr.rows_aligned16,
+                sm_count=gpu.sm_count,
+                gpu_slug=gpu.slug,
+                dtype=choice.kernel_dtype,
+                out_dtype=pr.out_dtype,
+                op_a=pr.op_a,
+                op_b=pr.op_b,
+                batch=batch,
+                arch=gpu.arch,
+                tma_aligned=pr.tma_aligned,
+                gpu_name=gpu.name,
+                smem_limit=gpu.max_smem_per_block_optin,
+                **tile_params,
+            )
+            if key is not None:
+                if len(CHOICE_PLANS) >= CALL_PLANS_KEPT:
+                    CHOICE_PLANS.clear()
+                CHOICE_PLANS[key] = found
+        p = for_size(found, pr.M, pr.K, bands)
     log.debug("error-corrected method: %s (%s)", choice.method, choice.reason)
-    return replace(p, extra=choice.extra, method=choice.method, reason=choice.reason)
+    return replace(
+        p, extra=choice.extra, method=choice.method, reason=with_bands(choice.reason, bands_of(p.problem, batch == 1))
+    )
+
+
+# The other method's plans of error-corrected calls (plan_for_choice), as CALL_PLANS.
+CHOICE_PLANS: dict = {}

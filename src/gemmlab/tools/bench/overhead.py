@@ -46,6 +46,7 @@ SIZE_DTYPES = ("float32", "bfloat16", "float16")
 CALLS, ROUNDS, WARMUP = 300, 15, 20
 NEW_ARRAYS = 2048  # operand sets the "new addresses" rows cycle through (> executor.ARGS_KEPT)
 NEW_ROWS = 4608  # row counts the "new rows" rows cycle through (> executor.CACHE's size)
+NEW_ROWS_BANDED = 1024  # the first row count (K) of the "new rows (K) in bands" rows (all >= planner.BAND_MIN)
 # The host rows' dtypes: what the arrays hold, and the precision gemmlab is asked for.
 HOST_DTYPES = {
     "float32": ("float32", None),
@@ -196,31 +197,45 @@ def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
             _cycling(partial(matmul, precision=precision), sets),
             key,
         )
-        # Row slices of one operand pair: a new size at each call, not a new allocation.
-        big_a, b, big_c = _operands("torch", storage, (M + NEW_ROWS, K), (K, N), (M + NEW_ROWS, N))
-        sets = [(big_a[: M + i], b, big_c[: M + i]) for i in range(NEW_ROWS)]
-        rows = f"{M}..{M + NEW_ROWS - 1}x{N}x{K}"
-        key = ("matmul, new rows", dtype, True, rows)
-        add(
-            "torch.matmul(a, b, out=c), new rows",
-            "torch",
-            "torch",
-            dtype,
-            True,
-            rows,
-            _cycling(torch.matmul, sets),
-            key,
-        )
-        add(
-            f"gemmlab.matmul(a, b, out=c{prec}), new rows",
-            "gemmlab",
-            "torch",
-            dtype,
-            True,
-            rows,
-            _cycling(partial(matmul, precision=precision), sets),
-            key,
-        )
+        # Row slices of one operand pair: a new size at each call, not a new allocation.  From
+        # M rows (most of them in bands: a family's prepared call, executor.Family), and from
+        # NEW_ROWS_BANDED, every size in a band (planner.size_band) whose family is known.
+        for first, what in ((M, "new rows"), (NEW_ROWS_BANDED, "new rows in bands")):
+            big_a, b, big_c = _operands("torch", storage, (first + NEW_ROWS, K), (K, N), (first + NEW_ROWS, N))
+            sets = [(big_a[: first + i], b, big_c[: first + i]) for i in range(NEW_ROWS)]
+            rows = f"{first}..{first + NEW_ROWS - 1}x{N}x{K}"
+            key = (f"matmul, {what}", dtype, True, rows)
+            add(
+                f"torch.matmul(a, b, out=c), {what}",
+                "torch",
+                "torch",
+                dtype,
+                True,
+                rows,
+                _cycling(torch.matmul, sets),
+                key,
+            )
+            add(
+                f"gemmlab.matmul(a, b, out=c{prec}), {what}",
+                "gemmlab",
+                "torch",
+                dtype,
+                True,
+                rows,
+                _cycling(partial(matmul, precision=precision), sets),
+                key,
+            )
+        # A weight gradient dY^T @ x on token slices: a new K at each call, from NEW_ROWS_BANDED
+        # (planner.k_banded: every K in a band whose family is known).
+        first = NEW_ROWS_BANDED
+        big_dy, big_x, c = _operands("torch", storage, (first + NEW_ROWS, M), (first + NEW_ROWS, N), (M, N))
+        sets = [(big_dy[: first + i].t(), big_x[: first + i], c) for i in range(NEW_ROWS)]
+        ks = f"{M}x{N}x{first}..{first + NEW_ROWS - 1}"
+        key = ("matmul, new K in bands", dtype, True, ks)
+        add("torch.matmul(dY.t(), x, out=c), new K in bands", "torch", "torch", dtype, True, ks,
+            _cycling(torch.matmul, sets), key)  # fmt: skip
+        add(f"gemmlab.matmul(dY.t(), x, out=c{prec}), new K in bands", "gemmlab", "torch", dtype, True, ks,
+            _cycling(partial(matmul, precision=precision), sets), key)  # fmt: skip
     for dtype in ("float32", "bfloat16"):
         a, b, _ = _operands("torch", dtype, (M, K), (K, N), (M, N))
         key = ("mm", dtype, False, shape)
