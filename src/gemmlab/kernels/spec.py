@@ -126,6 +126,9 @@ class Problem:
     # of A, 128 x 128 of B); "" for products without scales.
     dtype_b: str = ""
     scaling: str = ""
+    # Grouped products (tensor rung 6, grouped): the number of groups G of A's rows, each
+    # multiplied by its own B; M is then the rows of all of them (T).  0: one product.
+    groups: int = 0
 
     def with_layout(self, op_a: str, op_b: str) -> "Problem":
         return dataclasses.replace(self, op_a=op_a, op_b=op_b)
