@@ -25,6 +25,7 @@ KERNELS = [
     "mma_pipelined",
     "wgmma",
     "wgmma_fp8",
+    "grouped",
     "ec_wmma",
     "ec_wgmma",
     "gemv",
@@ -43,7 +44,7 @@ def test_list_prints_every_kernel(capsys):
         assert entry["description"] in out
     assert "tile  in [2, 4, 8, 16, 32] (default 32)" in out
     assert "rule: shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB" in out
-    assert out.count("runs on: sm_90a only") == 3  # wgmma, wgmma_fp8, ec_wgmma
+    assert out.count("runs on: sm_90a only") == 4  # wgmma, wgmma_fp8, grouped, ec_wgmma
     assert out.count("runs on: ") == len(KERNELS)
     assert err == ""
 
@@ -453,8 +454,8 @@ def test_verify_default_covers_every_rung_the_gpu_runs(capsys):
     arch = rt_device.gpu_info(0).arch
     assert main(["verify", "--shapes", "33x65x17,127x129x255,7x13x4099"]) == 0
     out = capsys.readouterr().out.splitlines()
-    # (FP8's rung has its own tests: tests/test_wgmma_fp8.py.)
-    rungs = [s for s in registry.ladder() if s.builds_for(arch) and s.name != "wgmma_fp8"]
+    # (FP8's and grouped's rungs have their own tests: tests/test_wgmma_fp8.py, tests/test_grouped.py.)
+    rungs = [s for s in registry.ladder() if s.builds_for(arch) and s.name != "wgmma_fp8" and not s.own_call]
     rows = [ln.split() for ln in out if ln.startswith(("ok", "FAIL"))]
     assert [(r[1], r[2]) for r in rows] == [(s.name, verify_dtype(s, arch)) for s in rungs for _ in range(3)]
     assert all(r[0] == "ok" for r in rows) and out[-1] == f"{len(rows)} passed, 0 failed"

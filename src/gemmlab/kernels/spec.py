@@ -313,6 +313,10 @@ class KernelSpec:
     # The result types the kernel writes whatever its inputs (wgmma_fp8: bfloat16, float32);
     # empty: float32, or the input's own type (FLOAT32_RESULT: float32 only).
     out_dtypes: tuple[str, ...] = ()
+    # The public call that runs this kernel where gemmlab.matmul does not (grouped:
+    # "gemmlab.grouped_mm"); "" for matmul's rungs.  Tools that run matmul over the ladder
+    # (verify, bench's ladder) leave such a rung out.
+    own_call: str = ""
 
     def why_not_on(self, arch: str, dtype: str | None = None) -> str | None:
         """Why this kernel cannot run on the NVRTC target ``arch`` (for ``dtype``, or for

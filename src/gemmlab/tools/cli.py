@@ -503,9 +503,12 @@ def cmd_verify(args) -> int:
     from ..runtime.device import gpu_info
 
     gpu = gpu_info(0)  # no GPU: one line, before any array library is touched
-    if everything:  # every rung this GPU runs, each in its own dtype (FP8's: tests/test_wgmma_fp8.py)
+    if everything:  # every matmul rung this GPU runs, each in its own dtype (FP8's: tests/test_wgmma_fp8.py;
+        # grouped's: tests/test_grouped.py)
         specs = {
-            s.name: s for s in registry.ladder() if s.builds_for(gpu.arch) and any(d in VERIFY_DTYPES for d in s.dtypes)
+            s.name: s
+            for s in registry.ladder()
+            if s.builds_for(gpu.arch) and any(d in VERIFY_DTYPES for d in s.dtypes) and not s.own_call
         }
     runs = []
     for name, spec in specs.items():

@@ -218,6 +218,7 @@ EXPECTED_SASS = {
     "mma_pipelined": ("HMMA", "LDSM", "LDGSTS"),
     "wgmma": ("HGMMA",),
     "wgmma_fp8": ("QGMMA",),
+    "grouped": ("HGMMA",),
     "ec_wmma": ("HMMA", "LDGSTS"),
     "ec_wgmma": ("HGMMA",),
     "pipelined": ("LDGSTS",),

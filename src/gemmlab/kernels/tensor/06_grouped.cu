@@ -1,19 +1,13 @@
-// Tensor-core rung 6, grouped (Hopper, sm_90a only): one launch for the G products of a
-// mixture-of-experts layer, C_g = A_g @ B_g, where A_g are consecutive groups of rows of
-// one (T, K) matrix -- the tokens the router sorted by expert -- and B is a stack of G
-// weights.  The wgmma rung's machinery as it is (TMA into a swizzled ring, mbarriers, a
-// producer warpgroup and BM/64 consumers, tensor/04_wgmma.cuh); what changes:
-//   the work list  items are (group, tile-row, tile-column), counted by every block from
-//                  the offsets on the GPU (tensor/06_grouped.cuh): no host sync, and an
-//                  empty group has no items at all;
-//   the operands   A's map covers the whole (T, K) matrix, read from the group's first
-//                  row (the rows of a tile past the group's end are the next group's,
-//                  read and never stored); B's map is 3-D, the group its outermost
-//                  coordinate, as a batch's is in the wgmma rung;
-//   the epilogue   C through shared memory and masked at the group's end
-//                  (04_wgmma_store.cuh), as TMA could clip only at C's end;
-//   idle halves    a consumer whose 64 rows lie wholly past its group's end (a group of
-//                  a few rows) waits for each stage and hands it back, no wgmma.
+// Tensor-core rung 6, grouped (Hopper, sm_90a only): one launch for a mixture-of-experts
+// layer's G products C_g = A_g @ B_g, A_g consecutive groups of rows of one (T, K) matrix
+// (the router's sorted tokens), B a stack of G weights.  The wgmma rung's TMA ring,
+// mbarriers and warpgroups as they are (tensor/04_wgmma.cuh); what changes: every block
+// counts the work items (group, tile-row, tile-column) from the offsets on the GPU
+// (tensor/06_grouped.cuh), so the host never waits to read them and an empty group has no
+// items; A's map covers all T rows (a tile's rows past its group's end are read, never
+// stored) and B's is 3-D, the group outermost; C goes through shared memory, masked at the
+// group's end, where TMA could clip only at C's end; a consumer whose 64 rows lie wholly
+// past its group's end waits for each stage and hands it back without a wgmma.
 // Details: docs/tensor/06-grouped.md.
 #include <gemmlab/tensor/04_wgmma.cuh>
 #include <gemmlab/tensor/06_grouped.cuh>

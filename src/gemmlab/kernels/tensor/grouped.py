@@ -195,4 +195,5 @@ SPEC = KernelSpec(
     unusable=_unusable,
     # gemmlab.matmul(..., kernel="grouped") on one product: the wgmma rung, saying why.
     fallback="wgmma",
+    own_call="gemmlab.grouped_mm",
 )
