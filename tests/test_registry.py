@@ -507,7 +507,9 @@ def test_all_name_expressions(spec):
     home = ("N", "T") if spec.name == "wgmma_fp8" else ("N", "N")
     if spec.name == "grouped":  # A row-major always, B either way: NN and NT, every variant in its own
         assert spec.layouts == (("N", "N"), ("N", "T"))
-        assert len(names) == len(configs) * len(spec.variants) and len(nn_names) == len(configs) * 2
+        assert len(names) == len(configs) * len(spec.variants) * 2 and len(nn_names) == len(configs) * len(
+            spec.variants
+        )
         return
     assert set(layouts) <= set(LAYOUTS) and home in layouts
     read = {la: sum(not spec.why_unusable(v.with_layout(*la)) for v in spec.variants) for la in layouts}
