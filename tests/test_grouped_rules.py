@@ -206,6 +206,7 @@ OFFS = torch.tensor([3, 3, 10], dtype=torch.int32)
         ((_t((10, 16)), _t((3, 16, 20)), OFFS), {}, ValueError, "K = 16, N = 20"),
         ((_t((16, 10)).t(), _t((3, 16, 8)), OFFS), {}, ValueError, "row-major with unit column stride"),
         ((_t((10, 16)), _t((3, 16, 16))[:, :, ::2], OFFS), {}, ValueError, "neither row-major"),
+        ((_t((10, 16)), _t((1, 16, 8)).expand(3, 16, 8), OFFS), {}, ValueError, "an expanded b is not read"),
         ((_t((10, 24))[:, 1:17], _t((3, 16, 8)), OFFS), {}, ValueError, "16-byte aligned address"),
         ((_t((10, 20))[:, :16], _t((3, 16, 8)), OFFS), {}, ValueError, "rows 20 elements apart"),
         ((_t((10, 16)), _t((3, 16, 8)), OFFS), {"out_dtype": torch.float32}, TypeError, "not float32"),

@@ -105,6 +105,11 @@ def validate_grouped(a, b, offs, out=None, out_dtype=None) -> GroupedCall:
             "row-major (G, N, K) (W.transpose(-2, -1)): pass b.contiguous()"
         )
     sbatch = sb_[0] if G > 1 else 0
+    if G > 1 and sbatch <= 0:
+        raise ValueError(
+            f"b's matrices must lie apart (its stride over G is {sbatch}: an expanded b is not read); "
+            "pass b.contiguous()"
+        )
     if T and N and K and G:  # operands TMA reads
         for name, x, ld, step in (("a", a, lda, 0), ("b", b, ldb, sbatch)):
             if x.data_ptr() % 16 or ld % GROUPED_ALIGN or step % GROUPED_ALIGN:

@@ -315,7 +315,7 @@ class KernelSpec:
     out_dtypes: tuple[str, ...] = ()
     # The public call that runs this kernel where gemmlab.matmul does not (grouped:
     # "gemmlab.grouped_mm"); "" for matmul's rungs.  Tools that run matmul over the ladder
-    # (verify, bench's ladder) leave such a rung out.
+    # (verify, bench's ladder) and the kernels an error message suggests leave it out.
     own_call: str = ""
 
     def why_not_on(self, arch: str, dtype: str | None = None) -> str | None:
@@ -346,7 +346,9 @@ class KernelSpec:
         why = self.why_not_on(arch, dtype)
         if why:
             runs = [
-                s.name for s in SPECS.values() if s.builds_for(arch, dtype) and (dtype is None or dtype in s.dtypes)
+                s.name
+                for s in SPECS.values()
+                if s.builds_for(arch, dtype) and (dtype is None or dtype in s.dtypes) and not s.own_call
             ]
             what = f" for {dtype}" if dtype else ""
             raise ValueError(
@@ -436,7 +438,7 @@ class KernelSpec:
     def check_dtypes(self, problem: Problem) -> None:
         """Raise TypeError if this kernel does not compute problem.dtype -> problem.out_dtype."""
         if problem.dtype not in self.dtypes:
-            fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes]
+            fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes and not s.own_call]
             raise TypeError(
                 f"kernel {self.name!r} computes {', '.join(self.dtypes)}, not {problem.dtype}; "
                 f"for {problem.dtype} use one of: {', '.join(fits) or 'none yet'}"
