@@ -209,7 +209,7 @@ def no_gpu_allowed(monkeypatch):
         ),
         (["bench", "--suite", "models", "--kernel-only"], "--kernel-only is for --suite ladder or ec or overhead"),
         (["bench", "--suite", "models", "--ops", "TN"], "--ops is for --suite ladder, not --suite models"),
-        (["bench", "--tokens", "16"], "--tokens is for --suite models, not --suite ladder"),
+        (["bench", "--tokens", "16"], "--tokens is for --suite models or moe, not --suite ladder"),
         (["bench", "--suite", "ec", "--only", "linear"], "--only is for --suite models, not --suite ec"),
         (["bench", "--time-budget-s", "10"], "--time-budget-s is for --suite models"),
         (["bench", "--dtype", "fp32_tc"], "--dtype 'fp32_tc': the ladder takes one of fp32, tf32, fp16, bf16"),
