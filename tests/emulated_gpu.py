@@ -101,6 +101,8 @@ class Emulator:
             self._wgmma_fp8(kernel, grid, block, smem, cluster, *args)
         elif kernel.spec.name == "grouped":
             self._grouped(kernel, grid, block, smem, cluster, *args)
+        elif kernel.spec.name == "grouped_wgrad":
+            self._grouped_wgrad(kernel, grid, block, smem, cluster, *args)
         else:
             self._gemm(kernel, grid, *args)
 
@@ -292,6 +294,36 @@ class Emulator:
             b = b if pr.op_b == "N" else b.t()
             part = (a[start:end] @ b).to(tdt).view(torch.uint16)
             c[start:end] = part.numpy().view(np.uint16)
+
+    def _grouped_wgrad(self, p, grid, block, smem, cluster, T, P, Q, G, offs, C, ldc, sc, map_x, map_y):
+        """07_grouped_wgrad.cu's contract: X (T x P) and Y (T x Q) read through their maps (a
+        batch of one, 64 x 64 boxes), the offsets from device memory, clamped as group_rows
+        clamps them; C_g = X_g^T @ Y_g (P x Q, rows ldc and matrices sc apart) written for every
+        group, zeros for an empty one."""
+        import torch
+
+        pr, prm = p.problem, p.params
+        T, P, Q, G, ldc, sc = int(T), int(P), int(Q), int(G), int(ldc), int(sc)
+        assert (P, Q, T, G) == (pr.M, pr.N, pr.K, pr.groups) and (pr.op_a, pr.op_b) == ("T", "N")
+        items = G * -(-P // prm["BM"]) * -(-Q // prm["BN"])
+        assert grid[1] == grid[2] == 1 and 0 < grid[0] <= min(132, items), grid
+        assert block[0] == 128 * (prm["BM"] // 64 + 1) and smem == p.spec.launch(prm, pr).smem_bytes
+        for m, cols in ((map_x, P), (map_y, Q)):
+            assert (m.rows, m.cols, m.box_rows, m.box_cols, m.batch) == (T, cols, 64, 64, 1), m
+        tdt = getattr(torch, pr.dtype)
+
+        def values(raw):
+            return torch.from_numpy(np.ascontiguousarray(raw)).view(tdt).double()
+
+        x, y = values(self._through(map_x, 0, "uint16")), values(self._through(map_y, 0, "uint16"))
+        ends = self.mem(int(offs), "int32", (G,), (1,)).tolist()
+        c = self.mem(int(C), "uint16", (G, P, Q), (sc, ldc, 1))
+        prev = 0
+        for g, end in enumerate(ends):
+            start = min(max(prev, 0), T)
+            end, prev = min(max(end, start), T), end
+            part = (x[start:end].t() @ y[start:end]).to(tdt).view(torch.uint16)
+            c[g] = part.numpy().view(np.uint16)
 
     def _gemm(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc):
         pr = p.problem
@@ -600,6 +632,14 @@ def _install_grouped(monkeypatch, emu: Emulator) -> None:
         return p
 
     monkeypatch.setattr(grouped, "plan_grouped", plan_grouped)
+    real_wgrad = grouped.plan_grouped_wgrad
+
+    def plan_grouped_wgrad(*args, **kwargs):
+        p = real_wgrad(*args, **kwargs)
+        _PLANS[p.name_expression] = p
+        return p
+
+    monkeypatch.setattr(grouped, "plan_grouped_wgrad", plan_grouped_wgrad)
 
 
 def emulated_tensor(emu: Emulator, x: np.ndarray):

@@ -1,11 +1,13 @@
-"""The grouped rung compiled for sm_90a (NVRTC, no GPU): every instantiation builds without spills
-or ptxas's serialisation warning, and its SASS multiplies with the 16-bit wgmma (HGMMA.64xBNx16,
-four a K-step of 64 values, no HMMA), loads through TMA (3-D copies) and waits on mbarriers, with
-the registers moved between the roles (setmaxnreg honoured).
+"""The grouped rungs compiled for sm_90a (NVRTC, no GPU): grouped (rung 6) and grouped_wgrad (rung
+7, its weights' gradient).  Every instantiation builds without spills or ptxas's serialisation
+warning, and its SASS multiplies with the 16-bit wgmma (HGMMA.64xBNx16, four a K-step of 64
+values, no HMMA), loads through TMA (3-D copies) and waits on mbarriers, with the registers moved
+between the roles (setmaxnreg honoured), and stores C from the threads (no TMA store).
 
-By default: the defaults in every variant and layout, and every other configuration in bfloat16
-with B transposed (a MoE layer's x @ W_e.t()); the whole matrix (every configuration x both
-types x both layouts, 36 instantiations) with `pytest -m compile_matrix`."""
+By default: each rung's defaults in every variant and layout, and every other configuration in
+bfloat16 (grouped: with B transposed, a MoE layer's x @ W_e.t()); the whole matrix (grouped:
+every configuration x both types x both layouts, 36 instantiations; grouped_wgrad: x both types,
+18) with `pytest -m compile_matrix`."""
 
 import re
 
@@ -15,39 +17,39 @@ from gemmlab.kernels import registry
 from gemmlab.runtime.compile import compile_in_processes, compile_module, module_sass
 from gemmlab.tools.inspect_kernels import find_disassembler, opcodes
 
-SPEC = registry.get("grouped")
+SPECS = [registry.get("grouped"), registry.get("grouped_wgrad")]
 ARCH = "sm_90a"
 SASS_TYPE = {"float16": "", "bfloat16": ".BF16"}  # HGMMA names BF16 operands only
 
 needs_nvdisasm = pytest.mark.skipif(find_disassembler() is None, reason="nvdisasm not found")
 
 
-def _sample() -> dict:
+def _sample(spec) -> dict:
     """name expression -> (params, problem): the default set (module docstring)."""
     out = {}
-    for params, prob in SPEC.instantiations(configs=[SPEC.defaults()]):
-        out[SPEC.name_expression(params, prob)] = (params, prob)
-    for params, prob in SPEC.instantiations(layouts=[("N", "T")]):
+    for params, prob in spec.instantiations(configs=[spec.defaults()], layouts=spec.layouts):
+        out[spec.name_expression(params, prob)] = (params, prob)
+    for params, prob in spec.instantiations(layouts=spec.layouts[-1:]):
         if prob.dtype == "bfloat16":
-            out.setdefault(SPEC.name_expression(params, prob), (params, prob))
+            out.setdefault(spec.name_expression(params, prob), (params, prob))
     return out
 
 
-def _every() -> dict:
-    return {SPEC.name_expression(p, prob): (p, prob) for p, prob in SPEC.instantiations()}
+def _every(spec) -> dict:
+    return {spec.name_expression(p, prob): (p, prob) for p, prob in spec.instantiations(layouts=spec.layouts)}
 
 
-def _check(found: dict) -> None:
+def _check(spec, found: dict) -> None:
     groups: dict = {}
     for name, (params, prob) in found.items():
         groups.setdefault((prob.dtype, prob.op_b), {})[name] = (params, prob)
-    compile_in_processes([(SPEC.source_path, list(g), ARCH) for g in groups.values()])
+    compile_in_processes([(spec.source_path, list(g), ARCH) for g in groups.values()])
     for group in groups.values():
-        _check_module(group)
+        _check_module(spec, group)
 
 
-def _check_module(found: dict) -> None:
-    module = compile_module(SPEC.source_path, list(found), ARCH)
+def _check_module(spec, found: dict) -> None:
+    module = compile_module(spec.source_path, list(found), ARCH)
     sass = module_sass(module) if find_disassembler() is not None else {}
     # setmaxnreg honoured (C7508), and no wgmma serialised for a wait on a divergent path (C7518).
     assert "C7508" not in module.log and "C7518" not in module.log, module.log
@@ -69,16 +71,21 @@ def _check_module(found: dict) -> None:
 
 
 def test_every_instantiation_count():
-    assert len(_every()) == len(SPEC.configurations()) * 2 * 2 == 36
-    assert len(_sample()) == 4 + len(SPEC.configurations()) - 1
+    grouped, wgrad = SPECS
+    assert len(_every(grouped)) == len(grouped.configurations()) * 2 * 2 == 36
+    assert len(_sample(grouped)) == 4 + len(grouped.configurations()) - 1
+    assert len(_every(wgrad)) == len(wgrad.configurations()) * 2 == 18
+    assert len(_sample(wgrad)) == 2 + len(wgrad.configurations()) - 1
 
 
 @needs_nvdisasm
-def test_sample_compiles_to_hgmma():
-    _check(_sample())
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_sample_compiles_to_hgmma(spec):
+    _check(spec, _sample(spec))
 
 
 @pytest.mark.compile_matrix
 @needs_nvdisasm
-def test_every_instantiation_compiles_to_hgmma():
-    _check(_every())
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_every_instantiation_compiles_to_hgmma(spec):
+    _check(spec, _every(spec))

@@ -387,3 +387,83 @@ def test_the_cpu_kernel_says_it_reads_cuda_tensors():
     a, w, offs = _moe(ends=(8, 16, 24, 37), grad=False)
     with pytest.raises(ValueError, match="a is on the cpu; grouped_mm runs on a CUDA device"):
         gt.grouped_mm(a, w.transpose(-2, -1), offs)
+
+
+# -- the weights' gradient in one launch (grouped_wgrad, rung 7) ----------------------------------
+
+
+WGRAD = registry.get("grouped_wgrad")
+
+
+def test_wgrad_spec_plan_and_geometry():
+    from gemmlab.core.planner import plan_grouped_wgrad
+    from gemmlab.kernels.tensor.grouped_wgrad import grouped_wgrad_smem
+
+    assert (WGRAD.family, WGRAD.rung, WGRAD.arches, WGRAD.layouts) == ("tensor", 7, ("sm_90a",), (("T", "N"),))
+    for p in WGRAD.configurations():
+        assert (
+            grouped_wgrad_smem(p)
+            == p["STAGES"] * (p["BM"] + p["BN"]) * 128 + p["BM"] // 64 * 9216 + 16 * p["STAGES"] + 1024
+        )
+        assert grouped_wgrad_smem(p) <= 227 * 1024
+    p = plan_grouped_wgrad(4096, 28672, 16384, 8, "bfloat16", arch="sm_90a")
+    assert p.params == {"BM": 128, "BN": 256, "STAGES": 4}
+    assert p.name_expression == "gemmlab::grouped_wgrad_gemm<1, 128, 256, 4, 'T', 'N'>"
+    assert WGRAD.launch(p.params, p.problem).grid == (132, 1, 1)
+    small = plan_grouped_wgrad(64, 128, 10, 2, "float16", arch="sm_90a")
+    assert small.params["BN"] == 128 and WGRAD.launch(small.params, small.problem).grid == (2, 1, 1)
+    with pytest.raises(ValueError, match="'grouped_wgrad' only"):
+        plan_grouped_wgrad(64, 128, 10, 2, "float16", kernel="grouped")
+    assert "not one product" in WGRAD.why_unusable(Problem(8, 8, 8, True, "float16", "float16", "T", "N"))
+
+
+def test_wgrad_maps(monkeypatch):
+    from gemmlab.core.planner import plan_grouped_wgrad
+    from gemmlab.kernels.tensor.grouped_wgrad import WgradOperands, grouped_wgrad_args
+
+    monkeypatch.setattr(tma, "_encode", lambda *a: emulated_gpu.FakeMap(*a))
+    p = plan_grouped_wgrad(256, 384, 1000, 5, "bfloat16", arch="sm_90a")
+    args = grouped_wgrad_args(p, WgradOperands(0x10000, 256, 0x90000, 392, 0x200000, 384, 256 * 384, 0x5000))
+    assert [int(x) for x in args[:8]] == [1000, 256, 384, 5, 0x5000, 0x200000, 384, 256 * 384]
+    assert args[8] == emulated_gpu.FakeMap(0x10000, 1000, 256, 256, "bfloat16", 64, 64, 1, args[8].bstride)
+    assert args[9] == emulated_gpu.FakeMap(0x90000, 1000, 384, 392, "bfloat16", 64, 64, 1, args[9].bstride)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("G", [1, 6, 64])
+def test_emulated_weight_grad(monkeypatch, dtype, G):
+    emu = emulated_gpu.install(monkeypatch)
+    ends, T = _offsets(random.Random(G + 100), None, G)
+    g = torch.Generator().manual_seed(G)
+    x, y = torch.randn(T + 2, 40, generator=g).to(dtype), torch.randn(T + 2, 24, generator=g).to(dtype)
+
+    def dev(t):
+        return emulated_gpu.emulated_tensor(emu, t.contiguous().view(torch.uint16).numpy()).view(dtype)
+
+    offs = emulated_gpu.emulated_tensor(emu, np.array(ends, np.int32))
+    out = grouped.grouped_weight_grad(dev(x), dev(y), offs)
+    assert out.shape == (G, 40, 24) and grouped.last_grouped_plan().spec.name == "grouped_wgrad"
+    prev = 0
+    for i, end in enumerate(ends):
+        want = x[prev:end].double().t() @ y[prev:end].double()
+        if end == prev:
+            assert not out[i].double().any(), "an empty group's gradient is zeros"
+        else:
+            assert torch.allclose(out[i].double(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
+        prev = end
+
+
+def test_wgrad_refusals_before_anything_is_written():
+    x, y = _t((10, 16)), _t((10, 8))
+    with pytest.raises(ValueError, match="P = 12, Q = 8"):
+        grouped.validate_wgrad(_t((10, 12)), y, OFFS)
+    with pytest.raises(ValueError, match="the same rows"):
+        grouped.validate_wgrad(x, _t((11, 8)), OFFS)
+    with pytest.raises(TypeError, match="of one dtype"):
+        grouped.validate_wgrad(x, y.half(), OFFS)
+    out = torch.full((3, 16, 9), 7.0, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"out has shape \(3, 16, 9\)"):
+        grouped.grouped_weight_grad(x, y, OFFS, out=out)
+    assert (out == 7).all()
+    with pytest.raises(ValueError, match="x is on the cpu; grouped_weight_grad runs on a CUDA device"):
+        grouped.grouped_weight_grad(x, y, OFFS)

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from .arrays import allocator, stream_getter
 from .executor import PreparedCache, _keep
-from .planner import Plan, plan_grouped
+from .planner import Plan, plan_grouped, plan_grouped_wgrad
 from ..kernels.tensor.grouped import GROUPED_ALIGN, GROUPED_DTYPES, GROUPED_MAX_GROUPS, GroupedOperands, grouped_args
+from ..kernels.tensor.grouped_wgrad import WgradOperands, grouped_wgrad_args
 from ..runtime.launch import PackedArgs
 
 _tls = threading.local()
@@ -133,14 +134,14 @@ def validate_grouped(a, b, offs, out=None, out_dtype=None) -> GroupedCall:
     return GroupedCall(T, N, K, G, _name(a), op_b, lda, ldb, sbatch, ldc, a.device.index or 0)
 
 
-def check_devices(a, b, offs, out=None) -> None:
+def check_devices(a, b, offs, out=None, names=("a", "b"), call="grouped_mm") -> None:
     """Every array of a grouped call on one CUDA device (checked after validate_grouped)."""
-    for name, x in (("a", a), ("b", b), ("offs", offs), ("out", out)):
+    for name, x in ((names[0], a), (names[1], b), ("offs", offs), ("out", out)):
         if x is not None and not x.is_cuda:
-            raise ValueError(f"{name} is on the {x.device}; grouped_mm runs on a CUDA device")
+            raise ValueError(f"{name} is on the {x.device}; {call} runs on a CUDA device")
     devices = {x.device.index for x in (a, b, offs, out) if x is not None}
     if len(devices) > 1:
-        raise ValueError(f"a, b, offs and out are on different devices ({sorted(devices)})")
+        raise ValueError(f"{names[0]}, {names[1]}, offs and out are on different devices ({sorted(devices)})")
 
 
 # -- the call ----------------------------------------------------------------------------------
@@ -219,7 +220,12 @@ def _prepare(a, b, offs, out, out_dtype, kernel, tile_params):
     if call.T == 0 or call.N == 0 or call.K == 0 or call.G == 0:
         return None
     rt_device.make_current(gpu.ordinal)
-    return GroupedPrepared(p, call, gpu, stream_getter("torch")(call.device))
+    ldc = call.ldc if call.ldc is not None else call.N
+
+    def build(A, B, C, offs):
+        return grouped_args(p, GroupedOperands(A, call.lda, B, call.ldb, call.sb, C, ldc, offs))
+
+    return GroupedPrepared(p, gpu, call.device, (call.T, call.N), call.dtype, build)
 
 
 def _nothing_to_multiply(a, b, out):
@@ -236,34 +242,32 @@ def _nothing_to_multiply(a, b, out):
 
 
 class GroupedPrepared:
-    """Plan ``p`` of a checked call made ready on ``gpu``: the kernel loaded, its shared
-    memory raised, its launch shape; without out, how to allocate the result.  Its arguments
-    (the tensor maps, encoded once per address: runtime.tma's cache) are kept per set of
-    addresses (at most executor.ARGS_KEPT)."""
+    """Plan ``p`` made ready on ``gpu``: the kernel loaded, its shared memory raised, its launch
+    shape; a result of ``out_shape`` allocated where the call brings no out; ``build(A, B, C,
+    offs)``, the kernel's arguments on those addresses (grouped_args, grouped_wgrad_args),
+    kept per set of addresses (at most executor.ARGS_KEPT; the tensor maps are encoded once
+    per address: runtime.tma's cache)."""
 
-    def __init__(self, p: Plan, call: GroupedCall, gpu, stream: int):
+    def __init__(self, p: Plan, gpu, device: int, out_shape: tuple, dtype: str, build):
         from ..runtime import compile as rt_compile
         from ..runtime import device as rt_device
         from ..runtime import launch as rt_launch
 
-        self.plan, self.call, self.gpu, self.device = p, call, gpu, call.device
+        self.plan, self.gpu, self.device, self.build = p, gpu, device, build
         self.kernel = rt_compile.load_kernel(p.spec.source_path, p.name_expression, gpu.arch)
         geo = p.spec.launch(p.params, p.problem)
         rt_launch.allow_dynamic_smem(self.kernel, geo.smem_bytes, gpu.ordinal)
         self.shape = rt_launch.LaunchShape(geo.grid, geo.block, geo.smem_bytes, geo.cluster)
         self._launch, self._make_current = rt_launch.launch_shaped, rt_device.make_current
         self.stream = stream_getter("torch")
-        self.alloc = allocator("torch", (call.T, call.N), call.device, call.dtype)
+        self.alloc = allocator("torch", out_shape, device, dtype)
         self._args = {}
 
-    def args(self, A: int, B: int, C: int, offs: int, ldc: int) -> PackedArgs:
-        """06_grouped.cu's arguments on these addresses (grouped_args), kept."""
-        key = (A, B, C, offs, ldc)
+    def args(self, A: int, B: int, C: int, offs: int) -> PackedArgs:
+        key = (A, B, C, offs)
         args = self._args.get(key)
         if args is None:
-            c = self.call
-            ops = GroupedOperands(A, c.lda, B, c.ldb, c.sb, C, ldc, offs)
-            args = PackedArgs(grouped_args(self.plan, ops))
+            args = PackedArgs(self.build(A, B, C, offs))
             _keep(self._args, key, args)
         return args
 
@@ -274,7 +278,127 @@ class GroupedPrepared:
         self._make_current(dev)
         if out is None:
             out, C = self.alloc()
-        ldc = self.call.ldc if self.call.ldc is not None else max(self.call.N, 1)
-        self._launch(self.kernel, self.shape, self.stream(dev), self.args(A, B, C, offs, ldc))
+        self._launch(self.kernel, self.shape, self.stream(dev), self.args(A, B, C, offs))
         _tls.last_plan = self.plan
         return out
+
+
+# -- the weights' gradient: C_g = X_g^T @ Y_g (the grouped_wgrad rung) ---------------------------
+
+
+@dataclass(frozen=True)
+class WgradCall:
+    """A weight-gradient call, checked: X (T, P) rows ldx apart, Y (T, Q) rows ldy apart, G
+    groups, out (G, P, Q) rows ldc and matrices sc apart (None: a new out)."""
+
+    T: int
+    P: int
+    Q: int
+    G: int
+    dtype: str
+    ldx: int
+    ldy: int
+    ldc: int | None
+    sc: int | None
+    device: int
+
+
+def validate_wgrad(x, y, offs, out=None) -> WgradCall:
+    """Every check of grouped_weight_grad but the devices', each error naming the operand and
+    the rule, before anything is written."""
+    for name, t in (("x", x), ("y", y), ("offs", offs)):
+        if not _is_tensor(t):
+            raise TypeError(f"grouped_weight_grad takes PyTorch tensors; {name} is a {type(t).__name__}")
+    if _name(x) not in GROUPED_DTYPES or y.dtype != x.dtype:
+        raise TypeError(f"grouped_weight_grad takes two {' or '.join(GROUPED_DTYPES)} tensors of one dtype")
+    if x.dim() != 2 or y.dim() != 2 or x.shape[0] != y.shape[0]:
+        raise ValueError(
+            f"grouped_weight_grad takes x (T, P) and y (T, Q) with the same rows; got {tuple(x.shape)} and "
+            f"{tuple(y.shape)}"
+        )
+    (T, P), Q = tuple(x.shape), y.shape[1]
+    if _name(offs) != "int32" or offs.dim() != 1:
+        raise ValueError(f"offs must be a 1-D int32 tensor of cumulative row ends, not {offs.dim()}-D {_name(offs)}")
+    G = offs.shape[0]
+    if G > GROUPED_MAX_GROUPS:
+        raise ValueError(f"grouped_weight_grad takes at most {GROUPED_MAX_GROUPS} groups, not {G}")
+    if P % GROUPED_ALIGN or Q % GROUPED_ALIGN:
+        raise ValueError(
+            f"grouped_weight_grad needs P and Q multiples of {GROUPED_ALIGN} (TMA reads rows that start 16 "
+            f"bytes apart); here P = {P}, Q = {Q}"
+        )
+    lds = []
+    for name, t, cols in (("x", x, P), ("y", y, Q)):
+        st = tuple(t.stride())
+        if T > 0 and cols > 0 and (st[1] != 1 or (T > 1 and st[0] < cols)):
+            raise ValueError(f"{name} (strides {st}) must be row-major with unit column stride: pass .contiguous()")
+        ld = st[0] if T > 1 else max(cols, 1)
+        if T and P and Q and (t.data_ptr() % 16 or ld % GROUPED_ALIGN):
+            raise ValueError(
+                f"{name}: TMA reads it at a 16-byte aligned address with rows a multiple of 16 bytes apart; "
+                f"here address {t.data_ptr():#x}, rows {ld} elements apart"
+            )
+        lds.append(ld)
+    ldc = sc = None
+    if out is not None:
+        if not _is_tensor(out) or out.dtype != x.dtype:
+            raise TypeError(f"out must be a {_name(x)} tensor, as x and y")
+        if tuple(out.shape) != (G, P, Q):
+            raise ValueError(f"out has shape {tuple(out.shape)}; the gradient is {G} x {P} x {Q}")
+        so = tuple(out.stride())
+        if P and Q and (so[2] != 1 and Q > 1 or P > 1 and so[1] < Q or G > 1 and so[0] < P * Q):
+            raise ValueError(f"out (strides {so}) must hold G row-major P x Q matrices apart")
+        ldc, sc = (so[1] if P > 1 else Q), so[0]
+    return WgradCall(T, P, Q, G, _name(x), lds[0], lds[1], ldc, sc, x.device.index or 0)
+
+
+def grouped_weight_grad(x, y, offs, *, out=None, kernel: str = "auto", **tile_params):
+    """out[g] = x[offs[g-1]:offs[g]]^T @ y[offs[g-1]:offs[g]] for every group g (offs[-1] = 0), a
+    (G, P, Q) result, in one launch (the grouped_wgrad rung, Hopper): a grouped product's weight
+    gradient.  x (T, P) and y (T, Q) row-major float16 / bfloat16 CUDA tensors of one dtype, P
+    and Q multiples of 8; an empty group's matrix is zeros.  Offsets as grouped_mm's (clamped,
+    never read on the host)."""
+    import torch
+
+    key = _signature(x, y, offs, out, ("wgrad", kernel), tile_params)
+    prepared = None
+    if key is not None:
+        try:
+            prepared = PREPARED.get(key)
+        except TypeError:
+            key = None
+    if prepared is None:
+        from ..runtime import device as rt_device
+
+        call = validate_wgrad(x, y, offs, out)
+        check_devices(x, y, offs, out, ("x", "y"), "grouped_weight_grad")
+        gpu = rt_device.gpu_info(call.device)
+        p = plan_grouped_wgrad(
+            call.P,
+            call.Q,
+            call.T,
+            call.G,
+            call.dtype,
+            arch=gpu.arch,
+            sm_count=gpu.sm_count,
+            gpu_name=gpu.name,
+            smem_limit=gpu.max_smem_per_block_optin,
+            kernel=kernel,
+            **tile_params,
+        )
+        _tls.last_plan = p
+        if call.G == 0 or call.P == 0 or call.Q == 0 or call.T == 0:  # nothing to launch: empty, or zeros
+            if out is None:
+                out = torch.empty((call.G, call.P, call.Q), dtype=x.dtype, device=x.device)
+            return out.zero_()
+        rt_device.make_current(gpu.ordinal)
+        ldc = call.ldc if call.ldc is not None else call.Q
+        sc = call.sc if call.sc is not None else call.P * call.Q
+
+        def build(X, Y, C, offs_ptr):
+            return grouped_wgrad_args(p, WgradOperands(X, call.ldx, Y, call.ldy, C, ldc, sc, offs_ptr))
+
+        prepared = GroupedPrepared(p, gpu, call.device, (call.G, call.P, call.Q), call.dtype, build)
+        if key is not None:
+            PREPARED.put(key, prepared)
+    return prepared.run(out, x.data_ptr(), y.data_ptr(), offs.data_ptr(), out.data_ptr() if out is not None else 0)

@@ -283,7 +283,7 @@ def grouped_mm(
     3-D form with offs is built (not 3-D x 3-D, 2-D x 2-D or 3-D x 2-D), ``bias`` must be None
     and ``out_dtype`` None or the inputs' dtype; K and N must be multiples of 8.  Autograd:
     the gradient of ``self`` is again a grouped product (grad @ mat2[g]^T, in one launch); that
-    of ``mat2`` reads the offsets on the host and runs one gemmlab product per group."""
+    of ``mat2`` (self_g^T @ grad_g per group) one launch of the grouped_wgrad rung."""
     return torch.ops.gemmlab.grouped_mm.default(self, mat2, offs, bias, out_dtype)
 
 
@@ -360,17 +360,25 @@ _lib.define("grouped_mm_weight_grad(Tensor a, Tensor grad, Tensor offs, bool tra
 
 def _weight_grad_impl(a, grad, offs, transposed):
     """The gradient of a grouped product's weights: matrix g is a_g^T @ grad_g over group g's
-    rows (zeros for an empty group), (G, K, N); ``transposed``: its transpose, (G, N, K)
-    contiguous, for a weight stored (G, N, K).  Not one launch: the offsets are read on the
-    host (one wait for the GPU) and each group is one gemmlab product (on the CPU, a float64
-    product: the tests' reference)."""
+    rows (zeros for an empty group), (G, K, N); ``transposed``: its transpose grad_g^T @ a_g,
+    (G, N, K) contiguous, for a weight stored (G, N, K).  One launch of the grouped_wgrad rung
+    (gemmlab.core.grouped.grouped_weight_grad); the offsets stay on the GPU."""
+    from ..core.grouped import grouped_weight_grad
+
+    x, y = (grad, a) if transposed else (a, grad)
+    return grouped_weight_grad(x.contiguous(), y.contiguous(), offs)
+
+
+def _weight_grad_cpu(a, grad, offs, transposed):
+    """The CPU's answer (the tests' reference, without a GPU): the offsets read on the host,
+    one float64 product per non-empty group."""
     G, K, N = offs.shape[0], a.shape[1], grad.shape[1]
     out = a.new_zeros((G, N, K) if transposed else (G, K, N))
     for g, (s, e) in enumerate(group_bounds(offs, a.shape[0])):
         if e <= s:
             continue
         x, y = (grad[s:e].t(), a[s:e]) if transposed else (a[s:e].t(), grad[s:e])
-        out[g] = _mm(x, y, "auto", "") if x.is_cuda else (x.double() @ y.double()).to(out.dtype)
+        out[g] = (x.double() @ y.double()).to(out.dtype)
     return out
 
 
@@ -380,7 +388,7 @@ def _weight_grad_fake(a, grad, offs, transposed):
 
 
 _lib.impl("grouped_mm_weight_grad", _weight_grad_impl, "CUDA")
-_lib.impl("grouped_mm_weight_grad", _weight_grad_impl, "CPU")
+_lib.impl("grouped_mm_weight_grad", _weight_grad_cpu, "CPU")
 torch.library.register_fake("gemmlab::grouped_mm_weight_grad", _weight_grad_fake, lib=_lib)
 _weight_grad = torch.ops.gemmlab.grouped_mm_weight_grad.default
 
@@ -411,7 +419,8 @@ class _GroupedProduct(torch.autograd.Function):
             grad_a = _grouped_op(grad, b.transpose(-2, -1), offs, None, None)
             grad_a = torch.where(_rows_in_groups(offs, a.shape[0], a.device), grad_a, 0)
         if ctx.needs_input_grad[1]:
-            # Laid out as b is: a transposed (G, N, K) weight gets a transposed gradient.
+            # One launch (grouped_wgrad), laid out as b is: a transposed (G, N, K) weight gets a
+            # transposed gradient.
             transposed = b.stride(1) == 1 and b.stride(2) != 1
             grad_b = _weight_grad(a, grad, offs, transposed)
             grad_b = grad_b.transpose(-2, -1) if transposed else grad_b
