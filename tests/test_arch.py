@@ -21,6 +21,7 @@ EXPECTED = {
     "wgmma": {"sm_90a"},
     "wgmma_fp8": {"sm_90a"},
     "grouped": {"sm_90a"},
+    "grouped_wgrad": {"sm_90a"},
     "ec_wgmma": {"sm_90a"},
 }
 

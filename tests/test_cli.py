@@ -26,6 +26,7 @@ KERNELS = [
     "wgmma",
     "wgmma_fp8",
     "grouped",
+    "grouped_wgrad",
     "ec_wmma",
     "ec_wgmma",
     "gemv",
@@ -44,7 +45,7 @@ def test_list_prints_every_kernel(capsys):
         assert entry["description"] in out
     assert "tile  in [2, 4, 8, 16, 32] (default 32)" in out
     assert "rule: shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB" in out
-    assert out.count("runs on: sm_90a only") == 4  # wgmma, wgmma_fp8, grouped, ec_wgmma
+    assert out.count("runs on: sm_90a only") == 5  # wgmma, wgmma_fp8, grouped, grouped_wgrad, ec_wgmma
     assert out.count("runs on: ") == len(KERNELS)
     assert err == ""
 

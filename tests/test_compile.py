@@ -368,6 +368,7 @@ def test_tensor_rungs_use_the_tensor_cores(arch, ladder_module, ladder_sass):
             "wgmma",
             "wgmma_fp8",
             "grouped",
+            "grouped_wgrad",
             "ec_wgmma",
         ):  # (test_wgmma_fp8_compile.py, test_grouped_compile.py)
             continue

@@ -219,6 +219,7 @@ EXPECTED_SASS = {
     "wgmma": ("HGMMA",),
     "wgmma_fp8": ("QGMMA",),
     "grouped": ("HGMMA",),
+    "grouped_wgrad": ("HGMMA",),
     "ec_wmma": ("HMMA", "LDGSTS"),
     "ec_wgmma": ("HGMMA",),
     "pipelined": ("LDGSTS",),
