@@ -2,8 +2,8 @@
 against FP64 products of each group, the output poisoned (NaN) first, on random offsets with empty
 groups, groups of one row and odd row counts, 1 to 128 groups (and the 1024 the work list holds),
 both layouts of b, float16 and bfloat16, every configuration; rows in no group are left as they
-were; the backward pass against torch's autograd of a loop of matmuls; beside torch._grouped_mm
-where this PyTorch has it.  Without a Hopper GPU every test here is skipped; the host side is
+were; the weights' gradient in one launch (grouped_wgrad); the backward pass against torch's
+autograd of a loop of matmuls; beside torch._grouped_mm where this PyTorch has it.  Without a Hopper GPU every test here is skipped; the host side is
 tested on the CPU by test_grouped_rules.py, the kernels' compilation by test_grouped_compile.py.
 
 Run on the GPU: PYTHONPATH=src:tests python -m pytest -q tests/test_grouped.py"""
@@ -159,9 +159,59 @@ def test_torch_opcheck_on_the_gpu():
     assert set(result.values()) == {"SUCCESS"}, result
 
 
+WGRAD = registry.get("grouped_wgrad")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("G", [1, 3, 32, 128])
+def test_weight_grad_in_one_launch(G, dtype):
+    """grouped_wgrad: C_g = X_g^T @ Y_g over each group's rows, the rows past a group's end
+    kept out of its sum, an empty group's matrix zeros, the output poisoned first."""
+    from gemmlab.core import grouped
+
+    sizes = _sizes(G, random.Random(G + 7))
+    T = sum(sizes) + 3
+    g = torch.Generator(device="cuda").manual_seed(G)
+    x = torch.randn(T, 200, device="cuda", generator=g).to(dtype)
+    y = torch.randn(T, 136, device="cuda", generator=g).to(dtype)
+    offs = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+    out = torch.full((G, 200, 136), float("nan"), device="cuda", dtype=dtype)
+    assert grouped.grouped_weight_grad(x, y, offs, out=out) is out
+    assert grouped.last_grouped_plan().spec.name == "grouped_wgrad"
+    start = 0
+    for i, n in enumerate(sizes):
+        if n == 0:
+            assert not out[i].any(), "an empty group's gradient is zeros"
+        else:
+            ref = x[start : start + n].double().t() @ y[start : start + n].double()
+            err = torch.linalg.norm(out[i].double() - ref) / torch.linalg.norm(ref)
+            assert err < BOUND[dtype], (i, n, float(err))
+        start += n
+
+
+@pytest.mark.parametrize("params", WGRAD.configurations(), ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+def test_weight_grad_every_configuration(params):
+    from gemmlab.core import grouped
+
+    sizes = [1, 0, 129, 64, 63, 333, 0, 65]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(sum(sizes), 264, device="cuda", generator=g).to(torch.bfloat16)
+    y = torch.randn(sum(sizes), 392, device="cuda", generator=g).to(torch.bfloat16)
+    offs = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+    out = grouped.grouped_weight_grad(x, y, offs, kernel="grouped_wgrad", **params)
+    start = 0
+    for i, n in enumerate(sizes):
+        ref = x[start : start + n].double().t() @ y[start : start + n].double()
+        if n:
+            assert torch.linalg.norm(out[i].double() - ref) / torch.linalg.norm(ref) < 1e-2, (params, i)
+        else:
+            assert not out[i].any()
+        start += n
+
+
 @pytest.mark.parametrize("transposed", [True, False])
 def test_backward_matches_autograd_of_a_loop_of_matmuls(transposed):
-    """grad_a through the grouped kernel (b's other layout), grad_b one product per group; rows
+    """grad_a through the grouped kernel (b's other layout), grad_b through grouped_wgrad; rows
     in no group get zero gradient; the reference is torch's autograd of a loop in FP64."""
     import gemmlab.torch as gt
 

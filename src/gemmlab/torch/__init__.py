@@ -11,7 +11,7 @@
   (gemmlab.torch.routing).
 - ``gemmlab.torch.grouped_mm``: torch.ops.gemmlab.grouped_mm, a mixture-of-experts
   layer's grouped products on Hopper, torch._grouped_mm's schema (2-D x 3-D with offs),
-  with autograd (compiled and emulated only so far).
+  with autograd, the weights' gradient in one launch too (compiled and emulated only so far).
 - DTensor sharding rules for the operators, registered where
   torch.distributed is available (gemmlab.torch.sharding).
 """
