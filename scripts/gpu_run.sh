@@ -2,7 +2,7 @@
 # One call on the GPU machine does it all: install gemmlab, run the whole test
 # suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
 # $OUT (default ./.out).  Usage:
-#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|tiles|training|train|tp|sweep|profile|extra|all]...
+#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|fp8|tiles|training|train|tp|sweep|profile|extra|all]...
 # "bench" times gemmlab.matmul beside cupy/torch.matmul, host time included (the
 # public call; BENCH_ARGS=--kernel-only adds each kernel alone, back to back).
 # "overhead" measures host µs per call (gemmlab vs torch.matmul vs cupy.matmul) and
@@ -13,6 +13,8 @@
 # "shapes" times 400+ products of 13 public models and random odd sizes (forward, input and
 # weight gradient views) in bf16, fp16, fp32 and fp32_tc beside torch.matmul, by kind of
 # product (SHAPES_ARGS, e.g. "--dtype bf16 --kinds odd_align" or "--sample 100").
+# "fp8" times the FP8 rung (wgmma_fp8) beside torch._scaled_mm and the BF16 products of the same
+# shapes (FP8_ARGS, e.g. "--kernel-only --sizes 4096,8192 --kernels auto wgmma_fp8:PROMOTE=0").
 # "tiles" forces wgmma's tiles side by side on models' products, on Q @ K^T over lengths and on
 # few-tile products (scripts/ab_wgmma_tiles.py: $OUT/ab-tiles.json, ab-qk.json, ab-few.json),
 # then lists each kernel's time in those few-tile products beside cuBLAS's
@@ -86,6 +88,11 @@ if has shapes; then
     | tee -a "$log"
   timeout 900 gemmlab bench --suite shapes ${SHAPES_ARGS:-} --json "$OUT/shapes.json" --plot "$OUT/shapes.png" \
     2>&1 | tee "$OUT/shapes.log" | tee -a "$log"
+fi
+if has fp8; then
+  echo "== fp8: the FP8 rung beside torch._scaled_mm, per tensor, per row and block scales" | tee -a "$log"
+  timeout 600 gemmlab bench --suite fp8 ${FP8_ARGS:-} --json "$OUT/fp8.json" --plot "$OUT/fp8.png" \
+    2>&1 | tee "$OUT/fp8.log" | tee -a "$log"
 fi
 if [[ " $steps " == *" tiles "* ]]; then   # not part of "all": an A/B, asked for by name
   echo "== tiles: wgmma's tiles forced side by side, beside torch (models' products, then Q @ K^T by length)" \
