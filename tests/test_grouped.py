@@ -232,3 +232,38 @@ def test_backward_matches_autograd_of_a_loop_of_matmuls(transposed):
         err = torch.linalg.norm(got.double() - want) / torch.linalg.norm(want)
         assert err < 2e-2, float(err)
     assert not a.grad[rows:].any() and not w.grad[1].any()  # rows in no group, the empty group
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+def test_use_gemmlab_routes_torch_grouped_mm(monkeypatch, transposed):
+    """torch._grouped_mm inside use_gemmlab(): the forward and the input's gradient on the grouped
+    rung, the weights' gradient (autograd's 2-D x 2-D call) on grouped_wgrad, against FP64; a
+    float32 call beside it stays PyTorch's."""
+    import gemmlab.torch as gt
+    from gemmlab.torch import routing
+
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip(f"this PyTorch ({torch.__version__}) has no torch._grouped_mm")
+    seen = []
+    for name in ("mm", "weight_grad"):
+        real = routing.GROUPED[name]
+        monkeypatch.setitem(routing.GROUPED, name, lambda *args, _f=real, _n=name: seen.append(_n) or _f(*args))
+    sizes = [40, 0, 1, 129, 78]  # every row in a group
+    a, b, offs, bounds, ref = _case(sizes, 256, 384, torch.bfloat16, transposed)
+    w = (b.transpose(-2, -1) if transposed else b).detach().clone().requires_grad_()
+    a = a.detach().clone().requires_grad_()
+    up = torch.randn(a.shape[0], 384, device="cuda", generator=torch.Generator(device="cuda").manual_seed(9))
+    up = up.to(torch.bfloat16)
+    with gt.use_gemmlab(torch.bfloat16):
+        out = torch._grouped_mm(a, w.transpose(-2, -1) if transposed else w, offs=offs)
+        assert seen == ["mm"]
+        out.backward(up)
+    assert sorted(seen) == ["mm", "mm", "weight_grad"]
+    _check(out, ref, bounds, torch.bfloat16, sum(sizes))
+    a64, w64 = a.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    b64 = w64.transpose(-2, -1) if transposed else w64
+    torch.cat([a64[s:e] @ b64[i] for i, (s, e) in enumerate(bounds)]).backward(up.double())
+    for got, want in ((a.grad, a64.grad), (w.grad, w64.grad)):
+        err = torch.linalg.norm(got.double() - want) / torch.linalg.norm(want)
+        assert err < 2e-2, float(err)
+    assert not w.grad[1].any()  # the empty group's weights

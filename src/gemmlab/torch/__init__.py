@@ -7,8 +7,8 @@
 - ``gemmlab.torch.fp32_tc()``: float32 products of a model, forward and
   backward, FP32-accurate on the tensor cores in one line; ``use_gemmlab()``
   for gemmlab's kernels at each dtype's own precision; PyTorch's own mm, bmm,
-  addmm, baddbmm and mv hand their products to gemmlab while one is on
-  (gemmlab.torch.routing).
+  addmm, baddbmm and mv hand their products to gemmlab while one is on, and
+  _grouped_mm the calls the grouped rungs take (gemmlab.torch.routing).
 - ``gemmlab.torch.grouped_mm``: torch.ops.gemmlab.grouped_mm, a mixture-of-experts
   layer's grouped products on Hopper, torch._grouped_mm's schema (2-D x 3-D with offs),
   with autograd, the weights' gradient in one launch too (compiled and emulated only so far).
