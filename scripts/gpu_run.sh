@@ -2,7 +2,7 @@
 # One call on the GPU machine does it all: install gemmlab, run the whole test
 # suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
 # $OUT (default ./.out).  Usage:
-#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|fp8|tiles|training|train|tp|sweep|profile|extra|all]...
+#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|fp8|moe|tiles|training|train|tp|sweep|profile|extra|all]...
 # "bench" times gemmlab.matmul beside cupy/torch.matmul, host time included (the
 # public call; BENCH_ARGS=--kernel-only adds each kernel alone, back to back).
 # "overhead" measures host µs per call (gemmlab vs torch.matmul vs cupy.matmul) and
@@ -15,6 +15,12 @@
 # product (SHAPES_ARGS, e.g. "--dtype bf16 --kinds odd_align" or "--sample 100").
 # "fp8" times the FP8 rung (wgmma_fp8) beside torch._scaled_mm and the BF16 products of the same
 # shapes (FP8_ARGS, e.g. "--kernel-only --sizes 4096,8192 --kernels auto wgmma_fp8:PROMOTE=0").
+# "moe" times the grouped rung (gemmlab.grouped_mm, Hopper) on public MoE models' expert layers
+# beside torch._grouped_mm and a loop of torch.matmul: one `gemmlab bench --suite moe` per
+# --tokens value, so that the step fits one 10-minute device command and a run cut short keeps
+# the token counts already done ($OUT/moe-<tokens>.json; MOE_TOKENS, default "128 1024 8192",
+# each word one call, e.g. "128,1024 8192"; MOE_TIMEOUT s per call, default 180; MOE_ARGS,
+# e.g. "--models granite-3.0-1b-a400m").  The kernels compile in the first call and are reused.
 # "tiles" forces wgmma's tiles side by side on models' products, on Q @ K^T over lengths and on
 # few-tile products (scripts/ab_wgmma_tiles.py: $OUT/ab-tiles.json, ab-qk.json, ab-few.json),
 # then lists each kernel's time in those few-tile products beside cuBLAS's
@@ -93,6 +99,13 @@ if has fp8; then
   echo "== fp8: the FP8 rung beside torch._scaled_mm, per tensor, per row and block scales" | tee -a "$log"
   timeout 600 gemmlab bench --suite fp8 ${FP8_ARGS:-} --json "$OUT/fp8.json" --plot "$OUT/fp8.png" \
     2>&1 | tee "$OUT/fp8.log" | tee -a "$log"
+fi
+if has moe; then
+  for tokens in ${MOE_TOKENS:-128 1024 8192}; do
+    echo "== moe: the grouped rung beside torch._grouped_mm and a matmul loop, --tokens $tokens" | tee -a "$log"
+    timeout ${MOE_TIMEOUT:-180} gemmlab bench --suite moe --tokens "$tokens" ${MOE_ARGS:-} \
+      --json "$OUT/moe-${tokens//,/-}.json" 2>&1 | tee "$OUT/moe-${tokens//,/-}.log" | tee -a "$log"
+  done
 fi
 if [[ " $steps " == *" tiles "* ]]; then   # not part of "all": an A/B, asked for by name
   echo "== tiles: wgmma's tiles forced side by side, beside torch (models' products, then Q @ K^T by length)" \

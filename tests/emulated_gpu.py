@@ -99,6 +99,10 @@ class Emulator:
             self._wgmma(kernel, grid, *args)
         elif kernel.spec.name == "wgmma_fp8":
             self._wgmma_fp8(kernel, grid, block, smem, cluster, *args)
+        elif kernel.spec.name == "grouped":
+            self._grouped(kernel, grid, block, smem, cluster, *args)
+        elif kernel.spec.name == "grouped_wgrad":
+            self._grouped_wgrad(kernel, grid, block, smem, cluster, *args)
         else:
             self._gemm(kernel, grid, *args)
 
@@ -255,6 +259,73 @@ class Emulator:
         c = self.operand(int(C), dt, "N", M, N, ldc)
         r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
         c[...] = r.astype(c.dtype)
+
+    def _grouped(self, p, grid, block, smem, cluster, T, N, K, G, offs, C, ldc, map_a, map_b):
+        """06_grouped.cu's contract: A (T x K) read through its map (a batch of one, boxes of BM
+        rows x 64 K), B_g through B's 3-D map at batch coordinate g (boxes of BN rows x 64 K for
+        'T', stored N x K; 64 x 64 for 'N', stored K x N), the G offsets read from device memory
+        and clamped as group_rows clamps them (06_grouped.cuh), each group's rows of C written
+        (16-bit values, rounded once from the FP64 product), rows in no group left alone."""
+        import torch
+
+        pr, prm = p.problem, p.params
+        T, N, K, G, ldc = int(T), int(N), int(K), int(G), int(ldc)
+        assert (T, N, K, G) == (pr.M, pr.N, pr.K, pr.groups) and pr.dtype in ("float16", "bfloat16")
+        bound = -(-T // prm["BM"]) + G
+        assert grid[1] == grid[2] == 1 and 0 < grid[0] <= min(132, bound * -(-N // prm["BN"])), grid
+        assert block[0] == 128 * (prm["BM"] // 64 + 1) and smem == p.spec.launch(prm, pr).smem_bytes
+        assert cluster in (None, (1, 1, 1)), cluster
+        assert (map_a.rows, map_a.cols, map_a.box_rows, map_a.box_cols, map_a.batch) == (T, K, prm["BM"], 64, 1)
+        b_shape = (N, K, prm["BN"]) if pr.op_b == "T" else (K, N, 64)
+        assert (map_b.rows, map_b.cols, map_b.box_rows, map_b.box_cols, map_b.batch) == (*b_shape, 64, G), map_b
+        tdt = getattr(torch, pr.dtype)
+
+        def values(raw):  # 16-bit values as stored -> float64
+            return torch.from_numpy(np.ascontiguousarray(raw)).view(tdt).double()
+
+        a = values(self._through(map_a, 0, "uint16"))
+        ends = self.mem(int(offs), "int32", (G,), (1,)).tolist()
+        c = self.operand(int(C), "uint16", "N", T, N, ldc)
+        prev = 0
+        for g, end in enumerate(ends):
+            start = min(max(prev, 0), T)
+            end, prev = min(max(end, start), T), end
+            if end == start:
+                continue
+            b = values(self._through(map_b, g, "uint16"))
+            b = b if pr.op_b == "N" else b.t()
+            part = (a[start:end] @ b).to(tdt).view(torch.uint16)
+            c[start:end] = part.numpy().view(np.uint16)
+
+    def _grouped_wgrad(self, p, grid, block, smem, cluster, T, P, Q, G, offs, C, ldc, sc, map_x, map_y):
+        """07_grouped_wgrad.cu's contract: X (T x P) and Y (T x Q) read through their maps (a
+        batch of one, 64 x 64 boxes), the offsets from device memory, clamped as group_rows
+        clamps them; C_g = X_g^T @ Y_g (P x Q, rows ldc and matrices sc apart) written for every
+        group, zeros for an empty one."""
+        import torch
+
+        pr, prm = p.problem, p.params
+        T, P, Q, G, ldc, sc = int(T), int(P), int(Q), int(G), int(ldc), int(sc)
+        assert (P, Q, T, G) == (pr.M, pr.N, pr.K, pr.groups) and (pr.op_a, pr.op_b) == ("T", "N")
+        items = G * -(-P // prm["BM"]) * -(-Q // prm["BN"])
+        assert grid[1] == grid[2] == 1 and 0 < grid[0] <= min(132, items), grid
+        assert block[0] == 128 * (prm["BM"] // 64 + 1) and smem == p.spec.launch(prm, pr).smem_bytes
+        for m, cols in ((map_x, P), (map_y, Q)):
+            assert (m.rows, m.cols, m.box_rows, m.box_cols, m.batch) == (T, cols, 64, 64, 1), m
+        tdt = getattr(torch, pr.dtype)
+
+        def values(raw):
+            return torch.from_numpy(np.ascontiguousarray(raw)).view(tdt).double()
+
+        x, y = values(self._through(map_x, 0, "uint16")), values(self._through(map_y, 0, "uint16"))
+        ends = self.mem(int(offs), "int32", (G,), (1,)).tolist()
+        c = self.mem(int(C), "uint16", (G, P, Q), (sc, ldc, 1))
+        prev = 0
+        for g, end in enumerate(ends):
+            start = min(max(prev, 0), T)
+            end, prev = min(max(end, start), T), end
+            part = (x[start:end].t() @ y[start:end]).to(tdt).view(torch.uint16)
+            c[g] = part.numpy().view(np.uint16)
 
     def _gemm(self, p, grid, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sa, sb, sc):
         pr = p.problem
@@ -477,6 +548,7 @@ def install(monkeypatch) -> Emulator:
         ),
     )
     _install_fp8(monkeypatch, emu)
+    _install_grouped(monkeypatch, emu)
     # ... and take the prepared-call fast path as CuPy arrays do.
     from gemmlab.core import arrays
 
@@ -530,6 +602,46 @@ def _install_fp8(monkeypatch, emu: Emulator) -> None:
         return p
 
     monkeypatch.setattr(scaled, "plan_scaled", plan_scaled)
+
+
+def _install_grouped(monkeypatch, emu: Emulator) -> None:
+    """Grouped calls (gemmlab.core.grouped) on the emulator, as _install_fp8's: PyTorch CPU
+    tensors over memory the emulator keeps (emulated_tensor) play device tensors, launches go
+    to Emulator._grouped (the launch patches are _install_fp8's), prepared calls to a cache of
+    their own."""
+    import torch
+
+    from gemmlab.core import executor, grouped
+
+    monkeypatch.setattr(grouped, "PREPARED", executor.PreparedCache())
+    monkeypatch.setattr(grouped, "check_devices", lambda *a, **k: None)  # CPU tensors play device ones
+    monkeypatch.setattr(grouped, "stream_getter", lambda kind: lambda device: 0)
+
+    def allocator(kind, shape, device, dtype):
+        def alloc():
+            raw = emulated_tensor(emu, np.empty(shape, np.uint16))
+            t = raw.view(getattr(torch, dtype))
+            return t, t.data_ptr()
+
+        return alloc
+
+    monkeypatch.setattr(grouped, "allocator", allocator)
+    real_plan = grouped.plan_grouped
+
+    def plan_grouped(*args, **kwargs):
+        p = real_plan(*args, **kwargs)
+        _PLANS[p.name_expression] = p
+        return p
+
+    monkeypatch.setattr(grouped, "plan_grouped", plan_grouped)
+    real_wgrad = grouped.plan_grouped_wgrad
+
+    def plan_grouped_wgrad(*args, **kwargs):
+        p = real_wgrad(*args, **kwargs)
+        _PLANS[p.name_expression] = p
+        return p
+
+    monkeypatch.setattr(grouped, "plan_grouped_wgrad", plan_grouped_wgrad)
 
 
 def emulated_tensor(emu: Emulator, x: np.ndarray):

@@ -20,6 +20,8 @@ EXPECTED = {
     "ec_wmma": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "wgmma": {"sm_90a"},
     "wgmma_fp8": {"sm_90a"},
+    "grouped": {"sm_90a"},
+    "grouped_wgrad": {"sm_90a"},
     "ec_wgmma": {"sm_90a"},
 }
 

@@ -25,6 +25,8 @@ KERNELS = [
     "mma_pipelined",
     "wgmma",
     "wgmma_fp8",
+    "grouped",
+    "grouped_wgrad",
     "ec_wmma",
     "ec_wgmma",
     "gemv",
@@ -43,7 +45,7 @@ def test_list_prints_every_kernel(capsys):
         assert entry["description"] in out
     assert "tile  in [2, 4, 8, 16, 32] (default 32)" in out
     assert "rule: shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB" in out
-    assert out.count("runs on: sm_90a only") == 3  # wgmma, wgmma_fp8, ec_wgmma
+    assert out.count("runs on: sm_90a only") == 5  # wgmma, wgmma_fp8, grouped, grouped_wgrad, ec_wgmma
     assert out.count("runs on: ") == len(KERNELS)
     assert err == ""
 
@@ -208,7 +210,7 @@ def no_gpu_allowed(monkeypatch):
         ),
         (["bench", "--suite", "models", "--kernel-only"], "--kernel-only is for --suite ladder or ec or overhead"),
         (["bench", "--suite", "models", "--ops", "TN"], "--ops is for --suite ladder, not --suite models"),
-        (["bench", "--tokens", "16"], "--tokens is for --suite models, not --suite ladder"),
+        (["bench", "--tokens", "16"], "--tokens is for --suite models or moe, not --suite ladder"),
         (["bench", "--suite", "ec", "--only", "linear"], "--only is for --suite models, not --suite ec"),
         (["bench", "--time-budget-s", "10"], "--time-budget-s is for --suite models"),
         (["bench", "--dtype", "fp32_tc"], "--dtype 'fp32_tc': the ladder takes one of fp32, tf32, fp16, bf16"),
@@ -453,8 +455,8 @@ def test_verify_default_covers_every_rung_the_gpu_runs(capsys):
     arch = rt_device.gpu_info(0).arch
     assert main(["verify", "--shapes", "33x65x17,127x129x255,7x13x4099"]) == 0
     out = capsys.readouterr().out.splitlines()
-    # (FP8's rung has its own tests: tests/test_wgmma_fp8.py.)
-    rungs = [s for s in registry.ladder() if s.builds_for(arch) and s.name != "wgmma_fp8"]
+    # (FP8's and grouped's rungs have their own tests: tests/test_wgmma_fp8.py, tests/test_grouped.py.)
+    rungs = [s for s in registry.ladder() if s.builds_for(arch) and s.name != "wgmma_fp8" and not s.own_call]
     rows = [ln.split() for ln in out if ln.startswith(("ok", "FAIL"))]
     assert [(r[1], r[2]) for r in rows] == [(s.name, verify_dtype(s, arch)) for s in rungs for _ in range(3)]
     assert all(r[0] == "ok" for r in rows) and out[-1] == f"{len(rows)} passed, 0 failed"
@@ -538,3 +540,67 @@ def test_fp8_suite_checks_its_kernels_before_the_gpu(capsys):
     assert "BN = 256 promotes every K-step or never" in capsys.readouterr().err
     assert main(["bench", "--suite", "fp8", "--dtype", "bf16"]) == 2
     assert "--dtype is for --suite" in capsys.readouterr().err
+
+
+# -- the moe suite: its shapes and routing, and its refusals before any GPU work -----------------
+
+
+def test_moe_suite_shapes_and_routing():
+    from gemmlab.kernels.tensor.grouped import GROUPED_ALIGN, GROUPED_MAX_GROUPS
+    from gemmlab.tools.bench import moe
+
+    shapes = moe.moe_shapes()
+    assert len(shapes) == len(moe.MOE_MODELS) * len(moe.TOKENS) * 2
+    mixtral = [s for s in shapes if s["model"] == "mixtral-8x7b" and s["tokens"] == 1024]
+    assert [(s["product"], s["rows"], s["N"], s["K"], s["experts"]) for s in mixtral] == [
+        ("gate_up", 2048, 28672, 4096, 8),
+        ("down", 2048, 4096, 14336, 8),
+    ]
+    granite = moe.moe_shapes(tokens=[16], models=["granite-3.0-1b-a400m"])
+    assert [(s["rows"], s["N"], s["K"], s["experts"], s["top_k"]) for s in granite] == [
+        (128, 1024, 1024, 32, 8),
+        (128, 1024, 512, 32, 8),
+    ]
+    for s in shapes:  # what grouped_mm takes
+        assert s["N"] % GROUPED_ALIGN == 0 and s["K"] % GROUPED_ALIGN == 0 and s["experts"] <= GROUPED_MAX_GROUPS
+    for kind in moe.ROUTINGS:
+        counts = moe.routing_counts(1000, 64, 6, kind, seed=3)
+        assert counts.shape == (64,) and counts.sum() == 6000
+        assert (counts == moe.routing_counts(1000, 64, 6, kind, seed=3)).all()  # seeded
+    uniform, skewed = moe.routing_counts(4000, 8, 2, "uniform"), moe.routing_counts(4000, 8, 2, "skewed")
+    assert uniform.max() < 1.2 * 1000 and skewed[0] > 2 * skewed[-1]
+    # A token picks distinct experts: with top-k = experts every expert gets every token.
+    assert (moe.routing_counts(50, 4, 4, "skewed") == 50).all()
+    assert (moe.routing_counts(64, 128, 8, "skewed") == 0).any()  # small token counts: empty groups
+    with pytest.raises(ValueError, match="routing is one of uniform, skewed"):
+        moe.routing_counts(10, 4, 2, "zipf")
+
+
+def test_moe_suite_refuses_without_hopper(monkeypatch, capsys):
+    from gemmlab.tools.bench import moe
+
+    class Ampere:
+        ordinal, name, arch, l2_bytes = 0, "NVIDIA A100", "sm_80", 40 << 20
+
+    monkeypatch.setattr(moe, "bench_gpu", lambda: Ampere())
+    assert main(["bench", "--suite", "moe"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "gemmlab bench: --suite moe needs a Hopper GPU (sm_90a): gemmlab's grouped rung runs there only; "
+        "GPU 0 is NVIDIA A100 (sm_80)"
+    )
+
+
+@pytest.mark.skipif(rt_device.gpu_available(), reason="a GPU is present")
+def test_moe_suite_refuses_without_a_gpu(capsys):
+    assert main(["bench", "--suite", "moe", "--tokens", "128"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gemmlab bench: ") and len(err.strip().splitlines()) == 1
+
+
+def test_moe_suite_checks_its_options_before_the_gpu(capsys):
+    assert main(["bench", "--suite", "moe", "--models", "mixtral-8x7b,gpt-5"]) == 2
+    assert "--models gpt-5: --suite moe knows mixtral-8x7b" in capsys.readouterr().err
+    assert main(["bench", "--suite", "moe", "--kernel-only"]) == 2
+    assert "--kernel-only is for --suite" in capsys.readouterr().err
+    assert main(["bench", "--suite", "moe", "--tokens", "0"]) == 2
+    assert "positive token counts" in capsys.readouterr().err

@@ -14,6 +14,7 @@ layer of its own.  The layers, bottom to top:
     core/choose                          the choice of kernel (asks the rungs' hooks)
     core/planner -> core/executor        validation and plan, launches,
       -> core/scaled -> core/api         FP8 products with scales (their own checks, plan, launch)
+      -> core/grouped -> core/api        grouped products (the same, for mixture-of-experts)
       -> core/api -> torch/*             the public call, PyTorch's operators
     core/bias (arrays only) -> core/api  matmul's bias: its checks, the add after a product
     tools/*, lab/*                       cli, bench/*, tune, verify, accuracy,
@@ -54,8 +55,10 @@ BELOW = {
     "executor": {"planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
     "bias": {"errors", "arrays"},
     "scaled": {"executor", "planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
+    "grouped": {"executor", "planner", "choose", "methods/tables", "kernels", "runtime", "errors", "arrays"},
     "api": {
         "scaled",
+        "grouped",
         "executor",
         "planner",
         "bias",
@@ -69,6 +72,7 @@ BELOW = {
     "torch": {
         "api",
         "scaled",
+        "grouped",
         "executor",
         "planner",
         "bias",

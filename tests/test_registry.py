@@ -23,6 +23,8 @@ LADDER = [
     "mma_pipelined",
     "wgmma",
     "wgmma_fp8",
+    "grouped",
+    "grouped_wgrad",
     "ec_wmma",
     "ec_wgmma",
     "gemv",
@@ -44,7 +46,7 @@ def test_kernels_lists_the_ladder_in_rung_order():
     assert [k["name"] for k in ks] == LADDER
     assert [(k["family"], k["rung"]) for k in ks] == (
         [("simt", r) for r in range(1, 9)]
-        + [("tensor", r) for r in range(1, 6)]
+        + [("tensor", r) for r in range(1, 8)]
         + [("ec", 1), ("ec", 2)]
         + [("gemv", 1), ("gemv", 2)]
     )
@@ -63,7 +65,8 @@ def test_kernel_entry_fields(entry):
             "ec": ["fp16_ec", "tf32_ec"],
             "gemv": ["float32", "float16", "bfloat16"],
             "fp8": ["float8_e4m3fn", "float8_e5m2"],
-        }["fp8" if entry["name"] == "wgmma_fp8" else entry["family"]]
+            "grouped": ["float16", "bfloat16"],
+        }[{"wgmma_fp8": "fp8", "grouped": "grouped", "grouped_wgrad": "grouped"}.get(entry["name"], entry["family"])]
     )
     assert isinstance(entry["description"], str) and entry["description"].strip()
     assert isinstance(entry["constraints"], list)
@@ -92,6 +95,8 @@ def test_kernel_params_per_rung():
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
         "wgmma": ["BM", "BN", "STAGES", "CLUSTER", "SPLITK"],
         "wgmma_fp8": ["BM", "BN", "STAGES", "CLUSTER", "PROMOTE"],
+        "grouped": ["BM", "BN", "STAGES"],
+        "grouped_wgrad": ["BM", "BN", "STAGES"],
         "ec_wgmma": ["STAGES", "BN", "FOLD", "SPLITK"],
         "gemv": ["MT", "SPLITK", "LANES"],
         "outer": [],
@@ -106,6 +111,8 @@ def test_ladder_family_filter():
         "mma_pipelined",
         "wgmma",
         "wgmma_fp8",
+        "grouped",
+        "grouped_wgrad",
     ]
     assert registry.ladder("no-such-family") == []
 
@@ -263,6 +270,16 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
             and p["PROMOTE"] in (0, 1, 2, 4)
             and (p["BN"] != 256 or p["PROMOTE"] in (0, 1))
         )
+    if name == "grouped":
+        # 06_grouped.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, a 2304-byte staging
+        # buffer per consumer warp (4 a warpgroup), two 8-byte barriers a stage, the work list
+        # (4 bytes for each of 1024 groups) and 1 KiB of alignment slack within 227 KiB.
+        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 4 * 2304 + 16 * p["STAGES"] + 4096 + 1024
+        return p["BM"] in (64, 128) and p["BN"] in (128, 256) and p["STAGES"] >= 4 and smem <= 227 * 1024
+    if name == "grouped_wgrad":
+        # 07_grouped_wgrad.cu: rung 6's ring, staging buffers and barriers, no work list.
+        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + (p["BM"] // 64) * 4 * 2304 + 16 * p["STAGES"] + 1024
+        return p["BM"] in (64, 128) and p["BN"] in (128, 256) and p["STAGES"] >= 4 and smem <= 227 * 1024
     if name == "warptile":
         # 07_warptile.cu: threads = warps * 32, each thread WMITER x WNITER subtiles of TM x 4,
         # 32 threads' subtiles tile a WSUBM x WSUBN warp subtile.
@@ -495,6 +512,16 @@ def test_all_name_expressions(spec):
     layouts = [("N", "N")] if spec.packed else spec.layouts
     # Every type reads NN, except FP8's (wgmma_fp8): its wgmma reads K-major operands only, NT.
     home = ("N", "T") if spec.name == "wgmma_fp8" else ("N", "N")
+    if spec.name == "grouped_wgrad":  # X_g^T and Y_g: TN only
+        assert spec.layouts == (("T", "N"),) and nn_names == []
+        assert len(names) == len(configs) * len(spec.variants)
+        return
+    if spec.name == "grouped":  # A row-major always, B either way: NN and NT, every variant in its own
+        assert spec.layouts == (("N", "N"), ("N", "T"))
+        assert len(names) == len(configs) * len(spec.variants) * 2 and len(nn_names) == len(configs) * len(
+            spec.variants
+        )
+        return
     assert set(layouts) <= set(LAYOUTS) and home in layouts
     read = {la: sum(not spec.why_unusable(v.with_layout(*la)) for v in spec.variants) for la in layouts}
     assert read[home] == len(spec.variants)

@@ -146,7 +146,9 @@ def test_quick_is_the_headline():
     runs = training.select(quick=True)
     eager = [r for r in runs if r.mode == "eager"]
     assert [r.model for r in eager] == list(training.CONFIGS)
-    assert all({"bf16", "bf16_gemmlab", "fp32", "fp32_tc"} <= set(r.setups) for r in eager)
+    grouped = {m for m, c in training.CONFIGS.items() if c.grouped}
+    assert all({"bf16", "bf16_gemmlab", "fp32", "fp32_tc"} <= set(r.setups) for r in eager if r.model not in grouped)
+    assert all(r.setups == ("bf16", "bf16_gemmlab") for r in eager if r.model in grouped) and grouped
     assert runs[-1] == training.Run("vit-b16", "compile", ("bf16", "bf16_gemmlab"))
     assert training.select(quick=True, models="gpt2") == [training.Run("gpt2", "eager", training.QUICK_SETUPS)]
 
@@ -161,8 +163,9 @@ def test_selection_orders_eager_first_and_adds_baselines():
     ]
     assert all(r.setups == ("fp32", "fp32_tc") for r in runs)  # SGEMM beside fp32_tc
     every = training.select()
-    moe = sum(1 for c in training.CONFIGS.values() if c.experts)  # eager only
+    moe = sum(1 for c in training.CONFIGS.values() if c.experts and not c.grouped)  # eager only
     assert len(every) == len(training.CONFIGS) * 3 - 2 * moe and every[0].setups == tuple(training.SETUPS)
+    assert training.select(models="granite-moe-1b-grouped", precisions="fp32,fp32_tc") == []
 
 
 def test_selection_order_is_eager_first_by_default():
@@ -426,3 +429,114 @@ def test_experts_run_eager_only():
     shapes = training.matmul_shapes(training.CONFIGS["granite-moe-1b"], batch=1)
     assert (1024 * 8 // 32, 2 * 512, 1024, "NT", 1) in shapes  # an expert's up projection, on average
     assert (1024, 32, 1024, "NT", 1) in shapes  # the router
+
+
+# -- the grouped mixture of experts --------------------------------------------------------
+
+
+def test_grouped_experts_are_the_loop_variants_model():
+    """granite-moe-1b-grouped: the sizes and parameters of granite-moe-1b, listed before it."""
+    loop, grouped = training.CONFIGS["granite-moe-1b"], training.CONFIGS["granite-moe-1b-grouped"]
+    assert training.replace(grouped, name=loop.name, grouped=False) == loop and grouped.grouped
+    assert training.parameter_count(grouped) == training.parameter_count(loop)
+    names = list(training.CONFIGS)
+    assert names.index("granite-moe-1b-grouped") == names.index("granite-moe-1b") - 1 == len(names) - 2
+    tiny = _tiny(grouped)
+    torch.manual_seed(0)
+    a = training.build(tiny)
+    torch.manual_seed(0)
+    b = training.build(_tiny(loop))
+    assert [(k, v.shape) for k, v in a.state_dict().items()] == [(k, v.shape) for k, v in b.state_dict().items()]
+    assert sum(p.numel() for p in a.parameters()) == training.parameter_count(tiny)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_grouped_experts_compute_what_the_loop_computes(dtype):
+    """The same weights, the same tokens: the grouped experts' output and gradients are the
+    loop's (float32: torch._grouped_mm's CPU kernel; float64: the groups' loop it stands in)."""
+    loop, grouped = _tiny(training.CONFIGS["granite-moe-1b"]), _tiny(training.CONFIGS["granite-moe-1b-grouped"])
+    torch.manual_seed(0)
+    ref = training.build(loop).blocks[0].mlp.to(dtype)
+    mine = training.build(grouped).blocks[0].mlp.to(dtype)
+    mine.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 13, loop.d, dtype=dtype)
+    up = torch.randn(2, 13, loop.d, dtype=dtype)
+    y_ref, y = ref(x), mine(x)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(y, y_ref, rtol=tol, atol=tol)
+    (y_ref * up).sum().backward()
+    (y * up).sum().backward()
+    for (name, p), q in zip(mine.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=tol, atol=tol, msg=name)
+
+
+def test_grouped_experts_pad_each_group_and_run_two_grouped_products():
+    """Two torch._grouped_mm calls a layer (2-D x 3-D, int32 offs), each group padded to
+    GROUP_ALIGN_ROWS rows in a buffer whose size does not depend on the routing."""
+    from torch.overrides import TorchFunctionMode
+
+    cfg = _tiny(training.CONFIGS["granite-moe-1b-grouped"])
+    torch.manual_seed(0)
+    experts = training.build(cfg).blocks[0].mlp
+    seen = []
+
+    class Calls(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch._grouped_mm:
+                seen.append((tuple(args[0].shape), tuple(args[1].shape), (kwargs or {})["offs"].clone()))
+            return func(*args, **(kwargs or {}))
+
+    with Calls():
+        for seed in (1, 2):
+            experts(torch.randn(2, 40, cfg.d, generator=torch.Generator().manual_seed(seed)))
+    rows = 2 * 40 * cfg.top_k + cfg.experts * (training.GROUP_ALIGN_ROWS - 1)
+    assert [s[:2] for s in seen] == [
+        ((rows, cfg.d), (cfg.experts, cfg.d, 2 * cfg.ffn)),
+        ((rows, cfg.ffn), (cfg.experts, cfg.ffn, cfg.d)),
+    ] * 2
+    for _, _, offs in seen:
+        sizes = torch.diff(offs, prepend=offs.new_zeros(1))
+        assert offs.dtype == torch.int32 and (sizes % training.GROUP_ALIGN_ROWS == 0).all()
+        assert 2 * 40 * cfg.top_k <= int(offs[-1]) <= rows
+    assert not torch.equal(seen[0][2], seen[2][2])  # the offsets change, the shapes do not
+
+
+def test_grouped_experts_go_to_the_grouped_rungs_through_use_gemmlab():
+    """Inside the routing context (here on the CPU, with float64 stand-ins for the rungs), a
+    bfloat16 step of the grouped model hands its two grouped products per layer to the grouped
+    rung and their weight gradients to grouped_wgrad; no grouped call stays PyTorch's."""
+    from torch_cpu import CPURouting, cpu_kernels, grouped_calls
+
+    cfg = _tiny(training.CONFIGS["granite-moe-1b-grouped"])
+    torch.manual_seed(0)
+    model = training.build(cfg).to(torch.bfloat16)
+    inputs, targets = training.make_batch(cfg, 2, cfg.seq, "cpu", torch.Generator().manual_seed(0))
+    with cpu_kernels():
+        grouped_calls.update(grouped=0, weight_grad=0)
+        with CPURouting(torch.bfloat16):
+            loss = training.loss_of(model, inputs, targets)
+            assert grouped_calls == {"grouped": 2 * cfg.layers, "weight_grad": 0}
+            loss.backward()
+        # backward: each product's input gradient (2-D x 3-D) and weight gradient (2-D x 2-D)
+        assert grouped_calls == {"grouped": 4 * cfg.layers, "weight_grad": 2 * cfg.layers}
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_grouped_experts_compile():
+    """torch.compile (aot_eager on the CPU, bfloat16 as the suite compiles it) of the grouped
+    experts, forward and backward: one graph, no recompilation for new offsets."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    cfg = _tiny(training.CONFIGS["granite-moe-1b-grouped"])
+    torch.manual_seed(0)
+    experts = training.build(cfg).blocks[0].mlp.to(torch.bfloat16)
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(experts, backend=counter, fullgraph=True)
+    for seed in (1, 2, 3):
+        x = torch.randn(2, 40, cfg.d, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+        y = compiled(x)
+        torch.testing.assert_close(y, experts(x), rtol=2e-2, atol=2e-2)
+        y.float().square().sum().backward()
+    assert counter.frame_count == 1
+    assert all(torch.isfinite(p.grad).all() for p in experts.parameters())

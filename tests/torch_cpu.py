@@ -7,12 +7,16 @@ routing, shapes, autograd, torch.compile and DTensor sharding."""
 from __future__ import annotations
 
 import contextlib
+import math
 
+import torch
 
 import gemmlab.torch as gt
 from gemmlab.torch import ops, routing
 
 calls = {"mm": 0, "bmm": 0}
+# Routed torch._grouped_mm calls: "grouped" (2-D x 3-D, rung 6), "weight_grad" (2-D x 2-D, rung 7).
+grouped_calls = {"grouped": 0, "weight_grad": 0}
 
 
 def _reference(name):
@@ -39,19 +43,41 @@ def routed_reference(a, b, *, kernel="auto", precision=None, out=None, alpha=1.0
     return out
 
 
+def grouped_reference(a, b, offs):
+    """What the grouped rung gives a routed torch._grouped_mm (2-D x 3-D): float64 products per
+    group, rows in no group NaN (the kernel leaves them unwritten); counted as "grouped"."""
+    assert a.dim() == 2 and b.dim() == 3 and offs.dtype == torch.int32
+    grouped_calls["grouped"] += 1
+    out = torch.full((a.shape[0], b.shape[2]), math.nan, dtype=a.dtype)
+    for g, (s, e) in enumerate(ops.group_bounds(offs, a.shape[0])):
+        out[s:e] = (a[s:e].double() @ b[g].double()).to(a.dtype)
+    return out
+
+
+def weight_grad_reference(a, b, offs):
+    """What grouped_wgrad gives a routed torch._grouped_mm of the 2-D x 2-D form, a (P, T) x
+    b (T, Q): out[g] = a[:, group g] @ b[group g], zeros for an empty group; counted."""
+    assert a.dim() == 2 and b.dim() == 2 and a.stride(0) == 1, "autograd's a is x.t() of a row-major x"
+    grouped_calls["weight_grad"] += 1
+    return ops._weight_grad_cpu(a.t(), b, offs, False)
+
+
 @contextlib.contextmanager
 def cpu_kernels(product=routed_reference):
     """gemmlab's products computed on the CPU (and counted) while inside: the
-    operators' CPU kernels, and what the routing contexts run."""
-    saved, saved_product = dict(ops.CPU_KERNELS), routing.PRODUCT["fn"]
+    operators' CPU kernels, and what the routing contexts run (torch._grouped_mm's
+    too, on any device: the Hopper check answers yes)."""
+    saved, saved_product, saved_grouped = dict(ops.CPU_KERNELS), routing.PRODUCT["fn"], dict(routing.GROUPED)
     try:
         for name in calls:
             ops.CPU_KERNELS[name] = _reference(name)
         routing.PRODUCT["fn"] = product
+        routing.GROUPED.update(mm=grouped_reference, weight_grad=weight_grad_reference, arch=lambda device: True)
         yield calls
     finally:
         ops.CPU_KERNELS.update(saved)
         routing.PRODUCT["fn"] = saved_product
+        routing.GROUPED.update(saved_grouped)
 
 
 class CPURouting(gt.Routing):

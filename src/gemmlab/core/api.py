@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from . import planner, scaled, tables
+from . import grouped, planner, scaled, tables
 from .bias import BiasView, add_bias, bias_view
 from .arrays import (
     ITEMSIZE,
@@ -45,6 +45,19 @@ def last_plan() -> Plan | None:
     too)."""
     p = getattr(_tls, "last_plan", None)
     return p if p is None or type(p) is Plan else p.resolve()
+
+
+def grouped_mm(a, b, offs, out=None, *, out_dtype=None, kernel: str = "auto", **tile_params):
+    """The products of a mixture-of-experts layer in one launch: for every group g,
+    ``out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g]`` (offs[-1] = 0), on PyTorch
+    float16 / bfloat16 CUDA tensors -- a (T, K) row-major, b (G, K, N) row-major or
+    ``W.transpose(-2, -1)`` of a row-major (G, N, K), offs G int32 cumulative ends on the
+    GPU (torch._grouped_mm's) -- by the grouped rung on Hopper (sm_90a).  K and N must be
+    multiples of 8.  Returns out (new where not given; rows past offs[G-1] are not written).
+    See gemmlab.core.grouped and docs/tensor/06-grouped.md."""
+    result = grouped.grouped_mm(a, b, offs, out=out, out_dtype=out_dtype, kernel=kernel, **tile_params)
+    _tls.last_plan = grouped.last_grouped_plan()
+    return result
 
 
 def _plain(x) -> bool:

@@ -33,6 +33,14 @@ from ..kernels.tensor.wgmma_fp8 import (
     fp8_auto_tile,
     wgmma_fp8_smem,
 )
+from ..kernels.tensor.grouped import (
+    GROUPED_DTYPES,
+    GROUPED_LAYOUTS,
+    GROUPED_MAX_GROUPS,
+    grouped_auto_tile,
+    grouped_smem,
+)
+from ..kernels.tensor.grouped_wgrad import grouped_wgrad_auto_tile, grouped_wgrad_smem
 from ..runtime.tma import tma_aligned, tma_readable
 
 # Input dtypes: float32 for the CUDA-core ladder (and TF32 tensor cores on request),
@@ -556,6 +564,100 @@ def plan_scaled(
         why += f"; 128 x 256 tiles, promoting every K-step: they fill {WIDE_TILE_WAVES} waves of the SMs or more"
     elif not tile_params:
         why += ("; " if why else "") + "its default tile (too few tiles for 128 x 256; no tuned table for FP8 yet)"
+    return Plan(spec, params, problem, spec.name_expression(params, problem), reason=why)
+
+
+# Grouped products (core/grouped.py): one rung computes them.
+GROUPED_KERNEL = "grouped"
+
+
+def plan_grouped(
+    T: int,
+    N: int,
+    K: int,
+    groups: int,
+    dtype: str,
+    op_b: str = "T",
+    *,
+    arch: str | None = None,
+    sm_count: int = 132,
+    gpu_name: str = "this GPU",
+    smem_limit: int | None = None,
+    kernel: str = "auto",
+    **tile_params,
+) -> Plan:
+    """The plan of a grouped product: ``groups`` groups of the T rows of an (T, K) A, each
+    times its own K x N matrix of B, stored (G, K, N) (``op_b`` 'N') or (G, N, K) ('T').  Only
+    the grouped rung computes it: ``kernel`` is "auto" or "grouped"; on another architecture
+    than sm_90a (``arch``; None: not known yet) it is a ValueError naming the GPU and what
+    the rung needs."""
+    if dtype not in GROUPED_DTYPES:
+        raise TypeError(f"grouped products take {' or '.join(GROUPED_DTYPES)}, not {dtype}")
+    if ("N", op_b) not in GROUPED_LAYOUTS:
+        raise ValueError(f"op_b is 'N' (b stored (G, K, N)) or 'T' (stored (G, N, K)), not {op_b!r}")
+    if not 0 <= groups <= GROUPED_MAX_GROUPS:
+        raise ValueError(f"a grouped product takes at most {GROUPED_MAX_GROUPS} groups, not {groups}")
+    if kernel not in ("auto", GROUPED_KERNEL):
+        raise ValueError(f"grouped products run on {GROUPED_KERNEL!r} only (or 'auto'), not {kernel!r}")
+    if kernel == "auto" and tile_params:
+        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
+    spec = registry.get(GROUPED_KERNEL)
+    if arch is not None:
+        spec.check_arch(arch, gpu_name, dtype)
+    why = ""
+    if kernel == "auto":
+        tile_params, why = grouped_auto_tile(T, N, groups, sm_count)
+    params = spec.resolve(tile_params, dtype)
+    if smem_limit is not None and grouped_smem(params) > smem_limit:
+        raise ValueError(
+            f"{GROUPED_KERNEL} with {params} needs {grouped_smem(params)} bytes of shared memory per block; "
+            f"{gpu_name} allows {smem_limit}"
+        )
+    problem = Problem(T, N, K, True, dtype, dtype, "N", op_b, sm_count=sm_count, groups=max(groups, 1))
+    return Plan(spec, params, problem, spec.name_expression(params, problem), reason=why)
+
+
+GROUPED_WGRAD_KERNEL = "grouped_wgrad"
+
+
+def plan_grouped_wgrad(
+    P: int,
+    Q: int,
+    T: int,
+    groups: int,
+    dtype: str,
+    *,
+    arch: str | None = None,
+    sm_count: int = 132,
+    gpu_name: str = "this GPU",
+    smem_limit: int | None = None,
+    kernel: str = "auto",
+    **tile_params,
+) -> Plan:
+    """The plan of a grouped product's weight gradient: C_g = X_g^T @ Y_g (P x Q) for ``groups``
+    groups of the T rows of X (T, P) and Y (T, Q).  Only the grouped_wgrad rung computes it;
+    refusals as plan_grouped's."""
+    if dtype not in GROUPED_DTYPES:
+        raise TypeError(f"grouped products take {' or '.join(GROUPED_DTYPES)}, not {dtype}")
+    if not 0 <= groups <= GROUPED_MAX_GROUPS:
+        raise ValueError(f"a grouped product takes at most {GROUPED_MAX_GROUPS} groups, not {groups}")
+    if kernel not in ("auto", GROUPED_WGRAD_KERNEL):
+        raise ValueError(f"grouped weight gradients run on {GROUPED_WGRAD_KERNEL!r} only (or 'auto'), not {kernel!r}")
+    if kernel == "auto" and tile_params:
+        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
+    spec = registry.get(GROUPED_WGRAD_KERNEL)
+    if arch is not None:
+        spec.check_arch(arch, gpu_name, dtype)
+    why = ""
+    if kernel == "auto":
+        tile_params, why = grouped_wgrad_auto_tile(P, Q, groups, sm_count)
+    params = spec.resolve(tile_params, dtype)
+    if smem_limit is not None and grouped_wgrad_smem(params) > smem_limit:
+        raise ValueError(
+            f"{GROUPED_WGRAD_KERNEL} with {params} needs {grouped_wgrad_smem(params)} bytes of shared memory per "
+            f"block; {gpu_name} allows {smem_limit}"
+        )
+    problem = Problem(P, Q, T, True, dtype, dtype, "T", "N", sm_count=sm_count, groups=max(groups, 1))
     return Plan(spec, params, problem, spec.name_expression(params, problem), reason=why)
 
 

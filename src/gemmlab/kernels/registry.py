@@ -16,7 +16,7 @@ from .spec import SPECS, KernelSpec, register
 
 # The rungs, in ladder order.
 from .simt import naive, coalesced, smem_tiled, blocktile_1d, blocktile_2d, vectorized, warptile, pipelined
-from .tensor import wmma, wmma_warptile, mma_pipelined, wgmma, wgmma_fp8
+from .tensor import wmma, wmma_warptile, mma_pipelined, wgmma, wgmma_fp8, grouped, grouped_wgrad
 from .ec import ec_wmma, ec_wgmma
 from .gemv import gemv, outer
 
@@ -41,6 +41,8 @@ RUNGS = (
     mma_pipelined,
     wgmma,
     wgmma_fp8,
+    grouped,
+    grouped_wgrad,
     ec_wmma,
     ec_wgmma,
     gemv,

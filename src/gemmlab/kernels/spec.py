@@ -126,6 +126,9 @@ class Problem:
     # of A, 128 x 128 of B); "" for products without scales.
     dtype_b: str = ""
     scaling: str = ""
+    # Grouped products (tensor rung 6, grouped): the number of groups G of A's rows, each
+    # multiplied by its own B; M is then the rows of all of them (T).  0: one product.
+    groups: int = 0
 
     def with_layout(self, op_a: str, op_b: str) -> "Problem":
         return dataclasses.replace(self, op_a=op_a, op_b=op_b)
@@ -310,6 +313,10 @@ class KernelSpec:
     # The result types the kernel writes whatever its inputs (wgmma_fp8: bfloat16, float32);
     # empty: float32, or the input's own type (FLOAT32_RESULT: float32 only).
     out_dtypes: tuple[str, ...] = ()
+    # The public call that runs this kernel where gemmlab.matmul does not (grouped:
+    # "gemmlab.grouped_mm"); "" for matmul's rungs.  Tools that run matmul over the ladder
+    # (verify, bench's ladder) and the kernels an error message suggests leave it out.
+    own_call: str = ""
 
     def why_not_on(self, arch: str, dtype: str | None = None) -> str | None:
         """Why this kernel cannot run on the NVRTC target ``arch`` (for ``dtype``, or for
@@ -339,7 +346,9 @@ class KernelSpec:
         why = self.why_not_on(arch, dtype)
         if why:
             runs = [
-                s.name for s in SPECS.values() if s.builds_for(arch, dtype) and (dtype is None or dtype in s.dtypes)
+                s.name
+                for s in SPECS.values()
+                if s.builds_for(arch, dtype) and (dtype is None or dtype in s.dtypes) and not s.own_call
             ]
             what = f" for {dtype}" if dtype else ""
             raise ValueError(
@@ -429,7 +438,7 @@ class KernelSpec:
     def check_dtypes(self, problem: Problem) -> None:
         """Raise TypeError if this kernel does not compute problem.dtype -> problem.out_dtype."""
         if problem.dtype not in self.dtypes:
-            fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes]
+            fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes and not s.own_call]
             raise TypeError(
                 f"kernel {self.name!r} computes {', '.join(self.dtypes)}, not {problem.dtype}; "
                 f"for {problem.dtype} use one of: {', '.join(fits) or 'none yet'}"

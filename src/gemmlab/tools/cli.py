@@ -116,17 +116,17 @@ SUITE_OPTIONS = {
     "plot": ("ladder", "ec", "overhead", "models", "shapes", "training", "fp8"),
     "calls": ("overhead",),
     "host_shape": ("overhead",),
-    "tokens": ("models",),
+    "tokens": ("models", "moe"),
     "layers": ("models",),
     "only": ("models",),
     "products": ("models",),
     "time_budget_s": ("models", "shapes", "training"),
     # the shapes and training suites' own (bench_suite_args)
-    "models": ("shapes", "training"),
+    "models": ("shapes", "training", "moe"),
     "kinds": ("shapes",),
     "limit": ("shapes",),
     "sample": ("shapes",),
-    "seed": ("shapes", "training"),
+    "seed": ("shapes", "training", "moe"),
     "modes": ("training",),
     "precisions": ("training",),
     "steps": ("training",),
@@ -173,6 +173,8 @@ def cmd_bench(args) -> int:
         return cmd_bench_training(args)
     if args.suite == "fp8":  # the FP8 rung beside torch._scaled_mm (Hopper)
         return cmd_bench_fp8(args)
+    if args.suite == "moe":  # the grouped rung beside torch._grouped_mm (Hopper)
+        return cmd_bench_moe(args)
     if args.dtype is not None and args.dtype not in LADDER_DTYPES:
         raise ValueError(f"--dtype {args.dtype!r}: the ladder takes one of {', '.join(LADDER_DTYPES)}")
     from ..core.api import plan
@@ -212,6 +214,25 @@ def cmd_bench_fp8(args) -> int:
     sizes = _sizes(args.sizes) if args.sizes else None
     records = fp8.run(sizes, entries=entries, flush=not args.no_flush, **_timing(args))
     _finish(records, args, plot_ladder)
+    return 0
+
+
+def cmd_bench_moe(args) -> int:
+    from .bench import moe
+    from .bench.models import parse_tokens
+
+    tokens = parse_tokens(args.tokens) if args.tokens else None
+    names = [m for m in (args.models or "").split(",") if m.strip()] or None
+    unknown = sorted(set(names or ()) - set(moe.MOE_MODELS))
+    if unknown:  # refused before any GPU time is spent
+        raise ValueError(f"--models {','.join(unknown)}: --suite moe knows {', '.join(moe.MOE_MODELS)}")
+    timing = {k: v for k, v in _timing(args).items() if k != "kernel_only"}
+    records = moe.run(tokens, models=names, seed=args.seed or 0, flush=not args.no_flush, **timing)
+    dicts = [r.as_dict() for r in records]
+    from .bench.report import table
+
+    print(table(dicts))
+    _save(dicts, args, None)
     return 0
 
 
@@ -503,9 +524,12 @@ def cmd_verify(args) -> int:
     from ..runtime.device import gpu_info
 
     gpu = gpu_info(0)  # no GPU: one line, before any array library is touched
-    if everything:  # every rung this GPU runs, each in its own dtype (FP8's: tests/test_wgmma_fp8.py)
+    if everything:  # every matmul rung this GPU runs, each in its own dtype (FP8's: tests/test_wgmma_fp8.py;
+        # grouped's: tests/test_grouped.py)
         specs = {
-            s.name: s for s in registry.ladder() if s.builds_for(gpu.arch) and any(d in VERIFY_DTYPES for d in s.dtypes)
+            s.name: s
+            for s in registry.ladder()
+            if s.builds_for(gpu.arch) and any(d in VERIFY_DTYPES for d in s.dtypes) and not s.own_call
         }
     runs = []
     for name, spec in specs.items():
@@ -615,7 +639,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--tokens",
             metavar="M,...",
-            help=f"{what}--suite models: token counts M of the linear layers (default 1,16,128,2048,8192)",
+            help=f"{what}--suite models: token counts M of the linear layers (default 1,16,128,2048,8192); "
+            "--suite moe: tokens before routing (default 128,1024,8192)",
         )
         p.add_argument(
             "--layers",
@@ -641,7 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="NAME,...",
             help="--suite shapes: the models whose products to time "
             "(default all, and 'random': the random odd sizes); --suite training: comma list of "
-            "llama-1b, gpt2, bert-base, vit-b16 (default all)",
+            "llama-1b, qwen2-0.5b, gpt2, bert-base, vit-b16, granite-moe-1b-grouped, granite-moe-1b "
+            "(default all); --suite moe: comma list of "
+            "mixtral-8x7b, qwen1.5-moe-a2.7b, deepseek-v2-lite, qwen3-30b-a3b, granite-3.0-1b-a400m",
         )
         p.add_argument(
             "--kinds",
@@ -729,7 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--suite",
         default="ladder",
-        choices=("ladder", "wmma_ext", "ec", "overhead", "models", "shapes", "training", "fp8"),
+        choices=("ladder", "wmma_ext", "ec", "overhead", "models", "shapes", "training", "fp8", "moe"),
         help="ladder: kernels beside cuBLAS (default); wmma_ext: the WMMA fragment lab's experiments; "
         "ec: the FP32-accurate tensor-core methods (precision=fp16_ec, fp16_ec_scaled, tf32_ec, "
         "fp32_tc) beside cuBLAS SGEMM (default sizes 4096, 8192, 16384x4096x4096); overhead: host "
@@ -742,7 +769,10 @@ def build_parser() -> argparse.ArgumentParser:
         "through gemmlab.torch beside plain PyTorch, eager and compiled; fp8 (Hopper): the FP8 rung "
         "(per-tensor, per-row and block scales; --kernels adds tile configurations of wgmma_fp8) beside "
         "torch._scaled_mm (fast accumulation off and on), torch.matmul and gemmlab in bfloat16, on square "
-        "and Llama-3-8B / 70B shapes",
+        "and Llama-3-8B / 70B shapes; moe (Hopper): gemmlab.grouped_mm on the expert layers of public "
+        "mixture-of-experts models (Mixtral-8x7B, Qwen1.5-MoE, DeepSeek-V2-Lite, Qwen3-30B-A3B, "
+        "Granite-3.0-1B-A400M), uniform and skewed routing, beside torch._grouped_mm and a loop of "
+        "torch.matmul (--tokens, --models, --seed)",
     )
     p.add_argument(
         "--calls",

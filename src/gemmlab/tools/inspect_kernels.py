@@ -218,6 +218,8 @@ EXPECTED_SASS = {
     "mma_pipelined": ("HMMA", "LDSM", "LDGSTS"),
     "wgmma": ("HGMMA",),
     "wgmma_fp8": ("QGMMA",),
+    "grouped": ("HGMMA",),
+    "grouped_wgrad": ("HGMMA",),
     "ec_wmma": ("HMMA", "LDGSTS"),
     "ec_wgmma": ("HGMMA",),
     "pipelined": ("LDGSTS",),

@@ -7,8 +7,11 @@
 - ``gemmlab.torch.fp32_tc()``: float32 products of a model, forward and
   backward, FP32-accurate on the tensor cores in one line; ``use_gemmlab()``
   for gemmlab's kernels at each dtype's own precision; PyTorch's own mm, bmm,
-  addmm, baddbmm and mv hand their products to gemmlab while one is on
-  (gemmlab.torch.routing).
+  addmm, baddbmm and mv hand their products to gemmlab while one is on, and
+  _grouped_mm the calls the grouped rungs take (gemmlab.torch.routing).
+- ``gemmlab.torch.grouped_mm``: torch.ops.gemmlab.grouped_mm, a mixture-of-experts
+  layer's grouped products on Hopper, torch._grouped_mm's schema (2-D x 3-D with offs),
+  with autograd, the weights' gradient in one launch too (compiled and emulated only so far).
 - DTensor sharding rules for the operators, registered where
   torch.distributed is available (gemmlab.torch.sharding).
 """
@@ -20,7 +23,7 @@ except ModuleNotFoundError as exc:  # the [torch] extra: say how to get it, not 
 
     raise MissingExtraError(f"gemmlab.torch needs PyTorch: {EXTRAS['torch'][1]}") from exc
 
-from .ops import bmm, mm, scaled_mm  # noqa: E402
+from .ops import bmm, grouped_mm, mm, scaled_mm  # noqa: E402
 from .routing import (
     NOT_ROUTED,
     ROUTED,
@@ -49,6 +52,7 @@ __all__ = [
     "mm",
     "bmm",
     "scaled_mm",
+    "grouped_mm",
     "fp32_tc",
     "use_gemmlab",
     "enable_fp32_tc",

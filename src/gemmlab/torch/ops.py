@@ -32,7 +32,7 @@ from ..core.api import matmul
 from ..kernels.tensor.wgmma_fp8 import fp8_auto_tile
 from ..runtime.device import gpu_info
 
-__all__ = ["mm", "bmm", "scaled_mm"]
+__all__ = ["mm", "bmm", "scaled_mm", "grouped_mm"]
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -259,3 +259,179 @@ def _scaled_mm_fake(self, mat2, scale_a, scale_b, bias=None, scale_result=None, 
 
 _lib.impl("scaled_mm", _scaled_mm_impl, "CUDA")
 torch.library.register_fake("gemmlab::scaled_mm", _scaled_mm_fake, lib=_lib)
+
+
+# -- grouped products: torch._grouped_mm's contract for a mixture-of-experts layer --------------
+
+_lib.define(
+    "grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor"
+)
+_GROUPED = (torch.float16, torch.bfloat16)
+
+
+def grouped_mm(
+    self: torch.Tensor,
+    mat2: torch.Tensor,
+    offs: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """torch._grouped_mm's call on gemmlab's grouped rung (Hopper): ``self`` (T, K) row-major,
+    ``mat2`` (G, K, N) row-major or the transpose of a row-major (G, N, K), ``offs`` G int32
+    cumulative row ends, all float16 / bfloat16 CUDA tensors of one dtype; the result (T, N)
+    has row block g = self's row block g @ mat2[g].  Where the contracts part: only this 2-D x
+    3-D form with offs is built (not 3-D x 3-D, 2-D x 2-D or 3-D x 2-D), ``bias`` must be None
+    and ``out_dtype`` None or the inputs' dtype; K and N must be multiples of 8.  Autograd:
+    the gradient of ``self`` is again a grouped product (grad @ mat2[g]^T, in one launch); that
+    of ``mat2`` (self_g^T @ grad_g per group) one launch of the grouped_wgrad rung."""
+    return torch.ops.gemmlab.grouped_mm.default(self, mat2, offs, bias, out_dtype)
+
+
+def _grouped_refusals(self, mat2, offs, bias, out_dtype) -> None:
+    if offs is None or self.dim() != 2 or mat2.dim() != 3:
+        raise ValueError(
+            "gemmlab::grouped_mm takes a 2-D self (T, K), a 3-D mat2 (G, K, N) and offs (torch._grouped_mm's "
+            f"other forms are not built); got {self.dim()}-D and {mat2.dim()}-D"
+            + (" without offs" if offs is None else "")
+        )
+    if bias is not None:
+        raise ValueError("gemmlab::grouped_mm adds no bias: pass bias=None and add it to the result")
+    if out_dtype is not None and out_dtype != self.dtype:
+        raise TypeError(f"gemmlab::grouped_mm writes its inputs' dtype ({self.dtype}), not out_dtype {out_dtype}")
+
+
+def _grouped_impl(self, mat2, offs=None, bias=None, out_dtype=None):
+    _grouped_refusals(self, mat2, offs, bias, out_dtype)
+    return _grouped_mm_call(self, mat2, offs)
+
+
+def _grouped_fake(self, mat2, offs=None, bias=None, out_dtype=None):
+    _grouped_refusals(self, mat2, offs, bias, out_dtype)
+    torch._check(
+        self.shape[1] == mat2.shape[1],
+        lambda: f"gemmlab::grouped_mm: inner dimensions differ, {tuple(self.shape)} @ {tuple(mat2.shape)}",
+    )
+    torch._check(
+        self.dtype in _GROUPED and mat2.dtype == self.dtype,
+        lambda: (
+            f"gemmlab::grouped_mm takes float16 or bfloat16 tensors of one dtype, not {self.dtype} and {mat2.dtype}"
+        ),
+    )
+    torch._check(
+        offs.dtype == torch.int32 and offs.dim() == 1 and offs.shape[0] == mat2.shape[0],
+        lambda: (
+            f"gemmlab::grouped_mm: offs must be {mat2.shape[0]} int32 row ends, not {offs.dtype} {tuple(offs.shape)}"
+        ),
+    )
+    return self.new_empty((self.shape[0], mat2.shape[2]))
+
+
+def _grouped_cpu(self, mat2, offs=None, bias=None, out_dtype=None):
+    # Looked up at each call, so that tests without a GPU can stand a CPU product in.
+    return CPU_KERNELS["grouped_mm"](self, mat2, offs, bias, out_dtype)
+
+
+CPU_KERNELS["grouped_mm"] = _grouped_impl  # on the CPU: gemmlab's own message (it reads CUDA tensors)
+_lib.impl("grouped_mm", _grouped_impl, "CUDA")
+_lib.impl("grouped_mm", _grouped_cpu, "CPU")
+torch.library.register_fake("gemmlab::grouped_mm", _grouped_fake, lib=_lib)
+_grouped_op = torch.ops.gemmlab.grouped_mm.default
+
+
+def _grouped_mm_call(a, b, offs):
+    from ..core.api import grouped_mm as call
+
+    return call(a, b, offs)
+
+
+def group_bounds(offs: torch.Tensor, rows: int) -> list[tuple[int, int]]:
+    """Each group's rows [start, end) as the kernel reads offs (06_grouped.cuh's group_rows:
+    clamped into [0, rows], a decreasing offset an empty group); reads offs on the host."""
+    bounds, prev = [], 0
+    for end in offs.tolist():
+        start = min(max(prev, 0), rows)
+        bounds.append((start, min(max(end, start), rows)))
+        prev = end
+    return bounds
+
+
+_lib.define("grouped_mm_weight_grad(Tensor a, Tensor grad, Tensor offs, bool transposed) -> Tensor")
+
+
+def _weight_grad_impl(a, grad, offs, transposed):
+    """The gradient of a grouped product's weights: matrix g is a_g^T @ grad_g over group g's
+    rows (zeros for an empty group), (G, K, N); ``transposed``: its transpose grad_g^T @ a_g,
+    (G, N, K) contiguous, for a weight stored (G, N, K).  One launch of the grouped_wgrad rung
+    (gemmlab.core.grouped.grouped_weight_grad); the offsets stay on the GPU."""
+    from ..core.grouped import grouped_weight_grad
+
+    x, y = (grad, a) if transposed else (a, grad)
+    return grouped_weight_grad(x.contiguous(), y.contiguous(), offs)
+
+
+def _weight_grad_cpu(a, grad, offs, transposed):
+    """The CPU's answer (the tests' reference, without a GPU): the offsets read on the host,
+    one float64 product per non-empty group."""
+    G, K, N = offs.shape[0], a.shape[1], grad.shape[1]
+    out = a.new_zeros((G, N, K) if transposed else (G, K, N))
+    for g, (s, e) in enumerate(group_bounds(offs, a.shape[0])):
+        if e <= s:
+            continue
+        x, y = (grad[s:e].t(), a[s:e]) if transposed else (a[s:e].t(), grad[s:e])
+        out[g] = (x.double() @ y.double()).to(out.dtype)
+    return out
+
+
+def _weight_grad_fake(a, grad, offs, transposed):
+    G, K, N = offs.shape[0], a.shape[1], grad.shape[1]
+    return a.new_empty((G, N, K) if transposed else (G, K, N))
+
+
+_lib.impl("grouped_mm_weight_grad", _weight_grad_impl, "CUDA")
+_lib.impl("grouped_mm_weight_grad", _weight_grad_cpu, "CPU")
+torch.library.register_fake("gemmlab::grouped_mm_weight_grad", _weight_grad_fake, lib=_lib)
+_weight_grad = torch.ops.gemmlab.grouped_mm_weight_grad.default
+
+
+def _rows_in_groups(offs: torch.Tensor, rows: int, device) -> torch.Tensor:
+    """A (rows, 1) mask of the rows some group holds (those before offs[-1], clamped), on
+    the GPU without reading offs on the host."""
+    last = offs[-1:].clamp(0, rows) if offs.numel() else offs.new_zeros(1)
+    return (torch.arange(rows, device=device) < last).unsqueeze(1)
+
+
+class _GroupedProduct(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, offs, bias, out_dtype):
+        with torch._C._AutoDispatchBelowAutograd():
+            out = _grouped_op(a, b, offs, bias, out_dtype)
+        ctx.save_for_backward(a, b, offs)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b, offs = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_a = grad_b = None
+        if ctx.needs_input_grad[0]:
+            # The same grouped product with b's matrices transposed (the other layout of b):
+            # one launch.  Rows in no group are not written by it; their gradient is zero.
+            grad_a = _grouped_op(grad, b.transpose(-2, -1), offs, None, None)
+            grad_a = torch.where(_rows_in_groups(offs, a.shape[0], a.device), grad_a, 0)
+        if ctx.needs_input_grad[1]:
+            # One launch (grouped_wgrad), laid out as b is: a transposed (G, N, K) weight gets a
+            # transposed gradient.
+            transposed = b.stride(1) == 1 and b.stride(2) != 1
+            grad_b = _weight_grad(a, grad, offs, transposed)
+            grad_b = grad_b.transpose(-2, -1) if transposed else grad_b
+        return grad_a, grad_b, None, None, None
+
+
+def _grouped_autograd(self, mat2, offs=None, bias=None, out_dtype=None):
+    if torch.is_grad_enabled() and (self.requires_grad or mat2.requires_grad):
+        return _GroupedProduct.apply(self, mat2, offs, bias, out_dtype)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _grouped_op(self, mat2, offs, bias, out_dtype)
+
+
+_lib.impl("grouped_mm", _grouped_autograd, "Autograd")

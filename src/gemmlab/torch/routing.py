@@ -17,7 +17,11 @@
 
 How: while a context is on, PyTorch's own CUDA kernels of the operators in
 OPERATORS (mm, bmm, addmm, baddbmm, mv, with their out= and in-place forms)
-hand the products of the routed dtypes to ``gemmlab.matmul``.  Every matrix
+hand the products of the routed dtypes to ``gemmlab.matmul``, and that of
+torch._grouped_mm its calls the grouped rungs take (Hopper, float16 /
+bfloat16): the 2-D x 3-D form with offs to gemmlab::grouped_mm's kernel (rung
+6), the 2-D x 2-D form autograd's formula asks for as the weights' gradient to
+grouped_wgrad (rung 7); any other call of it goes to PyTorch's kernel.  Every matrix
 product PyTorch makes reaches one of them -- ``@``, F.linear, einsum, and the
 products autograd's own formulas make for gradients -- so nothing else pays:
 no Python runs for torch calls that are not products, and gradients need no
@@ -53,6 +57,9 @@ import warnings
 import torch
 
 from ..core.api import matmul
+from ..core.grouped import validate_grouped, validate_wgrad
+from ..runtime.device import gpu_info
+from .ops import _grouped_impl, _weight_grad_impl
 
 __all__ = [
     "ROUTED",
@@ -77,6 +84,10 @@ ROUTED = {
     "linear": "torch.nn.functional.linear, so nn.Linear (x @ W.t() + bias)",
     "einsum": "torch.einsum and anything else built on bmm or mm",
     "gradients": "the products of the backward pass, run while the context is on",
+    "_grouped_mm": (
+        "torch._grouped_mm(a, b, offs=offs), 2-D a x 3-D b, float16 / bfloat16 on Hopper: the grouped "
+        "rung; its gradients' products (a's again 2-D x 3-D, b's 2-D x 2-D with offs: grouped_wgrad)"
+    ),
 }
 # Products that stay PyTorch's, and why.
 NOT_ROUTED = {
@@ -86,6 +97,11 @@ NOT_ROUTED = {
     "other dtypes and devices": "float64, integers, complex, CPU tensors, operands of two dtypes or devices",
     "zero-element products": "nothing to compute: PyTorch's answer, no kernel",
     "backward after the context": "gradients computed once the context has ended",
+    "_grouped_mm's other calls": (
+        "3-D x 3-D, 3-D x 2-D, no offs, a bias, another out_dtype, float32, operands the grouped "
+        "rungs refuse (K or N not a multiple of 8, a not row-major, more than 1024 groups), GPUs "
+        "other than Hopper"
+    ),
 }
 OPERATORS = (
     "mm",
@@ -99,6 +115,7 @@ OPERATORS = (
     "baddbmm.out",
     "baddbmm_",
     "mv",
+    "_grouped_mm",
 )
 PRECISIONS = ("fp32_tc", "fp16_ec", "fp16_ec_scaled", "tf32_ec", "tf32")
 KEY = "gemmlab.torch.routing"  # the thread-local slot (PyTorch's, copied into autograd's threads)
@@ -288,12 +305,82 @@ def _mv(key: str, orig):
     return kernel
 
 
+# -- grouped products: torch._grouped_mm on the grouped rungs --------------------------------
+
+
+def _grouped_forward(a, b, offs):
+    """a (T, K) x b (G, K, N) by groups: gemmlab::grouped_mm's CUDA implementation (rung 6)."""
+    return _grouped_impl(a, b, offs)
+
+
+def _grouped_weight_grad(a, b, offs):
+    """torch._grouped_mm's 2-D x 2-D form, a (P, T) x b (T, Q) with offs over T: out[g] =
+    a[:, group g] @ b[group g], (G, P, Q) -- a grouped product's weight gradient, as autograd
+    asks for it (a = x.t() of a row-major x): one launch of grouped_wgrad (rung 7)."""
+    return _weight_grad_impl(a.t(), b, offs, False)
+
+
+_HOPPER: dict[int, bool] = {}
+
+
+def _on_hopper(device: int) -> bool:
+    """Whether CUDA device ``device`` runs the grouped rungs (sm_90a); asked once a device."""
+    ok = _HOPPER.get(device)
+    if ok is None:
+        try:
+            ok = gpu_info(device).arch == "sm_90a"
+        except Exception:  # no driver, no such device: PyTorch's, which will say so
+            ok = False
+        _HOPPER[device] = ok
+    return ok
+
+
+# What a routed torch._grouped_mm runs: the CPU tests stand float64 products and a yes in for
+# the GPU's (tests/torch_cpu.py); looked up at each call.
+GROUPED = {"mm": _grouped_forward, "weight_grad": _grouped_weight_grad, "arch": _on_hopper}
+_GROUPED_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _grouped_takes(a, b, offs):
+    """GROUPED's function for this torch._grouped_mm call (offs given, no bias, the inputs'
+    dtype out), or None where the grouped rungs refuse it: core.grouped's own checks, which read
+    shapes, strides and addresses only (the offsets stay on the GPU)."""
+    if a.dim() != 2 or a.dtype not in _GROUPED_DTYPES or offs.get_device() != a.get_device():
+        return None
+    if not GROUPED["arch"](a.get_device()):
+        return None
+    try:
+        if b.dim() == 3:
+            validate_grouped(a, b, offs)
+            return GROUPED["mm"]
+        if b.dim() == 2:
+            validate_wgrad(a.t(), b, offs)
+            return GROUPED["weight_grad"]
+    except (TypeError, ValueError):  # a refusal: PyTorch's kernel takes the call
+        pass
+    return None
+
+
+def _grouped(key: str, orig):
+    device_type = key.lower()
+
+    def kernel(keyset, a, b, offs=None, bias=None, out_dtype=None):
+        route = _route(key, device_type, a, b)
+        if route is not None and offs is not None and bias is None and out_dtype in (None, a.dtype):
+            fn = _grouped_takes(a, b, offs)
+            if fn is not None:
+                return fn(a, b, offs)
+        return orig.call_boxed(keyset, a, b, offs, bias, out_dtype)
+
+    return kernel
+
+
 def _makers(key: str) -> dict:
     """Operator name -> a maker (PyTorch's kernel -> gemmlab's) for dispatch key ``key``."""
     return (
         dict(zip(("mm", "mm.out", "addmm", "addmm.out", "addmm_"), _kernels(2, key)))
         | dict(zip(("bmm", "bmm.out", "baddbmm", "baddbmm.out", "baddbmm_"), _kernels(3, key)))
-        | {"mv": functools.partial(_mv, key)}
+        | {"mv": functools.partial(_mv, key), "_grouped_mm": functools.partial(_grouped, key)}
     )
 
 

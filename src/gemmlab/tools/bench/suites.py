@@ -86,10 +86,12 @@ def parse_size(text: str) -> tuple[int, int, int]:
 
 def default_entries(dtype: str = "float32") -> list[tuple[str, dict]]:
     """Every rung of the ladder for the dtype (the FP32 ladder for float32, the
-    tensor-core ladder's rungs of that dtype otherwise; tuned configuration for the GPU if there is
-    one, else its defaults), then what ``kernel="auto"`` picks."""
+    tensor-core ladder's rungs of that dtype otherwise, but those with a call of their own, as
+    grouped's; tuned configuration for the GPU if there is one, else its defaults), then what
+    ``kernel="auto"`` picks."""
     family = "simt" if dtype == "float32" else "ec" if dtype in EC_METHODS else "tensor"
-    return [(s.name, {}) for s in registry.ladder(family) if dtype in s.dtypes] + [("auto", {})]
+    rungs = registry.ladder(family)
+    return [(s.name, {}) for s in rungs if dtype in s.dtypes and not s.own_call] + [("auto", {})]
 
 
 def _progress(msg: str, quiet: bool) -> None:

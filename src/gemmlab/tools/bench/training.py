@@ -8,15 +8,18 @@ a Llama-3.2-1B-sized decoder (GQA, tied 128256-word head), a Qwen2-0.5B-sized on
 masked-LM head, ViT-B/16 at 224 x 224, and a Granite-3.0-1B-A400M-sized mixture
 of experts (32 experts of which each token takes 8, a loop of products whose rows
 change with every batch, tied 49155-word head), last so that a spent time budget
-drops it first.
+drops it first, and before it the same model with its experts as two
+``torch._grouped_mm`` calls (``granite-moe-1b-grouped``: gemmlab's grouped rung
+through ``use_gemmlab()``, PyTorch's own grouped kernel without).
 Attention is written as ``q @ k.transpose(-1, -2)``, softmax, ``@ v``, and the
 patch embedding as a linear layer, so that every product is a matmul the
 routing contexts see.  Training is AdamW on random data (cross entropy).
 
 Each model runs in each mode of MODES (eager, torch.compile, and
 torch.compile(mode="reduce-overhead"), CUDA graphs) in each setup of SETUPS
-(the mixture of experts eager only: its experts' sizes change at every step, which
-torch.compile would compile again for):
+(the looped mixture of experts eager only: its experts' sizes change at every step,
+which torch.compile would compile again for; the grouped one in the bfloat16 setups
+only, torch._grouped_mm's dtype):
 
 - bf16 (weights, gradients and optimizer state in bfloat16), PyTorch's matmul
   and inside ``gemmlab.torch.use_gemmlab(torch.bfloat16)``;
@@ -79,6 +82,7 @@ class Config:
     drift_seq: int = 128
     experts: int = 0  # a mixture of this many SwiGLU experts of ffn each instead of the MLP
     top_k: int = 0  # experts per token
+    grouped: bool = False  # the experts as two torch._grouped_mm calls rather than a loop of F.linear
 
     @property
     def head_dim(self) -> int:
@@ -198,6 +202,22 @@ CONFIGS = {
         ),
     )
 }
+# The same mixture of experts written with grouped products: every expert's gate and up
+# projection in one torch._grouped_mm over the tokens sorted by expert, the down projection in
+# another (offsets from the router's counts, on the GPU), as MoE implementations that use
+# torch._grouped_mm do.  Its shapes do not change from step to step (only the offsets do), so it
+# runs compiled too; bfloat16 only (torch._grouped_mm's dtype).  Before the loop variant, which
+# a spent time budget then drops first.
+CONFIGS = {
+    **{k: v for k, v in CONFIGS.items() if k != "granite-moe-1b"},
+    "granite-moe-1b-grouped": replace(CONFIGS["granite-moe-1b"], name="granite-moe-1b-grouped", grouped=True),
+    "granite-moe-1b": CONFIGS["granite-moe-1b"],
+}
+# Each expert's rows padded to a multiple of this (8 bfloat16 rows: 16 bytes) in the grouped
+# variant, as torchtitan pads them (TOKEN_GROUP_ALIGN_SIZE_M): some versions of
+# torch._grouped_mm's CUDA kernel assert that a group's extent along the grouped dimension is a
+# multiple of 16 bytes.  The padding rows are zeros; at most experts * 7 rows more.
+GROUP_ALIGN_ROWS = 8
 # The published parameter counts of these configurations (tied heads counted once;
 # BERT with its masked-LM head and no pooler, ViT with its 1000-class head).
 PUBLISHED_PARAMS = {
@@ -208,7 +228,7 @@ PUBLISHED_PARAMS = {
     "vit-b16": 86_567_656,
 }
 # Published only rounded (the model card's and the Hub's count, in billions).
-PUBLISHED_BILLIONS = {"granite-moe-1b": 1.33}
+PUBLISHED_BILLIONS = {"granite-moe-1b": 1.33, "granite-moe-1b-grouped": 1.33}
 BERT_POSITIONS, BERT_TYPES = 512, 2
 MODES = ("eager", "compile", "reduce-overhead")
 # setup: (storage dtype, routing, TF32 allowed); routing None is plain PyTorch.
@@ -300,12 +320,14 @@ def _modules():
 
         def __init__(self, cfg: Config):
             super().__init__()
-            self.top_k = cfg.top_k
+            self.top_k, self.grouped = cfg.top_k, cfg.grouped
             self.router = nn.Linear(cfg.d, cfg.experts, bias=False)
             self.up = nn.Parameter(torch.empty(cfg.experts, 2 * cfg.ffn, cfg.d))  # gate and up together
             self.down = nn.Parameter(torch.empty(cfg.experts, cfg.d, cfg.ffn))
 
         def forward(self, x):
+            if self.grouped:
+                return self.forward_grouped(x)
             flat = x.reshape(-1, x.shape[-1])
             weights, chosen = self.router(flat).topk(self.top_k, dim=-1)
             weights, chosen = weights.softmax(-1).flatten(), chosen.flatten()
@@ -321,6 +343,33 @@ def _modules():
                 gate, up = F.linear(flat[tokens], self.up[e]).chunk(2, dim=-1)
                 y = F.linear(F.silu(gate) * up, self.down[e])
                 out.index_add_(0, tokens, y * weights[pairs, None].to(y.dtype))
+            return out.view(x.shape)
+
+        def forward_grouped(self, x):
+            """The same mixture with two grouped products and no host sync: the (token,
+            choice) pairs sorted by expert, each expert's rows padded to GROUP_ALIGN_ROWS
+            (zero rows) in a buffer of fixed size (pairs + experts * (GROUP_ALIGN_ROWS - 1)
+            rows), offs the padded groups' cumulative ends; rows past the last group are
+            computed by nothing and read by nothing."""
+            flat = x.reshape(-1, x.shape[-1])
+            E, k, align = self.up.shape[0], self.top_k, GROUP_ALIGN_ROWS
+            weights, chosen = self.router(flat).topk(k, dim=-1)
+            weights, chosen = weights.softmax(-1).flatten(), chosen.flatten()
+            order = chosen.argsort(stable=True)  # the (token, choice) pairs, expert by expert
+            counts = torch.zeros(E, dtype=torch.int64, device=flat.device).scatter_add_(
+                0, chosen, torch.ones_like(chosen)
+            )
+            padded = (counts + align - 1) // align * align
+            ends = padded.cumsum(0)
+            expert = chosen[order]
+            rank = torch.arange(order.numel(), device=flat.device) - (counts.cumsum(0) - counts)[expert]
+            rows = (ends - padded)[expert] + rank  # each pair's row in the padded buffer
+            tokens = order // k
+            buffer = flat.new_zeros(order.numel() + E * (align - 1), flat.shape[1])
+            xs, offs = buffer.index_copy(0, rows, flat[tokens]), ends.to(torch.int32)
+            gate, up = _grouped_products(xs, self.up.transpose(-2, -1), offs).chunk(2, dim=-1)
+            y = _grouped_products(F.silu(gate) * up, self.down.transpose(-2, -1), offs)[rows]
+            out = torch.zeros_like(flat).index_add_(0, tokens, y * weights[order, None].to(y.dtype))
             return out.view(x.shape)
 
     class Block(nn.Module):
@@ -409,6 +458,20 @@ def _modules():
 
     _MODULES = {"decoder": Decoder, "encoder": Encoder, "vision": Vision}
     return _MODULES
+
+
+def _grouped_products(x, w, offs):
+    """torch._grouped_mm(x, w, offs=offs): row group g of x times w[g].  float64 (the accuracy
+    check's reference), which torch._grouped_mm does not take, as a loop over the groups
+    (reading offs on the host); rows past the last group zeros there."""
+    torch = _torch()
+    if x.dtype != torch.float64:
+        return torch._grouped_mm(x, w, offs=offs)
+    out, start = x.new_zeros(x.shape[0], w.shape[-1]), 0
+    for g, end in enumerate(offs.tolist()):
+        out[start:end] = x[start:end] @ w[g]
+        start = end
+    return out
 
 
 def _rope_tables(S: int, hd: int, like):
@@ -545,7 +608,7 @@ def select(*, quick: bool = False, models=None, modes=None, precisions=None) -> 
     if quick:
         if modes is not None or precisions is not None:
             raise ValueError("--quick chooses the modes and precisions; give --models only")
-        runs = [Run(m, "eager", QUICK_SETUPS) for m in names]
+        runs = [Run(m, "eager", model_setups(m, QUICK_SETUPS)) for m in names if model_setups(m, QUICK_SETUPS)]
         model, mode, setups = QUICK_COMPILED
         return runs + ([Run(model, mode, setups)] if model in names else [])
     chosen = [s for p in _names(precisions, PRECISIONS, "--precisions") for s in PRECISIONS[p]]
@@ -554,11 +617,21 @@ def select(*, quick: bool = False, models=None, modes=None, precisions=None) -> 
             chosen.append(base)
     setups = tuple(s for s in SETUPS if s in chosen)
     return [
-        Run(m, mode, setups)
+        Run(m, mode, model_setups(m, setups))
         for mode in _names(modes, MODES, "--modes")
         for m in names
-        if mode == "eager" or not CONFIGS[m].experts  # experts' sizes change every step: eager only
+        # a loop of experts' sizes changes every step: eager only (the grouped one compiles)
+        if (mode == "eager" or not CONFIGS[m].experts or CONFIGS[m].grouped) and model_setups(m, setups)
     ]
+
+
+def model_setups(model: str, setups) -> tuple:
+    """The setups of ``setups`` that ``model`` runs: a grouped mixture of experts the bfloat16
+    ones only (torch._grouped_mm multiplies bfloat16; gemmlab's grouped rung float16 and
+    bfloat16), every other model all of them."""
+    if not CONFIGS[model].grouped:
+        return tuple(setups)
+    return tuple(s for s in setups if SETUPS[s][0] == "bfloat16")
 
 
 # -- the run -----------------------------------------------------------------------
@@ -639,14 +712,15 @@ def matmul_shapes(cfg: Config, batch: int | None = None) -> list[tuple[int, int,
     batch = batch or cfg.batch
     hd, h, kv = cfg.head_dim, cfg.heads, cfg.kv_heads
     rows = batch * cfg.seq
-    # a mixture of experts: the router, and each expert on its share of the tokens (on average)
+    # a mixture of experts: the router, and each expert on its share of the tokens (on average);
+    # grouped experts are torch._grouped_mm calls, not matmuls
     mlp_rows = rows * cfg.top_k // cfg.experts if cfg.experts else rows
-    linear = [
-        (rows, cfg.d, (h + 2 * kv) * hd),
-        (rows, h * hd, cfg.d),
-        (mlp_rows, cfg.d, (2 if cfg.gated else 1) * cfg.ffn),
-        (mlp_rows, cfg.ffn, cfg.d),
-    ] + ([(rows, cfg.d, cfg.experts)] if cfg.experts else [])
+    mlp = [(mlp_rows, cfg.d, (2 if cfg.gated else 1) * cfg.ffn), (mlp_rows, cfg.ffn, cfg.d)]
+    linear = (
+        [(rows, cfg.d, (h + 2 * kv) * hd), (rows, h * hd, cfg.d)]
+        + ([] if cfg.grouped else mlp)
+        + ([(rows, cfg.d, cfg.experts)] if cfg.experts else [])
+    )
     if cfg.kind == "decoder":
         linear.append((rows, cfg.d, cfg.vocab))
     elif cfg.kind == "encoder":
