@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gemmlab
-from gemmlab.core import scaled
+from gemmlab.core import executor, scaled
 from gemmlab.kernels import registry
 from gemmlab.kernels.spec import Problem
 from gemmlab.kernels.tensor import wgmma_fp8 as fp8
@@ -651,7 +651,7 @@ def test_moved_fp8_arguments_pack_as_a_fresh_build_would(monkeypatch):
 
     monkeypatch.setattr(tma, "_encode", encode)
     monkeypatch.setattr(tma, "replace_address", replace)
-    monkeypatch.setattr(scaled, "replace_address", replace)
+    monkeypatch.setattr(executor, "replace_address", replace)  # the copy is executor._moved's
     monkeypatch.setattr(rt_compile, "load_kernel", lambda *a: "kernel")
     monkeypatch.setattr(rt_launch, "allow_dynamic_smem", lambda *a: None)
     launched = []

@@ -876,11 +876,12 @@ def _same_map(x, y) -> bool:
     return x == y
 
 
-def _moved(built, at, addresses):
+def _moved(built, at, addresses, scalars=()):
     """The launches ``built`` with the addresses at ``at`` (_address_moves) replaced by
     ``addresses`` (in _address_moves' order): the argument tuples copied (a tensor map among them copied and
     pointed at its new address), or the GEMM's packed launch rebound (MapParams) where it
-    has tensor maps."""
+    has tensor maps.  ``scalars``: (position, value) pairs of the GEMM's arguments replaced
+    too (a caller whose kind of launch leaves alpha and beta open)."""
     launches, args, shape = built
     gemm, packed = len(launches), any(is_tensor_map(x) for x in args)
     tuples = [list(x[2]) for x in launches] + [None if packed else list(args)]
@@ -890,8 +891,10 @@ def _moved(built, at, addresses):
             tuples[j][i] = addresses[which] if type(x) is int else moved_map(x, addresses[which])
     moved = tuple((k, s, PackedArgs(t)) for (k, s, _), t in zip(launches, tuples))
     if not packed:
+        for i, value in scalars:
+            tuples[-1][i] = value
         return moved, PackedArgs(tuples[-1]), shape
-    values = tuple((i, addresses[w]) for j, i, w in at if j == gemm and type(args[i]) is int)
+    values = tuple((i, addresses[w]) for j, i, w in at if j == gemm and type(args[i]) is int) + tuple(scalars)
     maps = tuple((i, addresses[w]) for j, i, w in at if j == gemm and type(args[i]) is not int)
     return moved, PackedArgs.of(args.packed().rebound(values, maps, replace_address)), shape
 

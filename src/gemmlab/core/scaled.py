@@ -30,8 +30,8 @@ from ..kernels.tensor.wgmma_fp8 import (
     fp8_scale_layout,
     wgmma_fp8_args,
 )
-from ..runtime.launch import PackedArgs, is_tensor_map
-from ..runtime.tma import Operands, replace_address
+from ..runtime.launch import PackedArgs
+from ..runtime.tma import Operands
 
 _tls = threading.local()
 
@@ -361,19 +361,9 @@ class ScaledPrepared:
 
     def _moved(self, addresses, alpha, beta) -> PackedArgs:
         """The first build with ``addresses`` (A, B, C, scale_a, scale_b), alpha and beta
-        (standard_args' positions 3 and 8) put in."""
-        first, at = self._first, self._at
+        (standard_args' positions 3 and 8) put in (executor._moved)."""
         scalars = ((_ALPHA_AT, f32(alpha)), (_BETA_AT, f32(beta)))
-        if any(is_tensor_map(x) for x in first):  # packed with its maps: MapParams.rebound
-            values = tuple((i, addresses[w]) for _, i, w in at if type(first[i]) is int) + scalars
-            maps = tuple((i, addresses[w]) for _, i, w in at if type(first[i]) is not int)
-            return PackedArgs.of(first.packed().rebound(values, maps, replace_address))
-        moved = list(first)
-        for _, i, w in at:
-            moved[i] = addresses[w] if type(first[i]) is int else executor.moved_map(first[i], addresses[w])
-        for i, value in scalars:
-            moved[i] = value
-        return PackedArgs(moved)
+        return executor._moved(((), self._first, self.shape), self._at, addresses, scalars)[1]
 
     def launch(self, stream: int, A: int, B: int, C: int, scale_a: int, scale_b: int, alpha, beta) -> None:
         """Enqueue the product on ``stream`` (a, b, out, the scales at these addresses)."""
