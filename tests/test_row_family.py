@@ -201,6 +201,37 @@ def test_the_plan_of_a_size_does_not_depend_on_the_sizes_before_it(emu):
             assert (p.spec, p.params, p.problem) == (top.spec, top.params, dataclasses.replace(top.problem, M=m))
 
 
+@pytest.mark.parametrize("N, K, sizes", [(768, 256, (2576, 2700, 2816)), (1024, 512, (4112, 4400, 4608))])
+def test_wgmma_wave_choice_is_made_for_the_exact_size(emu, N, K, sizes):
+    """wgmma's wave choice counts tiles, so a band's top can choose 128 x 256 where one of its sizes
+    fills the last round better with 128 x 192, or leaves that regime (planner.band_holds): every
+    size gets the tiles wgmma_auto_choice gives it, the band's plan where they agree, whatever
+    the order of the calls (a family derived from another size included)."""
+    from gemmlab.kernels.tensor.wgmma import wgmma_auto_choice
+
+    rng = np.random.default_rng(1)
+    x = emu.keep(rng.uniform(-1, 1, (max(sizes), K)).astype(np.float16))
+    w = emu.keep(rng.uniform(-1, 1, (N, K)).astype(np.float16))
+    top = planner.size_band(sizes[0])[1]
+    assert all(planner.size_band(m)[1] == top for m in sizes)
+    wants = {m: wgmma_auto_choice(m, N, 132, 1, K, "float16")[0] for m in sizes}
+    assert len({tuple(p.items()) for p in wants.values()}) > 1  # the band's sizes disagree
+    seen = []
+    for order in (sizes, sizes[::-1], sizes[1:] + sizes[:1]):
+        executor.CACHE.clear()
+        planner.CALL_PLANS.clear()
+        found = {}
+        for m in order:
+            got = gemmlab.matmul(x[:m], w.T)
+            p = gemmlab.last_plan()
+            assert p.spec.name == "wgmma" and p.params == wants[m] and p.problem.M == m, p.describe()
+            assert ("chosen for rows" in p.reason) == (m != top and wants[m] == wants[top]), p.reason
+            np.testing.assert_allclose(got, _reference(x[:m], w.T), rtol=2e-2, atol=2e-2)
+            found[m] = p
+        seen.append(found)
+    assert seen[0] == seen[1] == seen[2]
+
+
 def test_an_out_that_meets_a_takes_the_full_path(emu):
     """A family member's out overlapping a (the signature cannot see it) is computed in a
     copy, as the full path computes it."""

@@ -50,6 +50,7 @@ from .planner import (
     result_side,
     storage_itemsize,
     batching,
+    band_holds,
     bands_of,
     family_call,
     measured_shape,
@@ -1262,6 +1263,8 @@ class Family:
             reason = ""
         elif bands and reason.endswith("; " + suffix):
             reason = reason[: -len(suffix) - 2]
+        elif bands:
+            return  # chosen for its exact size (planner.band_holds), not the bands'
         self.measured, self.tops, self.reason = measured, (Mt, Kt), reason
         self.ia = ITEMSIZE.get(A.operand.dtype_name, 4)
         # op(a) column-major: its stored rows are M long, 16-byte multiples or not (aligned16)
@@ -1298,6 +1301,8 @@ class Family:
         if (Mt, Kt) != self.tops:
             return None
         t, p = self.template, self.first_plan
+        if bands and not band_holds(p, M, K, 1, self.kernel, self.tile_params):
+            return None  # the rung's rule decides by this exact size: the full path plans it
         # The plan: the first's, at these sizes (planner.for_size without the re-validation).
         problem = object.__new__(type(p.problem))
         problem.__dict__.update(p.problem.__dict__)

@@ -23,7 +23,7 @@ from . import methods, tables
 from .arrays import ITEMSIZE, Operand, _c_strides, read_operand
 from .choose import GPU, Product, choose
 from ..kernels import registry
-from ..kernels.spec import FLOAT32_RESULT, KernelSpec, Problem
+from ..kernels.spec import FLOAT32_RESULT, Ask, KernelSpec, Problem
 from ..kernels.tensor.wgmma_fp8 import (
     FP8_DTYPES,
     FP8_LAYOUT,
@@ -1010,9 +1010,11 @@ def tma_reading(call: Call, kv: KernelView, bt: Batching) -> tuple[bool, int]:
 # arguments are the exact size's.
 #
 # M is banded in every call.  A tile or split chosen for the band's top is legal for any M
-# below it (tiles cover any M; a split is of K; the kernels take M at run time), and no rung
-# decides by an exact M this large (gemv, outer, wgmma's narrow tiles and fp32_tc's thin
-# products all decide below 256).
+# below it (tiles cover any M; a split is of K; the kernels take M at run time).  The rules
+# on small sizes (gemv, outer, wgmma's narrow tiles, fp32_tc's thin products) decide below
+# 256; a rule that decides by the exact size above it -- wgmma's wave choice, which counts
+# tiles -- says so through its spec's band_hook, and a size it would tile otherwise than the
+# top is planned for itself (band_holds).
 #
 # K is banded where it is the tokens of a weight gradient (k_banded): op(a) column-major and
 # op(b) row-major (K the outer stored axis of both, a token slice of dY and of x), one matrix,
@@ -1146,32 +1148,60 @@ def plan_call(
     except TypeError:  # a tile parameter that cannot be hashed: planned, not kept
         key = found = None
     if found is None:
-        found = plan(
-            kernel,
-            M,
-            kv.N,
-            K,
-            aligned16=kv.aligned16(),
-            rows_aligned16=kv.rows_aligned16(),
-            sm_count=gpu.sm_count,
-            gpu_slug=gpu.slug,
-            op_a=kv.A.layout,
-            op_b=kv.B.layout,
-            batch=bt.nz,
-            arch=gpu.arch,
-            tma_aligned=tma_ok,
-            gpu_name=gpu.name,
-            smem_limit=gpu.max_smem_per_block_optin,
-            stage_bytes=stage_bytes,
-            precision=precision,
-            **call.dtypes,
-            **tile_params,
-        )
-        if key is not None:
-            if len(CALL_PLANS) >= CALL_PLANS_KEPT:
-                CALL_PLANS.clear()
-            CALL_PLANS[key] = found
+        found = _plan_kept(call, kv, bt, gpu, kernel, tile_params, precision, M, K, tma_ok, stage_bytes, key)
+    if bands and not band_holds(found, kv.M, call.K, bt.nz, kernel, tile_params):
+        # The rung's own rule decides by the exact size here: chosen for it, kept by it.
+        exact_key = None if key is None else (*key, "exact", kv.M, call.K)
+        found = CALL_PLANS.get(exact_key) if exact_key is not None else None
+        if found is None:
+            found = _plan_kept(
+                call, kv, bt, gpu, kernel, tile_params, precision, kv.M, call.K, tma_ok, stage_bytes, exact_key
+            )
+        return found
     return for_size(found, kv.M, call.K, bands)
+
+
+def _plan_kept(call, kv, bt, gpu, kernel, tile_params, precision, M, K, tma_ok, stage_bytes, key) -> Plan:
+    """plan_call's plan for M rows and K (a band's top or the exact sizes), kept in CALL_PLANS
+    under ``key`` (None: not kept)."""
+    found = plan(
+        kernel,
+        M,
+        kv.N,
+        K,
+        aligned16=kv.aligned16(),
+        rows_aligned16=kv.rows_aligned16(),
+        sm_count=gpu.sm_count,
+        gpu_slug=gpu.slug,
+        op_a=kv.A.layout,
+        op_b=kv.B.layout,
+        batch=bt.nz,
+        arch=gpu.arch,
+        tma_aligned=tma_ok,
+        gpu_name=gpu.name,
+        smem_limit=gpu.max_smem_per_block_optin,
+        stage_bytes=stage_bytes,
+        precision=precision,
+        **call.dtypes,
+        **tile_params,
+    )
+    if key is not None:
+        if len(CALL_PLANS) >= CALL_PLANS_KEPT:
+            CALL_PLANS.clear()
+        CALL_PLANS[key] = found
+    return found
+
+
+def band_holds(p: Plan, M: int, K: int, batch: int, kernel: str, tile_params: dict) -> bool:
+    """Whether ``p``, chosen with kernel="auto" for a band's top, is also what its rung's own
+    rule gives at M rows and K (KernelSpec.band_hook: wgmma's wave choice counts tiles); True
+    for a rung without a hook, a kernel named or parameters given."""
+    hook = p.spec.band_hook
+    if hook is None or kernel != "auto" or tile_params:
+        return True
+    pr = p.problem
+    ask = Ask(M=M, N=pr.N, K=K, batch=batch, dtype=pr.dtype, op_a=pr.op_a, op_b=pr.op_b, sm_count=pr.sm_count)
+    return hook(p.params, ask) == p.params
 
 
 # Plans of calls by everything plan() decides from, sizes by band (size_band, k_banded): a signature that

@@ -270,6 +270,11 @@ class KernelSpec:
     # kernel="auto": whether this rung takes a product and with which tile parameters
     # (auto_hook(Ask) -> Offer); gemmlab.core.choose asks the rungs in its order, fastest first.
     auto_hook: Callable[[Ask], Offer] | None = None
+    # kernel="auto" on a size of a band (gemmlab.core.planner.size_band), whose plan was chosen
+    # for the band's top: band_hook(the top's parameters, Ask at the exact size) -> the
+    # parameters this rung's own rule gives at the exact size where that rule decides by it
+    # (wgmma's wave choice counts tiles), else the top's.  None: the top's hold for every size.
+    band_hook: Callable[[dict, Ask], dict] | None = None
     # kernel="auto" where a configuration comes from elsewhere (a tuned table's entry for
     # another shape): weigh_hook(Ask, params, what chose them) -> (params, why), those
     # parameters or others of the rung's that it predicts faster; None: taken as they are.

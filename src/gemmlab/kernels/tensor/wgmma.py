@@ -324,6 +324,17 @@ def wgmma_auto_choice(
     return params, f"cost model over wgmma's tile rules: {chosen} against {incumbent}"
 
 
+def _band_hook(params: dict, ask: Ask) -> dict:
+    """The parameters of a band's top (planner.size_band) at one exact size of the band: where
+    they are the wave choice's tiles (wgmma_wave_choice: one 16-bit matrix), wgmma_auto_choice at
+    the exact size, since how full the last round of tiles is changes with the tile count (and
+    a size below the top may leave the wave choice's regime); else the top's."""
+    wave = (params["BM"], params["BN"], params["SPLITK"]) in ((128, 256, 1), (128, WGMMA_WAVE_TILE["BN"], 1))
+    if not wave or ask.batch > 1 or ask.dtype not in ("float16", "bfloat16") or ask.M < WGMMA_NARROW_MIN_M:
+        return params
+    return wgmma_auto_choice(ask.M, ask.N, ask.sm_count, 1, ask.K, ask.dtype)[0]
+
+
 def _auto_hook(ask: Ask) -> Offer:
     """16-bit and TF32 on sm_90a: wgmma_auto_choice's tiles (a whole batch in one launch,
     few tiles with a long K split over K)."""
@@ -700,6 +711,7 @@ SPEC = KernelSpec(
     unusable=_unusable,
     fallback="mma_pipelined",
     auto_hook=_auto_hook,
+    band_hook=_band_hook,
     staging_hook=_staging_hook,
     # The persistent loop's work items are (matrix, slice of K, tile); the kernel adds the
     # slices up itself.
