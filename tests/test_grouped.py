@@ -121,7 +121,9 @@ def test_a_new_out_and_repeated_calls_on_new_tensors():
 
 def test_offsets_are_clamped_not_trusted():
     """Offsets past T, negative or decreasing: clamped as 06_grouped.cuh's group_rows does; nothing
-    outside out is written (out is a view into a NaN-filled buffer checked around it)."""
+    outside out is written (out is a view into a NaN-filled buffer checked around it).  After a
+    decreasing offset the next group starts there, so rows 10..19 are in two groups (either
+    product may land): only rows in one group are checked."""
     g = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(50, 64, device="cuda", generator=g).to(torch.bfloat16)
     b = torch.randn(4, 64, 64, device="cuda", generator=g).to(torch.bfloat16)
@@ -130,9 +132,12 @@ def test_offsets_are_clamped_not_trusted():
     out = buf[10:60]
     gemmlab.grouped_mm(a, b, offs, out=out)
     assert torch.isnan(buf[:10].double()).all() and torch.isnan(buf[60:].double()).all()
-    # Groups: [0, 0), [0, 20), [20, 20) (10 < 20: empty), [20, 50) (99 clamped to 50).
-    for i, (s, e) in enumerate([(0, 20), (20, 50)]):
-        ref = a[s:e].double() @ b[(1, 3)[i]].double()
+    from gemmlab.torch import ops
+
+    # Groups: [0, 0), [0, 20), [20, 20) (10 < 20: empty), [10, 50) (99 clamped to 50).
+    assert ops.group_bounds(offs.cpu(), 50) == [(0, 0), (0, 20), (20, 20), (10, 50)]
+    for g, (s, e) in [(1, (0, 10)), (3, (20, 50))]:
+        ref = a[s:e].double() @ b[g].double()
         assert torch.linalg.norm(out[s:e].double() - ref) / torch.linalg.norm(ref) < 1e-2
 
 

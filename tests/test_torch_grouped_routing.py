@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 import gemmlab.torch as gt  # noqa: E402
 from gemmlab.torch import routing  # noqa: E402
 from torch_cpu import CPURouting, cpu_kernels, grouped_calls  # noqa: E402
+from gemmlab.runtime.device import gpu_available  # noqa: E402
 
 BF16, FP16 = torch.bfloat16, torch.float16
 ENDS = (5, 5, 30, 40)  # an empty group, groups of 5, 25 and 10 rows, odd sizes
@@ -193,6 +194,7 @@ def test_registered_on_entry_and_given_back():
     assert "gemmlab" not in where()
 
 
+@pytest.mark.skipif(gpu_available(), reason="the answer of a machine without a GPU")
 def test_hopper_check_without_a_gpu():
     """No driver here: the check says no (PyTorch's kernel then answers), and says it once."""
     saved = dict(routing._HOPPER)

@@ -173,8 +173,9 @@ def grouped_mm(a, b, offs, *, out=None, out_dtype=None, kernel: str = "auto", **
     """out[offs[g-1]:offs[g]] = a[offs[g-1]:offs[g]] @ b[g] for every group g (offs[-1] = 0), in
     one launch (module docstring); returns out, new where not given.  Rows past offs[G-1] are
     not written.  The offsets are not checked (that would wait for the GPU): each is clamped
-    into [0, T] and a decreasing one leaves its group empty, so that no offset makes the
-    kernel touch memory outside a, b and out.  Runs on the caller's current PyTorch stream,
+    into [0, T], a group ending before it starts is empty and the next one starts at that
+    end (group_bounds), so that no offset makes the kernel touch memory outside a, b and out;
+    offsets that decrease give overlapping groups, whose shared rows hold either product.  Runs on the caller's current PyTorch stream,
     on Hopper (sm_90a) only."""
     key = _signature(a, b, offs, out, kernel, tile_params)
     prepared = None

@@ -346,7 +346,8 @@ def _grouped_mm_call(a, b, offs):
 
 def group_bounds(offs: torch.Tensor, rows: int) -> list[tuple[int, int]]:
     """Each group's rows [start, end) as the kernel reads offs (06_grouped.cuh's group_rows:
-    clamped into [0, rows], a decreasing offset an empty group); reads offs on the host."""
+    clamped into [0, rows], a group ending before its start empty, the next starting at that
+    end: decreasing offsets give overlapping groups); reads offs on the host."""
     bounds, prev = [], 0
     for end in offs.tolist():
         start = min(max(prev, 0), rows)

@@ -16,10 +16,10 @@ namespace gemmlab {
 // Groups a launch takes at most: item_end lives in shared memory (4 bytes a group).
 constexpr int GROUPED_MAX_GROUPS = 1024;
 
-// Rows [start, end) of group g among T.  Offsets outside [0, T] or decreasing are
-// clamped (a group then has fewer rows, or none), so that no offset makes the kernel
-// touch memory outside A or C; the host does not check them (it would have to wait
-// for the GPU to read them).
+// Rows [start, end) of group g among T.  Offsets outside [0, T] are clamped and a group
+// ending before its start is empty, so that no offset makes the kernel touch memory
+// outside A or C (decreasing offsets give overlapping groups); the host does not check
+// them (it would have to wait for the GPU to read them).
 __device__ __forceinline__ void group_rows(const int* offs, int g, int T, int& start, int& end) {
     const int lo = g == 0 ? 0 : offs[g - 1];
     start = lo < 0 ? 0 : (lo > T ? T : lo);
