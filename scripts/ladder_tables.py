@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -49,6 +50,7 @@ SOURCES = {
         "gemmlab bench --suite shapes --dtype bf16,fp16,fp32,fp32_tc --time-budget-s 45",
     ),
     f"{H200}/training-2026-11-29-6.json": ("2026-11-29", "gemmlab bench --suite training --quick"),
+    f"{H200}/moe-2026-11-30.json": ("2026-11-30", "gemmlab bench --suite moe --tokens 128,1024,8192"),
 }
 FP32_LADDER = f"{H200}/ladder-fp32-2026-11-29.json"  # the CUDA-core rungs' pages
 TENSOR_LADDER = f"{H200}/ladder-bf16-2026-11-29.json"  # the tensor-core rungs' pages
@@ -56,6 +58,7 @@ EC_RUN = f"{H100}/ec-run95f.json"
 MODELS_RUN = f"{H100}/models-run90e.json"
 SHAPES_RUN = f"{H200}/shapes-2026-11-29-4.json"  # other models' products, by kind
 TRAINING_RUN = f"{H200}/training-2026-11-29-6.json"  # whole training steps
+MOE_RUN = f"{H200}/moe-2026-11-30.json"  # the grouped rung's page
 
 PAGE_SIZE = (4096, 4096, 4096)  # the one size each rung page compares at
 PAGES = {  # page -> (ladder file, its rung's kernel, the rung below's kernel or None)
@@ -244,6 +247,37 @@ def training_table(rel: str) -> str:
     )
 
 
+def moe_table(rel: str) -> str:
+    """The grouped rung beside torch._grouped_mm and a loop of torch.matmul, per token count:
+    geometric mean and least of the ratios of time over the suite's products."""
+    records = load(rel)
+    by: dict = {}
+    for r in records:
+        by.setdefault(r["note"].split(":")[0], {})[r["kernel"]] = r["ms"]
+    lines = [
+        "| tokens | products | vs `torch._grouped_mm`: geomean (least) | vs a `torch.matmul` loop: geomean (least) |",
+        "|---|---|---|---|",
+    ]
+
+    def gm(xs):
+        return math.exp(sum(map(math.log, xs)) / len(xs))
+
+    tokens = sorted({int(re.search(r"(\d+) tokens", k).group(1)) for k in by})
+    for t in tokens + [None]:
+        rows = [v for k, v in by.items() if t is None or f" {t} tokens" in k]
+        g = [v["torch._grouped_mm"] / v["gemmlab.grouped_mm"] for v in rows]
+        loop = [v["torch.matmul loop"] / v["gemmlab.grouped_mm"] for v in rows]
+        lines.append(
+            f"| {t if t else 'all'} | {len(rows)} | {gm(g):.2f}x ({min(g):.2f}x) | {gm(loop):.2f}x ({min(loop):.2f}x) |"
+        )
+    models = sorted({k.split(" ")[0] for k in by})
+    return (
+        "\n".join(lines)
+        + f"\n\nTime ratios (above 1: gemmlab faster), public calls, the gate/up and down projections of "
+        f"{', '.join(models)}, uniform and skewed routing. " + source_line(rel, records)
+    )
+
+
 def blocks() -> dict[str, dict[str, str]]:
     """file -> {block name: its generated text}."""
     out = {
@@ -260,6 +294,7 @@ def blocks() -> dict[str, dict[str, str]]:
     out["docs/tensor/README.md"] = {"tensor-ladder": out["README.md"]["tensor-ladder"]}
     for page in PAGES:
         out[page] = {"measured-effect": page_table(page)}
+    out["docs/tensor/06-grouped.md"] = {"moe": moe_table(MOE_RUN)}
     return out
 
 
