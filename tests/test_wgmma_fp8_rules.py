@@ -227,8 +227,8 @@ def test_plan_refuses_other_gpus_and_other_kernels():
         _plan(256, 256, 256, kernel="wgmma")
     with pytest.raises(TypeError, match="FP8 products write bfloat16 or float32, not float16"):
         _plan(256, 256, 256, out_dtype="float16")
-    with pytest.raises(ValueError, match="tile parameters .* need a named kernel"):
-        _plan(256, 256, 256, BM=64)
+    with pytest.raises(ValueError, match=r"tile parameters \['BM'\] need a named kernel.*auto takes PROMOTE alone"):
+        _plan(256, 256, 256, BM=64, PROMOTE=0)
     with pytest.raises(ValueError, match="tile parameter BN=512 is not legal"):
         _plan(256, 256, 256, kernel="wgmma_fp8", BN=512)
     # BN = 256 with the other defaults: too much shared memory, and PROMOTE 4, named both.
@@ -697,3 +697,17 @@ def test_emulated_256_wide_tiles_can_be_forced(monkeypatch, kind, promote):
         np.testing.assert_allclose(r.numpy(), ref.numpy(), rtol=1e-6, atol=1e-3)
         p = gemmlab.last_plan()
         assert p.params == tile and p.spec.launch(p.params, p.problem).block == (384, 1, 1)
+
+
+@pytest.mark.parametrize("M, N, wide", [(256, 256, False), (8192, 8192, True)])
+def test_auto_takes_promote_alone(M, N, wide):
+    """PROMOTE is how often the sums are promoted, not a tile: auto keeps choosing the tile and takes
+    PROMOTE=0 (torch._scaled_mm's use_fast_accum) or another legal value with it."""
+    p = _plan(M, N, 4096, PROMOTE=0)
+    auto = _plan(M, N, 4096)
+    assert {k: v for k, v in p.params.items() if k != "PROMOTE"} == {
+        k: v for k, v in auto.params.items() if k != "PROMOTE"
+    }
+    assert p.params["PROMOTE"] == 0 and "promoting never as asked" in p.reason
+    assert (p.params["BN"] == 256) == wide and auto.params["PROMOTE"] == (1 if wide else 4)
+    assert "promoting every K-step" in auto.reason if wide else "promoting every 4 K-steps" in auto.reason

@@ -546,13 +546,17 @@ def plan_scaled(
         raise ValueError(f"scaling is 'tensor', 'row' or 'block', not {scaling!r}")
     if kernel not in ("auto", FP8_KERNEL):
         raise ValueError(f"FP8 inputs run on {FP8_KERNEL!r} only (or 'auto'), not {kernel!r}")
-    if kernel == "auto" and tile_params:
-        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
+    tiles = sorted(set(tile_params) - {"PROMOTE"})
+    if kernel == "auto" and tiles:
+        raise ValueError(
+            f"tile parameters {tiles} need a named kernel, not kernel='auto' (auto takes PROMOTE alone: "
+            "how often the FP32 sums are promoted, 0 for never, as torch._scaled_mm's use_fast_accum)"
+        )
     spec = registry.get(FP8_KERNEL)
     if arch is not None:
         spec.check_arch(arch, gpu_name, dtype)
     wide = fp8_auto_tile(M, N, sm_count) if kernel == "auto" else {}
-    params = spec.resolve(tile_params or wide, dtype)
+    params = spec.resolve({**wide, **tile_params} if kernel == "auto" else tile_params, dtype)
     if smem_limit is not None and wgmma_fp8_smem(params) > smem_limit:
         raise ValueError(
             f"{FP8_KERNEL} with {params} needs {wgmma_fp8_smem(params)} bytes of shared memory per block; "
@@ -561,9 +565,13 @@ def plan_scaled(
     problem = Problem(M, N, K, True, dtype, out_dtype, "N", "T", sm_count=sm_count, dtype_b=dtype_b, scaling=scaling)
     why = "FP8 inputs: the only rung that multiplies them" if kernel == "auto" else ""
     if wide:
-        why += f"; 128 x 256 tiles, promoting every K-step: they fill {WIDE_TILE_WAVES} waves of the SMs or more"
-    elif not tile_params:
-        why += ("; " if why else "") + "its default tile (too few tiles for 128 x 256; no tuned table for FP8 yet)"
+        why += f"; 128 x 256 tiles: they fill {WIDE_TILE_WAVES} waves of the SMs or more"
+    elif kernel == "auto":
+        why += "; its default tile (too few tiles for 128 x 256; no tuned table for FP8 yet)"
+    if kernel == "auto":
+        promote = params["PROMOTE"]
+        every = "never" if promote == 0 else "every K-step" if promote == 1 else f"every {promote} K-steps"
+        why += f", promoting {every}" + (" as asked" if "PROMOTE" in tile_params else "")
     return Plan(spec, params, problem, spec.name_expression(params, problem), reason=why)
 
 

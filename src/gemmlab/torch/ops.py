@@ -29,8 +29,6 @@ from __future__ import annotations
 import torch
 
 from ..core.api import matmul
-from ..kernels.tensor.wgmma_fp8 import fp8_auto_tile
-from ..runtime.device import gpu_info
 
 __all__ = ["mm", "bmm", "scaled_mm", "grouped_mm"]
 
@@ -236,11 +234,8 @@ def _scaled_mm_refusals(bias, scale_result, out_dtype) -> None:
 
 def _scaled_mm_impl(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
     _scaled_mm_refusals(bias, scale_result, out_dtype)
-    tile = {}
-    if use_fast_accum:  # auto's tile, without promotion
-        sm_count = gpu_info(self.device.index if self.device.index is not None else 0).sm_count
-        tile = {"kernel": "wgmma_fp8", **fp8_auto_tile(self.shape[0], mat2.shape[1], sm_count), "PROMOTE": 0}
-    return matmul(self, mat2, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, **tile)
+    fast = {"PROMOTE": 0} if use_fast_accum else {}  # auto's tile, without promotion
+    return matmul(self, mat2, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, **fast)
 
 
 def _scaled_mm_fake(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
