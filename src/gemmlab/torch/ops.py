@@ -278,7 +278,9 @@ def grouped_mm(
     3-D form with offs is built (not 3-D x 3-D, 2-D x 2-D or 3-D x 2-D), ``bias`` must be None
     and ``out_dtype`` None or the inputs' dtype; K and N must be multiples of 8.  Autograd:
     the gradient of ``self`` is again a grouped product (grad @ mat2[g]^T, in one launch); that
-    of ``mat2`` (self_g^T @ grad_g per group) one launch of the grouped_wgrad rung."""
+    of ``mat2`` (self_g^T @ grad_g per group) one launch of the grouped_wgrad rung.  DTensor
+    shards it within every expert (gemmlab.torch.sharding, which also says how expert
+    parallelism is done: all-to-all around this call on local tensors)."""
     return torch.ops.gemmlab.grouped_mm.default(self, mat2, offs, bias, out_dtype)
 
 
@@ -393,7 +395,15 @@ def _rows_in_groups(offs: torch.Tensor, rows: int, device) -> torch.Tensor:
     """A (rows, 1) mask of the rows some group holds (those before offs[-1], clamped), on
     the GPU without reading offs on the host."""
     last = offs[-1:].clamp(0, rows) if offs.numel() else offs.new_zeros(1)
-    return (torch.arange(rows, device=device) < last).unsqueeze(1)
+    index = torch.arange(rows, device=device)
+    if type(offs) is not torch.Tensor and hasattr(offs, "device_mesh"):
+        # A DTensor's offsets (sharding.py): the row numbers replicated beside them, as DTensor
+        # refuses to mix in a plain tensor.
+        from torch.distributed.tensor import DTensor, Replicate
+
+        mesh = offs.device_mesh
+        index = DTensor.from_local(index, mesh, [Replicate()] * mesh.ndim, run_check=False)
+    return (index < last).unsqueeze(1)
 
 
 class _GroupedProduct(torch.autograd.Function):
