@@ -30,7 +30,8 @@ def test_rules_are_registered():
     for name in ("mm", "bmm", "grouped_mm", "grouped_mm_weight_grad"):
         assert getattr(torch.ops.gemmlab, name).default in propagator.op_strategy_funcs, name
     # DTensor's cache of sharding decisions keys on the weight gradient's `transposed` (the
-    # output's layout), not only on the tensors' specs: two processes fail without it.
+    # output's layout; an int in the schema, since the cache keys on ints, not bools): the two
+    # processes' run of both layouts fails without it.
     op = torch.ops.gemmlab.grouped_mm_weight_grad.default
     assert propagator.op_to_schema_info[op].static_argnum <= 3
 

@@ -353,7 +353,9 @@ def group_bounds(offs: torch.Tensor, rows: int) -> list[tuple[int, int]]:
     return bounds
 
 
-_lib.define("grouped_mm_weight_grad(Tensor a, Tensor grad, Tensor offs, bool transposed) -> Tensor")
+# ``transposed`` is an int, not a bool: DTensor keys its cache of sharding decisions on int
+# arguments (and tensors), so the two layouts get decisions of their own (gemmlab.torch.sharding).
+_lib.define("grouped_mm_weight_grad(Tensor a, Tensor grad, Tensor offs, int transposed) -> Tensor")
 
 
 def _weight_grad_impl(a, grad, offs, transposed):
@@ -428,7 +430,7 @@ class _GroupedProduct(torch.autograd.Function):
             # One launch (grouped_wgrad), laid out as b is: a transposed (G, N, K) weight gets a
             # transposed gradient.
             transposed = b.stride(1) == 1 and b.stride(2) != 1
-            grad_b = _weight_grad(a, grad, offs, transposed)
+            grad_b = _weight_grad(a, grad, offs, int(transposed))
             grad_b = grad_b.transpose(-2, -1) if transposed else grad_b
         return grad_a, grad_b, None, None, None
 

@@ -60,7 +60,6 @@ all_to_all_single carries the gradients back the same way); docs/usage.md shows 
 
 from __future__ import annotations
 
-import dataclasses
 
 import torch
 
@@ -149,26 +148,8 @@ def _register() -> bool:
     def weight_grad_strategy(a, grad, offs, transposed):
         return [(out, ins + [None]) for out, ins in by_layout[bool(transposed)]]
 
-    # Registered only where DTensor's cache of sharding decisions can be told to key on
-    # ``transposed`` (register_sharding keys it on the tensors' specs and int arguments only):
-    # otherwise a call of one layout would reuse the other's decision, a wrong output shape.
-    op, infos = torch.ops.gemmlab.grouped_mm_weight_grad.default, _schema_infos()
-    if infos is not None:
-        register_sharding(op)(weight_grad_strategy)
-        infos[op] = dataclasses.replace(infos[op], static_argnum=min(infos[op].static_argnum, 3))
+    register_sharding(torch.ops.gemmlab.grouped_mm_weight_grad.default)(weight_grad_strategy)
     return True
-
-
-def _schema_infos():
-    """DTensor's RuntimeSchemaInfo of each operator (what its cache keys on), or None where this
-    PyTorch keeps them elsewhere."""
-    try:
-        from torch.distributed.tensor import DTensor
-
-        infos = DTensor._op_dispatcher.sharding_propagator.op_to_schema_info
-    except AttributeError:
-        return None
-    return infos if isinstance(infos, dict) else None
 
 
 REGISTERED = _register()
