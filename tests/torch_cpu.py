@@ -17,6 +17,8 @@ from gemmlab.torch import ops, routing
 calls = {"mm": 0, "bmm": 0}
 # Routed torch._grouped_mm calls: "grouped" (2-D x 3-D, rung 6), "weight_grad" (2-D x 2-D, rung 7).
 grouped_calls = {"grouped": 0, "weight_grad": 0}
+# Calls of torch.ops.gemmlab.grouped_mm's CPU kernel.
+grouped_op_calls = {"grouped_mm": 0}
 
 
 def _reference(name):
@@ -43,15 +45,29 @@ def routed_reference(a, b, *, kernel="auto", precision=None, out=None, alpha=1.0
     return out
 
 
+def _grouped_product(a, b, offs):
+    """The grouped rung's answer in float64 products per group, rows in no group NaN (the
+    kernel leaves them unwritten)."""
+    out = torch.full((a.shape[0], b.shape[2]), math.nan, dtype=a.dtype)
+    for g, (s, e) in enumerate(ops.group_bounds(offs, a.shape[0])):
+        out[s:e] = (a[s:e].double() @ b[g].double()).to(a.dtype)
+    return out
+
+
 def grouped_reference(a, b, offs):
     """What the grouped rung gives a routed torch._grouped_mm (2-D x 3-D): float64 products per
     group, rows in no group NaN (the kernel leaves them unwritten); counted as "grouped"."""
     assert a.dim() == 2 and b.dim() == 3 and offs.dtype == torch.int32
     grouped_calls["grouped"] += 1
-    out = torch.full((a.shape[0], b.shape[2]), math.nan, dtype=a.dtype)
-    for g, (s, e) in enumerate(ops.group_bounds(offs, a.shape[0])):
-        out[s:e] = (a[s:e].double() @ b[g].double()).to(a.dtype)
-    return out
+    return _grouped_product(a, b, offs)
+
+
+def grouped_op_reference(a, b, offs, bias=None, out_dtype=None):
+    """torch.ops.gemmlab.grouped_mm's CPU kernel: the operator's refusals, then the grouped
+    rung's stand-in; counted in grouped_op_calls."""
+    ops._grouped_refusals(a, b, offs, bias, out_dtype)
+    grouped_op_calls["grouped_mm"] += 1
+    return _grouped_product(a, b, offs)
 
 
 def weight_grad_reference(a, b, offs):
@@ -65,12 +81,13 @@ def weight_grad_reference(a, b, offs):
 @contextlib.contextmanager
 def cpu_kernels(product=routed_reference):
     """gemmlab's products computed on the CPU (and counted) while inside: the
-    operators' CPU kernels, and what the routing contexts run (torch._grouped_mm's
-    too, on any device: the Hopper check answers yes)."""
+    operators' CPU kernels (grouped_mm's too), and what the routing contexts run
+    (torch._grouped_mm's too, on any device: the Hopper check answers yes)."""
     saved, saved_product, saved_grouped = dict(ops.CPU_KERNELS), routing.PRODUCT["fn"], dict(routing.GROUPED)
     try:
         for name in calls:
             ops.CPU_KERNELS[name] = _reference(name)
+        ops.CPU_KERNELS["grouped_mm"] = grouped_op_reference
         routing.PRODUCT["fn"] = product
         routing.GROUPED.update(mm=grouped_reference, weight_grad=weight_grad_reference, arch=lambda device: True)
         yield calls

@@ -278,7 +278,9 @@ def grouped_mm(
     3-D form with offs is built (not 3-D x 3-D, 2-D x 2-D or 3-D x 2-D), ``bias`` must be None
     and ``out_dtype`` None or the inputs' dtype; K and N must be multiples of 8.  Autograd:
     the gradient of ``self`` is again a grouped product (grad @ mat2[g]^T, in one launch); that
-    of ``mat2`` (self_g^T @ grad_g per group) one launch of the grouped_wgrad rung."""
+    of ``mat2`` (self_g^T @ grad_g per group) one launch of the grouped_wgrad rung.  DTensor
+    shards it within every expert (gemmlab.torch.sharding, which also says how expert
+    parallelism is done: all-to-all around this call on local tensors)."""
     return torch.ops.gemmlab.grouped_mm.default(self, mat2, offs, bias, out_dtype)
 
 
@@ -351,7 +353,9 @@ def group_bounds(offs: torch.Tensor, rows: int) -> list[tuple[int, int]]:
     return bounds
 
 
-_lib.define("grouped_mm_weight_grad(Tensor a, Tensor grad, Tensor offs, bool transposed) -> Tensor")
+# ``transposed`` is an int, not a bool: DTensor keys its cache of sharding decisions on int
+# arguments (and tensors), so the two layouts get decisions of their own (gemmlab.torch.sharding).
+_lib.define("grouped_mm_weight_grad(Tensor a, Tensor grad, Tensor offs, int transposed) -> Tensor")
 
 
 def _weight_grad_impl(a, grad, offs, transposed):
@@ -393,7 +397,15 @@ def _rows_in_groups(offs: torch.Tensor, rows: int, device) -> torch.Tensor:
     """A (rows, 1) mask of the rows some group holds (those before offs[-1], clamped), on
     the GPU without reading offs on the host."""
     last = offs[-1:].clamp(0, rows) if offs.numel() else offs.new_zeros(1)
-    return (torch.arange(rows, device=device) < last).unsqueeze(1)
+    index = torch.arange(rows, device=device)
+    if type(offs) is not torch.Tensor and hasattr(offs, "device_mesh"):
+        # A DTensor's offsets (sharding.py): the row numbers replicated beside them, as DTensor
+        # refuses to mix in a plain tensor.
+        from torch.distributed.tensor import DTensor, Replicate
+
+        mesh = offs.device_mesh
+        index = DTensor.from_local(index, mesh, [Replicate()] * mesh.ndim, run_check=False)
+    return (index < last).unsqueeze(1)
 
 
 class _GroupedProduct(torch.autograd.Function):
@@ -418,7 +430,7 @@ class _GroupedProduct(torch.autograd.Function):
             # One launch (grouped_wgrad), laid out as b is: a transposed (G, N, K) weight gets a
             # transposed gradient.
             transposed = b.stride(1) == 1 and b.stride(2) != 1
-            grad_b = _weight_grad(a, grad, offs, transposed)
+            grad_b = _weight_grad(a, grad, offs, int(transposed))
             grad_b = grad_b.transpose(-2, -1) if transposed else grad_b
         return grad_a, grad_b, None, None, None
 

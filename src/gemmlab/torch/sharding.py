@@ -1,4 +1,5 @@
-"""How DTensor shards gemmlab's operators: torch.ops.gemmlab.mm and bmm.
+"""How DTensor shards gemmlab's operators: torch.ops.gemmlab.mm, bmm, grouped_mm and
+grouped_mm_weight_grad.
 
 With these rules registered, a DTensor program (and so the column- and
 row-parallel ``nn.Linear`` styles of torch.distributed.tensor.parallel) runs
@@ -20,31 +21,86 @@ DTensor extends them to every dimension of the mesh.  For C = A @ B:
 
 The backward pass is made of the same operators (grad_a = grad @ b^T,
 grad_b = a^T @ grad), so it is sharded by the same rules.
+
+Grouped products (a mixture-of-experts layer): grouped_mm(self (T, K), mat2 (G, K, N),
+offs) gives row block g of self times mat2[g], the blocks cut by offs, G cumulative row
+ends that the router decides on the GPU.  Its rules are tensor parallelism inside every
+expert, those of mm without the rows (a placement of mat2 is of its logical dims, so a
+weight stored (G, N, K) and passed as w.transpose(-2, -1) is Shard(1) of w for Shard(2) of
+mat2):
+
+    self       mat2       offs       out
+    Replicate  Replicate  Replicate  Replicate
+    Replicate  Shard(2)   Replicate  Shard(1)    column-parallel: each GPU a share of N
+    Shard(1)   Shard(1)   Replicate  Partial     row-parallel: each GPU a share of K
+
+and those of the weights' gradient, grouped_mm_weight_grad(a (T, K), grad (T, N), offs,
+transposed) -> (G, K, N), or (G, N, K) where transposed, which its backward pass calls
+beside grouped_mm(grad, mat2^T) (so the backward of every rule above is sharded too):
+
+    a          grad       offs       out (G, K, N)   out (G, N, K), transposed
+    Replicate  Replicate  Replicate  Replicate       Replicate
+    Shard(1)   Replicate  Replicate  Shard(1)        Shard(2)       a share of K
+    Replicate  Shard(1)   Replicate  Shard(2)        Shard(1)       a share of N
+
+offs is Replicate in every rule (a sharded offs is gathered first), bias and out_dtype are
+None (the operator refuses others, under DTensor too), and each GPU's share of K and N must
+still be a multiple of 8 for the kernels.  No rule shards the tokens (dim 0 of self, a and
+grad): the offsets are global row numbers, which a shard's rows do not start at.  Nor the
+experts (dim 0 of mat2), which is what expert parallelism does: which tokens an expert
+takes is data, decided by the router at run time, not a placement DTensor can propagate
+through one operator; DTensor gathers experts sharded that way before the call.  Expert
+parallelism is done on plain tensors, around the operator: every GPU holds G / world
+experts' weights, sends each token to its expert's GPU by all-to-all (the counts first,
+so that every GPU knows how many rows it receives for each of its experts), sorts the rows
+it received by expert, calls grouped_mm on its local experts with the offsets of those
+rows, and sends the results back by all-to-all (torch.distributed.nn.functional's
+all_to_all_single carries the gradients back the same way); docs/usage.md shows it.
 """
 
 from __future__ import annotations
+
 
 import torch
 
 __all__ = ["REGISTERED", "placements"]
 
-# The placement table, as (output, (a, b)) with dimension names of op(A) @ op(B)
+# The placement tables, as (output, (a, b)) with dimension names of op(A) @ op(B)
 # (m, k of A; k, n of B; b the batch of bmm).
 _MM_RULES = (("R", ("R", "R")), ("m", ("m", "R")), ("n", ("R", "n")), ("P", ("k", "k")))
 _BMM_RULES = _MM_RULES + (("b", ("b", "b")),)
+# grouped_mm: self (t, k) @ mat2 (g, k, n) -> (t, n); grouped_mm_weight_grad: a (t, k), grad
+# (t, n) -> (g, k, n), or (g, n, k) transposed.  No rule shards t (the offsets are global row
+# indices) or g (which rows an expert takes is data, not a placement); offs is Replicate in all.
+_GROUPED_RULES = (("R", ("R", "R")), ("n", ("R", "n")), ("P", ("k", "k")))
+_WEIGHT_GRAD_RULES = (("R", ("R", "R")), ("k", ("k", "R")), ("n", ("R", "n")))
+_DIMS = {
+    "grouped_mm": {"a": {"t": 0, "k": 1}, "b": {"g": 0, "k": 1, "n": 2}, "out": {"t": 0, "n": 1}},
+    "grouped_mm_weight_grad": {"a": {"t": 0, "k": 1}, "b": {"t": 0, "n": 1}, "out": {"g": 0, "k": 1, "n": 2}},
+}
 
 
-def placements(op: str):
-    """The rules of ``op`` ("mm" or "bmm") as DTensor placements:
-    [([out], [a, b]), ...]."""
+def placements(op: str, transposed: bool = False):
+    """The rules of ``op`` ("mm", "bmm", "grouped_mm" or "grouped_mm_weight_grad") as DTensor
+    placements: [([out], [a, b]), ...] for mm and bmm, [([out], [self, mat2, offs]), ...] for
+    grouped_mm, [([out], [a, grad, offs]), ...] for grouped_mm_weight_grad (whose output is
+    (G, N, K) where ``transposed``)."""
     from torch.distributed.tensor import Partial, Replicate, Shard
 
-    batch = 1 if op == "bmm" else 0
-    dims = {
-        "a": {"m": batch, "k": batch + 1, "b": 0},
-        "b": {"k": batch, "n": batch + 1, "b": 0},
-        "out": {"m": batch, "n": batch + 1, "b": 0},
-    }
+    if op in ("mm", "bmm"):
+        batch = 1 if op == "bmm" else 0
+        dims = {
+            "a": {"m": batch, "k": batch + 1, "b": 0},
+            "b": {"k": batch, "n": batch + 1, "b": 0},
+            "out": {"m": batch, "n": batch + 1, "b": 0},
+        }
+        rules, offs = (_BMM_RULES if op == "bmm" else _MM_RULES), []
+    else:
+        dims = _DIMS[op]
+        if transposed:
+            dims = {**dims, "out": {"g": 0, "n": 1, "k": 2}}
+        rules = _GROUPED_RULES if op == "grouped_mm" else _WEIGHT_GRAD_RULES
+        offs = [Replicate()]
 
     def place(side: str, name: str):
         if name == "R":
@@ -53,8 +109,7 @@ def placements(op: str):
             return Partial()
         return Shard(dims[side][name])
 
-    rules = _BMM_RULES if op == "bmm" else _MM_RULES
-    return [([place("out", out)], [place("a", a), place("b", b)]) for out, (a, b) in rules]
+    return [([place("out", out)], [place("a", a), place("b", b), *offs]) for out, (a, b) in rules]
 
 
 def _register() -> bool:
@@ -63,6 +118,7 @@ def _register() -> bool:
     if not torch.distributed.is_available():
         return False
     try:
+        from torch.distributed.tensor import Replicate
         from torch.distributed.tensor.experimental import register_sharding
     except ImportError:
         return False
@@ -75,6 +131,24 @@ def _register() -> bool:
             return [(out, ins + none) for out, ins in rules]
 
         register_sharding(getattr(torch.ops.gemmlab, name).default)(strategy)
+
+    rules = placements("grouped_mm")
+
+    def grouped_strategy(self, mat2, offs=None, bias=None, out_dtype=None):
+        # One entry per tensor the call passes, None for those it does not and for out_dtype.
+        # A tensor argument left without a placement would fail DTensor's count of inputs, so
+        # a bias gets Replicate like offs: the operator then refuses it with its own message.
+        extra = [Replicate() if bias is not None else None, None]
+        return [(out, (ins if offs is not None else ins[:2] + [None]) + extra) for out, ins in rules]
+
+    register_sharding(torch.ops.gemmlab.grouped_mm.default)(grouped_strategy)
+
+    by_layout = {t: placements("grouped_mm_weight_grad", t) for t in (False, True)}
+
+    def weight_grad_strategy(a, grad, offs, transposed):
+        return [(out, ins + [None]) for out, ins in by_layout[bool(transposed)]]
+
+    register_sharding(torch.ops.gemmlab.grouped_mm_weight_grad.default)(weight_grad_strategy)
     return True
 
 
