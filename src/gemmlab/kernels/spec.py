@@ -310,6 +310,21 @@ class KernelSpec:
     # The result types the kernel writes whatever its inputs (wgmma_fp8: bfloat16, float32);
     # empty: float32, or the input's own type (FLOAT32_RESULT: float32 only).
     out_dtypes: tuple[str, ...] = ()
+    # A step toward the rung ("a", "b", ...): a rung taught one idea at a time is a kernel per
+    # idea, each a named kernel of its own (kernel="auto" never picks one), listed before the
+    # rung's own kernel, which is its last step (tensor rung 4: 4a, 4b, 4c, then wgmma).
+    # "": the rung itself.
+    step: str = ""
+
+    @property
+    def label(self) -> str:
+        """The rung's number as the ladder shows it: '4' for the rung, '4a' for a step toward it."""
+        return f"{self.rung}{self.step}"
+
+    @property
+    def ladder_key(self) -> tuple:
+        """Where the kernel sits in its family's ladder: by rung, a rung's steps in order before the rung."""
+        return (self.rung, 0 if self.step else 1, self.step)
 
     def why_not_on(self, arch: str, dtype: str | None = None) -> str | None:
         """Why this kernel cannot run on the NVRTC target ``arch`` (for ``dtype``, or for
@@ -480,6 +495,7 @@ class KernelSpec:
         return {
             "name": self.name,
             "rung": self.rung,
+            "step": self.step,
             "family": self.family,
             "dtypes": list(self.dtypes),
             "description": self.description,
