@@ -354,7 +354,9 @@ class KernelSpec:
         why = self.why_not_on(arch, dtype)
         if why:
             runs = [
-                s.name for s in SPECS.values() if s.builds_for(arch, dtype) and (dtype is None or dtype in s.dtypes)
+                s.name
+                for s in SPECS.values()
+                if s.builds_for(arch, dtype) and (dtype is None or dtype in s.dtypes) and not s.step
             ]
             what = f" for {dtype}" if dtype else ""
             raise ValueError(
@@ -444,7 +446,8 @@ class KernelSpec:
     def check_dtypes(self, problem: Problem) -> None:
         """Raise TypeError if this kernel does not compute problem.dtype -> problem.out_dtype."""
         if problem.dtype not in self.dtypes:
-            fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes]
+            # (the rungs: a step toward one, KernelSpec.step, is a variant of it to learn from)
+            fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes and not s.step]
             raise TypeError(
                 f"kernel {self.name!r} computes {', '.join(self.dtypes)}, not {problem.dtype}; "
                 f"for {problem.dtype} use one of: {', '.join(fits) or 'none yet'}"
