@@ -63,6 +63,17 @@ def test_auto_never_takes_a_step(dtype, out_dtype, shape, batch):
         assert not p.spec.step, p.describe()
 
 
+def test_the_ladder_bench_times_every_step():
+    """`gemmlab bench --dtype bf16` (or fp16): every rung of the tensor ladder, the steps
+    between rung 3 and the rung's own kernel; TF32's ladder has no step."""
+    from gemmlab.tools.bench.suites import default_entries
+
+    for dtype in ("bfloat16", "float16"):
+        names = [n for n, _ in default_entries(dtype)]
+        assert names[names.index("mma_pipelined") + 1 : names.index("wgmma")] == STEPS
+    assert not set(STEPS) & {n for n, _ in default_entries("tf32")}
+
+
 @pytest.mark.parametrize("name", STEPS)
 def test_a_step_names_what_it_refuses(name):
     with pytest.raises(TypeError, match=rf"kernel '{name}' computes float16, bfloat16, not tf32"):
