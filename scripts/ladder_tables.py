@@ -13,6 +13,11 @@ GPU, date and command.  A block lies between two markers,
 and is rewritten whole.  To publish a new run, point SOURCES (and FP32_LADDER,
 TENSOR_LADDER) at its files and run the script; tests/test_ladder_tables.py then
 checks on a GPU of the same model that each rung still gains what its page says.
+
+A page whose kernel (or the one below) no published run has timed yet -- UNMEASURED,
+wgmma's steps -- says so in its block instead of a table: compiled and tested on the CPU
+only.  Once a ladder run that times them is published (TENSOR_LADDER), empty UNMEASURED
+and run the script: their tables replace those sentences (a CPU test fails until then).
 """
 
 from __future__ import annotations
@@ -73,8 +78,18 @@ PAGES = {  # page -> (ladder file, its rung's kernel, the rung below's kernel or
     "docs/tensor/01-wmma.md": (TENSOR_LADDER, "wmma", None),
     "docs/tensor/02-wmma-warptile.md": (TENSOR_LADDER, "wmma_warptile", "wmma"),
     "docs/tensor/03-mma-pipelined.md": (TENSOR_LADDER, "mma_pipelined", "wmma_warptile"),
-    "docs/tensor/04-wgmma.md": (TENSOR_LADDER, "wgmma", "mma_pipelined"),
+    # tensor rung 4 in steps, each beside the one before it; the rung's own kernel is the last
+    "docs/tensor/04a-wgmma-tma.md": (TENSOR_LADDER, "wgmma_tma", "mma_pipelined"),
+    "docs/tensor/04b-wgmma-specialized.md": (TENSOR_LADDER, "wgmma_specialized", "wgmma_tma"),
+    "docs/tensor/04c-wgmma-persistent.md": (TENSOR_LADDER, "wgmma_persistent", "wgmma_specialized"),
+    "docs/tensor/04-wgmma.md": (TENSOR_LADDER, "wgmma", "wgmma_persistent"),
 }
+# A rung taught in steps: its page's "rung-effect" block, the whole rung beside the rung below.
+RUNG_PAGES = {"docs/tensor/04-wgmma.md": (TENSOR_LADDER, "wgmma", "mma_pipelined")}
+# Kernels no published run has timed yet (their pages say so instead of a table).
+UNMEASURED = ("wgmma_tma", "wgmma_specialized", "wgmma_persistent")
+# What times them: the tensor ladder's bench (its default kernels are every rung and step).
+LADDER_COMMAND = "gemmlab bench --dtype bf16 --sizes 2048,4096,8192"
 EC_PRECISIONS = ("fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc")
 GEMV_LAYERS = ("qkv", "o", "gate_up", "down", "lm_head")
 
@@ -178,8 +193,24 @@ def gain(rel: str, kernel: str, below: str, size: tuple = PAGE_SIZE) -> float:
     return find(records, below, size)["ms"] / find(records, kernel, size)["ms"]
 
 
-def page_table(page: str) -> str:
-    rel, kernel, below = PAGES[page]
+def unmeasured_text(kernel: str, below: str | None) -> str:
+    """What a page says where no published run has timed ``kernel`` or ``below`` yet."""
+    new = [k for k in (kernel, below) if k in UNMEASURED]
+    return (
+        f"Not measured yet: {' and '.join(f'`{k}`' for k in new)} {'is' if len(new) == 1 else 'are'} compiled "
+        f"for sm_90a and tested on the CPU only (no spills, each step's instructions in its SASS: "
+        f"`tests/test_wgmma_steps_compile.py`; grids, arguments and refusals: `tests/test_wgmma_steps.py`).  "
+        f"{'Its' if len(new) == 1 else 'Their'} GPU tests (`tests/test_wgmma_steps.py`) and the timing of "
+        f"`{kernel}` beside `{below}` wait for "
+        f"a run of the ladder bench on an H200 (`{LADDER_COMMAND}`, which times every step); "
+        f"`scripts/ladder_tables.py` writes this table from that run's results."
+    )
+
+
+def page_table(page: str, pages: dict | None = None) -> str:
+    rel, kernel, below = (pages or PAGES)[page]
+    if kernel in UNMEASURED or below in UNMEASURED:
+        return unmeasured_text(kernel, below)
     records = load(rel)
     rows = [(below, find(records, below, PAGE_SIZE))] if below else []
     rows.append((kernel, find(records, kernel, PAGE_SIZE)))
@@ -294,6 +325,8 @@ def blocks() -> dict[str, dict[str, str]]:
     out["docs/tensor/README.md"] = {"tensor-ladder": out["README.md"]["tensor-ladder"]}
     for page in PAGES:
         out[page] = {"measured-effect": page_table(page)}
+    for page in RUNG_PAGES:
+        out[page]["rung-effect"] = page_table(page, RUNG_PAGES)
     out["docs/tensor/06-grouped.md"] = {"moe": moe_table(MOE_RUN)}
     return out
 

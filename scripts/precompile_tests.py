@@ -1,8 +1,9 @@
 """Compile, in parallel processes, the kernel instantiations the GPU tests launch
 (into $GEMMLAB_CACHE_DIR), so that a test run on a fresh GPU machine does not
 compile them one at a time: the level-3 tester's families in every layout, the
-configurations tests/test_gpu_correctness.py names, the tensor-core variants,
-and every configuration the GPU's tuned table can pick (kernel="auto").
+configurations tests/test_gpu_correctness.py names, the tensor-core variants (wgmma's
+steps as tests/test_wgmma_steps.py runs them), and every configuration the GPU's tuned
+table can pick (kernel="auto").
 
     python3 scripts/precompile_tests.py            # on the GPU machine, before pytest
 """
@@ -15,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import blas3_harness  # noqa: E402
 import test_gpu_correctness  # noqa: E402
+import test_wgmma_steps  # noqa: E402
 
 from gemmlab.core import api, tables  # noqa: E402
 from gemmlab.kernels import registry  # noqa: E402
@@ -79,6 +81,8 @@ def main() -> int:
         items |= {
             (str(wg.source_path), wg.name_expression(params, prob)) for params, prob in wg.instantiations(configs)
         }
+    if registry.get("wgmma_tma").builds_for(gpu.arch):  # tests/test_wgmma_steps.py: wgmma's steps
+        items |= test_wgmma_steps.instantiations()
     fp8 = registry.get("wgmma_fp8")
     if fp8.builds_for(gpu.arch):  # tests/test_wgmma_fp8.py: every configuration and variant (fast to build)
         items |= {(str(fp8.source_path), fp8.name_expression(params, prob)) for params, prob in fp8.instantiations()}

@@ -23,6 +23,9 @@ KERNELS = [
     "wmma",
     "wmma_warptile",
     "mma_pipelined",
+    "wgmma_tma",
+    "wgmma_specialized",
+    "wgmma_persistent",
     "wgmma",
     "wgmma_fp8",
     "grouped",
@@ -41,11 +44,13 @@ def test_list_prints_every_kernel(capsys):
     heads = [ln for ln in lines if not ln.startswith(" ")]
     assert [h.split()[1] for h in heads] == KERNELS
     for name, entry in zip(KERNELS, gemmlab.kernels()):
-        assert f"{entry['rung']}. {name}" in out
+        assert f"{entry['rung']}{entry['step']}. {name}" in out  # 4a. wgmma_tma: a step toward rung 4
         assert entry["description"] in out
     assert "tile  in [2, 4, 8, 16, 32] (default 32)" in out
     assert "rule: shared memory, 4*BK*(BM+BN) bytes, must fit in 48 KiB" in out
-    assert out.count("runs on: sm_90a only") == 5  # wgmma, wgmma_fp8, grouped, grouped_wgrad, ec_wgmma
+    assert (
+        out.count("runs on: sm_90a only") == 8
+    )  # wgmma's three steps, wgmma, wgmma_fp8, grouped, grouped_wgrad, ec_wgmma
     assert out.count("runs on: ") == len(KERNELS)
     assert err == ""
 

@@ -50,11 +50,15 @@ def expected_block(spec, p):
 
 def _cases():
     # wmma numbers warp tiles (test_wmma_geometry, test_tensor_rules.py); wgmma, wgmma_fp8,
-    # grouped, grouped_wgrad and ec_wgmma are persistent (test_wgmma_geometry, test_geometry_is_a_persistent_grid,
-    # test_grouped_geometry, test_ec_wgmma_geometry, in test_wgmma_rules.py,
-    # test_wgmma_fp8_rules.py, test_grouped_rules.py and test_ec_wgmma_rules.py); gemv and outer have no tile parameters (test_gemv_geometry,
-    # test_outer_geometry, in test_gemv_rules.py and test_outer_rules.py).
-    elsewhere = ("wmma", "wgmma", "wgmma_fp8", "grouped", "grouped_wgrad", "ec_wgmma")
+    # grouped, grouped_wgrad and ec_wgmma are persistent (test_wgmma_geometry,
+    # test_geometry_is_a_persistent_grid, test_grouped_geometry, test_ec_wgmma_geometry, in
+    # test_wgmma_rules.py, test_wgmma_fp8_rules.py, test_grouped_rules.py and
+    # test_ec_wgmma_rules.py); wgmma's steps number their tiles in grouped order or are
+    # persistent (test_step_geometry, test_wgmma_steps.py); gemv and outer have no tile
+    # parameters (test_gemv_geometry, test_outer_geometry, in test_gemv_rules.py and
+    # test_outer_rules.py).
+    steps = ("wgmma_tma", "wgmma_specialized", "wgmma_persistent")
+    elsewhere = ("wmma", "wgmma", "wgmma_fp8", "grouped", "grouped_wgrad", "ec_wgmma") + steps
     for spec in [s for s in SPECS if s.name not in elsewhere and s.family != "gemv"]:
         configs = spec.configurations()
         if spec.split_k_param:  # every tile shape unsplit, and the defaults with each split

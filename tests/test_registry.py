@@ -21,6 +21,9 @@ LADDER = [
     "wmma",
     "wmma_warptile",
     "mma_pipelined",
+    "wgmma_tma",
+    "wgmma_specialized",
+    "wgmma_persistent",
     "wgmma",
     "wgmma_fp8",
     "grouped",
@@ -44,12 +47,14 @@ def spec_id(spec):
 def test_kernels_lists_the_ladder_in_rung_order():
     ks = gemmlab.kernels()
     assert [k["name"] for k in ks] == LADDER
-    assert [(k["family"], k["rung"]) for k in ks] == (
-        [("simt", r) for r in range(1, 9)]
-        + [("tensor", r) for r in range(1, 8)]
-        + [("ec", 1), ("ec", 2)]
-        + [("gemv", 1), ("gemv", 2)]
+    assert [(k["family"], f"{k['rung']}{k['step']}") for k in ks] == (
+        [("simt", str(r)) for r in range(1, 9)]
+        + [("tensor", r) for r in ("1", "2", "3", "4a", "4b", "4c", "4", "5", "6", "7")]
+        + [("ec", "1"), ("ec", "2")]
+        + [("gemv", "1"), ("gemv", "2")]
     )
+    # Tensor rung 4 is taught in steps: each a kernel of its own, before the rung's, which is the last.
+    assert [s.label for s in registry.ladder("tensor") if s.rung == 4] == ["4a", "4b", "4c", "4"]
 
 
 @pytest.mark.parametrize("entry", gemmlab.kernels(), ids=lambda k: k["name"])
@@ -66,7 +71,12 @@ def test_kernel_entry_fields(entry):
             "gemv": ["float32", "float16", "bfloat16"],
             "fp8": ["float8_e4m3fn", "float8_e5m2"],
             "grouped": ["float16", "bfloat16"],
-        }[{"wgmma_fp8": "fp8", "grouped": "grouped", "grouped_wgrad": "grouped"}.get(entry["name"], entry["family"])]
+            "hopper steps": ["float16", "bfloat16"],
+        }[
+            {"wgmma_fp8": "fp8", "grouped": "grouped", "grouped_wgrad": "grouped"}.get(
+                entry["name"], "hopper steps" if entry["step"] else entry["family"]
+            )
+        ]
     )
     assert isinstance(entry["description"], str) and entry["description"].strip()
     assert isinstance(entry["constraints"], list)
@@ -93,6 +103,9 @@ def test_kernel_params_per_rung():
         "wmma_warptile": ["BM", "BN", "BK", "WM", "WN"],
         "mma_pipelined": ["BM", "BN", "BK", "WM", "WN", "STAGES"],
         "ec_wmma": ["BM", "BN", "BK", "STAGES"],
+        "wgmma_tma": ["BM", "BN", "STAGES"],
+        "wgmma_specialized": ["BM", "BN", "STAGES"],
+        "wgmma_persistent": ["BM", "BN", "STAGES", "CLUSTER"],
         "wgmma": ["BM", "BN", "STAGES", "CLUSTER", "SPLITK"],
         "wgmma_fp8": ["BM", "BN", "STAGES", "CLUSTER", "PROMOTE"],
         "grouped": ["BM", "BN", "STAGES"],
@@ -109,6 +122,9 @@ def test_ladder_family_filter():
         "wmma",
         "wmma_warptile",
         "mma_pipelined",
+        "wgmma_tma",
+        "wgmma_specialized",
+        "wgmma_persistent",
         "wgmma",
         "wgmma_fp8",
         "grouped",
@@ -231,6 +247,20 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
             and p["BN"] in (96, 128)
             and p["FOLD"] in (0, 1)
             and (p["BN"] == 96 or p["FOLD"] == 1)
+        )
+    if name in ("wgmma_tma", "wgmma_specialized", "wgmma_persistent"):
+        # 04a/04b/04c (tensor/04_wgmma_steps.cuh's StepRing): a ring of STAGES x (BM + BN) rows of
+        # 128 bytes, two 8-byte barriers a stage and 1 KiB of alignment slack within 227 KiB; BM
+        # in 64-row warpgroups, BN one wgmma N; step c's clusters of 1 or 2 blocks share B in
+        # halves (BN / 2 K-major rows, or whole 64-column boxes).
+        smem = p["STAGES"] * (p["BM"] + p["BN"]) * 128 + 16 * p["STAGES"] + 1024
+        return (
+            p["BM"] in (64, 128)
+            and p["BN"] in (128, 256)
+            and p["STAGES"] >= 3
+            and smem <= 227 * 1024
+            and p.get("CLUSTER", 1) in (1, 2)
+            and ("CLUSTER" in p) == (name == "wgmma_persistent")
         )
     if name == "wgmma":
         # 04_wgmma.cu: a ring of STAGES x (BM + BN) rows of 128 bytes, two 8 KiB epilogue staging

@@ -19,11 +19,8 @@ WGMMA = registry.get("wgmma")
 def test_wgmma_exists_only_for_sm90a():
     assert WGMMA.arches == ("sm_90a",)
     assert WGMMA.builds_for("sm_90a") and not WGMMA.builds_for("sm_80") and not WGMMA.builds_for("sm_90")
-    assert all(
-        s.builds_for("sm_80")
-        for s in SPECS
-        if s.name not in ("wgmma", "wgmma_fp8", "grouped", "grouped_wgrad", "ec_wgmma")
-    )
+    hopper = ("wgmma_tma", "wgmma_specialized", "wgmma_persistent", "wgmma", "wgmma_fp8", "grouped", "grouped_wgrad")
+    assert all(s.builds_for("sm_80") for s in SPECS if s.name not in hopper + ("ec_wgmma",))
     assert [k["arches"] for k in gemmlab.kernels() if k["name"] == "wgmma"] == [["sm_90a"]]
     with pytest.raises(ValueError, match=r"kernel 'wgmma' does not run on NVIDIA A100 \(sm_80\): it needs sm_90a"):
         WGMMA.check_arch("sm_80", "NVIDIA A100")

@@ -160,9 +160,10 @@ def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
 
 def runnable(spec: KernelSpec, arch: str, dtype: str, gpu_name: str) -> str:
     """The highest rung of ``spec``'s family that runs on ``arch`` for ``dtype``
-    (what ``auto`` takes where its first choice cannot run there); raises
-    ``spec``'s refusal, naming what it needs, where none does."""
-    fits = [s for s in registry.ladder(spec.family) if dtype in s.dtypes and s.builds_for(arch, dtype)]
+    (what ``auto`` takes where its first choice cannot run there; never a step toward a
+    rung, KernelSpec.step: those are named kernels only); raises ``spec``'s refusal,
+    naming what it needs, where none does."""
+    fits = [s for s in registry.ladder(spec.family) if not s.step and dtype in s.dtypes and s.builds_for(arch, dtype)]
     if not fits:
         spec.check_arch(arch, gpu_name, dtype)
     log.debug("%s does not run on %s (%s); auto takes %s", spec.name, gpu_name, arch, fits[-1].name)

@@ -322,6 +322,21 @@ class KernelSpec:
     # "gemmlab.grouped_mm"); "" for matmul's rungs.  Tools that run matmul over the ladder
     # (verify, bench's ladder) and the kernels an error message suggests leave it out.
     own_call: str = ""
+    # A step toward the rung ("a", "b", ...): a rung taught one idea at a time is a kernel per
+    # idea, each a named kernel of its own (kernel="auto" never picks one), listed before the
+    # rung's own kernel, which is its last step (tensor rung 4: 4a, 4b, 4c, then wgmma).
+    # "": the rung itself.
+    step: str = ""
+
+    @property
+    def label(self) -> str:
+        """The rung's number as the ladder shows it: '4' for the rung, '4a' for a step toward it."""
+        return f"{self.rung}{self.step}"
+
+    @property
+    def ladder_key(self) -> tuple:
+        """Where the kernel sits in its family's ladder: by rung, a rung's steps in order before the rung."""
+        return (self.rung, 0 if self.step else 1, self.step)
 
     def why_not_on(self, arch: str, dtype: str | None = None) -> str | None:
         """Why this kernel cannot run on the NVRTC target ``arch`` (for ``dtype``, or for
@@ -353,7 +368,7 @@ class KernelSpec:
             runs = [
                 s.name
                 for s in SPECS.values()
-                if s.builds_for(arch, dtype) and (dtype is None or dtype in s.dtypes) and not s.own_call
+                if s.builds_for(arch, dtype) and (dtype is None or dtype in s.dtypes) and not s.own_call and not s.step
             ]
             what = f" for {dtype}" if dtype else ""
             raise ValueError(
@@ -443,7 +458,7 @@ class KernelSpec:
     def check_dtypes(self, problem: Problem) -> None:
         """Raise TypeError if this kernel does not compute problem.dtype -> problem.out_dtype."""
         if problem.dtype not in self.dtypes:
-            fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes and not s.own_call]
+            fits = [s.name for s in SPECS.values() if problem.dtype in s.dtypes and not s.own_call and not s.step]
             raise TypeError(
                 f"kernel {self.name!r} computes {', '.join(self.dtypes)}, not {problem.dtype}; "
                 f"for {problem.dtype} use one of: {', '.join(fits) or 'none yet'}"
@@ -494,6 +509,7 @@ class KernelSpec:
         return {
             "name": self.name,
             "rung": self.rung,
+            "step": self.step,
             "family": self.family,
             "dtypes": list(self.dtypes),
             "description": self.description,

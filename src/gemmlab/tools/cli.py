@@ -75,7 +75,8 @@ def cmd_list(args) -> int:
         print(json.dumps(ks, indent=1))
         return 0
     for k in ks:
-        print(f"{k['rung']}. {k['name']:14s} [{k['family']}, {', '.join(k['dtypes'])}] {k['description']}")
+        rung = f"{k['rung']}{k['step']}."  # a step toward a rung: 4a., 4b., ...
+        print(f"{rung} {k['name']:14s} [{k['family']}, {', '.join(k['dtypes'])}] {k['description']}")
         for name, p in k["params"].items():
             print(f"      {name:5s} in {p['values']} (default {p['default']}): {p['doc']}")
         for c in k["constraints"]:

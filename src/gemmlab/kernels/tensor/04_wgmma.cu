@@ -8,7 +8,7 @@
 // each B tile to two blocks, and the epilogue hands C to TMA as well.  SPLIT
 // splits K, so that few tiles with a long K still give every SM work, and adds
 // the slices inside the kernel (below).
-// Details: docs/tensor/04-wgmma.md.
+// The rung's last step (04a-04c build up to it).  Details: docs/tensor/04-wgmma.md.
 #include <gemmlab/tensor/04_wgmma.cuh>
 
 namespace gemmlab {

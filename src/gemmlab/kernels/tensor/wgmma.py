@@ -4,10 +4,12 @@ optionally split over K (SPLITK: the last slice of each tile adds the others' FP
 partial tiles inside the kernel, wgmma_split_workspace's workspace, before C's own
 epilogue).
 
-Beside the spec: the launch arguments (3-D tensor maps of A, B and C over a
-whole batch, built by runtime.tma) and the staging pre-pass (tf32_pack.cu) that
-copies an operand TMA cannot read in place to the 16-byte grid.  ec_wgmma (ec/ec_wgmma.py) reuses the Hopper limits and the
-standard arguments.
+The rung's last step: wgmma_tma, wgmma_specialized and wgmma_persistent (steps a, b, c)
+build it one idea at a time, and this kernel adds the TMA-store epilogue, split-K, batches
+in one launch, the bias and TF32.  Beside the spec: the launch arguments (3-D tensor maps
+of A, B and C over a whole batch, built by runtime.tma) and the staging pre-pass
+(tf32_pack.cu) that copies an operand TMA cannot read in place to the 16-byte grid.
+ec_wgmma (ec/ec_wgmma.py) reuses the Hopper limits and the standard arguments.
 """
 
 from __future__ import annotations
@@ -30,20 +32,15 @@ from ..spec import (
     cdiv,
 )
 from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
+
+# The Hopper target, what it brings, a block's shared memory (the ring, the epilogue's staging
+# buffers, the barriers and 1 KiB to align the tiles to the swizzle atom must fit in it) and
+# the standard arguments: introduced by the rung's first step.
+from .wgmma_tma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from .mma_pipelined import sized_estimates, sized_params
 from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
 
-# Shared memory a block of 04_wgmma.cu may ask for: the opt-in limit of an H100/H200
-# (227 KiB); the ring, the epilogue's staging buffers, the barriers and 1 KiB to align
-# the tiles to the swizzle atom.
-WGMMA_SMEM_LIMIT = 227 * 1024
-WGMMA_SM90 = "sm_90a"
-# What the Hopper rungs (wgmma, ec_wgmma) need; no other target has these instructions.
-HOPPER_NEEDS = (
-    "wgmma.mma_async and setmaxnreg exist on sm_90a only (Hopper: H100, H200, GH200); TMA and "
-    "thread-block clusters from sm_90"
-)
 # one staging buffer of the TMA-store epilogue; two per consumer warpgroup
 WGMMA_EPI_BYTES = read_constants("tensor/04_wgmma.cu")["WGMMA_EPI_BYTES"]
 
@@ -402,23 +399,6 @@ def wgmma_auto_params(
 
 
 # -- launch arguments ------------------------------------------------------------------
-
-
-def standard_args(pr, ops: Operands, alpha, beta) -> tuple:
-    """The eleven arguments every GEMM kernel starts with: M, N, K, alpha, A, lda, B, ldb, beta, C, ldc."""
-    return (
-        np.int32(pr.M),
-        np.int32(pr.N),
-        np.int32(pr.K),
-        np.float32(alpha),
-        ops.A,
-        np.int32(ops.lda),
-        ops.B,
-        np.int32(ops.ldb),
-        np.float32(beta),
-        ops.C,
-        np.int32(ops.ldc),
-    )
 
 
 def _batch_of(ops: Operands, stride: int) -> tuple[int, int]:

@@ -3,8 +3,9 @@
 // persistent, warp-specialised GEMM.  Its pieces that are not about the multiply
 // -- the work items of the persistent loop (04_wgmma_work.cuh), handing a
 // shared-memory stage back to the producer, the masked stores from wgmma's
-// accumulator layout -- are shared with the error-corrected ec_wgmma.  Its batches
-// (batch_tile) are one launch: the persistent loop walks the tiles of every matrix.
+// accumulator layout -- are shared with the error-corrected ec_wgmma and with the
+// rung's steps (04_wgmma_steps.cuh).  Its batches (batch_tile) are one launch: the
+// persistent loop walks the tiles of every matrix.
 #pragma once
 
 #include <gemmlab/hopper.cuh>
