@@ -36,7 +36,7 @@ H200 = "benchmarks/results/nvidia-h200"
 # file -> (date of the run, the command that wrote it)
 SOURCES = {
     f"{H200}/ladder-fp32-2026-11-29.json": ("2026-11-29", "gemmlab bench --sizes 1024,2048,4096"),
-    f"{H200}/ladder-bf16-2026-11-29.json": ("2026-11-29", "gemmlab bench --dtype bf16 --sizes 2048,4096,8192"),
+    f"{H200}/ladder-bf16-2026-11-30.json": ("2026-11-30", "gemmlab bench --dtype bf16 --sizes 4096,8192 --reps 10"),
     f"{H100}/bench-public-fp32-run68.json": (
         "2026-11-24",
         "gemmlab bench --kernel-only --budget-s 1 --sizes 1024,2048,4096,8192,16384x4096x4096",
@@ -58,7 +58,7 @@ SOURCES = {
     f"{H200}/moe-2026-11-30.json": ("2026-11-30", "gemmlab bench --suite moe --tokens 128,1024,8192"),
 }
 FP32_LADDER = f"{H200}/ladder-fp32-2026-11-29.json"  # the CUDA-core rungs' pages
-TENSOR_LADDER = f"{H200}/ladder-bf16-2026-11-29.json"  # the tensor-core rungs' pages
+TENSOR_LADDER = f"{H200}/ladder-bf16-2026-11-30.json"  # the tensor-core rungs' pages
 EC_RUN = f"{H100}/ec-run95f.json"
 MODELS_RUN = f"{H100}/models-run90e.json"
 SHAPES_RUN = f"{H200}/shapes-2026-11-29-4.json"  # other models' products, by kind
@@ -87,7 +87,9 @@ PAGES = {  # page -> (ladder file, its rung's kernel, the rung below's kernel or
 # A rung taught in steps: its page's "rung-effect" block, the whole rung beside the rung below.
 RUNG_PAGES = {"docs/tensor/04-wgmma.md": (TENSOR_LADDER, "wgmma", "mma_pipelined")}
 # Kernels no published run has timed yet (their pages say so instead of a table).
-UNMEASURED = ("wgmma_tma", "wgmma_specialized", "wgmma_persistent")
+UNMEASURED: tuple[str, ...] = ()
+# The steps toward a rung (KernelSpec.step): the tensor-core ladder's pages show them.
+STEP_KERNELS = ("wgmma_tma", "wgmma_specialized", "wgmma_persistent")
 # What times them: the tensor ladder's bench (its default kernels are every rung and step).
 LADDER_COMMAND = "gemmlab bench --dtype bf16 --sizes 2048,4096,8192"
 EC_PRECISIONS = ("fp16_ec", "fp16_ec_scaled", "tf32_ec", "fp32_tc")
@@ -124,11 +126,14 @@ def find(records: list[dict], kernel: str, size: tuple, precision: str | None = 
     raise LookupError(f"no public record of {kernel} {precision or ''} at {size_name(*size)}")
 
 
-def rung_table(rel: str) -> str:
-    """% of cuBLAS per rung (and auto) per size; cuBLAS's own TFLOPS on top."""
+def rung_table(rel: str, steps: bool = True) -> str:
+    """% of cuBLAS per rung (and auto) per size; cuBLAS's own TFLOPS on top.  ``steps``: with
+    the steps toward a rung (README.md leaves them to docs/tensor/)."""
     records = load(rel)
     sizes = list(dict.fromkeys((r["M"], r["N"], r["K"]) for r in public(records)))
     kernels = list(dict.fromkeys(r["kernel"] for r in public(records) if r["kernel"] != "cublas"))
+    if not steps:
+        kernels = [k for k in kernels if k not in STEP_KERNELS]
     lines = [
         "| kernel | " + " | ".join(size_name(*s) for s in sizes) + " |",
         "|---" * (len(sizes) + 1) + "|",
@@ -314,7 +319,7 @@ def blocks() -> dict[str, dict[str, str]]:
     out = {
         "README.md": {
             "fp32-ladder": rung_table(FP32_LADDER),
-            "tensor-ladder": rung_table(TENSOR_LADDER),
+            "tensor-ladder": rung_table(TENSOR_LADDER, steps=False),
             "ec-ladder": ec_table(EC_RUN),
             "gemv": gemv_table(MODELS_RUN),
             "shapes": shapes_table(SHAPES_RUN),
@@ -322,7 +327,7 @@ def blocks() -> dict[str, dict[str, str]]:
         }
     }
     out["docs/simt/README.md"] = {"fp32-ladder": out["README.md"]["fp32-ladder"]}
-    out["docs/tensor/README.md"] = {"tensor-ladder": out["README.md"]["tensor-ladder"]}
+    out["docs/tensor/README.md"] = {"tensor-ladder": rung_table(TENSOR_LADDER)}
     for page in PAGES:
         out[page] = {"measured-effect": page_table(page)}
     for page in RUNG_PAGES:

@@ -60,6 +60,7 @@ def test_unmeasured_pages_say_so_until_their_run_is_published():
         assert not timed & set(tables.UNMEASURED), f"{rel} times {timed & set(tables.UNMEASURED)}: publish their tables"
     pending = [page for page, (_, k, b) in tables.PAGES.items() if {k, b} & set(tables.UNMEASURED)]
     assert set(tables.UNMEASURED) <= {s.name for s in registry.ladder() if s.step}, "only steps wait for a run"
+    assert set(tables.STEP_KERNELS) == {s.name for s in registry.ladder() if s.step}, "README leaves out every step"
     start, end = tables.marker("measured-effect")
     for page in pending:
         body = (tables.ROOT / page).read_text().split(start)[1].split(end)[0]
