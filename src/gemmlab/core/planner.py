@@ -605,27 +605,45 @@ def plan_grouped(
         raise ValueError(f"op_b is 'N' (b stored (G, K, N)) or 'T' (stored (G, N, K)), not {op_b!r}")
     if not 0 <= groups <= GROUPED_MAX_GROUPS:
         raise ValueError(f"a grouped product takes at most {GROUPED_MAX_GROUPS} groups, not {groups}")
-    if kernel not in ("auto", GROUPED_KERNEL):
-        raise ValueError(f"grouped products run on {GROUPED_KERNEL!r} only (or 'auto'), not {kernel!r}")
-    if kernel == "auto" and tile_params:
-        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
-    spec = registry.get(GROUPED_KERNEL)
-    if arch is not None:
-        spec.check_arch(arch, gpu_name, dtype)
-    why = ""
-    if kernel == "auto":
-        tile_params, why = grouped_auto_tile(T, N, groups, sm_count)
-    params = spec.resolve(tile_params, dtype)
-    if smem_limit is not None and grouped_smem(params) > smem_limit:
-        raise ValueError(
-            f"{GROUPED_KERNEL} with {params} needs {grouped_smem(params)} bytes of shared memory per block; "
-            f"{gpu_name} allows {smem_limit}"
-        )
+    spec, params, why = _grouped_rung(
+        GROUPED_KERNEL,
+        "grouped products",
+        kernel,
+        tile_params,
+        dtype,
+        arch,
+        gpu_name,
+        smem_limit,
+        grouped_smem,
+        lambda: grouped_auto_tile(T, N, groups, sm_count),
+    )
     problem = Problem(T, N, K, True, dtype, dtype, "N", op_b, sm_count=sm_count, groups=max(groups, 1))
     return Plan(spec, params, problem, spec.name_expression(params, problem), reason=why)
 
 
 GROUPED_WGRAD_KERNEL = "grouped_wgrad"
+
+
+def _grouped_rung(name, what, kernel, tile_params, dtype, arch, gpu_name, smem_limit, smem, auto_tile):
+    """(spec, parameters, why) of the one rung ``name`` that computes ``what``: ``kernel`` "auto"
+    (its tiles from ``auto_tile()``: (params, why)) or ``name`` with ``tile_params``; refused by
+    name on another architecture than its own, or where ``smem(params)`` exceeds ``smem_limit``."""
+    if kernel not in ("auto", name):
+        raise ValueError(f"{what} run on {name!r} only (or 'auto'), not {kernel!r}")
+    if kernel == "auto" and tile_params:
+        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
+    spec = registry.get(name)
+    if arch is not None:
+        spec.check_arch(arch, gpu_name, dtype)
+    why = ""
+    if kernel == "auto":
+        tile_params, why = auto_tile()
+    params = spec.resolve(tile_params, dtype)
+    if smem_limit is not None and smem(params) > smem_limit:
+        raise ValueError(
+            f"{name} with {params} needs {smem(params)} bytes of shared memory per block; {gpu_name} allows {smem_limit}"
+        )
+    return spec, params, why
 
 
 def plan_grouped_wgrad(
@@ -649,22 +667,18 @@ def plan_grouped_wgrad(
         raise TypeError(f"grouped products take {' or '.join(GROUPED_DTYPES)}, not {dtype}")
     if not 0 <= groups <= GROUPED_MAX_GROUPS:
         raise ValueError(f"a grouped product takes at most {GROUPED_MAX_GROUPS} groups, not {groups}")
-    if kernel not in ("auto", GROUPED_WGRAD_KERNEL):
-        raise ValueError(f"grouped weight gradients run on {GROUPED_WGRAD_KERNEL!r} only (or 'auto'), not {kernel!r}")
-    if kernel == "auto" and tile_params:
-        raise ValueError(f"tile parameters {sorted(tile_params)} need a named kernel, not kernel='auto'")
-    spec = registry.get(GROUPED_WGRAD_KERNEL)
-    if arch is not None:
-        spec.check_arch(arch, gpu_name, dtype)
-    why = ""
-    if kernel == "auto":
-        tile_params, why = grouped_wgrad_auto_tile(P, Q, groups, sm_count)
-    params = spec.resolve(tile_params, dtype)
-    if smem_limit is not None and grouped_wgrad_smem(params) > smem_limit:
-        raise ValueError(
-            f"{GROUPED_WGRAD_KERNEL} with {params} needs {grouped_wgrad_smem(params)} bytes of shared memory per "
-            f"block; {gpu_name} allows {smem_limit}"
-        )
+    spec, params, why = _grouped_rung(
+        GROUPED_WGRAD_KERNEL,
+        "grouped weight gradients",
+        kernel,
+        tile_params,
+        dtype,
+        arch,
+        gpu_name,
+        smem_limit,
+        grouped_wgrad_smem,
+        lambda: grouped_wgrad_auto_tile(P, Q, groups, sm_count),
+    )
     problem = Problem(P, Q, T, True, dtype, dtype, "T", "N", sm_count=sm_count, groups=max(groups, 1))
     return Plan(spec, params, problem, spec.name_expression(params, problem), reason=why)
 
