@@ -20,7 +20,7 @@ import numpy as np
 
 from ...runtime.tma import Operands, tensor_map
 from ..spec import EC_METHODS, KERNEL_DIR, Ask, Constraint, KernelSpec, Launch, Offer, PrePass, Problem, TileParam, cdiv
-from ..tensor.wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
+from ..tensor.wgmma_tma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..cuda_constants import read_constants
 from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..spec import TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, cdiv
-from ..tensor.wgmma import WGMMA_SM90
+from ..tensor.wgmma_tma import WGMMA_SM90
 
 _K = read_constants("gemv/01_gemv.cu")
 GEMV_THREADS, GEMV_WARPS = _K["GEMV_THREADS"], _K["GEMV_THREADS"] // 32

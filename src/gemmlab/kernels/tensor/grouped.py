@@ -19,7 +19,7 @@ import numpy as np
 from ...runtime.tma import SWIZZLE_BYTES, element_bytes, tensor_map
 from ..cuda_constants import read_constants
 from ..spec import TYPE_CODES, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
-from .wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT
+from .wgmma_tma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT
 
 GROUPED_DTYPES = ("float16", "bfloat16")
 # A is always the router's (T, K) rows, row-major ('N'); B either way.

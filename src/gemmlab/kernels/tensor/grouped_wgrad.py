@@ -19,7 +19,7 @@ from ...runtime.tma import SWIZZLE_BYTES, element_bytes, tensor_map
 from ..cuda_constants import read_constants
 from ..spec import TYPE_CODES, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
 from .grouped import GROUPED_DTYPES
-from .wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT
+from .wgmma_tma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT
 
 # X_g^T is op(A) stored K x M ('T'), Y_g op(B) stored K x N ('N'): the only layout.
 WGRAD_LAYOUT = ("T", "N")

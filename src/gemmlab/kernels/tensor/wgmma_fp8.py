@@ -18,7 +18,7 @@ import numpy as np
 from ...runtime.tma import SWIZZLE_BYTES, Operands, tensor_map, tma_readable
 from ..cuda_constants import read_constants
 from ..spec import TYPE_CODES, Constraint, KernelSpec, Launch, Problem, TileParam, cdiv
-from .wgmma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
+from .wgmma_tma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 FP8_OUT_DTYPES = ("bfloat16", "float32")
