@@ -323,13 +323,10 @@ def wgmma_auto_choice(
 
 def _band_hook(params: dict, ask: Ask) -> dict:
     """The parameters of a band's top (planner.size_band) at one exact size of the band: where
-    they are the wave choice's tiles (wgmma_wave_choice: one 16-bit matrix), wgmma_auto_choice at
-    the exact size, since how full the last round of tiles is changes with the tile count (and
-    a size below the top may leave the wave choice's regime); else the top's."""
+    they are the wave choice's tiles (wgmma_wave_choice), wgmma_auto_choice at the exact size,
+    since how full the last round of tiles is changes with the tile count; else the top's."""
     wave = (params["BM"], params["BN"], params["SPLITK"]) in ((128, 256, 1), (128, WGMMA_WAVE_TILE["BN"], 1))
-    if not wave or ask.batch > 1 or ask.dtype not in ("float16", "bfloat16") or ask.M < WGMMA_NARROW_MIN_M:
-        return params
-    return wgmma_auto_choice(ask.M, ask.N, ask.sm_count, 1, ask.K, ask.dtype)[0]
+    return wgmma_auto_choice(ask.M, ask.N, ask.sm_count, ask.batch, ask.K, ask.dtype)[0] if wave else params
 
 
 def _auto_hook(ask: Ask) -> Offer:
