@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .arrays import allocator, stream_getter
 from .executor import PreparedCache, _keep
-from .planner import Plan, plan_grouped, plan_grouped_wgrad
+from .planner import Plan, gpu_limits, plan_grouped, plan_grouped_wgrad
 from ..kernels.tensor.grouped import GROUPED_ALIGN, GROUPED_DTYPES, GROUPED_MAX_GROUPS, GroupedOperands, grouped_args
 from ..kernels.tensor.grouped_wgrad import WgradOperands, grouped_wgrad_args
 from ..runtime.launch import PackedArgs
@@ -210,10 +210,7 @@ def _prepare(a, b, offs, out, out_dtype, kernel, tile_params):
         call.G,
         call.dtype,
         call.op_b,
-        arch=gpu.arch,
-        sm_count=gpu.sm_count,
-        gpu_name=gpu.name,
-        smem_limit=gpu.max_smem_per_block_optin,
+        **gpu_limits(gpu),
         kernel=kernel,
         **tile_params,
     )
@@ -380,10 +377,7 @@ def grouped_weight_grad(x, y, offs, *, out=None, kernel: str = "auto", **tile_pa
             call.T,
             call.G,
             call.dtype,
-            arch=gpu.arch,
-            sm_count=gpu.sm_count,
-            gpu_name=gpu.name,
-            smem_limit=gpu.max_smem_per_block_optin,
+            **gpu_limits(gpu),
             kernel=kernel,
             **tile_params,
         )

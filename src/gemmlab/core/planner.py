@@ -575,6 +575,17 @@ def plan_scaled(
     return Plan(spec, params, problem, spec.name_expression(params, problem), reason=why)
 
 
+def gpu_limits(gpu) -> dict:
+    """What plan_scaled, plan_grouped and plan_grouped_wgrad read of a GPU (runtime.device's
+    GPUInfo), as their keyword arguments."""
+    return {
+        "arch": gpu.arch,
+        "sm_count": gpu.sm_count,
+        "gpu_name": gpu.name,
+        "smem_limit": gpu.max_smem_per_block_optin,
+    }
+
+
 # Grouped products (core/grouped.py): one rung computes them.
 GROUPED_KERNEL = "grouped"
 

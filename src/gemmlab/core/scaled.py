@@ -21,7 +21,7 @@ import numpy as np
 from .arrays import allocator, stream_getter
 from . import executor
 from .executor import PROBE_SHIFTS, PreparedCache, _address_moves, _keep, f32
-from .planner import Plan, plan_scaled
+from .planner import Plan, gpu_limits, plan_scaled
 from ..kernels.tensor.wgmma_fp8 import (
     FP8_DTYPES,
     FP8_LAYOUT_WHY,
@@ -268,10 +268,7 @@ def _matmul_scaled_full(
         call.dtype_b,
         call.out_dtype,
         call.scaling,
-        arch=gpu.arch,
-        sm_count=gpu.sm_count,
-        gpu_name=gpu.name,
-        smem_limit=gpu.max_smem_per_block_optin,
+        **gpu_limits(gpu),
         kernel=kernel,
         **tile_params,
     )
