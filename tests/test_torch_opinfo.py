@@ -2,9 +2,10 @@
 routing contexts, against float64: forward and backward (run inside the context).
 
 The samples are the OpInfo entries of torch.testing._internal's op_db (shipped
-in the torch wheel) for matmul, __rmatmul__, mm, bmm, addmm, baddbmm, addbmm and
-nn.functional.linear: 1-D operands, batch broadcasting, zero-element shapes,
-broadcast biases, alpha and beta.  Each runs under gt.fp32_tc() (float32) and
+in the torch wheel) for matmul, __rmatmul__, mm, bmm, addmm, baddbmm, addbmm, mv,
+addmv and nn.functional.linear: 1-D operands, batch broadcasting, zero-element
+shapes, broadcast biases, alpha and beta; and for the functions PyTorch builds on
+those products (einsum, tensordot, linalg.multi_dot).  Each runs under gt.fp32_tc() (float32) and
 gt.use_gemmlab(dtype) (float32, bfloat16, float16):
 
 - on the CPU with the float64 stand-in of tests/torch_cpu.py, which refuses
@@ -12,7 +13,10 @@ gt.use_gemmlab(dtype) (float32, bfloat16, float16):
 - with the gpu marker, on CUDA tensors with gemmlab's kernels.
 
 Every sample but 1-D @ 1-D and those with an empty operand must reach gemmlab;
-those must give exactly PyTorch's own result.
+those must give exactly PyTorch's own result.  A composite function's sample
+reaches gemmlab where PyTorch makes a product of it (an einsum that is a sum of
+elementwise products makes none): each is checked against float64 where routed,
+against PyTorch's own result where not, and some sample of each must be routed.
 """
 
 import contextlib
@@ -24,13 +28,15 @@ import unittest
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch.utils._pytree import tree_map  # noqa: E402
+from torch.utils._pytree import tree_leaves, tree_map  # noqa: E402
 
 import gemmlab.torch as gt  # noqa: E402
 from gemmlab.torch import routing as routing_module  # noqa: E402
 from torch_cpu import CPURouting, cpu_kernels  # noqa: E402
 
-OP_NAMES = ["matmul", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm", "nn.functional.linear"]
+PRODUCTS = ["matmul", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv", "nn.functional.linear"]
+COMPOSITES = ["einsum", "tensordot", "linalg.multi_dot"]
+OP_NAMES = PRODUCTS + COMPOSITES
 
 # (id, routed dtype, precision): the modes' settings, fp32_tc() and use_gemmlab(dtype).
 MODES = [
@@ -122,7 +128,8 @@ def _float64(sample, absolute=False):
 
 
 def _leaves(inp, args):
-    return [t for t in (inp, *args) if isinstance(t, torch.Tensor) and t.requires_grad]
+    """The tensors needing gradients, lists of them included (einsum's and multi_dot's)."""
+    return [t for t in tree_leaves((inp, args)) if isinstance(t, torch.Tensor) and t.requires_grad]
 
 
 def _run(op, inp, args, kwargs, grad_out):
@@ -164,7 +171,7 @@ def _expect_routed(op_name, sample):
     no elements (nothing to multiply), which the contexts leave to PyTorch."""
     a, b = (
         (sample.args[0], sample.args[1])
-        if op_name in ("addmm", "baddbmm", "addbmm")
+        if op_name in ("addmm", "baddbmm", "addbmm", "addmv")
         else (sample.input, sample.args[0])
     )
     if op_name == "__rmatmul__":
@@ -190,7 +197,8 @@ def check_samples(op_db, op_name, device, dtype, routing):
                 grads = _grad(out, _leaves(sample.input, sample.args), grad_out)
             what = f"{op.name}.{op.variant_test_name} {_describe(sample)}"
             assert out.dtype == dtype, what
-            if not _expect_routed(op_name, sample):
+            expected = seen.count > 0 if op_name in COMPOSITES else _expect_routed(op_name, sample)
+            if not expected:
                 assert seen.count == 0, f"routed: {what}"
                 plain, plain_grads = _run(op, sample.input, sample.args, sample.kwargs, grad_out)
                 assert torch.equal(out, plain), what
@@ -236,9 +244,10 @@ def test_opinfo_samples_gpu(op_db, op_name, mode, dtype, precision):
 def test_every_op_has_samples_of_every_kind(op_db):
     """The samples cover what the modes must handle (so a change to PyTorch's
     lists cannot hollow these tests out unnoticed)."""
+    assert {op.name for op in op_db} >= set(COMPOSITES)
     shapes = []
     for op in op_db:
-        if op.name in OP_NAMES:
+        if op.name in PRODUCTS:
             for s in op.sample_inputs("cpu", torch.float32):
                 shapes.append(
                     (
@@ -247,7 +256,7 @@ def test_every_op_has_samples_of_every_kind(op_db):
                         tuple(tuple(a.shape) for a in s.args if isinstance(a, torch.Tensor)),
                     )
                 )
-    assert {name for name, _, _ in shapes} == set(OP_NAMES)
+    assert {name for name, _, _ in shapes} == set(PRODUCTS)
     assert any(0 in i or any(0 in a for a in args) for _, i, args in shapes)  # zero-element
     assert any(name == "matmul" and (len(i) == 1) != (len(args[0]) == 1) for name, i, args in shapes)  # 1-D
     assert any(

@@ -50,6 +50,9 @@ CASES = [
     ("nn.Linear keywords", lambda x, w, b: F.linear(input=x, weight=w, bias=b), [(5, 7), (3, 7), (3,)], "mm"),
     ("linear with a 1-D weight", lambda x, w: F.linear(x, w), [(5, 7), (7,)], "mm"),
     ("einsum", lambda a, b: torch.einsum("bij,bjk->bik", a, b), [(4, 5, 7), (4, 7, 3)], "bmm"),
+    ("torch.mv", torch.mv, [(5, 7), (7,)], "mm"),
+    ("addmv", lambda c, a, v: torch.addmv(c, a, v, beta=0.5, alpha=-2.0), [(5,), (5, 7), (7,)], "mm"),
+    ("addmv, a broadcast input", lambda c, a, v: torch.addmv(c, a, v), [(1,), (5, 7), (7,)], "mm"),
 ]
 
 
@@ -121,12 +124,26 @@ def test_out_and_in_place_forms(calls):
         torch.addmm(torch.ones(3), a, b, alpha=-1.0, out=into)
         batched = torch.empty(2, 5, 3)
         torch.bmm(a.expand(2, 5, 7), b.expand(2, 7, 3), out=batched)
-    assert calls == {"mm": 3, "bmm": 1}
+        v, y = b[:, 0], c[:, 0]
+        mv_out = torch.empty(5)
+        torch.mv(a, v, out=mv_out)
+        addmv_out = torch.empty(5)
+        torch.addmv(y, a, v, beta=2.0, out=addmv_out)
+        y_acc = y.clone()
+        y_acc.addmv_(a, v, beta=0.5, alpha=2.0)
+        nan_acc = torch.full((5,), float("nan"))
+        nan_acc.addmv_(a, v, beta=0)  # beta 0: the NaNs are not read
+    assert calls == {"mm": 7, "bmm": 1}
     ref = a.double() @ b.double()
     torch.testing.assert_close(out.double(), ref)
     torch.testing.assert_close(acc.double(), 0.5 * c.double() + 2 * ref)
     torch.testing.assert_close(into.double(), 1 - ref)
     torch.testing.assert_close(batched.double(), ref.expand(2, 5, 3))
+    ref_v = a.double() @ v.double()
+    torch.testing.assert_close(mv_out.double(), ref_v)
+    torch.testing.assert_close(addmv_out.double(), 2 * y.double() + ref_v)
+    torch.testing.assert_close(y_acc.double(), 0.5 * y.double() + 2 * ref_v)
+    torch.testing.assert_close(nan_acc.double(), ref_v)
 
 
 # Zero-element products stay PyTorch's (the stand-in refuses zero-element

@@ -16,7 +16,7 @@
         ...
 
 How: while a context is on, PyTorch's own CUDA kernels of the operators in
-OPERATORS (mm, bmm, addmm, baddbmm, mv, with their out= and in-place forms)
+OPERATORS (mm, bmm, addmm, baddbmm, mv, addmv, with their out= and in-place forms)
 hand the products of the routed dtypes to ``gemmlab.matmul``, and that of
 torch._grouped_mm its calls the grouped rungs take (Hopper, float16 /
 bfloat16): the 2-D x 3-D form with offs to gemmlab::grouped_mm's kernel (rung
@@ -80,7 +80,8 @@ ROUTED = {
     "addmm": "torch.addmm, Tensor.addmm, addmm_ (out= too)",
     "baddbmm": "torch.baddbmm, Tensor.baddbmm, baddbmm_ (out= too)",
     "addbmm": "torch.addbmm: PyTorch's loop of addmm_ over the batch, each routed",
-    "mv": "torch.mv, and matmul of a matrix and a vector",
+    "mv": "torch.mv, and matmul of a matrix and a vector (out= too)",
+    "addmv": "torch.addmv, Tensor.addmv, addmv_ (out= too)",
     "linear": "torch.nn.functional.linear, so nn.Linear (x @ W.t() + bias)",
     "einsum": "torch.einsum and anything else built on bmm or mm",
     "gradients": "the products of the backward pass, run while the context is on",
@@ -115,6 +116,10 @@ OPERATORS = (
     "baddbmm.out",
     "baddbmm_",
     "mv",
+    "mv.out",
+    "addmv",
+    "addmv.out",
+    "addmv_",
     "_grouped_mm",
 )
 PRECISIONS = ("fp32_tc", "fp16_ec", "fp16_ec_scaled", "tf32_ec", "tf32")
@@ -214,18 +219,26 @@ def _shares_storage(x, y) -> bool:
     return x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
 
 
-def _kernels(ndim: int, key: str):
-    """Makers (PyTorch's kernel -> gemmlab's) of mm's (ndim 2) or bmm's (ndim 3)
-    functional, out=, addmm-like, addmm-like out= and in-place kernels."""
+def _fits_mm(a, b) -> bool:
+    return a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]
+
+
+def _fits_bmm(a, b) -> bool:
+    return a.dim() == 3 and b.dim() == 3 and a.shape[2] == b.shape[1] and a.shape[0] == b.shape[0]
+
+
+def _fits_mv(a, v) -> bool:
+    return a.dim() == 2 and v.dim() == 1 and a.shape[1] == v.shape[0]
+
+
+def _kernels(fits, key: str):
+    """Makers (PyTorch's kernel -> gemmlab's) of a product's functional, out=, addmm-like,
+    addmm-like out= and in-place kernels, for operands that ``fits`` takes (mm's, bmm's or
+    mv's: the result's shape is a's but the last, then b's last but for a vector)."""
     device_type = key.lower()  # "CUDA" -> "cuda": read once, not from each tensor
 
-    def fits(a, b):
-        return (
-            a.dim() == ndim
-            and b.dim() == ndim
-            and a.shape[-1] == b.shape[-2]
-            and (ndim == 2 or a.shape[0] == b.shape[0])
-        )
+    def result(a, b):
+        return (*a.shape[:-1], b.shape[-1]) if b.dim() > 1 else tuple(a.shape[:-1])
 
     def plain(orig):
         def kernel(keyset, a, b):
@@ -239,7 +252,7 @@ def _kernels(ndim: int, key: str):
     def into(orig):
         def kernel(keyset, a, b, *, out):
             route = _route(key, device_type, a, b, out)
-            if route is not None and fits(a, b) and out.shape == (*a.shape[:-1], b.shape[-1]):
+            if route is not None and fits(a, b) and out.shape == result(a, b):
                 _product(a, b, route, out=out)
                 return out
             return orig.call_boxed(keyset, a, b, out=out)
@@ -249,7 +262,7 @@ def _kernels(ndim: int, key: str):
     def scaled(orig):
         def kernel(keyset, bias, a, b, *, beta=1, alpha=1):
             route = _route(key, device_type, a, b, bias)
-            if route is not None and fits(a, b) and _broadcasts(bias, (*a.shape[:-1], b.shape[-1])):
+            if route is not None and fits(a, b) and _broadcasts(bias, result(a, b)):
                 if beta == 1:  # nn.Linear's: the bias goes into the product's epilogue where the rung can
                     return _product(a, b, route, alpha=alpha, bias=bias)
                 out = _product(a, b, route, alpha=alpha)
@@ -263,7 +276,7 @@ def _kernels(ndim: int, key: str):
     def scaled_into(orig):
         def kernel(keyset, bias, a, b, *, beta=1, alpha=1, out):
             route = _route(key, device_type, a, b, bias, out)
-            shape = (*a.shape[:-1], b.shape[-1])
+            shape = result(a, b)
             if route is not None and fits(a, b) and out.shape == shape and _broadcasts(bias, shape):
                 if _same_view(out, bias):  # beta * out, read by the kernel
                     _product(a, b, route, out=out, alpha=alpha, beta=beta)
@@ -283,7 +296,7 @@ def _kernels(ndim: int, key: str):
     def in_place(orig):
         def kernel(keyset, acc, a, b, *, beta=1, alpha=1):
             route = _route(key, device_type, a, b, acc)
-            if route is not None and fits(a, b) and acc.shape == (*a.shape[:-1], b.shape[-1]):
+            if route is not None and fits(a, b) and acc.shape == result(a, b):
                 _product(a, b, route, out=acc, alpha=alpha, beta=beta)
                 return acc
             return orig.call_boxed(keyset, acc, a, b, beta=beta, alpha=alpha)
@@ -291,18 +304,6 @@ def _kernels(ndim: int, key: str):
         return kernel
 
     return plain, into, scaled, scaled_into, in_place
-
-
-def _mv(key: str, orig):
-    device_type = key.lower()
-
-    def kernel(keyset, a, v):
-        route = _route(key, device_type, a, v)
-        if route is not None and a.dim() == 2 and v.dim() == 1 and a.shape[1] == v.shape[0]:
-            return _product(a, v, route)
-        return orig.call_boxed(keyset, a, v)
-
-    return kernel
 
 
 # -- grouped products: torch._grouped_mm on the grouped rungs --------------------------------
@@ -378,9 +379,10 @@ def _grouped(key: str, orig):
 def _makers(key: str) -> dict:
     """Operator name -> a maker (PyTorch's kernel -> gemmlab's) for dispatch key ``key``."""
     return (
-        dict(zip(("mm", "mm.out", "addmm", "addmm.out", "addmm_"), _kernels(2, key)))
-        | dict(zip(("bmm", "bmm.out", "baddbmm", "baddbmm.out", "baddbmm_"), _kernels(3, key)))
-        | {"mv": functools.partial(_mv, key), "_grouped_mm": functools.partial(_grouped, key)}
+        dict(zip(("mm", "mm.out", "addmm", "addmm.out", "addmm_"), _kernels(_fits_mm, key)))
+        | dict(zip(("bmm", "bmm.out", "baddbmm", "baddbmm.out", "baddbmm_"), _kernels(_fits_bmm, key)))
+        | dict(zip(("mv", "mv.out", "addmv", "addmv.out", "addmv_"), _kernels(_fits_mv, key)))
+        | {"_grouped_mm": functools.partial(_grouped, key)}
     )
 
 
