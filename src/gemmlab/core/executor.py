@@ -37,8 +37,7 @@ from ..kernels.ec.choose_method import (
     Report,
     zero_workspace,
 )
-from ..kernels.simt.splitk_reduce import SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_THREADS, splitk_reduce_kernel
-from ..kernels.spec import EC_METHODS
+from ..kernels.steps import Reduction
 from .planner import (
     Batching,
     Call,
@@ -96,7 +95,7 @@ SPLITK_SLOT = "splitk"
 # SPLITK_SLOT: zeroed when allocated, and zero again after every launch, so kept per stream.
 SPLITK_COUNTERS_SLOT = "splitk_counters"
 
-_ONE, _ZERO, _ZERO32 = np.float32(1.0), np.float32(0.0), np.int32(0)
+_ONE, _ZERO = np.float32(1.0), np.float32(0.0)
 
 
 def _keep(memo: dict, key, value) -> None:
@@ -169,12 +168,8 @@ class Launcher:
         # last: none (0) unless run() is given one.
         self.reads_choice = p.spec.reads_choice
         self.extra = p.extra_args() + ((0,) if self.reads_choice else ())
-        # The reduction's last two arguments: a choice record's address and the method of
-        # this launcher's GEMM, read only with a record (splitk_reduce.cu); none by default.
-        self.method32 = np.int32(EC_METHODS.get(pr.dtype, 0))
         if splits > 1:
             self._ws_what = f"{p.describe()} (split-K)"
-        self._reduce = None  # split-K's reduction and BLAS's quick return, loaded when first needed
         self._cluster_grid = None
         self._sized(geo)
         # A bias the kernel adds in its epilogue (spec.epilogue_bias): its element strides
@@ -259,14 +254,10 @@ class Launcher:
         self._prepass_moves = {}
         self._prepass_bytes = {}  # ... and its workspace's size, by (matrices, strides, choice or not)
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
-        # The reduction (split-K's second kernel, and BLAS's quick return): a thread per element of C.
-        threads = SPLITK_REDUCE_THREADS
-        self._reduce_shapes = [
-            LaunchShape((-(-M * N // threads), nz, 1), (threads, 1, 1)) for _, _, _, nz, _ in self.chunks
-        ]
-        if splits > 1 and self.fixup_bytes is None:
-            self.slice_ws = splits * M * N
-            self.ldw, self.splits32, self.slice_ws64 = np.int32(N), np.int32(splits), np.int64(splits * M * N)
+        # The reduction's steps: split-K's second kernel, and BLAS's quick return.
+        self.reduction = Reduction(
+            self.gpu.arch, pr.dtype, pr.out_dtype, M, N, splits, self.ldc, self.sc, [c[3] for c in self.chunks]
+        )
 
     # -- the per-call part ---------------------------------------------------------------
     def run(
@@ -315,13 +306,15 @@ class Launcher:
                 )
             return
 
+        red = self.reduction
+
         def partials(chunk, w):  # the split's slices of one batch chunk, alpha = 1 and beta = 0
             da, db, _, _, shape = chunk
             launch_shaped(
                 self.kernel,
                 shape,
                 stream,
-                (M, N, K, _ONE, A + da, lda, B + db, ldb, _ZERO, w, self.ldw, sa, sb, self.slice_ws64),
+                (M, N, K, _ONE, A + da, lda, B + db, ldb, _ZERO, w, red.ldw, sa, sb, red.slice_stride),
             )
 
         self._split_k(stream, [(C + chunk[2], chunk[3], chunk) for chunk in self.chunks], alpha, beta, partials)
@@ -333,40 +326,18 @@ class Launcher:
         splits * M * N floats per matrix), written by ``partials(job, workspace)``;
         then one more kernel adds them into C with alpha and beta, in C's dtype
         (``choice``: a method chosen on the GPU, which the reduction reads too)."""
-        for (c, nz, job), reduce_shape in zip(jobs, self._reduce_shapes):
-            ws = stream_workspace(
-                self.gpu, stream, 4 * self.slice_ws * nz, self._ws_what, "use a smaller SPLITK", slot=SPLITK_SLOT
-            )
+        red = self.reduction
+        for i, (c, nz, job) in enumerate(jobs):
+            need = red.need(nz, self._ws_what)
+            ws = stream_workspace(self.gpu, stream, need.nbytes, need.what, need.hint, slot=need.slot)
             try:
                 w = int(ws.handle)
                 partials(job, w)
-                self._reduce_slices(stream, w, c, alpha, beta, reduce_shape, choice)
+                # with a choice record, added only if it chose this launcher's method
+                kernel, shape, args = red.reduce(i, w, c, f32(alpha), f32(beta), choice)
+                launch_shaped(kernel, shape, stream, args)
             finally:
                 ws.close(stream)  # given back in stream order, after the reduction
-
-    def _reduce_slices(self, stream: int, w: int, c: int, alpha, beta, shape, choice: int = 0) -> None:
-        """C = alpha * (the sum of the split's slices at ``w``) + beta * C; with a choice
-        record, only if it chose this launcher's method (the other candidate's GEMM
-        wrote nothing to add)."""
-        M, N, _ = self.args_mk
-        launch_shaped(
-            self._reduce_kernel()[0],
-            shape,
-            stream,
-            (
-                M,
-                N,
-                self.splits32,
-                w,
-                f32(alpha),
-                f32(beta),
-                c,
-                self.ldc,
-                self.sc,
-                choice,
-                self.method32 if choice else _ZERO32,
-            ),
-        )
 
     def direct(self):
         """A function (stream, A, B, C, alpha, beta) -> None for the common case of
@@ -461,22 +432,13 @@ class Launcher:
             raise
         return ws, cnt
 
-    def _reduce_kernel(self):
-        if self._reduce is None:
-            name = splitk_reduce_kernel(self.plan.problem.out_dtype)
-            self._reduce = (rt_compile.load_kernel(SPLITK_REDUCE_SOURCE, name, self.gpu.arch), SPLITK_REDUCE_THREADS)
-        return self._reduce
-
     def _quick_return(self, stream: int, C: int, beta) -> None:
         """BLAS quick return: the product is empty (alpha == 0 or K == 0), so C =
-        beta * C without reading A or B (NaN or Inf in them must not reach C); the
-        reduction kernel with no slices does exactly that."""
-        reduce, _ = self._reduce_kernel()
-        M, N, _ = self.args_mk
-        for (_, _, dc, _, _), shape in zip(self.chunks, self._reduce_shapes):
-            launch_shaped(
-                reduce, shape, stream, (M, N, _ZERO32, 0, _ZERO, f32(beta), C + dc, self.ldc, self.sc, 0, _ZERO32)
-            )
+        beta * C without reading A or B (NaN or Inf in them must not reach C)."""
+        red, beta32 = self.reduction, f32(beta)
+        for i, (_, _, dc, _, _) in enumerate(self.chunks):
+            kernel, shape, args = red.quick_return(i, C + dc, beta32)
+            launch_shaped(kernel, shape, stream, args)
 
     def _run_own_args(
         self,
@@ -526,7 +488,7 @@ class Launcher:
             stream,
             [(a, b, w, nz)],
             self.args_mk[1],
-            (self.strides[0], self.strides[1], self.slice_ws),
+            (self.strides[0], self.strides[1], self.reduction.slice_elems),
             1.0,
             0.0,
             choice,
