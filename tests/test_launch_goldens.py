@@ -202,8 +202,8 @@ def _install(monkeypatch, compute: bool, direct: bool) -> Ctx:
         self.gpu, self.ptr = gpu, report.ctypes.data
 
     monkeypatch.setattr(choose_method.Report, "__init__", report_init)
-    monkeypatch.setattr(
-        choose_method, "zero_async", lambda ptr, nbytes, stream: ctx.log.append(["zero", ctx.label(ptr), nbytes])
+    _patch_everywhere(
+        monkeypatch, rt_launch.zero_async, lambda ptr, nbytes, stream: ctx.log.append(["zero", ctx.label(ptr), nbytes])
     )
     if direct:
         monkeypatch.setattr(executor.Launcher, "direct", REAL_DIRECT)

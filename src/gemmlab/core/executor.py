@@ -28,15 +28,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .methods import EC_PRECISIONS, MethodChoice, choice_of_record
+from .methods import CHOSEN_ON_GPU, EC_PRECISIONS, MethodChoice, choice_of_record
 from .arrays import ITEMSIZE, allocator, stream_getter
-from ..kernels.ec.choose_method import (
-    RECORD_OFFSET,
-    WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES,
-    ChoiceLaunches,
-    Report,
-    zero_workspace,
-)
 from ..kernels.steps import Reduction
 from .planner import (
     Batching,
@@ -71,6 +64,7 @@ from ..runtime.launch import (
     launch_shaped,
     stream_is_capturing,
     stream_workspace,
+    zero_async,
 )
 from ..runtime.tma import Operands, moved_map, replace_address
 
@@ -908,17 +902,13 @@ def run_plan(
 
 
 class _MethodChooser:
-    """precision="fp32_tc" / "fp16_ec_scaled": the method chosen on the GPU, in
-    stream order, so that a call never waits for the host and can be captured in
-    a CUDA graph.  Per call: a small stream-ordered workspace, the exponent
-    histograms of every matrix of A and of B and the choice record
-    (kernels/ec/choose_method.py), then every candidate launcher with the
-    record's address -- the FP16 and the TF32 instantiations for fp32_tc, the
-    FP16 one for fp16_ec_scaled -- of which the one not chosen returns at once.
-    The launches of the choice are kept per (A, B, workspace), those of each
-    candidate by its Launcher, so that a repeated call builds no arguments.
-    The choice also goes to a small buffer of this prepared call that
-    gemmlab.last_plan() reads when asked (:meth:`plan`)."""
+    """A method chosen on the GPU, in stream order, so that a call never waits for the host
+    and can be captured in a CUDA graph: per call, the choice's steps (the rung's
+    KernelSpec.gpu_choice) on a small stream-ordered workspace, then every candidate
+    launcher (methods.CHOSEN_ON_GPU) with the record's address, of which those not chosen
+    return at once.  The choice's launches are kept per (A, B, workspace), each candidate's
+    by its Launcher, so that a repeated call builds no arguments; :meth:`plan` reads the
+    choice back when asked."""
 
     def __init__(
         self, base: Plan, precision: str, gpu: GPUInfo, kernel: str, tile_params: dict, lds, bt: Batching, ops_a, ops_b
@@ -926,98 +916,76 @@ class _MethodChooser:
         make_current(gpu.ordinal)
         self.base, self.precision, self.gpu = base, precision, gpu
         self.single = bt.nz == 1
-        self.scaled_only = precision == "fp16_ec_scaled"
-        methods = ("fp16_ec_scaled",) if self.scaled_only else ("fp16_ec", "tf32_ec")
+        methods, self.scaled_only = CHOSEN_ON_GPU[precision]
         plans = [plan_for_choice(base, MethodChoice(m), gpu, kernel, tile_params, bt.nz) for m in methods]
         self.candidates = [(p, Launcher(p, gpu, lds, bt.nz, bt.strides)) for p in plans]
-        # A candidate whose pre-pass makes the choice itself as it splits (spec.PrePass.chooses):
-        # no histograms, no choose kernel.
-        first = plans[0].spec.prepass
-        self.per_row = first is not None and first.chooses(plans[0])
-        self.choice = None if self.per_row else ChoiceLaunches(gpu, ops_a, ops_b, self.scaled_only)
+        self.steps = plans[0].spec.gpu_choice(gpu, plans, ops_a, ops_b, self.scaled_only)
         # One pre-pass workspace for every candidate (they lay their parts out alike), taken
         # once a call where each candidate is one launch: 0 where each takes its own.
         sizes = [run.shared_prepass_bytes() for _, run in self.candidates]
         self.shared_bytes = max(sizes) if all(sizes) else 0
         self.shared_what = self.candidates[0][1].prepass.what if self.shared_bytes else ""
-        self.report = None  # allocated at the first call, on its stream
-        self._kept = {}  # (A, B, workspace) -> the choice's launches and record address
+        self._kept = {}  # (A, B, workspace) -> the choice's memsets, launches and record address
         self._kept_calls = {}  # a call's addresses, scalars and workspaces -> every candidate's launches
         self.pending = PlanChosenOnGPU(self)
 
     def run(self, stream: int, A: int, B: int, C: int, alpha, beta, offsets) -> "PlanChosenOnGPU":
-        if self.report is None:
-            self.report = Report(self.gpu, stream)
+        steps = self.steps
+        steps.report(stream)
         # Whether the stream is being captured, asked once for the workspaces below.
         capturing = stream_is_capturing(stream)
-        # A workspace of its own slot: a candidate's pre-pass holds the stream's "scratch" one
-        # (and split-K its "splitk" one) while this record is still in use.  Kept per stream, so
-        # that its address repeats and the launches built on it are kept too.  Zeroed when new:
-        # every choice leaves the record's sums zero again (the choosing pre-pass's last block,
-        # or the choose kernel writing every field), so that a candidate whose pre-pass chooses
-        # (spec.PrePass.chooses) enqueues nothing before it.
+        # Kept per stream, so that its address repeats and the launches built on it are kept too.
+        need = steps.need
         ws = stream_workspace(
-            self.gpu,
-            stream,
-            CHOICE_WORKSPACE_BYTES,
-            "the fp32_tc method choice",
-            slot="choice",
-            zero_new=True,
-            capturing=capturing,
+            self.gpu, stream, need.nbytes, need.what, slot=need.slot, zero_new=need.zero_new, capturing=capturing
         )
         parts = None
         try:
-            if self.per_row:  # the FP16 candidate's split fills the record's sums and chooses
-                launches, record = (), ws.handle + RECORD_OFFSET
-            else:
-                built = self._kept.get((A, B, ws.handle)) if ws.kept else None
-                if built is None:
-                    built = self.choice.launches(A, B, ws.handle, self.report.ptr)
-                    if ws.kept:
-                        _keep(self._kept, (A, B, ws.handle), built)
-                launches, record = built
-                zero_workspace(stream, ws.handle)  # the histograms, which the launches add into
+            built = self._kept.get((A, B, ws.handle)) if ws.kept else None
+            if built is None:
+                built = steps.steps(A, B, ws.handle)
+                if ws.kept and built[1]:
+                    _keep(self._kept, (A, B, ws.handle), built)
+            memsets, launches, record = built
+            for ptr, nbytes in memsets:
+                zero_async(ptr, nbytes, stream)
             for kernel, shape, args in launches:
                 launch_shaped(kernel, shape, stream, args)
             # One launch a candidate: their pre-passes share one workspace (the "scratch" slot,
-            # after "choice"), taken once.
+            # after the choice's), taken once.
             if self.shared_bytes and len(offsets) == 1:
                 parts = stream_workspace(self.gpu, stream, self.shared_bytes, self.shared_what, capturing=capturing)
-            # A choosing pre-pass copies the record to the report itself (its last block).
-            report = self.report.ptr if self.per_row else 0
             calls = None
             if parts is not None:
                 ((da, db, dc),) = offsets
-                calls = self._call_launches(stream, A + da, B + db, C + dc, alpha, beta, record, report, ws, parts)
+                calls = self._call_launches(stream, A + da, B + db, C + dc, alpha, beta, record, ws, parts)
             if calls is not None:
                 for kernel, shape, args in calls:
                     launch_shaped(kernel, shape, stream, args)
             else:
-                for _, run in self.candidates:
+                for i, (_, run) in enumerate(self.candidates):
+                    report = steps.candidate_report(i)
                     for da, db, dc in offsets:
                         run.run(stream, A + da, B + db, C + dc, alpha, beta, record, report, parts)
-                    report = 0  # the FP16 candidate's split chooses; the TF32 one's reads
         finally:
             if parts is not None:
                 parts.close(stream)  # in stream order, after the kernels that read the parts
             ws.close(stream)  # in stream order, after the launches that read the record
         return self.pending
 
-    def _call_launches(
-        self, stream: int, A: int, B: int, C: int, alpha, beta, record: int, report: int, ws, parts
-    ) -> tuple | None:
+    def _call_launches(self, stream: int, A: int, B: int, C: int, alpha, beta, record: int, ws, parts) -> tuple:
         """Every candidate's launches of this call on the shared parts workspace, in order (the
         candidates' Launcher.call_launches), kept per set of what they depend on where both
         workspaces' addresses repeat, so that a repeated call goes from its workspaces straight
         to its first launch."""
-        key = (A, B, C, alpha, beta, record, report, parts.handle)
+        key = (A, B, C, alpha, beta, record, self.steps.candidate_report(0), parts.handle)
         kept = ws.kept and parts.repeats
         calls = self._kept_calls.get(key) if kept else None
         if calls is None:
             calls = ()
-            for _, run in self.candidates:
+            for i, (_, run) in enumerate(self.candidates):
+                report = self.steps.candidate_report(i)
                 calls += run.call_launches(stream, A, B, C, alpha, beta, record, report, parts)
-                report = 0  # the FP16 candidate's split chooses; the TF32 one's reads
             if kept:
                 _keep(self._kept_calls, key, calls)
         return calls
@@ -1025,7 +993,8 @@ class _MethodChooser:
     def plan(self) -> Plan:
         """The plan of the method this prepared call last chose (a synchronisation:
         the GPU's record is read back), with the method, the scales and why."""
-        choice = choice_of_record(self.report.read(), self.scaled_only) if self.report is not None else None
+        record = self.steps.record()
+        choice = choice_of_record(record, self.scaled_only) if record is not None else None
         if choice is None:
             return dataclasses.replace(
                 self.base,
@@ -1082,7 +1051,7 @@ class PreparedCall:
         self.offsets = tuple((oa * ia, ob * ia, oc * ic) for oa, ob, oc in bt.offsets)
         lds = (kv.A.ld, kv.B.ld, kv.C.ld)
         self.chooser = None
-        if precision in ("fp32_tc", "fp16_ec_scaled") and call.alpha != 0 and call.K != 0 and not self.empty:
+        if precision in CHOSEN_ON_GPU and call.alpha != 0 and call.K != 0 and not self.empty:
 
             def stored(side, rows, cols, k):  # every matrix of A (B) as stored: byte offset, shape, batch
                 r, c = (rows, cols) if side.layout == "N" else (cols, rows)
@@ -1099,7 +1068,7 @@ class PreparedCall:
                 stored(kv.A, kv.M, call.K, 0),
                 stored(kv.B, call.K, kv.N, 1),
             )
-        elif precision in ("fp32_tc", "fp16_ec_scaled"):  # nothing is read: no statistics needed
+        elif precision in CHOSEN_ON_GPU:  # nothing is read: no statistics needed
             p = dataclasses.replace(
                 p, method=precision, reason="alpha = 0, K = 0 or an empty result: A and B are not read"
             )
