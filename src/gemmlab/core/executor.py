@@ -30,7 +30,7 @@ import numpy as np
 
 from .methods import CHOSEN_ON_GPU, EC_PRECISIONS, MethodChoice, choice_of_record
 from .arrays import ITEMSIZE, allocator, stream_getter
-from ..kernels.steps import Reduction
+from ..kernels.steps import Reduction, standard_steps
 from .planner import (
     Batching,
     Call,
@@ -231,6 +231,7 @@ class Launcher:
                     LaunchShape((geo.grid[0], geo.grid[1], nz), geo.block, geo.smem_bytes, geo.cluster),
                 )
             )
+        self._steps = None  # standard-args kernels: their steps, built at the first call
         self._shape = None  # own-args kernels: the launch shape of the first launch, once the grid is known
         # own-args kernels: launch shapes by matrices per launch (after a pre-pass: by (matrices,
         # whether a choice record is read), the latter a programmatic dependent launch)
@@ -286,32 +287,36 @@ class Launcher:
         if self.own_args:
             self._run_own_args(stream, A, B, C, alpha, beta, choice, report, workspace, bias, fixup)
             return
-        M, N, K = self.args_mk
-        lda, ldb, ldc, sa, sb, sc = self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc
-        if self.splits == 1:
-            extra = self.extra[:-1] + (choice,) if choice else self.extra
-            alpha32, beta32 = f32(alpha), f32(beta)
-            for da, db, dc, _, shape in self.chunks:
-                launch_shaped(
-                    self.kernel,
-                    shape,
-                    stream,
-                    (M, N, K, alpha32, A + da, lda, B + db, ldb, beta32, C + dc, ldc, sa, sb, sc) + extra,
-                )
-            return
+        steps = self._steps
+        if steps is None:
+            steps = self._steps = self._standard_steps()
+        alpha32, beta32 = f32(alpha), f32(beta)
+        for need, chunk in steps:  # the batch chunks, each its steps on a workspace of its own, or none
+            if need is None:
+                for step in chunk:
+                    launch_shaped(step.kernel, step.shape, stream, step.fill(A, B, C, alpha32, beta32, 0, choice))
+                continue
+            ws = stream_workspace(self.gpu, stream, need.nbytes, need.what, need.hint, slot=need.slot)
+            try:
+                w = int(ws.handle)
+                for step in chunk:
+                    launch_shaped(step.kernel, step.shape, stream, step.fill(A, B, C, alpha32, beta32, w, choice))
+            finally:
+                ws.close(stream)  # given back in stream order, after the steps that read it
 
-        red = self.reduction
-
-        def partials(chunk, w):  # the split's slices of one batch chunk, alpha = 1 and beta = 0
-            da, db, _, _, shape = chunk
-            launch_shaped(
-                self.kernel,
-                shape,
-                stream,
-                (M, N, K, _ONE, A + da, lda, B + db, ldb, _ZERO, w, red.ldw, sa, sb, red.slice_stride),
-            )
-
-        self._split_k(stream, [(C + chunk[2], chunk[3], chunk) for chunk in self.chunks], alpha, beta, partials)
+    def _standard_steps(self) -> tuple:
+        """The steps of a kernel with the standard arguments, built at its first call."""
+        red = self.reduction if self.splits > 1 else None
+        return standard_steps(
+            self.kernel,
+            self.chunks,
+            self.args_mk,
+            (self.lda, self.ldb, self.ldc),
+            (self.sa, self.sb, self.sc),
+            self.extra,
+            red,
+            getattr(self, "_ws_what", ""),
+        )
 
     def _split_k(self, stream: int, jobs, alpha, beta, partials, choice: int = 0) -> None:
         """Split-K over the batch chunks ``jobs`` = [(C of the chunk, its matrices,

@@ -73,3 +73,51 @@ class Reduction:
         """C = beta * C for batch chunk ``chunk`` at ``c``: a reduction of no slices."""
         args = (self.M32, self.N32, _ZERO32, 0, _ZERO, beta32, c, self.ldc, self.sc, 0, _ZERO32)
         return self.kernel(), self.shapes[chunk], args
+
+
+class Step:
+    """One launch of a prepared call: ``kernel`` with ``shape``, its arguments filled in per
+    call by ``fill(A, B, C, alpha32, beta32, w, choice)`` from the call's addresses, its
+    scalars as float32, the address ``w`` of the chunk's workspace (0 without one) and a
+    choice record's (0 without one); everything else is bound when the step is built."""
+
+    __slots__ = ("kernel", "shape", "fill")
+
+    def __init__(self, kernel, shape: LaunchShape, fill):
+        self.kernel, self.shape, self.fill = kernel, shape, fill
+
+
+_ONE = np.float32(1.0)
+
+
+def standard_steps(kernel, chunks, mnk, lds, strides, extra: tuple, reduction: Reduction | None, what: str) -> tuple:
+    """The steps of a kernel with the standard arguments (M, N, K, alpha, A, lda, B, ldb,
+    beta, C, ldc, stride_a, stride_b, stride_c, then ``extra``, a choice record's address
+    last where the kernel reads one), per batch chunk ((byte offsets of its A, B, C, its
+    matrices, its launch shape), ...): ((the chunk's workspace Need or None, its steps),
+    ...).  Split over K by a ``reduction``: the kernel writes the slices to the workspace
+    (alpha 1, beta 0), then the reduction adds them into C."""
+    M, N, K = mnk
+    lda, ldb, ldc = lds
+    sa, sb, sc = strides
+    out = []
+    for i, (da, db, dc, nz, shape) in enumerate(chunks):
+        if reduction is None:
+
+            def gemm(A, B, C, a32, b32, w, choice, da=da, db=db, dc=dc):
+                tail = extra[:-1] + (choice,) if choice else extra
+                return (M, N, K, a32, A + da, lda, B + db, ldb, b32, C + dc, ldc, sa, sb, sc) + tail
+
+            out.append((None, (Step(kernel, shape, gemm),)))
+            continue
+        ldw, stride_w = reduction.ldw, reduction.slice_stride
+
+        def slices(A, B, C, a32, b32, w, choice, da=da, db=db):
+            return (M, N, K, _ONE, A + da, lda, B + db, ldb, _ZERO, w, ldw, sa, sb, stride_w)
+
+        def reduce(A, B, C, a32, b32, w, choice, i=i, dc=dc):
+            return reduction.reduce(i, w, C + dc, a32, b32)[2]
+
+        kernel_r, shape_r, _ = reduction.reduce(i, 0, 0, _ONE, _ZERO)
+        out.append((reduction.need(nz, what), (Step(kernel, shape, slices), Step(kernel_r, shape_r, reduce))))
+    return tuple(out)
