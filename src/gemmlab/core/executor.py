@@ -30,7 +30,7 @@ import numpy as np
 
 from .methods import CHOSEN_ON_GPU, EC_PRECISIONS, MethodChoice, choice_of_record
 from .arrays import ITEMSIZE, allocator, stream_getter
-from ..kernels.steps import Reduction, standard_steps
+from ..kernels.steps import Reduction, fixup_needs, standard_steps
 from .planner import (
     Batching,
     Call,
@@ -82,13 +82,6 @@ BATCH_WORKSPACE_LIMIT = 2**30
 # copy of an earlier one with the addresses replaced (_new_args), a few microseconds; the
 # bound keeps CACHE's signatures at about 1 KB a set, 256 KB each at most.
 ARGS_KEPT = 256
-# The stream workspace slot of split-K's partial products: a pre-pass takes the "scratch"
-# slot while they are held (runtime.launch.stream_workspace: the slots' order).
-SPLITK_SLOT = "splitk"
-# ... and of the counters of a split the kernel adds up itself (spec.split_fixup), taken after
-# SPLITK_SLOT: zeroed when allocated, and zero again after every launch, so kept per stream.
-SPLITK_COUNTERS_SLOT = "splitk_counters"
-
 _ONE, _ZERO = np.float32(1.0), np.float32(0.0)
 
 
@@ -405,31 +398,29 @@ class Launcher:
         return direct_fixup
 
     def _take_fixup(self, stream: int, nz: int) -> tuple:
-        """The workspaces of a split the kernel adds up itself, for ``nz`` matrices: the
-        partial tiles (SPLITK_SLOT; nothing in them is read before it is written) and the
-        counters (SPLITK_COUNTERS_SLOT, zeroed when allocated: every launch leaves them
-        zero).  Both are given back with .close(stream), the counters first."""
-        partials, counters = self.fixup_bytes
+        """The workspaces of a split the kernel adds up itself, for ``nz`` matrices
+        (steps.fixup_needs), given back with .close(stream) in the reverse order."""
         capturing = stream_is_capturing(stream)
-        hint = "use a smaller SPLITK"
-        ws = stream_workspace(
-            self.gpu, stream, partials * nz, self._ws_what, hint, slot=SPLITK_SLOT, capturing=capturing
-        )
+        taken = []
         try:
-            cnt = stream_workspace(
-                self.gpu,
-                stream,
-                counters * nz,
-                self._ws_what,
-                hint,
-                slot=SPLITK_COUNTERS_SLOT,
-                zero_new=True,
-                capturing=capturing,
-            )
+            for need in fixup_needs(self.fixup_bytes, nz, self._ws_what):
+                taken.append(
+                    stream_workspace(
+                        self.gpu,
+                        stream,
+                        need.nbytes,
+                        need.what,
+                        need.hint,
+                        slot=need.slot,
+                        zero_new=need.zero_new,
+                        capturing=capturing,
+                    )
+                )
         except BaseException:
-            ws.close(stream)
+            for ws in reversed(taken):
+                ws.close(stream)
             raise
-        return ws, cnt
+        return tuple(taken)
 
     def _quick_return(self, stream: int, C: int, beta) -> None:
         """BLAS quick return: the product is empty (alpha == 0 or K == 0), so C =

@@ -33,6 +33,19 @@ class Need:
     hint: str = ""
 
 
+def fixup_needs(fixup_bytes: tuple[int, int], nz: int, what: str) -> tuple[Need, Need]:
+    """The workspaces of a split the kernel adds up itself (KernelSpec.split_fixup's bytes
+    per matrix), for ``nz`` matrices: the partial tiles (nothing in them is read before it
+    is written; the slot Reduction's slices take) and the counters (zeroed when allocated:
+    every launch leaves them zero, so kept per stream), taken in this order."""
+    partials, counters = fixup_bytes
+    hint = "use a smaller SPLITK"
+    return (
+        Need(partials * nz, what, "splitk", hint=hint),
+        Need(counters * nz, what, "splitk_counters", zero_new=True, hint=hint),
+    )
+
+
 class Reduction:
     """splitk_reduce.cu's launches for one launcher (``M`` x ``N`` matrices of ``out_dtype``
     at ``ldc``, ``sc`` elements apart, ``chunks`` matrices per launch): C = alpha * (the sum
