@@ -1,9 +1,15 @@
 """The executor: plans bound to a GPU, and the prepared calls that repeat them.
 
 A :class:`Launcher` is one plan made ready to launch: the kernel loaded, its
-shared-memory limit raised, launch shapes per batch chunk built, the integer
-arguments boxed.  Its :meth:`Launcher.run` fills in the pointers and the two
-scalars and enqueues.  A :class:`PreparedCall` is everything one signature of
+shared-memory limit raised, launch shapes per batch chunk built, and its launches
+as steps (gemmlab.kernels.steps): a kernel, a launch shape and arguments with slots
+for the pointers, the two scalars and the workspaces.  Its :meth:`Launcher.run` fills
+the slots and enqueues each step.  What a rung launches besides its kernel comes from
+step builders its KernelSpec supplies (pre-passes, a split's reduction or own
+workspaces, a method chosen on the GPU); nothing here knows a particular rung.
+Arguments a rung builds itself (spec.kernel_args, a pre-pass's) are kept per set of
+addresses, and copied with the addresses replaced for new ones (_address_moves).
+A :class:`PreparedCall` is everything one signature of
 ``gemmlab.matmul`` runs (a launcher, the operand swap of a column-major out,
 the host loop over batch dimensions that do not fit gridDim.z, how to allocate
 the result, where the operands sit relative to each other), stored in
@@ -11,10 +17,9 @@ the result, where the operands sit relative to each other), stored in
 no validation or planning at all (gemmlab.core.api builds the key).
 
 Every launch goes to the caller's current stream; workspaces are stream-ordered
-allocations, so calls are asynchronous and can be captured in CUDA graphs.  The
-error-corrected methods chosen from the data (``precision="fp32_tc"``,
-``"fp16_ec_scaled"``) choose on the GPU too (:class:`_MethodChooser`): nothing
-is read back during the call.
+allocations, so calls are asynchronous and can be captured in CUDA graphs.  A
+method chosen from the data (methods.CHOSEN_ON_GPU) is chosen on the GPU too
+(:class:`_MethodChooser`): nothing is read back during the call.
 """
 
 from __future__ import annotations
@@ -82,7 +87,6 @@ BATCH_WORKSPACE_LIMIT = 2**30
 # copy of an earlier one with the addresses replaced (_new_args), a few microseconds; the
 # bound keeps CACHE's signatures at about 1 KB a set, 256 KB each at most.
 ARGS_KEPT = 256
-_ONE, _ZERO = np.float32(1.0), np.float32(0.0)
 
 
 def _keep(memo: dict, key, value) -> None:
@@ -143,9 +147,7 @@ class Launcher:
         self.item_in, self.item_out = storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
         self.strides = tuple(strides)
         self.splits = splits = p.spec.splits(p.params)
-        # A pre-pass: the rung's own (spec.prepass), or aligned copies of operands it cannot
-        # read in place (spec.staging).
-        self.prepass = p.spec.prepass or (p.spec.staging if not p.problem.tma_aligned else None)
+        self.prepass = p.spec.pre_pass(p.problem)
         self.own_args = p.spec.kernel_args is not None or self.prepass is not None
         self.batched_args = self.own_args and p.spec.batched_args
         lda, ldb, ldc = (np.int32(x) for x in lds)
@@ -571,10 +573,9 @@ class Launcher:
         launch is built once per set of everything it depends on -- the job's addresses,
         ldc and strides, alpha and beta, the choice record's address, the workspace's --
         where the workspace's address repeats: one the stream keeps, or one too large to
-        keep, which the pool hands the stream again at the next call (building them, four
-        tensor maps and the pre-pass's arguments, cost about 60 µs of host time before the
-        first kernel of a large fp32_tc call: benchmarks/NOTES.md); a graph's own
-        workspace gets them built for its call only.
+        keep, which the pool hands the stream again at the next call (building them costs
+        far more host time than enqueueing them); a graph's own workspace gets them built
+        for its call only.
         With a choice record the kernel is a programmatic dependent launch (it waits for the
         pre-pass itself: LaunchShape's pdl), so that its launch and set-up overlap the
         pre-pass's last blocks.  ``workspace``: one the caller took for the one job (its
@@ -1031,7 +1032,7 @@ class PreparedCall:
         bt = batching(kv)
         p = plan_call(call, kv, bt, gpu, kernel, tile_params, precision)
         if p.method == "fp32":
-            # The choice ran fp32_tc's product, too thin for the tensor cores to pay, as FP32 on
+            # The precision's product, too thin for the tensor cores to pay, runs as FP32 on
             # the CUDA cores: no method to choose from the data.
             call = dataclasses.replace(call, dtypes={**call.dtypes, "dtype": "float32"})
             precision = None

@@ -402,6 +402,11 @@ class KernelSpec:
             )
         return self.unusable(problem) if self.unusable else None
 
+    def pre_pass(self, problem: Problem) -> PrePass | None:
+        """The pre-pass a launch on ``problem`` runs: the rung's own, or aligned copies of
+        operands it cannot read in place (staging); None for none."""
+        return self.prepass or (self.staging if not problem.tma_aligned else None)
+
     def splits(self, params: Mapping[str, int]) -> int:
         return int(params[self.split_k_param]) if self.split_k_param else 1
 
