@@ -9,7 +9,7 @@ layer of its own.  The layers, bottom to top:
 
     core/errors, core/arrays             nothing of gemmlab (arrays: errors only)
     runtime/*                            compile, launch, device, tensor maps
-    kernels/*                            spec, each rung beside its .cu, registry
+    kernels/*                            spec, steps, each rung beside its .cu, registry
     core/methods, core/tables            the fp32_tc method choice, tuned tables
     core/choose                          the choice of kernel (asks the rungs' hooks)
     core/planner -> core/executor        validation and plan, launches,
