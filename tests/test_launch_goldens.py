@@ -410,6 +410,15 @@ CASES = {
         f"wgmma_step_{k}": (lambda c, k=k: _repeat(c, 256, 256, 128, F16, kernel=k), False)
         for k in ("wgmma_tma", "wgmma_specialized", "wgmma_persistent")
     },
+    # batches over more launches than one: gridDim.z's limit, split-K's workspace limit
+    "f32_batch_over_grid_z": (
+        lambda c: gemmlab.matmul(c.dev("a", _rand((65537, 2, 3))), c.dev("b", _rand((3, 2))), kernel="naive"),
+        False,
+    ),
+    "pipelined_splitk_batch_chunks": (
+        lambda c: _mm(c, 512, 512, 64, batch=(70,), kernel="pipelined", SPLITK=4, out="row", beta=0.5),
+        False,
+    ),
     # the error-corrected methods: pre-passes, the choice on the GPU, split-K
     "fp32_tc_auto": (lambda c: _ec(c, 256, 256, 128, "fp32_tc"), False),
     "fp32_tc_small": (lambda c: _ec(c, 64, 64, 64, "fp32_tc"), False),
