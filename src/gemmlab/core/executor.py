@@ -227,6 +227,8 @@ class Launcher:
                 )
             )
         self._steps = None  # standard-args kernels: their steps, built at the first call
+        self._fixup_needs = {}  # a split's own workspaces, by matrices per launch
+        self._split_needs = {}  # ... or its slices' workspace, by the same
         self._shape = None  # own-args kernels: the launch shape of the first launch, once the grid is known
         # own-args kernels: launch shapes by matrices per launch (after a pre-pass: by (matrices,
         # whether a choice record is read), the latter a programmatic dependent launch)
@@ -322,7 +324,9 @@ class Launcher:
         (``choice``: a method chosen on the GPU, which the reduction reads too)."""
         red = self.reduction
         for i, (c, nz, job) in enumerate(jobs):
-            need = red.need(nz, self._ws_what)
+            need = self._split_needs.get(nz)
+            if need is None:
+                need = self._split_needs[nz] = red.need(nz, self._ws_what)
             ws = stream_workspace(self.gpu, stream, need.nbytes, need.what, need.hint, slot=need.slot)
             try:
                 w = int(ws.handle)
@@ -402,10 +406,13 @@ class Launcher:
     def _take_fixup(self, stream: int, nz: int) -> tuple:
         """The workspaces of a split the kernel adds up itself, for ``nz`` matrices
         (steps.fixup_needs), given back with .close(stream) in the reverse order."""
+        needs = self._fixup_needs.get(nz)
+        if needs is None:
+            needs = self._fixup_needs[nz] = fixup_needs(self.fixup_bytes, nz, self._ws_what)
         capturing = stream_is_capturing(stream)
         taken = []
         try:
-            for need in fixup_needs(self.fixup_bytes, nz, self._ws_what):
+            for need in needs:
                 taken.append(
                     stream_workspace(
                         self.gpu,
@@ -922,13 +929,16 @@ class _MethodChooser:
         sizes = [run.shared_prepass_bytes() for _, run in self.candidates]
         self.shared_bytes = max(sizes) if all(sizes) else 0
         self.shared_what = self.candidates[0][1].prepass.what if self.shared_bytes else ""
+        self._reports = None  # where each candidate copies the record, known at the first call
         self._kept = {}  # (A, B, workspace) -> the choice's memsets, launches and record address
         self._kept_calls = {}  # a call's addresses, scalars and workspaces -> every candidate's launches
         self.pending = PlanChosenOnGPU(self)
 
     def run(self, stream: int, A: int, B: int, C: int, alpha, beta, offsets) -> "PlanChosenOnGPU":
-        steps = self.steps
-        steps.report(stream)
+        steps, reports = self.steps, self._reports
+        if reports is None:
+            steps.report(stream)
+            reports = self._reports = tuple(steps.candidate_report(i) for i in range(len(self.candidates)))
         # Whether the stream is being captured, asked once for the workspaces below.
         capturing = stream_is_capturing(stream)
         # Kept per stream, so that its address repeats and the launches built on it are kept too.
@@ -938,16 +948,19 @@ class _MethodChooser:
         )
         parts = None
         try:
-            built = self._kept.get((A, B, ws.handle)) if ws.kept else None
-            if built is None:
-                built = steps.steps(A, B, ws.handle)
-                if ws.kept and built[1]:
-                    _keep(self._kept, (A, B, ws.handle), built)
-            memsets, launches, record = built
-            for ptr, nbytes in memsets:
-                zero_async(ptr, nbytes, stream)
-            for kernel, shape, args in launches:
-                launch_shaped(kernel, shape, stream, args)
+            if steps.launches:  # steps of its own before the candidates'
+                built = self._kept.get((A, B, ws.handle)) if ws.kept else None
+                if built is None:
+                    built = steps.steps(A, B, ws.handle)
+                    if ws.kept:
+                        _keep(self._kept, (A, B, ws.handle), built)
+                memsets, launches, record = built
+                for ptr, nbytes in memsets:
+                    zero_async(ptr, nbytes, stream)
+                for kernel, shape, args in launches:
+                    launch_shaped(kernel, shape, stream, args)
+            else:
+                record = steps.steps(A, B, ws.handle)[2]
             # One launch a candidate: their pre-passes share one workspace (the "scratch" slot,
             # after the choice's), taken once.
             if self.shared_bytes and len(offsets) == 1:
@@ -960,8 +973,7 @@ class _MethodChooser:
                 for kernel, shape, args in calls:
                     launch_shaped(kernel, shape, stream, args)
             else:
-                for i, (_, run) in enumerate(self.candidates):
-                    report = steps.candidate_report(i)
+                for (_, run), report in zip(self.candidates, reports):
                     for da, db, dc in offsets:
                         run.run(stream, A + da, B + db, C + dc, alpha, beta, record, report, parts)
         finally:
@@ -975,13 +987,12 @@ class _MethodChooser:
         candidates' Launcher.call_launches), kept per set of what they depend on where both
         workspaces' addresses repeat, so that a repeated call goes from its workspaces straight
         to its first launch."""
-        key = (A, B, C, alpha, beta, record, self.steps.candidate_report(0), parts.handle)
+        key = (A, B, C, alpha, beta, record, self._reports[0], parts.handle)
         kept = ws.kept and parts.repeats
         calls = self._kept_calls.get(key) if kept else None
         if calls is None:
             calls = ()
-            for i, (_, run) in enumerate(self.candidates):
-                report = self.steps.candidate_report(i)
+            for (_, run), report in zip(self.candidates, self._reports):
                 calls += run.call_launches(stream, A, B, C, alpha, beta, record, report, parts)
             if kept:
                 _keep(self._kept_calls, key, calls)

@@ -111,6 +111,7 @@ class GPUChoice:
         first = plans[0].spec.prepass
         self.per_row = first is not None and first.chooses(plans[0])
         self.choice = None if self.per_row else ChoiceLaunches(gpu, ops_a, ops_b, scaled_only)
+        self.launches = not self.per_row  # whether steps() builds launches of its own
         # A slot of its own: a candidate's pre-pass holds the stream's "scratch" one (and
         # split-K its "splitk" one) while the record is still in use.  Zeroed when new: every
         # choice leaves the record's sums zero again (the choosing pre-pass's last block, or
