@@ -405,31 +405,28 @@ class Launcher:
 
     def _take_fixup(self, stream: int, nz: int) -> tuple:
         """The workspaces of a split the kernel adds up itself, for ``nz`` matrices
-        (steps.fixup_needs), given back with .close(stream) in the reverse order."""
+        (steps.fixup_needs: the partial tiles, then the counters), given back with
+        .close(stream), the counters first."""
         needs = self._fixup_needs.get(nz)
         if needs is None:
             needs = self._fixup_needs[nz] = fixup_needs(self.fixup_bytes, nz, self._ws_what)
-        capturing = stream_is_capturing(stream)
-        taken = []
+        (part, count), capturing = needs, stream_is_capturing(stream)
+        ws = stream_workspace(self.gpu, stream, part.nbytes, part.what, part.hint, slot=part.slot, capturing=capturing)
         try:
-            for need in needs:
-                taken.append(
-                    stream_workspace(
-                        self.gpu,
-                        stream,
-                        need.nbytes,
-                        need.what,
-                        need.hint,
-                        slot=need.slot,
-                        zero_new=need.zero_new,
-                        capturing=capturing,
-                    )
-                )
+            counters = stream_workspace(
+                self.gpu,
+                stream,
+                count.nbytes,
+                count.what,
+                count.hint,
+                slot=count.slot,
+                zero_new=count.zero_new,
+                capturing=capturing,
+            )
         except BaseException:
-            for ws in reversed(taken):
-                ws.close(stream)
+            ws.close(stream)
             raise
-        return tuple(taken)
+        return ws, counters
 
     def _quick_return(self, stream: int, C: int, beta) -> None:
         """BLAS quick return: the product is empty (alpha == 0 or K == 0), so C =
