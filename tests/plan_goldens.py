@@ -262,7 +262,7 @@ def call_plan(case: dict, gpu):
 def record_calls(cases: list[dict]) -> list[dict]:
     """Every call case's plan on the emulated H200 (tests/emulated_gpu.py)."""
     import pytest
-    from gemmlab.core import executor
+    from gemmlab.kernels.ec import choose_method
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import emulated_gpu
@@ -270,7 +270,7 @@ def record_calls(cases: list[dict]) -> list[dict]:
     with pytest.MonkeyPatch.context() as mp:
         emulated_gpu.install(mp)
         # The method chosen on the GPU is not chosen here: its candidates' plans are recorded.
-        mp.setattr(executor, "ChoiceLaunches", lambda *args: None)
+        mp.setattr(choose_method, "ChoiceLaunches", lambda *args: None)
         gpu = emulated_gpu.FakeGPU()
         return [record(lambda: call_plan(case, gpu)) for case in cases]
 

@@ -91,8 +91,8 @@ def rec(monkeypatch):
         def __init__(self, gpu, stream):
             self.ptr = 0x30000
 
-    monkeypatch.setattr(executor, "Report", Report)
-    monkeypatch.setattr(executor, "zero_workspace", lambda stream, ws: r.log.append(("zero", ws, ())))
+    monkeypatch.setattr(choose_method, "Report", Report)
+    monkeypatch.setattr(executor, "zero_async", lambda ws, nbytes, stream: r.log.append(("zero", ws, ())))
     real_init = executor.Launcher.__init__
 
     def init(self, *a, **kw):  # count the argument sets each launcher builds

@@ -9,7 +9,7 @@ layer of its own.  The layers, bottom to top:
 
     core/errors, core/arrays             nothing of gemmlab (arrays: errors only)
     runtime/*                            compile, launch, device, tensor maps
-    kernels/*                            spec, each rung beside its .cu, registry
+    kernels/*                            spec, steps, each rung beside its .cu, registry
     core/methods, core/tables            the fp32_tc method choice, tuned tables
     core/choose                          the choice of kernel (asks the rungs' hooks)
     core/planner -> core/executor        validation and plan, launches,
@@ -349,15 +349,22 @@ def test_cycle_finder(edges, cycle):
 
 
 def test_the_executor_names_no_rung():
-    """The executor launches what the rungs' specs describe (pre-passes, staging, batched
-    arguments): no rung appears in it by name, in code or comments."""
+    """The executor launches what the rungs' specs and their step builders describe
+    (pre-passes, staging, batched arguments, kernels/steps.py): no rung, no precision's
+    method and no helper kernel appears in it by name, in code or comments, and of the
+    kernels layer it imports only the step builders' vocabulary."""
     import re
 
+    from gemmlab.core.methods import EC_PRECISIONS
     from gemmlab.kernels import registry
 
     text = (ROOT / "core" / "executor.py").read_text()
-    named = [s.name for s in registry.ladder() if re.search(rf"\b{re.escape(s.name)}\b", text)]
+    words = [s.name for s in registry.ladder()] + list(EC_PRECISIONS)
+    words += ["splitk_reduce", "choose_method", "exponent_histogram"]
+    named = [w for w in words if re.search(rf"\b{re.escape(w)}\b", text)]
     assert not named, f"core/executor.py names {named}: describe it through the spec instead"
+    kernels = {e.imported for e in EDGES if e.importer == "gemmlab.core.executor" and layer(e.imported) == "kernels"}
+    assert kernels == {"gemmlab.kernels.steps"}, kernels
 
 
 KERNEL_HEADER_LINES = 12  # comment lines a CUDA source may open with before its code

@@ -1,9 +1,15 @@
 """The executor: plans bound to a GPU, and the prepared calls that repeat them.
 
 A :class:`Launcher` is one plan made ready to launch: the kernel loaded, its
-shared-memory limit raised, launch shapes per batch chunk built, the integer
-arguments boxed.  Its :meth:`Launcher.run` fills in the pointers and the two
-scalars and enqueues.  A :class:`PreparedCall` is everything one signature of
+shared-memory limit raised, launch shapes per batch chunk built, and its launches
+as steps (gemmlab.kernels.steps): a kernel, a launch shape and arguments with slots
+for the pointers, the two scalars and the workspaces.  Its :meth:`Launcher.run` fills
+the slots and enqueues each step.  What a rung launches besides its kernel comes from
+step builders its KernelSpec supplies (pre-passes, a split's reduction or own
+workspaces, a method chosen on the GPU); nothing here knows a particular rung.
+Arguments a rung builds itself (spec.kernel_args, a pre-pass's) are kept per set of
+addresses, and copied with the addresses replaced for new ones (_address_moves).
+A :class:`PreparedCall` is everything one signature of
 ``gemmlab.matmul`` runs (a launcher, the operand swap of a column-major out,
 the host loop over batch dimensions that do not fit gridDim.z, how to allocate
 the result, where the operands sit relative to each other), stored in
@@ -11,10 +17,9 @@ the result, where the operands sit relative to each other), stored in
 no validation or planning at all (gemmlab.core.api builds the key).
 
 Every launch goes to the caller's current stream; workspaces are stream-ordered
-allocations, so calls are asynchronous and can be captured in CUDA graphs.  The
-error-corrected methods chosen from the data (``precision="fp32_tc"``,
-``"fp16_ec_scaled"``) choose on the GPU too (:class:`_MethodChooser`): nothing
-is read back during the call.
+allocations, so calls are asynchronous and can be captured in CUDA graphs.  A
+method chosen from the data (methods.CHOSEN_ON_GPU) is chosen on the GPU too
+(:class:`_MethodChooser`): nothing is read back during the call.
 """
 
 from __future__ import annotations
@@ -28,17 +33,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .methods import EC_PRECISIONS, MethodChoice, choice_of_record
+from .methods import CHOSEN_ON_GPU, EC_PRECISIONS, MethodChoice, choice_of_record
 from .arrays import ITEMSIZE, allocator, stream_getter
-from ..kernels.ec.choose_method import (
-    RECORD_OFFSET,
-    WORKSPACE_BYTES as CHOICE_WORKSPACE_BYTES,
-    ChoiceLaunches,
-    Report,
-    zero_workspace,
-)
-from ..kernels.simt.splitk_reduce import SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_THREADS, splitk_reduce_kernel
-from ..kernels.spec import EC_METHODS
+from ..kernels.steps import Reduction, fixup_needs, standard_steps
 from .planner import (
     Batching,
     Call,
@@ -72,6 +69,7 @@ from ..runtime.launch import (
     launch_shaped,
     stream_is_capturing,
     stream_workspace,
+    zero_async,
 )
 from ..runtime.tma import Operands, moved_map, replace_address
 
@@ -89,14 +87,6 @@ BATCH_WORKSPACE_LIMIT = 2**30
 # copy of an earlier one with the addresses replaced (_new_args), a few microseconds; the
 # bound keeps CACHE's signatures at about 1 KB a set, 256 KB each at most.
 ARGS_KEPT = 256
-# The stream workspace slot of split-K's partial products: a pre-pass takes the "scratch"
-# slot while they are held (runtime.launch.stream_workspace: the slots' order).
-SPLITK_SLOT = "splitk"
-# ... and of the counters of a split the kernel adds up itself (spec.split_fixup), taken after
-# SPLITK_SLOT: zeroed when allocated, and zero again after every launch, so kept per stream.
-SPLITK_COUNTERS_SLOT = "splitk_counters"
-
-_ONE, _ZERO, _ZERO32 = np.float32(1.0), np.float32(0.0), np.int32(0)
 
 
 def _keep(memo: dict, key, value) -> None:
@@ -157,9 +147,7 @@ class Launcher:
         self.item_in, self.item_out = storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
         self.strides = tuple(strides)
         self.splits = splits = p.spec.splits(p.params)
-        # A pre-pass: the rung's own (spec.prepass), or aligned copies of operands it cannot
-        # read in place (spec.staging).
-        self.prepass = p.spec.prepass or (p.spec.staging if not p.problem.tma_aligned else None)
+        self.prepass = p.spec.pre_pass(p.problem)
         self.own_args = p.spec.kernel_args is not None or self.prepass is not None
         self.batched_args = self.own_args and p.spec.batched_args
         lda, ldb, ldc = (np.int32(x) for x in lds)
@@ -169,12 +157,8 @@ class Launcher:
         # last: none (0) unless run() is given one.
         self.reads_choice = p.spec.reads_choice
         self.extra = p.extra_args() + ((0,) if self.reads_choice else ())
-        # The reduction's last two arguments: a choice record's address and the method of
-        # this launcher's GEMM, read only with a record (splitk_reduce.cu); none by default.
-        self.method32 = np.int32(EC_METHODS.get(pr.dtype, 0))
         if splits > 1:
             self._ws_what = f"{p.describe()} (split-K)"
-        self._reduce = None  # split-K's reduction and BLAS's quick return, loaded when first needed
         self._cluster_grid = None
         self._sized(geo)
         # A bias the kernel adds in its epilogue (spec.epilogue_bias): its element strides
@@ -242,6 +226,9 @@ class Launcher:
                     LaunchShape((geo.grid[0], geo.grid[1], nz), geo.block, geo.smem_bytes, geo.cluster),
                 )
             )
+        self._steps = None  # standard-args kernels: their steps, built at the first call
+        self._fixup_needs = {}  # a split's own workspaces, by matrices per launch
+        self._split_needs = {}  # ... or its slices' workspace, by the same
         self._shape = None  # own-args kernels: the launch shape of the first launch, once the grid is known
         # own-args kernels: launch shapes by matrices per launch (after a pre-pass: by (matrices,
         # whether a choice record is read), the latter a programmatic dependent launch)
@@ -259,14 +246,10 @@ class Launcher:
         self._prepass_moves = {}
         self._prepass_bytes = {}  # ... and its workspace's size, by (matrices, strides, choice or not)
         self.args_mk = (np.int32(M), np.int32(N), np.int32(K))
-        # The reduction (split-K's second kernel, and BLAS's quick return): a thread per element of C.
-        threads = SPLITK_REDUCE_THREADS
-        self._reduce_shapes = [
-            LaunchShape((-(-M * N // threads), nz, 1), (threads, 1, 1)) for _, _, _, nz, _ in self.chunks
-        ]
-        if splits > 1 and self.fixup_bytes is None:
-            self.slice_ws = splits * M * N
-            self.ldw, self.splits32, self.slice_ws64 = np.int32(N), np.int32(splits), np.int64(splits * M * N)
+        # The reduction's steps: split-K's second kernel, and BLAS's quick return.
+        self.reduction = Reduction(
+            self.gpu.arch, pr.dtype, pr.out_dtype, M, N, splits, self.ldc, self.sc, [c[3] for c in self.chunks]
+        )
 
     # -- the per-call part ---------------------------------------------------------------
     def run(
@@ -301,30 +284,36 @@ class Launcher:
         if self.own_args:
             self._run_own_args(stream, A, B, C, alpha, beta, choice, report, workspace, bias, fixup)
             return
-        M, N, K = self.args_mk
-        lda, ldb, ldc, sa, sb, sc = self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc
-        if self.splits == 1:
-            extra = self.extra[:-1] + (choice,) if choice else self.extra
-            alpha32, beta32 = f32(alpha), f32(beta)
-            for da, db, dc, _, shape in self.chunks:
-                launch_shaped(
-                    self.kernel,
-                    shape,
-                    stream,
-                    (M, N, K, alpha32, A + da, lda, B + db, ldb, beta32, C + dc, ldc, sa, sb, sc) + extra,
-                )
-            return
+        steps = self._steps
+        if steps is None:
+            steps = self._steps = self._standard_steps()
+        alpha32, beta32 = f32(alpha), f32(beta)
+        for need, chunk in steps:  # the batch chunks, each its steps on a workspace of its own, or none
+            if need is None:
+                for step in chunk:
+                    launch_shaped(step.kernel, step.shape, stream, step.fill(A, B, C, alpha32, beta32, 0, choice))
+                continue
+            ws = stream_workspace(self.gpu, stream, need.nbytes, need.what, need.hint, slot=need.slot)
+            try:
+                w = int(ws.handle)
+                for step in chunk:
+                    launch_shaped(step.kernel, step.shape, stream, step.fill(A, B, C, alpha32, beta32, w, choice))
+            finally:
+                ws.close(stream)  # given back in stream order, after the steps that read it
 
-        def partials(chunk, w):  # the split's slices of one batch chunk, alpha = 1 and beta = 0
-            da, db, _, _, shape = chunk
-            launch_shaped(
-                self.kernel,
-                shape,
-                stream,
-                (M, N, K, _ONE, A + da, lda, B + db, ldb, _ZERO, w, self.ldw, sa, sb, self.slice_ws64),
-            )
-
-        self._split_k(stream, [(C + chunk[2], chunk[3], chunk) for chunk in self.chunks], alpha, beta, partials)
+    def _standard_steps(self) -> tuple:
+        """The steps of a kernel with the standard arguments, built at its first call."""
+        red = self.reduction if self.splits > 1 else None
+        return standard_steps(
+            self.kernel,
+            self.chunks,
+            self.args_mk,
+            (self.lda, self.ldb, self.ldc),
+            (self.sa, self.sb, self.sc),
+            self.extra,
+            red,
+            getattr(self, "_ws_what", ""),
+        )
 
     def _split_k(self, stream: int, jobs, alpha, beta, partials, choice: int = 0) -> None:
         """Split-K over the batch chunks ``jobs`` = [(C of the chunk, its matrices,
@@ -333,40 +322,20 @@ class Launcher:
         splits * M * N floats per matrix), written by ``partials(job, workspace)``;
         then one more kernel adds them into C with alpha and beta, in C's dtype
         (``choice``: a method chosen on the GPU, which the reduction reads too)."""
-        for (c, nz, job), reduce_shape in zip(jobs, self._reduce_shapes):
-            ws = stream_workspace(
-                self.gpu, stream, 4 * self.slice_ws * nz, self._ws_what, "use a smaller SPLITK", slot=SPLITK_SLOT
-            )
+        red = self.reduction
+        for i, (c, nz, job) in enumerate(jobs):
+            need = self._split_needs.get(nz)
+            if need is None:
+                need = self._split_needs[nz] = red.need(nz, self._ws_what)
+            ws = stream_workspace(self.gpu, stream, need.nbytes, need.what, need.hint, slot=need.slot)
             try:
                 w = int(ws.handle)
                 partials(job, w)
-                self._reduce_slices(stream, w, c, alpha, beta, reduce_shape, choice)
+                # with a choice record, added only if it chose this launcher's method
+                kernel, shape, args = red.reduce(i, w, c, f32(alpha), f32(beta), choice)
+                launch_shaped(kernel, shape, stream, args)
             finally:
                 ws.close(stream)  # given back in stream order, after the reduction
-
-    def _reduce_slices(self, stream: int, w: int, c: int, alpha, beta, shape, choice: int = 0) -> None:
-        """C = alpha * (the sum of the split's slices at ``w``) + beta * C; with a choice
-        record, only if it chose this launcher's method (the other candidate's GEMM
-        wrote nothing to add)."""
-        M, N, _ = self.args_mk
-        launch_shaped(
-            self._reduce_kernel()[0],
-            shape,
-            stream,
-            (
-                M,
-                N,
-                self.splits32,
-                w,
-                f32(alpha),
-                f32(beta),
-                c,
-                self.ldc,
-                self.sc,
-                choice,
-                self.method32 if choice else _ZERO32,
-            ),
-        )
 
     def direct(self):
         """A function (stream, A, B, C, alpha, beta) -> None for the common case of
@@ -435,48 +404,37 @@ class Launcher:
         return direct_fixup
 
     def _take_fixup(self, stream: int, nz: int) -> tuple:
-        """The workspaces of a split the kernel adds up itself, for ``nz`` matrices: the
-        partial tiles (SPLITK_SLOT; nothing in them is read before it is written) and the
-        counters (SPLITK_COUNTERS_SLOT, zeroed when allocated: every launch leaves them
-        zero).  Both are given back with .close(stream), the counters first."""
-        partials, counters = self.fixup_bytes
-        capturing = stream_is_capturing(stream)
-        hint = "use a smaller SPLITK"
-        ws = stream_workspace(
-            self.gpu, stream, partials * nz, self._ws_what, hint, slot=SPLITK_SLOT, capturing=capturing
-        )
+        """The workspaces of a split the kernel adds up itself, for ``nz`` matrices
+        (steps.fixup_needs: the partial tiles, then the counters), given back with
+        .close(stream), the counters first."""
+        needs = self._fixup_needs.get(nz)
+        if needs is None:
+            needs = self._fixup_needs[nz] = fixup_needs(self.fixup_bytes, nz, self._ws_what)
+        (part, count), capturing = needs, stream_is_capturing(stream)
+        ws = stream_workspace(self.gpu, stream, part.nbytes, part.what, part.hint, slot=part.slot, capturing=capturing)
         try:
-            cnt = stream_workspace(
+            counters = stream_workspace(
                 self.gpu,
                 stream,
-                counters * nz,
-                self._ws_what,
-                hint,
-                slot=SPLITK_COUNTERS_SLOT,
-                zero_new=True,
+                count.nbytes,
+                count.what,
+                count.hint,
+                slot=count.slot,
+                zero_new=count.zero_new,
                 capturing=capturing,
             )
         except BaseException:
             ws.close(stream)
             raise
-        return ws, cnt
-
-    def _reduce_kernel(self):
-        if self._reduce is None:
-            name = splitk_reduce_kernel(self.plan.problem.out_dtype)
-            self._reduce = (rt_compile.load_kernel(SPLITK_REDUCE_SOURCE, name, self.gpu.arch), SPLITK_REDUCE_THREADS)
-        return self._reduce
+        return ws, counters
 
     def _quick_return(self, stream: int, C: int, beta) -> None:
         """BLAS quick return: the product is empty (alpha == 0 or K == 0), so C =
-        beta * C without reading A or B (NaN or Inf in them must not reach C); the
-        reduction kernel with no slices does exactly that."""
-        reduce, _ = self._reduce_kernel()
-        M, N, _ = self.args_mk
-        for (_, _, dc, _, _), shape in zip(self.chunks, self._reduce_shapes):
-            launch_shaped(
-                reduce, shape, stream, (M, N, _ZERO32, 0, _ZERO, f32(beta), C + dc, self.ldc, self.sc, 0, _ZERO32)
-            )
+        beta * C without reading A or B (NaN or Inf in them must not reach C)."""
+        red, beta32 = self.reduction, f32(beta)
+        for i, (_, _, dc, _, _) in enumerate(self.chunks):
+            kernel, shape, args = red.quick_return(i, C + dc, beta32)
+            launch_shaped(kernel, shape, stream, args)
 
     def _run_own_args(
         self,
@@ -526,7 +484,7 @@ class Launcher:
             stream,
             [(a, b, w, nz)],
             self.args_mk[1],
-            (self.strides[0], self.strides[1], self.slice_ws),
+            (self.strides[0], self.strides[1], self.reduction.slice_elems),
             1.0,
             0.0,
             choice,
@@ -619,10 +577,9 @@ class Launcher:
         launch is built once per set of everything it depends on -- the job's addresses,
         ldc and strides, alpha and beta, the choice record's address, the workspace's --
         where the workspace's address repeats: one the stream keeps, or one too large to
-        keep, which the pool hands the stream again at the next call (building them, four
-        tensor maps and the pre-pass's arguments, cost about 60 µs of host time before the
-        first kernel of a large fp32_tc call: benchmarks/NOTES.md); a graph's own
-        workspace gets them built for its call only.
+        keep, which the pool hands the stream again at the next call (building them costs
+        far more host time than enqueueing them); a graph's own workspace gets them built
+        for its call only.
         With a choice record the kernel is a programmatic dependent launch (it waits for the
         pre-pass itself: LaunchShape's pdl), so that its launch and set-up overlap the
         pre-pass's last blocks.  ``workspace``: one the caller took for the one job (its
@@ -946,17 +903,13 @@ def run_plan(
 
 
 class _MethodChooser:
-    """precision="fp32_tc" / "fp16_ec_scaled": the method chosen on the GPU, in
-    stream order, so that a call never waits for the host and can be captured in
-    a CUDA graph.  Per call: a small stream-ordered workspace, the exponent
-    histograms of every matrix of A and of B and the choice record
-    (kernels/ec/choose_method.py), then every candidate launcher with the
-    record's address -- the FP16 and the TF32 instantiations for fp32_tc, the
-    FP16 one for fp16_ec_scaled -- of which the one not chosen returns at once.
-    The launches of the choice are kept per (A, B, workspace), those of each
-    candidate by its Launcher, so that a repeated call builds no arguments.
-    The choice also goes to a small buffer of this prepared call that
-    gemmlab.last_plan() reads when asked (:meth:`plan`)."""
+    """A method chosen on the GPU, in stream order, so that a call never waits for the host
+    and can be captured in a CUDA graph: per call, the choice's steps (the rung's
+    KernelSpec.gpu_choice) on a small stream-ordered workspace, then every candidate
+    launcher (methods.CHOSEN_ON_GPU) with the record's address, of which those not chosen
+    return at once.  The choice's launches are kept per (A, B, workspace), each candidate's
+    by its Launcher, so that a repeated call builds no arguments; :meth:`plan` reads the
+    choice back when asked."""
 
     def __init__(
         self, base: Plan, precision: str, gpu: GPUInfo, kernel: str, tile_params: dict, lds, bt: Batching, ops_a, ops_b
@@ -964,98 +917,80 @@ class _MethodChooser:
         make_current(gpu.ordinal)
         self.base, self.precision, self.gpu = base, precision, gpu
         self.single = bt.nz == 1
-        self.scaled_only = precision == "fp16_ec_scaled"
-        methods = ("fp16_ec_scaled",) if self.scaled_only else ("fp16_ec", "tf32_ec")
+        methods, self.scaled_only = CHOSEN_ON_GPU[precision]
         plans = [plan_for_choice(base, MethodChoice(m), gpu, kernel, tile_params, bt.nz) for m in methods]
         self.candidates = [(p, Launcher(p, gpu, lds, bt.nz, bt.strides)) for p in plans]
-        # A candidate whose pre-pass makes the choice itself as it splits (spec.PrePass.chooses):
-        # no histograms, no choose kernel.
-        first = plans[0].spec.prepass
-        self.per_row = first is not None and first.chooses(plans[0])
-        self.choice = None if self.per_row else ChoiceLaunches(gpu, ops_a, ops_b, self.scaled_only)
+        self.steps = plans[0].spec.gpu_choice(gpu, plans, ops_a, ops_b, self.scaled_only)
         # One pre-pass workspace for every candidate (they lay their parts out alike), taken
         # once a call where each candidate is one launch: 0 where each takes its own.
         sizes = [run.shared_prepass_bytes() for _, run in self.candidates]
         self.shared_bytes = max(sizes) if all(sizes) else 0
         self.shared_what = self.candidates[0][1].prepass.what if self.shared_bytes else ""
-        self.report = None  # allocated at the first call, on its stream
-        self._kept = {}  # (A, B, workspace) -> the choice's launches and record address
+        self._reports = None  # where each candidate copies the record, known at the first call
+        self._kept = {}  # (A, B, workspace) -> the choice's memsets, launches and record address
         self._kept_calls = {}  # a call's addresses, scalars and workspaces -> every candidate's launches
         self.pending = PlanChosenOnGPU(self)
 
     def run(self, stream: int, A: int, B: int, C: int, alpha, beta, offsets) -> "PlanChosenOnGPU":
-        if self.report is None:
-            self.report = Report(self.gpu, stream)
+        steps, reports = self.steps, self._reports
+        if reports is None:
+            steps.report(stream)
+            reports = self._reports = tuple(steps.candidate_report(i) for i in range(len(self.candidates)))
         # Whether the stream is being captured, asked once for the workspaces below.
         capturing = stream_is_capturing(stream)
-        # A workspace of its own slot: a candidate's pre-pass holds the stream's "scratch" one
-        # (and split-K its "splitk" one) while this record is still in use.  Kept per stream, so
-        # that its address repeats and the launches built on it are kept too.  Zeroed when new:
-        # every choice leaves the record's sums zero again (the choosing pre-pass's last block,
-        # or the choose kernel writing every field), so that a candidate whose pre-pass chooses
-        # (spec.PrePass.chooses) enqueues nothing before it.
+        # Kept per stream, so that its address repeats and the launches built on it are kept too.
+        need = steps.need
         ws = stream_workspace(
-            self.gpu,
-            stream,
-            CHOICE_WORKSPACE_BYTES,
-            "the fp32_tc method choice",
-            slot="choice",
-            zero_new=True,
-            capturing=capturing,
+            self.gpu, stream, need.nbytes, need.what, slot=need.slot, zero_new=need.zero_new, capturing=capturing
         )
         parts = None
         try:
-            if self.per_row:  # the FP16 candidate's split fills the record's sums and chooses
-                launches, record = (), ws.handle + RECORD_OFFSET
-            else:
+            if steps.launches:  # steps of its own before the candidates'
                 built = self._kept.get((A, B, ws.handle)) if ws.kept else None
                 if built is None:
-                    built = self.choice.launches(A, B, ws.handle, self.report.ptr)
+                    built = steps.steps(A, B, ws.handle)
                     if ws.kept:
                         _keep(self._kept, (A, B, ws.handle), built)
-                launches, record = built
-                zero_workspace(stream, ws.handle)  # the histograms, which the launches add into
-            for kernel, shape, args in launches:
-                launch_shaped(kernel, shape, stream, args)
+                memsets, launches, record = built
+                for ptr, nbytes in memsets:
+                    zero_async(ptr, nbytes, stream)
+                for kernel, shape, args in launches:
+                    launch_shaped(kernel, shape, stream, args)
+            else:
+                record = steps.steps(A, B, ws.handle)[2]
             # One launch a candidate: their pre-passes share one workspace (the "scratch" slot,
-            # after "choice"), taken once.
+            # after the choice's), taken once.
             if self.shared_bytes and len(offsets) == 1:
                 parts = stream_workspace(self.gpu, stream, self.shared_bytes, self.shared_what, capturing=capturing)
-            # A choosing pre-pass copies the record to the report itself (its last block).
-            report = self.report.ptr if self.per_row else 0
             calls = None
             if parts is not None:
                 ((da, db, dc),) = offsets
-                calls = self._call_launches(stream, A + da, B + db, C + dc, alpha, beta, record, report, ws, parts)
+                calls = self._call_launches(stream, A + da, B + db, C + dc, alpha, beta, record, ws, parts)
             if calls is not None:
                 for kernel, shape, args in calls:
                     launch_shaped(kernel, shape, stream, args)
             else:
-                for _, run in self.candidates:
+                for (_, run), report in zip(self.candidates, reports):
                     for da, db, dc in offsets:
                         run.run(stream, A + da, B + db, C + dc, alpha, beta, record, report, parts)
-                    report = 0  # the FP16 candidate's split chooses; the TF32 one's reads
         finally:
             if parts is not None:
                 parts.close(stream)  # in stream order, after the kernels that read the parts
             ws.close(stream)  # in stream order, after the launches that read the record
         return self.pending
 
-    def _call_launches(
-        self, stream: int, A: int, B: int, C: int, alpha, beta, record: int, report: int, ws, parts
-    ) -> tuple | None:
+    def _call_launches(self, stream: int, A: int, B: int, C: int, alpha, beta, record: int, ws, parts) -> tuple:
         """Every candidate's launches of this call on the shared parts workspace, in order (the
         candidates' Launcher.call_launches), kept per set of what they depend on where both
         workspaces' addresses repeat, so that a repeated call goes from its workspaces straight
         to its first launch."""
-        key = (A, B, C, alpha, beta, record, report, parts.handle)
+        key = (A, B, C, alpha, beta, record, self._reports[0], parts.handle)
         kept = ws.kept and parts.repeats
         calls = self._kept_calls.get(key) if kept else None
         if calls is None:
             calls = ()
-            for _, run in self.candidates:
+            for (_, run), report in zip(self.candidates, self._reports):
                 calls += run.call_launches(stream, A, B, C, alpha, beta, record, report, parts)
-                report = 0  # the FP16 candidate's split chooses; the TF32 one's reads
             if kept:
                 _keep(self._kept_calls, key, calls)
         return calls
@@ -1063,7 +998,8 @@ class _MethodChooser:
     def plan(self) -> Plan:
         """The plan of the method this prepared call last chose (a synchronisation:
         the GPU's record is read back), with the method, the scales and why."""
-        choice = choice_of_record(self.report.read(), self.scaled_only) if self.report is not None else None
+        record = self.steps.record()
+        choice = choice_of_record(record, self.scaled_only) if record is not None else None
         if choice is None:
             return dataclasses.replace(
                 self.base,
@@ -1104,7 +1040,7 @@ class PreparedCall:
         bt = batching(kv)
         p = plan_call(call, kv, bt, gpu, kernel, tile_params, precision)
         if p.method == "fp32":
-            # The choice ran fp32_tc's product, too thin for the tensor cores to pay, as FP32 on
+            # The precision's product, too thin for the tensor cores to pay, runs as FP32 on
             # the CUDA cores: no method to choose from the data.
             call = dataclasses.replace(call, dtypes={**call.dtypes, "dtype": "float32"})
             precision = None
@@ -1120,7 +1056,7 @@ class PreparedCall:
         self.offsets = tuple((oa * ia, ob * ia, oc * ic) for oa, ob, oc in bt.offsets)
         lds = (kv.A.ld, kv.B.ld, kv.C.ld)
         self.chooser = None
-        if precision in ("fp32_tc", "fp16_ec_scaled") and call.alpha != 0 and call.K != 0 and not self.empty:
+        if precision in CHOSEN_ON_GPU and call.alpha != 0 and call.K != 0 and not self.empty:
 
             def stored(side, rows, cols, k):  # every matrix of A (B) as stored: byte offset, shape, batch
                 r, c = (rows, cols) if side.layout == "N" else (cols, rows)
@@ -1137,7 +1073,7 @@ class PreparedCall:
                 stored(kv.A, kv.M, call.K, 0),
                 stored(kv.B, call.K, kv.N, 1),
             )
-        elif precision in ("fp32_tc", "fp16_ec_scaled"):  # nothing is read: no statistics needed
+        elif precision in CHOSEN_ON_GPU:  # nothing is read: no statistics needed
             p = dataclasses.replace(
                 p, method=precision, reason="alpha = 0, K = 0 or an empty result: A and B are not read"
             )

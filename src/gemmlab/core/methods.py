@@ -54,6 +54,10 @@ from ..kernels.ec.choose_method import (
 UNDERFLOW_LIMIT = UNDERFLOW_NUM / UNDERFLOW_DEN  # the same share as a number, for messages and tests
 
 EC_PRECISIONS = ("fp32_tc", "fp16_ec", "fp16_ec_scaled", "tf32_ec")
+# The precisions whose method is chosen on the GPU from the data, with their candidates
+# (the FP16 one first: its pre-pass may make the choice) and whether the choice is only
+# the scales (choice_of_record's scaled_only).
+CHOSEN_ON_GPU = {"fp32_tc": (("fp16_ec", "tf32_ec"), False), "fp16_ec_scaled": (("fp16_ec_scaled",), True)}
 
 
 @dataclass(frozen=True)

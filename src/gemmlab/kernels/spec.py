@@ -288,6 +288,10 @@ class KernelSpec:
     # Instead of kernel_args, a kernel with a pre-pass (above): its arguments built on a
     # workspace the executor takes from the caller's stream.
     prepass: PrePass | None = None
+    # A method chosen on the GPU among candidate plans of this rung (precision="fp32_tc"):
+    # gpu_choice(gpu, plans, ops_a, ops_b, scaled_only) -> the choice's step builder
+    # (kernels/ec/choose_method.GPUChoice), whose record the kernels read (reads_choice).
+    gpu_choice: Callable | None = None
     # The pre-pass of a problem whose operands the kernel cannot read in place
     # (Problem.tma_aligned false): aligned copies of them (wgmma's staging), then the kernel.
     staging: PrePass | None = None
@@ -397,6 +401,11 @@ class KernelSpec:
                 f"not {problem.op_a}{problem.op_b}"
             )
         return self.unusable(problem) if self.unusable else None
+
+    def pre_pass(self, problem: Problem) -> PrePass | None:
+        """The pre-pass a launch on ``problem`` runs: the rung's own, or aligned copies of
+        operands it cannot read in place (staging); None for none."""
+        return self.prepass or (self.staging if not problem.tma_aligned else None)
 
     def splits(self, params: Mapping[str, int]) -> int:
         return int(params[self.split_k_param]) if self.split_k_param else 1

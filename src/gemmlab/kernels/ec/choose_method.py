@@ -17,7 +17,7 @@ import numpy as np
 from ...runtime.launch import LaunchShape, driver, driver_call, launch_shaped, zero_async
 from ..spec import KERNEL_DIR
 from ..cuda_constants import read_constants
-from .ec_wgmma import EC_WGMMA_TAIL_COUNTERS
+from ..steps import Need
 from .exponent_histogram import (
     EXPONENT_BINS,
     EXPONENT_HISTOGRAM_KERNEL,
@@ -48,6 +48,7 @@ HIST_BYTES = EXPONENT_BINS * 8
 RECORD_OFFSET = 2 * HIST_BYTES
 # After the record: ec_wgmma's stream-K tail counters (02_ec_wgmma.cu), which the workspace's
 # first zeroing and then each tail tile's last slice leave zero.
+EC_WGMMA_TAIL_COUNTERS = read_constants("ec/02_ec_wgmma.cu")["EC_WGMMA_TAIL_COUNTERS"]
 WORKSPACE_BYTES = RECORD_OFFSET + CHOICE_FIELDS * 8 + 4 * EC_WGMMA_TAIL_COUNTERS  # histograms, record, counters
 
 
@@ -93,6 +94,53 @@ class ChoiceLaunches:
         for kernel, shape, args in launches:
             launch_shaped(kernel, shape, stream, args)
         return record
+
+
+class GPUChoice:
+    """The steps of a method chosen on the GPU among ``plans`` (the candidates' plans, the
+    first the FP16 one), in stream order, so that a call never waits for the host: a small
+    workspace of its own (:attr:`need`, zeroed when new), then either the exponent histograms
+    of every matrix of A and of B and the choice record (``ops_a`` / ``ops_b``:
+    ChoiceLaunches), or nothing where the first candidate's pre-pass chooses as it splits
+    (spec.PrePass.chooses); every candidate then reads the record, and runs only if chosen.
+    The choice is also copied to a small report buffer (:meth:`report`), read when asked.
+    Supplied by the error-corrected rungs (KernelSpec.gpu_choice); builds, never launches."""
+
+    def __init__(self, gpu, plans, ops_a, ops_b, scaled_only: bool):
+        self.gpu, self.scaled_only = gpu, scaled_only
+        first = plans[0].spec.prepass
+        self.per_row = first is not None and first.chooses(plans[0])
+        self.choice = None if self.per_row else ChoiceLaunches(gpu, ops_a, ops_b, scaled_only)
+        self.launches = not self.per_row  # whether steps() builds launches of its own
+        # A slot of its own: a candidate's pre-pass holds the stream's "scratch" one (and
+        # split-K its "splitk" one) while the record is still in use.  Zeroed when new: every
+        # choice leaves the record's sums zero again (the choosing pre-pass's last block, or
+        # the choose kernel writing every field).
+        self.need = Need(WORKSPACE_BYTES, "the fp32_tc method choice", slot="choice", zero_new=True)
+        self._report = None
+
+    def report(self, stream: int) -> int:
+        """The report buffer's address, allocated at the first call, on its stream."""
+        if self._report is None:
+            self._report = Report(self.gpu, stream)
+        return self._report.ptr
+
+    def steps(self, A: int, B: int, ws: int) -> tuple[tuple, tuple, int]:
+        """For A and B at these addresses and the workspace at ``ws``: the memsets before
+        the launches ((address, bytes), ...), the launches, and the record's address."""
+        if self.per_row:  # the FP16 candidate's split fills the record's sums and chooses
+            return (), (), ws + RECORD_OFFSET
+        launches, record = self.choice.launches(A, B, ws, self._report.ptr)
+        return ((ws, RECORD_OFFSET),), tuple(launches), record
+
+    def candidate_report(self, i: int) -> int:
+        """Where candidate ``i``'s pre-pass copies the record (0: nowhere): the first
+        candidate's where it chooses (its last block)."""
+        return self._report.ptr if self.per_row and i == 0 else 0
+
+    def record(self):
+        """The record last written (a synchronisation), or None before any call."""
+        return self._report.read() if self._report is not None else None
 
 
 def zero_workspace(stream: int, ws: int) -> None:

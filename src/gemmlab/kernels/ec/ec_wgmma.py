@@ -19,6 +19,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...runtime.tma import Operands, tensor_map
+from .choose_method import GPUChoice
 from ..spec import EC_METHODS, KERNEL_DIR, Ask, Constraint, KernelSpec, Launch, Offer, PrePass, Problem, TileParam, cdiv
 from ..tensor.wgmma_tma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from ..simt.pipelined import SPLITK_VALUES, fill_split
@@ -708,6 +709,7 @@ SPEC = KernelSpec(
     # serves split and unsplit (its output is FP32 either way).
     split_k_param="SPLITK",
     reads_choice=True,
+    gpu_choice=GPUChoice,
     prepass=PrePass(
         workspace_bytes=ec_workspace_bytes, build=ec_wgmma_launches, what=SPLIT_WHAT, chooses=chooses_in_split
     ),

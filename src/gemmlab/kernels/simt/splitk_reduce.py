@@ -1,6 +1,6 @@
 """splitk_reduce.cu, the second half of split-K: adds the SPLITK partial products
 that rung 8 or the wgmma rung wrote to a workspace into C, in C's dtype
-(executor.Launcher launches it)."""
+(kernels.steps.Reduction builds its launches)."""
 
 from __future__ import annotations
 
