@@ -945,7 +945,7 @@ class _MethodChooser:
         )
         parts = None
         try:
-            if steps.launches:  # steps of its own before the candidates'
+            if steps.builds_launches:  # steps of its own before the candidates'
                 built = self._kept.get((A, B, ws.handle)) if ws.kept else None
                 if built is None:
                     built = steps.steps(A, B, ws.handle)

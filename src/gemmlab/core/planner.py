@@ -610,18 +610,15 @@ def plan_grouped(
     the grouped rung computes it: ``kernel`` is "auto" or "grouped"; on another architecture
     than sm_90a (``arch``; None: not known yet) it is a ValueError naming the GPU and what
     the rung needs."""
-    if dtype not in GROUPED_DTYPES:
-        raise TypeError(f"grouped products take {' or '.join(GROUPED_DTYPES)}, not {dtype}")
     if ("N", op_b) not in GROUPED_LAYOUTS:
         raise ValueError(f"op_b is 'N' (b stored (G, K, N)) or 'T' (stored (G, N, K)), not {op_b!r}")
-    if not 0 <= groups <= GROUPED_MAX_GROUPS:
-        raise ValueError(f"a grouped product takes at most {GROUPED_MAX_GROUPS} groups, not {groups}")
     spec, params, why = _grouped_rung(
         GROUPED_KERNEL,
         "grouped products",
         kernel,
         tile_params,
         dtype,
+        groups,
         arch,
         gpu_name,
         smem_limit,
@@ -635,10 +632,15 @@ def plan_grouped(
 GROUPED_WGRAD_KERNEL = "grouped_wgrad"
 
 
-def _grouped_rung(name, what, kernel, tile_params, dtype, arch, gpu_name, smem_limit, smem, auto_tile):
+def _grouped_rung(name, what, kernel, tile_params, dtype, groups, arch, gpu_name, smem_limit, smem, auto_tile):
     """(spec, parameters, why) of the one rung ``name`` that computes ``what``: ``kernel`` "auto"
-    (its tiles from ``auto_tile()``: (params, why)) or ``name`` with ``tile_params``; refused by
-    name on another architecture than its own, or where ``smem(params)`` exceeds ``smem_limit``."""
+    (its tiles from ``auto_tile()``: (params, why)) or ``name`` with ``tile_params``; refused for
+    a dtype or a number of groups the grouped rungs do not take, by name on another
+    architecture than the rung's own, or where ``smem(params)`` exceeds ``smem_limit``."""
+    if dtype not in GROUPED_DTYPES:
+        raise TypeError(f"grouped products take {' or '.join(GROUPED_DTYPES)}, not {dtype}")
+    if not 0 <= groups <= GROUPED_MAX_GROUPS:
+        raise ValueError(f"a grouped product takes at most {GROUPED_MAX_GROUPS} groups, not {groups}")
     if kernel not in ("auto", name):
         raise ValueError(f"{what} run on {name!r} only (or 'auto'), not {kernel!r}")
     if kernel == "auto" and tile_params:
@@ -674,16 +676,13 @@ def plan_grouped_wgrad(
     """The plan of a grouped product's weight gradient: C_g = X_g^T @ Y_g (P x Q) for ``groups``
     groups of the T rows of X (T, P) and Y (T, Q).  Only the grouped_wgrad rung computes it;
     refusals as plan_grouped's."""
-    if dtype not in GROUPED_DTYPES:
-        raise TypeError(f"grouped products take {' or '.join(GROUPED_DTYPES)}, not {dtype}")
-    if not 0 <= groups <= GROUPED_MAX_GROUPS:
-        raise ValueError(f"a grouped product takes at most {GROUPED_MAX_GROUPS} groups, not {groups}")
     spec, params, why = _grouped_rung(
         GROUPED_WGRAD_KERNEL,
         "grouped weight gradients",
         kernel,
         tile_params,
         dtype,
+        groups,
         arch,
         gpu_name,
         smem_limit,

@@ -77,10 +77,14 @@ class Reduction:
         """The slices' workspace for ``nz`` matrices."""
         return Need(4 * self.slice_elems * nz, what, self.SLOT, hint="use a smaller SPLITK")
 
+    def reduce_args(self, w: int, c: int, alpha32, beta32, choice: int = 0) -> tuple:
+        """The reduction's arguments: the slices at ``w`` into C at ``c``."""
+        args = (self.M32, self.N32, self.splits32, w, alpha32, beta32, c, self.ldc, self.sc, choice)
+        return args + (self.method32 if choice else _ZERO32,)
+
     def reduce(self, chunk: int, w: int, c: int, alpha32, beta32, choice: int = 0) -> tuple:
         """The reduction of batch chunk ``chunk``'s slices at ``w`` into C at ``c``."""
-        args = (self.M32, self.N32, self.splits32, w, alpha32, beta32, c, self.ldc, self.sc, choice)
-        return self.kernel(), self.shapes[chunk], args + (self.method32 if choice else _ZERO32,)
+        return self.kernel(), self.shapes[chunk], self.reduce_args(w, c, alpha32, beta32, choice)
 
     def quick_return(self, chunk: int, c: int, beta32) -> tuple:
         """C = beta * C for batch chunk ``chunk`` at ``c``: a reduction of no slices."""
@@ -128,9 +132,9 @@ def standard_steps(kernel, chunks, mnk, lds, strides, extra: tuple, reduction: R
         def slices(A, B, C, a32, b32, w, choice, da=da, db=db):
             return (M, N, K, _ONE, A + da, lda, B + db, ldb, _ZERO, w, ldw, sa, sb, stride_w)
 
-        def reduce(A, B, C, a32, b32, w, choice, i=i, dc=dc):
-            return reduction.reduce(i, w, C + dc, a32, b32)[2]
+        def reduce(A, B, C, a32, b32, w, choice, dc=dc):
+            return reduction.reduce_args(w, C + dc, a32, b32)
 
-        kernel_r, shape_r, _ = reduction.reduce(i, 0, 0, _ONE, _ZERO)
-        out.append((reduction.need(nz, what), (Step(kernel, shape, slices), Step(kernel_r, shape_r, reduce))))
+        step_r = Step(reduction.kernel(), reduction.shapes[i], reduce)
+        out.append((reduction.need(nz, what), (Step(kernel, shape, slices), step_r)))
     return tuple(out)

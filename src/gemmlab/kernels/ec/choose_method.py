@@ -111,7 +111,7 @@ class GPUChoice:
         first = plans[0].spec.prepass
         self.per_row = first is not None and first.chooses(plans[0])
         self.choice = None if self.per_row else ChoiceLaunches(gpu, ops_a, ops_b, scaled_only)
-        self.launches = not self.per_row  # whether steps() builds launches of its own
+        self.builds_launches = not self.per_row  # whether steps() builds launches of its own
         # A slot of its own: a candidate's pre-pass holds the stream's "scratch" one (and
         # split-K its "splitk" one) while the record is still in use.  Zeroed when new: every
         # choice leaves the record's sums zero again (the choosing pre-pass's last block, or
@@ -131,7 +131,7 @@ class GPUChoice:
         if self.per_row:  # the FP16 candidate's split fills the record's sums and chooses
             return (), (), ws + RECORD_OFFSET
         launches, record = self.choice.launches(A, B, ws, self._report.ptr)
-        return ((ws, RECORD_OFFSET),), tuple(launches), record
+        return (histograms(ws),), tuple(launches), record
 
     def candidate_report(self, i: int) -> int:
         """Where candidate ``i``'s pre-pass copies the record (0: nowhere): the first
@@ -143,12 +143,18 @@ class GPUChoice:
         return self._report.read() if self._report is not None else None
 
 
+def histograms(ws: int) -> tuple[int, int]:
+    """(address, bytes) of the histograms in the choice workspace at ``ws``: zeroed before
+    every choice, since the histogram launches add into them.  The record needs no zeroing
+    per call: the workspace starts zeroed (stream_workspace's zero_new) and every choice
+    leaves its sums zero (choose_method.cu writes every field, split_scaled.cu's last block
+    zeroes them)."""
+    return ws, RECORD_OFFSET
+
+
 def zero_workspace(stream: int, ws: int) -> None:
-    """On ``stream``: zero the histograms of the choice workspace at ``ws``, which the
-    histogram launches add into.  The record needs no zeroing per call: the workspace
-    starts zeroed (stream_workspace's zero_new) and every choice leaves its sums zero
-    (choose_method.cu writes every field, split_scaled.cu's last block zeroes them)."""
-    zero_async(ws, RECORD_OFFSET, stream)
+    """On ``stream``: zero the histograms of the choice workspace at ``ws``."""
+    zero_async(*histograms(ws), stream)
 
 
 class Report:
