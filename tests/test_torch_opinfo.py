@@ -147,9 +147,19 @@ def _grad(out, leaves, grad_out):
 
 
 def _within(name, got, ref, magnitude, dtype):
+    """got within the dtype's rounding of ref; where the exact value lies beyond the dtype's
+    largest finite value (float16's 65504: a chain like multi_dot's overflows), got must be
+    the infinity of ref's sign, and either answer is right where the bound straddles it."""
     assert got.shape == ref.shape, (name, got.shape, ref.shape)
-    err = (got.detach().double() - ref.detach()).abs()
-    ok = err <= RTOL[dtype] * magnitude.detach() + ATOL[dtype]
+    got, ref = got.detach().double(), ref.detach()
+    bound = RTOL[dtype] * magnitude.detach() + ATOL[dtype]
+    err = (got - ref).abs()
+    # Round to nearest overflows from the midpoint between the largest finite value and the next.
+    overflow = torch.finfo(dtype).max * (1 + torch.finfo(dtype).eps / 4)
+    signed_inf = torch.isinf(got) & (torch.sign(got) == torch.sign(ref))
+    beyond = ref.abs() - bound > overflow
+    straddles = ~beyond & (ref.abs() + bound > overflow)
+    ok = torch.where(beyond, signed_inf, (err <= bound) | (straddles & signed_inf))
     assert bool(ok.all()), (
         name,
         "worst error",
@@ -262,3 +272,18 @@ def test_every_op_has_samples_of_every_kind(op_db):
     assert any(
         name == "matmul" and len(i) >= 3 and len(args[0]) >= 3 and i[:-2] != args[0][:-2] for name, i, args in shapes
     )  # broadcast batch
+
+
+def test_a_product_beyond_the_dtypes_range_must_be_its_signed_infinity():
+    """float16's largest finite value is 65504: an exact -101309.7 rounds to -inf, and
+    nothing else passes; near the limit either answer passes."""
+    f16 = torch.float16
+    ref = torch.tensor([-101309.7, 1723.0, 65519.0], dtype=torch.float64)
+    mag = torch.tensor([561553.0, 1800.0, 65519.0], dtype=torch.float64)
+    _within("overflow", torch.tensor([-float("inf"), 1723.0, 65504.0], dtype=f16), ref, mag, f16)
+    _within("overflow", torch.tensor([-float("inf"), 1723.0, float("inf")], dtype=f16), ref, mag, f16)
+    for wrong in (float("inf"), -65504.0, float("nan")):
+        with pytest.raises(AssertionError):
+            _within("overflow", torch.tensor([wrong, 1723.0, 65504.0], dtype=f16), ref, mag, f16)
+    with pytest.raises(AssertionError):  # a finite error beyond the bound still fails
+        _within("overflow", torch.tensor([-float("inf"), 1700.0, 65504.0], dtype=f16), ref, mag, f16)
