@@ -749,7 +749,7 @@ def test_address_moves_finds_the_addresses_or_refuses():
     at = executor._address_moves(built(A, B, C), moved_by_shifts(A, B, C), (A, B, C))
     assert at == ((0, 1, 0), (0, 2, 1), (1, 0, 0), (1, 1, 1), (1, 2, 2), (1, 4, 2))
     new = (0x7000, 0x9000, 0xB000)
-    pre, args, same_shape = executor._moved(built(A, B, C), at, new)
+    pre, args, same_shape = executor._moved(executor.Moves(built(A, B, C), at), new)
     want = built(*new)
     assert same_shape is shape and tuple(args) == tuple(want[1])
     assert [(k, s, tuple(x)) for k, s, x in pre] == [(k, s, tuple(x)) for k, s, x in want[0]]

@@ -1279,3 +1279,33 @@ def test_a_map_pointed_elsewhere_equals_one_encoded_there(dtype, batch):
         there = tma._encode(base + shift, rows, cols, ld, dtype, 64, box_cols, *batched)
         moved = tma.moved_map(first, base + shift)
         assert ctypes.string_at(moved.getPtr(), 128) == ctypes.string_at(there.getPtr(), 128), shift
+
+
+@hopper
+@pytest.mark.parametrize(
+    "dtype, batch",
+    [("bfloat16", None), ("tf32", None), ("float32", None), ("float8_e4m3fn", None), ("float16", 5), ("bfloat16", 1)],
+)
+def test_the_drivers_entry_point_encodes_what_the_binding_encodes(monkeypatch, dtype, batch):
+    """runtime.tma encodes maps and points them elsewhere through the driver's entry points
+    (ctypes); the binding's calls, its fallback, give the very same bytes."""
+    import ctypes
+
+    from gemmlab.runtime import tma
+
+    c = tma._c_entries()
+    assert c, "libcuda.so.1 not found on a machine with a GPU"
+    eb = tma.element_bytes(dtype)
+    box_cols = tma.SWIZZLE_BYTES // eb
+    rows, cols, ld = 200, 136, 144
+    memory = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")  # never read: maps only point
+    base = memory.data_ptr()
+    batched = (batch, rows * ld * eb) if batch else ()
+    ours = tma._encode_driver(base, rows, cols, ld, dtype, 64, box_cols, *batched)
+    fast = ctypes.string_at(ours.getPtr(), 128)
+    moved = tma.moved_map(ours, base + 4096)
+    monkeypatch.setattr(tma, "_c", False)  # the binding's calls from here on
+    binding = tma._encode_driver(base, rows, cols, ld, dtype, 64, box_cols, *batched)
+    assert fast == ctypes.string_at(binding.getPtr(), 128)
+    there = tma._encode_driver(base + 4096, rows, cols, ld, dtype, 64, box_cols, *batched)
+    assert ctypes.string_at(moved.getPtr(), 128) == ctypes.string_at(there.getPtr(), 128)

@@ -671,7 +671,7 @@ def test_moved_fp8_arguments_pack_as_a_fresh_build_would(monkeypatch):
 
     prepared.launch(0, 0x100000, 0x200000, 0x300000, 0x400000, 0x500000, 1.0, 0.0)
     # A, B, C, the maps of A and B and the scales: where the first build holds the addresses
-    assert sorted(i for _, i, _ in prepared._at) == [4, 6, 9, 14, 15, 16, 19]
+    assert sorted(i for _, i, _ in prepared._moves.at) == [4, 6, 9, 14, 15, 16, 19]
     monkeypatch.setattr(scaled, "wgmma_fp8_args", None)  # nothing is built from here on
     for addresses, alpha, beta in (
         ((0x1100000, 0x1200000, 0x1300000, 0x1400000, 0x1500000), 1.0, 0.0),

@@ -503,3 +503,100 @@ def test_wgmma_name_expressions():
         WGMMA.name_expression(d, prob.with_layout("N", "T"))
         == f"gemmlab::wgmma_gemm<1, 1, 128, 256, 4, {d['CLUSTER']}, false, 'N', 'T'>"
     )
+
+
+@pytest.mark.parametrize("dtype, batch", [("bfloat16", None), ("tf32", None), ("float8_e4m3fn", 3)])
+def test_a_map_is_encoded_through_the_drivers_entry_point_with_the_bindings_arguments(dtype, batch):
+    """runtime.tma._encode_c hands cuTensorMapEncodeTiled (a C function of the same
+    signature stands in for the driver's, through ctypes as the driver's is called) what the
+    binding's call hands it: the data type, rank, address, sizes, strides and box, and the
+    swizzle, interleave, L2 and fill modes.  The GPU test compares the maps' bytes."""
+    import ctypes
+    import types
+
+    from gemmlab.runtime import launch, tma
+
+    d = launch.driver()
+    seen = {}
+    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p,
+                      u32p, u32p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int)  # fmt: skip
+    def encode(tmap, dtype_code, rank, address, dims, strides, box, steps, *modes):
+        seen.update(
+            tmap=tmap,
+            dtype=dtype_code,
+            rank=rank,
+            address=address,
+            dims=dims[:rank],
+            strides=strides[: rank - 1],
+            box=box[:rank],
+            steps=steps[:rank],
+            modes=modes,
+        )
+        ctypes.memset(tmap, 0xAB, 128)  # what the driver writes lands in the map returned
+        return 0
+
+    T = d.CUtensorMapDataType
+    c = types.SimpleNamespace(
+        encode=encode,
+        dtypes={
+            1: int(T.CU_TENSOR_MAP_DATA_TYPE_UINT8),
+            2: int(T.CU_TENSOR_MAP_DATA_TYPE_UINT16),
+            "tf32": int(T.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32),
+            4: int(T.CU_TENSOR_MAP_DATA_TYPE_FLOAT32),
+        },
+        modes=(0, 3, 3, 0),
+    )
+    eb = tma.element_bytes(dtype)
+    rows, cols, ld, box_rows, box_cols = 200, 136, 144, 64, tma.SWIZZLE_BYTES // eb
+    bstride = rows * ld * eb if batch else 0
+    tmap = tma._encode_c(c, 0x7F0000001000, rows, cols, ld, dtype, box_rows, box_cols, batch, bstride)
+    assert ctypes.string_at(tmap.getPtr(), 128) == b"\xab" * 128 and seen["tmap"] == tmap.getPtr()
+    want_type = {1: T.CU_TENSOR_MAP_DATA_TYPE_UINT8, 2: T.CU_TENSOR_MAP_DATA_TYPE_UINT16}.get(
+        eb, T.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 if dtype == "tf32" else T.CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+    )
+    extra = (batch,) if batch else ()
+    assert seen == {
+        "tmap": tmap.getPtr(),
+        "dtype": int(want_type),
+        "rank": 3 if batch else 2,
+        "address": 0x7F0000001000,
+        "dims": [cols, rows, *extra],
+        "strides": [ld * eb] + ([bstride] if batch else []),
+        "box": [box_cols, box_rows] + ([1] if batch else []),
+        "steps": [1] * (3 if batch else 2),
+        "modes": (0, 3, 3, 0),
+    }
+
+
+def test_the_drivers_entry_points_are_looked_up_once_with_the_bindings_enum_values(monkeypatch):
+    """_c_entries reads the enum values from the binding and sets the C signatures; where
+    the driver library is not found, the binding's calls are used (False)."""
+    import types
+
+    from gemmlab.runtime import launch, tma
+
+    d = launch.driver()
+    lib = types.SimpleNamespace(
+        cuTensorMapEncodeTiled=types.SimpleNamespace(), cuTensorMapReplaceAddress=types.SimpleNamespace()
+    )
+    monkeypatch.setattr(tma.ctypes, "CDLL", lambda name: lib if name == "libcuda.so.1" else None)
+    monkeypatch.setattr(tma, "_c", None)
+    c = tma._c_entries()
+    assert tma._c is c and c.encode is lib.cuTensorMapEncodeTiled and c.replace is lib.cuTensorMapReplaceAddress
+    assert len(c.encode.argtypes) == 12 and len(c.replace.argtypes) == 2
+    assert c.modes == (
+        int(d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE),
+        int(d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B),
+        int(d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
+        int(d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+    )
+    assert c.dtypes[2] == int(d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16)
+
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(tma.ctypes, "CDLL", missing)
+    monkeypatch.setattr(tma, "_c", None)
+    assert tma._c_entries() is False and tma._c is False

@@ -640,14 +640,14 @@ class Launcher:
             kind = (a % PROBE_ALIGN, b % PROBE_ALIGN, c % PROBE_ALIGN) + key[3:]
             moves = self._prepass_moves.get(kind)
             if moves:
-                built = _moved(*moves, (a, b, c))
+                built = _moved(moves, (a, b, c))
             else:
                 built = build(ops)
                 if moves is None:  # a kind's first call: not probed (SEEN_ONCE)
                     _keep(self._prepass_moves, kind, SEEN_ONCE)
                 elif moves == SEEN_ONCE:
                     at = _address_moves(built, build(_shifted(ops, (a, b, c, 0, 0, 0))), (a, b, c))
-                    _keep(self._prepass_moves, kind, (built, at) if at is not None else False)
+                    _keep(self._prepass_moves, kind, Moves(built, at) if at is not None else False)
             _keep(self._prepass_memo, key, built)
         return built
 
@@ -741,7 +741,7 @@ class Launcher:
         kind = tuple(x % PROBE_ALIGN for x in addresses) + (ops.batch, alpha, beta) + tuple(map(bool, addresses))
         moves = self._args_moves.get(kind)
         if moves:
-            return _moved(*moves, addresses)[1]
+            return _moved(moves, addresses)[1]
         args = self._memo_args(stream, ops, alpha, beta)
         args = PackedArgs(args[:3] + (f32(alpha),) + args[4:8] + (f32(beta),) + args[9:])
         if moves is None:  # a kind's first call: not probed (SEEN_ONCE)
@@ -752,7 +752,7 @@ class Launcher:
             moved = PackedArgs(moved[:3] + (f32(alpha),) + moved[4:8] + (f32(beta),) + moved[9:])
             shape = self._shapes[ops.batch]
             at = _address_moves(((), args, shape), ((), moved, shape), addresses)
-            _keep(self._args_moves, kind, (((), args, shape), at) if at is not None else False)
+            _keep(self._args_moves, kind, Moves(((), args, shape), at) if at is not None else False)
         return args
 
     def _memo_args(self, stream, ops: Operands, alpha, beta):
@@ -834,26 +834,47 @@ def _same_map(x, y) -> bool:
     return x == y
 
 
-def _moved(built, at, addresses, scalars=()):
-    """The launches ``built`` with the addresses at ``at`` (_address_moves) replaced by
-    ``addresses`` (in _address_moves' order): the argument tuples copied (a tensor map among them copied and
-    pointed at its new address), or the GEMM's packed launch rebound (MapParams) where it
-    has tensor maps.  ``scalars``: (position, value) pairs of the GEMM's arguments replaced
-    too (a caller whose kind of launch leaves alpha and beta open)."""
-    launches, args, shape = built
-    gemm, packed = len(launches), any(is_tensor_map(x) for x in args)
-    tuples = [list(x[2]) for x in launches] + [None if packed else list(args)]
-    for j, i, which in at:
-        if tuples[j] is not None:
-            x = tuples[j][i]
-            tuples[j][i] = addresses[which] if type(x) is int else moved_map(x, addresses[which])
-    moved = tuple((k, s, PackedArgs(t)) for (k, s, _), t in zip(launches, tuples))
-    if not packed:
+class Moves:
+    """Where a build's addresses sit (_address_moves' ``at``, over the launches ``built``),
+    with what every copy needs worked out once: whether the GEMM's arguments are a packed
+    launch with tensor maps (rebound) or a tuple (copied), and the positions of each."""
+
+    __slots__ = ("built", "at", "packed", "copied", "values", "maps")
+
+    def __init__(self, built, at):
+        launches, args, _ = built
+        gemm = len(launches)
+        self.built, self.at = built, at
+        self.packed = any(is_tensor_map(x) for x in args)
+        # the positions copied into argument tuples (the pre-pass's, and an unpacked GEMM's)
+        self.copied = tuple((j, i, w) for j, i, w in at if j < gemm or not self.packed)
+        # a packed GEMM's: (position, which address) of values and of tensor maps
+        ints = [(i, w) for j, i, w in at if j == gemm and self.packed]
+        self.values = tuple((i, w) for i, w in ints if type(args[i]) is int)
+        self.maps = tuple((i, w) for i, w in ints if type(args[i]) is not int)
+
+
+def _moved(moves: Moves, addresses, scalars=()):
+    """The launches ``moves.built`` with the addresses at ``moves.at`` (_address_moves)
+    replaced by ``addresses`` (in _address_moves' order): the argument tuples copied (a
+    tensor map among them copied and pointed at its new address), or the GEMM's packed
+    launch rebound (MapParams) where it has tensor maps.  ``scalars``: (position, value)
+    pairs of the GEMM's arguments replaced too (a caller whose kind of launch leaves alpha
+    and beta open)."""
+    launches, args, shape = moves.built
+    tuples = [list(x[2]) for x in launches]
+    if not moves.packed:
+        tuples.append(list(args))
+    for j, i, which in moves.copied:
+        x = tuples[j][i]
+        tuples[j][i] = addresses[which] if type(x) is int else moved_map(x, addresses[which])
+    moved = tuple((k, s, PackedArgs(t)) for (k, s, _), t in zip(launches, tuples)) if launches else ()
+    if not moves.packed:
         for i, value in scalars:
             tuples[-1][i] = value
         return moved, PackedArgs(tuples[-1]), shape
-    values = tuple((i, addresses[w]) for j, i, w in at if j == gemm and type(args[i]) is int) + tuple(scalars)
-    maps = tuple((i, addresses[w]) for j, i, w in at if j == gemm and type(args[i]) is not int)
+    values = tuple([(i, addresses[w]) for i, w in moves.values]) + tuple(scalars)
+    maps = tuple([(i, addresses[w]) for i, w in moves.maps])
     return moved, PackedArgs.of(args.packed().rebound(values, maps, replace_address)), shape
 
 

@@ -328,7 +328,7 @@ class ScaledPrepared:
         self._args = {}  # (A, B, C, scale_a, scale_b, alpha, beta) -> the packed arguments
         # The first build and where it holds the addresses (_address_moves), or None where a
         # copy cannot follow them (every new set is built then).
-        self._first = self._at = None
+        self._first = self._moves = None
 
     def build(self, A: int, B: int, C: int, scale_a: int, scale_b: int, alpha, beta) -> PackedArgs:
         """05_wgmma_fp8.cu's arguments for these addresses, built from nothing (wgmma_fp8_args)."""
@@ -344,7 +344,7 @@ class ScaledPrepared:
         if args is not None:
             return args
         addresses = key[:5]
-        if self._at is not None:
+        if self._moves:
             args = self._moved(addresses, alpha, beta)
         else:
             args = self.build(*key)
@@ -352,7 +352,8 @@ class ScaledPrepared:
                 self._first = args
                 shifted = tuple(x + d for x, d in zip(addresses, PROBE_SHIFTS))
                 probe = self.build(*shifted, alpha, beta)
-                self._at = _address_moves(((), args, self.shape), ((), probe, self.shape), addresses)
+                at = _address_moves(((), args, self.shape), ((), probe, self.shape), addresses)
+                self._moves = executor.Moves(((), args, self.shape), at) if at is not None else False
         _keep(self._args, key, args)
         return args
 
@@ -360,7 +361,7 @@ class ScaledPrepared:
         """The first build with ``addresses`` (A, B, C, scale_a, scale_b), alpha and beta
         (standard_args' positions 3 and 8) put in (executor._moved)."""
         scalars = ((_ALPHA_AT, f32(alpha)), (_BETA_AT, f32(beta)))
-        return executor._moved(((), self._first, self.shape), self._at, addresses, scalars)[1]
+        return executor._moved(self._moves, addresses, scalars)[1]
 
     def launch(self, stream: int, A: int, B: int, C: int, scale_a: int, scale_b: int, alpha, beta) -> None:
         """Enqueue the product on ``stream`` (a, b, out, the scales at these addresses)."""

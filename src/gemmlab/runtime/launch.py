@@ -367,10 +367,11 @@ class _Layout:
     the maps' 128 bytes each, then the array of pointers (one per argument, to its value),
     then the scalars, aligned as a C struct would align them."""
 
-    __slots__ = ("n", "maps", "table", "fmt", "nbytes", "at", "codes", "scalars")
+    __slots__ = ("n", "maps", "table", "fmt", "nbytes", "at", "codes", "scalars", "pointers")
 
     def __init__(self, kinds: tuple):
         self.n = n = len(kinds)
+        self.pointers = struct.Struct(f"@{n}Q")  # the pointer array alone (MapParams.rebound)
         self.maps = tuple(i for i, kind in enumerate(kinds) if kind.__name__ == "CUtensorMap")
         self.table = MAP_BYTES * len(self.maps)  # the pointer array's offset
         fmt, at, codes, scalars = "@", [0] * n, [""] * n, []
@@ -431,7 +432,7 @@ class MapParams:
         new = MapParams(layout=lay)
         new._buffer, shift, base = _aligned_buffer(lay.nbytes)
         ctypes.memmove(base, self.ptr - lay.table, lay.nbytes)
-        _pack_into(f"@{lay.n}Q", new._buffer, shift + lay.table, *[base + at for at in lay.at])
+        lay.pointers.pack_into(new._buffer, shift + lay.table, *[base + at for at in lay.at])
         for i, value in values:
             _pack_into(lay.codes[i], new._buffer, shift + lay.at[i], value)
         for i, address in maps:

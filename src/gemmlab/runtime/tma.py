@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import types
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -104,6 +105,9 @@ def padded_ld(cols: int, elem_bytes: int) -> int:
 
 
 def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, bstride=0):
+    c = _c if _c is not None else _c_entries()
+    if c:
+        return _encode_c(c, ptr, rows, cols, ld, dtype, box_rows, box_cols, batch, bstride)
     d = driver()
     eb = _ELEM[dtype]
     dt = (
@@ -136,6 +140,31 @@ def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, b
     return tmap
 
 
+def _encode_c(c, ptr, rows, cols, ld, dtype, box_rows, box_cols, batch, bstride):
+    """_encode_driver's map, encoded through the driver's entry point itself (_c_entries)."""
+    eb = _ELEM[dtype]
+    dims, strides, box = (cols, rows), (ld * eb,), (box_cols, box_rows)
+    if batch is not None:
+        dims, strides, box = dims + (batch,), strides + (bstride,), box + (1,)
+    rank = len(dims)
+    tmap = driver().CUtensorMap()
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    err = c.encode(
+        tmap.getPtr(),
+        c.dtypes["tf32" if dtype == "tf32" else eb],
+        rank,
+        ptr,
+        (u64 * rank)(*dims),
+        (u64 * (rank - 1))(*strides),
+        (u32 * rank)(*box),
+        (u32 * rank)(*(1,) * rank),
+        *c.modes,
+    )
+    if err:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed: CUresult {err}")
+    return tmap
+
+
 _encode = _encode_driver  # the one encoder (tests stand fakes in)
 
 
@@ -145,10 +174,58 @@ def replace_address(map_address: int, address: int) -> None:
     prepared for one set of arrays is made for another of the same shapes
     (launch.MapParams.rebound), without encoding the maps again.  ``address`` must be
     16-byte aligned, as the map's first one was."""
+    c = _c if _c is not None else _c_entries()
+    if c:
+        err = c.replace(map_address, address)
+        if err:
+            raise RuntimeError(f"cuTensorMapReplaceAddress failed: CUresult {err}")
+        return
     d = driver()
     (err,) = d.cuTensorMapReplaceAddress(d.CUtensorMap(_ptr=map_address), address)
     if err != d.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuTensorMapReplaceAddress failed: {err.name}")
+
+
+_c = None  # the driver's entry points through ctypes, looked up once (False: not found)
+
+
+def _c_entries():
+    """cuTensorMapEncodeTiled and cuTensorMapReplaceAddress called straight from the driver
+    library the process has loaded (ctypes), with the enum values the maps use (read from
+    the binding): a call on new addresses or of a new size makes up to three maps, and the
+    binding's calls wrap each argument and the result in objects that cost more than the
+    driver's work.  False where the library is not found by its Linux name: the binding's
+    calls are used."""
+    global _c
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        encode, replace = lib.cuTensorMapEncodeTiled, lib.cuTensorMapReplaceAddress
+    except (OSError, AttributeError):
+        _c = False
+        return _c
+    p, u32 = ctypes.c_void_p, ctypes.c_uint32
+    encode.argtypes = (p, ctypes.c_int, u32, p, p, p, p, p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int)
+    replace.argtypes = (p, ctypes.c_uint64)
+    encode.restype = replace.restype = ctypes.c_int
+    d = driver()
+    T = d.CUtensorMapDataType
+    _c = types.SimpleNamespace(
+        encode=encode,
+        replace=replace,
+        dtypes={
+            1: int(T.CU_TENSOR_MAP_DATA_TYPE_UINT8),
+            2: int(T.CU_TENSOR_MAP_DATA_TYPE_UINT16),
+            "tf32": int(T.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32),
+            4: int(T.CU_TENSOR_MAP_DATA_TYPE_FLOAT32),
+        },
+        modes=(
+            int(d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE),
+            int(d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B),
+            int(d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
+            int(d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        ),
+    )
+    return _c
 
 
 def moved_map(tmap, address: int):
