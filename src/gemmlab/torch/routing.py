@@ -167,7 +167,12 @@ def _slot() -> _Slot:
 
 
 def current() -> RouteState | None:
-    """The innermost routing context's state on this thread (None: off)."""
+    """The innermost routing context's state on this thread (None: off): the slot this
+    thread made (_slot), read as a Python attribute, else the one PyTorch copied into it
+    (autograd's threads)."""
+    slot = getattr(_local, "slot", None)
+    if slot is not None:
+        return slot.state
     return torch._C._get_obj_in_tls(KEY).state if torch._C._is_key_in_tls(KEY) else None
 
 
@@ -187,17 +192,19 @@ def _route(key, device_type, a, b, *others):
     """(kernel, precision) where the operands have one dtype routed for dispatch
     key ``key`` (devices of ``device_type``), one device, elements to multiply, and
     autocast is off; else None."""
-    state = current()
+    slot = getattr(_local, "slot", None)  # current(), inline: every routed product asks
+    state = slot.state if slot is not None else current()
     if state is None:
         return None
-    route = state.routes.get((key, a.dtype))
-    if route is None or b.dtype is not a.dtype or not (a.numel() and b.numel()):
+    dtype = a.dtype
+    route = state.routes.get((key, dtype))
+    if route is None or b.dtype is not dtype or not (a.numel() and b.numel()):
         return None
     dev = a.get_device()
     if b.get_device() != dev:
         return None
     for t in others:
-        if t.dtype is not a.dtype or t.get_device() != dev:
+        if t.dtype is not dtype or t.get_device() != dev:
             return None
     if torch.is_autocast_enabled(device_type):
         return None
