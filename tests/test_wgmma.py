@@ -1258,6 +1258,24 @@ def test_emulated_c_off_the_grid_is_stored_without_tma(
     assert np.isnan(buf[outside]).all()
 
 
+def _map_encoder(dtype, batch):
+    """(device memory, its address, encode(address, encoder=tma._encode)): the tensor-map
+    tests' maps of a 200 x 136 matrix of ``dtype`` (rows 144 apart), a batch of them where
+    ``batch`` is given.  The memory is never read (maps only point); keep it while the maps
+    are used."""
+    from gemmlab.runtime import tma
+
+    eb = tma.element_bytes(dtype)
+    rows, cols, ld, box_cols = 200, 136, 144, tma.SWIZZLE_BYTES // eb
+    memory = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+    batched = (batch, rows * ld * eb) if batch else ()
+
+    def encode(address, encoder=None):
+        return (encoder or tma._encode)(address, rows, cols, ld, dtype, 64, box_cols, *batched)
+
+    return memory, memory.data_ptr(), encode
+
+
 @hopper
 @pytest.mark.parametrize("dtype, batch", [("bfloat16", None), ("tf32", None), ("float16", 5)])
 def test_a_map_pointed_elsewhere_equals_one_encoded_there(dtype, batch):
@@ -1268,15 +1286,10 @@ def test_a_map_pointed_elsewhere_equals_one_encoded_there(dtype, batch):
 
     from gemmlab.runtime import tma
 
-    eb = tma.element_bytes(dtype)
-    box_cols = tma.SWIZZLE_BYTES // eb
-    rows, cols, ld = 200, 136, 144
-    memory = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")  # never read: maps only point
-    base = memory.data_ptr()
-    batched = (batch, rows * ld * eb) if batch else ()
-    first = tma._encode(base, rows, cols, ld, dtype, 64, box_cols, *batched)
+    memory, base, encode = _map_encoder(dtype, batch)
+    first = encode(base)
     for shift in (16, 4096, 1 << 20):
-        there = tma._encode(base + shift, rows, cols, ld, dtype, 64, box_cols, *batched)
+        there = encode(base + shift)
         moved = tma.moved_map(first, base + shift)
         assert ctypes.string_at(moved.getPtr(), 128) == ctypes.string_at(there.getPtr(), 128), shift
 
@@ -1293,19 +1306,13 @@ def test_the_drivers_entry_point_encodes_what_the_binding_encodes(monkeypatch, d
 
     from gemmlab.runtime import tma
 
-    c = tma._c_entries()
-    assert c, "libcuda.so.1 not found on a machine with a GPU"
-    eb = tma.element_bytes(dtype)
-    box_cols = tma.SWIZZLE_BYTES // eb
-    rows, cols, ld = 200, 136, 144
-    memory = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")  # never read: maps only point
-    base = memory.data_ptr()
-    batched = (batch, rows * ld * eb) if batch else ()
-    ours = tma._encode_driver(base, rows, cols, ld, dtype, 64, box_cols, *batched)
+    assert tma._c_entries(), "libcuda.so.1 not found on a machine with a GPU"
+    memory, base, encode = _map_encoder(dtype, batch)
+    ours = encode(base, tma._encode_driver)
     fast = ctypes.string_at(ours.getPtr(), 128)
     moved = tma.moved_map(ours, base + 4096)
     monkeypatch.setattr(tma, "_c", False)  # the binding's calls from here on
-    binding = tma._encode_driver(base, rows, cols, ld, dtype, 64, box_cols, *batched)
+    binding = encode(base, tma._encode_driver)
     assert fast == ctypes.string_at(binding.getPtr(), 128)
-    there = tma._encode_driver(base + 4096, rows, cols, ld, dtype, 64, box_cols, *batched)
+    there = encode(base + 4096, tma._encode_driver)
     assert ctypes.string_at(moved.getPtr(), 128) == ctypes.string_at(there.getPtr(), 128)
