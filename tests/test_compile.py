@@ -103,26 +103,55 @@ needs_nvdisasm = pytest.mark.skipif(
 )
 
 
+# The matrix compiles each rung's instantiations for a target in modules of at most this many,
+# so that CI's two processes share the largest rungs (wgmma's 862 for sm_90a took 48 minutes
+# as one module, the other process idle for a third of it: benchmarks/NOTES.md).
+MATRIX_CHUNK = 150
+
+
+def matrix_chunks(spec, arch: str, size: int = MATRIX_CHUNK) -> list[list[str]]:
+    """The name expressions of ``spec``'s instantiations for ``arch``, in modules of ``size``."""
+    names = list(instantiations(spec, arch))
+    return [names[i : i + size] for i in range(0, len(names), size)]
+
+
+class ChunkedModule:
+    """The modules of one rung and target (matrix_chunks) read as one: every instantiation's
+    symbol, the ptxas logs end to end, each instantiation's resources, and the cubins."""
+
+    def __init__(self, parts):
+        self.cubins = [m.cubin for m in parts]
+        self.log = "\n".join(m.log for m in parts)
+        self.symbols = {name: mangled for m in parts for name, mangled in m.symbols.items()}
+        self._part = {name: m for m in parts for name in m.symbols}
+
+    def resources(self, name):
+        return self._part[name].resources(name)
+
+
 @pytest.fixture(scope="module")
 def ladder_module():
-    """compile(arch, spec) -> the module with every instantiation of spec, built once per module.
-    All of them are compiled first in parallel processes into the (test) kernel cache
-    (each kernel for the targets it exists for: wgmma for sm_90a only)."""
+    """compile(arch, spec) -> the module with every instantiation of spec (a ChunkedModule),
+    built once per module.  All of them are compiled first in parallel processes into the
+    (test) kernel cache (each kernel for the targets it exists for: wgmma for sm_90a only)."""
     from gemmlab.runtime.compile import compile_in_processes
 
     compile_in_processes(
         [
-            (spec.source_path, list(instantiations(spec, arch)), arch)
+            (spec.source_path, chunk, arch)
             for arch in ARCHES
             for spec in SPECS
             if spec.builds_for(arch)
+            for chunk in matrix_chunks(spec, arch)
         ]
     )
     memo = {}
 
     def get(arch, spec):
         if (arch, spec.name) not in memo:
-            memo[arch, spec.name] = compile_module(spec.source_path, list(instantiations(spec, arch)), arch)
+            memo[arch, spec.name] = ChunkedModule(
+                [compile_module(spec.source_path, chunk, arch) for chunk in matrix_chunks(spec, arch)]
+            )
         return memo[arch, spec.name]
 
     return get
@@ -135,7 +164,9 @@ def ladder_sass(ladder_module):
 
     def get(arch, spec):
         if (arch, spec.name) not in memo:
-            memo[arch, spec.name] = disassemble(ladder_module(arch, spec).cubin)
+            memo[arch, spec.name] = {
+                k: v for cubin in ladder_module(arch, spec).cubins for k, v in disassemble(cubin).items()
+            }
         return memo[arch, spec.name]
 
     return get
@@ -187,7 +218,7 @@ def test_every_instantiation_compiles_without_spills(arch, spec, ladder_module):
     assert set(module.symbols) == set(insts)
     if arch in EVERY_CONFIG_ARCHES:
         assert set(spec.all_name_expressions(layouts=[("N", "N")])) <= set(insts)
-    assert module.cubin[:4] == b"\x7fELF"
+    assert all(cubin[:4] == b"\x7fELF" for cubin in module.cubins)
     res = parse_ptxas_log(module.log)
     assert len(res) == len(insts), "ptxas reported a different number of kernels"
     for name, (p, prob) in insts.items():
@@ -750,7 +781,7 @@ def test_read_only_cache_folder_degrades_to_compiling(tmp_path, monkeypatch):
         with pytest.warns(RuntimeWarning, match=r"kernel cache folder .*read-only-cache is not usable"):
             module = compile_naive()
         assert not module.from_cache and module.cache_key is None
-        assert module.cubin[:4] == b"\x7fELF"
+        assert all(cubin[:4] == b"\x7fELF" for cubin in module.cubins)
         assert list(folder.iterdir()) == []
         assert not compile_naive().from_cache
     finally:
@@ -851,7 +882,7 @@ def test_source_using_mma_and_pipeline_headers_compiles(tmp_path):
     src = tmp_path / "tiny.cu"
     src.write_text(TINY)
     module = compile_module(src, ["tiny<32>"], "sm_90a", use_cache=False)
-    assert module.cubin[:4] == b"\x7fELF"
+    assert all(cubin[:4] == b"\x7fELF" for cubin in module.cubins)
     mangled = module.symbols["tiny<32>"]
     res = parse_ptxas_log(module.log)
     assert mangled in res and res[mangled].smem_bytes == 4 * 32
