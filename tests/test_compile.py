@@ -104,8 +104,8 @@ needs_nvdisasm = pytest.mark.skipif(
 
 
 # The matrix compiles each rung's instantiations for a target in modules of at most this many,
-# so that CI's two processes share the largest rungs (wgmma's 862 for sm_90a took 48 minutes
-# as one module, the other process idle for a third of it: benchmarks/NOTES.md).
+# so that CI's two processes share the largest rungs: one module is one process's work, and
+# wgmma's as one module kept the other process idle (benchmarks/NOTES.md).
 MATRIX_CHUNK = 150
 
 

@@ -506,8 +506,8 @@ def test_wgmma_name_expressions():
 
 
 @pytest.mark.parametrize("dtype, batch", [("bfloat16", None), ("tf32", None), ("float8_e4m3fn", 3)])
-def test_a_map_is_encoded_through_the_drivers_entry_point_with_the_bindings_arguments(dtype, batch):
-    """runtime.tma._encode_c hands cuTensorMapEncodeTiled (a C function of the same
+def test_a_map_is_encoded_through_the_drivers_entry_point_with_the_bindings_arguments(monkeypatch, dtype, batch):
+    """runtime.tma's encoder hands cuTensorMapEncodeTiled (a C function of the same
     signature stands in for the driver's, through ctypes as the driver's is called) what the
     binding's call hands it: the data type, rank, address, sizes, strides and box, and the
     swizzle, interleave, L2 and fill modes.  The GPU test compares the maps' bytes."""
@@ -538,20 +538,11 @@ def test_a_map_is_encoded_through_the_drivers_entry_point_with_the_bindings_argu
         return 0
 
     T = d.CUtensorMapDataType
-    c = types.SimpleNamespace(
-        encode=encode,
-        dtypes={
-            1: int(T.CU_TENSOR_MAP_DATA_TYPE_UINT8),
-            2: int(T.CU_TENSOR_MAP_DATA_TYPE_UINT16),
-            "tf32": int(T.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32),
-            4: int(T.CU_TENSOR_MAP_DATA_TYPE_FLOAT32),
-        },
-        modes=(0, 3, 3, 0),
-    )
+    monkeypatch.setattr(tma, "_c", types.SimpleNamespace(encode=encode))  # the driver's entry point
     eb = tma.element_bytes(dtype)
     rows, cols, ld, box_rows, box_cols = 200, 136, 144, 64, tma.SWIZZLE_BYTES // eb
     bstride = rows * ld * eb if batch else 0
-    tmap = tma._encode_c(c, 0x7F0000001000, rows, cols, ld, dtype, box_rows, box_cols, batch, bstride)
+    tmap = tma._encode_driver(0x7F0000001000, rows, cols, ld, dtype, box_rows, box_cols, batch, bstride)
     assert ctypes.string_at(tmap.getPtr(), 128) == b"\xab" * 128 and seen["tmap"] == tmap.getPtr()
     want_type = {1: T.CU_TENSOR_MAP_DATA_TYPE_UINT8, 2: T.CU_TENSOR_MAP_DATA_TYPE_UINT16}.get(
         eb, T.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 if dtype == "tf32" else T.CU_TENSOR_MAP_DATA_TYPE_FLOAT32
@@ -566,13 +557,14 @@ def test_a_map_is_encoded_through_the_drivers_entry_point_with_the_bindings_argu
         "strides": [ld * eb] + ([bstride] if batch else []),
         "box": [box_cols, box_rows] + ([1] if batch else []),
         "steps": [1] * (3 if batch else 2),
-        "modes": (0, 3, 3, 0),
+        "modes": (0, 3, 3, 0),  # no interleave, the 128-byte swizzle, 256-byte L2 promotion, no NaN fill
     }
 
 
 def test_the_drivers_entry_points_are_looked_up_once_with_the_bindings_enum_values(monkeypatch):
-    """_c_entries reads the enum values from the binding and sets the C signatures; where
-    the driver library is not found, the binding's calls are used (False)."""
+    """_c_entries sets the C signatures of the driver's entry points, and the maps' enum
+    values are the binding's (_encoding); where the driver library is not found, the
+    binding's calls are used (False)."""
     import types
 
     from gemmlab.runtime import launch, tma
@@ -586,13 +578,14 @@ def test_the_drivers_entry_points_are_looked_up_once_with_the_bindings_enum_valu
     c = tma._c_entries()
     assert tma._c is c and c.encode is lib.cuTensorMapEncodeTiled and c.replace is lib.cuTensorMapReplaceAddress
     assert len(c.encode.argtypes) == 12 and len(c.replace.argtypes) == 2
-    assert c.modes == (
+    enc = tma._encoding()
+    assert enc.mode_codes == (
         int(d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE),
         int(d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B),
         int(d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
         int(d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
     )
-    assert c.dtypes[2] == int(d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16)
+    assert enc.type_codes[2] == int(d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16)
 
     def missing(name):
         raise OSError(f"{name}: cannot open shared object file")

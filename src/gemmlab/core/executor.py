@@ -868,7 +868,7 @@ def _moved(moves: Moves, addresses, scalars=()):
     for j, i, which in moves.copied:
         x = tuples[j][i]
         tuples[j][i] = addresses[which] if type(x) is int else moved_map(x, addresses[which])
-    moved = tuple((k, s, PackedArgs(t)) for (k, s, _), t in zip(launches, tuples)) if launches else ()
+    moved = tuple((k, s, PackedArgs(t)) for (k, s, _), t in zip(launches, tuples))
     if not moves.packed:
         for i, value in scalars:
             tuples[-1][i] = value

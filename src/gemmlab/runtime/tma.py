@@ -105,64 +105,78 @@ def padded_ld(cols: int, elem_bytes: int) -> int:
 
 
 def _encode_driver(ptr, rows, cols, ld, dtype, box_rows, box_cols, batch=None, bstride=0):
-    c = _c if _c is not None else _c_entries()
-    if c:
-        return _encode_c(c, ptr, rows, cols, ld, dtype, box_rows, box_cols, batch, bstride)
-    d = driver()
     eb = _ELEM[dtype]
-    dt = (
-        d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8
-        if eb == 1
-        else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16
-        if eb == 2
-        else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
-        if dtype == "tf32"
-        else d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-    )
-    dims, strides, box = [cols, rows], [ld * eb], [box_cols, box_rows]
+    dims, strides, box = (cols, rows), (ld * eb,), (box_cols, box_rows)
     if batch is not None:  # the batch: the outermost dimension
-        dims, strides, box = dims + [batch], strides + [bstride], box + [1]
+        dims, strides, box = dims + (batch,), strides + (bstride,), box + (1,)
+    enc = _encoding()
+    kind = "tf32" if dtype == "tf32" else eb
+    c = _entries()
+    if c:  # the driver's entry point itself
+        u64, u32, rank = ctypes.c_uint64, ctypes.c_uint32, len(dims)
+        tmap = driver().CUtensorMap()
+        err = c.encode(
+            tmap.getPtr(),
+            enc.type_codes[kind],
+            rank,
+            ptr,
+            (u64 * rank)(*dims),
+            (u64 * (rank - 1))(*strides),
+            (u32 * rank)(*box),
+            (u32 * rank)(*(1,) * rank),
+            *enc.mode_codes,
+        )
+        if err:
+            raise RuntimeError(f"cuTensorMapEncodeTiled failed: CUresult {err}")
+        return tmap
+    d = driver()
     err, tmap = d.cuTensorMapEncodeTiled(
-        dt,
+        enc.types[kind],
         len(dims),
         ptr,
         [d.cuuint64_t(x) for x in dims],
         [d.cuuint64_t(x) for x in strides],
         [d.cuuint32_t(x) for x in box],
         [d.cuuint32_t(1)] * len(dims),
-        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-        d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        *enc.modes,
     )
     if err != d.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err.name}")
     return tmap
 
 
-def _encode_c(c, ptr, rows, cols, ld, dtype, box_rows, box_cols, batch, bstride):
-    """_encode_driver's map, encoded through the driver's entry point itself (_c_entries)."""
-    eb = _ELEM[dtype]
-    dims, strides, box = (cols, rows), (ld * eb,), (box_cols, box_rows)
-    if batch is not None:
-        dims, strides, box = dims + (batch,), strides + (bstride,), box + (1,)
-    rank = len(dims)
-    tmap = driver().CUtensorMap()
-    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-    err = c.encode(
-        tmap.getPtr(),
-        c.dtypes["tf32" if dtype == "tf32" else eb],
-        rank,
-        ptr,
-        (u64 * rank)(*dims),
-        (u64 * (rank - 1))(*strides),
-        (u32 * rank)(*box),
-        (u32 * rank)(*(1,) * rank),
-        *c.modes,
-    )
-    if err:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed: CUresult {err}")
-    return tmap
+class _Encoding:
+    """The binding's enum values every map is encoded with, read once: the data type by
+    element bytes ("tf32" for TF32), and the interleave, swizzle, L2 and fill modes;
+    ``*_codes``: the same as the ints the driver's entry point takes."""
+
+    def __init__(self):
+        d = driver()
+        T = d.CUtensorMapDataType
+        self.types = {
+            1: T.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            2: T.CU_TENSOR_MAP_DATA_TYPE_UINT16,
+            "tf32": T.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32,
+            4: T.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        }
+        self.modes = (
+            d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+        self.type_codes = {k: int(v) for k, v in self.types.items()}
+        self.mode_codes = tuple(map(int, self.modes))
+
+
+_encoding_read = None
+
+
+def _encoding() -> _Encoding:
+    global _encoding_read
+    if _encoding_read is None:
+        _encoding_read = _Encoding()
+    return _encoding_read
 
 
 _encode = _encode_driver  # the one encoder (tests stand fakes in)
@@ -174,7 +188,7 @@ def replace_address(map_address: int, address: int) -> None:
     prepared for one set of arrays is made for another of the same shapes
     (launch.MapParams.rebound), without encoding the maps again.  ``address`` must be
     16-byte aligned, as the map's first one was."""
-    c = _c if _c is not None else _c_entries()
+    c = _entries()
     if c:
         err = c.replace(map_address, address)
         if err:
@@ -191,11 +205,10 @@ _c = None  # the driver's entry points through ctypes, looked up once (False: no
 
 def _c_entries():
     """cuTensorMapEncodeTiled and cuTensorMapReplaceAddress called straight from the driver
-    library the process has loaded (ctypes), with the enum values the maps use (read from
-    the binding): a call on new addresses or of a new size makes up to three maps, and the
-    binding's calls wrap each argument and the result in objects that cost more than the
-    driver's work.  False where the library is not found by its Linux name: the binding's
-    calls are used."""
+    library the process has loaded (ctypes): a call on new addresses or of a new size makes
+    up to three maps, and the binding's calls wrap each argument and the result in objects
+    that cost more than the driver's work.  False where the library is not found by its
+    Linux name: the binding's calls are used."""
     global _c
     try:
         lib = ctypes.CDLL("libcuda.so.1")
@@ -203,29 +216,17 @@ def _c_entries():
     except (OSError, AttributeError):
         _c = False
         return _c
-    p, u32 = ctypes.c_void_p, ctypes.c_uint32
-    encode.argtypes = (p, ctypes.c_int, u32, p, p, p, p, p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int)
+    p, u32, i32 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int
+    encode.argtypes = (p, i32, u32, p, p, p, p, p, i32, i32, i32, i32)
     replace.argtypes = (p, ctypes.c_uint64)
-    encode.restype = replace.restype = ctypes.c_int
-    d = driver()
-    T = d.CUtensorMapDataType
-    _c = types.SimpleNamespace(
-        encode=encode,
-        replace=replace,
-        dtypes={
-            1: int(T.CU_TENSOR_MAP_DATA_TYPE_UINT8),
-            2: int(T.CU_TENSOR_MAP_DATA_TYPE_UINT16),
-            "tf32": int(T.CU_TENSOR_MAP_DATA_TYPE_TFLOAT32),
-            4: int(T.CU_TENSOR_MAP_DATA_TYPE_FLOAT32),
-        },
-        modes=(
-            int(d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE),
-            int(d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B),
-            int(d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
-            int(d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-        ),
-    )
+    encode.restype = replace.restype = i32
+    _c = types.SimpleNamespace(encode=encode, replace=replace)
     return _c
+
+
+def _entries():
+    """_c_entries', looked up at the first call."""
+    return _c if _c is not None else _c_entries()
 
 
 def moved_map(tmap, address: int):

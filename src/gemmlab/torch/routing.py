@@ -192,8 +192,7 @@ def _route(key, device_type, a, b, *others):
     """(kernel, precision) where the operands have one dtype routed for dispatch
     key ``key`` (devices of ``device_type``), one device, elements to multiply, and
     autocast is off; else None."""
-    slot = getattr(_local, "slot", None)  # current(), inline: every routed product asks
-    state = slot.state if slot is not None else current()
+    state = current()
     if state is None:
         return None
     dtype = a.dtype
