@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 
 from gemmlab.runtime.device import gpu_available
@@ -19,6 +21,9 @@ def _fresh_call_plans():
 
     planner.CALL_PLANS.clear()
     planner.CHOICE_PLANS.clear()
+    native = sys.modules.get("gemmlab.torch.native")
+    if native is not None:  # nor do the C++ routed kernels repeat an earlier test's launches
+        native.forget()
 
 
 @pytest.fixture(autouse=True, scope="session")

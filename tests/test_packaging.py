@@ -101,7 +101,7 @@ def test_wheel_carries_license_metadata_and_every_kernel_source(wheel):
     needed = {
         str(p.relative_to(src))
         for p in (src / "gemmlab").rglob("*")
-        if p.suffix in (".cu", ".cuh", ".json") and "__pycache__" not in p.parts
+        if p.suffix in (".cu", ".cuh", ".cpp", ".json") and "__pycache__" not in p.parts
     }
     assert needed and needed <= names, sorted(needed - names)[:5]
     assert "gemmlab/__main__.py" in names

@@ -33,6 +33,7 @@ from ..kernels import registry
 from .planner import Plan, plan
 from ..runtime import device as rt_device
 from ..runtime.device import make_current
+from ..runtime.launch import recording, spoil_recording
 
 _tls = threading.local()
 
@@ -324,12 +325,20 @@ def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha,
     ):
         return None
     fused = bias is not None and prepared.fuses_bias and alpha != 0
+    rec = recording()
+    if rec is not None:  # the C++ routed kernels may repeat this call's launches (gemmlab.torch.native)
+        rec.prepared += 1
     _tls.last_plan = prepared.run(pa, pb, pc, alpha, beta, prepared.stream(dev), pbias if fused else 0)
-    return out if bias is None or fused else add_bias(out, bias)
+    if bias is None or fused:
+        return out
+    if rec is not None:
+        rec.spoiled = True
+    return add_bias(out, bias)
 
 
 def _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias=None):
     """Validate, plan and prepare (the first call of a signature), then run."""
+    spoil_recording()  # copies, staging and checks no repeat of its launches would make
     if _is_fp8(a) or _is_fp8(b):  # FP8 without scales: the FP8 path says what is missing
         return _matmul_fp8(
             a, b, out, alpha, beta, bias, trans_a, trans_b, kernel, precision, out_dtype, None, None, tile_params

@@ -25,6 +25,9 @@ from ..runtime.compile import cache_dir
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "tuned"
 version = 0  # bumped by reload()
+# Called by reload(): what keeps launches planned with the old tables outside the prepared
+# calls' keys (the C++ routed kernels, gemmlab.torch.native).
+on_reload: list = []
 
 
 def shape_key(M: int, N: int, K: int) -> str:
@@ -179,3 +182,5 @@ def reload() -> None:
     global version
     load_table.cache_clear()
     version += 1
+    for forget in on_reload:
+        forget()

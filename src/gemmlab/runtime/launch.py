@@ -7,6 +7,8 @@ import operator
 import struct
 import threading
 
+import numpy as np
+
 _pack_into = struct.pack_into
 
 _streams: dict[int, object] = {}
@@ -170,6 +172,8 @@ SCRATCH_KEPT_BYTES = 512 * 2**20
 
 def zero_async(ptr: int, nbytes: int, stream_handle: int) -> None:
     """On the stream: ``nbytes`` of device memory at ``ptr`` set to zero."""
+    if _recordings[0]:
+        spoil_recording()
     d = driver()
     driver_call(d.cuMemsetD8Async(ptr, 0, nbytes, d.CUstream(stream_handle)), "cuMemsetD8Async")
 
@@ -214,6 +218,8 @@ def stream_workspace(
     zeroes again), so that a kept one needs no zeroing per call.
     ``capturing``: whether the stream is being captured, where the caller has asked
     already in this call (each question is a driver call, about 2 µs); None: ask."""
+    if _recordings[0]:
+        spoil_recording()
     if capturing is None:
         capturing = stream_is_capturing(stream_handle)
     if stream_handle == PER_THREAD_STREAM or capturing:
@@ -367,7 +373,7 @@ class _Layout:
     the maps' 128 bytes each, then the array of pointers (one per argument, to its value),
     then the scalars, aligned as a C struct would align them."""
 
-    __slots__ = ("n", "maps", "table", "fmt", "nbytes", "at", "codes", "scalars", "pointers")
+    __slots__ = ("n", "maps", "table", "fmt", "nbytes", "at", "codes", "scalars", "pointers", "sizes")
 
     def __init__(self, kinds: tuple):
         self.n = n = len(kinds)
@@ -390,6 +396,7 @@ class _Layout:
         self.fmt = f"@{n}Q" + fmt[1:]  # the pointer array, then the scalars
         self.nbytes = self.table + struct.calcsize(self.fmt)
         self.at, self.codes = tuple(at), tuple(codes)
+        self.sizes = tuple(MAP_BYTES if i in self.maps else struct.calcsize(codes[i]) for i in range(n))
         self.scalars = (
             operator.itemgetter(*scalars) if len(scalars) > 1 else lambda args: tuple(args[i] for i in scalars)
         )
@@ -494,6 +501,8 @@ def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -
         holder_class = _holder_class if _holder_class is not None else _param_holder()
         holder = holder_class(args) if holder_class else None
     if holder is None:
+        if _recordings[0]:
+            spoil_recording()
         config = shape._config if shape._config is not None else shape.config()
         (_cc_launch or cuda_core_launch())(stream_from_handle(stream_handle), config, kernel, *args)
         return
@@ -504,6 +513,8 @@ def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -
     (err,) = d.cuLaunchKernelEx(cfg, _function(kernel), holder.ptr, 0)
     if err != d.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
+    if _recordings[0]:
+        _record(kernel, shape, holder, args)
 
 
 def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args, cluster=(1, 1, 1)) -> None:
@@ -514,6 +525,8 @@ def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args, clus
     if any(is_tensor_map(a) for a in args):
         launch_shaped(kernel, LaunchShape(grid, block, smem_bytes, cluster), stream_handle, PackedArgs(args))
         return
+    if _recordings[0]:
+        spoil_recording()
     from cuda.core import launch as cc_launch
 
     cc_launch(stream_from_handle(stream_handle), _config(grid, block, smem_bytes, cluster), kernel, *args)
@@ -535,3 +548,98 @@ def clusters_that_fit(kernel, grid, block, smem_bytes: int, cluster, stream_hand
 def is_tensor_map(arg) -> bool:
     """Whether ``arg`` is a tensor map (runtime.tma: a cuda.bindings CUtensorMap)."""
     return type(arg).__name__ == "CUtensorMap" and hasattr(arg, "getPtr")
+
+
+# -- a call's launches, recorded (gemmlab.torch.native) ---------------------------------------
+
+
+class Recording:
+    """The launches one call enqueues, recorded for the C++ routed kernels to repeat
+    (gemmlab.torch.native): each launch_shaped launch as (kernel, shape, its kernelParams
+    array's holder, each argument's bytes), ``spoiled`` where anything else reached the
+    GPU -- a workspace, a memset, a launch by another path, the full path of
+    gemmlab.matmul with its copies, a bias added after the product -- which a repeat of the
+    launches would leave out, and ``prepared``: the calls of prepared calls it saw
+    (gemmlab.core.api).  A context manager; recordings nest, and an inner one spoils the
+    outer ones (its launches are not theirs to repeat alone)."""
+
+    __slots__ = ("launches", "spoiled", "prepared")
+
+    def __init__(self):
+        self.launches, self.spoiled, self.prepared = [], False, 0
+
+    def __enter__(self) -> Recording:
+        stack = _recording_stack()
+        for outer in stack:
+            outer.spoiled = True
+        stack.append(self)
+        with _recordings_lock:
+            _recordings[0] += 1
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        _recording_stack().remove(self)
+        with _recordings_lock:
+            _recordings[0] -= 1
+        return False
+
+    def one_launch(self):
+        """(kernel, shape, holder, sizes) of the one launch of one prepared call, with nothing
+        else on the GPU; None for any other call."""
+        if self.spoiled or self.prepared != 1 or len(self.launches) != 1:
+            return None
+        return self.launches[0]
+
+
+_recordings = [0]  # recordings open in all threads: launches look further only where any is
+_recordings_lock = threading.Lock()
+_recording_local = threading.local()
+
+
+def _recording_stack() -> list:
+    stack = getattr(_recording_local, "stack", None)
+    if stack is None:
+        stack = _recording_local.stack = []
+    return stack
+
+
+def recording() -> Recording | None:
+    """This thread's innermost open recording, or None."""
+    if not _recordings[0]:
+        return None
+    stack = getattr(_recording_local, "stack", None)
+    return stack[-1] if stack else None
+
+
+def spoil_recording() -> None:
+    """Mark this thread's open recordings: the call did something their launches leave out."""
+    if not _recordings[0]:
+        return
+    for rec in getattr(_recording_local, "stack", ()) or ():
+        rec.spoiled = True
+
+
+def _argument_sizes(holder, args) -> tuple | None:
+    """Each kernel argument's bytes, or None where a type is not one gemmlab passes."""
+    if type(holder) is MapParams:
+        return holder._layout.sizes
+    sizes = []
+    for x in args:
+        if type(x) is int:
+            sizes.append(8)  # a device pointer
+        elif isinstance(x, np.generic):
+            sizes.append(x.itemsize)
+        else:
+            return None
+    return tuple(sizes)
+
+
+def _record(kernel, shape, holder, args) -> None:
+    rec = recording()
+    if rec is None:
+        return
+    sizes = _argument_sizes(holder, args)
+    if sizes is None:
+        rec.spoiled = True
+        return
+    rec.launches.append((kernel, shape, holder, sizes))

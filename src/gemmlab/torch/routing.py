@@ -59,6 +59,8 @@ import torch
 from ..core.api import matmul
 from ..core.grouped import validate_grouped, validate_wgrad
 from ..runtime.device import gpu_info
+from ..runtime.launch import Recording
+from . import native
 from .ops import _grouped_impl, _weight_grad_impl
 
 __all__ = [
@@ -395,6 +397,8 @@ def _makers(key: str) -> dict:
 # -- registration --------------------------------------------------------------------------
 
 _libs: dict[str, torch.library.Library] = {}  # dispatch key -> the registered kernels
+_native_keys: dict[str, int] = {}  # dispatch key -> its number, where the C++ kernels took OPERATORS' first ones
+_slow_libs: dict[str, torch.library.Library] = {}  # dispatch key -> gemmlab_routed::slow's kernel
 _lock = threading.Lock()
 _active = [0]  # contexts entered and not left, all threads
 
@@ -403,16 +407,29 @@ def _register(dispatch_key: str) -> None:
     with _lock:
         if dispatch_key in _libs:
             return
+        taken = ()
+        code = native.register(dispatch_key)
+        if code is not None:
+            if dispatch_key not in _slow_libs:
+                slow = torch.library.Library("gemmlab_routed", "IMPL")
+                slow.impl("slow", _slow_kernel(dispatch_key), dispatch_key)
+                _slow_libs[dispatch_key] = slow
+            _native_keys[dispatch_key], taken = code, native.OPERATORS
         lib, makers = torch.library.Library("aten", "IMPL"), _makers(dispatch_key)
         with warnings.catch_warnings():  # "overriding a previously registered kernel": that is the point
             warnings.simplefilter("ignore")
             for name in OPERATORS:
+                if name in taken:
+                    continue
                 try:
                     orig = torch.library.get_kernel(f"aten::{name}", dispatch_key)
                 except RuntimeError:  # none for this key (a PyTorch built without CUDA): nothing to replace
                     continue
                 lib.impl(name, makers[name](orig), dispatch_key, with_keyset=True)
         _libs[dispatch_key] = lib
+        slot = getattr(_local, "slot", None)
+        if slot is not None:
+            _tell_native(slot)
 
 
 def unregister() -> None:
@@ -421,9 +438,72 @@ def unregister() -> None:
     with _lock:
         if _active[0]:
             raise RuntimeError(f"gemmlab.torch.unregister: {_active[0]} routing context(s) still on")
+        native.unregister()
+        _native_keys.clear()
         for lib in _libs.values():
             lib._destroy()
         _libs.clear()
+
+
+# -- the C++ kernels' side (gemmlab.torch.native) ------------------------------------------
+
+_route_ids: dict[tuple, int] = {}  # (kernel, precision) -> its number for the C++ kernels (>= 1)
+
+
+def _route_id(route) -> int:
+    rid = _route_ids.get(route)
+    if rid is None:
+        with _lock:
+            rid = _route_ids.setdefault(route, len(_route_ids) + 1)
+    return rid
+
+
+def _tell_native(slot: _Slot) -> None:
+    """Tell the C++ kernels what ``slot``'s state routes for the keys they serve."""
+    if not _native_keys:
+        return
+    state = slot.state
+    triples = []
+    if state is not None:
+        for (key, dtype), route in state.routes.items():
+            code = _native_keys.get(key)
+            if code is not None:
+                triples.append((code, dtype, _route_id(route)))
+    native.set_routes(slot, triples)
+
+
+def _slow_kernel(key: str):
+    """gemmlab_routed::slow's kernel for dispatch key ``key``: a call the C++ kernels have
+    no launch for, with its result ``out`` (allocated there for a functional form); 1 where
+    gemmlab ran it, 0 where it is not routed (the C++ kernel runs PyTorch's).  The call's
+    launches are recorded, and where they were one launch of a prepared call the C++
+    kernels keep it for this signature and these addresses (native.learn)."""
+    device_type = key.lower()
+
+    def slow(op: int, a, b, out, bias, alpha: float, beta: float) -> int:
+        route = _route(key, device_type, a, b, out) if bias is None else _route(key, device_type, a, b, bias, out)
+        if route is None:
+            return 0
+        with Recording() as rec:
+            if bias is None:
+                _product(a, b, route, out=out)
+            elif _same_view(out, bias):  # beta * out, read by the kernel
+                _product(a, b, route, out=out, alpha=alpha, beta=beta)
+            elif beta == 1:  # nn.Linear's: the bias goes into the product's epilogue where the rung can
+                _product(a, b, route, out=out, alpha=alpha, bias=bias)
+            else:
+                _product(a, b, route, out=out, alpha=alpha)
+                if beta != 0:
+                    rec.spoiled = True  # PyTorch's add, which a repeat would leave out
+                    out.add_(bias, alpha=beta)
+        one = rec.one_launch()
+        fn = PRODUCT["fn"]  # a stand-in or a wrapper (tests) sees every call, unless it says otherwise
+        if one is not None and (fn is matmul or getattr(fn, "learnable", False)):
+            kernel, shape, holder, sizes = one
+            native.learn(int(kernel.handle), shape, holder.ptr, sizes)
+        return 1
+
+    return slow
 
 
 # -- the contexts ------------------------------------------------------------------------
@@ -459,12 +539,17 @@ class Routing:
         mine = RouteState(self.dispatch_key, self.dtypes, self.precision, self.kernel, slot.state)
         self._saved.__dict__.setdefault("stack", []).append((slot.state, mine))
         slot.state = mine
+        if _native_keys:
+            _tell_native(slot)
         with _lock:
             _active[0] += 1
         return self
 
     def __exit__(self, *exc):
-        _slot().state = self._saved.stack.pop()[0]
+        slot = _slot()
+        slot.state = self._saved.stack.pop()[0]
+        if _native_keys:
+            _tell_native(slot)
         with _lock:
             _active[0] -= 1
         return False

@@ -1,0 +1,564 @@
+// Routed products without Python on the way: PyTorch's kernels of aten::mm, addmm and bmm
+// (and their out= forms), replaced for a dispatch key while this library is registered for it.
+//
+// A call is routed when a gemmlab routing context is on in its thread for its dtype
+// (gemmlab.torch.routing keeps the context's state in PyTorch's thread-local Python
+// objects, which autograd copies into its threads; Python tells this library the routes of
+// each such object: gemmlab_set_routes).  A routed call whose exact signature -- operation,
+// route, dtype, device, shapes, strides, addresses of every operand and of the result,
+// alpha and beta -- was seen before, and then ran as one launch of a prepared call, is
+// launched from here with the bytes of that launch.  The same addresses make the same
+// launch, so nothing in the bytes needs changing.  Every other routed call goes to
+// Python (the operator gemmlab_routed::slow, defined there), which runs it and, where it
+// was one such launch, hands this library the launch (gemmlab_learn).  A call that is
+// not routed goes to the kernel PyTorch had registered.
+//
+// Built at run time by gemmlab.torch.native, which says why it matters
+// (benchmarks/NOTES.md has the figures).
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/ThreadLocalPythonObjects.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#ifdef GEMMLAB_WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace {
+
+// -- the driver's launch, declared as cuda.h declares it (no CUDA headers needed) ----------
+
+struct LaunchAttribute {  // CUlaunchAttribute
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    struct {
+      unsigned x, y, z;
+    } cluster;
+    int serialization;
+  } value;
+};
+static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute's layout");
+
+struct LaunchConfig {  // CUlaunchConfig
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, smem;
+  void* stream;
+  LaunchAttribute* attrs;
+  unsigned num_attrs;
+};
+
+constexpr int ATTRIBUTE_CLUSTER = 4;        // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+constexpr int ATTRIBUTE_SERIALIZATION = 6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+using LaunchFn = int (*)(const LaunchConfig*, void*, void**, void**);
+using ErrorNameFn = int (*)(int, const char**);
+
+struct Driver {
+  LaunchFn launch = nullptr;
+  ErrorNameFn error_name = nullptr;
+};
+
+const Driver& driver() {
+  static Driver d = [] {
+    Driver out;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) {
+      out.launch = reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernelEx"));
+      out.error_name = reinterpret_cast<ErrorNameFn>(dlsym(lib, "cuGetErrorName"));
+    }
+    return out;
+  }();
+  return d;
+}
+
+// -- launches taught by Python ----------------------------------------------------------------
+
+struct Record {
+  void* function = nullptr;  // null: a test's record, counted and not launched
+  unsigned grid[3], block[3], smem, cluster[3];
+  bool pdl = false;
+  std::unique_ptr<uint64_t[]> blob;  // every argument's bytes, 64-byte aligned where 128 long
+  std::vector<void*> params;         // kernelParams: a pointer to each argument in blob
+  LaunchAttribute attrs[2];
+  unsigned num_attrs = 0;
+};
+
+using Key = std::vector<int64_t>;
+
+struct KeyHash {
+  size_t operator()(const Key& k) const noexcept {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+    for (int64_t v : k) {
+      h ^= static_cast<uint64_t>(v);
+      h *= 1099511628211ull;
+    }
+    return h;
+  }
+};
+
+constexpr size_t RECORDS_KEPT = 16384;  // a program of more signatures starts again
+
+std::shared_mutex records_mutex;
+std::unordered_map<Key, std::shared_ptr<const Record>, KeyHash> records;
+
+// The key of the call this thread has handed to Python, which gemmlab_learn files under.
+thread_local Key* pending = nullptr;
+
+std::atomic<int64_t> counts[4];  // hits, calls handed to Python, launches learned, test records hit
+
+// -- routes ---------------------------------------------------------------------------------
+
+const std::string& slot_key() {
+  static const std::string key = "gemmlab.torch.routing";
+  return key;
+}
+
+struct Route {
+  int64_t key, dtype, id;
+};
+
+std::shared_mutex routes_mutex;
+std::unordered_map<const void*, std::vector<Route>> routes;  // slot object -> its routes
+
+// What a registration for one dispatch key keeps: PyTorch's kernels it replaced, the
+// device type and autocast key of its tensors, the torch::Library holding its kernels.
+struct Original {
+  c10::OperatorHandle handle;
+  c10::SafeKernelFunction kernel;
+};
+
+struct Registration {
+  c10::DispatchKey key;
+  c10::DeviceType device;
+  c10::DispatchKey autocast;
+  std::unordered_map<std::string, std::unique_ptr<Original>> originals;
+  std::unique_ptr<torch::Library> library;
+};
+
+constexpr size_t KEYS = static_cast<size_t>(c10::DispatchKey::EndOfRuntimeBackendKeys) + 1;
+std::atomic<Registration*> registrations[KEYS];  // by dispatch key; null: not registered
+
+const Registration& registration(c10::DispatchKeySet ks) {
+  Registration* r = registrations[static_cast<size_t>(ks.highestPriorityTypeId())].load();
+  TORCH_CHECK(r != nullptr, "gemmlab: a routed kernel ran for a key it was not registered for");
+  return *r;
+}
+
+// The route (>= 1) of a product of dtype ``dtype`` for dispatch key ``key`` in this thread;
+// 0: not routed.
+int64_t route_of(c10::DispatchKey key, c10::ScalarType dtype) {
+  if (!at::impl::ThreadLocalPythonObjects::contains(slot_key())) {
+    return 0;
+  }
+  const auto& obj = at::impl::ThreadLocalPythonObjects::get(slot_key());
+  const void* slot = obj->ptr(&obj->pyinterpreter());
+  std::shared_lock<std::shared_mutex> lock(routes_mutex);
+  auto it = routes.find(slot);
+  if (it == routes.end()) {
+    return 0;
+  }
+  for (const Route& r : it->second) {
+    if (r.key == static_cast<int64_t>(key) && r.dtype == static_cast<int64_t>(dtype)) {
+      return r.id;
+    }
+  }
+  return 0;
+}
+
+// The route of a product of these tensors (one dtype and device, elements to multiply,
+// autocast off, as gemmlab.torch.routing._route asks), or 0.
+int64_t routed(const Registration& reg, const at::Tensor& a, const at::Tensor& b, const at::Tensor* c,
+               const at::Tensor* d) {
+  if (a.device().type() != reg.device || b.device() != a.device() || b.scalar_type() != a.scalar_type()) {
+    return 0;
+  }
+  for (const at::Tensor* t : {c, d}) {
+    if (t != nullptr && (t->device() != a.device() || t->scalar_type() != a.scalar_type())) {
+      return 0;
+    }
+  }
+  if (a.numel() == 0 || b.numel() == 0 || a.is_neg() || b.is_neg()) {
+    return 0;
+  }
+  if (reg.autocast != c10::DispatchKey::Undefined && !c10::impl::tls_is_dispatch_key_excluded(reg.autocast)) {
+    return 0;
+  }
+  return route_of(reg.key, a.scalar_type());
+}
+
+// -- one product ------------------------------------------------------------------------------
+
+enum Op : int64_t { MM = 0, ADDMM = 1, BMM = 2 };
+
+void add_tensor(Key& key, const at::Tensor& t) {
+  key.push_back(t.dim());
+  for (int64_t s : t.sizes()) key.push_back(s);
+  for (int64_t s : t.strides()) key.push_back(s);
+  key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.const_data_ptr())));
+}
+
+int64_t bits(double x) {
+  int64_t out;
+  std::memcpy(&out, &x, sizeof out);
+  return out;
+}
+
+void* current_stream(const at::Device& device) {
+#ifdef GEMMLAB_WITH_CUDA
+  return c10::cuda::getCurrentCUDAStream(device.index()).stream();
+#else
+  TORCH_CHECK(false, "gemmlab: this build of the routed kernels has no CUDA streams");
+#endif
+}
+
+void launch(const Record& r, const at::Device& device) {
+  if (r.function == nullptr) {
+    counts[3]++;
+    return;
+  }
+  const Driver& d = driver();
+  TORCH_CHECK(d.launch != nullptr, "gemmlab: cuLaunchKernelEx was not found in libcuda.so.1");
+  LaunchConfig cfg{r.grid[0], r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2], r.smem,
+                   current_stream(device), const_cast<LaunchAttribute*>(r.attrs), r.num_attrs};
+  int err = d.launch(&cfg, r.function, const_cast<void**>(r.params.data()), nullptr);
+  if (err != 0) {
+    const char* name = "an unknown error";
+    if (d.error_name != nullptr) d.error_name(err, &name);
+    TORCH_CHECK(false, "gemmlab: cuLaunchKernelEx failed: ", name);
+  }
+}
+
+using SlowFn = int64_t(int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                       const std::optional<at::Tensor>&, double, double);
+
+const c10::TypedOperatorHandle<SlowFn>& slow_op() {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("gemmlab_routed::slow", "").typed<SlowFn>();
+  return op;
+}
+
+// out = alpha * a @ b (+ beta * bias) through gemmlab: from a learned launch, else through
+// Python.  False: Python did not route it (the caller runs PyTorch's kernel).
+bool product(const Registration& reg, Op op, int64_t route, const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
+             const at::Tensor* bias, double alpha, double beta) {
+  Key key;
+  key.reserve(40);
+  key.push_back(op);
+  key.push_back(route);
+  key.push_back(static_cast<int64_t>(a.scalar_type()));
+  key.push_back(a.get_device());
+  add_tensor(key, a);
+  add_tensor(key, b);
+  add_tensor(key, out);
+  if (bias != nullptr) {
+    add_tensor(key, *bias);
+  } else {
+    key.push_back(-1);
+  }
+  key.push_back(bits(alpha));
+  key.push_back(bits(beta));
+  std::shared_ptr<const Record> found;
+  {
+    std::shared_lock<std::shared_mutex> lock(records_mutex);
+    auto it = records.find(key);
+    if (it != records.end()) found = it->second;
+  }
+  if (found) {
+    c10::OptionalDeviceGuard guard(a.device());
+    launch(*found, a.device());
+    counts[0]++;
+    return true;
+  }
+  counts[1]++;
+  Key* outer = pending;
+  pending = &key;
+  int64_t done;
+  try {
+    done = slow_op().redispatch(c10::DispatchKeySet(reg.key), op, a, b, out, bias ? std::optional<at::Tensor>(*bias) : std::nullopt, alpha, beta);
+  } catch (...) {
+    pending = outer;
+    throw;
+  }
+  pending = outer;
+  return done != 0;
+}
+
+// -- the kernels ------------------------------------------------------------------------------
+
+void call_original(const Registration& reg, const char* name, c10::DispatchKeySet ks, torch::jit::Stack& stack) {
+  const Original& o = *reg.originals.at(name);
+  o.kernel.callBoxed(o.handle, ks, &stack);
+}
+
+bool fits_mm(const at::Tensor& a, const at::Tensor& b) {
+  return a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0);
+}
+
+bool fits_bmm(const at::Tensor& a, const at::Tensor& b) {
+  return a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(1);
+}
+
+std::vector<int64_t> result_shape(const at::Tensor& a, const at::Tensor& b) {
+  std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
+  shape.push_back(b.size(-1));
+  return shape;
+}
+
+bool broadcasts(const at::Tensor& bias, c10::IntArrayRef shape) {
+  if (bias.dim() > static_cast<int64_t>(shape.size())) return false;
+  for (int64_t i = 1; i <= bias.dim(); ++i) {
+    int64_t s = bias.size(-i), n = shape[shape.size() - i];
+    if (s != 1 && s != n) return false;
+  }
+  return true;
+}
+
+bool same_storage(const at::Tensor& x, const at::Tensor& y) {
+  return x.storage().is_alias_of(y.storage());
+}
+
+at::Tensor functional(const char* name, Op op, bool (*fits)(const at::Tensor&, const at::Tensor&),
+                      c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b) {
+  const Registration& reg = registration(ks);
+  int64_t route = routed(reg, a, b, nullptr, nullptr);
+  if (route != 0 && fits(a, b)) {
+    at::Tensor out = at::empty(result_shape(a, b), a.options());
+    if (product(reg, op, route, a, b, out, nullptr, 1.0, 0.0)) return out;
+  }
+  torch::jit::Stack stack{a, b};
+  call_original(reg, name, ks, stack);
+  return stack[0].toTensor();
+}
+
+at::Tensor& into(const char* name, Op op, bool (*fits)(const at::Tensor&, const at::Tensor&),
+                 c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  const Registration& reg = registration(ks);
+  int64_t route = routed(reg, a, b, &out, nullptr);
+  if (route != 0 && fits(a, b) && out.sizes() == c10::IntArrayRef(result_shape(a, b))) {
+    if (product(reg, op, route, a, b, out, nullptr, 1.0, 0.0)) return out;
+  }
+  torch::jit::Stack stack{a, b, out};
+  call_original(reg, name, ks, stack);
+  return out;
+}
+
+at::Tensor mm(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b) {
+  return functional("mm", MM, fits_mm, ks, a, b);
+}
+
+at::Tensor& mm_out(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  return into("mm.out", MM, fits_mm, ks, a, b, out);
+}
+
+at::Tensor bmm(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b) {
+  return functional("bmm", BMM, fits_bmm, ks, a, b);
+}
+
+at::Tensor& bmm_out(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  return into("bmm.out", BMM, fits_bmm, ks, a, b, out);
+}
+
+// addmm: beta * bias + alpha * a @ b, with the bias in the product's epilogue where the rung
+// can (beta == 1, nn.Linear's); Python adds it after the product for other betas.
+bool real_scalars(const c10::Scalar& beta, const c10::Scalar& alpha) {
+  return !beta.isComplex() && !alpha.isComplex() && !beta.isBoolean() && !alpha.isBoolean();
+}
+
+bool same_view(const at::Tensor& x, const at::Tensor& y) {
+  return x.const_data_ptr() == y.const_data_ptr() && x.sizes() == y.sizes() && x.strides() == y.strides();
+}
+
+at::Tensor addmm(c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
+                 const c10::Scalar& beta, const c10::Scalar& alpha) {
+  const Registration& reg = registration(ks);
+  int64_t route = routed(reg, a, b, &bias, nullptr);
+  if (route != 0 && fits_mm(a, b) && real_scalars(beta, alpha)) {
+    auto shape = result_shape(a, b);
+    if (broadcasts(bias, shape)) {
+      at::Tensor out = at::empty(shape, a.options());
+      if (product(reg, ADDMM, route, a, b, out, &bias, alpha.toDouble(), beta.toDouble())) return out;
+    }
+  }
+  torch::jit::Stack stack{bias, a, b, beta, alpha};
+  call_original(reg, "addmm", ks, stack);
+  return stack[0].toTensor();
+}
+
+// addmm.out; out may be the bias itself (beta * out, read by the kernel), not another view
+// of its memory.
+at::Tensor& addmm_out(c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
+                      const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
+  const Registration& reg = registration(ks);
+  int64_t route = routed(reg, a, b, &bias, &out);
+  if (route != 0 && fits_mm(a, b) && real_scalars(beta, alpha)) {
+    auto shape = result_shape(a, b);
+    if (out.sizes() == c10::IntArrayRef(shape) && broadcasts(bias, shape) &&
+        (same_view(out, bias) || !same_storage(out, bias))) {
+      if (product(reg, ADDMM, route, a, b, out, &bias, alpha.toDouble(), beta.toDouble())) return out;
+    }
+  }
+  torch::jit::Stack stack{bias, a, b, beta, alpha, out};
+  call_original(reg, "addmm.out", ks, stack);
+  return out;
+}
+
+const char* const NAMES[] = {"mm", "mm.out", "bmm", "bmm.out", "addmm", "addmm.out"};
+
+}  // namespace
+
+// -- what Python calls (ctypes) ---------------------------------------------------------------
+
+extern "C" {
+
+// Replace PyTorch's kernels of NAMES for dispatch key ``key`` (its name, as "CUDA"): the
+// key's number (> 0), else -1 and ``error`` filled.
+int gemmlab_register(const char* key, char* error, int error_len) {
+  try {
+    c10::DispatchKey k = c10::parseDispatchKey(key);
+    TORCH_CHECK(static_cast<size_t>(k) < KEYS, key, " is not a backend's dispatch key");
+    TORCH_CHECK(registrations[static_cast<size_t>(k)].load() == nullptr, "already registered for ", key);
+    auto reg = std::make_unique<Registration>();
+    reg->key = k;
+    reg->device = c10::dispatchKeyToDeviceType(k);
+    reg->autocast = reg->device == c10::DeviceType::CUDA  ? c10::DispatchKey::AutocastCUDA
+                    : reg->device == c10::DeviceType::CPU ? c10::DispatchKey::AutocastCPU
+                                                          : c10::DispatchKey::Undefined;
+    for (const char* full : NAMES) {
+      std::string name(full), overload;
+      auto dot = name.find('.');
+      if (dot != std::string::npos) {
+        overload = name.substr(dot + 1);
+        name = name.substr(0, dot);
+      }
+      auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(("aten::" + name).c_str(), overload.c_str());
+      TORCH_CHECK(handle.hasComputedKernelForDispatchKey(k), "aten::", full, " has no kernel for ", key);
+      reg->originals.emplace(full,
+                             std::make_unique<Original>(Original{handle, handle.getComputedKernelForDispatchKey(k)}));
+    }
+    // PyTorch warns that a kernel is overridden: that is the point.
+    struct Quiet : c10::WarningHandler {
+      void process(const c10::Warning&) override {}
+    } quiet;
+    c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+    // Published before the kernels are: a kernel may run as soon as it is registered.
+    Registration* raw = reg.release();
+    registrations[static_cast<size_t>(k)].store(raw);
+    raw->library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", k, __FILE__, __LINE__);
+    raw->library->impl("mm", TORCH_FN(mm));
+    raw->library->impl("mm.out", TORCH_FN(mm_out));
+    raw->library->impl("bmm", TORCH_FN(bmm));
+    raw->library->impl("bmm.out", TORCH_FN(bmm_out));
+    raw->library->impl("addmm", TORCH_FN(addmm));
+    raw->library->impl("addmm.out", TORCH_FN(addmm_out));
+    return static_cast<int>(k);
+  } catch (const std::exception& e) {
+    std::snprintf(error, error_len, "%s", e.what());
+    return -1;
+  }
+}
+
+// PyTorch's kernels back for every key.  The registrations are kept (not freed): a kernel
+// entered just before may still read them.
+void gemmlab_unregister() {
+  for (auto& slot : registrations) {
+    Registration* r = slot.load();
+    if (r != nullptr) {
+      r->library.reset();
+      slot.store(nullptr);
+    }
+  }
+}
+
+// The routes of the slot object ``slot``: ``n`` (dispatch key's number, dtype as
+// c10::ScalarType, route id) triples.
+void gemmlab_set_routes(const void* slot, int n, const int64_t* triples) {
+  std::vector<Route> mine;
+  for (int i = 0; i < n; ++i) mine.push_back(Route{triples[3 * i], triples[3 * i + 1], triples[3 * i + 2]});
+  std::unique_lock<std::shared_mutex> lock(routes_mutex);
+  if (mine.empty()) {
+    routes.erase(slot);
+  } else {
+    routes[slot] = std::move(mine);
+  }
+}
+
+// Keep the launch the call now in Python made, for its key: the function, its shape and
+// ``n`` arguments, the i-th ``sizes[i]`` bytes at ``params[i]``.  0: kept; 1: no call is
+// waiting (not one from this library).
+int gemmlab_learn(void* function, const unsigned* grid, const unsigned* block, unsigned smem,
+                  const unsigned* cluster, int pdl, int n, void* const* params, const int64_t* sizes) {
+  if (pending == nullptr) return 1;
+  auto r = std::make_shared<Record>();
+  r->function = function;
+  std::memcpy(r->grid, grid, sizeof r->grid);
+  std::memcpy(r->block, block, sizeof r->block);
+  std::memcpy(r->cluster, cluster, sizeof r->cluster);
+  r->smem = smem;
+  r->pdl = pdl != 0;
+  std::vector<size_t> at(n);
+  size_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    size_t align = sizes[i] >= 64 ? 64 : 8;  // tensor maps: 64-byte aligned
+    total = (total + align - 1) / align * align;
+    at[i] = total;
+    total += static_cast<size_t>(sizes[i]);
+  }
+  size_t words = (total + 7) / 8 + 8;
+  r->blob.reset(new uint64_t[words]());
+  auto base = reinterpret_cast<uintptr_t>(r->blob.get());
+  uintptr_t shift = (64 - base % 64) % 64;
+  auto* bytes = reinterpret_cast<char*>(base + shift);
+  for (int i = 0; i < n; ++i) {
+    std::memcpy(bytes + at[i], params[i], static_cast<size_t>(sizes[i]));
+    r->params.push_back(bytes + at[i]);
+  }
+  if (cluster[0] * cluster[1] * cluster[2] != 1) {
+    LaunchAttribute& a = r->attrs[r->num_attrs++];
+    std::memset(&a, 0, sizeof a);
+    a.id = ATTRIBUTE_CLUSTER;
+    a.value.cluster = {cluster[0], cluster[1], cluster[2]};
+  }
+  if (r->pdl) {
+    LaunchAttribute& a = r->attrs[r->num_attrs++];
+    std::memset(&a, 0, sizeof a);
+    a.id = ATTRIBUTE_SERIALIZATION;
+    a.value.serialization = 1;
+  }
+  std::unique_lock<std::shared_mutex> lock(records_mutex);
+  if (records.size() >= RECORDS_KEPT) records.clear();
+  records[*pending] = std::move(r);
+  counts[2]++;
+  return 0;
+}
+
+// Forget every launch learned (gemmlab's prepared calls were cleared: plans may change).
+void gemmlab_forget() {
+  std::unique_lock<std::shared_mutex> lock(records_mutex);
+  records.clear();
+}
+
+// out[0..4] = hits, calls handed to Python, launches learned, test records hit; records kept.
+void gemmlab_counts(int64_t* out) {
+  for (int i = 0; i < 4; ++i) out[i] = counts[i].load();
+  std::shared_lock<std::shared_mutex> lock(records_mutex);
+  out[4] = static_cast<int64_t>(records.size());
+}
+
+}  // extern "C"
