@@ -146,7 +146,7 @@ gpu = pytest.mark.gpu
 
 def _fill(*ts):
     for t in ts:
-        t.copy_(torch.rand(t.shape, device=t.device) * 2 - 1)
+        t.uniform_(-1, 1)  # in place: no allocation moves the results of a loop's next pass
 
 
 def _check(out, ref, dtype):
@@ -156,23 +156,31 @@ def _check(out, ref, dtype):
 
 
 # (name, call(a, b, bias, out) -> result, a's shape, b's shape as stored, whether b is a
-# transposed view, the bias's shape or None, whether out is given)
+# transposed view, the bias's shape or None, whether out is given, the dtypes whose calls are
+# one launch (learned and repeated from C++)).  Rows of b that are not 16-byte multiples are
+# staged first (two launches); the CUDA-core rungs add a bias after the product, and split a
+# float32 product of few tiles over K (a workspace).
+ALL, HALF = (torch.float32, torch.float16, torch.bfloat16), (torch.float16, torch.bfloat16)
 GPU_CASES = [
-    ("mm", lambda a, b, c, o: torch.mm(a, b), (257, 300), (300, 129), False, None, False),
-    ("x @ W.t()", lambda a, b, c, o: a @ b, (197, 768), (320, 768), True, None, False),
-    ("mm out=", lambda a, b, c, o: torch.mm(a, b, out=o), (257, 300), (300, 129), False, None, True),
-    ("linear", lambda a, b, c, o: torch.addmm(c, a, b), (197, 768), (1000, 768), True, (1000,), False),
-    ("addmm out=", lambda a, b, c, o: torch.addmm(c, a, b, out=o), (77, 512), (512, 96), False, (96,), True),
-    ("bmm", lambda a, b, c, o: torch.bmm(a, b), (12, 197, 64), (12, 64, 197), False, None, False),
-    ("bmm out=", lambda a, b, c, o: torch.bmm(a, b, out=o), (12, 197, 197), (12, 197, 64), False, None, True),
+    ("mm", lambda a, b, c, o: torch.mm(a, b), (256, 512), (512, 384), False, None, False, HALF),
+    ("mm, odd rows of b", lambda a, b, c, o: torch.mm(a, b), (257, 300), (300, 129), False, None, False, ()),
+    ("x @ W.t()", lambda a, b, c, o: a @ b, (197, 768), (320, 768), True, None, False, HALF),
+    ("mm out=", lambda a, b, c, o: torch.mm(a, b, out=o), (256, 512), (512, 384), False, None, True, HALF),
+    ("mm out=, odd", lambda a, b, c, o: torch.mm(a, b, out=o), (257, 300), (300, 129), False, None, True, ()),
+    ("linear", lambda a, b, c, o: torch.addmm(c, a, b), (197, 768), (1000, 768), True, (1000,), False, HALF),
+    ("addmm out=", lambda a, b, c, o: torch.addmm(c, a, b, out=o), (77, 512), (512, 96), False, (96,), True, HALF),
+    ("bmm", lambda a, b, c, o: torch.bmm(a, b), (12, 197, 64), (12, 64, 197), False, None, False, ()),
+    ("bmm out=", lambda a, b, c, o: torch.bmm(a, b, out=o), (12, 197, 192), (12, 192, 64), False, None, True, ALL),
 ]
 
 
 @gpu
 @needs_library
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
-@pytest.mark.parametrize("name, fn, sa, sb, tb, sbias, given", GPU_CASES, ids=[c[0] for c in GPU_CASES])
-def test_repeated_products_launched_from_cpp_compute_the_data_they_find(dtype, name, fn, sa, sb, tb, sbias, given):
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+@pytest.mark.parametrize("name, fn, sa, sb, tb, sbias, given, learns", GPU_CASES, ids=[c[0] for c in GPU_CASES])
+def test_repeated_products_launched_from_cpp_compute_the_data_they_find(
+    dtype, name, fn, sa, sb, tb, sbias, given, learns
+):
     a = torch.empty(sa, device="cuda", dtype=dtype)
     b_stored = torch.empty(sb, device="cuda", dtype=dtype)
     b = b_stored.t() if tb else b_stored
@@ -187,17 +195,18 @@ def test_repeated_products_launched_from_cpp_compute_the_data_they_find(dtype, n
             result = fn(a, b, bias, out)
             ref = a.double() @ b.double() + (bias.double() if bias is not None else 0)
             _check(result, ref, dtype)
-            del result
-    assert native.counts()["hits"] >= hits + 3, native.counts()
+            del result, ref
+    if dtype in learns:
+        assert native.counts()["hits"] >= hits + 3, native.counts()
 
 
 @gpu
 @needs_library
 def test_cpp_launches_go_to_the_current_stream_and_into_cuda_graphs():
     dtype = torch.bfloat16
-    a = torch.rand(300, 520, device="cuda", dtype=dtype)
-    b = torch.rand(520, 260, device="cuda", dtype=dtype)
-    out = torch.empty(300, 260, device="cuda", dtype=dtype)
+    a = torch.rand(320, 512, device="cuda", dtype=dtype)
+    b = torch.rand(512, 256, device="cuda", dtype=dtype)
+    out = torch.empty(320, 256, device="cuda", dtype=dtype)
     side = torch.cuda.Stream()
     with gt.use_gemmlab(dtype):
         torch.mm(a, b, out=out)

@@ -853,6 +853,16 @@ def _record(gpu, cfg, mode, setup, **kw) -> TrainRecord:
     )
 
 
+def _why(exc: BaseException) -> str:
+    """An exception in one line: its type and first line, and the line after where the first
+    only introduces it (torch.compile's "backend='inductor' raised:")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    why = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    if len(lines) > 1 and lines[0].endswith(":"):
+        why += " " + lines[1]
+    return why
+
+
 def _time_run(cfg: Config, r: Run, init, steps: int, seed: int, gpu: str, say) -> dict:
     """The run's setups, one storage dtype at a time: built, warmed up, then
     timed in ROUNDS rounds of steps, the order rotating; {setup: TrainRecord}."""
@@ -873,7 +883,7 @@ def _time_run(cfg: Config, r: Run, init, steps: int, seed: int, gpu: str, say) -
                     warm[s], _ = _sync_time(lambda: [live[s].step(x, targets) for _ in range(WARMUP_STEPS)])
                     say(f"  {cfg.name} {r.mode} {s}: {WARMUP_STEPS} warm-up steps in {warm[s]:.1f} s")
                 except Exception as exc:  # noqa: BLE001 - a setup that cannot run is reported, the rest go on
-                    out[s] = _record(gpu, cfg, r.mode, s, failed=f"{type(exc).__name__}: {exc}".splitlines()[0])
+                    out[s] = _record(gpu, cfg, r.mode, s, failed=_why(exc))
                     say(f"  {cfg.name} {r.mode} {s}: FAILED, {out[s].failed}")
                     del live[s]
                     _empty_cache()
@@ -886,7 +896,7 @@ def _time_run(cfg: Config, r: Run, init, steps: int, seed: int, gpu: str, say) -
                         times[s].append(1e3 * t)
                         losses[s] = loss
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory: this dtype's setups fail, the rest go on
-            why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            why = _why(exc)
             for s in group:
                 out.setdefault(s, _record(gpu, cfg, r.mode, s, failed=why))
             say(f"  {cfg.name} {r.mode} {storage}: FAILED, {why}")

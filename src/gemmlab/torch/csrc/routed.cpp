@@ -153,14 +153,10 @@ struct Registration {
   std::unique_ptr<torch::Library> library;
 };
 
-constexpr size_t KEYS = static_cast<size_t>(c10::DispatchKey::EndOfRuntimeBackendKeys) + 1;
-std::atomic<Registration*> registrations[KEYS];  // by dispatch key; null: not registered
-
-const Registration& registration(c10::DispatchKeySet ks) {
-  Registration* r = registrations[static_cast<size_t>(ks.highestPriorityTypeId())].load();
-  TORCH_CHECK(r != nullptr, "gemmlab: a routed kernel ran for a key it was not registered for");
-  return *r;
-}
+// Registrations by slot: each slot's kernels are their own instantiations (kernels<slot>), so
+// that a kernel knows its registration without reading the keys it is called with.
+constexpr int SLOTS = 4;
+std::atomic<Registration*> registrations[SLOTS];  // null: free
 
 // The route (>= 1) of a product of dtype ``dtype`` for dispatch key ``key`` in this thread;
 // 0: not routed.
@@ -334,9 +330,9 @@ bool same_storage(const at::Tensor& x, const at::Tensor& y) {
   return x.storage().is_alias_of(y.storage());
 }
 
-at::Tensor functional(const char* name, Op op, bool (*fits)(const at::Tensor&, const at::Tensor&),
-                      c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b) {
-  const Registration& reg = registration(ks);
+at::Tensor functional(const Registration& reg, const char* name, Op op,
+                      bool (*fits)(const at::Tensor&, const at::Tensor&), c10::DispatchKeySet ks, const at::Tensor& a,
+                      const at::Tensor& b) {
   int64_t route = routed(reg, a, b, nullptr, nullptr);
   if (route != 0 && fits(a, b)) {
     at::Tensor out = at::empty(result_shape(a, b), a.options());
@@ -347,9 +343,9 @@ at::Tensor functional(const char* name, Op op, bool (*fits)(const at::Tensor&, c
   return stack[0].toTensor();
 }
 
-at::Tensor& into(const char* name, Op op, bool (*fits)(const at::Tensor&, const at::Tensor&),
-                 c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  const Registration& reg = registration(ks);
+at::Tensor& into(const Registration& reg, const char* name, Op op,
+                 bool (*fits)(const at::Tensor&, const at::Tensor&), c10::DispatchKeySet ks, const at::Tensor& a,
+                 const at::Tensor& b, at::Tensor& out) {
   int64_t route = routed(reg, a, b, &out, nullptr);
   if (route != 0 && fits(a, b) && out.sizes() == c10::IntArrayRef(result_shape(a, b))) {
     if (product(reg, op, route, a, b, out, nullptr, 1.0, 0.0)) return out;
@@ -359,21 +355,6 @@ at::Tensor& into(const char* name, Op op, bool (*fits)(const at::Tensor&, const 
   return out;
 }
 
-at::Tensor mm(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b) {
-  return functional("mm", MM, fits_mm, ks, a, b);
-}
-
-at::Tensor& mm_out(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  return into("mm.out", MM, fits_mm, ks, a, b, out);
-}
-
-at::Tensor bmm(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b) {
-  return functional("bmm", BMM, fits_bmm, ks, a, b);
-}
-
-at::Tensor& bmm_out(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  return into("bmm.out", BMM, fits_bmm, ks, a, b, out);
-}
 
 // addmm: beta * bias + alpha * a @ b, with the bias in the product's epilogue where the rung
 // can (beta == 1, nn.Linear's); Python adds it after the product for other betas.
@@ -385,9 +366,8 @@ bool same_view(const at::Tensor& x, const at::Tensor& y) {
   return x.const_data_ptr() == y.const_data_ptr() && x.sizes() == y.sizes() && x.strides() == y.strides();
 }
 
-at::Tensor addmm(c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
-                 const c10::Scalar& beta, const c10::Scalar& alpha) {
-  const Registration& reg = registration(ks);
+at::Tensor addmm(const Registration& reg, c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a,
+                 const at::Tensor& b, const c10::Scalar& beta, const c10::Scalar& alpha) {
   int64_t route = routed(reg, a, b, &bias, nullptr);
   if (route != 0 && fits_mm(a, b) && real_scalars(beta, alpha)) {
     auto shape = result_shape(a, b);
@@ -403,9 +383,8 @@ at::Tensor addmm(c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tenso
 
 // addmm.out; out may be the bias itself (beta * out, read by the kernel), not another view
 // of its memory.
-at::Tensor& addmm_out(c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
-                      const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
-  const Registration& reg = registration(ks);
+at::Tensor& addmm_out(const Registration& reg, c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a,
+                      const at::Tensor& b, const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
   int64_t route = routed(reg, a, b, &bias, &out);
   if (route != 0 && fits_mm(a, b) && real_scalars(beta, alpha)) {
     auto shape = result_shape(a, b);
@@ -418,6 +397,43 @@ at::Tensor& addmm_out(c10::DispatchKeySet ks, const at::Tensor& bias, const at::
   call_original(reg, "addmm.out", ks, stack);
   return out;
 }
+
+// The kernels PyTorch calls, one instantiation per registration slot.
+template <int S>
+struct Kernels {
+  static const Registration& reg() { return *registrations[S].load(); }
+  static at::Tensor mm(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b) {
+    return functional(reg(), "mm", MM, fits_mm, ks, a, b);
+  }
+  static at::Tensor& mm_out(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+    return into(reg(), "mm.out", MM, fits_mm, ks, a, b, out);
+  }
+  static at::Tensor bmm(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b) {
+    return functional(reg(), "bmm", BMM, fits_bmm, ks, a, b);
+  }
+  static at::Tensor& bmm_out(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+    return into(reg(), "bmm.out", BMM, fits_bmm, ks, a, b, out);
+  }
+  static at::Tensor addmm(c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
+                          const c10::Scalar& beta, const c10::Scalar& alpha) {
+    return ::addmm(reg(), ks, bias, a, b, beta, alpha);
+  }
+  static at::Tensor& addmm_out(c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a,
+                               const at::Tensor& b, const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
+    return ::addmm_out(reg(), ks, bias, a, b, beta, alpha, out);
+  }
+  static void impl(torch::Library& lib) {
+    lib.impl("mm", TORCH_FN(mm));
+    lib.impl("mm.out", TORCH_FN(mm_out));
+    lib.impl("bmm", TORCH_FN(bmm));
+    lib.impl("bmm.out", TORCH_FN(bmm_out));
+    lib.impl("addmm", TORCH_FN(addmm));
+    lib.impl("addmm.out", TORCH_FN(addmm_out));
+  }
+};
+
+void (*const IMPLS[SLOTS])(torch::Library&) = {Kernels<0>::impl, Kernels<1>::impl, Kernels<2>::impl,
+                                                Kernels<3>::impl};
 
 const char* const NAMES[] = {"mm", "mm.out", "bmm", "bmm.out", "addmm", "addmm.out"};
 
@@ -432,8 +448,13 @@ extern "C" {
 int gemmlab_register(const char* key, char* error, int error_len) {
   try {
     c10::DispatchKey k = c10::parseDispatchKey(key);
-    TORCH_CHECK(static_cast<size_t>(k) < KEYS, key, " is not a backend's dispatch key");
-    TORCH_CHECK(registrations[static_cast<size_t>(k)].load() == nullptr, "already registered for ", key);
+    int slot = -1;
+    for (int i = 0; i < SLOTS; ++i) {
+      Registration* r = registrations[i].load();
+      TORCH_CHECK(r == nullptr || r->key != k, "already registered for ", key);
+      if (r == nullptr && slot < 0) slot = i;
+    }
+    TORCH_CHECK(slot >= 0, "no free registration slot (", SLOTS, " dispatch keys at most)");
     auto reg = std::make_unique<Registration>();
     reg->key = k;
     reg->device = c10::dispatchKeyToDeviceType(k);
@@ -459,14 +480,9 @@ int gemmlab_register(const char* key, char* error, int error_len) {
     c10::WarningUtils::WarningHandlerGuard guard(&quiet);
     // Published before the kernels are: a kernel may run as soon as it is registered.
     Registration* raw = reg.release();
-    registrations[static_cast<size_t>(k)].store(raw);
+    registrations[slot].store(raw);
     raw->library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", k, __FILE__, __LINE__);
-    raw->library->impl("mm", TORCH_FN(mm));
-    raw->library->impl("mm.out", TORCH_FN(mm_out));
-    raw->library->impl("bmm", TORCH_FN(bmm));
-    raw->library->impl("bmm.out", TORCH_FN(bmm_out));
-    raw->library->impl("addmm", TORCH_FN(addmm));
-    raw->library->impl("addmm.out", TORCH_FN(addmm_out));
+    IMPLS[slot](*raw->library);
     return static_cast<int>(k);
   } catch (const std::exception& e) {
     std::snprintf(error, error_len, "%s", e.what());
