@@ -170,13 +170,16 @@ def register(dispatch_key: str) -> int | None:
     """Replace PyTorch's kernels of OPERATORS for ``dispatch_key`` by the library's: the key's
     number, or None where the library is missing or refuses (the Python kernels then take
     them)."""
+    if dispatch_key == "CUDA" and torch.version.cuda is None:  # a CPU build of PyTorch: no CUDA kernels to replace
+        return None
     lib = library()
     if lib is None:
         return None
     error = ctypes.create_string_buffer(512)
     code = lib.register(dispatch_key.encode(), error, len(error))
     if code < 0:
-        log.warning("gemmlab: C++ routed kernels not registered for %s: %s", dispatch_key, error.value.decode())
+        why = error.value.decode().splitlines()[0] if error.value else "unknown"
+        log.warning("gemmlab: C++ routed kernels not registered for %s: %s", dispatch_key, why)
         return None
     return code
 
