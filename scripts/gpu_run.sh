@@ -55,6 +55,8 @@ has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
   python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v -i warning
   python3 -c "import gemmlab, cuda.core, cupy; from gemmlab.runtime.headers import find_cuda_headers as f; \
 print('gemmlab', gemmlab.__version__, 'cuda.core', cuda.core.__version__, 'cupy', cupy.__version__); print(f().report())"
+  # the routed products' C++ library, built once here rather than by the first test worker
+  python3 -c "from gemmlab.torch import native; print('C++ routed kernels:', native.library() and 'built', native.why_not() or '')"
 } 2>&1 | tee -a "$log"
 
 if has tune; then

@@ -36,6 +36,10 @@ Python autograd function.
   a product that is not routed goes to the kernel PyTorch had registered,
   which costs it a Python call.  ``unregister()`` gives PyTorch its own
   kernels back.
+- Those of mm, addmm and bmm (and their out= forms) are C++ where
+  gemmlab.torch.native can build its library: a call repeated on the same
+  addresses is launched from there without Python, and the calls it has not seen
+  come here (_slow_kernel), which teaches it their launch.
 - Under ``torch.compile``, enter the context outside the compiled function:
   the compiled code calls the same operators (Inductor's ``extern_kernels``
   use their out= forms), and they are routed when it runs, inside CUDA graphs
@@ -96,7 +100,10 @@ ROUTED = {
 NOT_ROUTED = {
     "1-D @ 1-D": "a dot product, not a matrix product",
     "scaled_dot_product_attention": "fused attention kernels, no matrix product call",
-    "inside torch.autocast": "autocast chooses the dtype; its products stay PyTorch's",
+    "inside torch.autocast": (
+        "autocast casts float32 operands to its dtype first, so fp32_tc() leaves those products to "
+        "PyTorch; use_gemmlab() of that dtype routes them, as any product of its dtype"
+    ),
     "other dtypes and devices": "float64, integers, complex, CPU tensors, operands of two dtypes or devices",
     "zero-element products": "nothing to compute: PyTorch's answer, no kernel",
     "backward after the context": "gradients computed once the context has ended",

@@ -11,7 +11,9 @@ launch queue, so the host is never held up by the GPU and the figure is the
 host's alone.  Rows: torch.matmul, cupy.matmul and gemmlab.matmul on PyTorch
 and CuPy arrays for each dtype (float32, TF32, fp32_tc, float16, bfloat16),
 with and without ``out=``, a batch, ``gemmlab.torch.mm`` beside ``torch.mm``,
-``torch.matmul`` inside ``gemmlab.torch.fp32_tc()`` beside it outside, the
+``torch.matmul`` inside ``gemmlab.torch.fp32_tc()`` beside it outside, bf16
+``torch.mm`` (with and without ``out=``) and ``F.linear`` inside
+``gemmlab.torch.use_gemmlab()`` beside the same calls outside, the
 bare launch of a prepared plan (``run_plan``), calls on arrays at new
 addresses (each call takes the next of NEW_ARRAYS operand sets, more than a
 prepared call keeps launches for: what a model pays when its activations move),
@@ -241,6 +243,22 @@ def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
         key = ("mm", dtype, False, shape)
         add("torch.mm(a, b)", "torch", "torch", dtype, False, shape, partial(torch.mm, a, b), key)
         add("gemmlab.torch.mm(a, b)", "gemmlab", "torch", dtype, False, shape, partial(gtorch.mm, a, b), key)
+    # bf16 products routed by use_gemmlab() as a model makes them -- mm, mm into out=
+    # (Inductor's), F.linear with a bias (addmm) -- the context entered around each call (a
+    # model enters it once: this is the upper bound), beside the same call outside it.
+    a, b, c = _operands("torch", "bfloat16", (M, K), (K, N), (M, N))
+    w, bias = b.t().contiguous(), c[0].clone()  # nn.Linear's (N, K) weight and its bias
+    routed = gtorch.use_gemmlab(torch.bfloat16)
+    for call, fn, out, key in (
+        ("torch.mm(a, b)", partial(torch.mm, a, b), False, ("mm", "bfloat16", False, shape)),
+        ("torch.mm(a, b, out=c)", partial(torch.mm, a, b, out=c), True, ("mm", "bfloat16", True, shape)),
+        ("F.linear(a, w, bias)", partial(torch.nn.functional.linear, a, w, bias), False, ("linear", "bfloat16")),
+    ):
+        if call != "torch.mm(a, b)":  # that one's row is above
+            add(call, "torch", "torch", "bfloat16", out, shape, fn, key)
+        add(
+            f"with use_gemmlab(): {call}", "gemmlab", "torch", "bfloat16", out, shape, partial(_inside, routed, fn), key
+        )
     # The one-line PyTorch form, the mode entered around each call (a model enters
     # it once: this is the upper bound), beside torch.matmul on float32 (IEEE).
     a, b, _ = _operands("torch", "float32", (M, K), (K, N), (M, N))
