@@ -562,7 +562,11 @@ def test_ec_split_scaled_compiles_for_two_blocks_an_sm():
     1 to 16) likewise.  The 512 values of K a thread holds leave ptxas a
     few registers short in the layouts read across segments: at most 32 bytes of spills,
     stores and reloads around a chunk."""
-    module = compile_module(EC_SPLIT_SCALED_SOURCE, EC_SPLIT_SCALED_KERNELS, "sm_90a")
+    from gemmlab.runtime.compile import compile_in_processes
+
+    groups = [list(EC_SPLIT_SCALED_KERNELS[0::2]), list(EC_SPLIT_SCALED_KERNELS[1::2])]  # side by side
+    compile_in_processes([(EC_SPLIT_SCALED_SOURCE, g, "sm_90a") for g in groups])
+    module = ChunkedModule([compile_module(EC_SPLIT_SCALED_SOURCE, g, "sm_90a") for g in groups])
     res = parse_ptxas_log(module.log)
     # 4 layouts x (clusters of 1, 2, 4, 8; a short K's chunk), 5 of the whole-rows kernel, 2 x 5 half rows
     assert len(EC_SPLIT_SCALED_KERNELS) == 35

@@ -22,7 +22,16 @@ from gemmlab.runtime import launch  # noqa: E402
 from gemmlab.torch import native  # noqa: E402
 from torch_cpu import CPURouting, cpu_kernels, routed_reference  # noqa: E402
 
-needs_library = pytest.mark.skipif(native.library() is None, reason=f"no C++ library: {native.why_not()}")
+
+@pytest.fixture
+def library():
+    """The C++ library, built at the first test that asks (into the tests' kernel cache, not
+    the user's: conftest.py sets it before any test runs)."""
+    if native.library() is None:
+        pytest.skip(f"no C++ library: {native.why_not()}")
+
+
+needs_library = pytest.mark.usefixtures("library")
 
 
 class _Kernel:
