@@ -43,7 +43,10 @@ def _check(spec, found: dict) -> None:
     groups: dict = {}
     for name, (params, prob) in found.items():
         groups.setdefault((prob.dtype, prob.op_b), {})[name] = (params, prob)
-    compile_in_processes([(spec.source_path, list(g), ARCH) for g in groups.values()])
+    # compiled and disassembled side by side first, into the kernel cache
+    compile_in_processes(
+        [(spec.source_path, list(g), ARCH) for g in groups.values()], sass=find_disassembler() is not None
+    )
     for group in groups.values():
         _check_module(spec, group)
 

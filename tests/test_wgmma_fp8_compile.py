@@ -38,11 +38,14 @@ def _every() -> dict:
 
 
 def _check(found: dict) -> None:
-    # One module per variant, compiled in parallel processes first (into the kernel cache).
+    # One module per variant, compiled (and its SASS read) in parallel processes first, into the
+    # kernel cache.
     groups: dict = {}
     for name, (params, prob) in found.items():
         groups.setdefault(prob, {})[name] = (params, prob)
-    compile_in_processes([(SPEC.source_path, list(g), ARCH) for g in groups.values()])
+    compile_in_processes(
+        [(SPEC.source_path, list(g), ARCH) for g in groups.values()], sass=find_disassembler() is not None
+    )
     for group in groups.values():
         _check_module(group)
 

@@ -55,7 +55,10 @@ def _check(pick) -> None:
         spec = registry.get(name)
         for expr, (params, prob) in pick(spec).items():
             groups.setdefault((name, prob.dtype, prob.out_dtype), {})[expr] = (params, prob)
-    compile_in_processes([(registry.get(k[0]).source_path, list(g), ARCH) for k, g in groups.items()])
+    compile_in_processes(
+        [(registry.get(k[0]).source_path, list(g), ARCH) for k, g in groups.items()],
+        sass=find_disassembler() is not None,  # the SASS read too, side by side
+    )
     for (name, _, _), group in groups.items():
         _check_module(registry.get(name), group)
 
