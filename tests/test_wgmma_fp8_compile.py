@@ -15,6 +15,7 @@ from gemmlab.runtime.compile import compile_in_processes, compile_module, module
 from gemmlab.tools.inspect_kernels import find_disassembler, opcodes
 
 SPEC = registry.get("wgmma_fp8")
+CHUNK = 40  # instantiations a module at most (the row-scaled variant's 72 configurations: two)
 ARCH = "sm_90a"
 SASS_TYPE = {"float8_e4m3fn": "E4M3", "float8_e5m2": "E5M2"}
 
@@ -43,6 +44,10 @@ def _check(found: dict) -> None:
     groups: dict = {}
     for name, (params, prob) in found.items():
         groups.setdefault(prob, {})[name] = (params, prob)
+    # modules of at most CHUNK, so that the processes get alike shares
+    groups = {
+        (prob, i): dict(list(g.items())[i : i + CHUNK]) for prob, g in groups.items() for i in range(0, len(g), CHUNK)
+    }
     compile_in_processes(
         [(SPEC.source_path, list(g), ARCH) for g in groups.values()], sass=find_disassembler() is not None
     )
