@@ -14,10 +14,10 @@ the wider portable set (and auto's choices) in benchmarks/results/compile-facts.
 
 import pytest
 
-from gemmlab.tools.inspect_kernels import EXPECTED_SASS, disassemble, find_disassembler, sass_facts
+from gemmlab.tools.inspect_kernels import EXPECTED_SASS, find_disassembler, sass_facts
 from gemmlab.kernels import registry
 from gemmlab.kernels.spec import arch_cc
-from gemmlab.runtime.compile import compile_in_processes, compile_module, parse_ptxas_log
+from gemmlab.runtime.compile import compile_in_processes, compile_module, module_sass, parse_ptxas_log
 from gemmlab.runtime.device import arch_limits
 
 SMOKE_ARCH = "sm_90a"
@@ -46,7 +46,9 @@ def modules():
                 for spec in registry.ladder()
                 if spec.builds_for(arch)
             ]
-            compile_in_processes([(spec.source_path, names, arch) for spec, names in jobs])
+            compile_in_processes(  # compiled and disassembled side by side, into the kernel cache
+                [(spec.source_path, names, arch) for spec, names in jobs], sass=find_disassembler() is not None
+            )
             memo[arch] = {spec.name: compile_module(spec.source_path, names, arch) for spec, names in jobs}
         return memo[arch]
 
@@ -79,7 +81,7 @@ def test_defaults_have_the_instructions_of_their_rung(arch, modules):
         if not spec.builds_for(arch):
             continue
         module = built[spec.name]
-        sass = disassemble(module.cubin)
+        sass = module_sass(module)
         hopper = "HGMMA" in EXPECTED_SASS.get(spec.name, ())  # the rungs that exist on sm_90a only
         for p, prob in default_instantiations(spec, arch):
             facts = sass_facts(sass[module.symbols[spec.name_expression(p, prob)]])
