@@ -45,7 +45,7 @@ from gemmlab.kernels.spec import LAYOUTS, Problem
 from gemmlab.kernels.tensor.wgmma import TF32_PACK_KERNELS, TF32_PACK_SOURCE
 from gemmlab.kernels.tensor.wmma import TC_VARIANTS
 from gemmlab.runtime import compile as rt_compile
-from gemmlab.runtime.compile import compile_module, parse_ptxas_log
+from gemmlab.runtime.compile import compile_module, module_sass, parse_ptxas_log
 from gemmlab.runtime.headers import REQUIRED, find_cuda_headers
 from gemmlab.core.tables import SHIPPED_DIR
 
@@ -503,13 +503,13 @@ def test_wgmma_128x192_compiles_without_spills(every):
     groups = [names[0::2], names[1::2]]  # two modules, compiled side by side
     from gemmlab.runtime.compile import compile_in_processes
 
-    compile_in_processes([(spec.source_path, g, "sm_90a") for g in groups])
     disassembler = find_disassembler()
+    compile_in_processes([(spec.source_path, g, "sm_90a") for g in groups], sass=disassembler is not None)
     for group in groups:
         module = compile_module(spec.source_path, group, "sm_90a")
         assert "C7508" not in module.log, module.log  # setmaxnreg honoured
         res = parse_ptxas_log(module.log)
-        sass = disassemble(module.cubin) if disassembler else {}
+        sass = module_sass(module) if disassembler else {}
         for name in group:
             mangled = module.symbols[name]
             r = res[mangled]
