@@ -55,6 +55,14 @@ SOURCES = {
         "gemmlab bench --suite shapes --dtype bf16,fp16,fp32,fp32_tc --time-budget-s 45",
     ),
     f"{H200}/training-2026-11-29-6.json": ("2026-11-29", "gemmlab bench --suite training --quick"),
+    f"{H200}/training-2026-11-30-3.json": (
+        "2026-11-30",
+        "gemmlab bench --suite training --models gpt2,bert-base,vit-b16 --precisions bf16",
+    ),
+    f"{H200}/training-llm-2026-11-30.json": (
+        "2026-11-30",
+        "gemmlab bench --suite training --models llama-1b,qwen2-0.5b --precisions bf16",
+    ),
     f"{H200}/moe-2026-11-30.json": ("2026-11-30", "gemmlab bench --suite moe --tokens 128,1024,8192"),
 }
 FP32_LADDER = f"{H200}/ladder-fp32-2026-11-29.json"  # the CUDA-core rungs' pages
@@ -62,7 +70,9 @@ TENSOR_LADDER = f"{H200}/ladder-bf16-2026-11-30.json"  # the tensor-core rungs' 
 EC_RUN = f"{H100}/ec-run95f.json"
 MODELS_RUN = f"{H100}/models-run90e.json"
 SHAPES_RUN = f"{H200}/shapes-2026-11-29-4.json"  # other models' products, by kind
-TRAINING_RUN = f"{H200}/training-2026-11-29-6.json"  # whole training steps
+# Whole training steps: bf16 in every mode (two runs, by model), fp32_tc's eager steps (one run).
+TRAINING_BF16_RUNS = (f"{H200}/training-llm-2026-11-30.json", f"{H200}/training-2026-11-30-3.json")
+TRAINING_FP32_TC_RUN = f"{H200}/training-2026-11-29-6.json"
 MOE_RUN = f"{H200}/moe-2026-11-30.json"  # the grouped rung's page
 
 PAGE_SIZE = (4096, 4096, 4096)  # the one size each rung page compares at
@@ -255,31 +265,38 @@ def shapes_table(rel: str) -> str:
     )
 
 
-def training_table(rel: str) -> str:
-    """Whole training steps: bf16 through gt.use_gemmlab() as % of PyTorch's step speed, fp32_tc
-    against the SGEMM and TF32 steps."""
-    data = json.loads((ROOT / rel).read_text())
+def training_table(bf16_runs, fp32_tc_run: str) -> str:
+    """Whole training steps by model: bf16 through gt.use_gemmlab() as % of PyTorch's step speed
+    in each mode (eager, compiled, CUDA graphs), from ``bf16_runs``; fp32_tc's eager step against
+    the SGEMM and TF32 steps, from ``fp32_tc_run``.  Each cell compares setups of one run."""
+    modes = ("eager", "compile", "reduce-overhead")
     rows: dict = {}
+    sources = []
+    for rel in bf16_runs:
+        data = json.loads((ROOT / rel).read_text())
+        sources.append((rel, [dict(r, gpu=data["gpu"]) for r in data["records"]]))
+        for r in data["records"]:
+            if r["setup"] == "bf16_gemmlab" and r.get("vs_baseline"):
+                rows.setdefault(r["model"], {})[r["mode"]] = f"{100 * r['vs_baseline']:.1f}%"
+    data = json.loads((ROOT / fp32_tc_run).read_text())
+    sources.append((fp32_tc_run, [dict(r, gpu=data["gpu"]) for r in data["records"]]))
     for r in data["records"]:
-        rows.setdefault((r["model"], r["mode"]), {})[r["setup"]] = r
+        if r["setup"] == "fp32_tc" and r["mode"] == "eager" and r["model"] in rows and r.get("vs_baseline"):
+            rows[r["model"]]["sgemm"] = f"{r['vs_baseline']:.2f}x"
+            rows[r["model"]]["tf32"] = f"{r['vs_tf32']:.2f}x" if r.get("vs_tf32") else "-"
     lines = [
-        "| model | mode | bf16 `use_gemmlab()`, % of PyTorch | `fp32_tc()` step vs SGEMM | vs TF32 (time) |",
-        "|---|---|---|---|---|",
+        "| model | bf16 eager | bf16 compiled | bf16 CUDA graphs | `fp32_tc()` eager vs SGEMM | vs TF32 (time) |",
+        "|---|---|---|---|---|---|",
     ]
-    for (model, mode), by in rows.items():
-        bf = by.get("bf16_gemmlab", {}).get("vs_baseline")
-        tc = by.get("fp32_tc", {})
-        sgemm, tf32 = tc.get("vs_baseline"), tc.get("vs_tf32")
-        cells = (f"{100 * bf:.1f}%" if bf else "-", f"{sgemm:.2f}x" if sgemm else "-", f"{tf32:.2f}x" if tf32 else "-")
-        lines.append(f"| {model} | {mode} | " + " | ".join(cells) + " |")
-    records = [dict(r, gpu=data["gpu"]) for r in data["records"]]
+    for model, by in rows.items():
+        cells = [by.get(m, "-") for m in modes] + [by.get("sgemm", "-"), by.get("tf32", "-")]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    bf16 = " and ".join(source_line(rel, recs).rstrip(".") for rel, recs in sources[:-1])
     return (
         "\n".join(lines)
-        + (
-            "\n\nms per AdamW step, setups of one dtype alternating in rounds, each beside plain "
-            "PyTorch in the same run. "
-        )
-        + source_line(rel, records)
+        + "\n\nbf16: `use_gemmlab()` as % of PyTorch's step speed (ms per AdamW step, setups alternating in "
+        + f"rounds, beside plain PyTorch in the same run), {bf16}. fp32_tc: "
+        + source_line(*sources[-1])
     )
 
 
@@ -323,7 +340,7 @@ def blocks() -> dict[str, dict[str, str]]:
             "ec-ladder": ec_table(EC_RUN),
             "gemv": gemv_table(MODELS_RUN),
             "shapes": shapes_table(SHAPES_RUN),
-            "training": training_table(TRAINING_RUN),
+            "training": training_table(TRAINING_BF16_RUNS, TRAINING_FP32_TC_RUN),
         }
     }
     out["docs/simt/README.md"] = {"fp32-ladder": out["README.md"]["fp32-ladder"]}
