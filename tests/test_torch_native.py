@@ -98,6 +98,24 @@ def test_a_repeated_call_is_served_from_the_launch_it_learned():
 
 
 @needs_library
+def test_new_tuning_tables_drop_the_learned_launches():
+    """gemmlab.core.tables.reload() (after `gemmlab tune`) may change plans: the library forgets
+    its launches, and the next call goes through Python again."""
+    from gemmlab.core import tables
+
+    a, b, out = torch.rand(5, 7), torch.rand(7, 3), torch.empty(5, 3)
+    with cpu_kernels(_stand_in_launch) as calls, CPURouting():
+        calls.update(mm=0, bmm=0)
+        torch.mm(a, b, out=out)
+        torch.mm(a, b, out=out)
+        assert calls["mm"] == 1  # the second served from C++
+        tables.reload()
+        assert native.counts()["kept"] == 0
+        torch.mm(a, b, out=out)
+        assert calls["mm"] == 2
+
+
+@needs_library
 def test_calls_that_are_not_routed_reach_pytorchs_kernels():
     a, b = torch.rand(5, 7), torch.rand(7, 3)
     with cpu_kernels(_stand_in_launch) as calls, CPURouting(torch.bfloat16):

@@ -43,7 +43,7 @@
 
 namespace {
 
-// -- the driver's launch, declared as cuda.h declares it (no CUDA headers needed) ----------
+// -- the driver's launch, declared as cuda.h declares it, found in libcuda at run time -------
 
 struct LaunchAttribute {  // CUlaunchAttribute
   int id;
