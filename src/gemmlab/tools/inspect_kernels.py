@@ -3,6 +3,7 @@ spills, and the SASS instruction facts that explain each rung's speed."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -123,6 +124,20 @@ def _specs(arch: str, kernels) -> list:
     return [registry.get(k) for k in dict.fromkeys(names)]
 
 
+SPLIT_FROM = 16  # a kernel's instantiations from which they compile as several modules
+
+
+def _modules_of(names: list, jobs: int | None) -> list[list]:
+    """``names`` (one kernel's instantiations) as the modules to compile: one, or for
+    SPLIT_FROM or more as many modules of alike size as processes, so that every process has
+    a share (``--all-configs``: a hundred or more instantiations of one kernel)."""
+    procs = jobs or os.cpu_count() or 1
+    if len(names) < SPLIT_FROM or procs < 2:
+        return [names]
+    size = -(-len(names) // procs)
+    return [names[i : i + size] for i in range(0, len(names), size)]
+
+
 def inspect_kernels(
     arch: str = "sm_90a",
     kernels=None,
@@ -152,7 +167,7 @@ def inspect_kernels(
         names = [
             spec.name_expression(p, inst) for p, inst in spec.instantiations(configs, layouts=list(ops), arch=arch)
         ]
-        sets.append((spec, list(dict.fromkeys(names))))
+        sets += [(spec, chunk) for chunk in _modules_of(list(dict.fromkeys(names)), jobs)]
     missing = [
         (spec.source_path, names, arch)
         for spec, names in sets
@@ -165,12 +180,11 @@ def inspect_kernels(
         )
     if len(missing) > 1:  # one module compiles in this process, below
         compile_in_processes(missing, jobs=jobs, log=progress, sass=with_sass)
-    by_name = {}
+    by_name = {spec.name: [] for spec, _ in sets}
     for spec, names in sets:
         module = compile_module(spec.source_path, names, arch)
         res = parse_ptxas_log(module.log)
         sass = module_sass(module) if with_sass else {}
-        by_name[spec.name] = []
         for n in names:
             mangled = module.symbols[n]
             r = res[mangled]
