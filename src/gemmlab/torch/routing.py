@@ -63,7 +63,7 @@ import torch
 from ..core.api import matmul
 from ..core.grouped import validate_grouped, validate_wgrad
 from ..runtime.device import gpu_info
-from ..runtime.launch import Recording
+from ..runtime.launch import Recording, spoil_recording
 from . import native
 from .ops import _grouped_impl, _weight_grad_impl
 
@@ -234,6 +234,26 @@ def _shares_storage(x, y) -> bool:
     return x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
 
 
+def _product_into(a, b, route, bias, out, alpha, beta) -> bool:
+    """out = beta * bias + alpha * a @ b (addmm's and baddbmm's out= forms): the bias in the
+    product's epilogue where the rung can (beta = 1, nn.Linear's), out read by the kernel where
+    it is the bias itself, else added after the product.  False where out is another view of
+    the bias's memory (PyTorch's kernel takes the call)."""
+    if _same_view(out, bias):  # beta * out, read by the kernel
+        _product(a, b, route, out=out, alpha=alpha, beta=beta)
+        return True
+    if _shares_storage(out, bias):
+        return False
+    if beta == 1:
+        _product(a, b, route, out=out, alpha=alpha, bias=bias)
+        return True
+    _product(a, b, route, out=out, alpha=alpha)
+    if beta != 0:
+        spoil_recording()  # PyTorch's add: what a repeat of the product's launch would leave out
+        out.add_(bias, alpha=beta)
+    return True
+
+
 def _fits_mm(a, b) -> bool:
     return a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]
 
@@ -293,16 +313,7 @@ def _kernels(fits, key: str):
             route = _route(key, device_type, a, b, bias, out)
             shape = result(a, b)
             if route is not None and fits(a, b) and out.shape == shape and _broadcasts(bias, shape):
-                if _same_view(out, bias):  # beta * out, read by the kernel
-                    _product(a, b, route, out=out, alpha=alpha, beta=beta)
-                    return out
-                if not _shares_storage(out, bias):
-                    if beta == 1:
-                        _product(a, b, route, out=out, alpha=alpha, bias=bias)
-                        return out
-                    _product(a, b, route, out=out, alpha=alpha)
-                    if beta != 0:
-                        out.add_(bias, alpha=beta)
+                if _product_into(a, b, route, bias, out, alpha, beta):
                     return out
             return orig.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha, out=out)
 
@@ -494,15 +505,8 @@ def _slow_kernel(key: str):
         with Recording() as rec:
             if bias is None:
                 _product(a, b, route, out=out)
-            elif _same_view(out, bias):  # beta * out, read by the kernel
-                _product(a, b, route, out=out, alpha=alpha, beta=beta)
-            elif beta == 1:  # nn.Linear's: the bias goes into the product's epilogue where the rung can
-                _product(a, b, route, out=out, alpha=alpha, bias=bias)
-            else:
-                _product(a, b, route, out=out, alpha=alpha)
-                if beta != 0:
-                    rec.spoiled = True  # PyTorch's add, which a repeat would leave out
-                    out.add_(bias, alpha=beta)
+            elif not _product_into(a, b, route, bias, out, alpha, beta):
+                return 0
         one = rec.one_launch()
         fn = PRODUCT["fn"]  # a stand-in or a wrapper (tests) sees every call, unless it says otherwise
         if one is not None and (fn is matmul or getattr(fn, "learnable", False)):
