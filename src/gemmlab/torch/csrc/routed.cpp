@@ -254,8 +254,9 @@ const c10::TypedOperatorHandle<SlowFn>& slow_op() {
 // Python.  False: Python did not route it (the caller runs PyTorch's kernel).
 bool product(const Registration& reg, Op op, int64_t route, const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
              const at::Tensor* bias, double alpha, double beta) {
-  Key key;
-  key.reserve(40);
+  // Built in this thread's own vector, so that a call launched from here allocates nothing.
+  thread_local Key key;
+  key.clear();
   key.push_back(op);
   key.push_back(route);
   key.push_back(static_cast<int64_t>(a.scalar_type()));
@@ -283,8 +284,9 @@ bool product(const Registration& reg, Op op, int64_t route, const at::Tensor& a,
     return true;
   }
   counts[1]++;
+  Key mine(key);  // Python may route products of its own (nested calls reuse ``key``)
   Key* outer = pending;
-  pending = &key;
+  pending = &mine;
   int64_t done;
   try {
     done = slow_op().redispatch(c10::DispatchKeySet(reg.key), op, a, b, out, bias ? std::optional<at::Tensor>(*bias) : std::nullopt, alpha, beta);
