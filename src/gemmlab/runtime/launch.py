@@ -160,6 +160,61 @@ class _Borrowed:
 
 _scratch: dict[tuple[int, int, str], list] = {}  # (device, stream, slot) -> [lock, workspace]
 _scratch_lock = threading.Lock()
+# Called when a kept workspace is replaced by a larger one: what remembers launches on the
+# old one's address (gemmlab.torch.native) forgets them.
+on_workspace_replaced: list = []
+
+
+def _pthread():
+    """libc's (or libpthread's) mutex functions, or None where neither has them."""
+    import ctypes.util
+
+    for name in (None, ctypes.util.find_library("pthread")):
+        try:
+            lib = ctypes.CDLL(name)
+            fns = lib.pthread_mutex_init, lib.pthread_mutex_lock, lib.pthread_mutex_unlock
+        except (OSError, AttributeError):
+            continue
+        for fn in fns:
+            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p][: 2 if fn is fns[0] else 1], ctypes.c_int
+        return fns
+    return None
+
+
+_mutex = _pthread()
+
+
+class SlotLock:
+    """A kept workspace's lock: a POSIX mutex, so that the C++ routed kernels
+    (gemmlab.torch.native) can hold it too while they repeat a call's launches on the
+    workspace.  ctypes lets go of the GIL while a thread waits for it.  ``address``: the
+    mutex's, 0 where this C library has none (then a Python lock, which C++ cannot take)."""
+
+    __slots__ = ("address", "_buffer", "_py")
+
+    def __init__(self):
+        self._py = None
+        if _mutex is None:
+            self.address, self._py = 0, threading.Lock()
+            return
+        self._buffer = ctypes.create_string_buffer(128)  # a pthread_mutex_t is 40-48 bytes
+        self.address = ctypes.addressof(self._buffer)
+        if _mutex[0](self.address, None) != 0:
+            self.address, self._py = 0, threading.Lock()
+
+    def acquire(self) -> None:
+        if self._py is not None:
+            self._py.acquire()
+        else:
+            _mutex[1](self.address)
+
+    def release(self) -> None:
+        if self._py is not None:
+            self._py.release()
+        else:
+            _mutex[2](self.address)
+
+
 PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD
 # Workspaces up to this size are kept per stream (fp32_tc's parts workspace of a 4096^3 product,
 # laid out for either candidate's parts, is 256 MiB; taken from the pool at every call it held up
@@ -173,7 +228,9 @@ SCRATCH_KEPT_BYTES = 512 * 2**20
 def zero_async(ptr: int, nbytes: int, stream_handle: int) -> None:
     """On the stream: ``nbytes`` of device memory at ``ptr`` set to zero."""
     if _recordings[0]:
-        spoil_recording()
+        rec = recording()
+        if rec is not None:
+            rec.steps.append((MEMSET, ptr, nbytes))
     d = driver()
     driver_call(d.cuMemsetD8Async(ptr, 0, nbytes, d.CUstream(stream_handle)), "cuMemsetD8Async")
 
@@ -217,33 +274,41 @@ def stream_workspace(
     split_scaled.cu zeroes again; wgmma's split-K counters, which each tile's owner
     zeroes again), so that a kept one needs no zeroing per call.
     ``capturing``: whether the stream is being captured, where the caller has asked
-    already in this call (each question is a driver call, about 2 µs); None: ask."""
-    if _recordings[0]:
-        spoil_recording()
+    already in this call (each question is a driver call, about 2 µs); None: ask.
+    A recording (gemmlab.torch.native) may repeat a call on a kept workspace: it notes the
+    lock and the stream; any other workspace spoils it."""
     if capturing is None:
         capturing = stream_is_capturing(stream_handle)
-    if stream_handle == PER_THREAD_STREAM or capturing:
+    if stream_handle == PER_THREAD_STREAM or capturing or nbytes > SCRATCH_KEPT_BYTES:
+        if _recordings[0]:
+            spoil_recording()  # memory of this call alone
         ws = device_workspace(gpu, stream_handle, nbytes, what, hint)
-        return _zeroed(ws, stream_handle) if zero_new else ws
-    if nbytes > SCRATCH_KEPT_BYTES:
-        ws = device_workspace(gpu, stream_handle, nbytes, what, hint)
-        ws.repeats = True
+        if nbytes > SCRATCH_KEPT_BYTES and not capturing and stream_handle != PER_THREAD_STREAM:
+            ws.repeats = True
         return _zeroed(ws, stream_handle) if zero_new else ws
     key = (gpu.ordinal, stream_handle, slot)
     entry = _scratch.get(key)
     if entry is None:
         with _scratch_lock:
-            entry = _scratch.setdefault(key, [threading.Lock(), None])
+            entry = _scratch.setdefault(key, [SlotLock(), None])
     lock = entry[0]
     lock.acquire()
     try:
         ws = entry[1]
         if ws is None or ws.nbytes < nbytes:
+            if _recordings[0]:
+                spoil_recording()  # a first state a repeat would not make again
             if ws is not None:
                 ws.close(stream_handle)  # after the work already enqueued on the stream
+                for forget in on_workspace_replaced:
+                    forget()
             entry[1] = ws = device_workspace(gpu, stream_handle, nbytes, what, hint)
             if zero_new:
                 _zeroed(ws, stream_handle)
+        if _recordings[0]:
+            rec = recording()
+            if rec is not None:
+                rec.hold(lock.address, stream_handle)
     except BaseException:
         lock.release()
         raise
@@ -553,20 +618,28 @@ def is_tensor_map(arg) -> bool:
 # -- a call's launches, recorded (gemmlab.torch.native) ---------------------------------------
 
 
-class Recording:
-    """The launches one call enqueues, recorded for the C++ routed kernels to repeat
-    (gemmlab.torch.native): each launch_shaped launch as (kernel, shape, its kernelParams
-    array's holder, each argument's bytes), ``spoiled`` where anything else reached the
-    GPU -- a workspace, a memset, a launch by another path, the full path of
-    gemmlab.matmul with its copies, a bias added after the product -- which a repeat of the
-    launches would leave out, and ``prepared``: the calls of prepared calls it saw
-    (gemmlab.core.api).  A context manager; recordings nest, and an inner one spoils the
-    outer ones (its launches are not theirs to repeat alone)."""
+LAUNCH, MEMSET = 0, 1  # a recorded step's kind
 
-    __slots__ = ("launches", "spoiled", "prepared")
+
+class Recording:
+    """What one call enqueues, recorded for the C++ routed kernels to repeat
+    (gemmlab.torch.native), in order in ``steps``: (LAUNCH, kernel, shape, its kernelParams
+    array's holder, each argument's bytes) for each launch_shaped launch, (MEMSET, address,
+    bytes) for each zero_async.  ``locks`` and ``stream``: the kept workspaces' locks the
+    call took, in the order it took them, and the stream they belong to (a repeat must take
+    them too, on that stream).  ``add_after``: the multiple of the call's bias that was added
+    to the result after its launches (PyTorch's add), or None.  ``spoiled`` where anything
+    else reached the GPU -- a workspace of this call alone, a launch by another path, the full
+    path of gemmlab.matmul with its copies -- which a repeat would leave out, and
+    ``prepared``: the calls of prepared calls it saw (gemmlab.core.api).  A context manager;
+    recordings nest, and an inner one spoils the outer ones (its launches are not theirs to
+    repeat alone)."""
+
+    __slots__ = ("steps", "spoiled", "prepared", "locks", "stream", "add_after")
 
     def __init__(self):
-        self.launches, self.spoiled, self.prepared = [], False, 0
+        self.steps, self.spoiled, self.prepared = [], False, 0
+        self.locks, self.stream, self.add_after = [], None, None
 
     def __enter__(self) -> Recording:
         stack = _recording_stack()
@@ -583,12 +656,26 @@ class Recording:
             _recordings[0] -= 1
         return False
 
-    def one_launch(self):
-        """(kernel, shape, holder, sizes) of the one launch of one prepared call, with nothing
-        else on the GPU; None for any other call."""
-        if self.spoiled or self.prepared != 1 or len(self.launches) != 1:
+    def hold(self, lock_address: int, stream_handle: int) -> None:
+        """The call took a kept workspace of ``stream_handle`` under this lock."""
+        if not lock_address or self.stream not in (None, stream_handle):
+            self.spoiled = True
+            return
+        self.locks.append(lock_address)
+        self.stream = stream_handle
+
+    def added(self, multiple: float) -> None:
+        """The call's bias times ``multiple`` was added to its result after the launches."""
+        if self.add_after is not None:
+            self.spoiled = True
+        self.add_after = multiple
+
+    def repeatable(self) -> list | None:
+        """The steps of one prepared call, with nothing else on the GPU; None for any other
+        call."""
+        if self.spoiled or self.prepared != 1 or not self.steps:
             return None
-        return self.launches[0]
+        return self.steps
 
 
 _recordings = [0]  # recordings open in all threads: launches look further only where any is
@@ -642,4 +729,4 @@ def _record(kernel, shape, holder, args) -> None:
     if sizes is None:
         rec.spoiled = True
         return
-    rec.launches.append((kernel, shape, holder, sizes))
+    rec.steps.append((LAUNCH, kernel, shape, holder, sizes))

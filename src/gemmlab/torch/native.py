@@ -4,11 +4,11 @@ Why: a routed product that reaches a Python kernel from PyTorch's dispatcher pay
 9 µs to enter Python and about 10 more in gemmlab's prepared call, where cuBLAS's whole
 call costs about 8 (benchmarks/NOTES.md).  In an eager step the GPU hides most of it;
 under ``torch.compile``, whose other launches cost little host time, it is what the step
-waits for.  The C++ kernels of aten::mm, addmm and bmm (and their out= forms) launch a
+waits for.  The C++ kernels of aten::mm, addmm and bmm (and their out= forms) enqueue a
 call they have seen -- the same signature on the same addresses, as a model's step repeats
 its products -- without entering Python; every other call goes to the Python kernels of
-gemmlab.torch.routing as before, which teach them the launch where it was one launch of a
-prepared call.
+gemmlab.torch.routing as before, which teach them the call's launches and memsets where
+they were those of one prepared call (on kept workspaces, whose locks the repeat takes).
 
 The library is built once per source, PyTorch and compiler into gemmlab's cache folder
 (runtime.compile.cache_dir, ``native/``) with the C++ compiler PyTorch's own extensions use
@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from ..core import tables
+from ..runtime import launch
 from ..runtime.compile import cache_dir
 from ..runtime.headers import find_cuda_headers
 
@@ -67,9 +68,15 @@ class _Library:
         self.set_routes = lib.gemmlab_set_routes
         self.set_routes.argtypes = [c_void_p, c_int, c_i64p]
         self.set_routes.restype = None
-        self.learn = lib.gemmlab_learn
-        self.learn.argtypes = [c_void_p, c_up, c_up, ctypes.c_uint, c_up, c_int, c_int, c_void_p, c_i64p]
-        self.learn.restype = c_int
+        self.learn_launch = lib.gemmlab_learn_launch
+        self.learn_launch.argtypes = [c_void_p, c_up, c_up, ctypes.c_uint, c_up, c_int, c_int, c_void_p, c_i64p]
+        self.learn_launch.restype = None
+        self.learn_memset = lib.gemmlab_learn_memset
+        self.learn_memset.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+        self.learn_memset.restype = None
+        self.learn_call = lib.gemmlab_learn_call
+        self.learn_call.argtypes = [c_void_p, c_int, ctypes.POINTER(c_void_p), c_int, ctypes.c_double]
+        self.learn_call.restype = c_int
         self.forget = lib.gemmlab_forget
         self.forget.restype = None
         self.counts = lib.gemmlab_counts
@@ -154,6 +161,7 @@ def library() -> _Library | None:
                     _state["def"] = torch.library.Library("gemmlab_routed", "DEF")
                     _state["def"].define(SLOW_SCHEMA)
                     tables.on_reload.append(lib.forget)
+                    launch.on_workspace_replaced.append(lib.forget)
                 except Exception as exc:  # noqa: BLE001 -- any failure leaves the Python kernels
                     why = str(exc)
                     log.warning("gemmlab: routed products stay on the Python kernels: %s", why)
@@ -204,29 +212,36 @@ def set_routes(slot, triples) -> None:
 _SCALAR_TYPE = {torch.float16: 5, torch.float32: 6, torch.bfloat16: 15}
 
 
-def learn(function: int, shape, params: int, sizes) -> bool:
-    """Hand the library the launch the call it gave Python made: ``function`` (a CUfunction's
-    address, 0 for a test's record), ``shape`` (runtime.launch.LaunchShape), ``params`` (the
-    address of the kernelParams array), ``sizes`` (each argument's bytes)."""
+def learn(steps, stream: int | None, locks, add_after: float | None) -> bool:
+    """Hand the library what the call it gave Python did (runtime.launch.Recording): its
+    ``steps`` -- launches (a CUfunction's address, 0 for a test's; the shape; the address of
+    the kernelParams array; each argument's bytes) and memsets -- the kept workspaces' ``locks``
+    taken on ``stream``, and the multiple of the bias added after (None: none)."""
     lib = _state.get("lib")
     if lib is None:
         return False
     u3 = ctypes.c_uint * 3
-    n = len(sizes)
-    return (
-        lib.learn(
-            function,
-            u3(*shape.grid),
-            u3(*shape.block),
-            shape.smem_bytes,
-            u3(*shape.cluster),
-            int(shape.pdl),
-            n,
-            params,
-            (ctypes.c_int64 * max(1, n))(*sizes),
-        )
-        == 0
-    )
+    for step in steps:
+        if step[0] == launch.LAUNCH:
+            _, kernel, shape, holder, sizes = step
+            n = len(sizes)
+            lib.learn_launch(
+                int(kernel.handle),
+                u3(*shape.grid),
+                u3(*shape.block),
+                shape.smem_bytes,
+                u3(*shape.cluster),
+                int(shape.pdl),
+                n,
+                holder.ptr,
+                (ctypes.c_int64 * max(1, n))(*sizes),
+            )
+        else:
+            _, address, nbytes = step
+            lib.learn_memset(address, nbytes)
+    held = (ctypes.c_void_p * max(1, len(locks)))(*locks)
+    adds = add_after is not None
+    return lib.learn_call(stream or 0, len(locks), held, int(adds), float(add_after) if adds else 0.0) == 0
 
 
 def forget() -> None:

@@ -63,7 +63,7 @@ import torch
 from ..core.api import matmul
 from ..core.grouped import validate_grouped, validate_wgrad
 from ..runtime.device import gpu_info
-from ..runtime.launch import Recording, spoil_recording
+from ..runtime.launch import Recording, recording
 from . import native
 from .ops import _grouped_impl, _weight_grad_impl
 
@@ -249,7 +249,9 @@ def _product_into(a, b, route, bias, out, alpha, beta) -> bool:
         return True
     _product(a, b, route, out=out, alpha=alpha)
     if beta != 0:
-        spoil_recording()  # PyTorch's add: what a repeat of the product's launch would leave out
+        rec = recording()
+        if rec is not None:
+            rec.added(beta)  # the C++ routed kernels add it after a repeat too
         out.add_(bias, alpha=beta)
     return True
 
@@ -507,11 +509,10 @@ def _slow_kernel(key: str):
                 _product(a, b, route, out=out)
             elif not _product_into(a, b, route, bias, out, alpha, beta):
                 return 0
-        one = rec.one_launch()
+        steps = rec.repeatable()
         fn = PRODUCT["fn"]  # a stand-in or a wrapper (tests) sees every call, unless it says otherwise
-        if one is not None and (fn is matmul or getattr(fn, "learnable", False)):
-            kernel, shape, holder, sizes = one
-            native.learn(int(kernel.handle), shape, holder.ptr, sizes)
+        if steps is not None and (fn is matmul or getattr(fn, "learnable", False)):
+            native.learn(steps, rec.stream, rec.locks, rec.add_after)
         return 1
 
     return slow

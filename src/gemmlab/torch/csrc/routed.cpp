@@ -6,17 +6,20 @@
 // objects, which autograd copies into its threads; Python tells this library the routes of
 // each such object: gemmlab_set_routes).  A routed call whose exact signature -- operation,
 // route, dtype, device, shapes, strides, addresses of every operand and of the result,
-// alpha and beta -- was seen before, and then ran as one launch of a prepared call, is
-// launched from here with the bytes of that launch.  The same addresses make the same
-// launch, so nothing in the bytes needs changing.  Every other routed call goes to
-// Python (the operator gemmlab_routed::slow, defined there), which runs it and, where it
-// was one such launch, hands this library the launch (gemmlab_learn).  A call that is
-// not routed goes to the kernel PyTorch had registered.
+// alpha and beta -- was seen before, and then ran as the launches and memsets of one prepared
+// call, is enqueued from here with the bytes of those launches.  The same addresses make the
+// same launches, so nothing in the bytes needs changing.  A call that used a stream's kept
+// workspaces (split-K's partial sums, staging copies, fp32_tc's parts) is repeated only on
+// that stream, outside graph capture, holding the workspaces' locks as Python's call did.
+// Every other routed call goes to Python (the operator gemmlab_routed::slow, defined there),
+// which runs it and, where it was such a call, hands this library its steps
+// (gemmlab_learn_*).  A call that is not routed goes to the kernel PyTorch had registered.
 //
 // Built at run time by gemmlab.torch.native, which says why it matters
 // (benchmarks/NOTES.md has the figures).
 
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <cstdint>
@@ -35,6 +38,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <cmath>
 #include <torch/library.h>
 
 #ifdef GEMMLAB_WITH_CUDA
@@ -69,10 +73,14 @@ constexpr int ATTRIBUTE_CLUSTER = 4;        // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMEN
 constexpr int ATTRIBUTE_SERIALIZATION = 6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
 using LaunchFn = int (*)(const LaunchConfig*, void*, void**, void**);
+using MemsetFn = int (*)(uint64_t, unsigned char, size_t, void*);  // cuMemsetD8Async
+using CapturingFn = int (*)(void*, int*);                            // cuStreamIsCapturing
 using ErrorNameFn = int (*)(int, const char**);
 
 struct Driver {
   LaunchFn launch = nullptr;
+  MemsetFn memset = nullptr;
+  CapturingFn capturing = nullptr;
   ErrorNameFn error_name = nullptr;
 };
 
@@ -82,6 +90,9 @@ const Driver& driver() {
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib != nullptr) {
       out.launch = reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernelEx"));
+      out.memset = reinterpret_cast<MemsetFn>(dlsym(lib, "cuMemsetD8Async_v2"));
+      if (out.memset == nullptr) out.memset = reinterpret_cast<MemsetFn>(dlsym(lib, "cuMemsetD8Async"));
+      out.capturing = reinterpret_cast<CapturingFn>(dlsym(lib, "cuStreamIsCapturing"));
       out.error_name = reinterpret_cast<ErrorNameFn>(dlsym(lib, "cuGetErrorName"));
     }
     return out;
@@ -89,16 +100,37 @@ const Driver& driver() {
   return d;
 }
 
-// -- launches taught by Python ----------------------------------------------------------------
+void check(int err, const char* what) {
+  if (err == 0) return;
+  const char* name = "an unknown error";
+  const Driver& d = driver();
+  if (d.error_name != nullptr) d.error_name(err, &name);
+  TORCH_CHECK(false, "gemmlab: ", what, " failed: ", name);
+}
 
-struct Record {
-  void* function = nullptr;  // null: a test's record, counted and not launched
+// -- calls taught by Python --------------------------------------------------------------------
+
+// One step of a call: a launch, or (function null and memset_bytes > 0) nbytes set to zero.
+struct Step {
+  void* function = nullptr;  // null with memset_bytes 0: a test's launch, counted and not run
   unsigned grid[3], block[3], smem, cluster[3];
   bool pdl = false;
   std::unique_ptr<uint64_t[]> blob;  // every argument's bytes, 64-byte aligned where 128 long
   std::vector<void*> params;         // kernelParams: a pointer to each argument in blob
   LaunchAttribute attrs[2];
   unsigned num_attrs = 0;
+  uint64_t memset_at = 0;  // 0 with memset_bytes > 0: a test's memset
+  size_t memset_bytes = 0;
+};
+
+struct Record {
+  std::vector<std::unique_ptr<Step>> steps;
+  // The kept workspaces' locks (POSIX mutexes, gemmlab.runtime.launch.SlotLock) in the order
+  // Python took them, and their stream; none: any stream.
+  std::vector<pthread_mutex_t*> locks;
+  void* stream = nullptr;
+  uint64_t generation = 0;          // forget()'s count when learned: a lock-holding repeat checks it
+  double add_after = std::nan("");  // the bias's multiple added after the steps; NaN: none
 };
 
 using Key = std::vector<int64_t>;
@@ -119,8 +151,15 @@ constexpr size_t RECORDS_KEPT = 16384;  // a program of more signatures starts a
 std::shared_mutex records_mutex;
 std::unordered_map<Key, std::shared_ptr<const Record>, KeyHash> records;
 
-// The key of the call this thread has handed to Python, which gemmlab_learn files under.
+// The key of the call this thread has handed to Python, which gemmlab_learn_call files
+// under, and the steps gemmlab_learn_launch and gemmlab_learn_memset have given so far.
 thread_local Key* pending = nullptr;
+thread_local uint64_t pending_generation = 0;  // forget()'s count when the call went to Python
+thread_local std::vector<std::unique_ptr<Step>> learning;
+
+// Bumped by every forget: a workspace replaced, new tables.  A repeat that holds workspace
+// locks checks it under them, as the workspace may have been replaced since it found its record.
+std::atomic<uint64_t> generation{0};
 
 std::atomic<int64_t> counts[4];  // hits, calls handed to Python, launches learned, test records hit
 
@@ -225,21 +264,66 @@ void* current_stream(const at::Device& device) {
 #endif
 }
 
-void launch(const Record& r, const at::Device& device) {
+void run(const Step& r, void* stream) {
   if (r.function == nullptr) {
-    counts[3]++;
+    if (r.memset_bytes == 0 || r.memset_at == 0) {
+      counts[3]++;  // a test's step
+      return;
+    }
+    const Driver& d = driver();
+    TORCH_CHECK(d.memset != nullptr, "gemmlab: cuMemsetD8Async was not found in libcuda.so.1");
+    check(d.memset(r.memset_at, 0, r.memset_bytes, stream), "cuMemsetD8Async");
     return;
   }
   const Driver& d = driver();
   TORCH_CHECK(d.launch != nullptr, "gemmlab: cuLaunchKernelEx was not found in libcuda.so.1");
   LaunchConfig cfg{r.grid[0], r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2], r.smem,
-                   current_stream(device), const_cast<LaunchAttribute*>(r.attrs), r.num_attrs};
-  int err = d.launch(&cfg, r.function, const_cast<void**>(r.params.data()), nullptr);
-  if (err != 0) {
-    const char* name = "an unknown error";
-    if (d.error_name != nullptr) d.error_name(err, &name);
-    TORCH_CHECK(false, "gemmlab: cuLaunchKernelEx failed: ", name);
+                   stream, const_cast<LaunchAttribute*>(r.attrs), r.num_attrs};
+  check(d.launch(&cfg, r.function, const_cast<void**>(r.params.data()), nullptr), "cuLaunchKernelEx");
+}
+
+bool is_test(const Record& r) {
+  for (const auto& step : r.steps) {
+    if (step->function != nullptr || step->memset_at != 0) return false;
   }
+  return true;
+}
+
+// Enqueue a learned call on the current stream; false where it may not be repeated now (its
+// workspaces belong to another stream, the stream is being captured, another thread holds a
+// workspace, or the workspace was replaced since): Python's call then runs it.
+bool repeat(const Record& r, const at::Tensor& out, const at::Tensor* bias) {
+  bool test = is_test(r);
+  void* stream = test ? nullptr : current_stream(out.device());
+  size_t held = 0;
+  if (!r.locks.empty()) {
+    if (stream != r.stream) return false;
+    const Driver& d = driver();
+    if (!test) {
+      int status = 0;
+      if (d.capturing == nullptr || d.capturing(stream, &status) != 0 || status != 0) return false;
+    }
+    // Never wait here: a thread may hold a lock while it waits for the GIL this thread holds.
+    for (; held < r.locks.size(); ++held) {
+      if (pthread_mutex_trylock(r.locks[held]) != 0) break;
+    }
+    if (held < r.locks.size() || r.generation != generation.load()) {
+      while (held > 0) pthread_mutex_unlock(r.locks[--held]);
+      return false;
+    }
+  }
+  try {
+    for (const auto& step : r.steps) run(*step, stream);
+  } catch (...) {
+    while (held > 0) pthread_mutex_unlock(r.locks[--held]);
+    throw;
+  }
+  while (held > 0) pthread_mutex_unlock(r.locks[--held]);
+  if (!std::isnan(r.add_after)) {
+    TORCH_CHECK(bias != nullptr, "gemmlab: a learned call adds a bias it was not given");
+    out.add_(*bias, r.add_after);
+  }
+  return true;
 }
 
 using SlowFn = int64_t(int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&,
@@ -279,22 +363,29 @@ bool product(const Registration& reg, Op op, int64_t route, const at::Tensor& a,
   }
   if (found) {
     c10::OptionalDeviceGuard guard(a.device());
-    launch(*found, a.device());
-    counts[0]++;
-    return true;
+    if (repeat(*found, out, bias)) {
+      counts[0]++;
+      return true;
+    }
   }
   counts[1]++;
   Key mine(key);  // Python may route products of its own (nested calls reuse ``key``)
   Key* outer = pending;
+  uint64_t outer_generation = pending_generation;
   pending = &mine;
+  // Read before the call: a workspace replaced while it runs makes what it learns stale.
+  pending_generation = generation.load();
+  learning.clear();
   int64_t done;
   try {
     done = slow_op().redispatch(c10::DispatchKeySet(reg.key), op, a, b, out, bias ? std::optional<at::Tensor>(*bias) : std::nullopt, alpha, beta);
   } catch (...) {
     pending = outer;
+    pending_generation = outer_generation;
     throw;
   }
   pending = outer;
+  pending_generation = outer_generation;
   return done != 0;
 }
 
@@ -517,13 +608,11 @@ void gemmlab_set_routes(const void* slot, int n, const int64_t* triples) {
   }
 }
 
-// Keep the launch the call now in Python made, for its key: the function, its shape and
-// ``n`` arguments, the i-th ``sizes[i]`` bytes at ``params[i]``.  0: kept; 1: no call is
-// waiting (not one from this library).
-int gemmlab_learn(void* function, const unsigned* grid, const unsigned* block, unsigned smem,
-                  const unsigned* cluster, int pdl, int n, void* const* params, const int64_t* sizes) {
-  if (pending == nullptr) return 1;
-  auto r = std::make_shared<Record>();
+// The next step of the call now in Python: a launch of ``function`` with its shape and ``n``
+// arguments, the i-th ``sizes[i]`` bytes at ``params[i]``.
+void gemmlab_learn_launch(void* function, const unsigned* grid, const unsigned* block, unsigned smem,
+                          const unsigned* cluster, int pdl, int n, void* const* params, const int64_t* sizes) {
+  auto r = std::make_unique<Step>();
   r->function = function;
   std::memcpy(r->grid, grid, sizeof r->grid);
   std::memcpy(r->block, block, sizeof r->block);
@@ -559,16 +648,44 @@ int gemmlab_learn(void* function, const unsigned* grid, const unsigned* block, u
     a.id = ATTRIBUTE_SERIALIZATION;
     a.value.serialization = 1;
   }
+  learning.push_back(std::move(r));
+}
+
+// The next step of the call now in Python: ``nbytes`` at device address ``at`` set to zero.
+void gemmlab_learn_memset(uint64_t at, uint64_t nbytes) {
+  auto r = std::make_unique<Step>();
+  r->memset_at = at;
+  r->memset_bytes = nbytes;
+  learning.push_back(std::move(r));
+}
+
+// Keep the steps given since the last call of this for the call now in Python: with ``n``
+// workspace locks taken in that order on ``stream`` (n = 0: any stream), and the bias's
+// multiple added after them (``adds`` = 0: none).  0: kept; 1: no call is waiting (not one
+// from this library) or no steps.
+int gemmlab_learn_call(void* stream, int n, void* const* locks, int adds, double add_after) {
+  std::vector<std::unique_ptr<Step>> steps;
+  steps.swap(learning);
+  if (pending == nullptr || steps.empty()) return 1;
+  auto r = std::make_shared<Record>();
+  r->steps = std::move(steps);
+  for (int i = 0; i < n; ++i) r->locks.push_back(static_cast<pthread_mutex_t*>(locks[i]));
+  r->stream = n > 0 ? stream : nullptr;
+  if (adds != 0) r->add_after = add_after;
+  r->generation = pending_generation;
   std::unique_lock<std::shared_mutex> lock(records_mutex);
+  if (r->generation != generation.load()) return 1;  // forgotten while the call ran
   if (records.size() >= RECORDS_KEPT) records.clear();
   records[*pending] = std::move(r);
   counts[2]++;
   return 0;
 }
 
-// Forget every launch learned (gemmlab's prepared calls were cleared: plans may change).
+// Forget every call learned (gemmlab's prepared calls were cleared, or a kept workspace was
+// replaced: plans or addresses may change).
 void gemmlab_forget() {
   std::unique_lock<std::shared_mutex> lock(records_mutex);
+  generation++;
   records.clear();
 }
 
