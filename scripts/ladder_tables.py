@@ -55,13 +55,22 @@ SOURCES = {
         "gemmlab bench --suite shapes --dtype bf16,fp16,fp32,fp32_tc --time-budget-s 45",
     ),
     f"{H200}/training-2026-11-29-6.json": ("2026-11-29", "gemmlab bench --suite training --quick"),
-    f"{H200}/training-2026-11-30-3.json": (
+    f"{H200}/training-2026-11-30-4.json": (
         "2026-11-30",
-        "gemmlab bench --suite training --models gpt2,bert-base,vit-b16 --precisions bf16",
+        "gemmlab bench --suite training --models gpt2,bert-base,vit-b16 --modes eager,compile,reduce-overhead "
+        "--precisions bf16",
     ),
-    f"{H200}/training-llm-2026-11-30.json": (
+    f"{H200}/training-llm-2026-11-30-2.json": (
         "2026-11-30",
-        "gemmlab bench --suite training --models llama-1b,qwen2-0.5b --precisions bf16",
+        "gemmlab bench --suite training --models llama-1b,qwen2-0.5b --modes eager,compile --precisions bf16",
+    ),
+    f"{H200}/training-gpt2-fp32-2026-11-30.json": (
+        "2026-11-30",
+        "gemmlab bench --suite training --models gpt2 --modes eager,compile --precisions fp32,tf32,fp32_tc",
+    ),
+    f"{H200}/training-fp32-2026-11-30.json": (
+        "2026-11-30",
+        "gemmlab bench --suite training --models vit-b16,bert-base --modes eager,compile --precisions fp32,tf32,fp32_tc",
     ),
     f"{H200}/moe-2026-11-30.json": ("2026-11-30", "gemmlab bench --suite moe --tokens 128,1024,8192"),
 }
@@ -70,9 +79,14 @@ TENSOR_LADDER = f"{H200}/ladder-bf16-2026-11-30.json"  # the tensor-core rungs' 
 EC_RUN = f"{H100}/ec-run95f.json"
 MODELS_RUN = f"{H100}/models-run90e.json"
 SHAPES_RUN = f"{H200}/shapes-2026-11-29-4.json"  # other models' products, by kind
-# Whole training steps: bf16 in every mode (two runs, by model), fp32_tc's eager steps (one run).
-TRAINING_BF16_RUNS = (f"{H200}/training-llm-2026-11-30.json", f"{H200}/training-2026-11-30-3.json")
-TRAINING_FP32_TC_RUN = f"{H200}/training-2026-11-29-6.json"
+# Whole training steps: bf16 in every mode (two runs, by model); fp32_tc's steps, each model from
+# the first of these runs that has it.
+TRAINING_BF16_RUNS = (f"{H200}/training-llm-2026-11-30-2.json", f"{H200}/training-2026-11-30-4.json")
+TRAINING_FP32_TC_RUNS = (
+    f"{H200}/training-gpt2-fp32-2026-11-30.json",
+    f"{H200}/training-fp32-2026-11-30.json",
+    f"{H200}/training-2026-11-29-6.json",
+)
 MOE_RUN = f"{H200}/moe-2026-11-30.json"  # the grouped rung's page
 
 PAGE_SIZE = (4096, 4096, 4096)  # the one size each rung page compares at
@@ -265,10 +279,11 @@ def shapes_table(rel: str) -> str:
     )
 
 
-def training_table(bf16_runs, fp32_tc_run: str) -> str:
+def training_table(bf16_runs, fp32_tc_runs) -> str:
     """Whole training steps by model: bf16 through gt.use_gemmlab() as % of PyTorch's step speed
-    in each mode (eager, compiled, CUDA graphs), from ``bf16_runs``; fp32_tc's eager step against
-    the SGEMM and TF32 steps, from ``fp32_tc_run``.  Each cell compares setups of one run."""
+    in each mode (eager, compiled, CUDA graphs), from ``bf16_runs``; fp32_tc's steps against the
+    SGEMM step (eager and compiled) and its eager time over TF32's, each model from the first of
+    ``fp32_tc_runs`` that has it.  Each cell compares setups of one run."""
     modes = ("eager", "compile", "reduce-overhead")
     rows: dict = {}
     sources = []
@@ -278,25 +293,36 @@ def training_table(bf16_runs, fp32_tc_run: str) -> str:
         for r in data["records"]:
             if r["setup"] == "bf16_gemmlab" and r.get("vs_baseline"):
                 rows.setdefault(r["model"], {})[r["mode"]] = f"{100 * r['vs_baseline']:.1f}%"
-    data = json.loads((ROOT / fp32_tc_run).read_text())
-    sources.append((fp32_tc_run, [dict(r, gpu=data["gpu"]) for r in data["records"]]))
-    for r in data["records"]:
-        if r["setup"] == "fp32_tc" and r["mode"] == "eager" and r["model"] in rows and r.get("vs_baseline"):
-            rows[r["model"]]["sgemm"] = f"{r['vs_baseline']:.2f}x"
-            rows[r["model"]]["tf32"] = f"{r['vs_tf32']:.2f}x" if r.get("vs_tf32") else "-"
+    fp32_sources, taken = [], set()
+    for rel in fp32_tc_runs:
+        data = json.loads((ROOT / rel).read_text())
+        mine = [
+            r
+            for r in data["records"]
+            if r["setup"] == "fp32_tc" and r["model"] in rows and r["model"] not in taken and r.get("vs_baseline")
+        ]
+        for r in mine:
+            by = rows[r["model"]]
+            by[f"sgemm {r['mode']}"] = f"{r['vs_baseline']:.2f}x"
+            if r["mode"] == "eager":
+                by["tf32"] = f"{r['vs_tf32']:.2f}x" if r.get("vs_tf32") else "-"
+        if mine:
+            taken |= {r["model"] for r in mine}
+            fp32_sources.append((rel, [dict(r, gpu=data["gpu"]) for r in data["records"]]))
     lines = [
-        "| model | bf16 eager | bf16 compiled | bf16 CUDA graphs | `fp32_tc()` eager vs SGEMM | vs TF32 (time) |",
-        "|---|---|---|---|---|---|",
+        "| model | bf16 eager | bf16 compiled | bf16 CUDA graphs | `fp32_tc()` vs SGEMM, eager "
+        "| compiled | eager time vs TF32 |",
+        "|---|---|---|---|---|---|---|",
     ]
     for model, by in rows.items():
-        cells = [by.get(m, "-") for m in modes] + [by.get("sgemm", "-"), by.get("tf32", "-")]
+        cells = [by.get(m, "-") for m in modes] + [by.get(k, "-") for k in ("sgemm eager", "sgemm compile", "tf32")]
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    bf16 = " and ".join(source_line(rel, recs).rstrip(".") for rel, recs in sources[:-1])
+    bf16 = " and ".join(source_line(rel, recs).rstrip(".") for rel, recs in sources)
+    fp32 = "; ".join(source_line(rel, recs).rstrip(".") for rel, recs in fp32_sources)
     return (
         "\n".join(lines)
         + "\n\nbf16: `use_gemmlab()` as % of PyTorch's step speed (ms per AdamW step, setups alternating in "
-        + f"rounds, beside plain PyTorch in the same run), {bf16}. fp32_tc: "
-        + source_line(*sources[-1])
+        + f"rounds, beside plain PyTorch in the same run), {bf16}. fp32_tc (each model from one run): {fp32}."
     )
 
 
@@ -340,7 +366,7 @@ def blocks() -> dict[str, dict[str, str]]:
             "ec-ladder": ec_table(EC_RUN),
             "gemv": gemv_table(MODELS_RUN),
             "shapes": shapes_table(SHAPES_RUN),
-            "training": training_table(TRAINING_BF16_RUNS, TRAINING_FP32_TC_RUN),
+            "training": training_table(TRAINING_BF16_RUNS, TRAINING_FP32_TC_RUNS),
         }
     }
     out["docs/simt/README.md"] = {"fp32-ladder": out["README.md"]["fp32-ladder"]}
