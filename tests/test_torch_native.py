@@ -1,11 +1,11 @@
 """The routed products' C++ kernels (gemmlab.torch.native, csrc/routed.cpp).
 
-On the CPU: the library builds and takes aten::mm, addmm and bmm; a call is served from the
-steps it learned only for the same operation, route, shapes, strides, addresses and scalars
-(stand-in launches and memsets, counted and not run, stand for a kernel's); a bias added
-after the product is added after a repeat; a repeat on kept workspaces takes their locks
-and never waits for them; calls that are not routed reach PyTorch's kernels; without a
-compiler the Python kernels route everything.  On a GPU: repeated products launched from
+On the CPU: the library builds and takes aten::mm, bmm, mv and their other forms; a call is
+served from the steps it learned only for the same operation, route, shapes, strides,
+addresses and scalars (stand-in launches and memsets, counted and not run, stand for a
+kernel's); a bias added after the product is added after a repeat; a repeat on kept
+workspaces takes their locks and never waits for them; calls that are not routed reach
+PyTorch's kernels; without a compiler the Python kernels route everything.  On a GPU: repeated products launched from
 C++ give the products of the data they find (inputs refilled, outputs poisoned, against
 float64), on other streams and in CUDA graphs, calls on kept workspaces (split-K,
 fp32_tc's choice and parts, staging copies) included."""
@@ -97,6 +97,61 @@ def test_a_repeated_call_is_served_from_the_launch_it_learned():
     torch.mm(a, b, out=out)  # no context: PyTorch's kernel, nothing served
     assert _counts()["test_hits"] == hits
     torch.testing.assert_close(out, a @ b)
+
+
+# Every form the library takes: (name, call(a, b, c, out), a's shape, b's shape, c's shape).
+FORMS = [
+    ("mm", lambda a, b, c, o: torch.mm(a, b), (5, 7), (7, 3), None),
+    ("mm.out", lambda a, b, c, o: torch.mm(a, b, out=o), (5, 7), (7, 3), None),
+    ("addmm", lambda a, b, c, o: torch.addmm(c, a, b, beta=0.5), (5, 7), (7, 3), (3,)),
+    ("addmm.out", lambda a, b, c, o: torch.addmm(c, a, b, out=o), (5, 7), (7, 3), (5, 3)),
+    ("addmm_", lambda a, b, c, o: c.addmm_(a, b, alpha=2.0), (5, 7), (7, 3), (5, 3)),
+    ("bmm", lambda a, b, c, o: torch.bmm(a, b), (2, 5, 7), (2, 7, 3), None),
+    ("bmm.out", lambda a, b, c, o: torch.bmm(a, b, out=o), (2, 5, 7), (2, 7, 3), None),
+    ("baddbmm", lambda a, b, c, o: torch.baddbmm(c, a, b), (2, 5, 7), (2, 7, 3), (5, 3)),
+    ("baddbmm.out", lambda a, b, c, o: torch.baddbmm(c, a, b, out=o), (2, 5, 7), (2, 7, 3), (2, 5, 3)),
+    ("baddbmm_", lambda a, b, c, o: c.baddbmm_(a, b, beta=0.5), (2, 5, 7), (2, 7, 3), (2, 5, 3)),
+    ("mv", lambda a, b, c, o: torch.mv(a, b), (5, 7), (7,), None),
+    ("mv.out", lambda a, b, c, o: torch.mv(a, b, out=o), (5, 7), (7,), None),
+    ("addmv", lambda a, b, c, o: torch.addmv(c, a, b), (5, 7), (7,), (5,)),
+    ("addmv.out", lambda a, b, c, o: torch.addmv(c, a, b, out=o), (5, 7), (7,), (5,)),
+    ("addmv_", lambda a, b, c, o: c.addmv_(a, b), (5, 7), (7,), (5,)),
+]
+
+
+def test_the_forms_are_those_the_library_takes():
+    assert sorted(f[0] for f in FORMS) == sorted(native.OPERATORS)
+
+
+@needs_library
+@pytest.mark.parametrize("name, fn, sa, sb, sc", FORMS, ids=[f[0] for f in FORMS])
+def test_every_form_is_repeated_from_cpp(name, fn, sa, sb, sc):
+    """Each operator's kernel in C++: its first call right (Python's), its repeats on the same
+    tensors served from the launch learned (the stand-in computes nothing there).  A
+    functional form's result is a new tensor each call, on an address the CPU's allocator
+    seldom hands back: its calls are the C++ kernel's, handed to Python (on a GPU, the caching
+    allocator's blocks come back: test_repeated_products_launched_from_cpp_...)."""
+    a, b = torch.rand(sa), torch.rand(sb)
+    c = torch.rand(sc) if sc else None
+    o = torch.empty((*sa[:-1], *sb[-1:]) if len(sb) > 1 else sa[:-1])
+    c0 = c.clone() if c is not None else None
+    expected = fn(a.double(), b.double(), c.double() if c is not None else None, o.double())
+    functional = "." not in name and not name.endswith("_")
+    with cpu_kernels(_stand_in_launch) as calls, CPURouting():
+        calls.update(mm=0, bmm=0)
+        before, handed = _counts()["test_hits"], _counts()["to_python"]
+        for i in range(4):
+            result = fn(a, b, c, o)
+            if i == 0:
+                torch.testing.assert_close(result, expected.float())
+            if c is not None:
+                c.copy_(c0)  # an in-place form's accumulator as it was
+            del result
+        routed = calls["mm"] + calls["bmm"]
+        hits, handed = _counts()["test_hits"] - before, _counts()["to_python"] - handed
+    assert routed + hits == 4 and handed == routed
+    if not functional:
+        assert routed == 1
 
 
 @needs_library
@@ -301,6 +356,9 @@ GPU_CASES = [
     ("addmm out=", lambda a, b, c, o: torch.addmm(c, a, b, out=o), (77, 512), (512, 96), False, (96,), True, HALF),
     ("bmm", lambda a, b, c, o: torch.bmm(a, b), (12, 197, 64), (12, 64, 197), False, None, False, HALF),
     ("bmm out=", lambda a, b, c, o: torch.bmm(a, b, out=o), (12, 197, 192), (12, 192, 64), False, None, True, ALL),
+    ("baddbmm", lambda a, b, c, o: torch.baddbmm(c, a, b), (12, 197, 64), (12, 64, 197), False, (197,), False, ALL),
+    ("mv", lambda a, b, c, o: torch.mv(a, b), (3000, 768), (768,), False, None, False, ALL),
+    ("addmv", lambda a, b, c, o: torch.addmv(c, a, b), (1001, 4096), (4096,), False, (1001,), False, ALL),
 ]
 
 

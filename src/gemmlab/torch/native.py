@@ -4,11 +4,12 @@ Why: a routed product that reaches a Python kernel from PyTorch's dispatcher pay
 9 µs to enter Python and about 10 more in gemmlab's prepared call, where cuBLAS's whole
 call costs about 8 (benchmarks/NOTES.md).  In an eager step the GPU hides most of it;
 under ``torch.compile``, whose other launches cost little host time, it is what the step
-waits for.  The C++ kernels of aten::mm, addmm and bmm (and their out= forms) enqueue a
-call they have seen -- the same signature on the same addresses, as a model's step repeats
-its products -- without entering Python; every other call goes to the Python kernels of
-gemmlab.torch.routing as before, which teach them the call's launches and memsets where
-they were those of one prepared call (on kept workspaces, whose locks the repeat takes).
+waits for.  The C++ kernels of aten::mm, bmm and mv (with their bias-adding, out= and
+in-place forms: OPERATORS) enqueue a call they have seen -- the same signature on the same
+addresses, as a model's step repeats its products -- without entering Python; every other
+call goes to the Python kernels of gemmlab.torch.routing as before, which teach them the
+call's launches and memsets where they were those of one prepared call (on kept
+workspaces, whose locks the repeat takes).
 
 The library is built once per source, PyTorch and compiler into gemmlab's cache folder
 (runtime.compile.cache_dir, ``native/``) with the C++ compiler PyTorch's own extensions use
@@ -40,10 +41,12 @@ from ..runtime.headers import find_cuda_headers
 log = logging.getLogger("gemmlab")
 
 SOURCE = Path(__file__).parent / "csrc" / "routed.cpp"
-# The operators whose kernels the library replaces; the others stay Python's.
-OPERATORS = ("mm", "mm.out", "bmm", "bmm.out", "addmm", "addmm.out")
-# gemmlab_routed::slow's op codes (routed.cpp's Op).
-MM, ADDMM, BMM = 0, 1, 2
+# The operators whose kernels the library replaces (torch._grouped_mm's stays Python's).
+OPERATORS = (
+    *("mm", "mm.out", "addmm", "addmm.out", "addmm_"),
+    *("bmm", "bmm.out", "baddbmm", "baddbmm.out", "baddbmm_"),
+    *("mv", "mv.out", "addmv", "addmv.out", "addmv_"),
+)
 
 _lock = threading.Lock()
 _state: dict = {}  # "lib": the loaded library or None, "why": why not

@@ -36,10 +36,10 @@ Python autograd function.
   a product that is not routed goes to the kernel PyTorch had registered,
   which costs it a Python call.  ``unregister()`` gives PyTorch its own
   kernels back.
-- Those of mm, addmm and bmm (and their out= forms) are C++ where
+- Those of every operator but torch._grouped_mm are C++ where
   gemmlab.torch.native can build its library: a call repeated on the same
-  addresses is launched from there without Python, and the calls it has not seen
-  come here (_slow_kernel), which teaches it their launch.
+  addresses is enqueued from there without Python, and the calls it has not seen
+  come here (_slow_kernel), which teaches it their launches.
 - Under ``torch.compile``, enter the context outside the compiled function:
   the compiled code calls the same operators (Inductor's ``extern_kernels``
   use their out= forms), and they are routed when it runs, inside CUDA graphs

@@ -1,5 +1,6 @@
-// Routed products without Python on the way: PyTorch's kernels of aten::mm, addmm and bmm
-// (and their out= forms), replaced for a dispatch key while this library is registered for it.
+// Routed products without Python on the way: PyTorch's kernels of aten::mm, bmm and mv (with
+// their bias-adding, out= and in-place forms: addmm, baddbmm, addmv, ...), replaced for a
+// dispatch key while this library is registered for it.
 //
 // A call is routed when a gemmlab routing context is on in its thread for its dtype
 // (gemmlab.torch.routing keeps the context's state in PyTorch's thread-local Python
@@ -241,7 +242,7 @@ int64_t routed(const Registration& reg, const at::Tensor& a, const at::Tensor& b
 
 // -- one product ------------------------------------------------------------------------------
 
-enum Op : int64_t { MM = 0, ADDMM = 1, BMM = 2 };
+enum Op : int64_t { MM = 0, ADDMM = 1, BMM = 2, BADDBMM = 3, MV = 4, ADDMV = 5 };
 
 void add_tensor(Key& key, const at::Tensor& t) {
   key.push_back(t.dim());
@@ -404,9 +405,14 @@ bool fits_bmm(const at::Tensor& a, const at::Tensor& b) {
   return a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(1);
 }
 
+bool fits_mv(const at::Tensor& a, const at::Tensor& b) {
+  return a.dim() == 2 && b.dim() == 1 && a.size(1) == b.size(0);
+}
+
+// a's shape but the last, then b's last but for a vector (mv's result).
 std::vector<int64_t> result_shape(const at::Tensor& a, const at::Tensor& b) {
   std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
-  shape.push_back(b.size(-1));
+  if (b.dim() > 1) shape.push_back(b.size(-1));
   return shape;
 }
 
@@ -423,34 +429,6 @@ bool same_storage(const at::Tensor& x, const at::Tensor& y) {
   return x.storage().is_alias_of(y.storage());
 }
 
-at::Tensor functional(const Registration& reg, const char* name, Op op,
-                      bool (*fits)(const at::Tensor&, const at::Tensor&), c10::DispatchKeySet ks, const at::Tensor& a,
-                      const at::Tensor& b) {
-  int64_t route = routed(reg, a, b, nullptr, nullptr);
-  if (route != 0 && fits(a, b)) {
-    at::Tensor out = at::empty(result_shape(a, b), a.options());
-    if (product(reg, op, route, a, b, out, nullptr, 1.0, 0.0)) return out;
-  }
-  torch::jit::Stack stack{a, b};
-  call_original(reg, name, ks, stack);
-  return stack[0].toTensor();
-}
-
-at::Tensor& into(const Registration& reg, const char* name, Op op,
-                 bool (*fits)(const at::Tensor&, const at::Tensor&), c10::DispatchKeySet ks, const at::Tensor& a,
-                 const at::Tensor& b, at::Tensor& out) {
-  int64_t route = routed(reg, a, b, &out, nullptr);
-  if (route != 0 && fits(a, b) && out.sizes() == c10::IntArrayRef(result_shape(a, b))) {
-    if (product(reg, op, route, a, b, out, nullptr, 1.0, 0.0)) return out;
-  }
-  torch::jit::Stack stack{a, b, out};
-  call_original(reg, name, ks, stack);
-  return out;
-}
-
-
-// addmm: beta * bias + alpha * a @ b, with the bias in the product's epilogue where the rung
-// can (beta == 1, nn.Linear's); Python adds it after the product for other betas.
 bool real_scalars(const c10::Scalar& beta, const c10::Scalar& alpha) {
   return !beta.isComplex() && !alpha.isComplex() && !beta.isBoolean() && !alpha.isBoolean();
 }
@@ -459,76 +437,146 @@ bool same_view(const at::Tensor& x, const at::Tensor& y) {
   return x.const_data_ptr() == y.const_data_ptr() && x.sizes() == y.sizes() && x.strides() == y.strides();
 }
 
-at::Tensor addmm(const Registration& reg, c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a,
-                 const at::Tensor& b, const c10::Scalar& beta, const c10::Scalar& alpha) {
-  int64_t route = routed(reg, a, b, &bias, nullptr);
-  if (route != 0 && fits_mm(a, b) && real_scalars(beta, alpha)) {
-    auto shape = result_shape(a, b);
-    if (broadcasts(bias, shape)) {
-      at::Tensor out = at::empty(shape, a.options());
-      if (product(reg, ADDMM, route, a, b, out, &bias, alpha.toDouble(), beta.toDouble())) return out;
-    }
+// One family of operators (mm's, bmm's or mv's): the op code of its plain and its scaled
+// (bias-adding) forms, and the operands it takes.
+struct Family {
+  Op plain, scaled;
+  bool (*fits)(const at::Tensor&, const at::Tensor&);
+};
+
+constexpr Family MM_FAMILY{MM, ADDMM, fits_mm};
+constexpr Family BMM_FAMILY{BMM, BADDBMM, fits_bmm};
+constexpr Family MV_FAMILY{MV, ADDMV, fits_mv};
+
+// mm, bmm, mv
+at::Tensor functional(const Registration& reg, const char* name, const Family& f, c10::DispatchKeySet ks,
+                      const at::Tensor& a, const at::Tensor& b) {
+  int64_t route = routed(reg, a, b, nullptr, nullptr);
+  if (route != 0 && f.fits(a, b)) {
+    at::Tensor out = at::empty(result_shape(a, b), a.options());
+    if (product(reg, f.plain, route, a, b, out, nullptr, 1.0, 0.0)) return out;
   }
-  torch::jit::Stack stack{bias, a, b, beta, alpha};
-  call_original(reg, "addmm", ks, stack);
+  torch::jit::Stack stack{a, b};
+  call_original(reg, name, ks, stack);
   return stack[0].toTensor();
 }
 
-// addmm.out; out may be the bias itself (beta * out, read by the kernel), not another view
-// of its memory.
-at::Tensor& addmm_out(const Registration& reg, c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a,
-                      const at::Tensor& b, const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
-  int64_t route = routed(reg, a, b, &bias, &out);
-  if (route != 0 && fits_mm(a, b) && real_scalars(beta, alpha)) {
-    auto shape = result_shape(a, b);
-    if (out.sizes() == c10::IntArrayRef(shape) && broadcasts(bias, shape) &&
-        (same_view(out, bias) || !same_storage(out, bias))) {
-      if (product(reg, ADDMM, route, a, b, out, &bias, alpha.toDouble(), beta.toDouble())) return out;
-    }
+// mm.out, bmm.out, mv.out
+at::Tensor& into(const Registration& reg, const char* name, const Family& f, c10::DispatchKeySet ks,
+                 const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  int64_t route = routed(reg, a, b, &out, nullptr);
+  if (route != 0 && f.fits(a, b) && out.sizes() == c10::IntArrayRef(result_shape(a, b))) {
+    if (product(reg, f.plain, route, a, b, out, nullptr, 1.0, 0.0)) return out;
   }
-  torch::jit::Stack stack{bias, a, b, beta, alpha, out};
-  call_original(reg, "addmm.out", ks, stack);
+  torch::jit::Stack stack{a, b, out};
+  call_original(reg, name, ks, stack);
   return out;
 }
 
-// The kernels PyTorch calls, one instantiation per registration slot.
+// addmm, baddbmm, addmv: beta * bias + alpha * a @ b, with the bias in the product's epilogue
+// where the rung can (beta == 1, nn.Linear's); Python adds it after the product otherwise.
+at::Tensor scaled(const Registration& reg, const char* name, const Family& f, c10::DispatchKeySet ks,
+                  const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                  const c10::Scalar& alpha) {
+  int64_t route = routed(reg, a, b, &bias, nullptr);
+  if (route != 0 && f.fits(a, b) && real_scalars(beta, alpha)) {
+    auto shape = result_shape(a, b);
+    if (broadcasts(bias, shape)) {
+      at::Tensor out = at::empty(shape, a.options());
+      if (product(reg, f.scaled, route, a, b, out, &bias, alpha.toDouble(), beta.toDouble())) return out;
+    }
+  }
+  torch::jit::Stack stack{bias, a, b, beta, alpha};
+  call_original(reg, name, ks, stack);
+  return stack[0].toTensor();
+}
+
+// Their out= forms; out may be the bias itself (beta * out, read by the kernel), not another
+// view of its memory.
+at::Tensor& scaled_into(const Registration& reg, const char* name, const Family& f, c10::DispatchKeySet ks,
+                        const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                        const c10::Scalar& alpha, at::Tensor& out) {
+  int64_t route = routed(reg, a, b, &bias, &out);
+  if (route != 0 && f.fits(a, b) && real_scalars(beta, alpha)) {
+    auto shape = result_shape(a, b);
+    if (out.sizes() == c10::IntArrayRef(shape) && broadcasts(bias, shape) &&
+        (same_view(out, bias) || !same_storage(out, bias))) {
+      if (product(reg, f.scaled, route, a, b, out, &bias, alpha.toDouble(), beta.toDouble())) return out;
+    }
+  }
+  torch::jit::Stack stack{bias, a, b, beta, alpha, out};
+  call_original(reg, name, ks, stack);
+  return out;
+}
+
+// addmm_, baddbmm_, addmv_: acc = beta * acc + alpha * a @ b, acc read by the kernel.
+at::Tensor& in_place(const Registration& reg, const char* name, const Family& f, c10::DispatchKeySet ks,
+                     at::Tensor& acc, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                     const c10::Scalar& alpha) {
+  int64_t route = routed(reg, a, b, &acc, nullptr);
+  if (route != 0 && f.fits(a, b) && real_scalars(beta, alpha) &&
+      acc.sizes() == c10::IntArrayRef(result_shape(a, b))) {
+    if (product(reg, f.scaled, route, a, b, acc, &acc, alpha.toDouble(), beta.toDouble())) return acc;
+  }
+  torch::jit::Stack stack{acc, a, b, beta, alpha};
+  call_original(reg, name, ks, stack);
+  return acc;
+}
+
+// The kernels PyTorch calls, one instantiation per registration slot, for the families' forms.
 template <int S>
 struct Kernels {
   static const Registration& reg() { return *registrations[S].load(); }
-  static at::Tensor mm(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b) {
-    return functional(reg(), "mm", MM, fits_mm, ks, a, b);
-  }
-  static at::Tensor& mm_out(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-    return into(reg(), "mm.out", MM, fits_mm, ks, a, b, out);
-  }
-  static at::Tensor bmm(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b) {
-    return functional(reg(), "bmm", BMM, fits_bmm, ks, a, b);
-  }
-  static at::Tensor& bmm_out(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-    return into(reg(), "bmm.out", BMM, fits_bmm, ks, a, b, out);
-  }
-  static at::Tensor addmm(c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
+  template <const Family& F, const char* const* N>
+  struct Forms {
+    static at::Tensor plain(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b) {
+      return functional(reg(), N[0], F, ks, a, b);
+    }
+    static at::Tensor& plain_out(c10::DispatchKeySet ks, const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+      return into(reg(), N[1], F, ks, a, b, out);
+    }
+    static at::Tensor add(c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b,
                           const c10::Scalar& beta, const c10::Scalar& alpha) {
-    return ::addmm(reg(), ks, bias, a, b, beta, alpha);
-  }
-  static at::Tensor& addmm_out(c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a,
-                               const at::Tensor& b, const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
-    return ::addmm_out(reg(), ks, bias, a, b, beta, alpha, out);
-  }
-  static void impl(torch::Library& lib) {
-    lib.impl("mm", TORCH_FN(mm));
-    lib.impl("mm.out", TORCH_FN(mm_out));
-    lib.impl("bmm", TORCH_FN(bmm));
-    lib.impl("bmm.out", TORCH_FN(bmm_out));
-    lib.impl("addmm", TORCH_FN(addmm));
-    lib.impl("addmm.out", TORCH_FN(addmm_out));
-  }
+      return scaled(reg(), N[2], F, ks, bias, a, b, beta, alpha);
+    }
+    static at::Tensor& add_out(c10::DispatchKeySet ks, const at::Tensor& bias, const at::Tensor& a,
+                               const at::Tensor& b, const c10::Scalar& beta, const c10::Scalar& alpha,
+                               at::Tensor& out) {
+      return scaled_into(reg(), N[3], F, ks, bias, a, b, beta, alpha, out);
+    }
+    static at::Tensor& add_(c10::DispatchKeySet ks, at::Tensor& acc, const at::Tensor& a, const at::Tensor& b,
+                            const c10::Scalar& beta, const c10::Scalar& alpha) {
+      return in_place(reg(), N[4], F, ks, acc, a, b, beta, alpha);
+    }
+    static void impl(torch::Library& lib) {
+      lib.impl(N[0], TORCH_FN(plain));
+      lib.impl(N[1], TORCH_FN(plain_out));
+      lib.impl(N[2], TORCH_FN(add));
+      lib.impl(N[3], TORCH_FN(add_out));
+      lib.impl(N[4], TORCH_FN(add_));
+    }
+  };
+  static void impl(torch::Library& lib);
 };
+
+// Each family's operator names: plain, plain out=, scaled, scaled out=, in place.
+constexpr const char* MM_NAMES[] = {"mm", "mm.out", "addmm", "addmm.out", "addmm_"};
+constexpr const char* BMM_NAMES[] = {"bmm", "bmm.out", "baddbmm", "baddbmm.out", "baddbmm_"};
+constexpr const char* MV_NAMES[] = {"mv", "mv.out", "addmv", "addmv.out", "addmv_"};
+
+template <int S>
+void Kernels<S>::impl(torch::Library& lib) {
+  Forms<MM_FAMILY, MM_NAMES>::impl(lib);
+  Forms<BMM_FAMILY, BMM_NAMES>::impl(lib);
+  Forms<MV_FAMILY, MV_NAMES>::impl(lib);
+}
 
 void (*const IMPLS[SLOTS])(torch::Library&) = {Kernels<0>::impl, Kernels<1>::impl, Kernels<2>::impl,
                                                 Kernels<3>::impl};
 
-const char* const NAMES[] = {"mm", "mm.out", "bmm", "bmm.out", "addmm", "addmm.out"};
+const char* const NAMES[] = {"mm",          "mm.out", "addmm", "addmm.out",   "addmm_", "bmm",   "bmm.out",
+                             "baddbmm",     "baddbmm.out", "baddbmm_", "mv", "mv.out", "addmv", "addmv.out",
+                             "addmv_"};
 
 }  // namespace
 
