@@ -154,6 +154,51 @@ def test_every_form_is_repeated_from_cpp(name, fn, sa, sb, sc):
         assert routed == 1
 
 
+class _NotedPlan:
+    """What a stand-in notes as its call's plan: last_plan() resolves it to its name."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def resolve(self):
+        return self.name
+
+
+def _stand_in_noting(a, b, **kw):
+    """The stand-in launch, noting a plan named after the operands' shapes, as gemmlab.matmul
+    notes the plan it ran."""
+    from gemmlab.core import api
+
+    result = _stand_in_launch(a, b, **kw)
+    api.note_plan(_NotedPlan(f"{tuple(a.shape)} @ {tuple(b.shape)}"))
+    return result
+
+
+_stand_in_noting.learnable = True
+
+
+@needs_library
+def test_last_plan_names_what_a_repeat_from_cpp_ran():
+    """gemmlab.last_plan() after a call repeated from C++ is the plan that call ran when it was
+    learned, not the plan of the last call through Python; a later call through Python is
+    newer again."""
+    import gemmlab
+    from gemmlab.core import api
+
+    a, b, c, d = torch.rand(5, 7), torch.rand(7, 3), torch.rand(4, 6), torch.rand(6, 2)
+    out, other = torch.empty(5, 3), torch.empty(4, 2)
+    with cpu_kernels(_stand_in_noting) as calls, CPURouting():
+        calls.update(mm=0, bmm=0)
+        torch.mm(a, b, out=out)
+        torch.mm(c, d, out=other)
+        assert gemmlab.last_plan() == "(4, 6) @ (6, 2)"
+        torch.mm(a, b, out=out)  # repeated from C++
+        assert calls["mm"] == 2
+        assert gemmlab.last_plan() == "(5, 7) @ (7, 3)"
+        api.note_plan(_NotedPlan("a call through Python"))
+        assert gemmlab.last_plan() == "a call through Python"
+
+
 @needs_library
 def test_new_tuning_tables_drop_the_learned_launches():
     """gemmlab.core.tables.reload() (after `gemmlab tune`) may change plans: the library forgets

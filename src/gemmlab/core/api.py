@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import threading
+import time
 
 import numpy as np
 
@@ -36,15 +37,37 @@ from ..runtime.device import make_current
 from ..runtime.launch import recording, spoil_recording
 
 _tls = threading.local()
+_now = time.monotonic_ns
+# Where a call of this thread may have run after its last matmul call without Python: the C++
+# routed kernels (gemmlab.torch.native) repeat calls.  Each is asked (the time of the last call
+# here, CLOCK_MONOTONIC ns) and answers the plan of a repeat made later, or None.
+later_plans: list = []
+
+
+def note_plan(p) -> None:
+    """This thread's last call ran ``p`` (a Plan, or what resolves to one)."""
+    _tls.last_plan = p
+    _tls.at = _now()
+
+
+def noted_plan():
+    """What this thread's last call through Python noted (not resolved)."""
+    return getattr(_tls, "last_plan", None)
 
 
 def last_plan() -> Plan | None:
-    """The plan of this thread's last ``matmul`` call: kernel, tile parameters,
-    and for ``precision="fp32_tc"`` the method chosen and why.  That method is
-    chosen on the GPU during the call; it is read back only here (this waits
-    for the GPU), as the call's latest run chose it (a replayed CUDA graph's
-    too)."""
+    """The plan of this thread's last ``matmul`` call (or routed product): kernel,
+    tile parameters, and for ``precision="fp32_tc"`` the method chosen and why.
+    That method is chosen on the GPU during the call; it is read back only here
+    (this waits for the GPU), as the call's latest run chose it (a replayed CUDA
+    graph's too)."""
     p = getattr(_tls, "last_plan", None)
+    if later_plans:
+        at = getattr(_tls, "at", 0)
+        for later in later_plans:
+            q = later(at)
+            if q is not None:
+                p = q
     return p if p is None or type(p) is Plan else p.resolve()
 
 
@@ -57,7 +80,7 @@ def grouped_mm(a, b, offs, out=None, *, out_dtype=None, kernel: str = "auto", **
     multiples of 8.  Returns out (new where not given; rows past offs[G-1] are not written).
     See gemmlab.core.grouped and docs/tensor/06-grouped.md."""
     result = grouped.grouped_mm(a, b, offs, out=out, out_dtype=out_dtype, kernel=kernel, **tile_params)
-    _tls.last_plan = grouped.last_grouped_plan()
+    note_plan(grouped.last_grouped_plan())
     return result
 
 
@@ -212,7 +235,7 @@ def _matmul_fp8(
         kernel=kernel,
         **tile_params,
     )
-    _tls.last_plan = scaled.last_scaled_plan()
+    note_plan(scaled.last_scaled_plan())
     return result
 
 
@@ -329,6 +352,7 @@ def _run_prepared(prepared: PreparedCall, pa: int, pb: int, out, pc: int, alpha,
     if rec is not None:  # the C++ routed kernels may repeat this call's launches (gemmlab.torch.native)
         rec.prepared += 1
     _tls.last_plan = prepared.run(pa, pb, pc, alpha, beta, prepared.stream(dev), pbias if fused else 0)
+    _tls.at = _now()
     if bias is None or fused:
         return out
     if rec is not None:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from ..core import tables
+from ..core import api, tables
 from ..runtime import launch
 from ..runtime.compile import cache_dir
 from ..runtime.headers import find_cuda_headers
@@ -78,8 +78,11 @@ class _Library:
         self.learn_memset.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
         self.learn_memset.restype = None
         self.learn_call = lib.gemmlab_learn_call
-        self.learn_call.argtypes = [c_void_p, c_int, ctypes.POINTER(c_void_p), c_int, ctypes.c_double]
+        self.learn_call.argtypes = [c_void_p, c_int, ctypes.POINTER(c_void_p), c_int, ctypes.c_double, ctypes.c_int64]
         self.learn_call.restype = c_int
+        self.last_repeat = lib.gemmlab_last_repeat
+        self.last_repeat.argtypes = [c_i64p]
+        self.last_repeat.restype = None
         self.forget = lib.gemmlab_forget
         self.forget.restype = None
         self.counts = lib.gemmlab_counts
@@ -163,8 +166,9 @@ def library() -> _Library | None:
                     lib = _Library(_built())
                     _state["def"] = torch.library.Library("gemmlab_routed", "DEF")
                     _state["def"].define(SLOW_SCHEMA)
-                    tables.on_reload.append(lib.forget)
-                    launch.on_workspace_replaced.append(lib.forget)
+                    tables.on_reload.append(forget)
+                    launch.on_workspace_replaced.append(forget)
+                    api.later_plans.append(_later_plan)
                 except Exception as exc:  # noqa: BLE001 -- any failure leaves the Python kernels
                     why = str(exc)
                     log.warning("gemmlab: routed products stay on the Python kernels: %s", why)
@@ -215,11 +219,28 @@ def set_routes(slot, triples) -> None:
 _SCALAR_TYPE = {torch.float16: 5, torch.float32: 6, torch.bfloat16: 15}
 
 
-def learn(steps, stream: int | None, locks, add_after: float | None) -> bool:
+# The plans of the learned calls by token (the plan's id: a prepared call returns the same plan
+# object at every call), which gemmlab.last_plan asks for after a repeat.
+_plans: dict[int, object] = {}
+PLANS_KEPT = 65536  # more plans than the library keeps calls: start again
+
+
+def _later_plan(at_ns: int):
+    """The plan of this thread's last repeat where it was made after ``at_ns`` (api.later_plans)."""
+    lib = _state.get("lib")
+    if lib is None:
+        return None
+    out = (ctypes.c_int64 * 2)()
+    lib.last_repeat(out)
+    return _plans.get(out[0]) if out[1] > at_ns else None
+
+
+def learn(steps, stream: int | None, locks, add_after: float | None, plan=None) -> bool:
     """Hand the library what the call it gave Python did (runtime.launch.Recording): its
     ``steps`` -- launches (a CUfunction's address, 0 for a test's; the shape; the address of
     the kernelParams array; each argument's bytes) and memsets -- the kept workspaces' ``locks``
-    taken on ``stream``, and the multiple of the bias added after (None: none)."""
+    taken on ``stream``, the multiple of the bias added after (None: none), and the ``plan``
+    it ran (what gemmlab.last_plan answers after a repeat)."""
     lib = _state.get("lib")
     if lib is None:
         return False
@@ -244,14 +265,22 @@ def learn(steps, stream: int | None, locks, add_after: float | None) -> bool:
             lib.learn_memset(address, nbytes)
     held = (ctypes.c_void_p * max(1, len(locks)))(*locks)
     adds = add_after is not None
-    return lib.learn_call(stream or 0, len(locks), held, int(adds), float(add_after) if adds else 0.0) == 0
+    token = 0
+    if plan is not None:
+        if len(_plans) >= PLANS_KEPT:
+            _plans.clear()
+        token = id(plan)
+        _plans[token] = plan  # kept, so that its id is not another's
+    return lib.learn_call(stream or 0, len(locks), held, int(adds), float(add_after) if adds else 0.0, token) == 0
 
 
 def forget() -> None:
-    """Drop every learned launch (gemmlab's prepared calls were cleared)."""
+    """Drop every learned call (gemmlab's prepared calls were cleared, or a kept workspace
+    replaced)."""
     lib = _state.get("lib")
     if lib is not None:
         lib.forget()
+    _plans.clear()
 
 
 def counts() -> dict:

@@ -60,7 +60,7 @@ import warnings
 
 import torch
 
-from ..core.api import matmul
+from ..core.api import matmul, noted_plan
 from ..core.grouped import validate_grouped, validate_wgrad
 from ..runtime.device import gpu_info
 from ..runtime.launch import Recording, recording
@@ -512,7 +512,7 @@ def _slow_kernel(key: str):
         steps = rec.repeatable()
         fn = PRODUCT["fn"]  # a stand-in or a wrapper (tests) sees every call, unless it says otherwise
         if steps is not None and (fn is matmul or getattr(fn, "learnable", False)):
-            native.learn(steps, rec.stream, rec.locks, rec.add_after)
+            native.learn(steps, rec.stream, rec.locks, rec.add_after, noted_plan())
         return 1
 
     return slow

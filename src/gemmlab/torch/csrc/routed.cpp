@@ -21,6 +21,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstdint>
@@ -132,6 +133,7 @@ struct Record {
   void* stream = nullptr;
   uint64_t generation = 0;          // forget()'s count when learned: a lock-holding repeat checks it
   double add_after = std::nan("");  // the bias's multiple added after the steps; NaN: none
+  int64_t plan = 0;                 // Python's token for the call's plan (gemmlab.last_plan)
 };
 
 using Key = std::vector<int64_t>;
@@ -163,6 +165,15 @@ thread_local std::vector<std::unique_ptr<Step>> learning;
 std::atomic<uint64_t> generation{0};
 
 std::atomic<int64_t> counts[4];  // hits, calls handed to Python, launches learned, test records hit
+
+// This thread's last repeat: its plan's token and when (CLOCK_MONOTONIC ns), for gemmlab.last_plan.
+thread_local int64_t last_plan = 0, last_repeat_ns = 0;
+
+int64_t monotonic_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
 
 // -- routes ---------------------------------------------------------------------------------
 
@@ -324,6 +335,8 @@ bool repeat(const Record& r, const at::Tensor& out, const at::Tensor* bias) {
     TORCH_CHECK(bias != nullptr, "gemmlab: a learned call adds a bias it was not given");
     out.add_(*bias, r.add_after);
   }
+  last_plan = r.plan;
+  last_repeat_ns = monotonic_ns();
   return true;
 }
 
@@ -708,10 +721,10 @@ void gemmlab_learn_memset(uint64_t at, uint64_t nbytes) {
 }
 
 // Keep the steps given since the last call of this for the call now in Python: with ``n``
-// workspace locks taken in that order on ``stream`` (n = 0: any stream), and the bias's
-// multiple added after them (``adds`` = 0: none).  0: kept; 1: no call is waiting (not one
-// from this library) or no steps.
-int gemmlab_learn_call(void* stream, int n, void* const* locks, int adds, double add_after) {
+// workspace locks taken in that order on ``stream`` (n = 0: any stream), the bias's multiple
+// added after them (``adds`` = 0: none) and Python's token for its plan.  0: kept; 1: no call
+// is waiting (not one from this library) or no steps.
+int gemmlab_learn_call(void* stream, int n, void* const* locks, int adds, double add_after, int64_t plan) {
   std::vector<std::unique_ptr<Step>> steps;
   steps.swap(learning);
   if (pending == nullptr || steps.empty()) return 1;
@@ -720,6 +733,7 @@ int gemmlab_learn_call(void* stream, int n, void* const* locks, int adds, double
   for (int i = 0; i < n; ++i) r->locks.push_back(static_cast<pthread_mutex_t*>(locks[i]));
   r->stream = n > 0 ? stream : nullptr;
   if (adds != 0) r->add_after = add_after;
+  r->plan = plan;
   r->generation = pending_generation;
   std::unique_lock<std::shared_mutex> lock(records_mutex);
   if (r->generation != generation.load()) return 1;  // forgotten while the call ran
@@ -735,6 +749,13 @@ void gemmlab_forget() {
   std::unique_lock<std::shared_mutex> lock(records_mutex);
   generation++;
   records.clear();
+}
+
+// out[0..1] = the plan token of this thread's last repeat and when it was made (CLOCK_MONOTONIC
+// ns; 0 and 0 before any).
+void gemmlab_last_repeat(int64_t* out) {
+  out[0] = last_plan;
+  out[1] = last_repeat_ns;
 }
 
 // out[0..4] = hits, calls handed to Python, launches learned, test records hit; records kept.
