@@ -496,8 +496,9 @@ def _slow_kernel(key: str):
     """gemmlab_routed::slow's kernel for dispatch key ``key``: a call the C++ kernels have
     no launch for, with its result ``out`` (allocated there for a functional form); 1 where
     gemmlab ran it, 0 where it is not routed (the C++ kernel runs PyTorch's).  The call's
-    launches are recorded, and where they were one launch of a prepared call the C++
-    kernels keep it for this signature and these addresses (native.learn)."""
+    launches and memsets are recorded, and where they were those of one prepared call the
+    C++ kernels keep them, with its plan, for this signature and these addresses
+    (native.learn)."""
     device_type = key.lower()
 
     def slow(op: int, a, b, out, bias, alpha: float, beta: float) -> int:
