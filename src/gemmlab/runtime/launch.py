@@ -175,8 +175,11 @@ def _pthread():
             fns = lib.pthread_mutex_init, lib.pthread_mutex_lock, lib.pthread_mutex_unlock
         except (OSError, AttributeError):
             continue
+        init, lock, unlock = fns
+        init.argtypes = [ctypes.c_void_p, ctypes.c_void_p]  # (mutex, attributes: none)
+        lock.argtypes = unlock.argtypes = [ctypes.c_void_p]
         for fn in fns:
-            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p][: 2 if fn is fns[0] else 1], ctypes.c_int
+            fn.restype = ctypes.c_int
         return fns
     return None
 
