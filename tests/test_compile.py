@@ -554,23 +554,34 @@ def test_ec_split_pack_compiles_without_spills(arch):
         assert r.smem_bytes == 4 * 2 * 32 * 33, name  # two 32 x 33 float tiles in flight
 
 
-def test_ec_split_scaled_compiles_for_two_blocks_an_sm():
+def _ec_split_scaled_sample() -> list[str]:
+    """Of the 35: each layout's smallest and largest cluster and its short K's chunk, the
+    whole-rows kernel's fewest and most rows, and the kernel with an operand by whole rows at
+    its fewest and most rows in each of its two layouts (18)."""
+    ends = ("<1>", "<16>", ", 1, 512>", ", 8, 512>", f", 1, {EC_SCALED_SHORT_CHUNK}>", "8, 512, 16>", "2, 512, 1>")
+    return [n for n in EC_SPLIT_SCALED_KERNELS if n.endswith(ends)]
+
+
+@pytest.mark.parametrize("every", [False, pytest.param(True, marks=compile_matrix)], ids=["sample", "every"])
+def test_ec_split_scaled_compiles_for_two_blocks_an_sm(every):
     """fp32_tc's pre-pass on FOLD (Hopper only: clusters, distributed shared memory): every
     layout and cluster size within the 128 registers that let two blocks share an SM (64 and
     four blocks with a short K's chunk), the whole-rows kernel (ec_split_scaled_rows, 1 to
     16 float4 a row) and the clustered kernel with one operand by whole rows (NN and TT, ROWS
     1 to 16) likewise.  The 512 values of K a thread holds leave ptxas a
     few registers short in the layouts read across segments: at most 32 bytes of spills,
-    stores and reloads around a chunk."""
+    stores and reloads around a chunk.  By default a sample (_ec_split_scaled_sample); all 35
+    in the compile matrix."""
     from gemmlab.runtime.compile import compile_in_processes
 
-    groups = [list(EC_SPLIT_SCALED_KERNELS[0::2]), list(EC_SPLIT_SCALED_KERNELS[1::2])]  # side by side
+    # 4 layouts x (clusters of 1, 2, 4, 8; a short K's chunk), 5 of the whole-rows kernel, 2 x 5 half rows
+    assert len(EC_SPLIT_SCALED_KERNELS) == 35 and len(_ec_split_scaled_sample()) == 18
+    kernels = list(EC_SPLIT_SCALED_KERNELS) if every else _ec_split_scaled_sample()
+    groups = [kernels[0::2], kernels[1::2]]  # side by side
     compile_in_processes([(EC_SPLIT_SCALED_SOURCE, g, "sm_90a") for g in groups])
     module = ChunkedModule([compile_module(EC_SPLIT_SCALED_SOURCE, g, "sm_90a") for g in groups])
     res = parse_ptxas_log(module.log)
-    # 4 layouts x (clusters of 1, 2, 4, 8; a short K's chunk), 5 of the whole-rows kernel, 2 x 5 half rows
-    assert len(EC_SPLIT_SCALED_KERNELS) == 35
-    for name in EC_SPLIT_SCALED_KERNELS:
+    for name in kernels:
         r = res[module.symbols[name]]
         short = name.endswith(f", {EC_SCALED_SHORT_CHUNK}>")
         assert r.registers <= (64 if short else 128), (name, r)

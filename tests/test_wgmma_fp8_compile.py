@@ -2,9 +2,10 @@
 and its SASS multiplies with the FP8 wgmma of its types (QGMMA.64xBNx32.F32.<A>.<B>: the FP8
 form of HGMMA), four a K-step of 128 values, and with no 16-bit HGMMA.
 
-By default: every configuration in two variants (e4m3 x e4m3 -> bfloat16, outer and block
-scales) and every variant at the defaults; the whole matrix (every configuration x every
-variant, 736 instantiations) with `pytest -m compile_matrix`."""
+By default: every tile in two variants (e4m3 x e4m3 -> bfloat16, outer and block scales), at
+the default promotion and without promotion, every promotion at the default tile, and every
+variant at the defaults; the whole matrix (every configuration x every variant, 736
+instantiations) with `pytest -m compile_matrix`."""
 
 import re
 
@@ -25,12 +26,15 @@ needs_nvdisasm = pytest.mark.skipif(find_disassembler() is None, reason="nvdisas
 def _sample() -> dict:
     """name expression -> (params, problem): the default set (module docstring)."""
     out = {}
+    d = SPEC.defaults()
     home = [v for v in SPEC.variants if (v.dtype, v.dtype_b, v.out_dtype) == ("float8_e4m3fn",) * 2 + ("bfloat16",)]
     for params in SPEC.configurations():
-        for prob in home:
-            out.setdefault(SPEC.name_expression(params, prob), (params, prob))
+        tile = all(params[k] == d[k] for k in params if k != "PROMOTE")
+        for prob in home:  # every tile at the default promotion and at none; every promotion at the default tile
+            if tile or params["PROMOTE"] in (0, d["PROMOTE"]):
+                out.setdefault(SPEC.name_expression(params, prob), (params, prob))
     for prob in SPEC.variants:
-        out.setdefault(SPEC.name_expression(SPEC.defaults(), prob), (SPEC.defaults(), prob))
+        out.setdefault(SPEC.name_expression(d, prob), (d, prob))
     return out
 
 
