@@ -49,6 +49,11 @@ class _Holder:
         self.ptr = ctypes.addressof(self.array)
 
 
+def _stand_in_launch_step():
+    """A recorded launch of the stand-in kernel (runtime.launch.Recording's form)."""
+    return (launch.LAUNCH, _Kernel(), launch.LaunchShape((1, 1, 1), (32, 1, 1)), _Holder(), (8, 4))
+
+
 def _stand_in_launch(a, b, **kw):
     """The float64 stand-in product, which also records one launch of one prepared call, as
     gemmlab.matmul's prepared path does on a GPU."""
@@ -56,7 +61,7 @@ def _stand_in_launch(a, b, **kw):
     rec = launch.recording()
     if rec is not None:
         rec.prepared += 1
-        rec.steps.append((launch.LAUNCH, _Kernel(), launch.LaunchShape((1, 1, 1), (32, 1, 1)), _Holder(), (8, 4)))
+        rec.steps.append(_stand_in_launch_step())
     return result
 
 
@@ -245,10 +250,8 @@ def _stand_in_steps(lock=None, add=False):
         result = routed_reference(a, b, **kw)
         if rec is not None:
             rec.prepared += 1
-            shape = launch.LaunchShape((1, 1, 1), (32, 1, 1))
-            rec.steps.append((launch.LAUNCH, _Kernel(), shape, _Holder(), (8, 4)))
-            rec.steps.append((launch.MEMSET, 0, 256))  # address 0: a test's, counted and not run
-            rec.steps.append((launch.LAUNCH, _Kernel(), shape, _Holder(), (8, 4)))
+            # address 0: a test's memset, counted and not run
+            rec.steps += [_stand_in_launch_step(), (launch.MEMSET, 0, 256), _stand_in_launch_step()]
             if lock is not None:
                 rec.hold(lock.address, 0)
         if bias is not None:

@@ -134,6 +134,7 @@ struct Record {
   uint64_t generation = 0;          // forget()'s count when learned: a lock-holding repeat checks it
   double add_after = std::nan("");  // the bias's multiple added after the steps; NaN: none
   int64_t plan = 0;                 // Python's token for the call's plan (gemmlab.last_plan)
+  bool test = false;                // a test's record: its steps are counted, nothing runs
 };
 
 using Key = std::vector<int64_t>;
@@ -294,43 +295,44 @@ void run(const Step& r, void* stream) {
   check(d.launch(&cfg, r.function, const_cast<void**>(r.params.data()), nullptr), "cuLaunchKernelEx");
 }
 
-bool is_test(const Record& r) {
-  for (const auto& step : r.steps) {
+bool is_test(const std::vector<std::unique_ptr<Step>>& steps) {
+  for (const auto& step : steps) {
     if (step->function != nullptr || step->memset_at != 0) return false;
   }
   return true;
 }
 
+// The workspace locks a repeat holds, given back when it leaves (also by an exception).
+struct Held {
+  const std::vector<pthread_mutex_t*>& locks;
+  size_t n = 0;
+  ~Held() {
+    while (n > 0) pthread_mutex_unlock(locks[--n]);
+  }
+};
+
 // Enqueue a learned call on the current stream; false where it may not be repeated now (its
 // workspaces belong to another stream, the stream is being captured, another thread holds a
 // workspace, or the workspace was replaced since): Python's call then runs it.
 bool repeat(const Record& r, const at::Tensor& out, const at::Tensor* bias) {
-  bool test = is_test(r);
-  void* stream = test ? nullptr : current_stream(out.device());
-  size_t held = 0;
-  if (!r.locks.empty()) {
-    if (stream != r.stream) return false;
-    const Driver& d = driver();
-    if (!test) {
-      int status = 0;
-      if (d.capturing == nullptr || d.capturing(stream, &status) != 0 || status != 0) return false;
+  void* stream = r.test ? nullptr : current_stream(out.device());
+  {
+    Held held{r.locks};
+    if (!r.locks.empty()) {
+      if (stream != r.stream) return false;
+      if (!r.test) {
+        const Driver& d = driver();
+        int status = 0;
+        if (d.capturing == nullptr || d.capturing(stream, &status) != 0 || status != 0) return false;
+      }
+      // Never wait here: a thread may hold a lock while it waits for the GIL this thread holds.
+      for (; held.n < r.locks.size(); ++held.n) {
+        if (pthread_mutex_trylock(r.locks[held.n]) != 0) return false;
+      }
+      if (r.generation != generation.load()) return false;
     }
-    // Never wait here: a thread may hold a lock while it waits for the GIL this thread holds.
-    for (; held < r.locks.size(); ++held) {
-      if (pthread_mutex_trylock(r.locks[held]) != 0) break;
-    }
-    if (held < r.locks.size() || r.generation != generation.load()) {
-      while (held > 0) pthread_mutex_unlock(r.locks[--held]);
-      return false;
-    }
-  }
-  try {
     for (const auto& step : r.steps) run(*step, stream);
-  } catch (...) {
-    while (held > 0) pthread_mutex_unlock(r.locks[--held]);
-    throw;
   }
-  while (held > 0) pthread_mutex_unlock(r.locks[--held]);
   if (!std::isnan(r.add_after)) {
     TORCH_CHECK(bias != nullptr, "gemmlab: a learned call adds a bias it was not given");
     out.add_(*bias, r.add_after);
@@ -729,6 +731,7 @@ int gemmlab_learn_call(void* stream, int n, void* const* locks, int adds, double
   steps.swap(learning);
   if (pending == nullptr || steps.empty()) return 1;
   auto r = std::make_shared<Record>();
+  r->test = is_test(steps);
   r->steps = std::move(steps);
   for (int i = 0; i < n; ++i) r->locks.push_back(static_cast<pthread_mutex_t*>(locks[i]));
   r->stream = n > 0 ? stream : nullptr;
