@@ -288,17 +288,17 @@ def training_table(bf16_runs, fp32_tc_runs) -> str:
     rows: dict = {}
     sources = []
     for rel in bf16_runs:
-        data = json.loads((ROOT / rel).read_text())
-        sources.append((rel, [dict(r, gpu=data["gpu"]) for r in data["records"]]))
-        for r in data["records"]:
+        records = load(rel)
+        sources.append((rel, records))
+        for r in records:
             if r["setup"] == "bf16_gemmlab" and r.get("vs_baseline"):
                 rows.setdefault(r["model"], {})[r["mode"]] = f"{100 * r['vs_baseline']:.1f}%"
     fp32_sources, taken = [], set()
     for rel in fp32_tc_runs:
-        data = json.loads((ROOT / rel).read_text())
+        records = load(rel)
         mine = [
             r
-            for r in data["records"]
+            for r in records
             if r["setup"] == "fp32_tc" and r["model"] in rows and r["model"] not in taken and r.get("vs_baseline")
         ]
         for r in mine:
@@ -308,7 +308,7 @@ def training_table(bf16_runs, fp32_tc_runs) -> str:
                 by["tf32"] = f"{r['vs_tf32']:.2f}x" if r.get("vs_tf32") else "-"
         if mine:
             taken |= {r["model"] for r in mine}
-            fp32_sources.append((rel, [dict(r, gpu=data["gpu"]) for r in data["records"]]))
+            fp32_sources.append((rel, records))
     lines = [
         "| model | bf16 eager | bf16 compiled | bf16 CUDA graphs | `fp32_tc()` vs SGEMM, eager "
         "| compiled | eager time vs TF32 |",
