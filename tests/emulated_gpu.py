@@ -29,6 +29,7 @@ from gemmlab.core import api
 from gemmlab.core.arrays import ITEMSIZE
 from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_DTYPES, splitk_reduce_kernel
 from gemmlab.kernels.tensor.wgmma import PACK16_KERNEL, TF32_PACK_KERNELS
+from gemmlab.kernels.simt.staging import PACK32_KERNEL
 
 
 # NumPy 2 moved byte_bounds to numpy.lib.array_utils.
@@ -91,6 +92,8 @@ class Emulator:
         assert all(0 < g for g in grid) and grid[1] <= 65535 and grid[2] <= 65535, grid
         if kernel == "pack16":
             self._pack16(grid, *args)
+        elif kernel == "pack32":
+            self._pack32(grid, *args)
         elif kernel == "tf32_pack":
             self._tf32_pack(grid, *args)
         elif kernel == "reduce":
@@ -391,6 +394,16 @@ class Emulator:
             d = self.mem(int(dst) + 2 * z * int(dst_stride), "uint16", (rows, cols), (ldd, 1))
             d[...] = self.mem(int(src) + 2 * z * int(src_stride), "uint16", (rows, cols), (ld, 1))
 
+    def _pack32(self, grid, rows, cols, src, ld, dst, ldd, src_stride, dst_stride):
+        """Rung 8's staging copy (simt/pack32.cu): each matrix of the batch, bit for bit, rows
+        padded to 16 bytes with zeros."""
+        rows, cols, ld, ldd = map(int, (rows, cols, ld, ldd))
+        assert int(dst) % 16 == 0 and ldd * 4 % 16 == 0 and ldd >= cols, (dst, ldd, cols)
+        for z in range(grid[2]):
+            d = self.mem(int(dst) + 4 * z * int(dst_stride), "float32", (rows, ldd), (ldd, 1))
+            d[...] = 0
+            d[:, :cols] = self.mem(int(src) + 4 * z * int(src_stride), "float32", (rows, cols), (ld, 1))
+
     def _tf32_pack(self, grid, rows, cols, src, ld, dst, ldd, src_stride, dst_stride):
         """wgmma's TF32 copy (tf32_pack.cu's tf32_pack<false>): each matrix of the batch, rounded."""
         rows, cols, ld, ldd = map(int, (rows, cols, ld, ldd))
@@ -515,6 +528,8 @@ def install(monkeypatch) -> Emulator:
     def load_kernel(source, name, arch):
         if name == PACK16_KERNEL:
             return "pack16"
+        if name == PACK32_KERNEL:
+            return "pack32"
         if name == TF32_PACK_KERNELS[0]:
             return "tf32_pack"
         for d in SPLITK_REDUCE_DTYPES:

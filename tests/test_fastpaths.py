@@ -203,7 +203,7 @@ def test_odd_vocabulary_input_gradient_stages_its_operand_for_wgmma():
     assert p.spec.name == "wgmma" and p.problem.stage and not p.problem.tma_aligned, p.describe()
     assert (p.params["BM"], p.params["BN"], p.params["SPLITK"]) == (128, 192, 4)
     assert p.reason.startswith("cost model: ") and "a copy of 98.2 MiB" in p.reason and not p.fallback_reason
-    assert p.describe().endswith("[operands TMA cannot read copied to the 16-byte grid first]")
+    assert p.describe().endswith("[operands off the 16-byte grid copied onto it first]")
     # Only dY is copied: W's rows (768 elements) are on the grid.
     assert "98.2 MiB" in wgmma.wgmma_staging_choice(1024, 768, 50257, 132, 1, "bfloat16", 1024 * 50257 * 2)[1]
 

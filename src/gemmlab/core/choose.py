@@ -336,9 +336,10 @@ def _auto(pr: Product, gpu: GPU) -> tuple[str, dict, str, tuple[str, ...]]:
 
 
 def _staging(spec: KernelSpec, problem: Problem, pr: Product, gpu: GPU) -> tuple[dict | None, str]:
-    """(the rung's parameters, why) where ``spec``, refused only because TMA cannot read the
-    operands in place, should run on staging copies of them (its staging_hook); (None, why
-    not), or (None, "") where staging does not apply (no hook, or another refusal)."""
+    """(the rung's parameters, why) where ``spec``, given operands off the 16-byte grid that it
+    cannot read in place (wgmma: TMA's rules) or reads slowly (rung 8), should run on staging
+    copies of them (its staging_hook); (None, why not), or (None, "") where staging does not
+    apply (no hook, or another refusal)."""
     if spec.staging_hook is None or problem.tma_aligned or spec.why_unusable(dataclasses.replace(problem, stage=True)):
         return None, ""
     stage_bytes = pr.stage_bytes
@@ -390,7 +391,7 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
     # copies -> wmma_warptile, which reads every layout).
     whys = []
     reason = spec.why_unusable(problem)
-    if reason and auto:  # wgmma on aligned copies of the operands, where the copy pays
+    if auto and (reason or not problem.tma_aligned):  # on aligned copies of the operands, where the copy pays
         staged, stage_why = _staging(spec, problem, pr, gpu)
         if staged is not None:
             try:  # a GPU whose shared memory holds none of its configurations falls back instead
@@ -404,8 +405,10 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
                 stage_why,
                 None,
             )
-        elif stage_why:
+        elif stage_why and reason:
             whys.append(stage_why)
+        elif stage_why:  # the rung reads them as they are (rung 8): why it did not copy them
+            auto_why = f"{auto_why}; {stage_why}" if auto_why else stage_why
     while reason:
         fallback = registry.get(spec.fallback)
         whys.append(f"{spec.name} cannot take these operands: {reason}; running {fallback.name} instead")

@@ -74,7 +74,7 @@ class Plan:
     def describe(self) -> str:
         p = ", ".join(f"{k}={v}" for k, v in self.params.items())
         text = f"{self.spec.name}({p})" if p else self.spec.name
-        staged = "operands TMA cannot read copied to the 16-byte grid first" if self.problem.stage else ""
+        staged = "operands off the 16-byte grid copied onto it first" if self.problem.stage else ""
         notes = [n for n in (self.method, staged, self.fallback_reason, self.limit_reason) if n]
         return f"{text} [{'; '.join(notes)}]" if notes else text
 

@@ -113,8 +113,9 @@ class Problem:
     # has no stride to check).  Only the wgmma rung (16-bit inputs) needs it.
     tma_aligned: bool = True
     sm_count: int = 132  # the GPU's multiprocessors, for persistent grids
-    # Operands TMA cannot read in place are first copied into an aligned workspace
-    # (wgmma, 16-bit: where the planner's cost model says the copy pays).
+    # Operands the kernel cannot read in place (wgmma, 16-bit: TMA's rules) or reads slowly
+    # (rung 8: rows off the 16-byte grid) are first copied into an aligned workspace, where
+    # the choice's cost model says the copy pays.
     stage: bool = False
     # The operands ("A", "B", "C") each stored row of which starts on the 16-byte grid
     # (base address, leading dimension where there is more than one row, batch strides),
@@ -204,13 +205,17 @@ class PrePass:
     or 0; ``report``: where a choice record is copied, or 0);
     ``chooses(plan)``: whether, given a choice record, the pre-pass makes the method
     choice from the data itself (ec_wgmma's FOLD: split_scaled.cu), so that the
-    executor launches no separate statistics for it.
+    executor launches no separate statistics for it;
+    ``applies(problem)``, for a staging pre-pass (KernelSpec.staging): whether a launch on
+    ``problem`` runs it -- by default where TMA cannot read the operands in place (wgmma);
+    rung 8, which can read any operand, only where the choice staged them (Problem.stage).
     """
 
     workspace_bytes: Callable
     build: Callable
     what: str  # what the workspace is for, for an out-of-memory message
     chooses: Callable = lambda plan: False
+    applies: Callable = lambda problem: not problem.tma_aligned
 
 
 @dataclass(frozen=True)
@@ -292,8 +297,9 @@ class KernelSpec:
     # gpu_choice(gpu, plans, ops_a, ops_b, scaled_only) -> the choice's step builder
     # (kernels/ec/choose_method.GPUChoice), whose record the kernels read (reads_choice).
     gpu_choice: Callable | None = None
-    # The pre-pass of a problem whose operands the kernel cannot read in place
-    # (Problem.tma_aligned false): aligned copies of them (wgmma's staging), then the kernel.
+    # The pre-pass of a problem whose operands the kernel cannot read in place (wgmma:
+    # Problem.tma_aligned false) or reads slowly (rung 8: Problem.stage): aligned copies
+    # of them, then the kernel (PrePass.applies says which problems).
     staging: PrePass | None = None
     # kernel_args (or the pre-pass) takes a whole batch (Operands.batch matrices,
     # Operands.sa/sb/sc elements apart) and the kernel walks all of it in one launch
@@ -405,7 +411,7 @@ class KernelSpec:
     def pre_pass(self, problem: Problem) -> PrePass | None:
         """The pre-pass a launch on ``problem`` runs: the rung's own, or aligned copies of
         operands it cannot read in place (staging); None for none."""
-        return self.prepass or (self.staging if not problem.tma_aligned else None)
+        return self.prepass or (self.staging if self.staging is not None and self.staging.applies(problem) else None)
 
     def splits(self, params: Mapping[str, int]) -> int:
         return int(params[self.split_k_param]) if self.split_k_param else 1

@@ -8,6 +8,8 @@
 
 namespace gemmlab {
 
+// VEC: A and B are read 16 bytes at a time -- their rows on the 16-byte grid in whole groups
+// of 4 floats, or aligned copies of them (the staging pre-pass, kernels/simt/pipelined.py).
 template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int STAGES, int REG_TRANSPOSE, bool VEC,
           char OPA, char OPB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)  // 1: see blocktile_2d
@@ -107,8 +109,27 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
         if (refill) land(kt + STAGES - 1);
     }
     __pipeline_wait_prior(0);
-    store_warp_subtiles<WMITER, WNITER, WSUBM, WSUBN, TM, TN, VEC>(
-        C, ldc, tile.row + warp_row + lane_row, tile.col + warp_col + lane_col, M, N, acc, alpha, beta);
+    // C in 16-byte stores where its rows allow, whatever VEC says of A and B: operands read
+    // in place or from aligned copies can feed a C of odd width (a vocabulary's logits).
+    // Otherwise, in the variant that reads A and B 4 bytes at a time, through shared memory a
+    // warp's subtile at a time (where the warps' regions fit in the ring: every tile the choice
+    // takes); in the other, 4 bytes at a time from the registers (staging its C through shared
+    // memory too cost it 16 registers, and NT 5% at 4096^3: benchmarks/NOTES.md).
+    if (N % 4 == 0 && ldc % 4 == 0 && reinterpret_cast<unsigned long long>(C) % 16 == 0) {
+        store_warp_subtiles<WMITER, WNITER, WSUBM, WSUBN, TM, TN, true>(
+            C, ldc, tile.row + warp_row + lane_row, tile.col + warp_col + lane_col, M, N, acc, alpha, beta);
+        return;
+    }
+    constexpr int REGION = WSUBM * (WSUBN + 1);   // floats of a warp's staged subtile
+    if constexpr (!VEC && (THREADS / 32) * REGION <= STAGES * BK * (ASLD + BSLD)) {
+        __syncthreads();   // every warp done with the ring
+        store_warp_subtiles_staged<WMITER, WNITER, WSUBM, WSUBN, TM, TN>(
+            C, ldc, tile.row + warp_row, tile.col + warp_col, M, N, acc, alpha, beta, smem + warp * REGION, lane_row,
+            lane_col, lane);
+    } else {
+        store_warp_subtiles<WMITER, WNITER, WSUBM, WSUBN, TM, TN, false>(
+            C, ldc, tile.row + warp_row + lane_row, tile.col + warp_col + lane_col, M, N, acc, alpha, beta);
+    }
 }
 
 }  // namespace gemmlab

@@ -5,9 +5,10 @@ Split-K's second half, the reduction of the partial products, is splitk_reduce.p
 
 from __future__ import annotations
 
-from ..cost import best
+from ..cost import Estimate, Machine, best, copy_time
 from ..spec import Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, cdiv, tiles
 from .pipelined_cost import Shape, estimate
+from .staging import PREPASS
 from .vectorized import ALIGNED_VARIANTS
 from .warptile import warptile_constraints, warptile_params, warptile_threads
 
@@ -38,11 +39,27 @@ def pipelined_smem(p, prob: Problem | None = None) -> int:
     return 4 * p["STAGES"] * (p["BK"] * (p["BM"] + 4) + p["BK"] * (p["BN"] + b_pad))
 
 
+def reads_16_bytes(x: Problem | Ask) -> bool:
+    """Whether the kernel reads A and B 16 bytes at a time (its VEC): copies of them on the
+    16-byte grid (a Problem's ``stage``), or their stored rows on the grid in whole groups
+    of 4 floats.  C does not count: the kernel checks its rows itself."""
+    if getattr(x, "stage", False) or x.aligned16:
+        return True
+    width_a = x.K if x.op_a == "N" else x.M
+    width_b = x.N if x.op_b == "N" else x.K
+    return x.rows_on_grid("A") and x.rows_on_grid("B") and width_a % 4 == 0 and width_b % 4 == 0
+
+
+def c_on_grid(x: Problem | Ask) -> bool:
+    """Whether C's rows are on the 16-byte grid (the kernel's 16-byte stores)."""
+    return x.rows_on_grid("C") and x.N % 4 == 0
+
+
 def _reg_transpose(p, prob: Problem) -> int:
     """REG_TRANSPOSE where it changes the code (an aligned operand whose rows run
     along K), else 0: one instantiation, not two of the same code."""
     along_k = prob.op_a == "N" or prob.op_b == "T"
-    return p["REG_TRANSPOSE"] if prob.aligned16 and along_k else 0
+    return p["REG_TRANSPOSE"] if reads_16_bytes(prob) and along_k else 0
 
 
 def _params(d: dict) -> tuple[TileParam, ...]:
@@ -110,7 +127,7 @@ TILE_64 = {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 
 SIZED_TILES = ({}, TILE_128, SKINNY_N, SKINNY_M, TILE_64)
 
 
-def _estimate(ask: Ask, p: dict):
+def _estimate(ask: Ask, p: dict, staged: bool = False):
     return estimate(
         ask.M,
         ask.N,
@@ -120,7 +137,7 @@ def _estimate(ask: Ask, p: dict):
         p["BK"],
         p["SPLITK"],
         ask.sm_count,
-        Shape(ask.batch, ask.aligned16, ask.op_b == "T"),
+        Shape(ask.batch, staged or reads_16_bytes(ask), ask.op_b == "T", c_on_grid(ask), ask.op_a == "T"),
     )
 
 
@@ -133,30 +150,64 @@ def _splits(ask: Ask, p: dict) -> list[int]:
     return [s for s in SPLITK_VALUES if s == 1 or steps >= MIN_K_STEPS_PER_SPLIT * s]
 
 
-def auto_choice(ask: Ask, incumbent: dict | None = None, what: str = "the tile-count rule") -> tuple[dict, str]:
+def auto_choice(
+    ask: Ask, incumbent: dict | None = None, what: str = "the tile-count rule", staged: bool = False
+) -> tuple[dict, str]:
     """Rung 8's tiles and split of K for ``kernel="auto"``, with why: ``incumbent`` (``what``
     chose it: the tuned table's nearest entry; default auto_params' rule) unless the cost
     model (pipelined_cost) predicts another tile or split faster by more than its margin
     (kernels/cost.best).  That happens where a few large tiles leave most SMs idle: 128 x
     768 x 30522 on 128 x 256 tiles is 3 tiles (24 blocks split 8) on 132 SMs, where 64 x 64
-    tiles split 16 give 384 blocks."""
+    tiles split 16 give 384 blocks.  ``staged``: as if A and B were read from copies on the
+    16-byte grid (staging_choice)."""
     rule = dict(incumbent) if incumbent is not None else auto_params(ask.M, ask.N, ask.K, ask.sm_count, ask.batch)[1]
     if not (ask.M and ask.N and ask.batch):
         return rule, ""
     full = SPEC.resolve(rule)
-    kept = _estimate(ask, full)
+    kept = _estimate(ask, full, staged)
     options = []
     for tile in SIZED_TILES:
         base = {**SPEC.defaults(), **tile}
         if (base["BM"], base["BN"]) == (full["BM"], full["BN"]):
             base = full  # the incumbent's own tile: its configuration, other splits
-        options += [(_estimate(ask, p), p) for p in ({**base, "SPLITK": s} for s in _splits(ask, base)) if p != full]
+        options += [
+            (_estimate(ask, p, staged), p) for p in ({**base, "SPLITK": s} for s in _splits(ask, base)) if p != full
+        ]
     if not options:
         return rule, ""
     fastest, params = min(options, key=lambda o: o[0].seconds)
     if best([fastest], incumbent=kept) is kept:
         return rule, f"{what}, kept by the cost model: {kept} against {fastest}"
     return params, f"cost model over {what}: {fastest} against {kept}"
+
+
+# pack32's share of the DRAM bandwidth (its loads are 4 bytes, its stores 16), as wgmma's
+# pack16 is given.
+PACK32_EFFICIENCY = 0.6
+
+
+def staging_choice(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
+    """KernelSpec.staging_hook: whether a float32 product whose A or B the kernel would read 4
+    bytes at a time runs faster on copies of them on the 16-byte grid (staging.py's pack32,
+    ``stage_bytes`` copied) by the cost model: (the tiles for the copies, why), or (None, why
+    not); (None, "") where the kernel reads them 16 bytes at a time already.  A batch is not
+    staged (one launch a matrix)."""
+    if ask.dtype != "float32" or reads_16_bytes(ask) or not (ask.M and ask.N and ask.K):
+        return None, ""
+    if ask.batch > 1:
+        return None, "rung 8 stages one matrix a launch, so a batch reads its operands as they are"
+    here, _ = auto_choice(ask)
+    as_they_are = _estimate(ask, SPEC.resolve(here))
+    params, _ = auto_choice(ask, staged=True)
+    copy = copy_time(stage_bytes, Machine(ask.sm_count), PACK32_EFFICIENCY)
+    gemm = _estimate(ask, SPEC.resolve(params), staged=True)
+    staged = Estimate(
+        gemm.seconds + copy,
+        lambda: f"a copy of {stage_bytes / 2**20:.1f} MiB to the 16-byte grid ({copy * 1e6:.1f} us), then {gemm}",
+    )
+    if best([staged], incumbent=as_they_are) is as_they_are:
+        return None, f"staging would take {staged}, no faster than {as_they_are} on the operands as they are"
+    return params, f"cost model: {staged} against {as_they_are} on the operands as they are"
 
 
 def _auto_hook(ask: Ask) -> Offer:
@@ -215,7 +266,7 @@ SPEC = KernelSpec(
         p["TM"],
         p["STAGES"],
         _reg_transpose(p, prob),
-        prob.aligned16,
+        reads_16_bytes(prob),
     ),
     geometry=lambda p, prob: Launch(
         grid=(tiles(prob, p["BM"], p["BN"]), p["SPLITK"], 1),
@@ -226,6 +277,8 @@ SPEC = KernelSpec(
     split_k_param="SPLITK",
     auto_hook=_auto_hook,
     weigh_hook=auto_choice,
+    staging_hook=staging_choice,
+    staging=PREPASS,
     # cuda_pipeline.h's copies are cp.async from sm_80; on sm_75 they pass through registers.
     needs="cp.async (sm_80) for asynchronous copies; on sm_75 the copies are synchronous",
 )

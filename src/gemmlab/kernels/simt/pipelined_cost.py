@@ -11,9 +11,14 @@ kernels/cost.py's model of the tensor rungs, with what rung 8 adds:
     FP32 peak (128 FMA a clock) -- its blocks side by side or one after the other,
     the same work -- but a block of 4 warps alone on an SM runs slower
     (LONE_BLOCK): 4 warps hide less latency than the 8 the peak was measured with;
-  * operands off the 16-byte grid run the variant with 4-byte copies: slower math
-    (UNALIGNED), an epilogue of 4-byte stores that costs each item in proportion to
-    its tile (UNALIGNED_ITEM_S), and C written at a fraction of the bandwidth;
+  * A or B off the 16-byte grid run the variant with 4-byte copies: slower math
+    (UNALIGNED) where an operand is copied as stored (a column-major A, a row-major B),
+    little slower (UNALIGNED_TRANSPOSED) where both are transposed on the way (NT), which
+    takes 4-byte copies anyway; a C off the grid is stored without 16-byte stores, an
+    epilogue that costs each item in proportion to its tile (UNALIGNED_ITEM_S) and writes
+    C at a fraction of the bandwidth;
+  * a staging copy (A and B copied to the 16-byte grid first) costs its bytes at
+    STAGING_EFFICIENCY of the bandwidth and a launch (staged_estimate);
   * a column-major B (NT, TT) is transposed on its way into shared memory (B_T);
   * DRAM: A, B and C at least once, overlapped with the math; a split's partial sums
     written, then read back by the reduction, which runs after the GEMM;
@@ -48,7 +53,9 @@ SPLIT_S = 5.4e-6  # a split's reduction: one more launch and its host work (fitt
 EFFICIENCY = {(128, 256): 0.70, (256, 128): 0.57, (128, 128): 0.58, (128, 64): 0.56, (64, 128): 0.61, (64, 64): 0.51}
 BLOCKS_PER_SM = {(128, 256): 1, (256, 128): 1, (128, 128): 2, (128, 64): 2, (64, 128): 3, (64, 64): 4}
 B_T = 0.86  # a column-major B (NT, TT): its tile transposed into shared memory
-UNALIGNED = 0.79  # the 4-byte-copy variant's math, any layout
+# The 4-byte-copy variant's math: with an operand copied as stored (NN, TN, TT), and NT's
+# (measured on an H200 against zero-padded aligned operands, benchmarks/NOTES.md 2026-11-30).
+UNALIGNED, UNALIGNED_TRANSPOSED = 0.48, 0.95
 UNALIGNED_ITEM_S = 9.8e-6 / (128 * 256)  # its epilogue, per element of a work item's tile
 UNALIGNED_WRITE = 0.20  # its C stores, as a share of DRAM bandwidth
 LONE_BLOCK = 1.2  # a 4-warp block alone on an SM takes this many items' time
@@ -56,12 +63,15 @@ LONE_BLOCK = 1.2  # a 4-warp block alone on an SM takes this many items' time
 
 @dataclass(frozen=True)
 class Shape:
-    """What the model needs of a product beyond M, N, K: the batch, whether the
-    operands are on the 16-byte grid, and whether B is column-major."""
+    """What the model needs of a product beyond M, N, K: the batch, whether A and B are
+    read 16 bytes at a time (aligned16), whether B is column-major, and whether C's rows
+    are on the 16-byte grid."""
 
     batch: int = 1
     aligned16: bool = True
     b_transposed: bool = False
+    c_aligned: bool = True
+    a_transposed: bool = False  # A column-major (TN, TT)
 
 
 def estimate(
@@ -81,16 +91,16 @@ def estimate(
     K, batch = max(K, 1), max(shape.batch, 1)
     items = cdiv(M, bm) * cdiv(N, bn) * batch * splits
     k_slice = cdiv(cdiv(K, bk), splits) * bk
-    eff = EFFICIENCY[(bm, bn)] * (B_T if shape.b_transposed and shape.aligned16 else 1.0)
+    eff = EFFICIENCY[(bm, bn)] * (B_T if shape.b_transposed else 1.0)
     if not shape.aligned16:
-        eff *= UNALIGNED
+        eff *= UNALIGNED if shape.a_transposed or not shape.b_transposed else UNALIGNED_TRANSPOSED
     item = 2.0 * bm * bn * k_slice / (SM_FLOPS * eff)
-    if not shape.aligned16:
+    if not shape.c_aligned:
         item += UNALIGNED_ITEM_S * bm * bn
     per_sm = cdiv(items, sm_count)
     four_warps = bm * bn <= 64 * 128  # the blocks of 128 threads the choice takes for these tiles
     compute = item * max(per_sm, LONE_BLOCK if four_warps and items else 0)
-    write_bw = DRAM_BW * (1.0 if shape.aligned16 else UNALIGNED_WRITE)
+    write_bw = DRAM_BW * (1.0 if shape.c_aligned else UNALIGNED_WRITE)
     c_bytes = 4.0 * M * N * batch
     memory = 4.0 * (M * K + K * N) * batch / DRAM_BW
     after = LAUNCH_S

@@ -8,6 +8,7 @@
 // 32 x 32 tiles through shared memory (padded against bank conflicts): coalesced both ways.
 // A batch in one launch: blockIdx.z's matrix, src_stride / dst_stride elements apart.
 #include <gemmlab/hopper.cuh>
+#include <gemmlab/pack_rows.cuh>
 
 namespace gemmlab {
 
@@ -52,36 +53,16 @@ namespace gemmlab {
 
 // pack16: the staging copy of a 16-bit operand TMA cannot read in place (a row stride,
 // base or batch stride off the 16-byte grid: a vocabulary of odd size), for the wgmma
-// rung: dst (rows x cols, rows ldd apart, ldd a multiple of 8) = src, bit for bit.  The
-// source allows only 2-byte loads; the destination's rows are on the 16-byte grid, so each
-// thread copies a group of 8 elements and stores it in one 16-byte store (the group's tail
-// past cols is padding, never read).  Threads walk the groups of the whole matrix, row
-// after row, so that short rows (attention's P, 197 elements) keep every thread busy;
-// blockIdx.z takes the matrices of a batch (src_stride / dst_stride elements apart).
+// rung: dst (rows x cols, rows ldd apart, ldd a multiple of 8) = src, bit for bit, 8
+// elements a thread (gemmlab/pack_rows.cuh); blockIdx.z takes the matrices of a batch
+// (src_stride / dst_stride elements apart).
 constexpr int PACK16_THREADS = 256;
 constexpr int PACK16_GROUP = 8;   // elements a thread stores at once: 16 bytes
 
 __global__ void __launch_bounds__(PACK16_THREADS)
 pack16(int rows, int cols, const unsigned short* __restrict__ src, int ld, unsigned short* __restrict__ dst,
        int ldd, long long src_stride, long long dst_stride) {
-    src += blockIdx.z * src_stride;
-    dst += blockIdx.z * dst_stride;
-    const int groups = (cols + PACK16_GROUP - 1) / PACK16_GROUP;   // of a row
-    const long long total = (long long)rows * groups;
-    for (long long i = blockIdx.x * (long long)PACK16_THREADS + threadIdx.x; i < total;
-         i += (long long)gridDim.x * PACK16_THREADS) {
-        const int r = int(i / groups), c0 = int(i % groups) * PACK16_GROUP;
-        const unsigned short* s = src + (long long)r * ld + c0;
-        unsigned short v[PACK16_GROUP];
-#pragma unroll
-        for (int j = 0; j < PACK16_GROUP; ++j) v[j] = c0 + j < cols ? s[j] : 0;
-        uint4 out;
-        out.x = v[0] | (unsigned)v[1] << 16;
-        out.y = v[2] | (unsigned)v[3] << 16;
-        out.z = v[4] | (unsigned)v[5] << 16;
-        out.w = v[6] | (unsigned)v[7] << 16;
-        *reinterpret_cast<uint4*>(dst + (long long)r * ldd + c0) = out;
-    }
+    pack_rows<PACK16_THREADS>(rows, cols, src + blockIdx.z * src_stride, ld, dst + blockIdx.z * dst_stride, ldd);
 }
 
 }  // namespace gemmlab

@@ -124,4 +124,35 @@ __device__ __forceinline__ void cp_async_b_tile(float* smem, const float* __rest
         cp_async_tile_transposed<BN, BK, SLD, THREADS>(smem, B, ldb, col0, k0, N, K, tid);
 }
 
+// C of odd width (rows off the 16-byte grid: attention's scores at 197 tokens, a vocabulary's
+// logits) without 16-byte stores.  Stored straight from the registers, a warp's 4-byte store
+// reaches 8 rows, a few scattered floats in each; instead each warp writes one subtile of its
+// sums at a time to its own region of shared memory (free once the K-loop is done: the
+// caller waits at a barrier first) and stores it back row by row, consecutive lanes on
+// consecutive columns, so that each store covers whole runs of a row.
+template <int WMITER, int WNITER, int WSUBM, int WSUBN, int TM, int TN>
+__device__ __forceinline__ void store_warp_subtiles_staged(float* __restrict__ C, int ldc, int row0, int col0, int M,
+                                                           int N, const float (&acc)[WMITER][WNITER][TM][TN],
+                                                           float alpha, float beta, float* region, int lane_row,
+                                                           int lane_col, int lane) {
+    constexpr int PITCH = WSUBN + 1;   // odd: a lane's column of TM rows spreads over the banks
+#pragma unroll
+    for (int wm = 0; wm < WMITER; ++wm)
+#pragma unroll
+        for (int wn = 0; wn < WNITER; ++wn) {
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) region[(lane_row + i) * PITCH + lane_col + j] = acc[wm][wn][i][j];
+            __syncwarp();
+            const int r0 = row0 + wm * WSUBM, c0 = col0 + wn * WSUBN;
+            for (int e = lane; e < WSUBM * WSUBN; e += 32) {
+                const int r = e / WSUBN, c = e % WSUBN;
+                if (r0 + r < M && c0 + c < N)
+                    store_scaled(&C[(long long)(r0 + r) * ldc + c0 + c], region[r * PITCH + c], alpha, beta);
+            }
+            __syncwarp();   // read before the next subtile overwrites the region
+        }
+}
+
 }  // namespace gemmlab

@@ -1,0 +1,235 @@
+"""Rung 8 (pipelined) on float32 operands off the 16-byte grid: its staging pre-pass (pack32
+copies A and B to rows on the grid, then the kernel reads them 16 bytes at a time), the choice
+of it by the cost model, and C's 16-byte stores decided by the kernel from C alone."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import gemmlab
+from gemmlab.core import planner
+from gemmlab.kernels import registry
+from gemmlab.kernels.simt import pipelined, staging
+from gemmlab.kernels.spec import Ask, Problem
+from gemmlab.runtime import device as rt_device
+
+import emulated_gpu
+
+
+def _rows(M, N, K, op_a, op_b):
+    """rows_aligned16 and tma_aligned of fresh contiguous float32 operands of these sizes."""
+    wa, wb = (K if op_a == "N" else M), (N if op_b == "N" else K)
+    rows = ("A" if wa % 4 == 0 else "") + ("B" if wb % 4 == 0 else "") + ("C" if N % 4 == 0 else "")
+    return rows, wa % 4 == 0 and wb % 4 == 0
+
+
+def _plan(M, N, K, ops, batch=1):
+    rows, tma = _rows(M, N, K, *ops)
+    stored = [
+        (r, c)
+        for x, r, c in (("A", *((M, K) if ops[0] == "N" else (K, M))), ("B", *((K, N) if ops[1] == "N" else (N, K))))
+        if x not in rows
+    ]
+    return planner.plan(
+        "auto", M, N, K, aligned16=False, op_a=ops[0], op_b=ops[1], batch=batch, arch="sm_90a", sm_count=132,
+        tma_aligned=tma, rows_aligned16=rows, gpu_name="NVIDIA H200", stage_bytes=sum(4 * r * c * batch for r, c in stored),
+    )  # fmt: skip
+
+
+# -- which operands the kernel reads 16 bytes at a time --------------------------------------------
+
+
+def test_reads_16_bytes_asks_of_a_and_b_only():
+    """VEC follows A and B: a C of odd width (a vocabulary's logits) leaves it on, a K of odd
+    length (A's rows) turns it off, and a staged problem has it on whatever the operands."""
+    logits = Problem(1024, 50257, 768, False, op_b="T", rows_aligned16="AB")
+    assert pipelined.reads_16_bytes(logits) and not pipelined.c_on_grid(logits)
+    dgrad = Problem(1024, 768, 50257, False, rows_aligned16="BC")
+    assert not pipelined.reads_16_bytes(dgrad) and pipelined.c_on_grid(dgrad)
+    assert pipelined.reads_16_bytes(dataclasses.replace(dgrad, stage=True))
+    # Rows on the grid but of a width off it (a slice of K) are read 4 bytes at a time too.
+    assert not pipelined.reads_16_bytes(Ask(64, 64, 6, aligned16=False, rows_aligned16="ABC"))
+    assert pipelined.SPEC.template_args(pipelined.SPEC.defaults(), logits)[-1] is True
+    assert pipelined.SPEC.template_args(pipelined.SPEC.defaults(), dgrad)[-1] is False
+
+
+@pytest.mark.parametrize(
+    "x, grid",
+    [
+        ((4096, 3, 8, 8), True),  # rows of 8 floats, 32 bytes apart
+        ((4100, 3, 8, 8), False),  # base off the grid
+        ((4096, 3, 7, 8), False),  # a partial group at each row's end
+        ((4096, 3, 8, 9), False),  # rows 36 bytes apart
+        ((4096, 1, 8, 9), True),  # one row: no stride to check
+    ],
+)
+def test_on_grid(x, grid):
+    assert staging.on_grid(x) == grid
+
+
+# -- the choice ----------------------------------------------------------------------------------
+
+
+def test_a_long_odd_k_is_staged_and_a_thin_one_is_not():
+    """dY @ W of a 30522-word vocabulary with 128 tokens (K = 30522: dY's rows off the grid) pays
+    for one copy of dY; a product whose operands are read about once does not (the copy costs what
+    the product does), and says why in its reason."""
+    p = _plan(128, 768, 30522, "NN")
+    assert p.spec.name == "pipelined" and p.problem.stage, p.describe()
+    assert p.reason.startswith("cost model: ") and "a copy of 14.9 MiB to the 16-byte grid" in p.reason
+    assert p.describe().endswith("[operands off the 16-byte grid copied onto it first]")
+    assert p.spec.pre_pass(p.problem) is staging.PREPASS
+    thin = _plan(361, 57, 445, "NT")
+    assert not thin.problem.stage and thin.spec.pre_pass(thin.problem) is None
+    assert "staging would take" in thin.reason and "no faster than" in thin.reason, thin.reason
+
+
+def test_a_batch_is_not_staged_and_says_why():
+    p = _plan(207, 64, 207, "NN", batch=48)
+    assert not p.problem.stage and "a batch reads its operands as they are" in p.reason, p.reason
+
+
+def test_operands_on_the_grid_ask_nothing_of_staging():
+    p = _plan(1024, 50257, 768, "NT")  # only C off the grid
+    assert not p.problem.stage and "staging" not in p.reason, p.reason
+    assert p.spec.template_args(p.params, p.problem)[-1] is True
+
+
+# -- end to end on the emulated GPU -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape, ops, copies",
+    [
+        ((128, 768, 30522), "NN", 1),  # dY @ W: dY's rows off the grid, W's on it; split over K
+        ((1001, 2003, 6007), "TT", 2),  # A stored K x M (rows 1001 long), B stored N x K (rows 6007)
+        ((2003, 1001, 6007), "TN", 2),  # stored K x M and K x N: rows M and N long
+    ],
+)
+def test_staging_end_to_end_on_the_emulated_gpu(monkeypatch, shape, ops, copies):
+    """pack32 copies each operand off the grid into one workspace, rows padded with zeros; the
+    kernel reads the copies (the emulator checks every address it touches); the result right."""
+    emu = emulated_gpu.install(monkeypatch)
+    M, N, K = shape
+    rng = np.random.default_rng(M + K)
+    a = emu.keep(rng.standard_normal((M, K) if ops[0] == "N" else (K, M)).astype(np.float32))
+    b = emu.keep(rng.standard_normal((K, N) if ops[1] == "N" else (N, K)).astype(np.float32))
+    a_op = a if ops[0] == "N" else a.T
+    b_op = b if ops[1] == "N" else b.T
+    out = emu.keep(np.full((M, N), np.nan, np.float32))
+    gemmlab.matmul(a_op, b_op, out=out)
+    p = gemmlab.last_plan()
+    assert p.spec.name == "pipelined" and p.problem.stage, p.describe()
+    kernels = [
+        k if isinstance(k, str) else getattr(getattr(k, "spec", None), "name", "reduce") for k, _ in emu.launches
+    ]
+    assert kernels[:copies] == ["pack32"] * copies and kernels[copies] == "pipelined", kernels
+    ref = a_op.astype(np.float64) @ b_op.astype(np.float64)
+    assert np.abs(out - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+# -- on the GPU ----------------------------------------------------------------------------------------
+
+hopper_or_ampere = pytest.mark.skipif(not rt_device.gpu_available(), reason="needs a GPU")
+
+
+def _always(ask, nbytes):
+    """A staging hook that copies whatever the kernel would read 4 bytes at a time (a batch of one)."""
+    if ask.dtype != "float32" or pipelined.reads_16_bytes(ask) or ask.batch > 1:
+        return None, ""
+    return pipelined.auto_choice(ask, staged=True)[0], "staged by the test"
+
+
+@pytest.mark.gpu
+@hopper_or_ampere
+@pytest.mark.parametrize("ops", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("M, N, K, offset", [(517, 263, 3001, 0), (131, 1021, 997, 1), (2049, 67, 10007, 3)])
+def test_gpu_staged_products(monkeypatch, ops, M, N, K, offset):
+    """Every layout staged (the hook forced; sizes of this test only, so no kept plan of another
+    test answers), bases off the grid too, split or not as the model sizes it: FP64 reference,
+    a NaN-poisoned out of odd width (C's 4-byte stores)."""
+    import torch
+
+    monkeypatch.setitem(registry.SPECS, "pipelined", dataclasses.replace(pipelined.SPEC, staging_hook=_always))
+    torch.manual_seed(M + N + K + offset)
+
+    def make(rows, cols):
+        return torch.randn(rows * cols + offset, device="cuda")[offset:].view(rows, cols)
+
+    a = make(M, K) if ops[0] == "N" else make(K, M).t()
+    b = make(K, N) if ops[1] == "N" else make(N, K).t()
+    out = torch.full((M, N), float("nan"), device="cuda")
+    gemmlab.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "pipelined" and p.problem.stage, p.describe()
+    ref = a.double() @ b.double()
+    err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+    assert err < 1e-5, (err, p.describe())
+
+
+@pytest.mark.gpu
+@hopper_or_ampere
+@pytest.mark.parametrize(
+    "b, M, N, K, ops", [(1, 300, 1001, 256, "NT"), (6, 197, 197, 64, "NT"), (1, 77, 50257, 64, "NT")]
+)
+def test_gpu_c_off_the_grid_with_a_and_b_on_it(b, M, N, K, ops):
+    """A and B read 16 bytes at a time, C of odd width stored 4 bytes at a time (the kernel's own
+    check), a batch whose C matrices start off the grid included: FP64 reference, poisoned out."""
+    import torch
+
+    torch.manual_seed(M + N)
+    lead = (b,) if b > 1 else ()
+    a = torch.randn(lead + (M, K), device="cuda")
+    w = torch.randn(lead + ((K, N) if ops[1] == "N" else (N, K)), device="cuda")
+    w = w if ops[1] == "N" else w.transpose(-1, -2)
+    out = torch.full(lead + (M, N), float("nan"), device="cuda")
+    gemmlab.matmul(a, w, out=out, kernel="pipelined")
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.template_args(p.params, p.problem)[-1] is True, p.describe()
+    ref = a.double() @ w.double()
+    assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
+
+
+@pytest.mark.gpu
+@hopper_or_ampere
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+@pytest.mark.parametrize(
+    "b, M, N, K, ops, tile",
+    [
+        (1, 681, 2795, 35, "TN", pipelined.TILE_128),
+        (3, 301, 257, 129, "NN", pipelined.TILE_64),
+        (1, 999, 157, 211, "NT", {}),
+        (2, 133, 517, 77, "TT", pipelined.SKINNY_M),
+        (1, 517, 133, 300, "NN", pipelined.SKINNY_N),
+    ],
+)
+def test_gpu_c_through_shared_memory(b, M, N, K, ops, tile, beta):
+    """The variant that reads A and B 4 bytes at a time stores a C of odd width through shared
+    memory, a warp's subtile at a time: every tile it is chosen with, beta reading C back, a
+    batch whose matrices start off the grid, tiles hanging over every edge."""
+    import torch
+
+    torch.manual_seed(M + K)
+    lead = (b,) if b > 1 else ()
+
+    def op(rows, cols, how):
+        return (
+            torch.randn(lead + (rows, cols), device="cuda")
+            if how == "N"
+            else torch.randn(lead + (cols, rows), device="cuda").transpose(-1, -2)
+        )
+
+    a, w = op(M, K, ops[0]), op(K, N, ops[1])
+    c0 = torch.randn(lead + (M, N), device="cuda")
+    out = c0.clone()
+    gemmlab.matmul(a, w, out=out, beta=beta, kernel="pipelined", **tile)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.template_args(p.params, p.problem)[-1] is False, p.describe()
+    ref = a.double() @ w.double() + beta * c0.double()
+    assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5, p.describe()
