@@ -82,9 +82,12 @@ def test_a_long_odd_k_is_staged_and_a_thin_one_is_not():
     assert p.reason.startswith("cost model: ") and "a copy of 14.9 MiB to the 16-byte grid" in p.reason
     assert p.describe().endswith("[operands off the 16-byte grid copied onto it first]")
     assert p.spec.pre_pass(p.problem) is staging.PREPASS
-    thin = _plan(361, 57, 445, "NT")
+    thin = _plan(681, 2792, 35, "TN")  # C on the grid, K = 35: the copy costs more than it gains
     assert not thin.problem.stage and thin.spec.pre_pass(thin.problem) is None
     assert "staging would take" in thin.reason and "no faster than" in thin.reason, thin.reason
+    # C off the grid and a short K: C's stores through shared memory win (measured; a rule).
+    odd_c = _plan(755, 4009, 95, "NN")
+    assert not odd_c.problem.stage and "C is off the 16-byte grid and K = 95 < 2048" in odd_c.reason
 
 
 def test_a_batch_is_not_staged_and_says_why():

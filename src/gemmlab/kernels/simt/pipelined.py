@@ -128,6 +128,7 @@ SIZED_TILES = ({}, TILE_128, SKINNY_N, SKINNY_M, TILE_64)
 
 
 def _estimate(ask: Ask, p: dict, staged: bool = False):
+    vec = staged or reads_16_bytes(ask)
     return estimate(
         ask.M,
         ask.N,
@@ -137,7 +138,7 @@ def _estimate(ask: Ask, p: dict, staged: bool = False):
         p["BK"],
         p["SPLITK"],
         ask.sm_count,
-        Shape(ask.batch, staged or reads_16_bytes(ask), ask.op_b == "T", c_on_grid(ask), ask.op_a == "T"),
+        Shape(ask.batch, vec, ask.op_b == "T", c_on_grid(ask), ask.op_a == "T", c_through_smem=not vec),
     )
 
 
@@ -184,6 +185,10 @@ def auto_choice(
 # pack32's share of the DRAM bandwidth (its loads are 4 bytes, its stores 16), as wgmma's
 # pack16 is given.
 PACK32_EFFICIENCY = 0.6
+# With C off the 16-byte grid the kernel on the copies stores C 4 bytes at a time from the
+# registers, the one on the operands as they are through shared memory; on an H200 the copies
+# paid for that only from about this K on (benchmarks/NOTES.md, 2026-11-30: 20 products).
+STAGING_ODD_C_MIN_K = 2048
 
 
 def staging_choice(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
@@ -196,6 +201,11 @@ def staging_choice(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
         return None, ""
     if ask.batch > 1:
         return None, "rung 8 stages one matrix a launch, so a batch reads its operands as they are"
+    if not c_on_grid(ask) and ask.K < STAGING_ODD_C_MIN_K:
+        return None, (
+            f"no staging: C is off the 16-byte grid and K = {ask.K} < {STAGING_ODD_C_MIN_K}, where C's stores "
+            "through shared memory (the operands read as they are) cost less than the copies gain"
+        )
     here, _ = auto_choice(ask)
     as_they_are = _estimate(ask, SPEC.resolve(here))
     params, _ = auto_choice(ask, staged=True)

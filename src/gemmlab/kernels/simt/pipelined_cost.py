@@ -58,6 +58,10 @@ B_T = 0.86  # a column-major B (NT, TT): its tile transposed into shared memory
 UNALIGNED, UNALIGNED_TRANSPOSED = 0.48, 0.95
 UNALIGNED_ITEM_S = 9.8e-6 / (128 * 256)  # its epilogue, per element of a work item's tile
 UNALIGNED_WRITE = 0.20  # its C stores, as a share of DRAM bandwidth
+# The same for a C off the grid stored through shared memory (the variant that reads A and B
+# 4 bytes at a time): set by hand from an H200's A/B of staging (benchmarks/NOTES.md,
+# 2026-11-30), not fitted.
+SMEM_C_ITEM_S, SMEM_C_WRITE = UNALIGNED_ITEM_S / 4, 0.6
 LONE_BLOCK = 1.2  # a 4-warp block alone on an SM takes this many items' time
 
 
@@ -72,6 +76,7 @@ class Shape:
     b_transposed: bool = False
     c_aligned: bool = True
     a_transposed: bool = False  # A column-major (TN, TT)
+    c_through_smem: bool = False  # a C off the grid stored through shared memory (the 4-byte-copy variant)
 
 
 def estimate(
@@ -96,11 +101,11 @@ def estimate(
         eff *= UNALIGNED if shape.a_transposed or not shape.b_transposed else UNALIGNED_TRANSPOSED
     item = 2.0 * bm * bn * k_slice / (SM_FLOPS * eff)
     if not shape.c_aligned:
-        item += UNALIGNED_ITEM_S * bm * bn
+        item += (SMEM_C_ITEM_S if shape.c_through_smem else UNALIGNED_ITEM_S) * bm * bn
     per_sm = cdiv(items, sm_count)
     four_warps = bm * bn <= 64 * 128  # the blocks of 128 threads the choice takes for these tiles
     compute = item * max(per_sm, LONE_BLOCK if four_warps and items else 0)
-    write_bw = DRAM_BW * (1.0 if shape.c_aligned else UNALIGNED_WRITE)
+    write_bw = DRAM_BW * (1.0 if shape.c_aligned else SMEM_C_WRITE if shape.c_through_smem else UNALIGNED_WRITE)
     c_bytes = 4.0 * M * N * batch
     memory = 4.0 * (M * K + K * N) * batch / DRAM_BW
     after = LAUNCH_S
