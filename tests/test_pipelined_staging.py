@@ -11,9 +11,8 @@ import pytest
 
 import gemmlab
 from gemmlab.core import planner
-from gemmlab.kernels import registry
 from gemmlab.kernels.simt import pipelined, staging
-from gemmlab.kernels.spec import Ask, Problem
+from gemmlab.kernels.spec import SPECS, Ask, Problem
 from gemmlab.runtime import device as rt_device
 
 import emulated_gpu
@@ -52,7 +51,7 @@ def test_reads_16_bytes_asks_of_a_and_b_only():
     assert pipelined.reads_16_bytes(dataclasses.replace(dgrad, stage=True))
     # Rows on the grid but of a width off it (a slice of K) are read 4 bytes at a time too.
     assert not pipelined.reads_16_bytes(Ask(64, 64, 6, aligned16=False, rows_aligned16="ABC"))
-    assert pipelined.SPEC.template_args(pipelined.SPEC.defaults(), logits)[-1] is True
+    assert pipelined.SPEC.template_args(pipelined.SPEC.defaults(), logits)[-1] is True  # REG_TRANSPOSE 1
     assert pipelined.SPEC.template_args(pipelined.SPEC.defaults(), dgrad)[-1] is False
 
 
@@ -98,7 +97,18 @@ def test_a_batch_is_not_staged_and_says_why():
 def test_operands_on_the_grid_ask_nothing_of_staging():
     p = _plan(1024, 50257, 768, "NT")  # only C off the grid
     assert not p.problem.stage and "staging" not in p.reason, p.reason
-    assert p.spec.template_args(p.params, p.problem)[-1] is True
+
+
+def test_an_odd_c_in_nt_takes_the_variant_that_stores_it_through_shared_memory():
+    """NT without REG_TRANSPOSE copies both operands 4 bytes at a time whatever VEC says, so a
+    C off the grid takes VEC = false, whose epilogue goes through shared memory; with
+    REG_TRANSPOSE, or C on the grid, or another layout, VEC follows the operands."""
+    logits = Problem(1024, 50257, 768, False, op_b="T", rows_aligned16="AB")
+    p = {**pipelined.SPEC.defaults(), "REG_TRANSPOSE": 0}
+    assert pipelined.reads_16_bytes(logits) and not pipelined.kernel_vec(p, logits)
+    assert pipelined.kernel_vec({**p, "REG_TRANSPOSE": 1}, logits)
+    assert pipelined.kernel_vec(p, dataclasses.replace(logits, N=50256, rows_aligned16="ABC"))
+    assert pipelined.kernel_vec(p, dataclasses.replace(logits, op_a="T", M=1024, rows_aligned16="AB"))
 
 
 # -- end to end on the emulated GPU -----------------------------------------------------------------
@@ -156,7 +166,7 @@ def test_gpu_staged_products(monkeypatch, ops, M, N, K, offset):
     a NaN-poisoned out of odd width (C's 4-byte stores)."""
     import torch
 
-    monkeypatch.setitem(registry.SPECS, "pipelined", dataclasses.replace(pipelined.SPEC, staging_hook=_always))
+    monkeypatch.setitem(SPECS, "pipelined", dataclasses.replace(pipelined.SPEC, staging_hook=_always))
     torch.manual_seed(M + N + K + offset)
 
     def make(rows, cols):
@@ -176,24 +186,24 @@ def test_gpu_staged_products(monkeypatch, ops, M, N, K, offset):
 
 @pytest.mark.gpu
 @hopper_or_ampere
-@pytest.mark.parametrize(
-    "b, M, N, K, ops", [(1, 300, 1001, 256, "NT"), (6, 197, 197, 64, "NT"), (1, 77, 50257, 64, "NT")]
-)
-def test_gpu_c_off_the_grid_with_a_and_b_on_it(b, M, N, K, ops):
-    """A and B read 16 bytes at a time, C of odd width stored 4 bytes at a time (the kernel's own
-    check), a batch whose C matrices start off the grid included: FP64 reference, poisoned out."""
+@pytest.mark.parametrize("reg", [0, 1])
+@pytest.mark.parametrize("b, M, N, K", [(1, 300, 1001, 256), (6, 197, 197, 64), (1, 77, 50257, 64)])
+def test_gpu_c_off_the_grid_with_a_and_b_on_it(b, M, N, K, reg):
+    """x @ W.t() (NT) with A and B on the grid and C of odd width, a batch whose C matrices start
+    off the grid included: with REG_TRANSPOSE the 16-byte variant (C 4 bytes at a time from the
+    registers), without it the 4-byte one (C through shared memory; its loads are 4-byte copies
+    either way).  FP64 reference, NaN-poisoned out."""
     import torch
 
     torch.manual_seed(M + N)
     lead = (b,) if b > 1 else ()
     a = torch.randn(lead + (M, K), device="cuda")
-    w = torch.randn(lead + ((K, N) if ops[1] == "N" else (N, K)), device="cuda")
-    w = w if ops[1] == "N" else w.transpose(-1, -2)
+    w = torch.randn(lead + (N, K), device="cuda").transpose(-1, -2)
     out = torch.full(lead + (M, N), float("nan"), device="cuda")
-    gemmlab.matmul(a, w, out=out, kernel="pipelined")
+    gemmlab.matmul(a, w, out=out, kernel="pipelined", **{**pipelined.TILE_64, "REG_TRANSPOSE": reg})
     torch.cuda.synchronize()
     p = gemmlab.last_plan()
-    assert p.spec.template_args(p.params, p.problem)[-1] is True, p.describe()
+    assert p.spec.template_args(p.params, p.problem)[-1] is bool(reg), p.describe()
     ref = a.double() @ w.double()
     assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
 

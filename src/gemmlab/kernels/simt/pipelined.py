@@ -55,11 +55,22 @@ def c_on_grid(x: Problem | Ask) -> bool:
     return x.rows_on_grid("C") and x.N % 4 == 0
 
 
+def kernel_vec(p, prob: Problem | Ask) -> bool:
+    """The kernel's VEC for tile parameters ``p``: reads_16_bytes, except for a C off the grid in
+    NT without REG_TRANSPOSE, where both operands are transposed by 4-byte copies whatever VEC
+    says, and the variant without it stores such a C through shared memory
+    (08_pipelined.cu) rather than 4 bytes at a time from the registers."""
+    if not reads_16_bytes(prob):
+        return False
+    nt_by_copies = prob.op_a == "N" and prob.op_b == "T" and not p["REG_TRANSPOSE"] and not getattr(prob, "stage", False)
+    return c_on_grid(prob) or not nt_by_copies
+
+
 def _reg_transpose(p, prob: Problem) -> int:
     """REG_TRANSPOSE where it changes the code (an aligned operand whose rows run
     along K), else 0: one instantiation, not two of the same code."""
     along_k = prob.op_a == "N" or prob.op_b == "T"
-    return p["REG_TRANSPOSE"] if reads_16_bytes(prob) and along_k else 0
+    return p["REG_TRANSPOSE"] if kernel_vec(p, prob) and along_k else 0
 
 
 def _params(d: dict) -> tuple[TileParam, ...]:
@@ -129,6 +140,7 @@ SIZED_TILES = ({}, TILE_128, SKINNY_N, SKINNY_M, TILE_64)
 
 def _estimate(ask: Ask, p: dict, staged: bool = False):
     vec = staged or reads_16_bytes(ask)
+    smem_c = not vec or not staged and not kernel_vec(p, ask)  # C off the grid through shared memory
     return estimate(
         ask.M,
         ask.N,
@@ -138,7 +150,7 @@ def _estimate(ask: Ask, p: dict, staged: bool = False):
         p["BK"],
         p["SPLITK"],
         ask.sm_count,
-        Shape(ask.batch, vec, ask.op_b == "T", c_on_grid(ask), ask.op_a == "T", c_through_smem=not vec),
+        Shape(ask.batch, vec, ask.op_b == "T", c_on_grid(ask), ask.op_a == "T", c_through_smem=smem_c),
     )
 
 
@@ -276,7 +288,7 @@ SPEC = KernelSpec(
         p["TM"],
         p["STAGES"],
         _reg_transpose(p, prob),
-        reads_16_bytes(prob),
+        kernel_vec(p, prob),
     ),
     geometry=lambda p, prob: Launch(
         grid=(tiles(prob, p["BM"], p["BN"]), p["SPLITK"], 1),
