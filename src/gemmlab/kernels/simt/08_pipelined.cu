@@ -121,7 +121,10 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
         return;
     }
     constexpr int REGION = WSUBM * (WSUBN + 1);   // floats of a warp's staged subtile
-    if constexpr (!VEC && (THREADS / 32) * REGION <= STAGES * BK * (ASLD + BSLD)) {
+    // (Not for the 128-thread tiles of 64 x 128 elements, whose 4-byte variant is at 255
+    // registers already: the staging would spill.  pipelined.py's c_through_smem mirrors this.)
+    constexpr bool ROOM = !(THREADS == 128 && BM * BN == 64 * 128);
+    if constexpr (!VEC && ROOM && (THREADS / 32) * REGION <= STAGES * BK * (ASLD + BSLD)) {
         __syncthreads();   // every warp done with the ring
         store_warp_subtiles_staged<WMITER, WNITER, WSUBM, WSUBN, TM, TN>(
             C, ldc, tile.row + warp_row, tile.col + warp_col, M, N, acc, alpha, beta, smem + warp * REGION, lane_row,

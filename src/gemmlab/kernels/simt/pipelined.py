@@ -55,6 +55,19 @@ def c_on_grid(x: Problem | Ask) -> bool:
     return x.rows_on_grid("C") and x.N % 4 == 0
 
 
+def c_through_smem(p, op_b: str = "N") -> bool:
+    """Whether the 4-byte variant of tile ``p`` stores a C off the grid through shared memory
+    (08_pipelined.cu: where the warps' subtiles fit in the ring, and not for the 128-thread
+    tiles of 64 x 128 elements, already at 255 registers), else 4 bytes at a time from the
+    registers."""
+    threads = warptile_threads(p)
+    wmiter = p["WM"] * p["WN"] // (32 * p["TM"] * 4 * p["WNITER"])
+    region = (p["WM"] // wmiter) * (p["WN"] // p["WNITER"] + 1)
+    ring = p["STAGES"] * p["BK"] * (p["BM"] + 4 + p["BN"] + (4 if op_b == "T" else 0))
+    room = not (threads == 128 and p["BM"] * p["BN"] == 64 * 128)
+    return room and threads // 32 * region <= ring
+
+
 def kernel_vec(p, prob: Problem | Ask) -> bool:
     """The kernel's VEC for tile parameters ``p``: reads_16_bytes, except for a C off the grid in
     NT without REG_TRANSPOSE, where both operands are transposed by 4-byte copies whatever VEC
@@ -62,8 +75,10 @@ def kernel_vec(p, prob: Problem | Ask) -> bool:
     (08_pipelined.cu) rather than 4 bytes at a time from the registers."""
     if not reads_16_bytes(prob):
         return False
-    nt_by_copies = prob.op_a == "N" and prob.op_b == "T" and not p["REG_TRANSPOSE"] and not getattr(prob, "stage", False)
-    return c_on_grid(prob) or not nt_by_copies
+    nt_by_copies = (
+        prob.op_a == "N" and prob.op_b == "T" and not p["REG_TRANSPOSE"] and not getattr(prob, "stage", False)
+    )
+    return c_on_grid(prob) or not (nt_by_copies and c_through_smem(p, prob.op_b))
 
 
 def _reg_transpose(p, prob: Problem) -> int:
@@ -140,7 +155,8 @@ SIZED_TILES = ({}, TILE_128, SKINNY_N, SKINNY_M, TILE_64)
 
 def _estimate(ask: Ask, p: dict, staged: bool = False):
     vec = staged or reads_16_bytes(ask)
-    smem_c = not vec or not staged and not kernel_vec(p, ask)  # C off the grid through shared memory
+    # a C off the grid through shared memory: the 4-byte variant's way, where the tile has room
+    smem_c = (not vec or not staged and not kernel_vec(p, ask)) and c_through_smem(p, ask.op_b)
     return estimate(
         ask.M,
         ask.N,
