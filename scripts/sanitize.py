@@ -1,4 +1,4 @@
-"""Every rung (and rung 8's, wgmma's and ec_wgmma's split-K, rung 8's 256-wide tiles, wgmma's deep rings, mma_pipelined's
+"""Every rung (and rung 8's, wgmma's and ec_wgmma's split-K, rung 8's 256-wide tiles and staging copy, wgmma's deep rings, mma_pipelined's
 column-major layouts) at edge shapes, with both
 the 16-byte and the scalar (unaligned) variants: the workload compute-sanitizer
 runs (scripts/sanitize.sh).  Also checks each result against FP64, so a run that
@@ -44,6 +44,25 @@ for M, N, K in SHAPES:
             if not err.ok(1e-5):
                 bad += 1
                 print(f"WRONG {name} {params} {M}x{N}x{K} misaligned={misalign}: {err}", flush=True)
+# Rung 8's staging copy (pack32 then the 16-byte variant, split over K): a product whose A rows
+# (K = 4099 floats) are off the 16-byte grid, which auto stages; and a batch of odd C (65 columns)
+# stored through shared memory by the 4-byte variant, beta reading C back.
+staged_calls = 0
+for M, N, K, batch in ((64, 128, 4099, 1), (33, 65, 17, 3)):
+    lead = (batch,) if batch > 1 else ()
+    a = cp.asarray(rng.uniform(-1, 1, lead + (M, K)).astype(np.float32))
+    b = cp.asarray(rng.uniform(-1, 1, lead + (K, N)).astype(np.float32))
+    c0 = cp.asarray(rng.uniform(-1, 1, lead + (M, N)).astype(np.float32))
+    ref = 0.5 * np.matmul(a.get().astype(np.float64), b.get().astype(np.float64)) + 2.0 * c0.get()
+    out = c0.copy()
+    gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0)
+    staged_calls += 1
+    if batch == 1 and not gemmlab.last_plan().problem.stage:
+        bad += 1
+        print(f"NOT STAGED {M}x{N}x{K}: {gemmlab.last_plan().describe()}", flush=True)
+    if np.abs(out.get() - ref).max() > 1e-4 * np.abs(ref).max():
+        bad += 1
+        print(f"WRONG rung 8 {batch}x{M}x{N}x{K} (staged or shared-memory C)", flush=True)
 # The tensor-core rungs, on 16-bit and TF32 inputs (bound: FP64 on the rounded
 # inputs, as in tests/test_tensor.py).
 MMA_SMALL = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "STAGES": 4}
@@ -227,6 +246,7 @@ launches = (
     + wgmma_calls
     + layout_calls
     + fold_calls
+    + staged_calls
 )
 print(f"{launches} launches, {bad} wrong", flush=True)
 sys.exit(1 if bad else 0)
