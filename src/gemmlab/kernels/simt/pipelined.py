@@ -51,8 +51,9 @@ def reads_16_bytes(x: Problem | Ask) -> bool:
 
 
 def c_on_grid(x: Problem | Ask) -> bool:
-    """Whether C's rows are on the 16-byte grid (the kernel's 16-byte stores)."""
-    return x.rows_on_grid("C") and x.N % 4 == 0
+    """Whether C's rows are on the 16-byte grid (the kernel's 16-byte stores): aligned16 says so
+    of every operand, widths included."""
+    return x.aligned16 or x.rows_on_grid("C") and x.N % 4 == 0
 
 
 def c_through_smem(p, op_b: str = "N") -> bool:
