@@ -246,3 +246,45 @@ def test_gpu_c_through_shared_memory(b, M, N, K, ops, tile, beta):
     assert p.spec.template_args(p.params, p.problem)[-1] is False, p.describe()
     ref = a.double() @ w.double() + beta * c0.double()
     assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5, p.describe()
+
+
+def test_a_k_slice_view_is_staged_on_the_emulated_gpu(monkeypatch):
+    """x[:, :4095] of a 4096-wide x: rows on the 16-byte grid (TMA could read them) but a width
+    off it, so the kernel would read them 4 bytes at a time; rung 8's own rule stages them
+    (pack32 pads the copy's rows with zeros), the result right."""
+    emu = emulated_gpu.install(monkeypatch)
+    rng = np.random.default_rng(7)
+    x = emu.keep(rng.standard_normal((1024, 4096)).astype(np.float32))
+    w = emu.keep(rng.standard_normal((4095, 768)).astype(np.float32))
+    out = emu.keep(np.full((1024, 768), np.nan, np.float32))
+    gemmlab.matmul(x[:, :4095], w, out=out)
+    p = gemmlab.last_plan()
+    assert p.spec.name == "pipelined" and p.problem.stage, p.describe()
+    assert "a copy of 16.0 MiB" in p.reason, p.reason
+    kernels = [
+        k if isinstance(k, str) else getattr(getattr(k, "spec", None), "name", "reduce") for k, _ in emu.launches
+    ]
+    assert kernels[:2] == ["pack32", "pipelined"], kernels
+    ref = x[:, :4095].astype(np.float64) @ w.astype(np.float64)
+    assert np.abs(out - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+@pytest.mark.gpu
+@hopper_or_ampere
+@pytest.mark.parametrize("shape", [(1024, 768, 4095), (333, 1000, 6001)])
+def test_gpu_k_slice_view_staged_by_auto(shape):
+    """x[:, :K] of a wider x (rows on the grid, a width off it) and W: auto stages x; FP64
+    reference, NaN-poisoned out."""
+    import torch
+
+    M, N, K = shape
+    torch.manual_seed(K)
+    x = torch.randn(M, (K + 3) // 4 * 4 + 4, device="cuda")[:, :K]  # leading dimension a multiple of 4
+    w = torch.randn(K, N, device="cuda")
+    out = torch.full((M, N), float("nan"), device="cuda")
+    gemmlab.matmul(x, w, out=out)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "pipelined" and p.problem.stage, p.describe()
+    ref = x.double() @ w.double()
+    assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5

@@ -340,7 +340,8 @@ def _staging(spec: KernelSpec, problem: Problem, pr: Product, gpu: GPU) -> tuple
     cannot read in place (wgmma: TMA's rules) or reads slowly (rung 8), should run on staging
     copies of them (its staging_hook); (None, why not), or (None, "") where staging does not
     apply (no hook, or another refusal)."""
-    if spec.staging_hook is None or problem.tma_aligned or spec.why_unusable(dataclasses.replace(problem, stage=True)):
+    staged = dataclasses.replace(problem, stage=True)
+    if spec.staging_hook is None or not spec.staging.applies(staged) or spec.why_unusable(staged):
         return None, ""
     stage_bytes = pr.stage_bytes
     if stage_bytes is None:
@@ -391,7 +392,7 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
     # copies -> wmma_warptile, which reads every layout).
     whys = []
     reason = spec.why_unusable(problem)
-    if auto and (reason or not problem.tma_aligned):  # on aligned copies of the operands, where the copy pays
+    if auto and (reason or spec.staging_hook is not None):  # on aligned copies of the operands, where the copy pays
         staged, stage_why = _staging(spec, problem, pr, gpu)
         if staged is not None:
             try:  # a GPU whose shared memory holds none of its configurations falls back instead

@@ -222,14 +222,21 @@ STAGING_ODD_C_MIN_K = 2048
 
 def staging_choice(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
     """KernelSpec.staging_hook: whether a float32 product whose A or B the kernel would read 4
-    bytes at a time runs faster on copies of them on the 16-byte grid (staging.py's pack32,
-    ``stage_bytes`` copied) by the cost model: (the tiles for the copies, why), or (None, why
-    not); (None, "") where the kernel reads them 16 bytes at a time already.  A batch is not
-    staged (one launch a matrix)."""
+    bytes at a time runs faster on copies of them on the 16-byte grid (staging.py's pack32) by
+    the cost model: (the tiles for the copies, why), or (None, why not); (None, "") where the
+    kernel reads them 16 bytes at a time already.  A batch is not staged (one launch a matrix).
+    The bytes copied are counted here by rung 8's rule; ``stage_bytes`` (TMA's) is not used."""
     if ask.dtype != "float32" or reads_16_bytes(ask) or not (ask.M and ask.N and ask.K):
         return None, ""
     if ask.batch > 1:
         return None, "rung 8 stages one matrix a launch, so a batch reads its operands as they are"
+    # The operands off the grid by rung 8's rule (staging.on_grid: a width off it too, which
+    # TMA's rules behind ``stage_bytes`` allow), copied whole.
+    stage_bytes = sum(
+        4 * ask.M * ask.K if name == "A" else 4 * ask.K * ask.N
+        for name, width in (("A", ask.K if ask.op_a == "N" else ask.M), ("B", ask.N if ask.op_b == "N" else ask.K))
+        if not (ask.rows_on_grid(name) and width % 4 == 0)
+    )
     if not c_on_grid(ask) and ask.K < STAGING_ODD_C_MIN_K:
         return None, (
             f"no staging: C is off the 16-byte grid and K = {ask.K} < {STAGING_ODD_C_MIN_K}, where C's stores "
