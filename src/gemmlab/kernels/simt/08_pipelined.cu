@@ -112,17 +112,18 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     // C in 16-byte stores where its rows allow, whatever VEC says of A and B: operands read
     // in place or from aligned copies can feed a C of odd width (a vocabulary's logits).
     // Otherwise, in the variant that reads A and B 4 bytes at a time, through shared memory a
-    // warp's subtile at a time (where the warps' regions fit in the ring: every tile the choice
-    // takes); in the other, 4 bytes at a time from the registers (staging its C through shared
-    // memory too cost it 16 registers, and NT 5% at 4096^3: benchmarks/NOTES.md).
+    // warp's subtile at a time, where the warps' regions fit in the ring and the tile has
+    // registers to spare; else 4 bytes at a time from the registers.  (The 16-byte variant
+    // keeps the latter: the shared-memory way cost its main loop registers and speed,
+    // benchmarks/NOTES.md.)
     if (N % 4 == 0 && ldc % 4 == 0 && reinterpret_cast<unsigned long long>(C) % 16 == 0) {
         store_warp_subtiles<WMITER, WNITER, WSUBM, WSUBN, TM, TN, true>(
             C, ldc, tile.row + warp_row + lane_row, tile.col + warp_col + lane_col, M, N, acc, alpha, beta);
         return;
     }
     constexpr int REGION = WSUBM * (WSUBN + 1);   // floats of a warp's staged subtile
-    // (Not for the 128-thread tiles of 64 x 128 elements, whose 4-byte variant is at 255
-    // registers already: the staging would spill.  pipelined.py's c_through_smem mirrors this.)
+    // No registers to spare: the 128-thread tiles of 64 x 128 elements, whose 4-byte variant is
+    // at 255 already (the staging spills there).  pipelined.py's c_through_smem mirrors this.
     constexpr bool ROOM = !(THREADS == 128 && BM * BN == 64 * 128);
     if constexpr (!VEC && ROOM && (THREADS / 32) * REGION <= STAGES * BK * (ASLD + BSLD)) {
         __syncthreads();   // every warp done with the ring

@@ -216,7 +216,8 @@ def auto_choice(
 PACK32_EFFICIENCY = 0.6
 # With C off the 16-byte grid the kernel on the copies stores C 4 bytes at a time from the
 # registers, the one on the operands as they are through shared memory; on an H200 the copies
-# paid for that only from about this K on (benchmarks/NOTES.md, 2026-11-30: 20 products).
+# paid for that only from about this K on (benchmarks/NOTES.md, "Rung 8 on operands off the
+# 16-byte grid"; tests/test_pipelined_staging.py holds the choice to those timings).
 STAGING_ODD_C_MIN_K = 2048
 
 
