@@ -41,7 +41,7 @@ from gemmlab.kernels.ec.ec_wgmma import (
 )
 from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE
 from gemmlab.kernels.simt.splitk_reduce import SPLITK_REDUCE_KERNELS, SPLITK_REDUCE_SOURCE
-from gemmlab.kernels.spec import LAYOUTS, Problem
+from gemmlab.kernels.spec import KNOWN_TARGETS, LAYOUTS, Problem
 from gemmlab.kernels.tensor.wgmma import TF32_PACK_KERNELS, TF32_PACK_SOURCE
 from gemmlab.kernels.tensor.wmma import TC_VARIANTS
 from gemmlab.runtime import compile as rt_compile
@@ -606,6 +606,20 @@ def test_tf32_pack_compiles_without_spills():
         r = res[module.symbols[name]]
         assert r.spill_bytes == 0 and r.stack_bytes == 0, name
         assert r.smem_bytes == 4 * 32 * 33, name
+
+
+def test_staging_copies_compile_without_spills():
+    """wgmma's pack16 (sm_90a, beside tf32_pack) and rung 8's pack32 (every target rung 8 runs
+    on): one body, gemmlab/pack_rows.cuh; no local or shared memory."""
+    from gemmlab.kernels.simt.staging import PACK32_KERNEL, PACK32_SOURCE
+    from gemmlab.kernels.tensor.wgmma import PACK16_KERNEL
+
+    builds = [(TF32_PACK_SOURCE, PACK16_KERNEL, "sm_90a")]
+    builds += [(PACK32_SOURCE, PACK32_KERNEL, a) for a in KNOWN_TARGETS if registry.get("pipelined").builds_for(a)]
+    for source, name, arch in builds:
+        module = compile_module(source, (name,), arch)
+        r = parse_ptxas_log(module.log)[module.symbols[name]]
+        assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.smem_bytes == 0, (name, arch, r)
 
 
 @compile_matrix
