@@ -149,6 +149,20 @@ def test_staging_end_to_end_on_the_emulated_gpu(monkeypatch, shape, ops, copies)
 hopper_or_ampere = pytest.mark.skipif(not rt_device.gpu_available(), reason="needs a GPU")
 
 
+def _check_staged(a, b):
+    """matmul(a, b) by auto into a NaN-poisoned out: rung 8 on staged copies, FP64 reference."""
+    import torch
+
+    out = torch.full((a.shape[0], b.shape[1]), float("nan"), device="cuda")
+    gemmlab.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "pipelined" and p.problem.stage, p.describe()
+    ref = a.double() @ b.double()
+    err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+    assert err < 1e-5, (err, p.describe())
+
+
 def _always(ask, nbytes):
     """A staging hook that copies whatever the kernel would read 4 bytes at a time (a batch of one)."""
     if ask.dtype != "float32" or pipelined.reads_16_bytes(ask) or ask.batch > 1:
@@ -174,14 +188,7 @@ def test_gpu_staged_products(monkeypatch, ops, M, N, K, offset):
 
     a = make(M, K) if ops[0] == "N" else make(K, M).t()
     b = make(K, N) if ops[1] == "N" else make(N, K).t()
-    out = torch.full((M, N), float("nan"), device="cuda")
-    gemmlab.matmul(a, b, out=out)
-    torch.cuda.synchronize()
-    p = gemmlab.last_plan()
-    assert p.spec.name == "pipelined" and p.problem.stage, p.describe()
-    ref = a.double() @ b.double()
-    err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
-    assert err < 1e-5, (err, p.describe())
+    _check_staged(a, b)
 
 
 @pytest.mark.gpu
@@ -280,14 +287,7 @@ def test_gpu_k_slice_view_staged_by_auto(shape):
     M, N, K = shape
     torch.manual_seed(K)
     x = torch.randn(M, (K + 3) // 4 * 4 + 4, device="cuda")[:, :K]  # leading dimension a multiple of 4
-    w = torch.randn(K, N, device="cuda")
-    out = torch.full((M, N), float("nan"), device="cuda")
-    gemmlab.matmul(x, w, out=out)
-    torch.cuda.synchronize()
-    p = gemmlab.last_plan()
-    assert p.spec.name == "pipelined" and p.problem.stage, p.describe()
-    ref = x.double() @ w.double()
-    assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
+    _check_staged(x, torch.randn(K, N, device="cuda"))
 
 
 def test_the_staging_choice_against_recorded_arms():
