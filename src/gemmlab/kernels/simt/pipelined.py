@@ -39,15 +39,18 @@ def pipelined_smem(p, prob: Problem | None = None) -> int:
     return 4 * p["STAGES"] * (p["BK"] * (p["BM"] + 4) + p["BK"] * (p["BN"] + b_pad))
 
 
+def off_grid(x: Problem | Ask) -> list[str]:
+    """The operands, of "A" and "B", whose stored rows are not all on the 16-byte grid in whole
+    groups of 4 floats (staging.on_grid's rule, asked of the problem instead of the pointers)."""
+    width = {"A": x.K if x.op_a == "N" else x.M, "B": x.N if x.op_b == "N" else x.K}
+    return [o for o in "AB" if not (x.aligned16 or x.rows_on_grid(o) and width[o] % 4 == 0)]
+
+
 def reads_16_bytes(x: Problem | Ask) -> bool:
     """Whether the kernel reads A and B 16 bytes at a time (its VEC): copies of them on the
-    16-byte grid (a Problem's ``stage``), or their stored rows on the grid in whole groups
-    of 4 floats.  C does not count: the kernel checks its rows itself."""
-    if getattr(x, "stage", False) or x.aligned16:
-        return True
-    width_a = x.K if x.op_a == "N" else x.M
-    width_b = x.N if x.op_b == "N" else x.K
-    return x.rows_on_grid("A") and x.rows_on_grid("B") and width_a % 4 == 0 and width_b % 4 == 0
+    16-byte grid (a Problem's ``stage``), or both on the grid (off_grid).  C does not count:
+    the kernel checks its rows itself."""
+    return getattr(x, "stage", False) or not off_grid(x)
 
 
 def c_on_grid(x: Problem | Ask) -> bool:
@@ -155,9 +158,9 @@ SIZED_TILES = ({}, TILE_128, SKINNY_N, SKINNY_M, TILE_64)
 
 
 def _estimate(ask: Ask, p: dict, staged: bool = False):
-    vec = staged or reads_16_bytes(ask)
-    # a C off the grid through shared memory: the 4-byte variant's way, where the tile has room
-    smem_c = (not vec or not staged and not kernel_vec(p, ask)) and c_through_smem(p, ask.op_b)
+    # The loads as the operands allow; C as the variant that runs stores it (the 4-byte one
+    # through shared memory where the tile has room).
+    smem_c = not (staged or kernel_vec(p, ask)) and c_through_smem(p, ask.op_b)
     return estimate(
         ask.M,
         ask.N,
@@ -167,7 +170,7 @@ def _estimate(ask: Ask, p: dict, staged: bool = False):
         p["BK"],
         p["SPLITK"],
         ask.sm_count,
-        Shape(ask.batch, vec, ask.op_b == "T", c_on_grid(ask), ask.op_a == "T", c_through_smem=smem_c),
+        Shape(ask.batch, staged or reads_16_bytes(ask), ask.op_b == "T", c_on_grid(ask), ask.op_a == "T", smem_c),
     )
 
 
@@ -231,13 +234,9 @@ def staging_choice(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
         return None, ""
     if ask.batch > 1:
         return None, "rung 8 stages one matrix a launch, so a batch reads its operands as they are"
-    # The operands off the grid by rung 8's rule (staging.on_grid: a width off it too, which
-    # TMA's rules behind ``stage_bytes`` allow), copied whole.
-    stage_bytes = sum(
-        4 * ask.M * ask.K if name == "A" else 4 * ask.K * ask.N
-        for name, width in (("A", ask.K if ask.op_a == "N" else ask.M), ("B", ask.N if ask.op_b == "N" else ask.K))
-        if not (ask.rows_on_grid(name) and width % 4 == 0)
-    )
+    # The operands off the grid by rung 8's rule (a width off it too, which TMA's rules behind
+    # ``stage_bytes`` allow), copied whole.
+    stage_bytes = sum(4 * ask.K * (ask.M if o == "A" else ask.N) for o in off_grid(ask))
     if not c_on_grid(ask) and ask.K < STAGING_ODD_C_MIN_K:
         return None, (
             f"no staging: C is off the 16-byte grid and K = {ask.K} < {STAGING_ODD_C_MIN_K}, where C's stores "

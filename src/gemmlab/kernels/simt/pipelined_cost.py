@@ -17,8 +17,8 @@ kernels/cost.py's model of the tensor rungs, with what rung 8 adds:
     takes 4-byte copies anyway; a C off the grid is stored without 16-byte stores, an
     epilogue that costs each item in proportion to its tile (UNALIGNED_ITEM_S) and writes
     C at a fraction of the bandwidth;
-  * a staging copy (A and B copied to the 16-byte grid first) costs its bytes at
-    STAGING_EFFICIENCY of the bandwidth and a launch (staged_estimate);
+  * (a staging copy of A and B to the 16-byte grid is costed beside this model, by
+    pipelined.staging_choice);
   * a column-major B (NT, TT) is transposed on its way into shared memory (B_T);
   * DRAM: A, B and C at least once, overlapped with the math; a split's partial sums
     written, then read back by the reduction, which runs after the GEMM;
