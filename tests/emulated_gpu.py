@@ -90,10 +90,8 @@ class Emulator:
         self.launches.append((kernel, tuple(grid)))
         self.calls.append((kernel, (tuple(grid), tuple(block), smem, cluster), args))
         assert all(0 < g for g in grid) and grid[1] <= 65535 and grid[2] <= 65535, grid
-        if kernel == "pack16":
-            self._pack16(grid, *args)
-        elif kernel == "pack32":
-            self._pack32(grid, *args)
+        if kernel in ("pack16", "pack32"):
+            self._pack_rows("uint16" if kernel == "pack16" else "float32", grid, *args)
         elif kernel == "tf32_pack":
             self._tf32_pack(grid, *args)
         elif kernel == "reduce":
@@ -386,23 +384,16 @@ class Emulator:
                 r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
                 c[...] = r.astype(c.dtype)
 
-    def _pack16(self, grid, rows, cols, src, ld, dst, ldd, src_stride, dst_stride):
-        """wgmma's staging copy (tf32_pack.cu's pack16): each matrix of the batch, bit for bit."""
+    def _pack_rows(self, dtype, grid, rows, cols, src, ld, dst, ldd, src_stride, dst_stride):
+        """The staging copies (gemmlab/pack_rows.cuh: wgmma's pack16, rung 8's pack32): each
+        matrix of the batch, bit for bit, rows padded to 16 bytes with zeros."""
         rows, cols, ld, ldd = map(int, (rows, cols, ld, ldd))
-        assert int(dst) % 16 == 0 and ldd * 2 % 16 == 0 and ldd >= cols, (dst, ldd, cols)
+        eb = np.dtype(dtype).itemsize
+        assert int(dst) % 16 == 0 and ldd * eb % 16 == 0 and ldd >= cols, (dst, ldd, cols)
         for z in range(grid[2]):
-            d = self.mem(int(dst) + 2 * z * int(dst_stride), "uint16", (rows, cols), (ldd, 1))
-            d[...] = self.mem(int(src) + 2 * z * int(src_stride), "uint16", (rows, cols), (ld, 1))
-
-    def _pack32(self, grid, rows, cols, src, ld, dst, ldd, src_stride, dst_stride):
-        """Rung 8's staging copy (simt/pack32.cu): each matrix of the batch, bit for bit, rows
-        padded to 16 bytes with zeros."""
-        rows, cols, ld, ldd = map(int, (rows, cols, ld, ldd))
-        assert int(dst) % 16 == 0 and ldd * 4 % 16 == 0 and ldd >= cols, (dst, ldd, cols)
-        for z in range(grid[2]):
-            d = self.mem(int(dst) + 4 * z * int(dst_stride), "float32", (rows, ldd), (ldd, 1))
+            d = self.mem(int(dst) + eb * z * int(dst_stride), dtype, (rows, ldd), (ldd, 1))
             d[...] = 0
-            d[:, :cols] = self.mem(int(src) + 4 * z * int(src_stride), "float32", (rows, cols), (ld, 1))
+            d[:, :cols] = self.mem(int(src) + eb * z * int(src_stride), dtype, (rows, cols), (ld, 1))
 
     def _tf32_pack(self, grid, rows, cols, src, ld, dst, ldd, src_stride, dst_stride):
         """wgmma's TF32 copy (tf32_pack.cu's tf32_pack<false>): each matrix of the batch, rounded."""

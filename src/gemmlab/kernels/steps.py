@@ -5,7 +5,8 @@ stream-ordered workspaces and memsets they need; it enqueues nothing, so that th
 (gemmlab.core.executor) can keep what it builds per set of addresses and only enqueue it.
 A rung supplies its builders through its KernelSpec's hooks (prepass, staging,
 split_fixup, gpu_choice); :class:`Reduction` serves every rung that splits K without
-adding the slices up itself, and every empty product (BLAS's quick return).
+adding the slices up itself, and every empty product (BLAS's quick return);
+:func:`pack_rows_launch` is the launch of every staging copy (wgmma's, rung 8's).
 """
 
 from __future__ import annotations
@@ -16,10 +17,42 @@ import numpy as np
 
 from ..runtime import compile as rt_compile
 from ..runtime.launch import LaunchShape
+from .cuda_constants import read_constants
 from .simt.splitk_reduce import SPLITK_REDUCE_SOURCE, SPLITK_REDUCE_THREADS, splitk_reduce_kernel
-from .spec import EC_METHODS
+from .spec import EC_METHODS, cdiv
 
 _ZERO, _ZERO32 = np.float32(0.0), np.int32(0)
+
+
+# Threads per block of the staging copies (gemmlab/pack_rows.cuh), and their blocks per matrix
+# at most: enough to keep every SM busy on one matrix; the threads then walk the groups.
+PACK_ROWS_THREADS = read_constants("include/gemmlab/pack_rows.cuh")["PACK_ROWS_THREADS"]
+PACK_ROWS_MAX_BLOCKS = 1024
+
+
+def pack_args(rows: int, cols: int, src: int, ld: int, dst: int, ldd: int, src_stride: int = 0) -> tuple:
+    """The arguments every copy to the 16-byte grid takes (pack16, pack32, tf32_pack): ``rows`` x
+    ``cols`` at ``src`` (rows ``ld`` apart, matrices ``src_stride`` apart) to ``dst`` (rows ``ldd``
+    apart, matrices one after the other)."""
+    return (
+        np.int32(rows),
+        np.int32(cols),
+        src,
+        np.int32(ld),
+        dst,
+        np.int32(ldd),
+        np.int64(src_stride),
+        np.int64(rows * ldd),
+    )
+
+
+def pack_rows_launch(kernel, elem_bytes: int, rows, cols, src, ld, dst, ldd, n: int = 1, src_stride: int = 0):
+    """(kernel, LaunchShape, arguments) of a staging copy (pack_rows.cuh: wgmma's pack16, rung
+    8's pack32) of ``n`` matrices: one 16-byte group of a row per thread, gridDim.z the matrices."""
+    groups = max(rows, 1) * cdiv(max(cols, 1), 16 // elem_bytes)
+    blocks = max(1, min(cdiv(groups, PACK_ROWS_THREADS), PACK_ROWS_MAX_BLOCKS))
+    shape = LaunchShape((blocks, 1, n), (PACK_ROWS_THREADS, 1, 1))
+    return kernel, shape, pack_args(rows, cols, src, ld, dst, ldd, src_stride)
 
 
 @dataclass(frozen=True)

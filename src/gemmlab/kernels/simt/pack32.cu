@@ -9,13 +9,10 @@
 
 namespace gemmlab {
 
-constexpr int PACK32_THREADS = 256;
-constexpr int PACK32_GROUP = 4;   // floats a thread stores at once: 16 bytes
-
-__global__ void __launch_bounds__(PACK32_THREADS)
+__global__ void __launch_bounds__(PACK_ROWS_THREADS)
 pack32(int rows, int cols, const float* __restrict__ src, int ld, float* __restrict__ dst, int ldd,
        long long src_stride, long long dst_stride) {
-    pack_rows<PACK32_THREADS>(rows, cols, src + blockIdx.z * src_stride, ld, dst + blockIdx.z * dst_stride, ldd);
+    pack_rows(rows, cols, src + blockIdx.z * src_stride, ld, dst + blockIdx.z * dst_stride, ldd);
 }
 
 }  // namespace gemmlab

@@ -12,15 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime.tma import Operands, padded_ld
-from ..cuda_constants import read_constants
-from ..spec import KERNEL_DIR, PrePass, cdiv
+from ..spec import KERNEL_DIR, PrePass
+from ..steps import pack_rows_launch
 
 PACK32_SOURCE = KERNEL_DIR / "simt" / "pack32.cu"
 PACK32_KERNEL = "gemmlab::pack32"
-_P = read_constants("simt/pack32.cu")
-PACK32_THREADS, PACK32_GROUP = _P["PACK32_THREADS"], _P["PACK32_GROUP"]
-# Blocks per matrix at most: enough to keep every SM busy; the threads then walk the groups.
-PACK32_MAX_BLOCKS = 1024
 
 
 def stored(pr, ops: Operands) -> tuple[tuple, tuple]:
@@ -49,17 +45,10 @@ def workspace_bytes(plan, ops: Operands, choice: int = 0) -> int:
     return sum(_copy_bytes(x) for x in stored(plan.problem, ops) if not on_grid(x))
 
 
-def pack32_blocks(rows: int, cols: int) -> int:
-    """pack32's blocks: one 16-byte group of a row per thread, at most PACK32_MAX_BLOCKS."""
-    groups = max(rows, 1) * cdiv(max(cols, 1), PACK32_GROUP)
-    return max(1, min(cdiv(groups, PACK32_THREADS), PACK32_MAX_BLOCKS))
-
-
 def launches(plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, report: int = 0) -> tuple[list, tuple]:
     """PrePass.build: pack32's launches, one per operand off the grid, into the workspace at
     ``workspace``, and the kernel's standard arguments on the copies (the others in place)."""
     from ...runtime import compile as rt_compile
-    from ...runtime.launch import LaunchShape
 
     if ops.batch > 1:
         raise ValueError(f"{plan.describe()}: rung 8 stages one matrix a launch, not {ops.batch}")
@@ -72,9 +61,7 @@ def launches(plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int,
             continue
         ldd = padded_ld(cols, 4)
         kernel = rt_compile.load_kernel(PACK32_SOURCE, PACK32_KERNEL, gpu.arch)
-        shape = LaunchShape((pack32_blocks(rows, cols), 1, 1), (PACK32_THREADS, 1, 1))
-        args = (np.int32(rows), np.int32(cols), ptr, np.int32(ld), at, np.int32(ldd), np.int64(0), np.int64(0))
-        out.append((kernel, shape, args))
+        out.append(pack_rows_launch(kernel, 4, rows, cols, ptr, ld, at, ldd))
         where.append((at, ldd))
         at += _copy_bytes(x)
     (a, lda), (b, ldb) = where

@@ -56,13 +56,10 @@ namespace gemmlab {
 // rung: dst (rows x cols, rows ldd apart, ldd a multiple of 8) = src, bit for bit, 8
 // elements a thread (gemmlab/pack_rows.cuh); blockIdx.z takes the matrices of a batch
 // (src_stride / dst_stride elements apart).
-constexpr int PACK16_THREADS = 256;
-constexpr int PACK16_GROUP = 8;   // elements a thread stores at once: 16 bytes
-
-__global__ void __launch_bounds__(PACK16_THREADS)
+__global__ void __launch_bounds__(PACK_ROWS_THREADS)
 pack16(int rows, int cols, const unsigned short* __restrict__ src, int ld, unsigned short* __restrict__ dst,
        int ldd, long long src_stride, long long dst_stride) {
-    pack_rows<PACK16_THREADS>(rows, cols, src + blockIdx.z * src_stride, ld, dst + blockIdx.z * dst_stride, ldd);
+    pack_rows(rows, cols, src + blockIdx.z * src_stride, ld, dst + blockIdx.z * dst_stride, ldd);
 }
 
 }  // namespace gemmlab

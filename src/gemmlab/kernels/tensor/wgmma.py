@@ -40,6 +40,7 @@ from .wgmma_tma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from .mma_pipelined import sized_estimates, sized_params
 from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
+from ..steps import pack_args, pack_rows_launch
 
 # one staging buffer of the TMA-store epilogue; two per consumer warpgroup
 WGMMA_EPI_BYTES = read_constants("tensor/04_wgmma.cu")["WGMMA_EPI_BYTES"]
@@ -50,7 +51,7 @@ TF32_PACK_KERNELS = ("gemmlab::tf32_pack<false>", "gemmlab::tf32_pack<true>")
 _P = read_constants("tensor/tf32_pack.cu")
 TF32_PACK_TILE, TF32_PACK_THREADS = _P["TF32_PACK_TILE"], _P["TF32_PACK_THREADS"]
 # The 16-bit staging copy of the same file (an operand TMA cannot read, copied bit for bit).
-PACK16_KERNEL, PACK16_THREADS, PACK16_GROUP = "gemmlab::pack16", _P["PACK16_THREADS"], _P["PACK16_GROUP"]
+PACK16_KERNEL = "gemmlab::pack16"
 
 
 def wgmma_smem(p) -> int:
@@ -544,18 +545,6 @@ def _copy_bytes(x: tuple, eb: int) -> int:
     return eb * n * rows * padded_ld(cols, eb)
 
 
-# pack16's blocks per matrix at most: enough to keep every SM's threads busy on one matrix; a
-# batch adds its matrices (gridDim.z).
-PACK16_MAX_BLOCKS = 1024
-
-
-def pack16_blocks(rows: int, cols: int) -> int:
-    """pack16's blocks per matrix: one 16-byte group of a row per thread, at most PACK16_MAX_BLOCKS
-    (the threads then walk the groups)."""
-    groups = max(rows, 1) * cdiv(max(cols, 1), PACK16_GROUP)
-    return max(1, min(cdiv(groups, PACK16_THREADS), PACK16_MAX_BLOCKS))
-
-
 def staged_workspace_bytes(plan, ops: Operands, choice: int = 0) -> int:
     """PrePass.workspace_bytes of the staging copy: the copies of the operands TMA cannot
     read, one after the other (each a multiple of 16 bytes long)."""
@@ -584,28 +573,13 @@ def wgmma_staged_launches(
         ldd = padded_ld(cols, eb)
         if eb == 2:
             kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, PACK16_KERNEL, gpu.arch)
-            shape = LaunchShape((pack16_blocks(rows, cols), 1, n), (PACK16_THREADS, 1, 1))
+            launches.append(pack_rows_launch(kernel, eb, rows, cols, ptr, ld, at, ldd, n, stride))
         else:
             kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, TF32_PACK_KERNELS[0], gpu.arch)
             shape = LaunchShape(
                 (cdiv(rows, TF32_PACK_TILE) * cdiv(cols, TF32_PACK_TILE), 1, n), (TF32_PACK_THREADS, 1, 1)
             )
-        launches.append(
-            (
-                kernel,
-                shape,
-                (
-                    np.int32(rows),
-                    np.int32(cols),
-                    ptr,
-                    np.int32(ld),
-                    at,
-                    np.int32(ldd),
-                    np.int64(stride),
-                    np.int64(rows * ldd),
-                ),
-            )
-        )
+            launches.append((kernel, shape, pack_args(rows, cols, ptr, ld, at, ldd, stride)))
         at_next = at + _copy_bytes(stored[i], eb)
         stored[i] = (at, rows, cols, ldd, (n, rows * ldd if n > 1 else 0))
         at = at_next

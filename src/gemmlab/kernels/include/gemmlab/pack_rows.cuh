@@ -10,9 +10,12 @@
 
 namespace gemmlab {
 
-template <int THREADS, class T>
+constexpr int PACK_ROWS_THREADS = 256;   // threads per block of every staging copy
+
+template <class T>
 __device__ __forceinline__ void pack_rows(int rows, int cols, const T* __restrict__ src, int ld,
                                           T* __restrict__ dst, int ldd) {
+    constexpr int THREADS = PACK_ROWS_THREADS;
     constexpr int GROUP = 16 / int(sizeof(T));   // elements a thread stores at once
     const int groups = (cols + GROUP - 1) / GROUP;   // of a row
     const long long total = (long long)rows * groups;
