@@ -350,9 +350,9 @@ class Emulator:
                     assert ptr % 16 == 0 and ld * item % 16 == 0 and width * item % 16 == 0, (
                         f"{p.name_expression} launched on an operand its 16-byte accesses cannot read"
                     )
-            # gemv and outer: the stored rows their 16-byte accesses start at (a row's end goes
-            # element by element): op(B)'s, and op(A)'s where the column path stages it (gemv);
-            # C's (outer)
+            # gemv, outer and gemv_mma: the stored rows their 16-byte accesses start at (a row's
+            # end goes element by element): op(B)'s, and op(A)'s where the column path stages it
+            # (gemv); C's (outer); x's and W's (gemv_mma)
             rows = {
                 "A": (a_ptr, lda, M if pr.op_a == "N" else K, item_in),
                 "B": (b_ptr, ldb, K if pr.op_b == "N" else N, item_in),
@@ -363,6 +363,8 @@ class Emulator:
                 wide = ["B", "A"] if (pr.op_a, pr.op_b) == ("N", "T") else ["B"]
             if p.spec.name == "outer" and ", true, " in p.name_expression:
                 wide = ["C"]
+            if p.spec.name == "gemv_mma":  # 16-byte loads of every row of x and W
+                wide = ["A", "B"]
             for side in wide:
                 ptr, ld, stored_rows, item = rows[side]
                 assert ptr % 16 == 0 and (stored_rows <= 1 or ld * item % 16 == 0), (

@@ -17,6 +17,7 @@ EXPECTED = {
     "wmma": {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "wmma_warptile": {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "mma_pipelined": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
+    "gemv_mma": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "ec_wmma": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "wgmma_tma": {"sm_90a"},
     "wgmma_specialized": {"sm_90a"},
@@ -54,7 +55,9 @@ def test_refusal_names_gpu_arch_needs_and_what_runs():
     text = str(e.value)
     assert "Tesla T4 (sm_75)" in text and "sm_80" in text and "cp.async" in text
     assert text.endswith("Kernels that run there for float16: wmma, wmma_warptile, gemv, outer")
-    with pytest.raises(ValueError, match=r"NVIDIA L4 \(sm_89\).*sm_90a.*run there: naive, .*ec_wmma, gemv, outer$"):
+    with pytest.raises(
+        ValueError, match=r"NVIDIA L4 \(sm_89\).*sm_90a.*run there: naive, .*ec_wmma, gemv, outer, gemv_mma$"
+    ):
         registry.get("ec_wgmma").check_arch("sm_89", "NVIDIA L4")
 
 

@@ -141,8 +141,11 @@ def test_ec_hooks():
     assert wm(Ask(256, 256, 256, dtype="tf32_ec")).params == {}
 
 
-def test_decode_runs_on_gemv_with_nothing_passed_over():
+def test_decode_runs_on_a_thin_rung_with_nothing_passed_over():
     c = choose(bf16(4, 14336, 4096, op_b="T"), H200)
+    assert (c.rung, c.params["MT"], c.passed_over, c.fallbacks) == ("gemv_mma", 8, (), ())
+    # float32 has no tensor-core gemv: gemv takes it, gemv_mma said why not
+    c = choose(Product(4, 14336, 4096, op_b="T"), H200)
     assert (c.rung, c.params["MT"], c.passed_over, c.fallbacks) == ("gemv", 4, (), ())
 
 
@@ -154,16 +157,18 @@ def test_decode_attention_q_at_k_runs_on_wgmma_on_hopper(batch, M, N, K):
     idle; on Hopper wgmma takes them, elsewhere gemv still does, and float32 and long
     columns stay on gemv everywhere."""
     c = choose(bf16(M, N, K, op_b="T", batch=batch), H200)
-    assert c.rung == "wgmma" and c.passed_over[0].startswith(f"gemv: columns of op(B) of {K} bfloat16 values")
+    assert c.rung == "wgmma" and c.passed_over[0].startswith(f"gemv_mma: rows of W of {K} values leave its warps")
+    assert c.passed_over[1].startswith(f"gemv: columns of op(B) of {K} bfloat16 values")
     assert choose(bf16(M, N, K, op_b="T", batch=batch), A100).rung == "gemv"
     fp32 = Product(M, N, K, batch, "float32", "float32", op_b="T")
     assert choose(fp32, H200).rung == "gemv"
-    assert choose(bf16(M, N, 768, op_b="T", batch=batch), H200).rung == "gemv"  # 1536-byte columns
+    assert choose(bf16(M, N, 768, op_b="T", batch=batch), H200).rung == "gemv_mma"  # 1536-byte rows of W
 
 
 def test_small_m_on_hopper_says_why_gemv_was_passed_over():
     c = choose(bf16(77, 3072, 768, op_b="T"), H200)
     assert c.rung == "wgmma" and c.passed_over == (
+        "gemv_mma takes 1..16 rows, not M = 77",
         "gemv takes 1..4 rows of bfloat16 with op(B) column-major, not M = 77",
         "outer takes K = 1..8 of bfloat16, not K = 768",
     )
@@ -172,7 +177,7 @@ def test_small_m_on_hopper_says_why_gemv_was_passed_over():
 
 def test_off_hopper_the_tensor_rungs_pass_wgmma_over():
     c = choose(bf16(77, 3072, 768, op_b="T"), A100)
-    assert c.rung == "mma_pipelined" and c.passed_over[2] == "wgmma runs on sm_90a only (sm_80)"
+    assert c.rung == "mma_pipelined" and c.passed_over[3] == "wgmma runs on sm_90a only (sm_80)"
     # sm_75 has no mma_pipelined for these: the highest tensor rung that runs there.
     c = choose(Product(77, 3072, 768, dtype="float16", out_dtype="float16", op_b="T"), T4)
     assert c.rung == "wmma_warptile" and c.params == registry.get("wmma_warptile").defaults()
@@ -251,7 +256,7 @@ def test_plan_carries_the_rungs_passed_over():
     p = planner.plan(
         "auto", 77, 3072, 768, dtype="bfloat16", out_dtype="bfloat16", op_b="T", arch="sm_80", sm_count=108
     )
-    assert p.spec.name == "mma_pipelined" and len(p.passed_over) == 3 and "wgmma" in p.passed_over[2]
+    assert p.spec.name == "mma_pipelined" and len(p.passed_over) == 4 and "wgmma" in p.passed_over[3]
     assert "passed" not in p.describe() and "gemv" not in p.describe()  # describe() is as it was
 
 

@@ -34,6 +34,7 @@ KERNELS = [
     "ec_wgmma",
     "gemv",
     "outer",
+    "gemv_mma",
 ]
 
 

@@ -52,7 +52,8 @@ from gemmlab.core.tables import SHIPPED_DIR
 ARCHES = ("sm_80", "sm_90a")
 EVERY_CONFIG_ARCHES = ARCHES if os.environ.get("GEMMLAB_FULL_COMPILE_CHECK") == "1" else ("sm_90a",)
 SPECS = registry.ladder()
-ALL_LAYOUTS_FOR_EVERY_CONFIG = ("smem_tiled", "wmma", "wgmma")
+# (gemv_mma reads one layout, NT: its every configuration, two, is compiled there.)
+ALL_LAYOUTS_FOR_EVERY_CONFIG = ("smem_tiled", "wmma", "wgmma", "gemv_mma")
 
 
 def _tuned_configs(spec) -> list[dict]:
@@ -199,6 +200,8 @@ def static_smem(spec, p, prob=None):
         return 4 * p["MT"] * gemv_row_chunk(prob, p["MT"], lanes) + 4 * GEMV_WARPS * min(p["MT"], 4) * gemv_row_columns(
             prob, p["MT"], lanes
         )
+    if spec.name == "gemv_mma":  # the 8 warps' sums of 16 rows of W by MT rows of x
+        return 4 * 8 * 16 * p["MT"]
     if spec.name == "outer":  # a chunk of K of the tile's rows of op(A) and columns of op(B), in FP32
         return 4 * OUTER_KC * (OUTER_ROWS + outer_columns(prob))
     return 4 * p["BK"] * (p["BM"] + p["BN"])
@@ -402,6 +405,20 @@ def test_tensor_rungs_use_the_tensor_cores(arch, ladder_module, ladder_sass):
         sass = ladder_sass(arch, spec)
         for name, mangled in ladder_module(arch, spec).symbols.items():
             assert "HMMA" in sass[mangled], f"{name} on {arch} has no HMMA"
+
+
+@needs_nvdisasm
+@pytest.mark.parametrize("arch", ARCHES)
+def test_gemv_mma_loads_16_bytes_and_multiplies_on_the_tensor_cores(arch, ladder_module, ladder_sass):
+    """gemv_mma's idea in its SASS: W and x read 16 bytes a load, the products on HMMA, and
+    no local memory (its two groups of loads in flight fill the 128 registers of two blocks
+    an SM)."""
+    spec = registry.get("gemv_mma")
+    sass = ladder_sass(arch, spec)
+    for name, mangled in ladder_module(arch, spec).symbols.items():
+        text = sass[mangled]
+        assert "HMMA" in text and _global_loads_128(text) > 0, name
+        assert not re.search(r"\b(LDL|STL)\b", text), f"{name}: local memory on {arch}"
 
 
 def hopper_path_sass(name, ladder_module, ladder_sass):

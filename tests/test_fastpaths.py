@@ -186,7 +186,8 @@ def test_small_m_with_a_short_k_takes_the_deep_ring():
     "M, N, K, expect",
     [
         (16, 8192, 8192, ("wgmma", {"BM": 64, "BN": 64, "STAGES": 12})),  # the narrow rule's, kept
-        (4, 14336, 4096, ("gemv", {"MT": 4})),  # gemv takes M <= 4 (16-bit)
+        (4, 14336, 4096, ("gemv_mma", {"MT": 8})),  # gemv_mma takes M <= 8 (16-bit x @ W.t())
+        (16, 1024, 4096, ("gemv_mma", {"MT": 16})),  # ... and up to 16 over a W of at most 16 MiB
     ],
 )
 def test_small_m_keeps_its_rule(M, N, K, expect):

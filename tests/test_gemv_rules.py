@@ -7,7 +7,7 @@ import pytest
 import gemmlab
 from gemmlab.kernels import registry
 from gemmlab.kernels.gemv.gemv import GEMV_MAX_M, GEMV_ROWS_MAX_M, auto_takes as gemv_auto_takes
-from gemmlab.kernels.spec import Problem
+from gemmlab.kernels.spec import Ask, Problem
 
 
 @pytest.mark.parametrize(
@@ -98,8 +98,15 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
         gpu_slug="nvidia-h100-80gb-hbm3",
     )
     takes = M <= GEMV_MAX_M[dtype]
-    assert (plan(M).spec.name == "gemv") == takes
+    offer = registry.get("gemv").auto_hook(Ask(M, 8192, 8192, dtype=dtype, op_b="T", arch="sm_90a"))
+    assert offer.takes == takes
     if takes:
+        assert offer.params == {"MT": mt, "SPLITK": 1, "LANES": 32}
+    # 16-bit x @ W.t() of up to 8 rows goes to gemv_mma, which auto asks first (sm_80 on);
+    # more rows over this W (128 MiB) to wgmma
+    want = {"float32": "gemv" if takes else None}.get(dtype, "gemv_mma" if M <= 8 else "wgmma")
+    assert want is None or plan(M).spec.name == want
+    if dtype == "float32" and takes:
         assert plan(M).params == {"MT": mt, "SPLITK": 1, "LANES": 32}
     # op(B) row-major: gemv where GEMV_ROWS_MAX_M takes it (16-bit: W of 128 MiB here, over the
     # 64 MiB gemv takes in 16-bit), else the tiled rungs

@@ -32,6 +32,7 @@ LADDER = [
     "ec_wgmma",
     "gemv",
     "outer",
+    "gemv_mma",
 ]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
@@ -51,7 +52,7 @@ def test_kernels_lists_the_ladder_in_rung_order():
         [("simt", str(r)) for r in range(1, 9)]
         + [("tensor", r) for r in ("1", "2", "3", "4a", "4b", "4c", "4", "5", "6", "7")]
         + [("ec", "1"), ("ec", "2")]
-        + [("gemv", "1"), ("gemv", "2")]
+        + [("gemv", "1"), ("gemv", "2"), ("gemv", "3")]
     )
     # Tensor rung 4 is taught in steps: each a kernel of its own, before the rung's, which is the last.
     assert [s.label for s in registry.ladder("tensor") if s.rung == 4] == ["4a", "4b", "4c", "4"]
@@ -72,10 +73,14 @@ def test_kernel_entry_fields(entry):
             "fp8": ["float8_e4m3fn", "float8_e5m2"],
             "grouped": ["float16", "bfloat16"],
             "hopper steps": ["float16", "bfloat16"],
+            "thin on tensor cores": ["float16", "bfloat16"],
         }[
-            {"wgmma_fp8": "fp8", "grouped": "grouped", "grouped_wgrad": "grouped"}.get(
-                entry["name"], "hopper steps" if entry["step"] else entry["family"]
-            )
+            {
+                "wgmma_fp8": "fp8",
+                "grouped": "grouped",
+                "grouped_wgrad": "grouped",
+                "gemv_mma": "thin on tensor cores",
+            }.get(entry["name"], "hopper steps" if entry["step"] else entry["family"])
         ]
     )
     assert isinstance(entry["description"], str) and entry["description"].strip()
@@ -113,6 +118,7 @@ def test_kernel_params_per_rung():
         "ec_wgmma": ["STAGES", "BN", "FOLD", "SPLITK"],
         "gemv": ["MT", "SPLITK", "LANES"],
         "outer": [],
+        "gemv_mma": ["MT"],
     }
 
 
@@ -225,6 +231,9 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
             and p["LANES"] in (32, 8, 4)
             and (p["LANES"] == 32 or p["MT"] <= 4)
         )
+    if name == "gemv_mma":
+        # 03_gemv_mma.cu: MT rows of x a pass, one or two n8 tiles of the mma.
+        return set(p) == {"MT"} and p["MT"] in (8, 16)
     if name == "mma_pipelined":
         # 03_mma_pipelined.cu: square warp tiles; 64 x 64 ones in blocks of 8 warps (4 warps spill),
         # 32 x 32 ones only as the 4 warps of a 64 x 64 block; STAGES stages of BM rows and BN columns,
@@ -540,8 +549,9 @@ def test_all_name_expressions(spec):
     # TF32 NN only), and those whose launch packs the operands row-major first (ec_wgmma:
     # one instantiation, NN, serves every layout).
     layouts = [("N", "N")] if spec.packed else spec.layouts
-    # Every type reads NN, except FP8's (wgmma_fp8): its wgmma reads K-major operands only, NT.
-    home = ("N", "T") if spec.name == "wgmma_fp8" else ("N", "N")
+    # Every type reads NN, except FP8's (wgmma_fp8): its wgmma reads K-major operands only, NT;
+    # and gemv_mma, which reads x @ W.t() only, NT.
+    home = ("N", "T") if spec.name in ("wgmma_fp8", "gemv_mma") else ("N", "N")
     if spec.name == "grouped_wgrad":  # X_g^T and Y_g: TN only
         assert spec.layouts == (("T", "N"),) and nn_names == []
         assert len(names) == len(configs) * len(spec.variants)
@@ -555,6 +565,9 @@ def test_all_name_expressions(spec):
     assert set(layouts) <= set(LAYOUTS) and home in layouts
     read = {la: sum(not spec.why_unusable(v.with_layout(*la)) for v in spec.variants) for la in layouts}
     assert read[home] == len(spec.variants)
+    if spec.name == "gemv_mma":  # NT only, every variant
+        assert nn_names == [] and len(names) == len(compiled) * len(spec.variants)
+        return
     if spec.name == "wgmma_fp8":  # NT only; block scales promote every K-step whatever PROMOTE says
         assert nn_names == [] and len(names) == len(compiled) * len(spec.variants) - sum(
             c["PROMOTE"] != 1 for c in configs

@@ -36,13 +36,14 @@ from ..runtime.device import ARCH_LIMITS, cc_of
 
 log = logging.getLogger("gemmlab")
 
-# The rungs kernel="auto" asks, in order, by what the kernel multiplies.  gemv first where
-# it exists for the dtype (a few rows are bound by one read of op(B)), then outer (a few K
-# by one write of C); the last of each list takes every product.
+# The rungs kernel="auto" asks, in order, by what the kernel multiplies.  The thin rungs
+# first where they exist for the dtype: gemv_mma and gemv (a few rows are bound by one read
+# of op(B); gemv_mma for 16-bit x @ W.t() on sm_80 and later), then outer (a few K by one
+# write of C); the last of each list takes every product.
 AUTO_RUNGS = {
     "float32": ("gemv", "outer", "pipelined"),
-    "float16": ("gemv", "outer", "wgmma", "mma_pipelined"),
-    "bfloat16": ("gemv", "outer", "wgmma", "mma_pipelined"),
+    "float16": ("gemv_mma", "gemv", "outer", "wgmma", "mma_pipelined"),
+    "bfloat16": ("gemv_mma", "gemv", "outer", "wgmma", "mma_pipelined"),
     "tf32": ("wgmma", "mma_pipelined"),
     "fp16_ec": ("ec_wgmma", "ec_wmma"),
     "tf32_ec": ("ec_wgmma", "ec_wmma"),
