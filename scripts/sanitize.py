@@ -1,4 +1,4 @@
-"""Every rung (and rung 8's, wgmma's and ec_wgmma's split-K, rung 8's 256-wide tiles and staging copy, wgmma's deep rings, mma_pipelined's
+"""Every rung (and rung 8's, wgmma's and ec_wgmma's split-K, rung 8's 256-wide tiles and staging copies, wgmma's deep rings, mma_pipelined's
 column-major layouts) at edge shapes, with both
 the 16-byte and the scalar (unaligned) variants: the workload compute-sanitizer
 runs (scripts/sanitize.sh).  Also checks each result against FP64, so a run that
@@ -238,6 +238,35 @@ if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
         if not err.ok(2e-3):
             bad += 1
             print(f"WRONG wgmma SPLITK={splits} {M}x{N}x{K}: {err}", flush=True)
+# wgmma's staging copy of both operands in one pack16 launch (stored rows of 681 and 2795, and of
+# 3947, elements: off the 16-byte grid), auto's choice; and gemv_mma at a few rows, its rows of x
+# and W padded to the 16-byte grid, K ending inside a step.
+if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
+    for M, N, K, ta, tb in ((681, 2795, 35, True, False), (199, 127, 3947, False, True)):
+        a = stored(K, M, 0).T if ta else stored(M, K, 0)
+        b = stored(N, K, 0).T if tb else stored(K, N, 0)
+        c0 = cp.asarray(random_matrix(M, N, "uniform", rng)).astype(np.float16)
+        ref = reference(a.astype(np.float64), b.astype(np.float64), 0.5, 2.0, c0.astype(np.float64))
+        out = c0.copy()
+        gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0)
+        layout_calls += 2  # the copies (one launch) and the GEMM
+        plan = gemmlab.last_plan()
+        err = compare(out.astype(np.float64), ref)
+        if plan.spec.name != "wgmma" or not plan.problem.stage or not err.ok(2e-3):
+            bad += 1
+            print(f"WRONG staged wgmma T{int(ta)}{int(tb)} {M}x{N}x{K} ({plan.describe()}): {err}", flush=True)
+if registry.get("gemv_mma").builds_for(gemmlab.runtime.device.gpu_info().arch):
+    for M, N, K in ((5, 331, 1037), (13, 200, 4104), (20, 17, 520)):
+        a, b = stored(M, 1040 if K == 1037 else K, 0)[:, :K], stored(N, 1040 if K == 1037 else K, 0)[:, :K].T
+        c0 = cp.asarray(random_matrix(M, N, "uniform", rng)).astype(np.float16)
+        ref = reference(a.astype(np.float64), b.astype(np.float64), 0.5, 2.0, c0.astype(np.float64))
+        out = c0.copy()
+        gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel="gemv_mma", MT=8 if M <= 8 else 16)
+        layout_calls += 1
+        err = compare(out.astype(np.float64), ref)
+        if not err.ok(2e-3):
+            bad += 1
+            print(f"WRONG gemv_mma {M}x{N}x{K}: {err}", flush=True)
 cp.cuda.runtime.deviceSynchronize()
 launches = (
     len(SHAPES) * 2 * len(CASES)

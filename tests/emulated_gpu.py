@@ -386,16 +386,21 @@ class Emulator:
                 r = alpha * acc if beta == 0 else alpha * acc + beta * c.astype(np.float64)
                 c[...] = r.astype(c.dtype)
 
-    def _pack_rows(self, dtype, grid, rows, cols, src, ld, dst, ldd, src_stride, dst_stride):
-        """The staging copies (gemmlab/pack_rows.cuh: wgmma's pack16, rung 8's pack32): each
-        matrix of the batch, bit for bit, rows padded to 16 bytes with zeros."""
-        rows, cols, ld, ldd = map(int, (rows, cols, ld, ldd))
-        eb = np.dtype(dtype).itemsize
-        assert int(dst) % 16 == 0 and ldd * eb % 16 == 0 and ldd >= cols, (dst, ldd, cols)
-        for z in range(grid[2]):
-            d = self.mem(int(dst) + eb * z * int(dst_stride), dtype, (rows, ldd), (ldd, 1))
-            d[...] = 0
-            d[:, :cols] = self.mem(int(src) + eb * z * int(src_stride), dtype, (rows, cols), (ld, 1))
+    def _pack_rows(self, dtype, grid, *args):
+        """The staging copies (gemmlab/pack_rows.cuh: wgmma's pack16, rung 8's pack32), one or
+        two a launch (gridDim.y): each matrix of each copy, bit for bit, rows padded to 16 bytes
+        with zeros."""
+        assert len(args) == 18 and grid[1] in (1, 2), (grid, len(args))
+        for y in range(grid[1]):
+            rows, cols, src, ld, dst, ldd, src_stride, dst_stride, n = args[9 * y : 9 * y + 9]
+            rows, cols, ld, ldd, n = map(int, (rows, cols, ld, ldd, n))
+            eb = np.dtype(dtype).itemsize
+            assert int(dst) % 16 == 0 and ldd * eb % 16 == 0 and ldd >= cols, (dst, ldd, cols)
+            assert 1 <= n <= grid[2], (n, grid)
+            for z in range(n):
+                d = self.mem(int(dst) + eb * z * int(dst_stride), dtype, (rows, ldd), (ldd, 1))
+                d[...] = 0
+                d[:, :cols] = self.mem(int(src) + eb * z * int(src_stride), dtype, (rows, cols), (ld, 1))
 
     def _tf32_pack(self, grid, rows, cols, src, ld, dst, ldd, src_stride, dst_stride):
         """wgmma's TF32 copy (tf32_pack.cu's tf32_pack<false>): each matrix of the batch, rounded."""

@@ -46,13 +46,39 @@ def pack_args(rows: int, cols: int, src: int, ld: int, dst: int, ldd: int, src_s
     )
 
 
-def pack_rows_launch(kernel, elem_bytes: int, rows, cols, src, ld, dst, ldd, n: int = 1, src_stride: int = 0):
-    """(kernel, LaunchShape, arguments) of a staging copy (pack_rows.cuh: wgmma's pack16, rung
-    8's pack32) of ``n`` matrices: one 16-byte group of a row per thread, gridDim.z the matrices."""
-    groups = max(rows, 1) * cdiv(max(cols, 1), 16 // elem_bytes)
-    blocks = max(1, min(cdiv(groups, PACK_ROWS_THREADS), PACK_ROWS_MAX_BLOCKS))
-    shape = LaunchShape((blocks, 1, n), (PACK_ROWS_THREADS, 1, 1))
-    return kernel, shape, pack_args(rows, cols, src, ld, dst, ldd, src_stride)
+@dataclass(frozen=True)
+class PackCopy:
+    """One operand's staging copy (pack_rows.cuh): ``n`` matrices of ``rows`` x ``cols`` at
+    ``src`` (rows ``ld`` apart, matrices ``src_stride`` apart) to ``dst`` (rows ``ldd`` apart,
+    matrices one after the other)."""
+
+    rows: int
+    cols: int
+    src: int
+    ld: int
+    dst: int
+    ldd: int
+    n: int = 1
+    src_stride: int = 0
+
+
+def pack_rows_launch(kernel, elem_bytes: int, copies: list[PackCopy]):
+    """(kernel, LaunchShape, arguments) of the staging copies (pack_rows.cuh: wgmma's pack16,
+    rung 8's pack32) of one or both operands in one launch: one 16-byte group of a row per
+    thread, gridDim.y the copies, gridDim.z their matrices (the most of either)."""
+    assert 1 <= len(copies) <= 2, copies
+    blocks = max(
+        max(
+            1,
+            min(cdiv(max(c.rows, 1) * cdiv(max(c.cols, 1), 16 // elem_bytes), PACK_ROWS_THREADS), PACK_ROWS_MAX_BLOCKS),
+        )
+        for c in copies
+    )
+    shape = LaunchShape((blocks, len(copies), max(c.n for c in copies)), (PACK_ROWS_THREADS, 1, 1))
+    args = ()
+    for c in list(copies) + [PackCopy(0, 0, 0, 0, 0, 0, 0)] * (2 - len(copies)):
+        args += pack_args(c.rows, c.cols, c.src, c.ld, c.dst, c.ldd, c.src_stride) + (np.int32(c.n),)
+    return kernel, shape, args
 
 
 @dataclass(frozen=True)

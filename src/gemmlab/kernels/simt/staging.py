@@ -13,7 +13,7 @@ import numpy as np
 
 from ...runtime.tma import Operands, padded_ld
 from ..spec import KERNEL_DIR, PrePass
-from ..steps import pack_rows_launch
+from ..steps import PackCopy, pack_rows_launch
 
 PACK32_SOURCE = KERNEL_DIR / "simt" / "pack32.cu"
 PACK32_KERNEL = "gemmlab::pack32"
@@ -46,24 +46,27 @@ def workspace_bytes(plan, ops: Operands, choice: int = 0) -> int:
 
 
 def launches(plan, gpu, ops: Operands, alpha, beta, choice: int, workspace: int, report: int = 0) -> tuple[list, tuple]:
-    """PrePass.build: pack32's launches, one per operand off the grid, into the workspace at
+    """PrePass.build: pack32's launch, copying the operands off the grid (one or both), into the workspace at
     ``workspace``, and the kernel's standard arguments on the copies (the others in place)."""
     from ...runtime import compile as rt_compile
 
     if ops.batch > 1:
         raise ValueError(f"{plan.describe()}: rung 8 stages one matrix a launch, not {ops.batch}")
     pr = plan.problem
-    out, at, where = [], int(workspace), []
+    copies, at, where = [], int(workspace), []
     for x in stored(pr, ops):
         ptr, rows, cols, ld = x
         if on_grid(x):
             where.append((ptr, ld))
             continue
         ldd = padded_ld(cols, 4)
-        kernel = rt_compile.load_kernel(PACK32_SOURCE, PACK32_KERNEL, gpu.arch)
-        out.append(pack_rows_launch(kernel, 4, rows, cols, ptr, ld, at, ldd))
+        copies.append(PackCopy(rows, cols, ptr, ld, at, ldd))
         where.append((at, ldd))
         at += _copy_bytes(x)
+    out = []
+    if copies:  # both operands' copies in one launch
+        kernel = rt_compile.load_kernel(PACK32_SOURCE, PACK32_KERNEL, gpu.arch)
+        out.append(pack_rows_launch(kernel, 4, copies))
     (a, lda), (b, ldb) = where
     args = (
         np.int32(pr.M),

@@ -51,15 +51,17 @@ tf32_pack(int rows, int cols, const float* __restrict__ src, int ld, float* __re
 
 namespace gemmlab {
 
-// pack16: the staging copy of a 16-bit operand TMA cannot read in place (a row stride,
+// pack16: the staging copies of the 16-bit operands TMA cannot read in place (a row stride,
 // base or batch stride off the 16-byte grid: a vocabulary of odd size), for the wgmma
 // rung: dst (rows x cols, rows ldd apart, ldd a multiple of 8) = src, bit for bit, 8
-// elements a thread (gemmlab/pack_rows.cuh); blockIdx.z takes the matrices of a batch
-// (src_stride / dst_stride elements apart).
+// elements a thread, one or both operands a launch (gemmlab/pack_rows.cuh).
 __global__ void __launch_bounds__(PACK_ROWS_THREADS)
-pack16(int rows, int cols, const unsigned short* __restrict__ src, int ld, unsigned short* __restrict__ dst,
-       int ldd, long long src_stride, long long dst_stride) {
-    pack_rows(rows, cols, src + blockIdx.z * src_stride, ld, dst + blockIdx.z * dst_stride, ldd);
+pack16(int rows0, int cols0, const unsigned short* __restrict__ src0, int ld0, unsigned short* __restrict__ dst0,
+       int ldd0, long long src_stride0, long long dst_stride0, int n0, int rows1, int cols1,
+       const unsigned short* __restrict__ src1, int ld1, unsigned short* __restrict__ dst1, int ldd1,
+       long long src_stride1, long long dst_stride1, int n1) {
+    pack_rows_copies(rows0, cols0, src0, ld0, dst0, ldd0, src_stride0, dst_stride0, n0, rows1, cols1, src1, ld1, dst1,
+                     ldd1, src_stride1, dst_stride1, n1);
 }
 
 }  // namespace gemmlab

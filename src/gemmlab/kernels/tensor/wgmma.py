@@ -40,7 +40,7 @@ from .wgmma_tma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from .mma_pipelined import sized_estimates, sized_params
 from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
-from ..steps import pack_args, pack_rows_launch
+from ..steps import PackCopy, pack_args, pack_rows_launch
 
 # one staging buffer of the TMA-store epilogue; two per consumer warpgroup
 WGMMA_EPI_BYTES = read_constants("tensor/04_wgmma.cu")["WGMMA_EPI_BYTES"]
@@ -558,7 +558,8 @@ def wgmma_staged_launches(
     """PrePass.build of the staging copy: the launches that copy each operand TMA cannot
     read in place into the workspace at ``workspace`` (tf32_pack.cu, every matrix of the
     batch one after the other, rows padded to 16 bytes: 16-bit elements bit for bit by
-    pack16, float32 rounded to TF32 by tf32_pack), and wgmma's arguments on the copies.
+    pack16, both operands in one launch; float32 rounded to TF32 by tf32_pack, one launch
+    an operand), and wgmma's arguments on the copies.
     Built once per set of addresses by executor.Launcher, which enqueues the copies, then
     the kernel, on the caller's stream."""
     from ...runtime import compile as rt_compile
@@ -566,14 +567,13 @@ def wgmma_staged_launches(
 
     eb = element_bytes(plan.problem.dtype)
     stored = list(_stored(plan.problem, ops))
-    launches, at = [], int(workspace)
+    launches, copies, at = [], [], int(workspace)
     for i, (ptr, rows, cols, ld, (n, stride)) in enumerate(stored):
         if _readable(stored[i], eb):
             continue
         ldd = padded_ld(cols, eb)
-        if eb == 2:
-            kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, PACK16_KERNEL, gpu.arch)
-            launches.append(pack_rows_launch(kernel, eb, rows, cols, ptr, ld, at, ldd, n, stride))
+        if eb == 2:  # both operands' copies in one launch, below
+            copies.append(PackCopy(rows, cols, ptr, ld, at, ldd, n, stride))
         else:
             kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, TF32_PACK_KERNELS[0], gpu.arch)
             shape = LaunchShape(
@@ -583,6 +583,9 @@ def wgmma_staged_launches(
         at_next = at + _copy_bytes(stored[i], eb)
         stored[i] = (at, rows, cols, ldd, (n, rows * ldd if n > 1 else 0))
         at = at_next
+    if copies:
+        kernel = rt_compile.load_kernel(TF32_PACK_SOURCE, PACK16_KERNEL, gpu.arch)
+        launches.append(pack_rows_launch(kernel, eb, copies))
     return launches, wgmma_args(plan, ops, alpha, beta, tuple(stored))
 
 
