@@ -449,13 +449,17 @@ def test_gpu_few_tiles_on_128x128(dtype, M, N, K):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("M", [5, 16, 33, 77, 100, 127, 128, 129, 200, 256])
 def test_gpu_small_m(dtype, M):
-    """Small M on the tiles the model picks (x @ W.t() and dY @ W, N and K off every tile)."""
+    """Small M on the tiles the model picks (x @ W.t() and dY @ W, N and K off every tile; x @ W.t()
+    of up to 16 rows over this small W runs on gemv_mma, tests/test_gemv_mma.py)."""
     torch.manual_seed(M)
     N, K = 3000, 776
     x, w = _rand(M, K, dtype=dtype), _rand(N, K, dtype=dtype)
     sm = rt_device.gpu_info(0).sm_count
     p, _ = wgmma.wgmma_auto_choice(M, N, sm, 1, K, dtype)
-    _check(x, w.t(), "wgmma", {k: p[k] for k in ("BM", "BN", "STAGES", "SPLITK")}, dtype)
+    if M <= 16:
+        _check(x, w.t(), "gemv_mma", {"MT": 8 if M <= 8 else 16}, dtype)
+    else:
+        _check(x, w.t(), "wgmma", {k: p[k] for k in ("BM", "BN", "STAGES", "SPLITK")}, dtype)
     dy, w2 = _rand(M, N, dtype=dtype), _rand(N, K, dtype=dtype)
     p, _ = wgmma.wgmma_auto_choice(M, K, sm, 1, N, dtype)
     _check(dy, w2, "wgmma", {k: p[k] for k in ("BM", "BN", "STAGES", "SPLITK")}, dtype)

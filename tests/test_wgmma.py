@@ -804,12 +804,13 @@ def test_split_k_alpha_zero_reads_neither_a_nor_b(out_dtype):
 @hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "M, N, K, ops", [(2, 4096, 8192, "NN"), (16, 4096, 14336, "NN"), (128, 4096, 28672, "NN"), (16, 2048, 4096, "NT")]
+    "M, N, K, ops", [(2, 4096, 8192, "NN"), (16, 4096, 14336, "NN"), (128, 4096, 28672, "NN"), (16, 2048, 8192, "NT")]
 )
 def test_auto_splits_few_tiles_with_a_long_k(M, N, K, ops, caplog):
     """kernel="auto" on a product whose tiles leave most SMs idle (a decode step's dY @ W of a
-    few rows; one row of a small W runs on gemv): wgmma split over K, the result right, twice
-    (the second call through the prepared call)."""
+    few rows; one row of a small W runs on gemv, x @ W.t() of up to 16 rows over a W of at most
+    16 MiB on gemv_mma): wgmma split over K, the result right, twice (the second call through
+    the prepared call)."""
     rng = np.random.default_rng(M + N + K)
     ld = lambda n: n
     a, a64 = _operand(M, K, ops[0], ld, "bfloat16", rng)
