@@ -407,6 +407,7 @@ def test_tensor_rungs_use_the_tensor_cores(arch, ladder_module, ladder_sass):
             assert "HMMA" in sass[mangled], f"{name} on {arch} has no HMMA"
 
 
+@compile_matrix
 @needs_nvdisasm
 @pytest.mark.parametrize("arch", ARCHES)
 def test_gemv_mma_loads_16_bytes_and_multiplies_on_the_tensor_cores(arch, ladder_module, ladder_sass):

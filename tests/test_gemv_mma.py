@@ -29,7 +29,7 @@ def _bf16(M, N, K, **kw):
 
 
 @pytest.mark.parametrize("gpu", [H200, A100], ids=["sm_90a", "sm_80"])
-@pytest.mark.parametrize("M, N, mt", [(1, 14336, 8), (4, 14336, 8), (8, 14336, 8), (9, 2048, 16), (16, 1024, 16)])
+@pytest.mark.parametrize("M, N, mt", [(1, 9216, 8), (4, 14336, 8), (8, 14336, 8), (9, 2048, 16), (16, 1024, 16)])
 def test_auto_takes_decode_rows_on_sm80_and_later(gpu, M, N, mt):
     """1..8 rows over any W; 9..16 over a W of at most GEMV_MMA_WIDE_MAX_BYTES (16 MiB)."""
     c = choose(_bf16(M, N, 4096), gpu)
@@ -43,13 +43,23 @@ def test_auto_takes_decode_rows_on_sm80_and_later(gpu, M, N, mt):
     [
         (_bf16(17, 4096, 4096), H200, "gemv_mma takes 1..16 rows, not M = 17"),
         (_bf16(16, 14336, 4096), H200, "gemv_mma takes 9..16 rows only over a W of at most 16 MiB, not 112"),
+        (_bf16(1, 128256, 3072), H200, "gemv_mma: one row over 128256 rows of W (>= 12288) streams faster on gemv"),
         (_bf16(4, 4096, 256, batch=32), H200, "gemv_mma: rows of W of 256 values leave its warps"),
         (_bf16(4, 4096, 4096), T4, "gemv_mma needs mma.sync on sm_80 or later (sm_75)"),
         (dataclasses.replace(_bf16(4, 4096, 4096), op_b="N"), H200, "gemv_mma takes x @ W.t() (layouts NT), not NN"),
         (_bf16(4, 4096, 4095, aligned16=False, rows_aligned16="C"), H200, "gemv_mma: rows of x or W off"),
         (Product(4, 4096, 4096, op_b="T"), H200, "gemv_mma takes 16-bit products, not float32"),
     ],
-    ids=["M=17", "M=16 over a large W", "short K", "sm_75", "W row-major", "rows off the grid", "float32"],
+    ids=[
+        "M=17",
+        "M=16 over a large W",
+        "one row over a tall W",
+        "short K",
+        "sm_75",
+        "W row-major",
+        "rows off the grid",
+        "float32",
+    ],
 )
 def test_auto_passes_it_over_saying_why(product, gpu, why):
     c = choose(product, gpu)
@@ -143,7 +153,7 @@ def test_alpha_zero_reads_neither_operand():
 
 
 @gpu
-@pytest.mark.parametrize("M, N, K", [(4, 14336, 4096), (1, 51865, 768), (3, 51865, 768)])
+@pytest.mark.parametrize("M, N, K", [(4, 14336, 4096), (1, 4096, 14336), (3, 51865, 768)])
 def test_auto_runs_a_decode_step_on_it(M, N, K):
     """x @ W.t() at a few tokens as a model writes it (whisper's vocabulary of odd length: the
     logits' rows are odd, W's start on the 16-byte grid): auto's choice, against FP64."""

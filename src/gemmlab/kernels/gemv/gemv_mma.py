@@ -29,6 +29,11 @@ GEMV_MMA_WIDE_MAX_BYTES = 16 << 20
 # this many bytes leave most of the 8 warps without a step (decode attention's
 # Q @ K^T at a head of 64..256), which wgmma's whole tiles read better on Hopper.
 GEMV_MMA_SHORT_BYTES = 512
+# One row of x over a W of at least this many rows stays on gemv: at one row there is no
+# arithmetic to save, and gemv's 32-column blocks streamed a tall W faster on an H200
+# (ab-gemv-mma-2026-12-01.json, GPU time: 14336 x 4096 40.9 µs against 45.5, 151936 x 3584
+# 259 against 279; at N = 4096..9216 and 50257 x 768 gemv_mma was as fast or faster).
+GEMV_MMA_ONE_ROW_MAX_N = 12288
 _ITEMSIZE = {"float16": 2, "bfloat16": 2}
 # (input, output) dtypes: 16-bit in, float32 or the same type out.
 GEMV_MMA_VARIANTS = tuple(
@@ -62,7 +67,7 @@ def sized_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> dict:
 def _auto_hook(ask: Ask) -> Offer:
     """A decode step's x @ W.t() in 16 bits: 1..GEMV_MMA_MAX_M rows (up to GEMV_MMA_WIDE_MAX_M
     over a small W), x and W row-major with rows on the 16-byte grid, rows of W longer than
-    GEMV_MMA_SHORT_BYTES, sm_80 or later."""
+    GEMV_MMA_SHORT_BYTES, sm_80 or later; one row over a tall W (GEMV_MMA_ONE_ROW_MAX_N) is gemv's."""
     if ask.dtype not in GEMV_MMA_DTYPES:
         return Offer(None, f"gemv_mma takes 16-bit products, not {ask.dtype}")
     if ask.arch is None or not SPEC.builds_for(ask.arch, ask.dtype):
@@ -82,6 +87,10 @@ def _auto_hook(ask: Ask) -> Offer:
         return Offer(None, f"gemv_mma: rows of W of {ask.K} values leave its warps without a slice of K")
     if not (ask.rows_on_grid("A") and ask.rows_on_grid("B")):
         return Offer(None, "gemv_mma: rows of x or W off the 16-byte grid")
+    if ask.M == 1 and ask.N >= GEMV_MMA_ONE_ROW_MAX_N:
+        return Offer(
+            None, f"gemv_mma: one row over {ask.N} rows of W (>= {GEMV_MMA_ONE_ROW_MAX_N}) streams faster on gemv"
+        )
     return Offer(sized_params(ask.M, ask.N, ask.K, ask.sm_count, ask.batch))
 
 

@@ -3,8 +3,8 @@ at a time, copied first to rows on the 16-byte grid so that it reads them 16 byt
 
 Which operands: those whose stored rows are not all on the 16-byte grid in whole groups of 4
 floats (base, leading dimension, width).  The copies' padding is zeros, so the kernel's
-16-byte loads may run past K into it.  One matrix a launch (pipelined.py declines to stage a
-batch).  Whether to stage at all is the cost model's (pipelined.py, staging_choice).
+16-byte loads may run past K into it.  One launch copies A, B or both; one matrix (pipelined.py
+declines to stage a batch).  Whether to stage at all is the cost model's (pipelined.py, staging_choice).
 """
 
 from __future__ import annotations
