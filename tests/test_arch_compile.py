@@ -26,9 +26,10 @@ ARCHES = [SMOKE_ARCH] + [pytest.param(a, marks=pytest.mark.compile_matrix) for a
 
 
 def default_instantiations(spec, arch):
-    """(params, problem) per dtype that runs on ``arch``: aligned operands, FP32 result, layout NN."""
+    """(params, problem) per dtype that runs on ``arch``: aligned operands, FP32 result, the rung's
+    home layout (NN, or NT for the rungs that read only x @ W.t()-shaped operands)."""
     params, seen = spec.defaults(), {}
-    for p, prob in spec.instantiations([params], layouts=[("N", "N")], arch=arch):
+    for p, prob in spec.instantiations([params], layouts=[spec.home_layout], arch=arch):
         if prob.aligned16 and prob.out_dtype == "float32":
             seen.setdefault(prob.dtype, (p, prob))
     return list(seen.values())
@@ -67,7 +68,7 @@ def test_defaults_compile_without_spills_and_fit_the_registers(arch, modules):
         res = parse_ptxas_log(module.log)
         for p, prob in default_instantiations(spec, arch):
             r = res[module.symbols[spec.name_expression(p, prob)]]
-            threads = spec.launch(p, prob.with_layout("N", "N")).block[0]
+            threads = spec.launch(p, prob).block[0]
             assert r.spill_bytes == 0 and r.stack_bytes == 0, (spec.name, arch)
             assert r.registers * threads <= regs_per_block, (spec.name, arch, r.registers, threads)
 
@@ -82,10 +83,11 @@ def test_defaults_have_the_instructions_of_their_rung(arch, modules):
             continue
         module = built[spec.name]
         sass = module_sass(module)
-        hopper = "HGMMA" in EXPECTED_SASS.get(spec.name, ())  # the rungs that exist on sm_90a only
+        # the rungs that exist on sm_90a only: warpgroup MMA (QGMMA for FP8)
+        hopper = bool({"HGMMA", "QGMMA"} & set(EXPECTED_SASS.get(spec.name, ())))
         for p, prob in default_instantiations(spec, arch):
             facts = sass_facts(sass[module.symbols[spec.name_expression(p, prob)]])
-            assert (facts["HGMMA"] > 0) == hopper, (spec.name, arch, facts)
+            assert (facts["HGMMA"] + facts.get("QGMMA", 0) > 0) == hopper, (spec.name, arch, facts)
             for op in EXPECTED_SASS.get(spec.name, ()):
                 assert (facts[op] > 0) == (op != "LDGSTS" or cp_async), (spec.name, arch, prob.dtype, op, facts)
             if spec.family in ("tensor", "ec") and not hopper:

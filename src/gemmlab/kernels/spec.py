@@ -344,6 +344,12 @@ class KernelSpec:
         return f"{self.rung}{self.step}"
 
     @property
+    def home_layout(self) -> tuple[str, str]:
+        """The layout a rung's single-layout checks compile it in: row-major A and B where it
+        reads them, else the first it reads (wgmma_fp8 and gemv_mma: NT)."""
+        return ("N", "N") if ("N", "N") in self.layouts else self.layouts[0]
+
+    @property
     def ladder_key(self) -> tuple:
         """Where the kernel sits in its family's ladder: by rung, a rung's steps in order before the rung."""
         return (self.rung, 0 if self.step else 1, self.step)

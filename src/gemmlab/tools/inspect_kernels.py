@@ -242,6 +242,7 @@ EXPECTED_SASS = {
     "pipelined": ("LDGSTS",),
     "gemv": ("FFMA",),
     "outer": ("STG.128",),
+    "gemv_mma": ("HMMA", "LDG.128"),
 }
 
 
@@ -275,7 +276,7 @@ def portable_configs(arch: str, sm_count: int = 84) -> dict[str, list[dict]]:
 
 
 def portable_reports(arch: str, jobs: int | None = None) -> list[KernelReport]:
-    """Compile the portable set of ``arch`` (row-major layouts, every dtype variant),
+    """Compile the portable set of ``arch`` (each rung's home layout, every dtype variant),
     the modules in parallel processes, and report each instantiation."""
     from ..runtime.compile import compile_in_processes, module_sass
 
@@ -285,7 +286,7 @@ def portable_reports(arch: str, jobs: int | None = None) -> list[KernelReport]:
         names = list(
             dict.fromkeys(
                 spec.name_expression(p, inst)
-                for p, inst in spec.instantiations(configs, layouts=[("N", "N")], arch=arch)
+                for p, inst in spec.instantiations(configs, layouts=[spec.home_layout], arch=arch)
             )
         )
         sets.append((spec, names))
