@@ -68,46 +68,9 @@ template <int VEC, class S, int MT>
 struct GemvChunk {
     static constexpr bool HALVED = MT >= 16 && !(VEC > 1 && sizeof(S) == 4);
     static constexpr int LOADS = (VEC > 1 ? 2 : 8) / (HALVED ? 2 : 1);   // loads a column and chunk
-    static constexpr int WORDS = (VEC * int(sizeof(S)) + 3) / 4;    // words a load
+    static constexpr int WORDS = gemv_words<VEC, S>();              // words a load
     static constexpr int KC = 32 * VEC * LOADS;                     // K elements a chunk
 };
-
-// Bits of VEC consecutive elements at p, through the read-only path; converted
-// later by words_to_floats.  WHOLE: all VEC inside K, else `valid` of them (the
-// rest read as 0: the end of K, element by element).
-template <bool WHOLE, int VEC, class S>
-__device__ __forceinline__ void load_words(const S* __restrict__ p, int valid, unsigned (&w)[GemvChunk<VEC, S, 1>::WORDS]) {
-    constexpr int BYTES = VEC * int(sizeof(S));   // WHOLE: one load of them (p aligned to it)
-    if constexpr (WHOLE && BYTES == 16) {
-        const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
-        w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;
-    } else if constexpr (WHOLE && BYTES == 8) {
-        const uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
-        w[0] = q.x; w[1] = q.y;
-    } else if constexpr (WHOLE && BYTES == 4) {
-        w[0] = __ldg(reinterpret_cast<const unsigned*>(p));
-    } else if constexpr (WHOLE) {
-        static_assert(BYTES == 2, "loads of 2, 4, 8 or 16 bytes");
-        w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
-    } else {
-#pragma unroll
-        for (int i = 0; i < GemvChunk<VEC, S, 1>::WORDS; ++i) w[i] = 0;
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) {
-            if (v < valid) {
-                const unsigned e = __ldg(reinterpret_cast<const GemvBits<S>*>(p + v));
-                w[v * int(sizeof(S)) / 4] |= sizeof(S) == 4 ? e : e << (16 * (v % 2));
-            }
-        }
-    }
-}
-
-template <int VEC, class S>
-__device__ __forceinline__ void words_to_floats(const unsigned (&w)[GemvChunk<VEC, S, 1>::WORDS], float (&out)[VEC]) {
-#pragma unroll
-    for (int v = 0; v < VEC; ++v)
-        out[v] = elem_from_bits<S>(sizeof(S) == 4 ? w[v] : w[v / 2] >> (16 * (v % 2)));
-}
 
 // Whether each of the `rows` stored rows from p, `ld` elements apart, starts on the
 // grid of ELEMS elements (a single row has no stride to check).  Where op(B) is
@@ -352,7 +315,7 @@ __device__ __forceinline__ void gemv_columns_along_k(int M, int N, int K, float 
 
 template <int VEC, class S, int LANES = 32>
 struct GemvRowChunk {
-    static constexpr int WORDS = (VEC * int(sizeof(S)) + 3) / 4;                  // words a load
+    static constexpr int WORDS = gemv_words<VEC, S>();                            // words a load
     static constexpr int BY_BYTES = GEMV_ROW_CHUNK_BYTES / (VEC * int(sizeof(S)));
     static constexpr int LOADS = BY_BYTES < GEMV_ROW_MAX_LOADS ? BY_BYTES : GEMV_ROW_MAX_LOADS;   // rows a lane
     static constexpr int GROUPS = 32 / LANES;                                     // rows a warp reads at once

@@ -8,7 +8,7 @@
 // and add their sums through shared memory.
 #include <gemmlab/layout.cuh>
 #include <gemmlab/mma_sync.cuh>
-#include <gemmlab/storage.cuh>
+#include <gemmlab/gemv/elements.cuh>
 
 namespace gemmlab {
 
@@ -21,15 +21,14 @@ constexpr int GEMV_MMA_ROWS = 16;                       // rows of W (columns of
 template <int MT>
 __host__ __device__ constexpr int gemv_mma_steps() { return MT <= 8 ? 3 : 2; }
 
-// 8 consecutive 16-bit elements from p, the first at k0 of a row of K: one 16-byte load
-// where all 8 lie inside K, else element by element, zeros past K (no load at all there).
+// 8 consecutive 16-bit elements from p, the first at k0 of a row of K, as the mma's fragments
+// take them: gemv's loader (gemv/elements.cuh), one 16-byte load where all 8 lie inside K,
+// else element by element with zeros past K.
 template <class S>
 __device__ __forceinline__ uint4 load8(const S* __restrict__ p, int k0, int K) {
-    if (k0 + 8 <= K) return __ldg(reinterpret_cast<const uint4*>(p));
-    unsigned w[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-        if (k0 + e < K) w[e / 2] |= unsigned(__ldg(reinterpret_cast<const unsigned short*>(p + e))) << (16 * (e % 2));
+    unsigned w[4];
+    if (k0 + 8 <= K) load_words<true, 8>(p, 0, w);
+    else load_words<false, 8>(p, K - k0, w);
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 

@@ -1,6 +1,6 @@
 // gemmlab/gemv/elements.cuh: loads of operand elements as their bits, through the
-// read-only cache, converted to FP32 (the gemv and outer rungs, gemv/01_gemv.cu and
-// gemv/02_outer.cu).
+// read-only cache, converted to FP32 (the gemv rungs, gemv/01_gemv.cu, gemv/02_outer.cu
+// and gemv/03_gemv_mma.cu, which keeps the bits as mma fragments).
 #pragma once
 
 #include <gemmlab/storage.cuh>
@@ -29,6 +29,47 @@ template <> __device__ __forceinline__ float elem_from_bits<__nv_bfloat16>(unsig
 template <class S>
 __device__ __forceinline__ float load_ro(const S* __restrict__ p) {
     return elem_from_bits<S>(__ldg(reinterpret_cast<const GemvBits<S>*>(p)));
+}
+
+// 32-bit words that VEC elements of type S fill.
+template <int VEC, class S>
+__host__ __device__ constexpr int gemv_words() { return (VEC * int(sizeof(S)) + 3) / 4; }
+
+// Bits of VEC consecutive elements at p, through the read-only path; converted
+// later by words_to_floats.  WHOLE: all VEC inside K, else `valid` of them (the
+// rest read as 0: the end of K, element by element).
+template <bool WHOLE, int VEC, class S>
+__device__ __forceinline__ void load_words(const S* __restrict__ p, int valid, unsigned (&w)[gemv_words<VEC, S>()]) {
+    constexpr int BYTES = VEC * int(sizeof(S));   // WHOLE: one load of them (p aligned to it)
+    if constexpr (WHOLE && BYTES == 16) {
+        const uint4 q = __ldg(reinterpret_cast<const uint4*>(p));
+        w[0] = q.x; w[1] = q.y; w[2] = q.z; w[3] = q.w;
+    } else if constexpr (WHOLE && BYTES == 8) {
+        const uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
+        w[0] = q.x; w[1] = q.y;
+    } else if constexpr (WHOLE && BYTES == 4) {
+        w[0] = __ldg(reinterpret_cast<const unsigned*>(p));
+    } else if constexpr (WHOLE) {
+        static_assert(BYTES == 2, "loads of 2, 4, 8 or 16 bytes");
+        w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
+    } else {
+#pragma unroll
+        for (int i = 0; i < gemv_words<VEC, S>(); ++i) w[i] = 0;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {
+            if (v < valid) {
+                const unsigned e = __ldg(reinterpret_cast<const GemvBits<S>*>(p + v));
+                w[v * int(sizeof(S)) / 4] |= sizeof(S) == 4 ? e : e << (16 * (v % 2));
+            }
+        }
+    }
+}
+
+template <int VEC, class S>
+__device__ __forceinline__ void words_to_floats(const unsigned (&w)[gemv_words<VEC, S>()], float (&out)[VEC]) {
+#pragma unroll
+    for (int v = 0; v < VEC; ++v)
+        out[v] = elem_from_bits<S>(sizeof(S) == 4 ? w[v] : w[v / 2] >> (16 * (v % 2)));
 }
 
 }  // namespace gemmlab
