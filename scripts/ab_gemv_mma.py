@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     import torch
 
     import gemmlab
+    from gemmlab.kernels import registry
     from gemmlab.kernels.tensor.wgmma import wgmma_auto_params
     from gemmlab.tools.bench.suites import bench_gpu
     from gemmlab.tools.bench.timing import time_rounds
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
         x = torch.randn(M, K, device="cuda", dtype=t)
         w = torch.randn(N, K, device="cuda", dtype=t)
         out = torch.empty(M, N, device="cuda", dtype=t)
-        mt = min(16, 1 << (M - 1).bit_length())
+        mt = registry.get("gemv").sized_params(M, N, K, gpu.sm_count)["MT"]
         wg = wgmma_auto_params(M, N, gpu.sm_count, 1, K, dt)
         calls = {
             "torch": lambda: torch.matmul(x, w.t(), out=out),

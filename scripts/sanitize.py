@@ -257,7 +257,8 @@ if registry.get("wgmma").builds_for(gemmlab.runtime.device.gpu_info().arch):
             print(f"WRONG staged wgmma T{int(ta)}{int(tb)} {M}x{N}x{K} ({plan.describe()}): {err}", flush=True)
 if registry.get("gemv_mma").builds_for(gemmlab.runtime.device.gpu_info().arch):
     for M, N, K in ((5, 331, 1037), (13, 200, 4104), (20, 17, 520)):
-        a, b = stored(M, 1040 if K == 1037 else K, 0)[:, :K], stored(N, 1040 if K == 1037 else K, 0)[:, :K].T
+        padded = -(-K // 8) * 8  # rows on the 16-byte grid, K ending inside them
+        a, b = stored(M, padded, 0)[:, :K], stored(N, padded, 0)[:, :K].T
         c0 = cp.asarray(random_matrix(M, N, "uniform", rng)).astype(np.float16)
         ref = reference(a.astype(np.float64), b.astype(np.float64), 0.5, 2.0, c0.astype(np.float64))
         out = c0.copy()

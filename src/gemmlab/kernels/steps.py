@@ -65,18 +65,14 @@ class PackCopy:
 def pack_rows_launch(kernel, elem_bytes: int, copies: list[PackCopy]):
     """(kernel, LaunchShape, arguments) of the staging copies (pack_rows.cuh: wgmma's pack16,
     rung 8's pack32) of one or both operands in one launch: one 16-byte group of a row per
-    thread, gridDim.y the copies, gridDim.z their matrices (the most of either)."""
+    thread (at most PACK_ROWS_MAX_BLOCKS blocks, the threads then walk the groups), gridDim.y
+    the copies, gridDim.z their matrices (the most of either)."""
     assert 1 <= len(copies) <= 2, copies
-    blocks = max(
-        max(
-            1,
-            min(cdiv(max(c.rows, 1) * cdiv(max(c.cols, 1), 16 // elem_bytes), PACK_ROWS_THREADS), PACK_ROWS_MAX_BLOCKS),
-        )
-        for c in copies
-    )
+    groups = max(max(c.rows, 1) * cdiv(max(c.cols, 1), 16 // elem_bytes) for c in copies)
+    blocks = max(1, min(cdiv(groups, PACK_ROWS_THREADS), PACK_ROWS_MAX_BLOCKS))
     shape = LaunchShape((blocks, len(copies), max(c.n for c in copies)), (PACK_ROWS_THREADS, 1, 1))
     args = ()
-    for c in list(copies) + [PackCopy(0, 0, 0, 0, 0, 0, 0)] * (2 - len(copies)):
+    for c in list(copies) + [PackCopy(0, 0, 0, 0, 0, 0, 0)] * (2 - len(copies)):  # an empty second copy
         args += pack_args(c.rows, c.cols, c.src, c.ld, c.dst, c.ldd, c.src_stride) + (np.int32(c.n),)
     return kernel, shape, args
 

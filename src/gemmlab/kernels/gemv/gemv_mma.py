@@ -9,6 +9,7 @@ column-major: a decode step's x @ W.t()), both with rows on the 16-byte grid.
 
 from __future__ import annotations
 
+from ...runtime.tma import element_bytes
 from ..cuda_constants import read_constants
 from ..spec import TYPE_CODES, Ask, KernelSpec, Launch, Offer, Problem, TileParam, cdiv
 
@@ -34,7 +35,6 @@ GEMV_MMA_SHORT_BYTES = 512
 # (ab-gemv-mma-2026-12-01.json, GPU time: 14336 x 4096 40.9 µs against 45.5, 151936 x 3584
 # 259 against 279; at N = 4096..9216 and 50257 x 768 gemv_mma was as fast or faster).
 GEMV_MMA_ONE_ROW_MAX_N = 12288
-_ITEMSIZE = {"float16": 2, "bfloat16": 2}
 # (input, output) dtypes: 16-bit in, float32 or the same type out.
 GEMV_MMA_VARIANTS = tuple(
     Problem(1, 1, 1, True, dt, odt, "N", "T")
@@ -42,9 +42,14 @@ GEMV_MMA_VARIANTS = tuple(
 )
 
 
+def _rows_off_grid(x: Problem | Ask) -> list[str]:
+    """Of x ("A") and W ("B"), those whose stored rows do not all start on the 16-byte grid."""
+    return [side for side in ("A", "B") if not x.rows_on_grid(side)]
+
+
 def _unusable(prob: Problem) -> str | None:
     """Its loads are 16 bytes wide: the stored rows of x and W must start on the 16-byte grid."""
-    off = [side for side in ("A", "B") if not prob.rows_on_grid(side)]
+    off = _rows_off_grid(prob)
     if off:
         return f"rows of {' and '.join(off)} off the 16-byte grid (its loads are 16 bytes wide)"
     return None
@@ -76,16 +81,16 @@ def _auto_hook(ask: Ask) -> Offer:
         return Offer(None, f"gemv_mma takes x @ W.t() (layouts NT), not {ask.op_a}{ask.op_b}")
     if not 0 < ask.M <= GEMV_MMA_WIDE_MAX_M:
         return Offer(None, f"gemv_mma takes 1..{GEMV_MMA_WIDE_MAX_M} rows, not M = {ask.M}")
-    w_bytes = ask.N * ask.K * _ITEMSIZE[ask.dtype]
+    w_bytes = ask.N * ask.K * element_bytes(ask.dtype)
     if ask.M > GEMV_MMA_MAX_M and w_bytes > GEMV_MMA_WIDE_MAX_BYTES:
         return Offer(
             None,
             f"gemv_mma takes {GEMV_MMA_MAX_M + 1}..{GEMV_MMA_WIDE_MAX_M} rows only over a W of at most "
             f"{GEMV_MMA_WIDE_MAX_BYTES >> 20} MiB, not {w_bytes / 2**20:.0f} MiB",
         )
-    if ask.K * _ITEMSIZE[ask.dtype] <= GEMV_MMA_SHORT_BYTES:
+    if ask.K * element_bytes(ask.dtype) <= GEMV_MMA_SHORT_BYTES:
         return Offer(None, f"gemv_mma: rows of W of {ask.K} values leave its warps without a slice of K")
-    if not (ask.rows_on_grid("A") and ask.rows_on_grid("B")):
+    if _rows_off_grid(ask):
         return Offer(None, "gemv_mma: rows of x or W off the 16-byte grid")
     if ask.M == 1 and ask.N >= GEMV_MMA_ONE_ROW_MAX_N:
         return Offer(
