@@ -14,10 +14,10 @@ from gemmlab.kernels.spec import LAYOUTS
 
 # pipelined.auto_params, the tile-count rule (kernel="auto" on a GPU without a tuned table
 # weighs it against rung 8's cost model: tests/test_fp32_choice.py): pipelined at its
-# defaults (128 x 256 tiles), split over K where ceil(M/128) * ceil(N/256) tiles leave more
-# than half the SMs idle: the largest split s <= 4 (of 1, 2, 3, 4) with s * tiles <= SMs and
-# at least 4 K-steps (BK = 8) per slice.
-PIPE_DEFAULTS = registry.get("pipelined").defaults()
+# defaults for the layout (128 x 256 tiles; NN's here), split over K where ceil(M/128) *
+# ceil(N/256) tiles leave more than half the SMs idle: the largest split s <= 4 (of 1, 2, 3, 4)
+# with s * tiles <= SMs and at least 4 K-steps (BK = 8) per slice.
+PIPE_DEFAULTS = registry.get("pipelined").resolve(pipelined.layout_defaults("N", "N"))
 
 
 def _rule(M, N, K, sm_count, batch=1):
@@ -96,11 +96,20 @@ def test_auto_follows_alignment():
 
 @pytest.mark.parametrize("op_a, op_b", LAYOUTS)
 def test_auto_honours_layouts(op_a, op_b):
+    """Each layout compiles its own variant, and the 128 x 256 tile takes the layout's warp
+    tiling and stages (pipelined.LAYOUT_TILING: NT's thread tile 16 x 8 over 2 stages)."""
+    own = pipelined.layout_defaults(op_a, op_b)
+    assert pipelined.auto_params(4096, 4096, 4096, 132, 1, op_a, op_b)[1] == {**own, "SPLITK": 1}
     for M, N, K in [(4096, 4096, 4096), (1024, 1024, 512), (100, 100, 100000)]:
         p = gemmlab.plan("auto", M, N, K, op_a=op_a, op_b=op_b)
         assert (p.problem.op_a, p.problem.op_b) == (op_a, op_b)
         assert p.name_expression.endswith(f", '{op_a}', '{op_b}'>")
-        assert p.params == gemmlab.plan("auto", M, N, K).params  # the same choice for every layout
+        if (p.params["BM"], p.params["BN"]) == (128, 256):
+            assert {k: p.params[k] for k in ("WNITER", "TM", "STAGES")} == {
+                k: own[k] for k in ("WNITER", "TM", "STAGES")
+            }, p.reason
+    nt = gemmlab.plan("auto", 4096, 4096, 4096, op_a="N", op_b="T").params
+    assert (nt["WNITER"], nt["TM"], nt["STAGES"]) == (2, 4, 2)
 
 
 @pytest.mark.parametrize(

@@ -94,9 +94,10 @@ def test_lookup_takes_the_nearest_tuned_shape():
 
 
 def test_lookup_prefers_shapes_tuned_in_the_same_layout():
-    """A winner tuned in another layout is a neighbour's answer only where no shape was
-    tuned in this one (run 87: a TN weight gradient's 128 x 128 x 16 tile, a hair
-    nearer than an NN shape, ran an NT product at 79% of cuBLAS)."""
+    """A winner tuned in another layout is never this layout's answer (run 87: a TN weight
+    gradient's 128 x 128 x 16 tile, a hair nearer than an NN shape, ran an NT product at 79%
+    of cuBLAS; and each layout has its own warp tiling, pipelined.LAYOUT_TILING): a layout
+    no shape was tuned in gets the rules."""
     tn, nn = {"BM": 128, "BN": 128, "BK": 16}, {"BM": 128, "BN": 256, "BK": 8}
     t = TunedTable(
         "x",
@@ -112,7 +113,7 @@ def test_lookup_prefers_shapes_tuned_in_the_same_layout():
     assert t.lookup("auto", 8192, 4096, 14336, "TN") == ("pipelined", tn)
     assert t.lookup("auto", 8192, 4096, 14336, "NN") == ("pipelined", nn)
     assert t.lookup("auto", 8192, 4096, 14336) == ("pipelined", nn)  # NN by default
-    assert t.lookup("auto", 6144, 4096, 8192, "TT") == ("pipelined", tn)  # none in TT: the nearest
+    assert t.lookup("auto", 6144, 4096, 8192, "TT") is None  # none in TT: the rules answer
 
 
 def test_plan_uses_the_table_for_auto_and_for_named_kernels_without_params(table_dirs):

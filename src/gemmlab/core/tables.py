@@ -62,8 +62,9 @@ class TunedTable:
     def lookup(self, kernel: str, M: int, N: int, K: int, ops: str = "NN") -> tuple[str, dict] | None:
         """(kernel, params) tuned for the nearest shape, among the shapes tuned in the
         layout ``ops`` (op(A), op(B): "NN", "NT", "TN" or "TT"; an entry without uses
-        was tuned in NN) where there are any, else among all; ``kernel="auto"`` takes the
-        overall winner.  None if no tuned shape has that kernel.  Memoised: this
+        was tuned in NN); ``kernel="auto"`` takes the overall winner.  None if no tuned
+        shape has that kernel in that layout: a layout's warp tiling and stages are not
+        another's (pipelined.LAYOUT_TILING), so the rules answer there.  Memoised: this
         runs on every matmul call."""
         found = self.nearest(kernel, M, N, K, ops)
         return (found[0], found[1]) if found else None
@@ -76,7 +77,7 @@ class TunedTable:
         K and the batch, summed; the batch against the nearest the entry was tuned in)."""
         key = (kernel, M, N, K, ops)
         if key not in self._memo:
-            self._memo[key] = self._nearest(kernel, M, N, K, ops) or self._nearest(kernel, M, N, K, None)
+            self._memo[key] = self._nearest(kernel, M, N, K, ops)
         found = self._memo[key]
         if not found:
             return None

@@ -116,6 +116,18 @@ def _params(d: dict) -> tuple[TileParam, ...]:
     )
 
 
+# The 128 x 256 tile's warp tiling and stages by layout, over the defaults (TN, TT): a row-major A
+# transposed on its way in (NN) runs fastest with 2 stages, and with B column-major too (NT) with
+# a thread's 8 x 16 outputs taken as 16 x 8 (WNITER = 2, TM = 4).  Measured by kernel time on
+# an H200's products of the shapes suite (benchmarks/NOTES.md, 2026-12-01).
+LAYOUT_TILING = {"NN": {"STAGES": 2}, "NT": {"WNITER": 2, "TM": 4, "STAGES": 2}}
+
+
+def layout_defaults(op_a: str = "N", op_b: str = "N") -> dict:
+    """The spec's defaults with LAYOUT_TILING's changes for the layout op(A), op(B)."""
+    return {**SPEC.defaults(), **LAYOUT_TILING.get(op_a + op_b, {})}
+
+
 # pipelined's tiles for a side of at most 64: the H100 table's winners at 8192x64x8192 and 64x8192x8192,
 # with rows along K transposed through registers (faster in NN and NT on an H100: benchmarks/NOTES.md).
 SKINNY_N = {"BM": 128, "BN": 64, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 3, "REG_TRANSPOSE": 1}
@@ -123,11 +135,13 @@ SKINNY_M = {"BM": 64, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 4, "TM"
 MIN_K_STEPS_PER_SPLIT = 4  # the tuner's rule: a split-K slice has at least 4 K-steps
 
 
-def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[str, dict]:
+def auto_params(
+    M: int, N: int, K: int, sm_count: int, batch: int = 1, op_a: str = "N", op_b: str = "N"
+) -> tuple[str, dict]:
     """The tile-count rule: what ``kernel="auto"`` took for FP32 on a GPU without a
     tuned table before the cost model, and the incumbent it weighs (auto_choice).
 
-    Rung 8, pipelined, at its defaults (128 x 256 tiles: the tuner's winner at
+    Rung 8, pipelined, at its defaults for the layout (128 x 256 tiles: the tuner's winner at
     every shape from 2048^3 up on an H100 and an H200; 128 x 64 or 64 x 128 where
     a side is at most 64), split over K where its
     tiles leave more than half of the SMs idle: the largest split of at most 4
@@ -137,7 +151,7 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
     (benchmarks/NOTES.md).  A batch of
     ``batch`` products counts as that many times the tiles.
     """
-    params = SPEC.defaults()
+    params = layout_defaults(op_a, op_b)
     if min(M, N) <= 64:  # a skinny side: a tile 64 wide there (the tuned tables' choice for 8192x64x8192)
         params.update(SKINNY_N if N <= M else SKINNY_M)
     tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * batch
@@ -148,11 +162,13 @@ def auto_params(M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[
 
 
 # The block tiles the cost model weighs besides the incumbent's (each at every split of
-# SPLITK_VALUES whose slices keep MIN_K_STEPS_PER_SPLIT K-steps): the defaults, the skinny
-# tiles, and tune-run32.json's fastest 128 x 128 and 64 x 64 configurations on an H200
-# (the latter at 512^3, 1024^3 and 256x4096x4096), with rows along K through registers
-# (faster for 16-deep and 64-row tiles, benchmarks/NOTES.md run 87a).
-TILE_128 = {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4, "STAGES": 4, "REG_TRANSPOSE": 1}
+# SPLITK_VALUES whose slices keep MIN_K_STEPS_PER_SPLIT K-steps): the layout's defaults, the
+# skinny tiles, a 128 x 128 tile 16 deep (the H100 table's winner at its TN weight gradients;
+# on an H200's products of the shapes suite faster than the 8-deep 128 x 128 tile in every
+# layout, benchmarks/NOTES.md), and tune-run32.json's fastest 64 x 64 configuration on an H200
+# (at 512^3, 1024^3 and 256x4096x4096), with rows along K through registers (faster for
+# 16-deep and 64-row tiles, benchmarks/NOTES.md run 87a).
+TILE_128 = {"BM": 128, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "STAGES": 4, "REG_TRANSPOSE": 1}
 TILE_64 = {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WNITER": 2, "TM": 4, "STAGES": 4, "REG_TRANSPOSE": 1}
 SIZED_TILES = ({}, TILE_128, SKINNY_N, SKINNY_M, TILE_64)
 
@@ -193,14 +209,17 @@ def auto_choice(
     768 x 30522 on 128 x 256 tiles is 3 tiles (24 blocks split 8) on 132 SMs, where 64 x 64
     tiles split 16 give 384 blocks.  ``staged``: as if A and B were read from copies on the
     16-byte grid (staging_choice)."""
-    rule = dict(incumbent) if incumbent is not None else auto_params(ask.M, ask.N, ask.K, ask.sm_count, ask.batch)[1]
+    if incumbent is not None:
+        rule = dict(incumbent)
+    else:
+        rule = auto_params(ask.M, ask.N, ask.K, ask.sm_count, ask.batch, ask.op_a, ask.op_b)[1]
     if not (ask.M and ask.N and ask.batch):
         return rule, ""
     full = SPEC.resolve(rule)
     kept = _estimate(ask, full, staged)
     options = []
     for tile in SIZED_TILES:
-        base = {**SPEC.defaults(), **tile}
+        base = {**layout_defaults(ask.op_a, ask.op_b), **tile}
         if (base["BM"], base["BN"]) == (full["BM"], full["BN"]):
             base = full  # the incumbent's own tile: its configuration, other splits
         options += [

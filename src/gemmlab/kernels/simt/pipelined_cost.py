@@ -19,7 +19,8 @@ kernels/cost.py's model of the tensor rungs, with what rung 8 adds:
     C at a fraction of the bandwidth;
   * (a staging copy of A and B to the 16-byte grid is costed beside this model, by
     pipelined.staging_choice);
-  * a column-major B (NT, TT) is transposed on its way into shared memory (B_T);
+  * a column-major B (NT, TT) is transposed on its way into shared memory (B_T), and the tiles
+    measured in each layout have a share per layout (LAYOUT_SHARE);
   * DRAM: A, B and C at least once, overlapped with the math; a split's partial sums
     written, then read back by the reduction, which runs after the GEMM;
   * a launch, and for a split the reduction's launch and host work.
@@ -29,9 +30,11 @@ costs below were fitted by least squares in log time to the 566 timed `pipelined
 records of benchmarks/results/nvidia-h200/shapes-2026-11-29.json and
 shapes-fp32_tc-2026-11-29.json (public calls, host time taken out as a constant)
 and the fastest variant of each tile and split in tune-run32.json (168 kernel-only
-timings at ten shapes, NN); 128 x 128, 64 x 64 and 256 x 128 appear in
-tune-run32.json only.  What the model decides is
-checked on the GPU by scripts/ab_fp32_choice.py (benchmarks/NOTES.md).
+timings at ten shapes, NN); 64 x 64 and 256 x 128 appear in tune-run32.json only.
+The 128 x 128 tile (now 16 deep) and the layout shares were set from kernel times of
+208 products of the shapes suite on an H200 (2026-12-01): 128 x 128 at its ratio to
+128 x 256 in NN.  What the model decides is checked on the GPU by
+scripts/ab_fp32_choice.py (benchmarks/NOTES.md).
 """
 
 from __future__ import annotations
@@ -48,11 +51,17 @@ SPLIT_S = 5.4e-6  # a split's reduction: one more launch and its host work (fitt
 
 # Each tile's share of the SM's FP32 peak with every SM busy, operands aligned, B row-major
 # (fitted: see the module's text), and the blocks an SM holds by the registers of the
-# aligned NN variant (sm_90a, NVRTC 13.0: 215 for 128 x 256 and 125 for 128 x 128 at 256
+# aligned NN variant (sm_90a, NVRTC 13.0: 215-223 for 128 x 256 and 147 for 128 x 128 at 256
 # threads; 181 for 128 x 64, 155 for 64 x 128 and 107 for 64 x 64 at 128 threads).
-EFFICIENCY = {(128, 256): 0.70, (256, 128): 0.57, (128, 128): 0.58, (128, 64): 0.56, (64, 128): 0.61, (64, 64): 0.51}
-BLOCKS_PER_SM = {(128, 256): 1, (256, 128): 1, (128, 128): 2, (128, 64): 2, (64, 128): 3, (64, 64): 4}
+EFFICIENCY = {(128, 256): 0.70, (256, 128): 0.57, (128, 128): 0.65, (128, 64): 0.56, (64, 128): 0.61, (64, 64): 0.51}
+BLOCKS_PER_SM = {(128, 256): 1, (256, 128): 1, (128, 128): 1, (128, 64): 2, (64, 128): 3, (64, 64): 4}
 B_T = 0.86  # a column-major B (NT, TT): its tile transposed into shared memory
+# Each layout's share of the NN efficiency where it was measured per layout, at the layout's
+# warp tiling (pipelined.LAYOUT_TILING; kernel time, an H200's products of the shapes suite
+# from 10 GFLOP, 2026-12-01, benchmarks/NOTES.md), for operands read 16 bytes at a time;
+# elsewhere B_T for a column-major B.  TT was not measured: it takes NT's share, as B_T
+# treats the two alike.
+LAYOUT_SHARE = {(128, 256): {"NT": 0.935, "TT": 0.935}, (128, 128): {"NT": 0.96, "TT": 0.96, "TN": 1.08}}
 # The 4-byte-copy variant's math: with an operand copied as stored (NN, TN, TT), and NT's
 # (measured on an H200 against zero-padded aligned operands, benchmarks/NOTES.md 2026-11-30).
 UNALIGNED, UNALIGNED_TRANSPOSED = 0.48, 0.95
@@ -96,7 +105,9 @@ def estimate(
     K, batch = max(K, 1), max(shape.batch, 1)
     items = cdiv(M, bm) * cdiv(N, bn) * batch * splits
     k_slice = cdiv(cdiv(K, bk), splits) * bk
-    eff = EFFICIENCY[(bm, bn)] * (B_T if shape.b_transposed else 1.0)
+    ops = ("T" if shape.a_transposed else "N") + ("T" if shape.b_transposed else "N")
+    shares = LAYOUT_SHARE.get((bm, bn)) if shape.aligned16 else None
+    eff = EFFICIENCY[(bm, bn)] * (shares.get(ops, 1.0) if shares else B_T if shape.b_transposed else 1.0)
     if not shape.aligned16:
         eff *= UNALIGNED if shape.a_transposed or not shape.b_transposed else UNALIGNED_TRANSPOSED
     item = 2.0 * bm * bn * k_slice / (SM_FLOPS * eff)
