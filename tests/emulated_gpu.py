@@ -544,6 +544,14 @@ def install(monkeypatch) -> Emulator:
         return p
 
     monkeypatch.setattr(planner, "plan", plan)
+    real_plan_call = executor.plan_call
+
+    def plan_call(*args, **kwargs):  # a prepared call's plan, where planner.plan made none of its kernel
+        p = real_plan_call(*args, **kwargs)
+        _PLANS.setdefault(p.name_expression, p)
+        return p
+
+    monkeypatch.setattr(executor, "plan_call", plan_call)
     monkeypatch.setattr(
         api, "empty_like_kind", lambda op, shape, device, dtype="float32": emu.keep(np.empty(shape, np.dtype(dtype)))
     )
