@@ -40,7 +40,7 @@ _byte_bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")
 class FakeGPU:
     ordinal: int = 0
     name: str = "emulated GPU"
-    slug: str = "nvidia-h200"  # the shipped H200 table answers kernel="auto"
+    slug: str = "nvidia-h200"  # no shipped table: kernel="auto" takes the rules and the cost model
     arch: str = "sm_90a"
     sm_count: int = 132
     max_smem_per_block_optin: int = 227 * 1024

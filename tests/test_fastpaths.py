@@ -4,7 +4,7 @@ mma_pipelined, and -- on a GPU -- the configurations it picks against FP64.
 
 Without a GPU: the plans of the products of batched odd matrices, few output tiles
 and small M, as PyTorch hands them over (views, transposes), on an emulated H200
-(tests/emulated_gpu.py's FakeGPU: sm_90a, 132 SMs, the H200 table); which shapes the
+(tests/emulated_gpu.py's FakeGPU: sm_90a, 132 SMs, an H200, which ships no table); which shapes the
 model moves off the measured rules and which it keeps; its ranking against
 recorded measurements; the batched odd product end to end on the emulated GPU.
 """

@@ -1,5 +1,5 @@
 """kernel="auto" for float32 by rule and table: rung 8's tile-count rule
-(pipelined.auto_params, fill_split) and the shipped H100 / H200 tables at shapes they were
+(pipelined.auto_params, fill_split) and the shipped H100 table at shapes it was
 and were not tuned for (no GPU).  The cost model that weighs them: tests/test_fp32_choice.py."""
 
 import pytest
@@ -159,24 +159,21 @@ def test_nearest_tuned_shape_has_its_split_k_fitted(M, N, K, splits):
     assert (p.params == params) == (K != 96), p.reason
 
 
-def test_an_output_128_wide_takes_64_x_128_tiles():
-    """Attention's P @ V (N = 128): a 128 x 256 tile from the nearest tuned shape
-    (2048^3 in the H200's table) would compute half zeros; 64 x 128 tiles, split for a
-    single product.  The H100's table has P @ V's own shapes (tuned in batches of 32
-    and 128): their winners, and for a single product the split chosen again."""
-    for batch, splits in ((32, 1), (128, 1), (1, 4)):
+def test_an_output_128_wide_takes_tiles_128_wide():
+    """Attention's P @ V (N = 128): a 128 x 256 tile would compute half zeros.  Without a table
+    (the H200) the cost model takes 128-wide tiles, split for a single product; the H100's
+    table has P @ V's own shapes (tuned in batches of 32 and 128): their winners, and for a
+    single product the split chosen again."""
+    for batch in (32, 128, 1):
         p = gemmlab.plan("auto", 2048, 128, 2048, sm_count=132, gpu_slug=H200, arch="sm_90a", batch=batch)
-        assert p.params == {**PIPE_DEFAULTS, **pipelined.SKINNY_M, "SPLITK": splits}
+        assert p.params["BN"] == 128 and p.reason.startswith("cost model over the tile-count rule"), p.reason
+        assert (p.params["SPLITK"] > 1) == (batch == 1)
+    for batch, splits in ((32, 1), (128, 1), (1, 4)):
         p = gemmlab.plan("auto", 2048, 128, 2048, sm_count=132, gpu_slug=H100, arch="sm_90a", batch=batch)
         own = tables.load_table(H100).shapes["2048x128x2048"]["best"]["params"]
         assert p.params == {**own, "SPLITK": splits}
-    for slug in (H100, H200):
-        p = gemmlab.plan("auto", 4096, 128, 4096, sm_count=132, gpu_slug=slug, arch="sm_90a", batch=32)
-        assert (p.params["BM"], p.params["BN"]) == (64, 128)  # not a neighbour's 128 x 64
-    # A tuned tile already 128 wide stays (512^3's, for 512x128x512).
-    square = gemmlab.plan("auto", 512, 512, 512, sm_count=132, gpu_slug=H200, arch="sm_90a").params
-    p = gemmlab.plan("auto", 512, 128, 512, sm_count=132, gpu_slug=H200, arch="sm_90a", batch=32)
-    assert p.params == {**square, "SPLITK": 1}
+    p = gemmlab.plan("auto", 4096, 128, 4096, sm_count=132, gpu_slug=H100, arch="sm_90a", batch=32)
+    assert (p.params["BM"], p.params["BN"]) == (64, 128)  # not a neighbour's 128 x 64
 
 
 @pytest.mark.parametrize("shape", ["256x4096x4096", "8192x64x8192", "1024x1024x1024"])
@@ -189,10 +186,10 @@ def test_a_tuned_shape_keeps_its_own_winner(shape):
 
 
 def test_tuned_split_k_is_dropped_when_the_batch_fills_the_gpu():
-    """The shipped H200 table picks split-K for 8192x64x8192; a batch of 64 such products does not need it."""
-    one = gemmlab.plan("auto", 8192, 64, 8192, sm_count=132, gpu_slug="nvidia-h200")
+    """The shipped H100 table picks split-K for 8192x64x8192; a batch of 64 such products does not need it."""
+    one = gemmlab.plan("auto", 8192, 64, 8192, sm_count=132, gpu_slug=H100)
     assert one.spec.splits(one.params) > 1
-    many = gemmlab.plan("auto", 8192, 64, 8192, sm_count=132, gpu_slug="nvidia-h200", batch=64)
+    many = gemmlab.plan("auto", 8192, 64, 8192, sm_count=132, gpu_slug=H100, batch=64)
     assert many.spec.name == one.spec.name and many.spec.splits(many.params) == 1
     assert {k: v for k, v in many.params.items() if k != "SPLITK"} == {
         k: v for k, v in one.params.items() if k != "SPLITK"

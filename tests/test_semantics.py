@@ -189,7 +189,7 @@ def test_matmul_strided_batched_refuses_what_lies_outside_the_allocation():
 
 
 def test_auto_in_every_layout_and_batch(be):
-    """kernel='auto' (the shipped H200 table) runs every layout and a batch."""
+    """kernel='auto' (an H200: the rules and the cost model) runs every layout and a batch."""
     for ta, tb in itertools.product((False, True), repeat=2):
         failures = h.batched(
             be,

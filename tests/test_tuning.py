@@ -220,9 +220,11 @@ def test_shipped_tables_are_complete_and_legal(path):
         assert entry["best"]["ms"] == min(w["ms"] for w in entry["kernels"].values())
 
 
-def test_shipped_tables_cover_h100_and_h200():
+def test_shipped_tables():
+    """The H100's table ships; the H200's does not (its rules measured faster than its table,
+    which was tuned in NN only on code since changed: benchmarks/NOTES.md, 2026-12-01)."""
     names = {p.stem for p in tables.SHIPPED_DIR.glob("*.json")}
-    assert "nvidia-h200" in names
+    assert "nvidia-h200" not in names
     assert any(n.startswith("nvidia-h100") for n in names)
 
 

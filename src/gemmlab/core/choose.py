@@ -251,8 +251,8 @@ def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
 # How near a tuned shape must be for its winner to stand without the cost model, in
 # doublings of M, N, K and the batch summed (tables.TunedTable.nearest): one side twice or
 # half the tuned one's.  Farther, pipelined's cost model weighs it against other tiles and
-# splits (its spec's weigh_hook, pipelined.auto_choice): the H200's table holds ten large shapes, and its nearest
-# answered 128 x 768 x 30522 with 128 x 256 tiles, 3 of them on 132 SMs.
+# splits (its spec's weigh_hook, pipelined.auto_choice): a table of ten large shapes (the H200's, since
+# retired) answered 128 x 768 x 30522 with 128 x 256 tiles, 3 of them on 132 SMs.
 NEAR_TUNED = 1.0
 
 

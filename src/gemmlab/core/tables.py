@@ -1,7 +1,8 @@
 """Tuned-configuration tables: which kernel and tile parameters were fastest per
 shape on a GPU model, as the planner reads them.
 
-The package ships tables measured on H100 and H200 (``gemmlab/data/tuned/``); a
+The package ships a table measured on an H100 (``gemmlab/data/tuned/``; the H200's
+was retired when its rules measured faster, benchmarks/NOTES.md); a
 user's own table from ``gemmlab tune`` (``<cache>/tuned/<gpu>.json``) overrides
 them shape by shape.  A table answers "which configuration for this shape" with
 the tuned shape nearest to it (in log2 M, log2 N, log2 K).  :data:`version`

@@ -9,8 +9,8 @@ benchmark harness, and keeps the fastest per kernel and overall.
 Progress is saved as it goes (``<cache>/tuned/<gpu>.progress.json``), so an
 interrupted run resumes where it stopped when started again with the same
 command; the saved timings are dropped when a kernel source changes.  The
-winners go to ``<cache>/tuned/<gpu>.json``.  The package ships tables measured
-on H100 and H200 (``gemmlab/data/tuned/``); a user's own table overrides them shape
+winners go to ``<cache>/tuned/<gpu>.json``.  The package ships a table measured
+on an H100 (``gemmlab/data/tuned/``); a user's own table overrides it shape
 by shape.  A table answers "which configuration for this shape" with the tuned
 shape nearest to it (in log2 M, log2 N, log2 K).
 """
