@@ -4,13 +4,17 @@ at a list of forced configurations (SPLITK=1), kernel time from CUPTI (torch.pro
 L2 flushed before each call, beside cuBLAS (TF32 off) and kernel="auto", in one process.  Every
 configuration's output is checked against FP64 first (NaN-poisoned).
 
-    python3 scripts/ab_fp32_tiles.py OUT.json [MIN_GFLOP] [MAX_PRODUCTS]
+    python3 scripts/ab_fp32_tiles.py OUT.json [MIN_GFLOP] [MAX_PRODUCTS] [--ops TT]
+
+``--ops`` lays every product out anew in one layout (op(A), op(B) of "NN", "NT", "TN", "TT"; each
+size once): for the layouts the suite does not make, such as `a.T @ b.T`.
 
 The record (benchmarks/results/nvidia-h200/ab-fp32-tiles-2026-12-01.json) set pipelined's
 LAYOUT_TILING, its 128 x 128 tile and the cost model's layout shares (benchmarks/NOTES.md).
 """
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -39,16 +43,35 @@ CONFIGS = {
 }
 
 
+def _operands(p, gen):
+    """op(A) and op(B) of the product in its layout p.ops, stored as that layout says (a "T" operand
+    is the transpose of a row-major tensor), uniform in [-0.5, 0.5)."""
+
+    def one(rows, cols, op):
+        lead = (p.batch,) if p.batch > 1 else ()
+        shape = lead + ((cols, rows) if op == "T" else (rows, cols))
+        x = torch.rand(shape, device="cuda", dtype=torch.float32, generator=gen).sub_(0.5)
+        return x.transpose(-1, -2) if op == "T" else x
+
+    return one(p.M, p.K, p.ops[0]), one(p.K, p.N, p.ops[1])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", help="the JSON record to write")
     ap.add_argument("min_gflop", nargs="?", type=float, default=2.0, help="smallest product timed, GFLOP")
     ap.add_argument("most", nargs="?", type=int, default=400, help="at most this many products")
+    ap.add_argument("--ops", choices=("NN", "NT", "TN", "TT"), help="every product in this layout instead")
     args = ap.parse_args(argv)
     gpu = bench_gpu()
     out_path, min_gflop, most = args.out, args.min_gflop, args.most
-    prods = []
+    prods, sizes = [], set()
     for p in shapes.generate():
+        if args.ops:  # the product's sizes in the layout asked for, each size once
+            if (p.batch, p.M, p.N, p.K) in sizes:
+                continue
+            sizes.add((p.batch, p.M, p.N, p.K))
+            p = dataclasses.replace(p, ops=args.ops)
         gf = 2 * p.M * p.N * p.K * p.batch / 1e9
         if gf < min_gflop or p.M * p.N * p.batch < 132 * 128 * 128:
             continue
@@ -101,7 +124,7 @@ def main(argv=None):
     gen = torch.Generator(device="cuda").manual_seed(0)
     flush = torch.empty(64 << 20, device="cuda", dtype=torch.float32)
     for p in prods:
-        a, b = p.operands(lambda s: torch.rand(s, device="cuda", dtype=torch.float32, generator=gen).sub_(0.5))
+        a, b = _operands(p, gen)
         c = torch.empty(p.out_shape, device="cuda", dtype=torch.float32)
         ref = torch.matmul(a.double(), b.double())
         rn = ref.norm()

@@ -97,7 +97,7 @@ def test_auto_follows_alignment():
 @pytest.mark.parametrize("op_a, op_b", LAYOUTS)
 def test_auto_honours_layouts(op_a, op_b):
     """Each layout compiles its own variant, and the 128 x 256 tile takes the layout's warp
-    tiling and stages (pipelined.LAYOUT_TILING: NT's thread tile 16 x 8 over 2 stages)."""
+    tiling and stages (pipelined.LAYOUT_TILING: NT's and TT's thread tile 16 x 8 over 2 stages)."""
     own = pipelined.layout_defaults(op_a, op_b)
     assert pipelined.auto_params(4096, 4096, 4096, 132, 1, op_a, op_b)[1] == {**own, "SPLITK": 1}
     for M, N, K in [(4096, 4096, 4096), (1024, 1024, 512), (100, 100, 100000)]:
@@ -108,8 +108,9 @@ def test_auto_honours_layouts(op_a, op_b):
             assert {k: p.params[k] for k in ("WNITER", "TM", "STAGES")} == {
                 k: own[k] for k in ("WNITER", "TM", "STAGES")
             }, p.reason
-    nt = gemmlab.plan("auto", 4096, 4096, 4096, op_a="N", op_b="T").params
-    assert (nt["WNITER"], nt["TM"], nt["STAGES"]) == (2, 4, 2)
+    for op_a in "NT":
+        bt = gemmlab.plan("auto", 4096, 4096, 4096, op_a=op_a, op_b="T").params
+        assert (bt["WNITER"], bt["TM"], bt["STAGES"]) == (2, 4, 2)
 
 
 @pytest.mark.parametrize(

@@ -101,12 +101,14 @@ def test_estimates_rank_as_measured(shape, fastest_first):
 
 
 def test_the_layout_shares_rank_128_x_256_against_128_x_128_as_measured():
-    """ab-fp32-tiles-2026-12-01.json (H200, kernel time, 208 products of the shapes suite): the
-    128 x 256 tile at its layout's warp tiling (pipelined.LAYOUT_TILING) against TILE_128, 16 deep.
-    Where one was faster by more than 5%, the model (LAYOUT_SHARE) ranks them so in all but one of
-    118 products (755 x 4009 x 95 NN, K of 6 steps; the model before them: 26 wrong)."""
-    rows = json.loads((RESULTS / "ab-fp32-tiles-2026-12-01.json").read_text())["rows"]
-    tiling = {"NN": "t4x8s2r1", "NT": "t2x4s2r1", "TN": "t4x8s4r0"}
+    """ab-fp32-tiles-2026-12-01.json (H200, kernel time, 208 products of the shapes suite, and 162
+    sizes of it laid out as a.T @ b.T): the 128 x 256 tile at its layout's warp tiling
+    (pipelined.LAYOUT_TILING) against TILE_128, 16 deep.  Where one was faster by more than 5%, the
+    model (LAYOUT_SHARE) ranks them so in all but one of 118 products (755 x 4009 x 95 NN, K of 6
+    steps; the model before them: 26 wrong), and all but one of 150 in TT."""
+    record = json.loads((RESULTS / "ab-fp32-tiles-2026-12-01.json").read_text())
+    rows = record["rows"] + record["rows_TT"]
+    tiling = {"NN": "t4x8s2r1", "NT": "t2x4s2r1", "TN": "t4x8s4r0", "TT": "t2x4s2r1"}
     assert {k: v for k, v in pipelined.layout_defaults("N", "T").items() if k in ("WNITER", "TM", "STAGES")} == {
         "WNITER": 2,
         "TM": 4,
@@ -126,7 +128,7 @@ def test_the_layout_shares_rank_128_x_256_against_128_x_128_as_measured():
         ]
         if (model[0] < model[1]) != (wide < square):
             wrong.append((r["name"], r["ops"], round(wide / square, 2)))
-    assert clear >= 100 and len(wrong) <= 1, (clear, wrong)
+    assert clear >= 250 and len(wrong) <= 2, (clear, wrong)
 
 
 def _views(product):

@@ -116,11 +116,12 @@ def _params(d: dict) -> tuple[TileParam, ...]:
     )
 
 
-# The 128 x 256 tile's warp tiling and stages by layout, over the defaults (TN, TT): a row-major A
-# transposed on its way in (NN) runs fastest with 2 stages, and with B column-major too (NT) with
-# a thread's 8 x 16 outputs taken as 16 x 8 (WNITER = 2, TM = 4).  Measured by kernel time on
-# an H200's products of the shapes suite (benchmarks/NOTES.md, 2026-12-01).
-LAYOUT_TILING = {"NN": {"STAGES": 2}, "NT": {"WNITER": 2, "TM": 4, "STAGES": 2}}
+# The 128 x 256 tile's warp tiling and stages by layout, over the defaults (TN): a row-major A
+# transposed on its way in (NN) runs fastest with 2 stages, and with B column-major (NT, TT) with
+# a thread's 8 x 16 outputs taken as 16 x 8 (WNITER = 2, TM = 4) over 2 stages.  Measured by
+# kernel time on an H200's products of the shapes suite (benchmarks/NOTES.md, 2026-12-01).
+_B_ALONG_K = {"WNITER": 2, "TM": 4, "STAGES": 2}
+LAYOUT_TILING = {"NN": {"STAGES": 2}, "NT": _B_ALONG_K, "TT": _B_ALONG_K}
 
 
 def layout_defaults(op_a: str = "N", op_b: str = "N") -> dict:

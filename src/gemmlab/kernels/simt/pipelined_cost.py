@@ -59,9 +59,8 @@ B_T = 0.86  # a column-major B (NT, TT): its tile transposed into shared memory
 # Each layout's share of the NN efficiency where it was measured per layout, at the layout's
 # warp tiling (pipelined.LAYOUT_TILING; kernel time, an H200's products of the shapes suite
 # from 10 GFLOP, 2026-12-01, benchmarks/NOTES.md), for operands read 16 bytes at a time;
-# elsewhere B_T for a column-major B.  TT was not measured: it takes NT's share, as B_T
-# treats the two alike.
-LAYOUT_SHARE = {(128, 256): {"NT": 0.935, "TT": 0.935}, (128, 128): {"NT": 0.96, "TT": 0.96, "TN": 1.08}}
+# elsewhere B_T for a column-major B.
+LAYOUT_SHARE = {(128, 256): {"NT": 0.935, "TT": 0.96}, (128, 128): {"NT": 0.96, "TT": 0.94, "TN": 1.08}}
 # The 4-byte-copy variant's math: with an operand copied as stored (NN, TN, TT), and NT's
 # (measured on an H200 against zero-padded aligned operands, benchmarks/NOTES.md 2026-11-30).
 UNALIGNED, UNALIGNED_TRANSPOSED = 0.48, 0.95
