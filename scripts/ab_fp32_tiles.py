@@ -43,6 +43,14 @@ CONFIGS = {
 }
 
 
+def _plan(p, gpu, kernel, **params):
+    """The float32 plan of product ``p`` in its layout on ``gpu``."""
+    return plan(
+        kernel, p.M, p.N, p.K, dtype="float32", op_a=p.ops[0], op_b=p.ops[1], batch=p.batch,
+        arch=gpu.arch, sm_count=gpu.sm_count, **params,
+    )  # fmt: skip
+
+
 def _operands(p, gen):
     """op(A) and op(B) of the product in its layout p.ops, stored as that layout says (a "T" operand
     is the transpose of a row-major tensor), uniform in [-0.5, 0.5)."""
@@ -76,46 +84,19 @@ def main(argv=None):
         if gf < min_gflop or p.M * p.N * p.batch < 132 * 128 * 128:
             continue
         try:
-            pl = plan(
-                "auto",
-                p.M,
-                p.N,
-                p.K,
-                dtype="float32",
-                op_a=p.ops[0],
-                op_b=p.ops[1],
-                batch=p.batch,
-                arch=gpu.arch,
-                sm_count=gpu.sm_count,
-            )
-        except Exception:
+            if _plan(p, gpu, "auto").spec.name == "pipelined":
+                prods.append(p)
+        except ValueError:
             continue
-        if pl.spec.name != "pipelined":
-            continue
-        prods.append(p)
-    # several layouts of each kind first, then the rest
     prods = prods[:most]
     print(len(prods), "products", flush=True)
     items = set()
     for p in prods:
         for name, cfg in CONFIGS.items():
             try:
-                pl = plan(
-                    "pipelined",
-                    p.M,
-                    p.N,
-                    p.K,
-                    dtype="float32",
-                    op_a=p.ops[0],
-                    op_b=p.ops[1],
-                    batch=p.batch,
-                    arch=gpu.arch,
-                    sm_count=gpu.sm_count,
-                    SPLITK=1,
-                    **cfg,
-                )
+                pl = _plan(p, gpu, "pipelined", SPLITK=1, **cfg)
                 items.add((str(pl.spec.source_path), pl.name_expression))
-            except Exception as exc:
+            except ValueError as exc:
                 print("plan", name, repr(exc)[:100])
     t0 = time.time()
     print("compiled", precompile(sorted(items), gpu.arch, log=None), round(time.time() - t0), "s", flush=True)
