@@ -52,7 +52,9 @@ def test_each_linear_layer_comes_in_three_views():
     for m in shapes.MODELS.values():
         mine = shapes._model_products(m)
         linear = Counter(
-            (p.layer, p.tokens) for p in mine if p.layer not in (models.ATTENTION, models.DECODE, models.DECODE_CACHE)
+            (p.layer, p.tokens)
+            for p in mine
+            if p.layer not in (models.ATTENTION, models.DECODE, models.DECODE_CACHE) and p.product != "fwd_t"
         )
         assert set(linear.values()) == {3}
         for layer, tokens in linear:
@@ -71,6 +73,22 @@ def test_each_linear_layer_comes_in_three_views():
             qk, pv = (p for p in mine if p.layer == models.DECODE and (p.batch, p.tokens) == (bkv, ctx))
             assert (qk.M, qk.N, qk.K, qk.ops) == (rows, ctx, m.head_dim, "NT")
             assert (pv.M, pv.N, pv.K, pv.ops) == (rows, m.head_dim, ctx, "NN")
+
+
+def test_transposed_views_on_activations_stored_feature_major():
+    """x_t.t() @ W.t(): the layers of TRANSPOSED_LAYERS at each model's largest token count, both
+    operands transposed views of contiguous tensors (TT), kind "tt" where nothing else applies."""
+    products = shapes.generate()
+    tt = [p for p in products if p.ops == "TT"]
+    assert len(tt) >= 15 and all(p.product == "fwd_t" and p.layer in shapes.TRANSPOSED_LAYERS for p in tt)
+    assert sum(p.kind == "tt" for p in tt) >= 10
+    up = _find(products, "llama-3.2-1b", "up", "fwd_t", 2048)
+    fwd = _find(products, "llama-3.2-1b", "up", "fwd", 2048)
+    assert (up.M, up.N, up.K, up.ops) == (fwd.M, fwd.N, fwd.K, "TT") and up.stored == ((2048, 2048), (8192, 2048))
+    a, b = up.operands(lambda shape: torch.empty(shape))
+    assert a.shape == (2048, 2048) and a.stride() == (1, 2048)  # x_t (features, tokens), viewed
+    assert b.shape == (2048, 8192) and b.stride() == (1, 2048)  # W.t()
+    assert shapes.kinds_of(2048, 8192, 2048, 1, "TT", up.stored) == ("tt",)
 
 
 def test_views_are_the_ones_pytorch_hands_over():

@@ -144,6 +144,8 @@ class Case:
             return first, second.swapaxes(-1, -2)
         if self.product == "wgrad":  # dY.t() @ x
             return first.swapaxes(-1, -2), second
+        if self.product == "fwd_t":  # x_t.t() @ W.t()
+            return first.swapaxes(-1, -2), second.swapaxes(-1, -2)
         return first, second  # dY @ W, P @ V
 
     def stored_elements(self) -> int:
@@ -194,6 +196,19 @@ def linear_case(layer: str, product: str, tokens: int, dims: tuple[int, int] | N
             "TN",
             "dY.t() @ x",
             ((tokens, fan_out), (tokens, fan_in)),
+        )
+    if product == "fwd_t":  # the forward product on activations stored feature-major: both operands transposed
+        return Case(
+            layer,
+            product,
+            tokens,
+            1,
+            tokens,
+            fan_out,
+            fan_in,
+            "TT",
+            "x_t.t() @ W.t()",
+            ((fan_in, tokens), (fan_out, fan_in)),
         )
     raise ValueError(f"unknown linear product {product!r}; choose from {', '.join(LINEAR_PRODUCTS)}")
 

@@ -9,6 +9,9 @@ the source named in the table) and makes:
   ``dY @ W`` and weight gradient ``dY.t() @ x`` (models.linear_case);
 - attention's batched products ``Q @ K.transpose(-1, -2)`` and ``P @ V`` at
   batch x heads, sequence and head dim of the model (models.attention_case);
+- the layers of TRANSPOSED_LAYERS at the model's largest token count once more, on
+  activations stored feature-major: ``x_t.t() @ W.t()``, both operands transposed views
+  (a channels-first buffer; NumPy's ``a.T @ b.T``), the layout no model's training makes;
 
 then RANDOM_LAYERS linear layers and RANDOM_ATTENTION attention shapes of odd
 sizes drawn from a seeded generator, in the same views.  Where two models make
@@ -284,6 +287,9 @@ MODELS = {
         ),
     )
 }
+# Each model's layers also timed as x_t.t() @ W.t() (op(A) and op(B) transposed views), at its
+# largest token count.
+TRANSPOSED_LAYERS = ("o", "up", "gate_up", "expert_up")
 RANDOM = "random"
 RANDOM_LAYERS = 20  # linear layers of random odd sizes (three products each)
 RANDOM_ATTENTION = 6  # attention shapes of random odd sequence length (two products each)
@@ -302,6 +308,7 @@ KINDS = {
     "few_tiles": "fewer 128 x 128 output tiles than an H100/H200 has SMs (132)",
     "nt": "x @ W.t(): op(B) a transposed view, none of the above",
     "tn": "dY.t() @ x: op(A) a transposed view, none of the above",
+    "tt": "x_t.t() @ W.t(): both operands transposed views, none of the above",
     "nn": "both row-major, none of the above",
 }
 SMALL = 256
@@ -328,7 +335,7 @@ def kinds_of(M: int, N: int, K: int, batch: int, ops: str, stored) -> tuple[str,
         kinds.append("small_k")
     if batch * math.ceil(M / TILE) * math.ceil(N / TILE) < SMS:
         kinds.append("few_tiles")
-    kinds.append({"NT": "nt", "TN": "tn"}.get(ops, "nn"))
+    kinds.append({"NT": "nt", "TN": "tn", "TT": "tt"}.get(ops, "nn"))
     return tuple(kinds)
 
 
@@ -396,12 +403,20 @@ def _model_products(m: ModelShapes) -> list[Product]:
         for layer in m.layers
         for tokens in (layer[3] if len(layer) > 3 else m.tokens)
     ]
-    return _views(
-        m.name,
-        linear,
-        [(bh, seq, m.head_dim) for bh, seq in m.attention],
-        [(bkv, rows, ctx, m.head_dim) for bkv, rows, ctx in m.decode],
-        [(bkv, rows, ctx, cap, m.head_dim) for bkv, rows, ctx, cap in m.decode_cache],
+    transposed = [
+        _product(models.linear_case(layer[0], "fwd_t", max(m.tokens), (layer[1], layer[2])), m.name)
+        for layer in m.layers
+        if layer[0] in TRANSPOSED_LAYERS and len(layer) <= 3
+    ]
+    return (
+        _views(
+            m.name,
+            linear,
+            [(bh, seq, m.head_dim) for bh, seq in m.attention],
+            [(bkv, rows, ctx, m.head_dim) for bkv, rows, ctx in m.decode],
+            [(bkv, rows, ctx, cap, m.head_dim) for bkv, rows, ctx, cap in m.decode_cache],
+        )
+        + transposed
     )
 
 
@@ -603,7 +618,7 @@ def plot(data: dict, path) -> None:
     records = [r for r in data["records"] if r.get("pct_torch")]
     dtypes = list(data["summary"]) or ["-"]
     fig, axes = plt.subplots(1, len(dtypes), figsize=(5.5 * len(dtypes), 5), squeeze=False, sharey=False)
-    markers = dict(zip(KINDS, "o^vsDPX*hd"))
+    markers = dict(zip(KINDS, "o^vsDPX*hdp"))
     for ax, dtype in zip(axes[0], dtypes):
         mine = [r for r in records if r["dtype"] == dtype]
         for i, kind in enumerate(KINDS):
