@@ -290,9 +290,9 @@ SPEC = KernelSpec(
     source="simt/08_pipelined.cu",
     template="gemmlab::pipelined",
     description="warptile with STAGES-deep cp.async global->shared copies overlapping the math",
-    # Defaults (used where no tuned table applies): the tuner's winner at 4096^3,
-    # 8192^3 and 16384x4096x4096 on both an H200 and an H100, with REG_TRANSPOSE 1
-    # (benchmarks/NOTES.md).
+    # Defaults: the tuner's winner at 4096^3, 8192^3 and 16384x4096x4096 on both an H200 and
+    # an H100, with REG_TRANSPOSE 1 (benchmarks/NOTES.md); kernel="auto" changes their warp
+    # tiling and stages by layout (LAYOUT_TILING).
     params=_params(dict(BM=128, BN=256, BK=8, WM=64, WN=64, WNITER=4, TM=8, STAGES=4, REG_TRANSPOSE=1, SPLITK=1)),
     constraints=warptile_constraints(
         pipelined_smem,
