@@ -2,7 +2,7 @@
 # One call on the GPU machine does it all: install gemmlab, run the whole test
 # suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
 # $OUT (default ./.out).  Usage:
-#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|fp8|moe|tiles|training|train|tp|sweep|profile|extra|all]...
+#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|fp8|moe|tiles|fp32tiles|training|train|tp|sweep|profile|extra|all]...
 # "bench" times gemmlab.matmul beside cupy/torch.matmul, host time included (the
 # public call; BENCH_ARGS=--kernel-only adds each kernel alone, back to back).
 # "overhead" measures host µs per call (gemmlab vs torch.matmul vs cupy.matmul) and
@@ -25,6 +25,9 @@
 # few-tile products (scripts/ab_wgmma_tiles.py: $OUT/ab-tiles.json, ab-qk.json, ab-few.json),
 # then lists each kernel's time in those few-tile products beside cuBLAS's
 # (scripts/kernel_times.py: $OUT/kernel-times.json).
+# "fp32tiles" forces rung 8's tilings on the shapes suite's float32 products, kernel time beside
+# cuBLAS, in their own layouts and then as a.T @ b.T (scripts/ab_fp32_tiles.py:
+# $OUT/ab-fp32-tiles.json, ab-fp32-tiles-tt.json).
 # "training" times whole models' training steps through gemmlab.torch beside PyTorch, with
 # their drift from float64 (TRAINING_ARGS, default "--quick --time-budget-s 400": the headline
 # within one device command; "" runs every model, mode and precision).
@@ -127,6 +130,12 @@ if [[ " $steps " == *" tiles "* ]]; then   # not part of "all": an A/B, asked fo
   timeout 300 python3 scripts/ab_wgmma_tiles.py --set few --arms t64=64x128x4,t128=128x128x4,s128=128x128x4x1x2,t192=128x192x4 \
     --json "$OUT/ab-few.json" 2>&1 | tee "$OUT/ab-few.log" | tee -a "$log"
   timeout 120 python3 scripts/kernel_times.py --json "$OUT/kernel-times.json" 2>&1 | tee -a "$log"
+fi
+if [[ " $steps " == *" fp32tiles "* ]]; then   # not part of "all": an A/B, asked for by name
+  echo "== fp32tiles: rung 8's tilings forced side by side on the shapes suite's float32 products" | tee -a "$log"
+  timeout 300 python3 scripts/ab_fp32_tiles.py "$OUT/ab-fp32-tiles.json" 0.5 2>&1 | tee "$OUT/ab-fp32-tiles.log" | tee -a "$log"
+  timeout 300 python3 scripts/ab_fp32_tiles.py "$OUT/ab-fp32-tiles-tt.json" 2.0 --ops TT 2>&1 \
+    | tee "$OUT/ab-fp32-tiles-tt.log" | tee -a "$log"
 fi
 if has training; then
   echo "== training: whole models' steps through gemmlab.torch beside PyTorch, drift from float64" | tee -a "$log"
