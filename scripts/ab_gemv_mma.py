@@ -60,7 +60,7 @@ def main(argv=None) -> int:
         x = torch.randn(M, K, device="cuda", dtype=t)
         w = torch.randn(N, K, device="cuda", dtype=t)
         out = torch.empty(M, N, device="cuda", dtype=t)
-        mt = registry.get("gemv").sized_params(M, N, K, gpu.sm_count)["MT"]
+        mt = registry.get("gemv").rules.size(M, N, K, gpu.sm_count)["MT"]
         wg = wgmma_auto_params(M, N, gpu.sm_count, 1, K, dt)
         calls = {
             "torch": lambda: torch.matmul(x, w.t(), out=out),

@@ -81,15 +81,15 @@ def test_every_auto_rung_has_a_hook_and_the_last_takes_everything():
     for dtype, rungs in AUTO_RUNGS.items():
         for name in rungs:
             spec = registry.get(name)
-            assert spec.auto_hook is not None and dtype in spec.dtypes, (dtype, name)
+            assert spec.rules.offer is not None and dtype in spec.dtypes, (dtype, name)
         last = registry.get(rungs[-1])
         for M, N, K, batch in [(1, 1, 1, 1), (3, 5000, 7, 1), (4096, 4096, 4096, 1), (197, 64, 197, 384)]:
             for arch in (None, "sm_75", "sm_90a"):
-                assert last.auto_hook(Ask(M, N, K, batch, dtype, sm_count=132, arch=arch)).takes, (dtype, M, arch)
+                assert last.rules.offer(Ask(M, N, K, batch, dtype, sm_count=132, arch=arch)).takes, (dtype, M, arch)
 
 
 def test_gemv_hook_takes_a_few_rows_and_says_why_not_more():
-    hook = registry.get("gemv").auto_hook
+    hook = registry.get("gemv").rules.offer
     decode = hook(Ask(4, 14336, 4096, dtype="bfloat16", op_b="T"))
     assert decode.takes and decode.params["MT"] == 4
     many = hook(Ask(77, 3072, 768, dtype="bfloat16", op_b="T"))
@@ -101,7 +101,7 @@ def test_gemv_hook_takes_a_few_rows_and_says_why_not_more():
 
 
 def test_wgmma_hook_needs_sm_90a_and_gives_its_tile_rules_reason():
-    hook = registry.get("wgmma").auto_hook
+    hook = registry.get("wgmma").rules.offer
     for arch in (None, "sm_80", "sm_86"):
         offer = hook(Ask(2048, 2048, 2048, dtype="bfloat16", arch=arch))
         assert not offer.takes and "sm_90a only" in offer.reason
@@ -118,7 +118,7 @@ def test_wgmma_hook_needs_sm_90a_and_gives_its_tile_rules_reason():
 
 
 def test_mma_pipelined_hook_sizes_tiles_by_the_cost_model():
-    hook = registry.get("mma_pipelined").auto_hook
+    hook = registry.get("mma_pipelined").rules.offer
     big = hook(Ask(8192, 8192, 8192, dtype="float16"))
     assert big.params == {} and big.reason.startswith("the tile-count rule, kept by the cost model")
     attention = hook(Ask(197, 64, 197, batch=384, dtype="bfloat16"))
@@ -126,14 +126,14 @@ def test_mma_pipelined_hook_sizes_tiles_by_the_cost_model():
 
 
 def test_pipelined_hook_takes_skinny_tiles_and_splits_few_tiles():
-    hook = registry.get("pipelined").auto_hook
+    hook = registry.get("pipelined").rules.offer
     assert hook(Ask(8192, 64, 8192)).params["BN"] == 64
     assert hook(Ask(1024, 1024, 1024)).params["SPLITK"] > 1  # 32 tiles of 128 x 256 on 132 SMs
     assert hook(Ask(4096, 4096, 4096)).params["SPLITK"] == 1
 
 
 def test_ec_hooks():
-    wg, wm = registry.get("ec_wgmma").auto_hook, registry.get("ec_wmma").auto_hook
+    wg, wm = registry.get("ec_wgmma").rules.offer, registry.get("ec_wmma").rules.offer
     assert wg(Ask(4096, 4096, 4096, dtype="fp16_ec", arch="sm_90a")).params == {"SPLITK": 1}
     assert wg(Ask(128, 8192, 8192, dtype="fp16_ec", arch="sm_90a")).params["SPLITK"] > 1  # long K, few tiles
     small = wg(Ask(256, 256, 256, dtype="tf32_ec", arch="sm_90a"))

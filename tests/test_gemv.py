@@ -95,7 +95,7 @@ def _check(
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
 def test_rows_up_to_16(M, dtype, out_dtype, K, N, alpha, beta):
     """MT as auto sizes it: every row of C in one pass over op(B)."""
-    mt = registry.get("gemv").sized_params(M, N, K, 132)["MT"]
+    mt = registry.get("gemv").rules.size(M, N, K, 132)["MT"]
     plan = _check(M, N, K, dtype, out_dtype, alpha, beta, mt=mt, seed=M)
     assert plan.params["MT"] == mt
     # the 16-byte loads where every stored row of x and W starts on the 16-byte grid (rows of
@@ -183,7 +183,7 @@ def _rows(M, N, K, dtype, out_dtype, alpha, beta, split, params_extra=None, **kw
 @pytest.mark.parametrize("alpha, beta, split", [(1.0, 0.0, 1), (0.5, 2.0, 1), (1.0, 0.0, 3), (-0.5, 2.0, 16)])
 def test_row_major_w(M, dtype, out_dtype, K, N, alpha, beta, split):
     """dY @ W with MT as auto sizes it, unsplit and split (16 slices of K = 8: all but one empty)."""
-    mt = registry.get("gemv").sized_params(M, N, K, 132)["MT"]
+    mt = registry.get("gemv").rules.size(M, N, K, 132)["MT"]
     plan = _rows(M, N, K, dtype, out_dtype, alpha, beta, split, mt=mt, seed=M)
     # the 16-byte loads of W where its rows (N elements) start on the 16-byte grid, whatever
     # x's and out's rows do (the kernel checks x's itself; out is stored element by element)
@@ -199,7 +199,7 @@ def test_row_major_w(M, dtype, out_dtype, K, N, alpha, beta, split):
 def test_row_major_w_narrow_blocks(M, lanes, dtype, out_dtype, K, N, alpha, beta, split):
     """dY @ W with LANES lanes along a row of W (a warp reads 32 / LANES rows at once, the
     row groups' sums added by shuffles), unsplit and split."""
-    mt = registry.get("gemv").sized_params(M, N, K, 132)["MT"]
+    mt = registry.get("gemv").rules.size(M, N, K, 132)["MT"]
     plan = _rows(M, N, K, dtype, out_dtype, alpha, beta, split, mt=mt, seed=M + lanes, params_extra={"LANES": lanes})
     assert f", {lanes}, 'N', 'N'>" in plan.name_expression
 

@@ -121,7 +121,7 @@ def _check(M, N, K, dtype, out_dtype, alpha=1.0, beta=0.0, *, batch=None, shared
 @pytest.mark.parametrize("K, N", SHAPES, ids=str)
 @pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (0.5, 2.0)])
 def test_rows_up_to_16(M, dtype, out_dtype, K, N, alpha, beta):
-    mt = registry.get("gemv_mma").sized_params(M, N, K, 132)["MT"]
+    mt = registry.get("gemv_mma").rules.size(M, N, K, 132)["MT"]
     plan = _check(M, N, K, dtype, out_dtype, alpha, beta, seed=M, mt=mt)
     assert plan.params["MT"] == (8 if M <= 8 else 16)
 

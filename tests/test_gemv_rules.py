@@ -98,7 +98,7 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
         gpu_slug="nvidia-h100-80gb-hbm3",
     )
     takes = M <= GEMV_MAX_M[dtype]
-    offer = registry.get("gemv").auto_hook(Ask(M, 8192, 8192, dtype=dtype, op_b="T", arch="sm_90a"))
+    offer = registry.get("gemv").rules.offer(Ask(M, 8192, 8192, dtype=dtype, op_b="T", arch="sm_90a"))
     assert offer.takes == takes
     if takes:
         assert offer.params == {"MT": mt, "SPLITK": 1, "LANES": 32}
@@ -138,7 +138,7 @@ def test_auto_takes_gemv_for_a_few_rows(M, mt, dtype, out):
     ],
 )
 def test_gemv_auto_row_major_b_blocks_and_split(M, N, K, batch, aligned, split, lanes):
-    """float32 dY @ W: MT as sized_params; the widest blocks (LANES) that fill 3/4 of 132 SMs
+    """float32 dY @ W: MT as rules.size; the widest blocks (LANES) that fill 3/4 of 132 SMs
     unsplit, else the width whose split (fill_split) keeps the most SMs busy, the smaller split
     where two keep as many."""
     p = gemmlab.plan(

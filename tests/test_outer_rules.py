@@ -53,7 +53,7 @@ def test_auto_takes_outer_for_products_of_a_few_k(M, N, K, op_a, op_b):
         ).spec.name == ("wgmma" if M > 4 else "gemv")
     p = gemmlab.plan("auto", M, N, K, dtype="fp16_ec", precision="fp32_tc", op_a=op_a, op_b=op_b, arch="sm_90a")
     assert (p.spec.name, p.method) == ("outer", "fp32")
-    reason = registry.get("outer").auto_hook(choose.ask(choose.Product(M, N, 9), choose.GPU())).reason
+    reason = registry.get("outer").rules.offer(choose.ask(choose.Product(M, N, 9), choose.GPU())).reason
     assert reason == "outer takes K = 1..8 of float32, not K = 9"
 
 

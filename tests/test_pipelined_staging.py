@@ -182,7 +182,11 @@ def test_gpu_staged_products(monkeypatch, ops, M, N, K, offset):
     a NaN-poisoned out of odd width (C's 4-byte stores)."""
     import torch
 
-    monkeypatch.setitem(SPECS, "pipelined", dataclasses.replace(pipelined.SPEC, staging_hook=_always))
+    monkeypatch.setitem(
+        SPECS,
+        "pipelined",
+        dataclasses.replace(pipelined.SPEC, rules=dataclasses.replace(pipelined.SPEC.rules, stage=_always)),
+    )
     torch.manual_seed(M + N + K + offset)
 
     def make(rows, cols):

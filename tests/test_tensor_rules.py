@@ -109,7 +109,7 @@ def test_mma_pipelined_name_expressions():
     }
 
 
-# kernel="auto" for 16-bit and TF32 (mma_pipelined's sized_params, through choose.sized_choice): mma_pipelined at its defaults
+# kernel="auto" for 16-bit and TF32 (mma_pipelined's rules.size, through choose.sized_choice): mma_pipelined at its defaults
 # when 2 * ceil(M/128) * ceil(N/256) >= sm_count (half of the SMs busy), else its 64 x 64 tiles,
 # unless the cost model predicts the other clearly faster (mma_pipelined.sized_choice).
 @pytest.mark.parametrize(

@@ -47,7 +47,7 @@ def test_steps_come_before_the_rung_they_build():
     for name in STEPS:
         spec = registry.get(name)
         assert spec.family == "tensor" and spec.arches == ("sm_90a",) and spec.dtypes == ("float16", "bfloat16")
-        assert spec.auto_hook is None and spec.staging_hook is None and spec.layouts == LAYOUTS
+        assert spec.rules.offer is None and spec.rules.stage is None and spec.layouts == LAYOUTS
         assert {v.out_dtype for v in spec.variants} == {"float32", "float16", "bfloat16"}
         # The rung's defaults, so that the ladder bench's neighbours differ by their idea alone.
         assert {k: spec.defaults()[k] for k in ("BM", "BN", "STAGES")} == {"BM": 128, "BN": 256, "STAGES": 4}

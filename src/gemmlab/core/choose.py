@@ -2,12 +2,12 @@
 the rung that runs it, its tile parameters and why.
 
 ``kernel="auto"`` asks the rungs in :data:`AUTO_RUNGS`' order (fastest first for
-the product's dtype) through the hook on each rung's spec (KernelSpec.auto_hook):
+the product's dtype) through the hook on each rung's spec (KernelSpec.rules.offer):
 whether it takes the product, with which parameters, and why (a rung's own rules
 and cost model, kernels/cost.py); the first that takes it runs it, and why the
 ones before it declined is kept.  For float32, a tuned table (gemmlab.core.tables)
 answers for the tiled rungs where it measured the shape or one near it
-(NEAR_TUNED); farther, the rung's weigh_hook (rung 8: its cost model) weighs the
+(NEAR_TUNED); farther, the rung's rules.weigh (rung 8: its cost model) weighs the
 answer against its other tiles and splits.  Then, whatever was asked
 for: a rung that does not build for the GPU's target gives way to the highest of
 its family that does; a rung that cannot read the operands hands them to its
@@ -119,12 +119,13 @@ class Choice:
 
 
 def sized_choice(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch: int = 1) -> tuple[dict, str]:
-    """A rung's tiles sized to the problem (its spec's sized_params) and why, where the
+    """A rung's tiles sized to the problem (its spec's rules.size) and why, where the
     rung says (mma_pipelined: its cost model against the tile-count rule); ({}, "")
     for a rung without sized tiles."""
-    if spec.sized_choice:
-        return spec.sized_choice(M, N, K, sm_count, batch)
-    return (spec.sized_params(M, N, K, sm_count, batch) if spec.sized_params else {}), ""
+    rules = spec.rules
+    if rules.size_choice:
+        return rules.size_choice(M, N, K, sm_count, batch)
+    return (rules.size(M, N, K, sm_count, batch) if rules.size else {}), ""
 
 
 # fp32_tc runs IEEE FP32 on the CUDA cores where a side of the product is at most this long.
@@ -251,7 +252,7 @@ def _fit_split_k(spec: KernelSpec, params: dict, K: int) -> dict:
 # How near a tuned shape must be for its winner to stand without the cost model, in
 # doublings of M, N, K and the batch summed (tables.TunedTable.nearest): one side twice or
 # half the tuned one's.  Farther, pipelined's cost model weighs it against other tiles and
-# splits (its spec's weigh_hook, pipelined.auto_choice): a table of ten large shapes (the H200's, since
+# splits (its spec's rules.weigh, pipelined.auto_choice): a table of ten large shapes (the H200's, since
 # retired) answered 128 x 768 x 30522 with 128 x 256 tiles, 3 of them on 132 SMs.
 NEAR_TUNED = 1.0
 
@@ -288,7 +289,7 @@ def _from_table(found: _Tuned, q: Ask) -> tuple[str, dict, str]:
     if found.measured:
         return found.name, found.params, f"the tuned table's winner at this shape ({found.shape})"
     where = f"the tuned table's nearest entry ({found.shape}, {found.distance:.1f} doublings away)"
-    weigh = registry.get(found.name).weigh_hook
+    weigh = registry.get(found.name).rules.weigh
     if found.distance <= NEAR_TUNED or weigh is None:
         return found.name, found.params, where
     params, why = weigh(q, found.params, where)
@@ -322,7 +323,7 @@ def _auto(pr: Product, gpu: GPU) -> tuple[str, dict, str, tuple[str, ...]]:
         if spec.family != "gemv" and (found := _tuned("auto", pr, gpu)):
             # The tuned table, where it answers, stands in for the tiled rungs' rules.
             return (*_from_table(found, q), tuple(passed))
-        offer: Offer = spec.auto_hook(q)
+        offer: Offer = spec.rules.offer(q)
         if not offer.takes:
             passed.append(offer.reason)
             continue
@@ -339,15 +340,15 @@ def _auto(pr: Product, gpu: GPU) -> tuple[str, dict, str, tuple[str, ...]]:
 def _staging(spec: KernelSpec, problem: Problem, pr: Product, gpu: GPU) -> tuple[dict | None, str]:
     """(the rung's parameters, why) where ``spec``, given operands off the 16-byte grid that it
     cannot read in place (wgmma: TMA's rules) or reads slowly (rung 8), should run on staging
-    copies of them (its staging_hook); (None, why not), or (None, "") where staging does not
+    copies of them (its rules.stage); (None, why not), or (None, "") where staging does not
     apply (no hook, or another refusal)."""
     staged = dataclasses.replace(problem, stage=True)
-    if spec.staging_hook is None or not spec.staging.applies(staged) or spec.why_unusable(staged):
+    if spec.rules.stage is None or not spec.staging.applies(staged) or spec.why_unusable(staged):
         return None, ""
     stage_bytes = pr.stage_bytes
     if stage_bytes is None:
         stage_bytes = (pr.M * pr.K + pr.K * pr.N) * ITEMSIZE.get(problem.dtype, 4) * max(pr.batch, 1)  # tf32: 4
-    return spec.staging_hook(ask(pr, gpu), stage_bytes)
+    return spec.rules.stage(ask(pr, gpu), stage_bytes)
 
 
 def _choose(pr: Product, gpu: GPU) -> Choice:
@@ -393,7 +394,7 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
     # copies -> wmma_warptile, which reads every layout).
     whys = []
     reason = spec.why_unusable(problem)
-    if auto and (reason or spec.staging_hook is not None):  # on aligned copies of the operands, where the copy pays
+    if auto and (reason or spec.rules.stage is not None):  # on aligned copies of the operands, where the copy pays
         staged, stage_why = _staging(spec, problem, pr, gpu)
         if staged is not None:
             try:  # a GPU whose shared memory holds none of its configurations falls back instead

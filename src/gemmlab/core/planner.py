@@ -403,7 +403,7 @@ def plan(
     which this describes.  Without tile parameters, a named kernel (and ``"auto"``) takes the
     configuration tuned for the nearest shape on this GPU model (``gpu_slug``,
     see gemmlab.tools.tune) if there is one; else the kernel's defaults (for
-    ``"auto"``, each rung's ``auto_hook``, asked by gemmlab.core.choose).  ``dtype`` is what the
+    ``"auto"``, each rung's ``rules.offer``, asked by gemmlab.core.choose).  ``dtype`` is what the
     kernel multiplies (float32, tf32, float16, bfloat16) and ``out_dtype`` what it
     writes; tuned tables are for float32 only so far.  ``op_a`` / ``op_b`` are
     the kernel-level layouts of op(A) and op(B) ("N" row-major, "T"
@@ -1045,7 +1045,7 @@ def tma_reading(call: Call, kv: KernelView, bt: Batching) -> tuple[bool, int]:
 # below it (tiles cover any M; a split is of K; the kernels take M at run time).  The rules
 # on small sizes (gemv, outer, wgmma's narrow tiles, fp32_tc's thin products) decide below
 # 256; a rule that decides by the exact size above it -- wgmma's wave choice, which counts
-# tiles -- says so through its spec's band_hook, and a size it would tile otherwise than the
+# tiles -- says so through its spec's rules.band, and a size it would tile otherwise than the
 # top is planned for itself (band_holds).
 #
 # K is banded where it is the tokens of a weight gradient (k_banded): op(a) column-major and
@@ -1226,9 +1226,9 @@ def _plan_kept(call, kv, bt, gpu, kernel, tile_params, precision, M, K, tma_ok, 
 
 def band_holds(p: Plan, M: int, K: int, batch: int, kernel: str, tile_params: dict) -> bool:
     """Whether ``p``, chosen with kernel="auto" for a band's top, is also what its rung's own
-    rule gives at M rows and K (KernelSpec.band_hook: wgmma's wave choice counts tiles); True
+    rule gives at M rows and K (KernelSpec.rules.band: wgmma's wave choice counts tiles); True
     for a rung without a hook, a kernel named or parameters given."""
-    hook = p.spec.band_hook
+    hook = p.spec.rules.band
     if hook is None or kernel != "auto" or tile_params:
         return True
     pr = p.problem

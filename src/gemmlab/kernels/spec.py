@@ -141,7 +141,7 @@ class Problem:
 
 @dataclass(frozen=True)
 class Ask:
-    """What gemmlab.core.choose asks a rung's ``auto_hook`` about a product: its sizes, batch,
+    """What gemmlab.core.choose asks a rung's ``Rules.offer`` about a product: its sizes, batch,
     dtype, layouts and alignment, and the GPU's facts the rung's rules read
     (``arch`` None: not known yet, as when planning without a GPU)."""
 
@@ -174,6 +174,37 @@ class Offer:
     @property
     def takes(self) -> bool:
         return self.params is not None
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How a rung sizes its tiles and answers ``kernel="auto"`` (gemmlab.core.choose asks them);
+    each is optional.
+
+    - ``offer(Ask) -> Offer``: whether auto runs this rung on a product, with which tile
+      parameters and why; choose asks the rungs in AUTO_RUNGS' order, fastest first.
+    - ``size(M, N, K, sm_count, batch) -> params``: tiles for a problem's size where the plan
+      brings none of its own (auto, or this rung taking over as a fallback); None: the defaults.
+    - ``size_choice(M, N, K, sm_count, batch) -> (params, why)``: the same with the reason, for
+      a rung whose sizing weighs options (a cost model); None: ``size``, no reason.
+    - ``stage(Ask, bytes copied) -> (params, why)``: auto on operands the rung cannot read in
+      place but could read from aligned staging copies (the problem's ``stage``): (params, why)
+      where the copy pays, (None, why not) where not, (None, "") where staging does not apply.
+    - ``band(the top's params, Ask at the exact size) -> params``: auto on a size of a band
+      (gemmlab.core.planner.size_band) planned for the band's top: the rung's own rule at the
+      exact size where that rule decides by it (wgmma's wave choice counts tiles), else the
+      top's; None: the top's hold for every size.
+    - ``weigh(Ask, params, what chose them) -> (params, why)``: auto where a configuration comes
+      from elsewhere (a tuned table's entry for another shape): those parameters or others of
+      the rung's that it predicts faster; None: taken as they are.
+    """
+
+    offer: Callable[[Ask], Offer] | None = None
+    size: Callable[[int, int, int, int, int], dict] | None = None
+    size_choice: Callable[[int, int, int, int, int], tuple[dict, str]] | None = None
+    stage: Callable[[Ask, int], tuple[dict | None, str]] | None = None
+    band: Callable[[dict, Ask], dict] | None = None
+    weigh: Callable[[Ask, dict, str], tuple[dict, str]] | None = None
 
 
 # Element-type codes of the tensor-core kernels' templates (wmma_types.cuh).
@@ -260,30 +291,9 @@ class KernelSpec:
     # kernel that runs instead (plan() falls back to it and says why).
     unusable: Callable[[Problem], str | None] | None = None
     fallback: str | None = None
-    # Tile parameters for a problem's size, sized_params(M, N, K, sm_count, batch),
-    # where the plan brings none of its own (kernel="auto", or this kernel taking
-    # over as a fallback); None: the defaults.
-    sized_params: Callable[[int, int, int, int, int], dict] | None = None
-    # The same with the reason, for a rung whose sizing weighs options (a cost model):
-    # sized_choice(M, N, K, sm_count, batch) -> (params, why); None: sized_params, no reason.
-    sized_choice: Callable[[int, int, int, int, int], tuple[dict, str]] | None = None
-    # kernel="auto" on operands the rung cannot read in place (why_unusable of the
-    # problem) but could read from aligned staging copies of them (the problem's
-    # ``stage``): staging_hook(Ask, bytes copied) -> (params, why) where the copy pays,
-    # (None, why not) where not, (None, "") where staging does not apply.
-    staging_hook: Callable[[Ask, int], tuple[dict | None, str]] | None = None
-    # kernel="auto": whether this rung takes a product and with which tile parameters
-    # (auto_hook(Ask) -> Offer); gemmlab.core.choose asks the rungs in its order, fastest first.
-    auto_hook: Callable[[Ask], Offer] | None = None
-    # kernel="auto" on a size of a band (gemmlab.core.planner.size_band), whose plan was chosen
-    # for the band's top: band_hook(the top's parameters, Ask at the exact size) -> the
-    # parameters this rung's own rule gives at the exact size where that rule decides by it
-    # (wgmma's wave choice counts tiles), else the top's.  None: the top's hold for every size.
-    band_hook: Callable[[dict, Ask], dict] | None = None
-    # kernel="auto" where a configuration comes from elsewhere (a tuned table's entry for
-    # another shape): weigh_hook(Ask, params, what chose them) -> (params, why), those
-    # parameters or others of the rung's that it predicts faster; None: taken as they are.
-    weigh_hook: Callable[[Ask, dict, str], tuple[dict, str]] | None = None
+    # How kernel="auto" asks this rung about a product and how it sizes its tiles (Rules);
+    # the default asks nothing: a rung that is only ever named.
+    rules: Rules = Rules()
     # Builds the kernel's arguments when they are more than the standard
     # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides):
     # kernel_args(plan, gpu, stream, operands, alpha, beta) -> the argument tuple (e.g. with

@@ -20,7 +20,20 @@ import numpy as np
 
 from ...runtime.tma import Operands, tensor_map
 from .choose_method import GPUChoice
-from ..spec import EC_METHODS, KERNEL_DIR, Ask, Constraint, KernelSpec, Launch, Offer, PrePass, Problem, TileParam, cdiv
+from ..spec import (
+    Ask,
+    Constraint,
+    EC_METHODS,
+    KERNEL_DIR,
+    KernelSpec,
+    Launch,
+    Offer,
+    PrePass,
+    Problem,
+    Rules,
+    TileParam,
+    cdiv,
+)
 from ..tensor.wgmma_tma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from ..simt.pipelined import SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
@@ -703,7 +716,7 @@ SPEC = KernelSpec(
     arches=(WGMMA_SM90,),
     needs=HOPPER_NEEDS,
     fallback="ec_wmma",
-    auto_hook=_auto_hook,
+    rules=Rules(offer=_auto_hook),
     extra_args=("scale_a", "scale_b"),
     # The persistent loop's work items are (matrix, slice of K, tile); one instantiation
     # serves split and unsplit (its output is FP32 either way).

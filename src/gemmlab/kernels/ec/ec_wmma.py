@@ -4,7 +4,7 @@ value split into a high and a low part at fragment load."""
 from __future__ import annotations
 
 from .choose_method import GPUChoice
-from ..spec import EC_METHODS, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, tiles
+from ..spec import Ask, Constraint, EC_METHODS, KernelSpec, Launch, Offer, Problem, Rules, TileParam, tiles
 
 _VARIANTS = tuple(Problem(1, 1, 1, vec, method) for method in EC_METHODS for vec in (True, False))
 
@@ -80,7 +80,7 @@ SPEC = KernelSpec(
     extra_args=("scale_a", "scale_b"),
     reads_choice=True,
     gpu_choice=GPUChoice,
-    auto_hook=_auto_hook,
+    rules=Rules(offer=_auto_hook),
     min_arch={m: 80 for m in EC_METHODS},
     fragment_maps=True,
     needs="FP16 and TF32 WMMA (TF32 from sm_80) and cp.async (sm_80)",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..cuda_constants import read_constants
 from ..simt.pipelined import SPLITK_VALUES, fill_split
-from ..spec import TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, cdiv
+from ..spec import Ask, Constraint, KernelSpec, Launch, Offer, Problem, Rules, TYPE_CODES, TileParam, cdiv
 from ..tensor.wgmma_tma import WGMMA_SM90
 
 _K = read_constants("gemv/01_gemv.cu")
@@ -286,7 +286,6 @@ SPEC = KernelSpec(
     template_args=_template_args,
     geometry=_geometry,
     variants=GEMV_VARIANTS,
-    sized_params=sized_params,
-    auto_hook=_auto_hook,
+    rules=Rules(offer=_auto_hook, size=sized_params),
     split_k_param="SPLITK",
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...runtime.tma import element_bytes
 from ..cuda_constants import read_constants
-from ..spec import TYPE_CODES, Ask, KernelSpec, Launch, Offer, Problem, TileParam, cdiv
+from ..spec import Ask, KernelSpec, Launch, Offer, Problem, Rules, TYPE_CODES, TileParam, cdiv
 
 _K = read_constants("gemv/03_gemv_mma.cu")
 GEMV_MMA_THREADS, GEMV_MMA_ROWS = _K["GEMV_MMA_THREADS"], _K["GEMV_MMA_ROWS"]
@@ -115,8 +115,7 @@ SPEC = KernelSpec(
     layouts=(("N", "T"),),
     unusable=_unusable,
     fallback="gemv",
-    sized_params=sized_params,
-    auto_hook=_auto_hook,
+    rules=Rules(offer=_auto_hook, size=sized_params),
     min_arch=GEMV_MMA_MIN_ARCH,
     needs="mma.sync m16n8k16 on FP16 and BF16 (sm_80)",
 )

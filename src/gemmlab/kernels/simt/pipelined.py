@@ -6,7 +6,7 @@ Split-K's second half, the reduction of the partial products, is splitk_reduce.p
 from __future__ import annotations
 
 from ..cost import Estimate, Machine, best, copy_time
-from ..spec import Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, cdiv, tiles
+from ..spec import Ask, Constraint, KernelSpec, Launch, Offer, Problem, Rules, TileParam, cdiv, tiles
 from .pipelined_cost import Shape, estimate
 from .staging import PREPASS
 from .vectorized import ALIGNED_VARIANTS
@@ -245,7 +245,7 @@ STAGING_ODD_C_MIN_K = 2048
 
 
 def staging_choice(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
-    """KernelSpec.staging_hook: whether a float32 product whose A or B the kernel would read 4
+    """Rules.stage: whether a float32 product whose A or B the kernel would read 4
     bytes at a time runs faster on copies of them on the 16-byte grid (staging.py's pack32) by
     the cost model: (the tiles for the copies, why), or (None, why not); (None, "") where the
     kernel reads them 16 bytes at a time already.  A batch is not staged (one launch a matrix).
@@ -341,9 +341,7 @@ SPEC = KernelSpec(
     ),
     variants=ALIGNED_VARIANTS,
     split_k_param="SPLITK",
-    auto_hook=_auto_hook,
-    weigh_hook=auto_choice,
-    staging_hook=staging_choice,
+    rules=Rules(offer=_auto_hook, weigh=auto_choice, stage=staging_choice),
     staging=PREPASS,
     # cuda_pipeline.h's copies are cp.async from sm_80; on sm_75 they pass through registers.
     needs="cp.async (sm_80) for asynchronous copies; on sm_75 the copies are synchronous",

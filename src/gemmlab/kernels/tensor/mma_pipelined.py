@@ -4,7 +4,7 @@ shared memory, a STAGES-deep cp.async pipeline."""
 from __future__ import annotations
 
 from ..cost import Estimate, Machine, Tile, best, predict
-from ..spec import LAYOUTS, Ask, Constraint, KernelSpec, Launch, Offer, Problem, TileParam, cdiv, tiles
+from ..spec import Ask, Constraint, KernelSpec, LAYOUTS, Launch, Offer, Problem, Rules, TileParam, cdiv, tiles
 from .wmma import TC_DTYPES, TC_MIN_ARCH, TC_VARIANTS, tc_type_args
 from .wmma_warptile import tc_threads
 
@@ -138,9 +138,7 @@ SPEC = KernelSpec(
     layouts=LAYOUTS,
     unusable=_unusable,
     fallback="wmma_warptile",
-    sized_params=sized_params,
-    sized_choice=sized_choice,
-    auto_hook=_auto_hook,
+    rules=Rules(offer=_auto_hook, size=sized_params, size_choice=sized_choice),
     min_arch=TC_MIN_ARCH,
     fragment_maps=True,
     needs="mma.sync m16n8k16 (FP16, BF16) and m16n8k8 (TF32), and cp.async: sm_80; ldmatrix: sm_75",

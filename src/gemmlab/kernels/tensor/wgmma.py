@@ -28,6 +28,7 @@ from ..spec import (
     Offer,
     PrePass,
     Problem,
+    Rules,
     TileParam,
     cdiv,
 )
@@ -664,9 +665,7 @@ SPEC = KernelSpec(
     layouts=LAYOUTS,
     unusable=_unusable,
     fallback="mma_pipelined",
-    auto_hook=_auto_hook,
-    band_hook=_band_hook,
-    staging_hook=_staging_hook,
+    rules=Rules(offer=_auto_hook, band=_band_hook, stage=_staging_hook),
     # The persistent loop's work items are (matrix, slice of K, tile); the kernel adds the
     # slices up itself.
     split_k_param="SPLITK",

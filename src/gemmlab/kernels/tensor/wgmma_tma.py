@@ -5,7 +5,7 @@ one block per tile of C, stored from the registers.
 
 The steps a, b, c (wgmma_tma, wgmma_specialized, wgmma_persistent) build the wgmma rung one
 idea at a time; the rung's own kernel (wgmma.py) is its last step.  They are named kernels
-only: ``kernel="auto"`` never picks a step (no auto_hook), and `gemmlab bench` times them in
+only: ``kernel="auto"`` never picks a step (no Rules.offer), and `gemmlab bench` times them in
 the ladder.  16-bit inputs, every layout, any M, N, K whose operands TMA reads in place;
 others fall back to mma_pipelined, as the rung does.  A batch is one launch per matrix.
 
