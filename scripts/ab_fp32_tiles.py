@@ -25,6 +25,7 @@ from gemmlab.core.planner import plan
 from gemmlab.runtime.compile import precompile
 from gemmlab.tools.bench import shapes
 from gemmlab.tools.bench.suites import bench_gpu
+from kernel_times import kernel_times  # scripts/kernel_times.py: CUPTI, L2 flushed
 
 W = dict(BM=128, BN=256, BK=8, WM=64, WN=64)
 Q = dict(BM=128, BN=128, BK=16, WM=32, WN=64, WNITER=2, TM=8, REG_TRANSPOSE=1)
@@ -112,20 +113,8 @@ def main(argv=None):
         gf = 2 * p.M * p.N * p.K * p.batch / 1e9
         n = 3 if gf > 200 else 5
 
-        def t(fn):
-            fn()
-            torch.cuda.synchronize()
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                for _ in range(n):
-                    flush.zero_()
-                    fn()
-                torch.cuda.synchronize()
-            ks = [
-                e
-                for e in prof.events()
-                if e.device_type == torch.autograd.DeviceType.CUDA and "FillFunctor" not in e.name
-            ]
-            return sum(e.time_range.end - e.time_range.start for e in ks) / n
+        def t(fn):  # µs of GPU time a call, every kernel it launches (the flush's excluded)
+            return sum(kernel_times(fn, flush, runs=n).values())
 
         row = {
             "name": p.label,
