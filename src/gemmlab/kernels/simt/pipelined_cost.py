@@ -19,8 +19,8 @@ kernels/cost.py's model of the tensor rungs, with what rung 8 adds:
     C at a fraction of the bandwidth;
   * (a staging copy of A and B to the 16-byte grid is costed beside this model, by
     pipelined.staging_choice);
-  * a column-major B (NT, TT) is transposed on its way into shared memory (B_T), and the tiles
-    measured in each layout have a share per layout (LAYOUT_SHARE);
+  * a column-major B (NT, TT) is transposed on its way into shared memory (B_T), or the
+    layout's own share where the tile was measured in each layout (LAYOUT_SHARE);
   * DRAM: A, B and C at least once, overlapped with the math; a split's partial sums
     written, then read back by the reduction, which runs after the GEMM;
   * a launch, and for a split the reduction's launch and host work.
@@ -56,10 +56,11 @@ SPLIT_S = 5.4e-6  # a split's reduction: one more launch and its host work (fitt
 EFFICIENCY = {(128, 256): 0.70, (256, 128): 0.57, (128, 128): 0.65, (128, 64): 0.56, (64, 128): 0.61, (64, 64): 0.51}
 BLOCKS_PER_SM = {(128, 256): 1, (256, 128): 1, (128, 128): 1, (128, 64): 2, (64, 128): 3, (64, 64): 4}
 B_T = 0.86  # a column-major B (NT, TT): its tile transposed into shared memory
-# Each layout's share of the NN efficiency where it was measured per layout, at the layout's
-# warp tiling (pipelined.LAYOUT_TILING; kernel time, an H200's products of the shapes suite
-# from 10 GFLOP, 2026-12-01, benchmarks/NOTES.md), for operands read 16 bytes at a time;
-# elsewhere B_T for a column-major B.
+# Each layout's share of a tile's (NN) efficiency: B_T for a column-major B, except where a tile
+# was measured per layout at the layout's warp tiling (pipelined.LAYOUT_TILING; kernel time, an
+# H200's products of the shapes suite from 10 GFLOP, 2026-12-01, benchmarks/NOTES.md), for
+# operands read 16 bytes at a time.
+B_T_SHARE = {"NT": B_T, "TT": B_T}
 LAYOUT_SHARE = {(128, 256): {"NT": 0.935, "TT": 0.96}, (128, 128): {"NT": 0.96, "TT": 0.94, "TN": 1.08}}
 # The 4-byte-copy variant's math: with an operand copied as stored (NN, TN, TT), and NT's
 # (measured on an H200 against zero-padded aligned operands, benchmarks/NOTES.md 2026-11-30).
@@ -105,8 +106,8 @@ def estimate(
     items = cdiv(M, bm) * cdiv(N, bn) * batch * splits
     k_slice = cdiv(cdiv(K, bk), splits) * bk
     ops = ("T" if shape.a_transposed else "N") + ("T" if shape.b_transposed else "N")
-    shares = LAYOUT_SHARE.get((bm, bn)) if shape.aligned16 else None
-    eff = EFFICIENCY[(bm, bn)] * (shares.get(ops, 1.0) if shares else B_T if shape.b_transposed else 1.0)
+    shares = LAYOUT_SHARE.get((bm, bn), B_T_SHARE) if shape.aligned16 else B_T_SHARE
+    eff = EFFICIENCY[(bm, bn)] * shares.get(ops, 1.0)
     if not shape.aligned16:
         eff *= UNALIGNED if shape.a_transposed or not shape.b_transposed else UNALIGNED_TRANSPOSED
     item = 2.0 * bm * bn * k_slice / (SM_FLOPS * eff)
