@@ -96,16 +96,16 @@ class TunedTable:
         won = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)
         return bool(won) and (ops, max(batch, 1)) in uses
 
-    def _nearest(self, kernel: str, M: int, N: int, K: int, ops: str | None) -> tuple[str, dict, str, float] | None:
-        """The nearest shape's winner (L1 distance in log2 M, N, K); with ``ops``, only
-        among the shapes tuned in that layout: a configuration that won in another may
-        be the wrong one here (a TN winner's tile for an NT product)."""
+    def _nearest(self, kernel: str, M: int, N: int, K: int, ops: str) -> tuple[str, dict, str, float] | None:
+        """The nearest shape's winner (L1 distance in log2 M, N, K) among the shapes tuned in
+        the layout ``ops``: a configuration that won in another may be the wrong one here (a
+        TN winner's tile for an NT product)."""
         best, best_d, best_key = None, math.inf, ""
         for key, entry in self.shapes.items():
             win = entry.get("best") if kernel == "auto" else entry.get("kernels", {}).get(kernel)
             if not win:
                 continue
-            if ops is not None and ops not in {u.get("ops", "NN") for u in entry.get("uses", [{"ops": "NN"}])}:
+            if ops not in {u.get("ops", "NN") for u in entry.get("uses", [{"ops": "NN"}])}:
                 continue
             m, n, k = parse_shape_key(key)
             d = abs(math.log2(M / m)) + abs(math.log2(N / n)) + abs(math.log2(K / k))
