@@ -287,8 +287,8 @@ MODELS = {
         ),
     )
 }
-# Each model's layers also timed as x_t.t() @ W.t() (op(A) and op(B) transposed views), at its
-# largest token count.
+# Each model's layers also timed as x_t.t() @ W.t() (op(A) and op(B) transposed views), at the
+# largest token count the layer is timed at.
 TRANSPOSED_LAYERS = ("o", "up", "gate_up", "expert_up")
 RANDOM = "random"
 RANDOM_LAYERS = 20  # linear layers of random odd sizes (three products each)
@@ -403,10 +403,12 @@ def _model_products(m: ModelShapes) -> list[Product]:
         for layer in m.layers
         for tokens in (layer[3] if len(layer) > 3 else m.tokens)
     ]
+    largest = {}  # layer of TRANSPOSED_LAYERS -> (its largest token count, its features)
+    for name, tokens, dims in linear:
+        if name in TRANSPOSED_LAYERS:
+            largest[name] = (max(tokens, largest.get(name, (0,))[0]), dims)
     transposed = [
-        _product(models.linear_case(layer[0], "fwd_t", max(m.tokens), (layer[1], layer[2])), m.name)
-        for layer in m.layers
-        if layer[0] in TRANSPOSED_LAYERS and len(layer) <= 3
+        _product(models.linear_case(name, "fwd_t", tokens, dims), m.name) for name, (tokens, dims) in largest.items()
     ]
     return (
         _views(
