@@ -21,10 +21,10 @@ import numpy as np
 from ...runtime.tma import Operands, tensor_map
 from .choose_method import GPUChoice
 from ..spec import (
-    Ask,
-    Constraint,
     EC_METHODS,
     KERNEL_DIR,
+    Ask,
+    Constraint,
     KernelSpec,
     Launch,
     Offer,

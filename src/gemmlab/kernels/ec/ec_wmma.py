@@ -4,7 +4,7 @@ value split into a high and a low part at fragment load."""
 from __future__ import annotations
 
 from .choose_method import GPUChoice
-from ..spec import Ask, Constraint, EC_METHODS, KernelSpec, Launch, Offer, Problem, Rules, TileParam, tiles
+from ..spec import EC_METHODS, Ask, Constraint, KernelSpec, Launch, Offer, Problem, Rules, TileParam, tiles
 
 _VARIANTS = tuple(Problem(1, 1, 1, vec, method) for method in EC_METHODS for vec in (True, False))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..cuda_constants import read_constants
 from ..simt.pipelined import SPLITK_VALUES, fill_split
-from ..spec import Ask, Constraint, KernelSpec, Launch, Offer, Problem, Rules, TYPE_CODES, TileParam, cdiv
+from ..spec import TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, Problem, Rules, TileParam, cdiv
 from ..tensor.wgmma_tma import WGMMA_SM90
 
 _K = read_constants("gemv/01_gemv.cu")

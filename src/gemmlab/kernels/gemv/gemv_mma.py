@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...runtime.tma import element_bytes
 from ..cuda_constants import read_constants
-from ..spec import Ask, KernelSpec, Launch, Offer, Problem, Rules, TYPE_CODES, TileParam, cdiv
+from ..spec import TYPE_CODES, Ask, KernelSpec, Launch, Offer, Problem, Rules, TileParam, cdiv
 
 _K = read_constants("gemv/03_gemv_mma.cu")
 GEMV_MMA_THREADS, GEMV_MMA_ROWS = _K["GEMV_MMA_THREADS"], _K["GEMV_MMA_ROWS"]

@@ -9,7 +9,7 @@ bfloat16) is multiplied on the CUDA cores in FP32.
 from __future__ import annotations
 
 from ..cuda_constants import read_constants
-from ..spec import Ask, KernelSpec, Launch, Offer, Problem, Rules, TYPE_CODES, cdiv
+from ..spec import TYPE_CODES, Ask, KernelSpec, Launch, Offer, Problem, Rules, cdiv
 from .gemv import GEMV_DTYPES, GEMV_VARIANTS
 
 _K = read_constants("include/gemmlab/gemv/02_outer.cuh")

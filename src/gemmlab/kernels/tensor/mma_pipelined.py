@@ -4,7 +4,7 @@ shared memory, a STAGES-deep cp.async pipeline."""
 from __future__ import annotations
 
 from ..cost import Estimate, Machine, Tile, best, predict
-from ..spec import Ask, Constraint, KernelSpec, LAYOUTS, Launch, Offer, Problem, Rules, TileParam, cdiv, tiles
+from ..spec import LAYOUTS, Ask, Constraint, KernelSpec, Launch, Offer, Problem, Rules, TileParam, cdiv, tiles
 from .wmma import TC_DTYPES, TC_MIN_ARCH, TC_VARIANTS, tc_type_args
 from .wmma_warptile import tc_threads
 
