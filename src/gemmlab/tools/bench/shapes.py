@@ -9,7 +9,7 @@ the source named in the table) and makes:
   ``dY @ W`` and weight gradient ``dY.t() @ x`` (models.linear_case);
 - attention's batched products ``Q @ K.transpose(-1, -2)`` and ``P @ V`` at
   batch x heads, sequence and head dim of the model (models.attention_case);
-- the layers of TRANSPOSED_LAYERS at the model's largest token count once more, on
+- the layers of TRANSPOSED_LAYERS at their largest token count once more, on
   activations stored feature-major: ``x_t.t() @ W.t()``, both operands transposed views
   (a channels-first buffer; NumPy's ``a.T @ b.T``), the layout no model's training makes;
 
