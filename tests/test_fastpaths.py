@@ -169,9 +169,9 @@ def test_gqa_projection_takes_128x128_in_one_round():
     """x @ W.t(), 2048 x 1024 x 3584: 64 tiles of 128 x 256 leave half the SMs idle; the rule took
     64 x 128 (256 tiles, two rounds); 128 x 128 is one round of 128."""
     p = _plan(_stored((2048, 3584)), _stored((1024, 3584)).T, "bfloat16")
-    assert p.spec.name == "wgmma" and p.params == registry.get("wgmma").resolve(_wg(128, 128)), p.describe()
+    assert p.spec.name == "wgmma" and p.params == registry.get("wgmma").resolve(_wg(128, 128, 5)), p.describe()
     assert p.reason.startswith("cost model over wgmma's tile rules") and "0.97 waves" in p.reason
-    assert wgmma.wgmma_rule_params(2048, 1024, 132, 1, 3584) == _wg(64, 128)
+    assert wgmma.wgmma_rule_params(2048, 1024, 132, 1, 3584) == _wg(64, 128, 8)  # wgmma_ring
 
 
 def test_small_m_with_a_short_k_takes_the_deep_ring():

@@ -10,7 +10,7 @@ import gemmlab
 from gemmlab.kernels import registry
 from gemmlab.kernels.simt.pipelined import SPLITK_VALUES
 from gemmlab.kernels.spec import LAYOUTS, Problem
-from gemmlab.kernels.tensor.wgmma import WGMMA_MIN_K_STEPS_PER_SLICE, wgmma_narrow_tile
+from gemmlab.kernels.tensor.wgmma import WGMMA_MIN_K_STEPS_PER_SLICE, wgmma_narrow_tile, wgmma_ring
 
 SPECS = registry.ladder()
 WGMMA = registry.get("wgmma")
@@ -262,7 +262,10 @@ def test_wgmma_auto_keeps_split_or_wide_tiles_elsewhere(M, N, K, ops, why):
     p = gemmlab.plan(
         "auto", M, N, K, dtype="bfloat16", out_dtype="bfloat16", arch="sm_90a", sm_count=132, op_a=ops[0], op_b=ops[1]
     )
-    assert p.params["BN"] != 64 and p.params["STAGES"] == 4, (why, p.describe())
+    assert p.params["BN"] != 64 and p.params["STAGES"] == wgmma_ring(p.params["BM"], p.params["BN"], K), (
+        why,
+        p.describe(),
+    )
 
 
 def test_wgmma_auto_tf32_keeps_its_tiles_and_splits():

@@ -122,6 +122,23 @@ def _unusable(prob: Problem) -> str | None:
     return None
 
 
+# The ring of K-steps each tile takes: 4, except where a deeper ring that fits was measured
+# faster.  On few-tile products one block has each SM, and its ring is all it keeps in flight:
+# 64 x 128 at 8 K-steps ran 1.11x, 128 x 128 at 5 1.03x the speed of 4 (benchmarks/NOTES.md).
+WGMMA_RINGS = {(64, 128): 8, (128, 128): 5}
+WGMMA_RING = 4  # every other tile, and a K that 4 K-steps hold
+
+
+def wgmma_ring(bm: int, bn: int, K: int | None = None, batch: int = 1, dtype: str = "bfloat16") -> int:
+    """STAGES of the BM x BN tile as the rules and the cost model take it: WGMMA_RINGS for
+    16-bit inputs (what was measured) whose K has more K-steps than WGMMA_RING, except
+    128 x 128 on batches (attention's P @ V measured 4% slower at 5); else WGMMA_RING."""
+    deep = dtype != "tf32" and K is not None and cdiv(K, SWIZZLE_BYTES // 2) > WGMMA_RING
+    if not deep or (bm, bn) == (128, 128) and batch > 1:
+        return WGMMA_RING
+    return WGMMA_RINGS.get((bm, bn), WGMMA_RING)
+
+
 # Split-K's floor: each slice of K at least this many K-steps (of 128 bytes of K).
 WGMMA_MIN_K_STEPS_PER_SLICE = 16
 
@@ -201,7 +218,7 @@ def wgmma_rule_params(
             if sixteen and (N <= 128 or batch > 1 and K <= 128)
             else 256
         )
-        return {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
+        return {"BM": bm, "BN": bn, "STAGES": wgmma_ring(bm, bn, K, batch, dtype), "CLUSTER": 1, "SPLITK": 1}
     bm = 128 if K is not None and dtype != "tf32" and 64 < M <= 128 else 64
     split = 1
     if K is not None:
@@ -212,22 +229,24 @@ def wgmma_rule_params(
             narrow = wgmma_narrow_tile(M, N, K, sm_count, batch)
             if narrow is not None:
                 return narrow
-    return {"BM": bm, "BN": 128, "STAGES": 4, "CLUSTER": 1, "SPLITK": split}
+    return {"BM": bm, "BN": 128, "STAGES": wgmma_ring(bm, 128, K, batch, dtype), "CLUSTER": 1, "SPLITK": split}
 
 
 # Each wgmma tile's share of the SM's 16-bit tensor peak at full occupancy, as the cost
 # model takes it: rounded from H100 sweeps (benchmarks/NOTES.md);
-# 64-row tiles have one consumer warpgroup, so less of the peak.  128 x 192's is set a
+# 64-row tiles have one consumer warpgroup, so less of the peak.  64 x 128's and 128 x 128's
+# are those at 4 K-steps scaled by what their deeper rings (wgmma_ring) measured: the model's
+# ring term, at a load latency of 1 us, barely tells 4 K-steps from 8.  128 x 192's is set a
 # little under 128 x 256's, whose K-step it shares for three quarters of the multiply; with
 # it wgmma_wave_choice ranks the two tiles as the H200 A/B measured them (a CPU test,
 # test_wgmma_auto_ranks_its_wide_tiles_as_measured, holds it to that record).
 WGMMA_TILE_EFFICIENCY = {
     (128, 256): 0.80,
     (128, 192): 0.78,
-    (128, 128): 0.72,
+    (128, 128): 0.74,
     (128, 64): 0.60,
     (64, 256): 0.62,
-    (64, 128): 0.58,
+    (64, 128): 0.64,
     (64, 64): 0.45,
 }
 # The tile wgmma_wave_choice weighs against the rules' 128 x 256 (16-bit inputs only).
@@ -253,12 +272,12 @@ def wgmma_estimate(M: int, N: int, K: int, p: dict, sm_count: int, batch: int = 
 
 def _wgmma_candidates(M: int, N: int, K: int, sm_count: int, batch: int) -> list[dict]:
     """The configurations the cost model weighs for a 16-bit product: every tile shape
-    at the default ring, unsplit and split by wgmma_auto_split, and the narrow deep-ring
+    at its ring (wgmma_ring), unsplit and split by wgmma_auto_split, and the narrow deep-ring
     tiles where their tiles fit in one round."""
     out = []
     k_steps = cdiv(max(K, 1), 64)
     for bm, bn in WGMMA_TILE_EFFICIENCY:
-        base = {"BM": bm, "BN": bn, "STAGES": 4, "CLUSTER": 1, "SPLITK": 1}
+        base = {"BM": bm, "BN": bn, "STAGES": wgmma_ring(bm, bn, K, batch), "CLUSTER": 1, "SPLITK": 1}
         out.append(base)
         split = wgmma_auto_split(cdiv(M, bm) * cdiv(N, bn) * batch, k_steps, sm_count)
         if split > 1:
