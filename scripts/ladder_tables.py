@@ -50,7 +50,7 @@ SOURCES = {
         "2026-11-26",
         "gemmlab bench --suite models --dtype bf16,fp16,fp32 --time-budget-s 30",
     ),
-    f"{H200}/shapes-2026-12-01-4.json": (
+    f"{H200}/shapes-2026-12-01-5.json": (
         "2026-12-01",
         "gemmlab bench --suite shapes --time-budget-s 150",
     ),
@@ -78,7 +78,7 @@ FP32_LADDER = f"{H200}/ladder-fp32-2026-11-29.json"  # the CUDA-core rungs' page
 TENSOR_LADDER = f"{H200}/ladder-bf16-2026-11-30.json"  # the tensor-core rungs' pages
 EC_RUN = f"{H100}/ec-run95f.json"
 MODELS_RUN = f"{H100}/models-run90e.json"
-SHAPES_RUN = f"{H200}/shapes-2026-12-01-4.json"  # other models' products, by kind
+SHAPES_RUN = f"{H200}/shapes-2026-12-01-5.json"  # other models' products, by kind
 # Whole training steps: bf16 in every mode (two runs, by model); fp32_tc's steps, each model from
 # the first of these runs that has it.
 TRAINING_BF16_RUNS = (f"{H200}/training-llm-2026-11-30-2.json", f"{H200}/training-2026-11-30-4.json")

@@ -84,9 +84,12 @@ def test_a_long_odd_k_is_staged_and_a_thin_one_is_not():
     thin = _plan(681, 2792, 35, "TN")  # C on the grid, K = 35: the copy costs more than it gains
     assert not thin.problem.stage and thin.spec.pre_pass(thin.problem) is None
     assert "staging would take" in thin.reason and "no faster than" in thin.reason, thin.reason
-    # C off the grid and a short K: C's stores through shared memory win (measured; a rule).
+    # C off the grid and a short K: the copies' kernel stores C through shared memory too (STAGE_C),
+    # so the copy pays on a large enough product (1.41x, measured), and not on a tiny one.
     odd_c = _plan(755, 4009, 95, "NN")
-    assert not odd_c.problem.stage and "C is off the 16-byte grid and K = 95 < 2048" in odd_c.reason
+    assert odd_c.problem.stage and odd_c.spec.template_args(odd_c.params, odd_c.problem)[-2:] == (True, True)
+    tiny = _plan(361, 57, 445, "NT")
+    assert not tiny.problem.stage and "no faster than" in tiny.reason, tiny.reason
 
 
 def test_a_batch_is_not_staged_and_says_why():
@@ -109,6 +112,24 @@ def test_an_odd_c_in_nt_takes_the_variant_that_stores_it_through_shared_memory()
     assert pipelined.kernel_vec({**p, "REG_TRANSPOSE": 1}, logits)
     assert pipelined.kernel_vec(p, dataclasses.replace(logits, N=50256, rows_aligned16="ABC"))
     assert pipelined.kernel_vec(p, dataclasses.replace(logits, op_a="T", M=1024, rows_aligned16="AB"))
+
+
+def test_the_16_byte_variant_stages_an_odd_c_only_where_asked():
+    """STAGE_C: the 16-byte variant with C off the grid (logits of 50257 words from aligned
+    operands; staged copies beside an odd C) stores C through shared memory where the tile has
+    room, so it is a template argument of its own; C on the grid, the 4-byte variant and the
+    128-thread 64 x 128 tile (no registers to spare) keep it off."""
+    logits = Problem(1024, 50257, 768, False, op_b="T", rows_aligned16="AB")
+    p = {**pipelined.SPEC.defaults(), "REG_TRANSPOSE": 1}
+    assert pipelined.stage_c(p, logits)
+    assert pipelined.SPEC.template_args(p, logits)[-2:] == (True, True)
+    assert not pipelined.stage_c(p, dataclasses.replace(logits, N=50256, rows_aligned16="ABC"))
+    assert not pipelined.stage_c({**p, "REG_TRANSPOSE": 0}, logits)  # 4-byte copies: VEC false
+    staged = Problem(681, 2795, 35, False, op_a="T", stage=True)
+    assert pipelined.stage_c(pipelined.TILE_128 | {"SPLITK": 1}, staged)
+    assert not pipelined.stage_c(pipelined.TILE_64 | {"SPLITK": 1}, dataclasses.replace(staged, aligned16=True))
+    narrow = {**p, "BM": 64, "BN": 128, "WM": 64, "WN": 32, "WNITER": 4, "TM": 4}
+    assert not pipelined.c_through_smem(narrow) and not pipelined.stage_c(narrow, staged)
 
 
 # -- end to end on the emulated GPU -----------------------------------------------------------------
@@ -203,9 +224,9 @@ def test_gpu_staged_products(monkeypatch, ops, M, N, K, offset):
 @pytest.mark.parametrize("b, M, N, K", [(1, 300, 1001, 256), (6, 197, 197, 64), (1, 77, 50257, 64)])
 def test_gpu_c_off_the_grid_with_a_and_b_on_it(b, M, N, K, reg):
     """x @ W.t() (NT) with A and B on the grid and C of odd width, a batch whose C matrices start
-    off the grid included: with REG_TRANSPOSE the 16-byte variant (C 4 bytes at a time from the
-    registers), without it the 4-byte one (C through shared memory; its loads are 4-byte copies
-    either way).  FP64 reference, NaN-poisoned out."""
+    off the grid included: with REG_TRANSPOSE the 16-byte variant compiled with STAGE_C, without
+    it the 4-byte one (its loads are 4-byte copies either way); both store C through shared
+    memory.  FP64 reference, NaN-poisoned out."""
     import torch
 
     torch.manual_seed(M + N)
@@ -216,7 +237,7 @@ def test_gpu_c_off_the_grid_with_a_and_b_on_it(b, M, N, K, reg):
     gemmlab.matmul(a, w, out=out, kernel="pipelined", **{**pipelined.TILE_64, "REG_TRANSPOSE": reg})
     torch.cuda.synchronize()
     p = gemmlab.last_plan()
-    assert p.spec.template_args(p.params, p.problem)[-1] is bool(reg), p.describe()
+    assert p.spec.template_args(p.params, p.problem)[-2:] == (bool(reg), bool(reg)), p.describe()
     ref = a.double() @ w.double()
     assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
 
@@ -256,9 +277,63 @@ def test_gpu_c_through_shared_memory(b, M, N, K, ops, tile, beta):
     gemmlab.matmul(a, w, out=out, beta=beta, kernel="pipelined", **tile)
     torch.cuda.synchronize()
     p = gemmlab.last_plan()
-    assert p.spec.template_args(p.params, p.problem)[-1] is False, p.describe()
+    assert p.spec.template_args(p.params, p.problem)[-2:] == (False, False), p.describe()
     ref = a.double() @ w.double() + beta * c0.double()
     assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5, p.describe()
+
+
+@pytest.mark.gpu
+@hopper_or_ampere
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+@pytest.mark.parametrize(
+    "M, N, K, ops, tile",
+    [
+        (681, 2795, 35, "TN", pipelined.TILE_128),
+        (1001, 517, 3001, "NN", {}),
+        (301, 257, 129, "NT", pipelined.TILE_64),
+        (133, 517, 77, "TT", pipelined.SKINNY_M),
+        (517, 133, 300, "NN", pipelined.SKINNY_N),
+        (64, 1001, 4000, "NN", {"SPLITK": 3}),
+    ],
+)
+def test_gpu_staged_operands_beside_an_odd_c(monkeypatch, M, N, K, ops, tile, beta):
+    """Operands off the grid copied onto it (a hook stages them in ``tile``) beside a C of odd
+    width: the 16-byte variant compiled with STAGE_C stores C through shared memory, a warp's
+    subtile at a time, in every tile it is chosen with, beta reading C back, split over K, tiles
+    hanging over every edge; out's neighbours in its rows untouched."""
+    import torch
+
+    def stage_in_tile(ask, nbytes):
+        if ask.dtype != "float32" or pipelined.reads_16_bytes(ask):
+            return None, ""
+        return {**pipelined.auto_choice(ask, staged=True)[0], **tile}, "staged by the test"
+
+    monkeypatch.setitem(
+        SPECS,
+        "pipelined",
+        dataclasses.replace(pipelined.SPEC, rules=dataclasses.replace(pipelined.SPEC.rules, stage=stage_in_tile)),
+    )
+    torch.manual_seed(M + N + K)
+
+    def op(rows, cols, how):  # rows of odd length: off the grid, so staged
+        x = torch.randn((rows, cols + 1) if how == "N" else (cols, rows + 1), device="cuda")
+        return x[:, :cols] if how == "N" else x[:, :rows].t()
+
+    a, w = op(M, K, ops[0]), op(K, N, ops[1])
+    buf = torch.full((M, N + 3), float("nan"), device="cuda")
+    out = buf[:, :N]
+    c0 = torch.randn(M, N, device="cuda")
+    if beta:
+        out.copy_(c0)
+    gemmlab.matmul(a, w, out=out, beta=beta)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "pipelined" and p.problem.stage, p.describe()
+    assert all(p.params[k] == v for k, v in tile.items()), p.describe()
+    assert p.spec.template_args(p.params, p.problem)[-2:] == (True, pipelined.c_through_smem(p.params, ops[1]))
+    ref = a.double() @ w.double() + beta * c0.double()
+    assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5, p.describe()
+    assert torch.isnan(buf[:, N:]).all(), "written outside out"
 
 
 def test_a_k_slice_view_is_staged_on_the_emulated_gpu(monkeypatch):
@@ -297,16 +372,17 @@ def test_gpu_k_slice_view_staged_by_auto(shape):
 
 
 def test_the_staging_choice_against_recorded_arms():
-    """An H200's timings of products with A or B off the grid, staging forced off and on
-    (benchmarks/results/nvidia-h200/ab-fp32-staging-arms-2026-11-30.json, benchmarks/NOTES.md):
-    where one way was faster by more than 10%, the choice takes it, but for two products
-    (3117 x 1747 x 297, staging 12% faster but refused by the odd-C rule; 183 x 2877 x 4775,
-    staged but 15% slower) -- what the rule and the model are known to miss."""
+    """An H200's timings of products with A or B off the grid, staging forced off and on, the
+    kernel on the copies storing an odd C through shared memory (STAGE_C)
+    (benchmarks/results/nvidia-h200/ab-fp32-staging-arms-2026-12-01.json, benchmarks/NOTES.md):
+    where one way was faster by more than 10%, the choice takes it, but for two products staged
+    and 10-15% slower (183 x 2877 x 4775, 6849 x 123 x 2767 TN: a thin side beside a long K) --
+    what the model is known to miss."""
     import json
     import math
     from pathlib import Path
 
-    record = Path(__file__).resolve().parents[1] / "benchmarks/results/nvidia-h200/ab-fp32-staging-arms-2026-11-30.json"
+    record = Path(__file__).resolve().parents[1] / "benchmarks/results/nvidia-h200/ab-fp32-staging-arms-2026-12-01.json"
     rec = json.loads(record.read_text())
     clear, wrong = 0, []
     for off, on in zip(rec["never"], rec["always"]):

@@ -6,7 +6,7 @@ import pytest
 
 import gemmlab
 from gemmlab.kernels import registry
-from gemmlab.kernels.simt.pipelined import SPLITK_VALUES
+from gemmlab.kernels.simt.pipelined import SPLITK_VALUES, c_through_smem
 from gemmlab.kernels.spec import LAYOUTS, Problem
 
 LADDER = [
@@ -576,10 +576,16 @@ def test_all_name_expressions(spec):
     # pipelined's REG_TRANSPOSE is a template argument only where it changes the code: in
     # the aligned variant of a layout with rows along K (op(A) row-major or op(B)
     # column-major); elsewhere both values share one instantiation.
+    # Its variant of aligned copies beside an odd C is an instantiation of its own (STAGE_C) only
+    # for the tiles that store such a C through shared memory; elsewhere the aligned variant's.
     both_ways = {la: 0 for la in LAYOUTS}
+    stage_c = {la: 0 for la in LAYOUTS}
     if spec.name == "pipelined":
-        compiled = {tuple(v for k, v in c.items() if k not in (spec.split_k_param, "REG_TRANSPOSE")) for c in configs}
+        tiles = {tuple(v for k, v in c.items() if k not in (spec.split_k_param, "REG_TRANSPOSE")): c for c in configs}
+        compiled = set(tiles)
         both_ways.update({la: 1 for la in LAYOUTS if la != ("T", "N")})
+        stage_c = {la: sum(c_through_smem(c, la[1]) for c in tiles.values()) * (1 + both_ways[la]) for la in LAYOUTS}
+        read = {la: n - 1 for la, n in read.items()}  # the STAGE_C variant, counted in stage_c
     # gemv's LANES is a template argument only where op(B) is row-major (its row path).
     per_layout = {la: len(compiled) for la in LAYOUTS}
     if spec.name == "gemv":
@@ -595,12 +601,17 @@ def test_all_name_expressions(spec):
         )
         for la in LAYOUTS
     }
-    assert len(names) == sum(per_layout[la] * (read.get(la, 0) + both_ways[la]) - dropped[la] for la in LAYOUTS)
+    assert len(names) == sum(
+        per_layout[la] * (read.get(la, 0) + both_ways[la]) + stage_c[la] - dropped[la] for la in LAYOUTS
+    )
     assert all(n.startswith(spec.template + "<") and n.endswith(">") for n in names)
     for op_a, op_b in LAYOUTS:  # the layouts are the last two template arguments
-        expected = per_layout[op_a, op_b] * (read.get((op_a, op_b), 0) + both_ways[op_a, op_b]) - dropped[op_a, op_b]
+        la = (op_a, op_b)
+        expected = per_layout[la] * (read.get(la, 0) + both_ways[la]) + stage_c[la] - dropped[la]
         assert sum(n.endswith(f", '{op_a}', '{op_b}'>") for n in names) == expected
-    assert len(nn_names) == len(compiled) * (len(spec.variants) + both_ways["N", "N"]) - dropped["N", "N"]
+    assert (
+        len(nn_names) == len(compiled) * (read["N", "N"] + both_ways["N", "N"]) + stage_c["N", "N"] - dropped["N", "N"]
+    )
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
@@ -611,8 +622,8 @@ def test_layouts_are_the_last_template_arguments(spec):
         name = spec.name_expression(d, spec.variants[0].with_layout(op_a, op_b))
         expected = base
         if spec.name == "pipelined" and (op_a, op_b) == ("T", "N"):  # no rows along K: REG_TRANSPOSE is moot
-            assert d["REG_TRANSPOSE"] == 1 and base.endswith(", 1, true, 'N', 'N'>")
-            expected = base.replace(", 1, true, 'N', 'N'>", ", 0, true, 'N', 'N'>")
+            assert d["REG_TRANSPOSE"] == 1 and base.endswith(", 1, true, false, 'N', 'N'>")
+            expected = base.replace(", 1, true, false, 'N', 'N'>", ", 0, true, false, 'N', 'N'>")
         assert name == expected[: -len("'N', 'N'>")] + ("'N', 'N'>" if spec.packed else f"'{op_a}', '{op_b}'>")
     with pytest.raises(ValueError, match=r"operand layouts are 'N' or 'T', not 'C', 'N'"):
         spec.name_expression(d, spec.variants[0].with_layout("C", "N"))

@@ -10,8 +10,10 @@ namespace gemmlab {
 
 // VEC: A and B are read 16 bytes at a time -- their rows on the 16-byte grid in whole groups
 // of 4 floats, or aligned copies of them (the staging pre-pass, kernels/simt/pipelined.py).
+// STAGE_C: the 16-byte variant's C off the grid goes through shared memory (below); the host
+// asks for it only where C is off the grid, so that the other calls keep its registers.
 template <int BM, int BN, int BK, int WM, int WN, int WNITER, int TM, int STAGES, int REG_TRANSPOSE, bool VEC,
-          char OPA, char OPB>
+          bool STAGE_C, char OPA, char OPB>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, 1)  // 1: see blocktile_2d
 pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
           const float* __restrict__ B, int ldb, float beta, float* __restrict__ C, int ldc,
@@ -111,11 +113,11 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     __pipeline_wait_prior(0);
     // C in 16-byte stores where its rows allow, whatever VEC says of A and B: operands read
     // in place or from aligned copies can feed a C of odd width (a vocabulary's logits).
-    // Otherwise, in the variant that reads A and B 4 bytes at a time, through shared memory a
-    // warp's subtile at a time, where the warps' regions fit in the ring and the tile has
-    // registers to spare; else 4 bytes at a time from the registers.  (The 16-byte variant
-    // keeps the latter: the shared-memory way cost its main loop registers and speed,
-    // benchmarks/NOTES.md.)
+    // Otherwise through shared memory a warp's subtile at a time, where the warps' regions fit
+    // in the ring and the tile has registers to spare: always in the variant that reads A and
+    // B 4 bytes at a time, and in the 16-byte one compiled with STAGE_C (compiled into every
+    // 16-byte instantiation, the shared-memory way cost the main loop registers and speed:
+    // benchmarks/NOTES.md); else 4 bytes at a time from the registers.
     if (N % 4 == 0 && ldc % 4 == 0 && reinterpret_cast<unsigned long long>(C) % 16 == 0) {
         store_warp_subtiles<WMITER, WNITER, WSUBM, WSUBN, TM, TN, true>(
             C, ldc, tile.row + warp_row + lane_row, tile.col + warp_col + lane_col, M, N, acc, alpha, beta);
@@ -125,7 +127,7 @@ pipelined(int M, int N, int K, float alpha, const float* __restrict__ A, int lda
     // No registers to spare: the 128-thread tiles of 64 x 128 elements, whose 4-byte variant is
     // at 255 already (the staging spills there).  pipelined.py's c_through_smem mirrors this.
     constexpr bool ROOM = !(THREADS == 128 && BM * BN == 64 * 128);
-    if constexpr (!VEC && ROOM && (THREADS / 32) * REGION <= STAGES * BK * (ASLD + BSLD)) {
+    if constexpr ((!VEC || STAGE_C) && ROOM && (THREADS / 32) * REGION <= STAGES * BK * (ASLD + BSLD)) {
         __syncthreads();   // every warp done with the ring
         store_warp_subtiles_staged<WMITER, WNITER, WSUBM, WSUBN, TM, TN>(
             C, ldc, tile.row + warp_row, tile.col + warp_col, M, N, acc, alpha, beta, smem + warp * REGION, lane_row,

@@ -85,6 +85,13 @@ def kernel_vec(p, prob: Problem | Ask) -> bool:
     return c_on_grid(prob) or not (nt_by_copies and c_through_smem(p, prob.op_b))
 
 
+def stage_c(p, prob: Problem | Ask) -> bool:
+    """The kernel's STAGE_C: the 16-byte variant (kernel_vec) with C off the grid stores C
+    through shared memory where the tile has room for it (c_through_smem), as the 4-byte
+    variant does; compiled only into the instantiations that need it."""
+    return kernel_vec(p, prob) and not c_on_grid(prob) and c_through_smem(p, prob.op_b)
+
+
 def _reg_transpose(p, prob: Problem) -> int:
     """REG_TRANSPOSE where it changes the code (an aligned operand whose rows run
     along K), else 0: one instantiation, not two of the same code."""
@@ -175,9 +182,9 @@ SIZED_TILES = ({}, TILE_128, SKINNY_N, SKINNY_M, TILE_64)
 
 
 def _estimate(ask: Ask, p: dict, staged: bool = False):
-    # The loads as the operands allow; C as the variant that runs stores it (the 4-byte one
-    # through shared memory where the tile has room).
-    smem_c = not (staged or kernel_vec(p, ask)) and c_through_smem(p, ask.op_b)
+    # The loads as the operands allow; a C off the grid through shared memory where the tile has
+    # room, in either variant (the 16-byte one compiled with STAGE_C).
+    smem_c = c_through_smem(p, ask.op_b)
     return estimate(
         ask.M,
         ask.N,
@@ -237,11 +244,6 @@ def auto_choice(
 # pack32's share of the DRAM bandwidth (its loads are 4 bytes, its stores 16), as wgmma's
 # pack16 is given.
 PACK32_EFFICIENCY = 0.6
-# With C off the 16-byte grid the kernel on the copies stores C 4 bytes at a time from the
-# registers, the one on the operands as they are through shared memory; on an H200 the copies
-# paid for that only from about this K on (benchmarks/NOTES.md, "Rung 8 on operands off the
-# 16-byte grid"; tests/test_pipelined_staging.py holds the choice to those timings).
-STAGING_ODD_C_MIN_K = 2048
 
 
 def staging_choice(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
@@ -257,11 +259,6 @@ def staging_choice(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
     # The operands off the grid by rung 8's rule (a width off it too, which TMA's rules behind
     # ``stage_bytes`` allow), copied whole.
     stage_bytes = sum(4 * ask.K * (ask.M if o == "A" else ask.N) for o in off_grid(ask))
-    if not c_on_grid(ask) and ask.K < STAGING_ODD_C_MIN_K:
-        return None, (
-            f"no staging: C is off the 16-byte grid and K = {ask.K} < {STAGING_ODD_C_MIN_K}, where C's stores "
-            "through shared memory (the operands read as they are) cost less than the copies gain"
-        )
     here, _ = auto_choice(ask)
     as_they_are = _estimate(ask, SPEC.resolve(here))
     params, _ = auto_choice(ask, staged=True)
@@ -333,13 +330,15 @@ SPEC = KernelSpec(
         p["STAGES"],
         _reg_transpose(p, prob),
         kernel_vec(p, prob),
+        stage_c(p, prob),
     ),
     geometry=lambda p, prob: Launch(
         grid=(tiles(prob, p["BM"], p["BN"]), p["SPLITK"], 1),
         block=(warptile_threads(p), 1, 1),
         smem_bytes=pipelined_smem(p, prob),
     ),
-    variants=ALIGNED_VARIANTS,
+    # ALIGNED_VARIANTS, and operands copied to the grid beside a C off it (STAGE_C).
+    variants=ALIGNED_VARIANTS + (Problem(4, 1, 4, False, stage=True),),
     split_k_param="SPLITK",
     rules=Rules(offer=_auto_hook, weigh=auto_choice, stage=staging_choice),
     staging=PREPASS,

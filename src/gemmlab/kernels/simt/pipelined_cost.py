@@ -67,8 +67,8 @@ LAYOUT_SHARE = {(128, 256): {"NT": 0.935, "TT": 0.96}, (128, 128): {"NT": 0.96, 
 UNALIGNED, UNALIGNED_TRANSPOSED = 0.48, 0.95
 UNALIGNED_ITEM_S = 9.8e-6 / (128 * 256)  # its epilogue, per element of a work item's tile
 UNALIGNED_WRITE = 0.20  # its C stores, as a share of DRAM bandwidth
-# The same for a C off the grid stored through shared memory (the variant that reads A and B
-# 4 bytes at a time): set by hand from an H200's A/B of staging (benchmarks/NOTES.md,
+# The same for a C off the grid stored through shared memory (either variant, where the tile
+# has room: 08_pipelined.cu's STAGE_C): set by hand from an H200's A/B of staging (benchmarks/NOTES.md,
 # 2026-11-30), not fitted.
 SMEM_C_ITEM_S, SMEM_C_WRITE = UNALIGNED_ITEM_S / 4, 0.6
 LONE_BLOCK = 1.2  # a 4-warp block alone on an SM takes this many items' time
@@ -85,7 +85,7 @@ class Shape:
     b_transposed: bool = False
     c_aligned: bool = True
     a_transposed: bool = False  # A column-major (TN, TT)
-    c_through_smem: bool = False  # a C off the grid stored through shared memory (the 4-byte-copy variant)
+    c_through_smem: bool = False  # a C off the grid stored through shared memory (pipelined.c_through_smem)
 
 
 def estimate(
