@@ -245,6 +245,39 @@ def test_mma_pipelined_reads_16bit_operands_in_every_layout(ops, dtype, out_dtyp
     assert torch.isnan(obuf[: M * (N + 8)].view(M, N + 8)[:, N:]).all(), "the padding of out's rows was written"
 
 
+@pytest.mark.parametrize(
+    "params", [c for c in MMA.configurations() if c["WM"] == 32], ids=lambda p: f"bk{p['BK']}-s{p['STAGES']}"
+)
+@pytest.mark.parametrize("dtype, out_dtype", PAIRS[:4])
+@pytest.mark.parametrize(
+    "shape",
+    [(97, 131, 1001), (65, 67, 97), (70, 90, 65), (33, 40, 40), (129, 257, 2049)],
+    ids=lambda s: "x".join(map(str, s)),
+)
+@pytest.mark.parametrize("ops", ["NN", "TT"])
+def test_mma_pipelined_deferred_copies_over_k(params, dtype, out_dtype, shape, ops):
+    """16-bit operands off the grid on the 64 x 64 tiles: each K-step's loads land in their stage
+    one K-step after they are issued (DEFER in 03_mma_pipelined.cu).  K of many K-steps, of as
+    many as the prologue fills or fewer, and ending inside a K-step; both layouts' copies."""
+    M, N, K = shape
+    rng = np.random.default_rng(sum(shape) + params["BK"] + params["STAGES"] + len(dtype) + ord(ops[0]))
+    ta, tb = ops[0] == "T", ops[1] == "T"
+    a_st, a64, _ = _operand(K if ta else M, M if ta else K, dtype, rng, offset=1)
+    b_st, b64, _ = _operand(N if tb else K, K if tb else N, dtype, rng, offset=1)
+    a, b = (a_st.t() if ta else a_st), (b_st.t() if tb else b_st)
+    a64, b64 = (a64.t() if ta else a64), (b64.t() if tb else b64)
+    out, c64, obuf = _operand(M, N, out_dtype, rng, ld=N + 8)
+    gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel="mma_pipelined", **params)
+    torch.cuda.synchronize()
+    p = gemmlab.last_plan()
+    assert p.spec.name == "mma_pipelined" and not p.problem.aligned16 and p.params == params, p.describe()
+    ref = 0.5 * (a64 @ b64) + 2.0 * c64
+    assert not torch.isnan(out).any(), "elements unwritten or NaN"
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert err <= BOUND[out_dtype], f"relative error {err:.2e}"
+    assert torch.isnan(obuf[: M * (N + 8)].view(M, N + 8)[:, N:]).all(), "the padding of out's rows was written"
+
+
 @pytest.mark.parametrize("dtype, out_dtype", PAIRS)
 @pytest.mark.parametrize("shape", [(100, 70, 90), (300, 250, 37)], ids=lambda s: "x".join(map(str, s)))
 def test_mma_pipelined_padded_rows_clip_ragged_chunks(dtype, out_dtype, shape):

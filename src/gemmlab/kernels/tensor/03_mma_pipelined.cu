@@ -62,12 +62,23 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
     using BCopy = TileCopy<B_T ? BN : KT, B_T ? KT : BN, THREADS, BLayout, VEC, S>;
     ACopy a_copy = A_T ? ACopy(A, lda, 0, tile.row, K, M, tid) : ACopy(A, lda, tile.row, 0, M, K, tid);
     BCopy b_copy = B_T ? BCopy(B, ldb, tile.col, 0, N, K, tid) : BCopy(B, ldb, 0, tile.col, K, N, tid);
-    auto issue = [&](unsigned stage) {
-        a_copy.issue(a_smem + stage * A_BYTES);
-        b_copy.issue(b_smem + stage * B_BYTES);
+    auto next = [&]() {
         if constexpr (A_T) a_copy.next_rows(KT, lda); else a_copy.next_cols(KT);
         if constexpr (B_T) b_copy.next_cols(KT); else b_copy.next_rows(KT, ldb);
     };
+    auto issue = [&](unsigned stage) {
+        a_copy.issue(a_smem + stage * A_BYTES);
+        b_copy.issue(b_smem + stage * B_BYTES);
+        next();
+    };
+    // 16-bit operands off the 16-byte grid come by ordinary loads, which a thread waits for
+    // before it can store them: in the main loop each K-step's loads are issued one K-step
+    // before their stores (TileCopy::load, land), so that a K-step of MMAs covers their latency.
+    // The stage stored then is read only after the next barrier from three stages on.  Tiles
+    // whose warps hold 128 accumulators a thread have no registers for the loads in flight.
+    constexpr bool DEFER = !VEC && E == 2 && STAGES >= 3 && FM * FN * 4 <= 64;
+    bool held = false;           // DEFER: loads of a K-step wait in registers
+    unsigned held_stage = 0;     // for this stage
 
     // Where this lane reads its fragments, relative to a stage: the swizzle
     // repeats every 8 rows, so the m16 tiles of A (16 rows apart) and the
@@ -185,7 +196,21 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
                 load_b((ks + 1) % 2, read_stage, (ks + 1) % KSTEPS);
             }
             if (ks == 0) {   // refill the stage step kt-1 used
-                if (kt + STAGES - 1 < k_tiles) issue(write_stage);   // K-step kt + STAGES - 1
+                if constexpr (DEFER) {
+                    if (held) {   // K-step kt + STAGES - 2, loaded one K-step ago
+                        a_copy.land(a_smem + held_stage * A_BYTES);
+                        b_copy.land(b_smem + held_stage * B_BYTES);
+                    }
+                    held = kt + STAGES - 1 < k_tiles;
+                    if (held) {   // K-step kt + STAGES - 1, stored at the next K-step
+                        a_copy.load();
+                        b_copy.load();
+                        next();
+                        held_stage = write_stage;
+                    }
+                } else if (kt + STAGES - 1 < k_tiles) {
+                    issue(write_stage);   // K-step kt + STAGES - 1
+                }
                 __pipeline_commit();
                 write_stage = write_stage + 1 == STAGES ? 0 : write_stage + 1;
             }

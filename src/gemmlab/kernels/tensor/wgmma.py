@@ -361,12 +361,13 @@ def _auto_hook(ask: Ask) -> Offer:
 # The staging copy (pack16) moves 2-byte elements from rows off the 16-byte grid: the model
 # gives it this share of the DRAM bandwidth.
 PACK16_EFFICIENCY = 0.6
-# Fitted to the timings of the odd-aligned and odd-batch products of the shapes suite on an H200
-# (scripts/ab_staging.py --fit; benchmarks/NOTES.md, 2026-11-29): mma_pipelined on operands off
-# the 16-byte grid runs this many times slower than the model's aligned estimate (its copies
-# narrow to 2-4 bytes).  A staged call's host work beyond its two launches fitted to 0 once its
-# launches were kept per set of addresses (KernelSpec.staging).
-UNALIGNED_FALLBACK_SLOWDOWN = 8.0
+# mma_pipelined on operands off the 16-byte grid runs this many times slower than the model's
+# aligned estimate (its copies narrow to 2-4 bytes).  Refitted when its 16-bit loads came to be
+# issued a K-step ahead: the value of 2 to 8 that chose best between staging and the fallback
+# on 94 odd-aligned bf16 products of the shapes suite, both timed on an H200 (4 and 5 tied;
+# benchmarks/NOTES.md, "mma_pipelined's 16-bit loads a K-step ahead").  A staged call's host
+# work beyond its two launches fitted to 0 once its launches were kept per set of addresses.
+UNALIGNED_FALLBACK_SLOWDOWN = 5.0
 
 
 def wgmma_staging_choice(

@@ -49,7 +49,9 @@ __device__ __forceinline__ void st_shared_v4(unsigned smem, const unsigned (&w)[
 //   matrix (src-size); needs 16-byte aligned rows (the host checks).
 //   Else one 4-byte cp.async per float, or for 16-bit types ordinary loads,
 //   packed and stored 16 bytes at a time (cp.async moves 4 bytes at least,
-//   and an odd leading dimension leaves 16-bit rows only 2-byte aligned).
+//   and an odd leading dimension leaves 16-bit rows only 2-byte aligned):
+//   load() into registers, land() into a stage, which the kernel may call a
+//   K-step apart so that the loads' latency passes under the MMAs.
 template <int ROWS, int COLS, int THREADS, class Layout, bool WIDE, class S>
 struct TileCopy {
     static constexpr int CH = 16 / int(sizeof(S));   // elements per chunk
@@ -111,6 +113,28 @@ struct TileCopy {
                 st_shared_v4(tile + dst + s * STEP_ROWS * Layout::ROW_BYTES, w);
             }
         }
+    }
+
+    // 16-bit elements at any alignment, the copy split in two (mma_pipelined's small tiles): every
+    // chunk of this thread loaded before the first is used (their latencies overlap), packed in
+    // registers until land() stores them.
+    unsigned held[STEPS][CH / 2];
+    __device__ __forceinline__ void load() {
+        const int n_cols = max(0, min(cols_left, CH));
+        const S* q = p;
+#pragma unroll
+        for (int s = 0; s < STEPS; ++s, q += row_step) {
+            const int n = s * STEP_ROWS < rows_left ? n_cols : 0;
+            unsigned short v[CH];
+#pragma unroll
+            for (int e = 0; e < CH; ++e) v[e] = e < n ? reinterpret_cast<const unsigned short*>(q)[e] : 0;
+#pragma unroll
+            for (int e = 0; e < CH / 2; ++e) held[s][e] = unsigned(v[2 * e]) | (unsigned(v[2 * e + 1]) << 16);
+        }
+    }
+    __device__ __forceinline__ void land(unsigned tile) const {
+#pragma unroll
+        for (int s = 0; s < STEPS; ++s) st_shared_v4(tile + dst + s * STEP_ROWS * Layout::ROW_BYTES, held[s]);
     }
 
     // Move to the next tile to the right (n columns) or below (n rows).
