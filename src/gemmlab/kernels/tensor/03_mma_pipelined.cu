@@ -77,8 +77,8 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
     // The stage stored then is read only after the next barrier from three stages on.  Tiles
     // whose warps hold 128 accumulators a thread have no registers for the loads in flight.
     constexpr bool DEFER = !VEC && E == 2 && STAGES >= 3 && FM * FN * 4 <= 64;
-    bool held = false;           // DEFER: loads of a K-step wait in registers
-    unsigned held_stage = 0;     // for this stage
+    bool pending = false;         // DEFER: a K-step's loads wait in registers (TileCopy::held)
+    unsigned pending_stage = 0;   // for this stage
 
     // Where this lane reads its fragments, relative to a stage: the swizzle
     // repeats every 8 rows, so the m16 tiles of A (16 rows apart) and the
@@ -197,16 +197,16 @@ mma_pipelined(int M, int N, int K, float alpha, const typename wmma_types::Stora
             }
             if (ks == 0) {   // refill the stage step kt-1 used
                 if constexpr (DEFER) {
-                    if (held) {   // K-step kt + STAGES - 2, loaded one K-step ago
-                        a_copy.land(a_smem + held_stage * A_BYTES);
-                        b_copy.land(b_smem + held_stage * B_BYTES);
+                    if (pending) {   // K-step kt + STAGES - 2, loaded one K-step ago
+                        a_copy.land(a_smem + pending_stage * A_BYTES);
+                        b_copy.land(b_smem + pending_stage * B_BYTES);
                     }
-                    held = kt + STAGES - 1 < k_tiles;
-                    if (held) {   // K-step kt + STAGES - 1, stored at the next K-step
+                    pending = kt + STAGES - 1 < k_tiles;
+                    if (pending) {   // K-step kt + STAGES - 1, stored at the next K-step
                         a_copy.load();
                         b_copy.load();
                         next();
-                        held_stage = write_stage;
+                        pending_stage = write_stage;
                     }
                 } else if (kt + STAGES - 1 < k_tiles) {
                     issue(write_stage);   // K-step kt + STAGES - 1
