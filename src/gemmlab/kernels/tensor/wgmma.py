@@ -123,8 +123,9 @@ def _unusable(prob: Problem) -> str | None:
 
 
 # The ring of K-steps each tile takes: 4, except where a deeper ring that fits was measured
-# faster.  On few-tile products one block has each SM, and its ring is all it keeps in flight:
-# 64 x 128 at 8 K-steps ran 1.11x, 128 x 128 at 5 1.03x the speed of 4 (benchmarks/NOTES.md).
+# faster.  On few-tile products one block has each SM, and its ring is all it keeps in flight,
+# so 64 x 128 takes 8 K-steps and 128 x 128 the 5 that fit (benchmarks/NOTES.md, "wgmma's
+# rings on few-tile products").
 WGMMA_RINGS = {(64, 128): 8, (128, 128): 5}
 WGMMA_RING = 4  # every other tile, and a K that 4 K-steps hold
 
@@ -132,7 +133,7 @@ WGMMA_RING = 4  # every other tile, and a K that 4 K-steps hold
 def wgmma_ring(bm: int, bn: int, K: int | None = None, batch: int = 1, dtype: str = "bfloat16") -> int:
     """STAGES of the BM x BN tile as the rules and the cost model take it: WGMMA_RINGS for
     16-bit inputs (what was measured) whose K has more K-steps than WGMMA_RING, except
-    128 x 128 on batches (attention's P @ V measured 4% slower at 5); else WGMMA_RING."""
+    128 x 128 on batches (attention's P @ V measured slower at 5); else WGMMA_RING."""
     deep = dtype != "tf32" and K is not None and cdiv(K, SWIZZLE_BYTES // 2) > WGMMA_RING
     if not deep or (bm, bn) == (128, 128) and batch > 1:
         return WGMMA_RING
@@ -363,10 +364,10 @@ def _auto_hook(ask: Ask) -> Offer:
 PACK16_EFFICIENCY = 0.6
 # mma_pipelined on operands off the 16-byte grid runs this many times slower than the model's
 # aligned estimate (its copies narrow to 2-4 bytes).  Refitted when its 16-bit loads came to be
-# issued a K-step ahead: the value of 2 to 8 that chose best between staging and the fallback
-# on 94 odd-aligned bf16 products of the shapes suite, both timed on an H200 (4 and 5 tied;
-# benchmarks/NOTES.md, "mma_pipelined's 16-bit loads a K-step ahead").  A staged call's host
-# work beyond its two launches fitted to 0 once its launches were kept per set of addresses.
+# issued a K-step ahead: the value that chose best between staging and the fallback on the
+# shapes suite's odd-aligned bf16 products, both ways timed on an H200 (benchmarks/NOTES.md,
+# "mma_pipelined's 16-bit loads a K-step ahead").  A staged call's host work beyond its two
+# launches fitted to 0 once its launches were kept per set of addresses.
 UNALIGNED_FALLBACK_SLOWDOWN = 5.0
 
 
