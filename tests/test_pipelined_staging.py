@@ -103,28 +103,33 @@ def test_operands_on_the_grid_ask_nothing_of_staging():
 
 
 def test_an_odd_c_in_nt_takes_the_variant_that_stores_it_through_shared_memory():
-    """NT without REG_TRANSPOSE copies both operands 4 bytes at a time whatever VEC says, so a
-    C off the grid takes VEC = false, whose epilogue goes through shared memory; with
-    REG_TRANSPOSE, or C on the grid, or another layout, VEC follows the operands."""
+    """NT with A and B on the grid and C off it, with or without REG_TRANSPOSE: VEC follows the
+    operands, and STAGE_C stores C through shared memory (without REG_TRANSPOSE both operands
+    are transposed by 4-byte copies whatever VEC says: the same machine code the 4-byte variant
+    has, where it once ran for this reason); C on the grid, or another layout, keeps VEC and
+    no STAGE_C."""
     logits = Problem(1024, 50257, 768, False, op_b="T", rows_aligned16="AB")
     p = {**pipelined.SPEC.defaults(), "REG_TRANSPOSE": 0}
-    assert pipelined.reads_16_bytes(logits) and not pipelined.kernel_vec(p, logits)
-    assert pipelined.kernel_vec({**p, "REG_TRANSPOSE": 1}, logits)
-    assert pipelined.kernel_vec(p, dataclasses.replace(logits, N=50256, rows_aligned16="ABC"))
-    assert pipelined.kernel_vec(p, dataclasses.replace(logits, op_a="T", M=1024, rows_aligned16="AB"))
+    args = lambda p, prob: pipelined.SPEC.template_args(p, prob)[-2:]  # noqa: E731  (VEC, STAGE_C)
+    assert pipelined.reads_16_bytes(logits) and args(p, logits) == (True, True)
+    assert args({**pipelined.TILE_64, "SPLITK": 1, "REG_TRANSPOSE": 0}, logits) == (True, True)
+    assert args({**p, "REG_TRANSPOSE": 1}, logits)[0] is True
+    assert args(p, dataclasses.replace(logits, N=50256, rows_aligned16="ABC")) == (True, False)
+    assert args(p, dataclasses.replace(logits, op_a="T", M=1024, rows_aligned16="AB"))[0] is True
 
 
 def test_the_16_byte_variant_stages_an_odd_c_only_where_asked():
     """STAGE_C: the 16-byte variant with C off the grid (logits of 50257 words from aligned
     operands; staged copies beside an odd C) stores C through shared memory where the tile has
-    room, so it is a template argument of its own; C on the grid, the 4-byte variant and the
-    128-thread 64 x 128 tile (no registers to spare) keep it off."""
+    room, so it is a template argument of its own; C on the grid, the 4-byte variant (which has
+    the path anyway) and the 128-thread 64 x 128 tile (no registers to spare) keep it off."""
     logits = Problem(1024, 50257, 768, False, op_b="T", rows_aligned16="AB")
     p = {**pipelined.SPEC.defaults(), "REG_TRANSPOSE": 1}
     assert pipelined.stage_c(p, logits)
     assert pipelined.SPEC.template_args(p, logits)[-2:] == (True, True)
     assert not pipelined.stage_c(p, dataclasses.replace(logits, N=50256, rows_aligned16="ABC"))
-    assert not pipelined.stage_c({**p, "REG_TRANSPOSE": 0}, logits)  # 4-byte copies: VEC false
+    assert pipelined.stage_c({**p, "REG_TRANSPOSE": 0}, logits)  # 4-byte copies of both, VEC all the same
+    assert not pipelined.stage_c(p, dataclasses.replace(logits, rows_aligned16=""))  # the 4-byte variant
     staged = Problem(681, 2795, 35, False, op_a="T", stage=True)
     assert pipelined.stage_c(pipelined.TILE_128 | {"SPLITK": 1}, staged)
     assert not pipelined.stage_c(pipelined.TILE_64 | {"SPLITK": 1}, dataclasses.replace(staged, aligned16=True))
@@ -224,9 +229,9 @@ def test_gpu_staged_products(monkeypatch, ops, M, N, K, offset):
 @pytest.mark.parametrize("b, M, N, K", [(1, 300, 1001, 256), (6, 197, 197, 64), (1, 77, 50257, 64)])
 def test_gpu_c_off_the_grid_with_a_and_b_on_it(b, M, N, K, reg):
     """x @ W.t() (NT) with A and B on the grid and C of odd width, a batch whose C matrices start
-    off the grid included: with REG_TRANSPOSE the 16-byte variant compiled with STAGE_C, without
-    it the 4-byte one (its loads are 4-byte copies either way); both store C through shared
-    memory.  FP64 reference, NaN-poisoned out."""
+    off the grid included: the 16-byte variant compiled with STAGE_C, with or without
+    REG_TRANSPOSE (without it both operands are 4-byte copies whatever VEC says), stores C
+    through shared memory.  FP64 reference, NaN-poisoned out."""
     import torch
 
     torch.manual_seed(M + N)
@@ -237,7 +242,7 @@ def test_gpu_c_off_the_grid_with_a_and_b_on_it(b, M, N, K, reg):
     gemmlab.matmul(a, w, out=out, kernel="pipelined", **{**pipelined.TILE_64, "REG_TRANSPOSE": reg})
     torch.cuda.synchronize()
     p = gemmlab.last_plan()
-    assert p.spec.template_args(p.params, p.problem)[-2:] == (bool(reg), bool(reg)), p.describe()
+    assert p.spec.template_args(p.params, p.problem)[-2:] == (True, True), p.describe()
     ref = a.double() @ w.double()
     assert ((out.double() - ref).abs().max() / ref.abs().max()).item() < 1e-5
 

@@ -60,10 +60,9 @@ def c_on_grid(x: Problem | Ask) -> bool:
 
 
 def c_through_smem(p, op_b: str = "N") -> bool:
-    """Whether the 4-byte variant of tile ``p`` stores a C off the grid through shared memory
-    (08_pipelined.cu: where the warps' subtiles fit in the ring, and not for the 128-thread
-    tiles of 64 x 128 elements, already at 255 registers), else 4 bytes at a time from the
-    registers."""
+    """Whether tile ``p`` stores a C off the grid through shared memory (08_pipelined.cu: where
+    the warps' subtiles fit in the ring, and not for the 128-thread tiles of 64 x 128 elements,
+    already at 255 registers), else 4 bytes at a time from the registers."""
     threads = warptile_threads(p)
     wmiter = p["WM"] * p["WN"] // (32 * p["TM"] * 4 * p["WNITER"])
     region = (p["WM"] // wmiter) * (p["WN"] // p["WNITER"] + 1)
@@ -72,31 +71,18 @@ def c_through_smem(p, op_b: str = "N") -> bool:
     return room and threads // 32 * region <= ring
 
 
-def kernel_vec(p, prob: Problem | Ask) -> bool:
-    """The kernel's VEC for tile parameters ``p``: reads_16_bytes, except for a C off the grid in
-    NT without REG_TRANSPOSE, where both operands are transposed by 4-byte copies whatever VEC
-    says, and the variant without it stores such a C through shared memory
-    (08_pipelined.cu) rather than 4 bytes at a time from the registers."""
-    if not reads_16_bytes(prob):
-        return False
-    nt_by_copies = (
-        prob.op_a == "N" and prob.op_b == "T" and not p["REG_TRANSPOSE"] and not getattr(prob, "stage", False)
-    )
-    return c_on_grid(prob) or not (nt_by_copies and c_through_smem(p, prob.op_b))
-
-
 def stage_c(p, prob: Problem | Ask) -> bool:
-    """The kernel's STAGE_C: the 16-byte variant (kernel_vec) with C off the grid stores C
+    """The kernel's STAGE_C: the 16-byte variant (reads_16_bytes) with C off the grid stores C
     through shared memory where the tile has room for it (c_through_smem), as the 4-byte
     variant does; compiled only into the instantiations that need it."""
-    return kernel_vec(p, prob) and not c_on_grid(prob) and c_through_smem(p, prob.op_b)
+    return reads_16_bytes(prob) and not c_on_grid(prob) and c_through_smem(p, prob.op_b)
 
 
 def _reg_transpose(p, prob: Problem) -> int:
     """REG_TRANSPOSE where it changes the code (an aligned operand whose rows run
     along K), else 0: one instantiation, not two of the same code."""
     along_k = prob.op_a == "N" or prob.op_b == "T"
-    return p["REG_TRANSPOSE"] if kernel_vec(p, prob) and along_k else 0
+    return p["REG_TRANSPOSE"] if reads_16_bytes(prob) and along_k else 0
 
 
 def _params(d: dict) -> tuple[TileParam, ...]:
@@ -329,7 +315,7 @@ SPEC = KernelSpec(
         p["TM"],
         p["STAGES"],
         _reg_transpose(p, prob),
-        kernel_vec(p, prob),
+        reads_16_bytes(prob),
         stage_c(p, prob),
     ),
     geometry=lambda p, prob: Launch(
