@@ -103,16 +103,21 @@ struct TileCopy {
             // time, as above.
 #pragma unroll 1
             for (int s = 0; s < STEPS; ++s, q += row_step) {
-                const int n = s * STEP_ROWS < rows_left ? n_cols : 0;
-                unsigned short v[CH];
-#pragma unroll
-                for (int e = 0; e < CH; ++e) v[e] = e < n ? reinterpret_cast<const unsigned short*>(q)[e] : 0;
                 unsigned w[CH / 2];
-#pragma unroll
-                for (int e = 0; e < CH / 2; ++e) w[e] = unsigned(v[2 * e]) | (unsigned(v[2 * e + 1]) << 16);
+                read_chunk(q, s * STEP_ROWS < rows_left ? n_cols : 0, w);
                 st_shared_v4(tile + dst + s * STEP_ROWS * Layout::ROW_BYTES, w);
             }
         }
+    }
+
+    // 16-bit elements at any alignment: the n of a chunk's CH elements at q that lie inside the
+    // matrix (zeros for the rest), by ordinary loads, packed two to a register.
+    static __device__ __forceinline__ void read_chunk(const S* q, int n, unsigned (&w)[CH / 2]) {
+        unsigned short v[CH];
+#pragma unroll
+        for (int e = 0; e < CH; ++e) v[e] = e < n ? reinterpret_cast<const unsigned short*>(q)[e] : 0;
+#pragma unroll
+        for (int e = 0; e < CH / 2; ++e) w[e] = unsigned(v[2 * e]) | (unsigned(v[2 * e + 1]) << 16);
     }
 
     // 16-bit elements at any alignment, the copy split in two (mma_pipelined's small tiles): every
@@ -123,14 +128,7 @@ struct TileCopy {
         const int n_cols = max(0, min(cols_left, CH));
         const S* q = p;
 #pragma unroll
-        for (int s = 0; s < STEPS; ++s, q += row_step) {
-            const int n = s * STEP_ROWS < rows_left ? n_cols : 0;
-            unsigned short v[CH];
-#pragma unroll
-            for (int e = 0; e < CH; ++e) v[e] = e < n ? reinterpret_cast<const unsigned short*>(q)[e] : 0;
-#pragma unroll
-            for (int e = 0; e < CH / 2; ++e) held[s][e] = unsigned(v[2 * e]) | (unsigned(v[2 * e + 1]) << 16);
-        }
+        for (int s = 0; s < STEPS; ++s, q += row_step) read_chunk(q, s * STEP_ROWS < rows_left ? n_cols : 0, held[s]);
     }
     __device__ __forceinline__ void land(unsigned tile) const {
 #pragma unroll
