@@ -284,8 +284,10 @@ def _wgmma_candidates(M: int, N: int, K: int, sm_count: int, batch: int) -> list
         if split > 1:
             out.append({**base, "SPLITK": split})
     for bn, stages in WGMMA_NARROW_TILES:
-        if cdiv(M, 64) * cdiv(N, bn) * batch <= sm_count:
-            out.append({"BM": 64, "BN": bn, "STAGES": stages, "CLUSTER": 1, "SPLITK": 1})
+        narrow = {"BM": 64, "BN": bn, "STAGES": stages, "CLUSTER": 1, "SPLITK": 1}
+        # (64 x 128's own ring is the narrow one where K is long: wgmma_ring)
+        if cdiv(M, 64) * cdiv(N, bn) * batch <= sm_count and narrow not in out:
+            out.append(narrow)
     return out
 
 
