@@ -688,14 +688,14 @@ def test_ec_wgmma_split_k_batch(monkeypatch, precision, shared):
 
 
 def test_auto_splits_a_128_token_product_on_ec_wgmma(monkeypatch):
-    """fp32_tc with kernel="auto" at 128 x 4096 x 4096 (one row of tiles: most SMs idle
-    unsplit): ec_wgmma split over K (planner: ec_wgmma_auto_split), one GEMM and one reduction
-    per candidate, the result right, twice (the second call on the prepared call's kept
-    launches), out poisoned before each."""
+    """fp32_tc with kernel="auto" at 128 x 4096 x 16384 (one row of tiles: most SMs idle
+    unsplit; K long enough that ec_wgmma's model beats FP32's): ec_wgmma split over K
+    (ec_wgmma_auto_split), one GEMM and one reduction per candidate, the result right, twice
+    (the second call on the prepared call's kept launches), out poisoned before each."""
     needs("ec_wgmma")
     from gemmlab.runtime.device import gpu_info
 
-    M, N, K = 128, 4096, 4096
+    M, N, K = 128, 4096, 16384
     rng = np.random.default_rng(19)
     a = cp.asarray(make_inputs("uniform", M, K, rng))
     b = cp.asarray(make_inputs("uniform", K, N, rng))

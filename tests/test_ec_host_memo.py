@@ -458,10 +458,10 @@ def test_unsplit_gemm_passes_one_split_and_its_own_c(rec):
 
 
 def test_auto_splits_both_candidates_alike(rec):
-    """kernel="auto" on a 128-token linear layer (128 x 4096 x 4096, one row of 32 tiles on the
-    emulated 132-SM GPU): ec_wgmma split by ec_wgmma_auto_split, the FP16 and the TF32
-    candidate the same number of ways (they share the workspace and out)."""
-    M, N, K = 128, 4096, 4096
+    """kernel="auto" on a 128-token product with a long K (128 x 4096 x 16384, one row of 32
+    tiles on the emulated 132-SM GPU): ec_wgmma split by ec_wgmma_auto_split, the FP16 and the
+    TF32 candidate the same number of ways (they share the workspace and out)."""
+    M, N, K = 128, 4096, 16384
     a, b = np.zeros((M, K), np.float32), np.zeros((K, N), np.float32)
     out = np.empty((M, N), np.float32)
     gemmlab.matmul(a, b, out=out, precision="fp32_tc")
@@ -530,7 +530,8 @@ def test_fp16_ec_as_they_are_runs_the_four_set_kernel(rec):
     assert splits == ["gemmlab::ec_split_pack<0, 0, 'N', 'N'>"]  # lo scaled by 2^11
     gemmlab.matmul(a, b, out=out, precision="fp16_ec", kernel="ec_wgmma", FOLD=1)
     assert gemmlab.last_plan().params["FOLD"] == 1 and gemmlab.last_plan().params["BN"] == 128
-    gemmlab.matmul(a, b, out=out, precision="fp32_tc")
+    a = np.zeros((M, 4 * K), np.float32)  # a K long enough for fp32_tc to take ec_wgmma
+    gemmlab.matmul(a, np.zeros((4 * K, N), np.float32), out=out, precision="fp32_tc")
     gemms = {k for k, _, _ in rec.launches() if k.startswith("gemmlab::ec_wgmma")}
     assert gemms == {"gemmlab::ec_wgmma<0, 3, 128, 1, 'N', 'N'>", "gemmlab::ec_wgmma<1, 3, 128, 1, 'N', 'N'>"}
 

@@ -29,7 +29,8 @@ from typing import NamedTuple
 from . import tables
 from .arrays import ITEMSIZE
 from ..kernels import registry
-from ..kernels.ec.ec_wgmma import EC_WGMMA_UNSCALED_PARAMS, ec_wgmma_auto_split
+from ..kernels.cost import best
+from ..kernels.ec.ec_wgmma import EC_WGMMA_UNSCALED_PARAMS, ec_wgmma_auto_split, ec_wgmma_pays
 from ..kernels.simt.pipelined import MIN_K_STEPS_PER_SPLIT, SKINNY_M, SPLITK_VALUES, fill_split
 from ..kernels.spec import Ask, KernelSpec, Offer, Problem
 from ..runtime.device import ARCH_LIMITS, cc_of
@@ -132,11 +133,11 @@ def sized_choice(spec: KernelSpec, M: int, N: int, K: int, sm_count: int, batch:
 FP32_TC_CUDA_CORE_SIDE = 16
 
 
-# Why fp32_tc runs FP32 on the CUDA cores where ec_wgmma's GPU would run ec_wmma: on an H200
-# the FP32 rungs were faster than ec_wmma on 106 of the 108 such products of the shapes suite,
-# at IEEE FP32's accuracy (benchmarks/NOTES.md, 2026-11-29).
+# Why fp32_tc runs FP32 on the CUDA cores where ec_wgmma cannot run the product as asked and
+# ec_wmma would: on an H200 the FP32 rungs were faster than ec_wmma on 106 of the 108 such
+# products of the shapes suite, at IEEE FP32's accuracy (benchmarks/NOTES.md, 2026-11-29).
 FP32_OVER_EC_WMMA = (
-    "IEEE FP32 on the CUDA cores: on this GPU ec_wgmma does not pay for this product, and the "
+    "IEEE FP32 on the CUDA cores: on this GPU ec_wgmma does not take this product, and the "
     "FP32 rungs run faster than ec_wmma at SGEMM's accuracy"
 )
 
@@ -430,6 +431,57 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
     return Choice(spec.name, params, auto_why, tuple(whys), problem, limit_why, passed)
 
 
+# fp32_tc leaves the measured rule's method only for one predicted this much faster or more.
+FP32_TC_MARGIN = 0.8
+
+
+def _ec_wgmma_builds(gpu: GPU) -> bool:
+    return gpu.arch is not None and registry.get("ec_wgmma").builds_for(gpu.arch)
+
+
+def _as_fp32(pr: Product, gpu: GPU) -> Choice:
+    """The float32 choice for fp32_tc's product: IEEE FP32 on the CUDA cores."""
+    return _choose(dataclasses.replace(pr, dtype="float32", precision=None), gpu)
+
+
+def predicted_time(c: Choice, pr: Product, gpu: GPU):
+    """The chosen rung's predicted time for the product (kernels.cost.Estimate, its rules.time),
+    or None where the rung has no cost model."""
+    time = c.spec.rules.time
+    if time is None:
+        return None
+    return time(ask(dataclasses.replace(pr, dtype=c.problem.dtype), gpu), c.params, c.problem.stage)
+
+
+def _fp32_tc_weighed(pr: Product, gpu: GPU) -> Choice:
+    """fp32_tc with kernel="auto" where ec_wgmma builds: ec_wgmma (its split over K by
+    ec_wgmma_auto_split) or IEEE FP32 on the CUDA cores, both as accurate as SGEMM, whichever
+    the rungs' cost models predict faster (kernels/ec/ec_wgmma_cost.py against
+    kernels/simt/pipelined_cost.py): the split pass and fixed cost that the tensor cores must
+    repay lose on short, thin and small products."""
+    c32 = _as_fp32(pr, gpu)
+    split = ec_wgmma_auto_split(pr.M, pr.N, pr.K, gpu.sm_count, pr.batch)
+    ec = _choose(dataclasses.replace(pr, kernel="ec_wgmma", tile_params={"SPLITK": split}), gpu)
+    if ec.rung != "ec_wgmma":
+        return dataclasses.replace(c32, method="fp32", reason=FP32_OVER_EC_WMMA)
+    t_ec, t32 = predicted_time(ec, pr, gpu), predicted_time(c32, pr, gpu)
+    if t32 is None:  # a float32 rung without a cost model: the tensor cores
+        return ec
+    # The measured rule's choice (ec_wgmma_pays) stands unless the models predict the other
+    # faster by more than FP32_TC_MARGIN: each model is within about 15% of a call's time.
+    incumbent = t_ec if ec_wgmma_pays(pr.M, pr.N, pr.K, pr.batch, gpu.sm_count) else t32
+    if best([t_ec, t32], incumbent=incumbent, margin=FP32_TC_MARGIN) is t_ec:
+        return dataclasses.replace(
+            ec, reason=f"ec_wgmma predicted faster than IEEE FP32 on the CUDA cores: {t_ec} against {t32}"
+        )
+    return dataclasses.replace(
+        c32,
+        method="fp32",
+        reason=f"IEEE FP32 on the CUDA cores, as accurate and predicted faster: {t32} against ec_wgmma's {t_ec}",
+        passed_over=(f"ec_wgmma predicted slower: {t_ec}",) + c32.passed_over,
+    )
+
+
 def choose(pr: Product, gpu: GPU) -> Choice:
     """The rung that runs ``pr`` on ``gpu``, its parameters and why (see the module's text).
 
@@ -438,19 +490,15 @@ def choose(pr: Product, gpu: GPU) -> Choice:
     compute, parameters beyond the GPU's shared memory."""
     fp32_tc_auto = pr.precision == "fp32_tc" and pr.kernel == "auto"
     why = fp32_tc_on_cuda_cores(pr.M, pr.N, pr.K) if fp32_tc_auto else ""
+    if fp32_tc_auto and not why and not pr.tile_params and _ec_wgmma_builds(gpu):
+        return _fp32_tc_weighed(pr, gpu)
     c = None if why else _choose(pr, gpu)
-    if (
-        fp32_tc_auto
-        and not why
-        and c.rung == "ec_wmma"
-        and gpu.arch is not None
-        and registry.get("ec_wgmma").builds_for(gpu.arch)
-    ):
+    if fp32_tc_auto and not why and c.rung == "ec_wmma" and _ec_wgmma_builds(gpu):
         why = FP32_OVER_EC_WMMA
     if why:
         # fp32_tc takes the fastest method at SGEMM's accuracy, the FP32 rungs included:
         # a product too thin for the tensor cores, or one Hopper would give to ec_wmma.
-        c32 = _choose(dataclasses.replace(pr, dtype="float32", precision=None), gpu)
+        c32 = _as_fp32(pr, gpu)
         return dataclasses.replace(
             c32, method="fp32", reason=why, passed_over=c.passed_over if c is not None else c32.passed_over
         )

@@ -418,7 +418,7 @@ def plan(
     (x @ W.t(): op(B) column-major) or GEMV_ROWS_MAX_M (dY @ W: row-major, split
     over K), wgmma for 16-bit and TF32 inputs and ec_wgmma for
     the error-corrected methods on sm_90a (where ec_wgmma_pays; split over K by
-    ec_wgmma_auto_split), and elsewhere the highest rung of the
+    ec_wgmma_auto_split; fp32_tc weighs it against FP32 by the cost models), and elsewhere the highest rung of the
     family that runs on ``arch`` (see gemmlab.core.choose.runnable).
     ``tma_aligned`` says whether a and b allow TMA tensor maps (see
     runtime.tma.tma_aligned).  ``rows_aligned16``: the operands ("A", "B", "C") whose

@@ -197,6 +197,10 @@ class Rules:
     - ``weigh(Ask, params, what chose them) -> (params, why)``: auto where a configuration comes
       from elsewhere (a tuned table's entry for another shape): those parameters or others of
       the rung's that it predicts faster; None: taken as they are.
+    - ``time(Ask, params, staged) -> kernels.cost.Estimate``: the call's predicted time with these
+      parameters (``staged``: on aligned copies of the operands, the copy included), by the
+      rung's cost model, host time left out; what choose weighs one rung against another by
+      (fp32_tc: ec_wgmma against the FP32 rung).  None: the rung has no model.
     """
 
     offer: Callable[[Ask], Offer] | None = None
@@ -205,6 +209,7 @@ class Rules:
     stage: Callable[[Ask, int], tuple[dict | None, str]] | None = None
     band: Callable[[dict, Ask], dict] | None = None
     weigh: Callable[[Ask, dict, str], tuple[dict, str]] | None = None
+    time: Callable[[Ask, dict, bool], object] | None = None
 
 
 # Element-type codes of the tensor-core kernels' templates (wmma_types.cuh).

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...runtime.tma import Operands, tensor_map
+from . import ec_wgmma_cost
 from .choose_method import GPUChoice
 from ..spec import (
     EC_METHODS,
@@ -249,8 +250,9 @@ EC_WGMMA_LONG_K = 4096
 
 
 def ec_wgmma_pays(M: int, N: int, K: int, batch: int, sm_count: int) -> bool:
-    """Whether ec_wgmma, not ec_wmma, runs an error-corrected product with
-    ``kernel="auto"`` on Hopper.  Its 128 x 96 tiles, of every matrix of the batch
+    """Whether ec_wgmma, not ec_wmma, runs an error-corrected method named with
+    ``kernel="auto"`` on Hopper (fp32_tc's starting point, which choose weighs against FP32
+    by the cost models).  Its 128 x 96 tiles, of every matrix of the batch
     (one launch of each pass takes the whole batch), must give at least half of the
     SMs a block.  A batch must also hold EC_WGMMA_BATCH_MIN_MACS multiply-adds, and
     each matrix EC_WGMMA_BATCH_MIN_INTENSITY per element of A and B: ec_wgmma's
@@ -286,6 +288,12 @@ def _auto_hook(ask: Ask) -> Offer:
             f"tiles for {ask.sm_count} SMs, or a batch too small or too thin for its pre-pass",
         )
     return Offer({"SPLITK": ec_wgmma_auto_split(ask.M, ask.N, ask.K, ask.sm_count, ask.batch)})
+
+
+def _predicted_time(ask: Ask, params: dict, staged: bool = False):
+    """Rules.time (ec_wgmma_cost): its split pass reads any layout and alignment, so nothing is staged."""
+    on_grid = ask.rows_on_grid("A") and ask.rows_on_grid("B")
+    return ec_wgmma_cost.estimate(ask.M, ask.N, ask.K, ask.batch, params["BN"], params["SPLITK"], ask.sm_count, on_grid)
 
 
 def _matrices(ops: Operands, stride: int) -> int:
@@ -716,7 +724,7 @@ SPEC = KernelSpec(
     arches=(WGMMA_SM90,),
     needs=HOPPER_NEEDS,
     fallback="ec_wmma",
-    rules=Rules(offer=_auto_hook),
+    rules=Rules(offer=_auto_hook, time=_predicted_time),
     extra_args=("scale_a", "scale_b"),
     # The persistent loop's work items are (matrix, slice of K, tile); one instantiation
     # serves split and unsplit (its output is FP32 either way).

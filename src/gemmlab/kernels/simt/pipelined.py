@@ -232,6 +232,23 @@ def auto_choice(
 PACK32_EFFICIENCY = 0.6
 
 
+def _staged_estimate(ask: Ask, params: dict) -> Estimate:
+    """The product on copies of its operands off the 16-byte grid (by rung 8's rule, a width
+    off it too, which TMA's rules behind a plan's ``stage_bytes`` allow), the copy included."""
+    stage_bytes = sum(4 * ask.K * (ask.M if o == "A" else ask.N) for o in off_grid(ask))
+    copy = copy_time(stage_bytes, Machine(ask.sm_count), PACK32_EFFICIENCY)
+    gemm = _estimate(ask, params, staged=True)
+    return Estimate(
+        gemm.seconds + copy,
+        lambda: f"a copy of {stage_bytes / 2**20:.1f} MiB to the 16-byte grid ({copy * 1e6:.1f} us), then {gemm}",
+    )
+
+
+def predicted_time(ask: Ask, params: dict, staged: bool = False) -> Estimate:
+    """Rules.time: the call's predicted time with these (resolved) parameters."""
+    return _staged_estimate(ask, params) if staged else _estimate(ask, params)
+
+
 def staging_choice(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
     """Rules.stage: whether a float32 product whose A or B the kernel would read 4
     bytes at a time runs faster on copies of them on the 16-byte grid (staging.py's pack32) by
@@ -242,18 +259,10 @@ def staging_choice(ask: Ask, stage_bytes: int) -> tuple[dict | None, str]:
         return None, ""
     if ask.batch > 1:
         return None, "rung 8 stages one matrix a launch, so a batch reads its operands as they are"
-    # The operands off the grid by rung 8's rule (a width off it too, which TMA's rules behind
-    # ``stage_bytes`` allow), copied whole.
-    stage_bytes = sum(4 * ask.K * (ask.M if o == "A" else ask.N) for o in off_grid(ask))
     here, _ = auto_choice(ask)
     as_they_are = _estimate(ask, SPEC.resolve(here))
     params, _ = auto_choice(ask, staged=True)
-    copy = copy_time(stage_bytes, Machine(ask.sm_count), PACK32_EFFICIENCY)
-    gemm = _estimate(ask, SPEC.resolve(params), staged=True)
-    staged = Estimate(
-        gemm.seconds + copy,
-        lambda: f"a copy of {stage_bytes / 2**20:.1f} MiB to the 16-byte grid ({copy * 1e6:.1f} us), then {gemm}",
-    )
+    staged = _staged_estimate(ask, SPEC.resolve(params))
     if best([staged], incumbent=as_they_are) is as_they_are:
         return None, f"staging would take {staged}, no faster than {as_they_are} on the operands as they are"
     return params, f"cost model: {staged} against {as_they_are} on the operands as they are"
@@ -326,7 +335,7 @@ SPEC = KernelSpec(
     # ALIGNED_VARIANTS, and operands copied to the grid beside a C off it (STAGE_C).
     variants=ALIGNED_VARIANTS + (Problem(4, 1, 4, False, stage=True),),
     split_k_param="SPLITK",
-    rules=Rules(offer=_auto_hook, weigh=auto_choice, stage=staging_choice),
+    rules=Rules(offer=_auto_hook, weigh=auto_choice, stage=staging_choice, time=predicted_time),
     staging=PREPASS,
     # cuda_pipeline.h's copies are cp.async from sm_80; on sm_75 they pass through registers.
     needs="cp.async (sm_80) for asynchronous copies; on sm_75 the copies are synchronous",

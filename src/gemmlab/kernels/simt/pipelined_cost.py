@@ -65,6 +65,10 @@ LAYOUT_SHARE = {(128, 256): {"NT": 0.935, "TT": 0.96}, (128, 128): {"NT": 0.96, 
 # The 4-byte-copy variant's math: with an operand copied as stored (NN, TN, TT), and NT's
 # (measured on an H200 against zero-padded aligned operands, benchmarks/NOTES.md 2026-11-30).
 UNALIGNED, UNALIGNED_TRANSPOSED = 0.48, 0.95
+# ... and with an operand copied as stored in a batch (never staged), whose products are short
+# (attention's P @ V at S = 77..1243): fitted to 10 such batches' public calls on an H200, which
+# UNALIGNED predicted 1.2-1.8x too slow (benchmarks/NOTES.md, 2026-12-01).
+UNALIGNED_BATCH = 0.75
 UNALIGNED_ITEM_S = 9.8e-6 / (128 * 256)  # its epilogue, per element of a work item's tile
 UNALIGNED_WRITE = 0.20  # its C stores, as a share of DRAM bandwidth
 # The same for a C off the grid stored through shared memory (either variant, where the tile
@@ -109,7 +113,8 @@ def estimate(
     shares = LAYOUT_SHARE.get((bm, bn), B_T_SHARE) if shape.aligned16 else B_T_SHARE
     eff = EFFICIENCY[(bm, bn)] * shares.get(ops, 1.0)
     if not shape.aligned16:
-        eff *= UNALIGNED if shape.a_transposed or not shape.b_transposed else UNALIGNED_TRANSPOSED
+        as_stored = UNALIGNED_BATCH if batch > 1 else UNALIGNED
+        eff *= as_stored if shape.a_transposed or not shape.b_transposed else UNALIGNED_TRANSPOSED
     item = 2.0 * bm * bn * k_slice / (SM_FLOPS * eff)
     if not shape.c_aligned:
         item += (SMEM_C_ITEM_S if shape.c_through_smem else UNALIGNED_ITEM_S) * bm * bn
