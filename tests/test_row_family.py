@@ -454,9 +454,11 @@ def test_an_fp32_tc_weight_gradient_of_a_new_k_launches_what_a_fresh_call_does(r
     real_choose = planner.choose
     monkeypatch.setattr(planner, "choose", lambda *a, **k: chosen.append(1) or real_choose(*a, **k))
     rng = np.random.default_rng(7)
-    dy = rng.uniform(-1, 1, (ROWS_MAX, 1024)).astype(np.float32)
-    x = rng.uniform(-1, 1, (ROWS_MAX, 1024)).astype(np.float32)
-    out = np.empty((1024, 1024), np.float32)
+    # 2048 features: a weight gradient that fp32_tc's cost models give to ec_wgmma (at 1024 x 1024
+    # and K ~ 1100, FP32 on the CUDA cores is predicted faster).
+    dy = rng.uniform(-1, 1, (ROWS_MAX, 2048)).astype(np.float32)
+    x = rng.uniform(-1, 1, (ROWS_MAX, 2048)).astype(np.float32)
+    out = np.empty((2048, 2048), np.float32)
     for k in (1152, 1025, 1100, 1151):
         gemmlab.matmul(dy[:k].T, x[:k], out=out, precision="fp32_tc")
         member = rec.launches()
