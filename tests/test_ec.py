@@ -102,7 +102,7 @@ def test_fp16_ec_needs_scaling_for_small_values(kernel):
 def test_fp32_tc_reports_its_choice(cases, inputs, method):
     """The method chosen from the data is reported (ec_wmma named); with kernel="auto" this
     shape (two tiles) runs ec_wmma where ec_wgmma does not exist, and IEEE FP32 on the CUDA
-    cores where it does but does not pay (choose.FP32_OVER_EC_WMMA)."""
+    cores where it does but its cost model predicts it slower (choose._fp32_tc_weighed)."""
     from gemmlab.kernels import registry
     from gemmlab.runtime.device import gpu_info
 

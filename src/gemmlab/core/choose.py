@@ -435,10 +435,6 @@ def _choose(pr: Product, gpu: GPU) -> Choice:
 FP32_TC_MARGIN = 0.8
 
 
-def _ec_wgmma_builds(gpu: GPU) -> bool:
-    return gpu.arch is not None and registry.get("ec_wgmma").builds_for(gpu.arch)
-
-
 def _as_fp32(pr: Product, gpu: GPU) -> Choice:
     """The float32 choice for fp32_tc's product: IEEE FP32 on the CUDA cores."""
     return _choose(dataclasses.replace(pr, dtype="float32", precision=None), gpu)
@@ -490,18 +486,11 @@ def choose(pr: Product, gpu: GPU) -> Choice:
     compute, parameters beyond the GPU's shared memory."""
     fp32_tc_auto = pr.precision == "fp32_tc" and pr.kernel == "auto"
     why = fp32_tc_on_cuda_cores(pr.M, pr.N, pr.K) if fp32_tc_auto else ""
-    if fp32_tc_auto and not why and not pr.tile_params and _ec_wgmma_builds(gpu):
+    if why:  # a product too thin for the tensor cores: IEEE FP32, as accurate
+        return dataclasses.replace(_as_fp32(pr, gpu), method="fp32", reason=why)
+    if fp32_tc_auto and gpu.arch is not None and registry.get("ec_wgmma").builds_for(gpu.arch):
         return _fp32_tc_weighed(pr, gpu)
-    c = None if why else _choose(pr, gpu)
-    if fp32_tc_auto and not why and c.rung == "ec_wmma" and _ec_wgmma_builds(gpu):
-        why = FP32_OVER_EC_WMMA
-    if why:
-        # fp32_tc takes the fastest method at SGEMM's accuracy, the FP32 rungs included:
-        # a product too thin for the tensor cores, or one Hopper would give to ec_wmma.
-        c32 = _as_fp32(pr, gpu)
-        return dataclasses.replace(
-            c32, method="fp32", reason=why, passed_over=c.passed_over if c is not None else c32.passed_over
-        )
+    c = _choose(pr, gpu)
     if pr.precision != "fp16_ec" or c.rung != "ec_wgmma" or {"BN", "FOLD"} & set(pr.tile_params):
         return c
     # fp16_ec (FP16 parts as they are, no scale): ec_wgmma's four-set kernel, whose lo keeps

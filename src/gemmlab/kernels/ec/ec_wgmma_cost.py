@@ -18,8 +18,8 @@ The call, as the model sees it:
 
 Constants fitted by least squares in relative time to 389 public calls of fp32_tc on
 ec_wgmma on an H200 (the shapes suite's products, benchmarks/NOTES.md, 2026-12-01),
-with an FP32 call's host time (FP32_HOST_S there) taken out so that the two models
-compare.
+less an FP32 call's host time (14 us, the median of public calls over rung 8's model
+on the same products), which rung 8's model leaves out too: the two models compare.
 """
 
 from __future__ import annotations

@@ -65,9 +65,10 @@ LAYOUT_SHARE = {(128, 256): {"NT": 0.935, "TT": 0.96}, (128, 128): {"NT": 0.96, 
 # The 4-byte-copy variant's math: with an operand copied as stored (NN, TN, TT), and NT's
 # (measured on an H200 against zero-padded aligned operands, benchmarks/NOTES.md 2026-11-30).
 UNALIGNED, UNALIGNED_TRANSPOSED = 0.48, 0.95
-# ... and with an operand copied as stored in a batch (never staged), whose products are short
-# (attention's P @ V at S = 77..1243): fitted to 10 such batches' public calls on an H200, which
-# UNALIGNED predicted 1.2-1.8x too slow (benchmarks/NOTES.md, 2026-12-01).
+# ... and with an operand copied as stored in a batch (never staged), whose products are short:
+# fitted to 10 NN batches' public calls on an H200 (attention's P @ V at S = 77..1243), which
+# UNALIGNED predicted 1.2-1.8x too slow (benchmarks/NOTES.md, 2026-12-01); TN and TT batches
+# take it unmeasured.
 UNALIGNED_BATCH = 0.75
 UNALIGNED_ITEM_S = 9.8e-6 / (128 * 256)  # its epilogue, per element of a work item's tile
 UNALIGNED_WRITE = 0.20  # its C stores, as a share of DRAM bandwidth
