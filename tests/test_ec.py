@@ -288,7 +288,7 @@ def test_exponent_histogram_every_row_alignment(rows, cols, ld, offset):
         ("ec_wmma", {}),
         ("ec_wgmma", {"STAGES": 2}),
         ("ec_wgmma", {"STAGES": 3}),
-        ("ec_wgmma", {"STAGES": 4, "BN": 96}),
+        ("ec_wgmma", {"STAGES": 3, "BN": 96}),
         ("ec_wgmma", {"STAGES": 2, "BN": 96, "FOLD": 0}),
         ("ec_wgmma", {"STAGES": 4, "BN": 96, "FOLD": 0}),
     ],

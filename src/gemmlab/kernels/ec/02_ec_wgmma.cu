@@ -28,6 +28,10 @@ constexpr int EC_WGMMA_THREADS = 384;         // a producer and two consumer war
 // The stream-K tail's counters, a tile's two consumers each, after the choice record (so zero
 // when a call begins: its workspace starts zeroed, and each tail tile's last slice zeroes its own).
 constexpr int EC_WGMMA_TAIL_COUNTERS = 1024;
+// FOLD's epilogue stages a C of odd row length through shared memory, a consumer warp's chunk
+// at a time (04_wgmma_store.cuh).  The four-set kernel keeps its fourth ring stage instead.
+constexpr int EC_WGMMA_STAGED_C_BYTES = 2560;
+static_assert(EC_WGMMA_STAGED_C_BYTES == StagedChunk<float>::BYTES, "16 rows of 32 floats, padded");
 
 // Work item i of the persistent loop: the tile's matrix (zs: split-K's (matrix, slice) pair),
 // its K-steps [ks0, ks1), and its slice of the tail (-1: a whole tile, or split-K's slice).
@@ -123,6 +127,9 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
     // tile's BN inverse column scales (split_scaled.cu's), read by its epilogue.
     int* tail_last = reinterpret_cast<int*>(empty + STAGES);
     float* col_unscale_smem = reinterpret_cast<float*>(tail_last + 4);
+    // FOLD: then each consumer warp's chunk of C on its way out.
+    unsigned char* staged_c = reinterpret_cast<unsigned char*>(col_unscale_smem + 2 * BN) +
+                              (threadIdx.x / 32 - 4) * EC_WGMMA_STAGED_C_BYTES;
 
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (threadIdx.x == 0) {
@@ -316,10 +323,17 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
         // FOLD: an element whose sum is NaN (bit i of `again`: acc[i]) may be Inf * 0 or
         // Inf - Inf between the parts; ec_dot_again sums it in FP32 from A and B, into acc[i]
         // (then stored without the scales).  Only inputs with Inf or NaN take that branch.
+        // A NaN among the sums makes their sum NaN, so the element-by-element scan runs only then (Inf -
+        // Inf between two finite-input sums that overflowed sends a tile there too, and finds nothing).
         unsigned long long again = 0;
         if constexpr (FOLD) {
+            float probe[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-            for (int i = 0; i < BN / 2; ++i) again |= (unsigned long long)isnan(acc[i]) << i;
+            for (int i = 0; i < BN / 2; ++i) probe[i % 4] += acc[i];
+            if (isnan((probe[0] + probe[1]) + (probe[2] + probe[3]))) {
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) again |= (unsigned long long)isnan(acc[i]) << i;
+            }
             if (again != 0) {
 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) {   // i = 4 j + 2 h + e
@@ -330,29 +344,36 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                 }
             }
         }
-        // The values in C's units, in place: the scales divided out (an element summed again is
-        // in them already).
+        // The values in C's units, in place: the scales divided out (an element summed again, bit i
+        // of `kept`, is in them already).  Called with kept = 0 where no element was, so that
+        // the common tile compiles without the selects.
+        auto to_c_units = [&](unsigned long long kept) {
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            // FOLD: the two columns' inverse scales, one 8-byte shared load for both rows
-            float2 unscale_col = make_float2(unscale_b, unscale_b);
-            if (FOLD && per_row)
-                unscale_col = *reinterpret_cast<const float2*>(&col_unscale_smem[c * BN + 8 * j + 2 * (lane % 4)]);
+            for (int j = 0; j < BN / 8; ++j) {
+                // FOLD: the two columns' inverse scales, one 8-byte shared load for both rows
+                float2 unscale_col = make_float2(unscale_b, unscale_b);
+                if (FOLD && per_row)
+                    unscale_col = *reinterpret_cast<const float2*>(&col_unscale_smem[c * BN + 8 * j + 2 * (lane % 4)]);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+                for (int h = 0; h < 2; ++h) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int i = 4 * j + 2 * h + e;
-                    const float a = acc[i];
-                    if constexpr (FOLD) {
-                        acc[i] = (again >> i) & 1 ? a : a * unscale_row[h] * (e ? unscale_col.y : unscale_col.x);
-                    } else {
-                        const float lo = corr[i] * Split::LO_WEIGHT;
-                        acc[i] = (isfinite(a) ? a + lo : a) * unscale_a * unscale_b;
+                    for (int e = 0; e < 2; ++e) {
+                        const int i = 4 * j + 2 * h + e;
+                        const float a = acc[i];
+                        if constexpr (FOLD) {
+                            acc[i] = (kept >> i) & 1 ? a : a * unscale_row[h] * (e ? unscale_col.y : unscale_col.x);
+                        } else {
+                            const float lo = corr[i] * Split::LO_WEIGHT;
+                            acc[i] = (isfinite(a) ? a + lo : a) * unscale_a * unscale_b;
+                        }
                     }
                 }
             }
-        }
+        };
+        if (again == 0)
+            to_c_units(0ull);
+        else
+            to_c_units(again);
         if (item.tail_slice >= 0) {
             // The tail: each slice stores its values as a partial (float4s, consecutive threads
             // side by side) and counts itself in; the slice that finds the others counted reads
@@ -395,12 +416,29 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                 }
             }
         }
+        if (FOLD && pairs && beta == 0.0f && tm * BM + BM <= M && tn * BN + BN <= N) {
+            // A whole tile inside C and nothing to read back: a store of two values each, no checks.
+            float* p = Cz + (long long)row0 * ldc + col0;
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
+            for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-                store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], alpha,
-                           beta, pairs);
+                for (int h = 0; h < 2; ++h)
+                    *reinterpret_cast<float2*>(p + (long long)(8 * h) * ldc + 8 * j) =
+                        make_float2(alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
+        } else if (FOLD && !pairs) {
+            // Rows of odd length (or C off the 8-byte grid): through shared memory, so that a store
+            // writes a run of each row, not 8 rows of 16 bytes (where pairs fit, the direct stores
+            // below fill whole 32-byte sectors and ran as fast: benchmarks/NOTES.md).
+            wgmma_staged_epilogue<float, BN>(acc, staged_c, Cz, ldc, M, N, row0 - lane / 4, tn * BN, alpha, beta,
+                                             pairs, WGMMA_BIAS_NONE, static_cast<const float*>(nullptr), 0, 0, lane);
+        } else {
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1],
+                               alpha, beta, pairs);
+        }
     }
 }
 

@@ -45,6 +45,7 @@ from ..cuda_constants import read_constants
 _K = read_constants("ec/02_ec_wgmma.cu")
 EC_WGMMA_BM, EC_WGMMA_BN, EC_WGMMA_THREADS = _K["EC_WGMMA_BM"], _K["EC_WGMMA_BN"], _K["EC_WGMMA_THREADS"]
 EC_WGMMA_FOLD_BN, EC_WGMMA_TAIL_COUNTERS = _K["EC_WGMMA_FOLD_BN"], _K["EC_WGMMA_TAIL_COUNTERS"]
+EC_WGMMA_STAGED_C_BYTES = _K["EC_WGMMA_STAGED_C_BYTES"]
 # precision="fp16_ec" (FP16 parts as they are, no scale) runs the four-set kernel unless the
 # caller names BN or FOLD: FOLD's lo, in hi's units, has FP16's absolute quantum 2^-24, which
 # only the scale fp32_tc's choice applies puts far below every value (planner.plan_call).
@@ -189,8 +190,10 @@ def splits_per_row(plan, choice: int) -> bool:
 
 def _smem(p) -> int:
     """STAGES x 2 x (128 + BN) rows of 128 bytes, two barriers per stage, the consumers' tail
-    flags (16 bytes), each consumer's BN column scales (FOLD), 1 KiB to align the ring."""
-    return p["STAGES"] * 2 * (EC_WGMMA_BM + p["BN"]) * 128 + 16 * p["STAGES"] + 16 + 8 * p["BN"] * p["FOLD"] + 1024
+    flags (16 bytes), with FOLD each consumer's BN column scales and each consumer warp's
+    chunk of C in the epilogue, 1 KiB to align the ring."""
+    fold = p["FOLD"] * (8 * p["BN"] + 8 * EC_WGMMA_STAGED_C_BYTES)
+    return p["STAGES"] * 2 * (EC_WGMMA_BM + p["BN"]) * 128 + 16 * p["STAGES"] + 16 + fold + 1024
 
 
 def _geometry(p, prob: Problem, batch: int = 1) -> Launch:
@@ -709,8 +712,8 @@ SPEC = KernelSpec(
     ),
     constraints=(
         Constraint(
-            "dynamic shared memory, STAGES*(32 + BN/4) KiB + 16*STAGES + 16 + 8*BN*FOLD + 1024 bytes, must fit "
-            "in the 227 KiB a Hopper block can have",
+            "dynamic shared memory, STAGES*(32 + BN/4) KiB + 16*STAGES + 16 + (8*BN + 20480)*FOLD + 1024 bytes, "
+            "must fit in the 227 KiB a Hopper block can have",
             lambda p: _smem(p) <= WGMMA_SMEM_LIMIT,
         ),
         Constraint(
