@@ -466,15 +466,22 @@ def _fp32_tc_weighed(pr: Product, gpu: GPU) -> Choice:
     # The measured rule's choice (ec_wgmma_pays) stands unless the models predict the other
     # faster by more than FP32_TC_MARGIN: each model is within about 15% of a call's time.
     incumbent = t_ec if ec_wgmma_pays(pr.M, pr.N, pr.K, pr.batch, gpu.sm_count) else t32
+
+    def kept(this: str, other: str) -> str:
+        return f"{this}, the measured rule's choice, kept: {other} is not predicted {1 - FP32_TC_MARGIN:.0%} faster"
+
     if best([t_ec, t32], incumbent=incumbent, margin=FP32_TC_MARGIN) is t_ec:
-        return dataclasses.replace(
-            ec, reason=f"ec_wgmma predicted faster than IEEE FP32 on the CUDA cores: {t_ec} against {t32}"
-        )
+        why = "ec_wgmma predicted faster than IEEE FP32 on the CUDA cores"
+        why = why if t_ec.seconds <= t32.seconds else kept("ec_wgmma", "IEEE FP32 on the CUDA cores")
+        return dataclasses.replace(ec, reason=f"{why}: {t_ec} against {t32}")
+    why = "IEEE FP32 on the CUDA cores, as accurate and predicted faster"
+    why = why if t32.seconds <= t_ec.seconds else kept("IEEE FP32 on the CUDA cores", "ec_wgmma")
     return dataclasses.replace(
         c32,
         method="fp32",
-        reason=f"IEEE FP32 on the CUDA cores, as accurate and predicted faster: {t32} against ec_wgmma's {t_ec}",
-        passed_over=(f"ec_wgmma predicted slower: {t_ec}",) + c32.passed_over,
+        reason=f"{why}: {t32} against ec_wgmma's {t_ec}",
+        passed_over=(f"ec_wgmma predicted {'slower' if t_ec.seconds > t32.seconds else 'not enough faster'}: {t_ec}",)
+        + c32.passed_over,
     )
 
 

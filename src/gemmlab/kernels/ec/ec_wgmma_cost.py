@@ -20,6 +20,8 @@ Constants fitted by least squares in relative time to 389 public calls of fp32_t
 ec_wgmma on an H200 (the shapes suite's products, benchmarks/NOTES.md, 2026-12-01),
 less an FP32 call's host time (14 us, the median of public calls over rung 8's model
 on the same products), which rung 8's model leaves out too: the two models compare.
+EC_TILE_S was lowered afterwards by what the leaner epilogue saves a tile, measured
+against K on two products (benchmarks/NOTES.md).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ EC_FIXED_S = 32e-6
 EC_SPLIT_BW = 3.0e12  # bytes/s of the split pass, rows on the 16-byte grid
 EC_SPLIT_BW_OFF_GRID = 2.1e12  # ... and off it
 EC_TENSOR_EFFICIENCY = 0.85  # share of the SM's dense FP16 peak the three products reach
-EC_TILE_S = 5.6e-6  # per tile on the busiest SM
+EC_TILE_S = 4.3e-6  # per tile on the busiest SM
 EC_SPLIT_K_S = 53e-6  # a split of K: partial tiles through memory and the reduction's launch
 TILE_M, K_STEP = 128, 64
 
