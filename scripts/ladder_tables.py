@@ -64,13 +64,13 @@ SOURCES = {
         "2026-11-30",
         "gemmlab bench --suite training --models llama-1b,qwen2-0.5b --modes eager,compile --precisions bf16",
     ),
-    f"{H200}/training-gpt2-fp32-2026-11-30.json": (
-        "2026-11-30",
-        "gemmlab bench --suite training --models gpt2 --modes eager,compile --precisions fp32,tf32,fp32_tc",
+    f"{H200}/training-fp32-2026-12-01.json": (
+        "2026-12-01",
+        "gemmlab bench --suite training --models gpt2,bert-base --modes eager,compile --precisions fp32,tf32,fp32_tc",
     ),
-    f"{H200}/training-fp32-2026-11-30.json": (
-        "2026-11-30",
-        "gemmlab bench --suite training --models vit-b16,bert-base --modes eager,compile --precisions fp32,tf32,fp32_tc",
+    f"{H200}/training-vit-fp32-2026-12-01.json": (
+        "2026-12-01",
+        "gemmlab bench --suite training --models vit-b16 --modes eager,compile --precisions fp32,tf32,fp32_tc",
     ),
     f"{H200}/moe-2026-11-30.json": ("2026-11-30", "gemmlab bench --suite moe --tokens 128,1024,8192"),
 }
@@ -83,8 +83,8 @@ SHAPES_RUN = f"{H200}/shapes-2026-12-01-5.json"  # other models' products, by ki
 # the first of these runs that has it.
 TRAINING_BF16_RUNS = (f"{H200}/training-llm-2026-11-30-2.json", f"{H200}/training-2026-11-30-4.json")
 TRAINING_FP32_TC_RUNS = (
-    f"{H200}/training-gpt2-fp32-2026-11-30.json",
-    f"{H200}/training-fp32-2026-11-30.json",
+    f"{H200}/training-fp32-2026-12-01.json",
+    f"{H200}/training-vit-fp32-2026-12-01.json",
     f"{H200}/training-2026-11-29-6.json",
 )
 MOE_RUN = f"{H200}/moe-2026-11-30.json"  # the grouped rung's page
