@@ -2,7 +2,12 @@
 same views (torch.profiler, L2 flushed before each run, 10 runs averaged): which launches
 a call makes and what each costs, where a public-call figure only gives their sum.
 
-    python3 scripts/kernel_times.py [--dtype bf16|fp16|fp32] [--json OUT.json]
+    python3 scripts/kernel_times.py [--dtype bf16|fp16|fp32|fp32_tc] [--models gpt2,...] [--json OUT.json]
+
+--models takes every product of those models' training steps (the training suite's
+models, training.matmul_products) instead of the few-tile list below, and adds up each
+kernel's time over a step (each product as many times as a step makes it).  fp32_tc is
+gemmlab's precision="fp32_tc" beside cuBLAS SGEMM (TF32 off).
 """
 
 import argparse
@@ -28,18 +33,21 @@ PRODUCTS = [
 ]
 
 
-def operands(M, N, K, ops, dtype):
+def operands(M, N, K, ops, dtype, batch=1):
+    """op(A) (M x K) and op(B) (K x N), stored transposed where ``ops`` says 'T'; a leading
+    batch dimension where ``batch`` > 1."""
     import torch
 
+    lead = (batch,) if batch > 1 else ()
     a = (
-        torch.randn(M, K, device="cuda", dtype=dtype)
+        torch.randn(*lead, M, K, device="cuda", dtype=dtype)
         if ops[0] == "N"
-        else torch.randn(K, M, device="cuda", dtype=dtype).t()
+        else torch.randn(*lead, K, M, device="cuda", dtype=dtype).transpose(-1, -2)
     )
     b = (
-        torch.randn(K, N, device="cuda", dtype=dtype)
+        torch.randn(*lead, K, N, device="cuda", dtype=dtype)
         if ops[1] == "N"
-        else torch.randn(N, K, device="cuda", dtype=dtype).t()
+        else torch.randn(*lead, N, K, device="cuda", dtype=dtype).transpose(-1, -2)
     )
     return a, b
 
@@ -64,34 +72,75 @@ def kernel_times(fn, flush, runs=10) -> dict:
     return per
 
 
+def step_products(models: str) -> list[tuple]:
+    """(label, M, N, K, ops, batch, count) of every product of each model's training step."""
+    from gemmlab.tools.bench import training
+
+    out = []
+    for name in models.split(","):
+        if name not in training.CONFIGS:
+            raise SystemExit(f"--models: unknown model {name!r}; known: {', '.join(training.CONFIGS)}")
+        for M, N, K, ops, batch, count in training.matmul_products(training.CONFIGS[name]):
+            out.append((f"{name} x{count} a step", M, N, K, ops, batch, count))
+    return out
+
+
+def step_totals(recs: list[dict]) -> dict:
+    """Per model: each kernel's time over a step, ms (a product's kernels times its count)."""
+    totals: dict[str, dict[str, dict[str, float]]] = {}
+    for r in recs:
+        model = r["product"].split()[0]
+        for who in ("torch", "gemmlab"):
+            per = totals.setdefault(model, {}).setdefault(who, {})
+            for name, us in r[who].items():
+                per[name] = per.get(name, 0.0) + us * r["count"] / 1e3
+    return totals
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32", "fp32_tc"))
+    ap.add_argument("--models", help="the products of these models' training steps (comma list)")
     ap.add_argument("--json", help="write the records here")
     args = ap.parse_args()
 
     import torch
     import gemmlab
 
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp32_tc": torch.float32}[args.dtype]
+    precision = "fp32_tc" if args.dtype == "fp32_tc" else None
+    products = step_products(args.models) if args.models else [(*p, 1, 1) for p in PRODUCTS]
     flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
     recs = []
-    for label, M, N, K, ops in PRODUCTS:
-        a, b = operands(M, N, K, ops, dt)
-        c = torch.empty(M, N, device="cuda", dtype=dt)
+    for label, M, N, K, ops, batch, count in products:
+        a, b = operands(M, N, K, ops, dt, batch)
+        c = torch.empty(*((batch,) if batch > 1 else ()), M, N, device="cuda", dtype=dt)
         t = kernel_times(lambda: torch.matmul(a, b, out=c), flush)
-        g = kernel_times(lambda: gemmlab.matmul(a, b, out=c), flush)
+        g = kernel_times(lambda: gemmlab.matmul(a, b, out=c, precision=precision), flush)
         plan = gemmlab.last_plan().describe()
         tt, gt = sum(t.values()), sum(g.values())
-        print(f"== {label} {M}x{N}x{K} {ops}: kernels torch {tt:.1f} us, gemmlab {gt:.1f} us ({100 * tt / gt:.0f}%)")
+        shape = f"{batch} x {M}x{N}x{K}" if batch > 1 else f"{M}x{N}x{K}"
+        print(f"== {label} {shape} {ops}: kernels torch {tt:.1f} us, gemmlab {gt:.1f} us ({100 * tt / gt:.0f}%)")
         print(f"   gemmlab: {plan}")
         for who, ks in (("torch", t), ("gemmlab", g)):
             for name, us in ks.items():
                 print(f"     {who:8s} {us:7.1f} us  {name}")
-        recs.append({"product": label, "shape": [M, N, K], "ops": ops, "plan": plan, "torch": t, "gemmlab": g})
+        recs.append(
+            {"product": label, "shape": [M, N, K], "ops": ops, "batch": batch, "count": count, "plan": plan}
+            | {"torch": t, "gemmlab": g}
+        )
+    totals = step_totals(recs) if args.models else {}
+    for model, by in totals.items():
+        print(f"== {model}: kernels over a step, ms (a product's kernels times its count; launches that")
+        print("   overlap under programmatic dependent launch are counted in full)")
+        for who, per in by.items():
+            print(f"   {who}: {sum(per.values()):.2f} ms")
+            for name, ms in sorted(per.items(), key=lambda kv: -kv[1])[:8]:
+                print(f"     {ms:8.2f}  {name}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"dtype": args.dtype, "gpu": torch.cuda.get_device_name(), "records": recs}, f, indent=1)
+            out = {"dtype": args.dtype, "gpu": torch.cuda.get_device_name(), "records": recs, "step_totals": totals}
+            json.dump(out, f, indent=1)
     return 0
 
 

@@ -131,6 +131,23 @@ def test_matmul_shapes_of_a_step():
     assert (2 * 196, 768, 768, "NT", 1) in vit and (2, 1000, 768, "NT", 1) in vit
 
 
+def test_matmul_products_count_a_step():
+    """Each product with how many times a step makes it: a layer's once a layer, the head's once;
+    equal shapes are one entry (GPT-2's Q @ K^T input gradient is its P @ V)."""
+    cfg = training.CONFIGS["gpt2"]
+    products = training.matmul_products(cfg)
+    counts = {p[:5]: p[5] for p in products}
+    assert sum(counts.values()) == 3 * (6 * cfg.layers + 1)
+    assert counts[(4 * 1024, 50257, 768, "NT", 1)] == 1 and counts[(4 * 1024, 2304, 768, "NT", 1)] == 12
+    assert counts[(1024, 64, 1024, "NN", 48)] == 24  # p @ v, and (grad of q @ k^T) @ k
+    assert [p[:5] for p in products] == training.matmul_shapes(cfg)
+    moe = training.CONFIGS["granite-moe-1b"]
+    expert_up = next(
+        p for p in training.matmul_products(moe, batch=1) if p[:5] == (1024 * 8 // 32, 2 * 512, 1024, "NT", 1)
+    )
+    assert expert_up[5] == moe.layers * moe.experts  # every expert of every layer
+
+
 def test_rotary_positions_rotate_pairs():
     x = torch.randn(1, 1, 5, 8, dtype=torch.float64)
     cos, sin = training._rope_tables(5, 8, x)

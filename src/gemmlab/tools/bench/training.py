@@ -704,11 +704,14 @@ class _Instance:
         return train_step(self.forward, self.opt, inputs, targets, self.setup)
 
 
-def matmul_shapes(cfg: Config, batch: int | None = None) -> list[tuple[int, int, int, str, int]]:
-    """(M, N, K, ops, batch) of every product of a training step of ``cfg`` as
-    gemmlab.torch's operators see them: each forward product, then the two its
-    gradient makes (grad @ op(B)^T and op(A)^T @ grad, transposed views read in
-    place); attention's operands taken as contiguous."""
+def matmul_products(cfg: Config, batch: int | None = None) -> list[tuple[int, int, int, str, int, int]]:
+    """(M, N, K, ops, batch, count) of every product of a training step of ``cfg`` as
+    gemmlab.torch's operators see them, with how many times a step makes it: each forward
+    product, then the two its gradient makes (grad @ op(B)^T and op(A)^T @ grad, transposed
+    views read in place); attention's operands taken as contiguous.  A layer's products
+    count once a layer, the head's (and a vision model's patches and classes) once; equal
+    shapes are one entry.  The first layer's input gradient is counted, though PyTorch skips
+    it where the input needs no gradient."""
     batch = batch or cfg.batch
     hd, h, kv = cfg.head_dim, cfg.heads, cfg.kv_heads
     rows = batch * cfg.seq
@@ -716,26 +719,37 @@ def matmul_shapes(cfg: Config, batch: int | None = None) -> list[tuple[int, int,
     # grouped experts are torch._grouped_mm calls, not matmuls
     mlp_rows = rows * cfg.top_k // cfg.experts if cfg.experts else rows
     mlp = [(mlp_rows, cfg.d, (2 if cfg.gated else 1) * cfg.ffn), (mlp_rows, cfg.ffn, cfg.d)]
+    # (rows, fan_in, fan_out, per layer): each expert of a layer runs its products once
+    layer = cfg.layers * (cfg.experts or 1)
     linear = (
-        [(rows, cfg.d, (h + 2 * kv) * hd), (rows, h * hd, cfg.d)]
-        + ([] if cfg.grouped else mlp)
-        + ([(rows, cfg.d, cfg.experts)] if cfg.experts else [])
+        [(rows, cfg.d, (h + 2 * kv) * hd, cfg.layers), (rows, h * hd, cfg.d, cfg.layers)]
+        + ([] if cfg.grouped else [(*shape, layer) for shape in mlp])
+        + ([(rows, cfg.d, cfg.experts, cfg.layers)] if cfg.experts else [])
     )
     if cfg.kind == "decoder":
-        linear.append((rows, cfg.d, cfg.vocab))
+        linear.append((rows, cfg.d, cfg.vocab, 1))
     elif cfg.kind == "encoder":
-        linear += [(rows, cfg.d, cfg.d), (rows, cfg.d, cfg.vocab)]
+        linear += [(rows, cfg.d, cfg.d, 1), (rows, cfg.d, cfg.vocab, 1)]
     else:
-        linear += [(batch * (cfg.seq - 1), 3 * cfg.patch**2, cfg.d), (batch, cfg.d, cfg.classes)]
-    forward = [(m, fan_out, fan_in, "NT", 1) for m, fan_in, fan_out in linear]
-    forward += [(cfg.seq, cfg.seq, hd, "NT", batch * h), (cfg.seq, hd, cfg.seq, "NN", batch * h)]
+        linear += [(batch * (cfg.seq - 1), 3 * cfg.patch**2, cfg.d, 1), (batch, cfg.d, cfg.classes, 1)]
+    forward = [(m, fan_out, fan_in, "NT", 1, n) for m, fan_in, fan_out, n in linear]
+    attention = batch * h
+    forward += [
+        (cfg.seq, cfg.seq, hd, "NT", attention, cfg.layers),
+        (cfg.seq, hd, cfg.seq, "NN", attention, cfg.layers),
+    ]
     flip = {"N": "T", "T": "N"}
-    out = []
-    for M, N, K, ops, b in forward:
+    counts: dict[tuple, int] = {}
+    for M, N, K, ops, b, n in forward:
         for shape in ((M, N, K, ops, b), (M, K, N, "N" + flip[ops[1]], b), (K, N, M, flip[ops[0]] + "N", b)):
-            if shape not in out:
-                out.append(shape)
-    return out
+            counts[shape] = counts.get(shape, 0) + n
+    return [(*shape, n) for shape, n in counts.items()]
+
+
+def matmul_shapes(cfg: Config, batch: int | None = None) -> list[tuple[int, int, int, str, int]]:
+    """(M, N, K, ops, batch) of every product of a training step of ``cfg`` (matmul_products,
+    without the counts)."""
+    return [p[:5] for p in matmul_products(cfg, batch)]
 
 
 def _precompile(cfg: Config, setups, say) -> None:
