@@ -73,7 +73,7 @@ def kernel_times(fn, flush, runs=10) -> dict:
 
 
 def step_products(models: str) -> list[tuple]:
-    """(label, M, N, K, ops, batch, count) of every product of each model's training step."""
+    """(label, M, N, K, ops, batch, count, model) of every product of each model's training step."""
     from gemmlab.tools.bench import training
 
     out = []
@@ -81,7 +81,7 @@ def step_products(models: str) -> list[tuple]:
         if name not in training.CONFIGS:
             raise SystemExit(f"--models: unknown model {name!r}; known: {', '.join(training.CONFIGS)}")
         for M, N, K, ops, batch, count in training.matmul_products(training.CONFIGS[name]):
-            out.append((f"{name} x{count} a step", M, N, K, ops, batch, count))
+            out.append((f"{name} x{count} a step", M, N, K, ops, batch, count, name))
     return out
 
 
@@ -89,9 +89,8 @@ def step_totals(recs: list[dict]) -> dict:
     """Per model: each kernel's time over a step, ms (a product's kernels times its count)."""
     totals: dict[str, dict[str, dict[str, float]]] = {}
     for r in recs:
-        model = r["product"].split()[0]
         for who in ("torch", "gemmlab"):
-            per = totals.setdefault(model, {}).setdefault(who, {})
+            per = totals.setdefault(r["model"], {}).setdefault(who, {})
             for name, us in r[who].items():
                 per[name] = per.get(name, 0.0) + us * r["count"] / 1e3
     return totals
@@ -109,10 +108,10 @@ def main() -> int:
 
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp32_tc": torch.float32}[args.dtype]
     precision = "fp32_tc" if args.dtype == "fp32_tc" else None
-    products = step_products(args.models) if args.models else [(*p, 1, 1) for p in PRODUCTS]
+    products = step_products(args.models) if args.models else [(*p, 1, 1, None) for p in PRODUCTS]
     flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
     recs = []
-    for label, M, N, K, ops, batch, count in products:
+    for label, M, N, K, ops, batch, count, model in products:
         a, b = operands(M, N, K, ops, dt, batch)
         c = torch.empty(*((batch,) if batch > 1 else ()), M, N, device="cuda", dtype=dt)
         t = kernel_times(lambda: torch.matmul(a, b, out=c), flush)
@@ -126,7 +125,8 @@ def main() -> int:
             for name, us in ks.items():
                 print(f"     {who:8s} {us:7.1f} us  {name}")
         recs.append(
-            {"product": label, "shape": [M, N, K], "ops": ops, "batch": batch, "count": count, "plan": plan}
+            {"product": label, "model": model, "shape": [M, N, K], "ops": ops, "batch": batch, "count": count}
+            | {"plan": plan}
             | {"torch": t, "gemmlab": g}
         )
     totals = step_totals(recs) if args.models else {}

@@ -35,10 +35,17 @@ def test_kernel_times_adds_a_steps_kernels_by_count(monkeypatch):
     import kernel_times
 
     products = kernel_times.step_products("gpt2")
-    assert sum(p[-1] for p in products) == 12 * 18 + 3  # 4 linear and 2 attention products a layer, x3; the head
+    assert {p[-1] for p in products} == {"gpt2"}
+    assert sum(p[-2] for p in products) == 12 * 18 + 3  # 4 linear and 2 attention products a layer, x3; the head
     recs = [
-        {"product": "gpt2 x12 a step", "count": 12, "torch": {"sgemm": 10.0}, "gemmlab": {"ec": 4.0, "split": 1.0}},
-        {"product": "gpt2 x1 a step", "count": 1, "torch": {"sgemm": 100.0}, "gemmlab": {"ec": 50.0}},
+        {
+            "product": "gpt2 x12 a step",
+            "model": "gpt2",
+            "count": 12,
+            "torch": {"sgemm": 10.0},
+            "gemmlab": {"ec": 4.0, "split": 1.0},
+        },
+        {"product": "gpt2 x1 a step", "model": "gpt2", "count": 1, "torch": {"sgemm": 100.0}, "gemmlab": {"ec": 50.0}},
     ]
     assert kernel_times.step_totals(recs) == {
         "gpt2": {"torch": {"sgemm": 0.22}, "gemmlab": {"ec": 0.098, "split": 0.012}}
