@@ -416,28 +416,14 @@ ec_wgmma(int M, int N, int K, float alpha, const float* __restrict__ A, int lda,
                 }
             }
         }
-        if (FOLD && pairs && beta == 0.0f && tm * BM + BM <= M && tn * BN + BN <= N) {
-            // A whole tile inside C and nothing to read back: a store of two values each, no checks.
-            float* p = Cz + (long long)row0 * ldc + col0;
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    *reinterpret_cast<float2*>(p + (long long)(8 * h) * ldc + 8 * j) =
-                        make_float2(alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
-        } else if (FOLD && !pairs) {
+        if (FOLD && !pairs) {
             // Rows of odd length (or C off the 8-byte grid): through shared memory, so that a store
             // writes a run of each row, not 8 rows of 16 bytes (where pairs fit, the direct stores
-            // below fill whole 32-byte sectors and ran as fast: benchmarks/NOTES.md).
+            // fill whole 32-byte sectors and ran as fast: benchmarks/NOTES.md).
             wgmma_staged_epilogue<float, BN>(acc, staged_c, Cz, ldc, M, N, row0 - lane / 4, tn * BN, alpha, beta,
                                              pairs, WGMMA_BIAS_NONE, static_cast<const float*>(nullptr), 0, 0, lane);
         } else {
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    store_pair(Cz, ldc, row0 + 8 * h, col0 + 8 * j, M, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1],
-                               alpha, beta, pairs);
+            store_accumulators<BN>(acc, Cz, ldc, M, N, tm * BM + 64 * c, tn * BN, alpha, beta, pairs);
         }
     }
 }

@@ -39,6 +39,41 @@ __device__ __forceinline__ void store_pair(O* __restrict__ C, int ldc, int row, 
     if (col + 1 < N) p[1] = from_float<O>(beta == 0.0f ? alpha * v1 : alpha * v1 + beta * to_float(p[1]));
 }
 
+// A consumer warpgroup's 64 x BN accumulators to rows m0.., columns n0.. of C, straight from
+// the registers (hopper.cuh's layout: thread t holds rows 16 (t / 32) + (t % 32) / 4 (+ 8),
+// columns 8j + 2 (t % 4) (+ 1)): alpha * acc + beta * C, two columns a store where `pairs`,
+// nothing outside M x N.  The ec_wgmma rung and the steps toward tensor rung 4 store this way.
+template <int BN, class O>
+__device__ __forceinline__ void store_accumulators(const float (&acc)[BN / 2], O* __restrict__ C, int ldc, int M,
+                                                   int N, int m0, int n0, float alpha, float beta, bool pairs) {
+    const int t = threadIdx.x % 128;
+    const int row = m0 + 16 * (t / 32) + (t % 32) / 4, col = n0 + 2 * (t % 4);
+    if (pairs && beta == 0.0f && m0 + 64 <= M && n0 + BN <= N) {
+        // The warpgroup's whole tile inside C and nothing to read back: no tests at each store
+        // (with them, the epilogue of a short-K tile was most of its instructions).
+        O* p = C + (long long)row * ldc + col;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                store_two(p + (long long)(8 * h) * ldc + 8 * j, alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            store_pair(C, ldc, row + 8 * h, col + 8 * j, M, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], alpha, beta,
+                       pairs);
+    }
+}
+
+// Whether C takes paired stores: an even ldc and a base on two elements.
+template <class O>
+__device__ __forceinline__ bool pairs_aligned(const O* C, int ldc) {
+    return ldc % 2 == 0 && reinterpret_cast<hopper::u64>(C) % (2 * sizeof(O)) == 0;
+}
+
 // One operand's tile of one K-step into shared memory, laid out as stored, in the
 // 128-byte swizzle (hopper.cuh): ROWS rows of M (A) or N (B) from r0, 128 bytes of K
 // from k0, in boxes of BOX rows, each BOX * 128 bytes after the one before:

@@ -1,9 +1,10 @@
 // gemmlab/tensor/04_wgmma_steps.cuh: what the three steps toward tensor rung 4 share
 // (tensor/04a_wgmma_tma.cu, 04b_wgmma_specialized.cu, 04c_wgmma_persistent.cu): the
-// shared-memory ring, one K-step's copies and wgmmas, and the epilogue that stores a
-// consumer warpgroup's accumulators to C straight from the registers, which the rung's
-// own kernel (04_wgmma.cu) replaces by TMA stores.  The copies, descriptors and the
-// release of a stage are tensor/04_wgmma.cuh's; the instructions are hopper.cuh's.
+// shared-memory ring and one K-step's copies and wgmmas.  Their epilogue stores a consumer
+// warpgroup's accumulators to C straight from the registers (04_wgmma.cuh's
+// store_accumulators), which the rung's own kernel (04_wgmma.cu) replaces by TMA stores.
+// The copies, descriptors and the release of a stage are tensor/04_wgmma.cuh's; the
+// instructions are hopper.cuh's.
 #pragma once
 
 #include <gemmlab/tensor/04_wgmma.cuh>
@@ -70,30 +71,6 @@ __device__ __forceinline__ void wgmma_k_step(float (&acc)[BN / 2], const unsigne
         hopper::Wgmma<BN, DT>::template mma<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(
             acc, operand_desc<A_KMAJOR>(a, kk), operand_desc<B_KMAJOR>(b, kk), 1);
     hopper::wgmma_commit();
-}
-
-// A consumer warpgroup's 64 x BN accumulators to rows m0.., columns n0.. of C, straight from
-// the registers (hopper.cuh's layout: thread t holds rows 16 (t / 32) + (t % 32) / 4 (+ 8),
-// columns 8j + 2 (t % 4) (+ 1)): alpha * acc + beta * C, two columns a store where `pairs`,
-// nothing outside M x N.
-template <int BN, class O>
-__device__ __forceinline__ void store_accumulators(const float (&acc)[BN / 2], O* __restrict__ C, int ldc, int M,
-                                                   int N, int m0, int n0, float alpha, float beta, bool pairs) {
-    const int t = threadIdx.x % 128;
-    const int row = m0 + 16 * (t / 32) + (t % 32) / 4, col = n0 + 2 * (t % 4);
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            store_pair(C, ldc, row + 8 * h, col + 8 * j, M, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], alpha, beta,
-                       pairs);
-    }
-}
-
-// Whether C takes paired stores: an even ldc and a base on two elements.
-template <class O>
-__device__ __forceinline__ bool pairs_aligned(const O* C, int ldc) {
-    return ldc % 2 == 0 && reinterpret_cast<hopper::u64>(C) % (2 * sizeof(O)) == 0;
 }
 
 }  // namespace gemmlab
