@@ -37,6 +37,7 @@ from gemmlab.kernels.ec.ec_wgmma import (
     EC_SPLIT_PACK_KERNELS,
     EC_SPLIT_PACK_SOURCE,
     EC_SPLIT_SCALED_KERNELS,
+    EC_SCALED_STATIC_SMEM,
     EC_SPLIT_SCALED_SOURCE,
 )
 from gemmlab.kernels.ec.exponent_histogram import EXPONENT_HISTOGRAM_KERNEL, EXPONENT_HISTOGRAM_SOURCE
@@ -592,12 +593,13 @@ def _ec_split_scaled_sample() -> list[str]:
 def test_ec_split_scaled_compiles_for_two_blocks_an_sm(every):
     """fp32_tc's pre-pass on FOLD (Hopper only: clusters, distributed shared memory): every
     layout and cluster size within the 128 registers that let two blocks share an SM (64 and
-    four blocks with a short K's chunk), the whole-rows kernel (ec_split_scaled_rows, 1 to
-    16 float4 a row) and the clustered kernel with one operand by whole rows (NN and TT, ROWS
-    1 to 16) likewise.  The 512 values of K a thread holds leave ptxas a
-    few registers short in the layouts read across segments: at most 32 bytes of spills,
-    stores and reloads around a chunk.  By default a sample (_ec_split_scaled_sample); all 35
-    in the compile matrix."""
+    four blocks with a short K's chunk; 85 and three in TN, whose sides both hold their K in
+    shared memory), the whole-rows kernel (ec_split_scaled_rows, 1 to 16 float4 a row) and the
+    clustered kernel with one operand by whole rows (NN and TT, ROWS 1 to 16) likewise.  At
+    most 32 bytes of spills (the whole rows at one float4 a row; the short chunk beside a side
+    split by columns).  Static shared memory within what the host leaves the column tile room
+    beside (EC_SCALED_STATIC_SMEM).  By default a sample (_ec_split_scaled_sample); all 35 in
+    the compile matrix."""
     from gemmlab.runtime.compile import compile_in_processes
 
     # 4 layouts x (clusters of 1, 2, 4, 8; a short K's chunk), 5 of the whole-rows kernel, 2 x 5 half rows
@@ -610,9 +612,10 @@ def test_ec_split_scaled_compiles_for_two_blocks_an_sm(every):
     for name in kernels:
         r = res[module.symbols[name]]
         short = name.endswith(f", {EC_SCALED_SHORT_CHUNK}>")
-        assert r.registers <= (64 if short else 128), (name, r)
+        tn = "<'T', 'N'" in name
+        assert r.registers <= (85 if tn else 64 if short else 128), (name, r)
         assert r.spill_store_bytes <= 32 and r.stack_bytes <= 32, (name, r)
-        assert r.smem_bytes < 48 * 1024, (name, r)  # static: the staged tiles and the maxima
+        assert r.smem_bytes <= EC_SCALED_STATIC_SMEM, (name, r)  # static: the maxima, scales and counts
 
 
 @pytest.mark.parametrize("arch", [a for a in ARCHES if a != "sm_90a"])

@@ -301,7 +301,8 @@ def test_one_split_launch_takes_both_operands(rec):
     B^T's in the workspace, both candidates into the same buffers (a choice's layout).  The
     FP16 candidate's is split_scaled.cu: a cluster per 32 rows of A (columns of B), the
     inverse scales after the parts, the count of blocks that split something, the record and
-    the report."""
+    the held rows of B's tile (B stored 'N' is split by columns: K = 40 in two slabs of 32),
+    the record and the report."""
     a, b = _operands(M=300, K=40, N=20)
     out = np.empty((300, 20), np.float32)
     _call(a, b, out)
@@ -319,7 +320,7 @@ def test_one_split_launch_takes_both_operands(rec):
     assert g16 == (-(-300 // 32), 1, 2)  # one block (K = 40 fits its registers) per 32 rows of A, more than B's
     assert a16[:11] == (300, 20, 40, a.ctypes.data, 40, 0, 1, b.ctypes.data, 20, 0, 1)
     scales = parts[3] + b_part
-    assert a16[11:] == parts + (kp, scales, scales + 4 * 300, -(-300 // 32) + 1, record, 0x30000)
+    assert a16[11:] == parts + (kp, scales, scales + 4 * 300, -(-300 // 32) + 1, 64, record, 0x30000)
     assert g32 == (-(-300 // 32) * -(-40 // 32), 1, 2)  # A's tiles, more than B's
     assert a32[:7] == (300, 20, 40, a.ctypes.data, 40, 0, 1) and a32[8:12] == (b.ctypes.data, 20, 0, 1)
     assert a32[13:18] == parts + (kp,) and a32[-1] == record

@@ -50,17 +50,20 @@ def _fold_split(x: np.ndarray, s: np.ndarray):
     return hi, lo
 
 
-def _stored(op: np.ndarray, layout: str) -> "cp.ndarray":
-    """op (..., R, C) on the GPU stored as layout says: 'T' column-major (a transposed view)."""
-    if layout == "N":
-        return cp.asarray(np.ascontiguousarray(op))
-    return cp.asarray(np.ascontiguousarray(np.swapaxes(op, -1, -2))).swapaxes(-1, -2)
+def _stored(op: np.ndarray, layout: str, pad: int = 0) -> "cp.ndarray":
+    """op (..., R, C) on the GPU stored as layout says: 'T' column-major (a transposed view);
+    ``pad``: each stored row that many elements longer (a view of a wider array)."""
+    stored = op if layout == "N" else np.swapaxes(op, -1, -2)
+    wide = np.zeros(stored.shape[:-1] + (stored.shape[-1] + pad,), np.float32)
+    wide[..., : stored.shape[-1]] = stored
+    on_gpu = cp.asarray(wide)[..., : stored.shape[-1]]
+    return on_gpu if layout == "N" else on_gpu.swapaxes(-1, -2)
 
 
-def _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel=None):
+def _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel=None, pad=(0, 0)):
     """split_scaled.cu on op(A) (batch x M x K, or M x K) and op(B) (K x N, shared): the
     parts of A and B^T, the inverse scales, read back.  ``kernel``: a check of the problem
-    and operands (which kernel they take)."""
+    and operands (which kernel they take); ``pad``: A's and B's stored rows that much longer."""
     from gemmlab.kernels.ec.ec_wgmma import ec_split_workspace
     from gemmlab.kernels.spec import Problem
     from gemmlab.runtime.tma import Operands
@@ -68,7 +71,7 @@ def _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel=None):
     batch = op_a.shape[0] if op_a.ndim == 3 else 1
     M, K = op_a.shape[-2:]
     N = op_b.shape[-1]
-    a, b = _stored(op_a, layout_a), _stored(op_b, layout_b)
+    a, b = _stored(op_a, layout_a, pad[0]), _stored(op_b, layout_b, pad[1])
     lda = (a.strides[-2] if layout_a == "N" else a.strides[-1]) // 4
     ldb = (b.strides[-2] if layout_b == "N" else b.strides[-1]) // 4
     sa = a.strides[0] // 4 if batch > 1 else 0
@@ -95,7 +98,7 @@ def _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel=None):
     return got
 
 
-def _check(gpu, op_a, op_b, layout_a, layout_b, kernel=None):
+def _check(gpu, op_a, op_b, layout_a, layout_b, kernel=None, pad=(0, 0)):
     from gemmlab.kernels.ec.choose_method import CHOICE_FIELDS
 
     record = cp.zeros(CHOICE_FIELDS, cp.int64)
@@ -103,7 +106,7 @@ def _check(gpu, op_a, op_b, layout_a, layout_b, kernel=None):
     rows_a = op_a.reshape(-1, op_a.shape[-1])
     rows_b = np.ascontiguousarray(op_b.T)
     for launch in range(2):  # the second on the record the first left (its sums zeroed again)
-        got = _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel)
+        got = _run_split(gpu, op_a, op_b, layout_a, layout_b, record, kernel, pad)
         r = record.get()
         choice = methods.choice_of_record(r, False)
         assert choice.per_row and choice.method == want.choice.method, (choice.reason, want.choice.reason)
@@ -175,6 +178,32 @@ def test_split_scaled_batch_and_edge_rows(hopper):
     wide = make_inputs("log_uniform", K, N, rng)
     assert methods.choose_per_row(a, wide).choice.method == "tf32_ec"
     _check(hopper, a, wide, "T", "N")
+
+
+@pytest.mark.parametrize("K", [15000, 4000])
+def test_split_by_columns_edges(hopper, K):
+    """Both operands split by columns (op(A) stored 'T', op(B) stored 'N': segments across the
+    stored rows, brought into shared memory): A's rows of 70 (off the 16-byte grid: 4-byte
+    copies), B's rows of 48 holding 45 columns (16-byte copies, the last one partial); at K =
+    15000 a block's share (1888 rows) is more than its tile holds, so it is read twice.  A column
+    2^100 above the rest (its scale clamped, hi infinite: the value-by-value split), columns with
+    Inf (the maxima scanned again without it) and NaN, a zero column, subnormals."""
+    from gemmlab.kernels.ec.ec_wgmma import EC_SCALED_HELD_MAX_ROWS, ec_scaled_cluster
+
+    rng = np.random.default_rng(K)
+    M, N = 70, 45
+    a = make_inputs("uniform", M, K, rng) * np.exp2(rng.integers(-30, 30, M)).astype(np.float32)[:, None]
+    a[3] = rng.uniform(0.5, 1, K).astype(np.float32) * np.float32(2.0**100)
+    a[5, K - 1], a[6, 7] = np.inf, np.nan
+    a[8] = 0
+    b = make_inputs("normal", K, N, rng)
+    b[K // 2, 40] = -np.inf
+    b[:, 44] *= np.float32(2.0**-140)  # subnormals only
+    assert (-(-K // (32 * ec_scaled_cluster(K))) * 32 > EC_SCALED_HELD_MAX_ROWS) == (K == 15000)
+    _check(hopper, a, b, "T", "N", pad=(0, 3))
+    a[3] *= np.float32(2.0**-100)  # and without the clamp: FP16 parts, the two-at-a-time split
+    assert methods.choose_per_row(a, b).choice.method == "fp16_ec_scaled"
+    _check(hopper, a, b, "T", "N", pad=(0, 3))
 
 
 def test_split_scaled_clusters_take_several_groups(hopper):

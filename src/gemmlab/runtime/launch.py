@@ -318,11 +318,12 @@ def stream_workspace(
     return _Borrowed(ws.handle, lock)
 
 
-def allow_dynamic_smem(kernel, nbytes: int, device: int) -> None:
+def allow_dynamic_smem(kernel, nbytes: int, device: int, static_bytes: int = 0) -> None:
     """Raise ``kernel``'s dynamic shared memory limit on ``device`` to ``nbytes``
-    (needed above 48 KB; done once per kernel, device and size)."""
+    (needed where they and the kernel's ``static_bytes`` pass 48 KB; done once per
+    kernel, device and size)."""
     key = (int(kernel.handle), device)
-    if nbytes <= DEFAULT_DYNAMIC_SMEM or _smem_raised.get(key, 0) >= nbytes:
+    if nbytes + static_bytes <= DEFAULT_DYNAMIC_SMEM or _smem_raised.get(key, 0) >= nbytes:
         return
     from cuda.bindings import driver
 

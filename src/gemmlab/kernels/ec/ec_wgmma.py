@@ -78,6 +78,7 @@ EC_SCALED_THREADS, EC_SCALED_SEGMENTS = _S["EC_SCALED_THREADS"], _S["EC_SCALED_S
 EC_SCALED_CHUNK, EC_SCALED_MAX_CLUSTER = _S["EC_SCALED_CHUNK"], _S["EC_SCALED_MAX_CLUSTER"]
 EC_SCALED_SHORT_CHUNK, EC_SCALED_ROWS_VALUES = _S["EC_SCALED_SHORT_CHUNK"], _S["EC_SCALED_ROWS_VALUES"]
 EC_SCALED_CLUSTERS = tuple(2**i for i in range(EC_SCALED_MAX_CLUSTER.bit_length()))  # 1, 2, 4, 8
+EC_SCALED_HELD_MAX_ROWS = _S["EC_SCALED_HELD_MAX_ROWS"]
 # ec_split_scaled_rows: float4 a thread holds of each row, 1 .. 16 (rows of K <= 1024 of them)
 EC_SCALED_ROWS_CHUNKS = tuple(2**i for i in range((EC_SCALED_ROWS_VALUES // 4).bit_length()))
 
@@ -168,6 +169,27 @@ def ec_scaled_half_rows(pr, ops: Operands, nz_a: int, nz_b: int) -> int:
         return 0
     along_k = (ops.A, ops.lda, nz_a, ops.sa) if pr.op_a == "N" else (ops.B, ops.ldb, nz_b, ops.sb)
     return _rows_chunks(pr, nz_a, nz_b) if _rows_aligned(*along_k) else 0
+
+
+def ec_scaled_held_rows(K: int) -> int:
+    """Rows of K the clustered kernel's blocks hold in shared memory where they split by columns
+    (op(A) stored 'T', op(B) stored 'N': segments across the stored rows), 128 bytes a row: a
+    block's whole share of K (a multiple of 32) up to EC_SCALED_HELD_MAX_ROWS, so that it is read
+    once; a longer share, read twice either way, EC_SCALED_CHUNK rows at a time, three blocks an SM
+    rather than one.  (benchmarks/NOTES.md: the split pass in shared memory.)"""
+    share = cdiv(K, 32 * ec_scaled_cluster(K)) * 32
+    return share if share <= EC_SCALED_HELD_MAX_ROWS else EC_SCALED_CHUNK
+
+
+# split_scaled.cu's static shared memory at most (its maxima, scales and counts; ptxas reports 592
+# bytes): what the dynamic tile must leave room beside under the default limit.
+EC_SCALED_STATIC_SMEM = 1024
+
+
+def ec_scaled_tile_bytes(pr) -> int:
+    """The clustered kernel's dynamic shared memory: the column tile (ec_scaled_held_rows) where
+    either operand is split by columns, else none."""
+    return 128 * ec_scaled_held_rows(pr.K) if pr.op_a == "T" or pr.op_b == "N" else 0
 
 
 def ec_scaled_chunk(K: int) -> int:
@@ -310,21 +332,26 @@ _split_launches: dict[tuple, tuple] = {}
 _SPLIT_LAUNCHES_KEPT = 256
 
 
-def _split_launch(source, name: str, threads: int, gpu, grid: tuple[int, int, int], pdl: bool = False) -> tuple:
+def _split_launch(
+    source, name: str, threads: int, gpu, grid: tuple[int, int, int], pdl: bool = False, smem: int = 0
+) -> tuple:
     """(kernel, launch shape) of a split pre-pass instantiation ``name`` of ``source`` on
-    ``grid``, loaded once.  A kernel with __cluster_dims__ (split_scaled.cu) brings its
-    cluster itself: the shape names none.  ``pdl``: a programmatic dependent launch
-    (split_pack.cu when it reads a choice record: it waits for the kernel before it)."""
-    key = (name, gpu.arch, grid, pdl)
+    ``grid`` with ``smem`` bytes of dynamic shared memory, loaded once.  A kernel with
+    __cluster_dims__ (split_scaled.cu) brings its cluster itself: the shape names none.
+    ``pdl``: a programmatic dependent launch (split_pack.cu when it reads a choice record: it
+    waits for the kernel before it)."""
+    key = (name, gpu.arch, grid, pdl, smem, gpu.ordinal)
     found = _split_launches.get(key)
     if found is None:
         from ...runtime import compile as rt_compile
-        from ...runtime.launch import LaunchShape
+        from ...runtime.launch import LaunchShape, allow_dynamic_smem
 
         kernel = rt_compile.load_kernel(source, name, gpu.arch)
+        if smem:  # split_scaled.cu's tile beside its static shared memory
+            allow_dynamic_smem(kernel, smem, gpu.ordinal, EC_SCALED_STATIC_SMEM)
         if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:  # a program of many shapes: start again
             _split_launches.clear()
-        found = _split_launches[key] = (kernel, LaunchShape(grid, (threads, 1, 1), pdl=pdl))
+        found = _split_launches[key] = (kernel, LaunchShape(grid, (threads, 1, 1), smem, pdl=pdl))
     return found
 
 
@@ -553,7 +580,8 @@ def _split_scaled_launch(
     else:
         grid, blocks = ec_scaled_grid(pr.M, pr.N, pr.K, nz_a, nz_b, gpu.sm_count)
         name = ec_split_scaled_kernel(pr.op_a, pr.op_b, ec_scaled_cluster(pr.K), ec_scaled_chunk(pr.K))
-    kernel, shape = _split_launch(EC_SPLIT_SCALED_SOURCE, name, EC_SCALED_THREADS, gpu, grid)
+    smem = 0 if chunks else ec_scaled_tile_bytes(pr)
+    kernel, shape = _split_launch(EC_SPLIT_SCALED_SOURCE, name, EC_SCALED_THREADS, gpu, grid, smem=smem)
     a_hi, a_lo, b_hi, b_lo = parts
     unscale_a, unscale_b = scales, scales + 4 * nz_a * pr.M
     args = (
@@ -576,6 +604,7 @@ def _split_scaled_launch(
         unscale_a,
         unscale_b,
         np.int32(blocks),
+        np.int32(smem // 128),
         choice,
         report,
     )

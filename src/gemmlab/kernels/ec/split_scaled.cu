@@ -19,7 +19,9 @@ constexpr int EC_SCALED_CHUNK = 512;        // elements of K per segment a block
 // and no slots of the chunk idle (K = 128: attention's Q @ K^T, a 128-token weight gradient).
 constexpr int EC_SCALED_SHORT_CHUNK = 128;
 constexpr int EC_SCALED_MAX_CLUSTER = 8;    // blocks of a cluster: the portable limit
-constexpr int EC_SCALED_STAGED = 4;         // 32 x 32 tiles through shared memory between two barriers (CS)
+// split_columns: rows of K a block's tile holds at most (dynamic shared memory, 128 bytes a row),
+// so that a block's share of K up to this is read once (K <= 8 x this).
+constexpr int EC_SCALED_HELD_MAX_ROWS = 1792;
 // ec_split_scaled_rows: values a thread holds (16 float4 of whole rows along K: K <= 16384)
 constexpr int EC_SCALED_ROWS_VALUES = 64;
 
@@ -36,7 +38,6 @@ struct Shared {
     unsigned part_max[EC_SCALED_SEGMENTS];   // this block's largest finite magnitude per segment (bits)
     int scale[EC_SCALED_SEGMENTS];           // the segments' scale exponents
     Counts counts;
-    __half2 staged[EC_SCALED_STAGED][32][33];   // (hi, lo) by [segment][k]; the pad spreads the banks
 };
 
 // The whole-rows path's (split_rows_operand): each warp's largest finite magnitude of each of the
@@ -91,41 +92,24 @@ __device__ __forceinline__ void add_block_counts(unsigned normal, unsigned below
     }
 }
 
-// Thread (tx, ty)'s element j of a tile: its segment (of the cluster's 32) and k (of the tile's 32).
-template <bool CK>
-__device__ __forceinline__ int seg_of(int j) {
-    return CK ? int(threadIdx.x) / 32 + 8 * j : int(threadIdx.x) % 32;
-}
-template <bool CK>
-__device__ __forceinline__ int k_of(int j) {
-    return CK ? int(threadIdx.x) % 32 : int(threadIdx.x) / 32 + 8 * j;
-}
+// Thread (tx, ty)'s element j of a chunk's tile (split_contiguous): segment ty + 8 j (of the cluster's
+// 32), k = tx (of the tile's 32).
+__device__ __forceinline__ int seg_of(int j) { return int(threadIdx.x) / 32 + 8 * j; }
 
-// A chunk of the block's share into registers: segments seg0.., k from k0 (below k1).
-// The addresses step from one pointer per element row (the compiler otherwise keeps
-// a 64-bit address per element).
-template <bool CK, int TILES>
+// A chunk of the block's share into registers: segments seg0.., k from k0 (below k1), element
+// (f, j) at segment ty + 8 j, k = k0 + 32 f + tx.  The addresses step from one pointer per
+// segment (the compiler otherwise keeps a 64-bit address per element).
+template <int TILES>
 __device__ __forceinline__ void load_chunk(float (&v)[TILES][PER_TILE], const float* __restrict__ X, int ld, int segs,
                                            int seg0, int k0, int k1) {
     const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-    if constexpr (CK) {   // element (f, j): segment ty + 8 j, k = k0 + 32 f + tx
-        const int left = k1 - k0 - tx;
+    const int left = k1 - k0 - tx;
 #pragma unroll
-        for (int j = 0; j < PER_TILE; ++j) {
-            const int s = seg0 + ty + 8 * j;
-            const float* row = X + (long long)min(s, segs - 1) * ld + k0 + tx;
+    for (int j = 0; j < PER_TILE; ++j) {
+        const int s = seg0 + ty + 8 * j;
+        const float* row = X + (long long)min(s, segs - 1) * ld + k0 + tx;
 #pragma unroll
-            for (int f = 0; f < TILES; ++f) v[f][j] = s < segs && 32 * f < left ? row[32 * f] : 0.0f;
-        }
-    } else {              // element (f, j): segment tx, k = k0 + 32 f + ty + 8 j
-        const bool in = seg0 + tx < segs;
-        const int left = k1 - k0 - ty;
-        const long long step = 8LL * ld;
-        const float* at = X + (long long)(k0 + ty) * ld + seg0 + tx;
-#pragma unroll
-        for (int f = 0; f < TILES; ++f)
-#pragma unroll
-            for (int j = 0; j < PER_TILE; ++j, at += step) v[f][j] = in && 32 * f + 8 * j < left ? *at : 0.0f;
+        for (int f = 0; f < TILES; ++f) v[f][j] = s < segs && 32 * f < left ? row[32 * f] : 0.0f;
     }
 }
 
@@ -168,43 +152,13 @@ __device__ __forceinline__ void count_in(unsigned normal, unsigned below, unsign
     }
 }
 
-// One block's share of 32 segments of one operand: seg0 .. seg0 + 31 of X (segs of
-// them, each K long), k in this block's CL-th of K, TILES x 32 values of K (a chunk)
-// at a time; its counts added to sh's.
-template <bool CK, int CL, int TILES>
-__device__ __forceinline__ void split_segments(Shared& sh, const float* __restrict__ X, int ld, int segs, int K,
-                                               int seg0, __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
-                                               float* __restrict__ unscale) {
-    const int t = threadIdx.x, tx = t % 32, ty = t / 32;
-    const int rank = CL > 1 ? int(hopper::cluster_ctarank()) : 0;
-    const int share = (K + 32 * CL - 1) / (32 * CL) * 32;   // a multiple of 32
-    const int kb = min(K, rank * share), ke = min(K, kb + share);
-    constexpr int CHUNK = 32 * TILES;
-    const int chunks = max(1, (ke - kb + CHUNK - 1) / CHUNK);
-    if (t < EC_SCALED_SEGMENTS) sh.part_max[t] = 0;
-    __syncthreads();
-
-    // Each segment's largest finite magnitude over the block's share.
-    float v[TILES][PER_TILE];
-    unsigned m[PER_TILE] = {};
-#pragma unroll 1
-    for (int c = 0; c < chunks; ++c) {
-        load_chunk<CK>(v, X, ld, segs, seg0, kb + c * CHUNK, ke);
-#pragma unroll
-        for (int f = 0; f < TILES; ++f)
-#pragma unroll
-            for (int j = 0; j < PER_TILE; ++j) m[j] = max(m[j], finite_magnitude(v[f][j]));
-    }
-    if constexpr (CK) {   // a warp's lanes share segments: warp ty holds segments ty + 8 j alone
-#pragma unroll
-        for (int j = 0; j < PER_TILE; ++j) {
-            const unsigned w = __reduce_max_sync(0xFFFFFFFFu, m[j]);
-            if (tx == 0) sh.part_max[seg_of<CK>(j)] = w;
-        }
-    } else {
-        atomicMax(&sh.part_max[tx], max(max(m[0], m[1]), max(m[2], m[3])));
-    }
-    // ... and over the cluster's: then the scale.
+// The cluster's 32 segments' scales from each block's largest finite magnitudes (sh.part_max, all
+// written): each block reads the others' through distributed shared memory, then the scale
+// (segment_scale), and rank 0 writes the inverse scales.  The caller's cluster_wait (after its
+// split) keeps this block's maxima alive until the others have read them.
+template <int CL>
+__device__ __forceinline__ void cluster_scales(Shared& sh, int rank, int seg0, int segs, float* __restrict__ unscale) {
+    const int t = threadIdx.x;
     if constexpr (CL > 1) hopper::cluster_sync(); else __syncthreads();
     if (t < EC_SCALED_SEGMENTS) {
         unsigned top = sh.part_max[t];
@@ -216,13 +170,59 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
     if constexpr (CL > 1) hopper::cluster_arrive_relaxed();   // done with the others' maxima
     __syncthreads();
     if (rank == 0 && t < EC_SCALED_SEGMENTS && seg0 + t < segs) unscale[seg0 + t] = pow2(-sh.scale[t]);
+}
+
+// This block's rank in its cluster (of CL blocks) and its share of K: rows kb .. ke.
+struct KShare {
+    int rank, kb, ke;
+};
+template <int CL>
+__device__ __forceinline__ KShare block_share(int K) {
+    const int rank = CL > 1 ? int(hopper::cluster_ctarank()) : 0;
+    const int share = (K + 32 * CL - 1) / (32 * CL) * 32;   // a multiple of 32
+    const int kb = min(K, rank * share);
+    return {rank, kb, min(K, kb + share)};
+}
+
+// Split where the segments lie along K in memory (rows: op(A) stored 'N', op(B) stored 'T'): one block's share
+// of 32 segments seg0 .. seg0 + 31 of X (segs of them, each K long), k in this block's CL-th of
+// K, TILES x 32 values of K (a chunk) at a time in registers, a warp's lanes along K, so that the
+// reads coalesce; its counts added to sh's.
+template <int CL, int TILES>
+__device__ __forceinline__ void split_contiguous(Shared& sh, const float* __restrict__ X, int ld, int segs, int K,
+                                                 int seg0, __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
+                                                 float* __restrict__ unscale) {
+    const int t = threadIdx.x, tx = t % 32, ty = t / 32;
+    const auto [rank, kb, ke] = block_share<CL>(K);
+    constexpr int CHUNK = 32 * TILES;
+    const int chunks = max(1, (ke - kb + CHUNK - 1) / CHUNK);
+    if (t < EC_SCALED_SEGMENTS) sh.part_max[t] = 0;
+    __syncthreads();
+
+    // Each segment's largest finite magnitude over the block's share (a warp holds its segments alone).
+    float v[TILES][PER_TILE];
+    unsigned m[PER_TILE] = {};
+#pragma unroll 1
+    for (int c = 0; c < chunks; ++c) {
+        load_chunk(v, X, ld, segs, seg0, kb + c * CHUNK, ke);
+#pragma unroll
+        for (int f = 0; f < TILES; ++f)
+#pragma unroll
+            for (int j = 0; j < PER_TILE; ++j) m[j] = max(m[j], finite_magnitude(v[f][j]));
+    }
+#pragma unroll
+    for (int j = 0; j < PER_TILE; ++j) {
+        const unsigned w = __reduce_max_sync(0xFFFFFFFFu, m[j]);
+        if (tx == 0) sh.part_max[seg_of(j)] = w;
+    }
+    cluster_scales<CL>(sh, rank, seg0, segs, unscale);
 
     // Split: each value times its segment's scale; count for the rules.
     float scale[PER_TILE];
     int below_field[PER_TILE];   // biased exponents below this fall under FP16's normals once scaled
 #pragma unroll
     for (int j = 0; j < PER_TILE; ++j) {
-        const int s = sh.scale[seg_of<CK>(j)];
+        const int s = sh.scale[seg_of(j)];
         scale[j] = pow2(s);
         below_field[j] = below_field_of(s);
     }
@@ -230,9 +230,8 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
 #pragma unroll 1
     for (int c = 0; c < chunks; ++c) {
         const int k0 = kb + c * CHUNK;
-        if (chunks > 1) load_chunk<CK>(v, X, ld, segs, seg0, k0, ke);
-        // Written: segment seg0 + ty + 8 j, k = k0 + 32 f + tx (CK: this thread's own
-        // elements; else the staged elements of a tile, transposed).
+        if (chunks > 1) load_chunk(v, X, ld, segs, seg0, k0, ke);
+        // Written: segment seg0 + ty + 8 j, k = k0 + 32 f + tx: this thread's own elements.
         const int left = ke - k0 - tx;
         long long out[PER_TILE];
 #pragma unroll
@@ -251,34 +250,14 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
                 asm volatile("" : "+f"(x));   // scaled here, not hoisted above the previous tile's stores
                 __half h, l;
                 EcSplit<METHOD_FP16_EC>::split<true>(x * scale[j], h, l);
-                if constexpr (CK) {
-                    if (out[j] >= 0 && 32 * f < left) {
-                        hi[out[j] + 32 * f] = h;
-                        lo[out[j] + 32 * f] = l;
-                    }
-                } else {
-                    sh.staged[f % EC_SCALED_STAGED][tx][k_of<CK>(j)] = __halves2half2(h, l);
+                if (out[j] >= 0 && 32 * f < left) {
+                    hi[out[j] + 32 * f] = h;
+                    lo[out[j] + 32 * f] = l;
                 }
             }
             // A tile's parts are stored before the next tile's are made: left to
             // itself the compiler scales and converts far ahead of the stores, into spills.
             asm volatile("" ::: "memory");
-            if constexpr (!CK) {   // every EC_SCALED_STAGED tiles: out along k, transposed
-                if (f % EC_SCALED_STAGED == EC_SCALED_STAGED - 1) {
-                    __syncthreads();
-#pragma unroll
-                    for (int g = f + 1 - EC_SCALED_STAGED; g <= f; ++g)
-#pragma unroll
-                        for (int j = 0; j < PER_TILE; ++j) {
-                            if (out[j] >= 0 && 32 * g < left) {
-                                const __half2 p = sh.staged[g % EC_SCALED_STAGED][ty + 8 * j][tx];
-                                hi[out[j] + 32 * g] = __low2half(p);
-                                lo[out[j] + 32 * g] = __high2half(p);
-                            }
-                        }
-                    __syncthreads();
-                }
-            }
         }
     }
 
@@ -286,20 +265,203 @@ __device__ __forceinline__ void split_segments(Shared& sh, const float* __restri
     if constexpr (CL > 1) hopper::cluster_wait();   // the others have read this block's maxima
 }
 
+// cp.async of 16 bytes of which the first `bytes` are read and the rest zeroed, with `bytes` in a
+// register: one instruction (cuda_pipeline.h's zfill becomes a branch per value).
+__device__ __forceinline__ void copy_async_16(float* dst, const float* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(hopper::smem_u32(dst)), "l"(src), "r"(bytes)
+                 : "memory");
+}
+
+// cp.async of 4 bytes, or (`in` false) 4 zero bytes without a read.
+__device__ __forceinline__ void copy_async_4(float* dst, const float* src, bool in) {
+    asm volatile(
+        "{\n\t.reg .pred skip;\n\tsetp.eq.u32 skip, %2, 0;\n\t"
+        "cp.async.ca.shared.global [%0], [%1], 4, skip;\n\t}" ::"r"(hopper::smem_u32(dst)),
+        "l"(src), "r"(unsigned(in))
+        : "memory");
+}
+
+// Rows k0 .. k1 (k1 - k0 <= the tile's rows) of columns seg0 .. seg0 + 31 of X into the tile
+// (row r at tile + 32 r), zeros past k1 up to the next multiple of 32 rows (a whole slab) and
+// past segs, by cp.async: 16 bytes a copy where X and ld lie on the 16-byte grid (vec), else 4.
+// Each thread keeps one column offset and steps its source pointer down the rows.  Between two
+// barriers: the tile's readers before, the copy's after.
+__device__ __forceinline__ void copy_columns(float* tile, const float* __restrict__ X, int ld, int segs, int seg0,
+                                             int k0, int k1, bool vec) {
+    const int t = threadIdx.x, rows = (k1 - k0 + 31) / 32 * 32;
+    __syncthreads();   // the tile's last readers are done
+    if (vec) {   // thread t: 16 bytes at column 4 (t % 8) of rows t / 8, + 32, ...
+        const int c = 4 * (t % 8), bytes = 4 * min(max(segs - seg0 - c, 0), 4);
+        const float* src = X + (long long)(k0 + t / 8) * ld + seg0 + c;
+        for (int r = t / 8; r < rows; r += EC_SCALED_THREADS / 8, src += EC_SCALED_THREADS / 8 * (long long)ld) {
+            const int n = k0 + r < k1 ? bytes : 0;
+            copy_async_16(tile + 32 * r + c, n ? src : X, n);
+        }
+    } else {     // 4 bytes at column t % 32 of rows t / 32, + 8, ...
+        const int c = t % 32;
+        const bool column = seg0 + c < segs;
+        const float* src = X + (long long)(k0 + t / 32) * ld + seg0 + c;
+        for (int r = t / 32; r < rows; r += EC_SCALED_THREADS / 32, src += EC_SCALED_THREADS / 32 * (long long)ld) {
+            const bool in = column && k0 + r < k1;
+            copy_async_4(tile + 32 * r + c, in ? src : X, in);
+        }
+    }
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+}
+
+// count_value's rule by magnitudes, with the counts added under predicates (five instructions, not
+// nine): x normal where FP32's smallest normal <= |x| <= its largest (NaN and Inf fail); below where
+// also |x 2^s| < 2^FP16_NORMAL_MIN, the same test as its exponent against below_field_of(s), since
+// scaling by a power of two is exact down to FP32's normals and what falls under them is below too.
+__device__ __forceinline__ void count_scaled(float x, float scale, unsigned& normal, unsigned& below) {
+    static_assert(FP16_NORMAL_MIN == -14, "0f38800000 is 2^-14");
+    asm("{\n\t.reg .pred n, b;\n\t"
+        "setp.le.f32 n, %2, 0f7F7FFFFF;\n\t"
+        "setp.ge.and.f32 n, %2, 0f00800000, n;\n\t"
+        "setp.lt.and.f32 b, %3, 0f38800000, n;\n\t"
+        "@n add.u32 %0, %0, 1;\n\t"
+        "@b add.u32 %1, %1, 1;\n\t}"
+        : "+r"(normal), "+r"(below)
+        : "f"(fabsf(x)), "f"(fabsf(__fmul_rn(x, scale))));
+}
+
+// Eight values of a segment split into FOLD's parts, scaled by `scale` first, as eight halves each.
+// `careful`: where a part may be infinite (an Inf, or a value beyond FP16's range once scaled),
+// EcSplit's split value by value, which gives an infinite hi a zero lo; else two at a time.
+__device__ __forceinline__ void split_eight(const float (&x)[8], float scale, bool careful, uint4& hi, uint4& lo) {
+    __half2 h[4], l[4];
+    if (careful) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            __half h0, h1, l0, l1;
+            EcSplit<METHOD_FP16_EC>::split<true>(__fmul_rn(x[2 * q], scale), h0, l0);
+            EcSplit<METHOD_FP16_EC>::split<true>(__fmul_rn(x[2 * q + 1], scale), h1, l1);
+            h[q] = __halves2half2(h0, h1);
+            l[q] = __halves2half2(l0, l1);
+        }
+    } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {   // the same parts: hi rounded, lo = what hi left (exact in FP32), rounded
+            const float y0 = __fmul_rn(x[2 * q], scale), y1 = __fmul_rn(x[2 * q + 1], scale);
+            h[q] = __floats2half2_rn(y0, y1);
+            const float2 back = __half22float2(h[q]);
+            l[q] = __floats2half2_rn(__fsub_rn(y0, back.x), __fsub_rn(y1, back.y));
+        }
+    }
+    hi = *reinterpret_cast<const uint4*>(h);
+    lo = *reinterpret_cast<const uint4*>(l);
+}
+
+// Split by columns (segments across rows in memory: op(A) stored 'T', op(B) stored 'N'): one block's
+// share of K (block_share) of 32 columns seg0 .. seg0 + 31 of X, brought into shared memory by
+// cp.async, `held` rows at a time (the whole share when it fits: read once), so that no register
+// holds it and several blocks' copies are in flight on an SM.  Lane = column, so a warp reads a
+// row of the tile at once.  Warp w takes the slabs of 32 rows w, w + 8, ...: it splits a slab's
+// values of its lanes' columns, writes the parts over the slab, by column (they take its bytes
+// exactly), and stores them from there along K, 64 bytes of each of 8 columns a store, so that
+// a store touches 8 lines of a part, not 32.
+template <int CL>
+__device__ __forceinline__ void split_columns(Shared& sh, float* __restrict__ tile, int held,
+                                              const float* __restrict__ X, int ld, int segs, int K, int seg0,
+                                              __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
+                                              float* __restrict__ unscale) {
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+    const auto [rank, kb, ke] = block_share<CL>(K);
+    const int passes = max(1, (ke - kb + held - 1) / held);
+    const bool vec = ((reinterpret_cast<unsigned long long>(X) | unsigned(ld) * 4ull) & 15) == 0;
+    constexpr int WARPS = EC_SCALED_THREADS / 32;
+    if (t < EC_SCALED_SEGMENTS) sh.part_max[t] = 0;   // read after copy_columns's barrier
+
+    // The largest magnitude of the thread's slabs of its column: Inf included, NaN not (fmaxf drops it).
+    float m = 0.0f;
+    for (int p = 0; p < passes; ++p) {
+        const int k0 = kb + p * held, k1 = min(ke, k0 + held);
+        copy_columns(tile, X, ld, segs, seg0, k0, k1, vec);
+        for (int q = warp; 32 * q < k1 - k0; q += WARPS)
+#pragma unroll 8
+            for (int i = 0; i < 32; ++i) m = fmaxf(m, fabsf(tile[32 * (32 * q + i) + lane]));
+    }
+    unsigned top = __float_as_uint(m);
+    if (__syncthreads_or(isinf(m))) {   // rare: Inf sets no scale, so the largest finite magnitude instead
+        top = 0;
+        for (int p = 0; p < passes; ++p) {
+            const int k0 = kb + p * held, k1 = min(ke, k0 + held);
+            if (passes > 1) copy_columns(tile, X, ld, segs, seg0, k0, k1, vec);
+            for (int q = warp; 32 * q < k1 - k0; q += WARPS)
+#pragma unroll 8
+                for (int i = 0; i < 32; ++i) top = max(top, finite_magnitude(tile[32 * (32 * q + i) + lane]));
+        }
+    }
+    atomicMax(&sh.part_max[lane], top);
+    cluster_scales<CL>(sh, rank, seg0, segs, unscale);
+
+    // Split: each value times its column's scale; count for the rules (zeros past K count as neither).
+    const float scale = pow2(sh.scale[lane]);
+    const bool careful = __hisinf(__float2half_rn(__fmul_rn(m, scale)));
+    const int swizzle = (lane >> 1) & 3;   // spreads the 16-byte writes of the parts over the banks
+    unsigned normal = 0, below = 0;
+    for (int p = 0; p < passes; ++p) {
+        const int k0 = kb + p * held, k1 = min(ke, k0 + held);
+        if (passes > 1) copy_columns(tile, X, ld, segs, seg0, k0, k1, vec);
+        for (int q = warp; 32 * q < k1 - k0; q += WARPS) {
+            float* slab = tile + 32 * 32 * q;
+            uint4 h[4], l[4];   // the parts of k = 32 q + 8 o .. of the lane's column
+#pragma unroll
+            for (int o = 0; o < 4; ++o) {
+                float x[8];
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    x[i] = slab[32 * (8 * o + i) + lane];
+                    count_scaled(x[i], scale, normal, below);
+                }
+                split_eight(x, scale, careful, h[o], l[o]);
+            }
+            __syncwarp();   // the slab read: its 4 KB take the parts, hi's 32 columns x 64 bytes then lo's
+            uint4* parts = reinterpret_cast<uint4*>(slab);
+#pragma unroll
+            for (int o = 0; o < 4; ++o) {
+                parts[4 * lane + (o ^ swizzle)] = h[o];
+                parts[128 + 4 * lane + (o ^ swizzle)] = l[o];
+            }
+            __syncwarp();
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {   // column 8 i + lane / 4, its 16 bytes lane % 4
+                const int s = 8 * i + lane / 4, c = lane % 4, k = k0 + 32 * q + 8 * c;
+                const int at = 4 * s + (c ^ ((s >> 1) & 3));
+                if (seg0 + s < segs && k < k1) {   // k, ldp multiples of 8; past K, zeros into the padding
+                    const long long out = (long long)(seg0 + s) * ldp + k;
+                    *reinterpret_cast<uint4*>(hi + out) = parts[at];
+                    *reinterpret_cast<uint4*>(lo + out) = parts[128 + at];
+                }
+            }
+        }
+    }
+
+    add_block_counts(normal, below, lane, sh.counts);   // the block's counts for these columns
+    if constexpr (CL > 1) hopper::cluster_wait();   // the others have read this block's maxima
+}
+
 // One operand: the cluster takes groups of 32 segments of matrix z in turn (a block a
 // launch, not a group: a product of short K has many groups, and each block adds to
-// the record's sums once), then the block's counts go into the record's sums and the
-// last block of the launch decides.  side: 0 A, 1 B.
+// the record's sums once), by rows (CK: segments along K in memory) or by columns,
+// then the block's counts go into the record's sums and the last block of the launch
+// decides.  side: 0 A, 1 B.
 template <bool CK, int CL, int TILES>
-__device__ __forceinline__ void split_operand(Shared& sh, const float* __restrict__ X, int ld, int segs, int K,
+__device__ __forceinline__ void split_operand(Shared& sh, float* __restrict__ tile, int held,
+                                              const float* __restrict__ X, int ld, int segs, int K,
                                               __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
                                               float* __restrict__ unscale, long long* __restrict__ choice,
                                               long long* __restrict__ report, int side, int blocks) {
     const int t = threadIdx.x;
     if (t == 0) sh.counts.normal = sh.counts.below = sh.counts.clamped = sh.counts.top = 0;
     const int groups = (segs + EC_SCALED_SEGMENTS - 1) / EC_SCALED_SEGMENTS;
-    for (int g = int(blockIdx.x) / CL; g < groups; g += int(gridDim.x) / CL)
-        split_segments<CK, CL, TILES>(sh, X, ld, segs, K, g * EC_SCALED_SEGMENTS, hi, lo, ldp, unscale);
+    for (int g = int(blockIdx.x) / CL; g < groups; g += int(gridDim.x) / CL) {
+        if constexpr (CK)
+            split_contiguous<CL, TILES>(sh, X, ld, segs, K, g * EC_SCALED_SEGMENTS, hi, lo, ldp, unscale);
+        else
+            split_columns<CL>(sh, tile, held, X, ld, segs, K, g * EC_SCALED_SEGMENTS, hi, lo, ldp, unscale);
+    }
     __syncthreads();
     if (t == 0) {
         const Counts& n = sh.counts;
@@ -404,11 +566,18 @@ __device__ __forceinline__ void split_rows_operand(RowsShared& sh, const float* 
     }
 }
 
+// Blocks of ec_split_scaled an SM that its registers allow: two where a side holds its chunk in
+// registers (four with a short K's chunk); three in `a.t() @ b` (both sides by columns), as many
+// as 64 KB tiles (a share of 512 rows) leave room for.
+template <char OP_A, char OP_B, int CHUNK>
+constexpr int blocks_an_sm = OP_A == 'T' && OP_B == 'N' ? 3 : CHUNK <= EC_SCALED_SHORT_CHUNK ? 4 : 2;
+
 // One operand of ec_split_scaled: by whole rows (ROWS_PATH: split_rows_operand, ROWS float4 of
 // each row a thread) or by clusters (split_operand), in the kernel's shared memory.
 constexpr size_t SIDE_SHARED_BYTES = sizeof(Shared) > sizeof(RowsShared) ? sizeof(Shared) : sizeof(RowsShared);
 template <bool ROWS_PATH, bool CK, int CL, int TILES, int ROWS>
-__device__ __forceinline__ void split_side(unsigned char* smem, const float* __restrict__ X, int ld, int segs, int K,
+__device__ __forceinline__ void split_side(unsigned char* smem, float* __restrict__ tile, int held,
+                                           const float* __restrict__ X, int ld, int segs, int K,
                                            __half* __restrict__ hi, __half* __restrict__ lo, int ldp,
                                            float* __restrict__ unscale, long long* __restrict__ choice,
                                            long long* __restrict__ report, int side, int blocks) {
@@ -416,15 +585,17 @@ __device__ __forceinline__ void split_side(unsigned char* smem, const float* __r
         split_rows_operand<ROWS>(*reinterpret_cast<RowsShared*>(smem), X, ld, segs, K, hi, lo, ldp, unscale, choice,
                                  report, side, blocks);
     else
-        split_operand<CK, CL, TILES>(*reinterpret_cast<Shared*>(smem), X, ld, segs, K, hi, lo, ldp, unscale, choice,
-                                     report, side, blocks);
+        split_operand<CK, CL, TILES>(*reinterpret_cast<Shared*>(smem), tile, held, X, ld, segs, K, hi, lo, ldp, unscale,
+                                     choice, report, side, blocks);
 }
 
 }  // namespace ec_scaled
 
 // A cluster of CL blocks takes 32 segments at a time (several groups in turn where
-// there are many), each block a CL-th of K, held in registers (CHUNK elements of K
-// per segment; a longer share is read twice, once for the maxima and once to split).  The blocks trade their 32 partial maxima
+// there are many), each block a CL-th of K, held on chip while the cluster agrees on the
+// scales: in registers where the segments lie along K in memory (CHUNK elements of K per
+// segment), else in shared memory (`held` rows of K, dynamic: 128 bytes a row).  A longer
+// share is read twice, once for the maxima and once to split.  The blocks trade their 32 partial maxima
 // through distributed shared memory, scale (a power of two, choice_rules.cuh's
 // scale_exponent), split with FOLD's lo in hi's units, and write the parts in
 // split_pack.cu's layout (A's M x ldp, B^T's N x ldp) and each segment's inverse
@@ -437,8 +608,8 @@ __device__ __forceinline__ void split_side(unsigned char* smem, const float* __r
 //
 // Reads coalesce with consecutive lanes along the stored rows: along K where a
 // segment lies contiguous in memory (CK: A stored 'N', B stored 'T'), else along
-// the segments, and then the parts (rows along K) go out through shared memory,
-// transposed, as in split_pack.cu.  Where both operands' segments lie along K
+// the segments (cp.async into the tile, which each thread then reads down its column, so
+// that its parts go out along K 16 bytes at a time).  Where both operands' segments lie along K
 // (`a @ w.t()`), K fits a block (<= 16384) and the rows are 16-byte aligned,
 // ec_split_scaled_rows instead gives each block whole rows: no cluster.  Where only one
 // operand's do (`a @ b`, `a.t() @ w.t()`), that one is split by whole rows inside this kernel
@@ -457,31 +628,35 @@ __device__ __forceinline__ void split_side(unsigned char* smem, const float* __r
 // float4 of each row a thread, 16 / ROWS rows a group; the groups one a block along x), with no
 // exchange between its blocks; only the other operand's blocks use their clusters.
 template <char OP_A, char OP_B, int CL, int CHUNK, int ROWS = 0>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(EC_SCALED_THREADS, CHUNK <= EC_SCALED_SHORT_CHUNK ? 4 : 2)
+__global__ void __cluster_dims__(CL, 1, 1)
+    __launch_bounds__(EC_SCALED_THREADS, ec_scaled::blocks_an_sm<OP_A, OP_B, CHUNK>)
 ec_split_scaled(int M, int N, int K, const float* __restrict__ A, int lda, long long stride_a, int matrices_a,
                 const float* __restrict__ B, int ldb, long long stride_b, int matrices_b, __half* __restrict__ a_hi,
                 __half* __restrict__ a_lo, __half* __restrict__ b_hi, __half* __restrict__ b_lo, int ldp,
-                float* __restrict__ unscale_a, float* __restrict__ unscale_b, int blocks,
+                float* __restrict__ unscale_a, float* __restrict__ unscale_b, int blocks, int held,
                 long long* __restrict__ choice, long long* __restrict__ report) {
     static_assert(CL >= 1 && CL <= EC_SCALED_MAX_CLUSTER, "a portable cluster");
     static_assert(CHUNK == EC_SCALED_CHUNK || CHUNK == EC_SCALED_SHORT_CHUNK, "a chunk of 512 or of 128");
+    static_assert(128 * EC_SCALED_HELD_MAX_ROWS + ec_scaled::SIDE_SHARED_BYTES <= 227 * 1024,
+                  "the largest tile and the static shared memory fit a block");
     constexpr int TILES = CHUNK / 32;
-    static_assert(TILES % EC_SCALED_STAGED == 0, "the staged tiles divide a chunk");
     constexpr bool rows_a = ROWS > 0 && OP_A == 'N', rows_b = ROWS > 0 && OP_B == 'T';
     static_assert(ROWS == 0 || (rows_a != rows_b && CHUNK == EC_SCALED_CHUNK), "NN or TT, the long chunk");
     __shared__ alignas(16) unsigned char smem[ec_scaled::SIDE_SHARED_BYTES];   // the clustered path's or the rows path's
+    extern __shared__ float4 held_rows[];   // split_columns's tile: held x 32 floats (dynamic)
+    float* tile = reinterpret_cast<float*>(held_rows);
     ec_allow_next_grid();   // the GEMM may be launched (once every block has begun); it waits for this grid
     const long long z = blockIdx.y;
     const int seg0 = int(blockIdx.x) / CL * EC_SCALED_SEGMENTS;   // the cluster's first group (all its blocks')
     const int row0 = ROWS > 0 ? int(blockIdx.x) * (EC_SCALED_ROWS_VALUES / 4 / max(ROWS, 1)) : 0;   // rows: the block's
     if (blockIdx.z == 0) {
         if (z >= matrices_a || (rows_a ? row0 : seg0) >= M) return;
-        ec_scaled::split_side<rows_a, OP_A == 'N', CL, TILES, ROWS>(smem, A + z * stride_a, lda, M, K, a_hi + z * M * ldp,
+        ec_scaled::split_side<rows_a, OP_A == 'N', CL, TILES, ROWS>(smem, tile, held, A + z * stride_a, lda, M, K, a_hi + z * M * ldp,
                                                                  a_lo + z * M * ldp, ldp, unscale_a + z * M, choice,
                                                                  report, 0, blocks);
     } else {
         if (z >= matrices_b || (rows_b ? row0 : seg0) >= N) return;
-        ec_scaled::split_side<rows_b, OP_B == 'T', CL, TILES, ROWS>(smem, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp,
+        ec_scaled::split_side<rows_b, OP_B == 'T', CL, TILES, ROWS>(smem, tile, held, B + z * stride_b, ldb, N, K, b_hi + z * N * ldp,
                                                                  b_lo + z * N * ldp, ldp, unscale_b + z * N, choice,
                                                                  report, 1, blocks);
     }
@@ -497,7 +672,7 @@ __global__ void __launch_bounds__(EC_SCALED_THREADS, 2)
 ec_split_scaled_rows(int M, int N, int K, const float* __restrict__ A, int lda, long long stride_a, int matrices_a,
                      const float* __restrict__ B, int ldb, long long stride_b, int matrices_b, __half* __restrict__ a_hi,
                      __half* __restrict__ a_lo, __half* __restrict__ b_hi, __half* __restrict__ b_lo, int ldp,
-                     float* __restrict__ unscale_a, float* __restrict__ unscale_b, int blocks,
+                     float* __restrict__ unscale_a, float* __restrict__ unscale_b, int blocks, int /* held */,
                      long long* __restrict__ choice, long long* __restrict__ report) {
     static_assert(CHUNKS >= 1 && CHUNKS <= EC_SCALED_ROWS_VALUES / 4 && (CHUNKS & (CHUNKS - 1)) == 0,
                   "a power of two of float4 a row, 64 values a thread");
