@@ -155,7 +155,7 @@ class Emulator:
             # The kernel adds its slices itself (04_wgmma_splitk.cuh) and writes C as unsplit: its
             # workspaces must be as large as the host sized them, the counters zero (each launch
             # leaves them so: nothing to emulate).
-            part_bytes, counter_bytes = p.spec.split_fixup(p.params, pr)
+            part_bytes, counter_bytes = p.spec.launching.split_fixup(p.params, pr)
             self.mem(int(partials), "uint8", (part_bytes * int(batch),), (1,))
             n = counter_bytes * int(batch) // 4
             assert not self.mem(int(counters), "uint32", (n,), (1,)).any(), "split-K's counters not zero"

@@ -38,7 +38,7 @@ def test_ec_wgmma_takes_every_layout_and_alignment(op_a, op_b, dtype):
     )
     assert p.spec.name == "ec_wgmma" and not p.fallback_reason
     assert p.name_expression == f"gemmlab::ec_wgmma<{EC_METHODS[dtype]}, 3, 128, 1, 'N', 'N'>"
-    assert p.spec.extra_args == ("scale_a", "scale_b")
+    assert p.spec.launching.extra_args == ("scale_a", "scale_b")
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_ec_wgmma_takes_a_batch_and_sizes_its_parts():
     from gemmlab.core.executor import BATCH_WORKSPACE_LIMIT
     from gemmlab.kernels.ec.ec_wgmma import ec_parts_bytes
 
-    assert EC_WGMMA.batched_args and EC_WGMMA.batch_workspace is ec_parts_bytes
+    assert EC_WGMMA.launching.batched_args and EC_WGMMA.launching.batch_workspace is ec_parts_bytes
     assert ec_parts_bytes(Problem(2048, 128, 2048, True, "fp16_ec")) == 2 * (2048 + 128) * 2048 * 4
     assert ec_parts_bytes(Problem(7, 5, 9, True, "tf32_ec")) == 2 * 12 * 16 * 4
     # P @ V at S = 4096 (132 MiB of parts a matrix): seven matrices a launch.

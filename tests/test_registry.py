@@ -550,7 +550,7 @@ def test_all_name_expressions(spec):
     # Every layout, except for kernels that read fewer, or some in some types only (wgmma:
     # TF32 NN only), and those whose launch packs the operands row-major first (ec_wgmma:
     # one instantiation, NN, serves every layout).
-    layouts = [("N", "N")] if spec.packed else spec.layouts
+    layouts = [("N", "N")] if spec.launching.packed else spec.layouts
     # Every type reads NN, except FP8's (wgmma_fp8): its wgmma reads K-major operands only, NT;
     # and gemv_mma, which reads x @ W.t() only, NT.
     home = ("N", "T") if spec.name in ("wgmma_fp8", "gemv_mma") else ("N", "N")
@@ -626,7 +626,9 @@ def test_layouts_are_the_last_template_arguments(spec):
         if spec.name == "pipelined" and (op_a, op_b) == ("T", "N"):  # no rows along K: REG_TRANSPOSE is moot
             assert d["REG_TRANSPOSE"] == 1 and base.endswith(", 1, true, false, 'N', 'N'>")
             expected = base.replace(", 1, true, false, 'N', 'N'>", ", 0, true, false, 'N', 'N'>")
-        assert name == expected[: -len("'N', 'N'>")] + ("'N', 'N'>" if spec.packed else f"'{op_a}', '{op_b}'>")
+        assert name == expected[: -len("'N', 'N'>")] + (
+            "'N', 'N'>" if spec.launching.packed else f"'{op_a}', '{op_b}'>"
+        )
     with pytest.raises(ValueError, match=r"operand layouts are 'N' or 'T', not 'C', 'N'"):
         spec.name_expression(d, spec.variants[0].with_layout("C", "N"))
 

@@ -156,7 +156,7 @@ def test_tensor_maps_follow_the_layout(monkeypatch, name, ops):
             name, 300, 200, 72, dtype="bfloat16", out_dtype="float32", op_a=ops[0], op_b=ops[1], **params
         )
         lda, ldb = (72 if ops[0] == "N" else 304), (200 if ops[1] == "N" else 72)  # as stored, 16-byte rows
-        args = spec.kernel_args(plan, None, 0, Operands(1 << 20, lda, 2 << 20, ldb, 3 << 20, 200), 0.5, 2.0)
+        args = spec.launching.kernel_args(plan, None, 0, Operands(1 << 20, lda, 2 << 20, ldb, 3 << 20, 200), 0.5, 2.0)
         assert len(args) == 13 and args[11:] == (1, 2) and float(args[3]) == 0.5 and float(args[8]) == 2.0
         cl = params.get("CLUSTER", 1)
         (a_args, a_kw), (b_args, b_kw) = made
@@ -172,7 +172,7 @@ def test_tensor_maps_follow_the_layout(monkeypatch, name, ops):
         )
         assert a_kw == b_kw == {"batch": 1}
     with pytest.raises(ValueError, match="an operand TMA cannot read in place"):
-        spec.kernel_args(plan, None, 0, Operands((1 << 20) + 2, 72, 2 << 20, 200, 3 << 20, 200), 1.0, 0.0)
+        spec.launching.kernel_args(plan, None, 0, Operands((1 << 20) + 2, 72, 2 << 20, 200, 3 << 20, 200), 1.0, 0.0)
 
 
 # -- on a Hopper GPU -----------------------------------------------------------------------------

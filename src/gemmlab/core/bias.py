@@ -1,7 +1,7 @@
 """matmul's ``bias``: result = alpha * op(a) @ op(b) + bias (+ beta * out).
 
 A bias broadcasts to the result as NumPy broadcasts (nn.Linear's is a vector of N,
-added to every row).  Where the rung adds it in its epilogue (KernelSpec.epilogue_bias)
+added to every row).  Where the rung adds it in its epilogue (Launching.epilogue_bias)
 it costs the result no second pass through memory; elsewhere it is added after the
 product by the arrays' own library, on the same stream.  Validation here, before any
 launch: a bias that cannot be added is refused and nothing is written.

@@ -344,7 +344,7 @@ def _staging(spec: KernelSpec, problem: Problem, pr: Product, gpu: GPU) -> tuple
     copies of them (its rules.stage); (None, why not), or (None, "") where staging does not
     apply (no hook, or another refusal)."""
     staged = dataclasses.replace(problem, stage=True)
-    if spec.rules.stage is None or not spec.staging.applies(staged) or spec.why_unusable(staged):
+    if spec.rules.stage is None or not spec.launching.staging.applies(staged) or spec.why_unusable(staged):
         return None, ""
     stage_bytes = pr.stage_bytes
     if stage_bytes is None:

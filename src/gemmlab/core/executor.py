@@ -7,7 +7,7 @@ for the pointers, the two scalars and the workspaces.  Its :meth:`Launcher.run` 
 the slots and enqueues each step.  What a rung launches besides its kernel comes from
 step builders its KernelSpec supplies (pre-passes, a split's reduction or own
 workspaces, a method chosen on the GPU); nothing here knows a particular rung.
-Arguments a rung builds itself (spec.kernel_args, a pre-pass's) are kept per set of
+Arguments a rung builds itself (Launching.kernel_args, a pre-pass's) are kept per set of
 addresses, and copied with the addresses replaced for new ones (_address_moves).
 A :class:`PreparedCall` is everything one signature of
 ``gemmlab.matmul`` runs (a launcher, the operand swap of a column-major out,
@@ -116,7 +116,7 @@ class Launcher:
     and to ``batch`` products ``strides`` elements apart (A, B, C; 0 repeats a
     matrix), which go to gridDim.z GRID_Z_MAX at a time.  Kernels with their own
     argument builder take GRID_Z_MAX matrices per launch too where it builds a whole
-    batch's (spec.batched_args: 3-D tensor maps, a persistent loop over every matrix's
+    batch's (Launching.batched_args: 3-D tensor maps, a persistent loop over every matrix's
     tiles; a pre-pass's workspace at most BATCH_WORKSPACE_LIMIT bytes a launch), else
     one launch per matrix."""
 
@@ -147,30 +147,31 @@ class Launcher:
         self.item_in, self.item_out = storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
         self.strides = tuple(strides)
         self.splits = splits = p.spec.splits(p.params)
+        run = p.spec.launching
         self.prepass = p.spec.pre_pass(p.problem)
-        self.own_args = p.spec.kernel_args is not None or self.prepass is not None
-        self.batched_args = self.own_args and p.spec.batched_args
+        self.own_args = run.kernel_args is not None or self.prepass is not None
+        self.batched_args = self.own_args and run.batched_args
         lda, ldb, ldc = (np.int32(x) for x in lds)
         sa, sb, sc = (np.int64(s) for s in strides)
         self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
         # Kernels that can read a method chosen on the GPU take its record's address
         # last: none (0) unless run() is given one.
-        self.reads_choice = p.spec.reads_choice
+        self.reads_choice = run.reads_choice
         self.extra = p.extra_args() + ((0,) if self.reads_choice else ())
         if splits > 1:
             self._ws_what = f"{p.describe()} (split-K)"
         self._cluster_grid = None
         self._sized(geo)
-        # A bias the kernel adds in its epilogue (spec.epilogue_bias): its element strides
+        # A bias the kernel adds in its epilogue (Launching.epilogue_bias): its element strides
         # (rows, columns, matrices), where this launcher can take one -- one launch of the
         # kernel's own arguments, no pre-pass, K unsplit or split in the kernel, K not 0 --
         # else None (run() and direct() then take bias = 0 only).
         self.bias_strides = None
         if (
             bias_strides is not None
-            and p.spec.epilogue_bias is not None
-            and p.spec.epilogue_bias(p, bias_strides)
-            and p.spec.kernel_args is not None
+            and run.epilogue_bias is not None
+            and run.epilogue_bias(p, bias_strides)
+            and run.kernel_args is not None
             and self.prepass is None
             and (splits == 1 or self.fixup_bytes is not None)
             and pr.K != 0
@@ -193,12 +194,12 @@ class Launcher:
     def _sized(self, geo) -> None:
         """What depends on the plan's sizes (M, N, K), given its launch shape ``geo``."""
         p, batch, strides, splits = self.plan, self.batch, self.strides, self.splits
-        pr = p.problem
+        pr, run = p.problem, p.spec.launching
         self.geo = geo
         M, N, K = pr.M, pr.N, pr.K
-        # A split the kernel adds up itself (spec.split_fixup): its workspaces' bytes per
+        # A split the kernel adds up itself (Launching.split_fixup): its workspaces' bytes per
         # matrix, (partial tiles, counters); None where a reduction kernel adds the slices.
-        self.fixup_bytes = p.spec.split_fixup(p.params, pr) if splits > 1 and p.spec.split_fixup else None
+        self.fixup_bytes = run.split_fixup(p.params, pr) if splits > 1 and run.split_fixup else None
         # 16-bit outputs: the kernels handle alpha == 0, except split over K with a reduction
         # kernel, where the partial products would read A and B; the reduction in C's dtype
         # does it then.  K == 0 always takes the reduction: empty operands may have no memory
@@ -211,8 +212,8 @@ class Launcher:
             per_launch = max(1, min(per_launch, SPLITK_WORKSPACE_LIMIT // max(1, per_matrix)))
         if self.batched_args:  # the kernel's work index (matrix, tile) is a 32-bit int; its smallest tile is 64 x 64
             per_launch = max(1, min(per_launch, INT32_MAX // max(1, -(-M // 64) * -(-N // 64))))
-        if self.batched_args and p.spec.batch_workspace is not None:
-            per_launch = max(1, min(per_launch, BATCH_WORKSPACE_LIMIT // max(1, p.spec.batch_workspace(pr))))
+        if self.batched_args and run.batch_workspace is not None:
+            per_launch = max(1, min(per_launch, BATCH_WORKSPACE_LIMIT // max(1, run.batch_workspace(pr))))
         # One entry per gridDim.z chunk: byte offsets of its first A, B, C and its launch shapes.
         self.chunks = []
         for z0 in range(0, batch, per_launch):
@@ -234,7 +235,7 @@ class Launcher:
         # whether a choice record is read), the latter a programmatic dependent launch)
         self._shapes = {}
         # kernel_args' arguments, kept per addresses (None: a kernel with a pre-pass, kept apart).
-        self._args_memo = {} if p.spec.kernel_args is not None and self.prepass is None else None
+        self._args_memo = {} if run.kernel_args is not None and self.prepass is None else None
         # (A, B, C, alpha, beta, bias[, the split's workspaces]) -> the whole argument tuple, for direct()
         self._full_memo = {}
         # kernel_args' launches by kind of call (everything but the addresses): the first one
@@ -451,7 +452,7 @@ class Launcher:
         fixup=None,
     ) -> None:
         """A kernel whose spec builds its arguments: one launch per batch chunk where it
-        takes a whole batch (spec.batched_args: 3-D tensor maps), else one per matrix
+        takes a whole batch (Launching.batched_args: 3-D tensor maps), else one per matrix
         (``choice``, where the method is chosen on the GPU, the address of the record
         the kernels read; ``fixup``: see run())."""
         if self.batched_args:
@@ -734,7 +735,7 @@ class Launcher:
         """The packed arguments of a launch on addresses this launcher has not seen: a copy of
         the first launch of the same kind with the addresses replaced (_moved) -- a few
         microseconds, so that a model whose activations move between steps pays no more --
-        else built by spec.kernel_args, and at a kind's second set of addresses built once
+        else built by Launching.kernel_args, and at a kind's second set of addresses built once
         more with the addresses moved, to learn where they sit (_address_moves, as after a
         pre-pass)."""
         addresses = (ops.A, ops.B, ops.C, ops.bias, ops.partials, ops.counters)
@@ -748,7 +749,7 @@ class Launcher:
             _keep(self._args_moves, kind, SEEN_ONCE)
         elif moves == SEEN_ONCE:
             p = self.plan
-            moved = p.spec.kernel_args(p, self.gpu, stream, _shifted(ops, addresses), alpha, beta)
+            moved = p.spec.launching.kernel_args(p, self.gpu, stream, _shifted(ops, addresses), alpha, beta)
             moved = PackedArgs(moved[:3] + (f32(alpha),) + moved[4:8] + (f32(beta),) + moved[9:])
             shape = self._shapes[ops.batch]
             at = _address_moves(((), args, shape), ((), moved, shape), addresses)
@@ -757,7 +758,7 @@ class Launcher:
 
     def _memo_args(self, stream, ops: Operands, alpha, beta):
         p, geo = self.plan, self.geo
-        args = p.spec.kernel_args(p, self.gpu, stream, ops, alpha, beta)
+        args = p.spec.launching.kernel_args(p, self.gpu, stream, ops, alpha, beta)
         split = (ops.partials, ops.counters) if ops.partials else ()
         _keep(self._args_memo, (ops.A, ops.B, ops.C, ops.batch, beta == 0, ops.bias) + split, args)
         if ops.batch not in self._shapes:
@@ -926,7 +927,7 @@ def run_plan(
 class _MethodChooser:
     """A method chosen on the GPU, in stream order, so that a call never waits for the host
     and can be captured in a CUDA graph: per call, the choice's steps (the rung's
-    KernelSpec.gpu_choice) on a small stream-ordered workspace, then every candidate
+    Launching.gpu_choice) on a small stream-ordered workspace, then every candidate
     launcher (methods.CHOSEN_ON_GPU) with the record's address, of which those not chosen
     return at once.  The choice's launches are kept per (A, B, workspace), each candidate's
     by its Launcher, so that a repeated call builds no arguments; :meth:`plan` reads the
@@ -941,7 +942,7 @@ class _MethodChooser:
         methods, self.scaled_only = CHOSEN_ON_GPU[precision]
         plans = [plan_for_choice(base, MethodChoice(m), gpu, kernel, tile_params, bt.nz) for m in methods]
         self.candidates = [(p, Launcher(p, gpu, lds, bt.nz, bt.strides)) for p in plans]
-        self.steps = plans[0].spec.gpu_choice(gpu, plans, ops_a, ops_b, self.scaled_only)
+        self.steps = plans[0].spec.launching.gpu_choice(gpu, plans, ops_a, ops_b, self.scaled_only)
         # One pre-pass workspace for every candidate (they lay their parts out alike), taken
         # once a call where each candidate is one launch: 0 where each takes its own.
         sizes = [run.shared_prepass_bytes() for _, run in self.candidates]

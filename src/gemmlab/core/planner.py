@@ -61,7 +61,7 @@ class Plan:
     params: dict
     problem: Problem
     name_expression: str
-    extra: dict = field(default_factory=dict)  # values of spec.extra_args (default 1.0)
+    extra: dict = field(default_factory=dict)  # values of spec.launching.extra_args (default 1.0)
     method: str = ""  # error-corrected FP32: the method used
     reason: str = ""  # why this kernel or method, where a choice was made
     # Why the kernel asked for is not the one that runs (see KernelSpec.why_unusable), or "".
@@ -88,7 +88,7 @@ class Plan:
         return "\n".join(lines)
 
     def extra_args(self) -> tuple:
-        return tuple(np.float32(self.extra.get(name, 1.0)) for name in self.spec.extra_args)
+        return tuple(np.float32(self.extra.get(name, 1.0)) for name in self.spec.launching.extra_args)
 
     @property
     def key(self) -> tuple:

@@ -242,7 +242,7 @@ class PrePass:
     ``chooses(plan)``: whether, given a choice record, the pre-pass makes the method
     choice from the data itself (ec_wgmma's FOLD: split_scaled.cu), so that the
     executor launches no separate statistics for it;
-    ``applies(problem)``, for a staging pre-pass (KernelSpec.staging): whether a launch on
+    ``applies(problem)``, for a staging pre-pass (Launching.staging): whether a launch on
     ``problem`` runs it -- by default where TMA cannot read the operands in place (wgmma);
     rung 8, which can read any operand, only where the choice staged them (Problem.stage).
     """
@@ -252,6 +252,61 @@ class PrePass:
     what: str  # what the workspace is for, for an out-of-memory message
     chooses: Callable = lambda plan: False
     applies: Callable = lambda problem: not problem.tma_aligned
+
+
+@dataclass(frozen=True)
+class Launching:
+    """How the executor launches a rung where the standard is not enough: the standard being
+    its arguments (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides) on the plan's grid,
+    one launch a matrix of a batch.  Each is optional.
+
+    - ``kernel_args(plan, gpu, stream, operands, alpha, beta) -> args``: the kernel's arguments
+      where they are more than the standard (e.g. with TMA tensor maps), once per matrix of a
+      batch (or once per launch: ``batched_args``).  It may depend only on the addresses, alpha
+      and beta: a prepared call keeps it per set of them.
+    - ``prepass``: instead of ``kernel_args``, a kernel with a pre-pass (PrePass): its arguments
+      built on a workspace the executor takes from the caller's stream.
+    - ``staging``: the pre-pass of a problem whose operands the kernel cannot read in place
+      (wgmma: Problem.tma_aligned false) or reads slowly (rung 8: Problem.stage): aligned copies
+      of them, then the kernel (PrePass.applies says which problems).
+    - ``batched_args``: ``kernel_args`` (or the pre-pass) takes a whole batch (Operands.batch
+      matrices, Operands.sa/sb/sc elements apart) and the kernel walks all of it in one launch
+      (wgmma: its persistent loop); its geometry then takes the batch: geometry(params,
+      problem, batch).
+    - ``batch_workspace(problem) -> bytes``: workspace the pre-pass needs per matrix of a batch
+      it takes in one launch (ec_wgmma: the split parts); executor.Launcher chunks batches so
+      that a launch's stays under BATCH_WORKSPACE_LIMIT.  None: none that grows with the batch.
+    - ``packed``: the launch first packs op(A) and op(B) into row-major workspaces (ec_wgmma's
+      split pre-pass), so the kernel reads every layout and is instantiated for 'N', 'N' only.
+    - ``gpu_choice(gpu, plans, ops_a, ops_b, scaled_only)``: a method chosen on the GPU among
+      candidate plans of this rung (precision="fp32_tc"): the choice's step builder
+      (kernels/ec/choose_method.GPUChoice), whose record the kernels read (``reads_choice``).
+    - ``reads_choice``: the kernel's last argument is the address of that choice's record
+      (ec/choice.cuh), 0 for none; a pre-pass's functions take it as their argument.
+    - ``extra_args``: float arguments after (..., C, ldc, stride_a, stride_b, stride_c) that the
+      plan supplies (the error-corrected kernels' scale_a, scale_b); each defaults to 1.0.
+    - ``split_fixup(params, problem) -> (bytes of partial tiles, bytes of counters)``: the
+      kernel adds its slices of K itself and writes C as unsplit (wgmma: each tile's last slice
+      waits for the others' partial tiles); the executor passes the workspaces as
+      Operands.partials and .counters, the counters zeroed when first allocated (the kernel
+      leaves them zero).  No reduction kernel runs.
+    - ``epilogue_bias(plan, strides) -> bool``: whether the kernel adds a bias of these element
+      strides (rows, columns, matrices) in its epilogue (Operands.bias, read by kernel_args), so
+      that C = alpha * A @ B + bias costs no second pass over C (gemmlab.matmul's ``bias``);
+      None: never (the bias is added after the product).
+    """
+
+    kernel_args: Callable | None = None
+    prepass: PrePass | None = None
+    staging: PrePass | None = None
+    batched_args: bool = False
+    batch_workspace: Callable[[Problem], int] | None = None
+    packed: bool = False
+    gpu_choice: Callable | None = None
+    reads_choice: bool = False
+    extra_args: tuple[str, ...] = ()
+    split_fixup: Callable[[Mapping[str, int], Problem], tuple[int, int]] | None = None
+    epilogue_bias: Callable[[object, tuple], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -274,19 +329,6 @@ class KernelSpec:
     # persistent loop's work items), if the kernel has one.  The partial products go to a
     # workspace that splitk_reduce adds into C, unless split_fixup is set.
     split_k_param: str | None = None
-    # The kernel adds its slices of K itself and writes C as unsplit (wgmma: each tile's
-    # last slice waits for the others' partial tiles): split_fixup(params, problem) ->
-    # (bytes of partial tiles, bytes of counters) per matrix, which the executor passes
-    # as Operands.partials and .counters, the counters zeroed when first allocated (the
-    # kernel leaves them zero).  No reduction kernel runs.
-    split_fixup: Callable[[Mapping[str, int], Problem], tuple[int, int]] | None = None
-    # Float arguments after (..., C, ldc, stride_a, stride_b, stride_c) that the plan supplies (e.g. the error-corrected
-    # kernels' scale_a, scale_b); each defaults to 1.0.
-    extra_args: tuple[str, ...] = ()
-    # The kernel's last argument is the address of a method choice made on the GPU
-    # (the error-corrected kernels: ec/choice.cuh), 0 for none; a pre-pass's functions
-    # take it as their argument.
-    reads_choice: bool = False
     # NVRTC targets the kernel exists for (empty: every target gemmlab builds for).
     # A kernel with sm_90a instructions (wgmma, setmaxnreg) lists only "sm_90a".
     arches: tuple[str, ...] = ()
@@ -299,41 +341,9 @@ class KernelSpec:
     # How kernel="auto" asks this rung about a product and how it sizes its tiles (Rules);
     # the default asks nothing: a rung that is only ever named.
     rules: Rules = Rules()
-    # Builds the kernel's arguments when they are more than the standard
-    # (M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, strides):
-    # kernel_args(plan, gpu, stream, operands, alpha, beta) -> the argument tuple (e.g. with
-    # TMA tensor maps), once per matrix of a batch (or once per launch: batched_args).  It may
-    # depend only on the addresses, alpha and beta: a prepared call keeps it per set of them.
-    kernel_args: Callable | None = None
-    # Instead of kernel_args, a kernel with a pre-pass (above): its arguments built on a
-    # workspace the executor takes from the caller's stream.
-    prepass: PrePass | None = None
-    # A method chosen on the GPU among candidate plans of this rung (precision="fp32_tc"):
-    # gpu_choice(gpu, plans, ops_a, ops_b, scaled_only) -> the choice's step builder
-    # (kernels/ec/choose_method.GPUChoice), whose record the kernels read (reads_choice).
-    gpu_choice: Callable | None = None
-    # The pre-pass of a problem whose operands the kernel cannot read in place (wgmma:
-    # Problem.tma_aligned false) or reads slowly (rung 8: Problem.stage): aligned copies
-    # of them, then the kernel (PrePass.applies says which problems).
-    staging: PrePass | None = None
-    # kernel_args (or the pre-pass) takes a whole batch (Operands.batch matrices,
-    # Operands.sa/sb/sc elements apart) and the kernel walks all of it in one launch
-    # (wgmma: its persistent loop); its geometry then takes the batch: geometry(params,
-    # problem, batch).  Otherwise kernel_args is called once per matrix.
-    batched_args: bool = False
-    # Bytes of workspace the pre-pass needs per matrix of a batch it takes in one launch
-    # (ec_wgmma: the split parts); executor.Launcher chunks batches so that a launch's
-    # stays under BATCH_WORKSPACE_LIMIT.  None: no workspace that grows with the batch.
-    batch_workspace: Callable[[Problem], int] | None = None
-    # Whether a plan's kernel adds a bias of these element strides (rows, columns,
-    # matrices) in its epilogue (Operands.bias, read by kernel_args), so that
-    # C = alpha * A @ B + bias costs no second pass over C (gemmlab.matmul's ``bias``);
-    # None: never (the bias is added after the product).
-    epilogue_bias: Callable[[object, tuple], bool] | None = None
-    # The launch first packs op(A) and op(B) into row-major workspaces (ec_wgmma's
-    # split pre-pass), so the kernel reads every layout and is instantiated for
-    # 'N', 'N' only.
-    packed: bool = False
+    # How the executor launches it where the standard arguments and grid are not enough
+    # (Launching); the default: the standard, one launch a matrix of a batch.
+    launching: Launching = Launching()
     # The lowest compute capability (86 for sm_86) each dtype runs on (absent: any target
     # NVRTC builds for), and what the kernel needs there, in words, for messages and docs.
     min_arch: Mapping[str, int] = field(default_factory=dict)
@@ -432,7 +442,8 @@ class KernelSpec:
     def pre_pass(self, problem: Problem) -> PrePass | None:
         """The pre-pass a launch on ``problem`` runs: the rung's own, or aligned copies of
         operands it cannot read in place (staging); None for none."""
-        return self.prepass or (self.staging if self.staging is not None and self.staging.applies(problem) else None)
+        run = self.launching
+        return run.prepass or (run.staging if run.staging is not None and run.staging.applies(problem) else None)
 
     def splits(self, params: Mapping[str, int]) -> int:
         return int(params[self.split_k_param]) if self.split_k_param else 1
@@ -508,7 +519,7 @@ class KernelSpec:
         if problem.op_a not in ("N", "T") or problem.op_b not in ("N", "T"):
             raise ValueError(f"operand layouts are 'N' or 'T', not {problem.op_a!r}, {problem.op_b!r}")
         args = self.template_args(params, problem)
-        ops = ("N", "N") if self.packed else (problem.op_a, problem.op_b)
+        ops = ("N", "N") if self.launching.packed else (problem.op_a, problem.op_b)
         text = "".join(("true" if a else "false") + ", " if isinstance(a, bool) else f"{a}, " for a in args)
         return f"{self.template}<{text}'{ops[0]}', '{ops[1]}'>"
 
@@ -537,7 +548,7 @@ class KernelSpec:
 
     def launch(self, params: Mapping[str, int], problem: Problem, batch: int = 1) -> Launch:
         """The launch shape; ``batch``: the matrices one launch of a batched_args kernel takes."""
-        if self.batched_args and batch != 1:
+        if self.launching.batched_args and batch != 1:
             return self.geometry(params, problem, batch)
         return self.geometry(params, problem)
 

@@ -89,7 +89,7 @@ class Need:
 
 
 def fixup_needs(fixup_bytes: tuple[int, int], nz: int, what: str) -> tuple[Need, Need]:
-    """The workspaces of a split the kernel adds up itself (KernelSpec.split_fixup's bytes
+    """The workspaces of a split the kernel adds up itself (Launching.split_fixup's bytes
     per matrix), for ``nz`` matrices: the partial tiles (nothing in them is read before it
     is written; the slot Reduction's slices take) and the counters (zeroed when allocated:
     every launch leaves them zero, so kept per stream), taken in this order."""

@@ -51,8 +51,8 @@ class Operands:
     first matrices of a batch of ``batch``, the next ones ``sa``, ``sb``, ``sc``
     elements further (0: every matrix of the batch is the same one).  ``bias``: the
     address of a bias the epilogue adds (0: none), element (z, m, n) at bias_zs * z +
-    bias_rs * m + bias_cs * n (KernelSpec.epilogue_bias).  ``partials``, ``counters``: the
-    workspaces of a split of K that the kernel adds up itself (KernelSpec.split_fixup; 0:
+    bias_rs * m + bias_cs * n (Launching.epilogue_bias).  ``partials``, ``counters``: the
+    workspaces of a split of K that the kernel adds up itself (Launching.split_fixup; 0:
     none)."""
 
     A: int

@@ -70,7 +70,7 @@ __device__ __noinline__ float ec_dot_again(const float* __restrict__ A, int lda,
 // the pre-pass multiplied A and B by (the scaled FP16 method; 1 otherwise); the
 // epilogue divides them out one at a time.  The layouts OPA, OPB are the
 // pre-pass's business: the registry instantiates this kernel for 'N', 'N' only
-// (KernelSpec.packed).  choice: null, or the record of the method chosen on the
+// (Launching.packed).  choice: null, or the record of the method chosen on the
 // GPU (precision="fp32_tc", ec/choice.cuh): both METHODs are launched (over the
 // same part buffers), the one not chosen returns at once, and the scales are the
 // record's.  stride_a, stride_b: the caller's batch strides; the maps read only

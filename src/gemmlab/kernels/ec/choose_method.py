@@ -104,11 +104,11 @@ class GPUChoice:
     ChoiceLaunches), or nothing where the first candidate's pre-pass chooses as it splits
     (spec.PrePass.chooses); every candidate then reads the record, and runs only if chosen.
     The choice is also copied to a small report buffer (:meth:`report`), read when asked.
-    Supplied by the error-corrected rungs (KernelSpec.gpu_choice); builds, never launches."""
+    Supplied by the error-corrected rungs (Launching.gpu_choice); builds, never launches."""
 
     def __init__(self, gpu, plans, ops_a, ops_b, scaled_only: bool):
         self.gpu, self.scaled_only = gpu, scaled_only
-        first = plans[0].spec.prepass
+        first = plans[0].spec.launching.prepass
         self.per_row = first is not None and first.chooses(plans[0])
         self.choice = None if self.per_row else ChoiceLaunches(gpu, ops_a, ops_b, scaled_only)
         self.builds_launches = not self.per_row  # whether steps() builds launches of its own

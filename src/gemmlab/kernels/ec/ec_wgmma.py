@@ -27,6 +27,7 @@ from ..spec import (
     Ask,
     Constraint,
     KernelSpec,
+    Launching,
     Launch,
     Offer,
     PrePass,
@@ -757,18 +758,20 @@ SPEC = KernelSpec(
     needs=HOPPER_NEEDS,
     fallback="ec_wmma",
     rules=Rules(offer=_auto_hook, time=_predicted_time),
-    extra_args=("scale_a", "scale_b"),
     # The persistent loop's work items are (matrix, slice of K, tile); one instantiation
     # serves split and unsplit (its output is FP32 either way).
     split_k_param="SPLITK",
-    reads_choice=True,
-    gpu_choice=GPUChoice,
-    prepass=PrePass(
-        workspace_bytes=ec_workspace_bytes, build=ec_wgmma_launches, what=SPLIT_WHAT, chooses=chooses_in_split
+    launching=Launching(
+        extra_args=("scale_a", "scale_b"),
+        reads_choice=True,
+        gpu_choice=GPUChoice,
+        prepass=PrePass(
+            workspace_bytes=ec_workspace_bytes, build=ec_wgmma_launches, what=SPLIT_WHAT, chooses=chooses_in_split
+        ),
+        # One launch per batch (chunk): the pre-pass splits every matrix, the persistent loop
+        # walks every matrix's tiles.
+        batched_args=True,
+        batch_workspace=ec_parts_bytes,
+        packed=True,
     ),
-    # One launch per batch (chunk): the pre-pass splits every matrix, the persistent loop
-    # walks every matrix's tiles.
-    batched_args=True,
-    batch_workspace=ec_parts_bytes,
-    packed=True,
 )

@@ -4,7 +4,7 @@ value split into a high and a low part at fragment load."""
 from __future__ import annotations
 
 from .choose_method import GPUChoice
-from ..spec import EC_METHODS, Ask, Constraint, KernelSpec, Launch, Offer, Problem, Rules, TileParam, tiles
+from ..spec import EC_METHODS, Ask, Constraint, KernelSpec, Launching, Launch, Offer, Problem, Rules, TileParam, tiles
 
 _VARIANTS = tuple(Problem(1, 1, 1, vec, method) for method in EC_METHODS for vec in (True, False))
 
@@ -77,11 +77,13 @@ SPEC = KernelSpec(
         grid=(tiles(prob, p["BM"], p["BN"]), 1, 1), block=(_threads(p), 1, 1), smem_bytes=ec_smem(p)
     ),
     variants=_VARIANTS,
-    extra_args=("scale_a", "scale_b"),
-    reads_choice=True,
-    gpu_choice=GPUChoice,
     rules=Rules(offer=_auto_hook),
     min_arch={m: 80 for m in EC_METHODS},
     fragment_maps=True,
     needs="FP16 and TF32 WMMA (TF32 from sm_80) and cp.async (sm_80)",
+    launching=Launching(
+        extra_args=("scale_a", "scale_b"),
+        reads_choice=True,
+        gpu_choice=GPUChoice,
+    ),
 )

@@ -6,7 +6,7 @@ Split-K's second half, the reduction of the partial products, is splitk_reduce.p
 from __future__ import annotations
 
 from ..cost import Estimate, Machine, best, copy_time
-from ..spec import Ask, Constraint, KernelSpec, Launch, Offer, Problem, Rules, TileParam, cdiv, tiles
+from ..spec import Ask, Constraint, KernelSpec, Launching, Launch, Offer, Problem, Rules, TileParam, cdiv, tiles
 from .pipelined_cost import Shape, estimate
 from .staging import PREPASS
 from .vectorized import ALIGNED_VARIANTS
@@ -336,7 +336,7 @@ SPEC = KernelSpec(
     variants=ALIGNED_VARIANTS + (Problem(4, 1, 4, False, stage=True),),
     split_k_param="SPLITK",
     rules=Rules(offer=_auto_hook, weigh=auto_choice, stage=staging_choice, time=predicted_time),
-    staging=PREPASS,
     # cuda_pipeline.h's copies are cp.async from sm_80; on sm_75 they pass through registers.
     needs="cp.async (sm_80) for asynchronous copies; on sm_75 the copies are synchronous",
+    launching=Launching(staging=PREPASS),
 )

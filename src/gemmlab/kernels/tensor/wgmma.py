@@ -24,6 +24,7 @@ from ..spec import (
     Ask,
     Constraint,
     KernelSpec,
+    Launching,
     Launch,
     Offer,
     PrePass,
@@ -87,7 +88,7 @@ def _template_args(p, prob: Problem) -> tuple:
 
 
 def wgmma_split_workspace(p, prob: Problem) -> tuple[int, int]:
-    """KernelSpec.split_fixup: bytes of split-K's workspaces per matrix, (partial tiles,
+    """Launching.split_fixup: bytes of split-K's workspaces per matrix, (partial tiles,
     counters).  Every tile (a cluster's rows past M included) has SPLITK - 1 partial
     tiles of BM x BN floats, the slices before its last, and a 4-byte counter per consumer
     warpgroup (BM / 64)."""
@@ -265,7 +266,7 @@ def wgmma_estimate(M: int, N: int, K: int, p: dict, sm_count: int, batch: int = 
         WGMMA_TILE_EFFICIENCY[(p["BM"], p["BN"])],
         splits=p.get("SPLITK", 1),
         ring_bytes=p["STAGES"] * (p["BM"] + p["BN"]) * SWIZZLE_BYTES,
-        fixup=True,  # split-K's slices are added in the kernel (SPEC.split_fixup)
+        fixup=True,  # split-K's slices are added in the kernel (SPEC.launching.split_fixup)
         label=f"{p['BM']}x{p['BN']}x{p['STAGES']} stages",
     )
     return predict(M, N, K, tile, Machine(sm_count), batch=batch, in_bytes=eb, out_bytes=eb)
@@ -539,7 +540,7 @@ def wgmma_args(plan, ops: Operands, alpha, beta, stored=None) -> tuple:
 
 
 def wgmma_epilogue_bias(plan, strides) -> bool:
-    """KernelSpec.epilogue_bias: 16-bit inputs (TF32's epilogue writes C transposed), split
+    """Launching.epilogue_bias: 16-bit inputs (TF32's epilogue writes C transposed), split
     or not (split, the tile's last slice runs the epilogue once, on the whole sum), and a
     bias whose values vary along the rows or the columns of a matrix, not both (a row:
     nn.Linear's; a column): the epilogue reads such a bias once per tile's column or row,
@@ -549,7 +550,7 @@ def wgmma_epilogue_bias(plan, strides) -> bool:
 
 
 def wgmma_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta) -> tuple:
-    """KernelSpec.kernel_args: wgmma_args on the caller's operands, which TMA reads in place."""
+    """Launching.kernel_args: wgmma_args on the caller's operands, which TMA reads in place."""
     return wgmma_args(plan, ops, alpha, beta)
 
 
@@ -692,12 +693,14 @@ SPEC = KernelSpec(
     # The persistent loop's work items are (matrix, slice of K, tile); the kernel adds the
     # slices up itself.
     split_k_param="SPLITK",
-    split_fixup=wgmma_split_workspace,
-    kernel_args=wgmma_kernel_args,
-    epilogue_bias=wgmma_epilogue_bias,
-    # Operands TMA cannot read in place: copied to the 16-byte grid first (16-bit where the
-    # plan stages them, TF32 always), on a workspace of the caller's stream.
-    staging=PrePass(workspace_bytes=staged_workspace_bytes, build=wgmma_staged_launches, what=STAGING_WHAT),
-    # One launch per batch (chunk): the persistent loop walks every matrix's tiles.
-    batched_args=True,
+    launching=Launching(
+        split_fixup=wgmma_split_workspace,
+        kernel_args=wgmma_kernel_args,
+        epilogue_bias=wgmma_epilogue_bias,
+        # Operands TMA cannot read in place: copied to the 16-byte grid first (16-bit where the
+        # plan stages them, TF32 always), on a workspace of the caller's stream.
+        staging=PrePass(workspace_bytes=staged_workspace_bytes, build=wgmma_staged_launches, what=STAGING_WHAT),
+        # One launch per batch (chunk): the persistent loop walks every matrix's tiles.
+        batched_args=True,
+    ),
 )

@@ -5,7 +5,7 @@ multicasts; stored from the registers.  A named kernel only, as every step (wgmm
 
 from __future__ import annotations
 
-from ..spec import LAYOUTS, KernelSpec, Launch, Problem, TileParam, cdiv
+from ..spec import LAYOUTS, KernelSpec, Launching, Launch, Problem, TileParam, cdiv
 from .wmma import tc_type_args
 from .wgmma_specialized import specialized_threads
 from .wgmma_tma import (
@@ -68,5 +68,5 @@ SPEC = KernelSpec(
     layouts=LAYOUTS,
     unusable=step_unusable,
     fallback="mma_pipelined",
-    kernel_args=step_kernel_args,
+    launching=Launching(kernel_args=step_kernel_args),
 )

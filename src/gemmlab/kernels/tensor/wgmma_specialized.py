@@ -6,7 +6,7 @@ one block per tile of C, stored from the registers.  A named kernel only, as eve
 
 from __future__ import annotations
 
-from ..spec import LAYOUTS, KernelSpec, Launch, Problem, tiles
+from ..spec import LAYOUTS, KernelSpec, Launching, Launch, Problem, tiles
 from .wmma import tc_type_args
 from .wgmma_tma import (
     HOPPER_NEEDS,
@@ -53,5 +53,5 @@ SPEC = KernelSpec(
     layouts=LAYOUTS,
     unusable=step_unusable,
     fallback="mma_pipelined",
-    kernel_args=step_kernel_args,
+    launching=Launching(kernel_args=step_kernel_args),
 )

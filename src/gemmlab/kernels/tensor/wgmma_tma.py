@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime.tma import SWIZZLE_BYTES, Operands, element_bytes, tensor_map, tma_readable
-from ..spec import LAYOUTS, Constraint, KernelSpec, Launch, Problem, TileParam, tiles
+from ..spec import LAYOUTS, Constraint, KernelSpec, Launching, Launch, Problem, TileParam, tiles
 from .wmma import TC_VARIANTS, tc_type_args
 
 # Shared memory a block of a Hopper kernel may ask for: the opt-in limit of an H100/H200 (227 KiB).
@@ -86,7 +86,7 @@ def standard_args(pr, ops: Operands, alpha, beta) -> tuple:
 
 
 def step_kernel_args(plan, gpu, stream: int, ops: Operands, alpha, beta) -> tuple:
-    """KernelSpec.kernel_args of the steps: the standard eleven, then the tensor maps of A and
+    """Launching.kernel_args of the steps: the standard eleven, then the tensor maps of A and
     B over one matrix (3-D maps of a batch of one), boxes as load_operand_tile copies them:
     a K-major operand (A 'N', stored M x K; B 'T', stored N x K) in boxes of its tile's rows
     (B: BN / CLUSTER, each block of a cluster copies its share) x 64 K, an MN-major one (A
@@ -133,5 +133,5 @@ SPEC = KernelSpec(
     layouts=LAYOUTS,
     unusable=step_unusable,
     fallback="mma_pipelined",
-    kernel_args=step_kernel_args,
+    launching=Launching(kernel_args=step_kernel_args),
 )
