@@ -178,7 +178,7 @@ def ec_scaled_held_rows(K: int) -> int:
     block's whole share of K (a multiple of 32) up to EC_SCALED_HELD_MAX_ROWS, so that it is read
     once; a longer share, read twice either way, EC_SCALED_CHUNK rows at a time, three blocks an SM
     rather than one.  (benchmarks/NOTES.md: the split pass in shared memory.)"""
-    share = cdiv(K, 32 * ec_scaled_cluster(K)) * 32
+    share = max(1, cdiv(K, 32 * ec_scaled_cluster(K))) * 32  # K = 0 too: the kernel divides by it
     return share if share <= EC_SCALED_HELD_MAX_ROWS else EC_SCALED_CHUNK
 
 
