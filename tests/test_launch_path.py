@@ -193,3 +193,38 @@ def test_map_params_pack_scalars_and_maps_and_rebind_them():
     assert L.PackedArgs.of(moved).packed() is moved
     with pytest.raises(TypeError, match="cannot be packed with tensor maps"):
         L.MapParams((np.int16(1), maps[0]))
+
+
+@pytest.mark.parametrize(
+    "nbytes, static, raised",
+    [
+        (0, 592, None),  # no dynamic shared memory: nothing asked
+        (40 * 1024, 592, None),  # the default holds it beside the static bytes
+        (48 * 1024, 592, 48 * 1024),  # exactly 48 KB of tile beside 592 static bytes: over the default
+        (64 * 1024, 0, 64 * 1024),  # above 48 KB: raised, the static bytes not asked
+    ],
+)
+def test_dynamic_shared_memory_is_raised_where_it_and_the_static_pass_48_kb(monkeypatch, nbytes, static, raised):
+    """allow_dynamic_smem asks the driver for the kernel's static shared memory where the
+    dynamic alone fits the default, raises the limit where both pass it, once per size."""
+    from cuda.bindings import driver
+
+    asked, set_to = [], []
+
+    def get_attribute(attrib, kernel, dev):
+        asked.append(attrib)
+        return driver.CUresult.CUDA_SUCCESS, static
+
+    def set_attribute(attrib, val, kernel, dev):
+        set_to.append(val)
+        return (driver.CUresult.CUDA_SUCCESS,)
+
+    monkeypatch.setattr(driver, "cuKernelGetAttribute", get_attribute)
+    monkeypatch.setattr(driver, "cuKernelSetAttribute", set_attribute)
+    monkeypatch.setattr(L, "_smem_raised", {})
+    kernel = SimpleNamespace(handle=0x1234)
+    for _ in range(2):  # the second call asks nothing
+        L.allow_dynamic_smem(kernel, nbytes, 0)
+    assert set_to == ([raised] if raised else [])
+    shared_size = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+    assert asked == ([shared_size] if 0 < nbytes <= 48 * 1024 else [])

@@ -318,15 +318,21 @@ def stream_workspace(
     return _Borrowed(ws.handle, lock)
 
 
-def allow_dynamic_smem(kernel, nbytes: int, device: int, static_bytes: int = 0) -> None:
-    """Raise ``kernel``'s dynamic shared memory limit on ``device`` to ``nbytes``
-    (needed where they and the kernel's ``static_bytes`` pass 48 KB; done once per
-    kernel, device and size)."""
+def allow_dynamic_smem(kernel, nbytes: int, device: int) -> None:
+    """Raise ``kernel``'s dynamic shared memory limit on ``device`` to ``nbytes`` where they and
+    the kernel's static shared memory pass the default 48 KB (asked of the driver; a tile of
+    48 KB beside a few static bytes needs it too).  Done once per kernel, device and size."""
     key = (int(kernel.handle), device)
-    if nbytes + static_bytes <= DEFAULT_DYNAMIC_SMEM or _smem_raised.get(key, 0) >= nbytes:
+    if nbytes <= 0 or _smem_raised.get(key, 0) >= nbytes:
         return
     from cuda.bindings import driver
 
+    if nbytes <= DEFAULT_DYNAMIC_SMEM:
+        static = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+        err, static_bytes = driver.cuKernelGetAttribute(static, kernel.handle, device)
+        if err == driver.CUresult.CUDA_SUCCESS and nbytes + static_bytes <= DEFAULT_DYNAMIC_SMEM:
+            _smem_raised[key] = nbytes  # the default holds it: nothing to raise
+            return
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     (err,) = driver.cuKernelSetAttribute(attr, nbytes, kernel.handle, device)
     if err != driver.CUresult.CUDA_SUCCESS:

@@ -182,11 +182,6 @@ def ec_scaled_held_rows(K: int) -> int:
     return share if share <= EC_SCALED_HELD_MAX_ROWS else EC_SCALED_CHUNK
 
 
-# split_scaled.cu's static shared memory at most (its maxima, scales and counts; ptxas reports 592
-# bytes): what the dynamic tile must leave room beside under the default limit.
-EC_SCALED_STATIC_SMEM = 1024
-
-
 def ec_scaled_tile_bytes(pr) -> int:
     """The clustered kernel's dynamic shared memory: the column tile (ec_scaled_held_rows) where
     either operand is split by columns, else none."""
@@ -348,8 +343,7 @@ def _split_launch(
         from ...runtime.launch import LaunchShape, allow_dynamic_smem
 
         kernel = rt_compile.load_kernel(source, name, gpu.arch)
-        if smem:  # split_scaled.cu's tile beside its static shared memory
-            allow_dynamic_smem(kernel, smem, gpu.ordinal, EC_SCALED_STATIC_SMEM)
+        allow_dynamic_smem(kernel, smem, gpu.ordinal)  # split_scaled.cu's tile
         if len(_split_launches) >= _SPLIT_LAUNCHES_KEPT:  # a program of many shapes: start again
             _split_launches.clear()
         found = _split_launches[key] = (kernel, LaunchShape(grid, (threads, 1, 1), smem, pdl=pdl))
