@@ -199,6 +199,37 @@ def run_grouped(rank: int, world: int, init_file: str, device: str, rtol: float)
                     ref = torch.stack([a[s:e].cpu().double().t() @ grad[s:e].cpu().double() for s, e in bounds])
                     close(out.full_tensor(), ref.transpose(-2, -1) if transposed else ref, what)
 
+            # torch._grouped_mm's other three forms, every rule of each, forward and backward
+            # (the gradients are those forms again); the grouped dimension is T's 40, 36 covered.
+            def form_product(form, a, b):
+                if form == "2d2d":  # (N, T) @ (T, K) -> (G, N, K)
+                    return torch.stack([a[:, s:e] @ b[s:e] for s, e in bounds])
+                if form == "3d2d":  # (G, N, K) @ (K, T) -> (N, T), the covered columns
+                    return torch.cat([a[i] @ b[:, s:e] for i, (s, e) in enumerate(bounds)], dim=1)
+                return a @ b
+
+            shapes = {"2d2d": ((N, T), (T, K)), "3d2d": ((G, N, K), (K, T)), "3d3d": ((G, N, K), (G, K, 16))}
+            for form, (sa, sb) in shapes.items():
+                for out_place, ins in gt.sharding.placements("grouped_mm", form=form):
+                    what = f"grouped_mm {form} {ins[0]} x {ins[1]}"
+                    g = torch.Generator().manual_seed(13)
+                    a, b = rand(*sa, g=g), rand(*sb, g=g)
+                    da = distribute_tensor(a, mesh, [ins[0]]).requires_grad_()
+                    db = distribute_tensor(b, mesh, [ins[1]]).requires_grad_()
+                    doffs = distribute_tensor(offs, mesh, [ins[2]]) if form != "3d3d" else None
+                    out = gt.grouped_mm(da, db, doffs)
+                    assert list(out.placements) == out_place, f"{what}: placed {out.placements}"
+                    full = out.full_tensor()
+                    covered = full[:, :rows] if form == "3d2d" else full
+                    up = rand(*covered.shape, g=g)
+                    (covered * up).sum().backward()
+                    a64, b64 = a.cpu().double().requires_grad_(), b.cpu().double().requires_grad_()
+                    ref = form_product(form, a64, b64)
+                    (ref * up.cpu().double()).sum().backward()
+                    close(covered, ref.detach(), what)
+                    close(da.grad.full_tensor(), a64.grad, what + ", grad self")
+                    close(db.grad.full_tensor(), b64.grad, what + ", grad mat2")
+
             # bias is refused under DTensor too, with the operator's message (DTensor's sharding
             # propagation runs the fake kernel, and says so around it in a RuntimeError).
             try:

@@ -309,13 +309,11 @@ def gt():
     in no group NaN (as the kernel leaves them unwritten)."""
     import gemmlab.torch as gt
     from gemmlab.torch import ops
+    from torch_cpu import grouped_forms_product
 
     def reference(a, b, offs, bias=None, out_dtype=None):
         ops._grouped_refusals(a, b, offs, bias, out_dtype)
-        out = torch.full((a.shape[0], b.shape[2]), math.nan, dtype=a.dtype)
-        for g, (s, e) in enumerate(ops.group_bounds(offs, a.shape[0])):
-            out[s:e] = (a[s:e].double() @ b[g].double()).to(a.dtype)
-        return out
+        return grouped_forms_product(a, b, offs)
 
     saved = ops.CPU_KERNELS["grouped_mm"]
     ops.CPU_KERNELS["grouped_mm"] = reference
@@ -375,10 +373,81 @@ def test_fake_shapes_and_refusals(gt):
         gt.grouped_mm(a, w.transpose(-2, -1), offs, bias=torch.zeros(24))
     with pytest.raises(TypeError, match="not out_dtype torch.float32"):
         gt.grouped_mm(a, w.transpose(-2, -1), offs, out_dtype=torch.float32)
-    with pytest.raises(ValueError, match="other forms are not built"):
-        gt.grouped_mm(a, w[0].t(), offs)
-    with pytest.raises(ValueError, match="without offs"):
+    with pytest.raises(ValueError, match="a 2-D or 3-D self and mat2"):
+        gt.grouped_mm(a, w[0, 0], offs)
+    with pytest.raises(ValueError, match="2d x 3d form needs offs"):
         gt.grouped_mm(a, w.transpose(-2, -1))
+    with pytest.raises(ValueError, match="a batch and take no offs"):
+        gt.grouped_mm(w, w.transpose(-2, -1), offs)
+
+
+# The other three forms of torch._grouped_mm: (self, mat2, offs or None) and the float64 answer.
+G3, ENDS3 = 4, (5, 5, 30, 36)
+
+
+def _forms(grad=True, width=37):
+    """Each form's operands; ``width``: the grouped dimension's length (37: its last index in no
+    group; 36: every index in one, as opcheck's comparisons need, NaN being unequal to itself)."""
+    g = torch.Generator().manual_seed(11)
+
+    def t(*shape):
+        return torch.randn(*shape, generator=g).to(torch.bfloat16).requires_grad_(grad)
+
+    offs = torch.tensor(ENDS3, dtype=torch.int32)
+    return {
+        # (M, K) x (K, N), offs over K = 37 (the last column of self in no group) -> (G, M, N)
+        "2d2d": (t(16, width), t(width, 24), offs),
+        # (G, M, K) x (K, N) with b column-major, offs over N = 37 -> (M, N)
+        "3d2d": (t(G3, 16, 24), t(width, 24).detach().t().requires_grad_(grad), offs),
+        "3d3d": (t(G3, 16, 24), t(G3, 24, 8), None),
+    }
+
+
+def _forms_float64(form, a, b):
+    """The form's product by a loop of float64 matmuls (what the groups cover only)."""
+    bounds = [(0, 5), (5, 5), (5, 30), (30, 36)]
+    if form == "2d2d":
+        return torch.stack([a[:, s:e] @ b[s:e] for s, e in bounds])
+    if form == "3d2d":
+        return torch.cat([a[g] @ b[:, s:e] for g, (s, e) in enumerate(bounds)], dim=1)
+    return a @ b
+
+
+@pytest.mark.parametrize("form", ["2d2d", "3d2d", "3d3d"])
+def test_every_form_under_opcheck_and_fake(gt, form):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    a, b, offs = _forms(width=36)[form]
+    result = torch.library.opcheck(torch.ops.gemmlab.grouped_mm.default, (a, b, offs))
+    assert set(result.values()) == {"SUCCESS"}, result
+    want = {"2d2d": (G3, 16, 24), "3d2d": (16, 36), "3d3d": (G3, 16, 8)}[form]
+    assert gt.grouped_mm(a, b, offs).shape == want
+    with FakeTensorMode() as mode:
+        fake = [None if x is None else mode.from_tensor(x) for x in (a, b, offs)]
+        assert gt.grouped_mm(*fake).shape == want
+
+
+@pytest.mark.parametrize("form", ["2d2d", "3d2d", "3d3d"])
+def test_every_form_with_autograd_matches_a_loop_of_matmuls(gt, form):
+    """Each form's product and both gradients against float64 loops; the gradients are the forms
+    again (2-D x 2-D: 3-D x 2-D and 2-D x 3-D; 3-D x 2-D: 2-D x 2-D and 3-D x 2-D), and what no
+    group covers gets zero gradient."""
+    a, b, offs = _forms()[form]
+    out = gt.grouped_mm(a, b, offs)
+    a2, b2 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    ref = _forms_float64(form, a2, b2)
+    up = torch.randn(ref.shape, generator=torch.Generator().manual_seed(5)).to(out.dtype)
+    covered = out[:, :36] if form == "3d2d" else out
+    covered.backward(up)
+    ref.backward(up.double())
+    torch.testing.assert_close(covered.double(), ref, rtol=2e-2, atol=5e-2)
+    for got, want in ((a.grad, a2.grad), (b.grad, b2.grad)):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=5e-2)
+    if form == "2d2d":
+        assert not a.grad[:, 36].any() and not b.grad[36].any()  # K past the last group
+    if form == "3d2d":
+        assert not b.grad[:, 36].any()
 
 
 def test_the_cpu_kernel_says_it_reads_cuda_tensors():

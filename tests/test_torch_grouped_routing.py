@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 import gemmlab.torch as gt  # noqa: E402
 from gemmlab.torch import routing  # noqa: E402
 from torch_cpu import CPURouting, cpu_kernels, grouped_calls  # noqa: E402
+from torch_cpu import calls as product_calls  # noqa: E402
 from gemmlab.runtime.device import gpu_available  # noqa: E402
 
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -89,6 +90,18 @@ def test_the_weight_gradient_form_called_directly(calls):
     torch.testing.assert_close(mine.double(), ref.double(), rtol=2e-2, atol=5e-2)
 
 
+def test_the_batch_form_goes_to_gemmlab_matmul(calls):
+    """torch._grouped_mm's 3-D x 3-D form (a batch, no offs) goes to gemmlab.matmul as bmm does,
+    with PyTorch's answer (its CPU kernel, outside the context)."""
+    g = torch.Generator().manual_seed(3)
+    a3, b3 = torch.randn(4, 10, 16, generator=g).to(BF16), torch.randn(4, 16, 24, generator=g).to(BF16)
+    bmm_before = product_calls["bmm"]
+    with CPURouting(BF16):
+        batch = torch._grouped_mm(a3, b3)
+        assert product_calls["bmm"] == bmm_before + 1 and calls == {"grouped": 0, "weight_grad": 0}
+    torch.testing.assert_close(batch.double(), torch._grouped_mm(a3, b3).double(), rtol=2e-2, atol=5e-2)
+
+
 def _declines(fn):
     """fn() inside the context: PyTorch's kernel ran (or raised its own error)."""
     try:
@@ -104,8 +117,7 @@ def _x(T=40, K=16, dtype=BF16):
 OFFS = torch.tensor(ENDS, dtype=torch.int32)
 NOT_ROUTED = [
     ("float32", lambda: torch._grouped_mm(_x(dtype=torch.float32), torch.randn(4, 16, 24), offs=OFFS)),
-    ("3-D x 3-D", lambda: torch._grouped_mm(torch.randn(4, 10, 16).to(BF16), torch.randn(4, 16, 24).to(BF16))),
-    ("3-D x 2-D", lambda: torch._grouped_mm(torch.randn(4, 10, 16).to(BF16), _x(16, 24), offs=OFFS)),
+    ("3-D x 2-D", lambda: torch._grouped_mm(torch.randn(4, 16, 16).to(BF16), _x(40, 16).t(), offs=OFFS)),
     ("2-D x 3-D without offs", lambda: torch._grouped_mm(_x(), torch.randn(4, 16, 24).to(BF16))),
     ("bias", lambda: torch._grouped_mm(_x(), torch.randn(4, 16, 24).to(BF16), OFFS, torch.zeros(4, 24).to(BF16))),
     (

@@ -79,6 +79,18 @@ def test_grouped_placements():
         ([Shard(2)], [Shard(1), Replicate(), Replicate()]),
         ([Shard(1)], [Replicate(), Shard(1), Replicate()]),
     ]
+    # The other forms: the grouped dimension (K of 2-D x 2-D, N of 3-D x 2-D) is never sharded.
+    assert gt.sharding.placements("grouped_mm", form="2d2d") == [
+        ([Replicate()], [Replicate(), Replicate(), Replicate()]),
+        ([Shard(1)], [Shard(0), Replicate(), Replicate()]),  # M
+        ([Shard(2)], [Replicate(), Shard(1), Replicate()]),  # N
+    ]
+    assert gt.sharding.placements("grouped_mm", form="3d2d") == [
+        ([Replicate()], [Replicate(), Replicate(), Replicate()]),
+        ([Shard(0)], [Shard(1), Replicate(), Replicate()]),  # M
+        ([Partial()], [Shard(2), Shard(0), Replicate()]),  # K
+    ]
+    assert gt.sharding.placements("grouped_mm", form="3d3d") == gt.sharding.placements("bmm")
     for op in ("grouped_mm", "grouped_mm_weight_grad"):  # neither tokens nor experts are sharded
         for _, (a, b, offs) in gt.sharding.placements(op):
             assert a != Shard(0) and b != Shard(0) and offs == Replicate()

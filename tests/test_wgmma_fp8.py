@@ -326,3 +326,48 @@ def test_scaled_mm_schema_holds_without_arithmetic():
                 lo, hi = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
                 assert not lo <= out.data_ptr() < hi
             assert out.shape == (200, 300) and out.dtype == torch.bfloat16 and out.is_contiguous()
+
+
+@hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["tensor", "row", "block"])
+@pytest.mark.parametrize("shape", ["row", "column", "matrix"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_bias(kind, shape, out_dtype):
+    """A bias of N added to every row (torch._scaled_mm's), a column (M, 1) or a whole matrix, in
+    the result's dtype, after the scales and alpha, on odd shapes, out poisoned first or new:
+    against FP64 of the dequantised operands."""
+    gen = torch.Generator().manual_seed(21)
+    for M, N, K, given in ((129, 257, 400, True), (300, 200, 1040, False), (1, 4096, 256, True)):
+        a, a64, b, b64 = _operands(M, N, K, E4M3, E5M2, gen)
+        sa, sb = _scales(kind, M, N, K, gen)
+        bshape = {"row": (N,), "column": (M, 1), "matrix": (M, N)}[shape]
+        bias64 = (torch.randn(bshape, generator=gen, dtype=torch.float64) * 8).to(out_dtype).double()
+        bias = bias64.to(out_dtype).cuda()
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype) if given else None
+        got = gemmlab.matmul(a, b, scale_a=sa, scale_b=sb, out=out, alpha=-1.5, bias=bias, out_dtype=out_dtype)
+        assert got is out or not given
+        ref = -1.5 * _reference(a64, b64, sa, sb, kind) + bias64
+        got = got.double().cpu()
+        assert not torch.isnan(got).any()
+        err = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
+        assert err <= BOUND[out_dtype], (M, N, K, err)
+
+
+@hopper
+@pytest.mark.gpu
+def test_scaled_mm_bias_matches_torch_scaled_mm():
+    """torch.ops.gemmlab.scaled_mm's bias beside torch._scaled_mm's (a bfloat16 vector of N)."""
+    import gemmlab.torch as gt
+
+    gen = torch.Generator().manual_seed(22)
+    M, N, K = 512, 384, 1024
+    a, a64, b, b64 = _operands(M, N, K, E4M3, E4M3, gen)
+    sa, sb = _scales("tensor", M, N, K, gen)
+    bias = (torch.randn(N, generator=gen) * 4).to(torch.bfloat16).cuda()
+    ours = gt.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16)
+    theirs = torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16)
+    ref = _reference(a64, b64, sa, sb, "tensor") + bias.double().cpu().reshape(1, -1)
+    for got in (ours, theirs):
+        err = float(torch.linalg.norm(got.double().cpu() - ref) / torch.linalg.norm(ref))
+        assert err <= BOUND[torch.bfloat16], err

@@ -310,8 +310,14 @@ def test_matmul_routes_fp8_and_names_what_is_missing():
     a, b = _operands(64, 32, 128)
     with pytest.raises(ValueError, match="needs both scale_a and scale_b"):
         gemmlab.matmul(a, b)
-    with pytest.raises(ValueError, match="take no bias yet"):
-        gemmlab.matmul(a, b, scale_a=torch.ones(()), scale_b=torch.ones(()), bias=torch.ones(32))
+    one = torch.ones(())
+    with pytest.raises(TypeError, match="bias has dtype float32; it must have the result's dtype, bfloat16"):
+        gemmlab.matmul(a, b, scale_a=one, scale_b=one, bias=torch.ones(32))
+    with pytest.raises(ValueError, match=r"bias has shape \(64, 2\), which does not broadcast"):
+        gemmlab.matmul(a, b, scale_a=one, scale_b=one, bias=torch.ones(64, 2).bfloat16())
+    out = torch.empty(64, 32, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="bias shares memory with out"):
+        gemmlab.matmul(a, b, scale_a=one, scale_b=one, out=out, bias=out[0])
     with pytest.raises(ValueError, match="a is on the cpu"):
         gemmlab.matmul(a, b, scale_a=torch.ones(()), scale_b=torch.ones(()))
 
@@ -441,8 +447,10 @@ def test_scaled_mm_refuses_what_it_does_not_build():
     s = torch.empty((), device="meta")
     with pytest.raises(TypeError, match="torch._scaled_mm's default, an FP8 result, is not built"):
         gt.scaled_mm(a, b, s, s)
-    with pytest.raises(ValueError, match="adds no bias yet"):
+    with pytest.raises(ValueError, match="adds a bias of N values in out_dtype"):
         gt.scaled_mm(a, b, s, s, bias=torch.empty(32, device="meta"), out_dtype=torch.bfloat16)
+    bias = torch.empty(32, device="meta", dtype=torch.bfloat16)
+    assert gt.scaled_mm(a, b, s, s, bias=bias, out_dtype=torch.bfloat16).shape == (64, 32)
     with pytest.raises(ValueError, match="takes no scale_result"):
         gt.scaled_mm(a, b, s, s, scale_result=s, out_dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="takes float8_e4m3fn / float8_e5m2 tensors"):
@@ -541,6 +549,28 @@ def _fp8_call(emu, M, N, K, da=E4M3, db=E4M3, kind="tensor", seed=0):
         ref = (sa.double().reshape(-1, 1) * a.double()) @ (bt.double().t() * sb.double().reshape(1, -1))
     dev = lambda t: emulated_gpu.emulated_tensor(emu, t.numpy())  # noqa: E731
     return emulated_gpu.fp8_tensor(emu, a), emulated_gpu.fp8_tensor(emu, bt.t()), dev(sa), dev(sb), ref
+
+
+@pytest.mark.parametrize("kind", ["tensor", "row", "block"])
+@pytest.mark.parametrize("shape", ["row", "column", "matrix"])
+def test_emulated_bias(monkeypatch, kind, shape):
+    """A bias of N (torch._scaled_mm's), a column (M, 1) or a whole matrix, in the result's dtype,
+    added after the product (alpha times the scaled sums, plus beta * out where out is given),
+    twice (the second call on new tensors reuses the prepared launch)."""
+    emu = emulated_gpu.install(monkeypatch)
+    M, N, K = 200, 300, 384
+    a, b, sa, sb, ref = _fp8_call(emu, M, N, K, kind=kind)
+    for seed, given in ((1, True), (2, False)):
+        g = torch.Generator().manual_seed(seed)
+        host = torch.randn({"row": (N,), "column": (M, 1), "matrix": (M, N)}[shape], generator=g)
+        bias = emulated_gpu.emulated_tensor(emu, host.numpy())
+        c0 = torch.randn(M, N, generator=g)
+        out = emulated_gpu.emulated_tensor(emu, c0.numpy()) if given else None
+        beta = 0.5 if given else 0.0
+        r = gemmlab.matmul(a, b, scale_a=sa, scale_b=sb, out=out, alpha=-1.5, beta=beta, bias=bias, out_dtype="float32")
+        assert r is out or not given
+        want = -1.5 * ref + host.double() + beta * c0.double()
+        np.testing.assert_allclose(r.numpy(), want.numpy(), rtol=1e-6, atol=1e-3)
 
 
 def test_a_repeated_fp8_call_builds_nothing_and_launches_what_a_fresh_one_would(monkeypatch):

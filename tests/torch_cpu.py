@@ -15,7 +15,8 @@ import gemmlab.torch as gt
 from gemmlab.torch import ops, routing
 
 calls = {"mm": 0, "bmm": 0}
-# Routed torch._grouped_mm calls: "grouped" (2-D x 3-D, rung 6), "weight_grad" (2-D x 2-D, rung 7).
+# Routed torch._grouped_mm calls: "grouped" (2-D x 3-D, rung 6), "weight_grad" (2-D x 2-D, rung 7);
+# a 3-D x 3-D call is counted as "bmm" in calls.
 grouped_calls = {"grouped": 0, "weight_grad": 0}
 # Calls of torch.ops.gemmlab.grouped_mm's CPU kernel.
 grouped_op_calls = {"grouped_mm": 0}
@@ -62,12 +63,33 @@ def grouped_reference(a, b, offs):
     return _grouped_product(a, b, offs)
 
 
+def _grouped_columns(a, b, offs):
+    """The 3-D x 2-D form in float64 products per group: column block g of the (M, N) result is
+    a[g] @ b[:, group g], columns in no group NaN (the kernel leaves them unwritten)."""
+    out = torch.full((a.shape[1], b.shape[1]), math.nan, dtype=a.dtype)
+    for g, (s, e) in enumerate(ops.group_bounds(offs, b.shape[1])):
+        out[:, s:e] = (a[g].double() @ b[:, s:e].double()).to(a.dtype)
+    return out
+
+
+def grouped_forms_product(a, b, offs):
+    """What the grouped rungs give each of torch._grouped_mm's forms, in float64 products."""
+    form = ops.grouped_form(a, b, offs)
+    if form == "2d3d":
+        return _grouped_product(a, b, offs)
+    if form == "2d2d":
+        return ops._weight_grad_cpu(a.t(), b, offs, False)
+    if form == "3d2d":
+        return _grouped_columns(a, b, offs)
+    return (a.double() @ b.double()).to(a.dtype)
+
+
 def grouped_op_reference(a, b, offs, bias=None, out_dtype=None):
     """torch.ops.gemmlab.grouped_mm's CPU kernel: the operator's refusals, then the grouped
-    rung's stand-in; counted in grouped_op_calls."""
+    rungs' stand-in for the call's form; counted in grouped_op_calls."""
     ops._grouped_refusals(a, b, offs, bias, out_dtype)
     grouped_op_calls["grouped_mm"] += 1
-    return _grouped_product(a, b, offs)
+    return grouped_forms_product(a, b, offs)
 
 
 def weight_grad_reference(a, b, offs):
@@ -89,7 +111,11 @@ def cpu_kernels(product=routed_reference):
             ops.CPU_KERNELS[name] = _reference(name)
         ops.CPU_KERNELS["grouped_mm"] = grouped_op_reference
         routing.PRODUCT["fn"] = product
-        routing.GROUPED.update(mm=grouped_reference, weight_grad=weight_grad_reference, arch=lambda device: True)
+        routing.GROUPED.update(
+            mm=grouped_reference,
+            weight_grad=weight_grad_reference,
+            arch=lambda device: True,
+        )
         yield calls
     finally:
         ops.CPU_KERNELS.update(saved)

@@ -186,7 +186,8 @@ def matmul(
     the result bfloat16 (default) or float32.  The scales' shapes say how they apply: one
     value each (per tensor); (M, 1) and (1, N) (per row of a, per column of b); (M,
     ceil(K/128)) and (ceil(N/128), ceil(K/128)) (1 x 128 and 128 x 128 blocks).  See
-    gemmlab.core.scaled and docs/tensor/05-wgmma-fp8.md; no bias, batch or precision yet.
+    gemmlab.core.scaled and docs/tensor/05-wgmma-fp8.md; ``bias`` (the result's dtype, broadcast
+    to M x N) is added after the product; no batch or precision yet.
     """
     if scale_a is not None or scale_b is not None:
         return _matmul_fp8(
@@ -216,9 +217,7 @@ def _is_fp8(x) -> bool:
 def _matmul_fp8(
     a, b, out, alpha, beta, bias, trans_a, trans_b, kernel, precision, out_dtype, scale_a, scale_b, tile_params
 ):
-    """An FP8 call (gemmlab.core.scaled): what it does not take yet is refused by name."""
-    if bias is not None:
-        raise ValueError("FP8 products take no bias yet: add it to the result")
+    """An FP8 call (gemmlab.core.scaled): what it does not take is refused by name."""
     if precision is not None:
         raise ValueError(f"precision={precision!r} is for float32 inputs; FP8 products have none")
     result = scaled.matmul_scaled(
@@ -233,6 +232,7 @@ def _matmul_fp8(
         trans_a=trans_a,
         trans_b=trans_b,
         kernel=kernel,
+        bias=bias,
         **tile_params,
     )
     note_plan(scaled.last_scaled_plan())

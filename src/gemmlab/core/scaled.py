@@ -7,8 +7,8 @@ the rung on sm_90a, or an error saying why not), and the launch on the caller's 
 stream, prepared once per signature (_signature, ScaledPrepared, kept in PREPARED): a
 repeated call fills in its addresses, alpha and beta by executor's mechanisms
 (_address_moves, MapParams.rebound: the tensor maps pointed elsewhere, not encoded again)
-and launches.  Not here: batches, a bias, operands TMA cannot read in place (refused, not
-staged), CuPy and NumPy (neither has FP8 types).
+and launches.  A bias is added after the product (_with_bias).  Not here: batches, operands TMA cannot
+read in place (refused, not staged), CuPy and NumPy (neither has FP8 types).
 """
 
 from __future__ import annotations
@@ -77,6 +77,21 @@ def _dtype_name(x) -> str | None:
         return x
     text = str(x)
     return text.replace("torch.", "") if text.startswith("torch.") else str(np.dtype(x))
+
+
+def validate_bias(bias, M: int, N: int, out_dtype: str, out=None) -> None:
+    """An FP8 product's bias: a PyTorch tensor of the result's dtype that broadcasts to the M x N
+    result (a vector of N, torch._scaled_mm's, added to every row; a column (M, 1); a whole
+    matrix), apart from out's memory; TypeError or ValueError naming the problem."""
+    if not _is_tensor(bias):
+        raise TypeError(f"bias must be a PyTorch tensor, as a and b; got {type(bias).__name__}")
+    if _torch_name(bias) != out_dtype:
+        raise TypeError(f"bias has dtype {_torch_name(bias)}; it must have the result's dtype, {out_dtype}")
+    shape = tuple(bias.shape)
+    if len(shape) > 2 or any(s != 1 and s != n for s, n in zip(reversed(shape), (N, M))):
+        raise ValueError(f"bias has shape {shape}, which does not broadcast to the result's ({M}, {N})")
+    if out is not None and bias.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+        raise ValueError("bias shares memory with out: the product would overwrite the bias while reading it")
 
 
 def validate_scaled(a, b, scale_a, scale_b, out=None, out_dtype=None, trans_a=False, trans_b=False) -> ScaledCall:
@@ -151,15 +166,16 @@ def validate_scaled(a, b, scale_a, scale_b, out=None, out_dtype=None, trans_a=Fa
     return ScaledCall(M, N, K, _torch_name(a), _torch_name(b), want, scaling, strides, lda, ldb, a.device.index or 0)
 
 
-def check_devices(a, b, scale_a, scale_b, out=None) -> None:
+def check_devices(a, b, scale_a, scale_b, out=None, bias=None) -> None:
     """Every array of an FP8 call on one CUDA device (checked after validate_scaled, which
     reads only shapes, strides, dtypes and addresses)."""
-    for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("out", out)):
+    arrays = (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b), ("out", out), ("bias", bias))
+    for name, x in arrays:
         if x is not None and not x.is_cuda:
             raise ValueError(f"{name} is on the {x.device}; an FP8 product runs on a CUDA device")
-    devices = {x.device.index for x in (a, b, scale_a, scale_b, out) if x is not None}
+    devices = {x.device.index for _, x in arrays if x is not None}
     if len(devices) > 1:
-        raise ValueError(f"a, b, the scales and out are on different devices ({sorted(devices)})")
+        raise ValueError(f"a, b, the scales, out and bias are on different devices ({sorted(devices)})")
 
 
 # -- the call ----------------------------------------------------------------------------------
@@ -218,6 +234,7 @@ def matmul_scaled(
     trans_a=False,
     trans_b=False,
     kernel: str = "auto",
+    bias=None,
     **tile_params,
 ):
     """out = alpha * (scale_a a) @ (scale_b b) + beta * out for PyTorch FP8 tensors a (M x K,
@@ -225,10 +242,15 @@ def matmul_scaled(
     result bfloat16 (default) or float32 (``out_dtype``, or out's dtype).  The scales are
     float32 tensors on the same device, per tensor, per row of a / column of b, or 1 x 128
     (a) and 128 x 128 (b) blocks: their shapes say which (fp8_scale_shapes).  Runs on the
-    caller's current PyTorch stream, on Hopper (sm_90a) only.
+    caller's current PyTorch stream, on Hopper (sm_90a) only.  ``bias`` (the result's dtype,
+    broadcast to M x N) is added to the result after the product (_with_bias).
 
     The first call of a signature (_signature) is checked and planned and what it launches
     is kept (PREPARED); later calls with the same signature fill in the addresses and launch."""
+    if bias is not None:
+        return _with_bias(
+            a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, bias, tile_params
+        )
     found = _signature(a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, tile_params)
     if found is not None:
         try:
@@ -240,6 +262,22 @@ def matmul_scaled(
     return _matmul_scaled_full(
         a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, tile_params, found
     )
+
+
+def _with_bias(a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, bias, tile_params):
+    """The product, then the bias added to it by PyTorch on the same stream (every check first,
+    so that nothing is written on bad input).  A 16-bit result is rounded twice, the product's
+    and the sum's, as an unfused addmm is: adding the bias in the kernel's epilogue, before its
+    one rounding, is not built (the consumers' registers have no room for it in every tile), and
+    adding it through C (out filled with the bias, beta = 1) measured 1.9x the product's time
+    against this path's one pass over the result (benchmarks/NOTES.md)."""
+    call = validate_scaled(a, b, scale_a, scale_b, out, out_dtype, trans_a, trans_b)
+    validate_bias(bias, call.M, call.N, call.out_dtype, out)
+    check_devices(a, b, scale_a, scale_b, out, bias)
+    result = matmul_scaled(
+        a, b, scale_a, scale_b, out=out, alpha=alpha, beta=beta, out_dtype=out_dtype, kernel=kernel, **tile_params
+    )
+    return result.add_(bias)
 
 
 def _matmul_scaled_full(

@@ -210,9 +210,10 @@ def scaled_mm(
     """torch._scaled_mm's call on gemmlab's FP8 rung (wgmma_fp8, Hopper): ``self`` (M x K,
     row-major) and ``mat2`` (K x N, column-major) of float8_e4m3fn / float8_e5m2, float32
     scales per tensor, per row of ``self`` / column of ``mat2`` ((M, 1), (1, N)), or 1 x 128 /
-    128 x 128 blocks; ``out_dtype`` bfloat16 or float32.  Where the contracts part:
-    ``out_dtype`` must be given (torch's default, an FP8 result, is not built), and ``bias``
-    and ``scale_result`` must be None.  ``use_fast_accum=True`` leaves the whole K to the
+    128 x 128 blocks; ``out_dtype`` bfloat16 or float32; ``bias`` a vector of N in
+    ``out_dtype``, added to every row after the product (gemmlab.core.scaled).  Where the
+    contracts part: ``out_dtype`` must be given (torch's default, an FP8 result, is not
+    built), and ``scale_result`` must be None.  ``use_fast_accum=True`` leaves the whole K to the
     tensor cores' sums (PROMOTE = 0); False promotes them into FP32 registers every few
     K-steps (the rung's default).  No autograd: FP8 products here are inference's."""
     return torch.ops.gemmlab.scaled_mm.default(
@@ -221,8 +222,11 @@ def scaled_mm(
 
 
 def _scaled_mm_refusals(bias, scale_result, out_dtype) -> None:
-    if bias is not None:
-        raise ValueError("gemmlab::scaled_mm adds no bias yet: pass bias=None and add it to the result")
+    if bias is not None and (bias.dim() != 1 or bias.dtype != out_dtype):
+        raise ValueError(
+            f"gemmlab::scaled_mm adds a bias of N values in out_dtype ({out_dtype}), as torch._scaled_mm; "
+            f"got a {bias.dim()}-D {bias.dtype} tensor"
+        )
     if scale_result is not None:
         raise ValueError("gemmlab::scaled_mm writes bfloat16 or float32, so it takes no scale_result (an FP8 result's)")
     if out_dtype not in _FP8_OUT:
@@ -235,7 +239,7 @@ def _scaled_mm_refusals(bias, scale_result, out_dtype) -> None:
 def _scaled_mm_impl(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
     _scaled_mm_refusals(bias, scale_result, out_dtype)
     fast = {"PROMOTE": 0} if use_fast_accum else {}  # auto's tile, without promotion
-    return matmul(self, mat2, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, **fast)
+    return matmul(self, mat2, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, bias=bias, **fast)
 
 
 def _scaled_mm_fake(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
@@ -271,41 +275,109 @@ def grouped_mm(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """torch._grouped_mm's call on gemmlab's grouped rung (Hopper): ``self`` (T, K) row-major,
-    ``mat2`` (G, K, N) row-major or the transpose of a row-major (G, N, K), ``offs`` G int32
-    cumulative row ends, all float16 / bfloat16 CUDA tensors of one dtype; the result (T, N)
-    has row block g = self's row block g @ mat2[g].  Where the contracts part: only this 2-D x
-    3-D form with offs is built (not 3-D x 3-D, 2-D x 2-D or 3-D x 2-D), ``bias`` must be None
-    and ``out_dtype`` None or the inputs' dtype; K and N must be multiples of 8.  Autograd:
-    the gradient of ``self`` is again a grouped product (grad @ mat2[g]^T, in one launch); that
-    of ``mat2`` (self_g^T @ grad_g per group) one launch of the grouped_wgrad rung.  DTensor
-    shards it within every expert (gemmlab.torch.sharding, which also says how expert
-    parallelism is done: all-to-all around this call on local tensors)."""
+    """torch._grouped_mm's call on gemmlab's grouped rungs (Hopper), in each of its four forms
+    (``grouped_form``), float16 / bfloat16 CUDA tensors of one dtype, ``offs`` G int32 cumulative
+    ends of the groups:
+
+    * self (T, K) x mat2 (G, K, N) -> (T, N): row block g of self times mat2[g] (rung 6; the
+      mixture-of-experts layer's product; mat2 row-major or the transpose of a row-major
+      (G, N, K));
+    * self (M, K) x mat2 (K, N), offs over K -> (G, M, N): matrix g is self's column block g
+      times mat2's row block g (rung 7, grouped_wgrad: the weights' gradient);
+    * self (G, M, K) x mat2 (K, N), offs over N -> (M, N): column block g is self[g] times
+      mat2's column block g (rung 6 on the transposes: out^T's row block g = mat2's column
+      block g^T @ self[g]^T; mat2's transpose is copied to row-major where it is not, and the
+      result to (M, N) row-major: 2.4x PyTorch's kernel's time where measured, benchmarks/NOTES.md);
+    * self (G, M, K) x mat2 (G, K, N), no offs -> (G, M, N): a batch (gemmlab's batched rung).
+
+    Rows (or columns) in no group are not written, as PyTorch leaves them; an empty group's
+    matrix in the 2-D x 2-D form is zeros.  ``bias`` must be None and ``out_dtype`` None or
+    the inputs' dtype (PyTorch refuses the others for 16-bit inputs too); the grouped rungs
+    read rows 16 bytes apart, so the widths they read (K and N; M too on the transposes) must
+    be multiples of 8.  Autograd: every gradient is again one of the four forms, one launch
+    each.  DTensor shards each form (gemmlab.torch.sharding)."""
     return torch.ops.gemmlab.grouped_mm.default(self, mat2, offs, bias, out_dtype)
 
 
-def _grouped_refusals(self, mat2, offs, bias, out_dtype) -> None:
-    if offs is None or self.dim() != 2 or mat2.dim() != 3:
+def grouped_form(self, mat2, offs) -> str:
+    """Which of torch._grouped_mm's forms a call is, by its operands' dimensions: "2d3d",
+    "2d2d" and "3d2d" take offs, "3d3d" (a batch) does not; ValueError for any other call."""
+    form = f"{self.dim()}d{mat2.dim()}d"
+    if form not in ("2d3d", "2d2d", "3d2d", "3d3d"):
         raise ValueError(
-            "gemmlab::grouped_mm takes a 2-D self (T, K), a 3-D mat2 (G, K, N) and offs (torch._grouped_mm's "
-            f"other forms are not built); got {self.dim()}-D and {mat2.dim()}-D"
-            + (" without offs" if offs is None else "")
+            f"gemmlab::grouped_mm takes a 2-D or 3-D self and mat2 (torch._grouped_mm's forms); got "
+            f"{self.dim()}-D and {mat2.dim()}-D"
         )
+    if (offs is None) != (form == "3d3d"):
+        raise ValueError(
+            "gemmlab::grouped_mm: a 3-D self and 3-D mat2 are a batch and take no offs"
+            if form == "3d3d"
+            else f"gemmlab::grouped_mm: the {form[:2]} x {form[2:]} form needs offs, the groups' cumulative ends"
+        )
+    return form
+
+
+def _grouped_refusals(self, mat2, offs, bias, out_dtype) -> str:
+    form = grouped_form(self, mat2, offs)
     if bias is not None:
-        raise ValueError("gemmlab::grouped_mm adds no bias: pass bias=None and add it to the result")
+        raise ValueError("gemmlab::grouped_mm adds no bias (nor does torch._grouped_mm): pass bias=None")
     if out_dtype is not None and out_dtype != self.dtype:
         raise TypeError(f"gemmlab::grouped_mm writes its inputs' dtype ({self.dtype}), not out_dtype {out_dtype}")
+    return form
+
+
+# What each form's offs cut, and the product's shape, from the operands' shapes.
+_GROUPED_SHAPES = {
+    "2d3d": ("self's rows", lambda a, b: (a.shape[0], b.shape[2])),
+    "2d2d": ("K", lambda a, b: (None, a.shape[0], b.shape[1])),
+    "3d2d": ("mat2's columns", lambda a, b: (a.shape[1], b.shape[1])),
+    "3d3d": ("", lambda a, b: (a.shape[0], a.shape[1], b.shape[2])),
+}
+
+
+def _grouped_shape(form, self, mat2, offs) -> tuple:
+    shape = _GROUPED_SHAPES[form][1](self, mat2)
+    return (offs.shape[0], *shape[1:]) if form == "2d2d" else shape
 
 
 def _grouped_impl(self, mat2, offs=None, bias=None, out_dtype=None):
-    _grouped_refusals(self, mat2, offs, bias, out_dtype)
-    return _grouped_mm_call(self, mat2, offs)
+    form = _grouped_refusals(self, mat2, offs, bias, out_dtype)
+    if form == "2d3d":
+        return _grouped_mm_call(self if self.stride(-1) == 1 else _readable(self), mat2, offs)
+    if form == "2d2d":
+        return _weight_grad_impl(self.t(), mat2, offs, False)
+    if form == "3d2d":
+        # out^T (N, M): row block g = mat2[:, group g]^T @ self[g]^T, the 2-D x 3-D form.
+        at, bt = _readable(mat2.t()), _readable(self).transpose(-2, -1)
+        return _grouped_mm_call(at, bt, offs).t().contiguous()
+    _batch_checks(self, mat2)
+    return matmul(self, mat2)
+
+
+def _readable(x: torch.Tensor) -> torch.Tensor:
+    """x row-major (contiguous) at a 16-byte aligned address, as the grouped rungs read an
+    operand they take row-major: x itself where it is, else a copy."""
+    if not x.is_contiguous():
+        x = x.contiguous()
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
+def _batch_checks(self, mat2) -> None:
+    if self.shape[0] != mat2.shape[0] or self.shape[2] != mat2.shape[1]:
+        raise ValueError(
+            f"gemmlab::grouped_mm: a batch of {tuple(self.shape)} @ {tuple(mat2.shape)} needs the same G and inner dimension"
+        )
+    if self.dtype not in _GROUPED or mat2.dtype != self.dtype:
+        raise TypeError(
+            f"gemmlab::grouped_mm takes float16 or bfloat16 tensors of one dtype, not {self.dtype} and {mat2.dtype}"
+        )
 
 
 def _grouped_fake(self, mat2, offs=None, bias=None, out_dtype=None):
-    _grouped_refusals(self, mat2, offs, bias, out_dtype)
+    form = _grouped_refusals(self, mat2, offs, bias, out_dtype)
+    inner = {"2d3d": (1, 1), "2d2d": (1, 0), "3d2d": (2, 0), "3d3d": (2, 1)}[form]
     torch._check(
-        self.shape[1] == mat2.shape[1],
+        self.shape[inner[0]] == mat2.shape[inner[1]],
         lambda: f"gemmlab::grouped_mm: inner dimensions differ, {tuple(self.shape)} @ {tuple(mat2.shape)}",
     )
     torch._check(
@@ -314,13 +386,21 @@ def _grouped_fake(self, mat2, offs=None, bias=None, out_dtype=None):
             f"gemmlab::grouped_mm takes float16 or bfloat16 tensors of one dtype, not {self.dtype} and {mat2.dtype}"
         ),
     )
-    torch._check(
-        offs.dtype == torch.int32 and offs.dim() == 1 and offs.shape[0] == mat2.shape[0],
-        lambda: (
-            f"gemmlab::grouped_mm: offs must be {mat2.shape[0]} int32 row ends, not {offs.dtype} {tuple(offs.shape)}"
-        ),
-    )
-    return self.new_empty((self.shape[0], mat2.shape[2]))
+    if form == "3d3d":
+        torch._check(
+            self.shape[0] == mat2.shape[0],
+            lambda: f"gemmlab::grouped_mm: a batch of {tuple(self.shape)} @ {tuple(mat2.shape)} needs the same G",
+        )
+    else:
+        groups = mat2.shape[0] if form == "2d3d" else self.shape[0] if form == "3d2d" else None
+        torch._check(
+            offs.dtype == torch.int32 and offs.dim() == 1 and (groups is None or offs.shape[0] == groups),
+            lambda: (
+                f"gemmlab::grouped_mm: offs must be {'' if groups is None else groups} int32 ends of groups of "
+                f"{_GROUPED_SHAPES[form][0]}, not {offs.dtype} {tuple(offs.shape)}"
+            ),
+        )
+    return self.new_empty(_grouped_shape(form, self, mat2, offs))
 
 
 def _grouped_cpu(self, mat2, offs=None, bias=None, out_dtype=None):
@@ -408,30 +488,58 @@ def _rows_in_groups(offs: torch.Tensor, rows: int, device) -> torch.Tensor:
     return (index < last).unsqueeze(1)
 
 
+def _in_groups(x: torch.Tensor, offs: torch.Tensor, dim: int) -> torch.Tensor:
+    """``x`` with the rows (dim 0) or columns (dim 1) that no group holds set to zero: the
+    grouped rungs leave them unwritten, and their gradient is zero."""
+    mask = _rows_in_groups(offs, x.shape[dim], x.device)
+    return torch.where(mask if dim == 0 else mask.t(), x, 0)
+
+
+def _grouped_grads(form, a, b, offs, grad, needs):
+    """The gradients of a grouped product of ``form`` (each one of the four forms again, one
+    launch), those not needed None."""
+    op = _grouped_op
+    grad_a = grad_b = None
+    if form == "2d3d":  # out[rows g] = a[rows g] @ b[g]
+        if needs[0]:
+            grad_a = _in_groups(op(grad, b.transpose(-2, -1), offs, None, None), offs, 0)
+        if needs[1]:
+            # One launch (grouped_wgrad), laid out as b is: a transposed (G, N, K) weight gets a
+            # transposed gradient.
+            transposed = b.stride(1) == 1 and b.stride(2) != 1
+            grad_b = _weight_grad(a, grad, offs, int(transposed))
+            grad_b = grad_b.transpose(-2, -1) if transposed else grad_b
+    elif form == "2d2d":  # out[g] = a[:, cols g] @ b[rows g]
+        if needs[0]:
+            grad_a = _in_groups(op(grad, b.t(), offs, None, None), offs, 1)
+        if needs[1]:
+            grad_b = _in_groups(op(a.t().contiguous(), grad, offs, None, None), offs, 0)
+    elif form == "3d2d":  # out[:, cols g] = a[g] @ b[:, cols g]
+        if needs[0]:
+            grad_a = op(grad, b.t(), offs, None, None)
+        if needs[1]:
+            grad_b = _in_groups(op(a.transpose(-2, -1), grad, offs, None, None), offs, 1)
+    else:  # a batch
+        if needs[0]:
+            grad_a = op(grad, b.transpose(-2, -1), None, None, None)
+        if needs[1]:
+            grad_b = op(a.transpose(-2, -1), grad, None, None, None)
+    return grad_a, grad_b
+
+
 class _GroupedProduct(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, offs, bias, out_dtype):
         with torch._C._AutoDispatchBelowAutograd():
             out = _grouped_op(a, b, offs, bias, out_dtype)
+        ctx.form = grouped_form(a, b, offs)
         ctx.save_for_backward(a, b, offs)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         a, b, offs = ctx.saved_tensors
-        grad = grad.contiguous()
-        grad_a = grad_b = None
-        if ctx.needs_input_grad[0]:
-            # The same grouped product with b's matrices transposed (the other layout of b):
-            # one launch.  Rows in no group are not written by it; their gradient is zero.
-            grad_a = _grouped_op(grad, b.transpose(-2, -1), offs, None, None)
-            grad_a = torch.where(_rows_in_groups(offs, a.shape[0], a.device), grad_a, 0)
-        if ctx.needs_input_grad[1]:
-            # One launch (grouped_wgrad), laid out as b is: a transposed (G, N, K) weight gets a
-            # transposed gradient.
-            transposed = b.stride(1) == 1 and b.stride(2) != 1
-            grad_b = _weight_grad(a, grad, offs, int(transposed))
-            grad_b = grad_b.transpose(-2, -1) if transposed else grad_b
+        grad_a, grad_b = _grouped_grads(ctx.form, a, b, offs, grad.contiguous(), ctx.needs_input_grad[:2])
         return grad_a, grad_b, None, None, None
 
 

@@ -21,7 +21,8 @@ hand the products of the routed dtypes to ``gemmlab.matmul``, and that of
 torch._grouped_mm its calls the grouped rungs take (Hopper, float16 /
 bfloat16): the 2-D x 3-D form with offs to gemmlab::grouped_mm's kernel (rung
 6), the 2-D x 2-D form autograd's formula asks for as the weights' gradient to
-grouped_wgrad (rung 7); any other call of it goes to PyTorch's kernel.  Every matrix
+grouped_wgrad (rung 7), and the 3-D x 3-D form (a batch) to gemmlab.matmul;
+any other call of it goes to PyTorch's kernel.  Every matrix
 product PyTorch makes reaches one of them -- ``@``, F.linear, einsum, and the
 products autograd's own formulas make for gradients -- so nothing else pays:
 no Python runs for torch calls that are not products, and gradients need no
@@ -92,8 +93,9 @@ ROUTED = {
     "einsum": "torch.einsum and anything else built on bmm or mm",
     "gradients": "the products of the backward pass, run while the context is on",
     "_grouped_mm": (
-        "torch._grouped_mm(a, b, offs=offs), 2-D a x 3-D b, float16 / bfloat16 on Hopper: the grouped "
-        "rung; its gradients' products (a's again 2-D x 3-D, b's 2-D x 2-D with offs: grouped_wgrad)"
+        "torch._grouped_mm, float16 / bfloat16 on Hopper: 2-D a x 3-D b with offs on the grouped rung, "
+        "and its gradients' products (a's again 2-D x 3-D, b's 2-D x 2-D with offs: grouped_wgrad); "
+        "3-D x 3-D without offs (a batch) as bmm"
     ),
 }
 # Products that stay PyTorch's, and why.
@@ -108,9 +110,10 @@ NOT_ROUTED = {
     "zero-element products": "nothing to compute: PyTorch's answer, no kernel",
     "backward after the context": "gradients computed once the context has ended",
     "_grouped_mm's other calls": (
-        "3-D x 3-D, 3-D x 2-D, no offs, a bias, another out_dtype, float32, operands the grouped "
-        "rungs refuse (K or N not a multiple of 8, a not row-major, more than 1024 groups), GPUs "
-        "other than Hopper"
+        "3-D x 2-D (gemmlab::grouped_mm runs it on the transposes, measured 2.4x slower than PyTorch's "
+        "kernel), a bias, another out_dtype, float32, operands the grouped rungs refuse (K or N not a "
+        "multiple of 8, a not row-major, more than 1024 groups), GPUs other than Hopper (3-D x 3-D goes "
+        "to gemmlab.matmul on every GPU)"
     ),
 }
 OPERATORS = (
@@ -371,18 +374,18 @@ _GROUPED_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def _grouped_takes(a, b, offs):
-    """GROUPED's function for this torch._grouped_mm call (offs given, no bias, the inputs'
+    """GROUPED's function for this torch._grouped_mm call with offs (no bias, the inputs'
     dtype out), or None where the grouped rungs refuse it: core.grouped's own checks, which read
     shapes, strides and addresses only (the offsets stay on the GPU)."""
-    if a.dim() != 2 or a.dtype not in _GROUPED_DTYPES or offs.get_device() != a.get_device():
+    if a.dtype not in _GROUPED_DTYPES or offs.get_device() != a.get_device():
         return None
     if not GROUPED["arch"](a.get_device()):
         return None
     try:
-        if b.dim() == 3:
+        if a.dim() == 2 and b.dim() == 3:
             validate_grouped(a, b, offs)
             return GROUPED["mm"]
-        if b.dim() == 2:
+        if a.dim() == 2 and b.dim() == 2:
             validate_wgrad(a.t(), b, offs)
             return GROUPED["weight_grad"]
     except (TypeError, ValueError):  # a refusal: PyTorch's kernel takes the call
@@ -395,10 +398,14 @@ def _grouped(key: str, orig):
 
     def kernel(keyset, a, b, offs=None, bias=None, out_dtype=None):
         route = _route(key, device_type, a, b)
-        if route is not None and offs is not None and bias is None and out_dtype in (None, a.dtype):
-            fn = _grouped_takes(a, b, offs)
-            if fn is not None:
-                return fn(a, b, offs)
+        if route is not None and bias is None and out_dtype in (None, a.dtype):
+            if offs is None:  # the 3-D x 3-D form: a batch, as bmm routes it
+                if _fits_bmm(a, b) and a.shape[0] == b.shape[0] and a.dtype in _GROUPED_DTYPES:
+                    return _product(a, b, route)
+            else:
+                fn = _grouped_takes(a, b, offs)
+                if fn is not None:
+                    return fn(a, b, offs)
         return orig.call_boxed(keyset, a, b, offs, bias, out_dtype)
 
     return kernel

@@ -43,6 +43,11 @@ beside grouped_mm(grad, mat2^T) (so the backward of every rule above is sharded 
     Shard(1)   Replicate  Replicate  Shard(1)        Shard(2)       a share of K
     Replicate  Shard(1)   Replicate  Shard(2)        Shard(1)       a share of N
 
+The other forms of torch._grouped_mm have rules of their own: 2-D x 2-D (self (M, K) @
+mat2 (K, N) -> (G, M, N), offs over K) shards M or N; 3-D x 2-D (self (G, M, K) @ mat2 (K, N)
+-> (M, N), offs over N) shards M, or K to a Partial sum; 3-D x 3-D (a batch) takes bmm's.
+The grouped dimension is never sharded (the offsets are global indices).
+
 offs is Replicate in every rule (a sharded offs is gathered first), bias and out_dtype are
 None (the operator refuses others, under DTensor too), and each GPU's share of K and N must
 still be a multiple of 8 for the kernels.  No rule shards the tokens (dim 0 of self, a and
@@ -78,16 +83,37 @@ _DIMS = {
     "grouped_mm": {"a": {"t": 0, "k": 1}, "b": {"g": 0, "k": 1, "n": 2}, "out": {"t": 0, "n": 1}},
     "grouped_mm_weight_grad": {"a": {"t": 0, "k": 1}, "b": {"t": 0, "n": 1}, "out": {"g": 0, "k": 1, "n": 2}},
 }
+# grouped_mm's other forms (ops.grouped_form), each as (dims, rules).  2-D x 2-D: self (m, k) @
+# mat2 (k, n) -> (g, m, n), offs over k (global indices: k is not sharded); 3-D x 2-D: self
+# (g, m, k) @ mat2 (k, n) -> (m, n), offs over n (not sharded); 3-D x 3-D: a batch, bmm's rules.
+_GROUPED_FORMS = {
+    "2d2d": (
+        {"a": {"m": 0, "k": 1}, "b": {"k": 0, "n": 1}, "out": {"g": 0, "m": 1, "n": 2}},
+        (("R", ("R", "R")), ("m", ("m", "R")), ("n", ("R", "n"))),
+    ),
+    "3d2d": (
+        {"a": {"g": 0, "m": 1, "k": 2}, "b": {"k": 0, "n": 1}, "out": {"m": 0, "n": 1}},
+        (("R", ("R", "R")), ("m", ("m", "R")), ("P", ("k", "k"))),
+    ),
+    "3d3d": (
+        {"a": {"b": 0, "m": 1, "k": 2}, "b": {"b": 0, "k": 1, "n": 2}, "out": {"b": 0, "m": 1, "n": 2}},
+        _BMM_RULES,
+    ),
+}
 
 
-def placements(op: str, transposed: bool = False):
+def placements(op: str, transposed: bool = False, form: str = "2d3d"):
     """The rules of ``op`` ("mm", "bmm", "grouped_mm" or "grouped_mm_weight_grad") as DTensor
     placements: [([out], [a, b]), ...] for mm and bmm, [([out], [self, mat2, offs]), ...] for
-    grouped_mm, [([out], [a, grad, offs]), ...] for grouped_mm_weight_grad (whose output is
-    (G, N, K) where ``transposed``)."""
+    grouped_mm ([([out], [self, mat2]), ...] for its 3-D x 3-D ``form``, which takes no offs),
+    [([out], [a, grad, offs]), ...] for grouped_mm_weight_grad (whose output is (G, N, K) where
+    ``transposed``)."""
     from torch.distributed.tensor import Partial, Replicate, Shard
 
-    if op in ("mm", "bmm"):
+    if op == "grouped_mm" and form != "2d3d":
+        dims, rules = _GROUPED_FORMS[form]
+        offs = [] if form == "3d3d" else [Replicate()]
+    elif op in ("mm", "bmm"):
         batch = 1 if op == "bmm" else 0
         dims = {
             "a": {"m": batch, "k": batch + 1, "b": 0},
@@ -132,14 +158,17 @@ def _register() -> bool:
 
         register_sharding(getattr(torch.ops.gemmlab, name).default)(strategy)
 
-    rules = placements("grouped_mm")
+    by_form = {form: placements("grouped_mm", form=form) for form in ("2d3d", "2d2d", "3d2d", "3d3d")}
 
     def grouped_strategy(self, mat2, offs=None, bias=None, out_dtype=None):
         # One entry per tensor the call passes, None for those it does not and for out_dtype.
         # A tensor argument left without a placement would fail DTensor's count of inputs, so
-        # a bias gets Replicate like offs: the operator then refuses it with its own message.
+        # a bias gets Replicate like offs (and offs like this where the form takes none): the
+        # operator then refuses the call with its own message.  A call of no form gets the
+        # 2-D x 3-D rules, for the same reason.
+        rules = by_form.get(f"{self.ndim}d{mat2.ndim}d", by_form["2d3d"])
         extra = [Replicate() if bias is not None else None, None]
-        return [(out, (ins if offs is not None else ins[:2] + [None]) + extra) for out, ins in rules]
+        return [(out, ins[:2] + [Replicate() if offs is not None else None] + extra) for out, ins in rules]
 
     register_sharding(torch.ops.gemmlab.grouped_mm.default)(grouped_strategy)
 
