@@ -55,10 +55,10 @@ SOURCES = {
         "gemmlab bench --suite shapes --time-budget-s 150",
     ),
     f"{H200}/training-2026-11-29-6.json": ("2026-11-29", "gemmlab bench --suite training --quick"),
-    f"{H200}/training-2026-11-30-4.json": (
-        "2026-11-30",
-        "gemmlab bench --suite training --models gpt2,bert-base,vit-b16 --modes eager,compile,reduce-overhead "
-        "--precisions bf16",
+    f"{H200}/training-bf16-2026-12-01.json": (
+        "2026-12-01",
+        "gemmlab bench --suite training --precisions bf16 --models gpt2,bert-base,vit-b16,llama-1b "
+        "--modes eager,compile,reduce-overhead --time-budget-s 330",
     ),
     f"{H200}/training-llm-2026-11-30-2.json": (
         "2026-11-30",
@@ -81,7 +81,8 @@ MODELS_RUN = f"{H100}/models-run90e.json"
 SHAPES_RUN = f"{H200}/shapes-2026-12-01-5.json"  # other models' products, by kind
 # Whole training steps: bf16 in every mode (two runs, by model); fp32_tc's steps, each model from
 # the first of these runs that has it.
-TRAINING_BF16_RUNS = (f"{H200}/training-llm-2026-11-30-2.json", f"{H200}/training-2026-11-30-4.json")
+# (a later run's figure for a model and mode replaces an earlier one's)
+TRAINING_BF16_RUNS = (f"{H200}/training-llm-2026-11-30-2.json", f"{H200}/training-bf16-2026-12-01.json")
 TRAINING_FP32_TC_RUNS = (
     f"{H200}/training-fp32-2026-12-01.json",
     f"{H200}/training-vit-fp32-2026-12-01.json",
