@@ -556,11 +556,16 @@ def _fp8_call(emu, M, N, K, da=E4M3, db=E4M3, kind="tensor", seed=0):
 def test_emulated_bias(monkeypatch, kind, shape):
     """A bias of N (torch._scaled_mm's), a column (M, 1) or a whole matrix, in the result's dtype,
     added after the product (alpha times the scaled sums, plus beta * out where out is given),
-    twice (the second call on new tensors reuses the prepared launch)."""
+    on new tensors each time; the third call has the first's signature, so a, b, the scales
+    and out are not checked again (the bias is)."""
     emu = emulated_gpu.install(monkeypatch)
     M, N, K = 200, 300, 384
     a, b, sa, sb, ref = _fp8_call(emu, M, N, K, kind=kind)
-    for seed, given in ((1, True), (2, False)):
+    checked = []
+    real = scaled.validate_scaled
+    monkeypatch.setattr(scaled, "validate_scaled", lambda *a, **k: checked.append(1) or real(*a, **k))
+    for seed, given in ((1, True), (2, False), (3, True)):
+        before = len(checked)
         g = torch.Generator().manual_seed(seed)
         host = torch.randn({"row": (N,), "column": (M, 1), "matrix": (M, N)}[shape], generator=g)
         bias = emulated_gpu.emulated_tensor(emu, host.numpy())
@@ -571,6 +576,7 @@ def test_emulated_bias(monkeypatch, kind, shape):
         assert r is out or not given
         want = -1.5 * ref + host.double() + beta * c0.double()
         np.testing.assert_allclose(r.numpy(), want.numpy(), rtol=1e-6, atol=1e-3)
+        assert (len(checked) == before) == (seed == 3)
 
 
 def test_a_repeated_fp8_call_builds_nothing_and_launches_what_a_fresh_one_would(monkeypatch):

@@ -87,6 +87,14 @@ def _is_cupy(obj) -> bool:
     return type(obj).__module__.startswith("cupy")
 
 
+def broadcasts(shape, result_shape) -> bool:
+    """Whether an array of ``shape`` broadcasts to ``result_shape`` as NumPy broadcasts: read
+    from the sizes (torch.broadcast_shapes, a Python function, costs microseconds a call)."""
+    return len(shape) <= len(result_shape) and all(
+        s == 1 or s == n for s, n in zip(reversed(shape), reversed(result_shape))
+    )
+
+
 def read_operand(obj, name: str) -> Operand:
     """An Operand for ``obj``, or TypeError if it is not an array gemmlab can read."""
     if isinstance(obj, np.ndarray):

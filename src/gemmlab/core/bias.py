@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .arrays import Operand, read_operand
+from .arrays import Operand, broadcasts, read_operand
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def bias_view(bias, call, out_operand: Operand | None) -> BiasView:
     if X.dtype_name != out_dtype:
         raise TypeError(f"{X.label()} must have the result's dtype, {out_dtype}")
     shape = call.result_shape
-    if len(X.shape) > len(shape) or any(s != 1 and s != n for s, n in zip(reversed(X.shape), reversed(shape))):
+    if not broadcasts(X.shape, shape):
         raise ValueError(f"{X.label()} does not broadcast to the result's shape {shape}")
     if out_operand is not None and X.on_gpu == out_operand.on_gpu and X.meets(out_operand):
         raise ValueError(

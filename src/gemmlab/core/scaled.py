@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import allocator, stream_getter
+from .arrays import Operand, allocator, broadcasts, stream_getter
 from . import executor
 from .executor import PROBE_SHIFTS, PreparedCache, _address_moves, _keep, f32
 from .planner import Plan, gpu_limits, plan_scaled
@@ -80,18 +80,26 @@ def _dtype_name(x) -> str | None:
 
 
 def validate_bias(bias, M: int, N: int, out_dtype: str, out=None) -> None:
-    """An FP8 product's bias: a PyTorch tensor of the result's dtype that broadcasts to the M x N
-    result (a vector of N, torch._scaled_mm's, added to every row; a column (M, 1); a whole
-    matrix), apart from out's memory; TypeError or ValueError naming the problem."""
+    """An FP8 product's bias: a PyTorch tensor of the result's dtype,
+    that broadcasts to the M x N result (core.arrays.broadcasts: a vector of N, torch._scaled_mm's,
+    added to every row; a column (M, 1); a whole matrix), its memory apart from out's (their
+    spans, Operand.meets); TypeError or ValueError naming the problem (its device:
+    check_devices).  Attribute reads only: a repeated call checks its bias this way."""
     if not _is_tensor(bias):
         raise TypeError(f"bias must be a PyTorch tensor, as a and b; got {type(bias).__name__}")
     if _torch_name(bias) != out_dtype:
         raise TypeError(f"bias has dtype {_torch_name(bias)}; it must have the result's dtype, {out_dtype}")
-    shape = tuple(bias.shape)
-    if len(shape) > 2 or any(s != 1 and s != n for s, n in zip(reversed(shape), (N, M))):
-        raise ValueError(f"bias has shape {shape}, which does not broadcast to the result's ({M}, {N})")
-    if out is not None and bias.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+    if not broadcasts(tuple(bias.shape), (M, N)):
+        raise ValueError(f"bias has shape {tuple(bias.shape)}, which does not broadcast to the result's ({M}, {N})")
+    if out is not None and _operand("bias", bias).meets(_operand("out", out)):
         raise ValueError("bias shares memory with out: the product would overwrite the bias while reading it")
+
+
+def _operand(name: str, t) -> Operand:
+    """A PyTorch tensor as core.arrays' Operand, from its attributes (no array interface read)."""
+    return Operand(
+        name, t, "torch", tuple(t.shape), tuple(t.stride()), _torch_name(t), t.device.index or 0, t.data_ptr()
+    )
 
 
 def validate_scaled(a, b, scale_a, scale_b, out=None, out_dtype=None, trans_a=False, trans_b=False) -> ScaledCall:
@@ -265,13 +273,25 @@ def matmul_scaled(
 
 
 def _with_bias(a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, bias, tile_params):
-    """The product, then the bias added to it by PyTorch on the same stream (every check first,
-    so that nothing is written on bad input).  A 16-bit result is rounded twice, the product's
-    and the sum's, as an unfused addmm is: adding the bias in the kernel's epilogue, before its
-    one rounding, is not built (the consumers' registers have no room for it in every tile), and
-    adding it through C (out filled with the bias, beta = 1) measured 1.9x the product's time
-    against this path's one pass over the result (benchmarks/NOTES.md)."""
-    call = validate_scaled(a, b, scale_a, scale_b, out, out_dtype, trans_a, trans_b)
+    """The product, then the bias added to it by PyTorch on the same stream,
+    every check first, so that nothing is written on bad input: a, b, the scales and out as the
+    call without a bias checks them (once per signature: a signature already prepared was
+    checked when it was), then the bias (validate_bias, attribute reads).  A 16-bit result is
+    rounded twice, the product's and the sum's, as an unfused addmm is: adding the bias in the
+    kernel's epilogue, before its one rounding, is not built (the consumers' registers have no
+    room for it in every tile), and adding it through C (out filled with the bias, beta = 1)
+    measured 1.9x the product's time against this path's one pass over the result
+    (benchmarks/NOTES.md)."""
+    found = _signature(a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, tile_params)
+    try:
+        prepared = PREPARED.get(found[0]) if found is not None else None
+    except TypeError:  # an unhashable tile parameter: the full path says what is wrong with it
+        prepared = None
+    call = (
+        prepared.call
+        if prepared is not None
+        else validate_scaled(a, b, scale_a, scale_b, out, out_dtype, trans_a, trans_b)
+    )
     validate_bias(bias, call.M, call.N, call.out_dtype, out)
     check_devices(a, b, scale_a, scale_b, out, bias)
     result = matmul_scaled(

@@ -62,11 +62,12 @@ import warnings
 import torch
 
 from ..core.api import matmul, noted_plan
+from ..core.arrays import broadcasts
 from ..core.grouped import validate_grouped, validate_wgrad
 from ..runtime.device import gpu_info
 from ..runtime.launch import Recording, recording
 from . import native
-from .ops import _grouped_impl, _weight_grad_impl
+from .ops import _grouped_impl
 
 __all__ = [
     "ROUTED",
@@ -222,13 +223,6 @@ def _route(key, device_type, a, b, *others):
     return route
 
 
-def _broadcasts(bias, shape) -> bool:
-    """Whether ``bias`` broadcasts to ``shape`` (addmm's and baddbmm's input); read
-    from the sizes, as torch.broadcast_shapes (a Python function) would cost a
-    routed call several microseconds."""
-    return bias.dim() <= len(shape) and all(s == 1 or s == n for s, n in zip(reversed(bias.shape), reversed(shape)))
-
-
 def _same_view(x, y) -> bool:
     return x.data_ptr() == y.data_ptr() and x.shape == y.shape and x.stride() == y.stride()
 
@@ -302,7 +296,7 @@ def _kernels(fits, key: str):
     def scaled(orig):
         def kernel(keyset, bias, a, b, *, beta=1, alpha=1):
             route = _route(key, device_type, a, b, bias)
-            if route is not None and fits(a, b) and _broadcasts(bias, result(a, b)):
+            if route is not None and fits(a, b) and broadcasts(bias.shape, result(a, b)):
                 if beta == 1:  # nn.Linear's: the bias goes into the product's epilogue where the rung can
                     return _product(a, b, route, alpha=alpha, bias=bias)
                 out = _product(a, b, route, alpha=alpha)
@@ -317,7 +311,7 @@ def _kernels(fits, key: str):
         def kernel(keyset, bias, a, b, *, beta=1, alpha=1, out):
             route = _route(key, device_type, a, b, bias, out)
             shape = result(a, b)
-            if route is not None and fits(a, b) and out.shape == shape and _broadcasts(bias, shape):
+            if route is not None and fits(a, b) and out.shape == shape and broadcasts(bias.shape, shape):
                 if _product_into(a, b, route, bias, out, alpha, beta):
                     return out
             return orig.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha, out=out)
@@ -348,8 +342,9 @@ def _grouped_forward(a, b, offs):
 def _grouped_weight_grad(a, b, offs):
     """torch._grouped_mm's 2-D x 2-D form, a (P, T) x b (T, Q) with offs over T: out[g] =
     a[:, group g] @ b[group g], (G, P, Q) -- a grouped product's weight gradient, as autograd
-    asks for it (a = x.t() of a row-major x): one launch of grouped_wgrad (rung 7)."""
-    return _weight_grad_impl(a.t(), b, offs, False)
+    asks for it (a = x.t() of a row-major x): one launch of grouped_wgrad (rung 7), through
+    gemmlab::grouped_mm's CUDA implementation as the forward."""
+    return _grouped_impl(a, b, offs)
 
 
 _HOPPER: dict[int, bool] = {}
