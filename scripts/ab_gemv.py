@@ -102,7 +102,7 @@ def _old_gemv_auto_params(M, N, K, sm_count, batch=1, *, dtype="float32", op_b="
     """gemv.auto_params before this change: where no width fills the SMs unsplit, the
     narrowest allowed one, split."""
     from gemmlab.kernels.gemv import gemv as g
-    from gemmlab.kernels.simt.pipelined import SPLITK_VALUES, fill_split
+    from gemmlab.kernels.simt.pipelined import SHALLOW_SPLIT_MAX, fill_split
     from gemmlab.kernels.spec import Problem, cdiv
 
     mt = g._mt(M)
@@ -123,7 +123,7 @@ def _old_gemv_auto_params(M, N, K, sm_count, batch=1, *, dtype="float32", op_b="
             blocks[lanes],
             cdiv(max(K, 1), g.gemv_row_chunk(prob, mt, lanes)),
             sm_count,
-            most=max(SPLITK_VALUES),
+            most=SHALLOW_SPLIT_MAX,
             min_steps=4,
         )
     return params

@@ -10,7 +10,7 @@
 # "models" times a Llama-3-8B-sized transformer's products (linear layers forward and
 # backward, attention's batched products) beside torch.matmul (MODELS_ARGS adds options,
 # e.g. "--dtype bf16 --tokens 2048"; TUNE_ARGS="--suite models" tunes its shapes).
-# "shapes" times 400+ products of 13 public models and random odd sizes (forward, input and
+# "shapes" times 700+ products of 23 public models and random odd sizes (forward, input and
 # weight gradient views) in bf16, fp16, fp32 and fp32_tc beside torch.matmul, by kind of
 # product (SHAPES_ARGS, e.g. "--dtype bf16 --kinds odd_align" or "--sample 100").
 # "fp8" times the FP8 rung (wgmma_fp8) beside torch._scaled_mm and the BF16 products of the same

@@ -273,8 +273,8 @@ def shapes_table(rel: str) -> str:
         "\n".join(lines)
         + (
             "\n\nEach product as a model hands it over (forward, input- and weight-gradient views, "
-            "13 public models' sizes and random odd ones), `gemmlab.matmul` beside `torch.matmul` "
-            "on the same views (fp32 and fp32_tc: beside SGEMM). "
+            f"{len(data['models'])} public models' sizes and random odd ones), `gemmlab.matmul` beside "
+            "`torch.matmul` on the same views (fp32 and fp32_tc: beside SGEMM). "
         )
         + source_line(rel, records)
     )

@@ -125,6 +125,14 @@ def test_pipelined_column_major_b(case, shape, trans_a):
     _check(kernel, params, *shape, 0.5, 2.0, rng, trans_a=trans_a, trans_b=True)
 
 
+# Few output tiles and a very long K, as a small layer's weight gradient over many positions
+# (a 96 x 96 projection over 100352 tokens): the largest splits, whose slices are of unequal
+# length, op(A) transposed as a weight gradient's is, and auto's own choice there.
+@pytest.mark.parametrize("params", [{"SPLITK": s} for s in (24, 32, 48, 64)] + [{}], ids=lambda p: str(p or "auto"))
+def test_many_splits_on_few_tiles_and_a_long_k(params):
+    _check("pipelined" if params else "auto", params, 97, 95, 40001, 0.75, 0.5, np.random.default_rng(), trans_a=True)
+
+
 @pytest.mark.parametrize("trans_a", [False, True], ids=["NT", "TT"])
 def test_pipelined_column_major_b_misaligned(trans_a):
     _check(

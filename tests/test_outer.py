@@ -142,3 +142,23 @@ def test_auto_runs_a_one_token_weight_gradient_of_odd_length_on_outer():
     assert plan.spec.name == "outer" and ", true, 'T', 'N'>" in plan.name_expression, plan.describe()
     ref = dy.float().double().t() @ x.float().double()
     assert torch.equal(got.double(), ref.float().double())  # one product each: exact in FP32
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_auto_hands_a_large_16_bit_c_of_a_few_k_to_wgmma_on_hopper(dtype):
+    """kernel="auto" on a 16-bit weight gradient at 7 tokens whose C has more elements than
+    OUTER_16BIT_MAX_OUTPUTS and whose operands TMA reads in place: wgmma on Hopper (one partial
+    K-step), outer elsewhere; the NaN-poisoned C against FP64 either way."""
+    from gemmlab.kernels.gemv.outer import OUTER_16BIT_MAX_OUTPUTS
+
+    M, N, K = 4544, 2056, 7
+    assert M * N > OUTER_16BIT_MAX_OUTPUTS
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    a, a64 = _operand(M, K, dtype, "T", gen)
+    b, b64 = _operand(K, N, dtype, "N", gen)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, dtype))
+    gemmlab.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    plan = gemmlab.last_plan()
+    assert plan.spec.name == ("wgmma" if rt_device.gpu_info().arch == "sm_90a" else "outer"), plan.describe()
+    check_fp32_sums(out, a64, b64, torch.zeros_like(out), 1.0, 0.0, K, dtype, plan)

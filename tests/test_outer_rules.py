@@ -16,41 +16,30 @@ from gemmlab.kernels.spec import Problem
 def test_auto_takes_outer_for_products_of_a_few_k(M, N, K, op_a, op_b):
     """kernel="auto": outer for float32 with K of 1..OUTER_MAX_K (M past gemv's rows), C's
     rows 16 bytes at a time where they start on the grid; pipelined above; 16-bit likewise
-    (wgmma above); fp32_tc's thin products run it too."""
-    from gemmlab.kernels.gemv.outer import OUTER_MAX_K
+    (wgmma above), except a large C on Hopper; fp32_tc's thin products run it too."""
+    from gemmlab.kernels.gemv.outer import OUTER_16BIT_MAX_OUTPUTS, OUTER_MAX_K
+
+    def auto(k, **kw):
+        return gemmlab.plan("auto", M, N, k, op_a=op_a, op_b=op_b, **{"arch": "sm_90a", **kw})
 
     for rows, wide in (("C", True), ("AB", False)):
-        p = gemmlab.plan(
-            "auto",
-            M,
-            N,
-            K,
-            op_a=op_a,
-            op_b=op_b,
-            aligned16=False,
-            rows_aligned16=rows,
-            arch="sm_90a",
-            gpu_slug="nvidia-h200",
-        )
+        p = auto(K, aligned16=False, rows_aligned16=rows, gpu_slug="nvidia-h200")
         assert (
             p.spec.name == "outer"
             and p.params == {}
             and p.name_expression == f"gemmlab::outer<3, 3, {str(wide).lower()}, '{op_a}', '{op_b}'>"
         )
         assert p.passed_over[0].startswith("gemv takes 1..16 rows")
-    assert (
-        gemmlab.plan(
-            "auto", M, N, OUTER_MAX_K["float32"] + 1, op_a=op_a, op_b=op_b, arch="sm_90a", gpu_slug="nvidia-h200"
-        ).spec.name
-        == "pipelined"
-    )
+    assert auto(OUTER_MAX_K["float32"] + 1, gpu_slug="nvidia-h200").spec.name == "pipelined"
     for dt in ("bfloat16", "float16"):
-        assert gemmlab.plan("auto", M, N, K, dtype=dt, out_dtype=dt, op_a=op_a, op_b=op_b, arch="sm_90a").spec.name == (
-            "outer" if M > 4 else "gemv"
-        )
-        assert gemmlab.plan(
-            "auto", M, N, OUTER_MAX_K[dt] + 1, dtype=dt, out_dtype=dt, op_a=op_a, op_b=op_b, arch="sm_90a"
-        ).spec.name == ("wgmma" if M > 4 else "gemv")
+        # Hopper: a large C whose operands TMA reads in place goes to wgmma, one that wgmma would
+        # copy first stays on outer (OUTER_16BIT_MAX_OUTPUTS); sm_80 keeps outer for both.
+        large = M * N > OUTER_16BIT_MAX_OUTPUTS
+        assert auto(K, dtype=dt, out_dtype=dt).spec.name == ("gemv" if M <= 4 else "wgmma" if large else "outer")
+        for arch, aligned in (("sm_90a", False), ("sm_80", True)):
+            p = auto(K, dtype=dt, out_dtype=dt, arch=arch, aligned16=aligned, tma_aligned=aligned)
+            assert p.spec.name == ("gemv" if M <= 4 else "outer")
+        assert auto(OUTER_MAX_K[dt] + 1, dtype=dt, out_dtype=dt).spec.name == ("wgmma" if M > 4 else "gemv")
     p = gemmlab.plan("auto", M, N, K, dtype="fp16_ec", precision="fp32_tc", op_a=op_a, op_b=op_b, arch="sm_90a")
     assert (p.spec.name, p.method) == ("outer", "fp32")
     reason = registry.get("outer").rules.offer(choose.ask(choose.Product(M, N, 9), choose.GPU())).reason

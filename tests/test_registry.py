@@ -196,7 +196,7 @@ def _independent_checks(name, p, smem=None, smem_limit=48 * 1024, staged=True):
             and big_ok
             and threads >= 128
             and p["WNITER"] in (2, 4)
-            and p["SPLITK"] in (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
+            and p["SPLITK"] in (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
         )
     if name == "ec_wmma":
         # ec/01_ec_wmma.cu: warps of 32 x 32, at most 8; cp.async requests of 16 bytes

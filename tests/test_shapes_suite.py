@@ -64,7 +64,7 @@ def test_each_linear_layer_comes_in_three_views():
             assert (dgrad.M, dgrad.ops) == (tokens, "NN")
             assert (wgrad.M, wgrad.N, wgrad.K, wgrad.ops) == (fwd.N, fwd.K, tokens, "TN")
         attention = Counter((p.batch, p.tokens) for p in mine if p.layer == models.ATTENTION)
-        assert len(attention) == len(m.attention) and set(attention.values()) == {2}
+        assert len(attention) == len(m.attention) and set(attention.values()) == ({2} if m.attention else set())
         decode = Counter((p.batch, p.tokens) for p in mine if p.layer == models.DECODE)
         assert len(decode) == len(m.decode) and set(decode.values()) <= {2}
         cache = Counter((p.batch, p.M, p.tokens, p.capacity) for p in mine if p.layer == models.DECODE_CACHE)

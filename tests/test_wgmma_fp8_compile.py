@@ -4,9 +4,13 @@ form of HGMMA), four a K-step of 128 values, and with no 16-bit HGMMA.
 
 By default: every tile in two variants (e4m3 x e4m3 -> bfloat16, outer and block scales), at
 the default promotion and without promotion, every promotion at the default tile, and every
-variant at the defaults; the whole matrix (every configuration x every variant, 736
-instantiations) with `pytest -m compile_matrix`."""
+variant at the defaults.  `pytest -m compile_matrix`: every configuration in the four variants of
+e4m3 x e4m3 (each output type, each scaling kind) -- the other pairs of FP8 types change only the
+wgmma's type suffix (the same registers, no spills, where compared: benchmarks/NOTES.md) and are
+compiled at the defaults; GEMMLAB_FULL_COMPILE_CHECK=1 compiles every configuration x every
+variant (736 instantiations)."""
 
+import os
 import re
 
 import pytest
@@ -40,6 +44,15 @@ def _sample() -> dict:
 
 def _every() -> dict:
     return {SPEC.name_expression(p, prob): (p, prob) for p, prob in SPEC.instantiations()}
+
+
+def _matrix() -> dict:
+    """The compile matrix's set (module docstring): the sample, and every configuration of the
+    e4m3 x e4m3 variants; with GEMMLAB_FULL_COMPILE_CHECK=1 every instantiation."""
+    if os.environ.get("GEMMLAB_FULL_COMPILE_CHECK") == "1":
+        return _every()
+    e4m3 = {n: pp for n, pp in _every().items() if pp[1].dtype == pp[1].dtype_b == "float8_e4m3fn"}
+    return {**_sample(), **e4m3}
 
 
 def _check(found: dict) -> None:
@@ -100,5 +113,5 @@ def test_sample_compiles_to_fp8_wgmma():
 
 @pytest.mark.compile_matrix
 @needs_nvdisasm
-def test_every_instantiation_compiles_to_fp8_wgmma():
-    _check(_every())
+def test_the_matrix_compiles_to_fp8_wgmma():
+    _check(_matrix())

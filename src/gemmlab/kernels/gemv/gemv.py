@@ -9,7 +9,7 @@ op(B).
 from __future__ import annotations
 
 from ..cuda_constants import read_constants
-from ..simt.pipelined import SPLITK_VALUES, fill_split
+from ..simt.pipelined import SHALLOW_SPLIT_MAX, SPLITK_VALUES, fill_split
 from ..spec import TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, Problem, Rules, TileParam, cdiv
 from ..tensor.wgmma_tma import WGMMA_SM90
 
@@ -200,7 +200,7 @@ def auto_params(
         return params
     splits = {
         w: fill_split(
-            blocks[w], cdiv(max(K, 1), gemv_row_chunk(prob, mt, w)), sm_count, most=max(SPLITK_VALUES), min_steps=4
+            blocks[w], cdiv(max(K, 1), gemv_row_chunk(prob, mt, w)), sm_count, most=SHALLOW_SPLIT_MAX, min_steps=4
         )
         for w in usable
     }

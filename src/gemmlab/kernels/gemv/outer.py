@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..cuda_constants import read_constants
 from ..spec import TYPE_CODES, Ask, KernelSpec, Launch, Offer, Problem, Rules, cdiv
+from ..tensor.wgmma_tma import WGMMA_SM90
 from .gemv import GEMV_DTYPES, GEMV_VARIANTS
 
 _K = read_constants("include/gemmlab/gemv/02_outer.cuh")
@@ -26,6 +27,11 @@ _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # H200 (scripts/ab_gemv.py, benchmarks/NOTES.md): outer was faster than wgmma on every
 # 16-bit product of K <= 8 tried and slower on most at K = 16.
 OUTER_MAX_K = {"float32": 8, "float16": 8, "bfloat16": 8}
+# Except on Hopper for a 16-bit C (one matrix, not a batch: not measured) of more than
+# OUTER_16BIT_MAX_OUTPUTS elements whose operands TMA reads in place: there wgmma's tensor cores and TMA store write C faster than outer's FMAs
+# (4096 x 4096 to 65024 x 4544 at K = 1..8: 1.3-2.2x, H200); at 2048 x 2048, and where wgmma
+# would first copy an operand onto the 16-byte grid, outer stays ahead (benchmarks/NOTES.md).
+OUTER_16BIT_MAX_OUTPUTS = 8 << 20
 
 
 def outer_aligned(prob: Problem) -> bool:
@@ -57,8 +63,13 @@ def auto_takes(K: int, dtype: str) -> bool:
 
 def _auto_hook(ask: Ask) -> Offer:
     """A few K (a weight gradient at a token or a few): one write of C, which outer
-    makes at memory bandwidth in 16-byte pieces of its rows.  See auto_takes."""
+    makes at memory bandwidth in 16-byte pieces of its rows.  See auto_takes, and
+    OUTER_16BIT_MAX_OUTPUTS for the large 16-bit products Hopper's wgmma takes instead."""
     if auto_takes(ask.K, ask.dtype):
+        outputs = ask.M * ask.N
+        large = ask.batch == 1 and outputs > OUTER_16BIT_MAX_OUTPUTS
+        if ask.dtype != "float32" and ask.arch == WGMMA_SM90 and ask.tma_aligned and large:
+            return Offer(None, f"wgmma writes a 16-bit C of {outputs} elements (> {OUTER_16BIT_MAX_OUTPUTS}) faster")
         return Offer({})
     most = OUTER_MAX_K.get(ask.dtype, 0)
     if not most:

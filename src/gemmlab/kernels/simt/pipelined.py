@@ -13,7 +13,18 @@ from .vectorized import ALIGNED_VARIANTS
 from .warptile import warptile_constraints, warptile_params, warptile_threads
 
 # Split-K factors the rung may use; the launch shape, not the compiled code, changes.
-SPLITK_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
+SPLITK_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
+# Splits past 16 pay off on few tiles with a very long K only (a small layer's weight gradient
+# over 10^5 positions: 1.4-2.1x), and lose where slices are a few hundred values of K long
+# (0.8-0.9x): auto takes them where every slice keeps DEEP_SPLIT_MIN_K values of K.
+# The rule-based splits of wgmma and gemv stop at SHALLOW_SPLIT_MAX (benchmarks/NOTES.md).
+SHALLOW_SPLIT_MAX = 16
+DEEP_SPLIT_MIN_K = 1024
+
+
+def auto_may_split(splits: int, K: int) -> bool:
+    """Whether auto may cut K into ``splits`` slices by the rule above (the K-step floors aside)."""
+    return splits <= SHALLOW_SPLIT_MAX or K >= DEEP_SPLIT_MIN_K * splits
 
 
 def fill_split(tiles: int, k_steps: int, sm_count: int, *, most: int, min_steps: int) -> int:
@@ -185,12 +196,13 @@ def _estimate(ask: Ask, p: dict, staged: bool = False):
 
 
 def _splits(ask: Ask, p: dict) -> list[int]:
-    """The splits of K a tile may take: slices of at least MIN_K_STEPS_PER_SPLIT K-steps, and
-    none for a batch whose tiles fill the SMs by themselves (choose() would undo it)."""
+    """The splits of K a tile may take: slices of at least MIN_K_STEPS_PER_SPLIT K-steps, more
+    than SHALLOW_SPLIT_MAX only as auto_may_split allows, and none for a batch whose tiles fill
+    the SMs by themselves (choose() would undo it)."""
     if ask.batch > 1 and cdiv(ask.M, p["BM"]) * cdiv(ask.N, p["BN"]) * ask.batch >= ask.sm_count:
         return [1]
     steps = cdiv(max(ask.K, 1), p["BK"])
-    return [s for s in SPLITK_VALUES if s == 1 or steps >= MIN_K_STEPS_PER_SPLIT * s]
+    return [s for s in SPLITK_VALUES if s == 1 or steps >= MIN_K_STEPS_PER_SPLIT * s and auto_may_split(s, ask.K)]
 
 
 def auto_choice(

@@ -40,7 +40,7 @@ from .wmma import TC_DTYPES, TC_VARIANTS, tc_type_args
 # the standard arguments: introduced by the rung's first step.
 from .wgmma_tma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
 from .mma_pipelined import sized_estimates, sized_params
-from ..simt.pipelined import SPLITK_VALUES, fill_split
+from ..simt.pipelined import SHALLOW_SPLIT_MAX, SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
 from ..steps import PackCopy, pack_args, pack_rows_launch
 
@@ -148,11 +148,13 @@ WGMMA_MIN_K_STEPS_PER_SLICE = 16
 def wgmma_auto_split(tiles: int, k_steps: int, sm_count: int) -> int:
     """The split of K for ``tiles`` work items (of every matrix of a batch) of ``k_steps``
     K-steps each: 1 where the tiles leave fewer than half of the SMs idle; else the
-    largest of SPLITK_VALUES whose items still fit in one round (tiles * split <=
-    sm_count) and whose slices keep WGMMA_MIN_K_STEPS_PER_SLICE K-steps each."""
+    largest of SPLITK_VALUES up to SHALLOW_SPLIT_MAX whose items still fit in one round
+    (tiles * split <= sm_count) and whose slices keep WGMMA_MIN_K_STEPS_PER_SLICE K-steps each.
+    More slices measured slower even at K = 100352: a tile's last slice adds every other
+    slice's partial one after another (benchmarks/NOTES.md)."""
     if 2 * tiles > sm_count:
         return 1
-    return fill_split(tiles, k_steps, sm_count, most=max(SPLITK_VALUES), min_steps=WGMMA_MIN_K_STEPS_PER_SLICE)
+    return fill_split(tiles, k_steps, sm_count, most=SHALLOW_SPLIT_MAX, min_steps=WGMMA_MIN_K_STEPS_PER_SLICE)
 
 
 # The narrow tiles with deep rings that replace split-K on products of a few rows: 64 x BN, unsplit, the ring as deep as shared memory allows.

@@ -285,6 +285,160 @@ MODELS = {
             64,
             ((512, 257), (768, 77)),
         ),
+        # The ten below were first timed as products no suite named (benchmarks/NOTES.md,
+        # "Products and models no suite names"), then kept for the kinds they brought.
+        # SmolLM-360M: hidden 960, 15 heads of 64, 5 KV heads, FFN 2560 (gate and up fused here).
+        ModelShapes(
+            "smollm-360m",
+            "decoder, GQA 15/5, d = 960",
+            "HuggingFaceTB/SmolLM-360M config.json",
+            (3, 4096),
+            (
+                ("q", 960, 960),
+                ("kv", 960, 640),
+                ("o", 960, 960),
+                ("gate_up", 960, 5120),
+                ("down", 2560, 960),
+                ("lm_head", 960, 49152),
+            ),
+            64,
+            ((60, 1024),),
+            decode=((40, 3, 700),),
+        ),
+        # Falcon-7B: hidden 4544, 71 heads of 64 sharing one KV head (fused qkv of 73 heads), FFN 18176;
+        # a weight gradient at 7 tokens, and a decoding step of 71 query rows against one KV head.
+        ModelShapes(
+            "falcon-7b",
+            "decoder, MQA, 71 heads",
+            "tiiuae/falcon-7b config.json",
+            (7, 2048),
+            (
+                ("qkv", 4544, 4672),
+                ("dense", 4544, 4544),
+                ("up", 4544, 18176),
+                ("down", 18176, 4544),
+                ("lm_head", 4544, 65024),
+            ),
+            64,
+            ((142, 2048),),
+            decode=((4, 71, 1500),),
+        ),
+        # DeiT-S at 224: 197 tokens x 256 images, hidden 384, 6 heads of 64.
+        ModelShapes(
+            "deit-s",
+            "vision, d = 384",
+            "facebook/deit-small-patch16-224 config.json",
+            (50432,),
+            (
+                ("patch", 768, 384, (50176,)),
+                ("qkv", 384, 1152),
+                ("proj", 384, 384),
+                ("fc1", 384, 1536),
+                ("fc2", 1536, 384),
+                ("head", 384, 1000, (256,)),
+            ),
+            64,
+            ((1536, 197),),
+        ),
+        # Stable Diffusion 1.5's U-Net transformer blocks at 512 x 512, batch 2: 8 heads of 40, 80
+        # and 160 at 4096, 1024 and 256 positions; GEGLU feed-forward; cross-attention keys from
+        # 77 text tokens of 768.
+        ModelShapes(
+            "sd15-unet-320",
+            "diffusion U-Net attention, head 40",
+            "runwayml/stable-diffusion-v1-5 unet/config.json",
+            (8192,),
+            (("to_q", 320, 320), ("to_kv", 768, 320, (154,)), ("geglu", 320, 2560), ("ff_out", 1280, 320)),
+            40,
+            ((16, 4096),),
+        ),
+        ModelShapes(
+            "sd15-unet-640",
+            "diffusion U-Net attention, head 80",
+            "runwayml/stable-diffusion-v1-5 unet/config.json",
+            (2048,),
+            (("to_q", 640, 640), ("geglu", 640, 5120), ("ff_out", 2560, 640)),
+            80,
+            ((16, 1024),),
+        ),
+        ModelShapes(
+            "sd15-unet-1280",
+            "diffusion U-Net attention, head 160",
+            "runwayml/stable-diffusion-v1-5 unet/config.json",
+            (512,),
+            (("to_q", 1280, 1280), ("geglu", 1280, 10240), ("ff_out", 5120, 1280)),
+            160,
+            ((16, 256),),
+        ),
+        # DeepSeek-V2-Lite: hidden 2048, multi-head latent attention (queries 16 x 192, keys and
+        # values from a 512-wide latent plus 64 rope dims), 64 routed experts of FFN 1408.
+        ModelShapes(
+            "deepseek-v2-lite",
+            "decoder, MLA, 64 experts",
+            "deepseek-ai/DeepSeek-V2-Lite config.json",
+            (2048,),
+            (
+                ("q", 2048, 3072),
+                ("kv_a", 2048, 576),
+                ("kv_b", 512, 4096),
+                ("o", 2048, 2048),
+                ("expert_up", 2048, 2816, (90, 333)),
+                ("expert_down", 1408, 2048, (90, 333)),
+                ("lm_head", 2048, 102400),
+            ),
+            192,
+            ((32, 2048),),
+        ),
+        # Swin-T at 224, 32 images: 7 x 7 windows of 49 tokens, heads of 32; stage 1 (d = 96,
+        # 3136 positions an image) and stage 3 (d = 384, 196).
+        ModelShapes(
+            "swin-t",
+            "vision, 7 x 7 windows, head 32",
+            "microsoft/swin-tiny-patch4-window7-224 config.json",
+            (100352,),
+            (
+                ("qkv", 96, 288),
+                ("proj", 96, 96),
+                ("fc1", 96, 384),
+                ("fc2", 384, 96),
+                ("s3_qkv", 384, 1152, (6272,)),
+                ("s3_fc1", 384, 1536, (6272,)),
+            ),
+            32,
+            ((6144, 49), (1536, 49)),
+        ),
+        # Mamba-130M: hidden 768, inner 1536, x_proj to dt_rank 48 + 2 x 16 states, no attention.
+        ModelShapes(
+            "mamba-130m",
+            "state space, no attention",
+            "state-spaces/mamba-130m config.json",
+            (4096,),
+            (
+                ("in_proj", 768, 3072),
+                ("x_proj", 1536, 80),
+                ("dt_proj", 48, 1536),
+                ("out_proj", 1536, 768),
+                ("lm_head", 768, 50280),
+            ),
+            64,
+            (),
+        ),
+        # Gemma-7B: hidden 3072, 16 heads of 256, FFN 24576, a 256000-word vocabulary.
+        ModelShapes(
+            "gemma-7b",
+            "decoder, head 256",
+            "google/gemma-7b config.json",
+            (1, 512),
+            (
+                ("qkv", 3072, 12288),
+                ("o", 4096, 3072),
+                ("gate_up", 3072, 49152),
+                ("down", 24576, 3072),
+                ("lm_head", 3072, 256000),
+            ),
+            256,
+            ((16, 512),),
+        ),
     )
 }
 # Each model's layers also timed as x_t.t() @ W.t() (op(A) and op(B) transposed views), at the
