@@ -5,7 +5,7 @@ import pytest
 
 import gemmlab
 from gemmlab.kernels import registry
-from gemmlab.kernels.simt.pipelined import SPLITK_VALUES
+from gemmlab.kernels.simt.pipelined import SHALLOW_SPLITK_VALUES
 from gemmlab.kernels.spec import EC_METHODS, LAYOUTS, Problem
 
 EC_WGMMA = registry.get("ec_wgmma")
@@ -51,7 +51,7 @@ def test_ec_wgmma_geometry(M, N, sm_count):
     128 x BN tiles in grouped order (tensor/04_wgmma.cuh), each SPLITK times (a slice of K
     each) -- together all of them once."""
     configs = EC_WGMMA.configurations()
-    assert {p["SPLITK"] for p in configs} == set(SPLITK_VALUES)
+    assert {p["SPLITK"] for p in configs} == set(SHALLOW_SPLITK_VALUES)
     for p in configs:
         geo = EC_WGMMA.launch(p, Problem(M, N, 64, True, "fp16_ec", sm_count=sm_count))
         items = -(-M // 128) * -(-N // p["BN"]) * p["SPLITK"]
@@ -73,7 +73,7 @@ def test_ec_wgmma_split_is_the_unsplit_instantiation(dtype):
     """Split over K, ec_wgmma writes FP32 partial tiles, as it writes C: one instantiation
     serves every SPLITK (the split is a kernel argument), and the plan carries the split."""
     names = set()
-    for splits in SPLITK_VALUES:
+    for splits in SHALLOW_SPLITK_VALUES:
         p = gemmlab.plan("ec_wgmma", 130, 200, 1000, dtype=dtype, arch="sm_90a", SPLITK=splits)
         assert p.spec.splits(p.params) == splits and EC_WGMMA.split_k_param == "SPLITK"
         names.add(p.name_expression)

@@ -37,7 +37,7 @@ from ..spec import (
     cdiv,
 )
 from ..tensor.wgmma_tma import HOPPER_NEEDS, WGMMA_SM90, WGMMA_SMEM_LIMIT, standard_args
-from ..simt.pipelined import SPLITK_VALUES, fill_split
+from ..simt.pipelined import SHALLOW_SPLITK_VALUES, fill_split
 from ..cuda_constants import read_constants
 
 # 128 x 96 tiles (two consumer warpgroups of 64 x 96, four sets of accumulators each),
@@ -727,7 +727,7 @@ SPEC = KernelSpec(
         ),
         TileParam(
             "SPLITK",
-            SPLITK_VALUES,
+            SHALLOW_SPLITK_VALUES,
             1,
             "slices of K (products with few tiles and a long K; >1 writes "
             "FP32 partial tiles to a workspace of SPLITK*M*N floats per "

@@ -9,7 +9,7 @@ op(B).
 from __future__ import annotations
 
 from ..cuda_constants import read_constants
-from ..simt.pipelined import SHALLOW_SPLIT_MAX, SPLITK_VALUES, fill_split
+from ..simt.pipelined import SHALLOW_SPLIT_MAX, SHALLOW_SPLITK_VALUES, fill_split
 from ..spec import TYPE_CODES, Ask, Constraint, KernelSpec, Launch, Offer, Problem, Rules, TileParam, cdiv
 from ..tensor.wgmma_tma import WGMMA_SM90
 
@@ -263,7 +263,7 @@ SPEC = KernelSpec(
         TileParam("MT", (1, 2, 4, 8, 16), 8, "rows of C each pass over op(B) computes (more rows: more passes)"),
         TileParam(
             "SPLITK",
-            SPLITK_VALUES,
+            SHALLOW_SPLITK_VALUES,
             1,
             "blocks along K where op(B) is row-major, each summing a slice of K (>1 adds a reduction "
             "kernel and a workspace of SPLITK*M*N floats; op(B) column-major: 1 only)",

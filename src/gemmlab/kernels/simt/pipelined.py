@@ -22,6 +22,10 @@ SHALLOW_SPLIT_MAX = 16
 DEEP_SPLIT_MIN_K = 1024
 
 
+# The splits offered by the rungs whose deeper splits have not run on a GPU (gemv, ec_wgmma).
+SHALLOW_SPLITK_VALUES = tuple(s for s in SPLITK_VALUES if s <= SHALLOW_SPLIT_MAX)
+
+
 def auto_may_split(splits: int, K: int) -> bool:
     """Whether auto may cut K into ``splits`` slices by the rule above (the K-step floors aside)."""
     return splits <= SHALLOW_SPLIT_MAX or K >= DEEP_SPLIT_MIN_K * splits
