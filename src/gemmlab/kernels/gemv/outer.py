@@ -23,14 +23,14 @@ _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # element of C, one lane's loads and FMAs of a 16-byte piece of a row stay well below
 # what an SM issues in the time its share of the memory bandwidth writes that piece,
 # so the write of C bounds the kernel.  The tiled rungs spend a whole K-step (8 of
-# float32, 64 of 16-bit) and a tile's fixed costs on each piece of C.  Measured on an
-# H200 (scripts/ab_gemv.py, benchmarks/NOTES.md): outer was faster than wgmma on every
-# 16-bit product of K <= 8 tried and slower on most at K = 16.
+# float32, 64 of 16-bit) and a tile's fixed costs on each piece of C, which loses at K = 16
+# and on small products below it (scripts/ab_gemv.py, benchmarks/NOTES.md).
 OUTER_MAX_K = {"float32": 8, "float16": 8, "bfloat16": 8}
-# Except on Hopper for a 16-bit C (one matrix, not a batch: not measured) of more than
-# OUTER_16BIT_MAX_OUTPUTS elements whose operands TMA reads in place: there wgmma's tensor cores and TMA store write C faster than outer's FMAs
-# (4096 x 4096 to 65024 x 4544 at K = 1..8: 1.3-2.2x, H200); at 2048 x 2048, and where wgmma
-# would first copy an operand onto the 16-byte grid, outer stays ahead (benchmarks/NOTES.md).
+# Except on Hopper, for one 16-bit matrix (batches were not measured) whose operands TMA reads
+# in place and whose C has more than this many elements: there wgmma's tensor cores and TMA
+# store write C faster than outer's FMAs do.  Smaller, or where wgmma would first copy an
+# operand onto the 16-byte grid, outer stays ahead (benchmarks/NOTES.md, "Products and models
+# no suite names").
 OUTER_16BIT_MAX_OUTPUTS = 8 << 20
 
 

@@ -14,14 +14,13 @@ from .warptile import warptile_constraints, warptile_params, warptile_threads
 
 # Split-K factors the rung may use; the launch shape, not the compiled code, changes.
 SPLITK_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
-# Splits past 16 pay off on few tiles with a very long K only (a small layer's weight gradient
-# over 10^5 positions: 1.4-2.1x), and lose where slices are a few hundred values of K long
-# (0.8-0.9x): auto takes them where every slice keeps DEEP_SPLIT_MIN_K values of K.
-# The rule-based splits of wgmma and gemv stop at SHALLOW_SPLIT_MAX (benchmarks/NOTES.md).
+# Splits past SHALLOW_SPLIT_MAX pay off only on few tiles over a very long K (a small layer's
+# weight gradient over 10^5 positions); where slices are a few hundred values of K long, the
+# extra partial tiles cost more than the SMs they fill.  So auto takes them where every slice
+# keeps DEEP_SPLIT_MIN_K values of K, on this rung only: wgmma's last slice adds the others one
+# after another, and its and gemv's rules stop at SHALLOW_SPLIT_MAX (benchmarks/NOTES.md).
 SHALLOW_SPLIT_MAX = 16
 DEEP_SPLIT_MIN_K = 1024
-
-
 # The splits offered by the rungs whose deeper splits have not run on a GPU (gemv, ec_wgmma).
 SHALLOW_SPLITK_VALUES = tuple(s for s in SPLITK_VALUES if s <= SHALLOW_SPLIT_MAX)
 

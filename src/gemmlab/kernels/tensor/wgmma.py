@@ -150,8 +150,8 @@ def wgmma_auto_split(tiles: int, k_steps: int, sm_count: int) -> int:
     K-steps each: 1 where the tiles leave fewer than half of the SMs idle; else the
     largest of SPLITK_VALUES up to SHALLOW_SPLIT_MAX whose items still fit in one round
     (tiles * split <= sm_count) and whose slices keep WGMMA_MIN_K_STEPS_PER_SLICE K-steps each.
-    More slices measured slower even at K = 100352: a tile's last slice adds every other
-    slice's partial one after another (benchmarks/NOTES.md)."""
+    More slices measured slower even over 10^5 values of K: a tile's last slice adds every
+    other slice's partial one after another (benchmarks/NOTES.md)."""
     if 2 * tiles > sm_count:
         return 1
     return fill_split(tiles, k_steps, sm_count, most=SHALLOW_SPLIT_MAX, min_steps=WGMMA_MIN_K_STEPS_PER_SLICE)
