@@ -33,6 +33,7 @@ def _tiny(cfg):
         seq=17,
         image=32 if cfg.image else 0,
         patch=8 if cfg.patch else 0,
+        window=2 if cfg.window else 0,
         classes=10 if cfg.classes else 0,
         batch=2,
         drift_batch=2,
@@ -49,6 +50,8 @@ def test_published_parameter_counts():
     for name, cfg in training.CONFIGS.items():
         if name in training.PUBLISHED_BILLIONS:
             assert round(training.parameter_count(cfg) / 1e9, 2) == training.PUBLISHED_BILLIONS[name], name
+        elif name in training.PUBLISHED_SIZES_ONLY:
+            continue  # its sizes are checked below
         else:
             assert training.parameter_count(cfg) == training.PUBLISHED_PARAMS[name], name
     # about 1.24B, 124M, 110M and 86M: the sizes the suite's models are known by
@@ -75,6 +78,10 @@ def test_published_parameter_counts():
         49155,
     )
     assert (granite.experts, granite.top_k) == (32, 8)
+    # Swin-T's first stage: embed_dim 96, depths[0] 2, num_heads[0] 3, window 7, mlp_ratio 4, patch 4
+    swin = training.CONFIGS["swin-t-stage1"]
+    assert (swin.d, swin.layers, swin.heads, swin.ffn, swin.window, swin.patch) == (96, 2, 3, 384, 7, 4)
+    assert swin.seq == (224 // 4) ** 2 and swin.kind == "vision"
 
 
 @pytest.mark.parametrize("name", list(training.CONFIGS))
@@ -129,6 +136,23 @@ def test_matmul_shapes_of_a_step():
     assert len(shapes) == len(set(shapes)) == 19
     vit = training.matmul_shapes(training.CONFIGS["vit-b16"], batch=2)
     assert (2 * 196, 768, 768, "NT", 1) in vit and (2, 1000, 768, "NT", 1) in vit
+
+
+def test_windows_are_batches_of_short_sequences():
+    """Swin's stage: each block's attention takes every window of every image as one sequence of
+    window^2 patches (a batch of small products), and a step's products say so."""
+    cfg = _tiny(training.CONFIGS["swin-t-stage1"])  # 4 x 4 patches, windows of 2 x 2
+    model = training.build(cfg)
+    seen = []
+    model.blocks[0].attn.register_forward_hook(lambda mod, args, out: seen.append(tuple(args[0].shape)))
+    images, _ = training.make_batch(cfg, 3, cfg.seq, "cpu", torch.Generator().manual_seed(0))
+    model(images)
+    assert seen == [(3 * 4, 4, cfg.d)]  # 3 images x 4 windows, 4 patches each
+    swin = training.CONFIGS["swin-t-stage1"]
+    shapes = training.matmul_shapes(swin, batch=2)
+    windows = 2 * 64 * 3  # images x windows x heads
+    assert (49, 49, 32, "NT", windows) in shapes and (49, 32, 49, "NN", windows) in shapes
+    assert (2 * 3136, 3 * 96, 96, "NT", 1) in shapes and (2 * 3136, 96, 48, "NT", 1) in shapes  # qkv, patches
 
 
 def test_matmul_products_count_a_step():

@@ -1,11 +1,12 @@
 """`gemmlab bench --suite training`: whole models' training steps through
 ``gemmlab.torch`` beside plain PyTorch, in the same run.
 
-Six models written with ``torch.nn`` at published sizes (CONFIGS, :func:`build`):
+Seven models written with ``torch.nn`` at published sizes (CONFIGS, :func:`build`):
 a Llama-3.2-1B-sized decoder (GQA, tied 128256-word head), a Qwen2-0.5B-sized one
 (GQA of 7 query heads per key/value head, biases on q, k and v only, tied
 151936-word head), GPT-2 small (tied 50257-word head), BERT-base with a
-masked-LM head, ViT-B/16 at 224 x 224, and a Granite-3.0-1B-A400M-sized mixture
+masked-LM head, ViT-B/16 at 224 x 224, Swin-T's first stage (attention within 7 x 7
+windows of patches: batches of 49 x 49 products), and a Granite-3.0-1B-A400M-sized mixture
 of experts (32 experts of which each token takes 8, a loop of products whose rows
 change with every batch, tied 49155-word head), last so that a spent time budget
 drops it first, and before it the same model with its experts as two
@@ -78,6 +79,7 @@ class Config:
     image: int = 0  # vision: image side, patch side, classes
     patch: int = 0
     classes: int = 0
+    window: int = 0  # vision: attention within window x window patches (Swin), no class token
     drift_batch: int = 2  # the float64 comparison's schedule
     drift_seq: int = 128
     experts: int = 0  # a mixture of this many SwiGLU experts of ffn each instead of the MLP
@@ -180,6 +182,27 @@ CONFIGS = {
             classes=1000,
             drift_batch=4,
         ),
+        # Swin-T's first stage at 224 x 224: 56 x 56 patches of 4 x 4, d = 96, 3 heads of 32, attention
+        # within 7 x 7 windows (64 an image), its two blocks; the windows neither shift nor merge
+        # (a stage, not the whole Swin-T) and positions are learned, not relative.  Attention is
+        # thousands of 49 x 49 products; the linear layers have 96-384 features over 10^5 rows.
+        Config(
+            "swin-t-stage1",
+            "vision",
+            "microsoft/swin-tiny-patch4-window7-224 config.json (its first stage)",
+            d=96,
+            layers=2,
+            heads=3,
+            kv_heads=3,
+            ffn=384,
+            seq=(224 // 4) ** 2,
+            batch=64,
+            image=224,
+            patch=4,
+            classes=1000,
+            window=7,
+            drift_batch=2,
+        ),
         Config(
             "granite-moe-1b",
             "decoder",
@@ -229,6 +252,8 @@ PUBLISHED_PARAMS = {
 }
 # Published only rounded (the model card's and the Hub's count, in billions).
 PUBLISHED_BILLIONS = {"granite-moe-1b": 1.33, "granite-moe-1b-grouped": 1.33}
+# A part of a published model, whose sizes (not its count) are the published ones.
+PUBLISHED_SIZES_ONLY = ("swin-t-stage1",)
 BERT_POSITIONS, BERT_TYPES = 512, 2
 MODES = ("eager", "compile", "reduce-overhead")
 # setup: (storage dtype, routing, TF32 allowed); routing None is plain PyTorch.
@@ -436,25 +461,34 @@ def _modules():
 
     class Vision(nn.Module):
         """ViT: 16 x 16 patches through a linear layer (a stride-16 convolution's
-        weights), a class token, learned positions, pre-norm blocks, the class head."""
+        weights), a class token, learned positions, pre-norm blocks, the class head.
+        With a window (Swin's stage): no class token, each block's attention within
+        window x window patches (the windows a batch of sequences), the head on the
+        patches' mean."""
 
         def __init__(self, cfg: Config):
             super().__init__()
             self.cfg = cfg
             self.patch = nn.Linear(3 * cfg.patch**2, cfg.d)
-            self.cls = nn.Parameter(torch.zeros(1, 1, cfg.d))
-            self.pos = nn.Parameter(torch.zeros(1, (cfg.image // cfg.patch) ** 2 + 1, cfg.d))
+            self.cls = None if cfg.window else nn.Parameter(torch.zeros(1, 1, cfg.d))
+            self.pos = nn.Parameter(torch.zeros(1, (cfg.image // cfg.patch) ** 2 + (0 if cfg.window else 1), cfg.d))
             self.blocks = nn.ModuleList(Block(cfg, causal=False) for _ in range(cfg.layers))
             self.norm, self.head = norm(cfg), nn.Linear(cfg.d, cfg.classes)
 
         def forward(self, images):
-            B, p = images.shape[0], self.cfg.patch
+            B, p, w = images.shape[0], self.cfg.patch, self.cfg.window
             n = self.cfg.image // p
             patches = images.reshape(B, 3, n, p, n, p).permute(0, 2, 4, 1, 3, 5).reshape(B, n * n, 3 * p * p)
-            x = torch.cat([self.cls.expand(B, -1, -1), self.patch(patches)], dim=1) + self.pos
+            if not w:
+                x = torch.cat([self.cls.expand(B, -1, -1), self.patch(patches)], dim=1) + self.pos
+                for block in self.blocks:
+                    x = block(x)
+                return self.head(self.norm(x[:, 0]))
+            d, m = self.cfg.d, n // w  # m x m windows of w x w patches
+            x = (self.patch(patches) + self.pos).view(B, m, w, m, w, d).transpose(2, 3).reshape(B * m * m, w * w, d)
             for block in self.blocks:
                 x = block(x)
-            return self.head(self.norm(x[:, 0]))
+            return self.head(self.norm(x.reshape(B, n * n, d).mean(1)))
 
     _MODULES = {"decoder": Decoder, "encoder": Encoder, "vision": Vision}
     return _MODULES
@@ -526,7 +560,8 @@ def parameter_count(cfg: Config) -> int:
         embed = (cfg.vocab + BERT_POSITIONS + BERT_TYPES) * d + 2 * d
         return embed + blocks + (d * d + d) + 2 * d + cfg.vocab
     patches = (cfg.image // cfg.patch) ** 2
-    return 3 * cfg.patch**2 * d + d + d + (patches + 1) * d + blocks + norm + d * cfg.classes + cfg.classes
+    cls = 0 if cfg.window else d  # the class token and its position
+    return 3 * cfg.patch**2 * d + d + cls + patches * d + cls + blocks + norm + d * cfg.classes + cfg.classes
 
 
 def configure(cfg: Config, *, batch: int | None = None, num_layers: int | None = None) -> Config:
@@ -731,12 +766,15 @@ def matmul_products(cfg: Config, batch: int | None = None) -> list[tuple[int, in
     elif cfg.kind == "encoder":
         linear += [(rows, cfg.d, cfg.d, 1), (rows, cfg.d, cfg.vocab, 1)]
     else:
-        linear += [(batch * (cfg.seq - 1), 3 * cfg.patch**2, cfg.d, 1), (batch, cfg.d, cfg.classes, 1)]
+        patch_rows = batch * (cfg.seq if cfg.window else cfg.seq - 1)  # no class token among windows
+        linear += [(patch_rows, 3 * cfg.patch**2, cfg.d, 1), (batch, cfg.d, cfg.classes, 1)]
     forward = [(m, fan_out, fan_in, "NT", 1, n) for m, fan_in, fan_out, n in linear]
-    attention = batch * h
+    # attention's sequences: each matrix of the batch, or each window of each
+    seq = cfg.window**2 if cfg.window else cfg.seq
+    attention = batch * h * (cfg.seq // seq)
     forward += [
-        (cfg.seq, cfg.seq, hd, "NT", attention, cfg.layers),
-        (cfg.seq, hd, cfg.seq, "NN", attention, cfg.layers),
+        (seq, seq, hd, "NT", attention, cfg.layers),
+        (seq, hd, seq, "NN", attention, cfg.layers),
     ]
     flip = {"N": "T", "T": "N"}
     counts: dict[tuple, int] = {}
