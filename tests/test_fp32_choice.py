@@ -195,6 +195,25 @@ def test_few_tiles_and_a_long_k_take_a_smaller_tile_and_a_larger_split():
     assert p.problem.op_b == "T" and _tile(p)[0] * _tile(p)[1] < 128 * 256 and _tile(p)[2] > 8
 
 
+def test_splits_past_16_only_where_every_slice_keeps_1024_values_of_k():
+    """A small layer's weight gradient over 10^5 positions (Swin-T's 96 x 96 projection, 4 tiles)
+    takes more than 16 slices, each of at least DEEP_SPLIT_MIN_K values; BERT's 128 x 768 x 3072
+    forward (slices of 96-320 values measured slower past 16) takes 16 at most; fp32_tc runs
+    the same plan (its FP32 method); wgmma's rule stops at 16 on the same product in 16-bit."""
+    dy, x = _stored((100352, 96)), _stored((100352, 96))
+    for precision in (None, "fp32_tc"):
+        p = _plan(dy.T, x, precision)
+        splits = _tile(p)[2]
+        assert p.spec.name == "pipelined" and 16 < splits <= 64, p.describe()
+        assert 100352 // splits >= pipelined.DEEP_SPLIT_MIN_K
+    assert _tile(_plan(_stored((128, 3072)), _stored((768, 3072)).T))[2] <= pipelined.SHALLOW_SPLIT_MAX
+    dy16, x16 = _stored((100352, 96), "float16"), _stored((100352, 96), "float16")
+    p = _plan(dy16.T, x16)
+    assert p.spec.name == "wgmma" and p.params["SPLITK"] <= pipelined.SHALLOW_SPLIT_MAX, p.describe()
+    assert not pipelined.auto_may_split(24, 24 * 1024 - 1) and pipelined.auto_may_split(24, 24 * 1024)
+    assert pipelined.auto_may_split(16, 16)  # up to 16: the K-step floors alone decide
+
+
 @pytest.mark.parametrize("M, N, K", [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096)])
 def test_large_square_products_keep_128x256_unsplit(M, N, K):
     """The rule's tile, kept by the model (the H200 has no table: its rules measured faster,
