@@ -6,7 +6,7 @@ then the same steps through gemmlab.torch, and print ms per step and the loss.
 
 The models (Llama-3.2-1B, Qwen2-0.5B, Granite-3.0-1B-A400M (experts: a loop, or grouped
 products, granite-moe-1b-grouped, bf16 only), GPT-2 small, BERT-base,
-ViT-B/16 and Swin-T's first stage sizes) are those
+BERT-large (in nn.TransformerEncoderLayer), ViT-B/16 and Swin-T's first stage sizes) are those
 of `gemmlab bench --suite training`, written with torch.nn; the data is random.
 The one change to a training loop is the ``with`` line around the forward and
 backward passes:

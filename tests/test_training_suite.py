@@ -82,6 +82,16 @@ def test_published_parameter_counts():
     swin = training.CONFIGS["swin-t-stage1"]
     assert (swin.d, swin.layers, swin.heads, swin.ffn, swin.window, swin.patch) == (96, 2, 3, 384, 7, 4)
     assert swin.seq == (224 // 4) ** 2 and swin.kind == "vision"
+    # BERT-large: hidden 1024, 24 layers, 16 heads, intermediate 4096, post-norm
+    large = training.CONFIGS["bert-large-torch"]
+    assert (large.d, large.layers, large.heads, large.ffn, large.vocab, large.pre_norm) == (
+        1024,
+        24,
+        16,
+        4096,
+        30522,
+        False,
+    )
 
 
 @pytest.mark.parametrize("name", list(training.CONFIGS))
@@ -136,6 +146,33 @@ def test_matmul_shapes_of_a_step():
     assert len(shapes) == len(set(shapes)) == 19
     vit = training.matmul_shapes(training.CONFIGS["vit-b16"], batch=2)
     assert (2 * 196, 768, 768, "NT", 1) in vit and (2, 1000, 768, "NT", 1) in vit
+
+
+def test_torch_layers_are_pytorchs_own_and_attend_without_matmuls():
+    """bert-large-torch's blocks are nn.TransformerEncoderLayer (post-norm, GELU): each block's
+    attention is one F.multi_head_attention_forward (its packed q/k/v and output projections reach
+    aten's addmm, which the routing contexts replace; its attention SDPA, no matmul), its MLP two
+    F.linear; a step's product list has no attention product."""
+    from torch.overrides import TorchFunctionMode
+
+    cfg = _tiny(training.CONFIGS["bert-large-torch"])
+    model = training.build(cfg)
+    assert all(isinstance(b, torch.nn.TransformerEncoderLayer) and not b.norm_first for b in model.blocks)
+    seen = []
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    inputs, _ = training.make_batch(cfg, 2, cfg.seq, "cpu", torch.Generator().manual_seed(0))
+    with Count():
+        model(inputs)
+    assert not any(n in ("matmul", "__matmul__", "bmm", "baddbmm") for n in seen)
+    assert seen.count("multi_head_attention_forward") == cfg.layers
+    assert seen.count("linear") == 2 * cfg.layers + 2  # up and down a layer; the transform and the head
+    shapes = training.matmul_shapes(training.CONFIGS["bert-large-torch"], batch=1)
+    assert all(b == 1 for *_, b in shapes) and (512, 3 * 1024, 1024, "NT", 1) in shapes
 
 
 def test_windows_are_batches_of_short_sequences():

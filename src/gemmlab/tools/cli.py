@@ -667,7 +667,8 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="NAME,...",
             help="--suite shapes: the models whose products to time "
             "(default all, and 'random': the random odd sizes); --suite training: comma list of "
-            "llama-1b, qwen2-0.5b, gpt2, bert-base, vit-b16, swin-t-stage1, granite-moe-1b-grouped, granite-moe-1b "
+            "llama-1b, qwen2-0.5b, gpt2, bert-base, bert-large-torch, vit-b16, swin-t-stage1, granite-moe-1b-grouped, "
+            "granite-moe-1b "
             "(default all); --suite moe: comma list of "
             "mixtral-8x7b, qwen1.5-moe-a2.7b, deepseek-v2-lite, qwen3-30b-a3b, granite-3.0-1b-a400m",
         )

@@ -1,20 +1,20 @@
 """`gemmlab bench --suite training`: whole models' training steps through
 ``gemmlab.torch`` beside plain PyTorch, in the same run.
 
-Seven models written with ``torch.nn`` at published sizes (CONFIGS, :func:`build`):
+Eight models written with ``torch.nn`` at published sizes (CONFIGS, :func:`build`):
 a Llama-3.2-1B-sized decoder (GQA, tied 128256-word head), a Qwen2-0.5B-sized one
 (GQA of 7 query heads per key/value head, biases on q, k and v only, tied
 151936-word head), GPT-2 small (tied 50257-word head), BERT-base with a
-masked-LM head, ViT-B/16 at 224 x 224, Swin-T's first stage (attention within 7 x 7
+masked-LM head, BERT-large's sizes built from ``nn.TransformerEncoderLayer``, ViT-B/16 at 224 x 224, Swin-T's first stage (attention within 7 x 7
 windows of patches: batches of 49 x 49 products), and a Granite-3.0-1B-A400M-sized mixture
 of experts (32 experts of which each token takes 8, a loop of products whose rows
 change with every batch, tied 49155-word head), last so that a spent time budget
 drops it first, and before it the same model with its experts as two
 ``torch._grouped_mm`` calls (``granite-moe-1b-grouped``: gemmlab's grouped rung
 through ``use_gemmlab()``, PyTorch's own grouped kernel without).
-Attention is written as ``q @ k.transpose(-1, -2)``, softmax, ``@ v``, and the
-patch embedding as a linear layer, so that every product is a matmul the
-routing contexts see.  Training is AdamW on random data (cross entropy).
+Attention is written as ``q @ k.transpose(-1, -2)``, softmax, ``@ v`` (but in
+PyTorch's own layers, which attend by SDPA), and the patch embedding as a linear
+layer, so that every product is a matmul the routing contexts see.  Training is AdamW on random data (cross entropy).
 
 Each model runs in each mode of MODES (eager, torch.compile, and
 torch.compile(mode="reduce-overhead"), CUDA graphs) in each setup of SETUPS
@@ -80,6 +80,7 @@ class Config:
     patch: int = 0
     classes: int = 0
     window: int = 0  # vision: attention within window x window patches (Swin), no class token
+    torch_layers: bool = False  # encoder: blocks of torch.nn.TransformerEncoderLayer (attention by SDPA)
     drift_batch: int = 2  # the float64 comparison's schedule
     drift_seq: int = 128
     experts: int = 0  # a mixture of this many SwiGLU experts of ffn each instead of the MLP
@@ -165,6 +166,24 @@ CONFIGS = {
             seq=512,
             batch=8,
             pre_norm=False,
+        ),
+        # BERT-large's sizes with PyTorch's own encoder layers (nn.TransformerEncoderLayer:
+        # packed q/k/v projection, attention by F.scaled_dot_product_attention, which no routing
+        # context sees): model code other than this suite's.
+        Config(
+            "bert-large-torch",
+            "encoder",
+            "google-bert/bert-large-uncased config.json, its blocks torch.nn.TransformerEncoderLayer",
+            d=1024,
+            layers=24,
+            heads=16,
+            kv_heads=16,
+            ffn=4096,
+            vocab=30522,
+            seq=512,
+            batch=4,
+            pre_norm=False,
+            torch_layers=True,
         ),
         Config(
             "vit-b16",
@@ -252,8 +271,9 @@ PUBLISHED_PARAMS = {
 }
 # Published only rounded (the model card's and the Hub's count, in billions).
 PUBLISHED_BILLIONS = {"granite-moe-1b": 1.33, "granite-moe-1b-grouped": 1.33}
-# A part of a published model, whose sizes (not its count) are the published ones.
-PUBLISHED_SIZES_ONLY = ("swin-t-stage1",)
+# Models whose sizes (not a published count) are checked: a part of a published model, or one
+# written with other layers.
+PUBLISHED_SIZES_ONLY = ("swin-t-stage1", "bert-large-torch")
 BERT_POSITIONS, BERT_TYPES = 512, 2
 MODES = ("eager", "compile", "reduce-overhead")
 # setup: (storage dtype, routing, TF32 allowed); routing None is plain PyTorch.
@@ -447,7 +467,14 @@ def _modules():
             self.embed = nn.Embedding(cfg.vocab, cfg.d)
             self.pos, self.types = nn.Embedding(BERT_POSITIONS, cfg.d), nn.Embedding(BERT_TYPES, cfg.d)
             self.embed_norm = nn.LayerNorm(cfg.d, eps=1e-12)
-            self.blocks = nn.ModuleList(Block(cfg, causal=False) for _ in range(cfg.layers))
+            if cfg.torch_layers:  # PyTorch's own layers: its attention (packed projections, SDPA)
+                layer = nn.TransformerEncoderLayer(
+                    cfg.d, cfg.heads, cfg.ffn, dropout=0.0, activation="gelu", layer_norm_eps=1e-12,
+                    batch_first=True, norm_first=cfg.pre_norm,
+                )  # fmt: skip
+                self.blocks = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False).layers
+            else:
+                self.blocks = nn.ModuleList(Block(cfg, causal=False) for _ in range(cfg.layers))
             self.transform, self.head_norm = nn.Linear(cfg.d, cfg.d), nn.LayerNorm(cfg.d, eps=1e-12)
             self.head = nn.Linear(cfg.d, cfg.vocab)
             self.head.weight = self.embed.weight
@@ -769,13 +796,15 @@ def matmul_products(cfg: Config, batch: int | None = None) -> list[tuple[int, in
         patch_rows = batch * (cfg.seq if cfg.window else cfg.seq - 1)  # no class token among windows
         linear += [(patch_rows, 3 * cfg.patch**2, cfg.d, 1), (batch, cfg.d, cfg.classes, 1)]
     forward = [(m, fan_out, fan_in, "NT", 1, n) for m, fan_in, fan_out, n in linear]
-    # attention's sequences: each matrix of the batch, or each window of each
+    # attention's sequences: each matrix of the batch, or each window of each; PyTorch's own
+    # layers attend by SDPA, no matmul
     seq = cfg.window**2 if cfg.window else cfg.seq
     attention = batch * h * (cfg.seq // seq)
-    forward += [
-        (seq, seq, hd, "NT", attention, cfg.layers),
-        (seq, hd, seq, "NN", attention, cfg.layers),
-    ]
+    forward += (
+        []
+        if cfg.torch_layers
+        else [(seq, seq, hd, "NT", attention, cfg.layers), (seq, hd, seq, "NN", attention, cfg.layers)]
+    )
     flip = {"N": "T", "T": "N"}
     counts: dict[tuple, int] = {}
     for M, N, K, ops, b, n in forward:
