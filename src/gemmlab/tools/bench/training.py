@@ -5,8 +5,9 @@ Eight models written with ``torch.nn`` at published sizes (CONFIGS, :func:`build
 a Llama-3.2-1B-sized decoder (GQA, tied 128256-word head), a Qwen2-0.5B-sized one
 (GQA of 7 query heads per key/value head, biases on q, k and v only, tied
 151936-word head), GPT-2 small (tied 50257-word head), BERT-base with a
-masked-LM head, BERT-large's sizes built from ``nn.TransformerEncoderLayer``, ViT-B/16 at 224 x 224, Swin-T's first stage (attention within 7 x 7
-windows of patches: batches of 49 x 49 products), and a Granite-3.0-1B-A400M-sized mixture
+masked-LM head, BERT-large's sizes built from ``nn.TransformerEncoderLayer``,
+ViT-B/16 at 224 x 224, Swin-T's first stage (attention within 7 x 7 windows of
+patches: batches of 49 x 49 products), and a Granite-3.0-1B-A400M-sized mixture
 of experts (32 experts of which each token takes 8, a loop of products whose rows
 change with every batch, tied 49155-word head), last so that a spent time budget
 drops it first, and before it the same model with its experts as two
@@ -14,7 +15,8 @@ drops it first, and before it the same model with its experts as two
 through ``use_gemmlab()``, PyTorch's own grouped kernel without).
 Attention is written as ``q @ k.transpose(-1, -2)``, softmax, ``@ v`` (but in
 PyTorch's own layers, which attend by SDPA), and the patch embedding as a linear
-layer, so that every product is a matmul the routing contexts see.  Training is AdamW on random data (cross entropy).
+layer, so that every product is a matmul the routing contexts see.  Training is
+AdamW on random data (cross entropy).
 
 Each model runs in each mode of MODES (eager, torch.compile, and
 torch.compile(mode="reduce-overhead"), CUDA graphs) in each setup of SETUPS
@@ -468,10 +470,8 @@ def _modules():
             self.pos, self.types = nn.Embedding(BERT_POSITIONS, cfg.d), nn.Embedding(BERT_TYPES, cfg.d)
             self.embed_norm = nn.LayerNorm(cfg.d, eps=1e-12)
             if cfg.torch_layers:  # PyTorch's own layers: its attention (packed projections, SDPA)
-                layer = nn.TransformerEncoderLayer(
-                    cfg.d, cfg.heads, cfg.ffn, dropout=0.0, activation="gelu", layer_norm_eps=1e-12,
-                    batch_first=True, norm_first=cfg.pre_norm,
-                )  # fmt: skip
+                kw = dict(dropout=0.0, activation="gelu", layer_norm_eps=1e-12, norm_first=cfg.pre_norm)
+                layer = nn.TransformerEncoderLayer(cfg.d, cfg.heads, cfg.ffn, batch_first=True, **kw)
                 self.blocks = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False).layers
             else:
                 self.blocks = nn.ModuleList(Block(cfg, causal=False) for _ in range(cfg.layers))
