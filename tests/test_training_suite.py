@@ -84,14 +84,8 @@ def test_published_parameter_counts():
     assert swin.seq == (224 // 4) ** 2 and swin.kind == "vision"
     # BERT-large: hidden 1024, 24 layers, 16 heads, intermediate 4096, post-norm
     large = training.CONFIGS["bert-large-torch"]
-    assert (large.d, large.layers, large.heads, large.ffn, large.vocab, large.pre_norm) == (
-        1024,
-        24,
-        16,
-        4096,
-        30522,
-        False,
-    )
+    bert_large = (1024, 24, 16, 4096, 30522, False)
+    assert (large.d, large.layers, large.heads, large.ffn, large.vocab, large.pre_norm) == bert_large
 
 
 @pytest.mark.parametrize("name", list(training.CONFIGS))
