@@ -204,6 +204,81 @@ def test_selection_refuses(kwargs, message):
         shapes.select(**kwargs)
 
 
+# -- a user's own models (--model-file) ----------------------------------------------------
+
+
+def _model_file(tmp_path, models_json):
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps(models_json))
+    return path
+
+
+MY_MODEL = {
+    "name": "my-encoder",
+    "family": "encoder",
+    "source": "my config.json",
+    "tokens": [197, 3000],
+    "layers": [["qkv", 640, 1920], ["head", 640, 37, [4]]],
+    "head_dim": 80,
+    "attention": [[96, 197]],
+    "decode": [[8, 2, 501]],
+}
+
+
+def test_a_model_file_makes_the_suites_views_of_its_models(tmp_path):
+    """A model from a file makes the products a suite model of the same sizes makes: each layer's
+    three views at each token count (or its own), attention's two, a decoding step's two."""
+    own = shapes.load_models(_model_file(tmp_path, [MY_MODEL]))
+    assert [m.name for m in own] == ["my-encoder"] and own[0].layers[1] == ("head", 640, 37, (4,))
+    products = shapes.select(own=own)
+    assert products == shapes.generate(own=own) and {p.model for p in products} == {"my-encoder"}
+    qkv = _find(products, "my-encoder", "qkv", "wgrad", 3000)
+    assert (qkv.M, qkv.N, qkv.K, qkv.ops) == (1920, 640, 3000, "TN")
+    assert "small_m" in _find(products, "my-encoder", "head", "fwd", 4).kinds
+    qk = _find(products, "my-encoder", "attention", "qk", 197, batch=96)
+    assert (qk.M, qk.N, qk.K) == (197, 197, 80)
+    # qkv's three views at two token counts, the head's at its own, attention's two, decoding's two
+    assert len(products) == 2 * 3 + 3 + 2 + 2
+    assert shapes.select(own=own, model_names=shapes.parse_models("my-encoder", ["my-encoder"])) == products
+    assert shapes.sources(own) == {"my-encoder": {"family": "encoder", "source": "my config.json"}}
+    minimal = shapes.load_models(_model_file(tmp_path, [{"name": "m", "layers": [["up", 8, 24]], "head_dim": 8}]))
+    assert minimal[0].tokens == (2048,) and minimal[0].attention == () and minimal[0].source.endswith("models.json")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"name": "gpt2"}, "name 'gpt2': is one of the suite's own"),
+        ({"name": ""}, "give a new name"),
+        ({"layers": []}, "layers: give a list"),
+        ({"layers": [["up", 8]]}, r"layers\[0\]: give \[name, in features"),
+        ({"layers": [["up", 8, -2]]}, r"layers\[0\]'s features: give 2 positive integers"),
+        ({"layers": [["up", 8, 24, []]]}, r"layers\[0\]'s token counts: give a list of positive integers"),
+        ({"head_dim": 0}, "head_dim: give a positive integer"),
+        ({"tokens": [128, 0]}, "tokens: give a list of positive integers"),
+        ({"attention": [[96]]}, r"attention\[0\]: give 2 positive integers"),
+        ({"decode": [[8, 2, 1.5]]}, r"decode\[0\]: give 3 positive integers"),
+        ({"heads": 12}, "unknown field"),
+    ],
+)
+def test_a_model_file_that_does_not_say_is_refused_naming_the_field(tmp_path, change, message):
+    with pytest.raises(ValueError, match=message):
+        shapes.load_models(_model_file(tmp_path, [{**MY_MODEL, **change}]))
+
+
+def test_a_model_file_that_is_not_a_list_of_models_is_refused(tmp_path):
+    for bad, message in (({"name": "x"}, "give a list of models"), ([], "give a list of models"), ([3], "an object")):
+        with pytest.raises(ValueError, match=message):
+            shapes.load_models(_model_file(tmp_path, bad))
+    (tmp_path / "broken.json").write_text("[{")
+    with pytest.raises(ValueError, match="broken.json"):
+        shapes.load_models(tmp_path / "broken.json")
+    with pytest.raises(ValueError, match="--model-file .*missing.json"):
+        shapes.load_models(tmp_path / "missing.json")
+    with pytest.raises(ValueError, match="name 'a'"):  # two models of one name
+        shapes.load_models(_model_file(tmp_path, [{**MY_MODEL, "name": "a"}, {**MY_MODEL, "name": "a"}]))
+
+
 def test_option_lists_refuse_unknown_names():
     for parse, text in ((shapes.parse_models, "gpt3"), (shapes.parse_kinds, "odd"), (shapes.parse_kinds, "")):
         with pytest.raises(ValueError, match="give a comma list"):
@@ -382,6 +457,26 @@ def test_command_defaults(monkeypatch, capsys):
     main(["bench", "--suite", "shapes"])
     assert seen["n"] == len(shapes.generate()) and seen["dtypes"] == list(shapes.DTYPES)
     assert seen["time_budget_s"] == shapes.TIME_BUDGET_S
+
+
+def test_command_times_a_model_files_products(tmp_path, monkeypatch, capsys):
+    """--model-file: the file's models' products, and the record names their sources; a file that
+    does not say is refused in one line, and the option is the shapes suite's only."""
+    seen = {}
+    monkeypatch.setattr(
+        shapes,
+        "run",
+        lambda products, dtypes, **kw: seen.update(products=products, own=kw.get("own")) or _fake_data(),
+    )
+    path = _model_file(tmp_path, [MY_MODEL])
+    main(["bench", "--suite", "shapes", "--model-file", str(path), "--models", "my-encoder"])
+    assert {p.model for p in seen["products"]} == {"my-encoder"} and [m.name for m in seen["own"]] == ["my-encoder"]
+    capsys.readouterr()
+    bad = _model_file(tmp_path, [{**MY_MODEL, "head_dim": -1}])
+    assert main(["bench", "--suite", "shapes", "--model-file", str(bad)]) == 2
+    assert "head_dim: give a positive integer" in capsys.readouterr().err
+    assert main(["bench", "--suite", "training", "--model-file", str(path)]) == 2
+    assert "--model-file is for --suite shapes" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -124,6 +124,7 @@ SUITE_OPTIONS = {
     "time_budget_s": ("models", "shapes", "training"),
     # the shapes and training suites' own (bench_suite_args)
     "models": ("shapes", "training", "moe"),
+    "model_file": ("shapes",),
     "kinds": ("shapes",),
     "limit": ("shapes",),
     "sample": ("shapes",),
@@ -310,12 +311,15 @@ def _time_budget(args, default: float) -> float:
 def cmd_bench_shapes(args) -> int:
     from .bench import models, shapes
 
+    own = shapes.load_models(args.model_file) if args.model_file else None
+    names = [m.name for m in own] if own else None
     products = shapes.select(
         seed=args.seed or 0,
         limit=args.limit,
         sample=args.sample,
-        model_names=shapes.parse_models(args.models) if args.models else None,
+        model_names=(shapes.parse_models(args.models, names) if args.models else None),
         kinds=shapes.parse_kinds(args.kinds) if args.kinds else None,
+        own=own,
     )
     dtypes = models.parse_dtypes(args.dtype or ",".join(shapes.DTYPES))
     data = shapes.run(
@@ -328,6 +332,7 @@ def cmd_bench_shapes(args) -> int:
         budget_s=args.budget_s,
         quiet=args.quiet,
         seed=args.seed or 0,
+        own=own,
     )
     print(shapes.table(data))
     _save(data, args, shapes.plot)
@@ -671,6 +676,13 @@ def build_parser() -> argparse.ArgumentParser:
             "granite-moe-1b "
             "(default all); --suite moe: comma list of "
             "mixtral-8x7b, qwen1.5-moe-a2.7b, deepseek-v2-lite, qwen3-30b-a3b, granite-3.0-1b-a400m",
+        )
+        p.add_argument(
+            "--model-file",
+            metavar="PATH",
+            help="--suite shapes: time the products of the models in this JSON file instead of the "
+            "suite's (a list of {name, head_dim, layers: [[name, in, out], ...], tokens, attention, "
+            "decode}: docs/usage.md)",
         )
         p.add_argument(
             "--kinds",

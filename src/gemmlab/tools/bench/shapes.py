@@ -26,9 +26,11 @@ SGEMM (torch.matmul in float32, TF32 off).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from . import models
 from .report import _fmt, _pyplot, savefig
@@ -595,11 +597,17 @@ def _random_products(seed: int) -> list[Product]:
     return _views(RANDOM, linear, attention)
 
 
-def generate(seed: int = 0) -> list[Product]:
-    """Every product of MODELS, then the random ones of ``seed``; each (shape,
-    layout, batch) once, under the first model that makes it."""
+def generate(seed: int = 0, own=None) -> list[Product]:
+    """Every product of MODELS, then the random ones of ``seed`` (or, given ``own``, every
+    product of those models only: load_models); each (shape, layout, batch) once, under the
+    first model that makes it."""
     seen, out = set(), []
-    for p in [p for m in MODELS.values() for p in _model_products(m)] + _random_products(seed):
+    made = (
+        [p for m in own for p in _model_products(m)]
+        if own is not None
+        else [p for m in MODELS.values() for p in _model_products(m)] + _random_products(seed)
+    )
+    for p in made:
         key = (p.M, p.N, p.K, p.batch, p.ops)
         if key not in seen:
             seen.add(key)
@@ -607,11 +615,74 @@ def generate(seed: int = 0) -> list[Product]:
     return out
 
 
+# -- a user's own models (--model-file) -----------------------------------------------
+
+
+def _counts(value, where: str, n: int | None = None) -> tuple:
+    """``value`` as a tuple of positive integers (``n`` of them, or any number but none),
+    else a ValueError naming ``where``."""
+    ok = isinstance(value, list) and (len(value) == n if n else len(value) > 0)
+    if not ok or not all(type(x) is int and x > 0 for x in value):
+        raise ValueError(f"{where}: give {n or 'a list of'} positive integers")
+    return tuple(value)
+
+
+def load_models(path) -> list[ModelShapes]:
+    """The models of a JSON file (``gemmlab bench --suite shapes --model-file``): a list of
+    objects, each with ``name``, ``head_dim`` and ``layers`` -- [name, in features, out
+    features] or [..., [token counts of its own]] -- and optionally ``tokens`` (the token
+    counts, default [2048]), ``attention`` ([[batch x heads, sequence], ...]), ``decode``
+    ([[batch x key/value heads, query rows per key/value head, cached positions], ...]),
+    ``family`` and ``source``.  Each makes the products the suite's own models make.  A file
+    that does not say so is refused, naming the model and the field."""
+    where = str(path)
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--model-file {where}: {exc}") from None
+    if not isinstance(data, list) or not data:
+        raise ValueError(f"--model-file {where}: give a list of models (objects)")
+    out, known = [], {*MODELS, RANDOM}
+    for i, m in enumerate(data):
+        at = f"--model-file {where}, model {i}"
+        if not isinstance(m, dict):
+            raise ValueError(f"{at}: give an object")
+        unknown = set(m) - {"name", "family", "source", "tokens", "layers", "head_dim", "attention", "decode"}
+        if unknown:
+            raise ValueError(f"{at}: unknown field(s) {', '.join(sorted(unknown))}")
+        name = m.get("name")
+        if not isinstance(name, str) or not name or name in known:
+            why = "is one of the suite's own" if name in known else "give a new name (a string)"
+            raise ValueError(f"{at}: name {name!r}: {why}")
+        known.add(name)
+        at = f"--model-file {where}, model {name!r}"
+        layers = m.get("layers")
+        if not isinstance(layers, list) or not layers:
+            raise ValueError(f"{at}: layers: give a list of [name, in features, out features]")
+        parsed = []
+        for j, layer in enumerate(layers):
+            if not isinstance(layer, list) or len(layer) not in (3, 4) or not isinstance(layer[0], str):
+                raise ValueError(f"{at}: layers[{j}]: give [name, in features, out features(, [token counts])]")
+            dims = _counts(layer[1:3], f"{at}: layers[{j}]'s features", 2)
+            own = (_counts(layer[3], f"{at}: layers[{j}]'s token counts"),) if len(layer) == 4 else ()
+            parsed.append((layer[0], *dims, *own))
+        head_dim = m.get("head_dim")
+        if type(head_dim) is not int or head_dim < 1:
+            raise ValueError(f"{at}: head_dim: give a positive integer")
+        tokens = _counts(m.get("tokens", [2048]), f"{at}: tokens")
+        attention = tuple(_counts(a, f"{at}: attention[{k}]", 2) for k, a in enumerate(m.get("attention", [])))
+        decode = tuple(_counts(d, f"{at}: decode[{k}]", 3) for k, d in enumerate(m.get("decode", [])))
+        family, source = m.get("family", "from a model file"), m.get("source", where)
+        out.append(ModelShapes(name, str(family), str(source), tokens, tuple(parsed), head_dim, attention, decode))
+    return out
+
+
 # -- options ----------------------------------------------------------------------
 
 
-def parse_models(text: str) -> list[str]:
-    return models._names(text, [*MODELS, RANDOM], "--models")
+def parse_models(text: str, known=None) -> list[str]:
+    """--models' names, of the suite's models (or of ``known``, a model file's)."""
+    return models._names(text, known or [*MODELS, RANDOM], "--models")
 
 
 def parse_kinds(text: str) -> list[str]:
@@ -619,11 +690,17 @@ def parse_kinds(text: str) -> list[str]:
 
 
 def select(
-    *, seed: int = 0, model_names=None, kinds=None, limit: int | None = None, sample: int | None = None
+    *,
+    seed: int = 0,
+    model_names=None,
+    kinds=None,
+    limit: int | None = None,
+    sample: int | None = None,
+    own=None,
 ) -> list[Product]:
-    """The suite's products: those of ``model_names`` having any of ``kinds``;
-    then the first ``limit`` of them, or ``sample`` of them drawn with ``seed``
-    (in generator order)."""
+    """The suite's products (or those of the models ``own``, load_models): those of
+    ``model_names`` having any of ``kinds``; then the first ``limit`` of them, or
+    ``sample`` of them drawn with ``seed`` (in generator order)."""
     if limit is not None and sample is not None:
         raise ValueError("give --limit or --sample, not both")
     for option, n in (("--limit", limit), ("--sample", sample)):
@@ -631,7 +708,7 @@ def select(
             raise ValueError(f"{option} {n}: give a number of products, 1 or more")
     products = [
         p
-        for p in generate(seed)
+        for p in generate(seed, own)
         if (model_names is None or p.model in model_names) and (kinds is None or set(kinds) & set(p.kinds))
     ]
     if not products:
@@ -647,17 +724,18 @@ def select(
 # -- the run, the summary, the table, the plot --------------------------------------
 
 
-def run(products, dtypes, *, time_budget_s: float = TIME_BUDGET_S, **timing) -> dict:
+def run(products, dtypes, *, time_budget_s: float = TIME_BUDGET_S, own=None, **timing) -> dict:
     """Time each product in each dtype (models.measure: the time budget is shared
     in proportion to each pair's expected time, so with 400+ products most get
-    time_gpu's fewest runs); {"records", "summary", "models"}."""
+    time_gpu's fewest runs); {"records", "summary", "models"} (``own``: the models
+    the products came from, where not the suite's)."""
     dicts = models.measure(products, dtypes, time_budget_s=time_budget_s, **timing)
-    return {"records": dicts, "summary": summary(dicts), "models": sources()}
+    return {"records": dicts, "summary": summary(dicts), "models": sources(own)}
 
 
-def sources() -> dict:
-    """{model: (family, source)}: where each model's sizes come from."""
-    return {m.name: {"family": m.family, "source": m.source} for m in MODELS.values()}
+def sources(own=None) -> dict:
+    """{model: (family, source)}: where each model's sizes come from (the suite's, or ``own``)."""
+    return {m.name: {"family": m.family, "source": m.source} for m in (own or MODELS.values())}
 
 
 def gflop(rec: dict) -> float:
