@@ -292,6 +292,71 @@ def test_run_times_setups_and_compares_with_float64(on_cpu):
     assert data["configs"]["gpt2"]["params"] == training.parameter_count(training.CONFIGS["gpt2"])
 
 
+# -- a user's own models (--config-file) -----------------------------------------------------
+
+MY_CONFIG = {"name": "my-decoder", "kind": "decoder", "d": 64, "layers": 2, "heads": 4, "kv_heads": 2}
+MY_CONFIG |= {"ffn": 96, "vocab": 101, "seq": 17, "batch": 2, "gated": True, "rms": True, "rope": True}
+
+
+def _config_file(tmp_path, configs):
+    path = tmp_path / "configs.json"
+    path.write_text(json.dumps(configs))
+    return path
+
+
+def test_a_config_file_trains_its_own_models(on_cpu, tmp_path):
+    """--config-file: the file's models with Config's defaults for the rest (kv_heads: heads;
+    a vision model's seq from its patches), selected and run as the suite's own, its sizes in
+    the record."""
+    vision = {"name": "my-vit", "kind": "vision", "d": 64, "layers": 1, "heads": 4, "ffn": 96}
+    vision |= {"image": 32, "patch": 8, "classes": 10, "batch": 2}
+    configs = training.load_configs(_config_file(tmp_path, [MY_CONFIG, vision]))
+    mine, vit = configs["my-decoder"], configs["my-vit"]
+    assert (mine.kv_heads, mine.gated, mine.drift_seq, mine.source) == (2, True, 17, str(tmp_path / "configs.json"))
+    assert (vit.kv_heads, vit.seq) == (4, 1 + 16)
+    runs = training.select(models="my-decoder", modes="eager", precisions="fp32", configs=configs)
+    assert runs == [training.Run("my-decoder", "eager", ("fp32",))]
+    data = training.run(runs, steps=2, quiet=True, configs=configs)
+    assert [r["setup"] for r in data["records"]] == ["fp32"] and data["records"][0]["ms"] > 0
+    assert data["configs"]["my-decoder"]["params"] == training.parameter_count(mine)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"name": "gpt2"}, "name 'gpt2': is one of the suite's own"),
+        ({"kind": "audio"}, "kind 'audio': give one of decoder, encoder, vision"),
+        ({"heads": 5}, r"d \(64\) is a multiple of heads \(5\)"),
+        ({"kv_heads": 3}, r"heads \(4\) is a multiple of kv_heads \(3\)"),
+        ({"layers": -1}, "layers: give a whole number"),
+        ({"rope": "yes"}, "rope: give true or false"),
+        ({"depth": 2}, "unknown field"),
+        ({"window": 2}, "a window divides the patches"),
+        ({"drift_seq": 99}, "drift_seq is 1 to seq"),
+    ],
+)
+def test_a_config_file_that_does_not_fit_is_refused_naming_the_field(tmp_path, change, message):
+    with pytest.raises(ValueError, match=message):
+        training.load_configs(_config_file(tmp_path, [{**MY_CONFIG, **change}]))
+    no_vocab = {k: v for k, v in MY_CONFIG.items() if k != "vocab"}
+    with pytest.raises(ValueError, match="give vocab"):
+        training.load_configs(_config_file(tmp_path, [no_vocab]))
+    with pytest.raises(ValueError, match="give a list of models"):
+        training.load_configs(_config_file(tmp_path, {"name": "x"}))
+
+
+def test_the_command_trains_a_config_files_models(tmp_path, monkeypatch, capsys):
+    seen = {}
+    monkeypatch.setattr(training, "run", lambda runs, **kw: seen.update(runs=runs, **kw) or {"records": []})
+    monkeypatch.setattr(training, "table", lambda data: "")
+    path = _config_file(tmp_path, [MY_CONFIG])
+    main(["bench", "--suite", "training", "--config-file", str(path), "--modes", "eager", "--precisions", "bf16"])
+    assert [r.model for r in seen["runs"]] == ["my-decoder"] and list(seen["configs"]) == ["my-decoder"]
+    capsys.readouterr()
+    assert main(["bench", "--suite", "shapes", "--config-file", str(path)]) == 2
+    assert "--config-file is for --suite training" in capsys.readouterr().err
+
+
 def test_run_stops_at_the_time_budget_and_reports_a_failing_setup(on_cpu, monkeypatch):
     real = training.train_step
 

@@ -125,6 +125,7 @@ SUITE_OPTIONS = {
     # the shapes and training suites' own (bench_suite_args)
     "models": ("shapes", "training", "moe"),
     "model_file": ("shapes",),
+    "config_file": ("training",),
     "kinds": ("shapes",),
     "limit": ("shapes",),
     "sample": ("shapes",),
@@ -342,9 +343,13 @@ def cmd_bench_shapes(args) -> int:
 def cmd_bench_training(args) -> int:
     from .bench import training
 
-    plan = training.select(quick=args.quick, models=args.models, modes=args.modes, precisions=args.precisions)
+    configs = training.load_configs(args.config_file) if args.config_file else None
+    plan = training.select(
+        quick=args.quick, models=args.models, modes=args.modes, precisions=args.precisions, configs=configs
+    )
     data = training.run(
         plan,
+        configs=configs,
         steps=args.steps,
         batch=args.batch,
         num_layers=args.num_layers,
@@ -683,6 +688,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="--suite shapes: time the products of the models in this JSON file instead of the "
             "suite's (a list of {name, head_dim, layers: [[name, in, out], ...], tokens, attention, "
             "decode}: docs/usage.md)",
+        )
+        p.add_argument(
+            "--config-file",
+            metavar="PATH",
+            help="--suite training: train the models in this JSON file instead of the suite's (a list "
+            "of objects with the suite's Config fields: name, kind, d, layers, heads, ffn, ...: docs/usage.md)",
         )
         p.add_argument(
             "--kinds",

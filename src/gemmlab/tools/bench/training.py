@@ -277,6 +277,7 @@ PUBLISHED_BILLIONS = {"granite-moe-1b": 1.33, "granite-moe-1b-grouped": 1.33}
 # written with other layers.
 PUBLISHED_SIZES_ONLY = ("swin-t-stage1", "bert-large-torch")
 BERT_POSITIONS, BERT_TYPES = 512, 2
+MODEL_KINDS = ("decoder", "encoder", "vision")  # Config.kind: the modules build() makes
 MODES = ("eager", "compile", "reduce-overhead")
 # setup: (storage dtype, routing, TF32 allowed); routing None is plain PyTorch.
 SETUPS = {
@@ -599,6 +600,96 @@ def configure(cfg: Config, *, batch: int | None = None, num_layers: int | None =
     return replace(cfg, batch=batch or cfg.batch, layers=num_layers or cfg.layers)
 
 
+def load_configs(path) -> dict:
+    """The models of a JSON file (``gemmlab bench --suite training --config-file``): a list of
+    objects with Config's fields -- ``name``, ``kind`` (decoder, encoder or vision), ``d``,
+    ``layers``, ``heads``, ``ffn``, and as the kind needs ``vocab`` and ``seq`` (decoder,
+    encoder) or ``image``, ``patch`` and ``classes`` (vision); the rest as Config's defaults
+    (``kv_heads``: ``heads``).  Refused, naming the model and the field, where a field is
+    unknown, missing or not of its kind, or the sizes do not fit together."""
+    import json
+    from dataclasses import fields as dc_fields
+    from pathlib import Path
+
+    where = f"--config-file {path}"
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if not isinstance(data, list) or not data:
+        raise ValueError(f"{where}: give a list of models (objects)")
+    types = {f.name: f.type for f in dc_fields(Config)}
+    out = {}
+    for i, m in enumerate(data):
+        at = f"{where}, model {i}"
+        if not isinstance(m, dict):
+            raise ValueError(f"{at}: give an object")
+        name = m.get("name")
+        if not isinstance(name, str) or not name or name in CONFIGS or name in out:
+            why = "is one of the suite's own" if name in CONFIGS or name in out else "give a new name (a string)"
+            raise ValueError(f"{at}: name {name!r}: {why}")
+        at = f"{where}, model {name!r}"
+        unknown = set(m) - set(types)
+        if unknown:
+            raise ValueError(f"{at}: unknown field(s) {', '.join(sorted(unknown))}")
+        kind = m.get("kind")
+        if kind not in MODEL_KINDS:
+            raise ValueError(f"{at}: kind {kind!r}: give one of {', '.join(MODEL_KINDS)}")
+        need = ["d", "layers", "heads", "ffn"] + (
+            ["image", "patch", "classes"] if kind == "vision" else ["vocab", "seq"]
+        )
+        for key in need:
+            if key not in m:
+                raise ValueError(f"{at}: give {key}")
+        for key, value in m.items():
+            want = types.get(key, "int")
+            if want in ("int", int) and (type(value) is not int or value < 0):
+                raise ValueError(f"{at}: {key}: give a whole number, 0 or more")
+            if want in ("bool", bool) and type(value) is not bool:
+                raise ValueError(f"{at}: {key}: give true or false")
+            if want in ("str", str) and not isinstance(value, str):
+                raise ValueError(f"{at}: {key}: give a string")
+        cfg = Config(**{"source": str(path), "kv_heads": m["heads"], **m})
+        if kind == "vision":
+            cfg = replace(cfg, seq=(cfg.image // max(cfg.patch, 1)) ** 2 + (0 if cfg.window else 1))
+        elif "drift_seq" not in m:  # the float64 schedule's sequences fit the model's positions
+            cfg = replace(cfg, drift_seq=min(cfg.drift_seq, cfg.seq))
+        _check_sizes(cfg, at)
+        out[name] = cfg
+    return out
+
+
+def _check_sizes(cfg: Config, at: str) -> None:
+    """A ValueError naming what does not fit in ``cfg``'s sizes."""
+    rules = [
+        (
+            min(cfg.d, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn) > 0,
+            "d, layers, heads, kv_heads and ffn are 1 or more",
+        ),
+        (cfg.d % cfg.heads == 0, f"d ({cfg.d}) is a multiple of heads ({cfg.heads})"),
+        (cfg.heads % cfg.kv_heads == 0, f"heads ({cfg.heads}) is a multiple of kv_heads ({cfg.kv_heads})"),
+        (not cfg.rope or cfg.head_dim % 2 == 0, "rotary positions need an even head dim"),
+        (cfg.kind == "vision" or (cfg.vocab > 0 and cfg.seq > 0), "vocab and seq are 1 or more"),
+        (cfg.kind != "encoder" or cfg.seq <= BERT_POSITIONS, f"an encoder's seq is at most {BERT_POSITIONS}"),
+        (cfg.kind != "vision" or cfg.patch > 0 and cfg.image % cfg.patch == 0, "image is a multiple of patch"),
+        (cfg.kind != "vision" or cfg.classes > 0, "classes is 1 or more"),
+        (
+            not cfg.window or cfg.kind == "vision" and (cfg.image // cfg.patch) % cfg.window == 0,
+            "a window divides the patches along a side (vision only)",
+        ),
+        (not cfg.torch_layers or cfg.kind == "encoder", "torch_layers: encoders only"),
+        (
+            not cfg.experts or cfg.kind == "decoder" and 0 < cfg.top_k <= cfg.experts,
+            "experts: decoders, 0 < top_k <= experts",
+        ),
+        (cfg.batch > 0 and cfg.drift_batch > 0, "batch and drift_batch are 1 or more"),
+        (cfg.kind == "vision" or 0 < cfg.drift_seq <= cfg.seq, "drift_seq is 1 to seq"),
+    ]
+    for ok, rule in rules:
+        if not ok:
+            raise ValueError(f"{at}: {rule}")
+
+
 def make_batch(cfg: Config, batch: int, seq: int, device, generator):
     """(inputs, targets) of random data: token ids (decoders get seq + 1 to shift),
     or images and class labels."""
@@ -662,36 +753,39 @@ def _names(text, known, option) -> list[str]:
     return list(known) if text is None else _comma_list(text, known, option)
 
 
-def select(*, quick: bool = False, models=None, modes=None, precisions=None) -> list[Run]:
+def select(*, quick: bool = False, models=None, modes=None, precisions=None, configs=None) -> list[Run]:
     """The runs, eager first (a spent time budget drops compiled runs first):
     each model in each mode with the setups of ``precisions``, or with ``quick``
-    the headline (QUICK_SETUPS eager, and QUICK_COMPILED)."""
-    names = _names(models, CONFIGS, "--models")
+    the headline (QUICK_SETUPS eager, and QUICK_COMPILED).  ``configs``: the models to
+    choose from (load_configs), where not the suite's."""
+    configs = configs or CONFIGS
+    names = _names(models, configs, "--models")
     if quick:
         if modes is not None or precisions is not None:
             raise ValueError("--quick chooses the modes and precisions; give --models only")
-        runs = [Run(m, "eager", model_setups(m, QUICK_SETUPS)) for m in names if model_setups(m, QUICK_SETUPS)]
+        runs = [Run(m, "eager", model_setups(m, QUICK_SETUPS, configs)) for m in names]
+        runs = [r for r in runs if r.setups]
         model, mode, setups = QUICK_COMPILED
-        return runs + ([Run(model, mode, setups)] if model in names else [])
+        return runs + ([Run(model, mode, setups)] if model in names and configs is CONFIGS else [])
     chosen = [s for p in _names(precisions, PRECISIONS, "--precisions") for s in PRECISIONS[p]]
     for setup, base in BASELINE.items():  # a setup is shown beside its PyTorch baseline
         if setup in chosen and base not in chosen:
             chosen.append(base)
     setups = tuple(s for s in SETUPS if s in chosen)
     return [
-        Run(m, mode, model_setups(m, setups))
+        Run(m, mode, model_setups(m, setups, configs))
         for mode in _names(modes, MODES, "--modes")
         for m in names
         # a loop of experts' sizes changes every step: eager only (the grouped one compiles)
-        if (mode == "eager" or not CONFIGS[m].experts or CONFIGS[m].grouped) and model_setups(m, setups)
+        if (mode == "eager" or not configs[m].experts or configs[m].grouped) and model_setups(m, setups, configs)
     ]
 
 
-def model_setups(model: str, setups) -> tuple:
+def model_setups(model: str, setups, configs=None) -> tuple:
     """The setups of ``setups`` that ``model`` runs: a grouped mixture of experts the bfloat16
     ones only (torch._grouped_mm multiplies bfloat16; gemmlab's grouped rung float16 and
     bfloat16), every other model all of them."""
-    if not CONFIGS[model].grouped:
+    if not (configs or CONFIGS)[model].grouped:
         return tuple(setups)
     return tuple(s for s in setups if SETUPS[s][0] == "bfloat16")
 
@@ -855,15 +949,18 @@ def run(
     seed: int = 0,
     time_budget_s: float = TIME_BUDGET_S,
     quiet: bool = False,
+    configs=None,
 ) -> dict:
     """Each run's setups timed in alternating rounds, then (eager runs) the
-    float64 comparison; {"gpu", "records", "configs"}."""
+    float64 comparison; {"gpu", "records", "configs"} (``configs``: the runs' models,
+    where not the suite's: load_configs)."""
     gpu = _gpu_name()
     torch = _torch()
     steps = STEPS if steps is None else steps
     if steps < 1:
         raise ValueError(f"--steps {steps}: give 1 or more")
-    cfgs = {r.model: configure(CONFIGS[r.model], batch=batch, num_layers=num_layers) for r in runs}
+    configs = configs or CONFIGS
+    cfgs = {r.model: configure(configs[r.model], batch=batch, num_layers=num_layers) for r in runs}
     start, records = time.time(), []
 
     def say(msg):
