@@ -111,6 +111,18 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines + [PATHS[p][1] for p in paths])
 
 
+def read_models_file(path, option: str) -> list:
+    """The non-empty list in the JSON file at ``path`` that ``option`` (--model-file,
+    --config-file) names, else a ValueError saying what is wrong with it."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{option} {path}: {exc}") from None
+    if not isinstance(data, list) or not data:
+        raise ValueError(f"{option} {path}: give a list of models (objects)")
+    return data
+
+
 def write_json(records: list[dict], path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

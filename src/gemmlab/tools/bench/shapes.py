@@ -26,14 +26,12 @@ SGEMM (torch.matmul in float32, TF32 off).
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 from . import models
-from .report import _fmt, _pyplot, savefig
+from .report import _fmt, _pyplot, read_models_file, savefig
 
 
 # One row per model: its published sizes, and the token counts and attention
@@ -635,13 +633,7 @@ def load_models(path) -> list[ModelShapes]:
     ([[batch x key/value heads, query rows per key/value head, cached positions], ...]),
     ``family`` and ``source``.  Each makes the products the suite's own models make.  A file
     that does not say so is refused, naming the model and the field."""
-    where = str(path)
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--model-file {where}: {exc}") from None
-    if not isinstance(data, list) or not data:
-        raise ValueError(f"--model-file {where}: give a list of models (objects)")
+    where, data = str(path), read_models_file(path, "--model-file")
     out, known = [], {*MODELS, RANDOM}
     for i, m in enumerate(data):
         at = f"--model-file {where}, model {i}"

@@ -52,7 +52,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 from .models import _names as _comma_list
-from .report import _fmt, _pyplot, savefig
+from .report import _fmt, _pyplot, read_models_file, savefig
 from .suites import _progress
 
 
@@ -607,17 +607,9 @@ def load_configs(path) -> dict:
     encoder) or ``image``, ``patch`` and ``classes`` (vision); the rest as Config's defaults
     (``kv_heads``: ``heads``).  Refused, naming the model and the field, where a field is
     unknown, missing or not of its kind, or the sizes do not fit together."""
-    import json
     from dataclasses import fields as dc_fields
-    from pathlib import Path
 
-    where = f"--config-file {path}"
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{where}: {exc}") from None
-    if not isinstance(data, list) or not data:
-        raise ValueError(f"{where}: give a list of models (objects)")
+    where, data = f"--config-file {path}", read_models_file(path, "--config-file")
     types = {f.name: f.type for f in dc_fields(Config)}
     out = {}
     for i, m in enumerate(data):
