@@ -259,6 +259,7 @@ def test_a_model_file_makes_the_suites_views_of_its_models(tmp_path):
         ({"attention": [[96]]}, r"attention\[0\]: give 2 positive integers"),
         ({"decode": [[8, 2, 1.5]]}, r"decode\[0\]: give 3 positive integers"),
         ({"heads": 12}, "unknown field"),
+        ({"attention": 96}, "attention: give a list of lists"),
     ],
 )
 def test_a_model_file_that_does_not_say_is_refused_naming_the_field(tmp_path, change, message):

@@ -662,6 +662,9 @@ def load_models(path) -> list[ModelShapes]:
         if type(head_dim) is not int or head_dim < 1:
             raise ValueError(f"{at}: head_dim: give a positive integer")
         tokens = _counts(m.get("tokens", [2048]), f"{at}: tokens")
+        for field in ("attention", "decode"):
+            if not isinstance(m.get(field, []), list):
+                raise ValueError(f"{at}: {field}: give a list of lists of positive integers")
         attention = tuple(_counts(a, f"{at}: attention[{k}]", 2) for k, a in enumerate(m.get("attention", [])))
         decode = tuple(_counts(d, f"{at}: decode[{k}]", 3) for k, d in enumerate(m.get("decode", [])))
         family, source = m.get("family", "from a model file"), m.get("source", where)
