@@ -329,6 +329,7 @@ def test_a_config_file_trains_its_own_models(on_cpu, tmp_path):
         ({"heads": 5}, r"d \(64\) is a multiple of heads \(5\)"),
         ({"kv_heads": 3}, r"heads \(4\) is a multiple of kv_heads \(3\)"),
         ({"layers": -1}, "layers: give a whole number"),
+        ({"heads": 0}, "d, layers, heads, kv_heads and ffn are 1 or more"),
         ({"rope": "yes"}, "rope: give true or false"),
         ({"depth": 2}, "unknown field"),
         ({"window": 2}, "a window divides the patches"),

@@ -653,11 +653,9 @@ def load_configs(path) -> dict:
 
 def _check_sizes(cfg: Config, at: str) -> None:
     """A ValueError naming what does not fit in ``cfg``'s sizes."""
+    if min(cfg.d, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn) < 1:
+        raise ValueError(f"{at}: d, layers, heads, kv_heads and ffn are 1 or more")
     rules = [
-        (
-            min(cfg.d, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn) > 0,
-            "d, layers, heads, kv_heads and ffn are 1 or more",
-        ),
         (cfg.d % cfg.heads == 0, f"d ({cfg.d}) is a multiple of heads ({cfg.heads})"),
         (cfg.heads % cfg.kv_heads == 0, f"heads ({cfg.heads}) is a multiple of kv_heads ({cfg.kv_heads})"),
         (not cfg.rope or cfg.head_dim % 2 == 0, "rotary positions need an even head dim"),
@@ -666,7 +664,7 @@ def _check_sizes(cfg: Config, at: str) -> None:
         (cfg.kind != "vision" or cfg.patch > 0 and cfg.image % cfg.patch == 0, "image is a multiple of patch"),
         (cfg.kind != "vision" or cfg.classes > 0, "classes is 1 or more"),
         (
-            not cfg.window or cfg.kind == "vision" and (cfg.image // cfg.patch) % cfg.window == 0,
+            not cfg.window or cfg.kind == "vision" and cfg.patch > 0 and (cfg.image // cfg.patch) % cfg.window == 0,
             "a window divides the patches along a side (vision only)",
         ),
         (not cfg.torch_layers or cfg.kind == "encoder", "torch_layers: encoders only"),
