@@ -579,6 +579,18 @@ def test_emulated_bias(monkeypatch, kind, shape):
         assert (len(checked) == before) == (seed == 3)
 
 
+def test_emulated_bias_refuses_transposed_operands_as_the_product_does(monkeypatch):
+    """trans_a / trans_b are refused with a bias as without one, before anything is written."""
+    emu = emulated_gpu.install(monkeypatch)
+    a, b, sa, sb, _ = _fp8_call(emu, 200, 300, 384)
+    bias = emulated_gpu.emulated_tensor(emu, np.ones(300, np.float32))
+    out = emulated_gpu.emulated_tensor(emu, np.full((200, 300), 7.0, np.float32))
+    for trans in ({"trans_a": True}, {"trans_b": True}):
+        with pytest.raises(ValueError, match="FP8 products take trans_a=False, trans_b=False"):
+            gemmlab.matmul(a, b, scale_a=sa, scale_b=sb, out=out, bias=bias, **trans)
+    assert (out.numpy() == 7.0).all()
+
+
 def test_a_repeated_fp8_call_builds_nothing_and_launches_what_a_fresh_one_would(monkeypatch):
     emu = emulated_gpu.install(monkeypatch)
     counts = _counted(monkeypatch)

@@ -260,16 +260,22 @@ def matmul_scaled(
             a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, bias, tile_params
         )
     found = _signature(a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, tile_params)
-    if found is not None:
-        try:
-            prepared = PREPARED.get(found[0])
-        except TypeError:  # an unhashable tile parameter: the full path says what is wrong with it
-            prepared = None
-        if prepared is not None:
-            return prepared.run(out, *found[1], alpha, beta)
+    prepared = _prepared(found)
+    if prepared is not None:
+        return prepared.run(out, *found[1], alpha, beta)
     return _matmul_scaled_full(
         a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, tile_params, found
     )
+
+
+def _prepared(found):
+    """The prepared call of a signature (_signature's answer), or None: none, or not kept yet."""
+    if found is None:
+        return None
+    try:
+        return PREPARED.get(found[0])
+    except TypeError:  # an unhashable tile parameter: the full path says what is wrong with it
+        return None
 
 
 def _with_bias(a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, bias, tile_params):
@@ -283,10 +289,7 @@ def _with_bias(a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, tra
     measured 1.9x the product's time against this path's one pass over the result
     (benchmarks/NOTES.md)."""
     found = _signature(a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, tile_params)
-    try:
-        prepared = PREPARED.get(found[0]) if found is not None else None
-    except TypeError:  # an unhashable tile parameter: the full path says what is wrong with it
-        prepared = None
+    prepared = _prepared(found)
     call = (
         prepared.call
         if prepared is not None
@@ -294,9 +297,13 @@ def _with_bias(a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, tra
     )
     validate_bias(bias, call.M, call.N, call.out_dtype, out)
     check_devices(a, b, scale_a, scale_b, out, bias)
-    result = matmul_scaled(
-        a, b, scale_a, scale_b, out=out, alpha=alpha, beta=beta, out_dtype=out_dtype, kernel=kernel, **tile_params
-    )
+    # the product as matmul_scaled runs it, from the signature already looked up
+    if prepared is not None:
+        result = prepared.run(out, *found[1], alpha, beta)
+    else:
+        result = _matmul_scaled_full(
+            a, b, scale_a, scale_b, out, alpha, beta, out_dtype, trans_a, trans_b, kernel, tile_params, found
+        )
     return result.add_(bias)
 
 
