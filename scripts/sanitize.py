@@ -1,4 +1,4 @@
-"""Every rung (and rung 8's, wgmma's and ec_wgmma's split-K, rung 8's 256-wide tiles and staging copies, wgmma's deep rings, mma_pipelined's
+"""Every rung (batched_small on batches; and rung 8's, wgmma's and ec_wgmma's split-K, rung 8's 256-wide tiles and staging copies, wgmma's deep rings, mma_pipelined's
 column-major layouts) at edge shapes, with both
 the 16-byte and the scalar (unaligned) variants: the workload compute-sanitizer
 runs (scripts/sanitize.sh).  Also checks each result against FP64, so a run that
@@ -268,6 +268,23 @@ if registry.get("gemv_mma").builds_for(gemmlab.runtime.device.gpu_info().arch):
         if not err.ok(2e-3):
             bad += 1
             print(f"WRONG gemv_mma {M}x{N}x{K}: {err}", flush=True)
+# batched_small: batches of small matrices, each a block's (C within one tile, and past it:
+# two blocks a matrix), K of one element and past one staged chunk, one operand misaligned.
+small_calls = 0
+for M, N, K, off in ((49, 49, 32, 0), (7, 65, 33, 1), (64, 3, 1, 0)):
+    for dt in (np.float32, np.float16):
+        flat = cp.asarray(random_matrix(1, 3 * M * K + off, "uniform", rng)).astype(dt)
+        a = flat.ravel()[off:].reshape(3, M, K)
+        b = cp.asarray(random_matrix(3 * K, N, "uniform", rng)).astype(dt).reshape(3, K, N)
+        c0 = cp.asarray(random_matrix(3 * M, N, "uniform", rng)).astype(dt).reshape(3, M, N)
+        ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64)) + 2.0 * c0.astype(np.float64)
+        out = c0.copy()
+        gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel="batched_small")
+        small_calls += 1
+        err = compare(out.astype(np.float64), cp.asnumpy(ref))
+        if not err.ok(1e-5 if dt == np.float32 else 2e-3):
+            bad += 1
+            print(f"WRONG batched_small {dt.__name__} 3x{M}x{N}x{K}: {err}", flush=True)
 cp.cuda.runtime.deviceSynchronize()
 launches = (
     len(SHAPES) * 2 * len(CASES)
@@ -278,6 +295,7 @@ launches = (
     + layout_calls
     + fold_calls
     + staged_calls
+    + small_calls
 )
 print(f"{launches} launches, {bad} wrong", flush=True)
 sys.exit(1 if bad else 0)

@@ -6,7 +6,7 @@ Two kinds of entry:
 
 * ``plan``: planner.plan(kernel, M, N, K, ...) on a grid of sizes (odd, small, few
   tiles, batched, vocabulary-sized), the four layouts, aligned or not, TMA-readable
-  or not, every dtype, batch 1 and more, GPUs of sm_90a (the shipped H200 and H100
+  or not, every dtype, batch 1 and more (batches of small matrices among them), GPUs of sm_90a (the shipped H200 and H100
   tables, and none), sm_80, sm_86 and sm_75, for "auto" and named kernels (their
   fallbacks included);
 * ``call``: the full call path on NumPy arrays and an emulated GPU (planner.validate,
@@ -143,6 +143,34 @@ def plan_cases() -> list[dict]:
         if rng.random() < 0.1 and arch is not None:
             case["smem_limit"] = rng.choice([48 * 1024, 99 * 1024, 163 * 1024])
         cases.append(case)
+    # Batches of small matrices (attention within windows), around batched_small's rule: sides
+    # at and past SMALL_MAX_SIDE, K at and past SMALL_MAX_K, batches below and above its rounds.
+    for (M, N, K), batch, (oa, ob), dt, (arch, slug, sms, name) in itertools.product(
+        [(49, 49, 32), (49, 32, 49), (56, 56, 64), (64, 64, 64), (33, 20, 65)],
+        [512, 768, 6144],
+        [("N", "T"), ("N", "N"), ("T", "N")],
+        DTYPES,
+        GPUS,
+    ):
+        al = _rows_aligned(M, N, K, oa, ob, ITEM[dt])
+        cases.append(
+            dict(
+                kernel="auto",
+                M=M,
+                N=N,
+                K=K,
+                dtype=dt,
+                op_a=oa,
+                op_b=ob,
+                batch=batch,
+                aligned16=al,
+                tma_aligned=al,
+                arch=arch,
+                gpu_slug=slug,
+                sm_count=sms,
+                gpu_name=name,
+            )
+        )
     return cases
 
 
@@ -185,6 +213,7 @@ def record_plan(case: dict) -> dict:
 
 # (batch shape, M, N, K): products whose arrays stay small (the call path allocates them).
 CALL_SIZES = [
+    ((672,), 49, 49, 32),  # windows of 7 x 7 tokens: batched_small in float32 and fp32_tc
     ((), 1, 512, 256),
     ((), 4, 1024, 512),
     ((), 16, 64, 2048),

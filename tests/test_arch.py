@@ -10,8 +10,8 @@ from gemmlab.tools.inspect_kernels import inspect_kernels
 from gemmlab.kernels import registry
 from gemmlab.kernels.spec import FRAGMENT_MAPS, KNOWN_TARGETS, arch_cc
 
-# Rungs of plain CUDA-core arithmetic run on every target: the FP32 ladder, gemv and outer.
-SIMT = [s.name for s in registry.ladder("simt")] + ["gemv", "outer"]
+# Rungs of plain CUDA-core arithmetic run on every target: the FP32 ladder, gemv, outer and batched_small.
+SIMT = [s.name for s in registry.ladder("simt")] + ["gemv", "outer", "batched_small"]
 # Where each other rung runs, by target.
 EXPECTED = {
     "wmma": {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
@@ -54,9 +54,10 @@ def test_refusal_names_gpu_arch_needs_and_what_runs():
         registry.get("mma_pipelined").check_arch("sm_75", "Tesla T4", "float16")
     text = str(e.value)
     assert "Tesla T4 (sm_75)" in text and "sm_80" in text and "cp.async" in text
-    assert text.endswith("Kernels that run there for float16: wmma, wmma_warptile, gemv, outer")
+    assert text.endswith("Kernels that run there for float16: wmma, wmma_warptile, gemv, outer, batched_small")
     with pytest.raises(
-        ValueError, match=r"NVIDIA L4 \(sm_89\).*sm_90a.*run there: naive, .*ec_wmma, gemv, outer, gemv_mma$"
+        ValueError,
+        match=r"NVIDIA L4 \(sm_89\).*sm_90a.*run there: naive, .*ec_wmma, gemv, outer, gemv_mma, batched_small$",
     ):
         registry.get("ec_wgmma").check_arch("sm_89", "NVIDIA L4")
 
@@ -76,7 +77,7 @@ def test_auto_on_turing():
         p = planner.plan("auto", 4096, 4096, 4096, dtype="float16", out_dtype=out, arch="sm_75", sm_count=40)
         assert p.spec.name == "wmma_warptile"
     for dtype, out in (("bfloat16", "bfloat16"), ("tf32", "float32")):
-        runs = "gemv, outer" if dtype == "bfloat16" else "none"  # products with a thin side only
+        runs = "gemv, outer, batched_small" if dtype == "bfloat16" else "none"  # products with a thin side only
         with pytest.raises(
             ValueError,
             match=rf"Tesla T4 \(sm_75\): it needs sm_80 or later for {dtype}.*"
@@ -128,7 +129,7 @@ DTYPES = [
 def auto_plans(arch, sm_count):
     for m, n, k, b in SHAPES:
         for dt, out in DTYPES:
-            # (gemv and outer, which run everywhere, take only products with a thin side)
+            # (gemv, outer and batched_small, which run everywhere, take only thin or small products)
             if not any(s.builds_for(arch, dt) for s in registry.ladder() if dt in s.dtypes and s.family != "gemv"):
                 continue
             yield planner.plan("auto", m, n, k, dtype=dt, out_dtype=out, arch=arch, sm_count=sm_count, batch=b)

@@ -145,9 +145,47 @@ def test_ec_hooks():
 def test_decode_runs_on_a_thin_rung_with_nothing_passed_over():
     c = choose(bf16(4, 14336, 4096, op_b="T"), H200)
     assert (c.rung, c.params["MT"], c.passed_over, c.fallbacks) == ("gemv_mma", 8, (), ())
-    # float32 has no tensor-core gemv: gemv takes it, gemv_mma said why not
+    # float32 has no tensor-core gemv: gemv takes it, after batched_small (a batch of small
+    # matrices) said why not
     c = choose(Product(4, 14336, 4096, op_b="T"), H200)
-    assert (c.rung, c.params["MT"], c.passed_over, c.fallbacks) == ("gemv", 4, (), ())
+    assert (c.rung, c.params["MT"], c.fallbacks) == ("gemv", 4, ())
+    assert c.passed_over == ("batched_small takes matrices of M, N <= 56 and K = 1..64, not 4 x 14336 x 4096",)
+
+
+@pytest.mark.parametrize(
+    "M, N, K, ops", [(49, 49, 32, "NT"), (49, 32, 49, "NN"), (49, 32, 49, "TN"), (7, 56, 64, "TT")]
+)
+def test_float32_window_attention_runs_on_batched_small(M, N, K, ops):
+    """float32 batches of small matrices (Swin's 7 x 7 windows) of at least SMALL_MIN_ROUNDS
+    blocks an SM: batched_small, fp32_tc too (IEEE FP32 on the CUDA cores, saying why).
+    16-bit ones stay on the tensor-core rungs: auto does not ask batched_small about them."""
+    from gemmlab.kernels.gemv.batched_small import SMALL_MIN_ROUNDS
+
+    batch = SMALL_MIN_ROUNDS * H200.sm_count
+    fp32 = Product(M, N, K, batch, "float32", "float32", op_a=ops[0], op_b=ops[1])
+    c = choose(fp32, H200)
+    assert (c.rung, c.params, c.passed_over, c.fallbacks) == ("batched_small", {}, (), ())
+    tc = choose(dataclasses.replace(fp32, dtype="fp16_ec", precision="fp32_tc"), H200)
+    assert (tc.rung, tc.method) == ("batched_small", "fp32") and "bound by memory" in tc.reason
+    assert choose(fp32, A100).rung == "batched_small"  # CUDA cores: every target
+    c16 = choose(bf16(M, N, K, batch=batch, op_a=ops[0], op_b=ops[1]), H200)
+    assert c16.rung in ("wgmma", "mma_pipelined") and "batched_small" not in AUTO_RUNGS["bfloat16"]
+    assert not registry.get("batched_small").rules.offer(Ask(M, N, K, batch, "bfloat16")).takes
+
+
+@pytest.mark.parametrize(
+    "batch, M, N, K, why",
+    [
+        (659, 49, 49, 32, "batched_small takes batches of 5 or more matrices an SM (660 here), not 659"),
+        (6144, 64, 64, 32, "batched_small takes matrices of M, N <= 56 and K = 1..64, not 64 x 64 x 32"),
+        (6144, 49, 49, 65, "batched_small takes matrices of M, N <= 56 and K = 1..64, not 49 x 49 x 65"),
+    ],
+)
+def test_batched_small_declines_past_its_rule(batch, M, N, K, why):
+    """Fewer blocks than fill the SMs SMALL_MIN_ROUNDS times, a 64-wide C, or K past
+    SMALL_MAX_K: the tiled rung 8, with batched_small's reason kept."""
+    c = choose(Product(M, N, K, batch, "float32", "float32", op_b="T"), H200)
+    assert c.rung == "pipelined" and c.passed_over[0] == why
 
 
 @pytest.mark.parametrize(

@@ -189,7 +189,7 @@ def static_smem(spec, p, prob=None):
         return 0
     if spec.name == "smem_tiled":
         return 2 * 4 * p["tile"] ** 2
-    if spec.name in ("pipelined", "mma_pipelined", "ec_wmma", "ec_wgmma"):  # stages in dynamic shared memory
+    if spec.name in ("pipelined", "mma_pipelined", "ec_wmma", "ec_wgmma", "batched_small"):  # dynamic shared memory
         return 0
     if spec.family == "tensor":  # rung 1 fills its fragments from global memory
         return 0

@@ -171,6 +171,10 @@ def test_fp32_tc_runs_thin_products_on_the_cuda_cores():
     assert fp32_tc_on_cuda_cores(6144, 4096, 7).startswith("K = 7 ")
     assert fp32_tc_on_cuda_cores(17, 4096, 4096) == ""
     assert fp32_tc_on_cuda_cores(0, 4096, 4096) == ""  # an empty result: nothing to run either way
+    # a batch of small matrices (Swin's windows), bound by memory: batched_small's rule
+    assert fp32_tc_on_cuda_cores(49, 49, 32, 6144).startswith("a batch of 6144 matrices of 49 x 49 x 32")
+    assert fp32_tc_on_cuda_cores(49, 49, 32, 512) == ""
+    assert fp32_tc_on_cuda_cores(49, 49, 32, 512, sm_count=66).startswith("a batch of 512")
 
 
 def test_ec_batches_go_to_ec_wgmma_where_it_measured_faster():

@@ -33,6 +33,7 @@ LADDER = [
     "gemv",
     "outer",
     "gemv_mma",
+    "batched_small",
 ]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
@@ -52,7 +53,7 @@ def test_kernels_lists_the_ladder_in_rung_order():
         [("simt", str(r)) for r in range(1, 9)]
         + [("tensor", r) for r in ("1", "2", "3", "4a", "4b", "4c", "4", "5", "6", "7")]
         + [("ec", "1"), ("ec", "2")]
-        + [("gemv", "1"), ("gemv", "2"), ("gemv", "3")]
+        + [("gemv", "1"), ("gemv", "2"), ("gemv", "3"), ("gemv", "4")]
     )
     # Tensor rung 4 is taught in steps: each a kernel of its own, before the rung's, which is the last.
     assert [s.label for s in registry.ladder("tensor") if s.rung == 4] == ["4a", "4b", "4c", "4"]
@@ -119,6 +120,7 @@ def test_kernel_params_per_rung():
         "gemv": ["MT", "SPLITK", "LANES"],
         "outer": [],
         "gemv_mma": ["MT"],
+        "batched_small": [],
     }
 
 

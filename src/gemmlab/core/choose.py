@@ -30,6 +30,7 @@ from . import tables
 from .arrays import ITEMSIZE
 from ..kernels import registry
 from ..kernels.cost import best
+from ..kernels.gemv.batched_small import auto_takes as batched_small_takes
 from ..kernels.ec.ec_wgmma import EC_WGMMA_UNSCALED_PARAMS, ec_wgmma_auto_split, ec_wgmma_pays
 from ..kernels.simt.pipelined import MIN_K_STEPS_PER_SPLIT, SKINNY_M, SPLITK_VALUES, fill_split
 from ..kernels.spec import Ask, KernelSpec, Offer, Problem
@@ -37,12 +38,13 @@ from ..runtime.device import ARCH_LIMITS, cc_of
 
 log = logging.getLogger("gemmlab")
 
-# The rungs kernel="auto" asks, in order, by what the kernel multiplies.  The thin rungs
-# first where they exist for the dtype: gemv_mma and gemv (a few rows are bound by one read
-# of op(B); gemv_mma for 16-bit x @ W.t() on sm_80 and later), then outer (a few K by one
-# write of C); the last of each list takes every product.
+# The rungs kernel="auto" asks, in order, by what the kernel multiplies.  The rungs bound by
+# memory first where they exist for the dtype: batched_small (float32: a batch of matrices
+# that fit a block each, whatever their thin side), gemv_mma and gemv (a few rows are bound
+# by one read of op(B); gemv_mma for 16-bit x @ W.t() on sm_80 and later), then outer (a few
+# K by one write of C); the last of each list takes every product.
 AUTO_RUNGS = {
-    "float32": ("gemv", "outer", "pipelined"),
+    "float32": ("batched_small", "gemv", "outer", "pipelined"),
     "float16": ("gemv_mma", "gemv", "outer", "wgmma", "mma_pipelined"),
     "bfloat16": ("gemv_mma", "gemv", "outer", "wgmma", "mma_pipelined"),
     "tf32": ("wgmma", "mma_pipelined"),
@@ -142,14 +144,20 @@ FP32_OVER_EC_WMMA = (
 )
 
 
-def fp32_tc_on_cuda_cores(M: int, N: int, K: int) -> str:
+def fp32_tc_on_cuda_cores(M: int, N: int, K: int, batch: int = 1, sm_count: int = 132) -> str:
     """Why ``precision="fp32_tc"`` with ``kernel="auto"`` runs this product as plain FP32
     on the CUDA cores (the float32 rungs, gemv included), or "" where the tensor cores
     pay.  With a side of at most FP32_TC_CUDA_CORE_SIDE the product is a matrix-vector
     product in disguise: its time is one read of the large operand (or one write of C),
     which the error-corrected path makes three (exponent histogram, split into parts,
-    the GEMM), with the tensor cores idle for want of work.  The result is IEEE FP32,
+    the GEMM), with the tensor cores idle for want of work.  A batch of matrices small
+    enough for batched_small is bound by memory the same way.  The result is IEEE FP32,
     as accurate as fp32_tc promises (measured: benchmarks/NOTES.md)."""
+    if batched_small_takes(Ask(M, N, K, batch, sm_count=sm_count)):
+        return (
+            f"a batch of {batch} matrices of {M} x {N} x {K}: bound by memory, run as IEEE FP32 on the CUDA "
+            f"cores (batched_small), where the error-corrected tensor-core path would read its operands three times"
+        )
     side = min(M, N, K)
     if 0 < side <= FP32_TC_CUDA_CORE_SIDE:
         name = "M" if side == M else "N" if side == N else "K"
@@ -492,7 +500,7 @@ def choose(pr: Product, gpu: GPU) -> Choice:
     not exist for the GPU's target, illegal tile parameters, a dtype the kernel does not
     compute, parameters beyond the GPU's shared memory."""
     fp32_tc_auto = pr.precision == "fp32_tc" and pr.kernel == "auto"
-    why = fp32_tc_on_cuda_cores(pr.M, pr.N, pr.K) if fp32_tc_auto else ""
+    why = fp32_tc_on_cuda_cores(pr.M, pr.N, pr.K, pr.batch, gpu.sm_count) if fp32_tc_auto else ""
     if why:  # a product too thin for the tensor cores: IEEE FP32, as accurate
         return dataclasses.replace(_as_fp32(pr, gpu), method="fp32", reason=why)
     if fp32_tc_auto and gpu.arch is not None and registry.get("ec_wgmma").builds_for(gpu.arch):

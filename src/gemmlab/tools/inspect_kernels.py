@@ -243,6 +243,7 @@ EXPECTED_SASS = {
     "gemv": ("FFMA",),
     "outer": ("STG.128",),
     "gemv_mma": ("HMMA", "LDG.128"),
+    "batched_small": ("FFMA", "LDS.128"),
 }
 
 
