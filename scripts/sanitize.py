@@ -268,7 +268,7 @@ if registry.get("gemv_mma").builds_for(gemmlab.runtime.device.gpu_info().arch):
         if not err.ok(2e-3):
             bad += 1
             print(f"WRONG gemv_mma {M}x{N}x{K}: {err}", flush=True)
-# batched_small: batches of small matrices, each a block's (C within one tile, and past it:
+# batched_small (and, in 16-bit, batched_small_mma): batches of small matrices, each a block's (C within one tile, and past it:
 # two blocks a matrix), K of one element and past one staged chunk, one operand misaligned.
 small_calls = 0
 for M, N, K, off in ((49, 49, 32, 0), (7, 65, 33, 1), (64, 3, 1, 0)):
@@ -278,13 +278,15 @@ for M, N, K, off in ((49, 49, 32, 0), (7, 65, 33, 1), (64, 3, 1, 0)):
         b = cp.asarray(random_matrix(3 * K, N, "uniform", rng)).astype(dt).reshape(3, K, N)
         c0 = cp.asarray(random_matrix(3 * M, N, "uniform", rng)).astype(dt).reshape(3, M, N)
         ref = 0.5 * (a.astype(np.float64) @ b.astype(np.float64)) + 2.0 * c0.astype(np.float64)
-        out = c0.copy()
-        gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel="batched_small")
-        small_calls += 1
-        err = compare(out.astype(np.float64), cp.asnumpy(ref))
-        if not err.ok(1e-5 if dt == np.float32 else 2e-3):
-            bad += 1
-            print(f"WRONG batched_small {dt.__name__} 3x{M}x{N}x{K}: {err}", flush=True)
+        mma = dt == np.float16 and registry.get("batched_small_mma").builds_for(gemmlab.runtime.device.gpu_info().arch)
+        for kernel in ("batched_small", "batched_small_mma") if mma else ("batched_small",):
+            out = c0.copy()
+            gemmlab.matmul(a, b, out=out, alpha=0.5, beta=2.0, kernel=kernel)
+            small_calls += 1
+            err = compare(out.astype(np.float64), cp.asnumpy(ref))
+            if not err.ok(1e-5 if dt == np.float32 else 2e-3):
+                bad += 1
+                print(f"WRONG {kernel} {dt.__name__} 3x{M}x{N}x{K}: {err}", flush=True)
 cp.cuda.runtime.deviceSynchronize()
 launches = (
     len(SHAPES) * 2 * len(CASES)

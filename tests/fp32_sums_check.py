@@ -1,5 +1,6 @@
-"""The FP64 check of the CUDA-core thin rungs (gemv, outer): each output element an FP32 sum
-of K products (with alpha and beta * C), rounded once to the output type (test helper)."""
+"""The FP64 check of the CUDA-core thin rungs (gemv, outer, the batch rungs): each output element
+an FP32 sum of K products (with alpha and beta * C), rounded once to the output type; and the
+operands those tests build (test helper)."""
 
 import pytest
 
@@ -23,3 +24,18 @@ def check_fp32_sums(out, a64, b64, c0, alpha, beta, K, out_dtype, plan):
             f"{plan.name_expression} {M}x{N}x{K}: {int(bad.sum())} of {bad.numel()} wrong; first at {idx}: "
             f"{float(out[tuple(idx)])} vs {float(ref[tuple(idx)])}"
         )
+
+
+def operand(rows, cols, dtype, stored, gen, batch=None, offset=0):
+    """A rows x cols operand as the product reads it (``batch`` of them; None: one matrix),
+    stored row-major ('N') or as the transpose of a row-major array ('T'), ``offset`` elements
+    into a fresh CUDA buffer of U(-1, 1) values; and its FP64 copy."""
+    import torch
+
+    lead = () if batch is None else (batch,)
+    shape = (*lead, rows, cols) if stored == "N" else (*lead, cols, rows)
+    n = (batch or 1) * rows * cols
+    base = torch.empty(n + offset, device="cuda", dtype=torch.float64).uniform_(-1, 1, generator=gen)
+    x = base.to(getattr(torch, dtype))[offset:].view(shape)
+    x64 = x.double()
+    return (x, x64) if stored == "N" else (x.transpose(-1, -2), x64.transpose(-1, -2))

@@ -83,30 +83,32 @@ def _rows_aligned(M, N, K, op_a, op_b, e):
     return all((w * e) % 16 == 0 for w in (wa, wb)) and (N * min(e, 4)) % 16 == 0
 
 
+def _contiguous(size, layout, dt, gpu, batch) -> dict:
+    """An "auto" case with the alignment contiguous arrays of ``size`` would have."""
+    (M, N, K), (oa, ob), (arch, slug, sms, name) = size, layout, gpu
+    al = _rows_aligned(M, N, K, oa, ob, ITEM[dt])
+    return dict(
+        kernel="auto",
+        M=M,
+        N=N,
+        K=K,
+        dtype=dt,
+        op_a=oa,
+        op_b=ob,
+        batch=batch,
+        aligned16=al,
+        tma_aligned=al,
+        arch=arch,
+        gpu_slug=slug,
+        sm_count=sms,
+        gpu_name=name,
+    )
+
+
 def plan_cases() -> list[dict]:
     """The plan() grid: every size x layout x dtype x GPU for "auto" with the alignment
     contiguous arrays would have, then a seeded sample over everything else."""
-    cases = []
-    for (M, N, K), (oa, ob), dt, (arch, slug, sms, name) in itertools.product(SIZES, LAYOUTS, DTYPES, GPUS):
-        al = _rows_aligned(M, N, K, oa, ob, ITEM[dt])
-        cases.append(
-            dict(
-                kernel="auto",
-                M=M,
-                N=N,
-                K=K,
-                dtype=dt,
-                op_a=oa,
-                op_b=ob,
-                batch=1,
-                aligned16=al,
-                tma_aligned=al,
-                arch=arch,
-                gpu_slug=slug,
-                sm_count=sms,
-                gpu_name=name,
-            )
-        )
+    cases = [_contiguous(*case, batch=1) for case in itertools.product(SIZES, LAYOUTS, DTYPES, GPUS)]
     rng = random.Random(32)
     for _ in range(2200):
         M, N, K = rng.choice(SIZES)
@@ -145,32 +147,9 @@ def plan_cases() -> list[dict]:
         cases.append(case)
     # Batches of small matrices (attention within windows), around batched_small's rule: sides
     # at and past SMALL_MAX_SIDE, K at and past SMALL_MAX_K, batches below and above its rounds.
-    for (M, N, K), batch, (oa, ob), dt, (arch, slug, sms, name) in itertools.product(
-        [(49, 49, 32), (49, 32, 49), (56, 56, 64), (64, 64, 64), (33, 20, 65)],
-        [512, 768, 6144],
-        [("N", "T"), ("N", "N"), ("T", "N")],
-        DTYPES,
-        GPUS,
-    ):
-        al = _rows_aligned(M, N, K, oa, ob, ITEM[dt])
-        cases.append(
-            dict(
-                kernel="auto",
-                M=M,
-                N=N,
-                K=K,
-                dtype=dt,
-                op_a=oa,
-                op_b=ob,
-                batch=batch,
-                aligned16=al,
-                tma_aligned=al,
-                arch=arch,
-                gpu_slug=slug,
-                sm_count=sms,
-                gpu_name=name,
-            )
-        )
+    windows = [(49, 49, 32), (49, 32, 49), (56, 56, 64), (64, 64, 64), (33, 20, 65)]
+    for size, batch, layout, dt, gpu in itertools.product(windows, [512, 768, 6144], LAYOUTS[:3], DTYPES, GPUS):
+        cases.append(_contiguous(size, layout, dt, gpu, batch=batch))
     return cases
 
 

@@ -18,6 +18,7 @@ EXPECTED = {
     "wmma_warptile": {"sm_75", "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "mma_pipelined": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "gemv_mma": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
+    "batched_small_mma": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "ec_wmma": {"sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120"},
     "wgmma_tma": {"sm_90a"},
     "wgmma_specialized": {"sm_90a"},
@@ -57,7 +58,7 @@ def test_refusal_names_gpu_arch_needs_and_what_runs():
     assert text.endswith("Kernels that run there for float16: wmma, wmma_warptile, gemv, outer, batched_small")
     with pytest.raises(
         ValueError,
-        match=r"NVIDIA L4 \(sm_89\).*sm_90a.*run there: naive, .*ec_wmma, gemv, outer, gemv_mma, batched_small$",
+        match=r"NVIDIA L4 \(sm_89\).*sm_90a.*run there: naive, .*ec_wmma, gemv, outer, gemv_mma, batched_small, batched_small_mma$",
     ):
         registry.get("ec_wgmma").check_arch("sm_89", "NVIDIA L4")
 

@@ -142,7 +142,7 @@ def test_ec_hooks():
     assert wm(Ask(256, 256, 256, dtype="tf32_ec")).params == {}
 
 
-def test_decode_runs_on_a_thin_rung_with_nothing_passed_over():
+def test_decode_runs_on_a_thin_rung():
     c = choose(bf16(4, 14336, 4096, op_b="T"), H200)
     assert (c.rung, c.params["MT"], c.passed_over, c.fallbacks) == ("gemv_mma", 8, (), ())
     # float32 has no tensor-core gemv: gemv takes it, after batched_small (a batch of small
@@ -155,11 +155,13 @@ def test_decode_runs_on_a_thin_rung_with_nothing_passed_over():
 @pytest.mark.parametrize(
     "M, N, K, ops", [(49, 49, 32, "NT"), (49, 32, 49, "NN"), (49, 32, 49, "TN"), (7, 56, 64, "TT")]
 )
-def test_float32_window_attention_runs_on_batched_small(M, N, K, ops):
-    """float32 batches of small matrices (Swin's 7 x 7 windows) of at least SMALL_MIN_ROUNDS
-    blocks an SM: batched_small, fp32_tc too (IEEE FP32 on the CUDA cores, saying why).
-    16-bit ones stay on the tensor-core rungs: auto does not ask batched_small about them."""
+def test_window_attention_runs_on_the_batched_small_rungs(M, N, K, ops):
+    """Batches of small matrices (Swin's 7 x 7 windows) of at least SMALL_MIN_ROUNDS blocks an SM:
+    batched_small in float32, fp32_tc too (IEEE FP32 on the CUDA cores, saying why);
+    batched_small_mma in 16-bit where K is one staged chunk (a head of 32) and mma.sync runs,
+    else the tiled tensor-core rungs, saying why it declined."""
     from gemmlab.kernels.gemv.batched_small import SMALL_MIN_ROUNDS
+    from gemmlab.kernels.gemv.batched_small_mma import SMALL_MMA_MAX_K
 
     batch = SMALL_MIN_ROUNDS * H200.sm_count
     fp32 = Product(M, N, K, batch, "float32", "float32", op_a=ops[0], op_b=ops[1])
@@ -169,8 +171,14 @@ def test_float32_window_attention_runs_on_batched_small(M, N, K, ops):
     assert (tc.rung, tc.method) == ("batched_small", "fp32") and "bound by memory" in tc.reason
     assert choose(fp32, A100).rung == "batched_small"  # CUDA cores: every target
     c16 = choose(bf16(M, N, K, batch=batch, op_a=ops[0], op_b=ops[1]), H200)
-    assert c16.rung in ("wgmma", "mma_pipelined") and "batched_small" not in AUTO_RUNGS["bfloat16"]
-    assert not registry.get("batched_small").rules.offer(Ask(M, N, K, batch, "bfloat16")).takes
+    if K <= SMALL_MMA_MAX_K:
+        assert (c16.rung, len(c16.passed_over)) == ("batched_small_mma", 3)  # after the thin rungs
+        assert choose(bf16(M, N, K, batch=batch, op_a=ops[0], op_b=ops[1]), A100).rung == "batched_small_mma"
+    else:
+        assert c16.rung in ("wgmma", "mma_pipelined")
+        assert c16.passed_over[-1] == (
+            f"batched_small_mma takes matrices of M, N <= 56 and K = 1..{SMALL_MMA_MAX_K}, not {M} x {N} x {K}"
+        )
 
 
 @pytest.mark.parametrize(
@@ -210,13 +218,14 @@ def test_small_m_on_hopper_says_why_gemv_was_passed_over():
         "gemv_mma takes 1..16 rows, not M = 77",
         "gemv takes 1..4 rows of bfloat16 with op(B) column-major, not M = 77",
         "outer takes K = 1..8 of bfloat16, not K = 768",
+        "batched_small_mma takes matrices of M, N <= 56 and K = 1..32, not 77 x 3072 x 768",
     )
     assert "cost model" in c.reason
 
 
 def test_off_hopper_the_tensor_rungs_pass_wgmma_over():
     c = choose(bf16(77, 3072, 768, op_b="T"), A100)
-    assert c.rung == "mma_pipelined" and c.passed_over[3] == "wgmma runs on sm_90a only (sm_80)"
+    assert c.rung == "mma_pipelined" and c.passed_over[4] == "wgmma runs on sm_90a only (sm_80)"
     # sm_75 has no mma_pipelined for these: the highest tensor rung that runs there.
     c = choose(Product(77, 3072, 768, dtype="float16", out_dtype="float16", op_b="T"), T4)
     assert c.rung == "wmma_warptile" and c.params == registry.get("wmma_warptile").defaults()
@@ -299,7 +308,7 @@ def test_plan_carries_the_rungs_passed_over():
     p = planner.plan(
         "auto", 77, 3072, 768, dtype="bfloat16", out_dtype="bfloat16", op_b="T", arch="sm_80", sm_count=108
     )
-    assert p.spec.name == "mma_pipelined" and len(p.passed_over) == 4 and "wgmma" in p.passed_over[3]
+    assert p.spec.name == "mma_pipelined" and len(p.passed_over) == 5 and "wgmma" in p.passed_over[4]
     assert "passed" not in p.describe() and "gemv" not in p.describe()  # describe() is as it was
 
 

@@ -35,6 +35,8 @@ KERNELS = [
     "gemv",
     "outer",
     "gemv_mma",
+    "batched_small",
+    "batched_small_mma",
 ]
 
 

@@ -176,6 +176,7 @@ def ladder_sass(ladder_module):
 
 from gemmlab.kernels.gemv.gemv import GEMV_WARPS, gemv_row_chunk, gemv_row_columns, gemv_staged_k  # noqa: E402
 from gemmlab.kernels.gemv.outer import OUTER_KC, OUTER_ROWS, outer_columns  # noqa: E402
+from gemmlab.kernels.gemv.batched_small_mma import SMALL_MMA_LDK, SMALL_MMA_TILE  # noqa: E402
 
 ELEM_BYTES = {"float16": 2, "bfloat16": 2, "tf32": 4}
 
@@ -203,6 +204,8 @@ def static_smem(spec, p, prob=None):
         )
     if spec.name == "gemv_mma":  # the 8 warps' sums of 16 rows of W by MT rows of x
         return 4 * 8 * 16 * p["MT"]
+    if spec.name == "batched_small_mma":  # op(A) and op(B)^T, 64 rows of SMALL_MMA_LDK 16-bit elements each
+        return 2 * 2 * SMALL_MMA_TILE * SMALL_MMA_LDK
     if spec.name == "outer":  # a chunk of K of the tile's rows of op(A) and columns of op(B), in FP32
         return 4 * OUTER_KC * (OUTER_ROWS + outer_columns(prob))
     return 4 * p["BK"] * (p["BM"] + p["BN"])

@@ -9,7 +9,7 @@ import pytest
 import gemmlab
 from gemmlab.core.planner import matrix_layout
 from gemmlab.runtime import device as rt_device
-from fp32_sums_check import check_fp32_sums
+from fp32_sums_check import check_fp32_sums, operand as _operand
 
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
 pytestmark = pytest.mark.gpu
@@ -25,18 +25,6 @@ LAYOUTS = [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")]
 # (M, N, K): a vocabulary-sized dY of one token (K = 1) scaled down, odd everything,
 # one staged chunk of K exactly, past it (17: three chunks), a single column of C.
 SHAPES = [(1037, 331, 1), (333, 257, 3), (64, 128, 8), (129, 520, 17), (7, 1, 5), (2, 40, 2)]
-
-
-def _operand(rows, cols, dtype, stored, gen, batch=None, offset=0):
-    """A rows x cols operand as the product reads it, stored row-major ('N') or as the
-    transpose of a row-major array ('T'), ``offset`` elements into a fresh buffer; and its FP64 copy."""
-    lead = () if batch is None else (batch,)
-    shape = (*lead, rows, cols) if stored == "N" else (*lead, cols, rows)
-    n = (batch or 1) * rows * cols
-    base = torch.empty(n + offset, device="cuda", dtype=torch.float64).uniform_(-1, 1, generator=gen)
-    x = base.to(getattr(torch, dtype))[offset:].view(shape)
-    x64 = x.double()
-    return (x, x64) if stored == "N" else (x.transpose(-1, -2), x64.transpose(-1, -2))
 
 
 def _check(

@@ -34,6 +34,7 @@ LADDER = [
     "outer",
     "gemv_mma",
     "batched_small",
+    "batched_small_mma",
 ]
 SPECS = registry.ladder()
 TILED_2D = ("blocktile_2d", "vectorized")
@@ -53,7 +54,7 @@ def test_kernels_lists_the_ladder_in_rung_order():
         [("simt", str(r)) for r in range(1, 9)]
         + [("tensor", r) for r in ("1", "2", "3", "4a", "4b", "4c", "4", "5", "6", "7")]
         + [("ec", "1"), ("ec", "2")]
-        + [("gemv", "1"), ("gemv", "2"), ("gemv", "3"), ("gemv", "4")]
+        + [("gemv", "1"), ("gemv", "2"), ("gemv", "3"), ("gemv", "4"), ("gemv", "5")]
     )
     # Tensor rung 4 is taught in steps: each a kernel of its own, before the rung's, which is the last.
     assert [s.label for s in registry.ladder("tensor") if s.rung == 4] == ["4a", "4b", "4c", "4"]
@@ -81,6 +82,7 @@ def test_kernel_entry_fields(entry):
                 "grouped": "grouped",
                 "grouped_wgrad": "grouped",
                 "gemv_mma": "thin on tensor cores",
+                "batched_small_mma": "thin on tensor cores",
             }.get(entry["name"], "hopper steps" if entry["step"] else entry["family"])
         ]
     )
@@ -121,6 +123,7 @@ def test_kernel_params_per_rung():
         "outer": [],
         "gemv_mma": ["MT"],
         "batched_small": [],
+        "batched_small_mma": [],
     }
 
 

@@ -20,7 +20,7 @@ from .simt import naive, coalesced, smem_tiled, blocktile_1d, blocktile_2d, vect
 from .tensor import wmma, wmma_warptile, mma_pipelined, wgmma_tma, wgmma_specialized, wgmma_persistent
 from .tensor import wgmma, wgmma_fp8, grouped, grouped_wgrad
 from .ec import ec_wmma, ec_wgmma
-from .gemv import gemv, outer, gemv_mma, batched_small
+from .gemv import gemv, outer, gemv_mma, batched_small, batched_small_mma
 
 __all__ = ["FAMILIES", "RUNGS", "get", "ladder"]
 
@@ -54,6 +54,7 @@ RUNGS = (
     outer,
     gemv_mma,
     batched_small,
+    batched_small_mma,
 )
 for _rung in RUNGS:
     register(_rung.SPEC)

@@ -244,6 +244,7 @@ EXPECTED_SASS = {
     "outer": ("STG.128",),
     "gemv_mma": ("HMMA", "LDG.128"),
     "batched_small": ("FFMA", "LDS.128"),
+    "batched_small_mma": ("HMMA",),
 }
 
 

@@ -12,6 +12,7 @@
 // Arithmetic in FP32 for every storage type; correct for any shape.
 #include <gemmlab/layout.cuh>
 #include <gemmlab/gemv/elements.cuh>
+#include <gemmlab/gemv/lines.cuh>
 
 namespace gemmlab {
 
@@ -21,29 +22,6 @@ constexpr int SMALL_KC = 32;      // elements of K staged at a time
 constexpr int SMALL_MAX_THREADS = SMALL_TILE / SMALL_PIECE * (SMALL_TILE / SMALL_PIECE);
 
 constexpr int SMALL_LINES_IN_FLIGHT = 6;   // lines a warp loads before it stores any
-
-// The operands are staged in lines: runs of up to 32 elements along their stored rows, one
-// per lane, so a warp's load of a line is coalesced in either layout and no thread divides.
-// For an operand of `rows` x `kc` elements (element (r, k) at elem_offset<OP>(r, k)):
-// OP 'N' stores rows along k, so line r holds (r, k = lane) (kc <= 32 = SMALL_KC); OP 'T'
-// stores them along r, so line (k, h) holds (r = 32 h + lane, k), h < 2 (rows <= 64).
-template <char OP>
-__device__ __forceinline__ int small_lines(int rows, int kc) {
-    return OP == 'N' ? rows : kc * ((rows + 31) / 32);
-}
-
-// The element (r, k) of `line` that this lane takes; false where it lies past rows or kc.
-template <char OP>
-__device__ __forceinline__ bool small_element(int line, int lane, int rows, int kc, int& r, int& k) {
-    if constexpr (OP == 'N') {
-        r = line, k = lane;
-        return lane < kc;
-    } else {
-        const bool halves = rows > 32;
-        k = halves ? line >> 1 : line, r = (halves ? (line & 1) * 32 : 0) + lane;
-        return r < rows;
-    }
-}
 
 // Stage op(A)'s rows x kc elements (from (m0, k0)) and op(B)^T's cols x kc (from (n0, k0);
 // OPBT is op(B)^T's layout, the other of op(B)'s) as FP32 into sa[k * lda_s + r] and

@@ -59,31 +59,33 @@ def _template_args(p, prob: Problem) -> tuple:
     return (TYPE_CODES[prob.dtype], TYPE_CODES[prob.out_dtype])
 
 
+def small_batch_refusal(rung: str, ask: Ask, max_k: int) -> str:
+    """Why a batch rung (this one, or batched_small_mma with its own ``max_k``) does not take
+    ``ask`` by the rule they share: "" where the matrices are small enough and the batch fills
+    the SMs SMALL_MIN_ROUNDS times."""
+    if ask.M > SMALL_MAX_SIDE or ask.N > SMALL_MAX_SIDE or not 0 < ask.K <= max_k:
+        return f"{rung} takes matrices of M, N <= {SMALL_MAX_SIDE} and K = 1..{max_k}, not {ask.M} x {ask.N} x {ask.K}"
+    if ask.batch < SMALL_MIN_ROUNDS * ask.sm_count:
+        return (
+            f"{rung} takes batches of {SMALL_MIN_ROUNDS} or more matrices an SM "
+            f"({SMALL_MIN_ROUNDS * ask.sm_count} here), not {ask.batch}"
+        )
+    return ""
+
+
 def auto_takes(ask: Ask) -> bool:
     """Whether kernel="auto" runs this product on batched_small: a float32 batch of at least
     SMALL_MIN_ROUNDS blocks an SM, of matrices with M, N <= SMALL_MAX_SIDE and K = 1..SMALL_MAX_K."""
-    small = ask.M <= SMALL_MAX_SIDE and ask.N <= SMALL_MAX_SIDE and 0 < ask.K <= SMALL_MAX_K
-    return ask.dtype in SMALL_DTYPES and small and ask.batch >= SMALL_MIN_ROUNDS * ask.sm_count
+    return ask.dtype in SMALL_DTYPES and not small_batch_refusal("batched_small", ask, SMALL_MAX_K)
 
 
 def _auto_hook(ask: Ask) -> Offer:
     """A batch of small matrices (attention within windows): one read of the operands and
     one write of C, at a block a matrix.  See auto_takes."""
-    if auto_takes(ask):
-        return Offer({})
     if ask.dtype not in SMALL_DTYPES:
         return Offer(None, f"batched_small takes no {ask.dtype} batch: the tensor-core rungs run them faster")
-    if ask.M > SMALL_MAX_SIDE or ask.N > SMALL_MAX_SIDE or not 0 < ask.K <= SMALL_MAX_K:
-        return Offer(
-            None,
-            f"batched_small takes matrices of M, N <= {SMALL_MAX_SIDE} and K = 1..{SMALL_MAX_K}, "
-            f"not {ask.M} x {ask.N} x {ask.K}",
-        )
-    return Offer(
-        None,
-        f"batched_small takes batches of {SMALL_MIN_ROUNDS} or more matrices an SM "
-        f"({SMALL_MIN_ROUNDS * ask.sm_count} here), not {ask.batch}",
-    )
+    why = small_batch_refusal("batched_small", ask, SMALL_MAX_K)
+    return Offer(None, why) if why else Offer({})
 
 
 SPEC = KernelSpec(
