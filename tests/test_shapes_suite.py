@@ -48,7 +48,8 @@ def test_at_least_300_products_from_at_least_10_models():
 def test_each_linear_layer_comes_in_three_views():
     """Before products shared by two models are merged, each model's linear layer
     at each token count is its forward, input-gradient and weight-gradient product,
-    and attention (a decoding step's too) its Q @ K^T and P @ V."""
+    attention its Q @ K^T, P @ V and the backward's P^T @ dO (a TN batch), and a decoding
+    step its Q @ K^T and P @ V."""
     for m in shapes.MODELS.values():
         mine = shapes._model_products(m)
         linear = Counter(
@@ -64,7 +65,14 @@ def test_each_linear_layer_comes_in_three_views():
             assert (dgrad.M, dgrad.ops) == (tokens, "NN")
             assert (wgrad.M, wgrad.N, wgrad.K, wgrad.ops) == (fwd.N, fwd.K, tokens, "TN")
         attention = Counter((p.batch, p.tokens) for p in mine if p.layer == models.ATTENTION)
-        assert len(attention) == len(m.attention) and set(attention.values()) == ({2} if m.attention else set())
+        assert len(attention) == len(m.attention) and set(attention.values()) == ({3} if m.attention else set())
+        for bh, seq in m.attention:
+            qk, pv, dv = (p for p in mine if p.layer == models.ATTENTION and (p.batch, p.tokens) == (bh, seq))
+            assert (qk.ops, pv.ops, dv.ops) == ("NT", "NN", "TN")
+            assert (dv.M, dv.N, dv.K) == (seq, m.head_dim, seq) and dv.stored == ((bh, seq, seq), (bh, seq, m.head_dim))
+            a, b = dv.operands(lambda shape: torch.empty(shape, device="meta"))
+            assert a.shape == (bh, seq, seq) and a.stride() == (seq * seq, 1, seq)  # P.transpose(-1, -2)
+            assert b.shape == (bh, seq, m.head_dim) and b.is_contiguous()
         decode = Counter((p.batch, p.tokens) for p in mine if p.layer == models.DECODE)
         assert len(decode) == len(m.decode) and set(decode.values()) <= {2}
         cache = Counter((p.batch, p.M, p.tokens, p.capacity) for p in mine if p.layer == models.DECODE_CACHE)
@@ -237,8 +245,8 @@ def test_a_model_file_makes_the_suites_views_of_its_models(tmp_path):
     assert "small_m" in _find(products, "my-encoder", "head", "fwd", 4).kinds
     qk = _find(products, "my-encoder", "attention", "qk", 197, batch=96)
     assert (qk.M, qk.N, qk.K) == (197, 197, 80)
-    # qkv's three views at two token counts, the head's at its own, attention's two, decoding's two
-    assert len(products) == 2 * 3 + 3 + 2 + 2
+    # qkv's three views at two token counts, the head's at its own, attention's three, decoding's two
+    assert len(products) == 2 * 3 + 3 + 3 + 2
     assert shapes.select(own=own, model_names=shapes.parse_models("my-encoder", ["my-encoder"])) == products
     assert shapes.sources(own) == {"my-encoder": {"family": "encoder", "source": "my config.json"}}
     minimal = shapes.load_models(_model_file(tmp_path, [{"name": "m", "layers": [["up", 8, 24]], "head_dim": 8}]))

@@ -51,6 +51,10 @@ LAYERS = (*LINEAR_LAYERS, ATTENTION)
 TOKENS = (1, 16, 128, 2048, 8192)
 LINEAR_PRODUCTS = ("fwd", "dgrad", "wgrad")
 ATTENTION_PRODUCTS = ("qk", "pv")
+# Training's attention also makes the backward's P^T @ dO (and dS^T @ Q, the same shape): a TN
+# batch, M the keys, K the queries.  Its dO @ V^T and dS @ K repeat qk's and pv's shapes and
+# layouts.  The shapes suite times all three; the models suite and decode steps the first two.
+TRAINING_ATTENTION_PRODUCTS = ATTENTION_PRODUCTS + ("dv",)
 ATTENTION_BH = (32, 128)  # batch x heads
 ATTENTION_SEQ = (512, 2048, 4096)
 HEAD_DIM = 128
@@ -94,7 +98,7 @@ class Case:
     """One product as a model makes it: ``batch`` products of op(A) M x K by op(B) K x N."""
 
     layer: str  # a key of LINEAR_LAYERS, or "attention"
-    product: str  # fwd, dgrad, wgrad; qk, pv
+    product: str  # fwd, dgrad, wgrad; qk, pv, dv
     tokens: int  # M tokens of a linear layer; the sequence length S of attention
     batch: int  # batch x heads for attention; 1 for a linear layer
     M: int
@@ -142,7 +146,7 @@ class Case:
             second = second[:, : self.tokens]
         if self.product in ("fwd", "qk"):  # x @ W.t(), Q @ K.transpose(-1, -2)
             return first, second.swapaxes(-1, -2)
-        if self.product == "wgrad":  # dY.t() @ x
+        if self.product in ("wgrad", "dv"):  # dY.t() @ x, P.transpose(-1, -2) @ dO
             return first.swapaxes(-1, -2), second
         if self.product == "fwd_t":  # x_t.t() @ W.t()
             return first.swapaxes(-1, -2), second.swapaxes(-1, -2)
@@ -223,7 +227,8 @@ def _attention_pair(
     expressions: tuple[str, str],
     capacity: int = 0,
 ) -> Case:
-    """Q @ K^T (``product`` "qk") or P @ V ("pv") over ``batch`` matrices: ``rows`` query
+    """Q @ K^T (``product`` "qk"), P @ V ("pv") or, where ``expressions`` names it, P^T @ dO
+    ("dv": M the ctx keys, K the rows) over ``batch`` matrices: ``rows`` query
     rows against ``ctx`` keys and values of ``head_dim``, K and V stored (batch, ctx, head dim),
     or (batch, capacity, head dim) of which the first ctx positions are read."""
     kv = (batch, capacity or ctx, head_dim)
@@ -245,7 +250,11 @@ def _attention_pair(
         return Case(
             layer, product, ctx, batch, rows, head_dim, ctx, "NN", expressions[1], ((batch, rows, ctx), kv), capacity
         )
-    raise ValueError(f"unknown attention product {product!r}; choose from {', '.join(ATTENTION_PRODUCTS)}")
+    if product == "dv" and len(expressions) > 2:  # P^T @ dO: P (batch, rows, ctx), dO (batch, rows, head dim)
+        stored = ((batch, rows, ctx), (batch, rows, head_dim))
+        return Case(layer, product, ctx, batch, ctx, head_dim, rows, "TN", expressions[2], stored)
+    known = ATTENTION_PRODUCTS + (("dv",) if len(expressions) > 2 else ())
+    raise ValueError(f"unknown attention product {product!r}; choose from {', '.join(known)}")
 
 
 def decode_case(product: str, bkv: int, rows: int, ctx: int, head_dim: int = HEAD_DIM) -> Case:
@@ -272,8 +281,10 @@ def decode_cache_case(product: str, bkv: int, rows: int, ctx: int, capacity: int
 
 
 def attention_case(product: str, bh: int, seq: int, head_dim: int = HEAD_DIM) -> Case:
-    """Q @ K^T or P @ V over ``bh`` (batch x heads) matrices of sequence ``seq``."""
-    return _attention_pair(ATTENTION, product, bh, seq, seq, head_dim, ("Q @ K.transpose(-1, -2)", "P @ V"))
+    """Q @ K^T, P @ V or the backward's P^T @ dO ("dv") over ``bh`` (batch x heads) matrices of
+    sequence ``seq``."""
+    expressions = ("Q @ K.transpose(-1, -2)", "P @ V", "P.transpose(-1, -2) @ dO")
+    return _attention_pair(ATTENTION, product, bh, seq, seq, head_dim, expressions)
 
 
 # -- options ------------------------------------------------------------------

@@ -537,7 +537,7 @@ def _views(model: str, linear, attention, decode=(), decode_cache=()) -> list[Pr
     out += [
         _product(models.attention_case(view, bh, seq, hd), model)
         for bh, seq, hd in attention
-        for view in models.ATTENTION_PRODUCTS
+        for view in models.TRAINING_ATTENTION_PRODUCTS
     ]
     out += [
         _product(models.decode_case(view, bkv, rows, ctx, hd), model)
