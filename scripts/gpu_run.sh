@@ -2,7 +2,7 @@
 # One call on the GPU machine does it all: install gemmlab, run the whole test
 # suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
 # $OUT (default ./.out).  Usage:
-#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|fp8|moe|tiles|fp32tiles|stepkernels|training|train|tp|sweep|profile|extra|all]...
+#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|fp8|moe|tiles|fp32tiles|smallbatch|stepkernels|training|train|tp|sweep|profile|extra|all]...
 # "bench" times gemmlab.matmul beside cupy/torch.matmul, host time included (the
 # public call; BENCH_ARGS=--kernel-only adds each kernel alone, back to back).
 # "overhead" measures host µs per call (gemmlab vs torch.matmul vs cupy.matmul) and
@@ -28,6 +28,9 @@
 # "fp32tiles" forces rung 8's tilings on the shapes suite's float32 products, kernel time beside
 # cuBLAS, in their own layouts and then as a.T @ b.T (scripts/ab_fp32_tiles.py:
 # $OUT/ab-fp32-tiles.json, ab-fp32-tiles-tt.json).
+# "smallbatch" times batches of small matrices (Swin's windows and others) on batched_small and
+# batched_small_mma beside the tiled arms auto took before them and torch.matmul
+# (scripts/ab_batched_small.py: $OUT/ab-batched-small.json; SMALLBATCH_ARGS, e.g. "--dtype bf16").
 # "stepkernels" lists each kernel's time in every product of GPT-2's, BERT-base's and ViT-B/16's
 # training steps, fp32_tc beside SGEMM, and adds them up over a step (scripts/kernel_times.py
 # --models: $OUT/step-kernels.json; STEPKERNELS_ARGS, e.g. "--dtype bf16 --models llama-1b").
@@ -133,6 +136,11 @@ if [[ " $steps " == *" tiles "* ]]; then   # not part of "all": an A/B, asked fo
   timeout 300 python3 scripts/ab_wgmma_tiles.py --set few --arms t64=64x128x4,t128=128x128x4,s128=128x128x4x1x2,t192=128x192x4 \
     --json "$OUT/ab-few.json" 2>&1 | tee "$OUT/ab-few.log" | tee -a "$log"
   timeout 120 python3 scripts/kernel_times.py --json "$OUT/kernel-times.json" 2>&1 | tee -a "$log"
+fi
+if [[ " $steps " == *" smallbatch "* ]]; then   # not part of "all": an A/B, asked for by name
+  echo "== smallbatch: the batch rungs beside the tiled arms and torch (attention within windows)" | tee -a "$log"
+  timeout 300 python3 scripts/ab_batched_small.py ${SMALLBATCH_ARGS:---dtype fp32,bf16} \
+    --json "$OUT/ab-batched-small.json" 2>&1 | tee "$OUT/ab-batched-small.log" | tee -a "$log"
 fi
 if [[ " $steps " == *" stepkernels "* ]]; then   # not part of "all": a breakdown, asked for by name
   echo "== stepkernels: each kernel's time in a training step's products, added up over the step" | tee -a "$log"
