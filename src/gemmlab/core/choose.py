@@ -42,9 +42,9 @@ log = logging.getLogger("gemmlab")
 # memory first where they exist for the dtype: gemv_mma and gemv (a few rows are bound by one
 # read of op(B); gemv_mma for 16-bit x @ W.t() on sm_80 and later), outer (a few K by one
 # write of C) and the batch rungs (matrices that fit a block each).  batched_small comes
-# first for float32, where gemv would take a batch of 16 x 16 matrices (and ran it at 7% of
-# torch.matmul on an H200); batched_small_mma after the thin rungs, which do not take the
-# 16-bit windows it is for.  The last of each list takes every product.
+# first for float32, where gemv would take a batch of 16 x 16 matrices, far slower
+# (benchmarks/NOTES.md, "Batches of small matrices"); batched_small_mma after the thin rungs,
+# which do not take the 16-bit windows it is for.  The last of each list takes every product.
 AUTO_RUNGS = {
     "float32": ("batched_small", "gemv", "outer", "pipelined"),
     "float16": ("gemv_mma", "gemv", "outer", "batched_small_mma", "wgmma", "mma_pipelined"),

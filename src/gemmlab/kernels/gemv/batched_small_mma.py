@@ -18,10 +18,9 @@ SMALL_MMA_DTYPES = ("float16", "bfloat16")
 SMALL_MMA_MIN_ARCH = {dt: 80 for dt in SMALL_MMA_DTYPES}
 # auto takes batched_small_mma for 16-bit batches by rung 4's rule (batched_small.auto_takes)
 # but for K: at most one staged chunk, SMALL_MMA_MAX_K.  Attention within windows at a head
-# of 32 (Q @ K^T and the backward's dO @ V^T) ran 1.1-1.5x faster than wgmma's 64 x 64 tiles
-# on an H200; the products over K = 49 tokens (P @ V and three of the backward's), staged
-# in two chunks, ran 0.8-0.9x the tiled rungs (benchmarks/NOTES.md, "Batches of small
-# matrices").
+# of 32 (Q @ K^T and the backward's dO @ V^T) ran faster than on wgmma's 64 x 64 tiles; the
+# products over K = 49 tokens (P @ V and three of the backward's), staged in two chunks, ran
+# slower than the tiled rungs (benchmarks/NOTES.md, "Batches of small matrices").
 SMALL_MMA_MAX_K = _K["SMALL_MMA_KC"]
 # (input, output) dtypes: 16-bit in, float32 or the same type out.
 SMALL_MMA_VARIANTS = tuple(
