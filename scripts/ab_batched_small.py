@@ -1,8 +1,8 @@
 """A/B, on a GPU: batches of small matrices (attention within windows) on the batch rungs
 (batched_small, batched_small_mma) beside the tiled arms auto took before them (rung 8 and
-wgmma / mma_pipelined at 64 x 64 tiles), kernel="auto" and torch.matmul.  Each figure is the
-public call (host time included), CUDA events, L2 flushed before every call, the median of
-15 calls, the best of 2 rounds with the arms interleaved; each arm's output is checked
+wgmma / mma_pipelined at 64 x 64 tiles), kernel="auto" and torch.matmul, timed by the bench
+harness (tools.bench.timing.time_rounds: the public call, host time included, L2 flushed
+before every run, the arms interleaved round after round); each arm's output is checked
 against FP64 first, after NaN poisoning.  (benchmarks/NOTES.md, "Batches of small matrices".)
 
     python3 scripts/ab_batched_small.py --dtype fp32,bf16 --json OUT.json     # on the GPU
@@ -11,7 +11,6 @@ against FP64 first, after NaN poisoning.  (benchmarks/NOTES.md, "Batches of smal
 
 import argparse
 import json
-import statistics
 import sys
 
 # (label, batch, M, N, K, layouts): Swin-T's window attention (7 x 7 windows, heads of 32) in
@@ -65,6 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="fp32,bf16", help="comma list of fp32, bf16, fp16")
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--list", action="store_true", help="print the products and exit (no GPU)")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
     bad = [d for d in dtypes if d not in DTYPES]
@@ -78,24 +78,14 @@ def main(argv=None) -> int:
     import torch
 
     import gemmlab
+    from gemmlab.tools.bench.suites import bench_gpu
+    from gemmlab.tools.bench.timing import time_rounds
 
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    gpu = bench_gpu()
     gen = torch.Generator(device="cuda").manual_seed(0)
 
     def rnd(*shape, dt):
         return torch.rand(*shape, device="cuda", generator=gen, dtype=dt).mul_(2).sub_(1)
-
-    def wall(fn):
-        times = []
-        for _ in range(15):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) * 1e3)
-        return statistics.median(times)
 
     records = []
     for name in dtypes:
@@ -107,7 +97,7 @@ def main(argv=None) -> int:
             c = torch.empty(B, M, N, device="cuda", dtype=dt)
             ref = torch.matmul(a.double(), b.double())
             rec = {"label": label, "shape": [B, M, N, K], "ops": ops, "dtype": name, "arms": []}
-            calls = [("torch", lambda: torch.matmul(a, b, out=c), None)]
+            calls, errors = {"torch": lambda: torch.matmul(a, b, out=c)}, {}
             for kernel, params in arms:
                 try:
                     c.fill_(float("nan"))
@@ -116,20 +106,17 @@ def main(argv=None) -> int:
                 except (ValueError, TypeError) as exc:  # a rung that does not run here
                     rec["arms"].append({"arm": f"{kernel} {params}", "failed": str(exc)[:200]})
                     continue
-                err = float((c.double() - ref).norm() / ref.norm())
-                plan = gemmlab.last_plan().describe()
+                arm = f"{kernel}: {gemmlab.last_plan().describe()}"
+                errors[arm] = float((c.double() - ref).norm() / ref.norm())
 
                 def call(kernel=kernel, params=params):
                     gemmlab.matmul(a, b, out=c, kernel=kernel, **params)
 
-                calls.append((f"{kernel}: {plan}", call, err))
-            times = {arm: [] for arm, _, _ in calls}
-            for _ in range(2):
-                for arm, fn, _ in calls:
-                    times[arm].append(wall(fn))
-            t_torch = min(times["torch"])
-            for arm, _, err in calls[1:]:
-                t = min(times[arm])
+                calls[arm] = call
+            timed = time_rounds(calls, l2_bytes=gpu.l2_bytes, rounds=args.rounds, reps=5, budget_s=0.05)
+            t_torch = timed["torch"].ms * 1e3
+            for arm, err in errors.items():
+                t = timed[arm].ms * 1e3
                 rec["arms"].append({"arm": arm, "us": t, "pct_torch": 100 * t_torch / t, "rel_err": err})
             rec["torch_us"] = t_torch
             records.append(rec)
@@ -142,7 +129,7 @@ def main(argv=None) -> int:
             )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "how": __doc__, "records": records}, f, indent=1)
+            json.dump({"gpu": gpu.name, "how": __doc__, "records": records}, f, indent=1)
     return 0
 
 
