@@ -23,45 +23,6 @@ constexpr int SMALL_MAX_THREADS = SMALL_TILE / SMALL_PIECE * (SMALL_TILE / SMALL
 
 constexpr int SMALL_LINES_IN_FLIGHT = 6;   // lines a warp loads before it stores any
 
-// Stage op(A)'s rows x kc elements (from (m0, k0)) and op(B)^T's cols x kc (from (n0, k0);
-// OPBT is op(B)^T's layout, the other of op(B)'s) as FP32 into sa[k * lda_s + r] and
-// sb[k * ldb_s + c].  Each warp takes every warps-th line of A's and then B's, and
-// loads SMALL_LINES_IN_FLIGHT of them before it writes any to shared memory.
-template <char OPA, char OPBT, class S>
-__device__ __forceinline__ void small_stage(const S* __restrict__ A, int lda, int m0, const S* __restrict__ B, int ldb,
-                                            int n0, int k0, int rows, int cols, int kc, float* sa, int lda_s,
-                                            float* sb, int ldb_s) {
-    constexpr int U = SMALL_LINES_IN_FLIGHT;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    const int lines_a = small_lines<OPA>(rows, kc), lines = lines_a + small_lines<OPBT>(cols, kc);
-    for (int l0 = warp; l0 < lines; l0 += U * warps) {
-        float v[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int line = l0 + u * warps;   // the same for the whole warp: no divergence
-            int r, k;
-            v[u] = 0.0f;
-            if (line < lines_a) {
-                if (small_element<OPA>(line, lane, rows, kc, r, k))
-                    v[u] = load_ro(&A[elem_offset<OPA>(m0 + r, k0 + k, lda)]);
-            } else if (line < lines) {
-                if (small_element<OPBT>(line - lines_a, lane, cols, kc, r, k))
-                    v[u] = load_ro(&B[elem_offset<OPBT>(n0 + r, k0 + k, ldb)]);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int line = l0 + u * warps;
-            int r, k;
-            if (line < lines_a) {
-                if (small_element<OPA>(line, lane, rows, kc, r, k)) sa[k * lda_s + r] = v[u];
-            } else if (line < lines) {
-                if (small_element<OPBT>(line - lines_a, lane, cols, kc, r, k)) sb[k * ldb_s + r] = v[u];
-            }
-        }
-    }
-}
-
 // Floats in a staged row of an operand whose C side is `side` (batched_small.staged_rows).
 __device__ __forceinline__ int small_staged_row(int side) {
     const int whole = (min(side, SMALL_TILE) + SMALL_PIECE - 1) / SMALL_PIECE * SMALL_PIECE;
@@ -99,8 +60,10 @@ batched_small(int M, int N, int K, float alpha, const typename StorageOf<DT>::ty
         const int kc = min(SMALL_KC, k_end - k0);
         if (k0 > 0) __syncthreads();   // every thread is done with the previous chunk
         // op(B)^T's element (n, k) is op(B)'s (k, n): the other layout of the same storage
-        small_stage<OPA, OPB == 'N' ? 'T' : 'N'>(A, lda, m0, B, ldb, n0, k0, rows, cols, kc, staged_a, lda_s,
-                                                 staged_b, ldb_s);
+        // As FP32, element (r, k) at k * ld_s + r: a thread's 4 rows (columns) of a k are one float4.
+        stage_lines<SMALL_LINES_IN_FLIGHT, false, OPA, OPB == 'N' ? 'T' : 'N'>(
+            A, lda, m0, B, ldb, n0, k0, rows, cols, kc, kc, [](const auto* p) { return load_ro(p); },
+            [&](bool of_b, int r, int k, float v) { (of_b ? staged_b[k * ldb_s + r] : staged_a[k * lda_s + r]) = v; });
         __syncthreads();
         if (computes) {
             // Rows of the piece past the tile read staged values no output uses.

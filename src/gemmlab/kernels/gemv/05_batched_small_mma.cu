@@ -19,44 +19,6 @@ constexpr int SMALL_MMA_KC = 32;           // elements of K staged at a time (tw
 constexpr int SMALL_MMA_LDK = SMALL_MMA_KC + 8;
 constexpr int SMALL_MMA_LINES_IN_FLIGHT = 6;   // lines a warp loads before it stores any
 
-// Stage op(A)'s rows x kc (from (m0, k0)) and op(B)^T's cols x kc (from (n0, k0); OPBT its
-// layout) into sa and sb, element (r, k) at r * SMALL_MMA_LDK + k: rung 4's lines
-// (gemv/lines.cuh) for k up to kc16, K's end rounded up to the k16 step, those past kc zeros.
-template <char OPA, char OPBT, class S>
-__device__ __forceinline__ void small_mma_stage(const S* __restrict__ A, int lda, int m0, const S* __restrict__ B,
-                                                int ldb, int n0, int k0, int rows, int cols, int kc, int kc16,
-                                                unsigned short* sa, unsigned short* sb) {
-    constexpr int U = SMALL_MMA_LINES_IN_FLIGHT;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    const int lines_a = small_lines<OPA>(rows, kc16), lines = lines_a + small_lines<OPBT>(cols, kc16);
-    for (int l0 = warp; l0 < lines; l0 += U * warps) {
-        unsigned short v[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int line = l0 + u * warps;   // the same for the whole warp: no divergence
-            int r, k;
-            v[u] = 0;
-            if (line < lines_a) {
-                if (small_element<OPA>(line, lane, rows, kc16, r, k) && k < kc)
-                    v[u] = __ldg(reinterpret_cast<const unsigned short*>(&A[elem_offset<OPA>(m0 + r, k0 + k, lda)]));
-            } else if (line < lines) {
-                if (small_element<OPBT>(line - lines_a, lane, cols, kc16, r, k) && k < kc)
-                    v[u] = __ldg(reinterpret_cast<const unsigned short*>(&B[elem_offset<OPBT>(n0 + r, k0 + k, ldb)]));
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int line = l0 + u * warps;
-            int r, k;
-            if (line < lines_a) {
-                if (small_element<OPA>(line, lane, rows, kc16, r, k)) sa[r * SMALL_MMA_LDK + k] = v[u];
-            } else if (line < lines) {
-                if (small_element<OPBT>(line - lines_a, lane, cols, kc16, r, k)) sb[r * SMALL_MMA_LDK + k] = v[u];
-            }
-        }
-    }
-}
-
 // The 32-bit word of two consecutive 16-bit elements (r, k), (r, k + 1) of a staged operand.
 __device__ __forceinline__ unsigned small_mma_word(const unsigned short* s, int r, int k) {
     return *reinterpret_cast<const unsigned*>(&s[r * SMALL_MMA_LDK + k]);
@@ -85,8 +47,11 @@ batched_small_mma(int M, int N, int K, float alpha, const typename StorageOf<DT>
         const int kc = min(SMALL_MMA_KC, k_end - k0), kc16 = (kc + 15) / 16 * 16;
         if (k0 > 0) __syncthreads();   // every warp is done with the previous chunk
         // op(B)^T's element (n, k) is op(B)'s (k, n): the other layout of the same storage
-        small_mma_stage<OPA, OPB == 'N' ? 'T' : 'N'>(A, lda, m0, B, ldb, n0, k0, rows, cols, kc, kc16, staged_a,
-                                                     staged_b);
+        // As stored, element (r, k) at r * SMALL_MMA_LDK + k, zeros from kc to the k16 step.
+        stage_lines<SMALL_MMA_LINES_IN_FLIGHT, true, OPA, OPB == 'N' ? 'T' : 'N'>(
+            A, lda, m0, B, ldb, n0, k0, rows, cols, kc16, kc,
+            [](const auto* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); },
+            [&](bool of_b, int r, int k, unsigned short v) { (of_b ? staged_b : staged_a)[r * SMALL_MMA_LDK + k] = v; });
         __syncthreads();
         // Rows and columns past the tile read staged values no output uses.
         for (int kk = 0; kk < kc16; kk += 16) {

@@ -1,6 +1,8 @@
 // gemmlab/gemv/lines.cuh: how the batch rungs (gemv/04_batched_small.cu and
-// gemv/05_batched_small_mma.cu) walk an operand when they stage it.
+// gemv/05_batched_small_mma.cu) walk their operands when they stage them.
 #pragma once
+
+#include <gemmlab/layout.cuh>
 
 namespace gemmlab {
 
@@ -24,6 +26,45 @@ __device__ __forceinline__ bool small_element(int line, int lane, int rows, int 
         const bool halves = rows > 32;
         k = halves ? line >> 1 : line, r = (halves ? (line & 1) * 32 : 0) + lane;
         return r < rows;
+    }
+}
+
+// Stage op(A)'s rows x kc elements (from (m0, k0)) and op(B)^T's cols x kc (from (n0, k0);
+// OPBT is op(B)^T's layout, the other of op(B)'s): each warp takes every warps-th line of A's
+// and then B's, loads U of them (load(p): the element at p, as the rung stages it) before it
+// writes any (put(of_b, r, k, v)).  With ZERO_PAST, the lines reach kc but hold elements only
+// for k < k_end, zeros after (a rung whose steps of K are wider than the operand's end).
+template <int U, bool ZERO_PAST, char OPA, char OPBT, class S, class Load, class Put>
+__device__ __forceinline__ void stage_lines(const S* __restrict__ A, int lda, int m0, const S* __restrict__ B, int ldb,
+                                            int n0, int k0, int rows, int cols, int kc, int k_end, Load load, Put put) {
+    using V = decltype(load(A));
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const int lines_a = small_lines<OPA>(rows, kc), lines = lines_a + small_lines<OPBT>(cols, kc);
+    for (int l0 = warp; l0 < lines; l0 += U * warps) {
+        V v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int line = l0 + u * warps;   // the same for the whole warp: no divergence
+            int r, k;
+            v[u] = V(0);
+            if (line < lines_a) {
+                if (small_element<OPA>(line, lane, rows, kc, r, k) && (!ZERO_PAST || k < k_end))
+                    v[u] = load(&A[elem_offset<OPA>(m0 + r, k0 + k, lda)]);
+            } else if (line < lines) {
+                if (small_element<OPBT>(line - lines_a, lane, cols, kc, r, k) && (!ZERO_PAST || k < k_end))
+                    v[u] = load(&B[elem_offset<OPBT>(n0 + r, k0 + k, ldb)]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int line = l0 + u * warps;
+            int r, k;
+            if (line < lines_a) {
+                if (small_element<OPA>(line, lane, rows, kc, r, k)) put(false, r, k, v[u]);
+            } else if (line < lines) {
+                if (small_element<OPBT>(line - lines_a, lane, cols, kc, r, k)) put(true, r, k, v[u]);
+            }
+        }
     }
 }
 
