@@ -16,7 +16,8 @@ constexpr int SMALL_MMA_TILE = 64;         // rows and columns of C a block take
 constexpr int SMALL_MMA_KC = 32;           // elements of K staged at a time (two k16 steps)
 // Staged row length in 16-bit elements: 20 words, so that the 8 rows and 4 words of a
 // fragment's 32-bit loads (rows g, words q) fall in 32 different banks.
-constexpr int SMALL_MMA_LDK = SMALL_MMA_KC + 8;
+constexpr int SMALL_MMA_LDK = 40;
+static_assert(SMALL_MMA_LDK == SMALL_MMA_KC + 8, "a chunk of K and 8 elements (4 words) of padding");
 constexpr int SMALL_MMA_LINES_IN_FLIGHT = 6;   // lines a warp loads before it stores any
 
 // The 32-bit word of two consecutive 16-bit elements (r, k), (r, k + 1) of a staged operand.

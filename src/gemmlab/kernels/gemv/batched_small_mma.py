@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from ..cuda_constants import read_constants
 from ..spec import TYPE_CODES, Ask, KernelSpec, Launch, Offer, Problem, Rules, cdiv
-from .batched_small import small_batch_refusal
+from .batched_small import BATCHED_SMALL_VARIANTS, small_batch_refusal
 
 _K = read_constants("gemv/05_batched_small_mma.cu")
-SMALL_MMA_TILE, SMALL_MMA_LDK = _K["SMALL_MMA_TILE"], _K["SMALL_MMA_KC"] + 8  # 05's SMALL_MMA_LDK
+SMALL_MMA_TILE, SMALL_MMA_LDK = _K["SMALL_MMA_TILE"], _K["SMALL_MMA_LDK"]
 SMALL_MMA_DTYPES = ("float16", "bfloat16")
 # mma.sync m16n8k16 on 16-bit inputs needs sm_80.
 SMALL_MMA_MIN_ARCH = {dt: 80 for dt in SMALL_MMA_DTYPES}
@@ -22,11 +22,8 @@ SMALL_MMA_MIN_ARCH = {dt: 80 for dt in SMALL_MMA_DTYPES}
 # products over K = 49 tokens (P @ V and three of the backward's), staged in two chunks, ran
 # slower than the tiled rungs (benchmarks/NOTES.md, "Batches of small matrices").
 SMALL_MMA_MAX_K = _K["SMALL_MMA_KC"]
-# (input, output) dtypes: 16-bit in, float32 or the same type out.
-SMALL_MMA_VARIANTS = tuple(
-    Problem(1, 1, 1, False, dt, odt)
-    for dt, odt in (("float16", "float32"), ("float16", "float16"), ("bfloat16", "float32"), ("bfloat16", "bfloat16"))
-)
+# (input, output) dtypes: rung 4's 16-bit ones (16-bit in, float32 or the same type out).
+SMALL_MMA_VARIANTS = tuple(v for v in BATCHED_SMALL_VARIANTS if v.dtype in SMALL_MMA_DTYPES)
 
 
 def _geometry(p, prob: Problem) -> Launch:
