@@ -4,6 +4,16 @@ operands those tests build (test helper)."""
 
 import pytest
 
+# The (storage, output) types the CUDA-core thin and batch rungs take, and the four layouts.
+THIN_DTYPES = [
+    ("float32", "float32"),
+    ("float16", "float16"),
+    ("float16", "float32"),
+    ("bfloat16", "bfloat16"),
+    ("bfloat16", "float32"),
+]
+LAYOUTS = [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")]
+
 # The output type's relative rounding, and the spacing of its subnormals: where a result
 # rounds into them, its error is bounded by that spacing, not by a fraction of its size.
 OUT_EPS = {"float32": 0.0, "float16": 2.0**-11, "bfloat16": 2.0**-8}

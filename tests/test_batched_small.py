@@ -9,19 +9,11 @@ import pytest
 
 import gemmlab
 from gemmlab.runtime import device as rt_device
-from fp32_sums_check import check_fp32_sums, operand as _operand
+from fp32_sums_check import LAYOUTS, THIN_DTYPES as DTYPES, check_fp32_sums, operand as _operand
 
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
 pytestmark = pytest.mark.gpu
 
-DTYPES = [
-    ("float32", "float32"),
-    ("float16", "float16"),
-    ("float16", "float32"),
-    ("bfloat16", "bfloat16"),
-    ("bfloat16", "float32"),
-]
-LAYOUTS = [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")]
 # (M, N, K): Swin's Q @ K^T and P @ V; one tile exactly with two chunks of K; a side of 1;
 # C of two by three tiles, K of three chunks with a short last one; odd everything.
 SHAPES = [(49, 49, 32), (49, 32, 49), (64, 64, 64), (1, 33, 5), (130, 150, 70), (7, 3, 1), (17, 63, 33)]

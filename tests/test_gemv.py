@@ -11,18 +11,11 @@ import gemmlab
 from gemmlab.kernels import registry
 from gemmlab.kernels.gemv.gemv import auto_params as gemv_auto_params, gemv_aligned
 from gemmlab.runtime import device as rt_device
-from fp32_sums_check import check_fp32_sums
+from fp32_sums_check import THIN_DTYPES as DTYPES, check_fp32_sums
 
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
 pytestmark = pytest.mark.gpu
 
-DTYPES = [
-    ("float32", "float32"),
-    ("float16", "float16"),
-    ("float16", "float32"),
-    ("bfloat16", "bfloat16"),
-    ("bfloat16", "float32"),
-]
 # Rounding of the output type (the FP32 accumulation has its own term below).
 # (K, N): odd widths (every load one element, K ends inside a chunk), a K of
 # 16-byte rows that is no multiple of any chunk, K shorter than a warp's step.

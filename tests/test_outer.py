@@ -9,19 +9,11 @@ import pytest
 import gemmlab
 from gemmlab.core.planner import matrix_layout
 from gemmlab.runtime import device as rt_device
-from fp32_sums_check import check_fp32_sums, operand as _operand
+from fp32_sums_check import LAYOUTS, THIN_DTYPES as DTYPES, check_fp32_sums, operand as _operand
 
 torch = pytest.importorskip("torch") if rt_device.gpu_available() else None
 pytestmark = pytest.mark.gpu
 
-DTYPES = [
-    ("float32", "float32"),
-    ("float16", "float16"),
-    ("float16", "float32"),
-    ("bfloat16", "bfloat16"),
-    ("bfloat16", "float32"),
-]
-LAYOUTS = [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")]
 # (M, N, K): a vocabulary-sized dY of one token (K = 1) scaled down, odd everything,
 # one staged chunk of K exactly, past it (17: three chunks), a single column of C.
 SHAPES = [(1037, 331, 1), (333, 257, 3), (64, 128, 8), (129, 520, 17), (7, 1, 5), (2, 40, 2)]
