@@ -119,30 +119,21 @@ def plan_cases() -> list[dict]:
             )
         oa, ob = rng.choice(LAYOUTS)
         dt = rng.choice(DTYPES)
-        arch, slug, sms, name = rng.choice(GPUS)
+        gpu = rng.choice(GPUS)
         kernel = "auto" if rng.random() < 0.6 else rng.choice(NAMED)
         batch = rng.choice([1, 1, 2, 12, 384])
         al = rng.random() < 0.6
         tma = rng.random() < 0.6
-        case = dict(
-            kernel=kernel,
-            M=M,
-            N=N,
-            K=K,
-            dtype=dt,
-            op_a=oa,
-            op_b=ob,
-            batch=batch,
-            aligned16=al,
-            tma_aligned=tma,
-            arch=arch,
-            gpu_slug=slug,
-            sm_count=sms,
-            gpu_name=name,
-        )
+        # any kernel and alignment: the contiguous case's fields, those drawn instead
+        case = {
+            **_contiguous((M, N, K), (oa, ob), dt, gpu, batch),
+            "kernel": kernel,
+            "aligned16": al,
+            "tma_aligned": tma,
+        }
         if rng.random() < 0.3:
             case["stage_bytes"] = rng.choice([0, 4096, (M * K + K * N) * ITEM[dt] // 2])
-        if rng.random() < 0.1 and arch is not None:
+        if rng.random() < 0.1 and gpu[0] is not None:
             case["smem_limit"] = rng.choice([48 * 1024, 99 * 1024, 163 * 1024])
         cases.append(case)
     # Batches of small matrices (attention within windows), around batched_small's rule: sides
