@@ -228,3 +228,121 @@ def test_dynamic_shared_memory_is_raised_where_it_and_the_static_pass_48_kb(monk
     assert set_to == ([raised] if raised else [])
     shared_size = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
     assert asked == ([shared_size] if 0 < nbytes <= 48 * 1024 else [])
+
+
+# -- Replay: a recorded call enqueued again --------------------------------------------------
+
+
+class _ReplayDriver(_Driver):
+    """_Driver with the stream's capture status and memsets faked too."""
+
+    def __init__(self):
+        super().__init__()
+        self.capturing, self.memsets = False, []
+
+    def cuStreamIsCapturing(self, stream):
+        r = self.real
+        status = r.CUstreamCaptureStatus
+        return r.CUresult.CUDA_SUCCESS, (
+            status.CU_STREAM_CAPTURE_STATUS_ACTIVE if self.capturing else status.CU_STREAM_CAPTURE_STATUS_NONE
+        )
+
+    def cuMemFreeAsync(self, ptr, stream):  # a replaced workspace
+        return (self.real.CUresult.CUDA_SUCCESS,)
+
+    def cuMemsetD8Async(self, ptr, value, nbytes, stream):
+        self.memsets.append((int(ptr), value, nbytes, int(stream)))
+        return (self.real.CUresult.CUDA_SUCCESS,)
+
+
+@pytest.fixture
+def rdrv(monkeypatch):
+    d = _ReplayDriver()
+    monkeypatch.setattr(L, "_driver", d)
+    monkeypatch.setattr(L, "_scratch", {})
+    monkeypatch.setattr(L, "device_workspace", lambda gpu, stream, nbytes, what, hint="": L.Workspace(0x7000, nbytes))
+    d.kinds = (ctypes.c_int32, ctypes.c_uint64)
+    return d
+
+
+def _recorded_call(stream: int, nbytes: int = 256):
+    """A call of two launches and a memset on a kept workspace of ``stream``, recorded."""
+    gpu = SimpleNamespace(ordinal=0)
+    rec = L.Recording()
+    with rec:
+        ws = L.stream_workspace(gpu, stream, nbytes, "copies", capturing=False)
+        L.launch_shaped(_Kernel(0x10), L.LaunchShape((3, 1, 1), (64, 1, 1)), stream, (np.int32(1), ws.handle))
+        L.zero_async(ws.handle, 16, stream)
+        L.launch_shaped(_Kernel(0x20), L.LaunchShape((5, 1, 1), (128, 1, 1)), stream, L.PackedArgs((np.int32(2), 0xAB)))
+        ws.close(stream)
+    return rec
+
+
+def test_a_replay_enqueues_the_recorded_launches_under_the_workspace_lock(rdrv):
+    _recorded_call(5)  # the first call allocates the kept workspace: a state no repeat makes again
+    rec = _recorded_call(5)
+    assert not rec.spoiled and len(rec.locks) == 1
+    replay = L.Replay.of(rec, 5, "the plan")
+    assert replay is not None and replay.result == "the plan" and not replay.stale()
+    recorded, memsets = rdrv.calls[-2:], list(rdrv.memsets[-1:])
+    rdrv.calls.clear(), rdrv.memsets.clear()
+    assert replay.enqueue(5)
+    assert [(int(c.hStream), f, v) for c, f, _, _, v in rdrv.calls] == [(5, 0x10, [1, 0x7000]), (5, 0x20, [2, 0xAB])]
+    assert [c[2] for c in rdrv.calls] == [c[2] for c in recorded]  # the very same packed arguments
+    assert rdrv.memsets == memsets == [(0x7000, 0, 16, 5)]
+    lock = L._scratch[(0, 5, "scratch")][0]
+    lock.acquire()  # given back after the launches
+    lock.release()
+
+
+def test_a_replay_declines_another_stream_a_capture_and_a_replaced_workspace(rdrv):
+    _recorded_call(5)
+    replay = L.Replay.of(_recorded_call(5), 5, None)
+    rdrv.calls.clear()
+    assert not replay.enqueue(6)
+    rdrv.capturing = True
+    assert not replay.enqueue(5)
+    rdrv.capturing = False
+    L.stream_workspace(SimpleNamespace(ordinal=0), 5, 4096, "more", capturing=False).close(5)  # grown: replaced
+    assert replay.stale() and not replay.enqueue(5)
+    assert not rdrv.calls and not rdrv.memsets[2:]
+    assert L.Replay.of(_recorded_call(5, 4096), 5, None).enqueue(5)  # recorded again on the new one
+
+
+def test_a_spoiled_recording_or_one_of_another_stream_gives_no_replay(rdrv):
+    _recorded_call(5)
+    rec = _recorded_call(5)
+    assert L.Replay.of(rec, 6, None) is None  # its workspaces are stream 5's
+    rec.spoiled = True
+    assert L.Replay.of(rec, 5, None) is None
+    assert L.Replay.of(L.Recording(), 5, None) is None  # nothing launched
+
+
+def test_a_prepared_call_of_several_steps_is_replayed_from_its_third_call(rdrv):
+    """PreparedCall.run: the first call of some addresses runs in full, the second is recorded,
+    the next ones are its Replay; other scalars, an open recording (the C++ kernels learning a
+    call) and a capture run in full."""
+    from gemmlab.core import executor
+
+    full = []
+
+    def run_steps(stream, A, B, C, alpha, beta):
+        full.append((A, alpha))
+        ws = L.stream_workspace(SimpleNamespace(ordinal=0), stream, 64, "copies", capturing=False)
+        L.launch_shaped(_Kernel(0x30), L.LaunchShape((2, 1, 1), (32, 1, 1)), stream, (np.int32(A), ws.handle))
+        ws.close(stream)
+        return "plan"
+
+    pc = object.__new__(executor.PreparedCall)
+    pc.swap, pc.direct, pc.empty, pc._replays = False, None, False, {}
+    pc._run_steps = run_steps
+    for _ in range(4):
+        assert pc.run(1, 2, 3, 1.0, 0.0, 5) == "plan"
+    assert full == [(1, 1.0), (1, 1.0)] and len(rdrv.calls) == 4  # two in full, then two replays
+    assert [v for *_, v in rdrv.calls] == [[1, 0x7000]] * 4
+    pc.run(1, 2, 3, 2.0, 0.0, 5)  # other scalars: their own entry
+    with L.Recording():
+        pc.run(1, 2, 3, 1.0, 0.0, 5)
+    rdrv.capturing = True
+    pc.run(1, 2, 3, 1.0, 0.0, 5)
+    assert full[2:] == [(1, 2.0), (1, 1.0), (1, 1.0)]

@@ -303,6 +303,7 @@ def stream_workspace(
                 spoil_recording()  # a first state a repeat would not make again
             if ws is not None:
                 ws.close(stream_handle)  # after the work already enqueued on the stream
+                _generation[0] += 1
                 for forget in on_workspace_replaced:
                     forget()
             entry[1] = ws = device_workspace(gpu, stream_handle, nbytes, what, hint)
@@ -740,3 +741,82 @@ def _record(kernel, shape, holder, args) -> None:
         rec.spoiled = True
         return
     rec.steps.append((LAUNCH, kernel, shape, holder, sizes))
+
+
+# -- a call's launches, enqueued again from Python -------------------------------------------
+
+# Bumped whenever a kept workspace is replaced by a larger one: a Replay made before then holds
+# the old address and is not enqueued again.
+_generation = [0]
+
+
+class Replay:
+    """A recorded call (a Recording's steps) bound to the stream it ran on, enqueued again as
+    it was: the same addresses and scalars make the same launches, so a repeated call of
+    several steps -- a staging copy and the kernel, split-K's slices and their sum, fp32_tc's
+    pre-passes and candidates -- goes straight to the driver instead of through the builders,
+    the memos and the workspace bookkeeping that made them (gemmlab.core.executor keeps one
+    per prepared call and addresses).  The kept workspaces' locks are taken as the recorded
+    call took them; :meth:`enqueue` declines (False) where the call must run in full: on
+    another stream, under graph capture, or after a workspace it used was replaced.
+    ``result``: what the recorded call returned, returned again by its caller."""
+
+    __slots__ = ("steps", "locks", "stream", "generation", "result", "_cu_stream")
+
+    def __init__(self, rec: Recording, stream_handle: int, result):
+        d = driver()
+        self.stream, self.locks, self.result = stream_handle, tuple(rec.locks), result
+        self.generation = _generation[0]
+        self._cu_stream = d.CUstream(stream_handle)
+        steps = []
+        for step in rec.steps:
+            if step[0] == LAUNCH:
+                _, kernel, shape, holder, _ = step
+                steps.append((LAUNCH, shape.driver_config(stream_handle), _function(kernel), holder.ptr, holder))
+            else:
+                steps.append(step)
+        self.steps = tuple(steps)
+
+    @staticmethod
+    def of(rec: Recording, stream_handle: int, result) -> Replay | None:
+        """A Replay of what ``rec`` saw, where it saw only launches and memsets of one call, on
+        kept workspaces of ``stream_handle`` (or none); else None."""
+        if rec.spoiled or not rec.steps or rec.stream not in (None, stream_handle):
+            return None
+        if rec.locks and _mutex is None:
+            return None
+        return Replay(rec, stream_handle, result)
+
+    def stale(self) -> bool:
+        """Whether a kept workspace was replaced since the recording (its steps hold the old one)."""
+        return bool(self.locks) and self.generation != _generation[0]
+
+    def enqueue(self, stream_handle: int) -> bool:
+        """Enqueue the recorded steps on the stream they were recorded on; False (nothing
+        enqueued) where the call must run in full instead."""
+        if stream_handle != self.stream:
+            return False
+        d = _driver or driver()
+        locks = self.locks
+        if locks:
+            err, status = d.cuStreamIsCapturing(self._cu_stream)
+            if err != d.CUresult.CUDA_SUCCESS or status != d.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE:
+                return False
+        taken = 0
+        try:
+            for address in locks:
+                _mutex[1](address)
+                taken += 1
+            if locks and self.generation != _generation[0]:
+                return False
+            for step in self.steps:
+                if step[0] == LAUNCH:
+                    (err,) = d.cuLaunchKernelEx(step[1], step[2], step[3], 0)
+                    if err != d.CUresult.CUDA_SUCCESS:
+                        raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
+                else:
+                    driver_call(d.cuMemsetD8Async(step[1], 0, step[2], self._cu_stream), "cuMemsetD8Async")
+        finally:
+            for address in reversed(locks[:taken]):
+                _mutex[2](address)
+        return True
