@@ -141,6 +141,36 @@ def test_batches(M, dtype, out_dtype, shared_w):
     _check(M, 331, 1037, dtype, out_dtype, 1.0, 0.0, batch=3, shared_w=shared_w, mt=16 if M > 8 else 4)
 
 
+@pytest.mark.parametrize("M, mt", [(1, 1), (4, 4), (13, 16), (21, 16)])
+@pytest.mark.parametrize("K, N", SHAPES + [(8192, 2048)], ids=lambda s: str(s))
+@pytest.mark.parametrize("alpha, beta, split", [(1.0, 0.0, 2), (0.5, 2.0, 3), (-1.0, 0.0, 16)])
+@pytest.mark.parametrize("case", ["plain", "x_off_grid", "w_off_grid", "x_transposed", "batch"])
+def test_column_path_split_over_k(M, mt, K, N, alpha, beta, split, case):
+    """float32 x @ W.t() split over K (gridDim.y, a slice of K each into the workspace, then
+    splitk_reduce): slices of whole chunks, the last ones short or empty (K = 8: all but one),
+    operands off the grid, x transposed, a batch of x against one W and a W per batch."""
+    kw = {
+        "plain": {},
+        "x_off_grid": {"a_offset": 1},
+        "w_off_grid": {"w_offset": 1},
+        "x_transposed": {"x_transposed": True},
+        "batch": {"batch": 3, "shared_w": split != 3},
+    }[case]
+    plan = _check(M, N, K, "float32", "float32", alpha, beta, mt=mt, seed=M + split, params={"SPLITK": split}, **kw)
+    assert plan.params["SPLITK"] == split and plan.name_expression.endswith("'T'>")
+
+
+@pytest.mark.parametrize(
+    "M, N, K", [(1, 2048, 8192), (1, 512, 2048), (4, 2304, 9216), (16, 1024, 2304), (3, 576, 1536)]
+)
+def test_auto_splits_float32_x_w_t_over_k_where_its_blocks_are_few(M, N, K):
+    """kernel="auto" on a decode step's float32 x @ W.t() of a narrow model: gemv split over K
+    as auto_params says (N / 32 blocks too few for the SMs)."""
+    plan = _check(M, N, K, "float32", "float32", 1.0, 0.0, kernel="auto", seed=N)
+    want = gemv_auto_params(M, N, K, rt_device.gpu_info().sm_count, dtype="float32", op_b="T")
+    assert plan.params == want and want["SPLITK"] > 1
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_alpha_zero_reads_neither_operand(dtype):
     """alpha = 0: C = beta C, whatever x and W hold (NaN here)."""

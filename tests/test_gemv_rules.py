@@ -44,9 +44,13 @@ def test_gemv_geometry(op_b, aligned, dtype, vec, per_block, chunk):
                 spec.defaults(), fp32_out
             )
         else:
-            for name, value in (("SPLITK", 2), ("LANES", 8)):
-                with pytest.raises(ValueError, match=f"gemv's {name} applies where op.B. is row-major"):
-                    spec.launch({**spec.defaults(), "MT": 4, name: value}, prob)
+            with pytest.raises(ValueError, match="gemv's LANES applies where op.B. is row-major"):
+                spec.launch({**spec.defaults(), "MT": 4, "LANES": 8}, prob)
+            if dtype == "float32":  # split over K too (gridDim.y), the float32 path only
+                assert spec.launch({**spec.defaults(), "SPLITK": 3}, prob).grid == (-(-N // per_block), 3, 1)
+            else:
+                with pytest.raises(ValueError, match="column-major .x @ W.t... in float32 only"):
+                    spec.launch({**spec.defaults(), "SPLITK": 2}, prob)
             # the column path has one instantiation whatever LANES says
             assert spec.name_expression({**spec.defaults(), "MT": 4, "LANES": 8}, prob) == spec.name_expression(
                 {**spec.defaults(), "MT": 4}, prob
@@ -150,8 +154,9 @@ def test_gemv_auto_row_major_b_blocks_and_split(M, N, K, batch, aligned, split, 
         "LANES": lanes,
     }
     assert p.spec.splits(p.params) == split
-    # x @ W.t() (op(B) column-major) is never split
-    assert gemmlab.plan("auto", M, N, K, op_b="T", batch=batch, aligned16=aligned, arch="sm_90a").params["SPLITK"] == 1
+    # x @ W.t() (op(B) column-major) over the same W: split only where its blocks leave SMs idle
+    xw = gemmlab.plan("auto", M, N, K, op_b="T", batch=batch, aligned16=aligned, arch="sm_90a")
+    assert (xw.params["SPLITK"] > 1) == (-(-N // 32) * batch < 0.75 * 132)
 
 
 @pytest.mark.parametrize(
@@ -234,3 +239,28 @@ def test_rows_on_the_16_byte_grid_ignore_the_width_and_a_single_rows_stride():
     assert planner.contiguous_rows_aligned16(V, D, 1, "T", "N") == "ABC"
     assert planner.contiguous_rows_aligned16(3, D, V, "N", "N") == "BC"
     assert planner.contiguous_rows_aligned16(3, V, D, "N", "T", "bfloat16") == "AB"
+
+
+@pytest.mark.parametrize(
+    "M, N, K, batch, dtype, aligned, split",
+    [
+        (1, 2048, 8192, 1, "float32", True, 2),  # 64 blocks: two waves' fill at most; 128 of 132
+        (4, 2048, 8192, 1, "float32", True, 2),
+        (1, 2304, 9216, 1, "float32", True, 3),  # 72 blocks: 216 in two waves, not 144 (one SM in 11 twice)
+        (1, 512, 2048, 1, "float32", True, 8),  # 16 blocks; 8 chunks of 256: a chunk a slice
+        (1, 576, 1536, 1, "float32", True, 6),  # 18 blocks, 6 chunks
+        (1, 3072, 3072, 1, "float32", True, 1),  # 96 blocks: split 2 would make two waves of half as long
+        (1, 2048, 8192, 4, "float32", True, 1),  # a batch of 4 fills the SMs
+        (1, 8192, 8192, 1, "float32", True, 1),  # 256 blocks fill them unsplit
+        (1, 2048, 256, 1, "float32", True, 1),  # one chunk: nothing to split
+        (1, 2048, 8192, 1, "bfloat16", True, 1),  # the 16-bit column path is not split
+    ],
+)
+def test_gemv_auto_splits_the_column_path_where_its_blocks_leave_sms_idle(M, N, K, batch, dtype, aligned, split):
+    """x @ W.t() (op(B) column-major): N / 32 blocks; where they reach less than GEMV_ROW_FILL of
+    the SMs, K is split (float32): the split whose waves of one block an SM (at most two) take
+    least of a block's time, the smaller where two tie."""
+    from gemmlab.kernels.gemv.gemv import auto_params
+
+    p = auto_params(M, N, K, 132, batch, dtype=dtype, op_b="T", aligned16=aligned)
+    assert p["SPLITK"] == split and p["LANES"] == 32

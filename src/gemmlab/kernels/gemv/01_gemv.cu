@@ -473,6 +473,28 @@ __device__ __forceinline__ void gemv_rows_split_k(int M, int N, int K, float alp
     }
 }
 
+// The same split where op(B) is column-major, in float32: its N / GEMV_COLS blocks leave
+// SMs idle where N is a few thousand (a decode step's projections of a 2048-wide model).
+template <int MT, int VEC, char OPA, class S, class O>
+__device__ __forceinline__ void gemv_columns_split_k(int M, int N, int K, float alpha, const S* __restrict__ A,
+                                                     int lda, const S* __restrict__ B, int ldb, float beta,
+                                                     O* __restrict__ C, int ldc) {
+    // float32 in and out only: 16-bit x @ W.t() runs on gemv_mma where it can, and with a split
+    // the bf16 one-row instantiation spilled at its 128 registers.
+    if constexpr (gemv_fp32_output<O> && sizeof(S) == 4) {
+        if (gridDim.y > 1) {  // one body for both (two inlined copies spill at 128 registers)
+            constexpr int KC = GemvChunk<VEC, S, MT>::KC;
+            const long long per_split = ((K + KC - 1) / KC + gridDim.y - 1) / gridDim.y * (long long)KC;
+            const int k0 = int(min((long long)K, blockIdx.y * per_split));
+            A += elem_offset<OPA>(0, k0, lda);
+            B += k0;
+            C += (long long)blockIdx.y * M * ldc;
+            K = int(min(per_split, (long long)(K - k0)));
+        }
+    }
+    gemv_columns_along_k<MT, VEC, OPA>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 //   op(B) column-major (W.t(): each column's K elements contiguous): a warp per
 //     GEMV_COLS_PER_WARP columns, its lanes along K with 16-byte loads, a
 //     warp-shuffle sum.  The block stages each K chunk of op(A)'s MT rows in
@@ -503,7 +525,7 @@ gemv(int M, int N, int K, float alpha, const typename StorageOf<DT>::type* __res
     // grid (ALIGNED false: gemv.py's gemv_aligned; C is stored element by element).
     if constexpr (OPB == 'T') {
         constexpr int VEC = !ALIGNED ? 1 : GEMV_LOAD_BYTES_K / int(sizeof(S));
-        gemv_columns_along_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);
+        gemv_columns_split_k<MT, VEC, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);
     } else {
         constexpr int VEC = !ALIGNED ? 1 : sizeof(S) == 2 && MT <= GEMV_ROW_WIDE_MT ? 8 : GEMV_ROW_VEC;
         gemv_rows_split_k<MT, VEC, LANES, OPA>(M, N, k_end, alpha, A, lda, B, ldb, beta, C, ldc);

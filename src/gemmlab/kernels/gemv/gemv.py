@@ -38,6 +38,10 @@ GEMV_ROWS_16BIT_MAX_BYTES = 64 << 20
 # 128-byte segments split over K: there the split's second launch costs more than
 # the shorter segments.
 GEMV_SHORT_SEGMENT_MAX_BYTES = 256 << 20
+# Where op(B) is column-major and its blocks leave SMs idle, K is split in slices of at least
+# this many of a warp's chunks (01_gemv.cu's GemvChunk: 1 KiB of each of its four columns);
+# slices of one chunk ran fastest on the narrowest layers (benchmarks/NOTES.md).
+GEMV_COLUMN_MIN_CHUNKS = 1
 # Where op(B) is column-major, a warp reads one column of K at a time: columns of at most
 # this many bytes leave most of its lanes idle (decode attention's Q @ K^T, K = a head of
 # 64..256).  On an H200 gemv ran such 16-bit batches at 16-69% of torch.matmul while
@@ -104,17 +108,29 @@ def gemv_row_columns(prob: Problem, mt: int, lanes: int) -> int:
     return lanes * gemv_vec(prob, mt)
 
 
+def gemv_column_blocks(N: int) -> int:
+    """Blocks of the column-major path along N: GEMV_COLS_PER_WARP columns a warp."""
+    return max(1, cdiv(N, GEMV_WARPS * GEMV_COLS_PER_WARP))
+
+
 def _geometry(p, prob: Problem) -> Launch:
     """op(B) column-major: GEMV_COLS_PER_WARP columns a warp; row-major: LANES * VEC
-    columns per block, and SPLITK blocks along K (gridDim.y)."""
+    columns per block; either way SPLITK blocks along K (gridDim.y)."""
     if prob.op_b == "T":
-        for name, alone in (("SPLITK", 1), ("LANES", 32)):
-            if p[name] != alone:
-                raise ValueError(
-                    f"gemv's {name} applies where op(B) is row-major (dY @ W); {name}={p[name]} with "
-                    f"op(B) column-major (x @ W.t()) needs {name}={alone}"
-                )
-        return Launch(grid=(max(1, cdiv(prob.N, GEMV_WARPS * GEMV_COLS_PER_WARP)), 1, 1), block=(GEMV_THREADS, 1, 1))
+        if p["LANES"] != 32:
+            raise ValueError(
+                f"gemv's LANES applies where op(B) is row-major (dY @ W); LANES={p['LANES']} with "
+                "op(B) column-major (x @ W.t()) needs LANES=32"
+            )
+        if p["SPLITK"] > 1 and prob.dtype != "float32":
+            raise ValueError(
+                f"gemv splits K with op(B) column-major (x @ W.t()) in float32 only; SPLITK={p['SPLITK']} "
+                f"with {prob.dtype} needs SPLITK=1"
+            )
+        return Launch(
+            grid=(gemv_column_blocks(prob.N), p["SPLITK"], 1),
+            block=(GEMV_THREADS, 1, 1),
+        )
     return Launch(
         grid=(max(1, cdiv(prob.N, gemv_row_columns(prob, p["MT"], p["LANES"]))), p["SPLITK"], 1),
         block=(GEMV_THREADS, 1, 1),
@@ -187,6 +203,7 @@ def auto_params(
     mt = _mt(M)
     params = {"MT": mt, "SPLITK": 1, "LANES": 32}
     if op_b != "N":
+        params["SPLITK"] = column_split(mt, N, K, sm_count, batch, dtype, aligned16)
         return params
     prob = Problem(M, N, K, aligned16, dtype, op_b="N")
     itemsize = _ITEMSIZE[dtype]
@@ -207,6 +224,29 @@ def auto_params(
     lanes = max(reversed(usable), key=lambda w: (blocks[w] * splits[w], -splits[w]))
     params["LANES"], params["SPLITK"] = lanes, splits[lanes]
     return params
+
+
+def column_split(mt: int, N: int, K: int, sm_count: int, batch: int, dtype: str, aligned16: bool) -> int:
+    """SPLITK of the column-major path (x @ W.t(), float32): 1 where its N / 32 blocks, times the
+    batch, reach GEMV_ROW_FILL of the SMs; else, of the splits whose blocks make at most two
+    waves of one block an SM (each slice at least GEMV_COLUMN_MIN_CHUNKS chunks of K), the one
+    whose waves take least of a block's time, ceil(blocks * split / SMs) / split, the smaller
+    where two tie.  Fitted to a sweep of forced splits on an H200 (benchmarks/NOTES.md): 64
+    blocks ran best split 2, 72 split 3, 32 split 4, 16 split 8 (one chunk a slice), 96 unsplit."""
+    if dtype != "float32":  # 01_gemv.cu splits this path in float32 only
+        return 1
+    blocks = gemv_column_blocks(N) * max(batch, 1)
+    if blocks >= GEMV_ROW_FILL * sm_count:
+        return 1
+    vec = 16 // _ITEMSIZE[dtype] if aligned16 else 1
+    loads = (2 if vec > 1 else 8) // (2 if mt >= 16 and not (vec > 1 and dtype == "float32") else 1)
+    chunks = cdiv(max(K, 1), 32 * vec * loads)  # 01_gemv.cu's GemvChunk::KC
+    fits = [
+        s
+        for s in SHALLOW_SPLITK_VALUES
+        if s == 1 or blocks * s <= 2 * sm_count and chunks >= GEMV_COLUMN_MIN_CHUNKS * s
+    ]
+    return min(fits, key=lambda s: (cdiv(blocks * s, sm_count) / s, s))
 
 
 def _auto_hook(ask: Ask) -> Offer:
@@ -265,8 +305,8 @@ SPEC = KernelSpec(
             "SPLITK",
             SHALLOW_SPLITK_VALUES,
             1,
-            "blocks along K where op(B) is row-major, each summing a slice of K (>1 adds a reduction "
-            "kernel and a workspace of SPLITK*M*N floats; op(B) column-major: 1 only)",
+            "blocks along K, each summing a slice of K (>1 adds a reduction kernel and a workspace of "
+            "SPLITK*M*N floats; op(B) column-major: float32 only)",
         ),
         TileParam(
             "LANES",
