@@ -62,7 +62,7 @@ batched_small(int M, int N, int K, float alpha, const typename StorageOf<DT>::ty
         // op(B)^T's element (n, k) is op(B)'s (k, n): the other layout of the same storage
         // As FP32, element (r, k) at k * ld_s + r: a thread's 4 rows (columns) of a k are one float4.
         stage_lines<SMALL_LINES_IN_FLIGHT, false, OPA, OPB == 'N' ? 'T' : 'N'>(
-            A, lda, m0, B, ldb, n0, k0, rows, cols, kc, kc, [](const auto* p) { return load_ro(p); },
+            A, lda, m0, B, ldb, n0, k0, rows, cols, kc, kc, LoadAsFloat(),
             [&](bool of_b, int r, int k, float v) { (of_b ? staged_b[k * ldb_s + r] : staged_a[k * lda_s + r]) = v; });
         __syncthreads();
         if (computes) {

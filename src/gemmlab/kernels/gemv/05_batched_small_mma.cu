@@ -51,7 +51,7 @@ batched_small_mma(int M, int N, int K, float alpha, const typename StorageOf<DT>
         // As stored, element (r, k) at r * SMALL_MMA_LDK + k, zeros from kc to the k16 step.
         stage_lines<SMALL_MMA_LINES_IN_FLIGHT, true, OPA, OPB == 'N' ? 'T' : 'N'>(
             A, lda, m0, B, ldb, n0, k0, rows, cols, kc16, kc,
-            [](const auto* p) { return __ldg(reinterpret_cast<const unsigned short*>(p)); },
+            LoadBits16(),
             [&](bool of_b, int r, int k, unsigned short v) { (of_b ? staged_b : staged_a)[r * SMALL_MMA_LDK + k] = v; });
         __syncthreads();
         // Rows and columns past the tile read staged values no output uses.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gemmlab/layout.cuh>
+#include <gemmlab/gemv/elements.cuh>
 
 namespace gemmlab {
 
@@ -28,6 +29,20 @@ __device__ __forceinline__ bool small_element(int line, int lane, int rows, int 
         return r < rows;
     }
 }
+
+// The loads the rungs stage with (functors: NVRTC 12 compiles an unannotated generic lambda in
+// device code as a host function): an element as FP32 (rung 4), and a 16-bit element's bits as
+// stored (rung 5).
+struct LoadAsFloat {
+    template <class S>
+    __device__ __forceinline__ float operator()(const S* p) const { return load_ro(p); }
+};
+struct LoadBits16 {
+    template <class S>
+    __device__ __forceinline__ unsigned short operator()(const S* p) const {
+        return __ldg(reinterpret_cast<const unsigned short*>(p));
+    }
+};
 
 // Stage op(A)'s rows x kc elements (from (m0, k0)) and op(B)^T's cols x kc (from (n0, k0);
 // OPBT is op(B)^T's layout, the other of op(B)'s): each warp takes every warps-th line of A's
