@@ -384,3 +384,20 @@ def test_kernel_sources_open_with_a_short_header():
         if lines > KERNEL_HEADER_LINES:
             long[str(path.relative_to(ROOT))] = lines
     assert not long, f"comment lines before the code (at most {KERNEL_HEADER_LINES}): {long}"
+
+
+def test_kernel_sources_have_no_generic_lambdas():
+    """No lambda with an ``auto`` parameter in a .cu or .cuh file: NVRTC 12 (the GPU machines'
+    and many users') compiles an unannotated generic lambda in device code as a host function
+    and refuses the module, where this machine's NVRTC 13 takes it (benchmarks/NOTES.md, "The
+    batch rungs on NVRTC 12").  A functor with a templated __device__ operator() does the same."""
+    import re
+
+    generic = re.compile(r"\]\s*\(\s*(const\s+)?auto\b")
+    found = [
+        f"{path.relative_to(ROOT)}:{i}"
+        for path in sorted((ROOT / "kernels").rglob("*.cu*"))
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if generic.search(line)
+    ]
+    assert not found, f"generic lambdas in device code: {found}"
