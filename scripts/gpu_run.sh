@@ -12,7 +12,9 @@
 # e.g. "--dtype bf16 --tokens 2048"; TUNE_ARGS="--suite models" tunes its shapes).
 # "shapes" times 700+ products of 23 public models and random odd sizes (forward, input and
 # weight gradient views) in bf16, fp16, fp32 and fp32_tc beside torch.matmul, by kind of
-# product (SHAPES_ARGS, e.g. "--dtype bf16 --kinds odd_align" or "--sample 100").
+# product (SHAPES_ARGS, e.g. "--dtype bf16 --kinds odd_align" or "--sample 100").  On a fresh
+# machine its kernels take about 7 minutes to compile and the timing 8 more: run it twice in a
+# row on one machine, first with SHAPES_ARGS="--compile-only" (the second finds them cached).
 # "fp8" times the FP8 rung (wgmma_fp8) beside torch._scaled_mm and the BF16 products of the same
 # shapes (FP8_ARGS, e.g. "--kernel-only --sizes 4096,8192 --kernels auto wgmma_fp8:PROMOTE=0").
 # "moe" times the grouped rung (gemmlab.grouped_mm, Hopper) on public MoE models' expert layers

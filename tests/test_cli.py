@@ -221,6 +221,7 @@ def no_gpu_allowed(monkeypatch):
         (["bench", "--tokens", "16"], "--tokens is for --suite models or moe, not --suite ladder"),
         (["bench", "--suite", "ec", "--only", "linear"], "--only is for --suite models, not --suite ec"),
         (["bench", "--time-budget-s", "10"], "--time-budget-s is for --suite models"),
+        (["bench", "--suite", "ec", "--compile-only"], "--compile-only is for --suite models or shapes"),
         (["bench", "--dtype", "fp32_tc"], "--dtype 'fp32_tc': the ladder takes one of fp32, tf32, fp16, bf16"),
         (["tune", "--suite", "models", "--sizes", "64"], "--sizes and --ops are not for --suite models"),
         (["tune", "--tokens", "16"], "--tokens: for --suite models"),
@@ -612,3 +613,16 @@ def test_moe_suite_checks_its_options_before_the_gpu(capsys):
     assert "--kernel-only is for --suite" in capsys.readouterr().err
     assert main(["bench", "--suite", "moe", "--tokens", "0"]) == 2
     assert "positive token counts" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suite", ["models", "shapes"])
+def test_bench_compile_only_compiles_and_times_nothing(monkeypatch, capsys, no_gpu_allowed, suite):
+    """--compile-only hands the selected products and dtypes to models.compile_only and
+    neither times nor writes a table."""
+    seen = []
+    monkeypatch.setattr(models, "compile_only", lambda cases, dtypes, quiet=False: seen.append((len(cases), dtypes)))
+    monkeypatch.setattr(models, "measure", lambda *a, **k: pytest.fail("timed"))
+    extra = ["--limit", "5"] if suite == "shapes" else ["--layers", "qkv"]
+    assert main(["bench", "--suite", suite, "--dtype", "bf16,fp32", "--compile-only", *extra]) == 0
+    assert seen and seen[0][1] == ["bf16", "fp32"] and seen[0][0] > 0
+    assert capsys.readouterr().out == ""

@@ -122,6 +122,7 @@ SUITE_OPTIONS = {
     "only": ("models",),
     "products": ("models",),
     "time_budget_s": ("models", "shapes", "training"),
+    "compile_only": ("models", "shapes"),
     # the shapes and training suites' own (bench_suite_args)
     "models": ("shapes", "training", "moe"),
     "model_file": ("shapes",),
@@ -287,6 +288,9 @@ def cmd_bench_models(args) -> int:
 
     cases = _model_cases(args)
     dtypes = models.parse_dtypes(args.dtype or ",".join(models.DTYPES))
+    if args.compile_only:
+        models.compile_only(cases, dtypes, quiet=args.quiet)
+        return 0
     budget = _time_budget(args, models.TIME_BUDGET_S)
     data = models.run(
         cases,
@@ -323,6 +327,9 @@ def cmd_bench_shapes(args) -> int:
         own=own,
     )
     dtypes = models.parse_dtypes(args.dtype or ",".join(shapes.DTYPES))
+    if args.compile_only:
+        models.compile_only(products, dtypes, quiet=args.quiet)
+        return 0
     data = shapes.run(
         products,
         dtypes,
@@ -818,6 +825,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="--suite models, shapes: seconds for all timed repeats together (default 300, shapes "
         "150); each product gets a share in proportion to its expected time, at least 3 timed runs.  "
         "--suite training: no new run starts after this many seconds (default 900)",
+    )
+    p.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="--suite models, shapes: compile the kernels the products plan into the cache, time "
+        "nothing (on a fresh machine the compilation alone can take minutes: run it first)",
     )
     bench_suite_args(p)
     timing_args(p)

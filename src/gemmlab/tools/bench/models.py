@@ -763,6 +763,13 @@ def _precompile(pairs, gpu, say) -> None:
     say(f"compiled {n} of the {len(items)} kernel instantiations the products plan")
 
 
+def compile_only(cases, dtypes, *, quiet: bool = False) -> None:
+    """Compile the kernels the pairs' plans name into the cache and time nothing (``gemmlab
+    bench --compile-only``): on a fresh machine the shapes suite's 200 or so instantiations
+    take minutes, which a first command can spend before the timed one."""
+    _precompile([(case, dtype) for case in cases for dtype in dtypes], bench_gpu(), lambda msg: _progress(msg, quiet))
+
+
 def run(cases, dtypes, **timing) -> dict:
     """Time every case in every dtype on the GPU (:func:`measure`);
     {"records": [...], "summary": {...}} as dicts."""
