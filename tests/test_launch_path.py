@@ -266,23 +266,24 @@ def rdrv(monkeypatch):
 
 
 def _recorded_call(stream: int, nbytes: int = 256):
-    """A call of two launches and a memset on a kept workspace of ``stream``, recorded."""
+    """A call of two launches and a memset on a kept workspace of ``stream``, recorded, and the
+    workspace generation before it."""
     gpu = SimpleNamespace(ordinal=0)
-    rec = L.Recording()
+    rec, generation = L.Recording(), L.workspace_generation()
     with rec:
         ws = L.stream_workspace(gpu, stream, nbytes, "copies", capturing=False)
         L.launch_shaped(_Kernel(0x10), L.LaunchShape((3, 1, 1), (64, 1, 1)), stream, (np.int32(1), ws.handle))
         L.zero_async(ws.handle, 16, stream)
         L.launch_shaped(_Kernel(0x20), L.LaunchShape((5, 1, 1), (128, 1, 1)), stream, L.PackedArgs((np.int32(2), 0xAB)))
         ws.close(stream)
-    return rec
+    return rec, generation
 
 
 def test_a_replay_enqueues_the_recorded_launches_under_the_workspace_lock(rdrv):
     _recorded_call(5)  # the first call allocates the kept workspace: a state no repeat makes again
-    rec = _recorded_call(5)
+    rec, g = _recorded_call(5)
     assert not rec.spoiled and len(rec.locks) == 1
-    replay = L.Replay.of(rec, 5, "the plan")
+    replay = L.Replay.of(rec, 5, "the plan", g)
     assert replay is not None and replay.result == "the plan" and not replay.stale()
     recorded, memsets = rdrv.calls[-2:], list(rdrv.memsets[-1:])
     rdrv.calls.clear(), rdrv.memsets.clear()
@@ -297,7 +298,8 @@ def test_a_replay_enqueues_the_recorded_launches_under_the_workspace_lock(rdrv):
 
 def test_a_replay_declines_another_stream_a_capture_and_a_replaced_workspace(rdrv):
     _recorded_call(5)
-    replay = L.Replay.of(_recorded_call(5), 5, None)
+    rec, g = _recorded_call(5)
+    replay = L.Replay.of(rec, 5, None, g)
     rdrv.calls.clear()
     assert not replay.enqueue(6)
     rdrv.capturing = True
@@ -306,16 +308,48 @@ def test_a_replay_declines_another_stream_a_capture_and_a_replaced_workspace(rdr
     L.stream_workspace(SimpleNamespace(ordinal=0), 5, 4096, "more", capturing=False).close(5)  # grown: replaced
     assert replay.stale() and not replay.enqueue(5)
     assert not rdrv.calls and not rdrv.memsets[2:]
-    assert L.Replay.of(_recorded_call(5, 4096), 5, None).enqueue(5)  # recorded again on the new one
+    rec, g = _recorded_call(5, 4096)
+    assert L.Replay.of(rec, 5, None, g).enqueue(5)  # recorded again on the new one
 
 
 def test_a_spoiled_recording_or_one_of_another_stream_gives_no_replay(rdrv):
     _recorded_call(5)
-    rec = _recorded_call(5)
-    assert L.Replay.of(rec, 6, None) is None  # its workspaces are stream 5's
+    rec, g = _recorded_call(5)
+    assert L.Replay.of(rec, 6, None, g) is None  # its workspaces are stream 5's
+    assert L.Replay.of(rec, 5, None, g - 1) is None  # a workspace replaced while it ran
+    twice = L.Recording()
+    twice.steps, twice.locks, twice.stream = rec.steps, rec.locks * 2, 5  # a slot taken twice
+    assert L.Replay.of(twice, 5, None, g) is None
     rec.spoiled = True
-    assert L.Replay.of(rec, 5, None) is None
-    assert L.Replay.of(L.Recording(), 5, None) is None  # nothing launched
+    assert L.Replay.of(rec, 5, None, g) is None
+    assert L.Replay.of(L.Recording(), 5, None, g) is None  # nothing launched
+
+
+def test_a_replay_never_waits_for_a_busy_workspace(rdrv):
+    """Another thread holding the workspace's lock: the replay declines at once (the call then
+    runs in full and waits its turn there) instead of holding one lock while waiting for another."""
+    import threading
+
+    _recorded_call(5)
+    rec, g = _recorded_call(5)
+    replay = L.Replay.of(rec, 5, None, g)
+    lock = L._scratch[(0, 5, "scratch")][0]
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        lock.acquire()
+        held.set()
+        release.wait(5)
+        lock.release()
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(5)
+    rdrv.calls.clear()
+    assert not replay.enqueue(5) and not rdrv.calls
+    release.set()
+    t.join()
+    assert replay.enqueue(5) and len(rdrv.calls) == 2
 
 
 def test_a_prepared_call_of_several_steps_is_replayed_from_its_third_call(rdrv):
@@ -346,3 +380,27 @@ def test_a_prepared_call_of_several_steps_is_replayed_from_its_third_call(rdrv):
     rdrv.capturing = True
     pc.run(1, 2, 3, 1.0, 0.0, 5)
     assert full[2:] == [(1, 2.0), (1, 1.0), (1, 1.0)]
+
+
+def test_a_call_that_takes_a_workspace_twice_runs_in_full(rdrv):
+    """A call that takes one kept workspace twice, one use after the other (a batch's chunks):
+    its recording gives no replay (its locks cannot be held at once), and after REPLAY_TRIES
+    recordings the prepared call stops recording it."""
+    from gemmlab.core import executor
+
+    full = []
+
+    def run_steps(stream, A, B, C, alpha, beta):
+        full.append(A)
+        for chunk in range(2):
+            ws = L.stream_workspace(SimpleNamespace(ordinal=0), stream, 64, "copies", capturing=False)
+            L.launch_shaped(_Kernel(0x40), L.LaunchShape((1, 1, 1), (32, 1, 1)), stream, (np.int32(chunk), ws.handle))
+            ws.close(stream)
+        return "plan"
+
+    pc = object.__new__(executor.PreparedCall)
+    pc.swap, pc.direct, pc.empty, pc._replays = False, None, False, {}
+    pc._run_steps = run_steps
+    for _ in range(6):
+        pc.run(1, 2, 3, 1.0, 0.0, 5)
+    assert len(full) == 6 and pc._replays[(5, 1, 2, 3, 1.0, 0.0)] == executor.REPLAY_TRIES

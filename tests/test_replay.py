@@ -28,6 +28,25 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("precision", [None, "fp32_tc"])
+def test_repeated_batched_calls_compute_each_call(precision):
+    """A batch whose steps may take a kept workspace once per matrix or chunk (then no replay:
+    its locks cannot be held at once) or once for the whole batch (replayed): either way every
+    repeated call computes its own inputs, against FP64, out NaN-poisoned before each."""
+    if rt_device.gpu_info().arch != "sm_90a":
+        pytest.skip("the plans named are an H200's (sm_90a)")
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    batch, M, N, K = 3, 129, 257, 1001
+    a = torch.empty(batch, M, K, device="cuda")
+    b = torch.empty(batch, K, N, device="cuda")
+    out = torch.empty(batch, M, N, device="cuda")
+    for _ in range(CALLS):
+        a.uniform_(-1, 1, generator=gen), b.uniform_(-1, 1, generator=gen), out.fill_(float("nan"))
+        gemmlab.matmul(a, b, out=out, precision=precision)
+        torch.cuda.synchronize()
+        check_fp32_sums(out, a.double(), b.double(), out, 1.0, 0.0, K, "float32", gemmlab.last_plan())
+
+
 @pytest.mark.parametrize("M, N, K, layout, dtype, precision", CASES)
 def test_repeated_calls_compute_each_call(M, N, K, layout, dtype, precision, monkeypatch):
     if rt_device.gpu_info().arch != "sm_90a":

@@ -72,6 +72,7 @@ from ..runtime.launch import (
     recording,
     stream_is_capturing,
     stream_workspace,
+    workspace_generation,
     zero_async,
 )
 from ..runtime.tma import Operands, moved_map, replace_address
@@ -1181,9 +1182,10 @@ class PreparedCall:
             if seen is None:  # a first call of these addresses: recorded if they come again
                 _keep(self._replays, key, 0)
             return self._run_steps(stream, A, B, C, alpha, beta)
+        generation = workspace_generation()  # read first: a workspace replaced meanwhile spoils it
         with Recording() as rec:
             result = self._run_steps(stream, A, B, C, alpha, beta)
-        replay = Replay.of(rec, stream, result)
+        replay = Replay.of(rec, stream, result, generation)
         _keep(self._replays, key, replay if replay is not None else seen + 1)
         return result
 

@@ -166,7 +166,8 @@ on_workspace_replaced: list = []
 
 
 def _pthread():
-    """libc's (or libpthread's) mutex functions, or None where neither has them."""
+    """libc's (or libpthread's) mutex functions (init, lock, unlock, trylock), or None where
+    neither has them."""
     import ctypes.util
 
     for name in (None, ctypes.util.find_library("pthread")):
@@ -176,8 +177,13 @@ def _pthread():
         except (OSError, AttributeError):
             continue
         init, lock, unlock = fns
+        try:
+            trylock = lib.pthread_mutex_trylock
+        except AttributeError:
+            continue
+        fns += (trylock,)
         init.argtypes = [ctypes.c_void_p, ctypes.c_void_p]  # (mutex, attributes: none)
-        lock.argtypes = unlock.argtypes = [ctypes.c_void_p]
+        lock.argtypes = unlock.argtypes = trylock.argtypes = [ctypes.c_void_p]
         for fn in fns:
             fn.restype = ctypes.c_int
         return fns
@@ -750,6 +756,11 @@ def _record(kernel, shape, holder, args) -> None:
 _generation = [0]
 
 
+def workspace_generation() -> int:
+    """How many kept workspaces have been replaced so far (Replay.of's ``generation``)."""
+    return _generation[0]
+
+
 class Replay:
     """A recorded call (a Recording's steps) bound to the stream it ran on, enqueued again as
     it was: the same addresses and scalars make the same launches, so a repeated call of
@@ -763,10 +774,10 @@ class Replay:
 
     __slots__ = ("steps", "locks", "stream", "generation", "result", "_cu_stream")
 
-    def __init__(self, rec: Recording, stream_handle: int, result):
+    def __init__(self, rec: Recording, stream_handle: int, result, generation: int):
         d = driver()
         self.stream, self.locks, self.result = stream_handle, tuple(rec.locks), result
-        self.generation = _generation[0]
+        self.generation = generation
         self._cu_stream = d.CUstream(stream_handle)
         steps = []
         for step in rec.steps:
@@ -778,14 +789,17 @@ class Replay:
         self.steps = tuple(steps)
 
     @staticmethod
-    def of(rec: Recording, stream_handle: int, result) -> Replay | None:
+    def of(rec: Recording, stream_handle: int, result, generation: int) -> Replay | None:
         """A Replay of what ``rec`` saw, where it saw only launches and memsets of one call, on
-        kept workspaces of ``stream_handle`` (or none); else None."""
+        kept workspaces of ``stream_handle`` (or none), each taken once, none replaced since
+        ``generation`` (workspace_generation() before the recorded call began); else None."""
         if rec.spoiled or not rec.steps or rec.stream not in (None, stream_handle):
             return None
-        if rec.locks and _mutex is None:
-            return None
-        return Replay(rec, stream_handle, result)
+        if rec.locks and (_mutex is None or len(set(rec.locks)) != len(rec.locks)):
+            return None  # a slot taken twice (a batch's chunks one after another): not held at once
+        if generation != _generation[0]:
+            return None  # a workspace may have moved after the call took it
+        return Replay(rec, stream_handle, result, generation)
 
     def stale(self) -> bool:
         """Whether a kept workspace was replaced since the recording (its steps hold the old one)."""
@@ -804,8 +818,11 @@ class Replay:
                 return False
         taken = 0
         try:
+            # Never wait for a lock while holding another (a thread on the full path takes them
+            # in the slots' order, which need not be this one's): one busy, the call runs in full.
             for address in locks:
-                _mutex[1](address)
+                if _mutex[3](address) != 0:
+                    return False
                 taken += 1
             if locks and self.generation != _generation[0]:
                 return False
