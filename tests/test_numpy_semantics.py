@@ -471,6 +471,58 @@ def test_a_repeated_call_takes_the_prepared_path(emu, monkeypatch, pair, dtypes)
     assert_close(got, ref, mag, dtypes[0], _k(a2, b2))
 
 
+def _copy_case(emu, case: str, seed: int):
+    """(a, b, out, beta) of one signature that needs copies, new values at each ``seed``."""
+    a, b = _rand(emu, (9, 6), seed=seed), _rand(emu, (6, 7), seed=seed + 1)
+    out, beta = _poisoned(emu, (9, 7)), 0.0
+    if case == "reversed out":
+        out = _poisoned(emu, (9, 7))[::-1]
+    elif case == "reversed out, beta":
+        out, beta = _rand(emu, (9, 7), seed=seed + 2)[::-1], 0.5
+    elif case == "strided a":
+        a = _rand(emu, (9, 12), seed=seed)[:, ::2]
+    elif case == "float16 a":
+        a = _rand(emu, (9, 6), "float16", seed)
+    elif case == "float16 out":
+        out = _poisoned(emu, (9, 7), "float16")
+    elif case == "strided b, out in place":
+        b = _rand(emu, (12, 7), seed=seed + 1)[::2]
+    return a, b, out, beta
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["reversed out", "reversed out, beta", "strided a", "float16 a", "float16 out", "strided b, out in place"],
+)
+def test_a_repeated_call_that_needs_copies_is_validated_once(emu, monkeypatch, case):
+    """Operands the kernels cannot take in place (a reversed or strided view, another dtype, an
+    out of another dtype) are copied at every call, but the signature is validated once: later
+    calls go through its CopiedCall, each with new values, each result right."""
+    a, b, out, beta = _copy_case(emu, case, 1)
+    gemmlab.matmul(a, b, out=out, beta=beta)
+    full = []
+    monkeypatch.setattr(planner, "validate", lambda *args: full.append(args))
+    for seed in (10, 20):
+        a, b, out, beta = _copy_case(emu, case, seed)
+        c0 = out.astype(np.float32)
+        ref, mag = reference(a.astype(np.float32), b.astype(np.float32), 1.0, beta, c0)
+        assert gemmlab.matmul(a, b, out=out, beta=beta) is out
+        assert_close(out.astype(np.float32), ref, mag, str(out.dtype), 6)
+    assert full == []
+
+
+def test_a_copied_call_whose_out_meets_an_input_takes_the_full_path(emu):
+    """The signature's CopiedCall writes out in place (only b is copied); a later call of the
+    same signature whose out is a itself (same shape, strides, dtype) is computed into a new
+    array first, as numpy.matmul does (the product on the copies checks out against a)."""
+    a, b = _rand(emu, (8, 8), seed=1), _rand(emu, (8, 16), seed=2)[:, ::2]
+    gemmlab.matmul(a, b, out=_poisoned(emu, (8, 8)))
+    a2 = _rand(emu, (8, 8), seed=3)
+    ref, mag = reference(a2.copy(), b)
+    assert gemmlab.matmul(a2, b, out=a2) is a2
+    assert_close(a2, ref, mag, "float32", 8)
+
+
 # -- the property test --------------------------------------------------------------------------------
 
 hypothesis = pytest.importorskip("hypothesis")

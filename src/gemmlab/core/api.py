@@ -1,10 +1,10 @@
 """The public entry points: gemmlab.matmul, matmul_strided_batched, last_plan, kernels.
 
 A call goes one way: the caller's arrays -> a signature of cheap attribute
-reads -> a prepared call from gemmlab.core.executor's cache, launched; or, the first
-time a signature is seen (and for NumPy arrays and operands that need a copy),
-gemmlab.core.planner's full validation and plan -> a new prepared call, stored ->
-launched.
+reads -> a prepared call from gemmlab.core.executor's cache, launched (or, for operands
+the kernels cannot take in place, a CopiedCall: their copies, then the call on them); or,
+the first time a signature is seen (and for NumPy arrays), gemmlab.core.planner's full
+validation and plan -> a new prepared call, stored -> launched.
 """
 
 from __future__ import annotations
@@ -204,7 +204,10 @@ def matmul(
         if prepared is None:
             prepared = _family_member(key, a, pa, b, pb, out, pc)
         if prepared is not None:
-            result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta, bias, pbias)
+            if type(prepared) is CopiedCall:
+                result = prepared.run(a, pa, b, pb, out, pc, alpha, beta)
+            else:
+                result = _run_prepared(prepared, pa, pb, out, pc, alpha, beta, bias, pbias)
             if result is not None:
                 return result
     return _matmul_full(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_dtype, tile_params, bias)
@@ -404,6 +407,9 @@ def _matmul_gpu(
 ):
     """A validated call on GPU arrays: prepare it (and keep it under ``key``), run it."""
     if any(S is not None and S.copy for S in (call.A, call.B, call.C)):
+        copied = CopiedCall.of(call, kernel, precision, tile_params) if key is not None and bv is None else None
+        if copied is not None:
+            CACHE.put(key, copied)
         result = _matmul_copied(call, out, call.A.trans, call.B.trans, kernel, precision, tile_params)
         return result if bv is None else add_bias(result, bv.operand.obj)
     prepared = PreparedCall(call, gpu, kernel, tile_params, precision, bv)
@@ -478,6 +484,67 @@ def _matmul_copied(call: planner.Call, out, trans_a, trans_b, kernel, precision,
         copy_into(call.C.operand, target)
         return out
     return result
+
+
+class CopiedCall:
+    """What a signature whose operands the kernels cannot take in place runs at each call
+    (_matmul_copied's steps, decided once): which of a and b are copied (and converted), and
+    whether out is written in place or through a new array -- from a copy of out where beta
+    != 0 -- copied into it after the product.  Kept in CACHE under the signature, so that a
+    repeated call (a reversed or strided view, a mixed-dtype pair, an out of another dtype)
+    skips validation; the product on the copies is a call of its own (prepared: it checks out
+    against the inputs it is given, uncopied ones included, so memory out shares with a or b
+    at these addresses takes its full path there).  Every decision here follows from the
+    signature but one: an out copied at the first call because it shared memory with a or b
+    is not kept (CopiedCall.of)."""
+
+    __slots__ = ("a", "b", "out", "copy_a", "copy_b", "out_mode", "out_dt", "result_shape", "args")
+
+    def __init__(self, call: planner.Call, kernel: str, precision, tile_params: dict):
+        C = call.C
+        self.a, self.b, self.out = call.A.operand, call.B.operand, C.operand if C is not None else None
+        self.copy_a = (call.A.cast,) if call.A.copy else None
+        self.copy_b = (call.B.cast,) if call.B.copy else None
+        self.out_dt, self.result_shape = call.dtypes["out_dtype"], call.result_shape
+        # out: None (no out: a new result), "in place", "copy" (beta != 0), "new" (beta == 0)
+        self.out_mode = None if C is None else "in place" if not C.copy else "copy" if call.beta != 0 else "new"
+        self.args = {
+            "trans_a": call.A.trans,
+            "trans_b": call.B.trans,
+            "kernel": kernel,
+            "precision": precision,
+            "out_dtype": self.out_dt,
+            **tile_params,
+        }
+
+    @classmethod
+    def of(cls, call: planner.Call, kernel: str, precision, tile_params: dict) -> "CopiedCall | None":
+        """The CopiedCall of a validated call that needs copies, or None where out's copy
+        comes from memory it shares with a or b at these addresses (not the signature's)."""
+        C = call.C
+        if C is not None and C.copy and (C.operand.meets(call.A.operand) or C.operand.meets(call.B.operand)):
+            return None
+        return cls(call, kernel, precision, tile_params)
+
+    def run(self, a, pa: int, b, pb: int, out, pc: int, alpha, beta):
+        """The call on these arrays: the copies, the product on them, out filled."""
+        spoil_recording()  # copies no repeat of its launches would make
+        A = dataclasses.replace(self.a, obj=a, ptr=pa)
+        B = dataclasses.replace(self.b, obj=b, ptr=pb)
+        O = dataclasses.replace(self.out, obj=out, ptr=pc) if self.out is not None else None
+        dev = A.device
+        a2 = contiguous_copy(A, dev, self.copy_a[0]) if self.copy_a else a
+        b2 = contiguous_copy(B, dev, self.copy_b[0]) if self.copy_b else b
+        target = out
+        if self.out_mode == "copy":
+            target = contiguous_copy(O, dev, None if O.dtype_name == self.out_dt else self.out_dt)
+        elif self.out_mode == "new":
+            target = empty_like_kind(O, self.result_shape, dev, self.out_dt)
+        result = matmul(a2, b2, out=target, alpha=float(alpha), beta=float(beta), **self.args)
+        if target is not out:
+            copy_into(O, target)
+            return out
+        return result
 
 
 def _matmul_host(
