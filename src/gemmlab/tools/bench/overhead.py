@@ -49,6 +49,9 @@ CALLS, ROUNDS, WARMUP = 300, 15, 20
 NEW_ARRAYS = 2048  # operand sets the "new addresses" rows cycle through (> executor.ARGS_KEPT)
 NEW_ROWS = 4608  # row counts the "new rows" rows cycle through (> executor.CACHE's size)
 NEW_ROWS_BANDED = 1024  # the first row count (K) of the "new rows (K) in bands" rows (all >= planner.BAND_MIN)
+# A decode step's attention over a growing key/value cache: batch x heads of one query row,
+# head dimension, and the first cached length; each call reads one more cached position.
+DECODE_BH, DECODE_HEAD, DECODE_FIRST = 32, 128, 1024
 # The host rows' dtypes: what the arrays hold, and the precision gemmlab is asked for.
 HOST_DTYPES = {
     "float32": ("float32", None),
@@ -238,6 +241,22 @@ def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
             _cycling(torch.matmul, sets), key)  # fmt: skip
         add(f"gemmlab.matmul(dY.t(), x, out=c{prec}), new K in bands", "gemmlab", "torch", dtype, True, ks,
             _cycling(partial(matmul, precision=precision), sets), key)  # fmt: skip
+    # A decode step's attention as explicit products over a cache allocated for the longest
+    # context (k_cache[:, :n]): Q @ K^T gets a new N, and P @ V a new K, at every call -- a
+    # new signature each time, batched (no family: executor.Family takes single products).
+    for dtype in ("bfloat16", "float32"):
+        bh, d, n0 = DECODE_BH, DECODE_HEAD, DECODE_FIRST
+        q, k_cache, scores = _operands("torch", dtype, (bh, 1, d), (bh, n0 + NEW_ROWS, d), (bh, 1, n0 + NEW_ROWS))
+        p_cache, v_cache, out = _operands("torch", dtype, (bh, 1, n0 + NEW_ROWS), (bh, n0 + NEW_ROWS, d), (bh, 1, d))
+        lengths = f"{bh}x1x{n0}..{n0 + NEW_ROWS - 1}"
+        for what, sets in (
+            ("Q @ K^T", [(q, k_cache[:, : n0 + i].transpose(-1, -2), scores[..., : n0 + i]) for i in range(NEW_ROWS)]),
+            ("P @ V", [(p_cache[..., : n0 + i], v_cache[:, : n0 + i], out) for i in range(NEW_ROWS)]),
+        ):
+            key = (f"decode {what}, a longer cache each call", dtype, True, lengths)
+            for library, fn in (("torch", torch.matmul), ("gemmlab", matmul)):
+                add(f"{library}.matmul({what}), a longer cache each call", library, "torch", dtype, True, lengths,
+                    _cycling(fn, sets), key)  # fmt: skip
     for dtype in ("float32", "bfloat16"):
         a, b, _ = _operands("torch", dtype, (M, K), (K, N), (M, N))
         key = ("mm", dtype, False, shape)
