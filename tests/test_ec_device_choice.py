@@ -230,7 +230,7 @@ def _forget_kept_launches():
     from gemmlab.core import executor
 
     for prepared in list(executor.CACHE._d.values()):
-        if prepared.chooser is not None:
+        if getattr(prepared, "chooser", None) is not None:  # (a CopiedCall has none)
             prepared.chooser._kept.clear()
             for _, run in prepared.chooser.candidates:
                 run._prepass_memo.clear()

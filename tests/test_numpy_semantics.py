@@ -511,6 +511,23 @@ def test_a_repeated_call_that_needs_copies_is_validated_once(emu, monkeypatch, c
     assert full == []
 
 
+def test_a_copied_call_decides_out_by_beta_as_rounded_and_keeps_no_arrays(emu):
+    """beta = 1e-46 is 0 in float32 (the key's "beta == 0" says otherwise): the first call
+    computes into a new array; a later beta = 0.5 of the same signature still reads out.  The
+    kept CopiedCall holds none of the first call's arrays."""
+    from gemmlab.core import executor
+
+    a, b = _rand(emu, (9, 6), seed=1), _rand(emu, (6, 7), seed=2)
+    gemmlab.matmul(a, b, out=_rand(emu, (9, 7), seed=3)[::-1], beta=1e-46)
+    out = _rand(emu, (9, 7), seed=4)[::-1]
+    c0 = out.copy()
+    ref, mag = reference(a, b, 1.0, 0.5, c0)
+    assert gemmlab.matmul(a, b, out=out, beta=0.5) is out
+    assert_close(out, ref, mag, "float32", 6)
+    kept = [c for c in executor.CACHE._d.values() if type(c) is api.CopiedCall]
+    assert kept and all(op is None or op.obj is None for c in kept for op in (c.a, c.b, c.out))
+
+
 def test_a_copied_call_whose_out_meets_an_input_takes_the_full_path(emu):
     """The signature's CopiedCall writes out in place (only b is copied); a later call of the
     same signature whose out is a itself (same shape, strides, dtype) is computed into a new

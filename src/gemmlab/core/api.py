@@ -489,25 +489,26 @@ def _matmul_copied(call: planner.Call, out, trans_a, trans_b, kernel, precision,
 class CopiedCall:
     """What a signature whose operands the kernels cannot take in place runs at each call
     (_matmul_copied's steps, decided once): which of a and b are copied (and converted), and
-    whether out is written in place or through a new array -- from a copy of out where beta
-    != 0 -- copied into it after the product.  Kept in CACHE under the signature, so that a
-    repeated call (a reversed or strided view, a mixed-dtype pair, an out of another dtype)
-    skips validation; the product on the copies is a call of its own (prepared: it checks out
-    against the inputs it is given, uncopied ones included, so memory out shares with a or b
-    at these addresses takes its full path there).  Every decision here follows from the
-    signature but one: an out copied at the first call because it shared memory with a or b
-    is not kept (CopiedCall.of)."""
+    whether out is written in place or through a new array -- from a copy of out where beta,
+    rounded to float32, is not 0 -- copied into it after the product.  Kept in CACHE under the
+    signature, so that a repeated call (a reversed or strided view, a mixed-dtype pair, an out
+    of another dtype) skips validation; the product on the copies is a call of its own
+    (prepared: it checks out against the inputs it is given, uncopied ones included, so memory
+    out shares with a or b at these addresses takes its full path there).  An out copied at
+    the first call because it shared memory with a or b is not kept (CopiedCall.of).  The
+    operands' descriptions are kept without the first call's arrays."""
 
-    __slots__ = ("a", "b", "out", "copy_a", "copy_b", "out_mode", "out_dt", "result_shape", "args")
+    __slots__ = ("a", "b", "out", "copy_a", "copy_b", "out_copied", "out_dt", "result_shape", "args")
 
     def __init__(self, call: planner.Call, kernel: str, precision, tile_params: dict):
         C = call.C
-        self.a, self.b, self.out = call.A.operand, call.B.operand, C.operand if C is not None else None
+        self.a = dataclasses.replace(call.A.operand, obj=None)
+        self.b = dataclasses.replace(call.B.operand, obj=None)
+        self.out = dataclasses.replace(C.operand, obj=None) if C is not None else None
         self.copy_a = (call.A.cast,) if call.A.copy else None
         self.copy_b = (call.B.cast,) if call.B.copy else None
+        self.out_copied = C is not None and C.copy
         self.out_dt, self.result_shape = call.dtypes["out_dtype"], call.result_shape
-        # out: None (no out: a new result), "in place", "copy" (beta != 0), "new" (beta == 0)
-        self.out_mode = None if C is None else "in place" if not C.copy else "copy" if call.beta != 0 else "new"
         self.args = {
             "trans_a": call.A.trans,
             "trans_b": call.B.trans,
@@ -529,18 +530,18 @@ class CopiedCall:
     def run(self, a, pa: int, b, pb: int, out, pc: int, alpha, beta):
         """The call on these arrays: the copies, the product on them, out filled."""
         spoil_recording()  # copies no repeat of its launches would make
-        A = dataclasses.replace(self.a, obj=a, ptr=pa)
-        B = dataclasses.replace(self.b, obj=b, ptr=pb)
-        O = dataclasses.replace(self.out, obj=out, ptr=pc) if self.out is not None else None
-        dev = A.device
-        a2 = contiguous_copy(A, dev, self.copy_a[0]) if self.copy_a else a
-        b2 = contiguous_copy(B, dev, self.copy_b[0]) if self.copy_b else b
+        alpha32, beta32 = np.float32(alpha), np.float32(beta)  # as validation rounds them
+        dev = self.a.device
+        a2 = contiguous_copy(dataclasses.replace(self.a, obj=a, ptr=pa), dev, self.copy_a[0]) if self.copy_a else a
+        b2 = contiguous_copy(dataclasses.replace(self.b, obj=b, ptr=pb), dev, self.copy_b[0]) if self.copy_b else b
         target = out
-        if self.out_mode == "copy":
-            target = contiguous_copy(O, dev, None if O.dtype_name == self.out_dt else self.out_dt)
-        elif self.out_mode == "new":
-            target = empty_like_kind(O, self.result_shape, dev, self.out_dt)
-        result = matmul(a2, b2, out=target, alpha=float(alpha), beta=float(beta), **self.args)
+        if self.out_copied:
+            O = dataclasses.replace(self.out, obj=out, ptr=pc)
+            if beta32 != 0:
+                target = contiguous_copy(O, dev, None if O.dtype_name == self.out_dt else self.out_dt)
+            else:
+                target = empty_like_kind(O, self.result_shape, dev, self.out_dt)
+        result = matmul(a2, b2, out=target, alpha=float(alpha32), beta=float(beta32), **self.args)
         if target is not out:
             copy_into(O, target)
             return out

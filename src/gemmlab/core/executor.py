@@ -1347,14 +1347,15 @@ class PreparedCache:
             while len(self._families) > self.size:
                 self._families.popitem(last=False)
 
-    def get(self, key) -> PreparedCall | None:
+    def get(self, key):
+        """The PreparedCall (or gemmlab.core.api's CopiedCall) kept for a signature, or None."""
         # No reordering on a hit: hashing the key once more would cost a repeated call
         # about half a microsecond, so the oldest signature goes first (FIFO), which
         # differs from least-recently-used only in programs with more signatures than
         # the cache holds.
         return self._d.get(key)
 
-    def put(self, key, prepared: PreparedCall) -> None:
+    def put(self, key, prepared) -> None:
         with self._lock:
             self._d[key] = prepared
             self._d.move_to_end(key)
