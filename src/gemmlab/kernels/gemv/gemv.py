@@ -238,9 +238,7 @@ def column_split(mt: int, N: int, K: int, sm_count: int, batch: int, dtype: str,
     blocks = gemv_column_blocks(N) * max(batch, 1)
     if blocks >= GEMV_ROW_FILL * sm_count:
         return 1
-    vec = 16 // _ITEMSIZE[dtype] if aligned16 else 1
-    loads = (2 if vec > 1 else 8) // (2 if mt >= 16 and not (vec > 1 and dtype == "float32") else 1)
-    chunks = cdiv(max(K, 1), 32 * vec * loads)  # 01_gemv.cu's GemvChunk::KC
+    chunks = cdiv(max(K, 1), gemv_staged_k(Problem(mt, N, K, aligned16, dtype, op_b="T"), mt))
     fits = [
         s
         for s in SHALLOW_SPLITK_VALUES
