@@ -455,6 +455,16 @@ __device__ __forceinline__ void gemv_rows_along_n(int M, int N, int K, float alp
 template <class O> constexpr bool gemv_fp32_output = false;
 template <> constexpr bool gemv_fp32_output<float> = true;
 
+// This block's slice of K under the split: whole chunks of KC, the last slices possibly
+// empty.  Returns its first element of K and leaves its length in K.
+template <int KC>
+__device__ __forceinline__ int gemv_split_slice(int& K) {
+    const long long per_split = ((K + KC - 1) / KC + gridDim.y - 1) / gridDim.y * (long long)KC;
+    const int k0 = int(min((long long)K, blockIdx.y * per_split));
+    K = int(min(per_split, (long long)(K - k0)));
+    return k0;
+}
+
 template <int MT, int VEC, int LANES, char OPA, class S, class O>
 __device__ __forceinline__ void gemv_rows_split_k(int M, int N, int K, float alpha, const S* __restrict__ A,
                                                   int lda, const S* __restrict__ B, int ldb, float beta,
@@ -464,11 +474,8 @@ __device__ __forceinline__ void gemv_rows_split_k(int M, int N, int K, float alp
         return;
     }
     if constexpr (gemv_fp32_output<O>) {
-        constexpr int KC = GemvRowChunk<VEC, S, LANES>::KC;
-        const long long per_split = ((K + KC - 1) / KC + gridDim.y - 1) / gridDim.y * (long long)KC;
-        const int k0 = int(min((long long)K, blockIdx.y * per_split));
-        const int k_len = int(min(per_split, (long long)(K - k0)));
-        gemv_rows_along_n<MT, VEC, LANES, OPA>(M, N, k_len, alpha, A + elem_offset<OPA>(0, k0, lda), lda,
+        const int k0 = gemv_split_slice<GemvRowChunk<VEC, S, LANES>::KC>(K);
+        gemv_rows_along_n<MT, VEC, LANES, OPA>(M, N, K, alpha, A + elem_offset<OPA>(0, k0, lda), lda,
                                         B + (long long)k0 * ldb, ldb, beta, C + (long long)blockIdx.y * M * ldc, ldc);
     }
 }
@@ -483,13 +490,10 @@ __device__ __forceinline__ void gemv_columns_split_k(int M, int N, int K, float 
     // the bf16 one-row instantiation spilled at its 128 registers.
     if constexpr (gemv_fp32_output<O> && sizeof(S) == 4) {
         if (gridDim.y > 1) {  // one body for both (two inlined copies spill at 128 registers)
-            constexpr int KC = GemvChunk<VEC, S, MT>::KC;
-            const long long per_split = ((K + KC - 1) / KC + gridDim.y - 1) / gridDim.y * (long long)KC;
-            const int k0 = int(min((long long)K, blockIdx.y * per_split));
+            const int k0 = gemv_split_slice<GemvChunk<VEC, S, MT>::KC>(K);
             A += elem_offset<OPA>(0, k0, lda);
             B += k0;
             C += (long long)blockIdx.y * M * ldc;
-            K = int(min(per_split, (long long)(K - k0)));
         }
     }
     gemv_columns_along_k<MT, VEC, OPA>(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
