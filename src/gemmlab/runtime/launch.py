@@ -591,12 +591,17 @@ def launch_shaped(kernel, shape: LaunchShape, stream_handle: int, args: tuple) -
     cfg = shape._driver.get(stream_handle)
     if cfg is None:
         cfg = shape.driver_config(stream_handle)
-    d = _driver or driver()
-    (err,) = d.cuLaunchKernelEx(cfg, _function(kernel), holder.ptr, 0)
-    if err != d.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
+    _launch_driver(cfg, _function(kernel), holder.ptr)
     if _recordings[0]:
         _record(kernel, shape, holder, args)
+
+
+def _launch_driver(cfg, function, params: int) -> None:
+    """cuLaunchKernelEx with a launch configuration and packed arguments made before."""
+    d = _driver or driver()
+    (err,) = d.cuLaunchKernelEx(cfg, function, params, 0)
+    if err != d.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
 
 
 def launch(kernel, grid, block, smem_bytes: int, stream_handle: int, *args, cluster=(1, 1, 1)) -> None:
@@ -772,13 +777,11 @@ class Replay:
     another stream, under graph capture, or after a workspace it used was replaced.
     ``result``: what the recorded call returned, returned again by its caller."""
 
-    __slots__ = ("steps", "locks", "stream", "generation", "result", "_cu_stream")
+    __slots__ = ("steps", "locks", "stream", "generation", "result")
 
     def __init__(self, rec: Recording, stream_handle: int, result, generation: int):
-        d = driver()
         self.stream, self.locks, self.result = stream_handle, tuple(rec.locks), result
         self.generation = generation
-        self._cu_stream = d.CUstream(stream_handle)
         steps = []
         for step in rec.steps:
             if step[0] == LAUNCH:
@@ -810,12 +813,9 @@ class Replay:
         enqueued) where the call must run in full instead."""
         if stream_handle != self.stream:
             return False
-        d = _driver or driver()
         locks = self.locks
-        if locks:
-            err, status = d.cuStreamIsCapturing(self._cu_stream)
-            if err != d.CUresult.CUDA_SUCCESS or status != d.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE:
-                return False
+        if locks and stream_is_capturing(stream_handle):  # the graph gets workspaces of its own
+            return False
         taken = 0
         try:
             # Never wait for a lock while holding another (a thread on the full path takes them
@@ -828,11 +828,9 @@ class Replay:
                 return False
             for step in self.steps:
                 if step[0] == LAUNCH:
-                    (err,) = d.cuLaunchKernelEx(step[1], step[2], step[3], 0)
-                    if err != d.CUresult.CUDA_SUCCESS:
-                        raise RuntimeError(f"cuLaunchKernelEx failed: {err.name}")
+                    _launch_driver(step[1], step[2], step[3])
                 else:
-                    driver_call(d.cuMemsetD8Async(step[1], 0, step[2], self._cu_stream), "cuMemsetD8Async")
+                    zero_async(step[1], step[2], stream_handle)
         finally:
             for address in reversed(locks[:taken]):
                 _mutex[2](address)
