@@ -352,24 +352,31 @@ def test_a_replay_never_waits_for_a_busy_workspace(rdrv):
     assert replay.enqueue(5) and len(rdrv.calls) == 2
 
 
-def test_a_prepared_call_of_several_steps_is_replayed_from_its_third_call(rdrv):
-    """PreparedCall.run: the first call of some addresses runs in full, the second is recorded,
-    the next ones are its Replay; other scalars, an open recording (the C++ kernels learning a
-    call) and a capture run in full."""
+def _prepared_call(uses: int, full: list):
+    """A PreparedCall of several steps whose call records its arguments in ``full`` and takes
+    the stream's kept workspace ``uses`` times, one after the other, a launch on each."""
     from gemmlab.core import executor
-
-    full = []
 
     def run_steps(stream, A, B, C, alpha, beta):
         full.append((A, alpha))
-        ws = L.stream_workspace(SimpleNamespace(ordinal=0), stream, 64, "copies", capturing=False)
-        L.launch_shaped(_Kernel(0x30), L.LaunchShape((2, 1, 1), (32, 1, 1)), stream, (np.int32(A), ws.handle))
-        ws.close(stream)
+        for use in range(uses):
+            ws = L.stream_workspace(SimpleNamespace(ordinal=0), stream, 64, "copies", capturing=False)
+            L.launch_shaped(_Kernel(0x30), L.LaunchShape((2, 1, 1), (32, 1, 1)), stream, (np.int32(A + use), ws.handle))
+            ws.close(stream)
         return "plan"
 
     pc = object.__new__(executor.PreparedCall)
     pc.swap, pc.direct, pc.empty, pc._replays = False, None, False, {}
     pc._run_steps = run_steps
+    return pc
+
+
+def test_a_prepared_call_of_several_steps_is_replayed_from_its_third_call(rdrv):
+    """PreparedCall.run: the first call of some addresses runs in full, the second is recorded,
+    the next ones are its Replay; other scalars, an open recording (the C++ kernels learning a
+    call) and a capture run in full."""
+    full = []
+    pc = _prepared_call(1, full)
     for _ in range(4):
         assert pc.run(1, 2, 3, 1.0, 0.0, 5) == "plan"
     assert full == [(1, 1.0), (1, 1.0)] and len(rdrv.calls) == 4  # two in full, then two replays
@@ -389,18 +396,7 @@ def test_a_call_that_takes_a_workspace_twice_runs_in_full(rdrv):
     from gemmlab.core import executor
 
     full = []
-
-    def run_steps(stream, A, B, C, alpha, beta):
-        full.append(A)
-        for chunk in range(2):
-            ws = L.stream_workspace(SimpleNamespace(ordinal=0), stream, 64, "copies", capturing=False)
-            L.launch_shaped(_Kernel(0x40), L.LaunchShape((1, 1, 1), (32, 1, 1)), stream, (np.int32(chunk), ws.handle))
-            ws.close(stream)
-        return "plan"
-
-    pc = object.__new__(executor.PreparedCall)
-    pc.swap, pc.direct, pc.empty, pc._replays = False, None, False, {}
-    pc._run_steps = run_steps
+    pc = _prepared_call(2, full)
     for _ in range(6):
         pc.run(1, 2, 3, 1.0, 0.0, 5)
     assert len(full) == 6 and pc._replays[(5, 1, 2, 3, 1.0, 0.0)] == executor.REPLAY_TRIES
