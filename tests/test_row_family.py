@@ -33,6 +33,11 @@ ROWS_MAX = 2048
 
 @pytest.fixture
 def emu(monkeypatch):
+    return counting_emulator(monkeypatch)
+
+
+def counting_emulator(monkeypatch):
+    """The emulated GPU, counting choices and validations, its workspaces at fixed addresses."""
     e = emulated_gpu.install(monkeypatch)
     e.counts = {"choose": 0, "validate": 0}
     real_choose, real_validate = planner.choose, planner.validate

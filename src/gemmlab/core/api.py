@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import math
 import threading
 import time
 
@@ -28,6 +29,7 @@ from .arrays import (
     empty_like_kind,
     gpu_memory_error,
     need_cupy,
+    stored_order,
 )
 from .executor import CACHE, Family, PreparedCall
 from ..kernels import registry
@@ -278,22 +280,32 @@ def _signature(a, b, out, alpha, beta, trans_a, trans_b, kernel, precision, out_
     return key + (kbias,), pa, pb, pc, pbias
 
 
-def _family_key(key) -> tuple[tuple | None, int, int, bool]:
-    """(the family key of a signature ``key``, op(a)'s rows M, op(a)'s columns K, whether K
-    is banded): the key with the rows of op(a) and of out replaced by their band's top
-    (planner.size_band) where op(a) has at least planner.BAND_MIN rows, and K in a and b
-    where K is a weight gradient's (planner.k_banded: K the outer stored axis of a and b, at
-    least BAND_MIN, M and N at least K_BAND_MIN_SIDE), for 2-D a and b and an out (if given)
-    of M rows; (None, M, K, False) where neither is banded.  Two calls of one family differ
-    only in those sizes (a signature holds every other fact of a, b and out, their strides
-    included)."""
+def _family_key(key) -> tuple[tuple | None, int, int, int, tuple[bool, bool]]:
+    """(the family key of a signature ``key``, op(a)'s rows M, op(b)'s columns N, op(a)'s
+    columns K, whether (N, K) are banded) for executor.Family: two calls of one family differ
+    only in the banded sizes (a signature holds every other fact of a, b and out, their
+    strides included); (None, M, N, K, (False, False)) where nothing is banded.
+
+    - One matrix each (a, b and an out, if given, 2-D, out of M rows): the rows of op(a) and of
+      out replaced by their band's top (planner.size_band) where op(a) has at least
+      planner.BAND_MIN rows, and K in a and b where K is a weight gradient's (planner.k_banded:
+      K the outer stored axis of a and b, at least BAND_MIN, M and N at least K_BAND_MIN_SIDE).
+    - A thin batch (a, b and out of one rank >= 3 with the same batch dimensions, more than one
+      product of 1..THIN_MAX_ROWS - 1 rows: a decode step's Q @ K^T or P @ V over a cache): N in
+      b and out, and K in a and b, replaced by their band's top where at least BAND_MIN
+      (planner.n_banded, k_banded), with which of the alignment classes of Family's widths the
+      exact size falls in (its lowest set bit, up to 16), so that a family's members are read
+      and written alike; strides that follow the sizes (a contiguous array, or its transpose)
+      are kept as their order (_at_top)."""
     ka, kb, kc = key[0], key[1], key[2]
     sa, sb = ka[1], kb[1]
-    if len(sa) != 2 or len(sb) != 2:
-        return None, 0, 0, False
     trans_a, trans_b = key[5], key[6]
-    m, k = (sa[1], sa[0]) if trans_a else sa
-    n = sb[0] if trans_b else sb[1]
+    if len(sa) != len(sb) or len(sa) < 2:
+        return None, 0, 0, 0, (False, False)
+    m, k = (sa[-1], sa[-2]) if trans_a else sa[-2:]
+    n = sb[-2] if trans_b else sb[-1]
+    if len(sa) > 2:
+        return _thin_batch_key(key, m, n, k)
     # K banded: op(a) column-major, op(b) row-major -- the unit stride along M and N (the
     # planner checks the layouts it finds against this: Family.of)
     kband = (
@@ -304,10 +316,8 @@ def _family_key(key) -> tuple[tuple | None, int, int, bool]:
         and kb[2][not trans_b] < kb[2][trans_b]
     )
     mband = m >= planner.BAND_MIN
-    if not (mband or kband):
-        return None, m, k, False
-    if kc is not None and (len(kc[1]) != 2 or kc[1][0] != m):
-        return None, m, k, False
+    if not (mband or kband) or kc is not None and (len(kc[1]) != 2 or kc[1][0] != m):
+        return None, m, n, k, (False, False)
     mt = planner.size_band(m)[1] if mband else m
     kt = planner.size_band(k)[1] if kband else k
     if kc is not None:
@@ -315,21 +325,53 @@ def _family_key(key) -> tuple[tuple | None, int, int, bool]:
     ka = (ka[0], (kt, mt) if trans_a else (mt, kt)) + ka[2:]
     if kband:
         kb = (kb[0], (n, kt) if trans_b else (kt, n)) + kb[2:]
-    return (ka, kb, kc) + key[3:], m, k, kband
+    return (ka, kb, kc) + key[3:], m, n, k, (False, kband)
+
+
+def _thin_batch_key(key, m: int, n: int, k: int) -> tuple[tuple | None, int, int, int, tuple[bool, bool]]:
+    """_family_key's thin batches."""
+    ka, kb, kc = key[0], key[1], key[2]
+    batch = ka[1][:-2]
+    nband, kband = n >= planner.BAND_MIN, k >= planner.BAND_MIN
+    if (
+        not 0 < m < planner.THIN_MAX_ROWS
+        or not (nband or kband)
+        or kb[1][:-2] != batch
+        or math.prod(batch) < 2
+        or kc is not None
+        and kc[1] != batch + (m, n)
+    ):
+        return None, m, n, k, (False, False)
+    nt = planner.size_band(n)[1] if nband else n
+    kt = planner.size_band(k)[1] if kband else k
+    ka = _at_top(ka, batch + ((kt, m) if key[5] else (m, kt)))
+    kb = _at_top(kb, batch + ((nt, kt) if key[6] else (kt, nt)))
+    if kc is not None:
+        kc = _at_top(kc, batch + (m, nt))
+    classes = tuple(min(x & -x, 16) if banded else 0 for x, banded in ((n, nband), (k, kband)))
+    return (ka, kb, kc) + key[3:] + (classes,), m, n, k, (nband, kband)
+
+
+def _at_top(k, shape):
+    """An operand's signature ``k`` at its band's top ``shape``, its strides as their stored
+    order (arrays.stored_order) where they are one with nothing between the elements: a cache
+    grown by concatenation (a new, contiguous array each step) keeps one key."""
+    form = stored_order(k[1], k[2], 1 if k[0] == "torch" else k[3].itemsize)
+    return (k[0], shape, k[2] if form is None else form) + k[3:]
 
 
 def _family_member(key, a, pa: int, b, pb: int, out, pc: int) -> PreparedCall | None:
     """A signature not in the cache whose family is (executor.Family): its prepared call,
     made from the family's without validation or a choice, and kept under its own key too;
     None where there is no family, or the exact size needs the full path."""
-    fkey, m, k, _ = _family_key(key)
+    fkey, m, n, k, _ = _family_key(key)
     try:
         family = CACHE.family(fkey) if fkey is not None else None
     except TypeError:  # an unhashable tile parameter: the full path says what is wrong with it
         return None
     if family is None:
         return None
-    prepared = family.member(m, k, a, pa, b, pb, out, pc)
+    prepared = family.member(m, n, k, a, pa, b, pb, out, pc)
     if prepared is not None:
         CACHE.put(key, prepared)
     return prepared
@@ -415,11 +457,9 @@ def _matmul_gpu(
     prepared = PreparedCall(call, gpu, kernel, tile_params, precision, bv)
     if key is not None:
         CACHE.put(key, prepared)
-        fkey, _, _, kband = _family_key(key)
+        fkey, _, _, _, banded = _family_key(key)
         family = Family.of(call, gpu, kernel, tile_params, precision, bv, prepared) if fkey is not None else None
-        if family is not None and kband == planner.k_banded(
-            call.A.rows, call.B.cols, call.K, call.A.layout, call.B.layout
-        ):
+        if family is not None and banded == planner.banded(call):
             CACHE.put_family(fkey, family)
     A, B = call.A.operand, call.B.operand
     pc = call.C.operand.ptr if call.C is not None else 0

@@ -54,11 +54,23 @@ class Operand:
 
     def span(self) -> tuple[int, int]:
         """[first, last) byte addresses the array can touch (negative strides too)."""
-        if any(s == 0 for s in self.shape):
-            return (self.ptr, self.ptr)
-        lo = sum(min(0, (n - 1) * s) for n, s in zip(self.shape, self.strides))
-        hi = sum(max(0, (n - 1) * s) for n, s in zip(self.shape, self.strides)) + 1
-        return (self.ptr + lo * self.itemsize, self.ptr + hi * self.itemsize)
+        lo, hi = self.reach(self.shape)
+        return (self.ptr + lo, self.ptr + hi)
+
+    def reach(self, shape, strides=None) -> tuple[int, int]:
+        """[first, last) bytes, from its address, that an array of ``shape`` with these strides
+        (or ``strides``) can touch (the array's own shape, or another size of it:
+        executor.Family)."""
+        lo = hi = 0
+        for n, s in zip(shape, self.strides if strides is None else strides):
+            if n == 0:
+                return (0, 0)
+            if s < 0:
+                lo += (n - 1) * s
+            else:
+                hi += (n - 1) * s
+        item = self.itemsize
+        return (lo * item, (hi + 1) * item)
 
     def meets(self, other: "Operand") -> bool:
         """Whether the memory this array can touch meets ``other``'s."""
@@ -68,6 +80,37 @@ class Operand:
 
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 _DTYPE_NAMES: dict = {}  # NumPy dtype -> its name (Operand.dtype_name)
+
+
+def _stored_axes(nd: int, form: str):
+    """The axes of an array of ``nd`` dimensions stored in ``form``, innermost first: "C" C
+    order, "T" C order with the last two axes swapped (a transposed view, ``k.transpose(-1, -2)``)."""
+    return range(nd - 1, -1, -1) if form == "C" else (nd - 2, nd - 1, *range(nd - 3, -1, -1))
+
+
+def stored_order(shape, strides, unit: int = 1) -> str | None:
+    """ "C" or "T" (_stored_axes) where ``strides`` (in units of ``unit``: 1 for elements, the
+    itemsize for bytes) are that order's for ``shape`` with nothing between the elements,
+    else None.  Axes of one element are not looked at: nothing steps along them."""
+    nd = len(shape)
+    for form in ("C", "T") if nd >= 2 else ("C",):
+        expect = unit
+        for i in _stored_axes(nd, form):
+            if shape[i] != 1 and strides[i] != expect:
+                break
+            expect *= shape[i]
+        else:
+            return form
+    return None
+
+
+def ordered_strides(shape, form: str) -> tuple[int, ...]:
+    """The element strides of an array of ``shape`` stored in ``form`` (stored_order's)."""
+    strides, acc = [0] * len(shape), 1
+    for i in _stored_axes(len(shape), form):
+        strides[i] = acc
+        acc *= max(shape[i], 1)
+    return tuple(strides)
 
 
 def _c_strides(shape) -> tuple[int, ...]:

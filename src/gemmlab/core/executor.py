@@ -34,14 +34,16 @@ from collections import OrderedDict
 import numpy as np
 
 from .methods import CHOSEN_ON_GPU, EC_PRECISIONS, MethodChoice, choice_of_record
-from .arrays import ITEMSIZE, allocator, stream_getter
+from .arrays import ITEMSIZE, allocator, ordered_strides, stored_order, stream_getter
 from ..kernels.steps import Reduction, fixup_needs, standard_steps
 from .planner import (
     Batching,
     Call,
     KernelView,
     Plan,
+    batch_groups,
     kernel_view,
+    matrix_layout,
     plan_call,
     plan_for_choice,
     result_side,
@@ -51,6 +53,7 @@ from .planner import (
     bands_of,
     family_call,
     measured_shape,
+    thin_batch_call,
     _bands,
     with_bands,
     with_size,
@@ -186,15 +189,23 @@ class Launcher:
         ):
             self.bias_strides = tuple(bias_strides)
 
-    def resized(self, p: Plan) -> "Launcher":
+    def resized(self, p: Plan, lds: tuple[int, int, int], strides: tuple[int, int, int]) -> "Launcher":
         """This launcher for ``p``: the same kernel and parameters on a problem of other
-        sizes (a family's member, executor.Family), one matrix, K not 0 where this
-        launcher's was not.  What depends on the sizes -- the launch shapes, the split's
+        sizes (a family's member, executor.Family), the same batch, K not 0 where this
+        launcher's was not, with leading dimensions ``lds`` (a matrix of one stored row has
+        its width as one) and matrices ``strides`` apart (a contiguous array's follow its
+        sizes).  What depends on the sizes -- the launch shapes, the split's
         workspaces, the scalars -- is made again, and nothing kept per call is shared: its
         arguments are built for the new sizes."""
         new = object.__new__(Launcher)
         new.__dict__.update(self.__dict__)
         new.plan = p
+        if lds != self.lds:
+            new.lds = lds
+            new.lda, new.ldb, new.ldc = (np.int32(x) for x in lds)
+        if strides != self.strides:
+            new.strides = strides
+            new.sa, new.sb, new.sc = (np.int64(x) for x in strides)
         new._sized(p.spec.launch(p.params, p.problem))
         return new
 
@@ -1200,16 +1211,18 @@ class PreparedCall:
 
 class Family:
     """What every size of a family shares with a prepared call (gemmlab.core.api's family
-    key: the signature with the rows of op(a) and out, and a weight gradient's K in a and b,
-    replaced by their band's top, planner.size_band and planner.k_banded): the validated
-    call, its operands' objects left out (a family must not keep the caller's arrays alive),
-    what PreparedCall was given, and the first prepared call.  :meth:`member` prepares
-    another size of the bands without validating or choosing again: the signature vouches for
-    everything but the sizes.  Where the first prepared call is one launch of one plan (no
-    method chosen on the GPU) it is derived from that one (_derived: the plan, the launcher's
-    shapes and scalars and the overlap spans made for the new sizes, its arguments built at
-    the first launch); else :func:`planner.with_size` redoes what depends on the sizes and
-    plan_call finds the band's plan (CALL_PLANS)."""
+    key: the signature with the rows of op(a) and out, a weight gradient's K in a and b, and a
+    thin batch's N and K (a decode step's cache length) replaced by their band's top,
+    planner.size_band, k_banded and n_banded): the validated call, its operands' objects left
+    out (a family must not keep the caller's arrays alive), what PreparedCall was given, and
+    the first prepared call.  :meth:`member` prepares another size of the bands without
+    validating or choosing again: the signature vouches for everything but the sizes.  Where
+    the first prepared call is one launch of one plan (no method chosen on the GPU) it is
+    derived from that one (_derived: the plan, the launcher's shapes and scalars and the
+    overlap spans made for the new sizes, its arguments built at the first launch); else, for
+    one matrix, :func:`planner.with_size` redoes what depends on the sizes and plan_call finds
+    the band's plan (CALL_PLANS).  A thin batch (planner.thin_batch_call) has a family only
+    where its members can be derived."""
 
     def __init__(self, call: Call, gpu: GPUInfo, kernel: str, tile_params: dict, precision, bias, first):
         self.call, self.gpu, self.kernel, self.tile_params = call, gpu, kernel, tile_params
@@ -1221,7 +1234,7 @@ class Family:
             and first.chooser is None
             and first.offsets == ((0, 0, 0),)
             and not first.swap
-            and first.plan.problem.tma_aligned
+            and (first.launcher.prepass is None or first.launcher.prepass is not first.plan.spec.launching.staging)
         ):
             self._derivable(first)
 
@@ -1230,24 +1243,28 @@ class Family:
         cls, call: Call, gpu: GPUInfo, kernel: str, tile_params: dict, precision, bias=None, first=None
     ) -> "Family | None":
         """The family of a prepared call (``first``, of ``call``) of one matrix each, a and b
-        2-D, op(a) at least planner.BAND_MIN rows or K banded (planner.family_call); None for
-        any other."""
-        if not family_call(call):
+        2-D, op(a) at least planner.BAND_MIN rows or K banded (planner.family_call), or of a
+        thin batch without a bias whose members ``first`` can be derived for
+        (planner.thin_batch_call); None for any other."""
+        thin = thin_batch_call(call)
+        if not (thin and bias is None) and not family_call(call):
             return None
         if bias is not None:
             bias = dataclasses.replace(bias, operand=dataclasses.replace(bias.operand, obj=None))
-        return cls(without_objects(call), gpu, kernel, dict(tile_params), precision, bias, first)
+        family = cls(without_objects(call), gpu, kernel, dict(tile_params), precision, bias, first)
+        return None if thin and family.template is None else family
 
     def _derivable(self, first: "PreparedCall") -> None:
         """Keep what _derived needs of ``first`` where its plan is its bands' (the plan of
-        the band's top applied to its size) and TMA reads it in place (no staging: its bytes
-        would enter the choice)."""
+        the band's top applied to its size) and no staging copy runs (its launches follow
+        the sizes; its bytes are priced at the bands' tops: planner.plan_call)."""
         call, p = self.call, first.plan
         A, B = call.A, call.B
         M, N, K = A.rows, B.cols, call.K
-        measured = measured_shape(self.gpu, self.kernel, call.dtypes["dtype"], A.layout + B.layout, 1)
-        Mt, Kt, bands = _bands(M, N, K, A.layout, B.layout, True)
-        if measured is not None and (Mt, Kt) != _bands(M, N, K, A.layout, B.layout, True, measured)[:2]:
+        nz = first.launcher.batch  # one launch over the batch (offsets: one)
+        measured = measured_shape(self.gpu, self.kernel, call.dtypes["dtype"], A.layout + B.layout, nz)
+        Mt, Nt, Kt, bands = _bands(M, N, K, A.layout, B.layout, nz == 1)
+        if measured is not None and (Mt, Nt, Kt) != _bands(M, N, K, A.layout, B.layout, nz == 1, measured)[:3]:
             return  # a shape the tuned table measured: its own plan, not the bands'
         # The reason of the bands' plan (for_size appended the bands to it)
         reason, suffix = p.reason, f"chosen for {bands}"
@@ -1257,48 +1274,136 @@ class Family:
             reason = reason[: -len(suffix) - 2]
         elif bands:
             return  # chosen for its exact size (planner.band_holds), not the bands'
-        self.measured, self.tops, self.reason = measured, (Mt, Kt), reason
+        self.measured, self.tops, self.reason, self.nz = measured, (Mt, Nt, Kt), reason, nz
         self.ia = ITEMSIZE.get(A.operand.dtype_name, 4)
-        # op(a) column-major: its stored rows are M long, 16-byte multiples or not (aligned16)
-        self.m_width = A.layout == "T"
-        self.m_aligned = M * self.ia % 16 == 0
+        self.ic = ITEMSIZE[call.dtypes["out_dtype"]]
+        self.widths = self._widths_on_grid(M, N, K)
+        # A thin batch's operands stored in an order (arrays.stored_order) have strides that
+        # follow the sizes: a new result always, a cache grown by concatenation too.
+        self.forms = (None, None, None)
+        if call.batch_shape:
+            self.forms = tuple(
+                "C" if S is None else stored_order(S.operand.shape, S.operand.strides) for S in (A, B, call.C)
+            )
+        self.follows = any(self.forms)
+        strides = self._strides(self._shapes(M, N, K))
+        self.batch_aligned = None
+        if self.follows:
+            zs = self._batch_strides(strides)
+            if zs != first.launcher.strides:
+                return  # batch strides _batch_strides does not reproduce: every size planned in full
+            self.batch_aligned = self._on_grid(zs)
+        if self._lds(M, N, K, strides) != first.launcher.lds:
+            return  # leading dimensions _lds does not reproduce: every size planned in full
         self.first_plan = p
         self.template = first
 
-    def member(self, M: int, K: int, a, pa: int, b, pb: int, out, pc: int) -> "PreparedCall | None":
-        """The prepared call of this family's call with op(a) of M rows and K columns (a at
-        ``pa``, b at ``pb``; out at ``pc``, or None); None where the exact size needs the full
-        path (a copy)."""
+    def _shapes(self, M: int, N: int, K: int) -> tuple[tuple, tuple, tuple]:
+        """The shapes of a, b and out (as stored: a transposed operand's last two axes
+        swapped) at these sizes."""
+        call = self.call
+        bs = call.batch_shape
+        return (
+            bs + ((K, M) if call.A.trans else (M, K)),
+            bs + ((N, K) if call.B.trans else (K, N)),
+            bs + (M, N),
+        )
+
+    def _strides(self, shapes) -> tuple:
+        """The element strides of a, b and out at ``shapes``: the first's, or their stored
+        order's at the new sizes (self.forms; a new result's, C order's, are not needed where
+        its strides do not follow: one matrix)."""
+        call = self.call
+        return tuple(
+            ordered_strides(shape, form) if form else S.operand.strides if S is not None else None
+            for S, shape, form in zip((call.A, call.B, call.C), shapes, self.forms)
+        )
+
+    def _batch_strides(self, strides) -> tuple[int, int, int] | None:
+        """The elements between a launch's matrices of a, b and out with these strides
+        (planner.batching's, of one group: the first's batch is one launch), or None where
+        they would not be one group or their 16-byte alignment would differ from the first's."""
+        bs = self.call.batch_shape
+        groups = batch_groups(bs, *(tuple(0 if n == 1 else s for n, s in zip(bs, st)) for st in strides))
+        if len(groups) != 1 or groups[0][0] != self.nz:
+            return None
+        zs = tuple(groups[0][1])
+        if self.batch_aligned is not None and self._on_grid(zs) != self.batch_aligned:
+            return None
+        return zs
+
+    def _on_grid(self, zs) -> tuple[bool, bool, bool]:
+        return (zs[0] * self.ia % 16 == 0, zs[1] * self.ia % 16 == 0, zs[2] * self.ic % 16 == 0)
+
+    def _lds(self, M: int, N: int, K: int, strides) -> tuple[int, int, int] | None:
+        """The leading dimensions of a, b and out at these sizes and ``strides``
+        (planner.matrix_layout: a matrix of one stored row, as a decode step's query or
+        scores are, has its width as one), or None where a layout would differ from the
+        first's."""
+        call, lds = self.call, []
+        for S, rows, cols, is_input, st in (
+            (call.A, M, K, True, strides[0]),
+            (call.B, K, N, True, strides[1]),
+            (call.C, M, N, False, strides[2]),
+        ):
+            if S is None:  # a new result, C-ordered
+                lds.append(max(N, 1))
+                continue
+            rs, cs = st[-2:]
+            found = matrix_layout((rows, cols), (cs, rs) if S.trans else (rs, cs), unit_column_major=is_input)
+            if found is None or found[0] != S.layout:
+                return None
+            lds.append(found[1])
+        return tuple(lds)
+
+    def _widths_on_grid(self, M: int, N: int, K: int) -> tuple[bool, bool, bool]:
+        """Whether the stored rows of a, b and out are 16-byte multiples at these sizes (the
+        alignment a plan's instantiation depends on; the rest -- addresses, leading
+        dimensions, batch strides -- the signature holds)."""
+        call = self.call
+        wa = K if call.A.layout == "N" else M
+        wb = N if call.B.layout == "N" else K
+        return (wa * self.ia % 16 == 0, wb * self.ia % 16 == 0, N * self.ic % 16 == 0)
+
+    def member(self, M: int, N: int, K: int, a, pa: int, b, pb: int, out, pc: int) -> "PreparedCall | None":
+        """The prepared call of this family's call of M x N over K (a at ``pa``, b at ``pb``;
+        out at ``pc``, or None); None where the exact size needs the full path (a copy, or a
+        thin batch's member that cannot be derived)."""
         if self.template is not None:
-            found = self._derived(M, K)
-            if found is not None:
+            found = self._derived(M, N, K)
+            if found is not None or self.call.batch_shape:  # a thin batch: derived or planned in full
                 return found
         call = with_size(self.call, M, K, a, pa, b, pb, out, pc)
         if call is None:
             return None
         return PreparedCall(call, self.gpu, self.kernel, self.tile_params, self.precision, self.bias)
 
-    def _derived(self, M: int, K: int) -> "PreparedCall | None":
-        """The member of M rows and K columns derived from the family's first prepared call, or
-        None where its plan could differ from the first's but for the sizes: other bands'
-        tops (a measured shape), or op(a)'s stored rows on the 16-byte grid where the first's
-        were not (or the other way round).  The plan's instantiation is the first's: every
-        rung's template arguments depend on the parameters, dtypes, layouts and alignments,
-        never on the sizes."""
+    def _derived(self, M: int, N: int, K: int) -> "PreparedCall | None":
+        """The member of M x N over K derived from the family's first prepared call, or None
+        where its plan could differ from the first's but for the sizes: other bands' tops (a
+        measured shape), or a stored row on the 16-byte grid where the first's was not (or
+        the other way round).  The plan's instantiation is the first's: every rung's template
+        arguments depend on the parameters, dtypes, layouts and alignments, never on the
+        sizes."""
         call = self.call
-        N = call.B.cols
-        if self.m_width and (M * self.ia % 16 == 0) != self.m_aligned:
+        if self._widths_on_grid(M, N, K) != self.widths:
             return None
-        Mt, Kt, bands = _bands(M, N, K, call.A.layout, call.B.layout, True, self.measured)
-        if (Mt, Kt) != self.tops:
+        shapes = self._shapes(M, N, K)
+        strides = self._strides(shapes)
+        lds = self._lds(M, N, K, strides)
+        zs = self._batch_strides(strides) if self.follows else self.template.launcher.strides
+        if lds is None or zs is None:
+            return None
+        Mt, Nt, Kt, bands = _bands(M, N, K, call.A.layout, call.B.layout, self.nz == 1, self.measured)
+        if (Mt, Nt, Kt) != self.tops:
             return None
         t, p = self.template, self.first_plan
-        if bands and not band_holds(p, M, K, 1, self.kernel, self.tile_params):
+        if bands and not band_holds(p, M, N, K, self.nz, self.kernel, self.tile_params):
             return None  # the rung's rule decides by this exact size: the full path plans it
         # The plan: the first's, at these sizes (planner.for_size without the re-validation).
         problem = object.__new__(type(p.problem))
         problem.__dict__.update(p.problem.__dict__)
-        problem.__dict__["M"], problem.__dict__["K"] = M, K
+        problem.__dict__["M"], problem.__dict__["N"], problem.__dict__["K"] = M, N, K
         plan = object.__new__(type(p))
         plan.__dict__.update(p.__dict__)
         plan.__dict__["problem"] = problem
@@ -1306,25 +1411,14 @@ class Family:
         new = object.__new__(PreparedCall)
         new.__dict__.update(t.__dict__)
         new.plan = plan
-        new.launcher = launcher = t.launcher.resized(plan)
+        new.launcher = launcher = t.launcher.resized(plan, lds, zs)
         new.direct = launcher.direct() if t.direct is not None else None
         new._replays = {}  # recorded for these sizes only
         if t.alloc is not None:
-            new.alloc = allocator(call.A.operand.kind, (M, N), call.device, call.dtypes["out_dtype"])
+            new.alloc = allocator(call.A.operand.kind, shapes[2], call.device, call.dtypes["out_dtype"])
         if t.spans is not None:
-            (_, sa), (_, sb), (_, sc) = t.spans
-            A, B, C = call.A.operand, call.B.operand, call.C.operand
-            a_shape = (K, M) if call.A.trans else (M, K)
-            b_shape = (N, K) if call.B.trans else (K, N)
-            new.spans = ((0, _extent(a_shape, A)), (0, _extent(b_shape, B)), (0, _extent((M, N), C)))
+            new.spans = tuple(S.operand.reach(x, st) for S, x, st in zip((call.A, call.B, call.C), shapes, strides))
         return new
-
-
-def _extent(shape, op) -> int:
-    """The bytes from a 2-D operand's address to the end of what it can touch (strides >= 0,
-    as a family's operands have: no copy)."""
-    (r, c), (s0, s1) = shape, op.strides
-    return ((r - 1) * s0 + (c - 1) * s1 + 1) * op.itemsize
 
 
 class PreparedCache:

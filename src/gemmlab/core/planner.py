@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import logging
 import numbers
 from dataclasses import dataclass, field, replace
@@ -889,6 +890,35 @@ def family_call(call: Call) -> bool:
     )
 
 
+def thin_batch_call(call: Call) -> bool:
+    """Whether other cache lengths of ``call`` can be derived from it (executor.Family): a
+    batch of more than one thin product (op(a) of 1..THIN_MAX_ROWS - 1 rows), a, b and out (if
+    given) of the batch's rank with its batch dimensions (nothing broadcast), N or K banded
+    (n_banded, k_banded), K not 0, nothing copied, out row-major -- a decode step's Q @ K^T
+    or P @ V over a cache."""
+    nd, bs = len(call.batch_shape) + 2, call.batch_shape
+    M, N, K = call.A.rows, call.B.cols, call.K
+    return (
+        math.prod(bs) > 1
+        and 0 < M < THIN_MAX_ROWS
+        and K > 0
+        and (n_banded(M, N, False) or k_banded(M, N, K, call.A.layout, call.B.layout, False))
+        and all(len(S.operand.shape) == nd and S.operand.shape[:-2] == bs for S in (call.A, call.B))
+        and not (call.A.copy or call.B.copy)
+        and (call.C is None or not call.C.copy and call.C.layout == "N" and call.C.operand.shape[:-2] == bs)
+    )
+
+
+def banded(call: Call) -> tuple[bool, bool]:
+    """Whether N and K of ``call``'s family are banded (gemmlab.core.api's family key says it
+    of the signature, and the two must agree): a thin batch's (thin_batch_call) by n_banded
+    and k_banded, one matrix's K by k_banded."""
+    M, N, K = call.A.rows, call.B.cols, call.K
+    if thin_batch_call(call):
+        return n_banded(M, N, False), k_banded(M, N, K, call.A.layout, call.B.layout, False)
+    return False, k_banded(M, N, K, call.A.layout, call.B.layout)
+
+
 def without_objects(call: Call) -> Call:
     """``call`` with its operands' objects left out (what a family keeps: no array of the caller's)."""
 
@@ -1008,11 +1038,12 @@ def batching(kv: KernelView) -> Batching:
     return Batching(nz, tuple(zstr), offsets)
 
 
-def tma_reading(call: Call, kv: KernelView, bt: Batching) -> tuple[bool, int]:
+def tma_reading(call: Call, kv: KernelView, bt: Batching, sizes=None) -> tuple[bool, int]:
     """(whether TMA reads both operands of ``kv`` in place, the bytes a staging copy of those it
-    cannot read would move): base, rows and every batch stride on the 16-byte grid, batch
-    strides >= 0 (TMA steps forward only); the copy takes every matrix of a launch (a matrix
-    the batch shares, stride 0, once)."""
+    cannot read would move at ``sizes`` (M, N, K: a band's top; default the call's)): base,
+    rows and every batch stride on the 16-byte grid, batch strides >= 0 (TMA steps forward
+    only); the copy takes every matrix of a launch (a matrix the batch shares, stride 0,
+    once)."""
     ia = kv.itemsize["A"]
     batch_strides = [bt.strides[:2]] + [off[:2] for off in bt.offsets]
     readable = [
@@ -1021,11 +1052,12 @@ def tma_reading(call: Call, kv: KernelView, bt: Batching) -> tuple[bool, int]:
             (("A", kv.A, kv.M if kv.A.layout == "N" else call.K), ("B", kv.B, call.K if kv.B.layout == "N" else kv.N))
         )
     ]
+    M, N, K = sizes if sizes is not None else (kv.M, kv.N, call.K)
     stage_bytes = sum(
         rows * cols * ia * (bt.nz if stride else 1)
         for ok, rows, cols, stride in (
-            (readable[0], kv.M, call.K, bt.strides[0]),
-            (readable[1], call.K, kv.N, bt.strides[1]),
+            (readable[0], M, K, bt.strides[0]),
+            (readable[1], K, N, bt.strides[1]),
         )
         if not ok
     )
@@ -1060,11 +1092,22 @@ def tma_reading(call: Call, kv: KernelView, bt: Batching) -> tuple[bool, int]:
 # decide by a small M or N (gemv's rows, fp32_tc's thin side, wgmma's narrow tiles below
 # WGMMA_NARROW_MIN_M) are left out by K_BAND_MIN_SIDE or do not change legality.
 #
+# A decode step's attention over a growing key/value cache is a batch of thin products (op(a)
+# of fewer than THIN_MAX_ROWS rows: one query row, or a few of a group or of a speculative
+# step) whose cache length is N in Q @ K^T and K in P @ V: a new size at every token.  There
+# N and K are banded from BAND_MIN up (n_banded, k_banded), whatever the layouts: the rows of
+# op(a) are not banded (below BAND_MIN, where gemv's and the thin rules decide by the exact
+# M), tiles cover any N below the top, and every rung takes K at run time as above.  Whether a
+# stored row's width is on the 16-byte grid can change with N or K (scores' rows in Q @ K^T,
+# P's in P @ V): the plan is made with the exact size's alignment (KernelView), so only the
+# choice is the top's.
+#
 # A shape a tuned table measured (tables.TunedTable.measured_at) keeps its own entry: banding
 # stops there (an H100's 128 x 4096 x 128256 would otherwise be chosen for K = 131072).  The
 # bands depend on the sizes only: the plan a call gets does not depend on which came before.
 BAND_MIN = 256
 K_BAND_MIN_SIDE = 17  # M and N above every rule on a thin side (gemv's rows, fp32_tc's 16)
+THIN_MAX_ROWS = K_BAND_MIN_SIDE  # a batch of products of fewer rows bands its N and K (decode)
 
 
 def size_band(n: int) -> tuple[int, int]:
@@ -1079,18 +1122,29 @@ def size_band(n: int) -> tuple[int, int]:
 
 
 def k_banded(M: int, N: int, K: int, op_a: str, op_b: str, single: bool = True) -> bool:
-    """Whether K is chosen by band (see above): a weight gradient's layout (op(a) column-major,
-    op(b) row-major), one matrix, K >= BAND_MIN, M and N >= K_BAND_MIN_SIDE."""
-    return single and op_a == "T" and op_b == "N" and K >= BAND_MIN and M >= K_BAND_MIN_SIDE and N >= K_BAND_MIN_SIDE
+    """Whether K is chosen by band (see above): K >= BAND_MIN, and either a weight gradient's
+    layout (op(a) column-major, op(b) row-major), one matrix, M and N >= K_BAND_MIN_SIDE, or a
+    batch of thin products (thin_batch: P @ V over a cache)."""
+    if K < BAND_MIN:
+        return False
+    if single:
+        return op_a == "T" and op_b == "N" and M >= K_BAND_MIN_SIDE and N >= K_BAND_MIN_SIDE
+    return M < THIN_MAX_ROWS
 
 
-def for_size(p: Plan, M: int, K: int, bands: str) -> Plan:
-    """``p``, chosen for its problem's sizes (a band's top), applied to a product of M rows
-    and K columns of op(a) (the problem and the instantiation are the exact size's);
-    ``bands`` says which bands the choice was made for, appended to the reason."""
-    if M == p.problem.M and K == p.problem.K:
+def n_banded(M: int, N: int, single: bool) -> bool:
+    """Whether N is chosen by band (see above): a batch of thin products, N >= BAND_MIN (Q @ K^T
+    over a cache)."""
+    return not single and M < THIN_MAX_ROWS and N >= BAND_MIN
+
+
+def for_size(p: Plan, M: int, N: int, K: int, bands: str) -> Plan:
+    """``p``, chosen for its problem's sizes (a band's top), applied to a product of M x N
+    over K (the problem and the instantiation are the exact size's); ``bands`` says which
+    bands the choice was made for, appended to the reason."""
+    if M == p.problem.M and N == p.problem.N and K == p.problem.K:
         return p
-    problem = replace(p.problem, M=M, K=K)
+    problem = replace(p.problem, M=M, N=N, K=K)
     return replace(
         p,
         problem=problem,
@@ -1108,22 +1162,26 @@ def with_bands(reason: str, bands: str) -> str:
 
 def bands_of(problem: Problem, single: bool = True) -> str:
     """The bands a plan of ``problem`` was chosen for, in words ("" where for its own sizes)."""
-    return _bands(problem.M, problem.N, problem.K, problem.op_a, problem.op_b, single)[2]
+    return _bands(problem.M, problem.N, problem.K, problem.op_a, problem.op_b, single)[3]
 
 
-def _bands(M: int, N: int, K: int, op_a: str, op_b: str, single: bool, measured=None) -> tuple[int, int, str]:
-    """(M's band top, K's band top where K is banded, else K, the bands in words where they
-    differ from the sizes); the sizes themselves where ``measured(M, N, K)`` says a tuned table
-    measured this shape."""
+def _bands(M: int, N: int, K: int, op_a: str, op_b: str, single: bool, measured=None) -> tuple[int, int, int, str]:
+    """(M's band top, N's where N is banded, else N, K's where K is banded, else K, the bands
+    in words where they differ from the sizes); the sizes themselves where ``measured(M, N,
+    K)`` says a tuned table measured this shape."""
     lo, hi = size_band(M)
-    kt, words = K, [f"rows {lo}..{hi}"] if hi != M else []
+    nt, kt, words = N, K, [f"rows {lo}..{hi}"] if hi != M else []
+    if n_banded(M, N, single):
+        nlo, nt = size_band(N)
+        if nt != N:
+            words.append(f"N {nlo}..{nt}")
     if k_banded(M, N, K, op_a, op_b, single):
         klo, kt = size_band(K)
         if kt != K:
             words.append(f"K {klo}..{kt}")
     if words and measured is not None and measured(M, N, K):
-        return M, K, ""
-    return hi, kt, ", ".join(words)
+        return M, N, K, ""
+    return hi, nt, kt, ", ".join(words)
 
 
 def measured_shape(gpu, kernel: str, dtype: str, ops: str, batch: int):
@@ -1147,17 +1205,19 @@ def plan_call(
     as they are, no scale) runs ec_wgmma's four-set kernel unless the caller named
     BN or FOLD, and fp32_tc with kernel="auto" on a product too thin for the tensor
     cores runs FP32 on the CUDA cores (the plan's ``method`` is then "fp32").
-    Rows from BAND_MIN up, and a weight gradient's K (k_banded), are chosen for their
-    band's top (size_band) and the plan applied to the exact sizes (for_size)."""
-    tma_ok, stage_bytes = tma_reading(call, kv, bt)
+    Rows from BAND_MIN up, a weight gradient's K and a thin batch's N and K (k_banded,
+    n_banded) are chosen for their band's top (size_band) and the plan applied to the exact
+    sizes (for_size)."""
     single = bt.nz == 1 and len(bt.offsets) == 1
     measured = measured_shape(gpu, kernel, call.dtypes["dtype"], kv.A.layout + kv.B.layout, bt.nz)
-    M, K, bands = _bands(kv.M, kv.N, call.K, kv.A.layout, kv.B.layout, single, measured)
+    M, N, K, bands = _bands(kv.M, kv.N, call.K, kv.A.layout, kv.B.layout, single, measured)
+    # A staging copy is priced at the bands' tops too: the choice is the band's.
+    tma_ok, stage_bytes = tma_reading(call, kv, bt, (M, N, K))
     try:
         key = (
             kernel,
             M,
-            kv.N,
+            N,
             K,
             kv.aligned16(),
             kv.rows_aligned16(),
@@ -1180,26 +1240,26 @@ def plan_call(
     except TypeError:  # a tile parameter that cannot be hashed: planned, not kept
         key = found = None
     if found is None:
-        found = _plan_kept(call, kv, bt, gpu, kernel, tile_params, precision, M, K, tma_ok, stage_bytes, key)
-    if bands and not band_holds(found, kv.M, call.K, bt.nz, kernel, tile_params):
+        found = _plan_kept(call, kv, bt, gpu, kernel, tile_params, precision, M, N, K, tma_ok, stage_bytes, key)
+    if bands and not band_holds(found, kv.M, kv.N, call.K, bt.nz, kernel, tile_params):
         # The rung's own rule decides by the exact size here: chosen for it, kept by it.
-        exact_key = None if key is None else (*key, "exact", kv.M, call.K)
+        exact_key = None if key is None else (*key, "exact", kv.M, kv.N, call.K)
         found = CALL_PLANS.get(exact_key) if exact_key is not None else None
         if found is None:
             found = _plan_kept(
-                call, kv, bt, gpu, kernel, tile_params, precision, kv.M, call.K, tma_ok, stage_bytes, exact_key
+                call, kv, bt, gpu, kernel, tile_params, precision, kv.M, kv.N, call.K, tma_ok, stage_bytes, exact_key
             )
         return found
-    return for_size(found, kv.M, call.K, bands)
+    return for_size(found, kv.M, kv.N, call.K, bands)
 
 
-def _plan_kept(call, kv, bt, gpu, kernel, tile_params, precision, M, K, tma_ok, stage_bytes, key) -> Plan:
-    """plan_call's plan for M rows and K (a band's top or the exact sizes), kept in CALL_PLANS
+def _plan_kept(call, kv, bt, gpu, kernel, tile_params, precision, M, N, K, tma_ok, stage_bytes, key) -> Plan:
+    """plan_call's plan for M x N over K (a band's top or the exact sizes), kept in CALL_PLANS
     under ``key`` (None: not kept)."""
     found = plan(
         kernel,
         M,
-        kv.N,
+        N,
         K,
         aligned16=kv.aligned16(),
         rows_aligned16=kv.rows_aligned16(),
@@ -1224,22 +1284,22 @@ def _plan_kept(call, kv, bt, gpu, kernel, tile_params, precision, M, K, tma_ok, 
     return found
 
 
-def band_holds(p: Plan, M: int, K: int, batch: int, kernel: str, tile_params: dict) -> bool:
+def band_holds(p: Plan, M: int, N: int, K: int, batch: int, kernel: str, tile_params: dict) -> bool:
     """Whether ``p``, chosen with kernel="auto" for a band's top, is also what its rung's own
-    rule gives at M rows and K (KernelSpec.rules.band: wgmma's wave choice counts tiles); True
+    rule gives at M x N over K (KernelSpec.rules.band: wgmma's wave choice counts tiles); True
     for a rung without a hook, a kernel named or parameters given."""
     hook = p.spec.rules.band
     if hook is None or kernel != "auto" or tile_params:
         return True
     pr = p.problem
-    ask = Ask(M=M, N=pr.N, K=K, batch=batch, dtype=pr.dtype, op_a=pr.op_a, op_b=pr.op_b, sm_count=pr.sm_count)
+    ask = Ask(M=M, N=N, K=K, batch=batch, dtype=pr.dtype, op_a=pr.op_a, op_b=pr.op_b, sm_count=pr.sm_count)
     return hook(p.params, ask) == p.params
 
 
-# Plans of calls by everything plan() decides from, sizes by band (size_band, k_banded): a signature that
-# left executor.CACHE (a mixture of experts meets more sizes than it keeps), another signature
-# of the same problem (other strides of the same layouts, out given or not) or another size of
-# the same bands is planned without a choice.
+# Plans of calls by everything plan() decides from, sizes by band (size_band, k_banded, n_banded):
+# a signature that left executor.CACHE (a mixture of experts meets more sizes than it keeps),
+# another signature of the same problem (other strides of the same layouts, out given or not) or
+# another size of the same bands is planned without a choice.
 CALL_PLANS: dict = {}
 CALL_PLANS_KEPT = 8192
 
@@ -1251,12 +1311,12 @@ def plan_for_choice(p: Plan, choice: "methods.MethodChoice", gpu, kernel: str, t
     if choice.kernel_dtype != p.problem.dtype:
         pr = p.problem
         measured = measured_shape(gpu, kernel, "float32", pr.op_a + pr.op_b, batch)
-        M, K, bands = _bands(pr.M, pr.N, pr.K, pr.op_a, pr.op_b, batch == 1, measured)
+        M, N, K, bands = _bands(pr.M, pr.N, pr.K, pr.op_a, pr.op_b, batch == 1, measured)
         try:
             key = (
                 kernel,
                 M,
-                pr.N,
+                N,
                 K,
                 pr.aligned16,
                 pr.rows_aligned16,
@@ -1281,7 +1341,7 @@ def plan_for_choice(p: Plan, choice: "methods.MethodChoice", gpu, kernel: str, t
             found = plan(
                 kernel,
                 M,
-                pr.N,
+                N,
                 K,
                 aligned16=pr.aligned16,
                 rows_aligned16=pr.rows_aligned16,
@@ -1302,7 +1362,7 @@ def plan_for_choice(p: Plan, choice: "methods.MethodChoice", gpu, kernel: str, t
                 if len(CHOICE_PLANS) >= CALL_PLANS_KEPT:
                     CHOICE_PLANS.clear()
                 CHOICE_PLANS[key] = found
-        p = for_size(found, pr.M, pr.K, bands)
+        p = for_size(found, pr.M, pr.N, pr.K, bands)
     log.debug("error-corrected method: %s (%s)", choice.method, choice.reason)
     return replace(
         p, extra=choice.extra, method=choice.method, reason=with_bands(choice.reason, bands_of(p.problem, batch == 1))
