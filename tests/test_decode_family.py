@@ -35,15 +35,22 @@ def emu(monkeypatch):
 
 def _decode(emulator, product: str, dtype, rows: int = 1, batch=(2, 3), seed: int = 0, storage: str = "static"):
     """Cache buffers of CACHE_MAX positions and a function n -> (a, b, out) over the first n:
-    views of the buffers ("static", a cache allocated for the longest context), or new
-    contiguous arrays ("grown", a cache grown by concatenation at every token)."""
+    views of the buffers ("static", a cache allocated for the longest context; "restrided",
+    the same with the stride of an axis of one element following n), or new contiguous
+    arrays ("grown", a cache grown by concatenation at every token)."""
     rng = np.random.default_rng(seed)
 
     def kept(shape):
         return emulator.keep(rng.uniform(-1, 1, batch + shape).astype(dtype))
 
     def grown(x):
-        return x if storage == "static" else emulator.keep(np.ascontiguousarray(x))
+        if storage == "static":
+            return x
+        if storage == "restrided":  # axes of one element given the stride that follows the
+            # sizes, as PyTorch's reshape in torch.matmul gives a score row p[..., :n]
+            strides = tuple(s if d != 1 else x.strides[-1] * x.shape[-1] for d, s in zip(x.shape, x.strides))
+            return np.lib.stride_tricks.as_strided(x, x.shape, strides)
+        return emulator.keep(np.ascontiguousarray(x))
 
     q, p = kept((rows, HEAD)), kept((rows, CACHE_MAX))
     scores, out = kept((rows, CACHE_MAX)), kept((rows, HEAD))
@@ -85,7 +92,7 @@ def _call_new(emu, a, b):
 @pytest.mark.parametrize("product", PRODUCTS)
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("rows", [1, 4])
-@pytest.mark.parametrize("storage", ["static", "grown"])
+@pytest.mark.parametrize("storage", ["static", "restrided", "grown"])
 @pytest.mark.parametrize("with_out", [True, False])
 def test_a_cache_length_of_a_known_family_computes_and_launches_what_a_fresh_call_does(
     emu, product, dtype, rows, storage, with_out

@@ -354,10 +354,15 @@ def _thin_batch_key(key, m: int, n: int, k: int) -> tuple[tuple | None, int, int
 
 def _at_top(k, shape):
     """An operand's signature ``k`` at its band's top ``shape``, its strides as their stored
-    order (arrays.stored_order) where they are one with nothing between the elements: a cache
-    grown by concatenation (a new, contiguous array each step) keeps one key."""
-    form = stored_order(k[1], k[2], 1 if k[0] == "torch" else k[3].itemsize)
-    return (k[0], shape, k[2] if form is None else form) + k[3:]
+    order (arrays.stored_order) where they are one with nothing between the elements (a cache
+    grown by concatenation, a new contiguous array each step, keeps one key), else with the
+    strides of axes of one element as 0 (nothing steps along them, and PyTorch's views give
+    them what follows the sizes: a query's one row, a score row in ``torch.matmul``)."""
+    shape0, strides = k[1], k[2]
+    form = stored_order(shape0, strides, 1 if k[0] == "torch" else k[3].itemsize)
+    if form is None:
+        form = tuple(0 if n == 1 else s for n, s in zip(shape0, strides))
+    return (k[0], shape, form) + k[3:]
 
 
 def _family_member(key, a, pa: int, b, pb: int, out, pc: int) -> PreparedCall | None:
