@@ -130,8 +130,9 @@ def _call(emu, a, b, out, **kw):
 
 @pytest.mark.parametrize("layout", ["x @ W.t()", "dY @ W", "x^T stored"])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
-def test_a_family_member_computes_and_launches_what_a_fresh_call_does(emu, layout, dtype):
-    make = _operands(emu, layout, dtype)
+@pytest.mark.parametrize("K", [512, 501])  # 501: rows off the 16-byte grid, TMA cannot read them
+def test_a_family_member_computes_and_launches_what_a_fresh_call_does(emu, layout, dtype, K):
+    make = _operands(emu, layout, dtype, K=K)
     tol = 2e-2 if dtype == np.float16 else 1e-4
     for m in ROWS:
         executor.CACHE.clear()
@@ -145,8 +146,10 @@ def test_a_family_member_computes_and_launches_what_a_fresh_call_does(emu, layou
         got, launches, p, chose, validated = _call(emu, a, b, out, **kw)
         assert validated == 0, m  # a family hit: no validation, and no choice ...
         # ... unless the rows change what the choice reads: op(a) column-major has its rows
-        # as the stored width, 16-byte aligned or not (then chosen once for that, in the band)
-        assert chose == (layout == "x^T stored" and (m - other) * np.dtype(dtype).itemsize % 16 != 0), m
+        # as the stored width, 16-byte aligned or not (then chosen once for that, in the
+        # band), where every other stored row is on the grid (K = 512: aligned16 follows them)
+        width_moved = (m - other) * np.dtype(dtype).itemsize % 16 != 0
+        assert chose == (layout == "x^T stored" and K == 512 and width_moved), m
         assert p.problem.M == m and ("chosen for rows" in p.reason) == (m != hi)
         if m != hi:
             assert f"chosen for rows {lo}..{hi}" in p.reason
@@ -486,18 +489,21 @@ gpu = pytest.mark.skipif(not rt_device.gpu_available(), reason="needs a GPU")
 
 @gpu
 @pytest.mark.gpu
+@pytest.mark.parametrize("K", [1024, 1001])
 @pytest.mark.parametrize("precision", [None, "fp32_tc"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("layout", ["x @ W.t()", "dY @ W"])
-def test_on_the_gpu_a_family_member_computes_what_a_fresh_call_does(layout, dtype, precision):
+def test_on_the_gpu_a_family_member_computes_what_a_fresh_call_does(layout, dtype, precision, K):
     """PyTorch tensors on the GPU: a family member's result is bitwise a fresh call's (the
-    cache emptied), for sizes across bands, with a bias where nn.Linear has one."""
+    cache emptied), for sizes across bands, with a bias where nn.Linear has one; K = 1001
+    puts the rows of x or W off the 16-byte grid (TMA cannot read them: a member is derived
+    where no staging copy runs)."""
     torch = pytest.importorskip("torch")
     if precision == "fp32_tc" and dtype != "float32":
         pytest.skip("fp32_tc is for float32 inputs")
     g = torch.Generator(device="cuda").manual_seed(0)
     dt = getattr(torch, dtype)
-    K, N = 1024, 512
+    N = 512
     big = torch.rand(ROWS_MAX, K if layout == "x @ W.t()" else N, device="cuda", generator=g).to(dt) - 0.5
     w = torch.rand(N, K, device="cuda", generator=g).to(dt) - 0.5
     b = w.t() if layout == "x @ W.t()" else w
