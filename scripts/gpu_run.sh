@@ -2,7 +2,7 @@
 # One call on the GPU machine does it all: install gemmlab, run the whole test
 # suite (GPU tests included), then the benchmarks.  Logs, JSON and plots go to
 # $OUT (default ./.out).  Usage:
-#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|fp8|moe|tiles|fp32tiles|smallbatch|stepkernels|training|train|tp|sweep|profile|extra|all]...
+#   scripts/gpu_run.sh [tune|tests|bench|overhead|ec|models|shapes|fp8|moe|tiles|fp32tiles|smallbatch|stepkernels|training|decode|train|tp|sweep|profile|extra|all]...
 # "bench" times gemmlab.matmul beside cupy/torch.matmul, host time included (the
 # public call; BENCH_ARGS=--kernel-only adds each kernel alone, back to back).
 # "overhead" measures host µs per call (gemmlab vs torch.matmul vs cupy.matmul) and
@@ -39,6 +39,9 @@
 # "training" times whole models' training steps through gemmlab.torch beside PyTorch, with
 # their drift from float64 (TRAINING_ARGS, default "--quick --time-budget-s 400": the headline
 # within one device command; "" runs every model, mode and precision).
+# "decode" generates token by token with the training suite's decoders and a key/value cache
+# (static and grown), gemmlab.torch beside PyTorch, ms per token (DECODE_ARGS, e.g. "--models
+# llama-1b --precisions bf16 --caches grown").
 # "ec" times the error-corrected methods beside cuBLAS SGEMM and tabulates their accuracy
 # (EC_BENCH_ARGS, EC_ACCURACY_ARGS), then fp32_tc's batched attention products on each
 # error-corrected rung (scripts/ab_fp32_tc_attention.py: $OUT/ab-fp32-tc-attention.json).
@@ -160,6 +163,11 @@ if has training; then
   # One device command runs at most 600 s: the budget leaves the last runs out, the JSON is written.
   timeout 580 gemmlab bench --suite training ${TRAINING_ARGS---quick --time-budget-s 400} --json "$OUT/training.json" \
     --plot "$OUT/training.png" 2>&1 | tee "$OUT/training.log" | tee -a "$log"
+fi
+if has decode; then
+  echo "== decode: token-by-token generation with a cache through gemmlab.torch beside PyTorch" | tee -a "$log"
+  timeout 580 gemmlab bench --suite decode ${DECODE_ARGS:-} --time-budget-s 400 --json "$OUT/decode.json" \
+    --plot "$OUT/decode.png" 2>&1 | tee "$OUT/decode.log" | tee -a "$log"
 fi
 if has ec; then
   echo "== error-corrected FP32: speed (bench --suite ec) and accuracy" | tee -a "$log"

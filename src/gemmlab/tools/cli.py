@@ -114,28 +114,30 @@ SUITE_OPTIONS = {
     "all_configs": ("ladder",),
     "sizes": ("ladder", "ec", "overhead", "fp8"),
     "kernel_only": ("ladder", "ec", "overhead", "fp8"),
-    "plot": ("ladder", "ec", "overhead", "models", "shapes", "training", "fp8"),
+    "plot": ("ladder", "ec", "overhead", "models", "shapes", "training", "decode", "fp8"),
     "calls": ("overhead",),
     "host_shape": ("overhead",),
     "tokens": ("models", "moe"),
     "layers": ("models",),
     "only": ("models",),
     "products": ("models",),
-    "time_budget_s": ("models", "shapes", "training"),
+    "time_budget_s": ("models", "shapes", "training", "decode"),
     "compile_only": ("models", "shapes"),
     # the shapes and training suites' own (bench_suite_args)
-    "models": ("shapes", "training", "moe"),
+    "models": ("shapes", "training", "decode", "moe"),
     "model_file": ("shapes",),
     "config_file": ("training",),
     "kinds": ("shapes",),
     "limit": ("shapes",),
     "sample": ("shapes",),
-    "seed": ("shapes", "training", "moe"),
+    "seed": ("shapes", "training", "decode", "moe"),
     "modes": ("training",),
-    "precisions": ("training",),
-    "steps": ("training",),
-    "batch": ("training",),
-    "num_layers": ("training",),
+    "precisions": ("training", "decode"),
+    "steps": ("training", "decode"),
+    "batch": ("training", "decode"),
+    "num_layers": ("training", "decode"),
+    "caches": ("decode",),
+    "prompt": ("decode",),
     "quick": ("training",),
 }
 # The ladder's --dtype names (the models suite takes a list of its own).
@@ -175,6 +177,8 @@ def cmd_bench(args) -> int:
         return cmd_bench_shapes(args)
     if args.suite == "training":  # whole models' training steps, gemmlab.torch beside PyTorch
         return cmd_bench_training(args)
+    if args.suite == "decode":  # token-by-token generation with a cache, gemmlab.torch beside PyTorch
+        return cmd_bench_decode(args)
     if args.suite == "fp8":  # the FP8 rung beside torch._scaled_mm (Hopper)
         return cmd_bench_fp8(args)
     if args.suite == "moe":  # the grouped rung beside torch._grouped_mm (Hopper)
@@ -366,6 +370,32 @@ def cmd_bench_training(args) -> int:
     )
     print(training.table(data))
     _save(data, args, training.plot)
+    return 1 if any(r.get("failed") for r in data["records"]) else 0
+
+
+def cmd_bench_decode(args) -> int:
+    from .bench import decode, training
+
+    models = training._names(args.models, decode.decoders(), "--models") if args.models else decode.DEFAULT_MODELS
+    precisions = training._names(args.precisions, training.PRECISIONS, "--precisions")
+    setups = [s for s in training.SETUPS if any(s in training.PRECISIONS[p] for p in precisions)]
+    for setup, base in training.BASELINE.items():  # a setup is shown beside its PyTorch baseline
+        if setup in setups and base not in setups:
+            setups.insert(setups.index(setup), base)
+    data = decode.run(
+        models,
+        setups,
+        training._names(args.caches, decode.CACHES, "--caches"),
+        batch=args.batch or 1,
+        prompt=decode.PROMPT if args.prompt is None else args.prompt,
+        tokens=decode.TOKENS if args.steps is None else args.steps,
+        num_layers=args.num_layers,
+        seed=args.seed or 0,
+        time_budget_s=_time_budget(args, decode.TIME_BUDGET_S),
+        quiet=args.quiet,
+    )
+    print(decode.table(data))
+    _save(data, args, decode.plot)
     return 1 if any(r.get("failed") for r in data["records"]) else 0
 
 
@@ -729,7 +759,24 @@ def build_parser() -> argparse.ArgumentParser:
             "gemmlab.torch.use_gemmlab), fp32 (SGEMM, TF32 off), tf32, fp32_tc "
             "(gemmlab.torch.fp32_tc()); default all",
         )
-        p.add_argument("--steps", type=int, metavar="N", help="--suite training: timed steps per run (default 9)")
+        p.add_argument(
+            "--steps",
+            type=int,
+            metavar="N",
+            help="--suite training: timed steps per run (default 9); --suite decode: timed tokens per round (default 32)",
+        )
+        p.add_argument(
+            "--caches",
+            metavar="KIND,...",
+            help="--suite decode: comma list of static (views of a buffer for the longest context), grown "
+            "(torch.cat at every token); default both",
+        )
+        p.add_argument(
+            "--prompt",
+            type=int,
+            metavar="N",
+            help="--suite decode: cached positions before the first token (default 1024)",
+        )
         p.add_argument(
             "--batch",
             type=int,
@@ -788,7 +835,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--suite",
         default="ladder",
-        choices=("ladder", "wmma_ext", "ec", "overhead", "models", "shapes", "training", "fp8", "moe"),
+        choices=("ladder", "wmma_ext", "ec", "overhead", "models", "shapes", "training", "decode", "fp8", "moe"),
         help="ladder: kernels beside cuBLAS (default); wmma_ext: the WMMA fragment lab's experiments; "
         "ec: the FP32-accurate tensor-core methods (precision=fp16_ec, fp16_ec_scaled, tf32_ec, "
         "fp32_tc) beside cuBLAS SGEMM (default sizes 4096, 8192, 16384x4096x4096); overhead: host "
@@ -798,7 +845,10 @@ def build_parser() -> argparse.ArgumentParser:
         "products, gemmlab.matmul beside torch.matmul on the same views; shapes: 700+ products of "
         "23 public models and random odd sizes (forward, input and weight gradient views), by kind; "
         "training: whole models' training steps (Llama-3.2-1B, GPT-2, BERT-base, ViT-B/16 sizes) "
-        "through gemmlab.torch beside plain PyTorch, eager and compiled; fp8 (Hopper): the FP8 rung "
+        "through gemmlab.torch beside plain PyTorch, eager and compiled; decode: the training suite's "
+        "decoders generating token by token with a key/value cache (attention as products over the "
+        "cache, a new length at every token), gemmlab.torch beside plain PyTorch, ms per token; "
+        "fp8 (Hopper): the FP8 rung "
         "(per-tensor, per-row and block scales; --kernels adds tile configurations of wgmma_fp8) beside "
         "torch._scaled_mm (fast accumulation off and on), torch.matmul and gemmlab in bfloat16, on square "
         "and Llama-3-8B / 70B shapes; moe (Hopper): gemmlab.grouped_mm on the expert layers of public "
