@@ -18,7 +18,7 @@ import pytest
 import gemmlab
 from gemmlab.core import api, executor, planner
 from gemmlab.runtime import device as rt_device
-from test_row_family import _call, _same_launches, counting_emulator
+from test_row_family import _call, _same_launches, counting_emulator, plans_in_orders
 
 CACHE_MAX = 1536
 HEAD = 64
@@ -156,16 +156,12 @@ def test_a_growing_cache_is_validated_once_per_band_and_alignment_class(emu, pro
 
 def test_the_plan_of_a_cache_length_does_not_depend_on_the_lengths_before_it(emu):
     make = _decode(emu, "Q @ K^T", np.float32, seed=2)
-    plans = []
-    for order in (LENGTHS, LENGTHS[::-1], sorted(LENGTHS, key=lambda n: n % 7)):
-        executor.CACHE.clear()
-        planner.CALL_PLANS.clear()
-        found = {}
-        for n in order:
-            a, b, out = make(n)
-            gemmlab.matmul(a, b, out=out)
-            found[n] = gemmlab.last_plan()
-        plans.append(found)
+
+    def call(n):
+        a, b, out = make(n)
+        gemmlab.matmul(a, b, out=out)
+
+    plans = plans_in_orders(LENGTHS, call)
     assert plans[0] == plans[1] == plans[2]
 
 

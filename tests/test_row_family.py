@@ -189,18 +189,24 @@ def test_a_family_member_without_out_and_with_a_bias(emu, dtype):
         np.testing.assert_array_equal(gemmlab.matmul(a, b, bias=bias), got)
 
 
-def test_the_plan_of_a_size_does_not_depend_on_the_sizes_before_it(emu):
-    make = _operands(emu, "x @ W.t()", np.float16)
+def plans_in_orders(sizes, call) -> list[dict]:
+    """The plan of each size (``call(size)`` makes the call), the sizes called in three orders,
+    each from nothing prepared or planned."""
     plans = []
-    for order in (ROWS, ROWS[::-1], sorted(ROWS, key=lambda m: m % 7)):
+    for order in (sizes, sizes[::-1], sorted(sizes, key=lambda n: n % 7)):
         executor.CACHE.clear()
         planner.CALL_PLANS.clear()
         found = {}
-        for m in order:
-            a, b, _ = make(m)
-            gemmlab.matmul(a, b)
-            found[m] = gemmlab.last_plan()
+        for n in order:
+            call(n)
+            found[n] = gemmlab.last_plan()
         plans.append(found)
+    return plans
+
+
+def test_the_plan_of_a_size_does_not_depend_on_the_sizes_before_it(emu):
+    make = _operands(emu, "x @ W.t()", np.float16)
+    plans = plans_in_orders(ROWS, lambda m: gemmlab.matmul(*make(m)[:2]))
     assert plans[0] == plans[1] == plans[2]
     # ... and it is the band top's plan, applied to the exact rows.
     for m, p in plans[0].items():

@@ -377,14 +377,9 @@ def cmd_bench_decode(args) -> int:
     from .bench import decode, training
 
     models = training._names(args.models, decode.decoders(), "--models") if args.models else decode.DEFAULT_MODELS
-    precisions = training._names(args.precisions, training.PRECISIONS, "--precisions")
-    setups = [s for s in training.SETUPS if any(s in training.PRECISIONS[p] for p in precisions)]
-    for setup, base in training.BASELINE.items():  # a setup is shown beside its PyTorch baseline
-        if setup in setups and base not in setups:
-            setups.insert(setups.index(setup), base)
     data = decode.run(
         models,
-        setups,
+        training.setups_of(args.precisions),
         training._names(args.caches, decode.CACHES, "--caches"),
         batch=args.batch or 1,
         prompt=decode.PROMPT if args.prompt is None else args.prompt,

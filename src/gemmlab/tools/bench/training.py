@@ -757,11 +757,7 @@ def select(*, quick: bool = False, models=None, modes=None, precisions=None, con
         runs = [r for r in runs if r.setups]
         model, mode, setups = QUICK_COMPILED
         return runs + ([Run(model, mode, setups)] if model in names and configs is CONFIGS else [])
-    chosen = [s for p in _names(precisions, PRECISIONS, "--precisions") for s in PRECISIONS[p]]
-    for setup, base in BASELINE.items():  # a setup is shown beside its PyTorch baseline
-        if setup in chosen and base not in chosen:
-            chosen.append(base)
-    setups = tuple(s for s in SETUPS if s in chosen)
+    setups = setups_of(precisions)
     return [
         Run(m, mode, model_setups(m, setups, configs))
         for mode in _names(modes, MODES, "--modes")
@@ -769,6 +765,16 @@ def select(*, quick: bool = False, models=None, modes=None, precisions=None, con
         # a loop of experts' sizes changes every step: eager only (the grouped one compiles)
         if (mode == "eager" or not configs[m].experts or configs[m].grouped) and model_setups(m, setups, configs)
     ]
+
+
+def setups_of(precisions) -> tuple:
+    """The setups of ``precisions`` (--precisions' comma list; None: all), each with the
+    PyTorch setup it is shown beside (BASELINE), in SETUPS' order."""
+    chosen = [s for p in _names(precisions, PRECISIONS, "--precisions") for s in PRECISIONS[p]]
+    for setup, base in BASELINE.items():
+        if setup in chosen and base not in chosen:
+            chosen.append(base)
+    return tuple(s for s in SETUPS if s in chosen)
 
 
 def model_setups(model: str, setups, configs=None) -> tuple:
