@@ -115,12 +115,14 @@ def _same_launches(first, second):
 
 
 def _call(emu, a, b, out, **kw):
-    """One call into a poisoned ``out``: (result copy, its launches, the plan, choices made, validations)."""
-    out[...] = np.nan
+    """One call into a poisoned ``out`` (None: a new result): (result copy, its launches, the
+    plan, choices made, validations)."""
+    if out is not None:
+        out[...] = np.nan
     before, counts = len(emu.calls), dict(emu.counts)
-    gemmlab.matmul(a, b, out=out, **kw)
+    got = gemmlab.matmul(a, b, out=out, **kw)
     return (
-        out.copy(),
+        got.copy(),
         emu.calls[before:],
         gemmlab.last_plan(),
         emu.counts["choose"] - counts["choose"],
