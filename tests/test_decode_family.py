@@ -152,6 +152,21 @@ def test_the_plan_of_a_cache_length_does_not_depend_on_the_lengths_before_it(emu
     assert plans[0] == plans[1] == plans[2]
 
 
+@pytest.mark.parametrize("product", ["Q @ K^T, K^T stored", "P @ V"])
+def test_sizes_that_differ_between_operands_are_refused_though_their_band_has_a_family(emu, product):
+    make = _decode(emu, product, np.float16)
+    a, b, out = make(1028)
+    gemmlab.matmul(a, b, out=out)  # the family of lengths 1025..1152, class 4
+    a, b, out = make(1100)
+    if product == "P @ V":  # K: p of 1100 columns, v of 1092 rows
+        b = make(1092)[1]
+        with pytest.raises(ValueError, match="inner dimensions differ"):
+            gemmlab.matmul(a, b, out=out)
+    else:  # N: scores of 1092 columns for a b of 1100
+        with pytest.raises(ValueError, match="wrong shape"):
+            gemmlab.matmul(a, b, out=make(1092)[2])
+
+
 def test_only_thin_batches_of_one_batch_shape_make_a_family(emu):
     def key(a, b, out=None):
         return api._family_key(api._signature(a, b, out, 1.0, 0.0, False, False, "auto", None, None, {})[0])

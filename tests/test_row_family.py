@@ -571,3 +571,15 @@ def test_on_the_gpu_a_weight_gradient_of_a_new_k_computes_what_a_fresh_call_does
         ref = a.double() @ b.double()
         tol = 2e-2 if dtype != "float32" else 1e-5
         assert float((got.double() - ref).abs().max() / ref.abs().max()) < tol, k
+
+
+def test_a_k_that_differs_in_a_and_b_is_refused_though_its_band_has_a_family(emu):
+    """The family key holds a band's top for K in a and b alike: the exact K of each must agree
+    before the key is looked up (else a call that is not a product would run)."""
+    rng = np.random.default_rng(5)
+    dy = emu.keep(rng.uniform(-1, 1, (ROWS_MAX, 384)).astype(np.float32))
+    x = emu.keep(rng.uniform(-1, 1, (ROWS_MAX, 512)).astype(np.float32))
+    gemmlab.matmul(dy[:1152].T, x[:1152])  # the family of K 1025..1152
+    assert len(executor.CACHE._families) == 1
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        gemmlab.matmul(dy[:1100].T, x[:1092])

@@ -304,6 +304,8 @@ def _family_key(key) -> tuple[tuple | None, int, int, int, tuple[bool, bool]]:
         return None, 0, 0, 0, (False, False)
     m, k = (sa[-1], sa[-2]) if trans_a else sa[-2:]
     n = sb[-2] if trans_b else sb[-1]
+    if (sb[-1] if trans_b else sb[-2]) != k:  # not a product: the full path says why
+        return None, m, n, k, (False, False)
     if len(sa) > 2:
         return _thin_batch_key(key, m, n, k)
     # K banded: op(a) column-major, op(b) row-major -- the unit stride along M and N (the
