@@ -162,9 +162,11 @@ def test_sizes_that_differ_between_operands_are_refused_though_their_band_has_a_
         b = make(1092)[1]
         with pytest.raises(ValueError, match="inner dimensions differ"):
             gemmlab.matmul(a, b, out=out)
-    else:  # N: scores of 1092 columns for a b of 1100
+    else:  # N: scores of 1092 columns for a b of 1100; K (not banded): b of 63 rows for q's 64
         with pytest.raises(ValueError, match="wrong shape"):
             gemmlab.matmul(a, b, out=make(1092)[2])
+        with pytest.raises(ValueError, match="inner dimensions differ"):
+            gemmlab.matmul(a, b[..., : HEAD - 1, :], out=out)
 
 
 def test_only_thin_batches_of_one_batch_shape_make_a_family(emu):

@@ -1246,8 +1246,9 @@ def plan_call(
         exact_key = None if key is None else (*key, "exact", kv.M, kv.N, call.K)
         found = CALL_PLANS.get(exact_key) if exact_key is not None else None
         if found is None:
+            exact_bytes = tma_reading(call, kv, bt)[1]  # (its staging copy's bytes too)
             found = _plan_kept(
-                call, kv, bt, gpu, kernel, tile_params, precision, kv.M, kv.N, call.K, tma_ok, stage_bytes, exact_key
+                call, kv, bt, gpu, kernel, tile_params, precision, kv.M, kv.N, call.K, tma_ok, exact_bytes, exact_key
             )
         return found
     return for_size(found, kv.M, kv.N, call.K, bands)

@@ -243,7 +243,7 @@ def _cases(M: int, N: int, K: int, gpu) -> list[_Case]:
             _cycling(partial(matmul, precision=precision), sets), key)  # fmt: skip
     # A decode step's attention as explicit products over a cache allocated for the longest
     # context (k_cache[:, :n]): Q @ K^T gets a new N, and P @ V a new K, at every call -- a
-    # new signature each time, batched (no family: executor.Family takes single products).
+    # new signature each time, derived from its band's family (planner.thin_batch_call).
     for dtype in ("bfloat16", "float32"):
         bh, d, n0 = DECODE_BH, DECODE_HEAD, DECODE_FIRST
         q, k_cache, scores = _operands("torch", dtype, (bh, 1, d), (bh, n0 + NEW_ROWS, d), (bh, 1, n0 + NEW_ROWS))
