@@ -114,11 +114,7 @@ def ordered_strides(shape, form: str) -> tuple[int, ...]:
 
 
 def _c_strides(shape) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
+    return ordered_strides(shape, "C")
 
 
 def _is_torch(obj) -> bool:
