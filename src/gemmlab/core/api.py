@@ -334,9 +334,9 @@ def _thin_batch_key(key, m: int, n: int, k: int) -> tuple[tuple | None, int, int
     """_family_key's thin batches."""
     ka, kb, kc = key[0], key[1], key[2]
     batch = ka[1][:-2]
-    nband, kband = n >= planner.BAND_MIN, k >= planner.BAND_MIN
+    nband, kband = planner.n_banded(m, n, False), planner.k_banded(m, n, k, "", "", False)
     if (
-        not 0 < m < planner.THIN_MAX_ROWS
+        m < 1
         or not (nband or kband)
         or kb[1][:-2] != batch
         or math.prod(batch) < 2
