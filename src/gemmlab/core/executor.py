@@ -143,7 +143,7 @@ class Launcher:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("preparing %s on %s", p.describe(), gpu.name)
         make_current(gpu.ordinal)
-        self.plan, self.gpu, self.lds, self.batch = p, gpu, tuple(lds), batch
+        self.plan, self.gpu, self.batch = p, gpu, batch
         self.kernel = rt_compile.load_kernel(p.spec.source_path, p.name_expression, gpu.arch)
         self.geo = geo = p.spec.launch(p.params, p.problem)
         if geo.smem_bytes > DEFAULT_DYNAMIC_SMEM:
@@ -155,15 +155,12 @@ class Launcher:
             allow_dynamic_smem(self.kernel, geo.smem_bytes, gpu.ordinal)
         pr = p.problem
         self.item_in, self.item_out = storage_itemsize(pr.dtype), ITEMSIZE[pr.out_dtype]
-        self.strides = tuple(strides)
+        self._bind(tuple(lds), tuple(strides))
         self.splits = splits = p.spec.splits(p.params)
         run = p.spec.launching
         self.prepass = p.spec.pre_pass(p.problem)
         self.own_args = run.kernel_args is not None or self.prepass is not None
         self.batched_args = self.own_args and run.batched_args
-        lda, ldb, ldc = (np.int32(x) for x in lds)
-        sa, sb, sc = (np.int64(s) for s in strides)
-        self.lda, self.ldb, self.ldc, self.sa, self.sb, self.sc = lda, ldb, ldc, sa, sb, sc
         # Kernels that can read a method chosen on the GPU take its record's address
         # last: none (0) unless run() is given one.
         self.reads_choice = run.reads_choice
@@ -200,14 +197,21 @@ class Launcher:
         new = object.__new__(Launcher)
         new.__dict__.update(self.__dict__)
         new.plan = p
-        if lds != self.lds:
-            new.lds = lds
-            new.lda, new.ldb, new.ldc = (np.int32(x) for x in lds)
-        if strides != self.strides:
-            new.strides = strides
-            new.sa, new.sb, new.sc = (np.int64(x) for x in strides)
+        if lds != self.lds or strides != self.strides:
+            new._bind(lds, strides)
         new._sized(p.spec.launch(p.params, p.problem))
         return new
+
+    def _bind(self, lds: tuple[int, int, int], strides: tuple[int, int, int]) -> None:
+        """The leading dimensions and matrix strides, and the kernels' argument types of them."""
+        self.lds, self.strides = lds, strides
+        self.lda, self.ldb, self.ldc = (np.int32(x) for x in lds)
+        self.sa, self.sb, self.sc = (np.int64(x) for x in strides)
+
+    @property
+    def stages(self) -> bool:
+        """Whether a launch first copies operands it cannot read in place (Launching.staging)."""
+        return self.prepass is not None and self.prepass is self.plan.spec.launching.staging
 
     def _sized(self, geo) -> None:
         """What depends on the plan's sizes (M, N, K), given its launch shape ``geo``."""
@@ -1234,7 +1238,7 @@ class Family:
             and first.chooser is None
             and first.offsets == ((0, 0, 0),)
             and not first.swap
-            and (first.launcher.prepass is None or first.launcher.prepass is not first.plan.spec.launching.staging)
+            and not first.launcher.stages
         ):
             self._derivable(first)
 
