@@ -65,7 +65,6 @@ class Cache:
     ``size`` positions (static), or tensors concatenated at every token (grown)."""
 
     def __init__(self, kind: str, k, v, size: int):
-        torch = training._torch()
         self.kind, self.n = kind, k.shape[2]
         if kind == "static":
             B, H, _, D = k.shape
@@ -73,7 +72,6 @@ class Cache:
             self.k[:, :, : self.n], self.v[:, :, : self.n] = k, v
         else:
             self.k, self.v = k.clone(), v.clone()
-        self._cat = torch.cat
 
     def append(self, k, v):
         """The cache with one more position (k, v: batch x kv heads x 1 x head dim), as read."""
@@ -81,7 +79,8 @@ class Cache:
             self.k[:, :, self.n : self.n + 1], self.v[:, :, self.n : self.n + 1] = k, v
             self.n += 1
             return self.k[:, :, : self.n], self.v[:, :, : self.n]
-        self.k, self.v = self._cat([self.k, k], 2), self._cat([self.v, v], 2)
+        cat = training._torch().cat
+        self.k, self.v = cat([self.k, k], 2), cat([self.v, v], 2)
         self.n += 1
         return self.k, self.v
 
@@ -161,7 +160,6 @@ def run(
     def say(msg):
         _progress(f"[{time.time() - start:5.0f} s] {msg}", quiet)
 
-    sync = torch.cuda.synchronize if training.DEVICE == "cuda" else (lambda: None)
     for name in models:
         cfg = cfgs[name] = training.configure(training.CONFIGS[name], batch=batch, num_layers=num_layers)
         for cache in caches:
@@ -172,7 +170,7 @@ def run(
                 ]
                 continue
             say(f"{name} ({training.parameter_count(cfg) / 1e6:.0f}M parameters), {cache} cache: {', '.join(setups)}")
-            records += _time_model(cfg, cache, setups, batch, prompt, tokens, rounds, size, seed, gpu, sync, say)
+            records += _time_model(cfg, cache, setups, batch, prompt, tokens, rounds, size, seed, gpu, say)
             training._empty_cache()
     return {
         "gpu": gpu,
@@ -182,7 +180,7 @@ def run(
     }
 
 
-def _time_model(cfg, cache, setups, batch, prompt, tokens, rounds, size, seed, gpu, sync, say) -> list[DecodeRecord]:
+def _time_model(cfg, cache, setups, batch, prompt, tokens, rounds, size, seed, gpu, say) -> list[DecodeRecord]:
     """One model and cache kind: a model per dtype, each setup's rounds alternating."""
     torch = training._torch()
     torch.manual_seed(seed)
@@ -227,12 +225,10 @@ def _time_model(cfg, cache, setups, batch, prompt, tokens, rounds, size, seed, g
                     with training.routing(s):
                         for i in range(WARMUP):
                             step(m, layer_caches, token, at + i, rope)
-                        sync()
-                        t0 = time.perf_counter()
-                        for i in range(tokens):
-                            step(m, layer_caches, token, at + WARMUP + i, rope)
-                        sync()
-                    times[s].append((time.perf_counter() - t0) / tokens * 1e3)
+                        seconds, _ = training._sync_time(
+                            lambda: [step(m, layer_caches, token, at + WARMUP + i, rope) for i in range(tokens)]
+                        )
+                    times[s].append(seconds / tokens * 1e3)
                 except Exception as exc:  # noqa: BLE001
                     failed[s] = training._why(exc)
             pos += WARMUP + tokens
